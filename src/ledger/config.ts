@@ -1,0 +1,37 @@
+import { z } from 'zod';
+import { ValidationError } from '../errors.js';
+
+export const MIB = 1024 * 1024;
+
+export const ledgerConfigSchema = z.object({
+  /** mysql://user:pass@host:port/database — MariaDB 10.11, MySQL 8 or TiDB. */
+  url: z
+    .string()
+    .refine((v) => {
+      try {
+        const u = new URL(v);
+        return (u.protocol === 'mysql:' || u.protocol === 'tidb:') && u.pathname.length > 1;
+      } catch {
+        return false;
+      }
+    }, 'must be a mysql:// URL that names a database, e.g. mysql://root@127.0.0.1:3306/lanewake'),
+  poolSize: z.number().int().min(1).max(512).default(10),
+  /** Prefix of every ledger table, so several ledgers can share one database. */
+  tablePrefix: z
+    .string()
+    .regex(/^[a-z][a-z0-9_]{0,23}$/, 'must be 1-24 chars of [a-z0-9_], starting with a letter')
+    .default('lw_'),
+  payloadMaxBytes: z.number().int().min(1).max(64 * MIB).default(MIB),
+  resultMaxBytes: z.number().int().min(1).max(64 * MIB).default(MIB),
+  /** Error texts are cut to this many characters in the item and its history. */
+  errorMaxChars: z.number().int().min(64).max(60_000).default(4000),
+});
+
+export type LedgerConfigInput = z.input<typeof ledgerConfigSchema>;
+export type LedgerConfig = z.output<typeof ledgerConfigSchema>;
+
+export function parseLedgerConfig(input: unknown): LedgerConfig {
+  const parsed = ledgerConfigSchema.safeParse(input);
+  if (!parsed.success) throw ValidationError.fromZod(parsed.error, 'ledger config');
+  return parsed.data;
+}

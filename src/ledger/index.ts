@@ -1,0 +1,18 @@
+export { Ledger, DEFAULT_MAX_ATTEMPTS } from './ledger.js';
+export type { EnqueueInput, EnqueueOptions, ClaimInput, FinalizeResult, RetryInput } from './ledger.js';
+export { ledgerConfigSchema, parseLedgerConfig } from './config.js';
+export type { LedgerConfig, LedgerConfigInput } from './config.js';
+export { createLedgerDb, type LedgerDb } from './connection.js';
+export { migrate, schemaStatus, assertSchemaCurrent, SCHEMA_VERSION } from './migrations.js';
+export type { MigrateResult, SchemaStatus } from './migrations.js';
+export { backoffDelayMs, DEFAULT_BACKOFF, type BackoffPolicy, type BackoffInput } from './backoff.js';
+export { errorDigest, ReplayRejectedError, type ReplayRejection } from './sql/replay.js';
+export { OwnershipConflictError, type Ownership } from './sql/ownership.js';
+export type { ClaimOutcome } from './sql/claim.js';
+export type { LeaseHandle, RenewOutcome } from './sql/finalize.js';
+export type { CancelOutcome } from './sql/cancel.js';
+export type { ReclaimOutcome } from './sql/reclaim.js';
+export type { ProbeOutcome, WokenItem } from './sql/dependency.js';
+export type { QueueStats } from './sql/stats.js';
+export type { Executor } from './sql/common.js';
+export * from './types.js';

@@ -1,0 +1,406 @@
+import { sql } from 'kysely';
+import { z } from 'zod';
+import { ValidationError } from '../errors.js';
+import { backoffDelayMs, backoffSchema, DEFAULT_BACKOFF, type BackoffInput } from './backoff.js';
+import { parseLedgerConfig, type LedgerConfig, type LedgerConfigInput } from './config.js';
+import { createLedgerDb, type LedgerDb } from './connection.js';
+import { assertSchemaCurrent, migrate, schemaStatus, type MigrateResult, type SchemaStatus } from './migrations.js';
+import { ER_DUP_ENTRY, errno, retryOnConflict } from './retry.js';
+import { cancelItem, type CancelOutcome } from './sql/cancel.js';
+import { claimByIds, claimHeads, type ClaimOutcome } from './sql/claim.js';
+import { truncate, type Executor } from './sql/common.js';
+import { probeDependencyWaits, wakeDependency, type ProbeOutcome, type WokenItem } from './sql/dependency.js';
+import { insertItems, type NewItem } from './sql/enqueue.js';
+import { finalize, renewLease, saveCheckpoint, type Finalization, type LeaseHandle, type RenewOutcome } from './sql/finalize.js';
+import { getAttempts, getItem, listDead } from './sql/inspect.js';
+import { activateOwnership, getOwnership, type Ownership } from './sql/ownership.js';
+import { purgeTerminal } from './sql/purge.js';
+import { reclaimExpired, type ReclaimOutcome } from './sql/reclaim.js';
+import { replayItem } from './sql/replay.js';
+import { queueStats, type QueueStats } from './sql/stats.js';
+import { ledgerTables, type LedgerTables } from './tables.js';
+import type { AttemptRecord, ClaimedItem, EnqueueResult, ItemState, QueueClass, WorkItem } from './types.js';
+import {
+  durationMs,
+  encodeJson,
+  enqueueItemSchema,
+  itemId,
+  keyString,
+  positiveDurationMs,
+  queueClass,
+  queueName,
+  typeName,
+  validate,
+  workerName,
+} from './validation.js';
+
+export interface EnqueueInput {
+  queue: string;
+  type: string;
+  payload: unknown;
+  /** Ordering key: items of one lane run one at a time, in enqueue order. */
+  lane?: string;
+  /** Smaller runs first among claimable heads. Default 0. */
+  priority?: number;
+  queueClass?: QueueClass;
+  /** Attempt budget. Default 25. */
+  maxAttempts?: number;
+  /** Not claimable before this instant. */
+  runAt?: Date;
+  /** Not claimable before the ledger's now + delayMs. */
+  delayMs?: number;
+  /** Unique per queue: a second enqueue returns the first item with `duplicate: true`. */
+  idempotencyKey?: string;
+}
+
+export interface EnqueueOptions {
+  /**
+   * Run inside the caller's transaction (a Kysely `Transaction` on the same
+   * database): the items commit or roll back with the caller's own writes.
+   */
+  transaction?: Executor;
+}
+
+export interface ClaimInput {
+  queue: string;
+  /** Who claims: a stable consumer name, recorded as the lease owner. */
+  owner: string;
+  limit: number;
+  leaseMs: number;
+  classes?: QueueClass[];
+  types?: string[];
+  epoch?: number;
+}
+
+export interface FinalizeResult {
+  /** False: this holder had lost the item (stale token, expired and reclaimed, wrong state); nothing was written. */
+  won: boolean;
+  /** The state this finalize wrote (meaningful when won). */
+  state: ItemState;
+}
+
+export interface RetryInput {
+  error: unknown;
+  failureClass?: string;
+  backoff?: BackoffInput;
+  /** Exact delay; overrides the backoff policy. */
+  delayMs?: number;
+}
+
+export const DEFAULT_MAX_ATTEMPTS = 25;
+
+const claimSchema = z
+  .object({
+    queue: queueName,
+    owner: workerName,
+    limit: z.number().int().min(1).max(1000),
+    leaseMs: positiveDurationMs,
+    classes: z.array(queueClass).optional(),
+    types: z.array(typeName).max(200).optional(),
+    epoch: z.number().int().min(0).optional(),
+  })
+  .strict();
+const failureClassSchema = z.string().regex(/^[a-z0-9_.:-]{1,64}$/, 'must be 1-64 chars of [a-z0-9_.:-]');
+const retrySchema = z.object({
+  error: z.unknown(),
+  failureClass: failureClassSchema.optional(),
+  backoff: backoffSchema.optional(),
+  delayMs: durationMs.optional(),
+});
+const failSchema = z.object({ error: z.unknown(), failureClass: failureClassSchema.optional() });
+const releaseSchema = z.object({ delayMs: durationMs.optional(), reason: z.string().max(1000).optional() }).strict();
+const blockSchema = z
+  .object({
+    dependencyKey: keyString,
+    maxWaitMs: positiveDurationMs,
+    probeAfterMs: positiveDurationMs.optional(),
+    reason: z.string().max(1000).optional(),
+  })
+  .strict();
+const limitSchema = z.number().int().min(1).max(100_000);
+
+/** The ledger: every read and write of a work item goes through here (DESIGN §3, §8). */
+export class Ledger {
+  readonly config: LedgerConfig;
+  readonly db: LedgerDb;
+  readonly tables: LedgerTables;
+  private readonly itemSchema: ReturnType<typeof enqueueItemSchema>;
+
+  constructor(config: LedgerConfigInput, db?: LedgerDb) {
+    this.config = parseLedgerConfig(config);
+    this.db = db ?? createLedgerDb(this.config);
+    this.tables = ledgerTables(this.config.tablePrefix);
+    this.itemSchema = enqueueItemSchema(this.config.payloadMaxBytes);
+  }
+
+  migrate(): Promise<MigrateResult> {
+    return migrate(this.db, this.config.tablePrefix);
+  }
+
+  schemaStatus(): Promise<SchemaStatus> {
+    return schemaStatus(this.db, this.config.tablePrefix);
+  }
+
+  assertSchemaCurrent(): Promise<void> {
+    return assertSchemaCurrent(this.db, this.config.tablePrefix);
+  }
+
+  /** The ledger's clock. */
+  async now(): Promise<Date> {
+    const r = await sql<{ now: Date }>`SELECT NOW(6) AS now`.execute(this.db);
+    const now = r.rows[0]?.now;
+    if (!now) throw new Error('ledger clock: no answer');
+    return now;
+  }
+
+  async enqueue(input: EnqueueInput, opts: EnqueueOptions = {}): Promise<EnqueueResult> {
+    const [result] = await this.enqueueBatch([input], opts, '');
+    if (!result) throw new Error('enqueue: no result');
+    return result;
+  }
+
+  /** One round trip per batch (a few statements), whatever its size. Results are in input order. */
+  enqueueMany(inputs: readonly EnqueueInput[], opts: EnqueueOptions = {}): Promise<EnqueueResult[]> {
+    if (!Array.isArray(inputs)) throw new ValidationError([{ field: 'items', message: 'must be an array' }], 'enqueue');
+    return this.enqueueBatch(inputs, opts, 'items');
+  }
+
+  private async enqueueBatch(inputs: readonly EnqueueInput[], opts: EnqueueOptions, prefix: string): Promise<EnqueueResult[]> {
+    const items = this.prepare(inputs, prefix);
+    if (items.length === 0) return [];
+    const caller = opts.transaction;
+    if (caller !== undefined) return this.enqueueInCallerTransaction(caller, items);
+    return retryOnConflict(
+      () => this.db.transaction().execute((trx) => insertItems(trx, this.tables, items, false)),
+      undefined,
+      (e) => errno(e) === ER_DUP_ENTRY,
+    );
+  }
+
+  /**
+   * The caller's transaction cannot be retried from here, so the batch runs
+   * under a savepoint: an idempotency race (1062) rolls back only this batch's
+   * statements and the batch runs again, now reading the winner with a
+   * locking read (which sees it even under REPEATABLE READ).
+   */
+  private async enqueueInCallerTransaction(trx: Executor, items: NewItem[]): Promise<EnqueueResult[]> {
+    for (let round = 0; ; round++) {
+      await sql`SAVEPOINT lanewake_enqueue`.execute(trx);
+      try {
+        const out = await insertItems(trx, this.tables, items, round > 0);
+        await sql`RELEASE SAVEPOINT lanewake_enqueue`.execute(trx);
+        return out;
+      } catch (error) {
+        await sql`ROLLBACK TO SAVEPOINT lanewake_enqueue`.execute(trx);
+        if (errno(error) !== ER_DUP_ENTRY || round >= 3) throw error;
+      }
+    }
+  }
+
+  private prepare(inputs: readonly EnqueueInput[], prefix: string): NewItem[] {
+    const issues: ValidationError['issues'][number][] = [];
+    const out: NewItem[] = [];
+    inputs.forEach((input, i) => {
+      const parsed = this.itemSchema.safeParse(input);
+      if (!parsed.success) {
+        issues.push(...ValidationError.fromZod(parsed.error, undefined, prefix === '' ? '' : `${prefix}[${i}]`).issues);
+        return;
+      }
+      const v = parsed.data;
+      out.push({
+        queue: v.queue,
+        type: v.type,
+        payloadJson: encodeJson(v.payload) ?? 'null',
+        lane: v.lane ?? null,
+        priority: v.priority ?? 0,
+        queueClass: v.queueClass ?? 'default',
+        maxAttempts: v.maxAttempts ?? DEFAULT_MAX_ATTEMPTS,
+        runAt: v.runAt ?? null,
+        delayMs: v.delayMs ?? 0,
+        idempotencyKey: v.idempotencyKey ?? null,
+      });
+    });
+    if (issues.length > 0) throw new ValidationError(issues, 'enqueue');
+    return out;
+  }
+
+  /** Claims up to `limit` due lane heads with a fresh lease. */
+  claim(input: ClaimInput): Promise<ClaimOutcome> {
+    const v = validate(claimSchema, input, 'claim');
+    return claimHeads(this.db, this.tables, v);
+  }
+
+  /** Claims exactly these items if each is still a due pending head (targeted wake-ups). */
+  claimByIds(input: Omit<ClaimInput, 'limit' | 'classes' | 'types'> & { ids: string[] }): Promise<ClaimedItem[]> {
+    const v = validate(
+      claimSchema.omit({ limit: true, classes: true, types: true }).extend({ ids: z.array(itemId).max(1000) }),
+      input,
+      'claimByIds',
+    );
+    return claimByIds(this.db, this.tables, v);
+  }
+
+  renew(handle: Pick<LeaseHandle, 'id' | 'leaseToken'>, leaseMs: number): Promise<RenewOutcome> {
+    validate(positiveDurationMs, leaseMs, 'renew', 'leaseMs');
+    return renewLease(this.db, this.tables, handle, leaseMs);
+  }
+
+  checkpoint(handle: Pick<LeaseHandle, 'id' | 'leaseToken'>, value: unknown): Promise<boolean> {
+    const json = this.encodeCapped(value, this.config.payloadMaxBytes, 'checkpoint');
+    return saveCheckpoint(this.db, this.tables, handle, json);
+  }
+
+  /** Completes the attempt. A result that cannot be stored ends the item dead, class `result_too_large` / `invalid_result`. */
+  async complete(handle: LeaseHandle, result?: unknown): Promise<FinalizeResult> {
+    if (result === undefined) return this.finish(handle, { kind: 'complete', resultJson: null }, 'completed');
+    const json = encodeJson(result);
+    if (json === undefined) {
+      return this.finish(handle, { kind: 'dead', error: 'handler result is not JSON-serialisable', failureClass: 'invalid_result' }, 'dead');
+    }
+    if (Buffer.byteLength(json, 'utf8') > this.config.resultMaxBytes) {
+      const error = `handler result is ${Buffer.byteLength(json, 'utf8')} bytes; the cap is ${this.config.resultMaxBytes}`;
+      return this.finish(handle, { kind: 'dead', error, failureClass: 'result_too_large' }, 'dead');
+    }
+    return this.finish(handle, { kind: 'complete', resultJson: json }, 'completed');
+  }
+
+  /** A failed attempt: back to pending after the backoff, or dead once the budget is spent. */
+  async retry(handle: LeaseHandle, input: RetryInput): Promise<FinalizeResult & { delayMs: number }> {
+    const v = validate(retrySchema, input, 'retry');
+    const error = this.errorText(v.error);
+    const failureClass = v.failureClass ?? 'error';
+    if (handle.attempt >= handle.maxAttempts) {
+      const r = await this.finish(handle, { kind: 'dead', error, failureClass }, 'dead');
+      return { ...r, delayMs: 0 };
+    }
+    const delayMs = v.delayMs ?? backoffDelayMs(v.backoff ?? DEFAULT_BACKOFF, handle.attempt);
+    const r = await this.finish(handle, { kind: 'retry', error, failureClass, delayMs }, 'pending');
+    return { ...r, delayMs };
+  }
+
+  /** A permanent failure: dead at once. */
+  fail(handle: LeaseHandle, input: { error: unknown; failureClass?: string }): Promise<FinalizeResult> {
+    const v = validate(failSchema, input, 'fail');
+    return this.finish(handle, { kind: 'dead', error: this.errorText(v.error), failureClass: v.failureClass ?? 'permanent' }, 'dead');
+  }
+
+  /** Gives the item back without burning budget (deadline, drain, defer, rate limit). */
+  release(handle: LeaseHandle, input: { delayMs?: number; reason?: string } = {}): Promise<FinalizeResult> {
+    const v = validate(releaseSchema, input, 'release');
+    return this.finish(handle, { kind: 'release', delayMs: v.delayMs ?? 0, reason: v.reason ?? null }, 'pending');
+  }
+
+  skip(handle: LeaseHandle, reason?: unknown): Promise<FinalizeResult> {
+    const reasonJson = reason === undefined ? null : this.encodeCapped(reason, this.config.resultMaxBytes, 'reason');
+    return this.finish(handle, { kind: 'skip', reasonJson }, 'skipped');
+  }
+
+  /** Parks the item (and its lane) until `wakeDependency(key)` or a probe; dead `dependency_expired` after maxWait. */
+  block(handle: LeaseHandle, input: { dependencyKey: string; maxWaitMs: number; probeAfterMs?: number; reason?: string }): Promise<FinalizeResult> {
+    const v = validate(blockSchema, input, 'block');
+    return this.finish(
+      handle,
+      { kind: 'block', dependencyKey: v.dependencyKey, maxWaitMs: v.maxWaitMs, probeAfterMs: v.probeAfterMs ?? v.maxWaitMs, reason: v.reason ?? null },
+      'blocked',
+    );
+  }
+
+  private async finish(handle: LeaseHandle, f: Finalization, state: ItemState): Promise<FinalizeResult> {
+    const won = await finalize(this.db, this.tables, handle, f);
+    return { won, state };
+  }
+
+  wakeDependency(key: string, opts: { queue?: string } = {}): Promise<WokenItem[]> {
+    const v = validate(z.object({ key: keyString, queue: queueName.optional() }), { key, ...opts }, 'wakeDependency');
+    return wakeDependency(this.db, this.tables, v);
+  }
+
+  reclaimExpired(opts: { queue?: string; limit?: number } = {}): Promise<ReclaimOutcome> {
+    const v = validate(z.object({ queue: queueName.optional(), limit: limitSchema.default(500) }), opts, 'reclaimExpired');
+    return reclaimExpired(this.db, this.tables, v);
+  }
+
+  probeDependencyWaits(opts: { queue?: string; limit?: number } = {}): Promise<ProbeOutcome> {
+    const v = validate(z.object({ queue: queueName.optional(), limit: limitSchema.default(500) }), opts, 'probeDependencyWaits');
+    return probeDependencyWaits(this.db, this.tables, v);
+  }
+
+  cancel(id: string, reason?: string): Promise<CancelOutcome> {
+    validate(itemId, id, 'cancel', 'id');
+    return cancelItem(this.db, this.tables, id, reason ?? null);
+  }
+
+  /** Re-drives a dead or cancelled item as a new item; guarded by the attempt and error digest the operator saw. */
+  replay(id: string, guard: { expectAttempt: number; expectErrorDigest: string }): Promise<{ id: string }> {
+    const v = validate(
+      z.object({ id: itemId, expectAttempt: z.number().int().min(0), expectErrorDigest: z.string().regex(/^[0-9a-f]{64}$/, 'must be a hex SHA-256') }),
+      { id, ...guard },
+      'replay',
+    );
+    return replayItem(this.db, this.tables, v);
+  }
+
+  purge(opts: { olderThanMs: number; limit?: number; queue?: string }): Promise<number> {
+    const v = validate(
+      z.object({ olderThanMs: durationMs, limit: limitSchema.default(1000), queue: queueName.optional() }),
+      opts,
+      'purge',
+    );
+    return purgeTerminal(this.db, this.tables, v);
+  }
+
+  stats(queue?: string): Promise<QueueStats[]> {
+    if (queue !== undefined) validate(queueName, queue, 'stats', 'queue');
+    return queueStats(this.db, this.tables, queue);
+  }
+
+  async inspect(id: string): Promise<{ item: WorkItem; attempts: AttemptRecord[] } | undefined> {
+    validate(itemId, id, 'inspect', 'id');
+    const item = await getItem(this.db, this.tables, id);
+    if (!item) return undefined;
+    return { item, attempts: await getAttempts(this.db, this.tables, id) };
+  }
+
+  get(id: string): Promise<WorkItem | undefined> {
+    validate(itemId, id, 'get', 'id');
+    return getItem(this.db, this.tables, id);
+  }
+
+  listDead(opts: { queue?: string; limit?: number } = {}): Promise<WorkItem[]> {
+    const v = validate(z.object({ queue: queueName.optional(), limit: limitSchema.default(100) }), opts, 'listDead');
+    return listDead(this.db, this.tables, v);
+  }
+
+  activate(opts: { queue: string; deployment: string; expectEpoch?: number }): Promise<Ownership> {
+    const v = validate(
+      z.object({ queue: queueName, deployment: workerName, expectEpoch: z.number().int().min(0).optional() }),
+      opts,
+      'activate',
+    );
+    return activateOwnership(this.db, this.tables, v);
+  }
+
+  ownership(queue: string): Promise<Ownership | undefined> {
+    validate(queueName, queue, 'ownership', 'queue');
+    return getOwnership(this.db, this.tables, queue);
+  }
+
+  close(): Promise<void> {
+    return this.db.destroy();
+  }
+
+  private errorText(error: unknown): string {
+    let text: string;
+    if (error instanceof Error) text = error.stack ?? `${error.name}: ${error.message}`;
+    else if (typeof error === 'string') text = error;
+    else text = encodeJson(error) ?? String(error);
+    return truncate(text, this.config.errorMaxChars) ?? '';
+  }
+
+  private encodeCapped(value: unknown, cap: number, field: string): string {
+    const json = encodeJson(value);
+    if (json === undefined) throw new ValidationError([{ field, message: 'must be JSON-serialisable' }]);
+    if (Buffer.byteLength(json, 'utf8') > cap) throw new ValidationError([{ field, message: `must encode to at most ${cap} bytes of JSON` }]);
+    return json;
+  }
+}

@@ -1,0 +1,168 @@
+import { sql, type RawBuilder } from 'kysely';
+import { SchemaBehindError } from '../errors.js';
+import type { LedgerDb } from './connection.js';
+import { ledgerTables, type LedgerTables } from './tables.js';
+
+/**
+ * One schema step. Every statement must be safe to run again (CREATE … IF NOT
+ * EXISTS), so a crash between a step and its bookkeeping row heals on the
+ * next run. Indexes are declared inside CREATE TABLE because MySQL 8 has no
+ * CREATE INDEX IF NOT EXISTS.
+ */
+interface Migration {
+  version: number;
+  name: string;
+  statements: (t: LedgerTables) => RawBuilder<unknown>[];
+}
+
+// ASCII columns for ids, tokens, names: every secondary index stays small.
+const ASCII = sql`CHARACTER SET ascii COLLATE ascii_bin`;
+const TEXT = sql`CHARACTER SET utf8mb4 COLLATE utf8mb4_bin`;
+
+const MIGRATIONS: readonly Migration[] = [
+  {
+    version: 1,
+    name: 'items, lanes, attempts, ownership',
+    statements: (t) => [
+      sql`CREATE TABLE IF NOT EXISTS ${t.items} (
+        id VARCHAR(32) ${ASCII} NOT NULL,
+        queue VARCHAR(64) ${ASCII} NOT NULL,
+        type VARCHAR(128) ${ASCII} NOT NULL,
+        lane VARCHAR(255) ${TEXT} NULL,
+        lane_seq BIGINT NULL,
+        is_head TINYINT NOT NULL DEFAULT 1,
+        queue_class VARCHAR(16) ${ASCII} NOT NULL DEFAULT 'default',
+        priority INT NOT NULL DEFAULT 0,
+        payload LONGTEXT ${TEXT} NOT NULL,
+        state VARCHAR(16) ${ASCII} NOT NULL,
+        run_after DATETIME(6) NOT NULL,
+        attempt INT NOT NULL DEFAULT 0,
+        max_attempts INT NOT NULL,
+        lease_owner VARCHAR(128) ${TEXT} NULL,
+        lease_token VARCHAR(32) ${ASCII} NULL,
+        lease_until DATETIME(6) NULL,
+        epoch BIGINT NULL,
+        idempotency_key VARCHAR(255) ${TEXT} NULL,
+        dependency_key VARCHAR(255) ${TEXT} NULL,
+        probe_after DATETIME(6) NULL,
+        blocked_at DATETIME(6) NULL,
+        block_expires_at DATETIME(6) NULL,
+        cancel_requested TINYINT NOT NULL DEFAULT 0,
+        checkpoint LONGTEXT ${TEXT} NULL,
+        result LONGTEXT ${TEXT} NULL,
+        last_error TEXT ${TEXT} NULL,
+        failure_class VARCHAR(64) ${ASCII} NULL,
+        replay_of VARCHAR(32) ${ASCII} NULL,
+        replayed_at DATETIME(6) NULL,
+        created_at DATETIME(6) NOT NULL,
+        started_at DATETIME(6) NULL,
+        terminal_at DATETIME(6) NULL,
+        updated_at DATETIME(6) NOT NULL,
+        PRIMARY KEY (id) /*T![clustered_index] NONCLUSTERED */,
+        KEY ix_claim (queue, queue_class, state, is_head, priority, run_after),
+        KEY ix_lease (lease_until),
+        UNIQUE KEY ux_idempotency (queue, idempotency_key),
+        KEY ix_dependency (dependency_key),
+        KEY ix_lane (queue, lane, lane_seq),
+        KEY ix_terminal (terminal_at),
+        KEY ix_probe (probe_after)
+      ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin /*T! SHARD_ROW_ID_BITS=4 */`,
+      // One row per lane that has ever had an item: the gap-free sequence and
+      // how many of its items are not terminal yet. Locking this row orders
+      // every enqueue into the lane against every head change of the lane.
+      sql`CREATE TABLE IF NOT EXISTS ${t.lanes} (
+        queue VARCHAR(64) ${ASCII} NOT NULL,
+        lane VARCHAR(255) ${TEXT} NOT NULL,
+        next_seq BIGINT NOT NULL,
+        active BIGINT NOT NULL,
+        PRIMARY KEY (queue, lane) /*T![clustered_index] NONCLUSTERED */
+      ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin /*T! SHARD_ROW_ID_BITS=4 */`,
+      sql`CREATE TABLE IF NOT EXISTS ${t.attempts} (
+        id VARCHAR(32) ${ASCII} NOT NULL,
+        item_id VARCHAR(32) ${ASCII} NOT NULL,
+        attempt INT NOT NULL,
+        outcome VARCHAR(16) ${ASCII} NOT NULL,
+        failure_class VARCHAR(64) ${ASCII} NULL,
+        error TEXT ${TEXT} NULL,
+        worker VARCHAR(128) ${TEXT} NULL,
+        started_at DATETIME(6) NULL,
+        ended_at DATETIME(6) NOT NULL,
+        PRIMARY KEY (id) /*T![clustered_index] NONCLUSTERED */,
+        KEY ix_item (item_id, ended_at)
+      ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin /*T! SHARD_ROW_ID_BITS=4 */`,
+      sql`CREATE TABLE IF NOT EXISTS ${t.ownership} (
+        queue VARCHAR(64) ${ASCII} NOT NULL,
+        deployment VARCHAR(128) ${TEXT} NOT NULL,
+        epoch BIGINT NOT NULL,
+        activated_at DATETIME(6) NOT NULL,
+        PRIMARY KEY (queue)
+      ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin`,
+    ],
+  },
+];
+
+export const SCHEMA_VERSION = MIGRATIONS[MIGRATIONS.length - 1]?.version ?? 0;
+
+export interface MigrateResult {
+  from: number;
+  to: number;
+  applied: number[];
+}
+
+/**
+ * Brings the schema to SCHEMA_VERSION. Safe to run twice and from several
+ * processes at once: a named server lock serialises runners, and every step
+ * is idempotent.
+ */
+export async function migrate(db: LedgerDb, prefix: string, lockTimeoutS = 60): Promise<MigrateResult> {
+  const t = ledgerTables(prefix);
+  return db.connection().execute(async (conn) => {
+    const lockName = `lanewake:migrate:${prefix}`;
+    const got = await sql<{ ok: number | null }>`SELECT GET_LOCK(CONCAT(DATABASE(), ${':' + lockName}), ${lockTimeoutS}) AS ok`.execute(conn);
+    if (got.rows[0]?.ok !== 1) throw new Error(`could not take the migration lock within ${lockTimeoutS}s`);
+    try {
+      await sql`CREATE TABLE IF NOT EXISTS ${t.migrations} (
+        version INT NOT NULL PRIMARY KEY,
+        name VARCHAR(200) NOT NULL,
+        applied_at DATETIME(6) NOT NULL
+      ) ENGINE=InnoDB`.execute(conn);
+      const from = await readVersion(conn, t);
+      const applied: number[] = [];
+      for (const m of MIGRATIONS) {
+        if (m.version <= from) continue;
+        for (const statement of m.statements(t)) await statement.execute(conn);
+        await sql`INSERT INTO ${t.migrations} (version, name, applied_at) VALUES (${m.version}, ${m.name}, UTC_TIMESTAMP(6))
+          ON DUPLICATE KEY UPDATE name = VALUES(name)`.execute(conn);
+        applied.push(m.version);
+      }
+      return { from, to: SCHEMA_VERSION, applied };
+    } finally {
+      await sql`SELECT RELEASE_LOCK(CONCAT(DATABASE(), ${':' + lockName}))`.execute(conn);
+    }
+  });
+}
+
+async function readVersion(conn: LedgerDb, t: LedgerTables): Promise<number> {
+  const r = await sql<{ v: number | null }>`SELECT MAX(version) AS v FROM ${t.migrations}`.execute(conn);
+  return Number(r.rows[0]?.v ?? 0);
+}
+
+export interface SchemaStatus {
+  current: number;
+  required: number;
+  behind: boolean;
+}
+
+export async function schemaStatus(db: LedgerDb, prefix: string): Promise<SchemaStatus> {
+  const t = ledgerTables(prefix);
+  const exists = await sql<{ n: number }>`SELECT COUNT(*) AS n FROM information_schema.tables
+    WHERE table_schema = DATABASE() AND table_name = ${prefix + 'migrations'}`.execute(db);
+  const current = Number(exists.rows[0]?.n ?? 0) > 0 ? await readVersion(db, t) : 0;
+  return { current, required: SCHEMA_VERSION, behind: current < SCHEMA_VERSION };
+}
+
+/** Throws SchemaBehindError when the database is older than this build. */
+export async function assertSchemaCurrent(db: LedgerDb, prefix: string): Promise<void> {
+  const status = await schemaStatus(db, prefix);
+  if (status.behind) throw new SchemaBehindError(status.current, status.required);
+}

@@ -1,0 +1,104 @@
+import type { AttemptRecord, ItemState, QueueClass, WorkItem } from './types.js';
+
+/** An items row as mysql2 returns it. */
+export interface ItemRow {
+  id: string;
+  queue: string;
+  type: string;
+  lane: string | null;
+  lane_seq: number | null;
+  is_head: number;
+  queue_class: string;
+  priority: number;
+  payload: string;
+  state: string;
+  run_after: Date;
+  attempt: number;
+  max_attempts: number;
+  lease_owner: string | null;
+  lease_token: string | null;
+  lease_until: Date | null;
+  epoch: number | null;
+  idempotency_key: string | null;
+  dependency_key: string | null;
+  probe_after: Date | null;
+  blocked_at: Date | null;
+  block_expires_at: Date | null;
+  cancel_requested: number;
+  checkpoint: string | null;
+  result: string | null;
+  last_error: string | null;
+  failure_class: string | null;
+  replay_of: string | null;
+  replayed_at: Date | null;
+  created_at: Date;
+  started_at: Date | null;
+  terminal_at: Date | null;
+  updated_at: Date;
+}
+
+export interface AttemptRow {
+  item_id: string;
+  attempt: number;
+  outcome: string;
+  failure_class: string | null;
+  error: string | null;
+  worker: string | null;
+  started_at: Date | null;
+  ended_at: Date;
+}
+
+function parseJson(text: string | null): unknown {
+  return text === null ? null : (JSON.parse(text) as unknown);
+}
+
+export function toWorkItem(row: ItemRow): WorkItem {
+  return {
+    id: row.id,
+    queue: row.queue,
+    type: row.type,
+    lane: row.lane,
+    laneSeq: row.lane_seq === null ? null : Number(row.lane_seq),
+    isHead: row.is_head === 1,
+    queueClass: row.queue_class as QueueClass,
+    priority: row.priority,
+    payload: parseJson(row.payload),
+    state: row.state as ItemState,
+    runAfter: row.run_after,
+    attempt: row.attempt,
+    maxAttempts: row.max_attempts,
+    leaseOwner: row.lease_owner,
+    leaseToken: row.lease_token,
+    leaseUntil: row.lease_until,
+    epoch: row.epoch === null ? null : Number(row.epoch),
+    idempotencyKey: row.idempotency_key,
+    dependencyKey: row.dependency_key,
+    probeAfter: row.probe_after,
+    blockedAt: row.blocked_at,
+    blockExpiresAt: row.block_expires_at,
+    cancelRequested: row.cancel_requested === 1,
+    checkpoint: parseJson(row.checkpoint),
+    result: parseJson(row.result),
+    lastError: row.last_error,
+    failureClass: row.failure_class,
+    replayOf: row.replay_of,
+    replayedAt: row.replayed_at,
+    createdAt: row.created_at,
+    startedAt: row.started_at,
+    terminalAt: row.terminal_at,
+    updatedAt: row.updated_at,
+  };
+}
+
+export function toAttemptRecord(row: AttemptRow): AttemptRecord {
+  return {
+    itemId: row.item_id,
+    attempt: row.attempt,
+    outcome: row.outcome as AttemptRecord['outcome'],
+    failureClass: row.failure_class,
+    error: row.error,
+    worker: row.worker,
+    startedAt: row.started_at,
+    endedAt: row.ended_at,
+  };
+}

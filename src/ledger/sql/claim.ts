@@ -1,0 +1,113 @@
+import { sql, type RawBuilder } from 'kysely';
+import { newLeaseToken } from '../ids.js';
+import { toWorkItem, type ItemRow } from '../rows.js';
+import type { LedgerTables } from '../tables.js';
+import type { ClaimedItem, QueueClass } from '../types.js';
+import { QUEUE_CLASSES } from '../types.js';
+import { affected, ITEM_COLUMNS, list, nowPlusMs, type Executor } from './common.js';
+
+export interface ClaimSpec {
+  queue: string;
+  owner: string;
+  leaseMs: number;
+  /** Claims are fenced by this ownership epoch when given (DESIGN §7). */
+  epoch?: number | undefined;
+}
+
+export interface ClaimHeadsSpec extends ClaimSpec {
+  limit: number;
+  classes?: readonly QueueClass[] | undefined;
+  types?: readonly string[] | undefined;
+}
+
+export interface ClaimOutcome {
+  items: ClaimedItem[];
+  /** More claimable heads were seen than this claim took: worth waking another consumer. */
+  moreAvailable: boolean;
+}
+
+/** How many candidates to read per wanted item; picking among them spreads concurrent claimers apart. */
+const CANDIDATE_FACTOR = 4;
+const MAX_CANDIDATES = 1000;
+
+/**
+ * Claims up to `limit` due lane heads: a plain candidate read (one ordered,
+ * limited index range per class), then one CAS UPDATE by primary key that
+ * re-checks every claimable condition, then a primary-key read of what this
+ * token won. No UPDATE … ORDER BY … LIMIT: on MariaDB that reads and locks
+ * the whole claimable range.
+ */
+export async function claimHeads(exec: Executor, t: LedgerTables, spec: ClaimHeadsSpec): Promise<ClaimOutcome> {
+  const classes = spec.classes && spec.classes.length > 0 ? spec.classes : QUEUE_CLASSES;
+  const want = Math.min(MAX_CANDIDATES, spec.limit * CANDIDATE_FACTOR);
+  const typeFilter = spec.types && spec.types.length > 0 ? sql`AND type IN (${list(spec.types)})` : sql``;
+  const perClass = classes.map(
+    (c) => sql`(SELECT id, priority, run_after FROM ${t.items}
+      WHERE queue = ${spec.queue} AND queue_class = ${c} AND state = 'pending' AND is_head = 1
+        AND run_after <= NOW(6) ${typeFilter}
+      ORDER BY priority, run_after LIMIT ${want})`,
+  );
+  const candidates = await sql<{ id: string; priority: number; run_after: Date }>`${sql.join(perClass, sql` UNION ALL `)}`.execute(exec);
+  if (candidates.rows.length === 0) return { items: [], moreAvailable: false };
+
+  const chosen = pick(candidates.rows, spec.limit);
+  const items = await casClaim(exec, t, spec, chosen);
+  return { items, moreAvailable: candidates.rows.length > chosen.length };
+}
+
+/** Claims exactly these ids if each is still a due pending head (targeted wake-ups). */
+export async function claimByIds(exec: Executor, t: LedgerTables, spec: ClaimSpec & { ids: readonly string[] }): Promise<ClaimedItem[]> {
+  if (spec.ids.length === 0) return [];
+  return casClaim(exec, t, spec, spec.ids);
+}
+
+async function casClaim(exec: Executor, t: LedgerTables, spec: ClaimSpec, ids: readonly string[]): Promise<ClaimedItem[]> {
+  const token = newLeaseToken();
+  const epochGuard: RawBuilder<unknown> =
+    spec.epoch === undefined
+      ? sql``
+      : sql`AND EXISTS (SELECT 1 FROM ${t.ownership} o WHERE o.queue = ${spec.queue} AND o.epoch = ${spec.epoch})`;
+  const updated = await sql`UPDATE ${t.items}
+    SET state = 'processing', lease_token = ${token}, lease_owner = ${spec.owner},
+      lease_until = ${nowPlusMs(spec.leaseMs)}, attempt = attempt + 1, epoch = ${spec.epoch ?? null},
+      cancel_requested = 0, started_at = NOW(6), updated_at = NOW(6)
+    WHERE id IN (${list(ids)}) AND queue = ${spec.queue} AND state = 'pending' AND is_head = 1
+      AND run_after <= NOW(6) ${epochGuard}`.execute(exec);
+  if (affected(updated) === 0) return [];
+  const won = await sql<ItemRow>`SELECT ${ITEM_COLUMNS} FROM ${t.items}
+    WHERE id IN (${list(ids)}) AND lease_token = ${token} AND state = 'processing'`.execute(exec);
+  return won.rows.map((r) => toWorkItem(r) as ClaimedItem);
+}
+
+/**
+ * Takes `limit` candidates in priority order; within the priority group that
+ * straddles the cut, picks at random so concurrent claimers reading the same
+ * candidates collide less.
+ */
+function pick(rows: readonly { id: string; priority: number; run_after: Date }[], limit: number): string[] {
+  const sorted = [...rows].sort((a, b) => a.priority - b.priority || a.run_after.getTime() - b.run_after.getTime());
+  const out: string[] = [];
+  let i = 0;
+  while (i < sorted.length && out.length < limit) {
+    const p = sorted[i]!.priority;
+    let j = i;
+    while (j < sorted.length && sorted[j]!.priority === p) j++;
+    const group = sorted.slice(i, j);
+    const need = limit - out.length;
+    if (group.length <= need) {
+      for (const r of group) out.push(r.id);
+    } else {
+      // Prefer the earliest due of this group: sample from a window CANDIDATE_FACTOR × `need` wide.
+      const window = group.slice(0, Math.min(group.length, need * CANDIDATE_FACTOR));
+      for (let k = 0; k < need; k++) {
+        const at = k + Math.floor(Math.random() * (window.length - k));
+        const tmp = window[k]!;
+        window[k] = window[at]!;
+        window[at] = tmp;
+        out.push(window[k]!.id);
+      }
+    }
+    i = j;
+  }
+  return out;
+}

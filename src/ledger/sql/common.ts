@@ -1,0 +1,29 @@
+import { sql, type QueryExecutorProvider, type RawBuilder } from 'kysely';
+
+/** Anything a statement can run on: the pool, a Kysely transaction, a single connection. */
+export type Executor = QueryExecutorProvider;
+
+/** Comma list of bound values, for `IN (…)`. */
+export function list(values: readonly unknown[]): RawBuilder<unknown> {
+  return sql.join(values.map((v) => sql`${v}`));
+}
+
+/** `NOW(6) + INTERVAL ms` on the ledger's clock. */
+export function nowPlusMs(ms: number): RawBuilder<unknown> {
+  return ms === 0 ? sql`NOW(6)` : sql`(NOW(6) + INTERVAL ${Math.round(ms * 1000)} MICROSECOND)`;
+}
+
+export function affected(result: { numAffectedRows?: bigint }): number {
+  return Number(result.numAffectedRows ?? 0n);
+}
+
+export const ITEM_COLUMNS = sql`id, queue, type, lane, lane_seq, is_head, queue_class, priority, payload, state,
+  run_after, attempt, max_attempts, lease_owner, lease_token, lease_until, epoch, idempotency_key,
+  dependency_key, probe_after, blocked_at, block_expires_at, cancel_requested, checkpoint, result,
+  last_error, failure_class, replay_of, replayed_at, created_at, started_at, terminal_at, updated_at`;
+
+/** Cuts an error text to the ledger's cap. */
+export function truncate(text: string | null | undefined, max: number): string | null {
+  if (text === null || text === undefined) return null;
+  return text.length <= max ? text : `${text.slice(0, max - 1)}…`;
+}

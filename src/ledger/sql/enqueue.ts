@@ -1,0 +1,179 @@
+import { sql, type RawBuilder } from 'kysely';
+import { newId } from '../ids.js';
+import type { LedgerTables } from '../tables.js';
+import type { EnqueueResult, QueueClass } from '../types.js';
+import { affected, nowPlusMs, type Executor } from './common.js';
+
+/** An item ready to insert: validated, payload already JSON text. */
+export interface NewItem {
+  queue: string;
+  type: string;
+  payloadJson: string;
+  lane: string | null;
+  priority: number;
+  queueClass: QueueClass;
+  maxAttempts: number;
+  runAt: Date | null;
+  delayMs: number;
+  idempotencyKey: string | null;
+  replayOf?: string | null;
+}
+
+/** Keeps one multi-row INSERT well under max_allowed_packet. */
+const MAX_STATEMENT_BYTES = 4 * 1024 * 1024;
+
+/**
+ * Inserts a batch: resolves idempotency keys, assigns lane sequences under
+ * the lane rows' locks, then one multi-row INSERT. Must run inside a
+ * transaction; on a duplicate-key race (1062) the caller rolls back (to a
+ * savepoint) and runs it again with `lockExisting`, so the key's winner is
+ * seen even under REPEATABLE READ.
+ */
+export async function insertItems(
+  exec: Executor,
+  t: LedgerTables,
+  items: readonly NewItem[],
+  lockExisting: boolean,
+): Promise<EnqueueResult[]> {
+  const results: (EnqueueResult | undefined)[] = new Array(items.length);
+  const firstByKey = new Map<string, number>();
+  const keyed: NewItem[] = [];
+  items.forEach((item, index) => {
+    if (item.idempotencyKey === null) return;
+    const k = idemKey(item.queue, item.idempotencyKey);
+    if (!firstByKey.has(k)) {
+      firstByKey.set(k, index);
+      keyed.push(item);
+    }
+  });
+
+  const existing = new Map<string, { id: string; lane_seq: number | null }>();
+  if (keyed.length > 0) {
+    const pairs = sql.join(keyed.map((i) => sql`(${i.queue}, ${i.idempotencyKey})`));
+    const rows = await sql<{ id: string; queue: string; idempotency_key: string; lane_seq: number | null }>`
+      SELECT id, queue, idempotency_key, lane_seq FROM ${t.items}
+      WHERE (queue, idempotency_key) IN (${pairs}) ${lockExisting ? sql`FOR UPDATE` : sql``}`.execute(exec);
+    for (const r of rows.rows) existing.set(idemKey(r.queue, r.idempotency_key), r);
+  }
+
+  const fresh: { index: number; item: NewItem }[] = [];
+  items.forEach((item, index) => {
+    if (item.idempotencyKey !== null) {
+      const k = idemKey(item.queue, item.idempotencyKey);
+      const found = existing.get(k);
+      if (found) {
+        results[index] = { id: found.id, duplicate: true, laneSeq: nullableNumber(found.lane_seq) };
+        return;
+      }
+      if (firstByKey.get(k) !== index) return; // a repeat inside this batch: resolved below
+    }
+    fresh.push({ index, item });
+  });
+
+  const seqs = await assignLaneSequences(exec, t, fresh.map((f) => f.item));
+  const rows: { id: string; item: NewItem; laneSeq: number | null; isHead: boolean }[] = fresh.map((f, i) => {
+    const s = seqs[i];
+    const id = newId();
+    results[f.index] = { id, duplicate: false, laneSeq: s?.seq ?? null };
+    return { id, item: f.item, laneSeq: s?.seq ?? null, isHead: s?.head ?? true };
+  });
+
+  let chunk: RawBuilder<unknown>[] = [];
+  let bytes = 0;
+  for (const row of rows) {
+    const size = row.item.payloadJson.length * 3 + 512;
+    if (chunk.length > 0 && bytes + size > MAX_STATEMENT_BYTES) {
+      await insertChunk(exec, t, chunk, chunk.length);
+      chunk = [];
+      bytes = 0;
+    }
+    chunk.push(valuesRow(row.id, row.item, row.laneSeq, row.isHead));
+    bytes += size;
+  }
+  if (chunk.length > 0) await insertChunk(exec, t, chunk, chunk.length);
+
+  items.forEach((item, index) => {
+    if (results[index] !== undefined || item.idempotencyKey === null) return;
+    const first = results[firstByKey.get(idemKey(item.queue, item.idempotencyKey)) ?? -1];
+    if (first) results[index] = { ...first, duplicate: true };
+  });
+  return results.map((r, i) => {
+    if (!r) throw new Error(`enqueue: no result for item ${i}`);
+    return r;
+  });
+}
+
+async function insertChunk(exec: Executor, t: LedgerTables, values: RawBuilder<unknown>[], expected: number): Promise<void> {
+  const r = await sql`INSERT INTO ${t.items} (id, queue, type, lane, lane_seq, is_head, queue_class, priority,
+      payload, state, run_after, attempt, max_attempts, idempotency_key, replay_of, created_at, updated_at)
+    VALUES ${sql.join(values)}`.execute(exec);
+  if (affected(r) !== expected) throw new Error(`enqueue: inserted ${affected(r)} of ${expected} rows`);
+}
+
+function valuesRow(id: string, item: NewItem, laneSeq: number | null, isHead: boolean): RawBuilder<unknown> {
+  const runAfter = item.runAt !== null ? sql`${item.runAt}` : nowPlusMs(item.delayMs);
+  return sql`(${id}, ${item.queue}, ${item.type}, ${item.lane}, ${laneSeq}, ${isHead ? 1 : 0}, ${item.queueClass},
+    ${item.priority}, ${item.payloadJson}, 'pending', ${runAfter}, 0, ${item.maxAttempts}, ${item.idempotencyKey},
+    ${item.replayOf ?? null}, NOW(6), NOW(6))`;
+}
+
+/**
+ * For every laned item, the next gap-free sequence of its lane and whether it
+ * is the head (its lane had no unfinished item). Lane rows are upserted in a
+ * fixed order so concurrent batches lock them without deadlocking. Items
+ * alone in their lane (no lane key) touch no lane row at all.
+ */
+async function assignLaneSequences(
+  exec: Executor,
+  t: LedgerTables,
+  items: readonly NewItem[],
+): Promise<({ seq: number; head: boolean } | undefined)[]> {
+  const counts = new Map<string, { queue: string; lane: string; n: number }>();
+  for (const item of items) {
+    if (item.lane === null) continue;
+    const k = idemKey(item.queue, item.lane);
+    const c = counts.get(k);
+    if (c) c.n++;
+    else counts.set(k, { queue: item.queue, lane: item.lane, n: 1 });
+  }
+  if (counts.size === 0) return items.map(() => undefined);
+
+  const lanes = [...counts.values()].sort((a, b) =>
+    a.queue < b.queue ? -1 : a.queue > b.queue ? 1 : a.lane < b.lane ? -1 : a.lane > b.lane ? 1 : 0,
+  );
+  await sql`INSERT INTO ${t.lanes} (queue, lane, next_seq, active)
+    VALUES ${sql.join(lanes.map((l) => sql`(${l.queue}, ${l.lane}, ${l.n}, ${l.n})`))}
+    ON DUPLICATE KEY UPDATE next_seq = next_seq + VALUES(next_seq), active = active + VALUES(active)`.execute(exec);
+  const rows = await sql<{ queue: string; lane: string; next_seq: number; active: number }>`
+    SELECT queue, lane, next_seq, active FROM ${t.lanes}
+    WHERE (queue, lane) IN (${sql.join(lanes.map((l) => sql`(${l.queue}, ${l.lane})`))})`.execute(exec);
+
+  // Per lane: the first sequence of this batch, and whether the lane was idle before it.
+  const cursor = new Map<string, { next: number; idleBefore: boolean }>();
+  for (const r of rows.rows) {
+    const c = counts.get(idemKey(r.queue, r.lane));
+    if (!c) continue;
+    cursor.set(idemKey(r.queue, r.lane), {
+      next: Number(r.next_seq) - c.n + 1,
+      idleBefore: Number(r.active) - c.n === 0,
+    });
+  }
+  return items.map((item) => {
+    if (item.lane === null) return undefined;
+    const cur = cursor.get(idemKey(item.queue, item.lane));
+    if (!cur) throw new Error(`enqueue: lane row missing for ${item.queue}/${item.lane}`);
+    const seq = cur.next++;
+    const head = cur.idleBefore;
+    cur.idleBefore = false;
+    return { seq, head };
+  });
+}
+
+function idemKey(queue: string, key: string): string {
+  return `${queue}\u0000${key}`;
+}
+
+function nullableNumber(v: number | null): number | null {
+  return v === null ? null : Number(v);
+}
+

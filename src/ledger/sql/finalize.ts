@@ -1,0 +1,124 @@
+import { sql, type RawBuilder } from 'kysely';
+import type { LedgerDb } from '../connection.js';
+import type { LedgerTables } from '../tables.js';
+import type { ClaimedItem } from '../types.js';
+import { nowPlusMs } from './common.js';
+import { applyTransition, type HistoryEntry } from './transition.js';
+
+/** What a finalize needs of the claim it ends. */
+export type LeaseHandle = Pick<
+  ClaimedItem,
+  'id' | 'queue' | 'lane' | 'laneSeq' | 'leaseToken' | 'leaseOwner' | 'attempt' | 'maxAttempts' | 'startedAt'
+>;
+
+/** How a claimed attempt ended; each maps to one CAS (DESIGN §3). */
+export type Finalization =
+  | { kind: 'complete'; resultJson: string | null }
+  | { kind: 'dead'; error: string | null; failureClass: string }
+  | { kind: 'skip'; reasonJson: string | null }
+  | { kind: 'retry'; error: string | null; failureClass: string; delayMs: number }
+  | { kind: 'release'; delayMs: number; reason: string | null }
+  | { kind: 'block'; dependencyKey: string; probeAfterMs: number; maxWaitMs: number; reason: string | null };
+
+interface Plan {
+  set: RawBuilder<unknown>;
+  terminal: boolean;
+  history: HistoryEntry | null;
+}
+
+function plan(h: LeaseHandle, f: Finalization): Plan {
+  const hist = (outcome: HistoryEntry['outcome'], failureClass: string | null, error: string | null): HistoryEntry => ({
+    attempt: h.attempt,
+    outcome,
+    failureClass,
+    error,
+    worker: h.leaseOwner,
+    startedAt: h.startedAt,
+  });
+  switch (f.kind) {
+    case 'complete':
+      return {
+        set: sql`state = 'completed', result = ${f.resultJson}, lease_until = NULL, terminal_at = NOW(6)`,
+        terminal: true,
+        // A first-try success is recorded by the item row alone.
+        history: h.attempt > 1 ? hist('completed', null, null) : null,
+      };
+    case 'dead':
+      return {
+        set: sql`state = 'dead', last_error = ${f.error}, failure_class = ${f.failureClass}, lease_until = NULL,
+          terminal_at = NOW(6)`,
+        terminal: true,
+        history: hist('dead', f.failureClass, f.error),
+      };
+    case 'skip':
+      return {
+        set: sql`state = 'skipped', result = ${f.reasonJson}, lease_until = NULL, terminal_at = NOW(6)`,
+        terminal: true,
+        history: hist('skipped', null, null),
+      };
+    case 'retry':
+      return {
+        set: sql`state = 'pending', run_after = ${nowPlusMs(f.delayMs)}, last_error = ${f.error},
+          failure_class = ${f.failureClass}, lease_until = NULL`,
+        terminal: false,
+        history: hist('retried', f.failureClass, f.error),
+      };
+    case 'release':
+      // No budget burn: the attempt counted at claim is given back.
+      return {
+        set: sql`state = 'pending', run_after = ${nowPlusMs(f.delayMs)}, attempt = attempt - 1, lease_until = NULL`,
+        terminal: false,
+        history: hist('released', null, f.reason),
+      };
+    case 'block':
+      // A re-block on the same key after a probe continues the same wait: its
+      // start and expiry stay, so probing cannot stretch maxWait. MySQL-family
+      // UPDATEs assign left to right, so the old values are read before they change.
+      return {
+        set: sql`state = 'blocked',
+          blocked_at = IF(dependency_key <=> ${f.dependencyKey} AND block_expires_at IS NOT NULL, blocked_at, NOW(6)),
+          block_expires_at = IF(dependency_key <=> ${f.dependencyKey} AND block_expires_at IS NOT NULL,
+            block_expires_at, ${nowPlusMs(f.maxWaitMs)}),
+          probe_after = LEAST(${nowPlusMs(f.probeAfterMs)}, block_expires_at),
+          dependency_key = ${f.dependencyKey}, attempt = attempt - 1, lease_until = NULL`,
+        terminal: false,
+        history: hist('blocked', null, f.reason),
+      };
+  }
+}
+
+/** Ends a claimed attempt: CAS on (id, lease token, processing). False = this holder lost the item; nothing was written. */
+export function finalize(db: LedgerDb, t: LedgerTables, h: LeaseHandle, f: Finalization): Promise<boolean> {
+  const p = plan(h, f);
+  return applyTransition(db, t, {
+    place: h,
+    guard: sql`lease_token = ${h.leaseToken} AND state = 'processing'`,
+    set: p.set,
+    terminal: p.terminal,
+    wasHead: true,
+    history: p.history,
+  });
+}
+
+export interface RenewOutcome {
+  renewed: boolean;
+  /** An operator asked to cancel this item; the handler should stop. */
+  cancelRequested: boolean;
+}
+
+/** Extends the lease from the ledger's now. One statement unless a cancel was requested. */
+export async function renewLease(db: LedgerDb, t: LedgerTables, h: Pick<LeaseHandle, 'id' | 'leaseToken'>, leaseMs: number): Promise<RenewOutcome> {
+  const first = await sql`UPDATE ${t.items} SET lease_until = ${nowPlusMs(leaseMs)}
+    WHERE id = ${h.id} AND lease_token = ${h.leaseToken} AND state = 'processing' AND cancel_requested = 0`.execute(db);
+  if (Number(first.numAffectedRows ?? 0n) === 1) return { renewed: true, cancelRequested: false };
+  const second = await sql`UPDATE ${t.items} SET lease_until = ${nowPlusMs(leaseMs)}
+    WHERE id = ${h.id} AND lease_token = ${h.leaseToken} AND state = 'processing'`.execute(db);
+  const renewed = Number(second.numAffectedRows ?? 0n) === 1;
+  return { renewed, cancelRequested: renewed };
+}
+
+export async function saveCheckpoint(db: LedgerDb, t: LedgerTables, h: Pick<LeaseHandle, 'id' | 'leaseToken'>, checkpointJson: string): Promise<boolean> {
+  const r = await sql`UPDATE ${t.items} SET checkpoint = ${checkpointJson}, updated_at = NOW(6)
+    WHERE id = ${h.id} AND lease_token = ${h.leaseToken} AND state = 'processing'`.execute(db);
+  return Number(r.numAffectedRows ?? 0n) === 1;
+}

@@ -1,0 +1,61 @@
+import { sql } from 'kysely';
+import type { LedgerDb } from '../connection.js';
+import type { LedgerTables } from '../tables.js';
+import { applyTransition } from './transition.js';
+
+export interface ReclaimOutcome {
+  /** Back to pending: another consumer may claim them now. */
+  reclaimed: string[];
+  /** Their budget was spent by the expired attempt: dead, class `lease_expired`. */
+  dead: string[];
+}
+
+/**
+ * Items whose lease ran out without a finalize (the holder crashed or hung).
+ * The expired attempt counts against the budget. Each change is a CAS on the
+ * token that was read and on the lease still being expired, so a holder that
+ * renews at the last moment keeps its item.
+ */
+export async function reclaimExpired(db: LedgerDb, t: LedgerTables, opts: { queue?: string | undefined; limit: number }): Promise<ReclaimOutcome> {
+  const queueFilter = opts.queue === undefined ? sql`` : sql`AND queue = ${opts.queue}`;
+  const rows = await sql<{
+    id: string;
+    queue: string;
+    lane: string | null;
+    lane_seq: number | null;
+    lease_token: string;
+    lease_owner: string | null;
+    attempt: number;
+    max_attempts: number;
+    started_at: Date | null;
+  }>`SELECT id, queue, lane, lane_seq, lease_token, lease_owner, attempt, max_attempts, started_at
+    FROM ${t.items} WHERE lease_until < NOW(6) AND state = 'processing' ${queueFilter}
+    ORDER BY lease_until LIMIT ${opts.limit}`.execute(db);
+
+  const out: ReclaimOutcome = { reclaimed: [], dead: [] };
+  for (const r of rows.rows) {
+    const spent = r.attempt >= r.max_attempts;
+    const history = {
+      attempt: r.attempt,
+      outcome: 'lease_expired' as const,
+      failureClass: 'lease_expired',
+      error: `lease held by ${r.lease_owner ?? '?'} expired`,
+      worker: r.lease_owner,
+      startedAt: r.started_at,
+    };
+    const won = await applyTransition(db, t, {
+      place: { id: r.id, queue: r.queue, lane: r.lane, laneSeq: r.lane_seq === null ? null : Number(r.lane_seq) },
+      guard: sql`lease_token = ${r.lease_token} AND state = 'processing' AND lease_until < NOW(6)`,
+      set: spent
+        ? sql`state = 'dead', failure_class = 'lease_expired', last_error = ${history.error}, lease_until = NULL,
+            terminal_at = NOW(6)`
+        : sql`state = 'pending', run_after = NOW(6), failure_class = 'lease_expired', last_error = ${history.error},
+            lease_until = NULL`,
+      terminal: spent,
+      wasHead: true,
+      history,
+    });
+    if (won) (spent ? out.dead : out.reclaimed).push(r.id);
+  }
+  return out;
+}

@@ -1,0 +1,23 @@
+import { sql, type RawBuilder } from 'kysely';
+
+/** The ledger's table identifiers under one prefix. */
+export interface LedgerTables {
+  readonly prefix: string;
+  readonly items: RawBuilder<unknown>;
+  readonly lanes: RawBuilder<unknown>;
+  readonly attempts: RawBuilder<unknown>;
+  readonly ownership: RawBuilder<unknown>;
+  readonly migrations: RawBuilder<unknown>;
+}
+
+export function ledgerTables(prefix: string): LedgerTables {
+  const t = (name: string): RawBuilder<unknown> => sql`${sql.table(prefix + name)}`;
+  return {
+    prefix,
+    items: t('items'),
+    lanes: t('lanes'),
+    attempts: t('attempts'),
+    ownership: t('ownership'),
+    migrations: t('migrations'),
+  };
+}

@@ -1,0 +1,56 @@
+import { randomBytes } from 'node:crypto';
+import { createConnection } from 'mysql2/promise';
+import { Ledger } from '../../src/ledger/ledger.js';
+import type { LedgerConfigInput } from '../../src/ledger/config.js';
+import { mysqlServerUrl } from './services.js';
+
+export interface TestLedger {
+  ledger: Ledger;
+  database: string;
+  url: string;
+  drop: () => Promise<void>;
+}
+
+async function admin<T>(fn: (c: Awaited<ReturnType<typeof createConnection>>) => Promise<T>): Promise<T> {
+  const u = new URL(mysqlServerUrl());
+  const c = await createConnection({
+    host: u.hostname,
+    port: Number(u.port || 3306),
+    user: decodeURIComponent(u.username || 'root'),
+    password: decodeURIComponent(u.password),
+  });
+  try {
+    return await fn(c);
+  } finally {
+    await c.end();
+  }
+}
+
+/** A database of its own, migrated; `drop()` closes the pool and drops it. */
+export async function createTestLedger(config: Partial<LedgerConfigInput> = {}, migrate = true): Promise<TestLedger> {
+  const database = `lwt_${randomBytes(6).toString('hex')}`;
+  await admin((c) => c.query(`CREATE DATABASE \`${database}\``));
+  const url = `${mysqlServerUrl().replace(/\/$/, '')}/${database}`;
+  const ledger = new Ledger({ url, poolSize: 8, ...config });
+  if (migrate) await ledger.migrate();
+  return {
+    ledger,
+    database,
+    url,
+    drop: async () => {
+      await ledger.close().catch(() => undefined);
+      await admin((c) => c.query(`DROP DATABASE IF EXISTS \`${database}\``));
+    },
+  };
+}
+
+/** Waits until `check` returns a value other than undefined/false, or fails after `timeoutMs`. */
+export async function waitFor<T>(check: () => Promise<T | undefined | false> | T | undefined | false, timeoutMs = 10_000, what = 'condition'): Promise<T> {
+  const deadline = Date.now() + timeoutMs;
+  for (;;) {
+    const v = await check();
+    if (v !== undefined && v !== false) return v;
+    if (Date.now() > deadline) throw new Error(`timed out after ${timeoutMs} ms waiting for ${what}`);
+    await new Promise((r) => setTimeout(r, 20));
+  }
+}
