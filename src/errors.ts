@@ -25,10 +25,16 @@ export class ValidationError extends Error {
   }
 
   static fromZod(error: z.ZodError, context?: string, prefix = ''): ValidationError {
-    return new ValidationError(
-      error.issues.map((issue) => ({ field: formatPath(prefix, issue.path), message: issue.message })),
-      context,
-    );
+    const issues: FieldIssue[] = [];
+    for (const issue of error.issues) {
+      if (issue.code === 'unrecognized_keys') {
+        // Name each unknown key as its own field, so a typo is pointed at directly.
+        for (const key of issue.keys) issues.push({ field: formatPath(prefix, [...issue.path, key]), message: 'is not a known option' });
+      } else {
+        issues.push({ field: formatPath(prefix, issue.path), message: issue.message });
+      }
+    }
+    return new ValidationError(issues, context);
   }
 }
 

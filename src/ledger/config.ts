@@ -25,7 +25,7 @@ export const ledgerConfigSchema = z.object({
   resultMaxBytes: z.number().int().min(1).max(64 * MIB).default(MIB),
   /** Error texts are cut to this many characters in the item and its history. */
   errorMaxChars: z.number().int().min(64).max(60_000).default(4000),
-});
+}).strict();
 
 export type LedgerConfigInput = z.input<typeof ledgerConfigSchema>;
 export type LedgerConfig = z.output<typeof ledgerConfigSchema>;

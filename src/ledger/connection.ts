@@ -48,3 +48,32 @@ export function createLedgerDb(config: Pick<LedgerConfig, 'url' | 'poolSize'>): 
     dialect: new MysqlDialect({ pool: createLedgerPool(config) }),
   });
 }
+
+/**
+ * Creates the database named in `url` if it does not exist yet, connecting
+ * to the server without a default database. Retries while the server is
+ * still starting (a fresh container), up to `waitMs`.
+ */
+export async function ensureDatabase(url: string, waitMs = 60_000): Promise<void> {
+  const { connectionLimit: _unused, database: maybeDatabase, ...server } = mysqlPoolOptions({ url, poolSize: 1 });
+  const database = maybeDatabase ?? '';
+  if (!/^[A-Za-z0-9_$-]{1,64}$/.test(database)) throw new Error(`database name ${JSON.stringify(database)} is not a plain identifier`);
+  const { createConnection } = await import('mysql2/promise');
+  const deadline = Date.now() + waitMs;
+  for (;;) {
+    try {
+      const conn = await createConnection(server);
+      try {
+        await conn.query(`CREATE DATABASE IF NOT EXISTS \`${database}\``);
+        return;
+      } finally {
+        await conn.end();
+      }
+    } catch (error) {
+      const code = (error as { code?: string }).code;
+      const transient = code === 'ECONNREFUSED' || code === 'PROTOCOL_CONNECTION_LOST' || code === 'ETIMEDOUT';
+      if (!transient || Date.now() > deadline) throw error;
+      await new Promise((r) => setTimeout(r, 500));
+    }
+  }
+}

@@ -16,3 +16,4 @@ export type { ProbeOutcome, WokenItem } from './sql/dependency.js';
 export type { QueueStats } from './sql/stats.js';
 export type { Executor } from './sql/common.js';
 export * from './types.js';
+export { LeaseLostError } from './sql/transition.js';

@@ -9,9 +9,10 @@ import { ER_DUP_ENTRY, errno, retryOnConflict } from './retry.js';
 import { cancelItem, type CancelOutcome } from './sql/cancel.js';
 import { claimByIds, claimHeads, type ClaimOutcome } from './sql/claim.js';
 import { truncate, type Executor } from './sql/common.js';
+import { completeMany } from './sql/completeBatch.js';
 import { probeDependencyWaits, wakeDependency, type ProbeOutcome, type WokenItem } from './sql/dependency.js';
 import { insertItems, type NewItem } from './sql/enqueue.js';
-import { finalize, renewLease, saveCheckpoint, type Finalization, type LeaseHandle, type RenewOutcome } from './sql/finalize.js';
+import { finalize, finalizeInTx, renewLease, saveCheckpoint, type Finalization, type LeaseHandle, type RenewOutcome } from './sql/finalize.js';
 import { getAttempts, getItem, listDead } from './sql/inspect.js';
 import { activateOwnership, getOwnership, type Ownership } from './sql/ownership.js';
 import { purgeTerminal } from './sql/purge.js';
@@ -95,8 +96,8 @@ const claimSchema = z
     owner: workerName,
     limit: z.number().int().min(1).max(1000),
     leaseMs: positiveDurationMs,
-    classes: z.array(queueClass).optional(),
-    types: z.array(typeName).max(200).optional(),
+    classes: z.array(queueClass).min(1, 'give at least one class, or leave it out for all').optional(),
+    types: z.array(typeName).min(1, 'give at least one type, or leave it out for all').max(200).optional(),
     epoch: z.number().int().min(0).optional(),
   })
   .strict();
@@ -262,6 +263,46 @@ export class Ledger {
       return this.finish(handle, { kind: 'dead', error, failureClass: 'result_too_large' }, 'dead');
     }
     return this.finish(handle, { kind: 'complete', resultJson: json }, 'completed');
+  }
+
+  /**
+   * Completes many claimed items with a fixed number of statements (one
+   * transaction), each still a CAS on its own lease token. Results in input
+   * order; a result that cannot be stored ends that item as in `complete`.
+   */
+  async completeMany(entries: readonly { handle: LeaseHandle; result?: unknown }[]): Promise<FinalizeResult[]> {
+    const out: (FinalizeResult | undefined)[] = new Array(entries.length);
+    const ok: { index: number; handle: LeaseHandle; resultJson: string | null }[] = [];
+    for (const [index, e] of entries.entries()) {
+      const json = e.result === undefined ? null : encodeJson(e.result);
+      if (json === undefined || (json !== null && Buffer.byteLength(json, 'utf8') > this.config.resultMaxBytes)) {
+        out[index] = await this.complete(e.handle, e.result);
+      } else {
+        ok.push({ index, handle: e.handle, resultJson: json });
+      }
+    }
+    if (ok.length > 0) {
+      const won = await completeMany(this.db, this.tables, ok);
+      ok.forEach((e, k) => {
+        out[e.index] = { won: won[k] ?? false, state: 'completed' };
+      });
+    }
+    return out.map((r) => r ?? { won: false, state: 'completed' });
+  }
+
+  /**
+   * Completes inside the caller's transaction on this ledger's database, so
+   * the caller's writes and the completion commit together. Throws
+   * LeaseLostError (the caller's transaction must roll back) when the CAS loses.
+   */
+  async completeInTransaction(trx: Executor, handle: LeaseHandle, result?: unknown): Promise<void> {
+    const json = result === undefined ? null : this.encodeCapped(result, this.config.resultMaxBytes, 'result');
+    await finalizeInTx(trx, this.tables, handle, { kind: 'complete', resultJson: json });
+  }
+
+  /** Ends a claimed item whose cancel was requested while it ran. */
+  cancelClaimed(handle: LeaseHandle, reason?: string): Promise<FinalizeResult> {
+    return this.finish(handle, { kind: 'cancelled', reason: reason ?? 'cancel requested' }, 'cancelled');
   }
 
   /** A failed attempt: back to pending after the backoff, or dead once the budget is spent. */

@@ -66,7 +66,7 @@ export interface ClaimedItem extends WorkItem {
 export interface AttemptRecord {
   itemId: string;
   attempt: number;
-  outcome: 'completed' | 'retried' | 'dead' | 'released' | 'skipped' | 'blocked' | 'lease_expired';
+  outcome: 'completed' | 'retried' | 'dead' | 'released' | 'skipped' | 'blocked' | 'lease_expired' | 'cancelled';
   failureClass: string | null;
   error: string | null;
   worker: string | null;

@@ -2,8 +2,8 @@ import { sql, type RawBuilder } from 'kysely';
 import type { LedgerDb } from '../connection.js';
 import type { LedgerTables } from '../tables.js';
 import type { ClaimedItem } from '../types.js';
-import { nowPlusMs } from './common.js';
-import { applyTransition, type HistoryEntry } from './transition.js';
+import { nowPlusMs, type Executor } from './common.js';
+import { applyTransition, applyTransitionInTx, type HistoryEntry, type TransitionSpec } from './transition.js';
 
 /** What a finalize needs of the claim it ends. */
 export type LeaseHandle = Pick<
@@ -18,7 +18,8 @@ export type Finalization =
   | { kind: 'skip'; reasonJson: string | null }
   | { kind: 'retry'; error: string | null; failureClass: string; delayMs: number }
   | { kind: 'release'; delayMs: number; reason: string | null }
-  | { kind: 'block'; dependencyKey: string; probeAfterMs: number; maxWaitMs: number; reason: string | null };
+  | { kind: 'block'; dependencyKey: string; probeAfterMs: number; maxWaitMs: number; reason: string | null }
+  | { kind: 'cancelled'; reason: string | null };
 
 interface Plan {
   set: RawBuilder<unknown>;
@@ -56,6 +57,13 @@ function plan(h: LeaseHandle, f: Finalization): Plan {
         terminal: true,
         history: hist('skipped', null, null),
       };
+    case 'cancelled':
+      return {
+        set: sql`state = 'cancelled', failure_class = 'cancelled', last_error = ${f.reason}, lease_until = NULL,
+          terminal_at = NOW(6)`,
+        terminal: true,
+        history: hist('cancelled', 'cancelled', f.reason),
+      };
     case 'retry':
       return {
         set: sql`state = 'pending', run_after = ${nowPlusMs(f.delayMs)}, last_error = ${f.error},
@@ -87,17 +95,26 @@ function plan(h: LeaseHandle, f: Finalization): Plan {
   }
 }
 
-/** Ends a claimed attempt: CAS on (id, lease token, processing). False = this holder lost the item; nothing was written. */
-export function finalize(db: LedgerDb, t: LedgerTables, h: LeaseHandle, f: Finalization): Promise<boolean> {
+function leaseSpec(h: LeaseHandle, f: Finalization): TransitionSpec {
   const p = plan(h, f);
-  return applyTransition(db, t, {
+  return {
     place: h,
     guard: sql`lease_token = ${h.leaseToken} AND state = 'processing'`,
     set: p.set,
     terminal: p.terminal,
     wasHead: true,
     history: p.history,
-  });
+  };
+}
+
+/** Ends a claimed attempt: CAS on (id, lease token, processing). False = this holder lost the item; nothing was written. */
+export function finalize(db: LedgerDb, t: LedgerTables, h: LeaseHandle, f: Finalization): Promise<boolean> {
+  return applyTransition(db, t, leaseSpec(h, f));
+}
+
+/** The same inside the caller's transaction; throws LeaseLostError (rolling the caller back) when the CAS loses. */
+export function finalizeInTx(trx: Executor, t: LedgerTables, h: LeaseHandle, f: Finalization): Promise<void> {
+  return applyTransitionInTx(trx, t, leaseSpec(h, f));
 }
 
 export interface RenewOutcome {

@@ -8,6 +8,8 @@ export interface ReclaimOutcome {
   reclaimed: string[];
   /** Their budget was spent by the expired attempt: dead, class `lease_expired`. */
   dead: string[];
+  /** A cancel was requested while they ran: the holder is gone, so the cancel completes here. */
+  cancelled: string[];
 }
 
 /**
@@ -28,12 +30,14 @@ export async function reclaimExpired(db: LedgerDb, t: LedgerTables, opts: { queu
     attempt: number;
     max_attempts: number;
     started_at: Date | null;
-  }>`SELECT id, queue, lane, lane_seq, lease_token, lease_owner, attempt, max_attempts, started_at
+    cancel_requested: number;
+  }>`SELECT id, queue, lane, lane_seq, lease_token, lease_owner, attempt, max_attempts, started_at, cancel_requested
     FROM ${t.items} WHERE lease_until < NOW(6) AND state = 'processing' ${queueFilter}
     ORDER BY lease_until LIMIT ${opts.limit}`.execute(db);
 
-  const out: ReclaimOutcome = { reclaimed: [], dead: [] };
+  const out: ReclaimOutcome = { reclaimed: [], dead: [], cancelled: [] };
   for (const r of rows.rows) {
+    const cancel = r.cancel_requested === 1;
     const spent = r.attempt >= r.max_attempts;
     const history = {
       attempt: r.attempt,
@@ -46,16 +50,19 @@ export async function reclaimExpired(db: LedgerDb, t: LedgerTables, opts: { queu
     const won = await applyTransition(db, t, {
       place: { id: r.id, queue: r.queue, lane: r.lane, laneSeq: r.lane_seq === null ? null : Number(r.lane_seq) },
       guard: sql`lease_token = ${r.lease_token} AND state = 'processing' AND lease_until < NOW(6)`,
-      set: spent
-        ? sql`state = 'dead', failure_class = 'lease_expired', last_error = ${history.error}, lease_until = NULL,
+      set: cancel
+        ? sql`state = 'cancelled', failure_class = 'cancelled', last_error = ${history.error}, lease_until = NULL,
             terminal_at = NOW(6)`
-        : sql`state = 'pending', run_after = NOW(6), failure_class = 'lease_expired', last_error = ${history.error},
-            lease_until = NULL`,
-      terminal: spent,
+        : spent
+          ? sql`state = 'dead', failure_class = 'lease_expired', last_error = ${history.error}, lease_until = NULL,
+              terminal_at = NOW(6)`
+          : sql`state = 'pending', run_after = NOW(6), failure_class = 'lease_expired', last_error = ${history.error},
+              lease_until = NULL`,
+      terminal: cancel || spent,
       wasHead: true,
       history,
     });
-    if (won) (spent ? out.dead : out.reclaimed).push(r.id);
+    if (won) (cancel ? out.cancelled : spent ? out.dead : out.reclaimed).push(r.id);
   }
   return out;
 }

@@ -1,0 +1,74 @@
+import { afterAll, beforeAll, expect, test } from 'vitest';
+import { claimOne, freshQueue, laneRow, mustGet } from './support/items.js';
+import { createTestLedger, waitFor, type TestLedger } from './support/ledger.js';
+
+let tl: TestLedger;
+beforeAll(async () => {
+  tl = await createTestLedger();
+});
+afterAll(async () => {
+  await tl?.drop();
+});
+
+test('completeMany finalizes a mixed batch and hands every lane to its successor', async () => {
+  const { ledger } = tl;
+  const queue = freshQueue('batch');
+  const inputs = [];
+  for (let l = 0; l < 5; l++) for (let k = 0; k < 3; k++) inputs.push({ queue, type: 't', payload: { l, k }, lane: `lane-${l}` });
+  for (let k = 0; k < 5; k++) inputs.push({ queue, type: 't', payload: { k } });
+  await ledger.enqueueMany(inputs);
+  const perLane = new Map<string, number[]>();
+  for (let round = 0; round < 3; round++) {
+    const c = await ledger.claim({ queue, owner: 'w', limit: 100, leaseMs: 30_000 });
+    // Round 0: 5 lane heads + 5 loners; then only the 5 successors.
+    expect(c.items.length).toBe(round === 0 ? 10 : 5);
+    const res = await ledger.completeMany(c.items.map((h) => ({ handle: h, result: h.id })));
+    expect(res.every((r) => r.won)).toBe(true);
+    const again = await ledger.completeMany(c.items.map((h) => ({ handle: h })));
+    expect(again.some((r) => r.won)).toBe(false);
+    for (const item of c.items) {
+      if (item.lane) perLane.set(item.lane, [...(perLane.get(item.lane) ?? []), item.laneSeq ?? -1]);
+      expect((await mustGet(ledger, item.id)).result).toBe(item.id);
+    }
+  }
+  for (const seqs of perLane.values()) expect(seqs).toEqual([1, 2, 3]);
+  expect(await laneRow(ledger, queue, 'lane-0')).toEqual({ nextSeq: 3, active: 0 });
+});
+
+test('completeMany with one stale handle writes the others and reports only the stale one lost', async () => {
+  const { ledger } = tl;
+  const queue = freshQueue('batch-stale');
+  await ledger.enqueueMany([
+    { queue, type: 't', payload: 1, lane: 'a' },
+    { queue, type: 't', payload: 2, lane: 'a' },
+    { queue, type: 't', payload: 3 },
+  ]);
+  const c = await ledger.claim({ queue, owner: 'w', limit: 10, leaseMs: 30_000 });
+  expect(c.items.length).toBe(2);
+  const [first, second] = c.items;
+  if (!first || !second) throw new Error('claim returned too few');
+  const stale = { ...first, leaseToken: 'not-the-token' };
+  const res = await ledger.completeMany([{ handle: stale }, { handle: second }]);
+  expect(res.map((r) => r.won)).toEqual([false, true]);
+  expect((await mustGet(ledger, first.id)).state).toBe('processing');
+  expect((await mustGet(ledger, second.id)).state).toBe('completed');
+});
+
+test('a cancel requested from a holder that then died ends the item cancelled at reclaim, not re-run', async () => {
+  const { ledger } = tl;
+  const queue = freshQueue('cancel-reclaim');
+  const { id } = await ledger.enqueue({ queue, type: 't', payload: {}, lane: 'x' });
+  await ledger.enqueue({ queue, type: 't', payload: {}, lane: 'x' });
+  await claimOne(ledger, queue, 'dies', 150);
+  expect(await ledger.cancel(id)).toBe('cancel_requested');
+  const out = await waitFor(async () => {
+    const r = await ledger.reclaimExpired({ queue });
+    return r.cancelled.length > 0 ? r : undefined;
+  }, 10_000, 'reclaim of the expired lease');
+  expect(out.cancelled).toEqual([id]);
+  expect(out.reclaimed).toEqual([]);
+  expect((await mustGet(ledger, id)).state).toBe('cancelled');
+  // The lane moved on to its second item.
+  const next = await ledger.claim({ queue, owner: 'w', limit: 10, leaseMs: 30_000 });
+  expect(next.items.map((i) => i.laneSeq)).toEqual([2]);
+});
