@@ -1,0 +1,49 @@
+import type { FinalizeResult, Ledger } from '../ledger/ledger.js';
+import type { LeaseHandle } from '../ledger/sql/finalize.js';
+
+interface Waiting {
+  handle: LeaseHandle;
+  result: unknown;
+  resolve: (r: FinalizeResult) => void;
+  reject: (e: unknown) => void;
+}
+
+/**
+ * Collects completions that arrive in the same turn of the event loop and
+ * writes them with one `completeMany` (a fixed number of statements per
+ * batch, each item still a CAS on its own token). While a batch is being
+ * written, the next one gathers, so completions never wait behind more than
+ * one flush.
+ */
+export class BatchCompleter {
+  private queue: Waiting[] = [];
+  private flushing = false;
+
+  constructor(
+    private readonly ledger: Ledger,
+    private readonly maxBatch = 128,
+  ) {}
+
+  complete(handle: LeaseHandle, result: unknown): Promise<FinalizeResult> {
+    return new Promise((resolve, reject) => {
+      this.queue.push({ handle, result, resolve, reject });
+      if (!this.flushing) {
+        this.flushing = true;
+        setImmediate(() => void this.flush());
+      }
+    });
+  }
+
+  private async flush(): Promise<void> {
+    while (this.queue.length > 0) {
+      const batch = this.queue.splice(0, this.maxBatch);
+      try {
+        const results = await this.ledger.completeMany(batch.map((w) => ({ handle: w.handle, result: w.result })));
+        batch.forEach((w, i) => w.resolve(results[i] ?? { won: false, state: 'completed' }));
+      } catch (error) {
+        for (const w of batch) w.reject(error);
+      }
+    }
+    this.flushing = false;
+  }
+}

@@ -1,0 +1,404 @@
+import { EventEmitter } from 'node:events';
+import { hostname } from 'node:os';
+import { randomBytes } from 'node:crypto';
+import type { Redis } from 'ioredis';
+import { ValidationError } from '../errors.js';
+import type { Ledger } from '../ledger/ledger.js';
+import type { ClaimedItem } from '../ledger/types.js';
+import { createLogger, type Logger } from '../log.js';
+import type { WakeEntry, WakeStreams } from '../wake/channel.js';
+import type { ControlMessage } from '../wake/control.js';
+import { createBlockingClient, whenReady } from '../wake/redis.js';
+import type { WakeChannel } from '../wake/wake-channel.js';
+import { Producer } from '../producer/producer.js';
+import { BatchCompleter } from './completer.js';
+import { runJob, type Outcome, type RunningJob } from './executor.js';
+import { sleep, Notifier } from './notifier.js';
+import { consumerSettingsSchema, type ConsumerSettings, type ConsumerSettingsInput } from './options.js';
+import { normalizeHandler, type HandlerEntry, type RegisteredHandler } from './types.js';
+
+export interface ConsumerOptions<DB = Record<string, never>> extends ConsumerSettingsInput {
+  ledger: Ledger;
+  /** Without it the consumer only sweeps the ledger (every pollIntervalMs). */
+  wake?: WakeChannel | undefined;
+  handlers: Record<string, HandlerEntry<DB>>;
+  logger?: Logger;
+}
+
+export interface ConsumerCounters {
+  claimed: number;
+  completed: number;
+  retried: number;
+  dead: number;
+  released: number;
+  blocked: number;
+  cancelled: number;
+  skipped: number;
+  leaseLost: number;
+  abandoned: number;
+  claimRounds: number;
+  sweeps: number;
+  wakeEntriesRead: number;
+  followUpWakes: number;
+  errors: number;
+}
+
+export interface ConsumerEvents {
+  outcome: [item: ClaimedItem, outcome: Outcome];
+  started: [item: ClaimedItem];
+  control: [message: ControlMessage];
+}
+
+const FOLLOW_UP_MIN_INTERVAL_MS = 20;
+const IDLE_WAKE_ENTRY_MS = 30_000;
+
+/**
+ * One claim scheduler per (process, queue) feeding `concurrency` executor
+ * slots (DESIGN §6). It claims in batches sized to the free slots, reads
+ * wake-ups only while it has free slots, sweeps the ledger as a backstop
+ * (faster while Redis is away) and finalizes only through the ledger.
+ */
+export class Consumer<DB = Record<string, never>> extends EventEmitter<ConsumerEvents> {
+  readonly settings: ConsumerSettings;
+  readonly name: string;
+  readonly counters: ConsumerCounters = {
+    claimed: 0, completed: 0, retried: 0, dead: 0, released: 0, blocked: 0, cancelled: 0, skipped: 0,
+    leaseLost: 0, abandoned: 0, claimRounds: 0, sweeps: 0, wakeEntriesRead: 0, followUpWakes: 0, errors: 0,
+  };
+
+  private readonly ledger: Ledger;
+  private readonly wake: WakeChannel | undefined;
+  private readonly handlers: Map<string, RegisteredHandler<DB>>;
+  private readonly log: Logger;
+  private readonly completer: BatchCompleter;
+  private readonly running = new Map<string, RunningJob>();
+  private readonly targeted = new Set<string>();
+  private pendingAcks: WakeEntry[] = [];
+  private readonly schedulerWake = new Notifier();
+  private readonly readerWake = new Notifier();
+  private streams: WakeStreams | undefined;
+  private reader: Redis | undefined;
+  private controlReader: Redis | undefined;
+  private loops: Promise<void>[] = [];
+  private state: 'new' | 'running' | 'stopping' | 'stopped' = 'new';
+  private mightHaveWork = true;
+  private redisDown = false;
+  private groupReady = false;
+  private paused = false;
+  private lastSweepAt = 0;
+  private lastFollowUpAt = 0;
+
+  constructor(options: ConsumerOptions<DB>) {
+    super();
+    const { ledger, wake, handlers, logger, ...settings } = options;
+    const parsed = consumerSettingsSchema.safeParse(settings);
+    if (!parsed.success) throw ValidationError.fromZod(parsed.error, 'consumer options');
+    if (typeof handlers !== 'object' || handlers === null || Object.keys(handlers).length === 0) {
+      throw new ValidationError([{ field: 'handlers', message: 'must map at least one type to a handler' }], 'consumer options');
+    }
+    this.settings = parsed.data;
+    this.ledger = ledger;
+    this.wake = wake;
+    this.handlers = new Map(Object.entries(handlers).map(([type, h]) => [type, normalizeHandler(h)]));
+    this.name = this.settings.name ?? `${hostname()}:${process.pid}:${randomBytes(3).toString('hex')}`;
+    this.log = (logger ?? createLogger('lanewake.consumer')).child({ queue: this.settings.queue, consumer: this.name });
+    this.completer = new BatchCompleter(ledger);
+  }
+
+  get inFlight(): number {
+    return this.running.size;
+  }
+
+  get redisConnected(): boolean {
+    return this.wake !== undefined && !this.redisDown;
+  }
+
+  async start(): Promise<void> {
+    if (this.state !== 'new') throw new Error(`consumer already ${this.state}`);
+    await this.ledger.assertSchemaCurrent();
+    this.state = 'running';
+    if (this.wake) {
+      this.streams = this.wake.streamsOf(this.settings.queue, this.settings.classes);
+      this.reader = createBlockingClient(this.wake.options.redis, `lanewake:wake:${this.name}`);
+      this.controlReader = createBlockingClient(this.wake.options.redis, `lanewake:control:${this.name}`);
+      // Join the group before the first claim so no wake-up published from here on is missed.
+      if (await this.wake.usable()) {
+        await this.streams.ensureGroup(this.wake.redis).then(
+          () => (this.groupReady = true),
+          () => undefined,
+        );
+      }
+      const wake = this.wake;
+      // Any process with a consumer runs the timer processor: due timers publish wake-ups,
+      // schedule fires enqueue one item per fire time (idempotency key), whichever replica wins.
+      wake.timers.start({
+        onDue: async (t) => {
+          await wake.publish([{ queue: t.queue, queueClass: t.queueClass, kind: 'timer', ids: [t.itemId] }]);
+        },
+        onScheduleFire: async (schedule, item, fireTimeMs) => {
+          await new Producer({ ledger: this.ledger, wake }).enqueue({ ...item, idempotencyKey: `${schedule}:${fireTimeMs}` });
+        },
+      });
+      this.loops.push(this.readLoop(), this.controlLoop());
+    }
+    this.loops.push(this.scheduleLoop());
+    this.log.info({ concurrency: this.settings.concurrency, wake: this.wake !== undefined }, 'consumer started');
+  }
+
+  /**
+   * Graceful stop (DESIGN §6): stop claiming and reading; let in-flight
+   * handlers finish within `drainTimeoutMs`; then abort them and finalize
+   * those that settle (released without spending an attempt). A handler
+   * that still runs is never released: its lease is left to expire.
+   */
+  async stop(opts: { drainTimeoutMs?: number } = {}): Promise<void> {
+    if (this.state === 'stopped' || this.state === 'stopping') return;
+    if (this.state === 'new') {
+      this.state = 'stopped';
+      return;
+    }
+    this.state = 'stopping';
+    const drainMs = opts.drainTimeoutMs ?? 30_000;
+    this.schedulerWake.notify();
+    this.readerWake.notify();
+    this.reader?.disconnect();
+    this.controlReader?.disconnect();
+    await Promise.allSettled(this.loops);
+
+    const settled = () => Promise.allSettled([...this.running.values()].map((r) => r.done));
+    if (this.running.size > 0) await Promise.race([settled(), sleep(drainMs)]);
+    if (this.running.size > 0) {
+      this.log.warn({ inFlight: this.running.size }, 'drain timeout: aborting in-flight handlers');
+      for (const r of this.running.values()) r.abort('shutdown');
+      await Promise.race([settled(), sleep(Math.min(this.settings.abortGraceMs, 5_000))]);
+      for (const r of this.running.values()) r.abandon();
+      await settled();
+    }
+    if (this.wake && this.streams) {
+      await this.streams.removeConsumer(this.wake.redis, this.name).catch(() => undefined);
+    }
+    this.state = 'stopped';
+    this.log.info({ counters: this.counters }, 'consumer stopped');
+  }
+
+  /** Claim now (used by wake-ups, control messages and tests). */
+  kick(): void {
+    this.mightHaveWork = true;
+    this.schedulerWake.notify();
+  }
+
+  private get active(): boolean {
+    return this.state === 'running';
+  }
+
+  private freeSlots(): number {
+    return this.settings.concurrency - this.running.size;
+  }
+
+  private sweepIntervalMs(): number {
+    if (!this.wake) return this.settings.pollIntervalMs;
+    return this.redisDown ? Math.min(this.settings.redisDownPollMs, this.settings.pollIntervalMs) : this.settings.pollIntervalMs;
+  }
+
+  private async scheduleLoop(): Promise<void> {
+    while (this.active) {
+      if (Date.now() - this.lastSweepAt >= this.sweepIntervalMs()) await this.sweep();
+      if (!this.paused && this.freeSlots() > 0 && (this.mightHaveWork || this.targeted.size > 0)) {
+        try {
+          await this.claimRound(this.freeSlots());
+        } catch (error) {
+          this.counters.errors++;
+          this.log.error({ err: (error as Error).message }, 'claim failed; retrying');
+          await this.schedulerWake.wait(500);
+        }
+        continue;
+      }
+      await this.schedulerWake.wait(Math.max(1, this.sweepIntervalMs() - (Date.now() - this.lastSweepAt)));
+    }
+  }
+
+  /** The backstop: the ledger is the truth, so a sweep finds whatever wake-ups missed. */
+  private async sweep(): Promise<void> {
+    this.lastSweepAt = Date.now();
+    this.counters.sweeps++;
+    this.mightHaveWork = true;
+    if (!this.settings.maintenance) return;
+    try {
+      const reclaimed = await this.ledger.reclaimExpired({ queue: this.settings.queue, limit: 500 });
+      if (reclaimed.reclaimed.length + reclaimed.dead.length > 0) {
+        this.log.info({ reclaimed: reclaimed.reclaimed.length, dead: reclaimed.dead.length }, 'reclaimed expired leases');
+      }
+      await this.ledger.probeDependencyWaits({ queue: this.settings.queue, limit: 500 });
+      if (this.wake && this.streams && !this.redisDown && this.groupReady) {
+        const stale = await this.streams.reclaimIdle(this.wake.redis, this.name, IDLE_WAKE_ENTRY_MS, 100);
+        this.takeEntries(stale);
+      }
+    } catch (error) {
+      this.counters.errors++;
+      this.log.warn({ err: (error as Error).message }, 'sweep maintenance failed');
+    }
+  }
+
+  private async claimRound(free: number): Promise<void> {
+    this.counters.claimRounds++;
+    const acks = this.pendingAcks;
+    this.pendingAcks = [];
+    const ids = [...this.targeted].slice(0, free);
+    this.targeted.clear();
+    const base = { queue: this.settings.queue, owner: this.name, leaseMs: this.settings.leaseMs, ...(this.settings.epoch !== undefined ? { epoch: this.settings.epoch } : {}) };
+    const claimed: ClaimedItem[] = ids.length > 0 ? await this.ledger.claimByIds({ ...base, ids }) : [];
+    let more = false;
+    if (claimed.length < free) {
+      const want = free - claimed.length;
+      const r = await this.ledger.claim({
+        ...base,
+        limit: want,
+        classes: this.settings.classes,
+        ...(this.settings.types ? { types: this.settings.types } : {}),
+      });
+      claimed.push(...r.items);
+      more = r.moreAvailable || r.items.length >= want;
+    } else {
+      more = true;
+    }
+    this.mightHaveWork = more;
+    if (acks.length > 0 && this.wake && this.streams) {
+      this.streams.ack(this.wake.redis, acks).catch(() => undefined);
+    }
+    this.counters.claimed += claimed.length;
+    for (const item of claimed) this.startJob(item);
+    // Saturated with work left over: pass the wake-up on so an idle replica joins in.
+    if (more && this.freeSlots() === 0) await this.publishFollowUp();
+  }
+
+  private async publishFollowUp(): Promise<void> {
+    if (!this.wake || this.redisDown) return;
+    const now = Date.now();
+    if (now - this.lastFollowUpAt < FOLLOW_UP_MIN_INTERVAL_MS) return;
+    this.lastFollowUpAt = now;
+    this.counters.followUpWakes++;
+    const queueClass = this.settings.classes[0] ?? 'default';
+    await this.wake.publish([{ queue: this.settings.queue, queueClass, kind: 'advance', ids: [] }]);
+  }
+
+  private startJob(item: ClaimedItem): void {
+    const run = runJob(
+      {
+        ledger: this.ledger,
+        completer: this.completer,
+        settings: this.settings,
+        handlers: this.handlers,
+        log: this.log,
+        onDelayed: (it, delayMs) => {
+          void this.wake?.scheduleTimers([
+            { queue: it.queue, queueClass: it.queueClass, itemId: it.id, attempt: it.attempt, runAt: new Date(Date.now() + delayMs) },
+          ]);
+        },
+      },
+      item,
+    );
+    this.running.set(item.id, run);
+    this.emit('started', item);
+    void run.done.then(
+      (outcome) => this.finished(item, outcome),
+      (error: unknown) => {
+        this.counters.errors++;
+        this.log.error({ id: item.id, err: (error as Error).message }, 'executor failed');
+        this.finished(item, 'lease_lost');
+      },
+    );
+  }
+
+  private finished(item: ClaimedItem, outcome: Outcome): void {
+    this.running.delete(item.id);
+    const key = ({
+      completed: 'completed', retried: 'retried', dead: 'dead', released: 'released', blocked: 'blocked',
+      cancelled: 'cancelled', skipped: 'skipped', lease_lost: 'leaseLost', abandoned: 'abandoned',
+    } as const)[outcome];
+    this.counters[key]++;
+    // The slot is free; a finished lane head has a successor worth claiming right here (lane affinity).
+    if (item.lane !== null || this.mightHaveWork) this.mightHaveWork = true;
+    this.emit('outcome', item, outcome);
+    this.schedulerWake.notify();
+    this.readerWake.notify();
+  }
+
+  private takeEntries(entries: readonly WakeEntry[]): void {
+    if (entries.length === 0) return;
+    this.counters.wakeEntriesRead += entries.length;
+    for (const e of entries) for (const id of e.ids) this.targeted.add(id);
+    this.pendingAcks.push(...entries);
+    this.mightHaveWork = true;
+    this.schedulerWake.notify();
+  }
+
+  /** XREADGROUP only while slots are free: a saturated replica leaves wake-ups to idle ones. */
+  private async readLoop(): Promise<void> {
+    const wake = this.wake;
+    const streams = this.streams;
+    const reader = this.reader;
+    if (!wake || !streams || !reader) return;
+    while (this.active) {
+      if (this.freeSlots() <= 0 || this.paused) {
+        await this.readerWake.wait(1000);
+        continue;
+      }
+      try {
+        if (!(await whenReady(reader, 1000)) || !(await wake.usable())) throw new Error('redis is not connected');
+        if (!this.groupReady) {
+          await streams.ensureGroup(wake.redis);
+          this.groupReady = true;
+        }
+        const entries = await streams.read(reader, this.name, this.freeSlots(), this.settings.readBlockMs);
+        if (this.redisDown) {
+          this.redisDown = false;
+          this.log.info('redis is back: sweeping now, wake-ups resume');
+          this.kick();
+        }
+        this.takeEntries(entries);
+      } catch (error) {
+        if (!this.active) break;
+        if (String((error as Error).message).includes('NOGROUP')) this.groupReady = false;
+        if (!this.redisDown) {
+          this.redisDown = true;
+          this.log.warn({ err: (error as Error).message }, 'redis unreachable: sweeping the ledger every redisDownPollMs');
+          this.schedulerWake.notify();
+        }
+        await this.readerWake.wait(500);
+      }
+    }
+  }
+
+  /** Plain XREAD of the queue's control stream: every process sees every message. */
+  private async controlLoop(): Promise<void> {
+    const wake = this.wake;
+    const reader = this.controlReader;
+    if (!wake || !reader) return;
+    const queue = this.settings.queue;
+    let after: string | undefined;
+    while (this.active) {
+      try {
+        if (!(await whenReady(reader, 1000))) throw new Error('redis is not connected');
+        after ??= await wake.control.latestId(reader, queue);
+        const entries = await wake.control.read(reader, new Map([[queue, after]]), this.settings.readBlockMs);
+        for (const e of entries) {
+          after = e.entryId;
+          const m = e.message;
+          if (m.type === 'dependency') {
+            for (const id of m.ids) this.targeted.add(id);
+            this.kick();
+          } else if (m.type === 'pause') {
+            this.paused = true;
+          } else if (m.type === 'resume') {
+            this.paused = false;
+            this.kick();
+          }
+          this.emit('control', m);
+        }
+      } catch {
+        if (!this.active) break;
+        await sleep(500);
+      }
+    }
+  }
+}

@@ -1,0 +1,49 @@
+/** Thrown by a handler: the item can never succeed; it goes dead at once (class `permanent` unless given). */
+export class PermanentError extends Error {
+  override readonly name: string = 'PermanentError';
+  constructor(
+    message: string,
+    readonly failureClass = 'permanent',
+    options?: { cause?: unknown },
+  ) {
+    super(message, options);
+  }
+}
+
+/** Thrown by a handler: not now — release the item until `runAt` without spending an attempt. */
+export class DeferError extends Error {
+  override readonly name: string = 'DeferError';
+  constructor(
+    readonly runAt: Date,
+    readonly reason = 'deferred',
+  ) {
+    super(`${reason} until ${runAt.toISOString()}`);
+  }
+}
+
+/** A rate limit hit: a Defer by another name, so logs and metrics can tell them apart. */
+export class RateLimitedError extends DeferError {
+  override readonly name: string = 'RateLimitedError';
+  constructor(retryAfterMs: number) {
+    super(new Date(Date.now() + retryAfterMs), 'rate limited');
+  }
+}
+
+/**
+ * Thrown by a handler: wait for `dependencyKey` (the item and its lane park as
+ * `blocked`) until `producer.wakeDependency(key)`, a probe, or `maxWaitMs`.
+ */
+export class BlockOnError extends Error {
+  override readonly name: string = 'BlockOnError';
+  constructor(
+    readonly dependencyKey: string,
+    readonly maxWaitMs: number,
+    readonly probeAfterMs?: number,
+  ) {
+    super(`blocked on ${dependencyKey}`);
+  }
+}
+
+export const Defer = (runAt: Date, reason?: string): DeferError => new DeferError(runAt, reason);
+export const BlockOn = (dependencyKey: string, opts: { maxWaitMs: number; probeAfterMs?: number }): BlockOnError =>
+  new BlockOnError(dependencyKey, opts.maxWaitMs, opts.probeAfterMs);

@@ -1,0 +1,82 @@
+import type { Ledger } from '../ledger/ledger.js';
+import type { ClaimedItem } from '../ledger/types.js';
+import { sleep } from './notifier.js';
+
+export type LeaseEvent = 'lost' | 'cancel_requested';
+
+/**
+ * Renews one item's lease every third of the lease. A failed renewal (the
+ * ledger unreachable) is retried while the lease still has time left, minus
+ * a safety margin; past that, or when the ledger says the token is stale,
+ * the lease is lost and `onEvent('lost')` fires.
+ */
+export class LeaseKeeper {
+  private timer: NodeJS.Timeout | undefined;
+  private inFlight: Promise<void> | undefined;
+  private stopped = false;
+  private leaseUntilMs: number;
+
+  constructor(
+    private readonly ledger: Ledger,
+    private readonly item: ClaimedItem,
+    private readonly leaseMs: number,
+    private readonly onEvent: (event: LeaseEvent) => void,
+  ) {
+    this.leaseUntilMs = Date.now() + leaseMs;
+  }
+
+  start(): void {
+    this.schedule();
+  }
+
+  /** Renews now; resolves false if the lease is lost. */
+  async renewNow(): Promise<boolean> {
+    if (this.stopped) return false;
+    await this.inFlight;
+    const run = this.renew();
+    this.inFlight = run.then(() => undefined);
+    return run;
+  }
+
+  /** Stops renewing and waits for a renewal in flight, so it cannot race the finalize. */
+  async stop(): Promise<void> {
+    this.stopped = true;
+    if (this.timer) clearTimeout(this.timer);
+    await this.inFlight;
+  }
+
+  private schedule(): void {
+    if (this.stopped) return;
+    this.timer = setTimeout(() => {
+      this.inFlight = this.renew().then(() => this.schedule());
+    }, Math.max(10, Math.floor(this.leaseMs / 3)));
+    this.timer.unref();
+  }
+
+  private async renew(): Promise<boolean> {
+    const margin = Math.min(1000, this.leaseMs / 10);
+    for (let attempt = 0; !this.stopped; attempt++) {
+      try {
+        const startedAt = Date.now();
+        const r = await this.ledger.renew(this.item, this.leaseMs);
+        if (!r.renewed) {
+          this.stopped = true;
+          this.onEvent('lost');
+          return false;
+        }
+        this.leaseUntilMs = startedAt + this.leaseMs;
+        if (r.cancelRequested) this.onEvent('cancel_requested');
+        return true;
+      } catch {
+        const backoff = Math.min(1000, 50 * 2 ** attempt);
+        if (Date.now() + backoff >= this.leaseUntilMs - margin) {
+          this.stopped = true;
+          this.onEvent('lost');
+          return false;
+        }
+        await sleep(backoff);
+      }
+    }
+    return false;
+  }
+}

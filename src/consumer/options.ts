@@ -1,0 +1,44 @@
+import { z } from 'zod';
+import { backoffSchema } from '../ledger/backoff.js';
+import { QUEUE_CLASSES } from '../ledger/types.js';
+import { queueName, typeName } from '../ledger/validation.js';
+
+/** Tunables of a consumer, validated at construction (DESIGN §6 defaults). */
+export const consumerSettingsSchema = z
+  .object({
+    queue: queueName,
+    /** Executor slots: how many handlers run at once. */
+    concurrency: z.number().int().min(1).max(1000).default(10),
+    classes: z.array(z.enum(QUEUE_CLASSES)).min(1).default([...QUEUE_CLASSES]),
+    /** Only these types are claimed (default: the types that have handlers). */
+    types: z.array(typeName).optional(),
+    /** Consumer name: lease owner and stream consumer. Default host:pid:random. */
+    name: z.string().min(1).max(128).optional(),
+    leaseMs: z.number().int().min(100).max(3_600_000).default(30_000),
+    /** Per-queue handler deadline; 0 = none. */
+    deadlineMs: z.number().int().min(0).max(86_400_000).default(600_000),
+    /** How long a handler aborted at its deadline may take to settle before its lease is left to expire. */
+    abortGraceMs: z.number().int().min(0).max(600_000).default(10_000),
+    /** Backstop ledger sweep while Redis is up. */
+    pollIntervalMs: z.number().int().min(10).max(3_600_000).default(5_000),
+    /** Sweep interval while Redis is unreachable (or no wake channel is configured and this is smaller). */
+    redisDownPollMs: z.number().int().min(10).max(60_000).default(1_000),
+    /** XREADGROUP BLOCK time. */
+    readBlockMs: z.number().int().min(10).max(60_000).default(2_000),
+    backoff: backoffSchema.default(backoffSchema.parse({})),
+    /** Backoff of a release after a deadline (no budget burn). */
+    deadlineBackoffMs: z.number().int().min(0).max(86_400_000).default(1_000),
+    /** An item whose type has no handler: dead (class `unowned`) or released for another consumer. */
+    unknownType: z.enum(['dead', 'release']).default('dead'),
+    unknownTypeReleaseMs: z.number().int().min(0).max(86_400_000).default(5_000),
+    /** A finalize has this long on its own before the lease is left to expire. */
+    finalizeTimeoutMs: z.number().int().min(100).max(600_000).default(15_000),
+    /** Let this consumer also reclaim expired leases and probe dependency waits on each sweep. */
+    maintenance: z.boolean().default(true),
+    /** Ownership epoch to fence claims with (DESIGN §7). */
+    epoch: z.number().int().min(0).optional(),
+  })
+  .strict();
+
+export type ConsumerSettingsInput = z.input<typeof consumerSettingsSchema>;
+export type ConsumerSettings = z.output<typeof consumerSettingsSchema>;

@@ -1,0 +1,68 @@
+import type { Transaction } from 'kysely';
+import type { z } from 'zod';
+
+/** What a handler sees of its item. */
+export interface Job<P = unknown> {
+  id: string;
+  queue: string;
+  type: string;
+  lane: string | null;
+  laneSeq: number | null;
+  payload: P;
+  /** 1 on the first attempt. */
+  attempt: number;
+  maxAttempts: number;
+  /** What a previous attempt saved with ctx.checkpoint, or null. */
+  checkpoint: unknown;
+  /**
+   * Hand `fence` to an external system that must reject a stale holder: the
+   * token is this claim's, `attempt` grows with every claim of the item.
+   */
+  fence: { token: string; epoch: number | null; attempt: number };
+  enqueuedAt: Date;
+}
+
+export interface JobContext<DB = Record<string, never>> {
+  /** Aborted when the lease is lost, the deadline passes, a cancel is requested, or the consumer shuts down. */
+  signal: AbortSignal;
+  /**
+   * Runs `fn` in a ledger transaction that also commits this item's
+   * completion (with `fn`'s return value as result): the writes inside happen
+   * exactly once or not at all. After it returns, the item is completed and
+   * the handler's own return value is ignored.
+   */
+  transaction<T>(fn: (trx: Transaction<DB>) => Promise<T>): Promise<T>;
+  /** Saves progress; the next attempt sees it as job.checkpoint. False if the lease was lost. */
+  checkpoint(value: unknown): Promise<boolean>;
+  /** Renews the lease now (renewal is automatic anyway). */
+  heartbeat(): Promise<boolean>;
+}
+
+export type Handler<P = unknown, DB = Record<string, never>> = (job: Job<P>, ctx: JobContext<DB>) => Promise<unknown>;
+
+export interface HandlerDefinition<P = unknown, DB = Record<string, never>> {
+  handle: Handler<P, DB>;
+  /** Payloads failing it end dead, class `invalid_payload`, without running the handler. */
+  schema?: z.ZodType<P>;
+  /** Per-type deadline (ms); 0 = none. Overrides the consumer's. */
+  deadlineMs?: number;
+}
+
+/** A definition with its payload type erased, so one map can hold handlers of many payload types. */
+export interface RegisteredHandler<DB = Record<string, never>> {
+  handle: Handler<unknown, DB>;
+  schema?: z.ZodType;
+  deadlineMs?: number;
+}
+
+/** Declares a handler with a payload schema; the payload type flows from the schema to `job.payload`. */
+export function defineHandler<P, DB = Record<string, never>>(def: HandlerDefinition<P, DB>): RegisteredHandler<DB> {
+  return def as unknown as RegisteredHandler<DB>;
+}
+
+/** A handler function, or a definition from `defineHandler`. */
+export type HandlerEntry<DB = Record<string, never>> = Handler<never, DB> | RegisteredHandler<DB>;
+
+export function normalizeHandler<DB>(entry: HandlerEntry<DB>): RegisteredHandler<DB> {
+  return typeof entry === 'function' ? { handle: entry as unknown as Handler<unknown, DB> } : entry;
+}

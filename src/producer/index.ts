@@ -1,0 +1,1 @@
+export { Producer, type ProducerOptions, type ProducerTransaction, type AfterCommit } from './producer.js';

@@ -1,0 +1,141 @@
+import type { Kysely, Transaction } from 'kysely';
+import type { EnqueueInput, Ledger } from '../ledger/ledger.js';
+import type { Executor } from '../ledger/sql/common.js';
+import type { EnqueueResult, QueueClass } from '../ledger/types.js';
+import type { WakeTimer } from '../wake/timers.js';
+import type { WakeChannel } from '../wake/wake-channel.js';
+
+export interface ProducerOptions {
+  ledger: Ledger;
+  /** Without a wake channel, consumers find new work at their next ledger sweep. */
+  wake?: WakeChannel | undefined;
+}
+
+/** What to announce once a batch has committed. */
+export interface AfterCommit {
+  results: EnqueueResult[];
+  /** Publishes the batch's wake-ups (and timers for future items). Call only after COMMIT; never throws. */
+  publish: () => Promise<void>;
+}
+
+export interface ProducerTransaction<DB> {
+  /** The caller's transaction, for its own writes. */
+  trx: Transaction<DB>;
+  enqueue(input: EnqueueInput): Promise<EnqueueResult>;
+  enqueueMany(inputs: readonly EnqueueInput[]): Promise<EnqueueResult[]>;
+}
+
+/**
+ * Commits work to the ledger, then wakes consumers. A wake-up is published
+ * only after the commit, so rolled-back work is never announced, and a
+ * failed publish is never thrown after the work committed.
+ */
+export class Producer {
+  constructor(private readonly options: ProducerOptions) {}
+
+  get ledger(): Ledger {
+    return this.options.ledger;
+  }
+
+  async enqueue(input: EnqueueInput): Promise<EnqueueResult> {
+    const [r] = await this.enqueueMany([input]);
+    if (!r) throw new Error('enqueue: no result');
+    return r;
+  }
+
+  async enqueueMany(inputs: readonly EnqueueInput[]): Promise<EnqueueResult[]> {
+    const results = await this.ledger.enqueueMany(inputs);
+    await this.announce(inputs, results);
+    return results;
+  }
+
+  /**
+   * Runs `fn` in a transaction on the caller's Kysely (same database as the
+   * ledger): its writes and its enqueues commit together, and wake-ups go
+   * out after the commit — or not at all if it rolls back.
+   */
+  async transaction<DB, T>(db: Kysely<DB>, fn: (tx: ProducerTransaction<DB>) => Promise<T>): Promise<T> {
+    const pending: { inputs: readonly EnqueueInput[]; results: EnqueueResult[] }[] = [];
+    const value = await db.transaction().execute(async (trx) => {
+      const enqueueMany = async (inputs: readonly EnqueueInput[]): Promise<EnqueueResult[]> => {
+        const results = await this.ledger.enqueueMany(inputs, { transaction: trx });
+        pending.push({ inputs, results });
+        return results;
+      };
+      return fn({
+        trx,
+        enqueueMany,
+        enqueue: async (input) => {
+          const [r] = await enqueueMany([input]);
+          if (!r) throw new Error('enqueue: no result');
+          return r;
+        },
+      });
+    });
+    for (const p of pending) await this.announce(p.inputs, p.results);
+    return value;
+  }
+
+  /**
+   * For callers that own the transaction: enqueues inside `trx` and returns
+   * the wake-ups to publish once the caller has committed.
+   */
+  async enqueueWithin(trx: Executor, inputs: readonly EnqueueInput[]): Promise<AfterCommit> {
+    const results = await this.ledger.enqueueMany(inputs, { transaction: trx });
+    return { results, publish: () => this.announce(inputs, results) };
+  }
+
+  /**
+   * The awaited fact has committed: every item blocked on `key` goes back to
+   * pending, and the consumers (all of them, through the control stream) hear of it.
+   */
+  async wakeDependency(key: string, opts: { queue?: string } = {}): Promise<number> {
+    const woken = await this.ledger.wakeDependency(key, opts);
+    const wake = this.options.wake;
+    if (wake && woken.length > 0) {
+      const byQueue = new Map<string, string[]>();
+      for (const w of woken) byQueue.set(w.queue, [...(byQueue.get(w.queue) ?? []), w.id]);
+      for (const [queue, ids] of byQueue) {
+        await wake.publishControl(queue, { type: 'dependency', key, ids });
+        await wake.publish([{ queue, queueClass: 'default', kind: 'dependency', ids }]);
+      }
+    }
+    return woken.length;
+  }
+
+  /** Operator re-drive of a dead or cancelled item; the new item is announced like any enqueue. */
+  async replay(id: string, guard: { expectAttempt: number; expectErrorDigest: string }): Promise<{ id: string }> {
+    const created = await this.ledger.replay(id, guard);
+    const item = await this.ledger.get(created.id);
+    if (item && this.options.wake) {
+      await this.options.wake.publish([{ queue: item.queue, queueClass: item.queueClass, kind: 'replay', ids: [item.id] }]);
+    }
+    return created;
+  }
+
+  private async announce(inputs: readonly EnqueueInput[], results: readonly EnqueueResult[]): Promise<void> {
+    const wake = this.options.wake;
+    if (!wake) return;
+    const now = Date.now();
+    const dueByStream = new Map<string, { queue: string; queueClass: QueueClass; ids: string[] }>();
+    const timers: WakeTimer[] = [];
+    inputs.forEach((input, i) => {
+      const r = results[i];
+      if (!r || r.duplicate) return;
+      const queueClass = input.queueClass ?? 'default';
+      const runAt = input.runAt ?? (input.delayMs ? new Date(now + input.delayMs) : undefined);
+      if (runAt !== undefined && runAt.getTime() > now) {
+        timers.push({ queue: input.queue, queueClass, itemId: r.id, attempt: 0, runAt });
+        return;
+      }
+      const k = `${input.queue}|${queueClass}`;
+      const group = dueByStream.get(k) ?? { queue: input.queue, queueClass, ids: [] };
+      group.ids.push(r.id);
+      dueByStream.set(k, group);
+    });
+    // One entry per committed batch and stream; a consumer that finds more
+    // heads than it can take passes the wake-up on.
+    await wake.publish([...dueByStream.values()].map((g) => ({ ...g, kind: 'enqueue' as const, enqueuedAtMs: now })));
+    await wake.scheduleTimers(timers);
+  }
+}

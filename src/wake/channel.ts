@@ -1,0 +1,158 @@
+import type { Redis } from 'ioredis';
+import type { QueueClass } from '../ledger/types.js';
+import { CONSUMER_GROUP, wakeStreamKey } from './keys.js';
+
+export type WakeKind = 'enqueue' | 'advance' | 'timer' | 'dependency' | 'replay' | 'reclaim';
+
+/** A wake-up: a hint that these items (or some heads of this queue) are claimable now. */
+export interface WakeMessage {
+  kind: WakeKind;
+  lane?: string | null;
+  ids: readonly string[];
+  /** When the work was committed (ms since epoch), for latency metrics. */
+  enqueuedAtMs?: number;
+}
+
+export interface WakeEntry extends WakeMessage {
+  stream: string;
+  entryId: string;
+  queueClass: QueueClass;
+}
+
+/** Ids named in one entry; more are left to the claim's own head search. */
+export const MAX_IDS_PER_ENTRY = 64;
+
+/**
+ * The wake streams of one queue (one per class) and their consumer group:
+ * every XADD / XREADGROUP / XACK / XAUTOCLAIM / XGROUP / XTRIM lives here.
+ */
+export class WakeStreams {
+  private readonly keys: Map<QueueClass, string>;
+  private readonly classByKey: Map<string, QueueClass>;
+
+  constructor(
+    private readonly prefix: string,
+    readonly queue: string,
+    classes: readonly QueueClass[],
+    private readonly maxLen = 10_000,
+  ) {
+    this.keys = new Map(classes.map((c) => [c, wakeStreamKey(prefix, queue, c)]));
+    this.classByKey = new Map([...this.keys].map(([c, k]) => [k, c]));
+  }
+
+  key(queueClass: QueueClass): string {
+    return this.keys.get(queueClass) ?? wakeStreamKey(this.prefix, this.queue, queueClass);
+  }
+
+  /** Appends one entry per message; one round trip. */
+  async publish(redis: Redis, messages: readonly (WakeMessage & { queueClass: QueueClass })[]): Promise<void> {
+    if (messages.length === 0) return;
+    const pipeline = redis.pipeline();
+    for (const m of messages) {
+      const fields = ['k', m.kind, 'i', m.ids.slice(0, MAX_IDS_PER_ENTRY).join(',')];
+      if (m.lane) fields.push('l', m.lane);
+      if (m.enqueuedAtMs !== undefined) fields.push('t', String(m.enqueuedAtMs));
+      pipeline.xadd(this.key(m.queueClass), 'MAXLEN', '~', this.maxLen, '*', ...fields);
+    }
+    const results = await pipeline.exec();
+    const failed = results?.find(([error]) => error !== null);
+    if (failed?.[0]) throw failed[0];
+  }
+
+  /** Creates the group on every stream of the queue (and the streams). Idempotent. */
+  async ensureGroup(redis: Redis): Promise<void> {
+    for (const key of this.keys.values()) {
+      try {
+        await redis.xgroup('CREATE', key, CONSUMER_GROUP, '$', 'MKSTREAM');
+      } catch (error) {
+        if (!String((error as Error).message).includes('BUSYGROUP')) throw error;
+      }
+    }
+  }
+
+  /**
+   * New entries for this consumer, at most `count` (its free slots), waiting
+   * up to `blockMs`. Uses a blocking client of its own.
+   */
+  async read(redis: Redis, consumer: string, count: number, blockMs: number): Promise<WakeEntry[]> {
+    const keys = [...this.keys.values()];
+    const reply = (await redis.xreadgroup(
+      'GROUP',
+      CONSUMER_GROUP,
+      consumer,
+      'COUNT',
+      count,
+      'BLOCK',
+      blockMs,
+      'STREAMS',
+      ...keys,
+      ...keys.map(() => '>'),
+    )) as [string, [string, string[]][]][] | null;
+    return this.parse(reply ?? []);
+  }
+
+  async ack(redis: Redis, entries: readonly WakeEntry[]): Promise<void> {
+    if (entries.length === 0) return;
+    const byStream = new Map<string, string[]>();
+    for (const e of entries) byStream.set(e.stream, [...(byStream.get(e.stream) ?? []), e.entryId]);
+    const pipeline = redis.pipeline();
+    for (const [stream, ids] of byStream) pipeline.xack(stream, CONSUMER_GROUP, ...ids);
+    await pipeline.exec();
+  }
+
+  /**
+   * Takes over entries that another consumer read but never acknowledged
+   * (it died) once they have been idle `minIdleMs`.
+   */
+  async reclaimIdle(redis: Redis, consumer: string, minIdleMs: number, count: number): Promise<WakeEntry[]> {
+    const out: WakeEntry[] = [];
+    for (const key of this.keys.values()) {
+      const reply = (await redis.xautoclaim(key, CONSUMER_GROUP, consumer, minIdleMs, '0-0', 'COUNT', count)) as [
+        string,
+        [string, string[] | null][],
+        ...unknown[],
+      ];
+      const entries = (reply[1] ?? []).filter((e): e is [string, string[]] => Array.isArray(e[1]));
+      out.push(...this.parse([[key, entries]]));
+    }
+    return out;
+  }
+
+  /** Removes a stopped consumer from the group; its unacknowledged entries go with it (the sweep covers them). */
+  async removeConsumer(redis: Redis, consumer: string): Promise<void> {
+    for (const key of this.keys.values()) {
+      try {
+        await redis.xgroup('DELCONSUMER', key, CONSUMER_GROUP, consumer);
+      } catch (error) {
+        if (!String((error as Error).message).includes('NOGROUP')) throw error;
+      }
+    }
+  }
+
+  async trim(redis: Redis): Promise<void> {
+    for (const key of this.keys.values()) await redis.xtrim(key, 'MAXLEN', '~', this.maxLen);
+  }
+
+  private parse(reply: readonly [string, [string, string[]][]][]): WakeEntry[] {
+    const out: WakeEntry[] = [];
+    for (const [stream, entries] of reply) {
+      const queueClass = this.classByKey.get(stream) ?? 'default';
+      for (const [entryId, fields] of entries) {
+        const f = new Map<string, string>();
+        for (let i = 0; i + 1 < fields.length; i += 2) f.set(fields[i]!, fields[i + 1]!);
+        const ids = f.get('i');
+        const t = f.get('t');
+        out.push({
+          stream,
+          entryId,
+          queueClass,
+          kind: (f.get('k') ?? 'enqueue') as WakeKind,
+          lane: f.get('l') ?? null,
+          ids: ids ? ids.split(',').filter((x) => x.length > 0) : [],
+          ...(t !== undefined ? { enqueuedAtMs: Number(t) } : {}),
+        });
+      }
+    }
+    return out;
+  }
+}

@@ -1,0 +1,63 @@
+import type { Redis } from 'ioredis';
+import { controlStreamKey } from './keys.js';
+
+/** Broadcasts every process of a queue must see (plain XREAD, no group). */
+export type ControlMessage =
+  | { type: 'dependency'; key: string; ids: string[] }
+  | { type: 'ownership'; epoch: number; deployment: string }
+  | { type: 'pause' }
+  | { type: 'resume' };
+
+export interface ControlEntry {
+  queue: string;
+  entryId: string;
+  message: ControlMessage;
+}
+
+/** The control stream of each queue: every XADD / XREAD on it lives here. */
+export class ControlStreams {
+  constructor(
+    private readonly prefix: string,
+    private readonly maxLen = 1000,
+  ) {}
+
+  async publish(redis: Redis, queue: string, message: ControlMessage): Promise<void> {
+    await redis.xadd(controlStreamKey(this.prefix, queue), 'MAXLEN', '~', this.maxLen, '*', 'm', JSON.stringify(message));
+  }
+
+  /** The id to start reading after, so a new reader sees only what comes next. */
+  async latestId(redis: Redis, queue: string): Promise<string> {
+    const last = (await redis.xrevrange(controlStreamKey(this.prefix, queue), '+', '-', 'COUNT', 1)) as [string, string[]][];
+    return last[0]?.[0] ?? '0-0';
+  }
+
+  /** Entries after `after[queue]` on each queue's control stream, waiting up to `blockMs`. */
+  async read(redis: Redis, after: ReadonlyMap<string, string>, blockMs: number): Promise<ControlEntry[]> {
+    const queues = [...after.keys()];
+    if (queues.length === 0) return [];
+    const reply = (await redis.xread(
+      'COUNT',
+      100,
+      'BLOCK',
+      blockMs,
+      'STREAMS',
+      ...queues.map((q) => controlStreamKey(this.prefix, q)),
+      ...queues.map((q) => after.get(q) ?? '$'),
+    )) as [string, [string, string[]][]][] | null;
+    const out: ControlEntry[] = [];
+    for (const [stream, entries] of reply ?? []) {
+      const queue = queues.find((q) => controlStreamKey(this.prefix, q) === stream);
+      if (queue === undefined) continue;
+      for (const [entryId, fields] of entries) {
+        const raw = fields[fields.indexOf('m') + 1];
+        if (raw === undefined) continue;
+        try {
+          out.push({ queue, entryId, message: JSON.parse(raw) as ControlMessage });
+        } catch {
+          // A foreign or damaged entry: skip it, the ledger still holds the truth.
+        }
+      }
+    }
+    return out;
+  }
+}

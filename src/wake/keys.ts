@@ -1,0 +1,18 @@
+import type { QueueClass } from '../ledger/types.js';
+
+/**
+ * Key names. `{queue}` is a Redis Cluster hash tag: every key of one queue
+ * lives in one slot, so multi-stream reads of a queue work on a cluster.
+ */
+export function wakeStreamKey(prefix: string, queue: string, queueClass: QueueClass): string {
+  return `${prefix}{${queue}}:wake:${queueClass}`;
+}
+
+export function controlStreamKey(prefix: string, queue: string): string {
+  return `${prefix}{${queue}}:control`;
+}
+
+/** Consumers of one queue form this one group on each of its wake streams. */
+export const CONSUMER_GROUP = 'consumers';
+
+export const DEFAULT_KEY_PREFIX = 'lw:';

@@ -1,0 +1,111 @@
+import { Queue, Worker, type Job } from 'bullmq';
+import type { PlainRedisOptions } from './redis.js';
+import type { QueueClass } from '../ledger/types.js';
+
+export interface WakeTimer {
+  queue: string;
+  queueClass: QueueClass;
+  itemId: string;
+  attempt: number;
+  runAt: Date;
+}
+
+export interface RecurringSchedule {
+  /** Unique schedule name; fires become items with idempotency key `<name>:<fire time ms>`. */
+  name: string;
+  /** A cron pattern, or … */
+  pattern?: string;
+  /** … a fixed interval. */
+  everyMs?: number;
+  /** What each fire enqueues. */
+  item: { queue: string; type: string; payload: unknown; lane?: string; queueClass?: QueueClass };
+}
+
+interface TimerJobData {
+  queue: string;
+  queueClass: QueueClass;
+  itemId: string;
+}
+
+type ScheduleJobData = RecurringSchedule['item'] & { schedule: string };
+
+export interface TimerHandlers {
+  /** A delayed item is due: publish its wake-up. */
+  onDue: (timer: TimerJobData) => Promise<void>;
+  /** A recurring schedule fired at `fireTimeMs`: enqueue its item idempotently. */
+  onScheduleFire: (schedule: string, item: RecurringSchedule['item'], fireTimeMs: number) => Promise<void>;
+}
+
+/** Fire a little after the due time, so the ledger's clock has surely passed it. */
+const FIRE_MARGIN_MS = 5;
+
+/**
+ * BullMQ carries future `runAfter`s and recurring schedules; its jobs only
+ * ever publish a wake-up or enqueue through the ledger, never hold work.
+ */
+export class WakeTimers {
+  private readonly queue: Queue;
+  private worker: Worker | undefined;
+
+  constructor(
+    private readonly connection: PlainRedisOptions,
+    private readonly name = 'lanewake-timers',
+    private readonly prefix = 'lw',
+  ) {
+    // Fail fast while Redis is away: scheduling a timer is best effort, the sweep is the backstop.
+    this.queue = new Queue(name, { connection: { ...connection, enableOfflineQueue: false, maxRetriesPerRequest: 1 }, prefix });
+    this.queue.on('error', () => undefined);
+  }
+
+  /** One delayed job per (item, attempt): scheduling the same wake twice adds nothing. */
+  async schedule(timers: readonly WakeTimer[], nowMs = Date.now()): Promise<void> {
+    if (timers.length === 0) return;
+    await this.queue.addBulk(
+      timers.map((t) => ({
+        name: 'wake',
+        data: { queue: t.queue, queueClass: t.queueClass, itemId: t.itemId } satisfies TimerJobData,
+        opts: {
+          jobId: `${t.itemId}-${t.attempt}`,
+          delay: Math.max(0, t.runAt.getTime() - nowMs + FIRE_MARGIN_MS),
+          removeOnComplete: true,
+          removeOnFail: 1000,
+        },
+      })),
+    );
+  }
+
+  async upsertSchedule(s: RecurringSchedule): Promise<void> {
+    await this.queue.upsertJobScheduler(
+      s.name,
+      s.pattern !== undefined ? { pattern: s.pattern } : { every: s.everyMs ?? 60_000 },
+      { name: 'schedule', data: { ...s.item, schedule: s.name } satisfies ScheduleJobData, opts: { removeOnComplete: true, removeOnFail: 1000 } },
+    );
+  }
+
+  async removeSchedule(name: string): Promise<void> {
+    await this.queue.removeJobScheduler(name);
+  }
+
+  /** Runs the processor in this process (any number of processes may). */
+  start(handlers: TimerHandlers, concurrency = 8): void {
+    if (this.worker) return;
+    this.worker = new Worker(
+      this.name,
+      async (job: Job) => {
+        if (job.name === 'wake') {
+          await handlers.onDue(job.data as TimerJobData);
+        } else if (job.name === 'schedule') {
+          const { schedule, ...item } = job.data as ScheduleJobData;
+          const fire = typeof job.opts.prevMillis === 'number' ? job.opts.prevMillis : job.timestamp + (job.opts.delay ?? 0);
+          await handlers.onScheduleFire(schedule, item, fire);
+        }
+      },
+      { connection: { ...this.connection, maxRetriesPerRequest: null }, prefix: this.prefix, concurrency },
+    );
+    this.worker.on('error', () => undefined);
+  }
+
+  async close(): Promise<void> {
+    await Promise.allSettled([this.worker?.close(), this.queue.close()]);
+  }
+}

@@ -1,0 +1,127 @@
+import type { Redis } from 'ioredis';
+import type { Logger } from '../log.js';
+import { createLogger } from '../log.js';
+import { QUEUE_CLASSES, type QueueClass } from '../ledger/types.js';
+import { WakeStreams, type WakeMessage } from './channel.js';
+import { ControlStreams, type ControlMessage } from './control.js';
+import { DEFAULT_KEY_PREFIX } from './keys.js';
+import { createCommandClient, plainRedisOptions, whenReady, type RedisTarget } from './redis.js';
+import { WakeTimers, type WakeTimer } from './timers.js';
+
+export interface WakeChannelOptions {
+  redis: RedisTarget;
+  keyPrefix?: string;
+  /** Approximate cap of each wake stream (XADD MAXLEN ~). */
+  streamMaxLen?: number;
+  logger?: Logger;
+}
+
+export interface PublishCounters {
+  published: number;
+  failed: number;
+}
+
+/**
+ * The producer side of Redis: wake-ups, control broadcasts and timers. Every
+ * publish fails soft — a wake-up is a hint, so an unreachable Redis is logged
+ * and counted, never thrown at a caller whose work already committed.
+ */
+export class WakeChannel {
+  readonly redis: Redis;
+  readonly control: ControlStreams;
+  readonly timers: WakeTimers;
+  readonly counters: PublishCounters = { published: 0, failed: 0 };
+  private readonly streams = new Map<string, WakeStreams>();
+  private readonly log: Logger;
+  private everReady = false;
+
+  constructor(readonly options: WakeChannelOptions) {
+    this.redis = createCommandClient(options.redis, 'lanewake:publish');
+    this.control = new ControlStreams(this.keyPrefix);
+    this.timers = new WakeTimers(plainRedisOptions(options.redis), 'lanewake-timers', this.keyPrefix.replace(/:$/, ''));
+    this.log = options.logger ?? createLogger('lanewake.wake');
+    this.redis.on('ready', () => {
+      this.everReady = true;
+    });
+  }
+
+  /**
+   * Whether a command can go out now. Right after start-up it waits briefly
+   * for the first connection; once Redis has been seen and is gone, it
+   * answers false at once so a producer never waits on a dead Redis.
+   */
+  async usable(): Promise<boolean> {
+    if (this.redis.status === 'ready') return true;
+    if (this.everReady) return false;
+    return whenReady(this.redis, 1000);
+  }
+
+  get keyPrefix(): string {
+    return this.options.keyPrefix ?? DEFAULT_KEY_PREFIX;
+  }
+
+  streamsOf(queue: string, classes: readonly QueueClass[] = QUEUE_CLASSES): WakeStreams {
+    const k = `${queue}|${classes.join(',')}`;
+    let s = this.streams.get(k);
+    if (!s) {
+      s = new WakeStreams(this.keyPrefix, queue, classes, this.options.streamMaxLen);
+      this.streams.set(k, s);
+    }
+    return s;
+  }
+
+  connected(): boolean {
+    return this.redis.status === 'ready';
+  }
+
+  /** Publishes wake-ups grouped by queue; false if Redis refused (already logged and counted). */
+  async publish(messages: readonly (WakeMessage & { queue: string; queueClass: QueueClass })[]): Promise<boolean> {
+    if (messages.length === 0) return true;
+    const byQueue = new Map<string, (WakeMessage & { queueClass: QueueClass })[]>();
+    for (const m of messages) byQueue.set(m.queue, [...(byQueue.get(m.queue) ?? []), m]);
+    try {
+      if (!(await this.usable())) throw new Error('redis is not connected');
+      await Promise.all([...byQueue].map(([queue, ms]) => this.streamsOf(queue).publish(this.redis, ms)));
+      this.counters.published += messages.length;
+      return true;
+    } catch (error) {
+      this.counters.failed += messages.length;
+      this.log.warn({ err: errorSummary(error), messages: messages.length }, 'wake publish failed; consumers will find the work by sweeping');
+      return false;
+    }
+  }
+
+  async publishControl(queue: string, message: ControlMessage): Promise<boolean> {
+    try {
+      if (!(await this.usable())) throw new Error('redis is not connected');
+      await this.control.publish(this.redis, queue, message);
+      return true;
+    } catch (error) {
+      this.counters.failed++;
+      this.log.warn({ err: errorSummary(error), queue, type: message.type }, 'control publish failed');
+      return false;
+    }
+  }
+
+  async scheduleTimers(timers: readonly WakeTimer[]): Promise<boolean> {
+    if (timers.length === 0) return true;
+    try {
+      if (!(await this.usable())) throw new Error('redis is not connected');
+      await this.timers.schedule(timers);
+      return true;
+    } catch (error) {
+      this.counters.failed += timers.length;
+      this.log.warn({ err: errorSummary(error), timers: timers.length }, 'timer scheduling failed; the sweep will find the work when due');
+      return false;
+    }
+  }
+
+  async close(): Promise<void> {
+    await this.timers.close();
+    this.redis.disconnect();
+  }
+}
+
+function errorSummary(error: unknown): string {
+  return error instanceof Error ? error.message : String(error);
+}
