@@ -71,7 +71,10 @@ export class Consumer<DB = Record<string, never>> extends EventEmitter<ConsumerE
   private readonly handlers: Map<string, RegisteredHandler<DB>>;
   private readonly log: Logger;
   private readonly completer: BatchCompleter;
+  /** Items whose handler is running: each holds an executor slot. */
   private readonly running = new Map<string, RunningJob>();
+  /** Items whose handler has settled and whose outcome is being written. */
+  private readonly finalizing = new Map<string, RunningJob>();
   private readonly targeted = new Set<string>();
   private pendingAcks: WakeEntry[] = [];
   private readonly schedulerWake = new Notifier();
@@ -105,8 +108,9 @@ export class Consumer<DB = Record<string, never>> extends EventEmitter<ConsumerE
     this.completer = new BatchCompleter(ledger);
   }
 
+  /** Items this consumer holds: handlers running plus outcomes being written. */
   get inFlight(): number {
-    return this.running.size;
+    return this.running.size + this.finalizing.size;
   }
 
   get redisConnected(): boolean {
@@ -139,6 +143,8 @@ export class Consumer<DB = Record<string, never>> extends EventEmitter<ConsumerE
           await new Producer({ ledger: this.ledger, wake }).enqueue({ ...item, idempotencyKey: `${schedule}:${fireTimeMs}` });
         },
       });
+      // Notice Redis coming back on the command connection at once, not at the next read.
+      wake.redis.on('ready', this.onRedisReady);
       this.loops.push(this.readLoop(), this.controlLoop());
     }
     this.loops.push(this.scheduleLoop());
@@ -165,8 +171,8 @@ export class Consumer<DB = Record<string, never>> extends EventEmitter<ConsumerE
     this.controlReader?.disconnect();
     await Promise.allSettled(this.loops);
 
-    const settled = () => Promise.allSettled([...this.running.values()].map((r) => r.done));
-    if (this.running.size > 0) await Promise.race([settled(), sleep(drainMs)]);
+    const settled = () => Promise.allSettled([...this.running.values(), ...this.finalizing.values()].map((r) => r.done));
+    if (this.running.size + this.finalizing.size > 0) await Promise.race([settled(), sleep(drainMs)]);
     if (this.running.size > 0) {
       this.log.warn({ inFlight: this.running.size }, 'drain timeout: aborting in-flight handlers');
       for (const r of this.running.values()) r.abort('shutdown');
@@ -175,11 +181,22 @@ export class Consumer<DB = Record<string, never>> extends EventEmitter<ConsumerE
       await settled();
     }
     if (this.wake && this.streams) {
+      this.wake.redis.off('ready', this.onRedisReady);
       await this.streams.removeConsumer(this.wake.redis, this.name).catch(() => undefined);
     }
     this.state = 'stopped';
     this.log.info({ counters: this.counters }, 'consumer stopped');
   }
+
+  private readonly onRedisReady = (): void => {
+    if (!this.redisDown || !this.active) return;
+    this.redisDown = false;
+    // An emptied Redis lost the group: join it again before the next read.
+    this.groupReady = false;
+    this.log.info('redis is back: sweeping now, wake-ups resume');
+    this.lastSweepAt = 0;
+    this.kick();
+  };
 
   /** Claim now (used by wake-ups, control messages and tests). */
   kick(): void {
@@ -299,6 +316,12 @@ export class Consumer<DB = Record<string, never>> extends EventEmitter<ConsumerE
     );
     this.running.set(item.id, run);
     this.emit('started', item);
+    // The slot frees when the handler settles, so the next claim overlaps this finalize.
+    void run.settled.then(() => {
+      if (this.running.delete(item.id)) this.finalizing.set(item.id, run);
+      this.schedulerWake.notify();
+      this.readerWake.notify();
+    });
     void run.done.then(
       (outcome) => this.finished(item, outcome),
       (error: unknown) => {
@@ -311,13 +334,14 @@ export class Consumer<DB = Record<string, never>> extends EventEmitter<ConsumerE
 
   private finished(item: ClaimedItem, outcome: Outcome): void {
     this.running.delete(item.id);
+    this.finalizing.delete(item.id);
     const key = ({
       completed: 'completed', retried: 'retried', dead: 'dead', released: 'released', blocked: 'blocked',
       cancelled: 'cancelled', skipped: 'skipped', lease_lost: 'leaseLost', abandoned: 'abandoned',
     } as const)[outcome];
     this.counters[key]++;
     // The slot is free; a finished lane head has a successor worth claiming right here (lane affinity).
-    if (item.lane !== null || this.mightHaveWork) this.mightHaveWork = true;
+    if (item.lane !== null) this.mightHaveWork = true;
     this.emit('outcome', item, outcome);
     this.schedulerWake.notify();
     this.readerWake.notify();

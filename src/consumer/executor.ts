@@ -32,6 +32,9 @@ export interface RunningJob {
   abort(reason: AbortReason): void;
   /** Stop waiting for the handler: leave its lease to expire, write nothing. */
   abandon(): void;
+  /** The handler has settled (or never ran): its executor slot is free, the finalize may still be writing. */
+  settled: Promise<void>;
+  /** The outcome is written (or given up on). */
   done: Promise<Outcome>;
 }
 
@@ -70,6 +73,11 @@ export function runJob<DB>(deps: ExecutorDeps<DB>, item: ClaimedItem): RunningJo
       leaseLost = true;
       abort('lease_lost');
     } else abort('cancelled');
+  });
+
+  let markSettled: () => void = () => undefined;
+  const settled = new Promise<void>((resolve) => {
+    markSettled = resolve;
   });
 
   const done = (async (): Promise<Outcome> => {
@@ -139,6 +147,7 @@ export function runJob<DB>(deps: ExecutorDeps<DB>, item: ClaimedItem): RunningJo
     } finally {
       if (deadline) clearTimeout(deadline);
       if (graceTimer) clearTimeout(graceTimer);
+      markSettled();
       await keeper.stop();
     }
 
@@ -158,7 +167,8 @@ export function runJob<DB>(deps: ExecutorDeps<DB>, item: ClaimedItem): RunningJo
     return finalizeError(deps, item, thrown, abortReason);
   })();
 
-  return { item, abort, abandon: () => abandon(), done };
+  void done.finally(markSettled);
+  return { item, abort, abandon: () => abandon(), settled, done };
 }
 
 async function finalizeError<DB>(deps: ExecutorDeps<DB>, item: ClaimedItem, error: unknown, abortReason: AbortReason | undefined): Promise<Outcome> {

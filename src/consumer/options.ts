@@ -10,7 +10,10 @@ export const consumerSettingsSchema = z
     /** Executor slots: how many handlers run at once. */
     concurrency: z.number().int().min(1).max(1000).default(10),
     classes: z.array(z.enum(QUEUE_CLASSES)).min(1).default([...QUEUE_CLASSES]),
-    /** Only these types are claimed (default: the types that have handlers). */
+    /**
+     * Only these types are claimed. Default: every type, so an item whose type
+     * has no handler here ends per `unknownType` instead of waiting forever.
+     */
     types: z.array(typeName).optional(),
     /** Consumer name: lease owner and stream consumer. Default host:pid:random. */
     name: z.string().min(1).max(128).optional(),

@@ -11,7 +11,7 @@ import { claimByIds, claimHeads, type ClaimOutcome } from './sql/claim.js';
 import { truncate, type Executor } from './sql/common.js';
 import { completeMany } from './sql/completeBatch.js';
 import { probeDependencyWaits, wakeDependency, type ProbeOutcome, type WokenItem } from './sql/dependency.js';
-import { insertItems, type NewItem } from './sql/enqueue.js';
+import { insertItems, MAX_STATEMENT_BYTES, type NewItem } from './sql/enqueue.js';
 import { finalize, finalizeInTx, renewLease, saveCheckpoint, type Finalization, type LeaseHandle, type RenewOutcome } from './sql/finalize.js';
 import { getAttempts, getItem, listDead } from './sql/inspect.js';
 import { activateOwnership, getOwnership, type Ownership } from './sql/ownership.js';
@@ -89,6 +89,12 @@ export interface RetryInput {
 }
 
 export const DEFAULT_MAX_ATTEMPTS = 25;
+
+function fitsOneStatement(items: readonly NewItem[]): boolean {
+  let bytes = 0;
+  for (const i of items) bytes += i.payloadJson.length * 3 + 512;
+  return bytes <= MAX_STATEMENT_BYTES;
+}
 
 const claimSchema = z
   .object({
@@ -171,6 +177,11 @@ export class Ledger {
     if (items.length === 0) return [];
     const caller = opts.transaction;
     if (caller !== undefined) return this.enqueueInCallerTransaction(caller, items);
+    if (items.every((i) => i.lane === null) && fitsOneStatement(items)) {
+      // No lane bookkeeping: the whole batch is one INSERT (plus a read when it
+      // has idempotency keys), atomic without a transaction's extra round trips.
+      return retryOnConflict(() => insertItems(this.db, this.tables, items, false), undefined, (e) => errno(e) === ER_DUP_ENTRY);
+    }
     return retryOnConflict(
       () => this.db.transaction().execute((trx) => insertItems(trx, this.tables, items, false)),
       undefined,

@@ -106,6 +106,9 @@ export class WakeTimers {
   }
 
   async close(): Promise<void> {
-    await Promise.allSettled([this.worker?.close(), this.queue.close()]);
+    // Force the worker closed: a graceful BullMQ close waits for its connection,
+    // and never returns while Redis is unreachable (or still reconnecting after an
+    // outage). A timer job cut short only loses a wake-up; the sweep covers it.
+    await Promise.allSettled([this.worker?.close(true), this.queue.close()]);
   }
 }

@@ -35,8 +35,13 @@ export async function completeMany(db: LedgerDb, t: LedgerTables, entries: reado
   });
 
   if (batch.length > 0) {
+    const items = batch.map((i) => entries[i]!);
+    // Without lanes the batch is one UPDATE: atomic on its own, no transaction round trips.
+    const run = items.some((e) => e.handle.lane !== null)
+      ? () => db.transaction().execute((trx) => completeBatchInTx(trx, t, items))
+      : () => completeBatchInTx(db, t, items);
     try {
-      await retryOnConflict(() => db.transaction().execute((trx) => completeBatchInTx(trx, t, batch.map((i) => entries[i]!))));
+      await retryOnConflict(run);
       for (const i of batch) won[i] = true;
     } catch (error) {
       if (!(error instanceof PartialBatch)) throw error;

@@ -20,7 +20,7 @@ export interface NewItem {
 }
 
 /** Keeps one multi-row INSERT well under max_allowed_packet. */
-const MAX_STATEMENT_BYTES = 4 * 1024 * 1024;
+export const MAX_STATEMENT_BYTES = 4 * 1024 * 1024;
 
 /**
  * Inserts a batch: resolves idempotency keys, assigns lane sequences under
