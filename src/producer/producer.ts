@@ -2,7 +2,19 @@ import type { Kysely, Transaction } from 'kysely';
 import type { EnqueueInput, Ledger } from '../ledger/ledger.js';
 import type { Executor } from '../ledger/sql/common.js';
 import type { EnqueueResult, QueueClass } from '../ledger/types.js';
-import type { WakeTimer } from '../wake/timers.js';
+import { z } from 'zod';
+import { queueClass, queueName, typeName, laneKey, validate } from '../ledger/validation.js';
+import type { RecurringSchedule, WakeTimer } from '../wake/timers.js';
+
+const scheduleSchema = z
+  .object({
+    name: z.string().regex(/^[A-Za-z0-9._-]{1,100}$/, 'must be 1-100 chars of [A-Za-z0-9._-]'),
+    pattern: z.string().min(1).max(200).optional(),
+    everyMs: z.number().int().min(100).max(366 * 86_400_000).optional(),
+    item: z.object({ queue: queueName, type: typeName, payload: z.unknown(), lane: laneKey.optional(), queueClass: queueClass.optional() }).strict(),
+  })
+  .strict()
+  .refine((s) => (s.pattern === undefined) !== (s.everyMs === undefined), { message: 'give exactly one of pattern or everyMs', path: ['pattern'] });
 import type { WakeChannel } from '../wake/wake-channel.js';
 
 export interface ProducerOptions {
@@ -101,6 +113,23 @@ export class Producer {
       }
     }
     return woken.length;
+  }
+
+  /**
+   * A recurring schedule (cron `pattern` or `everyMs`): each fire enqueues
+   * `item` with idempotency key `<name>:<fire time ms>`, so however many
+   * replicas run the timer processor, one item is made per fire. Needs a wake
+   * channel (BullMQ keeps the schedule); consumers run the processor.
+   */
+  async schedule(schedule: RecurringSchedule): Promise<void> {
+    if (!this.options.wake) throw new Error('schedules need a wake channel (Redis)');
+    validate(scheduleSchema, schedule, 'schedule');
+    await this.options.wake.timers.upsertSchedule(schedule);
+  }
+
+  async unschedule(name: string): Promise<void> {
+    if (!this.options.wake) throw new Error('schedules need a wake channel (Redis)');
+    await this.options.wake.timers.removeSchedule(name);
   }
 
   /** Operator re-drive of a dead or cancelled item; the new item is announced like any enqueue. */

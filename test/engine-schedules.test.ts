@@ -1,0 +1,101 @@
+import { afterEach, expect, test } from 'vitest';
+import { Consumer } from '../src/consumer/consumer.js';
+import { Producer } from '../src/producer/producer.js';
+import { WakeChannel } from '../src/wake/wake-channel.js';
+import { ValidationError } from '../src/errors.js';
+import { createTestWake, uniqueQueue, type TestWake } from './support/engine.js';
+import { createTestLedger, waitFor, type TestLedger } from './support/ledger.js';
+import { redisUrl } from './support/services.js';
+
+let tl: TestLedger | undefined;
+let tw: TestWake | undefined;
+const cleanups: (() => Promise<unknown>)[] = [];
+afterEach(async () => {
+  for (const c of cleanups.splice(0).reverse()) await c().catch(() => undefined);
+  await tw?.drop();
+  await tl?.drop();
+});
+
+test('a recurring schedule makes one item per fire, whichever replica processes it', async () => {
+  tl = await createTestLedger();
+  tw = createTestWake();
+  const queue = uniqueQueue('sched');
+  // A second replica: its own Redis connections under the same key prefix.
+  const otherWake = new WakeChannel({ redis: redisUrl(), keyPrefix: tw.keyPrefix });
+  cleanups.push(() => otherWake.close());
+  const ran: string[] = [];
+  const consumers = [tw.wake, otherWake].map(
+    (wake) =>
+      new Consumer({
+        ledger: tl!.ledger,
+        wake,
+        queue,
+        concurrency: 4,
+        pollIntervalMs: 60_000,
+        handlers: { tick: async (job: { id: string }) => void ran.push(job.id) },
+      }),
+  );
+  for (const c of consumers) {
+    await c.start();
+    cleanups.push(() => c.stop());
+  }
+  const producer = new Producer({ ledger: tl.ledger, wake: tw.wake });
+  await producer.schedule({ name: `every-${queue}`, everyMs: 200, item: { queue, type: 'tick', payload: { from: 'schedule' } } });
+  cleanups.push(() => producer.unschedule(`every-${queue}`));
+  await waitFor(() => (ran.length >= 3 ? true : undefined), 20_000, 'three fires to run');
+  await producer.unschedule(`every-${queue}`);
+
+  const items = await Promise.all(ran.map((id) => tl!.ledger.get(id)));
+  const keys = items.map((i) => i?.idempotencyKey ?? '');
+  for (const k of keys) expect(k).toMatch(new RegExp(`^every-${queue}:\\d+$`));
+  expect(new Set(keys).size).toBe(keys.length);
+  expect(new Set(ran).size).toBe(ran.length);
+  expect(items.every((i) => i?.state === 'completed')).toBe(true);
+});
+
+test('a fire that two replicas both process still makes one item (idempotency key per fire time)', async () => {
+  tl = await createTestLedger();
+  tw = createTestWake();
+  const queue = uniqueQueue('sched-dup');
+  // Simulate what a duplicated delivery would do: the same fire enqueued twice.
+  const producer = new Producer({ ledger: tl.ledger, wake: tw.wake });
+  const fire = { queue, type: 'tick', payload: {}, idempotencyKey: `nightly:${Date.UTC(2026, 10, 30)}` };
+  const [a, b] = await Promise.all([producer.enqueue(fire), producer.enqueue(fire)]);
+  expect(a?.id).toBe(b?.id);
+  expect([a?.duplicate, b?.duplicate].sort()).toEqual([false, true]);
+});
+
+test('an item enqueued with a delay is woken by its timer, not by the sweep', async () => {
+  tl = await createTestLedger();
+  tw = createTestWake();
+  const queue = uniqueQueue('delayed');
+  const startedAt: number[] = [];
+  const consumer = new Consumer({
+    ledger: tl.ledger,
+    wake: tw.wake,
+    queue,
+    concurrency: 2,
+    pollIntervalMs: 60_000,
+    handlers: { later: async () => void startedAt.push(Date.now()) },
+  });
+  await consumer.start();
+  cleanups.push(() => consumer.stop());
+  // Let the first sweep pass so only the timer can find the item.
+  await waitFor(() => (consumer.counters.sweeps >= 1 ? true : undefined), 5_000, 'first sweep');
+  const producer = new Producer({ ledger: tl.ledger, wake: tw.wake });
+  const enqueuedAt = Date.now();
+  await producer.enqueue({ queue, type: 'later', payload: {}, delayMs: 400 });
+  await waitFor(() => (startedAt.length === 1 ? true : undefined), 15_000, 'the delayed item to run');
+  expect(startedAt[0]! - enqueuedAt).toBeGreaterThanOrEqual(400);
+  expect(consumer.counters.sweeps).toBe(1);
+});
+
+test('a schedule with neither or both of pattern and everyMs is refused', async () => {
+  tl = await createTestLedger();
+  tw = createTestWake();
+  const producer = new Producer({ ledger: tl.ledger, wake: tw.wake });
+  const item = { queue: 'q', type: 't', payload: {} };
+  await expect(producer.schedule({ name: 'x', item })).rejects.toThrow(ValidationError);
+  await expect(producer.schedule({ name: 'x', item, pattern: '* * * * *', everyMs: 1000 })).rejects.toThrow(ValidationError);
+  await expect(producer.schedule({ name: 'bad name!', item, everyMs: 1000 })).rejects.toThrow(/name/);
+});
