@@ -27,7 +27,7 @@ export interface ClaimOutcome {
 }
 
 /** How many candidates to read per wanted item; picking among them spreads concurrent claimers apart. */
-const CANDIDATE_FACTOR = 4;
+const CANDIDATE_FACTOR = 8;
 const MAX_CANDIDATES = 1000;
 
 /**

@@ -71,10 +71,17 @@ async function completeBatchInTx(trx: Executor, t: LedgerTables, entries: readon
     withResult.length === 0
       ? sql`NULL`
       : sql`CASE id ${sql.join(withResult.map((e) => sql`WHEN ${e.handle.id} THEN ${e.resultJson}`), sql` `)} ELSE NULL END`;
+  // Items of one claim share its token: then a plain equality does, which
+  // MariaDB plans far more cheaply than a list of (id, token) pairs.
+  const tokens = new Set(entries.map((e) => e.handle.leaseToken));
+  const [onlyToken] = tokens;
+  const tokenGuard =
+    tokens.size === 1
+      ? sql`lease_token = ${onlyToken}`
+      : sql`(id, lease_token) IN (${sql.join(entries.map((e) => sql`(${e.handle.id}, ${e.handle.leaseToken})`))})`;
   const r = await sql`UPDATE ${t.items}
     SET state = 'completed', result = ${resultExpr}, lease_until = NULL, terminal_at = NOW(6), updated_at = NOW(6)
-    WHERE id IN (${list(ids)}) AND state = 'processing'
-      AND (id, lease_token) IN (${sql.join(entries.map((e) => sql`(${e.handle.id}, ${e.handle.leaseToken})`))})`.execute(trx);
+    WHERE id IN (${list(ids)}) AND state = 'processing' AND ${tokenGuard}`.execute(trx);
 
   // Someone lost their lease: undo this batch and let each item CAS on its own,
   // which tells exactly who won. Rare (expired leases), so the slow path is fine.

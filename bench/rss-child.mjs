@@ -1,0 +1,32 @@
+// A consumer alone in its process, run from the compiled package (dist/), so
+// its peak RSS is the consumer's own: no producer, no TypeScript loader.
+// Configured by env; prints one JSON line when the backlog is drained.
+import { Consumer, Ledger, WakeChannel, createLogger } from '../dist/index.js';
+
+const env = (name) => {
+  const v = process.env[name];
+  if (v === undefined) throw new Error(`${name} is required`);
+  return v;
+};
+const jobs = Number(env('LW_JOBS'));
+const ledger = new Ledger({ url: env('LW_DATABASE_URL'), poolSize: 12 });
+const wake = new WakeChannel({ redis: env('LW_REDIS_URL'), keyPrefix: env('LW_KEY_PREFIX') });
+const consumer = new Consumer({
+  ledger,
+  wake,
+  queue: env('LW_QUEUE'),
+  concurrency: Number(env('LW_CONCURRENCY')),
+  logger: createLogger('bench-child', 'warn'),
+  handlers: { noop: async () => undefined },
+});
+let peak = process.memoryUsage().rss;
+const sampler = setInterval(() => (peak = Math.max(peak, process.memoryUsage().rss)), 20);
+const t0 = performance.now();
+await consumer.start();
+while (consumer.counters.completed < jobs) await new Promise((r) => setTimeout(r, 5));
+const elapsed = performance.now() - t0;
+clearInterval(sampler);
+await consumer.stop();
+await wake.close();
+await ledger.close();
+console.log(JSON.stringify({ peakRssMb: peak / (1024 * 1024), jobsS: (jobs / elapsed) * 1000, completed: consumer.counters.completed }));
