@@ -18,6 +18,7 @@
  */
 import { execFileSync, spawn } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
+import { mkdirSync, writeFileSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
 import { performance } from 'node:perf_hooks';
 import { Consumer } from '../src/consumer/consumer.js';
@@ -156,7 +157,8 @@ async function childRss(concurrency: number, jobs: number): Promise<{ peakRssMb:
       child.on('exit', (code) => (code === 0 ? resolve(stdout) : reject(new Error(`rss child exited ${code}`))));
     });
     const last = out.trim().split('\n').pop() ?? '{}';
-    const r = JSON.parse(last) as { peakRssMb: number; jobsS: number; completed: number };
+    const r = JSON.parse(last) as { peakRssMb: number; jobsS: number; completed: number; atPeak: Record<string, number> };
+    progress(`  consumer process at peak RSS ${r.peakRssMb.toFixed(1)} MB: ${JSON.stringify(r.atPeak)}`);
     const [stats] = await env.ledger.stats(env.queue);
     if ((stats?.counts.completed ?? 0) !== jobs) throw new Error(`rss run: ${stats?.counts.completed ?? 0} of ${jobs} completed`);
     return r;
@@ -263,6 +265,12 @@ async function main(): Promise<void> {
     poll_200ms_p50_ms: round(med('(d) latency p50, poll 200 ms')),
     peak_rss_mb_c64: round(med('(c) peak RSS, concurrency 64')),
   };
+  const resultsDir = fileURLToPath(new URL('./results/', import.meta.url));
+  mkdirSync(resultsDir, { recursive: true });
+  writeFileSync(
+    `${resultsDir}engine-latest.json`,
+    `${JSON.stringify({ ...result, meta: { at: new Date().toISOString(), runs: RUNS, scale: SCALE, node: process.version, rows: rows.map((r) => ({ name: r.name, unit: r.unit, values: r.values })) } }, null, 2)}\n`,
+  );
   if (JSON_OUT) console.log(JSON.stringify(result));
 }
 

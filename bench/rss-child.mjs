@@ -20,7 +20,14 @@ const consumer = new Consumer({
   handlers: { noop: async () => undefined },
 });
 let peak = process.memoryUsage().rss;
-const sampler = setInterval(() => (peak = Math.max(peak, process.memoryUsage().rss)), 20);
+let peakDetail = process.memoryUsage();
+const sampler = setInterval(() => {
+  const m = process.memoryUsage();
+  if (m.rss > peak) {
+    peak = m.rss;
+    peakDetail = m;
+  }
+}, 20);
 const t0 = performance.now();
 await consumer.start();
 while (consumer.counters.completed < jobs) await new Promise((r) => setTimeout(r, 5));
@@ -29,4 +36,12 @@ clearInterval(sampler);
 await consumer.stop();
 await wake.close();
 await ledger.close();
-console.log(JSON.stringify({ peakRssMb: peak / (1024 * 1024), jobsS: (jobs / elapsed) * 1000, completed: consumer.counters.completed }));
+const mb = (n) => Math.round((n / (1024 * 1024)) * 10) / 10;
+console.log(
+  JSON.stringify({
+    peakRssMb: peak / (1024 * 1024),
+    jobsS: (jobs / elapsed) * 1000,
+    completed: consumer.counters.completed,
+    atPeak: { heapTotalMb: mb(peakDetail.heapTotal), heapUsedMb: mb(peakDetail.heapUsed), externalMb: mb(peakDetail.external), arrayBuffersMb: mb(peakDetail.arrayBuffers) },
+  }),
+);
