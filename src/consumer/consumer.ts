@@ -1,6 +1,7 @@
 import { EventEmitter } from 'node:events';
 import { hostname } from 'node:os';
 import { randomBytes } from 'node:crypto';
+import { performance } from 'node:perf_hooks';
 import type { Redis } from 'ioredis';
 import { ValidationError } from '../errors.js';
 import type { Ledger } from '../ledger/ledger.js';
@@ -47,6 +48,8 @@ export interface ConsumerEvents {
   outcome: [item: ClaimedItem, outcome: Outcome];
   started: [item: ClaimedItem];
   control: [message: ControlMessage];
+  /** One claim round: how many items it won and how long its ledger round trips took. */
+  claimRound: [round: { claimed: number; durationMs: number; targeted: number }];
 }
 
 const FOLLOW_UP_MIN_INTERVAL_MS = 20;
@@ -258,6 +261,7 @@ export class Consumer<DB = Record<string, never>> extends EventEmitter<ConsumerE
 
   private async claimRound(free: number): Promise<void> {
     this.counters.claimRounds++;
+    const startedAt = performance.now();
     const acks = this.pendingAcks;
     this.pendingAcks = [];
     const ids = [...this.targeted].slice(0, free);
@@ -279,6 +283,7 @@ export class Consumer<DB = Record<string, never>> extends EventEmitter<ConsumerE
       more = true;
     }
     this.mightHaveWork = more;
+    this.emit('claimRound', { claimed: claimed.length, durationMs: performance.now() - startedAt, targeted: ids.length });
     if (acks.length > 0 && this.wake && this.streams) {
       this.streams.ack(this.wake.redis, acks).catch(() => undefined);
     }
