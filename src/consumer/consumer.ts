@@ -54,6 +54,7 @@ export interface ConsumerEvents {
 
 const FOLLOW_UP_MIN_INTERVAL_MS = 20;
 const IDLE_WAKE_ENTRY_MS = 30_000;
+const CAPPED_RETRY_MS = 250;
 
 /**
  * One claim scheduler per (process, queue) feeding `concurrency` executor
@@ -86,6 +87,7 @@ export class Consumer<DB = Record<string, never>> extends EventEmitter<ConsumerE
   private reader: Redis | undefined;
   private controlReader: Redis | undefined;
   private loops: Promise<void>[] = [];
+  private loopsSettled: Promise<void> = Promise.resolve();
   private state: 'new' | 'running' | 'stopping' | 'stopped' = 'new';
   private mightHaveWork = true;
   private redisDown = false;
@@ -151,6 +153,8 @@ export class Consumer<DB = Record<string, never>> extends EventEmitter<ConsumerE
       this.loops.push(this.readLoop(), this.controlLoop());
     }
     this.loops.push(this.scheduleLoop());
+    this.loopsSettled = Promise.all(this.loops).then(() => undefined);
+    this.loopsSettled.catch(() => undefined);
     this.log.info({ concurrency: this.settings.concurrency, wake: this.wake !== undefined }, 'consumer started');
   }
 
@@ -200,6 +204,19 @@ export class Consumer<DB = Record<string, never>> extends EventEmitter<ConsumerE
     this.lastSweepAt = 0;
     this.kick();
   };
+
+  /**
+   * Settles when the consumer's loops end: after stop() normally. Ending (or
+   * rejecting) while still running means the consumer crashed; a supervisor
+   * stops it and starts a new one.
+   */
+  whenLoopsEnd(): Promise<void> {
+    return this.loopsSettled;
+  }
+
+  get isRunning(): boolean {
+    return this.state === 'running';
+  }
 
   /** Claim now (used by wake-ups, control messages and tests). */
   kick(): void {
@@ -267,6 +284,20 @@ export class Consumer<DB = Record<string, never>> extends EventEmitter<ConsumerE
     const ids = [...this.targeted].slice(0, free);
     this.targeted.clear();
     const base = { queue: this.settings.queue, owner: this.name, leaseMs: this.settings.leaseMs, ...(this.settings.epoch !== undefined ? { epoch: this.settings.epoch } : {}) };
+    if (this.settings.maxProcessing !== undefined) {
+      // The claim limiter: never push the fleet past the cap. At the cap nothing new is
+      // claimed; expired leases still go back to pending through the sweep.
+      const room = this.settings.maxProcessing - (await this.ledger.countProcessing(this.settings.queue));
+      if (room <= 0) {
+        for (const id of ids) this.targeted.add(id);
+        this.pendingAcks.unshift(...acks);
+        this.mightHaveWork = true;
+        await this.schedulerWake.wait(CAPPED_RETRY_MS);
+        return;
+      }
+      free = Math.min(free, room);
+      ids.splice(free);
+    }
     const claimed: ClaimedItem[] = ids.length > 0 ? await this.ledger.claimByIds({ ...base, ids }) : [];
     let more = false;
     if (claimed.length < free) {

@@ -18,7 +18,7 @@ import { activateOwnership, getOwnership, type Ownership } from './sql/ownership
 import { purgeTerminal } from './sql/purge.js';
 import { reclaimExpired, type ReclaimOutcome } from './sql/reclaim.js';
 import { replayItem } from './sql/replay.js';
-import { queueStats, type QueueStats } from './sql/stats.js';
+import { countProcessing, queueStats, type QueueStats } from './sql/stats.js';
 import { ledgerTables, type LedgerTables } from './tables.js';
 import type { AttemptRecord, ClaimedItem, EnqueueResult, ItemState, QueueClass, WorkItem } from './types.js';
 import {
@@ -404,6 +404,12 @@ export class Ledger {
   stats(queue?: string): Promise<QueueStats[]> {
     if (queue !== undefined) validate(queueName, queue, 'stats', 'queue');
     return queueStats(this.db, this.tables, queue);
+  }
+
+  /** How many items of `queue` are `processing` across the fleet (the claim limiter reads it). */
+  countProcessing(queue: string): Promise<number> {
+    validate(queueName, queue, 'countProcessing', 'queue');
+    return countProcessing(this.db, this.tables, queue);
   }
 
   async inspect(id: string): Promise<{ item: WorkItem; attempts: AttemptRecord[] } | undefined> {

@@ -59,11 +59,17 @@ export class WakeStreams {
     if (failed?.[0]) throw failed[0];
   }
 
-  /** Creates the group on every stream of the queue (and the streams). Idempotent. */
+  /**
+   * Creates the group on every stream of the queue (and the streams).
+   * Idempotent. A new group starts at the beginning of the stream, not at
+   * `$`: it is only ever new for a queue's first consumer or after Redis lost
+   * its data, and in both cases the entries already there announce work that
+   * is waiting (a producer may publish between the restart and our XGROUP).
+   */
   async ensureGroup(redis: Redis): Promise<void> {
     for (const key of this.keys.values()) {
       try {
-        await redis.xgroup('CREATE', key, CONSUMER_GROUP, '$', 'MKSTREAM');
+        await redis.xgroup('CREATE', key, CONSUMER_GROUP, '0', 'MKSTREAM');
       } catch (error) {
         if (!String((error as Error).message).includes('BUSYGROUP')) throw error;
       }

@@ -32,3 +32,10 @@ export async function queueStats(db: LedgerDb, t: LedgerTables, queue?: string):
   for (const r of ages.rows) entry(r.queue).oldestDueAgeMs = Math.max(0, Number(r.age_us ?? 0) / 1000);
   return [...byQueue.values()].sort((a, b) => (a.queue < b.queue ? -1 : 1));
 }
+
+/** Items of `queue` being processed right now, fleet-wide (one index range per class). */
+export async function countProcessing(db: LedgerDb, t: LedgerTables, queue: string): Promise<number> {
+  const r = await sql<{ n: number }>`SELECT COUNT(*) AS n FROM ${t.items}
+    WHERE queue = ${queue} AND queue_class IN ('interactive', 'default', 'bulk') AND state = 'processing'`.execute(db);
+  return Number(r.rows[0]?.n ?? 0);
+}

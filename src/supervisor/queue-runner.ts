@@ -1,0 +1,106 @@
+import { Consumer } from '../consumer/consumer.js';
+import type { HandlerEntry } from '../consumer/types.js';
+import type { Ledger } from '../ledger/ledger.js';
+import type { Logger } from '../log.js';
+import type { WakeChannel } from '../wake/wake-channel.js';
+import { RestartBackoff } from './backoff.js';
+import type { QueueConfig } from './config.js';
+import { sleep } from '../consumer/notifier.js';
+
+export type RunnerState = 'starting' | 'running' | 'restarting' | 'standby' | 'stopped';
+
+export interface QueueRunnerOptions {
+  queue: QueueConfig;
+  ledger: Ledger;
+  wake: WakeChannel | undefined;
+  handlers: Record<string, HandlerEntry<never>>;
+  log: Logger;
+  drainTimeoutMs: number;
+  /** The ownership epoch to fence claims with, or undefined to claim unfenced. Re-read on every (re)start. */
+  epoch: () => number | undefined;
+  /** Every consumer this runner starts, for metrics. */
+  onConsumer?: (consumer: Consumer<never>) => void;
+  backoff?: RestartBackoff;
+}
+
+/**
+ * Keeps one consumer of one queue running: a consumer whose loops end while
+ * it should be running has crashed, so it is stopped (its in-flight work
+ * drained or left to lease expiry) and a fresh one starts after a backoff of
+ * 1 s doubling to 30 s, reset after a healthy minute. Never restarts during
+ * shutdown.
+ */
+export class QueueRunner {
+  state: RunnerState = 'starting';
+  restarts = 0;
+  current: Consumer<never> | undefined;
+  private stopping = false;
+  private signalStop: () => void = () => undefined;
+  private readonly stopped = new Promise<void>((resolve) => {
+    this.signalStop = resolve;
+  });
+  private loop: Promise<void> | undefined;
+  private readonly backoff: RestartBackoff;
+
+  constructor(private readonly options: QueueRunnerOptions) {
+    this.backoff = options.backoff ?? new RestartBackoff();
+  }
+
+  start(): void {
+    this.loop ??= this.run();
+  }
+
+  async stop(): Promise<void> {
+    this.stopping = true;
+    this.signalStop();
+    await this.current?.stop({ drainTimeoutMs: this.options.drainTimeoutMs });
+    await this.loop;
+    this.state = 'stopped';
+  }
+
+  private async run(): Promise<void> {
+    const { queue, log } = this.options;
+    while (!this.stopping) {
+      const startedAt = Date.now();
+      const consumer = this.build();
+      this.current = consumer;
+      let reason = 'its loops ended';
+      try {
+        await consumer.start();
+        this.state = 'running';
+        await Promise.race([consumer.whenLoopsEnd(), this.stopped]);
+      } catch (error) {
+        reason = (error as Error).message;
+      }
+      if (this.stopping) break;
+      this.state = 'restarting';
+      this.restarts++;
+      await consumer.stop({ drainTimeoutMs: this.options.drainTimeoutMs }).catch(() => undefined);
+      const delay = this.backoff.delayAfter(Date.now() - startedAt);
+      log.error({ queue: queue.name, reason, restartInMs: delay, restarts: this.restarts }, 'consumer crashed; restarting');
+      await Promise.race([sleep(delay), this.stopped]);
+    }
+  }
+
+  private build(): Consumer<never> {
+    const { queue, ledger, wake, handlers, log } = this.options;
+    const epoch = this.options.epoch();
+    const consumer = new Consumer<never>({
+      ledger,
+      wake,
+      handlers,
+      logger: log,
+      queue: queue.name,
+      concurrency: queue.concurrency,
+      ...(queue.classes ? { classes: queue.classes } : {}),
+      ...(queue.leaseMs !== undefined ? { leaseMs: queue.leaseMs } : {}),
+      ...(queue.deadlineMs !== undefined ? { deadlineMs: queue.deadlineMs } : {}),
+      ...(queue.pollIntervalMs !== undefined ? { pollIntervalMs: queue.pollIntervalMs } : {}),
+      ...(queue.backoff ? { backoff: queue.backoff } : {}),
+      ...(queue.maxProcessing !== undefined ? { maxProcessing: queue.maxProcessing } : {}),
+      ...(epoch !== undefined ? { epoch } : {}),
+    });
+    this.options.onConsumer?.(consumer);
+    return consumer;
+  }
+}

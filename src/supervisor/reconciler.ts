@@ -1,0 +1,75 @@
+import type { Ledger } from '../ledger/ledger.js';
+import type { Logger } from '../log.js';
+import type { WakeChannel } from '../wake/wake-channel.js';
+
+export interface ReconcilerOptions {
+  ledger: Ledger;
+  wake?: WakeChannel | undefined;
+  queues: readonly string[];
+  intervalMs: number;
+  /** 0 = keep terminal items forever. */
+  retentionMs: number;
+  log: Logger;
+  /** Called after each pass (gauges). */
+  afterPass?: () => Promise<void>;
+}
+
+/**
+ * The supervisor's periodic housekeeping (DESIGN §7): expired leases back to
+ * pending (or dead), dependency probes and expiry, retention purge, stream
+ * trimming, gauges. Every step is a CAS or idempotent, so any number of
+ * processes may run it at once.
+ */
+export class Reconciler {
+  private timer: NodeJS.Timeout | undefined;
+  private running: Promise<void> | undefined;
+  private stopped = false;
+
+  constructor(private readonly options: ReconcilerOptions) {}
+
+  start(): void {
+    this.schedule(0);
+  }
+
+  async stop(): Promise<void> {
+    this.stopped = true;
+    if (this.timer) clearTimeout(this.timer);
+    await this.running;
+  }
+
+  /** One pass now (also used by tests). */
+  async pass(): Promise<void> {
+    const { ledger, wake, queues, retentionMs, log } = this.options;
+    for (const queue of queues) {
+      try {
+        const r = await ledger.reclaimExpired({ queue, limit: 1000 });
+        const p = await ledger.probeDependencyWaits({ queue, limit: 1000 });
+        const purged = retentionMs > 0 ? await ledger.purge({ queue, olderThanMs: retentionMs, limit: 5000 }) : 0;
+        if (wake && (await wake.usable())) await wake.streamsOf(queue).trim(wake.redis);
+        if (r.reclaimed.length + r.dead.length + r.cancelled.length + p.probed.length + p.expired.length + purged > 0) {
+          log.info(
+            { queue, reclaimed: r.reclaimed.length, leaseExpiredDead: r.dead.length, cancelled: r.cancelled.length, probed: p.probed.length, dependencyExpired: p.expired.length, purged },
+            'reconciled',
+          );
+        }
+        if (wake && p.probed.length > 0) {
+          await wake.publish([{ queue, queueClass: 'default', kind: 'dependency', ids: p.probed.map((x) => x.id) }]);
+        }
+      } catch (error) {
+        log.warn({ queue, err: (error as Error).message }, 'reconcile pass failed; next pass retries');
+      }
+    }
+    await this.options.afterPass?.().catch((error: unknown) => log.warn({ err: (error as Error).message }, 'gauge refresh failed'));
+  }
+
+  private schedule(delayMs: number): void {
+    if (this.stopped) return;
+    this.timer = setTimeout(() => {
+      this.running = this.pass().finally(() => {
+        this.running = undefined;
+        this.schedule(this.options.intervalMs);
+      });
+    }, delayMs);
+    this.timer.unref();
+  }
+}

@@ -1,0 +1,180 @@
+import type { Consumer } from '../consumer/consumer.js';
+import { ValidationError } from '../errors.js';
+import { Ledger } from '../ledger/ledger.js';
+import { createLogger, type Logger } from '../log.js';
+import { WakeChannel } from '../wake/wake-channel.js';
+import type { WorkerConfig } from './config.js';
+import type { HandlersByQueue } from './handlers-module.js';
+import { QueueRunner } from './queue-runner.js';
+import { Reconciler } from './reconciler.js';
+
+export const EXIT_OK = 0;
+export const EXIT_OWNERSHIP_LOST = 3;
+
+export type OwnershipState = 'owner' | 'standby' | 'lost';
+
+export interface ReadinessCheck {
+  ok: boolean;
+  detail?: string;
+}
+
+export interface SupervisorOptions {
+  config: WorkerConfig;
+  handlers: HandlersByQueue;
+  logger?: Logger;
+  /** Every consumer started (and restarted), e.g. to observe it with metrics. */
+  onConsumer?: (consumer: Consumer<never>) => void;
+  /** Called after each reconciler pass, e.g. to refresh gauges. */
+  afterReconcile?: (ledger: Ledger) => Promise<void>;
+}
+
+/**
+ * The worker process (DESIGN §7): one restartable consumer per configured
+ * queue, the reconciler, and ownership epochs. `done` resolves with the exit
+ * code once it has stopped: 0 after stop(), 3 after this deployment lost a
+ * queue to a newer activation.
+ */
+export class Supervisor {
+  readonly ledger: Ledger;
+  readonly wake: WakeChannel | undefined;
+  readonly log: Logger;
+  readonly runners = new Map<string, QueueRunner>();
+  readonly ownership = new Map<string, { state: OwnershipState; epoch?: number }>();
+  readonly done: Promise<number>;
+  private resolveDone: (code: number) => void = () => undefined;
+  private exitCode = EXIT_OK;
+  private reconciler: Reconciler | undefined;
+  private ownershipTimer: NodeJS.Timeout | undefined;
+  private stopping: Promise<void> | undefined;
+  private checking: Promise<void> | undefined;
+
+  constructor(private readonly options: SupervisorOptions) {
+    const { config } = options;
+    this.log = options.logger ?? createLogger('lanewake.worker');
+    for (const q of config.queues) {
+      if (!options.handlers[q.name]) {
+        throw new ValidationError([{ field: `handlers.${q.name}`, message: `the handler module has no handlers for queue ${q.name}` }], 'worker config');
+      }
+    }
+    this.ledger = new Ledger({ url: config.databaseUrl, poolSize: config.poolSize, tablePrefix: config.tablePrefix });
+    this.wake = config.redisUrl ? new WakeChannel({ redis: config.redisUrl, keyPrefix: config.keyPrefix, logger: this.log }) : undefined;
+    this.done = new Promise((resolve) => {
+      this.resolveDone = resolve;
+    });
+  }
+
+  async start(): Promise<void> {
+    const { config } = this.options;
+    await this.ledger.assertSchemaCurrent();
+    for (const q of config.queues) {
+      const runner = new QueueRunner({
+        queue: q,
+        ledger: this.ledger,
+        wake: this.wake,
+        handlers: this.options.handlers[q.name] ?? {},
+        log: this.log,
+        drainTimeoutMs: config.drainTimeoutMs,
+        epoch: () => this.ownership.get(q.name)?.epoch,
+        onConsumer: (consumer) => {
+          consumer.on('control', (m) => {
+            if (m.type === 'ownership') void this.checkOwnership();
+          });
+          this.options.onConsumer?.(consumer);
+        },
+      });
+      this.runners.set(q.name, runner);
+      if (q.ownership) this.ownership.set(q.name, { state: 'standby' });
+    }
+    await this.checkOwnership();
+    for (const q of config.queues) if (!q.ownership) this.runners.get(q.name)?.start();
+    if (this.ownership.size > 0) {
+      this.ownershipTimer = setInterval(() => void this.checkOwnership(), config.ownershipCheckMs);
+      this.ownershipTimer.unref();
+    }
+    this.reconciler = new Reconciler({
+      ledger: this.ledger,
+      wake: this.wake,
+      queues: config.queues.map((q) => q.name),
+      intervalMs: config.reconcileIntervalMs,
+      retentionMs: config.retentionMs,
+      log: this.log,
+      afterPass: () => this.options.afterReconcile?.(this.ledger) ?? Promise.resolve(),
+    });
+    this.reconciler.start();
+    this.log.info({ queues: config.queues.map((q) => q.name), deployment: config.deployment }, 'worker started');
+  }
+
+  /** Graceful stop: drain every consumer, then close connections. Idempotent. */
+  stop(): Promise<void> {
+    this.stopping ??= (async () => {
+      if (this.ownershipTimer) clearInterval(this.ownershipTimer);
+      await Promise.allSettled([...this.runners.values()].map((r) => r.stop()));
+      await this.reconciler?.stop();
+      await this.wake?.close().catch(() => undefined);
+      await this.ledger.close().catch(() => undefined);
+      this.log.info({ exitCode: this.exitCode }, 'worker stopped');
+      this.resolveDone(this.exitCode);
+    })();
+    return this.stopping;
+  }
+
+  /** For /readyz: ledger reachable, schema current, every ownership queue owned. */
+  async readiness(): Promise<{ ready: boolean; checks: Record<string, ReadinessCheck> }> {
+    const checks: Record<string, ReadinessCheck> = {};
+    try {
+      await this.ledger.now();
+      checks.ledger = { ok: true };
+      const s = await this.ledger.schemaStatus();
+      checks.migrations = s.behind ? { ok: false, detail: `schema v${s.current}, need v${s.required}` } : { ok: true };
+    } catch (error) {
+      checks.ledger = { ok: false, detail: (error as Error).message };
+    }
+    for (const [queue, o] of this.ownership) {
+      checks[`ownership:${queue}`] = o.state === 'owner' ? { ok: true, detail: `epoch ${o.epoch}` } : { ok: false, detail: o.state };
+    }
+    if (this.stopping) checks.shutdown = { ok: false, detail: 'stopping' };
+    return { ready: Object.values(checks).every((c) => c.ok), checks };
+  }
+
+  /**
+   * Reads each ownership queue's current (deployment, epoch). A standby
+   * queue named for this deployment starts claiming under that epoch; an
+   * owned queue whose epoch moved on is lost: the whole worker stops
+   * claiming, drains and exits with code 3. Claims under the stale epoch are
+   * refused by the ledger in any case.
+   */
+  checkOwnership(): Promise<void> {
+    this.checking ??= this.readOwnership().finally(() => {
+      this.checking = undefined;
+    });
+    return this.checking;
+  }
+
+  private async readOwnership(): Promise<void> {
+    const deployment = this.options.config.deployment;
+    for (const [queue, mine] of this.ownership) {
+      if (mine.state === 'lost' || this.stopping) continue;
+      let current;
+      try {
+        current = await this.ledger.ownership(queue);
+      } catch (error) {
+        this.log.warn({ queue, err: (error as Error).message }, 'ownership check failed');
+        continue;
+      }
+      const ours = current !== undefined && current.deployment === deployment;
+      if (mine.state === 'owner') {
+        if (!ours || current?.epoch !== mine.epoch) {
+          this.ownership.set(queue, { state: 'lost', ...(mine.epoch !== undefined ? { epoch: mine.epoch } : {}) });
+          this.exitCode = EXIT_OWNERSHIP_LOST;
+          this.log.warn({ queue, ourEpoch: mine.epoch, now: current }, 'ownership lost to a newer activation: stopping');
+          void this.stop();
+          return;
+        }
+      } else if (ours && current) {
+        this.ownership.set(queue, { state: 'owner', epoch: current.epoch });
+        this.log.info({ queue, epoch: current.epoch }, 'ownership taken: claiming');
+        this.runners.get(queue)?.start();
+      }
+    }
+  }
+}
