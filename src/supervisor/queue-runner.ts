@@ -18,8 +18,8 @@ export interface QueueRunnerOptions {
   drainTimeoutMs: number;
   /** The ownership epoch to fence claims with, or undefined to claim unfenced. Re-read on every (re)start. */
   epoch: () => number | undefined;
-  /** Every consumer this runner starts, for metrics. */
-  onConsumer?: (consumer: Consumer<never>) => void;
+  /** Every consumer this runner starts, for metrics; the returned function detaches it once that consumer has stopped. */
+  onConsumer?: (consumer: Consumer<never>) => (() => void) | void;
   backoff?: RestartBackoff;
 }
 
@@ -34,6 +34,7 @@ export class QueueRunner {
   state: RunnerState = 'starting';
   restarts = 0;
   current: Consumer<never> | undefined;
+  private detach: (() => void) | void = undefined;
   private stopping = false;
   private signalStop: () => void = () => undefined;
   private readonly stopped = new Promise<void>((resolve) => {
@@ -55,6 +56,7 @@ export class QueueRunner {
     this.signalStop();
     await this.current?.stop({ drainTimeoutMs: this.options.drainTimeoutMs });
     await this.loop;
+    this.detach?.();
     this.state = 'stopped';
   }
 
@@ -76,6 +78,8 @@ export class QueueRunner {
       this.state = 'restarting';
       this.restarts++;
       await consumer.stop({ drainTimeoutMs: this.options.drainTimeoutMs }).catch(() => undefined);
+      this.detach?.();
+      this.detach = undefined;
       const delay = this.backoff.delayAfter(Date.now() - startedAt);
       log.error({ queue: queue.name, reason, restartInMs: delay, restarts: this.restarts }, 'consumer crashed; restarting');
       await Promise.race([sleep(delay), this.stopped]);
@@ -100,7 +104,7 @@ export class QueueRunner {
       ...(queue.maxProcessing !== undefined ? { maxProcessing: queue.maxProcessing } : {}),
       ...(epoch !== undefined ? { epoch } : {}),
     });
-    this.options.onConsumer?.(consumer);
+    this.detach = this.options.onConsumer?.(consumer);
     return consumer;
   }
 }

@@ -2,6 +2,7 @@ import type { Consumer } from '../consumer/consumer.js';
 import { ValidationError } from '../errors.js';
 import { Ledger } from '../ledger/ledger.js';
 import { createLogger, type Logger } from '../log.js';
+import type { ControlMessage } from '../wake/control.js';
 import { WakeChannel } from '../wake/wake-channel.js';
 import type { WorkerConfig } from './config.js';
 import type { HandlersByQueue } from './handlers-module.js';
@@ -22,8 +23,8 @@ export interface SupervisorOptions {
   config: WorkerConfig;
   handlers: HandlersByQueue;
   logger?: Logger;
-  /** Every consumer started (and restarted), e.g. to observe it with metrics. */
-  onConsumer?: (consumer: Consumer<never>) => void;
+  /** Every consumer started (and restarted), e.g. to observe it with metrics; may return a detach function. */
+  onConsumer?: (consumer: Consumer<never>) => (() => void) | void;
   /** Called after each reconciler pass, e.g. to refresh gauges. */
   afterReconcile?: (ledger: Ledger) => Promise<void>;
 }
@@ -76,10 +77,15 @@ export class Supervisor {
         drainTimeoutMs: config.drainTimeoutMs,
         epoch: () => this.ownership.get(q.name)?.epoch,
         onConsumer: (consumer) => {
-          consumer.on('control', (m) => {
+          const onControl = (m: ControlMessage): void => {
             if (m.type === 'ownership') void this.checkOwnership();
-          });
-          this.options.onConsumer?.(consumer);
+          };
+          consumer.on('control', onControl);
+          const detach = this.options.onConsumer?.(consumer);
+          return () => {
+            consumer.off('control', onControl);
+            detach?.();
+          };
         },
       });
       this.runners.set(q.name, runner);

@@ -1,0 +1,234 @@
+import { collectDefaultMetrics, Counter, Gauge, Histogram, Registry } from 'prom-client';
+import type { Consumer } from '../consumer/consumer.js';
+import type { Outcome } from '../consumer/executor.js';
+import type { Ledger } from '../ledger/ledger.js';
+import type { ClaimedItem } from '../ledger/types.js';
+
+/** Latency buckets in seconds, 0.5 ms … 30 s (anything slower lands in +Inf). */
+export const LATENCY_BUCKETS_SECONDS: readonly number[] = [
+  0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30,
+];
+
+export interface LanewakeMetricsOptions {
+  /** Node process metrics (CPU, memory, event loop lag, GC, handles) under `lanewake_`. Default true. */
+  defaultMetrics?: boolean;
+}
+
+/** What the scrape-time collectors read from one observed consumer. */
+interface ObservedConsumer {
+  queue: string;
+  inFlight: () => number;
+  redisConnected: () => boolean;
+  wakeEntriesRead: () => number;
+  /** `wakeEntriesRead` as last folded into the counter. */
+  wakeEntriesSeen: number;
+}
+
+type ItemLabels = 'queue' | 'type';
+
+/**
+ * The Prometheus metrics of one lanewake process (DESIGN §7), on a registry
+ * of its own (never prom-client's global one), so several instances — and
+ * the host application's own metrics — never collide.
+ *
+ * Event-driven series (claims, outcomes, latencies) come from the consumers
+ * passed to `observeConsumer`; gauges of process state (in-flight, Redis)
+ * are read from those consumers at scrape time; depth by state comes from
+ * the ledger through `refreshDepth`, which the reconciler calls.
+ */
+export class LanewakeMetrics {
+  readonly registry: Registry;
+
+  private readonly observed = new Set<ObservedConsumer>();
+
+  private readonly claimed: Counter<ItemLabels>;
+  private readonly completed: Counter<ItemLabels>;
+  private readonly retried: Counter<ItemLabels>;
+  private readonly dead: Counter<ItemLabels>;
+  private readonly released: Counter<ItemLabels>;
+  private readonly leaseLost: Counter<ItemLabels>;
+  private readonly wakeEntriesRead: Counter<'queue'>;
+  private readonly enqueueToStart: Histogram<ItemLabels>;
+  private readonly claimDuration: Histogram<'queue'>;
+  private readonly items: Gauge<'queue' | 'state'>;
+  private readonly oldestDueAge: Gauge<'queue'>;
+  private readonly inFlight: Gauge<'queue'>;
+  private readonly redisConnected: Gauge;
+
+  constructor(options: LanewakeMetricsOptions = {}) {
+    const registry = new Registry();
+    this.registry = registry;
+    const registers = [registry];
+    const itemCounter = (name: string, help: string): Counter<ItemLabels> =>
+      new Counter({ name, help, labelNames: ['queue', 'type'] as const, registers });
+
+    this.claimed = itemCounter('lanewake_items_claimed_total', 'Items claimed by this process (one per handler start).');
+    this.completed = itemCounter('lanewake_items_completed_total', 'Items this process finalized as completed.');
+    this.retried = itemCounter('lanewake_items_retried_total', 'Failed attempts this process scheduled for a retry.');
+    this.dead = itemCounter('lanewake_items_dead_total', 'Items this process finalized as dead (permanent error, budget spent, invalid payload, unowned type).');
+    this.released = itemCounter('lanewake_items_released_total', 'Items this process released without spending an attempt (defer, deadline, shutdown).');
+    this.leaseLost = itemCounter('lanewake_lease_lost_total', 'Attempts whose lease was lost before their outcome could be written.');
+
+    this.wakeEntriesRead = new Counter({
+      name: 'lanewake_wake_entries_read_total',
+      help: 'Wake-up stream entries read by this process.',
+      labelNames: ['queue'] as const,
+      registers,
+      collect: () => this.foldWakeEntries(),
+    });
+
+    this.enqueueToStart = new Histogram({
+      name: 'lanewake_enqueue_to_start_seconds',
+      help: 'Time from enqueue (item created_at) to its handler starting, in seconds; includes any requested delay and, for later attempts, the time since the first enqueue.',
+      labelNames: ['queue', 'type'] as const,
+      buckets: [...LATENCY_BUCKETS_SECONDS],
+      registers,
+    });
+    this.claimDuration = new Histogram({
+      name: 'lanewake_claim_duration_seconds',
+      help: 'Ledger round-trip time of one claim round, in seconds.',
+      labelNames: ['queue'] as const,
+      buckets: [...LATENCY_BUCKETS_SECONDS],
+      registers,
+    });
+
+    this.items = new Gauge({
+      name: 'lanewake_items',
+      help: 'Items in the ledger by queue and state, as of the last depth refresh.',
+      labelNames: ['queue', 'state'] as const,
+      registers,
+    });
+    this.oldestDueAge = new Gauge({
+      name: 'lanewake_oldest_due_age_seconds',
+      help: 'Age of the oldest due lane head waiting to be claimed, in seconds (0 when none waits), as of the last depth refresh.',
+      labelNames: ['queue'] as const,
+      registers,
+    });
+    this.inFlight = new Gauge({
+      name: 'lanewake_in_flight',
+      help: 'Items this process holds: handlers running plus outcomes being written.',
+      labelNames: ['queue'] as const,
+      registers,
+      collect: () => {
+        const byQueue = new Map<string, number>();
+        for (const c of this.observed) byQueue.set(c.queue, (byQueue.get(c.queue) ?? 0) + c.inFlight());
+        this.inFlight.reset();
+        for (const [queue, n] of byQueue) this.inFlight.set({ queue }, n);
+      },
+    });
+    this.redisConnected = new Gauge({
+      name: 'lanewake_redis_connected',
+      help: '1 when every observed consumer has a usable Redis wake channel, else 0 (also 0 with no consumer observed).',
+      registers,
+      collect: () => {
+        const all = [...this.observed];
+        this.redisConnected.set(all.length > 0 && all.every((c) => c.redisConnected()) ? 1 : 0);
+      },
+    });
+
+    if (options.defaultMetrics ?? true) collectDefaultMetrics({ register: registry, prefix: 'lanewake_' });
+  }
+
+  /**
+   * Subscribes to a consumer's events; its in-flight count and Redis state
+   * are read at each scrape. Returns the unsubscribe function (idempotent).
+   */
+  observeConsumer<DB>(consumer: Consumer<DB>): () => void {
+    const queue = consumer.settings.queue;
+    const entry: ObservedConsumer = {
+      queue,
+      inFlight: () => consumer.inFlight,
+      redisConnected: () => consumer.redisConnected,
+      wakeEntriesRead: () => consumer.counters.wakeEntriesRead,
+      // Count only what is read from now on, so observing a running consumer adds no burst.
+      wakeEntriesSeen: consumer.counters.wakeEntriesRead,
+    };
+    // Queue-level series exist from the start (at 0), so rate() has a baseline.
+    this.wakeEntriesRead.inc({ queue }, 0);
+    this.claimDuration.zero({ queue });
+
+    const onStarted = (item: ClaimedItem): void => {
+      const labels = { queue: item.queue, type: item.type };
+      this.claimed.inc(labels);
+      // created_at is on the ledger's clock; a clock behind ours must not give a negative latency.
+      this.enqueueToStart.observe(labels, Math.max(0, Date.now() - item.createdAt.getTime()) / 1000);
+    };
+    const onOutcome = (item: ClaimedItem, outcome: Outcome): void => {
+      const counter = this.outcomeCounter(outcome);
+      counter?.inc({ queue: item.queue, type: item.type });
+    };
+    const onClaimRound = (round: { claimed: number; durationMs: number }): void => {
+      this.claimDuration.observe({ queue }, Math.max(0, round.durationMs) / 1000);
+    };
+
+    consumer.on('started', onStarted);
+    consumer.on('outcome', onOutcome);
+    consumer.on('claimRound', onClaimRound);
+    this.observed.add(entry);
+
+    let subscribed = true;
+    return () => {
+      if (!subscribed) return;
+      subscribed = false;
+      consumer.off('started', onStarted);
+      consumer.off('outcome', onOutcome);
+      consumer.off('claimRound', onClaimRound);
+      this.foldWakeEntries();
+      this.observed.delete(entry);
+    };
+  }
+
+  /**
+   * Reads depth by state and the oldest due age from the ledger (all queues)
+   * and replaces the depth gauges with it. Queues the ledger no longer holds
+   * disappear from the series. Throws what `ledger.stats` throws; the gauges
+   * then keep their previous values.
+   */
+  async refreshDepth(ledger: Ledger): Promise<void> {
+    const stats = await ledger.stats();
+    // No await between the resets and the sets: a scrape never sees them half-written.
+    this.items.reset();
+    this.oldestDueAge.reset();
+    for (const s of stats) {
+      for (const [state, n] of Object.entries(s.counts)) this.items.set({ queue: s.queue, state }, n);
+      this.oldestDueAge.set({ queue: s.queue }, s.oldestDueAgeMs / 1000);
+    }
+  }
+
+  /** The Prometheus text exposition of every metric. */
+  metrics(): Promise<string> {
+    return this.registry.metrics();
+  }
+
+  /** The content type of `metrics()`. */
+  get contentType(): string {
+    return this.registry.contentType;
+  }
+
+  private outcomeCounter(outcome: Outcome): Counter<ItemLabels> | undefined {
+    switch (outcome) {
+      case 'completed':
+        return this.completed;
+      case 'retried':
+        return this.retried;
+      case 'dead':
+        return this.dead;
+      case 'released':
+        return this.released;
+      case 'lease_lost':
+        return this.leaseLost;
+      default:
+        return undefined;
+    }
+  }
+
+  /** Adds what each observed consumer read since the last fold (consumer counters are cumulative). */
+  private foldWakeEntries(): void {
+    for (const c of this.observed) {
+      const now = c.wakeEntriesRead();
+      const delta = now - c.wakeEntriesSeen;
+      if (delta > 0) this.wakeEntriesRead.inc({ queue: c.queue }, delta);
+      c.wakeEntriesSeen = now;
+    }
+  }
+}
