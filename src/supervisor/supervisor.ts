@@ -4,6 +4,7 @@ import { Ledger } from '../ledger/ledger.js';
 import { createLogger, type Logger } from '../log.js';
 import type { ControlMessage } from '../wake/control.js';
 import { WakeChannel } from '../wake/wake-channel.js';
+import { ledgerReadiness, type NamedReadinessCheck, type Readiness } from './admin-server.js';
 import type { WorkerConfig } from './config.js';
 import type { HandlersByQueue } from './handlers-module.js';
 import { QueueRunner } from './queue-runner.js';
@@ -13,11 +14,6 @@ export const EXIT_OK = 0;
 export const EXIT_OWNERSHIP_LOST = 3;
 
 export type OwnershipState = 'owner' | 'standby' | 'lost';
-
-export interface ReadinessCheck {
-  ok: boolean;
-  detail?: string;
-}
 
 export interface SupervisorOptions {
   config: WorkerConfig;
@@ -124,22 +120,17 @@ export class Supervisor {
     return this.stopping;
   }
 
-  /** For /readyz: ledger reachable, schema current, every ownership queue owned. */
-  async readiness(): Promise<{ ready: boolean; checks: Record<string, ReadinessCheck> }> {
-    const checks: Record<string, ReadinessCheck> = {};
-    try {
-      await this.ledger.now();
-      checks.ledger = { ok: true };
-      const s = await this.ledger.schemaStatus();
-      checks.migrations = s.behind ? { ok: false, detail: `schema v${s.current}, need v${s.required}` } : { ok: true };
-    } catch (error) {
-      checks.ledger = { ok: false, detail: (error as Error).message };
-    }
-    for (const [queue, o] of this.ownership) {
-      checks[`ownership:${queue}`] = o.state === 'owner' ? { ok: true, detail: `epoch ${o.epoch}` } : { ok: false, detail: o.state };
-    }
-    if (this.stopping) checks.shutdown = { ok: false, detail: 'stopping' };
-    return { ready: Object.values(checks).every((c) => c.ok), checks };
+  /** For /readyz: ledger reachable, schema current, every ownership queue owned, not shutting down. */
+  readiness(): Promise<Readiness> {
+    const extra: NamedReadinessCheck[] = [...this.ownership.keys()].map((queue) => ({
+      name: `ownership:${queue}`,
+      check: async () => {
+        const o = this.ownership.get(queue);
+        return o?.state === 'owner' ? { ok: true, detail: `epoch ${o.epoch}` } : { ok: false, detail: o?.state ?? 'unknown' };
+      },
+    }));
+    extra.push({ name: 'shutdown', check: async () => (this.stopping ? { ok: false, detail: 'stopping' } : { ok: true }) });
+    return ledgerReadiness(this.ledger, extra);
   }
 
   /**

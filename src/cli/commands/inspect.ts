@@ -1,0 +1,79 @@
+import type { Command } from 'commander';
+import type { AttemptRecord, WorkItem } from '../../ledger/types.js';
+import { errorDigest } from '../../ledger/sql/replay.js';
+import { globalOptions, withLedger } from '../context.js';
+import { CliError, withFieldNames } from '../errors.js';
+import { firstLine, formatTime, jsonSize, renderTable } from '../format.js';
+import { println, printJson, type CliIo } from '../io.js';
+import { ID_HELP } from '../parse.js';
+import type { CliContext } from '../program.js';
+
+/** Handler data: the payload, and what the handler derived from it. Shown only with --payload. */
+const DATA_FIELDS = ['payload', 'checkpoint', 'result'] as const;
+
+export function inspectCommand(program: Command, { io }: CliContext): void {
+  program
+    .command('inspect')
+    .description('show one item (without its payload) and its attempt history')
+    .argument('<id>', 'item id')
+    .allowUnknownOption() // an id may begin with '-': take it as the id, not as an unknown option
+    .option('--payload', 'also show the payload, checkpoint and result (handler data, hidden by default)', false)
+    .addHelpText('after', `\nExits 1 when there is no such item. The error digest is what \`lanewake replay --expect-digest\` expects.\n${ID_HELP}`)
+    .action(async (id: string, opts: { payload: boolean }, cmd: Command) => {
+      const g = globalOptions(cmd);
+      const found = await withLedger(g, (ledger) => withFieldNames({ id: '<id>' }, 'inspect', () => ledger.inspect(id)));
+      if (!found) throw new CliError(`no item ${id}`);
+      const { item, attempts } = found;
+      const digest = errorDigest(item.lastError);
+      if (g.json) {
+        const shown: Partial<WorkItem> = { ...item };
+        if (!opts.payload) for (const f of DATA_FIELDS) delete shown[f];
+        return printJson(io, { item: shown, errorDigest: digest, attempts });
+      }
+      printItem(io, item, digest, opts.payload);
+      printAttempts(io, attempts);
+    });
+}
+
+function printItem(io: CliIo, item: WorkItem, digest: string, withData: boolean): void {
+  const rows: [string, string][] = [
+    ['id', item.id],
+    ['queue', item.queue],
+    ['type', item.type],
+    ['state', item.state + (item.cancelRequested ? ' (cancel requested)' : '')],
+    ['lane', item.lane === null ? '(own lane)' : `${item.lane} #${item.laneSeq ?? '-'}${item.isHead ? ' (head)' : ''}`],
+    ['class', item.queueClass],
+    ['priority', String(item.priority)],
+    ['attempt', `${item.attempt} of ${item.maxAttempts}`],
+    ['run after', formatTime(item.runAfter)],
+    ['lease', item.leaseUntil !== null ? `${item.leaseOwner ?? '?'} until ${formatTime(item.leaseUntil)}` : item.leaseOwner !== null ? `- (last held by ${item.leaseOwner})` : '-'],
+    ['epoch', item.epoch === null ? '-' : String(item.epoch)],
+    ['idempotency key', item.idempotencyKey ?? '-'],
+    ['dependency', item.dependencyKey === null ? '-' : `${item.dependencyKey} (blocked ${formatTime(item.blockedAt)}, expires ${formatTime(item.blockExpiresAt)})`],
+    ['failure class', item.failureClass ?? '-'],
+    ['error digest', digest],
+    ['replay of', item.replayOf ?? '-'],
+    ['replayed at', formatTime(item.replayedAt)],
+    ['created', formatTime(item.createdAt)],
+    ['started', formatTime(item.startedAt)],
+    ['terminal', formatTime(item.terminalAt)],
+    ['updated', formatTime(item.updatedAt)],
+  ];
+  for (const f of DATA_FIELDS) rows.push([f, withData ? (item[f] === null || item[f] === undefined ? '-' : JSON.stringify(item[f])) : jsonSize(item[f])]);
+  const width = Math.max(...rows.map(([k]) => k.length));
+  for (const [k, v] of rows) println(io, `${`${k}:`.padEnd(width + 1)} ${v}`);
+  if (item.lastError !== null) {
+    println(io, 'last error:');
+    for (const line of item.lastError.split(/\r?\n/)) println(io, `  ${line}`);
+  } else {
+    println(io, `${'last error:'.padEnd(width + 1)} -`);
+  }
+}
+
+function printAttempts(io: CliIo, attempts: readonly AttemptRecord[]): void {
+  println(io);
+  if (attempts.length === 0) return println(io, 'attempt history: none recorded (a first-try success is recorded on the item itself)');
+  println(io, 'attempt history:');
+  const rows = attempts.map((a) => [String(a.attempt), a.outcome, a.failureClass ?? '-', a.worker ?? '-', formatTime(a.startedAt), formatTime(a.endedAt), firstLine(a.error, 80)]);
+  println(io, renderTable(['ATTEMPT', 'OUTCOME', 'CLASS', 'WORKER', 'STARTED', 'ENDED', 'ERROR'], rows, ['right']));
+}

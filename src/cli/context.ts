@@ -1,0 +1,139 @@
+import { Option, type Command } from 'commander';
+import { ValidationError } from '../errors.js';
+import { parseLedgerConfig, type LedgerConfig } from '../ledger/config.js';
+import { Ledger } from '../ledger/ledger.js';
+import { createLogger } from '../log.js';
+import { DEFAULT_KEY_PREFIX } from '../wake/keys.js';
+import { WakeChannel } from '../wake/wake-channel.js';
+import { CliError, renameFields, UsageError } from './errors.js';
+import { redactUrl } from './format.js';
+import { eprintln, type CliIo } from './io.js';
+
+export const DEFAULT_DATABASE_URL = 'mysql://root@127.0.0.1:3306/lanewake';
+
+/** The options every command takes (before or after the command name). */
+export interface GlobalOptions {
+  databaseUrl: string;
+  tablePrefix: string;
+  redisUrl?: string | undefined;
+  redisKeyPrefix: string;
+  json: boolean;
+}
+
+export function addGlobalOptions(program: Command): void {
+  program
+    .addOption(
+      new Option('--database-url <url>', 'ledger database (MariaDB 10.11, MySQL 8 or TiDB)').env('LANEWAKE_DATABASE_URL').default(DEFAULT_DATABASE_URL),
+    )
+    .addOption(new Option('--table-prefix <prefix>', 'prefix of the ledger tables').env('LANEWAKE_TABLE_PREFIX').default('lw_'))
+    .addOption(
+      new Option('--redis-url <url>', 'Redis for wake-ups: enqueue, replay and activate then also notify consumers (a Redis failure is only a warning)').env(
+        'LANEWAKE_REDIS_URL',
+      ),
+    )
+    .addOption(new Option('--redis-key-prefix <prefix>', 'prefix of the Redis keys, as the workers use it').env('LANEWAKE_REDIS_KEY_PREFIX').default(DEFAULT_KEY_PREFIX))
+    .option('--json', 'machine-readable output (JSON) where a command prints results', false);
+}
+
+/** The global options as seen from a (sub)command's action, checked. */
+export function globalOptions(cmd: Command): GlobalOptions {
+  const o = cmd.optsWithGlobals<Partial<GlobalOptions>>();
+  const redisUrl = o.redisUrl === undefined || o.redisUrl === '' ? undefined : o.redisUrl;
+  if (redisUrl !== undefined && !isRedisUrl(redisUrl)) throw new UsageError(`option '--redis-url' must be a redis:// or rediss:// URL`);
+  const redisKeyPrefix = o.redisKeyPrefix ?? DEFAULT_KEY_PREFIX;
+  if (!/^[A-Za-z0-9_.:-]{0,64}$/.test(redisKeyPrefix)) throw new UsageError(`option '--redis-key-prefix' must be up to 64 chars of [A-Za-z0-9_.:-]`);
+  return {
+    databaseUrl: o.databaseUrl ?? DEFAULT_DATABASE_URL,
+    tablePrefix: o.tablePrefix ?? 'lw_',
+    redisUrl,
+    redisKeyPrefix,
+    json: o.json === true,
+  };
+}
+
+function isRedisUrl(url: string): boolean {
+  try {
+    const u = new URL(url);
+    return u.protocol === 'redis:' || u.protocol === 'rediss:';
+  } catch {
+    return false;
+  }
+}
+
+/** The ledger configuration of the global options; a bad value is a usage error naming the option. */
+export function ledgerConfig(g: GlobalOptions): LedgerConfig {
+  try {
+    return parseLedgerConfig({ url: g.databaseUrl, tablePrefix: g.tablePrefix, poolSize: 2 });
+  } catch (error) {
+    if (error instanceof ValidationError) throw renameFields(error, { url: '--database-url', tablePrefix: '--table-prefix' }, 'ledger config');
+    throw error;
+  }
+}
+
+const UNREACHABLE = new Set(['ECONNREFUSED', 'ENOTFOUND', 'EAI_AGAIN', 'ETIMEDOUT', 'EHOSTUNREACH', 'ECONNRESET', 'PROTOCOL_CONNECTION_LOST', 'ER_ACCESS_DENIED_ERROR']);
+
+/** Turns a connection failure into a message that names the (redacted) database URL. */
+export function explainLedgerError(error: unknown, g: GlobalOptions): unknown {
+  const code = (error as { code?: unknown } | null)?.code;
+  if (typeof code !== 'string') return error;
+  const where = redactUrl(g.databaseUrl);
+  if (code === 'ER_BAD_DB_ERROR') return new CliError(`the database of ${where} does not exist: create it with \`lanewake migrate\``);
+  if (UNREACHABLE.has(code)) {
+    const detail = error instanceof Error && error.message !== '' ? error.message : code;
+    return new CliError(`cannot reach the ledger at ${where}: ${detail}`);
+  }
+  return error;
+}
+
+export interface LedgerUse {
+  /** Refuse to run against a schema older than this build (every command but `migrate`). Default true. */
+  requireCurrentSchema?: boolean;
+}
+
+/** Opens the ledger of the global options for `fn`, and closes it after. */
+export async function withLedger<T>(g: GlobalOptions, fn: (ledger: Ledger) => Promise<T>, use: LedgerUse = {}): Promise<T> {
+  const ledger = new Ledger(ledgerConfig(g));
+  try {
+    if (use.requireCurrentSchema ?? true) {
+      const status = await ledger.schemaStatus();
+      if (status.behind) {
+        throw new CliError(`the ledger schema is at version ${status.current}, this build needs ${status.required}: run \`lanewake migrate\` first`);
+      }
+    }
+    return await fn(ledger);
+  } catch (error) {
+    throw explainLedgerError(error, g);
+  } finally {
+    await ledger.close().catch(() => undefined);
+  }
+}
+
+const CLOSE_TIMEOUT_MS = 2000;
+
+/**
+ * A wake channel for `fn` when --redis-url is given (else `undefined`).
+ * Publishing is best effort: a failure becomes one warning on stderr after
+ * `fn`, never a failed command — the ledger already holds the work.
+ */
+export async function withWake<T>(g: GlobalOptions, io: CliIo, what: string, fn: (wake: WakeChannel | undefined) => Promise<T>): Promise<T> {
+  if (g.redisUrl === undefined) return fn(undefined);
+  const wake = new WakeChannel({ redis: g.redisUrl, keyPrefix: g.redisKeyPrefix, logger: createLogger('lanewake.cli', 'silent') });
+  try {
+    const result = await fn(wake);
+    if (wake.counters.failed > 0) {
+      const why = wake.connected() ? 'Redis refused it' : 'Redis is unreachable';
+      eprintln(io, `warning: ${what} not published to ${redactUrl(g.redisUrl)} (${why}); the ledger has the change, and workers find it at their next sweep`);
+    }
+    return result;
+  } finally {
+    let timer: NodeJS.Timeout | undefined;
+    await Promise.race([
+      wake.close().catch(() => undefined),
+      new Promise<void>((resolve) => {
+        timer = setTimeout(resolve, CLOSE_TIMEOUT_MS);
+      }),
+    ]);
+    if (timer) clearTimeout(timer);
+    wake.redis.disconnect();
+  }
+}

@@ -1,0 +1,409 @@
+import { execFile } from 'node:child_process';
+import { readFileSync } from 'node:fs';
+import { dirname, join, resolve } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { promisify } from 'node:util';
+import { sql } from 'kysely';
+import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+import { CORE_COMMANDS, runCli, type CommandFactory } from '../src/cli/program.js';
+import { SCHEMA_VERSION } from '../src/ledger/migrations.js';
+import { errorDigest } from '../src/ledger/sql/replay.js';
+import { controlStreamKey, wakeStreamKey } from '../src/wake/keys.js';
+import { createTestWake, type TestWake } from './support/engine.js';
+import { claimOne, freshQueue, itemCount, mustGet } from './support/items.js';
+import { createTestLedger, type TestLedger } from './support/ledger.js';
+import { freePort } from './support/processes.js';
+import { redisUrl } from './support/services.js';
+
+const ROOT = resolve(dirname(fileURLToPath(import.meta.url)), '..');
+const SECRET = 'payload-secret-4711';
+
+interface Run {
+  code: number;
+  out: string;
+  err: string;
+}
+
+/** Runs the CLI in-process with captured output. */
+async function lanewake(args: readonly string[], commands?: readonly CommandFactory[]): Promise<Run> {
+  let out = '';
+  let err = '';
+  const code = await runCli(args, { out: (s) => (out += s), err: (s) => (err += s), columns: 200 }, commands ? { commands } : {});
+  return { code, out, err };
+}
+
+function json<T>(run: Run): T {
+  expect(run.code, run.err).toBe(0);
+  return JSON.parse(run.out) as T;
+}
+
+let t: TestLedger;
+/** The CLI against this test's own database (global options may come first or last; first leaves room for `--`). */
+const cli = (...args: string[]): Promise<Run> => lanewake(['--database-url', t.url, ...args]);
+
+/** Enqueues one item, claims it and fails it permanently: dead at attempt 1 with `error` as its last error. */
+async function makeDead(queue: string, error: string, lane?: string): Promise<string> {
+  const { id } = await t.ledger.enqueue({ queue, type: 'report.build', payload: { secret: SECRET }, maxAttempts: 3, ...(lane ? { lane } : {}) });
+  const claimed = await claimOne(t.ledger, queue);
+  expect(claimed.id).toBe(id);
+  expect((await t.ledger.fail(claimed, { error })).won).toBe(true);
+  return id;
+}
+
+describe('lanewake CLI against a ledger', () => {
+  beforeEach(async () => {
+    t = await createTestLedger();
+  });
+  afterEach(async () => {
+    await t.drop();
+  });
+
+  it('migrate creates a missing database and migrates it, then finds nothing to do', async () => {
+    const database = `${t.database}_m`;
+    const url = `${t.url}_m`;
+    try {
+      const before = await lanewake(['stats', '--database-url', url]);
+      expect(before.code).toBe(1);
+      expect(before.err).toMatch(/does not exist.*lanewake migrate/);
+
+      const first = json<{ from: number; to: number; applied: number[] }>(await lanewake(['migrate', '--json', '--database-url', url]));
+      expect(first).toEqual({ from: 0, to: SCHEMA_VERSION, applied: Array.from({ length: SCHEMA_VERSION }, (_, i) => i + 1) });
+
+      const again = await lanewake(['migrate', '--database-url', url]);
+      expect(again.code, again.err).toBe(0);
+      expect(again.out).toBe(`schema v${SCHEMA_VERSION} is current: nothing applied\n`);
+      expect(json<{ applied: number[] }>(await lanewake(['--json', 'migrate', '--database-url', url])).applied).toEqual([]);
+
+      const stats = await lanewake(['stats', '--database-url', url]);
+      expect(stats).toMatchObject({ code: 0, out: 'no items in the ledger\n' });
+    } finally {
+      await sql`DROP DATABASE IF EXISTS ${sql.id(database)}`.execute(t.ledger.db);
+    }
+  });
+
+  it('refuses to work on a database whose schema is behind, naming migrate', async () => {
+    const bare = await createTestLedger({}, false);
+    try {
+      const r = await lanewake(['stats', '--database-url', bare.url]);
+      expect(r.code).toBe(1);
+      expect(r.err).toContain('schema is at version 0');
+      expect(r.err).toContain('lanewake migrate');
+    } finally {
+      await bare.drop();
+    }
+  });
+
+  it('enqueue, then stats shows it and inspect shows it without its payload', async () => {
+    const queue = freshQueue('cli-enq');
+    const payload = JSON.stringify({ secret: SECRET, n: 1 });
+    const first = await cli('enqueue', queue, 'invoice.send', '--payload', payload, '--lane', 'customer:1', '--idempotency-key', 'inv-1');
+    expect(first.code, first.err).toBe(0);
+    const id = /^enqueued (\S+) \(duplicate: false\)$/m.exec(first.out)?.[1];
+    expect(id).toBeDefined();
+    const stored = await mustGet(t.ledger, id ?? '');
+    expect(stored).toMatchObject({ queue, type: 'invoice.send', lane: 'customer:1', idempotencyKey: 'inv-1', state: 'pending', payload: { secret: SECRET, n: 1 } });
+
+    const dup = json<{ id: string; duplicate: boolean }>(await cli('enqueue', queue, 'invoice.send', '--idempotency-key', 'inv-1', '--json'));
+    expect(dup).toMatchObject({ id, duplicate: true });
+    expect(await itemCount(t.ledger, queue)).toBe(1);
+
+    const table = await cli('stats');
+    expect(table.code, table.err).toBe(0);
+    expect(table.out.split('\n')[0]?.split(/\s+/)).toEqual(['QUEUE', 'PENDING', 'PROCESSING', 'BLOCKED', 'COMPLETED', 'SKIPPED', 'DEAD', 'CANCELLED', 'OLDEST_DUE']);
+    const row = table.out.split('\n').find((l) => l.startsWith(`${queue} `))?.split(/\s+/);
+    expect(row?.slice(0, 8)).toEqual([queue, '1', '0', '0', '0', '0', '0', '0']);
+
+    const stats = json<{ queue: string; counts: Record<string, number>; oldestDueAgeMs: number }[]>(await cli('stats', queue, '--json'));
+    expect(stats).toHaveLength(1);
+    expect(stats[0]).toMatchObject({ queue, counts: { pending: 1, processing: 0, dead: 0 } });
+    expect(stats[0]?.oldestDueAgeMs).toBeGreaterThanOrEqual(0);
+
+    const shown = await cli('inspect', id ?? '');
+    expect(shown.code, shown.err).toBe(0);
+    expect(shown.out).toMatch(new RegExp(`^id: +${id}$`, 'm'));
+    expect(shown.out).toMatch(/^state: +pending$/m);
+    expect(shown.out).toMatch(/^lane: +customer:1 #1 \(head\)$/m);
+    expect(shown.out).toMatch(/^payload: +\(\d+ bytes; shown with --payload\)$/m);
+    expect(shown.out).toContain('attempt history: none recorded');
+    const asJson = json<{ item: Record<string, unknown>; attempts: unknown[] }>(await cli('inspect', id ?? '', '--json'));
+    expect(asJson.item).toMatchObject({ id, queue, state: 'pending' });
+    expect(asJson.item).not.toHaveProperty('payload');
+
+    for (const r of [first, table, shown]) expect(r.out + r.err).not.toContain(SECRET);
+    const withPayload = await cli('inspect', id ?? '', '--payload');
+    expect(withPayload.out).toContain(`payload:         ${payload}`);
+    expect(json<{ item: { payload: unknown } }>(await cli('inspect', id ?? '', '--payload', '--json')).item.payload).toEqual({ secret: SECRET, n: 1 });
+
+    const missing = await cli('inspect', 'no-such-item');
+    expect(missing).toMatchObject({ code: 1, out: '' });
+    expect(missing.err).toContain('no item no-such-item');
+    // Ids are base64url, so some begin with '-': they are read as ids, not as options.
+    for (const args of [['inspect', '-Xb3_no-such-item'], ['inspect', '--payload', '-Vb3_no-such-item'], ['inspect', '--', '-hb3_no-such-item']]) {
+      const dashed = await cli(...args);
+      expect(dashed.code, args.join(' ')).toBe(1);
+      expect(dashed.err).toContain(`no item ${args[args.length - 1] ?? ''}`);
+    }
+  });
+
+  it('enqueue passes every option to the ledger', async () => {
+    const queue = freshQueue('cli-opts');
+    const runAt = new Date(Date.now() + 3_600_000);
+    const a = json<{ id: string }>(
+      await cli('enqueue', queue, 'later', '--run-at', runAt.toISOString(), '--priority', '-5', '--class', 'bulk', '--max-attempts', '3', '--json'),
+    );
+    expect(await mustGet(t.ledger, a.id)).toMatchObject({ runAfter: runAt, priority: -5, queueClass: 'bulk', maxAttempts: 3, payload: {} });
+    const b = json<{ id: string }>(await cli('enqueue', queue, 'delayed', '--delay-ms', '600000', '--json'));
+    const now = await t.ledger.now();
+    const delayed = await mustGet(t.ledger, b.id);
+    expect(delayed.runAfter.getTime() - now.getTime()).toBeGreaterThan(500_000);
+    expect(delayed).toMatchObject({ queueClass: 'default', maxAttempts: 25, priority: 0 });
+  });
+
+  it('dead list shows what replay needs; replay guards on attempt and digest', async () => {
+    const queue = freshQueue('cli-dead');
+    const a = await makeDead(queue, 'disk full\n    at write (store.ts:10)', 'acct:7');
+    const b = await makeDead(queue, 'upstream said 503');
+    const digestA = errorDigest('disk full\n    at write (store.ts:10)');
+
+    const listed = json<{ id: string; attempt: number; failureClass: string; error: string; errorDigest: string }[]>(await cli('dead', 'list', '--queue', queue, '--json'));
+    expect(listed.map((d) => d.id).sort()).toEqual([a, b].sort());
+    expect(listed.find((d) => d.id === a)).toMatchObject({ attempt: 1, failureClass: 'permanent', error: 'disk full', errorDigest: digestA });
+    const table = await cli('dead', 'list', '--queue', queue);
+    expect(table.code, table.err).toBe(0);
+    const rowA = table.out.split('\n').find((l) => l.startsWith(a));
+    expect(rowA).toContain(digestA);
+    expect(rowA).toMatch(/ 1 +permanent /);
+    expect(rowA).toMatch(/disk full$/);
+    expect(table.out).not.toContain('store.ts');
+    expect(table.out + table.err).not.toContain(SECRET);
+    expect(json<unknown[]>(await cli('dead', 'list', '--queue', freshQueue('other'), '--json'))).toEqual([]);
+
+    const before = await itemCount(t.ledger);
+    const wrongAttempt = await cli('replay', a, '--expect-attempt', '2', '--expect-digest', digestA);
+    expect(wrongAttempt.code).toBe(1);
+    expect(wrongAttempt.err).toContain('attempt mismatch');
+    expect(wrongAttempt.err).toContain('now dead at attempt 1');
+    const wrongDigest = await cli('replay', a, '--expect-attempt', '1', '--expect-digest', '0'.repeat(64));
+    expect(wrongDigest.code).toBe(1);
+    expect(wrongDigest.err).toContain('error mismatch');
+    expect(await itemCount(t.ledger)).toBe(before);
+    expect((await mustGet(t.ledger, a)).replayedAt).toBeNull();
+
+    const replayed = json<{ id: string; replayOf: string }>(await cli('replay', a, '--expect-attempt', '1', '--expect-digest', digestA.toUpperCase(), '--json'));
+    expect(replayed.replayOf).toBe(a);
+    expect(await mustGet(t.ledger, replayed.id)).toMatchObject({ state: 'pending', replayOf: a, lane: 'acct:7', attempt: 0, payload: { secret: SECRET } });
+    expect(await itemCount(t.ledger)).toBe(before + 1);
+    const twice = await cli('replay', a, '--expect-attempt', '1', '--expect-digest', digestA);
+    expect(twice.code).toBe(1);
+    expect(twice.err).toContain('already replayed');
+
+    // Without --expect-digest: the item's current last error is used, and the operator is told.
+    const implicit = await cli('replay', b, '--expect-attempt', '1');
+    expect(implicit.code, implicit.err).toBe(0);
+    expect(implicit.err).toContain(`using the digest of the item's current last error (${errorDigest('upstream said 503')})`);
+    const newB = /^replayed (\S+) as (\S+)$/m.exec(implicit.out);
+    expect(newB?.[1]).toBe(b);
+    expect((await mustGet(t.ledger, newB?.[2] ?? '')).replayOf).toBe(b);
+    expect(await itemCount(t.ledger)).toBe(before + 2);
+
+    const unknown = await cli('replay', 'no-such-item', '--expect-attempt', '1');
+    expect(unknown.code).toBe(1);
+    expect(unknown.err).toContain('no such item');
+  });
+
+  it('cancel reports each outcome; not_found exits 1', async () => {
+    const queue = freshQueue('cli-cancel');
+    const { id: waiting } = await t.ledger.enqueue({ queue, type: 't', payload: {}, lane: 'l1' });
+    const { id: next } = await t.ledger.enqueue({ queue, type: 't', payload: {}, lane: 'l1' });
+
+    const c1 = await cli('cancel', waiting, '--reason', 'operator: wrong customer');
+    expect(c1.code, c1.err).toBe(0);
+    expect(c1.out).toMatch(/^cancelled: /);
+    expect(await mustGet(t.ledger, waiting)).toMatchObject({ state: 'cancelled', lastError: 'operator: wrong customer' });
+    expect((await mustGet(t.ledger, next)).isHead).toBe(true);
+
+    expect(json<{ id: string; outcome: string }>(await cli('cancel', waiting, '--json'))).toEqual({ id: waiting, outcome: 'not_cancellable' });
+
+    const running = await claimOne(t.ledger, queue);
+    expect(running.id).toBe(next);
+    const c3 = await cli('cancel', next);
+    expect(c3.code, c3.err).toBe(0);
+    expect(c3.out).toMatch(/^cancel_requested: /);
+    expect((await mustGet(t.ledger, next)).cancelRequested).toBe(true);
+
+    const c4 = await cli('cancel', 'no-such-item');
+    expect(c4.code).toBe(1);
+    expect(c4.out).toMatch(/^not_found: /);
+    expect(c4.err).toContain('no item no-such-item');
+  });
+
+  it('activate takes the next epoch, broadcasts it, and exits 3 on a stale --expect-epoch', async () => {
+    const queue = freshQueue('cli-own');
+    const tw: TestWake = createTestWake();
+    try {
+      const redis = ['--redis-url', redisUrl(), '--redis-key-prefix', tw.keyPrefix];
+      const first = json<{ epoch: number; deployment: string }>(await cli('activate', '--queue', queue, '--deployment', 'blue', '--json', ...redis));
+      expect(first).toMatchObject({ queue, epoch: 1, deployment: 'blue' });
+      const second = await cli('activate', '--queue', queue, '--deployment', 'green', '--expect-epoch', '1', ...redis);
+      expect(second.code, second.err).toBe(0);
+      expect(second.out).toBe(`queue ${queue}: epoch 2, owned by green\n`);
+      expect(second.err).toBe('');
+
+      const stale = await cli('activate', '--queue', queue, '--deployment', 'blue', '--expect-epoch', '1', ...redis);
+      expect(stale.code).toBe(3);
+      expect(stale.err).toContain(`queue ${queue} is at epoch 2, not the expected 1`);
+      const never = await cli('activate', '--queue', queue, '--deployment', 'blue', '--expect-epoch', '0');
+      expect(never.code).toBe(3);
+      expect(await t.ledger.ownership(queue)).toMatchObject({ epoch: 2, deployment: 'green' });
+
+      const entries = (await tw.wake.redis.xrange(controlStreamKey(tw.keyPrefix, queue), '-', '+')) as [string, string[]][];
+      expect(entries.map(([, fields]) => JSON.parse(fields[1] ?? 'null') as unknown)).toEqual([
+        { type: 'ownership', epoch: 1, deployment: 'blue' },
+        { type: 'ownership', epoch: 2, deployment: 'green' },
+      ]);
+    } finally {
+      await tw.drop();
+    }
+  });
+
+  it('with --redis-url, enqueue and replay publish wake-ups; an unreachable Redis is only a warning', async () => {
+    const queue = freshQueue('cli-wake');
+    const tw = createTestWake();
+    try {
+      const redis = ['--redis-url', redisUrl(), '--redis-key-prefix', tw.keyPrefix];
+      const { id } = json<{ id: string }>(await cli('enqueue', queue, 't', '--class', 'interactive', '--json', ...redis));
+      const deadQueue = freshQueue('cli-wake-dead');
+      const deadId = await makeDead(deadQueue, 'boom');
+      const replay = await cli('replay', deadId, '--expect-attempt', '1', '--json', ...redis);
+      const replayed = json<{ id: string }>(replay);
+      expect(replay.err).not.toContain('warning');
+
+      const wakes = async (q: string, cls: 'interactive' | 'default') =>
+        ((await tw.wake.redis.xrange(wakeStreamKey(tw.keyPrefix, q, cls), '-', '+')) as [string, string[]][]).map(([, f]) => ({
+          kind: f[f.indexOf('k') + 1],
+          ids: f[f.indexOf('i') + 1],
+        }));
+      expect(await wakes(queue, 'interactive')).toEqual([{ kind: 'enqueue', ids: id }]);
+      expect(await wakes(deadQueue, 'default')).toEqual([{ kind: 'replay', ids: replayed.id }]);
+
+      const down = await cli('enqueue', queue, 't', '--json', '--redis-url', `redis://127.0.0.1:${await freePort()}`);
+      const created = json<{ id: string }>(down);
+      expect(down.err).toMatch(/^warning: the wake-up not published to redis:\/\/127\.0\.0\.1:\d+ \(Redis is unreachable\)/);
+      expect((await mustGet(t.ledger, created.id)).state).toBe('pending');
+    } finally {
+      await tw.drop();
+    }
+  });
+
+  it('bad input exits 2 naming the option or field, and writes nothing', async () => {
+    const queue = freshQueue('cli-bad');
+    const cases: { args: string[]; names: string }[] = [
+      { args: ['enqueue', 'Bad Queue!', 't'], names: '<queue>' },
+      { args: ['enqueue', queue, 'no spaces'], names: '<type>' },
+      { args: ['enqueue', queue, 't', '--payload', `{"secret": "${SECRET}", nope`], names: '--payload' },
+      { args: ['enqueue', queue, 't', '--run-at', 'tomorrow'], names: '--run-at' },
+      { args: ['enqueue', queue, 't', '--run-at', '2026-12-01T09:00:00'], names: '--run-at' },
+      { args: ['enqueue', queue, 't', '--max-attempts', '0'], names: '--max-attempts' },
+      { args: ['enqueue', queue, 't', '--max-attempts', 'many'], names: '--max-attempts' },
+      { args: ['enqueue', queue, 't', '--class', 'urgent'], names: '--class' },
+      { args: ['enqueue', queue, 't', '--run-at', '2030-01-01T00:00:00Z', '--delay-ms', '5'], names: '--delay-ms' },
+      { args: ['enqueue', queue, 't', '--idempotency-key', 'trailing '], names: '--idempotency-key' },
+      { args: ['frobnicate'], names: "unknown command 'frobnicate'" },
+      { args: ['dead', 'list', '--limit', '0'], names: '--limit' },
+      { args: ['inspect', 'not an id!'], names: '<id>' },
+      { args: ['replay', 'abc', '--expect-attempt', '1', '--expect-digest', 'xyz'], names: '--expect-digest' },
+      { args: ['replay', 'abc'], names: '--expect-attempt' },
+      { args: ['activate', '--queue', queue], names: '--deployment' },
+      { args: ['activate', '--queue', queue, '--deployment', 'd', '--expect-epoch', '-1'], names: '--expect-epoch' },
+      { args: ['stats', '--redis-url', 'http://x'], names: '--redis-url' },
+    ];
+    for (const c of cases) {
+      const r = await cli(...c.args);
+      expect(r.code, `${c.args.join(' ')}: ${r.err}`).toBe(2);
+      expect(r.err, c.args.join(' ')).toContain(c.names);
+      expect(r.err).not.toContain(SECRET);
+      expect(r.out).toBe('');
+    }
+    const badUrl = await lanewake(['stats', '--database-url', 'postgres://db/x']);
+    expect(badUrl.code).toBe(2);
+    expect(badUrl.err).toContain('--database-url');
+    const noCommand = await lanewake([]);
+    expect(noCommand.code).toBe(2);
+    expect(noCommand.err).toContain('Usage: lanewake');
+    expect(await itemCount(t.ledger)).toBe(0);
+    expect(await t.ledger.ownership(queue)).toBeUndefined();
+  });
+});
+
+describe('lanewake CLI without a ledger', () => {
+  it('an unreachable ledger exits 1 with the (redacted) URL', async () => {
+    const r = await lanewake(['stats', '--database-url', `mysql://root:hunter2@127.0.0.1:${await freePort()}/x`]);
+    expect(r.code).toBe(1);
+    expect(r.err).toMatch(/^error: cannot reach the ledger at mysql:\/\/root:\*\*\*@127\.0\.0\.1:\d+\/x: /);
+    expect(r.err).not.toContain('hunter2');
+  });
+
+  it('every command describes itself in --help', async () => {
+    const top = await lanewake(['--help']);
+    expect(top.code).toBe(0);
+    for (const name of ['migrate', 'enqueue', 'stats', 'inspect', 'dead', 'replay', 'cancel', 'activate']) expect(top.out).toMatch(new RegExp(`^  ${name} `, 'm'));
+    expect(top.out).toContain('3  ownership lost');
+    expect(await lanewake(['--version'])).toMatchObject({ code: 0, out: `${(JSON.parse(readFileSync(join(ROOT, 'package.json'), 'utf8')) as { version: string }).version}\n` });
+    const described: Record<string, RegExp> = {
+      migrate: /bring its schema\s+up to date/,
+      enqueue: /add one work item/,
+      stats: /count items by state/,
+      inspect: /without its payload/,
+      dead: /dead letters/,
+      'dead list': /list dead items/,
+      replay: /re-drive a dead or cancelled item/,
+      cancel: /cancel an item/,
+      activate: /Exit 3: --expect-epoch did not match/,
+    };
+    for (const [cmd, text] of Object.entries(described)) {
+      const r = await lanewake([...cmd.split(' '), '--help']);
+      expect(r.code, cmd).toBe(0);
+      expect(r.out).toContain(`Usage: lanewake ${cmd} `);
+      expect(r.out, cmd).toMatch(text);
+    }
+  });
+
+  it('buildProgram takes further command factories', async () => {
+    const hello: CommandFactory = (program, { io }) => {
+      program
+        .command('hello')
+        .description('say hello')
+        .action(() => io.out('hello\n'));
+    };
+    expect(await lanewake(['hello'], [...CORE_COMMANDS, hello])).toEqual({ code: 0, out: 'hello\n', err: '' });
+    expect((await lanewake(['hello'])).code).toBe(2);
+  });
+});
+
+describe('the lanewake entry point', () => {
+  let t2: TestLedger;
+  beforeEach(async () => {
+    t2 = await createTestLedger();
+  });
+  afterEach(async () => {
+    await t2.drop();
+  });
+
+  it('runs as a process: --help and stats --json exit 0', async () => {
+    const queue = freshQueue('cli-proc');
+    await t2.ledger.enqueue({ queue, type: 't', payload: {} });
+    const env: NodeJS.ProcessEnv = { ...process.env, LANEWAKE_LOG_LEVEL: 'warn' };
+    delete env.VITEST;
+    delete env.VITEST_WORKER_ID;
+    delete env.VITEST_POOL_ID;
+    const run = promisify(execFile);
+    const main = join('src', 'cli', 'main.ts');
+    const [help, stats] = await Promise.all([
+      run(process.execPath, ['--import', 'tsx', main, '--help'], { cwd: ROOT, env }),
+      run(process.execPath, ['--import', 'tsx', main, 'stats', '--database-url', t2.url, '--json'], { cwd: ROOT, env }),
+    ]);
+    // execFile rejects on a non-zero exit, so reaching here means both exited 0.
+    expect(help.stdout).toMatch(/^Usage: lanewake \[options\] \[command\]/);
+    expect(JSON.parse(stats.stdout)).toEqual([expect.objectContaining({ queue, counts: expect.objectContaining({ pending: 1 }) })]);
+  });
+});

@@ -1,0 +1,83 @@
+import { spawn, type ChildProcessWithoutNullStreams } from 'node:child_process';
+import { afterEach, expect, test } from 'vitest';
+import { Producer } from '../src/producer/producer.js';
+import { createTestWake, uniqueQueue, type TestWake } from './support/engine.js';
+import { createTestLedger, waitFor, type TestLedger } from './support/ledger.js';
+import { redisUrl } from './support/services.js';
+
+const cleanups: (() => Promise<unknown>)[] = [];
+afterEach(async () => {
+  for (const c of cleanups.splice(0).reverse()) await c().catch(() => undefined);
+});
+
+interface Worker {
+  proc: ChildProcessWithoutNullStreams;
+  stderr: () => string;
+  exit: Promise<number | null>;
+}
+
+function startWorker(args: string[], env: Record<string, string>): Worker {
+  const proc = spawn(process.execPath, ['--import', 'tsx', 'src/cli/main.ts', 'worker', ...args], {
+    env: { ...process.env, LANEWAKE_LOG_LEVEL: 'warn', ...env },
+  });
+  let stderr = '';
+  proc.stderr.on('data', (d: Buffer) => (stderr += d.toString()));
+  proc.stdout.on('data', () => undefined);
+  const exit = new Promise<number | null>((resolve) => proc.on('exit', (code) => resolve(code)));
+  cleanups.push(async () => {
+    if (proc.exitCode === null) proc.kill('SIGKILL');
+    await exit;
+  });
+  return { proc, stderr: () => stderr, exit };
+}
+
+async function fixtures(): Promise<{ tl: TestLedger; tw: TestWake; queue: string }> {
+  const tl = await createTestLedger();
+  const tw = createTestWake();
+  cleanups.push(() => tl.drop(), () => tw.drop());
+  return { tl, tw, queue: uniqueQueue('wp') };
+}
+
+test('lanewake worker: fed, observable over HTTP, drained by SIGTERM with nothing left processing', async () => {
+  const { tl, tw, queue } = await fixtures();
+  const w = startWorker(
+    ['--handlers', 'test/support/worker-handlers.ts', '--queues', `${queue}:4`, '--admin', '127.0.0.1:0', '--drain-timeout-ms', '10000'],
+    { LANEWAKE_DATABASE_URL: tl.url, LANEWAKE_REDIS_URL: redisUrl(), LANEWAKE_REDIS_KEY_PREFIX: tw.keyPrefix, LW_TEST_QUEUE: queue, LW_TEST_SLOW_MS: '800' },
+  );
+  const admin = await waitFor(() => /admin: (http:\/\/\S+)/.exec(w.stderr())?.[1], 30_000, 'the admin URL');
+  const producer = new Producer({ ledger: tl.ledger, wake: tw.wake });
+  await producer.enqueueMany(Array.from({ length: 30 }, (_, i) => ({ queue, type: 'fast', payload: { i } })));
+  await waitFor(async () => ((await tl.ledger.stats(queue))[0]?.counts.completed === 30 ? true : undefined), 20_000, 'fast items done');
+
+  expect((await fetch(`${admin}/livez`)).status).toBe(200);
+  expect((await fetch(`${admin}/readyz`)).status).toBe(200);
+  const metrics = await (await fetch(`${admin}/metrics`)).text();
+  const completed = new RegExp(`lanewake_items_completed_total\\{queue="${queue}",type="fast"\\} (\\d+)`).exec(metrics)?.[1];
+  expect(Number(completed)).toBe(30);
+  expect(metrics).toMatch(/lanewake_claim_duration_seconds_count\{queue="[^"]+"\} [1-9]/);
+
+  const slow = await producer.enqueueMany(Array.from({ length: 3 }, () => ({ queue, type: 'slow', payload: {} })));
+  await waitFor(async () => ((await tl.ledger.stats(queue))[0]?.counts.processing === 3 ? true : undefined), 20_000, 'slow items running');
+  w.proc.kill('SIGTERM');
+  expect(await w.exit).toBe(0);
+  for (const s of slow) expect((await tl.ledger.get(s.id))?.state).toBe('completed');
+  expect((await tl.ledger.stats(queue))[0]?.counts.processing).toBe(0);
+});
+
+test('lanewake worker: each bad config value exits 2 naming the field', async () => {
+  const { tl, queue } = await fixtures();
+  const base = { LANEWAKE_DATABASE_URL: tl.url, LANEWAKE_HANDLERS: 'test/support/worker-handlers.ts', LW_TEST_QUEUE: queue };
+  const cases: [string[], Record<string, string>, RegExp][] = [
+    [['--queues', `${queue}:0`], {}, /queues\[0\]\.concurrency/],
+    [['--queues', 'Bad Queue'], {}, /queues\[0\]\.name/],
+    [['--queues', queue, '--admin', '127.0.0.1:99999'], {}, /admin\.port/],
+    [['--queues', queue], { LANEWAKE_HANDLERS: 'test/support/no-such-module.ts' }, /handlers/],
+    [['--queues', 'other-queue'], {}, /handlers\.other-queue/],
+    [[], {}, /queues/],
+  ];
+  for (const [args, env, field] of cases) {
+    const w = startWorker(['--admin', 'off', ...args], { ...base, ...env });
+    expect(await w.exit, `${args.join(' ')} → ${w.stderr()}`).toBe(2);
+    expect(w.stderr()).toMatch(field);
+  }
+});
