@@ -9,6 +9,7 @@ import { migrateCommand } from './commands/migrate.js';
 import { replayCommand } from './commands/replay.js';
 import { statsCommand } from './commands/stats.js';
 import { workerCommand } from './commands/worker.js';
+import { demoCommand } from './commands/demo.js';
 import { addGlobalOptions } from './context.js';
 import { describeError, exitCodeOf } from './errors.js';
 import { eprintln, type CliIo } from './io.js';
@@ -35,6 +36,7 @@ export const CORE_COMMANDS: readonly CommandFactory[] = [
   cancelCommand,
   activateCommand,
   workerCommand,
+  demoCommand,
 ];
 
 const EXIT_CODES_HELP = `
