@@ -10,6 +10,7 @@ import { replayCommand } from './commands/replay.js';
 import { statsCommand } from './commands/stats.js';
 import { workerCommand } from './commands/worker.js';
 import { demoCommand } from './commands/demo.js';
+import { benchCommand } from './commands/bench.js';
 import { addGlobalOptions } from './context.js';
 import { describeError, exitCodeOf } from './errors.js';
 import { eprintln, type CliIo } from './io.js';
@@ -37,6 +38,7 @@ export const CORE_COMMANDS: readonly CommandFactory[] = [
   activateCommand,
   workerCommand,
   demoCommand,
+  benchCommand,
 ];
 
 const EXIT_CODES_HELP = `
