@@ -55,6 +55,7 @@ test('lanewake worker: fed, observable over HTTP, drained by SIGTERM with nothin
   const completed = new RegExp(`lanewake_items_completed_total\\{queue="${queue}",type="fast"\\} (\\d+)`).exec(metrics)?.[1];
   expect(Number(completed)).toBe(30);
   expect(metrics).toMatch(/lanewake_claim_duration_seconds_count\{queue="[^"]+"\} [1-9]/);
+  expect(Number(/lanewake_db_pool_connections\{state="open"\} (\d+)/.exec(metrics)?.[1])).toBeGreaterThan(0);
 
   const slow = await producer.enqueueMany(Array.from({ length: 3 }, () => ({ queue, type: 'slow', payload: {} })));
   await waitFor(async () => ((await tl.ledger.stats(queue))[0]?.counts.processing === 3 ? true : undefined), 20_000, 'slow items running');

@@ -44,9 +44,11 @@ export function createLedgerPool(config: Pick<LedgerConfig, 'url' | 'poolSize'>)
 export type LedgerDb = Kysely<Record<string, never>>;
 
 export function createLedgerDb(config: Pick<LedgerConfig, 'url' | 'poolSize'>): LedgerDb {
-  return new Kysely<Record<string, never>>({
-    dialect: new MysqlDialect({ pool: createLedgerPool(config) }),
-  });
+  return ledgerDbOnPool(createLedgerPool(config));
+}
+
+export function ledgerDbOnPool(pool: Pool): LedgerDb {
+  return new Kysely<Record<string, never>>({ dialect: new MysqlDialect({ pool }) });
 }
 
 /**
@@ -76,4 +78,29 @@ export async function ensureDatabase(url: string, waitMs = 60_000): Promise<void
       await new Promise((r) => setTimeout(r, 500));
     }
   }
+}
+
+/** Live counts of a ledger pool's connections, kept from mysql2's pool events. */
+export interface PoolStats {
+  /** Open connections. */
+  total: number;
+  /** Connections lent out to a query or transaction right now. */
+  inUse: number;
+  /** Requests queued for a free connection right now. */
+  waiting: number;
+}
+
+export function trackPool(pool: Pool): PoolStats {
+  const stats: PoolStats = { total: 0, inUse: 0, waiting: 0 };
+  pool.on('connection', (connection) => {
+    stats.total++;
+    connection.once('end', () => (stats.total = Math.max(0, stats.total - 1)));
+  });
+  pool.on('enqueue', () => stats.waiting++);
+  pool.on('acquire', () => {
+    stats.inUse++;
+    stats.waiting = Math.max(0, stats.waiting - 1);
+  });
+  pool.on('release', () => (stats.inUse = Math.max(0, stats.inUse - 1)));
+  return stats;
 }

@@ -3,7 +3,7 @@ import { z } from 'zod';
 import { ValidationError } from '../errors.js';
 import { backoffDelayMs, backoffSchema, DEFAULT_BACKOFF, type BackoffInput } from './backoff.js';
 import { parseLedgerConfig, type LedgerConfig, type LedgerConfigInput } from './config.js';
-import { createLedgerDb, type LedgerDb } from './connection.js';
+import { createLedgerPool, ledgerDbOnPool, trackPool, type LedgerDb, type PoolStats } from './connection.js';
 import { assertSchemaCurrent, migrate, schemaStatus, type MigrateResult, type SchemaStatus } from './migrations.js';
 import { ER_DUP_ENTRY, errno, retryOnConflict } from './retry.js';
 import { cancelItem, type CancelOutcome } from './sql/cancel.js';
@@ -133,9 +133,18 @@ export class Ledger {
   readonly tables: LedgerTables;
   private readonly itemSchema: ReturnType<typeof enqueueItemSchema>;
 
+  /** Connection counts of the ledger's own pool (undefined when given a Kysely instance). */
+  readonly pool: Readonly<PoolStats> | undefined;
+
   constructor(config: LedgerConfigInput, db?: LedgerDb) {
     this.config = parseLedgerConfig(config);
-    this.db = db ?? createLedgerDb(this.config);
+    if (db) {
+      this.db = db;
+    } else {
+      const pool = createLedgerPool(this.config);
+      this.pool = trackPool(pool);
+      this.db = ledgerDbOnPool(pool);
+    }
     this.tables = ledgerTables(this.config.tablePrefix);
     this.itemSchema = enqueueItemSchema(this.config.payloadMaxBytes);
   }

@@ -54,6 +54,8 @@ export class LanewakeMetrics {
   private readonly oldestDueAge: Gauge<'queue'>;
   private readonly inFlight: Gauge<'queue'>;
   private readonly redisConnected: Gauge;
+  private readonly dbPool: Gauge<'state'>;
+  private ledger: Pick<Ledger, 'pool'> | undefined;
 
   constructor(options: LanewakeMetricsOptions = {}) {
     const registry = new Registry();
@@ -126,6 +128,21 @@ export class LanewakeMetrics {
       },
     });
 
+    this.dbPool = new Gauge({
+      name: 'lanewake_db_pool_connections',
+      help: "The ledger pool's connections by state: open, in_use, and waiting (requests queued for a free connection).",
+      labelNames: ['state'] as const,
+      registers,
+      collect: () => {
+        this.dbPool.reset();
+        if (!this.ledger?.pool) return;
+        const p = this.ledger.pool;
+        this.dbPool.set({ state: 'open' }, p.total);
+        this.dbPool.set({ state: 'in_use' }, p.inUse);
+        this.dbPool.set({ state: 'waiting' }, p.waiting);
+      },
+    });
+
     if (options.defaultMetrics ?? true) collectDefaultMetrics({ register: registry, prefix: 'lanewake_' });
   }
 
@@ -184,6 +201,11 @@ export class LanewakeMetrics {
    * disappear from the series. Throws what `ledger.stats` throws; the gauges
    * then keep their previous values.
    */
+  /** Reports this ledger's pool in `lanewake_db_pool_connections` at each scrape. */
+  observeLedger(ledger: Pick<Ledger, 'pool'>): void {
+    this.ledger = ledger;
+  }
+
   async refreshDepth(ledger: Ledger): Promise<void> {
     const stats = await ledger.stats();
     // No await between the resets and the sets: a scrape never sees them half-written.

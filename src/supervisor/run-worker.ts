@@ -41,6 +41,7 @@ export async function startWorker(config: WorkerConfig, opts: { handlers?: Handl
     onConsumer: (consumer) => metrics.observeConsumer(consumer),
     afterReconcile: (ledger) => metrics.refreshDepth(ledger),
   });
+  metrics.observeLedger(supervisor.ledger);
   await supervisor.start();
   let admin: AdminServer | undefined;
   try {
