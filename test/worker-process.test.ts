@@ -1,4 +1,7 @@
 import { spawn, type ChildProcessWithoutNullStreams } from 'node:child_process';
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import { afterEach, expect, test } from 'vitest';
 import { Producer } from '../src/producer/producer.js';
 import { createTestWake, uniqueQueue, type TestWake } from './support/engine.js';
@@ -81,4 +84,50 @@ test('lanewake worker: each bad config value exits 2 naming the field', async ()
     expect(await w.exit, `${args.join(' ')} → ${w.stderr()}`).toBe(2);
     expect(w.stderr()).toMatch(field);
   }
+});
+
+test('lanewake worker: a newer activation makes the old deployment exit 3 with /readyz 503 while the new one takes the queue', async () => {
+  const { tl, tw, queue } = await fixtures();
+  const dir = mkdtempSync(join(tmpdir(), 'lw-own-'));
+  cleanups.push(async () => rmSync(dir, { recursive: true, force: true }));
+  const configFor = (deployment: string): string => {
+    const path = join(dir, `${deployment}.json`);
+    writeFileSync(
+      path,
+      JSON.stringify({
+        handlers: 'test/support/worker-handlers.ts',
+        deployment,
+        admin: { host: '127.0.0.1', port: 0 },
+        ownershipCheckMs: 60_000,
+        queues: [{ name: queue, concurrency: 2, ownership: true }],
+      }),
+    );
+    return path;
+  };
+  const env = { LANEWAKE_DATABASE_URL: tl.url, LANEWAKE_REDIS_URL: redisUrl(), LANEWAKE_REDIS_KEY_PREFIX: tw.keyPrefix, LW_TEST_QUEUE: queue };
+  await tl.ledger.activate({ queue, deployment: 'blue', expectEpoch: 0 });
+  const blue = startWorker(['--config', configFor('blue')], env);
+  const green = startWorker(['--config', configFor('green')], env);
+  const blueAdmin = await waitFor(() => /admin: (http:\/\/\S+)/.exec(blue.stderr())?.[1], 30_000, 'blue admin URL');
+  const greenAdmin = await waitFor(() => /admin: (http:\/\/\S+)/.exec(green.stderr())?.[1], 30_000, 'green admin URL');
+  expect((await fetch(`${blueAdmin}/readyz`)).status).toBe(200);
+  expect((await fetch(`${greenAdmin}/readyz`)).status).toBe(503);
+
+  // The CLI moves the queue and broadcasts on the control stream: blue hears it at once (its periodic check is a minute away).
+  const { runCli } = await import('../src/cli/program.js');
+  const out: string[] = [];
+  const io = { out: (t: string) => void out.push(t), err: (t: string) => void out.push(t) };
+  const code = await runCli(
+    ['activate', '--queue', queue, '--deployment', 'green', '--expect-epoch', '1', '--database-url', tl.url, '--redis-url', redisUrl(), '--redis-key-prefix', tw.keyPrefix],
+    io,
+  );
+  expect(code, out.join('')).toBe(0);
+  expect(await blue.exit).toBe(3);
+
+  await waitFor(async () => ((await fetch(`${greenAdmin}/readyz`)).status === 200 ? true : undefined), 20_000, 'green ready');
+  const producer = new Producer({ ledger: tl.ledger, wake: tw.wake });
+  await producer.enqueueMany(Array.from({ length: 10 }, (_, i) => ({ queue, type: 'fast', payload: { i } })));
+  await waitFor(async () => ((await tl.ledger.stats(queue))[0]?.counts.completed === 10 ? true : undefined), 20_000, 'green drains the queue');
+  green.proc.kill('SIGTERM');
+  expect(await green.exit).toBe(0);
 });

@@ -3,6 +3,9 @@ import { ValidationError } from '../errors.js';
 import { Ledger } from '../ledger/ledger.js';
 import { createLogger, type Logger } from '../log.js';
 import type { ControlMessage } from '../wake/control.js';
+import type { Redis } from 'ioredis';
+import { sleep } from '../consumer/notifier.js';
+import { createBlockingClient, whenReady } from '../wake/redis.js';
 import { WakeChannel } from '../wake/wake-channel.js';
 import { ledgerReadiness, type NamedReadinessCheck, type Readiness } from './admin-server.js';
 import type { WorkerConfig } from './config.js';
@@ -44,6 +47,8 @@ export class Supervisor {
   private ownershipTimer: NodeJS.Timeout | undefined;
   private stopping: Promise<void> | undefined;
   private checking: Promise<void> | undefined;
+  private controlClient: Redis | undefined;
+  private controlWatch: Promise<void> | undefined;
 
   constructor(private readonly options: SupervisorOptions) {
     const { config } = options;
@@ -92,6 +97,8 @@ export class Supervisor {
     if (this.ownership.size > 0) {
       this.ownershipTimer = setInterval(() => void this.checkOwnership(), config.ownershipCheckMs);
       this.ownershipTimer.unref();
+      // Standby queues have no consumer to hear the broadcast, so the supervisor listens itself.
+      if (this.wake) this.controlWatch = this.watchControl(this.wake);
     }
     this.reconciler = new Reconciler({
       ledger: this.ledger,
@@ -110,6 +117,8 @@ export class Supervisor {
   stop(): Promise<void> {
     this.stopping ??= (async () => {
       if (this.ownershipTimer) clearInterval(this.ownershipTimer);
+      this.controlClient?.disconnect();
+      await this.controlWatch;
       await Promise.allSettled([...this.runners.values()].map((r) => r.stop()));
       await this.reconciler?.stop();
       await this.wake?.close().catch(() => undefined);
@@ -145,6 +154,27 @@ export class Supervisor {
       this.checking = undefined;
     });
     return this.checking;
+  }
+
+  /** Reads the ownership queues' control streams (plain XREAD): an activation is acted on at once. */
+  private async watchControl(wake: WakeChannel): Promise<void> {
+    const client = createBlockingClient(wake.options.redis, 'lanewake:supervisor:control');
+    this.controlClient = client;
+    const after = new Map<string, string>();
+    while (!this.stopping) {
+      try {
+        if (!(await whenReady(client, 1000))) throw new Error('redis is not connected');
+        for (const queue of this.ownership.keys()) if (!after.has(queue)) after.set(queue, await wake.control.latestId(client, queue));
+        const entries = await wake.control.read(client, after, 1000);
+        for (const e of entries) {
+          after.set(e.queue, e.entryId);
+          if (e.message.type === 'ownership') void this.checkOwnership();
+        }
+      } catch {
+        if (this.stopping) break;
+        await sleep(500);
+      }
+    }
   }
 
   private async readOwnership(): Promise<void> {
