@@ -98,14 +98,19 @@ async function verifyOnce(env: Env, seen: Map<string, number>, expected: number)
   }
 }
 
-/** (a)/(c): drain a pre-enqueued backlog of no-op jobs. */
+/** `jobs` no-op items in batches of 500, announced like any producer's. */
+async function enqueueBacklog(env: Env, jobs: number): Promise<void> {
+  const producer = new Producer({ ledger: env.ledger, wake: env.wake });
+  for (let i = 0; i < jobs; i += 500) {
+    await producer.enqueueMany(Array.from({ length: Math.min(500, jobs - i) }, (_, k) => ({ queue: env.queue, type: 'noop', payload: { n: i + k } })));
+  }
+}
+
+/** (a): drain a pre-enqueued backlog of no-op jobs. */
 async function throughput(concurrency: number, jobs: number): Promise<{ jobsS: number; peakRssMb: number }> {
   const env = await environment(true);
   try {
-    const producer = new Producer({ ledger: env.ledger, wake: env.wake });
-    for (let i = 0; i < jobs; i += 500) {
-      await producer.enqueueMany(Array.from({ length: Math.min(500, jobs - i) }, (_, k) => ({ queue: env.queue, type: 'noop', payload: { n: i + k } })));
-    }
+    await enqueueBacklog(env, jobs);
     const seen = new Map<string, number>();
     const consumer = new Consumer({
       ledger: env.ledger,
@@ -134,10 +139,7 @@ async function throughput(concurrency: number, jobs: number): Promise<{ jobsS: n
 async function childRss(concurrency: number, jobs: number): Promise<{ peakRssMb: number; jobsS: number }> {
   const env = await environment(true);
   try {
-    const producer = new Producer({ ledger: env.ledger, wake: env.wake });
-    for (let i = 0; i < jobs; i += 500) {
-      await producer.enqueueMany(Array.from({ length: Math.min(500, jobs - i) }, (_, k) => ({ queue: env.queue, type: 'noop', payload: { n: i + k } })));
-    }
+    await enqueueBacklog(env, jobs);
     const out = await new Promise<string>((resolve, reject) => {
       const child = spawn(process.execPath, [fileURLToPath(new URL('./rss-child.mjs', import.meta.url))], {
         env: {
