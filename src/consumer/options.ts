@@ -38,7 +38,11 @@ export const consumerSettingsSchema = z
     finalizeTimeoutMs: z.number().int().min(100).max(600_000).default(15_000),
     /** Let this consumer also reclaim expired leases and probe dependency waits on each sweep. */
     maintenance: z.boolean().default(true),
-    /** Fleet-wide cap on this queue's `processing` items, read from the ledger before each claim. */
+    /**
+     * Fleet-wide cap on this queue's `processing` items, read from the ledger
+     * before each claim. The read and the claim are two statements, so
+     * consumers claiming at the same instant can overshoot it by their batch.
+     */
     maxProcessing: z.number().int().min(1).max(1_000_000).optional(),
     /** Ownership epoch to fence claims with (DESIGN §7). */
     epoch: z.number().int().min(0).optional(),
