@@ -16,10 +16,14 @@ test('the demo runs a mixed workload over replicas, survives a SIGKILLed replica
   });
   expect(lines.some((l) => /SIGKILLed replica-2/.test(l))).toBe(true);
   expect(s.completed + s.dead).toBe(800);
-  // The mix is deterministic: 1% doomed items end dead, flaky ones retry once, slow ones are released once.
+  // The mix is deterministic: 8 doomed items end dead; 48 flaky ones fail their first attempt and 4 slow
+  // ones overrun theirs — unless that first attempt was on the killed replica, whose expired lease then
+  // spent it (a lease reclaim instead of a retry or release).
   expect(s.dead).toBe(8);
-  expect(s.retries).toBeGreaterThanOrEqual(48);
-  expect(s.releases).toBeGreaterThanOrEqual(4);
+  expect(s.retries + s.leaseReclaims).toBeGreaterThanOrEqual(48);
+  expect(s.releases + s.leaseReclaims).toBeGreaterThanOrEqual(4);
+  expect(s.retries).toBeGreaterThan(0);
+  expect(s.releases).toBeGreaterThan(0);
   expect(s.laneOrderViolations).toBe(0);
   expect(s.duplicateEffects).toBe(0);
   expect(s.missingEffects).toBe(0);
