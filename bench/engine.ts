@@ -26,7 +26,6 @@ import { Ledger } from '../src/ledger/ledger.js';
 import { createLogger } from '../src/log.js';
 import { Producer } from '../src/producer/producer.js';
 import { WakeChannel } from '../src/wake/wake-channel.js';
-import { Redis } from 'ioredis';
 import { createBenchDatabase, fmt, median, minMax, percentile, printTable, progress, runCleanups } from './support.js';
 
 const args = process.argv.slice(2);
@@ -62,23 +61,13 @@ async function environment(withRedis: boolean): Promise<Env> {
     wake,
     queue: 'bench',
     close: async () => {
+      await wake?.timers.close();
+      await wake?.dropKeys();
       await wake?.close();
       await ledger.close();
       await db.drop();
-      if (withRedis) await deleteKeys(keyPrefix);
     },
   };
-}
-
-async function deleteKeys(prefix: string): Promise<void> {
-  const r = new Redis(REDIS_URL, { maxRetriesPerRequest: 1 });
-  let cursor = '0';
-  do {
-    const [next, keys] = await r.scan(cursor, 'MATCH', `${prefix}*`, 'COUNT', 1000);
-    cursor = next;
-    if (keys.length > 0) await r.del(...keys);
-  } while (cursor !== '0');
-  r.disconnect();
 }
 
 async function waitUntil(check: () => boolean, timeoutMs: number, what: string): Promise<void> {

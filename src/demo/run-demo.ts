@@ -161,6 +161,8 @@ export async function runDemo(o: DemoOptions): Promise<DemoSummary> {
     return { ...(await summarize(ledger, o.items)), database, seconds, throughput: o.items / seconds, killedReplica: killed };
   } finally {
     for (const child of replicas.values()) child.kill('SIGKILL');
+    await wake.timers.close().catch(() => undefined);
+    if (!o.keep) await wake.dropKeys().catch(() => undefined);
     await wake.close().catch(() => undefined);
     if (!o.keep) await sql`DROP DATABASE IF EXISTS ${sql.id(database)}`.execute(ledger.db).catch(() => undefined);
     await ledger.close();

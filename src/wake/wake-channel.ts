@@ -116,6 +116,22 @@ export class WakeChannel {
     }
   }
 
+  /**
+   * Deletes every key under this channel's prefix (streams, groups, BullMQ
+   * timers). For throwaway prefixes — demos and tests — never a shared one.
+   */
+  async dropKeys(): Promise<number> {
+    if (!(await this.usable())) return 0;
+    let cursor = '0';
+    let dropped = 0;
+    do {
+      const [next, keys] = await this.redis.scan(cursor, 'MATCH', `${this.keyPrefix}*`, 'COUNT', 500);
+      cursor = next;
+      if (keys.length > 0) dropped += await this.redis.del(...keys);
+    } while (cursor !== '0');
+    return dropped;
+  }
+
   async close(): Promise<void> {
     await this.timers.close();
     this.redis.disconnect();
