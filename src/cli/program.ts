@@ -1,5 +1,5 @@
-import { createRequire } from 'node:module';
 import { Command, CommanderError } from 'commander';
+import { packageVersion } from '../version.js';
 import { activateCommand } from './commands/activate.js';
 import { cancelCommand } from './commands/cancel.js';
 import { deadCommand } from './commands/dead.js';
@@ -51,16 +51,6 @@ Exit codes:
 Global options may come before or after the command; each has an environment
 variable (LANEWAKE_DATABASE_URL, LANEWAKE_TABLE_PREFIX, LANEWAKE_REDIS_URL,
 LANEWAKE_REDIS_KEY_PREFIX). Payloads are never printed, except by \`inspect --payload\`.`;
-
-function packageVersion(): string {
-  try {
-    // src/cli/ and dist/cli/ both sit two levels below package.json.
-    const pkg = createRequire(import.meta.url)('../../package.json') as { version?: unknown };
-    return typeof pkg.version === 'string' ? pkg.version : '0.0.0';
-  } catch {
-    return '0.0.0';
-  }
-}
 
 /** The `lanewake` command, writing to `io` and throwing (never exiting) on errors: run it with runCli. */
 export function buildProgram(io: CliIo, commands: readonly CommandFactory[] = CORE_COMMANDS): Command {

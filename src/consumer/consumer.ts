@@ -214,10 +214,6 @@ export class Consumer<DB = Record<string, never>> extends EventEmitter<ConsumerE
     return this.loopsSettled;
   }
 
-  get isRunning(): boolean {
-    return this.state === 'running';
-  }
-
   /** Claim now (used by wake-ups, control messages and tests). */
   kick(): void {
     this.mightHaveWork = true;
@@ -259,13 +255,14 @@ export class Consumer<DB = Record<string, never>> extends EventEmitter<ConsumerE
     this.lastSweepAt = Date.now();
     this.counters.sweeps++;
     this.mightHaveWork = true;
-    if (!this.settings.maintenance) return;
     try {
-      const reclaimed = await this.ledger.reclaimExpired({ queue: this.settings.queue, limit: 500 });
-      if (reclaimed.reclaimed.length + reclaimed.dead.length > 0) {
-        this.log.info({ reclaimed: reclaimed.reclaimed.length, dead: reclaimed.dead.length }, 'reclaimed expired leases');
+      if (this.settings.maintenance) {
+        const reclaimed = await this.ledger.reclaimExpired({ queue: this.settings.queue, limit: 500 });
+        if (reclaimed.reclaimed.length + reclaimed.dead.length > 0) {
+          this.log.info({ reclaimed: reclaimed.reclaimed.length, dead: reclaimed.dead.length }, 'reclaimed expired leases');
+        }
+        await this.ledger.probeDependencyWaits({ queue: this.settings.queue, limit: 500 });
       }
-      await this.ledger.probeDependencyWaits({ queue: this.settings.queue, limit: 500 });
       if (this.wake && this.streams && !this.redisDown && this.groupReady) {
         const stale = await this.streams.reclaimIdle(this.wake.redis, this.name, IDLE_WAKE_ENTRY_MS, 100);
         this.takeEntries(stale);

@@ -36,7 +36,10 @@ export const consumerSettingsSchema = z
     unknownTypeReleaseMs: z.number().int().min(0).max(86_400_000).default(5_000),
     /** A finalize has this long on its own before the lease is left to expire. */
     finalizeTimeoutMs: z.number().int().min(100).max(600_000).default(15_000),
-    /** Let this consumer also reclaim expired leases and probe dependency waits on each sweep. */
+    /**
+     * Let this consumer also reclaim expired leases and probe dependency waits
+     * on each sweep. Off under a supervisor, whose reconciler does it.
+     */
     maintenance: z.boolean().default(true),
     /**
      * Fleet-wide cap on this queue's `processing` items, read from the ledger

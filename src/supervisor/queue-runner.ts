@@ -7,7 +7,7 @@ import { RestartBackoff } from './backoff.js';
 import type { QueueConfig } from './config.js';
 import { sleep } from '../consumer/notifier.js';
 
-export type RunnerState = 'starting' | 'running' | 'restarting' | 'standby' | 'stopped';
+export type RunnerState = 'starting' | 'running' | 'restarting' | 'stopped';
 
 export interface QueueRunnerOptions {
   queue: QueueConfig;
@@ -96,6 +96,8 @@ export class QueueRunner {
       logger: log,
       queue: queue.name,
       concurrency: queue.concurrency,
+      // The supervisor's reconciler reclaims leases and probes waits for every queue.
+      maintenance: false,
       ...(queue.classes ? { classes: queue.classes } : {}),
       ...(queue.leaseMs !== undefined ? { leaseMs: queue.leaseMs } : {}),
       ...(queue.deadlineMs !== undefined ? { deadlineMs: queue.deadlineMs } : {}),

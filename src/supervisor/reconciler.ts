@@ -52,6 +52,7 @@ export class Reconciler {
             'reconciled',
           );
         }
+        if (wake && r.reclaimed.length > 0) await wake.publish([{ queue, queueClass: 'default', kind: 'reclaim', ids: r.reclaimed }]);
         if (wake && p.probed.length > 0) {
           await wake.publish([{ queue, queueClass: 'default', kind: 'dependency', ids: p.probed.map((x) => x.id) }]);
         }

@@ -1,5 +1,5 @@
-import { readFileSync } from 'node:fs';
 import { createLogger, type Logger } from '../log.js';
+import { packageVersion } from '../version.js';
 import { startAdminServer, type AdminServer } from './admin-server.js';
 import type { WorkerConfig } from './config.js';
 import { loadHandlersModule, type HandlersByQueue } from './handlers-module.js';
@@ -14,15 +14,6 @@ export interface RunningWorker {
   stop(): Promise<number>;
   /** The exit code once the worker has stopped by itself or through stop(). */
   done: Promise<number>;
-}
-
-export function packageVersion(): string {
-  try {
-    const pkg = JSON.parse(readFileSync(new URL('../../package.json', import.meta.url), 'utf8')) as { version?: string };
-    return pkg.version ?? '0.0.0';
-  } catch {
-    return '0.0.0';
-  }
 }
 
 /**

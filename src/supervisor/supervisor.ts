@@ -2,7 +2,6 @@ import type { Consumer } from '../consumer/consumer.js';
 import { ValidationError } from '../errors.js';
 import { Ledger } from '../ledger/ledger.js';
 import { createLogger, type Logger } from '../log.js';
-import type { ControlMessage } from '../wake/control.js';
 import type { Redis } from 'ioredis';
 import { sleep } from '../consumer/notifier.js';
 import { createBlockingClient, whenReady } from '../wake/redis.js';
@@ -77,17 +76,7 @@ export class Supervisor {
         log: this.log,
         drainTimeoutMs: config.drainTimeoutMs,
         epoch: () => this.ownership.get(q.name)?.epoch,
-        onConsumer: (consumer) => {
-          const onControl = (m: ControlMessage): void => {
-            if (m.type === 'ownership') void this.checkOwnership();
-          };
-          consumer.on('control', onControl);
-          const detach = this.options.onConsumer?.(consumer);
-          return () => {
-            consumer.off('control', onControl);
-            detach?.();
-          };
-        },
+        ...(this.options.onConsumer ? { onConsumer: this.options.onConsumer } : {}),
       });
       this.runners.set(q.name, runner);
       if (q.ownership) this.ownership.set(q.name, { state: 'standby' });
