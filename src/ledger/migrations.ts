@@ -60,7 +60,6 @@ const MIGRATIONS: readonly Migration[] = [
         updated_at DATETIME(6) NOT NULL,
         PRIMARY KEY (id) /*T![clustered_index] NONCLUSTERED */,
         KEY ix_claim (queue, queue_class, state, is_head, priority, run_after),
-        KEY ix_lease (lease_until),
         UNIQUE KEY ux_idempotency (queue, idempotency_key),
         KEY ix_dependency (dependency_key),
         KEY ix_lane (queue, lane, lane_seq),

@@ -1,6 +1,8 @@
 import { sql } from 'kysely';
 import type { LedgerDb } from '../connection.js';
 import type { LedgerTables } from '../tables.js';
+import { QUEUE_CLASSES } from '../types.js';
+import { list } from './common.js';
 import { applyTransition } from './transition.js';
 
 export interface ReclaimOutcome {
@@ -19,24 +21,14 @@ export interface ReclaimOutcome {
  * renews at the last moment keeps its item.
  */
 export async function reclaimExpired(db: LedgerDb, t: LedgerTables, opts: { queue?: string | undefined; limit: number }): Promise<ReclaimOutcome> {
-  const queueFilter = opts.queue === undefined ? sql`` : sql`AND queue = ${opts.queue}`;
-  const rows = await sql<{
-    id: string;
-    queue: string;
-    lane: string | null;
-    lane_seq: number | null;
-    lease_token: string;
-    lease_owner: string | null;
-    attempt: number;
-    max_attempts: number;
-    started_at: Date | null;
-    cancel_requested: number;
-  }>`SELECT id, queue, lane, lane_seq, lease_token, lease_owner, attempt, max_attempts, started_at, cancel_requested
-    FROM ${t.items} WHERE lease_until < NOW(6) AND state = 'processing' ${queueFilter}
-    ORDER BY lease_until LIMIT ${opts.limit}`.execute(db);
-
+  const queues = opts.queue !== undefined ? [opts.queue] : await queuesWithItems(db, t);
+  const rows: ExpiredRow[] = [];
+  for (const queue of queues) {
+    if (rows.length >= opts.limit) break;
+    rows.push(...(await expiredLeases(db, t, queue, opts.limit - rows.length)));
+  }
   const out: ReclaimOutcome = { reclaimed: [], dead: [], cancelled: [] };
-  for (const r of rows.rows) {
+  for (const r of rows) {
     const cancel = r.cancel_requested === 1;
     const spent = r.attempt >= r.max_attempts;
     const history = {
@@ -65,4 +57,37 @@ export async function reclaimExpired(db: LedgerDb, t: LedgerTables, opts: { queu
     if (won) (cancel ? out.cancelled : spent ? out.dead : out.reclaimed).push(r.id);
   }
   return out;
+}
+
+interface ExpiredRow {
+  id: string;
+  queue: string;
+  lane: string | null;
+  lane_seq: number | null;
+  lease_token: string;
+  lease_owner: string | null;
+  attempt: number;
+  max_attempts: number;
+  started_at: Date | null;
+  cancel_requested: number;
+}
+
+/**
+ * There is deliberately no index on lease_until: it would change on every
+ * claim, renewal and finalize. Items in flight are few, so the claim index's
+ * (queue, class, 'processing') ranges find them, and the expiry is a filter.
+ */
+async function expiredLeases(db: LedgerDb, t: LedgerTables, queue: string, limit: number): Promise<ExpiredRow[]> {
+  const r = await sql<ExpiredRow>`SELECT id, queue, lane, lane_seq, lease_token, lease_owner, attempt, max_attempts, started_at,
+      cancel_requested
+    FROM ${t.items} FORCE INDEX (ix_claim)
+    WHERE queue = ${queue} AND queue_class IN (${list(QUEUE_CLASSES)}) AND state = 'processing' AND lease_until < NOW(6)
+    ORDER BY lease_until LIMIT ${limit}`.execute(db);
+  return r.rows;
+}
+
+/** Distinct queues, read as a loose scan of the claim index's first column. */
+async function queuesWithItems(db: LedgerDb, t: LedgerTables): Promise<string[]> {
+  const r = await sql<{ queue: string }>`SELECT DISTINCT queue FROM ${t.items} FORCE INDEX (ix_claim)`.execute(db);
+  return r.rows.map((row) => row.queue);
 }
