@@ -5,26 +5,48 @@ import type { Command } from 'commander';
 import { CliError, EXIT } from '../errors.js';
 import type { CliContext } from '../program.js';
 
-const SUITES = { ledger: 'bench/ledger.ts', engine: 'bench/engine.ts' } as const;
+const SUITES = { compare: 'bench/compare.ts', ledger: 'bench/ledger.ts', engine: 'bench/engine.ts' } as const;
+type Suite = keyof typeof SUITES;
+const DEFAULT_SUITE: Suite = 'compare';
+
+const isSuite = (s: string): s is Suite => Object.hasOwn(SUITES, s);
+
+function shellQuote(s: string): string {
+  return /^[A-Za-z0-9_./:,=@%+-]+$/.test(s) ? s : `'${s.replace(/'/g, `'\\''`)}'`;
+}
 
 /**
- * `lanewake bench [ledger|engine] [-- args]`: the benchmark harnesses of a
- * source checkout (they are not part of the built package), run with tsx.
+ * `lanewake bench [compare|ledger|engine] [-- args]`: the benchmark harnesses
+ * of a source checkout (they are not part of the built package), run with
+ * tsx. The default, compare, is the side-by-side run against the peers
+ * (docs/BENCHMARKS.md); `lanewake bench --runs 1` passes the flags to it.
  */
 export function benchCommand(program: Command, _ctx: CliContext): void {
   program
     .command('bench')
-    .description('run a benchmark harness of this checkout: ledger (claim/complete/enqueue) or engine (jobs/s, latency, RSS)')
-    .argument('[suite]', 'ledger or engine', 'engine')
+    .description('run a benchmark harness of this checkout: compare (side by side with BullMQ, graphile-worker, pg-boss; the default), ledger (claim/complete/enqueue) or engine (jobs/s, latency, RSS)')
+    .argument('[suite]', 'compare, ledger or engine', DEFAULT_SUITE)
     .argument('[args...]', 'passed on, e.g. --runs 1 --scale 0.2 --json')
     .allowUnknownOption(true)
-    .action(async (suite: string, args: string[]) => {
-      if (suite !== 'ledger' && suite !== 'engine') throw new CliError(`unknown suite '${suite}': use ledger or engine`, EXIT.usage);
+    .action(async (suiteArg: string, rest: string[]) => {
+      // `lanewake bench --runs 1`: no suite named, the flags belong to the default one.
+      const named = !suiteArg.startsWith('-');
+      const suite = named ? suiteArg : DEFAULT_SUITE;
+      const args = named ? rest : [suiteArg, ...rest];
+      if (!isSuite(suite)) throw new CliError(`unknown suite '${suite}': use ${Object.keys(SUITES).join(', ')}`, EXIT.usage);
       const root = fileURLToPath(new URL('../../../', import.meta.url));
       const script = `${root}${SUITES[suite]}`;
       if (!existsSync(script)) throw new CliError(`${SUITES[suite]} is not here: benchmarks run from a source checkout`, EXIT.failure);
+      const typed =
+        process.env.npm_lifecycle_event === 'bench'
+          ? `npm run bench${[...(named ? [suite] : []), ...args].length > 0 ? ` -- ${[...(named ? [suite] : []), ...args].map(shellQuote).join(' ')}` : ''}`
+          : ['lanewake', 'bench', ...(named ? [suite] : []), ...args].map(shellQuote).join(' ');
       const code = await new Promise<number>((resolve) => {
-        const child = spawn(process.execPath, ['--import', 'tsx', script, ...args], { cwd: root, stdio: 'inherit' });
+        const child = spawn(process.execPath, ['--import', 'tsx', script, ...args], {
+          cwd: root,
+          stdio: 'inherit',
+          env: { ...process.env, LANEWAKE_BENCH_COMMAND: process.env.LANEWAKE_BENCH_COMMAND ?? typed },
+        });
         child.on('exit', (c) => resolve(c ?? 1));
       });
       if (code !== 0) throw new CliError(`bench ${suite} exited ${code}`, EXIT.failure);

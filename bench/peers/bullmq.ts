@@ -1,0 +1,188 @@
+/**
+ * BullMQ as a peer of the side-by-side benchmark (bench/compare.ts), with its
+ * defaults: one mode, 'defaults'.
+ *
+ * Used the way BullMQ's docs recommend for throughput: Queue.addBulk for a
+ * batch (one MULTI round trip), Queue.add for one job, one Worker per process
+ * with `concurrency` (docs.bullmq.io/guide/workers/concurrency). Every Queue /
+ * Worker opens its own ioredis connections from plain connection options
+ * (docs.bullmq.io/guide/connections, "create a new connection in every
+ * instance"); a Worker adds its own blocking connection.
+ *
+ * Options set, and why; everything else is BullMQ's default:
+ * - `connection.maxRetriesPerRequest: null`: what BullMQ requires for workers
+ *   and its production guide recommends (BullMQ forces it on the Worker's
+ *   blocking connection anyway); changes nothing while Redis is up.
+ * - `prefix: 'bqb:<ns.id>'` (default 'bull'): the namespace, so that teardown
+ *   can delete every key of the run with SCAN + DEL, and runs never meet.
+ * - `concurrency`: the harness's value (default 1).
+ * Not set: `removeOnComplete`. BullMQ's default is to keep every completed job
+ * in the completed set (no removal), so `completedCount()` reads it with
+ * `getCompletedCount()` and the run measures BullMQ exactly as it ships.
+ * Default `attempts` is 1: a handler here never throws, so nothing retries.
+ */
+import { Queue, Worker, type ConnectionOptions, type Job } from 'bullmq';
+import { Redis } from 'ioredis';
+import type { BenchJob, Namespace, PeerAdapter, PeerFactory, RunningWorker, WorkerOptions } from './types.js';
+
+const REDIS_URL = process.env.LANEWAKE_BENCH_REDIS_URL ?? 'redis://127.0.0.1:6379';
+const QUEUE = 'bench';
+const JOB_NAME = 'job';
+
+/** The Redis key prefix of a namespace: every key of the run starts with `${prefix}:`. */
+export function bullmqPrefix(ns: Namespace): string {
+  if (!/^[a-z0-9]{1,40}$/.test(ns.id)) throw new Error(`namespace id must be [a-z0-9]{1,40}: ${ns.id}`);
+  return `bqb:${ns.id}`;
+}
+
+function connectionOptions(): ConnectionOptions {
+  const u = new URL(REDIS_URL);
+  const db = u.pathname.length > 1 ? Number(u.pathname.slice(1)) : undefined;
+  return {
+    host: u.hostname || '127.0.0.1',
+    port: u.port ? Number(u.port) : 6379,
+    ...(db !== undefined && Number.isInteger(db) ? { db } : {}),
+    ...(u.username ? { username: decodeURIComponent(u.username) } : {}),
+    ...(u.password ? { password: decodeURIComponent(u.password) } : {}),
+    maxRetriesPerRequest: null,
+  };
+}
+
+/** Runs `fn` on a short-lived plain ioredis client (teardown and leftover checks). */
+async function withRedis<T>(fn: (r: Redis) => Promise<T>): Promise<T> {
+  const r = new Redis(REDIS_URL, { maxRetriesPerRequest: 1, connectionName: 'bench.bullmq.admin' });
+  r.on('error', () => undefined);
+  try {
+    return await fn(r);
+  } finally {
+    r.disconnect();
+  }
+}
+
+async function scanKeys(r: Redis, pattern: string, onBatch: (keys: string[]) => Promise<void>): Promise<void> {
+  let cursor = '0';
+  do {
+    const [next, keys] = await r.scan(cursor, 'MATCH', pattern, 'COUNT', 1000);
+    cursor = next;
+    if (keys.length > 0) await onBatch(keys);
+  } while (cursor !== '0');
+}
+
+/** Keys of the namespace still in Redis (empty after a clean teardown). */
+export async function bullmqLeftovers(ns: Namespace): Promise<string[]> {
+  const found: string[] = [];
+  await withRedis((r) =>
+    scanKeys(r, `${bullmqPrefix(ns)}:*`, async (keys) => {
+      found.push(...keys);
+    }),
+  );
+  return found;
+}
+
+class BullmqAdapter implements PeerAdapter {
+  private readonly prefix: string;
+  private queue: Queue<BenchJob> | undefined;
+  private readonly workers = new Set<Worker<BenchJob>>();
+  private unregisterCleanup: (() => void) | undefined;
+
+  constructor(private readonly ns: Namespace) {
+    this.prefix = bullmqPrefix(ns);
+  }
+
+  async setup(): Promise<void> {
+    // Registered first, so an interrupted run is still undone. A BullMQ queue
+    // needs no creation: its keys appear with the first job.
+    // support.js (and its mysql2) is loaded here, not at module load: a worker child never calls setup(),
+    // so it does not carry another system's client library in its peak RSS.
+    const { onCleanup } = await import('../support.js');
+    this.unregisterCleanup = onCleanup(() => this.teardown());
+    const stale = await bullmqLeftovers(this.ns);
+    if (stale.length > 0) throw new Error(`bullmq namespace ${this.prefix} is not fresh: ${stale.length} keys exist`);
+  }
+
+  async connect(): Promise<void> {
+    const queue = new Queue<BenchJob>(QUEUE, { connection: connectionOptions(), prefix: this.prefix });
+    // Errors surface through the awaited calls; an unhandled 'error' event would crash the process.
+    queue.on('error', () => undefined);
+    await queue.waitUntilReady();
+    this.queue = queue;
+  }
+
+  async enqueueBatch(jobs: readonly BenchJob[]): Promise<void> {
+    await this.need(this.queue).addBulk(jobs.map((data) => ({ name: JOB_NAME, data })));
+  }
+
+  async enqueueOne(job: BenchJob): Promise<void> {
+    await this.need(this.queue).add(JOB_NAME, job);
+  }
+
+  async startWorker(options: WorkerOptions): Promise<RunningWorker> {
+    const worker = new Worker<BenchJob>(
+      QUEUE,
+      async (job: Job<BenchJob>) => {
+        options.onJob(job.data);
+      },
+      { connection: connectionOptions(), prefix: this.prefix, concurrency: options.concurrency },
+    );
+    worker.on('error', (err) => {
+      process.stderr.write(`bench.bullmq worker error: ${err.message}\n`);
+    });
+    this.workers.add(worker);
+    try {
+      // Resolves once both its connections (normal and blocking) are ready.
+      await worker.waitUntilReady();
+    } catch (err) {
+      this.workers.delete(worker);
+      await worker.close(true).catch(() => undefined);
+      throw err;
+    }
+    let stopped: Promise<void> | undefined;
+    return {
+      // close() stops fetching and waits for the jobs in flight to finish (and be moved to completed).
+      stop: () =>
+        (stopped ??= worker.close().finally(() => {
+          this.workers.delete(worker);
+        })),
+    };
+  }
+
+  async completedCount(): Promise<number | undefined> {
+    return this.need(this.queue).getCompletedCount();
+  }
+
+  async close(): Promise<void> {
+    for (const w of [...this.workers]) await w.close().catch(() => undefined);
+    this.workers.clear();
+    await this.queue?.close().catch(() => undefined);
+    this.queue = undefined;
+  }
+
+  async teardown(): Promise<void> {
+    this.unregisterCleanup?.();
+    this.unregisterCleanup = undefined;
+    // Every key of the run, whatever created it (queue, events stream, meta, markers): SCAN + UNLINK.
+    await withRedis((r) =>
+      scanKeys(r, `${this.prefix}:*`, async (keys) => {
+        await r.unlink(...keys);
+      }),
+    );
+  }
+
+  private need<T>(v: T | undefined): T {
+    if (v === undefined) throw new Error('bullmq adapter: connect() first');
+    return v;
+  }
+}
+
+const NO_GROUPS = 'n/a: BullMQ has no per-key FIFO in its open-source edition (groups are BullMQ Pro)';
+
+export const bullmqFactories: PeerFactory[] = [
+  {
+    system: 'bullmq',
+    mode: 'defaults',
+    workloads: ['bulk', 'latency', 'four-workers'],
+    notes: { ordered: NO_GROUPS, 'deep-lane': NO_GROUPS },
+    ordersByKey: false,
+    create: (ns) => new BullmqAdapter(ns),
+  },
+];

@@ -1,0 +1,319 @@
+/**
+ * pg-boss 10 as a peer of the side-by-side benchmark (bench/compare.ts).
+ *
+ * A namespace is a PostgreSQL schema of its own, `pgb_<ns.id>`: pg-boss
+ * installs itself there (`new PgBoss({ db, schema })` + `start()`, see `db`
+ * below), setup() creates one queue in it, teardown() drops the schema.
+ *
+ * API used (checked against node_modules/pg-boss 10.4.2): `insert(jobs[])` for a
+ * batch (one INSERT … SELECT FROM json_to_recordset statement), `send()` for one
+ * job, `work(name, options, handler)` for workers, `offWork({ id })` to stop one.
+ *
+ * Concurrency. pg-boss 10 removed teamSize / teamConcurrency. Each `work()`
+ * call adds one polling worker that fetches up to `batchSize` jobs, awaits the
+ * handler for the whole batch, completes the batch, and then sleeps out the rest
+ * of its polling interval (src/worker.js: it sleeps after a non-empty fetch too;
+ * the docs: "The default options for work() is 1 job every 2 seconds").
+ * The maintainer's recommendation for N jobs in flight is N `work()` calls
+ * ("I now recommend using multiple workers for concurrency … a for loop over a
+ * `concurrency` property that called work()", timgit/pg-boss#659), so
+ * concurrency 32 = 32 `work()` registrations, each with the default batchSize 1.
+ *
+ * Modes:
+ *   defaults   32 × work(), batchSize 1, pollingIntervalSeconds 2 (the
+ *              defaults): at most 32 jobs per 2 s, i.e. 16 jobs/s per process.
+ *   batch worker, poll 0.5 s
+ *              the tuned mode, see TUNED below.
+ *
+ * Not default, in every mode: the `db` constructor option (documented: bring
+ * your own database adapter). It is a pg.Pool built as pg-boss builds its own
+ * (max 10, application_name 'pgboss'), wrapped to count statements in flight.
+ * pg-boss 10's `offWork()` returns before its workers stop (a fetch in flight
+ * still delivers jobs) and it does not await the `complete()` it issues after a
+ * handler returns; counting statements lets `stop()` wait until the last fetch
+ * and the last completion write have landed, so stop() keeps the contract and
+ * `completedCount()` is exact. The SQL pg-boss runs is unchanged.
+ *
+ * Ordered / deep lane: n/a, see NO_FIFO.
+ */
+import PgBoss from 'pg-boss';
+import pg from 'pg';
+import type { BenchJob, Namespace, PeerAdapter, PeerFactory, RunningWorker, WorkerOptions, Workload } from './types.js';
+
+const PG_URL = process.env.LANEWAKE_BENCH_PG_URL ?? 'postgres://postgres@127.0.0.1:5432/postgres';
+const QUEUE = 'bench';
+/** pg-boss 10 opens `new pg.Pool(config)` with no `max`: pg's default, 10. */
+const POOL_MAX = 10;
+/** How long stop() waits for in-flight handlers and pg-boss's completion writes. */
+const STOP_DEADLINE_MS = 60_000;
+
+export function pgBossSchema(ns: Namespace): string {
+  if (!/^[a-z0-9]{1,40}$/.test(ns.id)) throw new Error(`namespace id must be [a-z0-9]{1,40}: ${ns.id}`);
+  return `pgb_${ns.id}`;
+}
+
+async function withClient<T>(fn: (c: pg.Client) => Promise<T>): Promise<T> {
+  const c = new pg.Client({ connectionString: PG_URL, application_name: 'bench.pgboss.admin' });
+  await c.connect();
+  try {
+    return await fn(c);
+  } finally {
+    await c.end().catch(() => undefined);
+  }
+}
+
+/** Whether the namespace's schema still exists (false after a clean teardown). */
+export async function pgBossLeftovers(ns: Namespace): Promise<string[]> {
+  const schema = pgBossSchema(ns);
+  const { rows } = await withClient((c) =>
+    c.query<{ nspname: string }>('SELECT nspname FROM pg_namespace WHERE nspname = $1', [schema]),
+  );
+  return rows.map((r) => `schema ${r.nspname}`);
+}
+
+/** pg-boss's `db` option: a pg.Pool like its own, counting statements in flight. */
+class CountingDb implements PgBoss.Db {
+  readonly pool: pg.Pool;
+  inFlight = 0;
+
+  constructor() {
+    this.pool = new pg.Pool({ connectionString: PG_URL, max: POOL_MAX, application_name: 'pgboss' });
+    // pg-boss's own Db forwards pool errors as 'error' events; idle-client errors must not crash the process.
+    this.pool.on('error', (err) => {
+      process.stderr.write(`bench.pgboss pool error: ${err.message}\n`);
+    });
+  }
+
+  async executeSql(text: string, values?: unknown[]): Promise<{ rows: unknown[] }> {
+    this.inFlight++;
+    try {
+      return await this.pool.query(text, values);
+    } finally {
+      this.inFlight--;
+    }
+  }
+}
+
+interface Mode {
+  readonly mode: string;
+  /** work() registrations and their batchSize for the harness's concurrency (in flight = workers × batchSize). */
+  readonly layout: (concurrency: number) => { workers: number; batchSize: number };
+  /** `pollingIntervalSeconds` passed to work(); undefined = pg-boss's default (2). */
+  readonly pollingIntervalSeconds?: number;
+  /**
+   * Call `notifyWorker(id)` (documented: "bypass the job polling interval for
+   * this iteration") when a fetch came back full, so a worker with a backlog
+   * fetches again at once instead of sleeping out the interval.
+   */
+  readonly notifyWhenFull: boolean;
+  readonly workloads: readonly Workload[];
+  readonly notes: Partial<Record<Workload, string>>;
+}
+
+const sleep = (ms: number) => new Promise<void>((r) => setTimeout(r, ms));
+
+class PgBossAdapter implements PeerAdapter {
+  private readonly schema: string;
+  private boss: PgBoss | undefined;
+  private db: CountingDb | undefined;
+  private admin: pg.Pool | undefined;
+  private readonly running = new Set<RunningWorker>();
+  private unregisterCleanup: (() => void) | undefined;
+
+  constructor(
+    ns: Namespace,
+    private readonly mode: Mode,
+  ) {
+    this.schema = pgBossSchema(ns);
+  }
+
+  private newBoss(db: PgBoss.Db): PgBoss {
+    const boss = new PgBoss({ db, schema: this.schema });
+    // An 'error' event without a listener would crash the process.
+    boss.on('error', (err) => {
+      process.stderr.write(`bench.pgboss error: ${err.message}\n`);
+    });
+    return boss;
+  }
+
+  async setup(): Promise<void> {
+    // Registered first, so an interrupted setup is still undone.
+    // support.js (and its mysql2) is loaded here, not at module load: a worker child never calls setup(),
+    // so it does not carry another system's client library in its peak RSS.
+    const { onCleanup } = await import('../support.js');
+    this.unregisterCleanup = onCleanup(() => this.teardown());
+    const exists = await withClient((c) => c.query('SELECT 1 FROM pg_namespace WHERE nspname = $1', [this.schema]));
+    if (exists.rowCount !== 0) throw new Error(`pg-boss namespace ${this.schema} is not fresh`);
+    const db = new CountingDb();
+    try {
+      // start() creates the schema and installs pg-boss's tables in it.
+      const boss = this.newBoss(db);
+      await boss.start();
+      await boss.createQueue(QUEUE);
+      await boss.stop({ graceful: false });
+    } finally {
+      await db.pool.end().catch(() => undefined);
+    }
+  }
+
+  async connect(): Promise<void> {
+    const db = new CountingDb();
+    const boss = this.newBoss(db);
+    try {
+      await boss.start();
+    } catch (err) {
+      await db.pool.end().catch(() => undefined);
+      throw err;
+    }
+    this.db = db;
+    this.boss = boss;
+    this.admin = new pg.Pool({ connectionString: PG_URL, max: 2, application_name: 'bench.pgboss.count' });
+    this.admin.on('error', () => undefined);
+  }
+
+  async enqueueBatch(jobs: readonly BenchJob[]): Promise<void> {
+    await this.need(this.boss).insert(jobs.map((data) => ({ name: QUEUE, data })));
+  }
+
+  async enqueueOne(job: BenchJob): Promise<void> {
+    const id = await this.need(this.boss).send(QUEUE, job);
+    if (id === null) throw new Error('pg-boss send() returned null (job not created)');
+  }
+
+  async startWorker(options: WorkerOptions): Promise<RunningWorker> {
+    const boss = this.need(this.boss);
+    const db = this.need(this.db);
+    const { workers, batchSize } = this.mode.layout(options.concurrency);
+    const workOptions: PgBoss.WorkOptions = {
+      batchSize,
+      ...(this.mode.pollingIntervalSeconds !== undefined ? { pollingIntervalSeconds: this.mode.pollingIntervalSeconds } : {}),
+    };
+    let handling = 0;
+    const ids: string[] = [];
+    for (let i = 0; i < workers; i++) {
+      let self: string | undefined;
+      const id = await boss.work<BenchJob>(QUEUE, workOptions, async (jobs) => {
+        handling++;
+        try {
+          // A batch's jobs run side by side (the maintainer's pattern for batches, timgit/pg-boss#542).
+          await Promise.all(jobs.map(async (job) => options.onJob(job.data)));
+        } finally {
+          handling--;
+        }
+        if (this.mode.notifyWhenFull && jobs.length >= batchSize && self !== undefined) boss.notifyWorker(self);
+      });
+      self = id;
+      ids.push(id);
+    }
+    let stopped: Promise<void> | undefined;
+    const running: RunningWorker = {
+      stop: () =>
+        (stopped ??= (async () => {
+          for (const id of ids) await boss.offWork({ id });
+          // offWork() only flags the workers: a fetch in flight still hands its jobs to the handler,
+          // and each batch's complete() runs unawaited after the handler. Wait (polling between
+          // macrotasks, so every microtask hop in between has run) until nothing of that is left.
+          const deadline = Date.now() + STOP_DEADLINE_MS;
+          while (handling > 0 || db.inFlight > 0) {
+            if (Date.now() > deadline) throw new Error(`pg-boss worker did not stop within ${STOP_DEADLINE_MS} ms`);
+            await sleep(5);
+          }
+          this.running.delete(running);
+        })()),
+    };
+    this.running.add(running);
+    return running;
+  }
+
+  async completedCount(): Promise<number | undefined> {
+    // Completed jobs stay in the job table until maintenance archives them
+    // (archiveCompletedAfterSeconds, default 12 h), then in the archive until
+    // deleted (deleteAfterDays, default 7): count both.
+    const { rows } = await this.need(this.admin).query<{ n: string }>(
+      `SELECT (SELECT count(*) FROM ${this.schema}.job WHERE name = $1 AND state = 'completed')
+            + (SELECT count(*) FROM ${this.schema}.archive WHERE name = $1 AND state = 'completed') AS n`,
+      [QUEUE],
+    );
+    return Number(rows[0]?.n ?? 0);
+  }
+
+  async close(): Promise<void> {
+    for (const r of [...this.running]) await r.stop().catch(() => undefined);
+    this.running.clear();
+    // graceful: false: the workers are stopped already; pg-boss's graceful stop polls for work in progress every 500 ms.
+    await this.boss?.stop({ graceful: false }).catch(() => undefined);
+    await this.db?.pool.end().catch(() => undefined);
+    await this.admin?.end().catch(() => undefined);
+    this.boss = undefined;
+    this.db = undefined;
+    this.admin = undefined;
+  }
+
+  async teardown(): Promise<void> {
+    this.unregisterCleanup?.();
+    this.unregisterCleanup = undefined;
+    await withClient((c) => c.query(`DROP SCHEMA IF EXISTS ${this.schema} CASCADE`));
+  }
+
+  private need<T>(v: T | undefined): T {
+    if (v === undefined) throw new Error('pg-boss adapter: connect() first');
+    return v;
+  }
+}
+
+const NO_FIFO =
+  "n/a: pg-boss 10.4.2 has no per-key FIFO policy (its policies are standard/short/singleton/stately; 'singleton' + singletonKey caps a key at one active job but does not keep enqueue order: a batch insert ties on created_on and falls back to random uuid order, and two fetches can activate a key's later job first); 'key_strict_fifo' arrived in pg-boss 12, which declares engines node >=22.12";
+
+function factory(mode: Mode): PeerFactory {
+  return {
+    system: 'pg-boss',
+    mode: mode.mode,
+    workloads: mode.workloads,
+    notes: { ordered: NO_FIFO, 'deep-lane': NO_FIFO, ...mode.notes },
+    ordersByKey: false,
+    create: (ns) => new PgBossAdapter(ns, mode),
+  };
+}
+
+const DEFAULTS: Mode = {
+  mode: 'defaults',
+  layout: (concurrency) => ({ workers: concurrency, batchSize: 1 }),
+  notifyWhenFull: false,
+  workloads: ['latency'],
+  notes: {
+    latency:
+      '32 work() registrations (the maintainer-recommended concurrency in v10), each fetching 1 job per 2 s poll (defaults): 16 jobs/s, below the 200/s arrival rate, so a backlog builds and the row measures queueing as much as polling',
+    bulk: 'not run: with its defaults pg-boss 10 fetches 1 job per worker per 2 s poll, 32 workers = 16 jobs/s per process, so 20,000 jobs take ~21 min a run; see the tuned mode',
+    'four-workers': 'not run: 4 processes × 16 jobs/s (defaults) = ~64 jobs/s, ~5 min a run; see the tuned mode',
+  },
+};
+
+/**
+ * TUNED: the throughput settings pg-boss 10 documents for work(): `batchSize`
+ * and the minimum `pollingIntervalSeconds` (0.5), plus `notifyWorker()` after a
+ * full fetch ("bypass the job polling interval for this iteration"), so a
+ * worker with a backlog fetches again at once instead of sleeping out its poll.
+ * 32 in flight = ONE work() with batchSize 32, its handler running the batch's
+ * jobs side by side (the maintainer's pattern for batches, timgit/pg-boss#542:
+ * `work(queue, { batchSize }, (jobs) => Promise.allSettled(jobs.map(handler)))`).
+ * Measured here (3,000 no-op jobs, one process): 1 × 32 ≈ 1,850 jobs/s,
+ * 4 × 8 ≈ 1,050, 8 × 4 ≈ 560, 32 × 1 ≈ 310 (not profiled: fewer fetch and
+ * complete statements per job, and fewer fetchers racing for the same head rows
+ * under FOR UPDATE SKIP LOCKED, are the likely reasons). The costs: a batch completes or fails as a whole, the next batch waits
+ * for the slowest job of the last, and an idle queue is polled every 0.5 s by
+ * one worker (enqueue→start ≈ 0–500 ms).
+ */
+const TUNED: Mode = {
+  mode: 'batch worker, poll 0.5 s',
+  layout: (concurrency) => ({ workers: 1, batchSize: concurrency }),
+  pollingIntervalSeconds: 0.5,
+  notifyWhenFull: true,
+  workloads: ['bulk', 'latency', 'four-workers'],
+  notes: {
+    bulk: 'one work() with batchSize = concurrency (32), poll 0.5 s, notifyWorker() after a full batch',
+    latency: 'one batch worker polling every 0.5 s (the documented minimum)',
+    'four-workers': 'each process: one work() with batchSize 32, poll 0.5 s, notifyWorker() after a full batch',
+  },
+};
+
+export const pgBossFactories: PeerFactory[] = [factory(DEFAULTS), factory(TUNED)];

@@ -1,0 +1,81 @@
+/**
+ * The contract between the side-by-side benchmark (bench/compare.ts) and each
+ * system it measures. One adapter per (system, mode). The harness owns the
+ * workloads, the timing and the effect checks; an adapter only knows how to
+ * make a fresh namespace, put jobs in, and run a worker that calls `onJob`
+ * once per job it starts.
+ *
+ * Lifecycle, for one run of one workload:
+ *   parent:  a = factory.create(ns); await a.setup(); await a.connect(); ...
+ *   child:   a = factory.create(ns); await a.connect(); (workers only)
+ *   parent:  await a.close(); await a.teardown();
+ * `ns` is plain JSON, so a worker child process can rebuild the adapter.
+ */
+
+/** What a job carries: the harness's own bookkeeping, nothing else. */
+export interface BenchJob {
+  /** Unique per run; the effect check counts these. */
+  readonly n: number;
+  /** Ordering key (workload "ordered"); absent = unordered. */
+  readonly key?: string;
+  /** Position within `key`, 0-based, in enqueue order. */
+  readonly seq?: number;
+  /** `performance.timeOrigin + performance.now()` just before the enqueue call (workload "latency"). */
+  readonly t?: number;
+}
+
+/** A fresh, private place for one run: database / schema / queue / key names derive from `id`. */
+export interface Namespace {
+  /** Short, [a-z0-9], unique per run. */
+  readonly id: string;
+}
+
+export interface WorkerOptions {
+  readonly concurrency: number;
+  /** Called once each time a handler starts a job, before it returns. Must not throw. */
+  readonly onJob: (job: BenchJob) => void;
+}
+
+export interface RunningWorker {
+  /** Stops fetching and waits for in-flight handlers; releases the adapter's worker resources. */
+  stop(): Promise<void>;
+}
+
+export interface PeerAdapter {
+  /** Parent only: create the namespace (database, schema, migrations, queue). */
+  setup(): Promise<void>;
+  /** Any process: open clients against an existing namespace. */
+  connect(): Promise<void>;
+  /** Enqueue `jobs` in as few round trips as the system's batch API allows (the harness chooses the batch size). */
+  enqueueBatch(jobs: readonly BenchJob[]): Promise<void>;
+  /** Enqueue one job with the system's single-job API; resolves when it is committed. */
+  enqueueOne(job: BenchJob): Promise<void>;
+  /** Starts a worker in this process at the given concurrency; resolves when it is ready to take work. */
+  startWorker(options: WorkerOptions): Promise<RunningWorker>;
+  /**
+   * Jobs the system's own store records as completed in this namespace, if it
+   * keeps completed jobs (lanewake's ledger does; BullMQ with removeOnComplete
+   * off does); `undefined` when it deletes them (graphile-worker, pg-boss archive).
+   */
+  completedCount(): Promise<number | undefined>;
+  /** Closes what connect() opened. */
+  close(): Promise<void>;
+  /** Parent only: drop everything setup() made. Safe to call after a failed setup(). */
+  teardown(): Promise<void>;
+}
+
+export type Workload = 'bulk' | 'latency' | 'ordered' | 'four-workers' | 'deep-lane';
+
+export interface PeerFactory {
+  /** e.g. 'lanewake', 'bullmq', 'graphile-worker', 'pg-boss'. */
+  readonly system: string;
+  /** e.g. 'wake', 'poll 5 s', 'defaults', 'local queue + batched completion'. */
+  readonly mode: string;
+  /** Workloads this (system, mode) runs; others are reported "n/a" with `notes[workload]`. */
+  readonly workloads: readonly Workload[];
+  /** Why a workload is n/a, or how the system provides it (e.g. "named queues" for ordered). */
+  readonly notes: Partial<Record<Workload, string>>;
+  /** Whether jobs with a `key` are run strictly one at a time per key, in enqueue order. */
+  readonly ordersByKey: boolean;
+  create(ns: Namespace): PeerAdapter;
+}
