@@ -41,6 +41,8 @@ export interface ConsumerCounters {
   sweeps: number;
   wakeEntriesRead: number;
   followUpWakes: number;
+  /** Prefetched items handed back unstarted (their wait in the buffer ran too long, or the consumer stopped). */
+  prefetchReleased: number;
   errors: number;
 }
 
@@ -55,6 +57,17 @@ export interface ConsumerEvents {
 const FOLLOW_UP_MIN_INTERVAL_MS = 20;
 const IDLE_WAKE_ENTRY_MS = 30_000;
 const CAPPED_RETRY_MS = 250;
+/** Most items held claimed ahead of free slots by default (graphile-worker's local queue default is 500). */
+const DEFAULT_PREFETCH = 512;
+/** Claim rounds one scheduler may have in flight at once. */
+const MAX_CLAIM_ROUNDS = 2;
+/** The prefetch buffer aims to hold what the slots will start within this long, at the recent start rate. */
+const PREFETCH_HORIZON_MS = 250;
+
+interface Prefetched {
+  item: ClaimedItem;
+  claimedAtMs: number;
+}
 
 /**
  * One claim scheduler per (process, queue) feeding `concurrency` executor
@@ -67,7 +80,7 @@ export class Consumer<DB = Record<string, never>> extends EventEmitter<ConsumerE
   readonly name: string;
   readonly counters: ConsumerCounters = {
     claimed: 0, completed: 0, retried: 0, dead: 0, released: 0, blocked: 0, cancelled: 0, skipped: 0,
-    leaseLost: 0, abandoned: 0, claimRounds: 0, sweeps: 0, wakeEntriesRead: 0, followUpWakes: 0, errors: 0,
+    leaseLost: 0, abandoned: 0, claimRounds: 0, sweeps: 0, wakeEntriesRead: 0, followUpWakes: 0, prefetchReleased: 0, errors: 0,
   };
 
   private readonly ledger: Ledger;
@@ -79,6 +92,10 @@ export class Consumer<DB = Record<string, never>> extends EventEmitter<ConsumerE
   private readonly running = new Map<string, RunningJob>();
   /** Items whose handler has settled and whose outcome is being written. */
   private readonly finalizing = new Map<string, RunningJob>();
+  /** Claimed, not yet started: each waits for a slot (DESIGN §6 prefetch), oldest first. */
+  private readonly prefetched: Prefetched[] = [];
+  private readonly starts = new RateWindow();
+  private readonly prefetchLimit: number;
   private readonly targeted = new Set<string>();
   private pendingAcks: WakeEntry[] = [];
   private readonly schedulerWake = new Notifier();
@@ -95,6 +112,13 @@ export class Consumer<DB = Record<string, never>> extends EventEmitter<ConsumerE
   private paused = false;
   private lastSweepAt = 0;
   private lastFollowUpAt = 0;
+  /** Room promised to claim rounds in flight. */
+  private reservedRoom = 0;
+  /** The last claim round got all the room it asked for: worth a second round in parallel. */
+  private lastRoundFull = false;
+  private claimBackoffUntil = 0;
+  /** The claim limiter found the fleet at its cap: no claim before this, unless one of ours finishes. */
+  private cappedUntil = 0;
 
   constructor(options: ConsumerOptions<DB>) {
     super();
@@ -111,6 +135,8 @@ export class Consumer<DB = Record<string, never>> extends EventEmitter<ConsumerE
     this.name = this.settings.name ?? `${hostname()}:${process.pid}:${randomBytes(3).toString('hex')}`;
     this.log = (logger ?? createLogger('lanewake.consumer')).child({ queue: this.settings.queue, consumer: this.name });
     this.completer = new BatchCompleter(ledger);
+    // A fleet-wide cap counts prefetched items as processing: keep the cap tight, no prefetch.
+    this.prefetchLimit = this.settings.maxProcessing !== undefined ? 0 : (this.settings.prefetch ?? DEFAULT_PREFETCH);
   }
 
   /** Items this consumer holds: handlers running plus outcomes being written. */
@@ -177,6 +203,7 @@ export class Consumer<DB = Record<string, never>> extends EventEmitter<ConsumerE
     this.reader?.disconnect();
     this.controlReader?.disconnect();
     await Promise.allSettled(this.loops);
+    await this.releasePrefetched(this.prefetched.splice(0), 'shutdown');
 
     const settled = () => Promise.allSettled([...this.running.values(), ...this.finalizing.values()].map((r) => r.done));
     if (this.running.size + this.finalizing.size > 0) await Promise.race([settled(), sleep(drainMs)]);
@@ -228,26 +255,91 @@ export class Consumer<DB = Record<string, never>> extends EventEmitter<ConsumerE
     return this.settings.concurrency - this.running.size;
   }
 
+  /**
+   * How many items a claim may take now: the free slots, plus a prefetch
+   * buffer sized to what the slots will start within PREFETCH_HORIZON_MS at
+   * the recent start rate. Fast handlers get large claims (fewer statements
+   * per item, claims overlapping execution); slow ones get none, so a busy
+   * replica does not sit on work an idle one could run.
+   */
+  private claimRoom(): number {
+    const target = Math.min(this.prefetchLimit, Math.floor((this.starts.perSecond() * PREFETCH_HORIZON_MS) / 1000));
+    return this.freeSlots() + target - this.prefetched.length;
+  }
+
+  /** Starts prefetched items while slots are free; one that waited past a third of its lease goes back instead. */
+  private startPrefetched(): void {
+    if (!this.active) return;
+    const expired: Prefetched[] = [];
+    const ttlMs = this.settings.leaseMs / 3;
+    while (this.freeSlots() > 0 && this.prefetched.length > 0) {
+      const next = this.prefetched.shift()!;
+      if (Date.now() - next.claimedAtMs > ttlMs) expired.push(next);
+      else this.startJob(next.item, next.claimedAtMs);
+    }
+    const now = Date.now();
+    while (this.prefetched.length > 0 && now - this.prefetched[0]!.claimedAtMs > ttlMs) expired.push(this.prefetched.shift()!);
+    if (expired.length > 0) void this.releasePrefetched(expired, 'prefetch wait exceeded a third of the lease');
+  }
+
+  /** Hands unstarted items back without spending an attempt. */
+  private async releasePrefetched(items: readonly Prefetched[], reason: string): Promise<void> {
+    if (items.length === 0) return;
+    this.counters.prefetchReleased += items.length;
+    await Promise.allSettled(
+      items.map((p) =>
+        this.ledger.release(p.item, { reason }).catch((error: unknown) => {
+          this.counters.errors++;
+          this.log.warn({ id: p.item.id, err: (error as Error).message }, 'could not release a prefetched item; its lease will expire');
+        }),
+      ),
+    );
+    this.mightHaveWork = true;
+  }
+
   private sweepIntervalMs(): number {
     if (!this.wake) return this.settings.pollIntervalMs;
     return this.redisDown ? Math.min(this.settings.redisDownPollMs, this.settings.pollIntervalMs) : this.settings.pollIntervalMs;
   }
 
+  /**
+   * Claims run as rounds of a few statements each, most of the time waiting
+   * on the ledger's commit. While the last round came back full (more work
+   * than room), a second round may start before the first returns, each on
+   * its own connection with its own share of the room, so the commit waits
+   * overlap instead of adding up.
+   */
   private async scheduleLoop(): Promise<void> {
+    const rounds = new Set<Promise<void>>();
     while (this.active) {
       if (Date.now() - this.lastSweepAt >= this.sweepIntervalMs()) await this.sweep();
-      if (!this.paused && this.freeSlots() > 0 && (this.mightHaveWork || this.targeted.size > 0)) {
-        try {
-          await this.claimRound(this.freeSlots());
-        } catch (error) {
-          this.counters.errors++;
-          this.log.error({ err: (error as Error).message }, 'claim failed; retrying');
-          await this.schedulerWake.wait(500);
-        }
+      this.startPrefetched();
+      const room = this.claimRoom() - this.reservedRoom;
+      const maxRounds = this.settings.maxProcessing === undefined && this.lastRoundFull ? MAX_CLAIM_ROUNDS : 1;
+      const holdUntil = Math.max(this.claimBackoffUntil, this.cappedUntil);
+      const backingOff = Date.now() < holdUntil;
+      if (!this.paused && !backingOff && room > 0 && rounds.size < maxRounds && (this.mightHaveWork || this.targeted.size > 0)) {
+        this.reservedRoom += room;
+        const round: Promise<void> = this.claimRound(room)
+          .catch((error: unknown) => {
+            this.counters.errors++;
+            this.lastRoundFull = false;
+            this.claimBackoffUntil = Date.now() + 500;
+            this.log.error({ err: (error as Error).message }, 'claim failed; retrying');
+          })
+          .finally(() => {
+            this.reservedRoom -= room;
+            rounds.delete(round);
+            this.schedulerWake.notify();
+          });
+        rounds.add(round);
         continue;
       }
-      await this.schedulerWake.wait(Math.max(1, this.sweepIntervalMs() - (Date.now() - this.lastSweepAt)));
+      const untilSweep = this.sweepIntervalMs() - (Date.now() - this.lastSweepAt);
+      const until = this.prefetched.length > 0 ? Math.min(untilSweep, this.settings.leaseMs / 6) : untilSweep;
+      await this.schedulerWake.wait(Math.max(1, backingOff ? Math.min(until, holdUntil - Date.now()) : until));
     }
+    await Promise.allSettled([...rounds]);
   }
 
   /** The backstop: the ledger is the truth, so a sweep finds whatever wake-ups missed. */
@@ -289,13 +381,17 @@ export class Consumer<DB = Record<string, never>> extends EventEmitter<ConsumerE
         for (const id of ids) this.targeted.add(id);
         this.pendingAcks.unshift(...acks);
         this.mightHaveWork = true;
-        await this.schedulerWake.wait(CAPPED_RETRY_MS);
+        // Try again shortly, or as soon as one of ours finishes (finished() lifts this).
+        this.cappedUntil = Date.now() + CAPPED_RETRY_MS;
         return;
       }
       free = Math.min(free, room);
       ids.splice(free);
     }
     const claimed: ClaimedItem[] = ids.length > 0 ? await this.ledger.claimByIds({ ...base, ids }) : [];
+    // Named by a wake-up: start them now, before looking for other heads.
+    const claimedAtMs = startedAt - performance.now() + Date.now();
+    if (claimed.length > 0) this.takeClaimed(claimed, claimedAtMs);
     let more = false;
     if (claimed.length < free) {
       const want = free - claimed.length;
@@ -305,20 +401,27 @@ export class Consumer<DB = Record<string, never>> extends EventEmitter<ConsumerE
         classes: this.settings.classes,
         ...(this.settings.types ? { types: this.settings.types } : {}),
       });
+      // While stopping these wait in the buffer, and stop() releases them.
+      if (r.items.length > 0) this.takeClaimed(r.items, claimedAtMs);
       claimed.push(...r.items);
       more = r.moreAvailable || r.items.length >= want;
     } else {
       more = true;
     }
     this.mightHaveWork = more;
+    this.lastRoundFull = claimed.length >= free;
     this.emit('claimRound', { claimed: claimed.length, durationMs: performance.now() - startedAt, targeted: ids.length });
     if (acks.length > 0 && this.wake && this.streams) {
       this.streams.ack(this.wake.redis, acks).catch(() => undefined);
     }
-    this.counters.claimed += claimed.length;
-    for (const item of claimed) this.startJob(item);
     // Saturated with work left over: pass the wake-up on so an idle replica joins in.
     if (more && this.freeSlots() === 0) await this.publishFollowUp();
+  }
+
+  private takeClaimed(items: readonly ClaimedItem[], claimedAtMs: number): void {
+    this.counters.claimed += items.length;
+    for (const item of items) this.prefetched.push({ item, claimedAtMs });
+    this.startPrefetched();
   }
 
   private async publishFollowUp(): Promise<void> {
@@ -331,7 +434,8 @@ export class Consumer<DB = Record<string, never>> extends EventEmitter<ConsumerE
     await this.wake.publish([{ queue: this.settings.queue, queueClass, kind: 'advance', ids: [] }]);
   }
 
-  private startJob(item: ClaimedItem): void {
+  private startJob(item: ClaimedItem, claimedAtMs: number): void {
+    this.starts.add();
     const run = runJob(
       {
         ledger: this.ledger,
@@ -346,12 +450,14 @@ export class Consumer<DB = Record<string, never>> extends EventEmitter<ConsumerE
         },
       },
       item,
+      claimedAtMs,
     );
     this.running.set(item.id, run);
     this.emit('started', item);
     // The slot frees when the handler settles, so the next claim overlaps this finalize.
     void run.settled.then(() => {
       if (this.running.delete(item.id)) this.finalizing.set(item.id, run);
+      this.startPrefetched();
       this.schedulerWake.notify();
       this.readerWake.notify();
     });
@@ -373,6 +479,7 @@ export class Consumer<DB = Record<string, never>> extends EventEmitter<ConsumerE
       cancelled: 'cancelled', skipped: 'skipped', lease_lost: 'leaseLost', abandoned: 'abandoned',
     } as const)[outcome];
     this.counters[key]++;
+    this.cappedUntil = 0;
     // The slot is free; a finished lane head has a successor worth claiming right here (lane affinity).
     if (item.lane !== null) this.mightHaveWork = true;
     this.emit('outcome', item, outcome);
@@ -457,5 +564,34 @@ export class Consumer<DB = Record<string, never>> extends EventEmitter<ConsumerE
         await sleep(500);
       }
     }
+  }
+}
+
+/** Events per second over the last one to two buckets. */
+class RateWindow {
+  private bucketStart = performance.now();
+  private current = 0;
+  private previous = 0;
+
+  constructor(private readonly bucketMs = 250) {}
+
+  add(): void {
+    this.roll();
+    this.current++;
+  }
+
+  perSecond(): number {
+    this.roll();
+    const spanMs = this.bucketMs + (performance.now() - this.bucketStart);
+    return ((this.previous + this.current) * 1000) / spanMs;
+  }
+
+  private roll(): void {
+    const now = performance.now();
+    const elapsed = now - this.bucketStart;
+    if (elapsed < this.bucketMs) return;
+    this.previous = elapsed < 2 * this.bucketMs ? this.current : 0;
+    this.current = 0;
+    this.bucketStart = now - (elapsed % this.bucketMs);
   }
 }

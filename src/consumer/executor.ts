@@ -51,10 +51,13 @@ export interface ExecutorDeps<DB> {
 class Abandoned extends Error {}
 
 /** Runs one claimed item through its handler and writes the outcome (DESIGN §4). */
-export function runJob<DB>(deps: ExecutorDeps<DB>, item: ClaimedItem): RunningJob {
+export function runJob<DB>(deps: ExecutorDeps<DB>, item: ClaimedItem, claimedAtMs: number = Date.now()): RunningJob {
   const { ledger, settings, log } = deps;
-  const controller = new AbortController();
+  // Made on first use of ctx.signal: most handlers never look, and a signal per item is not free.
+  let controller: AbortController | undefined;
   let abortReason: AbortReason | undefined;
+  let handlerRunning = false;
+  let graceTimer: NodeJS.Timeout | undefined;
   let leaseLost = false;
   let completedInTx = false;
   let abandon: () => void = () => undefined;
@@ -63,17 +66,27 @@ export function runJob<DB>(deps: ExecutorDeps<DB>, item: ClaimedItem): RunningJo
   });
   abandoned.catch(() => undefined);
 
+  const abortError = (): Error => new Error(`aborted: ${(abortReason ?? 'shutdown').replace('_', ' ')}`);
+  const signal = (): AbortSignal => {
+    if (!controller) {
+      controller = new AbortController();
+      if (abortReason !== undefined) controller.abort(abortError());
+    }
+    return controller.signal;
+  };
   const abort = (reason: AbortReason): void => {
-    if (controller.signal.aborted) return;
+    if (abortReason !== undefined) return;
     abortReason = reason;
-    controller.abort(new Error(`aborted: ${reason.replace('_', ' ')}`));
+    controller?.abort(abortError());
+    // A handler that ignores its abort is not waited on forever: its lease is left to expire.
+    if (handlerRunning && reason !== 'shutdown') graceTimer = setTimeout(() => abandon(), settings.abortGraceMs);
   };
   const keeper = new LeaseKeeper(ledger, item, settings.leaseMs, (event) => {
     if (event === 'lost') {
       leaseLost = true;
       abort('lease_lost');
     } else abort('cancelled');
-  });
+  }, claimedAtMs);
 
   let markSettled: () => void = () => undefined;
   const settled = new Promise<void>((resolve) => {
@@ -112,7 +125,9 @@ export function runJob<DB>(deps: ExecutorDeps<DB>, item: ClaimedItem): RunningJo
       enqueuedAt: item.createdAt,
     };
     const ctx: JobContext<DB> = {
-      signal: controller.signal,
+      get signal() {
+        return signal();
+      },
       transaction: async <T>(fn: (trx: Transaction<DB>) => Promise<T>): Promise<T> => {
         if (completedInTx) throw new Error('ctx.transaction already completed this item');
         const value = await retryOnConflict(() =>
@@ -131,11 +146,7 @@ export function runJob<DB>(deps: ExecutorDeps<DB>, item: ClaimedItem): RunningJo
 
     const deadlineMs = def.deadlineMs ?? settings.deadlineMs;
     const deadline = deadlineMs > 0 ? setTimeout(() => abort('deadline'), deadlineMs) : undefined;
-    let graceTimer: NodeJS.Timeout | undefined;
-    controller.signal.addEventListener('abort', () => {
-      // A handler that ignores its abort is not waited on forever: its lease is left to expire.
-      if (abortReason !== 'shutdown') graceTimer = setTimeout(() => abandon(), settings.abortGraceMs);
-    });
+    handlerRunning = true;
     keeper.start();
 
     let returned: { value: unknown } | undefined;
@@ -145,6 +156,7 @@ export function runJob<DB>(deps: ExecutorDeps<DB>, item: ClaimedItem): RunningJo
     } catch (error) {
       thrown = error;
     } finally {
+      handlerRunning = false;
       if (deadline) clearTimeout(deadline);
       if (graceTimer) clearTimeout(graceTimer);
       markSettled();

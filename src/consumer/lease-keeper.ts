@@ -21,12 +21,14 @@ export class LeaseKeeper {
     private readonly item: ClaimedItem,
     private readonly leaseMs: number,
     private readonly onEvent: (event: LeaseEvent) => void,
+    /** When the lease was taken: an item that waited in the prefetch buffer renews that much sooner. */
+    claimedAtMs: number = Date.now(),
   ) {
-    this.leaseUntilMs = Date.now() + leaseMs;
+    this.leaseUntilMs = claimedAtMs + leaseMs;
   }
 
   start(): void {
-    this.schedule();
+    this.schedule(Math.max(10, this.leaseUntilMs - Date.now() - Math.floor((this.leaseMs * 2) / 3)));
   }
 
   /** Renews now; resolves false if the lease is lost. */
@@ -45,11 +47,11 @@ export class LeaseKeeper {
     await this.inFlight;
   }
 
-  private schedule(): void {
+  private schedule(delayMs = Math.max(10, Math.floor(this.leaseMs / 3))): void {
     if (this.stopped) return;
     this.timer = setTimeout(() => {
       this.inFlight = this.renew().then(() => this.schedule());
-    }, Math.max(10, Math.floor(this.leaseMs / 3)));
+    }, delayMs);
     this.timer.unref();
   }
 

@@ -9,6 +9,14 @@ export const consumerSettingsSchema = z
     queue: queueName,
     /** Executor slots: how many handlers run at once. */
     concurrency: z.number().int().min(1).max(1000).default(10),
+    /**
+     * Most items claimed ahead of free slots (DESIGN §6 prefetch). The buffer
+     * adapts to the start rate (none for slow handlers), an item waits at most
+     * a third of its lease before going back unstarted, and the buffer is
+     * released at stop. Default 512; 0 turns it off; ignored with
+     * `maxProcessing`.
+     */
+    prefetch: z.number().int().min(0).max(10_000).optional(),
     classes: z.array(z.enum(QUEUE_CLASSES)).min(1).default([...QUEUE_CLASSES]),
     /**
      * Only these types are claimed. Default: every type, so an item whose type

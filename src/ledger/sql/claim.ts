@@ -26,7 +26,15 @@ export interface ClaimOutcome {
   moreAvailable: boolean;
 }
 
-/** How many candidates to read per wanted item; picking among them spreads concurrent claimers apart. */
+/**
+ * How many candidates to read for `limit` wanted items. Picking at random
+ * among more than are wanted spreads concurrent claimers apart; small claims
+ * read a wide margin (cheap), large ones twice their size, since reading
+ * candidates costs as much per row as claiming them.
+ */
+export function candidateCount(limit: number): number {
+  return Math.min(MAX_CANDIDATES, Math.max(limit * CANDIDATE_FACTOR, 256), limit * 2 + 256);
+}
 const CANDIDATE_FACTOR = 8;
 const MAX_CANDIDATES = 1000;
 
@@ -39,7 +47,7 @@ const MAX_CANDIDATES = 1000;
  */
 export async function claimHeads(exec: Executor, t: LedgerTables, spec: ClaimHeadsSpec): Promise<ClaimOutcome> {
   const classes = spec.classes && spec.classes.length > 0 ? spec.classes : QUEUE_CLASSES;
-  const want = Math.min(MAX_CANDIDATES, spec.limit * CANDIDATE_FACTOR);
+  const want = candidateCount(spec.limit);
   const typeFilter = spec.types && spec.types.length > 0 ? sql`AND type IN (${list(spec.types)})` : sql``;
   const perClass = classes.map(
     (c) => sql`(SELECT id, priority, run_after FROM ${t.items}
@@ -98,7 +106,7 @@ function pick(rows: readonly { id: string; priority: number; run_after: Date }[]
       for (const r of group) out.push(r.id);
     } else {
       // Prefer the earliest due of this group: sample from a window CANDIDATE_FACTOR × `need` wide.
-      const window = group.slice(0, Math.min(group.length, need * CANDIDATE_FACTOR));
+      const window = group.slice(0, Math.min(group.length, candidateCount(need)));
       for (let k = 0; k < need; k++) {
         const at = k + Math.floor(Math.random() * (window.length - k));
         const tmp = window[k]!;

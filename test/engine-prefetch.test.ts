@@ -1,0 +1,144 @@
+import { sql } from 'kysely';
+import { afterEach, expect, test } from 'vitest';
+import { Consumer } from '../src/consumer/consumer.js';
+import { Producer } from '../src/producer/producer.js';
+import { createTestWake, uniqueQueue, type TestWake } from './support/engine.js';
+import { createTestLedger, waitFor, type TestLedger } from './support/ledger.js';
+
+// The prefetch buffer (DESIGN §6): items claimed ahead of free slots. These
+// tests pin what it must never do: start an item late enough for its lease
+// to run out, keep items at stop, or spend an attempt on an item no handler
+// ever started.
+
+let tl: TestLedger | undefined;
+let tw: TestWake | undefined;
+const consumers: Consumer[] = [];
+afterEach(async () => {
+  for (const c of consumers.splice(0)) await c.stop({ drainTimeoutMs: 2_000 });
+  await tw?.drop();
+  await tl?.drop();
+});
+
+interface Gate {
+  open: () => void;
+  opened: Promise<void>;
+}
+function gate(): Gate {
+  let open: () => void = () => undefined;
+  const opened = new Promise<void>((r) => (open = r));
+  return { open, opened };
+}
+
+test('fast handlers get claims larger than the free slots; stop hands back unstarted items without spending an attempt', async () => {
+  tl = await createTestLedger();
+  tw = createTestWake();
+  const queue = uniqueQueue('prefetch');
+  const started = new Set<number>();
+  const hold = gate();
+  let claimedMax = 0;
+  const consumer = new Consumer({
+    ledger: tl.ledger,
+    wake: tw.wake,
+    queue,
+    concurrency: 2,
+    prefetch: 200,
+    pollIntervalMs: 60_000,
+    handlers: {
+      t: async (job: { payload: { n: number } }) => {
+        started.add(job.payload.n);
+        // The first 300 starts are instant, so the start rate is high; then every handler waits.
+        if (started.size > 300) await hold.opened;
+      },
+    },
+  });
+  consumers.push(consumer);
+  consumer.on('claimRound', (r) => (claimedMax = Math.max(claimedMax, r.claimed)));
+  await consumer.start();
+  await new Producer({ ledger: tl.ledger, wake: tw.wake }).enqueueMany(Array.from({ length: 1000 }, (_, n) => ({ queue, type: 't', payload: { n } })));
+
+  // Both slots are held by waiting handlers, and the buffer holds claimed items no handler has started.
+  await waitFor(() => started.size >= 302 || undefined, 20_000, 'both slots busy past the fast phase');
+  expect(claimedMax).toBeGreaterThan(2);
+  const processing = await waitFor(async () => {
+    const n = await tl!.ledger.countProcessing(queue);
+    return n > 2 ? n : undefined;
+  }, 10_000, 'prefetched items processing in the ledger');
+  expect(processing).toBeLessThanOrEqual(2 + 200);
+
+  const stopping = consumer.stop({ drainTimeoutMs: 5_000 });
+  hold.open();
+  await stopping;
+  consumers.splice(0);
+
+  expect(await tl.ledger.countProcessing(queue)).toBe(0);
+  expect(consumer.counters.prefetchReleased).toBeGreaterThan(0);
+  const [stats] = await tl.ledger.stats(queue);
+  const completed = stats?.counts.completed ?? 0;
+  expect(completed).toBe(started.size);
+  expect(stats?.counts.pending).toBe(1000 - completed);
+  // Every pending item is one no handler started, back at attempt 0: the release spent nothing.
+  const leftovers = Array.from({ length: 1000 }, (_, n) => n).filter((n) => !started.has(n));
+  expect(leftovers.length).toBe(1000 - completed);
+  const rows = (
+    await sql<{ attempt: number }>`SELECT attempt FROM ${tl.ledger.tables.items} WHERE queue = ${queue} AND state = 'pending'`.execute(tl.ledger.db)
+  ).rows;
+  expect(rows.length).toBe(1000 - completed);
+  for (const r of rows) expect(Number(r.attempt)).toBe(0);
+});
+
+test('an item that waits in the buffer past a third of its lease goes back unstarted, and still runs exactly once', async () => {
+  tl = await createTestLedger();
+  tw = createTestWake();
+  const queue = uniqueQueue('prefetch-ttl');
+  const runs = new Map<number, number>();
+  const consumer = new Consumer({
+    ledger: tl.ledger,
+    wake: tw.wake,
+    queue,
+    concurrency: 1,
+    prefetch: 100,
+    leaseMs: 900,
+    pollIntervalMs: 100,
+    handlers: {
+      t: async (job: { payload: { n: number } }) => {
+        runs.set(job.payload.n, (runs.get(job.payload.n) ?? 0) + 1);
+        // One slow item among fast ones: the buffer behind it waits longer than 300 ms.
+        if (job.payload.n === 250) await new Promise((r) => setTimeout(r, 1_000));
+      },
+    },
+  });
+  consumers.push(consumer);
+  await consumer.start();
+  await new Producer({ ledger: tl.ledger, wake: tw.wake }).enqueueMany(Array.from({ length: 600 }, (_, n) => ({ queue, type: 't', payload: { n } })));
+  await waitFor(async () => ((await tl!.ledger.stats(queue))[0]?.counts.completed === 600 ? true : undefined), 30_000, 'all 600 completed');
+
+  expect(runs.size).toBe(600);
+  expect([...runs.values()].every((c) => c === 1)).toBe(true);
+  expect(consumer.counters.leaseLost).toBe(0);
+  // The slow item held the only slot for 1 s: whatever waited behind it was handed back, not started late.
+  expect(consumer.counters.prefetchReleased).toBeGreaterThan(0);
+  const reclaimed = await tl.ledger.reclaimExpired({ queue });
+  expect(reclaimed.reclaimed.length + reclaimed.dead.length).toBe(0);
+});
+
+test('slow handlers get no prefetch: claims never exceed the free slots', async () => {
+  tl = await createTestLedger();
+  tw = createTestWake();
+  const queue = uniqueQueue('prefetch-slow');
+  let claimedMax = 0;
+  const consumer = new Consumer({
+    ledger: tl.ledger,
+    wake: tw.wake,
+    queue,
+    concurrency: 3,
+    pollIntervalMs: 60_000,
+    handlers: { t: async () => new Promise((r) => setTimeout(r, 300)) },
+  });
+  consumers.push(consumer);
+  consumer.on('claimRound', (r) => (claimedMax = Math.max(claimedMax, r.claimed)));
+  await consumer.start();
+  await new Producer({ ledger: tl.ledger, wake: tw.wake }).enqueueMany(Array.from({ length: 12 }, (_, n) => ({ queue, type: 't', payload: { n } })));
+  await waitFor(() => consumer.counters.completed === 12 || undefined, 20_000, 'all 12 completed');
+  expect(claimedMax).toBeLessThanOrEqual(3);
+  expect(consumer.counters.prefetchReleased).toBe(0);
+});
