@@ -20,7 +20,7 @@
  * (everything), bench/results/latest.json, docs/BENCHMARKS.md and
  * docs/benchmarks.svg (bench/report.ts).
  */
-import { spawn, type ChildProcess } from 'node:child_process';
+import { execFileSync, spawn, type ChildProcess } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import { mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { availableParallelism, cpus, release, totalmem, type as osType } from 'node:os';
@@ -346,6 +346,11 @@ async function main(): Promise<number> {
     throw e;
   }
   const command = commandLine(argv);
+  if (factories.some((f) => f.system === 'lanewake')) {
+    // lanewake runs from its compiled package, as users run it (the peers run their published JS).
+    progress('building dist/ (npm run build)');
+    execFileSync('npx', ['tsc', '-p', 'tsconfig.build.json'], { stdio: 'inherit' });
+  }
   const startedAt = new Date().toISOString();
   const s = sizes(opts.scale);
   const { machine, software } = await describe();

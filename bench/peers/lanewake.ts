@@ -11,10 +11,24 @@
  * Redis key prefix `lwc:<ns.id>:`. Ordered jobs use lanes: `job.key` is the
  * lane, so one key's jobs run one at a time in enqueue order.
  */
-import { Consumer, Ledger, Producer, WakeChannel, createLogger, type EnqueueInput } from '../../src/index.js';
+import type * as Lanewake from '../../src/index.js';
+import type { EnqueueInput } from '../../src/index.js';
 import { benchServerUrl, onCleanup, withAdmin } from '../support.js';
 import type { RowDataPacket } from 'mysql2/promise';
 import type { BenchJob, Namespace, PeerAdapter, PeerFactory, RunningWorker, WorkerOptions, Workload } from './types.js';
+
+/**
+ * The compiled package (dist/, built by bench/compare.ts first), as a user
+ * runs it: no TypeScript loader work or name-keeping wrappers on lanewake's
+ * hot path, just as the peers run their published JavaScript.
+ */
+const { Consumer, Ledger, Producer, WakeChannel, createLogger } = (await import(
+  new URL('../../dist/index.js', import.meta.url).href
+)) as typeof Lanewake;
+type Consumer = Lanewake.Consumer;
+type Ledger = Lanewake.Ledger;
+type Producer = Lanewake.Producer;
+type WakeChannel = Lanewake.WakeChannel;
 
 const REDIS_URL = process.env.LANEWAKE_BENCH_REDIS_URL ?? 'redis://127.0.0.1:6379';
 const QUEUE = 'bench';

@@ -29,6 +29,9 @@ export function mysqlPoolOptions(config: Pick<LedgerConfig, 'url' | 'poolSize'>)
     dateStrings: false,
     charset: 'utf8mb4_bin',
     enableKeepAlive: true,
+    // A claim sends its CAS and read-back as one query (sql/claim.ts). Every
+    // value reaches SQL as an escaped parameter, never as raw text.
+    multipleStatements: true,
   };
 }
 

@@ -132,12 +132,15 @@ export class Ledger {
   readonly db: LedgerDb;
   readonly tables: LedgerTables;
   private readonly itemSchema: ReturnType<typeof enqueueItemSchema>;
+  /** Our own pool runs with multipleStatements; a Kysely instance handed in may not. */
+  private readonly multiStatement: boolean;
 
   /** Connection counts of the ledger's own pool (undefined when given a Kysely instance). */
   readonly pool: Readonly<PoolStats> | undefined;
 
   constructor(config: LedgerConfigInput, db?: LedgerDb) {
     this.config = parseLedgerConfig(config);
+    this.multiStatement = db === undefined;
     if (db) {
       this.db = db;
     } else {
@@ -248,7 +251,7 @@ export class Ledger {
   /** Claims up to `limit` due lane heads with a fresh lease. */
   claim(input: ClaimInput): Promise<ClaimOutcome> {
     const v = validate(claimSchema, input, 'claim');
-    return claimHeads(this.db, this.tables, v);
+    return claimHeads(this.db, this.tables, { ...v, multiStatement: this.multiStatement });
   }
 
   /** Claims exactly these items if each is still a due pending head (targeted wake-ups). */
@@ -258,7 +261,7 @@ export class Ledger {
       input,
       'claimByIds',
     );
-    return claimByIds(this.db, this.tables, v);
+    return claimByIds(this.db, this.tables, { ...v, multiStatement: this.multiStatement });
   }
 
   renew(handle: Pick<LeaseHandle, 'id' | 'leaseToken'>, leaseMs: number): Promise<RenewOutcome> {

@@ -10,6 +10,11 @@ export interface ClaimSpec {
   queue: string;
   owner: string;
   leaseMs: number;
+  /**
+   * The connection accepts several statements per query: send the CAS and the
+   * read-back together, one round trip instead of two.
+   */
+  multiStatement?: boolean | undefined;
   /** Claims are fenced by this ownership epoch when given (DESIGN §7). */
   epoch?: number | undefined;
 }
@@ -75,16 +80,25 @@ async function casClaim(exec: Executor, t: LedgerTables, spec: ClaimSpec, ids: r
     spec.epoch === undefined
       ? sql``
       : sql`AND EXISTS (SELECT 1 FROM ${t.ownership} o WHERE o.queue = ${spec.queue} AND o.epoch = ${spec.epoch})`;
-  const updated = await sql`UPDATE ${t.items}
+  const cas = sql`UPDATE ${t.items}
     SET state = 'processing', lease_token = ${token}, lease_owner = ${spec.owner},
       lease_until = ${nowPlusMs(spec.leaseMs)}, attempt = attempt + 1, epoch = ${spec.epoch ?? null},
       cancel_requested = 0, started_at = NOW(6), updated_at = NOW(6)
     WHERE id IN (${list(ids)}) AND queue = ${spec.queue} AND state = 'pending' AND is_head = 1
-      AND run_after <= NOW(6) ${epochGuard}`.execute(exec);
-  if (affected(updated) === 0) return [];
-  const won = await sql<ItemRow>`SELECT ${ITEM_COLUMNS} FROM ${t.items}
-    WHERE id IN (${list(ids)}) AND lease_token = ${token} AND state = 'processing'`.execute(exec);
-  return won.rows.map((r) => toWorkItem(r) as ClaimedItem);
+      AND run_after <= NOW(6) ${epochGuard}`;
+  const readBack = sql`SELECT ${ITEM_COLUMNS} FROM ${t.items}
+    WHERE id IN (${list(ids)}) AND lease_token = ${token} AND state = 'processing'`;
+  let rows: ItemRow[];
+  if (spec.multiStatement) {
+    // Both statements in one query: mysql2 answers with one result per statement.
+    const both = await sql`${cas}; ${readBack}`.execute(exec);
+    const [, selected] = both.rows as unknown as [unknown, ItemRow[]];
+    rows = selected;
+  } else {
+    if (affected(await cas.execute(exec)) === 0) return [];
+    rows = (await readBack.$castTo<ItemRow>().execute(exec)).rows;
+  }
+  return rows.map((r) => toWorkItem(r) as ClaimedItem);
 }
 
 /**
