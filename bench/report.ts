@@ -94,8 +94,10 @@ function ratioOf(ref: number | null, peer: number | null, better: Better, unit: 
   if (ref === null || peer === null || better === 'none' || !(ref > 0) || !(peer > 0)) return null;
   const value = better === 'higher' ? ref / peer : peer / ref;
   const x = `${ratioText(value)}×`;
-  if (unit === 'MB') return { value, label: value >= 1 ? `${x} less RSS` : `${x} (more RSS)` };
-  if (unit === 'ms') return { value, label: value >= 1 ? `${x} faster` : `${x} faster (behind)` };
+  // Behind: say by how much in the natural direction (2.5× slower), not as a fraction.
+  const inv = `${ratioText(1 / value)}×`;
+  if (unit === 'MB') return { value, label: value >= 1 ? `${x} less RSS` : `${inv} more RSS` };
+  if (unit === 'ms') return { value, label: value >= 1 ? `${x} faster` : `${inv} slower` };
   return { value, label: value >= 1 ? x : `${x} (behind)` };
 }
 
@@ -244,7 +246,7 @@ export function renderMarkdown(r: CompareResults, notes: string | undefined, res
   out.push('');
   out.push('## Results');
   out.push('');
-  out.push(`The ratio column compares ${refLabel} with each row's system from the same invocation: for jobs/s it is ${refLabel} ÷ that system, for latency and memory that system ÷ ${refLabel}, so above 1 means ${refLabel} is ahead by that factor, below 1 that it is behind.`);
+  out.push(`The ratio column compares ${refLabel} with each row's system from the same invocation: for jobs/s it is ${refLabel} ÷ that system, for latency and memory that system ÷ ${refLabel}, so above 1 means ${refLabel} is ahead by that factor, below 1 (marked behind, slower or more RSS) that it is behind.`);
   out.push('');
   out.push(mdTable(headers, main.map(line), [3, 4, 6]));
   out.push('');

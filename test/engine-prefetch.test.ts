@@ -1,6 +1,7 @@
 import { sql } from 'kysely';
 import { afterEach, expect, test } from 'vitest';
 import { Consumer } from '../src/consumer/consumer.js';
+import { ValidationError } from '../src/errors.js';
 import { Producer } from '../src/producer/producer.js';
 import { createTestWake, uniqueQueue, type TestWake } from './support/engine.js';
 import { createTestLedger, waitFor, type TestLedger } from './support/ledger.js';
@@ -141,4 +142,20 @@ test('slow handlers get no prefetch: claims never exceed the free slots', async 
   await waitFor(() => consumer.counters.completed === 12 || undefined, 20_000, 'all 12 completed');
   expect(claimedMax).toBeLessThanOrEqual(3);
   expect(consumer.counters.prefetchReleased).toBe(0);
+});
+
+test('a bad prefetch is a ValidationError naming the field', async () => {
+  tl = await createTestLedger();
+  const make = (prefetch: unknown) => () => new Consumer({ ledger: tl!.ledger, queue: 'q', prefetch: prefetch as number, handlers: { t: async () => undefined } });
+  for (const bad of [-1, 1.5, 10_001, 'many']) {
+    let caught: unknown;
+    try {
+      make(bad)();
+    } catch (e) {
+      caught = e;
+    }
+    expect(caught).toBeInstanceOf(ValidationError);
+    expect((caught as ValidationError).fields).toEqual(['prefetch']);
+  }
+  expect(make(0)).not.toThrow();
 });

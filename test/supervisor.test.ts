@@ -42,6 +42,7 @@ describe('worker config', () => {
     };
     expect(fields({ queues: [{ name: 'q', concurrency: 0 }] })).toEqual(['queues[0].concurrency']);
     expect(fields({ queues: [{ name: 'Bad Queue' }] })).toEqual(['queues[0].name']);
+    expect(fields({ queues: [{ name: 'q', prefetch: -1 }] })).toEqual(['queues[0].prefetch']);
     expect(fields({ queues: [] })).toEqual(['queues']);
     expect(fields({ queues: [{ name: 'q', ownership: true }] })).toEqual(['deployment']);
     expect(fields({ admin: { port: 70_000 } })).toEqual(['admin.port']);

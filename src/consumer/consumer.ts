@@ -59,6 +59,8 @@ const IDLE_WAKE_ENTRY_MS = 30_000;
 const CAPPED_RETRY_MS = 250;
 /** Most items held claimed ahead of free slots by default (graphile-worker's local queue default is 500). */
 const DEFAULT_PREFETCH = 512;
+/** The ledger's largest claim. */
+const MAX_CLAIM = 1000;
 /** Claim rounds one scheduler may have in flight at once. */
 const MAX_CLAIM_ROUNDS = 2;
 /** The prefetch buffer aims to hold what the slots will start within this long, at the recent start rate. */
@@ -314,7 +316,7 @@ export class Consumer<DB = Record<string, never>> extends EventEmitter<ConsumerE
     while (this.active) {
       if (Date.now() - this.lastSweepAt >= this.sweepIntervalMs()) await this.sweep();
       this.startPrefetched();
-      const room = this.claimRoom() - this.reservedRoom;
+      const room = Math.min(MAX_CLAIM, this.claimRoom() - this.reservedRoom);
       const maxRounds = this.settings.maxProcessing === undefined && this.lastRoundFull ? MAX_CLAIM_ROUNDS : 1;
       const holdUntil = Math.max(this.claimBackoffUntil, this.cappedUntil);
       const backingOff = Date.now() < holdUntil;
@@ -370,8 +372,11 @@ export class Consumer<DB = Record<string, never>> extends EventEmitter<ConsumerE
     const startedAt = performance.now();
     const acks = this.pendingAcks;
     this.pendingAcks = [];
-    const ids = [...this.targeted].slice(0, free);
+    const named = [...this.targeted];
+    const ids = named.slice(0, free);
     this.targeted.clear();
+    // Named items beyond this round's room are dropped as hints: a general claim finds them.
+    let lookFurther = this.mightHaveWork || named.length > ids.length;
     const base = { queue: this.settings.queue, owner: this.name, leaseMs: this.settings.leaseMs, ...(this.settings.epoch !== undefined ? { epoch: this.settings.epoch } : {}) };
     if (this.settings.maxProcessing !== undefined) {
       // The claim limiter: never push the fleet past the cap. At the cap nothing new is
@@ -386,6 +391,7 @@ export class Consumer<DB = Record<string, never>> extends EventEmitter<ConsumerE
         return;
       }
       free = Math.min(free, room);
+      if (ids.length > free) lookFurther = true;
       ids.splice(free);
     }
     const claimed: ClaimedItem[] = ids.length > 0 ? await this.ledger.claimByIds({ ...base, ids }) : [];
@@ -393,7 +399,7 @@ export class Consumer<DB = Record<string, never>> extends EventEmitter<ConsumerE
     const claimedAtMs = startedAt - performance.now() + Date.now();
     if (claimed.length > 0) this.takeClaimed(claimed, claimedAtMs);
     let more = false;
-    if (claimed.length < free) {
+    if (claimed.length < free && lookFurther) {
       const want = free - claimed.length;
       const r = await this.ledger.claim({
         ...base,
@@ -406,7 +412,7 @@ export class Consumer<DB = Record<string, never>> extends EventEmitter<ConsumerE
       claimed.push(...r.items);
       more = r.moreAvailable || r.items.length >= want;
     } else {
-      more = true;
+      more = claimed.length >= free;
     }
     this.mightHaveWork = more;
     this.lastRoundFull = claimed.length >= free;
@@ -490,9 +496,12 @@ export class Consumer<DB = Record<string, never>> extends EventEmitter<ConsumerE
   private takeEntries(entries: readonly WakeEntry[]): void {
     if (entries.length === 0) return;
     this.counters.wakeEntriesRead += entries.length;
-    for (const e of entries) for (const id of e.ids) this.targeted.add(id);
+    for (const e of entries) {
+      for (const id of e.ids) this.targeted.add(id);
+      // A wake-up that names its items is answered by claiming those; one that names none means "look".
+      if (e.ids.length === 0) this.mightHaveWork = true;
+    }
     this.pendingAcks.push(...entries);
-    this.mightHaveWork = true;
     this.schedulerWake.notify();
   }
 

@@ -18,7 +18,9 @@ export const queueConfigSchema = z
     deadlineMs: ms().optional(),
     pollIntervalMs: z.number().int().min(10).max(3_600_000).optional(),
     backoff: backoffSchema.optional(),
-    /** Fleet-wide cap on this queue's items in `processing` (from the ledger). */
+    /** Most items claimed ahead of free slots (the consumer's prefetch buffer; 0 = off). */
+    prefetch: z.number().int().min(0).max(10_000).optional(),
+        /** Fleet-wide cap on this queue's items in `processing` (from the ledger). */
     maxProcessing: z.number().int().min(1).max(1_000_000).optional(),
     /** Claims are fenced by this deployment's ownership epoch (`lanewake activate`). */
     ownership: z.boolean().default(false),

@@ -104,6 +104,7 @@ export class QueueRunner {
       ...(queue.pollIntervalMs !== undefined ? { pollIntervalMs: queue.pollIntervalMs } : {}),
       ...(queue.backoff ? { backoff: queue.backoff } : {}),
       ...(queue.maxProcessing !== undefined ? { maxProcessing: queue.maxProcessing } : {}),
+      ...(queue.prefetch !== undefined ? { prefetch: queue.prefetch } : {}),
       ...(epoch !== undefined ? { epoch } : {}),
     });
     this.detach = this.options.onConsumer?.(consumer);
