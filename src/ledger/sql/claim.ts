@@ -33,12 +33,13 @@ export interface ClaimOutcome {
 
 /**
  * How many candidates to read for `limit` wanted items. Picking at random
- * among more than are wanted spreads concurrent claimers apart; small claims
- * read a wide margin (cheap), large ones twice their size, since reading
- * candidates costs as much per row as claiming them.
+ * among more than are wanted spreads concurrent claimers apart, at the cost
+ * of strict due order within a priority: small claims read eight times their
+ * size, large ones (prefetching consumers) twice plus a margin, since reading
+ * candidates costs about as much per row as claiming them.
  */
 export function candidateCount(limit: number): number {
-  return Math.min(MAX_CANDIDATES, Math.max(limit * CANDIDATE_FACTOR, 256), limit * 2 + 256);
+  return Math.min(MAX_CANDIDATES, limit * CANDIDATE_FACTOR, limit * 2 + 256);
 }
 const CANDIDATE_FACTOR = 8;
 const MAX_CANDIDATES = 1000;
