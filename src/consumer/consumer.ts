@@ -119,6 +119,7 @@ export class Consumer<DB = Record<string, never>> extends EventEmitter<ConsumerE
   /** The last claim round got all the room it asked for: worth a second round in parallel. */
   private lastRoundFull = false;
   private claimBackoffUntil = 0;
+  private sweeping: Promise<void> | undefined;
   /** The claim limiter found the fleet at its cap: no claim before this, unless one of ours finishes. */
   private cappedUntil = 0;
 
@@ -314,7 +315,10 @@ export class Consumer<DB = Record<string, never>> extends EventEmitter<ConsumerE
   private async scheduleLoop(): Promise<void> {
     const rounds = new Set<Promise<void>>();
     while (this.active) {
-      if (Date.now() - this.lastSweepAt >= this.sweepIntervalMs()) await this.sweep();
+      // The sweep's housekeeping runs beside the claims, so a wake-up never waits behind it.
+      if (this.sweeping === undefined && Date.now() - this.lastSweepAt >= this.sweepIntervalMs()) {
+        this.sweeping = this.sweep().finally(() => (this.sweeping = undefined));
+      }
       this.startPrefetched();
       const room = Math.min(MAX_CLAIM, this.claimRoom() - this.reservedRoom);
       const maxRounds = this.settings.maxProcessing === undefined && this.lastRoundFull ? MAX_CLAIM_ROUNDS : 1;
@@ -341,7 +345,7 @@ export class Consumer<DB = Record<string, never>> extends EventEmitter<ConsumerE
       const until = this.prefetched.length > 0 ? Math.min(untilSweep, this.settings.leaseMs / 6) : untilSweep;
       await this.schedulerWake.wait(Math.max(1, backingOff ? Math.min(until, holdUntil - Date.now()) : until));
     }
-    await Promise.allSettled([...rounds]);
+    await Promise.allSettled([...rounds, this.sweeping]);
   }
 
   /** The backstop: the ledger is the truth, so a sweep finds whatever wake-ups missed. */
@@ -365,6 +369,9 @@ export class Consumer<DB = Record<string, never>> extends EventEmitter<ConsumerE
       this.counters.errors++;
       this.log.warn({ err: (error as Error).message }, 'sweep maintenance failed');
     }
+    // What it reclaimed or woke is claimable now.
+    this.mightHaveWork = true;
+    this.schedulerWake.notify();
   }
 
   private async claimRound(free: number): Promise<void> {

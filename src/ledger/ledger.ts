@@ -116,6 +116,20 @@ const retrySchema = z.object({
 });
 const failSchema = z.object({ error: z.unknown(), failureClass: failureClassSchema.optional() });
 const releaseSchema = z.object({ delayMs: durationMs.optional(), reason: z.string().max(1000).optional() }).strict();
+const limitSchema = z.number().int().min(1).max(100_000);
+// Schemas are built once here: zod compiles each on first use, and building
+// one per call showed up as the largest allocator on the claim path.
+const claimByIdsSchema = claimSchema.omit({ limit: true, classes: true, types: true }).extend({ ids: z.array(itemId).max(1000) });
+const wakeDependencySchema = z.object({ key: keyString, queue: queueName.optional() });
+const maintenanceSchema = z.object({ queue: queueName.optional(), limit: limitSchema.default(500) });
+const replaySchema = z.object({
+  id: itemId,
+  expectAttempt: z.number().int().min(0),
+  expectErrorDigest: z.string().regex(/^[0-9a-f]{64}$/, 'must be a hex SHA-256'),
+});
+const purgeSchema = z.object({ olderThanMs: durationMs, limit: limitSchema.default(1000), queue: queueName.optional() });
+const listDeadSchema = z.object({ queue: queueName.optional(), limit: limitSchema.default(100) });
+const activateSchema = z.object({ queue: queueName, deployment: workerName, expectEpoch: z.number().int().min(0).optional() });
 const blockSchema = z
   .object({
     dependencyKey: keyString,
@@ -124,7 +138,6 @@ const blockSchema = z
     reason: z.string().max(1000).optional(),
   })
   .strict();
-const limitSchema = z.number().int().min(1).max(100_000);
 
 /** The ledger: every read and write of a work item goes through here (DESIGN §3, §8). */
 export class Ledger {
@@ -257,7 +270,7 @@ export class Ledger {
   /** Claims exactly these items if each is still a due pending head (targeted wake-ups). */
   claimByIds(input: Omit<ClaimInput, 'limit' | 'classes' | 'types'> & { ids: string[] }): Promise<ClaimedItem[]> {
     const v = validate(
-      claimSchema.omit({ limit: true, classes: true, types: true }).extend({ ids: z.array(itemId).max(1000) }),
+      claimByIdsSchema,
       input,
       'claimByIds',
     );
@@ -375,17 +388,17 @@ export class Ledger {
   }
 
   wakeDependency(key: string, opts: { queue?: string } = {}): Promise<WokenItem[]> {
-    const v = validate(z.object({ key: keyString, queue: queueName.optional() }), { key, ...opts }, 'wakeDependency');
+    const v = validate(wakeDependencySchema, { key, ...opts }, 'wakeDependency');
     return wakeDependency(this.db, this.tables, v);
   }
 
   reclaimExpired(opts: { queue?: string; limit?: number } = {}): Promise<ReclaimOutcome> {
-    const v = validate(z.object({ queue: queueName.optional(), limit: limitSchema.default(500) }), opts, 'reclaimExpired');
+    const v = validate(maintenanceSchema, opts, 'reclaimExpired');
     return reclaimExpired(this.db, this.tables, v);
   }
 
   probeDependencyWaits(opts: { queue?: string; limit?: number } = {}): Promise<ProbeOutcome> {
-    const v = validate(z.object({ queue: queueName.optional(), limit: limitSchema.default(500) }), opts, 'probeDependencyWaits');
+    const v = validate(maintenanceSchema, opts, 'probeDependencyWaits');
     return probeDependencyWaits(this.db, this.tables, v);
   }
 
@@ -397,7 +410,7 @@ export class Ledger {
   /** Re-drives a dead or cancelled item as a new item; guarded by the attempt and error digest the operator saw. */
   replay(id: string, guard: { expectAttempt: number; expectErrorDigest: string }): Promise<{ id: string }> {
     const v = validate(
-      z.object({ id: itemId, expectAttempt: z.number().int().min(0), expectErrorDigest: z.string().regex(/^[0-9a-f]{64}$/, 'must be a hex SHA-256') }),
+      replaySchema,
       { id, ...guard },
       'replay',
     );
@@ -406,7 +419,7 @@ export class Ledger {
 
   purge(opts: { olderThanMs: number; limit?: number; queue?: string }): Promise<number> {
     const v = validate(
-      z.object({ olderThanMs: durationMs, limit: limitSchema.default(1000), queue: queueName.optional() }),
+      purgeSchema,
       opts,
       'purge',
     );
@@ -437,13 +450,13 @@ export class Ledger {
   }
 
   listDead(opts: { queue?: string; limit?: number } = {}): Promise<WorkItem[]> {
-    const v = validate(z.object({ queue: queueName.optional(), limit: limitSchema.default(100) }), opts, 'listDead');
+    const v = validate(listDeadSchema, opts, 'listDead');
     return listDead(this.db, this.tables, v);
   }
 
   activate(opts: { queue: string; deployment: string; expectEpoch?: number }): Promise<Ownership> {
     const v = validate(
-      z.object({ queue: queueName, deployment: workerName, expectEpoch: z.number().int().min(0).optional() }),
+      activateSchema,
       opts,
       'activate',
     );
