@@ -54,9 +54,13 @@ test('lanewake worker: fed, observable over HTTP, drained by SIGTERM with nothin
 
   expect((await fetch(`${admin}/livez`)).status).toBe(200);
   expect((await fetch(`${admin}/readyz`)).status).toBe(200);
-  const metrics = await (await fetch(`${admin}/metrics`)).text();
-  const completed = new RegExp(`lanewake_items_completed_total\\{queue="${queue}",type="fast"\\} (\\d+)`).exec(metrics)?.[1];
-  expect(Number(completed)).toBe(30);
+  // The ledger shows a completion as soon as it commits; the worker counts it when the reply reaches it.
+  const completedMetric = new RegExp(`lanewake_items_completed_total\\{queue="${queue}",type="fast"\\} (\\d+)`);
+  const metrics = await waitFor(async () => {
+    const text = await (await fetch(`${admin}/metrics`)).text();
+    return Number(completedMetric.exec(text)?.[1]) >= 30 ? text : undefined;
+  }, 10_000, 'the completed counter to reach 30');
+  expect(Number(completedMetric.exec(metrics)?.[1])).toBe(30);
   expect(metrics).toMatch(/lanewake_claim_duration_seconds_count\{queue="[^"]+"\} [1-9]/);
   expect(Number(/lanewake_db_pool_connections\{state="open"\} (\d+)/.exec(metrics)?.[1])).toBeGreaterThan(0);
 

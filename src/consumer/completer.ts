@@ -12,23 +12,25 @@ interface Waiting {
  * Collects completions that arrive in the same turn of the event loop and
  * writes them with one `completeMany` (a fixed number of statements per
  * batch, each item still a CAS on its own token). While a batch is being
- * written, the next one gathers, so completions never wait behind more than
- * one flush.
+ * written, the next one gathers; when more wait than one batch takes, a
+ * second batch is written alongside.
  */
 export class BatchCompleter {
   private queue: Waiting[] = [];
-  private flushing = false;
+  private flushes = 0;
 
   constructor(
     private readonly ledger: Ledger,
     private readonly maxBatch = 128,
+    /** Batches written at once: a laned batch is a transaction of several round trips, so a second one overlaps it. */
+    private readonly maxFlushes = 2,
   ) {}
 
   complete(handle: LeaseHandle, result: unknown): Promise<FinalizeResult> {
     return new Promise((resolve, reject) => {
       this.queue.push({ handle, result, resolve, reject });
-      if (!this.flushing) {
-        this.flushing = true;
+      if (this.flushes === 0) {
+        this.flushes++;
         setImmediate(() => void this.flush());
       }
     });
@@ -37,6 +39,11 @@ export class BatchCompleter {
   private async flush(): Promise<void> {
     while (this.queue.length > 0) {
       const batch = this.queue.splice(0, this.maxBatch);
+      // More waiting than this batch takes: let another flush write it meanwhile.
+      if (this.queue.length > 0 && this.flushes < this.maxFlushes) {
+        this.flushes++;
+        void this.flush();
+      }
       try {
         const results = await this.ledger.completeMany(batch.map((w) => ({ handle: w.handle, result: w.result })));
         batch.forEach((w, i) => w.resolve(results[i] ?? { won: false, state: 'completed' }));
@@ -44,6 +51,6 @@ export class BatchCompleter {
         for (const w of batch) w.reject(error);
       }
     }
-    this.flushing = false;
+    this.flushes--;
   }
 }
