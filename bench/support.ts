@@ -102,17 +102,19 @@ export async function createBenchDatabase(prefix = 'lwb', serverUrl = benchServe
     if (dropped) return;
     dropped = true;
     unregister();
-    await withAdmin(async (c) => {
-      const [rows] = await c.query<RowDataPacket[]>(
-        'SELECT id FROM information_schema.processlist WHERE db = ? AND id <> CONNECTION_ID()',
-        [name],
-      );
-      for (const r of rows) await c.query(`KILL ${Number(r.id)}`).catch(() => undefined);
-      await c.query(`DROP DATABASE IF EXISTS \`${name}\``);
-    }, serverUrl);
+    await dropBenchDatabase(name, serverUrl);
   };
   const unregister = onCleanup(drop);
   return { name, url: `${serverUrl}/${name}`, drop };
+}
+
+/** Ends the database's remaining sessions (the benchmark's own), then drops it. Idempotent. */
+export async function dropBenchDatabase(name: string, serverUrl = benchServerUrl()): Promise<void> {
+  await withAdmin(async (c) => {
+    const [rows] = await c.query<RowDataPacket[]>('SELECT id FROM information_schema.processlist WHERE db = ? AND id <> CONNECTION_ID()', [name]);
+    for (const r of rows) await c.query(`KILL ${Number(r.id)}`).catch(() => undefined);
+    await c.query(`DROP DATABASE IF EXISTS \`${name}\``);
+  }, serverUrl);
 }
 
 /**

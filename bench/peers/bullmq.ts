@@ -23,6 +23,7 @@
  */
 import { Queue, Worker, type ConnectionOptions, type Job } from 'bullmq';
 import { Redis } from 'ioredis';
+import { plainRedisOptions } from '../../src/wake/redis.js';
 import type { BenchJob, Namespace, PeerAdapter, PeerFactory, RunningWorker, WorkerOptions } from './types.js';
 
 const REDIS_URL = process.env.LANEWAKE_BENCH_REDIS_URL ?? 'redis://127.0.0.1:6379';
@@ -36,16 +37,7 @@ export function bullmqPrefix(ns: Namespace): string {
 }
 
 function connectionOptions(): ConnectionOptions {
-  const u = new URL(REDIS_URL);
-  const db = u.pathname.length > 1 ? Number(u.pathname.slice(1)) : undefined;
-  return {
-    host: u.hostname || '127.0.0.1',
-    port: u.port ? Number(u.port) : 6379,
-    ...(db !== undefined && Number.isInteger(db) ? { db } : {}),
-    ...(u.username ? { username: decodeURIComponent(u.username) } : {}),
-    ...(u.password ? { password: decodeURIComponent(u.password) } : {}),
-    maxRetriesPerRequest: null,
-  };
+  return { ...plainRedisOptions(REDIS_URL), maxRetriesPerRequest: null };
 }
 
 /** Runs `fn` on a short-lived plain ioredis client (teardown and leftover checks). */

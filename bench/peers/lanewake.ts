@@ -13,8 +13,7 @@
  */
 import type * as Lanewake from '../../src/index.js';
 import type { EnqueueInput } from '../../src/index.js';
-import { benchServerUrl, onCleanup, withAdmin } from '../support.js';
-import type { RowDataPacket } from 'mysql2/promise';
+import { benchServerUrl, dropBenchDatabase, onCleanup, withAdmin } from '../support.js';
 import type { BenchJob, Namespace, PeerAdapter, PeerFactory, RunningWorker, WorkerOptions, Workload } from './types.js';
 
 /**
@@ -45,18 +44,6 @@ interface Mode {
 function databaseName(ns: Namespace): string {
   if (!/^[a-z0-9]{1,40}$/.test(ns.id)) throw new Error(`namespace id must be [a-z0-9]{1,40}: ${ns.id}`);
   return `lwc_${ns.id}`;
-}
-
-/** Ends this database's remaining sessions (the benchmark's own), then drops it. Idempotent. */
-async function dropDatabase(name: string): Promise<void> {
-  await withAdmin(async (c) => {
-    const [rows] = await c.query<RowDataPacket[]>(
-      'SELECT id FROM information_schema.processlist WHERE db = ? AND id <> CONNECTION_ID()',
-      [name],
-    );
-    for (const r of rows) await c.query(`KILL ${Number(r.id)}`).catch(() => undefined);
-    await c.query(`DROP DATABASE IF EXISTS \`${name}\``);
-  });
 }
 
 class LanewakeAdapter implements PeerAdapter {
@@ -163,7 +150,7 @@ class LanewakeAdapter implements PeerAdapter {
         await wake.close();
       }
     }
-    await dropDatabase(this.dbName);
+    await dropBenchDatabase(this.dbName);
     this.tornDown = true;
   }
 

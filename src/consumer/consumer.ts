@@ -4,7 +4,7 @@ import { randomBytes } from 'node:crypto';
 import { performance } from 'node:perf_hooks';
 import type { Redis } from 'ioredis';
 import { ValidationError } from '../errors.js';
-import type { Ledger } from '../ledger/ledger.js';
+import { MAX_CLAIM_ITEMS, type Ledger } from '../ledger/ledger.js';
 import type { ClaimedItem } from '../ledger/types.js';
 import { createLogger, type Logger } from '../log.js';
 import type { WakeEntry, WakeStreams } from '../wake/channel.js';
@@ -59,8 +59,6 @@ const IDLE_WAKE_ENTRY_MS = 30_000;
 const CAPPED_RETRY_MS = 250;
 /** Most items held claimed ahead of free slots by default (graphile-worker's local queue default is 500). */
 const DEFAULT_PREFETCH = 512;
-/** The ledger's largest claim. */
-const MAX_CLAIM = 1000;
 /** Claim rounds one scheduler may have in flight at once. */
 const MAX_CLAIM_ROUNDS = 2;
 /** The prefetch buffer aims to hold what the slots will start within this long, at the recent start rate. */
@@ -320,7 +318,7 @@ export class Consumer<DB = Record<string, never>> extends EventEmitter<ConsumerE
         this.sweeping = this.sweep().finally(() => (this.sweeping = undefined));
       }
       this.startPrefetched();
-      const room = Math.min(MAX_CLAIM, this.claimRoom() - this.reservedRoom);
+      const room = Math.min(MAX_CLAIM_ITEMS, this.claimRoom() - this.reservedRoom);
       const maxRounds = this.settings.maxProcessing === undefined && this.lastRoundFull ? MAX_CLAIM_ROUNDS : 1;
       const holdUntil = Math.max(this.claimBackoffUntil, this.cappedUntil);
       const backingOff = Date.now() < holdUntil;

@@ -96,11 +96,14 @@ function fitsOneStatement(items: readonly NewItem[]): boolean {
   return bytes <= MAX_STATEMENT_BYTES;
 }
 
+/** The most items one claim (or claim by ids) takes. */
+export const MAX_CLAIM_ITEMS = 1000;
+
 const claimSchema = z
   .object({
     queue: queueName,
     owner: workerName,
-    limit: z.number().int().min(1).max(1000),
+    limit: z.number().int().min(1).max(MAX_CLAIM_ITEMS),
     leaseMs: positiveDurationMs,
     classes: z.array(queueClass).min(1, 'give at least one class, or leave it out for all').optional(),
     types: z.array(typeName).min(1, 'give at least one type, or leave it out for all').max(200).optional(),
@@ -119,7 +122,7 @@ const releaseSchema = z.object({ delayMs: durationMs.optional(), reason: z.strin
 const limitSchema = z.number().int().min(1).max(100_000);
 // Schemas are built once here: zod compiles each on first use, and building
 // one per call showed up as the largest allocator on the claim path.
-const claimByIdsSchema = claimSchema.omit({ limit: true, classes: true, types: true }).extend({ ids: z.array(itemId).max(1000) });
+const claimByIdsSchema = claimSchema.omit({ limit: true, classes: true, types: true }).extend({ ids: z.array(itemId).max(MAX_CLAIM_ITEMS) });
 const wakeDependencySchema = z.object({ key: keyString, queue: queueName.optional() });
 const maintenanceSchema = z.object({ queue: queueName.optional(), limit: limitSchema.default(500) });
 const replaySchema = z.object({
