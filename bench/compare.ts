@@ -337,6 +337,12 @@ async function main(): Promise<number> {
   let factories: PeerFactory[];
   try {
     opts = parseArgs(argv);
+    if (opts.systems === null || /lanewake/.test(opts.systems)) {
+      // lanewake runs from its compiled package, as users run it (the peers run
+      // their published JS); its adapter loads dist/, so build before loading it.
+      progress('building dist/ (npm run build)');
+      execFileSync('npx', ['tsc', '-p', 'tsconfig.build.json'], { stdio: 'inherit' });
+    }
     factories = selectFactories(await allFactories(), opts.systems);
   } catch (e) {
     if (e instanceof UsageError) {
@@ -346,11 +352,6 @@ async function main(): Promise<number> {
     throw e;
   }
   const command = commandLine(argv);
-  if (factories.some((f) => f.system === 'lanewake')) {
-    // lanewake runs from its compiled package, as users run it (the peers run their published JS).
-    progress('building dist/ (npm run build)');
-    execFileSync('npx', ['tsc', '-p', 'tsconfig.build.json'], { stdio: 'inherit' });
-  }
   const startedAt = new Date().toISOString();
   const s = sizes(opts.scale);
   const { machine, software } = await describe();

@@ -98,7 +98,7 @@ test('/metrics: claims, outcomes, latencies, wake reads and depth of a running c
   await firstRound;
   const admin = await server({ ledger: tl.ledger, metrics });
 
-  const producer = new Producer({ ledger: tl.ledger, wake: tw.wake });
+  const producer = new Producer({ ledger: tl.ledger, wake: tw.remote() });
   await producer.enqueueMany([
     { queue, type: 'ok', payload: { n: 1 } },
     { queue, type: 'ok', payload: { n: 2 }, lane: 'L' },

@@ -1,4 +1,7 @@
+import { once } from 'node:events';
 import { afterEach, expect, test } from 'vitest';
+import { MAX_IDS_PER_ENTRY } from '../src/wake/channel.js';
+import { wakeStreamKey } from '../src/wake/keys.js';
 import { Consumer } from '../src/consumer/consumer.js';
 import { Producer } from '../src/producer/producer.js';
 import { createTestWake, uniqueQueue, type TestWake } from './support/engine.js';
@@ -31,7 +34,7 @@ test('a consumer completes every item in lane order, woken by Redis', async () =
     },
   });
   await consumer.start();
-  const producer = new Producer({ ledger: tl.ledger, wake: tw.wake });
+  const producer = new Producer({ ledger: tl.ledger, wake: tw.remote() });
   const inputs = [];
   for (let n = 0; n < 100; n++) inputs.push({ queue, type: 'step', lane: `L${n % 4}`, payload: { n } });
   await producer.enqueueMany(inputs);
@@ -41,4 +44,70 @@ test('a consumer completes every item in lane order, woken by Redis', async () =
   expect(consumer.counters.wakeEntriesRead).toBeGreaterThan(0);
   const [stats] = await tl.ledger.stats(queue);
   expect(stats?.counts.completed).toBe(100);
+});
+
+test('a producer sharing the consumer\'s wake channel hands wake-ups over in process, and to the stream once that consumer is full', async () => {
+  tl = await createTestLedger();
+  tw = createTestWake();
+  const queue = uniqueQueue('local');
+  let releaseHold: (() => void) | undefined;
+  const held = new Promise<void>((resolve) => (releaseHold = resolve));
+  const consumer = new Consumer({
+    ledger: tl.ledger,
+    wake: tw.wake,
+    queue,
+    concurrency: 1,
+    prefetch: 0,
+    pollIntervalMs: 60_000, // only wake-ups bring work in
+    handlers: { step: async () => undefined, hold: async () => held },
+  });
+  await consumer.start();
+  const producer = new Producer({ ledger: tl.ledger, wake: tw.wake });
+  const streamLength = () => tw!.wake.redis.xlen(wakeStreamKey(tw!.keyPrefix, queue, 'default'));
+
+  await producer.enqueue({ queue, type: 'step', payload: {} });
+  await waitFor(() => consumer.counters.completed === 1 || undefined, 10_000, 'the first item completed');
+  expect(tw.wake.counters).toEqual({ published: 0, deliveredLocally: 1, failed: 0 });
+  expect(consumer.counters.localWakes).toBe(1);
+  expect(consumer.counters.wakeEntriesRead).toBe(0);
+  expect(await streamLength()).toBe(0);
+
+  // Its one slot taken, the consumer declines: the next wake-up goes to the stream for other replicas.
+  await producer.enqueue({ queue, type: 'hold', payload: {} });
+  await waitFor(() => consumer.inFlight === 1 || undefined, 10_000, 'the hold item started');
+  await producer.enqueue({ queue, type: 'step', payload: {} });
+  expect(tw.wake.counters).toEqual({ published: 1, deliveredLocally: 2, failed: 0 });
+  expect(await streamLength()).toBe(1);
+  releaseHold?.();
+  await waitFor(() => consumer.counters.completed === 3 || undefined, 10_000, 'all three completed');
+
+  // A stopped consumer is no longer a local target.
+  await consumer.stop();
+  await producer.enqueue({ queue, type: 'step', payload: {} });
+  expect(tw.wake.counters).toEqual({ published: 2, deliveredLocally: 2, failed: 0 });
+});
+
+test('a wake-up naming only part of a large batch still gets the whole batch claimed', async () => {
+  tl = await createTestLedger();
+  tw = createTestWake();
+  const queue = uniqueQueue('big');
+  const consumer = new Consumer({
+    ledger: tl.ledger,
+    wake: tw.wake,
+    queue,
+    concurrency: 100,
+    prefetch: 0,
+    pollIntervalMs: 60_000, // only wake-ups bring work in
+    handlers: { step: async () => undefined },
+  });
+  const firstRound = once(consumer, 'claimRound');
+  await consumer.start();
+  await firstRound; // the start-up claim found nothing: from here only the wake-up says there is work
+  // One entry per batch, naming at most MAX_IDS_PER_ENTRY of its items.
+  await new Producer({ ledger: tl.ledger, wake: tw.remote() }).enqueueMany(
+    Array.from({ length: 3 * MAX_IDS_PER_ENTRY }, (_, n) => ({ queue, type: 'step', payload: { n } })),
+  );
+  await waitFor(() => consumer.counters.completed === 3 * MAX_IDS_PER_ENTRY || undefined, 20_000, 'the whole batch completed');
+  expect(consumer.counters.sweeps).toBe(1);
+  await consumer.stop();
 });

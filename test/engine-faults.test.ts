@@ -264,7 +264,7 @@ test('a rolled-back producer.transaction leaves no item and publishes no wake-up
   expect(await ledger.stats(queue)).toEqual([]);
   expect(await effectCount(ledger)).toBe(0);
   expect(await r.xlen(streamKey)).toBe(0);
-  expect(tw.wake.counters).toEqual({ published: 0, failed: 0 });
+  expect(tw.wake.counters).toEqual({ published: 0, deliveredLocally: 0, failed: 0 });
 
   // The same transaction committed does both (so the checks above can see an item and a wake-up).
   const committed = await producer.transaction(ledger.db, async (tx) => {

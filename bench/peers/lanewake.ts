@@ -39,6 +39,12 @@ interface Mode {
   readonly mode: string;
   readonly wake: boolean;
   readonly pollIntervalMs?: number;
+  /**
+   * The producer gets a wake channel of its own, as a producer in another
+   * process has: its wake-ups go through Redis instead of being handed to
+   * the consumer in process.
+   */
+  readonly producerOwnChannel?: boolean;
 }
 
 function databaseName(ns: Namespace): string {
@@ -52,6 +58,7 @@ class LanewakeAdapter implements PeerAdapter {
   private readonly keyPrefix: string;
   private ledger: Ledger | undefined;
   private wake: WakeChannel | undefined;
+  private producerWake: WakeChannel | undefined;
   private producer: Producer | undefined;
   private readonly workers = new Set<Consumer>();
   private readonly log = createLogger('bench.lanewake', process.env.LANEWAKE_LOG_LEVEL ?? 'warn');
@@ -82,7 +89,9 @@ class LanewakeAdapter implements PeerAdapter {
   async connect(): Promise<void> {
     this.ledger = new Ledger({ url: this.url, poolSize: POOL_SIZE });
     this.wake = this.mode.wake ? new WakeChannel({ redis: REDIS_URL, keyPrefix: this.keyPrefix, logger: this.log }) : undefined;
-    this.producer = new Producer({ ledger: this.ledger, wake: this.wake });
+    this.producerWake =
+      this.mode.wake && this.mode.producerOwnChannel ? new WakeChannel({ redis: REDIS_URL, keyPrefix: this.keyPrefix, logger: this.log }) : this.wake;
+    this.producer = new Producer({ ledger: this.ledger, wake: this.producerWake });
   }
 
   private item(job: BenchJob): EnqueueInput {
@@ -130,9 +139,11 @@ class LanewakeAdapter implements PeerAdapter {
   async close(): Promise<void> {
     for (const c of [...this.workers]) await c.stop().catch(() => undefined);
     this.workers.clear();
+    if (this.producerWake !== this.wake) await this.producerWake?.close().catch(() => undefined);
     await this.wake?.close().catch(() => undefined);
     await this.ledger?.close().catch(() => undefined);
     this.wake = undefined;
+    this.producerWake = undefined;
     this.ledger = undefined;
     this.producer = undefined;
   }
@@ -164,15 +175,33 @@ const ALL: readonly Workload[] = ['bulk', 'latency', 'ordered', 'four-workers', 
 /** Why the poll modes run the latency workload only. */
 const POLL_NOTE = 'poll modes: latency only (with work waiting, a consumer claims again at once, so throughput is the wake mode\'s claim path)';
 
+/** Why the 'wake via Redis' mode runs the latency workload only. */
+const VIA_REDIS_NOTE =
+  'latency only: the other workloads enqueue before the worker starts, or from another process, so their wake-ups go through Redis in the wake mode too';
+
 function factory(mode: Mode): PeerFactory {
   const pollOnly = !mode.wake;
+  const latencyOnly = pollOnly || mode.producerOwnChannel === true;
+  const why = pollOnly ? POLL_NOTE : VIA_REDIS_NOTE;
   return {
     system: 'lanewake',
     mode: mode.mode,
-    workloads: pollOnly ? ['latency'] : ALL,
-    notes: pollOnly
-      ? { bulk: POLL_NOTE, ordered: POLL_NOTE, 'four-workers': POLL_NOTE, 'deep-lane': POLL_NOTE, latency: `no Redis: ledger sweep every ${mode.mode.replace('poll ', '')}` }
-      : { ordered: 'lanes (job key = lane)', 'deep-lane': 'lanes: head marker, claim cost independent of lane depth' },
+    workloads: latencyOnly ? ['latency'] : ALL,
+    notes: latencyOnly
+      ? {
+          bulk: why,
+          ordered: why,
+          'four-workers': why,
+          'deep-lane': why,
+          latency: pollOnly
+            ? `no Redis: ledger sweep every ${mode.mode.replace('poll ', '')}`
+            : 'the producer has a wake channel of its own, as in another process: every wake-up goes through the Redis stream',
+        }
+      : {
+          ordered: 'lanes (job key = lane)',
+          'deep-lane': 'lanes: head marker, claim cost independent of lane depth',
+          latency: 'producer and worker share a process and a wake channel: wake-ups are handed over in process while the worker has free slots',
+        },
     ordersByKey: true,
     create: (ns) => new LanewakeAdapter(ns, mode),
   };
@@ -180,6 +209,7 @@ function factory(mode: Mode): PeerFactory {
 
 export const lanewakeFactories: PeerFactory[] = [
   factory({ mode: 'wake', wake: true }),
+  factory({ mode: 'wake via Redis', wake: true, producerOwnChannel: true }),
   factory({ mode: 'poll 5 s', wake: false, pollIntervalMs: 5_000 }),
   factory({ mode: 'poll 200 ms', wake: false, pollIntervalMs: 200 }),
 ];

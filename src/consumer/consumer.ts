@@ -7,7 +7,7 @@ import { ValidationError } from '../errors.js';
 import { MAX_CLAIM_ITEMS, type Ledger } from '../ledger/ledger.js';
 import type { ClaimedItem } from '../ledger/types.js';
 import { createLogger, type Logger } from '../log.js';
-import type { WakeEntry, WakeStreams } from '../wake/channel.js';
+import type { WakeEntry, WakeMessage, WakeStreams } from '../wake/channel.js';
 import type { ControlMessage } from '../wake/control.js';
 import { createBlockingClient, whenReady } from '../wake/redis.js';
 import type { WakeChannel } from '../wake/wake-channel.js';
@@ -40,6 +40,8 @@ export interface ConsumerCounters {
   claimRounds: number;
   sweeps: number;
   wakeEntriesRead: number;
+  /** Wake-ups a producer in this process handed over directly (no Redis round trip). */
+  localWakes: number;
   followUpWakes: number;
   /** Prefetched items handed back unstarted (their wait in the buffer ran too long, or the consumer stopped). */
   prefetchReleased: number;
@@ -80,7 +82,7 @@ export class Consumer<DB = Record<string, never>> extends EventEmitter<ConsumerE
   readonly name: string;
   readonly counters: ConsumerCounters = {
     claimed: 0, completed: 0, retried: 0, dead: 0, released: 0, blocked: 0, cancelled: 0, skipped: 0,
-    leaseLost: 0, abandoned: 0, claimRounds: 0, sweeps: 0, wakeEntriesRead: 0, followUpWakes: 0, prefetchReleased: 0, errors: 0,
+    leaseLost: 0, abandoned: 0, claimRounds: 0, sweeps: 0, wakeEntriesRead: 0, localWakes: 0, followUpWakes: 0, prefetchReleased: 0, errors: 0,
   };
 
   private readonly ledger: Ledger;
@@ -120,6 +122,7 @@ export class Consumer<DB = Record<string, never>> extends EventEmitter<ConsumerE
   private sweeping: Promise<void> | undefined;
   /** The claim limiter found the fleet at its cap: no claim before this, unless one of ours finishes. */
   private cappedUntil = 0;
+  private unregisterLocal: (() => void) | undefined;
 
   constructor(options: ConsumerOptions<DB>) {
     super();
@@ -177,6 +180,7 @@ export class Consumer<DB = Record<string, never>> extends EventEmitter<ConsumerE
       });
       // Notice Redis coming back on the command connection at once, not at the next read.
       wake.redis.on('ready', this.onRedisReady);
+      this.unregisterLocal = wake.registerLocal({ queue: this.settings.queue, classes: this.settings.classes, offer: this.offerLocal });
       this.loops.push(this.readLoop(), this.controlLoop());
     }
     this.loops.push(this.scheduleLoop());
@@ -198,6 +202,7 @@ export class Consumer<DB = Record<string, never>> extends EventEmitter<ConsumerE
       return;
     }
     this.state = 'stopping';
+    this.unregisterLocal?.();
     const drainMs = opts.drainTimeoutMs ?? 30_000;
     this.schedulerWake.notify();
     this.readerWake.notify();
@@ -417,7 +422,8 @@ export class Consumer<DB = Record<string, never>> extends EventEmitter<ConsumerE
       claimed.push(...r.items);
       more = r.moreAvailable || r.items.length >= want;
     } else {
-      more = claimed.length >= free;
+      // Only named ids were claimed: more work is likely only if something already said so.
+      more = lookFurther && claimed.length >= free;
     }
     this.mightHaveWork = more;
     this.lastRoundFull = claimed.length >= free;
@@ -501,14 +507,25 @@ export class Consumer<DB = Record<string, never>> extends EventEmitter<ConsumerE
   private takeEntries(entries: readonly WakeEntry[]): void {
     if (entries.length === 0) return;
     this.counters.wakeEntriesRead += entries.length;
-    for (const e of entries) {
-      for (const id of e.ids) this.targeted.add(id);
-      // A wake-up that names its items is answered by claiming those; one that names none means "look".
-      if (e.ids.length === 0) this.mightHaveWork = true;
-    }
+    for (const e of entries) this.takeWake(e);
     this.pendingAcks.push(...entries);
     this.schedulerWake.notify();
   }
+
+  private takeWake(m: WakeMessage): void {
+    for (const id of m.ids) this.targeted.add(id);
+    // A wake-up that names its items is answered by claiming those; one that names none (or not all) means "look".
+    if (m.ids.length === 0 || m.more === true) this.mightHaveWork = true;
+  }
+
+  /** A producer in this process hands a wake-up over directly; taken only while a slot is free to claim with. */
+  private readonly offerLocal = (m: WakeMessage): boolean => {
+    if (!this.active || this.paused || this.freeSlots() <= 0) return false;
+    this.counters.localWakes++;
+    this.takeWake(m);
+    this.schedulerWake.notify();
+    return true;
+  };
 
   /** XREADGROUP only while slots are free: a saturated replica leaves wake-ups to idle ones. */
   private async readLoop(): Promise<void> {

@@ -11,6 +11,8 @@ export interface WakeMessage {
   ids: readonly string[];
   /** When the work was committed (ms since epoch), for latency metrics. */
   enqueuedAtMs?: number;
+  /** More items are claimable than `ids` names (the list was cut): claim beyond the named ones too. */
+  more?: boolean;
 }
 
 export interface WakeEntry extends WakeMessage {
@@ -50,6 +52,7 @@ export class WakeStreams {
     const pipeline = redis.pipeline();
     for (const m of messages) {
       const fields = ['k', m.kind, 'i', m.ids.slice(0, MAX_IDS_PER_ENTRY).join(',')];
+      if (m.more === true || m.ids.length > MAX_IDS_PER_ENTRY) fields.push('m', '1');
       if (m.lane) fields.push('l', m.lane);
       if (m.enqueuedAtMs !== undefined) fields.push('t', String(m.enqueuedAtMs));
       pipeline.xadd(this.key(m.queueClass), 'MAXLEN', '~', this.maxLen, '*', ...fields);
@@ -155,6 +158,7 @@ export class WakeStreams {
           kind: (f.get('k') ?? 'enqueue') as WakeKind,
           lane: f.get('l') ?? null,
           ids: ids ? ids.split(',').filter((x) => x.length > 0) : [],
+          ...(f.get('m') === '1' ? { more: true } : {}),
           ...(t !== undefined ? { enqueuedAtMs: Number(t) } : {}),
         });
       }

@@ -5,6 +5,7 @@ import { QUEUE_CLASSES, type QueueClass } from '../ledger/types.js';
 import { WakeStreams, type WakeMessage } from './channel.js';
 import { ControlStreams, type ControlMessage } from './control.js';
 import { DEFAULT_KEY_PREFIX } from './keys.js';
+import { LocalWakeRoute, type LocalWakeTarget } from './local-route.js';
 import { createCommandClient, plainRedisOptions, whenReady, type RedisTarget } from './redis.js';
 import { WakeTimers, type WakeTimer } from './timers.js';
 
@@ -17,7 +18,10 @@ export interface WakeChannelOptions {
 }
 
 export interface PublishCounters {
+  /** Wake-ups written to a stream. */
   published: number;
+  /** Wake-ups handed to a consumer in this process instead (no Redis round trip). */
+  deliveredLocally: number;
   failed: number;
 }
 
@@ -30,7 +34,8 @@ export class WakeChannel {
   readonly redis: Redis;
   readonly control: ControlStreams;
   readonly timers: WakeTimers;
-  readonly counters: PublishCounters = { published: 0, failed: 0 };
+  readonly counters: PublishCounters = { published: 0, deliveredLocally: 0, failed: 0 };
+  private readonly local = new LocalWakeRoute();
   private readonly streams = new Map<string, WakeStreams>();
   private readonly log: Logger;
   private everReady = false;
@@ -74,19 +79,39 @@ export class WakeChannel {
     return this.redis.status === 'ready';
   }
 
-  /** Publishes wake-ups grouped by queue; false if Redis refused (already logged and counted). */
+  /**
+   * A consumer sharing this channel takes wake-ups of its queue in process
+   * while it has free slots (see LocalWakeRoute). Returns the unregister.
+   */
+  registerLocal(target: LocalWakeTarget): () => void {
+    return this.local.register(target);
+  }
+
+  /**
+   * Publishes wake-ups grouped by queue: each goes to a consumer in this
+   * process if one can take it now, the rest to the streams. False if Redis
+   * refused (already logged and counted).
+   */
   async publish(messages: readonly (WakeMessage & { queue: string; queueClass: QueueClass })[]): Promise<boolean> {
     if (messages.length === 0) return true;
     const byQueue = new Map<string, (WakeMessage & { queueClass: QueueClass })[]>();
-    for (const m of messages) byQueue.set(m.queue, [...(byQueue.get(m.queue) ?? []), m]);
+    for (const m of messages) {
+      if (this.local.deliver(m.queue, m)) {
+        this.counters.deliveredLocally++;
+        continue;
+      }
+      byQueue.set(m.queue, [...(byQueue.get(m.queue) ?? []), m]);
+    }
+    if (byQueue.size === 0) return true;
+    const remote = [...byQueue.values()].reduce((n, ms) => n + ms.length, 0);
     try {
       if (!(await this.usable())) throw new Error('redis is not connected');
       await Promise.all([...byQueue].map(([queue, ms]) => this.streamsOf(queue).publish(this.redis, ms)));
-      this.counters.published += messages.length;
+      this.counters.published += remote;
       return true;
     } catch (error) {
-      this.counters.failed += messages.length;
-      this.log.warn({ err: errorSummary(error), messages: messages.length }, 'wake publish failed; consumers will find the work by sweeping');
+      this.counters.failed += remote;
+      this.log.warn({ err: errorSummary(error), messages: remote }, 'wake publish failed; consumers will find the work by sweeping');
       return false;
     }
   }

@@ -6,6 +6,11 @@ import { redisUrl } from './services.js';
 export interface TestWake {
   wake: WakeChannel;
   keyPrefix: string;
+  /**
+   * Another channel on the same keys, as a producer in another process has:
+   * its wake-ups go through Redis, never straight to a consumer on `wake`.
+   */
+  remote: () => WakeChannel;
   /** Closes the channel and deletes every key under this test's prefix. */
   drop: () => Promise<void>;
 }
@@ -14,11 +19,17 @@ export interface TestWake {
 export function createTestWake(url = redisUrl()): TestWake {
   const keyPrefix = `lwt:${randomBytes(4).toString('hex')}:`;
   const wake = new WakeChannel({ redis: url, keyPrefix });
+  const others: WakeChannel[] = [];
   return {
     wake,
     keyPrefix,
+    remote: () => {
+      const other = new WakeChannel({ redis: url, keyPrefix });
+      others.push(other);
+      return other;
+    },
     drop: async () => {
-      await wake.close().catch(() => undefined);
+      for (const c of [wake, ...others]) await c.close().catch(() => undefined);
       await deleteKeys(url, keyPrefix);
     },
   };
