@@ -160,7 +160,8 @@ export function runJob<DB>(deps: ExecutorDeps<DB>, item: ClaimedItem, claimedAtM
       if (deadline) clearTimeout(deadline);
       if (graceTimer) clearTimeout(graceTimer);
       markSettled();
-      await keeper.stop();
+      const renewal = keeper.stop();
+      if (renewal) await renewal;
     }
 
     if (thrown instanceof Abandoned) {

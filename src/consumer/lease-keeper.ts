@@ -28,7 +28,10 @@ export class LeaseKeeper {
   }
 
   start(): void {
-    this.schedule(Math.max(10, this.leaseUntilMs - Date.now() - Math.floor((this.leaseMs * 2) / 3)));
+    // Whole tenths of a second: Node keeps one timer list per distinct delay, and
+    // a delay to the millisecond made a new list (and a heap insert) for most items.
+    const delayMs = this.leaseUntilMs - Date.now() - Math.floor((this.leaseMs * 2) / 3);
+    this.schedule(Math.max(10, delayMs > 100 ? delayMs - (delayMs % 100) : delayMs));
   }
 
   /** Renews now; resolves false if the lease is lost. */
@@ -40,11 +43,14 @@ export class LeaseKeeper {
     return run;
   }
 
-  /** Stops renewing and waits for a renewal in flight, so it cannot race the finalize. */
-  async stop(): Promise<void> {
+  /**
+   * Stops renewing. Returns the renewal in flight, if any: wait for it, so it
+   * cannot race the finalize (nothing to wait for, the common case, costs no promise).
+   */
+  stop(): Promise<void> | undefined {
     this.stopped = true;
     if (this.timer) clearTimeout(this.timer);
-    await this.inFlight;
+    return this.inFlight;
   }
 
   private schedule(delayMs = Math.max(10, Math.floor(this.leaseMs / 3))): void {

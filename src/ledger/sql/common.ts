@@ -1,11 +1,17 @@
 import { sql, type QueryExecutorProvider, type RawBuilder } from 'kysely';
+import { escape } from 'mysql2';
 
 /** Anything a statement can run on: the pool, a Kysely transaction, a single connection. */
 export type Executor = QueryExecutorProvider;
 
-/** Comma list of bound values, for `IN (…)`. */
-export function list(values: readonly unknown[]): RawBuilder<unknown> {
-  return sql.join(values.map((v) => sql`${v}`));
+/**
+ * Comma list of values, for `IN (…)`: escaped once here as literals, the
+ * same escaping mysql2 applies to bound values. A claim or a completion
+ * names up to a thousand ids, and a parameter per id cost a node per id in
+ * Kysely and a placeholder scan per id in mysql2.
+ */
+export function list(values: readonly (string | number)[]): RawBuilder<unknown> {
+  return sql.raw(values.map((v) => escape(v)).join(', '));
 }
 
 /** `NOW(6) + INTERVAL ms` on the ledger's clock. */
