@@ -65,6 +65,8 @@ const DEFAULT_PREFETCH = 512;
 const MAX_CLAIM_ROUNDS = 2;
 /** The prefetch buffer aims to hold what the slots will start within this long, at the recent start rate. */
 const PREFETCH_HORIZON_MS = 250;
+/** A rate is never taken over less than this, so the first few settles do not read as a flood. */
+const MIN_RATE_SPAN_MS = 20;
 
 interface Prefetched {
   item: ClaimedItem;
@@ -96,7 +98,8 @@ export class Consumer<DB = Record<string, never>> extends EventEmitter<ConsumerE
   private readonly finalizing = new Map<string, RunningJob>();
   /** Claimed, not yet started: each waits for a slot (DESIGN §6 prefetch), oldest first. */
   private readonly prefetched: Prefetched[] = [];
-  private readonly starts = new RateWindow();
+  /** Handlers settling per second: the rate the slots take new items at. */
+  private readonly slotTurnover = new RateWindow();
   private readonly prefetchLimit: number;
   private readonly targeted = new Set<string>();
   private pendingAcks: WakeEntry[] = [];
@@ -263,14 +266,19 @@ export class Consumer<DB = Record<string, never>> extends EventEmitter<ConsumerE
 
   /**
    * How many items a claim may take now: the free slots, plus a prefetch
-   * buffer sized to what the slots will start within PREFETCH_HORIZON_MS at
-   * the recent start rate. Fast handlers get large claims (fewer statements
-   * per item, claims overlapping execution); slow ones get none, so a busy
-   * replica does not sit on work an idle one could run.
+   * buffer sized to what the slots will take within PREFETCH_HORIZON_MS at
+   * the recent rate handlers settle at. Fast handlers get large claims
+   * (fewer statements per item, claims overlapping execution); slow ones get
+   * none, so a busy replica does not sit on work an idle one could run.
+   * Settles rather than starts: filling idle slots is a burst of starts that
+   * says nothing of how fast they will free up again.
    */
   private claimRoom(): number {
-    const target = Math.min(this.prefetchLimit, Math.floor((this.starts.perSecond() * PREFETCH_HORIZON_MS) / 1000));
-    return this.freeSlots() + target - this.prefetched.length;
+    return this.freeSlots() + this.prefetchTarget() - this.prefetched.length;
+  }
+
+  private prefetchTarget(): number {
+    return Math.min(this.prefetchLimit, Math.floor((this.slotTurnover.perSecond() * PREFETCH_HORIZON_MS) / 1000));
   }
 
   /** Starts prefetched items while slots are free; one that waited past a third of its lease goes back instead. */
@@ -324,10 +332,13 @@ export class Consumer<DB = Record<string, never>> extends EventEmitter<ConsumerE
       }
       this.startPrefetched();
       const room = Math.min(MAX_CLAIM_ITEMS, this.claimRoom() - this.reservedRoom);
+      // A claim round costs about the same wait whatever its size: while the buffer
+      // still holds work for the slots, let the room grow to half the buffer first.
+      const worthARound = this.prefetched.length === 0 || room >= Math.ceil(this.prefetchTarget() / 2);
       const maxRounds = this.settings.maxProcessing === undefined && this.lastRoundFull ? MAX_CLAIM_ROUNDS : 1;
       const holdUntil = Math.max(this.claimBackoffUntil, this.cappedUntil);
       const backingOff = Date.now() < holdUntil;
-      if (!this.paused && !backingOff && room > 0 && rounds.size < maxRounds && (this.mightHaveWork || this.targeted.size > 0)) {
+      if (!this.paused && !backingOff && room > 0 && worthARound && rounds.size < maxRounds && (this.mightHaveWork || this.targeted.size > 0)) {
         this.reservedRoom += room;
         const round: Promise<void> = this.claimRound(room)
           .catch((error: unknown) => {
@@ -452,7 +463,7 @@ export class Consumer<DB = Record<string, never>> extends EventEmitter<ConsumerE
   }
 
   private startJob(item: ClaimedItem, claimedAtMs: number): void {
-    this.starts.add();
+    this.slotTurnover.begin();
     const run = runJob(
       {
         ledger: this.ledger,
@@ -473,6 +484,7 @@ export class Consumer<DB = Record<string, never>> extends EventEmitter<ConsumerE
     this.emit('started', item);
     // The slot frees when the handler settles, so the next claim overlaps this finalize.
     void run.settled.then(() => {
+      this.slotTurnover.add();
       if (this.running.delete(item.id)) this.finalizing.set(item.id, run);
       this.startPrefetched();
       this.schedulerWake.notify();
@@ -603,8 +615,15 @@ class RateWindow {
   private bucketStart = performance.now();
   private current = 0;
   private previous = 0;
+  /** When events could first happen: no rate is diluted by the time before it. */
+  private origin: number | undefined;
 
   constructor(private readonly bucketMs = 250) {}
+
+  /** Events can happen from now on (the first call counts; later ones do nothing). */
+  begin(): void {
+    this.origin ??= performance.now();
+  }
 
   add(): void {
     this.roll();
@@ -613,7 +632,9 @@ class RateWindow {
 
   perSecond(): number {
     this.roll();
-    const spanMs = this.bucketMs + (performance.now() - this.bucketStart);
+    const now = performance.now();
+    const window = this.bucketMs + (now - this.bucketStart);
+    const spanMs = Math.max(MIN_RATE_SPAN_MS, this.origin === undefined ? window : Math.min(window, now - this.origin));
     return ((this.previous + this.current) * 1000) / spanMs;
   }
 
