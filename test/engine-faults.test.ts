@@ -100,7 +100,8 @@ test('a consumer process killed with SIGKILL mid-handler: its items are reclaime
   await child.waitReady();
   await survivor.start();
 
-  const producer = new Producer({ ledger, wake: tw.wake });
+  // A producer elsewhere: its wake-ups go through the stream to both consumers, not straight to the survivor.
+  const producer = new Producer({ ledger, wake: tw.remote() });
   const results = await producer.enqueueMany(lanedInputs(queue, ITEMS, 16));
 
   // Once the child has committed some work and holds more, kill it without warning.

@@ -423,3 +423,53 @@ test('graceful stop never releases a handler that ignores its abort: the item st
   expect(await h.item(id)).toMatchObject({ state: 'pending', attempt: 1, failureClass: 'lease_expired' });
   expect((await attemptsOf(h.ledger, id)).map((a) => [a.attempt, a.outcome, a.worker])).toEqual([[1, 'lease_expired', h.consumer.name]]);
 });
+
+test('a handler that runs for several leases keeps its item: the consumer\'s clock renews the lease', async () => {
+  const LEASE_MS = 300;
+  let startedAt = 0;
+  const h = await harness(
+    {
+      long: async () => {
+        startedAt = Date.now();
+        await sleep(4 * LEASE_MS);
+        return 'kept';
+      },
+    },
+    // Sweeping (and reclaiming expired leases) every 100 ms: an unrenewed lease would be taken back.
+    { leaseMs: LEASE_MS, pollIntervalMs: 100 },
+  );
+  const id = await h.enqueue({ type: 'long', payload: {} });
+  expect(await h.waitOutcome(id, 'completed', 10_000)).toEqual(['completed']);
+  expect(Date.now() - startedAt).toBeGreaterThanOrEqual(4 * LEASE_MS);
+  expect(await h.item(id)).toMatchObject({ state: 'completed', result: 'kept', attempt: 1 });
+  expect(await attemptsOf(h.ledger, id)).toEqual([]);
+  expect(h.consumer.counters).toMatchObject({ completed: 1, leaseLost: 0 });
+});
+
+test('a deadline long enough to be kept on the consumer\'s clock still aborts the handler and releases the item', async () => {
+  // leaseMs 240: the clock ticks every 20 ms, so a 500 ms deadline (25 ticks) has no timer of its own.
+  const DEADLINE_MS = 500;
+  const seen: { attempt: number; abortReason?: string; afterMs?: number }[] = [];
+  const h = await harness(
+    {
+      slow: async (job: Job<unknown>, ctx: JobContext) => {
+        const run: { attempt: number; abortReason?: string; afterMs?: number } = { attempt: job.attempt };
+        seen.push(run);
+        if (seen.length === 1) {
+          const t0 = Date.now();
+          run.abortReason = await aborted(ctx.signal);
+          run.afterMs = Date.now() - t0;
+          throw ctx.signal.reason;
+        }
+        return 'in time';
+      },
+    },
+    { leaseMs: 240, deadlineMs: DEADLINE_MS, deadlineBackoffMs: 50 },
+  );
+  const id = await h.enqueue({ type: 'slow', payload: {}, maxAttempts: 1 });
+  expect(await h.waitOutcome(id, 'completed')).toEqual(['released', 'completed']);
+  expect(seen[0]).toMatchObject({ attempt: 1, abortReason: expect.stringMatching(/deadline/) });
+  expect(seen[0]!.afterMs).toBeGreaterThanOrEqual(DEADLINE_MS - 5);
+  expect(await h.item(id)).toMatchObject({ state: 'completed', result: 'in time', attempt: 1 });
+  expect(h.consumer.counters).toMatchObject({ released: 1, completed: 1, retried: 0 });
+});

@@ -14,6 +14,7 @@ import type { WakeChannel } from '../wake/wake-channel.js';
 import { Producer } from '../producer/producer.js';
 import { BatchCompleter } from './completer.js';
 import { runJob, type Outcome, type RunningJob } from './executor.js';
+import { leaseTickMs } from './lease-keeper.js';
 import { sleep, Notifier } from './notifier.js';
 import { consumerSettingsSchema, type ConsumerSettings, type ConsumerSettingsInput } from './options.js';
 import { normalizeHandler, type HandlerEntry, type RegisteredHandler } from './types.js';
@@ -126,6 +127,8 @@ export class Consumer<DB = Record<string, never>> extends EventEmitter<ConsumerE
   /** The claim limiter found the fleet at its cap: no claim before this, unless one of ours finishes. */
   private cappedUntil = 0;
   private unregisterLocal: (() => void) | undefined;
+  /** One clock for every running item's lease renewal and long deadline. */
+  private clock: NodeJS.Timeout | undefined;
 
   constructor(options: ConsumerOptions<DB>) {
     super();
@@ -186,6 +189,11 @@ export class Consumer<DB = Record<string, never>> extends EventEmitter<ConsumerE
       this.unregisterLocal = wake.registerLocal({ queue: this.settings.queue, classes: this.settings.classes, offer: this.offerLocal });
       this.loops.push(this.readLoop(), this.controlLoop());
     }
+    this.clock = setInterval(() => {
+      const now = Date.now();
+      for (const run of this.running.values()) run.tick(now);
+    }, leaseTickMs(this.settings.leaseMs));
+    this.clock.unref();
     this.loops.push(this.scheduleLoop());
     this.loopsSettled = Promise.all(this.loops).then(() => undefined);
     this.loopsSettled.catch(() => undefined);
@@ -223,6 +231,7 @@ export class Consumer<DB = Record<string, never>> extends EventEmitter<ConsumerE
       for (const r of this.running.values()) r.abandon();
       await settled();
     }
+    clearInterval(this.clock);
     if (this.wake && this.streams) {
       this.wake.redis.off('ready', this.onRedisReady);
       await this.streams.removeConsumer(this.wake.redis, this.name).catch(() => undefined);

@@ -7,7 +7,7 @@ import type { ClaimedItem } from '../ledger/types.js';
 import { retryOnConflict } from '../ledger/retry.js';
 import type { BatchCompleter } from './completer.js';
 import { BlockOnError, DeferError, PermanentError } from './errors.js';
-import { LeaseKeeper } from './lease-keeper.js';
+import { LeaseKeeper, leaseTickMs } from './lease-keeper.js';
 import type { ConsumerSettings } from './options.js';
 import type { Job, JobContext, RegisteredHandler } from './types.js';
 
@@ -32,6 +32,8 @@ export interface RunningJob {
   abort(reason: AbortReason): void;
   /** Stop waiting for the handler: leave its lease to expire, write nothing. */
   abandon(): void;
+  /** The consumer's clock: renews the lease when due, enforces a long deadline. */
+  tick(nowMs: number): void;
   /** The handler has settled (or never ran): its executor slot is free, the finalize may still be writing. */
   settled: Promise<void>;
   /** The outcome is written (or given up on). */
@@ -50,6 +52,13 @@ export interface ExecutorDeps<DB> {
 
 class Abandoned extends Error {}
 
+/**
+ * Deadlines shorter than this many ticks of the consumer's clock get a timer
+ * of their own; longer ones (the 10 min default) are checked on the tick,
+ * late by at most one tick (a second at most, 5% of the deadline at most).
+ */
+const CLOCK_DEADLINE_TICKS = 20;
+
 /** Runs one claimed item through its handler and writes the outcome (DESIGN §4). */
 export function runJob<DB>(deps: ExecutorDeps<DB>, item: ClaimedItem, claimedAtMs: number = Date.now()): RunningJob {
   const { ledger, settings, log } = deps;
@@ -58,6 +67,8 @@ export function runJob<DB>(deps: ExecutorDeps<DB>, item: ClaimedItem, claimedAtM
   let abortReason: AbortReason | undefined;
   let handlerRunning = false;
   let graceTimer: NodeJS.Timeout | undefined;
+  /** A deadline the clock enforces (long ones; short ones get a timer of their own). */
+  let deadlineAtMs: number | undefined;
   let leaseLost = false;
   let completedInTx = false;
   let abandon: () => void = () => undefined;
@@ -145,9 +156,12 @@ export function runJob<DB>(deps: ExecutorDeps<DB>, item: ClaimedItem, claimedAtM
     };
 
     const deadlineMs = def.deadlineMs ?? settings.deadlineMs;
-    const deadline = deadlineMs > 0 ? setTimeout(() => abort('deadline'), deadlineMs) : undefined;
+    // A long deadline (the default is 10 min) is checked on the clock's tick,
+    // late by at most a tick: no timer per item. A short one gets its own timer.
+    const onClock = deadlineMs >= CLOCK_DEADLINE_TICKS * leaseTickMs(settings.leaseMs);
+    const deadline = deadlineMs > 0 && !onClock ? setTimeout(() => abort('deadline'), deadlineMs) : undefined;
+    if (deadlineMs > 0 && onClock) deadlineAtMs = Date.now() + deadlineMs;
     handlerRunning = true;
-    keeper.start();
 
     let returned: { value: unknown } | undefined;
     let thrown: unknown;
@@ -157,6 +171,7 @@ export function runJob<DB>(deps: ExecutorDeps<DB>, item: ClaimedItem, claimedAtM
       thrown = error;
     } finally {
       handlerRunning = false;
+      deadlineAtMs = undefined;
       if (deadline) clearTimeout(deadline);
       if (graceTimer) clearTimeout(graceTimer);
       markSettled();
@@ -181,7 +196,14 @@ export function runJob<DB>(deps: ExecutorDeps<DB>, item: ClaimedItem, claimedAtM
   })();
 
   void done.finally(markSettled);
-  return { item, abort, abandon: () => abandon(), settled, done };
+  const tick = (nowMs: number): void => {
+    keeper.tick(nowMs);
+    if (deadlineAtMs !== undefined && nowMs >= deadlineAtMs) {
+      deadlineAtMs = undefined;
+      abort('deadline');
+    }
+  };
+  return { item, abort, abandon: () => abandon(), tick, settled, done };
 }
 
 async function finalizeError<DB>(deps: ExecutorDeps<DB>, item: ClaimedItem, error: unknown, abortReason: AbortReason | undefined): Promise<Outcome> {

@@ -5,13 +5,27 @@ import { sleep } from './notifier.js';
 export type LeaseEvent = 'lost' | 'cancel_requested';
 
 /**
+ * The consumer's clock ticks this many times per lease (at most once a
+ * second): a renewal starts between a third of the lease and a third plus
+ * a tick, leaving well over half of it for retries.
+ */
+export const LEASE_TICKS_PER_LEASE = 12;
+
+export function leaseTickMs(leaseMs: number): number {
+  return Math.max(10, Math.min(1000, Math.floor(leaseMs / LEASE_TICKS_PER_LEASE)));
+}
+
+/**
  * Renews one item's lease every third of the lease. A failed renewal (the
  * ledger unreachable) is retried while the lease still has time left, minus
  * a safety margin; past that, or when the ledger says the token is stale,
  * the lease is lost and `onEvent('lost')` fires.
+ *
+ * It has no timer of its own: the consumer's clock calls `tick()` for every
+ * running item (see LEASE_TICKS_PER_LEASE), so an item that finishes before
+ * its first renewal, nearly all of them, costs no timer at all.
  */
 export class LeaseKeeper {
-  private timer: NodeJS.Timeout | undefined;
   private inFlight: Promise<void> | undefined;
   private stopped = false;
   private leaseUntilMs: number;
@@ -27,11 +41,11 @@ export class LeaseKeeper {
     this.leaseUntilMs = claimedAtMs + leaseMs;
   }
 
-  start(): void {
-    // Whole tenths of a second: Node keeps one timer list per distinct delay, and
-    // a delay to the millisecond made a new list (and a heap insert) for most items.
-    const delayMs = this.leaseUntilMs - Date.now() - Math.floor((this.leaseMs * 2) / 3);
-    this.schedule(Math.max(10, delayMs > 100 ? delayMs - (delayMs % 100) : delayMs));
+  /** Renews if a third of the lease has passed since it was last taken and no renewal is running. */
+  tick(nowMs: number): void {
+    if (this.stopped || this.inFlight !== undefined) return;
+    if (nowMs < this.leaseUntilMs - Math.floor((this.leaseMs * 2) / 3)) return;
+    this.track(this.renew());
   }
 
   /** Renews now; resolves false if the lease is lost. */
@@ -39,7 +53,7 @@ export class LeaseKeeper {
     if (this.stopped) return false;
     await this.inFlight;
     const run = this.renew();
-    this.inFlight = run.then(() => undefined);
+    this.track(run);
     return run;
   }
 
@@ -49,16 +63,14 @@ export class LeaseKeeper {
    */
   stop(): Promise<void> | undefined {
     this.stopped = true;
-    if (this.timer) clearTimeout(this.timer);
     return this.inFlight;
   }
 
-  private schedule(delayMs = Math.max(10, Math.floor(this.leaseMs / 3))): void {
-    if (this.stopped) return;
-    this.timer = setTimeout(() => {
-      this.inFlight = this.renew().then(() => this.schedule());
-    }, delayMs);
-    this.timer.unref();
+  private track(run: Promise<boolean>): void {
+    const settled: Promise<void> = run.then(() => {
+      if (this.inFlight === settled) this.inFlight = undefined;
+    });
+    this.inFlight = settled;
   }
 
   private async renew(): Promise<boolean> {
