@@ -344,7 +344,9 @@ export class Consumer<DB = Record<string, never>> extends EventEmitter<ConsumerE
       // A claim round costs about the same wait whatever its size: while the buffer
       // still holds work for the slots, let the room grow to half the buffer first.
       const worthARound = this.prefetched.length === 0 || room >= Math.ceil(this.prefetchTarget() / 2);
-      const maxRounds = this.settings.maxProcessing === undefined && this.lastRoundFull ? MAX_CLAIM_ROUNDS : 1;
+      // Rounds overlap while claims come back full, and for named ids (a wake-up
+      // for new work must not wait behind a round looking for other heads).
+      const maxRounds = this.settings.maxProcessing === undefined && (this.lastRoundFull || this.targeted.size > 0) ? MAX_CLAIM_ROUNDS : 1;
       const holdUntil = Math.max(this.claimBackoffUntil, this.cappedUntil);
       const backingOff = Date.now() < holdUntil;
       if (!this.paused && !backingOff && room > 0 && worthARound && rounds.size < maxRounds && (this.mightHaveWork || this.targeted.size > 0)) {
