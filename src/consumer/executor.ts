@@ -7,7 +7,7 @@ import type { ClaimedItem } from '../ledger/types.js';
 import { retryOnConflict } from '../ledger/retry.js';
 import type { BatchCompleter } from './completer.js';
 import { BlockOnError, DeferError, PermanentError } from './errors.js';
-import { LeaseKeeper, leaseTickMs } from './lease-keeper.js';
+import { LeaseKeeper, leaseTickMs, type LeaseEvent } from './lease-keeper.js';
 import type { ConsumerSettings } from './options.js';
 import type { Job, JobContext, RegisteredHandler } from './types.js';
 
@@ -61,50 +61,113 @@ const CLOCK_DEADLINE_TICKS = 20;
 
 /** Runs one claimed item through its handler and writes the outcome (DESIGN §4). */
 export function runJob<DB>(deps: ExecutorDeps<DB>, item: ClaimedItem, claimedAtMs: number = Date.now()): RunningJob {
-  const { ledger, settings, log } = deps;
-  // Made on first use of ctx.signal: most handlers never look, and a signal per item is not free.
-  let controller: AbortController | undefined;
-  let abortReason: AbortReason | undefined;
-  let handlerRunning = false;
-  let graceTimer: NodeJS.Timeout | undefined;
+  return new JobRun(deps, item, claimedAtMs);
+}
+
+/**
+ * One item's run. A class rather than closures: a consumer starts tens of
+ * thousands of these a second, and every closure, promise and timer per item
+ * is garbage to collect. The lease keeper is made only when the first
+ * renewal falls due (or the handler asks for one), which a short handler
+ * never reaches.
+ */
+class JobRun<DB> implements RunningJob {
+  readonly settled: Promise<void>;
+  readonly done: Promise<Outcome>;
+  /** Set by ctx.transaction once the completion committed with the handler's writes. */
+  completedInTx = false;
+  private markSettled: () => void = noop;
+  private controller: AbortController | undefined;
+  private abortReason: AbortReason | undefined;
+  private handlerRunning = false;
+  private graceTimer: NodeJS.Timeout | undefined;
   /** A deadline the clock enforces (long ones; short ones get a timer of their own). */
-  let deadlineAtMs: number | undefined;
-  let leaseLost = false;
-  let completedInTx = false;
-  let abandon: () => void = () => undefined;
-  const abandoned = new Promise<never>((_, reject) => {
-    abandon = () => reject(new Abandoned());
-  });
-  abandoned.catch(() => undefined);
+  private deadlineAtMs: number | undefined;
+  private leaseLost = false;
+  private keeper: LeaseKeeper | undefined;
+  /** No renewal may start any more: the handler has settled. */
+  private keeperStopped = false;
+  private readonly firstRenewalAtMs: number;
+  /** Rejects the wait for the handler (abandon); set while the handler runs. */
+  private stopWaiting: ((reason: unknown) => void) | undefined;
+  private abandoned = false;
 
-  const abortError = (): Error => new Error(`aborted: ${(abortReason ?? 'shutdown').replace('_', ' ')}`);
-  const signal = (): AbortSignal => {
-    if (!controller) {
-      controller = new AbortController();
-      if (abortReason !== undefined) controller.abort(abortError());
+  constructor(
+    readonly deps: ExecutorDeps<DB>,
+    readonly item: ClaimedItem,
+    private readonly claimedAtMs: number,
+  ) {
+    const leaseMs = deps.settings.leaseMs;
+    this.firstRenewalAtMs = claimedAtMs + leaseMs - Math.floor((leaseMs * 2) / 3);
+    this.settled = new Promise<void>((resolve) => {
+      this.markSettled = resolve;
+    });
+    this.done = this.execute();
+    void this.done.then(this.markSettled, this.markSettled);
+  }
+
+  get signal(): AbortSignal {
+    // Made on first use: most handlers never look, and a signal per item is not free.
+    if (!this.controller) {
+      this.controller = new AbortController();
+      if (this.abortReason !== undefined) this.controller.abort(this.abortError());
     }
-    return controller.signal;
-  };
-  const abort = (reason: AbortReason): void => {
-    if (abortReason !== undefined) return;
-    abortReason = reason;
-    controller?.abort(abortError());
+    return this.controller.signal;
+  }
+
+  abort(reason: AbortReason): void {
+    if (this.abortReason !== undefined) return;
+    this.abortReason = reason;
+    this.controller?.abort(this.abortError());
     // A handler that ignores its abort is not waited on forever: its lease is left to expire.
-    if (handlerRunning && reason !== 'shutdown') graceTimer = setTimeout(() => abandon(), settings.abortGraceMs);
-  };
-  const keeper = new LeaseKeeper(ledger, item, settings.leaseMs, (event) => {
+    if (this.handlerRunning && reason !== 'shutdown') this.graceTimer = setTimeout(() => this.abandon(), this.deps.settings.abortGraceMs);
+  }
+
+  abandon(): void {
+    this.abandoned = true;
+    this.stopWaiting?.(new Abandoned());
+  }
+
+  tick(nowMs: number): void {
+    if (!this.keeperStopped && (this.keeper !== undefined || nowMs >= this.firstRenewalAtMs)) this.leaseKeeper().tick(nowMs);
+    if (this.deadlineAtMs !== undefined && nowMs >= this.deadlineAtMs) {
+      this.deadlineAtMs = undefined;
+      this.abort('deadline');
+    }
+  }
+
+  heartbeat(): Promise<boolean> {
+    return this.keeperStopped ? Promise.resolve(false) : this.leaseKeeper().renewNow();
+  }
+
+  private leaseKeeper(): LeaseKeeper {
+    this.keeper ??= new LeaseKeeper(this.deps.ledger, this.item, this.deps.settings.leaseMs, (event) => this.onLeaseEvent(event), this.claimedAtMs);
+    return this.keeper;
+  }
+
+  private onLeaseEvent(event: LeaseEvent): void {
     if (event === 'lost') {
-      leaseLost = true;
-      abort('lease_lost');
-    } else abort('cancelled');
-  }, claimedAtMs);
+      this.leaseLost = true;
+      this.abort('lease_lost');
+    } else this.abort('cancelled');
+  }
 
-  let markSettled: () => void = () => undefined;
-  const settled = new Promise<void>((resolve) => {
-    markSettled = resolve;
-  });
+  private abortError(): Error {
+    return new Error(`aborted: ${(this.abortReason ?? 'shutdown').replace('_', ' ')}`);
+  }
 
-  const done = (async (): Promise<Outcome> => {
+  /** The handler's promise, or a rejection with Abandoned once abandon() is called. */
+  private waitFor(handler: Promise<unknown>): Promise<unknown> {
+    return new Promise((resolve, reject) => {
+      if (this.abandoned) return reject(new Abandoned());
+      this.stopWaiting = reject;
+      handler.then(resolve, reject);
+    });
+  }
+
+  private async execute(): Promise<Outcome> {
+    const { deps, item } = this;
+    const { ledger, settings, log } = deps;
     const def = deps.handlers.get(item.type);
     if (!def) {
       if (settings.unknownType === 'release') {
@@ -135,76 +198,85 @@ export function runJob<DB>(deps: ExecutorDeps<DB>, item: ClaimedItem, claimedAtM
       fence: { token: item.leaseToken, epoch: item.epoch, attempt: item.attempt },
       enqueuedAt: item.createdAt,
     };
-    const ctx: JobContext<DB> = {
-      get signal() {
-        return signal();
-      },
-      transaction: async <T>(fn: (trx: Transaction<DB>) => Promise<T>): Promise<T> => {
-        if (completedInTx) throw new Error('ctx.transaction already completed this item');
-        const value = await retryOnConflict(() =>
-          ledger.db.transaction().execute(async (trx) => {
-            const v = await fn(trx as unknown as Transaction<DB>);
-            await ledger.completeInTransaction(trx, item, v === undefined ? undefined : v);
-            return v;
-          }),
-        );
-        completedInTx = true;
-        return value;
-      },
-      checkpoint: (value) => ledger.checkpoint(item, value),
-      heartbeat: () => keeper.renewNow(),
-    };
 
     const deadlineMs = def.deadlineMs ?? settings.deadlineMs;
     // A long deadline (the default is 10 min) is checked on the clock's tick,
     // late by at most a tick: no timer per item. A short one gets its own timer.
     const onClock = deadlineMs >= CLOCK_DEADLINE_TICKS * leaseTickMs(settings.leaseMs);
-    const deadline = deadlineMs > 0 && !onClock ? setTimeout(() => abort('deadline'), deadlineMs) : undefined;
-    if (deadlineMs > 0 && onClock) deadlineAtMs = Date.now() + deadlineMs;
-    handlerRunning = true;
+    const deadline = deadlineMs > 0 && !onClock ? setTimeout(() => this.abort('deadline'), deadlineMs) : undefined;
+    if (deadlineMs > 0 && onClock) this.deadlineAtMs = Date.now() + deadlineMs;
+    this.handlerRunning = true;
 
     let returned: { value: unknown } | undefined;
     let thrown: unknown;
     try {
-      returned = { value: await Promise.race([def.handle(job, ctx), abandoned]) };
+      const result = def.handle(job, new Context<DB>(this));
+      returned = { value: await this.waitFor(result instanceof Promise ? result : Promise.resolve(result)) };
     } catch (error) {
       thrown = error;
     } finally {
-      handlerRunning = false;
-      deadlineAtMs = undefined;
+      this.handlerRunning = false;
+      this.deadlineAtMs = undefined;
+      this.stopWaiting = undefined;
       if (deadline) clearTimeout(deadline);
-      if (graceTimer) clearTimeout(graceTimer);
-      markSettled();
-      const renewal = keeper.stop();
+      if (this.graceTimer) clearTimeout(this.graceTimer);
+      this.markSettled();
+      this.keeperStopped = true;
+      const renewal = this.keeper?.stop();
       if (renewal) await renewal;
     }
 
     if (thrown instanceof Abandoned) {
-      log.warn({ id: item.id, type: item.type, reason: abortReason }, 'handler did not settle after abort; its lease is left to expire');
+      log.warn({ id: item.id, type: item.type, reason: this.abortReason }, 'handler did not settle after abort; its lease is left to expire');
       return 'abandoned';
     }
-    if (completedInTx) return 'completed';
-    if (leaseLost || thrown instanceof LeaseLostError) {
+    if (this.completedInTx) return 'completed';
+    if (this.leaseLost || thrown instanceof LeaseLostError) {
       log.warn({ id: item.id, type: item.type }, 'lease lost; this holder writes nothing');
       return 'lease_lost';
     }
     if (returned) {
-      const r = await finalizeSafely(deps, item, () => deps.completer.complete(item, returned.value));
+      const value = returned.value;
+      const r = await finalizeSafely(deps, item, () => deps.completer.complete(item, value));
       return outcomeOf(r, r && r.state === 'dead' ? 'dead' : 'completed');
     }
-    return finalizeError(deps, item, thrown, abortReason);
-  })();
-
-  void done.finally(markSettled);
-  const tick = (nowMs: number): void => {
-    keeper.tick(nowMs);
-    if (deadlineAtMs !== undefined && nowMs >= deadlineAtMs) {
-      deadlineAtMs = undefined;
-      abort('deadline');
-    }
-  };
-  return { item, abort, abandon: () => abandon(), tick, settled, done };
+    return finalizeError(deps, item, thrown, this.abortReason);
+  }
 }
+
+/** What a handler gets as `ctx`: a view of its run. */
+class Context<DB> implements JobContext<DB> {
+  constructor(private readonly run: JobRun<DB>) {}
+
+  get signal(): AbortSignal {
+    return this.run.signal;
+  }
+
+  async transaction<T>(fn: (trx: Transaction<DB>) => Promise<T>): Promise<T> {
+    const run = this.run;
+    if (run.completedInTx) throw new Error('ctx.transaction already completed this item');
+    const { ledger } = run.deps;
+    const value = await retryOnConflict(() =>
+      ledger.db.transaction().execute(async (trx) => {
+        const v = await fn(trx as unknown as Transaction<DB>);
+        await ledger.completeInTransaction(trx, run.item, v === undefined ? undefined : v);
+        return v;
+      }),
+    );
+    run.completedInTx = true;
+    return value;
+  }
+
+  checkpoint(value: unknown): Promise<boolean> {
+    return this.run.deps.ledger.checkpoint(this.run.item, value);
+  }
+
+  heartbeat(): Promise<boolean> {
+    return this.run.heartbeat();
+  }
+}
+
+const noop = (): void => undefined;
 
 async function finalizeError<DB>(deps: ExecutorDeps<DB>, item: ClaimedItem, error: unknown, abortReason: AbortReason | undefined): Promise<Outcome> {
   const { ledger, settings, log } = deps;
