@@ -13,7 +13,7 @@ import { createBlockingClient, whenReady } from '../wake/redis.js';
 import type { WakeChannel } from '../wake/wake-channel.js';
 import { Producer } from '../producer/producer.js';
 import { BatchCompleter } from './completer.js';
-import { runJob, type Outcome, type RunningJob } from './executor.js';
+import { runJob, type ExecutorDeps, type Outcome, type RunningJob } from './executor.js';
 import { leaseTickMs } from './lease-keeper.js';
 import { sleep, Notifier } from './notifier.js';
 import { consumerSettingsSchema, type ConsumerSettings, type ConsumerSettingsInput } from './options.js';
@@ -127,6 +127,8 @@ export class Consumer<DB = Record<string, never>> extends EventEmitter<ConsumerE
   /** The claim limiter found the fleet at its cap: no claim before this, unless one of ours finishes. */
   private cappedUntil = 0;
   private unregisterLocal: (() => void) | undefined;
+  /** What every run of this consumer shares (one object, not one per item). */
+  private readonly executorDeps: ExecutorDeps<DB>;
   /** One clock for every running item's lease renewal and long deadline. */
   private clock: NodeJS.Timeout | undefined;
 
@@ -145,6 +147,26 @@ export class Consumer<DB = Record<string, never>> extends EventEmitter<ConsumerE
     this.name = this.settings.name ?? `${hostname()}:${process.pid}:${randomBytes(3).toString('hex')}`;
     this.log = (logger ?? createLogger('lanewake.consumer')).child({ queue: this.settings.queue, consumer: this.name });
     this.completer = new BatchCompleter(ledger);
+    this.executorDeps = {
+      ledger,
+      completer: this.completer,
+      settings: this.settings,
+      handlers: this.handlers,
+      log: this.log,
+      onDelayed: (it, delayMs) => {
+        void this.wake?.scheduleTimers([
+          { queue: it.queue, queueClass: it.queueClass, itemId: it.id, attempt: it.attempt, runAt: new Date(Date.now() + delayMs) },
+        ]);
+      },
+      // The slot frees when the handler settles, so the next claim overlaps this finalize.
+      onSettled: (run) => {
+        this.slotTurnover.add();
+        if (this.running.delete(run.item.id)) this.finalizing.set(run.item.id, run);
+        this.startPrefetched();
+        this.schedulerWake.notify();
+        this.readerWake.notify();
+      },
+    };
     // A fleet-wide cap counts prefetched items as processing: keep the cap tight, no prefetch.
     this.prefetchLimit = this.settings.maxProcessing !== undefined ? 0 : (this.settings.prefetch ?? DEFAULT_PREFETCH);
   }
@@ -475,32 +497,10 @@ export class Consumer<DB = Record<string, never>> extends EventEmitter<ConsumerE
 
   private startJob(item: ClaimedItem, claimedAtMs: number): void {
     this.slotTurnover.begin();
-    const run = runJob(
-      {
-        ledger: this.ledger,
-        completer: this.completer,
-        settings: this.settings,
-        handlers: this.handlers,
-        log: this.log,
-        onDelayed: (it, delayMs) => {
-          void this.wake?.scheduleTimers([
-            { queue: it.queue, queueClass: it.queueClass, itemId: it.id, attempt: it.attempt, runAt: new Date(Date.now() + delayMs) },
-          ]);
-        },
-      },
-      item,
-      claimedAtMs,
-    );
+    const run = runJob(this.executorDeps, item, claimedAtMs);
     this.running.set(item.id, run);
+    run.start();
     this.emit('started', item);
-    // The slot frees when the handler settles, so the next claim overlaps this finalize.
-    void run.settled.then(() => {
-      this.slotTurnover.add();
-      if (this.running.delete(item.id)) this.finalizing.set(item.id, run);
-      this.startPrefetched();
-      this.schedulerWake.notify();
-      this.readerWake.notify();
-    });
     void run.done.then(
       (outcome) => this.finished(item, outcome),
       (error: unknown) => {

@@ -28,14 +28,14 @@ export type AbortReason = 'lease_lost' | 'deadline' | 'cancelled' | 'shutdown';
 
 export interface RunningJob {
   item: ClaimedItem;
+  /** Runs the handler and writes the outcome; `done` settles with it. Call once. */
+  start(): void;
   /** Aborts the handler's signal (shutdown); the outcome then follows the abort rules. */
   abort(reason: AbortReason): void;
   /** Stop waiting for the handler: leave its lease to expire, write nothing. */
   abandon(): void;
   /** The consumer's clock: renews the lease when due, enforces a long deadline. */
   tick(nowMs: number): void;
-  /** The handler has settled (or never ran): its executor slot is free, the finalize may still be writing. */
-  settled: Promise<void>;
   /** The outcome is written (or given up on). */
   done: Promise<Outcome>;
 }
@@ -48,9 +48,17 @@ export interface ExecutorDeps<DB> {
   log: Logger;
   /** The item went back to pending with a future due time: arrange a wake-up for then. */
   onDelayed?: (item: ClaimedItem, delayMs: number) => void;
+  /**
+   * The handler has settled (or never ran): the item's executor slot is free,
+   * its outcome may still be being written. Called once per run, synchronously.
+   */
+  onSettled?: (run: RunningJob) => void;
 }
 
 class Abandoned extends Error {}
+
+/** `done` of a run not started yet: never settles. */
+const NOT_STARTED: Promise<Outcome> = new Promise<Outcome>(() => undefined);
 
 /**
  * Deadlines shorter than this many ticks of the consumer's clock get a timer
@@ -59,7 +67,11 @@ class Abandoned extends Error {}
  */
 const CLOCK_DEADLINE_TICKS = 20;
 
-/** Runs one claimed item through its handler and writes the outcome (DESIGN §4). */
+/**
+ * One claimed item's run through its handler to its written outcome
+ * (DESIGN §4). Nothing happens until `start()`: register the run first, so
+ * `onSettled` always finds it.
+ */
 export function runJob<DB>(deps: ExecutorDeps<DB>, item: ClaimedItem, claimedAtMs: number = Date.now()): RunningJob {
   return new JobRun(deps, item, claimedAtMs);
 }
@@ -72,11 +84,10 @@ export function runJob<DB>(deps: ExecutorDeps<DB>, item: ClaimedItem, claimedAtM
  * never reaches.
  */
 class JobRun<DB> implements RunningJob {
-  readonly settled: Promise<void>;
-  readonly done: Promise<Outcome>;
+  done: Promise<Outcome> = NOT_STARTED;
   /** Set by ctx.transaction once the completion committed with the handler's writes. */
   completedInTx = false;
-  private markSettled: () => void = noop;
+  private settledCalled = false;
   private controller: AbortController | undefined;
   private abortReason: AbortReason | undefined;
   private handlerRunning = false;
@@ -99,11 +110,17 @@ class JobRun<DB> implements RunningJob {
   ) {
     const leaseMs = deps.settings.leaseMs;
     this.firstRenewalAtMs = claimedAtMs + leaseMs - Math.floor((leaseMs * 2) / 3);
-    this.settled = new Promise<void>((resolve) => {
-      this.markSettled = resolve;
-    });
+  }
+
+  start(): void {
+    if (this.done !== NOT_STARTED) throw new Error('run already started');
     this.done = this.execute();
-    void this.done.then(this.markSettled, this.markSettled);
+  }
+
+  private markSettled(): void {
+    if (this.settledCalled) return;
+    this.settledCalled = true;
+    this.deps.onSettled?.(this);
   }
 
   get signal(): AbortSignal {
@@ -170,17 +187,21 @@ class JobRun<DB> implements RunningJob {
     const { ledger, settings, log } = deps;
     const def = deps.handlers.get(item.type);
     if (!def) {
-      if (settings.unknownType === 'release') {
-        return outcomeOf(await finalizeSafely(deps, item, () => ledger.release(item, { delayMs: settings.unknownTypeReleaseMs, reason: 'no handler here' })), 'released');
-      }
-      return outcomeOf(await finalizeSafely(deps, item, () => ledger.fail(item, { error: `no handler for type ${item.type}`, failureClass: 'unowned' })), 'dead');
+      const outcome =
+        settings.unknownType === 'release'
+          ? outcomeOf(await finalizeSafely(deps, item, () => ledger.release(item, { delayMs: settings.unknownTypeReleaseMs, reason: 'no handler here' })), 'released')
+          : outcomeOf(await finalizeSafely(deps, item, () => ledger.fail(item, { error: `no handler for type ${item.type}`, failureClass: 'unowned' })), 'dead');
+      this.markSettled(); // no handler ran: the slot frees with the outcome written
+      return outcome;
     }
     let payload: unknown = item.payload;
     if (def.schema) {
       const parsed = def.schema.safeParse(item.payload);
       if (!parsed.success) {
         const error = `payload does not match the handler's schema: ${parsed.error.issues.map((i) => `${i.path.join('.') || '(payload)'}: ${i.message}`).join('; ')}`;
-        return outcomeOf(await finalizeSafely(deps, item, () => ledger.fail(item, { error, failureClass: 'invalid_payload' })), 'dead');
+        const outcome = outcomeOf(await finalizeSafely(deps, item, () => ledger.fail(item, { error, failureClass: 'invalid_payload' })), 'dead');
+        this.markSettled();
+        return outcome;
       }
       payload = parsed.data;
     }
@@ -275,8 +296,6 @@ class Context<DB> implements JobContext<DB> {
     return this.run.heartbeat();
   }
 }
-
-const noop = (): void => undefined;
 
 async function finalizeError<DB>(deps: ExecutorDeps<DB>, item: ClaimedItem, error: unknown, abortReason: AbortReason | undefined): Promise<Outcome> {
   const { ledger, settings, log } = deps;
