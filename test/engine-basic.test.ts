@@ -117,3 +117,61 @@ test('a wake-up naming only part of a large batch still gets the whole batch cla
   expect(consumer.counters.sweeps).toBe(1);
   await consumer.stop();
 });
+
+test('a lane that advances while a claim round is in flight is claimed at once, not at the next sweep', async () => {
+  tl = await createTestLedger();
+  tw = createTestWake();
+  const ledger = tl.ledger;
+  const queue = uniqueQueue('advance');
+  // Hold the claim round for item B until the lane's first item has finished.
+  let openGate: () => void = () => undefined;
+  const gate = new Promise<void>((resolve) => (openGate = resolve));
+  let gateOn = false;
+  let heldAtGate = false;
+  const claimByIds = ledger.claimByIds.bind(ledger);
+  ledger.claimByIds = async (spec) => {
+    if (gateOn) {
+      heldAtGate = true;
+      await gate;
+    }
+    return claimByIds(spec);
+  };
+  let finishFirst: () => void = () => undefined;
+  const firstHeld = new Promise<void>((resolve) => (finishFirst = resolve));
+  const done: string[] = [];
+  const consumer = new Consumer({
+    ledger,
+    wake: tw.wake,
+    queue,
+    concurrency: 4,
+    prefetch: 0,
+    pollIntervalMs: 60_000, // a sweep would come far too late for the waits below
+    handlers: {
+      step: async (job: { payload: { name: string } }) => {
+        if (job.payload.name === 'L1') await firstHeld;
+        done.push(job.payload.name);
+      },
+    },
+  });
+  const firstRound = once(consumer, 'claimRound');
+  await consumer.start();
+  await firstRound;
+  const producer = new Producer({ ledger, wake: tw.remote() });
+  await producer.enqueueMany([
+    { queue, type: 'step', lane: 'L', payload: { name: 'L1' } },
+    { queue, type: 'step', lane: 'L', payload: { name: 'L2' } },
+  ]);
+  await waitFor(() => consumer.inFlight === 1 || undefined, 10_000, 'L1 running');
+  const l1Finished = new Promise<void>((resolve) => consumer.on('outcome', (item) => item.lane === 'L' && item.laneSeq === 1 && resolve()));
+  gateOn = true;
+  await producer.enqueue({ queue, type: 'step', payload: { name: 'B' } });
+  // B's claim round is now held at the gate; L1 finishes meanwhile, making L2 its lane's head.
+  await waitFor(() => heldAtGate || undefined, 10_000, 'B claim round held');
+  finishFirst();
+  await l1Finished;
+  openGate();
+  await waitFor(() => (done.includes('L2') && done.includes('B')) || undefined, 5_000, 'L2 and B done well before a sweep');
+  expect(done.indexOf('L1')).toBeLessThan(done.indexOf('L2'));
+  expect(consumer.counters.sweeps).toBe(1);
+  await consumer.stop();
+});

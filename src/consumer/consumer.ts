@@ -68,6 +68,8 @@ const MAX_CLAIM_ROUNDS = 2;
 const PREFETCH_HORIZON_MS = 250;
 /** A rate is never taken over less than this, so the first few settles do not read as a flood. */
 const MIN_RATE_SPAN_MS = 20;
+/** A signal that came after a round's head search is followed up this much later. */
+const LOOK_AGAIN_MS = 5;
 
 interface Prefetched {
   item: ClaimedItem;
@@ -113,6 +115,9 @@ export class Consumer<DB = Record<string, never>> extends EventEmitter<ConsumerE
   private loopsSettled: Promise<void> = Promise.resolve();
   private state: 'new' | 'running' | 'stopping' | 'stopped' = 'new';
   private mightHaveWork = true;
+  /** Bumped by every noteWork(): a claim round must not forget a signal its head search did not see. */
+  private workSignals = 0;
+  private lookTimer: NodeJS.Timeout | undefined;
   private redisDown = false;
   private groupReady = false;
   private paused = false;
@@ -254,6 +259,7 @@ export class Consumer<DB = Record<string, never>> extends EventEmitter<ConsumerE
       await settled();
     }
     clearInterval(this.clock);
+    clearTimeout(this.lookTimer);
     if (this.wake && this.streams) {
       this.wake.redis.off('ready', this.onRedisReady);
       await this.streams.removeConsumer(this.wake.redis, this.name).catch(() => undefined);
@@ -283,7 +289,7 @@ export class Consumer<DB = Record<string, never>> extends EventEmitter<ConsumerE
 
   /** Claim now (used by wake-ups, control messages and tests). */
   kick(): void {
-    this.mightHaveWork = true;
+    this.noteWork();
     this.schedulerWake.notify();
   }
 
@@ -339,7 +345,7 @@ export class Consumer<DB = Record<string, never>> extends EventEmitter<ConsumerE
         }),
       ),
     );
-    this.mightHaveWork = true;
+    this.noteWork();
   }
 
   private sweepIntervalMs(): number {
@@ -399,7 +405,7 @@ export class Consumer<DB = Record<string, never>> extends EventEmitter<ConsumerE
   private async sweep(): Promise<void> {
     this.lastSweepAt = Date.now();
     this.counters.sweeps++;
-    this.mightHaveWork = true;
+    this.noteWork();
     try {
       if (this.settings.maintenance) {
         const reclaimed = await this.ledger.reclaimExpired({ queue: this.settings.queue, limit: 500 });
@@ -417,12 +423,31 @@ export class Consumer<DB = Record<string, never>> extends EventEmitter<ConsumerE
       this.log.warn({ err: (error as Error).message }, 'sweep maintenance failed');
     }
     // What it reclaimed or woke is claimable now.
-    this.mightHaveWork = true;
+    this.noteWork();
     this.schedulerWake.notify();
+  }
+
+  /** Claimable heads may exist beyond any named ids: the next claim round looks. */
+  private noteWork(): void {
+    this.mightHaveWork = true;
+    this.workSignals++;
+  }
+
+  private lookSoon(): void {
+    if (this.lookTimer !== undefined) return;
+    this.lookTimer = setTimeout(() => {
+      this.lookTimer = undefined;
+      if (!this.active) return;
+      this.noteWork();
+      this.schedulerWake.notify();
+    }, LOOK_AGAIN_MS);
+    this.lookTimer.unref();
   }
 
   private async claimRound(free: number): Promise<void> {
     this.counters.claimRounds++;
+    /** Signals up to here are answered by this round's head search, if it makes one. */
+    let seenSignals = this.workSignals;
     const startedAt = performance.now();
     const acks = this.pendingAcks;
     this.pendingAcks = [];
@@ -439,7 +464,7 @@ export class Consumer<DB = Record<string, never>> extends EventEmitter<ConsumerE
       if (room <= 0) {
         for (const id of ids) this.targeted.add(id);
         this.pendingAcks.unshift(...acks);
-        this.mightHaveWork = true;
+        this.noteWork();
         // Try again shortly, or as soon as one of ours finishes (finished() lifts this).
         this.cappedUntil = Date.now() + CAPPED_RETRY_MS;
         return;
@@ -455,6 +480,7 @@ export class Consumer<DB = Record<string, never>> extends EventEmitter<ConsumerE
     let more = false;
     if (claimed.length < free && lookFurther) {
       const want = free - claimed.length;
+      seenSignals = this.workSignals;
       const r = await this.ledger.claim({
         ...base,
         limit: want,
@@ -470,6 +496,10 @@ export class Consumer<DB = Record<string, never>> extends EventEmitter<ConsumerE
       more = lookFurther && claimed.length >= free;
     }
     this.mightHaveWork = more;
+    // A lane advanced (or a wake-up or sweep came) after the head search read: look again
+    // shortly. Not at once: under load the next finish says so anyway, and a round per
+    // signal would make many small claims; idle, this keeps a lane from waiting for the sweep.
+    if (!more && this.workSignals !== seenSignals) this.lookSoon();
     this.lastRoundFull = claimed.length >= free;
     this.emit('claimRound', { claimed: claimed.length, durationMs: performance.now() - startedAt, targeted: ids.length });
     if (acks.length > 0 && this.wake && this.streams) {
@@ -521,7 +551,7 @@ export class Consumer<DB = Record<string, never>> extends EventEmitter<ConsumerE
     this.counters[key]++;
     this.cappedUntil = 0;
     // The slot is free; a finished lane head has a successor worth claiming right here (lane affinity).
-    if (item.lane !== null) this.mightHaveWork = true;
+    if (item.lane !== null) this.noteWork();
     this.emit('outcome', item, outcome);
     this.schedulerWake.notify();
     this.readerWake.notify();
@@ -538,7 +568,7 @@ export class Consumer<DB = Record<string, never>> extends EventEmitter<ConsumerE
   private takeWake(m: WakeMessage): void {
     for (const id of m.ids) this.targeted.add(id);
     // A wake-up that names its items is answered by claiming those; one that names none (or not all) means "look".
-    if (m.ids.length === 0 || m.more === true) this.mightHaveWork = true;
+    if (m.ids.length === 0 || m.more === true) this.noteWork();
   }
 
   /** A producer in this process hands a wake-up over directly; taken only while a slot is free to claim with. */
