@@ -46,7 +46,7 @@ test('a consumer completes every item in lane order, woken by Redis', async () =
   expect(stats?.counts.completed).toBe(100);
 });
 
-test('a producer sharing the consumer\'s wake channel hands wake-ups over in process, and to the stream once that consumer is full', async () => {
+test('a producer sharing the consumer\'s wake channel inserts work already claimed for it, hands it wake-ups, and uses the stream once it is full', async () => {
   tl = await createTestLedger();
   tw = createTestWake();
   const queue = uniqueQueue('local');
@@ -69,28 +69,44 @@ test('a producer sharing the consumer\'s wake channel hands wake-ups over in pro
     return entries.filter(([, fields]) => fields[0] === 'k' && fields[1] === 'enqueue').length;
   };
 
-  await producer.enqueue({ queue, type: 'step', payload: {} });
+  // Due now, no lane, a free slot: inserted already claimed, no wake-up at all.
+  const first = await producer.enqueue({ queue, type: 'step', payload: { n: 1 } });
   await waitFor(() => consumer.counters.completed === 1 || undefined, 10_000, 'the first item completed');
+  expect(consumer.counters.claimedAtInsert).toBe(1);
+  expect(tw.wake.counters).toEqual({ published: 0, deliveredLocally: 0, failed: 0 });
+  expect(await tl.ledger.get(first.id)).toMatchObject({ state: 'completed', attempt: 1, leaseOwner: consumer.name });
+
+  // A bad batch writes nothing and gives the held slot back: the next item is still claimed at insert.
+  await expect(producer.enqueueMany([{ queue, type: 'step', payload: {} }, { queue, type: 'BAD TYPE', payload: {} }])).rejects.toThrow(/type/);
+  await producer.enqueue({ queue, type: 'step', payload: { n: 2 } });
+  await waitFor(() => consumer.counters.completed === 2 || undefined, 10_000, 'the second item completed');
+  expect(consumer.counters.claimedAtInsert).toBe(2);
+
+  // A laned item is not claimed at insert; its wake-up is handed over in process.
+  await producer.enqueue({ queue, type: 'step', lane: 'L', payload: { n: 3 } });
+  await waitFor(() => consumer.counters.completed === 3 || undefined, 10_000, 'the laned item completed');
   expect(tw.wake.counters.deliveredLocally).toBe(1);
   expect(consumer.counters.localWakes).toBe(1);
   expect(await enqueueEntries()).toBe(0);
 
-  // Its one slot taken, the consumer declines: the next wake-up goes to the stream for other replicas.
+  // Its one slot taken, the consumer takes nothing more: the next wake-up goes to the stream for other replicas.
   await producer.enqueue({ queue, type: 'hold', payload: {} });
   await waitFor(() => consumer.inFlight === 1 || undefined, 10_000, 'the hold item started');
-  expect(tw.wake.counters.deliveredLocally).toBe(2);
-  await producer.enqueue({ queue, type: 'step', payload: {} });
-  expect(tw.wake.counters.deliveredLocally).toBe(2);
+  await producer.enqueue({ queue, type: 'step', payload: { n: 4 } });
+  expect(consumer.counters.claimedAtInsert).toBe(3);
+  expect(tw.wake.counters.deliveredLocally).toBe(1);
   expect(await enqueueEntries()).toBe(1);
   releaseHold?.();
-  await waitFor(() => consumer.counters.completed === 3 || undefined, 10_000, 'all three completed');
+  await waitFor(() => consumer.counters.completed === 5 || undefined, 10_000, 'all five completed');
 
   // A stopped consumer is no longer a local target.
   await consumer.stop();
-  await producer.enqueue({ queue, type: 'step', payload: {} });
-  expect(tw.wake.counters.deliveredLocally).toBe(2);
+  await producer.enqueue({ queue, type: 'step', payload: { n: 5 } });
+  expect(consumer.counters.claimedAtInsert).toBe(3);
   expect(await enqueueEntries()).toBe(2);
   expect(tw.wake.counters.failed).toBe(0);
+  const [stats] = await tl.ledger.stats(queue);
+  expect(stats?.counts).toMatchObject({ completed: 5, pending: 1, processing: 0 });
 });
 
 test('a wake-up naming only part of a large batch still gets the whole batch claimed', async () => {

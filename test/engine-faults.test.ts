@@ -177,7 +177,8 @@ test('Redis stopped mid-run: enqueue still commits, work completes by sweeping, 
   const producer = new Producer({ ledger, wake: pubWake });
   const completed = () => countInState(ledger, queue, 'completed');
 
-  // Phase 1: Redis up.
+  // Phase 1: Redis up (and the producer's connection made: a loaded machine can take over a second).
+  await waitFor(() => pubWake.connected() || undefined, 10_000, 'the producer connected');
   await producer.enqueueMany(lanedInputs(queue, 20, 5));
   await waitFor(async () => (await completed()) === 20 || undefined, 15_000, 'phase 1 completed');
   expect(consumer.counters.wakeEntriesRead).toBeGreaterThan(0);

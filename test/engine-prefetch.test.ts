@@ -133,7 +133,8 @@ test('slow handlers get no prefetch: claims never exceed the free slots', async 
     queue,
     concurrency: 3,
     pollIntervalMs: 60_000,
-    handlers: { t: async () => new Promise((r) => setTimeout(r, 300)) },
+    // Three slots freeing once a second take 0.75 items per 250 ms horizon: no buffer.
+    handlers: { t: async () => new Promise((r) => setTimeout(r, 1_000)) },
   });
   consumers.push(consumer);
   consumer.on('claimRound', (r) => (claimedMax = Math.max(claimedMax, r.claimed)));

@@ -5,11 +5,13 @@ import { performance } from 'node:perf_hooks';
 import type { Redis } from 'ioredis';
 import { ValidationError } from '../errors.js';
 import { MAX_CLAIM_ITEMS, type Ledger } from '../ledger/ledger.js';
-import type { ClaimedItem } from '../ledger/types.js';
+import { newLeaseToken } from '../ledger/ids.js';
+import type { ClaimedItem, QueueClass } from '../ledger/types.js';
 import { createLogger, type Logger } from '../log.js';
 import type { WakeEntry, WakeMessage, WakeStreams } from '../wake/channel.js';
 import type { ControlMessage } from '../wake/control.js';
 import { createBlockingClient, whenReady } from '../wake/redis.js';
+import type { DirectReservation } from '../wake/local-route.js';
 import type { WakeChannel } from '../wake/wake-channel.js';
 import { Producer } from '../producer/producer.js';
 import { BatchCompleter } from './completer.js';
@@ -43,6 +45,8 @@ export interface ConsumerCounters {
   wakeEntriesRead: number;
   /** Wake-ups a producer in this process handed over directly (no Redis round trip). */
   localWakes: number;
+  /** Items a producer in this process inserted already claimed for this consumer (no claim round trip). */
+  claimedAtInsert: number;
   followUpWakes: number;
   /** Prefetched items handed back unstarted (their wait in the buffer ran too long, or the consumer stopped). */
   prefetchReleased: number;
@@ -66,8 +70,10 @@ const DEFAULT_PREFETCH = 512;
 const MAX_CLAIM_ROUNDS = 2;
 /** The prefetch buffer aims to hold what the slots will start within this long, at the recent start rate. */
 const PREFETCH_HORIZON_MS = 250;
-/** A rate is never taken over less than this, so the first few settles do not read as a flood. */
-const MIN_RATE_SPAN_MS = 20;
+/** Handler times are floored at this (a no-op takes microseconds), so the buffer size stays finite. */
+const MIN_HANDLER_MS = 0.01;
+/** Weight of the newest handler time in the moving average. */
+const HANDLER_MS_WEIGHT = 0.1;
 /** A signal that came after a round's head search is followed up this much later. */
 const LOOK_AGAIN_MS = 5;
 
@@ -87,7 +93,7 @@ export class Consumer<DB = Record<string, never>> extends EventEmitter<ConsumerE
   readonly name: string;
   readonly counters: ConsumerCounters = {
     claimed: 0, completed: 0, retried: 0, dead: 0, released: 0, blocked: 0, cancelled: 0, skipped: 0,
-    leaseLost: 0, abandoned: 0, claimRounds: 0, sweeps: 0, wakeEntriesRead: 0, localWakes: 0, followUpWakes: 0, prefetchReleased: 0, errors: 0,
+    leaseLost: 0, abandoned: 0, claimRounds: 0, sweeps: 0, wakeEntriesRead: 0, localWakes: 0, claimedAtInsert: 0, followUpWakes: 0, prefetchReleased: 0, errors: 0,
   };
 
   private readonly ledger: Ledger;
@@ -101,8 +107,8 @@ export class Consumer<DB = Record<string, never>> extends EventEmitter<ConsumerE
   private readonly finalizing = new Map<string, RunningJob>();
   /** Claimed, not yet started: each waits for a slot (DESIGN §6 prefetch), oldest first. */
   private readonly prefetched: Prefetched[] = [];
-  /** Handlers settling per second: the rate the slots take new items at. */
-  private readonly slotTurnover = new RateWindow();
+  /** How long handlers have recently taken (ms, moving average): how fast a slot frees up. */
+  private handlerMs: number | undefined;
   private readonly prefetchLimit: number;
   private readonly targeted = new Set<string>();
   private pendingAcks: WakeEntry[] = [];
@@ -115,6 +121,8 @@ export class Consumer<DB = Record<string, never>> extends EventEmitter<ConsumerE
   private loopsSettled: Promise<void> = Promise.resolve();
   private state: 'new' | 'running' | 'stopping' | 'stopped' = 'new';
   private mightHaveWork = true;
+  /** Slots held for items a producer in this process is inserting already claimed for us. */
+  private directReserved = 0;
   /** Bumped by every noteWork(): a claim round must not forget a signal its head search did not see. */
   private workSignals = 0;
   private lookTimer: NodeJS.Timeout | undefined;
@@ -165,7 +173,8 @@ export class Consumer<DB = Record<string, never>> extends EventEmitter<ConsumerE
       },
       // The slot frees when the handler settles, so the next claim overlaps this finalize.
       onSettled: (run) => {
-        this.slotTurnover.add();
+        const ms = run.handlerMs;
+        if (ms !== undefined) this.handlerMs = this.handlerMs === undefined ? ms : this.handlerMs + (ms - this.handlerMs) * HANDLER_MS_WEIGHT;
         if (this.running.delete(run.item.id)) this.finalizing.set(run.item.id, run);
         this.startPrefetched();
         this.schedulerWake.notify();
@@ -213,7 +222,12 @@ export class Consumer<DB = Record<string, never>> extends EventEmitter<ConsumerE
       });
       // Notice Redis coming back on the command connection at once, not at the next read.
       wake.redis.on('ready', this.onRedisReady);
-      this.unregisterLocal = wake.registerLocal({ queue: this.settings.queue, classes: this.settings.classes, offer: this.offerLocal });
+      this.unregisterLocal = wake.registerLocal({
+        queue: this.settings.queue,
+        classes: this.settings.classes,
+        offer: this.offerLocal,
+        reserve: this.reserveDirect,
+      });
       this.loops.push(this.readLoop(), this.controlLoop());
     }
     this.clock = setInterval(() => {
@@ -298,24 +312,26 @@ export class Consumer<DB = Record<string, never>> extends EventEmitter<ConsumerE
   }
 
   private freeSlots(): number {
-    return this.settings.concurrency - this.running.size;
+    return this.settings.concurrency - this.running.size - this.directReserved;
   }
 
   /**
    * How many items a claim may take now: the free slots, plus a prefetch
-   * buffer sized to what the slots will take within PREFETCH_HORIZON_MS at
-   * the recent rate handlers settle at. Fast handlers get large claims
+   * buffer sized to what the slots will take within PREFETCH_HORIZON_MS,
+   * given how long handlers recently took. Fast handlers get large claims
    * (fewer statements per item, claims overlapping execution); slow ones get
    * none, so a busy replica does not sit on work an idle one could run.
-   * Settles rather than starts: filling idle slots is a burst of starts that
-   * says nothing of how fast they will free up again.
+   * Handler time rather than a rate of starts or settles: slots filled
+   * together settle together, and a burst reads as a rate it is not.
    */
   private claimRoom(): number {
     return this.freeSlots() + this.prefetchTarget() - this.prefetched.length;
   }
 
   private prefetchTarget(): number {
-    return Math.min(this.prefetchLimit, Math.floor((this.slotTurnover.perSecond() * PREFETCH_HORIZON_MS) / 1000));
+    if (this.handlerMs === undefined) return 0;
+    const perSlot = PREFETCH_HORIZON_MS / Math.max(this.handlerMs, MIN_HANDLER_MS);
+    return Math.min(this.prefetchLimit, Math.floor(this.settings.concurrency * perSlot));
   }
 
   /** Starts prefetched items while slots are free; one that waited past a third of its lease goes back instead. */
@@ -509,8 +525,8 @@ export class Consumer<DB = Record<string, never>> extends EventEmitter<ConsumerE
     if (more && this.freeSlots() === 0) await this.publishFollowUp();
   }
 
-  private takeClaimed(items: readonly ClaimedItem[], claimedAtMs: number): void {
-    this.counters.claimed += items.length;
+  private takeClaimed(items: readonly ClaimedItem[], claimedAtMs: number, count = true): void {
+    if (count) this.counters.claimed += items.length;
     for (const item of items) this.prefetched.push({ item, claimedAtMs });
     this.startPrefetched();
   }
@@ -526,7 +542,6 @@ export class Consumer<DB = Record<string, never>> extends EventEmitter<ConsumerE
   }
 
   private startJob(item: ClaimedItem, claimedAtMs: number): void {
-    this.slotTurnover.begin();
     const run = runJob(this.executorDeps, item, claimedAtMs);
     this.running.set(item.id, run);
     run.start();
@@ -578,6 +593,43 @@ export class Consumer<DB = Record<string, never>> extends EventEmitter<ConsumerE
     this.takeWake(m);
     this.schedulerWake.notify();
     return true;
+  };
+
+  /**
+   * A producer in this process is about to insert items already claimed for
+   * this consumer: hold free slots for them. Only for plain claims (no
+   * fleet-wide cap, no ownership epoch: those fence claims in SQL) and only
+   * for types this consumer has handlers for.
+   */
+  private readonly reserveDirect = (queueClass: QueueClass, types: ReadonlySet<string>, n: number): DirectReservation | undefined => {
+    if (!this.active || this.paused || this.settings.maxProcessing !== undefined || this.settings.epoch !== undefined) return undefined;
+    if (!this.settings.classes.includes(queueClass)) return undefined;
+    for (const t of types) {
+      if (!this.handlers.has(t) || (this.settings.types !== undefined && !this.settings.types.includes(t))) return undefined;
+    }
+    const held = Math.min(n, this.freeSlots());
+    if (held <= 0) return undefined;
+    this.directReserved += held;
+    const reservedAtMs = Date.now();
+    let open = true;
+    const close = (): void => {
+      if (!open) return;
+      open = false;
+      this.directReserved -= held;
+    };
+    return {
+      lease: { owner: this.name, token: newLeaseToken(), leaseMs: this.settings.leaseMs, max: held },
+      accept: (items) => {
+        close();
+        if (items.length === 0) return;
+        this.counters.claimed += items.length;
+        this.counters.claimedAtInsert += items.length;
+        // The lease runs from before the insert: the keeper renews no later than it must.
+        if (this.active) this.takeClaimed(items, reservedAtMs, false);
+        else void this.releasePrefetched(items.map((item) => ({ item, claimedAtMs: reservedAtMs })), 'consumer stopping');
+      },
+      cancel: close,
+    };
   };
 
   /** XREADGROUP only while slots are free: a saturated replica leaves wake-ups to idle ones. */
@@ -648,43 +700,5 @@ export class Consumer<DB = Record<string, never>> extends EventEmitter<ConsumerE
         await sleep(500);
       }
     }
-  }
-}
-
-/** Events per second over the last one to two buckets. */
-class RateWindow {
-  private bucketStart = performance.now();
-  private current = 0;
-  private previous = 0;
-  /** When events could first happen: no rate is diluted by the time before it. */
-  private origin: number | undefined;
-
-  constructor(private readonly bucketMs = 250) {}
-
-  /** Events can happen from now on (the first call counts; later ones do nothing). */
-  begin(): void {
-    this.origin ??= performance.now();
-  }
-
-  add(): void {
-    this.roll();
-    this.current++;
-  }
-
-  perSecond(): number {
-    this.roll();
-    const now = performance.now();
-    const window = this.bucketMs + (now - this.bucketStart);
-    const spanMs = Math.max(MIN_RATE_SPAN_MS, this.origin === undefined ? window : Math.min(window, now - this.origin));
-    return ((this.previous + this.current) * 1000) / spanMs;
-  }
-
-  private roll(): void {
-    const now = performance.now();
-    const elapsed = now - this.bucketStart;
-    if (elapsed < this.bucketMs) return;
-    this.previous = elapsed < 2 * this.bucketMs ? this.current : 0;
-    this.current = 0;
-    this.bucketStart = now - (elapsed % this.bucketMs);
   }
 }

@@ -30,6 +30,8 @@ export interface RunningJob {
   item: ClaimedItem;
   /** Runs the handler and writes the outcome; `done` settles with it. Call once. */
   start(): void;
+  /** How long the handler ran (ms), once it has settled; undefined if it never ran. */
+  readonly handlerMs: number | undefined;
   /** Aborts the handler's signal (shutdown); the outcome then follows the abort rules. */
   abort(reason: AbortReason): void;
   /** Stop waiting for the handler: leave its lease to expire, write nothing. */
@@ -87,6 +89,7 @@ class JobRun<DB> implements RunningJob {
   done: Promise<Outcome> = NOT_STARTED;
   /** Set by ctx.transaction once the completion committed with the handler's writes. */
   completedInTx = false;
+  handlerMs: number | undefined;
   private settledCalled = false;
   private controller: AbortController | undefined;
   private abortReason: AbortReason | undefined;
@@ -227,6 +230,7 @@ class JobRun<DB> implements RunningJob {
     const deadline = deadlineMs > 0 && !onClock ? setTimeout(() => this.abort('deadline'), deadlineMs) : undefined;
     if (deadlineMs > 0 && onClock) this.deadlineAtMs = Date.now() + deadlineMs;
     this.handlerRunning = true;
+    const handlerStart = performance.now();
 
     let returned: { value: unknown } | undefined;
     let thrown: unknown;
@@ -241,6 +245,7 @@ class JobRun<DB> implements RunningJob {
       this.stopWaiting = undefined;
       if (deadline) clearTimeout(deadline);
       if (this.graceTimer) clearTimeout(this.graceTimer);
+      this.handlerMs = performance.now() - handlerStart;
       this.markSettled();
       this.keeperStopped = true;
       const renewal = this.keeper?.stop();

@@ -11,7 +11,7 @@ import { claimByIds, claimHeads, type ClaimOutcome } from './sql/claim.js';
 import { truncate, type Executor } from './sql/common.js';
 import { completeMany } from './sql/completeBatch.js';
 import { probeDependencyWaits, wakeDependency, type ProbeOutcome, type WokenItem } from './sql/dependency.js';
-import { insertItems, MAX_STATEMENT_BYTES, type NewItem } from './sql/enqueue.js';
+import { claimableAtInsert, claimedAtInsert, insertItems, MAX_STATEMENT_BYTES, type InsertClaim, type NewItem } from './sql/enqueue.js';
 import { finalize, finalizeInTx, renewLease, saveCheckpoint, type Finalization, type LeaseHandle, type RenewOutcome } from './sql/finalize.js';
 import { getAttempts, getItem, listDead } from './sql/inspect.js';
 import { activateOwnership, getOwnership, type Ownership } from './sql/ownership.js';
@@ -200,11 +200,45 @@ export class Ledger {
     return this.enqueueBatch(inputs, opts, 'items');
   }
 
+  /**
+   * Enqueues like enqueueMany, inserting up to `claim.max` of the items that
+   * are due now and alone in their lane already claimed under `claim` (state
+   * processing, attempt 1): for a consumer in this process with free slots,
+   * which then starts them without a claim round trip. Returns the results
+   * in input order and the claimed items.
+   */
+  async enqueueClaiming(inputs: readonly EnqueueInput[], claim: InsertClaim & { max: number }): Promise<{ results: EnqueueResult[]; claimed: ClaimedItem[] }> {
+    if (!Array.isArray(inputs)) throw new ValidationError([{ field: 'items', message: 'must be an array' }], 'enqueue');
+    const items = this.prepare(inputs, 'items');
+    const lease: InsertClaim = { owner: claim.owner, token: claim.token, leaseMs: claim.leaseMs };
+    let left = claim.max;
+    for (const item of items) {
+      if (left <= 0) break;
+      if (claimableAtInsert(item)) {
+        item.claim = lease;
+        left--;
+      }
+    }
+    const nowMs = Date.now();
+    const results = await this.insertPrepared(items);
+    const claimed: ClaimedItem[] = [];
+    items.forEach((item, i) => {
+      const r = results[i];
+      if (item.claim && r && !r.duplicate) claimed.push(claimedAtInsert(r.id, item, item.claim, nowMs));
+    });
+    return { results, claimed };
+  }
+
   private async enqueueBatch(inputs: readonly EnqueueInput[], opts: EnqueueOptions, prefix: string): Promise<EnqueueResult[]> {
     const items = this.prepare(inputs, prefix);
     if (items.length === 0) return [];
     const caller = opts.transaction;
     if (caller !== undefined) return this.enqueueInCallerTransaction(caller, items);
+    return this.insertPrepared(items);
+  }
+
+  private async insertPrepared(items: NewItem[]): Promise<EnqueueResult[]> {
+    if (items.length === 0) return [];
     if (items.every((i) => i.lane === null) && fitsOneStatement(items)) {
       // No lane bookkeeping: the whole batch is one INSERT (plus a read when it
       // has idempotency keys), atomic without a transaction's extra round trips.

@@ -56,9 +56,53 @@ export class Producer {
   }
 
   async enqueueMany(inputs: readonly EnqueueInput[]): Promise<EnqueueResult[]> {
-    const results = await this.ledger.enqueueMany(inputs);
-    await this.announce(inputs, results);
-    return results;
+    const reservation = this.reserveLocal(inputs);
+    if (!reservation) {
+      const results = await this.ledger.enqueueMany(inputs);
+      await this.announce(inputs, results);
+      return results;
+    }
+    // A consumer of this queue in this process has free slots: insert what it
+    // can take already claimed for it (one commit before its handler starts,
+    // not two), and announce only the rest.
+    let out: Awaited<ReturnType<Ledger['enqueueClaiming']>>;
+    try {
+      out = await this.ledger.enqueueClaiming(inputs, reservation.lease);
+    } catch (error) {
+      reservation.cancel();
+      throw error;
+    }
+    reservation.accept(out.claimed);
+    const taken = new Set(out.claimed.map((c) => c.id));
+    const rest = inputs.flatMap((input, i) => (taken.has(out.results[i]?.id ?? '') ? [] : [{ input, result: out.results[i]! }]));
+    await this.announce(
+      rest.map((r) => r.input),
+      rest.map((r) => r.result),
+    );
+    return out.results;
+  }
+
+  /**
+   * Slots of a local consumer for the batch's items that could be inserted
+   * claimed (one queue and class, due now, no lane, no idempotency key).
+   * The ledger validates and decides per item; this only sizes the hold.
+   */
+  private reserveLocal(inputs: readonly EnqueueInput[]) {
+    const wake = this.options.wake;
+    if (!wake || !Array.isArray(inputs) || inputs.length === 0) return undefined;
+    const first = inputs[0];
+    if (typeof first !== 'object' || first === null || typeof first.queue !== 'string') return undefined;
+    const queueClass: QueueClass = first.queueClass ?? 'default';
+    const types = new Set<string>();
+    let n = 0;
+    for (const input of inputs) {
+      if (typeof input !== 'object' || input === null || input.queue !== first.queue || (input.queueClass ?? 'default') !== queueClass) return undefined;
+      if (input.lane !== undefined || input.runAt !== undefined || (input.delayMs ?? 0) !== 0 || input.idempotencyKey !== undefined) continue;
+      if (typeof input.type !== 'string') return undefined;
+      types.add(input.type);
+      n++;
+    }
+    return n > 0 ? wake.reserveLocal(first.queue, queueClass, types, n) : undefined;
   }
 
   /**

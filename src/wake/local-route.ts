@@ -1,4 +1,4 @@
-import type { QueueClass } from '../ledger/types.js';
+import type { ClaimedItem, QueueClass } from '../ledger/types.js';
 import type { WakeMessage } from './channel.js';
 
 /** A consumer in this process that can take wake-ups without a Redis round trip. */
@@ -11,6 +11,21 @@ export interface LocalWakeTarget {
    * answers whether it did. Must not throw.
    */
   offer(message: WakeMessage & { queueClass: QueueClass }): boolean;
+  /**
+   * Reserves up to `n` free slots for items a producer is about to insert
+   * already claimed (due now, no lane, of these types), or undefined if it
+   * cannot take any. Must not throw.
+   */
+  reserve?(queueClass: QueueClass, types: ReadonlySet<string>, n: number): DirectReservation | undefined;
+}
+
+/** Free slots of a local consumer, held for items inserted already claimed under `lease`. */
+export interface DirectReservation {
+  lease: { owner: string; token: string; leaseMs: number; max: number };
+  /** After the commit: the items inserted claimed (maybe fewer than reserved); the rest of the slots free up. */
+  accept(items: readonly ClaimedItem[]): void;
+  /** The insert failed or rolled back: the slots free up. */
+  cancel(): void;
 }
 
 /**
@@ -23,6 +38,11 @@ export interface LocalWakeTarget {
  * way, the ledger sweep finds whatever a crashed process had been handed,
  * and a saturated local consumer declines so the wake-up goes to the
  * stream, where idle replicas read it.
+ *
+ * A step further, a producer can insert items already claimed for a local
+ * consumer with free slots (`reserve`): one commit instead of two before
+ * the handler starts. The lease is the same fence as a claim's; if the
+ * process dies, it expires and the item is reclaimed like any other.
  */
 export class LocalWakeRoute {
   private readonly byQueue = new Map<string, LocalWakeTarget[]>();
@@ -40,6 +60,21 @@ export class LocalWakeRoute {
       if (at >= 0) current.splice(at, 1);
       if (current.length === 0) this.byQueue.delete(target.queue);
     };
+  }
+
+  /** Slots of a local consumer of `queue` for items inserted already claimed, if one has any free. */
+  reserve(queue: string, queueClass: QueueClass, types: ReadonlySet<string>, n: number): DirectReservation | undefined {
+    const targets = this.byQueue.get(queue);
+    if (!targets) return undefined;
+    const count = targets.length;
+    const first = this.turn++ % count;
+    for (let k = 0; k < count; k++) {
+      const target = targets[(first + k) % count]!;
+      if (!target.classes.includes(queueClass)) continue;
+      const r = target.reserve?.(queueClass, types, n);
+      if (r) return r;
+    }
+    return undefined;
   }
 
   /** True if a local consumer took the wake-up. */

@@ -5,7 +5,7 @@ import { QUEUE_CLASSES, type QueueClass } from '../ledger/types.js';
 import { WakeStreams, type WakeMessage } from './channel.js';
 import { ControlStreams, type ControlMessage } from './control.js';
 import { DEFAULT_KEY_PREFIX } from './keys.js';
-import { LocalWakeRoute, type LocalWakeTarget } from './local-route.js';
+import { LocalWakeRoute, type DirectReservation, type LocalWakeTarget } from './local-route.js';
 import { createCommandClient, plainRedisOptions, whenReady, type RedisTarget } from './redis.js';
 import { WakeTimers, type WakeTimer } from './timers.js';
 
@@ -85,6 +85,11 @@ export class WakeChannel {
    */
   registerLocal(target: LocalWakeTarget): () => void {
     return this.local.register(target);
+  }
+
+  /** Free slots of a consumer sharing this channel, for items inserted already claimed (see LocalWakeRoute). */
+  reserveLocal(queue: string, queueClass: QueueClass, types: ReadonlySet<string>, n: number): DirectReservation | undefined {
+    return this.local.reserve(queue, queueClass, types, n);
   }
 
   /**

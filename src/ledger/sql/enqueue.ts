@@ -1,7 +1,7 @@
 import { sql, type RawBuilder } from 'kysely';
 import { newId } from '../ids.js';
 import type { LedgerTables } from '../tables.js';
-import type { EnqueueResult, QueueClass } from '../types.js';
+import type { ClaimedItem, EnqueueResult, QueueClass } from '../types.js';
 import { affected, nowPlusMs, type Executor } from './common.js';
 
 /** An item ready to insert: validated, payload already JSON text. */
@@ -17,6 +17,36 @@ export interface NewItem {
   delayMs: number;
   idempotencyKey: string | null;
   replayOf?: string | null;
+  /** Insert it already claimed under this lease (a consumer in the producer's process takes it at once). */
+  claim?: InsertClaim;
+}
+
+/** A lease granted at insert: the item starts `processing`, attempt 1, held by `owner` with `token`. */
+export interface InsertClaim {
+  owner: string;
+  token: string;
+  leaseMs: number;
+}
+
+/** Whether an item may be inserted already claimed: due now, alone in its lane, nothing to resolve first. */
+export function claimableAtInsert(item: NewItem): boolean {
+  return item.lane === null && item.runAt === null && item.delayMs === 0 && item.idempotencyKey === null && (item.replayOf ?? null) === null;
+}
+
+/**
+ * The claimed item as `insertItems` wrote it, for the consumer that holds
+ * its lease. Times are this process's clock (the row has the ledger's).
+ */
+export function claimedAtInsert(id: string, item: NewItem, claim: InsertClaim, nowMs: number): ClaimedItem {
+  const now = new Date(nowMs);
+  return {
+    id, queue: item.queue, type: item.type, lane: null, laneSeq: null, isHead: true, queueClass: item.queueClass,
+    priority: item.priority, payload: JSON.parse(item.payloadJson) as unknown, state: 'processing', runAfter: now,
+    attempt: 1, maxAttempts: item.maxAttempts, leaseOwner: claim.owner, leaseToken: claim.token,
+    leaseUntil: new Date(nowMs + claim.leaseMs), epoch: null, idempotencyKey: null, dependencyKey: null, probeAfter: null,
+    blockedAt: null, blockExpiresAt: null, cancelRequested: false, checkpoint: null, result: null, lastError: null,
+    failureClass: null, replayOf: null, replayedAt: null, createdAt: now, startedAt: now, terminalAt: null, updatedAt: now,
+  };
 }
 
 /** Keeps one multi-row INSERT well under max_allowed_packet. */
@@ -105,16 +135,21 @@ export async function insertItems(
 
 async function insertChunk(exec: Executor, t: LedgerTables, values: RawBuilder<unknown>[], expected: number): Promise<void> {
   const r = await sql`INSERT INTO ${t.items} (id, queue, type, lane, lane_seq, is_head, queue_class, priority,
-      payload, state, run_after, attempt, max_attempts, idempotency_key, replay_of, created_at, updated_at)
+      payload, state, run_after, attempt, max_attempts, idempotency_key, replay_of, created_at, updated_at,
+      lease_owner, lease_token, lease_until, started_at)
     VALUES ${sql.join(values)}`.execute(exec);
   if (affected(r) !== expected) throw new Error(`enqueue: inserted ${affected(r)} of ${expected} rows`);
 }
 
 function valuesRow(id: string, item: NewItem, laneSeq: number | null, isHead: boolean): RawBuilder<unknown> {
   const runAfter = item.runAt !== null ? sql`${item.runAt}` : nowPlusMs(item.delayMs);
+  const c = item.claim;
+  // A claimed insert is the claim CAS's outcome written directly: processing, attempt 1, leased.
+  const claimed = c ? sql`'processing', ${runAfter}, 1` : sql`'pending', ${runAfter}, 0`;
+  const lease = c ? sql`${c.owner}, ${c.token}, ${nowPlusMs(c.leaseMs)}, NOW(6)` : sql`NULL, NULL, NULL, NULL`;
   return sql`(${id}, ${item.queue}, ${item.type}, ${item.lane}, ${laneSeq}, ${isHead ? 1 : 0}, ${item.queueClass},
-    ${item.priority}, ${item.payloadJson}, 'pending', ${runAfter}, 0, ${item.maxAttempts}, ${item.idempotencyKey},
-    ${item.replayOf ?? null}, NOW(6), NOW(6))`;
+    ${item.priority}, ${item.payloadJson}, ${claimed}, ${item.maxAttempts}, ${item.idempotencyKey},
+    ${item.replayOf ?? null}, NOW(6), NOW(6), ${lease})`;
 }
 
 /**
