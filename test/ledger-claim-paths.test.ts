@@ -3,7 +3,7 @@ import { createPool } from 'mysql2';
 import { afterEach, expect, test } from 'vitest';
 import { mysqlPoolOptions, type LedgerDb } from '../src/ledger/connection.js';
 import { Ledger } from '../src/ledger/ledger.js';
-import { createTestLedger, type TestLedger } from './support/ledger.js';
+import { createTestLedger, waitFor, type TestLedger } from './support/ledger.js';
 
 // A claim sends its CAS and read-back as one query on the ledger's own pool
 // (multipleStatements), and as two on a Kysely instance a caller hands in,
@@ -47,4 +47,59 @@ test.each([
   expect(new Set(rest.items.map((i) => i.leaseToken)).size).toBe(1);
   expect((await ledger.claim({ queue, owner: 'c', leaseMs: 10_000, limit: 10 })).items).toEqual([]);
   expect(await tl.ledger.countProcessing(queue)).toBe(6);
+});
+
+test('enqueueClaiming inserts only due, lane-less, key-less items claimed (up to max), fenced like a claim', async () => {
+  tl = await createTestLedger();
+  const { ledger } = tl;
+  const queue = 'claim-at-insert';
+  const lease = { owner: 'local-consumer', token: 'tok-at-insert-0000000000', leaseMs: 60_000 };
+  const { results, claimed } = await ledger.enqueueClaiming(
+    [
+      { queue, type: 't', payload: { n: 1 } },
+      { queue, type: 't', payload: { n: 2 }, lane: 'L' },
+      { queue, type: 't', payload: { n: 3 }, delayMs: 60_000 },
+      { queue, type: 't', payload: { n: 4 }, idempotencyKey: 'k' },
+      { queue, type: 't', payload: { n: 5 } },
+      { queue, type: 't', payload: { n: 6 } },
+    ],
+    { ...lease, max: 2 },
+  );
+  expect(results).toHaveLength(6);
+  // The first two eligible (n 1 and 5); n 6 is over max, the others are not eligible.
+  expect(claimed.map((c) => c.payload)).toEqual([{ n: 1 }, { n: 5 }]);
+  expect(claimed.map((c) => c.id)).toEqual([results[0]!.id, results[4]!.id]);
+  for (const c of claimed) {
+    expect(await ledger.get(c.id)).toMatchObject({ state: 'processing', attempt: 1, leaseOwner: lease.owner, leaseToken: lease.token, isHead: true });
+    expect((await ledger.get(c.id))!.leaseUntil!.getTime()).toBeGreaterThan(Date.now() + 50_000);
+  }
+  for (const i of [1, 2, 3, 5]) expect(await ledger.get(results[i]!.id)).toMatchObject({ state: 'pending', attempt: 0, leaseToken: null });
+
+  // Fenced like any claim: a foreign token loses, the holder's token completes.
+  const mine = claimed[0]!;
+  expect((await ledger.complete({ ...mine, leaseToken: 'someone-else-0000000000' })).won).toBe(false);
+  expect((await ledger.complete(mine)).won).toBe(true);
+  // A normal claim does not take what is already claimed at insert.
+  const c = await ledger.claim({ queue, owner: 'other', limit: 10, leaseMs: 60_000 });
+  expect(c.items.map((i) => i.id)).not.toContain(claimed[1]!.id);
+
+  // Invalid input: nothing is written.
+  const before = (await ledger.stats(queue))[0]?.counts;
+  await expect(ledger.enqueueClaiming([{ queue, type: 't', payload: {} }, { queue, type: 'no spaces', payload: {} }], { ...lease, max: 5 })).rejects.toThrow(/type/);
+  expect((await ledger.stats(queue))[0]?.counts).toEqual(before);
+});
+
+test('an item claimed at insert whose holder died is reclaimed when its lease expires', async () => {
+  tl = await createTestLedger();
+  const { ledger } = tl;
+  const queue = 'claim-at-insert-expiry';
+  const { claimed } = await ledger.enqueueClaiming([{ queue, type: 't', payload: {} }], { owner: 'gone', token: 'tok-expiring-00000000000', leaseMs: 200, max: 1 });
+  expect(claimed).toHaveLength(1);
+  const reclaimed = await waitFor(async () => {
+    const r = (await ledger.reclaimExpired({ queue })).reclaimed;
+    return r.length > 0 ? r : undefined;
+  }, 10_000, 'the expired lease reclaimed');
+  expect(reclaimed).toEqual([claimed[0]!.id]);
+  const again = await ledger.claim({ queue, owner: 'survivor', limit: 1, leaseMs: 60_000 });
+  expect(again.items.map((i) => [i.id, i.attempt])).toEqual([[claimed[0]!.id, 2]]);
 });
