@@ -92,7 +92,9 @@ test('an item that waits in the buffer past a third of its lease goes back unsta
   tw = createTestWake();
   const queue = uniqueQueue('prefetch-ttl');
   const runs = new Map<number, number>();
-  const consumer = new Consumer({
+  let started = 0;
+  let slowPicked = false;
+  const consumer: Consumer = new Consumer({
     ledger: tl.ledger,
     wake: tw.wake,
     queue,
@@ -103,8 +105,13 @@ test('an item that waits in the buffer past a third of its lease goes back unsta
     handlers: {
       t: async (job: { payload: { n: number } }) => {
         runs.set(job.payload.n, (runs.get(job.payload.n) ?? 0) + 1);
-        // One slow item among fast ones: the buffer behind it waits longer than 300 ms.
-        if (job.payload.n === 250) await new Promise((r) => setTimeout(r, 1_000));
+        started++;
+        // One slow item among fast ones, picked once several claimed items wait
+        // unstarted behind it: that buffer then waits longer than 300 ms.
+        if (!slowPicked && started > 50 && consumer.counters.claimed - started >= 5) {
+          slowPicked = true;
+          await new Promise((r) => setTimeout(r, 1_000));
+        }
       },
     },
   });
@@ -113,6 +120,7 @@ test('an item that waits in the buffer past a third of its lease goes back unsta
   await new Producer({ ledger: tl.ledger, wake: tw.wake }).enqueueMany(Array.from({ length: 600 }, (_, n) => ({ queue, type: 't', payload: { n } })));
   await waitFor(async () => ((await tl!.ledger.stats(queue))[0]?.counts.completed === 600 ? true : undefined), 30_000, 'all 600 completed');
 
+  expect(slowPicked).toBe(true);
   expect(runs.size).toBe(600);
   expect([...runs.values()].every((c) => c === 1)).toBe(true);
   expect(consumer.counters.leaseLost).toBe(0);
