@@ -65,7 +65,11 @@ test('lanewake worker: fed, observable over HTTP, drained by SIGTERM with nothin
   expect(Number(/lanewake_db_pool_connections\{state="open"\} (\d+)/.exec(metrics)?.[1])).toBeGreaterThan(0);
 
   const slow = await producer.enqueueMany(Array.from({ length: 3 }, () => ({ queue, type: 'slow', payload: {} })));
-  await waitFor(async () => ((await tl.ledger.stats(queue))[0]?.counts.processing === 3 ? true : undefined), 20_000, 'slow items running');
+  await waitFor(async () => ((await tl.ledger.stats(queue))[0]?.counts.processing === 3 ? true : undefined), 20_000, 'slow items claimed');
+  // Claimed is not started: the worker may not have read the claim's reply yet, and a
+  // claimed item that has not started is handed back at stop. Wait for the handlers.
+  const inFlight = new RegExp(`lanewake_in_flight\\{queue="${queue}"\\} (\\d+)`);
+  await waitFor(async () => (Number(inFlight.exec(await (await fetch(`${admin}/metrics`)).text())?.[1]) === 3 ? true : undefined), 10_000, 'slow items running');
   w.proc.kill('SIGTERM');
   expect(await w.exit).toBe(0);
   for (const s of slow) expect((await tl.ledger.get(s.id))?.state).toBe('completed');
