@@ -64,6 +64,16 @@ export class LocalWakeRoute {
 
   /** Slots of a local consumer of `queue` for items inserted already claimed, if one has any free. */
   reserve(queue: string, queueClass: QueueClass, types: ReadonlySet<string>, n: number): DirectReservation | undefined {
+    return this.firstTaker(queue, queueClass, (t) => t.reserve?.(queueClass, types, n));
+  }
+
+  /** True if a local consumer took the wake-up. */
+  deliver(queue: string, message: WakeMessage & { queueClass: QueueClass }): boolean {
+    return this.firstTaker(queue, message.queueClass, (t) => t.offer(message) || undefined) ?? false;
+  }
+
+  /** Asks the consumers of `queue` and `queueClass` in turn, starting one further each time; the first answer wins. */
+  private firstTaker<T>(queue: string, queueClass: QueueClass, ask: (target: LocalWakeTarget) => T | undefined): T | undefined {
     const targets = this.byQueue.get(queue);
     if (!targets) return undefined;
     const count = targets.length;
@@ -71,22 +81,9 @@ export class LocalWakeRoute {
     for (let k = 0; k < count; k++) {
       const target = targets[(first + k) % count]!;
       if (!target.classes.includes(queueClass)) continue;
-      const r = target.reserve?.(queueClass, types, n);
-      if (r) return r;
+      const answer = ask(target);
+      if (answer !== undefined) return answer;
     }
     return undefined;
-  }
-
-  /** True if a local consumer took the wake-up. */
-  deliver(queue: string, message: WakeMessage & { queueClass: QueueClass }): boolean {
-    const targets = this.byQueue.get(queue);
-    if (!targets) return false;
-    const n = targets.length;
-    const first = this.turn++ % n;
-    for (let k = 0; k < n; k++) {
-      const target = targets[(first + k) % n]!;
-      if (target.classes.includes(message.queueClass) && target.offer(message)) return true;
-    }
-    return false;
   }
 }
