@@ -76,7 +76,7 @@ test('a producer sharing the consumer\'s wake channel inserts work already claim
   expect(tw.wake.counters).toEqual({ published: 0, deliveredLocally: 0, failed: 0 });
   expect(await tl.ledger.get(first.id)).toMatchObject({ state: 'completed', attempt: 1, leaseOwner: consumer.name });
 
-  // A bad batch writes nothing and gives the held slot back: the next item is still claimed at insert.
+  // A bad batch writes nothing and leaves no slot held: the next item is still claimed at insert.
   await expect(producer.enqueueMany([{ queue, type: 'step', payload: {} }, { queue, type: 'BAD TYPE', payload: {} }])).rejects.toThrow(/type/);
   await producer.enqueue({ queue, type: 'step', payload: { n: 2 } });
   await waitFor(() => consumer.counters.completed === 2 || undefined, 10_000, 'the second item completed');

@@ -47,7 +47,7 @@ test('fast handlers get claims larger than the free slots; stop hands back unsta
     handlers: {
       t: async (job: { payload: { n: number } }) => {
         started.add(job.payload.n);
-        // The first 300 starts are instant, so the start rate is high; then every handler waits.
+        // The first 300 handlers are instant, so the buffer is sized large; then every handler waits.
         if (started.size > 300) await hold.opened;
       },
     },

@@ -63,7 +63,7 @@ test('enqueueClaiming inserts only due, lane-less, key-less items claimed (up to
       { queue, type: 't', payload: { n: 5 } },
       { queue, type: 't', payload: { n: 6 } },
     ],
-    { ...lease, max: 2 },
+    () => ({ ...lease, max: 2 }),
   );
   expect(results).toHaveLength(6);
   // The first two eligible (n 1 and 5); n 6 is over max, the others are not eligible.
@@ -85,7 +85,7 @@ test('enqueueClaiming inserts only due, lane-less, key-less items claimed (up to
 
   // Invalid input: nothing is written.
   const before = (await ledger.stats(queue))[0]?.counts;
-  await expect(ledger.enqueueClaiming([{ queue, type: 't', payload: {} }, { queue, type: 'no spaces', payload: {} }], { ...lease, max: 5 })).rejects.toThrow(/type/);
+  await expect(ledger.enqueueClaiming([{ queue, type: 't', payload: {} }, { queue, type: 'no spaces', payload: {} }], () => ({ ...lease, max: 5 }))).rejects.toThrow(/type/);
   expect((await ledger.stats(queue))[0]?.counts).toEqual(before);
 });
 
@@ -93,7 +93,7 @@ test('an item claimed at insert whose holder died is reclaimed when its lease ex
   tl = await createTestLedger();
   const { ledger } = tl;
   const queue = 'claim-at-insert-expiry';
-  const { claimed } = await ledger.enqueueClaiming([{ queue, type: 't', payload: {} }], { owner: 'gone', token: 'tok-expiring-00000000000', leaseMs: 200, max: 1 });
+  const { claimed } = await ledger.enqueueClaiming([{ queue, type: 't', payload: {} }], () => ({ owner: 'gone', token: 'tok-expiring-00000000000', leaseMs: 200, max: 1 }));
   expect(claimed).toHaveLength(1);
   const reclaimed = await waitFor(async () => {
     const r = (await ledger.reclaimExpired({ queue })).reclaimed;

@@ -68,7 +68,7 @@ const CAPPED_RETRY_MS = 250;
 const DEFAULT_PREFETCH = 512;
 /** Claim rounds one scheduler may have in flight at once. */
 const MAX_CLAIM_ROUNDS = 2;
-/** The prefetch buffer aims to hold what the slots will start within this long, at the recent start rate. */
+/** The prefetch buffer aims to hold what the slots will start within this long, given recent handler times. */
 const PREFETCH_HORIZON_MS = 250;
 /** Handler times are floored at this (a no-op takes microseconds), so the buffer size stays finite. */
 const MIN_HANDLER_MS = 0.01;
@@ -525,8 +525,8 @@ export class Consumer<DB = Record<string, never>> extends EventEmitter<ConsumerE
     if (more && this.freeSlots() === 0) await this.publishFollowUp();
   }
 
-  private takeClaimed(items: readonly ClaimedItem[], claimedAtMs: number, count = true): void {
-    if (count) this.counters.claimed += items.length;
+  private takeClaimed(items: readonly ClaimedItem[], claimedAtMs: number): void {
+    this.counters.claimed += items.length;
     for (const item of items) this.prefetched.push({ item, claimedAtMs });
     this.startPrefetched();
   }
@@ -622,11 +622,12 @@ export class Consumer<DB = Record<string, never>> extends EventEmitter<ConsumerE
       accept: (items) => {
         close();
         if (items.length === 0) return;
-        this.counters.claimed += items.length;
         this.counters.claimedAtInsert += items.length;
         // The lease runs from before the insert: the keeper renews no later than it must.
-        if (this.active) this.takeClaimed(items, reservedAtMs, false);
-        else void this.releasePrefetched(items.map((item) => ({ item, claimedAtMs: reservedAtMs })), 'consumer stopping');
+        if (this.active) return this.takeClaimed(items, reservedAtMs);
+        // Stopping (its buffer may be handed back already): hand these back at once.
+        this.counters.claimed += items.length;
+        void this.releasePrefetched(items.map((item) => ({ item, claimedAtMs: reservedAtMs })), 'consumer stopping');
       },
       cancel: close,
     };

@@ -1,5 +1,5 @@
 export { Ledger, DEFAULT_MAX_ATTEMPTS } from './ledger.js';
-export type { EnqueueInput, EnqueueOptions, ClaimInput, FinalizeResult, RetryInput } from './ledger.js';
+export type { EnqueueInput, EnqueueOptions, ClaimCandidate, ClaimInput, FinalizeResult, RetryInput } from './ledger.js';
 export { ledgerConfigSchema, parseLedgerConfig } from './config.js';
 export type { LedgerConfig, LedgerConfigInput } from './config.js';
 export { createLedgerDb, type LedgerDb } from './connection.js';

@@ -54,6 +54,13 @@ export interface EnqueueInput {
   idempotencyKey?: string;
 }
 
+/** An item that may be inserted already claimed, as `enqueueClaiming`'s caller sees it. */
+export interface ClaimCandidate {
+  queue: string;
+  type: string;
+  queueClass: QueueClass;
+}
+
 export interface EnqueueOptions {
   /**
    * Run inside the caller's transaction (a Kysely `Transaction` on the same
@@ -201,23 +208,24 @@ export class Ledger {
   }
 
   /**
-   * Enqueues like enqueueMany, inserting up to `claim.max` of the items that
-   * are due now and alone in their lane already claimed under `claim` (state
-   * processing, attempt 1): for a consumer in this process with free slots,
-   * which then starts them without a claim round trip. Returns the results
-   * in input order and the claimed items.
+   * Enqueues like enqueueMany, and lets the caller claim at insert: once the
+   * batch is validated, `reserve` sees the items that may be inserted already
+   * claimed (due now, no lane, no idempotency key) and may answer a lease;
+   * up to `max` of them are then inserted under it (state processing,
+   * attempt 1), for a consumer in this process that starts them without a
+   * claim round trip. Returns the results in input order and the claimed items.
    */
-  async enqueueClaiming(inputs: readonly EnqueueInput[], claim: InsertClaim & { max: number }): Promise<{ results: EnqueueResult[]; claimed: ClaimedItem[] }> {
+  async enqueueClaiming(
+    inputs: readonly EnqueueInput[],
+    reserve: (eligible: readonly ClaimCandidate[]) => (InsertClaim & { max: number }) | undefined,
+  ): Promise<{ results: EnqueueResult[]; claimed: ClaimedItem[] }> {
     if (!Array.isArray(inputs)) throw new ValidationError([{ field: 'items', message: 'must be an array' }], 'enqueue');
     const items = this.prepare(inputs, 'items');
-    const lease: InsertClaim = { owner: claim.owner, token: claim.token, leaseMs: claim.leaseMs };
-    let left = claim.max;
-    for (const item of items) {
-      if (left <= 0) break;
-      if (claimableAtInsert(item)) {
-        item.claim = lease;
-        left--;
-      }
+    const eligible = items.filter(claimableAtInsert);
+    const claim = eligible.length > 0 ? reserve(eligible) : undefined;
+    if (claim) {
+      const lease: InsertClaim = { owner: claim.owner, token: claim.token, leaseMs: claim.leaseMs };
+      for (const item of eligible.slice(0, claim.max)) item.claim = lease;
     }
     const nowMs = Date.now();
     const results = await this.insertPrepared(items);

@@ -1,5 +1,5 @@
 import type { Kysely, Transaction } from 'kysely';
-import type { EnqueueInput, Ledger } from '../ledger/ledger.js';
+import type { ClaimCandidate, EnqueueInput, Ledger } from '../ledger/ledger.js';
 import type { Executor } from '../ledger/sql/common.js';
 import type { EnqueueResult, QueueClass } from '../ledger/types.js';
 import { z } from 'zod';
@@ -15,6 +15,7 @@ const scheduleSchema = z
   })
   .strict()
   .refine((s) => (s.pattern === undefined) !== (s.everyMs === undefined), { message: 'give exactly one of pattern or everyMs', path: ['pattern'] });
+import type { DirectReservation } from '../wake/local-route.js';
 import type { WakeChannel } from '../wake/wake-channel.js';
 
 export interface ProducerOptions {
@@ -56,23 +57,26 @@ export class Producer {
   }
 
   async enqueueMany(inputs: readonly EnqueueInput[]): Promise<EnqueueResult[]> {
-    const reservation = this.reserveLocal(inputs);
-    if (!reservation) {
-      const results = await this.ledger.enqueueMany(inputs);
-      await this.announce(inputs, results);
-      return results;
-    }
-    // A consumer of this queue in this process has free slots: insert what it
-    // can take already claimed for it (one commit before its handler starts,
-    // not two), and announce only the rest.
+    // A consumer of the queue in this process with free slots gets what it can
+    // take inserted already claimed for it (one commit before its handler
+    // starts, not two); only the rest is announced.
+    const held: { reservation?: DirectReservation } = {};
     let out: Awaited<ReturnType<Ledger['enqueueClaiming']>>;
     try {
-      out = await this.ledger.enqueueClaiming(inputs, reservation.lease);
+      out = await this.ledger.enqueueClaiming(inputs, (eligible) => {
+        const r = this.reserveLocal(eligible);
+        if (r) held.reservation = r;
+        return r?.lease;
+      });
     } catch (error) {
-      reservation.cancel();
+      held.reservation?.cancel();
       throw error;
     }
-    reservation.accept(out.claimed);
+    held.reservation?.accept(out.claimed);
+    if (out.claimed.length === 0) {
+      await this.announce(inputs, out.results);
+      return out.results;
+    }
     const taken = new Set(out.claimed.map((c) => c.id));
     const rest = inputs.flatMap((input, i) => (taken.has(out.results[i]?.id ?? '') ? [] : [{ input, result: out.results[i]! }]));
     await this.announce(
@@ -82,27 +86,13 @@ export class Producer {
     return out.results;
   }
 
-  /**
-   * Slots of a local consumer for the batch's items that could be inserted
-   * claimed (one queue and class, due now, no lane, no idempotency key).
-   * The ledger validates and decides per item; this only sizes the hold.
-   */
-  private reserveLocal(inputs: readonly EnqueueInput[]) {
+  /** Slots of a local consumer for items the ledger may insert claimed, if they share one queue and class. */
+  private reserveLocal(eligible: readonly ClaimCandidate[]): DirectReservation | undefined {
     const wake = this.options.wake;
-    if (!wake || !Array.isArray(inputs) || inputs.length === 0) return undefined;
-    const first = inputs[0];
-    if (typeof first !== 'object' || first === null || typeof first.queue !== 'string') return undefined;
-    const queueClass: QueueClass = first.queueClass ?? 'default';
-    const types = new Set<string>();
-    let n = 0;
-    for (const input of inputs) {
-      if (typeof input !== 'object' || input === null || input.queue !== first.queue || (input.queueClass ?? 'default') !== queueClass) return undefined;
-      if (input.lane !== undefined || input.runAt !== undefined || (input.delayMs ?? 0) !== 0 || input.idempotencyKey !== undefined) continue;
-      if (typeof input.type !== 'string') return undefined;
-      types.add(input.type);
-      n++;
-    }
-    return n > 0 ? wake.reserveLocal(first.queue, queueClass, types, n) : undefined;
+    const first = eligible[0];
+    if (!wake || !first) return undefined;
+    if (eligible.some((c) => c.queue !== first.queue || c.queueClass !== first.queueClass)) return undefined;
+    return wake.reserveLocal(first.queue, first.queueClass, new Set(eligible.map((c) => c.type)), eligible.length);
   }
 
   /**

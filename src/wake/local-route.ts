@@ -16,7 +16,7 @@ export interface LocalWakeTarget {
    * already claimed (due now, no lane, of these types), or undefined if it
    * cannot take any. Must not throw.
    */
-  reserve?(queueClass: QueueClass, types: ReadonlySet<string>, n: number): DirectReservation | undefined;
+  reserve(queueClass: QueueClass, types: ReadonlySet<string>, n: number): DirectReservation | undefined;
 }
 
 /** Free slots of a local consumer, held for items inserted already claimed under `lease`. */
@@ -64,7 +64,7 @@ export class LocalWakeRoute {
 
   /** Slots of a local consumer of `queue` for items inserted already claimed, if one has any free. */
   reserve(queue: string, queueClass: QueueClass, types: ReadonlySet<string>, n: number): DirectReservation | undefined {
-    return this.firstTaker(queue, queueClass, (t) => t.reserve?.(queueClass, types, n));
+    return this.firstTaker(queue, queueClass, (t) => t.reserve(queueClass, types, n));
   }
 
   /** True if a local consumer took the wake-up. */
