@@ -50,9 +50,11 @@ async function countInState(ledger: Ledger, queue: string, state: string): Promi
   return Number(r.rows[0]?.n ?? -1);
 }
 
-async function idsHeldBy(ledger: Ledger, queue: string, owner: string): Promise<string[]> {
+/** Items `owner` holds; with `startedWithinMs`, only those whose run began that recently (ledger clock). */
+async function idsHeldBy(ledger: Ledger, queue: string, owner: string, startedWithinMs?: number): Promise<string[]> {
+  const recent = startedWithinMs === undefined ? sql`` : sql`AND started_at > NOW(6) - INTERVAL ${startedWithinMs * 1000} MICROSECOND`;
   const r = await sql<{ id: string }>`SELECT id FROM ${ledger.tables.items}
-    WHERE queue = ${queue} AND state = 'processing' AND lease_owner = ${owner}`.execute(ledger.db);
+    WHERE queue = ${queue} AND state = 'processing' AND lease_owner = ${owner} ${recent}`.execute(ledger.db);
   return r.rows.map((x) => x.id);
 }
 
@@ -104,12 +106,10 @@ test('a consumer process killed with SIGKILL mid-handler: its items are reclaime
   const producer = new Producer({ ledger, wake: tw.remote() });
   const results = await producer.enqueueMany(lanedInputs(queue, ITEMS, 16));
 
-  // Once the child has committed some work and holds more, kill it without warning.
+  // Kill the child without warning while it holds an item it claimed at most 100 ms ago: that
+  // item's 250 ms of work cannot have finished, so the kill always strands work.
   await waitFor(
-    async () => {
-      const done = (await readEffects(ledger)).filter((e) => e.worker === child.name).length;
-      return done >= 2 && (await idsHeldBy(ledger, queue, child.name)).length > 0;
-    },
+    async () => (await idsHeldBy(ledger, queue, child.name, 100)).length > 0,
     30_000,
     'the child to be mid-work',
   );
