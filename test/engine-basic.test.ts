@@ -82,9 +82,16 @@ test('a producer sharing the consumer\'s wake channel inserts work already claim
   await waitFor(() => consumer.counters.completed === 2 || undefined, 10_000, 'the second item completed');
   expect(consumer.counters.claimedAtInsert).toBe(2);
 
-  // A laned item is not claimed at insert; its wake-up is handed over in process.
-  await producer.enqueue({ queue, type: 'step', lane: 'L', payload: { n: 3 } });
+  // A laned item whose lane is idle is its head: claimed at insert too.
+  const laned = await producer.enqueue({ queue, type: 'step', lane: 'L', payload: { n: 3 } });
   await waitFor(() => consumer.counters.completed === 3 || undefined, 10_000, 'the laned item completed');
+  expect(consumer.counters.claimedAtInsert).toBe(3);
+  expect(await tl.ledger.get(laned.id)).toMatchObject({ state: 'completed', attempt: 1, leaseOwner: consumer.name, lane: 'L', laneSeq: 1 });
+
+  // An idempotency key must be resolved first: not claimed at insert; its wake-up is handed over in process.
+  await producer.enqueue({ queue, type: 'step', idempotencyKey: 'k', payload: { n: 4 } });
+  await waitFor(() => consumer.counters.completed === 4 || undefined, 10_000, 'the keyed item completed');
+  expect(consumer.counters.claimedAtInsert).toBe(3);
   expect(tw.wake.counters.deliveredLocally).toBe(1);
   expect(consumer.counters.localWakes).toBe(1);
   expect(await enqueueEntries()).toBe(0);
@@ -92,21 +99,21 @@ test('a producer sharing the consumer\'s wake channel inserts work already claim
   // Its one slot taken, the consumer takes nothing more: the next wake-up goes to the stream for other replicas.
   await producer.enqueue({ queue, type: 'hold', payload: {} });
   await waitFor(() => consumer.inFlight === 1 || undefined, 10_000, 'the hold item started');
-  await producer.enqueue({ queue, type: 'step', payload: { n: 4 } });
-  expect(consumer.counters.claimedAtInsert).toBe(3);
+  await producer.enqueue({ queue, type: 'step', payload: { n: 5 } });
+  expect(consumer.counters.claimedAtInsert).toBe(4);
   expect(tw.wake.counters.deliveredLocally).toBe(1);
   expect(await enqueueEntries()).toBe(1);
   releaseHold?.();
-  await waitFor(() => consumer.counters.completed === 5 || undefined, 10_000, 'all five completed');
+  await waitFor(() => consumer.counters.completed === 6 || undefined, 10_000, 'all six completed');
 
   // A stopped consumer is no longer a local target.
   await consumer.stop();
-  await producer.enqueue({ queue, type: 'step', payload: { n: 5 } });
-  expect(consumer.counters.claimedAtInsert).toBe(3);
+  await producer.enqueue({ queue, type: 'step', payload: { n: 6 } });
+  expect(consumer.counters.claimedAtInsert).toBe(4);
   expect(await enqueueEntries()).toBe(2);
   expect(tw.wake.counters.failed).toBe(0);
   const [stats] = await tl.ledger.stats(queue);
-  expect(stats?.counts).toMatchObject({ completed: 5, pending: 1, processing: 0 });
+  expect(stats?.counts).toMatchObject({ completed: 6, pending: 1, processing: 0 });
 });
 
 test('a wake-up naming only part of a large batch still gets the whole batch claimed', async () => {

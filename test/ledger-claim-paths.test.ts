@@ -49,31 +49,53 @@ test.each([
   expect(await tl.ledger.countProcessing(queue)).toBe(6);
 });
 
-test('enqueueClaiming inserts only due, lane-less, key-less items claimed (up to max), fenced like a claim', async () => {
+test('enqueueClaiming inserts only due, key-less items and idle lanes\' heads claimed (up to max), fenced like a claim', async () => {
   tl = await createTestLedger();
   const { ledger } = tl;
   const queue = 'claim-at-insert';
   const lease = { owner: 'local-consumer', token: 'tok-at-insert-0000000000', leaseMs: 60_000 };
+  const busyHead = await ledger.enqueue({ queue, type: 't', payload: { n: 0 }, lane: 'busy' });
+  const offered: number[] = [];
   const { results, claimed } = await ledger.enqueueClaiming(
     [
       { queue, type: 't', payload: { n: 1 } },
       { queue, type: 't', payload: { n: 2 }, lane: 'L' },
-      { queue, type: 't', payload: { n: 3 }, delayMs: 60_000 },
-      { queue, type: 't', payload: { n: 4 }, idempotencyKey: 'k' },
-      { queue, type: 't', payload: { n: 5 } },
-      { queue, type: 't', payload: { n: 6 } },
+      { queue, type: 't', payload: { n: 3 }, lane: 'L' },
+      { queue, type: 't', payload: { n: 4 }, lane: 'busy' },
+      { queue, type: 't', payload: { n: 5 }, delayMs: 60_000 },
+      { queue, type: 't', payload: { n: 6 }, idempotencyKey: 'k' },
+      { queue, type: 't', payload: { n: 7 } },
+      { queue, type: 't', payload: { n: 8 } },
     ],
-    () => ({ ...lease, max: 2 }),
+    (eligible) => {
+      offered.push(eligible.length);
+      return { ...lease, max: 4 };
+    },
   );
-  expect(results).toHaveLength(6);
-  // The first two eligible (n 1 and 5); n 6 is over max, the others are not eligible.
-  expect(claimed.map((c) => c.payload)).toEqual([{ n: 1 }, { n: 5 }]);
-  expect(claimed.map((c) => c.id)).toEqual([results[0]!.id, results[4]!.id]);
+  expect(results).toHaveLength(8);
+  // Offered: n 1, 2 (its lane's first in the batch), 4, 7, 8. Up to max: 1, 2, 4 and 7, but
+  // lane 'busy' already had an unfinished item, so n 4 is not its head and waits unclaimed.
+  expect(offered).toEqual([5]);
+  expect(claimed.map((c) => c.payload)).toEqual([{ n: 1 }, { n: 2 }, { n: 7 }]);
+  expect(claimed.map((c) => c.id)).toEqual([results[0]!.id, results[1]!.id, results[6]!.id]);
+  expect(claimed[1]).toMatchObject({ lane: 'L', laneSeq: 1, isHead: true });
   for (const c of claimed) {
     expect(await ledger.get(c.id)).toMatchObject({ state: 'processing', attempt: 1, leaseOwner: lease.owner, leaseToken: lease.token, isHead: true });
     expect((await ledger.get(c.id))!.leaseUntil!.getTime()).toBeGreaterThan(Date.now() + 50_000);
   }
-  for (const i of [1, 2, 3, 5]) expect(await ledger.get(results[i]!.id)).toMatchObject({ state: 'pending', attempt: 0, leaseToken: null });
+  for (const i of [2, 3, 4, 5, 7]) expect(await ledger.get(results[i]!.id)).toMatchObject({ state: 'pending', attempt: 0, leaseToken: null });
+  expect(await ledger.get(results[2]!.id)).toMatchObject({ lane: 'L', laneSeq: 2, isHead: false });
+  expect(await ledger.get(results[3]!.id)).toMatchObject({ lane: 'busy', laneSeq: 2, isHead: false });
+  expect(await ledger.get(busyHead.id)).toMatchObject({ state: 'pending', isHead: true });
+
+  // Lane order holds: n 3 becomes claimable only once n 2 (claimed at insert) completes.
+  const laneL = claimed[1]!;
+  let open = await ledger.claim({ queue, owner: 'other', limit: 10, leaseMs: 60_000 });
+  expect(open.items.map((i) => i.id)).not.toContain(results[2]!.id);
+  expect((await ledger.complete(laneL)).won).toBe(true);
+  open = await ledger.claim({ queue, owner: 'other', limit: 10, leaseMs: 60_000 });
+  expect(open.items.map((i) => i.id)).toContain(results[2]!.id);
+  claimed.splice(1, 1); // the lane-less ones remain: n 1 and n 7
 
   // Fenced like any claim: a foreign token loses, the holder's token completes.
   const mine = claimed[0]!;

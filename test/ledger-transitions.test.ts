@@ -961,9 +961,11 @@ describe('batch, in-transaction and cancelled finalizes', () => {
       { handle: stale, result: { n: 2 } },
       { handle: byPayload.get('solo')! },
     ]);
+    // The stale entry sends the batch down the one-by-one path, which cannot tell whether a lane
+    // got a new head: a winner says it may have.
     expect(res).toEqual([
-      { won: true, state: 'completed' },
-      { won: false, state: 'completed' },
+      { won: true, state: 'completed', laneAdvanced: true },
+      { won: false, state: 'completed', laneAdvanced: false },
       { won: true, state: 'completed' },
     ]);
     expect((await mustGet(ledger, byPayload.get('a1')!.id)).result).toEqual({ n: 1 });
@@ -978,6 +980,14 @@ describe('batch, in-transaction and cancelled finalizes', () => {
     const again = await ledger.completeMany([{ handle: byPayload.get('a1')! }, { handle: byPayload.get('solo')! }]);
     expect(again.map((x) => x.won)).toEqual([false, false]);
     expect(await laneRow(ledger, queue, 'A')).toEqual({ nextSeq: 2, active: 1 });
+    // A batch says which lanes got a new head: A has nothing left, B hands over to b2.
+    const ends = await ledger.completeMany([{ handle: next[0]! }, { handle: byPayload.get('b1')! }]);
+    expect(ends).toEqual([
+      { won: true, state: 'completed', laneAdvanced: false },
+      { won: true, state: 'completed', laneAdvanced: true },
+    ]);
+    expect(await laneRow(ledger, queue, 'A')).toEqual({ nextSeq: 2, active: 0 });
+    expect((await claimAll(ledger, queue)).map((c) => c.payload)).toEqual(['b2']);
   });
 
   test('completeInTransaction: the completion commits with the caller’s writes, or the loss rolls them back', async () => {

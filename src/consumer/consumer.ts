@@ -547,7 +547,7 @@ export class Consumer<DB = Record<string, never>> extends EventEmitter<ConsumerE
     run.start();
     this.emit('started', item);
     void run.done.then(
-      (outcome) => this.finished(item, outcome),
+      (outcome) => this.finished(item, outcome, run.laneAdvanced),
       (error: unknown) => {
         this.counters.errors++;
         this.log.error({ id: item.id, err: (error as Error).message }, 'executor failed');
@@ -556,7 +556,7 @@ export class Consumer<DB = Record<string, never>> extends EventEmitter<ConsumerE
     );
   }
 
-  private finished(item: ClaimedItem, outcome: Outcome): void {
+  private finished(item: ClaimedItem, outcome: Outcome, laneAdvanced?: boolean): void {
     this.running.delete(item.id);
     this.finalizing.delete(item.id);
     const key = ({
@@ -565,8 +565,9 @@ export class Consumer<DB = Record<string, never>> extends EventEmitter<ConsumerE
     } as const)[outcome];
     this.counters[key]++;
     this.cappedUntil = 0;
-    // The slot is free; a finished lane head has a successor worth claiming right here (lane affinity).
-    if (item.lane !== null) this.noteWork();
+    // The slot is free; a finished lane head has a successor worth claiming right here (lane affinity),
+    // unless the completion said the lane has none waiting.
+    if (item.lane !== null && laneAdvanced !== false) this.noteWork();
     this.emit('outcome', item, outcome);
     this.schedulerWake.notify();
     this.readerWake.notify();

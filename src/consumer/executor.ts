@@ -40,6 +40,8 @@ export interface RunningJob {
   tick(nowMs: number): void;
   /** The outcome is written (or given up on). */
   done: Promise<Outcome>;
+  /** Once done: false when the write said the item's lane has nothing left waiting; undefined when not known. */
+  readonly laneAdvanced: boolean | undefined;
 }
 
 export interface ExecutorDeps<DB> {
@@ -87,6 +89,7 @@ export function runJob<DB>(deps: ExecutorDeps<DB>, item: ClaimedItem, claimedAtM
  */
 class JobRun<DB> implements RunningJob {
   done: Promise<Outcome> = NOT_STARTED;
+  laneAdvanced: boolean | undefined;
   /** Set by ctx.transaction once the completion committed with the handler's writes. */
   completedInTx = false;
   handlerMs: number | undefined;
@@ -264,6 +267,7 @@ class JobRun<DB> implements RunningJob {
     if (returned) {
       const value = returned.value;
       const r = await finalizeSafely(deps, item, () => deps.completer.complete(item, value));
+      this.laneAdvanced = r?.laneAdvanced;
       return outcomeOf(r, r && r.state === 'dead' ? 'dead' : 'completed');
     }
     return finalizeError(deps, item, thrown, this.abortReason);

@@ -11,7 +11,7 @@ import { claimByIds, claimHeads, type ClaimOutcome } from './sql/claim.js';
 import { truncate, type Executor } from './sql/common.js';
 import { completeMany } from './sql/completeBatch.js';
 import { probeDependencyWaits, wakeDependency, type ProbeOutcome, type WokenItem } from './sql/dependency.js';
-import { claimableAtInsert, claimedAtInsert, insertItems, MAX_STATEMENT_BYTES, type InsertClaim, type NewItem } from './sql/enqueue.js';
+import { claimableAtInsert, claimedAtInsert, insertItems, insertLanedPipelined, MAX_STATEMENT_BYTES, type InsertClaim, type NewItem } from './sql/enqueue.js';
 import { finalize, finalizeInTx, renewLease, saveCheckpoint, type Finalization, type LeaseHandle, type RenewOutcome } from './sql/finalize.js';
 import { getAttempts, getItem, listDead } from './sql/inspect.js';
 import { activateOwnership, getOwnership, type Ownership } from './sql/ownership.js';
@@ -85,6 +85,12 @@ export interface FinalizeResult {
   won: boolean;
   /** The state this finalize wrote (meaningful when won). */
   state: ItemState;
+  /**
+   * A laned item's lane got a new head in the same transaction (a successor
+   * worth claiming now). False when the lane had nothing left waiting;
+   * undefined when this path does not tell.
+   */
+  laneAdvanced?: boolean;
 }
 
 export interface RetryInput {
@@ -210,10 +216,12 @@ export class Ledger {
   /**
    * Enqueues like enqueueMany, and lets the caller claim at insert: once the
    * batch is validated, `reserve` sees the items that may be inserted already
-   * claimed (due now, no lane, no idempotency key) and may answer a lease;
-   * up to `max` of them are then inserted under it (state processing,
-   * attempt 1), for a consumer in this process that starts them without a
-   * claim round trip. Returns the results in input order and the claimed items.
+   * claimed (due now, no idempotency key; of a lane, only the batch's first
+   * item) and may answer a lease; up to `max` of them are then inserted under
+   * it (state processing, attempt 1), for a consumer in this process that
+   * starts them without a claim round trip. A laned item keeps the lease only
+   * if its lane turns out idle, so it is the head: lane order holds. Returns
+   * the results in input order and the items inserted claimed.
    */
   async enqueueClaiming(
     inputs: readonly EnqueueInput[],
@@ -221,7 +229,16 @@ export class Ledger {
   ): Promise<{ results: EnqueueResult[]; claimed: ClaimedItem[] }> {
     if (!Array.isArray(inputs)) throw new ValidationError([{ field: 'items', message: 'must be an array' }], 'enqueue');
     const items = this.prepare(inputs, 'items');
-    const eligible = items.filter(claimableAtInsert);
+    // Of a lane, only the batch's first item can be its head.
+    const lanes = new Set<string>();
+    const eligible = items.filter((item) => {
+      if (!claimableAtInsert(item)) return false;
+      if (item.lane === null) return true;
+      const key = `${item.queue}\u0000${item.lane}`;
+      if (lanes.has(key)) return false;
+      lanes.add(key);
+      return true;
+    });
     const claim = eligible.length > 0 ? reserve(eligible) : undefined;
     if (claim) {
       const lease: InsertClaim = { owner: claim.owner, token: claim.token, leaseMs: claim.leaseMs };
@@ -232,7 +249,8 @@ export class Ledger {
     const claimed: ClaimedItem[] = [];
     items.forEach((item, i) => {
       const r = results[i];
-      if (item.claim && r && !r.duplicate) claimed.push(claimedAtInsert(r.id, item, item.claim, nowMs));
+      // The insert dropped the claim of a laned item whose lane was busy.
+      if (item.claim && r && !r.duplicate) claimed.push(claimedAtInsert(r.id, item, item.claim, nowMs, r.laneSeq));
     });
     return { results, claimed };
   }
@@ -251,6 +269,9 @@ export class Ledger {
       // No lane bookkeeping: the whole batch is one INSERT (plus a read when it
       // has idempotency keys), atomic without a transaction's extra round trips.
       return retryOnConflict(() => insertItems(this.db, this.tables, items, false), undefined, (e) => errno(e) === ER_DUP_ENTRY);
+    }
+    if (items.every((i) => i.idempotencyKey === null) && fitsOneStatement(items)) {
+      return retryOnConflict(() => insertLanedPipelined(this.db, this.multiStatement, this.tables, items));
     }
     return retryOnConflict(
       () => this.db.transaction().execute((trx) => insertItems(trx, this.tables, items, false)),
@@ -347,7 +368,7 @@ export class Ledger {
   }
 
   /**
-   * Completes many claimed items with a fixed number of statements (one
+   * Completes many claimed items with a fixed number of round trips (one
    * transaction), each still a CAS on its own lease token. Results in input
    * order; a result that cannot be stored ends that item as in `complete`.
    */
@@ -363,9 +384,10 @@ export class Ledger {
       }
     }
     if (ok.length > 0) {
-      const won = await completeMany(this.db, this.tables, ok);
+      const outcomes = await completeMany(this.db, this.multiStatement, this.tables, ok);
       ok.forEach((e, k) => {
-        out[e.index] = { won: won[k] ?? false, state: 'completed' };
+        const o = outcomes[k];
+        out[e.index] = { won: o?.won ?? false, state: 'completed', ...(e.handle.lane !== null ? { laneAdvanced: o?.laneAdvanced ?? true } : {}) };
       });
     }
     return out.map((r) => r ?? { won: false, state: 'completed' });

@@ -14,6 +14,18 @@ export function list(values: readonly (string | number)[]): RawBuilder<unknown> 
   return sql.raw(values.map((v) => escape(v)).join(', '));
 }
 
+/**
+ * `(queue, lane) IN ((…), …)` for a list of lanes. A single pair is written
+ * as two equalities: MariaDB plans a one-pair row-constructor IN as a range
+ * in a SELECT, but as a full index scan in an UPDATE or DELETE (every lane
+ * row read, and latched, per completion of a laned item).
+ */
+export function laneIn(lanes: readonly { queue: string; lane: string | null }[]): RawBuilder<unknown> {
+  const [only] = lanes;
+  if (lanes.length === 1 && only) return sql`(queue = ${only.queue} AND lane = ${only.lane})`;
+  return sql`(queue, lane) IN (${sql.join(lanes.map((l) => sql`(${l.queue}, ${l.lane})`))})`;
+}
+
 /** `NOW(6) + INTERVAL ms` on the ledger's clock. */
 export function nowPlusMs(ms: number): RawBuilder<unknown> {
   return ms === 0 ? sql`NOW(6)` : sql`(NOW(6) + INTERVAL ${Math.round(ms * 1000)} MICROSECOND)`;

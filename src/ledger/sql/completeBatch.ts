@@ -1,9 +1,10 @@
-import { sql } from 'kysely';
+import { sql, type RawBuilder } from 'kysely';
 import type { LedgerDb } from '../connection.js';
 import { retryOnConflict } from '../retry.js';
 import type { LedgerTables } from '../tables.js';
-import { affected, list, type Executor } from './common.js';
+import { affected, laneIn, list, type Executor } from './common.js';
 import { finalize, type LeaseHandle } from './finalize.js';
+import { pipelined, type Send } from './pipeline.js';
 import { advanceHead } from './transition.js';
 
 export interface CompletionEntry {
@@ -11,17 +12,29 @@ export interface CompletionEntry {
   resultJson: string | null;
 }
 
+/** Per entry: whether it won, and for a laned winner whether its lane got a new head (a successor to claim). */
+export interface CompletionOutcome {
+  won: boolean;
+  laneAdvanced: boolean;
+}
+
 /**
  * Completes many claimed items in one transaction with a fixed number of
- * statements, whatever the batch size: each item is still a CAS on its own
+ * round trips, whatever the batch size: each item is still a CAS on its own
  * (id, lease token, processing), and each laned winner still hands its lane
- * to the next item in the same transaction. Returns, per entry, whether it won.
+ * to the next item in the same transaction. Returns, per entry, whether it
+ * won and whether its lane advanced.
  *
  * Items that need an attempt-history row (not a first-try success), or whose
  * lane appears twice in the batch, go through the single-item path.
  */
-export async function completeMany(db: LedgerDb, t: LedgerTables, entries: readonly CompletionEntry[]): Promise<boolean[]> {
-  const won = new Array<boolean>(entries.length).fill(false);
+export async function completeMany(
+  db: LedgerDb,
+  multiStatement: boolean,
+  t: LedgerTables,
+  entries: readonly CompletionEntry[],
+): Promise<CompletionOutcome[]> {
+  const out: CompletionOutcome[] = entries.map(() => ({ won: false, laneAdvanced: false }));
   const batch: number[] = [];
   const single: number[] = [];
   const laneSeen = new Set<string>();
@@ -36,13 +49,15 @@ export async function completeMany(db: LedgerDb, t: LedgerTables, entries: reado
 
   if (batch.length > 0) {
     const items = batch.map((i) => entries[i]!);
-    // Without lanes the batch is one UPDATE: atomic on its own, no transaction round trips.
-    const run = items.some((e) => e.handle.lane !== null)
-      ? () => db.transaction().execute((trx) => completeBatchInTx(trx, t, items))
-      : () => completeBatchInTx(db, t, items);
     try {
-      await retryOnConflict(run);
-      for (const i of batch) won[i] = true;
+      const advanced = items.some((e) => e.handle.lane !== null)
+        ? await retryOnConflict(() => pipelined(db, multiStatement, (send, exec) => completeLanedBatch(send, exec, t, items)))
+        : // Without lanes the batch is one UPDATE: atomic on its own, no transaction.
+          await retryOnConflict(() => completeLanelessBatch(db, t, items));
+      for (const i of batch) {
+        const h = entries[i]!.handle;
+        out[i] = { won: true, laneAdvanced: h.lane !== null && advanced.has(laneKey(h.queue, h.lane)) };
+      }
     } catch (error) {
       if (!(error instanceof PartialBatch)) throw error;
       single.push(...batch);
@@ -50,21 +65,16 @@ export async function completeMany(db: LedgerDb, t: LedgerTables, entries: reado
   }
   for (const i of single) {
     const e = entries[i]!;
-    won[i] = await finalize(db, t, e.handle, { kind: 'complete', resultJson: e.resultJson });
+    const won = await finalize(db, t, e.handle, { kind: 'complete', resultJson: e.resultJson });
+    // The single path does not say whether a successor was there: assume one.
+    out[i] = { won, laneAdvanced: won && e.handle.lane !== null };
   }
-  return won;
+  return out;
 }
 
 class PartialBatch extends Error {}
 
-async function completeBatchInTx(trx: Executor, t: LedgerTables, entries: readonly CompletionEntry[]): Promise<void> {
-  const laned = entries.filter((e) => e.handle.lane !== null);
-  const lanePairs = (es: readonly CompletionEntry[]) => sql.join(es.map((e) => sql`(${e.handle.queue}, ${e.handle.lane})`));
-  // Lane rows first, the order every lane-touching transaction uses.
-  if (laned.length > 0) {
-    await sql`UPDATE ${t.lanes} SET active = active - 1 WHERE (queue, lane) IN (${lanePairs(laned)})`.execute(trx);
-  }
-
+function completionStatement(t: LedgerTables, entries: readonly CompletionEntry[]): RawBuilder<unknown> {
   const ids = entries.map((e) => e.handle.id);
   const withResult = entries.filter((e) => e.resultJson !== null);
   const resultExpr =
@@ -79,43 +89,64 @@ async function completeBatchInTx(trx: Executor, t: LedgerTables, entries: readon
     tokens.size === 1
       ? sql`lease_token = ${onlyToken}`
       : sql`(id, lease_token) IN (${sql.join(entries.map((e) => sql`(${e.handle.id}, ${e.handle.leaseToken})`))})`;
-  const r = await sql`UPDATE ${t.items}
+  return sql`UPDATE ${t.items}
     SET state = 'completed', result = ${resultExpr}, lease_until = NULL, terminal_at = NOW(6), updated_at = NOW(6)
-    WHERE id IN (${list(ids)}) AND state = 'processing' AND ${tokenGuard}`.execute(trx);
+    WHERE id IN (${list(ids)}) AND state = 'processing' AND ${tokenGuard}`;
+}
 
-  // Someone lost their lease: undo this batch and let each item CAS on its own,
-  // which tells exactly who won. Rare (expired leases), so the slow path is fine.
+async function completeLanelessBatch(db: LedgerDb, t: LedgerTables, entries: readonly CompletionEntry[]): Promise<Set<string>> {
+  const r = await completionStatement(t, entries).execute(db);
+  // Someone lost their lease: nothing to undo here (no transaction), each item CASes again on its own.
   if (affected(r) !== entries.length) throw new PartialBatch();
-  if (laned.length > 0) await advanceHeads(trx, t, laned);
+  return new Set();
 }
 
 /**
- * Hands each finished head's lane to its successor. Sequences are gap free,
- * so the successor is almost always `lane_seq + 1`: one statement for all
- * lanes. Lanes that still have unfinished items but whose `lane_seq + 1` was
- * not pending (it was cancelled while waiting) fall back to the scan.
+ * Two round trips. The first, with BEGIN: lane rows first (the order every
+ * lane-touching transaction uses), the CAS of every item, and the reads that
+ * find each lane's successor. The second: the successors become heads, and
+ * COMMIT. Sequences are gap free, so the successor is almost always
+ * `lane_seq + 1`; a lane that still has unfinished items but whose
+ * `lane_seq + 1` is not pending (cancelled while waiting) falls back to the
+ * scan. Returns the lanes that got a new head.
  */
-async function advanceHeads(trx: Executor, t: LedgerTables, done: readonly CompletionEntry[]): Promise<void> {
-  const active = await sql<{ queue: string; lane: string; active: number }>`
-    SELECT queue, lane, active FROM ${t.lanes}
-    WHERE (queue, lane) IN (${sql.join(done.map((e) => sql`(${e.handle.queue}, ${e.handle.lane})`))})`.execute(trx);
-  const busy = new Set(active.rows.filter((r) => Number(r.active) > 0).map((r) => laneKey(r.queue, r.lane)));
-  const expecting = done.filter((e) => busy.has(laneKey(e.handle.queue, e.handle.lane ?? '')));
-  if (expecting.length === 0) return;
+async function completeLanedBatch(send: Send, exec: Executor, t: LedgerTables, entries: readonly CompletionEntry[]): Promise<Set<string>> {
+  const laned = entries.filter((e) => e.handle.lane !== null);
+  const lanes = laned.map((e) => e.handle);
   // Row-constructor IN: MariaDB plans it as a range on ix_lane in a SELECT but
-  // as a full scan in an UPDATE, so find the ids first, then update by key.
-  const next = await sql<{ id: string }>`SELECT id FROM ${t.items} FORCE INDEX (ix_lane)
-    WHERE (queue, lane, lane_seq) IN (${sql.join(
-      expecting.map((e) => sql`(${e.handle.queue}, ${e.handle.lane}, ${(e.handle.laneSeq ?? 0) + 1})`),
-    )}) AND state = 'pending'`.execute(trx);
-  if (next.rows.length > 0) {
-    await sql`UPDATE ${t.items} SET is_head = 1, updated_at = NOW(6)
-      WHERE id IN (${list(next.rows.map((r) => r.id))}) AND state = 'pending'`.execute(trx);
+  // as a full scan in an UPDATE, so the successors are found first, then updated by key.
+  const [, completed, active, next] = await send([
+    sql`UPDATE ${t.lanes} SET active = active - 1 WHERE ${laneIn(lanes)}`,
+    completionStatement(t, entries),
+    sql`SELECT queue, lane, active FROM ${t.lanes} WHERE ${laneIn(lanes)}`,
+    sql`SELECT id, queue, lane FROM ${t.items} FORCE INDEX (ix_lane)
+      WHERE (queue, lane, lane_seq) IN (${sql.join(laned.map((e) => sql`(${e.handle.queue}, ${e.handle.lane}, ${(e.handle.laneSeq ?? 0) + 1})`))})
+        AND state = 'pending'`,
+  ]);
+  // Someone lost their lease: roll this batch back and let each item CAS on its
+  // own, which tells exactly who won. Rare (expired leases), so the slow path is fine.
+  if (completed?.affected !== entries.length) throw new PartialBatch();
+
+  const busy = new Set((active?.rows ?? []).filter((r) => Number(r.active) > 0).map((r) => laneKey(String(r.queue), String(r.lane))));
+  const successors = (next?.rows ?? []).filter((r) => busy.has(laneKey(String(r.queue), String(r.lane))));
+  const advanced = new Set(successors.map((r) => laneKey(String(r.queue), String(r.lane))));
+  const ids = successors.map((r) => String(r.id));
+  const heads = ids.length > 0 ? [sql`UPDATE ${t.items} SET is_head = 1, updated_at = NOW(6) WHERE id IN (${list(ids)}) AND state = 'pending'`] : [];
+  const stragglers = laned.filter((e) => {
+    const k = laneKey(e.handle.queue, e.handle.lane ?? '');
+    return busy.has(k) && !advanced.has(k);
+  });
+  if (stragglers.length === 0) {
+    await send(heads, { commit: true });
+    return advanced;
   }
-  if (next.rows.length === expecting.length) return;
-  for (const e of expecting) {
-    await advanceHead(trx, t, { queue: e.handle.queue, lane: e.handle.lane, laneSeq: e.handle.laneSeq });
+  await send(heads);
+  for (const e of stragglers) {
+    if (await advanceHead(exec, t, { queue: e.handle.queue, lane: e.handle.lane, laneSeq: e.handle.laneSeq })) {
+      advanced.add(laneKey(e.handle.queue, e.handle.lane ?? ''));
+    }
   }
+  return advanced;
 }
 
 function laneKey(queue: string, lane: string): string {

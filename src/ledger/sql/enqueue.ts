@@ -1,8 +1,10 @@
 import { sql, type RawBuilder } from 'kysely';
 import { newId } from '../ids.js';
+import type { LedgerDb } from '../connection.js';
 import type { LedgerTables } from '../tables.js';
 import type { ClaimedItem, EnqueueResult, QueueClass } from '../types.js';
-import { affected, nowPlusMs, type Executor } from './common.js';
+import { affected, laneIn, nowPlusMs, type Executor } from './common.js';
+import { pipelined } from './pipeline.js';
 
 /** An item ready to insert: validated, payload already JSON text. */
 export interface NewItem {
@@ -28,19 +30,23 @@ export interface InsertClaim {
   leaseMs: number;
 }
 
-/** Whether an item may be inserted already claimed: due now, alone in its lane, nothing to resolve first. */
+/**
+ * Whether an item may be offered a claim at insert: due now, nothing to
+ * resolve first. A laned item keeps the claim only if the insert finds its
+ * lane idle (it is the head); otherwise it waits for its turn as usual.
+ */
 export function claimableAtInsert(item: NewItem): boolean {
-  return item.lane === null && item.runAt === null && item.delayMs === 0 && item.idempotencyKey === null && (item.replayOf ?? null) === null;
+  return item.runAt === null && item.delayMs === 0 && item.idempotencyKey === null && (item.replayOf ?? null) === null;
 }
 
 /**
  * The claimed item as `insertItems` wrote it, for the consumer that holds
  * its lease. Times are this process's clock (the row has the ledger's).
  */
-export function claimedAtInsert(id: string, item: NewItem, claim: InsertClaim, nowMs: number): ClaimedItem {
+export function claimedAtInsert(id: string, item: NewItem, claim: InsertClaim, nowMs: number, laneSeq: number | null): ClaimedItem {
   const now = new Date(nowMs);
   return {
-    id, queue: item.queue, type: item.type, lane: null, laneSeq: null, isHead: true, queueClass: item.queueClass,
+    id, queue: item.queue, type: item.type, lane: item.lane, laneSeq, isHead: true, queueClass: item.queueClass,
     priority: item.priority, payload: JSON.parse(item.payloadJson) as unknown, state: 'processing', runAfter: now,
     attempt: 1, maxAttempts: item.maxAttempts, leaseOwner: claim.owner, leaseToken: claim.token,
     leaseUntil: new Date(nowMs + claim.leaseMs), epoch: null, idempotencyKey: null, dependencyKey: null, probeAfter: null,
@@ -134,11 +140,15 @@ export async function insertItems(
 }
 
 async function insertChunk(exec: Executor, t: LedgerTables, values: RawBuilder<unknown>[], expected: number): Promise<void> {
-  const r = await sql`INSERT INTO ${t.items} (id, queue, type, lane, lane_seq, is_head, queue_class, priority,
+  const r = await insertStatement(t, values).execute(exec);
+  if (affected(r) !== expected) throw new Error(`enqueue: inserted ${affected(r)} of ${expected} rows`);
+}
+
+function insertStatement(t: LedgerTables, values: readonly RawBuilder<unknown>[]): RawBuilder<unknown> {
+  return sql`INSERT INTO ${t.items} (id, queue, type, lane, lane_seq, is_head, queue_class, priority,
       payload, state, run_after, attempt, max_attempts, idempotency_key, replay_of, created_at, updated_at,
       lease_owner, lease_token, lease_until, started_at)
-    VALUES ${sql.join(values)}`.execute(exec);
-  if (affected(r) !== expected) throw new Error(`enqueue: inserted ${affected(r)} of ${expected} rows`);
+    VALUES ${sql.join(values)}`;
 }
 
 function valuesRow(id: string, item: NewItem, laneSeq: number | null, isHead: boolean): RawBuilder<unknown> {
@@ -152,18 +162,15 @@ function valuesRow(id: string, item: NewItem, laneSeq: number | null, isHead: bo
     ${item.replayOf ?? null}, NOW(6), NOW(6), ${lease})`;
 }
 
-/**
- * For every laned item, the next gap-free sequence of its lane and whether it
- * is the head (its lane had no unfinished item). Lane rows are upserted in a
- * fixed order so concurrent batches lock them without deadlocking. Items
- * alone in their lane (no lane key) touch no lane row at all.
- */
-async function assignLaneSequences(
-  exec: Executor,
-  t: LedgerTables,
-  items: readonly NewItem[],
-): Promise<({ seq: number; head: boolean } | undefined)[]> {
-  const counts = new Map<string, { queue: string; lane: string; n: number }>();
+interface LaneCount {
+  queue: string;
+  lane: string;
+  n: number;
+}
+
+/** Per lane of the batch, how many of its items it carries; lanes sorted, the order every batch locks them in. */
+function laneCounts(items: readonly NewItem[]): LaneCount[] {
+  const counts = new Map<string, LaneCount>();
   for (const item of items) {
     if (item.lane === null) continue;
     const k = idemKey(item.queue, item.lane);
@@ -171,27 +178,39 @@ async function assignLaneSequences(
     if (c) c.n++;
     else counts.set(k, { queue: item.queue, lane: item.lane, n: 1 });
   }
-  if (counts.size === 0) return items.map(() => undefined);
-
-  const lanes = [...counts.values()].sort((a, b) =>
+  return [...counts.values()].sort((a, b) =>
     a.queue < b.queue ? -1 : a.queue > b.queue ? 1 : a.lane < b.lane ? -1 : a.lane > b.lane ? 1 : 0,
   );
-  await sql`INSERT INTO ${t.lanes} (queue, lane, next_seq, active)
-    VALUES ${sql.join(lanes.map((l) => sql`(${l.queue}, ${l.lane}, ${l.n}, ${l.n})`))}
-    ON DUPLICATE KEY UPDATE next_seq = next_seq + VALUES(next_seq), active = active + VALUES(active)`.execute(exec);
-  const rows = await sql<{ queue: string; lane: string; next_seq: number; active: number }>`
-    SELECT queue, lane, next_seq, active FROM ${t.lanes}
-    WHERE (queue, lane) IN (${sql.join(lanes.map((l) => sql`(${l.queue}, ${l.lane})`))})`.execute(exec);
+}
 
+/**
+ * Reserves the batch's sequences on its lane rows (locking them), then reads
+ * the rows back: two statements with no result needed between them.
+ */
+function laneStatements(t: LedgerTables, lanes: readonly LaneCount[]): [RawBuilder<unknown>, RawBuilder<unknown>] {
+  return [
+    sql`INSERT INTO ${t.lanes} (queue, lane, next_seq, active)
+    VALUES ${sql.join(lanes.map((l) => sql`(${l.queue}, ${l.lane}, ${l.n}, ${l.n})`))}
+    ON DUPLICATE KEY UPDATE next_seq = next_seq + VALUES(next_seq), active = active + VALUES(active)`,
+    sql`SELECT queue, lane, next_seq, active FROM ${t.lanes} WHERE ${laneIn(lanes)}`,
+  ];
+}
+
+type LaneRow = { queue: string; lane: string; next_seq: number; active: number };
+
+/**
+ * For every laned item, the next gap-free sequence of its lane and whether it
+ * is the head (its lane had no unfinished item). An item that is not its
+ * lane's head loses any claim it was offered: it waits for its turn.
+ */
+function sequencesFrom(items: readonly NewItem[], lanes: readonly LaneCount[], rows: readonly LaneRow[]): ({ seq: number; head: boolean } | undefined)[] {
+  const counts = new Map(lanes.map((l) => [idemKey(l.queue, l.lane), l.n]));
   // Per lane: the first sequence of this batch, and whether the lane was idle before it.
   const cursor = new Map<string, { next: number; idleBefore: boolean }>();
-  for (const r of rows.rows) {
-    const c = counts.get(idemKey(r.queue, r.lane));
-    if (!c) continue;
-    cursor.set(idemKey(r.queue, r.lane), {
-      next: Number(r.next_seq) - c.n + 1,
-      idleBefore: Number(r.active) - c.n === 0,
-    });
+  for (const r of rows) {
+    const n = counts.get(idemKey(r.queue, r.lane));
+    if (n === undefined) continue;
+    cursor.set(idemKey(r.queue, r.lane), { next: Number(r.next_seq) - n + 1, idleBefore: Number(r.active) - n === 0 });
   }
   return items.map((item) => {
     if (item.lane === null) return undefined;
@@ -200,7 +219,44 @@ async function assignLaneSequences(
     const seq = cur.next++;
     const head = cur.idleBefore;
     cur.idleBefore = false;
+    if (!head) delete item.claim;
     return { seq, head };
+  });
+}
+
+async function assignLaneSequences(
+  exec: Executor,
+  t: LedgerTables,
+  items: readonly NewItem[],
+): Promise<({ seq: number; head: boolean } | undefined)[]> {
+  const lanes = laneCounts(items);
+  if (lanes.length === 0) return items.map(() => undefined);
+  const [upsert, read] = laneStatements(t, lanes);
+  await upsert.execute(exec);
+  const rows = await read.$castTo<LaneRow>().execute(exec);
+  return sequencesFrom(items, lanes, rows.rows);
+}
+
+/**
+ * A batch with lanes and without idempotency keys, in one pipelined
+ * transaction: the lane rows (sequences reserved, read back) in the first
+ * round trip, the items and the commit in the second.
+ */
+export async function insertLanedPipelined(db: LedgerDb, multiStatement: boolean, t: LedgerTables, items: readonly NewItem[]): Promise<EnqueueResult[]> {
+  const lanes = laneCounts(items);
+  return pipelined(db, multiStatement, async (send) => {
+    const [, read] = await send(laneStatements(t, lanes));
+    const seqs = sequencesFrom(items, lanes, (read?.rows ?? []) as LaneRow[]);
+    const results: EnqueueResult[] = [];
+    const values = items.map((item, i) => {
+      const s = seqs[i];
+      const id = newId();
+      results.push({ id, duplicate: false, laneSeq: s?.seq ?? null });
+      return valuesRow(id, item, s?.seq ?? null, s?.head ?? true);
+    });
+    const [inserted] = await send([insertStatement(t, values)], { commit: true });
+    if (inserted?.affected !== items.length) throw new Error(`enqueue: inserted ${inserted?.affected ?? 0} of ${items.length} rows`);
+    return results;
   });
 }
 

@@ -1,7 +1,7 @@
 import { sql } from 'kysely';
 import type { LedgerDb } from '../connection.js';
 import type { LedgerTables } from '../tables.js';
-import { affected, list, nowPlusMs } from './common.js';
+import { affected, laneIn, list, nowPlusMs } from './common.js';
 
 /**
  * Deletes terminal items (and their history) that ended more than
@@ -29,7 +29,7 @@ export async function purgeTerminal(
     // A lane row may go once nothing of the lane is left; enqueue locks the
     // same row, so a concurrent enqueue either sees it gone or keeps it alive.
     await sql`DELETE FROM ${t.lanes} WHERE active = 0
-      AND (queue, lane) IN (${sql.join(lanes.map((l) => sql`(${l.queue}, ${l.lane})`))})
+      AND ${laneIn(lanes)}
       AND NOT EXISTS (SELECT 1 FROM ${t.items} i WHERE i.queue = ${t.lanes}.queue AND i.lane = ${t.lanes}.lane)`.execute(db);
   }
   return deleted;

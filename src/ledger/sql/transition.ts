@@ -95,15 +95,16 @@ async function casUpdate(exec: Executor, t: LedgerTables, spec: TransitionSpec):
  * Two statements on purpose: MariaDB runs `UPDATE … ORDER BY … LIMIT 1` over
  * a range by buffering every matching row first (48 ms at the head of a
  * 100,000-item lane), and its optimizer prefers ix_claim here, so the read
- * names ix_lane.
+ * names ix_lane. Returns whether the lane has a new head.
  */
-export async function advanceHead(exec: Executor, t: LedgerTables, place: Omit<ItemPlace, 'id'>): Promise<void> {
+export async function advanceHead(exec: Executor, t: LedgerTables, place: Omit<ItemPlace, 'id'>): Promise<boolean> {
   const next = await sql<{ id: string }>`SELECT id FROM ${t.items} FORCE INDEX (ix_lane)
     WHERE queue = ${place.queue} AND lane = ${place.lane} AND lane_seq > ${place.laneSeq} AND state = 'pending'
     ORDER BY lane_seq LIMIT 1`.execute(exec);
   const id = next.rows[0]?.id;
-  if (id === undefined) return;
+  if (id === undefined) return false;
   await sql`UPDATE ${t.items} SET is_head = 1, updated_at = NOW(6) WHERE id = ${id} AND state = 'pending'`.execute(exec);
+  return true;
 }
 
 export async function insertHistory(exec: Executor, t: LedgerTables, itemId: string, h: HistoryEntry): Promise<void> {
