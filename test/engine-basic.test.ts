@@ -46,6 +46,32 @@ test('a consumer completes every item in lane order, woken by Redis', async () =
   expect(stats?.counts.completed).toBe(100);
 });
 
+test('a consumer that finishes a lane head takes its successor in the same transaction (lane affinity)', async () => {
+  tl = await createTestLedger();
+  tw = createTestWake();
+  const queue = uniqueQueue('affinity');
+  const order: number[] = [];
+  const consumer = new Consumer({
+    ledger: tl.ledger,
+    wake: tw.wake,
+    queue,
+    concurrency: 1,
+    pollIntervalMs: 60_000, // no sweep: only the wake-up and the completions bring work in
+    handlers: { step: async (job: { payload: { n: number } }) => void order.push(job.payload.n) },
+  });
+  await consumer.start();
+  const producer = new Producer({ ledger: tl.ledger, wake: tw.remote() });
+  await producer.enqueueMany(Array.from({ length: 20 }, (_, n) => ({ queue, type: 'step', lane: 'only', payload: { n } })));
+  await waitFor(() => consumer.counters.completed === 20 || undefined, 20_000, 'the lane completed');
+  await consumer.stop();
+  expect(order).toEqual(Array.from({ length: 20 }, (_, n) => n));
+  // The wake-up's claim takes the head; nearly every later item comes with its predecessor's completion.
+  expect(consumer.counters.claimedWithCompletion).toBeGreaterThanOrEqual(15);
+  expect(consumer.counters.claimed).toBe(20);
+  const [stats] = await tl.ledger.stats(queue);
+  expect(stats?.counts).toMatchObject({ completed: 20, processing: 0, pending: 0 });
+});
+
 test('a producer sharing the consumer\'s wake channel inserts work already claimed for it, hands it wake-ups, and uses the stream once it is full', async () => {
   tl = await createTestLedger();
   tw = createTestWake();

@@ -125,3 +125,56 @@ test('an item claimed at insert whose holder died is reclaimed when its lease ex
   const again = await ledger.claim({ queue, owner: 'survivor', limit: 1, leaseMs: 60_000 });
   expect(again.items.map((i) => [i.id, i.attempt])).toEqual([[claimed[0]!.id, 2]]);
 });
+
+test.each([
+  ['its own pool (two round trips)', false],
+  ['a handed-in Kysely without multipleStatements (one statement each)', true],
+])('completeManyClaimingNext claims the new heads it may take with the completion, through %s', async (_label, plain) => {
+  tl = await createTestLedger();
+  const ledger = plain ? (external = ledgerOnPlainPool(tl.url)) : tl.ledger;
+  const queue = 'affinity';
+  const r = await ledger.enqueueMany([
+    { queue, type: 't', payload: 'a1', lane: 'A' },
+    { queue, type: 't', payload: 'a2', lane: 'A' },
+    { queue, type: 't', payload: 'b1', lane: 'B' },
+    { queue, type: 't', payload: 'b2', lane: 'B', delayMs: 60_000 },
+    { queue, type: 't', payload: 'c1', lane: 'C' },
+    { queue, type: 'other', payload: 'c2', lane: 'C' },
+    { queue, type: 't', payload: 'd1', lane: 'D' },
+    { queue, type: 't', payload: 'd2', lane: 'D' },
+    { queue, type: 't', payload: 'e1', lane: 'E' },
+  ]);
+  const id = (p: string) => r[['a1', 'a2', 'b1', 'b2', 'c1', 'c2', 'd1', 'd2', 'e1'].indexOf(p)]!.id;
+  const heads = (await ledger.claim({ queue, owner: 'w1', limit: 10, leaseMs: 60_000 })).items;
+  expect(heads.map((h) => h.payload).sort()).toEqual(['a1', 'b1', 'c1', 'd1', 'e1']);
+  const next = { owner: 'w2', token: 'tok-successors-000000000', leaseMs: 60_000, max: 1, types: ['t'] };
+
+  // A bad lease is refused, naming the field, and nothing is written.
+  await expect(ledger.completeManyClaimingNext(heads.map((h) => ({ handle: h })), { ...next, token: 'no spaces allowed here!' })).rejects.toThrow(/token/);
+  expect(await ledger.countProcessing(queue)).toBe(5);
+
+  const { results, claimed } = await ledger.completeManyClaimingNext(heads.map((h) => ({ handle: h })), next);
+  expect(results.every((x) => x.won)).toBe(true);
+  // Of the new heads, b2 is not due and c2 is not of the given types; a2 and d2 qualify, max is 1.
+  expect(claimed).toHaveLength(1);
+  const took = claimed[0]!;
+  expect(['a2', 'd2']).toContain(took.payload);
+  expect(took).toMatchObject({ state: 'processing', attempt: 1, leaseOwner: 'w2', leaseToken: next.token, isHead: true });
+  expect(await ledger.get(took.id)).toMatchObject({ state: 'processing', attempt: 1, leaseOwner: 'w2', leaseToken: next.token });
+  const left = took.payload === 'a2' ? 'd2' : 'a2';
+  for (const p of [left, 'b2', 'c2']) expect(await ledger.get(id(p)), p).toMatchObject({ state: 'pending', isHead: true, attempt: 0 });
+  // Each lane says whether a new head is left waiting for a claim.
+  const advanced = new Map(heads.map((h, i) => [h.payload as string, results[i]!.laneAdvanced]));
+  expect(Object.fromEntries(advanced)).toEqual({
+    a1: took.payload !== 'a2',
+    b1: true,
+    c1: true,
+    d1: took.payload !== 'd2',
+    e1: false,
+  });
+  // The claimed successor is fenced like any claim: its token completes it, a stale one does not.
+  expect((await ledger.complete({ ...took, leaseToken: 'someone-else-0000000000' })).won).toBe(false);
+  expect((await ledger.complete(took)).won).toBe(true);
+  const rest = await ledger.claim({ queue, owner: 'w3', limit: 10, leaseMs: 60_000, types: ['t'] });
+  expect(rest.items.map((i) => i.payload)).toEqual([left]);
+});

@@ -1,5 +1,14 @@
 import type { FinalizeResult, Ledger } from '../ledger/ledger.js';
+import type { SuccessorClaim } from '../ledger/sql/completeBatch.js';
 import type { LeaseHandle } from '../ledger/sql/finalize.js';
+import type { ClaimedItem } from '../ledger/types.js';
+
+/** Room a consumer grants a completion batch for its lanes' next heads, and where they go. */
+export interface SuccessorLease {
+  claim: SuccessorClaim;
+  /** Called once with what the batch claimed (nothing if it failed): the room is given back. */
+  accept(items: readonly ClaimedItem[]): void;
+}
 
 interface Waiting {
   handle: LeaseHandle;
@@ -13,7 +22,9 @@ interface Waiting {
  * writes them with one `completeMany` (a fixed number of statements per
  * batch, each item still a CAS on its own token). While a batch is being
  * written, the next one gathers; when more wait than one batch takes, a
- * second batch is written alongside.
+ * second batch is written alongside. A batch with laned items asks
+ * `successors` for room, and claims its lanes' next heads with the
+ * completion (lane affinity).
  */
 export class BatchCompleter {
   private queue: Waiting[] = [];
@@ -24,6 +35,7 @@ export class BatchCompleter {
     private readonly maxBatch = 128,
     /** Batches written at once: a laned batch is a transaction of several round trips, so a second one overlaps it. */
     private readonly maxFlushes = 2,
+    private readonly successors?: (wanted: number) => SuccessorLease | undefined,
   ) {}
 
   complete(handle: LeaseHandle, result: unknown): Promise<FinalizeResult> {
@@ -44,10 +56,17 @@ export class BatchCompleter {
         this.flushes++;
         void this.flush();
       }
+      const laned = batch.filter((w) => w.handle.lane !== null).length;
+      const lease = laned > 0 ? this.successors?.(laned) : undefined;
       try {
-        const results = await this.ledger.completeMany(batch.map((w) => ({ handle: w.handle, result: w.result })));
+        const { results, claimed } = await this.ledger.completeManyClaimingNext(
+          batch.map((w) => ({ handle: w.handle, result: w.result })),
+          lease?.claim,
+        );
+        lease?.accept(claimed);
         batch.forEach((w, i) => w.resolve(results[i] ?? { won: false, state: 'completed' }));
       } catch (error) {
+        lease?.accept([]);
         for (const w of batch) w.reject(error);
       }
     }

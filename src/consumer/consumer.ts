@@ -14,7 +14,7 @@ import { createBlockingClient, whenReady } from '../wake/redis.js';
 import type { DirectReservation } from '../wake/local-route.js';
 import type { WakeChannel } from '../wake/wake-channel.js';
 import { Producer } from '../producer/producer.js';
-import { BatchCompleter } from './completer.js';
+import { BatchCompleter, type SuccessorLease } from './completer.js';
 import { runJob, type ExecutorDeps, type Outcome, type RunningJob } from './executor.js';
 import { leaseTickMs } from './lease-keeper.js';
 import { sleep, Notifier } from './notifier.js';
@@ -47,6 +47,8 @@ export interface ConsumerCounters {
   localWakes: number;
   /** Items a producer in this process inserted already claimed for this consumer (no claim round trip). */
   claimedAtInsert: number;
+  /** Lane successors claimed in the transaction that completed their predecessors (lane affinity, no claim round). */
+  claimedWithCompletion: number;
   followUpWakes: number;
   /** Prefetched items handed back unstarted (their wait in the buffer ran too long, or the consumer stopped). */
   prefetchReleased: number;
@@ -93,7 +95,7 @@ export class Consumer<DB = Record<string, never>> extends EventEmitter<ConsumerE
   readonly name: string;
   readonly counters: ConsumerCounters = {
     claimed: 0, completed: 0, retried: 0, dead: 0, released: 0, blocked: 0, cancelled: 0, skipped: 0,
-    leaseLost: 0, abandoned: 0, claimRounds: 0, sweeps: 0, wakeEntriesRead: 0, localWakes: 0, claimedAtInsert: 0, followUpWakes: 0, prefetchReleased: 0, errors: 0,
+    leaseLost: 0, abandoned: 0, claimRounds: 0, sweeps: 0, wakeEntriesRead: 0, localWakes: 0, claimedAtInsert: 0, claimedWithCompletion: 0, followUpWakes: 0, prefetchReleased: 0, errors: 0,
   };
 
   private readonly ledger: Ledger;
@@ -121,6 +123,7 @@ export class Consumer<DB = Record<string, never>> extends EventEmitter<ConsumerE
   private loopsSettled: Promise<void> = Promise.resolve();
   private state: 'new' | 'running' | 'stopping' | 'stopped' = 'new';
   private mightHaveWork = true;
+  private readonly lateReleases = new Set<Promise<void>>();
   /** Slots held for items a producer in this process is inserting already claimed for us. */
   private directReserved = 0;
   /** Bumped by every noteWork(): a claim round must not forget a signal its head search did not see. */
@@ -159,7 +162,7 @@ export class Consumer<DB = Record<string, never>> extends EventEmitter<ConsumerE
     this.handlers = new Map(Object.entries(handlers).map(([type, h]) => [type, normalizeHandler(h)]));
     this.name = this.settings.name ?? `${hostname()}:${process.pid}:${randomBytes(3).toString('hex')}`;
     this.log = (logger ?? createLogger('lanewake.consumer')).child({ queue: this.settings.queue, consumer: this.name });
-    this.completer = new BatchCompleter(ledger);
+    this.completer = new BatchCompleter(ledger, undefined, undefined, this.successorLease);
     this.executorDeps = {
       ledger,
       completer: this.completer,
@@ -272,6 +275,7 @@ export class Consumer<DB = Record<string, never>> extends EventEmitter<ConsumerE
       for (const r of this.running.values()) r.abandon();
       await settled();
     }
+    await Promise.allSettled([...this.lateReleases]);
     clearInterval(this.clock);
     clearTimeout(this.lookTimer);
     if (this.wake && this.streams) {
@@ -350,6 +354,14 @@ export class Consumer<DB = Record<string, never>> extends EventEmitter<ConsumerE
   }
 
   /** Hands unstarted items back without spending an attempt. */
+  /** Items handed to a consumer that has begun stopping go straight back; stop() waits for that. */
+  private releaseLate(items: readonly ClaimedItem[], claimedAtMs: number): void {
+    this.counters.claimed += items.length;
+    const p = this.releasePrefetched(items.map((item) => ({ item, claimedAtMs })), 'consumer stopping');
+    this.lateReleases.add(p);
+    void p.finally(() => this.lateReleases.delete(p));
+  }
+
   private async releasePrefetched(items: readonly Prefetched[], reason: string): Promise<void> {
     if (items.length === 0) return;
     this.counters.prefetchReleased += items.length;
@@ -627,10 +639,41 @@ export class Consumer<DB = Record<string, never>> extends EventEmitter<ConsumerE
         // The lease runs from before the insert: the keeper renews no later than it must.
         if (this.active) return this.takeClaimed(items, reservedAtMs);
         // Stopping (its buffer may be handed back already): hand these back at once.
-        this.counters.claimed += items.length;
-        void this.releasePrefetched(items.map((item) => ({ item, claimedAtMs: reservedAtMs })), 'consumer stopping');
+        this.releaseLate(items, reservedAtMs);
       },
       cancel: close,
+    };
+  };
+
+  /**
+   * Lane affinity (DESIGN §6): a completion batch that finishes lane heads
+   * claims their successors in its own transaction, into room this consumer
+   * has now (free slots and prefetch room not promised to a claim round).
+   * Not for claims fenced in SQL (fleet-wide cap, ownership epoch).
+   */
+  private readonly successorLease = (wanted: number): SuccessorLease | undefined => {
+    if (!this.active || this.paused || this.settings.maxProcessing !== undefined || this.settings.epoch !== undefined) return undefined;
+    const room = Math.min(wanted, MAX_CLAIM_ITEMS, this.claimRoom() - this.reservedRoom);
+    if (room <= 0) return undefined;
+    this.reservedRoom += room;
+    const claimedAtMs = Date.now();
+    return {
+      claim: {
+        owner: this.name,
+        token: newLeaseToken(),
+        leaseMs: this.settings.leaseMs,
+        max: room,
+        classes: this.settings.classes,
+        ...(this.settings.types ? { types: this.settings.types } : {}),
+      },
+      accept: (items) => {
+        this.reservedRoom -= room;
+        this.schedulerWake.notify();
+        if (items.length === 0) return;
+        this.counters.claimedWithCompletion += items.length;
+        if (this.active) this.takeClaimed(items, claimedAtMs);
+        else this.releaseLate(items, claimedAtMs);
+      },
     };
   };
 

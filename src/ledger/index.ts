@@ -9,6 +9,7 @@ export { backoffDelayMs, DEFAULT_BACKOFF, type BackoffPolicy, type BackoffInput 
 export { errorDigest, ReplayRejectedError, type ReplayRejection } from './sql/replay.js';
 export { OwnershipConflictError, type Ownership } from './sql/ownership.js';
 export type { ClaimOutcome } from './sql/claim.js';
+export type { SuccessorClaim } from './sql/completeBatch.js';
 export type { LeaseHandle, RenewOutcome } from './sql/finalize.js';
 export type { CancelOutcome } from './sql/cancel.js';
 export type { ReclaimOutcome } from './sql/reclaim.js';

@@ -9,7 +9,7 @@ import { ER_DUP_ENTRY, errno, retryOnConflict } from './retry.js';
 import { cancelItem, type CancelOutcome } from './sql/cancel.js';
 import { claimByIds, claimHeads, type ClaimOutcome } from './sql/claim.js';
 import { truncate, type Executor } from './sql/common.js';
-import { completeMany } from './sql/completeBatch.js';
+import { completeMany, type SuccessorClaim } from './sql/completeBatch.js';
 import { probeDependencyWaits, wakeDependency, type ProbeOutcome, type WokenItem } from './sql/dependency.js';
 import { claimableAtInsert, claimedAtInsert, insertItems, insertLanedPipelined, MAX_STATEMENT_BYTES, type InsertClaim, type NewItem } from './sql/enqueue.js';
 import { finalize, finalizeInTx, renewLease, saveCheckpoint, type Finalization, type LeaseHandle, type RenewOutcome } from './sql/finalize.js';
@@ -86,9 +86,9 @@ export interface FinalizeResult {
   /** The state this finalize wrote (meaningful when won). */
   state: ItemState;
   /**
-   * A laned item's lane got a new head in the same transaction (a successor
-   * worth claiming now). False when the lane had nothing left waiting;
-   * undefined when this path does not tell.
+   * A laned item's lane got a new head in the same transaction, left pending
+   * for a claim. False when the lane had nothing left waiting or its new head
+   * was claimed with the completion; undefined when this path does not tell.
    */
   laneAdvanced?: boolean;
 }
@@ -135,6 +135,16 @@ const releaseSchema = z.object({ delayMs: durationMs.optional(), reason: z.strin
 const limitSchema = z.number().int().min(1).max(100_000);
 // Schemas are built once here: zod compiles each on first use, and building
 // one per call showed up as the largest allocator on the claim path.
+const successorClaimSchema = z
+  .object({
+    owner: workerName,
+    token: z.string().regex(/^[A-Za-z0-9_-]{16,32}$/, 'must be 16-32 chars of [A-Za-z0-9_-]'),
+    leaseMs: positiveDurationMs,
+    max: z.number().int().min(0).max(MAX_CLAIM_ITEMS),
+    classes: z.array(queueClass).optional(),
+    types: z.array(typeName).max(200).optional(),
+  })
+  .strict();
 const claimByIdsSchema = claimSchema.omit({ limit: true, classes: true, types: true }).extend({ ids: z.array(itemId).max(MAX_CLAIM_ITEMS) });
 const wakeDependencySchema = z.object({ key: keyString, queue: queueName.optional() });
 const maintenanceSchema = z.object({ queue: queueName.optional(), limit: limitSchema.default(500) });
@@ -373,6 +383,21 @@ export class Ledger {
    * order; a result that cannot be stored ends that item as in `complete`.
    */
   async completeMany(entries: readonly { handle: LeaseHandle; result?: unknown }[]): Promise<FinalizeResult[]> {
+    return (await this.completeManyClaimingNext(entries)).results;
+  }
+
+  /**
+   * completeMany with lane affinity (DESIGN §6): when a completion makes the
+   * next item of its lane the head, up to `next.max` such new heads that are
+   * due and of `next`'s classes and types are claimed in the same
+   * transaction under `next`'s lease, so their lanes never wait for a claim
+   * round. Each is an ordinary claim (attempt + 1, fenced by the token).
+   */
+  async completeManyClaimingNext(
+    entries: readonly { handle: LeaseHandle; result?: unknown }[],
+    next?: SuccessorClaim,
+  ): Promise<{ results: FinalizeResult[]; claimed: ClaimedItem[] }> {
+    const successors = next === undefined ? undefined : validate(successorClaimSchema, next, 'completeManyClaimingNext');
     const out: (FinalizeResult | undefined)[] = new Array(entries.length);
     const ok: { index: number; handle: LeaseHandle; resultJson: string | null }[] = [];
     for (const [index, e] of entries.entries()) {
@@ -383,14 +408,16 @@ export class Ledger {
         ok.push({ index, handle: e.handle, resultJson: json });
       }
     }
+    let claimed: ClaimedItem[] = [];
     if (ok.length > 0) {
-      const outcomes = await completeMany(this.db, this.multiStatement, this.tables, ok);
+      const done = await completeMany(this.db, this.multiStatement, this.tables, ok, successors);
+      claimed = done.claimed;
       ok.forEach((e, k) => {
-        const o = outcomes[k];
+        const o = done.outcomes[k];
         out[e.index] = { won: o?.won ?? false, state: 'completed', ...(e.handle.lane !== null ? { laneAdvanced: o?.laneAdvanced ?? true } : {}) };
       });
     }
-    return out.map((r) => r ?? { won: false, state: 'completed' });
+    return { results: out.map((r) => r ?? { won: false, state: 'completed' }), claimed };
   }
 
   /**

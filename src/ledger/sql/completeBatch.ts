@@ -2,7 +2,9 @@ import { sql, type RawBuilder } from 'kysely';
 import type { LedgerDb } from '../connection.js';
 import { retryOnConflict } from '../retry.js';
 import type { LedgerTables } from '../tables.js';
-import { affected, laneIn, list, type Executor } from './common.js';
+import { toWorkItem, type ItemRow } from '../rows.js';
+import type { ClaimedItem, QueueClass } from '../types.js';
+import { affected, ITEM_COLUMNS, laneIn, list, nowPlusMs, type Executor } from './common.js';
 import { finalize, type LeaseHandle } from './finalize.js';
 import { pipelined, type Send } from './pipeline.js';
 import { advanceHead } from './transition.js';
@@ -12,10 +14,34 @@ export interface CompletionEntry {
   resultJson: string | null;
 }
 
-/** Per entry: whether it won, and for a laned winner whether its lane got a new head (a successor to claim). */
+/**
+ * Per entry: whether it won, and for a laned winner whether its lane got a
+ * new head that is left pending for a claim (false when the lane had nothing
+ * waiting, or when its successor was claimed in the same transaction).
+ */
 export interface CompletionOutcome {
   won: boolean;
   laneAdvanced: boolean;
+}
+
+/**
+ * Lane affinity (DESIGN §6): the completing consumer takes up to `max` of
+ * the new heads in the same transaction, under this lease, if they are due
+ * and of its classes and types. Their lanes never wait for a claim round.
+ */
+export interface SuccessorClaim {
+  owner: string;
+  token: string;
+  leaseMs: number;
+  max: number;
+  classes?: readonly QueueClass[] | undefined;
+  types?: readonly string[] | undefined;
+}
+
+export interface BatchCompletion {
+  outcomes: CompletionOutcome[];
+  /** Successors claimed under the SuccessorClaim's lease. */
+  claimed: ClaimedItem[];
 }
 
 /**
@@ -33,8 +59,10 @@ export async function completeMany(
   multiStatement: boolean,
   t: LedgerTables,
   entries: readonly CompletionEntry[],
-): Promise<CompletionOutcome[]> {
+  next?: SuccessorClaim,
+): Promise<BatchCompletion> {
   const out: CompletionOutcome[] = entries.map(() => ({ won: false, laneAdvanced: false }));
+  let claimed: ClaimedItem[] = [];
   const batch: number[] = [];
   const single: number[] = [];
   const laneSeen = new Set<string>();
@@ -50,10 +78,12 @@ export async function completeMany(
   if (batch.length > 0) {
     const items = batch.map((i) => entries[i]!);
     try {
-      const advanced = items.some((e) => e.handle.lane !== null)
-        ? await retryOnConflict(() => pipelined(db, multiStatement, (send, exec) => completeLanedBatch(send, exec, t, items)))
+      const done = items.some((e) => e.handle.lane !== null)
+        ? await retryOnConflict(() => pipelined(db, multiStatement, (send, exec) => completeLanedBatch(send, exec, t, items, next)))
         : // Without lanes the batch is one UPDATE: atomic on its own, no transaction.
           await retryOnConflict(() => completeLanelessBatch(db, t, items));
+      const advanced = done.advanced;
+      claimed = done.claimed;
       for (const i of batch) {
         const h = entries[i]!.handle;
         out[i] = { won: true, laneAdvanced: h.lane !== null && advanced.has(laneKey(h.queue, h.lane)) };
@@ -69,7 +99,7 @@ export async function completeMany(
     // The single path does not say whether a successor was there: assume one.
     out[i] = { won, laneAdvanced: won && e.handle.lane !== null };
   }
-  return out;
+  return { outcomes: out, claimed };
 }
 
 class PartialBatch extends Error {}
@@ -94,32 +124,44 @@ function completionStatement(t: LedgerTables, entries: readonly CompletionEntry[
     WHERE id IN (${list(ids)}) AND state = 'processing' AND ${tokenGuard}`;
 }
 
-async function completeLanelessBatch(db: LedgerDb, t: LedgerTables, entries: readonly CompletionEntry[]): Promise<Set<string>> {
+interface LanedDone {
+  /** Lanes whose new head was left pending. */
+  advanced: Set<string>;
+  claimed: ClaimedItem[];
+}
+
+async function completeLanelessBatch(db: LedgerDb, t: LedgerTables, entries: readonly CompletionEntry[]): Promise<LanedDone> {
   const r = await completionStatement(t, entries).execute(db);
   // Someone lost their lease: nothing to undo here (no transaction), each item CASes again on its own.
   if (affected(r) !== entries.length) throw new PartialBatch();
-  return new Set();
+  return { advanced: new Set(), claimed: [] };
 }
 
 /**
  * Two round trips. The first, with BEGIN: lane rows first (the order every
  * lane-touching transaction uses), the CAS of every item, and the reads that
- * find each lane's successor. The second: the successors become heads, and
- * COMMIT. Sequences are gap free, so the successor is almost always
- * `lane_seq + 1`; a lane that still has unfinished items but whose
- * `lane_seq + 1` is not pending (cancelled while waiting) falls back to the
- * scan. Returns the lanes that got a new head.
+ * find each lane's successor. The second: the successors become heads (those
+ * `next` takes, claimed by it and read back), and COMMIT. Sequences are gap
+ * free, so the successor is almost always `lane_seq + 1`; a lane that still
+ * has unfinished items but whose `lane_seq + 1` is not pending (cancelled
+ * while waiting) falls back to the scan, and its new head is left pending.
  */
-async function completeLanedBatch(send: Send, exec: Executor, t: LedgerTables, entries: readonly CompletionEntry[]): Promise<Set<string>> {
+async function completeLanedBatch(
+  send: Send,
+  exec: Executor,
+  t: LedgerTables,
+  entries: readonly CompletionEntry[],
+  next: SuccessorClaim | undefined,
+): Promise<LanedDone> {
   const laned = entries.filter((e) => e.handle.lane !== null);
   const lanes = laned.map((e) => e.handle);
   // Row-constructor IN: MariaDB plans it as a range on ix_lane in a SELECT but
   // as a full scan in an UPDATE, so the successors are found first, then updated by key.
-  const [, completed, active, next] = await send([
+  const [, completed, active, found] = await send([
     sql`UPDATE ${t.lanes} SET active = active - 1 WHERE ${laneIn(lanes)}`,
     completionStatement(t, entries),
     sql`SELECT queue, lane, active FROM ${t.lanes} WHERE ${laneIn(lanes)}`,
-    sql`SELECT id, queue, lane FROM ${t.items} FORCE INDEX (ix_lane)
+    sql`SELECT id, queue, lane, type, queue_class, run_after <= NOW(6) AS due FROM ${t.items} FORCE INDEX (ix_lane)
       WHERE (queue, lane, lane_seq) IN (${sql.join(laned.map((e) => sql`(${e.handle.queue}, ${e.handle.lane}, ${(e.handle.laneSeq ?? 0) + 1})`))})
         AND state = 'pending'`,
   ]);
@@ -128,25 +170,56 @@ async function completeLanedBatch(send: Send, exec: Executor, t: LedgerTables, e
   if (completed?.affected !== entries.length) throw new PartialBatch();
 
   const busy = new Set((active?.rows ?? []).filter((r) => Number(r.active) > 0).map((r) => laneKey(String(r.queue), String(r.lane))));
-  const successors = (next?.rows ?? []).filter((r) => busy.has(laneKey(String(r.queue), String(r.lane))));
-  const advanced = new Set(successors.map((r) => laneKey(String(r.queue), String(r.lane))));
-  const ids = successors.map((r) => String(r.id));
-  const heads = ids.length > 0 ? [sql`UPDATE ${t.items} SET is_head = 1, updated_at = NOW(6) WHERE id IN (${list(ids)}) AND state = 'pending'`] : [];
+  const successors = ((found?.rows ?? []) as unknown as SuccessorRow[]).filter((r) => busy.has(laneKey(r.queue, r.lane)));
+  const headed = new Set(successors.map((r) => laneKey(r.queue, r.lane)));
+  const mine = next ? successors.filter((r) => takes(next, r)).slice(0, next.max) : [];
+  const mineIds = new Set(mine.map((r) => r.id));
+  const left = successors.filter((r) => !mineIds.has(r.id));
+  const advanced = new Set(left.map((r) => laneKey(r.queue, r.lane)));
+  const statements: RawBuilder<unknown>[] = [];
+  if (left.length > 0) {
+    statements.push(sql`UPDATE ${t.items} SET is_head = 1, updated_at = NOW(6) WHERE id IN (${list(left.map((r) => r.id))}) AND state = 'pending'`);
+  }
+  if (next && mine.length > 0) statements.push(...claimSuccessors(t, next, mine.map((r) => r.id)));
   const stragglers = laned.filter((e) => {
     const k = laneKey(e.handle.queue, e.handle.lane ?? '');
-    return busy.has(k) && !advanced.has(k);
+    return busy.has(k) && !headed.has(k);
   });
-  if (stragglers.length === 0) {
-    await send(heads, { commit: true });
-    return advanced;
-  }
-  await send(heads);
+  const results = await send(statements, { commit: stragglers.length === 0 });
+  const claimed = next && mine.length > 0 ? ((results.at(-1)?.rows ?? []) as unknown as ItemRow[]).map((r) => toWorkItem(r) as ClaimedItem) : [];
   for (const e of stragglers) {
     if (await advanceHead(exec, t, { queue: e.handle.queue, lane: e.handle.lane, laneSeq: e.handle.laneSeq })) {
       advanced.add(laneKey(e.handle.queue, e.handle.lane ?? ''));
     }
   }
-  return advanced;
+  return { advanced, claimed };
+}
+
+interface SuccessorRow {
+  id: string;
+  queue: string;
+  lane: string;
+  type: string;
+  queue_class: QueueClass;
+  due: number;
+}
+
+function takes(next: SuccessorClaim, r: SuccessorRow): boolean {
+  if (Number(r.due) !== 1) return false;
+  if (next.classes && next.classes.length > 0 && !next.classes.includes(r.queue_class)) return false;
+  return !next.types || next.types.length === 0 || next.types.includes(r.type);
+}
+
+/** The new heads become heads and claimed at once: the claim CAS's effect, then the read-back of what it won. */
+function claimSuccessors(t: LedgerTables, next: SuccessorClaim, ids: readonly string[]): RawBuilder<unknown>[] {
+  return [
+    sql`UPDATE ${t.items}
+      SET is_head = 1, state = 'processing', lease_token = ${next.token}, lease_owner = ${next.owner},
+        lease_until = ${nowPlusMs(next.leaseMs)}, attempt = attempt + 1, epoch = NULL,
+        cancel_requested = 0, started_at = NOW(6), updated_at = NOW(6)
+      WHERE id IN (${list(ids)}) AND state = 'pending' AND run_after <= NOW(6)`,
+    sql`SELECT ${ITEM_COLUMNS} FROM ${t.items} WHERE id IN (${list(ids)}) AND lease_token = ${next.token} AND state = 'processing'`,
+  ];
 }
 
 function laneKey(queue: string, lane: string): string {
