@@ -73,3 +73,31 @@ test.each(paths)('laned enqueues get gap-free sequences and one head per lane th
   const heads = await Promise.all([...first, second].map(async (r) => (await ledger.get(r.id))?.isHead));
   expect(heads).toEqual([true, true, false, false]);
 });
+
+test.each(paths)('payloads and keys with quotes, backslashes and question marks round-trip in one INSERT beside a bound date, through %s', async (_label, plain) => {
+  tl = await createTestLedger();
+  const ledger = plain ? (external = ledgerOnPlainPool(tl.url)) : tl.ledger;
+  const queue = 'escape';
+  const tricky = ["it's ?", 'back\\slash \\\' ?', '"double" ? `tick`', 'naïve ☃ \u0000 nul', '?, ?); DROP TABLE x; --'];
+  const runAt = new Date(Date.UTC(2030, 0, 2, 3, 4, 5, 678));
+  const inputs = tricky.map((text, i) => ({
+    queue,
+    type: 't',
+    payload: { text, n: i },
+    lane: `lane ${text}`,
+    idempotencyKey: i === 1 ? `key ${text}` : undefined,
+    ...(i === 2 ? { runAt } : {}),
+  }));
+  const made = await ledger.enqueueMany(inputs.map(({ idempotencyKey, ...rest }) => (idempotencyKey === undefined ? rest : { ...rest, idempotencyKey })));
+  for (const [i, r] of made.entries()) {
+    const item = await ledger.get(r.id);
+    expect(item?.payload, tricky[i]).toEqual({ text: tricky[i], n: i });
+    expect(item?.lane).toBe(`lane ${tricky[i]}`);
+  }
+  expect((await ledger.get(made[1]!.id))?.idempotencyKey).toBe(`key ${tricky[1]}`);
+  expect((await ledger.get(made[2]!.id))?.runAfter.getTime()).toBe(runAt.getTime());
+  // Lane-less too (the single-INSERT path), with a date in the same statement.
+  const plainItems = await ledger.enqueueMany(tricky.map((text, i) => ({ queue, type: 't', payload: { text }, ...(i === 0 ? { runAt } : {}) })));
+  for (const [i, r] of plainItems.entries()) expect((await ledger.get(r.id))?.payload).toEqual({ text: tricky[i] });
+  expect((await ledger.get(plainItems[0]!.id))?.runAfter.getTime()).toBe(runAt.getTime());
+});

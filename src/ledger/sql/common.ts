@@ -14,6 +14,11 @@ export function list(values: readonly (string | number)[]): RawBuilder<unknown> 
   return sql.raw(values.map((v) => escape(v)).join(', '));
 }
 
+/** One string, number or NULL as SQL text, escaped exactly as mysql2 escapes a bound value. Not for Dates (their text depends on the pool's time zone). */
+export function literal(value: string | number | null): string {
+  return escape(value);
+}
+
 /**
  * `(queue, lane) IN ((…), …)` for a list of lanes. A single pair is written
  * as two equalities: MariaDB plans a one-pair row-constructor IN as a range
@@ -28,7 +33,13 @@ export function laneIn(lanes: readonly { queue: string; lane: string | null }[])
 
 /** `NOW(6) + INTERVAL ms` on the ledger's clock. */
 export function nowPlusMs(ms: number): RawBuilder<unknown> {
-  return ms === 0 ? sql`NOW(6)` : sql`(NOW(6) + INTERVAL ${Math.round(ms * 1000)} MICROSECOND)`;
+  return sql.raw(nowPlusMsText(ms));
+}
+
+export function nowPlusMsText(ms: number): string {
+  const us = Math.round(ms * 1000);
+  if (!Number.isSafeInteger(us)) throw new RangeError(`interval out of range: ${ms} ms`);
+  return us === 0 ? 'NOW(6)' : `(NOW(6) + INTERVAL ${us} MICROSECOND)`;
 }
 
 export function affected(result: { numAffectedRows?: bigint }): number {

@@ -3,7 +3,7 @@ import { newId } from '../ids.js';
 import type { LedgerDb } from '../connection.js';
 import type { LedgerTables } from '../tables.js';
 import type { ClaimedItem, EnqueueResult, QueueClass } from '../types.js';
-import { affected, laneIn, nowPlusMs, type Executor } from './common.js';
+import { affected, laneIn, literal, nowPlusMsText, type Executor } from './common.js';
 import { pipelined } from './pipeline.js';
 
 /** An item ready to insert: validated, payload already JSON text. */
@@ -151,15 +151,20 @@ function insertStatement(t: LedgerTables, values: readonly RawBuilder<unknown>[]
     VALUES ${sql.join(values)}`;
 }
 
+/**
+ * One row of the INSERT. Strings and numbers go in as literals, escaped as
+ * mysql2 escapes a bound value (see `literal`): a batch of a thousand items
+ * was twenty thousand parameters, and compiling and substituting them cost
+ * a quarter of an enqueue's CPU. A `runAt` instant stays a parameter, so the
+ * connection's time zone setting renders it as before.
+ */
 function valuesRow(id: string, item: NewItem, laneSeq: number | null, isHead: boolean): RawBuilder<unknown> {
-  const runAfter = item.runAt !== null ? sql`${item.runAt}` : nowPlusMs(item.delayMs);
   const c = item.claim;
+  const head = `(${literal(id)}, ${literal(item.queue)}, ${literal(item.type)}, ${literal(item.lane)}, ${literal(laneSeq)}, ${isHead ? 1 : 0}, ${literal(item.queueClass)}, ${literal(item.priority)}, ${literal(item.payloadJson)}, ${c ? "'processing'" : "'pending'"}, `;
   // A claimed insert is the claim CAS's outcome written directly: processing, attempt 1, leased.
-  const claimed = c ? sql`'processing', ${runAfter}, 1` : sql`'pending', ${runAfter}, 0`;
-  const lease = c ? sql`${c.owner}, ${c.token}, ${nowPlusMs(c.leaseMs)}, NOW(6)` : sql`NULL, NULL, NULL, NULL`;
-  return sql`(${id}, ${item.queue}, ${item.type}, ${item.lane}, ${laneSeq}, ${isHead ? 1 : 0}, ${item.queueClass},
-    ${item.priority}, ${item.payloadJson}, ${claimed}, ${item.maxAttempts}, ${item.idempotencyKey},
-    ${item.replayOf ?? null}, NOW(6), NOW(6), ${lease})`;
+  const lease = c ? `${literal(c.owner)}, ${literal(c.token)}, ${nowPlusMsText(c.leaseMs)}, NOW(6)` : 'NULL, NULL, NULL, NULL';
+  const tail = `, ${c ? 1 : 0}, ${literal(item.maxAttempts)}, ${literal(item.idempotencyKey)}, ${literal(item.replayOf ?? null)}, NOW(6), NOW(6), ${lease})`;
+  return item.runAt !== null ? sql`${sql.raw(head)}${item.runAt}${sql.raw(tail)}` : sql.raw(head + nowPlusMsText(item.delayMs) + tail);
 }
 
 interface LaneCount {
