@@ -4,7 +4,7 @@ import { toWorkItem, type ItemRow } from '../rows.js';
 import type { LedgerTables } from '../tables.js';
 import type { ClaimedItem, QueueClass } from '../types.js';
 import { QUEUE_CLASSES } from '../types.js';
-import { affected, ITEM_COLUMNS, list, nowPlusMs, type Executor } from './common.js';
+import { affected, inline, ITEM_COLUMNS, list, nowPlusMs, type Executor } from './common.js';
 
 export interface ClaimSpec {
   queue: string;
@@ -80,15 +80,15 @@ async function casClaim(exec: Executor, t: LedgerTables, spec: ClaimSpec, ids: r
   const epochGuard: RawBuilder<unknown> =
     spec.epoch === undefined
       ? sql``
-      : sql`AND EXISTS (SELECT 1 FROM ${t.ownership} o WHERE o.queue = ${spec.queue} AND o.epoch = ${spec.epoch})`;
+      : sql`AND EXISTS (SELECT 1 FROM ${t.ownership} o WHERE o.queue = ${inline(spec.queue)} AND o.epoch = ${inline(spec.epoch)})`;
   const cas = sql`UPDATE ${t.items}
-    SET state = 'processing', lease_token = ${token}, lease_owner = ${spec.owner},
-      lease_until = ${nowPlusMs(spec.leaseMs)}, attempt = attempt + 1, epoch = ${spec.epoch ?? null},
+    SET state = 'processing', lease_token = ${inline(token)}, lease_owner = ${inline(spec.owner)},
+      lease_until = ${nowPlusMs(spec.leaseMs)}, attempt = attempt + 1, epoch = ${inline(spec.epoch ?? null)},
       cancel_requested = 0, started_at = NOW(6), updated_at = NOW(6)
-    WHERE id IN (${list(ids)}) AND queue = ${spec.queue} AND state = 'pending' AND is_head = 1
+    WHERE id IN (${list(ids)}) AND queue = ${inline(spec.queue)} AND state = 'pending' AND is_head = 1
       AND run_after <= NOW(6) ${epochGuard}`;
   const readBack = sql`SELECT ${ITEM_COLUMNS} FROM ${t.items}
-    WHERE id IN (${list(ids)}) AND lease_token = ${token} AND state = 'processing'`;
+    WHERE id IN (${list(ids)}) AND lease_token = ${inline(token)} AND state = 'processing'`;
   let rows: ItemRow[];
   if (spec.multiStatement) {
     // Both statements in one query: mysql2 answers with one result per statement.

@@ -14,6 +14,15 @@ export function list(values: readonly (string | number)[]): RawBuilder<unknown> 
   return sql.raw(values.map((v) => escape(v)).join(', '));
 }
 
+/**
+ * A value inlined into a statement as an escaped literal (see `literal`). Hot
+ * statements whose values are all inlined carry no parameters, so the pool
+ * sends them without scanning their text for placeholders.
+ */
+export function inline(value: string | number | null): RawBuilder<unknown> {
+  return sql.raw(escape(value));
+}
+
 /** One string, number or NULL as SQL text, escaped exactly as mysql2 escapes a bound value. Not for Dates (their text depends on the pool's time zone). */
 export function literal(value: string | number | null): string {
   return escape(value);
@@ -27,8 +36,8 @@ export function literal(value: string | number | null): string {
  */
 export function laneIn(lanes: readonly { queue: string; lane: string | null }[]): RawBuilder<unknown> {
   const [only] = lanes;
-  if (lanes.length === 1 && only) return sql`(queue = ${only.queue} AND lane = ${only.lane})`;
-  return sql`(queue, lane) IN (${sql.join(lanes.map((l) => sql`(${l.queue}, ${l.lane})`))})`;
+  if (lanes.length === 1 && only) return sql.raw(`(queue = ${escape(only.queue)} AND lane = ${escape(only.lane)})`);
+  return sql.raw(`(queue, lane) IN (${lanes.map((l) => `(${escape(l.queue)}, ${escape(l.lane)})`).join(', ')})`);
 }
 
 /** `NOW(6) + INTERVAL ms` on the ledger's clock. */

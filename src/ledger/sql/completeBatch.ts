@@ -4,7 +4,7 @@ import { retryOnConflict } from '../retry.js';
 import type { LedgerTables } from '../tables.js';
 import { toWorkItem, type ItemRow } from '../rows.js';
 import type { ClaimedItem, QueueClass } from '../types.js';
-import { affected, ITEM_COLUMNS, laneIn, list, nowPlusMs, type Executor } from './common.js';
+import { affected, inline, ITEM_COLUMNS, laneIn, list, nowPlusMs, type Executor } from './common.js';
 import { finalize, type LeaseHandle } from './finalize.js';
 import { pipelined, type Send } from './pipeline.js';
 import { advanceHead } from './transition.js';
@@ -110,15 +110,15 @@ function completionStatement(t: LedgerTables, entries: readonly CompletionEntry[
   const resultExpr =
     withResult.length === 0
       ? sql`NULL`
-      : sql`CASE id ${sql.join(withResult.map((e) => sql`WHEN ${e.handle.id} THEN ${e.resultJson}`), sql` `)} ELSE NULL END`;
+      : sql`CASE id ${sql.join(withResult.map((e) => sql`WHEN ${inline(e.handle.id)} THEN ${inline(e.resultJson)}`), sql` `)} ELSE NULL END`;
   // Items of one claim share its token: then a plain equality does, which
   // MariaDB plans far more cheaply than a list of (id, token) pairs.
   const tokens = new Set(entries.map((e) => e.handle.leaseToken));
   const [onlyToken] = tokens;
   const tokenGuard =
     tokens.size === 1
-      ? sql`lease_token = ${onlyToken}`
-      : sql`(id, lease_token) IN (${sql.join(entries.map((e) => sql`(${e.handle.id}, ${e.handle.leaseToken})`))})`;
+      ? sql`lease_token = ${inline(onlyToken ?? null)}`
+      : sql`(id, lease_token) IN (${sql.join(entries.map((e) => sql`(${inline(e.handle.id)}, ${inline(e.handle.leaseToken)})`))})`;
   return sql`UPDATE ${t.items}
     SET state = 'completed', result = ${resultExpr}, lease_until = NULL, terminal_at = NOW(6), updated_at = NOW(6)
     WHERE id IN (${list(ids)}) AND state = 'processing' AND ${tokenGuard}`;
@@ -162,7 +162,7 @@ async function completeLanedBatch(
     completionStatement(t, entries),
     sql`SELECT queue, lane, active FROM ${t.lanes} WHERE ${laneIn(lanes)}`,
     sql`SELECT id, queue, lane, type, queue_class, run_after <= NOW(6) AS due FROM ${t.items} FORCE INDEX (ix_lane)
-      WHERE (queue, lane, lane_seq) IN (${sql.join(laned.map((e) => sql`(${e.handle.queue}, ${e.handle.lane}, ${(e.handle.laneSeq ?? 0) + 1})`))})
+      WHERE (queue, lane, lane_seq) IN (${sql.join(laned.map((e) => sql`(${inline(e.handle.queue)}, ${inline(e.handle.lane)}, ${inline((e.handle.laneSeq ?? 0) + 1)})`))})
         AND state = 'pending'`,
   ]);
   // Someone lost their lease: roll this batch back and let each item CAS on its
@@ -214,11 +214,11 @@ function takes(next: SuccessorClaim, r: SuccessorRow): boolean {
 function claimSuccessors(t: LedgerTables, next: SuccessorClaim, ids: readonly string[]): RawBuilder<unknown>[] {
   return [
     sql`UPDATE ${t.items}
-      SET is_head = 1, state = 'processing', lease_token = ${next.token}, lease_owner = ${next.owner},
+      SET is_head = 1, state = 'processing', lease_token = ${inline(next.token)}, lease_owner = ${inline(next.owner)},
         lease_until = ${nowPlusMs(next.leaseMs)}, attempt = attempt + 1, epoch = NULL,
         cancel_requested = 0, started_at = NOW(6), updated_at = NOW(6)
       WHERE id IN (${list(ids)}) AND state = 'pending' AND run_after <= NOW(6)`,
-    sql`SELECT ${ITEM_COLUMNS} FROM ${t.items} WHERE id IN (${list(ids)}) AND lease_token = ${next.token} AND state = 'processing'`,
+    sql`SELECT ${ITEM_COLUMNS} FROM ${t.items} WHERE id IN (${list(ids)}) AND lease_token = ${inline(next.token)} AND state = 'processing'`,
   ];
 }
 
