@@ -353,7 +353,6 @@ export class Consumer<DB = Record<string, never>> extends EventEmitter<ConsumerE
     if (expired.length > 0) void this.releasePrefetched(expired, 'prefetch wait exceeded a third of the lease');
   }
 
-  /** Hands unstarted items back without spending an attempt. */
   /** Items handed to a consumer that has begun stopping go straight back; stop() waits for that. */
   private releaseLate(items: readonly ClaimedItem[], claimedAtMs: number): void {
     this.counters.claimed += items.length;
@@ -362,6 +361,7 @@ export class Consumer<DB = Record<string, never>> extends EventEmitter<ConsumerE
     void p.finally(() => this.lateReleases.delete(p));
   }
 
+  /** Hands unstarted items back without spending an attempt. */
   private async releasePrefetched(items: readonly Prefetched[], reason: string): Promise<void> {
     if (items.length === 0) return;
     this.counters.prefetchReleased += items.length;

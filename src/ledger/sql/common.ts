@@ -20,7 +20,7 @@ export function list(values: readonly (string | number)[]): RawBuilder<unknown> 
  * sends them without scanning their text for placeholders.
  */
 export function inline(value: string | number | null): RawBuilder<unknown> {
-  return sql.raw(escape(value));
+  return sql.raw(literal(value));
 }
 
 /** One string, number or NULL as SQL text, escaped exactly as mysql2 escapes a bound value. Not for Dates (their text depends on the pool's time zone). */
