@@ -1,5 +1,8 @@
 import { randomBytes } from 'node:crypto';
+import { Kysely, MysqlDialect } from 'kysely';
+import { createPool } from 'mysql2';
 import { createConnection } from 'mysql2/promise';
+import { mysqlPoolOptions, type LedgerDb } from '../../src/ledger/connection.js';
 import { Ledger } from '../../src/ledger/ledger.js';
 import type { LedgerConfigInput } from '../../src/ledger/config.js';
 import { mysqlServerUrl } from './services.js';
@@ -53,4 +56,16 @@ export async function waitFor<T>(check: () => Promise<T | undefined | false> | T
     if (Date.now() > deadline) throw new Error(`timed out after ${timeoutMs} ms waiting for ${what}`);
     await new Promise((r) => setTimeout(r, 20));
   }
+}
+
+/**
+ * A Ledger on a Kysely instance handed in, whose pool refuses several
+ * statements per query (as a caller's own pool may): the ledger then sends
+ * one statement per round trip. Close it yourself.
+ */
+export function ledgerOnPlainPool(url: string, poolSize = 2): Ledger {
+  const { multipleStatements: _dropped, ...options } = mysqlPoolOptions({ url, poolSize });
+  const pool = createPool({ ...options, multipleStatements: false });
+  const db: LedgerDb = new Kysely<Record<string, never>>({ dialect: new MysqlDialect({ pool }) });
+  return new Ledger({ url }, db);
 }
