@@ -615,7 +615,7 @@ export class Consumer<DB = Record<string, never>> extends EventEmitter<ConsumerE
    * for types this consumer has handlers for.
    */
   private readonly reserveDirect = (queueClass: QueueClass, types: ReadonlySet<string>, n: number): DirectReservation | undefined => {
-    if (!this.active || this.paused || this.settings.maxProcessing !== undefined || this.settings.epoch !== undefined) return undefined;
+    if (!this.claimsOutsideRounds()) return undefined;
     if (!this.settings.classes.includes(queueClass)) return undefined;
     for (const t of types) {
       if (!this.handlers.has(t) || (this.settings.types !== undefined && !this.settings.types.includes(t))) return undefined;
@@ -634,12 +634,9 @@ export class Consumer<DB = Record<string, never>> extends EventEmitter<ConsumerE
       lease: { owner: this.name, token: newLeaseToken(), leaseMs: this.settings.leaseMs, max: held },
       accept: (items) => {
         close();
-        if (items.length === 0) return;
         this.counters.claimedAtInsert += items.length;
         // The lease runs from before the insert: the keeper renews no later than it must.
-        if (this.active) return this.takeClaimed(items, reservedAtMs);
-        // Stopping (its buffer may be handed back already): hand these back at once.
-        this.releaseLate(items, reservedAtMs);
+        this.takeHandedOver(items, reservedAtMs);
       },
       cancel: close,
     };
@@ -652,7 +649,7 @@ export class Consumer<DB = Record<string, never>> extends EventEmitter<ConsumerE
    * Not for claims fenced in SQL (fleet-wide cap, ownership epoch).
    */
   private readonly successorLease = (wanted: number): SuccessorLease | undefined => {
-    if (!this.active || this.paused || this.settings.maxProcessing !== undefined || this.settings.epoch !== undefined) return undefined;
+    if (!this.claimsOutsideRounds()) return undefined;
     const room = Math.min(wanted, MAX_CLAIM_ITEMS, this.claimRoom() - this.reservedRoom);
     if (room <= 0) return undefined;
     this.reservedRoom += room;
@@ -669,13 +666,27 @@ export class Consumer<DB = Record<string, never>> extends EventEmitter<ConsumerE
       accept: (items) => {
         this.reservedRoom -= room;
         this.schedulerWake.notify();
-        if (items.length === 0) return;
         this.counters.claimedWithCompletion += items.length;
-        if (this.active) this.takeClaimed(items, claimedAtMs);
-        else this.releaseLate(items, claimedAtMs);
+        this.takeHandedOver(items, claimedAtMs);
       },
     };
   };
+
+  /**
+   * Items claimed for this consumer outside its claim rounds (at insert, with
+   * a completion) are only for a running, unpaused consumer whose claims are
+   * not fenced in SQL (fleet-wide cap, ownership epoch).
+   */
+  private claimsOutsideRounds(): boolean {
+    return this.active && !this.paused && this.settings.maxProcessing === undefined && this.settings.epoch === undefined;
+  }
+
+  /** Claimed for us outside a round: into the buffer, or straight back if we began stopping meanwhile. */
+  private takeHandedOver(items: readonly ClaimedItem[], claimedAtMs: number): void {
+    if (items.length === 0) return;
+    if (this.active) this.takeClaimed(items, claimedAtMs);
+    else this.releaseLate(items, claimedAtMs);
+  }
 
   /** XREADGROUP only while slots are free: a saturated replica leaves wake-ups to idle ones. */
   private async readLoop(): Promise<void> {

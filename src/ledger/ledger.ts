@@ -8,7 +8,7 @@ import { assertSchemaCurrent, migrate, schemaStatus, type MigrateResult, type Sc
 import { ER_DUP_ENTRY, errno, retryOnConflict } from './retry.js';
 import { cancelItem, type CancelOutcome } from './sql/cancel.js';
 import { claimByIds, claimHeads, type ClaimOutcome } from './sql/claim.js';
-import { truncate, type Executor } from './sql/common.js';
+import { queueScoped, truncate, type Executor } from './sql/common.js';
 import { completeMany, type SuccessorClaim } from './sql/completeBatch.js';
 import { probeDependencyWaits, wakeDependency, type ProbeOutcome, type WokenItem } from './sql/dependency.js';
 import { claimableAtInsert, claimedAtInsert, insertItems, insertLanedPipelined, MAX_STATEMENT_BYTES, type InsertClaim, type NewItem } from './sql/enqueue.js';
@@ -244,7 +244,7 @@ export class Ledger {
     const eligible = items.filter((item) => {
       if (!claimableAtInsert(item)) return false;
       if (item.lane === null) return true;
-      const key = `${item.queue}\u0000${item.lane}`;
+      const key = queueScoped(item.queue, item.lane);
       if (lanes.has(key)) return false;
       lanes.add(key);
       return true;

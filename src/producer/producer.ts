@@ -3,6 +3,8 @@ import type { ClaimCandidate, EnqueueInput, Ledger } from '../ledger/ledger.js';
 import type { Executor } from '../ledger/sql/common.js';
 import type { EnqueueResult, QueueClass } from '../ledger/types.js';
 import { z } from 'zod';
+import type { DirectReservation } from '../wake/local-route.js';
+import type { WakeChannel } from '../wake/wake-channel.js';
 import { queueClass, queueName, typeName, laneKey, validate } from '../ledger/validation.js';
 import type { RecurringSchedule, WakeTimer } from '../wake/timers.js';
 
@@ -15,8 +17,6 @@ const scheduleSchema = z
   })
   .strict()
   .refine((s) => (s.pattern === undefined) !== (s.everyMs === undefined), { message: 'give exactly one of pattern or everyMs', path: ['pattern'] });
-import type { DirectReservation } from '../wake/local-route.js';
-import type { WakeChannel } from '../wake/wake-channel.js';
 
 export interface ProducerOptions {
   ledger: Ledger;

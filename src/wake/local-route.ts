@@ -13,8 +13,8 @@ export interface LocalWakeTarget {
   offer(message: WakeMessage & { queueClass: QueueClass }): boolean;
   /**
    * Reserves up to `n` free slots for items a producer is about to insert
-   * already claimed (due now, no lane, of these types), or undefined if it
-   * cannot take any. Must not throw.
+   * already claimed (due now, of these types; a laned item only as its
+   * lane's head), or undefined if it cannot take any. Must not throw.
    */
   reserve(queueClass: QueueClass, types: ReadonlySet<string>, n: number): DirectReservation | undefined;
 }

@@ -51,6 +51,11 @@ export function nowPlusMsText(ms: number): string {
   return us === 0 ? 'NOW(6)' : `(NOW(6) + INTERVAL ${us} MICROSECOND)`;
 }
 
+/** A map key for a value scoped to its queue (a lane, an idempotency key). */
+export function queueScoped(queue: string, key: string): string {
+  return `${queue}\u0000${key}`;
+}
+
 export function affected(result: { numAffectedRows?: bigint }): number {
   return Number(result.numAffectedRows ?? 0n);
 }

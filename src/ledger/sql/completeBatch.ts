@@ -4,7 +4,7 @@ import { retryOnConflict } from '../retry.js';
 import type { LedgerTables } from '../tables.js';
 import { toWorkItem, type ItemRow } from '../rows.js';
 import type { ClaimedItem, QueueClass } from '../types.js';
-import { affected, inline, ITEM_COLUMNS, laneIn, list, nowPlusMs, type Executor } from './common.js';
+import { affected, inline, ITEM_COLUMNS, laneIn, list, nowPlusMs, queueScoped, type Executor } from './common.js';
 import { finalize, type LeaseHandle } from './finalize.js';
 import { pipelined, type Send } from './pipeline.js';
 import { advanceHead } from './transition.js';
@@ -67,7 +67,7 @@ export async function completeMany(
   const single: number[] = [];
   const laneSeen = new Set<string>();
   entries.forEach((e, i) => {
-    const lk = e.handle.lane === null ? null : laneKey(e.handle.queue, e.handle.lane);
+    const lk = e.handle.lane === null ? null : queueScoped(e.handle.queue, e.handle.lane);
     if (e.handle.attempt > 1 || (lk !== null && laneSeen.has(lk))) single.push(i);
     else {
       if (lk !== null) laneSeen.add(lk);
@@ -86,7 +86,7 @@ export async function completeMany(
       claimed = done.claimed;
       for (const i of batch) {
         const h = entries[i]!.handle;
-        out[i] = { won: true, laneAdvanced: h.lane !== null && advanced.has(laneKey(h.queue, h.lane)) };
+        out[i] = { won: true, laneAdvanced: h.lane !== null && advanced.has(queueScoped(h.queue, h.lane)) };
       }
     } catch (error) {
       if (!(error instanceof PartialBatch)) throw error;
@@ -169,27 +169,27 @@ async function completeLanedBatch(
   // own, which tells exactly who won. Rare (expired leases), so the slow path is fine.
   if (completed?.affected !== entries.length) throw new PartialBatch();
 
-  const busy = new Set((active?.rows ?? []).filter((r) => Number(r.active) > 0).map((r) => laneKey(String(r.queue), String(r.lane))));
-  const successors = ((found?.rows ?? []) as unknown as SuccessorRow[]).filter((r) => busy.has(laneKey(r.queue, r.lane)));
-  const headed = new Set(successors.map((r) => laneKey(r.queue, r.lane)));
+  const busy = new Set((active?.rows ?? []).filter((r) => Number(r.active) > 0).map((r) => queueScoped(String(r.queue), String(r.lane))));
+  const successors = ((found?.rows ?? []) as unknown as SuccessorRow[]).filter((r) => busy.has(queueScoped(r.queue, r.lane)));
+  const headed = new Set(successors.map((r) => queueScoped(r.queue, r.lane)));
   const mine = next ? successors.filter((r) => takes(next, r)).slice(0, next.max) : [];
   const mineIds = new Set(mine.map((r) => r.id));
   const left = successors.filter((r) => !mineIds.has(r.id));
-  const advanced = new Set(left.map((r) => laneKey(r.queue, r.lane)));
+  const advanced = new Set(left.map((r) => queueScoped(r.queue, r.lane)));
   const statements: RawBuilder<unknown>[] = [];
   if (left.length > 0) {
     statements.push(sql`UPDATE ${t.items} SET is_head = 1, updated_at = NOW(6) WHERE id IN (${list(left.map((r) => r.id))}) AND state = 'pending'`);
   }
   if (next && mine.length > 0) statements.push(...claimSuccessors(t, next, mine.map((r) => r.id)));
   const stragglers = laned.filter((e) => {
-    const k = laneKey(e.handle.queue, e.handle.lane ?? '');
+    const k = queueScoped(e.handle.queue, e.handle.lane ?? '');
     return busy.has(k) && !headed.has(k);
   });
   const results = await send(statements, { commit: stragglers.length === 0 });
   const claimed = next && mine.length > 0 ? ((results.at(-1)?.rows ?? []) as unknown as ItemRow[]).map((r) => toWorkItem(r) as ClaimedItem) : [];
   for (const e of stragglers) {
     if (await advanceHead(exec, t, { queue: e.handle.queue, lane: e.handle.lane, laneSeq: e.handle.laneSeq })) {
-      advanced.add(laneKey(e.handle.queue, e.handle.lane ?? ''));
+      advanced.add(queueScoped(e.handle.queue, e.handle.lane ?? ''));
     }
   }
   return { advanced, claimed };
@@ -220,8 +220,4 @@ function claimSuccessors(t: LedgerTables, next: SuccessorClaim, ids: readonly st
       WHERE id IN (${list(ids)}) AND state = 'pending' AND run_after <= NOW(6)`,
     sql`SELECT ${ITEM_COLUMNS} FROM ${t.items} WHERE id IN (${list(ids)}) AND lease_token = ${inline(next.token)} AND state = 'processing'`,
   ];
-}
-
-function laneKey(queue: string, lane: string): string {
-  return `${queue}\u0000${lane}`;
 }

@@ -3,7 +3,7 @@ import { newId } from '../ids.js';
 import type { LedgerDb } from '../connection.js';
 import type { LedgerTables } from '../tables.js';
 import type { ClaimedItem, EnqueueResult, QueueClass } from '../types.js';
-import { affected, laneIn, literal, nowPlusMsText, type Executor } from './common.js';
+import { affected, laneIn, literal, nowPlusMsText, queueScoped, type Executor } from './common.js';
 import { pipelined } from './pipeline.js';
 
 /** An item ready to insert: validated, payload already JSON text. */
@@ -76,7 +76,7 @@ export async function insertItems(
   const keyed: NewItem[] = [];
   items.forEach((item, index) => {
     if (item.idempotencyKey === null) return;
-    const k = idemKey(item.queue, item.idempotencyKey);
+    const k = queueScoped(item.queue, item.idempotencyKey);
     if (!firstByKey.has(k)) {
       firstByKey.set(k, index);
       keyed.push(item);
@@ -89,13 +89,13 @@ export async function insertItems(
     const rows = await sql<{ id: string; queue: string; idempotency_key: string; lane_seq: number | null }>`
       SELECT id, queue, idempotency_key, lane_seq FROM ${t.items}
       WHERE (queue, idempotency_key) IN (${pairs}) ${lockExisting ? sql`FOR UPDATE` : sql``}`.execute(exec);
-    for (const r of rows.rows) existing.set(idemKey(r.queue, r.idempotency_key), r);
+    for (const r of rows.rows) existing.set(queueScoped(r.queue, r.idempotency_key), r);
   }
 
   const fresh: { index: number; item: NewItem }[] = [];
   items.forEach((item, index) => {
     if (item.idempotencyKey !== null) {
-      const k = idemKey(item.queue, item.idempotencyKey);
+      const k = queueScoped(item.queue, item.idempotencyKey);
       const found = existing.get(k);
       if (found) {
         results[index] = { id: found.id, duplicate: true, laneSeq: nullableNumber(found.lane_seq) };
@@ -130,7 +130,7 @@ export async function insertItems(
 
   items.forEach((item, index) => {
     if (results[index] !== undefined || item.idempotencyKey === null) return;
-    const first = results[firstByKey.get(idemKey(item.queue, item.idempotencyKey)) ?? -1];
+    const first = results[firstByKey.get(queueScoped(item.queue, item.idempotencyKey)) ?? -1];
     if (first) results[index] = { ...first, duplicate: true };
   });
   return results.map((r, i) => {
@@ -178,7 +178,7 @@ function laneCounts(items: readonly NewItem[]): LaneCount[] {
   const counts = new Map<string, LaneCount>();
   for (const item of items) {
     if (item.lane === null) continue;
-    const k = idemKey(item.queue, item.lane);
+    const k = queueScoped(item.queue, item.lane);
     const c = counts.get(k);
     if (c) c.n++;
     else counts.set(k, { queue: item.queue, lane: item.lane, n: 1 });
@@ -209,17 +209,17 @@ type LaneRow = { queue: string; lane: string; next_seq: number; active: number }
  * lane's head loses any claim it was offered: it waits for its turn.
  */
 function sequencesFrom(items: readonly NewItem[], lanes: readonly LaneCount[], rows: readonly LaneRow[]): ({ seq: number; head: boolean } | undefined)[] {
-  const counts = new Map(lanes.map((l) => [idemKey(l.queue, l.lane), l.n]));
+  const counts = new Map(lanes.map((l) => [queueScoped(l.queue, l.lane), l.n]));
   // Per lane: the first sequence of this batch, and whether the lane was idle before it.
   const cursor = new Map<string, { next: number; idleBefore: boolean }>();
   for (const r of rows) {
-    const n = counts.get(idemKey(r.queue, r.lane));
+    const n = counts.get(queueScoped(r.queue, r.lane));
     if (n === undefined) continue;
-    cursor.set(idemKey(r.queue, r.lane), { next: Number(r.next_seq) - n + 1, idleBefore: Number(r.active) - n === 0 });
+    cursor.set(queueScoped(r.queue, r.lane), { next: Number(r.next_seq) - n + 1, idleBefore: Number(r.active) - n === 0 });
   }
   return items.map((item) => {
     if (item.lane === null) return undefined;
-    const cur = cursor.get(idemKey(item.queue, item.lane));
+    const cur = cursor.get(queueScoped(item.queue, item.lane));
     if (!cur) throw new Error(`enqueue: lane row missing for ${item.queue}/${item.lane}`);
     const seq = cur.next++;
     const head = cur.idleBefore;
@@ -263,10 +263,6 @@ export async function insertLanedPipelined(db: LedgerDb, multiStatement: boolean
     if (inserted?.affected !== items.length) throw new Error(`enqueue: inserted ${inserted?.affected ?? 0} of ${items.length} rows`);
     return results;
   });
-}
-
-function idemKey(queue: string, key: string): string {
-  return `${queue}\u0000${key}`;
 }
 
 function nullableNumber(v: number | null): number | null {

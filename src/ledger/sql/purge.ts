@@ -1,7 +1,7 @@
 import { sql } from 'kysely';
 import type { LedgerDb } from '../connection.js';
 import type { LedgerTables } from '../tables.js';
-import { affected, laneIn, list, nowPlusMs } from './common.js';
+import { affected, laneIn, list, nowPlusMs, queueScoped } from './common.js';
 
 /**
  * Deletes terminal items (and their history) that ended more than
@@ -24,7 +24,7 @@ export async function purgeTerminal(
     const d = await sql`DELETE FROM ${t.items} WHERE id IN (${list(ids)}) AND terminal_at < ${cutoff}`.execute(trx);
     return affected(d);
   });
-  const lanes = [...new Map(rows.rows.filter((r) => r.lane !== null).map((r) => [`${r.queue}\u0000${r.lane}`, r])).values()];
+  const lanes = [...new Map(rows.rows.filter((r) => r.lane !== null).map((r) => [queueScoped(r.queue, r.lane ?? ''), r])).values()];
   if (lanes.length > 0) {
     // A lane row may go once nothing of the lane is left; enqueue locks the
     // same row, so a concurrent enqueue either sees it gone or keeps it alive.
