@@ -1,0 +1,366 @@
+/**
+ * The ledger's SQL floor (issue 5): how many no-op jobs per second the
+ * processing path's statements allow on this server with nothing around
+ * them, next to the engine draining the same items in the same invocation.
+ * It answers two questions the side-by-side table cannot:
+ *
+ *   - how close the engine runs to what its own SQL allows here
+ *     ("engine / floor"), so the rest of the gap to a peer is the ledger's;
+ *   - how much a different table layout would buy, before anyone writes the
+ *     migration: each layout below is the current schema changed by ALTER
+ *     TABLE after the enqueue, drained by the statements that layout needs.
+ *
+ *   npm run bench:floor                                  # 3 runs, every layout, and the engine
+ *   npm run bench:floor -- --runs 5 --connections 2 --layouts current,fixed-width
+ *   npm run bench:floor -- --json                        # last stdout line: one JSON object
+ *
+ * Layouts (only `current` is what lanewake runs today; the others are
+ * measurements of candidate migrations, not code paths of the engine):
+ *   current            the schema as `ledger.migrate()` makes it
+ *   fixed-width        the columns claim and completion write made fixed-width
+ *                      and NOT NULL (state CHAR(10); lease token and owner
+ *                      CHAR; lease, start and terminal times with a sentinel
+ *                      instead of NULL), so InnoDB can update rows in place
+ *   fixed-no-terminal  fixed-width, and no terminal-time index (retention
+ *                      purge would find old items by creation time instead)
+ *   claim-flag         fixed-no-terminal, and a claim index without `state`:
+ *                      a claim clears is_head, so a completion changes no
+ *                      index at all. Reclaiming expired leases would then
+ *                      need another way to find leased items.
+ *
+ * The floor's statements are the engine's (src/ledger/sql/claim.ts and
+ * completeBatch.ts) written out for each layout: a candidate read of twice
+ * the batch, the CAS UPDATE and its read-back in one round trip, and one
+ * completion UPDATE per claimed batch, on `--connections` connections at
+ * once. Every run checks that each item was completed exactly once.
+ *
+ * Server: LANEWAKE_BENCH_MYSQL_URL (default mysql://root@127.0.0.1:3306).
+ * Output: a table on stdout, then bench/results/floor-latest.json.
+ */
+import { randomBytes } from 'node:crypto';
+import { mkdirSync, writeFileSync } from 'node:fs';
+import { dirname, join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { parseArgs } from 'node:util';
+import mysql, { type ResultSetHeader, type RowDataPacket } from 'mysql2/promise';
+import { execFileSync } from 'node:child_process';
+import type * as Lanewake from '../src/index.js';
+import {
+  codeRevision,
+  cpuSample,
+  createBenchDatabase,
+  fmt,
+  isInterrupted,
+  median,
+  minMax,
+  printTable,
+  progress,
+  runCleanups,
+  waitForQuiet,
+  type BenchDatabase,
+} from './support.js';
+
+// The engine runs from its compiled package, as users run it and as bench/compare.ts runs it.
+progress('building dist/ (npm run build)');
+execFileSync('npx', ['tsc', '-p', 'tsconfig.build.json'], { stdio: 'inherit' });
+const { Consumer, Ledger, Producer, createLogger } = (await import(new URL('../dist/index.js', import.meta.url).href)) as typeof Lanewake;
+type Ledger = Lanewake.Ledger;
+
+const QUEUE = 'bench';
+const TYPE = 'noop';
+const ENQUEUE_BATCH = 500;
+const ENGINE_CONCURRENCY = 32;
+/** A drain that completes nothing for this long fails the run instead of hanging it. */
+const STALL_MS = 60_000;
+const SENTINEL = "'1970-01-01 00:00:01'";
+
+const LAYOUTS = ['current', 'fixed-width', 'fixed-no-terminal', 'claim-flag'] as const;
+type Layout = (typeof LAYOUTS)[number];
+type Subject = Layout | 'engine';
+
+interface Options {
+  runs: number;
+  items: number;
+  batch: number;
+  connections: number;
+  layouts: readonly Layout[];
+  engine: boolean;
+  json: boolean;
+}
+
+function parseOptions(): Options {
+  const { values } = parseArgs({
+    options: {
+      runs: { type: 'string', default: '3' },
+      items: { type: 'string', default: '20000' },
+      batch: { type: 'string', default: '500' },
+      connections: { type: 'string', default: '2' },
+      layouts: { type: 'string', default: LAYOUTS.join(',') },
+      'no-engine': { type: 'boolean', default: false },
+      json: { type: 'boolean', default: false },
+    },
+    strict: true,
+    allowPositionals: false,
+  });
+  const int = (name: string, raw: string, min: number): number => {
+    const n = Number(raw);
+    if (!Number.isInteger(n) || n < min) throw new Error(`--${name} must be an integer ≥ ${min}`);
+    return n;
+  };
+  const layouts = values.layouts.split(',').map((s) => s.trim()).filter((s) => s !== '');
+  for (const l of layouts) if (!(LAYOUTS as readonly string[]).includes(l)) throw new Error(`--layouts: unknown layout ${l} (${LAYOUTS.join(', ')})`);
+  return {
+    runs: int('runs', values.runs, 1),
+    items: int('items', values.items, 1000),
+    batch: int('batch', values.batch, 1),
+    connections: int('connections', values.connections, 1),
+    layouts: layouts as Layout[],
+    engine: !values['no-engine'],
+    json: values.json,
+  };
+}
+
+interface RunResult {
+  jobsPerS: number;
+  /** mariadbd CPU per job, µs (undefined when the server's process is not visible). */
+  serverUsPerJob: number | undefined;
+  nodeUsPerJob: number;
+}
+
+// ---------------------------------------------------------------------------
+// Layouts: the ALTER that makes each, and the statements that drain it.
+
+const ASCII = 'CHARACTER SET ascii COLLATE ascii_bin';
+
+async function applyLayout(c: mysql.Connection, layout: Layout): Promise<void> {
+  if (layout === 'current') return;
+  // Fill the NULLs the fixed-width columns cannot hold, then change the columns.
+  await c.query(`UPDATE lw_items SET lease_token = COALESCE(lease_token, ''), lease_owner = COALESCE(lease_owner, ''),
+    lease_until = COALESCE(lease_until, ${SENTINEL}), started_at = COALESCE(started_at, ${SENTINEL}), terminal_at = COALESCE(terminal_at, ${SENTINEL})`);
+  const changes = [
+    `MODIFY state CHAR(10) ${ASCII} NOT NULL`,
+    `MODIFY lease_token CHAR(22) ${ASCII} NOT NULL DEFAULT ''`,
+    `MODIFY lease_owner CHAR(40) ${ASCII} NOT NULL DEFAULT ''`,
+    `MODIFY lease_until DATETIME(6) NOT NULL DEFAULT ${SENTINEL}`,
+    `MODIFY started_at DATETIME(6) NOT NULL DEFAULT ${SENTINEL}`,
+    `MODIFY terminal_at DATETIME(6) NOT NULL DEFAULT ${SENTINEL}`,
+  ];
+  if (layout !== 'fixed-width') changes.push('DROP INDEX ix_terminal', 'ADD INDEX ix_created (queue, created_at)');
+  if (layout === 'claim-flag') changes.push('DROP INDEX ix_claim', 'ADD INDEX ix_claim (queue, queue_class, is_head, priority, run_after)');
+  await c.query(`ALTER TABLE lw_items ${changes.join(', ')}`);
+}
+
+const ITEM_COLUMNS = `id, queue, type, lane, lane_seq, is_head, queue_class, priority, payload, state, run_after, attempt,
+  max_attempts, lease_owner, lease_token, lease_until, epoch, idempotency_key, dependency_key, probe_after, blocked_at,
+  block_expires_at, cancel_requested, checkpoint, result, last_error, failure_class, replay_of, replayed_at, created_at,
+  started_at, terminal_at, updated_at`;
+
+function drainStatements(layout: Layout) {
+  const flag = layout === 'claim-flag';
+  const claimable = flag ? 'is_head = 1' : "state = 'pending' AND is_head = 1";
+  const noLease = layout === 'current' ? 'NULL' : SENTINEL;
+  return {
+    candidates: (batch: number) => `SELECT id FROM lw_items WHERE queue = '${QUEUE}' AND queue_class = 'default' AND ${claimable}
+      AND run_after <= NOW(6) ORDER BY priority, run_after LIMIT ${batch * 2}`,
+    claim: (ids: string, token: string) => `UPDATE lw_items SET ${flag ? 'is_head = 0, ' : ''}state = 'processing', lease_token = '${token}',
+      lease_owner = 'floor', lease_until = NOW(6) + INTERVAL 30 SECOND, attempt = attempt + 1, epoch = NULL, cancel_requested = 0,
+      started_at = NOW(6), updated_at = NOW(6)
+      WHERE id IN (${ids}) AND queue = '${QUEUE}' AND ${claimable} AND run_after <= NOW(6);
+      SELECT ${ITEM_COLUMNS} FROM lw_items WHERE id IN (${ids}) AND lease_token = '${token}' AND state = 'processing'`,
+    complete: (ids: string, token: string) => `UPDATE lw_items SET state = 'completed', result = NULL, lease_until = ${noLease},
+      terminal_at = NOW(6), updated_at = NOW(6) WHERE id IN (${ids}) AND lease_token = '${token}' AND state = 'processing'`,
+  };
+}
+
+/** Picks `n` of the candidates at random, as the engine's claim does, so concurrent claimers collide as they would. */
+function pick<T>(rows: readonly T[], n: number): T[] {
+  const a = [...rows];
+  for (let i = 0; i < Math.min(n, a.length); i++) {
+    const j = i + Math.floor(Math.random() * (a.length - i));
+    [a[i], a[j]] = [a[j]!, a[i]!];
+  }
+  return a.slice(0, n);
+}
+
+async function drainFloor(db: BenchDatabase, layout: Layout, opts: Options, completedIds: Map<string, number>): Promise<void> {
+  const s = drainStatements(layout);
+  const conns = await Promise.all(
+    Array.from({ length: opts.connections }, () => mysql.createConnection({ uri: db.url, multipleStatements: true })),
+  );
+  let lastProgress = Date.now();
+  try {
+    await Promise.all(
+      conns.map(async (c) => {
+        for (;;) {
+          if (isInterrupted()) throw new Error('interrupted');
+          if (Date.now() - lastProgress > STALL_MS) throw new Error(`no completion for ${STALL_MS} ms`);
+          const [candidates] = await c.query<RowDataPacket[]>(s.candidates(opts.batch));
+          if (candidates.length === 0) return;
+          const chosen = pick(candidates, opts.batch).map((r) => `'${String(r.id)}'`);
+          const token = randomBytes(16).toString('base64url');
+          const [claimed] = (await c.query(s.claim(chosen.join(','), token))) as unknown as [[ResultSetHeader, RowDataPacket[]]];
+          const won = claimed[1].map((r) => String(r.id));
+          if (won.length === 0) continue;
+          const [done] = await c.query<ResultSetHeader>(s.complete(won.map((id) => `'${id}'`).join(','), token));
+          if (done.affectedRows !== won.length) throw new Error(`completed ${done.affectedRows} of ${won.length} claimed items`);
+          for (const id of won) completedIds.set(id, (completedIds.get(id) ?? 0) + 1);
+          lastProgress = Date.now();
+        }
+      }),
+    );
+  } finally {
+    await Promise.all(conns.map((c) => c.end().catch(() => undefined)));
+  }
+}
+
+async function drainEngine(ledger: Ledger, items: number, completedIds: Map<string, number>): Promise<void> {
+  let done!: () => void;
+  let fail!: (e: Error) => void;
+  const finished = new Promise<void>((resolve, reject) => {
+    done = resolve;
+    fail = reject;
+  });
+  let seen = 0;
+  const consumer = new Consumer({
+    ledger,
+    queue: QUEUE,
+    concurrency: ENGINE_CONCURRENCY,
+    logger: createLogger('bench.floor', 'warn'),
+    handlers: {
+      [TYPE]: async (job: { id: string }) => {
+        completedIds.set(job.id, (completedIds.get(job.id) ?? 0) + 1);
+        if (++seen === items) done();
+      },
+    },
+  });
+  let last = seen;
+  const watchdog = setInterval(() => {
+    if (seen === last) fail(new Error(`engine: no job started for ${STALL_MS} ms (${seen} of ${items})`));
+    last = seen;
+  }, STALL_MS);
+  try {
+    await consumer.start();
+    await finished;
+  } finally {
+    clearInterval(watchdog);
+    await consumer.stop();
+  }
+}
+
+// ---------------------------------------------------------------------------
+
+async function runOnce(subject: Subject, opts: Options): Promise<RunResult> {
+  const db = await createBenchDatabase('lwfloor');
+  let ledger: Ledger | undefined = new Ledger({ url: db.url, poolSize: 12 });
+  try {
+    await ledger.migrate();
+    const producer = new Producer({ ledger });
+    const ids: string[] = [];
+    for (let i = 0; i < opts.items; i += ENQUEUE_BATCH) {
+      const batch = Array.from({ length: Math.min(ENQUEUE_BATCH, opts.items - i) }, (_, k) => ({ queue: QUEUE, type: TYPE, payload: { n: i + k } }));
+      for (const r of await producer.enqueueMany(batch)) ids.push(r.id);
+    }
+    if (subject !== 'engine') {
+      await ledger.close();
+      ledger = undefined;
+      const admin = await mysql.createConnection({ uri: db.url });
+      try {
+        await applyLayout(admin, subject);
+      } finally {
+        await admin.end();
+      }
+    }
+    await waitForQuiet();
+    const completed = new Map<string, number>();
+    const from = cpuSample();
+    if (subject === 'engine') await drainEngine(ledger!, opts.items, completed);
+    else await drainFloor(db, subject, opts, completed);
+    const to = cpuSample();
+    // Effect check: every enqueued item completed exactly once, nothing else.
+    const missing = ids.filter((id) => completed.get(id) !== 1);
+    if (missing.length > 0 || completed.size !== ids.length) {
+      throw new Error(`${subject}: ${missing.length} items not completed exactly once, ${completed.size} distinct completed of ${ids.length}`);
+    }
+    const seconds = (to.wallMs - from.wallMs) / 1000;
+    return {
+      jobsPerS: opts.items / seconds,
+      serverUsPerJob: from.server !== undefined && to.server !== undefined ? ((to.server - from.server) * 1e6) / opts.items : undefined,
+      nodeUsPerJob: ((to.node - from.node) * 1e6) / opts.items,
+    };
+  } finally {
+    await ledger?.close();
+    await db.drop();
+  }
+}
+
+interface Row {
+  subject: Subject;
+  median: number;
+  min: number;
+  max: number;
+  serverUsPerJob: number | undefined;
+  nodeUsPerJob: number;
+  runs: number[];
+}
+
+async function main(): Promise<void> {
+  const opts = parseOptions();
+  const subjects: Subject[] = [...opts.layouts, ...(opts.engine ? (['engine'] as const) : [])];
+  const results = new Map<Subject, RunResult[]>(subjects.map((s) => [s, []]));
+  progress(`ledger floor: ${subjects.join(', ')}; ${opts.items} items, batch ${opts.batch}, ${opts.connections} connection(s), ${opts.runs} run(s)`);
+  // Subjects interleaved within each run, so machine noise falls on all of them alike.
+  for (let run = 1; run <= opts.runs; run++) {
+    for (const subject of subjects) {
+      const r = await runOnce(subject, opts);
+      results.get(subject)!.push(r);
+      progress(`run ${run} ${subject}: ${fmt(r.jobsPerS)} jobs/s, mariadbd ${fmt(r.serverUsPerJob, 1)} µs/job, node ${fmt(r.nodeUsPerJob, 1)} µs/job`);
+    }
+  }
+  const rows: Row[] = subjects.map((subject) => {
+    const rs = results.get(subject)!;
+    const jobs = rs.map((r) => r.jobsPerS);
+    const server = rs.map((r) => r.serverUsPerJob).filter((v): v is number => v !== undefined);
+    return {
+      subject,
+      median: median(jobs),
+      ...minMax(jobs),
+      serverUsPerJob: server.length > 0 ? median(server) : undefined,
+      nodeUsPerJob: median(rs.map((r) => r.nodeUsPerJob)),
+      runs: jobs,
+    };
+  });
+  const current = rows.find((r) => r.subject === 'current')?.median;
+  printTable(
+    `ledger floor — median of ${opts.runs} run(s), ${opts.items} items, batch ${opts.batch}, ${opts.connections} connection(s)`,
+    ['subject', 'jobs/s', 'min–max', 'mariadbd µs/job', 'node µs/job', 'vs current floor'],
+    rows.map((r) => [
+      r.subject === 'engine' ? `engine (Consumer, c=${ENGINE_CONCURRENCY})` : `floor: ${r.subject}`,
+      fmt(r.median),
+      `${fmt(r.min)}–${fmt(r.max)}`,
+      fmt(r.serverUsPerJob, 1),
+      fmt(r.nodeUsPerJob, 1),
+      current === undefined ? '' : `${(r.median / current).toFixed(2)}×`,
+    ]),
+    ['left', 'right', 'right', 'right', 'right', 'right'],
+  );
+  const out = {
+    format: 'lanewake-floor/1',
+    date: new Date().toISOString(),
+    code: codeRevision(),
+    command: `npm run bench:floor -- ${process.argv.slice(2).join(' ')}`.trim(),
+    options: { ...opts, layouts: [...opts.layouts] },
+    rows,
+  };
+  const path = join(dirname(fileURLToPath(import.meta.url)), 'results', 'floor-latest.json');
+  mkdirSync(dirname(path), { recursive: true });
+  writeFileSync(path, `${JSON.stringify(out, null, 2)}\n`);
+  progress(`wrote ${path}`);
+  if (opts.json) console.log(JSON.stringify(out));
+}
+
+main()
+  .catch((error: unknown) => {
+    console.error(error instanceof Error ? error.message : error);
+    process.exitCode = 1;
+  })
+  .finally(() => runCleanups());
