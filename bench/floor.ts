@@ -8,19 +8,26 @@
  *     ("engine / floor"), so the rest of the gap to a peer is the ledger's;
  *   - how much a different table layout would buy, before anyone writes the
  *     migration: each layout below is the current schema changed by ALTER
- *     TABLE after the enqueue, drained by the statements that layout needs.
+ *     TABLE after the enqueue, drained by the statements that layout needs;
+ *   - where the floor stands against a peer's whole stack, drained in the
+ *     same invocation (default graphile-worker with its local queue and
+ *     batched completion, through the side-by-side benchmark's adapter;
+ *     `--peer none` leaves it out).
  *
  *   npm run bench:floor                                  # 3 runs, every layout, and the engine
- *   npm run bench:floor -- --runs 5 --connections 2 --layouts current,fixed-width
+ *   npm run bench:floor -- --runs 5 --connections 2 --layouts current,fixed-width --peer none
  *   npm run bench:floor -- --json                        # last stdout line: one JSON object
  *
  * Layouts (only `current` is what lanewake runs today; the others are
  * measurements of candidate migrations, not code paths of the engine):
  *   current            the schema as `ledger.migrate()` makes it
  *   fixed-width        the columns claim and completion write made fixed-width
- *                      and NOT NULL (state CHAR(10); lease token and owner
- *                      CHAR; lease, start and terminal times with a sentinel
- *                      instead of NULL), so InnoDB can update rows in place
+ *                      and NOT NULL (state CHAR(10), lease token CHAR(22) and
+ *                      owner CHAR(40), all ascii; lease, start and terminal
+ *                      times with a sentinel instead of NULL), so InnoDB can
+ *                      update rows in place. The owner column is narrower than
+ *                      the names the API accepts (128 characters of any
+ *                      script), so this is an upper bound of the gain.
  *   fixed-no-terminal  fixed-width, and no terminal-time index (retention
  *                      purge would find old items by creation time instead)
  *   claim-flag         fixed-no-terminal, and a claim index without `state`:
@@ -56,9 +63,11 @@ import {
   printTable,
   progress,
   runCleanups,
+  onCleanup,
   waitForQuiet,
   type BenchDatabase,
 } from './support.js';
+import { findFactory } from './peers/registry.js';
 
 // The engine runs from its compiled package, as users run it and as bench/compare.ts runs it.
 progress('building dist/ (npm run build)');
@@ -76,7 +85,8 @@ const SENTINEL = "'1970-01-01 00:00:01'";
 
 const LAYOUTS = ['current', 'fixed-width', 'fixed-no-terminal', 'claim-flag'] as const;
 type Layout = (typeof LAYOUTS)[number];
-type Subject = Layout | 'engine';
+type Subject = Layout | 'engine' | 'peer';
+const DEFAULT_PEER = 'graphile-worker:local queue + batched completion';
 
 interface Options {
   runs: number;
@@ -85,6 +95,8 @@ interface Options {
   connections: number;
   layouts: readonly Layout[];
   engine: boolean;
+  /** system:mode of a side-by-side adapter, or undefined for none. */
+  peer: { system: string; mode: string } | undefined;
   json: boolean;
 }
 
@@ -97,6 +109,7 @@ function parseOptions(): Options {
       connections: { type: 'string', default: '2' },
       layouts: { type: 'string', default: LAYOUTS.join(',') },
       'no-engine': { type: 'boolean', default: false },
+      peer: { type: 'string', default: DEFAULT_PEER },
       json: { type: 'boolean', default: false },
     },
     strict: true,
@@ -109,6 +122,8 @@ function parseOptions(): Options {
   };
   const layouts = values.layouts.split(',').map((s) => s.trim()).filter((s) => s !== '');
   for (const l of layouts) if (!(LAYOUTS as readonly string[]).includes(l)) throw new Error(`--layouts: unknown layout ${l} (${LAYOUTS.join(', ')})`);
+  const colon = values.peer.indexOf(':');
+  if (values.peer !== 'none' && colon <= 0) throw new Error('--peer must be system:mode (as in `npm run bench -- --systems`) or none');
   return {
     runs: int('runs', values.runs, 1),
     items: int('items', values.items, 1000),
@@ -116,6 +131,7 @@ function parseOptions(): Options {
     connections: int('connections', values.connections, 1),
     layouts: layouts as Layout[],
     engine: !values['no-engine'],
+    peer: values.peer === 'none' ? undefined : { system: values.peer.slice(0, colon), mode: values.peer.slice(colon + 1) },
     json: values.json,
   };
 }
@@ -247,9 +263,64 @@ async function drainEngine(ledger: Ledger, items: number, completedIds: Map<stri
   }
 }
 
+/**
+ * The peer's whole stack on the same items: enqueued with its batch API in
+ * batches of 500 (untimed), then one worker at concurrency 32 in this process,
+ * timed from its start until every job has started (the side-by-side bulk
+ * workload's processing figure). Each job must start exactly once.
+ */
+async function runPeer(peer: { system: string; mode: string }, opts: Options): Promise<RunResult> {
+  const factory = await findFactory(peer.system, peer.mode);
+  const adapter = factory.create({ id: `flr${randomBytes(4).toString('hex')}` });
+  const unregister = onCleanup(() => adapter.teardown());
+  try {
+    await adapter.setup();
+    await adapter.connect();
+    for (let i = 0; i < opts.items; i += ENQUEUE_BATCH) {
+      await adapter.enqueueBatch(Array.from({ length: Math.min(ENQUEUE_BATCH, opts.items - i) }, (_, k) => ({ n: i + k })));
+    }
+    await waitForQuiet();
+    const starts = new Uint8Array(opts.items);
+    let seen = 0;
+    let done!: () => void;
+    const finished = new Promise<void>((resolve) => (done = resolve));
+    const from = cpuSample();
+    const worker = await adapter.startWorker({
+      concurrency: ENGINE_CONCURRENCY,
+      onJob: (job) => {
+        starts[job.n] = (starts[job.n] ?? 0) + 1;
+        if (++seen === opts.items) done();
+      },
+    });
+    let last = -1;
+    let stalled: NodeJS.Timeout | undefined;
+    const stall = new Promise<never>((_, reject) => {
+      stalled = setInterval(() => {
+        if (seen === last) reject(new Error(`${peer.system}: no job started for ${STALL_MS} ms (${seen} of ${opts.items})`));
+        last = seen;
+      }, STALL_MS);
+    });
+    try {
+      await Promise.race([finished, stall]);
+    } finally {
+      clearInterval(stalled);
+    }
+    const to = cpuSample();
+    await worker.stop();
+    const wrong = starts.reduce((n, c) => n + (c === 1 ? 0 : 1), 0);
+    if (wrong > 0) throw new Error(`${peer.system}: ${wrong} jobs not started exactly once`);
+    return { jobsPerS: opts.items / ((to.wallMs - from.wallMs) / 1000), serverUsPerJob: undefined, nodeUsPerJob: ((to.node - from.node) * 1e6) / opts.items };
+  } finally {
+    await adapter.close().catch(() => undefined);
+    await adapter.teardown();
+    unregister();
+  }
+}
+
 // ---------------------------------------------------------------------------
 
 async function runOnce(subject: Subject, opts: Options): Promise<RunResult> {
+  if (subject === 'peer') return runPeer(opts.peer!, opts);
   const db = await createBenchDatabase('lwfloor');
   let ledger: Ledger | undefined = new Ledger({ url: db.url, poolSize: 12 });
   try {
@@ -305,15 +376,16 @@ interface Row {
 
 async function main(): Promise<void> {
   const opts = parseOptions();
-  const subjects: Subject[] = [...opts.layouts, ...(opts.engine ? (['engine'] as const) : [])];
+  const subjects: Subject[] = [...opts.layouts, ...(opts.engine ? (['engine'] as const) : []), ...(opts.peer ? (['peer'] as const) : [])];
+  const peerLabel = opts.peer ? `${opts.peer.system} (${opts.peer.mode}), c=${ENGINE_CONCURRENCY}` : '';
   const results = new Map<Subject, RunResult[]>(subjects.map((s) => [s, []]));
-  progress(`ledger floor: ${subjects.join(', ')}; ${opts.items} items, batch ${opts.batch}, ${opts.connections} connection(s), ${opts.runs} run(s)`);
+  progress(`ledger floor: ${subjects.map((x) => (x === 'peer' ? peerLabel : x)).join(', ')}; ${opts.items} items, batch ${opts.batch}, ${opts.connections} connection(s), ${opts.runs} run(s)`);
   // Subjects interleaved within each run, so machine noise falls on all of them alike.
   for (let run = 1; run <= opts.runs; run++) {
     for (const subject of subjects) {
       const r = await runOnce(subject, opts);
       results.get(subject)!.push(r);
-      progress(`run ${run} ${subject}: ${fmt(r.jobsPerS)} jobs/s, mariadbd ${fmt(r.serverUsPerJob, 1)} µs/job, node ${fmt(r.nodeUsPerJob, 1)} µs/job`);
+      progress(`run ${run} ${subject === 'peer' ? peerLabel : subject}: ${fmt(r.jobsPerS)} jobs/s, mariadbd ${fmt(r.serverUsPerJob, 1)} µs/job, node ${fmt(r.nodeUsPerJob, 1)} µs/job`);
     }
   }
   const rows: Row[] = subjects.map((subject) => {
@@ -334,7 +406,7 @@ async function main(): Promise<void> {
     `ledger floor — median of ${opts.runs} run(s), ${opts.items} items, batch ${opts.batch}, ${opts.connections} connection(s)`,
     ['subject', 'jobs/s', 'min–max', 'mariadbd µs/job', 'node µs/job', 'vs current floor'],
     rows.map((r) => [
-      r.subject === 'engine' ? `engine (Consumer, c=${ENGINE_CONCURRENCY})` : `floor: ${r.subject}`,
+      r.subject === 'engine' ? `engine (Consumer, c=${ENGINE_CONCURRENCY})` : r.subject === 'peer' ? `peer: ${peerLabel}` : `floor: ${r.subject}`,
       fmt(r.median),
       `${fmt(r.min)}–${fmt(r.max)}`,
       fmt(r.serverUsPerJob, 1),
@@ -349,6 +421,7 @@ async function main(): Promise<void> {
     code: codeRevision(),
     command: `npm run bench:floor -- ${process.argv.slice(2).join(' ')}`.trim(),
     options: { ...opts, layouts: [...opts.layouts] },
+    peer: peerLabel || undefined,
     rows,
   };
   const path = join(dirname(fileURLToPath(import.meta.url)), 'results', 'floor-latest.json');
