@@ -15,25 +15,23 @@
  *     `--peer none` leaves it out).
  *
  *   npm run bench:floor                                  # 3 runs, every layout, and the engine
- *   npm run bench:floor -- --runs 5 --connections 2 --layouts current,fixed-width --peer none
+ *   npm run bench:floor -- --runs 5 --connections 2 --layouts current,schema-1 --peer none
  *   npm run bench:floor -- --json                        # last stdout line: one JSON object
  *
- * Layouts (only `current` is what lanewake runs today; the others are
- * measurements of candidate migrations, not code paths of the engine):
- *   current            the schema as `ledger.migrate()` makes it
- *   fixed-width        the columns claim and completion write made fixed-width
- *                      and NOT NULL (state CHAR(10), lease token CHAR(22) and
- *                      owner CHAR(40), all ascii; lease, start and terminal
- *                      times with a sentinel instead of NULL), so InnoDB can
- *                      update rows in place. The owner column is narrower than
- *                      the names the API accepts (128 characters of any
- *                      script), so this is an upper bound of the gain.
- *   fixed-no-terminal  fixed-width, and no terminal-time index (retention
- *                      purge would find old items by creation time instead)
- *   claim-flag         fixed-no-terminal, and a claim index without `state`:
- *                      a claim clears is_head, so a completion changes no
- *                      index at all. Reclaiming expired leases would then
- *                      need another way to find leased items.
+ * Layouts (only `current` is what lanewake runs; the others are measurements
+ * of other schemas, not code paths of the engine):
+ *   current      the schema as `ledger.migrate()` makes it (schema 2: the
+ *                columns claim and completion write are fixed-width and NOT
+ *                NULL, so InnoDB updates rows in place; purge goes by
+ *                creation time, so completion moves no terminal-time index
+ *                entry)
+ *   schema-1     the layout before migration 2, for comparison: nullable,
+ *                variable-length lease columns and a terminal-time index
+ *   claim-flag   current, and a claim index without `state`: a claim clears
+ *                is_head, so a completion changes no index at all.
+ *                Reclaiming expired leases, the claim limiter and the
+ *                per-state stats would then need another way to find leased
+ *                items than the claim index's processing range.
  *
  * The floor's statements are the engine's (src/ledger/sql/claim.ts and
  * completeBatch.ts) written out for each layout: a candidate read of twice
@@ -81,9 +79,10 @@ const ENQUEUE_BATCH = 500;
 const ENGINE_CONCURRENCY = 32;
 /** A drain that completes nothing for this long fails the run instead of hanging it. */
 const STALL_MS = 60_000;
-const SENTINEL = "'1970-01-01 00:00:01'";
+/** Schema 2's "no time" (src/ledger/sql/common.ts NO_TIME). */
+const NO_TIME = "'1000-01-01 00:00:00'";
 
-const LAYOUTS = ['current', 'fixed-width', 'fixed-no-terminal', 'claim-flag'] as const;
+const LAYOUTS = ['current', 'schema-1', 'claim-flag'] as const;
 type Layout = (typeof LAYOUTS)[number];
 type Subject = Layout | 'engine' | 'peer';
 const DEFAULT_PEER = 'graphile-worker:local queue + batched completion';
@@ -150,20 +149,16 @@ const ASCII = 'CHARACTER SET ascii COLLATE ascii_bin';
 
 async function applyLayout(c: mysql.Connection, layout: Layout): Promise<void> {
   if (layout === 'current') return;
-  // Fill the NULLs the fixed-width columns cannot hold, then change the columns.
-  await c.query(`UPDATE lw_items SET lease_token = COALESCE(lease_token, ''), lease_owner = COALESCE(lease_owner, ''),
-    lease_until = COALESCE(lease_until, ${SENTINEL}), started_at = COALESCE(started_at, ${SENTINEL}), terminal_at = COALESCE(terminal_at, ${SENTINEL})`);
-  const changes = [
-    `MODIFY state CHAR(10) ${ASCII} NOT NULL`,
-    `MODIFY lease_token CHAR(22) ${ASCII} NOT NULL DEFAULT ''`,
-    `MODIFY lease_owner CHAR(40) ${ASCII} NOT NULL DEFAULT ''`,
-    `MODIFY lease_until DATETIME(6) NOT NULL DEFAULT ${SENTINEL}`,
-    `MODIFY started_at DATETIME(6) NOT NULL DEFAULT ${SENTINEL}`,
-    `MODIFY terminal_at DATETIME(6) NOT NULL DEFAULT ${SENTINEL}`,
-  ];
-  if (layout !== 'fixed-width') changes.push('DROP INDEX ix_terminal', 'ADD INDEX ix_created (queue, created_at)');
-  if (layout === 'claim-flag') changes.push('DROP INDEX ix_claim', 'ADD INDEX ix_claim (queue, queue_class, is_head, priority, run_after)');
-  await c.query(`ALTER TABLE lw_items ${changes.join(', ')}`);
+  if (layout === 'claim-flag') {
+    await c.query('ALTER TABLE lw_items DROP INDEX ix_claim, ADD INDEX ix_claim (queue, queue_class, is_head, priority, run_after)');
+  } else if (layout === 'schema-1') {
+    // Schema 1's column definitions and indexes, then its NULLs for "none".
+    await c.query(`ALTER TABLE lw_items MODIFY state VARCHAR(16) ${ASCII} NOT NULL, MODIFY lease_token VARCHAR(32) ${ASCII} NULL,
+      MODIFY lease_owner VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NULL, MODIFY lease_until DATETIME(6) NULL,
+      MODIFY started_at DATETIME(6) NULL, MODIFY terminal_at DATETIME(6) NULL, ADD INDEX ix_terminal (terminal_at), DROP INDEX ix_created`);
+    await c.query(`UPDATE lw_items SET lease_token = NULLIF(lease_token, ''), lease_owner = NULLIF(lease_owner, ''),
+      lease_until = NULLIF(lease_until, ${NO_TIME}), started_at = NULLIF(started_at, ${NO_TIME}), terminal_at = NULLIF(terminal_at, ${NO_TIME})`);
+  }
 }
 
 const ITEM_COLUMNS = `id, queue, type, lane, lane_seq, is_head, queue_class, priority, payload, state, run_after, attempt,
@@ -174,7 +169,7 @@ const ITEM_COLUMNS = `id, queue, type, lane, lane_seq, is_head, queue_class, pri
 function drainStatements(layout: Layout) {
   const flag = layout === 'claim-flag';
   const claimable = flag ? 'is_head = 1' : "state = 'pending' AND is_head = 1";
-  const noLease = layout === 'current' ? 'NULL' : SENTINEL;
+  const noLease = layout === 'schema-1' ? 'NULL' : NO_TIME;
   return {
     candidates: (batch: number) => `SELECT id FROM lw_items WHERE queue = '${QUEUE}' AND queue_class = 'default' AND ${claimable}
       AND run_after <= NOW(6) ORDER BY priority, run_after LIMIT ${batch * 2}`,

@@ -2,7 +2,8 @@ import { sql } from 'kysely';
 import { afterEach, describe, expect, test } from 'vitest';
 import { SchemaBehindError } from '../src/errors.js';
 import { Ledger } from '../src/ledger/ledger.js';
-import { SCHEMA_VERSION } from '../src/ledger/migrations.js';
+import type { ClaimedItem } from '../src/ledger/types.js';
+import { migrate, SCHEMA_VERSION } from '../src/ledger/migrations.js';
 import { createTestLedger, type TestLedger } from './support/ledger.js';
 
 const created: TestLedger[] = [];
@@ -79,6 +80,50 @@ describe('migrations', () => {
     // And the schema works.
     const r = await other.enqueue({ queue: 'mig', type: 't', payload: 1 });
     expect((await ledger.get(r.id))?.id).toBe(r.id);
+  });
+
+  test('schema 1 → 2: items written under schema 1 read back the same, and the new column forms hold', async () => {
+    const { ledger } = await fresh();
+    await migrate(ledger.db, 'lw_', 60, 1);
+    const t = ledger.tables;
+    // Rows as schema 1 stored them: NULL for "no lease", "not started", "not ended".
+    const cols = sql`(id, queue, type, is_head, queue_class, priority, payload, state, run_after, attempt, max_attempts,
+      lease_owner, lease_token, lease_until, created_at, started_at, terminal_at, updated_at)`;
+    await sql`INSERT INTO ${t.items} ${cols} VALUES
+      ('waiting', 'mig', 't', 1, 'default', 0, '1', 'pending', NOW(6), 0, 3, NULL, NULL, NULL, NOW(6), NULL, NULL, NOW(6)),
+      ('held', 'mig', 't', 1, 'default', 0, '2', 'processing', NOW(6), 1, 3, ${'wörker-' + 'x'.repeat(100)}, 'tok_0123456789abcdef',
+        NOW(6) + INTERVAL 1 HOUR, NOW(6), NOW(6), NULL, NOW(6)),
+      ('ended', 'mig', 't', 1, 'default', 0, '3', 'completed', NOW(6), 1, 3, 'w1', 'tok_fedcba9876543210',
+        NULL, NOW(6) - INTERVAL 2 HOUR, NOW(6) - INTERVAL 2 HOUR, NOW(6) - INTERVAL 90 MINUTE, NOW(6))`.execute(ledger.db);
+
+    const up = await ledger.migrate();
+    expect(up).toEqual({ from: 1, to: SCHEMA_VERSION, applied: [2] });
+    const waiting = await ledger.get('waiting');
+    expect(waiting).toMatchObject({ state: 'pending', leaseOwner: null, leaseToken: null, leaseUntil: null, startedAt: null, terminalAt: null });
+    const held = await ledger.get('held');
+    expect(held).toMatchObject({ state: 'processing', leaseToken: 'tok_0123456789abcdef', terminalAt: null });
+    expect(held?.leaseOwner).toBe(('w?rker-' + 'x'.repeat(100)).slice(0, 64));
+    expect(held?.leaseUntil?.getTime()).toBeGreaterThan(Date.now());
+    const ended = await ledger.get('ended');
+    expect(ended).toMatchObject({ state: 'completed', leaseUntil: null, leaseOwner: 'w1' });
+    expect(ended?.terminalAt?.getTime()).toBeLessThan(Date.now() - 3_000_000);
+
+    // New leases store the owner the same way: printable ASCII, at most 64 characters.
+    const [claimed] = (await ledger.claim({ queue: 'mig', owner: 'ünïcode-' + 'y'.repeat(80), leaseMs: 60_000, limit: 1 })).items;
+    expect(claimed?.id).toBe('waiting');
+    expect((await ledger.get('waiting'))?.leaseOwner).toBe(('?n?code-' + 'y'.repeat(80)).slice(0, 64));
+
+    // The held item's lease still fences: its token completes it, and purge goes by creation time.
+    expect(await ledger.complete(held as ClaimedItem)).toMatchObject({ won: true });
+    expect(await ledger.purge({ olderThanMs: 3_600_000, queue: 'mig' })).toBe(1);
+    expect(await ledger.get('ended')).toBeUndefined();
+
+    const indexes = await sql<{ name: string }>`SELECT DISTINCT index_name AS name FROM information_schema.statistics
+      WHERE table_schema = DATABASE() AND table_name = 'lw_items'`.execute(ledger.db);
+    const names = indexes.rows.map((r) => r.name);
+    expect(names).toContain('ix_created');
+    expect(names).not.toContain('ix_terminal');
+    expect(await ledger.migrate()).toEqual({ from: SCHEMA_VERSION, to: SCHEMA_VERSION, applied: [] });
   });
 
   test('table prefixes keep two ledgers apart in one database', async () => {

@@ -794,9 +794,14 @@ describe('purge', () => {
     expect(await historyCount(ledger, oldDone!.id)).toBe(2);
     expect(await historyCount(ledger, youngRetried!.id)).toBe(2);
 
-    // Age two of them past the retention (the ledger cannot be made to wait an hour).
+    // Age two of them past the retention (the ledger cannot be made to wait an hour):
+    // created three hours ago, ended two hours ago.
     const old = [oldDone!.id, oldDead!.id, other.id];
-    await sql`UPDATE ${ledger.tables.items} SET terminal_at = NOW(6) - INTERVAL 2 HOUR WHERE id IN (${sql.join(old)})`.execute(ledger.db);
+    await sql`UPDATE ${ledger.tables.items} SET created_at = NOW(6) - INTERVAL 3 HOUR, terminal_at = NOW(6) - INTERVAL 2 HOUR
+      WHERE id IN (${sql.join(old)})`.execute(ledger.db);
+    // Old but unfinished, and old but ended within the retention: they stay.
+    await sql`UPDATE ${ledger.tables.items} SET created_at = NOW(6) - INTERVAL 3 HOUR
+      WHERE id IN (${sql.join([pending!.id, running!.id, young!.id])})`.execute(ledger.db);
 
     expect(await ledger.purge({ olderThanMs: 3_600_000, queue })).toBe(2);
     expect(await ledger.get(oldDone!.id)).toBeUndefined();
@@ -820,7 +825,8 @@ describe('purge', () => {
     const queue = freshQueue('purge-lane');
     const first = await ledger.enqueue({ queue, type: 't', payload: 1, lane: 'L' });
     await ledger.complete(await claimOne(ledger, queue));
-    await sql`UPDATE ${ledger.tables.items} SET terminal_at = NOW(6) - INTERVAL 1 DAY WHERE id = ${first.id}`.execute(ledger.db);
+    await sql`UPDATE ${ledger.tables.items} SET created_at = NOW(6) - INTERVAL 2 DAY, terminal_at = NOW(6) - INTERVAL 1 DAY
+      WHERE id = ${first.id}`.execute(ledger.db);
     expect(await ledger.purge({ olderThanMs: 60_000, queue })).toBe(1);
     const again = await ledger.enqueue({ queue, type: 't', payload: 2, lane: 'L' });
     expect((await mustGet(ledger, again.id)).isHead).toBe(true);

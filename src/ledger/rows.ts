@@ -48,6 +48,19 @@ export interface AttemptRow {
   ended_at: Date;
 }
 
+/**
+ * Schema 2 stores "none" as '' in the lease token and owner columns and as
+ * year 1000 in the lease, start and terminal times (see NO_TIME in
+ * sql/common.ts); the ledger's callers see null, as before.
+ */
+export function noneAsNull(text: string | null): string | null {
+  return text === null || text === '' ? null : text;
+}
+
+export function noTimeAsNull(d: Date | null): Date | null {
+  return d === null || d.getUTCFullYear() <= 1000 ? null : d;
+}
+
 function parseJson(text: string | null): unknown {
   return text === null ? null : (JSON.parse(text) as unknown);
 }
@@ -67,9 +80,9 @@ export function toWorkItem(row: ItemRow): WorkItem {
     runAfter: row.run_after,
     attempt: row.attempt,
     maxAttempts: row.max_attempts,
-    leaseOwner: row.lease_owner,
-    leaseToken: row.lease_token,
-    leaseUntil: row.lease_until,
+    leaseOwner: noneAsNull(row.lease_owner),
+    leaseToken: noneAsNull(row.lease_token),
+    leaseUntil: noTimeAsNull(row.lease_until),
     epoch: row.epoch === null ? null : Number(row.epoch),
     idempotencyKey: row.idempotency_key,
     dependencyKey: row.dependency_key,
@@ -84,8 +97,8 @@ export function toWorkItem(row: ItemRow): WorkItem {
     replayOf: row.replay_of,
     replayedAt: row.replayed_at,
     createdAt: row.created_at,
-    startedAt: row.started_at,
-    terminalAt: row.terminal_at,
+    startedAt: noTimeAsNull(row.started_at),
+    terminalAt: noTimeAsNull(row.terminal_at),
     updatedAt: row.updated_at,
   };
 }

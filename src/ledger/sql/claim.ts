@@ -4,7 +4,7 @@ import { toWorkItem, type ItemRow } from '../rows.js';
 import type { LedgerTables } from '../tables.js';
 import type { ClaimedItem, QueueClass } from '../types.js';
 import { QUEUE_CLASSES } from '../types.js';
-import { affected, inline, ITEM_COLUMNS, list, nowPlusMs, type Executor } from './common.js';
+import { affected, inline, ITEM_COLUMNS, list, nowPlusMs, ownerColumn, type Executor } from './common.js';
 
 export interface ClaimSpec {
   queue: string;
@@ -82,7 +82,7 @@ async function casClaim(exec: Executor, t: LedgerTables, spec: ClaimSpec, ids: r
       ? sql``
       : sql`AND EXISTS (SELECT 1 FROM ${t.ownership} o WHERE o.queue = ${inline(spec.queue)} AND o.epoch = ${inline(spec.epoch)})`;
   const cas = sql`UPDATE ${t.items}
-    SET state = 'processing', lease_token = ${inline(token)}, lease_owner = ${inline(spec.owner)},
+    SET state = 'processing', lease_token = ${inline(token)}, lease_owner = ${inline(ownerColumn(spec.owner))},
       lease_until = ${nowPlusMs(spec.leaseMs)}, attempt = attempt + 1, epoch = ${inline(spec.epoch ?? null)},
       cancel_requested = 0, started_at = NOW(6), updated_at = NOW(6)
     WHERE id IN (${list(ids)}) AND queue = ${inline(spec.queue)} AND state = 'pending' AND is_head = 1

@@ -51,6 +51,27 @@ export function nowPlusMsText(ms: number): string {
   return us === 0 ? 'NOW(6)' : `(NOW(6) + INTERVAL ${us} MICROSECOND)`;
 }
 
+/**
+ * "No time" in the DATETIME(6) columns a claim or a completion writes (lease
+ * expiry, start, terminal time). They are NOT NULL since schema 2: a NULL
+ * turning into a value changes a row's length, and InnoDB then cannot
+ * update the row in place. Read back as null (rows.ts).
+ */
+export const NO_TIME_TEXT = "'1000-01-01 00:00:00'";
+export const NO_TIME = sql.raw(NO_TIME_TEXT);
+
+/** Width of the lease owner column (CHAR, ascii; fixed for the same reason as NO_TIME). */
+export const OWNER_WIDTH = 64;
+
+/**
+ * The lease owner as the ledger stores it: the consumer's name folded to
+ * printable ASCII (anything else becomes '?') and cut to OWNER_WIDTH. The
+ * column is diagnostic (who holds an item); fencing is by the lease token.
+ */
+export function ownerColumn(owner: string): string {
+  return owner.replace(/[^\x20-\x7e]/g, '?').slice(0, OWNER_WIDTH);
+}
+
 /** A map key for a value scoped to its queue (a lane, an idempotency key). */
 export function queueScoped(queue: string, key: string): string {
   return `${queue}\u0000${key}`;

@@ -4,7 +4,7 @@ import { retryOnConflict } from '../retry.js';
 import type { LedgerTables } from '../tables.js';
 import { toWorkItem, type ItemRow } from '../rows.js';
 import type { ClaimedItem, QueueClass } from '../types.js';
-import { affected, inline, ITEM_COLUMNS, laneIn, list, nowPlusMs, queueScoped, type Executor } from './common.js';
+import { affected, inline, ITEM_COLUMNS, laneIn, list, NO_TIME, nowPlusMs, ownerColumn, queueScoped, type Executor } from './common.js';
 import { finalize, type LeaseHandle } from './finalize.js';
 import { pipelined, type Send } from './pipeline.js';
 import { advanceHead } from './transition.js';
@@ -120,7 +120,7 @@ function completionStatement(t: LedgerTables, entries: readonly CompletionEntry[
       ? sql`lease_token = ${inline(onlyToken ?? null)}`
       : sql`(id, lease_token) IN (${sql.join(entries.map((e) => sql`(${inline(e.handle.id)}, ${inline(e.handle.leaseToken)})`))})`;
   return sql`UPDATE ${t.items}
-    SET state = 'completed', result = ${resultExpr}, lease_until = NULL, terminal_at = NOW(6), updated_at = NOW(6)
+    SET state = 'completed', result = ${resultExpr}, lease_until = ${NO_TIME}, terminal_at = NOW(6), updated_at = NOW(6)
     WHERE id IN (${list(ids)}) AND state = 'processing' AND ${tokenGuard}`;
 }
 
@@ -214,7 +214,7 @@ function takes(next: SuccessorClaim, r: SuccessorRow): boolean {
 function claimSuccessors(t: LedgerTables, next: SuccessorClaim, ids: readonly string[]): RawBuilder<unknown>[] {
   return [
     sql`UPDATE ${t.items}
-      SET is_head = 1, state = 'processing', lease_token = ${inline(next.token)}, lease_owner = ${inline(next.owner)},
+      SET is_head = 1, state = 'processing', lease_token = ${inline(next.token)}, lease_owner = ${inline(ownerColumn(next.owner))},
         lease_until = ${nowPlusMs(next.leaseMs)}, attempt = attempt + 1, epoch = NULL,
         cancel_requested = 0, started_at = NOW(6), updated_at = NOW(6)
       WHERE id IN (${list(ids)}) AND state = 'pending' AND run_after <= NOW(6)`,

@@ -3,7 +3,7 @@ import { newId } from '../ids.js';
 import type { LedgerDb } from '../connection.js';
 import type { LedgerTables } from '../tables.js';
 import type { ClaimedItem, EnqueueResult, QueueClass } from '../types.js';
-import { affected, laneIn, literal, nowPlusMsText, queueScoped, type Executor } from './common.js';
+import { affected, laneIn, literal, NO_TIME_TEXT, nowPlusMsText, ownerColumn, queueScoped, type Executor } from './common.js';
 import { pipelined } from './pipeline.js';
 
 /** An item ready to insert: validated, payload already JSON text. */
@@ -48,7 +48,7 @@ export function claimedAtInsert(id: string, item: NewItem, claim: InsertClaim, n
   return {
     id, queue: item.queue, type: item.type, lane: item.lane, laneSeq, isHead: true, queueClass: item.queueClass,
     priority: item.priority, payload: JSON.parse(item.payloadJson) as unknown, state: 'processing', runAfter: now,
-    attempt: 1, maxAttempts: item.maxAttempts, leaseOwner: claim.owner, leaseToken: claim.token,
+    attempt: 1, maxAttempts: item.maxAttempts, leaseOwner: ownerColumn(claim.owner), leaseToken: claim.token,
     leaseUntil: new Date(nowMs + claim.leaseMs), epoch: null, idempotencyKey: null, dependencyKey: null, probeAfter: null,
     blockedAt: null, blockExpiresAt: null, cancelRequested: false, checkpoint: null, result: null, lastError: null,
     failureClass: null, replayOf: null, replayedAt: null, createdAt: now, startedAt: now, terminalAt: null, updatedAt: now,
@@ -151,6 +151,9 @@ function insertStatement(t: LedgerTables, values: readonly RawBuilder<unknown>[]
     VALUES ${sql.join(values)}`;
 }
 
+/** The lease columns of an item inserted unclaimed: fixed-width "none" values (schema 2). */
+const NO_LEASE = `'', '', ${NO_TIME_TEXT}, ${NO_TIME_TEXT}`;
+
 /**
  * One row of the INSERT. Strings and numbers go in as literals, escaped as
  * mysql2 escapes a bound value (see `literal`): a batch of a thousand items
@@ -162,7 +165,7 @@ function valuesRow(id: string, item: NewItem, laneSeq: number | null, isHead: bo
   const c = item.claim;
   const head = `(${literal(id)}, ${literal(item.queue)}, ${literal(item.type)}, ${literal(item.lane)}, ${literal(laneSeq)}, ${isHead ? 1 : 0}, ${literal(item.queueClass)}, ${literal(item.priority)}, ${literal(item.payloadJson)}, ${c ? "'processing'" : "'pending'"}, `;
   // A claimed insert is the claim CAS's outcome written directly: processing, attempt 1, leased.
-  const lease = c ? `${literal(c.owner)}, ${literal(c.token)}, ${nowPlusMsText(c.leaseMs)}, NOW(6)` : 'NULL, NULL, NULL, NULL';
+  const lease = c ? `${literal(ownerColumn(c.owner))}, ${literal(c.token)}, ${nowPlusMsText(c.leaseMs)}, NOW(6)` : NO_LEASE;
   const tail = `, ${c ? 1 : 0}, ${literal(item.maxAttempts)}, ${literal(item.idempotencyKey)}, ${literal(item.replayOf ?? null)}, NOW(6), NOW(6), ${lease})`;
   return item.runAt !== null ? sql`${sql.raw(head)}${item.runAt}${sql.raw(tail)}` : sql.raw(head + nowPlusMsText(item.delayMs) + tail);
 }

@@ -2,7 +2,7 @@ import { sql, type RawBuilder } from 'kysely';
 import type { LedgerDb } from '../connection.js';
 import type { LedgerTables } from '../tables.js';
 import type { ClaimedItem } from '../types.js';
-import { nowPlusMs, type Executor } from './common.js';
+import { NO_TIME, nowPlusMs, type Executor } from './common.js';
 import { applyTransition, applyTransitionInTx, type HistoryEntry, type TransitionSpec } from './transition.js';
 
 /** What a finalize needs of the claim it ends. */
@@ -39,27 +39,27 @@ function plan(h: LeaseHandle, f: Finalization): Plan {
   switch (f.kind) {
     case 'complete':
       return {
-        set: sql`state = 'completed', result = ${f.resultJson}, lease_until = NULL, terminal_at = NOW(6)`,
+        set: sql`state = 'completed', result = ${f.resultJson}, lease_until = ${NO_TIME}, terminal_at = NOW(6)`,
         terminal: true,
         // A first-try success is recorded by the item row alone.
         history: h.attempt > 1 ? hist('completed', null, null) : null,
       };
     case 'dead':
       return {
-        set: sql`state = 'dead', last_error = ${f.error}, failure_class = ${f.failureClass}, lease_until = NULL,
+        set: sql`state = 'dead', last_error = ${f.error}, failure_class = ${f.failureClass}, lease_until = ${NO_TIME},
           terminal_at = NOW(6)`,
         terminal: true,
         history: hist('dead', f.failureClass, f.error),
       };
     case 'skip':
       return {
-        set: sql`state = 'skipped', result = ${f.reasonJson}, lease_until = NULL, terminal_at = NOW(6)`,
+        set: sql`state = 'skipped', result = ${f.reasonJson}, lease_until = ${NO_TIME}, terminal_at = NOW(6)`,
         terminal: true,
         history: hist('skipped', null, null),
       };
     case 'cancelled':
       return {
-        set: sql`state = 'cancelled', failure_class = 'cancelled', last_error = ${f.reason}, lease_until = NULL,
+        set: sql`state = 'cancelled', failure_class = 'cancelled', last_error = ${f.reason}, lease_until = ${NO_TIME},
           terminal_at = NOW(6)`,
         terminal: true,
         history: hist('cancelled', 'cancelled', f.reason),
@@ -67,14 +67,14 @@ function plan(h: LeaseHandle, f: Finalization): Plan {
     case 'retry':
       return {
         set: sql`state = 'pending', run_after = ${nowPlusMs(f.delayMs)}, last_error = ${f.error},
-          failure_class = ${f.failureClass}, lease_until = NULL`,
+          failure_class = ${f.failureClass}, lease_until = ${NO_TIME}`,
         terminal: false,
         history: hist('retried', f.failureClass, f.error),
       };
     case 'release':
       // No budget burn: the attempt counted at claim is given back.
       return {
-        set: sql`state = 'pending', run_after = ${nowPlusMs(f.delayMs)}, attempt = attempt - 1, lease_until = NULL`,
+        set: sql`state = 'pending', run_after = ${nowPlusMs(f.delayMs)}, attempt = attempt - 1, lease_until = ${NO_TIME}`,
         terminal: false,
         history: hist('released', null, f.reason),
       };
@@ -88,7 +88,7 @@ function plan(h: LeaseHandle, f: Finalization): Plan {
           block_expires_at = IF(dependency_key <=> ${f.dependencyKey} AND block_expires_at IS NOT NULL,
             block_expires_at, ${nowPlusMs(f.maxWaitMs)}),
           probe_after = LEAST(${nowPlusMs(f.probeAfterMs)}, block_expires_at),
-          dependency_key = ${f.dependencyKey}, attempt = attempt - 1, lease_until = NULL`,
+          dependency_key = ${f.dependencyKey}, attempt = attempt - 1, lease_until = ${NO_TIME}`,
         terminal: false,
         history: hist('blocked', null, f.reason),
       };

@@ -1,7 +1,10 @@
-import { sql } from 'kysely';
+import { sql, type RawBuilder } from 'kysely';
 import type { LedgerDb } from '../connection.js';
 import type { LedgerTables } from '../tables.js';
-import { affected, laneIn, list, nowPlusMs, queueScoped } from './common.js';
+import { affected, laneIn, list, NO_TIME, nowPlusMs, queueScoped } from './common.js';
+
+/** Ended before `cutoff`: a terminal time is set (not NO_TIME) and older. */
+const TERMINAL_BEFORE = (cutoff: RawBuilder<unknown>): RawBuilder<unknown> => sql`terminal_at > ${NO_TIME} AND terminal_at < ${cutoff}`;
 
 /**
  * Deletes terminal items (and their history) that ended more than
@@ -13,15 +16,19 @@ export async function purgeTerminal(
   t: LedgerTables,
   opts: { olderThanMs: number; limit: number; queue?: string | undefined },
 ): Promise<number> {
-  const queueFilter = opts.queue === undefined ? sql`` : sql`AND queue = ${opts.queue}`;
+  const queueFilter = opts.queue === undefined ? sql`` : sql`queue = ${opts.queue} AND`;
   const cutoff = nowPlusMs(-opts.olderThanMs);
+  // An item ends after it was created, so creation time before the cutoff is
+  // necessary for a terminal time before it, and creation time is indexed
+  // (ix_created) because it never changes, unlike the terminal time.
   const rows = await sql<{ id: string; queue: string; lane: string | null }>`SELECT id, queue, lane FROM ${t.items}
-    WHERE terminal_at < ${cutoff} ${queueFilter} LIMIT ${opts.limit}`.execute(db);
+    WHERE ${queueFilter} created_at < ${cutoff} AND ${TERMINAL_BEFORE(cutoff)}
+    ORDER BY created_at LIMIT ${opts.limit}`.execute(db);
   if (rows.rows.length === 0) return 0;
   const ids = rows.rows.map((r) => r.id);
   const deleted = await db.transaction().execute(async (trx) => {
     await sql`DELETE FROM ${t.attempts} WHERE item_id IN (${list(ids)})`.execute(trx);
-    const d = await sql`DELETE FROM ${t.items} WHERE id IN (${list(ids)}) AND terminal_at < ${cutoff}`.execute(trx);
+    const d = await sql`DELETE FROM ${t.items} WHERE id IN (${list(ids)}) AND ${TERMINAL_BEFORE(cutoff)}`.execute(trx);
     return affected(d);
   });
   const lanes = [...new Map(rows.rows.filter((r) => r.lane !== null).map((r) => [queueScoped(r.queue, r.lane ?? ''), r])).values()];

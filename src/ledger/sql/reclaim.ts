@@ -2,7 +2,8 @@ import { sql } from 'kysely';
 import type { LedgerDb } from '../connection.js';
 import type { LedgerTables } from '../tables.js';
 import { QUEUE_CLASSES } from '../types.js';
-import { list } from './common.js';
+import { list, NO_TIME } from './common.js';
+import { noneAsNull, noTimeAsNull } from '../rows.js';
 import { applyTransition } from './transition.js';
 
 export interface ReclaimOutcome {
@@ -35,21 +36,21 @@ export async function reclaimExpired(db: LedgerDb, t: LedgerTables, opts: { queu
       attempt: r.attempt,
       outcome: 'lease_expired' as const,
       failureClass: 'lease_expired',
-      error: `lease held by ${r.lease_owner ?? '?'} expired`,
-      worker: r.lease_owner,
-      startedAt: r.started_at,
+      error: `lease held by ${noneAsNull(r.lease_owner) ?? '?'} expired`,
+      worker: noneAsNull(r.lease_owner),
+      startedAt: noTimeAsNull(r.started_at),
     };
     const won = await applyTransition(db, t, {
       place: { id: r.id, queue: r.queue, lane: r.lane, laneSeq: r.lane_seq === null ? null : Number(r.lane_seq) },
       guard: sql`lease_token = ${r.lease_token} AND state = 'processing' AND lease_until < NOW(6)`,
       set: cancel
-        ? sql`state = 'cancelled', failure_class = 'cancelled', last_error = ${history.error}, lease_until = NULL,
+        ? sql`state = 'cancelled', failure_class = 'cancelled', last_error = ${history.error}, lease_until = ${NO_TIME},
             terminal_at = NOW(6)`
         : spent
-          ? sql`state = 'dead', failure_class = 'lease_expired', last_error = ${history.error}, lease_until = NULL,
+          ? sql`state = 'dead', failure_class = 'lease_expired', last_error = ${history.error}, lease_until = ${NO_TIME},
               terminal_at = NOW(6)`
           : sql`state = 'pending', run_after = NOW(6), failure_class = 'lease_expired', last_error = ${history.error},
-              lease_until = NULL`,
+              lease_until = ${NO_TIME}`,
       terminal: cancel || spent,
       wasHead: true,
       history,
