@@ -66,6 +66,7 @@ import {
   type BenchDatabase,
 } from './support.js';
 import { findFactory } from './peers/registry.js';
+import { ITEM_COLUMN_LIST, NO_TIME_TEXT as NO_TIME } from '../src/ledger/sql/common.js';
 
 // The engine runs from its compiled package, as users run it and as bench/compare.ts runs it.
 progress('building dist/ (npm run build)');
@@ -79,8 +80,6 @@ const ENQUEUE_BATCH = 500;
 const ENGINE_CONCURRENCY = 32;
 /** A drain that completes nothing for this long fails the run instead of hanging it. */
 const STALL_MS = 60_000;
-/** Schema 2's "no time" (src/ledger/sql/common.ts NO_TIME). */
-const NO_TIME = "'1000-01-01 00:00:00'";
 
 const LAYOUTS = ['current', 'schema-1', 'claim-flag'] as const;
 type Layout = (typeof LAYOUTS)[number];
@@ -161,11 +160,6 @@ async function applyLayout(c: mysql.Connection, layout: Layout): Promise<void> {
   }
 }
 
-const ITEM_COLUMNS = `id, queue, type, lane, lane_seq, is_head, queue_class, priority, payload, state, run_after, attempt,
-  max_attempts, lease_owner, lease_token, lease_until, epoch, idempotency_key, dependency_key, probe_after, blocked_at,
-  block_expires_at, cancel_requested, checkpoint, result, last_error, failure_class, replay_of, replayed_at, created_at,
-  started_at, terminal_at, updated_at`;
-
 function drainStatements(layout: Layout) {
   const flag = layout === 'claim-flag';
   const claimable = flag ? 'is_head = 1' : "state = 'pending' AND is_head = 1";
@@ -177,7 +171,7 @@ function drainStatements(layout: Layout) {
       lease_owner = 'floor', lease_until = NOW(6) + INTERVAL 30 SECOND, attempt = attempt + 1, epoch = NULL, cancel_requested = 0,
       started_at = NOW(6), updated_at = NOW(6)
       WHERE id IN (${ids}) AND queue = '${QUEUE}' AND ${claimable} AND run_after <= NOW(6);
-      SELECT ${ITEM_COLUMNS} FROM lw_items WHERE id IN (${ids}) AND lease_token = '${token}' AND state = 'processing'`,
+      SELECT ${ITEM_COLUMN_LIST} FROM lw_items WHERE id IN (${ids}) AND lease_token = '${token}' AND state = 'processing'`,
     complete: (ids: string, token: string) => `UPDATE lw_items SET state = 'completed', result = NULL, lease_until = ${noLease},
       terminal_at = NOW(6), updated_at = NOW(6) WHERE id IN (${ids}) AND lease_token = '${token}' AND state = 'processing'`,
   };
@@ -224,14 +218,35 @@ async function drainFloor(db: BenchDatabase, layout: Layout, opts: Options, comp
   }
 }
 
-async function drainEngine(ledger: Ledger, items: number, completedIds: Map<string, number>): Promise<void> {
+/**
+ * Counts starts until `total`; `finished` resolves then, or rejects when
+ * STALL_MS pass without one (a lost job would otherwise hang the run).
+ * `stop()` ends the watch.
+ */
+function watchStarts(total: number, who: string): { started: () => void; finished: Promise<void>; stop: () => void } {
+  let seen = 0;
+  let last = -1;
   let done!: () => void;
   let fail!: (e: Error) => void;
   const finished = new Promise<void>((resolve, reject) => {
     done = resolve;
     fail = reject;
   });
-  let seen = 0;
+  const watchdog = setInterval(() => {
+    if (seen === last) fail(new Error(`${who}: no job started for ${STALL_MS} ms (${seen} of ${total})`));
+    last = seen;
+  }, STALL_MS);
+  return {
+    started: () => {
+      if (++seen === total) done();
+    },
+    finished,
+    stop: () => clearInterval(watchdog),
+  };
+}
+
+async function drainEngine(ledger: Ledger, items: number, completedIds: Map<string, number>): Promise<void> {
+  const watch = watchStarts(items, 'engine');
   const consumer = new Consumer({
     ledger,
     queue: QUEUE,
@@ -240,20 +255,15 @@ async function drainEngine(ledger: Ledger, items: number, completedIds: Map<stri
     handlers: {
       [TYPE]: async (job: { id: string }) => {
         completedIds.set(job.id, (completedIds.get(job.id) ?? 0) + 1);
-        if (++seen === items) done();
+        watch.started();
       },
     },
   });
-  let last = seen;
-  const watchdog = setInterval(() => {
-    if (seen === last) fail(new Error(`engine: no job started for ${STALL_MS} ms (${seen} of ${items})`));
-    last = seen;
-  }, STALL_MS);
   try {
     await consumer.start();
-    await finished;
+    await watch.finished;
   } finally {
-    clearInterval(watchdog);
+    watch.stop();
     await consumer.stop();
   }
 }
@@ -276,29 +286,19 @@ async function runPeer(peer: { system: string; mode: string }, opts: Options): P
     }
     await waitForQuiet();
     const starts = new Uint8Array(opts.items);
-    let seen = 0;
-    let done!: () => void;
-    const finished = new Promise<void>((resolve) => (done = resolve));
+    const watch = watchStarts(opts.items, peer.system);
     const from = cpuSample();
     const worker = await adapter.startWorker({
       concurrency: ENGINE_CONCURRENCY,
       onJob: (job) => {
         starts[job.n] = (starts[job.n] ?? 0) + 1;
-        if (++seen === opts.items) done();
+        watch.started();
       },
     });
-    let last = -1;
-    let stalled: NodeJS.Timeout | undefined;
-    const stall = new Promise<never>((_, reject) => {
-      stalled = setInterval(() => {
-        if (seen === last) reject(new Error(`${peer.system}: no job started for ${STALL_MS} ms (${seen} of ${opts.items})`));
-        last = seen;
-      }, STALL_MS);
-    });
     try {
-      await Promise.race([finished, stall]);
+      await watch.finished;
     } finally {
-      clearInterval(stalled);
+      watch.stop();
     }
     const to = cpuSample();
     await worker.stop();

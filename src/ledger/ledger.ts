@@ -8,7 +8,7 @@ import { assertSchemaCurrent, migrate, schemaStatus, type MigrateResult, type Sc
 import { ER_DUP_ENTRY, errno, retryOnConflict } from './retry.js';
 import { cancelItem, type CancelOutcome } from './sql/cancel.js';
 import { claimByIds, claimHeads, type ClaimOutcome } from './sql/claim.js';
-import { queueScoped, truncate, type Executor } from './sql/common.js';
+import { ownerColumn, queueScoped, truncate, type Executor } from './sql/common.js';
 import { completeMany, type SuccessorClaim } from './sql/completeBatch.js';
 import { probeDependencyWaits, wakeDependency, type ProbeOutcome, type WokenItem } from './sql/dependency.js';
 import { claimableAtInsert, claimedAtInsert, insertItems, insertLanedPipelined, MAX_STATEMENT_BYTES, type InsertClaim, type NewItem } from './sql/enqueue.js';
@@ -251,7 +251,8 @@ export class Ledger {
     });
     const claim = eligible.length > 0 ? reserve(eligible) : undefined;
     if (claim) {
-      const lease: InsertClaim = { owner: claim.owner, token: claim.token, leaseMs: claim.leaseMs };
+      // The owner folded once for the batch, not once per row.
+      const lease: InsertClaim = { owner: ownerColumn(claim.owner), token: claim.token, leaseMs: claim.leaseMs };
       for (const item of eligible.slice(0, claim.max)) item.claim = lease;
     }
     const nowMs = Date.now();

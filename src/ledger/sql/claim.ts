@@ -69,6 +69,21 @@ export async function claimHeads(exec: Executor, t: LedgerTables, spec: ClaimHea
   return { items, moreAvailable: candidates.rows.length > chosen.length };
 }
 
+/**
+ * What every claim writes (here, and for lane successors claimed with a
+ * completion): processing under a fresh lease, one more attempt.
+ */
+export function leaseAssignments(lease: { token: string; owner: string; leaseMs: number; epoch?: number | undefined }): RawBuilder<unknown> {
+  return sql`state = 'processing', lease_token = ${inline(lease.token)}, lease_owner = ${inline(ownerColumn(lease.owner))},
+    lease_until = ${nowPlusMs(lease.leaseMs)}, attempt = attempt + 1, epoch = ${inline(lease.epoch ?? null)},
+    cancel_requested = 0, started_at = NOW(6), updated_at = NOW(6)`;
+}
+
+/** The rows of `ids` a claim under `token` won. */
+export function readBackClaimed(t: LedgerTables, ids: readonly string[], token: string): RawBuilder<unknown> {
+  return sql`SELECT ${ITEM_COLUMNS} FROM ${t.items} WHERE id IN (${list(ids)}) AND lease_token = ${inline(token)} AND state = 'processing'`;
+}
+
 /** Claims exactly these ids if each is still a due pending head (targeted wake-ups). */
 export async function claimByIds(exec: Executor, t: LedgerTables, spec: ClaimSpec & { ids: readonly string[] }): Promise<ClaimedItem[]> {
   if (spec.ids.length === 0) return [];
@@ -81,14 +96,10 @@ async function casClaim(exec: Executor, t: LedgerTables, spec: ClaimSpec, ids: r
     spec.epoch === undefined
       ? sql``
       : sql`AND EXISTS (SELECT 1 FROM ${t.ownership} o WHERE o.queue = ${inline(spec.queue)} AND o.epoch = ${inline(spec.epoch)})`;
-  const cas = sql`UPDATE ${t.items}
-    SET state = 'processing', lease_token = ${inline(token)}, lease_owner = ${inline(ownerColumn(spec.owner))},
-      lease_until = ${nowPlusMs(spec.leaseMs)}, attempt = attempt + 1, epoch = ${inline(spec.epoch ?? null)},
-      cancel_requested = 0, started_at = NOW(6), updated_at = NOW(6)
+  const cas = sql`UPDATE ${t.items} SET ${leaseAssignments({ token, owner: spec.owner, leaseMs: spec.leaseMs, epoch: spec.epoch })}
     WHERE id IN (${list(ids)}) AND queue = ${inline(spec.queue)} AND state = 'pending' AND is_head = 1
       AND run_after <= NOW(6) ${epochGuard}`;
-  const readBack = sql`SELECT ${ITEM_COLUMNS} FROM ${t.items}
-    WHERE id IN (${list(ids)}) AND lease_token = ${inline(token)} AND state = 'processing'`;
+  const readBack = readBackClaimed(t, ids, token);
   let rows: ItemRow[];
   if (spec.multiStatement) {
     // Both statements in one query: mysql2 answers with one result per statement.

@@ -11,7 +11,7 @@ export type Executor = QueryExecutorProvider;
  * Kysely and a placeholder scan per id in mysql2.
  */
 export function list(values: readonly (string | number)[]): RawBuilder<unknown> {
-  return sql.raw(values.map((v) => escape(v)).join(', '));
+  return sql.raw(values.map((v) => literal(v)).join(', '));
 }
 
 /**
@@ -36,8 +36,8 @@ export function literal(value: string | number | null): string {
  */
 export function laneIn(lanes: readonly { queue: string; lane: string | null }[]): RawBuilder<unknown> {
   const [only] = lanes;
-  if (lanes.length === 1 && only) return sql.raw(`(queue = ${escape(only.queue)} AND lane = ${escape(only.lane)})`);
-  return sql.raw(`(queue, lane) IN (${lanes.map((l) => `(${escape(l.queue)}, ${escape(l.lane)})`).join(', ')})`);
+  if (lanes.length === 1 && only) return sql.raw(`(queue = ${literal(only.queue)} AND lane = ${literal(only.lane)})`);
+  return sql.raw(`(queue, lane) IN (${lanes.map((l) => `(${literal(l.queue)}, ${literal(l.lane)})`).join(', ')})`);
 }
 
 /** `NOW(6) + INTERVAL ms` on the ledger's clock. */
@@ -81,10 +81,12 @@ export function affected(result: { numAffectedRows?: bigint }): number {
   return Number(result.numAffectedRows ?? 0n);
 }
 
-export const ITEM_COLUMNS = sql`id, queue, type, lane, lane_seq, is_head, queue_class, priority, payload, state,
+/** Every column of an items row, as `toWorkItem` reads it (plain text: bench/floor.ts sends it on raw connections). */
+export const ITEM_COLUMN_LIST = `id, queue, type, lane, lane_seq, is_head, queue_class, priority, payload, state,
   run_after, attempt, max_attempts, lease_owner, lease_token, lease_until, epoch, idempotency_key,
   dependency_key, probe_after, blocked_at, block_expires_at, cancel_requested, checkpoint, result,
   last_error, failure_class, replay_of, replayed_at, created_at, started_at, terminal_at, updated_at`;
+export const ITEM_COLUMNS = sql.raw(ITEM_COLUMN_LIST);
 
 /** Cuts an error text to the ledger's cap. */
 export function truncate(text: string | null | undefined, max: number): string | null {

@@ -4,7 +4,8 @@ import { retryOnConflict } from '../retry.js';
 import type { LedgerTables } from '../tables.js';
 import { toWorkItem, type ItemRow } from '../rows.js';
 import type { ClaimedItem, QueueClass } from '../types.js';
-import { affected, inline, ITEM_COLUMNS, laneIn, list, NO_TIME, nowPlusMs, ownerColumn, queueScoped, type Executor } from './common.js';
+import { leaseAssignments, readBackClaimed } from './claim.js';
+import { affected, inline, laneIn, list, NO_TIME, queueScoped, type Executor } from './common.js';
 import { finalize, type LeaseHandle } from './finalize.js';
 import { pipelined, type Send } from './pipeline.js';
 import { advanceHead } from './transition.js';
@@ -213,11 +214,8 @@ function takes(next: SuccessorClaim, r: SuccessorRow): boolean {
 /** The new heads become heads and claimed at once: the claim CAS's effect, then the read-back of what it won. */
 function claimSuccessors(t: LedgerTables, next: SuccessorClaim, ids: readonly string[]): RawBuilder<unknown>[] {
   return [
-    sql`UPDATE ${t.items}
-      SET is_head = 1, state = 'processing', lease_token = ${inline(next.token)}, lease_owner = ${inline(ownerColumn(next.owner))},
-        lease_until = ${nowPlusMs(next.leaseMs)}, attempt = attempt + 1, epoch = NULL,
-        cancel_requested = 0, started_at = NOW(6), updated_at = NOW(6)
+    sql`UPDATE ${t.items} SET is_head = 1, ${leaseAssignments(next)}
       WHERE id IN (${list(ids)}) AND state = 'pending' AND run_after <= NOW(6)`,
-    sql`SELECT ${ITEM_COLUMNS} FROM ${t.items} WHERE id IN (${list(ids)}) AND lease_token = ${inline(next.token)} AND state = 'processing'`,
+    readBackClaimed(t, ids, next.token),
   ];
 }

@@ -3,7 +3,7 @@ import { newId } from '../ids.js';
 import type { LedgerDb } from '../connection.js';
 import type { LedgerTables } from '../tables.js';
 import type { ClaimedItem, EnqueueResult, QueueClass } from '../types.js';
-import { affected, laneIn, literal, NO_TIME_TEXT, nowPlusMsText, ownerColumn, queueScoped, type Executor } from './common.js';
+import { affected, laneIn, literal, NO_TIME_TEXT, nowPlusMsText, queueScoped, type Executor } from './common.js';
 import { pipelined } from './pipeline.js';
 
 /** An item ready to insert: validated, payload already JSON text. */
@@ -25,6 +25,7 @@ export interface NewItem {
 
 /** A lease granted at insert: the item starts `processing`, attempt 1, held by `owner` with `token`. */
 export interface InsertClaim {
+  /** As the ledger stores it (`ownerColumn`). */
   owner: string;
   token: string;
   leaseMs: number;
@@ -48,7 +49,7 @@ export function claimedAtInsert(id: string, item: NewItem, claim: InsertClaim, n
   return {
     id, queue: item.queue, type: item.type, lane: item.lane, laneSeq, isHead: true, queueClass: item.queueClass,
     priority: item.priority, payload: JSON.parse(item.payloadJson) as unknown, state: 'processing', runAfter: now,
-    attempt: 1, maxAttempts: item.maxAttempts, leaseOwner: ownerColumn(claim.owner), leaseToken: claim.token,
+    attempt: 1, maxAttempts: item.maxAttempts, leaseOwner: claim.owner, leaseToken: claim.token,
     leaseUntil: new Date(nowMs + claim.leaseMs), epoch: null, idempotencyKey: null, dependencyKey: null, probeAfter: null,
     blockedAt: null, blockExpiresAt: null, cancelRequested: false, checkpoint: null, result: null, lastError: null,
     failureClass: null, replayOf: null, replayedAt: null, createdAt: now, startedAt: now, terminalAt: null, updatedAt: now,
@@ -107,11 +108,10 @@ export async function insertItems(
   });
 
   const seqs = await assignLaneSequences(exec, t, fresh.map((f) => f.item));
-  const rows: { id: string; item: NewItem; laneSeq: number | null; isHead: boolean }[] = fresh.map((f, i) => {
-    const s = seqs[i];
-    const id = newId();
-    results[f.index] = { id, duplicate: false, laneSeq: s?.seq ?? null };
-    return { id, item: f.item, laneSeq: s?.seq ?? null, isHead: s?.head ?? true };
+  const rows = fresh.map((f, i) => {
+    const row = freshRow(seqs[i]);
+    results[f.index] = { id: row.id, duplicate: false, laneSeq: row.laneSeq };
+    return { ...row, item: f.item };
   });
 
   let chunk: RawBuilder<unknown>[] = [];
@@ -140,8 +140,11 @@ export async function insertItems(
 }
 
 async function insertChunk(exec: Executor, t: LedgerTables, values: RawBuilder<unknown>[], expected: number): Promise<void> {
-  const r = await insertStatement(t, values).execute(exec);
-  if (affected(r) !== expected) throw new Error(`enqueue: inserted ${affected(r)} of ${expected} rows`);
+  expectInserted(affected(await insertStatement(t, values).execute(exec)), expected);
+}
+
+function expectInserted(inserted: number, expected: number): void {
+  if (inserted !== expected) throw new Error(`enqueue: inserted ${inserted} of ${expected} rows`);
 }
 
 function insertStatement(t: LedgerTables, values: readonly RawBuilder<unknown>[]): RawBuilder<unknown> {
@@ -149,6 +152,13 @@ function insertStatement(t: LedgerTables, values: readonly RawBuilder<unknown>[]
       payload, state, run_after, attempt, max_attempts, idempotency_key, replay_of, created_at, updated_at,
       lease_owner, lease_token, lease_until, started_at)
     VALUES ${sql.join(values)}`;
+}
+
+type LaneSequence = { seq: number; head: boolean };
+
+/** A new item's id and lane place; an item without a lane is its own head. */
+function freshRow(s: LaneSequence | undefined): { id: string; laneSeq: number | null; isHead: boolean } {
+  return { id: newId(), laneSeq: s?.seq ?? null, isHead: s?.head ?? true };
 }
 
 /** The lease columns of an item inserted unclaimed: fixed-width "none" values (schema 2). */
@@ -165,7 +175,7 @@ function valuesRow(id: string, item: NewItem, laneSeq: number | null, isHead: bo
   const c = item.claim;
   const head = `(${literal(id)}, ${literal(item.queue)}, ${literal(item.type)}, ${literal(item.lane)}, ${literal(laneSeq)}, ${isHead ? 1 : 0}, ${literal(item.queueClass)}, ${literal(item.priority)}, ${literal(item.payloadJson)}, ${c ? "'processing'" : "'pending'"}, `;
   // A claimed insert is the claim CAS's outcome written directly: processing, attempt 1, leased.
-  const lease = c ? `${literal(ownerColumn(c.owner))}, ${literal(c.token)}, ${nowPlusMsText(c.leaseMs)}, NOW(6)` : NO_LEASE;
+  const lease = c ? `${literal(c.owner)}, ${literal(c.token)}, ${nowPlusMsText(c.leaseMs)}, NOW(6)` : NO_LEASE;
   const tail = `, ${c ? 1 : 0}, ${literal(item.maxAttempts)}, ${literal(item.idempotencyKey)}, ${literal(item.replayOf ?? null)}, NOW(6), NOW(6), ${lease})`;
   return item.runAt !== null ? sql`${sql.raw(head)}${item.runAt}${sql.raw(tail)}` : sql.raw(head + nowPlusMsText(item.delayMs) + tail);
 }
@@ -211,7 +221,7 @@ type LaneRow = { queue: string; lane: string; next_seq: number; active: number }
  * is the head (its lane had no unfinished item). An item that is not its
  * lane's head loses any claim it was offered: it waits for its turn.
  */
-function sequencesFrom(items: readonly NewItem[], lanes: readonly LaneCount[], rows: readonly LaneRow[]): ({ seq: number; head: boolean } | undefined)[] {
+function sequencesFrom(items: readonly NewItem[], lanes: readonly LaneCount[], rows: readonly LaneRow[]): (LaneSequence | undefined)[] {
   const counts = new Map(lanes.map((l) => [queueScoped(l.queue, l.lane), l.n]));
   // Per lane: the first sequence of this batch, and whether the lane was idle before it.
   const cursor = new Map<string, { next: number; idleBefore: boolean }>();
@@ -236,7 +246,7 @@ async function assignLaneSequences(
   exec: Executor,
   t: LedgerTables,
   items: readonly NewItem[],
-): Promise<({ seq: number; head: boolean } | undefined)[]> {
+): Promise<(LaneSequence | undefined)[]> {
   const lanes = laneCounts(items);
   if (lanes.length === 0) return items.map(() => undefined);
   const [upsert, read] = laneStatements(t, lanes);
@@ -257,13 +267,12 @@ export async function insertLanedPipelined(db: LedgerDb, multiStatement: boolean
     const seqs = sequencesFrom(items, lanes, (read?.rows ?? []) as LaneRow[]);
     const results: EnqueueResult[] = [];
     const values = items.map((item, i) => {
-      const s = seqs[i];
-      const id = newId();
-      results.push({ id, duplicate: false, laneSeq: s?.seq ?? null });
-      return valuesRow(id, item, s?.seq ?? null, s?.head ?? true);
+      const row = freshRow(seqs[i]);
+      results.push({ id: row.id, duplicate: false, laneSeq: row.laneSeq });
+      return valuesRow(row.id, item, row.laneSeq, row.isHead);
     });
     const [inserted] = await send([insertStatement(t, values)], { commit: true });
-    if (inserted?.affected !== items.length) throw new Error(`enqueue: inserted ${inserted?.affected ?? 0} of ${items.length} rows`);
+    expectInserted(inserted?.affected ?? 0, items.length);
     return results;
   });
 }

@@ -32,12 +32,13 @@ export async function reclaimExpired(db: LedgerDb, t: LedgerTables, opts: { queu
   for (const r of rows) {
     const cancel = r.cancel_requested === 1;
     const spent = r.attempt >= r.max_attempts;
+    const owner = noneAsNull(r.lease_owner);
     const history = {
       attempt: r.attempt,
       outcome: 'lease_expired' as const,
       failureClass: 'lease_expired',
-      error: `lease held by ${noneAsNull(r.lease_owner) ?? '?'} expired`,
-      worker: noneAsNull(r.lease_owner),
+      error: `lease held by ${owner ?? '?'} expired`,
+      worker: owner,
       startedAt: noTimeAsNull(r.started_at),
     };
     const won = await applyTransition(db, t, {
