@@ -162,7 +162,7 @@ export class Consumer<DB = Record<string, never>> extends EventEmitter<ConsumerE
     this.handlers = new Map(Object.entries(handlers).map(([type, h]) => [type, normalizeHandler(h)]));
     this.name = this.settings.name ?? `${hostname()}:${process.pid}:${randomBytes(3).toString('hex')}`;
     this.log = (logger ?? createLogger('lanewake.consumer')).child({ queue: this.settings.queue, consumer: this.name });
-    this.completer = new BatchCompleter(ledger, undefined, undefined, this.successorLease);
+    this.completer = new BatchCompleter(ledger, this.successorLease);
     this.executorDeps = {
       ledger,
       completer: this.completer,

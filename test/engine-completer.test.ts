@@ -1,0 +1,84 @@
+import { afterAll, beforeAll, expect, test } from 'vitest';
+import { BatchCompleter } from '../src/consumer/completer.js';
+import type { ClaimedItem } from '../src/ledger/types.js';
+import { freshQueue, mustGet } from './support/items.js';
+import { createTestLedger, type TestLedger } from './support/ledger.js';
+
+let tl: TestLedger;
+beforeAll(async () => {
+  tl = await createTestLedger();
+});
+afterAll(async () => {
+  await tl?.drop();
+});
+
+interface Write {
+  size: number;
+  laned: number;
+  /** Writes of the same kind (laned or not) in flight when this one began, itself included. */
+  inFlight: number;
+}
+
+/** Records each batch the completer hands the ledger; the ledger still writes it. */
+function observeWrites(): { writes: Write[]; restore: () => void } {
+  const { ledger } = tl;
+  const original = ledger.completeManyClaimingNext.bind(ledger);
+  const writes: Write[] = [];
+  const open = { laned: 0, laneless: 0 };
+  ledger.completeManyClaimingNext = async (entries, next) => {
+    const laned = entries.filter((e) => e.handle.lane !== null).length;
+    const kind = laned > 0 ? 'laned' : 'laneless';
+    open[kind]++;
+    writes.push({ size: entries.length, laned, inFlight: open[kind] });
+    try {
+      return await original(entries, next);
+    } finally {
+      open[kind]--;
+    }
+  };
+  return { writes, restore: () => void (ledger.completeManyClaimingNext = original) };
+}
+
+async function claimAll(queue: string, count: number): Promise<ClaimedItem[]> {
+  const items: ClaimedItem[] = [];
+  while (items.length < count) {
+    const c = await tl.ledger.claim({ queue, owner: 'w', limit: 1000, leaseMs: 60_000 });
+    if (c.items.length === 0) break;
+    items.push(...c.items);
+  }
+  return items;
+}
+
+test('completions go in laneless batches of up to 500, one at a time, and laned ones apart in batches of up to 128', async () => {
+  const { ledger } = tl;
+  const queue = freshQueue('completer');
+  const loners = 1_100;
+  const lanes = 300;
+  await ledger.enqueueMany(Array.from({ length: loners }, (_, n) => ({ queue, type: 't', payload: { n } })));
+  await ledger.enqueueMany(Array.from({ length: lanes }, (_, n) => ({ queue, type: 't', payload: { n }, lane: `lane-${n}` })));
+  const items = await claimAll(queue, loners + lanes);
+  expect(items.length).toBe(loners + lanes);
+
+  const { writes, restore } = observeWrites();
+  try {
+    const completer = new BatchCompleter(ledger);
+    // All in one turn of the event loop, the way a burst of handlers settles.
+    const results = await Promise.all(items.map((item) => completer.complete(item, { done: item.id })));
+    expect(results.every((r) => r.won && r.state === 'completed')).toBe(true);
+  } finally {
+    restore();
+  }
+
+  const laneless = writes.filter((w) => w.laned === 0);
+  const laned = writes.filter((w) => w.laned > 0);
+  expect(laned.every((w) => w.laned === w.size)).toBe(true); // never mixed
+  expect(laneless.map((w) => w.size)).toEqual([500, 500, 100]);
+  expect(Math.max(...laneless.map((w) => w.inFlight))).toBe(1);
+  expect(laned.map((w) => w.size).sort((a, b) => b - a)).toEqual([128, 128, 44]);
+  expect(Math.max(...laned.map((w) => w.inFlight))).toBe(2);
+  for (const item of [items[0]!, items.at(-1)!]) {
+    const stored = await mustGet(ledger, item.id);
+    expect(stored.state).toBe('completed');
+    expect(stored.result).toEqual({ done: item.id });
+  }
+});
