@@ -51,7 +51,7 @@ describe('migrations', () => {
     const first = await ledger.migrate();
     expect(first).toEqual({ from: 0, to: SCHEMA_VERSION, applied: Array.from({ length: SCHEMA_VERSION }, (_, i) => i + 1) });
     const afterFirst = await tables(ledger);
-    expect(afterFirst).toEqual(['lw_attempts', 'lw_items', 'lw_lanes', 'lw_migrations', 'lw_ownership']);
+    expect(afterFirst).toEqual(['lw_attempts', 'lw_items', 'lw_lanes', 'lw_migrations', 'lw_ownership', 'lw_waits']);
     // Data written between runs survives the second.
     const item = await ledger.enqueue({ queue: 'mig', type: 't', payload: 1, lane: 'L' });
 
@@ -97,7 +97,7 @@ describe('migrations', () => {
         NULL, NOW(6) - INTERVAL 2 HOUR, NOW(6) - INTERVAL 2 HOUR, NOW(6) - INTERVAL 90 MINUTE, NOW(6))`.execute(ledger.db);
 
     const up = await ledger.migrate();
-    expect(up).toEqual({ from: 1, to: SCHEMA_VERSION, applied: [2] });
+    expect(up).toEqual({ from: 1, to: SCHEMA_VERSION, applied: [2, 3] });
     const waiting = await ledger.get('waiting');
     expect(waiting).toMatchObject({ state: 'pending', leaseOwner: null, leaseToken: null, leaseUntil: null, startedAt: null, terminalAt: null });
     const held = await ledger.get('held');
@@ -123,6 +123,37 @@ describe('migrations', () => {
     const names = indexes.rows.map((r) => r.name);
     expect(names).toContain('ix_created');
     expect(names).not.toContain('ix_terminal');
+    expect(await ledger.migrate()).toEqual({ from: SCHEMA_VERSION, to: SCHEMA_VERSION, applied: [] });
+  });
+
+  test('schema 2 → 3: blocked items keep their waits, and the items table loses the dependency and probe indexes', async () => {
+    const { ledger } = await fresh();
+    await migrate(ledger.db, 'lw_', 60, 2);
+    const t = ledger.tables;
+    const cols = sql`(id, queue, type, is_head, queue_class, priority, payload, state, run_after, attempt, max_attempts,
+      dependency_key, probe_after, blocked_at, block_expires_at, created_at, updated_at)`;
+    await sql`INSERT INTO ${t.items} ${cols} VALUES
+      ('on-key', 'mig', 't', 1, 'default', 0, '1', 'blocked', NOW(6), 0, 3, 'repo:1', NOW(6) + INTERVAL 1 HOUR,
+        NOW(6), NOW(6) + INTERVAL 1 HOUR, NOW(6), NOW(6)),
+      ('due', 'mig', 't', 1, 'default', 0, '2', 'blocked', NOW(6), 0, 3, 'repo:2', NOW(6) - INTERVAL 1 SECOND,
+        NOW(6), NOW(6) + INTERVAL 1 HOUR, NOW(6), NOW(6)),
+      ('free', 'mig', 't', 1, 'default', 0, '3', 'pending', NOW(6), 0, 3, NULL, NULL, NULL, NULL, NOW(6), NOW(6))`.execute(ledger.db);
+
+    expect(await ledger.migrate()).toEqual({ from: 2, to: SCHEMA_VERSION, applied: [3] });
+    const waits = await sql<{ item_id: string; dependency_key: string }>`SELECT item_id, dependency_key FROM ${t.waits}
+      ORDER BY item_id`.execute(ledger.db);
+    expect(waits.rows).toEqual([
+      { item_id: 'due', dependency_key: 'repo:2' },
+      { item_id: 'on-key', dependency_key: 'repo:1' },
+    ]);
+    // Both ways of finding a wait work on the migrated rows.
+    expect(await ledger.wakeDependency('repo:1')).toEqual([{ id: 'on-key', queue: 'mig', lane: null }]);
+    expect((await ledger.probeDependencyWaits({ queue: 'mig' })).probed).toEqual([{ id: 'due', queue: 'mig', lane: null }]);
+    expect((await sql<{ n: number }>`SELECT COUNT(*) AS n FROM ${t.waits}`.execute(ledger.db)).rows[0]?.n).toBe(0);
+
+    const indexes = await sql<{ name: string }>`SELECT DISTINCT index_name AS name FROM information_schema.statistics
+      WHERE table_schema = DATABASE() AND table_name = 'lw_items' ORDER BY index_name`.execute(ledger.db);
+    expect(indexes.rows.map((r) => r.name)).toEqual(['ix_claim', 'ix_created', 'ix_lane', 'PRIMARY', 'ux_idempotency']);
     expect(await ledger.migrate()).toEqual({ from: SCHEMA_VERSION, to: SCHEMA_VERSION, applied: [] });
   });
 

@@ -15,6 +15,7 @@ import {
   laneRow,
   mustGet,
   only,
+  waitRow,
   withForeignToken,
 } from './support/items.js';
 import { createTestLedger, waitFor, type TestLedger } from './support/ledger.js';
@@ -524,6 +525,7 @@ describe('block and dependencies', () => {
     expect(ms(blocked.blockExpiresAt)).toBeGreaterThanOrEqual(before.getTime() + 600_000);
     expect(ms(blocked.probeAfter)).toBe(ms(blocked.blockExpiresAt)); // no probe interval: probe at expiry
     expect(only(await history(ledger, c.id)).outcome).toBe('blocked');
+    expect(await waitRow(ledger, c.id)).toEqual({ queue, dependencyKey: 'repo:42', probeAfter: blocked.probeAfter });
     expect(await claimAll(ledger, queue)).toEqual([]);
 
     expect(await ledger.wakeDependency('repo:41')).toEqual([]);
@@ -532,11 +534,14 @@ describe('block and dependencies', () => {
     expect((await mustGet(ledger, o.id)).state).toBe('blocked'); // another queue, not named
     const item = await mustGet(ledger, c.id);
     expect(item).toMatchObject({ state: 'pending', probeAfter: null, blockExpiresAt: null, blockedAt: null });
+    expect(await waitRow(ledger, c.id)).toBeUndefined();
+    expect((await waitRow(ledger, o.id))?.queue).toBe(otherQueue);
     const again = await claimOne(ledger, queue);
     expect(again.id).toBe(c.id);
     expect(again.attempt).toBe(1);
     // Without a queue filter every queue's waiters wake.
     expect((await ledger.wakeDependency('repo:42')).map((w) => w.id)).toEqual([o.id]);
+    expect(await waitRow(ledger, o.id)).toBeUndefined();
   });
 
   test('probeDependencyWaits: a due probe makes the item pending', async () => {
@@ -544,6 +549,7 @@ describe('block and dependencies', () => {
     await ledger.enqueue({ queue, type: 't', payload: 1 });
     const c = await claimOne(ledger, queue);
     expect((await ledger.block(c, { dependencyKey: 'dep-probe', maxWaitMs: 600_000, probeAfterMs: 150 })).won).toBe(true);
+    expect((await waitRow(ledger, c.id))?.probeAfter).toEqual((await mustGet(ledger, c.id)).probeAfter);
     expect((await ledger.probeDependencyWaits({ queue })).probed).toEqual([]);
     const probed = await waitFor(
       async () => {
@@ -558,6 +564,7 @@ describe('block and dependencies', () => {
     const item = await mustGet(ledger, c.id);
     expect(item.state).toBe('pending');
     expect(item.probeAfter).toBeNull();
+    expect(await waitRow(ledger, c.id)).toBeUndefined();
     expect((await claimOne(ledger, queue)).id).toBe(c.id);
   });
 
@@ -583,6 +590,7 @@ describe('block and dependencies', () => {
     const item = await mustGet(ledger, a!.id);
     expect(item).toMatchObject({ state: 'dead', failureClass: 'dependency_expired' });
     expect(item.lastError).toContain('dep-exp');
+    expect(await waitRow(ledger, a!.id)).toBeUndefined();
     expect((await mustGet(ledger, b!.id)).isHead).toBe(true);
     expect((await claimOne(ledger, queue)).id).toBe(b!.id);
     // Waking the key later finds nothing to move.
@@ -672,8 +680,10 @@ describe('cancel', () => {
     await ledger.enqueue({ queue, type: 't', payload: 1 });
     const c = await claimOne(ledger, queue);
     await ledger.block(c, { dependencyKey: 'never', maxWaitMs: 600_000 });
+    expect((await waitRow(ledger, c.id))?.dependencyKey).toBe('never');
     expect(await ledger.cancel(c.id)).toBe('cancelled');
     expect((await mustGet(ledger, c.id)).state).toBe('cancelled');
+    expect(await waitRow(ledger, c.id)).toBeUndefined();
     expect(await ledger.wakeDependency('never')).toEqual([]);
   });
 });

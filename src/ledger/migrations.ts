@@ -135,6 +135,35 @@ const MIGRATIONS: readonly Migration[] = [
       if (changes.length > 0) await sql`ALTER TABLE ${t.items} ${sql.join(changes)}`.execute(conn);
     },
   },
+  {
+    version: 3,
+    name: 'dependency waits in their own table',
+    // Only blocked items need finding by dependency key or probe time, yet
+    // every enqueued item paid for an entry in both indexes (NULLs are
+    // indexed too): about 5 µs of mariadbd per inserted row, 13% of a bulk
+    // enqueue (closing note of issue 5). A waits row exists exactly while its
+    // item is blocked: every change into or out of `blocked` writes both in
+    // one transaction. The item keeps its dependency columns for reading.
+    statements: (t) => [
+      sql`CREATE TABLE IF NOT EXISTS ${t.waits} (
+        item_id VARCHAR(32) ${ASCII} NOT NULL,
+        queue VARCHAR(64) ${ASCII} NOT NULL,
+        dependency_key VARCHAR(255) ${TEXT} NOT NULL,
+        probe_after DATETIME(6) NOT NULL,
+        PRIMARY KEY (item_id) /*T![clustered_index] NONCLUSTERED */,
+        KEY ix_dependency (dependency_key),
+        KEY ix_probe (probe_after)
+      ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin /*T! SHARD_ROW_ID_BITS=4 */`,
+      sql`INSERT IGNORE INTO ${t.waits} (item_id, queue, dependency_key, probe_after)
+        SELECT id, queue, dependency_key, probe_after FROM ${t.items}
+        WHERE state = 'blocked' AND dependency_key IS NOT NULL AND probe_after IS NOT NULL`,
+    ],
+    run: async (conn, t, prefix) => {
+      const indexes = await indexNames(conn, prefix + 'items');
+      const drops = ['ix_dependency', 'ix_probe'].filter((name) => indexes.has(name)).map((name) => sql`DROP INDEX ${sql.raw(name)}`);
+      if (drops.length > 0) await sql`ALTER TABLE ${t.items} ${sql.join(drops)}`.execute(conn);
+    },
+  },
 ];
 
 async function indexNames(conn: LedgerDb, table: string): Promise<Set<string>> {

@@ -6,6 +6,8 @@ export interface LedgerTables {
   readonly items: RawBuilder<unknown>;
   readonly lanes: RawBuilder<unknown>;
   readonly attempts: RawBuilder<unknown>;
+  /** One row per blocked item: what it waits on and when to probe it (schema 3). */
+  readonly waits: RawBuilder<unknown>;
   readonly ownership: RawBuilder<unknown>;
   readonly migrations: RawBuilder<unknown>;
 }
@@ -17,6 +19,7 @@ export function ledgerTables(prefix: string): LedgerTables {
     items: t('items'),
     lanes: t('lanes'),
     attempts: t('attempts'),
+    waits: t('waits'),
     ownership: t('ownership'),
     migrations: t('migrations'),
   };

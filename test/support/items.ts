@@ -35,6 +35,14 @@ export async function laneRow(ledger: Ledger, queue: string, lane: string): Prom
   return row ? { nextSeq: Number(row.next_seq), active: Number(row.active) } : undefined;
 }
 
+/** An item's row in the waits table (present exactly while the item is blocked), or undefined. */
+export async function waitRow(ledger: Ledger, itemId: string): Promise<{ queue: string; dependencyKey: string; probeAfter: Date } | undefined> {
+  const r = await sql<{ queue: string; dependency_key: string; probe_after: Date }>`SELECT queue, dependency_key, probe_after
+    FROM ${ledger.tables.waits} WHERE item_id = ${itemId}`.execute(ledger.db);
+  const row = r.rows[0];
+  return row ? { queue: row.queue, dependencyKey: row.dependency_key, probeAfter: row.probe_after } : undefined;
+}
+
 /** The only element of `list`, failing the test when there is not exactly one. */
 export function only<T>(list: readonly T[], what = 'list'): T {
   expect(list, `${what} should hold exactly one element`).toHaveLength(1);

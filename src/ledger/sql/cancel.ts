@@ -3,6 +3,7 @@ import type { LedgerDb } from '../connection.js';
 import type { LedgerTables } from '../tables.js';
 import { affected } from './common.js';
 import { applyTransition } from './transition.js';
+import { leaveWaits } from './waits.js';
 
 export type CancelOutcome =
   /** It was waiting (pending or blocked): now terminal, its lane moves on. */
@@ -36,6 +37,7 @@ export async function cancelItem(db: LedgerDb, t: LedgerTables, id: string, reas
       terminal: true,
       wasHead: r.is_head === 1,
       history: null,
+      alsoWrite: r.state === 'blocked' ? (trx) => leaveWaits(trx, t, [id]) : undefined,
     });
     if (won) return 'cancelled';
   }

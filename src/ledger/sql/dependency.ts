@@ -1,8 +1,10 @@
 import { sql } from 'kysely';
 import type { LedgerDb } from '../connection.js';
 import type { LedgerTables } from '../tables.js';
-import { affected, list } from './common.js';
+import { retryOnConflict } from '../retry.js';
+import { list } from './common.js';
 import { applyTransition } from './transition.js';
+import { dueWaits, leaveWaits, waitersOf } from './waits.js';
 
 export interface WokenItem {
   id: string;
@@ -16,20 +18,23 @@ export interface WokenItem {
  * consumers.
  */
 export async function wakeDependency(db: LedgerDb, t: LedgerTables, opts: { key: string; queue?: string | undefined }): Promise<WokenItem[]> {
-  const queueFilter = opts.queue === undefined ? sql`` : sql`AND queue = ${opts.queue}`;
-  const rows = await sql<WokenItem>`SELECT id, queue, lane FROM ${t.items}
-    WHERE dependency_key = ${opts.key} AND state = 'blocked' ${queueFilter}`.execute(db);
-  if (rows.rows.length === 0) return [];
-  const r = await sql`UPDATE ${t.items}
-    SET state = 'pending', run_after = NOW(6), probe_after = NULL, block_expires_at = NULL, blocked_at = NULL,
-      updated_at = NOW(6)
-    WHERE id IN (${list(rows.rows.map((x) => x.id))}) AND state = 'blocked' AND dependency_key = ${opts.key}`.execute(db);
-  if (affected(r) === rows.rows.length) return rows.rows;
-  // Some changed under us (cancelled, probed): report only what this call moved.
-  const moved = await sql<{ id: string }>`SELECT id FROM ${t.items}
-    WHERE id IN (${list(rows.rows.map((x) => x.id))}) AND state <> 'blocked'`.execute(db);
-  const ids = new Set(moved.rows.map((m) => m.id));
-  return rows.rows.filter((x) => ids.has(x.id));
+  const ids = await waitersOf(db, t, opts.key, opts.queue);
+  if (ids.length === 0) return [];
+  return retryOnConflict(() =>
+    db.transaction().execute(async (trx) => {
+      // Locks the rows this call moves; an item that left `blocked` meanwhile is not among them.
+      const moving = await sql<WokenItem>`SELECT id, queue, lane FROM ${t.items}
+        WHERE id IN (${list(ids)}) AND state = 'blocked' AND dependency_key = ${opts.key} FOR UPDATE`.execute(trx);
+      if (moving.rows.length === 0) return [];
+      const movingIds = moving.rows.map((x) => x.id);
+      await sql`UPDATE ${t.items}
+        SET state = 'pending', run_after = NOW(6), probe_after = NULL, block_expires_at = NULL, blocked_at = NULL,
+          updated_at = NOW(6)
+        WHERE id IN (${list(movingIds)}) AND state = 'blocked' AND dependency_key = ${opts.key}`.execute(trx);
+      await leaveWaits(trx, t, movingIds);
+      return moving.rows;
+    }),
+  );
 }
 
 export interface ProbeOutcome {
@@ -41,19 +46,9 @@ export interface ProbeOutcome {
 
 /** Blocked items whose probe time has come: expire those past their max wait, release the rest to be re-checked. */
 export async function probeDependencyWaits(db: LedgerDb, t: LedgerTables, opts: { queue?: string | undefined; limit: number }): Promise<ProbeOutcome> {
-  const queueFilter = opts.queue === undefined ? sql`` : sql`AND queue = ${opts.queue}`;
-  const rows = await sql<{
-    id: string;
-    queue: string;
-    lane: string | null;
-    lane_seq: number | null;
-    dependency_key: string;
-    expired: number;
-  }>`SELECT id, queue, lane, lane_seq, dependency_key, (block_expires_at <= NOW(6)) AS expired
-    FROM ${t.items} WHERE probe_after <= NOW(6) AND state = 'blocked' ${queueFilter}
-    ORDER BY probe_after LIMIT ${opts.limit}`.execute(db);
+  const rows = await dueWaits(db, t, opts.queue, opts.limit);
   const out: ProbeOutcome = { probed: [], expired: [] };
-  for (const r of rows.rows) {
+  for (const r of rows) {
     const expired = Number(r.expired) === 1;
     const error = `dependency ${r.dependency_key} not met before the wait expired`;
     const won = await applyTransition(db, t, {
@@ -68,6 +63,7 @@ export async function probeDependencyWaits(db: LedgerDb, t: LedgerTables, opts: 
       terminal: expired,
       wasHead: true,
       history: null,
+      alsoWrite: (trx) => leaveWaits(trx, t, [r.id]),
     });
     if (!won) continue;
     if (expired) out.expired.push(r.id);

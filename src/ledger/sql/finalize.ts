@@ -4,6 +4,7 @@ import type { LedgerTables } from '../tables.js';
 import type { ClaimedItem } from '../types.js';
 import { NO_TIME, nowPlusMs, type Executor } from './common.js';
 import { applyTransition, applyTransitionInTx, type HistoryEntry, type TransitionSpec } from './transition.js';
+import { enterWait } from './waits.js';
 
 /** What a finalize needs of the claim it ends. */
 export type LeaseHandle = Pick<
@@ -25,6 +26,8 @@ interface Plan {
   set: RawBuilder<unknown>;
   terminal: boolean;
   history: HistoryEntry | null;
+  /** The item becomes blocked: record its wait. */
+  waits?: true;
 }
 
 function plan(h: LeaseHandle, f: Finalization): Plan {
@@ -91,11 +94,12 @@ function plan(h: LeaseHandle, f: Finalization): Plan {
           dependency_key = ${f.dependencyKey}, attempt = attempt - 1, lease_until = ${NO_TIME}`,
         terminal: false,
         history: hist('blocked', null, f.reason),
+        waits: true,
       };
   }
 }
 
-function leaseSpec(h: LeaseHandle, f: Finalization): TransitionSpec {
+function leaseSpec(t: LedgerTables, h: LeaseHandle, f: Finalization): TransitionSpec {
   const p = plan(h, f);
   return {
     place: h,
@@ -104,17 +108,18 @@ function leaseSpec(h: LeaseHandle, f: Finalization): TransitionSpec {
     terminal: p.terminal,
     wasHead: true,
     history: p.history,
+    alsoWrite: p.waits ? (trx) => enterWait(trx, t, h.id) : undefined,
   };
 }
 
 /** Ends a claimed attempt: CAS on (id, lease token, processing). False = this holder lost the item; nothing was written. */
 export function finalize(db: LedgerDb, t: LedgerTables, h: LeaseHandle, f: Finalization): Promise<boolean> {
-  return applyTransition(db, t, leaseSpec(h, f));
+  return applyTransition(db, t, leaseSpec(t, h, f));
 }
 
 /** The same inside the caller's transaction; throws LeaseLostError (rolling the caller back) when the CAS loses. */
 export function finalizeInTx(trx: Executor, t: LedgerTables, h: LeaseHandle, f: Finalization): Promise<void> {
-  return applyTransitionInTx(trx, t, leaseSpec(h, f));
+  return applyTransitionInTx(trx, t, leaseSpec(t, h, f));
 }
 
 export interface RenewOutcome {

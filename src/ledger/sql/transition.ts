@@ -33,6 +33,8 @@ export interface TransitionSpec {
   /** The item was its lane's head, so its successor becomes the head. */
   wasHead: boolean;
   history: HistoryEntry | null;
+  /** More writes that belong to this change, run after its CAS won, in its transaction (the item's dependency wait). */
+  alsoWrite?: ((exec: Executor) => Promise<void>) | undefined;
 }
 
 /** The CAS of a transition lost: the caller no longer holds the item. Raised inside a transaction to roll it back. */
@@ -52,7 +54,7 @@ export class LeaseLostError extends Error {
  */
 export async function applyTransition(db: LedgerDb, t: LedgerTables, spec: TransitionSpec): Promise<boolean> {
   const laneWork = spec.terminal && spec.place.lane !== null;
-  if (!laneWork && spec.history === null) {
+  if (!laneWork && spec.history === null && spec.alsoWrite === undefined) {
     return (await casUpdate(db, t, spec)) === 1;
   }
   try {
@@ -78,6 +80,7 @@ export async function applyTransitionInTx(trx: Executor, t: LedgerTables, spec: 
   if ((await casUpdate(trx, t, spec)) !== 1) throw new LeaseLostError(spec.place.id);
   if (laneWork && spec.wasHead) await advanceHead(trx, t, spec.place);
   if (spec.history) await insertHistory(trx, t, spec.place.id, spec.history);
+  if (spec.alsoWrite) await spec.alsoWrite(trx);
 }
 
 async function casUpdate(exec: Executor, t: LedgerTables, spec: TransitionSpec): Promise<number> {
