@@ -53,6 +53,7 @@ import type * as Lanewake from '../src/index.js';
 import {
   codeRevision,
   cpuSample,
+  postgresCpuSeconds,
   createBenchDatabase,
   fmt,
   isInterrupted,
@@ -136,10 +137,13 @@ function parseOptions(): Options {
 
 interface RunResult {
   jobsPerS: number;
-  /** mariadbd CPU per job, µs (undefined when the server's process is not visible). */
+  /** The database server's CPU per job, µs: mariadbd, or postgres for a PostgreSQL peer (undefined when not visible). */
   serverUsPerJob: number | undefined;
   nodeUsPerJob: number;
 }
+
+/** Peers whose server's CPU this benchmark can read: all their `postgres` processes. */
+const POSTGRES_PEERS = new Set(['graphile-worker', 'pg-boss']);
 
 // ---------------------------------------------------------------------------
 // Layouts: the ALTER that makes each, and the statements that drain it.
@@ -287,6 +291,8 @@ async function runPeer(peer: { system: string; mode: string }, opts: Options): P
     await waitForQuiet();
     const starts = new Uint8Array(opts.items);
     const watch = watchStarts(opts.items, peer.system);
+    const serverCpu = POSTGRES_PEERS.has(peer.system) ? postgresCpuSeconds : () => undefined;
+    const serverFrom = serverCpu();
     const from = cpuSample();
     const worker = await adapter.startWorker({
       concurrency: ENGINE_CONCURRENCY,
@@ -301,10 +307,15 @@ async function runPeer(peer: { system: string; mode: string }, opts: Options): P
       watch.stop();
     }
     const to = cpuSample();
+    const serverTo = serverCpu();
     await worker.stop();
     const wrong = starts.reduce((n, c) => n + (c === 1 ? 0 : 1), 0);
     if (wrong > 0) throw new Error(`${peer.system}: ${wrong} jobs not started exactly once`);
-    return { jobsPerS: opts.items / ((to.wallMs - from.wallMs) / 1000), serverUsPerJob: undefined, nodeUsPerJob: ((to.node - from.node) * 1e6) / opts.items };
+    return {
+      jobsPerS: opts.items / ((to.wallMs - from.wallMs) / 1000),
+      serverUsPerJob: serverFrom !== undefined && serverTo !== undefined ? ((serverTo - serverFrom) * 1e6) / opts.items : undefined,
+      nodeUsPerJob: ((to.node - from.node) * 1e6) / opts.items,
+    };
   } finally {
     await adapter.close().catch(() => undefined);
     await adapter.teardown();
@@ -380,7 +391,7 @@ async function main(): Promise<void> {
     for (const subject of subjects) {
       const r = await runOnce(subject, opts);
       results.get(subject)!.push(r);
-      progress(`run ${run} ${subject === 'peer' ? peerLabel : subject}: ${fmt(r.jobsPerS)} jobs/s, mariadbd ${fmt(r.serverUsPerJob, 1)} µs/job, node ${fmt(r.nodeUsPerJob, 1)} µs/job`);
+      progress(`run ${run} ${subject === 'peer' ? peerLabel : subject}: ${fmt(r.jobsPerS)} jobs/s, server ${fmt(r.serverUsPerJob, 1)} µs/job, node ${fmt(r.nodeUsPerJob, 1)} µs/job`);
     }
   }
   const rows: Row[] = subjects.map((subject) => {
@@ -399,16 +410,17 @@ async function main(): Promise<void> {
   const current = rows.find((r) => r.subject === 'current')?.median;
   printTable(
     `ledger floor — median of ${opts.runs} run(s), ${opts.items} items, batch ${opts.batch}, ${opts.connections} connection(s)`,
-    ['subject', 'jobs/s', 'min–max', 'mariadbd µs/job', 'node µs/job', 'vs current floor'],
+    ['subject', 'jobs/s', 'min–max', 'server µs/job', 'node µs/job', 'server + node µs/job', 'vs current floor'],
     rows.map((r) => [
       r.subject === 'engine' ? `engine (Consumer, c=${ENGINE_CONCURRENCY})` : r.subject === 'peer' ? `peer: ${peerLabel}` : `floor: ${r.subject}`,
       fmt(r.median),
       `${fmt(r.min)}–${fmt(r.max)}`,
       fmt(r.serverUsPerJob, 1),
       fmt(r.nodeUsPerJob, 1),
+      r.serverUsPerJob === undefined ? '—' : fmt(r.serverUsPerJob + r.nodeUsPerJob, 1),
       current === undefined ? '' : `${(r.median / current).toFixed(2)}×`,
     ]),
-    ['left', 'right', 'right', 'right', 'right', 'right'],
+    ['left', 'right', 'right', 'right', 'right', 'right', 'right'],
   );
   const out = {
     format: 'lanewake-floor/1',
