@@ -67,7 +67,8 @@ import {
   type BenchDatabase,
 } from './support.js';
 import { findFactory } from './peers/registry.js';
-import { ITEM_COLUMN_LIST, NO_TIME_TEXT as NO_TIME } from '../src/ledger/sql/common.js';
+import { CLAIMED_COLUMN_LIST } from '../src/ledger/sql/claim.js';
+import { NO_TIME_TEXT as NO_TIME } from '../src/ledger/sql/common.js';
 
 // The engine runs from its compiled package, as users run it and as bench/compare.ts runs it.
 progress('building dist/ (npm run build)');
@@ -175,7 +176,7 @@ function drainStatements(layout: Layout) {
       lease_owner = 'floor', lease_until = NOW(6) + INTERVAL 30 SECOND, attempt = attempt + 1, epoch = NULL, cancel_requested = 0,
       started_at = NOW(6), updated_at = NOW(6)
       WHERE id IN (${ids}) AND queue = '${QUEUE}' AND ${claimable} AND run_after <= NOW(6);
-      SELECT ${ITEM_COLUMN_LIST} FROM lw_items WHERE id IN (${ids}) AND lease_token = '${token}' AND state = 'processing'`,
+      SELECT ${CLAIMED_COLUMN_LIST} FROM lw_items WHERE id IN (${ids}) AND lease_token = '${token}' AND state = 'processing'`,
     complete: (ids: string, token: string) => `UPDATE lw_items SET state = 'completed', result = NULL, lease_until = ${noLease},
       terminal_at = NOW(6), updated_at = NOW(6) WHERE id IN (${ids}) AND lease_token = '${token}' AND state = 'processing'`,
   };

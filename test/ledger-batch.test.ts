@@ -1,4 +1,5 @@
 import { afterAll, beforeAll, expect, test } from 'vitest';
+import type { ClaimedItem } from '../src/ledger/types.js';
 import { claimOne, freshQueue, laneRow, mustGet } from './support/items.js';
 import { createTestLedger, waitFor, type TestLedger } from './support/ledger.js';
 
@@ -71,4 +72,37 @@ test('a cancel requested from a holder that then died ends the item cancelled at
   // The lane moved on to its second item.
   const next = await ledger.claim({ queue, owner: 'w', limit: 10, leaseMs: 30_000 });
   expect(next.items.map((i) => i.laneSeq)).toEqual([2]);
+});
+
+test('a claimed item is field for field what the ledger then holds for it, by every way of claiming', async () => {
+  const { ledger } = tl;
+  const queue = freshQueue('claimed-view');
+  const { epoch } = await ledger.activate({ queue, deployment: 'blue' });
+  const [keyed, laneHead, laneNext, byId] = await ledger.enqueueMany([
+    { queue, type: 't', payload: { x: 1 }, priority: -1, queueClass: 'bulk', idempotencyKey: 'k-1', maxAttempts: 4 },
+    { queue, type: 't', payload: 'head', lane: 'L' },
+    { queue, type: 'u', payload: ['next'], lane: 'L' },
+    { queue, type: 't', payload: null, priority: 1 },
+  ]);
+  const owner = 'wörker ' + 'z'.repeat(80); // folded and cut as stored
+  const matchesLedger = async (item: ClaimedItem): Promise<void> => {
+    expect(item).toEqual(await mustGet(ledger, item.id));
+  };
+
+  const first = await ledger.claim({ queue, owner, limit: 2, leaseMs: 45_000, epoch, classes: ['bulk', 'default'] });
+  expect(first.items.map((i) => i.id).sort()).toEqual([keyed!.id, laneHead!.id].sort());
+  for (const item of first.items) await matchesLedger(item);
+
+  // A second attempt: the item carries its last error and failure class.
+  const held = first.items.find((i) => i.id === keyed!.id)!;
+  expect((await ledger.retry(held, { error: new Error('first try failed'), delayMs: 0 })).won).toBe(true);
+  const again = await ledger.claimByIds({ queue, owner, leaseMs: 30_000, ids: [keyed!.id, byId!.id] });
+  expect(again.map((i) => i.attempt).sort()).toEqual([1, 2]);
+  for (const item of again) await matchesLedger(item);
+
+  // A lane successor claimed with its predecessor's completion.
+  const head = first.items.find((i) => i.id === laneHead!.id)!;
+  const { claimed } = await ledger.completeManyClaimingNext([{ handle: head }], { owner: 'affine', token: 'tok_affine_000001', leaseMs: 20_000, max: 4 });
+  expect(claimed.map((i) => i.id)).toEqual([laneNext!.id]);
+  await matchesLedger(claimed[0]!);
 });

@@ -37,6 +37,14 @@ export interface ItemRow {
   updated_at: Date;
 }
 
+/** The columns of a row a claim reads back (sql/claim.ts): those the claim did not write. */
+export type ClaimedRow = Pick<
+  ItemRow,
+  | 'id' | 'queue' | 'type' | 'lane' | 'lane_seq' | 'queue_class' | 'priority' | 'payload' | 'run_after' | 'attempt'
+  | 'max_attempts' | 'idempotency_key' | 'dependency_key' | 'probe_after' | 'blocked_at' | 'block_expires_at'
+  | 'checkpoint' | 'result' | 'last_error' | 'failure_class' | 'replay_of' | 'replayed_at' | 'created_at'
+> & { started_at: Date };
+
 export interface AttemptRow {
   item_id: string;
   attempt: number;
@@ -61,7 +69,7 @@ export function noTimeAsNull(d: Date | null): Date | null {
   return d === null || d.getUTCFullYear() <= 1000 ? null : d;
 }
 
-function parseJson(text: string | null): unknown {
+export function parseJson(text: string | null): unknown {
   return text === null ? null : (JSON.parse(text) as unknown);
 }
 

@@ -1,10 +1,10 @@
 import { sql, type RawBuilder } from 'kysely';
 import { newLeaseToken } from '../ids.js';
-import { toWorkItem, type ItemRow } from '../rows.js';
+import { parseJson, type ClaimedRow } from '../rows.js';
 import type { LedgerTables } from '../tables.js';
 import type { ClaimedItem, QueueClass } from '../types.js';
 import { QUEUE_CLASSES } from '../types.js';
-import { affected, inline, ITEM_COLUMNS, list, nowPlusMs, ownerColumn, type Executor } from './common.js';
+import { affected, inline, list, nowPlusMs, ownerColumn, type Executor } from './common.js';
 
 export interface ClaimSpec {
   queue: string;
@@ -69,19 +69,82 @@ export async function claimHeads(exec: Executor, t: LedgerTables, spec: ClaimHea
   return { items, moreAvailable: candidates.rows.length > chosen.length };
 }
 
+/** A lease a claim grants (here, and for lane successors claimed with a completion). */
+export interface Lease {
+  token: string;
+  owner: string;
+  leaseMs: number;
+  epoch?: number | undefined;
+}
+
 /**
- * What every claim writes (here, and for lane successors claimed with a
- * completion): processing under a fresh lease, one more attempt.
+ * What every claim writes: processing under a fresh lease, one more
+ * attempt. `claimedItem` relies on it: keep the two in step.
  */
-export function leaseAssignments(lease: { token: string; owner: string; leaseMs: number; epoch?: number | undefined }): RawBuilder<unknown> {
+export function leaseAssignments(lease: Lease): RawBuilder<unknown> {
   return sql`state = 'processing', lease_token = ${inline(lease.token)}, lease_owner = ${inline(ownerColumn(lease.owner))},
     lease_until = ${nowPlusMs(lease.leaseMs)}, attempt = attempt + 1, epoch = ${inline(lease.epoch ?? null)},
     cancel_requested = 0, started_at = NOW(6), updated_at = NOW(6)`;
 }
 
-/** The rows of `ids` a claim under `token` won. */
+/**
+ * The rows of `ids` a claim under `token` won: only the columns the claim
+ * did not write. A consumer reads back hundreds of rows a second per slot,
+ * and each column costs mariadbd to send and node to parse (a Date each).
+ */
 export function readBackClaimed(t: LedgerTables, ids: readonly string[], token: string): RawBuilder<unknown> {
-  return sql`SELECT ${ITEM_COLUMNS} FROM ${t.items} WHERE id IN (${list(ids)}) AND lease_token = ${inline(token)} AND state = 'processing'`;
+  return sql`SELECT ${CLAIMED_COLUMNS} FROM ${t.items} WHERE id IN (${list(ids)}) AND lease_token = ${inline(token)} AND state = 'processing'`;
+}
+
+/** Plain text: bench/floor.ts sends it on raw connections. */
+export const CLAIMED_COLUMN_LIST = `id, queue, type, lane, lane_seq, queue_class, priority, payload, run_after, attempt, max_attempts,
+  idempotency_key, dependency_key, probe_after, blocked_at, block_expires_at, checkpoint, result, last_error, failure_class,
+  replay_of, replayed_at, created_at, started_at`;
+const CLAIMED_COLUMNS = sql.raw(CLAIMED_COLUMN_LIST);
+
+/**
+ * A row `readBackClaimed` returned, completed with what `leaseAssignments`
+ * wrote: NOW(6) is one instant within a statement, so the lease runs from
+ * the start time, and the update time is the start time. A claimed item is
+ * its lane's head and has not ended.
+ */
+export function claimedItem(row: ClaimedRow, lease: Lease): ClaimedItem {
+  // The same fields in the same order as toWorkItem: one object shape for every item.
+  return {
+    id: row.id,
+    queue: row.queue,
+    type: row.type,
+    lane: row.lane,
+    laneSeq: row.lane_seq === null ? null : Number(row.lane_seq),
+    isHead: true,
+    queueClass: row.queue_class as QueueClass,
+    priority: row.priority,
+    payload: parseJson(row.payload),
+    state: 'processing',
+    runAfter: row.run_after,
+    attempt: row.attempt,
+    maxAttempts: row.max_attempts,
+    leaseOwner: ownerColumn(lease.owner),
+    leaseToken: lease.token,
+    leaseUntil: new Date(row.started_at.getTime() + lease.leaseMs),
+    epoch: lease.epoch ?? null,
+    idempotencyKey: row.idempotency_key,
+    dependencyKey: row.dependency_key,
+    probeAfter: row.probe_after,
+    blockedAt: row.blocked_at,
+    blockExpiresAt: row.block_expires_at,
+    cancelRequested: false,
+    checkpoint: parseJson(row.checkpoint),
+    result: parseJson(row.result),
+    lastError: row.last_error,
+    failureClass: row.failure_class,
+    replayOf: row.replay_of,
+    replayedAt: row.replayed_at,
+    createdAt: row.created_at,
+    startedAt: row.started_at,
+    terminalAt: null,
+    updatedAt: row.started_at,
+  };
 }
 
 /** Claims exactly these ids if each is still a due pending head (targeted wake-ups). */
@@ -100,17 +163,18 @@ async function casClaim(exec: Executor, t: LedgerTables, spec: ClaimSpec, ids: r
     WHERE id IN (${list(ids)}) AND queue = ${inline(spec.queue)} AND state = 'pending' AND is_head = 1
       AND run_after <= NOW(6) ${epochGuard}`;
   const readBack = readBackClaimed(t, ids, token);
-  let rows: ItemRow[];
+  let rows: ClaimedRow[];
   if (spec.multiStatement) {
     // Both statements in one query: mysql2 answers with one result per statement.
     const both = await sql`${cas}; ${readBack}`.execute(exec);
-    const [, selected] = both.rows as unknown as [unknown, ItemRow[]];
+    const [, selected] = both.rows as unknown as [unknown, ClaimedRow[]];
     rows = selected;
   } else {
     if (affected(await cas.execute(exec)) === 0) return [];
-    rows = (await readBack.$castTo<ItemRow>().execute(exec)).rows;
+    rows = (await readBack.$castTo<ClaimedRow>().execute(exec)).rows;
   }
-  return rows.map((r) => toWorkItem(r) as ClaimedItem);
+  const lease: Lease = { token, owner: spec.owner, leaseMs: spec.leaseMs, epoch: spec.epoch };
+  return rows.map((r) => claimedItem(r, lease));
 }
 
 /**

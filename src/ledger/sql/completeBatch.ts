@@ -2,9 +2,9 @@ import { sql, type RawBuilder } from 'kysely';
 import type { LedgerDb } from '../connection.js';
 import { retryOnConflict } from '../retry.js';
 import type { LedgerTables } from '../tables.js';
-import { toWorkItem, type ItemRow } from '../rows.js';
+import type { ClaimedRow } from '../rows.js';
 import type { ClaimedItem, QueueClass } from '../types.js';
-import { leaseAssignments, readBackClaimed } from './claim.js';
+import { claimedItem, leaseAssignments, readBackClaimed } from './claim.js';
 import { affected, inline, laneIn, list, NO_TIME, queueScoped, type Executor } from './common.js';
 import { finalize, type LeaseHandle } from './finalize.js';
 import { pipelined, type Send } from './pipeline.js';
@@ -187,7 +187,7 @@ async function completeLanedBatch(
     return busy.has(k) && !headed.has(k);
   });
   const results = await send(statements, { commit: stragglers.length === 0 });
-  const claimed = next && mine.length > 0 ? ((results.at(-1)?.rows ?? []) as unknown as ItemRow[]).map((r) => toWorkItem(r) as ClaimedItem) : [];
+  const claimed = next && mine.length > 0 ? ((results.at(-1)?.rows ?? []) as unknown as ClaimedRow[]).map((r) => claimedItem(r, next)) : [];
   for (const e of stragglers) {
     if (await advanceHead(exec, t, { queue: e.handle.queue, lane: e.handle.lane, laneSeq: e.handle.laneSeq })) {
       advanced.add(queueScoped(e.handle.queue, e.handle.lane ?? ''));
