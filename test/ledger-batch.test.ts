@@ -106,3 +106,25 @@ test('a claimed item is field for field what the ledger then holds for it, by ev
   expect(claimed.map((i) => i.id)).toEqual([laneNext!.id]);
   await matchesLedger(claimed[0]!);
 });
+
+test('payloads and results with quotes, backslashes and control characters come back exactly', async () => {
+  const { ledger } = tl;
+  const queue = freshQueue('escaping');
+  const tricky = [
+    `it's "quoted" and \\back\\slashed\\`,
+    "O'Brien\\'; DROP TABLE lw_items; --",
+    'nul \u0000 ctrl-z \u001a tab \t newline \n return \r backspace \b',
+    'émoji 🎉 and a lone surrogate \ud800 and U+2028 \u2028',
+    '\\',
+    "'",
+  ];
+  const inputs = tricky.map((s, n) => ({ queue, type: 't', payload: { n, s, nested: [s, { s }] } }));
+  await ledger.enqueueMany(inputs);
+  const claimed = (await ledger.claim({ queue, owner: 'w', limit: 100, leaseMs: 30_000 })).items;
+  expect(claimed).toHaveLength(tricky.length);
+  const byN = new Map(claimed.map((c) => [(c.payload as { n: number }).n, c]));
+  for (const [n, s] of tricky.entries()) expect(byN.get(n)?.payload).toEqual({ n, s, nested: [s, { s }] });
+  const results = await ledger.completeMany(claimed.map((c) => ({ handle: c, result: { echo: (c.payload as { s: string }).s } })));
+  expect(results.every((r) => r.won)).toBe(true);
+  for (const c of claimed) expect((await mustGet(ledger, c.id)).result).toEqual({ echo: (c.payload as { s: string }).s });
+});

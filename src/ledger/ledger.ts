@@ -24,7 +24,8 @@ import type { AttemptRecord, ClaimedItem, EnqueueResult, ItemState, QueueClass, 
 import {
   durationMs,
   encodeJson,
-  enqueueItemSchema,
+  encodePayload,
+  enqueueItemFieldsSchema,
   itemId,
   keyString,
   positiveDurationMs,
@@ -170,7 +171,7 @@ export class Ledger {
   readonly config: LedgerConfig;
   readonly db: LedgerDb;
   readonly tables: LedgerTables;
-  private readonly itemSchema: ReturnType<typeof enqueueItemSchema>;
+  private readonly itemFields: ReturnType<typeof enqueueItemFieldsSchema>;
   /** Our own pool runs with multipleStatements; a Kysely instance handed in may not. */
   private readonly multiStatement: boolean;
 
@@ -188,7 +189,7 @@ export class Ledger {
       this.db = ledgerDbOnPool(pool);
     }
     this.tables = ledgerTables(this.config.tablePrefix);
-    this.itemSchema = enqueueItemSchema(this.config.payloadMaxBytes);
+    this.itemFields = enqueueItemFieldsSchema();
   }
 
   migrate(): Promise<MigrateResult> {
@@ -315,16 +316,19 @@ export class Ledger {
     const issues: ValidationError['issues'][number][] = [];
     const out: NewItem[] = [];
     inputs.forEach((input, i) => {
-      const parsed = this.itemSchema.safeParse(input);
-      if (!parsed.success) {
-        issues.push(...ValidationError.fromZod(parsed.error, undefined, prefix === '' ? '' : `${prefix}[${i}]`).issues);
-        return;
-      }
+      const at = prefix === '' ? '' : `${prefix}[${i}]`;
+      const parsed = this.itemFields.safeParse(input);
+      if (!parsed.success) issues.push(...ValidationError.fromZod(parsed.error, undefined, at).issues);
+      // The payload is checked as enqueueItemSchema checks it, and encoded once for both.
+      const isObject = typeof input === 'object' && input !== null && !Array.isArray(input);
+      const payload = isObject ? encodePayload((input as { payload?: unknown }).payload, this.config.payloadMaxBytes) : undefined;
+      if (payload && 'error' in payload) issues.push({ field: at === '' ? 'payload' : `${at}.payload`, message: payload.error });
+      if (!parsed.success || !payload || 'error' in payload) return;
       const v = parsed.data;
       out.push({
         queue: v.queue,
         type: v.type,
-        payloadJson: encodeJson(v.payload) ?? 'null',
+        payloadJson: payload.json,
         lane: v.lane ?? null,
         priority: v.priority ?? 0,
         queueClass: v.queueClass ?? 'default',

@@ -23,7 +23,8 @@ export const positiveDurationMs = z.number().int('must be whole milliseconds').m
 export const workerName = z.string().min(1).max(128);
 export const queueClass = z.enum(QUEUE_CLASSES);
 
-export function enqueueItemSchema(payloadMaxBytes: number) {
+/** An enqueue item's fields, the payload's encoding aside (see `encodePayload`). */
+export function enqueueItemFieldsSchema() {
   return z
     .object({
       queue: queueName,
@@ -42,14 +43,25 @@ export function enqueueItemSchema(payloadMaxBytes: number) {
       if (v.runAt !== undefined && v.delayMs !== undefined) {
         ctx.addIssue({ code: 'custom', path: ['runAt'], message: 'give runAt or delayMs, not both' });
       }
-      const encoded = encodeJson(v.payload);
-      if (encoded === undefined) {
-        ctx.addIssue({ code: 'custom', path: ['payload'], message: 'must be JSON-serialisable (no undefined, functions, BigInt or cycles)' });
-      } else if (Buffer.byteLength(encoded, 'utf8') > payloadMaxBytes) {
-        ctx.addIssue({ code: 'custom', path: ['payload'], message: `must encode to at most ${payloadMaxBytes} bytes of JSON` });
-      }
     });
 }
+
+/** A whole enqueue item, payload included: what the ledger accepts. */
+export function enqueueItemSchema(payloadMaxBytes: number) {
+  return enqueueItemFieldsSchema().superRefine((v, ctx) => {
+    const encoded = encodePayload(v.payload, payloadMaxBytes);
+    if ('error' in encoded) ctx.addIssue({ code: 'custom', path: ['payload'], message: encoded.error });
+  });
+}
+
+/** The payload as the ledger stores it, or what is wrong with it. One encoding per item: the ledger validates and stores the same text. */
+export function encodePayload(payload: unknown, maxBytes: number): { json: string } | { error: string } {
+  const json = encodeJson(payload);
+  if (json === undefined) return { error: 'must be JSON-serialisable (no undefined, functions, BigInt or cycles)' };
+  if (Buffer.byteLength(json, 'utf8') > maxBytes) return { error: `must encode to at most ${maxBytes} bytes of JSON` };
+  return { json };
+}
+
 export type EnqueueItem = z.output<ReturnType<typeof enqueueItemSchema>>;
 
 /**
@@ -59,6 +71,12 @@ export type EnqueueItem = z.output<ReturnType<typeof enqueueItemSchema>>;
 export function encodeJson(value: unknown): string | undefined {
   if (value === undefined) return undefined;
   try {
+    if (plainlyFaithful(value, 0)) {
+      const text = JSON.stringify(value);
+      return typeof text === 'string' ? text : undefined;
+    }
+    // toJSON, deep nesting or something unfaithful somewhere: a replacer sees
+    // every value after toJSON, exactly as it is written.
     let faithful = true;
     const text = JSON.stringify(value, (_key, v: unknown) => {
       if (typeof v === 'function' || typeof v === 'symbol') faithful = false;
@@ -68,6 +86,45 @@ export function encodeJson(value: unknown): string | undefined {
     return faithful && typeof text === 'string' ? text : undefined;
   } catch {
     return undefined;
+  }
+}
+
+/** Nesting the quick check walks before it leaves the value to the replacer. */
+const QUICK_DEPTH = 32;
+
+/**
+ * True when `value` holds only strings, booleans, finite numbers, null,
+ * undefined (dropped by JSON) and plain arrays and objects of those, within
+ * QUICK_DEPTH levels, so JSON.stringify without a replacer writes it
+ * faithfully. False means "check it the slow way", not "unfaithful". A
+ * replacer is called for every value, which made it most of an enqueue's
+ * encoding cost.
+ */
+function plainlyFaithful(value: unknown, depth: number): boolean {
+  switch (typeof value) {
+    case 'string':
+    case 'boolean':
+    case 'undefined':
+      return true;
+    case 'number':
+      return Number.isFinite(value);
+    case 'object': {
+      if (value === null) return true;
+      if (depth >= QUICK_DEPTH) return false;
+      if (Array.isArray(value)) {
+        for (const v of value) if (!plainlyFaithful(v, depth + 1)) return false;
+        return true;
+      }
+      const proto: unknown = Object.getPrototypeOf(value);
+      if (proto !== Object.prototype && proto !== null) return false;
+      if (typeof (value as { toJSON?: unknown }).toJSON === 'function') return false;
+      for (const key in value) {
+        if (Object.hasOwn(value, key) && !plainlyFaithful((value as Record<string, unknown>)[key], depth + 1)) return false;
+      }
+      return true;
+    }
+    default:
+      return false;
   }
 }
 

@@ -5,7 +5,7 @@ import type { LedgerTables } from '../tables.js';
 import type { ClaimedRow } from '../rows.js';
 import type { ClaimedItem, QueueClass } from '../types.js';
 import { claimedItem, leaseAssignments, readBackClaimed } from './claim.js';
-import { affected, inline, laneIn, list, NO_TIME, queueScoped, type Executor } from './common.js';
+import { affected, inline, jsonLiteral, laneIn, list, NO_TIME, queueScoped, type Executor } from './common.js';
 import { finalize, type LeaseHandle } from './finalize.js';
 import { pipelined, type Send } from './pipeline.js';
 import { advanceHead } from './transition.js';
@@ -111,7 +111,7 @@ function completionStatement(t: LedgerTables, entries: readonly CompletionEntry[
   const resultExpr =
     withResult.length === 0
       ? sql`NULL`
-      : sql`CASE id ${sql.join(withResult.map((e) => sql`WHEN ${inline(e.handle.id)} THEN ${inline(e.resultJson)}`), sql` `)} ELSE NULL END`;
+      : sql`CASE id ${sql.join(withResult.map((e) => sql`WHEN ${inline(e.handle.id)} THEN ${sql.raw(jsonLiteral(e.resultJson ?? 'null'))}`), sql` `)} ELSE NULL END`;
   // Items of one claim share its token: then a plain equality does, which
   // MariaDB plans far more cheaply than a list of (id, token) pairs.
   const tokens = new Set(entries.map((e) => e.handle.leaseToken));

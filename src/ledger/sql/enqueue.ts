@@ -3,7 +3,7 @@ import { newId } from '../ids.js';
 import type { LedgerDb } from '../connection.js';
 import type { LedgerTables } from '../tables.js';
 import type { ClaimedItem, EnqueueResult, QueueClass } from '../types.js';
-import { affected, laneIn, literal, NO_TIME_TEXT, nowPlusMsText, queueScoped, type Executor } from './common.js';
+import { affected, jsonLiteral, laneIn, literal, NO_TIME_TEXT, nowPlusMsText, queueScoped, type Executor } from './common.js';
 import { pipelined } from './pipeline.js';
 
 /** An item ready to insert: validated, payload already JSON text. */
@@ -173,7 +173,7 @@ const NO_LEASE = `'', '', ${NO_TIME_TEXT}, ${NO_TIME_TEXT}`;
  */
 function valuesRow(id: string, item: NewItem, laneSeq: number | null, isHead: boolean): RawBuilder<unknown> {
   const c = item.claim;
-  const head = `(${literal(id)}, ${literal(item.queue)}, ${literal(item.type)}, ${literal(item.lane)}, ${literal(laneSeq)}, ${isHead ? 1 : 0}, ${literal(item.queueClass)}, ${literal(item.priority)}, ${literal(item.payloadJson)}, ${c ? "'processing'" : "'pending'"}, `;
+  const head = `(${literal(id)}, ${literal(item.queue)}, ${literal(item.type)}, ${literal(item.lane)}, ${literal(laneSeq)}, ${isHead ? 1 : 0}, ${literal(item.queueClass)}, ${literal(item.priority)}, ${jsonLiteral(item.payloadJson)}, ${c ? "'processing'" : "'pending'"}, `;
   // A claimed insert is the claim CAS's outcome written directly: processing, attempt 1, leased.
   const lease = c ? `${literal(c.owner)}, ${literal(c.token)}, ${nowPlusMsText(c.leaseMs)}, NOW(6)` : NO_LEASE;
   const tail = `, ${c ? 1 : 0}, ${literal(item.maxAttempts)}, ${literal(item.idempotencyKey)}, ${literal(item.replayOf ?? null)}, NOW(6), NOW(6), ${lease})`;
