@@ -1,8 +1,12 @@
 import { sql } from 'kysely';
 import { afterEach, expect, test } from 'vitest';
+import mysql, { type RowDataPacket } from 'mysql2/promise';
+import { SESSION_SETUP } from '../src/ledger/connection.js';
 import { Ledger } from '../src/ledger/ledger.js';
+import { jsonLiteral } from '../src/ledger/sql/common.js';
 import { pipelined } from '../src/ledger/sql/pipeline.js';
 import { createTestLedger, ledgerOnPlainPool, waitFor, type TestLedger } from './support/ledger.js';
+import { mysqlServerUrl } from './support/services.js';
 
 // The ledger's own pool takes several statements per query (multipleStatements);
 // a Kysely instance a caller hands in may not. A claim then sends its CAS and
@@ -242,4 +246,25 @@ test.each(paths)('payloads and keys with quotes, backslashes and question marks 
   const plainItems = await ledger.enqueueMany(tricky.map((text, i) => ({ queue, type: 't', payload: { text }, ...(i === 0 ? { runAt } : {}) })));
   for (const [i, r] of plainItems.entries()) expect((await ledger.get(r.id))?.payload).toEqual({ text: tricky[i] });
   expect((await ledger.get(plainItems[0]!.id))?.runAfter.getTime()).toBe(runAt.getTime());
+});
+
+test('a server whose sql_mode has NO_BACKSLASH_ESCAPES: ledger sessions turn it off, keep the rest, and escaped text comes back exactly', async () => {
+  const conn = await mysql.createConnection({ uri: mysqlServerUrl() });
+  try {
+    // The session as such a server would hand it out.
+    await conn.query("SET SESSION sql_mode = 'STRICT_TRANS_TABLES,NO_BACKSLASH_ESCAPES,ANSI_QUOTES'");
+    const text = JSON.stringify({ s: `it's "quoted" \\ and \n` });
+    const readBack = async (): Promise<string> => {
+      const [rows] = await conn.query<RowDataPacket[]>(`SELECT ${jsonLiteral(text)} AS t`);
+      return String(rows[0]?.t);
+    };
+    // What the setup prevents: the quote's backslash no longer escapes it, so the literal ends early.
+    expect(await readBack().catch((e: Error) => `error: ${e.message}`)).toMatch(/^error: You have an error in your SQL syntax/);
+    for (const statement of SESSION_SETUP) await conn.query(statement);
+    const [modes] = await conn.query<RowDataPacket[]>('SELECT @@SESSION.sql_mode AS m');
+    expect(String(modes[0]?.m).split(',').sort()).toEqual(['ANSI_QUOTES', 'STRICT_TRANS_TABLES']);
+    expect(await readBack()).toBe(text);
+  } finally {
+    await conn.end();
+  }
 });

@@ -7,11 +7,16 @@ import type { LedgerConfig } from './config.js';
  * - UTC, so DATETIME(6) values written from and read into JS Dates mean the
  *   same instant as NOW(6);
  * - READ COMMITTED, so lane bookkeeping reads what other transactions have
- *   committed after it locked the lane row, and InnoDB takes no gap locks.
+ *   committed after it locked the lane row, and InnoDB takes no gap locks;
+ * - backslash escapes in string literals: values reach SQL escaped with
+ *   backslashes (mysql2's escaping, and sql/common.ts), which a server whose
+ *   sql_mode has NO_BACKSLASH_ESCAPES would store as written, backslashes
+ *   and all. The rest of the server's sql_mode stays.
  */
-const SESSION_SETUP = [
+export const SESSION_SETUP = [
   "SET SESSION time_zone = '+00:00'",
   'SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED',
+  "SET SESSION sql_mode = TRIM(BOTH ',' FROM REPLACE(CONCAT(',', @@SESSION.sql_mode, ','), ',NO_BACKSLASH_ESCAPES,', ','))",
 ];
 
 /** Dates bound as parameters are written as UTC, matching the session time zone. */
