@@ -44,6 +44,7 @@ describe('encodeJson', () => {
     ['a function deeper than the quick check walks', nested(40, () => 1)],
     ['NaN deeper than the quick check walks', nested(40, Number.NaN)],
     ['NaN behind a toJSON', { v: { toJSON: () => Number.NaN } }],
+    ['NaN behind an array\'s own toJSON', { v: Object.assign([1], { toJSON: () => Number.NaN }) }],
     ['a function inside a class instance', { p: Object.assign(new Point(1, 2), { f: () => 1 }) }],
   ])('%s: no faithful JSON', (_name, value) => {
     expect(encodeJson(value)).toBeUndefined();

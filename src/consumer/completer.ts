@@ -17,7 +17,7 @@ interface Waiting {
   reject: (e: unknown) => void;
 }
 
-/** Laneless completions per statement, one statement in flight (measured in the closing note of issue 5). */
+/** Laneless completions per statement, one statement in flight (measured: docs/BENCHMARKS.md, session 6). */
 const LANELESS_BATCH = 500;
 /** Laned completions per transaction, two in flight. */
 const LANED_BATCH = 128;

@@ -140,10 +140,11 @@ const MIGRATIONS: readonly Migration[] = [
     name: 'dependency waits in their own table',
     // Only blocked items need finding by dependency key or probe time, yet
     // every enqueued item paid for an entry in both indexes (NULLs are
-    // indexed too): about 5 µs of mariadbd per inserted row, 13% of a bulk
-    // enqueue (closing note of issue 5). A waits row exists exactly while its
-    // item is blocked: every change into or out of `blocked` writes both in
-    // one transaction. The item keeps its dependency columns for reading.
+    // indexed too). Without them a bulk enqueue cost mariadbd 18.5 µs per
+    // row instead of 21, and ran 13% faster (docs/BENCHMARKS.md). A waits
+    // row exists exactly while its item is blocked: every change into or out
+    // of `blocked` writes both in one transaction. The item keeps its
+    // dependency columns for reading.
     statements: (t) => [
       sql`CREATE TABLE IF NOT EXISTS ${t.waits} (
         item_id VARCHAR(32) ${ASCII} NOT NULL,

@@ -111,13 +111,13 @@ function plainlyFaithful(value: unknown, depth: number): boolean {
     case 'object': {
       if (value === null) return true;
       if (depth >= QUICK_DEPTH) return false;
+      if (typeof (value as { toJSON?: unknown }).toJSON === 'function') return false;
       if (Array.isArray(value)) {
         for (const v of value) if (!plainlyFaithful(v, depth + 1)) return false;
         return true;
       }
       const proto: unknown = Object.getPrototypeOf(value);
       if (proto !== Object.prototype && proto !== null) return false;
-      if (typeof (value as { toJSON?: unknown }).toJSON === 'function') return false;
       for (const key in value) {
         if (Object.hasOwn(value, key) && !plainlyFaithful((value as Record<string, unknown>)[key], depth + 1)) return false;
       }
