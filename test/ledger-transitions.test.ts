@@ -3,6 +3,8 @@ import { afterAll, beforeAll, describe, expect, test } from 'vitest';
 import { Ledger } from '../src/ledger/ledger.js';
 import { OwnershipConflictError } from '../src/ledger/sql/ownership.js';
 import { LeaseLostError } from '../src/ledger/sql/transition.js';
+import { createLogger } from '../src/log.js';
+import { Reconciler } from '../src/supervisor/reconciler.js';
 import { errorDigest, ReplayRejectedError } from '../src/ledger/sql/replay.js';
 import type { ClaimedItem, WorkItem } from '../src/ledger/types.js';
 import {
@@ -595,6 +597,24 @@ describe('block and dependencies', () => {
     expect((await claimOne(ledger, queue)).id).toBe(b!.id);
     // Waking the key later finds nothing to move.
     expect(await ledger.wakeDependency('dep-exp')).toEqual([]);
+  });
+  test('a blocked item without a waits row (blocked by code older than schema 3) is found again by the reconciler', async () => {
+    const queue = freshQueue('repair-waits');
+    await ledger.enqueue({ queue, type: 't', payload: 1 });
+    await ledger.enqueue({ queue, type: 't', payload: 2 });
+    const [a, b] = await claimAll(ledger, queue);
+    if (!a || !b) throw new Error('expected two claimed items');
+    await ledger.block(a, { dependencyKey: 'old-code', maxWaitMs: 600_000 });
+    await ledger.block(b, { dependencyKey: 'old-code', maxWaitMs: 600_000 });
+    // What pre-schema-3 code leaves behind: the item blocked, no waits row.
+    await sql`DELETE FROM ${ledger.tables.waits} WHERE item_id = ${a.id}`.execute(ledger.db);
+    expect((await ledger.wakeDependency('never-woken-key')).length).toBe(0);
+
+    const reconciler = new Reconciler({ ledger, queues: [queue], intervalMs: 3_600_000, retentionMs: 0, log: createLogger('test', 'silent') });
+    await reconciler.pass();
+    expect((await waitRow(ledger, a.id))?.dependencyKey).toBe('old-code');
+    expect(await ledger.repairWaits(queue)).toBe(0); // nothing left to record
+    expect((await ledger.wakeDependency('old-code', { queue })).map((w) => w.id).sort()).toEqual([a.id, b.id].sort());
   });
 });
 

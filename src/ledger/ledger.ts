@@ -17,6 +17,7 @@ import { getAttempts, getItem, listDead } from './sql/inspect.js';
 import { activateOwnership, getOwnership, type Ownership } from './sql/ownership.js';
 import { purgeTerminal } from './sql/purge.js';
 import { reclaimExpired, type ReclaimOutcome } from './sql/reclaim.js';
+import { repairWaits } from './sql/waits.js';
 import { replayItem } from './sql/replay.js';
 import { countProcessing, queueStats, type QueueStats } from './sql/stats.js';
 import { ledgerTables, type LedgerTables } from './tables.js';
@@ -499,6 +500,16 @@ export class Ledger {
   probeDependencyWaits(opts: { queue?: string; limit?: number } = {}): Promise<ProbeOutcome> {
     const v = validate(maintenanceSchema, opts, 'probeDependencyWaits');
     return probeDependencyWaits(this.db, this.tables, v);
+  }
+
+  /**
+   * Records the dependency waits of a queue's blocked items that have none
+   * (blocked by code from before schema 3 during a rolling upgrade), so
+   * wakeDependency and the probes find them. Returns how many it recorded.
+   */
+  repairWaits(queue: string): Promise<number> {
+    validate(queueName, queue, 'repairWaits', 'queue');
+    return repairWaits(this.db, this.tables, queue);
   }
 
   cancel(id: string, reason?: string): Promise<CancelOutcome> {

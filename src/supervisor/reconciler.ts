@@ -20,8 +20,12 @@ export interface ReconcilerOptions {
  * trimming, gauges. Every step is a CAS or idempotent, so any number of
  * processes may run it at once.
  */
+/** How often a pass also records waits missing for blocked items (see Ledger.repairWaits). */
+const REPAIR_WAITS_EVERY_MS = 3_600_000;
+
 export class Reconciler {
   private timer: NodeJS.Timeout | undefined;
+  private lastWaitsRepairAt = Number.NEGATIVE_INFINITY;
   private running: Promise<void> | undefined;
   private stopped = false;
 
@@ -40,8 +44,15 @@ export class Reconciler {
   /** One pass now (also used by tests). */
   async pass(): Promise<void> {
     const { ledger, wake, queues, retentionMs, log } = this.options;
+    // Blocked items written by a process on code from before schema 3 have no
+    // waits row: record them at start and hourly, so their waits can end.
+    const repairWaits = Date.now() - this.lastWaitsRepairAt >= REPAIR_WAITS_EVERY_MS;
     for (const queue of queues) {
       try {
+        if (repairWaits) {
+          const repaired = await ledger.repairWaits(queue);
+          if (repaired > 0) log.warn({ queue, repaired }, 'recorded dependency waits missing for blocked items (blocked by code older than schema 3?)');
+        }
         const r = await ledger.reclaimExpired({ queue, limit: 1000 });
         const p = await ledger.probeDependencyWaits({ queue, limit: 1000 });
         const purged = retentionMs > 0 ? await ledger.purge({ queue, olderThanMs: retentionMs, limit: 5000 }) : 0;
@@ -60,6 +71,7 @@ export class Reconciler {
         log.warn({ queue, err: (error as Error).message }, 'reconcile pass failed; next pass retries');
       }
     }
+    if (repairWaits) this.lastWaitsRepairAt = Date.now();
     await this.options.afterPass?.().catch((error: unknown) => log.warn({ err: (error as Error).message }, 'gauge refresh failed'));
   }
 

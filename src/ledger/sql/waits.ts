@@ -1,6 +1,7 @@
 import { sql } from 'kysely';
 import type { LedgerTables } from '../tables.js';
-import { list, type Executor } from './common.js';
+import { QUEUE_CLASSES } from '../types.js';
+import { affected, list, type Executor } from './common.js';
 
 /**
  * The waits table (schema 3) finds blocked items by dependency key and by
@@ -22,6 +23,20 @@ export async function enterWait(exec: Executor, t: LedgerTables, itemId: string)
 export async function leaveWaits(exec: Executor, t: LedgerTables, itemIds: readonly string[]): Promise<void> {
   if (itemIds.length === 0) return;
   await sql`DELETE FROM ${t.waits} WHERE item_id IN (${list(itemIds)})`.execute(exec);
+}
+
+/**
+ * Records the waits of blocked items that have none: items blocked by a
+ * process running code from before schema 3, which wrote no waits row, during
+ * a rolling upgrade. Reads the queue's blocked range of the claim index.
+ * Returns how many it recorded.
+ */
+export async function repairWaits(exec: Executor, t: LedgerTables, queue: string): Promise<number> {
+  const r = await sql`INSERT IGNORE INTO ${t.waits} (item_id, queue, dependency_key, probe_after)
+    SELECT id, queue, dependency_key, probe_after FROM ${t.items}
+    WHERE queue = ${queue} AND queue_class IN (${list(QUEUE_CLASSES)}) AND state = 'blocked'
+      AND dependency_key IS NOT NULL AND probe_after IS NOT NULL`.execute(exec);
+  return affected(r);
 }
 
 /** Items waiting on `key` (in `queue` when given). */
