@@ -6,10 +6,11 @@ import { affected, list, type Executor } from './common.js';
 /**
  * The waits table (schema 3) finds blocked items by dependency key and by
  * probe time, so the items table needs no index for either. A row exists
- * exactly while its item is blocked: the transaction that blocks an item
- * calls `enterWait`, and every transaction that moves it out of `blocked`
- * calls `leaveWaits`, after the item's own CAS (items row, then waits row:
- * one lock order everywhere).
+ * while its item is blocked: the transaction that blocks an item calls
+ * `enterWait`, and every transaction that moves it out of `blocked` calls
+ * `leaveWaits`, after the item's own CAS (items row, then waits row: one
+ * lock order everywhere). Every lookup still checks the item's state, so a
+ * row left behind (by code older than schema 3) is harmless.
  */
 
 /** Records the wait of an item just blocked, copied from its row in the same transaction. */
