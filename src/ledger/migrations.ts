@@ -142,7 +142,7 @@ const MIGRATIONS: readonly Migration[] = [
     // every enqueued item paid for an entry in both indexes (NULLs are
     // indexed too). Without them a bulk enqueue cost mariadbd 18.5 µs per
     // row instead of 21, and ran 13% faster (docs/BENCHMARKS.md). A waits
-    // row exists exactly while its item is blocked: every change into or out
+    // row exists while its item is blocked: every change into or out
     // of `blocked` writes both in one transaction. The item keeps its
     // dependency columns for reading.
     statements: (t) => [
