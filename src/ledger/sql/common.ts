@@ -38,9 +38,8 @@ export function literal(value: string | number | null): string {
  * payloads have no backslash or single quote, so most need no escaping.
  */
 export function jsonLiteral(text: string): string {
-  return JSON_NEEDS_ESCAPE.test(text) ? `'${text.replace(JSON_ESCAPES, (c) => JSON_ESCAPE_OF[c] ?? c)}'` : `'${text}'`;
+  return `'${text.replace(JSON_ESCAPES, (c) => JSON_ESCAPE_OF[c] ?? c)}'`;
 }
-const JSON_NEEDS_ESCAPE = /[\\'\0\x1a]/;
 const JSON_ESCAPES = /[\\'\0\x1a]/g;
 const JSON_ESCAPE_OF: Record<string, string> = { '\\': '\\\\', "'": "\\'", '\0': '\\0', '\x1a': '\\Z' };
 
@@ -98,11 +97,10 @@ export function affected(result: { numAffectedRows?: bigint }): number {
 }
 
 /** Every column of an items row, as `toWorkItem` reads it. */
-const ITEM_COLUMN_LIST = `id, queue, type, lane, lane_seq, is_head, queue_class, priority, payload, state,
+export const ITEM_COLUMNS = sql.raw(`id, queue, type, lane, lane_seq, is_head, queue_class, priority, payload, state,
   run_after, attempt, max_attempts, lease_owner, lease_token, lease_until, epoch, idempotency_key,
   dependency_key, probe_after, blocked_at, block_expires_at, cancel_requested, checkpoint, result,
-  last_error, failure_class, replay_of, replayed_at, created_at, started_at, terminal_at, updated_at`;
-export const ITEM_COLUMNS = sql.raw(ITEM_COLUMN_LIST);
+  last_error, failure_class, replay_of, replayed_at, created_at, started_at, terminal_at, updated_at`);
 
 /** Cuts an error text to the ledger's cap. */
 export function truncate(text: string | null | undefined, max: number): string | null {

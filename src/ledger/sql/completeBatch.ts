@@ -107,11 +107,11 @@ class PartialBatch extends Error {}
 
 function completionStatement(t: LedgerTables, entries: readonly CompletionEntry[]): RawBuilder<unknown> {
   const ids = entries.map((e) => e.handle.id);
-  const withResult = entries.filter((e) => e.resultJson !== null);
+  const withResult = entries.filter((e): e is CompletionEntry & { resultJson: string } => e.resultJson !== null);
   const resultExpr =
     withResult.length === 0
       ? sql`NULL`
-      : sql`CASE id ${sql.join(withResult.map((e) => sql`WHEN ${inline(e.handle.id)} THEN ${sql.raw(jsonLiteral(e.resultJson ?? 'null'))}`), sql` `)} ELSE NULL END`;
+      : sql`CASE id ${sql.join(withResult.map((e) => sql`WHEN ${inline(e.handle.id)} THEN ${sql.raw(jsonLiteral(e.resultJson))}`), sql` `)} ELSE NULL END`;
   // Items of one claim share its token: then a plain equality does, which
   // MariaDB plans far more cheaply than a list of (id, token) pairs.
   const tokens = new Set(entries.map((e) => e.handle.leaseToken));
