@@ -102,8 +102,20 @@ export const ITEM_COLUMNS = sql.raw(`id, queue, type, lane, lane_seq, is_head, q
   dependency_key, probe_after, blocked_at, block_expires_at, cancel_requested, checkpoint, result,
   last_error, failure_class, replay_of, replayed_at, created_at, started_at, terminal_at, updated_at`);
 
-/** Cuts an error text to the ledger's cap. */
+/**
+ * An error text as the ledger stores it: cut to the cap between whole
+ * characters (never between the halves of a surrogate pair), and a lone
+ * surrogate written as U+FFFD here rather than left to the driver. Error
+ * texts are diagnostics a failed attempt must still record, so they are
+ * mended, not refused.
+ */
 export function truncate(text: string | null | undefined, max: number): string | null {
   if (text === null || text === undefined) return null;
-  return text.length <= max ? text : `${text.slice(0, max - 1)}…`;
+  // String.prototype.toWellFormed (Node 20; typed in lib ES2024).
+  const whole = (text as unknown as { toWellFormed(): string }).toWellFormed();
+  if (whole.length <= max) return whole;
+  let end = max - 1;
+  const last = whole.charCodeAt(end - 1);
+  if (last >= 0xd800 && last <= 0xdbff) end -= 1;
+  return `${whole.slice(0, end)}…`;
 }
