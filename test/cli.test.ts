@@ -343,6 +343,22 @@ describe('lanewake CLI without a ledger', () => {
     expect(r.err).not.toContain('hunter2');
   });
 
+  it('the Redis key prefix has one name: LANEWAKE_KEY_PREFIX is refused naming LANEWAKE_REDIS_KEY_PREFIX', async () => {
+    process.env.LANEWAKE_KEY_PREFIX = 'old:';
+    try {
+      for (const args of [['stats'], ['enqueue', 'q', 't'], ['activate', '--queue', 'q', '--deployment', 'd']]) {
+        const r = await lanewake([...args, '--database-url', `mysql://root@127.0.0.1:${await freePort()}/x`]);
+        expect(r.code, `${args.join(' ')}: ${r.err}`).toBe(2);
+        expect(r.err).toContain('LANEWAKE_KEY_PREFIX was renamed: set LANEWAKE_REDIS_KEY_PREFIX');
+      }
+    } finally {
+      delete process.env.LANEWAKE_KEY_PREFIX;
+    }
+    const bad = await lanewake(['stats', '--redis-key-prefix', 'no spaces']);
+    expect(bad.code).toBe(2);
+    expect(bad.err).toContain("option '--redis-key-prefix' must be 1-64 chars");
+  });
+
   it('every command describes itself in --help', async () => {
     const top = await lanewake(['--help']);
     expect(top.code).toBe(0);
@@ -359,6 +375,7 @@ describe('lanewake CLI without a ledger', () => {
       replay: /re-drive a dead or cancelled item/,
       cancel: /cancel an item/,
       activate: /Exit 3: --expect-epoch did not match/,
+      worker: /refines the\s+file's queues by name/,
     };
     for (const [cmd, text] of Object.entries(described)) {
       const r = await lanewake([...cmd.split(' '), '--help']);

@@ -24,7 +24,7 @@ async function fixtures(): Promise<{ tl: TestLedger; tw: TestWake }> {
 
 function config(tl: TestLedger, tw: TestWake, queues: WorkerConfig['queues'] | unknown[], extra: Record<string, unknown> = {}): WorkerConfig {
   return resolveWorkerConfig([
-    { databaseUrl: tl.url, redisUrl: redisUrl(), keyPrefix: tw.keyPrefix, handlers: 'inline', admin: false, reconcileIntervalMs: 200, ownershipCheckMs: 300, drainTimeoutMs: 5_000, ...extra, queues },
+    { databaseUrl: tl.url, redisUrl: redisUrl(), redisKeyPrefix: tw.keyPrefix, handlers: 'inline', admin: false, reconcileIntervalMs: 200, ownershipCheckMs: 300, drainTimeoutMs: 5_000, ...extra, queues },
   ]);
 }
 
@@ -33,7 +33,7 @@ describe('worker config', () => {
     const base = { databaseUrl: 'mysql://root@127.0.0.1/x', handlers: './h.js', queues: [{ name: 'q' }] };
     const fields = (layer: Record<string, unknown>): string[] => {
       try {
-        resolveWorkerConfig([base, layer]);
+        resolveWorkerConfig([{ ...base, ...layer }]);
       } catch (e) {
         expect(e).toBeInstanceOf(ValidationError);
         return [...(e as ValidationError).fields];

@@ -3,6 +3,7 @@ import { ValidationError } from '../errors.js';
 import { parseLedgerConfig, type LedgerConfig } from '../ledger/config.js';
 import { Ledger } from '../ledger/ledger.js';
 import { createLogger } from '../log.js';
+import { redisKeyPrefixSchema, renamedEnvError } from '../supervisor/config.js';
 import { DEFAULT_KEY_PREFIX } from '../wake/keys.js';
 import { WakeChannel } from '../wake/wake-channel.js';
 import { CliError, renameFields, UsageError } from './errors.js';
@@ -31,17 +32,24 @@ export function addGlobalOptions(program: Command): void {
         'LANEWAKE_REDIS_URL',
       ),
     )
-    .addOption(new Option('--redis-key-prefix <prefix>', 'prefix of the Redis keys, as the workers use it').env('LANEWAKE_REDIS_KEY_PREFIX').default(DEFAULT_KEY_PREFIX))
+    .addOption(
+      new Option('--redis-key-prefix <prefix>', 'prefix of the Redis keys, as the workers use it (`redisKeyPrefix` in a worker --config file)')
+        .env('LANEWAKE_REDIS_KEY_PREFIX')
+        .default(DEFAULT_KEY_PREFIX),
+    )
     .option('--json', 'machine-readable output (JSON) where a command prints results', false);
 }
 
 /** The global options as seen from a (sub)command's action, checked. */
 export function globalOptions(cmd: Command): GlobalOptions {
+  const renamed = renamedEnvError(process.env);
+  if (renamed) throw new UsageError(renamed.issues.map((i) => `${i.field} ${i.message}`).join('; '));
   const o = cmd.optsWithGlobals<Partial<GlobalOptions>>();
   const redisUrl = o.redisUrl === undefined || o.redisUrl === '' ? undefined : o.redisUrl;
   if (redisUrl !== undefined && !isRedisUrl(redisUrl)) throw new UsageError(`option '--redis-url' must be a redis:// or rediss:// URL`);
   const redisKeyPrefix = o.redisKeyPrefix ?? DEFAULT_KEY_PREFIX;
-  if (!/^[A-Za-z0-9_.:-]{0,64}$/.test(redisKeyPrefix)) throw new UsageError(`option '--redis-key-prefix' must be up to 64 chars of [A-Za-z0-9_.:-]`);
+  const prefixCheck = redisKeyPrefixSchema.safeParse(redisKeyPrefix);
+  if (!prefixCheck.success) throw new UsageError(`option '--redis-key-prefix' ${prefixCheck.error.issues[0]?.message ?? 'is invalid'}`);
   return {
     databaseUrl: o.databaseUrl ?? DEFAULT_DATABASE_URL,
     tablePrefix: o.tablePrefix ?? 'lw_',

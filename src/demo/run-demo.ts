@@ -93,7 +93,7 @@ export async function runDemo(o: DemoOptions): Promise<DemoSummary> {
       JSON.stringify({
         databaseUrl: url,
         redisUrl: o.redisUrl,
-        keyPrefix,
+        redisKeyPrefix: keyPrefix,
         handlers: worker.handlers,
         admin: false,
         reconcileIntervalMs: 500,
@@ -102,11 +102,21 @@ export async function runDemo(o: DemoOptions): Promise<DemoSummary> {
       }),
     );
     let serial = 0;
+    /** A replica that exited without the demo stopping it (a bad config, a crash): the demo stops with its exit. */
+    let unexpectedExit: string | undefined;
     const startReplica = (): string => {
       const name = `replica-${++serial}`;
       const child = spawn(worker.cmd, [...worker.args, '--config', configPath], {
         env: { ...process.env, LANEWAKE_DEMO_REPLICA: name, LANEWAKE_LOG_LEVEL: process.env.LANEWAKE_LOG_LEVEL ?? 'error' },
-        stdio: ['ignore', 'ignore', 'inherit'],
+        stdio: ['ignore', 'ignore', 'pipe'],
+      });
+      // Its stderr is kept, not shown: it matters only if the replica exits on its own.
+      let stderrTail = '';
+      child.stderr?.on('data', (chunk: Buffer) => (stderrTail = (stderrTail + chunk.toString('utf8')).slice(-2000)));
+      child.once('exit', (code, signal) => {
+        if (replicas.get(name) === child) {
+          unexpectedExit ??= `worker ${name} exited on its own (code ${code ?? '-'}, signal ${signal ?? '-'}): ${stderrTail.trim() || '(no output)'}`;
+        }
       });
       replicas.set(name, child);
       return name;
@@ -130,9 +140,12 @@ export async function runDemo(o: DemoOptions): Promise<DemoSummary> {
     for (;;) {
       const [s] = await ledger.stats(DEMO_QUEUE);
       const finished = (s?.counts.completed ?? 0) + (s?.counts.dead ?? 0);
+      if (unexpectedExit !== undefined) throw new Error(unexpectedExit);
       if (!killed && finished >= o.items * 0.4) {
         killed = 'replica-2';
-        replicas.get(killed)?.kill('SIGKILL');
+        const victim = replicas.get(killed);
+        replicas.delete(killed);
+        victim?.kill('SIGKILL');
         const fresh = startReplica();
         note = `SIGKILLed ${killed} mid-flight, started ${fresh}`;
         if (!bar) o.out(note);
@@ -144,8 +157,10 @@ export async function runDemo(o: DemoOptions): Promise<DemoSummary> {
     bar?.stop();
     const seconds = (Date.now() - t0) / 1000;
 
+    const stopping = [...replicas.entries()];
+    replicas.clear();
     await Promise.all(
-      [...replicas.entries()].map(
+      stopping.map(
         ([name, child]) =>
           new Promise<void>((resolve) => {
             if (child.exitCode !== null || child.signalCode !== null) return resolve();
@@ -157,7 +172,6 @@ export async function runDemo(o: DemoOptions): Promise<DemoSummary> {
           }),
       ),
     );
-    replicas.clear();
     return { ...(await summarize(ledger, o.items)), database, seconds, throughput: o.items / seconds, killedReplica: killed };
   } finally {
     for (const child of replicas.values()) child.kill('SIGKILL');

@@ -42,11 +42,32 @@ export interface AdminServer {
   close(): Promise<void>;
 }
 
+/** The admin server could not bind its address (in use, not permitted, not this host's). */
+export class AdminAddressError extends Error {
+  override readonly name = 'AdminAddressError';
+  constructor(
+    readonly host: string,
+    readonly port: number,
+    readonly code: string,
+    override readonly cause: unknown,
+  ) {
+    super(`the admin server cannot listen on ${host}:${port}: ${BIND_FAILURES[code] ?? code}`);
+  }
+}
+
+const BIND_FAILURES: Readonly<Record<string, string>> = {
+  EADDRINUSE: 'the address is in use (another worker on this host?)',
+  EACCES: 'not permitted to bind it',
+  EADDRNOTAVAIL: 'not an address of this host',
+  ENOTFOUND: 'the host name does not resolve',
+  EAI_AGAIN: 'the host name does not resolve',
+};
+
 const CLOSE_GRACE_MS = 2_000;
 const DEFAULT_CHECK_TIMEOUT_MS = 2_000;
 
 /**
- * The admin HTTP surface (DESIGN §7): `/livez`, `/readyz`, `/metrics`,
+ * The admin HTTP surface (docs/design.md, "Supervisor and operations"): `/livez`, `/readyz`, `/metrics`,
  * `/version`, `/api/queues` and a small dashboard at `/`. GET only; a
  * failing route answers 500 with a JSON error and the server keeps serving.
  */
@@ -105,7 +126,10 @@ export async function startAdminServer(options: AdminServerOptions): Promise<Adm
   });
 
   await new Promise<void>((resolve, reject) => {
-    const onError = (error: Error): void => reject(error);
+    const onError = (error: Error): void => {
+      const code = (error as NodeJS.ErrnoException).code;
+      reject(code !== undefined && code in BIND_FAILURES ? new AdminAddressError(host, options.port, code, error) : error);
+    };
     server.once('error', onError);
     server.listen(options.port, host, () => {
       server.off('error', onError);
@@ -138,7 +162,7 @@ export async function startAdminServer(options: AdminServerOptions): Promise<Adm
 }
 
 /**
- * Readiness of the ledger (DESIGN §7): reachable (a round trip through
+ * Readiness of the ledger (docs/design.md, "Supervisor and operations"): reachable (a round trip through
  * `ledger.now()`) and migrations current (`schemaStatus`), plus `extra`
  * checks (ownership, added by the supervisor). Never throws: a failing or
  * hanging check (past `timeoutMs`) is reported as not ok with a detail.

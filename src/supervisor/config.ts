@@ -3,10 +3,15 @@ import { parse as parseYaml } from 'yaml';
 import { z } from 'zod';
 import { ValidationError } from '../errors.js';
 import { backoffSchema } from '../ledger/backoff.js';
+import { consumerSettingsSchema, type ConsumerSettingsInput } from '../consumer/options.js';
 import { QUEUE_CLASSES } from '../ledger/types.js';
-import { queueName } from '../ledger/validation.js';
+import { queueName, typeName, workerName } from '../ledger/validation.js';
+import { DEFAULT_KEY_PREFIX } from '../wake/keys.js';
 
 const ms = (max = 86_400_000) => z.number().int().min(0).max(max);
+
+/** The prefix of every Redis key; worker and CLI check it alike. */
+export const redisKeyPrefixSchema = z.string().regex(/^[A-Za-z0-9_.:-]{1,64}$/, 'must be 1-64 chars of [A-Za-z0-9_.:-]');
 
 export const queueConfigSchema = z
   .object({
@@ -20,8 +25,16 @@ export const queueConfigSchema = z
     backoff: backoffSchema.optional(),
     /** Most items claimed ahead of free slots (the consumer's prefetch buffer; 0 = off). */
     prefetch: z.number().int().min(0).max(10_000).optional(),
-        /** Fleet-wide cap on this queue's items in `processing` (from the ledger). */
+    /** Fleet-wide cap on this queue's items in `processing` (from the ledger). */
     maxProcessing: z.number().int().min(1).max(1_000_000).optional(),
+    /** Only these types are claimed here (default: every type of the queue). */
+    types: z.array(typeName).min(1).optional(),
+    /** An item whose type has no handler here: released for another worker, or dead `unowned`. */
+    unknownType: z.enum(['release', 'dead']).optional(),
+    /** Delay between releases of an item whose type has no handler here. */
+    unknownTypeReleaseMs: ms().optional(),
+    /** After this age an item nobody has a handler for ends dead `unowned`. */
+    unknownTypeGraceMs: ms(30 * 86_400_000).optional(),
     /** Claims are fenced by this deployment's ownership epoch (`lanewake activate`). */
     ownership: z.boolean().default(false),
   })
@@ -33,7 +46,7 @@ export const workerConfigSchema = z
     redisUrl: z.string().min(1).optional(),
     tablePrefix: z.string().default('lw_'),
     poolSize: z.number().int().min(1).max(512).default(10),
-    keyPrefix: z.string().min(1).max(64).default('lw:'),
+    redisKeyPrefix: redisKeyPrefixSchema.default(DEFAULT_KEY_PREFIX),
     /** An ES module exporting `handlers` (or a default export): { [queue]: { [type]: handler } }. */
     handlers: z.string().min(1),
     queues: z.array(queueConfigSchema).min(1, 'name at least one queue'),
@@ -48,7 +61,7 @@ export const workerConfigSchema = z
       ])
       .default({ host: '127.0.0.1', port: 9464 }),
     /** This process's deployment name, for ownership epochs. */
-    deployment: z.string().min(1).max(128).optional(),
+    deployment: workerName.optional(),
     ownershipCheckMs: z.number().int().min(100).max(600_000).default(5_000),
   })
   .strict()
@@ -60,6 +73,18 @@ export const workerConfigSchema = z
       if (q.ownership && c.deployment === undefined) {
         ctx.addIssue({ code: 'custom', path: ['deployment'], message: `queue ${q.name} uses ownership epochs: name this deployment` });
       }
+      // Refinements also run over a list with bad entries: such an entry already has its issues.
+      if (!queueConfigSchema.safeParse(q).success) return;
+      // The consumer has the last word on its settings: a limit or a key it refuses is named here, before anything starts.
+      const consumer = consumerSettingsSchema.safeParse(consumerSettingsOf(q));
+      for (const issue of consumer.error?.issues ?? []) {
+        const at = ['queues', i, ...issue.path];
+        if (issue.code === 'unrecognized_keys') {
+          for (const key of issue.keys) ctx.addIssue({ code: 'custom', path: [...at, key], message: 'is not a setting this consumer knows' });
+        } else {
+          ctx.addIssue({ code: 'custom', path: at, message: issue.message });
+        }
+      }
     });
   });
 
@@ -67,13 +92,36 @@ export type WorkerConfig = z.output<typeof workerConfigSchema>;
 export type WorkerConfigInput = z.input<typeof workerConfigSchema>;
 export type QueueConfig = z.output<typeof queueConfigSchema>;
 
+/** The consumer settings of one configured queue; the runner adds the ownership epoch. */
+export function consumerSettingsOf(q: QueueConfig): ConsumerSettingsInput {
+  const optional = {
+    classes: q.classes,
+    types: q.types,
+    leaseMs: q.leaseMs,
+    deadlineMs: q.deadlineMs,
+    pollIntervalMs: q.pollIntervalMs,
+    backoff: q.backoff,
+    prefetch: q.prefetch,
+    maxProcessing: q.maxProcessing,
+    unknownType: q.unknownType,
+    unknownTypeReleaseMs: q.unknownTypeReleaseMs,
+    unknownTypeGraceMs: q.unknownTypeGraceMs,
+  };
+  // Only what the config set: the consumer's own defaults apply to the rest.
+  const set = Object.fromEntries(Object.entries(optional).filter(([, v]) => v !== undefined));
+  // The supervisor's reconciler reclaims leases and probes waits for every queue.
+  return { queue: q.name, concurrency: q.concurrency, maintenance: false, ...set };
+}
+
+type Source = 'string' | 'int' | 'queues' | 'admin';
+
 /** LANEWAKE_* environment variables that map onto top-level config fields. */
-const ENV_FIELDS: Record<string, { field: keyof WorkerConfigInput; kind: 'string' | 'int' | 'queues' | 'admin' }> = {
+const ENV_FIELDS: Record<string, { field: keyof WorkerConfigInput; kind: Source }> = {
   LANEWAKE_DATABASE_URL: { field: 'databaseUrl', kind: 'string' },
   LANEWAKE_REDIS_URL: { field: 'redisUrl', kind: 'string' },
+  LANEWAKE_REDIS_KEY_PREFIX: { field: 'redisKeyPrefix', kind: 'string' },
   LANEWAKE_TABLE_PREFIX: { field: 'tablePrefix', kind: 'string' },
   LANEWAKE_POOL_SIZE: { field: 'poolSize', kind: 'int' },
-  LANEWAKE_KEY_PREFIX: { field: 'keyPrefix', kind: 'string' },
   LANEWAKE_HANDLERS: { field: 'handlers', kind: 'string' },
   LANEWAKE_QUEUES: { field: 'queues', kind: 'queues' },
   LANEWAKE_DRAIN_TIMEOUT_MS: { field: 'drainTimeoutMs', kind: 'int' },
@@ -84,9 +132,33 @@ const ENV_FIELDS: Record<string, { field: keyof WorkerConfigInput; kind: 'string
   LANEWAKE_OWNERSHIP_CHECK_MS: { field: 'ownershipCheckMs', kind: 'int' },
 };
 
+/** Names that were renamed: using one is an error naming its replacement, never silently ignored. */
+export const RENAMED_ENV: Readonly<Record<string, string>> = { LANEWAKE_KEY_PREFIX: 'LANEWAKE_REDIS_KEY_PREFIX' };
+const RENAMED_FIELDS: Readonly<Record<string, string>> = { keyPrefix: 'redisKeyPrefix' };
+
+/** Where a required setting can be given, for the message when none is. */
+const HOW_TO_SET: Readonly<Record<string, string>> = {
+  databaseUrl: 'set --database-url <url> or LANEWAKE_DATABASE_URL, or `databaseUrl:` in the --config file',
+  handlers: 'set --handlers <module> or LANEWAKE_HANDLERS, or `handlers:` in the --config file',
+  queues: 'name at least one queue: --queues <list> or LANEWAKE_QUEUES, or `queues:` in the --config file',
+  deployment: 'set --deployment <name> or LANEWAKE_DEPLOYMENT, or `deployment:` in the --config file',
+};
+
+/** ValidationError naming each renamed environment variable present in `env`. */
+export function renamedEnvError(env: NodeJS.ProcessEnv): ValidationError | undefined {
+  const used = Object.keys(RENAMED_ENV).filter((name) => env[name] !== undefined);
+  if (used.length === 0) return undefined;
+  return new ValidationError(
+    used.map((name) => ({ field: name, message: `was renamed: set ${RENAMED_ENV[name]} instead` })),
+    'environment',
+  );
+}
+
 /**
- * `queue[:concurrency]` items separated by commas, e.g. `billing:16,mail`.
- * Malformed numbers are passed through as-is so validation names the field.
+ * `queue[:concurrency[:class+class]]` items separated by commas, e.g.
+ * `billing:16,mail,reports::bulk`. Only what is written is set, so a file's
+ * other settings for the queue stay. Malformed numbers are passed through
+ * as-is so validation names the field.
  */
 export function parseQueueList(text: string): unknown[] {
   return text
@@ -94,8 +166,12 @@ export function parseQueueList(text: string): unknown[] {
     .map((s) => s.trim())
     .filter((s) => s.length > 0)
     .map((s) => {
-      const [name, concurrency] = s.split(':');
-      return concurrency === undefined ? { name } : { name, concurrency: numberOrText(concurrency) };
+      const [name, concurrency, classes] = s.split(':');
+      return {
+        name,
+        ...(concurrency !== undefined && concurrency !== '' ? { concurrency: numberOrText(concurrency) } : {}),
+        ...(classes !== undefined && classes !== '' ? { classes: classes.split('+') } : {}),
+      };
     });
 }
 
@@ -112,6 +188,8 @@ function numberOrText(s: string): number | string {
 }
 
 export function configFromEnv(env: NodeJS.ProcessEnv): Partial<Record<keyof WorkerConfigInput, unknown>> {
+  const renamed = renamedEnvError(env);
+  if (renamed) throw renamed;
   const out: Partial<Record<keyof WorkerConfigInput, unknown>> = {};
   for (const [name, { field, kind }] of Object.entries(ENV_FIELDS)) {
     const v = env[name];
@@ -130,11 +208,68 @@ export async function configFromFile(path: string): Promise<Record<string, unkno
   return parsed as Record<string, unknown>;
 }
 
-/** File < env < flags; the merged result is validated once, so an error names the field whatever its source. */
-export function resolveWorkerConfig(layers: readonly Record<string, unknown>[]): WorkerConfig {
+const isRecord = (v: unknown): v is Record<string, unknown> => typeof v === 'object' && v !== null && !Array.isArray(v);
+
+/**
+ * A later layer's queue list refines the earlier one by name: a queue it
+ * names has the fields it sets replaced and every other field kept; a queue
+ * it does not name stays as it was; a new name is added (and starts with the
+ * defaults). A name listed twice in one layer is kept twice, for validation
+ * to refuse.
+ */
+export function refineQueues(earlier: unknown, later: unknown): unknown {
+  if (earlier === undefined) return later;
+  // A malformed list on either side is passed on for validation to name, never merged around.
+  if (!Array.isArray(earlier)) return earlier;
+  if (!Array.isArray(later)) return later;
+  const out: unknown[] = [...earlier];
+  const refined = new Set<number>();
+  for (const entry of later) {
+    const at = isRecord(entry) ? out.findIndex((q, i) => i < earlier.length && !refined.has(i) && isRecord(q) && q.name === entry.name) : -1;
+    if (at < 0) {
+      out.push(entry);
+      continue;
+    }
+    refined.add(at);
+    const defined = Object.fromEntries(Object.entries(entry as Record<string, unknown>).filter(([, v]) => v !== undefined));
+    out[at] = { ...(out[at] as Record<string, unknown>), ...defined };
+  }
+  return out;
+}
+
+/**
+ * File < env < flags, validated once when merged, so an error names the field
+ * whatever its source. Top-level fields of a later layer replace earlier
+ * ones; `queues` is refined by name (see refineQueues).
+ */
+export function mergeConfigLayers(layers: readonly Record<string, unknown>[]): Record<string, unknown> {
   const merged: Record<string, unknown> = {};
-  for (const layer of layers) for (const [k, v] of Object.entries(layer)) if (v !== undefined) merged[k] = v;
+  for (const layer of layers) {
+    for (const [k, v] of Object.entries(layer)) {
+      if (v === undefined) continue;
+      merged[k] = k === 'queues' ? refineQueues(merged.queues, v) : v;
+    }
+  }
+  return merged;
+}
+
+export function resolveWorkerConfig(layers: readonly Record<string, unknown>[]): WorkerConfig {
+  const merged = mergeConfigLayers(layers);
   const parsed = workerConfigSchema.safeParse(merged);
-  if (!parsed.success) throw ValidationError.fromZod(parsed.error, 'worker config');
-  return parsed.data;
+  if (parsed.success) return parsed.data;
+  const error = ValidationError.fromZod(parsed.error, 'worker config');
+  return throwExplained(error, merged);
+}
+
+/** Says what to do for a required setting no layer gave, and for a renamed one. */
+function throwExplained(error: ValidationError, merged: Record<string, unknown>): never {
+  const issues = error.issues.map((issue) => {
+    const renamed = RENAMED_FIELDS[issue.field];
+    if (renamed !== undefined) return { field: issue.field, message: `was renamed: use ${renamed}` };
+    const how = HOW_TO_SET[issue.field];
+    const value = merged[issue.field];
+    const missing = value === undefined || (Array.isArray(value) && value.length === 0);
+    return how !== undefined && missing ? { field: issue.field, message: `missing: ${how}` } : issue;
+  });
+  throw new ValidationError(issues, 'worker config');
 }

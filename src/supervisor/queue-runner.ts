@@ -4,7 +4,7 @@ import type { Ledger } from '../ledger/ledger.js';
 import type { Logger } from '../log.js';
 import type { WakeChannel } from '../wake/wake-channel.js';
 import { RestartBackoff } from './backoff.js';
-import type { QueueConfig } from './config.js';
+import { consumerSettingsOf, type QueueConfig } from './config.js';
 import { sleep } from '../consumer/notifier.js';
 
 export type RunnerState = 'starting' | 'running' | 'restarting' | 'stopped';
@@ -90,21 +90,11 @@ export class QueueRunner {
     const { queue, ledger, wake, handlers, log } = this.options;
     const epoch = this.options.epoch();
     const consumer = new Consumer<never>({
+      ...consumerSettingsOf(queue),
       ledger,
       wake,
       handlers,
       logger: log,
-      queue: queue.name,
-      concurrency: queue.concurrency,
-      // The supervisor's reconciler reclaims leases and probes waits for every queue.
-      maintenance: false,
-      ...(queue.classes ? { classes: queue.classes } : {}),
-      ...(queue.leaseMs !== undefined ? { leaseMs: queue.leaseMs } : {}),
-      ...(queue.deadlineMs !== undefined ? { deadlineMs: queue.deadlineMs } : {}),
-      ...(queue.pollIntervalMs !== undefined ? { pollIntervalMs: queue.pollIntervalMs } : {}),
-      ...(queue.backoff ? { backoff: queue.backoff } : {}),
-      ...(queue.maxProcessing !== undefined ? { maxProcessing: queue.maxProcessing } : {}),
-      ...(queue.prefetch !== undefined ? { prefetch: queue.prefetch } : {}),
       ...(epoch !== undefined ? { epoch } : {}),
     });
     this.detach = this.options.onConsumer?.(consumer);

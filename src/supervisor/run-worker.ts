@@ -1,6 +1,6 @@
 import { createLogger, type Logger } from '../log.js';
 import { packageVersion } from '../version.js';
-import { startAdminServer, type AdminServer } from './admin-server.js';
+import { startAdminServer, type AdminServer, type Readiness } from './admin-server.js';
 import type { WorkerConfig } from './config.js';
 import { loadHandlersModule, type HandlersByQueue } from './handlers-module.js';
 import { LanewakeMetrics } from './metrics.js';
@@ -18,41 +18,46 @@ export interface RunningWorker {
 
 /**
  * `lanewake worker` without the process plumbing: loads the handler module
- * (unless handlers are given), starts the supervisor, its metrics and the
- * admin server. The caller owns signals and the process exit.
+ * (unless handlers are given), binds the admin server, then starts the
+ * supervisor and its metrics. The admin address is bound first so that a
+ * worker that cannot serve it (the port is taken) fails before it claims
+ * anything; /readyz answers 503 until the supervisor has started. The caller
+ * owns signals and the process exit.
  */
 export async function startWorker(config: WorkerConfig, opts: { handlers?: HandlersByQueue; logger?: Logger } = {}): Promise<RunningWorker> {
   const log = opts.logger ?? createLogger('lanewake.worker');
   const handlers = opts.handlers ?? (await loadHandlersModule(config.handlers));
   const metrics = new LanewakeMetrics();
-  const supervisor = new Supervisor({
-    config,
-    handlers,
-    logger: log,
-    onConsumer: (consumer) => metrics.observeConsumer(consumer),
-    afterReconcile: (ledger) => metrics.refreshDepth(ledger),
-  });
-  metrics.observeLedger(supervisor.ledger);
-  await supervisor.start();
-  let admin: AdminServer | undefined;
+  let started: Supervisor | undefined;
+  const admin =
+    config.admin === false
+      ? undefined
+      : await startAdminServer({
+          host: config.admin.host,
+          port: config.admin.port,
+          metrics,
+          readiness: () => started?.readiness() ?? Promise.resolve(NOT_STARTED),
+          queues: async () => (started ? started.ledger.stats() : []),
+          version: packageVersion(),
+          logger: log,
+        });
+  let supervisor: Supervisor | undefined;
   try {
-    admin =
-      config.admin === false
-        ? undefined
-        : await startAdminServer({
-            host: config.admin.host,
-            port: config.admin.port,
-            metrics,
-            readiness: () => supervisor.readiness(),
-            queues: () => supervisor.ledger.stats(),
-            version: packageVersion(),
-            logger: log,
-          });
+    supervisor = new Supervisor({
+      config,
+      handlers,
+      logger: log,
+      onConsumer: (consumer) => metrics.observeConsumer(consumer),
+      afterReconcile: (ledger) => metrics.refreshDepth(ledger),
+    });
+    metrics.observeLedger(supervisor.ledger);
+    await supervisor.start();
   } catch (error) {
-    await supervisor.stop();
+    await supervisor?.stop();
+    await admin?.close();
     throw error;
   }
-  if (admin) log.info({ url: admin.url }, 'admin server listening');
+  started = supervisor;
   const done = supervisor.done.then(async (code) => {
     await admin?.close();
     return code;
@@ -68,3 +73,5 @@ export async function startWorker(config: WorkerConfig, opts: { handlers?: Handl
     },
   };
 }
+
+const NOT_STARTED: Readiness = { ready: false, checks: { started: { ok: false, detail: 'starting' } } };

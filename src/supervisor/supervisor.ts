@@ -28,7 +28,7 @@ export interface SupervisorOptions {
 }
 
 /**
- * The worker process (DESIGN §7): one restartable consumer per configured
+ * The worker process (docs/design.md, "Supervisor and operations"): one restartable consumer per configured
  * queue, the reconciler, and ownership epochs. `done` resolves with the exit
  * code once it has stopped: 0 after stop(), 3 after this deployment lost a
  * queue to a newer activation.
@@ -58,7 +58,7 @@ export class Supervisor {
       }
     }
     this.ledger = new Ledger({ url: config.databaseUrl, poolSize: config.poolSize, tablePrefix: config.tablePrefix });
-    this.wake = config.redisUrl ? new WakeChannel({ redis: config.redisUrl, keyPrefix: config.keyPrefix, logger: this.log }) : undefined;
+    this.wake = config.redisUrl ? new WakeChannel({ redis: config.redisUrl, keyPrefix: config.redisKeyPrefix, logger: this.log }) : undefined;
     this.done = new Promise((resolve) => {
       this.resolveDone = resolve;
     });

@@ -1,9 +1,12 @@
 import type { Command } from 'commander';
-import { configFromEnv, configFromFile, parseAdminAddress, parseQueueList, resolveWorkerConfig } from '../../supervisor/config.js';
-import { startWorker } from '../../supervisor/run-worker.js';
+import { setDefaultLogLevel } from '../../log.js';
+import { AdminAddressError } from '../../supervisor/admin-server.js';
+import { configFromEnv, configFromFile, parseAdminAddress, parseQueueList, resolveWorkerConfig, type WorkerConfig } from '../../supervisor/config.js';
+import { startWorker, type RunningWorker } from '../../supervisor/run-worker.js';
 import { EXIT_OWNERSHIP_LOST } from '../../supervisor/supervisor.js';
-import { CliError, EXIT } from '../errors.js';
-import { eprintln } from '../io.js';
+import { CliError, EXIT, UsageError } from '../errors.js';
+import { redactUrl } from '../format.js';
+import { eprintln, println } from '../io.js';
 import { parseInteger } from '../parse.js';
 import type { CliContext } from '../program.js';
 
@@ -18,6 +21,7 @@ interface WorkerFlags {
   reconcileIntervalMs?: number;
   retentionMs?: number;
   ownershipCheckMs?: number;
+  printConfig?: boolean;
 }
 
 /** Global options that feed the worker config, and where commander found them. */
@@ -25,7 +29,7 @@ const GLOBAL_FIELDS = [
   ['databaseUrl', 'databaseUrl'],
   ['tablePrefix', 'tablePrefix'],
   ['redisUrl', 'redisUrl'],
-  ['redisKeyPrefix', 'keyPrefix'],
+  ['redisKeyPrefix', 'redisKeyPrefix'],
 ] as const;
 
 export function workerCommand(program: Command, { io }: CliContext): void {
@@ -34,7 +38,7 @@ export function workerCommand(program: Command, { io }: CliContext): void {
     .description('run consumers for the configured queues, with the reconciler, ownership epochs and the admin HTTP server')
     .option('--config <file>', 'a JSON or YAML config file (flags and LANEWAKE_* variables override it)')
     .option('--handlers <module>', 'ES module exporting `handlers`: { [queue]: { [type]: handler } } (LANEWAKE_HANDLERS)')
-    .option('--queues <list>', 'queues and concurrency, e.g. billing:16,mail (LANEWAKE_QUEUES)')
+    .option('--queues <list>', 'queues to run, name[:concurrency[:class+class]], e.g. billing:16,mail (LANEWAKE_QUEUES); refines the --config queues by name')
     .option('--admin <address>', 'admin HTTP address host:port, :port, or off (LANEWAKE_ADMIN; default 127.0.0.1:9464)')
     .option('--deployment <name>', 'this deployment, for ownership epochs (LANEWAKE_DEPLOYMENT)')
     .option('--pool-size <n>', 'ledger connections', parseInteger)
@@ -42,14 +46,29 @@ export function workerCommand(program: Command, { io }: CliContext): void {
     .option('--reconcile-interval-ms <ms>', 'reconciler period (default 10000)', parseInteger)
     .option('--retention-ms <ms>', 'purge terminal items older than this; 0 keeps them (default 7 days)', parseInteger)
     .option('--ownership-check-ms <ms>', 'how often ownership is re-read from the ledger (default 5000)', parseInteger)
+    .option('--print-config', 'print the merged, validated config as JSON (passwords in URLs masked) and exit without starting')
     .addHelpText(
       'after',
       `
+Settings come from the --config file, then LANEWAKE_* variables, then flags; the
+later wins field by field. A queue list (--queues, LANEWAKE_QUEUES) refines the
+file's queues by name: for a queue it names it sets only what it writes
+(concurrency, classes) and keeps every other field the file set (ownership,
+leaseMs, maxProcessing, …); a file queue it does not name still runs as the file
+says; a queue only it names starts with the defaults. --print-config shows the
+result.
+
+The admin address is bound before anything starts: if it is taken, the worker
+exits 2 at once; pick another with --admin HOST:PORT or turn it off with
+--admin off (LANEWAKE_ADMIN).
+
 SIGTERM or SIGINT stops claiming, drains in-flight work within the drain timeout,
 then aborts what is left (work that may still be running is never released; its
 lease expires) and exits 0; a second signal exits at once. Exits 3 when a newer
 \`lanewake activate\` took one of its ownership queues, 2 on a bad config value
-(the message names the field), 1 when the ledger is unreachable or behind.`,
+(the message names the field) or an admin address it cannot bind, 1 when the
+ledger is unreachable or behind. Logs JSON lines to stderr at info
+(LANEWAKE_LOG_LEVEL sets another level).`,
     )
     .action(async (flags: WorkerFlags, cmd: Command) => {
       const root = cmd.parent ?? cmd;
@@ -73,8 +92,14 @@ lease expires) and exits 0; a second signal exits at once. Exits 3 when a newer
       };
       const file = flags.config === undefined ? {} : await configFromFile(flags.config);
       const config = resolveWorkerConfig([file, configFromEnv(process.env), fromFlags]);
+      if (flags.printConfig === true) {
+        println(io, JSON.stringify(printable(config), null, 2));
+        return;
+      }
 
-      const worker = await startWorker(config);
+      // The library logs at warn; a worker process is an operator's, who wants its state changes.
+      setDefaultLogLevel('info');
+      const worker = await start(config);
       if (worker.admin) eprintln(io, `admin: ${worker.admin.url}`);
       let signals = 0;
       const onSignal = (signal: NodeJS.Signals): void => {
@@ -96,4 +121,26 @@ lease expires) and exits 0; a second signal exits at once. Exits 3 when a newer
         process.off('SIGINT', onSignal);
       }
     });
+}
+
+async function start(config: WorkerConfig): Promise<RunningWorker> {
+  try {
+    return await startWorker(config);
+  } catch (error) {
+    if (error instanceof AdminAddressError) {
+      throw new UsageError(
+        `${error.message}: choose another with --admin HOST:PORT, or turn it off with --admin off (or set LANEWAKE_ADMIN, or \`admin:\` in the --config file)`,
+      );
+    }
+    throw error;
+  }
+}
+
+/** The config as --print-config shows it: what the worker would run, without the passwords. */
+function printable(config: WorkerConfig): WorkerConfig {
+  return {
+    ...config,
+    databaseUrl: redactUrl(config.databaseUrl),
+    ...(config.redisUrl !== undefined ? { redisUrl: redactUrl(config.redisUrl) } : {}),
+  };
 }
