@@ -270,8 +270,8 @@ test('BlockOn parks the item and its lane until producer.wakeDependency, then it
   expect(await h.producer.wakeDependency('dep-key')).toBe(0);
 });
 
-test('an item whose type has no handler ends dead, class unowned', async () => {
-  const h = await harness({ known: async () => 'fine' });
+test("with unknownType: 'dead' an item whose type has no handler ends dead, class unowned", async () => {
+  const h = await harness({ known: async () => 'fine' }, { unknownType: 'dead' });
   const stranger = await h.enqueue({ type: 'nobody-handles-this', payload: {} });
   const known = await h.enqueue({ type: 'known', payload: {} });
   expect(await h.waitOutcome(stranger, 'dead')).toEqual(['dead']);

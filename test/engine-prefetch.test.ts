@@ -6,7 +6,7 @@ import { Producer } from '../src/producer/producer.js';
 import { createTestWake, uniqueQueue, type TestWake } from './support/engine.js';
 import { createTestLedger, waitFor, type TestLedger } from './support/ledger.js';
 
-// The prefetch buffer (DESIGN §6): items claimed ahead of free slots. These
+// The prefetch buffer (docs/design.md, Prefetch): items claimed ahead of free slots. These
 // tests pin what it must never do: start an item late enough for its lease
 // to run out, keep items at stop, or spend an attempt on an item no handler
 // ever started.
@@ -60,6 +60,10 @@ test('fast handlers get claims larger than the free slots; stop hands back unsta
   // Both slots are held by waiting handlers, and the buffer holds claimed items no handler has started.
   await waitFor(() => started.size >= 302 || undefined, 20_000, 'both slots busy past the fast phase');
   expect(claimedMax).toBeGreaterThan(2);
+  // Items whose handler has settled stay `processing` in the ledger until their batched
+  // completion commits (dozens of them right after the fast phase): count once those are written,
+  // so what is left processing is what the consumer holds, the two running and the buffer.
+  await waitFor(() => consumer.inFlight === 2 || undefined, 10_000, 'the fast phase\'s completions to be written');
   const processing = await waitFor(async () => {
     const n = await tl!.ledger.countProcessing(queue);
     return n > 2 ? n : undefined;

@@ -86,7 +86,7 @@ interface Prefetched {
 
 /**
  * One claim scheduler per (process, queue) feeding `concurrency` executor
- * slots (DESIGN §6). It claims in batches sized to the free slots, reads
+ * slots (docs/design.md §6). It claims in batches sized to the free slots, reads
  * wake-ups only while it has free slots, sweeps the ledger as a backstop
  * (faster while Redis is away) and finalizes only through the ledger.
  */
@@ -107,12 +107,14 @@ export class Consumer<DB = Record<string, never>> extends EventEmitter<ConsumerE
   private readonly running = new Map<string, RunningJob>();
   /** Items whose handler has settled and whose outcome is being written. */
   private readonly finalizing = new Map<string, RunningJob>();
-  /** Claimed, not yet started: each waits for a slot (DESIGN §6 prefetch), oldest first. */
+  /** Claimed, not yet started: each waits for a slot (docs/design.md, Prefetch), oldest first. */
   private readonly prefetched: Prefetched[] = [];
   /** How long handlers have recently taken (ms, moving average): how fast a slot frees up. */
   private handlerMs: number | undefined;
   private readonly prefetchLimit: number;
   private readonly targeted = new Set<string>();
+  /** Items in the prefetch buffer named by a cancel message: each asks the ledger as it starts. */
+  private readonly cancelHints = new Set<string>();
   private pendingAcks: WakeEntry[] = [];
   private readonly schedulerWake = new Notifier();
   private readonly readerWake = new Notifier();
@@ -169,6 +171,7 @@ export class Consumer<DB = Record<string, never>> extends EventEmitter<ConsumerE
       settings: this.settings,
       handlers: this.handlers,
       log: this.log,
+      unownedTypesSeen: new Set(),
       onDelayed: (it, delayMs) => {
         void this.wake?.scheduleTimers([
           { queue: it.queue, queueClass: it.queueClass, itemId: it.id, attempt: it.attempt, runAt: new Date(Date.now() + delayMs) },
@@ -245,7 +248,7 @@ export class Consumer<DB = Record<string, never>> extends EventEmitter<ConsumerE
   }
 
   /**
-   * Graceful stop (DESIGN §6): stop claiming and reading; let in-flight
+   * Graceful stop (docs/design.md §6): stop claiming and reading; let in-flight
    * handlers finish within `drainTimeoutMs`; then abort them and finalize
    * those that settle (released without spending an attempt). A handler
    * that still runs is never released: its lease is left to expire.
@@ -338,14 +341,21 @@ export class Consumer<DB = Record<string, never>> extends EventEmitter<ConsumerE
     return Math.min(this.prefetchLimit, Math.floor(this.settings.concurrency * perSlot));
   }
 
-  /** Starts prefetched items while slots are free; one that waited past a third of its lease goes back instead. */
+  /**
+   * Starts prefetched items while slots are free. An item waits in the
+   * buffer at most a third of its lease, then goes back unstarted. One that
+   * finds a free slot starts while at least a third of its lease is left
+   * (its first renewal is then due at once): a claim round slowed by a busy
+   * database must not hand back what it just claimed for free slots.
+   */
   private startPrefetched(): void {
     if (!this.active) return;
     const expired: Prefetched[] = [];
     const ttlMs = this.settings.leaseMs / 3;
+    const startableMs = (this.settings.leaseMs * 2) / 3;
     while (this.freeSlots() > 0 && this.prefetched.length > 0) {
       const next = this.prefetched.shift()!;
-      if (Date.now() - next.claimedAtMs > ttlMs) expired.push(next);
+      if (Date.now() - next.claimedAtMs > startableMs) expired.push(next);
       else this.startJob(next.item, next.claimedAtMs);
     }
     const now = Date.now();
@@ -365,6 +375,7 @@ export class Consumer<DB = Record<string, never>> extends EventEmitter<ConsumerE
   private async releasePrefetched(items: readonly Prefetched[], reason: string): Promise<void> {
     if (items.length === 0) return;
     this.counters.prefetchReleased += items.length;
+    for (const p of items) this.cancelHints.delete(p.item.id);
     await Promise.allSettled(
       items.map((p) =>
         this.ledger.release(p.item, { reason }).catch((error: unknown) => {
@@ -501,7 +512,8 @@ export class Consumer<DB = Record<string, never>> extends EventEmitter<ConsumerE
       if (ids.length > free) lookFurther = true;
       ids.splice(free);
     }
-    const claimed: ClaimedItem[] = ids.length > 0 ? await this.ledger.claimByIds({ ...base, ids }) : [];
+    const claimed: ClaimedItem[] =
+      ids.length > 0 ? await this.ledger.claimByIds({ ...base, ids, ...(this.settings.types ? { types: this.settings.types } : {}) }) : [];
     // Named by a wake-up: start them now, before looking for other heads.
     const claimedAtMs = startedAt - performance.now() + Date.now();
     if (claimed.length > 0) this.takeClaimed(claimed, claimedAtMs);
@@ -557,6 +569,7 @@ export class Consumer<DB = Record<string, never>> extends EventEmitter<ConsumerE
     const run = runJob(this.executorDeps, item, claimedAtMs);
     this.running.set(item.id, run);
     run.start();
+    if (this.cancelHints.delete(item.id)) run.checkLedger();
     this.emit('started', item);
     void run.done.then(
       (outcome) => this.finished(item, outcome, run.laneAdvanced),
@@ -579,7 +592,8 @@ export class Consumer<DB = Record<string, never>> extends EventEmitter<ConsumerE
     this.cappedUntil = 0;
     // The slot is free; a finished lane head has a successor worth claiming right here (lane affinity),
     // unless the completion said the lane has none waiting.
-    if (item.lane !== null && laneAdvanced !== false) this.noteWork();
+    // A released item may be due again at once (a block whose key was woken while it ran).
+    if ((item.lane !== null && laneAdvanced !== false) || outcome === 'released') this.noteWork();
     this.emit('outcome', item, outcome);
     this.schedulerWake.notify();
     this.readerWake.notify();
@@ -643,7 +657,7 @@ export class Consumer<DB = Record<string, never>> extends EventEmitter<ConsumerE
   };
 
   /**
-   * Lane affinity (DESIGN §6): a completion batch that finishes lane heads
+   * Lane affinity (docs/design.md §6): a completion batch that finishes lane heads
    * claims their successors in its own transaction, into room this consumer
    * has now (free slots and prefetch room not promised to a claim round).
    * Not for claims fenced in SQL (fleet-wide cap, ownership epoch).
@@ -725,6 +739,17 @@ export class Consumer<DB = Record<string, never>> extends EventEmitter<ConsumerE
     }
   }
 
+  /**
+   * A cancel was requested for `id`: if this consumer runs it, its run asks
+   * the ledger now (the message is a hint; the ledger's flag decides) and
+   * aborts the handler if so. One waiting in the buffer asks as it starts.
+   */
+  private takeCancel(id: string): void {
+    const run = this.running.get(id);
+    if (run) run.checkLedger();
+    else if (this.prefetched.some((p) => p.item.id === id)) this.cancelHints.add(id);
+  }
+
   /** Plain XREAD of the queue's control stream: every process sees every message. */
   private async controlLoop(): Promise<void> {
     const wake = this.wake;
@@ -748,6 +773,8 @@ export class Consumer<DB = Record<string, never>> extends EventEmitter<ConsumerE
           } else if (m.type === 'resume') {
             this.paused = false;
             this.kick();
+          } else if (m.type === 'cancel' && Array.isArray(m.ids)) {
+            for (const id of m.ids) this.takeCancel(id);
           }
           this.emit('control', m);
         }

@@ -47,3 +47,19 @@ export class BlockOnError extends Error {
 export const Defer = (runAt: Date, reason?: string): DeferError => new DeferError(runAt, reason);
 export const BlockOn = (dependencyKey: string, opts: { maxWaitMs: number; probeAfterMs?: number }): BlockOnError =>
   new BlockOnError(dependencyKey, opts.maxWaitMs, opts.probeAfterMs);
+
+/** Why a handler's signal aborted. */
+export type AbortReason = 'lease_lost' | 'deadline' | 'cancelled' | 'shutdown';
+
+/**
+ * The reason of an aborted `ctx.signal` (`ctx.signal.reason`). A handler
+ * that sees its signal abort throws it, `ctx.signal.throwIfAborted()`, and
+ * the item ends by `reason`: cancelled; released without spending an attempt
+ * (deadline, shutdown); nothing written when the lease was lost.
+ */
+export class JobAbortedError extends Error {
+  override readonly name: string = 'JobAbortedError';
+  constructor(readonly reason: AbortReason) {
+    super(`aborted: ${reason.replace('_', ' ')}`);
+  }
+}

@@ -4,9 +4,9 @@ import type { Logger } from '../log.js';
 import type { FinalizeResult, Ledger } from '../ledger/ledger.js';
 import { LeaseLostError } from '../ledger/sql/transition.js';
 import type { ClaimedItem } from '../ledger/types.js';
-import { retryOnConflict } from '../ledger/retry.js';
+import { encodeJson } from '../ledger/validation.js';
 import type { BatchCompleter } from './completer.js';
-import { BlockOnError, DeferError, PermanentError } from './errors.js';
+import { BlockOnError, DeferError, JobAbortedError, PermanentError, type AbortReason } from './errors.js';
 import { LeaseKeeper, leaseTickMs, type LeaseEvent } from './lease-keeper.js';
 import type { ConsumerSettings } from './options.js';
 import type { Job, JobContext, RegisteredHandler } from './types.js';
@@ -24,7 +24,7 @@ export type Outcome =
   /** The handler did not settle after being aborted: its lease is left to expire. */
   | 'abandoned';
 
-export type AbortReason = 'lease_lost' | 'deadline' | 'cancelled' | 'shutdown';
+export type { AbortReason } from './errors.js';
 
 export interface RunningJob {
   item: ClaimedItem;
@@ -36,6 +36,11 @@ export interface RunningJob {
   abort(reason: AbortReason): void;
   /** Stop waiting for the handler: leave its lease to expire, write nothing. */
   abandon(): void;
+  /**
+   * Renews the lease now, so a cancel the ledger holds for this item aborts
+   * the handler at once (a control-stream cancel is only a hint: the ledger decides).
+   */
+  checkLedger(): void;
   /** The consumer's clock: renews the lease when due, enforces a long deadline. */
   tick(nowMs: number): void;
   /** The outcome is written (or given up on). */
@@ -57,6 +62,8 @@ export interface ExecutorDeps<DB> {
    * its outcome may still be being written. Called once per run, synchronously.
    */
   onSettled?: (run: RunningJob) => void;
+  /** Types this consumer has already said it has no handler for (said once per type). */
+  unownedTypesSeen?: Set<string>;
 }
 
 class Abandoned extends Error {}
@@ -73,7 +80,7 @@ const CLOCK_DEADLINE_TICKS = 20;
 
 /**
  * One claimed item's run through its handler to its written outcome
- * (DESIGN §4). Nothing happens until `start()`: register the run first, so
+ * (docs/design.md §4). Nothing happens until `start()`: register the run first, so
  * `onSettled` always finds it.
  */
 export function runJob<DB>(deps: ExecutorDeps<DB>, item: ClaimedItem, claimedAtMs: number = Date.now()): RunningJob {
@@ -163,6 +170,10 @@ class JobRun<DB> implements RunningJob {
     return this.keeperStopped ? Promise.resolve(false) : this.leaseKeeper().renewNow();
   }
 
+  checkLedger(): void {
+    if (this.handlerRunning && this.abortReason === undefined) void this.heartbeat();
+  }
+
   private leaseKeeper(): LeaseKeeper {
     this.keeper ??= new LeaseKeeper(this.deps.ledger, this.item, this.deps.settings.leaseMs, (event) => this.onLeaseEvent(event), this.claimedAtMs);
     return this.keeper;
@@ -175,8 +186,8 @@ class JobRun<DB> implements RunningJob {
     } else this.abort('cancelled');
   }
 
-  private abortError(): Error {
-    return new Error(`aborted: ${(this.abortReason ?? 'shutdown').replace('_', ' ')}`);
+  private abortError(): JobAbortedError {
+    return new JobAbortedError(this.abortReason ?? 'shutdown');
   }
 
   /** The handler's promise, or a rejection with Abandoned once abandon() is called. */
@@ -193,10 +204,7 @@ class JobRun<DB> implements RunningJob {
     const { ledger, settings, log } = deps;
     const def = deps.handlers.get(item.type);
     if (!def) {
-      const outcome =
-        settings.unknownType === 'release'
-          ? outcomeOf(await finalizeSafely(deps, item, () => ledger.release(item, { delayMs: settings.unknownTypeReleaseMs, reason: 'no handler here' })), 'released')
-          : outcomeOf(await finalizeSafely(deps, item, () => ledger.fail(item, { error: `no handler for type ${item.type}`, failureClass: 'unowned' })), 'dead');
+      const outcome = await finalizeUnowned(deps, item);
       this.markSettled(); // no handler ran: the slot frees with the outcome written
       return outcome;
     }
@@ -205,7 +213,9 @@ class JobRun<DB> implements RunningJob {
       const parsed = def.schema.safeParse(item.payload);
       if (!parsed.success) {
         const error = `payload does not match the handler's schema: ${parsed.error.issues.map((i) => `${i.path.join('.') || '(payload)'}: ${i.message}`).join('; ')}`;
-        const outcome = outcomeOf(await finalizeSafely(deps, item, () => ledger.fail(item, { error, failureClass: 'invalid_payload' })), 'dead');
+        const r = await finalizeSafely(deps, item, () => ledger.fail(item, { error, failureClass: 'invalid_payload' }));
+        if (r?.won) logDeath(deps, item, 'invalid_payload', "payload does not match the handler's schema");
+        const outcome = outcomeOf(r, 'dead');
         this.markSettled();
         return outcome;
       }
@@ -237,12 +247,15 @@ class JobRun<DB> implements RunningJob {
 
     let returned: { value: unknown } | undefined;
     let thrown: unknown;
+    /** Why the signal had aborted when the handler settled (a renewal in flight may abort it later). */
+    let abortedWith: AbortReason | undefined;
     try {
       const result = def.handle(job, new Context<DB>(this));
       returned = { value: await this.waitFor(result instanceof Promise ? result : Promise.resolve(result)) };
     } catch (error) {
       thrown = error;
     } finally {
+      abortedWith = this.abortReason;
       this.handlerRunning = false;
       this.deadlineAtMs = undefined;
       this.stopWaiting = undefined;
@@ -260,6 +273,16 @@ class JobRun<DB> implements RunningJob {
       return 'abandoned';
     }
     if (this.completedInTx) return 'completed';
+    if (returned && abortedWith !== undefined) {
+      // It may have skipped its work or finished it; the engine cannot tell. Skipped work recorded
+      // as completed would be lost for good, while finished work run again is the duplicate
+      // at-least-once delivery already allows: so the item ends by the abort reason.
+      log.warn(
+        { id: item.id, type: item.type, attempt: item.attempt, reason: abortedWith },
+        'handler returned after its signal aborted: the item ends by the abort reason, not completed (throw ctx.signal.reason: ctx.signal.throwIfAborted())',
+      );
+      returned = undefined;
+    }
     if (this.leaseLost || thrown instanceof LeaseLostError) {
       log.warn({ id: item.id, type: item.type }, 'lease lost; this holder writes nothing');
       return 'lease_lost';
@@ -268,9 +291,12 @@ class JobRun<DB> implements RunningJob {
       const value = returned.value;
       const r = await finalizeSafely(deps, item, () => deps.completer.complete(item, value));
       this.laneAdvanced = r?.laneAdvanced;
+      if (r?.won && r.state === 'dead') {
+        logDeath(deps, item, encodeJson(value) === undefined ? 'invalid_result' : 'result_too_large', 'the handler result cannot be stored');
+      }
       return outcomeOf(r, r && r.state === 'dead' ? 'dead' : 'completed');
     }
-    return finalizeError(deps, item, thrown, this.abortReason);
+    return finalizeError(deps, item, thrown, abortedWith ?? this.abortReason);
   }
 }
 
@@ -285,14 +311,9 @@ class Context<DB> implements JobContext<DB> {
   async transaction<T>(fn: (trx: Transaction<DB>) => Promise<T>): Promise<T> {
     const run = this.run;
     if (run.completedInTx) throw new Error('ctx.transaction already completed this item');
-    const { ledger } = run.deps;
-    const value = await retryOnConflict(() =>
-      ledger.db.transaction().execute(async (trx) => {
-        const v = await fn(trx as unknown as Transaction<DB>);
-        await ledger.completeInTransaction(trx, run.item, v === undefined ? undefined : v);
-        return v;
-      }),
-    );
+    // The ledger runs fn again on a fresh connection after a connection lost before COMMIT, and reads
+    // the item to settle a COMMIT that went unanswered: a dead connection costs no attempt.
+    const value = await run.deps.ledger.completeWithin(run.item, (trx) => fn(trx as unknown as Transaction<DB>));
     run.completedInTx = true;
     return value;
   }
@@ -324,29 +345,70 @@ async function finalizeError<DB>(deps: ExecutorDeps<DB>, item: ClaimedItem, erro
     return outcomeOf(await finalizeSafely(deps, item, () => ledger.release(item, { reason: 'shutdown' })), 'released');
   }
   if (error instanceof PermanentError) {
-    log.warn({ id: item.id, type: item.type, class: error.failureClass }, 'permanent failure: dead');
     const failureClass = /^[a-z0-9_.:-]{1,64}$/.test(error.failureClass) ? error.failureClass : 'permanent';
-    return outcomeOf(await finalizeSafely(deps, item, () => ledger.fail(item, { error, failureClass })), 'dead');
+    const r = await finalizeSafely(deps, item, () => ledger.fail(item, { error, failureClass }));
+    if (r?.won) logDeath(deps, item, failureClass, 'permanent failure');
+    return outcomeOf(r, 'dead');
   }
   if (error instanceof DeferError) {
     const delayMs = Math.max(0, error.runAt.getTime() - Date.now());
     return delayed(deps, item, delayMs, outcomeOf(await finalizeSafely(deps, item, () => ledger.release(item, { delayMs, reason: error.reason })), 'released'));
   }
   if (error instanceof BlockOnError) {
-    return outcomeOf(
-      await finalizeSafely(deps, item, () =>
-        ledger.block(item, {
-          dependencyKey: error.dependencyKey,
-          maxWaitMs: error.maxWaitMs,
-          ...(error.probeAfterMs !== undefined ? { probeAfterMs: error.probeAfterMs } : {}),
-        }),
-      ),
-      'blocked',
+    const r = await finalizeSafely(deps, item, () =>
+      ledger.block(item, {
+        dependencyKey: error.dependencyKey,
+        maxWaitMs: error.maxWaitMs,
+        ...(error.probeAfterMs !== undefined ? { probeAfterMs: error.probeAfterMs } : {}),
+      }),
     );
+    // The key was woken while this attempt ran: pending again at once. A re-block after the wait expired: dead.
+    if (r?.won && r.state === 'dead') logDeath(deps, item, 'dependency_expired', `dependency ${error.dependencyKey} not met before the wait expired`);
+    return outcomeOf(r, r?.state === 'pending' ? 'released' : r?.state === 'dead' ? 'dead' : 'blocked');
   }
   const r = await finalizeSafely(deps, item, () => ledger.retry(item, { error, backoff: settings.backoff }));
-  if (r?.state === 'dead') log.warn({ id: item.id, type: item.type, attempt: item.attempt }, 'attempt budget spent: dead');
+  if (r?.won && r.state === 'dead') logDeath(deps, item, RETRY_CLASS, 'attempt budget spent');
+  else if (r?.won) log.info({ id: item.id, type: item.type, attempt: item.attempt, class: RETRY_CLASS, delayMs: r.delayMs }, 'attempt failed: retry after the backoff');
   return delayed(deps, item, r?.delayMs ?? 0, outcomeOf(r, r?.state === 'dead' ? 'dead' : 'retried'));
+}
+
+/** The class ledger.retry records when given none. */
+const RETRY_CLASS = 'error';
+
+/** Every death is one warn line: enough to find the item (`lanewake inspect`), never its payload. */
+function logDeath<DB>(deps: ExecutorDeps<DB>, item: ClaimedItem, failureClass: string, why: string): void {
+  deps.log.warn({ id: item.id, type: item.type, attempt: item.attempt, class: failureClass }, `${why}: dead`);
+}
+
+/** Longest delay between releases of an item whose type has no handler here (unless unknownTypeReleaseMs is longer). */
+const UNOWNED_RELEASE_CAP_MS = 60_000;
+
+/**
+ * No handler here for the item's type. During a rolling deploy a worker
+ * that has one may be starting: release (no attempt spent) until the grace
+ * from the item's creation is over, each release later as the item ages (a
+ * quarter of its age, up to a minute) so an unowned item costs a few dozen
+ * claims an hour, not hundreds; then dead, class `unowned`.
+ */
+async function finalizeUnowned<DB>(deps: ExecutorDeps<DB>, item: ClaimedItem): Promise<Outcome> {
+  const { ledger, settings, log } = deps;
+  const ageMs = Math.max(0, Date.now() - item.createdAt.getTime());
+  const graceLeftMs = settings.unknownTypeGraceMs - ageMs;
+  if (settings.unknownType === 'release' && graceLeftMs > 0) {
+    const seen = deps.unownedTypesSeen;
+    if (seen && !seen.has(item.type)) {
+      seen.add(item.type);
+      log.info({ type: item.type, graceMs: settings.unknownTypeGraceMs }, 'no handler here for this type: releasing its items for a worker that has one');
+    }
+    const delayMs = Math.min(graceLeftMs, Math.max(settings.unknownTypeReleaseMs, Math.min(Math.floor(ageMs / 4), UNOWNED_RELEASE_CAP_MS)));
+    const r = await finalizeSafely(deps, item, () => ledger.release(item, { delayMs, reason: `no handler for type ${item.type} here` }));
+    return delayed(deps, item, delayMs, outcomeOf(r, 'released'));
+  }
+  const error =
+    settings.unknownType === 'release' ? `no handler for type ${item.type} within ${settings.unknownTypeGraceMs} ms of its creation` : `no handler for type ${item.type}`;
+  const r = await finalizeSafely(deps, item, () => ledger.fail(item, { error, failureClass: 'unowned' }));
+  if (r?.won) logDeath(deps, item, 'unowned', 'no handler for its type');
+  return outcomeOf(r, 'dead');
 }
 
 function delayed<DB>(deps: ExecutorDeps<DB>, item: ClaimedItem, delayMs: number, outcome: Outcome): Outcome {

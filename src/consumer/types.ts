@@ -23,7 +23,14 @@ export interface Job<P = unknown> {
 }
 
 export interface JobContext<DB = Record<string, never>> {
-  /** Aborted when the lease is lost, the deadline passes, a cancel is requested, or the consumer shuts down. */
+  /**
+   * Aborted when the lease is lost, the deadline passes, a cancel is
+   * requested, or the consumer shuts down; `signal.reason` is then a
+   * JobAbortedError naming which. Stop by throwing it
+   * (`ctx.signal.throwIfAborted()`): the item ends by that reason. Once the
+   * signal has aborted the item is never recorded as completed, even if the
+   * handler returns (that is logged at warn), unless ctx.transaction committed.
+   */
   signal: AbortSignal;
   /**
    * Runs `fn` in a ledger transaction that also commits this item's

@@ -6,7 +6,9 @@ export type ControlMessage =
   | { type: 'dependency'; key: string; ids: string[] }
   | { type: 'ownership'; epoch: number; deployment: string }
   | { type: 'pause' }
-  | { type: 'resume' };
+  | { type: 'resume' }
+  /** The ledger holds a cancel request for these running items: their holders ask it now, not at the next renewal. */
+  | { type: 'cancel'; ids: string[] };
 
 export interface ControlEntry {
   queue: string;

@@ -27,8 +27,10 @@ export interface PublishCounters {
 
 /**
  * The producer side of Redis: wake-ups, control broadcasts and timers. Every
- * publish fails soft — a wake-up is a hint, so an unreachable Redis is logged
- * and counted, never thrown at a caller whose work already committed.
+ * publish fails soft — a wake-up is a hint, so an unreachable Redis is
+ * counted, never thrown at a caller whose work already committed. The log
+ * gets the state changes only: one line when publishing starts failing, one
+ * when it works again (with the failures in between), not one per publish.
  */
 export class WakeChannel {
   readonly redis: Redis;
@@ -39,6 +41,10 @@ export class WakeChannel {
   private readonly streams = new Map<string, WakeStreams>();
   private readonly log: Logger;
   private everReady = false;
+  /** Publishes (wake-ups, control, timers) that failed since this channel was made. */
+  private failures = 0;
+  /** `failures` when publishing began failing; undefined while it works. */
+  private failuresAtDown: number | undefined;
 
   constructor(readonly options: WakeChannelOptions) {
     this.redis = createCommandClient(options.redis, 'lanewake:publish');
@@ -73,6 +79,11 @@ export class WakeChannel {
       this.streams.set(k, s);
     }
     return s;
+  }
+
+  /** Publish calls (wake-ups, control broadcasts, timer scheduling) that failed since this channel was made. */
+  get publishFailures(): number {
+    return this.failures;
   }
 
   connected(): boolean {
@@ -113,10 +124,11 @@ export class WakeChannel {
       if (!(await this.usable())) throw new Error('redis is not connected');
       await Promise.all([...byQueue].map(([queue, ms]) => this.streamsOf(queue).publish(this.redis, ms)));
       this.counters.published += remote;
+      this.publishWorked();
       return true;
     } catch (error) {
       this.counters.failed += remote;
-      this.log.warn({ err: errorSummary(error), messages: remote }, 'wake publish failed; consumers will find the work by sweeping');
+      this.publishFailed(error, 'wake publish');
       return false;
     }
   }
@@ -125,10 +137,11 @@ export class WakeChannel {
     try {
       if (!(await this.usable())) throw new Error('redis is not connected');
       await this.control.publish(this.redis, queue, message);
+      this.publishWorked();
       return true;
     } catch (error) {
       this.counters.failed++;
-      this.log.warn({ err: errorSummary(error), queue, type: message.type }, 'control publish failed');
+      this.publishFailed(error, `control publish (${message.type})`);
       return false;
     }
   }
@@ -138,12 +151,31 @@ export class WakeChannel {
     try {
       if (!(await this.usable())) throw new Error('redis is not connected');
       await this.timers.schedule(timers);
+      this.publishWorked();
       return true;
     } catch (error) {
       this.counters.failed += timers.length;
-      this.log.warn({ err: errorSummary(error), timers: timers.length }, 'timer scheduling failed; the sweep will find the work when due');
+      this.publishFailed(error, 'timer scheduling');
       return false;
     }
+  }
+
+  private publishFailed(error: unknown, what: string): void {
+    this.failures++;
+    if (this.failuresAtDown !== undefined) return;
+    this.failuresAtDown = this.failures - 1;
+    this.log.warn(
+      { err: errorSummary(error), failed: what },
+      'redis publish failing: wake-ups, control messages and timers are not sent (consumers find the work by sweeping the ledger); further failures are counted, not logged',
+    );
+  }
+
+  private publishWorked(): void {
+    if (this.failuresAtDown === undefined) return;
+    const failedWhileDown = this.failures - this.failuresAtDown;
+    this.failuresAtDown = undefined;
+    // At warn like the line it closes (the library logs at warn by default), with what failed meanwhile.
+    this.log.warn({ failedWhileDown, publishFailures: this.failures }, 'redis publish works again');
   }
 
   /**

@@ -1,0 +1,72 @@
+import { afterEach, expect, test } from 'vitest';
+import { Consumer } from '../src/consumer/consumer.js';
+import { BlockOnError } from '../src/consumer/errors.js';
+import { Producer } from '../src/producer/producer.js';
+import { createTestWake, uniqueQueue, type TestWake } from './support/engine.js';
+import { mustGet } from './support/items.js';
+import { createTestLedger, waitFor, type TestLedger } from './support/ledger.js';
+
+let tl: TestLedger | undefined;
+let tw: TestWake | undefined;
+let consumer: Consumer | undefined;
+afterEach(async () => {
+  await consumer?.stop({ drainTimeoutMs: 1000 });
+  await tw?.drop();
+  await tl?.drop();
+});
+
+test('a consumer that claims only some types leaves a woken item of another type alone', async () => {
+  tl = await createTestLedger();
+  tw = createTestWake();
+  const queue = uniqueQueue('types');
+  const ran: string[] = [];
+  consumer = new Consumer({
+    ledger: tl.ledger,
+    wake: tw.wake,
+    queue,
+    types: ['a'],
+    concurrency: 4,
+    pollIntervalMs: 60_000,
+    handlers: { a: async () => void ran.push('a'), b: async () => void ran.push('b') },
+  });
+  await consumer.start();
+  // Another process's producer: each enqueue publishes a wake-up naming its item.
+  const producer = new Producer({ ledger: tl.ledger, wake: tw.remote() });
+  const b = await producer.enqueue({ queue, type: 'b', payload: 1 });
+  const a = await producer.enqueue({ queue, type: 'a', payload: 2 });
+  await waitFor(async () => (await mustGet(tl!.ledger, a.id)).state === 'completed' || undefined, 10_000, 'the item of type a');
+  // Both wake-ups were read; the one naming b claimed nothing.
+  await waitFor(() => consumer!.counters.wakeEntriesRead >= 2 || undefined, 10_000, 'both wake-ups read');
+  expect(await mustGet(tl.ledger, b.id)).toMatchObject({ state: 'pending', attempt: 0 });
+  expect(ran).toEqual(['a']);
+  expect(consumer.counters.claimed).toBe(1);
+});
+
+test('a handler that blocks on a key woken while it ran is run again at once, not parked', async () => {
+  tl = await createTestLedger();
+  tw = createTestWake();
+  const queue = uniqueQueue('dep-race-engine');
+  const producer = new Producer({ ledger: tl.ledger, wake: tw.remote() });
+  let attempts = 0;
+  consumer = new Consumer({
+    ledger: tl.ledger,
+    wake: tw.wake,
+    queue,
+    concurrency: 2,
+    pollIntervalMs: 60_000, // no sweep: only the engine's own reaction can bring the item back
+    handlers: {
+      t: async () => {
+        attempts++;
+        if (attempts > 1) return 'done';
+        // The handler read the awaited fact (absent); the fact commits and is woken before it blocks.
+        await producer.wakeDependency('fact:1');
+        throw new BlockOnError('fact:1', 600_000);
+      },
+    },
+  });
+  await consumer.start();
+  const { id } = await producer.enqueue({ queue, type: 't', payload: 1 });
+  await waitFor(async () => (await mustGet(tl!.ledger, id)).state === 'completed' || undefined, 10_000, 'the item to run again and complete');
+  expect(attempts).toBe(2);
+  expect((await mustGet(tl.ledger, id)).attempt).toBe(1);
+});
