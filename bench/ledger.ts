@@ -436,7 +436,7 @@ async function benchLatency(sz: Sizes): Promise<{ value: LatencyRun; note: strin
 
       // Informational probe: complete() (the single-item path) of a lane head,
       // in a short lane of A and in B's deep lane. Lane bookkeeping should not
-      // depend on how deep the lane is either (DESIGN §3).
+      // depend on how deep the lane is either (docs/design.md §3).
       await enqueueInBatches(a, Array.from({ length: COMPLETE_PROBES + 1 }, (_, i): EnqueueInput => ({ queue: QUEUE, type: TYPE, payload: payload(i), lane: 'short' })), ENQUEUE_BATCH);
       const completeShort: number[] = [];
       const completeDeep: number[] = [];

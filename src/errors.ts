@@ -68,3 +68,38 @@ export class ConflictRetriesExhaustedError extends Error {
     super(`transaction conflicted ${attempts} times in a row; giving up`);
   }
 }
+
+/**
+ * The database rolled back the caller's whole transaction while the ledger
+ * worked inside it (`enqueue(…, { transaction })`): a deadlock (errno 1213)
+ * or a lost connection. None of the transaction's writes were kept, and the
+ * session is no longer in a transaction, so do not go on with it: run the
+ * whole transaction again. `producer.transaction` does that by itself.
+ * `cause` is the database's own error.
+ */
+export class TransactionRolledBackError extends Error {
+  override readonly name = 'TransactionRolledBackError';
+  /** Running the whole transaction again is the remedy. */
+  readonly retryable = true;
+  /** The database's error number (1213 for a deadlock), when it gave one. */
+  readonly errno: number | undefined;
+  constructor(override readonly cause: unknown) {
+    const errno = typeof cause === 'object' && cause !== null && typeof (cause as { errno?: unknown }).errno === 'number' ? (cause as { errno: number }).errno : undefined;
+    super(`the database rolled back the caller's transaction (${cause instanceof Error ? cause.message : String(cause)}); run the whole transaction again`);
+    this.errno = errno;
+  }
+}
+
+/**
+ * The connection was lost while a COMMIT was on its way, and the ledger
+ * could not be read afterwards to tell whether it committed. The write may
+ * or may not have happened; what the ledger holds is the truth (inspect the
+ * item). Lease-fenced writes are safe to repeat: a repeat of one that did
+ * commit loses its CAS and writes nothing.
+ */
+export class CommitOutcomeUnknownError extends Error {
+  override readonly name = 'CommitOutcomeUnknownError';
+  constructor(override readonly cause: unknown) {
+    super(`the connection was lost during COMMIT and the ledger could not be read to tell whether it committed (${cause instanceof Error ? cause.message : String(cause)})`);
+  }
+}

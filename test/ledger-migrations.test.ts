@@ -51,7 +51,7 @@ describe('migrations', () => {
     const first = await ledger.migrate();
     expect(first).toEqual({ from: 0, to: SCHEMA_VERSION, applied: Array.from({ length: SCHEMA_VERSION }, (_, i) => i + 1) });
     const afterFirst = await tables(ledger);
-    expect(afterFirst).toEqual(['lw_attempts', 'lw_items', 'lw_lanes', 'lw_migrations', 'lw_ownership', 'lw_waits']);
+    expect(afterFirst).toEqual(['lw_attempts', 'lw_items', 'lw_lanes', 'lw_migrations', 'lw_ownership', 'lw_waits', 'lw_wake_marks']);
     // Data written between runs survives the second.
     const item = await ledger.enqueue({ queue: 'mig', type: 't', payload: 1, lane: 'L' });
 
@@ -97,7 +97,7 @@ describe('migrations', () => {
         NULL, NOW(6) - INTERVAL 2 HOUR, NOW(6) - INTERVAL 2 HOUR, NOW(6) - INTERVAL 90 MINUTE, NOW(6))`.execute(ledger.db);
 
     const up = await ledger.migrate();
-    expect(up).toEqual({ from: 1, to: SCHEMA_VERSION, applied: [2, 3] });
+    expect(up).toEqual({ from: 1, to: SCHEMA_VERSION, applied: [2, 3, 4] });
     const waiting = await ledger.get('waiting');
     expect(waiting).toMatchObject({ state: 'pending', leaseOwner: null, leaseToken: null, leaseUntil: null, startedAt: null, terminalAt: null });
     const held = await ledger.get('held');
@@ -139,7 +139,7 @@ describe('migrations', () => {
         NOW(6), NOW(6) + INTERVAL 1 HOUR, NOW(6), NOW(6)),
       ('free', 'mig', 't', 1, 'default', 0, '3', 'pending', NOW(6), 0, 3, NULL, NULL, NULL, NULL, NOW(6), NOW(6))`.execute(ledger.db);
 
-    expect(await ledger.migrate()).toEqual({ from: 2, to: SCHEMA_VERSION, applied: [3] });
+    expect(await ledger.migrate()).toEqual({ from: 2, to: SCHEMA_VERSION, applied: [3, 4] });
     const waits = await sql<{ item_id: string; dependency_key: string }>`SELECT item_id, dependency_key FROM ${t.waits}
       ORDER BY item_id`.execute(ledger.db);
     expect(waits.rows).toEqual([

@@ -570,34 +570,7 @@ describe('block and dependencies', () => {
     expect((await claimOne(ledger, queue)).id).toBe(c.id);
   });
 
-  test('probeDependencyWaits: past maxWait the item is dead, class dependency_expired, and its lane moves on', async () => {
-    const queue = freshQueue('probe-expire');
-    const [a, b] = await ledger.enqueueMany([
-      { queue, type: 't', payload: 1, lane: 'L' },
-      { queue, type: 't', payload: 2, lane: 'L' },
-    ]);
-    const c = await claimOne(ledger, queue);
-    expect(c.id).toBe(a!.id);
-    expect((await ledger.block(c, { dependencyKey: 'dep-exp', maxWaitMs: 150 })).won).toBe(true);
-    const expired = await waitFor(
-      async () => {
-        const r = await ledger.probeDependencyWaits({ queue });
-        expect(r.probed).toEqual([]);
-        return r.expired.length > 0 ? r.expired : undefined;
-      },
-      10_000,
-      'the dependency wait to expire',
-    );
-    expect(expired).toEqual([a!.id]);
-    const item = await mustGet(ledger, a!.id);
-    expect(item).toMatchObject({ state: 'dead', failureClass: 'dependency_expired' });
-    expect(item.lastError).toContain('dep-exp');
-    expect(await waitRow(ledger, a!.id)).toBeUndefined();
-    expect((await mustGet(ledger, b!.id)).isHead).toBe(true);
-    expect((await claimOne(ledger, queue)).id).toBe(b!.id);
-    // Waking the key later finds nothing to move.
-    expect(await ledger.wakeDependency('dep-exp')).toEqual([]);
-  });
+  // A wait past its maxWait: test/ledger-dependency-race.test.ts (a final run, then dead on a re-block).
   test('a blocked item without a waits row (blocked by code older than schema 3) is found again by the reconciler', async () => {
     const queue = freshQueue('repair-waits');
     await ledger.enqueue({ queue, type: 't', payload: 1 });

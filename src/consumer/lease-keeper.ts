@@ -1,4 +1,5 @@
 import type { Ledger } from '../ledger/ledger.js';
+import { isConnectionError } from '../ledger/retry.js';
 import type { ClaimedItem } from '../ledger/types.js';
 import { sleep } from './notifier.js';
 
@@ -87,7 +88,11 @@ export class LeaseKeeper {
         this.leaseUntilMs = startedAt + this.leaseMs;
         if (r.cancelRequested) this.onEvent('cancel_requested');
         return true;
-      } catch {
+      } catch (error) {
+        // A dead connection (killed, reset) is dropped by the pool: the next
+        // renewal gets a fresh one, so try it at once, once, before backing off.
+        // A renewal is safe to repeat: it only sets the lease's end again.
+        if (attempt === 0 && isConnectionError(error)) continue;
         const backoff = Math.min(1000, 50 * 2 ** attempt);
         if (Date.now() + backoff >= this.leaseUntilMs - margin) {
           this.stopped = true;

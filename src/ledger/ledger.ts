@@ -1,21 +1,23 @@
-import { sql } from 'kysely';
+import { sql, type Transaction } from 'kysely';
 import { z } from 'zod';
-import { ValidationError } from '../errors.js';
+import { TransactionRolledBackError, ValidationError } from '../errors.js';
 import { backoffDelayMs, backoffSchema, DEFAULT_BACKOFF, type BackoffInput } from './backoff.js';
 import { parseLedgerConfig, type LedgerConfig, type LedgerConfigInput } from './config.js';
 import { createLedgerPool, ledgerDbOnPool, trackPool, type LedgerDb, type PoolStats } from './connection.js';
 import { assertSchemaCurrent, migrate, schemaStatus, type MigrateResult, type SchemaStatus } from './migrations.js';
-import { ER_DUP_ENTRY, errno, retryOnConflict } from './retry.js';
+import { ER_DUP_ENTRY, errno, retryOnConflict, runTransaction } from './retry.js';
+import { finalizeBlock } from './sql/block.js';
 import { cancelItem, type CancelOutcome } from './sql/cancel.js';
 import { claimByIds, claimHeads, type ClaimOutcome } from './sql/claim.js';
 import { ownerColumn, queueScoped, truncate, type Executor } from './sql/common.js';
-import { completeMany, type SuccessorClaim } from './sql/completeBatch.js';
+import { completeMany, completionsSettled, type SuccessorClaim } from './sql/completeBatch.js';
 import { probeDependencyWaits, wakeDependency, type ProbeOutcome, type WokenItem } from './sql/dependency.js';
 import { claimableAtInsert, claimedAtInsert, insertItems, insertLanedPipelined, MAX_STATEMENT_BYTES, type InsertClaim, type NewItem } from './sql/enqueue.js';
 import { finalize, finalizeInTx, renewLease, saveCheckpoint, type Finalization, type LeaseHandle, type RenewOutcome } from './sql/finalize.js';
 import { getAttempts, getItem, listDead } from './sql/inspect.js';
 import { activateOwnership, getOwnership, type Ownership } from './sql/ownership.js';
 import { purgeTerminal } from './sql/purge.js';
+import { purgeWakeMarks } from './sql/wake-marks.js';
 import { reclaimExpired, type ReclaimOutcome } from './sql/reclaim.js';
 import { repairWaits } from './sql/waits.js';
 import { replayItem } from './sql/replay.js';
@@ -32,6 +34,7 @@ import {
   positiveDurationMs,
   queueClass,
   queueName,
+  reasonText,
   typeName,
   validate,
   workerName,
@@ -105,6 +108,9 @@ export interface RetryInput {
 
 export const DEFAULT_MAX_ATTEMPTS = 25;
 
+/** Dependency wake marks are kept at least this long (see sql/wake-marks.ts). */
+const WAKE_MARK_KEEP_MS = 86_400_000;
+
 function fitsOneStatement(items: readonly NewItem[]): boolean {
   let bytes = 0;
   for (const i of items) bytes += i.payloadJson.length * 3 + 512;
@@ -133,7 +139,7 @@ const retrySchema = z.object({
   delayMs: durationMs.optional(),
 });
 const failSchema = z.object({ error: z.unknown(), failureClass: failureClassSchema.optional() });
-const releaseSchema = z.object({ delayMs: durationMs.optional(), reason: z.string().max(1000).optional() }).strict();
+const releaseSchema = z.object({ delayMs: durationMs.optional(), reason: reasonText.optional() }).strict();
 const limitSchema = z.number().int().min(1).max(100_000);
 // Schemas are built once here: zod compiles each on first use, and building
 // one per call showed up as the largest allocator on the claim path.
@@ -147,7 +153,7 @@ const successorClaimSchema = z
     types: z.array(typeName).max(200).optional(),
   })
   .strict();
-const claimByIdsSchema = claimSchema.omit({ limit: true, classes: true, types: true }).extend({ ids: z.array(itemId).max(MAX_CLAIM_ITEMS) });
+const claimByIdsSchema = claimSchema.omit({ limit: true, classes: true }).extend({ ids: z.array(itemId).max(MAX_CLAIM_ITEMS) });
 const wakeDependencySchema = z.object({ key: keyString, queue: queueName.optional() });
 const maintenanceSchema = z.object({ queue: queueName.optional(), limit: limitSchema.default(500) });
 const replaySchema = z.object({
@@ -163,11 +169,11 @@ const blockSchema = z
     dependencyKey: keyString,
     maxWaitMs: positiveDurationMs,
     probeAfterMs: positiveDurationMs.optional(),
-    reason: z.string().max(1000).optional(),
+    reason: reasonText.optional(),
   })
   .strict();
 
-/** The ledger: every read and write of a work item goes through here (DESIGN §3, §8). */
+/** The ledger: every read and write of a work item goes through here (docs/design.md §3, §8). */
 export class Ledger {
   readonly config: LedgerConfig;
   readonly db: LedgerDb;
@@ -295,19 +301,27 @@ export class Ledger {
 
   /**
    * The caller's transaction cannot be retried from here, so the batch runs
-   * under a savepoint: an idempotency race (1062) rolls back only this batch's
-   * statements and the batch runs again, now reading the winner with a
-   * locking read (which sees it even under REPEATABLE READ).
+   * under a savepoint: an idempotency race (1062) rolls back only this
+   * batch's statements, and the batch runs again looking existing keys up
+   * outside the caller's transaction (see insertItems), which sees the winner
+   * and takes no lock. When the server has rolled the caller's whole
+   * transaction back meanwhile (a deadlock, a lost connection), the savepoint
+   * went with it: the caller gets TransactionRolledBackError, its cause the
+   * server's error, never a complaint about the savepoint.
    */
   private async enqueueInCallerTransaction(trx: Executor, items: NewItem[]): Promise<EnqueueResult[]> {
     for (let round = 0; ; round++) {
       await sql`SAVEPOINT lanewake_enqueue`.execute(trx);
       try {
-        const out = await insertItems(trx, this.tables, items, round > 0);
+        const out = await insertItems(trx, this.tables, items, round > 0 ? this.db : false);
         await sql`RELEASE SAVEPOINT lanewake_enqueue`.execute(trx);
         return out;
       } catch (error) {
-        await sql`ROLLBACK TO SAVEPOINT lanewake_enqueue`.execute(trx);
+        try {
+          await sql`ROLLBACK TO SAVEPOINT lanewake_enqueue`.execute(trx);
+        } catch {
+          throw new TransactionRolledBackError(error);
+        }
         if (errno(error) !== ER_DUP_ENTRY || round >= 3) throw error;
       }
     }
@@ -323,7 +337,7 @@ export class Ledger {
       // The payload is checked as enqueueItemSchema checks it, and encoded once for both.
       const isObject = typeof input === 'object' && input !== null && !Array.isArray(input);
       const payload = isObject ? encodePayload((input as { payload?: unknown }).payload, this.config.payloadMaxBytes) : undefined;
-      if (payload && 'error' in payload) issues.push({ field: at === '' ? 'payload' : `${at}.payload`, message: payload.error });
+      if (payload && 'error' in payload) issues.push({ field: `${at === '' ? 'payload' : `${at}.payload`}${payload.at}`, message: payload.error });
       if (!parsed.success || !payload || 'error' in payload) return;
       const v = parsed.data;
       out.push({
@@ -350,7 +364,8 @@ export class Ledger {
   }
 
   /** Claims exactly these items if each is still a due pending head (targeted wake-ups). */
-  claimByIds(input: Omit<ClaimInput, 'limit' | 'classes' | 'types'> & { ids: string[] }): Promise<ClaimedItem[]> {
+  /** With `types`, only items of those types are claimed (a wake-up may name others). */
+  claimByIds(input: Omit<ClaimInput, 'limit' | 'classes'> & { ids: string[] }): Promise<ClaimedItem[]> {
     const v = validate(
       claimByIdsSchema,
       input,
@@ -372,10 +387,11 @@ export class Ledger {
   /** Completes the attempt. A result that cannot be stored ends the item dead, class `result_too_large` / `invalid_result`. */
   async complete(handle: LeaseHandle, result?: unknown): Promise<FinalizeResult> {
     if (result === undefined) return this.finish(handle, { kind: 'complete', resultJson: null }, 'completed');
-    const json = encodeJson(result);
-    if (json === undefined) {
-      return this.finish(handle, { kind: 'dead', error: 'handler result is not JSON-serialisable', failureClass: 'invalid_result' }, 'dead');
+    const encoded = encodePayload(result, Number.POSITIVE_INFINITY);
+    if ('error' in encoded) {
+      return this.finish(handle, { kind: 'dead', error: `handler result is not storable: result${encoded.at}: ${encoded.error}`, failureClass: 'invalid_result' }, 'dead');
     }
+    const json = encoded.json;
     if (Buffer.byteLength(json, 'utf8') > this.config.resultMaxBytes) {
       const error = `handler result is ${Buffer.byteLength(json, 'utf8')} bytes; the cap is ${this.config.resultMaxBytes}`;
       return this.finish(handle, { kind: 'dead', error, failureClass: 'result_too_large' }, 'dead');
@@ -393,7 +409,7 @@ export class Ledger {
   }
 
   /**
-   * completeMany with lane affinity (DESIGN §6): when a completion makes the
+   * completeMany with lane affinity (docs/design.md §6): when a completion makes the
    * next item of its lane the head, up to `next.max` such new heads that are
    * due and of `next`'s classes and types are claimed in the same
    * transaction under `next`'s lease, so their lanes never wait for a claim
@@ -424,6 +440,33 @@ export class Ledger {
       });
     }
     return { results: out.map((r) => r ?? { won: false, state: 'completed' }), claimed };
+  }
+
+  /**
+   * Runs `fn` and this item's completion (with `fn`'s value as its result)
+   * in one transaction on the ledger's database, for ctx.transaction: the
+   * writes `fn` makes commit together with the completion, or not at all.
+   *
+   * A connection lost before COMMIT (killed, reset, a dead connection from
+   * the pool) rolls the transaction back, and it runs again on a fresh
+   * connection, `fn` with it, a bounded number of times and without
+   * spending an attempt: `fn` may run more than once, but only one run's
+   * writes commit. A COMMIT that went unanswered is settled by reading the
+   * item (a completed item keeps the token that completed it): committed
+   * returns that run's value; rolled back runs it again. Throws
+   * LeaseLostError when the completion's CAS loses (nothing of `fn`'s
+   * commits), CommitOutcomeUnknownError when the ledger cannot be read.
+   */
+  async completeWithin<T>(handle: LeaseHandle, fn: (trx: Transaction<Record<string, never>>) => Promise<T>): Promise<T> {
+    return runTransaction(
+      this.db,
+      async (trx) => {
+        const value = await fn(trx);
+        await this.completeInTransaction(trx, handle, value === undefined ? undefined : value);
+        return value;
+      },
+      async () => (await completionsSettled(this.db, this.tables, [handle]))[0] === 'completed',
+    );
   }
 
   /**
@@ -473,13 +516,24 @@ export class Ledger {
   }
 
   /** Parks the item (and its lane) until `wakeDependency(key)` or a probe; dead `dependency_expired` after maxWait. */
-  block(handle: LeaseHandle, input: { dependencyKey: string; maxWaitMs: number; probeAfterMs?: number; reason?: string }): Promise<FinalizeResult> {
+  /**
+   * If the key was woken after this attempt began (the handler may have read
+   * the awaited fact just before it committed), the item goes back to
+   * pending at once instead (state `pending`, no attempt spent). A re-block
+   * on the same key after the wait expired (the final run a probe gives an
+   * expired wait) ends it dead, class `dependency_expired` (state `dead`).
+   */
+  async block(handle: LeaseHandle, input: { dependencyKey: string; maxWaitMs: number; probeAfterMs?: number; reason?: string }): Promise<FinalizeResult> {
     const v = validate(blockSchema, input, 'block');
-    return this.finish(
-      handle,
-      { kind: 'block', dependencyKey: v.dependencyKey, maxWaitMs: v.maxWaitMs, probeAfterMs: v.probeAfterMs ?? v.maxWaitMs, reason: v.reason ?? null },
-      'blocked',
-    );
+    const outcome = await finalizeBlock(this.db, this.tables, handle, {
+      kind: 'block',
+      dependencyKey: v.dependencyKey,
+      maxWaitMs: v.maxWaitMs,
+      probeAfterMs: v.probeAfterMs ?? v.maxWaitMs,
+      reason: v.reason ?? null,
+    });
+    const state: ItemState = outcome === 'woken' ? 'pending' : outcome === 'expired' ? 'dead' : 'blocked';
+    return { won: outcome !== 'lost', state };
   }
 
   private async finish(handle: LeaseHandle, f: Finalization, state: ItemState): Promise<FinalizeResult> {
@@ -514,6 +568,7 @@ export class Ledger {
 
   cancel(id: string, reason?: string): Promise<CancelOutcome> {
     validate(itemId, id, 'cancel', 'id');
+    if (reason !== undefined) validate(reasonText, reason, 'cancel', 'reason');
     return cancelItem(this.db, this.tables, id, reason ?? null);
   }
 
@@ -527,13 +582,16 @@ export class Ledger {
     return replayItem(this.db, this.tables, v);
   }
 
-  purge(opts: { olderThanMs: number; limit?: number; queue?: string }): Promise<number> {
+  /** Deletes terminal items older than `olderThanMs` (and their history); returns how many. Also forgets old dependency wake marks. */
+  async purge(opts: { olderThanMs: number; limit?: number; queue?: string }): Promise<number> {
     const v = validate(
       purgeSchema,
       opts,
       'purge',
     );
-    return purgeTerminal(this.db, this.tables, v);
+    const purged = await purgeTerminal(this.db, this.tables, v);
+    await purgeWakeMarks(this.db, this.tables, Math.max(v.olderThanMs, WAKE_MARK_KEEP_MS), v.limit);
+    return purged;
   }
 
   stats(queue?: string): Promise<QueueStats[]> {
@@ -591,9 +649,8 @@ export class Ledger {
   }
 
   private encodeCapped(value: unknown, cap: number, field: string): string {
-    const json = encodeJson(value);
-    if (json === undefined) throw new ValidationError([{ field, message: 'must be JSON-serialisable' }]);
-    if (Buffer.byteLength(json, 'utf8') > cap) throw new ValidationError([{ field, message: `must encode to at most ${cap} bytes of JSON` }]);
-    return json;
+    const encoded = encodePayload(value, cap);
+    if ('error' in encoded) throw new ValidationError([{ field: `${field}${encoded.at}`, message: encoded.error }]);
+    return encoded.json;
   }
 }

@@ -165,6 +165,25 @@ const MIGRATIONS: readonly Migration[] = [
       if (drops.length > 0) await sql`ALTER TABLE ${t.items} ${sql.join(drops)}`.execute(conn);
     },
   },
+  {
+    version: 4,
+    name: 'dependency wake marks',
+    // A handler that reads an awaited fact as absent, then blocks on it, races
+    // the producer that commits the fact and wakes the key in between: the
+    // wake found nothing blocked, and the block waited to its expiry. The
+    // ledger now remembers when each key was last woken; both a wake and a
+    // block lock the key's row first, so they serialise, and a block on a key
+    // woken after its attempt began goes back to pending instead.
+    statements: (t) => [
+      sql`CREATE TABLE IF NOT EXISTS ${t.wakeMarks} (
+        dependency_key VARCHAR(255) ${TEXT} NOT NULL,
+        woken_at DATETIME(6) NOT NULL,
+        touched_at DATETIME(6) NOT NULL,
+        PRIMARY KEY (dependency_key) /*T![clustered_index] NONCLUSTERED */,
+        KEY ix_touched (touched_at)
+      ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin`,
+    ],
+  },
 ];
 
 async function indexNames(conn: LedgerDb, table: string): Promise<Set<string>> {

@@ -1,4 +1,6 @@
-import { ConflictRetriesExhaustedError } from '../errors.js';
+import type { Transaction } from 'kysely';
+import { CommitOutcomeUnknownError, ConflictRetriesExhaustedError } from '../errors.js';
+import type { LedgerDb } from './connection.js';
 
 /**
  * Errors after which the whole transaction may simply run again:
@@ -21,6 +23,43 @@ export function isRetryableConflict(error: unknown): boolean {
   return n !== undefined && RETRYABLE_ERRNOS.has(n);
 }
 
+/**
+ * The connection is gone (killed by the server or an operator, reset, timed
+ * out, the server shutting down), so is whatever transaction it had open:
+ * mysql2's codes for a lost socket, the client errors 2006/2013, MariaDB's
+ * ER_CONNECTION_KILLED (1927), ER_SERVER_SHUTDOWN (1053), MySQL's
+ * ER_CLIENT_INTERACTION_TIMEOUT (4031), the server's network errors
+ * (1158-1161), and mysql2's refusal to use a connection it already knows
+ * is closed. The pool drops such a connection, so the next one is fresh.
+ */
+const CONNECTION_CODES = new Set([
+  'PROTOCOL_CONNECTION_LOST',
+  'PROTOCOL_SEQUENCE_TIMEOUT',
+  'PROTOCOL_ENQUEUE_AFTER_FATAL_ERROR',
+  'ECONNRESET',
+  'ECONNREFUSED',
+  'ECONNABORTED',
+  'EPIPE',
+  'ETIMEDOUT',
+  'EHOSTUNREACH',
+  'ENETUNREACH',
+  'ER_CONNECTION_KILLED',
+  'ER_SERVER_SHUTDOWN',
+  'ER_CLIENT_INTERACTION_TIMEOUT',
+]);
+const CONNECTION_ERRNOS = new Set([2006, 2013, 1927, 1053, 4031, 1158, 1159, 1160, 1161]);
+const CLOSED_CONNECTION = /Can't add new command when connection is in closed state|Can't write in closed state|Connection lost: The server closed the connection/;
+
+export function isConnectionError(error: unknown): boolean {
+  if (typeof error !== 'object' || error === null) return false;
+  const code = (error as { code?: unknown }).code;
+  if (typeof code === 'string' && CONNECTION_CODES.has(code)) return true;
+  const n = errno(error);
+  if (n !== undefined && CONNECTION_ERRNOS.has(n)) return true;
+  const message = (error as { message?: unknown }).message;
+  return typeof message === 'string' && CLOSED_CONNECTION.test(message);
+}
+
 export const ER_DUP_ENTRY = 1062;
 
 export interface RetryPolicy {
@@ -31,7 +70,20 @@ export interface RetryPolicy {
 
 export const DEFAULT_RETRY: RetryPolicy = { maxAttempts: 8, baseDelayMs: 5, maxDelayMs: 250 };
 
+/**
+ * How often a ledger write runs again on a fresh connection after its
+ * connection was lost, and the most it waits in between (full jitter): a
+ * killed connection needs one retry; a server that is restarting gets about
+ * three seconds before the error is the caller's.
+ */
+export const CONNECTION_RETRY: RetryPolicy = { maxAttempts: 6, baseDelayMs: 20, maxDelayMs: 1000 };
+
 const sleep = (ms: number) => new Promise<void>((resolve) => setTimeout(resolve, ms));
+
+/** The pause before run `attempt + 1`: full jitter under an exponential cap. */
+export function retryDelay(policy: RetryPolicy, attempt: number): Promise<void> {
+  return sleep(Math.random() * Math.min(policy.maxDelayMs, policy.baseDelayMs * 2 ** (attempt - 1)));
+}
 
 /**
  * Runs `fn` until it succeeds, retrying (bounded, with full jitter) while it
@@ -48,8 +100,90 @@ export async function retryOnConflict<T>(
     } catch (error) {
       if (!isRetryableConflict(error) && !extraRetryable(error)) throw error;
       if (attempt >= policy.maxAttempts) throw new ConflictRetriesExhaustedError(attempt, error);
-      const cap = Math.min(policy.maxDelayMs, policy.baseDelayMs * 2 ** (attempt - 1));
-      await sleep(Math.random() * cap);
+      await retryDelay(policy, attempt);
+    }
+  }
+}
+
+/**
+ * Reads the ledger after a write whose answer was lost with its connection,
+ * retrying the read itself on a fresh connection. Throws
+ * CommitOutcomeUnknownError when even that keeps failing.
+ */
+export async function readAfterLostConnection<T>(read: () => Promise<T>, lost: unknown): Promise<T> {
+  for (let attempt = 1; ; attempt++) {
+    try {
+      return await read();
+    } catch (error) {
+      if (!isConnectionError(error)) throw error;
+      if (attempt >= CONNECTION_RETRY.maxAttempts) throw new CommitOutcomeUnknownError(lost);
+      await retryDelay(CONNECTION_RETRY, attempt);
+    }
+  }
+}
+
+/**
+ * Runs `body` in a transaction on `db` and commits it. Runs it again, on a
+ * fresh connection, when it fails before COMMIT with a retryable conflict
+ * (up to DEFAULT_RETRY) or a lost connection (up to CONNECTION_RETRY): the
+ * failed run rolled back, so `body` may run more than once, and only one
+ * run's writes ever commit.
+ *
+ * When the connection is lost during COMMIT the transaction may or may not
+ * have committed. `committed` then reads the ledger to tell (it must wait
+ * for the lost session's transaction to end, e.g. with a locking read of a
+ * row the transaction wrote): true returns this run's value, false runs the
+ * transaction again, undefined (it cannot tell), like a missing `committed`,
+ * throws CommitOutcomeUnknownError.
+ */
+export async function runTransaction<T>(
+  db: LedgerDb,
+  body: (trx: Transaction<Record<string, never>>) => Promise<T>,
+  committed?: () => Promise<boolean | undefined>,
+): Promise<T> {
+  let conflicts = 0;
+  let lost = 0;
+  for (;;) {
+    const trx = await db
+      .startTransaction()
+      .execute()
+      .catch((error: unknown) => ({ failed: error }));
+    if ('failed' in trx) {
+      if (!isConnectionError(trx.failed) || ++lost >= CONNECTION_RETRY.maxAttempts) throw trx.failed;
+      await retryDelay(CONNECTION_RETRY, lost);
+      continue;
+    }
+    let value: T;
+    try {
+      value = await body(trx);
+    } catch (error) {
+      await trx.rollback().execute().catch(() => undefined);
+      if (isRetryableConflict(error)) {
+        if (++conflicts >= DEFAULT_RETRY.maxAttempts) throw new ConflictRetriesExhaustedError(conflicts, error);
+        await retryDelay(DEFAULT_RETRY, conflicts);
+        continue;
+      }
+      if (!isConnectionError(error) || ++lost >= CONNECTION_RETRY.maxAttempts) throw error;
+      await retryDelay(CONNECTION_RETRY, lost);
+      continue;
+    }
+    try {
+      await trx.commit().execute();
+      return value;
+    } catch (error) {
+      // A failed COMMIT leaves the connection lent out: the rollback gives it back.
+      await trx.rollback().execute().catch(() => undefined);
+      if (isRetryableConflict(error)) {
+        // The server refused the commit (a TiDB write conflict): rolled back.
+        if (++conflicts >= DEFAULT_RETRY.maxAttempts) throw new ConflictRetriesExhaustedError(conflicts, error);
+        await retryDelay(DEFAULT_RETRY, conflicts);
+        continue;
+      }
+      if (!isConnectionError(error)) throw error;
+      const outcome = committed === undefined ? undefined : await readAfterLostConnection(committed, error);
+      if (outcome === undefined) throw new CommitOutcomeUnknownError(error);
+      if (outcome) return value;
+      if (++lost >= CONNECTION_RETRY.maxAttempts) throw error;
     }
   }
 }

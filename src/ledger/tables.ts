@@ -8,6 +8,8 @@ export interface LedgerTables {
   readonly attempts: RawBuilder<unknown>;
   /** One row per blocked item: what it waits on and when to probe it (schema 3). */
   readonly waits: RawBuilder<unknown>;
+  /** When each dependency key was last woken (schema 4): a block on a key woken during its attempt is not parked. */
+  readonly wakeMarks: RawBuilder<unknown>;
   readonly ownership: RawBuilder<unknown>;
   readonly migrations: RawBuilder<unknown>;
 }
@@ -20,6 +22,7 @@ export function ledgerTables(prefix: string): LedgerTables {
     lanes: t('lanes'),
     attempts: t('attempts'),
     waits: t('waits'),
+    wakeMarks: t('wake_marks'),
     ownership: t('ownership'),
     migrations: t('migrations'),
   };

@@ -1,4 +1,4 @@
-/** Item states (DESIGN §3). */
+/** Item states (docs/design.md §3). */
 export const ITEM_STATES = [
   'pending',
   'processing',

@@ -3,6 +3,8 @@ import type { ClaimCandidate, EnqueueInput, Ledger } from '../ledger/ledger.js';
 import type { Executor } from '../ledger/sql/common.js';
 import type { EnqueueResult, QueueClass } from '../ledger/types.js';
 import { z } from 'zod';
+import { TransactionRolledBackError } from '../errors.js';
+import { isRetryableConflict } from '../ledger/retry.js';
 import type { DirectReservation } from '../wake/local-route.js';
 import type { WakeChannel } from '../wake/wake-channel.js';
 import { queueClass, queueName, typeName, laneKey, validate } from '../ledger/validation.js';
@@ -17,6 +19,9 @@ const scheduleSchema = z
   })
   .strict()
   .refine((s) => (s.pattern === undefined) !== (s.everyMs === undefined), { message: 'give exactly one of pattern or everyMs', path: ['pattern'] });
+
+/** How many times producer.transaction runs a transaction the database rolled back on its own, in all. */
+export const TRANSACTION_RUNS = 5;
 
 export interface ProducerOptions {
   ledger: Ledger;
@@ -99,27 +104,44 @@ export class Producer {
    * Runs `fn` in a transaction on the caller's Kysely (same database as the
    * ledger): its writes and its enqueues commit together, and wake-ups go
    * out after the commit — or not at all if it rolls back.
+   *
+   * When the database rolls the transaction back on its own before it
+   * commits (a deadlock, a lock wait timeout, a TiDB write conflict, or
+   * TransactionRolledBackError from an enqueue inside it), the whole
+   * transaction runs again, `fn` with it, up to TRANSACTION_RUNS times in
+   * all, as a `db.transaction` user retrying deadlocks would. So `fn` may run
+   * more than once: keep effects outside the database out of it. Any other
+   * error rolls the transaction back and is thrown as it is.
    */
   async transaction<DB, T>(db: Kysely<DB>, fn: (tx: ProducerTransaction<DB>) => Promise<T>): Promise<T> {
-    const pending: { inputs: readonly EnqueueInput[]; results: EnqueueResult[] }[] = [];
-    const value = await db.transaction().execute(async (trx) => {
-      const enqueueMany = async (inputs: readonly EnqueueInput[]): Promise<EnqueueResult[]> => {
-        const results = await this.ledger.enqueueMany(inputs, { transaction: trx });
-        pending.push({ inputs, results });
-        return results;
-      };
-      return fn({
-        trx,
-        enqueueMany,
-        enqueue: async (input) => {
-          const [r] = await enqueueMany([input]);
-          if (!r) throw new Error('enqueue: no result');
-          return r;
-        },
-      });
-    });
-    for (const p of pending) await this.announce(p.inputs, p.results);
-    return value;
+    for (let run = 1; ; run++) {
+      const pending: { inputs: readonly EnqueueInput[]; results: EnqueueResult[] }[] = [];
+      let value: T;
+      try {
+        value = await db.transaction().execute(async (trx) => {
+          const enqueueMany = async (inputs: readonly EnqueueInput[]): Promise<EnqueueResult[]> => {
+            const results = await this.ledger.enqueueMany(inputs, { transaction: trx });
+            pending.push({ inputs, results });
+            return results;
+          };
+          return fn({
+            trx,
+            enqueueMany,
+            enqueue: async (input) => {
+              const [r] = await enqueueMany([input]);
+              if (!r) throw new Error('enqueue: no result');
+              return r;
+            },
+          });
+        });
+      } catch (error) {
+        if (run >= TRANSACTION_RUNS || !(error instanceof TransactionRolledBackError || isRetryableConflict(error))) throw error;
+        await new Promise((resolve) => setTimeout(resolve, Math.random() * Math.min(200, 10 * 2 ** run)));
+        continue;
+      }
+      for (const p of pending) await this.announce(p.inputs, p.results);
+      return value;
+    }
   }
 
   /**
@@ -147,6 +169,22 @@ export class Producer {
       }
     }
     return woken.length;
+  }
+
+  /**
+   * Cancels an item: a waiting one at once; a running one is asked to stop
+   * (`cancel_requested`), and its holder hears of it on the control stream,
+   * so its handler's signal aborts within milliseconds; without Redis (or if
+   * the message is lost) the holder's next lease renewal finds the request.
+   */
+  async cancel(id: string, reason?: string): Promise<Awaited<ReturnType<Ledger['cancel']>>> {
+    const outcome = await this.ledger.cancel(id, reason);
+    const wake = this.options.wake;
+    if (outcome === 'cancel_requested' && wake) {
+      const item = await this.ledger.get(id);
+      if (item?.state === 'processing') await wake.publishControl(item.queue, { type: 'cancel', ids: [id] });
+    }
+    return outcome;
   }
 
   /**

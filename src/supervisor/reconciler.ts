@@ -15,7 +15,7 @@ export interface ReconcilerOptions {
 }
 
 /**
- * The supervisor's periodic housekeeping (DESIGN §7): expired leases back to
+ * The supervisor's periodic housekeeping (docs/design.md §7): expired leases back to
  * pending (or dead), dependency probes and expiry, retention purge, stream
  * trimming, gauges. Every step is a CAS or idempotent, so any number of
  * processes may run it at once.

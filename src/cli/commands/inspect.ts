@@ -24,7 +24,8 @@ export function inspectCommand(program: Command, { io }: CliContext): void {
       const found = await withLedger(g, (ledger) => withFieldNames({ id: '<id>' }, 'inspect', () => ledger.inspect(id)));
       if (!found) throw new CliError(`no item ${id}`);
       const { item, attempts } = found;
-      const digest = errorDigest(item.lastError);
+      // A digest only of an error there is: a completed item has none, and the SHA-256 of '' means nothing to a reader.
+      const digest = item.lastError === null ? null : errorDigest(item.lastError);
       if (g.json) {
         const shown: Partial<WorkItem> = { ...item };
         if (!opts.payload) for (const f of DATA_FIELDS) delete shown[f];
@@ -35,7 +36,7 @@ export function inspectCommand(program: Command, { io }: CliContext): void {
     });
 }
 
-function printItem(io: CliIo, item: WorkItem, digest: string, withData: boolean): void {
+function printItem(io: CliIo, item: WorkItem, digest: string | null, withData: boolean): void {
   const rows: [string, string][] = [
     ['id', item.id],
     ['queue', item.queue],
@@ -51,7 +52,7 @@ function printItem(io: CliIo, item: WorkItem, digest: string, withData: boolean)
     ['idempotency key', item.idempotencyKey ?? '-'],
     ['dependency', item.dependencyKey === null ? '-' : `${item.dependencyKey} (blocked ${formatTime(item.blockedAt)}, expires ${formatTime(item.blockExpiresAt)})`],
     ['failure class', item.failureClass ?? '-'],
-    ['error digest', digest],
+    ['error digest', digest ?? '-'],
     ['replay of', item.replayOf ?? '-'],
     ['replayed at', formatTime(item.replayedAt)],
     ['created', formatTime(item.createdAt)],

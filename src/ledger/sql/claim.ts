@@ -15,7 +15,7 @@ export interface ClaimSpec {
    * read-back together, one round trip instead of two.
    */
   multiStatement?: boolean | undefined;
-  /** Claims are fenced by this ownership epoch when given (DESIGN §7). */
+  /** Claims are fenced by this ownership epoch when given (docs/design.md §7). */
   epoch?: number | undefined;
 }
 
@@ -149,13 +149,22 @@ export function claimedItem(row: ClaimedRow, lease: Lease): ClaimedItem {
   };
 }
 
-/** Claims exactly these ids if each is still a due pending head (targeted wake-ups). */
-export async function claimByIds(exec: Executor, t: LedgerTables, spec: ClaimSpec & { ids: readonly string[] }): Promise<ClaimedItem[]> {
+/**
+ * Claims exactly these ids if each is still a due pending head (targeted
+ * wake-ups), and of `types` when given: a wake-up names items of any type,
+ * and a consumer that claims only some types must not take the others.
+ */
+export async function claimByIds(
+  exec: Executor,
+  t: LedgerTables,
+  spec: ClaimSpec & { ids: readonly string[]; types?: readonly string[] | undefined },
+): Promise<ClaimedItem[]> {
   if (spec.ids.length === 0) return [];
-  return casClaim(exec, t, spec, spec.ids);
+  const typeGuard = spec.types && spec.types.length > 0 ? sql`AND type IN (${list(spec.types)})` : undefined;
+  return casClaim(exec, t, spec, spec.ids, typeGuard);
 }
 
-async function casClaim(exec: Executor, t: LedgerTables, spec: ClaimSpec, ids: readonly string[]): Promise<ClaimedItem[]> {
+async function casClaim(exec: Executor, t: LedgerTables, spec: ClaimSpec, ids: readonly string[], extraGuard?: RawBuilder<unknown>): Promise<ClaimedItem[]> {
   const token = newLeaseToken();
   const epochGuard: RawBuilder<unknown> =
     spec.epoch === undefined
@@ -163,7 +172,7 @@ async function casClaim(exec: Executor, t: LedgerTables, spec: ClaimSpec, ids: r
       : sql`AND EXISTS (SELECT 1 FROM ${t.ownership} o WHERE o.queue = ${inline(spec.queue)} AND o.epoch = ${inline(spec.epoch)})`;
   const cas = sql`UPDATE ${t.items} SET ${leaseAssignments({ token, owner: spec.owner, leaseMs: spec.leaseMs, epoch: spec.epoch })}
     WHERE id IN (${list(ids)}) AND queue = ${inline(spec.queue)} AND state = 'pending' AND is_head = 1
-      AND run_after <= NOW(6) ${epochGuard}`;
+      AND run_after <= NOW(6) ${epochGuard} ${extraGuard ?? sql``}`;
   const readBack = readBackClaimed(t, ids, token);
   let rows: ClaimedRow[];
   if (spec.multiStatement) {

@@ -1,6 +1,6 @@
 import { sql, type RawBuilder } from 'kysely';
 import type { LedgerDb } from '../connection.js';
-import { retryOnConflict } from '../retry.js';
+import { CONNECTION_RETRY, isConnectionError, readAfterLostConnection, retryDelay, retryOnConflict } from '../retry.js';
 import type { LedgerTables } from '../tables.js';
 import type { ClaimedRow } from '../rows.js';
 import type { ClaimedItem, QueueClass } from '../types.js';
@@ -26,7 +26,7 @@ export interface CompletionOutcome {
 }
 
 /**
- * Lane affinity (DESIGN §6): the completing consumer takes up to `max` of
+ * Lane affinity (docs/design.md §6): the completing consumer takes up to `max` of
  * the new heads in the same transaction, under this lease, if they are due
  * and of its classes and types. Their lanes never wait for a claim round.
  */
@@ -56,6 +56,80 @@ export interface BatchCompletion {
  * lane appears twice in the batch, go through the single-item path.
  */
 export async function completeMany(
+  db: LedgerDb,
+  multiStatement: boolean,
+  t: LedgerTables,
+  entries: readonly CompletionEntry[],
+  next?: SuccessorClaim,
+): Promise<BatchCompletion> {
+  const out: CompletionOutcome[] = entries.map(() => ({ won: false, laneAdvanced: false }));
+  const claimed: ClaimedItem[] = [];
+  let todo = entries.map((_, i) => i);
+  for (let attempt = 1; todo.length > 0; attempt++) {
+    const batch = todo.map((i) => entries[i]!);
+    try {
+      const done = await completeOnce(db, multiStatement, t, batch, next);
+      done.outcomes.forEach((o, k) => (out[todo[k]!] = o));
+      claimed.push(...done.claimed);
+      return { outcomes: out, claimed };
+    } catch (error) {
+      if (!isConnectionError(error) || attempt >= CONNECTION_RETRY.maxAttempts) throw error;
+      // Some of it may have committed: the ledger says which items this holder completed.
+      const settled = await readAfterLostConnection(() => completionsSettled(db, t, batch.map((e) => e.handle)), error);
+      const mine = batch.filter((_, k) => settled[k] === 'completed').map((e) => e.handle);
+      batch.forEach((e, k) => {
+        // Whether a completed item's lane got a pending head is not known here: assume one, as the single path does.
+        if (settled[k] !== 'open') out[todo[k]!] = { won: settled[k] === 'completed', laneAdvanced: settled[k] === 'completed' && e.handle.lane !== null };
+      });
+      if (next && mine.some((h) => h.lane !== null)) {
+        claimed.push(...(await readAfterLostConnection(() => successorsClaimed(db, t, mine, next), error)));
+      }
+      todo = todo.filter((_, k) => settled[k] === 'open');
+      if (todo.length > 0) await retryDelay(CONNECTION_RETRY, attempt);
+    }
+  }
+  return { outcomes: out, claimed };
+}
+
+/** What the ledger says of a completion whose answer was lost: done by this holder, still to do, or lost to another. */
+export type CompletionSettled = 'completed' | 'open' | 'lost';
+
+/**
+ * Per handle, whether this holder's completion took effect. A completed item
+ * keeps the lease token that completed it; only that token's holder can
+ * complete it. The read locks the rows, so it waits for a lost session's
+ * transaction that wrote them to end.
+ */
+export async function completionsSettled(exec: Executor, t: LedgerTables, handles: readonly Pick<LeaseHandle, 'id' | 'leaseToken'>[]): Promise<CompletionSettled[]> {
+  if (handles.length === 0) return [];
+  const r = await sql<{ id: string; state: string; lease_token: string }>`SELECT id, state, lease_token FROM ${t.items}
+    WHERE id IN (${list(handles.map((h) => h.id))}) FOR UPDATE`.execute(exec);
+  const byId = new Map(r.rows.map((row) => [row.id, row]));
+  return handles.map((h) => {
+    const row = byId.get(h.id);
+    if (row === undefined || row.lease_token !== h.leaseToken) return 'lost';
+    if (row.state === 'completed') return 'completed';
+    return row.state === 'processing' ? 'open' : 'lost';
+  });
+}
+
+/**
+ * The lane successors a batch whose answer was lost claimed with its
+ * completions under `next`'s token (lane affinity): found at the next lane
+ * position of each completed laned item, fenced by the token.
+ */
+async function successorsClaimed(db: LedgerDb, t: LedgerTables, completed: readonly LeaseHandle[], next: SuccessorClaim): Promise<ClaimedItem[]> {
+  const laned = completed.filter((h) => h.lane !== null);
+  if (laned.length === 0) return [];
+  const found = await sql<{ id: string }>`SELECT id FROM ${t.items} FORCE INDEX (ix_lane)
+    WHERE (queue, lane, lane_seq) IN (${sql.join(laned.map((h) => sql`(${inline(h.queue)}, ${inline(h.lane)}, ${inline((h.laneSeq ?? 0) + 1)})`))})
+      AND lease_token = ${inline(next.token)} AND state = 'processing'`.execute(db);
+  if (found.rows.length === 0) return [];
+  const rows = await readBackClaimed(t, found.rows.map((r) => r.id), next.token).execute(db);
+  return (rows.rows as unknown as ClaimedRow[]).map((r) => claimedItem(r, next));
+}
+
+async function completeOnce(
   db: LedgerDb,
   multiStatement: boolean,
   t: LedgerTables,
@@ -121,7 +195,8 @@ function completionStatement(t: LedgerTables, entries: readonly CompletionEntry[
       ? sql`lease_token = ${inline(onlyToken ?? null)}`
       : sql`(id, lease_token) IN (${sql.join(entries.map((e) => sql`(${inline(e.handle.id)}, ${inline(e.handle.leaseToken)})`))})`;
   return sql`UPDATE ${t.items}
-    SET state = 'completed', result = ${resultExpr}, lease_until = ${NO_TIME}, terminal_at = NOW(6), updated_at = NOW(6)
+    SET state = 'completed', result = ${resultExpr}, last_error = NULL, failure_class = NULL, lease_until = ${NO_TIME},
+      terminal_at = NOW(6), updated_at = NOW(6)
     WHERE id IN (${list(ids)}) AND state = 'processing' AND ${tokenGuard}`;
 }
 

@@ -1,10 +1,11 @@
 import { sql } from 'kysely';
 import type { LedgerDb } from '../connection.js';
 import type { LedgerTables } from '../tables.js';
-import { retryOnConflict } from '../retry.js';
+import { runTransaction } from '../retry.js';
 import { list } from './common.js';
 import { applyTransition } from './transition.js';
 import { dueWaits, leaveWaits, waitersOf } from './waits.js';
+import { markWoken } from './wake-marks.js';
 
 export interface WokenItem {
   id: string;
@@ -14,14 +15,21 @@ export interface WokenItem {
 
 /**
  * Every item blocked on `key` goes back to pending, due now. Call it after
- * the awaited fact has committed. Returns the items it moved, to wake their
- * consumers.
+ * the awaited fact has committed. First the key's wake mark is set to now,
+ * under its row lock, which a concurrent block of the same key also takes:
+ * a block that commits before this finds its item here, and one that
+ * commits after sees the mark and does not park its item (sql/block.ts).
+ * Returns the items it moved, to wake their consumers.
  */
 export async function wakeDependency(db: LedgerDb, t: LedgerTables, opts: { key: string; queue?: string | undefined }): Promise<WokenItem[]> {
-  const ids = await waitersOf(db, t, opts.key, opts.queue);
-  if (ids.length === 0) return [];
-  return retryOnConflict(() =>
-    db.transaction().execute(async (trx) => {
+  // A lost COMMIT is taken as not committed: running the wake again is harmless (it finds nothing left to
+  // move, and what it moved the first time is pending for any claim or sweep).
+  return runTransaction(
+    db,
+    async (trx) => {
+      await markWoken(trx, t, opts.key);
+      const ids = await waitersOf(trx, t, opts.key, opts.queue);
+      if (ids.length === 0) return [];
       // Locks the rows this call moves; an item that left `blocked` meanwhile is not among them.
       const moving = await sql<WokenItem>`SELECT id, queue, lane FROM ${t.items}
         WHERE id IN (${list(ids)}) AND state = 'blocked' AND dependency_key = ${opts.key} FOR UPDATE`.execute(trx);
@@ -33,41 +41,43 @@ export async function wakeDependency(db: LedgerDb, t: LedgerTables, opts: { key:
         WHERE id IN (${list(movingIds)}) AND state = 'blocked' AND dependency_key = ${opts.key}`.execute(trx);
       await leaveWaits(trx, t, movingIds);
       return moving.rows;
-    }),
+    },
+    async () => false,
   );
 }
 
 export interface ProbeOutcome {
-  /** Due for a probe: back to pending so the handler checks its dependency again. */
+  /** Due for a probe (or past maxWait): back to pending so the handler checks its dependency again. */
   probed: WokenItem[];
-  /** Waited past maxWait: dead, class `dependency_expired`. */
+  /**
+   * Of `probed`, the ids whose wait had passed its maxWait: this run is their
+   * last. If the handler blocks on the same key again, the item ends dead,
+   * class `dependency_expired`; no item ends so without a final check.
+   */
   expired: string[];
 }
 
-/** Blocked items whose probe time has come: expire those past their max wait, release the rest to be re-checked. */
+/**
+ * Blocked items whose probe time has come go back to pending to be
+ * re-checked. A wait past its maxWait goes back too, for a final run: its
+ * expiry time stays, so a re-block on the same key ends it (sql/block.ts).
+ */
 export async function probeDependencyWaits(db: LedgerDb, t: LedgerTables, opts: { queue?: string | undefined; limit: number }): Promise<ProbeOutcome> {
   const rows = await dueWaits(db, t, opts.queue, opts.limit);
   const out: ProbeOutcome = { probed: [], expired: [] };
   for (const r of rows) {
-    const expired = Number(r.expired) === 1;
-    const error = `dependency ${r.dependency_key} not met before the wait expired`;
     const won = await applyTransition(db, t, {
       place: { id: r.id, queue: r.queue, lane: r.lane, laneSeq: r.lane_seq === null ? null : Number(r.lane_seq) },
-      guard: expired
-        ? sql`state = 'blocked' AND block_expires_at <= NOW(6)`
-        : sql`state = 'blocked' AND probe_after <= NOW(6)`,
-      set: expired
-        ? sql`state = 'dead', failure_class = 'dependency_expired', last_error = ${error}, probe_after = NULL,
-            terminal_at = NOW(6)`
-        : sql`state = 'pending', run_after = NOW(6), probe_after = NULL`,
-      terminal: expired,
+      guard: sql`state = 'blocked' AND probe_after <= NOW(6)`,
+      set: sql`state = 'pending', run_after = NOW(6), probe_after = NULL`,
+      terminal: false,
       wasHead: true,
       history: null,
       alsoWrite: (trx) => leaveWaits(trx, t, [r.id]),
     });
     if (!won) continue;
-    if (expired) out.expired.push(r.id);
-    else out.probed.push({ id: r.id, queue: r.queue, lane: r.lane });
+    out.probed.push({ id: r.id, queue: r.queue, lane: r.lane });
+    if (Number(r.expired) === 1) out.expired.push(r.id);
   }
   return out;
 }

@@ -62,15 +62,21 @@ export const MAX_STATEMENT_BYTES = 4 * 1024 * 1024;
 /**
  * Inserts a batch: resolves idempotency keys, assigns lane sequences under
  * the lane rows' locks, then one multi-row INSERT. Must run inside a
- * transaction; on a duplicate-key race (1062) the caller rolls back (to a
- * savepoint) and runs it again with `lockExisting`, so the key's winner is
- * seen even under REPEATABLE READ.
+ * transaction. On a duplicate-key race (1062: another transaction committed
+ * the key first) the caller rolls back (to a savepoint) and runs it again
+ * with `keysFrom`, a connection outside that transaction (the ledger's pool:
+ * autocommit, READ COMMITTED), where existing keys are then looked up: it
+ * sees the committed winner whatever the transaction's isolation, and takes
+ * no lock. A locking re-read inside the transaction would ask for an
+ * exclusive lock on the key that every loser of the race already holds
+ * shared from its duplicate insert: several losers deadlock. `false`: look
+ * keys up in `exec`.
  */
 export async function insertItems(
   exec: Executor,
   t: LedgerTables,
   items: readonly NewItem[],
-  lockExisting: boolean,
+  keysFrom: Executor | false,
 ): Promise<EnqueueResult[]> {
   const results: (EnqueueResult | undefined)[] = new Array(items.length);
   const firstByKey = new Map<string, number>();
@@ -89,7 +95,7 @@ export async function insertItems(
     const pairs = sql.join(keyed.map((i) => sql`(${i.queue}, ${i.idempotencyKey})`));
     const rows = await sql<{ id: string; queue: string; idempotency_key: string; lane_seq: number | null }>`
       SELECT id, queue, idempotency_key, lane_seq FROM ${t.items}
-      WHERE (queue, idempotency_key) IN (${pairs}) ${lockExisting ? sql`FOR UPDATE` : sql``}`.execute(exec);
+      WHERE (queue, idempotency_key) IN (${pairs})`.execute(keysFrom === false ? exec : keysFrom);
     for (const r of rows.rows) existing.set(queueScoped(r.queue, r.idempotency_key), r);
   }
 

@@ -12,7 +12,7 @@ export type LeaseHandle = Pick<
   'id' | 'queue' | 'lane' | 'laneSeq' | 'leaseToken' | 'leaseOwner' | 'attempt' | 'maxAttempts' | 'startedAt'
 >;
 
-/** How a claimed attempt ended; each maps to one CAS (DESIGN §3). */
+/** How a claimed attempt ended; each maps to one CAS (docs/design.md §3). */
 export type Finalization =
   | { kind: 'complete'; resultJson: string | null }
   | { kind: 'dead'; error: string | null; failureClass: string }
@@ -42,7 +42,9 @@ function plan(h: LeaseHandle, f: Finalization): Plan {
   switch (f.kind) {
     case 'complete':
       return {
-        set: sql`state = 'completed', result = ${f.resultJson}, lease_until = ${NO_TIME}, terminal_at = NOW(6)`,
+        // An earlier attempt's error belongs to the attempt history, not to a completed item.
+        set: sql`state = 'completed', result = ${f.resultJson}, last_error = NULL, failure_class = NULL, lease_until = ${NO_TIME},
+          terminal_at = NOW(6)`,
         terminal: true,
         // A first-try success is recorded by the item row alone.
         history: h.attempt > 1 ? hist('completed', null, null) : null,
@@ -75,9 +77,14 @@ function plan(h: LeaseHandle, f: Finalization): Plan {
         history: hist('retried', f.failureClass, f.error),
       };
     case 'release':
-      // No budget burn: the attempt counted at claim is given back.
+      // No budget burn: the attempt counted at claim is given back. Without a
+      // delay (shutdown, a prefetched item handed back) the due time stays, so
+      // the item keeps its place instead of queueing behind younger work.
       return {
-        set: sql`state = 'pending', run_after = ${nowPlusMs(f.delayMs)}, attempt = attempt - 1, lease_until = ${NO_TIME}`,
+        set:
+          f.delayMs === 0
+            ? sql`state = 'pending', attempt = attempt - 1, lease_until = ${NO_TIME}`
+            : sql`state = 'pending', run_after = ${nowPlusMs(f.delayMs)}, attempt = attempt - 1, lease_until = ${NO_TIME}`,
         terminal: false,
         history: hist('released', null, f.reason),
       };
@@ -99,7 +106,8 @@ function plan(h: LeaseHandle, f: Finalization): Plan {
   }
 }
 
-function leaseSpec(t: LedgerTables, h: LeaseHandle, f: Finalization): TransitionSpec {
+/** The transition that ends a claimed attempt as `f`: a CAS on (id, lease token, processing). */
+export function leaseSpec(t: LedgerTables, h: LeaseHandle, f: Finalization): TransitionSpec {
   const p = plan(h, f);
   return {
     place: h,
@@ -109,6 +117,8 @@ function leaseSpec(t: LedgerTables, h: LeaseHandle, f: Finalization): Transition
     wasHead: true,
     history: p.history,
     alsoWrite: p.waits ? (trx) => enterWait(trx, t, h.id) : undefined,
+    // Only this token's holder completes the item, and it keeps the token: how a completion whose answer was lost is told apart.
+    appliedIf: f.kind === 'complete' ? sql`state = 'completed' AND lease_token = ${h.leaseToken}` : undefined,
   };
 }
 

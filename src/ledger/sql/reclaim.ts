@@ -17,7 +17,8 @@ export interface ReclaimOutcome {
 
 /**
  * Items whose lease ran out without a finalize (the holder crashed or hung).
- * The expired attempt counts against the budget. Each change is a CAS on the
+ * The expired attempt counts against the budget; a reclaimed item keeps its
+ * due time, so claims (earliest due first) take it before work due after it. Each change is a CAS on the
  * token that was read and on the lease still being expired, so a holder that
  * renews at the last moment keeps its item.
  */
@@ -50,8 +51,9 @@ export async function reclaimExpired(db: LedgerDb, t: LedgerTables, opts: { queu
         : spent
           ? sql`state = 'dead', failure_class = 'lease_expired', last_error = ${history.error}, lease_until = ${NO_TIME},
               terminal_at = NOW(6)`
-          : sql`state = 'pending', run_after = NOW(6), failure_class = 'lease_expired', last_error = ${history.error},
-              lease_until = ${NO_TIME}`,
+          : // run_after stays: the item keeps its place among the due heads (it was due
+            // when it was claimed), so it is among the next claimed, not behind younger work.
+            sql`state = 'pending', failure_class = 'lease_expired', last_error = ${history.error}, lease_until = ${NO_TIME}`,
       terminal: cancel || spent,
       wasHead: true,
       history,

@@ -1,7 +1,8 @@
 import { sql, type RawBuilder } from 'kysely';
 import type { LedgerDb } from '../connection.js';
 import { newId } from '../ids.js';
-import { retryOnConflict } from '../retry.js';
+import { CommitOutcomeUnknownError } from '../../errors.js';
+import { CONNECTION_RETRY, isConnectionError, readAfterLostConnection, retryDelay, runTransaction } from '../retry.js';
 import type { LedgerTables } from '../tables.js';
 import type { AttemptRecord } from '../types.js';
 import { affected, type Executor } from './common.js';
@@ -35,6 +36,13 @@ export interface TransitionSpec {
   history: HistoryEntry | null;
   /** More writes that belong to this change, run after its CAS won, in its transaction (the item's dependency wait). */
   alsoWrite?: ((exec: Executor) => Promise<void>) | undefined;
+  /**
+   * True of the item's row once this change has taken effect, and never
+   * before nor by another change: how a change without a history row learns,
+   * after its connection was lost mid-write, whether it happened. (A change
+   * with a history row looks that row up instead.)
+   */
+  appliedIf?: RawBuilder<unknown> | undefined;
 }
 
 /** The CAS of a transition lost: the caller no longer holds the item. Raised inside a transaction to roll it back. */
@@ -51,14 +59,40 @@ export class LeaseLostError extends Error {
  * of the lane its head, in the same transaction. The lane row is locked first,
  * the same order enqueue takes, so the two never deadlock. Returns whether
  * the CAS won; a lost CAS writes nothing.
+ *
+ * A lost connection costs nothing: before COMMIT the change runs again on a
+ * fresh connection; when the write or its COMMIT went unanswered, the ledger
+ * is read (transitionSettled) to tell whether it took effect, so a change
+ * that did is reported won, not retried into a lost CAS.
  */
 export async function applyTransition(db: LedgerDb, t: LedgerTables, spec: TransitionSpec): Promise<boolean> {
   const laneWork = spec.terminal && spec.place.lane !== null;
+  // Made once, so every run of this change writes the same history row: the row tells whether one committed.
+  const historyId = spec.history === null ? undefined : newId();
+  const settled = async (): Promise<Settled> => transitionSettled(db, t, spec, historyId);
   if (!laneWork && spec.history === null && spec.alsoWrite === undefined) {
-    return (await casUpdate(db, t, spec)) === 1;
+    for (let attempt = 1; ; attempt++) {
+      try {
+        return (await casUpdate(db, t, spec)) === 1;
+      } catch (error) {
+        if (!isConnectionError(error) || attempt >= CONNECTION_RETRY.maxAttempts) throw error;
+        const outcome = await readAfterLostConnection(settled, error);
+        if (outcome === 'unknown') throw new CommitOutcomeUnknownError(error);
+        if (outcome !== 'open') return outcome === 'applied';
+        await retryDelay(CONNECTION_RETRY, attempt);
+      }
+    }
   }
   try {
-    await retryOnConflict(() => db.transaction().execute((trx) => applyTransitionInTx(trx, t, spec)));
+    await runTransaction(
+      db,
+      (trx) => applyTransitionInTx(trx, t, spec, historyId),
+      async () => {
+        const outcome = await settled();
+        // 'lost': it runs again, and its CAS loses.
+        return outcome === 'unknown' ? undefined : outcome === 'applied';
+      },
+    );
     return true;
   } catch (error) {
     if (error instanceof LeaseLostError) return false;
@@ -67,11 +101,35 @@ export async function applyTransition(db: LedgerDb, t: LedgerTables, spec: Trans
 }
 
 /**
+ * After a write of `spec` went unanswered: 'open' (its guard still holds, so
+ * it did not happen and may run again), 'applied', 'lost' (someone else
+ * moved the item), or 'unknown' (the change leaves nothing to tell it by).
+ * The read locks the item's row, so it waits for the lost session's
+ * transaction, which wrote that row, to end one way or the other.
+ */
+export async function transitionSettled(exec: Executor, t: LedgerTables, spec: TransitionSpec, historyId: string | undefined): Promise<Settled> {
+  const r = await sql<{ open: number | null; applied: number | null }>`SELECT (${spec.guard}) AS open,
+      ${spec.appliedIf !== undefined ? sql`(${spec.appliedIf})` : sql`NULL`} AS applied
+    FROM ${t.items} WHERE id = ${spec.place.id} FOR UPDATE`.execute(exec);
+  const row = r.rows[0];
+  if (row === undefined) return 'unknown';
+  if (Number(row.open) === 1) return 'open';
+  if (historyId !== undefined) {
+    const h = await sql<{ n: number | string }>`SELECT COUNT(*) AS n FROM ${t.attempts} WHERE id = ${historyId}`.execute(exec);
+    return Number(h.rows[0]?.n) > 0 ? 'applied' : 'lost';
+  }
+  if (row.applied === null) return 'unknown';
+  return Number(row.applied) === 1 ? 'applied' : 'lost';
+}
+
+export type Settled = 'open' | 'applied' | 'lost' | 'unknown';
+
+/**
  * The same change inside a transaction the caller owns (ctx.transaction):
  * throws LeaseLostError when the CAS loses, so the caller's writes roll back
  * with it.
  */
-export async function applyTransitionInTx(trx: Executor, t: LedgerTables, spec: TransitionSpec): Promise<void> {
+export async function applyTransitionInTx(trx: Executor, t: LedgerTables, spec: TransitionSpec, historyId: string = newId()): Promise<void> {
   const { lane, queue } = spec.place;
   const laneWork = spec.terminal && lane !== null;
   if (laneWork) {
@@ -79,7 +137,7 @@ export async function applyTransitionInTx(trx: Executor, t: LedgerTables, spec: 
   }
   if ((await casUpdate(trx, t, spec)) !== 1) throw new LeaseLostError(spec.place.id);
   if (laneWork && spec.wasHead) await advanceHead(trx, t, spec.place);
-  if (spec.history) await insertHistory(trx, t, spec.place.id, spec.history);
+  if (spec.history) await insertHistory(trx, t, spec.place.id, spec.history, historyId);
   if (spec.alsoWrite) await spec.alsoWrite(trx);
 }
 
@@ -110,8 +168,8 @@ export async function advanceHead(exec: Executor, t: LedgerTables, place: Omit<I
   return true;
 }
 
-export async function insertHistory(exec: Executor, t: LedgerTables, itemId: string, h: HistoryEntry): Promise<void> {
+export async function insertHistory(exec: Executor, t: LedgerTables, itemId: string, h: HistoryEntry, id: string = newId()): Promise<void> {
   await sql`INSERT INTO ${t.attempts} (id, item_id, attempt, outcome, failure_class, error, worker, started_at, ended_at)
-    VALUES (${newId()}, ${itemId}, ${h.attempt}, ${h.outcome}, ${h.failureClass}, ${h.error}, ${h.worker},
+    VALUES (${id}, ${itemId}, ${h.attempt}, ${h.outcome}, ${h.failureClass}, ${h.error}, ${h.worker},
       ${h.startedAt}, NOW(6))`.execute(exec);
 }
