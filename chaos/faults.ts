@@ -1,0 +1,282 @@
+/**
+ * The fault schedule: a cycle of phases, repeated for the length of the run,
+ * with SIGKILLs of a random worker (restarted a second later) throughout.
+ * Every fault is recorded with its wall-clock times, so the checks can say
+ * which kills happened on a healthy network and hold those to the rescue
+ * bound.
+ */
+import type { ChaosDatabase } from './database.js';
+import type { PrivateRedis } from './processes.js';
+import type { Toxic, Toxiproxy } from './toxiproxy.js';
+import type { Fleet, WorkerSlot } from './workers.js';
+
+export const MYSQL_PROXY = 'mysql';
+export const REDIS_PROXY = 'redis';
+
+export type FaultKind =
+  | 'sigkill'
+  | 'sigstop'
+  | 'kill-connections'
+  | 'redis-down'
+  | 'latency'
+  | 'reset-peer'
+  | 'timeout';
+
+export interface FaultEvent {
+  kind: FaultKind;
+  startMs: number;
+  endMs: number;
+  /** The worker (slot name and pid) a process fault hit. */
+  worker?: string;
+  pid?: number;
+  detail?: string;
+}
+
+/**
+ * The schedule's phases. Kills during a `network` phase (any fault on the
+ * links to MariaDB or Redis) are not held to the rescue bound; during a
+ * `linkBroken` phase (resets, timeouts) a live worker may lose a lease
+ * because its renewals cannot reach the ledger.
+ */
+interface Phase {
+  name: string;
+  seconds: number;
+  network: boolean;
+  linkBroken: boolean;
+  run: (ctx: FaultContext, ms: number) => Promise<void>;
+}
+
+export interface FaultContext {
+  fleet: Fleet;
+  redis: PrivateRedis;
+  proxy: Toxiproxy;
+  db: ChaosDatabase;
+  leaseMs: number;
+  random: () => number;
+  log: (line: string) => void;
+  /** Set once the schedule is over (or aborted): every loop ends. */
+  stopped: () => boolean;
+}
+
+export interface PhaseWindow {
+  name: string;
+  startMs: number;
+  endMs: number;
+  network: boolean;
+  linkBroken: boolean;
+}
+
+export class FaultLog {
+  readonly events: FaultEvent[] = [];
+  readonly phases: PhaseWindow[] = [];
+  /** Faults that did not run as planned (e.g. no worker to freeze): reported, not fatal. */
+  readonly skipped: string[] = [];
+
+  add(e: FaultEvent): FaultEvent {
+    this.events.push(e);
+    return e;
+  }
+
+  count(kind: FaultKind): number {
+    return this.events.filter((e) => e.kind === kind).length;
+  }
+}
+
+const sleep = (ms: number, stopped?: () => boolean): Promise<void> =>
+  new Promise((resolve) => {
+    if (!stopped) {
+      setTimeout(resolve, ms);
+      return;
+    }
+    const until = Date.now() + ms;
+    const tick = (): void => {
+      if (stopped() || Date.now() >= until) resolve();
+      else setTimeout(tick, Math.min(100, until - Date.now()));
+    };
+    tick();
+  });
+
+let toxicSeq = 0;
+
+/** Adds toxics for `ms`, then removes them (also when the schedule is cut short). */
+async function withToxics(ctx: FaultContext, log: FaultLog, kind: FaultKind, ms: number, toxics: { proxy: string; toxic: Omit<Toxic, 'name'> }[]): Promise<void> {
+  const added: { proxy: string; name: string }[] = [];
+  const event = log.add({ kind, startMs: Date.now(), endMs: Date.now(), detail: toxics.map((t) => `${t.proxy}:${t.toxic.type}/${t.toxic.stream}`).join(' ') });
+  try {
+    for (const { proxy, toxic } of toxics) {
+      const name = `${toxic.type}_${toxic.stream}_${++toxicSeq}`;
+      await ctx.proxy.addToxic(proxy, { ...toxic, name });
+      added.push({ proxy, name });
+    }
+    await sleep(ms, ctx.stopped);
+  } finally {
+    for (const a of added) await ctx.proxy.removeToxic(a.proxy, a.name);
+    event.endMs = Date.now();
+  }
+}
+
+/** A running worker that faults may hit: never w0, which stays up so its RSS covers the whole run. */
+export function pickTarget(fleet: Fleet, random: () => number): WorkerSlot | undefined {
+  const candidates = fleet.slots.slice(1).filter((s) => s.ready && !s.frozen && !s.down);
+  return candidates[Math.floor(random() * candidates.length)];
+}
+
+function phases(log: FaultLog): Phase[] {
+  return [
+    { name: 'kills only', seconds: 12, network: false, linkBroken: false, run: (ctx, ms) => sleep(ms, ctx.stopped) },
+    {
+      name: 'KILL CONNECTION every second',
+      seconds: 10,
+      network: true,
+      linkBroken: false,
+      run: async (ctx, ms) => {
+        const until = Date.now() + ms;
+        while (Date.now() < until && !ctx.stopped()) {
+          const at = Date.now();
+          const n = await ctx.db.killWorkerSessions();
+          log.add({ kind: 'kill-connections', startMs: at, endMs: Date.now(), detail: `${n} sessions` });
+          await sleep(1000, ctx.stopped);
+        }
+      },
+    },
+    {
+      name: 'a frozen worker (SIGSTOP past the lease)',
+      seconds: 10,
+      network: false,
+      linkBroken: false,
+      run: async (ctx, ms) => {
+        const until = Date.now() + ms;
+        await sleep(1000, ctx.stopped);
+        // A target may be restarting after a kill: wait for one while the freeze still fits the phase.
+        let target = pickTarget(ctx.fleet, ctx.random);
+        while (!target && !ctx.stopped() && Date.now() + ctx.leaseMs + 1500 < until) {
+          await sleep(200);
+          target = pickTarget(ctx.fleet, ctx.random);
+        }
+        if (!target) {
+          log.skipped.push('SIGSTOP: no worker to freeze');
+        } else if (!ctx.stopped()) {
+          const pid = target.current?.pid ?? -1;
+          const event = log.add({ kind: 'sigstop', startMs: Date.now(), endMs: Date.now(), worker: target.name, pid });
+          target.freeze();
+          ctx.log(`SIGSTOP ${target.name} (pid ${pid}) for ${ctx.leaseMs + 1500} ms`);
+          await sleep(ctx.leaseMs + 1500);
+          target.thaw();
+          event.endMs = Date.now();
+        }
+        await sleep(until - Date.now(), ctx.stopped);
+      },
+    },
+    {
+      name: 'Redis stopped for 10 s, restarted empty',
+      seconds: 14,
+      network: true,
+      linkBroken: false,
+      run: async (ctx, ms) => {
+        const until = Date.now() + ms;
+        await sleep(1000, ctx.stopped);
+        if (ctx.stopped()) return;
+        const event = log.add({ kind: 'redis-down', startMs: Date.now(), endMs: Date.now() });
+        await ctx.redis.stop();
+        ctx.log('redis-server stopped');
+        try {
+          await sleep(10_000);
+        } finally {
+          await ctx.redis.start();
+          event.endMs = Date.now();
+          ctx.log('redis-server started again, empty');
+        }
+        await sleep(until - Date.now(), ctx.stopped);
+      },
+    },
+    {
+      name: 'latency on MariaDB and Redis',
+      seconds: 8,
+      network: true,
+      linkBroken: false,
+      run: (ctx, ms) =>
+        withToxics(ctx, log, 'latency', ms, [
+          { proxy: MYSQL_PROXY, toxic: { type: 'latency', stream: 'downstream', toxicity: 1, attributes: { latency: 20, jitter: 10 } } },
+          { proxy: MYSQL_PROXY, toxic: { type: 'latency', stream: 'upstream', toxicity: 1, attributes: { latency: 10, jitter: 5 } } },
+          { proxy: REDIS_PROXY, toxic: { type: 'latency', stream: 'downstream', toxicity: 1, attributes: { latency: 30, jitter: 10 } } },
+        ]),
+    },
+    {
+      name: 'connection resets',
+      seconds: 6,
+      network: true,
+      linkBroken: true,
+      run: (ctx, ms) =>
+        withToxics(ctx, log, 'reset-peer', ms, [
+          { proxy: MYSQL_PROXY, toxic: { type: 'reset_peer', stream: 'downstream', toxicity: 0.3, attributes: { timeout: 200 } } },
+          { proxy: REDIS_PROXY, toxic: { type: 'reset_peer', stream: 'downstream', toxicity: 0.3, attributes: { timeout: 200 } } },
+        ]),
+    },
+    {
+      name: 'timeouts (data stops, connection closed after 1.5 s)',
+      seconds: 6,
+      network: true,
+      linkBroken: true,
+      run: (ctx, ms) =>
+        withToxics(ctx, log, 'timeout', ms, [
+          { proxy: MYSQL_PROXY, toxic: { type: 'timeout', stream: 'upstream', toxicity: 0.3, attributes: { timeout: 1500 } } },
+          { proxy: REDIS_PROXY, toxic: { type: 'timeout', stream: 'upstream', toxicity: 0.3, attributes: { timeout: 1500 } } },
+        ]),
+    },
+    { name: 'kills only', seconds: 14, network: false, linkBroken: false, run: (ctx, ms) => sleep(ms, ctx.stopped) },
+  ];
+}
+
+export const CYCLE_SECONDS = 80;
+
+/**
+ * Runs the phases in order, cycling, for `totalMs` (a shorter run cuts the
+ * cycle short), while the kill loop SIGKILLs a random worker every 5–8 s.
+ */
+export async function runFaults(ctx: FaultContext, totalMs: number, log: FaultLog): Promise<void> {
+  const end = Date.now() + totalMs;
+  const kills = killLoop(ctx, log, end);
+  try {
+    const cycle = phases(log);
+    for (let i = 0; Date.now() < end && !ctx.stopped(); i = (i + 1) % cycle.length) {
+      const phase = cycle[i]!;
+      const ms = Math.min(phase.seconds * 1000, end - Date.now());
+      if (ms < 1000) break;
+      const window: PhaseWindow = { name: phase.name, startMs: Date.now(), endMs: Date.now(), network: phase.network, linkBroken: phase.linkBroken };
+      log.phases.push(window);
+      ctx.log(`phase: ${phase.name} (${Math.round(ms / 1000)} s)`);
+      try {
+        await phase.run(ctx, ms);
+      } finally {
+        window.endMs = Date.now();
+      }
+    }
+  } finally {
+    await kills;
+  }
+}
+
+async function killLoop(ctx: FaultContext, log: FaultLog, end: number): Promise<void> {
+  const restarts: Promise<unknown>[] = [];
+  await sleep(2000 + ctx.random() * 2000, ctx.stopped);
+  while (Date.now() < end && !ctx.stopped()) {
+    const target = pickTarget(ctx.fleet, ctx.random);
+    if (target) {
+      const at = Date.now();
+      const g = await target.kill();
+      if (g) {
+        log.add({ kind: 'sigkill', startMs: at, endMs: Date.now(), worker: target.name, pid: g.pid });
+        ctx.log(`SIGKILL ${target.name} (pid ${g.pid})`);
+        restarts.push(
+          sleep(1000)
+            .then(() => target.start())
+            .catch((error: unknown) => ctx.log(`restart of ${target.name} failed: ${(error as Error).message}`)),
+        );
+      }
+    } else {
+      log.skipped.push(`SIGKILL at +${Math.round((Date.now() - (log.phases[0]?.startMs ?? Date.now())) / 1000)} s: no running worker`);
+    }
+    await sleep(5000 + ctx.random() * 3000, ctx.stopped);
+  }
+  await Promise.all(restarts);
+}
