@@ -70,3 +70,31 @@ test('a handler that blocks on a key woken while it ran is run again at once, no
   expect(attempts).toBe(2);
   expect((await mustGet(tl.ledger, id)).attempt).toBe(1);
 });
+
+test('a BlockOn the ledger refuses (a key that is not well-formed) fails the attempt instead of stranding the lease', async () => {
+  tl = await createTestLedger();
+  tw = createTestWake();
+  const queue = uniqueQueue('bad-block');
+  let attempts = 0;
+  consumer = new Consumer({
+    ledger: tl.ledger,
+    wake: tw.wake,
+    queue,
+    concurrency: 1,
+    leaseMs: 60_000, // a stranded lease would outlast the test
+    backoff: { baseMs: 10, factor: 2, maxMs: 10, jitter: 0 },
+    handlers: {
+      t: async () => {
+        attempts++;
+        if (attempts === 1) throw new BlockOnError('half an emoji \ud83d', 60_000);
+        return 'ok';
+      },
+    },
+  });
+  await consumer.start();
+  const { id } = await new Producer({ ledger: tl.ledger, wake: tw.remote() }).enqueue({ queue, type: 't', payload: 1 });
+  await waitFor(async () => (await mustGet(tl!.ledger, id)).state === 'completed' || undefined, 10_000, 'the retried attempt to complete');
+  const attemptsRecorded = (await tl.ledger.inspect(id))?.attempts ?? [];
+  expect(attemptsRecorded.map((a) => a.outcome)).toEqual(['retried', 'completed']);
+  expect(attemptsRecorded[0]?.error).toContain('dependencyKey');
+});

@@ -142,6 +142,8 @@ export class Consumer<DB = Record<string, never>> extends EventEmitter<ConsumerE
   private lastRoundFull = false;
   private claimBackoffUntil = 0;
   private sweeping: Promise<void> | undefined;
+  /** Sweeps in a row whose maintenance failed (logged once, at the first). */
+  private sweepFailures = 0;
   /** The claim limiter found the fleet at its cap: no claim before this, unless one of ours finishes. */
   private cappedUntil = 0;
   private unregisterLocal: (() => void) | undefined;
@@ -457,9 +459,14 @@ export class Consumer<DB = Record<string, never>> extends EventEmitter<ConsumerE
         const stale = await this.streams.reclaimIdle(this.wake.redis, this.name, IDLE_WAKE_ENTRY_MS, 100);
         this.takeEntries(stale);
       }
+      if (this.sweepFailures > 0) {
+        this.log.warn({ failedSweeps: this.sweepFailures }, 'sweep maintenance works again');
+        this.sweepFailures = 0;
+      }
     } catch (error) {
       this.counters.errors++;
-      this.log.warn({ err: (error as Error).message }, 'sweep maintenance failed');
+      // One line when it starts failing (Redis or the ledger away), one when it works again: not one per sweep.
+      if (this.sweepFailures++ === 0) this.log.warn({ err: (error as Error).message }, 'sweep maintenance failed; retried every sweep, further failures counted');
     }
     // What it reclaimed or woke is claimable now.
     this.noteWork();

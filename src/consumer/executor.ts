@@ -352,16 +352,27 @@ async function finalizeError<DB>(deps: ExecutorDeps<DB>, item: ClaimedItem, erro
   }
   if (error instanceof DeferError) {
     const delayMs = Math.max(0, error.runAt.getTime() - Date.now());
-    return delayed(deps, item, delayMs, outcomeOf(await finalizeSafely(deps, item, () => ledger.release(item, { delayMs, reason: error.reason })), 'released'));
+    let refused: ValidationError | undefined;
+    const r = await finalizeSafely(deps, item, () => ledger.release(item, { delayMs, reason: error.reason }), (e) => (refused = e));
+    // A reason the ledger refuses (too long, not well-formed) is the handler's mistake: the attempt fails with it.
+    if (refused) return finalizeError(deps, item, refused, undefined);
+    return delayed(deps, item, delayMs, outcomeOf(r, 'released'));
   }
   if (error instanceof BlockOnError) {
-    const r = await finalizeSafely(deps, item, () =>
-      ledger.block(item, {
-        dependencyKey: error.dependencyKey,
-        maxWaitMs: error.maxWaitMs,
-        ...(error.probeAfterMs !== undefined ? { probeAfterMs: error.probeAfterMs } : {}),
-      }),
+    let refused: ValidationError | undefined;
+    const r = await finalizeSafely(
+      deps,
+      item,
+      () =>
+        ledger.block(item, {
+          dependencyKey: error.dependencyKey,
+          maxWaitMs: error.maxWaitMs,
+          ...(error.probeAfterMs !== undefined ? { probeAfterMs: error.probeAfterMs } : {}),
+        }),
+      (e) => (refused = e),
     );
+    // A dependency key or wait the ledger refuses is the handler's mistake: the attempt fails with it.
+    if (refused) return finalizeError(deps, item, refused, undefined);
     // The key was woken while this attempt ran: pending again at once. A re-block after the wait expired: dead.
     if (r?.won && r.state === 'dead') logDeath(deps, item, 'dependency_expired', `dependency ${error.dependencyKey} not met before the wait expired`);
     return outcomeOf(r, r?.state === 'pending' ? 'released' : r?.state === 'dead' ? 'dead' : 'blocked');
@@ -426,6 +437,8 @@ async function finalizeSafely<DB, R extends FinalizeResult>(
   deps: ExecutorDeps<DB>,
   item: ClaimedItem,
   write: () => Promise<R>,
+  /** The ledger refused what the handler asked for: the caller ends the attempt another way (nothing was written). */
+  onRefused?: (error: ValidationError) => void,
 ): Promise<R | undefined> {
   const deadline = Date.now() + deps.settings.finalizeTimeoutMs;
   for (let attempt = 0; ; attempt++) {
@@ -434,6 +447,10 @@ async function finalizeSafely<DB, R extends FinalizeResult>(
       if (!r.won) deps.log.warn({ id: item.id, type: item.type }, 'finalize lost its CAS: the item had moved on');
       return r;
     } catch (error) {
+      if (error instanceof ValidationError && onRefused) {
+        onRefused(error);
+        return undefined;
+      }
       if (error instanceof ValidationError) {
         deps.log.error({ id: item.id, err: error.message }, 'finalize rejected as invalid; the lease will expire');
         return undefined;
