@@ -1,7 +1,7 @@
 /** The processes a chaos run starts, each tracked so that cleanup can end every one of them. */
 import { spawn, type ChildProcess } from 'node:child_process';
 import { createWriteStream, mkdtempSync, readFileSync, rmSync, type WriteStream } from 'node:fs';
-import { connect, createServer } from 'node:net';
+import { connect } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 
@@ -26,18 +26,7 @@ export async function waitUntil(check: () => Promise<boolean | void> | boolean |
   }
 }
 
-/** A TCP port nothing listens on right now. */
-export function freePort(): Promise<number> {
-  return new Promise((res, rej) => {
-    const server = createServer();
-    server.once('error', rej);
-    server.listen(0, '127.0.0.1', () => {
-      const address = server.address();
-      const port = typeof address === 'object' && address !== null ? address.port : 0;
-      server.close(() => (port > 0 ? res(port) : rej(new Error('no free port'))));
-    });
-  });
-}
+export { freePort } from '../test/support/processes.js';
 
 export interface ManagedOptions {
   env?: NodeJS.ProcessEnv;

@@ -406,3 +406,20 @@ test('completeMany whose answer was lost after it committed reports every item w
   await lostUpdate;
   expect(r.map((x) => x.won)).toEqual([true, true, true]);
 });
+
+test('a claim whose CAS committed but whose answer was lost still hands over what it won: no lease left to expire', async () => {
+  const ledger = proxiedLedger();
+  const queue = freshQueue('claim-reply-lost');
+  const [a, b] = await tl.ledger.enqueueMany([
+    { queue, type: 'step', payload: 1 },
+    { queue, type: 'step', payload: 2 },
+  ]);
+  const ids = [a!.id, b!.id];
+  const bothProcessing = async (): Promise<boolean> => (await Promise.all(ids.map((id) => isState(id, 'processing')()))).every(Boolean);
+  const lost = loseNext(/^\s*UPDATE .*SET state = 'processing'/is, 'hold-reply', bothProcessing);
+  const claimed = await ledger.claim({ queue, owner: 'w', limit: 10, leaseMs: 60_000 });
+  await lost;
+  expect(claimed.items.map((i) => i.id).sort()).toEqual([...ids].sort());
+  for (const item of claimed.items) expect((await ledger.complete(item)).won).toBe(true);
+  expect((await tl.ledger.stats(queue))[0]?.counts.completed).toBe(2);
+});

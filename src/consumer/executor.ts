@@ -461,6 +461,10 @@ async function finalizeSafely<DB, R extends FinalizeResult>(
         return undefined;
       }
       await new Promise((r) => setTimeout(r, wait));
+      // The lease keeper stopped when the handler settled: while the finalize is retried (the ledger
+      // unreachable for a while), keep the lease, or it expires and the next holder spends an attempt.
+      // Between two tries, so a renewal never races the finalize's own write.
+      await deps.ledger.renew(item, deps.settings.leaseMs).catch(() => undefined);
     }
   }
 }

@@ -1,5 +1,6 @@
 import { sql, type RawBuilder } from 'kysely';
 import { newLeaseToken } from '../ids.js';
+import { isConnectionError, readAfterLostConnection } from '../retry.js';
 import { parseJson, type ClaimedRow } from '../rows.js';
 import type { LedgerTables } from '../tables.js';
 import type { ClaimedItem, QueueClass } from '../types.js';
@@ -175,14 +176,23 @@ async function casClaim(exec: Executor, t: LedgerTables, spec: ClaimSpec, ids: r
       AND run_after <= NOW(6) ${epochGuard} ${extraGuard ?? sql``}`;
   const readBack = readBackClaimed(t, ids, token);
   let rows: ClaimedRow[];
-  if (spec.multiStatement) {
-    // Both statements in one query: mysql2 answers with one result per statement.
-    const both = await sql`${cas}; ${readBack}`.execute(exec);
-    const [, selected] = both.rows as unknown as [unknown, ClaimedRow[]];
-    rows = selected;
-  } else {
-    if (affected(await cas.execute(exec)) === 0) return [];
-    rows = (await readBack.$castTo<ClaimedRow>().execute(exec)).rows;
+  try {
+    if (spec.multiStatement) {
+      // Both statements in one query: mysql2 answers with one result per statement.
+      const both = await sql`${cas}; ${readBack}`.execute(exec);
+      const [, selected] = both.rows as unknown as [unknown, ClaimedRow[]];
+      rows = selected;
+    } else {
+      if (affected(await cas.execute(exec)) === 0) return [];
+      rows = (await readBack.$castTo<ClaimedRow>().execute(exec)).rows;
+    }
+  } catch (error) {
+    if (!isConnectionError(error)) throw error;
+    // The CAS may have committed with its answer lost: items held under a token
+    // nobody knows would sit until their lease expired, each costing an attempt.
+    // The token is ours alone, so reading it back on a fresh connection finds
+    // exactly what this claim won; the locking read waits for a CAS still running.
+    rows = await readAfterLostConnection(async () => (await sql<ClaimedRow>`${readBack} FOR UPDATE`.execute(exec)).rows, error);
   }
   const lease: Lease = { token, owner: spec.owner, leaseMs: spec.leaseMs, epoch: spec.epoch };
   return rows.map((r) => claimedItem(r, lease));
