@@ -78,7 +78,7 @@ test('Producer.cancel aborts a running handler within milliseconds, long before 
   const tookMs = (s.abortedAt.get(id) ?? Infinity) - cancelAt;
   expect(tookMs).toBeLessThan(PROMPT_MS);
   expect(s.outcomes.get(id)).toBe('cancelled');
-  expect(await mustGet(tl!.ledger, id)).toMatchObject({ state: 'cancelled', failureClass: 'cancelled', attempt: 1 });
+  expect(await mustGet(tl!.ledger, id)).toMatchObject({ state: 'cancelled', failureClass: 'cancelled', attempt: 1, lastError: 'operator said stop' });
   expect((await history(tl!.ledger, id)).map((a) => a.outcome)).toEqual(['cancelled']);
 });
 

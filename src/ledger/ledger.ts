@@ -479,9 +479,9 @@ export class Ledger {
     await finalizeInTx(trx, this.tables, handle, { kind: 'complete', resultJson: json });
   }
 
-  /** Ends a claimed item whose cancel was requested while it ran. */
+  /** Ends a claimed item whose cancel was requested while it ran; without a reason, the request's reason stays its last error. */
   cancelClaimed(handle: LeaseHandle, reason?: string): Promise<FinalizeResult> {
-    return this.finish(handle, { kind: 'cancelled', reason: reason ?? 'cancel requested' }, 'cancelled');
+    return this.finish(handle, { kind: 'cancelled', reason: reason ?? null }, 'cancelled');
   }
 
   /** A failed attempt: back to pending after the backoff, or dead once the budget is spent. */

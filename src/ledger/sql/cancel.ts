@@ -8,7 +8,7 @@ import { leaveWaits } from './waits.js';
 export type CancelOutcome =
   /** It was waiting (pending or blocked): now terminal, its lane moves on. */
   | 'cancelled'
-  /** It is running: the holder's next renewal learns it and its handler is aborted. */
+  /** It is running: its holder is told (over the control stream, or at its next renewal) and its handler is aborted. */
   | 'cancel_requested'
   /** Already finished (or no such item). */
   | 'not_cancellable'
@@ -23,7 +23,8 @@ export async function cancelItem(db: LedgerDb, t: LedgerTables, id: string, reas
     const r = rows.rows[0];
     if (!r) return 'not_found';
     if (r.state === 'processing') {
-      const u = await sql`UPDATE ${t.items} SET cancel_requested = 1, updated_at = NOW(6)
+      // The reason is kept now: the holder ends the item later, and the operator's words are what it ends with.
+      const u = await sql`UPDATE ${t.items} SET cancel_requested = 1, last_error = ${reason ?? 'cancel requested'}, updated_at = NOW(6)
         WHERE id = ${id} AND state = 'processing'`.execute(db);
       if (affected(u) === 1) return 'cancel_requested';
       continue;

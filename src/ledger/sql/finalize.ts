@@ -64,7 +64,8 @@ function plan(h: LeaseHandle, f: Finalization): Plan {
       };
     case 'cancelled':
       return {
-        set: sql`state = 'cancelled', failure_class = 'cancelled', last_error = ${f.reason}, lease_until = ${NO_TIME},
+        // Without a reason of its own, the one the cancel request recorded stays.
+        set: sql`state = 'cancelled', failure_class = 'cancelled', last_error = COALESCE(${f.reason}, last_error), lease_until = ${NO_TIME},
           terminal_at = NOW(6)`,
         terminal: true,
         history: hist('cancelled', 'cancelled', f.reason),

@@ -46,8 +46,8 @@ export async function reclaimExpired(db: LedgerDb, t: LedgerTables, opts: { queu
       place: { id: r.id, queue: r.queue, lane: r.lane, laneSeq: r.lane_seq === null ? null : Number(r.lane_seq) },
       guard: sql`lease_token = ${r.lease_token} AND state = 'processing' AND lease_until < NOW(6)`,
       set: cancel
-        ? sql`state = 'cancelled', failure_class = 'cancelled', last_error = ${history.error}, lease_until = ${NO_TIME},
-            terminal_at = NOW(6)`
+        ? // The cancel request recorded its reason as the last error: it stays (the history says the lease expired).
+          sql`state = 'cancelled', failure_class = 'cancelled', lease_until = ${NO_TIME}, terminal_at = NOW(6)`
         : spent
           ? sql`state = 'dead', failure_class = 'lease_expired', last_error = ${history.error}, lease_until = ${NO_TIME},
               terminal_at = NOW(6)`
