@@ -34,7 +34,7 @@
  *                items than the claim index's processing range.
  *
  * The floor's statements are the engine's (src/ledger/sql/claim.ts and
- * completeBatch.ts) written out for each layout: a candidate read of twice
+ * complete-batch.ts) written out for each layout: a candidate read of twice
  * the batch, the CAS UPDATE and its read-back in one round trip, and one
  * completion UPDATE per claimed batch, on `--connections` connections at
  * once. Every run checks that each item was completed exactly once.
@@ -67,8 +67,7 @@ import {
   type BenchDatabase,
 } from './support.js';
 import { findFactory } from './peers/registry.js';
-import { CLAIMED_COLUMN_LIST } from '../src/ledger/sql/claim.js';
-import { NO_TIME_TEXT as NO_TIME } from '../src/ledger/sql/common.js';
+import { CLAIMED_COLUMN_LIST, NO_TIME_TEXT as NO_TIME } from '../src/ledger/internal.js';
 
 // The engine runs from its compiled package, as users run it and as bench/compare.ts runs it.
 progress('building dist/ (npm run build)');

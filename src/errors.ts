@@ -103,3 +103,37 @@ export class CommitOutcomeUnknownError extends Error {
     super(`the connection was lost during COMMIT and the ledger could not be read to tell whether it committed (${cause instanceof Error ? cause.message : String(cause)})`);
   }
 }
+
+/** The CAS of a transition lost: the caller no longer holds the item. Raised inside a transaction to roll it back. */
+export class LeaseLostError extends Error {
+  override readonly name = 'LeaseLostError';
+  constructor(readonly itemId: string) {
+    super(`item ${itemId}: lease lost (stale token, expired and reclaimed, or no longer processing)`);
+  }
+}
+
+/** An activation's expected epoch did not match the queue's: another deployment activated it first. */
+export class OwnershipConflictError extends Error {
+  override readonly name = 'OwnershipConflictError';
+  constructor(
+    readonly queue: string,
+    readonly expectedEpoch: number,
+    readonly actualEpoch: number,
+  ) {
+    super(`queue ${queue} is at epoch ${actualEpoch}, not the expected ${expectedEpoch}`);
+  }
+}
+
+/** Why a replay was refused (ReplayRejectedError.reason). */
+export type ReplayRejection = 'not_found' | 'not_replayable_state' | 'already_replayed' | 'attempt_mismatch' | 'error_mismatch';
+
+/** A replay's guard (the item's state, attempt and error digest as the operator saw them) did not hold: nothing was written. */
+export class ReplayRejectedError extends Error {
+  override readonly name = 'ReplayRejectedError';
+  constructor(
+    readonly itemId: string,
+    readonly reason: ReplayRejection,
+  ) {
+    super(`replay of ${itemId} refused: ${reason.replace(/_/g, ' ')}`);
+  }
+}

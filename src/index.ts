@@ -1,13 +1,75 @@
-export * from './ledger/index.js';
-export * from './wake/index.js';
-export * from './producer/index.js';
-export * from './consumer/index.js';
+// The public surface of lanewake, by name. Anything not listed here is internal.
+
+// Ledger: the durable state.
+export { Ledger, DEFAULT_MAX_ATTEMPTS } from './ledger/ledger.js';
+export type { EnqueueInput, EnqueueOptions, ClaimCandidate, ClaimInput, FinalizeResult, RetryInput } from './ledger/ledger.js';
+export { ledgerConfigSchema, parseLedgerConfig, type LedgerConfig, type LedgerConfigInput } from './ledger/config.js';
+export type { LedgerDb, Executor } from './ledger/connection.js';
+export { migrate, schemaStatus, assertSchemaCurrent, SCHEMA_VERSION, type MigrateResult, type SchemaStatus } from './ledger/migrations.js';
+export { backoffDelayMs, DEFAULT_BACKOFF, type BackoffPolicy, type BackoffInput } from './ledger/backoff.js';
+export { errorDigest } from './ledger/ids.js';
+export {
+  ITEM_STATES,
+  TERMINAL_STATES,
+  QUEUE_CLASSES,
+  type ItemState,
+  type QueueClass,
+  type JsonValue,
+  type WorkItem,
+  type ClaimedItem,
+  type AttemptRecord,
+  type EnqueueResult,
+  type LeaseHandle,
+  type RenewOutcome,
+  type ClaimOutcome,
+  type SuccessorClaim,
+  type CancelOutcome,
+  type ReclaimOutcome,
+  type WokenItem,
+  type ProbeOutcome,
+  type QueueStats,
+  type Ownership,
+} from './ledger/types.js';
+
+// Wake-ups (Redis Streams).
+export { WakeChannel, type WakeChannelOptions, type PublishCounters } from './wake/wake-channel.js';
+export type { WakeMessage, WakeKind } from './wake/streams.js';
+export type { ControlMessage } from './wake/control.js';
+export type { WakeTimer, RecurringSchedule } from './wake/timers.js';
+export { wakeStreamKey, controlStreamKey, DEFAULT_KEY_PREFIX } from './wake/keys.js';
+export type { RedisTarget } from './wake/redis.js';
+
+// Producing work.
+export { Producer, type ProducerOptions, type ProducerTransaction, type AfterCommit } from './producer/producer.js';
+
+// Consuming work.
+export { Consumer, type ConsumerOptions, type ConsumerCounters, type ConsumerEvents } from './consumer/consumer.js';
+export { consumerSettingsSchema, type ConsumerSettings, type ConsumerSettingsInput } from './consumer/options.js';
+export { PermanentError, DeferError, RateLimitedError, BlockOnError, JobAbortedError, Defer, BlockOn, type AbortReason } from './consumer/errors.js';
+export {
+  defineHandler,
+  type Handler,
+  type HandlerDefinition,
+  type HandlerEntry,
+  type Job,
+  type JobContext,
+  type RegisteredHandler,
+} from './consumer/types.js';
+export type { Outcome } from './consumer/executor.js';
+
+// Errors.
 export {
   ValidationError,
   SchemaBehindError,
   ConflictRetriesExhaustedError,
   TransactionRolledBackError,
   CommitOutcomeUnknownError,
+  LeaseLostError,
+  OwnershipConflictError,
+  ReplayRejectedError,
+  type ReplayRejection,
   type FieldIssue,
 } from './errors.js';
+
+// Logging.
 export { createLogger, setDefaultLogLevel, setLogDestination, type Logger } from './log.js';

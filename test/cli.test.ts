@@ -7,7 +7,7 @@ import { sql } from 'kysely';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { CORE_COMMANDS, runCli, type CommandFactory } from '../src/cli/program.js';
 import { SCHEMA_VERSION } from '../src/ledger/migrations.js';
-import { errorDigest } from '../src/ledger/sql/replay.js';
+import { errorDigest } from '../src/ledger/ids.js';
 import { controlStreamKey, wakeStreamKey } from '../src/wake/keys.js';
 import { createTestWake, type TestWake } from './support/engine.js';
 import { claimOne, freshQueue, itemCount, mustGet } from './support/items.js';

@@ -1,6 +1,6 @@
 import { once } from 'node:events';
 import { afterEach, expect, test } from 'vitest';
-import { MAX_IDS_PER_ENTRY } from '../src/wake/channel.js';
+import { MAX_IDS_PER_ENTRY } from '../src/wake/streams.js';
 import { wakeStreamKey } from '../src/wake/keys.js';
 import { Consumer } from '../src/consumer/consumer.js';
 import { Producer } from '../src/producer/producer.js';

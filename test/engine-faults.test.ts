@@ -5,7 +5,7 @@ import { Consumer } from '../src/consumer/consumer.js';
 import type { Outcome } from '../src/consumer/executor.js';
 import type { Job, JobContext } from '../src/consumer/types.js';
 import type { Ledger } from '../src/ledger/ledger.js';
-import { LeaseLostError } from '../src/ledger/sql/transition.js';
+import { LeaseLostError } from '../src/errors.js';
 import type { ClaimedItem } from '../src/ledger/types.js';
 import { Producer } from '../src/producer/producer.js';
 import { wakeStreamKey } from '../src/wake/keys.js';

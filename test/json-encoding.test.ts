@@ -1,5 +1,5 @@
 import { describe, expect, test } from 'vitest';
-import { truncate } from '../src/ledger/sql/common.js';
+import { truncate } from '../src/ledger/internal.js';
 import { encodeJson, encodePayload, isWellFormedText, jsonFault } from '../src/ledger/validation.js';
 
 /** Nested `depth` levels deep, with `leaf` at the bottom. */

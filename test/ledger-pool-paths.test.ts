@@ -3,8 +3,7 @@ import { afterEach, expect, test } from 'vitest';
 import mysql, { type RowDataPacket } from 'mysql2/promise';
 import { SESSION_SETUP } from '../src/ledger/connection.js';
 import { Ledger } from '../src/ledger/ledger.js';
-import { jsonLiteral } from '../src/ledger/sql/common.js';
-import { pipelined } from '../src/ledger/sql/pipeline.js';
+import { jsonLiteral, pipelined } from '../src/ledger/internal.js';
 import { createTestLedger, ledgerOnPlainPool, waitFor, type TestLedger } from './support/ledger.js';
 import { mysqlServerUrl } from './support/services.js';
 

@@ -1,11 +1,10 @@
 import { sql } from 'kysely';
 import { afterAll, beforeAll, describe, expect, test } from 'vitest';
 import { Ledger } from '../src/ledger/ledger.js';
-import { OwnershipConflictError } from '../src/ledger/sql/ownership.js';
-import { LeaseLostError } from '../src/ledger/sql/transition.js';
+import { LeaseLostError, OwnershipConflictError, ReplayRejectedError } from '../src/errors.js';
 import { createLogger } from '../src/log.js';
 import { Reconciler } from '../src/supervisor/reconciler.js';
-import { errorDigest, ReplayRejectedError } from '../src/ledger/sql/replay.js';
+import { errorDigest } from '../src/ledger/ids.js';
 import type { ClaimedItem, WorkItem } from '../src/ledger/types.js';
 import {
   claimAll,

@@ -10,6 +10,11 @@ import { CliError, renameFields, UsageError } from './errors.js';
 import { redactUrl } from './format.js';
 import { eprintln, type CliIo } from './io.js';
 
+/** What a command factory gets besides its parent command. */
+export interface CliContext {
+  io: CliIo;
+}
+
 export const DEFAULT_DATABASE_URL = 'mysql://root@127.0.0.1:3306/lanewake';
 
 /** The options every command takes (before or after the command name). */

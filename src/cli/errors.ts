@@ -1,6 +1,5 @@
 import { CommanderError } from 'commander';
-import { ValidationError } from '../errors.js';
-import { OwnershipConflictError } from '../ledger/sql/ownership.js';
+import { OwnershipConflictError, ValidationError } from '../errors.js';
 
 /** Exit codes of the `lanewake` command (also listed in `lanewake --help`). */
 export const EXIT = {

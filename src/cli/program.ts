@@ -11,14 +11,9 @@ import { statsCommand } from './commands/stats.js';
 import { workerCommand } from './commands/worker.js';
 import { demoCommand } from './commands/demo.js';
 import { benchCommand } from './commands/bench.js';
-import { addGlobalOptions } from './context.js';
+import { addGlobalOptions, type CliContext } from './context.js';
 import { describeError, exitCodeOf } from './errors.js';
 import { eprintln, type CliIo } from './io.js';
-
-/** What a command factory gets besides its parent command. */
-export interface CliContext {
-  io: CliIo;
-}
 
 /**
  * Registers one command (with its options and action) on `program`. Create it

@@ -1,6 +1,5 @@
 import type { FinalizeResult, Ledger } from '../ledger/ledger.js';
-import type { SuccessorClaim } from '../ledger/sql/completeBatch.js';
-import type { LeaseHandle } from '../ledger/sql/finalize.js';
+import type { LeaseHandle, SuccessorClaim } from '../ledger/types.js';
 import type { ClaimedItem } from '../ledger/types.js';
 
 /** Room a consumer grants a completion batch for its lanes' next heads, and where they go. */

@@ -8,16 +8,17 @@ import { MAX_CLAIM_ITEMS, type Ledger } from '../ledger/ledger.js';
 import { newLeaseToken } from '../ledger/ids.js';
 import type { ClaimedItem, QueueClass } from '../ledger/types.js';
 import { createLogger, type Logger } from '../log.js';
-import type { WakeEntry, WakeMessage, WakeStreams } from '../wake/channel.js';
+import type { WakeEntry, WakeMessage, WakeStreams } from '../wake/streams.js';
 import type { ControlMessage } from '../wake/control.js';
-import { createBlockingClient, whenReady } from '../wake/redis.js';
+import { createRedisClient, whenReady } from '../wake/redis.js';
 import type { DirectReservation } from '../wake/local-route.js';
 import type { WakeChannel } from '../wake/wake-channel.js';
 import { Producer } from '../producer/producer.js';
 import { BatchCompleter, type SuccessorLease } from './completer.js';
 import { runJob, type ExecutorDeps, type Outcome, type RunningJob } from './executor.js';
 import { leaseTickMs } from './lease-keeper.js';
-import { sleep, Notifier } from './notifier.js';
+import { sleep } from '../sleep.js';
+import { Latch } from './latch.js';
 import { consumerSettingsSchema, type ConsumerSettings, type ConsumerSettingsInput } from './options.js';
 import { normalizeHandler, type HandlerEntry, type RegisteredHandler } from './types.js';
 
@@ -66,8 +67,6 @@ export interface ConsumerEvents {
 const FOLLOW_UP_MIN_INTERVAL_MS = 20;
 const IDLE_WAKE_ENTRY_MS = 30_000;
 const CAPPED_RETRY_MS = 250;
-/** Most items held claimed ahead of free slots by default (graphile-worker's local queue default is 500). */
-const DEFAULT_PREFETCH = 512;
 /** Claim rounds one scheduler may have in flight at once. */
 const MAX_CLAIM_ROUNDS = 2;
 /** The prefetch buffer aims to hold what the slots will start within this long, given recent handler times. */
@@ -116,8 +115,8 @@ export class Consumer<DB = Record<string, never>> extends EventEmitter<ConsumerE
   /** Items in the prefetch buffer named by a cancel message: each asks the ledger as it starts. */
   private readonly cancelHints = new Set<string>();
   private pendingAcks: WakeEntry[] = [];
-  private readonly schedulerWake = new Notifier();
-  private readonly readerWake = new Notifier();
+  private readonly schedulerWake = new Latch();
+  private readonly readerWake = new Latch();
   private streams: WakeStreams | undefined;
   private reader: Redis | undefined;
   private controlReader: Redis | undefined;
@@ -190,7 +189,7 @@ export class Consumer<DB = Record<string, never>> extends EventEmitter<ConsumerE
       },
     };
     // A fleet-wide cap counts prefetched items as processing: keep the cap tight, no prefetch.
-    this.prefetchLimit = this.settings.maxProcessing !== undefined ? 0 : (this.settings.prefetch ?? DEFAULT_PREFETCH);
+    this.prefetchLimit = this.settings.maxProcessing !== undefined ? 0 : this.settings.prefetch;
   }
 
   /** Items this consumer holds: handlers running plus outcomes being written. */
@@ -208,8 +207,8 @@ export class Consumer<DB = Record<string, never>> extends EventEmitter<ConsumerE
     this.state = 'running';
     if (this.wake) {
       this.streams = this.wake.streamsOf(this.settings.queue, this.settings.classes);
-      this.reader = createBlockingClient(this.wake.options.redis, `lanewake:wake:${this.name}`);
-      this.controlReader = createBlockingClient(this.wake.options.redis, `lanewake:control:${this.name}`);
+      this.reader = createRedisClient(this.wake.options.redis, `lanewake:wake:${this.name}`);
+      this.controlReader = createRedisClient(this.wake.options.redis, `lanewake:control:${this.name}`);
       // Join the group before the first claim so no wake-up published from here on is missed.
       if (await this.wake.usable()) {
         await this.streams.ensureGroup(this.wake.redis).then(
@@ -251,7 +250,7 @@ export class Consumer<DB = Record<string, never>> extends EventEmitter<ConsumerE
 
   /**
    * Graceful stop (docs/design.md §6): stop claiming and reading; let in-flight
-   * handlers finish within `drainTimeoutMs`; then abort them and finalize
+   * handlers finish within `drainTimeoutMs` (default: the setting); then abort them and finalize
    * those that settle (released without spending an attempt). A handler
    * that still runs is never released: its lease is left to expire.
    */
@@ -263,7 +262,7 @@ export class Consumer<DB = Record<string, never>> extends EventEmitter<ConsumerE
     }
     this.state = 'stopping';
     this.unregisterLocal?.();
-    const drainMs = opts.drainTimeoutMs ?? 30_000;
+    const drainMs = opts.drainTimeoutMs ?? this.settings.drainTimeoutMs;
     this.schedulerWake.notify();
     this.readerWake.notify();
     this.reader?.disconnect();

@@ -1,13 +1,13 @@
 import type { Transaction } from 'kysely';
-import { ValidationError } from '../errors.js';
+import { LeaseLostError, ValidationError } from '../errors.js';
 import type { Logger } from '../log.js';
+import { sleep } from '../sleep.js';
 import type { FinalizeResult, Ledger } from '../ledger/ledger.js';
-import { LeaseLostError } from '../ledger/sql/transition.js';
 import type { ClaimedItem } from '../ledger/types.js';
 import { encodeJson } from '../ledger/validation.js';
 import type { BatchCompleter } from './completer.js';
 import { BlockOnError, DeferError, JobAbortedError, PermanentError, type AbortReason } from './errors.js';
-import { LeaseKeeper, leaseTickMs, type LeaseEvent } from './lease-keeper.js';
+import { LeaseKeeper, leaseTickMs, leaseWriteRetryMs, type LeaseEvent } from './lease-keeper.js';
 import type { ConsumerSettings } from './options.js';
 import type { Job, JobContext, RegisteredHandler } from './types.js';
 
@@ -455,12 +455,12 @@ async function finalizeSafely<DB, R extends FinalizeResult>(
         deps.log.error({ id: item.id, err: error.message }, 'finalize rejected as invalid; the lease will expire');
         return undefined;
       }
-      const wait = Math.min(1000, 50 * 2 ** attempt);
+      const wait = leaseWriteRetryMs(attempt);
       if (Date.now() + wait > deadline) {
         deps.log.error({ id: item.id, err: (error as Error).message }, 'finalize failed; the lease will expire and the item be reclaimed');
         return undefined;
       }
-      await new Promise((r) => setTimeout(r, wait));
+      await sleep(wait, { keepAlive: true });
       // The lease keeper stopped when the handler settled: while the finalize is retried (the ledger
       // unreachable for a while), keep the lease, or it expires and the next holder spends an attempt.
       // Between two tries, so a renewal never races the finalize's own write.

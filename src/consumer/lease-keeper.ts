@@ -1,7 +1,7 @@
 import type { Ledger } from '../ledger/ledger.js';
 import { isConnectionError } from '../ledger/retry.js';
 import type { ClaimedItem } from '../ledger/types.js';
-import { sleep } from './notifier.js';
+import { sleep } from '../sleep.js';
 
 export type LeaseEvent = 'lost' | 'cancel_requested';
 
@@ -14,6 +14,11 @@ export const LEASE_TICKS_PER_LEASE = 12;
 
 export function leaseTickMs(leaseMs: number): number {
   return Math.max(10, Math.min(1000, Math.floor(leaseMs / LEASE_TICKS_PER_LEASE)));
+}
+
+/** The pause before try `attempt + 1` of a failed write under a lease (a renewal, a finalize): doubling from 50 ms, capped at a second. */
+export function leaseWriteRetryMs(attempt: number): number {
+  return Math.min(1000, 50 * 2 ** attempt);
 }
 
 /**
@@ -93,7 +98,7 @@ export class LeaseKeeper {
         // renewal gets a fresh one, so try it at once, once, before backing off.
         // A renewal is safe to repeat: it only sets the lease's end again.
         if (attempt === 0 && isConnectionError(error)) continue;
-        const backoff = Math.min(1000, 50 * 2 ** attempt);
+        const backoff = leaseWriteRetryMs(attempt);
         if (Date.now() + backoff >= this.leaseUntilMs - margin) {
           this.stopped = true;
           this.onEvent('lost');

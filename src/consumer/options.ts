@@ -3,68 +3,110 @@ import { backoffSchema } from '../ledger/backoff.js';
 import { QUEUE_CLASSES } from '../ledger/types.js';
 import { queueName, typeName, workerName } from '../ledger/validation.js';
 
-/** Tunables of a consumer, validated at construction (defaults: docs/design.md §6). */
+/**
+ * Tunables of a consumer, validated at construction. Each field's
+ * `.describe()` is the text docs/configuration.md shows (`npm run docs:config`).
+ */
 export const consumerSettingsSchema = z
   .object({
-    queue: queueName,
-    /** Executor slots: how many handlers run at once. */
-    concurrency: z.number().int().min(1).max(1000).default(10),
-    /**
-     * Most items claimed ahead of free slots (docs/design.md, Prefetch). The buffer
-     * adapts to the start rate (none for slow handlers), an item waits at most
-     * a third of its lease before going back unstarted, and the buffer is
-     * released at stop. Default 512; 0 turns it off; ignored with
-     * `maxProcessing`.
-     */
-    prefetch: z.number().int().min(0).max(10_000).optional(),
-    classes: z.array(z.enum(QUEUE_CLASSES)).min(1).default([...QUEUE_CLASSES]),
-    /**
-     * Only these types are claimed. Default: every type, so an item whose type
-     * has no handler here ends per `unknownType` instead of waiting forever.
-     */
-    types: z.array(typeName).optional(),
-    /** Consumer name: lease owner and stream consumer. Default host:pid:random. */
-    name: workerName.optional(),
-    leaseMs: z.number().int().min(100).max(3_600_000).default(30_000),
-    /** Per-queue handler deadline; 0 = none. */
-    deadlineMs: z.number().int().min(0).max(86_400_000).default(600_000),
-    /** How long a handler aborted at its deadline may take to settle before its lease is left to expire. */
-    abortGraceMs: z.number().int().min(0).max(600_000).default(10_000),
-    /** Backstop ledger sweep while Redis is up. */
-    pollIntervalMs: z.number().int().min(10).max(3_600_000).default(5_000),
-    /** Sweep interval while Redis is unreachable (or no wake channel is configured and this is smaller). */
-    redisDownPollMs: z.number().int().min(10).max(60_000).default(1_000),
-    /** XREADGROUP BLOCK time. */
-    readBlockMs: z.number().int().min(10).max(60_000).default(2_000),
-    backoff: backoffSchema.default(backoffSchema.parse({})),
-    /** Backoff of a release after a deadline (no budget burn). */
-    deadlineBackoffMs: z.number().int().min(0).max(86_400_000).default(1_000),
-    /**
-     * An item whose type has no handler here. 'release' (default): back to
-     * pending without spending an attempt, for a worker that has one (a
-     * rolling deploy), until `unknownTypeGraceMs` after the item was created;
-     * then, or at once with 'dead', it ends dead, class `unowned`.
-     */
-    unknownType: z.enum(['dead', 'release']).default('release'),
-    /** Delay of each such release; it grows with the item's age (a quarter of it, up to a minute), never past the grace. */
-    unknownTypeReleaseMs: z.number().int().min(0).max(86_400_000).default(5_000),
-    /** How long after its creation an item of an unknown type is still released rather than dead. */
-    unknownTypeGraceMs: z.number().int().min(0).max(30 * 86_400_000).default(3_600_000),
-    /** A finalize has this long on its own before the lease is left to expire. */
-    finalizeTimeoutMs: z.number().int().min(100).max(600_000).default(15_000),
-    /**
-     * Let this consumer also reclaim expired leases and probe dependency waits
-     * on each sweep. Off under a supervisor, whose reconciler does it.
-     */
-    maintenance: z.boolean().default(true),
-    /**
-     * Fleet-wide cap on this queue's `processing` items, read from the ledger
-     * before each claim. The read and the claim are two statements, so
-     * consumers claiming at the same instant can overshoot it by their batch.
-     */
-    maxProcessing: z.number().int().min(1).max(1_000_000).optional(),
-    /** Ownership epoch to fence claims with (docs/design.md, Ownership epochs). */
-    epoch: z.number().int().min(0).optional(),
+    queue: queueName.describe('The queue this consumer claims from.'),
+    concurrency: z.number().int().min(1).max(1000).default(10).describe('Executor slots: how many handlers run at once.'),
+    /** docs/design.md, Prefetch; released at stop. 512 is near graphile-worker's local queue default (500). */
+    prefetch: z
+      .number()
+      .int()
+      .min(0)
+      .max(10_000)
+      .default(512)
+      .describe(
+        'Most items claimed ahead of free slots. The buffer adapts to how fast handlers start (none for slow ones); an item waits at most a third of its lease, then goes back unstarted. 0 = off; ignored with `maxProcessing`.',
+      ),
+    classes: z.array(z.enum(QUEUE_CLASSES)).min(1).default([...QUEUE_CLASSES]).describe('Which queue classes to claim.'),
+    types: z
+      .array(typeName)
+      .optional()
+      .describe('Only these types are claimed. Default: every type, so an item whose type has no handler here ends per `unknownType` instead of waiting forever.'),
+    name: workerName.optional().describe('Consumer name: the lease owner and the stream consumer. Default: host:pid:random.'),
+    leaseMs: z.number().int().min(100).max(3_600_000).default(30_000).describe('Lease length (ms); renewed while the handler runs.'),
+    deadlineMs: z
+      .number()
+      .int()
+      .min(0)
+      .max(86_400_000)
+      .default(600_000)
+      .describe("Handler deadline for the queue (ms); 0 = none. A handler's own `deadlineMs` wins."),
+    abortGraceMs: z
+      .number()
+      .int()
+      .min(0)
+      .max(600_000)
+      .default(10_000)
+      .describe('How long (ms) a handler aborted at its deadline may take to settle before its lease is left to expire.'),
+    pollIntervalMs: z.number().int().min(10).max(3_600_000).default(5_000).describe('Backstop ledger sweep interval (ms) while Redis is up.'),
+    redisDownPollMs: z
+      .number()
+      .int()
+      .min(10)
+      .max(60_000)
+      .default(1_000)
+      .describe('Sweep interval (ms) while Redis is unreachable (or without a wake channel, when smaller than `pollIntervalMs`).'),
+    readBlockMs: z.number().int().min(10).max(60_000).default(2_000).describe('XREADGROUP BLOCK time (ms).'),
+    backoff: backoffSchema.default(backoffSchema.parse({})).describe('Retry backoff after a failed attempt. Default: 1 s, ×2, at most 1 h, 20 % jitter.'),
+    deadlineBackoffMs: z
+      .number()
+      .int()
+      .min(0)
+      .max(86_400_000)
+      .default(1_000)
+      .describe('Delay (ms) of the release after a deadline (no attempt spent).'),
+    unknownType: z
+      .enum(['dead', 'release'])
+      .default('release')
+      .describe(
+        "An item whose type has no handler here. 'release': back to pending without spending an attempt, for a worker that has one (a rolling deploy), until `unknownTypeGraceMs` after the item was created; then, or at once with 'dead', it ends dead, class `unowned`.",
+      ),
+    unknownTypeReleaseMs: z
+      .number()
+      .int()
+      .min(0)
+      .max(86_400_000)
+      .default(5_000)
+      .describe("Delay (ms) of each such release; it grows with the item's age (a quarter of it, up to a minute), never past the grace."),
+    unknownTypeGraceMs: z
+      .number()
+      .int()
+      .min(0)
+      .max(30 * 86_400_000)
+      .default(3_600_000)
+      .describe('How long (ms) after its creation an item of an unknown type is still released rather than dead.'),
+    finalizeTimeoutMs: z
+      .number()
+      .int()
+      .min(100)
+      .max(600_000)
+      .default(15_000)
+      .describe('How long (ms) a finalize has on its own before the lease is left to expire.'),
+    drainTimeoutMs: z
+      .number()
+      .int()
+      .min(0)
+      .max(3_600_000)
+      .default(30_000)
+      .describe('At stop: how long (ms) running handlers may take to finish before they are aborted (reason shutdown).'),
+    maintenance: z
+      .boolean()
+      .default(true)
+      .describe("Each sweep also reclaims expired leases and probes dependency waits. Off under a supervisor, whose reconciler does it."),
+    maxProcessing: z
+      .number()
+      .int()
+      .min(1)
+      .max(1_000_000)
+      .optional()
+      .describe(
+        "Fleet-wide cap on this queue's `processing` items, read from the ledger before each claim. The read and the claim are two statements, so consumers claiming at the same instant can overshoot it by their batch. Default: none.",
+      ),
+    epoch: z.number().int().min(0).optional().describe('Ownership epoch to fence claims with (docs/design.md, Ownership epochs). Default: none.'),
   })
   .strict();
 

@@ -4,7 +4,6 @@ import { ValidationError } from '../errors.js';
 export const MIB = 1024 * 1024;
 
 export const ledgerConfigSchema = z.object({
-  /** mysql://user:pass@host:port/database — MariaDB 10.11, MySQL 8 or TiDB. */
   url: z
     .string()
     .refine((v) => {
@@ -14,17 +13,23 @@ export const ledgerConfigSchema = z.object({
       } catch {
         return false;
       }
-    }, 'must be a mysql:// URL that names a database, e.g. mysql://root@127.0.0.1:3306/lanewake'),
-  poolSize: z.number().int().min(1).max(512).default(10),
-  /** Prefix of every ledger table, so several ledgers can share one database. */
+    }, 'must be a mysql:// URL that names a database, e.g. mysql://root@127.0.0.1:3306/lanewake')
+    .describe('mysql://user:pass@host:port/database (MariaDB 10.11, MySQL 8 or TiDB; tidb:// is accepted too).'),
+  poolSize: z.number().int().min(1).max(512).default(10).describe('Connections in the ledger\'s pool.'),
   tablePrefix: z
     .string()
     .regex(/^[a-z][a-z0-9_]{0,23}$/, 'must be 1-24 chars of [a-z0-9_], starting with a letter')
-    .default('lw_'),
-  payloadMaxBytes: z.number().int().min(1).max(64 * MIB).default(MIB),
-  resultMaxBytes: z.number().int().min(1).max(64 * MIB).default(MIB),
-  /** Error texts are cut to this many characters in the item and its history. */
-  errorMaxChars: z.number().int().min(64).max(60_000).default(4000),
+    .default('lw_')
+    .describe('Prefix of every ledger table (1-24 chars of [a-z0-9_], starting with a letter), so several ledgers can share one database.'),
+  payloadMaxBytes: z.number().int().min(1).max(64 * MIB).default(MIB).describe('Largest payload (and checkpoint) an item may carry, in bytes of its UTF-8 JSON.'),
+  resultMaxBytes: z.number().int().min(1).max(64 * MIB).default(MIB).describe('Largest handler result (or skip reason) an item may store, in bytes of its UTF-8 JSON; a larger result ends the item dead, class `result_too_large`.'),
+  errorMaxChars: z
+    .number()
+    .int()
+    .min(64)
+    .max(60_000)
+    .default(4000)
+    .describe('Error texts are cut to this many characters in the item and its history.'),
 }).strict();
 
 export type LedgerConfigInput = z.input<typeof ledgerConfigSchema>;

@@ -1,5 +1,6 @@
-import { Kysely, MysqlDialect } from 'kysely';
+import { Kysely, MysqlDialect, type QueryExecutorProvider } from 'kysely';
 import { createPool, format, type Pool, type PoolOptions } from 'mysql2';
+import { sleep } from '../sleep.js';
 import type { LedgerConfig } from './config.js';
 
 /**
@@ -58,9 +59,8 @@ export function createLedgerPool(config: Pick<LedgerConfig, 'url' | 'poolSize'>)
 /** The ledger's own tables are reached through raw `sql` with a table prefix, so the DB type is open. */
 export type LedgerDb = Kysely<Record<string, never>>;
 
-export function createLedgerDb(config: Pick<LedgerConfig, 'url' | 'poolSize'>): LedgerDb {
-  return ledgerDbOnPool(createLedgerPool(config));
-}
+/** Anything a statement can run on: the pool, a Kysely transaction, a single connection. */
+export type Executor = QueryExecutorProvider;
 
 export function ledgerDbOnPool(pool: Pool): LedgerDb {
   return new Kysely<Record<string, never>>({ dialect: new MysqlDialect({ pool }) });
@@ -90,7 +90,7 @@ export async function ensureDatabase(url: string, waitMs = 60_000): Promise<void
       const code = (error as { code?: string }).code;
       const transient = code === 'ECONNREFUSED' || code === 'PROTOCOL_CONNECTION_LOST' || code === 'ETIMEDOUT';
       if (!transient || Date.now() > deadline) throw error;
-      await new Promise((r) => setTimeout(r, 500));
+      await sleep(500, { keepAlive: true });
     }
   }
 }

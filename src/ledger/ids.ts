@@ -1,4 +1,4 @@
-import { randomFillSync } from 'node:crypto';
+import { createHash, randomFillSync } from 'node:crypto';
 
 const ID_BYTES = 16;
 /** Random bytes drawn 256 ids at a time: one crypto call per id cost more than the rest of an enqueue's id work. */
@@ -21,3 +21,8 @@ export function newId(): string {
 
 /** A lease token: fences every write of the claim it was issued with. */
 export const newLeaseToken = newId;
+
+/** SHA-256 (hex) of an item's last error text; '' when it has none. The replay guard compares it. */
+export function errorDigest(lastError: string | null): string {
+  return createHash('sha256').update(lastError ?? '', 'utf8').digest('hex');
+}

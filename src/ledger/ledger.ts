@@ -3,27 +3,45 @@ import { z } from 'zod';
 import { TransactionRolledBackError, ValidationError } from '../errors.js';
 import { backoffDelayMs, backoffSchema, DEFAULT_BACKOFF, type BackoffInput } from './backoff.js';
 import { parseLedgerConfig, type LedgerConfig, type LedgerConfigInput } from './config.js';
-import { createLedgerPool, ledgerDbOnPool, trackPool, type LedgerDb, type PoolStats } from './connection.js';
+import { createLedgerPool, ledgerDbOnPool, trackPool, type Executor, type LedgerDb, type PoolStats } from './connection.js';
 import { assertSchemaCurrent, migrate, schemaStatus, type MigrateResult, type SchemaStatus } from './migrations.js';
 import { ER_DUP_ENTRY, errno, retryOnConflict, runTransaction } from './retry.js';
 import { finalizeBlock } from './sql/block.js';
-import { cancelItem, type CancelOutcome } from './sql/cancel.js';
-import { claimByIds, claimHeads, type ClaimOutcome } from './sql/claim.js';
-import { ownerColumn, queueScoped, truncate, type Executor } from './sql/common.js';
-import { completeMany, completionsSettled, type SuccessorClaim } from './sql/completeBatch.js';
-import { probeDependencyWaits, wakeDependency, type ProbeOutcome, type WokenItem } from './sql/dependency.js';
-import { claimableAtInsert, claimedAtInsert, insertItems, insertLanedPipelined, MAX_STATEMENT_BYTES, type InsertClaim, type NewItem } from './sql/enqueue.js';
-import { finalize, finalizeInTx, renewLease, saveCheckpoint, type Finalization, type LeaseHandle, type RenewOutcome } from './sql/finalize.js';
+import { cancelItem } from './sql/cancel.js';
+import { claimByIds, claimHeads } from './sql/claim.js';
+import { ownerColumn, queueScoped, truncate } from './sql/common.js';
+import { completeMany, completionsSettled } from './sql/complete-batch.js';
+import { probeDependencyWaits, wakeDependency } from './sql/dependency.js';
+import { claimableAtInsert, claimedAtInsert, fitsOneStatement, insertItems, insertLanedPipelined, type InsertClaim, type NewItem } from './sql/enqueue.js';
+import { finalize, finalizeInTx, type Finalization } from './sql/finalize.js';
+import { renewLease, saveCheckpoint } from './sql/lease.js';
 import { getAttempts, getItem, listDead } from './sql/inspect.js';
-import { activateOwnership, getOwnership, type Ownership } from './sql/ownership.js';
+import { activateOwnership, getOwnership } from './sql/ownership.js';
 import { purgeTerminal } from './sql/purge.js';
 import { purgeWakeMarks } from './sql/wake-marks.js';
-import { reclaimExpired, type ReclaimOutcome } from './sql/reclaim.js';
+import { reclaimExpired } from './sql/reclaim.js';
 import { repairWaits } from './sql/waits.js';
 import { replayItem } from './sql/replay.js';
-import { countProcessing, queueStats, type QueueStats } from './sql/stats.js';
+import { countProcessing, queueStats } from './sql/stats.js';
 import { ledgerTables, type LedgerTables } from './tables.js';
-import type { AttemptRecord, ClaimedItem, EnqueueResult, ItemState, QueueClass, WorkItem } from './types.js';
+import type {
+  AttemptRecord,
+  CancelOutcome,
+  ClaimedItem,
+  ClaimOutcome,
+  EnqueueResult,
+  ItemState,
+  LeaseHandle,
+  Ownership,
+  ProbeOutcome,
+  QueueClass,
+  QueueStats,
+  ReclaimOutcome,
+  RenewOutcome,
+  SuccessorClaim,
+  WokenItem,
+  WorkItem,
+} from './types.js';
 import {
   durationMs,
   encodeJson,
@@ -110,12 +128,6 @@ export const DEFAULT_MAX_ATTEMPTS = 25;
 
 /** Dependency wake marks are kept at least this long (see sql/wake-marks.ts). */
 const WAKE_MARK_KEEP_MS = 86_400_000;
-
-function fitsOneStatement(items: readonly NewItem[]): boolean {
-  let bytes = 0;
-  for (const i of items) bytes += i.payloadJson.length * 3 + 512;
-  return bytes <= MAX_STATEMENT_BYTES;
-}
 
 /** The most items one claim (or claim by ids) takes. */
 export const MAX_CLAIM_ITEMS = 1000;

@@ -1,5 +1,6 @@
 import type { Transaction } from 'kysely';
 import { CommitOutcomeUnknownError, ConflictRetriesExhaustedError } from '../errors.js';
+import { sleep } from '../sleep.js';
 import type { LedgerDb } from './connection.js';
 
 /**
@@ -78,11 +79,9 @@ export const DEFAULT_RETRY: RetryPolicy = { maxAttempts: 8, baseDelayMs: 5, maxD
  */
 export const CONNECTION_RETRY: RetryPolicy = { maxAttempts: 6, baseDelayMs: 20, maxDelayMs: 1000 };
 
-const sleep = (ms: number) => new Promise<void>((resolve) => setTimeout(resolve, ms));
-
 /** The pause before run `attempt + 1`: full jitter under an exponential cap. */
 export function retryDelay(policy: RetryPolicy, attempt: number): Promise<void> {
-  return sleep(Math.random() * Math.min(policy.maxDelayMs, policy.baseDelayMs * 2 ** (attempt - 1)));
+  return sleep(Math.random() * Math.min(policy.maxDelayMs, policy.baseDelayMs * 2 ** (attempt - 1)), { keepAlive: true });
 }
 
 /**

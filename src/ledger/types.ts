@@ -80,3 +80,94 @@ export interface EnqueueResult {
   duplicate: boolean;
   laneSeq: number | null;
 }
+
+// What the ledger's operations take and return.
+
+/** What a finalize needs of the claim it ends. */
+export type LeaseHandle = Pick<
+  ClaimedItem,
+  'id' | 'queue' | 'lane' | 'laneSeq' | 'leaseToken' | 'leaseOwner' | 'attempt' | 'maxAttempts' | 'startedAt'
+>;
+
+/** What a lease renewal found. */
+export interface RenewOutcome {
+  renewed: boolean;
+  /** An operator asked to cancel this item; the handler should stop. */
+  cancelRequested: boolean;
+}
+
+/** What a claim took. */
+export interface ClaimOutcome {
+  items: ClaimedItem[];
+  /** More claimable heads were seen than this claim took: worth waking another consumer. */
+  moreAvailable: boolean;
+}
+
+/**
+ * Lane affinity (docs/design.md §6): the completing consumer takes up to `max` of
+ * the new heads in the same transaction, under this lease, if they are due
+ * and of its classes and types. Their lanes never wait for a claim round.
+ */
+export interface SuccessorClaim {
+  owner: string;
+  token: string;
+  leaseMs: number;
+  max: number;
+  classes?: readonly QueueClass[] | undefined;
+  types?: readonly string[] | undefined;
+}
+
+/** What a cancel request did. */
+export type CancelOutcome =
+  /** It was waiting (pending or blocked): now terminal, its lane moves on. */
+  | 'cancelled'
+  /** It is running: its holder is told (over the control stream, or at its next renewal) and its handler is aborted. */
+  | 'cancel_requested'
+  /** Already finished (or no such item). */
+  | 'not_cancellable'
+  | 'not_found';
+
+/** What a sweep of expired leases did. */
+export interface ReclaimOutcome {
+  /** Back to pending: another consumer may claim them now. */
+  reclaimed: string[];
+  /** Their budget was spent by the expired attempt: dead, class `lease_expired`. */
+  dead: string[];
+  /** A cancel was requested while they ran: the holder is gone, so the cancel completes here. */
+  cancelled: string[];
+}
+
+/** An item a dependency wake-up or probe moved back to pending. */
+export interface WokenItem {
+  id: string;
+  queue: string;
+  lane: string | null;
+}
+
+/** What a sweep of due dependency probes did. */
+export interface ProbeOutcome {
+  /** Due for a probe (or past maxWait): back to pending so the handler checks its dependency again. */
+  probed: WokenItem[];
+  /**
+   * Of `probed`, the ids whose wait had passed its maxWait: this run is their
+   * last. If the handler blocks on the same key again, the item ends dead,
+   * class `dependency_expired`; no item ends so without a final check.
+   */
+  expired: string[];
+}
+
+/** Item counts by state, and the claim backlog's age, of one queue. */
+export interface QueueStats {
+  queue: string;
+  counts: Record<ItemState, number>;
+  /** Age of the oldest due lane head waiting to be claimed, in ms (0 when none waits). */
+  oldestDueAgeMs: number;
+}
+
+/** Which deployment holds a queue, under which epoch (docs/design.md, Ownership epochs). */
+export interface Ownership {
+  queue: string;
+  deployment: string;
+  epoch: number;
+  activatedAt: Date;
+}

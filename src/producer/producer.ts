@@ -1,10 +1,11 @@
 import type { Kysely, Transaction } from 'kysely';
 import type { ClaimCandidate, EnqueueInput, Ledger } from '../ledger/ledger.js';
-import type { Executor } from '../ledger/sql/common.js';
+import type { Executor } from '../ledger/connection.js';
 import type { EnqueueResult, QueueClass } from '../ledger/types.js';
 import { z } from 'zod';
 import { TransactionRolledBackError } from '../errors.js';
 import { isRetryableConflict } from '../ledger/retry.js';
+import { sleep } from '../sleep.js';
 import type { DirectReservation } from '../wake/local-route.js';
 import type { WakeChannel } from '../wake/wake-channel.js';
 import { queueClass, queueName, typeName, laneKey, validate } from '../ledger/validation.js';
@@ -136,7 +137,7 @@ export class Producer {
         });
       } catch (error) {
         if (run >= TRANSACTION_RUNS || !(error instanceof TransactionRolledBackError || isRetryableConflict(error))) throw error;
-        await new Promise((resolve) => setTimeout(resolve, Math.random() * Math.min(200, 10 * 2 ** run)));
+        await sleep(Math.random() * Math.min(200, 10 * 2 ** run), { keepAlive: true });
         continue;
       }
       for (const p of pending) await this.announce(p.inputs, p.results);

@@ -2,67 +2,125 @@ import { readFile } from 'node:fs/promises';
 import { parse as parseYaml } from 'yaml';
 import { z } from 'zod';
 import { ValidationError } from '../errors.js';
-import { backoffSchema } from '../ledger/backoff.js';
 import { consumerSettingsSchema, type ConsumerSettingsInput } from '../consumer/options.js';
-import { QUEUE_CLASSES } from '../ledger/types.js';
-import { queueName, typeName, workerName } from '../ledger/validation.js';
+import { ledgerConfigSchema } from '../ledger/config.js';
+import { workerName } from '../ledger/validation.js';
 import { DEFAULT_KEY_PREFIX } from '../wake/keys.js';
 
-const ms = (max = 86_400_000) => z.number().int().min(0).max(max);
-
 /** The prefix of every Redis key; worker and CLI check it alike. */
-export const redisKeyPrefixSchema = z.string().regex(/^[A-Za-z0-9_.:-]{1,64}$/, 'must be 1-64 chars of [A-Za-z0-9_.:-]');
+export const redisKeyPrefixSchema = z
+  .string()
+  .regex(/^[A-Za-z0-9_.:-]{1,64}$/, 'must be 1-64 chars of [A-Za-z0-9_.:-]')
+  .describe('Prefix of every Redis key (1-64 chars of [A-Za-z0-9_.:-]), so several deployments can share one Redis.');
 
+type Shape = Record<string, z.ZodType>;
+/** Each field optional and without its default: what a queue entry does not set, the consumer defaults. */
+type LeftUnset<S extends Shape> = {
+  [K in keyof S]: S[K] extends z.ZodDefault<infer T> ? z.ZodOptional<T> : S[K] extends z.ZodOptional ? S[K] : z.ZodOptional<S[K]>;
+};
+
+/**
+ * The consumer's fields, each optional and without its default, so a queue
+ * entry holds only what it set (refineQueues, --print-config) and the
+ * consumer's own defaults apply to the rest. The consumer's default stays in
+ * the field's documentation (docs/configuration.md).
+ */
+function leftUnset<S extends Shape>(shape: S): LeftUnset<S> {
+  const fields = Object.entries(shape).map(([key, field]) => {
+    if (!(field instanceof z.ZodDefault)) return [key, field instanceof z.ZodOptional ? field : field.optional()];
+    return [key, (field.unwrap() as z.ZodType).optional().meta({ description: field.description, default: field.def.defaultValue })];
+  });
+  return Object.fromEntries(fields) as LeftUnset<S>;
+}
+
+const consumerField = consumerSettingsSchema.shape;
+
+/**
+ * One queue of the worker: its name, the consumer settings a queue entry may
+ * set (the consumer's own fields and limits), and ownership.
+ */
 export const queueConfigSchema = z
   .object({
-    name: queueName,
-    concurrency: z.number().int().min(1).max(1000).default(10),
-    classes: z.array(z.enum(QUEUE_CLASSES)).min(1).optional(),
-    leaseMs: z.number().int().min(100).max(3_600_000).optional(),
-    /** Handler deadline for the queue; 0 = none. */
-    deadlineMs: ms().optional(),
-    pollIntervalMs: z.number().int().min(10).max(3_600_000).optional(),
-    backoff: backoffSchema.optional(),
-    /** Most items claimed ahead of free slots (the consumer's prefetch buffer; 0 = off). */
-    prefetch: z.number().int().min(0).max(10_000).optional(),
-    /** Fleet-wide cap on this queue's items in `processing` (from the ledger). */
-    maxProcessing: z.number().int().min(1).max(1_000_000).optional(),
-    /** Only these types are claimed here (default: every type of the queue). */
-    types: z.array(typeName).min(1).optional(),
-    /** An item whose type has no handler here: released for another worker, or dead `unowned`. */
-    unknownType: z.enum(['release', 'dead']).optional(),
-    /** Delay between releases of an item whose type has no handler here. */
-    unknownTypeReleaseMs: ms().optional(),
-    /** After this age an item nobody has a handler for ends dead `unowned`. */
-    unknownTypeGraceMs: ms(30 * 86_400_000).optional(),
-    /** Claims are fenced by this deployment's ownership epoch (`lanewake activate`). */
-    ownership: z.boolean().default(false),
+    name: consumerField.queue.describe('The queue (1-64 chars of [a-z0-9._-]).'),
+    // Kept with its default: a queue named only by --queues runs the consumer's default slots.
+    concurrency: consumerField.concurrency,
+    ...leftUnset(
+      consumerSettingsSchema.pick({
+        prefetch: true,
+        classes: true,
+        leaseMs: true,
+        deadlineMs: true,
+        pollIntervalMs: true,
+        backoff: true,
+        maxProcessing: true,
+        unknownType: true,
+        unknownTypeReleaseMs: true,
+        unknownTypeGraceMs: true,
+      }).shape,
+    ),
+    // A worker's list may not be empty (the consumer takes [] as every type).
+    types: consumerField.types
+      .unwrap()
+      .min(1)
+      .optional()
+      .describe('Only these types are claimed here (at least one). Default: every type of the queue, so an item whose type has no handler here ends per `unknownType`.'),
+    ownership: z
+      .boolean()
+      .default(false)
+      .describe('Claims are fenced by this deployment\'s ownership epoch (`lanewake activate`); needs `deployment`. A standby queue claims nothing.'),
   })
   .strict();
 
 export const workerConfigSchema = z
   .object({
-    databaseUrl: z.string().min(1),
-    redisUrl: z.string().min(1).optional(),
-    tablePrefix: z.string().default('lw_'),
-    poolSize: z.number().int().min(1).max(512).default(10),
+    databaseUrl: z.string().min(1).describe('The ledger: mysql://user:pass@host:port/database (MariaDB 10.11, MySQL 8 or TiDB).'),
+    redisUrl: z.string().min(1).optional().describe('Redis for wake-ups, timers and control messages. Default: none; consumers then sweep the ledger every `pollIntervalMs`.'),
+    tablePrefix: z
+      .string()
+      .default('lw_')
+      .describe('Prefix of every ledger table, checked by the ledger (see Ledger config `tablePrefix`).'),
+    poolSize: ledgerConfigSchema.shape.poolSize,
     redisKeyPrefix: redisKeyPrefixSchema.default(DEFAULT_KEY_PREFIX),
-    /** An ES module exporting `handlers` (or a default export): { [queue]: { [type]: handler } }. */
-    handlers: z.string().min(1),
-    queues: z.array(queueConfigSchema).min(1, 'name at least one queue'),
-    drainTimeoutMs: ms(3_600_000).default(30_000),
-    reconcileIntervalMs: z.number().int().min(100).max(3_600_000).default(10_000),
-    /** Terminal items older than this are purged by the reconciler; 0 = keep forever. */
-    retentionMs: ms(3650 * 86_400_000).default(7 * 86_400_000),
+    handlers: z
+      .string()
+      .min(1)
+      .describe('An ES module (path from the working directory) exporting `handlers` (or a default export): { [queue]: { [type]: handler } }.'),
+    queues: z.array(queueConfigSchema).min(1, 'name at least one queue').describe('The queues this worker runs, one consumer each (see Queue config).'),
+    drainTimeoutMs: consumerField.drainTimeoutMs.describe('At SIGTERM/SIGINT: how long (ms) running handlers may take to finish before they are aborted (reason shutdown).'),
+    reconcileIntervalMs: z
+      .number()
+      .int()
+      .min(100)
+      .max(3_600_000)
+      .default(10_000)
+      .describe('Reconciler interval (ms): expired leases back to pending, dependency probes, retention purge, stream trimming, gauges.'),
+    retentionMs: z
+      .number()
+      .int()
+      .min(0)
+      .max(3650 * 86_400_000)
+      .default(7 * 86_400_000)
+      .describe('Terminal items older than this (ms) are purged by the reconciler; 0 = keep forever.'),
     admin: z
       .union([
         z.literal(false),
-        z.object({ host: z.string().min(1).default('127.0.0.1'), port: z.number().int().min(0).max(65_535).default(9464) }).strict(),
+        z
+          .object({
+            host: z.string().min(1).default('127.0.0.1').describe('Address the admin HTTP server binds.'),
+            port: z.number().int().min(0).max(65_535).default(9464).describe('Port of the admin HTTP server (0 = any free port).'),
+          })
+          .strict(),
       ])
-      .default({ host: '127.0.0.1', port: 9464 }),
-    /** This process's deployment name, for ownership epochs. */
-    deployment: workerName.optional(),
-    ownershipCheckMs: z.number().int().min(100).max(600_000).default(5_000),
+      .default({ host: '127.0.0.1', port: 9464 })
+      .describe('The admin HTTP server (dashboard, /metrics, /livez, /readyz, /version, /api/queues), or false for none.'),
+    deployment: workerName.optional().describe("This process's deployment name, for ownership epochs. Default: none (required by a queue with `ownership`)."),
+    ownershipCheckMs: z
+      .number()
+      .int()
+      .min(100)
+      .max(600_000)
+      .default(5_000)
+      .describe('How often (ms) the worker reads its queues\' ownership epochs from the ledger (a control message also tells it at once).'),
   })
   .strict()
   .superRefine((c, ctx) => {
@@ -73,18 +131,6 @@ export const workerConfigSchema = z
       if (q.ownership && c.deployment === undefined) {
         ctx.addIssue({ code: 'custom', path: ['deployment'], message: `queue ${q.name} uses ownership epochs: name this deployment` });
       }
-      // Refinements also run over a list with bad entries: such an entry already has its issues.
-      if (!queueConfigSchema.safeParse(q).success) return;
-      // The consumer has the last word on its settings: a limit or a key it refuses is named here, before anything starts.
-      const consumer = consumerSettingsSchema.safeParse(consumerSettingsOf(q));
-      for (const issue of consumer.error?.issues ?? []) {
-        const at = ['queues', i, ...issue.path];
-        if (issue.code === 'unrecognized_keys') {
-          for (const key of issue.keys) ctx.addIssue({ code: 'custom', path: [...at, key], message: 'is not a setting this consumer knows' });
-        } else {
-          ctx.addIssue({ code: 'custom', path: at, message: issue.message });
-        }
-      }
     });
   });
 
@@ -92,25 +138,11 @@ export type WorkerConfig = z.output<typeof workerConfigSchema>;
 export type WorkerConfigInput = z.input<typeof workerConfigSchema>;
 export type QueueConfig = z.output<typeof queueConfigSchema>;
 
-/** The consumer settings of one configured queue; the runner adds the ownership epoch. */
+/** The consumer settings of one configured queue: its own fields as parsed; the runner adds the ownership epoch. */
 export function consumerSettingsOf(q: QueueConfig): ConsumerSettingsInput {
-  const optional = {
-    classes: q.classes,
-    types: q.types,
-    leaseMs: q.leaseMs,
-    deadlineMs: q.deadlineMs,
-    pollIntervalMs: q.pollIntervalMs,
-    backoff: q.backoff,
-    prefetch: q.prefetch,
-    maxProcessing: q.maxProcessing,
-    unknownType: q.unknownType,
-    unknownTypeReleaseMs: q.unknownTypeReleaseMs,
-    unknownTypeGraceMs: q.unknownTypeGraceMs,
-  };
-  // Only what the config set: the consumer's own defaults apply to the rest.
-  const set = Object.fromEntries(Object.entries(optional).filter(([, v]) => v !== undefined));
+  const { name, ownership: _fencedByTheRunner, ...settings } = q;
   // The supervisor's reconciler reclaims leases and probes waits for every queue.
-  return { queue: q.name, concurrency: q.concurrency, maintenance: false, ...set };
+  return { ...settings, queue: name, maintenance: false };
 }
 
 type Source = 'string' | 'int' | 'queues' | 'admin';

@@ -5,7 +5,7 @@ import type { Logger } from '../log.js';
 import type { WakeChannel } from '../wake/wake-channel.js';
 import { RestartBackoff } from './backoff.js';
 import { consumerSettingsOf, type QueueConfig } from './config.js';
-import { sleep } from '../consumer/notifier.js';
+import { sleep } from '../sleep.js';
 
 export type RunnerState = 'starting' | 'running' | 'restarting' | 'stopped';
 
@@ -15,6 +15,7 @@ export interface QueueRunnerOptions {
   wake: WakeChannel | undefined;
   handlers: Record<string, HandlerEntry<never>>;
   log: Logger;
+  /** How long a stop (or a restart) lets the consumer's running handlers finish. */
   drainTimeoutMs: number;
   /** The ownership epoch to fence claims with, or undefined to claim unfenced. Re-read on every (re)start. */
   epoch: () => number | undefined;
@@ -54,7 +55,7 @@ export class QueueRunner {
   async stop(): Promise<void> {
     this.stopping = true;
     this.signalStop();
-    await this.current?.stop({ drainTimeoutMs: this.options.drainTimeoutMs });
+    await this.current?.stop();
     await this.loop;
     this.detach?.();
     this.state = 'stopped';
@@ -77,7 +78,7 @@ export class QueueRunner {
       if (this.stopping) break;
       this.state = 'restarting';
       this.restarts++;
-      await consumer.stop({ drainTimeoutMs: this.options.drainTimeoutMs }).catch(() => undefined);
+      await consumer.stop().catch(() => undefined);
       this.detach?.();
       this.detach = undefined;
       const delay = this.backoff.delayAfter(Date.now() - startedAt);
@@ -87,10 +88,11 @@ export class QueueRunner {
   }
 
   private build(): Consumer<never> {
-    const { queue, ledger, wake, handlers, log } = this.options;
+    const { queue, ledger, wake, handlers, log, drainTimeoutMs } = this.options;
     const epoch = this.options.epoch();
     const consumer = new Consumer<never>({
       ...consumerSettingsOf(queue),
+      drainTimeoutMs,
       ledger,
       wake,
       handlers,

@@ -3,8 +3,8 @@ import { ValidationError } from '../errors.js';
 import { Ledger } from '../ledger/ledger.js';
 import { createLogger, type Logger } from '../log.js';
 import type { Redis } from 'ioredis';
-import { sleep } from '../consumer/notifier.js';
-import { createBlockingClient, whenReady } from '../wake/redis.js';
+import { sleep } from '../sleep.js';
+import { createRedisClient, whenReady } from '../wake/redis.js';
 import { WakeChannel } from '../wake/wake-channel.js';
 import { ledgerReadiness, type NamedReadinessCheck, type Readiness } from './admin-server.js';
 import type { WorkerConfig } from './config.js';
@@ -147,7 +147,7 @@ export class Supervisor {
 
   /** Reads the ownership queues' control streams (plain XREAD): an activation is acted on at once. */
   private async watchControl(wake: WakeChannel): Promise<void> {
-    const client = createBlockingClient(wake.options.redis, 'lanewake:supervisor:control');
+    const client = createRedisClient(wake.options.redis, 'lanewake:supervisor:control');
     this.controlClient = client;
     const after = new Map<string, string>();
     while (!this.stopping) {

@@ -1,5 +1,5 @@
 import type { ClaimedItem, QueueClass } from '../ledger/types.js';
-import type { WakeMessage } from './channel.js';
+import type { WakeMessage } from './streams.js';
 
 /** A consumer in this process that can take wake-ups without a Redis round trip. */
 export interface LocalWakeTarget {

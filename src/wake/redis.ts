@@ -3,25 +3,18 @@ import { Redis, type RedisOptions } from 'ioredis';
 export type RedisTarget = string | RedisOptions;
 
 /**
- * A client for commands that must fail fast while Redis is unreachable
- * (publishing a wake-up after a commit must never hang the producer): no
- * offline queue, one retry per command, reconnect forever in the background.
+ * A client whose commands fail fast while Redis is unreachable (publishing a
+ * wake-up after a commit must never hang the producer): no offline queue, one
+ * retry per command, reconnect forever in the background. The publisher
+ * shares one; each blocking reader (XREADGROUP/XREAD … BLOCK) needs its own.
  */
-export function createCommandClient(target: RedisTarget, name: string): Redis {
-  return create(target, name, { enableOfflineQueue: false, maxRetriesPerRequest: 1 });
-}
-
-/** A client for blocking reads (XREADGROUP/XREAD … BLOCK): one per reader, never shared. */
-export function createBlockingClient(target: RedisTarget, name: string): Redis {
-  return create(target, name, { enableOfflineQueue: false, maxRetriesPerRequest: 1 });
-}
-
-function create(target: RedisTarget, name: string, extra: RedisOptions): Redis {
+export function createRedisClient(target: RedisTarget, name: string): Redis {
   const base: RedisOptions = {
     connectionName: name,
     lazyConnect: false,
     retryStrategy: (times) => Math.min(1000, 50 * times),
-    ...extra,
+    enableOfflineQueue: false,
+    maxRetriesPerRequest: 1,
   };
   const client = typeof target === 'string' ? new Redis(target, base) : new Redis({ ...target, ...base });
   // Errors surface through the callers' commands; an unhandled 'error' event would crash the process.

@@ -2,11 +2,11 @@ import type { Redis } from 'ioredis';
 import type { Logger } from '../log.js';
 import { createLogger } from '../log.js';
 import { QUEUE_CLASSES, type QueueClass } from '../ledger/types.js';
-import { WakeStreams, type WakeMessage } from './channel.js';
+import { WakeStreams, type WakeMessage } from './streams.js';
 import { ControlStreams, type ControlMessage } from './control.js';
 import { DEFAULT_KEY_PREFIX } from './keys.js';
 import { LocalWakeRoute, type DirectReservation, type LocalWakeTarget } from './local-route.js';
-import { createCommandClient, plainRedisOptions, whenReady, type RedisTarget } from './redis.js';
+import { createRedisClient, plainRedisOptions, whenReady, type RedisTarget } from './redis.js';
 import { WakeTimers, type WakeTimer } from './timers.js';
 
 export interface WakeChannelOptions {
@@ -47,7 +47,7 @@ export class WakeChannel {
   private failuresAtDown: number | undefined;
 
   constructor(readonly options: WakeChannelOptions) {
-    this.redis = createCommandClient(options.redis, 'lanewake:publish');
+    this.redis = createRedisClient(options.redis, 'lanewake:publish');
     this.control = new ControlStreams(this.keyPrefix);
     this.timers = new WakeTimers(plainRedisOptions(options.redis), 'lanewake-timers', this.keyPrefix.replace(/:$/, ''));
     this.log = options.logger ?? createLogger('lanewake.wake');

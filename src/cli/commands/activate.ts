@@ -1,9 +1,8 @@
 import type { Command } from 'commander';
-import { globalOptions, withLedger, withWake } from '../context.js';
+import { globalOptions, withLedger, withWake, type CliContext } from '../context.js';
 import { withFieldNames } from '../errors.js';
 import { println, printJson } from '../io.js';
 import { parseInteger } from '../parse.js';
-import type { CliContext } from '../program.js';
 
 export function activateCommand(program: Command, { io }: CliContext): void {
   program

@@ -2,8 +2,8 @@ import { spawn } from 'node:child_process';
 import { existsSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
 import type { Command } from 'commander';
+import type { CliContext } from '../context.js';
 import { CliError, EXIT } from '../errors.js';
-import type { CliContext } from '../program.js';
 
 const SUITES = { compare: 'bench/compare.ts', ledger: 'bench/ledger.ts', engine: 'bench/engine.ts' } as const;
 type Suite = keyof typeof SUITES;

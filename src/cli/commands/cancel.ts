@@ -1,11 +1,10 @@
 import type { Command } from 'commander';
-import type { CancelOutcome } from '../../ledger/sql/cancel.js';
+import type { CancelOutcome } from '../../ledger/types.js';
 import { Producer } from '../../producer/producer.js';
-import { globalOptions, withLedger, withWake } from '../context.js';
+import { globalOptions, withLedger, withWake, type CliContext } from '../context.js';
 import { CliError, withFieldNames } from '../errors.js';
 import { println, printJson } from '../io.js';
 import { ID_HELP } from '../parse.js';
-import type { CliContext } from '../program.js';
 
 const MEANING: Record<CancelOutcome, string> = {
   cancelled: 'it was waiting; it is now cancelled and its lane moves on',

@@ -1,11 +1,10 @@
 import type { Command } from 'commander';
-import { errorDigest } from '../../ledger/sql/replay.js';
-import { globalOptions, withLedger } from '../context.js';
+import { errorDigest } from '../../ledger/ids.js';
+import { globalOptions, withLedger, type CliContext } from '../context.js';
 import { withFieldNames } from '../errors.js';
 import { firstLine, formatTime, renderTable } from '../format.js';
 import { println, printJson } from '../io.js';
 import { parseInteger } from '../parse.js';
-import type { CliContext } from '../program.js';
 
 export function deadCommand(program: Command, { io }: CliContext): void {
   const dead = program.command('dead').description('dead letters: items that ended dead, for inspection and replay');

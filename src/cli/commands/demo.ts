@@ -1,9 +1,9 @@
 import type { Command } from 'commander';
+import type { CliContext } from '../context.js';
 import { runDemo } from '../../demo/run-demo.js';
 import { CliError } from '../errors.js';
 import { println, printJson } from '../io.js';
 import { parseInteger } from '../parse.js';
-import type { CliContext } from '../program.js';
 import { renderTable } from '../format.js';
 
 interface DemoFlags {

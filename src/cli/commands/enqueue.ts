@@ -3,11 +3,10 @@ import type { EnqueueInput } from '../../ledger/ledger.js';
 import { QUEUE_CLASSES, type QueueClass } from '../../ledger/types.js';
 import { Producer } from '../../producer/producer.js';
 import { enqueueItemSchema, validate } from '../../ledger/validation.js';
-import { globalOptions, ledgerConfig, withLedger, withWake } from '../context.js';
+import { globalOptions, ledgerConfig, withLedger, withWake, type CliContext } from '../context.js';
 import { withFieldNames } from '../errors.js';
 import { println, printJson } from '../io.js';
 import { parseInstant, parseInteger, parseJsonOption } from '../parse.js';
-import type { CliContext } from '../program.js';
 
 interface EnqueueOpts {
   payload: string;

@@ -1,12 +1,11 @@
 import type { Command } from 'commander';
 import type { AttemptRecord, WorkItem } from '../../ledger/types.js';
-import { errorDigest } from '../../ledger/sql/replay.js';
-import { globalOptions, withLedger } from '../context.js';
+import { errorDigest } from '../../ledger/ids.js';
+import { globalOptions, withLedger, type CliContext } from '../context.js';
 import { CliError, withFieldNames } from '../errors.js';
 import { firstLine, formatTime, jsonSize, renderTable } from '../format.js';
 import { println, printJson, type CliIo } from '../io.js';
 import { ID_HELP } from '../parse.js';
-import type { CliContext } from '../program.js';
 
 /** Handler data: the payload, and what the handler derived from it. Shown only with --payload. */
 const DATA_FIELDS = ['payload', 'checkpoint', 'result'] as const;

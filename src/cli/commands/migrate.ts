@@ -1,9 +1,8 @@
 import type { Command } from 'commander';
 import { ensureDatabase } from '../../ledger/connection.js';
-import { globalOptions, ledgerConfig, withLedger } from '../context.js';
+import { globalOptions, ledgerConfig, withLedger, type CliContext } from '../context.js';
 import { println, printJson } from '../io.js';
 import { parseInteger } from '../parse.js';
-import type { CliContext } from '../program.js';
 
 export function migrateCommand(program: Command, { io }: CliContext): void {
   program

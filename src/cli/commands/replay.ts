@@ -1,11 +1,11 @@
 import type { Command } from 'commander';
-import { errorDigest, ReplayRejectedError } from '../../ledger/sql/replay.js';
+import { ReplayRejectedError } from '../../errors.js';
+import { errorDigest } from '../../ledger/ids.js';
 import { Producer } from '../../producer/producer.js';
-import { globalOptions, withLedger, withWake } from '../context.js';
+import { globalOptions, withLedger, withWake, type CliContext } from '../context.js';
 import { CliError, withFieldNames } from '../errors.js';
 import { eprintln, println, printJson } from '../io.js';
 import { ID_HELP, parseDigest, parseInteger } from '../parse.js';
-import type { CliContext } from '../program.js';
 
 const FIELDS = { id: '<id>', expectAttempt: '--expect-attempt', expectErrorDigest: '--expect-digest' };
 

@@ -1,10 +1,9 @@
 import type { Command } from 'commander';
 import { ITEM_STATES } from '../../ledger/types.js';
-import { globalOptions, withLedger } from '../context.js';
+import { globalOptions, withLedger, type CliContext } from '../context.js';
 import { withFieldNames } from '../errors.js';
 import { formatAge, renderTable } from '../format.js';
 import { println, printJson } from '../io.js';
-import type { CliContext } from '../program.js';
 
 export function statsCommand(program: Command, { io }: CliContext): void {
   program

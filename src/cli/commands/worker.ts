@@ -1,4 +1,5 @@
 import type { Command } from 'commander';
+import type { CliContext } from '../context.js';
 import { setDefaultLogLevel } from '../../log.js';
 import { AdminAddressError } from '../../supervisor/admin-server.js';
 import { configFromEnv, configFromFile, parseAdminAddress, parseQueueList, resolveWorkerConfig, type WorkerConfig } from '../../supervisor/config.js';
@@ -8,7 +9,6 @@ import { CliError, EXIT, UsageError } from '../errors.js';
 import { redactUrl } from '../format.js';
 import { eprintln, println } from '../io.js';
 import { parseInteger } from '../parse.js';
-import type { CliContext } from '../program.js';
 
 interface WorkerFlags {
   config?: string;

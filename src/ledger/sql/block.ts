@@ -3,9 +3,11 @@ import type { LedgerDb } from '../connection.js';
 import { newId } from '../ids.js';
 import { runTransaction } from '../retry.js';
 import type { LedgerTables } from '../tables.js';
+import { LeaseLostError } from '../../errors.js';
+import type { LeaseHandle } from '../types.js';
 import { NO_TIME } from './common.js';
-import { leaseSpec, type Finalization, type LeaseHandle } from './finalize.js';
-import { applyTransitionInTx, LeaseLostError, transitionSettled } from './transition.js';
+import { leaseSpec, type Finalization } from './finalize.js';
+import { applyTransitionInTx, transitionSettled } from './transition.js';
 import { lockWakeMark } from './wake-marks.js';
 
 export type BlockFinalization = Extract<Finalization, { kind: 'block' }>;

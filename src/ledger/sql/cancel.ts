@@ -1,18 +1,10 @@
 import { sql } from 'kysely';
 import type { LedgerDb } from '../connection.js';
 import type { LedgerTables } from '../tables.js';
+import type { CancelOutcome } from '../types.js';
 import { affected } from './common.js';
 import { applyTransition } from './transition.js';
 import { leaveWaits } from './waits.js';
-
-export type CancelOutcome =
-  /** It was waiting (pending or blocked): now terminal, its lane moves on. */
-  | 'cancelled'
-  /** It is running: its holder is told (over the control stream, or at its next renewal) and its handler is aborted. */
-  | 'cancel_requested'
-  /** Already finished (or no such item). */
-  | 'not_cancellable'
-  | 'not_found';
 
 const MAX_RACES = 5;
 

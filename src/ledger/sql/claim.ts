@@ -1,11 +1,12 @@
 import { sql, type RawBuilder } from 'kysely';
+import type { Executor } from '../connection.js';
 import { newLeaseToken } from '../ids.js';
 import { isConnectionError, readAfterLostConnection } from '../retry.js';
 import { parseJson, type ClaimedRow } from '../rows.js';
 import type { LedgerTables } from '../tables.js';
-import type { ClaimedItem, QueueClass } from '../types.js';
+import type { ClaimedItem, ClaimOutcome, QueueClass } from '../types.js';
 import { QUEUE_CLASSES } from '../types.js';
-import { affected, inline, list, nowPlusMs, ownerColumn, type Executor } from './common.js';
+import { affected, inline, list, nowPlusMs, ownerColumn } from './common.js';
 
 export interface ClaimSpec {
   queue: string;
@@ -24,12 +25,6 @@ export interface ClaimHeadsSpec extends ClaimSpec {
   limit: number;
   classes?: readonly QueueClass[] | undefined;
   types?: readonly string[] | undefined;
-}
-
-export interface ClaimOutcome {
-  items: ClaimedItem[];
-  /** More claimable heads were seen than this claim took: worth waking another consumer. */
-  moreAvailable: boolean;
 }
 
 /**

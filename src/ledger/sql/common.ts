@@ -1,8 +1,5 @@
-import { sql, type QueryExecutorProvider, type RawBuilder } from 'kysely';
+import { sql, type RawBuilder } from 'kysely';
 import { escape } from 'mysql2';
-
-/** Anything a statement can run on: the pool, a Kysely transaction, a single connection. */
-export type Executor = QueryExecutorProvider;
 
 /**
  * Comma list of values, for `IN (…)`: escaped once here as literals, the

@@ -1,17 +1,12 @@
 import { sql } from 'kysely';
 import type { LedgerDb } from '../connection.js';
 import type { LedgerTables } from '../tables.js';
+import type { ProbeOutcome, WokenItem } from '../types.js';
 import { runTransaction } from '../retry.js';
 import { list } from './common.js';
 import { applyTransition } from './transition.js';
 import { dueWaits, leaveWaits, waitersOf } from './waits.js';
 import { markWoken } from './wake-marks.js';
-
-export interface WokenItem {
-  id: string;
-  queue: string;
-  lane: string | null;
-}
 
 /**
  * Every item blocked on `key` goes back to pending, due now. Call it after
@@ -44,17 +39,6 @@ export async function wakeDependency(db: LedgerDb, t: LedgerTables, opts: { key:
     },
     async () => false,
   );
-}
-
-export interface ProbeOutcome {
-  /** Due for a probe (or past maxWait): back to pending so the handler checks its dependency again. */
-  probed: WokenItem[];
-  /**
-   * Of `probed`, the ids whose wait had passed its maxWait: this run is their
-   * last. If the handler blocks on the same key again, the item ends dead,
-   * class `dependency_expired`; no item ends so without a final check.
-   */
-  expired: string[];
 }
 
 /**

@@ -1,9 +1,9 @@
 import { sql, type RawBuilder } from 'kysely';
 import { newId } from '../ids.js';
-import type { LedgerDb } from '../connection.js';
+import type { Executor, LedgerDb } from '../connection.js';
 import type { LedgerTables } from '../tables.js';
 import type { ClaimedItem, EnqueueResult, QueueClass } from '../types.js';
-import { affected, jsonLiteral, laneIn, literal, NO_TIME_TEXT, nowPlusMsText, queueScoped, type Executor } from './common.js';
+import { affected, jsonLiteral, laneIn, literal, NO_TIME_TEXT, nowPlusMsText, queueScoped } from './common.js';
 import { pipelined } from './pipeline.js';
 
 /** An item ready to insert: validated, payload already JSON text. */
@@ -58,6 +58,18 @@ export function claimedAtInsert(id: string, item: NewItem, claim: InsertClaim, n
 
 /** Keeps one multi-row INSERT well under max_allowed_packet. */
 export const MAX_STATEMENT_BYTES = 4 * 1024 * 1024;
+
+/** An upper bound on an item's share of an INSERT: its payload fully escaped, plus the other columns. */
+function rowBytes(item: NewItem): number {
+  return item.payloadJson.length * 3 + 512;
+}
+
+/** The items fit one multi-row INSERT (MAX_STATEMENT_BYTES). */
+export function fitsOneStatement(items: readonly NewItem[]): boolean {
+  let bytes = 0;
+  for (const i of items) bytes += rowBytes(i);
+  return bytes <= MAX_STATEMENT_BYTES;
+}
 
 /**
  * Inserts a batch: resolves idempotency keys, assigns lane sequences under
@@ -123,7 +135,7 @@ export async function insertItems(
   let chunk: RawBuilder<unknown>[] = [];
   let bytes = 0;
   for (const row of rows) {
-    const size = row.item.payloadJson.length * 3 + 512;
+    const size = rowBytes(row.item);
     if (chunk.length > 0 && bytes + size > MAX_STATEMENT_BYTES) {
       await insertChunk(exec, t, chunk, chunk.length);
       chunk = [];

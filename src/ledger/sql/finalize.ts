@@ -1,16 +1,10 @@
 import { sql, type RawBuilder } from 'kysely';
-import type { LedgerDb } from '../connection.js';
+import type { Executor, LedgerDb } from '../connection.js';
 import type { LedgerTables } from '../tables.js';
-import type { ClaimedItem } from '../types.js';
-import { NO_TIME, nowPlusMs, type Executor } from './common.js';
+import type { LeaseHandle } from '../types.js';
+import { NO_TIME, nowPlusMs } from './common.js';
 import { applyTransition, applyTransitionInTx, type HistoryEntry, type TransitionSpec } from './transition.js';
 import { enterWait } from './waits.js';
-
-/** What a finalize needs of the claim it ends. */
-export type LeaseHandle = Pick<
-  ClaimedItem,
-  'id' | 'queue' | 'lane' | 'laneSeq' | 'leaseToken' | 'leaseOwner' | 'attempt' | 'maxAttempts' | 'startedAt'
->;
 
 /** How a claimed attempt ended; each maps to one CAS (docs/design.md §3). */
 export type Finalization =
@@ -131,27 +125,4 @@ export function finalize(db: LedgerDb, t: LedgerTables, h: LeaseHandle, f: Final
 /** The same inside the caller's transaction; throws LeaseLostError (rolling the caller back) when the CAS loses. */
 export function finalizeInTx(trx: Executor, t: LedgerTables, h: LeaseHandle, f: Finalization): Promise<void> {
   return applyTransitionInTx(trx, t, leaseSpec(t, h, f));
-}
-
-export interface RenewOutcome {
-  renewed: boolean;
-  /** An operator asked to cancel this item; the handler should stop. */
-  cancelRequested: boolean;
-}
-
-/** Extends the lease from the ledger's now. One statement unless a cancel was requested. */
-export async function renewLease(db: LedgerDb, t: LedgerTables, h: Pick<LeaseHandle, 'id' | 'leaseToken'>, leaseMs: number): Promise<RenewOutcome> {
-  const first = await sql`UPDATE ${t.items} SET lease_until = ${nowPlusMs(leaseMs)}
-    WHERE id = ${h.id} AND lease_token = ${h.leaseToken} AND state = 'processing' AND cancel_requested = 0`.execute(db);
-  if (Number(first.numAffectedRows ?? 0n) === 1) return { renewed: true, cancelRequested: false };
-  const second = await sql`UPDATE ${t.items} SET lease_until = ${nowPlusMs(leaseMs)}
-    WHERE id = ${h.id} AND lease_token = ${h.leaseToken} AND state = 'processing'`.execute(db);
-  const renewed = Number(second.numAffectedRows ?? 0n) === 1;
-  return { renewed, cancelRequested: renewed };
-}
-
-export async function saveCheckpoint(db: LedgerDb, t: LedgerTables, h: Pick<LeaseHandle, 'id' | 'leaseToken'>, checkpointJson: string): Promise<boolean> {
-  const r = await sql`UPDATE ${t.items} SET checkpoint = ${checkpointJson}, updated_at = NOW(6)
-    WHERE id = ${h.id} AND lease_token = ${h.leaseToken} AND state = 'processing'`.execute(db);
-  return Number(r.numAffectedRows ?? 0n) === 1;
 }

@@ -1,26 +1,10 @@
 import { sql } from 'kysely';
 import type { LedgerDb } from '../connection.js';
 import { ER_DUP_ENTRY, errno } from '../retry.js';
+import { OwnershipConflictError } from '../../errors.js';
 import type { LedgerTables } from '../tables.js';
+import type { Ownership } from '../types.js';
 import { affected } from './common.js';
-
-export interface Ownership {
-  queue: string;
-  deployment: string;
-  epoch: number;
-  activatedAt: Date;
-}
-
-export class OwnershipConflictError extends Error {
-  override readonly name = 'OwnershipConflictError';
-  constructor(
-    readonly queue: string,
-    readonly expectedEpoch: number,
-    readonly actualEpoch: number,
-  ) {
-    super(`queue ${queue} is at epoch ${actualEpoch}, not the expected ${expectedEpoch}`);
-  }
-}
 
 export async function getOwnership(db: LedgerDb, t: LedgerTables, queue: string): Promise<Ownership | undefined> {
   const rows = await sql<{ queue: string; deployment: string; epoch: number; activated_at: Date }>`

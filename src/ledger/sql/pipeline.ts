@@ -1,6 +1,6 @@
 import { sql, type RawBuilder } from 'kysely';
-import type { LedgerDb } from '../connection.js';
-import type { Executor } from './common.js';
+import type { Executor, LedgerDb } from '../connection.js';
+import { affected } from './common.js';
 
 /** What one statement of a round trip answered. */
 export interface StatementResult<R = Record<string, unknown>> {
@@ -61,7 +61,7 @@ async function sendEach(exec: Executor, statements: readonly RawBuilder<unknown>
   const out: StatementResult[] = [];
   for (const s of statements) {
     const r = await s.execute(exec);
-    out.push({ rows: r.rows as Record<string, unknown>[], affected: Number(r.numAffectedRows ?? 0n) });
+    out.push({ rows: r.rows as Record<string, unknown>[], affected: affected(r) });
   }
   return out;
 }
@@ -70,7 +70,7 @@ async function sendEach(exec: Executor, statements: readonly RawBuilder<unknown>
 async function sendTogether(exec: Executor, statements: readonly RawBuilder<unknown>[]): Promise<StatementResult[]> {
   if (statements.length === 0) return [];
   const r = await sql`${sql.join(statements, sql`; `)}`.execute(exec);
-  if (statements.length === 1) return [{ rows: r.rows as Record<string, unknown>[], affected: Number(r.numAffectedRows ?? 0n) }];
+  if (statements.length === 1) return [{ rows: r.rows as Record<string, unknown>[], affected: affected(r) }];
   const parts = r.rows as unknown as unknown[];
   return parts.map((p) =>
     Array.isArray(p)

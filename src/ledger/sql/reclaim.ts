@@ -1,19 +1,10 @@
 import { sql } from 'kysely';
 import type { LedgerDb } from '../connection.js';
 import type { LedgerTables } from '../tables.js';
-import { QUEUE_CLASSES } from '../types.js';
+import { QUEUE_CLASSES, type ReclaimOutcome } from '../types.js';
 import { list, NO_TIME } from './common.js';
 import { noneAsNull, noTimeAsNull } from '../rows.js';
 import { applyTransition } from './transition.js';
-
-export interface ReclaimOutcome {
-  /** Back to pending: another consumer may claim them now. */
-  reclaimed: string[];
-  /** Their budget was spent by the expired attempt: dead, class `lease_expired`. */
-  dead: string[];
-  /** A cancel was requested while they ran: the holder is gone, so the cancel completes here. */
-  cancelled: string[];
-}
 
 /**
  * Items whose lease ran out without a finalize (the holder crashed or hung).

@@ -1,29 +1,12 @@
-import { createHash } from 'node:crypto';
 import { sql } from 'kysely';
 import type { LedgerDb } from '../connection.js';
 import { ER_DUP_ENTRY, errno, retryOnConflict } from '../retry.js';
 import type { ItemRow } from '../rows.js';
 import type { LedgerTables } from '../tables.js';
+import { ReplayRejectedError, type ReplayRejection } from '../../errors.js';
 import type { QueueClass } from '../types.js';
 import { affected, ITEM_COLUMNS } from './common.js';
 import { insertItems } from './enqueue.js';
-
-/** SHA-256 (hex) of an item's last error text; '' when it has none. The replay guard compares it. */
-export function errorDigest(lastError: string | null): string {
-  return createHash('sha256').update(lastError ?? '', 'utf8').digest('hex');
-}
-
-export type ReplayRejection = 'not_found' | 'not_replayable_state' | 'already_replayed' | 'attempt_mismatch' | 'error_mismatch';
-
-export class ReplayRejectedError extends Error {
-  override readonly name = 'ReplayRejectedError';
-  constructor(
-    readonly itemId: string,
-    readonly reason: ReplayRejection,
-  ) {
-    super(`replay of ${itemId} refused: ${reason.replace(/_/g, ' ')}`);
-  }
-}
 
 /**
  * Operator re-drive of a dead or cancelled item. Guarded by what the operator

@@ -1,14 +1,7 @@
 import { sql } from 'kysely';
 import type { LedgerDb } from '../connection.js';
 import type { LedgerTables } from '../tables.js';
-import { ITEM_STATES, type ItemState } from '../types.js';
-
-export interface QueueStats {
-  queue: string;
-  counts: Record<ItemState, number>;
-  /** Age of the oldest due lane head waiting to be claimed, in ms (0 when none waits). */
-  oldestDueAgeMs: number;
-}
+import { ITEM_STATES, type ItemState, type QueueStats } from '../types.js';
 
 export async function queueStats(db: LedgerDb, t: LedgerTables, queue?: string): Promise<QueueStats[]> {
   const filter = queue === undefined ? sql`` : sql`WHERE queue = ${queue}`;

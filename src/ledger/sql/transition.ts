@@ -1,11 +1,11 @@
 import { sql, type RawBuilder } from 'kysely';
-import type { LedgerDb } from '../connection.js';
+import type { Executor, LedgerDb } from '../connection.js';
 import { newId } from '../ids.js';
-import { CommitOutcomeUnknownError } from '../../errors.js';
+import { CommitOutcomeUnknownError, LeaseLostError } from '../../errors.js';
 import { CONNECTION_RETRY, isConnectionError, readAfterLostConnection, retryDelay, runTransaction } from '../retry.js';
 import type { LedgerTables } from '../tables.js';
 import type { AttemptRecord } from '../types.js';
-import { affected, type Executor } from './common.js';
+import { affected } from './common.js';
 
 /** Where an item sits: enough to find its lane and its successor. */
 export interface ItemPlace {
@@ -43,14 +43,6 @@ export interface TransitionSpec {
    * with a history row looks that row up instead.)
    */
   appliedIf?: RawBuilder<unknown> | undefined;
-}
-
-/** The CAS of a transition lost: the caller no longer holds the item. Raised inside a transaction to roll it back. */
-export class LeaseLostError extends Error {
-  override readonly name = 'LeaseLostError';
-  constructor(readonly itemId: string) {
-    super(`item ${itemId}: lease lost (stale token, expired and reclaimed, or no longer processing)`);
-  }
 }
 
 /**

@@ -1,7 +1,8 @@
 import { sql } from 'kysely';
+import type { Executor } from '../connection.js';
 import type { LedgerTables } from '../tables.js';
 import { QUEUE_CLASSES } from '../types.js';
-import { affected, list, type Executor } from './common.js';
+import { affected, list } from './common.js';
 
 /**
  * The waits table (schema 3) finds blocked items by dependency key and by

@@ -1,6 +1,7 @@
 import { sql } from 'kysely';
+import type { Executor } from '../connection.js';
 import type { LedgerTables } from '../tables.js';
-import { affected, NO_TIME, nowPlusMs, type Executor } from './common.js';
+import { affected, NO_TIME, nowPlusMs } from './common.js';
 
 /**
  * The wake marks table (schema 4) holds, per dependency key, when it was

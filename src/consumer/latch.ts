@@ -1,5 +1,5 @@
 /** A level-triggered wake-up for a loop: `notify()` any number of times, `wait()` returns once per burst. */
-export class Notifier {
+export class Latch {
   private pending = false;
   private waiter: (() => void) | undefined;
 
@@ -29,6 +29,3 @@ export class Notifier {
     });
   }
 }
-
-/** A delay that never keeps the process alive on its own. */
-export const sleep = (ms: number): Promise<void> => new Promise((resolve) => setTimeout(resolve, ms).unref());

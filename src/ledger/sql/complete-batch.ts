@@ -1,12 +1,12 @@
 import { sql, type RawBuilder } from 'kysely';
-import type { LedgerDb } from '../connection.js';
+import type { Executor, LedgerDb } from '../connection.js';
 import { CONNECTION_RETRY, isConnectionError, readAfterLostConnection, retryDelay, retryOnConflict } from '../retry.js';
 import type { LedgerTables } from '../tables.js';
 import type { ClaimedRow } from '../rows.js';
-import type { ClaimedItem, QueueClass } from '../types.js';
+import type { ClaimedItem, LeaseHandle, QueueClass, SuccessorClaim } from '../types.js';
 import { claimedItem, leaseAssignments, readBackClaimed } from './claim.js';
-import { affected, inline, jsonLiteral, laneIn, list, NO_TIME, queueScoped, type Executor } from './common.js';
-import { finalize, type LeaseHandle } from './finalize.js';
+import { affected, inline, jsonLiteral, laneIn, list, NO_TIME, queueScoped } from './common.js';
+import { finalize } from './finalize.js';
 import { pipelined, type Send } from './pipeline.js';
 import { advanceHead } from './transition.js';
 
@@ -23,20 +23,6 @@ export interface CompletionEntry {
 export interface CompletionOutcome {
   won: boolean;
   laneAdvanced: boolean;
-}
-
-/**
- * Lane affinity (docs/design.md §6): the completing consumer takes up to `max` of
- * the new heads in the same transaction, under this lease, if they are due
- * and of its classes and types. Their lanes never wait for a claim round.
- */
-export interface SuccessorClaim {
-  owner: string;
-  token: string;
-  leaseMs: number;
-  max: number;
-  classes?: readonly QueueClass[] | undefined;
-  types?: readonly string[] | undefined;
 }
 
 export interface BatchCompletion {

@@ -1,1 +1,0 @@
-export { Producer, type ProducerOptions, type ProducerTransaction, type AfterCommit } from './producer.js';
