@@ -35,7 +35,7 @@ export {
 export { WakeChannel, type WakeChannelOptions, type PublishCounters } from './wake/wake-channel.js';
 export type { WakeMessage, WakeKind } from './wake/streams.js';
 export type { ControlMessage } from './wake/control.js';
-export type { WakeTimer, RecurringSchedule } from './wake/timers.js';
+export type { WakeTimer, RecurringSchedule, ScheduledEnqueue, ScheduledItem } from './wake/timers.js';
 export { wakeStreamKey, controlStreamKey, DEFAULT_KEY_PREFIX } from './wake/keys.js';
 export type { RedisTarget } from './wake/redis.js';
 

@@ -13,7 +13,8 @@ import type { ControlMessage } from '../wake/control.js';
 import { createRedisClient, whenReady } from '../wake/redis.js';
 import type { DirectReservation } from '../wake/local-route.js';
 import type { WakeChannel } from '../wake/wake-channel.js';
-import { Producer } from '../producer/producer.js';
+import type { ScheduledEnqueue } from '../wake/timers.js';
+import { Maintainer } from '../maintenance/maintainer.js';
 import { BatchCompleter, type SuccessorLease } from './completer.js';
 import { runJob, type ExecutorDeps, type Outcome, type RunningJob } from './executor.js';
 import { leaseTickMs } from './lease-keeper.js';
@@ -28,6 +29,12 @@ export interface ConsumerOptions<DB = Record<string, never>> extends ConsumerSet
   wake?: WakeChannel | undefined;
   handlers: Record<string, HandlerEntry<DB>>;
   logger?: Logger;
+  /**
+   * How a recurring schedule's fire is enqueued if this consumer starts the
+   * wake channel's timer processor (nobody else did), e.g. a Producer's
+   * enqueue. Default: through the ledger, then a wake-up.
+   */
+  enqueueScheduled?: ScheduledEnqueue | undefined;
 }
 
 export interface ConsumerCounters {
@@ -77,6 +84,8 @@ const MIN_HANDLER_MS = 0.01;
 const HANDLER_MS_WEIGHT = 0.1;
 /** A signal that came after a round's head search is followed up this much later. */
 const LOOK_AGAIN_MS = 5;
+/** Most expired leases reclaimed, and most due probes released, per sweep. */
+const SWEEP_MAINTENANCE_BATCH = 500;
 
 interface Prefetched {
   item: ClaimedItem;
@@ -99,6 +108,7 @@ export class Consumer<DB = Record<string, never>> extends EventEmitter<ConsumerE
 
   private readonly ledger: Ledger;
   private readonly wake: WakeChannel | undefined;
+  private readonly enqueueScheduled: ScheduledEnqueue | undefined;
   private readonly handlers: Map<string, RegisteredHandler<DB>>;
   private readonly log: Logger;
   private readonly completer: BatchCompleter;
@@ -141,6 +151,8 @@ export class Consumer<DB = Record<string, never>> extends EventEmitter<ConsumerE
   private lastRoundFull = false;
   private claimBackoffUntil = 0;
   private sweeping: Promise<void> | undefined;
+  /** The sweep's share of the ledger's housekeeping for this queue (`maintenance` on). */
+  private readonly maintainer: Maintainer | undefined;
   /** Sweeps in a row whose maintenance failed (logged once, at the first). */
   private sweepFailures = 0;
   /** The claim limiter found the fleet at its cap: no claim before this, unless one of ours finishes. */
@@ -153,7 +165,7 @@ export class Consumer<DB = Record<string, never>> extends EventEmitter<ConsumerE
 
   constructor(options: ConsumerOptions<DB>) {
     super();
-    const { ledger, wake, handlers, logger, ...settings } = options;
+    const { ledger, wake, handlers, logger, enqueueScheduled, ...settings } = options;
     const parsed = consumerSettingsSchema.safeParse(settings);
     if (!parsed.success) throw ValidationError.fromZod(parsed.error, 'consumer options');
     if (typeof handlers !== 'object' || handlers === null || Object.keys(handlers).length === 0) {
@@ -162,6 +174,7 @@ export class Consumer<DB = Record<string, never>> extends EventEmitter<ConsumerE
     this.settings = parsed.data;
     this.ledger = ledger;
     this.wake = wake;
+    this.enqueueScheduled = enqueueScheduled;
     this.handlers = new Map(Object.entries(handlers).map(([type, h]) => [type, normalizeHandler(h)]));
     this.name = this.settings.name ?? `${hostname()}:${process.pid}:${randomBytes(3).toString('hex')}`;
     this.log = (logger ?? createLogger('lanewake.consumer')).child({ queue: this.settings.queue, consumer: this.name });
@@ -188,6 +201,9 @@ export class Consumer<DB = Record<string, never>> extends EventEmitter<ConsumerE
         this.readerWake.notify();
       },
     };
+    this.maintainer = this.settings.maintenance
+      ? new Maintainer({ ledger, wake, queues: [this.settings.queue], log: this.log, batchSize: SWEEP_MAINTENANCE_BATCH })
+      : undefined;
     // A fleet-wide cap counts prefetched items as processing: keep the cap tight, no prefetch.
     this.prefetchLimit = this.settings.maxProcessing !== undefined ? 0 : this.settings.prefetch;
   }
@@ -217,16 +233,10 @@ export class Consumer<DB = Record<string, never>> extends EventEmitter<ConsumerE
         );
       }
       const wake = this.wake;
-      // Any process with a consumer runs the timer processor: due timers publish wake-ups,
-      // schedule fires enqueue one item per fire time (idempotency key), whichever replica wins.
-      wake.timers.start({
-        onDue: async (t) => {
-          await wake.publish([{ queue: t.queue, queueClass: t.queueClass, kind: 'timer', ids: [t.itemId] }]);
-        },
-        onScheduleFire: async (schedule, item, fireTimeMs) => {
-          await new Producer({ ledger: this.ledger, wake }).enqueue({ ...item, idempotencyKey: `${schedule}:${fireTimeMs}` });
-        },
-      });
+      // Any process with a consumer runs the timer processor (due timers publish wake-ups, schedule
+      // fires enqueue one item per fire time, whichever replica wins). The channel's owner starts it
+      // (the supervisor does); if nobody did, it starts here.
+      if (!wake.timersStarted) wake.startTimers(this.enqueueScheduled ?? wake.enqueueThrough(this.ledger));
       // Notice Redis coming back on the command connection at once, not at the next read.
       wake.redis.on('ready', this.onRedisReady);
       this.unregisterLocal = wake.registerLocal({
@@ -447,12 +457,10 @@ export class Consumer<DB = Record<string, never>> extends EventEmitter<ConsumerE
     this.counters.sweeps++;
     this.noteWork();
     try {
-      if (this.settings.maintenance) {
-        const reclaimed = await this.ledger.reclaimExpired({ queue: this.settings.queue, limit: 500 });
-        if (reclaimed.reclaimed.length + reclaimed.dead.length > 0) {
-          this.log.info({ reclaimed: reclaimed.reclaimed.length, dead: reclaimed.dead.length }, 'reclaimed expired leases');
-        }
-        await this.ledger.probeDependencyWaits({ queue: this.settings.queue, limit: 500 });
+      if (this.maintainer) {
+        // Expired leases and due probes of this queue back to pending, each announced with a wake-up.
+        const failed = (await this.maintainer.pass()).failed[0];
+        if (failed) throw failed.error;
       }
       if (this.wake && this.streams && !this.redisDown && this.groupReady) {
         const stale = await this.streams.reclaimIdle(this.wake.redis, this.name, IDLE_WAKE_ENTRY_MS, 100);

@@ -1,5 +1,6 @@
 import type { Ledger } from '../ledger/ledger.js';
 import type { Logger } from '../log.js';
+import { Maintainer, type MaintenancePass } from '../maintenance/maintainer.js';
 import type { WakeChannel } from '../wake/wake-channel.js';
 
 export interface ReconcilerOptions {
@@ -14,22 +15,35 @@ export interface ReconcilerOptions {
   afterPass?: () => Promise<void>;
 }
 
-/**
- * The supervisor's periodic housekeeping (docs/design.md §7): expired leases back to
- * pending (or dead), dependency probes and expiry, retention purge, stream
- * trimming, gauges. Every step is a CAS or idempotent, so any number of
- * processes may run it at once.
- */
 /** How often a pass also records waits missing for blocked items (see Ledger.repairWaits). */
 const REPAIR_WAITS_EVERY_MS = 3_600_000;
 
+/**
+ * The supervisor's periodic housekeeping (docs/design.md §7): a maintenance
+ * pass (src/maintenance) over every configured queue each `intervalMs` —
+ * expired leases back to pending (or dead), dependency probes and expiry,
+ * waits repaired hourly, retention purge, stream trimming — then the gauges.
+ * Every step is a CAS or idempotent, so any number of processes may run it at once.
+ */
 export class Reconciler {
+  private readonly maintainer: Maintainer;
   private timer: NodeJS.Timeout | undefined;
-  private lastWaitsRepairAt = Number.NEGATIVE_INFINITY;
   private running: Promise<void> | undefined;
   private stopped = false;
 
-  constructor(private readonly options: ReconcilerOptions) {}
+  constructor(private readonly options: ReconcilerOptions) {
+    this.maintainer = new Maintainer({
+      ledger: options.ledger,
+      wake: options.wake,
+      queues: options.queues,
+      log: options.log,
+      batchSize: 1000,
+      retentionMs: options.retentionMs,
+      purgeBatchSize: 5000,
+      repairWaitsEveryMs: REPAIR_WAITS_EVERY_MS,
+      trimStreams: true,
+    });
+  }
 
   start(): void {
     this.schedule(0);
@@ -41,47 +55,24 @@ export class Reconciler {
     await this.running;
   }
 
-  /** One pass now (also used by tests). */
-  async pass(): Promise<void> {
-    const { ledger, wake, queues, retentionMs, log } = this.options;
-    // Blocked items written by a process on code from before schema 3 have no
-    // waits row: record them at start and hourly, so their waits can end.
-    const repairWaits = Date.now() - this.lastWaitsRepairAt >= REPAIR_WAITS_EVERY_MS;
-    for (const queue of queues) {
-      try {
-        if (repairWaits) {
-          const repaired = await ledger.repairWaits(queue);
-          if (repaired > 0) log.warn({ queue, repaired }, 'recorded dependency waits missing for blocked items (blocked by code older than schema 3?)');
-        }
-        const r = await ledger.reclaimExpired({ queue, limit: 1000 });
-        const p = await ledger.probeDependencyWaits({ queue, limit: 1000 });
-        const purged = retentionMs > 0 ? await ledger.purge({ queue, olderThanMs: retentionMs, limit: 5000 }) : 0;
-        if (wake && (await wake.usable())) await wake.streamsOf(queue).trim(wake.redis);
-        if (r.reclaimed.length + r.dead.length + r.cancelled.length + p.probed.length + p.expired.length + purged > 0) {
-          log.info(
-            { queue, reclaimed: r.reclaimed.length, leaseExpiredDead: r.dead.length, cancelled: r.cancelled.length, probed: p.probed.length, dependencyExpired: p.expired.length, purged },
-            'reconciled',
-          );
-        }
-        if (wake && r.reclaimed.length > 0) await wake.publish([{ queue, queueClass: 'default', kind: 'reclaim', ids: r.reclaimed }]);
-        if (wake && p.probed.length > 0) {
-          await wake.publish([{ queue, queueClass: 'default', kind: 'dependency', ids: p.probed.map((x) => x.id) }]);
-        }
-      } catch (error) {
-        log.warn({ queue, err: (error as Error).message }, 'reconcile pass failed; next pass retries');
-      }
-    }
-    if (repairWaits) this.lastWaitsRepairAt = Date.now();
+  /** One pass now (also used by tests): a queue's failure is logged, and the next pass retries it. */
+  async pass(): Promise<MaintenancePass> {
+    const { log } = this.options;
+    const r = await this.maintainer.pass();
+    for (const f of r.failed) log.warn({ queue: f.queue, err: f.error.message }, 'reconcile pass failed; next pass retries');
     await this.options.afterPass?.().catch((error: unknown) => log.warn({ err: (error as Error).message }, 'gauge refresh failed'));
+    return r;
   }
 
   private schedule(delayMs: number): void {
     if (this.stopped) return;
     this.timer = setTimeout(() => {
-      this.running = this.pass().finally(() => {
-        this.running = undefined;
-        this.schedule(this.options.intervalMs);
-      });
+      this.running = this.pass()
+        .then(() => undefined)
+        .finally(() => {
+          this.running = undefined;
+          this.schedule(this.options.intervalMs);
+        });
     }, delayMs);
     this.timer.unref();
   }

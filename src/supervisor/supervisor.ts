@@ -9,6 +9,7 @@ import { WakeChannel } from '../wake/wake-channel.js';
 import { ledgerReadiness, type NamedReadinessCheck, type Readiness } from './admin-server.js';
 import type { WorkerConfig } from './config.js';
 import type { HandlersByQueue } from './handlers-module.js';
+import { Producer } from '../producer/producer.js';
 import { QueueRunner } from './queue-runner.js';
 import { Reconciler } from './reconciler.js';
 
@@ -82,7 +83,7 @@ export class Supervisor {
       if (q.ownership) this.ownership.set(q.name, { state: 'standby' });
     }
     await this.checkOwnership();
-    for (const q of config.queues) if (!q.ownership) this.runners.get(q.name)?.start();
+    for (const q of config.queues) if (!q.ownership) this.startRunner(q.name);
     if (this.ownership.size > 0) {
       this.ownershipTimer = setInterval(() => void this.checkOwnership(), config.ownershipCheckMs);
       this.ownershipTimer.unref();
@@ -145,6 +146,20 @@ export class Supervisor {
     return this.checking;
   }
 
+  /**
+   * Starts a queue's consumer and, with the first one, the wake channel's
+   * timer processor (which this supervisor owns): due timers publish
+   * wake-ups, schedule fires are enqueued like any producer's.
+   */
+  private startRunner(queue: string): void {
+    const wake = this.wake;
+    if (wake && !wake.timersStarted) {
+      const producer = new Producer({ ledger: this.ledger, wake });
+      wake.startTimers(async (item) => producer.enqueue(item));
+    }
+    this.runners.get(queue)?.start();
+  }
+
   /** Reads the ownership queues' control streams (plain XREAD): an activation is acted on at once. */
   private async watchControl(wake: WakeChannel): Promise<void> {
     const client = createRedisClient(wake.options.redis, 'lanewake:supervisor:control');
@@ -189,7 +204,7 @@ export class Supervisor {
       } else if (ours && current) {
         this.ownership.set(queue, { state: 'owner', epoch: current.epoch });
         this.log.info({ queue, epoch: current.epoch }, 'ownership taken: claiming');
-        this.runners.get(queue)?.start();
+        this.startRunner(queue);
       }
     }
   }

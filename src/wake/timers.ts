@@ -21,6 +21,15 @@ export interface RecurringSchedule {
   item: { queue: string; type: string; payload: unknown; lane?: string; queueClass?: QueueClass };
 }
 
+/** A recurring schedule's fire: its item, under the fire's idempotency key `<schedule>:<fire time ms>`. */
+export type ScheduledItem = RecurringSchedule['item'] & { idempotencyKey: string };
+
+/**
+ * Enqueues a schedule's fire (a Producer's enqueue, say): the one thing the
+ * timer processor needs from above the wake layer, given by whoever starts it.
+ */
+export type ScheduledEnqueue = (item: ScheduledItem) => Promise<unknown>;
+
 interface TimerJobData {
   queue: string;
   queueClass: QueueClass;
@@ -84,6 +93,11 @@ export class WakeTimers {
 
   async removeSchedule(name: string): Promise<void> {
     await this.queue.removeJobScheduler(name);
+  }
+
+  /** Whether start() has run in this process. */
+  get started(): boolean {
+    return this.worker !== undefined;
   }
 
   /** Runs the processor in this process (any number of processes may). */

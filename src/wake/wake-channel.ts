@@ -7,7 +7,8 @@ import { ControlStreams, type ControlMessage } from './control.js';
 import { DEFAULT_KEY_PREFIX } from './keys.js';
 import { LocalWakeRoute, type DirectReservation, type LocalWakeTarget } from './local-route.js';
 import { createRedisClient, plainRedisOptions, whenReady, type RedisTarget } from './redis.js';
-import { WakeTimers, type WakeTimer } from './timers.js';
+import { WakeTimers, type ScheduledEnqueue, type WakeTimer } from './timers.js';
+import type { Ledger } from '../ledger/ledger.js';
 
 export interface WakeChannelOptions {
   redis: RedisTarget;
@@ -158,6 +159,45 @@ export class WakeChannel {
       this.publishFailed(error, 'timer scheduling');
       return false;
     }
+  }
+
+  /** Whether this channel's timer processor runs in this process (see startTimers). */
+  get timersStarted(): boolean {
+    return this.timers.started;
+  }
+
+  /**
+   * Runs the timer processor on this channel, once (later calls do nothing):
+   * a due timer publishes its item's wake-up; a recurring schedule's fire goes
+   * to `enqueue` under the fire's idempotency key, so one item is made per
+   * fire whichever replica processes it. Started by whoever owns the channel:
+   * the supervisor for `lanewake worker`; a Consumer starts it if nobody did.
+   */
+  startTimers(enqueue: ScheduledEnqueue): void {
+    if (this.timers.started) return;
+    this.timers.start({
+      onDue: async (t) => {
+        await this.publish([{ queue: t.queue, queueClass: t.queueClass, kind: 'timer', ids: [t.itemId] }]);
+      },
+      onScheduleFire: async (schedule, item, fireTimeMs) => {
+        await enqueue({ ...item, idempotencyKey: `${schedule}:${fireTimeMs}` });
+      },
+    });
+  }
+
+  /**
+   * A schedule's fire enqueued straight through `ledger`, then announced with
+   * a wake-up: for a channel whose owner gave no enqueue (a Consumer's
+   * default). A fire has an idempotency key, so it is never claimed at insert
+   * and this does what a Producer's enqueue does with it.
+   */
+  enqueueThrough(ledger: Pick<Ledger, 'enqueue'>): ScheduledEnqueue {
+    return async (item) => {
+      const r = await ledger.enqueue(item);
+      if (r.duplicate) return;
+      const queueClass = item.queueClass ?? 'default';
+      await this.publish([{ queue: item.queue, queueClass, kind: 'enqueue', ids: [r.id], enqueuedAtMs: Date.now() }]);
+    };
   }
 
   private publishFailed(error: unknown, what: string): void {

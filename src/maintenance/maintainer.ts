@@ -1,0 +1,155 @@
+import type { Ledger } from '../ledger/ledger.js';
+import type { Logger } from '../log.js';
+import type { WakeChannel } from '../wake/wake-channel.js';
+
+/** What a maintenance pass asks of the ledger. */
+export type MaintenanceLedger = Pick<Ledger, 'reclaimExpired' | 'probeDependencyWaits' | 'repairWaits' | 'purge'>;
+
+/** What a maintenance pass asks of the wake channel: wake-ups for what it freed, and stream trimming. */
+export type MaintenanceWake = Pick<WakeChannel, 'publish' | 'usable' | 'streamsOf' | 'redis'>;
+
+export interface MaintainerOptions {
+  ledger: MaintenanceLedger;
+  /** Without one, what a pass frees is found by the consumers' next claim or sweep. */
+  wake?: MaintenanceWake | undefined;
+  queues: readonly string[];
+  log: Logger;
+  /** Most expired leases reclaimed, and most due probes released, per queue and pass. */
+  batchSize?: number;
+  /** Terminal items older than this (ms) are purged; 0 = keep them forever. */
+  retentionMs?: number;
+  /** Most terminal items purged per queue and pass. */
+  purgeBatchSize?: number;
+  /**
+   * How often (ms) a pass also records the dependency waits missing for
+   * blocked items (see Ledger.repairWaits), the first pass included; 0 = never.
+   */
+  repairWaitsEveryMs?: number;
+  /** Trim each queue's wake streams (XTRIM to the channel's cap) every pass. */
+  trimStreams?: boolean;
+}
+
+/** What one pass did to one queue. */
+export interface QueueMaintenance {
+  queue: string;
+  /** Expired leases back to pending: published as a `reclaim` wake-up. */
+  reclaimed: string[];
+  /** Expired leases whose budget was spent: dead, class `lease_expired`. */
+  leaseExpiredDead: string[];
+  /** Expired leases of items whose cancel was requested: cancelled. */
+  cancelled: string[];
+  /** Due dependency probes back to pending: published as a `dependency` wake-up. */
+  probed: string[];
+  /** Of `probed`, those past their maxWait (their last run). */
+  dependencyExpired: string[];
+  purged: number;
+  repairedWaits: number;
+}
+
+export interface MaintenancePass {
+  /** The queues whose pass went through, in order. */
+  done: QueueMaintenance[];
+  /** The queues whose pass failed (the others ran regardless). */
+  failed: { queue: string; error: Error }[];
+}
+
+export const MAINTENANCE_DEFAULTS = {
+  batchSize: 1000,
+  retentionMs: 0,
+  purgeBatchSize: 5000,
+  repairWaitsEveryMs: 0,
+  trimStreams: false,
+} as const;
+
+/**
+ * The ledger's housekeeping for a set of queues (docs/design.md §7), one
+ * pass at a time: expired leases back to pending (or dead, or cancelled),
+ * due dependency probes released, optionally waits repaired, terminal items
+ * purged and wake streams trimmed; what went back to pending is announced
+ * with a wake-up, so a consumer claims it now rather than at its next sweep.
+ * Every step is a CAS or idempotent, so any number of processes may run it
+ * at once; a queue whose pass fails does not stop the others.
+ *
+ * Who runs it chooses when: the supervisor's reconciler every
+ * `reconcileIntervalMs` for all its queues, a consumer with `maintenance` on
+ * from each of its sweeps for its own queue. Model: River's JobRescuer.
+ */
+export class Maintainer {
+  private readonly settings: Required<Omit<MaintainerOptions, 'wake'>>;
+  private lastWaitsRepairAt = Number.NEGATIVE_INFINITY;
+
+  constructor(private readonly options: MaintainerOptions) {
+    this.settings = {
+      ledger: options.ledger,
+      queues: options.queues,
+      log: options.log,
+      batchSize: options.batchSize ?? MAINTENANCE_DEFAULTS.batchSize,
+      retentionMs: options.retentionMs ?? MAINTENANCE_DEFAULTS.retentionMs,
+      purgeBatchSize: options.purgeBatchSize ?? MAINTENANCE_DEFAULTS.purgeBatchSize,
+      repairWaitsEveryMs: options.repairWaitsEveryMs ?? MAINTENANCE_DEFAULTS.repairWaitsEveryMs,
+      trimStreams: options.trimStreams ?? MAINTENANCE_DEFAULTS.trimStreams,
+    };
+  }
+
+  /** One pass over every queue now. Never throws: a queue's failure is in `failed`. */
+  async pass(): Promise<MaintenancePass> {
+    const { repairWaitsEveryMs } = this.settings;
+    const repairWaits = repairWaitsEveryMs > 0 && Date.now() - this.lastWaitsRepairAt >= repairWaitsEveryMs;
+    const result: MaintenancePass = { done: [], failed: [] };
+    for (const queue of this.settings.queues) {
+      try {
+        result.done.push(await this.passQueue(queue, repairWaits));
+      } catch (error) {
+        result.failed.push({ queue, error: error instanceof Error ? error : new Error(String(error)) });
+      }
+    }
+    if (repairWaits) this.lastWaitsRepairAt = Date.now();
+    return result;
+  }
+
+  private async passQueue(queue: string, repairWaits: boolean): Promise<QueueMaintenance> {
+    const { ledger, log, batchSize, retentionMs, purgeBatchSize, trimStreams } = this.settings;
+    const wake = this.options.wake;
+    let repairedWaits = 0;
+    if (repairWaits) {
+      // Blocked items written by a process on code from before schema 3 have no
+      // waits row: recorded here, so their waits can end.
+      repairedWaits = await ledger.repairWaits(queue);
+      if (repairedWaits > 0) {
+        log.warn({ queue, repaired: repairedWaits }, 'recorded dependency waits missing for blocked items (blocked by code older than schema 3?)');
+      }
+    }
+    const r = await ledger.reclaimExpired({ queue, limit: batchSize });
+    const p = await ledger.probeDependencyWaits({ queue, limit: batchSize });
+    const purged = retentionMs > 0 ? await ledger.purge({ queue, olderThanMs: retentionMs, limit: purgeBatchSize }) : 0;
+    if (trimStreams && wake && (await wake.usable())) await wake.streamsOf(queue).trim(wake.redis);
+    const done: QueueMaintenance = {
+      queue,
+      reclaimed: r.reclaimed,
+      leaseExpiredDead: r.dead,
+      cancelled: r.cancelled,
+      probed: p.probed.map((x) => x.id),
+      dependencyExpired: p.expired,
+      purged,
+      repairedWaits,
+    };
+    if (done.reclaimed.length + done.leaseExpiredDead.length + done.cancelled.length + done.probed.length + done.dependencyExpired.length + purged > 0) {
+      log.info(
+        {
+          queue,
+          reclaimed: done.reclaimed.length,
+          leaseExpiredDead: done.leaseExpiredDead.length,
+          cancelled: done.cancelled.length,
+          probed: done.probed.length,
+          dependencyExpired: done.dependencyExpired.length,
+          purged,
+        },
+        'reconciled',
+      );
+    }
+    // Publishing fails soft (counted and logged by the channel): the ledger already holds the change.
+    if (wake && done.reclaimed.length > 0) await wake.publish([{ queue, queueClass: 'default', kind: 'reclaim', ids: done.reclaimed }]);
+    if (wake && done.probed.length > 0) await wake.publish([{ queue, queueClass: 'default', kind: 'dependency', ids: done.probed }]);
+    return done;
+  }
+}
