@@ -1,3 +1,4 @@
+import { sql } from 'kysely';
 import { afterAll, afterEach, beforeAll, expect, test } from 'vitest';
 import { Consumer } from '../src/consumer/consumer.js';
 import type { Ledger } from '../src/ledger/ledger.js';
@@ -44,7 +45,7 @@ async function expiredLease(queue: string): Promise<string> {
   const e = await ledger.enqueue({ queue, type: 't', payload: {} });
   const c = await claimOne(ledger, queue, 'crashed-worker', 200);
   expect(c.id).toBe(e.id);
-  await new Promise((r) => setTimeout(r, 300));
+  await waitFor(async () => (await ledger.now()).getTime() > c.leaseUntil.getTime() || undefined, 5_000, 'the lease to run out');
   return c.id;
 }
 
@@ -150,4 +151,15 @@ test("a consumer's maintenance sweep reclaims an expired lease and announces it"
   } finally {
     await consumer.stop();
   }
+});
+
+test('a reconciler pass forgets dependency wake marks untouched for a day, once per pass, whatever the retention', async () => {
+  const marks = ledger.tables.wakeMarks;
+  await ledger.wakeDependency('mark-old');
+  await ledger.wakeDependency('mark-new');
+  await sql`UPDATE ${marks} SET touched_at = NOW(6) - INTERVAL 2 DAY WHERE dependency_key = 'mark-old'`.execute(ledger.db);
+  const reconciler = new Reconciler({ ledger, queues: [freshQueue('maint-marks')], intervalMs: 3_600_000, retentionMs: 0, log: silent });
+  await reconciler.pass();
+  const left = await sql<{ k: string }>`SELECT dependency_key AS k FROM ${marks} WHERE dependency_key IN ('mark-old', 'mark-new')`.execute(ledger.db);
+  expect(left.rows.map((r) => r.k)).toEqual(['mark-new']);
 });

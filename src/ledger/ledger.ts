@@ -375,8 +375,10 @@ export class Ledger {
     return claimHeads(this.db, this.tables, { ...v, multiStatement: this.multiStatement });
   }
 
-  /** Claims exactly these items if each is still a due pending head (targeted wake-ups). */
-  /** With `types`, only items of those types are claimed (a wake-up may name others). */
+  /**
+   * Claims exactly these items if each is still a due pending head (targeted
+   * wake-ups); with `types`, only items of those types (a wake-up may name others).
+   */
   claimByIds(input: Omit<ClaimInput, 'limit' | 'classes'> & { ids: string[] }): Promise<ClaimedItem[]> {
     const v = validate(
       claimByIdsSchema,
@@ -527,8 +529,8 @@ export class Ledger {
     return this.finish(handle, { kind: 'skip', reasonJson }, 'skipped');
   }
 
-  /** Parks the item (and its lane) until `wakeDependency(key)` or a probe; dead `dependency_expired` after maxWait. */
   /**
+   * Parks the item (and its lane) until `wakeDependency(key)` or a probe.
    * If the key was woken after this attempt began (the handler may have read
    * the awaited fact just before it committed), the item goes back to
    * pending at once instead (state `pending`, no attempt spent). A re-block
@@ -594,16 +596,24 @@ export class Ledger {
     return replayItem(this.db, this.tables, v);
   }
 
-  /** Deletes terminal items older than `olderThanMs` (and their history); returns how many. Also forgets old dependency wake marks. */
-  async purge(opts: { olderThanMs: number; limit?: number; queue?: string }): Promise<number> {
+  /** Deletes terminal items older than `olderThanMs` (and their history); returns how many. */
+  purge(opts: { olderThanMs: number; limit?: number; queue?: string }): Promise<number> {
     const v = validate(
       purgeSchema,
       opts,
       'purge',
     );
-    const purged = await purgeTerminal(this.db, this.tables, v);
-    await purgeWakeMarks(this.db, this.tables, Math.max(v.olderThanMs, WAKE_MARK_KEEP_MS), v.limit);
-    return purged;
+    return purgeTerminal(this.db, this.tables, v);
+  }
+
+  /**
+   * Forgets dependency wake marks untouched for a day (at most `limit`; see
+   * sql/wake-marks.ts). They belong to no queue: one call per maintenance
+   * pass, whatever the item retention.
+   */
+  forgetWakeMarks(limit = 1000): Promise<number> {
+    validate(limitSchema, limit, 'forgetWakeMarks', 'limit');
+    return purgeWakeMarks(this.db, this.tables, WAKE_MARK_KEEP_MS, limit);
   }
 
   stats(queue?: string): Promise<QueueStats[]> {

@@ -152,14 +152,18 @@ export async function runTransaction<T>(
       await retryDelay(CONNECTION_RETRY, lost);
       continue;
     }
+    /** A conflict rolled this run back (in the body, or a TiDB write conflict refused at COMMIT): wait, then run again. */
+    const afterConflict = async (error: unknown): Promise<void> => {
+      if (++conflicts >= DEFAULT_RETRY.maxAttempts) throw new ConflictRetriesExhaustedError(conflicts, error);
+      await retryDelay(DEFAULT_RETRY, conflicts);
+    };
     let value: T;
     try {
       value = await body(trx);
     } catch (error) {
       await trx.rollback().execute().catch(() => undefined);
       if (isRetryableConflict(error)) {
-        if (++conflicts >= DEFAULT_RETRY.maxAttempts) throw new ConflictRetriesExhaustedError(conflicts, error);
-        await retryDelay(DEFAULT_RETRY, conflicts);
+        await afterConflict(error);
         continue;
       }
       if (!isConnectionError(error) || ++lost >= CONNECTION_RETRY.maxAttempts) throw error;
@@ -173,9 +177,7 @@ export async function runTransaction<T>(
       // A failed COMMIT leaves the connection lent out: the rollback gives it back.
       await trx.rollback().execute().catch(() => undefined);
       if (isRetryableConflict(error)) {
-        // The server refused the commit (a TiDB write conflict): rolled back.
-        if (++conflicts >= DEFAULT_RETRY.maxAttempts) throw new ConflictRetriesExhaustedError(conflicts, error);
-        await retryDelay(DEFAULT_RETRY, conflicts);
+        await afterConflict(error);
         continue;
       }
       if (!isConnectionError(error)) throw error;

@@ -3,7 +3,7 @@ import type { Logger } from '../log.js';
 import type { WakeChannel } from '../wake/wake-channel.js';
 
 /** What a maintenance pass asks of the ledger. */
-export type MaintenanceLedger = Pick<Ledger, 'reclaimExpired' | 'probeDependencyWaits' | 'repairWaits' | 'purge'>;
+export type MaintenanceLedger = Pick<Ledger, 'reclaimExpired' | 'probeDependencyWaits' | 'repairWaits' | 'purge' | 'forgetWakeMarks'>;
 
 /** What a maintenance pass asks of the wake channel: wake-ups for what it freed, and stream trimming. */
 export type MaintenanceWake = Pick<WakeChannel, 'publish' | 'usable' | 'streamsOf' | 'redis'>;
@@ -27,6 +27,8 @@ export interface MaintainerOptions {
   repairWaitsEveryMs?: number;
   /** Trim each queue's wake streams (XTRIM to the channel's cap) every pass. */
   trimStreams?: boolean;
+  /** Forget old dependency wake marks once per pass (they belong to no queue). */
+  forgetWakeMarks?: boolean;
 }
 
 /** What one pass did to one queue. */
@@ -59,6 +61,7 @@ export const MAINTENANCE_DEFAULTS = {
   purgeBatchSize: 5000,
   repairWaitsEveryMs: 0,
   trimStreams: false,
+  forgetWakeMarks: false,
 } as const;
 
 /**
@@ -88,6 +91,7 @@ export class Maintainer {
       purgeBatchSize: options.purgeBatchSize ?? MAINTENANCE_DEFAULTS.purgeBatchSize,
       repairWaitsEveryMs: options.repairWaitsEveryMs ?? MAINTENANCE_DEFAULTS.repairWaitsEveryMs,
       trimStreams: options.trimStreams ?? MAINTENANCE_DEFAULTS.trimStreams,
+      forgetWakeMarks: options.forgetWakeMarks ?? MAINTENANCE_DEFAULTS.forgetWakeMarks,
     };
   }
 
@@ -104,6 +108,11 @@ export class Maintainer {
       }
     }
     if (repairWaits) this.lastWaitsRepairAt = Date.now();
+    if (this.settings.forgetWakeMarks) {
+      await this.settings.ledger.forgetWakeMarks().catch((error: unknown) => {
+        this.settings.log.warn({ err: (error as Error).message }, 'forgetting old dependency wake marks failed; the next pass retries');
+      });
+    }
     return result;
   }
 

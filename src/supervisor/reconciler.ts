@@ -37,11 +37,10 @@ export class Reconciler {
       wake: options.wake,
       queues: options.queues,
       log: options.log,
-      batchSize: 1000,
       retentionMs: options.retentionMs,
-      purgeBatchSize: 5000,
       repairWaitsEveryMs: REPAIR_WAITS_EVERY_MS,
       trimStreams: true,
+      forgetWakeMarks: true,
     });
   }
 
