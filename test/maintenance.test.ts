@@ -147,7 +147,12 @@ test("a consumer's maintenance sweep reclaims an expired lease and announces it"
     expect(ran).toEqual([id]);
     // The wake-up went to the stream or straight to a consumer in this process.
     expect(tw.wake.counters.published + tw.wake.counters.deliveredLocally).toBeGreaterThanOrEqual(1);
-    expect(await mustGet(ledger, id)).toMatchObject({ state: 'completed', attempt: 2 });
+    // The handler returned; its completion is committed by the batch completer a moment later.
+    const done = await waitFor(async () => {
+      const item = await mustGet(ledger, id);
+      return item.state === 'processing' ? undefined : item;
+    }, 10_000, 'the completion to commit');
+    expect(done).toMatchObject({ state: 'completed', attempt: 2 });
   } finally {
     await consumer.stop();
   }
