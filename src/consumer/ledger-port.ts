@@ -1,0 +1,30 @@
+import type { Ledger } from '../ledger/ledger.js';
+
+/**
+ * What a consumer calls on the ledger, and nothing more: the claim rounds,
+ * a job's run, its lease keeper and the batch completer take this, so a test
+ * can hand them a ledger of its own (a wrapper that counts or fails calls)
+ * instead of patching methods of a real Ledger.
+ */
+export type ConsumerLedger = Pick<
+  Ledger,
+  | 'assertSchemaCurrent'
+  | 'claim'
+  | 'claimByIds'
+  | 'countProcessing'
+  | 'release'
+  | 'renew'
+  | 'checkpoint'
+  | 'retry'
+  | 'fail'
+  | 'block'
+  | 'cancelClaimed'
+  | 'completeWithin'
+  | 'completeManyClaimingNext'
+>;
+
+/** The part of the port the batch completer writes through. */
+export type CompletionLedger = Pick<ConsumerLedger, 'completeManyClaimingNext'>;
+
+/** The part of the port a lease keeper renews through. */
+export type LeaseLedger = Pick<ConsumerLedger, 'renew'>;
