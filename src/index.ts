@@ -55,7 +55,7 @@ export {
   type JobContext,
   type RegisteredHandler,
 } from './consumer/types.js';
-export type { Outcome } from './consumer/executor.js';
+export type { Outcome } from './consumer/job-run.js';
 
 // Errors.
 export {

@@ -1,7 +1,7 @@
 import { sql } from 'kysely';
 import { afterEach, describe, expect, test } from 'vitest';
 import { Consumer, type ConsumerOptions } from '../src/consumer/consumer.js';
-import type { Outcome } from '../src/consumer/executor.js';
+import type { Outcome } from '../src/consumer/job-run.js';
 import type { JobContext } from '../src/consumer/types.js';
 import { JobAbortedError } from '../src/index.js';
 import { Producer } from '../src/producer/producer.js';
@@ -140,7 +140,7 @@ describe.each<Reaction>(['throwIfAborted', 'return'])('a handler that reacts to 
     });
     const id = await s.enqueue();
     await waitFor(() => s.outcomes.length === 1 || undefined, 10_000, 'an outcome');
-    expect(s.outcomes).toEqual(['lease_lost']);
+    expect(s.outcomes).toEqual(['leaseLost']);
     expectReason(s.runs[0], 'lease_lost');
     expect(await mustGet(tl!.ledger, id)).toMatchObject({ state: 'processing', leaseToken: thief, attempt: 1, result: null });
     expect(await history(tl!.ledger, id)).toEqual([]);

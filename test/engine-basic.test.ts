@@ -3,6 +3,7 @@ import { afterEach, expect, test } from 'vitest';
 import { MAX_IDS_PER_ENTRY } from '../src/wake/streams.js';
 import { wakeStreamKey } from '../src/wake/keys.js';
 import { Consumer } from '../src/consumer/consumer.js';
+import type { Ledger } from '../src/ledger/ledger.js';
 import { Producer } from '../src/producer/producer.js';
 import { createTestWake, uniqueQueue, type TestWake } from './support/engine.js';
 import { createTestLedger, waitFor, type TestLedger } from './support/ledger.js';
@@ -177,19 +178,20 @@ test('a lane that advances while a claim round is in flight is claimed at once, 
   const gate = new Promise<void>((resolve) => (openGate = resolve));
   let gateOn = false;
   let heldAtGate = false;
-  const claimByIds = ledger.claimByIds.bind(ledger);
-  ledger.claimByIds = async (spec) => {
+  // The consumer gets a ledger whose claims by id wait at the gate: the real one, seen through a wrapper.
+  const gated: Ledger = Object.create(ledger) as Ledger;
+  gated.claimByIds = async (spec) => {
     if (gateOn) {
       heldAtGate = true;
       await gate;
     }
-    return claimByIds(spec);
+    return ledger.claimByIds(spec);
   };
   let finishFirst: () => void = () => undefined;
   const firstHeld = new Promise<void>((resolve) => (finishFirst = resolve));
   const done: string[] = [];
   const consumer = new Consumer({
-    ledger,
+    ledger: gated,
     wake: tw.wake,
     queue,
     concurrency: 4,

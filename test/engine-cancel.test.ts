@@ -1,7 +1,7 @@
 import { afterEach, expect, test } from 'vitest';
 import { runCli } from '../src/cli/program.js';
 import { Consumer } from '../src/consumer/consumer.js';
-import type { Outcome } from '../src/consumer/executor.js';
+import type { Outcome } from '../src/consumer/job-run.js';
 import { Producer } from '../src/producer/producer.js';
 import { createTestWake, uniqueQueue, type TestWake } from './support/engine.js';
 import { history, mustGet } from './support/items.js';

@@ -1,5 +1,6 @@
 import { afterAll, beforeAll, expect, test } from 'vitest';
 import { BatchCompleter } from '../src/consumer/completer.js';
+import type { CompletionLedger } from '../src/consumer/ledger-port.js';
 import type { ClaimedItem } from '../src/ledger/types.js';
 import { freshQueue, mustGet } from './support/items.js';
 import { createTestLedger, type TestLedger } from './support/ledger.js';
@@ -19,24 +20,25 @@ interface Write {
   inFlight: number;
 }
 
-/** Records each batch the completer hands the ledger; the ledger still writes it. */
-function observeWrites(): { writes: Write[]; restore: () => void } {
-  const { ledger } = tl;
-  const original = ledger.completeManyClaimingNext.bind(ledger);
+/** A completion ledger that records each batch the completer hands it and forwards it to the real ledger, which writes it. */
+function recordingLedger(): { ledger: CompletionLedger; writes: Write[] } {
+  const real = tl.ledger;
   const writes: Write[] = [];
   const open = { laned: 0, laneless: 0 };
-  ledger.completeManyClaimingNext = async (entries, next) => {
-    const laned = entries.filter((e) => e.handle.lane !== null).length;
-    const kind = laned > 0 ? 'laned' : 'laneless';
-    open[kind]++;
-    writes.push({ size: entries.length, laned, inFlight: open[kind] });
-    try {
-      return await original(entries, next);
-    } finally {
-      open[kind]--;
-    }
+  const ledger: CompletionLedger = {
+    async completeManyClaimingNext(entries, next) {
+      const laned = entries.filter((e) => e.handle.lane !== null).length;
+      const kind = laned > 0 ? 'laned' : 'laneless';
+      open[kind]++;
+      writes.push({ size: entries.length, laned, inFlight: open[kind] });
+      try {
+        return await real.completeManyClaimingNext(entries, next);
+      } finally {
+        open[kind]--;
+      }
+    },
   };
-  return { writes, restore: () => void (ledger.completeManyClaimingNext = original) };
+  return { ledger, writes };
 }
 
 async function claimAll(queue: string, count: number): Promise<ClaimedItem[]> {
@@ -59,15 +61,12 @@ test('completions go in laneless batches of up to 500, one at a time, and laned 
   const items = await claimAll(queue, loners + lanes);
   expect(items.length).toBe(loners + lanes);
 
-  const { writes, restore } = observeWrites();
-  try {
-    const completer = new BatchCompleter(ledger);
-    // All in one turn of the event loop, the way a burst of handlers settles.
-    const results = await Promise.all(items.map((item) => completer.complete(item, { done: item.id })));
-    expect(results.every((r) => r.won && r.state === 'completed')).toBe(true);
-  } finally {
-    restore();
-  }
+  const recording = recordingLedger();
+  const completer = new BatchCompleter(recording.ledger);
+  // All in one turn of the event loop, the way a burst of handlers settles.
+  const results = await Promise.all(items.map((item) => completer.complete(item, { done: item.id })));
+  expect(results.every((r) => r.won && r.state === 'completed')).toBe(true);
+  const { writes } = recording;
 
   const laneless = writes.filter((w) => w.laned === 0);
   const laned = writes.filter((w) => w.laned > 0);

@@ -2,7 +2,7 @@ import { sql } from 'kysely';
 import { Redis } from 'ioredis';
 import { afterEach, expect, test } from 'vitest';
 import { Consumer } from '../src/consumer/consumer.js';
-import type { Outcome } from '../src/consumer/executor.js';
+import type { Outcome } from '../src/consumer/job-run.js';
 import type { Job, JobContext } from '../src/consumer/types.js';
 import type { Ledger } from '../src/ledger/ledger.js';
 import { LeaseLostError } from '../src/errors.js';
@@ -318,7 +318,7 @@ test('a handler whose lease was stolen cannot complete: ctx.transaction throws L
 
   await waitFor(() => outcomes.length > 0 || undefined, 15_000, 'an outcome');
   expect(txError).toBeInstanceOf(LeaseLostError);
-  expect(outcomes.map(([item, o]) => [item.id, o])).toEqual([[id, 'lease_lost']]);
+  expect(outcomes.map(([item, o]) => [item.id, o])).toEqual([[id, 'leaseLost']]);
   expect(consumer.counters.leaseLost).toBe(1);
   expect(consumer.counters.completed).toBe(0);
   expect(await effectCount(ledger)).toBe(0);

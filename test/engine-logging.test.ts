@@ -2,7 +2,7 @@ import { afterEach, expect, test } from 'vitest';
 import { z } from 'zod';
 import { Consumer } from '../src/consumer/consumer.js';
 import { PermanentError } from '../src/consumer/errors.js';
-import type { Outcome } from '../src/consumer/executor.js';
+import type { Outcome } from '../src/consumer/job-run.js';
 import { defineHandler } from '../src/consumer/types.js';
 import { Producer } from '../src/producer/producer.js';
 import { createTestWake, uniqueQueue, type TestWake } from './support/engine.js';

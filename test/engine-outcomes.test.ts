@@ -2,7 +2,7 @@ import { afterEach, expect, test } from 'vitest';
 import { z } from 'zod';
 import { Consumer, type ConsumerOptions } from '../src/consumer/consumer.js';
 import { BlockOn, Defer, PermanentError } from '../src/consumer/errors.js';
-import type { Outcome } from '../src/consumer/executor.js';
+import type { Outcome } from '../src/consumer/job-run.js';
 import { defineHandler, type HandlerEntry, type Job, type JobContext } from '../src/consumer/types.js';
 import type { LedgerConfigInput } from '../src/ledger/config.js';
 import type { EnqueueInput, Ledger } from '../src/ledger/ledger.js';

@@ -1,6 +1,6 @@
 import { afterEach, expect, test } from 'vitest';
 import { Consumer, type ConsumerOptions } from '../src/consumer/consumer.js';
-import type { Outcome } from '../src/consumer/executor.js';
+import type { Outcome } from '../src/consumer/job-run.js';
 import { ValidationError } from '../src/errors.js';
 import { Producer } from '../src/producer/producer.js';
 import { createTestWake, uniqueQueue, type TestWake } from './support/engine.js';

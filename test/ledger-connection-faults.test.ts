@@ -5,7 +5,7 @@ import { sql } from 'kysely';
 import { pino } from 'pino';
 import { afterAll, afterEach, beforeAll, expect, test } from 'vitest';
 import { BatchCompleter } from '../src/consumer/completer.js';
-import { runJob, type Outcome } from '../src/consumer/executor.js';
+import { runJob, type Outcome } from '../src/consumer/job-run.js';
 import { LeaseKeeper } from '../src/consumer/lease-keeper.js';
 import { consumerSettingsSchema } from '../src/consumer/options.js';
 import type { Job, JobContext, RegisteredHandler } from '../src/consumer/types.js';

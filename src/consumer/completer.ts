@@ -1,6 +1,6 @@
-import type { FinalizeResult, Ledger } from '../ledger/ledger.js';
-import type { LeaseHandle, SuccessorClaim } from '../ledger/types.js';
-import type { ClaimedItem } from '../ledger/types.js';
+import type { FinalizeResult } from '../ledger/ledger.js';
+import type { ClaimedItem, LeaseHandle, SuccessorClaim } from '../ledger/types.js';
+import type { CompletionLedger } from './ledger-port.js';
 
 /** Room a consumer grants a completion batch for its lanes' next heads, and where they go. */
 export interface SuccessorLease {
@@ -39,7 +39,7 @@ export class BatchCompleter {
   private readonly laneless: CompletionLine;
   private readonly laned: CompletionLine;
 
-  constructor(ledger: Ledger, successors?: (wanted: number) => SuccessorLease | undefined) {
+  constructor(ledger: CompletionLedger, successors?: (wanted: number) => SuccessorLease | undefined) {
     this.laneless = new CompletionLine(ledger, LANELESS_BATCH, 1);
     this.laned = new CompletionLine(ledger, LANED_BATCH, 2, successors);
   }
@@ -62,7 +62,7 @@ class CompletionLine {
   private flushes = 0;
 
   constructor(
-    private readonly ledger: Ledger,
+    private readonly ledger: CompletionLedger,
     private readonly maxBatch: number,
     private readonly maxFlushes: number,
     private readonly successors?: (wanted: number) => SuccessorLease | undefined,

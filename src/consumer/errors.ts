@@ -48,7 +48,10 @@ export const Defer = (runAt: Date, reason?: string): DeferError => new DeferErro
 export const BlockOn = (dependencyKey: string, opts: { maxWaitMs: number; probeAfterMs?: number }): BlockOnError =>
   new BlockOnError(dependencyKey, opts.maxWaitMs, opts.probeAfterMs);
 
-/** Why a handler's signal aborted. */
+/**
+ * Why a handler's signal aborted (`JobAbortedError.reason`, as docs/design.md §4 spells it).
+ * The outcome of an item whose lease was lost is `leaseLost`, the consumer counter's name.
+ */
 export type AbortReason = 'lease_lost' | 'deadline' | 'cancelled' | 'shutdown';
 
 /**

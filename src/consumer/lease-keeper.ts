@@ -1,7 +1,7 @@
-import type { Ledger } from '../ledger/ledger.js';
 import { isConnectionError } from '../ledger/retry.js';
 import type { ClaimedItem } from '../ledger/types.js';
 import { sleep } from '../sleep.js';
+import type { LeaseLedger } from './ledger-port.js';
 
 export type LeaseEvent = 'lost' | 'cancel_requested';
 
@@ -37,7 +37,7 @@ export class LeaseKeeper {
   private leaseUntilMs: number;
 
   constructor(
-    private readonly ledger: Ledger,
+    private readonly ledger: LeaseLedger,
     private readonly item: ClaimedItem,
     private readonly leaseMs: number,
     private readonly onEvent: (event: LeaseEvent) => void,

@@ -1,6 +1,6 @@
 import { collectDefaultMetrics, Counter, Gauge, Histogram, Registry } from 'prom-client';
 import type { Consumer } from '../consumer/consumer.js';
-import type { Outcome } from '../consumer/executor.js';
+import type { Outcome } from '../consumer/job-run.js';
 import type { Ledger } from '../ledger/ledger.js';
 import type { ClaimedItem } from '../ledger/types.js';
 
@@ -237,7 +237,7 @@ export class LanewakeMetrics {
         return this.dead;
       case 'released':
         return this.released;
-      case 'lease_lost':
+      case 'leaseLost':
         return this.leaseLost;
       default:
         return undefined;

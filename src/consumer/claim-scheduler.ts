@@ -1,0 +1,397 @@
+import { performance } from 'node:perf_hooks';
+import { MAX_CLAIM_ITEMS } from '../ledger/ledger.js';
+import type { ClaimedItem } from '../ledger/types.js';
+import { Latch } from '../latch.js';
+import type { Logger } from '../log.js';
+import type { WakeEntry, WakeMessage } from '../wake/streams.js';
+import type { ConsumerCounters, ConsumerEvents } from './counters.js';
+import { runJob, type JobRunDeps, type Outcome, type RunningJob } from './job-run.js';
+import type { ConsumerLedger } from './ledger-port.js';
+import type { ConsumerSettings } from './options.js';
+import { PrefetchBuffer, type Prefetched } from './prefetch-buffer.js';
+
+/** Claim rounds one scheduler may have in flight at once. */
+const MAX_CLAIM_ROUNDS = 2;
+const CAPPED_RETRY_MS = 250;
+const CLAIM_ERROR_BACKOFF_MS = 500;
+/** A signal that came after a round's head search is followed up this much later. */
+const LOOK_AGAIN_MS = 5;
+
+/** What the scheduler asks of the consumer around it. */
+export interface SchedulerHost<DB> {
+  /** Everything a job's run needs but the slot bookkeeping (the scheduler adds that). */
+  runDeps: Omit<JobRunDeps<DB>, 'onSettled'>;
+  emit<K extends keyof ConsumerEvents>(event: K, ...args: ConsumerEvents[K]): void;
+  /** The backstop sweep, and how often it runs now (faster while Redis is away). */
+  sweep(): Promise<void>;
+  sweepIntervalMs(): number;
+  /** Wake entries a claim round has acted on. */
+  ack(entries: readonly WakeEntry[]): void;
+  /** Saturated with work left over: pass a wake-up on so an idle replica joins in. */
+  followUp(): Promise<void>;
+  /** Slots freed: the wake reader may read again. */
+  roomChanged(): void;
+}
+
+/**
+ * The consumer's claim side and its executor slots (docs/design.md §6): claim
+ * rounds sized to the free slots plus the prefetch buffer, items named by
+ * wake-ups first, a look for other heads when something says there may be
+ * some, and the start of each claimed item in a slot. The two share the hot
+ * path's counts, so they live together.
+ */
+export class ClaimScheduler<DB> {
+  /** Items whose handler is running: each holds an executor slot. */
+  readonly running = new Map<string, RunningJob>();
+  /** Items whose handler has settled and whose outcome is being written. */
+  readonly finalizing = new Map<string, RunningJob>();
+  readonly buffer: PrefetchBuffer;
+  /** Set while the consumer runs; cleared when it begins to stop. */
+  active = false;
+  /** A pause control message holds new claims (running items go on). */
+  paused = false;
+  private readonly wake = new Latch();
+  private readonly targeted = new Set<string>();
+  /** Items in the prefetch buffer named by a cancel message: each asks the ledger as it starts. */
+  private readonly cancelHints = new Set<string>();
+  private pendingAcks: WakeEntry[] = [];
+  private readonly lateReleases = new Set<Promise<void>>();
+  private readonly runDeps: JobRunDeps<DB>;
+  private mightHaveWork = true;
+  /** Bumped by every noteWork(): a claim round must not forget a signal its head search did not see. */
+  private workSignals = 0;
+  private lookTimer: NodeJS.Timeout | undefined;
+  /** Room promised to claim rounds in flight and to completion batches claiming successors. */
+  private reservedRoom = 0;
+  /** Slots held for items a producer in this process is inserting already claimed for us. */
+  private directReserved = 0;
+  /** The last claim round got all the room it asked for: worth a second round in parallel. */
+  private lastRoundFull = false;
+  private claimBackoffUntil = 0;
+  /** The claim limiter found the fleet at its cap: no claim before this, unless one of ours finishes. */
+  private cappedUntil = 0;
+  private lastSweepAt = 0;
+  private sweeping: Promise<void> | undefined;
+
+  constructor(
+    private readonly ledger: ConsumerLedger,
+    private readonly settings: ConsumerSettings,
+    private readonly name: string,
+    private readonly counters: ConsumerCounters,
+    private readonly log: Logger,
+    private readonly host: SchedulerHost<DB>,
+  ) {
+    // A fleet-wide cap counts prefetched items as processing: keep the cap tight, no prefetch.
+    const limit = settings.maxProcessing !== undefined ? 0 : settings.prefetch;
+    this.buffer = new PrefetchBuffer({ concurrency: settings.concurrency, limit, leaseMs: settings.leaseMs });
+    this.runDeps = {
+      ...host.runDeps,
+      // The slot frees when the handler settles, so the next claim overlaps this finalize.
+      onSettled: (run) => {
+        if (run.handlerMs !== undefined) this.buffer.noteHandlerMs(run.handlerMs);
+        if (this.running.delete(run.item.id)) this.finalizing.set(run.item.id, run);
+        this.startPrefetched();
+        this.notify();
+      },
+    };
+  }
+
+  freeSlots(): number {
+    return this.settings.concurrency - this.running.size - this.directReserved;
+  }
+
+  /** How many items a claim may take now: the free slots plus the room left in the prefetch buffer. */
+  claimRoom(): number {
+    return this.freeSlots() + this.buffer.target() - this.buffer.size;
+  }
+
+  /** Wakes the loop (and the wake reader: room may have changed). */
+  notify(): void {
+    this.wake.notify();
+    this.host.roomChanged();
+  }
+
+  /** Wakes the loop only (the sweep interval changed). */
+  wakeLoop(): void {
+    this.wake.notify();
+  }
+
+  /** Claimable heads may exist beyond any named ids: the next claim round looks. */
+  noteWork(): void {
+    this.mightHaveWork = true;
+    this.workSignals++;
+  }
+
+  /** Sweep at the next turn (Redis came back). */
+  sweepNow(): void {
+    this.lastSweepAt = 0;
+    this.noteWork();
+    this.notify();
+  }
+
+  takeEntries(entries: readonly WakeEntry[]): void {
+    if (entries.length === 0) return;
+    this.counters.wakeEntriesRead += entries.length;
+    for (const e of entries) this.takeWake(e);
+    this.pendingAcks.push(...entries);
+    this.wake.notify();
+  }
+
+  /** Claim now. */
+  kick(): void {
+    this.noteWork();
+    this.wake.notify();
+  }
+
+  takeWake(m: Pick<WakeMessage, 'ids' | 'more'>): void {
+    for (const id of m.ids) this.targeted.add(id);
+    // A wake-up that names its items is answered by claiming those; one that names none (or not all) means "look".
+    if (m.ids.length === 0 || m.more === true) this.noteWork();
+  }
+
+  /**
+   * A cancel was requested for `id`: if it runs here, its run asks the ledger
+   * now (the message is a hint; the ledger's flag decides). One waiting in the
+   * buffer asks as it starts.
+   */
+  takeCancel(id: string): void {
+    const run = this.running.get(id);
+    if (run) run.checkLedger();
+    else if (this.buffer.has(id)) this.cancelHints.add(id);
+  }
+
+  /** Holds up to `n` free slots for items claimed elsewhere for us; returns how many it held. */
+  holdSlots(n: number): number {
+    const held = Math.min(n, this.freeSlots());
+    if (held > 0) this.directReserved += held;
+    return Math.max(0, held);
+  }
+
+  unholdSlots(n: number): void {
+    this.directReserved -= n;
+  }
+
+  /** Reserves claim room (up to `wanted`) for a completion batch's lane successors; 0 if none. */
+  reserveRoom(wanted: number): number {
+    const room = Math.min(wanted, MAX_CLAIM_ITEMS, this.claimRoom() - this.reservedRoom);
+    if (room <= 0) return 0;
+    this.reservedRoom += room;
+    return room;
+  }
+
+  returnRoom(room: number): void {
+    this.reservedRoom -= room;
+    this.notify();
+  }
+
+  /** Claimed for us outside a round: into the buffer, or straight back if we began stopping meanwhile. */
+  takeHandedOver(items: readonly ClaimedItem[], claimedAtMs: number): void {
+    if (items.length === 0) return;
+    if (this.active) {
+      this.takeClaimed(items, claimedAtMs);
+      return;
+    }
+    this.counters.claimed += items.length;
+    const p = this.release(items.map((item) => ({ item, claimedAtMs })), 'consumer stopping');
+    this.lateReleases.add(p);
+    void p.finally(() => this.lateReleases.delete(p));
+  }
+
+  /** At stop, once the loop has ended: everything still in the buffer goes back unstarted. */
+  releaseBuffered(): Promise<void> {
+    return this.release(this.buffer.drain(), 'shutdown');
+  }
+
+  /** At stop, after the drain: items handed over while stopping have gone back. */
+  async lateReleasesSettled(): Promise<void> {
+    await Promise.allSettled([...this.lateReleases]);
+  }
+
+  /**
+   * Claims run as rounds of a few statements each, most of the time waiting
+   * on the ledger's commit. While the last round came back full (more work
+   * than room), a second round may start before the first returns, each on
+   * its own connection with its own share of the room, so the commit waits
+   * overlap instead of adding up.
+   */
+  async loop(): Promise<void> {
+    const rounds = new Set<Promise<void>>();
+    while (this.active) {
+      // The sweep's housekeeping runs beside the claims, so a wake-up never waits behind it.
+      if (this.sweeping === undefined && Date.now() - this.lastSweepAt >= this.host.sweepIntervalMs()) {
+        this.sweeping = this.runSweep().finally(() => (this.sweeping = undefined));
+      }
+      this.startPrefetched();
+      const room = Math.min(MAX_CLAIM_ITEMS, this.claimRoom() - this.reservedRoom);
+      // A claim round costs about the same wait whatever its size: while the buffer
+      // still holds work for the slots, let the room grow to half the buffer first.
+      const worthARound = this.buffer.size === 0 || room >= Math.ceil(this.buffer.target() / 2);
+      // Rounds overlap while claims come back full, and for named ids (a wake-up
+      // for new work must not wait behind a round looking for other heads).
+      const maxRounds = this.settings.maxProcessing === undefined && (this.lastRoundFull || this.targeted.size > 0) ? MAX_CLAIM_ROUNDS : 1;
+      const holdUntil = Math.max(this.claimBackoffUntil, this.cappedUntil);
+      const backingOff = Date.now() < holdUntil;
+      if (!this.paused && !backingOff && room > 0 && worthARound && rounds.size < maxRounds && (this.mightHaveWork || this.targeted.size > 0)) {
+        this.reservedRoom += room;
+        const round: Promise<void> = this.claimRound(room)
+          .catch((error: unknown) => {
+            this.counters.errors++;
+            this.lastRoundFull = false;
+            this.claimBackoffUntil = Date.now() + CLAIM_ERROR_BACKOFF_MS;
+            this.log.error({ err: (error as Error).message }, 'claim failed; retrying');
+          })
+          .finally(() => {
+            this.reservedRoom -= room;
+            rounds.delete(round);
+            this.wake.notify();
+          });
+        rounds.add(round);
+        continue;
+      }
+      const untilSweep = this.host.sweepIntervalMs() - (Date.now() - this.lastSweepAt);
+      const until = this.buffer.size > 0 ? Math.min(untilSweep, this.settings.leaseMs / 6) : untilSweep;
+      await this.wake.wait(Math.max(1, backingOff ? Math.min(until, holdUntil - Date.now()) : until));
+    }
+    clearTimeout(this.lookTimer);
+    await Promise.allSettled([...rounds, this.sweeping]);
+  }
+
+  private async runSweep(): Promise<void> {
+    this.lastSweepAt = Date.now();
+    this.counters.sweeps++;
+    this.noteWork();
+    await this.host.sweep();
+    // What it reclaimed or woke is claimable now.
+    this.noteWork();
+    this.wake.notify();
+  }
+
+  private lookSoon(): void {
+    if (this.lookTimer !== undefined) return;
+    this.lookTimer = setTimeout(() => {
+      this.lookTimer = undefined;
+      if (!this.active) return;
+      this.noteWork();
+      this.wake.notify();
+    }, LOOK_AGAIN_MS);
+    this.lookTimer.unref();
+  }
+
+  private async claimRound(free: number): Promise<void> {
+    this.counters.claimRounds++;
+    /** Signals up to here are answered by this round's head search, if it makes one. */
+    let seenSignals = this.workSignals;
+    const startedAt = performance.now();
+    const acks = this.pendingAcks;
+    this.pendingAcks = [];
+    const named = [...this.targeted];
+    const ids = named.slice(0, free);
+    this.targeted.clear();
+    // Named items beyond this round's room are dropped as hints: a general claim finds them.
+    let lookFurther = this.mightHaveWork || named.length > ids.length;
+    const s = this.settings;
+    const base = { queue: s.queue, owner: this.name, leaseMs: s.leaseMs, ...(s.epoch !== undefined ? { epoch: s.epoch } : {}) };
+    const types = s.types ? { types: s.types } : {};
+    if (s.maxProcessing !== undefined) {
+      // The claim limiter: never push the fleet past the cap. At the cap nothing new is
+      // claimed; expired leases still go back to pending through the sweep.
+      const room = s.maxProcessing - (await this.ledger.countProcessing(s.queue));
+      if (room <= 0) {
+        for (const id of ids) this.targeted.add(id);
+        this.pendingAcks.unshift(...acks);
+        this.noteWork();
+        // Try again shortly, or as soon as one of ours finishes (finished() lifts this).
+        this.cappedUntil = Date.now() + CAPPED_RETRY_MS;
+        return;
+      }
+      free = Math.min(free, room);
+      if (ids.length > free) lookFurther = true;
+      ids.splice(free);
+    }
+    const claimed: ClaimedItem[] = ids.length > 0 ? await this.ledger.claimByIds({ ...base, ids, ...types }) : [];
+    // Named by a wake-up: start them now, before looking for other heads.
+    const claimedAtMs = startedAt - performance.now() + Date.now();
+    if (claimed.length > 0) this.takeClaimed(claimed, claimedAtMs);
+    let more = false;
+    if (claimed.length < free && lookFurther) {
+      const want = free - claimed.length;
+      seenSignals = this.workSignals;
+      const r = await this.ledger.claim({ ...base, limit: want, classes: s.classes, ...types });
+      // While stopping these wait in the buffer, and stop() releases them.
+      if (r.items.length > 0) this.takeClaimed(r.items, claimedAtMs);
+      claimed.push(...r.items);
+      more = r.moreAvailable || r.items.length >= want;
+    } else {
+      // Only named ids were claimed: more work is likely only if something already said so.
+      more = lookFurther && claimed.length >= free;
+    }
+    this.mightHaveWork = more;
+    // A lane advanced (or a wake-up or sweep came) after the head search read: look again
+    // shortly. Not at once: under load the next finish says so anyway, and a round per
+    // signal would make many small claims; idle, this keeps a lane from waiting for the sweep.
+    if (!more && this.workSignals !== seenSignals) this.lookSoon();
+    this.lastRoundFull = claimed.length >= free;
+    this.host.emit('claimRound', { claimed: claimed.length, durationMs: performance.now() - startedAt, targeted: ids.length });
+    if (acks.length > 0) this.host.ack(acks);
+    if (more && this.freeSlots() === 0) await this.host.followUp();
+  }
+
+  private takeClaimed(items: readonly ClaimedItem[], claimedAtMs: number): void {
+    this.counters.claimed += items.length;
+    this.buffer.push(items, claimedAtMs);
+    this.startPrefetched();
+  }
+
+  /** Starts buffered items while slots are free; hands back those that waited too long. */
+  private startPrefetched(): void {
+    if (!this.active) return;
+    const { start, expired } = this.buffer.take(this.freeSlots(), Date.now());
+    for (const p of start) this.startJob(p.item, p.claimedAtMs);
+    if (expired.length > 0) void this.release(expired, 'prefetch wait exceeded a third of the lease');
+  }
+
+  /** Hands unstarted items back without spending an attempt. */
+  private async release(items: readonly Prefetched[], reason: string): Promise<void> {
+    if (items.length === 0) return;
+    this.counters.prefetchReleased += items.length;
+    for (const p of items) this.cancelHints.delete(p.item.id);
+    await Promise.allSettled(
+      items.map((p) =>
+        this.ledger.release(p.item, { reason }).catch((error: unknown) => {
+          this.counters.errors++;
+          this.log.warn({ id: p.item.id, err: (error as Error).message }, 'could not release a prefetched item; its lease will expire');
+        }),
+      ),
+    );
+    this.noteWork();
+  }
+
+  private startJob(item: ClaimedItem, claimedAtMs: number): void {
+    const run = runJob(this.runDeps, item, claimedAtMs);
+    this.running.set(item.id, run);
+    run.start();
+    if (this.cancelHints.delete(item.id)) run.checkLedger();
+    this.host.emit('started', item);
+    void run.done.then(
+      (outcome) => this.finished(item, outcome, run.laneAdvanced),
+      (error: unknown) => {
+        this.counters.errors++;
+        this.log.error({ id: item.id, err: (error as Error).message }, 'executor failed');
+        this.finished(item, 'leaseLost');
+      },
+    );
+  }
+
+  private finished(item: ClaimedItem, outcome: Outcome, laneAdvanced?: boolean): void {
+    this.running.delete(item.id);
+    this.finalizing.delete(item.id);
+    this.counters[outcome]++;
+    this.cappedUntil = 0;
+    // The slot is free; a finished lane head has a successor worth claiming right here (lane affinity),
+    // unless the completion said the lane has none waiting.
+    // A released item may be due again at once (a block whose key was woken while it ran).
+    if ((item.lane !== null && laneAdvanced !== false) || outcome === 'released') this.noteWork();
+    this.host.emit('outcome', item, outcome);
+    this.notify();
+  }
+}

@@ -1,0 +1,37 @@
+import type { ClaimedItem } from '../ledger/types.js';
+import type { ControlMessage } from '../wake/control.js';
+import type { Outcome } from './job-run.js';
+
+/** One count per outcome (named as the outcome is), then what the claim side did. */
+export interface ConsumerCounters extends Record<Outcome, number> {
+  claimed: number;
+  claimRounds: number;
+  sweeps: number;
+  wakeEntriesRead: number;
+  /** Wake-ups a producer in this process handed over directly (no Redis round trip). */
+  localWakes: number;
+  /** Items a producer in this process inserted already claimed for this consumer (no claim round trip). */
+  claimedAtInsert: number;
+  /** Lane successors claimed in the transaction that completed their predecessors (lane affinity, no claim round). */
+  claimedWithCompletion: number;
+  followUpWakes: number;
+  /** Prefetched items handed back unstarted (their wait in the buffer ran too long, or the consumer stopped). */
+  prefetchReleased: number;
+  errors: number;
+}
+
+export function newConsumerCounters(): ConsumerCounters {
+  return {
+    claimed: 0, completed: 0, retried: 0, dead: 0, released: 0, blocked: 0, cancelled: 0, skipped: 0,
+    leaseLost: 0, abandoned: 0, claimRounds: 0, sweeps: 0, wakeEntriesRead: 0, localWakes: 0, claimedAtInsert: 0,
+    claimedWithCompletion: 0, followUpWakes: 0, prefetchReleased: 0, errors: 0,
+  };
+}
+
+export interface ConsumerEvents {
+  outcome: [item: ClaimedItem, outcome: Outcome];
+  started: [item: ClaimedItem];
+  control: [message: ControlMessage];
+  /** One claim round: how many items it won and how long its ledger round trips took. */
+  claimRound: [round: { claimed: number; durationMs: number; targeted: number }];
+}

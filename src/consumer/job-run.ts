@@ -1,0 +1,296 @@
+import type { Transaction } from 'kysely';
+import type { ClaimedItem } from '../ledger/types.js';
+import { JobAbortedError, type AbortReason } from './errors.js';
+import { writeInvalidPayload, writeOutcome, writeUnowned, type Outcome, type OutcomeDeps, type Settlement } from './job-outcome.js';
+import { LeaseKeeper, leaseTickMs, type LeaseEvent } from './lease-keeper.js';
+import type { Job, JobContext, RegisteredHandler } from './types.js';
+
+export type { Outcome, OutcomeDeps } from './job-outcome.js';
+export type { AbortReason } from './errors.js';
+
+export interface RunningJob {
+  item: ClaimedItem;
+  /** Runs the handler and writes the outcome; `done` settles with it. Call once. */
+  start(): void;
+  /** How long the handler ran (ms), once it has settled; undefined if it never ran. */
+  readonly handlerMs: number | undefined;
+  /** Aborts the handler's signal (shutdown); the outcome then follows the abort rules. */
+  abort(reason: AbortReason): void;
+  /** Stop waiting for the handler: leave its lease to expire, write nothing. */
+  abandon(): void;
+  /**
+   * Renews the lease now, so a cancel the ledger holds for this item aborts
+   * the handler at once (a control-stream cancel is only a hint: the ledger decides).
+   */
+  checkLedger(): void;
+  /** The consumer's clock: renews the lease when due, enforces a long deadline. */
+  tick(nowMs: number): void;
+  /** The outcome is written (or given up on). */
+  done: Promise<Outcome>;
+  /** Once done: false when the write said the item's lane has nothing left waiting; undefined when not known. */
+  readonly laneAdvanced: boolean | undefined;
+}
+
+export interface JobRunDeps<DB> extends OutcomeDeps {
+  handlers: ReadonlyMap<string, RegisteredHandler<DB>>;
+  /**
+   * The handler has settled (or never ran): the item's executor slot is free,
+   * its outcome may still be being written. Called once per run, synchronously.
+   */
+  onSettled?: (run: RunningJob) => void;
+}
+
+class Abandoned extends Error {}
+
+/** `done` of a run not started yet: never settles. */
+const NOT_STARTED: Promise<Outcome> = new Promise<Outcome>(() => undefined);
+
+/**
+ * Deadlines shorter than this many ticks of the consumer's clock get a timer
+ * of their own; longer ones (the 10 min default) are checked on the tick,
+ * late by at most one tick (a second at most, 5% of the deadline at most).
+ */
+const CLOCK_DEADLINE_TICKS = 20;
+
+/**
+ * One claimed item's run through its handler to its written outcome
+ * (docs/design.md §4). Nothing happens until `start()`: register the run first, so
+ * `onSettled` always finds it.
+ */
+export function runJob<DB>(deps: JobRunDeps<DB>, item: ClaimedItem, claimedAtMs: number = Date.now()): RunningJob {
+  return new JobRun(deps, item, claimedAtMs);
+}
+
+/** What the pre-checks pass on to the handler's run. */
+interface Runnable<DB> {
+  def: RegisteredHandler<DB>;
+  payload: unknown;
+}
+
+/**
+ * One item's run, in three steps: the pre-checks (a handler for the type, a
+ * payload its schema accepts), the handler's run (its signal, lease and
+ * deadline), and the outcome written from how it settled (job-outcome.ts).
+ *
+ * A class rather than closures: a consumer starts tens of thousands of
+ * these a second, and every closure, promise and timer per item is garbage
+ * to collect. The lease keeper is made only when the first renewal falls
+ * due (or the handler asks for one), which a short handler never reaches.
+ */
+class JobRun<DB> implements RunningJob {
+  done: Promise<Outcome> = NOT_STARTED;
+  laneAdvanced: boolean | undefined;
+  /** Set by ctx.transaction once the completion committed with the handler's writes. */
+  completedInTx = false;
+  handlerMs: number | undefined;
+  private settledCalled = false;
+  private controller: AbortController | undefined;
+  private abortReason: AbortReason | undefined;
+  private handlerRunning = false;
+  private graceTimer: NodeJS.Timeout | undefined;
+  /** A deadline the clock enforces (long ones; short ones get a timer of their own). */
+  private deadlineAtMs: number | undefined;
+  private leaseLost = false;
+  private keeper: LeaseKeeper | undefined;
+  /** No renewal may start any more: the handler has settled. */
+  private keeperStopped = false;
+  private readonly firstRenewalAtMs: number;
+  /** Rejects the wait for the handler (abandon); set while the handler runs. */
+  private stopWaiting: ((reason: unknown) => void) | undefined;
+  private abandoned = false;
+
+  constructor(
+    readonly deps: JobRunDeps<DB>,
+    readonly item: ClaimedItem,
+    private readonly claimedAtMs: number,
+  ) {
+    const leaseMs = deps.settings.leaseMs;
+    this.firstRenewalAtMs = claimedAtMs + leaseMs - Math.floor((leaseMs * 2) / 3);
+  }
+
+  start(): void {
+    if (this.done !== NOT_STARTED) throw new Error('run already started');
+    this.done = this.execute();
+  }
+
+  private markSettled(): void {
+    if (this.settledCalled) return;
+    this.settledCalled = true;
+    this.deps.onSettled?.(this);
+  }
+
+  get signal(): AbortSignal {
+    // Made on first use: most handlers never look, and a signal per item is not free.
+    if (!this.controller) {
+      this.controller = new AbortController();
+      if (this.abortReason !== undefined) this.controller.abort(this.abortError());
+    }
+    return this.controller.signal;
+  }
+
+  abort(reason: AbortReason): void {
+    if (this.abortReason !== undefined) return;
+    this.abortReason = reason;
+    this.controller?.abort(this.abortError());
+    // A handler that ignores its abort is not waited on forever: its lease is left to expire.
+    if (this.handlerRunning && reason !== 'shutdown') this.graceTimer = setTimeout(() => this.abandon(), this.deps.settings.abortGraceMs);
+  }
+
+  abandon(): void {
+    this.abandoned = true;
+    this.stopWaiting?.(new Abandoned());
+  }
+
+  tick(nowMs: number): void {
+    if (!this.keeperStopped && (this.keeper !== undefined || nowMs >= this.firstRenewalAtMs)) this.leaseKeeper().tick(nowMs);
+    if (this.deadlineAtMs !== undefined && nowMs >= this.deadlineAtMs) {
+      this.deadlineAtMs = undefined;
+      this.abort('deadline');
+    }
+  }
+
+  heartbeat(): Promise<boolean> {
+    return this.keeperStopped ? Promise.resolve(false) : this.leaseKeeper().renewNow();
+  }
+
+  checkLedger(): void {
+    if (this.handlerRunning && this.abortReason === undefined) void this.heartbeat();
+  }
+
+  private leaseKeeper(): LeaseKeeper {
+    this.keeper ??= new LeaseKeeper(this.deps.ledger, this.item, this.deps.settings.leaseMs, (event) => this.onLeaseEvent(event), this.claimedAtMs);
+    return this.keeper;
+  }
+
+  private onLeaseEvent(event: LeaseEvent): void {
+    if (event === 'lost') {
+      this.leaseLost = true;
+      // The abort reason handlers see keeps its documented spelling; the outcome is 'leaseLost'.
+      this.abort('lease_lost');
+    } else this.abort('cancelled');
+  }
+
+  private abortError(): JobAbortedError {
+    return new JobAbortedError(this.abortReason ?? 'shutdown');
+  }
+
+  private async execute(): Promise<Outcome> {
+    const runnable = this.preCheck();
+    if (runnable instanceof Promise) {
+      const outcome = await runnable;
+      this.markSettled(); // no handler ran: the slot frees with the outcome written
+      return outcome;
+    }
+    const settlement = await this.runHandler(runnable);
+    const outcome = await writeOutcome(this.deps, settlement);
+    this.laneAdvanced = settlement.laneAdvanced;
+    return outcome;
+  }
+
+  /** What ends the item before its handler runs: no handler here for its type, a payload its schema refuses. */
+  private preCheck(): Runnable<DB> | Promise<Outcome> {
+    const { deps, item } = this;
+    const def = deps.handlers.get(item.type);
+    if (!def) return writeUnowned(deps, item);
+    if (!def.schema) return { def, payload: item.payload };
+    const parsed = def.schema.safeParse(item.payload);
+    if (parsed.success) return { def, payload: parsed.data };
+    return writeInvalidPayload(deps, item, parsed.error.issues.map((i) => `${i.path.join('.') || '(payload)'}: ${i.message}`).join('; '));
+  }
+
+  /** Runs the handler under its signal, lease and deadline, until it settles (or is abandoned). */
+  private async runHandler({ def, payload }: Runnable<DB>): Promise<Settlement> {
+    const { item, deps } = this;
+    const job: Job<unknown> = {
+      id: item.id,
+      queue: item.queue,
+      type: item.type,
+      lane: item.lane,
+      laneSeq: item.laneSeq,
+      payload,
+      attempt: item.attempt,
+      maxAttempts: item.maxAttempts,
+      checkpoint: item.checkpoint,
+      fence: { token: item.leaseToken, epoch: item.epoch, attempt: item.attempt },
+      enqueuedAt: item.createdAt,
+    };
+
+    const deadlineMs = def.deadlineMs ?? deps.settings.deadlineMs;
+    // A long deadline (the default is 10 min) is checked on the clock's tick,
+    // late by at most a tick: no timer per item. A short one gets its own timer.
+    const onClock = deadlineMs >= CLOCK_DEADLINE_TICKS * leaseTickMs(deps.settings.leaseMs);
+    const deadline = deadlineMs > 0 && !onClock ? setTimeout(() => this.abort('deadline'), deadlineMs) : undefined;
+    if (deadlineMs > 0 && onClock) this.deadlineAtMs = Date.now() + deadlineMs;
+    this.handlerRunning = true;
+    const handlerStart = performance.now();
+
+    let returned: { value: unknown } | undefined;
+    let thrown: unknown;
+    /** Why the signal had aborted when the handler settled (a renewal in flight may abort it later). */
+    let abortedWith: AbortReason | undefined;
+    try {
+      const result = def.handle(job, new Context<DB>(this));
+      returned = { value: await this.waitFor(result instanceof Promise ? result : Promise.resolve(result)) };
+    } catch (error) {
+      thrown = error;
+    } finally {
+      abortedWith = this.abortReason;
+      this.handlerRunning = false;
+      this.deadlineAtMs = undefined;
+      this.stopWaiting = undefined;
+      if (deadline) clearTimeout(deadline);
+      if (this.graceTimer) clearTimeout(this.graceTimer);
+      this.handlerMs = performance.now() - handlerStart;
+      this.markSettled();
+      this.keeperStopped = true;
+      const renewal = this.keeper?.stop();
+      if (renewal) await renewal;
+    }
+    return {
+      item,
+      returned,
+      thrown,
+      abandoned: thrown instanceof Abandoned,
+      abortedWith,
+      abortReason: this.abortReason,
+      completedInTx: this.completedInTx,
+      leaseLost: this.leaseLost,
+    };
+  }
+
+  /** The handler's promise, or a rejection with Abandoned once abandon() is called. */
+  private waitFor(handler: Promise<unknown>): Promise<unknown> {
+    return new Promise((resolve, reject) => {
+      if (this.abandoned) return reject(new Abandoned());
+      this.stopWaiting = reject;
+      handler.then(resolve, reject);
+    });
+  }
+}
+
+/** What a handler gets as `ctx`: a view of its run. */
+class Context<DB> implements JobContext<DB> {
+  constructor(private readonly run: JobRun<DB>) {}
+
+  get signal(): AbortSignal {
+    return this.run.signal;
+  }
+
+  async transaction<T>(fn: (trx: Transaction<DB>) => Promise<T>): Promise<T> {
+    const run = this.run;
+    if (run.completedInTx) throw new Error('ctx.transaction already completed this item');
+    // The ledger runs fn again on a fresh connection after a connection lost before COMMIT, and reads
+    // the item to settle a COMMIT that went unanswered: a dead connection costs no attempt.
+    const value = await run.deps.ledger.completeWithin(run.item, (trx) => fn(trx as unknown as Transaction<DB>));
+    run.completedInTx = true;
+    return value;
+  }
+
+  checkpoint(value: unknown): Promise<boolean> {
+    return this.run.deps.ledger.checkpoint(this.run.item, value);
+  }
+
+  heartbeat(): Promise<boolean> {
+    return this.run.heartbeat();
+  }
+}

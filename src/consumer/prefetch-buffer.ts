@@ -1,0 +1,90 @@
+import type { ClaimedItem } from '../ledger/types.js';
+
+/** The buffer aims to hold what the slots will start within this long, given recent handler times. */
+const PREFETCH_HORIZON_MS = 250;
+/** Handler times are floored at this (a no-op takes microseconds), so the buffer size stays finite. */
+const MIN_HANDLER_MS = 0.01;
+/** Weight of the newest handler time in the moving average. */
+const HANDLER_MS_WEIGHT = 0.1;
+
+export interface Prefetched {
+  item: ClaimedItem;
+  /** When the claim that took it began (ms since the epoch): its lease runs from about then. */
+  claimedAtMs: number;
+}
+
+export interface PrefetchSizing {
+  /** Executor slots of the consumer. */
+  concurrency: number;
+  /** The most items the buffer may hold; 0 turns prefetch off. */
+  limit: number;
+  /** Lease length of the claims: an item waits at most a third of it. */
+  leaseMs: number;
+}
+
+/**
+ * Claimed items that wait for an executor slot, oldest first (docs/design.md,
+ * Prefetch). Sized from how long handlers recently took: fast handlers get a
+ * deep buffer (fewer claim statements per item, claims overlapping
+ * execution), slow ones none, so a busy replica does not sit on work an idle
+ * one could run. Handler time rather than a rate of starts: slots filled
+ * together settle together, and a burst reads as a rate it is not.
+ * No I/O: what goes back to the ledger is the caller's to release.
+ */
+export class PrefetchBuffer {
+  private readonly items: Prefetched[] = [];
+  /** Recent handler time (ms, moving average); undefined until one settles. */
+  private handlerMs: number | undefined;
+
+  constructor(private readonly sizing: PrefetchSizing) {}
+
+  get size(): number {
+    return this.items.length;
+  }
+
+  /** How many items the buffer wants to hold now. */
+  target(): number {
+    if (this.handlerMs === undefined) return 0;
+    const perSlot = PREFETCH_HORIZON_MS / Math.max(this.handlerMs, MIN_HANDLER_MS);
+    return Math.min(this.sizing.limit, Math.floor(this.sizing.concurrency * perSlot));
+  }
+
+  /** A handler settled after `ms`. */
+  noteHandlerMs(ms: number): void {
+    this.handlerMs = this.handlerMs === undefined ? ms : this.handlerMs + (ms - this.handlerMs) * HANDLER_MS_WEIGHT;
+  }
+
+  push(items: readonly ClaimedItem[], claimedAtMs: number): void {
+    for (const item of items) this.items.push({ item, claimedAtMs });
+  }
+
+  has(id: string): boolean {
+    return this.items.some((p) => p.item.id === id);
+  }
+
+  /**
+   * Takes up to `freeSlots` items to start now, oldest first, and every item
+   * that must go back unstarted: one waits at most a third of its lease; one
+   * that finds a free slot still starts while a third of its lease is left
+   * (its first renewal is then due at once), so a claim slowed by a busy
+   * database does not hand back what it just claimed for free slots.
+   */
+  take(freeSlots: number, nowMs: number): { start: Prefetched[]; expired: Prefetched[] } {
+    const start: Prefetched[] = [];
+    const expired: Prefetched[] = [];
+    const ttlMs = this.sizing.leaseMs / 3;
+    const startableMs = (this.sizing.leaseMs * 2) / 3;
+    while (start.length < freeSlots && this.items.length > 0) {
+      const next = this.items.shift()!;
+      if (nowMs - next.claimedAtMs > startableMs) expired.push(next);
+      else start.push(next);
+    }
+    while (this.items.length > 0 && nowMs - this.items[0]!.claimedAtMs > ttlMs) expired.push(this.items.shift()!);
+    return { start, expired };
+  }
+
+  /** Empties the buffer (at stop): everything in it goes back unstarted. */
+  drain(): Prefetched[] {
+    return this.items.splice(0);
+  }
+}
