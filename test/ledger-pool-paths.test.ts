@@ -181,8 +181,10 @@ test.each(paths)('a pipelined transaction whose last round trip fails writes not
   const ledger = plain ? (external = ledgerOnPlainPool(tl.url, 1)) : tl.ledger;
   const t = ledger.tables;
   const lane = (name: string) => sql`INSERT INTO ${t.lanes} (queue, lane, next_seq, active) VALUES ('q', ${name}, 1, 1)`;
+  const caps = await ledger.capabilities();
+  expect(caps.multiStatement).toBe(!plain);
   await expect(
-    pipelined(ledger.db, !plain, async (send) => {
+    pipelined(ledger.db, caps, async (send) => {
       const [first] = await send([lane('a')]);
       expect(first?.affected).toBe(1);
       await send([lane('b'), sql`INSERT INTO lanewake_no_such_table VALUES (1)`], { commit: true });
@@ -195,7 +197,7 @@ test.each(paths)('a pipelined transaction whose last round trip fails writes not
   expect(Number(open.rows[0]?.t)).toBe(0);
 
   // And a transaction that succeeds commits every round trip's writes, reads included in order.
-  const read = await pipelined(ledger.db, !plain, async (send) => {
+  const read = await pipelined(ledger.db, caps, async (send) => {
     await send([lane('c')]);
     const [, r] = await send([lane('d'), sql`SELECT lane FROM ${t.lanes} ORDER BY lane`], { commit: true });
     return r?.rows;

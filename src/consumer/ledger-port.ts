@@ -6,7 +6,7 @@ import type { Ledger } from '../ledger/ledger.js';
  * can hand them a ledger of its own (a wrapper that counts or fails calls)
  * instead of patching methods of a real Ledger.
  */
-export type ConsumerLedger = Pick<
+export type ConsumerLedger = PickPresent<
   Ledger,
   | 'assertSchemaCurrent'
   | 'claim'
@@ -23,8 +23,14 @@ export type ConsumerLedger = Pick<
   | 'completeManyClaimingNext'
 >;
 
+/**
+ * Pick without the `keyof` constraint: the published .d.ts leaves out
+ * Ledger's engine-only methods, and a plain Pick of them would not check there.
+ */
+type PickPresent<T, K extends PropertyKey> = { [P in K & keyof T]: T[P] };
+
 /** The part of the port the batch completer writes through. */
-export type CompletionLedger = Pick<ConsumerLedger, 'completeManyClaimingNext'>;
+export type CompletionLedger = PickPresent<ConsumerLedger, 'completeManyClaimingNext'>;
 
 /** The part of the port a lease keeper renews through. */
 export type LeaseLedger = Pick<ConsumerLedger, 'renew'>;

@@ -1,28 +1,47 @@
 import { sql, type Transaction } from 'kysely';
-import { z } from 'zod';
-import { TransactionRolledBackError, ValidationError } from '../errors.js';
-import { backoffDelayMs, backoffSchema, DEFAULT_BACKOFF, type BackoffInput } from './backoff.js';
+import { ValidationError } from '../errors.js';
+import { capabilitiesOnce, type LedgerCapabilities } from './capabilities.js';
 import { parseLedgerConfig, type LedgerConfig, type LedgerConfigInput } from './config.js';
 import { createLedgerPool, ledgerDbOnPool, trackPool, type Executor, type LedgerDb, type PoolStats } from './connection.js';
+import { enqueueItems, enqueueItemsClaiming, type EnqueueTarget } from './enqueue-items.js';
+import {
+  activateSchema,
+  blockSchema,
+  claimByIdsSchema,
+  claimSchema,
+  enqueueItemFieldsSchema,
+  failSchema,
+  limitSchema,
+  listDeadSchema,
+  maintenanceSchema,
+  purgeSchema,
+  releaseSchema,
+  replaySchema,
+  retrySchema,
+  successorClaimSchema,
+  wakeDependencySchema,
+  type ClaimCandidate,
+  type ClaimInput,
+  type EnqueueInput,
+  type EnqueueOptions,
+  type RetryInput,
+} from './inputs.js';
 import { assertSchemaCurrent, migrate, schemaStatus, type MigrateResult, type SchemaStatus } from './migrations.js';
-import { ER_DUP_ENTRY, errno, retryOnConflict, runTransaction } from './retry.js';
+import { completeEntries, completeInTransaction, completeWithin, completion, encodeCapped, errorText, finish, retryEnding, type FinishTarget } from './outcomes.js';
 import { finalizeBlock } from './sql/block.js';
 import { cancelItem } from './sql/cancel.js';
 import { claimByIds, claimHeads } from './sql/claim.js';
-import { ownerColumn, queueScoped, truncate } from './sql/common.js';
-import { completeMany, completionsSettled } from './sql/complete-batch.js';
 import { probeDependencyWaits, wakeDependency } from './sql/dependency.js';
-import { claimableAtInsert, claimedAtInsert, fitsOneStatement, insertItems, insertLanedPipelined, type InsertClaim, type NewItem } from './sql/enqueue.js';
-import { finalize, finalizeInTx, type Finalization } from './sql/finalize.js';
-import { renewLease, saveCheckpoint } from './sql/lease.js';
+import type { InsertClaim } from './sql/enqueue.js';
 import { getAttempts, getItem, listDead } from './sql/inspect.js';
+import { renewLease, saveCheckpoint } from './sql/lease.js';
 import { activateOwnership, getOwnership } from './sql/ownership.js';
 import { purgeTerminal } from './sql/purge.js';
-import { purgeWakeMarks } from './sql/wake-marks.js';
 import { reclaimExpired } from './sql/reclaim.js';
-import { repairWaits } from './sql/waits.js';
 import { replayItem } from './sql/replay.js';
 import { countProcessing, queueStats } from './sql/stats.js';
+import { repairWaits } from './sql/waits.js';
+import { purgeWakeMarks } from './sql/wake-marks.js';
 import { ledgerTables, type LedgerTables } from './tables.js';
 import type {
   AttemptRecord,
@@ -30,11 +49,11 @@ import type {
   ClaimedItem,
   ClaimOutcome,
   EnqueueResult,
+  FinalizeResult,
   ItemState,
   LeaseHandle,
   Ownership,
   ProbeOutcome,
-  QueueClass,
   QueueStats,
   ReclaimOutcome,
   RenewOutcome,
@@ -42,164 +61,28 @@ import type {
   WokenItem,
   WorkItem,
 } from './types.js';
-import {
-  durationMs,
-  encodeJson,
-  encodePayload,
-  enqueueItemFieldsSchema,
-  itemId,
-  keyString,
-  positiveDurationMs,
-  queueClass,
-  queueName,
-  reasonText,
-  typeName,
-  validate,
-  workerName,
-} from './validation.js';
+import { itemId, positiveDurationMs, queueName, reasonText, validate } from './validation.js';
 
-export interface EnqueueInput {
-  queue: string;
-  type: string;
-  payload: unknown;
-  /** Ordering key: items of one lane run one at a time, in enqueue order. */
-  lane?: string;
-  /** Smaller runs first among claimable heads. Default 0. */
-  priority?: number;
-  queueClass?: QueueClass;
-  /** Attempt budget. Default 25. */
-  maxAttempts?: number;
-  /** Not claimable before this instant. */
-  runAt?: Date;
-  /** Not claimable before the ledger's now + delayMs. */
-  delayMs?: number;
-  /** Unique per queue: a second enqueue returns the first item with `duplicate: true`. */
-  idempotencyKey?: string;
-}
-
-/** An item that may be inserted already claimed, as `enqueueClaiming`'s caller sees it. */
-export interface ClaimCandidate {
-  queue: string;
-  type: string;
-  queueClass: QueueClass;
-}
-
-export interface EnqueueOptions {
-  /**
-   * Run inside the caller's transaction (a Kysely `Transaction` on the same
-   * database): the items commit or roll back with the caller's own writes.
-   */
-  transaction?: Executor;
-}
-
-export interface ClaimInput {
-  queue: string;
-  /** Who claims: a stable consumer name, recorded as the lease owner. */
-  owner: string;
-  limit: number;
-  leaseMs: number;
-  classes?: QueueClass[];
-  types?: string[];
-  epoch?: number;
-}
-
-export interface FinalizeResult {
-  /** False: this holder had lost the item (stale token, expired and reclaimed, wrong state); nothing was written. */
-  won: boolean;
-  /** The state this finalize wrote (meaningful when won). */
-  state: ItemState;
-  /**
-   * A laned item's lane got a new head in the same transaction, left pending
-   * for a claim. False when the lane had nothing left waiting or its new head
-   * was claimed with the completion; undefined when this path does not tell.
-   */
-  laneAdvanced?: boolean;
-}
-
-export interface RetryInput {
-  error: unknown;
-  failureClass?: string;
-  backoff?: BackoffInput;
-  /** Exact delay; overrides the backoff policy. */
-  delayMs?: number;
-}
-
-export const DEFAULT_MAX_ATTEMPTS = 25;
+export { DEFAULT_MAX_ATTEMPTS, MAX_CLAIM_ITEMS } from './inputs.js';
+export type { ClaimCandidate, ClaimInput, EnqueueInput, EnqueueOptions, RetryInput } from './inputs.js';
+export type { FinalizeResult } from './types.js';
 
 /** Dependency wake marks are kept at least this long (see sql/wake-marks.ts). */
 const WAKE_MARK_KEEP_MS = 86_400_000;
-
-/** The most items one claim (or claim by ids) takes. */
-export const MAX_CLAIM_ITEMS = 1000;
-
-const claimSchema = z
-  .object({
-    queue: queueName,
-    owner: workerName,
-    limit: z.number().int().min(1).max(MAX_CLAIM_ITEMS),
-    leaseMs: positiveDurationMs,
-    classes: z.array(queueClass).min(1, 'give at least one class, or leave it out for all').optional(),
-    types: z.array(typeName).min(1, 'give at least one type, or leave it out for all').max(200).optional(),
-    epoch: z.number().int().min(0).optional(),
-  })
-  .strict();
-const failureClassSchema = z.string().regex(/^[a-z0-9_.:-]{1,64}$/, 'must be 1-64 chars of [a-z0-9_.:-]');
-const retrySchema = z.object({
-  error: z.unknown(),
-  failureClass: failureClassSchema.optional(),
-  backoff: backoffSchema.optional(),
-  delayMs: durationMs.optional(),
-});
-const failSchema = z.object({ error: z.unknown(), failureClass: failureClassSchema.optional() });
-const releaseSchema = z.object({ delayMs: durationMs.optional(), reason: reasonText.optional() }).strict();
-const limitSchema = z.number().int().min(1).max(100_000);
-// Schemas are built once here: zod compiles each on first use, and building
-// one per call showed up as the largest allocator on the claim path.
-const successorClaimSchema = z
-  .object({
-    owner: workerName,
-    token: z.string().regex(/^[A-Za-z0-9_-]{16,32}$/, 'must be 16-32 chars of [A-Za-z0-9_-]'),
-    leaseMs: positiveDurationMs,
-    max: z.number().int().min(0).max(MAX_CLAIM_ITEMS),
-    classes: z.array(queueClass).optional(),
-    types: z.array(typeName).max(200).optional(),
-  })
-  .strict();
-const claimByIdsSchema = claimSchema.omit({ limit: true, classes: true }).extend({ ids: z.array(itemId).max(MAX_CLAIM_ITEMS) });
-const wakeDependencySchema = z.object({ key: keyString, queue: queueName.optional() });
-const maintenanceSchema = z.object({ queue: queueName.optional(), limit: limitSchema.default(500) });
-const replaySchema = z.object({
-  id: itemId,
-  expectAttempt: z.number().int().min(0),
-  expectErrorDigest: z.string().regex(/^[0-9a-f]{64}$/, 'must be a hex SHA-256'),
-});
-const purgeSchema = z.object({ olderThanMs: durationMs, limit: limitSchema.default(1000), queue: queueName.optional() });
-const listDeadSchema = z.object({ queue: queueName.optional(), limit: limitSchema.default(100) });
-const activateSchema = z.object({ queue: queueName, deployment: workerName, expectEpoch: z.number().int().min(0).optional() });
-const blockSchema = z
-  .object({
-    dependencyKey: keyString,
-    maxWaitMs: positiveDurationMs,
-    probeAfterMs: positiveDurationMs.optional(),
-    reason: reasonText.optional(),
-  })
-  .strict();
 
 /** The ledger: every read and write of a work item goes through here (docs/design.md §3, §8). */
 export class Ledger {
   readonly config: LedgerConfig;
   readonly db: LedgerDb;
   readonly tables: LedgerTables;
-  private readonly itemFields: ReturnType<typeof enqueueItemFieldsSchema>;
-  /** Our own pool runs with multipleStatements; a Kysely instance handed in may not. */
-  private readonly multiStatement: boolean;
-
   /** Connection counts of the ledger's own pool (undefined when given a Kysely instance). */
   readonly pool: Readonly<PoolStats> | undefined;
+  private readonly knownCapabilities: () => Promise<LedgerCapabilities>;
+  private readonly enqueueTarget: EnqueueTarget;
+  private readonly finishTarget: FinishTarget;
 
   constructor(config: LedgerConfigInput, db?: LedgerDb) {
     this.config = parseLedgerConfig(config);
-    this.multiStatement = db === undefined;
     if (db) {
       this.db = db;
     } else {
@@ -208,7 +91,20 @@ export class Ledger {
       this.db = ledgerDbOnPool(pool);
     }
     this.tables = ledgerTables(this.config.tablePrefix);
-    this.itemFields = enqueueItemFieldsSchema();
+    // Our own pool runs with multipleStatements; a Kysely instance handed in may not.
+    this.knownCapabilities = capabilitiesOnce(this.db, db === undefined);
+    const { db: ledgerDb, tables, knownCapabilities: capabilities } = this;
+    this.enqueueTarget = { db: ledgerDb, tables, capabilities, payloadMaxBytes: this.config.payloadMaxBytes, itemFields: enqueueItemFieldsSchema() };
+    const { resultMaxBytes, errorMaxChars } = this.config;
+    this.finishTarget = { db: ledgerDb, tables, capabilities, resultMaxBytes, errorMaxChars };
+  }
+
+  /**
+   * What the server and this ledger's connections can do (docs/design.md §8):
+   * the server's family is asked once, on first need (`SELECT VERSION()`).
+   */
+  capabilities(): Promise<LedgerCapabilities> {
+    return this.knownCapabilities();
   }
 
   migrate(): Promise<MigrateResult> {
@@ -232,7 +128,7 @@ export class Ledger {
   }
 
   async enqueue(input: EnqueueInput, opts: EnqueueOptions = {}): Promise<EnqueueResult> {
-    const [result] = await this.enqueueBatch([input], opts, '');
+    const [result] = await enqueueItems(this.enqueueTarget, [input], opts, '');
     if (!result) throw new Error('enqueue: no result');
     return result;
   }
@@ -240,7 +136,7 @@ export class Ledger {
   /** One round trip per batch (a few statements), whatever its size. Results are in input order. */
   enqueueMany(inputs: readonly EnqueueInput[], opts: EnqueueOptions = {}): Promise<EnqueueResult[]> {
     if (!Array.isArray(inputs)) throw new ValidationError([{ field: 'items', message: 'must be an array' }], 'enqueue');
-    return this.enqueueBatch(inputs, opts, 'items');
+    return enqueueItems(this.enqueueTarget, inputs, opts, 'items');
   }
 
   /**
@@ -252,140 +148,30 @@ export class Ledger {
    * starts them without a claim round trip. A laned item keeps the lease only
    * if its lane turns out idle, so it is the head: lane order holds. Returns
    * the results in input order and the items inserted claimed.
+   * @internal
    */
   async enqueueClaiming(
     inputs: readonly EnqueueInput[],
     reserve: (eligible: readonly ClaimCandidate[]) => (InsertClaim & { max: number }) | undefined,
   ): Promise<{ results: EnqueueResult[]; claimed: ClaimedItem[] }> {
     if (!Array.isArray(inputs)) throw new ValidationError([{ field: 'items', message: 'must be an array' }], 'enqueue');
-    const items = this.prepare(inputs, 'items');
-    // Of a lane, only the batch's first item can be its head.
-    const lanes = new Set<string>();
-    const eligible = items.filter((item) => {
-      if (!claimableAtInsert(item)) return false;
-      if (item.lane === null) return true;
-      const key = queueScoped(item.queue, item.lane);
-      if (lanes.has(key)) return false;
-      lanes.add(key);
-      return true;
-    });
-    const claim = eligible.length > 0 ? reserve(eligible) : undefined;
-    if (claim) {
-      // The owner folded once for the batch, not once per row.
-      const lease: InsertClaim = { owner: ownerColumn(claim.owner), token: claim.token, leaseMs: claim.leaseMs };
-      for (const item of eligible.slice(0, claim.max)) item.claim = lease;
-    }
-    const nowMs = Date.now();
-    const results = await this.insertPrepared(items);
-    const claimed: ClaimedItem[] = [];
-    items.forEach((item, i) => {
-      const r = results[i];
-      // The insert dropped the claim of a laned item whose lane was busy.
-      if (item.claim && r && !r.duplicate) claimed.push(claimedAtInsert(r.id, item, item.claim, nowMs, r.laneSeq));
-    });
-    return { results, claimed };
-  }
-
-  private async enqueueBatch(inputs: readonly EnqueueInput[], opts: EnqueueOptions, prefix: string): Promise<EnqueueResult[]> {
-    const items = this.prepare(inputs, prefix);
-    if (items.length === 0) return [];
-    const caller = opts.transaction;
-    if (caller !== undefined) return this.enqueueInCallerTransaction(caller, items);
-    return this.insertPrepared(items);
-  }
-
-  private async insertPrepared(items: NewItem[]): Promise<EnqueueResult[]> {
-    if (items.length === 0) return [];
-    if (items.every((i) => i.lane === null) && fitsOneStatement(items)) {
-      // No lane bookkeeping: the whole batch is one INSERT (plus a read when it
-      // has idempotency keys), atomic without a transaction's extra round trips.
-      return retryOnConflict(() => insertItems(this.db, this.tables, items, false), undefined, (e) => errno(e) === ER_DUP_ENTRY);
-    }
-    if (items.every((i) => i.idempotencyKey === null) && fitsOneStatement(items)) {
-      return retryOnConflict(() => insertLanedPipelined(this.db, this.multiStatement, this.tables, items));
-    }
-    return retryOnConflict(
-      () => this.db.transaction().execute((trx) => insertItems(trx, this.tables, items, false)),
-      undefined,
-      (e) => errno(e) === ER_DUP_ENTRY,
-    );
-  }
-
-  /**
-   * The caller's transaction cannot be retried from here, so the batch runs
-   * under a savepoint: an idempotency race (1062) rolls back only this
-   * batch's statements, and the batch runs again looking existing keys up
-   * outside the caller's transaction (see insertItems), which sees the winner
-   * and takes no lock. When the server has rolled the caller's whole
-   * transaction back meanwhile (a deadlock, a lost connection), the savepoint
-   * went with it: the caller gets TransactionRolledBackError, its cause the
-   * server's error, never a complaint about the savepoint.
-   */
-  private async enqueueInCallerTransaction(trx: Executor, items: NewItem[]): Promise<EnqueueResult[]> {
-    for (let round = 0; ; round++) {
-      await sql`SAVEPOINT lanewake_enqueue`.execute(trx);
-      try {
-        const out = await insertItems(trx, this.tables, items, round > 0 ? this.db : false);
-        await sql`RELEASE SAVEPOINT lanewake_enqueue`.execute(trx);
-        return out;
-      } catch (error) {
-        try {
-          await sql`ROLLBACK TO SAVEPOINT lanewake_enqueue`.execute(trx);
-        } catch {
-          throw new TransactionRolledBackError(error);
-        }
-        if (errno(error) !== ER_DUP_ENTRY || round >= 3) throw error;
-      }
-    }
-  }
-
-  private prepare(inputs: readonly EnqueueInput[], prefix: string): NewItem[] {
-    const issues: ValidationError['issues'][number][] = [];
-    const out: NewItem[] = [];
-    inputs.forEach((input, i) => {
-      const at = prefix === '' ? '' : `${prefix}[${i}]`;
-      const parsed = this.itemFields.safeParse(input);
-      if (!parsed.success) issues.push(...ValidationError.fromZod(parsed.error, undefined, at).issues);
-      // The payload is checked as enqueueItemSchema checks it, and encoded once for both.
-      const isObject = typeof input === 'object' && input !== null && !Array.isArray(input);
-      const payload = isObject ? encodePayload((input as { payload?: unknown }).payload, this.config.payloadMaxBytes) : undefined;
-      if (payload && 'error' in payload) issues.push({ field: `${at === '' ? 'payload' : `${at}.payload`}${payload.at}`, message: payload.error });
-      if (!parsed.success || !payload || 'error' in payload) return;
-      const v = parsed.data;
-      out.push({
-        queue: v.queue,
-        type: v.type,
-        payloadJson: payload.json,
-        lane: v.lane ?? null,
-        priority: v.priority ?? 0,
-        queueClass: v.queueClass ?? 'default',
-        maxAttempts: v.maxAttempts ?? DEFAULT_MAX_ATTEMPTS,
-        runAt: v.runAt ?? null,
-        delayMs: v.delayMs ?? 0,
-        idempotencyKey: v.idempotencyKey ?? null,
-      });
-    });
-    if (issues.length > 0) throw new ValidationError(issues, 'enqueue');
-    return out;
+    return enqueueItemsClaiming(this.enqueueTarget, inputs, reserve);
   }
 
   /** Claims up to `limit` due lane heads with a fresh lease. */
   claim(input: ClaimInput): Promise<ClaimOutcome> {
     const v = validate(claimSchema, input, 'claim');
-    return claimHeads(this.db, this.tables, { ...v, multiStatement: this.multiStatement });
+    return this.knownCapabilities().then((caps) => claimHeads(this.db, caps, this.tables, v));
   }
 
   /**
    * Claims exactly these items if each is still a due pending head (targeted
    * wake-ups); with `types`, only items of those types (a wake-up may name others).
+   * @internal
    */
   claimByIds(input: Omit<ClaimInput, 'limit' | 'classes'> & { ids: string[] }): Promise<ClaimedItem[]> {
-    const v = validate(
-      claimByIdsSchema,
-      input,
-      'claimByIds',
-    );
-    return claimByIds(this.db, this.tables, { ...v, multiStatement: this.multiStatement });
+    const v = validate(claimByIdsSchema, input, 'claimByIds');
+    return this.knownCapabilities().then((caps) => claimByIds(this.db, caps, this.tables, v));
   }
 
   renew(handle: Pick<LeaseHandle, 'id' | 'leaseToken'>, leaseMs: number): Promise<RenewOutcome> {
@@ -394,23 +180,13 @@ export class Ledger {
   }
 
   checkpoint(handle: Pick<LeaseHandle, 'id' | 'leaseToken'>, value: unknown): Promise<boolean> {
-    const json = this.encodeCapped(value, this.config.payloadMaxBytes, 'checkpoint');
+    const json = encodeCapped(value, this.config.payloadMaxBytes, 'checkpoint');
     return saveCheckpoint(this.db, this.tables, handle, json);
   }
 
   /** Completes the attempt. A result that cannot be stored ends the item dead, class `result_too_large` / `invalid_result`. */
   async complete(handle: LeaseHandle, result?: unknown): Promise<FinalizeResult> {
-    if (result === undefined) return this.finish(handle, { kind: 'complete', resultJson: null }, 'completed');
-    const encoded = encodePayload(result, Number.POSITIVE_INFINITY);
-    if ('error' in encoded) {
-      return this.finish(handle, { kind: 'dead', error: `handler result is not storable: result${encoded.at}: ${encoded.error}`, failureClass: 'invalid_result' }, 'dead');
-    }
-    const json = encoded.json;
-    if (Buffer.byteLength(json, 'utf8') > this.config.resultMaxBytes) {
-      const error = `handler result is ${Buffer.byteLength(json, 'utf8')} bytes; the cap is ${this.config.resultMaxBytes}`;
-      return this.finish(handle, { kind: 'dead', error, failureClass: 'result_too_large' }, 'dead');
-    }
-    return this.finish(handle, { kind: 'complete', resultJson: json }, 'completed');
+    return finish(this.finishTarget, handle, completion(result, this.config.resultMaxBytes));
   }
 
   /**
@@ -428,32 +204,14 @@ export class Ledger {
    * due and of `next`'s classes and types are claimed in the same
    * transaction under `next`'s lease, so their lanes never wait for a claim
    * round. Each is an ordinary claim (attempt + 1, fenced by the token).
+   * @internal
    */
   async completeManyClaimingNext(
     entries: readonly { handle: LeaseHandle; result?: unknown }[],
     next?: SuccessorClaim,
   ): Promise<{ results: FinalizeResult[]; claimed: ClaimedItem[] }> {
     const successors = next === undefined ? undefined : validate(successorClaimSchema, next, 'completeManyClaimingNext');
-    const out: (FinalizeResult | undefined)[] = new Array(entries.length);
-    const ok: { index: number; handle: LeaseHandle; resultJson: string | null }[] = [];
-    for (const [index, e] of entries.entries()) {
-      const json = e.result === undefined ? null : encodeJson(e.result);
-      if (json === undefined || (json !== null && Buffer.byteLength(json, 'utf8') > this.config.resultMaxBytes)) {
-        out[index] = await this.complete(e.handle, e.result);
-      } else {
-        ok.push({ index, handle: e.handle, resultJson: json });
-      }
-    }
-    let claimed: ClaimedItem[] = [];
-    if (ok.length > 0) {
-      const done = await completeMany(this.db, this.multiStatement, this.tables, ok, successors);
-      claimed = done.claimed;
-      ok.forEach((e, k) => {
-        const o = done.outcomes[k];
-        out[e.index] = { won: o?.won ?? false, state: 'completed', ...(e.handle.lane !== null ? { laneAdvanced: o?.laneAdvanced ?? true } : {}) };
-      });
-    }
-    return { results: out.map((r) => r ?? { won: false, state: 'completed' }), claimed };
+    return completeEntries(this.finishTarget, entries, successors);
   }
 
   /**
@@ -470,17 +228,10 @@ export class Ledger {
    * returns that run's value; rolled back runs it again. Throws
    * LeaseLostError when the completion's CAS loses (nothing of `fn`'s
    * commits), CommitOutcomeUnknownError when the ledger cannot be read.
+   * @internal
    */
   async completeWithin<T>(handle: LeaseHandle, fn: (trx: Transaction<Record<string, never>>) => Promise<T>): Promise<T> {
-    return runTransaction(
-      this.db,
-      async (trx) => {
-        const value = await fn(trx);
-        await this.completeInTransaction(trx, handle, value === undefined ? undefined : value);
-        return value;
-      },
-      async () => (await completionsSettled(this.db, this.tables, [handle]))[0] === 'completed',
-    );
+    return completeWithin(this.finishTarget, handle, fn);
   }
 
   /**
@@ -489,44 +240,36 @@ export class Ledger {
    * LeaseLostError (the caller's transaction must roll back) when the CAS loses.
    */
   async completeInTransaction(trx: Executor, handle: LeaseHandle, result?: unknown): Promise<void> {
-    const json = result === undefined ? null : this.encodeCapped(result, this.config.resultMaxBytes, 'result');
-    await finalizeInTx(trx, this.tables, handle, { kind: 'complete', resultJson: json });
+    return completeInTransaction(this.finishTarget, trx, handle, result);
   }
 
   /** Ends a claimed item whose cancel was requested while it ran; without a reason, the request's reason stays its last error. */
   cancelClaimed(handle: LeaseHandle, reason?: string): Promise<FinalizeResult> {
-    return this.finish(handle, { kind: 'cancelled', reason: reason ?? null }, 'cancelled');
+    return finish(this.finishTarget, handle, { f: { kind: 'cancelled', reason: reason ?? null }, state: 'cancelled' });
   }
 
   /** A failed attempt: back to pending after the backoff, or dead once the budget is spent. */
   async retry(handle: LeaseHandle, input: RetryInput): Promise<FinalizeResult & { delayMs: number }> {
-    const v = validate(retrySchema, input, 'retry');
-    const error = this.errorText(v.error);
-    const failureClass = v.failureClass ?? 'error';
-    if (handle.attempt >= handle.maxAttempts) {
-      const r = await this.finish(handle, { kind: 'dead', error, failureClass }, 'dead');
-      return { ...r, delayMs: 0 };
-    }
-    const delayMs = v.delayMs ?? backoffDelayMs(v.backoff ?? DEFAULT_BACKOFF, handle.attempt);
-    const r = await this.finish(handle, { kind: 'retry', error, failureClass, delayMs }, 'pending');
-    return { ...r, delayMs };
+    const ending = retryEnding(this.finishTarget, handle, validate(retrySchema, input, 'retry'));
+    return { ...(await finish(this.finishTarget, handle, ending)), delayMs: ending.delayMs };
   }
 
   /** A permanent failure: dead at once. */
   fail(handle: LeaseHandle, input: { error: unknown; failureClass?: string }): Promise<FinalizeResult> {
     const v = validate(failSchema, input, 'fail');
-    return this.finish(handle, { kind: 'dead', error: this.errorText(v.error), failureClass: v.failureClass ?? 'permanent' }, 'dead');
+    const error = errorText(v.error, this.config.errorMaxChars);
+    return finish(this.finishTarget, handle, { f: { kind: 'dead', error, failureClass: v.failureClass ?? 'permanent' }, state: 'dead' });
   }
 
   /** Gives the item back without burning budget (deadline, drain, defer, rate limit). */
   release(handle: LeaseHandle, input: { delayMs?: number; reason?: string } = {}): Promise<FinalizeResult> {
     const v = validate(releaseSchema, input, 'release');
-    return this.finish(handle, { kind: 'release', delayMs: v.delayMs ?? 0, reason: v.reason ?? null }, 'pending');
+    return finish(this.finishTarget, handle, { f: { kind: 'release', delayMs: v.delayMs ?? 0, reason: v.reason ?? null }, state: 'pending' });
   }
 
   skip(handle: LeaseHandle, reason?: unknown): Promise<FinalizeResult> {
-    const reasonJson = reason === undefined ? null : this.encodeCapped(reason, this.config.resultMaxBytes, 'reason');
-    return this.finish(handle, { kind: 'skip', reasonJson }, 'skipped');
+    const reasonJson = reason === undefined ? null : encodeCapped(reason, this.config.resultMaxBytes, 'reason');
+    return finish(this.finishTarget, handle, { f: { kind: 'skip', reasonJson }, state: 'skipped' });
   }
 
   /**
@@ -548,11 +291,6 @@ export class Ledger {
     });
     const state: ItemState = outcome === 'woken' ? 'pending' : outcome === 'expired' ? 'dead' : 'blocked';
     return { won: outcome !== 'lost', state };
-  }
-
-  private async finish(handle: LeaseHandle, f: Finalization, state: ItemState): Promise<FinalizeResult> {
-    const won = await finalize(this.db, this.tables, handle, f);
-    return { won, state };
   }
 
   wakeDependency(key: string, opts: { queue?: string } = {}): Promise<WokenItem[]> {
@@ -588,21 +326,13 @@ export class Ledger {
 
   /** Re-drives a dead or cancelled item as a new item; guarded by the attempt and error digest the operator saw. */
   replay(id: string, guard: { expectAttempt: number; expectErrorDigest: string }): Promise<{ id: string }> {
-    const v = validate(
-      replaySchema,
-      { id, ...guard },
-      'replay',
-    );
+    const v = validate(replaySchema, { id, ...guard }, 'replay');
     return replayItem(this.db, this.tables, v);
   }
 
   /** Deletes terminal items older than `olderThanMs` (and their history); returns how many. */
   purge(opts: { olderThanMs: number; limit?: number; queue?: string }): Promise<number> {
-    const v = validate(
-      purgeSchema,
-      opts,
-      'purge',
-    );
+    const v = validate(purgeSchema, opts, 'purge');
     return purgeTerminal(this.db, this.tables, v);
   }
 
@@ -610,6 +340,7 @@ export class Ledger {
    * Forgets dependency wake marks untouched for a day (at most `limit`; see
    * sql/wake-marks.ts). They belong to no queue: one call per maintenance
    * pass, whatever the item retention.
+   * @internal
    */
   forgetWakeMarks(limit = 1000): Promise<number> {
     validate(limitSchema, limit, 'forgetWakeMarks', 'limit');
@@ -621,7 +352,10 @@ export class Ledger {
     return queueStats(this.db, this.tables, queue);
   }
 
-  /** How many items of `queue` are `processing` across the fleet (the claim limiter reads it). */
+  /**
+   * How many items of `queue` are `processing` across the fleet (the claim limiter reads it).
+   * @internal
+   */
   countProcessing(queue: string): Promise<number> {
     validate(queueName, queue, 'countProcessing', 'queue');
     return countProcessing(this.db, this.tables, queue);
@@ -645,11 +379,7 @@ export class Ledger {
   }
 
   activate(opts: { queue: string; deployment: string; expectEpoch?: number }): Promise<Ownership> {
-    const v = validate(
-      activateSchema,
-      opts,
-      'activate',
-    );
+    const v = validate(activateSchema, opts, 'activate');
     return activateOwnership(this.db, this.tables, v);
   }
 
@@ -660,19 +390,5 @@ export class Ledger {
 
   close(): Promise<void> {
     return this.db.destroy();
-  }
-
-  private errorText(error: unknown): string {
-    let text: string;
-    if (error instanceof Error) text = error.stack ?? `${error.name}: ${error.message}`;
-    else if (typeof error === 'string') text = error;
-    else text = encodeJson(error) ?? String(error);
-    return truncate(text, this.config.errorMaxChars) ?? '';
-  }
-
-  private encodeCapped(value: unknown, cap: number, field: string): string {
-    const encoded = encodePayload(value, cap);
-    if ('error' in encoded) throw new ValidationError([{ field: `${field}${encoded.at}`, message: encoded.error }]);
-    return encoded.json;
   }
 }

@@ -37,7 +37,7 @@ export interface ItemRow {
   updated_at: Date;
 }
 
-/** The columns of a row a claim reads back (sql/claim.ts): those the claim did not write. */
+/** The columns of a row a claim reads back (sql/claimed.ts): those the claim did not write. */
 export type ClaimedRow = Pick<
   ItemRow,
   | 'id' | 'queue' | 'type' | 'lane' | 'lane_seq' | 'queue_class' | 'priority' | 'payload' | 'run_after' | 'attempt'

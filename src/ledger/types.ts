@@ -89,6 +89,19 @@ export type LeaseHandle = Pick<
   'id' | 'queue' | 'lane' | 'laneSeq' | 'leaseToken' | 'leaseOwner' | 'attempt' | 'maxAttempts' | 'startedAt'
 >;
 
+export interface FinalizeResult {
+  /** False: this holder had lost the item (stale token, expired and reclaimed, wrong state); nothing was written. */
+  won: boolean;
+  /** The state this finalize wrote (meaningful when won). */
+  state: ItemState;
+  /**
+   * A laned item's lane got a new head in the same transaction, left pending
+   * for a claim. False when the lane had nothing left waiting or its new head
+   * was claimed with the completion; undefined when this path does not tell.
+   */
+  laneAdvanced?: boolean;
+}
+
 /** What a lease renewal found. */
 export interface RenewOutcome {
   renewed: boolean;

@@ -39,37 +39,6 @@ export const workerName = z.string().min(1).max(128).refine(isWellFormedText, NO
 export const reasonText = z.string().max(1000).refine(isWellFormedText, NOT_WELL_FORMED);
 export const queueClass = z.enum(QUEUE_CLASSES);
 
-/** An enqueue item's fields, the payload's encoding aside (see `encodePayload`). */
-export function enqueueItemFieldsSchema() {
-  return z
-    .object({
-      queue: queueName,
-      type: typeName,
-      payload: z.unknown(),
-      lane: laneKey.optional(),
-      priority: z.number().int().min(-1_000_000).max(1_000_000).optional(),
-      queueClass: queueClass.optional(),
-      maxAttempts: z.number().int().min(1).max(1000).optional(),
-      runAt: validDate.optional(),
-      delayMs: durationMs.optional(),
-      idempotencyKey: keyString.optional(),
-    })
-    .strict()
-    .superRefine((v, ctx) => {
-      if (v.runAt !== undefined && v.delayMs !== undefined) {
-        ctx.addIssue({ code: 'custom', path: ['runAt'], message: 'give runAt or delayMs, not both' });
-      }
-    });
-}
-
-/** A whole enqueue item, payload included: what the ledger accepts. */
-export function enqueueItemSchema(payloadMaxBytes: number) {
-  return enqueueItemFieldsSchema().superRefine((v, ctx) => {
-    const encoded = encodePayload(v.payload, payloadMaxBytes);
-    if ('error' in encoded) ctx.addIssue({ code: 'custom', path: ['payload', ...encoded.path], message: encoded.error });
-  });
-}
-
 /** Where inside a JSON value: keys and array indices from the top. */
 export type JsonPath = readonly (string | number)[];
 
@@ -98,8 +67,6 @@ export function encodePayload(payload: unknown, maxBytes: number): { json: strin
   }
   return { json };
 }
-
-export type EnqueueItem = z.output<ReturnType<typeof enqueueItemSchema>>;
 
 /**
  * JSON text for a value, or undefined when JSON would not carry it

@@ -1,22 +1,19 @@
 import { sql, type RawBuilder } from 'kysely';
+import type { LedgerCapabilities } from '../capabilities.js';
 import type { Executor } from '../connection.js';
 import { newLeaseToken } from '../ids.js';
 import { isConnectionError, readAfterLostConnection } from '../retry.js';
-import { parseJson, type ClaimedRow } from '../rows.js';
+import type { ClaimedRow } from '../rows.js';
 import type { LedgerTables } from '../tables.js';
 import type { ClaimedItem, ClaimOutcome, QueueClass } from '../types.js';
 import { QUEUE_CLASSES } from '../types.js';
-import { affected, inline, list, nowPlusMs, ownerColumn } from './common.js';
+import { claimedItems, grantLease, leaseAssignments, readBackClaimed } from './claimed.js';
+import { affected, inline, list } from './common.js';
 
 export interface ClaimSpec {
   queue: string;
   owner: string;
   leaseMs: number;
-  /**
-   * The connection accepts several statements per query: send the CAS and the
-   * read-back together, one round trip instead of two.
-   */
-  multiStatement?: boolean | undefined;
   /** Claims are fenced by this ownership epoch when given (docs/design.md §7). */
   epoch?: number | undefined;
 }
@@ -47,7 +44,7 @@ const MAX_CANDIDATES = 1000;
  * token won. No UPDATE … ORDER BY … LIMIT: on MariaDB that reads and locks
  * the whole claimable range.
  */
-export async function claimHeads(exec: Executor, t: LedgerTables, spec: ClaimHeadsSpec): Promise<ClaimOutcome> {
+export async function claimHeads(exec: Executor, caps: LedgerCapabilities, t: LedgerTables, spec: ClaimHeadsSpec): Promise<ClaimOutcome> {
   const classes = spec.classes && spec.classes.length > 0 ? spec.classes : QUEUE_CLASSES;
   const want = candidateCount(spec.limit);
   const typeFilter = spec.types && spec.types.length > 0 ? sql`AND type IN (${list(spec.types)})` : sql``;
@@ -61,88 +58,8 @@ export async function claimHeads(exec: Executor, t: LedgerTables, spec: ClaimHea
   if (candidates.rows.length === 0) return { items: [], moreAvailable: false };
 
   const chosen = pick(candidates.rows, spec.limit);
-  const items = await casClaim(exec, t, spec, chosen);
+  const items = await casClaim(exec, caps, t, spec, chosen);
   return { items, moreAvailable: candidates.rows.length > chosen.length };
-}
-
-/** A lease a claim grants (here, and for lane successors claimed with a completion). */
-export interface Lease {
-  token: string;
-  owner: string;
-  leaseMs: number;
-  epoch?: number | undefined;
-}
-
-/**
- * What every claim writes: processing under a fresh lease, one more
- * attempt. `claimedItem` relies on it: keep the two in step.
- */
-export function leaseAssignments(lease: Lease): RawBuilder<unknown> {
-  return sql`state = 'processing', lease_token = ${inline(lease.token)}, lease_owner = ${inline(ownerColumn(lease.owner))},
-    lease_until = ${nowPlusMs(lease.leaseMs)}, attempt = attempt + 1, epoch = ${inline(lease.epoch ?? null)},
-    cancel_requested = 0, started_at = NOW(6), updated_at = NOW(6)`;
-}
-
-/**
- * The rows of `ids` a claim under `token` won: only the columns the claim
- * did not write. A consumer reads back hundreds of rows a second per slot,
- * and each column costs mariadbd to send and node to parse (a Date each).
- */
-export function readBackClaimed(t: LedgerTables, ids: readonly string[], token: string): RawBuilder<unknown> {
-  return sql`SELECT ${CLAIMED_COLUMNS} FROM ${t.items} WHERE id IN (${list(ids)}) AND lease_token = ${inline(token)} AND state = 'processing'`;
-}
-
-/** Plain text: bench/floor.ts sends it on raw connections. */
-export const CLAIMED_COLUMN_LIST = `id, queue, type, lane, lane_seq, queue_class, priority, payload, run_after, attempt, max_attempts,
-  idempotency_key, dependency_key, probe_after, blocked_at, block_expires_at, checkpoint, result, last_error, failure_class,
-  replay_of, replayed_at, created_at, started_at`;
-const CLAIMED_COLUMNS = sql.raw(CLAIMED_COLUMN_LIST);
-
-/**
- * A row `readBackClaimed` returned, completed with what `leaseAssignments`
- * wrote: NOW(6) is one instant within a statement, so the lease runs from
- * the start time, and the update time is the start time. A claimed item is
- * its lane's head and has not ended.
- */
-export function claimedItem(row: ClaimedRow, lease: Lease): ClaimedItem {
-  // The same fields in the same order as toWorkItem: one object shape for every item.
-  // Not toWorkItem({ ...row, … }): spreading a mysql2 row into a full row
-  // measured 58 µs of node CPU per drained job against 25.
-  return {
-    id: row.id,
-    queue: row.queue,
-    type: row.type,
-    lane: row.lane,
-    laneSeq: row.lane_seq === null ? null : Number(row.lane_seq),
-    isHead: true,
-    queueClass: row.queue_class as QueueClass,
-    priority: row.priority,
-    payload: parseJson(row.payload),
-    state: 'processing',
-    runAfter: row.run_after,
-    attempt: row.attempt,
-    maxAttempts: row.max_attempts,
-    leaseOwner: ownerColumn(lease.owner),
-    leaseToken: lease.token,
-    leaseUntil: new Date(row.started_at.getTime() + lease.leaseMs),
-    epoch: lease.epoch ?? null,
-    idempotencyKey: row.idempotency_key,
-    dependencyKey: row.dependency_key,
-    probeAfter: row.probe_after,
-    blockedAt: row.blocked_at,
-    blockExpiresAt: row.block_expires_at,
-    cancelRequested: false,
-    checkpoint: parseJson(row.checkpoint),
-    result: parseJson(row.result),
-    lastError: row.last_error,
-    failureClass: row.failure_class,
-    replayOf: row.replay_of,
-    replayedAt: row.replayed_at,
-    createdAt: row.created_at,
-    startedAt: row.started_at,
-    terminalAt: null,
-    updatedAt: row.started_at,
-  };
 }
 
 /**
@@ -152,27 +69,35 @@ export function claimedItem(row: ClaimedRow, lease: Lease): ClaimedItem {
  */
 export async function claimByIds(
   exec: Executor,
+  caps: LedgerCapabilities,
   t: LedgerTables,
   spec: ClaimSpec & { ids: readonly string[]; types?: readonly string[] | undefined },
 ): Promise<ClaimedItem[]> {
   if (spec.ids.length === 0) return [];
   const typeGuard = spec.types && spec.types.length > 0 ? sql`AND type IN (${list(spec.types)})` : undefined;
-  return casClaim(exec, t, spec, spec.ids, typeGuard);
+  return casClaim(exec, caps, t, spec, spec.ids, typeGuard);
 }
 
-async function casClaim(exec: Executor, t: LedgerTables, spec: ClaimSpec, ids: readonly string[], extraGuard?: RawBuilder<unknown>): Promise<ClaimedItem[]> {
-  const token = newLeaseToken();
+async function casClaim(
+  exec: Executor,
+  caps: LedgerCapabilities,
+  t: LedgerTables,
+  spec: ClaimSpec,
+  ids: readonly string[],
+  extraGuard?: RawBuilder<unknown>,
+): Promise<ClaimedItem[]> {
+  const lease = grantLease({ token: newLeaseToken(), owner: spec.owner, leaseMs: spec.leaseMs, epoch: spec.epoch });
   const epochGuard: RawBuilder<unknown> =
     spec.epoch === undefined
       ? sql``
       : sql`AND EXISTS (SELECT 1 FROM ${t.ownership} o WHERE o.queue = ${inline(spec.queue)} AND o.epoch = ${inline(spec.epoch)})`;
-  const cas = sql`UPDATE ${t.items} SET ${leaseAssignments({ token, owner: spec.owner, leaseMs: spec.leaseMs, epoch: spec.epoch })}
+  const cas = sql`UPDATE ${t.items} SET ${leaseAssignments(lease)}
     WHERE id IN (${list(ids)}) AND queue = ${inline(spec.queue)} AND state = 'pending' AND is_head = 1
       AND run_after <= NOW(6) ${epochGuard} ${extraGuard ?? sql``}`;
-  const readBack = readBackClaimed(t, ids, token);
+  const readBack = readBackClaimed(t, ids, lease.token);
   let rows: ClaimedRow[];
   try {
-    if (spec.multiStatement) {
+    if (caps.multiStatement) {
       // Both statements in one query: mysql2 answers with one result per statement.
       const both = await sql`${cas}; ${readBack}`.execute(exec);
       const [, selected] = both.rows as unknown as [unknown, ClaimedRow[]];
@@ -189,8 +114,7 @@ async function casClaim(exec: Executor, t: LedgerTables, spec: ClaimSpec, ids: r
     // exactly what this claim won; the locking read waits for a CAS still running.
     rows = await readAfterLostConnection(async () => (await sql<ClaimedRow>`${readBack} FOR UPDATE`.execute(exec)).rows, error);
   }
-  const lease: Lease = { token, owner: spec.owner, leaseMs: spec.leaseMs, epoch: spec.epoch };
-  return rows.map((r) => claimedItem(r, lease));
+  return claimedItems(rows, lease);
 }
 
 /**

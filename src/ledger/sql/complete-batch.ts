@@ -1,10 +1,11 @@
 import { sql, type RawBuilder } from 'kysely';
+import type { LedgerCapabilities } from '../capabilities.js';
 import type { Executor, LedgerDb } from '../connection.js';
 import { CONNECTION_RETRY, isConnectionError, readAfterLostConnection, retryDelay, retryOnConflict } from '../retry.js';
 import type { LedgerTables } from '../tables.js';
 import type { ClaimedRow } from '../rows.js';
 import type { ClaimedItem, LeaseHandle, QueueClass, SuccessorClaim } from '../types.js';
-import { claimedItem, leaseAssignments, readBackClaimed } from './claim.js';
+import { claimedItems, grantLease, leaseAssignments, readBackClaimed, type Lease } from './claimed.js';
 import { affected, inline, jsonLiteral, laneIn, list, NO_TIME, queueScoped } from './common.js';
 import { finalize } from './finalize.js';
 import { pipelined, type Send } from './pipeline.js';
@@ -43,7 +44,7 @@ export interface BatchCompletion {
  */
 export async function completeMany(
   db: LedgerDb,
-  multiStatement: boolean,
+  caps: LedgerCapabilities,
   t: LedgerTables,
   entries: readonly CompletionEntry[],
   next?: SuccessorClaim,
@@ -54,7 +55,7 @@ export async function completeMany(
   for (let attempt = 1; todo.length > 0; attempt++) {
     const batch = todo.map((i) => entries[i]!);
     try {
-      const done = await completeOnce(db, multiStatement, t, batch, next);
+      const done = await completeOnce(db, caps, t, batch, next);
       done.outcomes.forEach((o, k) => (out[todo[k]!] = o));
       claimed.push(...done.claimed);
       return { outcomes: out, claimed };
@@ -111,13 +112,13 @@ async function successorsClaimed(db: LedgerDb, t: LedgerTables, completed: reado
     WHERE (queue, lane, lane_seq) IN (${sql.join(laned.map((h) => sql`(${inline(h.queue)}, ${inline(h.lane)}, ${inline((h.laneSeq ?? 0) + 1)})`))})
       AND lease_token = ${inline(next.token)} AND state = 'processing'`.execute(db);
   if (found.rows.length === 0) return [];
-  const rows = await readBackClaimed(t, found.rows.map((r) => r.id), next.token).execute(db);
-  return (rows.rows as unknown as ClaimedRow[]).map((r) => claimedItem(r, next));
+  const rows = await readBackClaimed(t, found.rows.map((r) => r.id), next.token).$castTo<ClaimedRow>().execute(db);
+  return claimedItems(rows.rows, grantLease(next));
 }
 
 async function completeOnce(
   db: LedgerDb,
-  multiStatement: boolean,
+  caps: LedgerCapabilities,
   t: LedgerTables,
   entries: readonly CompletionEntry[],
   next?: SuccessorClaim,
@@ -140,7 +141,7 @@ async function completeOnce(
     const items = batch.map((i) => entries[i]!);
     try {
       const done = items.some((e) => e.handle.lane !== null)
-        ? await retryOnConflict(() => pipelined(db, multiStatement, (send, exec) => completeLanedBatch(send, exec, t, items, next)))
+        ? await retryOnConflict(() => pipelined(db, caps, (send, exec) => completeLanedBatch(send, exec, t, items, next)))
         : // Without lanes the batch is one UPDATE: atomic on its own, no transaction.
           await retryOnConflict(() => completeLanelessBatch(db, t, items));
       const advanced = done.advanced;
@@ -242,13 +243,14 @@ async function completeLanedBatch(
   if (left.length > 0) {
     statements.push(sql`UPDATE ${t.items} SET is_head = 1, updated_at = NOW(6) WHERE id IN (${list(left.map((r) => r.id))}) AND state = 'pending'`);
   }
-  if (next && mine.length > 0) statements.push(...claimSuccessors(t, next, mine.map((r) => r.id)));
+  const lease = next && mine.length > 0 ? grantLease(next) : undefined;
+  if (lease) statements.push(...claimSuccessors(t, lease, mine.map((r) => r.id)));
   const stragglers = laned.filter((e) => {
     const k = queueScoped(e.handle.queue, e.handle.lane ?? '');
     return busy.has(k) && !headed.has(k);
   });
   const results = await send(statements, { commit: stragglers.length === 0 });
-  const claimed = next && mine.length > 0 ? ((results.at(-1)?.rows ?? []) as unknown as ClaimedRow[]).map((r) => claimedItem(r, next)) : [];
+  const claimed = lease ? claimedItems((results.at(-1)?.rows ?? []) as unknown as ClaimedRow[], lease) : [];
   for (const e of stragglers) {
     if (await advanceHead(exec, t, { queue: e.handle.queue, lane: e.handle.lane, laneSeq: e.handle.laneSeq })) {
       advanced.add(queueScoped(e.handle.queue, e.handle.lane ?? ''));
@@ -273,10 +275,10 @@ function takes(next: SuccessorClaim, r: SuccessorRow): boolean {
 }
 
 /** The new heads become heads and claimed at once: the claim CAS's effect, then the read-back of what it won. */
-function claimSuccessors(t: LedgerTables, next: SuccessorClaim, ids: readonly string[]): RawBuilder<unknown>[] {
+function claimSuccessors(t: LedgerTables, lease: Lease, ids: readonly string[]): RawBuilder<unknown>[] {
   return [
-    sql`UPDATE ${t.items} SET is_head = 1, ${leaseAssignments(next)}
+    sql`UPDATE ${t.items} SET is_head = 1, ${leaseAssignments(lease)}
       WHERE id IN (${list(ids)}) AND state = 'pending' AND run_after <= NOW(6)`,
-    readBackClaimed(t, ids, next.token),
+    readBackClaimed(t, ids, lease.token),
   ];
 }

@@ -1,8 +1,10 @@
 import { sql, type RawBuilder } from 'kysely';
+import type { LedgerCapabilities } from '../capabilities.js';
 import { newId } from '../ids.js';
 import type { Executor, LedgerDb } from '../connection.js';
 import type { LedgerTables } from '../tables.js';
 import type { ClaimedItem, EnqueueResult, QueueClass } from '../types.js';
+import { claimedItem, leaseValues, type Lease } from './claimed.js';
 import { affected, jsonLiteral, laneIn, literal, NO_TIME_TEXT, nowPlusMsText, queueScoped } from './common.js';
 import { pipelined } from './pipeline.js';
 
@@ -20,12 +22,11 @@ export interface NewItem {
   idempotencyKey: string | null;
   replayOf?: string | null;
   /** Insert it already claimed under this lease (a consumer in the producer's process takes it at once). */
-  claim?: InsertClaim;
+  claim?: Lease;
 }
 
-/** A lease granted at insert: the item starts `processing`, attempt 1, held by `owner` with `token`. */
+/** A lease asked for at insert: the item starts `processing`, attempt 1, held by `owner` with `token`. */
 export interface InsertClaim {
-  /** As the ledger stores it (`ownerColumn`). */
   owner: string;
   token: string;
   leaseMs: number;
@@ -42,18 +43,21 @@ export function claimableAtInsert(item: NewItem): boolean {
 
 /**
  * The claimed item as `insertItems` wrote it, for the consumer that holds
- * its lease. Times are this process's clock (the row has the ledger's).
+ * its lease: the row the claim's read-back would return, built from the
+ * item. Times are this process's clock (the row has the ledger's).
  */
-export function claimedAtInsert(id: string, item: NewItem, claim: InsertClaim, nowMs: number, laneSeq: number | null): ClaimedItem {
+export function claimedAtInsert(id: string, item: NewItem, lease: Lease, nowMs: number, laneSeq: number | null): ClaimedItem {
   const now = new Date(nowMs);
-  return {
-    id, queue: item.queue, type: item.type, lane: item.lane, laneSeq, isHead: true, queueClass: item.queueClass,
-    priority: item.priority, payload: JSON.parse(item.payloadJson) as unknown, state: 'processing', runAfter: now,
-    attempt: 1, maxAttempts: item.maxAttempts, leaseOwner: claim.owner, leaseToken: claim.token,
-    leaseUntil: new Date(nowMs + claim.leaseMs), epoch: null, idempotencyKey: null, dependencyKey: null, probeAfter: null,
-    blockedAt: null, blockExpiresAt: null, cancelRequested: false, checkpoint: null, result: null, lastError: null,
-    failureClass: null, replayOf: null, replayedAt: null, createdAt: now, startedAt: now, terminalAt: null, updatedAt: now,
-  };
+  return claimedItem(
+    {
+      id, queue: item.queue, type: item.type, lane: item.lane, lane_seq: laneSeq, queue_class: item.queueClass,
+      priority: item.priority, payload: item.payloadJson, run_after: now, attempt: 1, max_attempts: item.maxAttempts,
+      idempotency_key: item.idempotencyKey, dependency_key: null, probe_after: null, blocked_at: null, block_expires_at: null,
+      checkpoint: null, result: null, last_error: null, failure_class: null, replay_of: item.replayOf ?? null, replayed_at: null,
+      created_at: now, started_at: now,
+    },
+    lease,
+  );
 }
 
 /** Keeps one multi-row INSERT well under max_allowed_packet. */
@@ -190,10 +194,10 @@ const NO_LEASE = `'', '', ${NO_TIME_TEXT}, ${NO_TIME_TEXT}`;
  * connection's time zone setting renders it as before.
  */
 function valuesRow(id: string, item: NewItem, laneSeq: number | null, isHead: boolean): RawBuilder<unknown> {
-  const c = item.claim;
-  const head = `(${literal(id)}, ${literal(item.queue)}, ${literal(item.type)}, ${literal(item.lane)}, ${literal(laneSeq)}, ${isHead ? 1 : 0}, ${literal(item.queueClass)}, ${literal(item.priority)}, ${jsonLiteral(item.payloadJson)}, ${c ? "'processing'" : "'pending'"}, `;
   // A claimed insert is the claim CAS's outcome written directly: processing, attempt 1, leased.
-  const lease = c ? `${literal(c.owner)}, ${literal(c.token)}, ${nowPlusMsText(c.leaseMs)}, NOW(6)` : NO_LEASE;
+  const c = item.claim ? leaseValues(item.claim) : undefined;
+  const head = `(${literal(id)}, ${literal(item.queue)}, ${literal(item.type)}, ${literal(item.lane)}, ${literal(laneSeq)}, ${isHead ? 1 : 0}, ${literal(item.queueClass)}, ${literal(item.priority)}, ${jsonLiteral(item.payloadJson)}, ${c ? c.state : "'pending'"}, `;
+  const lease = c ? `${c.leaseOwner}, ${c.leaseToken}, ${c.leaseUntil}, ${c.startedAt}` : NO_LEASE;
   const tail = `, ${c ? 1 : 0}, ${literal(item.maxAttempts)}, ${literal(item.idempotencyKey)}, ${literal(item.replayOf ?? null)}, NOW(6), NOW(6), ${lease})`;
   return item.runAt !== null ? sql`${sql.raw(head)}${item.runAt}${sql.raw(tail)}` : sql.raw(head + nowPlusMsText(item.delayMs) + tail);
 }
@@ -278,9 +282,9 @@ async function assignLaneSequences(
  * transaction: the lane rows (sequences reserved, read back) in the first
  * round trip, the items and the commit in the second.
  */
-export async function insertLanedPipelined(db: LedgerDb, multiStatement: boolean, t: LedgerTables, items: readonly NewItem[]): Promise<EnqueueResult[]> {
+export async function insertLanedPipelined(db: LedgerDb, caps: LedgerCapabilities, t: LedgerTables, items: readonly NewItem[]): Promise<EnqueueResult[]> {
   const lanes = laneCounts(items);
-  return pipelined(db, multiStatement, async (send) => {
+  return pipelined(db, caps, async (send) => {
     const [, read] = await send(laneStatements(t, lanes));
     const seqs = sequencesFrom(items, lanes, (read?.rows ?? []) as LaneRow[]);
     const results: EnqueueResult[] = [];

@@ -1,4 +1,5 @@
 import { sql, type RawBuilder } from 'kysely';
+import type { LedgerCapabilities } from '../capabilities.js';
 import type { Executor, LedgerDb } from '../connection.js';
 import { affected } from './common.js';
 
@@ -29,8 +30,8 @@ export type Send = (statements: readonly RawBuilder<unknown>[], opts?: { commit?
  * statements in the same transaction, one round trip each, for the rare
  * paths not worth pipelining.
  */
-export async function pipelined<T>(db: LedgerDb, multiStatement: boolean, body: (send: Send, exec: Executor) => Promise<T>): Promise<T> {
-  if (!multiStatement) {
+export async function pipelined<T>(db: LedgerDb, caps: LedgerCapabilities, body: (send: Send, exec: Executor) => Promise<T>): Promise<T> {
+  if (!caps.multiStatement) {
     return db.transaction().execute((trx) => body((statements) => sendEach(trx, statements), trx));
   }
   return db.connection().execute(async (conn) => {

@@ -1,0 +1,57 @@
+import { sql } from 'kysely';
+import type { LedgerDb } from './connection.js';
+import { CONNECTION_RETRY, isConnectionError, retryDelay } from './retry.js';
+
+export type ServerFamily = 'mariadb' | 'mysql' | 'tidb';
+
+/**
+ * What the ledger's server and connection can do: the one place a server
+ * difference lives. Statement builders in sql/ take it instead of asking
+ * the server or the pool themselves (docs/design.md §8).
+ */
+export interface LedgerCapabilities {
+  /**
+   * The connection takes several statements per query (the ledger's own
+   * pool): a claim's CAS and read-back, or a pipelined transaction's steps,
+   * go out together. False on a Kysely instance handed in, whose pool may not.
+   */
+  readonly multiStatement: boolean;
+  /** The server, from `SELECT VERSION()`. */
+  readonly family: ServerFamily;
+}
+
+/** TiDB's version string contains "TiDB" (`8.0.11-TiDB-v7.5.1`), MariaDB's "MariaDB"; MySQL's names neither. */
+export function serverFamily(version: string): ServerFamily {
+  if (/tidb/i.test(version)) return 'tidb';
+  if (/mariadb/i.test(version)) return 'mariadb';
+  return 'mysql';
+}
+
+/**
+ * The capabilities of `db`, asked of the server once, on first need, and
+ * kept (frozen) after that. Concurrent first calls share one query; a
+ * failure is not kept, so the next call asks again. A lost connection is
+ * retried on a fresh one, as the ledger's writes are.
+ */
+export function capabilitiesOnce(db: LedgerDb, multiStatement: boolean): () => Promise<LedgerCapabilities> {
+  let known: Promise<LedgerCapabilities> | undefined;
+  return () => {
+    if (known === undefined) {
+      known = detect(db, multiStatement);
+      known.catch(() => (known = undefined));
+    }
+    return known;
+  };
+}
+
+async function detect(db: LedgerDb, multiStatement: boolean): Promise<LedgerCapabilities> {
+  for (let attempt = 1; ; attempt++) {
+    try {
+      const r = await sql<{ version: string }>`SELECT VERSION() AS version`.execute(db);
+      return Object.freeze({ multiStatement, family: serverFamily(String(r.rows[0]?.version ?? '')) });
+    } catch (error) {
+      if (!isConnectionError(error) || attempt >= CONNECTION_RETRY.maxAttempts) throw error;
+      await retryDelay(CONNECTION_RETRY, attempt);
+    }
+  }
+}

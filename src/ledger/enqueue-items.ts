@@ -1,0 +1,143 @@
+import { sql } from 'kysely';
+import { TransactionRolledBackError, ValidationError } from '../errors.js';
+import type { LedgerCapabilities } from './capabilities.js';
+import type { Executor, LedgerDb } from './connection.js';
+import { DEFAULT_MAX_ATTEMPTS, enqueueItemFieldsSchema, type ClaimCandidate, type EnqueueInput, type EnqueueOptions } from './inputs.js';
+import { ER_DUP_ENTRY, errno, retryOnConflict } from './retry.js';
+import { grantLease } from './sql/claimed.js';
+import { queueScoped } from './sql/common.js';
+import { claimableAtInsert, claimedAtInsert, fitsOneStatement, insertItems, insertLanedPipelined, type InsertClaim, type NewItem } from './sql/enqueue.js';
+import type { LedgerTables } from './tables.js';
+import type { ClaimedItem, EnqueueResult } from './types.js';
+import { encodePayload } from './validation.js';
+
+/** What enqueueing needs of the ledger. */
+export interface EnqueueTarget {
+  readonly db: LedgerDb;
+  readonly tables: LedgerTables;
+  readonly capabilities: () => Promise<LedgerCapabilities>;
+  readonly payloadMaxBytes: number;
+  /** Built once per ledger (see inputs.ts on schemas built per call). */
+  readonly itemFields: ReturnType<typeof enqueueItemFieldsSchema>;
+}
+
+/** Validates and inserts a batch, in the caller's transaction when `opts` names one. Results are in input order. */
+export async function enqueueItems(target: EnqueueTarget, inputs: readonly EnqueueInput[], opts: EnqueueOptions, prefix: string): Promise<EnqueueResult[]> {
+  const items = prepareItems(target, inputs, prefix);
+  if (items.length === 0) return [];
+  const caller = opts.transaction;
+  if (caller !== undefined) return enqueueInCallerTransaction(target, caller, items);
+  return insertPrepared(target, items);
+}
+
+/** Ledger.enqueueClaiming: `reserve` may lease the batch's claimable items, which are then inserted claimed. */
+export async function enqueueItemsClaiming(
+  target: EnqueueTarget,
+  inputs: readonly EnqueueInput[],
+  reserve: (eligible: readonly ClaimCandidate[]) => (InsertClaim & { max: number }) | undefined,
+): Promise<{ results: EnqueueResult[]; claimed: ClaimedItem[] }> {
+  const items = prepareItems(target, inputs, 'items');
+  // Of a lane, only the batch's first item can be its head.
+  const lanes = new Set<string>();
+  const eligible = items.filter((item) => {
+    if (!claimableAtInsert(item)) return false;
+    if (item.lane === null) return true;
+    const key = queueScoped(item.queue, item.lane);
+    if (lanes.has(key)) return false;
+    lanes.add(key);
+    return true;
+  });
+  const claim = eligible.length > 0 ? reserve(eligible) : undefined;
+  if (claim) {
+    // The owner folded once for the batch, not once per row.
+    const lease = grantLease({ owner: claim.owner, token: claim.token, leaseMs: claim.leaseMs });
+    for (const item of eligible.slice(0, claim.max)) item.claim = lease;
+  }
+  const nowMs = Date.now();
+  const results = await insertPrepared(target, items);
+  const claimed: ClaimedItem[] = [];
+  items.forEach((item, i) => {
+    const r = results[i];
+    // The insert dropped the claim of a laned item whose lane was busy.
+    if (item.claim && r && !r.duplicate) claimed.push(claimedAtInsert(r.id, item, item.claim, nowMs, r.laneSeq));
+  });
+  return { results, claimed };
+}
+
+async function insertPrepared(target: EnqueueTarget, items: NewItem[]): Promise<EnqueueResult[]> {
+  const { db, tables } = target;
+  if (items.length === 0) return [];
+  if (items.every((i) => i.lane === null) && fitsOneStatement(items)) {
+    // No lane bookkeeping: the whole batch is one INSERT (plus a read when it
+    // has idempotency keys), atomic without a transaction's extra round trips.
+    return retryOnConflict(() => insertItems(db, tables, items, false), undefined, (e) => errno(e) === ER_DUP_ENTRY);
+  }
+  if (items.every((i) => i.idempotencyKey === null) && fitsOneStatement(items)) {
+    const caps = await target.capabilities();
+    return retryOnConflict(() => insertLanedPipelined(db, caps, tables, items));
+  }
+  return retryOnConflict(
+    () => db.transaction().execute((trx) => insertItems(trx, tables, items, false)),
+    undefined,
+    (e) => errno(e) === ER_DUP_ENTRY,
+  );
+}
+
+/**
+ * The caller's transaction cannot be retried from here, so the batch runs
+ * under a savepoint: an idempotency race (1062) rolls back only this
+ * batch's statements, and the batch runs again looking existing keys up
+ * outside the caller's transaction (see insertItems), which sees the winner
+ * and takes no lock. When the server has rolled the caller's whole
+ * transaction back meanwhile (a deadlock, a lost connection), the savepoint
+ * went with it: the caller gets TransactionRolledBackError, its cause the
+ * server's error, never a complaint about the savepoint.
+ */
+async function enqueueInCallerTransaction(target: EnqueueTarget, trx: Executor, items: NewItem[]): Promise<EnqueueResult[]> {
+  for (let round = 0; ; round++) {
+    await sql`SAVEPOINT lanewake_enqueue`.execute(trx);
+    try {
+      const out = await insertItems(trx, target.tables, items, round > 0 ? target.db : false);
+      await sql`RELEASE SAVEPOINT lanewake_enqueue`.execute(trx);
+      return out;
+    } catch (error) {
+      try {
+        await sql`ROLLBACK TO SAVEPOINT lanewake_enqueue`.execute(trx);
+      } catch {
+        throw new TransactionRolledBackError(error);
+      }
+      if (errno(error) !== ER_DUP_ENTRY || round >= 3) throw error;
+    }
+  }
+}
+
+/** Validates every input (all issues at once, as `${prefix}[i].field`) and encodes its payload once. */
+function prepareItems(target: EnqueueTarget, inputs: readonly EnqueueInput[], prefix: string): NewItem[] {
+  const issues: ValidationError['issues'][number][] = [];
+  const out: NewItem[] = [];
+  inputs.forEach((input, i) => {
+    const at = prefix === '' ? '' : `${prefix}[${i}]`;
+    const parsed = target.itemFields.safeParse(input);
+    if (!parsed.success) issues.push(...ValidationError.fromZod(parsed.error, undefined, at).issues);
+    // The payload is checked as enqueueItemSchema checks it, and encoded once for both.
+    const isObject = typeof input === 'object' && input !== null && !Array.isArray(input);
+    const payload = isObject ? encodePayload((input as { payload?: unknown }).payload, target.payloadMaxBytes) : undefined;
+    if (payload && 'error' in payload) issues.push({ field: `${at === '' ? 'payload' : `${at}.payload`}${payload.at}`, message: payload.error });
+    if (!parsed.success || !payload || 'error' in payload) return;
+    const v = parsed.data;
+    out.push({
+      queue: v.queue,
+      type: v.type,
+      payloadJson: payload.json,
+      lane: v.lane ?? null,
+      priority: v.priority ?? 0,
+      queueClass: v.queueClass ?? 'default',
+      maxAttempts: v.maxAttempts ?? DEFAULT_MAX_ATTEMPTS,
+      runAt: v.runAt ?? null,
+      delayMs: v.delayMs ?? 0,
+      idempotencyKey: v.idempotencyKey ?? null,
+    });
+  });
+  if (issues.length > 0) throw new ValidationError(issues, 'enqueue');
+  return out;
+}

@@ -1,0 +1,127 @@
+import type { Transaction } from 'kysely';
+import type { z } from 'zod';
+import { ValidationError } from '../errors.js';
+import { backoffDelayMs, DEFAULT_BACKOFF } from './backoff.js';
+import type { LedgerCapabilities } from './capabilities.js';
+import type { Executor, LedgerDb } from './connection.js';
+import type { retrySchema } from './inputs.js';
+import { runTransaction } from './retry.js';
+import { truncate } from './sql/common.js';
+import { completeMany, completionsSettled } from './sql/complete-batch.js';
+import { finalize, finalizeInTx, type Finalization } from './sql/finalize.js';
+import type { LedgerTables } from './tables.js';
+import type { ClaimedItem, FinalizeResult, ItemState, LeaseHandle, SuccessorClaim } from './types.js';
+import { encodeJson, encodePayload } from './validation.js';
+
+// How the end of a claimed attempt becomes what the ledger writes: results
+// and reasons encoded under their caps, error texts cut to theirs.
+
+/** What ending an attempt needs of the ledger. */
+export interface FinishTarget {
+  readonly db: LedgerDb;
+  readonly tables: LedgerTables;
+  readonly capabilities: () => Promise<LedgerCapabilities>;
+  readonly resultMaxBytes: number;
+  readonly errorMaxChars: number;
+}
+
+/** A finalization and the state it writes. */
+export interface Ending {
+  f: Finalization;
+  state: ItemState;
+}
+
+export async function finish(target: FinishTarget, handle: LeaseHandle, e: Ending): Promise<FinalizeResult> {
+  const won = await finalize(target.db, target.tables, handle, e.f);
+  return { won, state: e.state };
+}
+
+/** A completion with `result`; a result that cannot be stored ends the item dead, class `result_too_large` / `invalid_result`. */
+export function completion(result: unknown, resultMaxBytes: number): Ending {
+  if (result === undefined) return { f: { kind: 'complete', resultJson: null }, state: 'completed' };
+  const encoded = encodePayload(result, Number.POSITIVE_INFINITY);
+  if ('error' in encoded) {
+    return { f: { kind: 'dead', error: `handler result is not storable: result${encoded.at}: ${encoded.error}`, failureClass: 'invalid_result' }, state: 'dead' };
+  }
+  const bytes = Buffer.byteLength(encoded.json, 'utf8');
+  if (bytes > resultMaxBytes) {
+    return { f: { kind: 'dead', error: `handler result is ${bytes} bytes; the cap is ${resultMaxBytes}`, failureClass: 'result_too_large' }, state: 'dead' };
+  }
+  return { f: { kind: 'complete', resultJson: encoded.json }, state: 'completed' };
+}
+
+/**
+ * Ledger.completeManyClaimingNext: the storable results go through one
+ * batch (sql/complete-batch.ts), the others end one by one as `completion`
+ * says. Results in input order.
+ */
+export async function completeEntries(
+  target: FinishTarget,
+  entries: readonly { handle: LeaseHandle; result?: unknown }[],
+  successors: SuccessorClaim | undefined,
+): Promise<{ results: FinalizeResult[]; claimed: ClaimedItem[] }> {
+  const out: (FinalizeResult | undefined)[] = new Array(entries.length);
+  const ok: { index: number; handle: LeaseHandle; resultJson: string | null }[] = [];
+  for (const [index, e] of entries.entries()) {
+    const json = e.result === undefined ? null : encodeJson(e.result);
+    if (json === undefined || (json !== null && Buffer.byteLength(json, 'utf8') > target.resultMaxBytes)) {
+      out[index] = await finish(target, e.handle, completion(e.result, target.resultMaxBytes));
+    } else {
+      ok.push({ index, handle: e.handle, resultJson: json });
+    }
+  }
+  let claimed: ClaimedItem[] = [];
+  if (ok.length > 0) {
+    const done = await completeMany(target.db, await target.capabilities(), target.tables, ok, successors);
+    claimed = done.claimed;
+    ok.forEach((e, k) => {
+      const o = done.outcomes[k];
+      out[e.index] = { won: o?.won ?? false, state: 'completed', ...(e.handle.lane !== null ? { laneAdvanced: o?.laneAdvanced ?? true } : {}) };
+    });
+  }
+  return { results: out.map((r) => r ?? { won: false, state: 'completed' }), claimed };
+}
+
+/** A failed attempt: back to pending after the backoff (or `delayMs`), or dead once the budget is spent. */
+export function retryEnding(target: FinishTarget, handle: LeaseHandle, v: z.output<typeof retrySchema>): Ending & { delayMs: number } {
+  const error = errorText(v.error, target.errorMaxChars);
+  const failureClass = v.failureClass ?? 'error';
+  if (handle.attempt >= handle.maxAttempts) return { f: { kind: 'dead', error, failureClass }, state: 'dead', delayMs: 0 };
+  const delayMs = v.delayMs ?? backoffDelayMs(v.backoff ?? DEFAULT_BACKOFF, handle.attempt);
+  return { f: { kind: 'retry', error, failureClass, delayMs }, state: 'pending', delayMs };
+}
+
+/** Ledger.completeWithin: `fn` and the completion in one transaction, run again after a lost connection (see there). */
+export function completeWithin<T>(target: FinishTarget, handle: LeaseHandle, fn: (trx: Transaction<Record<string, never>>) => Promise<T>): Promise<T> {
+  return runTransaction(
+    target.db,
+    async (trx) => {
+      const value = await fn(trx);
+      await completeInTransaction(target, trx, handle, value === undefined ? undefined : value);
+      return value;
+    },
+    async () => (await completionsSettled(target.db, target.tables, [handle]))[0] === 'completed',
+  );
+}
+
+/** A completion inside the caller's transaction; throws LeaseLostError when the CAS loses. */
+export async function completeInTransaction(target: FinishTarget, trx: Executor, handle: LeaseHandle, result: unknown): Promise<void> {
+  const json = result === undefined ? null : encodeCapped(result, target.resultMaxBytes, 'result');
+  await finalizeInTx(trx, target.tables, handle, { kind: 'complete', resultJson: json });
+}
+
+/** An error as the item and its history store it: a stack, a string or JSON, cut to `maxChars`. */
+export function errorText(error: unknown, maxChars: number): string {
+  let text: string;
+  if (error instanceof Error) text = error.stack ?? `${error.name}: ${error.message}`;
+  else if (typeof error === 'string') text = error;
+  else text = encodeJson(error) ?? String(error);
+  return truncate(text, maxChars) ?? '';
+}
+
+/** `value` as JSON text of at most `cap` bytes, or a ValidationError naming `field`. */
+export function encodeCapped(value: unknown, cap: number, field: string): string {
+  const encoded = encodePayload(value, cap);
+  if ('error' in encoded) throw new ValidationError([{ field: `${field}${encoded.at}`, message: encoded.error }]);
+  return encoded.json;
+}
