@@ -4,7 +4,7 @@ export default defineConfig({
   test: {
     include: ['test/**/*.test.ts'],
     globalSetup: ['test/support/global-setup.ts'],
-    setupFiles: ['test/support/log-capture.ts'],
+    setupFiles: ['test/support/log-capture.ts', 'test/support/sql-recorder.ts'],
     // Logs (console and the library's loggers, see log-capture.ts) appear only for a failing test.
     silent: 'passed-only',
     testTimeout: 60_000,

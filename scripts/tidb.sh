@@ -45,8 +45,9 @@ build() {
   if [[ -x "$server" ]]; then echo "$server"; return; fi
   local go; go="$(go_bin)"
   mkdir -p "$dir"
-  local tmp; tmp="$(mktemp -d "$dir/.build.XXXXXX")"
-  trap 'chmod -R u+w "$tmp" 2>/dev/null; rm -rf "$tmp"' EXIT
+  build_tmp="$(mktemp -d "$dir/.build.XXXXXX")"
+  trap 'chmod -R u+w "$build_tmp" 2>/dev/null; rm -rf "$build_tmp"' EXIT
+  local tmp="$build_tmp"
   local start; start=$(date +%s)
   echo "tidb.sh: building tidb-server $label with $("$go" version) (first run only; several minutes)" >&2
   local src parser
@@ -78,7 +79,7 @@ start() {
   mkdir -p "$run_dir"
   rm -rf "$run_dir/data"
   nohup "$bin" -store unistore -path "$run_dir/data" -host 127.0.0.1 -P "$port" -status "$status_port" \
-    -log-file "$run_dir/tidb.log" >"$run_dir/stdout.log" 2>&1 &
+    -log-file "$run_dir/tidb.log" -log-slow-query "$run_dir/tidb-slow.log" >"$run_dir/stdout.log" 2>&1 &
   echo $! >"$run_dir/pid"
   for _ in $(seq 1 120); do
     if answers; then echo "tidb.sh: TiDB answers on 127.0.0.1:$port (pid $(cat "$run_dir/pid"))" >&2; return; fi

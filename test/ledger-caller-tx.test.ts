@@ -56,14 +56,14 @@ async function appRows(ids: readonly number[]): Promise<number> {
 }
 
 /**
- * Whether the session is in the middle of an INSERT (waiting on a lock: the
- * statements here take microseconds otherwise). PROCESSLIST, not INNODB_TRX:
+ * Whether the session is in the middle of a statement like `statement`
+ * (waiting on a lock: the statements here take microseconds otherwise). PROCESSLIST, not INNODB_TRX:
  * MariaDB refreshes INNODB_TRX only after 100 ms without a read of it, so a
  * poll faster than that sees one frozen picture.
  */
-async function inInsert(threadId: number): Promise<boolean> {
+async function running(threadId: number, statement: RegExp): Promise<boolean> {
   const r = await sql<{ info: string | null }>`SELECT info FROM information_schema.PROCESSLIST WHERE id = ${threadId}`.execute(tl.ledger.db);
-  return /^\s*INSERT/i.test(r.rows[0]?.info ?? '');
+  return statement.test(r.rows[0]?.info ?? '');
 }
 
 async function threadOf(trx: Kysely<AppDB>): Promise<number> {
@@ -120,23 +120,24 @@ describe.each([
     const input = { queue, type: 't', payload: {}, idempotencyKey: 'deadlock-key', ...(lane ? { lane } : {}) };
 
     // The winner enqueues the key first and keeps its transaction open; the
-    // victim holds a row the winner will want, then enqueues the same key and
-    // waits on the winner's key; the winner asks for the victim's row: a cycle.
-    // The server rolls back the transaction with fewer changes, the victim's.
+    // victim holds a row the winner then waits for; the victim's enqueue of the
+    // same key waits on the winner's key and closes the cycle. The victim is the
+    // one rolled back on every server: MariaDB and MySQL pick the transaction
+    // with fewer changes, TiDB the one whose lock request closes the cycle.
     const winner = await app.startTransaction().execute();
     const victim = await app.startTransaction().execute();
     try {
       for (const id of winnerRows) await winner.insertInto('app_rows').values({ id, caller: 'winner' }).execute();
       const won = await tl.ledger.enqueue(input, { transaction: winner });
       await sql`UPDATE app_rows SET caller = 'victim' WHERE id = ${victimRow}`.execute(victim);
-      const victimThread = await threadOf(victim);
-      const victimEnqueue = tl.ledger.enqueue(input, { transaction: victim }).then(
+      const winnerThread = await threadOf(winner);
+      const winnerUpdate = sql`UPDATE app_rows SET caller = 'winner' WHERE id = ${victimRow}`.execute(winner);
+      await waitFor(() => running(winnerThread, /^\s*UPDATE/i), 10_000, 'the winner waiting on the victim');
+      const got = await tl.ledger.enqueue(input, { transaction: victim }).then(
         (r) => ({ r }),
         (e: unknown) => ({ e }),
       );
-      await waitFor(() => inInsert(victimThread), 10_000, 'the victim waiting on the winner');
-      await sql`UPDATE app_rows SET caller = 'winner' WHERE id = ${victimRow}`.execute(winner);
-      const got = await victimEnqueue;
+      await winnerUpdate;
       await winner.commit().execute();
       expect('e' in got, 'the victim failed').toBe(true);
       const error = 'e' in got ? got.e : undefined;
@@ -167,17 +168,26 @@ describe.each([
     try {
       for (const id of winnerRows) await winner.insertInto('app_rows').values({ id, caller: 'winner' }).execute();
       won = await tl.ledger.enqueue(input, { transaction: winner });
-      let locked: (thread: number) => void = () => undefined;
-      const rowLocked = new Promise<number>((r) => (locked = r));
+      let locked: () => void = () => undefined;
+      const rowLocked = new Promise<void>((r) => (locked = r));
+      let openGate: () => void = () => undefined;
+      const gate = new Promise<void>((r) => (openGate = r));
+      // As above: the winner waits on the victim's row, then the victim's enqueue closes the cycle.
       victim = producer.transaction(app, async (tx) => {
         runs += 1;
         await sql`UPDATE app_rows SET caller = 'victim' WHERE id = ${victimRow}`.execute(tx.trx);
-        if (runs === 1) locked(await threadOf(tx.trx));
+        if (runs === 1) {
+          locked();
+          await gate;
+        }
         return tx.enqueue(input);
       });
-      const victimThread = await rowLocked;
-      await waitFor(() => inInsert(victimThread), 10_000, 'the victim waiting on the winner');
-      await sql`UPDATE app_rows SET caller = 'winner' WHERE id = ${victimRow}`.execute(winner);
+      await rowLocked;
+      const winnerThread = await threadOf(winner);
+      const winnerUpdate = sql`UPDATE app_rows SET caller = 'winner' WHERE id = ${victimRow}`.execute(winner);
+      await waitFor(() => running(winnerThread, /^\s*UPDATE/i), 10_000, 'the winner waiting on the victim');
+      openGate();
+      await winnerUpdate;
       await winner.commit().execute();
     } finally {
       if (!winner.isCommitted) await winner.rollback().execute().catch(() => undefined);

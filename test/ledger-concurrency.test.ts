@@ -98,7 +98,7 @@ async function checkExactlyOnce(queue: string, ids: readonly string[], claims: r
   const [s] = await ledger.stats(queue);
   expect(s?.counts).toEqual({ pending: 0, processing: 0, blocked: 0, completed: ids.length, skipped: 0, dead: 0, cancelled: 0 });
   const rows = await sql<{ n: number | string }>`SELECT COUNT(*) AS n FROM ${ledger.tables.items}
-    WHERE queue = ${queue} AND state = 'completed' AND attempt = IF(CAST(JSON_VALUE(payload, '$.k') AS UNSIGNED) % 10 = 0, 2, 1)`.execute(ledger.db);
+    WHERE queue = ${queue} AND state = 'completed' AND attempt = IF(CAST(JSON_UNQUOTE(JSON_EXTRACT(payload, '$.k')) AS UNSIGNED) % 10 = 0, 2, 1)`.execute(ledger.db);
   expect(Number(rows.rows[0]?.n)).toBe(ids.length);
 }
 

@@ -14,11 +14,19 @@ import type { LedgerConfig } from './config.js';
  *   sql_mode has NO_BACKSLASH_ESCAPES would store as written, backslashes
  *   and all. The rest of the server's sql_mode stays.
  */
-export const SESSION_SETUP = [
-  "SET SESSION time_zone = '+00:00'",
-  'SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED',
-  "SET SESSION sql_mode = TRIM(BOTH ',' FROM REPLACE(CONCAT(',', @@SESSION.sql_mode, ','), ',NO_BACKSLASH_ESCAPES,', ','))",
-];
+/**
+ * What every connection of the ledger's pool runs first. The transaction
+ * mode goes in a TiDB executable comment (`/*T! … *\/`): TiDB runs what is
+ * inside, MariaDB and MySQL read a comment. It is set either way, so a
+ * cluster whose global default is optimistic still gets the mode asked for.
+ */
+export function sessionSetup(config: Pick<LedgerConfig, 'tidbTxnMode'>): string[] {
+  return [
+    `SET SESSION time_zone = '+00:00' /*T! , tidb_txn_mode = '${config.tidbTxnMode}' */`,
+    'SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED',
+    "SET SESSION sql_mode = TRIM(BOTH ',' FROM REPLACE(CONCAT(',', @@SESSION.sql_mode, ','), ',NO_BACKSLASH_ESCAPES,', ','))",
+  ];
+}
 
 /** Dates bound as parameters are written as UTC, matching the session time zone. */
 const POOL_TIME_ZONE = 'Z';
@@ -48,10 +56,11 @@ export function mysqlPoolOptions(config: Pick<LedgerConfig, 'url' | 'poolSize'>)
   };
 }
 
-export function createLedgerPool(config: Pick<LedgerConfig, 'url' | 'poolSize'>): Pool {
+export function createLedgerPool(config: Pick<LedgerConfig, 'url' | 'poolSize' | 'tidbTxnMode'>): Pool {
   const pool = createPool(mysqlPoolOptions(config));
+  const setup = sessionSetup(config);
   pool.on('connection', (connection) => {
-    for (const statement of SESSION_SETUP) connection.query(statement);
+    for (const statement of setup) connection.query(statement);
   });
   return pool;
 }

@@ -225,7 +225,7 @@ export async function migrate(db: LedgerDb, prefix: string, lockTimeoutS = 60, t
         for (const statement of m.statements(t)) await statement.execute(conn);
         await m.run?.(conn, t, prefix);
         await sql`INSERT INTO ${t.migrations} (version, name, applied_at) VALUES (${m.version}, ${m.name}, UTC_TIMESTAMP(6))
-          ON DUPLICATE KEY UPDATE name = VALUES(name)`.execute(conn);
+          ON DUPLICATE KEY UPDATE name = ${m.name}`.execute(conn);
         applied.push(m.version);
       }
       return { from, to: Math.max(from, toVersion), applied };

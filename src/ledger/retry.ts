@@ -19,9 +19,20 @@ export function errno(error: unknown): number | undefined {
   return undefined;
 }
 
+/**
+ * TiDB gives up on a pessimistic statement that kept meeting newer commits
+ * of the rows it locks (its max-retry-count, 256) with a plain 1105 error
+ * of this text; the statement wrote nothing, and running the transaction
+ * again is the remedy, as after a deadlock.
+ */
+const TIDB_LOCK_RETRY_LIMIT = /pessimistic lock retry limit reached/;
+const ER_UNKNOWN_ERROR = 1105;
+
 export function isRetryableConflict(error: unknown): boolean {
   const n = errno(error);
-  return n !== undefined && RETRYABLE_ERRNOS.has(n);
+  if (n === undefined) return false;
+  if (RETRYABLE_ERRNOS.has(n)) return true;
+  return n === ER_UNKNOWN_ERROR && TIDB_LOCK_RETRY_LIMIT.test(String((error as { message?: unknown }).message));
 }
 
 /**

@@ -1,4 +1,8 @@
+import { mkdtempSync, readdirSync, readFileSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import type { TestProject } from 'vitest/node';
+import { lintSql } from './sql-lint.js';
 
 const LOCAL_MYSQL = process.env.LANEWAKE_TEST_MYSQL_URL ?? 'mysql://root@127.0.0.1:3306';
 const LOCAL_REDIS = process.env.LANEWAKE_TEST_REDIS_URL ?? 'redis://127.0.0.1:6379';
@@ -24,5 +28,25 @@ export default async function setup(project: TestProject): Promise<() => Promise
   }
   project.provide('mysqlServerUrl', mysqlUrl);
   project.provide('redisUrl', redisUrl);
-  return teardown;
+  const sqlLogDir = mkdtempSync(join(tmpdir(), 'lanewake-sql-'));
+  project.provide('sqlLogDir', sqlLogDir);
+  return async () => {
+    await teardown();
+    lintRecordedSql(sqlLogDir);
+  };
+}
+
+/** Fails the run when a statement the suite sent is outside the SQL subset every server shares (sql-lint.ts). */
+function lintRecordedSql(dir: string): void {
+  const statements = new Set<string>();
+  for (const file of readdirSync(dir)) {
+    for (const s of JSON.parse(readFileSync(join(dir, file), 'utf8')) as string[]) statements.add(s);
+  }
+  rmSync(dir, { recursive: true, force: true });
+  const violations = lintSql(statements);
+  if (violations.length === 0) return;
+  const lines = violations.map((v) => `  [${v.rule}] ${v.why}\n    ${v.statement.slice(0, 400)}`);
+  // An error thrown here is printed but does not fail the run: set the exit code as well.
+  process.exitCode = 1;
+  console.error(`\nSQL lint FAILED: ${violations.length} statement(s) of ${statements.size} outside the SQL subset every server shares:\n${lines.join('\n')}\n`);
 }

@@ -29,12 +29,20 @@ async function admin<T>(fn: (c: Awaited<ReturnType<typeof createConnection>>) =>
   }
 }
 
+/** `npm run test:tidb` runs the ledger suites a second time with LANEWAKE_TEST_TIDB_TXN_MODE=optimistic. */
+export function testTxnMode(): Pick<LedgerConfigInput, 'tidbTxnMode'> {
+  const mode = process.env.LANEWAKE_TEST_TIDB_TXN_MODE;
+  if (mode === undefined || mode === '') return {};
+  if (mode !== 'pessimistic' && mode !== 'optimistic') throw new Error(`LANEWAKE_TEST_TIDB_TXN_MODE must be pessimistic or optimistic, not ${mode}`);
+  return { tidbTxnMode: mode };
+}
+
 /** A database of its own, migrated; `drop()` closes the pool and drops it. */
 export async function createTestLedger(config: Partial<LedgerConfigInput> = {}, migrate = true): Promise<TestLedger> {
   const database = `lwt_${randomBytes(6).toString('hex')}`;
   await admin((c) => c.query(`CREATE DATABASE \`${database}\``));
   const url = `${mysqlServerUrl().replace(/\/$/, '')}/${database}`;
-  const ledger = new Ledger({ url, poolSize: 8, ...config });
+  const ledger = new Ledger({ url, poolSize: 8, ...testTxnMode(), ...config });
   if (migrate) await ledger.migrate();
   return {
     ledger,

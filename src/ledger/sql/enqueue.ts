@@ -225,13 +225,18 @@ function laneCounts(items: readonly NewItem[]): LaneCount[] {
 
 /**
  * Reserves the batch's sequences on its lane rows (locking them), then reads
- * the rows back: two statements with no result needed between them.
+ * the rows back: two statements with no result needed between them. The new
+ * counts come in as a derived table, so the update names them `v.…` rather
+ * than VALUES(…), which MySQL 8.0.20+ deprecates and every server reads alike.
  */
 function laneStatements(t: LedgerTables, lanes: readonly LaneCount[]): [RawBuilder<unknown>, RawBuilder<unknown>] {
+  const rows = lanes.map((l, i) =>
+    i === 0 ? sql`SELECT ${l.queue} AS queue, ${l.lane} AS lane, ${l.n} AS next_seq, ${l.n} AS active` : sql`SELECT ${l.queue}, ${l.lane}, ${l.n}, ${l.n}`,
+  );
   return [
     sql`INSERT INTO ${t.lanes} (queue, lane, next_seq, active)
-    VALUES ${sql.join(lanes.map((l) => sql`(${l.queue}, ${l.lane}, ${l.n}, ${l.n})`))}
-    ON DUPLICATE KEY UPDATE next_seq = next_seq + VALUES(next_seq), active = active + VALUES(active)`,
+    SELECT * FROM (${sql.join(rows, sql` UNION ALL `)}) AS v
+    ON DUPLICATE KEY UPDATE next_seq = ${t.lanes}.next_seq + v.next_seq, active = ${t.lanes}.active + v.active`,
     sql`SELECT queue, lane, next_seq, active FROM ${t.lanes} WHERE ${laneIn(lanes)}`,
   ];
 }

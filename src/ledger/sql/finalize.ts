@@ -85,14 +85,17 @@ function plan(h: LeaseHandle, f: Finalization): Plan {
       };
     case 'block':
       // A re-block on the same key after a probe continues the same wait: its
-      // start and expiry stay, so probing cannot stretch maxWait. MySQL-family
-      // UPDATEs assign left to right, so the old values are read before they change.
+      // start and expiry stay, so probing cannot stretch maxWait. Every
+      // expression reads only the row's old values: MySQL and MariaDB assign
+      // left to right (a later expression sees an earlier assignment), TiDB
+      // evaluates each against the old row; this reads the same on both.
+      const sameWait = sql`dependency_key <=> ${f.dependencyKey} AND block_expires_at IS NOT NULL`;
+      const expiresAt = sql`IF(${sameWait}, block_expires_at, ${nowPlusMs(f.maxWaitMs)})`;
       return {
         set: sql`state = 'blocked',
-          blocked_at = IF(dependency_key <=> ${f.dependencyKey} AND block_expires_at IS NOT NULL, blocked_at, NOW(6)),
-          block_expires_at = IF(dependency_key <=> ${f.dependencyKey} AND block_expires_at IS NOT NULL,
-            block_expires_at, ${nowPlusMs(f.maxWaitMs)}),
-          probe_after = LEAST(${nowPlusMs(f.probeAfterMs)}, block_expires_at),
+          blocked_at = IF(${sameWait}, blocked_at, NOW(6)),
+          probe_after = LEAST(${nowPlusMs(f.probeAfterMs)}, ${expiresAt}),
+          block_expires_at = ${expiresAt},
           dependency_key = ${f.dependencyKey}, attempt = attempt - 1, lease_until = ${NO_TIME}`,
         terminal: false,
         history: hist('blocked', null, f.reason),

@@ -26,7 +26,7 @@ export async function activateOwnership(
   const { queue, deployment, expectEpoch } = opts;
   if (expectEpoch === undefined) {
     await sql`INSERT INTO ${t.ownership} (queue, deployment, epoch, activated_at) VALUES (${queue}, ${deployment}, 1, NOW(6))
-      ON DUPLICATE KEY UPDATE epoch = epoch + 1, deployment = VALUES(deployment), activated_at = NOW(6)`.execute(db);
+      ON DUPLICATE KEY UPDATE epoch = epoch + 1, deployment = ${deployment}, activated_at = NOW(6)`.execute(db);
   } else if (expectEpoch === 0) {
     try {
       await sql`INSERT INTO ${t.ownership} (queue, deployment, epoch, activated_at) VALUES (${queue}, ${deployment}, 1, NOW(6))`.execute(db);

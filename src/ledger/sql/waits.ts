@@ -17,8 +17,8 @@ import { affected, list } from './common.js';
 /** Records the wait of an item just blocked, copied from its row in the same transaction. */
 export async function enterWait(exec: Executor, t: LedgerTables, itemId: string): Promise<void> {
   await sql`INSERT INTO ${t.waits} (item_id, queue, dependency_key, probe_after)
-    SELECT id, queue, dependency_key, probe_after FROM ${t.items} WHERE id = ${itemId} AND state = 'blocked'
-    ON DUPLICATE KEY UPDATE dependency_key = VALUES(dependency_key), probe_after = VALUES(probe_after)`.execute(exec);
+    SELECT * FROM (SELECT id, queue, dependency_key, probe_after FROM ${t.items} WHERE id = ${itemId} AND state = 'blocked') AS src
+    ON DUPLICATE KEY UPDATE dependency_key = src.dependency_key, probe_after = src.probe_after`.execute(exec);
 }
 
 /** Forgets the waits of items this transaction moved out of `blocked`. */

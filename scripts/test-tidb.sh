@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# npm run test:tidb: the suites against a real TiDB (standalone, unistore), built from the Go module
+# proxy into ~/.cache/lanewake the first time (scripts/tidb.sh). First every suite in TiDB's default
+# pessimistic mode, then the ledger suites again with the ledger's sessions in optimistic mode.
+#   npm run test:tidb                        both runs
+#   npm run test:tidb -- test/ledger-lanes.test.ts   only these files, in both modes
+set -euo pipefail
+cd "$(dirname "$0")/.."
+export PATH="$PATH:/usr/local/go/bin"
+
+port="${LANEWAKE_TIDB_PORT:-4000}"
+started=0
+if ! mysqladmin -h127.0.0.1 -P"$port" -uroot --connect-timeout=2 ping >/dev/null 2>&1; then
+  scripts/tidb.sh start
+  started=1
+fi
+stop() { if [[ $started == 1 ]]; then scripts/tidb.sh stop; fi; }
+trap stop EXIT
+
+export LANEWAKE_TEST_MYSQL_URL="mysql://root@127.0.0.1:$port"
+export LANEWAKE_TEST_SERVER=tidb
+echo "test:tidb: every suite, pessimistic mode"
+npx vitest run "$@"
+echo "test:tidb: the ledger suites, optimistic mode"
+if [[ $# -gt 0 ]]; then
+  LANEWAKE_TEST_TIDB_TXN_MODE=optimistic npx vitest run "$@"
+else
+  LANEWAKE_TEST_TIDB_TXN_MODE=optimistic npx vitest run test/ledger- test/conformance/
+fi

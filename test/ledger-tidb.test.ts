@@ -1,0 +1,101 @@
+import { sql } from 'kysely';
+import { afterAll, beforeAll, describe, expect, test } from 'vitest';
+import type { Ledger } from '../src/ledger/ledger.js';
+import { claimOne, freshQueue, mustGet } from './support/items.js';
+import { createTestLedger, waitFor, type TestLedger } from './support/ledger.js';
+
+// What only TiDB does, checked on the real server: `npm run test:tidb` (which sets LANEWAKE_TEST_SERVER=tidb) runs it in both of
+// TiDB's transaction modes. On MariaDB and MySQL the ledger's own server checks are in the other files.
+const tidb = process.env.LANEWAKE_TEST_SERVER === 'tidb';
+
+describe.runIf(tidb)('on TiDB', () => {
+  let pess: TestLedger;
+  let opt: TestLedger;
+
+  beforeAll(async () => {
+    pess = await createTestLedger({ tidbTxnMode: 'pessimistic' });
+    opt = await createTestLedger({ tidbTxnMode: 'optimistic' });
+  });
+  afterAll(async () => {
+    await pess?.drop();
+    await opt?.drop();
+  });
+
+  test('the ledger knows it is on TiDB, and its sessions run the transaction mode asked for', async () => {
+    expect((await pess.ledger.capabilities()).family).toBe('tidb');
+    const mode = async (l: Ledger) => (await sql<{ m: string }>`SELECT @@tidb_txn_mode AS m`.execute(l.db)).rows[0]?.m;
+    expect(await mode(pess.ledger)).toBe('pessimistic');
+    expect(await mode(opt.ledger)).toBe('optimistic');
+    const iso = await sql<{ i: string }>`SELECT @@transaction_isolation AS i`.execute(pess.ledger.db);
+    expect(iso.rows[0]?.i).toBe('READ-COMMITTED');
+  });
+
+  test("the schema's executable comments are applied: nonclustered keys, row ids sharded", async () => {
+    const t = pess.ledger.tables;
+    for (const table of [t.items, t.lanes, t.attempts, t.waits]) {
+      const r = await sql<{ 'Create Table': string }>`SHOW CREATE TABLE ${table}`.execute(pess.ledger.db);
+      const ddl = r.rows[0]?.['Create Table'] ?? '';
+      expect(ddl, String(ddl)).toMatch(/NONCLUSTERED/);
+      expect(ddl, String(ddl)).toMatch(/SHARD_ROW_ID_BITS=4/);
+    }
+  });
+
+  describe.each([
+    ['pessimistic', () => pess],
+    ['optimistic', () => opt],
+  ] as const)('%s mode', (_mode, get) => {
+    test('eight claimers racing for one item: one wins it, none sees an error', async () => {
+      const { ledger } = get();
+      for (let round = 0; round < 5; round++) {
+        const queue = freshQueue('tidb-race');
+        const { id } = await ledger.enqueue({ queue, type: 't', payload: round });
+        const results = await Promise.all(
+          Array.from({ length: 8 }, (_, k) => ledger.claim({ queue, owner: `w${k}`, limit: 1, leaseMs: 60_000 })),
+        );
+        const winners = results.flatMap((r) => r.items);
+        expect(winners.map((w) => w.id)).toEqual([id]);
+        expect(await mustGet(ledger, id)).toMatchObject({ state: 'processing', attempt: 1, leaseOwner: winners[0]?.leaseOwner });
+      }
+    });
+
+    test('a completion racing the reclaim of its expired lease: exactly one of them takes effect', async () => {
+      const { ledger } = get();
+      for (let round = 0; round < 5; round++) {
+        const queue = freshQueue('tidb-reclaim');
+        await ledger.enqueue({ queue, type: 't', payload: round });
+        const c = await claimOne(ledger, queue, 'holder', 50);
+        await waitFor(async () => (await ledger.now()).getTime() > c.leaseUntil.getTime() || undefined, 5_000, 'the lease to run out');
+        const [done, reclaim] = await Promise.all([ledger.complete(c, 'late'), ledger.reclaimExpired({ queue })]);
+        const item = await mustGet(ledger, c.id);
+        if (done.won) {
+          expect(reclaim.reclaimed).toEqual([]);
+          expect(item.state).toBe('completed');
+        } else {
+          expect(reclaim.reclaimed).toEqual([c.id]);
+          expect(item).toMatchObject({ state: 'pending', attempt: 1 });
+        }
+      }
+    });
+
+    test('concurrent laned enqueues and completions keep one head per lane and gap-free sequences', async () => {
+      const { ledger } = get();
+      const queue = freshQueue('tidb-lanes');
+      await Promise.all(
+        Array.from({ length: 12 }, (_, k) => ledger.enqueueMany(Array.from({ length: 5 }, (_, j) => ({ queue, type: 't', lane: `L${k % 3}`, payload: { k, j } })))),
+      );
+      const seen = new Map<string, number[]>();
+      for (;;) {
+        const claims = await Promise.all([0, 1, 2].map((k) => ledger.claim({ queue, owner: `w${k}`, limit: 10, leaseMs: 60_000 })));
+        const items = claims.flatMap((c) => c.items);
+        if (items.length === 0) break;
+        const lanes = items.map((i) => i.lane);
+        expect(new Set(lanes).size, 'one head per lane at a time').toBe(lanes.length);
+        for (const i of items) seen.set(i.lane!, [...(seen.get(i.lane!) ?? []), i.laneSeq!]);
+        const done = await Promise.all(items.map((i) => ledger.complete(i, null)));
+        expect(done.every((d) => d.won)).toBe(true);
+      }
+      expect([...seen.keys()].sort()).toEqual(['L0', 'L1', 'L2']);
+      for (const seqs of seen.values()) expect(seqs).toEqual(Array.from({ length: 20 }, (_, n) => n + 1));
+    });
+  });
+});
