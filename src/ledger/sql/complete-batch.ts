@@ -146,10 +146,10 @@ async function completeOnce(
           await retryOnConflict(() => completeLanelessBatch(db, t, items));
       const advanced = done.advanced;
       claimed = done.claimed;
-      for (const i of batch) {
+      batch.forEach((i, k) => {
         const h = entries[i]!.handle;
-        out[i] = { won: true, laneAdvanced: h.lane !== null && advanced.has(queueScoped(h.queue, h.lane)) };
-      }
+        out[i] = { won: done.won?.[k] ?? true, laneAdvanced: h.lane !== null && advanced.has(queueScoped(h.queue, h.lane)) };
+      });
     } catch (error) {
       if (!(error instanceof PartialBatch)) throw error;
       single.push(...batch);
@@ -191,13 +191,40 @@ interface LanedDone {
   /** Lanes whose new head was left pending. */
   advanced: Set<string>;
   claimed: ClaimedItem[];
+  /** Per entry, when not every entry won. */
+  won?: boolean[];
 }
 
 async function completeLanelessBatch(db: LedgerDb, t: LedgerTables, entries: readonly CompletionEntry[]): Promise<LanedDone> {
   const r = await completionStatement(t, entries).execute(db);
-  // Someone lost their lease: nothing to undo here (no transaction), each item CASes again on its own.
-  if (affected(r) !== entries.length) throw new PartialBatch();
-  return { advanced: new Set(), claimed: [] };
+  if (affected(r) === entries.length) return { advanced: new Set(), claimed: [] };
+  // Someone lost their lease. The statement stands (no transaction), so a second CAS of each entry
+  // would lose to it: read which entries it completed instead.
+  return { advanced: new Set(), claimed: [], won: await completedByStatement(db, t, entries, affected(r)) };
+}
+
+/**
+ * Which entries a laneless completion statement that changed `changed` rows
+ * completed. A completed item keeps the token that completed it, so the rows
+ * completed under an entry's token are this holder's; if there are more of
+ * them than the statement changed, the holder had completed some before
+ * (a second completion of one claim), and those ended earlier: the
+ * statement's rows are the `changed` latest by `terminal_at`.
+ */
+async function completedByStatement(db: LedgerDb, t: LedgerTables, entries: readonly CompletionEntry[], changed: number): Promise<boolean[]> {
+  // terminal_at as text: a Date would drop its microseconds.
+  const r = await sql<{ id: string; state: string; lease_token: string; ended: string | null }>`SELECT id, state, lease_token,
+      DATE_FORMAT(terminal_at, '%Y-%m-%d %H:%i:%s.%f') AS ended
+    FROM ${t.items} WHERE id IN (${list(entries.map((e) => e.handle.id))})`.execute(db);
+  const byId = new Map(r.rows.map((row) => [row.id, row]));
+  const mine = entries
+    .map((e, k) => ({ k, row: byId.get(e.handle.id) }))
+    .filter(({ k, row }) => row !== undefined && row.state === 'completed' && row.lease_token === entries[k]!.handle.leaseToken)
+    .sort((a, b) => ((b.row!.ended ?? '') > (a.row!.ended ?? '') ? 1 : (b.row!.ended ?? '') < (a.row!.ended ?? '') ? -1 : 0))
+    .slice(0, changed);
+  const won = entries.map(() => false);
+  for (const { k } of mine) won[k] = true;
+  return won;
 }
 
 /**
