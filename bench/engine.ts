@@ -19,14 +19,14 @@
 import { execFileSync, spawn } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import { mkdirSync, writeFileSync } from 'node:fs';
-import { fileURLToPath } from 'node:url';
+import { fileURLToPath, pathToFileURL } from 'node:url';
 import { performance } from 'node:perf_hooks';
 import { Consumer } from '../src/consumer/consumer.js';
 import { Ledger } from '../src/ledger/ledger.js';
 import { createLogger } from '../src/log.js';
 import { Producer } from '../src/producer/producer.js';
 import { WakeChannel } from '../src/wake/wake-channel.js';
-import { createBenchDatabase, fmt, median, minMax, percentile, printTable, progress, runCleanups } from './support.js';
+import { benchServerUrl, createBenchDatabase, fmt, median, minMax, percentile, printTable, progress, runCleanups } from './support.js';
 
 const args = process.argv.slice(2);
 const flag = (name: string): string | undefined => {
@@ -39,7 +39,7 @@ const JSON_OUT = args.includes('--json');
 const REDIS_URL = process.env.LANEWAKE_BENCH_REDIS_URL ?? 'redis://127.0.0.1:6379';
 const log = createLogger('bench', process.env.LANEWAKE_LOG_LEVEL ?? 'warn');
 
-interface Env {
+export interface Env {
   url: string;
   keyPrefix: string;
   ledger: Ledger;
@@ -48,8 +48,9 @@ interface Env {
   close: () => Promise<void>;
 }
 
-async function environment(withRedis: boolean): Promise<Env> {
-  const db = await createBenchDatabase('lwe');
+/** `serverUrl`: the MySQL-protocol server (no database) to run on; bench/latency.ts points it at a proxy. */
+export async function environment(withRedis: boolean, serverUrl = benchServerUrl()): Promise<Env> {
+  const db = await createBenchDatabase('lwe', serverUrl);
   const ledger = new Ledger({ url: db.url, poolSize: 12 });
   await ledger.migrate();
   const keyPrefix = `lwbench:${randomBytes(4).toString('hex')}:`;
@@ -70,7 +71,7 @@ async function environment(withRedis: boolean): Promise<Env> {
   };
 }
 
-async function waitUntil(check: () => boolean, timeoutMs: number, what: string): Promise<void> {
+export async function waitUntil(check: () => boolean, timeoutMs: number, what: string): Promise<void> {
   const deadline = Date.now() + timeoutMs;
   while (!check()) {
     if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
@@ -78,7 +79,7 @@ async function waitUntil(check: () => boolean, timeoutMs: number, what: string):
   }
 }
 
-async function verifyOnce(env: Env, seen: Map<string, number>, expected: number): Promise<void> {
+export async function verifyOnce(env: Env, seen: Map<string, number>, expected: number): Promise<void> {
   const repeats = [...seen.values()].filter((n) => n !== 1).length;
   const [stats] = await env.ledger.stats(env.queue);
   const completed = stats?.counts.completed ?? 0;
@@ -96,8 +97,8 @@ async function enqueueBacklog(env: Env, jobs: number): Promise<void> {
 }
 
 /** (a): drain a pre-enqueued backlog of no-op jobs. */
-async function throughput(concurrency: number, jobs: number): Promise<{ jobsS: number; peakRssMb: number }> {
-  const env = await environment(true);
+export async function throughput(concurrency: number, jobs: number, serverUrl = benchServerUrl()): Promise<{ jobsS: number; peakRssMb: number }> {
+  const env = await environment(true, serverUrl);
   try {
     await enqueueBacklog(env, jobs);
     const seen = new Map<string, number>();
@@ -159,8 +160,8 @@ async function childRss(concurrency: number, jobs: number): Promise<{ peakRssMb:
 }
 
 /** (b)/(d): jobs arriving one at a time into an idle consumer. */
-async function latency(mode: { redis: boolean; pollMs?: number }, jobs: number, ratePerS: number): Promise<number[]> {
-  const env = await environment(mode.redis);
+export async function latency(mode: { redis: boolean; pollMs?: number }, jobs: number, ratePerS: number, serverUrl = benchServerUrl()): Promise<number[]> {
+  const env = await environment(mode.redis, serverUrl);
   try {
     const producer = new Producer({ ledger: env.ledger, wake: env.wake });
     const seen = new Map<string, number>();
@@ -269,11 +270,14 @@ function round(n: number): number {
   return Math.round(n * 1000) / 1000;
 }
 
-main()
-  .catch(async (error: unknown) => {
-    console.error(error);
-    process.exitCode = 1;
-  })
-  .finally(async () => {
-    await runCleanups();
-  });
+// Run only as the entry point: bench/latency.ts imports the workloads above.
+if (process.argv[1] !== undefined && import.meta.url === pathToFileURL(process.argv[1]).href) {
+  main()
+    .catch(async (error: unknown) => {
+      console.error(error);
+      process.exitCode = 1;
+    })
+    .finally(async () => {
+      await runCleanups();
+    });
+}
