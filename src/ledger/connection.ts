@@ -58,9 +58,11 @@ export function mysqlPoolOptions(config: Pick<LedgerConfig, 'url' | 'poolSize'>)
 
 export function createLedgerPool(config: Pick<LedgerConfig, 'url' | 'poolSize' | 'tidbTxnMode'>): Pool {
   const pool = createPool(mysqlPoolOptions(config));
-  const setup = sessionSetup(config);
+  // One round trip for all of it: the pool takes several statements per query, and a new
+  // connection's first query waits behind its setup.
+  const setup = sessionSetup(config).join('; ');
   pool.on('connection', (connection) => {
-    for (const statement of setup) connection.query(statement);
+    connection.query(setup);
   });
   return pool;
 }
