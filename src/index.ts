@@ -37,7 +37,7 @@ export type { WakeMessage, WakeKind } from './wake/streams.js';
 export type { ControlMessage } from './wake/control.js';
 export type { WakeTimer, RecurringSchedule, ScheduledEnqueue, ScheduledItem } from './wake/timers.js';
 export { wakeStreamKey, controlStreamKey, DEFAULT_KEY_PREFIX } from './wake/keys.js';
-export type { RedisTarget } from './wake/redis.js';
+export type { ClusterSeed, ClusterTarget, RedisTarget } from './wake/redis.js';
 
 // Producing work.
 export { Producer, type ProducerOptions, type ProducerTransaction, type AfterCommit } from './producer/producer.js';

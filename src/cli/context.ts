@@ -9,6 +9,7 @@ import { WakeChannel } from '../wake/wake-channel.js';
 import { CliError, renameFields, UsageError } from './errors.js';
 import { redactUrl } from './format.js';
 import { eprintln, type CliIo } from './io.js';
+import { isClusterUrl, parseClusterUrl } from '../wake/redis.js';
 
 /** What a command factory gets besides its parent command. */
 export interface CliContext {
@@ -51,7 +52,7 @@ export function globalOptions(cmd: Command): GlobalOptions {
   if (renamed) throw new UsageError(renamed.issues.map((i) => `${i.field} ${i.message}`).join('; '));
   const o = cmd.optsWithGlobals<Partial<GlobalOptions>>();
   const redisUrl = o.redisUrl === undefined || o.redisUrl === '' ? undefined : o.redisUrl;
-  if (redisUrl !== undefined && !isRedisUrl(redisUrl)) throw new UsageError(`option '--redis-url' must be a redis:// or rediss:// URL`);
+  if (redisUrl !== undefined && !isRedisUrl(redisUrl)) throw new UsageError(`option '--redis-url' must be a redis://, rediss:// or redis+cluster://host:port,host:port URL`);
   const redisKeyPrefix = o.redisKeyPrefix ?? DEFAULT_KEY_PREFIX;
   const prefixCheck = redisKeyPrefixSchema.safeParse(redisKeyPrefix);
   if (!prefixCheck.success) throw new UsageError(`option '--redis-key-prefix' ${prefixCheck.error.issues[0]?.message ?? 'is invalid'}`);
@@ -65,6 +66,14 @@ export function globalOptions(cmd: Command): GlobalOptions {
 }
 
 function isRedisUrl(url: string): boolean {
+  if (isClusterUrl(url)) {
+    try {
+      parseClusterUrl(url);
+      return true;
+    } catch {
+      return false;
+    }
+  }
   try {
     const u = new URL(url);
     return u.protocol === 'redis:' || u.protocol === 'rediss:';

@@ -41,6 +41,8 @@ export function formatTime(d: Date | null): string {
 
 /** A connection URL fit to print: the password replaced. */
 export function redactUrl(url: string): string {
+  // A redis+cluster:// URL names several hosts, which URL cannot parse: blank the password by hand.
+  if (/^rediss?\+cluster:\/\//i.test(url)) return url.replace(/^([^/]+\/\/[^:@/]*:)[^@/]*@/, '$1***@');
   try {
     const u = new URL(url);
     if (u.password !== '') u.password = '***';

@@ -6,6 +6,7 @@ import { consumerSettingsSchema, type ConsumerSettingsInput } from '../consumer/
 import { ledgerConfigSchema } from '../ledger/config.js';
 import { workerName } from '../ledger/validation.js';
 import { DEFAULT_KEY_PREFIX } from '../wake/keys.js';
+import { isClusterUrl, parseClusterUrl } from '../wake/redis.js';
 
 /** The prefix of every Redis key; worker and CLI check it alike. */
 export const redisKeyPrefixSchema = z
@@ -74,7 +75,15 @@ export const queueConfigSchema = z
 export const workerConfigSchema = z
   .object({
     databaseUrl: z.string().min(1).describe('The ledger: mysql://user:pass@host:port/database (MariaDB 10.11, MySQL 8 or TiDB).'),
-    redisUrl: z.string().min(1).optional().describe('Redis for wake-ups, timers and control messages. Default: none; consumers then sweep the ledger every `pollIntervalMs`.'),
+    redisUrl: z
+      .string()
+      .min(1)
+      .superRefine((u, ctx) => {
+        const problem = clusterUrlProblem(u);
+        if (problem !== undefined) ctx.addIssue({ code: 'custom', message: problem });
+      })
+      .optional()
+      .describe('Redis for wake-ups, timers and control messages. Default: none; consumers then sweep the ledger every `pollIntervalMs`.'),
     tablePrefix: z
       .string()
       .default('lw_')
@@ -304,4 +313,15 @@ function throwExplained(error: ValidationError, merged: Record<string, unknown>)
     return how !== undefined && missing ? { field: issue.field, message: `missing: ${how}` } : issue;
   });
   throw new ValidationError(issues, 'worker config');
+}
+
+/** Why a redis+cluster:// URL cannot be used, or undefined (other URLs are ioredis's to judge). */
+function clusterUrlProblem(url: string): string | undefined {
+  if (!isClusterUrl(url)) return undefined;
+  try {
+    parseClusterUrl(url);
+    return undefined;
+  } catch (error) {
+    return (error as Error).message;
+  }
 }

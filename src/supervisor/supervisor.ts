@@ -2,9 +2,8 @@ import type { Consumer } from '../consumer/consumer.js';
 import { ValidationError } from '../errors.js';
 import { Ledger } from '../ledger/ledger.js';
 import { createLogger, type Logger } from '../log.js';
-import type { Redis } from 'ioredis';
 import { sleep } from '../sleep.js';
-import { createRedisClient, whenReady } from '../wake/redis.js';
+import { createRedisClient, whenReady, type RedisClient } from '../wake/redis.js';
 import { WakeChannel } from '../wake/wake-channel.js';
 import { ledgerReadiness, type NamedReadinessCheck, type Readiness } from './admin-server.js';
 import type { WorkerConfig } from './config.js';
@@ -47,7 +46,7 @@ export class Supervisor {
   private ownershipTimer: NodeJS.Timeout | undefined;
   private stopping: Promise<void> | undefined;
   private checking: Promise<void> | undefined;
-  private controlClient: Redis | undefined;
+  private readonly controlClients: RedisClient[] = [];
   private controlWatch: Promise<void> | undefined;
 
   constructor(private readonly options: SupervisorOptions) {
@@ -107,7 +106,7 @@ export class Supervisor {
   stop(): Promise<void> {
     this.stopping ??= (async () => {
       if (this.ownershipTimer) clearInterval(this.ownershipTimer);
-      this.controlClient?.disconnect();
+      for (const c of this.controlClients) c.disconnect();
       await this.controlWatch;
       await Promise.allSettled([...this.runners.values()].map((r) => r.stop()));
       await this.reconciler?.stop();
@@ -160,15 +159,24 @@ export class Supervisor {
     this.runners.get(queue)?.start();
   }
 
-  /** Reads the ownership queues' control streams (plain XREAD): an activation is acted on at once. */
+  /**
+   * Reads the ownership queues' control streams (plain XREAD): an activation
+   * is acted on at once. One blocking reader per single-slot group of queues
+   * (all of them on a plain Redis; on a cluster a multi-slot XREAD is CROSSSLOT).
+   */
   private async watchControl(wake: WakeChannel): Promise<void> {
+    const groups = wake.control.readGroups([...this.ownership.keys()], wake.cluster);
+    await Promise.all(groups.map((queues) => this.watchControlOf(wake, queues)));
+  }
+
+  private async watchControlOf(wake: WakeChannel, queues: readonly string[]): Promise<void> {
     const client = createRedisClient(wake.options.redis, 'lanewake:supervisor:control');
-    this.controlClient = client;
+    this.controlClients.push(client);
     const after = new Map<string, string>();
     while (!this.stopping) {
       try {
         if (!(await whenReady(client, 1000))) throw new Error('redis is not connected');
-        for (const queue of this.ownership.keys()) if (!after.has(queue)) after.set(queue, await wake.control.latestId(client, queue));
+        for (const queue of queues) if (!after.has(queue)) after.set(queue, await wake.control.latestId(client, queue));
         const entries = await wake.control.read(client, after, 1000);
         for (const e of entries) {
           after.set(e.queue, e.entryId);

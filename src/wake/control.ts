@@ -1,5 +1,6 @@
-import type { Redis } from 'ioredis';
 import { controlStreamKey } from './keys.js';
+import type { RedisClient } from './redis.js';
+import { groupBySlot } from './slots.js';
 
 /** Broadcasts every process of a queue must see (plain XREAD, no group). */
 export type ControlMessage =
@@ -23,18 +24,28 @@ export class ControlStreams {
     private readonly maxLen = 1000,
   ) {}
 
-  async publish(redis: Redis, queue: string, message: ControlMessage): Promise<void> {
+  async publish(redis: RedisClient, queue: string, message: ControlMessage): Promise<void> {
     await redis.xadd(controlStreamKey(this.prefix, queue), 'MAXLEN', '~', this.maxLen, '*', 'm', JSON.stringify(message));
   }
 
   /** The id to start reading after, so a new reader sees only what comes next. */
-  async latestId(redis: Redis, queue: string): Promise<string> {
+  async latestId(redis: RedisClient, queue: string): Promise<string> {
     const last = (await redis.xrevrange(controlStreamKey(this.prefix, queue), '+', '-', 'COUNT', 1)) as [string, string[]][];
     return last[0]?.[0] ?? '0-0';
   }
 
-  /** Entries after `after[queue]` on each queue's control stream, waiting up to `blockMs`. */
-  async read(redis: Redis, after: ReadonlyMap<string, string>, blockMs: number): Promise<ControlEntry[]> {
+  /**
+   * The queues split so that one read() of each part is single-slot (on a
+   * cluster, one XREAD naming streams of several slots is CROSSSLOT). On a
+   * plain Redis, one part.
+   */
+  readGroups(queues: readonly string[], cluster: boolean): string[][] {
+    if (!cluster) return queues.length > 0 ? [[...queues]] : [];
+    return groupBySlot(queues, (q) => controlStreamKey(this.prefix, q));
+  }
+
+  /** Entries after `after[queue]` on each queue's control stream, waiting up to `blockMs` (on a cluster: queues of one readGroups part). */
+  async read(redis: RedisClient, after: ReadonlyMap<string, string>, blockMs: number): Promise<ControlEntry[]> {
     const queues = [...after.keys()];
     if (queues.length === 0) return [];
     const reply = (await redis.xread(

@@ -1,6 +1,86 @@
-import { Redis, type RedisOptions } from 'ioredis';
+import { Cluster, Redis, type ClusterOptions, type RedisOptions } from 'ioredis';
 
-export type RedisTarget = string | RedisOptions;
+/** A seed node of a Redis Cluster: the client learns the rest from it. */
+export interface ClusterSeed {
+  host: string;
+  port: number;
+}
+
+/** A Redis Cluster: a seed list (any few nodes) and what every node connection shares. */
+export interface ClusterTarget {
+  cluster: readonly ClusterSeed[];
+  username?: string;
+  password?: string;
+  tls?: boolean;
+  /** Passed to ioredis's Cluster as they are (slotsRefreshInterval, natMap, …). */
+  clusterOptions?: Omit<ClusterOptions, 'redisOptions'>;
+}
+
+/**
+ * A plain Redis (a `redis://` / `rediss://` URL or ioredis options) or a
+ * cluster (a `redis+cluster://host:port,host:port` / `rediss+cluster://` URL,
+ * or a ClusterTarget).
+ */
+export type RedisTarget = string | RedisOptions | ClusterTarget;
+
+/** Every Redis command of src/wake goes through one of these. */
+export type RedisClient = Redis | Cluster;
+
+const CLUSTER_SCHEMES = ['redis+cluster:', 'rediss+cluster:'];
+
+export function isClusterUrl(url: string): boolean {
+  return CLUSTER_SCHEMES.some((s) => url.toLowerCase().startsWith(`${s}//`));
+}
+
+/** `redis+cluster://[user:pass@]host:port,host:port[/]`, parsed by hand: `new URL` takes one host. */
+export function parseClusterUrl(url: string): ClusterTarget {
+  const scheme = CLUSTER_SCHEMES.find((s) => url.toLowerCase().startsWith(`${s}//`));
+  if (scheme === undefined) throw new Error('not a redis+cluster:// URL');
+  let rest = url.slice(scheme.length + 2);
+  const end = rest.search(/[/?#]/);
+  if (end >= 0) rest = rest.slice(0, end);
+  const at = rest.lastIndexOf('@');
+  const auth = at >= 0 ? rest.slice(0, at) : '';
+  const hosts = at >= 0 ? rest.slice(at + 1) : rest;
+  const cluster = hosts.split(',').map((h) => {
+    const m = /^(\[[^\]]+\]|[^:]+)(?::(\d+))?$/.exec(h.trim());
+    if (!m || m[1] === undefined) throw new Error(`bad cluster node '${h}' (want host:port)`);
+    return { host: m[1].replace(/^\[|\]$/g, ''), port: m[2] !== undefined ? Number(m[2]) : 6379 };
+  });
+  if (cluster.length === 0) throw new Error('a cluster URL needs at least one host:port');
+  const colon = auth.indexOf(':');
+  const username = decodeURIComponent(colon >= 0 ? auth.slice(0, colon) : auth);
+  const password = colon >= 0 ? decodeURIComponent(auth.slice(colon + 1)) : '';
+  return {
+    cluster,
+    ...(username !== '' ? { username } : {}),
+    ...(password !== '' ? { password } : {}),
+    ...(scheme === 'rediss+cluster:' ? { tls: true } : {}),
+  };
+}
+
+/** The cluster a target names, or undefined for a plain Redis. */
+export function clusterOf(target: RedisTarget): ClusterTarget | undefined {
+  if (typeof target === 'string') return isClusterUrl(target) ? parseClusterUrl(target) : undefined;
+  return 'cluster' in target ? target : undefined;
+}
+
+/** A Cluster client of `c`; `node` goes to every node connection. */
+export function createCluster(c: ClusterTarget, options: ClusterOptions, node: NonNullable<ClusterOptions['redisOptions']>): Cluster {
+  return new Cluster(
+    c.cluster.map((s) => ({ host: s.host, port: s.port })),
+    {
+      ...options,
+      ...c.clusterOptions,
+      redisOptions: {
+        ...node,
+        ...(c.username !== undefined ? { username: c.username } : {}),
+        ...(c.password !== undefined ? { password: c.password } : {}),
+        ...(c.tls === true ? { tls: {} } : {}),
+      },
+    },
+  );
+}
 
 /**
  * A client whose commands fail fast while Redis is unreachable (publishing a
@@ -8,7 +88,28 @@ export type RedisTarget = string | RedisOptions;
  * retry per command, reconnect forever in the background. The publisher
  * shares one; each blocking reader (XREADGROUP/XREAD … BLOCK) needs its own.
  */
-export function createRedisClient(target: RedisTarget, name: string): Redis {
+export function createRedisClient(target: RedisTarget, name: string): RedisClient {
+  const c = clusterOf(target);
+  const client = c
+    ? createCluster(
+        c,
+        {
+          clusterRetryStrategy: (times) => Math.min(1000, 50 * times),
+          enableOfflineQueue: false,
+          lazyConnect: false,
+          // A command to a failed master is retried every 100 ms up to maxRedirections times (16 by
+          // default: as long as a failover takes): 3 bounds a publish to ~300 ms, the sweep covers the rest.
+          maxRedirections: 3,
+        },
+        { connectionName: name, maxRetriesPerRequest: 1 },
+      )
+    : createPlainClient(target as string | RedisOptions, name);
+  // Errors surface through the callers' commands; an unhandled 'error' event would crash the process.
+  client.on('error', () => undefined);
+  return client;
+}
+
+function createPlainClient(target: string | RedisOptions, name: string): Redis {
   const base: RedisOptions = {
     connectionName: name,
     lazyConnect: false,
@@ -16,10 +117,7 @@ export function createRedisClient(target: RedisTarget, name: string): Redis {
     enableOfflineQueue: false,
     maxRetriesPerRequest: 1,
   };
-  const client = typeof target === 'string' ? new Redis(target, base) : new Redis({ ...target, ...base });
-  // Errors surface through the callers' commands; an unhandled 'error' event would crash the process.
-  client.on('error', () => undefined);
-  return client;
+  return typeof target === 'string' ? new Redis(target, base) : new Redis({ ...target, ...base });
 }
 
 /** Plain host/port options for libraries that take connection options rather than a client (BullMQ). */
@@ -31,7 +129,7 @@ export interface PlainRedisOptions {
   password?: string;
 }
 
-export function plainRedisOptions(target: RedisTarget): PlainRedisOptions {
+export function plainRedisOptions(target: string | RedisOptions): PlainRedisOptions {
   if (typeof target !== 'string') {
     return {
       host: target.host ?? '127.0.0.1',
@@ -53,7 +151,7 @@ export function plainRedisOptions(target: RedisTarget): PlainRedisOptions {
 }
 
 /** Resolves true once `client` is ready (at once if it is), false after `timeoutMs`. */
-export function whenReady(client: Redis, timeoutMs: number): Promise<boolean> {
+export function whenReady(client: RedisClient, timeoutMs: number): Promise<boolean> {
   if (client.status === 'ready') return Promise.resolve(true);
   if (client.status === 'end') return Promise.resolve(false);
   return new Promise((resolve) => {

@@ -1,6 +1,6 @@
-import type { Redis } from 'ioredis';
 import type { QueueClass } from '../ledger/types.js';
 import { CONSUMER_GROUP, wakeStreamKey } from './keys.js';
+import type { RedisClient } from './redis.js';
 
 export type WakeKind = 'enqueue' | 'advance' | 'timer' | 'dependency' | 'replay' | 'reclaim';
 
@@ -47,7 +47,7 @@ export class WakeStreams {
   }
 
   /** Appends one entry per message; one round trip. */
-  async publish(redis: Redis, messages: readonly (WakeMessage & { queueClass: QueueClass })[]): Promise<void> {
+  async publish(redis: RedisClient, messages: readonly (WakeMessage & { queueClass: QueueClass })[]): Promise<void> {
     if (messages.length === 0) return;
     const pipeline = redis.pipeline();
     for (const m of messages) {
@@ -69,7 +69,7 @@ export class WakeStreams {
    * its data, and in both cases the entries already there announce work that
    * is waiting (a producer may publish between the restart and our XGROUP).
    */
-  async ensureGroup(redis: Redis): Promise<void> {
+  async ensureGroup(redis: RedisClient): Promise<void> {
     for (const key of this.keys.values()) {
       try {
         await redis.xgroup('CREATE', key, CONSUMER_GROUP, '0', 'MKSTREAM');
@@ -83,7 +83,7 @@ export class WakeStreams {
    * New entries for this consumer, at most `count` (its free slots), waiting
    * up to `blockMs`. Uses a blocking client of its own.
    */
-  async read(redis: Redis, consumer: string, count: number, blockMs: number): Promise<WakeEntry[]> {
+  async read(redis: RedisClient, consumer: string, count: number, blockMs: number): Promise<WakeEntry[]> {
     const keys = [...this.keys.values()];
     const reply = (await redis.xreadgroup(
       'GROUP',
@@ -100,7 +100,7 @@ export class WakeStreams {
     return this.parse(reply ?? []);
   }
 
-  async ack(redis: Redis, entries: readonly WakeEntry[]): Promise<void> {
+  async ack(redis: RedisClient, entries: readonly WakeEntry[]): Promise<void> {
     if (entries.length === 0) return;
     const byStream = new Map<string, string[]>();
     for (const e of entries) byStream.set(e.stream, [...(byStream.get(e.stream) ?? []), e.entryId]);
@@ -113,7 +113,7 @@ export class WakeStreams {
    * Takes over entries that another consumer read but never acknowledged
    * (it died) once they have been idle `minIdleMs`.
    */
-  async reclaimIdle(redis: Redis, consumer: string, minIdleMs: number, count: number): Promise<WakeEntry[]> {
+  async reclaimIdle(redis: RedisClient, consumer: string, minIdleMs: number, count: number): Promise<WakeEntry[]> {
     const out: WakeEntry[] = [];
     for (const key of this.keys.values()) {
       const reply = (await redis.xautoclaim(key, CONSUMER_GROUP, consumer, minIdleMs, '0-0', 'COUNT', count)) as [
@@ -128,7 +128,7 @@ export class WakeStreams {
   }
 
   /** Removes a stopped consumer from the group; its unacknowledged entries go with it (the sweep covers them). */
-  async removeConsumer(redis: Redis, consumer: string): Promise<void> {
+  async removeConsumer(redis: RedisClient, consumer: string): Promise<void> {
     for (const key of this.keys.values()) {
       try {
         await redis.xgroup('DELCONSUMER', key, CONSUMER_GROUP, consumer);
@@ -138,7 +138,7 @@ export class WakeStreams {
     }
   }
 
-  async trim(redis: Redis): Promise<void> {
+  async trim(redis: RedisClient): Promise<void> {
     for (const key of this.keys.values()) await redis.xtrim(key, 'MAXLEN', '~', this.maxLen);
   }
 

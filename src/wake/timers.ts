@@ -1,5 +1,6 @@
-import { Queue, Worker, type Job } from 'bullmq';
-import type { PlainRedisOptions } from './redis.js';
+import { Queue, Worker, type ConnectionOptions, type Job } from 'bullmq';
+import type { Cluster, RedisOptions } from 'ioredis';
+import { clusterOf, createCluster, plainRedisOptions, type RedisTarget } from './redis.js';
 import type { QueueClass } from '../ledger/types.js';
 
 export interface WakeTimer {
@@ -55,15 +56,36 @@ const FIRE_MARGIN_MS = 5;
 export class WakeTimers {
   private readonly queue: Queue;
   private worker: Worker | undefined;
+  /** BullMQ's prefix: on a cluster a hash tag, since its scripts touch several keys of one queue at once. */
+  private readonly prefix: string;
+  /** Cluster clients made here (BullMQ leaves a client it was given open). */
+  private readonly owned: Cluster[] = [];
 
   constructor(
-    private readonly connection: PlainRedisOptions,
+    private readonly target: RedisTarget,
     private readonly name = 'lanewake-timers',
-    private readonly prefix = 'lw',
+    prefix = 'lw',
   ) {
+    const cluster = clusterOf(target);
+    this.prefix = cluster ? `{${prefix}}` : prefix;
     // Fail fast while Redis is away: scheduling a timer is best effort, the sweep is the backstop.
-    this.queue = new Queue(name, { connection: { ...connection, enableOfflineQueue: false, maxRetriesPerRequest: 1 }, prefix });
+    this.queue = new Queue(name, { connection: this.connection(false), prefix: this.prefix });
     this.queue.on('error', () => undefined);
+  }
+
+  /** `blocking`: the worker's connection, which BullMQ wants without a per-request retry cap. */
+  private connection(blocking: boolean): ConnectionOptions {
+    const cluster = clusterOf(this.target);
+    if (!cluster) {
+      const plain = plainRedisOptions(this.target as string | RedisOptions);
+      return blocking ? { ...plain, maxRetriesPerRequest: null } : { ...plain, enableOfflineQueue: false, maxRetriesPerRequest: 1 };
+    }
+    const client = blocking
+      ? createCluster(cluster, { clusterRetryStrategy: (t) => Math.min(1000, 50 * t) }, { maxRetriesPerRequest: null })
+      : createCluster(cluster, { clusterRetryStrategy: (t) => Math.min(1000, 50 * t), enableOfflineQueue: false }, { maxRetriesPerRequest: 1 });
+    client.on('error', () => undefined);
+    this.owned.push(client);
+    return client;
   }
 
   /** One delayed job per (item, attempt): scheduling the same wake twice adds nothing. */
@@ -114,7 +136,7 @@ export class WakeTimers {
           await handlers.onScheduleFire(schedule, item, fire);
         }
       },
-      { connection: { ...this.connection, maxRetriesPerRequest: null }, prefix: this.prefix, concurrency },
+      { connection: this.connection(true), prefix: this.prefix, concurrency },
     );
     this.worker.on('error', () => undefined);
   }
@@ -124,5 +146,6 @@ export class WakeTimers {
     // and never returns while Redis is unreachable (or still reconnecting after an
     // outage). A timer job cut short only loses a wake-up; the sweep covers it.
     await Promise.allSettled([this.worker?.close(true), this.queue.close()]);
+    for (const c of this.owned) c.disconnect();
   }
 }

@@ -1,12 +1,13 @@
-import type { Redis } from 'ioredis';
+import { Cluster } from 'ioredis';
 import type { Logger } from '../log.js';
 import { createLogger } from '../log.js';
 import { QUEUE_CLASSES, type QueueClass } from '../ledger/types.js';
 import { WakeStreams, type WakeMessage } from './streams.js';
 import { ControlStreams, type ControlMessage } from './control.js';
 import { DEFAULT_KEY_PREFIX } from './keys.js';
+import { groupBySlot } from './slots.js';
 import { LocalWakeRoute, type DirectReservation, type LocalWakeTarget } from './local-route.js';
-import { createRedisClient, plainRedisOptions, whenReady, type RedisTarget } from './redis.js';
+import { clusterOf, createRedisClient, whenReady, type RedisClient, type RedisTarget } from './redis.js';
 import { WakeTimers, type ScheduledEnqueue, type WakeTimer } from './timers.js';
 import type { Ledger } from '../ledger/ledger.js';
 
@@ -34,7 +35,9 @@ export interface PublishCounters {
  * when it works again (with the failures in between), not one per publish.
  */
 export class WakeChannel {
-  readonly redis: Redis;
+  readonly redis: RedisClient;
+  /** Whether `redis` is a Redis Cluster. */
+  readonly cluster: boolean;
   readonly control: ControlStreams;
   readonly timers: WakeTimers;
   readonly counters: PublishCounters = { published: 0, deliveredLocally: 0, failed: 0 };
@@ -48,9 +51,10 @@ export class WakeChannel {
   private failuresAtDown: number | undefined;
 
   constructor(readonly options: WakeChannelOptions) {
+    this.cluster = clusterOf(options.redis) !== undefined;
     this.redis = createRedisClient(options.redis, 'lanewake:publish');
     this.control = new ControlStreams(this.keyPrefix);
-    this.timers = new WakeTimers(plainRedisOptions(options.redis), 'lanewake-timers', this.keyPrefix.replace(/:$/, ''));
+    this.timers = new WakeTimers(options.redis, 'lanewake-timers', this.keyPrefix.replace(/:$/, ''));
     this.log = options.logger ?? createLogger('lanewake.wake');
     this.redis.on('ready', () => {
       this.everReady = true;
@@ -224,13 +228,24 @@ export class WakeChannel {
    */
   async dropKeys(): Promise<number> {
     if (!(await this.usable())) return 0;
-    let cursor = '0';
+    const redis = this.redis;
+    // A cluster's SCAN sees one node's keys: scan each master. BullMQ's keys are `{prefix}…` there (see WakeTimers).
+    const nodes = redis instanceof Cluster ? redis.nodes('master') : [redis];
+    const patterns = redis instanceof Cluster ? [`${this.keyPrefix}*`, `{${this.keyPrefix.replace(/:$/, '')}}*`] : [`${this.keyPrefix}*`];
     let dropped = 0;
-    do {
-      const [next, keys] = await this.redis.scan(cursor, 'MATCH', `${this.keyPrefix}*`, 'COUNT', 500);
-      cursor = next;
-      if (keys.length > 0) dropped += await this.redis.del(...keys);
-    } while (cursor !== '0');
+    for (const node of nodes) {
+      for (const pattern of patterns) {
+        let cursor = '0';
+        do {
+          const [next, keys] = await node.scan(cursor, 'MATCH', pattern, 'COUNT', 500);
+          cursor = next;
+          // DEL of several keys must stay in one slot on a cluster.
+          for (const group of redis instanceof Cluster ? groupBySlot(keys, (k) => k) : [keys]) {
+            if (group.length > 0) dropped += await redis.del(...group);
+          }
+        } while (cursor !== '0');
+      }
+    }
     return dropped;
   }
 

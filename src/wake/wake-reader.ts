@@ -1,10 +1,9 @@
-import type { Redis } from 'ioredis';
 import type { QueueClass } from '../ledger/types.js';
 import type { Logger } from '../log.js';
 import { Latch } from '../latch.js';
 import { sleep } from '../sleep.js';
 import type { ControlMessage } from './control.js';
-import { createRedisClient, whenReady } from './redis.js';
+import { createRedisClient, whenReady, type RedisClient } from './redis.js';
 import type { WakeEntry, WakeStreams } from './streams.js';
 import type { WakeChannel } from './wake-channel.js';
 
@@ -48,8 +47,8 @@ export interface WakeReaderOptions {
  */
 export class WakeReader {
   private readonly streams: WakeStreams;
-  private readonly wakeConnection: Redis;
-  private readonly controlConnection: Redis;
+  private readonly wakeConnection: RedisClient;
+  private readonly controlConnection: RedisClient;
   private readonly roomChanged = new Latch();
   private running = false;
   private down = false;

@@ -1,0 +1,237 @@
+import { randomBytes } from 'node:crypto';
+import { afterAll, afterEach, beforeAll, expect, test } from 'vitest';
+import { Consumer } from '../src/consumer/consumer.js';
+import type { Outcome } from '../src/consumer/job-run.js';
+import { createLogger } from '../src/log.js';
+import { Producer } from '../src/producer/producer.js';
+import { resolveWorkerConfig } from '../src/supervisor/config.js';
+import { Supervisor } from '../src/supervisor/supervisor.js';
+import { controlStreamKey, wakeStreamKey } from '../src/wake/keys.js';
+import { WakeChannel } from '../src/wake/wake-channel.js';
+import { uniqueQueue } from './support/engine.js';
+import { createTestLedger, waitFor, type TestLedger } from './support/ledger.js';
+import { startRedisCluster, type LocalRedisCluster } from './support/redis-cluster.js';
+
+// The engine on a real 3-master, 3-replica Redis Cluster (see test/support/redis-cluster.ts).
+const silent = createLogger('test', 'silent');
+let cluster: LocalRedisCluster;
+let tl: TestLedger;
+const cleanups: (() => Promise<unknown>)[] = [];
+
+beforeAll(async () => {
+  [cluster, tl] = await Promise.all([startRedisCluster(), createTestLedger()]);
+});
+afterAll(async () => {
+  await tl?.drop();
+  await cluster?.stop();
+});
+afterEach(async () => {
+  for (const c of cleanups.splice(0).reverse()) await c().catch(() => undefined);
+});
+
+/** A channel on the cluster, as one process has; `prefix` shared by the channels of one test. */
+function channel(prefix: string): WakeChannel {
+  const wake = new WakeChannel({ redis: cluster.url, keyPrefix: prefix, logger: silent });
+  cleanups.push(() => wake.close());
+  return wake;
+}
+
+function newPrefix(): string {
+  return `lwt:${randomBytes(4).toString('hex')}:`;
+}
+
+async function started(consumer: Consumer): Promise<Consumer> {
+  await consumer.start();
+  cleanups.push(() => consumer.stop({ drainTimeoutMs: 1000 }));
+  return consumer;
+}
+
+test('a consumer completes items woken through the cluster, published by a producer in another process', async () => {
+  const prefix = newPrefix();
+  const queue = uniqueQueue('cl');
+  const consumer = await started(
+    new Consumer({ ledger: tl.ledger, wake: channel(prefix), queue, concurrency: 8, pollIntervalMs: 60_000, logger: silent, handlers: { t: async () => undefined } }),
+  );
+  const producer = new Producer({ ledger: tl.ledger, wake: channel(prefix) });
+  await producer.enqueueMany(Array.from({ length: 50 }, (_, n) => ({ queue, type: 't', lane: `L${n % 3}`, payload: { n } })));
+  await waitFor(() => consumer.counters.completed === 50 || undefined, 20_000, 'all completed');
+  expect(consumer.counters.wakeEntriesRead).toBeGreaterThan(0);
+  expect(consumer.counters.sweeps).toBe(1);
+  expect((await tl.ledger.stats(queue))[0]?.counts.completed).toBe(50);
+});
+
+test('a delayed item is woken by its BullMQ timer, and a recurring schedule fires, on the cluster', async () => {
+  const prefix = newPrefix();
+  const queue = uniqueQueue('cl-timer');
+  const ran: { type: string; at: number }[] = [];
+  const wake = channel(prefix);
+  const consumer = await started(
+    new Consumer({
+      ledger: tl.ledger,
+      wake,
+      queue,
+      concurrency: 4,
+      pollIntervalMs: 60_000,
+      logger: silent,
+      handlers: { later: async () => void ran.push({ type: 'later', at: Date.now() }), tick: async () => void ran.push({ type: 'tick', at: Date.now() }) },
+    }),
+  );
+  await waitFor(() => consumer.counters.sweeps >= 1 || undefined, 5_000, 'first sweep');
+  const producer = new Producer({ ledger: tl.ledger, wake });
+  const enqueuedAt = Date.now();
+  await producer.enqueue({ queue, type: 'later', payload: {}, delayMs: 300 });
+  await waitFor(() => ran.some((r) => r.type === 'later') || undefined, 15_000, 'the delayed item to run');
+  expect(ran.find((r) => r.type === 'later')!.at - enqueuedAt).toBeGreaterThanOrEqual(300);
+
+  const name = `every-${queue}`;
+  await producer.schedule({ name, everyMs: 200, item: { queue, type: 'tick', payload: {} } });
+  cleanups.push(() => producer.unschedule(name));
+  await waitFor(() => ran.filter((r) => r.type === 'tick').length >= 2 || undefined, 15_000, 'two schedule fires');
+  await producer.unschedule(name);
+  expect(consumer.counters.sweeps).toBe(1);
+});
+
+test('a cancel from another process reaches the running handler over the queue\'s control stream on the cluster', async () => {
+  const prefix = newPrefix();
+  const queue = uniqueQueue('cl-cancel');
+  const outcomes = new Map<string, Outcome>();
+  const consumer = await started(
+    new Consumer({
+      ledger: tl.ledger,
+      wake: channel(prefix),
+      queue,
+      concurrency: 2,
+      leaseMs: 30_000,
+      pollIntervalMs: 60_000,
+      logger: silent,
+      handlers: {
+        t: async (_job, ctx) => {
+          await new Promise<void>((resolve) => ctx.signal.addEventListener('abort', () => resolve(), { once: true }));
+          ctx.signal.throwIfAborted();
+        },
+      },
+    }),
+  );
+  consumer.on('outcome', (item, o) => outcomes.set(item.id, o));
+  const producer = new Producer({ ledger: tl.ledger, wake: channel(prefix) });
+  const { id } = await producer.enqueue({ queue, type: 't', payload: {} });
+  await waitFor(async () => (await tl.ledger.get(id))?.state === 'processing' || undefined, 10_000, 'the item to start');
+  const at = Date.now();
+  expect(await producer.cancel(id)).toBe('cancel_requested');
+  await waitFor(() => outcomes.get(id), 5_000, 'the cancelled outcome');
+  expect(outcomes.get(id)).toBe('cancelled');
+  expect(Date.now() - at).toBeLessThan(5_000);
+});
+
+test('a worker (--redis-url redis+cluster://…) hears activations of standby queues on different masters at once', async () => {
+  const prefix = newPrefix();
+  const queues: string[] = [];
+  const masters = new Set<number>();
+  while (queues.length < 3) {
+    const q = uniqueQueue('cl-own');
+    const m = await cluster.masterOf(controlStreamKey(prefix, q));
+    if (masters.has(m.port)) continue;
+    masters.add(m.port);
+    queues.push(q);
+  }
+  const ran: string[] = [];
+  const worker = new Supervisor({
+    config: resolveWorkerConfig([
+      {
+        databaseUrl: tl.url,
+        redisUrl: cluster.url,
+        redisKeyPrefix: prefix,
+        deployment: 'green',
+        handlers: 'inline',
+        admin: false,
+        // Far off: only the control message can make the takeover prompt.
+        ownershipCheckMs: 60_000,
+        drainTimeoutMs: 2_000,
+        queues: queues.map((name) => ({ name, concurrency: 2, ownership: true })),
+      },
+    ]),
+    handlers: Object.fromEntries(queues.map((q) => [q, { job: async (j: { id: string }) => void ran.push(j.id) }])),
+    logger: silent,
+  });
+  cleanups.push(() => worker.stop());
+  await worker.start();
+  expect((await worker.readiness()).ready).toBe(false);
+  const wake = channel(prefix);
+  const producer = new Producer({ ledger: tl.ledger, wake });
+  for (const queue of queues) {
+    const { epoch } = await tl.ledger.activate({ queue, deployment: 'green', expectEpoch: 0 });
+    // The worker's control readers start from the newest entry: publish until one is heard.
+    await waitFor(
+      async () => {
+        if (worker.ownership.get(queue)?.state === 'owner') return true;
+        await wake.publishControl(queue, { type: 'ownership', epoch, deployment: 'green' });
+        return false;
+      },
+      10_000,
+      `the activation of ${queue}`,
+    );
+    const { id } = await producer.enqueue({ queue, type: 'job', payload: {} });
+    await waitFor(() => ran.includes(id) || undefined, 10_000, `an item of ${queue} to run`);
+  }
+});
+
+test('failover: the master of a queue\'s slot dies, its replica takes over, wake-ups resume and nothing is lost', async () => {
+  const prefix = newPrefix();
+  const queue = uniqueQueue('cl-failover');
+  const wakeReads: number[] = [];
+  const consumer = await started(
+    new Consumer({
+      ledger: tl.ledger,
+      wake: channel(prefix),
+      queue,
+      concurrency: 8,
+      pollIntervalMs: 1_000,
+      redisDownPollMs: 200,
+      readBlockMs: 500,
+      logger: silent,
+      handlers: { t: async () => undefined },
+    }),
+  );
+  const producer = new Producer({ ledger: tl.ledger, wake: channel(prefix) });
+  let enqueued = 0;
+  const enqueuedAt: number[] = [];
+  let slowestEnqueueMs = 0;
+  let producing = true;
+  const produce = (async () => {
+    while (producing) {
+      const t = Date.now();
+      const readBefore = consumer.counters.wakeEntriesRead;
+      await producer.enqueue({ queue, type: 't', payload: { n: enqueued } });
+      slowestEnqueueMs = Math.max(slowestEnqueueMs, Date.now() - t);
+      enqueued++;
+      enqueuedAt.push(Date.now());
+      // Pace: the next enqueue once this one's wake-up was read, or after a while if none comes (Redis down).
+      await waitFor(() => consumer.counters.wakeEntriesRead > readBefore || Date.now() - t > 50 || undefined, 5_000, 'pace');
+      if (consumer.counters.wakeEntriesRead > readBefore) wakeReads.push(Date.now());
+    }
+  })();
+  cleanups.push(async () => {
+    producing = false;
+    await produce;
+  });
+  await waitFor(() => wakeReads.length >= 5 || undefined, 10_000, 'wake-ups before the failover');
+
+  const master = await cluster.masterOf(wakeStreamKey(prefix, queue, 'default'));
+  const killedAt = Date.now();
+  cluster.kill(master.port);
+  await cluster.waitHealthy(20_000);
+  const healthyAt = Date.now();
+  const firstWakeAfter = await waitFor(() => wakeReads.find((t) => t > killedAt), 20_000, 'a wake-up after the failover');
+  await waitFor(() => wakeReads.filter((t) => t > firstWakeAfter).length >= 5 || undefined, 10_000, 'wake-ups flowing again');
+  producing = false;
+  await produce;
+  await waitFor(async () => (await tl.ledger.stats(queue))[0]?.counts.completed === enqueued || undefined, 15_000, 'every item enqueued, gap or not, completed');
+  expect((await cluster.masterOf(wakeStreamKey(prefix, queue, 'default'))).port).not.toBe(master.port);
+  // The spike, for the record (printed only if the test fails; see the report in the PR).
+  console.log(
+    `failover: cluster ok again after ${healthyAt - killedAt} ms; first wake-up delivered again ${firstWakeAfter - killedAt} ms after the master was killed; slowest enqueue ${slowestEnqueueMs} ms; ${enqueued} items`,
+  );
+  expect(consumer.counters.completed).toBe(enqueued);
+  // Items were enqueued in the gap (their wake-ups failed or went unread): the sweep found them.
+  expect(enqueuedAt.filter((t) => t > killedAt && t < firstWakeAfter).length).toBeGreaterThan(0);
+});
