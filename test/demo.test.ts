@@ -4,6 +4,10 @@ import { mysqlServerUrl, redisUrl } from './support/services.js';
 
 test('the demo runs a mixed workload over replicas, survives a SIGKILLed replica, and finds no broken promise', async () => {
   const lines: string[] = [];
+  // As a user runs it: LANEWAKE_DATABASE_URL names the server (and a database the demo does not use).
+  // The replicas must still work on the demo's own fresh database.
+  const before = process.env.LANEWAKE_DATABASE_URL;
+  process.env.LANEWAKE_DATABASE_URL = `${mysqlServerUrl().replace(/\/+$/, '')}/lanewake_no_such_database`;
   const s = await runDemo({
     serverUrl: mysqlServerUrl(),
     redisUrl: redisUrl(),
@@ -13,6 +17,9 @@ test('the demo runs a mixed workload over replicas, survives a SIGKILLed replica
     keep: false,
     progress: false,
     out: (l) => lines.push(l),
+  }).finally(() => {
+    if (before === undefined) delete process.env.LANEWAKE_DATABASE_URL;
+    else process.env.LANEWAKE_DATABASE_URL = before;
   });
   expect(lines.some((l) => /SIGKILLed replica-2/.test(l))).toBe(true);
   expect(s.completed + s.dead).toBe(800);

@@ -60,6 +60,15 @@ function workerCommand(): { cmd: string; args: string[]; handlers: string } {
   return { cmd: process.execPath, args: [...(fromSource ? ['--import', 'tsx'] : []), main, 'worker'], handlers };
 }
 
+/**
+ * The replicas' environment: this process's, without the worker's own
+ * LANEWAKE_* settings. Those override a config file, and the demo's user set
+ * LANEWAKE_DATABASE_URL to name the server, not the demo's fresh database.
+ */
+function replicaEnv(): NodeJS.ProcessEnv {
+  return Object.fromEntries(Object.entries(process.env).filter(([k]) => !k.startsWith('LANEWAKE_')));
+}
+
 function mix(i: number): { type: string; share: string } {
   const r = (i * 2654435761) % 1000;
   if (r < 10) return { type: 'doomed', share: '1%' };
@@ -107,7 +116,7 @@ export async function runDemo(o: DemoOptions): Promise<DemoSummary> {
     const startReplica = (): string => {
       const name = `replica-${++serial}`;
       const child = spawn(worker.cmd, [...worker.args, '--config', configPath], {
-        env: { ...process.env, LANEWAKE_DEMO_REPLICA: name, LANEWAKE_LOG_LEVEL: process.env.LANEWAKE_LOG_LEVEL ?? 'error' },
+        env: { ...replicaEnv(), LANEWAKE_DEMO_REPLICA: name, LANEWAKE_LOG_LEVEL: process.env.LANEWAKE_LOG_LEVEL ?? 'error' },
         stdio: ['ignore', 'ignore', 'pipe'],
       });
       // Its stderr is kept, not shown: it matters only if the replica exits on its own.
