@@ -96,20 +96,25 @@ async function enqueueBacklog(env: Env, jobs: number): Promise<void> {
   }
 }
 
+/** A consumer of `env`'s queue whose no-op handler counts each run in `seen`. */
+export function noopConsumer(env: Env, concurrency: number, seen: Map<string, number>): Consumer {
+  return new Consumer({
+    ledger: env.ledger,
+    wake: env.wake,
+    queue: env.queue,
+    concurrency,
+    logger: log,
+    handlers: { noop: async (job: { id: string }) => void seen.set(job.id, (seen.get(job.id) ?? 0) + 1) },
+  });
+}
+
 /** (a): drain a pre-enqueued backlog of no-op jobs. */
 export async function throughput(concurrency: number, jobs: number, serverUrl = benchServerUrl()): Promise<{ jobsS: number; peakRssMb: number }> {
   const env = await environment(true, serverUrl);
   try {
     await enqueueBacklog(env, jobs);
     const seen = new Map<string, number>();
-    const consumer = new Consumer({
-      ledger: env.ledger,
-      wake: env.wake,
-      queue: env.queue,
-      concurrency,
-      logger: log,
-      handlers: { noop: async (job: { id: string }) => void seen.set(job.id, (seen.get(job.id) ?? 0) + 1) },
-    });
+    const consumer = noopConsumer(env, concurrency, seen);
     let peak = process.memoryUsage().rss;
     const sampler = setInterval(() => (peak = Math.max(peak, process.memoryUsage().rss)), 50);
     const t0 = performance.now();
@@ -159,11 +164,24 @@ async function childRss(concurrency: number, jobs: number): Promise<{ peakRssMb:
   }
 }
 
-/** (b)/(d): jobs arriving one at a time into an idle consumer. */
-export async function latency(mode: { redis: boolean; pollMs?: number }, jobs: number, ratePerS: number, serverUrl = benchServerUrl()): Promise<number[]> {
+/**
+ * (b)/(d): jobs arriving one at a time into an idle consumer. With
+ * `remoteProducer` the producer has its own pool and wake channel, as one in
+ * another process has (bench/latency.ts), so every wake-up goes through Redis.
+ */
+export async function latency(
+  mode: { redis: boolean; pollMs?: number; remoteProducer?: boolean },
+  jobs: number,
+  ratePerS: number,
+  serverUrl = benchServerUrl(),
+): Promise<number[]> {
   const env = await environment(mode.redis, serverUrl);
+  const remote =
+    mode.remoteProducer === true
+      ? { ledger: new Ledger({ url: env.url, poolSize: 4 }), wake: new WakeChannel({ redis: REDIS_URL, keyPrefix: env.keyPrefix, logger: log }) }
+      : undefined;
   try {
-    const producer = new Producer({ ledger: env.ledger, wake: env.wake });
+    const producer = new Producer(remote ?? { ledger: env.ledger, wake: env.wake });
     const seen = new Map<string, number>();
     const latencies: number[] = [];
     const consumer = new Consumer({
@@ -181,8 +199,14 @@ export async function latency(mode: { redis: boolean; pollMs?: number }, jobs: n
       },
     });
     await consumer.start();
-    // Let the consumer settle into idle (group joined, first sweep done).
-    await new Promise((r) => setTimeout(r, 300));
+    if (remote) {
+      await waitUntil(() => consumer.counters.sweeps >= 1, 10_000, 'the first sweep');
+      // The producer's pool connects before the clock starts, as a running process's would have.
+      await remote.ledger.capabilities();
+    } else {
+      // Let the consumer settle into idle (group joined, first sweep done).
+      await new Promise((r) => setTimeout(r, 300));
+    }
     const interval = 1000 / ratePerS;
     const start = performance.now();
     for (let i = 0; i < jobs; i++) {
@@ -196,6 +220,8 @@ export async function latency(mode: { redis: boolean; pollMs?: number }, jobs: n
     await verifyOnce(env, seen, jobs);
     return latencies;
   } finally {
+    await remote?.wake.close();
+    await remote?.ledger.close();
     await env.close();
   }
 }

@@ -28,12 +28,7 @@ import { mkdirSync, writeFileSync } from 'node:fs';
 import { dirname } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { performance } from 'node:perf_hooks';
-import { Consumer } from '../src/consumer/consumer.js';
-import { Ledger } from '../src/ledger/ledger.js';
-import { createLogger } from '../src/log.js';
-import { Producer } from '../src/producer/producer.js';
-import { WakeChannel } from '../src/wake/wake-channel.js';
-import { environment, latency, throughput, verifyOnce, waitUntil } from './engine.js';
+import { latency, throughput } from './engine.js';
 import { ledgerCallTimes, type CallTimes } from './ledger-calls.js';
 import { addedLatency, LatencyProxies, pingRoundTrip, type AddedLatency } from './latency-proxy.js';
 import { printCallTimes, printCells, printRoundTrips, type Cell } from './latency-report.js';
@@ -63,8 +58,6 @@ const latenciesFor = (server: string): AddedLatency[] =>
 const rtLatenciesFor = (server: string): AddedLatency[] => (server === 'mariadb' ? ['0', '1'] : ['1']).map(addedLatency);
 const WANT_SERVERS = (flag('--servers') ?? 'mariadb,tidb').split(',');
 const OUT = flag('--out') ?? (QUICK ? undefined : fileURLToPath(new URL('./results/latency-latest.json', import.meta.url)));
-const REDIS_URL = process.env.LANEWAKE_BENCH_REDIS_URL ?? 'redis://127.0.0.1:6379';
-const log = createLogger('bench', process.env.LANEWAKE_LOG_LEVEL ?? 'warn');
 /** The goal at 1 ms added per direction. */
 const GOAL = { latencyLabel: '1', bulkJobsS: 8_000, p50Ms: 6 };
 
@@ -88,50 +81,6 @@ async function serverVersion(url: string): Promise<string | undefined> {
     }, url);
   } catch {
     return undefined;
-  }
-}
-
-/** (latency) with the producer as another process has it: its own pool and wake channel. */
-async function latencyViaRedis(jobs: number, ratePerS: number, serverUrl: string): Promise<number[]> {
-  const env = await environment(true, serverUrl);
-  const pLedger = new Ledger({ url: env.url, poolSize: 4 });
-  const pWake = new WakeChannel({ redis: REDIS_URL, keyPrefix: env.keyPrefix, logger: log });
-  try {
-    const producer = new Producer({ ledger: pLedger, wake: pWake });
-    const seen = new Map<string, number>();
-    const latencies: number[] = [];
-    const consumer = new Consumer({
-      ledger: env.ledger,
-      wake: env.wake,
-      queue: env.queue,
-      concurrency: 32,
-      logger: log,
-      handlers: {
-        ping: async (job: { id: string; payload: { t: number } }) => {
-          latencies.push(performance.now() - job.payload.t);
-          seen.set(job.id, (seen.get(job.id) ?? 0) + 1);
-        },
-      },
-    });
-    await consumer.start();
-    await waitUntil(() => consumer.counters.sweeps >= 1, 10_000, 'the first sweep');
-    // The producer's pool connects before the clock starts, as a running process's would have.
-    await pLedger.capabilities();
-    const interval = 1000 / ratePerS;
-    const start = performance.now();
-    for (let i = 0; i < jobs; i++) {
-      const wait = start + i * interval - performance.now();
-      if (wait > 0) await new Promise((r) => setTimeout(r, wait));
-      await producer.enqueue({ queue: env.queue, type: 'ping', payload: { t: performance.now() } });
-    }
-    await waitUntil(() => consumer.counters.completed >= jobs, 60_000, 'every job to run');
-    await consumer.stop();
-    await verifyOnce(env, seen, jobs);
-    return latencies;
-  } finally {
-    await pWake.close();
-    await pLedger.close();
-    await env.close();
   }
 }
 
@@ -161,7 +110,7 @@ async function runCell(server: Server, l: AddedLatency, cell: Cell, proxies: Lat
   cell.sameP50.push(percentile(same, 50));
   cell.sameP99.push(percentile(same, 99));
   const t2 = performance.now();
-  const own = await latencyViaRedis(SIZES.latencyJobs, SIZES.ratePerS, url);
+  const own = await latency({ redis: true, remoteProducer: true }, SIZES.latencyJobs, SIZES.ratePerS, url);
   cell.redisP50.push(percentile(own, 50));
   cell.redisP99.push(percentile(own, 99));
   cell.machineBusyPct.push(cpuShare(cpu0).machineBusyPct ?? Number.NaN);

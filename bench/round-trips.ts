@@ -12,12 +12,11 @@
  *   inserted already claimed) or it has its own pool and wake channel, as
  *   another process would (the job crosses the Redis stream and is claimed).
  */
-import { Consumer } from '../src/consumer/consumer.js';
 import { Ledger } from '../src/ledger/ledger.js';
 import { createLogger } from '../src/log.js';
 import { Producer } from '../src/producer/producer.js';
 import { WakeChannel } from '../src/wake/wake-channel.js';
-import { environment, verifyOnce, waitUntil, type Env } from './engine.js';
+import { environment, noopConsumer, verifyOnce, waitUntil } from './engine.js';
 import { setPhase, takePhase, totalsByKind, type KindTotals, type ShapeCount } from './sql-count.js';
 
 const REDIS_URL = process.env.LANEWAKE_BENCH_REDIS_URL ?? 'redis://127.0.0.1:6379';
@@ -51,17 +50,6 @@ export async function roundTripRows(serverUrl: string, sizes: Sizes): Promise<Ro
     rows.push(await single(serverUrl, sizes.singleJobs, laned, false));
   }
   return rows;
-}
-
-function noopConsumer(env: Env, concurrency: number, seen: Map<string, number>): Consumer {
-  return new Consumer({
-    ledger: env.ledger,
-    wake: env.wake,
-    queue: env.queue,
-    concurrency,
-    logger: log,
-    handlers: { noop: async (job: { id: string }) => void seen.set(job.id, (seen.get(job.id) ?? 0) + 1) },
-  });
 }
 
 function row(workload: RoundTripWorkload, laned: boolean, jobs: number, enqueueShapes: ShapeCount[], consumerShapes: ShapeCount[]): RoundTripRow {

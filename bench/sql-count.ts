@@ -8,7 +8,7 @@
  * Each round trip is filed under the current phase (set by the workload) and
  * a shape: its statements' names joined by " ; " (`statementName`).
  */
-import mysql from 'mysql2';
+import { onEveryStatement } from '../test/support/mysql-statements.js';
 import { normalizeSql } from '../test/support/sql-lint.js';
 
 /** What a round trip belongs to, from its statements: the path it serves. */
@@ -100,20 +100,11 @@ function record(text: string): void {
   else shapes.set(s.shape, { ...s, count: 1 });
 }
 
-/** Observes mysql2's query and execute (once per process). */
+/** Counts every statement this process sends from now on (once per process). */
 export function installRoundTripCounter(): void {
   if (installed) return;
   installed = true;
-  type QueryFn = (this: unknown, sql: unknown, ...rest: unknown[]) => unknown;
-  const base = Object.getPrototypeOf(mysql.Connection.prototype) as { query: QueryFn; execute: QueryFn };
-  for (const method of ['query', 'execute'] as const) {
-    const original = base[method];
-    base[method] = function (this: unknown, sql: unknown, ...rest: unknown[]) {
-      const text = typeof sql === 'string' ? sql : typeof sql === 'object' && sql !== null && 'sql' in sql ? String((sql as { sql: unknown }).sql) : undefined;
-      if (text !== undefined) record(text);
-      return original.call(this, sql, ...rest);
-    };
-  }
+  onEveryStatement(record);
 }
 
 /** The round trips filed under `name`, most frequent first; the phase is then forgotten. */

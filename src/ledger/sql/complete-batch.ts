@@ -81,23 +81,35 @@ export async function completeMany(
 /** What the ledger says of a completion whose answer was lost: done by this holder, still to do, or lost to another. */
 export type CompletionSettled = 'completed' | 'open' | 'lost';
 
+interface CompletionRow {
+  settled: CompletionSettled;
+  /** terminal_at as text (a Date would drop its microseconds), when completed. */
+  ended: string | null;
+}
+
 /**
  * Per handle, whether this holder's completion took effect. A completed item
  * keeps the lease token that completed it; only that token's holder can
  * complete it. The read locks the rows, so it waits for a lost session's
  * transaction that wrote them to end.
  */
-export async function completionsSettled(exec: Executor, t: LedgerTables, handles: readonly Pick<LeaseHandle, 'id' | 'leaseToken'>[]): Promise<CompletionSettled[]> {
+async function completionRows(exec: Executor, t: LedgerTables, handles: readonly Pick<LeaseHandle, 'id' | 'leaseToken'>[]): Promise<CompletionRow[]> {
   if (handles.length === 0) return [];
-  const r = await sql<{ id: string; state: string; lease_token: string }>`SELECT id, state, lease_token FROM ${t.items}
-    WHERE id IN (${list(handles.map((h) => h.id))}) FOR UPDATE`.execute(exec);
+  const r = await sql<{ id: string; state: string; lease_token: string; ended: string | null }>`SELECT id, state, lease_token,
+      DATE_FORMAT(terminal_at, '%Y-%m-%d %H:%i:%s.%f') AS ended
+    FROM ${t.items} WHERE id IN (${list(handles.map((h) => h.id))}) FOR UPDATE`.execute(exec);
   const byId = new Map(r.rows.map((row) => [row.id, row]));
   return handles.map((h) => {
     const row = byId.get(h.id);
-    if (row === undefined || row.lease_token !== h.leaseToken) return 'lost';
-    if (row.state === 'completed') return 'completed';
-    return row.state === 'processing' ? 'open' : 'lost';
+    if (row === undefined || row.lease_token !== h.leaseToken) return { settled: 'lost', ended: null };
+    if (row.state === 'completed') return { settled: 'completed', ended: row.ended };
+    return { settled: row.state === 'processing' ? 'open' : 'lost', ended: null };
   });
+}
+
+/** Per handle, whether this holder's completion took effect (see completionRows). */
+export async function completionsSettled(exec: Executor, t: LedgerTables, handles: readonly Pick<LeaseHandle, 'id' | 'leaseToken'>[]): Promise<CompletionSettled[]> {
+  return (await completionRows(exec, t, handles)).map((r) => r.settled);
 }
 
 /**
@@ -205,25 +217,19 @@ async function completeLanelessBatch(db: LedgerDb, t: LedgerTables, entries: rea
 
 /**
  * Which entries a laneless completion statement that changed `changed` rows
- * completed. A completed item keeps the token that completed it, so the rows
- * completed under an entry's token are this holder's; if there are more of
- * them than the statement changed, the holder had completed some before
- * (a second completion of one claim), and those ended earlier: the
- * statement's rows are the `changed` latest by `terminal_at`.
+ * completed. The rows completed under an entry's token are this holder's; if
+ * there are more of them than the statement changed, the holder had completed
+ * some before (a second completion of one claim), and those ended earlier:
+ * the statement's rows are the `changed` latest by `terminal_at`.
  */
 async function completedByStatement(db: LedgerDb, t: LedgerTables, entries: readonly CompletionEntry[], changed: number): Promise<boolean[]> {
-  // terminal_at as text: a Date would drop its microseconds.
-  const r = await sql<{ id: string; state: string; lease_token: string; ended: string | null }>`SELECT id, state, lease_token,
-      DATE_FORMAT(terminal_at, '%Y-%m-%d %H:%i:%s.%f') AS ended
-    FROM ${t.items} WHERE id IN (${list(entries.map((e) => e.handle.id))})`.execute(db);
-  const byId = new Map(r.rows.map((row) => [row.id, row]));
-  const mine = entries
-    .map((e, k) => ({ k, row: byId.get(e.handle.id) }))
-    .filter(({ k, row }) => row !== undefined && row.state === 'completed' && row.lease_token === entries[k]!.handle.leaseToken)
-    .sort((a, b) => ((b.row!.ended ?? '') > (a.row!.ended ?? '') ? 1 : (b.row!.ended ?? '') < (a.row!.ended ?? '') ? -1 : 0))
-    .slice(0, changed);
+  const rows = await completionRows(db, t, entries.map((e) => e.handle));
+  const latestFirst = rows
+    .map((row, k) => ({ k, ended: row.ended ?? '' }))
+    .filter((_, k) => rows[k]!.settled === 'completed')
+    .sort((a, b) => (a.ended < b.ended ? 1 : a.ended > b.ended ? -1 : 0));
   const won = entries.map(() => false);
-  for (const { k } of mine) won[k] = true;
+  for (const { k } of latestFirst.slice(0, changed)) won[k] = true;
   return won;
 }
 
