@@ -18,7 +18,6 @@ stop() { if [[ $started == 1 ]]; then scripts/tidb.sh stop; fi; }
 trap stop EXIT
 
 export LANEWAKE_TEST_MYSQL_URL="mysql://root@127.0.0.1:$port"
-export LANEWAKE_TEST_SERVER=tidb
 echo "test:tidb: every suite, pessimistic mode"
 npx vitest run "$@"
 echo "test:tidb: the ledger suites, optimistic mode"

@@ -1,12 +1,13 @@
 import { sql } from 'kysely';
 import { afterAll, beforeAll, describe, expect, test } from 'vitest';
+import { serverFamily } from '../src/ledger/capabilities.js';
 import type { Ledger } from '../src/ledger/ledger.js';
 import { claimOne, freshQueue, mustGet } from './support/items.js';
-import { createTestLedger, waitFor, type TestLedger } from './support/ledger.js';
+import { createTestLedger, serverVersion, waitFor, type TestLedger } from './support/ledger.js';
 
-// What only TiDB does, checked on the real server: `npm run test:tidb` (which sets LANEWAKE_TEST_SERVER=tidb) runs it in both of
-// TiDB's transaction modes. On MariaDB and MySQL the ledger's own server checks are in the other files.
-const tidb = process.env.LANEWAKE_TEST_SERVER === 'tidb';
+// What only TiDB does, checked on the real server, in both of TiDB's transaction modes. It runs when the
+// suite's server is TiDB (`npm run test:tidb`); on MariaDB and MySQL it is skipped.
+const tidb = serverFamily(await serverVersion()) === 'tidb';
 
 describe.runIf(tidb)('on TiDB', () => {
   let pess: TestLedger;

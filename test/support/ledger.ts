@@ -29,6 +29,14 @@ async function admin<T>(fn: (c: Awaited<ReturnType<typeof createConnection>>) =>
   }
 }
 
+/** The suite's server's `SELECT VERSION()`. */
+export function serverVersion(): Promise<string> {
+  return admin(async (c) => {
+    const [rows] = await c.query('SELECT VERSION() AS v');
+    return String((rows as { v: string }[])[0]?.v ?? '');
+  });
+}
+
 /** `npm run test:tidb` runs the ledger suites a second time with LANEWAKE_TEST_TIDB_TXN_MODE=optimistic. */
 export function testTxnMode(): Pick<LedgerConfigInput, 'tidbTxnMode'> {
   const mode = process.env.LANEWAKE_TEST_TIDB_TXN_MODE;
