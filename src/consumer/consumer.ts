@@ -143,7 +143,6 @@ export class Consumer<DB = Record<string, never>> extends EventEmitter<ConsumerE
       // (the supervisor does); if nobody did, it starts here.
       if (!wake.timersStarted && this.enqueueScheduled) wake.startTimers(this.enqueueScheduled);
       this.unregisterLocal = wake.registerLocal({ queue, classes, offer: this.offerLocal, reserve: this.reserveDirect });
-      loops.push(this.reader.whenStopped());
     }
     this.clock = setInterval(() => {
       const now = Date.now();

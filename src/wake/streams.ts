@@ -21,6 +21,37 @@ export interface WakeEntry extends WakeMessage {
   queueClass: QueueClass;
 }
 
+/** A raw XREADGROUP reply: per stream, its entries as [id, fields]. */
+export type GroupReadReply = readonly [string, [string, string[]][]][];
+
+/**
+ * New entries of `keys` (wake streams of one or more queues) for `consumer`
+ * of the group, at most `count` per stream, waiting up to `blockMs`: one
+ * blocking call however many queues it names. Needs a connection of its own;
+ * on a cluster, keys of one slot only.
+ */
+export async function readGroupStreams(
+  redis: RedisClient,
+  consumer: string,
+  keys: readonly string[],
+  count: number,
+  blockMs: number,
+): Promise<GroupReadReply> {
+  const reply = (await redis.xreadgroup(
+    'GROUP',
+    CONSUMER_GROUP,
+    consumer,
+    'COUNT',
+    count,
+    'BLOCK',
+    blockMs,
+    'STREAMS',
+    ...keys,
+    ...keys.map(() => '>'),
+  )) as [string, [string, string[]][]][] | null;
+  return reply ?? [];
+}
+
 /** Ids named in one entry; more are left to the claim's own head search. */
 export const MAX_IDS_PER_ENTRY = 64;
 
@@ -84,20 +115,16 @@ export class WakeStreams {
    * up to `blockMs`. Uses a blocking client of its own.
    */
   async read(redis: RedisClient, consumer: string, count: number, blockMs: number): Promise<WakeEntry[]> {
-    const keys = [...this.keys.values()];
-    const reply = (await redis.xreadgroup(
-      'GROUP',
-      CONSUMER_GROUP,
-      consumer,
-      'COUNT',
-      count,
-      'BLOCK',
-      blockMs,
-      'STREAMS',
-      ...keys,
-      ...keys.map(() => '>'),
-    )) as [string, [string, string[]][]][] | null;
-    return this.parse(reply ?? []);
+    return this.parse(await readGroupStreams(redis, consumer, this.streamKeys(), count, blockMs));
+  }
+
+  streamKeys(): string[] {
+    return [...this.keys.values()];
+  }
+
+  /** This queue's entries in a reply of readGroupStreams (which may name other queues' streams too). */
+  entriesOf(reply: GroupReadReply): WakeEntry[] {
+    return this.parse(reply.filter(([stream]) => this.classByKey.has(stream)));
   }
 
   async ack(redis: RedisClient, entries: readonly WakeEntry[]): Promise<void> {
@@ -142,7 +169,7 @@ export class WakeStreams {
     for (const key of this.keys.values()) await redis.xtrim(key, 'MAXLEN', '~', this.maxLen);
   }
 
-  private parse(reply: readonly [string, [string, string[]][]][]): WakeEntry[] {
+  private parse(reply: GroupReadReply): WakeEntry[] {
     const out: WakeEntry[] = [];
     for (const [stream, entries] of reply) {
       const queueClass = this.classByKey.get(stream) ?? 'default';

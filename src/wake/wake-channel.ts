@@ -1,3 +1,5 @@
+import { randomBytes } from 'node:crypto';
+import { hostname } from 'node:os';
 import { Cluster } from 'ioredis';
 import type { Logger } from '../log.js';
 import { createLogger } from '../log.js';
@@ -10,6 +12,7 @@ import { LocalWakeRoute, type DirectReservation, type LocalWakeTarget } from './
 import { clusterOf, createRedisClient, whenReady, type RedisClient, type RedisTarget } from './redis.js';
 import { WakeTimers, type ScheduledEnqueue, type WakeTimer } from './timers.js';
 import type { Ledger } from '../ledger/ledger.js';
+import { WakeHub } from './wake-hub.js';
 
 export interface WakeChannelOptions {
   redis: RedisTarget;
@@ -43,6 +46,7 @@ export class WakeChannel {
   readonly counters: PublishCounters = { published: 0, deliveredLocally: 0, failed: 0 };
   private readonly local = new LocalWakeRoute();
   private readonly streams = new Map<string, WakeStreams>();
+  private hub: WakeHub | undefined;
   private readonly log: Logger;
   private everReady = false;
   /** Publishes (wake-ups, control, timers) that failed since this channel was made. */
@@ -84,6 +88,17 @@ export class WakeChannel {
       this.streams.set(k, s);
     }
     return s;
+  }
+
+  /**
+   * The hub a wake reader reads through: on a plain Redis one per channel, so
+   * every reader sharing it shares two blocking connections; on a cluster one
+   * per reader (a read names the streams of one slot only).
+   */
+  hubFor(readerName: string, log: Logger): WakeHub {
+    if (this.cluster) return new WakeHub(this, { name: readerName, shared: false, log });
+    this.hub ??= new WakeHub(this, { name: `${hostname()}:${process.pid}:${randomBytes(3).toString('hex')}`, shared: true, log: this.log });
+    return this.hub;
   }
 
   /** Publish calls (wake-ups, control broadcasts, timer scheduling) that failed since this channel was made. */

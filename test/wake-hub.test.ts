@@ -1,0 +1,114 @@
+import { Redis } from 'ioredis';
+import { afterEach, expect, test } from 'vitest';
+import type { ControlMessage } from '../src/wake/control.js';
+import type { WakeEntry } from '../src/wake/streams.js';
+import { WakeReader, type WakeSubscriber } from '../src/wake/wake-reader.js';
+import { createLogger } from '../src/log.js';
+import { createTestWake, uniqueQueue, type TestWake } from './support/engine.js';
+import { waitFor } from './support/ledger.js';
+import { redisUrl } from './support/services.js';
+
+const silent = createLogger('test', 'silent');
+/** Longer than any wait below: a reader that had to wait out a block would fail the test. */
+const LONG_BLOCK_MS = 60_000;
+
+let tw: TestWake | undefined;
+let readers: WakeReader[] = [];
+let admin: Redis | undefined;
+afterEach(async () => {
+  await Promise.allSettled(readers.map((r) => r.stop()));
+  await tw?.drop();
+  admin?.disconnect();
+  readers = [];
+  tw = undefined;
+  admin = undefined;
+});
+
+function recorder(room = 8) {
+  const seen = { entries: [] as WakeEntry[], control: [] as ControlMessage[], room };
+  const subscriber: WakeSubscriber = {
+    readRoom: () => seen.room,
+    onEntries: (entries) => void seen.entries.push(...entries),
+    onControl: (m) => void seen.control.push(m),
+    onRedisHealth: () => undefined,
+  };
+  return { seen, subscriber };
+}
+
+async function startReader(queue: string, subscriber: WakeSubscriber, readBlockMs = LONG_BLOCK_MS): Promise<WakeReader> {
+  const reader = new WakeReader(tw!.wake, { queue, classes: ['default', 'interactive'], name: `r-${queue}`, readBlockMs, log: silent }, subscriber);
+  readers.push(reader);
+  await reader.start();
+  return reader;
+}
+
+/** The server's connections whose name says they are this process's blocking wake or control readers. */
+async function blockingConnections(): Promise<string[]> {
+  admin ??= new Redis(redisUrl(), { maxRetriesPerRequest: 1 });
+  const list = (await admin.client('LIST')) as string;
+  const name = tw!.wake.hubFor('unused', silent).name;
+  return list
+    .split('\n')
+    .map((line) => /name=(\S*)/.exec(line)?.[1] ?? '')
+    .filter((n) => n === `lanewake:wake:${name}` || n === `lanewake:control:${name}`);
+}
+
+test('80 queues read through one channel share two blocking connections; each wake-up and control message reaches its own queue only', async () => {
+  tw = createTestWake();
+  const queues = Array.from({ length: 80 }, (_, i) => uniqueQueue(`hub${i}`));
+  const recs = queues.map(() => recorder());
+  for (const [i, q] of queues.entries()) await startReader(q, recs[i]!.subscriber);
+  await waitFor(async () => ((await blockingConnections()).length === 2 ? true : undefined), 5_000, 'the hub connections');
+  expect((await blockingConnections()).sort()).toEqual([`lanewake:control:${tw.wake.hubFor('x', silent).name}`, `lanewake:wake:${tw.wake.hubFor('x', silent).name}`]);
+
+  const remote = tw.remote();
+  const picked = [3, 41, 79];
+  for (const i of picked) {
+    await remote.publish([{ queue: queues[i]!, queueClass: i === 41 ? 'interactive' : 'default', kind: 'enqueue', ids: [`item-${i}`] }]);
+    await remote.publishControl(queues[i]!, { type: 'cancel', ids: [`item-${i}`] });
+  }
+  for (const i of picked) {
+    await waitFor(() => (recs[i]!.seen.entries.length > 0 && recs[i]!.seen.control.length > 0) || undefined, 5_000, `queue ${i}'s wake-up and control message`);
+  }
+  recs.forEach((r, i) => {
+    expect(r.seen.entries.flatMap((e) => e.ids), `queue ${i}`).toEqual(picked.includes(i) ? [`item-${i}`] : []);
+    expect(r.seen.control, `queue ${i}`).toEqual(picked.includes(i) ? [{ type: 'cancel', ids: [`item-${i}`] }] : []);
+  });
+
+  for (const r of readers) await r.stop();
+  readers = [];
+  await waitFor(async () => ((await blockingConnections()).length === 0 ? true : undefined), 5_000, 'the last reader out to close them');
+});
+
+test('a queue that joins while a read blocks, or finds room, is read at once: the read is cut short, not waited out', async () => {
+  tw = createTestWake();
+  const first = uniqueQueue('hub-first');
+  await startReader(first, recorder().subscriber);
+  // Let the first read block on the server.
+  await waitFor(async () => {
+    admin ??= new Redis(redisUrl(), { maxRetriesPerRequest: 1 });
+    const list = (await admin.client('LIST')) as string;
+    return list.split('\n').some((l) => l.includes(`name=lanewake:wake:`) && l.includes('cmd=xreadgroup')) || undefined;
+  }, 5_000, 'a blocking read');
+
+  const late = uniqueQueue('hub-late');
+  const lateRec = recorder();
+  await startReader(late, lateRec.subscriber);
+  const remote = tw.remote();
+  await remote.publish([{ queue: late, queueClass: 'default', kind: 'enqueue', ids: ['late-1'] }]);
+  await remote.publishControl(late, { type: 'pause' });
+  await waitFor(() => (lateRec.seen.entries.length > 0 && lateRec.seen.control.length > 0) || undefined, 5_000, 'the late queue read without waiting out the block');
+
+  const full = uniqueQueue('hub-full');
+  const fullRec = recorder(0);
+  const fullReader = await startReader(full, fullRec.subscriber);
+  await remote.publish([{ queue: full, queueClass: 'default', kind: 'enqueue', ids: ['full-1'] }]);
+  // With no room it is not read for: the entry waits in the stream.
+  await remote.publish([{ queue: late, queueClass: 'default', kind: 'enqueue', ids: ['late-2'] }]);
+  await waitFor(() => lateRec.seen.entries.length > 1 || undefined, 5_000, 'the second wake-up of the late queue');
+  expect(fullRec.seen.entries).toEqual([]);
+  fullRec.seen.room = 2;
+  fullReader.notify();
+  await waitFor(() => fullRec.seen.entries.length > 0 || undefined, 5_000, 'the queue that found room');
+  expect(fullRec.seen.entries.flatMap((e) => e.ids)).toEqual(['full-1']);
+});
