@@ -61,14 +61,14 @@ const MIGRATIONS: readonly Migration[] = [
         started_at DATETIME(6) NULL,
         terminal_at DATETIME(6) NULL,
         updated_at DATETIME(6) NOT NULL,
-        PRIMARY KEY (id) /*T![clustered_index] NONCLUSTERED */,
+        PRIMARY KEY (id) /*T![clustered_index] CLUSTERED */,
         KEY ix_claim (queue, queue_class, state, is_head, priority, run_after),
         UNIQUE KEY ux_idempotency (queue, idempotency_key),
         KEY ix_dependency (dependency_key),
         KEY ix_lane (queue, lane, lane_seq),
         KEY ix_terminal (terminal_at),
         KEY ix_probe (probe_after)
-      ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin /*T! SHARD_ROW_ID_BITS=4 */`,
+      ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin`,
       // One row per lane that has ever had an item: the gap-free sequence and
       // how many of its items are not terminal yet. Locking this row orders
       // every enqueue into the lane against every head change of the lane.
