@@ -256,6 +256,19 @@ export class ClaimScheduler<DB> {
     await Promise.allSettled([...rounds, this.sweeping]);
   }
 
+  /**
+   * The process's shared sweep came by (src/consumer/sweep-group.ts): counted
+   * as a sweep; its housekeeping runs, and a claim round only if `look`.
+   */
+  async sharedSweep(look: boolean, housekeeping: () => Promise<void>): Promise<void> {
+    this.lastSweepAt = Date.now();
+    this.counters.sweeps++;
+    await housekeeping();
+    if (!look) return;
+    this.noteWork();
+    this.wake.notify();
+  }
+
   private async runSweep(): Promise<void> {
     this.lastSweepAt = Date.now();
     this.counters.sweeps++;

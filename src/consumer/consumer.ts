@@ -4,7 +4,7 @@ import { randomBytes } from 'node:crypto';
 import { ValidationError } from '../errors.js';
 import type { Ledger } from '../ledger/ledger.js';
 import { newLeaseToken } from '../ledger/ids.js';
-import type { ClaimedItem, QueueClass } from '../ledger/types.js';
+import type { ClaimedItem, QueueClass, SweepSignal } from '../ledger/types.js';
 import { createLogger, type Logger } from '../log.js';
 import { Maintainer } from '../maintenance/maintainer.js';
 import { sleep } from '../sleep.js';
@@ -20,6 +20,7 @@ import { newConsumerCounters, type ConsumerCounters, type ConsumerEvents } from 
 import { leaseTickMs } from './lease-keeper.js';
 import type { ConsumerLedger } from './ledger-port.js';
 import { consumerSettingsSchema, type ConsumerSettings, type ConsumerSettingsInput } from './options.js';
+import { sweepGroupOf, type SweepGroup, type SweepMember } from './sweep-group.js';
 import { normalizeHandler, type HandlerEntry, type RegisteredHandler } from './types.js';
 
 export type { ConsumerCounters, ConsumerEvents } from './counters.js';
@@ -39,6 +40,8 @@ export interface ConsumerOptions<DB = Record<string, never>> extends ConsumerSet
 }
 
 const FOLLOW_UP_MIN_INTERVAL_MS = 20;
+/** While the shared sweep covers a consumer (Redis up), its own sweep timer waits this long: the group's interval drives it. */
+const SHARED_SWEEP_OWN_INTERVAL_MS = 3_600_000;
 /** Most expired leases reclaimed, and most due probes released, per sweep. */
 const SWEEP_MAINTENANCE_BATCH = 500;
 
@@ -70,6 +73,9 @@ export class Consumer<DB = Record<string, never>> extends EventEmitter<ConsumerE
   private unregisterLocal: (() => void) | undefined;
   /** One clock for every running item's lease renewal and long deadline. */
   private clock: NodeJS.Timeout | undefined;
+  /** The process's shared sweep for this ledger and interval, while this consumer reads wake-ups. */
+  private sweepGroup: SweepGroup | undefined;
+  private readonly sweepMember: SweepMember;
 
   constructor(options: ConsumerOptions<DB>) {
     super();
@@ -89,6 +95,7 @@ export class Consumer<DB = Record<string, never>> extends EventEmitter<ConsumerE
     this.maintainer = this.settings.maintenance
       ? new Maintainer({ ledger, wake, queues: [this.settings.queue], log: this.log, batchSize: SWEEP_MAINTENANCE_BATCH })
       : undefined;
+    this.sweepMember = { queue: this.settings.queue, sweep: (signal) => this.sharedSweep(signal) };
     this.scheduler = new ClaimScheduler(this.ledger, this.settings, this.name, this.counters, this.log, {
       runDeps: {
         ledger: this.ledger,
@@ -143,6 +150,8 @@ export class Consumer<DB = Record<string, never>> extends EventEmitter<ConsumerE
       // (the supervisor does); if nobody did, it starts here.
       if (!wake.timersStarted && this.enqueueScheduled) wake.startTimers(this.enqueueScheduled);
       this.unregisterLocal = wake.registerLocal({ queue, classes, offer: this.offerLocal, reserve: this.reserveDirect });
+      this.sweepGroup = sweepGroupOf(this.ledger, this.settings.pollIntervalMs);
+      this.sweepGroup.join(this.sweepMember);
     }
     this.clock = setInterval(() => {
       const now = Date.now();
@@ -170,6 +179,7 @@ export class Consumer<DB = Record<string, never>> extends EventEmitter<ConsumerE
     this.state = 'stopping';
     this.scheduler.active = false;
     this.unregisterLocal?.();
+    this.sweepGroup?.leave(this.sweepMember);
     const drainMs = opts.drainTimeoutMs ?? this.settings.drainTimeoutMs;
     this.scheduler.notify();
     await Promise.allSettled([this.reader?.stop(), this.loopsSettled]);
@@ -209,18 +219,28 @@ export class Consumer<DB = Record<string, never>> extends EventEmitter<ConsumerE
     return this.state === 'running';
   }
 
+  /** Without Redis its own sweep is the consumer's only way to find work; with it, the shared sweep's interval drives. */
   private sweepIntervalMs(): number {
     const { pollIntervalMs, redisDownPollMs } = this.settings;
-    if (!this.reader || this.reader.redisUp) return pollIntervalMs;
+    if (!this.reader) return pollIntervalMs;
+    if (this.reader.redisUp) return this.sweepGroup ? SHARED_SWEEP_OWN_INTERVAL_MS : pollIntervalMs;
     return Math.min(redisDownPollMs, pollIntervalMs);
   }
 
+  /** This consumer's share of the process's shared sweep: a claim only if the ledger has claimable heads for it. */
+  private async sharedSweep(signal: SweepSignal | undefined): Promise<void> {
+    if (!this.active) return;
+    // While Redis is away the consumer's own, faster sweep runs instead.
+    if (this.reader && !this.reader.redisUp) return;
+    await this.scheduler.sharedSweep(signal === undefined || signal.claimable || signal.expiredLeases || signal.dueProbes, () => this.sweep(signal));
+  }
+
   /** The backstop: the ledger is the truth, so a sweep finds whatever wake-ups missed. */
-  private async sweep(): Promise<void> {
+  private async sweep(signal?: SweepSignal): Promise<void> {
     try {
-      if (this.maintainer) {
+      if (this.maintainer && (signal === undefined || signal.expiredLeases || signal.dueProbes)) {
         // Expired leases and due probes of this queue back to pending, each announced with a wake-up.
-        const failed = (await this.maintainer.pass()).failed[0];
+        const failed = (await this.maintainer.pass(signal ? new Map([[signal.queue, signal]]) : undefined)).failed[0];
         if (failed) throw failed.error;
       }
       await this.reader?.takeOverIdle();

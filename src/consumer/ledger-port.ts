@@ -21,6 +21,7 @@ export type ConsumerLedger = PickPresent<
   | 'cancelClaimed'
   | 'completeWithin'
   | 'completeManyClaimingNext'
+  | 'sweepSignals'
 >;
 
 /**

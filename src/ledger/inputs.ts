@@ -131,6 +131,7 @@ export const blockSchema = z
 
 export const limitSchema = z.number().int().min(1).max(100_000);
 export const wakeDependencySchema = z.object({ key: keyString, queue: queueName.optional() });
+export const queueListSchema = z.array(queueName).max(10_000);
 export const maintenanceSchema = z.object({ queue: queueName.optional(), limit: limitSchema.default(500) });
 export const replaySchema = z.object({
   id: itemId,

@@ -14,6 +14,7 @@ import {
   limitSchema,
   listDeadSchema,
   maintenanceSchema,
+  queueListSchema,
   purgeSchema,
   releaseSchema,
   replaySchema,
@@ -41,6 +42,7 @@ import { reclaimExpired } from './sql/reclaim.js';
 import { replayItem } from './sql/replay.js';
 import { countProcessing, queueStats } from './sql/stats.js';
 import { repairWaits } from './sql/waits.js';
+import { sweepSignals } from './sql/sweep-signals.js';
 import { purgeWakeMarks } from './sql/wake-marks.js';
 import { ledgerTables, type LedgerTables } from './tables.js';
 import type {
@@ -58,6 +60,7 @@ import type {
   ReclaimOutcome,
   RenewOutcome,
   SuccessorClaim,
+  SweepSignal,
   WokenItem,
   WorkItem,
 } from './types.js';
@@ -301,6 +304,16 @@ export class Ledger {
   reclaimExpired(opts: { queue?: string; limit?: number } = {}): Promise<ReclaimOutcome> {
     const v = validate(maintenanceSchema, opts, 'reclaimExpired');
     return reclaimExpired(this.db, this.tables, v);
+  }
+
+  /**
+   * For each queue, whether a claim, reclaimExpired or probeDependencyWaits
+   * would find work now: one statement however many queues, so idle queues
+   * cost a sweep nothing more.
+   */
+  sweepSignals(queues: readonly string[]): Promise<SweepSignal[]> {
+    validate(queueListSchema, queues, 'sweepSignals', 'queues');
+    return sweepSignals(this.db, this.tables, queues);
   }
 
   probeDependencyWaits(opts: { queue?: string; limit?: number } = {}): Promise<ProbeOutcome> {

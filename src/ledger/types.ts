@@ -141,6 +141,17 @@ export type CancelOutcome =
   | 'not_found';
 
 /** What a sweep of expired leases did. */
+/** What a sweep of one queue would find now (Ledger.sweepSignals). */
+export interface SweepSignal {
+  queue: string;
+  /** A due head is pending: a claim would find work. */
+  claimable: boolean;
+  /** A lease has run out: reclaimExpired has work. */
+  expiredLeases: boolean;
+  /** A dependency probe is due: probeDependencyWaits has work. */
+  dueProbes: boolean;
+}
+
 export interface ReclaimOutcome {
   /** Back to pending: another consumer may claim them now. */
   reclaimed: string[];

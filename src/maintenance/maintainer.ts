@@ -1,9 +1,10 @@
 import type { Ledger } from '../ledger/ledger.js';
+import type { ProbeOutcome, ReclaimOutcome, SweepSignal } from '../ledger/types.js';
 import type { Logger } from '../log.js';
 import type { WakeChannel } from '../wake/wake-channel.js';
 
 /** What a maintenance pass asks of the ledger. */
-export type MaintenanceLedger = Pick<Ledger, 'reclaimExpired' | 'probeDependencyWaits' | 'repairWaits' | 'purge' | 'forgetWakeMarks'>;
+export type MaintenanceLedger = Pick<Ledger, 'sweepSignals' | 'reclaimExpired' | 'probeDependencyWaits' | 'repairWaits' | 'purge' | 'forgetWakeMarks'>;
 
 /** What a maintenance pass asks of the wake channel: wake-ups for what it freed, and stream trimming. */
 export type MaintenanceWake = Pick<WakeChannel, 'publish' | 'usable' | 'streamsOf' | 'redis'>;
@@ -55,6 +56,9 @@ export interface MaintenancePass {
   failed: { queue: string; error: Error }[];
 }
 
+const nothingReclaimed = (): ReclaimOutcome => ({ reclaimed: [], dead: [], cancelled: [] });
+const nothingProbed = (): ProbeOutcome => ({ probed: [], expired: [] });
+
 export const MAINTENANCE_DEFAULTS = {
   batchSize: 1000,
   retentionMs: 0,
@@ -95,14 +99,26 @@ export class Maintainer {
     };
   }
 
-  /** One pass over every queue now. Never throws: a queue's failure is in `failed`. */
-  async pass(): Promise<MaintenancePass> {
-    const { repairWaitsEveryMs } = this.settings;
+  /**
+   * One pass over every queue now. Never throws: a queue's failure is in
+   * `failed`. It first asks the ledger, in one statement for all the queues,
+   * which have expired leases or due probes (or takes `signals` a caller just
+   * read), and runs those steps only there: an idle queue costs nothing more.
+   */
+  async pass(signals?: ReadonlyMap<string, SweepSignal>): Promise<MaintenancePass> {
+    const { repairWaitsEveryMs, queues } = this.settings;
     const repairWaits = repairWaitsEveryMs > 0 && Date.now() - this.lastWaitsRepairAt >= repairWaitsEveryMs;
     const result: MaintenancePass = { done: [], failed: [] };
-    for (const queue of this.settings.queues) {
+    // Without signals (the read failed: one bad queue name fails it for all) every step runs, queue by queue as before.
+    const found =
+      signals ??
+      (await (async () => this.settings.ledger.sweepSignals(queues))().then(
+        (list) => new Map(list.map((x) => [x.queue, x])),
+        () => new Map<string, SweepSignal>(),
+      ));
+    for (const queue of queues) {
       try {
-        result.done.push(await this.passQueue(queue, repairWaits));
+        result.done.push(await this.passQueue(queue, repairWaits, found.get(queue)));
       } catch (error) {
         result.failed.push({ queue, error: error instanceof Error ? error : new Error(String(error)) });
       }
@@ -116,7 +132,7 @@ export class Maintainer {
     return result;
   }
 
-  private async passQueue(queue: string, repairWaits: boolean): Promise<QueueMaintenance> {
+  private async passQueue(queue: string, repairWaits: boolean, signal: SweepSignal | undefined): Promise<QueueMaintenance> {
     const { ledger, log, batchSize, retentionMs, purgeBatchSize, trimStreams } = this.settings;
     const wake = this.options.wake;
     let repairedWaits = 0;
@@ -128,8 +144,8 @@ export class Maintainer {
         log.warn({ queue, repaired: repairedWaits }, 'recorded dependency waits missing for blocked items (blocked by code older than schema 3?)');
       }
     }
-    const r = await ledger.reclaimExpired({ queue, limit: batchSize });
-    const p = await ledger.probeDependencyWaits({ queue, limit: batchSize });
+    const r = signal?.expiredLeases !== false ? await ledger.reclaimExpired({ queue, limit: batchSize }) : nothingReclaimed();
+    const p = signal?.dueProbes !== false || repairedWaits > 0 ? await ledger.probeDependencyWaits({ queue, limit: batchSize }) : nothingProbed();
     const purged = retentionMs > 0 ? await ledger.purge({ queue, olderThanMs: retentionMs, limit: purgeBatchSize }) : 0;
     if (trimStreams && wake && (await wake.usable())) await wake.streamsOf(queue).trim(wake.redis);
     const done: QueueMaintenance = {

@@ -44,6 +44,8 @@ export interface HubMember {
   subscriber: WakeSubscriber;
   /** Whether the queue's group exists on its streams (false again after Redis lost its data). */
   groupReady: boolean;
+  /** When its idle entries were last looked for (takeOverIdle). */
+  lastTakeOverAt?: number;
 }
 
 export interface WakeHubOptions {
@@ -151,6 +153,10 @@ export class WakeHub {
   /** Takes over entries of the member's queue that a stopped or stuck reader of the group left unacknowledged. */
   async takeOverIdle(member: HubMember, minIdleMs: number, count: number): Promise<void> {
     if (this.down || !member.groupReady) return;
+    // An entry is taken over only once idle minIdleMs: looking more often than half that finds little more.
+    const now = Date.now();
+    if (now - (member.lastTakeOverAt ?? Number.NEGATIVE_INFINITY) < minIdleMs / 2) return;
+    member.lastTakeOverAt = now;
     const stale = await member.streams.reclaimIdle(this.channel.redis, this.name, minIdleMs, count);
     if (stale.length > 0) member.subscriber.onEntries(stale);
   }

@@ -1,0 +1,34 @@
+import { sql } from 'kysely';
+import type { Executor } from '../connection.js';
+import type { LedgerTables } from '../tables.js';
+import { QUEUE_CLASSES, type SweepSignal } from '../types.js';
+import { inline, list } from './common.js';
+
+/**
+ * What a sweep of each queue would find, in one statement for all of them:
+ * whether a due head is pending (a claim would find work), a lease has
+ * expired, or a dependency probe is due. Each is one EXISTS probe of an index
+ * range per queue (ix_claim; the waits' ix_probe), so a process serving
+ * hundreds of idle queues sweeps them with one round trip and no claim.
+ */
+export async function sweepSignals(exec: Executor, t: LedgerTables, queues: readonly string[]): Promise<SweepSignal[]> {
+  if (queues.length === 0) return [];
+  const classes = list(QUEUE_CLASSES);
+  const derived = sql.join(
+    queues.map((q, i) => (i === 0 ? sql`SELECT ${inline(q)} AS queue` : sql`SELECT ${inline(q)}`)),
+    sql` UNION ALL `,
+  );
+  const r = await sql<{ queue: string; claimable: number | string; expired: number | string; probes: number | string }>`SELECT q.queue,
+      EXISTS (SELECT 1 FROM ${t.items} i WHERE i.queue = q.queue AND i.queue_class IN (${classes})
+        AND i.state = 'pending' AND i.is_head = 1 AND i.run_after <= NOW(6)) AS claimable,
+      EXISTS (SELECT 1 FROM ${t.items} i WHERE i.queue = q.queue AND i.queue_class IN (${classes})
+        AND i.state = 'processing' AND i.lease_until < NOW(6)) AS expired,
+      EXISTS (SELECT 1 FROM ${t.waits} w WHERE w.queue = q.queue AND w.probe_after <= NOW(6)) AS probes
+    FROM (${derived}) AS q`.execute(exec);
+  return r.rows.map((row) => ({
+    queue: row.queue,
+    claimable: Number(row.claimable) === 1,
+    expiredLeases: Number(row.expired) === 1,
+    dueProbes: Number(row.probes) === 1,
+  }));
+}
