@@ -2,6 +2,7 @@ import { Redis } from 'ioredis';
 import { afterEach, expect, test } from 'vitest';
 import type { ControlMessage } from '../src/wake/control.js';
 import type { WakeEntry } from '../src/wake/streams.js';
+import { MAX_STREAMS_PER_READ } from '../src/wake/wake-read-shard.js';
 import { WakeReader, type WakeSubscriber } from '../src/wake/wake-reader.js';
 import { createLogger } from '../src/log.js';
 import { createTestWake, uniqueQueue, type TestWake } from './support/engine.js';
@@ -53,13 +54,16 @@ async function blockingConnections(): Promise<string[]> {
     .filter((n) => n === `lanewake:wake:${name}` || n === `lanewake:control:${name}`);
 }
 
-test('80 queues read through one channel share two blocking connections; each wake-up and control message reaches its own queue only', async () => {
+test('80 queues read through one channel share a blocking read per 64 streams and one control read; each wake-up and control message reaches its own queue only', async () => {
   tw = createTestWake();
   const queues = Array.from({ length: 80 }, (_, i) => uniqueQueue(`hub${i}`));
   const recs = queues.map(() => recorder());
   for (const [i, q] of queues.entries()) await startReader(q, recs[i]!.subscriber);
-  await waitFor(async () => ((await blockingConnections()).length === 2 ? true : undefined), 5_000, 'the hub connections');
-  expect((await blockingConnections()).sort()).toEqual([`lanewake:control:${tw.wake.hubFor('x', silent).name}`, `lanewake:wake:${tw.wake.hubFor('x', silent).name}`]);
+  // Two classes per queue: 160 streams, read by three connections.
+  const name = tw.wake.hubFor('x', silent).name;
+  const expected = [`lanewake:control:${name}`, ...Array.from({ length: Math.ceil(160 / MAX_STREAMS_PER_READ) }, () => `lanewake:wake:${name}`)];
+  await waitFor(async () => ((await blockingConnections()).length === expected.length ? true : undefined), 5_000, 'the hub connections');
+  expect((await blockingConnections()).sort()).toEqual(expected.sort());
 
   const remote = tw.remote();
   const picked = [3, 41, 79];

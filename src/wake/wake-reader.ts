@@ -2,13 +2,14 @@ import type { QueueClass } from '../ledger/types.js';
 import type { Logger } from '../log.js';
 import type { WakeEntry } from './streams.js';
 import type { WakeChannel } from './wake-channel.js';
-import type { HubMember, WakeHub, WakeSubscriber } from './wake-hub.js';
+import type { HubMember, WakeSubscriber } from './hub-types.js';
+import type { WakeHub } from './wake-hub.js';
 
 /** Entries another reader of the group read and never acknowledged are taken over after this long. */
 const IDLE_WAKE_ENTRY_MS = 30_000;
 const RECLAIM_BATCH = 100;
 
-export type { WakeSubscriber } from './wake-hub.js';
+export type { WakeSubscriber } from './hub-types.js';
 
 export interface WakeReaderOptions {
   queue: string;
