@@ -1,6 +1,6 @@
 import { once } from 'node:events';
 import { afterEach, expect, test } from 'vitest';
-import { MAX_IDS_PER_ENTRY } from '../src/wake/streams.js';
+import { MAX_ENTRIES_PER_MESSAGE, MAX_IDS_PER_ENTRY } from '../src/wake/streams.js';
 import { wakeStreamKey } from '../src/wake/keys.js';
 import { Consumer } from '../src/consumer/consumer.js';
 import type { Ledger } from '../src/ledger/ledger.js';
@@ -159,11 +159,10 @@ test('a wake-up naming only part of a large batch still gets the whole batch cla
   const firstRound = once(consumer, 'claimRound');
   await consumer.start();
   await firstRound; // the start-up claim found nothing: from here only the wake-up says there is work
-  // One entry per batch, naming at most MAX_IDS_PER_ENTRY of its items.
-  await new Producer({ ledger: tl.ledger, wake: tw.remote() }).enqueueMany(
-    Array.from({ length: 3 * MAX_IDS_PER_ENTRY }, (_, n) => ({ queue, type: 'step', payload: { n } })),
-  );
-  await waitFor(() => consumer.counters.completed === 3 * MAX_IDS_PER_ENTRY || undefined, 20_000, 'the whole batch completed');
+  // A batch's wake-up is at most MAX_ENTRIES_PER_MESSAGE entries of MAX_IDS_PER_ENTRY ids: these items are named only in part.
+  const total = (MAX_ENTRIES_PER_MESSAGE + 2) * MAX_IDS_PER_ENTRY;
+  await new Producer({ ledger: tl.ledger, wake: tw.remote() }).enqueueMany(Array.from({ length: total }, (_, n) => ({ queue, type: 'step', payload: { n } })));
+  await waitFor(() => consumer.counters.completed === total || undefined, 20_000, 'the whole batch completed');
   expect(consumer.counters.sweeps).toBe(1);
   await consumer.stop();
 });

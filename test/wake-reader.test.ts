@@ -79,3 +79,23 @@ test('with no room the reader leaves wake-ups in the stream for other readers; g
     await second.stop();
   }
 });
+
+test('a wake-up for a large batch is split into entries of 64 ids, at most 16, the last saying when ids were left over', async () => {
+  tw = createTestWake();
+  const queue = uniqueQueue('split');
+  const streams = tw.wake.streamsOf(queue, ['default']);
+  const entries = async () =>
+    ((await tw!.wake.redis.xrange(streams.key('default'), '-', '+')) as [string, string[]][]).map(([, f]) => ({
+      ids: (f[f.indexOf('i') + 1] ?? '').split(',').length,
+      more: f.includes('m'),
+    }));
+  const ids = (n: number) => Array.from({ length: n }, (_, k) => `id${k}`);
+  await tw.wake.publish([{ queue, queueClass: 'default', kind: 'enqueue', ids: ids(200) }]);
+  expect(await entries()).toEqual([64, 64, 64, 8].map((n) => ({ ids: n, more: false })));
+  await tw.wake.redis.del(streams.key('default'));
+  await tw.wake.publish([{ queue, queueClass: 'default', kind: 'enqueue', ids: ids(1100) }]);
+  const big = await entries();
+  expect(big).toHaveLength(16);
+  expect(big.every((e) => e.ids === 64)).toBe(true);
+  expect(big.map((e) => e.more)).toEqual([...Array.from({ length: 15 }, () => false), true]);
+});

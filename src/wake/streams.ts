@@ -52,8 +52,10 @@ export async function readGroupStreams(
   return reply ?? [];
 }
 
-/** Ids named in one entry; more are left to the claim's own head search. */
+/** Ids named in one entry. */
 export const MAX_IDS_PER_ENTRY = 64;
+/** Entries one wake-up is split into at most (1,024 ids); more are left to the claim's own head search. */
+export const MAX_ENTRIES_PER_MESSAGE = 16;
 
 /**
  * The wake streams of one queue (one per class) and their consumer group:
@@ -77,16 +79,27 @@ export class WakeStreams {
     return this.keys.get(queueClass) ?? wakeStreamKey(this.prefix, this.queue, queueClass);
   }
 
-  /** Appends one entry per message; one round trip. */
+  /**
+   * Appends each message as entries of up to MAX_IDS_PER_ENTRY ids, at most
+   * MAX_ENTRIES_PER_MESSAGE of them (the last says `m` when ids are left
+   * over); one round trip. The group hands each entry to one consumer, so a
+   * large batch in several entries wakes several idle replicas at once
+   * instead of one that then has to pass the wake-up on.
+   */
   async publish(redis: RedisClient, messages: readonly (WakeMessage & { queueClass: QueueClass })[]): Promise<void> {
     if (messages.length === 0) return;
     const pipeline = redis.pipeline();
     for (const m of messages) {
-      const fields = ['k', m.kind, 'i', m.ids.slice(0, MAX_IDS_PER_ENTRY).join(',')];
-      if (m.more === true || m.ids.length > MAX_IDS_PER_ENTRY) fields.push('m', '1');
-      if (m.lane) fields.push('l', m.lane);
-      if (m.enqueuedAtMs !== undefined) fields.push('t', String(m.enqueuedAtMs));
-      pipeline.xadd(this.key(m.queueClass), 'MAXLEN', '~', this.maxLen, '*', ...fields);
+      const chunks = Math.max(1, Math.min(MAX_ENTRIES_PER_MESSAGE, Math.ceil(m.ids.length / MAX_IDS_PER_ENTRY)));
+      for (let c = 0; c < chunks; c++) {
+        const ids = m.ids.slice(c * MAX_IDS_PER_ENTRY, (c + 1) * MAX_IDS_PER_ENTRY);
+        const fields = ['k', m.kind, 'i', ids.join(',')];
+        const last = c === chunks - 1;
+        if (last && (m.more === true || m.ids.length > chunks * MAX_IDS_PER_ENTRY)) fields.push('m', '1');
+        if (m.lane) fields.push('l', m.lane);
+        if (m.enqueuedAtMs !== undefined) fields.push('t', String(m.enqueuedAtMs));
+        pipeline.xadd(this.key(m.queueClass), 'MAXLEN', '~', this.maxLen, '*', ...fields);
+      }
     }
     const results = await pipeline.exec();
     const failed = results?.find(([error]) => error !== null);

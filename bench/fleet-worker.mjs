@@ -1,0 +1,57 @@
+// One replica of bench/fleet.ts: a consumer alone in its process, from the
+// compiled package (dist/), as a deployed worker runs it. Configured by env.
+// Over IPC: 'ready' once started; on 'stop', its figures, then it exits.
+import { Consumer, Ledger, WakeChannel, createLogger } from '../dist/index.js';
+
+const env = (name) => {
+  const v = process.env[name];
+  if (v === undefined) throw new Error(`${name} is required`);
+  return v;
+};
+const concurrency = Number(env('LW_CONCURRENCY'));
+const ledger = new Ledger({ url: env('LW_DATABASE_URL'), poolSize: Math.min(4, concurrency + 1) });
+const redisUrl = env('LW_REDIS_URL');
+const wake = new WakeChannel({ redis: redisUrl, keyPrefix: env('LW_KEY_PREFIX') });
+let firstStartMs;
+let rounds = 0;
+let emptyRounds = 0;
+let targeted = 0;
+const consumer = new Consumer({
+  ledger,
+  wake,
+  queue: env('LW_QUEUE'),
+  concurrency,
+  logger: createLogger('bench-fleet', 'warn'),
+  handlers: {
+    noop: async () => {
+      // Wall clock with sub-ms precision, comparable across processes on one host.
+      firstStartMs ??= performance.timeOrigin + performance.now();
+    },
+  },
+});
+consumer.on('claimRound', (r) => {
+  rounds++;
+  if (r.claimed === 0) emptyRounds++;
+  targeted += r.targeted;
+});
+await consumer.start();
+process.send?.({ type: 'ready' });
+process.on('message', async (m) => {
+  if (m?.type !== 'stop') return;
+  await consumer.stop();
+  const c = consumer.counters;
+  process.send?.({
+    type: 'figures',
+    firstStartMs,
+    claimed: c.claimed,
+    completed: c.completed,
+    rounds,
+    emptyRounds,
+    targeted,
+    wakeEntriesRead: c.wakeEntriesRead,
+    followUpWakes: c.followUpWakes,
+  });
+  await wake.close();
+  await ledger.close();
+  process.exit(0);
+});

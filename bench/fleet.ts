@@ -1,0 +1,224 @@
+/**
+ * Many replicas on one machine, as a simulation of a fleet (issue 16 §5).
+ *
+ *   npm run bench:fleet
+ *   npm run bench:fleet -- --runs 3 --jobs 20000 --shapes 32x2,4x16 [--cluster]
+ *
+ * Per shape (processes × concurrency; by default 32 × 2 against 4 × 16, the
+ * same 64 slots): that many worker processes, each a Consumer of one queue
+ * from the compiled package (bench/fleet-worker.mjs), are started and say
+ * they are ready. A producer with its own pool and channel then enqueues
+ * --jobs no-op items in batches of 500. Measured from the first enqueue:
+ * - the first start anywhere, when half and when every replica has started one
+ *   (wake spreading: how long until all are busy);
+ * - throughput until the ledger counts every item completed;
+ * - per replica: items claimed (min / max: no replica starved), claim rounds
+ *   and empty claim rounds (a round that won nothing: its picks were all
+ *   taken by others) per claimed item, wake entries read per item.
+ * With --cluster the wake channel is a local 6-node Redis Cluster
+ * (test/support/redis-cluster.ts) instead of the plain Redis.
+ */
+import { execFileSync, spawn, type ChildProcess } from 'node:child_process';
+import { mkdirSync, writeFileSync } from 'node:fs';
+import { fileURLToPath } from 'node:url';
+import { performance } from 'node:perf_hooks';
+import { Ledger } from '../src/ledger/ledger.js';
+import { createLogger } from '../src/log.js';
+import { Producer } from '../src/producer/producer.js';
+import { WakeChannel } from '../src/wake/wake-channel.js';
+import { startRedisCluster, type LocalRedisCluster } from '../test/support/redis-cluster.js';
+import { environment } from './engine.js';
+import { fmt, median, minMax, onCleanup, percentile, printTable, progress, runCleanups } from './support.js';
+
+const args = process.argv.slice(2);
+const flag = (name: string): string | undefined => {
+  const i = args.indexOf(name);
+  return i >= 0 ? args[i + 1] : undefined;
+};
+const RUNS = Number(flag('--runs') ?? 3);
+const JOBS = Number(flag('--jobs') ?? 20_000);
+const SHAPES = (flag('--shapes') ?? '32x2,4x16').split(',').map((s) => {
+  const [p, c] = s.split('x').map(Number);
+  if (!p || !c) throw new Error(`bad shape '${s}': want processesxconcurrency, e.g. 32x2`);
+  return { processes: p, concurrency: c };
+});
+const CLUSTER = args.includes('--cluster');
+const PLAIN_REDIS_URL = process.env.LANEWAKE_BENCH_REDIS_URL ?? 'redis://127.0.0.1:6379';
+const log = createLogger('bench', process.env.LANEWAKE_LOG_LEVEL ?? 'warn');
+const WORKER = fileURLToPath(new URL('./fleet-worker.mjs', import.meta.url));
+
+interface WorkerFigures {
+  firstStartMs?: number;
+  claimed: number;
+  completed: number;
+  rounds: number;
+  emptyRounds: number;
+  targeted: number;
+  wakeEntriesRead: number;
+  followUpWakes: number;
+}
+
+interface ShapeResult {
+  shape: string;
+  firstStartMs: number;
+  /** When half the replicas had started one. */
+  halfBusyMs: number;
+  allBusyMs: number;
+  jobsS: number;
+  claimedMin: number;
+  claimedMax: number;
+  roundsPerItem: number;
+  emptyRoundsPerItem: number;
+  wakeEntriesPerItem: number;
+}
+
+const nowMs = (): number => performance.timeOrigin + performance.now();
+
+function startWorker(env: NodeJS.ProcessEnv): { child: ChildProcess; ready: Promise<void>; figures: Promise<WorkerFigures> } {
+  const child = spawn(process.execPath, [WORKER], { env, stdio: ['ignore', 'inherit', 'inherit', 'ipc'] });
+  onCleanup(async () => void child.kill('SIGKILL'));
+  let onReady: () => void = () => undefined;
+  let onFigures: (f: WorkerFigures) => void = () => undefined;
+  const ready = new Promise<void>((resolve, reject) => {
+    onReady = resolve;
+    child.once('exit', (code) => reject(new Error(`fleet worker exited ${code} before it was ready`)));
+  });
+  const figures = new Promise<WorkerFigures>((resolve) => (onFigures = resolve));
+  child.on('message', (m: { type: string } & WorkerFigures) => {
+    if (m.type === 'ready') onReady();
+    if (m.type === 'figures') onFigures(m);
+  });
+  return { child, ready, figures };
+}
+
+async function shape(processes: number, concurrency: number, redisUrl: string): Promise<ShapeResult> {
+  const env = await environment(false);
+  const producerLedger = new Ledger({ url: env.url, poolSize: 4 });
+  const producerWake = new WakeChannel({ redis: redisUrl, keyPrefix: env.keyPrefix, logger: log });
+  const workers: ReturnType<typeof startWorker>[] = [];
+  try {
+    for (let i = 0; i < processes; i++) {
+      workers.push(
+        startWorker({
+          ...process.env,
+          LW_DATABASE_URL: env.url,
+          LW_REDIS_URL: redisUrl,
+          LW_KEY_PREFIX: env.keyPrefix,
+          LW_QUEUE: env.queue,
+          LW_CONCURRENCY: String(concurrency),
+        }),
+      );
+    }
+    await Promise.all(workers.map((w) => w.ready));
+    await producerLedger.capabilities();
+    const producer = new Producer({ ledger: producerLedger, wake: producerWake });
+    const t0 = nowMs();
+    for (let i = 0; i < JOBS; i += 500) {
+      await producer.enqueueMany(Array.from({ length: Math.min(500, JOBS - i) }, (_, k) => ({ queue: env.queue, type: 'noop', payload: { n: i + k } })));
+    }
+    const deadline = Date.now() + 300_000;
+    for (;;) {
+      const [s] = await env.ledger.stats(env.queue);
+      if ((s?.counts.completed ?? 0) >= JOBS) break;
+      if (Date.now() > deadline) throw new Error(`fleet: ${s?.counts.completed ?? 0} of ${JOBS} completed after 300 s`);
+      await new Promise((r) => setTimeout(r, 20));
+    }
+    const tDone = nowMs();
+    for (const w of workers) w.child.send({ type: 'stop' });
+    const figures = await Promise.all(workers.map((w) => w.figures));
+    const completed = figures.reduce((n, f) => n + f.completed, 0);
+    if (completed !== JOBS) throw new Error(`verification failed: the replicas report ${completed} completions of ${JOBS}`);
+    const starts = figures.map((f) => f.firstStartMs ?? Number.POSITIVE_INFINITY);
+    const claimed = figures.map((f) => f.claimed);
+    const sum = (f: (x: WorkerFigures) => number): number => figures.reduce((n, x) => n + f(x), 0);
+    return {
+      shape: `${processes} × ${concurrency}`,
+      firstStartMs: Math.min(...starts) - t0,
+      halfBusyMs: percentile(starts, 50) - t0,
+      allBusyMs: Math.max(...starts) - t0,
+      jobsS: (JOBS / (tDone - t0)) * 1000,
+      claimedMin: Math.min(...claimed),
+      claimedMax: Math.max(...claimed),
+      roundsPerItem: sum((f) => f.rounds) / JOBS,
+      emptyRoundsPerItem: sum((f) => f.emptyRounds) / JOBS,
+      wakeEntriesPerItem: sum((f) => f.wakeEntriesRead) / JOBS,
+    };
+  } finally {
+    for (const w of workers) if (w.child.exitCode === null) w.child.kill('SIGKILL');
+    await producerWake.close();
+    await producerLedger.close();
+    const cleanup = new WakeChannel({ redis: redisUrl, keyPrefix: env.keyPrefix, logger: log });
+    await cleanup.dropKeys().catch(() => undefined);
+    await cleanup.close();
+    await env.close();
+  }
+}
+
+async function main(): Promise<void> {
+  progress('building dist/ for the worker processes');
+  execFileSync('npx', ['tsc', '-p', 'tsconfig.build.json'], { stdio: 'inherit' });
+  let cluster: LocalRedisCluster | undefined;
+  if (CLUSTER) {
+    progress('starting a local 6-node Redis Cluster');
+    cluster = await startRedisCluster();
+    onCleanup(() => cluster!.stop());
+  }
+  const redisUrl = cluster?.url ?? PLAIN_REDIS_URL;
+  const results = new Map<string, ShapeResult[]>();
+  for (let run = 1; run <= RUNS; run++) {
+    for (const s of SHAPES) {
+      progress(`run ${run}/${RUNS}: ${s.processes} processes × concurrency ${s.concurrency}, ${JOBS} items${cluster ? ', Redis Cluster' : ''}`);
+      const r = await shape(s.processes, s.concurrency, redisUrl);
+      progress(`  all busy ${fmt(r.allBusyMs, 1)} ms, ${fmt(r.jobsS)} jobs/s, claimed per replica ${r.claimedMin}–${r.claimedMax}`);
+      results.set(r.shape, [...(results.get(r.shape) ?? []), r]);
+    }
+  }
+  const rows = [...results].map(([name, rs]) => {
+    const m = (f: (r: ShapeResult) => number): number => median(rs.map(f));
+    const jobs = minMax(rs.map((r) => r.jobsS));
+    return {
+      shape: name,
+      firstStartMs: m((r) => r.firstStartMs),
+      halfBusyMs: m((r) => r.halfBusyMs),
+      allBusyMs: m((r) => r.allBusyMs),
+      jobsS: m((r) => r.jobsS),
+      jobsSMin: jobs.min,
+      jobsSMax: jobs.max,
+      claimedMin: m((r) => r.claimedMin),
+      claimedMax: m((r) => r.claimedMax),
+      roundsPerItem: m((r) => r.roundsPerItem),
+      emptyRoundsPerItem: m((r) => r.emptyRoundsPerItem),
+      wakeEntriesPerItem: m((r) => r.wakeEntriesPerItem),
+    };
+  });
+  printTable(
+    `fleet on one machine — median of ${RUNS} run(s), ${JOBS} no-op items from a producer process's pool and channel${cluster ? ', Redis Cluster' : ''}`,
+    ['processes × concurrency', 'first start ms', 'half busy ms', 'all busy ms', 'jobs/s', 'min–max', 'claimed per replica min / max', 'claim rounds per item', 'empty rounds per item', 'wake entries per item'],
+    rows.map((r) => [
+      r.shape,
+      fmt(r.firstStartMs, 1),
+      fmt(r.halfBusyMs, 1),
+      fmt(r.allBusyMs, 1),
+      fmt(r.jobsS),
+      `${fmt(r.jobsSMin)}–${fmt(r.jobsSMax)}`,
+      `${fmt(r.claimedMin)} / ${fmt(r.claimedMax)}`,
+      fmt(r.roundsPerItem, 3),
+      fmt(r.emptyRoundsPerItem, 3),
+      fmt(r.wakeEntriesPerItem, 3),
+    ]),
+    ['left', 'right', 'right', 'right', 'right', 'right', 'right', 'right', 'right', 'right'],
+  );
+  const resultsDir = fileURLToPath(new URL('./results/', import.meta.url));
+  mkdirSync(resultsDir, { recursive: true });
+  const file = `${resultsDir}fleet${cluster ? '-cluster' : ''}-latest.json`;
+  writeFileSync(file, `${JSON.stringify({ rows, meta: { at: new Date().toISOString(), runs: RUNS, jobs: JOBS, cluster: CLUSTER, node: process.version, raw: Object.fromEntries(results) } }, null, 2)}\n`);
+}
+
+main()
+  .catch((error: unknown) => {
+    console.error(error);
+    process.exitCode = 1;
+  })
+  .finally(async () => {
+    await runCleanups();
+  });
