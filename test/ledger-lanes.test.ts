@@ -3,6 +3,7 @@ import type { EnqueueInput, Ledger } from '../src/ledger/ledger.js';
 import type { ClaimedItem } from '../src/ledger/types.js';
 import { claimAll, freshQueue, laneRow, mustGet, only } from './support/items.js';
 import { createTestLedger, waitFor, type TestLedger } from './support/ledger.js';
+import { onEveryStatement } from './support/mysql-statements.js';
 
 let tl: TestLedger;
 let ledger: Ledger;
@@ -257,4 +258,30 @@ describe('lanes are independent', () => {
     expect((await claimLaneHead(q1, 'shared')).id).toBe(a!.id);
     expect((await claimLaneHead(q2, 'shared')).id).toBe(b.id);
   });
+});
+
+test("a laned batch, laneless items among it, is one round trip through the ledger's own pool: sequences, heads and lane rows as before", async () => {
+  const queue = freshQueue('lane-one-trip');
+  // Warm the pool, so no connection's session setup is counted.
+  await ledger.enqueueMany([{ queue, type: 't', payload: { warm: true }, lane: 'warm' }]);
+  const sent: string[] = [];
+  const stop = onEveryStatement((text) => void sent.push(text));
+  let results;
+  try {
+    results = await ledger.enqueueMany([
+      { queue, type: 't', payload: { n: 1 }, lane: 'a' },
+      { queue, type: 't', payload: { n: 2 }, lane: 'b' },
+      { queue, type: 't', payload: { n: 3 } },
+      { queue, type: 't', payload: { n: 4 }, lane: 'a' },
+      { queue, type: 't', payload: { n: 5 }, lane: 'warm' },
+    ]);
+  } finally {
+    stop();
+  }
+  expect(sent, sent.map((s) => s.slice(0, 50)).join('\n')).toHaveLength(1);
+  expect(results.map((r) => r.laneSeq)).toEqual([1, 1, null, 2, 2]);
+  const heads = await Promise.all(results.map(async (r) => (await mustGet(ledger, r.id)).isHead));
+  expect(heads).toEqual([true, true, true, false, false]);
+  expect(await laneRow(ledger, queue, 'a')).toEqual({ nextSeq: 2, active: 2 });
+  expect(await laneRow(ledger, queue, 'warm')).toEqual({ nextSeq: 2, active: 2 });
 });

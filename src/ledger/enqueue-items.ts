@@ -6,7 +6,8 @@ import { DEFAULT_MAX_ATTEMPTS, enqueueItemFieldsSchema, type ClaimCandidate, typ
 import { ER_DUP_ENTRY, errno, retryOnConflict } from './retry.js';
 import { grantLease } from './sql/claimed.js';
 import { queueScoped } from './sql/common.js';
-import { claimableAtInsert, claimedAtInsert, fitsOneStatement, insertItems, insertLanedPipelined, type InsertClaim, type NewItem } from './sql/enqueue.js';
+import { claimableAtInsert, claimedAtInsert, fitsOneStatement, insertItems, type InsertClaim, type NewItem } from './sql/enqueue.js';
+import { insertLanedOneTrip } from './sql/enqueue-laned.js';
 import type { LedgerTables } from './tables.js';
 import type { ClaimedItem, EnqueueResult } from './types.js';
 import { encodePayload } from './validation.js';
@@ -74,7 +75,7 @@ async function insertPrepared(target: EnqueueTarget, items: NewItem[]): Promise<
   }
   if (items.every((i) => i.idempotencyKey === null) && fitsOneStatement(items)) {
     const caps = await target.capabilities();
-    return retryOnConflict(() => insertLanedPipelined(db, caps, tables, items));
+    return retryOnConflict(() => insertLanedOneTrip(db, caps, tables, items));
   }
   return retryOnConflict(
     () => db.transaction().execute((trx) => insertItems(trx, tables, items, false)),

@@ -1,12 +1,10 @@
 import { sql, type RawBuilder } from 'kysely';
-import type { LedgerCapabilities } from '../capabilities.js';
 import { newId } from '../ids.js';
-import type { Executor, LedgerDb } from '../connection.js';
+import type { Executor } from '../connection.js';
 import type { LedgerTables } from '../tables.js';
 import type { ClaimedItem, EnqueueResult, QueueClass } from '../types.js';
 import { claimedItem, leaseValues, type Lease } from './claimed.js';
 import { affected, jsonLiteral, laneIn, literal, NO_TIME_TEXT, nowPlusMsText, queueScoped } from './common.js';
-import { pipelined } from './pipeline.js';
 
 /** An item ready to insert: validated, payload already JSON text. */
 export interface NewItem {
@@ -165,7 +163,7 @@ async function insertChunk(exec: Executor, t: LedgerTables, values: RawBuilder<u
   expectInserted(affected(await insertStatement(t, values).execute(exec)), expected);
 }
 
-function expectInserted(inserted: number, expected: number): void {
+export function expectInserted(inserted: number, expected: number): void {
   if (inserted !== expected) throw new Error(`enqueue: inserted ${inserted} of ${expected} rows`);
 }
 
@@ -202,14 +200,14 @@ function valuesRow(id: string, item: NewItem, laneSeq: number | null, isHead: bo
   return item.runAt !== null ? sql`${sql.raw(head)}${item.runAt}${sql.raw(tail)}` : sql.raw(head + nowPlusMsText(item.delayMs) + tail);
 }
 
-interface LaneCount {
+export interface LaneCount {
   queue: string;
   lane: string;
   n: number;
 }
 
 /** Per lane of the batch, how many of its items it carries; lanes sorted, the order every batch locks them in. */
-function laneCounts(items: readonly NewItem[]): LaneCount[] {
+export function laneCounts(items: readonly NewItem[]): LaneCount[] {
   const counts = new Map<string, LaneCount>();
   for (const item of items) {
     if (item.lane === null) continue;
@@ -229,7 +227,7 @@ function laneCounts(items: readonly NewItem[]): LaneCount[] {
  * counts come in as a derived table, so the update names them `v.…` rather
  * than VALUES(…), which MySQL 8.0.20+ deprecates and every server reads alike.
  */
-function laneStatements(t: LedgerTables, lanes: readonly LaneCount[]): [RawBuilder<unknown>, RawBuilder<unknown>] {
+export function laneStatements(t: LedgerTables, lanes: readonly LaneCount[]): [RawBuilder<unknown>, RawBuilder<unknown>] {
   const rows = lanes.map((l, i) =>
     i === 0 ? sql`SELECT ${l.queue} AS queue, ${l.lane} AS lane, ${l.n} AS next_seq, ${l.n} AS active` : sql`SELECT ${l.queue}, ${l.lane}, ${l.n}, ${l.n}`,
   );
@@ -280,28 +278,6 @@ async function assignLaneSequences(
   await upsert.execute(exec);
   const rows = await read.$castTo<LaneRow>().execute(exec);
   return sequencesFrom(items, lanes, rows.rows);
-}
-
-/**
- * A batch with lanes and without idempotency keys, in one pipelined
- * transaction: the lane rows (sequences reserved, read back) in the first
- * round trip, the items and the commit in the second.
- */
-export async function insertLanedPipelined(db: LedgerDb, caps: LedgerCapabilities, t: LedgerTables, items: readonly NewItem[]): Promise<EnqueueResult[]> {
-  const lanes = laneCounts(items);
-  return pipelined(db, caps, async (send) => {
-    const [, read] = await send(laneStatements(t, lanes));
-    const seqs = sequencesFrom(items, lanes, (read?.rows ?? []) as LaneRow[]);
-    const results: EnqueueResult[] = [];
-    const values = items.map((item, i) => {
-      const row = freshRow(seqs[i]);
-      results.push({ id: row.id, duplicate: false, laneSeq: row.laneSeq });
-      return valuesRow(row.id, item, row.laneSeq, row.isHead);
-    });
-    const [inserted] = await send([insertStatement(t, values)], { commit: true });
-    expectInserted(inserted?.affected ?? 0, items.length);
-    return results;
-  });
 }
 
 function nullableNumber(v: number | null): number | null {

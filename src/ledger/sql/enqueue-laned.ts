@@ -1,0 +1,93 @@
+import { sql, type RawBuilder } from 'kysely';
+import type { LedgerCapabilities } from '../capabilities.js';
+import type { LedgerDb } from '../connection.js';
+import { newId } from '../ids.js';
+import type { LedgerTables } from '../tables.js';
+import type { EnqueueResult } from '../types.js';
+import { leaseValues } from './claimed.js';
+import { jsonLiteral, literal, NO_TIME_TEXT, nowPlusMsText, queueScoped } from './common.js';
+import { expectInserted, laneCounts, laneStatements, type NewItem } from './enqueue.js';
+import { pipelined } from './pipeline.js';
+
+/** What the read-back says of an inserted item. */
+interface InsertedRow {
+  id: string;
+  lane_seq: number | string | null;
+  state: string;
+}
+
+/**
+ * A batch with lanes and without idempotency keys, in one round trip on a
+ * connection that takes several statements per query: the lane rows reserve
+ * the batch's sequences (and lock the lanes), an `INSERT … SELECT` joins
+ * each item to its lane row to compute its sequence and whether it is the
+ * head (and so keeps a claim it was offered), a read-back by the new ids
+ * says what was written, and COMMIT. The sequences never come to the client
+ * before the insert, so the lanes are held for one round trip, not two.
+ */
+export async function insertLanedOneTrip(db: LedgerDb, caps: LedgerCapabilities, t: LedgerTables, items: readonly NewItem[]): Promise<EnqueueResult[]> {
+  const lanes = laneCounts(items);
+  const ids = items.map(() => newId());
+  const [upsert] = laneStatements(t, lanes);
+  return pipelined(db, caps, async (send) => {
+    const [, inserted, read] = await send([upsert, insertJoined(t, items, ids), readBack(t, ids)], { commit: true });
+    expectInserted(inserted?.affected ?? 0, items.length);
+    const byId = new Map(((read?.rows ?? []) as unknown as InsertedRow[]).map((r) => [r.id, r]));
+    return items.map((item, i) => {
+      const row = byId.get(ids[i]!);
+      if (!row) throw new Error(`enqueue: item ${i} not read back`);
+      // A laned item whose lane was busy is not the head: the claim it was offered does not hold.
+      if (item.claim && row.state !== 'processing') delete item.claim;
+      return { id: row.id, duplicate: false, laneSeq: row.lane_seq === null ? null : Number(row.lane_seq) };
+    });
+  });
+}
+
+/**
+ * The items as a derived table, each with its place in the batch's share of
+ * its lane (`k` of `n`), joined to the lane rows the upsert just reserved
+ * (`next_seq` and `active` already include the batch): the item's sequence
+ * is `next_seq - n + k`, and it is the head when the lane had nothing
+ * unfinished before the batch and it is the batch's first of the lane. A
+ * laned item with no lane row would get a NULL `is_head`, which the NOT NULL
+ * column refuses: the statement fails rather than insert it out of its lane.
+ */
+function insertJoined(t: LedgerTables, items: readonly NewItem[], ids: readonly string[]): RawBuilder<unknown> {
+  const seen = new Map<string, number>();
+  const counts = new Map<string, number>();
+  for (const item of items) if (item.lane !== null) counts.set(queueScoped(item.queue, item.lane), (counts.get(queueScoped(item.queue, item.lane)) ?? 0) + 1);
+  const rows = items.map((item, i) => {
+    const key = item.lane === null ? '' : queueScoped(item.queue, item.lane);
+    const k = item.lane === null ? 1 : (seen.get(key) ?? 0) + 1;
+    seen.set(key, k);
+    const n = item.lane === null ? 1 : (counts.get(key) ?? 1);
+    const c = item.claim ? leaseValues(item.claim) : undefined;
+    const runAfter = item.runAt !== null ? sql`${item.runAt}` : sql.raw(nowPlusMsText(item.delayMs));
+    const as = (name: string): string => (i === 0 ? ` AS ${name}` : '');
+    return sql`SELECT ${sql.raw(
+      `${literal(ids[i]!)}${as('id')}, ${literal(item.queue)}${as('queue')}, ${literal(item.type)}${as('type')}, ${literal(item.lane)}${as('lane')}, ` +
+        `${k}${as('k')}, ${n}${as('n')}, ${literal(item.queueClass)}${as('queue_class')}, ${literal(item.priority)}${as('priority')}, ` +
+        `${jsonLiteral(item.payloadJson)}${as('payload')}, `,
+    )}${runAfter}${sql.raw(
+      `${as('run_after')}, ${literal(item.maxAttempts)}${as('max_attempts')}, ${literal(item.replayOf ?? null)}${as('replay_of')}, ` +
+        `${c ? 1 : 0}${as('c')}, ${c ? c.leaseOwner : "''"}${as('lease_owner')}, ${c ? c.leaseToken : "''"}${as('lease_token')}, ` +
+        `${c ? c.leaseUntil : NO_TIME_TEXT}${as('lease_until')}`,
+    )}`;
+  });
+  // Evaluated per row: whether the item is its lane's head; laneless items are their own.
+  const head = sql.raw(`IF(v.lane IS NULL, 1, IF(l.queue IS NULL, NULL, l.active - v.n = 0 AND v.k = 1))`);
+  const claimed = sql`(v.c = 1 AND ${head} = 1)`;
+  return sql`INSERT INTO ${t.items} (id, queue, type, lane, lane_seq, is_head, queue_class, priority,
+      payload, state, run_after, attempt, max_attempts, idempotency_key, replay_of, created_at, updated_at,
+      lease_owner, lease_token, lease_until, started_at)
+    SELECT v.id, v.queue, v.type, v.lane, IF(v.lane IS NULL, NULL, l.next_seq - v.n + v.k), ${head}, v.queue_class, v.priority,
+      v.payload, IF(${claimed}, 'processing', 'pending'), v.run_after, IF(${claimed}, 1, 0), v.max_attempts, NULL, v.replay_of,
+      NOW(6), NOW(6), IF(${claimed}, v.lease_owner, ''), IF(${claimed}, v.lease_token, ''), IF(${claimed}, v.lease_until, ${sql.raw(NO_TIME_TEXT)}),
+      IF(${claimed}, NOW(6), ${sql.raw(NO_TIME_TEXT)})
+    FROM (${sql.join(rows, sql` UNION ALL `)}) AS v
+    LEFT JOIN ${t.lanes} l ON l.queue = v.queue AND l.lane = v.lane`;
+}
+
+function readBack(t: LedgerTables, ids: readonly string[]): RawBuilder<unknown> {
+  return sql`SELECT id, lane_seq, state FROM ${t.items} WHERE id IN (${sql.raw(ids.map((id) => literal(id)).join(', '))})`;
+}
