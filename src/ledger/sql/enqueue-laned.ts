@@ -51,6 +51,8 @@ export async function insertLanedOneTrip(db: LedgerDb, caps: LedgerCapabilities,
  * unfinished before the batch and it is the batch's first of the lane. A
  * laned item with no lane row would get a NULL `is_head`, which the NOT NULL
  * column refuses: the statement fails rather than insert it out of its lane.
+ * The queue name is written as ASCII text, the lane rows' column's character
+ * set: TiDB refuses to compare a derived table's utf8mb4 text with it.
  */
 function insertJoined(t: LedgerTables, items: readonly NewItem[], ids: readonly string[]): RawBuilder<unknown> {
   const seen = new Map<string, number>();
@@ -65,7 +67,7 @@ function insertJoined(t: LedgerTables, items: readonly NewItem[], ids: readonly 
     const runAfter = item.runAt !== null ? sql`${item.runAt}` : sql.raw(nowPlusMsText(item.delayMs));
     const as = (name: string): string => (i === 0 ? ` AS ${name}` : '');
     return sql`SELECT ${sql.raw(
-      `${literal(ids[i]!)}${as('id')}, ${literal(item.queue)}${as('queue')}, ${literal(item.type)}${as('type')}, ${literal(item.lane)}${as('lane')}, ` +
+      `${literal(ids[i]!)}${as('id')}, _ascii${literal(item.queue)}${as('queue')}, ${literal(item.type)}${as('type')}, ${literal(item.lane)}${as('lane')}, ` +
         `${k}${as('k')}, ${n}${as('n')}, ${literal(item.queueClass)}${as('queue_class')}, ${literal(item.priority)}${as('priority')}, ` +
         `${jsonLiteral(item.payloadJson)}${as('payload')}, `,
     )}${runAfter}${sql.raw(
