@@ -15,7 +15,8 @@ export async function sweepSignals(exec: Executor, t: LedgerTables, queues: read
   if (queues.length === 0) return [];
   const classes = list(QUEUE_CLASSES);
   const derived = sql.join(
-    queues.map((q, i) => (i === 0 ? sql`SELECT ${inline(q)} AS queue` : sql`SELECT ${inline(q)}`)),
+    // ASCII text, as the queue columns are: TiDB refuses to compare a derived table's utf8mb4 text with them.
+    queues.map((q, i) => (i === 0 ? sql`SELECT _ascii${inline(q)} AS queue` : sql`SELECT _ascii${inline(q)}`)),
     sql` UNION ALL `,
   );
   const r = await sql<{ queue: string; claimable: number | string; expired: number | string; probes: number | string }>`SELECT q.queue,
