@@ -4,6 +4,7 @@ import type { ClaimedItem } from '../src/ledger/types.js';
 import { claimAll, freshQueue, laneRow, mustGet, only } from './support/items.js';
 import { createTestLedger, waitFor, type TestLedger } from './support/ledger.js';
 import { onEveryStatement } from './support/mysql-statements.js';
+import { LANES_PER_UPSERT } from '../src/ledger/sql/enqueue.js';
 
 let tl: TestLedger;
 let ledger: Ledger;
@@ -284,4 +285,23 @@ test("a laned batch, laneless items among it, is one round trip through the ledg
   expect(heads).toEqual([true, true, true, false, false]);
   expect(await laneRow(ledger, queue, 'a')).toEqual({ nextSeq: 2, active: 2 });
   expect(await laneRow(ledger, queue, 'warm')).toEqual({ nextSeq: 2, active: 2 });
+});
+
+test('a batch over more lanes than one upsert statement takes still travels in one round trip, every lane in order', async () => {
+  const queue = freshQueue('lane-chunks');
+  const lanes = LANES_PER_UPSERT * 3 + 5;
+  await ledger.enqueueMany([{ queue, type: 't', payload: {}, lane: 'warm' }]);
+  const sent: string[] = [];
+  const stop = onEveryStatement((text) => void sent.push(text));
+  let results;
+  try {
+    results = await ledger.enqueueMany(Array.from({ length: lanes * 3 }, (_, k) => ({ queue, type: 't', payload: { k }, lane: `l${k % lanes}` })));
+  } finally {
+    stop();
+  }
+  expect(sent).toHaveLength(1);
+  expect(results.map((r) => r.laneSeq)).toEqual(Array.from({ length: lanes * 3 }, (_, k) => Math.floor(k / lanes) + 1));
+  for (const lane of ['l0', `l${LANES_PER_UPSERT}`, `l${lanes - 1}`]) expect(await laneRow(ledger, queue, lane)).toEqual({ nextSeq: 3, active: 3 });
+  const heads = await Promise.all(results.slice(0, 3).concat(results.slice(lanes, lanes + 1)).map(async (r) => (await mustGet(ledger, r.id)).isHead));
+  expect(heads).toEqual([true, true, true, false]);
 });

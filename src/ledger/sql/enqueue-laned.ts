@@ -19,7 +19,7 @@ interface InsertedRow {
 /**
  * A batch with lanes and without idempotency keys, in one round trip on a
  * connection that takes several statements per query: the lane rows reserve
- * the batch's sequences (and lock the lanes), an `INSERT … SELECT` joins
+ * the batch's sequences (and lock the lanes; see LANES_PER_UPSERT), an `INSERT … SELECT` joins
  * each item to its lane row to compute its sequence and whether it is the
  * head (and so keeps a claim it was offered), a read-back by the new ids
  * says what was written, and COMMIT. The sequences never come to the client
@@ -28,9 +28,10 @@ interface InsertedRow {
 export async function insertLanedOneTrip(db: LedgerDb, caps: LedgerCapabilities, t: LedgerTables, items: readonly NewItem[]): Promise<EnqueueResult[]> {
   const lanes = laneCounts(items);
   const ids = items.map(() => newId());
-  const [upsert] = laneStatements(t, lanes);
+  const { upserts } = laneStatements(t, lanes);
   return pipelined(db, caps, async (send) => {
-    const [, inserted, read] = await send([upsert, insertJoined(t, items, ids), readBack(t, ids)], { commit: true });
+    const results = await send([...upserts, insertJoined(t, items, ids), readBack(t, ids)], { commit: true });
+    const [inserted, read] = results.slice(upserts.length);
     expectInserted(inserted?.affected ?? 0, items.length);
     const byId = new Map(((read?.rows ?? []) as unknown as InsertedRow[]).map((r) => [r.id, r]));
     return items.map((item, i) => {
