@@ -28,13 +28,10 @@ import { Producer } from '../src/producer/producer.js';
 import { WakeChannel } from '../src/wake/wake-channel.js';
 import { startRedisCluster, type LocalRedisCluster } from '../test/support/redis-cluster.js';
 import { environment } from './engine.js';
-import { fmt, median, minMax, onCleanup, percentile, printTable, progress, runCleanups } from './support.js';
+import { cliFlag, fmt, median, minMax, onCleanup, percentile, printTable, progress, runBenchmark } from './support.js';
 
 const args = process.argv.slice(2);
-const flag = (name: string): string | undefined => {
-  const i = args.indexOf(name);
-  return i >= 0 ? args[i + 1] : undefined;
-};
+const flag = (name: string): string | undefined => cliFlag(name, args);
 const RUNS = Number(flag('--runs') ?? 3);
 const JOBS = Number(flag('--jobs') ?? 20_000);
 const SHAPES = (flag('--shapes') ?? '32x2,4x16').split(',').map((s) => {
@@ -214,11 +211,4 @@ async function main(): Promise<void> {
   writeFileSync(file, `${JSON.stringify({ rows, meta: { at: new Date().toISOString(), runs: RUNS, jobs: JOBS, cluster: CLUSTER, node: process.version, raw: Object.fromEntries(results) } }, null, 2)}\n`);
 }
 
-main()
-  .catch((error: unknown) => {
-    console.error(error);
-    process.exitCode = 1;
-  })
-  .finally(async () => {
-    await runCleanups();
-  });
+runBenchmark(main);

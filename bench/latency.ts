@@ -34,13 +34,10 @@ import { addedLatency, LatencyProxies, pingRoundTrip, type AddedLatency } from '
 import { printCallTimes, printCells, printRoundTrips, type Cell } from './latency-report.js';
 import { roundTripRows, type RoundTripRow } from './round-trips.js';
 import { installRoundTripCounter, setPhase, takePhase, totalsByKind } from './sql-count.js';
-import { codeRevision, cpuShare, cpuSample, median, onCleanup, percentile, progress, runCleanups, withAdmin } from './support.js';
+import { cliFlag, codeRevision, cpuSample, cpuShare, median, onCleanup, percentile, progress, runBenchmark, withAdmin } from './support.js';
 
 const args = process.argv.slice(2);
-const flag = (name: string): string | undefined => {
-  const i = args.indexOf(name);
-  return i >= 0 ? args[i + 1] : undefined;
-};
+const flag = (name: string): string | undefined => cliFlag(name, args);
 const QUICK = args.includes('--quick');
 const RUNS = Number(flag('--runs') ?? (QUICK ? 1 : 3));
 const SIZES = {
@@ -229,11 +226,4 @@ function round(n: number): number {
   return Math.round(n * 1000) / 1000;
 }
 
-main()
-  .catch((error: unknown) => {
-    console.error(error);
-    process.exitCode = 1;
-  })
-  .finally(async () => {
-    await runCleanups();
-  });
+runBenchmark(main);

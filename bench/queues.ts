@@ -26,13 +26,10 @@ import { createLogger } from '../src/log.js';
 import { Producer } from '../src/producer/producer.js';
 import { WakeChannel } from '../src/wake/wake-channel.js';
 import { environment, waitUntil } from './engine.js';
-import { cpuSample, cpuShare, fmt, median, percentile, printTable, progress, runCleanups } from './support.js';
+import { cliFlag, cpuSample, cpuShare, fmt, median, percentile, printTable, progress, runBenchmark } from './support.js';
 
 const args = process.argv.slice(2);
-const flag = (name: string): string | undefined => {
-  const i = args.indexOf(name);
-  return i >= 0 ? args[i + 1] : undefined;
-};
+const flag = (name: string): string | undefined => cliFlag(name, args);
 const RUNS = Number(flag('--runs') ?? 3);
 const QUEUES = Number(flag('--queues') ?? 200);
 const IDLE_S = Number(flag('--idle-s') ?? 60);
@@ -159,11 +156,4 @@ async function main(): Promise<void> {
   );
 }
 
-main()
-  .catch((error: unknown) => {
-    console.error(error);
-    process.exitCode = 1;
-  })
-  .finally(async () => {
-    await runCleanups();
-  });
+runBenchmark(main);

@@ -326,3 +326,21 @@ export function fmt(n: number | undefined | null, digits = 0): string {
 export function progress(message: string): void {
   process.stderr.write(`${message}\n`);
 }
+
+/** The value after `name` on the command line (`--runs 3`), or undefined. */
+export function cliFlag(name: string, args: readonly string[] = process.argv.slice(2)): string | undefined {
+  const i = args.indexOf(name);
+  return i >= 0 ? args[i + 1] : undefined;
+}
+
+/** Runs a benchmark's main: an error is printed and sets exit code 1; every cleanup runs either way. */
+export function runBenchmark(main: () => Promise<void>): void {
+  main()
+    .catch((error: unknown) => {
+      console.error(error);
+      process.exitCode = 1;
+    })
+    .finally(async () => {
+      await runCleanups();
+    });
+}
