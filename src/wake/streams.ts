@@ -123,14 +123,6 @@ export class WakeStreams {
     }
   }
 
-  /**
-   * New entries for this consumer, at most `count` (its free slots), waiting
-   * up to `blockMs`. Uses a blocking client of its own.
-   */
-  async read(redis: RedisClient, consumer: string, count: number, blockMs: number): Promise<WakeEntry[]> {
-    return this.parse(await readGroupStreams(redis, consumer, this.streamKeys(), count, blockMs));
-  }
-
   streamKeys(): string[] {
     return [...this.keys.values()];
   }
