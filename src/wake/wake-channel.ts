@@ -92,8 +92,9 @@ export class WakeChannel {
 
   /**
    * The hub a wake reader reads through: on a plain Redis one per channel, so
-   * every reader sharing it shares two blocking connections; on a cluster one
-   * per reader (a read names the streams of one slot only).
+   * every reader sharing it shares its blocking reads (one per 64 wake
+   * streams, one for all control streams); on a cluster one per reader (a
+   * read names the streams of one slot only).
    */
   hubFor(readerName: string, log: Logger): WakeHub {
     if (this.cluster) return new WakeHub(this, { name: readerName, shared: false, log });

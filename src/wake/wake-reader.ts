@@ -24,10 +24,10 @@ export interface WakeReaderOptions {
 /**
  * One consumer's reader of its queue's wake streams (as a member of the
  * queue's consumer group) and control stream (as a plain reader), through the
- * channel's hub: on a plain Redis one pair of blocking connections serves
- * every reader of the process (src/wake/wake-hub.ts); on a cluster each
- * reader has its own, since one read may not span slots. It reads only while
- * its subscriber has room.
+ * channel's hub: on a plain Redis the hub's blocking reads serve every
+ * reader of the process (src/wake/wake-hub.ts); on a cluster each reader has
+ * its own pair, since one read may not span slots. It reads only while its
+ * subscriber has room.
  */
 export class WakeReader {
   private readonly hub: WakeHub;
