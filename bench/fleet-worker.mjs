@@ -15,7 +15,6 @@ const wake = new WakeChannel({ redis: redisUrl, keyPrefix: env('LW_KEY_PREFIX') 
 let firstStartMs;
 let rounds = 0;
 let emptyRounds = 0;
-let targeted = 0;
 const consumer = new Consumer({
   ledger,
   wake,
@@ -32,7 +31,6 @@ const consumer = new Consumer({
 consumer.on('claimRound', (r) => {
   rounds++;
   if (r.claimed === 0) emptyRounds++;
-  targeted += r.targeted;
 });
 await consumer.start();
 process.send?.({ type: 'ready' });
@@ -47,9 +45,7 @@ process.on('message', async (m) => {
     completed: c.completed,
     rounds,
     emptyRounds,
-    targeted,
     wakeEntriesRead: c.wakeEntriesRead,
-    followUpWakes: c.followUpWakes,
   });
   await wake.close();
   await ledger.close();

@@ -50,9 +50,7 @@ interface WorkerFigures {
   completed: number;
   rounds: number;
   emptyRounds: number;
-  targeted: number;
   wakeEntriesRead: number;
-  followUpWakes: number;
 }
 
 interface ShapeResult {

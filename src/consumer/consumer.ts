@@ -238,8 +238,9 @@ export class Consumer<DB = Record<string, never>> extends EventEmitter<ConsumerE
   /** The backstop: the ledger is the truth, so a sweep finds whatever wake-ups missed. */
   private async sweep(signal?: SweepSignal): Promise<void> {
     try {
-      if (this.maintainer && (signal === undefined || signal.expiredLeases || signal.dueProbes)) {
-        // Expired leases and due probes of this queue back to pending, each announced with a wake-up.
+      if (this.maintainer) {
+        // Expired leases and due probes of this queue back to pending, each announced with a wake-up
+        // (the pass runs only the steps the signal, when given, says have work).
         const failed = (await this.maintainer.pass(signal ? new Map([[signal.queue, signal]]) : undefined)).failed[0];
         if (failed) throw failed.error;
       }

@@ -51,7 +51,7 @@ export class SweepGroup {
     try {
       const members = [...this.members];
       const queues = [...new Set(members.map((m) => m.queue))];
-      const signals = await (async () => this.ledger.sweepSignals(queues))().then(
+      const signals = await this.ledger.sweepSignals(queues).then(
         (list) => new Map(list.map((s) => [s.queue, s])),
         () => undefined,
       );

@@ -311,7 +311,7 @@ export class Ledger {
    * would find work now: one statement however many queues, so idle queues
    * cost a sweep nothing more.
    */
-  sweepSignals(queues: readonly string[]): Promise<SweepSignal[]> {
+  async sweepSignals(queues: readonly string[]): Promise<SweepSignal[]> {
     validate(queueListSchema, queues, 'sweepSignals', 'queues');
     return sweepSignals(this.db, this.tables, queues);
   }

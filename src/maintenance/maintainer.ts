@@ -112,7 +112,7 @@ export class Maintainer {
     // Without signals (the read failed: one bad queue name fails it for all) every step runs, queue by queue as before.
     const found =
       signals ??
-      (await (async () => this.settings.ledger.sweepSignals(queues))().then(
+      (await this.settings.ledger.sweepSignals(queues).then(
         (list) => new Map(list.map((x) => [x.queue, x])),
         () => new Map<string, SweepSignal>(),
       ));

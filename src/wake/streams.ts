@@ -64,6 +64,7 @@ export const MAX_ENTRIES_PER_MESSAGE = 16;
 export class WakeStreams {
   private readonly keys: Map<QueueClass, string>;
   private readonly classByKey: Map<string, QueueClass>;
+  private readonly keyList: readonly string[];
 
   constructor(
     private readonly prefix: string,
@@ -73,6 +74,7 @@ export class WakeStreams {
   ) {
     this.keys = new Map(classes.map((c) => [c, wakeStreamKey(prefix, queue, c)]));
     this.classByKey = new Map([...this.keys].map(([c, k]) => [k, c]));
+    this.keyList = [...this.keys.values()];
   }
 
   key(queueClass: QueueClass): string {
@@ -123,13 +125,19 @@ export class WakeStreams {
     }
   }
 
-  streamKeys(): string[] {
-    return [...this.keys.values()];
+  /** The queue's stream keys, one per class (read on every blocking read: built once). */
+  streamKeys(): readonly string[] {
+    return this.keyList;
+  }
+
+  /** Whether `stream` is one of this queue's streams. */
+  covers(stream: string): boolean {
+    return this.classByKey.has(stream);
   }
 
   /** This queue's entries in a reply of readGroupStreams (which may name other queues' streams too). */
   entriesOf(reply: GroupReadReply): WakeEntry[] {
-    return this.parse(reply.filter(([stream]) => this.classByKey.has(stream)));
+    return this.parse(reply.filter(([stream]) => this.covers(stream)));
   }
 
   async ack(redis: RedisClient, entries: readonly WakeEntry[]): Promise<void> {

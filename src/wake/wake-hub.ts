@@ -91,8 +91,7 @@ export class WakeHub implements ShardHost {
     if (shard && shard.members.size === 0) this.shards.splice(this.shards.indexOf(shard), 1);
     if (this.members.size === 0) await this.stop();
     if (![...this.members].some((m) => m.queue === member.queue)) this.controlAfter.delete(member.queue);
-    const keys = new Set(member.streams.streamKeys());
-    const shared = [...this.members].some((m) => m.streams.streamKeys().some((k) => keys.has(k)));
+    const shared = [...this.members].some((m) => m.streams.streamKeys().some((k) => member.streams.covers(k)));
     // Entries read for it and not acknowledged go with it (the sweep covers them).
     if (!shared) await member.streams.removeConsumer(this.channel.redis, this.name).catch(() => undefined);
   }

@@ -155,7 +155,7 @@ export class WakeReadShard {
         seen.add(key);
         let best: HubMember | undefined;
         for (const [candidate, room] of left) {
-          if (!this.members.has(candidate) || !candidate.streams.streamKeys().includes(e.stream)) continue;
+          if (!this.members.has(candidate) || !candidate.streams.covers(e.stream)) continue;
           if (best === undefined || room > (left.get(best) ?? 0)) best = candidate;
         }
         if (best === undefined) continue;

@@ -3,7 +3,7 @@ import { expect } from 'vitest';
 import { ReplayRejectedError } from '../../src/errors.js';
 import type { EnqueueInput } from '../../src/ledger/ledger.js';
 import { errorDigest } from '../../src/ledger/ids.js';
-import type { ItemState, ReclaimOutcome } from '../../src/ledger/types.js';
+import type { ClaimedItem, ItemState, ReclaimOutcome } from '../../src/ledger/types.js';
 import { SLACK_MS, type Finish, type LedgerModel, type ModelItem, type NewItemSpec } from '../support/ledger-model.js';
 import { waitFor } from '../support/ledger.js';
 import {
@@ -130,14 +130,30 @@ export function handleNote(m: LedgerModel, k: number): string {
   return `h-${k} = ${m.label(h.id)} attempt ${h.attempt} (${m.holds(h) ? 'current' : 'stale'} claim)`;
 }
 
-const finishCommand = (f: Finish, k: number): LedgerCommand => {
-  const label = `${finishLabel(f)}(h-${k})`;
+/**
+ * A command on the k-th most recent claim's handle: it applies once there is
+ * one (and `also` holds); `run` gets the handle and the label with the
+ * handle's note, read before anything runs.
+ */
+export function handleCommand(
+  label: string,
+  k: number,
+  run: (m: LedgerModel, r: Real, h: ClaimedItem, what: string) => Promise<void>,
+  also: (m: Readonly<LedgerModel>) => boolean = () => true,
+): LedgerCommand {
   return command(
     label,
-    (m) => m.handles.length > k,
-    async (m, r) => {
-      const h = recent(m, k);
-      const what = `${label}, ${handleNote(m, k)}`;
+    (m) => m.handles.length > k && also(m),
+    (m, r) => run(m, r, recent(m, k), `${label}, ${handleNote(m, k)}`),
+  );
+}
+
+const finishCommand = (f: Finish, k: number): LedgerCommand => {
+  const label = `${finishLabel(f)}(h-${k})`;
+  return handleCommand(
+    label,
+    k,
+    async (m, r, h, what) => {
       const sf = scoped(r, f);
       const { value, b } = await bracketed(m, r, () => finishOn(r.ledger, h, sf));
       expectFinish(value, m.finish(h, sf, b), what);

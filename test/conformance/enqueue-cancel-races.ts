@@ -2,8 +2,8 @@ import fc from 'fast-check';
 import { expect } from 'vitest';
 import type { EnqueueResult } from '../../src/ledger/types.js';
 import type { Finish, NewItemSpec } from '../support/ledger-model.js';
-import { enqueueInput, finishKindArb, handleArb, handleNote, leaseArb, limitArb, MAX_ITEMS, ms, newItemArb, ownerArb, scoped, specLabel } from './commands.js';
-import { bracketed, command, expectClaim, expectFinish, finishLabel, finishOn, recent, viewOf, type LedgerCommand } from './real.js';
+import { enqueueInput, finishKindArb, handleArb, handleCommand, leaseArb, limitArb, MAX_ITEMS, ms, newItemArb, ownerArb, scoped, specLabel } from './commands.js';
+import { bracketed, command, expectClaim, expectFinish, finishLabel, finishOn, viewOf, type LedgerCommand } from './real.js';
 
 /*
  * More calls issued together (see races.ts): producers against each other
@@ -48,12 +48,10 @@ export const enqueueRaceArb = fc
  */
 const enqueueWhileFinishing = (spec: NewItemSpec, f: Finish, k: number): LedgerCommand => {
   const label = `race(enqueue[${specLabel(spec)}] ‖ ${finishLabel(f)}(h-${k}))`;
-  return command(
+  return handleCommand(
     label,
-    (m) => m.handles.length > k && m.items.length < MAX_ITEMS,
-    async (m, r) => {
-      const h = recent(m, k);
-      const what = `${label}, ${handleNote(m, k)}`;
+    k,
+    async (m, r, h, what) => {
       // Into the finalized item's lane, when it has one: that is where the two meet.
       const s: NewItemSpec = { ...spec, lane: h.lane ?? spec.lane };
       const sf = scoped(r, f);
@@ -63,6 +61,7 @@ const enqueueWhileFinishing = (spec: NewItemSpec, f: Finish, k: number): LedgerC
       expectFinish(fin, m.finish(h, sf, b), what);
       expect(enq, `${what}: enqueue`).toEqual(m.enqueue(s, enq.id, b));
     },
+    (m) => m.items.length < MAX_ITEMS,
   );
 };
 
@@ -126,12 +125,10 @@ export const cancelWhileClaimingArb = fc
  */
 const cancelWhileFinishing = (f: Finish, k: number, reason: string | undefined): LedgerCommand => {
   const label = `race(cancel(h-${k}'s item${reason ? `, "${reason}"` : ''}) ‖ ${finishLabel(f)}(h-${k}))`;
-  return command(
+  return handleCommand(
     label,
-    (m) => m.handles.length > k,
-    async (m, r) => {
-      const h = recent(m, k);
-      const what = `${label}, ${handleNote(m, k)}`;
+    k,
+    async (m, r, h, what) => {
       const sf = scoped(r, f);
       const held = m.holds(h);
       const { value, b } = await bracketed(m, r, () => Promise.all([r.ledger.cancel(h.id, reason), finishOn(r.ledger, h, sf)] as const));

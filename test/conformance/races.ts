@@ -1,8 +1,8 @@
 import fc from 'fast-check';
 import { expect } from 'vitest';
 import type { Finish } from '../support/ledger-model.js';
-import { depArb, finishKindArb, handleArb, handleNote, leaseArb, limitArb, ms, ownerArb, scoped } from './commands.js';
-import { bracketed, command, depKey, expectClaim, expectFinish, finishLabel, finishOn, recent, viewOf, type LedgerCommand } from './real.js';
+import { depArb, finishKindArb, handleArb, handleCommand, leaseArb, limitArb, ms, ownerArb, scoped } from './commands.js';
+import { bracketed, command, depKey, expectClaim, expectFinish, finishLabel, finishOn, viewOf, type LedgerCommand } from './real.js';
 
 /*
  * Calls issued together (Promise.all), where the order the server runs them
@@ -45,12 +45,10 @@ export const claimRaceArb = fc.tuple(limitArb, limitArb, leaseArb).map(([l1, l2,
 /** Two finalizes of one claim at once: exactly one wins while the claim is current, none once it is stale. */
 const finishRace = (fs: [Finish, Finish], k: number): LedgerCommand => {
   const label = `race(${finishLabel(fs[0])} ‖ ${finishLabel(fs[1])})(h-${k})`;
-  return command(
+  return handleCommand(
     label,
-    (m) => m.handles.length > k,
-    async (m, r) => {
-      const h = recent(m, k);
-      const what = `${label}, ${handleNote(m, k)}`;
+    k,
+    async (m, r, h, what) => {
       const scopedFs = fs.map((f) => scoped(r, f));
       const { value, b } = await bracketed(m, r, () => Promise.all(scopedFs.map((f) => finishOn(r.ledger, h, f))));
       const winners = value.flatMap((v, i) => (v.won ? [i] : []));
@@ -73,12 +71,10 @@ export const finishRaceArb = fc.tuple(finishKindArb, finishKindArb, handleArb).m
  */
 const claimWhileFinishing = (owner: string, limit: number, leaseMs: number, f: Finish, k: number): LedgerCommand => {
   const label = `race(claim(${owner}, limit ${limit}, lease ${ms(leaseMs)}) ‖ ${finishLabel(f)}(h-${k}))`;
-  return command(
+  return handleCommand(
     label,
-    (m) => m.handles.length > k,
-    async (m, r) => {
-      const h = recent(m, k);
-      const what = `${label}, ${handleNote(m, k)}`;
+    k,
+    async (m, r, h, what) => {
       const sf = scoped(r, f);
       const { value, b } = await bracketed(m, r, () =>
         Promise.all([r.ledger.claim({ queue: r.queue, owner, limit, leaseMs }), finishOn(r.ledger, h, sf)] as const),
@@ -107,12 +103,10 @@ export const claimWhileFinishingArb = fc
  */
 const blockWhileWaking = (key: string, k: number): LedgerCommand => {
   const label = `race(block(${key})(h-${k}) ‖ wakeDependency(${key}))`;
-  return command(
+  return handleCommand(
     label,
-    (m) => m.handles.length > k,
-    async (m, r) => {
-      const h = recent(m, k);
-      const what = `${label}, ${handleNote(m, k)}`;
+    k,
+    async (m, r, h, what) => {
       const dep = depKey(r, key);
       const block: Finish = { kind: 'block', key: dep };
       const { value, b } = await bracketed(m, r, () =>

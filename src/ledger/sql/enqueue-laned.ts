@@ -6,7 +6,7 @@ import type { LedgerTables } from '../tables.js';
 import type { EnqueueResult } from '../types.js';
 import { leaseValues } from './claimed.js';
 import { jsonLiteral, literal, NO_TIME_TEXT, nowPlusMsText, queueScoped } from './common.js';
-import { expectInserted, laneCounts, laneStatements, type NewItem } from './enqueue.js';
+import { expectInserted, laneCounts, laneStatements, type LaneCount, type NewItem } from './enqueue.js';
 import { pipelined } from './pipeline.js';
 
 /** What the read-back says of an inserted item. */
@@ -30,7 +30,7 @@ export async function insertLanedOneTrip(db: LedgerDb, caps: LedgerCapabilities,
   const ids = items.map(() => newId());
   const { upserts } = laneStatements(t, lanes);
   return pipelined(db, caps, async (send) => {
-    const results = await send([...upserts, insertJoined(t, items, ids), readBack(t, ids)], { commit: true });
+    const results = await send([...upserts, insertJoined(t, items, ids, lanes), readBack(t, ids)], { commit: true });
     const [inserted, read] = results.slice(upserts.length);
     expectInserted(inserted?.affected ?? 0, items.length);
     const byId = new Map(((read?.rows ?? []) as unknown as InsertedRow[]).map((r) => [r.id, r]));
@@ -55,10 +55,9 @@ export async function insertLanedOneTrip(db: LedgerDb, caps: LedgerCapabilities,
  * The queue name is written as ASCII text, the lane rows' column's character
  * set: TiDB refuses to compare a derived table's utf8mb4 text with it.
  */
-function insertJoined(t: LedgerTables, items: readonly NewItem[], ids: readonly string[]): RawBuilder<unknown> {
+function insertJoined(t: LedgerTables, items: readonly NewItem[], ids: readonly string[], lanes: readonly LaneCount[]): RawBuilder<unknown> {
   const seen = new Map<string, number>();
-  const counts = new Map<string, number>();
-  for (const item of items) if (item.lane !== null) counts.set(queueScoped(item.queue, item.lane), (counts.get(queueScoped(item.queue, item.lane)) ?? 0) + 1);
+  const counts = new Map(lanes.map((l) => [queueScoped(l.queue, l.lane), l.n]));
   const rows = items.map((item, i) => {
     const key = item.lane === null ? '' : queueScoped(item.queue, item.lane);
     const k = item.lane === null ? 1 : (seen.get(key) ?? 0) + 1;
