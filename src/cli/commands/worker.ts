@@ -99,8 +99,9 @@ ledger is unreachable or behind. Logs JSON lines to stderr at info
 
       // The library logs at warn; a worker process is an operator's, who wants its state changes.
       setDefaultLogLevel('info');
-      const worker = await start(config);
-      if (worker.admin) eprintln(io, `admin: ${worker.admin.url}`);
+      // The handlers go in before start-up: "worker started" is logged inside start(), and a
+      // SIGTERM sent on seeing it must drain the worker, not meet the default handler and kill it.
+      let worker: Awaited<ReturnType<typeof start>> | undefined;
       let signals = 0;
       const onSignal = (signal: NodeJS.Signals): void => {
         signals++;
@@ -109,11 +110,15 @@ ledger is unreachable or behind. Logs JSON lines to stderr at info
           process.exit(130);
         }
         eprintln(io, `${signal}: draining (send it again to exit at once)`);
-        void worker.stop();
+        void worker?.stop();
       };
       process.on('SIGTERM', onSignal);
       process.on('SIGINT', onSignal);
       try {
+        worker = await start(config);
+        if (worker.admin) eprintln(io, `admin: ${worker.admin.url}`);
+        // A signal during start-up: stop now that there is a worker to stop.
+        if (signals > 0) void worker.stop();
         const code = await worker.done;
         if (code === EXIT_OWNERSHIP_LOST) throw new CliError('ownership of a queue moved to a newer activation: stopped', EXIT.ownership);
       } finally {
