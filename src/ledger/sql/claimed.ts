@@ -47,7 +47,7 @@ export function readBackClaimed(t: LedgerTables, ids: readonly string[], token: 
 export const CLAIMED_COLUMN_LIST = `id, queue, type, lane, lane_seq, queue_class, priority, payload, run_after, attempt, max_attempts,
   idempotency_key, dependency_key, probe_after, blocked_at, block_expires_at, checkpoint, result, last_error, failure_class,
   replay_of, replayed_at, created_at, started_at`;
-const CLAIMED_COLUMNS = sql.raw(CLAIMED_COLUMN_LIST);
+export const CLAIMED_COLUMNS = sql.raw(CLAIMED_COLUMN_LIST);
 
 /**
  * A row `readBackClaimed` returned, completed with what the claim wrote:

@@ -1,20 +1,18 @@
-import { sql, type RawBuilder } from 'kysely';
+import { sql } from 'kysely';
 import type { LedgerCapabilities } from '../capabilities.js';
 import type { Executor, LedgerDb } from '../connection.js';
 import { CONNECTION_RETRY, isConnectionError, readAfterLostConnection, retryDelay, retryOnConflict } from '../retry.js';
 import type { LedgerTables } from '../tables.js';
 import type { ClaimedRow } from '../rows.js';
-import type { ClaimedItem, LeaseHandle, QueueClass, SuccessorClaim } from '../types.js';
-import { claimedItems, grantLease, leaseAssignments, readBackClaimed, type Lease } from './claimed.js';
-import { affected, inline, jsonLiteral, laneIn, list, NO_TIME, queueScoped } from './common.js';
+import type { ClaimedItem, LeaseHandle, SuccessorClaim } from '../types.js';
+import { claimedItems, grantLease, readBackClaimed } from './claimed.js';
+import { affected, inline, list, queueScoped } from './common.js';
+import { completeInOneTrip, completeInTwoTrips, isGuardRefusal, PartialBatch, type BatchDone } from './complete-laned.js';
+import { completionStatement, type CompletionEntry } from './completion-cas.js';
 import { finalize } from './finalize.js';
-import { pipelined, type Send } from './pipeline.js';
-import { advanceHead } from './transition.js';
+import { pipelined } from './pipeline.js';
 
-export interface CompletionEntry {
-  handle: LeaseHandle;
-  resultJson: string | null;
-}
+export type { CompletionEntry } from './completion-cas.js';
 
 /**
  * Per entry: whether it won, and for a laned winner whether its lane got a
@@ -153,14 +151,13 @@ async function completeOnce(
     const items = batch.map((i) => entries[i]!);
     try {
       const done = items.some((e) => e.handle.lane !== null)
-        ? await retryOnConflict(() => pipelined(db, caps, (send, exec) => completeLanedBatch(send, exec, t, items, next)))
+        ? await completeLaned(db, caps, t, items, next)
         : // Without lanes the batch is one UPDATE: atomic on its own, no transaction.
           await retryOnConflict(() => completeLanelessBatch(db, t, items));
-      const advanced = done.advanced;
       claimed = done.claimed;
       batch.forEach((i, k) => {
         const h = entries[i]!.handle;
-        out[i] = { won: done.won?.[k] ?? true, laneAdvanced: h.lane !== null && advanced.has(queueScoped(h.queue, h.lane)) };
+        out[i] = { won: done.won[k] === true, laneAdvanced: h.lane !== null && done.advanced.has(queueScoped(h.queue, h.lane)) };
       });
     } catch (error) {
       if (!(error instanceof PartialBatch)) throw error;
@@ -176,43 +173,22 @@ async function completeOnce(
   return { outcomes: out, claimed };
 }
 
-class PartialBatch extends Error {}
-
-function completionStatement(t: LedgerTables, entries: readonly CompletionEntry[]): RawBuilder<unknown> {
-  const ids = entries.map((e) => e.handle.id);
-  const withResult = entries.filter((e): e is CompletionEntry & { resultJson: string } => e.resultJson !== null);
-  const resultExpr =
-    withResult.length === 0
-      ? sql`NULL`
-      : sql`CASE id ${sql.join(withResult.map((e) => sql`WHEN ${inline(e.handle.id)} THEN ${sql.raw(jsonLiteral(e.resultJson))}`), sql` `)} ELSE NULL END`;
-  // Items of one claim share its token: then a plain equality does, which
-  // MariaDB plans far more cheaply than a list of (id, token) pairs.
-  const tokens = new Set(entries.map((e) => e.handle.leaseToken));
-  const [onlyToken] = tokens;
-  const tokenGuard =
-    tokens.size === 1
-      ? sql`lease_token = ${inline(onlyToken ?? null)}`
-      : sql`(id, lease_token) IN (${sql.join(entries.map((e) => sql`(${inline(e.handle.id)}, ${inline(e.handle.leaseToken)})`))})`;
-  return sql`UPDATE ${t.items}
-    SET state = 'completed', result = ${resultExpr}, last_error = NULL, failure_class = NULL, lease_until = ${NO_TIME},
-      terminal_at = NOW(6), updated_at = NOW(6)
-    WHERE id IN (${list(ids)}) AND state = 'processing' AND ${tokenGuard}`;
+/** One round trip when the batch is the common case; two, or the single path, when it is not (complete-laned.ts). */
+async function completeLaned(db: LedgerDb, caps: LedgerCapabilities, t: LedgerTables, items: readonly CompletionEntry[], next: SuccessorClaim | undefined): Promise<BatchDone> {
+  try {
+    return await retryOnConflict(() => pipelined(db, caps, (send) => completeInOneTrip(send, t, items, next)));
+  } catch (error) {
+    if (!isGuardRefusal(error)) throw error;
+  }
+  return retryOnConflict(() => pipelined(db, caps, (send, exec) => completeInTwoTrips(send, exec, t, items, next)));
 }
 
-interface LanedDone {
-  /** Lanes whose new head was left pending. */
-  advanced: Set<string>;
-  claimed: ClaimedItem[];
-  /** Per entry, when not every entry won. */
-  won?: boolean[];
-}
-
-async function completeLanelessBatch(db: LedgerDb, t: LedgerTables, entries: readonly CompletionEntry[]): Promise<LanedDone> {
+async function completeLanelessBatch(db: LedgerDb, t: LedgerTables, entries: readonly CompletionEntry[]): Promise<BatchDone> {
   const r = await completionStatement(t, entries).execute(db);
-  if (affected(r) === entries.length) return { advanced: new Set(), claimed: [] };
+  if (affected(r) === entries.length) return { won: entries.map(() => true), advanced: new Set(), claimed: [] };
   // Someone lost their lease. The statement stands (no transaction), so a second CAS of each entry
   // would lose to it: read which entries it completed instead.
-  return { advanced: new Set(), claimed: [], won: await completedByStatement(db, t, entries, affected(r)) };
+  return { won: await completedByStatement(db, t, entries, affected(r)), advanced: new Set(), claimed: [] };
 }
 
 /**
@@ -231,87 +207,4 @@ async function completedByStatement(db: LedgerDb, t: LedgerTables, entries: read
   const won = entries.map(() => false);
   for (const { k } of latestFirst.slice(0, changed)) won[k] = true;
   return won;
-}
-
-/**
- * Two round trips. The first, with BEGIN: lane rows first (the order every
- * lane-touching transaction uses), the CAS of every item, and the reads that
- * find each lane's successor. The second: the successors become heads (those
- * `next` takes, claimed by it and read back), and COMMIT. Sequences are gap
- * free, so the successor is almost always `lane_seq + 1`; a lane that still
- * has unfinished items but whose `lane_seq + 1` is not pending (cancelled
- * while waiting) falls back to the scan, and its new head is left pending.
- */
-async function completeLanedBatch(
-  send: Send,
-  exec: Executor,
-  t: LedgerTables,
-  entries: readonly CompletionEntry[],
-  next: SuccessorClaim | undefined,
-): Promise<LanedDone> {
-  const laned = entries.filter((e) => e.handle.lane !== null);
-  const lanes = laned.map((e) => e.handle);
-  // Row-constructor IN: MariaDB plans it as a range on ix_lane in a SELECT but
-  // as a full scan in an UPDATE, so the successors are found first, then updated by key.
-  const [, completed, active, found] = await send([
-    sql`UPDATE ${t.lanes} SET active = active - 1 WHERE ${laneIn(lanes)}`,
-    completionStatement(t, entries),
-    sql`SELECT queue, lane, active FROM ${t.lanes} WHERE ${laneIn(lanes)}`,
-    sql`SELECT id, queue, lane, type, queue_class, run_after <= NOW(6) AS due FROM ${t.items} FORCE INDEX (ix_lane)
-      WHERE (queue, lane, lane_seq) IN (${sql.join(laned.map((e) => sql`(${inline(e.handle.queue)}, ${inline(e.handle.lane)}, ${inline((e.handle.laneSeq ?? 0) + 1)})`))})
-        AND state = 'pending'`,
-  ]);
-  // Someone lost their lease: roll this batch back and let each item CAS on its
-  // own, which tells exactly who won. Rare (expired leases), so the slow path is fine.
-  if (completed?.affected !== entries.length) throw new PartialBatch();
-
-  const busy = new Set((active?.rows ?? []).filter((r) => Number(r.active) > 0).map((r) => queueScoped(String(r.queue), String(r.lane))));
-  const successors = ((found?.rows ?? []) as unknown as SuccessorRow[]).filter((r) => busy.has(queueScoped(r.queue, r.lane)));
-  const headed = new Set(successors.map((r) => queueScoped(r.queue, r.lane)));
-  const mine = next ? successors.filter((r) => takes(next, r)).slice(0, next.max) : [];
-  const mineIds = new Set(mine.map((r) => r.id));
-  const left = successors.filter((r) => !mineIds.has(r.id));
-  const advanced = new Set(left.map((r) => queueScoped(r.queue, r.lane)));
-  const statements: RawBuilder<unknown>[] = [];
-  if (left.length > 0) {
-    statements.push(sql`UPDATE ${t.items} SET is_head = 1, updated_at = NOW(6) WHERE id IN (${list(left.map((r) => r.id))}) AND state = 'pending'`);
-  }
-  const lease = next && mine.length > 0 ? grantLease(next) : undefined;
-  if (lease) statements.push(...claimSuccessors(t, lease, mine.map((r) => r.id)));
-  const stragglers = laned.filter((e) => {
-    const k = queueScoped(e.handle.queue, e.handle.lane ?? '');
-    return busy.has(k) && !headed.has(k);
-  });
-  const results = await send(statements, { commit: stragglers.length === 0 });
-  const claimed = lease ? claimedItems((results.at(-1)?.rows ?? []) as unknown as ClaimedRow[], lease) : [];
-  for (const e of stragglers) {
-    if (await advanceHead(exec, t, { queue: e.handle.queue, lane: e.handle.lane, laneSeq: e.handle.laneSeq })) {
-      advanced.add(queueScoped(e.handle.queue, e.handle.lane ?? ''));
-    }
-  }
-  return { advanced, claimed };
-}
-
-interface SuccessorRow {
-  id: string;
-  queue: string;
-  lane: string;
-  type: string;
-  queue_class: QueueClass;
-  due: number;
-}
-
-function takes(next: SuccessorClaim, r: SuccessorRow): boolean {
-  if (Number(r.due) !== 1) return false;
-  if (next.classes && next.classes.length > 0 && !next.classes.includes(r.queue_class)) return false;
-  return !next.types || next.types.length === 0 || next.types.includes(r.type);
-}
-
-/** The new heads become heads and claimed at once: the claim CAS's effect, then the read-back of what it won. */
-function claimSuccessors(t: LedgerTables, lease: Lease, ids: readonly string[]): RawBuilder<unknown>[] {
-  return [
-    sql`UPDATE ${t.items} SET is_head = 1, ${leaseAssignments(lease)}
-      WHERE id IN (${list(ids)}) AND state = 'pending' AND run_after <= NOW(6)`,
-    readBackClaimed(t, ids, lease.token),
-  ];
 }
