@@ -225,3 +225,18 @@ test('a lane that advances while a claim round is in flight is claimed at once, 
   expect(consumer.counters.sweeps).toBe(1);
   await consumer.stop();
 });
+
+test("the consumer's wakeRead event names the items a wake-up from another process's producer brought", async () => {
+  tl = await createTestLedger();
+  tw = createTestWake();
+  const queue = uniqueQueue('wake-read');
+  const consumer = new Consumer({ ledger: tl.ledger, wake: tw.wake, queue, concurrency: 4, pollIntervalMs: 60_000, handlers: { t: async () => {} } });
+  const read: string[] = [];
+  consumer.on('wakeRead', (r) => read.push(...r.ids));
+  await consumer.start();
+  const producer = new Producer({ ledger: tl.ledger, wake: tw.remote() });
+  const results = await producer.enqueueMany([0, 1, 2].map((n) => ({ queue, type: 't', payload: { n } })));
+  await waitFor(async () => consumer.counters.completed === 3 || undefined, 20_000, 'all completed');
+  await consumer.stop();
+  expect(read.sort()).toEqual(results.map((r) => r.id).sort());
+});

@@ -139,7 +139,10 @@ export class Consumer<DB = Record<string, never>> extends EventEmitter<ConsumerE
       const { queue, classes, readBlockMs } = this.settings;
       this.reader = new WakeReader(wake, { queue, classes, name: this.name, readBlockMs, log: this.log }, {
         readRoom: () => (this.scheduler.paused ? 0 : this.scheduler.freeSlots()),
-        onEntries: (entries) => this.scheduler.takeEntries(entries),
+        onEntries: (entries) => {
+          if (this.listenerCount('wakeRead') > 0) this.emit('wakeRead', { ids: entries.flatMap((e) => e.ids), entries: entries.length });
+          this.scheduler.takeEntries(entries);
+        },
         onControl: (message) => this.takeControl(message),
         onRedisHealth: (up) => (up ? this.scheduler.sweepNow() : this.scheduler.wakeLoop()),
       });

@@ -32,6 +32,8 @@ export interface ConsumerEvents {
   outcome: [item: ClaimedItem, outcome: Outcome];
   started: [item: ClaimedItem];
   control: [message: ControlMessage];
+  /** Wake entries read from Redis, as they reach the claim side: the item ids they name (none for a "look" wake-up). */
+  wakeRead: [read: { ids: readonly string[]; entries: number }];
   /** One claim round: how many items it won and how long its ledger round trips took. */
   claimRound: [round: { claimed: number; durationMs: number; targeted: number }];
 }
