@@ -15,6 +15,8 @@ const wake = new WakeChannel({ redis: redisUrl, keyPrefix: env('LW_KEY_PREFIX') 
 let firstStartMs;
 let rounds = 0;
 let emptyRounds = 0;
+// Set on 'mark' (after a warm-up drain): the figures count from there.
+let base = { claimed: 0, completed: 0, wakeEntriesRead: 0 };
 const consumer = new Consumer({
   ledger,
   wake,
@@ -33,19 +35,35 @@ consumer.on('claimRound', (r) => {
   if (r.claimed === 0) emptyRounds++;
 });
 await consumer.start();
+let cpuAtReady = process.cpuUsage();
 process.send?.({ type: 'ready' });
 process.on('message', async (m) => {
+  if (m?.type === 'mark') {
+    firstStartMs = undefined;
+    rounds = 0;
+    emptyRounds = 0;
+    const c = consumer.counters;
+    base = { claimed: c.claimed, completed: c.completed, wakeEntriesRead: c.wakeEntriesRead };
+    cpuAtReady = process.cpuUsage();
+    process.send?.({ type: 'marked' });
+    return;
+  }
   if (m?.type !== 'stop') return;
   await consumer.stop();
   const c = consumer.counters;
   process.send?.({
     type: 'figures',
     firstStartMs,
-    claimed: c.claimed,
-    completed: c.completed,
+    claimed: c.claimed - base.claimed,
+    completed: c.completed - base.completed,
     rounds,
     emptyRounds,
-    wakeEntriesRead: c.wakeEntriesRead,
+    wakeEntriesRead: c.wakeEntriesRead - base.wakeEntriesRead,
+    // This process's CPU from 'ready' (or 'mark') to 'stop', seconds (user + system).
+    cpuS: (() => {
+      const u = process.cpuUsage(cpuAtReady);
+      return (u.user + u.system) / 1e6;
+    })(),
   });
   await wake.close();
   await ledger.close();

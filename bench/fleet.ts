@@ -2,7 +2,7 @@
  * Many replicas on one machine, as a simulation of a fleet (issue 16 §5).
  *
  *   npm run bench:fleet
- *   npm run bench:fleet -- --runs 3 --jobs 20000 --shapes 32x2,4x16 [--cluster]
+ *   npm run bench:fleet -- --runs 3 --jobs 20000 --shapes 32x2,4x16 [--cluster] [--warmup 5000] [--cpu-prof DIR]
  *
  * Per shape (processes × concurrency; by default 32 × 2 against 4 × 16, the
  * same 64 slots): that many worker processes, each a Consumer of one queue
@@ -18,6 +18,7 @@
  * With --cluster the wake channel is a local 6-node Redis Cluster
  * (test/support/redis-cluster.ts) instead of the plain Redis.
  */
+import { once } from 'node:events';
 import { execFileSync, spawn, type ChildProcess } from 'node:child_process';
 import { mkdirSync, writeFileSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
@@ -28,7 +29,7 @@ import { Producer } from '../src/producer/producer.js';
 import { WakeChannel } from '../src/wake/wake-channel.js';
 import { startRedisCluster, type LocalRedisCluster } from '../test/support/redis-cluster.js';
 import { environment } from './engine.js';
-import { cliFlag, fmt, median, minMax, onCleanup, percentile, printTable, progress, runBenchmark } from './support.js';
+import { cliFlag, cpuSample, sleep, withAdmin, fmt, median, minMax, onCleanup, percentile, printTable, progress, runBenchmark } from './support.js';
 
 const args = process.argv.slice(2);
 const flag = (name: string): string | undefined => cliFlag(name, args);
@@ -40,6 +41,9 @@ const SHAPES = (flag('--shapes') ?? '32x2,4x16').split(',').map((s) => {
   return { processes: p, concurrency: c };
 });
 const CLUSTER = args.includes('--cluster');
+/** Items per replica drained before the measured drain, so each process's code is warm (V8 compiles the hot path on first use). */
+const WARMUP = Number(flag('--warmup') ?? 0);
+const CPU_PROF_DIR = flag('--cpu-prof');
 const PLAIN_REDIS_URL = process.env.LANEWAKE_BENCH_REDIS_URL ?? 'redis://127.0.0.1:6379';
 const log = createLogger('bench', process.env.LANEWAKE_LOG_LEVEL ?? 'warn');
 const WORKER = fileURLToPath(new URL('./fleet-worker.mjs', import.meta.url));
@@ -51,6 +55,7 @@ interface WorkerFigures {
   rounds: number;
   emptyRounds: number;
   wakeEntriesRead: number;
+  cpuS: number;
 }
 
 interface ShapeResult {
@@ -65,12 +70,22 @@ interface ShapeResult {
   roundsPerItem: number;
   emptyRoundsPerItem: number;
   wakeEntriesPerItem: number;
+  /** Statements the server ran per job (its `Questions` count, every client's: the producer's and this benchmark's polling too). */
+  statementsPerJob: number;
+  /** The worker processes' CPU per job, µs (from each one's ready to its stop). */
+  workerUsPerJob: number;
+  /** The SQL server's CPU per job, µs, from the first enqueue to the last completion (undefined when not visible). */
+  serverUsPerJob: number | undefined;
+  /** The whole machine's busy share over the same interval, %. */
+  machineBusyPct: number | undefined;
 }
 
 const nowMs = (): number => performance.timeOrigin + performance.now();
 
-function startWorker(env: NodeJS.ProcessEnv): { child: ChildProcess; ready: Promise<void>; figures: Promise<WorkerFigures> } {
-  const child = spawn(process.execPath, [WORKER], { env, stdio: ['ignore', 'inherit', 'inherit', 'ipc'] });
+function startWorker(env: NodeJS.ProcessEnv): { child: ChildProcess; ready: Promise<void>; figures: Promise<WorkerFigures>; mark: () => Promise<void> } {
+  // --cpu-prof DIR: each worker writes a V8 CPU profile there when it exits.
+  const prof = CPU_PROF_DIR !== undefined ? ['--cpu-prof', '--cpu-prof-dir', CPU_PROF_DIR] : [];
+  const child = spawn(process.execPath, [...prof, WORKER], { env, stdio: ['ignore', 'inherit', 'inherit', 'ipc'] });
   onCleanup(async () => void child.kill('SIGKILL'));
   let onReady: () => void = () => undefined;
   let onFigures: (f: WorkerFigures) => void = () => undefined;
@@ -79,11 +94,26 @@ function startWorker(env: NodeJS.ProcessEnv): { child: ChildProcess; ready: Prom
     child.once('exit', (code) => reject(new Error(`fleet worker exited ${code} before it was ready`)));
   });
   const figures = new Promise<WorkerFigures>((resolve) => (onFigures = resolve));
+  let onMarked: () => void = () => undefined;
   child.on('message', (m: { type: string } & WorkerFigures) => {
     if (m.type === 'ready') onReady();
+    if (m.type === 'marked') onMarked();
     if (m.type === 'figures') onFigures(m);
   });
-  return { child, ready, figures };
+  const mark = (): Promise<void> =>
+    new Promise<void>((resolve) => {
+      onMarked = resolve;
+      child.send({ type: 'mark' });
+    });
+  return { child, ready, figures, mark };
+}
+
+/** The SQL server's count of statements served so far (`Questions`; one per statement of a multi-statement query). */
+async function statementsServed(): Promise<number> {
+  return withAdmin(async (c) => {
+    const [rows] = await c.query("SHOW GLOBAL STATUS LIKE 'Questions'");
+    return Number((rows as { Value: string }[])[0]?.Value ?? 0);
+  });
 }
 
 async function shape(processes: number, concurrency: number, redisUrl: string): Promise<ShapeResult> {
@@ -107,20 +137,38 @@ async function shape(processes: number, concurrency: number, redisUrl: string): 
     await Promise.all(workers.map((w) => w.ready));
     await producerLedger.capabilities();
     const producer = new Producer({ ledger: producerLedger, wake: producerWake });
+    const enqueue = async (n: number, from: number): Promise<void> => {
+      for (let i = 0; i < n; i += 500) {
+        await producer.enqueueMany(Array.from({ length: Math.min(500, n - i) }, (_, k) => ({ queue: env.queue, type: 'noop', payload: { n: from + i + k } })));
+      }
+    };
+    const completedReach = async (n: number): Promise<void> => {
+      const deadline = Date.now() + 300_000;
+      for (;;) {
+        const [s] = await env.ledger.stats(env.queue);
+        if ((s?.counts.completed ?? 0) >= n) return;
+        if (Date.now() > deadline) throw new Error(`fleet: ${s?.counts.completed ?? 0} of ${n} completed after 300 s`);
+        await new Promise((r) => setTimeout(r, 20));
+      }
+    };
+    const warm = WARMUP * processes;
+    if (warm > 0) {
+      await enqueue(warm, JOBS);
+      await completedReach(warm);
+      await Promise.all(workers.map((w) => w.mark()));
+    }
+    const q0 = await statementsServed();
+    const cpu0 = cpuSample();
     const t0 = nowMs();
-    for (let i = 0; i < JOBS; i += 500) {
-      await producer.enqueueMany(Array.from({ length: Math.min(500, JOBS - i) }, (_, k) => ({ queue: env.queue, type: 'noop', payload: { n: i + k } })));
-    }
-    const deadline = Date.now() + 300_000;
-    for (;;) {
-      const [s] = await env.ledger.stats(env.queue);
-      if ((s?.counts.completed ?? 0) >= JOBS) break;
-      if (Date.now() > deadline) throw new Error(`fleet: ${s?.counts.completed ?? 0} of ${JOBS} completed after 300 s`);
-      await new Promise((r) => setTimeout(r, 20));
-    }
+    await enqueue(JOBS, 0);
+    await completedReach(JOBS + warm);
     const tDone = nowMs();
+    const cpu1 = cpuSample();
+    const q1 = await statementsServed();
     for (const w of workers) w.child.send({ type: 'stop' });
     const figures = await Promise.all(workers.map((w) => w.figures));
+    // Each exits on its own once it has sent its figures (and written its CPU profile, with --cpu-prof).
+    await Promise.all(workers.map((w) => (w.child.exitCode !== null ? undefined : Promise.race([once(w.child, 'exit'), sleep(10_000)]))));
     const completed = figures.reduce((n, f) => n + f.completed, 0);
     if (completed !== JOBS) throw new Error(`verification failed: the replicas report ${completed} completions of ${JOBS}`);
     const starts = figures.map((f) => f.firstStartMs ?? Number.POSITIVE_INFINITY);
@@ -137,6 +185,13 @@ async function shape(processes: number, concurrency: number, redisUrl: string): 
       roundsPerItem: sum((f) => f.rounds) / JOBS,
       emptyRoundsPerItem: sum((f) => f.emptyRounds) / JOBS,
       wakeEntriesPerItem: sum((f) => f.wakeEntriesRead) / JOBS,
+      workerUsPerJob: (sum((f) => f.cpuS) / JOBS) * 1e6,
+      statementsPerJob: (q1 - q0) / JOBS,
+      serverUsPerJob: cpu0.server !== undefined && cpu1.server !== undefined ? ((cpu1.server - cpu0.server) / JOBS) * 1e6 : undefined,
+      machineBusyPct:
+        cpu0.machine && cpu1.machine && cpu1.machine.total > cpu0.machine.total
+          ? ((cpu1.machine.busy - cpu0.machine.busy) / (cpu1.machine.total - cpu0.machine.total)) * 100
+          : undefined,
     };
   } finally {
     for (const w of workers) if (w.child.exitCode === null) w.child.kill('SIGKILL');
@@ -184,11 +239,15 @@ async function main(): Promise<void> {
       roundsPerItem: m((r) => r.roundsPerItem),
       emptyRoundsPerItem: m((r) => r.emptyRoundsPerItem),
       wakeEntriesPerItem: m((r) => r.wakeEntriesPerItem),
+      workerUsPerJob: m((r) => r.workerUsPerJob),
+      statementsPerJob: m((r) => r.statementsPerJob),
+      serverUsPerJob: m((r) => r.serverUsPerJob ?? Number.NaN),
+      machineBusyPct: m((r) => r.machineBusyPct ?? Number.NaN),
     };
   });
   printTable(
-    `fleet on one machine — median of ${RUNS} run(s), ${JOBS} no-op items from a producer process's pool and channel${cluster ? ', Redis Cluster' : ''}`,
-    ['processes × concurrency', 'first start ms', 'half busy ms', 'all busy ms', 'jobs/s', 'min–max', 'claimed per replica min / max', 'claim rounds per item', 'empty rounds per item', 'wake entries per item'],
+    `fleet on one machine — median of ${RUNS} run(s), ${JOBS} no-op items from a producer process's pool and channel${cluster ? ', Redis Cluster' : ''}${WARMUP > 0 ? `, after a warm-up drain of ${WARMUP} items per replica` : ''}`,
+    ['processes × concurrency', 'first start ms', 'half busy ms', 'all busy ms', 'jobs/s', 'min–max', 'claimed per replica min / max', 'claim rounds per item', 'empty rounds per item', 'wake entries per item', 'server statements per job', 'worker CPU µs/job', 'server CPU µs/job', 'machine busy %'],
     rows.map((r) => [
       r.shape,
       fmt(r.firstStartMs, 1),
@@ -200,13 +259,17 @@ async function main(): Promise<void> {
       fmt(r.roundsPerItem, 3),
       fmt(r.emptyRoundsPerItem, 3),
       fmt(r.wakeEntriesPerItem, 3),
+      fmt(r.statementsPerJob, 3),
+      fmt(r.workerUsPerJob, 1),
+      fmt(r.serverUsPerJob, 1),
+      fmt(r.machineBusyPct),
     ]),
-    ['left', 'right', 'right', 'right', 'right', 'right', 'right', 'right', 'right', 'right'],
+    ['left', 'right', 'right', 'right', 'right', 'right', 'right', 'right', 'right', 'right', 'right', 'right', 'right', 'right'],
   );
   const resultsDir = fileURLToPath(new URL('./results/', import.meta.url));
   mkdirSync(resultsDir, { recursive: true });
   const file = `${resultsDir}fleet${cluster ? '-cluster' : ''}-latest.json`;
-  writeFileSync(file, `${JSON.stringify({ rows, meta: { at: new Date().toISOString(), runs: RUNS, jobs: JOBS, cluster: CLUSTER, node: process.version, raw: Object.fromEntries(results) } }, null, 2)}\n`);
+  writeFileSync(file, `${JSON.stringify({ rows, meta: { at: new Date().toISOString(), runs: RUNS, jobs: JOBS, warmup: WARMUP, cluster: CLUSTER, node: process.version, raw: Object.fromEntries(results) } }, null, 2)}\n`);
 }
 
 runBenchmark(main);

@@ -166,13 +166,19 @@ export const sleep = (ms: number): Promise<void> => new Promise((resolve) => set
 
 const CLOCK_TICKS = 100; // USER_HZ on Linux
 
+/** The server the benchmark talks to: tidb-server on its port (4000), mariadbd or mysqld otherwise, since both may run at once. */
+function serverNames(): readonly string[] {
+  return new URL(benchServerUrl()).port === '4000' ? ['tidb-server'] : ['mariadbd', 'mysqld'];
+}
+
 function findServerPid(): number | undefined {
+  const names = serverNames();
   try {
     for (const entry of readdirSync('/proc')) {
       if (!/^\d+$/.test(entry)) continue;
       try {
         const comm = readFileSync(`/proc/${entry}/comm`, 'utf8').trim();
-        if (comm === 'mariadbd' || comm === 'mysqld' || comm === 'tidb-server') return Number(entry);
+        if (names.includes(comm)) return Number(entry);
       } catch {
         // the process went away
       }
