@@ -17,8 +17,9 @@
  * them alike. Each run checks every job's effect (bench/peers/run-one.ts); a
  * run that loses or repeats a job is a failure, not a number, and the harness
  * exits 1 at the end if any run failed. Output: bench/results/compare-<time>.json
- * (everything), bench/results/latest.json, docs/BENCHMARKS.md and
- * docs/benchmarks.svg (bench/report.ts).
+ * (everything), and for a full run (every system and workload)
+ * bench/results/latest.json, docs/BENCHMARKS.md and docs/benchmarks.svg
+ * (bench/report.ts).
  */
 import { execFileSync, spawn, type ChildProcess } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
@@ -95,7 +96,7 @@ function parseArgs(argv: readonly string[]): Options {
         break;
       case '--help':
       case '-h':
-        console.log('usage: tsx bench/compare.ts [--runs N] [--scale F] [--systems a,b:mode] [--workloads bulk,latency,ordered,four-workers,deep-lane] [--json]');
+        console.log('usage: tsx bench/compare.ts [--runs N] [--scale F] [--systems a,b:mode] [--workloads bulk,latency,ordered,four-workers,sixteen-workers,deep-lane] [--json]');
         process.exit(0);
         break;
       default:
@@ -410,9 +411,11 @@ async function main(): Promise<number> {
   mkdirSync(RESULTS_DIR, { recursive: true });
   const resultFile = `bench/results/compare-${finishedAt.replace(/\.\d+Z$/, 'Z').replace(/:/g, '-')}.json`;
   writeFileSync(`${ROOT}${resultFile}`, `${JSON.stringify(compare, null, 2)}\n`);
+  // The page and latest.json are the full side by side: a run of some systems or workloads writes its own file only.
+  const full = opts.systems === null && opts.workloads.length === WORKLOADS.length;
   const latest = latestJson(compare);
-  writeFileSync(`${RESULTS_DIR}/latest.json`, `${JSON.stringify(latest, null, 2)}\n`);
-  const docs = writeDocs(compare, resultFile);
+  const docs = full ? writeDocs(compare, resultFile) : undefined;
+  if (full) writeFileSync(`${RESULTS_DIR}/latest.json`, `${JSON.stringify(latest, null, 2)}\n`);
 
   const ref = compare.reference;
   console.log(`\nlanewake side by side — median of ${opts.runs} run(s), scale ${opts.scale}\n`);
@@ -443,7 +446,11 @@ async function main(): Promise<number> {
   } else {
     console.log('\nEffect check: every run started every job exactly once.');
   }
-  console.log(`\nwrote ${resultFile}, bench/results/latest.json, ${docs.markdown.slice(ROOT.length)}, ${docs.svg.slice(ROOT.length)}`);
+  console.log(
+    docs
+      ? `\nwrote ${resultFile}, bench/results/latest.json, ${docs.markdown.slice(ROOT.length)}, ${docs.svg.slice(ROOT.length)}`
+      : `\nwrote ${resultFile} (a partial run: the page and latest.json are left as they are)`,
+  );
   if (opts.json) console.log(JSON.stringify({ ...latest, failures }));
   return failures.length > 0 ? 1 : 0;
 }

@@ -216,6 +216,8 @@ const WORKLOAD_TEXT: Record<Workload, (s: Sizes) => string> = {
     `${fmt(s.ordered)} jobs over ${fmt(s.orderedKeys)} keys (job i: key k(i mod ${s.orderedKeys}), sequence ⌊i/${s.orderedKeys}⌋), enqueued in batches of ${s.bulkBatch}, drained by one worker at concurrency ${s.concurrency}: processing jobs/s, and **order violations** counted from the recorded handler starts (every start out of sequence for its key, every duplicate start and every job never started).`,
   'four-workers': (s) =>
     `${fmt(s.fourWorkers)} unordered no-op jobs pre-enqueued; ${s.workerProcesses} worker processes connect and report ready, then all are told to start at once (concurrency ${s.concurrency} each); timed until every job has started somewhere (effects reach the parent over IPC). Peak RSS is the largest of the ${s.workerProcesses} processes.`,
+  'sixteen-workers': (s) =>
+    `As four-workers with ${s.sixteenProcesses} worker processes at concurrency ${s.sixteenConcurrency} each (${fmt(s.sixteenWorkers)} jobs): the same machine shared by four times the processes. Peak RSS is the largest of the ${s.sixteenProcesses}.`,
   'deep-lane': (s) =>
     `Systems with per-key order only. The latency measurement with ${fmt(s.deepLaneJobs)} jobs on fresh keys at ${s.latencyRatePerS}/s, twice in fresh namespaces: once with one key already holding ${fmt(s.deepLaneDepth)} queued jobs (enqueued before the worker starts; it keeps being processed one at a time meanwhile), once without. Reported: both p50s and present / absent (1.0 = a deep lane costs the others nothing).`,
 };
@@ -440,6 +442,7 @@ export function renderSvg(r: CompareResults): string {
     ['bulk processing', 'bulk: no-op jobs, one process, concurrency 32'],
     ['ordered processing', 'ordered: 1,000 keys, per-key FIFO'],
     ['four-workers processing', 'four-workers: 4 processes × concurrency 32'],
+    ['sixteen-workers processing', 'sixteen-workers: 16 processes × concurrency 8'],
   ]);
   const latency = groupsFor([
     ['latency p50', 'latency p50 (enqueue → handler start)'],

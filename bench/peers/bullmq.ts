@@ -172,7 +172,7 @@ export const bullmqFactories: PeerFactory[] = [
   {
     system: 'bullmq',
     mode: 'defaults',
-    workloads: ['bulk', 'latency', 'four-workers'],
+    workloads: ['bulk', 'latency', 'four-workers', 'sixteen-workers'],
     notes: { ordered: NO_GROUPS, 'deep-lane': NO_GROUPS },
     ordersByKey: false,
     create: (ns) => new BullmqAdapter(ns),

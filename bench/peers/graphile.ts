@@ -318,6 +318,7 @@ export const graphileFactories: PeerFactory[] = [
       bulk: completedNote,
       ordered: orderedNote,
       'deep-lane': orderedNote,
+      'sixteen-workers': 'run in the tuned mode only (the issue asks for lanewake, BullMQ and graphile-worker tuned)',
     },
     ordersByKey: true,
     create: (ns) => new GraphileAdapter(ns, 'defaults'),
@@ -325,7 +326,7 @@ export const graphileFactories: PeerFactory[] = [
   {
     system: 'graphile-worker',
     mode: 'local queue + batched completion',
-    workloads: ['bulk', 'latency', 'four-workers'] satisfies Workload[],
+    workloads: ['bulk', 'latency', 'four-workers', 'sixteen-workers'] satisfies Workload[],
     notes: {
       bulk: completedNote,
       ordered:

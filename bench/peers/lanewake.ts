@@ -171,7 +171,7 @@ class LanewakeAdapter implements PeerAdapter {
   }
 }
 
-const ALL: readonly Workload[] = ['bulk', 'latency', 'ordered', 'four-workers', 'deep-lane'];
+const ALL: readonly Workload[] = ['bulk', 'latency', 'ordered', 'four-workers', 'sixteen-workers', 'deep-lane'];
 /** Why the poll modes run the latency workload only. */
 const POLL_NOTE = 'poll modes: latency only (with work waiting, a consumer claims again at once, so throughput is the wake mode\'s claim path)';
 
@@ -192,6 +192,7 @@ function factory(mode: Mode): PeerFactory {
           bulk: why,
           ordered: why,
           'four-workers': why,
+          'sixteen-workers': why,
           'deep-lane': why,
           latency: pollOnly
             ? `no Redis: ledger sweep every ${mode.mode.replace('poll ', '')}`

@@ -285,6 +285,7 @@ const DEFAULTS: Mode = {
       '32 work() registrations (the maintainer-recommended concurrency in v10), each fetching 1 job per 2 s poll (defaults): 16 jobs/s, below the 200/s arrival rate, so a backlog builds and the row measures queueing as much as polling',
     bulk: 'not run: with its defaults pg-boss 10 fetches 1 job per worker per 2 s poll, 32 workers = 16 jobs/s per process, so 20,000 jobs take ~21 min a run; see the tuned mode',
     'four-workers': 'not run: 4 processes × 16 jobs/s (defaults) = ~64 jobs/s, ~5 min a run; see the tuned mode',
+    'sixteen-workers': 'not run: as four-workers, at 16 processes',
   },
 };
 
@@ -313,6 +314,7 @@ const TUNED: Mode = {
     bulk: 'one work() with batchSize = concurrency (32), poll 0.5 s, notifyWorker() after a full batch',
     latency: 'one batch worker polling every 0.5 s (the documented minimum)',
     'four-workers': 'each process: one work() with batchSize 32, poll 0.5 s, notifyWorker() after a full batch',
+    'sixteen-workers': 'not run (the issue asks for lanewake, BullMQ and graphile-worker tuned)',
   },
 };
 

@@ -85,6 +85,10 @@ export interface Sizes {
   fourWorkers: number;
   workerProcesses: number;
   concurrency: number;
+  /** The sixteen-workers workload: as four-workers with 16 processes of concurrency 8 (issue 16 §1). */
+  sixteenWorkers: number;
+  sixteenProcesses: number;
+  sixteenConcurrency: number;
   deepLaneDepth: number;
   deepLaneJobs: number;
 }
@@ -101,6 +105,9 @@ export function sizes(scale: number): Sizes {
     fourWorkers: n(20_000, 4),
     workerProcesses: 4,
     concurrency: 32,
+    sixteenWorkers: n(20_000, 16),
+    sixteenProcesses: 16,
+    sixteenConcurrency: 8,
     deepLaneDepth: n(100_000),
     deepLaneJobs: n(500, 50),
   };
@@ -135,6 +142,8 @@ export const METRICS: readonly MetricDef[] = [
   { workload: 'ordered', metric: RSS, unit: 'MB', better: 'lower', rss: true },
   { workload: 'four-workers', metric: 'processing', unit: 'jobs/s', better: 'higher' },
   { workload: 'four-workers', metric: `${RSS} (max of 4 workers)`, unit: 'MB', better: 'lower', rss: true },
+  { workload: 'sixteen-workers', metric: 'processing', unit: 'jobs/s', better: 'higher' },
+  { workload: 'sixteen-workers', metric: `${RSS} (max of 16 workers)`, unit: 'MB', better: 'lower', rss: true },
   { workload: 'deep-lane', metric: 'p50, deep lane present', unit: 'ms', better: 'lower' },
   { workload: 'deep-lane', metric: 'p50, deep lane absent', unit: 'ms', better: 'lower' },
   { workload: 'deep-lane', metric: 'present / absent', unit: 'ratio', better: 'none' },

@@ -7,7 +7,7 @@
  */
 import type { PeerFactory, Workload } from './types.js';
 
-export const WORKLOADS: readonly Workload[] = ['bulk', 'latency', 'ordered', 'four-workers', 'deep-lane'];
+export const WORKLOADS: readonly Workload[] = ['bulk', 'latency', 'ordered', 'four-workers', 'sixteen-workers', 'deep-lane'];
 
 /** The reference every ratio is taken against. */
 export const REFERENCE = { system: 'lanewake', mode: 'wake' } as const;

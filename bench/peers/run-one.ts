@@ -400,42 +400,47 @@ const send = (child: ChildProcess, msg: ToWorker): void => {
   if (child.connected) child.send(msg);
 };
 
-const fourWorkers: WorkloadFn = async (session, args, s, out) => {
-  const a = await session.open(args.ns[0]!);
-  const jobs = Array.from({ length: s.fourWorkers }, (_, n): BenchJob => ({ n }));
-  await enqueueAll(a, jobs, s.bulkBatch);
-  const effects = new Effects(s.fourWorkers);
-  const workers = Array.from({ length: s.workerProcesses }, () =>
-    spawnWorker({ role: 'worker', system: args.system, mode: args.mode, ns: args.ns[0]!, concurrency: s.concurrency }, (ns) => {
-      for (const n of ns) effects.see({ n });
-    }),
-  );
-  try {
-    await Promise.all(workers.map((w) => w.ready));
-    const t0 = performance.now();
-    for (const w of workers) send(w.child, { type: 'go' });
-    const reached = await effects.wait();
-    if (reached) out.values.processing = (s.fourWorkers / (effects.reachedAt - t0)) * 1000;
-    for (const w of workers) send(w.child, { type: 'stop' });
-    const rss = await Promise.all(workers.map((w) => w.stopped));
-    out.workerPeakRssMb.push(...rss);
-    out.values[`${RSS_METRIC} (max of 4 workers)`] = Math.max(...rss);
-    await Promise.all(workers.map((w) => w.exited));
-    // The workers have stopped: this worker stand-in only reads the count.
-    const stopped: RunningWorker = { stop: async () => undefined };
-    await finishPhase(out, 'four-workers', a, stopped, effects, { from: 0, to: s.fourWorkers, exactlyOnce: true }, exactly(s.fourWorkers), false, reached);
-  } finally {
-    for (const w of workers) if (w.child.exitCode === null && w.child.signalCode === null) w.child.kill('SIGTERM');
-    await Promise.all(workers.map((w) => w.exited));
-  }
-  await session.finish(a);
-};
+/** N worker processes of one system, each started at once on pre-enqueued jobs: four-workers and sixteen-workers. */
+function workersWorkload(name: 'four-workers' | 'sixteen-workers', shape: (s: Sizes) => { jobs: number; processes: number; concurrency: number }): WorkloadFn {
+  return async (session, args, s, out) => {
+    const { jobs: count, processes, concurrency } = shape(s);
+    const a = await session.open(args.ns[0]!);
+    const jobs = Array.from({ length: count }, (_, n): BenchJob => ({ n }));
+    await enqueueAll(a, jobs, s.bulkBatch);
+    const effects = new Effects(count);
+    const workers = Array.from({ length: processes }, () =>
+      spawnWorker({ role: 'worker', system: args.system, mode: args.mode, ns: args.ns[0]!, concurrency }, (ns) => {
+        for (const n of ns) effects.see({ n });
+      }),
+    );
+    try {
+      await Promise.all(workers.map((w) => w.ready));
+      const t0 = performance.now();
+      for (const w of workers) send(w.child, { type: 'go' });
+      const reached = await effects.wait();
+      if (reached) out.values.processing = (count / (effects.reachedAt - t0)) * 1000;
+      for (const w of workers) send(w.child, { type: 'stop' });
+      const rss = await Promise.all(workers.map((w) => w.stopped));
+      out.workerPeakRssMb.push(...rss);
+      out.values[`${RSS_METRIC} (max of ${processes} workers)`] = Math.max(...rss);
+      await Promise.all(workers.map((w) => w.exited));
+      // The workers have stopped: this worker stand-in only reads the count.
+      const stopped: RunningWorker = { stop: async () => undefined };
+      await finishPhase(out, name, a, stopped, effects, { from: 0, to: count, exactlyOnce: true }, exactly(count), false, reached);
+    } finally {
+      for (const w of workers) if (w.child.exitCode === null && w.child.signalCode === null) w.child.kill('SIGTERM');
+      await Promise.all(workers.map((w) => w.exited));
+    }
+    await session.finish(a);
+  };
+}
 
 const WORKLOADS: Record<RunArgs['workload'], WorkloadFn> = {
   bulk,
   latency,
   ordered,
-  'four-workers': fourWorkers,
+  'four-workers': workersWorkload('four-workers', (s) => ({ jobs: s.fourWorkers, processes: s.workerProcesses, concurrency: s.concurrency })),
+  'sixteen-workers': workersWorkload('sixteen-workers', (s) => ({ jobs: s.sixteenWorkers, processes: s.sixteenProcesses, concurrency: s.sixteenConcurrency })),
   'deep-lane': deepLane,
 };
 
@@ -454,7 +459,7 @@ async function runMain(args: RunArgs): Promise<RunResult> {
   } finally {
     await session.finishAll();
   }
-  if (args.workload !== 'four-workers') {
+  if (args.workload !== 'four-workers' && args.workload !== 'sixteen-workers') {
     out.workerPeakRssMb.push(maxRssMb());
     out.values[RSS_METRIC] = maxRssMb();
   }

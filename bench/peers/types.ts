@@ -64,7 +64,7 @@ export interface PeerAdapter {
   teardown(): Promise<void>;
 }
 
-export type Workload = 'bulk' | 'latency' | 'ordered' | 'four-workers' | 'deep-lane';
+export type Workload = 'bulk' | 'latency' | 'ordered' | 'four-workers' | 'sixteen-workers' | 'deep-lane';
 
 export interface PeerFactory {
   /** e.g. 'lanewake', 'bullmq', 'graphile-worker', 'pg-boss'. */
