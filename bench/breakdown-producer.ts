@@ -56,7 +56,7 @@ process.on('message', async (m: { type?: string }) => {
     const wait = start + i * interval - performance.now();
     if (wait > 0) await new Promise((r) => setTimeout(r, wait));
     const called = now();
-    const r = await producer.enqueue({ queue: env('LW_QUEUE'), type: 'ping', payload: { i } });
+    const r = await producer.enqueue({ queue: env('LW_QUEUE'), type: 'noop', payload: { i } });
     stamps.push({ id: r.id, called, committed: committedAt, published: publishedAt });
   }
   process.send?.({ type: 'stamps', stamps });

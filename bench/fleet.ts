@@ -29,7 +29,7 @@ import { Producer } from '../src/producer/producer.js';
 import { WakeChannel } from '../src/wake/wake-channel.js';
 import { startRedisCluster, type LocalRedisCluster } from '../test/support/redis-cluster.js';
 import { environment } from './engine.js';
-import { cliFlag, cpuSample, sleep, withAdmin, fmt, median, minMax, onCleanup, percentile, printTable, progress, runBenchmark } from './support.js';
+import { cliFlag, cpuSample, cpuShare, sleep, withAdmin, fmt, median, minMax, onCleanup, percentile, printTable, progress, runBenchmark } from './support.js';
 
 const args = process.argv.slice(2);
 const flag = (name: string): string | undefined => cliFlag(name, args);
@@ -188,10 +188,7 @@ async function shape(processes: number, concurrency: number, redisUrl: string): 
       workerUsPerJob: (sum((f) => f.cpuS) / JOBS) * 1e6,
       statementsPerJob: (q1 - q0) / JOBS,
       serverUsPerJob: cpu0.server !== undefined && cpu1.server !== undefined ? ((cpu1.server - cpu0.server) / JOBS) * 1e6 : undefined,
-      machineBusyPct:
-        cpu0.machine && cpu1.machine && cpu1.machine.total > cpu0.machine.total
-          ? ((cpu1.machine.busy - cpu0.machine.busy) / (cpu1.machine.total - cpu0.machine.total)) * 100
-          : undefined,
+      machineBusyPct: cpuShare(cpu0, cpu1).machineBusyPct,
     };
   } finally {
     for (const w of workers) if (w.child.exitCode === null) w.child.kill('SIGKILL');

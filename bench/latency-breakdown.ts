@@ -17,18 +17,19 @@
  *   npm run bench:breakdown -- --runs 5 --jobs 400 --rate 100 --replicas 8
  *
  * `--replicas N` starts N − 1 more consumers of the queue, each in its own
- * process, idle, so wake-ups are spread over N readers (the first item of a
- * burst should not pay for that). Medians over the runs of each percentile.
+ * process (bench/fleet-worker.mjs, from the compiled package), so wake-ups are
+ * spread over N readers (the first item of a burst should not pay for that). Medians over the runs of each percentile.
  * Results: bench/results/breakdown-latest.json.
  */
-import { fork } from 'node:child_process';
+import { execFileSync, fork } from 'node:child_process';
+import { once } from 'node:events';
 import { writeFileSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
 import { Consumer } from '../src/consumer/consumer.js';
 import type { ClaimedItem } from '../src/ledger/types.js';
 import { createLogger } from '../src/log.js';
 import { environment, verifyOnce, waitUntil } from './engine.js';
-import { benchServerUrl, cliFlag, codeRevision, fmt, median, percentile, printTable, progress, runBenchmark } from './support.js';
+import { benchServerUrl, cliFlag, codeRevision, fmt, median, percentile, printTable, progress, runBenchmark, sleep } from './support.js';
 
 const RUNS = Number(cliFlag('--runs') ?? 3);
 const JOBS = Number(cliFlag('--jobs') ?? 400);
@@ -50,7 +51,8 @@ interface ProducerStamps {
 }
 
 function child(script: string, env: Record<string, string>): ReturnType<typeof fork> {
-  return fork(here(script), [], { env: { ...process.env, ...env }, execArgv: ['--import', 'tsx'], stdio: ['ignore', 'inherit', 'inherit', 'ipc'] });
+  const execArgv = script.endsWith('.ts') ? ['--import', 'tsx'] : [];
+  return fork(here(script), [], { env: { ...process.env, ...env }, execArgv, stdio: ['ignore', 'inherit', 'inherit', 'ipc'] });
 }
 
 function message<T>(proc: ReturnType<typeof fork>, type: string): Promise<T> {
@@ -74,7 +76,7 @@ async function run(serverUrl: string): Promise<Record<Segment, number[]>> {
   const started = new Map<string, number>();
   const seen = new Map<string, number>();
   const childEnv = { LW_DATABASE_URL: env.url, LW_REDIS_URL: REDIS_URL, LW_KEY_PREFIX: env.keyPrefix, LW_QUEUE: env.queue };
-  const replicas = Array.from({ length: REPLICAS - 1 }, () => child('./fleet-idle-consumer.ts', childEnv));
+  const replicas = Array.from({ length: REPLICAS - 1 }, () => child('./fleet-worker.mjs', { ...childEnv, LW_CONCURRENCY: '32' }));
   const producer = child('./breakdown-producer.ts', { ...childEnv, LW_JOBS: String(JOBS), LW_RATE: String(RATE) });
   try {
     // Observed on the instance, not replaced: each call goes on to the real method.
@@ -94,7 +96,7 @@ async function run(serverUrl: string): Promise<Record<Segment, number[]>> {
       concurrency: 32,
       logger: log,
       handlers: {
-        ping: async (job: { id: string }) => {
+        noop: async (job: { id: string }) => {
           started.set(job.id, now());
           seen.set(job.id, (seen.get(job.id) ?? 0) + 1);
         },
@@ -143,7 +145,9 @@ async function run(serverUrl: string): Promise<Record<Segment, number[]>> {
     }
     return out;
   } finally {
-    for (const r of replicas) r.kill('SIGTERM');
+    // A replica stops on 'stop', sends its figures and exits.
+    for (const r of replicas) if (r.connected) r.send({ type: 'stop' });
+    await Promise.all(replicas.map((r) => (r.exitCode !== null ? undefined : Promise.race([once(r, 'exit'), sleep(10_000)]))));
     producer.kill('SIGTERM');
     await env.close();
   }
@@ -151,6 +155,10 @@ async function run(serverUrl: string): Promise<Record<Segment, number[]>> {
 
 runBenchmark(async () => {
   const serverUrl = benchServerUrl();
+  if (REPLICAS > 1) {
+    progress('building dist/ for the replica processes');
+    execFileSync('npx', ['tsc', '-p', 'tsconfig.build.json'], { stdio: 'inherit' });
+  }
   progress(`latency breakdown: ${RUNS} run(s) of ${JOBS} jobs at ${RATE}/s, producer in its own process, ${REPLICAS} consumer(s)`);
   const runs: Record<Segment, number[]>[] = [];
   for (let i = 0; i < RUNS; i++) {

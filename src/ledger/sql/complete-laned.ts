@@ -52,19 +52,20 @@ function successorPlaces(laned: readonly LeaseHandle[]): RawBuilder<unknown> {
  */
 export async function completeInOneTrip(send: Send, t: LedgerTables, entries: readonly CompletionEntry[], next: SuccessorClaim | undefined): Promise<BatchDone> {
   const laned = entries.filter((e) => e.handle.lane !== null).map((e) => e.handle);
+  const lanes = laneIn(laned);
   const places = successorPlaces(laned);
   const lease = next && next.max > 0 ? grantLease(next) : undefined;
   // Raises GUARD_ERRNO when `holds` is false: the migrations table has a row per applied
   // schema version, so at least two on any ledger this code runs on.
   const refuseUnless = (holds: RawBuilder<unknown>): RawBuilder<unknown> => sql`(SELECT 1 FROM ${t.migrations} WHERE NOT (${holds}))`;
   const statements: RawBuilder<unknown>[] = [
-    sql`UPDATE ${t.lanes} SET active = active - 1 WHERE ${laneIn(laned)}`,
+    sql`UPDATE ${t.lanes} SET active = active - 1 WHERE ${lanes}`,
     completionStatement(t, entries),
     sql`SET @lw_guard = ${refuseUnless(sql`ROW_COUNT() = ${inline(entries.length)}`)}`,
     // The lanes with unfinished items, each refused unless every one of them has its successor pending.
-    sql`SELECT queue, lane, ${refuseUnless(sql`(SELECT COUNT(*) FROM ${t.lanes} WHERE ${laneIn(laned)} AND active > 0)
+    sql`SELECT queue, lane, ${refuseUnless(sql`(SELECT COUNT(*) FROM ${t.lanes} WHERE ${lanes} AND active > 0)
         = (SELECT COUNT(*) FROM ${t.items} FORCE INDEX (ix_lane) WHERE ${places} AND state = 'pending')`)} AS lw_guard
-      FROM ${t.lanes} WHERE ${laneIn(laned)} AND active > 0`,
+      FROM ${t.lanes} WHERE ${lanes} AND active > 0`,
   ];
   if (lease && next) {
     statements.push(
@@ -94,13 +95,13 @@ export async function completeInOneTrip(send: Send, t: LedgerTables, entries: re
  */
 export async function completeInTwoTrips(send: Send, exec: Executor, t: LedgerTables, entries: readonly CompletionEntry[], next: SuccessorClaim | undefined): Promise<BatchDone> {
   const laned = entries.filter((e) => e.handle.lane !== null);
-  const lanes = laned.map((e) => e.handle);
+  const lanes = laneIn(laned.map((e) => e.handle));
   // Row-constructor IN: MariaDB plans it as a range on ix_lane in a SELECT but
   // as a full scan in an UPDATE, so the successors are found first, then updated by key.
   const [, completed, active, found] = await send([
-    sql`UPDATE ${t.lanes} SET active = active - 1 WHERE ${laneIn(lanes)}`,
+    sql`UPDATE ${t.lanes} SET active = active - 1 WHERE ${lanes}`,
     completionStatement(t, entries),
-    sql`SELECT queue, lane, active FROM ${t.lanes} WHERE ${laneIn(lanes)}`,
+    sql`SELECT queue, lane, active FROM ${t.lanes} WHERE ${lanes}`,
     sql`SELECT id, queue, lane, type, queue_class, run_after <= NOW(6) AS due FROM ${t.items} FORCE INDEX (ix_lane)
       WHERE (queue, lane, lane_seq) IN (${sql.join(laned.map((e) => sql`(${inline(e.handle.queue)}, ${inline(e.handle.lane)}, ${inline((e.handle.laneSeq ?? 0) + 1)})`))})
         AND state = 'pending'`,
