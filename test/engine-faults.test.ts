@@ -1,19 +1,20 @@
+import { randomBytes } from 'node:crypto';
 import { sql } from 'kysely';
 import { Redis } from 'ioredis';
 import { afterEach, expect, test } from 'vitest';
 import { Consumer } from '../src/consumer/consumer.js';
 import type { Outcome } from '../src/consumer/job-run.js';
 import type { Job, JobContext } from '../src/consumer/types.js';
-import type { Ledger } from '../src/ledger/ledger.js';
 import { LeaseLostError } from '../src/errors.js';
 import type { ClaimedItem } from '../src/ledger/types.js';
 import { Producer } from '../src/producer/producer.js';
 import { wakeStreamKey } from '../src/wake/keys.js';
 import { WakeChannel } from '../src/wake/wake-channel.js';
-import { createEffectsTable, effectCount, effectHandler, insertEffect, nowUs, readEffects, type EffectsDB, type StepPayload } from './support/effects.js';
+import { createEffectsTable, effectCount, insertEffect, nowUs, type EffectsDB, type StepPayload } from './support/effects.js';
+import { consumerKilledMidHandler, redisStoppedMidRun } from './support/fault-scenarios.js';
 import { createTestWake, deleteKeys, uniqueQueue, type TestWake } from './support/engine.js';
 import { createTestLedger, waitFor, type TestLedger } from './support/ledger.js';
-import { ChildConsumer, PrivateRedis } from './support/processes.js';
+import { PrivateRedis } from './support/processes.js';
 import { redisUrl } from './support/services.js';
 
 let tl: TestLedger | undefined;
@@ -44,175 +45,23 @@ afterEach(async () => {
   tl = undefined;
 });
 
-async function countInState(ledger: Ledger, queue: string, state: string): Promise<number> {
-  const r = await sql<{ n: number | string }>`SELECT COUNT(*) AS n FROM ${ledger.tables.items}
-    WHERE queue = ${queue} AND state = ${state}`.execute(ledger.db);
-  return Number(r.rows[0]?.n ?? -1);
-}
-
-/** Items `owner` holds; with `startedWithinMs`, only those whose run began that recently (ledger clock). */
-async function idsHeldBy(ledger: Ledger, queue: string, owner: string, startedWithinMs?: number): Promise<string[]> {
-  const recent = startedWithinMs === undefined ? sql`` : sql`AND started_at > NOW(6) - INTERVAL ${startedWithinMs * 1000} MICROSECOND`;
-  const r = await sql<{ id: string }>`SELECT id FROM ${ledger.tables.items}
-    WHERE queue = ${queue} AND state = 'processing' AND lease_owner = ${owner} ${recent}`.execute(ledger.db);
-  return r.rows.map((x) => x.id);
-}
-
-function lanedInputs(queue: string, count: number, lanes: number, from = 0) {
-  return Array.from({ length: count }, (_, i) => ({
-    queue,
-    type: 'step',
-    lane: `lane-${(from + i) % lanes}`,
-    payload: { n: Math.floor((from + i) / lanes) } satisfies StepPayload,
-  }));
-}
+const cleanup = (step: () => Promise<unknown>): void => {
+  cleanups.push(step);
+};
 
 test('a consumer process killed with SIGKILL mid-handler: its items are reclaimed after the lease and completed by the others, once', async () => {
   tl = await createTestLedger();
   tw = createTestWake();
-  const { ledger } = tl;
-  await createEffectsTable(ledger);
-  const queue = uniqueQueue('kill');
-  const ITEMS = 80;
-  const LEASE_MS = 1200;
-
-  const child = new ChildConsumer({
-    dbUrl: tl.url,
-    redisUrl: redisUrl(),
-    keyPrefix: tw.keyPrefix,
-    queue,
-    name: `${queue}-doomed`,
-    concurrency: 4,
-    leaseMs: LEASE_MS,
-    workMs: 250,
-  });
-  cleanups.push(() => child.kill());
-  const survivorName = `${queue}-survivor`;
-  const survivor = new Consumer<EffectsDB>({
-    ledger,
-    wake: tw.wake,
-    queue,
-    name: survivorName,
-    concurrency: 4,
-    leaseMs: LEASE_MS,
-    pollIntervalMs: 200,
-    handlers: { step: effectHandler(survivorName, { fixedWorkMs: 20 }) },
-  });
-  cleanups.push(() => survivor.stop({ drainTimeoutMs: 1000 }));
-  await child.waitReady();
-  await survivor.start();
-
-  // A producer elsewhere: its wake-ups go through the stream to both consumers, not straight to the survivor.
-  const producer = new Producer({ ledger, wake: tw.remote() });
-  const results = await producer.enqueueMany(lanedInputs(queue, ITEMS, 16));
-
-  // Kill the child without warning while it holds an item it claimed at most 100 ms ago: that
-  // item's 250 ms of work cannot have finished, so the kill always strands work.
-  await waitFor(
-    async () => (await idsHeldBy(ledger, queue, child.name, 100)).length > 0,
-    30_000,
-    'the child to be mid-work',
-  );
-  const exit = await child.kill();
-  expect(exit.signal).toBe('SIGKILL');
-  const stranded = await idsHeldBy(ledger, queue, child.name);
-  expect(stranded.length, 'items the killed child still held').toBeGreaterThan(0);
-
-  await waitFor(async () => (await countInState(ledger, queue, 'completed')) === ITEMS || undefined, 45_000, 'every item completed');
-
-  const effects = await readEffects(ledger);
-  expect(effects).toHaveLength(ITEMS);
-  expect(new Set(effects.map((e) => e.itemId))).toEqual(new Set(results.map((r) => r.id)));
-  const [stats] = await ledger.stats(queue);
-  expect(stats?.counts.completed).toBe(ITEMS);
-  expect(stats?.counts.processing).toBe(0);
-  expect(stats?.counts.dead).toBe(0);
-
-  for (const id of stranded) {
-    const r = await ledger.inspect(id);
-    expect(r?.item.state).toBe('completed');
-    // The expired attempt is on record, counted, and the item ended with the survivor.
-    expect(r?.attempts.map((a) => [a.outcome, a.worker])).toContainEqual(['lease_expired', child.name]);
-    expect(r?.item.attempt).toBeGreaterThanOrEqual(2);
-    expect(r?.item.leaseOwner).toBe(survivorName);
-    expect(effects.find((e) => e.itemId === id)?.worker).toBe(survivorName);
-  }
-  expect(survivor.counters.completed).toBe(effects.filter((e) => e.worker === survivorName).length);
-  expect(survivor.counters.retried).toBe(0);
-  expect(survivor.counters.leaseLost).toBe(0);
+  await consumerKilledMidHandler({ tl, tw, redisUrl: redisUrl(), cleanup });
 });
 
 test('Redis stopped mid-run: enqueue still commits, work completes by sweeping, wake-ups resume when Redis returns', async () => {
   tl = await createTestLedger();
-  const { ledger } = tl;
-  const queue = uniqueQueue('redis-down');
   const redis = await PrivateRedis.start();
-  const keyPrefix = `lwt:${queue}:`;
-  // The producer and the consumer each have a channel of their own on the private server.
-  const pubWake = new WakeChannel({ redis: redis.url, keyPrefix });
-  const conWake = new WakeChannel({ redis: redis.url, keyPrefix });
-  const done: string[] = [];
-  const consumer = new Consumer({
-    ledger,
-    wake: conWake,
-    queue,
-    concurrency: 4,
-    pollIntervalMs: 60_000, // while Redis is up, only wake-ups bring work in
-    redisDownPollMs: 200,
-    readBlockMs: 200,
-    handlers: {
-      step: async (job: Job<StepPayload>) => {
-        done.push(job.id);
-      },
-    },
-  });
-  cleanups.push(
-    () => redis.destroy(),
-    () => deleteKeys(redis.url, keyPrefix),
-    () => conWake.close(),
-    () => pubWake.close(),
-    () => consumer.stop({ drainTimeoutMs: 1000 }),
-  );
-  await consumer.start();
-  const producer = new Producer({ ledger, wake: pubWake });
-  const completed = () => countInState(ledger, queue, 'completed');
-
-  // Phase 1: Redis up (and the producer's connection made: a loaded machine can take over a second).
-  await waitFor(() => pubWake.connected() || undefined, 10_000, 'the producer connected');
-  await producer.enqueueMany(lanedInputs(queue, 20, 5));
-  await waitFor(async () => (await completed()) === 20 || undefined, 15_000, 'phase 1 completed');
-  expect(consumer.counters.wakeEntriesRead).toBeGreaterThan(0);
-  expect(pubWake.counters.failed).toBe(0);
-
-  // Phase 2: Redis gone. The enqueue commits; its wake-up is counted as failed; the sweep finds the work.
-  await redis.kill();
-  const failedBefore = pubWake.counters.failed;
-  const publishedBefore = pubWake.counters.published;
-  const phase2 = await producer.enqueueMany(lanedInputs(queue, 20, 5, 20));
-  expect(phase2).toHaveLength(20);
-  expect(pubWake.counters.failed).toBeGreaterThan(failedBefore);
-  expect(pubWake.counters.published).toBe(publishedBefore);
-  await waitFor(async () => (await completed()) === 40 || undefined, 20_000, 'phase 2 completed by sweeping');
-  expect(consumer.redisConnected).toBe(false);
-  for (const r of phase2) expect((await ledger.get(r.id))?.state).toBe('completed');
-
-  // Phase 3: Redis back on the same port (empty: the streams and the group are gone). Wake-ups resume.
-  await redis.start();
-  await waitFor(() => (consumer.redisConnected && pubWake.connected()) || undefined, 20_000, 'both sides reconnected');
-  const readBefore = consumer.counters.wakeEntriesRead;
-  const publishedAfterRestart = pubWake.counters.published;
-  const phase3 = await producer.enqueueMany(lanedInputs(queue, 20, 5, 40));
-  expect(pubWake.counters.published).toBeGreaterThan(publishedAfterRestart);
-  await waitFor(async () => (await completed()) === 60 || undefined, 20_000, 'phase 3 completed');
-  // The sweep run on reconnecting may claim phase 3 before its wake-up is read; the read still comes.
-  await waitFor(() => consumer.counters.wakeEntriesRead > readBefore || undefined, 10_000, 'phase 3 wake-ups read');
-  expect(consumer.counters.wakeEntriesRead).toBeGreaterThan(readBefore);
-  for (const r of phase3) expect((await ledger.get(r.id))?.state).toBe('completed');
-
-  const [stats] = await ledger.stats(queue);
-  expect(stats?.counts).toMatchObject({ completed: 60, pending: 0, processing: 0, dead: 0 });
-  expect(new Set(done).size).toBe(60);
-  expect(done).toHaveLength(60);
+  const keyPrefix = `lwt:${randomBytes(4).toString('hex')}:`;
+  cleanup(() => redis.destroy());
+  cleanup(() => deleteKeys(redis.url, keyPrefix));
+  await redisStoppedMidRun({ tl, redis, keyPrefix, cleanup });
 }, 90_000);
 
 test('closing a consumer and its wake channel while Redis is down does not hang', async () => {

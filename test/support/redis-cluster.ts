@@ -32,6 +32,10 @@ export interface LocalRedisCluster {
   masterOf: (key: string) => Promise<ClusterNodeInfo>;
   /** SIGKILL one node. */
   kill: (port: number) => void;
+  /** SIGKILL every node, and wait until all have exited. */
+  killAll: () => Promise<void>;
+  /** Starts every node that is not running again, on its port and with its nodes file (its data is gone). */
+  restartAll: () => Promise<void>;
   /** Waits until every live node says cluster_state:ok and agrees that no master is on a dead node. */
   waitHealthy: (timeoutMs?: number) => Promise<void>;
   stop: () => Promise<void>;
@@ -61,7 +65,8 @@ export async function startRedisCluster(options: { nodeTimeoutMs?: number } = {}
   const dir = await mkdtemp(join(tmpdir(), 'lw-cluster-'));
   const ports = await freePorts(6);
   const procs = new Map<number, ChildProcess>();
-  for (const port of ports) {
+  // Restarted on the same port with the same nodes file, a node keeps its id and its part of the cluster.
+  const spawnNode = (port: number): void => {
     const log = openSync(join(dir, `redis-${port}.log`), 'a');
     const child = spawn(
       'redis-server',
@@ -82,17 +87,21 @@ export async function startRedisCluster(options: { nodeTimeoutMs?: number } = {}
     );
     closeSync(log);
     procs.set(port, child);
-  }
+  };
+  for (const port of ports) spawnNode(port);
   const cli = async (port: number, ...args: string[]): Promise<string> => {
     const { stdout } = await exec('redis-cli', ['-h', '127.0.0.1', '-p', String(port), ...args], { timeout: 10_000 });
     return stdout.trim();
   };
   const alive = (): number[] => ports.filter((p) => procs.get(p)?.exitCode === null && procs.get(p)?.signalCode === null);
-  const stop = async (): Promise<void> => {
+  const killAll = async (): Promise<void> => {
     for (const child of procs.values()) if (child.exitCode === null && child.signalCode === null) child.kill('SIGKILL');
     await Promise.all(
       [...procs.values()].map((c) => (c.exitCode !== null || c.signalCode !== null ? undefined : new Promise((r) => c.once('exit', r)))),
     );
+  };
+  const stop = async (): Promise<void> => {
+    await killAll();
     await rm(dir, { recursive: true, force: true });
   };
   try {
@@ -169,6 +178,12 @@ export async function startRedisCluster(options: { nodeTimeoutMs?: number } = {}
     },
     kill: (port) => {
       procs.get(port)?.kill('SIGKILL');
+    },
+    killAll,
+    restartAll: async () => {
+      const down = ports.filter((p) => !alive().includes(p));
+      for (const port of down) spawnNode(port);
+      await waitFor(async () => (await Promise.all(down.map((p) => cli(p, 'ping').catch(() => '')))).every((r) => r === 'PONG'), 10_000, 'restarted nodes up');
     },
     waitHealthy,
     stop,
