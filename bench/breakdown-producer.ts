@@ -18,23 +18,42 @@ interface Stamps {
   id: string;
   /** enqueue called */
   called: number;
+  /** the look for a consumer's offer answered (= called when the producer did not look) */
+  offered: number;
   /** the INSERT committed (the ledger call returned) */
   committed: number;
-  /** the wake-up's XADD answered */
+  /** the wake-up's XADD answered, or the handoff's */
   published: number;
+  /** the item went inserted claimed under an offer, and was handed over */
+  handedOver: boolean;
 }
 
 const ledger = new Ledger({ url: env('LW_DATABASE_URL'), poolSize: 2 });
 const wake = new WakeChannel({ redis: env('LW_REDIS_URL'), keyPrefix: env('LW_KEY_PREFIX') });
 const producer = new Producer({ ledger, wake });
+let offeredAt = 0;
 let committedAt = 0;
 let publishedAt = 0;
+let handedOver = false;
 // Observed on the instances, not replaced: each call goes on to the real method.
 const enqueueClaiming = ledger.enqueueClaiming.bind(ledger);
 ledger.enqueueClaiming = async (...args) => {
   const r = await enqueueClaiming(...args);
   committedAt = now();
   return r;
+};
+const takeOffer = wake.takeOffer.bind(wake);
+wake.takeOffer = async (...args) => {
+  const r = await takeOffer(...args);
+  offeredAt = now();
+  return r;
+};
+const handOver = wake.handOver.bind(wake);
+wake.handOver = async (...args) => {
+  const sent = await handOver(...args);
+  publishedAt = now();
+  handedOver = args[2].length > 0;
+  return sent;
 };
 const publish = wake.publish.bind(wake);
 wake.publish = async (...args) => {
@@ -56,8 +75,10 @@ process.on('message', async (m: { type?: string }) => {
     const wait = start + i * interval - performance.now();
     if (wait > 0) await new Promise((r) => setTimeout(r, wait));
     const called = now();
+    offeredAt = called;
+    handedOver = false;
     const r = await producer.enqueue({ queue: env('LW_QUEUE'), type: 'noop', payload: { i } });
-    stamps.push({ id: r.id, called, committed: committedAt, published: publishedAt });
+    stamps.push({ id: r.id, called, offered: offeredAt, committed: committedAt, published: publishedAt, handedOver });
   }
   process.send?.({ type: 'stamps', stamps });
   await wake.close();

@@ -5,12 +5,16 @@
  * steady rate into an idle consumer in this process, and each step is
  * stamped with the wall clock on this host:
  *
- *   insert      enqueue called → the INSERT committed (the ledger call returned)
- *   xadd        → the wake-up's XADD answered (the producer's side)
+ *   offer       enqueue called → the look for a consumer's offer answered (LPOP; 0 when not looked)
+ *   insert      → the INSERT committed (the ledger call returned)
+ *   xadd        → the wake-up's XADD answered, or the handoff's (the producer's side)
+ *   Jobs woken through the stream:
  *   delivery    INSERT committed → the consumer's wake reader handed the entry to its claim side
  *   schedule    → the claim by id was sent
  *   claim       → the claim (CAS and read-back, one round trip) answered
  *   start       → the handler started
+ *   Jobs inserted claimed under an offer and handed over (docs/design.md §6):
+ *   handoff     INSERT committed → the handler started
  *   total       enqueue called → handler started
  *
  *   npm run bench:breakdown
@@ -40,14 +44,16 @@ const log = createLogger('bench', process.env.LANEWAKE_LOG_LEVEL ?? 'warn');
 const here = (p: string): string => fileURLToPath(new URL(p, import.meta.url));
 const now = (): number => performance.timeOrigin + performance.now();
 
-const SEGMENTS = ['insert', 'xadd', 'delivery', 'schedule', 'claim', 'start', 'total'] as const;
+const SEGMENTS = ['offer', 'insert', 'xadd', 'delivery', 'schedule', 'claim', 'start', 'handoff', 'total'] as const;
 type Segment = (typeof SEGMENTS)[number];
 
 interface ProducerStamps {
   id: string;
   called: number;
+  offered: number;
   committed: number;
   published: number;
+  handedOver: boolean;
 }
 
 function child(script: string, env: Record<string, string>): ReturnType<typeof fork> {
@@ -134,8 +140,13 @@ async function run(serverUrl: string): Promise<Record<Segment, number[]>> {
       const s = started.get(j.id);
       if (s === undefined) continue; // started by a replica
       out.total.push(s - j.called);
-      out.insert.push(j.committed - j.called);
+      out.offer.push(j.offered - j.called);
+      out.insert.push(j.committed - j.offered);
       out.xadd.push(j.published - j.committed);
+      if (j.handedOver) {
+        out.handoff.push(s - j.committed);
+        continue;
+      }
       // Only jobs that went the whole named path: read from Redis, then claimed by id.
       if (r === undefined || c0 === undefined || c1 === undefined) continue;
       out.delivery.push(r - j.committed);

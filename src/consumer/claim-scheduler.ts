@@ -167,8 +167,11 @@ export class ClaimScheduler<DB> {
     return Math.max(0, held);
   }
 
+  /** Held slots free again: buffered items may start in them, and claims may use them. */
   unholdSlots(n: number): void {
     this.directReserved -= n;
+    this.startPrefetched();
+    this.notify();
   }
 
   /** Reserves claim room (up to `wanted`) for a completion batch's lane successors; 0 if none. */

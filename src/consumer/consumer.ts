@@ -13,12 +13,14 @@ import type { DirectReservation } from '../wake/local-route.js';
 import type { WakeMessage } from '../wake/streams.js';
 import type { ScheduledEnqueue } from '../wake/timers.js';
 import type { WakeChannel } from '../wake/wake-channel.js';
+import { decodeHandedOver } from '../wake/offers.js';
 import { WakeReader } from '../wake/wake-reader.js';
 import { ClaimScheduler, type SchedulerHost } from './claim-scheduler.js';
 import { BatchCompleter, type SuccessorLease } from './completer.js';
 import { newConsumerCounters, type ConsumerCounters, type ConsumerEvents } from './counters.js';
 import { leaseTickMs } from './lease-keeper.js';
 import type { ConsumerLedger } from './ledger-port.js';
+import { OfferDesk } from './offer-desk.js';
 import { consumerSettingsSchema, type ConsumerSettings, type ConsumerSettingsInput } from './options.js';
 import { sweepGroupOf, type SweepGroup, type SweepMember } from './sweep-group.js';
 import { normalizeHandler, type HandlerEntry, type RegisteredHandler } from './types.js';
@@ -40,6 +42,10 @@ export interface ConsumerOptions<DB = Record<string, never>> extends ConsumerSet
 }
 
 const FOLLOW_UP_MIN_INTERVAL_MS = 20;
+/** At stop, how long handoffs of offers producers took may still come before the ledger is asked for their items. */
+const OFFER_HANDOFF_WAIT_MS = 300;
+/** A consumer with handlers for more types than this makes no offers (each offer lists them). */
+const MAX_OFFER_TYPES = 32;
 /** While the shared sweep covers a consumer (Redis up), its own sweep timer waits this long: the group's interval drives it. */
 const SHARED_SWEEP_OWN_INTERVAL_MS = 3_600_000;
 /** Most expired leases reclaimed, and most due probes released, per sweep. */
@@ -76,6 +82,8 @@ export class Consumer<DB = Record<string, never>> extends EventEmitter<ConsumerE
   /** The process's shared sweep for this ledger and interval, while this consumer reads wake-ups. */
   private sweepGroup: SweepGroup | undefined;
   private readonly sweepMember: SweepMember;
+  /** Its offers to producers in any process (with a wake channel). */
+  private readonly offers: OfferDesk | undefined;
 
   constructor(options: ConsumerOptions<DB>) {
     super();
@@ -115,8 +123,12 @@ export class Consumer<DB = Record<string, never>> extends EventEmitter<ConsumerE
       sweepIntervalMs: () => this.sweepIntervalMs(),
       ack: (entries) => void this.reader?.ack(entries),
       followUp: () => this.publishFollowUp(),
-      roomChanged: () => this.reader?.notify(),
+      roomChanged: () => {
+        this.reader?.notify();
+        this.offers?.look();
+      },
     });
+    this.offers = wake ? new OfferDesk(this.offerDeskHost(), wake) : undefined;
   }
 
   /** Items this consumer holds: handlers running plus outcomes being written. */
@@ -153,6 +165,7 @@ export class Consumer<DB = Record<string, never>> extends EventEmitter<ConsumerE
       // (the supervisor does); if nobody did, it starts here.
       if (!wake.timersStarted && this.enqueueScheduled) wake.startTimers(this.enqueueScheduled);
       this.unregisterLocal = wake.registerLocal({ queue, classes, offer: this.offerLocal, reserve: this.reserveDirect });
+      this.offers?.start();
       this.sweepGroup = sweepGroupOf(this.ledger, this.settings.pollIntervalMs);
       this.sweepGroup.join(this.sweepMember);
     }
@@ -185,7 +198,10 @@ export class Consumer<DB = Record<string, never>> extends EventEmitter<ConsumerE
     this.sweepGroup?.leave(this.sweepMember);
     const drainMs = opts.drainTimeoutMs ?? this.settings.drainTimeoutMs;
     this.scheduler.notify();
+    // Offers end while the control stream is still read, so a handoff on its way still arrives.
+    await this.offers?.stop(OFFER_HANDOFF_WAIT_MS);
     await Promise.allSettled([this.reader?.stop(), this.loopsSettled]);
+    await this.offers?.recoverRest();
     await this.scheduler.releaseBuffered();
 
     const { running, finalizing } = this.scheduler;
@@ -270,11 +286,18 @@ export class Consumer<DB = Record<string, never>> extends EventEmitter<ConsumerE
   }
 
   private takeControl(m: ControlMessage): void {
+    if (m.type === 'handoff') {
+      // To one consumer of the queue; the others ignore it. Undecodable: the desk finds the items in the ledger.
+      const items = m.to === this.name ? decodeHandedOver(m.items) : undefined;
+      if (items) this.offers?.handOff(m.token, items);
+      return;
+    }
     if (m.type === 'dependency') {
       this.scheduler.takeWake({ ids: m.ids });
       this.kick();
     } else if (m.type === 'pause') {
       this.scheduler.paused = true;
+      this.offers?.look();
     } else if (m.type === 'resume') {
       this.scheduler.paused = false;
       this.kick();
@@ -325,6 +348,32 @@ export class Consumer<DB = Record<string, never>> extends EventEmitter<ConsumerE
       cancel: close,
     };
   };
+
+  private offerDeskHost(): ConstructorParameters<typeof OfferDesk>[0] {
+    const { queue, classes, leaseMs } = this.settings;
+    return {
+      name: this.name,
+      queue,
+      classes,
+      leaseMs,
+      offerTypes: () => {
+        const types = [...this.handlers.keys()].filter((t) => this.settings.types === undefined || this.settings.types.includes(t));
+        return types.length <= MAX_OFFER_TYPES ? types : undefined;
+      },
+      mayTakeOutsideRounds: () => this.claimsOutsideRounds(),
+      freeSlots: () => this.scheduler.freeSlots(),
+      holdSlots: (n) => this.scheduler.holdSlots(n),
+      unholdSlots: (n) => this.scheduler.unholdSlots(n),
+      activity: () => this.counters.claimed,
+      takeHandedOver: (items, claimedAtMs) => {
+        this.counters.handedOver += items.length;
+        this.scheduler.takeHandedOver(items, claimedAtMs);
+      },
+      heldUnderLease: (token) => this.ledger.heldUnderLease({ queue, classes, owner: this.name, token, leaseMs }),
+      counted: (counter, n) => (this.counters[counter] += n),
+      log: this.log,
+    };
+  }
 
   /**
    * Lane affinity (docs/design.md §6): a completion batch that finishes lane heads

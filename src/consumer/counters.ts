@@ -12,6 +12,12 @@ export interface ConsumerCounters extends Record<Outcome, number> {
   localWakes: number;
   /** Items a producer in this process inserted already claimed for this consumer (no claim round trip). */
   claimedAtInsert: number;
+  /** Offers this consumer posted for producers in any process (docs/design.md, "Offers"). */
+  offersMade: number;
+  /** Items producers inserted claimed under its offers and handed over (no claim round trip). */
+  handedOver: number;
+  /** Of those, items found in the ledger by the offer's token because the handoff never came. */
+  handoffsRecovered: number;
   /** Lane successors claimed in the transaction that completed their predecessors (lane affinity, no claim round). */
   claimedWithCompletion: number;
   followUpWakes: number;
@@ -24,7 +30,7 @@ export function newConsumerCounters(): ConsumerCounters {
   return {
     claimed: 0, completed: 0, retried: 0, dead: 0, released: 0, blocked: 0, cancelled: 0, skipped: 0,
     leaseLost: 0, abandoned: 0, claimRounds: 0, sweeps: 0, wakeEntriesRead: 0, localWakes: 0, claimedAtInsert: 0,
-    claimedWithCompletion: 0, followUpWakes: 0, prefetchReleased: 0, errors: 0,
+    offersMade: 0, handedOver: 0, handoffsRecovered: 0, claimedWithCompletion: 0, followUpWakes: 0, prefetchReleased: 0, errors: 0,
   };
 }
 

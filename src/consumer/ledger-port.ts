@@ -11,6 +11,7 @@ export type ConsumerLedger = PickPresent<
   | 'assertSchemaCurrent'
   | 'claim'
   | 'claimByIds'
+  | 'heldUnderLease'
   | 'countProcessing'
   | 'release'
   | 'renew'

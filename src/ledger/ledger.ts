@@ -31,7 +31,7 @@ import { assertSchemaCurrent, migrate, schemaStatus, type MigrateResult, type Sc
 import { completeEntries, completeInTransaction, completeWithin, completion, encodeCapped, errorText, finish, retryEnding, type FinishTarget } from './outcomes.js';
 import { finalizeBlock } from './sql/block.js';
 import { cancelItem } from './sql/cancel.js';
-import { claimByIds, claimHeads } from './sql/claim.js';
+import { claimByIds, claimHeads, readHeldUnderLease } from './sql/claim.js';
 import { probeDependencyWaits, wakeDependency } from './sql/dependency.js';
 import type { InsertClaim } from './sql/enqueue.js';
 import { getAttempts, getItem, listDead } from './sql/inspect.js';
@@ -56,6 +56,7 @@ import type {
   LeaseHandle,
   Ownership,
   ProbeOutcome,
+  QueueClass,
   QueueStats,
   ReclaimOutcome,
   RenewOutcome,
@@ -175,6 +176,16 @@ export class Ledger {
   claimByIds(input: Omit<ClaimInput, 'limit' | 'classes'> & { ids: string[] }): Promise<ClaimedItem[]> {
     const v = validate(claimByIdsSchema, input, 'claimByIds');
     return this.knownCapabilities().then((caps) => claimByIds(this.db, caps, this.tables, v));
+  }
+
+  /**
+   * The items of `queue` held under lease `token` now, as claimed items of
+   * `owner`: a consumer's recovery of items inserted claimed under its offer
+   * when their handoff was lost.
+   * @internal
+   */
+  heldUnderLease(spec: { queue: string; classes: readonly QueueClass[]; owner: string; token: string; leaseMs: number }): Promise<ClaimedItem[]> {
+    return readHeldUnderLease(this.db, this.tables, spec);
   }
 
   renew(handle: Pick<LeaseHandle, 'id' | 'leaseToken'>, leaseMs: number): Promise<RenewOutcome> {

@@ -7,6 +7,7 @@ import { TransactionRolledBackError } from '../errors.js';
 import { isRetryableConflict } from '../ledger/retry.js';
 import { sleep } from '../sleep.js';
 import type { DirectReservation } from '../wake/local-route.js';
+import { offerFits, type PostedOffer } from '../wake/offers.js';
 import type { WakeChannel } from '../wake/wake-channel.js';
 import { queueClass, queueName, typeName, laneKey, validate } from '../ledger/validation.js';
 import type { RecurringSchedule, WakeTimer } from '../wake/timers.js';
@@ -20,6 +21,14 @@ const scheduleSchema = z
   })
   .strict()
   .refine((s) => (s.pattern === undefined) !== (s.everyMs === undefined), { message: 'give exactly one of pattern or everyMs', path: ['pattern'] });
+
+/** The queue of a batch whose first item might be inserted claimed under an offer, else undefined (a rough look at raw input). */
+function offerQueue(inputs: readonly EnqueueInput[]): string | undefined {
+  const first = inputs[0] as Partial<Record<keyof EnqueueInput, unknown>> | undefined;
+  if (typeof first !== 'object' || first === null || typeof first.queue !== 'string') return undefined;
+  if (first.idempotencyKey !== undefined || first.runAt !== undefined || (typeof first.delayMs === 'number' && first.delayMs > 0)) return undefined;
+  return first.queue;
+}
 
 /** How many times producer.transaction runs a transaction the database rolled back on its own, in all. */
 export const TRANSACTION_RUNS = 5;
@@ -63,22 +72,35 @@ export class Producer {
   }
 
   async enqueueMany(inputs: readonly EnqueueInput[]): Promise<EnqueueResult[]> {
-    // A consumer of the queue in this process with free slots gets what it can
-    // take inserted already claimed for it (one commit before its handler
-    // starts, not two); only the rest is announced.
-    const held: { reservation?: DirectReservation } = {};
+    // A consumer of the queue with free slots gets what it can take inserted
+    // already claimed for it (one commit before its handler starts, not two):
+    // one in this process directly, one elsewhere through its standing offer
+    // (then handed over after the commit). Only the rest is announced.
+    const offer = await this.takeOffer(inputs);
+    const held: { reservation?: DirectReservation; offer?: PostedOffer } = {};
     let out: Awaited<ReturnType<Ledger['enqueueClaiming']>>;
     try {
       out = await this.ledger.enqueueClaiming(inputs, (eligible) => {
         const r = this.reserveLocal(eligible);
-        if (r) held.reservation = r;
-        return r?.lease;
+        if (r) {
+          held.reservation = r;
+          return r.lease;
+        }
+        const first = eligible[0];
+        if (!offer || !first || first.queue !== offerQueue(inputs) || !offerFits(offer.offer, first, Date.now())) return undefined;
+        held.offer = offer;
+        return { owner: offer.offer.owner, token: offer.offer.token, leaseMs: offer.offer.leaseMs, max: 1 };
       });
     } catch (error) {
       held.reservation?.cancel();
+      // A used offer is not given back: the insert may have committed with its answer lost. Its
+      // consumer finds out from the ledger (by the offer's token) once no handoff comes.
+      if (offer && !held.offer) void this.options.wake?.giveBackOffer(offerQueue(inputs)!, offer);
       throw error;
     }
     held.reservation?.accept(out.claimed);
+    if (offer && !held.offer) void this.options.wake?.giveBackOffer(offerQueue(inputs)!, offer);
+    if (held.offer) await this.options.wake?.handOver(offerQueue(inputs)!, held.offer, out.claimed);
     if (out.claimed.length === 0) {
       await this.announce(inputs, out.results);
       return out.results;
@@ -90,6 +112,20 @@ export class Producer {
       rest.map((r) => r.result),
     );
     return out.results;
+  }
+
+  /**
+   * A standing offer of a consumer elsewhere, if the batch starts with an
+   * item that could be inserted claimed (due now, no idempotency key) and no
+   * consumer of its queue shares this producer's channel (that one is asked
+   * directly, for free). The ledger's eligibility check is the real one; this
+   * only spares a Redis round trip when it cannot apply.
+   */
+  private async takeOffer(inputs: readonly EnqueueInput[]): Promise<PostedOffer | undefined> {
+    const wake = this.options.wake;
+    const queue = offerQueue(inputs);
+    if (!wake || queue === undefined || wake.hasLocalConsumer(queue)) return undefined;
+    return wake.takeOffer(queue);
   }
 
   /** Slots of a local consumer for items the ledger may insert claimed, if they share one queue and class. */

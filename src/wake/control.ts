@@ -9,7 +9,13 @@ export type ControlMessage =
   | { type: 'pause' }
   | { type: 'resume' }
   /** The ledger holds a cancel request for these running items: their holders ask it now, not at the next renewal. */
-  | { type: 'cancel'; ids: string[] };
+  | { type: 'cancel'; ids: string[] }
+  /**
+   * Items a producer inserted claimed under consumer `to`'s offer `token`
+   * (src/wake/offers.ts), as claimed items: that consumer starts them. Empty
+   * when the producer could not use the offer after all: the slot is free again.
+   */
+  | { type: 'handoff'; to: string; token: string; items: unknown[] };
 
 export interface ControlEntry {
   queue: string;

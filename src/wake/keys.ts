@@ -12,6 +12,11 @@ export function controlStreamKey(prefix: string, queue: string): string {
   return `${prefix}{${queue}}:control`;
 }
 
+/** The queue's standing offers of consumers with free slots (src/wake/offers.ts). */
+export function offersKey(prefix: string, queue: string): string {
+  return `${prefix}{${queue}}:offers`;
+}
+
 /** Consumers of one queue form this one group on each of its wake streams. */
 export const CONSUMER_GROUP = 'consumers';
 

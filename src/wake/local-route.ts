@@ -62,6 +62,10 @@ export class LocalWakeRoute {
     };
   }
 
+  has(queue: string): boolean {
+    return this.byQueue.has(queue);
+  }
+
   /** Slots of a local consumer of `queue` for items inserted already claimed, if one has any free. */
   reserve(queue: string, queueClass: QueueClass, types: ReadonlySet<string>, n: number): DirectReservation | undefined {
     return this.firstTaker(queue, queueClass, (t) => t.reserve(queueClass, types, n));

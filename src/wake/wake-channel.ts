@@ -9,6 +9,8 @@ import { ControlStreams, type ControlMessage } from './control.js';
 import { DEFAULT_KEY_PREFIX } from './keys.js';
 import { groupBySlot } from './slots.js';
 import { LocalWakeRoute, type DirectReservation, type LocalWakeTarget } from './local-route.js';
+import { OfferLists, type Offer, type PostedOffer } from './offers.js';
+import type { ClaimedItem } from '../ledger/types.js';
 import { clusterOf, createRedisClient, whenReady, type RedisClient, type RedisTarget } from './redis.js';
 import { WakeTimers, type ScheduledEnqueue, type WakeTimer } from './timers.js';
 import type { Ledger } from '../ledger/ledger.js';
@@ -44,7 +46,10 @@ export class WakeChannel {
   readonly control: ControlStreams;
   readonly timers: WakeTimers;
   readonly counters: PublishCounters = { published: 0, deliveredLocally: 0, failed: 0 };
+  readonly offers: OfferLists;
   private readonly local = new LocalWakeRoute();
+  /** Per queue: until when takeOffer does not look (its last look found none). */
+  private readonly noOffersUntil = new Map<string, number>();
   private readonly streams = new Map<string, WakeStreams>();
   private hub: WakeHub | undefined;
   private readonly log: Logger;
@@ -58,6 +63,7 @@ export class WakeChannel {
     this.cluster = clusterOf(options.redis) !== undefined;
     this.redis = createRedisClient(options.redis, 'lanewake:publish');
     this.control = new ControlStreams(this.keyPrefix);
+    this.offers = new OfferLists(this.keyPrefix);
     this.timers = new WakeTimers(options.redis, 'lanewake-timers', this.keyPrefix.replace(/:$/, ''));
     this.log = options.logger ?? createLogger('lanewake.wake');
     this.redis.on('ready', () => {
@@ -122,6 +128,51 @@ export class WakeChannel {
   /** Free slots of a consumer sharing this channel, for items inserted already claimed (see LocalWakeRoute). */
   reserveLocal(queue: string, queueClass: QueueClass, types: ReadonlySet<string>, n: number): DirectReservation | undefined {
     return this.local.reserve(queue, queueClass, types, n);
+  }
+
+  /** Whether a consumer of `queue` shares this channel (its producers then claim at insert for it, not through offers). */
+  hasLocalConsumer(queue: string): boolean {
+    return this.local.has(queue);
+  }
+
+  /**
+   * Posts a consumer's offer (src/wake/offers.ts); undefined if Redis refused.
+   * Offers are not wake-ups: they are neither counted nor logged as publishes.
+   */
+  async postOffer(queue: string, offer: Offer, listTtlMs: number): Promise<PostedOffer | undefined> {
+    if (!this.connected()) return undefined;
+    return this.offers.post(this.redis, queue, offer, listTtlMs).catch(() => undefined);
+  }
+
+  /** True: withdrawn, nobody took it. False: a producer took it. Undefined: Redis did not answer, so either. */
+  async withdrawOffer(queue: string, posted: PostedOffer): Promise<boolean | undefined> {
+    if (!this.connected()) return undefined;
+    return this.offers.withdraw(this.redis, queue, posted).catch(() => undefined);
+  }
+
+  /**
+   * A producer's look for a standing offer of `queue`. It costs a round
+   * trip, so after a look that found none the next waits OFFER_MISS_PAUSE_MS:
+   * a producer of a busy queue (whose consumers have no free slots, so post
+   * no offers) pays for a look at most that often.
+   */
+  async takeOffer(queue: string): Promise<PostedOffer | undefined> {
+    const now = Date.now();
+    if (!this.connected() || (this.noOffersUntil.get(queue) ?? 0) > now) return undefined;
+    const taken = await this.offers.take(this.redis, queue, now).catch(() => undefined);
+    if (taken) this.noOffersUntil.delete(queue);
+    else this.noOffersUntil.set(queue, now + OFFER_MISS_PAUSE_MS);
+    return taken;
+  }
+
+  /** An offer taken and not used: back to the front of its list (never thrown). */
+  async giveBackOffer(queue: string, posted: PostedOffer): Promise<void> {
+    await this.offers.giveBack(this.redis, queue, posted).catch(() => undefined);
+  }
+
+  /** After the commit: the items inserted under an offer, to the consumer that made it (on the queue's control stream). */
+  async handOver(queue: string, posted: PostedOffer, items: readonly ClaimedItem[]): Promise<boolean> {
+    return this.publishControl(queue, { type: 'handoff', to: posted.offer.owner, token: posted.offer.token, items: [...items] });
   }
 
   /**
@@ -270,6 +321,9 @@ export class WakeChannel {
     this.redis.disconnect();
   }
 }
+
+/** How long a producer does not look for offers of a queue after a look found none. */
+export const OFFER_MISS_PAUSE_MS = 25;
 
 function errorSummary(error: unknown): string {
   return error instanceof Error ? error.message : String(error);

@@ -7,7 +7,7 @@ import type { ClaimedRow } from '../rows.js';
 import type { LedgerTables } from '../tables.js';
 import type { ClaimedItem, ClaimOutcome, QueueClass } from '../types.js';
 import { QUEUE_CLASSES } from '../types.js';
-import { claimedItems, grantLease, leaseAssignments, readBackClaimed } from './claimed.js';
+import { CLAIMED_COLUMNS, claimedItems, grantLease, leaseAssignments, readBackClaimed } from './claimed.js';
 import { affected, inline, list } from './common.js';
 
 export interface ClaimSpec {
@@ -76,6 +76,23 @@ export async function claimByIds(
   if (spec.ids.length === 0) return [];
   const typeGuard = spec.types && spec.types.length > 0 ? sql`AND type IN (${list(spec.types)})` : undefined;
   return casClaim(exec, caps, t, spec, spec.ids, typeGuard);
+}
+
+/**
+ * The items held under this lease now: what a producer inserted claimed
+ * under a consumer's offer whose handoff never arrived (the producer died
+ * after its commit, or Redis failed then). One index range: the queue's
+ * processing items of these classes.
+ */
+export async function readHeldUnderLease(
+  exec: Executor,
+  t: LedgerTables,
+  spec: { queue: string; classes: readonly QueueClass[]; owner: string; token: string; leaseMs: number },
+): Promise<ClaimedItem[]> {
+  const lease = grantLease({ token: spec.token, owner: spec.owner, leaseMs: spec.leaseMs });
+  const rows = await sql<ClaimedRow>`SELECT ${CLAIMED_COLUMNS} FROM ${t.items}
+    WHERE queue = ${spec.queue} AND queue_class IN (${list(spec.classes)}) AND state = 'processing' AND lease_token = ${spec.token}`.execute(exec);
+  return claimedItems(rows.rows, lease);
 }
 
 async function casClaim(

@@ -1,0 +1,232 @@
+import { newLeaseToken } from '../ledger/ids.js';
+import type { ClaimedItem, QueueClass } from '../ledger/types.js';
+import type { Logger } from '../log.js';
+import type { Offer, PostedOffer } from '../wake/offers.js';
+
+/** How long an offer stands before its consumer replaces it; a dead consumer's offers die with it this fast. */
+export const OFFER_TTL_MS = 3000;
+/** An offer older than this is replaced at the next look. */
+const OFFER_REFRESH_AGE_MS = OFFER_TTL_MS / 2;
+/** How often the desk looks at its offer. */
+const LOOK_INTERVAL_MS = 500;
+/** Offers are posted only while the consumer claimed an item this recently: an idle queue costs no Redis traffic. */
+export const OFFER_WARM_MS = 10_000;
+/** A taken offer whose handoff did not come: the ledger is asked after each of these waits (ms since it was found taken). */
+const RECOVERY_AFTER_MS = [1_000, 3_000, 8_000] as const;
+
+/** What the desk needs of its consumer. */
+export interface OfferDeskHost {
+  readonly name: string;
+  readonly queue: string;
+  readonly classes: readonly QueueClass[];
+  readonly leaseMs: number;
+  /** The types it may be handed at insert (those it has handlers for), or undefined: it makes no offers. */
+  offerTypes(): readonly string[] | undefined;
+  /** Whether items claimed outside its claim rounds may come to it now (running, unpaused, unfenced). */
+  mayTakeOutsideRounds(): boolean;
+  freeSlots(): number;
+  holdSlots(n: number): number;
+  unholdSlots(n: number): void;
+  /** Items inserted claimed under one of its offers: to run (or, if it is stopping, to release). */
+  takeHandedOver(items: readonly ClaimedItem[], claimedAtMs: number): void;
+  /** Grows with every item the consumer claims (any way): the desk's sign that the queue is warm. */
+  activity(): number;
+  /** The items the ledger holds under `token` now (recovery of a lost handoff). */
+  heldUnderLease(token: string): Promise<ClaimedItem[]>;
+  counted(counter: 'offersMade' | 'handoffsRecovered', n: number): void;
+  log: Logger;
+}
+
+/** What the desk needs of its wake channel. */
+export interface OfferPort {
+  postOffer(queue: string, offer: Offer, listTtlMs: number): Promise<PostedOffer | undefined>;
+  withdrawOffer(queue: string, posted: PostedOffer): Promise<boolean | undefined>;
+}
+
+/** One offer of this consumer, holding one slot until it is settled (handed over, withdrawn, recovered or given up). */
+interface MyOffer {
+  offer: Offer;
+  posted?: PostedOffer;
+  state: 'posting' | 'standing' | 'withdrawing' | 'taken';
+  /** When it was found taken (its handoff not yet come). */
+  takenAtMs?: number;
+  asked: number;
+}
+
+/**
+ * A consumer's offers (docs/design.md, "Offers"): while it is warm and has
+ * two or more free slots, it holds one slot for one standing offer in Redis.
+ * A producer that pops the offer inserts its item claimed under it and hands
+ * it over; the consumer starts it without a claim. The desk replaces its
+ * offer before it expires, withdraws it when the slots fill up or the
+ * consumer pauses or stops, and when a taken offer's handoff never arrives
+ * it asks the ledger for the items under the offer's token, so nothing
+ * inserted under an offer waits for its lease to expire.
+ */
+export class OfferDesk {
+  /** Every offer not yet settled, by token: each holds one slot. */
+  private readonly mine = new Map<string, MyOffer>();
+  private lastActivity = 0;
+  private lastActiveAtMs = Number.NEGATIVE_INFINITY;
+  private timer: NodeJS.Timeout | undefined;
+  private looking: Promise<void> | undefined;
+  private lookAgain = false;
+  private releasing = false;
+  /** After a post Redis refused, none before this. */
+  private noPostUntil = 0;
+  private stopped = false;
+
+  constructor(
+    private readonly host: OfferDeskHost,
+    private readonly port: OfferPort,
+  ) {}
+
+  start(): void {
+    this.timer = setInterval(() => this.look(), LOOK_INTERVAL_MS);
+    this.timer.unref();
+  }
+
+  /** Room changed (a job ended or started, a pause): look now. */
+  look(): void {
+    // The desk's own freeing of a slot changes the room too: that is no reason to look again.
+    if (this.releasing) return;
+    if (this.looking) {
+      this.lookAgain = true;
+      return;
+    }
+    this.looking = Promise.resolve()
+      .then(() => this.lookOnce())
+      .catch((error: unknown) => this.host.log.debug({ err: (error as Error).message }, 'offer look failed'))
+      .finally(() => {
+        this.looking = undefined;
+        if (this.lookAgain) {
+          this.lookAgain = false;
+          this.look();
+        }
+      });
+  }
+
+  /** A handoff on the queue's control stream naming this consumer. */
+  handOff(token: string, items: readonly ClaimedItem[]): void {
+    const mine = this.settle(token);
+    // Taken even when the offer was given up on (a late handoff): the buffer holds it until a slot frees.
+    this.host.takeHandedOver(items, mine?.offer.madeAtMs ?? Date.now() - this.host.leaseMs / 2);
+  }
+
+  /**
+   * Withdraws the standing offer, then waits up to `handoffWaitMs` for the
+   * handoffs of taken ones. Call while the consumer still reads its control
+   * stream; recoverRest() then asks the ledger for the rest.
+   */
+  async stop(handoffWaitMs: number): Promise<void> {
+    this.stopped = true;
+    clearInterval(this.timer);
+    await this.looking;
+    for (const m of [...this.mine.values()]) if (m.state === 'standing') await this.withdraw(m);
+    const deadline = Date.now() + handoffWaitMs;
+    while (this.mine.size > 0 && Date.now() < deadline) await new Promise((r) => setTimeout(r, 20));
+  }
+
+  /** After stop(), once the control stream is no longer read: what the ledger holds under taken offers goes to the (stopping) consumer. */
+  async recoverRest(): Promise<void> {
+    for (const m of [...this.mine.values()]) await this.recover(m, true);
+  }
+
+  private async lookOnce(): Promise<void> {
+    const now = Date.now();
+    const host = this.host;
+    let standing = false;
+    for (const m of [...this.mine.values()]) {
+      if (m.state === 'standing') {
+        const keep = !this.stopped && now - m.offer.madeAtMs < OFFER_REFRESH_AGE_MS && host.freeSlots() > 0 && host.mayTakeOutsideRounds() && this.warm(now);
+        if (keep) standing = true;
+        else await this.withdraw(m);
+      } else if (m.state === 'taken') {
+        const due = RECOVERY_AFTER_MS[m.asked];
+        if (due === undefined || now - (m.takenAtMs ?? now) >= due) await this.recover(m, m.asked + 1 >= RECOVERY_AFTER_MS.length);
+      } else {
+        standing = true;
+      }
+    }
+    if (standing || this.stopped || now < this.noPostUntil || !this.warm(now) || host.freeSlots() < 2 || !host.mayTakeOutsideRounds()) return;
+    const types = host.offerTypes();
+    if (!types || types.length === 0 || host.holdSlots(1) !== 1) return;
+    const offer: Offer = {
+      owner: host.name,
+      token: newLeaseToken(),
+      leaseMs: host.leaseMs,
+      classes: host.classes,
+      types,
+      expiresAtMs: now + OFFER_TTL_MS,
+      madeAtMs: now,
+    };
+    const m: MyOffer = { offer, state: 'posting', asked: 0 };
+    this.mine.set(offer.token, m);
+    const posted = await this.port.postOffer(host.queue, offer, OFFER_TTL_MS * 4);
+    if (!this.mine.has(offer.token)) return; // handed over before the post's answer came
+    if (!posted) {
+      this.noPostUntil = now + LOOK_INTERVAL_MS;
+      this.release(m);
+      return;
+    }
+    this.host.counted('offersMade', 1);
+    m.posted = posted;
+    m.state = 'standing';
+    if (this.stopped) await this.withdraw(m);
+  }
+
+  private warm(now: number): boolean {
+    const activity = this.host.activity();
+    if (activity !== this.lastActivity) {
+      this.lastActivity = activity;
+      this.lastActiveAtMs = now;
+    }
+    return now - this.lastActiveAtMs < OFFER_WARM_MS;
+  }
+
+  private async withdraw(m: MyOffer): Promise<void> {
+    if (!m.posted) return;
+    m.state = 'withdrawing';
+    const withdrawn = await this.port.withdrawOffer(this.host.queue, m.posted);
+    if (!this.mine.has(m.offer.token)) return; // handed over meanwhile
+    if (withdrawn === true) {
+      this.release(m);
+      return;
+    }
+    // Taken (or Redis did not say): its handoff may be on the way; if not, the ledger knows.
+    m.state = 'taken';
+    m.takenAtMs = Date.now();
+  }
+
+  /** The offer is settled: its slot is free again. Returns it if it was still unsettled. */
+  private settle(token: string): MyOffer | undefined {
+    const m = this.mine.get(token);
+    if (m) this.release(m);
+    return m;
+  }
+
+  private release(m: MyOffer): void {
+    if (!this.mine.delete(m.offer.token)) return;
+    this.releasing = true;
+    try {
+      this.host.unholdSlots(1);
+    } finally {
+      this.releasing = false;
+    }
+  }
+
+  private async recover(m: MyOffer, last: boolean): Promise<void> {
+    m.asked++;
+    const items = await this.host.heldUnderLease(m.offer.token).catch(() => undefined);
+    if (!this.mine.has(m.offer.token)) return; // handed over meanwhile
+    if (items && items.length > 0) {
+      this.release(m);
+      this.host.counted('handoffsRecovered', items.length);
+      this.host.log.info({ token: m.offer.token, items: items.length }, 'an offer was taken and its handoff lost: its items were found in the ledger');
+      this.host.takeHandedOver(items, m.offer.madeAtMs);
+      return;
+    }
+    // Nothing under it after the last look: the producer failed before its commit; the slot is free again.
+    if (last) this.release(m);
+  }
+}

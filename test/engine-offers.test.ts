@@ -1,0 +1,137 @@
+import { Redis } from 'ioredis';
+import { afterEach, expect, test } from 'vitest';
+import { Consumer } from '../src/consumer/consumer.js';
+import { OFFER_TTL_MS } from '../src/consumer/offer-desk.js';
+import { createLogger } from '../src/log.js';
+import { Producer } from '../src/producer/producer.js';
+import { offersKey } from '../src/wake/keys.js';
+import type { Offer } from '../src/wake/offers.js';
+import { createTestWake, uniqueQueue, type TestWake } from './support/engine.js';
+import { createTestLedger, waitFor, type TestLedger } from './support/ledger.js';
+import { redisUrl } from './support/services.js';
+
+// Offers (docs/design.md, "Offers"): a warm consumer with free slots stands an offer in Redis; a
+// producer in another process (here: on a channel of its own) inserts its item claimed under it.
+let tl: TestLedger | undefined;
+let tw: TestWake | undefined;
+let cleanups: (() => Promise<unknown>)[] = [];
+afterEach(async () => {
+  for (const c of cleanups.reverse()) await c().catch(() => undefined);
+  cleanups = [];
+  await tw?.drop();
+  await tl?.drop();
+  tw = undefined;
+  tl = undefined;
+});
+
+const silent = createLogger('test', 'silent');
+
+function redis(): Redis {
+  const r = new Redis(redisUrl());
+  cleanups.push(async () => r.disconnect());
+  return r;
+}
+
+/** A running consumer of its own queue, warmed by one item so that it stands an offer; and a producer elsewhere. */
+async function warmConsumer(opts: { leaseMs?: number } = {}) {
+  tl = await createTestLedger();
+  tw = createTestWake();
+  const queue = uniqueQueue('offers');
+  const ran: { id: string; attempt: number }[] = [];
+  const consumer = new Consumer({
+    ledger: tl.ledger,
+    wake: tw.wake,
+    queue,
+    concurrency: 4,
+    pollIntervalMs: 60_000,
+    leaseMs: opts.leaseMs ?? 30_000,
+    logger: silent,
+    handlers: { t: async (job: { id: string; attempt: number }) => void ran.push({ id: job.id, attempt: job.attempt }) },
+  });
+  await consumer.start();
+  cleanups.push(() => consumer.stop({ drainTimeoutMs: 1000 }));
+  const producerWake = tw.remote();
+  const producer = new Producer({ ledger: tl.ledger, wake: producerWake });
+  await producer.enqueue({ queue, type: 't', payload: { warm: true } });
+  await waitFor(() => consumer.counters.completed === 1 || undefined, 10_000, 'the warming item');
+  await waitFor(() => consumer.counters.offersMade >= 1 || undefined, 10_000, 'an offer');
+  return { tl, tw, queue, ran, consumer, producer, producerWake };
+}
+
+test('an item from a producer elsewhere is inserted claimed under the idle consumer\'s offer and handed over: no claim, no wake-up', async () => {
+  const { tl, queue, ran, consumer, producer, producerWake } = await warmConsumer();
+  const before = { ...consumer.counters };
+  const publishedBefore = producerWake.counters.published;
+
+  const { id } = await producer.enqueue({ queue, type: 't', payload: { n: 1 } });
+  await waitFor(() => ran.some((r) => r.id === id) || undefined, 10_000, 'the item to run');
+  await waitFor(() => consumer.counters.completed === 2 || undefined, 10_000, 'the item completed');
+
+  expect(consumer.counters.handedOver - before.handedOver).toBe(1);
+  // It was never claimed by the consumer, and no wake-up went out for it.
+  expect(consumer.counters.claimRounds).toBe(before.claimRounds);
+  expect(consumer.counters.wakeEntriesRead).toBe(before.wakeEntriesRead);
+  expect(producerWake.counters.published).toBe(publishedBefore);
+  const r = await tl.ledger.inspect(id);
+  expect(r?.item).toMatchObject({ state: 'completed', attempt: 1, leaseOwner: consumer.name });
+  expect(ran.find((x) => x.id === id)?.attempt).toBe(1);
+});
+
+test('a handoff lost after the commit: the consumer finds the item by the offer\'s token in the ledger and runs it once, long before its lease ends', async () => {
+  const { tl, queue, ran, consumer, producerWake } = await warmConsumer({ leaseMs: 60_000 });
+  // A producer that took the offer, committed its item claimed under it, and died before the handoff.
+  const taken = await waitFor(() => producerWake.takeOffer(queue), 10_000, 'a standing offer');
+  expect(taken.offer.owner).toBe(consumer.name);
+  const lease = { owner: taken.offer.owner, token: taken.offer.token, leaseMs: taken.offer.leaseMs, max: 1 };
+  const out = await tl.ledger.enqueueClaiming([{ queue, type: 't', payload: { orphan: true } }], () => lease);
+  expect(out.claimed).toHaveLength(1);
+  const id = out.results[0]!.id;
+
+  await waitFor(() => ran.some((r) => r.id === id) || undefined, 20_000, 'the orphan to run');
+  await waitFor(async () => (await tl.ledger.get(id))?.state === 'completed' || undefined, 10_000, 'the orphan completed');
+  expect(consumer.counters.handoffsRecovered).toBe(1);
+  expect(ran.filter((r) => r.id === id)).toEqual([{ id, attempt: 1 }]);
+  const r = await tl.ledger.inspect(id);
+  expect(r?.item.attempt).toBe(1);
+  expect(r?.attempts.map((a) => a.outcome)).not.toContain('lease_expired');
+});
+
+test('an offer a producer cannot use (no handler for the type) goes back to the list; the item is enqueued pending', async () => {
+  const { tl, tw, queue, consumer, producer } = await warmConsumer();
+  const r = redis();
+  const key = offersKey(tw.keyPrefix, queue);
+  await waitFor(async () => (await r.llen(key)) === 1 || undefined, 10_000, 'one standing offer');
+  const handedBefore = consumer.counters.handedOver;
+
+  const { id } = await producer.enqueue({ queue, type: 'no-such-handler', payload: {} });
+  expect((await tl.ledger.get(id))?.state).toBe('pending');
+  await waitFor(async () => (await r.llen(key)) === 1 || undefined, 5_000, 'the offer back in the list');
+  expect(consumer.counters.handedOver).toBe(handedBefore);
+});
+
+test('an expired offer (its consumer gone) is skipped and dropped: the item goes to a live consumer, not to the dead one', async () => {
+  const { tl, tw, queue, ran, consumer, producer } = await warmConsumer();
+  const r = redis();
+  const key = offersKey(tw.keyPrefix, queue);
+  const now = Date.now();
+  const dead: Offer = { owner: 'dead-consumer', token: 'dead-token-000000000000', leaseMs: 30_000, classes: ['default'], types: ['t'], expiresAtMs: now - 1, madeAtMs: now - OFFER_TTL_MS };
+  await r.lpush(key, JSON.stringify(dead));
+
+  const { id } = await producer.enqueue({ queue, type: 't', payload: {} });
+  await waitFor(() => ran.some((x) => x.id === id) || undefined, 10_000, 'the item to run');
+  const item = await waitFor(async () => {
+    const it = await tl.ledger.get(id);
+    return it?.state === 'completed' ? it : undefined;
+  }, 10_000, 'the item completed');
+  expect(item.leaseOwner).toBe(consumer.name);
+  expect(await r.lrange(key, 0, -1)).not.toContain(JSON.stringify(dead));
+});
+
+test('a stopping consumer withdraws its offer', async () => {
+  const { tw, queue, consumer } = await warmConsumer();
+  const r = redis();
+  const key = offersKey(tw.keyPrefix, queue);
+  await waitFor(async () => (await r.llen(key)) === 1 || undefined, 10_000, 'one standing offer');
+  await consumer.stop({ drainTimeoutMs: 1000 });
+  expect(await r.llen(key)).toBe(0);
+});
