@@ -167,6 +167,15 @@ export class ClaimScheduler<DB> {
     return Math.max(0, held);
   }
 
+  /**
+   * Nothing left to claim as far as it knows: no buffered items, no claim in
+   * flight or wanted, and its last look found no more heads. A consumer
+   * working through a backlog makes no offers (docs/design.md §6).
+   */
+  caughtUp(): boolean {
+    return this.buffer.size === 0 && this.reservedRoom === 0 && this.targeted.size === 0 && !this.mightHaveWork && !this.lastRoundFull;
+  }
+
   /** Held slots free again: buffered items may start in them, and claims may use them. */
   unholdSlots(n: number): void {
     this.directReserved -= n;

@@ -362,6 +362,7 @@ export class Consumer<DB = Record<string, never>> extends EventEmitter<ConsumerE
       },
       mayTakeOutsideRounds: () => this.claimsOutsideRounds(),
       freeSlots: () => this.scheduler.freeSlots(),
+      caughtUp: () => this.scheduler.caughtUp(),
       holdSlots: (n) => this.scheduler.holdSlots(n),
       unholdSlots: (n) => this.scheduler.unholdSlots(n),
       activity: () => this.counters.claimed,

@@ -25,6 +25,8 @@ export interface OfferDeskHost {
   /** Whether items claimed outside its claim rounds may come to it now (running, unpaused, unfenced). */
   mayTakeOutsideRounds(): boolean;
   freeSlots(): number;
+  /** Whether it has caught up with its queue (nothing buffered or left to claim): only then are offers worth making. */
+  caughtUp(): boolean;
   holdSlots(n: number): number;
   unholdSlots(n: number): void;
   /** Items inserted claimed under one of its offers: to run (or, if it is stopping, to release). */
@@ -82,14 +84,16 @@ export class OfferDesk {
   ) {}
 
   start(): void {
-    this.timer = setInterval(() => this.look(), LOOK_INTERVAL_MS);
+    this.timer = setInterval(() => this.look(true), LOOK_INTERVAL_MS);
     this.timer.unref();
   }
 
-  /** Room changed (a job ended or started, a pause): look now. */
-  look(): void {
+  /** Room changed (a job ended or started, a pause): look now. `always`: also at an offer's age (the desk's clock). */
+  look(always = false): void {
     // The desk's own freeing of a slot changes the room too: that is no reason to look again.
     if (this.releasing) return;
+    // Called as every job ends: most of the time there is nothing to do, and that is found here.
+    if (!always && !this.looking && !this.worthALook()) return;
     if (this.looking) {
       this.lookAgain = true;
       return;
@@ -148,7 +152,7 @@ export class OfferDesk {
         standing = true;
       }
     }
-    if (standing || this.stopped || now < this.noPostUntil || !this.warm(now) || host.freeSlots() < 2 || !host.mayTakeOutsideRounds()) return;
+    if (standing || this.stopped || now < this.noPostUntil || !this.warm(now) || host.freeSlots() < 2 || !host.caughtUp() || !host.mayTakeOutsideRounds()) return;
     const types = host.offerTypes();
     if (!types || types.length === 0 || host.holdSlots(1) !== 1) return;
     const offer: Offer = {
@@ -173,6 +177,15 @@ export class OfferDesk {
     m.posted = posted;
     m.state = 'standing';
     if (this.stopped) await this.withdraw(m);
+  }
+
+  /** A standing offer to withdraw, a taken one to settle, or room for a new one. */
+  private worthALook(): boolean {
+    const host = this.host;
+    for (const m of this.mine.values()) {
+      if (m.state !== 'standing' || host.freeSlots() === 0 || !host.mayTakeOutsideRounds()) return true;
+    }
+    return this.mine.size === 0 && !this.stopped && host.freeSlots() >= 2 && host.caughtUp();
   }
 
   private warm(now: number): boolean {
