@@ -94,6 +94,8 @@ export class OfferDesk {
     if (this.releasing) return;
     // Called as every job ends: most of the time there is nothing to do, and that is found here.
     if (!always && !this.looking && !this.worthALook()) return;
+    // The clock's look at a cold queue with no offer: nothing to do (an idle worker of 200 queues stays idle).
+    if (always && !this.looking && this.mine.size === 0 && !this.warm(Date.now())) return;
     if (this.looking) {
       this.lookAgain = true;
       return;
