@@ -8,7 +8,7 @@ export const OFFER_TTL_MS = 3000;
 /** An offer older than this is replaced at the next look. */
 const OFFER_REFRESH_AGE_MS = OFFER_TTL_MS / 2;
 /** How often the desk looks at its offer. */
-const LOOK_INTERVAL_MS = 500;
+const LOOK_INTERVAL_MS = 1000;
 /** Offers are posted only while the consumer claimed an item this recently: an idle queue costs no Redis traffic. */
 export const OFFER_WARM_MS = 10_000;
 /** A taken offer whose handoff did not come: the ledger is asked after each of these waits (ms since it was found taken). */
