@@ -10,7 +10,7 @@ import { createTestWake, uniqueQueue, type TestWake } from './support/engine.js'
 import { createTestLedger, waitFor, type TestLedger } from './support/ledger.js';
 import { redisUrl } from './support/services.js';
 
-// Offers (docs/design.md, "Offers"): a warm consumer with free slots stands an offer in Redis; a
+// Offers (docs/design.md §6, "Through an offer"): a warm consumer with free slots stands an offer in Redis; a
 // producer in another process (here: on a channel of its own) inserts its item claimed under it.
 let tl: TestLedger | undefined;
 let tw: TestWake | undefined;

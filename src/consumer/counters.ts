@@ -12,7 +12,7 @@ export interface ConsumerCounters extends Record<Outcome, number> {
   localWakes: number;
   /** Items a producer in this process inserted already claimed for this consumer (no claim round trip). */
   claimedAtInsert: number;
-  /** Offers this consumer posted for producers in any process (docs/design.md, "Offers"). */
+  /** Offers this consumer posted for producers in any process (docs/design.md §6, "Through an offer"). */
   offersMade: number;
   /** Items producers inserted claimed under its offers and handed over (no claim round trip). */
   handedOver: number;

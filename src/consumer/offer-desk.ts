@@ -56,8 +56,9 @@ interface MyOffer {
 }
 
 /**
- * A consumer's offers (docs/design.md, "Offers"): while it is warm and has
- * two or more free slots, it holds one slot for one standing offer in Redis.
+ * A consumer's offers (docs/design.md §6, "Through an offer"): while it is
+ * warm, has caught up with its queue and has two or more free slots, it holds
+ * one slot for one standing offer in Redis.
  * A producer that pops the offer inserts its item claimed under it and hands
  * it over; the consumer starts it without a claim. The desk replaces its
  * offer before it expires, withdraws it when the slots fill up or the

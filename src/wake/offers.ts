@@ -4,7 +4,7 @@ import type { RedisClient } from './redis.js';
 
 /**
  * A consumer's standing offer to take one item of its queue the moment it is
- * inserted (docs/design.md, "Offers"): a producer in any process that pops it
+ * inserted (docs/design.md §6, "Through an offer"): a producer in any process that pops it
  * inserts its item already claimed under the offer's lease, then hands the
  * claimed item over on the queue's control stream. The job starts after one
  * commit, not two (no claim round trip).
