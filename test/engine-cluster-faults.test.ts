@@ -1,18 +1,13 @@
-import { afterAll, afterEach, beforeAll, test } from 'vitest';
-import { createTestWake, type TestWake } from './support/engine.js';
+import { afterAll, beforeAll, test } from 'vitest';
 import { consumerKilledMidHandler, redisStoppedMidRun } from './support/fault-scenarios.js';
-import { createTestLedger, type TestLedger } from './support/ledger.js';
 import { startRedisCluster, type LocalRedisCluster } from './support/redis-cluster.js';
+import { testScope } from './support/scope.js';
 
 // The engine's fault scenarios (test/support/fault-scenarios.ts) on a real 3-master, 3-replica
 // Redis Cluster of this file's own, which the second test takes down whole and brings back.
 let cluster: LocalRedisCluster;
-let tl: TestLedger | undefined;
-let tw: TestWake | undefined;
-let cleanups: (() => Promise<unknown>)[] = [];
-const cleanup = (step: () => Promise<unknown>): void => {
-  cleanups.push(step);
-};
+const scope = testScope();
+const { cleanup } = scope;
 
 beforeAll(async () => {
   cluster = await startRedisCluster();
@@ -20,23 +15,15 @@ beforeAll(async () => {
 afterAll(async () => {
   await cluster?.stop();
 });
-afterEach(async () => {
-  for (const c of cleanups.reverse()) await c().catch(() => undefined);
-  cleanups = [];
-  await tw?.drop();
-  await tl?.drop();
-  tw = undefined;
-  tl = undefined;
-});
 
 test('on the cluster: a consumer process killed with SIGKILL mid-handler: its items are reclaimed after the lease and completed by the others, once', async () => {
-  tl = await createTestLedger();
-  tw = createTestWake(cluster.url);
+  const tl = await scope.ledger();
+  const tw = scope.wake(cluster.url);
   await consumerKilledMidHandler({ tl, tw, redisUrl: cluster.url, cleanup });
 }, 90_000);
 
 test('on the cluster: every node stopped mid-run: enqueue still commits, work completes by sweeping, wake-ups resume when the cluster returns', async () => {
-  tl = await createTestLedger();
+  const tl = await scope.ledger();
   const redis = {
     url: cluster.url,
     kill: () => cluster.killAll(),

@@ -1,14 +1,15 @@
 import { sql } from 'kysely';
-import { afterEach, expect, test } from 'vitest';
+import { expect, test } from 'vitest';
 import { Consumer } from '../src/consumer/consumer.js';
 import { Ledger } from '../src/ledger/ledger.js';
 import type { EnqueueInput } from '../src/ledger/ledger.js';
 import { Producer } from '../src/producer/producer.js';
 import { WakeChannel } from '../src/wake/wake-channel.js';
 import { createEffectsTable, effectHandler, readEffects, type EffectRow, type EffectsDB } from './support/effects.js';
-import { createTestWake, uniqueQueue, type TestWake } from './support/engine.js';
-import { createTestLedger, waitFor, type TestLedger } from './support/ledger.js';
+import { uniqueQueue } from './support/engine.js';
+import { waitFor } from './support/ledger.js';
 import { ChildConsumer } from './support/processes.js';
+import { testScope } from './support/scope.js';
 import { redisUrl } from './support/services.js';
 
 const ITEMS = 5000;
@@ -16,18 +17,7 @@ const LANES = 200;
 const PER_LANE = ITEMS / LANES;
 const BATCH = 500;
 
-let tl: TestLedger | undefined;
-let tw: TestWake | undefined;
-let cleanups: (() => Promise<unknown>)[] = [];
-
-afterEach(async () => {
-  for (const c of cleanups.reverse()) await c().catch(() => undefined);
-  cleanups = [];
-  await tw?.drop();
-  await tl?.drop();
-  tw = undefined;
-  tl = undefined;
-});
+const scope = testScope();
 
 async function countInState(ledger: Ledger, queue: string, state: string): Promise<number> {
   const r = await sql<{ n: number | string }>`SELECT COUNT(*) AS n FROM ${ledger.tables.items}
@@ -38,8 +28,8 @@ async function countInState(ledger: Ledger, queue: string, state: string): Promi
 test(
   `${ITEMS} items over ${LANES} lanes, five consumers in three processes: each item once, lanes in order, never overlapping`,
   async () => {
-    tl = await createTestLedger();
-    tw = createTestWake();
+    const tl = await scope.ledger();
+    const tw = scope.wake();
     const { ledger } = tl;
     await createEffectsTable(ledger);
     const queue = uniqueQueue('fleet');
@@ -48,16 +38,16 @@ test(
     const children = [1, 2].map(
       (i) =>
         new ChildConsumer({
-          dbUrl: tl!.url,
+          dbUrl: tl.url,
           redisUrl: redisUrl(),
-          keyPrefix: tw!.keyPrefix,
+          keyPrefix: tw.keyPrefix,
           queue,
           name: `${queue}-child-${i}`,
           concurrency: 10,
           pollIntervalMs: 1000,
         }),
     );
-    for (const c of children) cleanups.push(() => c.kill());
+    for (const c of children) scope.cleanup(() => c.kill());
 
     // …and three in this process, each with its own ledger pool and wake channel.
     const locals: Consumer<EffectsDB>[] = [];
@@ -65,7 +55,8 @@ test(
       const name = `${queue}-local-${i}`;
       const own = new Ledger({ url: tl.url, poolSize: 6 });
       const wake = new WakeChannel({ redis: redisUrl(), keyPrefix: tw.keyPrefix });
-      cleanups.push(() => own.close(), () => wake.close());
+      scope.cleanup(() => own.close());
+      scope.cleanup(() => wake.close());
       const consumer = new Consumer<EffectsDB>({
         ledger: own,
         wake,
@@ -75,7 +66,7 @@ test(
         pollIntervalMs: 1000,
         handlers: { step: effectHandler(name) },
       });
-      cleanups.push(() => consumer.stop({ drainTimeoutMs: 1000 }));
+      scope.cleanup(() => consumer.stop({ drainTimeoutMs: 1000 }));
       await consumer.start();
       locals.push(consumer);
     }

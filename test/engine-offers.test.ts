@@ -1,41 +1,32 @@
 import { Redis } from 'ioredis';
-import { afterEach, expect, test } from 'vitest';
+import { expect, test } from 'vitest';
 import { Consumer } from '../src/consumer/consumer.js';
 import { OFFER_TTL_MS } from '../src/consumer/offer-desk.js';
 import { createLogger } from '../src/log.js';
 import { Producer } from '../src/producer/producer.js';
 import { offersKey } from '../src/wake/keys.js';
 import type { Offer } from '../src/wake/offers.js';
-import { createTestWake, uniqueQueue, type TestWake } from './support/engine.js';
-import { createTestLedger, waitFor, type TestLedger } from './support/ledger.js';
+import { uniqueQueue } from './support/engine.js';
+import { waitFor } from './support/ledger.js';
+import { testScope } from './support/scope.js';
 import { redisUrl } from './support/services.js';
 
 // Offers (docs/design.md §6, "Through an offer"): a warm consumer with free slots stands an offer in Redis; a
 // producer in another process (here: on a channel of its own) inserts its item claimed under it.
-let tl: TestLedger | undefined;
-let tw: TestWake | undefined;
-let cleanups: (() => Promise<unknown>)[] = [];
-afterEach(async () => {
-  for (const c of cleanups.reverse()) await c().catch(() => undefined);
-  cleanups = [];
-  await tw?.drop();
-  await tl?.drop();
-  tw = undefined;
-  tl = undefined;
-});
+const scope = testScope();
 
 const silent = createLogger('test', 'silent');
 
 function redis(): Redis {
   const r = new Redis(redisUrl());
-  cleanups.push(async () => r.disconnect());
+  scope.cleanup(async () => r.disconnect());
   return r;
 }
 
 /** A running consumer of its own queue, warmed by one item so that it stands an offer; and a producer elsewhere. */
 async function warmConsumer(opts: { leaseMs?: number } = {}) {
-  tl = await createTestLedger();
-  tw = createTestWake();
+  const tl = await scope.ledger();
+  const tw = scope.wake();
   const queue = uniqueQueue('offers');
   const ran: { id: string; attempt: number }[] = [];
   const consumer = new Consumer({
@@ -49,7 +40,7 @@ async function warmConsumer(opts: { leaseMs?: number } = {}) {
     handlers: { t: async (job: { id: string; attempt: number }) => void ran.push({ id: job.id, attempt: job.attempt }) },
   });
   await consumer.start();
-  cleanups.push(() => consumer.stop({ drainTimeoutMs: 1000 }));
+  scope.cleanup(() => consumer.stop({ drainTimeoutMs: 1000 }));
   const producerWake = tw.remote();
   const producer = new Producer({ ledger: tl.ledger, wake: producerWake });
   await producer.enqueue({ queue, type: 't', payload: { warm: true } });

@@ -1,0 +1,42 @@
+import { afterEach } from 'vitest';
+import type { LedgerConfigInput } from '../../src/ledger/config.js';
+import { createTestWake, type TestWake } from './engine.js';
+import { createTestLedger, type TestLedger } from './ledger.js';
+
+/** What one test made, torn down after it by the afterEach that testScope() registers. */
+export interface TestScope {
+  /** A ledger of the test's own (a fresh database), dropped after the test. */
+  ledger(config?: Partial<LedgerConfigInput>): Promise<TestLedger>;
+  /** A wake channel on a key prefix of the test's own, its keys deleted after the test. */
+  wake(url?: string): TestWake;
+  /** A step run after the test, before the wakes and ledgers go (steps in reverse order, a failing one skipped). */
+  cleanup(step: () => Promise<unknown>): void;
+}
+
+/** Call once at a test file's top level. */
+export function testScope(): TestScope {
+  let steps: (() => Promise<unknown>)[] = [];
+  let wakes: TestWake[] = [];
+  let ledgers: TestLedger[] = [];
+  afterEach(async () => {
+    for (const step of steps.reverse()) await step().catch(() => undefined);
+    for (const w of wakes) await w.drop();
+    for (const l of ledgers) await l.drop();
+    steps = [];
+    wakes = [];
+    ledgers = [];
+  });
+  return {
+    ledger: async (config) => {
+      const tl = await createTestLedger(config);
+      ledgers.push(tl);
+      return tl;
+    },
+    wake: (url) => {
+      const tw = createTestWake(url);
+      wakes.push(tw);
+      return tw;
+    },
+    cleanup: (step) => void steps.push(step),
+  };
+}
