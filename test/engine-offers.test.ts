@@ -5,6 +5,7 @@ import { OFFER_TTL_MS } from '../src/consumer/offer-desk.js';
 import { createLogger } from '../src/log.js';
 import { Producer } from '../src/producer/producer.js';
 import { offersKey } from '../src/wake/keys.js';
+import { MAX_HANDOFF_BYTES } from '../src/wake/wake-channel.js';
 import type { Offer } from '../src/wake/offers.js';
 import { uniqueQueue } from './support/engine.js';
 import { waitFor } from './support/ledger.js';
@@ -21,6 +22,13 @@ function redis(): Redis {
   const r = new Redis(redisUrl());
   scope.cleanup(async () => r.disconnect());
   return r;
+}
+
+/** How many items the consumer's claim rounds win from now on (a round may run at any time: a sweep, a room change). */
+function claimsByRounds(consumer: Consumer): () => number {
+  let won = 0;
+  consumer.on('claimRound', (r) => (won += r.claimed));
+  return () => won;
 }
 
 /** A running consumer of its own queue, warmed by one item so that it stands an offer; and a producer elsewhere. */
@@ -53,6 +61,7 @@ test('an item from a producer elsewhere is inserted claimed under the idle consu
   const { tl, queue, ran, consumer, producer, producerWake } = await warmConsumer();
   const before = { ...consumer.counters };
   const publishedBefore = producerWake.counters.published;
+  const wonByRounds = claimsByRounds(consumer);
 
   const { id } = await producer.enqueue({ queue, type: 't', payload: { n: 1 } });
   await waitFor(() => ran.some((r) => r.id === id) || undefined, 10_000, 'the item to run');
@@ -60,12 +69,26 @@ test('an item from a producer elsewhere is inserted claimed under the idle consu
 
   expect(consumer.counters.handedOver - before.handedOver).toBe(1);
   // It was never claimed by the consumer, and no wake-up went out for it.
-  expect(consumer.counters.claimRounds).toBe(before.claimRounds);
+  expect(wonByRounds()).toBe(0);
   expect(consumer.counters.wakeEntriesRead).toBe(before.wakeEntriesRead);
   expect(producerWake.counters.published).toBe(publishedBefore);
   const r = await tl.ledger.inspect(id);
   expect(r?.item).toMatchObject({ state: 'completed', attempt: 1, leaseOwner: consumer.name });
   expect(ran.find((x) => x.id === id)?.attempt).toBe(1);
+});
+
+test('an item too large to broadcast is handed over by count, and the consumer reads it from the ledger', async () => {
+  const { queue, ran, consumer, producer, producerWake } = await warmConsumer();
+  const before = { ...consumer.counters };
+  const publishedBefore = producerWake.counters.published;
+  const big = 'x'.repeat(MAX_HANDOFF_BYTES + 1);
+  const wonByRounds = claimsByRounds(consumer);
+
+  const { id } = await producer.enqueue({ queue, type: 't', payload: { big } });
+  await waitFor(() => ran.some((r) => r.id === id) || undefined, 10_000, 'the large item to run');
+  expect(consumer.counters.handedOver - before.handedOver).toBe(1);
+  expect(wonByRounds()).toBe(0);
+  expect(producerWake.counters.published).toBe(publishedBefore);
 });
 
 test('a handoff lost after the commit: the consumer finds the item by the offer\'s token in the ledger and runs it once, long before its lease ends', async () => {

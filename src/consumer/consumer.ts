@@ -288,8 +288,11 @@ export class Consumer<DB = Record<string, never>> extends EventEmitter<ConsumerE
   private takeControl(m: ControlMessage): void {
     if (m.type === 'handoff') {
       // To one consumer of the queue; the others ignore it. Undecodable: the desk finds the items in the ledger.
-      const items = m.to === this.name ? decodeHandedOver(m.items) : undefined;
-      if (items) this.offers?.handOff(m.token, items);
+      if (m.to !== this.name) return;
+      const items = decodeHandedOver(m.items);
+      if (!items) return;
+      if (items.length >= m.count) this.offers?.handOff(m.token, items);
+      else void this.offers?.handOffFromLedger(m.token);
       return;
     }
     if (m.type === 'dependency') {

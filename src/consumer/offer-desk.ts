@@ -120,6 +120,14 @@ export class OfferDesk {
     this.host.takeHandedOver(items, mine?.offer.madeAtMs ?? Date.now() - this.host.leaseMs / 2);
   }
 
+  /** A handoff that named its items without carrying them (too large to broadcast): they are read from the ledger now. */
+  async handOffFromLedger(token: string): Promise<void> {
+    const items = await this.host.heldUnderLease(token).catch(() => undefined);
+    // Not readable now: the offer stays unsettled, and the desk's looks settle it from the ledger.
+    if (!items) return;
+    this.handOff(token, items);
+  }
+
   /**
    * Withdraws the standing offer, then waits up to `handoffWaitMs` for the
    * handoffs of taken ones. Call while the consumer still reads its control

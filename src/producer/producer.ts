@@ -77,7 +77,7 @@ export class Producer {
     // one in this process directly, one elsewhere through its standing offer
     // (then handed over after the commit). Only the rest is announced.
     const offer = await this.takeOffer(inputs);
-    const held: { reservation?: DirectReservation; offer?: PostedOffer } = {};
+    const held: { reservation?: DirectReservation; offer?: boolean } = {};
     let out: Awaited<ReturnType<Ledger['enqueueClaiming']>>;
     try {
       out = await this.ledger.enqueueClaiming(inputs, (eligible) => {
@@ -87,20 +87,21 @@ export class Producer {
           return r.lease;
         }
         const first = eligible[0];
-        if (!offer || !first || first.queue !== offerQueue(inputs) || !offerFits(offer.offer, first, Date.now())) return undefined;
-        held.offer = offer;
-        return { owner: offer.offer.owner, token: offer.offer.token, leaseMs: offer.offer.leaseMs, max: 1 };
+        if (!offer || !first || first.queue !== offer.queue || !offerFits(offer.posted.offer, first, Date.now())) return undefined;
+        held.offer = true;
+        const { owner, token, leaseMs } = offer.posted.offer;
+        return { owner, token, leaseMs, max: 1 };
       });
     } catch (error) {
       held.reservation?.cancel();
       // A used offer is not given back: the insert may have committed with its answer lost. Its
       // consumer finds out from the ledger (by the offer's token) once no handoff comes.
-      if (offer && !held.offer) void this.options.wake?.giveBackOffer(offerQueue(inputs)!, offer);
+      if (offer && !held.offer) void this.options.wake?.giveBackOffer(offer.queue, offer.posted);
       throw error;
     }
     held.reservation?.accept(out.claimed);
-    if (offer && !held.offer) void this.options.wake?.giveBackOffer(offerQueue(inputs)!, offer);
-    if (held.offer) await this.options.wake?.handOver(offerQueue(inputs)!, held.offer, out.claimed);
+    if (offer && !held.offer) void this.options.wake?.giveBackOffer(offer.queue, offer.posted);
+    if (offer && held.offer) await this.options.wake?.handOver(offer.queue, offer.posted, out.claimed);
     if (out.claimed.length === 0) {
       await this.announce(inputs, out.results);
       return out.results;
@@ -121,11 +122,12 @@ export class Producer {
    * directly, for free). The ledger's eligibility check is the real one; this
    * only spares a Redis round trip when it cannot apply.
    */
-  private async takeOffer(inputs: readonly EnqueueInput[]): Promise<PostedOffer | undefined> {
+  private async takeOffer(inputs: readonly EnqueueInput[]): Promise<{ queue: string; posted: PostedOffer } | undefined> {
     const wake = this.options.wake;
     const queue = offerQueue(inputs);
     if (!wake || queue === undefined || wake.hasLocalConsumer(queue)) return undefined;
-    return wake.takeOffer(queue);
+    const posted = await wake.takeOffer(queue);
+    return posted ? { queue, posted } : undefined;
   }
 
   /** Slots of a local consumer for items the ledger may insert claimed, if they share one queue and class. */

@@ -12,10 +12,12 @@ export type ControlMessage =
   | { type: 'cancel'; ids: string[] }
   /**
    * Items a producer inserted claimed under consumer `to`'s offer `token`
-   * (src/wake/offers.ts), as claimed items: that consumer starts them. Empty
-   * when the producer could not use the offer after all: the slot is free again.
+   * (src/wake/offers.ts), `count` of them, as claimed items: that consumer
+   * starts them. `items` is empty when they were too large to broadcast:
+   * the consumer reads them from the ledger by the token. `count` 0: the
+   * producer could not use the offer after all, and the slot is free again.
    */
-  | { type: 'handoff'; to: string; token: string; items: unknown[] };
+  | { type: 'handoff'; to: string; token: string; count: number; items: unknown[] };
 
 export interface ControlEntry {
   queue: string;

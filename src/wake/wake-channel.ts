@@ -170,9 +170,16 @@ export class WakeChannel {
     await this.offers.giveBack(this.redis, queue, posted).catch(() => undefined);
   }
 
-  /** After the commit: the items inserted under an offer, to the consumer that made it (on the queue's control stream). */
+  /**
+   * After the commit: the items inserted under an offer, to the consumer that
+   * made it, on the queue's control stream, which every process of the queue
+   * reads. Items larger than MAX_HANDOFF_BYTES in all go by count only: the
+   * consumer reads them from the ledger.
+   */
   async handOver(queue: string, posted: PostedOffer, items: readonly ClaimedItem[]): Promise<boolean> {
-    return this.publishControl(queue, { type: 'handoff', to: posted.offer.owner, token: posted.offer.token, items: [...items] });
+    const { owner, token } = posted.offer;
+    const inline = JSON.stringify(items).length <= MAX_HANDOFF_BYTES;
+    return this.publishControl(queue, { type: 'handoff', to: owner, token, count: items.length, items: inline ? [...items] : [] });
   }
 
   /**
@@ -321,6 +328,9 @@ export class WakeChannel {
     this.redis.disconnect();
   }
 }
+
+/** The most a handoff carries in its message (JSON text); larger items are read from the ledger by the consumer. */
+export const MAX_HANDOFF_BYTES = 16 * 1024;
 
 /** How long a producer does not look for offers of a queue after a look found none. */
 export const OFFER_MISS_PAUSE_MS = 25;
