@@ -13,6 +13,14 @@ const LOOK_INTERVAL_MS = 1000;
 export const OFFER_WARM_MS = 10_000;
 /** A taken offer whose handoff did not come: the ledger is asked after each of these waits (ms since it was found taken). */
 const RECOVERY_AFTER_MS = [1_000, 3_000, 8_000] as const;
+/**
+ * Consumers with shorter leases make no offers. An item handed over runs on a
+ * lease counted from when its offer was made (up to OFFER_TTL_MS earlier), and
+ * one recovered from the ledger is found up to 8 s after that: both must be
+ * well inside the lease (a prefetched item starts only within two thirds of
+ * it), or the item would go back unstarted, or its lease expire unrenewed.
+ */
+export const MIN_OFFER_LEASE_MS = 24_000;
 
 /** What the desk needs of its consumer. */
 export interface OfferDeskHost {
@@ -163,7 +171,8 @@ export class OfferDesk {
         standing = true;
       }
     }
-    if (standing || this.stopped || now < this.noPostUntil || !this.warm(now) || host.freeSlots() < 2 || !host.caughtUp() || !host.mayTakeOutsideRounds()) return;
+    if (standing || this.stopped || host.leaseMs < MIN_OFFER_LEASE_MS || now < this.noPostUntil) return;
+    if (!this.warm(now) || host.freeSlots() < 2 || !host.caughtUp() || !host.mayTakeOutsideRounds()) return;
     const types = host.offerTypes();
     if (!types || types.length === 0 || host.holdSlots(1) !== 1) return;
     const offer: Offer = {
