@@ -163,6 +163,33 @@ test('/metrics: claims, outcomes, latencies, wake reads and depth of a running c
   expect(listeners()).toBe(0);
 }, 15_000);
 
+test('/metrics: items handed over under the consumer\'s offers, by queue', async () => {
+  const tl = await testLedger();
+  const tw: TestWake = createTestWake();
+  cleanups.push(tw.drop);
+  const queue = uniqueQueue('adm-offer');
+  const metrics = new LanewakeMetrics();
+  const consumer = new Consumer({ ledger: tl.ledger, wake: tw.wake, queue, concurrency: 4, pollIntervalMs: 60_000, handlers: { ok: async () => 'done' } });
+  const unsubscribe = metrics.observeConsumer(consumer);
+  cleanups.push(async () => {
+    unsubscribe();
+    await consumer.stop({ drainTimeoutMs: 2_000 });
+  });
+  await consumer.start();
+  const admin = await server({ ledger: tl.ledger, metrics });
+  const scrape = async (): Promise<number> => valueOf(parseSamples(await (await fetch(`${admin.url}/metrics`)).text()), 'lanewake_items_handed_over_total', { queue });
+  expect(await scrape()).toBe(0);
+
+  // One item through the stream warms the consumer; it then stands an offer, which the next item takes.
+  const producer = new Producer({ ledger: tl.ledger, wake: tw.remote() });
+  await producer.enqueue({ queue, type: 'ok', payload: { n: 1 } });
+  await waitFor(() => consumer.counters.offersMade > 0 || undefined, 10_000, 'an offer');
+  await producer.enqueue({ queue, type: 'ok', payload: { n: 2 } });
+  await waitFor(() => consumer.counters.completed === 2 || undefined, 10_000, 'both completed');
+  expect(consumer.counters.handedOver).toBe(1);
+  expect(await scrape()).toBe(1);
+});
+
 test('/livez, /readyz, /version, /api/queues, the dashboard, 404 and 405 on a migrated ledger', async () => {
   const tl = await testLedger();
   const queue = uniqueQueue('adm');

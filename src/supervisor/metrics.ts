@@ -22,6 +22,9 @@ interface ObservedConsumer {
   wakeEntriesRead: () => number;
   /** `wakeEntriesRead` as last folded into the counter. */
   wakeEntriesSeen: number;
+  handedOver: () => number;
+  /** `handedOver` as last folded into the counter. */
+  handedOverSeen: number;
 }
 
 type ItemLabels = 'queue' | 'type';
@@ -48,6 +51,7 @@ export class LanewakeMetrics {
   private readonly released: Counter<ItemLabels>;
   private readonly leaseLost: Counter<ItemLabels>;
   private readonly wakeEntriesRead: Counter<'queue'>;
+  private readonly handedOver: Counter<'queue'>;
   private readonly enqueueToStart: Histogram<ItemLabels>;
   private readonly claimDuration: Histogram<'queue'>;
   private readonly items: Gauge<'queue' | 'state'>;
@@ -74,6 +78,13 @@ export class LanewakeMetrics {
     this.wakeEntriesRead = new Counter({
       name: 'lanewake_wake_entries_read_total',
       help: 'Wake-up stream entries read by this process.',
+      labelNames: ['queue'] as const,
+      registers,
+      collect: () => this.foldWakeEntries(),
+    });
+    this.handedOver = new Counter({
+      name: 'lanewake_items_handed_over_total',
+      help: "Items producers inserted claimed under this process's offers and handed over (started with no claim round trip; docs/design.md §6).",
       labelNames: ['queue'] as const,
       registers,
       collect: () => this.foldWakeEntries(),
@@ -159,9 +170,12 @@ export class LanewakeMetrics {
       wakeEntriesRead: () => consumer.counters.wakeEntriesRead,
       // Count only what is read from now on, so observing a running consumer adds no burst.
       wakeEntriesSeen: consumer.counters.wakeEntriesRead,
+      handedOver: () => consumer.counters.handedOver,
+      handedOverSeen: consumer.counters.handedOver,
     };
     // Queue-level series exist from the start (at 0), so rate() has a baseline.
     this.wakeEntriesRead.inc({ queue }, 0);
+    this.handedOver.inc({ queue }, 0);
     this.claimDuration.zero({ queue });
 
     const onStarted = (item: ClaimedItem): void => {
@@ -245,12 +259,15 @@ export class LanewakeMetrics {
   }
 
   /** Adds what each observed consumer read since the last fold (consumer counters are cumulative). */
+  /** The consumers' counters read at a scrape (wake entries read, items handed over) into their series. */
   private foldWakeEntries(): void {
     for (const c of this.observed) {
-      const now = c.wakeEntriesRead();
-      const delta = now - c.wakeEntriesSeen;
-      if (delta > 0) this.wakeEntriesRead.inc({ queue: c.queue }, delta);
-      c.wakeEntriesSeen = now;
+      const read = c.wakeEntriesRead();
+      if (read > c.wakeEntriesSeen) this.wakeEntriesRead.inc({ queue: c.queue }, read - c.wakeEntriesSeen);
+      c.wakeEntriesSeen = read;
+      const handed = c.handedOver();
+      if (handed > c.handedOverSeen) this.handedOver.inc({ queue: c.queue }, handed - c.handedOverSeen);
+      c.handedOverSeen = handed;
     }
   }
 }
