@@ -8,6 +8,7 @@ import { WakeChannel } from '../src/wake/wake-channel.js';
 import { createEffectsTable, effectHandler, readEffects, type EffectRow, type EffectsDB } from './support/effects.js';
 import { uniqueQueue } from './support/engine.js';
 import { waitFor } from './support/ledger.js';
+import { itemCount } from './support/items.js';
 import { ChildConsumer } from './support/processes.js';
 import { testScope } from './support/scope.js';
 import { redisUrl } from './support/services.js';
@@ -18,12 +19,6 @@ const PER_LANE = ITEMS / LANES;
 const BATCH = 500;
 
 const scope = testScope();
-
-async function countInState(ledger: Ledger, queue: string, state: string): Promise<number> {
-  const r = await sql<{ n: number | string }>`SELECT COUNT(*) AS n FROM ${ledger.tables.items}
-    WHERE queue = ${queue} AND state = ${state}`.execute(ledger.db);
-  return Number(r.rows[0]?.n ?? -1);
-}
 
 test(
   `${ITEMS} items over ${LANES} lanes, five consumers in three processes: each item once, lanes in order, never overlapping`,
@@ -95,7 +90,7 @@ test(
     if (pending.length > 0) await flush();
     expect(expected.size).toBe(ITEMS);
 
-    await waitFor(async () => (await countInState(ledger, queue, 'completed')) === ITEMS || undefined, 120_000, `${ITEMS} completed`);
+    await waitFor(async () => (await itemCount(ledger, queue, 'completed')) === ITEMS || undefined, 120_000, `${ITEMS} completed`);
 
     for (const c of locals) await c.stop({ drainTimeoutMs: 5000 });
     const exits = await Promise.all(children.map((c) => c.terminate()));

@@ -75,20 +75,14 @@ export class LanewakeMetrics {
     this.released = itemCounter('lanewake_items_released_total', 'Items this process released without spending an attempt (defer, deadline, shutdown).');
     this.leaseLost = itemCounter('lanewake_lease_lost_total', 'Attempts whose lease was lost before their outcome could be written.');
 
-    this.wakeEntriesRead = new Counter({
-      name: 'lanewake_wake_entries_read_total',
-      help: 'Wake-up stream entries read by this process.',
-      labelNames: ['queue'] as const,
-      registers,
-      collect: () => this.foldWakeEntries(),
-    });
-    this.handedOver = new Counter({
-      name: 'lanewake_items_handed_over_total',
-      help: "Items producers inserted claimed under this process's offers and handed over (started with no claim round trip; docs/design.md §6).",
-      labelNames: ['queue'] as const,
-      registers,
-      collect: () => this.foldWakeEntries(),
-    });
+    // Read from the consumers' counters at each scrape (both fold all of them: either may be collected first).
+    const foldedCounter = (name: string, help: string): Counter<'queue'> =>
+      new Counter({ name, help, labelNames: ['queue'] as const, registers, collect: () => this.foldConsumerCounters() });
+    this.wakeEntriesRead = foldedCounter('lanewake_wake_entries_read_total', 'Wake-up stream entries read by this process.');
+    this.handedOver = foldedCounter(
+      'lanewake_items_handed_over_total',
+      "Items producers inserted claimed under this process's offers and handed over (started with no claim round trip; docs/design.md §6).",
+    );
 
     this.enqueueToStart = new Histogram({
       name: 'lanewake_enqueue_to_start_seconds',
@@ -204,7 +198,7 @@ export class LanewakeMetrics {
       consumer.off('started', onStarted);
       consumer.off('outcome', onOutcome);
       consumer.off('claimRound', onClaimRound);
-      this.foldWakeEntries();
+      this.foldConsumerCounters();
       this.observed.delete(entry);
     };
   }
@@ -260,7 +254,7 @@ export class LanewakeMetrics {
 
   /** Adds what each observed consumer read since the last fold (consumer counters are cumulative). */
   /** The consumers' counters read at a scrape (wake entries read, items handed over) into their series. */
-  private foldWakeEntries(): void {
+  private foldConsumerCounters(): void {
     for (const c of this.observed) {
       const read = c.wakeEntriesRead();
       if (read > c.wakeEntriesSeen) this.wakeEntriesRead.inc({ queue: c.queue }, read - c.wakeEntriesSeen);

@@ -32,8 +32,9 @@ export class ControlStreams {
     private readonly maxLen = 1000,
   ) {}
 
-  async publish(redis: RedisClient, queue: string, message: ControlMessage): Promise<void> {
-    await redis.xadd(controlStreamKey(this.prefix, queue), 'MAXLEN', '~', this.maxLen, '*', 'm', JSON.stringify(message));
+  /** `text`: the message's JSON, when the caller has it already (the handoff measures its size). */
+  async publish(redis: RedisClient, queue: string, message: ControlMessage, text = JSON.stringify(message)): Promise<void> {
+    await redis.xadd(controlStreamKey(this.prefix, queue), 'MAXLEN', '~', this.maxLen, '*', 'm', text);
   }
 
   /** The id to start reading after, so a new reader sees only what comes next. */

@@ -30,7 +30,7 @@ export interface PostedOffer {
   wire: string;
 }
 
-/** Where a popped offer is checked before use: its queue and whether it still stands. */
+/** Whether a popped offer may take this item: it still stands, and takes the item's class and type. */
 export function offerFits(offer: Offer, item: { type: string; queueClass: QueueClass }, nowMs: number): boolean {
   return offer.expiresAtMs > nowMs && offer.classes.includes(item.queueClass) && offer.types.includes(item.type);
 }

@@ -46,7 +46,7 @@ export class WakeChannel {
   readonly control: ControlStreams;
   readonly timers: WakeTimers;
   readonly counters: PublishCounters = { published: 0, deliveredLocally: 0, failed: 0 };
-  readonly offers: OfferLists;
+  private readonly offers: OfferLists;
   private readonly local = new LocalWakeRoute();
   /** Per queue: until when takeOffer does not look (its last look found none). */
   private readonly noOffersUntil = new Map<string, number>();
@@ -178,8 +178,10 @@ export class WakeChannel {
    */
   async handOver(queue: string, posted: PostedOffer, items: readonly ClaimedItem[]): Promise<boolean> {
     const { owner, token } = posted.offer;
-    const inline = JSON.stringify(items).length <= MAX_HANDOFF_BYTES;
-    return this.publishControl(queue, { type: 'handoff', to: owner, token, count: items.length, items: inline ? [...items] : [] });
+    const whole: ControlMessage = { type: 'handoff', to: owner, token, count: items.length, items: [...items] };
+    const text = JSON.stringify(whole);
+    if (text.length <= MAX_HANDOFF_BYTES) return this.publishControl(queue, whole, text);
+    return this.publishControl(queue, { ...whole, items: [] });
   }
 
   /**
@@ -212,10 +214,10 @@ export class WakeChannel {
     }
   }
 
-  async publishControl(queue: string, message: ControlMessage): Promise<boolean> {
+  async publishControl(queue: string, message: ControlMessage, text?: string): Promise<boolean> {
     try {
       if (!(await this.usable())) throw new Error('redis is not connected');
-      await this.control.publish(this.redis, queue, message);
+      await this.control.publish(this.redis, queue, message, text);
       this.publishWorked();
       return true;
     } catch (error) {

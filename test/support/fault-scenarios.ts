@@ -14,6 +14,7 @@ import { WakeChannel } from '../../src/wake/wake-channel.js';
 import { createEffectsTable, effectHandler, readEffects, type EffectsDB, type StepPayload } from './effects.js';
 import { uniqueQueue, type TestWake } from './engine.js';
 import { waitFor, type TestLedger } from './ledger.js';
+import { itemCount } from './items.js';
 import { ChildConsumer } from './processes.js';
 
 export interface ScenarioContext {
@@ -28,12 +29,6 @@ export interface StoppableRedis {
   kill: () => Promise<void>;
   /** Resolves once the server (every node, the cluster healthy) answers again. */
   start: () => Promise<void>;
-}
-
-async function countInState(ledger: Ledger, queue: string, state: string): Promise<number> {
-  const r = await sql<{ n: number | string }>`SELECT COUNT(*) AS n FROM ${ledger.tables.items}
-    WHERE queue = ${queue} AND state = ${state}`.execute(ledger.db);
-  return Number(r.rows[0]?.n ?? -1);
 }
 
 /** Items `owner` holds; with `startedWithinMs`, only those whose run began that recently (ledger clock). */
@@ -104,7 +99,7 @@ export async function consumerKilledMidHandler(ctx: ScenarioContext & { tw: Test
   const stranded = await idsHeldBy(ledger, queue, child.name);
   expect(stranded.length, 'items the killed child still held').toBeGreaterThan(0);
 
-  await waitFor(async () => (await countInState(ledger, queue, 'completed')) === ITEMS || undefined, 45_000, 'every item completed');
+  await waitFor(async () => (await itemCount(ledger, queue, 'completed')) === ITEMS || undefined, 45_000, 'every item completed');
 
   const effects = await readEffects(ledger);
   expect(effects).toHaveLength(ITEMS);
@@ -160,7 +155,7 @@ export async function redisStoppedMidRun(ctx: ScenarioContext & { redis: Stoppab
   ctx.cleanup(() => consumer.stop({ drainTimeoutMs: 1000 }));
   await consumer.start();
   const producer = new Producer({ ledger, wake: pubWake });
-  const completed = () => countInState(ledger, queue, 'completed');
+  const completed = () => itemCount(ledger, queue, 'completed');
 
   // Phase 1: Redis up (and the producer's connection made: a loaded machine can take over a second).
   await waitFor(() => pubWake.connected() || undefined, 10_000, 'the producer connected');

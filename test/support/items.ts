@@ -13,9 +13,10 @@ export function freshQueue(label: string): string {
   return `${clean}-${queueCounter}-${randomBytes(3).toString('hex')}`;
 }
 
-/** Rows in the items table (optionally of one queue). */
-export async function itemCount(ledger: Ledger, queue?: string): Promise<number> {
-  const filter = queue === undefined ? sql`` : sql`WHERE queue = ${queue}`;
+/** Rows in the items table (optionally of one queue, and of one state). */
+export async function itemCount(ledger: Ledger, queue?: string, state?: string): Promise<number> {
+  const inState = state === undefined ? sql`` : sql`AND state = ${state}`;
+  const filter = queue === undefined ? sql`` : sql`WHERE queue = ${queue} ${inState}`;
   const r = await sql<{ n: number | string }>`SELECT COUNT(*) AS n FROM ${ledger.tables.items} ${filter}`.execute(ledger.db);
   return Number(r.rows[0]?.n ?? -1);
 }
