@@ -6,10 +6,10 @@ import type { LedgerDb } from './connection.js';
 /**
  * Errors after which the whole transaction may simply run again:
  * MySQL/MariaDB deadlock (1213) and lock-wait timeout (1205); TiDB write
- * conflict (9007), optimistic-commit conflict (8002), schema-change retry
- * (8022, 8028).
+ * conflict (9007), optimistic-commit conflict (8002), retryable KV error
+ * (8022), schema out of date or changed while the statement ran (8027, 8028).
  */
-const RETRYABLE_ERRNOS = new Set([1213, 1205, 9007, 8002, 8022, 8028]);
+const RETRYABLE_ERRNOS = new Set([1213, 1205, 9007, 8002, 8022, 8027, 8028]);
 
 export function errno(error: unknown): number | undefined {
   if (typeof error === 'object' && error !== null && 'errno' in error) {

@@ -2,7 +2,7 @@ import { sql, type RawBuilder } from 'kysely';
 import type { LedgerCapabilities } from '../capabilities.js';
 import type { Executor } from '../connection.js';
 import { newLeaseToken } from '../ids.js';
-import { isConnectionError, readAfterLostConnection } from '../retry.js';
+import { isConnectionError, readAfterLostConnection, retryOnConflict } from '../retry.js';
 import type { ClaimedRow } from '../rows.js';
 import type { LedgerTables } from '../tables.js';
 import type { ClaimedItem, ClaimOutcome, QueueClass } from '../types.js';
@@ -44,7 +44,12 @@ const MAX_CANDIDATES = 1000;
  * token won. No UPDATE … ORDER BY … LIMIT: on MariaDB that reads and locks
  * the whole claimable range.
  */
-export async function claimHeads(exec: Executor, caps: LedgerCapabilities, t: LedgerTables, spec: ClaimHeadsSpec): Promise<ClaimOutcome> {
+export function claimHeads(exec: Executor, caps: LedgerCapabilities, t: LedgerTables, spec: ClaimHeadsSpec): Promise<ClaimOutcome> {
+  // A victim of the server (a deadlock, a lock wait timeout, a TiDB write conflict) wrote nothing: claim again.
+  return retryOnConflict(() => claimHeadsOnce(exec, caps, t, spec));
+}
+
+async function claimHeadsOnce(exec: Executor, caps: LedgerCapabilities, t: LedgerTables, spec: ClaimHeadsSpec): Promise<ClaimOutcome> {
   const classes = spec.classes && spec.classes.length > 0 ? spec.classes : QUEUE_CLASSES;
   const want = candidateCount(spec.limit);
   const typeFilter = spec.types && spec.types.length > 0 ? sql`AND type IN (${list(spec.types)})` : sql``;
@@ -75,7 +80,7 @@ export async function claimByIds(
 ): Promise<ClaimedItem[]> {
   if (spec.ids.length === 0) return [];
   const typeGuard = spec.types && spec.types.length > 0 ? sql`AND type IN (${list(spec.types)})` : undefined;
-  return casClaim(exec, caps, t, spec, spec.ids, typeGuard);
+  return retryOnConflict(() => casClaim(exec, caps, t, spec, spec.ids, typeGuard));
 }
 
 /**
@@ -108,7 +113,10 @@ async function casClaim(
     spec.epoch === undefined
       ? sql``
       : sql`AND EXISTS (SELECT 1 FROM ${t.ownership} o WHERE o.queue = ${inline(spec.queue)} AND o.epoch = ${inline(spec.epoch)})`;
-  const cas = sql`UPDATE ${t.items} SET ${leaseAssignments(lease)}
+  // By primary key, whatever the planner would choose: every claim then locks its rows in key order, so
+  // two claims of overlapping ids wait for each other but never deadlock. Through ix_claim (which `queue = …`
+  // makes usable, and MariaDB chose for a tiny queue) a claim locked them in index order instead.
+  const cas = sql`UPDATE ${t.items} FORCE INDEX (PRIMARY) SET ${leaseAssignments(lease)}
     WHERE id IN (${list(ids)}) AND queue = ${inline(spec.queue)} AND state = 'pending' AND is_head = 1
       AND run_after <= NOW(6) ${epochGuard} ${extraGuard ?? sql``}`;
   const readBack = readBackClaimed(t, ids, lease.token);
@@ -135,14 +143,20 @@ async function casClaim(
 }
 
 /**
- * Takes `limit` candidates in priority order; within the priority group that
- * straddles the cut, picks at random so concurrent claimers reading the same
- * candidates collide less.
+ * Takes `limit` candidates in priority order. The first half (at least one)
+ * is the earliest due, always: an item reclaimed from a dead holder, or
+ * handed back unstarted, kept its due time and so is among them, and the
+ * next claim round of any consumer takes it, however deep the backlog
+ * behind it (docs/design.md §3, "Keeping its place"). The rest is picked at
+ * random from a window of the earliest due after those (within the
+ * priority group that straddles the cut), so concurrent claimers reading
+ * the same candidates collide on half their claim at most.
  */
-function pick(rows: readonly { id: string; priority: number; run_after: Date }[], limit: number): string[] {
+export function pick(rows: readonly { id: string; priority: number; run_after: Date }[], limit: number): string[] {
   const sorted = [...rows].sort((a, b) => a.priority - b.priority || a.run_after.getTime() - b.run_after.getTime());
-  const out: string[] = [];
-  let i = 0;
+  const first = Math.min(sorted.length, Math.ceil(limit / 2));
+  const out = sorted.slice(0, first).map((r) => r.id);
+  let i = first;
   while (i < sorted.length && out.length < limit) {
     const p = sorted[i]!.priority;
     let j = i;
