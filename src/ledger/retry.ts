@@ -28,6 +28,23 @@ export function errno(error: unknown): number | undefined {
 const TIDB_LOCK_RETRY_LIMIT = /pessimistic lock retry limit reached/;
 const ER_UNKNOWN_ERROR = 1105;
 
+/**
+ * Conflicts the ledger ran a statement or transaction again for, in this
+ * process, by the server's errno: a deadlock or write conflict costs a retry,
+ * not an error, so this is where one shows (tests and metrics read it).
+ */
+const conflictsRetried = new Map<number, number>();
+
+/** A snapshot of the conflicts retried so far in this process, by errno. */
+export function conflictRetries(): ReadonlyMap<number, number> {
+  return new Map(conflictsRetried);
+}
+
+function countConflict(error: unknown): void {
+  const n = errno(error) ?? 0;
+  conflictsRetried.set(n, (conflictsRetried.get(n) ?? 0) + 1);
+}
+
 export function isRetryableConflict(error: unknown): boolean {
   const n = errno(error);
   if (n === undefined) return false;
@@ -110,6 +127,7 @@ export async function retryOnConflict<T>(
     } catch (error) {
       if (!isRetryableConflict(error) && !extraRetryable(error)) throw error;
       if (attempt >= policy.maxAttempts) throw new ConflictRetriesExhaustedError(attempt, error);
+      if (isRetryableConflict(error)) countConflict(error);
       await retryDelay(policy, attempt);
     }
   }
@@ -166,6 +184,7 @@ export async function runTransaction<T>(
     /** A conflict rolled this run back (in the body, or a TiDB write conflict refused at COMMIT): wait, then run again. */
     const afterConflict = async (error: unknown): Promise<void> => {
       if (++conflicts >= DEFAULT_RETRY.maxAttempts) throw new ConflictRetriesExhaustedError(conflicts, error);
+      countConflict(error);
       await retryDelay(DEFAULT_RETRY, conflicts);
     };
     let value: T;
