@@ -137,3 +137,32 @@ export class ReplayRejectedError extends Error {
     super(`replay of ${itemId} refused: ${reason.replace(/_/g, ' ')}`);
   }
 }
+
+/** The admin server could not bind its address (in use, not permitted, not this host's). */
+export class AdminAddressError extends Error {
+  override readonly name = 'AdminAddressError';
+  constructor(
+    readonly host: string,
+    readonly port: number,
+    readonly code: string,
+    reason: string,
+    override readonly cause: unknown,
+  ) {
+    super(`the admin server cannot listen on ${host}:${port}: ${reason}`);
+  }
+}
+
+// Internal signals: thrown and caught inside lanewake, never seen by a caller.
+
+/**
+ * A laned completion batch found an entry whose CAS lost: its transaction
+ * rolls back, and each entry is completed on its own, which tells exactly who won.
+ * @internal
+ */
+export class PartialBatch extends Error {}
+
+/**
+ * The consumer stopped waiting for a handler that ignored its abort: its lease is left to expire.
+ * @internal
+ */
+export class Abandoned extends Error {}

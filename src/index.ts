@@ -67,6 +67,7 @@ export {
   LeaseLostError,
   OwnershipConflictError,
   ReplayRejectedError,
+  AdminAddressError,
   type ReplayRejection,
   type FieldIssue,
 } from './errors.js';

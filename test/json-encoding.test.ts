@@ -1,6 +1,7 @@
 import { describe, expect, test } from 'vitest';
 import { truncate } from '../src/ledger/internal.js';
-import { encodeJson, encodePayload, isWellFormedText, jsonFault } from '../src/ledger/validation.js';
+import { encodeJson, encodePayload, jsonFault } from '../src/ledger/json.js';
+import { isWellFormedText } from '../src/ledger/well-formed.js';
 
 /** Nested `depth` levels deep, with `leaf` at the bottom. */
 function nested(depth: number, leaf: unknown): unknown {

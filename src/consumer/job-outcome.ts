@@ -3,7 +3,6 @@ import type { Logger } from '../log.js';
 import { sleep } from '../sleep.js';
 import type { FinalizeResult } from '../ledger/ledger.js';
 import type { ClaimedItem } from '../ledger/types.js';
-import { encodeJson } from '../ledger/validation.js';
 import type { BatchCompleter } from './completer.js';
 import { BlockOnError, DeferError, PermanentError, type AbortReason } from './errors.js';
 import { leaseWriteRetryMs } from './lease-keeper.js';
@@ -86,9 +85,7 @@ export async function writeOutcome(deps: OutcomeDeps, s: Settlement): Promise<Ou
     const value = returned.value;
     const r = await finalizeSafely(deps, item, () => deps.completer.complete(item, value));
     s.laneAdvanced = r?.laneAdvanced;
-    if (r?.won && r.state === 'dead') {
-      logDeath(deps, item, encodeJson(value) === undefined ? 'invalid_result' : 'result_too_large', 'the handler result cannot be stored');
-    }
+    if (r?.won && r.state === 'dead') logDeath(deps, item, r.failureClass, 'the handler result cannot be stored');
     return outcomeOf(r, r && r.state === 'dead' ? 'dead' : 'completed');
   }
   return writeThrown(deps, item, s.thrown, s.abortedWith ?? s.abortReason);
@@ -115,7 +112,7 @@ async function writeThrown(deps: OutcomeDeps, item: ClaimedItem, error: unknown,
   if (error instanceof PermanentError) {
     const failureClass = /^[a-z0-9_.:-]{1,64}$/.test(error.failureClass) ? error.failureClass : 'permanent';
     const r = await finalizeSafely(deps, item, () => ledger.fail(item, { error, failureClass }));
-    if (r?.won) logDeath(deps, item, failureClass, 'permanent failure');
+    if (r?.won) logDeath(deps, item, r.failureClass, 'permanent failure');
     return outcomeOf(r, 'dead');
   }
   if (error instanceof DeferError) {
@@ -142,23 +139,20 @@ async function writeThrown(deps: OutcomeDeps, item: ClaimedItem, error: unknown,
     // A dependency key or wait the ledger refuses is the handler's mistake: the attempt fails with it.
     if (refused) return writeThrown(deps, item, refused, undefined);
     // The key was woken while this attempt ran: pending again at once. A re-block after the wait expired: dead.
-    if (r?.won && r.state === 'dead') logDeath(deps, item, 'dependency_expired', `dependency ${error.dependencyKey} not met before the wait expired`);
+    if (r?.won && r.state === 'dead') logDeath(deps, item, r.failureClass, `dependency ${error.dependencyKey} not met before the wait expired`);
     return outcomeOf(r, r?.state === 'pending' ? 'released' : r?.state === 'dead' ? 'dead' : 'blocked');
   }
   const r = await finalizeSafely(deps, item, () => ledger.retry(item, { error, backoff: settings.backoff }));
-  if (r?.won && r.state === 'dead') logDeath(deps, item, RETRY_CLASS, 'attempt budget spent');
-  else if (r?.won) log.info({ id: item.id, type: item.type, attempt: item.attempt, class: RETRY_CLASS, delayMs: r.delayMs }, 'attempt failed: retry after the backoff');
+  if (r?.won && r.state === 'dead') logDeath(deps, item, r.failureClass, 'attempt budget spent');
+  else if (r?.won) log.info({ id: item.id, type: item.type, attempt: item.attempt, class: r.failureClass, delayMs: r.delayMs }, 'attempt failed: retry after the backoff');
   return delayed(deps, item, r?.delayMs ?? 0, outcomeOf(r, r?.state === 'dead' ? 'dead' : 'retried'));
 }
-
-/** The class ledger.retry records when given none. */
-const RETRY_CLASS = 'error';
 
 /** The payload failed the handler's schema (a pre-check: the handler never ran): dead, class `invalid_payload`. */
 export async function writeInvalidPayload(deps: OutcomeDeps, item: ClaimedItem, issues: string): Promise<Outcome> {
   const error = `payload does not match the handler's schema: ${issues}`;
   const r = await finalizeSafely(deps, item, () => deps.ledger.fail(item, { error, failureClass: 'invalid_payload' }));
-  if (r?.won) logDeath(deps, item, 'invalid_payload', "payload does not match the handler's schema");
+  if (r?.won) logDeath(deps, item, r.failureClass, "payload does not match the handler's schema");
   return outcomeOf(r, 'dead');
 }
 
@@ -189,12 +183,12 @@ export async function writeUnowned(deps: OutcomeDeps, item: ClaimedItem): Promis
   const error =
     settings.unknownType === 'release' ? `no handler for type ${item.type} within ${settings.unknownTypeGraceMs} ms of its creation` : `no handler for type ${item.type}`;
   const r = await finalizeSafely(deps, item, () => ledger.fail(item, { error, failureClass: 'unowned' }));
-  if (r?.won) logDeath(deps, item, 'unowned', 'no handler for its type');
+  if (r?.won) logDeath(deps, item, r.failureClass, 'no handler for its type');
   return outcomeOf(r, 'dead');
 }
 
 /** Every death is one warn line: enough to find the item (`lanewake inspect`), never its payload. */
-function logDeath(deps: OutcomeDeps, item: ClaimedItem, failureClass: string, why: string): void {
+function logDeath(deps: OutcomeDeps, item: ClaimedItem, failureClass: string | undefined, why: string): void {
   deps.log.warn({ id: item.id, type: item.type, attempt: item.attempt, class: failureClass }, `${why}: dead`);
 }
 

@@ -1,4 +1,5 @@
 import type { Transaction } from 'kysely';
+import { Abandoned } from '../errors.js';
 import type { ClaimedItem } from '../ledger/types.js';
 import { JobAbortedError, type AbortReason } from './errors.js';
 import { writeInvalidPayload, writeOutcome, writeUnowned, type Outcome, type OutcomeDeps, type Settlement } from './job-outcome.js';
@@ -39,8 +40,6 @@ export interface JobRunDeps<DB> extends OutcomeDeps {
    */
   onSettled?: (run: RunningJob) => void;
 }
-
-class Abandoned extends Error {}
 
 /** `done` of a run not started yet: never settles. */
 const NOT_STARTED: Promise<Outcome> = new Promise<Outcome>(() => undefined);

@@ -10,7 +10,7 @@ import { claimableAtInsert, claimedAtInsert, fitsOneStatement, insertItems, type
 import { insertLanedOneTrip } from './sql/enqueue-laned.js';
 import type { LedgerTables } from './tables.js';
 import type { ClaimedItem, EnqueueResult } from './types.js';
-import { encodePayload } from './validation.js';
+import { encodePayload } from './json.js';
 
 /** What enqueueing needs of the ledger. */
 export interface EnqueueTarget {

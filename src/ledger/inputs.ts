@@ -1,10 +1,10 @@
 import { z } from 'zod';
 import { backoffSchema } from './backoff.js';
 import type { Executor } from './connection.js';
+import { encodePayload } from './json.js';
 import type { QueueClass } from './types.js';
 import {
   durationMs,
-  encodePayload,
   itemId,
   keyString,
   laneKey,

@@ -303,7 +303,8 @@ export class Ledger {
       probeAfterMs: v.probeAfterMs ?? v.maxWaitMs,
       reason: v.reason ?? null,
     });
-    const state: ItemState = outcome === 'woken' ? 'pending' : outcome === 'expired' ? 'dead' : 'blocked';
+    if (outcome === 'expired') return { won: true, state: 'dead', failureClass: 'dependency_expired' };
+    const state: ItemState = outcome === 'woken' ? 'pending' : 'blocked';
     return { won: outcome !== 'lost', state };
   }
 

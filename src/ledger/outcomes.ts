@@ -11,7 +11,7 @@ import { completeMany, completionsSettled } from './sql/complete-batch.js';
 import { finalize, finalizeInTx, type Finalization } from './sql/finalize.js';
 import type { LedgerTables } from './tables.js';
 import type { ClaimedItem, FinalizeResult, ItemState, LeaseHandle, SuccessorClaim } from './types.js';
-import { encodeJson, encodePayload } from './validation.js';
+import { encodeJson, encodePayload } from './json.js';
 
 // How the end of a claimed attempt becomes what the ledger writes: results
 // and reasons encoded under their caps, error texts cut to theirs.
@@ -33,7 +33,7 @@ export interface Ending {
 
 export async function finish(target: FinishTarget, handle: LeaseHandle, e: Ending): Promise<FinalizeResult> {
   const won = await finalize(target.db, target.tables, handle, e.f);
-  return { won, state: e.state };
+  return e.f.kind === 'dead' || e.f.kind === 'retry' ? { won, state: e.state, failureClass: e.f.failureClass } : { won, state: e.state };
 }
 
 /** A completion with `result`; a result that cannot be stored ends the item dead, class `result_too_large` / `invalid_result`. */

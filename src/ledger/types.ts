@@ -95,6 +95,12 @@ export interface FinalizeResult {
   /** The state this finalize wrote (meaningful when won). */
   state: ItemState;
   /**
+   * The failure class this finalize recorded, when it made the item dead or
+   * retried it: `permanent`, `error`, `invalid_result`, `result_too_large`,
+   * `dependency_expired`, `invalid_payload`, `unowned`, or a handler's own.
+   */
+  failureClass?: string;
+  /**
    * A laned item's lane got a new head in the same transaction, left pending
    * for a claim. False when the lane had nothing left waiting or its new head
    * was claimed with the completion; undefined when this path does not tell.

@@ -1,6 +1,7 @@
 import { createHash } from 'node:crypto';
 import { createServer, type IncomingMessage, type ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
+import { AdminAddressError } from '../errors.js';
 import type { Ledger } from '../ledger/ledger.js';
 import { createLogger, type Logger } from '../log.js';
 import type { LanewakeMetrics } from './metrics.js';
@@ -40,19 +41,6 @@ export interface AdminServer {
   port: number;
   /** Stops accepting, lets requests in progress finish (up to 2 s), then closes every connection. */
   close(): Promise<void>;
-}
-
-/** The admin server could not bind its address (in use, not permitted, not this host's). */
-export class AdminAddressError extends Error {
-  override readonly name = 'AdminAddressError';
-  constructor(
-    readonly host: string,
-    readonly port: number,
-    readonly code: string,
-    override readonly cause: unknown,
-  ) {
-    super(`the admin server cannot listen on ${host}:${port}: ${BIND_FAILURES[code] ?? code}`);
-  }
 }
 
 const BIND_FAILURES: Readonly<Record<string, string>> = {
@@ -128,7 +116,7 @@ export async function startAdminServer(options: AdminServerOptions): Promise<Adm
   await new Promise<void>((resolve, reject) => {
     const onError = (error: Error): void => {
       const code = (error as NodeJS.ErrnoException).code;
-      reject(code !== undefined && code in BIND_FAILURES ? new AdminAddressError(host, options.port, code, error) : error);
+      reject(code !== undefined && code in BIND_FAILURES ? new AdminAddressError(host, options.port, code, BIND_FAILURES[code] ?? code, error) : error);
     };
     server.once('error', onError);
     server.listen(options.port, host, () => {

@@ -1,7 +1,7 @@
 import type { Command } from 'commander';
 import type { CliContext } from '../context.js';
 import { setDefaultLogLevel } from '../../log.js';
-import { AdminAddressError } from '../../supervisor/admin-server.js';
+import { AdminAddressError } from '../../errors.js';
 import { configFromEnv, configFromFile, parseAdminAddress, parseQueueList, resolveWorkerConfig, type WorkerConfig } from '../../supervisor/config.js';
 import { startWorker, type RunningWorker } from '../../supervisor/run-worker.js';
 import { EXIT_OWNERSHIP_LOST } from '../../supervisor/supervisor.js';

@@ -1,13 +1,14 @@
 import { sql } from 'kysely';
 import type { LedgerCapabilities } from '../capabilities.js';
 import type { Executor, LedgerDb } from '../connection.js';
+import { PartialBatch } from '../../errors.js';
 import { CONNECTION_RETRY, isConnectionError, readAfterLostConnection, retryDelay, retryOnConflict } from '../retry.js';
 import type { LedgerTables } from '../tables.js';
 import type { ClaimedRow } from '../rows.js';
 import type { ClaimedItem, LeaseHandle, SuccessorClaim } from '../types.js';
 import { claimedItems, grantLease, readBackClaimed } from './claimed.js';
 import { affected, inline, list, queueScoped } from './common.js';
-import { completeInOneTrip, completeInTwoTrips, isGuardRefusal, PartialBatch, type BatchDone } from './complete-laned.js';
+import { completeInOneTrip, completeInTwoTrips, isGuardRefusal, type BatchDone } from './complete-laned.js';
 import { completionStatement, type CompletionEntry } from './completion-cas.js';
 import { finalize } from './finalize.js';
 import { pipelined } from './pipeline.js';

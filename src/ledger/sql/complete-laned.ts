@@ -1,5 +1,6 @@
 import { sql, type RawBuilder } from 'kysely';
 import type { Executor } from '../connection.js';
+import { PartialBatch } from '../../errors.js';
 import { errno } from '../retry.js';
 import type { LedgerTables } from '../tables.js';
 import type { ClaimedRow } from '../rows.js';
@@ -18,9 +19,6 @@ export interface BatchDone {
   /** Successors claimed under the SuccessorClaim's lease. */
   claimed: ClaimedItem[];
 }
-
-/** Some entry's CAS lost: the caller completes each entry on its own, which tells exactly who won. */
-export class PartialBatch extends Error {}
 
 /** What the guard of the one-round-trip path raises: "Subquery returns more than 1 row". */
 const GUARD_ERRNO = 1242;
