@@ -7,7 +7,8 @@ import { Ledger } from '../src/ledger/ledger.js';
 import { SCHEMA_VERSION } from '../src/ledger/migrations.js';
 import { Producer } from '../src/producer/producer.js';
 import { ledgerReadiness, startAdminServer, type AdminServer, type Readiness } from '../src/supervisor/admin-server.js';
-import { LanewakeMetrics } from '../src/supervisor/metrics.js';
+import type { ClaimedItem } from '../src/ledger/types.js';
+import { LATENCY_BUCKETS_SECONDS, LanewakeMetrics } from '../src/supervisor/metrics.js';
 import { createTestWake, uniqueQueue, type TestWake } from './support/engine.js';
 import { createTestLedger, waitFor, type TestLedger } from './support/ledger.js';
 
@@ -91,6 +92,18 @@ test('/metrics: claims, outcomes, latencies, wake reads and depth of a running c
     unsubscribe();
     await consumer.stop({ drainTimeoutMs: 2_000 });
   });
+  // Each start's enqueue->start latency (ms since the item's created_at) as read just before and just
+  // after the metrics' own 'started' listener: the histogram's observation lies between the two.
+  const latencyMs = new Map<string, { type: string; before: number; after: number }>();
+  const beforeMetrics = (item: ClaimedItem): void => {
+    latencyMs.set(item.id, { type: item.type, before: Date.now() - item.createdAt.getTime(), after: Number.NaN });
+  };
+  const afterMetrics = (item: ClaimedItem): void => {
+    const l = latencyMs.get(item.id);
+    if (l) l.after = Date.now() - item.createdAt.getTime();
+  };
+  consumer.prependListener('started', beforeMetrics);
+  consumer.on('started', afterMetrics);
   // The consumer's first (empty) claim round is over before anything is enqueued,
   // so the items reach it through wake-up entries, which the metrics count.
   const firstRound = once(consumer, 'claimRound');
@@ -132,11 +145,34 @@ test('/metrics: claims, outcomes, latencies, wake reads and depth of a running c
   const starts = samples.filter((s) => s.name === 'lanewake_enqueue_to_start_seconds_count' && s.labels.queue === queue);
   expect(starts.reduce((n, s) => n + s.value, 0)).toBe(5);
   expect(valueOf(samples, 'lanewake_enqueue_to_start_seconds_count', { queue, type: 'ok' })).toBe(3);
-  const okStartSum = valueOf(samples, 'lanewake_enqueue_to_start_seconds_sum', { queue, type: 'ok' });
-  expect(okStartSum).toBeGreaterThanOrEqual(0);
-  expect(okStartSum).toBeLessThan(3 * 10);
-  expect(valueOf(samples, 'lanewake_enqueue_to_start_seconds_bucket', { queue, type: 'ok', le: '+Inf' })).toBe(3);
-  expect(valueOf(samples, 'lanewake_enqueue_to_start_seconds_bucket', { queue, type: 'ok', le: '0.0005' })).toBeLessThanOrEqual(3);
+  expect(latencyMs.size).toBe(5);
+  for (const type of ['ok', 'refuse', 'boom']) {
+    const measured = [...latencyMs.values()].filter((l) => l.type === type);
+    expect(measured.length, type).toBe(type === 'ok' ? 3 : 1);
+    // The sum is the sum of the observed latencies: between what was measured just before and just after.
+    const sum = valueOf(samples, 'lanewake_enqueue_to_start_seconds_sum', { queue, type });
+    const lowest = measured.reduce((n, l) => n + l.before, 0) / 1000;
+    const highest = measured.reduce((n, l) => n + l.after, 0) / 1000;
+    expect(lowest, type).toBeGreaterThan(0); // commit, wake-up and claim lie between an enqueue and its start
+    expect(sum, type).toBeGreaterThanOrEqual(lowest - 1e-9);
+    expect(sum, type).toBeLessThanOrEqual(highest + 1e-9);
+    // Buckets are cumulative over the configured bounds, and each holds exactly the starts at or under its
+    // bound: every one measured under it (after <= le) and none measured over it (before > le).
+    const buckets = samples.filter((s) => s.name === 'lanewake_enqueue_to_start_seconds_bucket' && s.labels.queue === queue && s.labels.type === type);
+    expect(buckets.map((b) => b.labels.le), type).toEqual([...LATENCY_BUCKETS_SECONDS.map(String), '+Inf']);
+    for (let i = 1; i < buckets.length; i++) {
+      expect(buckets[i]?.value, `${type} le=${buckets[i]?.labels.le} (cumulative)`).toBeGreaterThanOrEqual(buckets[i - 1]?.value ?? Number.NaN);
+    }
+    expect(buckets.at(-1)?.value, type).toBe(measured.length);
+    expect(valueOf(samples, 'lanewake_enqueue_to_start_seconds_count', { queue, type }), type).toBe(measured.length);
+    for (const bucket of buckets.slice(0, -1)) {
+      const le = Number(bucket.labels.le);
+      const surelyIn = measured.filter((l) => l.after / 1000 <= le).length;
+      const maybeIn = measured.filter((l) => l.before / 1000 <= le).length;
+      expect(bucket.value, `${type} le=${le}`).toBeGreaterThanOrEqual(surelyIn);
+      expect(bucket.value, `${type} le=${le}`).toBeLessThanOrEqual(maybeIn);
+    }
+  }
   const claimRounds = valueOf(samples, 'lanewake_claim_duration_seconds_count', q);
   expect(claimRounds).toBeGreaterThan(0);
   expect(claimRounds).toBeLessThanOrEqual(consumer.counters.claimRounds);
@@ -156,7 +192,9 @@ test('/metrics: claims, outcomes, latencies, wake reads and depth of a running c
   expect(samples.some((s) => s.name === 'lanewake_nodejs_heap_size_used_bytes')).toBe(true);
   expect(await globalRegistry.getMetricsAsJSON()).toEqual([]);
 
-  // Unsubscribing detaches every listener.
+  // Unsubscribing detaches every listener (the test's own two taken off first).
+  consumer.off('started', beforeMetrics);
+  consumer.off('started', afterMetrics);
   const listeners = (): number => consumer.listenerCount('started') + consumer.listenerCount('outcome') + consumer.listenerCount('claimRound');
   expect(listeners()).toBe(3);
   unsubscribe();

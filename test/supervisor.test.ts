@@ -176,4 +176,31 @@ describe('supervisor', () => {
     const current = await tl.ledger.claimByIds({ queue, owner: 'green-2', leaseMs: 1000, epoch: next.epoch, ids: [item.id] });
     expect(current.map((c) => c.id)).toEqual([item.id]);
   });
+
+  test('ownership: a standby worker hears the first activation broadcast after its start() resolved, once', async () => {
+    const { tl, tw } = await fixtures();
+    const queues = [uniqueQueue('own-first'), uniqueQueue('own-first')];
+    const ran: string[] = [];
+    const worker = new Supervisor({
+      // The ownership check a minute off: only the broadcast can make the takeover prompt.
+      config: config(tl, tw, queues.map((name) => ({ name, concurrency: 1, ownership: true })), { deployment: 'green', ownershipCheckMs: 60_000 }),
+      handlers: Object.fromEntries(queues.map((q) => [q, { job: async (j: { id: string }) => void ran.push(j.id) }])),
+      logger: createLogger('test', 'silent'),
+    });
+    cleanups.push(() => worker.stop());
+    // The operator's side is connected before the worker starts, so the broadcasts follow start() at once.
+    expect(await tw.wake.usable()).toBe(true);
+    const producer = new Producer({ ledger: tl.ledger, wake: tw.wake });
+    await worker.start();
+    for (const queue of queues) {
+      const { epoch } = await tl.ledger.activate({ queue, deployment: 'green', expectEpoch: 0 });
+      expect(await tw.wake.publishControl(queue, { type: 'ownership', epoch, deployment: 'green' })).toBe(true);
+    }
+    for (const queue of queues) {
+      await waitFor(() => worker.ownership.get(queue)?.state === 'owner' || undefined, 5_000, `the activation of ${queue} to be heard`);
+    }
+    expect((await worker.readiness()).ready).toBe(true);
+    const items = await producer.enqueueMany(queues.map((queue) => ({ queue, type: 'job', payload: {} })));
+    await waitFor(() => items.every((i) => ran.includes(i.id)) || undefined, 10_000, 'an item of each queue to run');
+  });
 });

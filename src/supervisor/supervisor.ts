@@ -46,6 +46,8 @@ export class Supervisor {
   private ownershipTimer: NodeJS.Timeout | undefined;
   private stopping: Promise<void> | undefined;
   private checking: Promise<void> | undefined;
+  /** A check was asked for while one ran (it may have read the ledger before what prompted it): run once more. */
+  private checkAgain = false;
   private readonly controlClients: RedisClient[] = [];
   private controlWatch: Promise<void> | undefined;
 
@@ -81,13 +83,16 @@ export class Supervisor {
       this.runners.set(q.name, runner);
       if (q.ownership) this.ownership.set(q.name, { state: 'standby' });
     }
+    // Standby queues have no consumer to hear an activation's broadcast, so the supervisor listens itself.
+    // Its places on the control streams are taken before the ledger is read and before start() returns:
+    // an activation the ledger read below misses commits after it, so its broadcast comes after them.
+    const watchFrom = this.ownership.size > 0 && this.wake ? await this.controlPositions(this.wake) : undefined;
     await this.checkOwnership();
     for (const q of config.queues) if (!q.ownership) this.startRunner(q.name);
     if (this.ownership.size > 0) {
       this.ownershipTimer = setInterval(() => void this.checkOwnership(), config.ownershipCheckMs);
       this.ownershipTimer.unref();
-      // Standby queues have no consumer to hear the broadcast, so the supervisor listens itself.
-      if (this.wake) this.controlWatch = this.watchControl(this.wake);
+      if (this.wake && watchFrom) this.controlWatch = this.watchControl(this.wake, watchFrom);
     }
     this.reconciler = new Reconciler({
       ledger: this.ledger,
@@ -139,9 +144,21 @@ export class Supervisor {
    * refused by the ledger in any case.
    */
   checkOwnership(): Promise<void> {
-    this.checking ??= this.readOwnership().finally(() => {
-      this.checking = undefined;
-    });
+    if (this.checking) {
+      // The check under way may have read a queue before the activation that prompted this call.
+      this.checkAgain = true;
+      return this.checking;
+    }
+    this.checking = (async () => {
+      try {
+        do {
+          this.checkAgain = false;
+          await this.readOwnership();
+        } while (this.checkAgain && !this.stopping);
+      } finally {
+        this.checking = undefined;
+      }
+    })();
     return this.checking;
   }
 
@@ -160,23 +177,53 @@ export class Supervisor {
   }
 
   /**
-   * Reads the ownership queues' control streams (plain XREAD): an activation
-   * is acted on at once. One blocking reader per single-slot group of queues
-   * (all of them on a plain Redis; on a cluster a multi-slot XREAD is CROSSSLOT).
+   * The newest entry of each ownership queue's control stream, read on the
+   * channel's command connection (waiting briefly for its first connection):
+   * the watcher reads what comes after. A queue whose place cannot be read now
+   * (Redis away) is left out; the watcher takes it once Redis answers.
    */
-  private async watchControl(wake: WakeChannel): Promise<void> {
-    const groups = wake.control.readGroups([...this.ownership.keys()], wake.cluster);
-    await Promise.all(groups.map((queues) => this.watchControlOf(wake, queues)));
+  private async controlPositions(wake: WakeChannel): Promise<Map<string, string>> {
+    const from = new Map<string, string>();
+    if (!(await wake.usable())) return from;
+    await Promise.all(
+      [...this.ownership.keys()].map(async (queue) => {
+        const id = await wake.control.latestId(wake.redis, queue).catch(() => undefined);
+        if (id !== undefined) from.set(queue, id);
+      }),
+    );
+    return from;
   }
 
-  private async watchControlOf(wake: WakeChannel, queues: readonly string[]): Promise<void> {
+  /**
+   * Reads the ownership queues' control streams (plain XREAD) from `from`: an
+   * activation is acted on at once. One blocking reader per single-slot group
+   * of queues (all of them on a plain Redis; on a cluster a multi-slot XREAD is
+   * CROSSSLOT).
+   */
+  private async watchControl(wake: WakeChannel, from: ReadonlyMap<string, string>): Promise<void> {
+    const groups = wake.control.readGroups([...this.ownership.keys()], wake.cluster);
+    await Promise.all(groups.map((queues) => this.watchControlOf(wake, queues, from)));
+  }
+
+  private async watchControlOf(wake: WakeChannel, queues: readonly string[], from: ReadonlyMap<string, string>): Promise<void> {
     const client = createRedisClient(wake.options.redis, 'lanewake:supervisor:control');
     this.controlClients.push(client);
     const after = new Map<string, string>();
+    for (const queue of queues) {
+      const id = from.get(queue);
+      if (id !== undefined) after.set(queue, id);
+    }
     while (!this.stopping) {
       try {
         if (!(await whenReady(client, 1000))) throw new Error('redis is not connected');
-        for (const queue of queues) if (!after.has(queue)) after.set(queue, await wake.control.latestId(client, queue));
+        let placed = false;
+        for (const queue of queues) {
+          if (after.has(queue)) continue;
+          after.set(queue, await wake.control.latestId(client, queue));
+          placed = true;
+        }
+        // Placed late (Redis was away at start): an activation broadcast before now is read from the ledger.
+        if (placed) void this.checkOwnership();
         const entries = await wake.control.read(client, after, 1000);
         for (const e of entries) {
           after.set(e.queue, e.entryId);

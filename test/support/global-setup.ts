@@ -9,9 +9,9 @@ const LOCAL_REDIS = process.env.LANEWAKE_TEST_REDIS_URL ?? 'redis://127.0.0.1:63
 
 /**
  * By default the suites use the local MariaDB and Redis. With
- * LANEWAKE_TEST_CONTAINERS=1 and a Docker engine, they run against TiDB and
- * Redis started by testcontainers instead; without an engine that request is
- * skipped with a message and the local services are used.
+ * LANEWAKE_TEST_CONTAINERS=1 they run against TiDB and Redis started by
+ * testcontainers instead; without a Docker engine that request fails the run
+ * (startContainers throws), so a TiDB run never passes on MariaDB.
  */
 export default async function setup(project: TestProject): Promise<() => Promise<void>> {
   let teardown = async (): Promise<void> => {};
@@ -20,11 +20,9 @@ export default async function setup(project: TestProject): Promise<() => Promise
   if (process.env.LANEWAKE_TEST_CONTAINERS === '1') {
     const { startContainers } = await import('./containers.js');
     const started = await startContainers();
-    if (started) {
-      mysqlUrl = started.mysqlServerUrl;
-      redisUrl = started.redisUrl;
-      teardown = started.stop;
-    }
+    mysqlUrl = started.mysqlServerUrl;
+    redisUrl = started.redisUrl;
+    teardown = started.stop;
   }
   project.provide('mysqlServerUrl', mysqlUrl);
   project.provide('redisUrl', redisUrl);
