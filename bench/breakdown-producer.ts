@@ -42,18 +42,20 @@ ledger.enqueueClaiming = async (...args) => {
   committedAt = now();
   return r;
 };
-const takeOffer = wake.takeOffer.bind(wake);
-wake.takeOffer = async (...args) => {
-  const r = await takeOffer(...args);
+const takeOffer = wake.offers.take.bind(wake.offers);
+wake.offers.take = async (...args) => {
+  const taken = await takeOffer(...args);
   offeredAt = now();
-  return r;
-};
-const handOver = wake.handOver.bind(wake);
-wake.handOver = async (...args) => {
-  const sent = await handOver(...args);
-  publishedAt = now();
-  handedOver = args[2].length > 0;
-  return sent;
+  if (!taken) return taken;
+  return {
+    ...taken,
+    handOver: async (items) => {
+      const sent = await taken.handOver(items);
+      publishedAt = now();
+      handedOver = items.length > 0;
+      return sent;
+    },
+  };
 };
 const publish = wake.publish.bind(wake);
 wake.publish = async (...args) => {

@@ -33,8 +33,7 @@ export {
 
 // Wake-ups (Redis Streams).
 export { WakeChannel, type WakeChannelOptions, type PublishCounters } from './wake/wake-channel.js';
-export type { WakeMessage, WakeKind } from './wake/streams.js';
-export type { ControlMessage } from './wake/control.js';
+export type { WakeMessage, WakeKind, ControlMessage } from './wake/messages.js';
 export type { WakeTimer, RecurringSchedule, ScheduledEnqueue, ScheduledItem } from './wake/timers.js';
 export { wakeStreamKey, controlStreamKey, DEFAULT_KEY_PREFIX } from './wake/keys.js';
 export type { ClusterSeed, ClusterTarget, RedisTarget } from './wake/redis.js';

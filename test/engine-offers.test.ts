@@ -5,8 +5,8 @@ import { OFFER_TTL_MS } from '../src/consumer/offer-desk.js';
 import { createLogger } from '../src/log.js';
 import { Producer } from '../src/producer/producer.js';
 import { offersKey } from '../src/wake/keys.js';
-import { MAX_HANDOFF_BYTES } from '../src/wake/wake-channel.js';
-import type { Offer } from '../src/wake/offers.js';
+import { MAX_HANDOFF_BYTES } from '../src/wake/offers.js';
+import type { Offer } from '../src/wake/messages.js';
 import { uniqueQueue } from './support/engine.js';
 import { waitFor } from './support/ledger.js';
 import { testScope } from './support/scope.js';
@@ -94,10 +94,9 @@ test('an item too large to broadcast is handed over by count, and the consumer r
 test('a handoff lost after the commit: the consumer finds the item by the offer\'s token in the ledger and runs it once, long before its lease ends', async () => {
   const { tl, queue, ran, consumer, producerWake } = await warmConsumer({ leaseMs: 60_000 });
   // A producer that took the offer, committed its item claimed under it, and died before the handoff.
-  const taken = await waitFor(() => producerWake.takeOffer(queue), 10_000, 'a standing offer');
+  const taken = await waitFor(() => producerWake.offers.take(queue), 10_000, 'a standing offer');
   expect(taken.offer.owner).toBe(consumer.name);
-  const lease = { owner: taken.offer.owner, token: taken.offer.token, leaseMs: taken.offer.leaseMs, max: 1 };
-  const out = await tl.ledger.enqueueClaiming([{ queue, type: 't', payload: { orphan: true } }], () => lease);
+  const out = await tl.ledger.enqueueClaiming([{ queue, type: 't', payload: { orphan: true } }], () => taken.lease);
   expect(out.claimed).toHaveLength(1);
   const id = out.results[0]!.id;
 

@@ -85,7 +85,7 @@ describe('a dependency wake is never lost', () => {
     // The final run re-checks and blocks again: now the wait is over.
     const last = await claimOne(ledger, queue);
     expect(last.id).toBe(a!.id);
-    expect(await ledger.block(last, { dependencyKey: 'dep-exp', maxWaitMs: 150 })).toEqual({ won: true, state: 'dead' });
+    expect(await ledger.block(last, { dependencyKey: 'dep-exp', maxWaitMs: 150 })).toEqual({ won: true, state: 'dead', failureClass: 'dependency_expired' });
     const item = await mustGet(ledger, a!.id);
     expect(item).toMatchObject({ state: 'dead', failureClass: 'dependency_expired' });
     expect(item.lastError).toContain('dep-exp');

@@ -388,7 +388,7 @@ describe('complete', () => {
       await small.enqueue({ queue, type: 't', payload: 1 });
       const c = await claimOne(small, queue);
       const r = await small.complete(c, { blob: 'x'.repeat(200) });
-      expect(r).toEqual({ won: true, state: 'dead' });
+      expect(r).toEqual({ won: true, state: 'dead', failureClass: 'result_too_large' });
       const item = await mustGet(ledger, c.id);
       expect(item.state).toBe('dead');
       expect(item.failureClass).toBe('result_too_large');
@@ -412,7 +412,7 @@ describe('retry', () => {
     const c = await claimOne(ledger, queue, 'worker-r');
     const before = await ledger.now();
     const r = await ledger.retry(c, { error: new Error('connection reset'), delayMs: 5_000 });
-    expect(r).toEqual({ won: true, state: 'pending', delayMs: 5_000 });
+    expect(r).toEqual({ won: true, state: 'pending', delayMs: 5_000, failureClass: 'error' });
     const item = await mustGet(ledger, c.id);
     expect(item.state).toBe('pending');
     expect(item.attempt).toBe(1);
@@ -461,7 +461,7 @@ describe('fail, release, skip', () => {
     const queue = freshQueue('fail');
     await ledger.enqueue({ queue, type: 't', payload: 1 });
     const c = await claimOne(ledger, queue);
-    expect(await ledger.fail(c, { error: new Error('bad request') })).toEqual({ won: true, state: 'dead' });
+    expect(await ledger.fail(c, { error: new Error('bad request') })).toEqual({ won: true, state: 'dead', failureClass: 'permanent' });
     const item = await mustGet(ledger, c.id);
     expect(item).toMatchObject({ state: 'dead', failureClass: 'permanent', attempt: 1, leaseUntil: null });
     expect(item.lastError).toContain('bad request');

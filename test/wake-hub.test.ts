@@ -1,7 +1,6 @@
 import { Redis } from 'ioredis';
 import { afterEach, expect, test } from 'vitest';
-import type { ControlMessage } from '../src/wake/control.js';
-import type { WakeEntry } from '../src/wake/streams.js';
+import type { ControlMessage, WakeEntry } from '../src/wake/messages.js';
 import { MAX_STREAMS_PER_READ } from '../src/wake/wake-read-shard.js';
 import { WakeReader, type WakeSubscriber } from '../src/wake/wake-reader.js';
 import { createLogger } from '../src/log.js';

@@ -1,7 +1,6 @@
 import { afterEach, expect, test } from 'vitest';
-import type { ControlMessage } from '../src/wake/control.js';
+import type { ControlMessage, WakeEntry } from '../src/wake/messages.js';
 import { CONSUMER_GROUP } from '../src/wake/keys.js';
-import type { WakeEntry } from '../src/wake/streams.js';
 import { WakeReader, type WakeSubscriber } from '../src/wake/wake-reader.js';
 import { createLogger } from '../src/log.js';
 import { createTestWake, uniqueQueue, type TestWake } from './support/engine.js';

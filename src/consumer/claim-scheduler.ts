@@ -3,7 +3,7 @@ import { MAX_CLAIM_ITEMS } from '../ledger/ledger.js';
 import type { ClaimedItem } from '../ledger/types.js';
 import { Latch } from '../latch.js';
 import type { Logger } from '../log.js';
-import type { WakeEntry, WakeMessage } from '../wake/streams.js';
+import type { WakeEntry, WakeMessage } from '../wake/messages.js';
 import type { ConsumerCounters, ConsumerEvents } from './counters.js';
 import { runJob, type JobRunDeps, type Outcome, type RunningJob } from './job-run.js';
 import type { ConsumerLedger } from './ledger-port.js';
@@ -16,15 +16,16 @@ const CAPPED_RETRY_MS = 250;
 const CLAIM_ERROR_BACKOFF_MS = 500;
 /** A signal that came after a round's head search is followed up this much later. */
 const LOOK_AGAIN_MS = 5;
+/** The loop's wait when nothing is buffered: any signal wakes it sooner (the sweeper's among them). */
+const IDLE_WAIT_MS = 60_000;
 
 /** What the scheduler asks of the consumer around it. */
 export interface SchedulerHost<DB> {
   /** Everything a job's run needs but the slot bookkeeping (the scheduler adds that). */
   runDeps: Omit<JobRunDeps<DB>, 'onSettled'>;
   emit<K extends keyof ConsumerEvents>(event: K, ...args: ConsumerEvents[K]): void;
-  /** The backstop sweep, and how often it runs now (faster while Redis is away). */
-  sweep(): Promise<void>;
-  sweepIntervalMs(): number;
+  /** Room held for items arriving claimed without a claim round (handover.ts): free slots and claim room leave it out. */
+  readonly held: { readonly heldSlots: number; readonly heldRoom: number };
   /** Wake entries a claim round has acted on. */
   ack(entries: readonly WakeEntry[]): void;
   /** Saturated with work left over: pass a wake-up on so an idle replica joins in. */
@@ -37,8 +38,8 @@ export interface SchedulerHost<DB> {
  * The consumer's claim side and its executor slots (docs/design.md §6): claim
  * rounds sized to the free slots plus the prefetch buffer, items named by
  * wake-ups first, a look for other heads when something says there may be
- * some, and the start of each claimed item in a slot. The two share the hot
- * path's counts, so they live together.
+ * some, and the start of each claimed item in a slot, however it was
+ * claimed. The two share the hot path's counts, so they live together.
  */
 export class ClaimScheduler<DB> {
   /** Items whose handler is running: each holds an executor slot. */
@@ -47,9 +48,9 @@ export class ClaimScheduler<DB> {
   readonly finalizing = new Map<string, RunningJob>();
   readonly buffer: PrefetchBuffer;
   /** Set while the consumer runs; cleared when it begins to stop. */
-  active = false;
+  private active = false;
   /** A pause control message holds new claims (running items go on). */
-  paused = false;
+  private paused = false;
   private readonly wake = new Latch();
   private readonly targeted = new Set<string>();
   /** Items in the prefetch buffer named by a cancel message: each asks the ledger as it starts. */
@@ -61,17 +62,13 @@ export class ClaimScheduler<DB> {
   /** Bumped by every noteWork(): a claim round must not forget a signal its head search did not see. */
   private workSignals = 0;
   private lookTimer: NodeJS.Timeout | undefined;
-  /** Room promised to claim rounds in flight and to completion batches claiming successors. */
-  private reservedRoom = 0;
-  /** Slots held for items a producer in this process is inserting already claimed for us. */
-  private directReserved = 0;
+  /** Room promised to claim rounds in flight. */
+  private roundsRoom = 0;
   /** The last claim round got all the room it asked for: worth a second round in parallel. */
   private lastRoundFull = false;
   private claimBackoffUntil = 0;
   /** The claim limiter found the fleet at its cap: no claim before this, unless one of ours finishes. */
   private cappedUntil = 0;
-  private lastSweepAt = 0;
-  private sweeping: Promise<void> | undefined;
 
   constructor(
     private readonly ledger: ConsumerLedger,
@@ -96,13 +93,39 @@ export class ClaimScheduler<DB> {
     };
   }
 
+  /** Executor slots with no handler running, less those held for items arriving claimed. */
   freeSlots(): number {
-    return this.settings.concurrency - this.running.size - this.directReserved;
+    return this.settings.concurrency - this.running.size - this.host.held.heldSlots;
   }
 
-  /** How many items a claim may take now: the free slots plus the room left in the prefetch buffer. */
+  /**
+   * How many items a claim may take now: the free slots plus the room left
+   * in the prefetch buffer, less what claim rounds in flight and held
+   * handovers have.
+   */
   claimRoom(): number {
-    return this.freeSlots() + this.buffer.target() - this.buffer.size;
+    return this.freeSlots() + this.buffer.target() - this.buffer.size - this.roundsRoom - this.host.held.heldRoom;
+  }
+
+  /** Claims may run (the consumer started). */
+  start(): void {
+    this.active = true;
+  }
+
+  /** No more claims, and items handed over from now on go back (the consumer is stopping). */
+  stopClaiming(): void {
+    this.active = false;
+    this.notify();
+  }
+
+  get isPaused(): boolean {
+    return this.paused;
+  }
+
+  /** A pause holds new claims (running items go on); a resume lets them go on. */
+  setPaused(paused: boolean): void {
+    this.paused = paused;
+    if (!paused) this.kick();
   }
 
   /** Wakes the loop (and the wake reader: room may have changed). */
@@ -111,22 +134,10 @@ export class ClaimScheduler<DB> {
     this.host.roomChanged();
   }
 
-  /** Wakes the loop only (the sweep interval changed). */
-  wakeLoop(): void {
-    this.wake.notify();
-  }
-
   /** Claimable heads may exist beyond any named ids: the next claim round looks. */
   noteWork(): void {
     this.mightHaveWork = true;
     this.workSignals++;
-  }
-
-  /** Sweep at the next turn (Redis came back). */
-  sweepNow(): void {
-    this.lastSweepAt = 0;
-    this.noteWork();
-    this.notify();
   }
 
   takeEntries(entries: readonly WakeEntry[]): void {
@@ -160,44 +171,23 @@ export class ClaimScheduler<DB> {
     else if (this.buffer.has(id)) this.cancelHints.add(id);
   }
 
-  /** Holds up to `n` free slots for items claimed elsewhere for us; returns how many it held. */
-  holdSlots(n: number): number {
-    const held = Math.min(n, this.freeSlots());
-    if (held > 0) this.directReserved += held;
-    return Math.max(0, held);
-  }
-
   /**
    * Nothing left to claim as far as it knows: no buffered items, no claim in
    * flight or wanted, and its last look found no more heads. A consumer
    * working through a backlog makes no offers (docs/design.md §6).
    */
   caughtUp(): boolean {
-    return this.buffer.size === 0 && this.reservedRoom === 0 && this.targeted.size === 0 && !this.mightHaveWork && !this.lastRoundFull;
+    return this.buffer.size === 0 && this.roundsRoom === 0 && this.host.held.heldRoom === 0 && this.targeted.size === 0 && !this.mightHaveWork && !this.lastRoundFull;
   }
 
-  /** Held slots free again: buffered items may start in them, and claims may use them. */
-  unholdSlots(n: number): void {
-    this.directReserved -= n;
+  /** Room held for a handover was given back: buffered items may start in freed slots, and claims may use it. */
+  roomReturned(): void {
     this.startPrefetched();
     this.notify();
   }
 
-  /** Reserves claim room (up to `wanted`) for a completion batch's lane successors; 0 if none. */
-  reserveRoom(wanted: number): number {
-    const room = Math.min(wanted, MAX_CLAIM_ITEMS, this.claimRoom() - this.reservedRoom);
-    if (room <= 0) return 0;
-    this.reservedRoom += room;
-    return room;
-  }
-
-  returnRoom(room: number): void {
-    this.reservedRoom -= room;
-    this.notify();
-  }
-
-  /** Claimed for us outside a round: into the buffer, or straight back if we began stopping meanwhile. */
-  takeHandedOver(items: readonly ClaimedItem[], claimedAtMs: number): void {
+  /** Claimed for us outside a round (a handover): into the buffer, or straight back if we began stopping meanwhile. */
+  admit(items: readonly ClaimedItem[], claimedAtMs: number): void {
     if (items.length === 0) return;
     if (this.active) {
       this.takeClaimed(items, claimedAtMs);
@@ -229,12 +219,8 @@ export class ClaimScheduler<DB> {
   async loop(): Promise<void> {
     const rounds = new Set<Promise<void>>();
     while (this.active) {
-      // The sweep's housekeeping runs beside the claims, so a wake-up never waits behind it.
-      if (this.sweeping === undefined && Date.now() - this.lastSweepAt >= this.host.sweepIntervalMs()) {
-        this.sweeping = this.runSweep().finally(() => (this.sweeping = undefined));
-      }
       this.startPrefetched();
-      const room = Math.min(MAX_CLAIM_ITEMS, this.claimRoom() - this.reservedRoom);
+      const room = Math.min(MAX_CLAIM_ITEMS, this.claimRoom());
       // A claim round costs about the same wait whatever its size: while the buffer
       // still holds work for the slots, let the room grow to half the buffer first.
       const worthARound = this.buffer.size === 0 || room >= Math.ceil(this.buffer.target() / 2);
@@ -244,7 +230,7 @@ export class ClaimScheduler<DB> {
       const holdUntil = Math.max(this.claimBackoffUntil, this.cappedUntil);
       const backingOff = Date.now() < holdUntil;
       if (!this.paused && !backingOff && room > 0 && worthARound && rounds.size < maxRounds && (this.mightHaveWork || this.targeted.size > 0)) {
-        this.reservedRoom += room;
+        this.roundsRoom += room;
         const round: Promise<void> = this.claimRound(room)
           .catch((error: unknown) => {
             this.counters.errors++;
@@ -253,42 +239,19 @@ export class ClaimScheduler<DB> {
             this.log.error({ err: (error as Error).message }, 'claim failed; retrying');
           })
           .finally(() => {
-            this.reservedRoom -= room;
+            this.roundsRoom -= room;
             rounds.delete(round);
             this.wake.notify();
           });
         rounds.add(round);
         continue;
       }
-      const untilSweep = this.host.sweepIntervalMs() - (Date.now() - this.lastSweepAt);
-      const until = this.buffer.size > 0 ? Math.min(untilSweep, this.settings.leaseMs / 6) : untilSweep;
+      // Buffered items are looked at often enough to go back before a third of their lease has passed.
+      const until = this.buffer.size > 0 ? this.settings.leaseMs / 6 : IDLE_WAIT_MS;
       await this.wake.wait(Math.max(1, backingOff ? Math.min(until, holdUntil - Date.now()) : until));
     }
     clearTimeout(this.lookTimer);
-    await Promise.allSettled([...rounds, this.sweeping]);
-  }
-
-  /**
-   * The process's shared sweep came by (src/consumer/sweep-group.ts): counted
-   * as a sweep; its housekeeping runs, and a claim round only if `look`.
-   */
-  async sharedSweep(look: boolean, housekeeping: () => Promise<void>): Promise<void> {
-    this.lastSweepAt = Date.now();
-    this.counters.sweeps++;
-    await housekeeping();
-    if (!look) return;
-    this.noteWork();
-    this.wake.notify();
-  }
-
-  private async runSweep(): Promise<void> {
-    this.lastSweepAt = Date.now();
-    this.counters.sweeps++;
-    this.noteWork();
-    await this.host.sweep();
-    // What it reclaimed or woke is claimable now.
-    this.noteWork();
-    this.wake.notify();
+    await Promise.allSettled([...rounds]);
   }
 
   private lookSoon(): void {

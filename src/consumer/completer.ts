@@ -1,13 +1,9 @@
-import type { FinalizeResult } from '../ledger/ledger.js';
-import type { ClaimedItem, LeaseHandle, SuccessorClaim } from '../ledger/types.js';
+import type { FinalizeResult, LeaseHandle } from '../ledger/types.js';
+import type { Handover } from './handover.js';
 import type { CompletionLedger } from './ledger-port.js';
 
-/** Room a consumer grants a completion batch for its lanes' next heads, and where they go. */
-export interface SuccessorLease {
-  claim: SuccessorClaim;
-  /** Called once with what the batch claimed (nothing if it failed): the room is given back. */
-  accept(items: readonly ClaimedItem[]): void;
-}
+/** Room for a completion batch's lane successors (Handovers.forSuccessors), or undefined when the consumer has none. */
+export type SuccessorRoom = (wanted: number) => Handover | undefined;
 
 interface Waiting {
   handle: LeaseHandle;
@@ -39,7 +35,7 @@ export class BatchCompleter {
   private readonly laneless: CompletionLine;
   private readonly laned: CompletionLine;
 
-  constructor(ledger: CompletionLedger, successors?: (wanted: number) => SuccessorLease | undefined) {
+  constructor(ledger: CompletionLedger, successors?: SuccessorRoom) {
     this.laneless = new CompletionLine(ledger, LANELESS_BATCH, 1);
     this.laned = new CompletionLine(ledger, LANED_BATCH, 2, successors);
   }
@@ -65,7 +61,7 @@ class CompletionLine {
     private readonly ledger: CompletionLedger,
     private readonly maxBatch: number,
     private readonly maxFlushes: number,
-    private readonly successors?: (wanted: number) => SuccessorLease | undefined,
+    private readonly successors?: SuccessorRoom,
   ) {}
 
   complete(handle: LeaseHandle, result: unknown): Promise<FinalizeResult> {
@@ -87,16 +83,16 @@ class CompletionLine {
         void this.flush();
       }
       const laned = batch.filter((w) => w.handle.lane !== null).length;
-      const lease = laned > 0 ? this.successors?.(laned) : undefined;
+      const room = laned > 0 ? this.successors?.(laned) : undefined;
       try {
         const { results, claimed } = await this.ledger.completeManyClaimingNext(
           batch.map((w) => ({ handle: w.handle, result: w.result })),
-          lease?.claim,
+          room?.lease,
         );
-        lease?.accept(claimed);
+        room?.accept(claimed);
         batch.forEach((w, i) => w.resolve(results[i] ?? { won: false, state: 'completed' }));
       } catch (error) {
-        lease?.accept([]);
+        room?.cancel();
         for (const w of batch) w.reject(error);
       }
     }

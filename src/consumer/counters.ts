@@ -1,5 +1,5 @@
 import type { ClaimedItem } from '../ledger/types.js';
-import type { ControlMessage } from '../wake/control.js';
+import type { ControlMessage } from '../wake/messages.js';
 import type { Outcome } from './job-run.js';
 
 /** One count per outcome (named as the outcome is), then what the claim side did. */

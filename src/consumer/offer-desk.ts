@@ -1,7 +1,8 @@
-import { newLeaseToken } from '../ledger/ids.js';
 import type { ClaimedItem, QueueClass } from '../ledger/types.js';
 import type { Logger } from '../log.js';
-import type { Offer, PostedOffer } from '../wake/offers.js';
+import type { Handoff, Offer } from '../wake/messages.js';
+import type { Offers, PostedOffer } from '../wake/offers.js';
+import type { Handover, Handovers } from './handover.js';
 
 /** How long an offer stands before its consumer replaces it; a dead consumer's offers die with it this fast. */
 export const OFFER_TTL_MS = 3000;
@@ -35,10 +36,6 @@ export interface OfferDeskHost {
   freeSlots(): number;
   /** Whether it has caught up with its queue (nothing buffered or left to claim): only then are offers worth making. */
   caughtUp(): boolean;
-  holdSlots(n: number): number;
-  unholdSlots(n: number): void;
-  /** Items inserted claimed under one of its offers: to run (or, if it is stopping, to release). */
-  takeHandedOver(items: readonly ClaimedItem[], claimedAtMs: number): void;
   /** Grows with every item the consumer claims (any way): the desk's sign that the queue is warm. */
   activity(): number;
   /** The items the ledger holds under `token` now (recovery of a lost handoff). */
@@ -47,15 +44,13 @@ export interface OfferDeskHost {
   log: Logger;
 }
 
-/** What the desk needs of its wake channel. */
-export interface OfferPort {
-  postOffer(queue: string, offer: Offer, listTtlMs: number): Promise<PostedOffer | undefined>;
-  withdrawOffer(queue: string, posted: PostedOffer): Promise<boolean | undefined>;
-}
+/** What the desk uses of the wake channel's offers. */
+export type OfferPort = Pick<Offers, 'post' | 'withdraw'>;
 
-/** One offer of this consumer, holding one slot until it is settled (handed over, withdrawn, recovered or given up). */
+/** One offer of this consumer, holding one slot (its handover) until it is settled (handed over, withdrawn, recovered or given up). */
 interface MyOffer {
   offer: Offer;
+  handover: Handover;
   posted?: PostedOffer;
   state: 'posting' | 'standing' | 'withdrawing' | 'taken';
   /** When it was found taken (its handoff not yet come). */
@@ -89,6 +84,7 @@ export class OfferDesk {
 
   constructor(
     private readonly host: OfferDeskHost,
+    private readonly handovers: Handovers,
     private readonly port: OfferPort,
   ) {}
 
@@ -121,19 +117,31 @@ export class OfferDesk {
       });
   }
 
-  /** A handoff on the queue's control stream naming this consumer. */
-  handOff(token: string, items: readonly ClaimedItem[]): void {
-    const mine = this.settle(token);
-    // Taken even when the offer was given up on (a late handoff): the buffer holds it until a slot frees.
-    this.host.takeHandedOver(items, mine?.offer.madeAtMs ?? Date.now() - this.host.leaseMs / 2);
+  /**
+   * A handoff on the queue's control stream naming this consumer. One that
+   * names its items without carrying them all (too large to broadcast, or
+   * damaged) has them read from the ledger now.
+   */
+  handOff(m: Handoff): void {
+    if (m.items.length >= m.count) this.accept(m.token, m.items);
+    else void this.fromLedger(m.token);
   }
 
-  /** A handoff that named its items without carrying them (too large to broadcast): they are read from the ledger now. */
-  async handOffFromLedger(token: string): Promise<void> {
+  private accept(token: string, items: readonly ClaimedItem[]): void {
+    const mine = this.mine.get(token);
+    if (mine) {
+      this.settle(mine, items);
+      return;
+    }
+    // Taken even when the offer was given up on (a late handoff): the buffer holds it until a slot frees.
+    this.handovers.late(items, Date.now() - this.host.leaseMs / 2, 'offer');
+  }
+
+  private async fromLedger(token: string): Promise<void> {
     const items = await this.host.heldUnderLease(token).catch(() => undefined);
     // Not readable now: the offer stays unsettled, and the desk's looks settle it from the ledger.
     if (!items) return;
-    this.handOff(token, items);
+    this.accept(token, items);
   }
 
   /**
@@ -174,23 +182,18 @@ export class OfferDesk {
     if (standing || this.stopped || host.leaseMs < MIN_OFFER_LEASE_MS || now < this.noPostUntil) return;
     if (!this.warm(now) || host.freeSlots() < 2 || !host.caughtUp() || !host.mayTakeOutsideRounds()) return;
     const types = host.offerTypes();
-    if (!types || types.length === 0 || host.holdSlots(1) !== 1) return;
-    const offer: Offer = {
-      owner: host.name,
-      token: newLeaseToken(),
-      leaseMs: host.leaseMs,
-      classes: host.classes,
-      types,
-      expiresAtMs: now + OFFER_TTL_MS,
-      madeAtMs: now,
-    };
-    const m: MyOffer = { offer, state: 'posting', asked: 0 };
+    if (!types || types.length === 0) return;
+    const handover = this.handovers.forOffer(now);
+    if (!handover) return;
+    const { owner, token, leaseMs } = handover.lease;
+    const offer: Offer = { owner, token, leaseMs, classes: host.classes, types, expiresAtMs: now + OFFER_TTL_MS, madeAtMs: now };
+    const m: MyOffer = { offer, handover, state: 'posting', asked: 0 };
     this.mine.set(offer.token, m);
-    const posted = await this.port.postOffer(host.queue, offer, OFFER_TTL_MS * 4);
+    const posted = await this.port.post(host.queue, offer, OFFER_TTL_MS * 4);
     if (!this.mine.has(offer.token)) return; // handed over before the post's answer came
     if (!posted) {
       this.noPostUntil = now + LOOK_INTERVAL_MS;
-      this.release(m);
+      this.settle(m, []);
       return;
     }
     this.host.counted('offersMade', 1);
@@ -220,10 +223,10 @@ export class OfferDesk {
   private async withdraw(m: MyOffer): Promise<void> {
     if (!m.posted) return;
     m.state = 'withdrawing';
-    const withdrawn = await this.port.withdrawOffer(this.host.queue, m.posted);
+    const withdrawn = await this.port.withdraw(this.host.queue, m.posted);
     if (!this.mine.has(m.offer.token)) return; // handed over meanwhile
     if (withdrawn === true) {
-      this.release(m);
+      this.settle(m, []);
       return;
     }
     // Taken (or Redis did not say): its handoff may be on the way; if not, the ledger knows.
@@ -231,18 +234,12 @@ export class OfferDesk {
     m.takenAtMs = Date.now();
   }
 
-  /** The offer is settled: its slot is free again. Returns it if it was still unsettled. */
-  private settle(token: string): MyOffer | undefined {
-    const m = this.mine.get(token);
-    if (m) this.release(m);
-    return m;
-  }
-
-  private release(m: MyOffer): void {
+  /** The offer is settled: its handover takes the items (if any), and its slot is free again. */
+  private settle(m: MyOffer, items: readonly ClaimedItem[]): void {
     if (!this.mine.delete(m.offer.token)) return;
     this.releasing = true;
     try {
-      this.host.unholdSlots(1);
+      m.handover.accept(items);
     } finally {
       this.releasing = false;
     }
@@ -253,13 +250,12 @@ export class OfferDesk {
     const items = await this.host.heldUnderLease(m.offer.token).catch(() => undefined);
     if (!this.mine.has(m.offer.token)) return; // handed over meanwhile
     if (items && items.length > 0) {
-      this.release(m);
       this.host.counted('handoffsRecovered', items.length);
       this.host.log.info({ token: m.offer.token, items: items.length }, 'an offer was taken and its handoff lost: its items were found in the ledger');
-      this.host.takeHandedOver(items, m.offer.madeAtMs);
+      this.settle(m, items);
       return;
     }
     // Nothing under it after the last look: the producer failed before its commit; the slot is free again.
-    if (last) this.release(m);
+    if (last) this.settle(m, []);
   }
 }

@@ -31,7 +31,15 @@ export async function enqueueItems(target: EnqueueTarget, inputs: readonly Enque
   return insertPrepared(target, items);
 }
 
-/** Ledger.enqueueClaiming: `reserve` may lease the batch's claimable items, which are then inserted claimed. */
+/**
+ * Ledger.enqueueClaiming: once the batch is validated, `reserve` sees the
+ * items that may be inserted already claimed (due now, no idempotency key;
+ * of a lane, only the batch's first item) and may answer a lease; up to
+ * `max` of them are then inserted under it (state processing, attempt 1),
+ * for a consumer that starts them without a claim round trip. A laned item
+ * keeps the lease only if its lane turns out idle, so it is the head: lane
+ * order holds.
+ */
 export async function enqueueItemsClaiming(
   target: EnqueueTarget,
   inputs: readonly EnqueueInput[],

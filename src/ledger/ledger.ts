@@ -144,14 +144,11 @@ export class Ledger {
   }
 
   /**
-   * Enqueues like enqueueMany, and lets the caller claim at insert: once the
-   * batch is validated, `reserve` sees the items that may be inserted already
-   * claimed (due now, no idempotency key; of a lane, only the batch's first
-   * item) and may answer a lease; up to `max` of them are then inserted under
-   * it (state processing, attempt 1), for a consumer in this process that
-   * starts them without a claim round trip. A laned item keeps the lease only
-   * if its lane turns out idle, so it is the head: lane order holds. Returns
-   * the results in input order and the items inserted claimed.
+   * Enqueues like enqueueMany, and lets the caller claim at insert: `reserve`
+   * sees the items that may be inserted claimed (enqueue-items.ts says which)
+   * and may answer a lease, under which up to `max` of them are inserted
+   * (processing, attempt 1). Returns the results in input order and the items
+   * inserted claimed.
    * @internal
    */
   async enqueueClaiming(
@@ -178,12 +175,7 @@ export class Ledger {
     return this.knownCapabilities().then((caps) => claimByIds(this.db, caps, this.tables, v));
   }
 
-  /**
-   * The items of `queue` held under lease `token` now, as claimed items of
-   * `owner`: a consumer's recovery of items inserted claimed under its offer
-   * when their handoff was lost.
-   * @internal
-   */
+  /** The items of `queue` held under lease `token` now: a consumer's recovery of a lost handoff (docs/design.md §6). @internal */
   heldUnderLease(spec: { queue: string; classes: readonly QueueClass[]; owner: string; token: string; leaseMs: number }): Promise<ClaimedItem[]> {
     return readHeldUnderLease(this.db, this.tables, spec);
   }
@@ -213,11 +205,9 @@ export class Ledger {
   }
 
   /**
-   * completeMany with lane affinity (docs/design.md §6): when a completion makes the
-   * next item of its lane the head, up to `next.max` such new heads that are
-   * due and of `next`'s classes and types are claimed in the same
-   * transaction under `next`'s lease, so their lanes never wait for a claim
-   * round. Each is an ordinary claim (attempt + 1, fenced by the token).
+   * completeMany with lane affinity (docs/design.md §6): up to `next.max` new
+   * heads its completions make, due and of `next`'s classes and types, are
+   * claimed in the same transaction under `next`'s lease (attempt + 1).
    * @internal
    */
   async completeManyClaimingNext(
@@ -229,19 +219,10 @@ export class Ledger {
   }
 
   /**
-   * Runs `fn` and this item's completion (with `fn`'s value as its result)
-   * in one transaction on the ledger's database, for ctx.transaction: the
-   * writes `fn` makes commit together with the completion, or not at all.
-   *
-   * A connection lost before COMMIT (killed, reset, a dead connection from
-   * the pool) rolls the transaction back, and it runs again on a fresh
-   * connection, `fn` with it, a bounded number of times and without
-   * spending an attempt: `fn` may run more than once, but only one run's
-   * writes commit. A COMMIT that went unanswered is settled by reading the
-   * item (a completed item keeps the token that completed it): committed
-   * returns that run's value; rolled back runs it again. Throws
-   * LeaseLostError when the completion's CAS loses (nothing of `fn`'s
-   * commits), CommitOutcomeUnknownError when the ledger cannot be read.
+   * `fn` and this item's completion (`fn`'s value its result) in one ledger
+   * transaction, for ctx.transaction; run again after a lost connection, and
+   * settled by reading the item after an unanswered COMMIT (outcomes.ts,
+   * completeWithin). Throws LeaseLostError when the CAS loses.
    * @internal
    */
   async completeWithin<T>(handle: LeaseHandle, fn: (trx: Transaction<Record<string, never>>) => Promise<T>): Promise<T> {

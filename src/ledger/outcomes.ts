@@ -91,7 +91,22 @@ export function retryEnding(target: FinishTarget, handle: LeaseHandle, v: z.outp
   return { f: { kind: 'retry', error, failureClass, delayMs }, state: 'pending', delayMs };
 }
 
-/** Ledger.completeWithin: `fn` and the completion in one transaction, run again after a lost connection (see there). */
+/**
+ * Ledger.completeWithin: runs `fn` and this item's completion (with `fn`'s
+ * value as its result) in one transaction on the ledger's database, for
+ * ctx.transaction: the writes `fn` makes commit together with the
+ * completion, or not at all.
+ *
+ * A connection lost before COMMIT (killed, reset, a dead connection from
+ * the pool) rolls the transaction back, and it runs again on a fresh
+ * connection, `fn` with it, a bounded number of times and without
+ * spending an attempt: `fn` may run more than once, but only one run's
+ * writes commit. A COMMIT that went unanswered is settled by reading the
+ * item (a completed item keeps the token that completed it): committed
+ * returns that run's value; rolled back runs it again. Throws
+ * LeaseLostError when the completion's CAS loses (nothing of `fn`'s
+ * commits), CommitOutcomeUnknownError when the ledger cannot be read.
+ */
 export function completeWithin<T>(target: FinishTarget, handle: LeaseHandle, fn: (trx: Transaction<Record<string, never>>) => Promise<T>): Promise<T> {
   return runTransaction(
     target.db,

@@ -6,8 +6,8 @@ import { z } from 'zod';
 import { TransactionRolledBackError } from '../errors.js';
 import { isRetryableConflict } from '../ledger/retry.js';
 import { sleep } from '../sleep.js';
-import type { DirectReservation } from '../wake/local-route.js';
-import { offerFits, type PostedOffer } from '../wake/offers.js';
+import type { Handover } from '../consumer/handover.js';
+import type { TakenOffer } from '../wake/offers.js';
 import type { WakeChannel } from '../wake/wake-channel.js';
 import { queueClass, queueName, typeName, laneKey, validate } from '../ledger/validation.js';
 import type { RecurringSchedule, WakeTimer } from '../wake/timers.js';
@@ -77,31 +77,28 @@ export class Producer {
     // one in this process directly, one elsewhere through its standing offer
     // (then handed over after the commit). Only the rest is announced.
     const offer = await this.takeOffer(inputs);
-    const held: { reservation?: DirectReservation; offer?: boolean } = {};
+    let local: Handover | undefined;
+    let offerUsed = false;
     let out: Awaited<ReturnType<Ledger['enqueueClaiming']>>;
     try {
       out = await this.ledger.enqueueClaiming(inputs, (eligible) => {
-        const r = this.reserveLocal(eligible);
-        if (r) {
-          held.reservation = r;
-          return r.lease;
-        }
+        local = this.localHandover(eligible);
+        if (local) return local.lease;
         const first = eligible[0];
-        if (!offer || !first || first.queue !== offer.queue || !offerFits(offer.posted.offer, first, Date.now())) return undefined;
-        held.offer = true;
-        const { owner, token, leaseMs } = offer.posted.offer;
-        return { owner, token, leaseMs, max: 1 };
+        if (!offer || !first || !offer.fits(first)) return undefined;
+        offerUsed = true;
+        return offer.lease;
       });
     } catch (error) {
-      held.reservation?.cancel();
+      local?.cancel();
       // A used offer is not given back: the insert may have committed with its answer lost. Its
       // consumer finds out from the ledger (by the offer's token) once no handoff comes.
-      if (offer && !held.offer) void this.options.wake?.giveBackOffer(offer.queue, offer.posted);
+      if (offer && !offerUsed) void offer.giveBack();
       throw error;
     }
-    held.reservation?.accept(out.claimed);
-    if (offer && !held.offer) void this.options.wake?.giveBackOffer(offer.queue, offer.posted);
-    if (offer && held.offer) await this.options.wake?.handOver(offer.queue, offer.posted, out.claimed);
+    local?.accept(out.claimed);
+    if (offer && !offerUsed) void offer.giveBack();
+    if (offer && offerUsed) await offer.handOver(out.claimed);
     if (out.claimed.length === 0) {
       await this.announce(inputs, out.results);
       return out.results;
@@ -122,21 +119,20 @@ export class Producer {
    * directly, for free). The ledger's eligibility check is the real one; this
    * only spares a Redis round trip when it cannot apply.
    */
-  private async takeOffer(inputs: readonly EnqueueInput[]): Promise<{ queue: string; posted: PostedOffer } | undefined> {
+  private async takeOffer(inputs: readonly EnqueueInput[]): Promise<TakenOffer | undefined> {
     const wake = this.options.wake;
     const queue = offerQueue(inputs);
-    if (!wake || queue === undefined || wake.hasLocalConsumer(queue)) return undefined;
-    const posted = await wake.takeOffer(queue);
-    return posted ? { queue, posted } : undefined;
+    if (!wake || queue === undefined || wake.local.has(queue)) return undefined;
+    return wake.offers.take(queue);
   }
 
   /** Slots of a local consumer for items the ledger may insert claimed, if they share one queue and class. */
-  private reserveLocal(eligible: readonly ClaimCandidate[]): DirectReservation | undefined {
+  private localHandover(eligible: readonly ClaimCandidate[]): Handover | undefined {
     const wake = this.options.wake;
     const first = eligible[0];
     if (!wake || !first) return undefined;
     if (eligible.some((c) => c.queue !== first.queue || c.queueClass !== first.queueClass)) return undefined;
-    return wake.reserveLocal(first.queue, first.queueClass, new Set(eligible.map((c) => c.type)), eligible.length);
+    return wake.local.atInsert(first.queue, first.queueClass, new Set(eligible.map((c) => c.type)), eligible.length);
   }
 
   /**

@@ -1,29 +1,8 @@
+import type { ClaimedItem } from '../ledger/types.js';
 import { controlStreamKey } from './keys.js';
+import type { ControlEntry, ControlMessage } from './messages.js';
 import type { RedisClient } from './redis.js';
 import { groupBySlot } from './slots.js';
-
-/** Broadcasts every process of a queue must see (plain XREAD, no group). */
-export type ControlMessage =
-  | { type: 'dependency'; key: string; ids: string[] }
-  | { type: 'ownership'; epoch: number; deployment: string }
-  | { type: 'pause' }
-  | { type: 'resume' }
-  /** The ledger holds a cancel request for these running items: their holders ask it now, not at the next renewal. */
-  | { type: 'cancel'; ids: string[] }
-  /**
-   * Items a producer inserted claimed under consumer `to`'s offer `token`
-   * (src/wake/offers.ts), `count` of them, as claimed items: that consumer
-   * starts them. `items` is empty when they were too large to broadcast:
-   * the consumer reads them from the ledger by the token. `count` 0: the
-   * producer could not use the offer after all, and the slot is free again.
-   */
-  | { type: 'handoff'; to: string; token: string; count: number; items: unknown[] };
-
-export interface ControlEntry {
-  queue: string;
-  entryId: string;
-  message: ControlMessage;
-}
 
 /** The control stream of each queue: every XADD / XREAD on it lives here. */
 export class ControlStreams {
@@ -73,13 +52,46 @@ export class ControlStreams {
       for (const [entryId, fields] of entries) {
         const raw = fields[fields.indexOf('m') + 1];
         if (raw === undefined) continue;
-        try {
-          out.push({ queue, entryId, message: JSON.parse(raw) as ControlMessage });
-        } catch {
-          // A foreign or damaged entry: skip it, the ledger still holds the truth.
-        }
+        const message = decodeControl(raw);
+        // A foreign or damaged entry is skipped: the ledger still holds the truth.
+        if (message) out.push({ queue, entryId, message });
       }
     }
     return out;
   }
+}
+
+/** A control message from its JSON text, a handoff's items as claimed items; undefined if it is not one. */
+function decodeControl(raw: string): ControlMessage | undefined {
+  let m: unknown;
+  try {
+    m = JSON.parse(raw);
+  } catch {
+    return undefined;
+  }
+  if (typeof m !== 'object' || m === null || typeof (m as { type?: unknown }).type !== 'string') return undefined;
+  const message = m as ControlMessage;
+  if (message.type !== 'handoff') return message;
+  if (typeof message.to !== 'string' || typeof message.token !== 'string' || typeof message.count !== 'number') return undefined;
+  // Damaged items decode to none: the consumer finds them in the ledger by the offer's token.
+  return { ...message, items: claimedItemsOf(message.items) ?? [] };
+}
+
+const DATE_FIELDS = ['runAfter', 'leaseUntil', 'probeAfter', 'blockedAt', 'blockExpiresAt', 'replayedAt', 'createdAt', 'startedAt', 'terminalAt', 'updatedAt'] as const;
+
+/** Claimed items as a handoff carries them (JSON: dates as ISO text), back as items; undefined if any is not one. */
+function claimedItemsOf(raw: unknown): ClaimedItem[] | undefined {
+  if (!Array.isArray(raw)) return undefined;
+  const out: ClaimedItem[] = [];
+  for (const r of raw) {
+    if (typeof r !== 'object' || r === null) return undefined;
+    const item = { ...(r as Record<string, unknown>) };
+    for (const f of DATE_FIELDS) {
+      const v = item[f];
+      if (typeof v === 'string') item[f] = new Date(v);
+    }
+    if (typeof item.id !== 'string' || item.state !== 'processing' || typeof item.leaseToken !== 'string') return undefined;
+    out.push(item as unknown as ClaimedItem);
+  }
+  return out;
 }

@@ -1,6 +1,7 @@
-import type { ControlMessage, ControlStreams } from './control.js';
+import type { ControlStreams } from './control.js';
+import type { ControlMessage, WakeEntry } from './messages.js';
 import type { RedisClient, RedisTarget } from './redis.js';
-import type { WakeEntry, WakeStreams } from './streams.js';
+import type { WakeStreams } from './streams.js';
 
 /**
  * What a wake reader tells the one who reads through it (a consumer): which

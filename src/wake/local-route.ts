@@ -1,5 +1,6 @@
-import type { ClaimedItem, QueueClass } from '../ledger/types.js';
-import type { WakeMessage } from './streams.js';
+import type { Handover } from '../consumer/handover.js';
+import type { QueueClass } from '../ledger/types.js';
+import type { WakeMessage } from './messages.js';
 
 /** A consumer in this process that can take wake-ups without a Redis round trip. */
 export interface LocalWakeTarget {
@@ -10,22 +11,13 @@ export interface LocalWakeTarget {
    * the named ids, exactly as for a wake-up read from the stream) and
    * answers whether it did. Must not throw.
    */
-  offer(message: WakeMessage & { queueClass: QueueClass }): boolean;
+  takeWake(message: WakeMessage & { queueClass: QueueClass }): boolean;
   /**
-   * Reserves up to `n` free slots for items a producer is about to insert
+   * Holds up to `n` free slots for items a producer is about to insert
    * already claimed (due now, of these types; a laned item only as its
    * lane's head), or undefined if it cannot take any. Must not throw.
    */
-  reserve(queueClass: QueueClass, types: ReadonlySet<string>, n: number): DirectReservation | undefined;
-}
-
-/** Free slots of a local consumer, held for items inserted already claimed under `lease`. */
-export interface DirectReservation {
-  lease: { owner: string; token: string; leaseMs: number; max: number };
-  /** After the commit: the items inserted claimed (maybe fewer than reserved); the rest of the slots free up. */
-  accept(items: readonly ClaimedItem[]): void;
-  /** The insert failed or rolled back: the slots free up. */
-  cancel(): void;
+  atInsert(queueClass: QueueClass, types: ReadonlySet<string>, n: number): Handover | undefined;
 }
 
 /**
@@ -40,7 +32,7 @@ export interface DirectReservation {
  * stream, where idle replicas read it.
  *
  * A step further, a producer can insert items already claimed for a local
- * consumer with free slots (`reserve`): one commit instead of two before
+ * consumer with free slots (`atInsert`): one commit instead of two before
  * the handler starts. The lease is the same fence as a claim's; if the
  * process dies, it expires and the item is reclaimed like any other.
  */
@@ -67,13 +59,13 @@ export class LocalWakeRoute {
   }
 
   /** Slots of a local consumer of `queue` for items inserted already claimed, if one has any free. */
-  reserve(queue: string, queueClass: QueueClass, types: ReadonlySet<string>, n: number): DirectReservation | undefined {
-    return this.firstTaker(queue, queueClass, (t) => t.reserve(queueClass, types, n));
+  atInsert(queue: string, queueClass: QueueClass, types: ReadonlySet<string>, n: number): Handover | undefined {
+    return this.firstTaker(queue, queueClass, (t) => t.atInsert(queueClass, types, n));
   }
 
   /** True if a local consumer took the wake-up. */
   deliver(queue: string, message: WakeMessage & { queueClass: QueueClass }): boolean {
-    return this.firstTaker(queue, message.queueClass, (t) => t.offer(message) || undefined) ?? false;
+    return this.firstTaker(queue, message.queueClass, (t) => t.takeWake(message) || undefined) ?? false;
   }
 
   /** Asks the consumers of `queue` and `queueClass` in turn, starting one further each time; the first answer wins. */

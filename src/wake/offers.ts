@@ -1,28 +1,7 @@
 import type { ClaimedItem, QueueClass } from '../ledger/types.js';
 import { offersKey } from './keys.js';
+import type { ControlMessage, Handoff, Offer } from './messages.js';
 import type { RedisClient } from './redis.js';
-
-/**
- * A consumer's standing offer to take one item of its queue the moment it is
- * inserted (docs/design.md §6, "Through an offer"): a producer in any process that pops it
- * inserts its item already claimed under the offer's lease, then hands the
- * claimed item over on the queue's control stream. The job starts after one
- * commit, not two (no claim round trip).
- */
-export interface Offer {
-  /** The consumer's name: the lease owner. */
-  owner: string;
-  /** The lease token the item is inserted under. */
-  token: string;
-  leaseMs: number;
-  classes: readonly QueueClass[];
-  /** The item types the consumer has handlers for. */
-  types: readonly string[];
-  /** After this (the consumer's clock, ms since epoch) no producer may use it: its consumer may be gone. */
-  expiresAtMs: number;
-  /** When the consumer made it: the lease runs from no earlier than this. */
-  madeAtMs: number;
-}
 
 /** An offer as it sits in the list: LREM needs the exact text back. */
 export interface PostedOffer {
@@ -30,36 +9,107 @@ export interface PostedOffer {
   wire: string;
 }
 
-/** Whether a popped offer may take this item: it still stands, and takes the item's class and type. */
-export function offerFits(offer: Offer, item: { type: string; queueClass: QueueClass }, nowMs: number): boolean {
-  return offer.expiresAtMs > nowMs && offer.classes.includes(item.queueClass) && offer.types.includes(item.type);
+/** What the offers need of their wake channel. */
+export interface OfferChannel {
+  readonly redis: RedisClient;
+  connected(): boolean;
+  /** Publishes on a queue's control stream; false if Redis refused. `text`: the message's JSON, when made already. */
+  publishControl(queue: string, message: ControlMessage, text?: string): Promise<boolean>;
 }
 
-/**
- * Each queue's list of standing offers: every RPUSH / LPOP / LPUSH / LREM on
- * it lives here. The list expires when no consumer has posted for a while,
- * so a queue whose consumers are all gone leaves nothing behind.
- */
-export class OfferLists {
-  constructor(private readonly prefix: string) {}
+/** An offer a producer took: the claim at insert it allows, and what follows the commit. */
+export interface TakenOffer {
+  readonly queue: string;
+  readonly offer: Offer;
+  /** One item, inserted claimed under the offer's lease. */
+  readonly lease: { owner: string; token: string; leaseMs: number; max: 1 };
+  /** Whether it may take this item now: it still stands, and takes the item's class and type. */
+  fits(item: { queue: string; type: string; queueClass: QueueClass }): boolean;
+  /**
+   * After the commit: the items inserted under it go to its consumer on the
+   * queue's control stream, which every process of the queue reads; items
+   * larger than MAX_HANDOFF_BYTES in all go by count only (the consumer
+   * reads them from the ledger). False if Redis refused: the consumer finds
+   * them in the ledger by the offer's token.
+   */
+  handOver(items: readonly ClaimedItem[]): Promise<boolean>;
+  /** Not used: back to the front of its list, as it was (never throws). */
+  giveBack(): Promise<void>;
+}
 
-  async post(redis: RedisClient, queue: string, offer: Offer, listTtlMs: number): Promise<PostedOffer> {
+/** The most a handoff carries in its message (JSON text); larger items are read from the ledger by the consumer. */
+export const MAX_HANDOFF_BYTES = 16 * 1024;
+
+/** How long a producer does not look for offers of a queue after a look found none. */
+export const OFFER_MISS_PAUSE_MS = 25;
+
+/** Expired offers one take() drops before it gives up: each is a round trip. */
+const MAX_EXPIRED_SKIPPED = 4;
+
+/**
+ * Offers on the wire (docs/design.md §6, "Through an offer"): each queue's
+ * list of standing offers, where consumers post and withdraw them and
+ * producers take and give them back, and the handoff that follows a take.
+ * Every RPUSH / LPOP / LPUSH / LREM on the lists lives here. A list expires
+ * when no consumer has posted for a while, so a queue whose consumers are
+ * all gone leaves nothing behind. Nothing here throws: an offer is an
+ * optimisation, and Redis failing only means the claim goes the usual way.
+ */
+export class Offers {
+  /** Per queue: until when take() does not look (its last look found none). */
+  private readonly noOffersUntil = new Map<string, number>();
+
+  constructor(
+    private readonly prefix: string,
+    private readonly channel: OfferChannel,
+  ) {}
+
+  /** A consumer's offer, posted at the end of its queue's list; undefined if Redis refused. */
+  async post(queue: string, offer: Offer, listTtlMs: number): Promise<PostedOffer | undefined> {
+    if (!this.channel.connected()) return undefined;
     const wire = JSON.stringify(offer);
     const key = offersKey(this.prefix, queue);
-    await redis.multi().rpush(key, wire).pexpire(key, listTtlMs).exec();
-    return { offer, wire };
+    try {
+      await this.channel.redis.multi().rpush(key, wire).pexpire(key, listTtlMs).exec();
+      return { offer, wire };
+    } catch {
+      return undefined;
+    }
   }
 
-  /** True if the offer was still there (nobody took it); false if a producer popped it. */
-  async withdraw(redis: RedisClient, queue: string, posted: PostedOffer): Promise<boolean> {
-    return (await redis.lrem(offersKey(this.prefix, queue), 1, posted.wire)) > 0;
+  /** True: withdrawn, nobody took it. False: a producer took it. Undefined: Redis did not answer, so either. */
+  async withdraw(queue: string, posted: PostedOffer): Promise<boolean | undefined> {
+    if (!this.channel.connected()) return undefined;
+    try {
+      return (await this.channel.redis.lrem(offersKey(this.prefix, queue), 1, posted.wire)) > 0;
+    } catch {
+      return undefined;
+    }
   }
 
-  /** The oldest offer still standing, skipping (and dropping) expired ones. */
-  async take(redis: RedisClient, queue: string, nowMs: number): Promise<PostedOffer | undefined> {
+  /**
+   * A producer's look for the oldest standing offer of `queue`, skipping (and
+   * dropping) expired ones. It costs a round trip, so after a look that found
+   * none the next waits OFFER_MISS_PAUSE_MS: a producer of a busy queue (whose
+   * consumers have no free slots, so post no offers) pays for a look at most
+   * that often.
+   */
+  async take(queue: string): Promise<TakenOffer | undefined> {
+    const now = Date.now();
+    if (!this.channel.connected() || (this.noOffersUntil.get(queue) ?? 0) > now) return undefined;
+    const posted = await this.pop(queue, now).catch(() => undefined);
+    if (!posted) {
+      this.noOffersUntil.set(queue, now + OFFER_MISS_PAUSE_MS);
+      return undefined;
+    }
+    this.noOffersUntil.delete(queue);
+    return this.taken(queue, posted);
+  }
+
+  private async pop(queue: string, nowMs: number): Promise<PostedOffer | undefined> {
     const key = offersKey(this.prefix, queue);
     for (let i = 0; i < MAX_EXPIRED_SKIPPED; i++) {
-      const wire = await redis.lpop(key);
+      const wire = await this.channel.redis.lpop(key);
       if (wire === null) return undefined;
       const offer = parseOffer(wire);
       if (offer && offer.expiresAtMs > nowMs) return { offer, wire };
@@ -67,14 +117,27 @@ export class OfferLists {
     return undefined;
   }
 
-  /** An offer popped and not used goes back to the front, as it was. */
-  async giveBack(redis: RedisClient, queue: string, posted: PostedOffer): Promise<void> {
-    await redis.lpush(offersKey(this.prefix, queue), posted.wire);
+  private taken(queue: string, posted: PostedOffer): TakenOffer {
+    const { offer } = posted;
+    const channel = this.channel;
+    const key = offersKey(this.prefix, queue);
+    return {
+      queue,
+      offer,
+      lease: { owner: offer.owner, token: offer.token, leaseMs: offer.leaseMs, max: 1 },
+      fits: (item) => item.queue === queue && offer.expiresAtMs > Date.now() && offer.classes.includes(item.queueClass) && offer.types.includes(item.type),
+      handOver: async (items) => {
+        const whole: Handoff = { type: 'handoff', to: offer.owner, token: offer.token, count: items.length, items: [...items] };
+        const text = JSON.stringify(whole);
+        if (text.length <= MAX_HANDOFF_BYTES) return channel.publishControl(queue, whole, text);
+        return channel.publishControl(queue, { ...whole, items: [] });
+      },
+      giveBack: async () => {
+        await channel.redis.lpush(key, posted.wire).catch(() => undefined);
+      },
+    };
   }
 }
-
-/** Expired offers one take() drops before it gives up: each is a round trip. */
-const MAX_EXPIRED_SKIPPED = 4;
 
 function parseOffer(wire: string): Offer | undefined {
   try {
@@ -85,27 +148,4 @@ function parseOffer(wire: string): Offer | undefined {
   } catch {
     return undefined;
   }
-}
-
-const DATE_FIELDS = ['runAfter', 'leaseUntil', 'probeAfter', 'blockedAt', 'blockExpiresAt', 'replayedAt', 'createdAt', 'startedAt', 'terminalAt', 'updatedAt'] as const;
-
-/**
- * Claimed items as the handoff carries them (JSON: dates as ISO text), and
- * back. A damaged entry decodes to nothing: the consumer then finds its items
- * in the ledger by the offer's token.
- */
-export function decodeHandedOver(raw: unknown): ClaimedItem[] | undefined {
-  if (!Array.isArray(raw)) return undefined;
-  const out: ClaimedItem[] = [];
-  for (const r of raw) {
-    if (typeof r !== 'object' || r === null) return undefined;
-    const item = { ...(r as Record<string, unknown>) };
-    for (const f of DATE_FIELDS) {
-      const v = item[f];
-      if (typeof v === 'string') item[f] = new Date(v);
-    }
-    if (typeof item.id !== 'string' || item.state !== 'processing' || typeof item.leaseToken !== 'string') return undefined;
-    out.push(item as unknown as ClaimedItem);
-  }
-  return out;
 }

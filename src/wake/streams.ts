@@ -1,25 +1,7 @@
 import type { QueueClass } from '../ledger/types.js';
 import { CONSUMER_GROUP, wakeStreamKey } from './keys.js';
+import type { WakeEntry, WakeKind, WakeMessage } from './messages.js';
 import type { RedisClient } from './redis.js';
-
-export type WakeKind = 'enqueue' | 'advance' | 'timer' | 'dependency' | 'replay' | 'reclaim';
-
-/** A wake-up: a hint that these items (or some heads of this queue) are claimable now. */
-export interface WakeMessage {
-  kind: WakeKind;
-  lane?: string | null;
-  ids: readonly string[];
-  /** When the work was committed (ms since epoch), for latency metrics. */
-  enqueuedAtMs?: number;
-  /** More items are claimable than `ids` names (the list was cut): claim beyond the named ones too. */
-  more?: boolean;
-}
-
-export interface WakeEntry extends WakeMessage {
-  stream: string;
-  entryId: string;
-  queueClass: QueueClass;
-}
 
 /** A raw XREADGROUP reply: per stream, its entries as [id, fields]. */
 export type GroupReadReply = readonly [string, [string, string[]][]][];

@@ -4,16 +4,16 @@ import { Cluster } from 'ioredis';
 import type { Logger } from '../log.js';
 import { createLogger } from '../log.js';
 import { QUEUE_CLASSES, type QueueClass } from '../ledger/types.js';
-import { WakeStreams, type WakeMessage } from './streams.js';
-import { ControlStreams, type ControlMessage } from './control.js';
+import { WakeStreams } from './streams.js';
+import { ControlStreams } from './control.js';
 import { DEFAULT_KEY_PREFIX } from './keys.js';
+import type { ControlMessage, WakeMessage } from './messages.js';
 import { groupBySlot } from './slots.js';
-import { LocalWakeRoute, type DirectReservation, type LocalWakeTarget } from './local-route.js';
-import { OfferLists, type Offer, type PostedOffer } from './offers.js';
-import type { ClaimedItem } from '../ledger/types.js';
+import { LocalWakeRoute } from './local-route.js';
+import { Offers } from './offers.js';
+import { PublishHealth } from './publish-health.js';
 import { clusterOf, createRedisClient, whenReady, type RedisClient, type RedisTarget } from './redis.js';
 import { WakeTimers, type ScheduledEnqueue, type WakeTimer } from './timers.js';
-import type { Ledger } from '../ledger/ledger.js';
 import { WakeHub } from './wake-hub.js';
 
 export interface WakeChannelOptions {
@@ -33,11 +33,12 @@ export interface PublishCounters {
 }
 
 /**
- * The producer side of Redis: wake-ups, control broadcasts and timers. Every
+ * A process's link to Redis, shared by its producers and consumers: wake-ups
+ * (to consumers in this process in memory, else to the streams), control
+ * broadcasts, offers, timers, and the hub its consumers read through. Every
  * publish fails soft — a wake-up is a hint, so an unreachable Redis is
- * counted, never thrown at a caller whose work already committed. The log
- * gets the state changes only: one line when publishing starts failing, one
- * when it works again (with the failures in between), not one per publish.
+ * counted, never thrown at a caller whose work already committed
+ * (publish-health.ts logs the state changes only).
  */
 export class WakeChannel {
   readonly redis: RedisClient;
@@ -45,27 +46,23 @@ export class WakeChannel {
   readonly cluster: boolean;
   readonly control: ControlStreams;
   readonly timers: WakeTimers;
+  /** Consumers' standing offers and their handoffs (docs/design.md §6, "Through an offer"). */
+  readonly offers: Offers;
+  /** The consumers sharing this channel: producers hand them wake-ups and claimed items in memory. */
+  readonly local = new LocalWakeRoute();
   readonly counters: PublishCounters = { published: 0, deliveredLocally: 0, failed: 0 };
-  private readonly offers: OfferLists;
-  private readonly local = new LocalWakeRoute();
-  /** Per queue: until when takeOffer does not look (its last look found none). */
-  private readonly noOffersUntil = new Map<string, number>();
+  private readonly health: PublishHealth;
   private readonly streams = new Map<string, WakeStreams>();
   private hub: WakeHub | undefined;
-  private readonly log: Logger;
   private everReady = false;
-  /** Publishes (wake-ups, control, timers) that failed since this channel was made. */
-  private failures = 0;
-  /** `failures` when publishing began failing; undefined while it works. */
-  private failuresAtDown: number | undefined;
 
   constructor(readonly options: WakeChannelOptions) {
     this.cluster = clusterOf(options.redis) !== undefined;
     this.redis = createRedisClient(options.redis, 'lanewake:publish');
     this.control = new ControlStreams(this.keyPrefix);
-    this.offers = new OfferLists(this.keyPrefix);
+    this.offers = new Offers(this.keyPrefix, this);
     this.timers = new WakeTimers(options.redis, 'lanewake-timers', this.keyPrefix.replace(/:$/, ''));
-    this.log = options.logger ?? createLogger('lanewake.wake');
+    this.health = new PublishHealth(options.logger ?? createLogger('lanewake.wake'));
     this.redis.on('ready', () => {
       this.everReady = true;
     });
@@ -104,84 +101,17 @@ export class WakeChannel {
    */
   hubFor(readerName: string, log: Logger): WakeHub {
     if (this.cluster) return new WakeHub(this, { name: readerName, shared: false, log });
-    this.hub ??= new WakeHub(this, { name: `${hostname()}:${process.pid}:${randomBytes(3).toString('hex')}`, shared: true, log: this.log });
+    this.hub ??= new WakeHub(this, { name: `${hostname()}:${process.pid}:${randomBytes(3).toString('hex')}`, shared: true, log });
     return this.hub;
   }
 
   /** Publish calls (wake-ups, control broadcasts, timer scheduling) that failed since this channel was made. */
   get publishFailures(): number {
-    return this.failures;
+    return this.health.failures;
   }
 
   connected(): boolean {
     return this.redis.status === 'ready';
-  }
-
-  /**
-   * A consumer sharing this channel takes wake-ups of its queue in process
-   * while it has free slots (see LocalWakeRoute). Returns the unregister.
-   */
-  registerLocal(target: LocalWakeTarget): () => void {
-    return this.local.register(target);
-  }
-
-  /** Free slots of a consumer sharing this channel, for items inserted already claimed (see LocalWakeRoute). */
-  reserveLocal(queue: string, queueClass: QueueClass, types: ReadonlySet<string>, n: number): DirectReservation | undefined {
-    return this.local.reserve(queue, queueClass, types, n);
-  }
-
-  /** Whether a consumer of `queue` shares this channel (its producers then claim at insert for it, not through offers). */
-  hasLocalConsumer(queue: string): boolean {
-    return this.local.has(queue);
-  }
-
-  /**
-   * Posts a consumer's offer (src/wake/offers.ts); undefined if Redis refused.
-   * Offers are not wake-ups: they are neither counted nor logged as publishes.
-   */
-  async postOffer(queue: string, offer: Offer, listTtlMs: number): Promise<PostedOffer | undefined> {
-    if (!this.connected()) return undefined;
-    return this.offers.post(this.redis, queue, offer, listTtlMs).catch(() => undefined);
-  }
-
-  /** True: withdrawn, nobody took it. False: a producer took it. Undefined: Redis did not answer, so either. */
-  async withdrawOffer(queue: string, posted: PostedOffer): Promise<boolean | undefined> {
-    if (!this.connected()) return undefined;
-    return this.offers.withdraw(this.redis, queue, posted).catch(() => undefined);
-  }
-
-  /**
-   * A producer's look for a standing offer of `queue`. It costs a round
-   * trip, so after a look that found none the next waits OFFER_MISS_PAUSE_MS:
-   * a producer of a busy queue (whose consumers have no free slots, so post
-   * no offers) pays for a look at most that often.
-   */
-  async takeOffer(queue: string): Promise<PostedOffer | undefined> {
-    const now = Date.now();
-    if (!this.connected() || (this.noOffersUntil.get(queue) ?? 0) > now) return undefined;
-    const taken = await this.offers.take(this.redis, queue, now).catch(() => undefined);
-    if (taken) this.noOffersUntil.delete(queue);
-    else this.noOffersUntil.set(queue, now + OFFER_MISS_PAUSE_MS);
-    return taken;
-  }
-
-  /** An offer taken and not used: back to the front of its list (never thrown). */
-  async giveBackOffer(queue: string, posted: PostedOffer): Promise<void> {
-    await this.offers.giveBack(this.redis, queue, posted).catch(() => undefined);
-  }
-
-  /**
-   * After the commit: the items inserted under an offer, to the consumer that
-   * made it, on the queue's control stream, which every process of the queue
-   * reads. Items larger than MAX_HANDOFF_BYTES in all go by count only: the
-   * consumer reads them from the ledger.
-   */
-  async handOver(queue: string, posted: PostedOffer, items: readonly ClaimedItem[]): Promise<boolean> {
-    const { owner, token } = posted.offer;
-    const whole: ControlMessage = { type: 'handoff', to: owner, token, count: items.length, items: [...items] };
-    const text = JSON.stringify(whole);
-    if (text.length <= MAX_HANDOFF_BYTES) return this.publishControl(queue, whole, text);
-    return this.publishControl(queue, { ...whole, items: [] });
   }
 
   /**
@@ -205,11 +135,11 @@ export class WakeChannel {
       if (!(await this.usable())) throw new Error('redis is not connected');
       await Promise.all([...byQueue].map(([queue, ms]) => this.streamsOf(queue).publish(this.redis, ms)));
       this.counters.published += remote;
-      this.publishWorked();
+      this.health.worked();
       return true;
     } catch (error) {
       this.counters.failed += remote;
-      this.publishFailed(error, 'wake publish');
+      this.health.failed(error, 'wake publish');
       return false;
     }
   }
@@ -218,11 +148,11 @@ export class WakeChannel {
     try {
       if (!(await this.usable())) throw new Error('redis is not connected');
       await this.control.publish(this.redis, queue, message, text);
-      this.publishWorked();
+      this.health.worked();
       return true;
     } catch (error) {
       this.counters.failed++;
-      this.publishFailed(error, `control publish (${message.type})`);
+      this.health.failed(error, `control publish (${message.type})`);
       return false;
     }
   }
@@ -232,11 +162,11 @@ export class WakeChannel {
     try {
       if (!(await this.usable())) throw new Error('redis is not connected');
       await this.timers.schedule(timers);
-      this.publishWorked();
+      this.health.worked();
       return true;
     } catch (error) {
       this.counters.failed += timers.length;
-      this.publishFailed(error, 'timer scheduling');
+      this.health.failed(error, 'timer scheduling');
       return false;
     }
   }
@@ -263,39 +193,6 @@ export class WakeChannel {
         await enqueue({ ...item, idempotencyKey: `${schedule}:${fireTimeMs}` });
       },
     });
-  }
-
-  /**
-   * A schedule's fire enqueued straight through `ledger`, then announced with
-   * a wake-up: for a channel whose owner gave no enqueue (a Consumer's
-   * default). A fire has an idempotency key, so it is never claimed at insert
-   * and this does what a Producer's enqueue does with it.
-   */
-  enqueueThrough(ledger: Pick<Ledger, 'enqueue'>): ScheduledEnqueue {
-    return async (item) => {
-      const r = await ledger.enqueue(item);
-      if (r.duplicate) return;
-      const queueClass = item.queueClass ?? 'default';
-      await this.publish([{ queue: item.queue, queueClass, kind: 'enqueue', ids: [r.id], enqueuedAtMs: Date.now() }]);
-    };
-  }
-
-  private publishFailed(error: unknown, what: string): void {
-    this.failures++;
-    if (this.failuresAtDown !== undefined) return;
-    this.failuresAtDown = this.failures - 1;
-    this.log.warn(
-      { err: errorSummary(error), failed: what },
-      'redis publish failing: wake-ups, control messages and timers are not sent (consumers find the work by sweeping the ledger); further failures are counted, not logged',
-    );
-  }
-
-  private publishWorked(): void {
-    if (this.failuresAtDown === undefined) return;
-    const failedWhileDown = this.failures - this.failuresAtDown;
-    this.failuresAtDown = undefined;
-    // At warn like the line it closes (the library logs at warn by default), with what failed meanwhile.
-    this.log.warn({ failedWhileDown, publishFailures: this.failures }, 'redis publish works again');
   }
 
   /**
@@ -329,14 +226,4 @@ export class WakeChannel {
     await this.timers.close();
     this.redis.disconnect();
   }
-}
-
-/** The most a handoff carries in its message (JSON text); larger items are read from the ledger by the consumer. */
-export const MAX_HANDOFF_BYTES = 16 * 1024;
-
-/** How long a producer does not look for offers of a queue after a look found none. */
-export const OFFER_MISS_PAUSE_MS = 25;
-
-function errorSummary(error: unknown): string {
-  return error instanceof Error ? error.message : String(error);
 }

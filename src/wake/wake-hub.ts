@@ -4,7 +4,7 @@ import type { Logger } from '../log.js';
 import { sleep } from '../sleep.js';
 import type { HubChannel, HubMember } from './hub-types.js';
 import { connectionId, createRedisClient, whenReady, type RedisClient } from './redis.js';
-import type { WakeEntry } from './streams.js';
+import type { WakeEntry } from './messages.js';
 import { MAX_STREAMS_PER_READ, unblockWhileInFlight, WakeReadShard, type ShardHost } from './wake-read-shard.js';
 
 export type { HubChannel, HubMember, WakeSubscriber } from './hub-types.js';

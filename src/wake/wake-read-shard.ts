@@ -2,7 +2,8 @@ import type { Redis } from 'ioredis';
 import { Latch } from '../latch.js';
 import { sleep } from '../sleep.js';
 import { connectionId, createRedisClient, unblockClient, whenReady, type RedisClient } from './redis.js';
-import { readGroupStreams, type GroupReadReply, type WakeEntry } from './streams.js';
+import type { WakeEntry } from './messages.js';
+import { readGroupStreams, type GroupReadReply } from './streams.js';
 import type { HubChannel, HubMember } from './hub-types.js';
 
 const READ_RETRY_MS = 500;

@@ -1,6 +1,6 @@
 import type { QueueClass } from '../ledger/types.js';
 import type { Logger } from '../log.js';
-import type { WakeEntry } from './streams.js';
+import type { WakeEntry } from './messages.js';
 import type { WakeChannel } from './wake-channel.js';
 import type { HubMember, WakeSubscriber } from './hub-types.js';
 import type { WakeHub } from './wake-hub.js';
