@@ -71,5 +71,8 @@ export {
   type FieldIssue,
 } from './errors.js';
 
+// Diagnostics channels (node:diagnostics_channel).
+export { DIAGNOSTICS, type ReconcilePassMessage, type ClaimRoundMessage, type WakeReadMessage } from './diagnostics.js';
+
 // Logging.
 export { createLogger, setDefaultLogLevel, setLogDestination, type Logger } from './log.js';

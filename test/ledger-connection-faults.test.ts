@@ -423,3 +423,32 @@ test('a claim whose CAS committed but whose answer was lost still hands over wha
   for (const item of claimed.items) expect((await ledger.complete(item)).won).toBe(true);
   expect((await tl.ledger.stats(queue))[0]?.counts.completed).toBe(2);
 });
+
+test('a reclaim of expired leases whose COMMIT committed unanswered reports what it reclaimed, with one history row each', async () => {
+  const ledger = proxiedLedger();
+  const queue = freshQueue('reclaim-commit-lost');
+  const items = await enqueueAndClaim(tl.ledger, queue, { n: 3 });
+  // The holder is gone: its leases ran out.
+  await sql`UPDATE ${tl.ledger.tables.items} SET lease_until = NOW(6) - INTERVAL 1 SECOND WHERE queue = ${queue}`.execute(tl.ledger.db);
+  const allPending = async (): Promise<boolean> => (await Promise.all(items.map((i) => isState(i.id, 'pending')()))).every(Boolean);
+  const lost = loseNext(COMMIT, 'hold-reply', allPending);
+  const r = await ledger.reclaimExpired({ queue });
+  await lost;
+  expect([...r.reclaimed].sort()).toEqual(items.map((i) => i.id).sort());
+  for (const i of items) {
+    expect(await mustGet(tl.ledger, i.id)).toMatchObject({ state: 'pending', attempt: 1, leaseToken: i.leaseToken, failureClass: 'lease_expired' });
+    expect((await history(tl.ledger, i.id)).map((h) => h.outcome)).toEqual(['lease_expired']);
+  }
+});
+
+test('a reclaim whose COMMIT never reached the server runs again and reclaims once', async () => {
+  const ledger = proxiedLedger();
+  const queue = freshQueue('reclaim-commit-dropped');
+  const items = await enqueueAndClaim(tl.ledger, queue, { n: 2 });
+  await sql`UPDATE ${tl.ledger.tables.items} SET lease_until = NOW(6) - INTERVAL 1 SECOND WHERE queue = ${queue}`.execute(tl.ledger.db);
+  const lost = loseNext(COMMIT, 'drop-request');
+  const r = await ledger.reclaimExpired({ queue });
+  await lost;
+  expect([...r.reclaimed].sort()).toEqual(items.map((i) => i.id).sort());
+  for (const i of items) expect((await history(tl.ledger, i.id)).map((h) => h.outcome)).toEqual(['lease_expired']);
+});

@@ -55,11 +55,29 @@ test('an expired lease is reclaimed and a wake-up published for it', async () =>
   const id = await expiredLease(queue);
   const maintainer = new Maintainer({ ledger, wake: tw.wake, queues: [queue], log: silent });
 
+  const before = Date.now();
   const r = await maintainer.pass();
+  const after = Date.now();
   expect(r.failed).toEqual([]);
   expect(r.done).toEqual([
-    { queue, reclaimed: [id], leaseExpiredDead: [], cancelled: [], probed: [], dependencyExpired: [], purged: 0, repairedWaits: 0 },
+    {
+      queue,
+      reclaimStartedAtMs: expect.any(Number),
+      reclaimed: [id],
+      reclaimedAtMs: expect.any(Number),
+      leaseExpiredDead: [],
+      cancelled: [],
+      probed: [],
+      dependencyExpired: [],
+      purged: 0,
+      repairedWaits: 0,
+    },
   ]);
+  const { reclaimStartedAtMs, reclaimedAtMs } = r.done[0]!;
+  expect(before).toBeLessThanOrEqual(r.lookedAtMs);
+  expect(r.lookedAtMs).toBeLessThanOrEqual(reclaimStartedAtMs!);
+  expect(reclaimStartedAtMs!).toBeLessThanOrEqual(reclaimedAtMs!);
+  expect(reclaimedAtMs!).toBeLessThanOrEqual(after);
   expect(await mustGet(ledger, id)).toMatchObject({ state: 'pending', failureClass: 'lease_expired' });
   expect(await wakeUps(tw, queue)).toEqual([{ kind: 'reclaim', ids: [id] }]);
 

@@ -1,5 +1,6 @@
 import { performance } from 'node:perf_hooks';
 import { MAX_CLAIM_ITEMS } from '../ledger/ledger.js';
+import { claimRoundChannel, type ClaimRoundMessage } from '../diagnostics.js';
 import type { ClaimedItem } from '../ledger/types.js';
 import { Latch } from '../latch.js';
 import type { Logger } from '../log.js';
@@ -319,7 +320,13 @@ export class ClaimScheduler<DB> {
     // signal would make many small claims; idle, this keeps a lane from waiting for the sweep.
     if (!more && this.workSignals !== seenSignals) this.lookSoon();
     this.lastRoundFull = claimed.length >= free;
-    this.host.emit('claimRound', { claimed: claimed.length, durationMs: performance.now() - startedAt, targeted: ids.length });
+    const durationMs = performance.now() - startedAt;
+    this.host.emit('claimRound', { claimed: claimed.length, durationMs, targeted: ids.length });
+    if (claimRoundChannel.hasSubscribers) {
+      const endedAtMs = Date.now();
+      const message: ClaimRoundMessage = { queue: s.queue, consumer: this.name, startedAtMs: endedAtMs - durationMs, endedAtMs, targeted: ids.length, claimed: claimed.map((c) => c.id) };
+      claimRoundChannel.publish(message);
+    }
     if (acks.length > 0) this.host.ack(acks);
     if (more && this.freeSlots() === 0) await this.host.followUp();
   }

@@ -1,6 +1,7 @@
 import { EventEmitter } from 'node:events';
 import { hostname } from 'node:os';
 import { randomBytes } from 'node:crypto';
+import { wakeReadChannel, type WakeReadMessage } from '../diagnostics.js';
 import { ValidationError } from '../errors.js';
 import type { Ledger } from '../ledger/ledger.js';
 import type { ClaimedItem, SweepSignal } from '../ledger/types.js';
@@ -140,6 +141,10 @@ export class Consumer<DB = Record<string, never>> extends EventEmitter<ConsumerE
         readRoom: () => (this.scheduler.isPaused ? 0 : this.scheduler.freeSlots()),
         onEntries: (entries) => {
           if (this.listenerCount('wakeRead') > 0) this.emit('wakeRead', { ids: entries.flatMap((e) => e.ids), entries: entries.length });
+          if (wakeReadChannel.hasSubscribers) {
+            const message: WakeReadMessage = { queue, consumer: this.name, atMs: Date.now(), ids: entries.flatMap((e) => e.ids), entries: entries.length };
+            wakeReadChannel.publish(message);
+          }
           this.scheduler.takeEntries(entries);
         },
         onControl: (message) => this.takeControl(message),

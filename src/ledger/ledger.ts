@@ -296,7 +296,7 @@ export class Ledger {
 
   reclaimExpired(opts: { queue?: string; limit?: number } = {}): Promise<ReclaimOutcome> {
     const v = validate(maintenanceSchema, opts, 'reclaimExpired');
-    return reclaimExpired(this.db, this.tables, v);
+    return this.knownCapabilities().then((caps) => reclaimExpired(this.db, caps, this.tables, v));
   }
 
   /**

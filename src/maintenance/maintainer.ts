@@ -37,6 +37,9 @@ export interface QueueMaintenance {
   queue: string;
   /** Expired leases back to pending: published as a `reclaim` wake-up. */
   reclaimed: string[];
+  /** When the reclaim step looked for expired leases, and when what it put back to pending was announced (ms since the epoch); undefined if it did not run, or put nothing back. */
+  reclaimStartedAtMs: number | undefined;
+  reclaimedAtMs: number | undefined;
   /** Expired leases whose budget was spent: dead, class `lease_expired`. */
   leaseExpiredDead: string[];
   /** Expired leases of items whose cancel was requested: cancelled. */
@@ -50,6 +53,8 @@ export interface QueueMaintenance {
 }
 
 export interface MaintenancePass {
+  /** When the pass had read which queues have work (ms since the epoch): what expired later waits for the next pass. */
+  lookedAtMs: number;
   /** The queues whose pass went through, in order. */
   done: QueueMaintenance[];
   /** The queues whose pass failed (the others ran regardless). */
@@ -108,7 +113,7 @@ export class Maintainer {
   async pass(signals?: ReadonlyMap<string, SweepSignal>): Promise<MaintenancePass> {
     const { repairWaitsEveryMs, queues } = this.settings;
     const repairWaits = repairWaitsEveryMs > 0 && Date.now() - this.lastWaitsRepairAt >= repairWaitsEveryMs;
-    const result: MaintenancePass = { done: [], failed: [] };
+    const result: MaintenancePass = { lookedAtMs: 0, done: [], failed: [] };
     // Without signals (the read failed: one bad queue name fails it for all) every step runs, queue by queue as before.
     const found =
       signals ??
@@ -116,6 +121,7 @@ export class Maintainer {
         (list) => new Map(list.map((x) => [x.queue, x])),
         () => new Map<string, SweepSignal>(),
       ));
+    result.lookedAtMs = Date.now();
     for (const queue of queues) {
       try {
         result.done.push(await this.passQueue(queue, repairWaits, found.get(queue)));
@@ -144,13 +150,20 @@ export class Maintainer {
         log.warn({ queue, repaired: repairedWaits }, 'recorded dependency waits missing for blocked items (blocked by code older than schema 3?)');
       }
     }
-    const r = signal?.expiredLeases !== false ? await ledger.reclaimExpired({ queue, limit: batchSize }) : nothingReclaimed();
+    const reclaimStartedAtMs = signal?.expiredLeases !== false ? Date.now() : undefined;
+    const r = reclaimStartedAtMs !== undefined ? await ledger.reclaimExpired({ queue, limit: batchSize }) : nothingReclaimed();
+    // Announced at once, not after the rest of the pass: a dead holder's items are claimable now.
+    // (Publishing fails soft, counted and logged by the channel: the ledger already holds the change.)
+    if (wake && r.reclaimed.length > 0) await wake.publish([{ queue, queueClass: 'default', kind: 'reclaim', ids: r.reclaimed }]);
+    const reclaimedAtMs = r.reclaimed.length > 0 ? Date.now() : undefined;
     const p = signal?.dueProbes !== false || repairedWaits > 0 ? await ledger.probeDependencyWaits({ queue, limit: batchSize }) : nothingProbed();
     const purged = retentionMs > 0 ? await ledger.purge({ queue, olderThanMs: retentionMs, limit: purgeBatchSize }) : 0;
     if (trimStreams && wake && (await wake.usable())) await wake.streamsOf(queue).trim(wake.redis);
     const done: QueueMaintenance = {
       queue,
       reclaimed: r.reclaimed,
+      reclaimStartedAtMs,
+      reclaimedAtMs,
       leaseExpiredDead: r.dead,
       cancelled: r.cancelled,
       probed: p.probed.map((x) => x.id),
@@ -172,8 +185,6 @@ export class Maintainer {
         'reconciled',
       );
     }
-    // Publishing fails soft (counted and logged by the channel): the ledger already holds the change.
-    if (wake && done.reclaimed.length > 0) await wake.publish([{ queue, queueClass: 'default', kind: 'reclaim', ids: done.reclaimed }]);
     if (wake && done.probed.length > 0) await wake.publish([{ queue, queueClass: 'default', kind: 'dependency', ids: done.probed }]);
     return done;
   }

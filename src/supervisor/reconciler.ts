@@ -1,3 +1,4 @@
+import { reconcilePassChannel, type ReconcilePassMessage } from '../diagnostics.js';
 import type { Ledger } from '../ledger/ledger.js';
 import type { Logger } from '../log.js';
 import { Maintainer, type MaintenancePass } from '../maintenance/maintainer.js';
@@ -65,9 +66,13 @@ export class Reconciler {
 
   private schedule(delayMs: number): void {
     if (this.stopped) return;
+    const dueAtMs = Date.now() + delayMs;
     this.timer = setTimeout(() => {
+      const startedAtMs = Date.now();
       this.running = this.pass()
-        .then(() => undefined)
+        .then((r) => {
+          if (reconcilePassChannel.hasSubscribers) reconcilePassChannel.publish(passMessage(r, this.options.intervalMs, dueAtMs, startedAtMs));
+        })
         .finally(() => {
           this.running = undefined;
           this.schedule(this.options.intervalMs);
@@ -75,4 +80,23 @@ export class Reconciler {
     }, delayMs);
     this.timer.unref();
   }
+}
+
+/** A timed pass as the diagnostics channel carries it. */
+function passMessage(r: MaintenancePass, intervalMs: number, dueAtMs: number, startedAtMs: number): ReconcilePassMessage {
+  return {
+    intervalMs,
+    dueAtMs,
+    startedAtMs,
+    lookedAtMs: r.lookedAtMs,
+    endedAtMs: Date.now(),
+    queues: r.done.map((q) => ({
+      queue: q.queue,
+      reclaimStartedAtMs: q.reclaimStartedAtMs,
+      reclaimed: q.reclaimed,
+      reclaimedAtMs: q.reclaimedAtMs,
+      ended: [...q.leaseExpiredDead, ...q.cancelled],
+    })),
+    failed: r.failed.map((f) => f.queue),
+  };
 }
