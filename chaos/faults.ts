@@ -1,14 +1,16 @@
 /**
  * The fault schedule: a cycle of phases, repeated for the length of the run,
- * with SIGKILLs of a random worker (restarted a second later) throughout.
- * Every fault is recorded with its wall-clock times, so the checks can say
- * which kills happened on a healthy network and hold those to the rescue
- * bound.
+ * with SIGKILLs of a worker that holds work (restarted a second later)
+ * throughout (chaos/kills.ts). Every fault is recorded with its wall-clock
+ * times, so the checks can say which kills happened on a healthy network and
+ * hold those to the rescue bounds.
  */
 import type { ChaosDatabase } from './database.js';
+import type { Sabotage } from './options.js';
 import type { PrivateRedis } from './processes.js';
 import type { Toxic, Toxiproxy } from './toxiproxy.js';
-import type { Fleet, WorkerSlot } from './workers.js';
+import { killLoop, pickHolder, pickTarget, sleep } from './kills.js';
+import type { Fleet } from './workers.js';
 
 export const MYSQL_PROXY = 'mysql';
 export const REDIS_PROXY = 'redis';
@@ -30,6 +32,21 @@ export interface FaultEvent {
   worker?: string;
   pid?: number;
   detail?: string;
+  /** A SIGKILL: what its worker held in the ledger right after it died (chaos/kills.ts), undefined if that read failed. */
+  held?: HeldAtKill[];
+}
+
+/** An item a killed worker held, read from the ledger the moment the process was gone. */
+export interface HeldAtKill {
+  id: string;
+  /** The attempt it was on: its reclaim writes the history row of this attempt. */
+  attempt: number;
+  /** The lease's end, as the holder's last claim or renewal set it (the ledger's NOW(6) + lease), µs. */
+  leaseUntilUs: number;
+  /** Its due time, which a reclaim keeps: its place among the heads when it is pending again, µs. */
+  runAfterUs: number;
+  /** When it was claimed, µs. */
+  startedUs: number;
 }
 
 /**
@@ -53,6 +70,8 @@ export interface FaultContext {
   db: ChaosDatabase;
   leaseMs: number;
   random: () => number;
+  /** `skip-reclaimed`: what a killed worker held is made due only a second after its lease ends (chaos/kills.ts). */
+  sabotage?: Sabotage | undefined;
   log: (line: string) => void;
   /** Set once the schedule is over (or aborted): every loop ends. */
   stopped: () => boolean;
@@ -82,20 +101,6 @@ export class FaultLog {
   }
 }
 
-const sleep = (ms: number, stopped?: () => boolean): Promise<void> =>
-  new Promise((resolve) => {
-    if (!stopped) {
-      setTimeout(resolve, ms);
-      return;
-    }
-    const until = Date.now() + ms;
-    const tick = (): void => {
-      if (stopped() || Date.now() >= until) resolve();
-      else setTimeout(tick, Math.min(100, until - Date.now()));
-    };
-    tick();
-  });
-
 let toxicSeq = 0;
 
 /** Adds toxics for `ms`, then removes them (also when the schedule is cut short). */
@@ -113,12 +118,6 @@ async function withToxics(ctx: FaultContext, log: FaultLog, kind: FaultKind, ms:
     for (const a of added) await ctx.proxy.removeToxic(a.proxy, a.name);
     event.endMs = Date.now();
   }
-}
-
-/** A running worker that faults may hit: never w0, which stays up so its RSS covers the whole run. */
-export function pickTarget(fleet: Fleet, random: () => number): WorkerSlot | undefined {
-  const candidates = fleet.slots.slice(1).filter((s) => s.ready && !s.frozen && !s.down);
-  return candidates[Math.floor(random() * candidates.length)];
 }
 
 function phases(log: FaultLog): Phase[] {
@@ -147,9 +146,11 @@ function phases(log: FaultLog): Phase[] {
       run: async (ctx, ms) => {
         const until = Date.now() + ms;
         await sleep(1000, ctx.stopped);
-        // A target may be restarting after a kill: wait for one while the freeze still fits the phase.
-        let target = pickTarget(ctx.fleet, ctx.random);
-        while (!target && !ctx.stopped() && Date.now() + ctx.leaseMs + 1500 < until) {
+        // The worker holding the most work, waited for while the freeze still fits the phase (a frozen
+        // worker holding nothing measures nothing); a target may be restarting after a kill.
+        const latest = until - ctx.leaseMs - 1500;
+        let target = await pickHolder(ctx, latest);
+        while (!target && !ctx.stopped() && Date.now() < latest) {
           await sleep(200);
           target = pickTarget(ctx.fleet, ctx.random);
         }
@@ -231,7 +232,7 @@ export const CYCLE_SECONDS = 80;
 
 /**
  * Runs the phases in order, cycling, for `totalMs` (a shorter run cuts the
- * cycle short), while the kill loop SIGKILLs a random worker every 5–8 s.
+ * cycle short), while the kill loop SIGKILLs a worker that holds work every 5–8 s.
  */
 export async function runFaults(ctx: FaultContext, totalMs: number, log: FaultLog): Promise<void> {
   const end = Date.now() + totalMs;
@@ -254,29 +255,4 @@ export async function runFaults(ctx: FaultContext, totalMs: number, log: FaultLo
   } finally {
     await kills;
   }
-}
-
-async function killLoop(ctx: FaultContext, log: FaultLog, end: number): Promise<void> {
-  const restarts: Promise<unknown>[] = [];
-  await sleep(2000 + ctx.random() * 2000, ctx.stopped);
-  while (Date.now() < end && !ctx.stopped()) {
-    const target = pickTarget(ctx.fleet, ctx.random);
-    if (target) {
-      const at = Date.now();
-      const g = await target.kill();
-      if (g) {
-        log.add({ kind: 'sigkill', startMs: at, endMs: Date.now(), worker: target.name, pid: g.pid });
-        ctx.log(`SIGKILL ${target.name} (pid ${g.pid})`);
-        restarts.push(
-          sleep(1000)
-            .then(() => target.start())
-            .catch((error: unknown) => ctx.log(`restart of ${target.name} failed: ${(error as Error).message}`)),
-        );
-      }
-    } else {
-      log.skipped.push(`SIGKILL at +${Math.round((Date.now() - (log.phases[0]?.startMs ?? Date.now())) / 1000)} s: no running worker`);
-    }
-    await sleep(5000 + ctx.random() * 3000, ctx.stopped);
-  }
-  await Promise.all(restarts);
 }

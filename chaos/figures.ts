@@ -1,7 +1,11 @@
 /** The run's figures: throughput, latency, rescue, attempts, RSS and log volume, from what was recorded. */
 import { readFileSync } from 'node:fs';
+import { percentiles, phaseAt, pushTo, type Percentiles } from './check-kit.js';
 import type { FaultLog } from './faults.js';
-import { percentiles, phaseAt, pushTo, type CheckResult, type Percentiles, type Recorded } from './invariants.js';
+import type { CheckResult } from './invariants.js';
+import type { ProbeRecords } from './probe-records.js';
+import type { Recorded } from './recorded.js';
+import type { KillRescue, RescueResult } from './rescue.js';
 import type { Generation } from './workers.js';
 
 export interface Figures {
@@ -10,13 +14,7 @@ export interface Figures {
   enqueueToStartMs: Percentiles;
   /** By the phase an item was enqueued in (latency) or an attempt ended in (expired leases, other failed attempts). */
   byPhase: Record<string, { enqueued: number; enqueueToStartMs: Percentiles; leasesExpired: number; otherSpentAttempts: number }>;
-  rescueMs: {
-    sigkillHealthyNetwork: Percentiles;
-    sigkillHealthyNetworkReclaim: Percentiles;
-    sigkillDuringNetworkFaults: Percentiles;
-    sigstop: Percentiles;
-    itemsHeldAtKills: number;
-  };
+  rescue: RescueFigures;
   attempts: { claims: number; extraClaims: number; spentByFaults: Record<string, number>; leaseExpiriesOnLiveWorkers: Record<string, number> };
   faults: Record<string, number>;
   workers: {
@@ -32,9 +30,90 @@ export interface Figures {
   logs: { warnOrWorse: Record<string, number>; lostCas: number };
 }
 
+/** The rescues after SIGKILLs (chaos/rescue.ts), by part, each with the allowance this run measured for it. */
+export interface RescueFigures {
+  kills: number;
+  /** Kills on a healthy network whose worker held nothing when it died (nothing to measure). */
+  idleKills: number;
+  itemsHeld: number;
+  healthy: {
+    items: number;
+    rescueMs: Percentiles;
+    rescueBoundMs: Percentiles;
+    /** Reclaim - the lease's end, and its allowance (interval + tail + timer lag + work). */
+    reclaimLatenessMs: Percentiles;
+    reclaimAllowanceMs: Percentiles;
+    timerLagMs: Percentiles;
+    tailMs: Percentiles;
+    workMs: Percentiles;
+    /** From the reclaim's commit to its announcement (the pass's reclaimedAtMs). */
+    announceMs: Percentiles;
+    /** Next claim - announcement, and its allowance (the end of the first round that took it or had to). */
+    reclaimClaimMs: Percentiles;
+    reclaimClaimAllowanceMs: Percentiles;
+    /** Next claim - the reclaim's commit (announce + re-claim). */
+    claimAfterCommitMs: Percentiles;
+    /** Leases that ran past kill + lease (a claim or renewal the ledger ran after the kill was sent). */
+    lateLeases: number;
+  };
+  duringNetworkFaults: { items: number; rescueMs: Percentiles; reclaimMs: Percentiles };
+  sigstopRescueMs: Percentiles;
+  /** The event loop's delay in the workers (max of each 100 ms window): over all windows, and w0's. */
+  eventLoopDelayMs: { all: Percentiles; w0: Percentiles };
+  perKill: { at: string; worker: string; held: number; healthy: number; rescueMaxMs: number | null; boundMinMs: number | null; boundMaxMs: number | null }[];
+}
+
+export function rescueFigures(r: RescueResult, probes: ProbeRecords, faults: FaultLog): RescueFigures {
+  const healthy = r.kills.filter((k) => k.clean && k.rescueMs !== undefined);
+  const other = r.kills.filter((k) => !k.clean && k.rescueMs !== undefined);
+  const p = (list: readonly KillRescue[], f: (k: KillRescue) => number | undefined): Percentiles => percentiles(list.flatMap((k) => (f(k) === undefined ? [] : [f(k)!])));
+  const start = faults.phases[0]?.startMs ?? 0;
+  const perKill: RescueFigures['perKill'] = [];
+  for (const e of faults.events) {
+    if (e.kind !== 'sigkill') continue;
+    const mine = r.kills.filter((k) => k.pid === e.pid && k.killAtMs === e.startMs);
+    const ok = mine.filter((k) => k.clean && k.rescueMs !== undefined);
+    const bounds = ok.flatMap((k) => (k.rescueBoundMs === undefined ? [] : [k.rescueBoundMs]));
+    perKill.push({
+      at: `+${((e.startMs - start) / 1000).toFixed(1)} s (${phaseAt(faults.phases, e.startMs)})`,
+      worker: e.worker ?? '?',
+      held: e.held?.length ?? -1,
+      healthy: ok.length,
+      rescueMaxMs: ok.length === 0 ? null : Math.round(Math.max(...ok.map((k) => k.rescueMs!))),
+      boundMinMs: bounds.length === 0 ? null : Math.round(Math.min(...bounds)),
+      boundMaxMs: bounds.length === 0 ? null : Math.round(Math.max(...bounds)),
+    });
+  }
+  return {
+    kills: faults.count('sigkill'),
+    idleKills: r.idleKills,
+    itemsHeld: r.kills.length,
+    healthy: {
+      items: healthy.length,
+      rescueMs: p(healthy, (k) => k.rescueMs),
+      rescueBoundMs: p(healthy, (k) => k.rescueBoundMs),
+      reclaimLatenessMs: p(healthy, (k) => k.reclaimLatenessMs),
+      reclaimAllowanceMs: p(healthy, (k) => k.reclaimAllowanceMs),
+      timerLagMs: p(healthy, (k) => k.reclaim?.timerLagMs),
+      tailMs: p(healthy, (k) => k.reclaim?.tailMs),
+      workMs: p(healthy, (k) => k.reclaim?.workMs),
+      announceMs: p(healthy, (k) => k.announceMs),
+      reclaimClaimMs: p(healthy, (k) => k.reclaimClaimMs),
+      reclaimClaimAllowanceMs: p(healthy, (k) => k.reclaimClaimAllowanceMs),
+      claimAfterCommitMs: p(healthy, (k) => (k.reclaimClaimMs === undefined ? undefined : k.reclaimClaimMs + (k.announceMs ?? 0))),
+      lateLeases: healthy.filter((k) => k.lateLeaseMs !== undefined).length,
+    },
+    duringNetworkFaults: { items: other.length, rescueMs: p(other, (k) => k.rescueMs), reclaimMs: p(other, (k) => k.reclaimMs) },
+    sigstopRescueMs: percentiles(r.freezes.flatMap((f) => (f.rescueMs === null ? [] : [f.rescueMs]))),
+    eventLoopDelayMs: { all: percentiles(probes.eld.map((w) => w.maxMs)), w0: percentiles(probes.eld.filter((w) => w.proc.startsWith('w0.')).map((w) => w.maxMs)) },
+    perKill,
+  };
+}
+
 export function computeFigures(
   recorded: Recorded,
   result: CheckResult,
+  rescue: RescueFigures,
   faults: FaultLog,
   generations: readonly Generation[],
   startupMs: readonly number[],
@@ -63,9 +142,6 @@ export function computeFigures(
   const faultEnd = faults.phases[faults.phases.length - 1]?.endMs ?? 0;
   const inFaults = completed.filter((i) => (i.terminalUs ?? 0) >= faultStart * 1000 && (i.terminalUs ?? 0) < faultEnd * 1000).length;
 
-  const rescue = result.rescue;
-  const rescued = (pick: (r: (typeof rescue)[number]) => boolean): number[] =>
-    rescue.filter(pick).flatMap((r) => (r.rescueMs === null ? [] : [r.rescueMs]));
   const claims = items.reduce((n, i) => n + i.attempt, 0);
 
   const faultCounts: Record<string, number> = {};
@@ -84,13 +160,7 @@ export function computeFigures(
     },
     enqueueToStartMs: percentiles(waits),
     byPhase: byPhase(recorded, faults, waitsByPhase),
-    rescueMs: {
-      sigkillHealthyNetwork: percentiles(rescued((r) => r.fault === 'sigkill' && r.clean)),
-      sigkillHealthyNetworkReclaim: percentiles(rescue.filter((r) => r.fault === 'sigkill' && r.clean).map((r) => r.reclaimMs)),
-      sigkillDuringNetworkFaults: percentiles(rescued((r) => r.fault === 'sigkill' && !r.clean)),
-      sigstop: percentiles(rescued((r) => r.fault === 'sigstop')),
-      itemsHeldAtKills: rescue.filter((r) => r.fault === 'sigkill').length,
-    },
+    rescue,
     attempts: { claims, extraClaims: claims - items.length, spentByFaults: result.spentByFaults, leaseExpiriesOnLiveWorkers: result.liveLeaseExpiries },
     faults: faultCounts,
     workers: generations.map((g) => ({

@@ -3,10 +3,10 @@
  * ledger (items and their attempt history) and the handlers' effects table.
  * Nothing here trusts a worker's own account of what it did.
  */
-import type { RowDataPacket } from 'mysql2/promise';
-import type { ChaosDatabase } from './database.js';
-import type { FaultEvent, FaultLog, PhaseWindow } from './faults.js';
-import { CHAOS_QUEUE, DELIBERATE_PERMANENT, DELIBERATE_TRANSIENT, EFFECTS_TABLE, type ChaosKind, type EnqueuedRecord } from './items.js';
+import { CheckBuilder, claimTimes, iso, phaseAt, pushTo, type Check } from './check-kit.js';
+import type { FaultEvent, FaultLog } from './faults.js';
+import { DELIBERATE_PERMANENT, DELIBERATE_TRANSIENT, type EnqueuedRecord } from './items.js';
+import type { AttemptRow, ItemRow, Recorded } from './recorded.js';
 
 /**
  * How much earlier than its predecessor's end a claim's recorded time may
@@ -19,205 +19,28 @@ import { CHAOS_QUEUE, DELIBERATE_PERMANENT, DELIBERATE_TRANSIENT, EFFECTS_TABLE,
  */
 const CLAIM_CLOCK_SKEW_US = 250_000;
 
-export interface ItemRow {
-  id: string;
-  k: number;
-  kind: ChaosKind;
-  lane: string | null;
-  laneSeq: number | null;
-  state: string;
-  attempt: number;
-  maxAttempts: number;
-  failureClass: string | null;
-  lastError: string | null;
-  createdUs: number;
-  startedUs: number | null;
-  terminalUs: number | null;
-}
-
-export interface AttemptRow {
-  itemId: string;
-  attempt: number;
-  outcome: string;
-  failureClass: string | null;
-  error: string | null;
-  worker: string | null;
-  startedUs: number | null;
-  endedUs: number;
-}
-
-export interface EffectRow {
-  itemId: string;
-  n: number;
-  k: number;
-  lane: string | null;
-  laneSeq: number | null;
-  worker: string;
-  attempt: number;
-  startedUs: number;
-  upsertUs: number;
-  dupWorker: string | null;
-  dupAttempt: number | null;
-}
-
-export interface LaneRow {
-  lane: string;
-  nextSeq: number;
-  active: number;
-}
-
-export interface Recorded {
-  items: ItemRow[];
-  attempts: AttemptRow[];
-  effects: EffectRow[];
-  lanes: LaneRow[];
-}
-
-const us = (col: string): string => `IF(${col} < '1001-01-01', NULL, ROUND(UNIX_TIMESTAMP(${col}) * 1000000))`;
-const num = (v: unknown): number => Number(v);
-const numOrNull = (v: unknown): number | null => (v === null || v === undefined ? null : Number(v));
-
-export async function readRecorded(db: ChaosDatabase): Promise<Recorded> {
-  const items = await db.query<RowDataPacket>(
-    `SELECT id, lane, lane_seq, state, attempt, max_attempts, failure_class, last_error, payload,
-       ${us('created_at')} AS created_us, ${us('started_at')} AS started_us, ${us('terminal_at')} AS terminal_us
-     FROM \`${db.name}\`.lw_items WHERE queue = ?`,
-    [CHAOS_QUEUE],
-  );
-  const attempts = await db.query<RowDataPacket>(
-    `SELECT item_id, attempt, outcome, failure_class, error, worker, ${us('started_at')} AS started_us, ${us('ended_at')} AS ended_us
-     FROM \`${db.name}\`.lw_attempts`,
-  );
-  const effects = await db.query<RowDataPacket>(
-    `SELECT item_id, n, k, lane, lane_seq, worker, attempt, started_us, ${us('upsert_at')} AS upsert_us, dup_worker, dup_attempt
-     FROM \`${db.name}\`.${EFFECTS_TABLE}`,
-  );
-  const lanes = await db.query<RowDataPacket>(`SELECT lane, next_seq, active FROM \`${db.name}\`.lw_lanes WHERE queue = ?`, [CHAOS_QUEUE]);
-  return {
-    lanes: lanes.map((r) => ({ lane: String(r.lane), nextSeq: num(r.next_seq), active: num(r.active) })),
-    items: items.map((r) => {
-      const payload = JSON.parse(String(r.payload)) as { k: number; kind: ChaosKind };
-      return {
-        id: String(r.id),
-        k: payload.k,
-        kind: payload.kind,
-        lane: r.lane === null ? null : String(r.lane),
-        laneSeq: numOrNull(r.lane_seq),
-        state: String(r.state).trim(),
-        attempt: num(r.attempt),
-        maxAttempts: num(r.max_attempts),
-        failureClass: r.failure_class === null ? null : String(r.failure_class),
-        lastError: r.last_error === null ? null : String(r.last_error),
-        createdUs: num(r.created_us),
-        startedUs: numOrNull(r.started_us),
-        terminalUs: numOrNull(r.terminal_us),
-      };
-    }),
-    attempts: attempts.map((r) => ({
-      itemId: String(r.item_id),
-      attempt: num(r.attempt),
-      outcome: String(r.outcome),
-      failureClass: r.failure_class === null ? null : String(r.failure_class),
-      error: r.error === null ? null : String(r.error),
-      worker: r.worker === null ? null : String(r.worker),
-      startedUs: numOrNull(r.started_us),
-      endedUs: num(r.ended_us),
-    })),
-    effects: effects.map((r) => ({
-      itemId: String(r.item_id),
-      n: num(r.n),
-      k: num(r.k),
-      lane: r.lane === null ? null : String(r.lane),
-      laneSeq: numOrNull(r.lane_seq),
-      worker: String(r.worker),
-      attempt: num(r.attempt),
-      startedUs: num(r.started_us),
-      upsertUs: num(r.upsert_us),
-      dupWorker: r.dup_worker === null ? null : String(r.dup_worker),
-      dupAttempt: numOrNull(r.dup_attempt),
-    })),
-  };
-}
-
-export interface Check {
-  name: string;
-  ok: boolean;
-  /** How many things were checked, and how many broke it. */
-  checked: number;
-  violations: number;
-  /** The first offenders, precisely (item ids, times). */
-  examples: string[];
-}
-
-class CheckBuilder {
-  private readonly examples: string[] = [];
-  private violations = 0;
-  checked = 0;
-
-  constructor(readonly name: string) {}
-
-  fail(example: string): void {
-    this.violations++;
-    if (this.examples.length < 12) this.examples.push(example);
-  }
-
-  done(extraOk = true): Check {
-    return { name: this.name, ok: this.violations === 0 && extraOk, checked: this.checked, violations: this.violations, examples: this.examples };
-  }
-}
-
-export interface RescueSample {
-  fault: 'sigkill' | 'sigstop';
-  worker: string;
-  pid: number;
-  itemId: string;
-  /** From the fault to the expired lease being reclaimed by a reconciler. */
-  reclaimMs: number;
-  /** From the fault to the item's next claim; null if it had none (died or was kept by its resumed holder). */
-  rescueMs: number | null;
-  /** The fault's rescue window met no network fault, so the bound applies. */
-  clean: boolean;
-  after: string;
-}
-
-export interface Percentiles {
-  n: number;
-  p50: number | null;
-  p99: number | null;
-  max: number | null;
-}
-
-export function percentiles(values: readonly number[]): Percentiles {
-  if (values.length === 0) return { n: 0, p50: null, p99: null, max: null };
-  const s = [...values].sort((a, b) => a - b);
-  const at = (q: number): number => s[Math.min(s.length - 1, Math.max(0, Math.ceil(q * s.length) - 1))]!;
-  return { n: s.length, p50: round(at(0.5)), p99: round(at(0.99)), max: round(s[s.length - 1]!) };
-}
-
-const round = (x: number): number => Math.round(x * 10) / 10;
-
 export interface CheckInput {
   recorded: Recorded;
   acknowledged: EnqueuedRecord[];
   /** Items whose enqueue was in flight when the producer stopped: may exist or not. */
   unacknowledged: Set<number>;
   faults: FaultLog;
-  rescueBoundMs: number;
+  /** Which kill or freeze each expired lease belongs to (faultOfExpiries in chaos/rescue.ts). */
+  faultOf: ReadonlyMap<AttemptRow, FaultEvent>;
+  /**
+   * How long after a link to the ledger came back a live holder's expired
+   * lease may still be reclaimed: lease + reconcile interval + the passes'
+   * measured lateness (reclaimWindowMs in chaos/rescue.ts).
+   */
+  reclaimWindowMs: number;
 }
 
 export interface CheckResult {
   checks: Check[];
-  rescue: RescueSample[];
   /** Attempts the faults spent, by what ended them (history rows that are not the handlers' deliberate failures). */
   spentByFaults: Record<string, number>;
   /** Leases that expired on a worker that was neither killed nor frozen, by phase. */
   liveLeaseExpiries: Record<string, number>;
-}
-
-/** The pid in a lease owner's name (host:pid:random). */
-function pidOf(worker: string | null): number | undefined {
-  const m = worker ? /:(\d+):[0-9a-f]+$/.exec(worker) : null;
-  return m ? Number(m[1]) : undefined;
 }
 
 const firstLine = (text: string | null): string => (text ?? '').split('\n', 1)[0] ?? '';
@@ -226,17 +49,8 @@ function isDeliberate(error: string | null): boolean {
   return error !== null && (error.includes(DELIBERATE_TRANSIENT) || error.includes(DELIBERATE_PERMANENT));
 }
 
-export function phaseAt(phases: readonly PhaseWindow[], ms: number): string {
-  const p = phases.find((w) => ms >= w.startMs && ms < w.endMs);
-  return p ? p.name : ms < (phases[0]?.startMs ?? 0) ? 'before the faults' : 'after the faults';
-}
-
-function overlapsNetworkFault(phases: readonly PhaseWindow[], fromMs: number, toMs: number): boolean {
-  return phases.some((w) => w.network && w.startMs < toMs && w.endMs > fromMs);
-}
-
 export function checkInvariants(input: CheckInput): CheckResult {
-  const { recorded, acknowledged, unacknowledged, faults, rescueBoundMs } = input;
+  const { recorded, acknowledged, unacknowledged, faults, faultOf, reclaimWindowMs } = input;
   const items = new Map(recorded.items.map((i) => [i.id, i]));
   const effects = new Map(recorded.effects.map((e) => [e.itemId, e]));
   const attemptsOf = new Map<string, AttemptRow[]>();
@@ -370,18 +184,6 @@ export function checkInvariants(input: CheckInput): CheckResult {
     checks.push(c.done());
   }
 
-  // Which kill or freeze each expired lease belongs to: the latest one of its holder's process
-  // before the expiry (a frozen holder's, only if it expired by the time the freeze could explain).
-  const hits = faults.events.filter((e) => e.kind === 'sigkill' || e.kind === 'sigstop');
-  const hitOf = new Map<AttemptRow, FaultEvent>();
-  for (const a of recorded.attempts) {
-    if (a.outcome !== 'lease_expired') continue;
-    const pid = pidOf(a.worker);
-    let best: FaultEvent | undefined;
-    for (const h of hits) if (h.pid === pid && h.startMs * 1000 <= a.endedUs && (!best || h.startMs > best.startMs)) best = h;
-    if (best && (best.kind === 'sigkill' || a.endedUs <= (best.endMs + rescueBoundMs) * 1000)) hitOf.set(a, best);
-  }
-
   // 7. Faults spend no handler attempts. An expired lease of a killed or frozen holder spends one by
   // design; so may one of a live holder while resets or timeouts cut its link to the ledger.
   const spentByFaults: Record<string, number> = {};
@@ -395,13 +197,13 @@ export function checkInvariants(input: CheckInput): CheckResult {
       const key = `${a.outcome}: ${a.failureClass ?? '-'}: ${firstLine(a.error).replace(/:\d+:[0-9a-f]+ /g, ':<pid>:<id> ').slice(0, 100)}`;
       spentByFaults[key] = (spentByFaults[key] ?? 0) + 1;
       if (a.outcome === 'lease_expired') {
-        if (hitOf.has(a)) continue;
+        if (faultOf.has(a)) continue;
         const phase = faults.phases.find((w) => a.endedUs >= w.startMs * 1000 && a.endedUs < w.endMs * 1000);
         const name = phase?.name ?? phaseAt(faults.phases, a.endedUs / 1000);
         liveLeaseExpiries[name] = (liveLeaseExpiries[name] ?? 0) + 1;
         // The link may have broken just before the phase the reclaim fell in.
         const endedMs = a.endedUs / 1000;
-        if (faults.phases.some((w) => w.linkBroken && w.startMs < endedMs && w.endMs > endedMs - rescueBoundMs)) continue;
+        if (faults.phases.some((w) => w.linkBroken && w.startMs < endedMs && w.endMs > endedMs - reclaimWindowMs)) continue;
         c.fail(`item ${a.itemId} attempt ${a.attempt}: the lease of a live holder (${a.worker ?? '?'}) expired at ${iso(a.endedUs)}, during "${name}"`);
         continue;
       }
@@ -410,60 +212,6 @@ export function checkInvariants(input: CheckInput): CheckResult {
     checks.push(c.done());
   }
 
-  // 8. Rescue after a kill within lease + reconcile interval + 1 s, for every item the holder had,
-  // when no network fault overlapped; the rest (and freezes) are measured, not held to it.
-  const rescue: RescueSample[] = [];
-  {
-    const c = new CheckBuilder(`rescue within ${rescueBoundMs} ms (lease + reconcile interval + 1 s) of a kill, on a healthy network`);
-    const cleanAt = (ms: number): boolean => !overlapsNetworkFault(faults.phases, ms - 500, ms + rescueBoundMs);
-    for (const [a, hit] of hitOf) {
-      const clean = cleanAt(hit.startMs);
-      const item = items.get(a.itemId);
-      const next = item ? claimTimes(item, attemptsOf.get(a.itemId) ?? []).filter((t) => a.startedUs !== null && t > a.startedUs) : [];
-      const nextUs = next.length > 0 ? Math.min(...next) : null;
-      const sample: RescueSample = {
-        fault: hit.kind === 'sigkill' ? 'sigkill' : 'sigstop',
-        worker: hit.worker ?? '?',
-        pid: hit.pid ?? -1,
-        itemId: a.itemId,
-        reclaimMs: (a.endedUs - hit.startMs * 1000) / 1000,
-        rescueMs: nextUs === null ? null : (nextUs - hit.startMs * 1000) / 1000,
-        clean,
-        after: phaseAt(faults.phases, hit.startMs),
-      };
-      rescue.push(sample);
-      if (!clean || hit.kind !== 'sigkill') continue;
-      c.checked++;
-      if (sample.rescueMs === null) {
-        if (item?.state !== 'dead') c.fail(`item ${a.itemId} held by ${hit.worker} (pid ${hit.pid}) at its SIGKILL was never claimed again (now ${item?.state ?? 'missing'})`);
-      } else if (sample.rescueMs > rescueBoundMs) {
-        c.fail(`item ${a.itemId} held by ${hit.worker} (pid ${hit.pid}), SIGKILL at ${iso(hit.startMs * 1000)}: reclaimed after ${Math.round(sample.reclaimMs)} ms, claimed again after ${Math.round(sample.rescueMs)} ms`);
-      }
-    }
-    const cleanKills = hits.filter((h) => h.kind === 'sigkill' && cleanAt(h.startMs)).length;
-    const built = c.done(c.checked > 0);
-    if (cleanKills === 0) built.examples.push('no SIGKILL fell on a healthy network: the rescue bound was not measured');
-    else if (c.checked === 0) built.examples.push(`${cleanKills} SIGKILLs on a healthy network, but their workers held nothing: the rescue bound was not measured`);
-    checks.push(built);
-  }
-
-  return { checks, rescue, spentByFaults, liveLeaseExpiries };
+  return { checks, spentByFaults, liveLeaseExpiries };
 }
 
-export function pushTo<K, V>(map: Map<K, V[]>, key: K, value: V): void {
-  const list = map.get(key);
-  if (list) list.push(value);
-  else map.set(key, [value]);
-}
-
-/** Every time the ledger says the item was claimed: each history row's start, and the latest claim. */
-function claimTimes(item: ItemRow, attempts: readonly AttemptRow[]): number[] {
-  const times = attempts.map((a) => a.startedUs).filter((t): t is number => t !== null);
-  if (item.startedUs !== null) times.push(item.startedUs);
-  return times;
-}
-
-function iso(us: number): string {
-  const d = new Date(Math.floor(us / 1000));
-  return `${d.toISOString().slice(11, 23)}${String(us % 1000).padStart(3, '0')}Z`;
-}

@@ -23,9 +23,18 @@ export interface ChaosOptions {
   keep: boolean;
   /** Where the figures go as JSON; the long form defaults to bench/results/chaos-latest.json. */
   out: string | undefined;
-  /** Break the handlers on purpose, to see the checks fire. */
-  sabotage: 'effect-outside-tx' | undefined;
+  /** Break something on purpose, to see the checks fire (SABOTAGES). */
+  sabotage: Sabotage | undefined;
 }
+
+/**
+ * - effect-outside-tx: the handlers write their effect outside ctx.transaction (exactly-once must fail);
+ * - slow-reconcile: the workers reconcile every 2 x the interval the checks assume (rescue (a) must fail);
+ * - skip-reclaimed: what a killed worker held becomes due only a second after its lease ends, so the
+ *   consumers pass it over once it is reclaimed (rescue (b) must fail).
+ */
+export const SABOTAGES = ['effect-outside-tx', 'slow-reconcile', 'skip-reclaimed'] as const;
+export type Sabotage = (typeof SABOTAGES)[number];
 
 const SHORT = { workers: 3, concurrency: 16, items: 3000, lanes: 40, faultSeconds: 80, drainSeconds: 60, poolSize: 10 };
 const LONG = { workers: 4, concurrency: 32, items: 100_000, lanes: 400, faultSeconds: 600, drainSeconds: 300, poolSize: 16 };
@@ -58,9 +67,13 @@ Exits 0 when every invariant held, 1 when one failed (the summary names it),
   --seed <n>                seed of the schedule and the items (default: random, printed)
   --keep                    keep the database and the run directory after a passing run
   --out <file>              write the figures as JSON here
-  --sabotage effect-outside-tx
-                            check the checks: the handlers write their effect outside
-                            ctx.transaction, so the run must FAIL on exactly-once
+  --sabotage <what>          check the checks; the run must FAIL on the check named:
+                            effect-outside-tx: handlers write their effect outside
+                              ctx.transaction (exactly-once)
+                            slow-reconcile: workers reconcile every 2 x --reconcile-ms,
+                              the checks assume --reconcile-ms (rescue (a))
+                            skip-reclaimed: a killed worker's items become due a second
+                              after their lease ends, so claim rounds pass them over (rescue (b))
   --help                    this text
 `;
 
@@ -127,8 +140,9 @@ export function parseChaosOptions(argv: readonly string[]): ChaosOptions | 'help
 
 function sabotageOf(text: string | undefined): ChaosOptions['sabotage'] {
   if (text === undefined) return undefined;
-  if (text !== 'effect-outside-tx') throw new OptionsError(`--sabotage knows only effect-outside-tx, got ${JSON.stringify(text)}`);
-  return text;
+  const known = SABOTAGES.find((s) => s === text);
+  if (!known) throw new OptionsError(`--sabotage knows ${SABOTAGES.join(', ')}; got ${JSON.stringify(text)}`);
+  return known;
 }
 
 function int(text: string | undefined, fallback: number, flag: string, min: number, max: number): number {

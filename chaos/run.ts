@@ -11,12 +11,16 @@ import { fileURLToPath } from 'node:url';
 import type { RowDataPacket } from 'mysql2';
 import { ChaosDatabase } from './database.js';
 import { FaultLog, MYSQL_PROXY, REDIS_PROXY, runFaults, type FaultContext } from './faults.js';
-import { computeFigures, type Figures } from './figures.js';
-import { checkInvariants, readRecorded, type Check } from './invariants.js';
+import type { Check } from './check-kit.js';
+import { computeFigures, rescueFigures, type Figures } from './figures.js';
+import { checkInvariants } from './invariants.js';
 import { CHAOS_QUEUE, seededRandom, type EnqueuedRecord } from './items.js';
 import { HELP, OptionsError, parseChaosOptions, type ChaosOptions } from './options.js';
+import { readProbes } from './probe-records.js';
 import { freePort, killEverything, ManagedProcess, PrivateRedis, waitUntil } from './processes.js';
 import type { ProducerConfig } from './producer.js';
+import { readRecorded } from './recorded.js';
+import { checkRescue, faultOfExpiries, reclaimWindowMs, type KillRescue } from './rescue.js';
 import { Toxiproxy, toxiproxyBinary } from './toxiproxy.js';
 import { Fleet } from './workers.js';
 
@@ -65,7 +69,8 @@ interface Summary {
   seed: number;
   options: ChaosOptions;
   wallSeconds: number;
-  rescueBoundMs: number;
+  /** Lease + reconcile interval + the passes' measured lateness: how long an expired lease may wait for its reclaim (chaos/rescue.ts). */
+  reclaimWindowMs: number;
   checks: Check[];
   figures: Figures;
   skippedFaults: string[];
@@ -96,7 +101,6 @@ async function main(): Promise<number> {
   keepRequested = options.keep;
   cleanups.push({ what: 'run directory', run: async () => (keepRunDir ? say(`logs and records kept in ${runDir}`) : rmSync(runDir, { recursive: true, force: true })) });
   const random = seededRandom(options.seed);
-  const rescueBoundMs = options.leaseMs + options.reconcileIntervalMs + 1000;
   say(
     `${options.long ? 'long' : 'short'} form, seed ${options.seed}: ${options.workers} workers x ${options.concurrency}, ${options.items} items over ${options.lanes} lanes, ` +
       `${options.faultSeconds} s of faults; lease ${options.leaseMs} ms, reconcile ${options.reconcileIntervalMs} ms; run dir ${runDir}`,
@@ -135,10 +139,11 @@ async function main(): Promise<number> {
       concurrency: options.concurrency,
       leaseMs: options.leaseMs,
       pollIntervalMs: options.pollIntervalMs,
-      reconcileIntervalMs: options.reconcileIntervalMs,
+      // The checks assume options.reconcileIntervalMs: with slow-reconcile the workers take twice that.
+      reconcileIntervalMs: options.reconcileIntervalMs * (options.sabotage === 'slow-reconcile' ? 2 : 1),
       poolSize: options.poolSize,
       runDir,
-      sabotage: options.sabotage,
+      sabotage: options.sabotage === 'effect-outside-tx' ? options.sabotage : undefined,
     },
     options.workers,
   );
@@ -201,7 +206,7 @@ async function main(): Promise<number> {
   // The faults.
   const faults = new FaultLog();
   let aborted = false;
-  const ctx: FaultContext = { fleet, redis, proxy, db, leaseMs: options.leaseMs, random, log: say, stopped: () => aborted || interrupted };
+  const ctx: FaultContext = { fleet, redis, proxy, db, leaseMs: options.leaseMs, random, log: say, stopped: () => aborted || interrupted, sabotage: options.sabotage };
   try {
     await runFaults(ctx, options.faultSeconds * 1000, faults);
   } catch (error) {
@@ -248,9 +253,13 @@ async function main(): Promise<number> {
     .filter((l) => l.length > 0)
     .map((l) => JSON.parse(l) as EnqueuedRecord);
   const recorded = await readRecorded(db);
-  const result = checkInvariants({ recorded, acknowledged, unacknowledged, faults, rescueBoundMs });
-  const figures = computeFigures(recorded, result, faults, fleet.generations, fleet.startupMs, acknowledged.length);
-  const checks = result.checks;
+  const probes = readProbes(runDir);
+  const reclaimWindow = reclaimWindowMs(probes, options.leaseMs, options.reconcileIntervalMs);
+  const faultOf = faultOfExpiries(recorded, faults, reclaimWindow);
+  const result = checkInvariants({ recorded, acknowledged, unacknowledged, faults, faultOf, reclaimWindowMs: reclaimWindow });
+  const rescue = checkRescue({ recorded, faults, probes, leaseMs: options.leaseMs, intervalMs: options.reconcileIntervalMs, faultOf });
+  const figures = computeFigures(recorded, result, rescueFigures(rescue, probes, faults), faults, fleet.generations, fleet.startupMs, acknowledged.length);
+  const checks = [...result.checks, ...rescue.checks];
   checks.push({
     name: 'workers exit only when the run ends them',
     ok: unplannedExits.length === 0,
@@ -272,7 +281,7 @@ async function main(): Promise<number> {
     seed: options.seed,
     options,
     wallSeconds: Math.round((Date.now() - t0) / 1000),
-    rescueBoundMs,
+    reclaimWindowMs: Math.round(reclaimWindow),
     checks,
     figures,
     skippedFaults: faults.skipped,
@@ -282,6 +291,7 @@ async function main(): Promise<number> {
   };
   writeFileSync(join(runDir, 'summary.json'), `${JSON.stringify(summary, null, 2)}\n`);
   writeFileSync(join(runDir, 'faults.json'), `${JSON.stringify({ phases: faults.phases, events: faults.events }, null, 2)}\n`);
+  writeFileSync(join(runDir, 'rescue.json'), `${JSON.stringify(rescue.kills.map(rounded), null, 1)}\n`);
   if (options.out) {
     const out = resolve(ROOT, options.out);
     mkdirSync(dirname(out), { recursive: true });
@@ -290,6 +300,11 @@ async function main(): Promise<number> {
   printSummary(summary, runDir);
   await db.close();
   return ok ? 0 : 1;
+}
+
+/** A rescue record with its times to 0.1 ms, for rescue.json. */
+function rounded(k: KillRescue): unknown {
+  return JSON.parse(JSON.stringify(k, (_key, v: unknown) => (typeof v === 'number' && !Number.isInteger(v) ? Math.round(v * 10) / 10 : v)));
 }
 
 function lastLine(file: string): string {
@@ -322,9 +337,7 @@ function printSummary(s: Summary, runDir: string): void {
     `  items: ${f.items.acknowledged} acknowledged, ${f.items.completed} completed, ${f.items.dead} dead (deliberate), ${f.items.other} other`,
     `  throughput: ${f.throughput.overallPerS}/s overall, ${f.throughput.duringFaultsPerS}/s during the faults`,
     `  enqueue -> start: ${fmt(f.enqueueToStartMs)}`,
-    `  rescue after SIGKILL, healthy network: ${fmt(f.rescueMs.sigkillHealthyNetwork)} (bound ${s.rescueBoundMs} ms); reclaim ${fmt(f.rescueMs.sigkillHealthyNetworkReclaim)}`,
-    `  rescue after SIGKILL during network faults: ${fmt(f.rescueMs.sigkillDuringNetworkFaults)}`,
-    `  rescue after SIGSTOP: ${fmt(f.rescueMs.sigstop)}`,
+    ...rescueLines(f),
     `  claims: ${f.attempts.claims} for ${f.items.acknowledged} items (${f.attempts.extraClaims} extra)`,
   );
   for (const [k, n] of Object.entries(f.attempts.spentByFaults).sort((a, b) => b[1] - a[1]).slice(0, 8)) lines.push(`    ${n} x ${k}`);
@@ -344,6 +357,25 @@ function printSummary(s: Summary, runDir: string): void {
   if (warn.length > 0) lines.push(`  worker log lines at warn or worse: ${warn.slice(0, 8).map(([m, n]) => `${n} x "${m}"`).join(', ')}`);
   if (!s.ok) lines.push('', `  logs, the producer's record and summary.json are in ${runDir}`);
   process.stdout.write(`${lines.join('\n')}\n`);
+}
+
+function rescueLines(f: Figures): string[] {
+  const r = f.rescue;
+  const h = r.healthy;
+  return [
+    `  SIGKILLs: ${r.kills}, holding ${r.itemsHeld} items when they died (${r.idleKills} on a healthy network held nothing)`,
+    `  rescue after SIGKILL, healthy network (${h.items} items): ${fmt(h.rescueMs)}; bound per item ${fmt(h.rescueBoundMs)}`,
+    `    (a) reclaim - lease end: ${fmt(h.reclaimLatenessMs)}; allowance ${fmt(h.reclaimAllowanceMs)}`,
+    `        of it: timer lag ${fmt(h.timerLagMs)}; tail ${fmt(h.tailMs)}; pass work ${fmt(h.workMs)}`,
+    `    announce after the reclaim's commit: ${fmt(h.announceMs)}`,
+    `    (b) re-claim after the announcement: ${fmt(h.reclaimClaimMs)}; allowance ${fmt(h.reclaimClaimAllowanceMs)}`,
+    `        re-claim after the reclaim's commit: ${fmt(h.claimAfterCommitMs)}`,
+    ...(h.lateLeases > 0 ? [`    leases that ran past kill + lease: ${h.lateLeases}`] : []),
+    ...r.perKill.map((k) => `    kill at ${k.at}: ${k.worker} held ${k.held}, ${k.healthy} on a healthy network${k.rescueMaxMs === null ? '' : `: rescue max ${k.rescueMaxMs} ms, bound ${k.boundMinMs}-${k.boundMaxMs} ms`}`),
+    `  rescue after SIGKILL during network faults: ${fmt(r.duringNetworkFaults.rescueMs)}`,
+    `  rescue after SIGSTOP: ${fmt(r.sigstopRescueMs)}`,
+    `  event-loop delay (max per 100 ms window), all workers: ${fmt(r.eventLoopDelayMs.all)}; w0: ${fmt(r.eventLoopDelayMs.w0)}`,
+  ];
 }
 
 let code = 1;

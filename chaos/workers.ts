@@ -5,10 +5,13 @@
  */
 import { writeFileSync } from 'node:fs';
 import { dirname, join, resolve } from 'node:path';
-import { fileURLToPath } from 'node:url';
+import { fileURLToPath, pathToFileURL } from 'node:url';
+import { probeFileOf } from './probe-records.js';
 import { ManagedProcess, waitUntil, type Exit } from './processes.js';
 
 const ROOT = resolve(dirname(fileURLToPath(import.meta.url)), '..');
+/** Preloaded into every worker: records its passes, claim rounds, wake reads and event-loop delay (chaos/probe.ts). */
+const PROBE = pathToFileURL(join(ROOT, 'chaos', 'probe.ts')).href;
 
 export interface FleetConfig {
   databaseUrl: string;
@@ -80,11 +83,12 @@ export class WorkerSlot {
     for (const [k, v] of Object.entries(process.env)) if (!k.startsWith('LANEWAKE_')) env[k] = v;
     env.LANEWAKE_LOG_LEVEL = 'info';
     env.CHAOS_WORKER = label;
+    env.CHAOS_PROBE_FILE = probeFileOf(this.fleet.config.runDir, label);
     if (this.fleet.config.sabotage) {
       env.CHAOS_SABOTAGE = this.fleet.config.sabotage;
       env.CHAOS_DATABASE_URL = this.fleet.config.databaseUrl;
     }
-    const proc = new ManagedProcess(label, process.execPath, ['--import', 'tsx', 'src/cli/main.ts', 'worker', '--config', this.fleet.configFile], {
+    const proc = new ManagedProcess(label, process.execPath, ['--import', 'tsx', '--import', PROBE, 'src/cli/main.ts', 'worker', '--config', this.fleet.configFile], {
       cwd: ROOT,
       env,
       logFile,
