@@ -1,0 +1,110 @@
+/**
+ * What the SQL server says of a bench/steady.ts run: the statements that
+ * took over 100 ms (the slow log), and lock waits, deadlocks and statement
+ * retries (MariaDB's InnoDB counters; TiDB's statements summary and lock
+ * views). Each server's slow log is switched to a 100 ms threshold for the
+ * run and put back after.
+ */
+import type { RowDataPacket } from 'mysql2/promise';
+import { onCleanup, withAdmin } from './support.js';
+
+export interface SlowStatement {
+  /** The slowest time of this statement shape. */
+  ms: number;
+  count: number;
+  text: string;
+}
+
+export interface LockFigures {
+  lockWaits: number;
+  lockWaitMs: number;
+  deadlocks: number;
+  /** TiDB pessimistic: statements run again because their lock met a newer commit. */
+  statementRetries: number;
+}
+
+const SLOW_MS = 100;
+
+/** Turns the slow log to SLOW_MS for the run (once), and back at the end. */
+async function slowLogOn(server: string, url: string): Promise<void> {
+  if (server === 'tidb') {
+    const [rows] = await withAdmin((c) => c.query<RowDataPacket[]>('SELECT @@global.tidb_slow_log_threshold AS v'), url);
+    const was = Number(rows[0]?.v);
+    await withAdmin((c) => c.query(`SET GLOBAL tidb_slow_log_threshold = ${SLOW_MS}`), url);
+    onCleanup(() => withAdmin((c) => c.query(`SET GLOBAL tidb_slow_log_threshold = ${was}`), url).then(() => undefined));
+    return;
+  }
+  const [rows] = await withAdmin((c) => c.query<RowDataPacket[]>('SELECT @@global.long_query_time AS t, @@global.slow_query_log AS on_, @@global.log_output AS o'), url);
+  const was = rows[0] as { t: number; on_: number; o: string };
+  await withAdmin((c) => c.query(`SET GLOBAL long_query_time = ${SLOW_MS / 1000}, GLOBAL log_output = 'TABLE', GLOBAL slow_query_log = 1`), url);
+  onCleanup(() =>
+    withAdmin((c) => c.query(`SET GLOBAL long_query_time = ${Number(was.t)}, GLOBAL log_output = ${c.escape(was.o)}, GLOBAL slow_query_log = ${Number(was.on_)}`), url).then(
+      () => undefined,
+    ),
+  );
+}
+
+let slowLogSet = false;
+
+/** Lock counters now (deltas between two calls are the run's). Switches the slow log on at the first call. */
+export async function lockFigures(server: string, url: string, database: string): Promise<LockFigures> {
+  if (!slowLogSet) {
+    slowLogSet = true;
+    await slowLogOn(server, url);
+  }
+  if (server === 'tidb') {
+    const [summary] = await withAdmin(
+      (c) => c.query<RowDataPacket[]>('SELECT COALESCE(SUM(SUM_EXEC_RETRY), 0) AS retries FROM information_schema.statements_summary WHERE SCHEMA_NAME = ?', [database]),
+      url,
+    );
+    const [deadlocks] = await withAdmin((c) => c.query<RowDataPacket[]>('SELECT COUNT(DISTINCT DEADLOCK_ID) AS n FROM information_schema.deadlocks'), url);
+    // TiDB keeps no count of lock waits: the slow log's LockKeys_time of the run stands for them (slowStatements).
+    return { lockWaits: 0, lockWaitMs: 0, deadlocks: Number(deadlocks[0]?.n ?? 0), statementRetries: Number(summary[0]?.retries ?? 0) };
+  }
+  const [rows] = await withAdmin(
+    (c) => c.query<RowDataPacket[]>("SHOW GLOBAL STATUS WHERE Variable_name IN ('Innodb_row_lock_waits', 'Innodb_row_lock_time', 'Innodb_deadlocks')"),
+    url,
+  );
+  const v = (name: string): number => Number(rows.find((r) => r.Variable_name === name)?.Value ?? 0);
+  return { lockWaits: v('Innodb_row_lock_waits'), lockWaitMs: v('Innodb_row_lock_time'), deadlocks: v('Innodb_deadlocks'), statementRetries: 0 };
+}
+
+/** The run's statements over SLOW_MS on `database`, by shape, slowest first. */
+export async function slowStatements(server: string, url: string, database: string, from: Date, to: Date): Promise<SlowStatement[]> {
+  const rows =
+    server === 'tidb'
+      ? (
+          await withAdmin(
+            (c) =>
+              c.query<RowDataPacket[]>(
+                `SELECT Query_time * 1000 AS ms, Digest AS shape, LEFT(Query, 140) AS text, Exec_retry_count AS retries, LockKeys_time * 1000 AS lock_ms
+                 FROM information_schema.slow_query WHERE Time BETWEEN ? AND ? AND DB = ? AND Is_internal = 0 AND Query_time * 1000 >= ?`,
+                [from, new Date(to.getTime() + 1000), database, SLOW_MS],
+              ),
+            url,
+          )
+        )[0]
+      : (
+          await withAdmin(
+            (c) =>
+              c.query<RowDataPacket[]>(
+                `SELECT TIME_TO_SEC(query_time) * 1000 AS ms, LEFT(sql_text, 60) AS shape, LEFT(sql_text, 140) AS text, 0 AS retries, TIME_TO_SEC(lock_time) * 1000 AS lock_ms
+                 FROM mysql.slow_log WHERE start_time BETWEEN ? AND ? AND db = ?`,
+                [from, new Date(to.getTime() + 1000), database],
+              ),
+            url,
+          )
+        )[0];
+  const byShape = new Map<string, SlowStatement>();
+  for (const r of rows) {
+    const key = String(r.shape);
+    const ms = Number(r.ms);
+    const note = Number(r.retries) > 0 || Number(r.lock_ms) > 1 ? ` [retries ${Number(r.retries)}, lock ${Number(r.lock_ms).toFixed(0)} ms]` : '';
+    const s = byShape.get(key);
+    if (s) {
+      s.count++;
+      if (ms > s.ms) Object.assign(s, { ms, text: `${String(r.text).replace(/\s+/g, ' ')}${note}` });
+    } else byShape.set(key, { ms, count: 1, text: `${String(r.text).replace(/\s+/g, ' ')}${note}` });
+  }
+  return [...byShape.values()].sort((a, b) => b.ms - a.ms);
+}

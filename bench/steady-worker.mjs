@@ -1,0 +1,81 @@
+// One worker process of bench/steady.ts: a consumer alone in its process,
+// from the compiled package (dist/), as a deployed worker runs it. Its
+// handler writes one effect row in ctx.transaction, as the origin's workers
+// wrote their results, and stamps its start on CLOCK_MONOTONIC
+// (process.hrtime, which every process of the machine shares), against the
+// stamp the producer put in the payload. Configured by env; over IPC:
+// 'ready' once started; on 'stop' it drains, sends its figures and exits.
+import { subscribe } from 'node:diagnostics_channel';
+import { Consumer, Ledger, WakeChannel, createLogger, DIAGNOSTICS } from '../dist/index.js';
+import { conflictRetries } from '../dist/ledger/retry.js';
+import { sql } from 'kysely';
+
+const env = (name) => {
+  const v = process.env[name];
+  if (v === undefined) throw new Error(`${name} is required`);
+  return v;
+};
+const concurrency = Number(env('LW_CONCURRENCY'));
+const mode = process.env.LW_TIDB_TXN_MODE;
+const ledger = new Ledger({ url: env('LW_DATABASE_URL'), poolSize: concurrency + 2, ...(mode ? { tidbTxnMode: mode } : {}) });
+const redis = env('LW_REDIS_URL');
+const wake = new WakeChannel({ redis: redis.startsWith('redis+cluster://') ? { cluster: clusterSeeds(redis) } : redis, keyPrefix: env('LW_KEY_PREFIX') });
+
+function clusterSeeds(url) {
+  return url
+    .slice('redis+cluster://'.length)
+    .split(',')
+    .map((hp) => {
+      const [host, port] = hp.split(':');
+      return { host, port: Number(port) };
+    });
+}
+
+/** Per job: enqueue→start in µs, how it reached this consumer. */
+const starts = [];
+let rounds = 0;
+let roundItems = 0;
+subscribe(DIAGNOSTICS.claimRound, (m) => {
+  rounds++;
+  roundItems += m.claimed.length;
+});
+const consumer = new Consumer({
+  ledger,
+  wake,
+  queue: env('LW_QUEUE'),
+  concurrency,
+  logger: createLogger('bench-steady', 'warn'),
+  handlers: {
+    job: async (job, ctx) => {
+      const startedNs = process.hrtime.bigint();
+      starts.push(Number((startedNs - BigInt(job.payload.t)) / 1000n));
+      await ctx.transaction(async (trx) => {
+        await sql`INSERT INTO effects (item_id, lane, written_at) VALUES (${job.id}, ${job.lane}, NOW(6))`.execute(trx);
+      });
+    },
+  },
+});
+await consumer.start();
+const cpuAtStart = process.cpuUsage();
+process.send?.({ type: 'ready' });
+process.on('message', async (m) => {
+  if (m?.type !== 'stop') return;
+  await consumer.stop();
+  const c = consumer.counters;
+  const cpu = process.cpuUsage(cpuAtStart);
+  process.send?.({
+    type: 'figures',
+    startsUs: starts,
+    completed: c.completed,
+    claimRounds: rounds,
+    claimedByRounds: roundItems,
+    handedOver: c.handedOver,
+    claimedWithCompletion: c.claimedWithCompletion,
+    offersMade: c.offersMade,
+    conflictRetries: Object.fromEntries(conflictRetries()),
+    cpuMs: (cpu.user + cpu.system) / 1000,
+  });
+  await wake.close();
+  await ledger.close();
+  process.exit(0);
+});

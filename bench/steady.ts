@@ -1,0 +1,176 @@
+/**
+ * The production shape at a steady rate (issue 22): a producer in its own
+ * process enqueues single laned items at a steady rate, two worker
+ * processes run them, each handler writing one effect in ctx.transaction.
+ * Reported per run: enqueue→start p50/p90/p99 (both stamps on
+ * CLOCK_MONOTONIC, which every process of the machine shares), how the jobs
+ * reached a consumer (offer, lane successor, claim round), the statements
+ * that took over 100 ms (the server's slow log), lock waits and statement
+ * retries per job, and conflicts the ledger retried per job.
+ *
+ *   npx tsx bench/steady.ts                                   # MariaDB, 200/s for 30 s
+ *   npx tsx bench/steady.ts --server tidb --txn optimistic
+ *   npx tsx bench/steady.ts --server mariadb --redis redis+cluster://127.0.0.1:7000,127.0.0.1:7001
+ *   npx tsx bench/steady.ts --rate 200 --seconds 60 --lanes 100 --workers 2 --concurrency 16 --runs 3
+ *
+ * Servers: LANEWAKE_BENCH_MYSQL_URL (MariaDB, default mysql://root@127.0.0.1:3306) and
+ * LANEWAKE_BENCH_TIDB_URL (default mysql://root@127.0.0.1:4000; scripts/tidb.sh start).
+ * The slow-log threshold is set to 100 ms for the run and put back after.
+ * Each run has a database and a Redis key prefix of its own, removed after.
+ */
+import { execFileSync, fork, type ChildProcess } from 'node:child_process';
+import { randomBytes } from 'node:crypto';
+import { fileURLToPath } from 'node:url';
+import type { RowDataPacket } from 'mysql2/promise';
+import { Ledger } from '../src/ledger/ledger.js';
+import { deleteKeys } from '../test/support/engine.js';
+import { slowStatements, lockFigures, type LockFigures, type SlowStatement } from './steady-server.js';
+import { cliFlag, createBenchDatabase, median, onCleanup, percentile, progress, runBenchmark, withAdmin } from './support.js';
+
+const args = process.argv.slice(2);
+const flag = (name: string, dflt: string): string => cliFlag(`--${name}`, args) ?? dflt;
+const server = flag('server', 'mariadb');
+if (server !== 'mariadb' && server !== 'tidb') throw new Error('--server is mariadb or tidb');
+const txn = flag('txn', 'pessimistic');
+const serverUrl =
+  server === 'tidb' ? (process.env.LANEWAKE_BENCH_TIDB_URL ?? 'mysql://root@127.0.0.1:4000') : (process.env.LANEWAKE_BENCH_MYSQL_URL ?? 'mysql://root@127.0.0.1:3306');
+const redisUrl = flag('redis', 'redis://127.0.0.1:6379');
+const RATE = Number(flag('rate', '200'));
+const SECONDS = Number(flag('seconds', '30'));
+const LANES = Number(flag('lanes', '100'));
+const WORKERS = Number(flag('workers', '2'));
+const CONCURRENCY = Number(flag('concurrency', '16'));
+const RUNS = Number(flag('runs', '1'));
+const QUEUE = 'steady';
+const here = (f: string): string => fileURLToPath(new URL(f, import.meta.url));
+
+interface WorkerFigures {
+  startsUs: number[];
+  completed: number;
+  claimRounds: number;
+  claimedByRounds: number;
+  handedOver: number;
+  claimedWithCompletion: number;
+  offersMade: number;
+  conflictRetries: Record<string, number>;
+  cpuMs: number;
+}
+
+interface RunFigures {
+  p50: number;
+  p90: number;
+  p99: number;
+  max: number;
+  enqueueP50: number;
+  enqueueP99: number;
+  jobs: number;
+  byOffer: number;
+  bySuccessor: number;
+  byRound: number;
+  conflictsPerJob: number;
+  slow: SlowStatement[];
+  locks: LockFigures;
+}
+
+function child(script: string, env: Record<string, string>): ChildProcess {
+  const p = fork(here(script), [], { env: { ...process.env, ...env }, stdio: ['ignore', 'inherit', 'inherit', 'ipc'] });
+  onCleanup(async () => void p.kill('SIGKILL'));
+  return p;
+}
+
+function message<T>(p: ChildProcess, type: string): Promise<T> {
+  return new Promise((resolve, reject) => {
+    const onMessage = (m: { type?: string }): void => {
+      if (m?.type !== type) return;
+      p.off('message', onMessage);
+      resolve(m as T);
+    };
+    p.on('message', onMessage);
+    p.once('exit', (code) => reject(new Error(`${type}: child exited with ${code}`)));
+  });
+}
+
+async function oneRun(): Promise<RunFigures> {
+  const db = await createBenchDatabase('lwst', serverUrl);
+  const keyPrefix = `lwst:${randomBytes(4).toString('hex')}:`;
+  onCleanup(() => (redisUrl.startsWith('redis://') ? deleteKeys(redisUrl, keyPrefix) : Promise.resolve()));
+  const modeEnv: Record<string, string> = server === 'tidb' ? { LW_TIDB_TXN_MODE: txn } : {};
+  const setup = new Ledger({ url: db.url, poolSize: 2 });
+  await setup.migrate();
+  await setup.close();
+  await withAdmin((c) => c.query(`CREATE TABLE \`${db.name}\`.effects (item_id VARCHAR(32) PRIMARY KEY, lane VARCHAR(255), written_at DATETIME(6))`), serverUrl);
+  const env = { LW_DATABASE_URL: db.url, LW_REDIS_URL: redisUrl, LW_KEY_PREFIX: keyPrefix, LW_QUEUE: QUEUE, ...modeEnv };
+  const workers = Array.from({ length: WORKERS }, () => child('./steady-worker.mjs', { ...env, LW_CONCURRENCY: String(CONCURRENCY) }));
+  await Promise.all(workers.map((w) => message(w, 'ready')));
+  const jobs = RATE * SECONDS;
+  const producer = child('./steady-producer.mjs', { ...env, LW_JOBS: String(jobs), LW_RATE: String(RATE), LW_LANES: String(LANES) });
+  await message(producer, 'ready');
+  const from = new Date();
+  const before = await lockFigures(server, serverUrl, db.name);
+  const done = message<{ enqueueUs: number[]; failed: number }>(producer, 'done');
+  producer.send({ type: 'go' });
+  const sent = await done;
+  if (sent.failed > 0) throw new Error(`${sent.failed} enqueues failed`);
+  // Every job run: its effect row is written with its completion.
+  const deadline = Date.now() + 120_000;
+  for (;;) {
+    const [rows] = await withAdmin((c) => c.query<RowDataPacket[]>(`SELECT COUNT(*) AS n FROM \`${db.name}\`.effects`), serverUrl);
+    if (Number(rows[0]?.n) >= jobs) break;
+    if (Date.now() > deadline) throw new Error(`only ${rows[0]?.n} of ${jobs} jobs ran within 120 s of the last enqueue`);
+    await new Promise((r) => setTimeout(r, 200));
+  }
+  const to = new Date();
+  const after = await lockFigures(server, serverUrl, db.name);
+  const figures = await Promise.all(
+    workers.map((w) => {
+      const f = message<WorkerFigures>(w, 'figures');
+      w.send({ type: 'stop' });
+      return f;
+    }),
+  );
+  const starts = figures.flatMap((f) => f.startsUs).map((us) => us / 1000);
+  if (starts.length !== jobs) throw new Error(`${starts.length} starts recorded for ${jobs} jobs (a job ran twice, or not at all)`);
+  const completed = figures.reduce((n, f) => n + f.completed, 0);
+  if (completed !== jobs) throw new Error(`${completed} completions for ${jobs} jobs`);
+  const conflicts = figures.reduce((n, f) => n + Object.values(f.conflictRetries).reduce((a, b) => a + b, 0), 0);
+  const slow = await slowStatements(server, serverUrl, db.name, from, to);
+  await db.drop();
+  return {
+    p50: percentile(starts, 50),
+    p90: percentile(starts, 90),
+    p99: percentile(starts, 99),
+    max: Math.max(...starts),
+    enqueueP50: percentile(sent.enqueueUs, 50) / 1000,
+    enqueueP99: percentile(sent.enqueueUs, 99) / 1000,
+    jobs,
+    byOffer: figures.reduce((n, f) => n + f.handedOver, 0),
+    bySuccessor: figures.reduce((n, f) => n + f.claimedWithCompletion, 0),
+    byRound: figures.reduce((n, f) => n + f.claimedByRounds, 0),
+    conflictsPerJob: conflicts / jobs,
+    slow,
+    locks: { lockWaits: after.lockWaits - before.lockWaits, lockWaitMs: after.lockWaitMs - before.lockWaitMs, deadlocks: after.deadlocks - before.deadlocks, statementRetries: after.statementRetries - before.statementRetries },
+  };
+}
+
+runBenchmark(async () => {
+  progress('building dist/ (npm run build)');
+  execFileSync('npx', ['tsc', '-p', 'tsconfig.build.json'], { stdio: 'inherit', cwd: here('..') });
+  const label = `${server}${server === 'tidb' ? ` ${txn}` : ''}, ${redisUrl.startsWith('redis+cluster://') ? 'Redis Cluster' : 'one Redis'}`;
+  progress(`${label}: ${RATE}/s for ${SECONDS} s, ${LANES} lanes, ${WORKERS} workers x ${CONCURRENCY}, ${RUNS} run(s)`);
+  const runs: RunFigures[] = [];
+  for (let r = 0; r < RUNS; r++) {
+    const f = await oneRun();
+    runs.push(f);
+    const ms = (v: number): string => v.toFixed(2);
+    console.log(
+      `run ${r + 1}: enqueue→start p50 ${ms(f.p50)} p90 ${ms(f.p90)} p99 ${ms(f.p99)} max ${ms(f.max)} ms; enqueue p50 ${ms(f.enqueueP50)} p99 ${ms(f.enqueueP99)} ms; ` +
+        `${f.byOffer} by offer, ${f.bySuccessor} as lane successors, ${f.byRound} by claim rounds; ` +
+        `${(f.locks.lockWaits / f.jobs).toFixed(3)} lock waits/job (${f.locks.lockWaitMs} ms), ${f.locks.deadlocks} deadlocks, ` +
+        `${(f.locks.statementRetries / f.jobs).toFixed(3)} statement retries/job, ${f.conflictsPerJob.toFixed(3)} ledger conflict retries/job; ${f.slow.length} statements over 100 ms`,
+    );
+    for (const s of f.slow.slice(0, 8)) console.log(`    ${s.ms.toFixed(0)} ms  x${s.count}  ${s.text}`);
+  }
+  const m = (pick: (f: RunFigures) => number): string => median(runs.map(pick)).toFixed(2);
+  console.log(`\n${label}, median of ${RUNS}: p50 ${m((f) => f.p50)} p90 ${m((f) => f.p90)} p99 ${m((f) => f.p99)} ms; slow statements ${m((f) => f.slow.reduce((n, s) => n + s.count, 0))}`);
+  console.log(`JSON ${JSON.stringify({ label, rate: RATE, seconds: SECONDS, lanes: LANES, workers: WORKERS, concurrency: CONCURRENCY, runs })}`);
+});
