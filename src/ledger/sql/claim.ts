@@ -114,8 +114,9 @@ async function casClaim(
       ? sql``
       : sql`AND EXISTS (SELECT 1 FROM ${t.ownership} o WHERE o.queue = ${inline(spec.queue)} AND o.epoch = ${inline(spec.epoch)})`;
   // By primary key, whatever the planner would choose: every claim then locks its rows in key order, so
-  // two claims of overlapping ids wait for each other but never deadlock. Through ix_claim (which `queue = …`
-  // makes usable, and MariaDB chose for a tiny queue) a claim locked them in index order instead.
+  // two claims of overlapping ids wait for each other but never deadlock. `queue = …` makes the secondary
+  // indexes that start with the queue usable: MariaDB chose ix_created for a claim naming every row of a
+  // tiny queue, and locked its rows in that index's order instead.
   const cas = sql`UPDATE ${t.items} FORCE INDEX (PRIMARY) SET ${leaseAssignments(lease)}
     WHERE id IN (${list(ids)}) AND queue = ${inline(spec.queue)} AND state = 'pending' AND is_head = 1
       AND run_after <= NOW(6) ${epochGuard} ${extraGuard ?? sql``}`;
