@@ -5,10 +5,13 @@
 // (process.hrtime, which every process of the machine shares), against the
 // stamp the producer put in the payload. Configured by env; over IPC:
 // 'ready' once started; on 'stop' it drains, sends its figures and exits.
-import { subscribe } from 'node:diagnostics_channel';
-import { Consumer, Ledger, WakeChannel, createLogger, DIAGNOSTICS } from '../dist/index.js';
-import { conflictRetries } from '../dist/ledger/retry.js';
 import { sql } from 'kysely';
+import * as lanewake from '../dist/index.js';
+import * as retry from '../dist/ledger/retry.js';
+
+const { Consumer, Ledger, WakeChannel, createLogger } = lanewake;
+// Older builds (compared in alternated pairs) have no diagnostics channels or conflict counts.
+const conflictRetries = retry.conflictRetries ?? (() => new Map());
 
 const env = (name) => {
   const v = process.env[name];
@@ -35,10 +38,6 @@ function clusterSeeds(url) {
 const starts = [];
 let rounds = 0;
 let roundItems = 0;
-subscribe(DIAGNOSTICS.claimRound, (m) => {
-  rounds++;
-  roundItems += m.claimed.length;
-});
 const consumer = new Consumer({
   ledger,
   wake,
@@ -54,6 +53,10 @@ const consumer = new Consumer({
       });
     },
   },
+});
+consumer.on('claimRound', (r) => {
+  rounds++;
+  roundItems += r.claimed;
 });
 await consumer.start();
 const cpuAtStart = process.cpuUsage();

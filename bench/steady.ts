@@ -12,6 +12,7 @@
  *   npx tsx bench/steady.ts --server tidb --txn optimistic
  *   npx tsx bench/steady.ts --server mariadb --redis redis+cluster://127.0.0.1:7000,127.0.0.1:7001
  *   npx tsx bench/steady.ts --rate 200 --seconds 60 --lanes 100 --workers 2 --concurrency 16 --runs 3
+ *   (--no-build: use dist/ as it is)
  *
  * Servers: LANEWAKE_BENCH_MYSQL_URL (MariaDB, default mysql://root@127.0.0.1:3306) and
  * LANEWAKE_BENCH_TIDB_URL (default mysql://root@127.0.0.1:4000; scripts/tidb.sh start).
@@ -25,7 +26,7 @@ import type { RowDataPacket } from 'mysql2/promise';
 import { Ledger } from '../src/ledger/ledger.js';
 import { deleteKeys } from '../test/support/engine.js';
 import { slowStatements, lockFigures, type LockFigures, type SlowStatement } from './steady-server.js';
-import { cliFlag, createBenchDatabase, median, onCleanup, percentile, progress, runBenchmark, withAdmin } from './support.js';
+import { cliFlag, createBenchDatabase, median, onCleanup, percentile, progress, runBenchmark, serverCpuSecondsOf, withAdmin } from './support.js';
 
 const args = process.argv.slice(2);
 const flag = (name: string, dflt: string): string => cliFlag(`--${name}`, args) ?? dflt;
@@ -68,12 +69,17 @@ interface RunFigures {
   bySuccessor: number;
   byRound: number;
   conflictsPerJob: number;
+  /** CPU per job (µs): the workers together, the producer, the SQL server. */
+  cpuUs: { workers: number; producer: number; server: number | undefined };
   slow: SlowStatement[];
   locks: LockFigures;
 }
 
 function child(script: string, env: Record<string, string>): ChildProcess {
-  const p = fork(here(script), [], { env: { ...process.env, ...env }, stdio: ['ignore', 'inherit', 'inherit', 'ipc'] });
+  // LW_CPU_PROF=<dir>: every child writes a V8 CPU profile there (node --cpu-prof).
+  const prof = process.env.LW_CPU_PROF;
+  const execArgv = prof ? ['--cpu-prof', '--cpu-prof-dir', prof] : [];
+  const p = fork(here(script), [], { env: { ...process.env, ...env }, execArgv, stdio: ['ignore', 'inherit', 'inherit', 'ipc'] });
   onCleanup(async () => void p.kill('SIGKILL'));
   return p;
 }
@@ -107,7 +113,8 @@ async function oneRun(): Promise<RunFigures> {
   await message(producer, 'ready');
   const from = new Date();
   const before = await lockFigures(server, serverUrl, db.name);
-  const done = message<{ enqueueUs: number[]; failed: number }>(producer, 'done');
+  const serverCpuBefore = serverCpuSecondsOf(serverUrl);
+  const done = message<{ enqueueUs: number[]; failed: number; cpuMs: number }>(producer, 'done');
   producer.send({ type: 'go' });
   const sent = await done;
   if (sent.failed > 0) throw new Error(`${sent.failed} enqueues failed`);
@@ -120,6 +127,7 @@ async function oneRun(): Promise<RunFigures> {
     await new Promise((r) => setTimeout(r, 200));
   }
   const to = new Date();
+  const serverCpuAfter = serverCpuSecondsOf(serverUrl);
   const after = await lockFigures(server, serverUrl, db.name);
   const figures = await Promise.all(
     workers.map((w) => {
@@ -147,14 +155,21 @@ async function oneRun(): Promise<RunFigures> {
     bySuccessor: figures.reduce((n, f) => n + f.claimedWithCompletion, 0),
     byRound: figures.reduce((n, f) => n + f.claimedByRounds, 0),
     conflictsPerJob: conflicts / jobs,
+    cpuUs: {
+      workers: (figures.reduce((n, f) => n + f.cpuMs, 0) * 1000) / jobs,
+      producer: (sent.cpuMs * 1000) / jobs,
+      server: serverCpuBefore !== undefined && serverCpuAfter !== undefined ? ((serverCpuAfter - serverCpuBefore) * 1e6) / jobs : undefined,
+    },
     slow,
     locks: { lockWaits: after.lockWaits - before.lockWaits, lockWaitMs: after.lockWaitMs - before.lockWaitMs, deadlocks: after.deadlocks - before.deadlocks, statementRetries: after.statementRetries - before.statementRetries },
   };
 }
 
 runBenchmark(async () => {
-  progress('building dist/ (npm run build)');
-  execFileSync('npx', ['tsc', '-p', 'tsconfig.build.json'], { stdio: 'inherit', cwd: here('..') });
+  if (!args.includes('--no-build')) {
+    progress('building dist/ (npm run build)');
+    execFileSync('npx', ['tsc', '-p', 'tsconfig.build.json'], { stdio: 'inherit', cwd: here('..') });
+  }
   const label = `${server}${server === 'tidb' ? ` ${txn}` : ''}, ${redisUrl.startsWith('redis+cluster://') ? 'Redis Cluster' : 'one Redis'}`;
   progress(`${label}: ${RATE}/s for ${SECONDS} s, ${LANES} lanes, ${WORKERS} workers x ${CONCURRENCY}, ${RUNS} run(s)`);
   const runs: RunFigures[] = [];
@@ -166,7 +181,8 @@ runBenchmark(async () => {
       `run ${r + 1}: enqueue→start p50 ${ms(f.p50)} p90 ${ms(f.p90)} p99 ${ms(f.p99)} max ${ms(f.max)} ms; enqueue p50 ${ms(f.enqueueP50)} p99 ${ms(f.enqueueP99)} ms; ` +
         `${f.byOffer} by offer, ${f.bySuccessor} as lane successors, ${f.byRound} by claim rounds; ` +
         `${(f.locks.lockWaits / f.jobs).toFixed(3)} lock waits/job (${f.locks.lockWaitMs} ms), ${f.locks.deadlocks} deadlocks, ` +
-        `${(f.locks.statementRetries / f.jobs).toFixed(3)} statement retries/job, ${f.conflictsPerJob.toFixed(3)} ledger conflict retries/job; ${f.slow.length} statements over 100 ms`,
+        `${(f.locks.statementRetries / f.jobs).toFixed(3)} statement retries/job, ${f.conflictsPerJob.toFixed(3)} ledger conflict retries/job; ` +
+        `CPU/job: workers ${f.cpuUs.workers.toFixed(0)} µs, producer ${f.cpuUs.producer.toFixed(0)} µs, server ${f.cpuUs.server?.toFixed(0) ?? '?'} µs; ${f.slow.length} statements over 100 ms`,
     );
     for (const s of f.slow.slice(0, 8)) console.log(`    ${s.ms.toFixed(0)} ms  x${s.count}  ${s.text}`);
   }

@@ -167,12 +167,12 @@ export const sleep = (ms: number): Promise<void> => new Promise((resolve) => set
 const CLOCK_TICKS = 100; // USER_HZ on Linux
 
 /** The server the benchmark talks to: tidb-server on its port (4000), mariadbd or mysqld otherwise, since both may run at once. */
-function serverNames(): readonly string[] {
-  return new URL(benchServerUrl()).port === '4000' ? ['tidb-server'] : ['mariadbd', 'mysqld'];
+function serverNames(url = benchServerUrl()): readonly string[] {
+  return new URL(url).port === '4000' ? ['tidb-server'] : ['mariadbd', 'mysqld'];
 }
 
-function findServerPid(): number | undefined {
-  const names = serverNames();
+function findServerPid(url?: string): number | undefined {
+  const names = serverNames(url);
   try {
     for (const entry of readdirSync('/proc')) {
       if (!/^\d+$/.test(entry)) continue;
@@ -193,9 +193,18 @@ let serverPid: number | undefined | null = null;
 
 function serverCpuSeconds(): number | undefined {
   if (serverPid === null) serverPid = findServerPid();
-  if (serverPid === undefined) return undefined;
+  return processCpuSeconds(serverPid);
+}
+
+/** CPU-seconds so far of the SQL server behind `url` on this machine (tidb-server on port 4000, else mariadbd/mysqld). */
+export function serverCpuSecondsOf(url: string): number | undefined {
+  return processCpuSeconds(findServerPid(url));
+}
+
+function processCpuSeconds(pid: number | undefined): number | undefined {
+  if (pid === undefined) return undefined;
   try {
-    const stat = readFileSync(`/proc/${serverPid}/stat`, 'utf8');
+    const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
     const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
     // fields[0] is field 3 (state); utime and stime are fields 14 and 15.
     return (Number(fields[11]) + Number(fields[12])) / CLOCK_TICKS;
