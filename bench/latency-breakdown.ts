@@ -33,7 +33,7 @@ import { Consumer } from '../src/consumer/consumer.js';
 import type { ClaimedItem } from '../src/ledger/types.js';
 import { createLogger } from '../src/log.js';
 import { environment, verifyOnce, waitUntil } from './engine.js';
-import { benchServerUrl, cliFlag, codeRevision, fmt, median, percentile, printTable, progress, runBenchmark, sleep } from './support.js';
+import { benchServerUrl, childMessage, cliFlag, codeRevision, fmt, median, percentile, printTable, progress, runBenchmark, sleep } from './support.js';
 
 const RUNS = Number(cliFlag('--runs') ?? 3);
 const JOBS = Number(cliFlag('--jobs') ?? 400);
@@ -61,17 +61,6 @@ function child(script: string, env: Record<string, string>): ReturnType<typeof f
   return fork(here(script), [], { env: { ...process.env, ...env }, execArgv, stdio: ['ignore', 'inherit', 'inherit', 'ipc'] });
 }
 
-function message<T>(proc: ReturnType<typeof fork>, type: string): Promise<T> {
-  return new Promise((resolve, reject) => {
-    const onMessage = (m: { type?: string }): void => {
-      if (m?.type !== type) return;
-      proc.off('message', onMessage);
-      resolve(m as T);
-    };
-    proc.on('message', onMessage);
-    proc.once('exit', (code) => reject(new Error(`child exited (${code}) before '${type}'`)));
-  });
-}
 
 /** One run: per segment, every job's milliseconds. */
 async function run(serverUrl: string): Promise<Record<Segment, number[]>> {
@@ -113,9 +102,9 @@ async function run(serverUrl: string): Promise<Record<Segment, number[]>> {
       for (const id of r.ids) if (!read.has(id)) read.set(id, at);
     });
     await consumer.start();
-    await Promise.all([...replicas.map((r) => message(r, 'ready')), message(producer, 'ready')]);
+    await Promise.all([...replicas.map((r) => childMessage(r, 'ready')), childMessage(producer, 'ready')]);
     await waitUntil(() => consumer.counters.sweeps >= 1, 10_000, 'the first sweep');
-    const stamps = message<{ stamps: ProducerStamps[] }>(producer, 'stamps');
+    const stamps = childMessage<{ stamps: ProducerStamps[] }>(producer, 'stamps');
     producer.send({ type: 'go' });
     const { stamps: jobs } = await stamps;
     if (REPLICAS === 1) {

@@ -26,7 +26,7 @@ import type { RowDataPacket } from 'mysql2/promise';
 import { Ledger } from '../src/ledger/ledger.js';
 import { deleteKeys } from '../test/support/engine.js';
 import { slowStatements, lockFigures, type LockFigures, type SlowStatement } from './steady-server.js';
-import { cliFlag, createBenchDatabase, median, onCleanup, percentile, progress, runBenchmark, serverCpuSecondsOf, withAdmin } from './support.js';
+import { childMessage, cliFlag, createBenchDatabase, median, onCleanup, percentile, progress, runBenchmark, serverCpuSecondsOf, withAdmin } from './support.js';
 
 const args = process.argv.slice(2);
 const flag = (name: string, dflt: string): string => cliFlag(`--${name}`, args) ?? dflt;
@@ -84,17 +84,6 @@ function child(script: string, env: Record<string, string>): ChildProcess {
   return p;
 }
 
-function message<T>(p: ChildProcess, type: string): Promise<T> {
-  return new Promise((resolve, reject) => {
-    const onMessage = (m: { type?: string }): void => {
-      if (m?.type !== type) return;
-      p.off('message', onMessage);
-      resolve(m as T);
-    };
-    p.on('message', onMessage);
-    p.once('exit', (code) => reject(new Error(`${type}: child exited with ${code}`)));
-  });
-}
 
 async function oneRun(): Promise<RunFigures> {
   const db = await createBenchDatabase('lwst', serverUrl);
@@ -107,14 +96,14 @@ async function oneRun(): Promise<RunFigures> {
   await withAdmin((c) => c.query(`CREATE TABLE \`${db.name}\`.effects (item_id VARCHAR(32) PRIMARY KEY, lane VARCHAR(255), written_at DATETIME(6))`), serverUrl);
   const env = { LW_DATABASE_URL: db.url, LW_REDIS_URL: redisUrl, LW_KEY_PREFIX: keyPrefix, LW_QUEUE: QUEUE, ...modeEnv };
   const workers = Array.from({ length: WORKERS }, () => child('./steady-worker.mjs', { ...env, LW_CONCURRENCY: String(CONCURRENCY) }));
-  await Promise.all(workers.map((w) => message(w, 'ready')));
+  await Promise.all(workers.map((w) => childMessage(w, 'ready')));
   const jobs = RATE * SECONDS;
   const producer = child('./steady-producer.mjs', { ...env, LW_JOBS: String(jobs), LW_RATE: String(RATE), LW_LANES: String(LANES) });
-  await message(producer, 'ready');
+  await childMessage(producer, 'ready');
   const from = new Date();
   const before = await lockFigures(server, serverUrl, db.name);
   const serverCpuBefore = serverCpuSecondsOf(serverUrl);
-  const done = message<{ enqueueUs: number[]; failed: number; cpuMs: number }>(producer, 'done');
+  const done = childMessage<{ enqueueUs: number[]; failed: number; cpuMs: number }>(producer, 'done');
   producer.send({ type: 'go' });
   const sent = await done;
   if (sent.failed > 0) throw new Error(`${sent.failed} enqueues failed`);
@@ -131,7 +120,7 @@ async function oneRun(): Promise<RunFigures> {
   const after = await lockFigures(server, serverUrl, db.name);
   const figures = await Promise.all(
     workers.map((w) => {
-      const f = message<WorkerFigures>(w, 'figures');
+      const f = childMessage<WorkerFigures>(w, 'figures');
       w.send({ type: 'stop' });
       return f;
     }),

@@ -1,3 +1,4 @@
+import type { ChildProcess } from 'node:child_process';
 /**
  * Shared helpers for lanewake benchmarks: a fresh database per run (created,
  * dropped, and dropped again on error / SIGINT), statistics, CPU accounting
@@ -358,4 +359,17 @@ export function runBenchmark(main: () => Promise<void>): void {
     .finally(async () => {
       await runCleanups();
     });
+}
+
+/** The first IPC message of `type` from a child process; rejects if it exits first. */
+export function childMessage<T>(proc: ChildProcess, type: string): Promise<T> {
+  return new Promise((resolve, reject) => {
+    const onMessage = (m: { type?: string }): void => {
+      if (m?.type !== type) return;
+      proc.off('message', onMessage);
+      resolve(m as T);
+    };
+    proc.on('message', onMessage);
+    proc.once('exit', (code) => reject(new Error(`child exited (${code}) before '${type}'`)));
+  });
 }

@@ -49,17 +49,7 @@ export function planItem(k: number, lanes: number, random: () => number, work: {
   return { lane, payload: { k, kind, workMs } };
 }
 
-/** mulberry32: a small seeded generator, so schedules and items repeat for a seed. */
-export function seededRandom(seed: number): () => number {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4_294_967_296;
-  };
-}
+export { seededRandom } from '../test/support/random.js';
 
 /**
  * Wall-clock microseconds, comparable with the ledger's NOW(6) on this host.

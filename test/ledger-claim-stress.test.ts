@@ -7,6 +7,7 @@ import type { ClaimedItem, FinalizeResult } from '../src/ledger/types.js';
 import { addRetries, conflictsRetriedDuring, ER_LOCK_DEADLOCK, retriesByErrno } from './support/conflicts.js';
 import { freshQueue, historyCount } from './support/items.js';
 import { createTestLedger, testTxnMode, waitFor, type TestLedger } from './support/ledger.js';
+import { seededRandom } from './support/random.js';
 
 /*
  * Claims under contention, on whatever server the suite targets (docs/design.md §3, §8): many ledgers (each its
@@ -26,18 +27,6 @@ import { createTestLedger, testTxnMode, waitFor, type TestLedger } from './suppo
  * LANEWAKE_STRESS_RETRIES_FILE set, each phase's retried conflicts (and how long it took, and what it did) are
  * appended there as a JSON line.
  */
-
-/** A small deterministic PRNG (mulberry32): the test's choices come from its seed. */
-function rng(seed: number): () => number {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
 
 function seedOf(): number {
   const fixed = process.env.LANEWAKE_STRESS_SEED;
@@ -151,7 +140,7 @@ const PER_LANE = 5;
 
 test('16 claimers, 200 rounds each of claim and claimByIds over one candidate set: no errors, every item won exactly once', async () => {
   const seed = seedOf();
-  const random = rng(seed);
+  const random = seededRandom(seed);
   const note = `seed ${seed}`;
   await withLedgers(CLAIMERS, async (tl, claimers) => {
     const label = await serverLabel(tl.ledger);
@@ -317,7 +306,7 @@ const BURSTS = 100;
 
 test('16 claimers at once over tiny queues, burst after burst: no errors, no deadlock retried, each item won exactly once', async () => {
   const seed = seedOf();
-  const random = rng(seed);
+  const random = seededRandom(seed);
   const note = `seed ${seed}`;
   await withLedgers(CLAIMERS, async (tl, claimers) => {
     const label = await serverLabel(tl.ledger);
@@ -387,7 +376,7 @@ const LANELESS_AMONG = 96;
 
 test('claims against laned completions that hand each lane to its successor: no errors, one head per lane in lane order, exactly once', async () => {
   const seed = seedOf();
-  const random = rng(seed);
+  const random = seededRandom(seed);
   const note = `seed ${seed}`;
   await withLedgers(LANED_CLAIMERS + COMPLETERS, async (tl, ledgers) => {
     const label = await serverLabel(tl.ledger);
@@ -552,7 +541,7 @@ interface Renewal {
 
 test('reclaim against renew: an item is either kept by its holder or reclaimed once, and a reclaimed lease no longer renews', async () => {
   const seed = seedOf();
-  const random = rng(seed);
+  const random = seededRandom(seed);
   const note = `seed ${seed}`;
   await withLedgers(HOLDERS + RECLAIMERS, async (tl, ledgers) => {
     const label = await serverLabel(tl.ledger);
