@@ -523,6 +523,13 @@ const HOLDERS = 4;
 const RECLAIMERS = 3;
 const HELD = 48;
 const LEASE_MS = 300;
+/**
+ * The claims' lease: long enough for every holder to have claimed its share before any of them expires (on a
+ * loaded machine the claims alone took longer than LEASE_MS, so every steady holder started out expired).
+ */
+const CLAIM_LEASE_MS = 3_000;
+/** A steady holder's renewals: renewed half of it ahead, so a stall of the machine shorter than that keeps it. */
+const STEADY_LEASE_MS = 1_500;
 const RENEWALS = 6;
 /** The last renewal of an item still held: long enough that no reclaim can take it before the test ends. */
 const FINAL_LEASE_MS = 120_000;
@@ -556,7 +563,7 @@ test('reclaim against renew: an item is either kept by its holder or reclaimed o
     // Each holder claims its share; the lane heads' successors stay pending behind them.
     const held: { item: ClaimedItem; holder: number; habit: Habit }[] = [];
     for (let h = 0; held.length < HELD; h = (h + 1) % HOLDERS) {
-      const { items } = await holders[h]!.claim({ queue, owner: `holder-${h}`, limit: Math.min(12, HELD - held.length), leaseMs: LEASE_MS });
+      const { items } = await holders[h]!.claim({ queue, owner: `holder-${h}`, limit: Math.min(12, HELD - held.length), leaseMs: CLAIM_LEASE_MS });
       expect(items.length, 'claimable items left').toBeGreaterThan(0);
       for (const item of items) held.push({ item, holder: h, habit: HABITS[held.length % HABITS.length]! });
     }
@@ -609,10 +616,10 @@ test('reclaim against renew: an item is either kept by its holder or reclaimed o
             return;
           }
           for (let n = 0; n < RENEWALS && failures.length === 0; n++) {
-            // steady: half the lease before it runs out; late: within 40 ms of it, either side.
-            const at = habit === 'steady' ? leaseLo - LEASE_MS / 2 : leaseLo + between(random, -40, 40);
+            // steady: half its lease before it runs out; late: within 40 ms of it, either side.
+            const at = habit === 'steady' ? leaseLo - STEADY_LEASE_MS / 2 : leaseLo + between(random, -40, 40);
             await waitFor(() => ledgerNow() >= at, 30_000, 'the time to renew');
-            if (!(await renew(LEASE_MS))) return;
+            if (!(await renew(habit === 'steady' ? STEADY_LEASE_MS : LEASE_MS))) return;
           }
           await renew(FINAL_LEASE_MS);
         } catch (error) {
