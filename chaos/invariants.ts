@@ -125,14 +125,15 @@ export function checkInvariants(input: CheckInput): CheckResult {
     checks.push(c.done());
   }
 
-  // 3b. The lane rows agree with the items: nothing active once all is terminal, one sequence number per item.
+  // 3b. The lane rows agree with the items: busy exactly while an item is unfinished, one sequence number per item.
   {
-    const c = new CheckBuilder('lane bookkeeping (each lane row: active = its unfinished items, next_seq = its last sequence number)');
+    const c = new CheckBuilder('lane bookkeeping (each lane row: busy exactly while an item is unfinished, next_seq = its last sequence number)');
     for (const row of recorded.lanes) {
       c.checked++;
       const list = lanes.get(row.lane) ?? [];
       const unfinished = list.filter((i) => !terminal.has(i.state)).length;
-      if (row.active !== unfinished) c.fail(`lane ${row.lane}: active = ${row.active}, but ${unfinished} of its ${list.length} items are unfinished`);
+      if ((row.busyFrom !== 0) !== (unfinished > 0)) c.fail(`lane ${row.lane}: busy_from = ${row.busyFrom}, but ${unfinished} of its ${list.length} items are unfinished`);
+      if (row.busyFrom < 0 || row.busyFrom > row.nextSeq) c.fail(`lane ${row.lane}: busy_from = ${row.busyFrom} is no sequence of the lane (next_seq ${row.nextSeq})`);
       if (row.nextSeq !== list.length) c.fail(`lane ${row.lane}: next_seq (the last sequence number given) = ${row.nextSeq}, but the lane has ${list.length} items`);
     }
     checks.push(c.done());

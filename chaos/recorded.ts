@@ -51,7 +51,8 @@ export interface EffectRow {
 export interface LaneRow {
   lane: string;
   nextSeq: number;
-  active: number;
+  /** 0 while the lane has no unfinished item, else the sequence of the item that made it busy. */
+  busyFrom: number;
 }
 
 export interface Recorded {
@@ -80,9 +81,9 @@ export async function readRecorded(db: ChaosDatabase): Promise<Recorded> {
     `SELECT item_id, n, k, lane, lane_seq, worker, attempt, started_us, ${us('upsert_at')} AS upsert_us, dup_worker, dup_attempt
      FROM \`${db.name}\`.${EFFECTS_TABLE}`,
   );
-  const lanes = await db.query<RowDataPacket>(`SELECT lane, next_seq, active FROM \`${db.name}\`.lw_lanes WHERE queue = ?`, [CHAOS_QUEUE]);
+  const lanes = await db.query<RowDataPacket>(`SELECT lane, next_seq, busy_from FROM \`${db.name}\`.lw_lanes WHERE queue = ?`, [CHAOS_QUEUE]);
   return {
-    lanes: lanes.map((r) => ({ lane: String(r.lane), nextSeq: num(r.next_seq), active: num(r.active) })),
+    lanes: lanes.map((r) => ({ lane: String(r.lane), nextSeq: num(r.next_seq), busyFrom: num(r.busy_from) })),
     items: items.map((r) => {
       const payload = JSON.parse(String(r.payload)) as { k: number; kind: ChaosKind };
       return {

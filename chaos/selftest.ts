@@ -103,8 +103,8 @@ function clean(): Input {
   const heldAtKill: HeldAtKill = { id: held.id, attempt: 1, leaseUntilUs: T0 - 300_000, runAfterUs: held.createdUs, startedUs: T0 - 3100 * 1000 };
   faults.add({ kind: 'sigkill', startMs: M - 2100, endMs: M - 2100, worker: 'w1', pid: 111, held: [heldAtKill] });
   const lanes = [
-    { lane: 'l1', nextSeq: 3, active: 0 },
-    { lane: 'l2', nextSeq: 3, active: 0 },
+    { lane: 'l1', nextSeq: 3, busyFrom: 0 },
+    { lane: 'l2', nextSeq: 3, busyFrom: 0 },
   ];
   const probes = emptyProbes();
   // w0.g1's passes: ..., one at T0 - 536 (before E), the next at T0 - 14 (the first after E), which reclaims l1-1.
@@ -152,7 +152,7 @@ test('a clean record passes every check', () => {
 test('an item left processing fails "terminal"', () => {
   const input = clean();
   item(input, 'l2-2').state = 'processing';
-  input.recorded.lanes[1]!.active = 1;
+  input.recorded.lanes[1]!.busyFrom = 2;
   input.recorded.effects = input.recorded.effects.filter((e) => e.itemId !== 'l2-2');
   assertOnlyFails(input, 'terminal', 'l2-2');
 });
@@ -197,9 +197,9 @@ test('a claim before the predecessor ended fails lane order (beyond the lock-wai
   assert.ok(f.some((c) => c.name.includes('lane order') && c.examples.some((e) => e.includes('l2-3'))), JSON.stringify(f));
 });
 
-test('a lane row whose count went wrong fails lane bookkeeping', () => {
+test('a lane row left busy with every item ended fails lane bookkeeping', () => {
   const input = clean();
-  input.recorded.lanes[0]!.active = -1;
+  input.recorded.lanes[0]!.busyFrom = 3;
   assertOnlyFails(input, 'bookkeeping', 'l1');
 });
 

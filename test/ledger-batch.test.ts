@@ -33,7 +33,7 @@ test('completeMany finalizes a mixed batch and hands every lane to its successor
     }
   }
   for (const seqs of perLane.values()) expect(seqs).toEqual([1, 2, 3]);
-  expect(await laneRow(ledger, queue, 'lane-0')).toEqual({ nextSeq: 3, active: 0 });
+  expect(await laneRow(ledger, queue, 'lane-0')).toEqual({ nextSeq: 3, busy: false });
 });
 
 test('completeMany with one stale handle writes the others and reports only the stale one lost', async () => {

@@ -109,7 +109,7 @@ describe.each([
     expect(committed.filter((r) => !r.duplicate)).toHaveLength(1);
     expect(await appRows(rowIds.filter((_, k) => k % 2 === 0))).toBe(callers / 2);
     expect(await appRows(rowIds.filter((_, k) => k % 2 === 1))).toBe(0);
-    if (lane) expect(await laneRow(tl.ledger, queue, lane)).toEqual({ nextSeq: 1, active: 1 });
+    if (lane) expect(await laneRow(tl.ledger, queue, lane)).toEqual({ nextSeq: 1, busy: true });
   });
 
   test('a direct enqueue({ transaction }) whose transaction the server rolls back gets the typed retryable error', async () => {

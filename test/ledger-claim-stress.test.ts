@@ -511,7 +511,7 @@ test('claims against laned completions that hand each lane to its successor: no 
     expect(stats?.counts, note).toEqual({ pending: 0, processing: 0, blocked: 0, completed: total, skipped: 0, dead: 0, cancelled: 0 });
     expect(await historyCount(tl.ledger), note).toBe(0);
     const lanes = await sql<{ n: number | string }>`SELECT COUNT(*) AS n FROM ${tl.ledger.tables.lanes}
-      WHERE queue = ${queue} AND active = 0 AND next_seq = ${LANE_ITEMS}`.execute(tl.ledger.db);
+      WHERE queue = ${queue} AND busy_from = 0 AND next_seq = ${LANE_ITEMS}`.execute(tl.ledger.db);
     expect(Number(lanes.rows[0]?.n), `${note}: lane rows settled`).toBe(LANES);
     if (label.family === 'mariadb') {
       expect(retriesByErrno(phase.retried), `${note}: conflicts retried`).not.toHaveProperty(String(ER_LOCK_DEADLOCK));

@@ -147,7 +147,7 @@ describe('16 concurrent claimers, 5,000 items', () => {
         ON b.queue = a.queue AND b.lane = a.lane AND b.lane_seq = a.lane_seq + 1
       WHERE a.queue = ${queue}`.execute(ledger.db);
     expect(Number(pairs.rows[0]?.n)).toBe(ITEMS - LANES);
-    for (let lane = 0; lane < LANES; lane += 37) expect(await laneRow(ledger, queue, `lane-${lane}`)).toEqual({ nextSeq: 25, active: 0 });
+    for (let lane = 0; lane < LANES; lane += 37) expect(await laneRow(ledger, queue, `lane-${lane}`)).toEqual({ nextSeq: 25, busy: false });
   }, DRAIN_DEADLINE_MS + 20_000);
 });
 
@@ -207,7 +207,7 @@ describe('idempotency under concurrency', () => {
     checkOneWinner(results);
     expect(results.every((x) => x.laneSeq === 1)).toBe(true);
     expect(await itemCount(ledger, queue)).toBe(1);
-    expect(await laneRow(ledger, queue, 'L')).toEqual({ nextSeq: 1, active: 1 });
+    expect(await laneRow(ledger, queue, 'L')).toEqual({ nextSeq: 1, busy: true });
   });
 
   test('the same race through callers’ transactions', async () => {

@@ -52,9 +52,9 @@ test('a laned completion batch is one round trip: every lane hands over to its s
   expect(await mustGet(ledger, id('a2'))).toMatchObject({ state: 'pending', isHead: true });
   expect(await mustGet(ledger, id('b2'))).toMatchObject({ state: 'pending', isHead: true });
   expect(await mustGet(ledger, id('b3'))).toMatchObject({ state: 'pending', isHead: false });
-  expect(await laneRow(ledger, queue, 'A')).toEqual({ nextSeq: 2, active: 1 });
-  expect(await laneRow(ledger, queue, 'B')).toEqual({ nextSeq: 3, active: 2 });
-  expect(await laneRow(ledger, queue, 'D')).toEqual({ nextSeq: 1, active: 0 });
+  expect(await laneRow(ledger, queue, 'A')).toEqual({ nextSeq: 2, busy: true });
+  expect(await laneRow(ledger, queue, 'B')).toEqual({ nextSeq: 3, busy: true });
+  expect(await laneRow(ledger, queue, 'D')).toEqual({ nextSeq: 1, busy: false });
   const next = (await ledger.claim({ queue, owner: 'w', limit: 10, leaseMs: 60_000 })).items;
   expect(next.map((i) => i.payload).sort()).toEqual(['a2', 'b2']);
 });
@@ -84,14 +84,14 @@ test.each([
   const { results } = await ledger.completeManyClaimingNext(handles.map((handle) => ({ handle })));
   expect(results.map((x) => x.won)).toEqual([true, true, !stale, true]);
   expect(await mustGet(ledger, id('a2'))).toMatchObject({ state: 'pending', isHead: true });
-  expect(await laneRow(ledger, queue, 'A')).toEqual({ nextSeq: 2, active: 1 });
+  expect(await laneRow(ledger, queue, 'A')).toEqual({ nextSeq: 2, busy: true });
   // A cancelled b2 passes the lane to b3.
   expect(await mustGet(ledger, id(cancelled ? 'b3' : 'b2'))).toMatchObject({ state: 'pending', isHead: true });
-  expect(await laneRow(ledger, queue, 'B')).toEqual({ nextSeq: 3, active: cancelled ? 1 : 2 });
+  expect(await laneRow(ledger, queue, 'B')).toEqual({ nextSeq: 3, busy: true });
   // c1's completion lost: c1 still runs for its real holder, and c2 still waits behind it.
   expect(await mustGet(ledger, id('c1'))).toMatchObject({ state: stale ? 'processing' : 'completed' });
   expect(await mustGet(ledger, id('c2'))).toMatchObject({ state: 'pending', isHead: !stale });
-  expect(await laneRow(ledger, queue, 'C')).toEqual({ nextSeq: 2, active: stale ? 2 : 1 });
+  expect(await laneRow(ledger, queue, 'C')).toEqual({ nextSeq: 2, busy: true });
   const next = (await ledger.claim({ queue, owner: 'w', limit: 10, leaseMs: 60_000 })).items;
   expect(next.map((i) => i.payload).sort()).toEqual(['a2', cancelled ? 'b3' : 'b2', ...(stale ? [] : ['c2'])]);
 });

@@ -67,7 +67,7 @@ describe('lane order', () => {
       for (const i of items) expect((await ledger.complete(i)).won).toBe(true);
     }
     expect(seen).toEqual(expected);
-    expect(await laneRow(ledger, queue, 'L')).toEqual({ nextSeq: 20, active: 0 });
+    expect(await laneRow(ledger, queue, 'L')).toEqual({ nextSeq: 20, busy: false });
   });
 
   test('order holds across retries, releases, blocks, dead letters and cancels of waiting items', async () => {
@@ -164,7 +164,7 @@ describe('lane order', () => {
       'cancelled',
       'completed',
     ]);
-    expect(await laneRow(ledger, queue, 'L')).toEqual({ nextSeq: 12, active: 0 });
+    expect(await laneRow(ledger, queue, 'L')).toEqual({ nextSeq: 12, busy: false });
     // The lane is idle: a new item is its head at once.
     const next = await ledger.enqueue({ queue, type: 't', payload: 12, lane: 'L' });
     expect(next.laneSeq).toBe(13);
@@ -283,8 +283,8 @@ test("a laned batch, laneless items among it, is one round trip through the ledg
   expect(results.map((r) => r.laneSeq)).toEqual([1, 1, null, 2, 2]);
   const heads = await Promise.all(results.map(async (r) => (await mustGet(ledger, r.id)).isHead));
   expect(heads).toEqual([true, true, true, false, false]);
-  expect(await laneRow(ledger, queue, 'a')).toEqual({ nextSeq: 2, active: 2 });
-  expect(await laneRow(ledger, queue, 'warm')).toEqual({ nextSeq: 2, active: 2 });
+  expect(await laneRow(ledger, queue, 'a')).toEqual({ nextSeq: 2, busy: true });
+  expect(await laneRow(ledger, queue, 'warm')).toEqual({ nextSeq: 2, busy: true });
 });
 
 test('a batch over more lanes than one upsert statement takes still travels in one round trip, every lane in order', async () => {
@@ -301,7 +301,7 @@ test('a batch over more lanes than one upsert statement takes still travels in o
   }
   expect(sent).toHaveLength(1);
   expect(results.map((r) => r.laneSeq)).toEqual(Array.from({ length: lanes * 3 }, (_, k) => Math.floor(k / lanes) + 1));
-  for (const lane of ['l0', `l${LANES_PER_UPSERT}`, `l${lanes - 1}`]) expect(await laneRow(ledger, queue, lane)).toEqual({ nextSeq: 3, active: 3 });
+  for (const lane of ['l0', `l${LANES_PER_UPSERT}`, `l${lanes - 1}`]) expect(await laneRow(ledger, queue, lane)).toEqual({ nextSeq: 3, busy: true });
   const heads = await Promise.all(results.slice(0, 3).concat(results.slice(lanes, lanes + 1)).map(async (r) => (await mustGet(ledger, r.id)).isHead));
   expect(heads).toEqual([true, true, true, false]);
 });

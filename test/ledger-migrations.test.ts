@@ -5,6 +5,7 @@ import { Ledger } from '../src/ledger/ledger.js';
 import type { ClaimedItem } from '../src/ledger/types.js';
 import { migrate, SCHEMA_VERSION } from '../src/ledger/migrations.js';
 import { createTestLedger, type TestLedger } from './support/ledger.js';
+import { laneRow } from './support/items.js';
 
 const created: TestLedger[] = [];
 const extra: Ledger[] = [];
@@ -97,7 +98,7 @@ describe('migrations', () => {
         NULL, NOW(6) - INTERVAL 2 HOUR, NOW(6) - INTERVAL 2 HOUR, NOW(6) - INTERVAL 90 MINUTE, NOW(6))`.execute(ledger.db);
 
     const up = await ledger.migrate();
-    expect(up).toEqual({ from: 1, to: SCHEMA_VERSION, applied: [2, 3, 4] });
+    expect(up).toEqual({ from: 1, to: SCHEMA_VERSION, applied: [2, 3, 4, 5] });
     const waiting = await ledger.get('waiting');
     expect(waiting).toMatchObject({ state: 'pending', leaseOwner: null, leaseToken: null, leaseUntil: null, startedAt: null, terminalAt: null });
     const held = await ledger.get('held');
@@ -139,7 +140,7 @@ describe('migrations', () => {
         NOW(6), NOW(6) + INTERVAL 1 HOUR, NOW(6), NOW(6)),
       ('free', 'mig', 't', 1, 'default', 0, '3', 'pending', NOW(6), 0, 3, NULL, NULL, NULL, NULL, NOW(6), NOW(6))`.execute(ledger.db);
 
-    expect(await ledger.migrate()).toEqual({ from: 2, to: SCHEMA_VERSION, applied: [3, 4] });
+    expect(await ledger.migrate()).toEqual({ from: 2, to: SCHEMA_VERSION, applied: [3, 4, 5] });
     const waits = await sql<{ item_id: string; dependency_key: string }>`SELECT item_id, dependency_key FROM ${t.waits}
       ORDER BY item_id`.execute(ledger.db);
     expect(waits.rows).toEqual([
@@ -155,6 +156,40 @@ describe('migrations', () => {
       WHERE table_schema = DATABASE() AND table_name = 'lw_items'`.execute(ledger.db);
     // Sorted here: the servers' collations of information_schema order PRIMARY differently.
     expect(indexes.rows.map((r) => r.name).sort((a, b) => a.toLowerCase().localeCompare(b.toLowerCase()))).toEqual(['ix_claim', 'ix_created', 'ix_lane', 'PRIMARY', 'ux_idempotency']);
+    expect(await ledger.migrate()).toEqual({ from: SCHEMA_VERSION, to: SCHEMA_VERSION, applied: [] });
+  });
+
+  test('schema 4 → 5: a busy lane stays busy (its waiting item runs after its head), an idle lane takes its next item as head', async () => {
+    const { ledger } = await fresh();
+    await migrate(ledger.db, 'lw_', 60, 4);
+    const t = ledger.tables;
+    // Lane "busy": its head is held, one item waits behind it (active = 2). Lane "idle": both items ended (active = 0).
+    const cols = sql`(id, queue, type, lane, lane_seq, is_head, queue_class, priority, payload, state, run_after, attempt, max_attempts,
+      lease_owner, lease_token, lease_until, created_at, started_at, terminal_at, updated_at)`;
+    await sql`INSERT INTO ${t.items} ${cols} VALUES
+      ('b1', 'mig', 't', 'busy', 1, 1, 'default', 0, '1', 'processing', NOW(6), 1, 3, 'w', 'tok_b1', NOW(6) + INTERVAL 1 HOUR,
+        NOW(6), NOW(6), '1000-01-01', NOW(6)),
+      ('b2', 'mig', 't', 'busy', 2, 0, 'default', 0, '2', 'pending', NOW(6), 0, 3, '', '', '1000-01-01', NOW(6), '1000-01-01', '1000-01-01', NOW(6)),
+      ('i1', 'mig', 't', 'idle', 1, 1, 'default', 0, '3', 'completed', NOW(6), 1, 3, 'w', 'tok_i1', '1000-01-01', NOW(6), NOW(6), NOW(6), NOW(6)),
+      ('i2', 'mig', 't', 'idle', 2, 1, 'default', 0, '4', 'completed', NOW(6), 1, 3, 'w', 'tok_i2', '1000-01-01', NOW(6), NOW(6), NOW(6), NOW(6))`.execute(ledger.db);
+    await sql`INSERT INTO ${t.lanes} (queue, lane, next_seq, active) VALUES ('mig', 'busy', 2, 2), ('mig', 'idle', 2, 0)`.execute(ledger.db);
+
+    expect(await ledger.migrate()).toEqual({ from: 4, to: SCHEMA_VERSION, applied: [5] });
+    expect(await laneRow(ledger, 'mig', 'busy')).toEqual({ nextSeq: 2, busy: true });
+    expect(await laneRow(ledger, 'mig', 'idle')).toEqual({ nextSeq: 2, busy: false });
+    const columns = await sql<{ name: string }>`SELECT column_name AS name FROM information_schema.columns
+      WHERE table_schema = DATABASE() AND table_name = 'lw_lanes'`.execute(ledger.db);
+    expect(columns.rows.map((r) => String(r.name).toLowerCase()).sort()).toEqual(['busy_from', 'lane', 'next_seq', 'queue']);
+
+    // The busy lane: a new item waits behind the two; the held head's completion hands on to b2.
+    const busyNext = await ledger.enqueue({ queue: 'mig', type: 't', payload: 5, lane: 'busy' });
+    expect(await ledger.get(busyNext.id)).toMatchObject({ laneSeq: 3, isHead: false });
+    const held = (await ledger.get('b1')) as ClaimedItem;
+    expect(await ledger.complete(held)).toMatchObject({ won: true });
+    expect(await ledger.get('b2')).toMatchObject({ state: 'pending', isHead: true });
+    // The idle lane: a new item is its head at once.
+    const idleNext = await ledger.enqueue({ queue: 'mig', type: 't', payload: 6, lane: 'idle' });
+    expect(await ledger.get(idleNext.id)).toMatchObject({ laneSeq: 3, isHead: true });
     expect(await ledger.migrate()).toEqual({ from: SCHEMA_VERSION, to: SCHEMA_VERSION, applied: [] });
   });
 

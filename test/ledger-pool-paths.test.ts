@@ -180,7 +180,7 @@ test.each(paths)('a pipelined transaction whose last round trip fails writes not
   tl = await createTestLedger({ poolSize: 1 });
   const ledger = plain ? (external = ledgerOnPlainPool(tl.url, 1)) : tl.ledger;
   const t = ledger.tables;
-  const lane = (name: string) => sql`INSERT INTO ${t.lanes} (queue, lane, next_seq, active) VALUES ('q', ${name}, 1, 1)`;
+  const lane = (name: string) => sql`INSERT INTO ${t.lanes} (queue, lane, next_seq, busy_from) VALUES ('q', ${name}, 1, 1)`;
   const caps = await ledger.capabilities();
   expect(caps.multiStatement).toBe(!plain);
   await expect(

@@ -207,7 +207,7 @@ describe('idempotency key', () => {
     expect(second).toEqual({ id: first.id, duplicate: true, laneSeq: 1 });
     expect(await itemCount(ledger, queue)).toBe(1);
     expect((await mustGet(ledger, first.id)).payload).toEqual({ v: 1 });
-    expect(await laneRow(ledger, queue, 'L')).toEqual({ nextSeq: 1, active: 1 });
+    expect(await laneRow(ledger, queue, 'L')).toEqual({ nextSeq: 1, busy: true });
     // Still a duplicate after the first has finished.
     const c = await claimOne(ledger, queue);
     expect((await ledger.complete(c)).won).toBe(true);
@@ -232,7 +232,7 @@ describe('idempotency key', () => {
     expect(r[3]!.duplicate).toBe(false);
     expect(new Set(r.map((x) => x.id)).size).toBe(3);
     expect(await itemCount(ledger, queue)).toBe(3);
-    expect(await laneRow(ledger, queue, 'L')).toEqual({ nextSeq: 2, active: 2 });
+    expect(await laneRow(ledger, queue, 'L')).toEqual({ nextSeq: 2, busy: true });
   });
 });
 
@@ -651,7 +651,7 @@ describe('cancel', () => {
     expect(item.terminalAt).toBeInstanceOf(Date);
     expect((await mustGet(ledger, b!.id)).isHead).toBe(true);
     expect((await claimOne(ledger, queue)).id).toBe(b!.id);
-    expect(await laneRow(ledger, queue, 'L')).toEqual({ nextSeq: 2, active: 1 });
+    expect(await laneRow(ledger, queue, 'L')).toEqual({ nextSeq: 2, busy: true });
   });
 
   test('processing → cancel_requested; completed → not_cancellable; unknown → not_found', async () => {
@@ -814,7 +814,7 @@ describe('purge', () => {
     expect((await mustGet(ledger, young!.id)).state).toBe('completed');
     expect((await mustGet(ledger, youngRetried!.id)).state).toBe('completed');
     expect(await historyCount(ledger, youngRetried!.id)).toBe(2);
-    expect(await laneRow(ledger, queue, 'kept')).toEqual({ nextSeq: 1, active: 0 });
+    expect(await laneRow(ledger, queue, 'kept')).toEqual({ nextSeq: 1, busy: false });
     expect((await mustGet(ledger, pending!.id)).state).toBe('pending');
     expect((await mustGet(ledger, running!.id)).state).toBe('processing');
     expect((await mustGet(ledger, other.id)).state).toBe('completed'); // another queue: not named
@@ -980,21 +980,21 @@ describe('batch, in-transaction and cancelled finalizes', () => {
     expect(await mustGet(ledger, stale.id)).toEqual(beforeB1);
     expect((await mustGet(ledger, r[1]!.id)).isHead).toBe(true);
     expect((await mustGet(ledger, r[3]!.id)).isHead).toBe(false);
-    expect(await laneRow(ledger, queue, 'A')).toEqual({ nextSeq: 2, active: 1 });
-    expect(await laneRow(ledger, queue, 'B')).toEqual({ nextSeq: 2, active: 2 });
+    expect(await laneRow(ledger, queue, 'A')).toEqual({ nextSeq: 2, busy: true });
+    expect(await laneRow(ledger, queue, 'B')).toEqual({ nextSeq: 2, busy: true });
     const next = await claimAll(ledger, queue);
     expect(next.map((c) => c.payload)).toEqual(['a2']);
     // All entries stale: all lose, nothing written.
     const again = await ledger.completeMany([{ handle: byPayload.get('a1')! }, { handle: byPayload.get('solo')! }]);
     expect(again.map((x) => x.won)).toEqual([false, false]);
-    expect(await laneRow(ledger, queue, 'A')).toEqual({ nextSeq: 2, active: 1 });
+    expect(await laneRow(ledger, queue, 'A')).toEqual({ nextSeq: 2, busy: true });
     // A batch says which lanes got a new head: A has nothing left, B hands over to b2.
     const ends = await ledger.completeMany([{ handle: next[0]! }, { handle: byPayload.get('b1')! }]);
     expect(ends).toEqual([
       { won: true, state: 'completed', laneAdvanced: false },
       { won: true, state: 'completed', laneAdvanced: true },
     ]);
-    expect(await laneRow(ledger, queue, 'A')).toEqual({ nextSeq: 2, active: 0 });
+    expect(await laneRow(ledger, queue, 'A')).toEqual({ nextSeq: 2, busy: false });
     expect((await claimAll(ledger, queue)).map((c) => c.payload)).toEqual(['b2']);
   });
 
@@ -1081,7 +1081,7 @@ interface Snapshot {
   item: WorkItem | undefined;
   successor: WorkItem | undefined;
   history: number;
-  lane: { nextSeq: number; active: number } | undefined;
+  lane: { nextSeq: number; busy: boolean } | undefined;
 }
 
 async function snapshot(id: string, successorId: string, queue: string): Promise<Snapshot> {

@@ -70,8 +70,7 @@ const MIGRATIONS: readonly Migration[] = [
         KEY ix_probe (probe_after)
       ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin`,
       // One row per lane that has ever had an item: the gap-free sequence and
-      // how many of its items are not terminal yet. Locking this row orders
-      // every enqueue into the lane against every head change of the lane.
+      // (until schema 5) how many of its items were not terminal yet.
       sql`CREATE TABLE IF NOT EXISTS ${t.lanes} (
         queue VARCHAR(64) ${ASCII} NOT NULL,
         lane VARCHAR(255) ${TEXT} NOT NULL,
@@ -184,7 +183,36 @@ const MIGRATIONS: readonly Migration[] = [
       ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin`,
     ],
   },
+  {
+    version: 5,
+    name: 'lane rows written only when a lane goes idle or busy',
+    // `active` counted a lane's unfinished items, so every enqueue and every
+    // end of a head wrote the lane row, and on TiDB a busy lane's
+    // completions queued behind its enqueues on that one row. `busy_from`
+    // changes only between idle and busy: 0 while the lane has no unfinished
+    // item, else the sequence of the item that made it busy (that item is
+    // the head an enqueue creates). A head's end writes the row only when it
+    // was the lane's last item. `active` is dropped, not left stale: a worker
+    // of an older build fails on its first lane write instead of keeping a
+    // count nobody reads (stop older workers before this step).
+    statements: () => [],
+    run: async (conn, t, prefix) => {
+      const columns = await columnNames(conn, prefix + 'lanes');
+      if (!columns.has('busy_from')) await sql`ALTER TABLE ${t.lanes} ADD COLUMN busy_from BIGINT NOT NULL DEFAULT 0`.execute(conn);
+      if (columns.has('active')) {
+        // Any sequence of the lane will do for a busy lane: only new sequences, all above next_seq, are compared with it.
+        await sql`UPDATE ${t.lanes} SET busy_from = IF(active > 0, GREATEST(next_seq, 1), 0)`.execute(conn);
+        await sql`ALTER TABLE ${t.lanes} DROP COLUMN active`.execute(conn);
+      }
+    },
+  },
 ];
+
+async function columnNames(conn: LedgerDb, table: string): Promise<Set<string>> {
+  const r = await sql<{ name: string }>`SELECT column_name AS name FROM information_schema.columns
+    WHERE table_schema = DATABASE() AND table_name = ${table}`.execute(conn);
+  return new Set(r.rows.map((x) => String(x.name).toLowerCase()));
+}
 
 async function indexNames(conn: LedgerDb, table: string): Promise<Set<string>> {
   const r = await sql<{ name: string }>`SELECT DISTINCT index_name AS name FROM information_schema.statistics

@@ -28,12 +28,12 @@ export async function historyCount(ledger: Ledger, itemId?: string): Promise<num
   return Number(r.rows[0]?.n ?? -1);
 }
 
-/** The lane bookkeeping row, or undefined. */
-export async function laneRow(ledger: Ledger, queue: string, lane: string): Promise<{ nextSeq: number; active: number } | undefined> {
-  const r = await sql<{ next_seq: number | string; active: number | string }>`SELECT next_seq, active FROM ${ledger.tables.lanes}
+/** The lane bookkeeping row (its last sequence, and whether it has an unfinished item), or undefined. */
+export async function laneRow(ledger: Ledger, queue: string, lane: string): Promise<{ nextSeq: number; busy: boolean } | undefined> {
+  const r = await sql<{ next_seq: number | string; busy_from: number | string }>`SELECT next_seq, busy_from FROM ${ledger.tables.lanes}
     WHERE queue = ${queue} AND lane = ${lane}`.execute(ledger.db);
   const row = r.rows[0];
-  return row ? { nextSeq: Number(row.next_seq), active: Number(row.active) } : undefined;
+  return row ? { nextSeq: Number(row.next_seq), busy: Number(row.busy_from) !== 0 } : undefined;
 }
 
 /** An item's row in the waits table (present exactly while the item is blocked), or undefined. */

@@ -4,12 +4,12 @@ import { PartialBatch } from '../../errors.js';
 import { errno } from '../retry.js';
 import type { LedgerTables } from '../tables.js';
 import type { ClaimedRow } from '../rows.js';
-import type { ClaimedItem, LeaseHandle, QueueClass, SuccessorClaim } from '../types.js';
+import type { ClaimedItem, QueueClass, SuccessorClaim } from '../types.js';
 import { CLAIMED_COLUMNS, claimedItems, grantLease, leaseAssignments, readBackClaimed, type Lease } from './claimed.js';
-import { inline, laneIn, list, literal, queueScoped } from './common.js';
+import { inline, laneIn, list, queueScoped } from './common.js';
 import { completionStatement, type CompletionEntry } from './completion-cas.js';
 import type { Send } from './pipeline.js';
-import { advanceHead } from './transition.js';
+import { advanceLocked, headSuccessors, idleLanes, successorPlaces, type EndedHead } from './lane-advance.js';
 
 export interface BatchDone {
   /** Per entry: whether its CAS won. */
@@ -28,88 +28,82 @@ export function isGuardRefusal(error: unknown): boolean {
   return errno(error) === GUARD_ERRNO;
 }
 
-/** The laned items' successors: each lane's next position, as ranges on ix_lane. */
-function successorPlaces(laned: readonly LeaseHandle[]): RawBuilder<unknown> {
-  return sql.raw(
-    `(${laned.map((h) => `(queue = ${literal(h.queue)} AND lane = ${literal(h.lane)} AND lane_seq = ${literal((h.laneSeq ?? 0) + 1)})`).join(' OR ')})`,
-  );
+/** The laned entries' heads, one per lane (the batch holds each lane once). */
+function endedHeads(entries: readonly CompletionEntry[]): EndedHead[] {
+  return entries.flatMap((e) => (e.handle.lane === null ? [] : [{ queue: e.handle.queue, lane: e.handle.lane, laneSeq: e.handle.laneSeq ?? 0 }]));
 }
 
 /**
  * A laned batch in a transaction of one round trip, for the common case:
- * every CAS wins, and every lane that still has unfinished items has its
- * `lane_seq + 1` pending (sequences are gap free, so that is its
- * successor). Guards after the CAS check both. When either fails it
- * raises an error, the transaction rolls back, and the caller runs
- * completeInTwoTrips instead. A guard is plain SQL: a subquery that returns
- * rows only when its check fails, which every server refuses as a scalar
- * when there are two (uncorrelated, so TiDB, which runs it while planning,
- * sees the same data). Then the successors `next` may take are claimed (up
- * to `next.max`), the rest become heads left pending; the lanes read with
- * the guard, less those whose successor was claimed, are the ones advanced.
+ * every CAS wins, and every lane either has its successor pending at
+ * `lane_seq + 1` (sequences are gap free) or ended with this item, so it
+ * goes idle. Guards check both; a guard is plain SQL, a subquery that
+ * returns rows only when its check fails, which every server refuses as a
+ * scalar when there are two. When one fails the transaction rolls back and
+ * the caller runs completeInTwoTrips instead. The successors `next` may take
+ * are claimed (up to `next.max`), the rest become heads left pending; no
+ * lane row is touched but those of the lanes going idle
+ * (src/ledger/sql/lane-advance.ts).
  */
 export async function completeInOneTrip(send: Send, t: LedgerTables, entries: readonly CompletionEntry[], next: SuccessorClaim | undefined): Promise<BatchDone> {
-  const laned = entries.filter((e) => e.handle.lane !== null).map((e) => e.handle);
-  const lanes = laneIn(laned);
-  const places = successorPlaces(laned);
+  const heads = endedHeads(entries);
+  const places = successorPlaces(heads);
   const lease = next && next.max > 0 ? grantLease(next) : undefined;
   // Raises GUARD_ERRNO when `holds` is false: the migrations table has a row per applied
   // schema version, so at least two on any ledger this code runs on.
   const refuseUnless = (holds: RawBuilder<unknown>): RawBuilder<unknown> => sql`(SELECT 1 FROM ${t.migrations} WHERE NOT (${holds}))`;
-  const statements: RawBuilder<unknown>[] = [
-    sql`UPDATE ${t.lanes} SET active = active - 1 WHERE ${lanes}`,
-    completionStatement(t, entries),
-    sql`SET @lw_guard = ${refuseUnless(sql`ROW_COUNT() = ${inline(entries.length)}`)}`,
-    // The lanes with unfinished items, each refused unless every one of them has its successor pending.
-    sql`SELECT queue, lane, ${refuseUnless(sql`(SELECT COUNT(*) FROM ${t.lanes} WHERE ${lanes} AND active > 0)
-        = (SELECT COUNT(*) FROM ${t.items} FORCE INDEX (ix_lane) WHERE ${places} AND state = 'pending')`)} AS lw_guard
-      FROM ${t.lanes} WHERE ${lanes} AND active > 0`,
-  ];
+  const statements: RawBuilder<unknown>[] = [completionStatement(t, entries), sql`SET @lw_guard = ${refuseUnless(sql`ROW_COUNT() = ${inline(entries.length)}`)}`];
   if (lease && next) {
     statements.push(
       sql`UPDATE ${t.items} FORCE INDEX (ix_lane) SET is_head = 1, ${leaseAssignments(lease)}
         WHERE ${places} AND state = 'pending' AND run_after <= NOW(6)${successorFilter(next)} LIMIT ${inline(next.max)}`,
+      sql`SET @lw_handed = ROW_COUNT()`,
     );
+  } else {
+    statements.push(sql`SET @lw_handed = 0`);
   }
-  statements.push(sql`UPDATE ${t.items} FORCE INDEX (ix_lane) SET is_head = 1, updated_at = NOW(6) WHERE ${places} AND state = 'pending'`);
+  statements.push(
+    headSuccessors(t, heads),
+    sql`SET @lw_handed = @lw_handed + ROW_COUNT()`,
+    idleLanes(t, heads),
+    // Every lane handed on or gone idle: otherwise a successor was cancelled while it waited, or an enqueue into a lane committed meanwhile.
+    sql`SET @lw_guard = ${refuseUnless(sql`@lw_handed + ROW_COUNT() = ${inline(heads.length)}`)}`,
+    sql`SELECT queue, lane FROM ${t.items} FORCE INDEX (ix_lane) WHERE ${places} AND state = 'pending' AND is_head = 1`,
+  );
   if (lease) {
     statements.push(sql`SELECT ${CLAIMED_COLUMNS} FROM ${t.items} FORCE INDEX (ix_lane) WHERE ${places} AND lease_token = ${inline(lease.token)} AND state = 'processing'`);
   }
   const results = await send(statements, { commit: true });
   const claimed = lease ? claimedItems((results.at(-1)?.rows ?? []) as unknown as ClaimedRow[], lease) : [];
-  const taken = new Set(claimed.map((c) => queueScoped(c.queue, c.lane ?? '')));
-  const busy = (results[3]?.rows ?? []) as unknown as { queue: string; lane: string }[];
-  const advanced = new Set(busy.map((r) => queueScoped(r.queue, r.lane)).filter((k) => !taken.has(k)));
+  const pendingHeads = (results[lease ? results.length - 2 : results.length - 1]?.rows ?? []) as unknown as { queue: string; lane: string }[];
+  const advanced = new Set(pendingHeads.map((r) => queueScoped(r.queue, r.lane)));
   return { won: entries.map(() => true), advanced, claimed };
 }
 
 /**
- * Two round trips. The first, with BEGIN: lane rows first (the order every
- * lane-touching transaction uses), the CAS of every item, and the reads that
- * find each lane's successor. The second: the successors become heads (those
- * `next` takes, claimed by it and read back), and COMMIT. A lane that still
- * has unfinished items but whose `lane_seq + 1` is not pending (cancelled
- * while waiting) gets its first pending item as head, and it is left pending.
+ * Two round trips. The first, with BEGIN: the CAS of every item, and the
+ * read of each lane's successor at `lane_seq + 1`. The second: the
+ * successors become heads (those `next` takes, claimed by it and read
+ * back), the lanes without one go idle if their ended head was their last
+ * item, and COMMIT. A lane that has neither (its successor was cancelled
+ * while it waited, or an enqueue committed meanwhile) is settled under its
+ * lane row's lock before the COMMIT.
  */
 export async function completeInTwoTrips(send: Send, exec: Executor, t: LedgerTables, entries: readonly CompletionEntry[], next: SuccessorClaim | undefined): Promise<BatchDone> {
-  const laned = entries.filter((e) => e.handle.lane !== null);
-  const lanes = laneIn(laned.map((e) => e.handle));
+  const heads = endedHeads(entries);
   // Row-constructor IN: MariaDB plans it as a range on ix_lane in a SELECT but
   // as a full scan in an UPDATE, so the successors are found first, then updated by key.
-  const [, completed, active, found] = await send([
-    sql`UPDATE ${t.lanes} SET active = active - 1 WHERE ${lanes}`,
+  const [completed, found] = await send([
     completionStatement(t, entries),
-    sql`SELECT queue, lane, active FROM ${t.lanes} WHERE ${lanes}`,
     sql`SELECT id, queue, lane, type, queue_class, run_after <= NOW(6) AS due FROM ${t.items} FORCE INDEX (ix_lane)
-      WHERE (queue, lane, lane_seq) IN (${sql.join(laned.map((e) => sql`(${inline(e.handle.queue)}, ${inline(e.handle.lane)}, ${inline((e.handle.laneSeq ?? 0) + 1)})`))})
+      WHERE (queue, lane, lane_seq) IN (${sql.join(heads.map((h) => sql`(${inline(h.queue)}, ${inline(h.lane)}, ${inline(h.laneSeq + 1)})`))})
         AND state = 'pending'`,
   ]);
   // Someone lost their lease: roll this batch back and let each item CAS on its
   // own, which tells exactly who won. Rare (expired leases), so the slow path is fine.
   if (completed?.affected !== entries.length) throw new PartialBatch();
 
-  const busy = new Set((active?.rows ?? []).filter((r) => Number(r.active) > 0).map((r) => queueScoped(String(r.queue), String(r.lane))));
-  const successors = ((found?.rows ?? []) as unknown as SuccessorRow[]).filter((r) => busy.has(queueScoped(r.queue, r.lane)));
+  const successors = (found?.rows ?? []) as unknown as SuccessorRow[];
   const headed = new Set(successors.map((r) => queueScoped(r.queue, r.lane)));
   const mine = next ? successors.filter((r) => takes(next, r)).slice(0, next.max) : [];
   const mineIds = new Set(mine.map((r) => r.id));
@@ -120,17 +114,22 @@ export async function completeInTwoTrips(send: Send, exec: Executor, t: LedgerTa
     statements.push(sql`UPDATE ${t.items} SET is_head = 1, updated_at = NOW(6) WHERE id IN (${list(left.map((r) => r.id))}) AND state = 'pending'`);
   }
   const lease = next && mine.length > 0 ? grantLease(next) : undefined;
-  if (lease) statements.push(...claimSuccessors(t, lease, mine.map((r) => r.id)));
-  const stragglers = laned.filter((e) => {
-    const k = queueScoped(e.handle.queue, e.handle.lane ?? '');
-    return busy.has(k) && !headed.has(k);
-  });
-  const results = await send(statements, { commit: stragglers.length === 0 });
-  const claimed = lease ? claimedItems((results.at(-1)?.rows ?? []) as unknown as ClaimedRow[], lease) : [];
-  for (const e of stragglers) {
-    if (await advanceHead(exec, t, { queue: e.handle.queue, lane: e.handle.lane, laneSeq: e.handle.laneSeq })) {
-      advanced.add(queueScoped(e.handle.queue, e.handle.lane ?? ''));
-    }
+  let claimedAt = -1;
+  if (lease) {
+    statements.push(...claimSuccessors(t, lease, mine.map((r) => r.id)));
+    claimedAt = statements.length - 1;
+  }
+  const unheaded = heads.filter((h) => !headed.has(queueScoped(h.queue, h.lane)));
+  if (unheaded.length > 0) {
+    statements.push(idleLanes(t, unheaded), sql`SELECT queue, lane FROM ${t.lanes} WHERE ${laneIn(unheaded)} AND busy_from <> 0`);
+  }
+  const results = await send(statements, { commit: unheaded.length === 0 });
+  const claimed = lease ? claimedItems((results[claimedAt]?.rows ?? []) as unknown as ClaimedRow[], lease) : [];
+  // Lanes still busy without a successor head: settled one by one under their rows' locks, before the COMMIT.
+  const busyRows = (unheaded.length > 0 ? (results.at(-1)?.rows ?? []) : []) as unknown as { queue: string; lane: string }[];
+  const stillBusy = new Set(busyRows.map((r) => queueScoped(r.queue, r.lane)));
+  for (const h of unheaded) {
+    if (stillBusy.has(queueScoped(h.queue, h.lane)) && (await advanceLocked(exec, t, h))) advanced.add(queueScoped(h.queue, h.lane));
   }
   return { won: entries.map(() => true), advanced, claimed };
 }

@@ -47,9 +47,9 @@ export async function insertLanedOneTrip(db: LedgerDb, caps: LedgerCapabilities,
 /**
  * The items as a derived table, each with its place in the batch's share of
  * its lane (`k` of `n`), joined to the lane rows the upsert just reserved
- * (`next_seq` and `active` already include the batch): the item's sequence
- * is `next_seq - n + k`, and it is the head when the lane had nothing
- * unfinished before the batch and it is the batch's first of the lane. A
+ * (`next_seq` already includes the batch): the item's sequence is
+ * `next_seq - n + k`, and it is the head when it made its lane busy (its
+ * sequence is the lane row's `busy_from`). A
  * laned item with no lane row would get a NULL `is_head`, which the NOT NULL
  * column refuses: the statement fails rather than insert it out of its lane.
  * The queue name is written as ASCII text, the lane rows' column's character
@@ -77,7 +77,7 @@ function insertJoined(t: LedgerTables, items: readonly NewItem[], ids: readonly 
     )}`;
   });
   // Evaluated per row: whether the item is its lane's head; laneless items are their own.
-  const head = sql.raw(`IF(v.lane IS NULL, 1, IF(l.queue IS NULL, NULL, l.active - v.n = 0 AND v.k = 1))`);
+  const head = sql.raw(`IF(v.lane IS NULL, 1, IF(l.queue IS NULL, NULL, l.busy_from = l.next_seq - v.n + v.k))`);
   const claimed = sql`(v.c = 1 AND ${head} = 1)`;
   return sql`INSERT INTO ${t.items} (id, queue, type, lane, lane_seq, is_head, queue_class, priority,
       payload, state, run_after, attempt, max_attempts, idempotency_key, replay_of, created_at, updated_at,

@@ -259,9 +259,13 @@ export const LANES_PER_UPSERT = 32;
 /**
  * Reserves the batch's sequences on its lane rows (locking them), in
  * statements of LANES_PER_UPSERT lanes, then reads the rows back; no result
- * is needed between them. The new counts come in as a derived table, so the
- * update names them `v.…` rather than VALUES(…), which MySQL 8.0.20+
- * deprecates and every server reads alike.
+ * is needed between them. A lane that was idle (`busy_from = 0`) becomes
+ * busy from the batch's first item of it, which is then its head. The new
+ * counts come in as a derived table, so the update names them `v.…` rather
+ * than VALUES(…), which MySQL 8.0.20+ deprecates and every server reads
+ * alike. `busy_from` is assigned before `next_seq` and reads only the old
+ * row: MySQL and MariaDB assign left to right, TiDB reads the old row in
+ * every expression, and this means the same on all three.
  */
 export function laneStatements(t: LedgerTables, lanes: readonly LaneCount[]): { upserts: RawBuilder<unknown>[]; read: RawBuilder<unknown> } {
   const upserts: RawBuilder<unknown>[] = [];
@@ -269,38 +273,38 @@ export function laneStatements(t: LedgerTables, lanes: readonly LaneCount[]): { 
     const rows = lanes
       .slice(i, i + LANES_PER_UPSERT)
       .map((l, k) =>
-        k === 0 ? sql`SELECT ${l.queue} AS queue, ${l.lane} AS lane, ${l.n} AS next_seq, ${l.n} AS active` : sql`SELECT ${l.queue}, ${l.lane}, ${l.n}, ${l.n}`,
+        k === 0 ? sql`SELECT ${l.queue} AS queue, ${l.lane} AS lane, ${l.n} AS next_seq, 1 AS busy_from` : sql`SELECT ${l.queue}, ${l.lane}, ${l.n}, 1`,
       );
-    upserts.push(sql`INSERT INTO ${t.lanes} (queue, lane, next_seq, active)
+    upserts.push(sql`INSERT INTO ${t.lanes} (queue, lane, next_seq, busy_from)
     SELECT * FROM (${sql.join(rows, sql` UNION ALL `)}) AS v
-    ON DUPLICATE KEY UPDATE next_seq = ${t.lanes}.next_seq + v.next_seq, active = ${t.lanes}.active + v.active`);
+    ON DUPLICATE KEY UPDATE busy_from = IF(${t.lanes}.busy_from = 0, ${t.lanes}.next_seq + 1, ${t.lanes}.busy_from),
+      next_seq = ${t.lanes}.next_seq + v.next_seq`);
   }
-  return { upserts, read: sql`SELECT queue, lane, next_seq, active FROM ${t.lanes} WHERE ${laneIn(lanes)}` };
+  return { upserts, read: sql`SELECT queue, lane, next_seq, busy_from FROM ${t.lanes} WHERE ${laneIn(lanes)}` };
 }
 
-type LaneRow = { queue: string; lane: string; next_seq: number; active: number };
+type LaneRow = { queue: string; lane: string; next_seq: number; busy_from: number };
 
 /**
  * For every laned item, the next gap-free sequence of its lane and whether it
- * is the head (its lane had no unfinished item). An item that is not its
+ * is the head: the item that made its lane busy. An item that is not its
  * lane's head loses any claim it was offered: it waits for its turn.
  */
 function sequencesFrom(items: readonly NewItem[], lanes: readonly LaneCount[], rows: readonly LaneRow[]): (LaneSequence | undefined)[] {
   const counts = new Map(lanes.map((l) => [queueScoped(l.queue, l.lane), l.n]));
-  // Per lane: the first sequence of this batch, and whether the lane was idle before it.
-  const cursor = new Map<string, { next: number; idleBefore: boolean }>();
+  // Per lane: the next sequence of this batch, and the sequence that made the lane busy.
+  const cursor = new Map<string, { next: number; busyFrom: number }>();
   for (const r of rows) {
     const n = counts.get(queueScoped(r.queue, r.lane));
     if (n === undefined) continue;
-    cursor.set(queueScoped(r.queue, r.lane), { next: Number(r.next_seq) - n + 1, idleBefore: Number(r.active) - n === 0 });
+    cursor.set(queueScoped(r.queue, r.lane), { next: Number(r.next_seq) - n + 1, busyFrom: Number(r.busy_from) });
   }
   return items.map((item) => {
     if (item.lane === null) return undefined;
     const cur = cursor.get(queueScoped(item.queue, item.lane));
     if (!cur) throw new Error(`enqueue: lane row missing for ${item.queue}/${item.lane}`);
     const seq = cur.next++;
-    const head = cur.idleBefore;
-    cur.idleBefore = false;
+    const head = seq === cur.busyFrom;
     if (!head) delete item.claim;
     return { seq, head };
   });

@@ -35,7 +35,7 @@ export async function purgeTerminal(
   if (lanes.length > 0) {
     // A lane row may go once nothing of the lane is left; enqueue locks the
     // same row, so a concurrent enqueue either sees it gone or keeps it alive.
-    await sql`DELETE FROM ${t.lanes} WHERE active = 0
+    await sql`DELETE FROM ${t.lanes} WHERE busy_from = 0
       AND ${laneIn(lanes)}
       AND NOT EXISTS (SELECT 1 FROM ${t.items} i WHERE i.queue = ${t.lanes}.queue AND i.lane = ${t.lanes}.lane)`.execute(db);
   }

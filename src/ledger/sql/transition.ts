@@ -6,6 +6,7 @@ import { CONNECTION_RETRY, isConnectionError, readAfterLostConnection, retryDela
 import type { LedgerTables } from '../tables.js';
 import type { AttemptRecord } from '../types.js';
 import { affected } from './common.js';
+import { handOnLane } from './lane-advance.js';
 
 /** Where an item sits: enough to find its lane and its successor. */
 export interface ItemPlace {
@@ -46,11 +47,10 @@ export interface TransitionSpec {
 }
 
 /**
- * One state change of one item, as a CAS. A terminal change of a laned item
- * also decrements the lane's unfinished count and makes the next pending item
- * of the lane its head, in the same transaction. The lane row is locked first,
- * the same order enqueue takes, so the two never deadlock. Returns whether
- * the CAS won; a lost CAS writes nothing.
+ * One state change of one item, as a CAS. A terminal change of a lane's head
+ * also hands the lane on in the same transaction: its next pending item
+ * becomes the head, or the lane goes idle (src/ledger/sql/lane-advance.ts).
+ * Returns whether the CAS won; a lost CAS writes nothing.
  *
  * A lost connection costs nothing: before COMMIT the change runs again on a
  * fresh connection; when the write or its COMMIT went unanswered, the ledger
@@ -58,7 +58,7 @@ export interface TransitionSpec {
  * that did is reported won, not retried into a lost CAS.
  */
 export async function applyTransition(db: LedgerDb, t: LedgerTables, spec: TransitionSpec): Promise<boolean> {
-  const laneWork = spec.terminal && spec.place.lane !== null;
+  const laneWork = spec.terminal && spec.wasHead && spec.place.lane !== null;
   // Made once, so every run of this change writes the same history row: the row tells whether one committed.
   const historyId = spec.history === null ? undefined : newId();
   const settled = async (): Promise<Settled> => transitionSettled(db, t, spec, historyId);
@@ -119,16 +119,13 @@ export type Settled = 'open' | 'applied' | 'lost' | 'unknown';
 /**
  * The same change inside a transaction the caller owns (ctx.transaction):
  * throws LeaseLostError when the CAS loses, so the caller's writes roll back
- * with it.
+ * with it. The item's row is locked first, then, when a head ended, its
+ * lane's successor or lane row (docs/design.md §8, lock order).
  */
 export async function applyTransitionInTx(trx: Executor, t: LedgerTables, spec: TransitionSpec, historyId: string = newId()): Promise<void> {
-  const { lane, queue } = spec.place;
-  const laneWork = spec.terminal && lane !== null;
-  if (laneWork) {
-    await sql`UPDATE ${t.lanes} SET active = active - 1 WHERE queue = ${queue} AND lane = ${lane}`.execute(trx);
-  }
+  const { lane, queue, laneSeq } = spec.place;
   if ((await casUpdate(trx, t, spec)) !== 1) throw new LeaseLostError(spec.place.id);
-  if (laneWork && spec.wasHead) await advanceHead(trx, t, spec.place);
+  if (spec.terminal && spec.wasHead && lane !== null && laneSeq !== null) await handOnLane(trx, t, { queue, lane, laneSeq });
   if (spec.history) await insertHistory(trx, t, spec.place.id, spec.history, historyId);
   if (spec.alsoWrite) await spec.alsoWrite(trx);
 }
@@ -137,27 +134,6 @@ async function casUpdate(exec: Executor, t: LedgerTables, spec: TransitionSpec):
   const r = await sql`UPDATE ${t.items} SET ${spec.set}, updated_at = NOW(6)
     WHERE id = ${spec.place.id} AND ${spec.guard}`.execute(exec);
   return affected(r);
-}
-
-/**
- * The first pending item after `place` in its lane becomes the head (a no-op
- * if it already is). Sequences are gap free, but an item cancelled while
- * waiting is skipped by `state = 'pending'`. The caller holds the lane row's
- * lock, so the lane cannot change between the read and the write.
- *
- * Two statements on purpose: MariaDB runs `UPDATE … ORDER BY … LIMIT 1` over
- * a range by buffering every matching row first (48 ms at the head of a
- * 100,000-item lane), and its optimizer prefers ix_claim here, so the read
- * names ix_lane. Returns whether the lane has a new head.
- */
-export async function advanceHead(exec: Executor, t: LedgerTables, place: Omit<ItemPlace, 'id'>): Promise<boolean> {
-  const next = await sql<{ id: string }>`SELECT id FROM ${t.items} FORCE INDEX (ix_lane)
-    WHERE queue = ${place.queue} AND lane = ${place.lane} AND lane_seq > ${place.laneSeq} AND state = 'pending'
-    ORDER BY lane_seq LIMIT 1`.execute(exec);
-  const id = next.rows[0]?.id;
-  if (id === undefined) return false;
-  await sql`UPDATE ${t.items} SET is_head = 1, updated_at = NOW(6) WHERE id = ${id} AND state = 'pending'`.execute(exec);
-  return true;
 }
 
 export async function insertHistory(exec: Executor, t: LedgerTables, itemId: string, h: HistoryEntry, id: string = newId()): Promise<void> {
