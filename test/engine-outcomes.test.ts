@@ -10,6 +10,7 @@ import type { WorkItem } from '../src/ledger/types.js';
 import { Producer } from '../src/producer/producer.js';
 import { createTestWake, uniqueQueue, type TestWake } from './support/engine.js';
 import { createTestLedger, waitFor, type TestLedger } from './support/ledger.js';
+import { onEveryStatement } from './support/mysql-statements.js';
 
 let tl: TestLedger | undefined;
 let tw: TestWake | undefined;
@@ -444,6 +445,26 @@ test('a handler that runs for several leases keeps its item: the consumer\'s clo
   expect(await h.item(id)).toMatchObject({ state: 'completed', result: 'kept', attempt: 1 });
   expect(await attemptsOf(h.ledger, id)).toEqual([]);
   expect(h.consumer.counters).toMatchObject({ completed: 1, leaseLost: 0 });
+});
+
+test('several long handlers have their leases renewed together: one statement per tick of the clock, not one per item', async () => {
+  const LEASE_MS = 300;
+  const renewals: number[] = [];
+  const stopCounting = onEveryStatement((text) => {
+    const m = /^UPDATE \S+ SET lease_until = .* WHERE id IN \((.*?)\) AND lease_token IN/s.exec(text);
+    if (m) renewals.push(m[1]!.split(',').length);
+  });
+  cleanups.push(stopCounting);
+  const h = await harness({ long: async () => void (await sleep(5 * LEASE_MS)) }, { leaseMs: LEASE_MS, pollIntervalMs: 100, concurrency: 4 });
+  // One batch, taken by the consumer in one go: the four leases start, and come due, together.
+  const ids = (await h.producer.enqueueMany(Array.from({ length: 4 }, () => ({ queue: h.queue, type: 'long', payload: {} })))).map((r) => r.id);
+  for (const id of ids) expect(await h.waitOutcome(id, 'completed', 10_000)).toEqual(['completed']);
+  expect(h.consumer.counters).toMatchObject({ completed: 4, leaseLost: 0 });
+  const renewed = renewals.reduce((a, b) => a + b, 0);
+  // Each item was renewed several times (5 leases long, renewed every third of one)…
+  expect(renewed).toBeGreaterThanOrEqual(4 * 4);
+  // …and the renewals went out together: far fewer statements than renewals.
+  expect(renewals.length * 3).toBeLessThanOrEqual(renewed);
 });
 
 test('a deadline long enough to be kept on the consumer\'s clock still aborts the handler and releases the item', async () => {

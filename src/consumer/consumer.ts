@@ -21,6 +21,7 @@ import { leaseTickMs } from './lease-keeper.js';
 import type { ConsumerLedger } from './ledger-port.js';
 import { OfferDesk, type OfferDeskHost } from './offer-desk.js';
 import { consumerSettingsSchema, type ConsumerSettings, type ConsumerSettingsInput } from './options.js';
+import { RenewalBatch } from './renewals.js';
 import { Sweeper } from './sweeper.js';
 import { normalizeHandler, type HandlerEntry, type RegisteredHandler } from './types.js';
 
@@ -285,6 +286,7 @@ export class Consumer<DB = Record<string, never>> extends EventEmitter<ConsumerE
     return {
       runDeps: {
         ledger: this.ledger,
+        renewals: new RenewalBatch(this.ledger),
         completer: new BatchCompleter(this.ledger, (wanted) => this.handovers.forSuccessors(wanted)),
         settings: this.settings,
         handlers: this.handlers,

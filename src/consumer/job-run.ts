@@ -4,6 +4,7 @@ import type { ClaimedItem } from '../ledger/types.js';
 import { JobAbortedError, type AbortReason } from './errors.js';
 import { writeInvalidPayload, writeOutcome, writeUnowned, type Outcome, type OutcomeDeps, type Settlement } from './job-outcome.js';
 import { LeaseKeeper, leaseTickMs, type LeaseEvent } from './lease-keeper.js';
+import type { LeaseLedger } from './ledger-port.js';
 import type { Job, JobContext, RegisteredHandler } from './types.js';
 
 export type { Outcome, OutcomeDeps } from './job-outcome.js';
@@ -34,6 +35,8 @@ export interface RunningJob {
 
 export interface JobRunDeps<DB> extends OutcomeDeps {
   handlers: ReadonlyMap<string, RegisteredHandler<DB>>;
+  /** What the lease keepers renew through (the consumer's RenewalBatch); the ledger itself when absent. */
+  renewals?: LeaseLedger;
   /**
    * The handler has settled (or never ran): the item's executor slot is free,
    * its outcome may still be being written. Called once per run, synchronously.
@@ -157,7 +160,7 @@ class JobRun<DB> implements RunningJob {
   }
 
   private leaseKeeper(): LeaseKeeper {
-    this.keeper ??= new LeaseKeeper(this.deps.ledger, this.item, this.deps.settings.leaseMs, (event) => this.onLeaseEvent(event), this.claimedAtMs);
+    this.keeper ??= new LeaseKeeper(this.deps.renewals ?? this.deps.ledger, this.item, this.deps.settings.leaseMs, (event) => this.onLeaseEvent(event), this.claimedAtMs);
     return this.keeper;
   }
 

@@ -15,6 +15,7 @@ export type ConsumerLedger = PickPresent<
   | 'countProcessing'
   | 'release'
   | 'renew'
+  | 'renewMany'
   | 'checkpoint'
   | 'retry'
   | 'fail'

@@ -35,7 +35,7 @@ import { claimByIds, claimHeads, readHeldUnderLease } from './sql/claim.js';
 import { probeDependencyWaits, wakeDependency } from './sql/dependency.js';
 import type { InsertClaim } from './sql/enqueue.js';
 import { getAttempts, getItem, listDead } from './sql/inspect.js';
-import { renewLease, saveCheckpoint } from './sql/lease.js';
+import { renewLeases, saveCheckpoint } from './sql/lease.js';
 import { activateOwnership, getOwnership } from './sql/ownership.js';
 import { purgeTerminal } from './sql/purge.js';
 import { reclaimExpired } from './sql/reclaim.js';
@@ -181,8 +181,13 @@ export class Ledger {
   }
 
   renew(handle: Pick<LeaseHandle, 'id' | 'leaseToken'>, leaseMs: number): Promise<RenewOutcome> {
+    return this.renewMany([handle], leaseMs).then(([outcome]) => outcome!);
+  }
+
+  /** Renews many leases in one statement: per handle, in order, whether it is still held and whether its cancel was requested. */
+  renewMany(handles: readonly Pick<LeaseHandle, 'id' | 'leaseToken'>[], leaseMs: number): Promise<RenewOutcome[]> {
     validate(positiveDurationMs, leaseMs, 'renew', 'leaseMs');
-    return renewLease(this.db, this.tables, handle, leaseMs);
+    return this.knownCapabilities().then((caps) => renewLeases(this.db, caps, this.tables, handles, leaseMs));
   }
 
   checkpoint(handle: Pick<LeaseHandle, 'id' | 'leaseToken'>, value: unknown): Promise<boolean> {
@@ -314,11 +319,7 @@ export class Ledger {
     return probeDependencyWaits(this.db, this.tables, v);
   }
 
-  /**
-   * Records the dependency waits of a queue's blocked items that have none
-   * (blocked by code from before schema 3 during a rolling upgrade), so
-   * wakeDependency and the probes find them. Returns how many it recorded.
-   */
+  /** Records the missing waits rows of a queue's blocked items (blocked before schema 3); returns how many. */
   repairWaits(queue: string): Promise<number> {
     validate(queueName, queue, 'repairWaits', 'queue');
     return repairWaits(this.db, this.tables, queue);

@@ -2,17 +2,51 @@ import { sql } from 'kysely';
 import type { LedgerDb } from '../connection.js';
 import type { LedgerTables } from '../tables.js';
 import type { LeaseHandle, RenewOutcome } from '../types.js';
-import { affected, nowPlusMs } from './common.js';
+import type { LedgerCapabilities } from '../capabilities.js';
+import { affected, list, nowPlusMs } from './common.js';
 
-/** Extends the lease from the ledger's now. One statement unless a cancel was requested. */
-export async function renewLease(db: LedgerDb, t: LedgerTables, h: Pick<LeaseHandle, 'id' | 'leaseToken'>, leaseMs: number): Promise<RenewOutcome> {
-  const first = await sql`UPDATE ${t.items} SET lease_until = ${nowPlusMs(leaseMs)}
-    WHERE id = ${h.id} AND lease_token = ${h.leaseToken} AND state = 'processing' AND cancel_requested = 0`.execute(db);
-  if (affected(first) === 1) return { renewed: true, cancelRequested: false };
-  const second = await sql`UPDATE ${t.items} SET lease_until = ${nowPlusMs(leaseMs)}
-    WHERE id = ${h.id} AND lease_token = ${h.leaseToken} AND state = 'processing'`.execute(db);
-  const renewed = affected(second) === 1;
-  return { renewed, cancelRequested: renewed };
+/**
+ * Extends many leases from the ledger's now: one UPDATE by primary key (a
+ * consumer's renewals of one clock tick), then a read of the rows, in one
+ * round trip where the connection takes several statements. A lease is
+ * renewed when its row is still processing under its token afterwards:
+ * tokens are each holder's own, so the UPDATE's `lease_token IN (…)` can only
+ * match a row that one of these leases holds. A renewal also reports a
+ * cancel an operator requested, so the handler can stop.
+ */
+export async function renewLeases(
+  db: LedgerDb,
+  caps: LedgerCapabilities,
+  t: LedgerTables,
+  handles: readonly Pick<LeaseHandle, 'id' | 'leaseToken'>[],
+  leaseMs: number,
+): Promise<RenewOutcome[]> {
+  if (handles.length === 0) return [];
+  const ids = list([...new Set(handles.map((h) => h.id))]);
+  const update = sql`UPDATE ${t.items} SET lease_until = ${nowPlusMs(leaseMs)}
+    WHERE id IN (${ids}) AND lease_token IN (${list([...new Set(handles.map((h) => h.leaseToken))])}) AND state = 'processing'`;
+  const read = sql`SELECT id, lease_token, state, cancel_requested FROM ${t.items} WHERE id IN (${ids})`;
+  let rows: LeaseRow[];
+  if (caps.multiStatement) {
+    const both = await sql`${update}; ${read}`.execute(db);
+    rows = (both.rows as unknown as [unknown, LeaseRow[]])[1];
+  } else {
+    await update.execute(db);
+    rows = (await read.$castTo<LeaseRow>().execute(db)).rows;
+  }
+  const byId = new Map(rows.map((r) => [r.id, r]));
+  return handles.map((h) => {
+    const row = byId.get(h.id);
+    const renewed = row !== undefined && row.state === 'processing' && row.lease_token === h.leaseToken;
+    return { renewed, cancelRequested: renewed && Number(row.cancel_requested) === 1 };
+  });
+}
+
+interface LeaseRow {
+  id: string;
+  lease_token: string;
+  state: string;
+  cancel_requested: number | string;
 }
 
 export async function saveCheckpoint(db: LedgerDb, t: LedgerTables, h: Pick<LeaseHandle, 'id' | 'leaseToken'>, checkpointJson: string): Promise<boolean> {
