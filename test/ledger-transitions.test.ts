@@ -1030,6 +1030,24 @@ describe('batch, in-transaction and cancelled finalizes', () => {
     expect(await mustGet(ledger, second!.id)).toEqual(before);
   });
 
+  test('completeWithin says whether the lane got a new head: true with a successor waiting, false when the lane goes idle', async () => {
+    const queue = freshQueue('complete-within-lane');
+    await ledger.enqueueMany([
+      { queue, type: 't', payload: 'a1', lane: 'A' },
+      { queue, type: 't', payload: 'a2', lane: 'A' },
+      { queue, type: 't', payload: 'b1', lane: 'B' },
+      { queue, type: 't', payload: 'free' },
+    ]);
+    const byPayload = new Map((await claimAll(ledger, queue)).map((c) => [c.payload, c]));
+    const done = (p: string) => ledger.completeWithin(byPayload.get(p)!, async () => `done ${p}`);
+    expect(await done('a1')).toEqual({ value: 'done a1', laneAdvanced: true });
+    expect(await done('b1')).toEqual({ value: 'done b1', laneAdvanced: false });
+    expect(await done('free')).toEqual({ value: 'done free', laneAdvanced: undefined });
+    expect(await laneRow(ledger, queue, 'A')).toEqual({ nextSeq: 2, busy: true });
+    expect(await laneRow(ledger, queue, 'B')).toEqual({ nextSeq: 1, busy: false });
+    expect((await claimAll(ledger, queue)).map((c) => c.payload)).toEqual(['a2']);
+  });
+
   test('cancelClaimed: the holder ends a cancel-requested item as cancelled and its lane moves on', async () => {
     const queue = freshQueue('cancel-claimed');
     const [a, b] = await ledger.enqueueMany([

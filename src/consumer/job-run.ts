@@ -84,6 +84,8 @@ class JobRun<DB> implements RunningJob {
   laneAdvanced: boolean | undefined;
   /** Set by ctx.transaction once the completion committed with the handler's writes. */
   completedInTx = false;
+  /** And whether that completion gave the item's lane a new head (false: the lane went idle). */
+  laneAdvancedInTx: boolean | undefined;
   handlerMs: number | undefined;
   private settledCalled = false;
   private controller: AbortController | undefined;
@@ -256,6 +258,7 @@ class JobRun<DB> implements RunningJob {
       abortedWith,
       abortReason: this.abortReason,
       completedInTx: this.completedInTx,
+      laneAdvanced: this.laneAdvancedInTx,
       leaseLost: this.leaseLost,
     };
   }
@@ -283,8 +286,9 @@ class Context<DB> implements JobContext<DB> {
     if (run.completedInTx) throw new Error('ctx.transaction already completed this item');
     // The ledger runs fn again on a fresh connection after a connection lost before COMMIT, and reads
     // the item to settle a COMMIT that went unanswered: a dead connection costs no attempt.
-    const value = await run.deps.ledger.completeWithin(run.item, (trx) => fn(trx as unknown as Transaction<DB>));
+    const { value, laneAdvanced } = await run.deps.ledger.completeWithin(run.item, (trx) => fn(trx as unknown as Transaction<DB>));
     run.completedInTx = true;
+    run.laneAdvancedInTx = laneAdvanced;
     return value;
   }
 

@@ -227,10 +227,11 @@ export class Ledger {
    * `fn` and this item's completion (`fn`'s value its result) in one ledger
    * transaction, for ctx.transaction; run again after a lost connection, and
    * settled by reading the item after an unanswered COMMIT (outcomes.ts,
-   * completeWithin). Throws LeaseLostError when the CAS loses.
+   * completeWithin). Also says whether the item's lane got a new head (false: it went idle).
+   * Throws LeaseLostError when the CAS loses.
    * @internal
    */
-  async completeWithin<T>(handle: LeaseHandle, fn: (trx: Transaction<Record<string, never>>) => Promise<T>): Promise<T> {
+  completeWithin<T>(handle: LeaseHandle, fn: (trx: Transaction<Record<string, never>>) => Promise<T>): Promise<{ value: T; laneAdvanced: boolean | undefined }> {
     return completeWithin(this.finishTarget, handle, fn);
   }
 
@@ -240,7 +241,7 @@ export class Ledger {
    * LeaseLostError (the caller's transaction must roll back) when the CAS loses.
    */
   async completeInTransaction(trx: Executor, handle: LeaseHandle, result?: unknown): Promise<void> {
-    return completeInTransaction(this.finishTarget, trx, handle, result);
+    await completeInTransaction(this.finishTarget, trx, handle, result);
   }
 
   /** Ends a claimed item whose cancel was requested while it ran; without a reason, the request's reason stays its last error. */

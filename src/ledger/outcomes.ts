@@ -9,6 +9,7 @@ import { runTransaction } from './retry.js';
 import { truncate } from './sql/common.js';
 import { completeMany, completionsSettled } from './sql/complete-batch.js';
 import { finalize, finalizeInTx, type Finalization } from './sql/finalize.js';
+import type { LaneHandedOn } from './sql/transition.js';
 import type { LedgerTables } from './tables.js';
 import type { ClaimedItem, FinalizeResult, ItemState, LeaseHandle, SuccessorClaim } from './types.js';
 import { encodeJson, encodePayload } from './json.js';
@@ -107,22 +108,26 @@ export function retryEnding(target: FinishTarget, handle: LeaseHandle, v: z.outp
  * LeaseLostError when the completion's CAS loses (nothing of `fn`'s
  * commits), CommitOutcomeUnknownError when the ledger cannot be read.
  */
-export function completeWithin<T>(target: FinishTarget, handle: LeaseHandle, fn: (trx: Transaction<Record<string, never>>) => Promise<T>): Promise<T> {
+export function completeWithin<T>(
+  target: FinishTarget,
+  handle: LeaseHandle,
+  fn: (trx: Transaction<Record<string, never>>) => Promise<T>,
+): Promise<{ value: T; laneAdvanced: LaneHandedOn }> {
   return runTransaction(
     target.db,
     async (trx) => {
       const value = await fn(trx);
-      await completeInTransaction(target, trx, handle, value === undefined ? undefined : value);
-      return value;
+      const laneAdvanced = await completeInTransaction(target, trx, handle, value === undefined ? undefined : value);
+      return { value, laneAdvanced };
     },
     async () => (await completionsSettled(target.db, target.tables, [handle]))[0] === 'completed',
   );
 }
 
 /** A completion inside the caller's transaction; throws LeaseLostError when the CAS loses. */
-export async function completeInTransaction(target: FinishTarget, trx: Executor, handle: LeaseHandle, result: unknown): Promise<void> {
+export async function completeInTransaction(target: FinishTarget, trx: Executor, handle: LeaseHandle, result: unknown): Promise<LaneHandedOn> {
   const json = result === undefined ? null : encodeCapped(result, target.resultMaxBytes, 'result');
-  await finalizeInTx(trx, target.tables, handle, { kind: 'complete', resultJson: json });
+  return finalizeInTx(trx, target.tables, handle, { kind: 'complete', resultJson: json });
 }
 
 /** An error as the item and its history store it: a stack, a string or JSON, cut to `maxChars`. */

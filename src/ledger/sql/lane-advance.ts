@@ -52,16 +52,30 @@ export function idleLanes(t: LedgerTables, heads: readonly EndedHead[]): RawBuil
 }
 
 /**
- * One ended head's lane handed on in the cheap order: the successor at
- * `lane_seq + 1` becomes the head (no lane row touched), or, when there is
- * none, the lane goes idle (its row written once). When neither holds (the
- * successor was cancelled while it waited, or an enqueue into the lane
- * committed meanwhile) the lane is settled under its row's lock. Returns
- * whether the lane has a new head.
+ * One lane goes idle if its ended head was its last item: idleLanes as a
+ * point update by the lane row's key (no derived table for TiDB to plan),
+ * for a head whose lane row was just read to end with it.
+ */
+function idleLane(t: LedgerTables, head: EndedHead): RawBuilder<unknown> {
+  return sql`UPDATE ${t.lanes} SET busy_from = 0 WHERE queue = ${inline(head.queue)} AND lane = ${inline(head.lane)} AND next_seq = ${inline(head.laneSeq)}`;
+}
+
+/**
+ * One ended head's lane handed on. A plain read of the lane row (no lock)
+ * says which way is likely: the head was the lane's last sequence, so the
+ * lane goes idle (its row written once), or there is a successor at
+ * `lane_seq + 1` to make the head (no lane row touched). Each write re-checks
+ * what the read saw; when it no longer holds (an enqueue into the lane
+ * committed meanwhile, or the successor was cancelled while it waited) the
+ * lane is settled under its row's lock. The read is a point get, far cheaper
+ * than the successor's update through ix_lane that an idle lane would find
+ * nothing for. Returns whether the lane has a new head.
  */
 export async function handOnLane(exec: Executor, t: LedgerTables, head: EndedHead): Promise<boolean> {
-  if (affected(await headSuccessors(t, [head]).execute(exec)) === 1) return true;
-  if (affected(await idleLanes(t, [head]).execute(exec)) === 1) return false;
+  const row = await sql<{ next_seq: number | string }>`SELECT next_seq FROM ${t.lanes} WHERE queue = ${inline(head.queue)} AND lane = ${inline(head.lane)}`.execute(exec);
+  const last = Number(row.rows[0]?.next_seq ?? head.laneSeq) === head.laneSeq;
+  if (last && affected(await idleLane(t, head).execute(exec)) === 1) return false;
+  if (!last && affected(await headSuccessors(t, [head]).execute(exec)) === 1) return true;
   return advanceLocked(exec, t, head);
 }
 

@@ -122,13 +122,17 @@ export type Settled = 'open' | 'applied' | 'lost' | 'unknown';
  * with it. The item's row is locked first, then, when a head ended, its
  * lane's successor or lane row (docs/design.md §8, lock order).
  */
-export async function applyTransitionInTx(trx: Executor, t: LedgerTables, spec: TransitionSpec, historyId: string = newId()): Promise<void> {
+export async function applyTransitionInTx(trx: Executor, t: LedgerTables, spec: TransitionSpec, historyId: string = newId()): Promise<LaneHandedOn> {
   const { lane, queue, laneSeq } = spec.place;
   if ((await casUpdate(trx, t, spec)) !== 1) throw new LeaseLostError(spec.place.id);
-  if (spec.terminal && spec.wasHead && lane !== null && laneSeq !== null) await handOnLane(trx, t, { queue, lane, laneSeq });
+  const handedOn = spec.terminal && spec.wasHead && lane !== null && laneSeq !== null ? await handOnLane(trx, t, { queue, lane, laneSeq }) : undefined;
   if (spec.history) await insertHistory(trx, t, spec.place.id, spec.history, historyId);
   if (spec.alsoWrite) await spec.alsoWrite(trx);
+  return handedOn;
 }
+
+/** Whether an ended head's lane got a new head (true) or went idle (false); undefined when no lane was handed on. */
+export type LaneHandedOn = boolean | undefined;
 
 async function casUpdate(exec: Executor, t: LedgerTables, spec: TransitionSpec): Promise<number> {
   const r = await sql`UPDATE ${t.items} SET ${spec.set}, updated_at = NOW(6)
