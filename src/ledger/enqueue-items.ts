@@ -31,6 +31,11 @@ export async function enqueueItems(target: EnqueueTarget, inputs: readonly Enque
   return insertPrepared(target, items);
 }
 
+/** Checks one input as `Ledger.enqueue` would (ValidationError naming its fields), writing nothing. */
+export function checkEnqueueInput(target: EnqueueTarget, input: EnqueueInput): void {
+  prepareItems(target, [input], '');
+}
+
 /**
  * Ledger.enqueueClaiming: once the batch is validated, `reserve` sees the
  * items that may be inserted already claimed (due now, no idempotency key;

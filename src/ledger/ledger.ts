@@ -3,7 +3,7 @@ import { ValidationError } from '../errors.js';
 import { capabilitiesOnce, type LedgerCapabilities } from './capabilities.js';
 import { parseLedgerConfig, type LedgerConfig, type LedgerConfigInput } from './config.js';
 import { createLedgerPool, ledgerDbOnPool, trackPool, type Executor, type LedgerDb, type PoolStats } from './connection.js';
-import { enqueueItems, enqueueItemsClaiming, type EnqueueTarget } from './enqueue-items.js';
+import { checkEnqueueInput, enqueueItems, enqueueItemsClaiming, type EnqueueTarget } from './enqueue-items.js';
 import {
   activateSchema,
   blockSchema,
@@ -135,6 +135,11 @@ export class Ledger {
     const [result] = await enqueueItems(this.enqueueTarget, [input], opts, '');
     if (!result) throw new Error('enqueue: no result');
     return result;
+  }
+
+  /** Throws the ValidationError `enqueue(input)` would, writing nothing. @internal */
+  checkEnqueue(input: EnqueueInput): void {
+    checkEnqueueInput(this.enqueueTarget, input);
   }
 
   /** One round trip per batch (a few statements), whatever its size. Results are in input order. */

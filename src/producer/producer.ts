@@ -10,6 +10,7 @@ import type { Handover } from '../consumer/handover.js';
 import type { TakenOffer } from '../wake/offers.js';
 import type { WakeChannel } from '../wake/wake-channel.js';
 import { queueClass, queueName, typeName, laneKey, validate } from '../ledger/validation.js';
+import { EnqueueBatcher } from './enqueue-batcher.js';
 import type { RecurringSchedule, WakeTimer } from '../wake/timers.js';
 
 const scheduleSchema = z
@@ -59,16 +60,22 @@ export interface ProducerTransaction<DB> {
  * failed publish is never thrown after the work committed.
  */
 export class Producer {
-  constructor(private readonly options: ProducerOptions) {}
+  private readonly singles: EnqueueBatcher;
+
+  constructor(private readonly options: ProducerOptions) {
+    this.singles = new EnqueueBatcher(
+      (inputs) => this.enqueueMany(inputs),
+      (input) => this.ledger.checkEnqueue(input),
+    );
+  }
 
   get ledger(): Ledger {
     return this.options.ledger;
   }
 
-  async enqueue(input: EnqueueInput): Promise<EnqueueResult> {
-    const [r] = await this.enqueueMany([input]);
-    if (!r) throw new Error('enqueue: no result');
-    return r;
+  /** One item. Single enqueues that arrive while others are in flight share their batch (src/producer/enqueue-batcher.ts). */
+  enqueue(input: EnqueueInput): Promise<EnqueueResult> {
+    return this.singles.enqueue(input);
   }
 
   async enqueueMany(inputs: readonly EnqueueInput[]): Promise<EnqueueResult[]> {

@@ -1,0 +1,54 @@
+import { expect, test } from 'vitest';
+import { ValidationError } from '../src/errors.js';
+import { Producer } from '../src/producer/producer.js';
+import { ENQUEUES_IN_FLIGHT } from '../src/producer/enqueue-batcher.js';
+import { uniqueQueue } from './support/engine.js';
+import { onEveryStatement } from './support/mysql-statements.js';
+import { testScope } from './support/scope.js';
+
+// Group commit of single enqueues (src/producer/enqueue-batcher.ts): what arrives while others are in flight shares a batch.
+const scope = testScope();
+
+/** Counts the item INSERTs this process sends from now on, and how many rows each carried. */
+function countItemInserts(): { statements: () => number } {
+  let statements = 0;
+  const stop = onEveryStatement((text) => {
+    if (/INSERT INTO `lw_items`/.test(text)) statements++;
+  });
+  scope.cleanup(async () => stop());
+  return { statements: () => statements };
+}
+
+test('single enqueues that arrive together share batches: each gets its own result, in far fewer inserts than items', async () => {
+  const tl = await scope.ledger();
+  const producer = new Producer({ ledger: tl.ledger });
+  const queue = uniqueQueue('batched');
+  const inserts = countItemInserts();
+  const N = 60;
+  const results = await Promise.all(
+    Array.from({ length: N }, (_, k) => producer.enqueue({ queue, type: 't', payload: { k }, ...(k % 3 === 0 ? { lane: `L${k % 4}` } : {}) })),
+  );
+  // Every caller got its own item, with its own payload, and lanes kept the callers' order.
+  expect(new Set(results.map((r) => r.id)).size).toBe(N);
+  for (const [k, r] of results.entries()) expect((await tl.ledger.get(r.id))?.payload).toEqual({ k });
+  const laneSeqs = results.flatMap((r, k) => (k % 3 === 0 && k % 4 === 0 ? [r.laneSeq] : []));
+  expect(laneSeqs).toEqual([...laneSeqs].sort((a, b) => (a ?? 0) - (b ?? 0)));
+  // The first ENQUEUES_IN_FLIGHT went alone; the rest waited and went together.
+  expect(inserts.statements()).toBeGreaterThanOrEqual(ENQUEUES_IN_FLIGHT + 1);
+  expect(inserts.statements()).toBeLessThanOrEqual(N / 4);
+});
+
+test('a bad input among batched ones fails alone, naming its field as a single enqueue does; the others are written', async () => {
+  const tl = await scope.ledger();
+  const producer = new Producer({ ledger: tl.ledger });
+  const queue = uniqueQueue('batched-bad');
+  const settled = await Promise.allSettled(
+    Array.from({ length: 12 }, (_, k) => producer.enqueue({ queue, type: 't', payload: k === 7 ? { bad: Number.NaN } : { k } })),
+  );
+  const failed = settled.flatMap((s, k) => (s.status === 'rejected' ? [{ k, error: s.reason as unknown }] : []));
+  expect(failed.map((f) => f.k)).toEqual([7]);
+  expect(failed[0]?.error).toBeInstanceOf(ValidationError);
+  expect((failed[0]?.error as ValidationError).issues.map((i) => i.field)).toEqual(['payload.bad']);
+  const [stats] = await tl.ledger.stats(queue);
+  expect(stats?.counts.pending).toBe(11);
+});
