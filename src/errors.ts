@@ -91,6 +91,29 @@ export class TransactionRolledBackError extends Error {
 }
 
 /**
+ * The database refused the ledger's statements inside the caller's
+ * transaction (`enqueue(…, { transaction })`) for a lock conflict it gives up
+ * on, again after the ledger's own bounded retries: TiDB's pessimistic lock
+ * retry limit (errno 1105), a write conflict (9007), a lock wait timeout
+ * (1205). Nothing of the enqueue was written and the transaction is still
+ * open, but going on with it only meets the same conflict: roll it back and
+ * run the whole transaction again. `producer.transaction` does that by
+ * itself. `cause` is the database's own error.
+ */
+export class TransactionConflictError extends Error {
+  override readonly name = 'TransactionConflictError';
+  /** Running the whole transaction again is the remedy. */
+  readonly retryable = true;
+  /** The database's error number, when it gave one. */
+  readonly errno: number | undefined;
+  constructor(override readonly cause: unknown) {
+    const errno = typeof cause === 'object' && cause !== null && typeof (cause as { errno?: unknown }).errno === 'number' ? (cause as { errno: number }).errno : undefined;
+    super(`a lock conflict kept refusing the enqueue in the caller's transaction (${cause instanceof Error ? cause.message : String(cause)}); roll it back and run the whole transaction again`);
+    this.errno = errno;
+  }
+}
+
+/**
  * The connection was lost while a COMMIT was on its way, and the ledger
  * could not be read afterwards to tell whether it committed. The write may
  * or may not have happened; what the ledger holds is the truth (inspect the

@@ -62,6 +62,7 @@ export {
   SchemaBehindError,
   ConflictRetriesExhaustedError,
   TransactionRolledBackError,
+  TransactionConflictError,
   CommitOutcomeUnknownError,
   LeaseLostError,
   OwnershipConflictError,

@@ -112,6 +112,38 @@ describe.each([
     if (lane) expect(await laneRow(tl.ledger, queue, lane)).toEqual({ nextSeq: 1, busy: true });
   });
 
+  test('20 callers enqueue one key through ledger.enqueue({ transaction }) at once: no raw server error, and each commits when it reruns on a retryable one', async () => {
+    const queue = freshQueue(`caller-race-${lane ?? 'none'}`);
+    const callers = 20;
+    const ready = barrier(callers);
+    const raw: unknown[] = [];
+    const rowIds = Array.from({ length: callers }, () => nextRowId++);
+    const results = await Promise.all(
+      Array.from({ length: callers }, async (_, k) => {
+        // What a caller of the plain API does: run the transaction again on an error that says it is retryable.
+        for (let run = 1; ; run++) {
+          try {
+            return await app.transaction().execute(async (trx) => {
+              await trx.insertInto('app_rows').values({ id: rowIds[k]!, caller: `c${k}` }).execute();
+              if (run === 1) await ready(); // every transaction holds a row before any of them enqueues
+              return tl.ledger.enqueue({ queue, type: 't', payload: { k }, idempotencyKey: 'raced-key', ...(lane ? { lane } : {}) }, { transaction: trx });
+            });
+          } catch (error) {
+            if ((error as { retryable?: unknown }).retryable !== true || run >= 10) {
+              raw.push(error);
+              return undefined;
+            }
+          }
+        }
+      }),
+    );
+    expect(raw.map((e) => `${(e as Error).name}: ${(e as Error).message}`)).toEqual([]);
+    expect(await itemCount(tl.ledger, queue)).toBe(1);
+    expect(new Set(results.map((r) => r?.id)).size).toBe(1);
+    expect(results.filter((r) => r?.duplicate === false)).toHaveLength(1);
+    expect(await appRows(rowIds)).toBe(callers);
+  });
+
   test('a direct enqueue({ transaction }) whose transaction the server rolls back gets the typed retryable error', async () => {
     const queue = freshQueue(`caller-deadlock-${lane ?? 'none'}`);
     const victimRow = nextRowId++;

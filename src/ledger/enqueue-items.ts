@@ -1,9 +1,9 @@
 import { sql } from 'kysely';
-import { TransactionRolledBackError, ValidationError } from '../errors.js';
+import { TransactionConflictError, TransactionRolledBackError, ValidationError } from '../errors.js';
 import type { LedgerCapabilities } from './capabilities.js';
 import type { Executor, LedgerDb } from './connection.js';
 import { DEFAULT_MAX_ATTEMPTS, enqueueItemFieldsSchema, type ClaimCandidate, type EnqueueInput, type EnqueueOptions } from './inputs.js';
-import { ER_DUP_ENTRY, errno, retryOnConflict } from './retry.js';
+import { countConflict, DEFAULT_RETRY, ER_DUP_ENTRY, errno, isRetryableConflict, retryDelay, retryOnConflict } from './retry.js';
 import { grantLease } from './sql/claimed.js';
 import { queueScoped } from './sql/common.js';
 import { claimableAtInsert, claimedAtInsert, fitsOneStatement, insertItems, type InsertClaim, type NewItem } from './sql/enqueue.js';
@@ -108,10 +108,12 @@ async function insertPrepared(target: EnqueueTarget, items: NewItem[]): Promise<
  * server's error, never a complaint about the savepoint.
  */
 async function enqueueInCallerTransaction(target: EnqueueTarget, trx: Executor, items: NewItem[]): Promise<EnqueueResult[]> {
-  for (let round = 0; ; round++) {
+  let duplicates = 0;
+  let conflicts = 0;
+  for (;;) {
     await sql`SAVEPOINT lanewake_enqueue`.execute(trx);
     try {
-      const out = await insertItems(trx, target.tables, items, round > 0 ? target.db : false);
+      const out = await insertItems(trx, target.tables, items, duplicates + conflicts > 0 ? target.db : false);
       await sql`RELEASE SAVEPOINT lanewake_enqueue`.execute(trx);
       return out;
     } catch (error) {
@@ -120,7 +122,13 @@ async function enqueueInCallerTransaction(target: EnqueueTarget, trx: Executor, 
       } catch {
         throw new TransactionRolledBackError(error);
       }
-      if (errno(error) !== ER_DUP_ENTRY || round >= 3) throw error;
+      if (errno(error) === ER_DUP_ENTRY && ++duplicates <= 3) continue;
+      // The server refused the statement but kept the transaction (TiDB gives up on a
+      // unique key many callers wait for): look again, the winner has likely committed.
+      if (!isRetryableConflict(error)) throw error;
+      if (++conflicts >= DEFAULT_RETRY.maxAttempts) throw new TransactionConflictError(error);
+      countConflict(error);
+      await retryDelay(DEFAULT_RETRY, conflicts);
     }
   }
 }

@@ -40,7 +40,7 @@ export function conflictRetries(): ReadonlyMap<number, number> {
   return new Map(conflictsRetried);
 }
 
-function countConflict(error: unknown): void {
+export function countConflict(error: unknown): void {
   const n = errno(error) ?? 0;
   conflictsRetried.set(n, (conflictsRetried.get(n) ?? 0) + 1);
 }

@@ -3,7 +3,7 @@ import type { ClaimCandidate, EnqueueInput, Ledger } from '../ledger/ledger.js';
 import type { Executor } from '../ledger/connection.js';
 import type { EnqueueResult, QueueClass } from '../ledger/types.js';
 import { z } from 'zod';
-import { TransactionRolledBackError } from '../errors.js';
+import { TransactionConflictError, TransactionRolledBackError } from '../errors.js';
 import { isRetryableConflict } from '../ledger/retry.js';
 import { sleep } from '../sleep.js';
 import type { Handover } from '../consumer/handover.js';
@@ -177,7 +177,7 @@ export class Producer {
           });
         });
       } catch (error) {
-        if (run >= TRANSACTION_RUNS || !(error instanceof TransactionRolledBackError || isRetryableConflict(error))) throw error;
+        if (run >= TRANSACTION_RUNS || !(error instanceof TransactionRolledBackError || error instanceof TransactionConflictError || isRetryableConflict(error))) throw error;
         await sleep(Math.random() * Math.min(200, 10 * 2 ** run), { keepAlive: true });
         continue;
       }
