@@ -120,7 +120,7 @@ test('/metrics: claims, outcomes, latencies, wake reads and depth of a running c
     { queue, type: 'boom', payload: {}, maxAttempts: 1 },
   ]);
   await waitFor(() => consumer.counters.completed === 3 && consumer.counters.dead === 2, 10_000, '3 completed and 2 dead');
-  await metrics.refreshDepth(tl.ledger);
+  await metrics.refreshDepth(tl.ledger, 0);
 
   const res = await fetch(`${admin.url}/metrics`);
   expect(res.status).toBe(200);

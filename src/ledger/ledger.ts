@@ -27,6 +27,7 @@ import {
   type EnqueueOptions,
   type RetryInput,
 } from './inputs.js';
+import { fleetStats, type FleetStats } from './fleet-stats.js';
 import { assertSchemaCurrent, migrate, schemaStatus, type MigrateResult, type SchemaStatus } from './migrations.js';
 import { completeEntries, completeInTransaction, completeWithin, completion, encodeCapped, errorText, finish, retryEnding, type FinishTarget } from './outcomes.js';
 import { finalizeBlock } from './sql/block.js';
@@ -360,9 +361,15 @@ export class Ledger {
     return purgeWakeMarks(this.db, this.tables, WAKE_MARK_KEEP_MS, limit);
   }
 
+  /** Depth by state per queue, counted now from bounded index ranges (src/ledger/sql/stats.ts). */
   stats(queue?: string): Promise<QueueStats[]> {
     if (queue !== undefined) validate(queueName, queue, 'stats', 'queue');
     return queueStats(this.db, this.tables, queue);
+  }
+
+  /** The stats as the fleet last counted them, counted here if older than `everyMs` and this replica takes the task. @internal */
+  fleetStats(opts: { everyMs: number; leaseMs?: number }): Promise<FleetStats> {
+    return fleetStats(this.db, this.tables, { everyMs: opts.everyMs, leaseMs: opts.leaseMs ?? 60_000 });
   }
 
   /**

@@ -206,6 +206,24 @@ const MIGRATIONS: readonly Migration[] = [
       }
     },
   },
+  {
+    version: 6,
+    name: 'fleet tasks',
+    // The depth gauges counted every item with a GROUP BY over the whole
+    // table, on every replica at every pass. They are now counted from
+    // bounded index ranges by whichever replica takes the task's lease, and
+    // the others read what it found: one row.
+    statements: (t) => [
+      sql`CREATE TABLE IF NOT EXISTS ${t.fleetTasks} (
+        name VARCHAR(64) ${ASCII} NOT NULL,
+        holder VARCHAR(128) ${TEXT} NOT NULL,
+        lease_until DATETIME(6) NOT NULL,
+        done_at DATETIME(6) NOT NULL,
+        result LONGTEXT ${TEXT} NULL,
+        PRIMARY KEY (name) /*T![clustered_index] CLUSTERED */
+      ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin`,
+    ],
+  },
 ];
 
 async function columnNames(conn: LedgerDb, table: string): Promise<Set<string>> {

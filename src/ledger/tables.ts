@@ -11,6 +11,8 @@ export interface LedgerTables {
   /** When each dependency key was last woken (schema 4): a block on a key woken during its attempt is not parked. */
   readonly wakeMarks: RawBuilder<unknown>;
   readonly ownership: RawBuilder<unknown>;
+  /** Work done once per fleet, not once per replica (schema 6): who holds it, when it was last done, and what it found. */
+  readonly fleetTasks: RawBuilder<unknown>;
   readonly migrations: RawBuilder<unknown>;
 }
 
@@ -24,6 +26,7 @@ export function ledgerTables(prefix: string): LedgerTables {
     waits: t('waits'),
     wakeMarks: t('wake_marks'),
     ownership: t('ownership'),
+    fleetTasks: t('fleet_tasks'),
     migrations: t('migrations'),
   };
 }

@@ -189,7 +189,10 @@ export interface ProbeOutcome {
 /** Item counts by state, and the claim backlog's age, of one queue. */
 export interface QueueStats {
   queue: string;
+  /** Items by state, each counted up to a cap (100,000 unfinished, 10,000 terminal: src/ledger/sql/stats.ts). */
   counts: Record<ItemState, number>;
+  /** The states that reached the cap: they hold at least that many. */
+  capped: ItemState[];
   /** Age of the oldest due lane head waiting to be claimed, in ms (0 when none waits). */
   oldestDueAgeMs: number;
 }

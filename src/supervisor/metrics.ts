@@ -203,19 +203,19 @@ export class LanewakeMetrics {
     };
   }
 
-  /**
-   * Reads depth by state and the oldest due age from the ledger (all queues)
-   * and replaces the depth gauges with it. Queues the ledger no longer holds
-   * disappear from the series. Throws what `ledger.stats` throws; the gauges
-   * then keep their previous values.
-   */
   /** Reports this ledger's pool in `lanewake_db_pool_connections` at each scrape. */
   observeLedger(ledger: Pick<Ledger, 'pool'>): void {
     this.ledger = ledger;
   }
 
-  async refreshDepth(ledger: Ledger): Promise<void> {
-    const stats = await ledger.stats();
+  /**
+   * Replaces the depth gauges with the fleet's last count (Ledger.fleetStats:
+   * counted by one replica at most every `everyMs`, read by the others).
+   * Queues the ledger no longer holds disappear from the series. Throws what
+   * the ledger throws; the gauges then keep their previous values.
+   */
+  async refreshDepth(ledger: Pick<Ledger, 'fleetStats'>, everyMs: number): Promise<void> {
+    const { stats } = await ledger.fleetStats({ everyMs });
     // No await between the resets and the sets: a scrape never sees them half-written.
     this.items.reset();
     this.oldestDueAge.reset();

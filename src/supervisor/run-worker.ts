@@ -37,7 +37,7 @@ export async function startWorker(config: WorkerConfig, opts: { handlers?: Handl
           port: config.admin.port,
           metrics,
           readiness: () => started?.readiness() ?? Promise.resolve(NOT_STARTED),
-          queues: async () => (started ? started.ledger.stats() : []),
+          queues: async () => (started ? (await started.ledger.fleetStats({ everyMs: config.reconcileIntervalMs })).stats : []),
           version: packageVersion(),
           logger: log,
         });
@@ -48,7 +48,7 @@ export async function startWorker(config: WorkerConfig, opts: { handlers?: Handl
       handlers,
       logger: log,
       onConsumer: (consumer) => metrics.observeConsumer(consumer),
-      afterReconcile: (ledger) => metrics.refreshDepth(ledger),
+      afterReconcile: (ledger) => metrics.refreshDepth(ledger, config.reconcileIntervalMs),
     });
     metrics.observeLedger(supervisor.ledger);
     await supervisor.start();

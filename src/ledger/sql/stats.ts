@@ -1,29 +1,75 @@
-import { sql } from 'kysely';
-import type { LedgerDb } from '../connection.js';
+import { sql, type RawBuilder } from 'kysely';
+import type { Executor, LedgerDb } from '../connection.js';
 import type { LedgerTables } from '../tables.js';
-import { ITEM_STATES, type ItemState, type QueueStats } from '../types.js';
+import { ITEM_STATES, QUEUE_CLASSES, type ItemState, type QueueStats } from '../types.js';
+import { inline, list } from './common.js';
 
+/**
+ * The most items counted per queue and state: a count reads one bounded
+ * range of ix_claim, never the whole table, so stats and gauges cost the
+ * same however many items the ledger holds. Work not yet done (pending,
+ * processing, blocked) is counted up to 100,000; history (terminal states,
+ * which grow with retention and which the outcome counters already track)
+ * up to 10,000. A state with more shows its cap and is listed in `capped`.
+ */
+export function statsCountCap(state: ItemState): number {
+  return state === 'pending' || state === 'processing' || state === 'blocked' ? 100_000 : 10_000;
+}
+
+/**
+ * Depth by state and the oldest due age, per queue: the queues are found by
+ * seeking ix_claim from one queue name to the next (one index seek per
+ * queue), then each queue's counts are bounded index ranges.
+ * No GROUP BY over the table, on any server: O(queues), not O(items).
+ */
 export async function queueStats(db: LedgerDb, t: LedgerTables, queue?: string): Promise<QueueStats[]> {
-  const filter = queue === undefined ? sql`` : sql`WHERE queue = ${queue}`;
-  const counts = await sql<{ queue: string; state: string; n: number }>`
-    SELECT queue, state, COUNT(*) AS n FROM ${t.items} ${filter} GROUP BY queue, state`.execute(db);
-  const dueFilter = queue === undefined ? sql`` : sql`AND queue = ${queue}`;
-  const ages = await sql<{ queue: string; age_us: number | null }>`
-    SELECT queue, TIMESTAMPDIFF(MICROSECOND, MIN(run_after), NOW(6)) AS age_us FROM ${t.items}
-    WHERE state = 'pending' AND is_head = 1 AND run_after <= NOW(6) ${dueFilter} GROUP BY queue`.execute(db);
+  const queues = queue === undefined ? await listQueues(db, t) : [queue];
+  const out: QueueStats[] = [];
+  for (const q of queues) {
+    const s = await statsOfQueue(db, t, q);
+    if (s) out.push(s);
+  }
+  return out;
+}
 
-  const byQueue = new Map<string, QueueStats>();
-  const entry = (q: string): QueueStats => {
-    let s = byQueue.get(q);
-    if (!s) {
-      s = { queue: q, counts: Object.fromEntries(ITEM_STATES.map((st) => [st, 0])) as Record<ItemState, number>, oldestDueAgeMs: 0 };
-      byQueue.set(q, s);
-    }
-    return s;
+/**
+ * Every queue that has items, in order: one index seek each, from one queue
+ * name to the next (TiDB has no recursive CTE that could do it in one
+ * statement: it refuses aggregates and LIMIT in the recursive part).
+ */
+export async function listQueues(exec: Executor, t: LedgerTables): Promise<string[]> {
+  const out: string[] = [];
+  for (let after = ''; ; ) {
+    const r = await sql<{ queue: string | null }>`SELECT MIN(queue) AS queue FROM ${t.items} WHERE queue > ${after}`.execute(exec);
+    const next = r.rows[0]?.queue;
+    if (next === null || next === undefined) return out;
+    out.push(String(next));
+    after = String(next);
+  }
+}
+
+/** One queue's counts (each a bounded range of ix_claim) and oldest due head, in one statement; undefined when it has no items. */
+async function statsOfQueue(exec: Executor, t: LedgerTables, queue: string): Promise<QueueStats | undefined> {
+  const classes = list(QUEUE_CLASSES);
+  const count = (state: ItemState): RawBuilder<unknown> =>
+    sql`(SELECT COUNT(*) FROM (SELECT 1 AS one FROM ${t.items} WHERE queue = ${inline(queue)} AND queue_class IN (${classes})
+      AND state = ${inline(state)} LIMIT ${inline(statsCountCap(state))}) AS c)`;
+  // The oldest due head among the first 100,000 due heads in claim order: exact unless the queue has more.
+  const oldest = sql`(SELECT TIMESTAMPDIFF(MICROSECOND, MIN(run_after), NOW(6)) FROM (SELECT run_after FROM ${t.items}
+      WHERE queue = ${inline(queue)} AND queue_class IN (${classes}) AND state = 'pending' AND is_head = 1 AND run_after <= NOW(6)
+      LIMIT ${inline(statsCountCap('pending'))}) AS d)`;
+  const columns = ITEM_STATES.map((state) => sql`${count(state)} AS ${sql.ref(state)}`);
+  const r = await sql<Record<string, number | string | null>>`SELECT ${sql.join(columns)}, ${oldest} AS age_us`.execute(exec);
+  const row = r.rows[0];
+  if (!row) return undefined;
+  const counts = Object.fromEntries(ITEM_STATES.map((state) => [state, Number(row[state] ?? 0)])) as Record<ItemState, number>;
+  if (ITEM_STATES.every((state) => counts[state] === 0)) return undefined;
+  return {
+    queue,
+    counts,
+    capped: ITEM_STATES.filter((state) => counts[state] >= statsCountCap(state)),
+    oldestDueAgeMs: Math.max(0, Number(row.age_us ?? 0) / 1000),
   };
-  for (const r of counts.rows) entry(r.queue).counts[r.state as ItemState] = Number(r.n);
-  for (const r of ages.rows) entry(r.queue).oldestDueAgeMs = Math.max(0, Number(r.age_us ?? 0) / 1000);
-  return [...byQueue.values()].sort((a, b) => (a.queue < b.queue ? -1 : 1));
 }
 
 /** Items of `queue` being processed right now, fleet-wide (one index range per class). */
