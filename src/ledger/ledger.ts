@@ -46,26 +46,8 @@ import { repairWaits } from './sql/waits.js';
 import { sweepSignals } from './sql/sweep-signals.js';
 import { purgeWakeMarks } from './sql/wake-marks.js';
 import { ledgerTables, type LedgerTables } from './tables.js';
-import type {
-  AttemptRecord,
-  CancelOutcome,
-  ClaimedItem,
-  ClaimOutcome,
-  EnqueueResult,
-  FinalizeResult,
-  ItemState,
-  LeaseHandle,
-  Ownership,
-  ProbeOutcome,
-  QueueClass,
-  QueueStats,
-  ReclaimOutcome,
-  RenewOutcome,
-  SuccessorClaim,
-  SweepSignal,
-  WokenItem,
-  WorkItem,
-} from './types.js';
+import type { AttemptRecord, CancelOutcome, ClaimedItem, ClaimOutcome, EnqueueResult, FinalizeResult, ItemState, LeaseHandle, Ownership,
+  ProbeOutcome, QueueClass, QueueStats, ReclaimOutcome, RenewOutcome, SuccessorClaim, SweepSignal, WokenItem, WorkItem } from './types.js';
 import { itemId, positiveDurationMs, queueName, reasonText, validate } from './validation.js';
 
 export { DEFAULT_MAX_ATTEMPTS, MAX_CLAIM_ITEMS } from './inputs.js';
