@@ -1,7 +1,7 @@
 import { Redis } from 'ioredis';
 import { expect, test } from 'vitest';
 import { Consumer } from '../src/consumer/consumer.js';
-import { OFFER_TTL_MS } from '../src/consumer/offer-desk.js';
+import { OFFER_TTL_MS, offerRoom } from '../src/consumer/offer-desk.js';
 import { createLogger } from '../src/log.js';
 import { Producer } from '../src/producer/producer.js';
 import { offersKey } from '../src/wake/keys.js';
@@ -75,6 +75,25 @@ test('an item from a producer elsewhere is inserted claimed under the idle consu
   const r = await tl.ledger.inspect(id);
   expect(r?.item).toMatchObject({ state: 'completed', attempt: 1, leaseOwner: consumer.name });
   expect(ran.find((x) => x.id === id)?.attempt).toBe(1);
+});
+
+test('a batch from a producer elsewhere is handed over under one offer, as many of its items as the offer holds slots for', async () => {
+  const { tl, tw, queue, ran, consumer, producer } = await warmConsumer();
+  const r = redis();
+  const standing = await waitFor(async () => ((await r.llen(offersKey(tw.keyPrefix, queue))) === 1 ? await r.lindex(offersKey(tw.keyPrefix, queue), 0) : undefined) ?? undefined, 10_000, 'one standing offer');
+  const offer = JSON.parse(standing) as Offer;
+  // Four slots, none busy: the offer holds half of them.
+  expect(offer.room).toBe(offerRoom(4));
+  const before = consumer.counters.handedOver;
+  const wonByRounds = claimsByRounds(consumer);
+  const results = await producer.enqueueMany(Array.from({ length: offer.room! + 1 }, (_, k) => ({ queue, type: 't', payload: { k } })));
+  const ids = results.map((x) => x.id);
+  await waitFor(() => ids.every((id) => ran.some((x) => x.id === id)) || undefined, 10_000, 'the batch to run');
+  expect(consumer.counters.handedOver - before).toBe(offer.room);
+  // The one the offer had no room for went the usual way: a wake-up and a claim round.
+  expect(wonByRounds()).toBe(1);
+  const inspected = await Promise.all(ids.map((id) => tl.ledger.get(id)));
+  expect(inspected.filter((it) => it?.leaseToken === offer.token).map((it) => it?.id)).toEqual(ids.slice(0, offer.room));
 });
 
 test('an item too large to broadcast is handed over by count, and the consumer reads it from the ledger', async () => {

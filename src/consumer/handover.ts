@@ -96,12 +96,12 @@ export class Handovers {
   }
 
   /**
-   * One free slot for the consumer's standing offer, claimed from `madeAtMs`
-   * (the item's lease runs from no earlier than when the offer was made).
+   * Up to `room` free slots for the consumer's standing offer, claimed from
+   * `madeAtMs` (the items' lease runs from no earlier than when the offer was made).
    */
-  forOffer(madeAtMs: number): Handover | undefined {
+  forOffer(madeAtMs: number, room: number): Handover | undefined {
     if (!this.host.takesOutsideRounds()) return undefined;
-    return this.holdSlots('offer', 1, madeAtMs);
+    return this.holdSlots('offer', room, madeAtMs);
   }
 
   /** Claim room for up to `wanted` lane successors a completion batch may claim (lane affinity), or undefined if none. */

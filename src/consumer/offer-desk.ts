@@ -23,6 +23,20 @@ const RECOVERY_AFTER_MS = [1_000, 3_000, 8_000] as const;
  */
 export const MIN_OFFER_LEASE_MS = 24_000;
 
+/** The most slots one offer holds. */
+export const OFFER_MAX_ROOM = 8;
+
+/**
+ * The slots an offer holds, of `free`: half of them, up to OFFER_MAX_ROOM. A
+ * producer batches the single enqueues that arrive together
+ * (src/producer/enqueue-batcher.ts) and takes one offer per batch, so an
+ * offer of one slot handed over one item of a batch and left the rest to
+ * wake-ups and claim rounds; the other half stays for claim rounds.
+ */
+export function offerRoom(free: number): number {
+  return Math.max(1, Math.min(OFFER_MAX_ROOM, Math.floor(free / 2)));
+}
+
 /** What the desk needs of its consumer. */
 export interface OfferDeskHost {
   readonly name: string;
@@ -183,10 +197,10 @@ export class OfferDesk {
     if (!this.warm(now) || host.freeSlots() < 2 || !host.caughtUp() || !host.mayTakeOutsideRounds()) return;
     const types = host.offerTypes();
     if (!types || types.length === 0) return;
-    const handover = this.handovers.forOffer(now);
+    const handover = this.handovers.forOffer(now, offerRoom(host.freeSlots()));
     if (!handover) return;
-    const { owner, token, leaseMs } = handover.lease;
-    const offer: Offer = { owner, token, leaseMs, classes: host.classes, types, expiresAtMs: now + OFFER_TTL_MS, madeAtMs: now };
+    const { owner, token, leaseMs, max: room } = handover.lease;
+    const offer: Offer = { owner, token, leaseMs, classes: host.classes, types, expiresAtMs: now + OFFER_TTL_MS, madeAtMs: now, room };
     const m: MyOffer = { offer, handover, state: 'posting', asked: 0 };
     this.mine.set(offer.token, m);
     const posted = await this.port.post(host.queue, offer, OFFER_TTL_MS * 4);

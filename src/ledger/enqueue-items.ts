@@ -12,6 +12,9 @@ import type { LedgerTables } from './tables.js';
 import type { ClaimedItem, EnqueueResult } from './types.js';
 import { encodePayload } from './json.js';
 
+/** A lease `reserve` answers for items inserted claimed: up to `max` of the eligible ones, of those it `accepts` when it says. */
+export type ClaimAtInsert = InsertClaim & { max: number; accepts?: (item: ClaimCandidate) => boolean };
+
 /** What enqueueing needs of the ledger. */
 export interface EnqueueTarget {
   readonly db: LedgerDb;
@@ -48,7 +51,7 @@ export function checkEnqueueInput(target: EnqueueTarget, input: EnqueueInput): v
 export async function enqueueItemsClaiming(
   target: EnqueueTarget,
   inputs: readonly EnqueueInput[],
-  reserve: (eligible: readonly ClaimCandidate[]) => (InsertClaim & { max: number }) | undefined,
+  reserve: (eligible: readonly ClaimCandidate[]) => ClaimAtInsert | undefined,
 ): Promise<{ results: EnqueueResult[]; claimed: ClaimedItem[] }> {
   const items = prepareItems(target, inputs, 'items');
   // Of a lane, only the batch's first item can be its head.
@@ -65,7 +68,8 @@ export async function enqueueItemsClaiming(
   if (claim) {
     // The owner folded once for the batch, not once per row.
     const lease = grantLease({ owner: claim.owner, token: claim.token, leaseMs: claim.leaseMs });
-    for (const item of eligible.slice(0, claim.max)) item.claim = lease;
+    const takers = claim.accepts ? eligible.filter((item) => claim.accepts?.(item) === true) : eligible;
+    for (const item of takers.slice(0, claim.max)) item.claim = lease;
   }
   const nowMs = Date.now();
   const results = await insertPrepared(target, items);

@@ -3,7 +3,7 @@ import { ValidationError } from '../errors.js';
 import { capabilitiesOnce, type LedgerCapabilities } from './capabilities.js';
 import { parseLedgerConfig, type LedgerConfig, type LedgerConfigInput } from './config.js';
 import { createLedgerPool, ledgerDbOnPool, trackPool, type Executor, type LedgerDb, type PoolStats } from './connection.js';
-import { checkEnqueueInput, enqueueItems, enqueueItemsClaiming, type EnqueueTarget } from './enqueue-items.js';
+import { checkEnqueueInput, enqueueItems, enqueueItemsClaiming, type ClaimAtInsert, type EnqueueTarget } from './enqueue-items.js';
 import {
   activateSchema,
   blockSchema,
@@ -141,7 +141,7 @@ export class Ledger {
    */
   async enqueueClaiming(
     inputs: readonly EnqueueInput[],
-    reserve: (eligible: readonly ClaimCandidate[]) => (InsertClaim & { max: number }) | undefined,
+    reserve: (eligible: readonly ClaimCandidate[]) => ClaimAtInsert | undefined,
   ): Promise<{ results: EnqueueResult[]; claimed: ClaimedItem[] }> {
     if (!Array.isArray(inputs)) throw new ValidationError([{ field: 'items', message: 'must be an array' }], 'enqueue');
     return enqueueItemsClaiming(this.enqueueTarget, inputs, reserve);

@@ -91,10 +91,9 @@ export class Producer {
       out = await this.ledger.enqueueClaiming(inputs, (eligible) => {
         local = this.localHandover(eligible);
         if (local) return local.lease;
-        const first = eligible[0];
-        if (!offer || !first || !offer.fits(first)) return undefined;
+        if (!offer || !eligible.some(offer.fits)) return undefined;
         offerUsed = true;
-        return offer.lease;
+        return { ...offer.lease, accepts: offer.fits };
       });
     } catch (error) {
       local?.cancel();

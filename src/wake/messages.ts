@@ -76,4 +76,6 @@ export interface Offer {
   expiresAtMs: number;
   /** When the consumer made it: the lease runs from no earlier than this. */
   madeAtMs: number;
+  /** How many items it takes (the slots it holds); 1 when absent. */
+  room?: number;
 }

@@ -22,7 +22,7 @@ export interface TakenOffer {
   readonly queue: string;
   readonly offer: Offer;
   /** One item, inserted claimed under the offer's lease. */
-  readonly lease: { owner: string; token: string; leaseMs: number; max: 1 };
+  readonly lease: { owner: string; token: string; leaseMs: number; max: number };
   /** Whether it may take this item now: it still stands, and takes the item's class and type. */
   fits(item: { queue: string; type: string; queueClass: QueueClass }): boolean;
   /**
@@ -124,7 +124,7 @@ export class Offers {
     return {
       queue,
       offer,
-      lease: { owner: offer.owner, token: offer.token, leaseMs: offer.leaseMs, max: 1 },
+      lease: { owner: offer.owner, token: offer.token, leaseMs: offer.leaseMs, max: offerRoom(offer) },
       fits: (item) => item.queue === queue && offer.expiresAtMs > Date.now() && offer.classes.includes(item.queueClass) && offer.types.includes(item.type),
       handOver: async (items) => {
         const whole: Handoff = { type: 'handoff', to: offer.owner, token: offer.token, count: items.length, items: [...items] };
@@ -138,6 +138,15 @@ export class Offers {
     };
   }
 }
+
+/** The items an offer takes: its room, whole and at least one (an offer from before rooms took one). */
+function offerRoom(offer: Offer): number {
+  const room = offer.room;
+  return typeof room === 'number' && Number.isInteger(room) && room >= 1 ? Math.min(room, MAX_OFFER_ROOM) : 1;
+}
+
+/** The most items one offer takes, whatever it says. */
+export const MAX_OFFER_ROOM = 64;
 
 function parseOffer(wire: string): Offer | undefined {
   try {
