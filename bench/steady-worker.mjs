@@ -73,6 +73,7 @@ process.on('message', async (m) => {
     claimRounds: rounds,
     claimedByRounds: roundItems,
     handedOver: c.handedOver,
+    handoffsRecovered: c.handoffsRecovered ?? 0,
     claimedWithCompletion: c.claimedWithCompletion,
     offersMade: c.offersMade,
     conflictRetries: Object.fromEntries(conflictRetries()),

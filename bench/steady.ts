@@ -51,6 +51,7 @@ interface WorkerFigures {
   claimRounds: number;
   claimedByRounds: number;
   handedOver: number;
+  handoffsRecovered: number;
   claimedWithCompletion: number;
   offersMade: number;
   conflictRetries: Record<string, number>;
@@ -66,6 +67,8 @@ interface RunFigures {
   enqueueP99: number;
   jobs: number;
   byOffer: number;
+  /** Of those, found in the ledger because their handoff never came. */
+  recovered: number;
   bySuccessor: number;
   byRound: number;
   conflictsPerJob: number;
@@ -141,6 +144,7 @@ async function oneRun(): Promise<RunFigures> {
     enqueueP99: percentile(sent.enqueueUs, 99) / 1000,
     jobs,
     byOffer: figures.reduce((n, f) => n + f.handedOver, 0),
+    recovered: figures.reduce((n, f) => n + f.handoffsRecovered, 0),
     bySuccessor: figures.reduce((n, f) => n + f.claimedWithCompletion, 0),
     byRound: figures.reduce((n, f) => n + f.claimedByRounds, 0),
     conflictsPerJob: conflicts / jobs,
@@ -168,7 +172,7 @@ runBenchmark(async () => {
     const ms = (v: number): string => v.toFixed(2);
     console.log(
       `run ${r + 1}: enqueue→start p50 ${ms(f.p50)} p90 ${ms(f.p90)} p99 ${ms(f.p99)} max ${ms(f.max)} ms; enqueue p50 ${ms(f.enqueueP50)} p99 ${ms(f.enqueueP99)} ms; ` +
-        `${f.byOffer} by offer, ${f.bySuccessor} as lane successors, ${f.byRound} by claim rounds; ` +
+        `${f.byOffer} by offer (${f.recovered} recovered from the ledger), ${f.bySuccessor} as lane successors, ${f.byRound} by claim rounds; ` +
         `${(f.locks.lockWaits / f.jobs).toFixed(3)} lock waits/job (${f.locks.lockWaitMs} ms), ${f.locks.deadlocks} deadlocks, ` +
         `${(f.locks.statementRetries / f.jobs).toFixed(3)} statement retries/job, ${f.conflictsPerJob.toFixed(3)} ledger conflict retries/job; ` +
         `CPU/job: workers ${f.cpuUs.workers.toFixed(0)} µs, producer ${f.cpuUs.producer.toFixed(0)} µs, server ${f.cpuUs.server?.toFixed(0) ?? '?'} µs; ${f.slow.length} statements over 100 ms`,
