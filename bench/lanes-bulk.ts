@@ -1,0 +1,110 @@
+/**
+ * A backlog over many lanes: one producer enqueues N laned items in batches
+ * (enqueueMany, 500 each), then W worker processes (bench/steady-worker.mjs:
+ * a consumer alone in its process, each handler writing one effect in
+ * ctx.transaction) run them. Reported per run: how long the enqueue took,
+ * and the processing rate from the workers' start to the last effect, with
+ * the statements over 100 ms from the server's slow log.
+ *
+ *   npx tsx bench/lanes-bulk.ts                                  # MariaDB, 10,000 items over 300 lanes, 3 workers
+ *   npx tsx bench/lanes-bulk.ts --server tidb --txn optimistic --items 10000 --lanes 300 --workers 3 --runs 3
+ *   (--no-build: use dist/ as it is)
+ */
+import { execFileSync, fork, type ChildProcess } from 'node:child_process';
+import { randomBytes } from 'node:crypto';
+import { fileURLToPath } from 'node:url';
+import type { RowDataPacket } from 'mysql2/promise';
+import { Ledger } from '../src/ledger/ledger.js';
+import { deleteKeys } from '../test/support/engine.js';
+import { slowStatements } from './steady-server.js';
+import { childMessage, cliFlag, createBenchDatabase, median, onCleanup, progress, runBenchmark, withAdmin } from './support.js';
+
+const args = process.argv.slice(2);
+const flag = (name: string, dflt: string): string => cliFlag(`--${name}`, args) ?? dflt;
+const server = flag('server', 'mariadb');
+if (server !== 'mariadb' && server !== 'tidb') throw new Error('--server is mariadb or tidb');
+const txn = flag('txn', 'pessimistic');
+const serverUrl =
+  server === 'tidb' ? (process.env.LANEWAKE_BENCH_TIDB_URL ?? 'mysql://root@127.0.0.1:4000') : (process.env.LANEWAKE_BENCH_MYSQL_URL ?? 'mysql://root@127.0.0.1:3306');
+const redisUrl = flag('redis', 'redis://127.0.0.1:6379');
+const ITEMS = Number(flag('items', '10000'));
+const LANES = Number(flag('lanes', '300'));
+const WORKERS = Number(flag('workers', '3'));
+const CONCURRENCY = Number(flag('concurrency', '16'));
+const RUNS = Number(flag('runs', '1'));
+const BATCH = 500;
+const QUEUE = 'bulk-lanes';
+const here = (f: string): string => fileURLToPath(new URL(f, import.meta.url));
+
+interface RunFigures {
+  enqueueS: number;
+  processS: number;
+  jobsPerS: number;
+  slow: number;
+}
+
+function child(script: string, env: Record<string, string>): ChildProcess {
+  const p = fork(here(script), [], { env: { ...process.env, ...env }, stdio: ['ignore', 'inherit', 'inherit', 'ipc'] });
+  onCleanup(async () => void p.kill('SIGKILL'));
+  return p;
+}
+
+async function effects(db: string): Promise<number> {
+  const [rows] = await withAdmin((c) => c.query<RowDataPacket[]>(`SELECT COUNT(*) AS n FROM \`${db}\`.effects`), serverUrl);
+  return Number(rows[0]?.n);
+}
+
+async function oneRun(): Promise<RunFigures> {
+  const db = await createBenchDatabase('lwlb', serverUrl);
+  const keyPrefix = `lwlb:${randomBytes(4).toString('hex')}:`;
+  onCleanup(() => deleteKeys(redisUrl, keyPrefix));
+  const mode = server === 'tidb' ? { tidbTxnMode: txn as 'pessimistic' | 'optimistic' } : {};
+  const ledger = new Ledger({ url: db.url, poolSize: 4, ...mode });
+  await ledger.migrate();
+  await withAdmin((c) => c.query(`CREATE TABLE \`${db.name}\`.effects (item_id VARCHAR(32) PRIMARY KEY, lane VARCHAR(255), written_at DATETIME(6))`), serverUrl);
+  const from = new Date();
+  const t0 = performance.now();
+  for (let i = 0; i < ITEMS; i += BATCH) {
+    const n = Math.min(BATCH, ITEMS - i);
+    await ledger.enqueueMany(Array.from({ length: n }, (_, k) => ({ queue: QUEUE, type: 'job', lane: `lane-${(i + k) % LANES}`, payload: { k: i + k, t: '0' } })));
+  }
+  const enqueueS = (performance.now() - t0) / 1000;
+  await ledger.close();
+  const env = { LW_DATABASE_URL: db.url, LW_REDIS_URL: redisUrl, LW_KEY_PREFIX: keyPrefix, LW_QUEUE: QUEUE, LW_CONCURRENCY: String(CONCURRENCY), ...(server === 'tidb' ? { LW_TIDB_TXN_MODE: txn } : {}) };
+  const workers = Array.from({ length: WORKERS }, () => child('./steady-worker.mjs', env));
+  const t1 = performance.now();
+  await Promise.all(workers.map((w) => childMessage(w, 'ready')));
+  const deadline = Date.now() + 600_000;
+  while ((await effects(db.name)) < ITEMS) {
+    if (Date.now() > deadline) throw new Error(`not all ${ITEMS} jobs ran within 600 s`);
+    await new Promise((r) => setTimeout(r, 100));
+  }
+  const processS = (performance.now() - t1) / 1000;
+  const slow = await slowStatements(server, serverUrl, db.name, from, new Date());
+  await Promise.all(
+    workers.map((w) => {
+      const f = childMessage(w, 'figures');
+      w.send({ type: 'stop' });
+      return f;
+    }),
+  );
+  await db.drop();
+  return { enqueueS, processS, jobsPerS: ITEMS / processS, slow: slow.reduce((n, s) => n + s.count, 0) };
+}
+
+runBenchmark(async () => {
+  if (!args.includes('--no-build')) {
+    progress('building dist/ (npm run build)');
+    execFileSync('npx', ['tsc', '-p', 'tsconfig.build.json'], { stdio: 'inherit', cwd: here('..') });
+  }
+  const label = `${server}${server === 'tidb' ? ` ${txn}` : ''}`;
+  progress(`${label}: ${ITEMS} items over ${LANES} lanes, ${WORKERS} workers x ${CONCURRENCY}, ${RUNS} run(s)`);
+  const runs: RunFigures[] = [];
+  for (let r = 0; r < RUNS; r++) {
+    const f = await oneRun();
+    runs.push(f);
+    console.log(`run ${r + 1}: enqueued in ${f.enqueueS.toFixed(2)} s; processed in ${f.processS.toFixed(2)} s (${f.jobsPerS.toFixed(0)} jobs/s, workers' start included); ${f.slow} statements over 100 ms`);
+  }
+  const m = (pick: (f: RunFigures) => number, d = 2): string => median(runs.map(pick)).toFixed(d);
+  console.log(`\n${label}, median of ${RUNS}: enqueue ${m((f) => f.enqueueS)} s, ${m((f) => f.jobsPerS, 0)} jobs/s`);
+});
