@@ -447,24 +447,6 @@ test('a handler that runs for several leases keeps its item: the consumer\'s clo
   expect(h.consumer.counters).toMatchObject({ completed: 1, leaseLost: 0 });
 });
 
-test('a lane whose handlers complete in ctx.transaction runs through without claim rounds: each next item is claimed with the completion', async () => {
-  const order: number[] = [];
-  let claimedByRounds = 0;
-  const h = await harness({
-    step: async (job: Job<{ k: number }>, ctx: JobContext) => {
-      order.push(job.payload.k);
-      return ctx.transaction(async () => job.payload.k);
-    },
-  });
-  h.consumer.on('claimRound', (r) => (claimedByRounds += r.claimed));
-  const ids = (await h.producer.enqueueMany(Array.from({ length: 6 }, (_, k) => ({ queue: h.queue, type: 'step', lane: 'L', payload: { k } })))).map((r) => r.id);
-  for (const id of ids) await h.waitOutcome(id, 'completed');
-  expect(order).toEqual([0, 1, 2, 3, 4, 5]);
-  // The first was taken at insert (the producer shares the consumer's channel), the other five with the completion before them.
-  expect(h.consumer.counters.claimedWithCompletion).toBe(5);
-  expect(claimedByRounds).toBe(0);
-});
-
 test('several long handlers have their leases renewed together: one statement per tick of the clock, not one per item', async () => {
   const LEASE_MS = 300;
   const renewals: number[] = [];

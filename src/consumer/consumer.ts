@@ -287,7 +287,6 @@ export class Consumer<DB = Record<string, never>> extends EventEmitter<ConsumerE
       runDeps: {
         ledger: this.ledger,
         renewals: new RenewalBatch(this.ledger),
-        successors: (wanted) => this.handovers.forSuccessors(wanted),
         completer: new BatchCompleter(this.ledger, (wanted) => this.handovers.forSuccessors(wanted)),
         settings: this.settings,
         handlers: this.handlers,

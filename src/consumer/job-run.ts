@@ -4,7 +4,6 @@ import type { ClaimedItem } from '../ledger/types.js';
 import { JobAbortedError, type AbortReason } from './errors.js';
 import { writeInvalidPayload, writeOutcome, writeUnowned, type Outcome, type OutcomeDeps, type Settlement } from './job-outcome.js';
 import { LeaseKeeper, leaseTickMs, type LeaseEvent } from './lease-keeper.js';
-import type { SuccessorRoom } from './completer.js';
 import type { LeaseLedger } from './ledger-port.js';
 import type { Job, JobContext, RegisteredHandler } from './types.js';
 
@@ -38,8 +37,6 @@ export interface JobRunDeps<DB> extends OutcomeDeps {
   handlers: ReadonlyMap<string, RegisteredHandler<DB>>;
   /** What the lease keepers renew through (the consumer's RenewalBatch); the ledger itself when absent. */
   renewals?: LeaseLedger;
-  /** Room for the lane successor a ctx.transaction completion claims (lane affinity); none when absent. */
-  successors?: SuccessorRoom;
   /**
    * The handler has settled (or never ran): the item's executor slot is free,
    * its outcome may still be being written. Called once per run, synchronously.
@@ -289,19 +286,10 @@ class Context<DB> implements JobContext<DB> {
     if (run.completedInTx) throw new Error('ctx.transaction already completed this item');
     // The ledger runs fn again on a fresh connection after a connection lost before COMMIT, and reads
     // the item to settle a COMMIT that went unanswered: a dead connection costs no attempt.
-    // A laned item's successor is claimed for this consumer in the same transaction, if it has room.
-    const room = run.item.lane === null ? undefined : run.deps.successors?.(1);
-    let done: Awaited<ReturnType<typeof run.deps.ledger.completeWithin<T>>>;
-    try {
-      done = await run.deps.ledger.completeWithin(run.item, (trx) => fn(trx as unknown as Transaction<DB>), room?.lease);
-    } catch (error) {
-      room?.cancel();
-      throw error;
-    }
-    room?.accept(done.claimed);
+    const { value, laneAdvanced } = await run.deps.ledger.completeWithin(run.item, (trx) => fn(trx as unknown as Transaction<DB>));
     run.completedInTx = true;
-    run.laneAdvancedInTx = done.laneAdvanced;
-    return done.value;
+    run.laneAdvancedInTx = laneAdvanced;
+    return value;
   }
 
   checkpoint(value: unknown): Promise<boolean> {

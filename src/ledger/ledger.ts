@@ -29,7 +29,7 @@ import {
 } from './inputs.js';
 import { fleetStats, type FleetStats } from './fleet-stats.js';
 import { assertSchemaCurrent, migrate, schemaStatus, type MigrateResult, type SchemaStatus } from './migrations.js';
-import { completeEntries, completeInTransaction, completeWithin, type CompletedWithin, completion, encodeCapped, errorText, finish, retryEnding, type FinishTarget } from './outcomes.js';
+import { completeEntries, completeInTransaction, completeWithin, completion, encodeCapped, errorText, finish, retryEnding, type FinishTarget } from './outcomes.js';
 import { finalizeBlock } from './sql/block.js';
 import { cancelItem } from './sql/cancel.js';
 import { claimByIds, claimHeads, readHeldUnderLease } from './sql/claim.js';
@@ -215,14 +215,12 @@ export class Ledger {
    * `fn` and this item's completion (`fn`'s value its result) in one ledger
    * transaction, for ctx.transaction; run again after a lost connection, and
    * settled by reading the item after an unanswered COMMIT (outcomes.ts,
-   * completeWithin). Also says whether the item's lane got a new head; with `next`, its
-   * successor is claimed for the caller in the same transaction (lane affinity).
+   * completeWithin). Also says whether the item's lane got a new head (false: it went idle).
    * Throws LeaseLostError when the CAS loses.
    * @internal
    */
-  completeWithin<T>(handle: LeaseHandle, fn: (trx: Transaction<Record<string, never>>) => Promise<T>, next?: SuccessorClaim): Promise<CompletedWithin<T>> {
-    const successor = next === undefined ? undefined : validate(successorClaimSchema, next, 'completeWithin');
-    return completeWithin(this.finishTarget, handle, fn, successor);
+  completeWithin<T>(handle: LeaseHandle, fn: (trx: Transaction<Record<string, never>>) => Promise<T>): Promise<{ value: T; laneAdvanced: boolean | undefined }> {
+    return completeWithin(this.finishTarget, handle, fn);
   }
 
   /**

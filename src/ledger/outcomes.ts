@@ -9,7 +9,7 @@ import { runTransaction } from './retry.js';
 import { truncate } from './sql/common.js';
 import { completeMany, completionsSettled } from './sql/complete-batch.js';
 import { finalize, finalizeInTx, type Finalization } from './sql/finalize.js';
-import type { HandedOn } from './sql/lane-advance.js';
+import type { LaneHandedOn } from './sql/transition.js';
 import type { LedgerTables } from './tables.js';
 import type { ClaimedItem, FinalizeResult, ItemState, LeaseHandle, SuccessorClaim } from './types.js';
 import { encodeJson, encodePayload } from './json.js';
@@ -112,34 +112,22 @@ export function completeWithin<T>(
   target: FinishTarget,
   handle: LeaseHandle,
   fn: (trx: Transaction<Record<string, never>>) => Promise<T>,
-  next?: SuccessorClaim,
-): Promise<CompletedWithin<T>> {
+): Promise<{ value: T; laneAdvanced: LaneHandedOn }> {
   return runTransaction(
     target.db,
     async (trx) => {
       const value = await fn(trx);
-      const handedOn = await completeInTransaction(target, trx, handle, value === undefined ? undefined : value, next);
-      return { value, laneAdvanced: handedOn?.newHead, claimed: handedOn?.claimed ?? [] };
+      const laneAdvanced = await completeInTransaction(target, trx, handle, value === undefined ? undefined : value);
+      return { value, laneAdvanced };
     },
     async () => (await completionsSettled(target.db, target.tables, [handle]))[0] === 'completed',
   );
 }
 
 /** A completion inside the caller's transaction; throws LeaseLostError when the CAS loses. */
-export async function completeInTransaction(target: FinishTarget, trx: Executor, handle: LeaseHandle, result: unknown, next?: SuccessorClaim): Promise<HandedOn | undefined> {
+export async function completeInTransaction(target: FinishTarget, trx: Executor, handle: LeaseHandle, result: unknown): Promise<LaneHandedOn> {
   const json = result === undefined ? null : encodeCapped(result, target.resultMaxBytes, 'result');
-  return finalizeInTx(trx, target.tables, handle, { kind: 'complete', resultJson: json }, next);
-}
-
-/**
- * What ctx.transaction's completion did besides: whether the lane got a new
- * head left pending (undefined without a lane; false when it went idle or
- * its successor was claimed), and the successor claimed under `next`.
- */
-export interface CompletedWithin<T> {
-  value: T;
-  laneAdvanced: boolean | undefined;
-  claimed: ClaimedItem[];
+  return finalizeInTx(trx, target.tables, handle, { kind: 'complete', resultJson: json });
 }
 
 /** An error as the item and its history store it: a stack, a string or JSON, cut to `maxChars`. */

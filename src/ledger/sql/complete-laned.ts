@@ -9,7 +9,7 @@ import { CLAIMED_COLUMNS, claimedItems, grantLease, leaseAssignments, readBackCl
 import { inline, laneIn, list, queueScoped } from './common.js';
 import { completionStatement, type CompletionEntry } from './completion-cas.js';
 import type { Send } from './pipeline.js';
-import { advanceLocked, headSuccessors, idleLanes, successorFilter, successorPlaces, type EndedHead } from './lane-advance.js';
+import { advanceLocked, headSuccessors, idleLanes, successorPlaces, type EndedHead } from './lane-advance.js';
 
 export interface BatchDone {
   /** Per entry: whether its CAS won. */
@@ -149,6 +149,12 @@ function takes(next: SuccessorClaim, r: SuccessorRow): boolean {
   return !next.types || next.types.length === 0 || next.types.includes(r.type);
 }
 
+function successorFilter(next: SuccessorClaim): RawBuilder<unknown> {
+  const parts: RawBuilder<unknown>[] = [];
+  if (next.classes && next.classes.length > 0) parts.push(sql` AND queue_class IN (${list(next.classes)})`);
+  if (next.types && next.types.length > 0) parts.push(sql` AND type IN (${list(next.types)})`);
+  return sql.join(parts, sql``);
+}
 
 /** The new heads become heads and claimed at once: the claim CAS's effect, then the read-back of what it won. */
 function claimSuccessors(t: LedgerTables, lease: Lease, ids: readonly string[]): RawBuilder<unknown>[] {

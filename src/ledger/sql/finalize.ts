@@ -1,10 +1,9 @@
 import { sql, type RawBuilder } from 'kysely';
 import type { Executor, LedgerDb } from '../connection.js';
 import type { LedgerTables } from '../tables.js';
-import type { LeaseHandle, SuccessorClaim } from '../types.js';
+import type { LeaseHandle } from '../types.js';
 import { NO_TIME, nowPlusMs } from './common.js';
-import type { HandedOn } from './lane-advance.js';
-import { applyTransition, applyTransitionInTx, type HistoryEntry, type TransitionSpec } from './transition.js';
+import { applyTransition, applyTransitionInTx, type HistoryEntry, type LaneHandedOn, type TransitionSpec } from './transition.js';
 import { enterWait } from './waits.js';
 
 /** How a claimed attempt ended; each maps to one CAS (docs/design.md §3). */
@@ -127,6 +126,6 @@ export function finalize(db: LedgerDb, t: LedgerTables, h: LeaseHandle, f: Final
 }
 
 /** The same inside the caller's transaction; throws LeaseLostError (rolling the caller back) when the CAS loses. */
-export function finalizeInTx(trx: Executor, t: LedgerTables, h: LeaseHandle, f: Finalization, next?: SuccessorClaim): Promise<HandedOn | undefined> {
-  return applyTransitionInTx(trx, t, leaseSpec(t, h, f), undefined, next);
+export function finalizeInTx(trx: Executor, t: LedgerTables, h: LeaseHandle, f: Finalization): Promise<LaneHandedOn> {
+  return applyTransitionInTx(trx, t, leaseSpec(t, h, f));
 }

@@ -1,10 +1,7 @@
 import { sql, type RawBuilder } from 'kysely';
 import type { Executor } from '../connection.js';
 import type { LedgerTables } from '../tables.js';
-import type { ClaimedRow } from '../rows.js';
-import type { ClaimedItem, SuccessorClaim } from '../types.js';
-import { CLAIMED_COLUMNS, claimedItems, grantLease, leaseAssignments } from './claimed.js';
-import { affected, inline, list, literal } from './common.js';
+import { affected, inline, literal } from './common.js';
 
 /**
  * A lane's head that has just ended (completed, dead, skipped, cancelled),
@@ -72,50 +69,14 @@ function idleLane(t: LedgerTables, head: EndedHead): RawBuilder<unknown> {
  * committed meanwhile, or the successor was cancelled while it waited) the
  * lane is settled under its row's lock. The read is a point get, far cheaper
  * than the successor's update through ix_lane that an idle lane would find
- * nothing for. With `next`, the successor is claimed for the completing
- * consumer when it can take it (claimSuccessor).
+ * nothing for. Returns whether the lane has a new head.
  */
-export async function handOnLane(exec: Executor, t: LedgerTables, head: EndedHead, next?: SuccessorClaim): Promise<HandedOn> {
+export async function handOnLane(exec: Executor, t: LedgerTables, head: EndedHead): Promise<boolean> {
   const row = await sql<{ next_seq: number | string }>`SELECT next_seq FROM ${t.lanes} WHERE queue = ${inline(head.queue)} AND lane = ${inline(head.lane)}`.execute(exec);
   const last = Number(row.rows[0]?.next_seq ?? head.laneSeq) === head.laneSeq;
-  if (last && affected(await idleLane(t, head).execute(exec)) === 1) return { newHead: false, claimed: [] };
-  if (!last && next !== undefined && next.max > 0) {
-    const claimed = await claimSuccessor(exec, t, head, next);
-    if (claimed.length > 0) return { newHead: false, claimed };
-  }
-  if (!last && affected(await headSuccessors(t, [head]).execute(exec)) === 1) return { newHead: true, claimed: [] };
-  return { newHead: await advanceLocked(exec, t, head), claimed: [] };
-}
-
-/** How a lane was handed on: a new head left pending for a claim, or its successor claimed under the completion's `next` lease. */
-export interface HandedOn {
-  newHead: boolean;
-  claimed: ClaimedItem[];
-}
-
-/**
- * The successor at `lane_seq + 1` becomes the head and is claimed under
- * `next` in the same statement when it is due and of `next`'s classes and
- * types (lane affinity: the consumer that ended the head runs the next
- * item without a claim round), then read back.
- */
-async function claimSuccessor(exec: Executor, t: LedgerTables, head: EndedHead, next: SuccessorClaim): Promise<ClaimedItem[]> {
-  const lease = grantLease(next);
-  const places = successorPlaces([head]);
-  const won = await sql`UPDATE ${t.items} FORCE INDEX (ix_lane) SET is_head = 1, ${leaseAssignments(lease)}
-    WHERE ${places} AND state = 'pending' AND run_after <= NOW(6)${successorFilter(next)}`.execute(exec);
-  if (affected(won) !== 1) return [];
-  const rows = await sql<ClaimedRow>`SELECT ${CLAIMED_COLUMNS} FROM ${t.items} FORCE INDEX (ix_lane)
-    WHERE ${places} AND lease_token = ${inline(lease.token)} AND state = 'processing'`.execute(exec);
-  return claimedItems(rows.rows, lease);
-}
-
-/** A claim's class and type filters, as extra conditions. */
-export function successorFilter(next: SuccessorClaim): RawBuilder<unknown> {
-  const parts: RawBuilder<unknown>[] = [];
-  if (next.classes && next.classes.length > 0) parts.push(sql` AND queue_class IN (${list(next.classes)})`);
-  if (next.types && next.types.length > 0) parts.push(sql` AND type IN (${list(next.types)})`);
-  return sql.join(parts, sql``);
+  if (last && affected(await idleLane(t, head).execute(exec)) === 1) return false;
+  if (!last && affected(await headSuccessors(t, [head]).execute(exec)) === 1) return true;
+  return advanceLocked(exec, t, head);
 }
 
 /**

@@ -4,9 +4,9 @@ import { newId } from '../ids.js';
 import { CommitOutcomeUnknownError, LeaseLostError } from '../../errors.js';
 import { CONNECTION_RETRY, isConnectionError, readAfterLostConnection, retryDelay, runTransaction } from '../retry.js';
 import type { LedgerTables } from '../tables.js';
-import type { AttemptRecord, SuccessorClaim } from '../types.js';
+import type { AttemptRecord } from '../types.js';
 import { affected } from './common.js';
-import { handOnLane, type HandedOn } from './lane-advance.js';
+import { handOnLane } from './lane-advance.js';
 
 /** Where an item sits: enough to find its lane and its successor. */
 export interface ItemPlace {
@@ -122,20 +122,17 @@ export type Settled = 'open' | 'applied' | 'lost' | 'unknown';
  * with it. The item's row is locked first, then, when a head ended, its
  * lane's successor or lane row (docs/design.md §8, lock order).
  */
-export async function applyTransitionInTx(
-  trx: Executor,
-  t: LedgerTables,
-  spec: TransitionSpec,
-  historyId: string = newId(),
-  next?: SuccessorClaim,
-): Promise<HandedOn | undefined> {
+export async function applyTransitionInTx(trx: Executor, t: LedgerTables, spec: TransitionSpec, historyId: string = newId()): Promise<LaneHandedOn> {
   const { lane, queue, laneSeq } = spec.place;
   if ((await casUpdate(trx, t, spec)) !== 1) throw new LeaseLostError(spec.place.id);
-  const handedOn = spec.terminal && spec.wasHead && lane !== null && laneSeq !== null ? await handOnLane(trx, t, { queue, lane, laneSeq }, next) : undefined;
+  const handedOn = spec.terminal && spec.wasHead && lane !== null && laneSeq !== null ? await handOnLane(trx, t, { queue, lane, laneSeq }) : undefined;
   if (spec.history) await insertHistory(trx, t, spec.place.id, spec.history, historyId);
   if (spec.alsoWrite) await spec.alsoWrite(trx);
   return handedOn;
 }
+
+/** Whether an ended head's lane got a new head (true) or went idle (false); undefined when no lane was handed on. */
+export type LaneHandedOn = boolean | undefined;
 
 async function casUpdate(exec: Executor, t: LedgerTables, spec: TransitionSpec): Promise<number> {
   const r = await sql`UPDATE ${t.items} SET ${spec.set}, updated_at = NOW(6)
