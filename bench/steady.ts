@@ -10,6 +10,7 @@
  *
  *   npx tsx bench/steady.ts                                   # MariaDB, 200/s for 30 s
  *   npx tsx bench/steady.ts --server tidb --txn optimistic
+ *   npx tsx bench/steady.ts --server mariadb --redis cluster      # a local 6-node Redis Cluster, started for the run
  *   npx tsx bench/steady.ts --server mariadb --redis redis+cluster://127.0.0.1:7000,127.0.0.1:7001
  *   npx tsx bench/steady.ts --rate 200 --seconds 60 --lanes 100 --workers 2 --concurrency 16 --runs 3
  *   (--no-build: use dist/ as it is)
@@ -25,6 +26,7 @@ import { fileURLToPath } from 'node:url';
 import type { RowDataPacket } from 'mysql2/promise';
 import { Ledger } from '../src/ledger/ledger.js';
 import { deleteKeys } from '../test/support/engine.js';
+import { startRedisCluster } from '../test/support/redis-cluster.js';
 import { slowStatements, lockFigures, type LockFigures, type SlowStatement } from './steady-server.js';
 import { childMessage, cliFlag, createBenchDatabase, median, onCleanup, percentile, progress, runBenchmark, serverCpuSecondsOf, withAdmin } from './support.js';
 
@@ -35,7 +37,9 @@ if (server !== 'mariadb' && server !== 'tidb') throw new Error('--server is mari
 const txn = flag('txn', 'pessimistic');
 const serverUrl =
   server === 'tidb' ? (process.env.LANEWAKE_BENCH_TIDB_URL ?? 'mysql://root@127.0.0.1:4000') : (process.env.LANEWAKE_BENCH_MYSQL_URL ?? 'mysql://root@127.0.0.1:3306');
-const redisUrl = flag('redis', 'redis://127.0.0.1:6379');
+/** `--redis cluster` starts a local 6-node Redis Cluster (3 masters, 3 replicas) for the run, as the test suites do. */
+const redisFlag = flag('redis', 'redis://127.0.0.1:6379');
+let redisUrl = redisFlag;
 const RATE = Number(flag('rate', '200'));
 const SECONDS = Number(flag('seconds', '30'));
 const LANES = Number(flag('lanes', '100'));
@@ -159,6 +163,12 @@ async function oneRun(): Promise<RunFigures> {
 }
 
 runBenchmark(async () => {
+  if (redisFlag === 'cluster') {
+    progress('starting a local Redis Cluster (6 nodes)');
+    const cluster = await startRedisCluster();
+    onCleanup(() => cluster.stop());
+    redisUrl = cluster.url;
+  }
   if (!args.includes('--no-build')) {
     progress('building dist/ (npm run build)');
     execFileSync('npx', ['tsc', '-p', 'tsconfig.build.json'], { stdio: 'inherit', cwd: here('..') });
