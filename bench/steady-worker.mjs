@@ -10,6 +10,12 @@ import * as lanewake from '../dist/index.js';
 import * as retry from '../dist/ledger/retry.js';
 
 const { Consumer, Ledger, WakeChannel, createLogger } = lanewake;
+// When each job's wake-up was read (for late starts: read promptly, or late); older builds have no such channel.
+const wakeReadAtMs = new Map();
+const dc = await import('node:diagnostics_channel');
+dc.subscribe('lanewake:wake-read', (m) => {
+  for (const id of m.ids) if (!wakeReadAtMs.has(id)) wakeReadAtMs.set(id, m.atMs);
+});
 // Older builds (compared in alternated pairs) have no diagnostics channels or conflict counts.
 const conflictRetries = retry.conflictRetries ?? (() => new Map());
 
@@ -36,6 +42,8 @@ function clusterSeeds(url) {
 
 /** Per job: enqueue→start in µs, how it reached this consumer. */
 const starts = [];
+/** Jobs that started over 200 ms after their enqueue: their ids, for the main process to look up. */
+const late = [];
 let rounds = 0;
 let roundItems = 0;
 const consumer = new Consumer({
@@ -47,7 +55,9 @@ const consumer = new Consumer({
   handlers: {
     job: async (job, ctx) => {
       const startedNs = process.hrtime.bigint();
-      starts.push(Number((startedNs - BigInt(job.payload.t)) / 1000n));
+      const us = Number((startedNs - BigInt(job.payload.t)) / 1000n);
+      starts.push(us);
+      if (us > 200_000) late.push({ id: job.id, us, attempt: job.attempt, wakeReadBeforeStartMs: wakeReadAtMs.has(job.id) ? Date.now() - wakeReadAtMs.get(job.id) : null });
       await ctx.transaction(async (trx) => {
         await sql`INSERT INTO effects (item_id, lane, written_at) VALUES (${job.id}, ${job.lane}, NOW(6))`.execute(trx);
       });
@@ -69,6 +79,7 @@ process.on('message', async (m) => {
   process.send?.({
     type: 'figures',
     startsUs: starts,
+    late,
     completed: c.completed,
     claimRounds: rounds,
     claimedByRounds: roundItems,

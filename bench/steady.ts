@@ -51,6 +51,7 @@ const here = (f: string): string => fileURLToPath(new URL(f, import.meta.url));
 
 interface WorkerFigures {
   startsUs: number[];
+  late: { id: string; us: number; attempt: number; wakeReadBeforeStartMs: number | null }[];
   completed: number;
   claimRounds: number;
   claimedByRounds: number;
@@ -74,6 +75,7 @@ interface RunFigures {
   byOffer: number;
   /** Of those, found in the ledger because their handoff never came. */
   recovered: number;
+  offersMade: number;
   bySuccessor: number;
   byRound: number;
   conflictsPerJob: number;
@@ -139,6 +141,21 @@ async function oneRun(): Promise<RunFigures> {
   if (completed !== jobs) throw new Error(`${completed} completions for ${jobs} jobs`);
   const conflicts = figures.reduce((n, f) => n + Object.values(f.conflictRetries).reduce((a, b) => a + b, 0), 0);
   const slow = await slowStatements(server, serverUrl, db.name, from, to);
+  const late = figures.flatMap((f) => f.late);
+  if (late.length > 0) {
+    // Why a job started late: its attempt history (a release, an expired lease) and its rows' times.
+    const ids = late.map((l) => `'${l.id}'`).join(', ');
+    const [history] = await withAdmin((c) => c.query<RowDataPacket[]>(`SELECT item_id, outcome, error FROM \`${db.name}\`.lw_attempts WHERE item_id IN (${ids})`), serverUrl);
+    const [rows] = await withAdmin(
+      (c) => c.query<RowDataPacket[]>(`SELECT id, TIMESTAMPDIFF(MICROSECOND, created_at, started_at) AS claim_us, lease_token FROM \`${db.name}\`.lw_items WHERE id IN (${ids})`),
+      serverUrl,
+    );
+    for (const l of late.slice(0, 5)) {
+      const h = history.filter((r) => r.item_id === l.id).map((r) => `${String(r.outcome)} (${String(r.error ?? '')})`);
+      const row = rows.find((r) => r.id === l.id);
+      console.log(`    late start: ${l.id} after ${(l.us / 1000).toFixed(0)} ms, attempt ${l.attempt}, claimed ${(Number(row?.claim_us) / 1000).toFixed(0)} ms after its insert; history: ${h.join('; ') || 'none'}; ${l.wakeReadBeforeStartMs === null ? 'no wake-up read for it' : `its wake-up read ${l.wakeReadBeforeStartMs} ms before it started`}`);
+    }
+  }
   await db.drop();
   return {
     p50: percentile(starts, 50),
@@ -151,6 +168,7 @@ async function oneRun(): Promise<RunFigures> {
     jobs,
     byOffer: figures.reduce((n, f) => n + f.handedOver, 0),
     recovered: figures.reduce((n, f) => n + f.handoffsRecovered, 0),
+    offersMade: figures.reduce((n, f) => n + f.offersMade, 0),
     bySuccessor: figures.reduce((n, f) => n + f.claimedWithCompletion, 0),
     byRound: figures.reduce((n, f) => n + f.claimedByRounds, 0),
     conflictsPerJob: conflicts / jobs,
@@ -184,7 +202,7 @@ runBenchmark(async () => {
     const ms = (v: number): string => v.toFixed(2);
     console.log(
       `run ${r + 1}: enqueue→start p50 ${ms(f.p50)} p90 ${ms(f.p90)} p99 ${ms(f.p99)} max ${ms(f.max)} ms; enqueue p50 ${ms(f.enqueueP50)} p99 ${ms(f.enqueueP99)} max ${ms(f.enqueueMax)} ms; ` +
-        `${f.byOffer} by offer (${f.recovered} recovered from the ledger), ${f.bySuccessor} as lane successors, ${f.byRound} by claim rounds; ` +
+        `${f.byOffer} by offer (${f.offersMade} offers made, ${f.recovered} recovered from the ledger), ${f.bySuccessor} as lane successors, ${f.byRound} by claim rounds; ` +
         `${(f.locks.lockWaits / f.jobs).toFixed(3)} lock waits/job (${f.locks.lockWaitMs} ms), ${f.locks.deadlocks} deadlocks, ` +
         `${(f.locks.statementRetries / f.jobs).toFixed(3)} statement retries/job, ${f.conflictsPerJob.toFixed(3)} ledger conflict retries/job; ` +
         `CPU/job: workers ${f.cpuUs.workers.toFixed(0)} µs, producer ${f.cpuUs.producer.toFixed(0)} µs, server ${f.cpuUs.server?.toFixed(0) ?? '?'} µs; ${f.slow.length} statements over 100 ms`,

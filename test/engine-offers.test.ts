@@ -32,7 +32,7 @@ function claimsByRounds(consumer: Consumer): () => number {
 }
 
 /** A running consumer of its own queue, warmed by one item so that it stands an offer; and a producer elsewhere. */
-async function warmConsumer(opts: { leaseMs?: number } = {}) {
+async function warmConsumer(opts: { leaseMs?: number; concurrency?: number } = {}) {
   const tl = await scope.ledger();
   const tw = scope.wake();
   const queue = uniqueQueue('offers');
@@ -41,7 +41,7 @@ async function warmConsumer(opts: { leaseMs?: number } = {}) {
     ledger: tl.ledger,
     wake: tw.wake,
     queue,
-    concurrency: 4,
+    concurrency: opts.concurrency ?? 4,
     pollIntervalMs: 60_000,
     leaseMs: opts.leaseMs ?? 30_000,
     logger: silent,
@@ -78,12 +78,13 @@ test('an item from a producer elsewhere is inserted claimed under the idle consu
 });
 
 test('a batch from a producer elsewhere is handed over under one offer, as many of its items as the offer holds slots for', async () => {
-  const { tl, tw, queue, ran, consumer, producer } = await warmConsumer();
+  const { tl, tw, queue, ran, consumer, producer } = await warmConsumer({ concurrency: 16 });
   const r = redis();
-  const standing = await waitFor(async () => ((await r.llen(offersKey(tw.keyPrefix, queue))) === 1 ? await r.lindex(offersKey(tw.keyPrefix, queue), 0) : undefined) ?? undefined, 10_000, 'one standing offer');
+  // The oldest standing offer, the one a producer pops first; made with all sixteen slots free.
+  const standing = await waitFor(async () => (await r.lindex(offersKey(tw.keyPrefix, queue), 0)) ?? undefined, 10_000, 'a standing offer');
   const offer = JSON.parse(standing) as Offer;
-  // Four slots, none busy: the offer holds half of them.
-  expect(offer.room).toBe(offerRoom(4));
+  expect(offer.room).toBe(offerRoom(16));
+  expect(offer.room).toBeGreaterThan(1);
   const before = consumer.counters.handedOver;
   const wonByRounds = claimsByRounds(consumer);
   const results = await producer.enqueueMany(Array.from({ length: offer.room! + 1 }, (_, k) => ({ queue, type: 't', payload: { k } })));
@@ -162,6 +163,17 @@ test('an expired offer (its consumer gone) is skipped and dropped: the item goes
   }, 10_000, 'the item completed');
   expect(item.leaseOwner).toBe(consumer.name);
   expect(await r.lrange(key, 0, -1)).not.toContain(JSON.stringify(dead));
+});
+
+test('a consumer with many free slots stands two offers, so one is there while the other is taken', async () => {
+  const { tw, queue } = await warmConsumer({ concurrency: 16 });
+  const r = redis();
+  const key = offersKey(tw.keyPrefix, queue);
+  const both = await waitFor(async () => ((await r.llen(key)) === 2 ? await r.lrange(key, 0, -1) : undefined), 10_000, 'two standing offers');
+  const offers = both.map((w) => JSON.parse(w) as Offer);
+  expect(new Set(offers.map((o) => o.token)).size).toBe(2);
+  // Together they hold under half the slots: the rest stay for claim rounds.
+  expect(offers.reduce((n, o) => n + (o.room ?? 1), 0)).toBeLessThanOrEqual(8);
 });
 
 test('a stopping consumer withdraws its offer', async () => {

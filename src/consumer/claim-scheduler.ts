@@ -65,6 +65,8 @@ export class ClaimScheduler<DB> {
   private lookTimer: NodeJS.Timeout | undefined;
   /** Room promised to claim rounds in flight. */
   private roundsRoom = 0;
+  /** Rounds in flight that may search for heads beyond the ids they were named (see caughtUp). */
+  private searching = 0;
   /** The last claim round got all the room it asked for: worth a second round in parallel. */
   private lastRoundFull = false;
   private claimBackoffUntil = 0;
@@ -173,12 +175,16 @@ export class ClaimScheduler<DB> {
   }
 
   /**
-   * Nothing left to claim as far as it knows: no buffered items, no claim in
-   * flight or wanted, and its last look found no more heads. A consumer
-   * working through a backlog makes no offers (docs/design.md §6).
+   * Nothing left to claim as far as it knows: no buffered items, no search
+   * for heads in flight or wanted, and its last look found no more heads. A
+   * consumer working through a backlog makes no offers (docs/design.md §6).
+   * Rounds that only claim the ids wake-ups named do not count: those items
+   * are being taken already, and on a slow ledger (TiDB) such a round in
+   * flight at almost every moment kept a consumer from ever standing an
+   * offer.
    */
   caughtUp(): boolean {
-    return this.buffer.size === 0 && this.roundsRoom === 0 && this.host.held.heldRoom === 0 && this.targeted.size === 0 && !this.mightHaveWork && !this.lastRoundFull;
+    return this.buffer.size === 0 && this.searching === 0 && this.host.held.heldRoom === 0 && !this.mightHaveWork && !this.lastRoundFull;
   }
 
   /** Room held for a handover was given back: buffered items may start in freed slots, and claims may use it. */
@@ -232,6 +238,9 @@ export class ClaimScheduler<DB> {
       const backingOff = Date.now() < holdUntil;
       if (!this.paused && !backingOff && room > 0 && worthARound && rounds.size < maxRounds && (this.mightHaveWork || this.targeted.size > 0)) {
         this.roundsRoom += room;
+        // The round searches for heads when it may have work beyond named ids (claimRound's lookFurther, read now, before its first await).
+        const search = this.mightHaveWork || this.targeted.size > room;
+        if (search) this.searching++;
         const round: Promise<void> = this.claimRound(room)
           .catch((error: unknown) => {
             this.counters.errors++;
@@ -241,6 +250,7 @@ export class ClaimScheduler<DB> {
           })
           .finally(() => {
             this.roundsRoom -= room;
+            if (search) this.searching--;
             rounds.delete(round);
             this.wake.notify();
           });

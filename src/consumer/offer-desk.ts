@@ -23,18 +23,32 @@ const RECOVERY_AFTER_MS = [1_000, 3_000, 8_000] as const;
  */
 export const MIN_OFFER_LEASE_MS = 24_000;
 
+/**
+ * Offers one consumer stands at once. With one, an offer taken left none
+ * until its handoff came and the next was posted: on a slower ledger (an
+ * insert of 2-3 ms on TiDB) the producer's next enqueue often found none,
+ * and after a miss a producer looks again only 25 ms later.
+ */
+const MAX_STANDING_OFFERS = 2;
+
+/** Free slots a consumer standing `standing` offers needs for one more: 2 for the first, 4 for the second. */
+function slotsForAnother(standing: number): number {
+  return 2 * (standing + 1);
+}
+
 /** The most slots one offer holds. */
 export const OFFER_MAX_ROOM = 8;
 
 /**
- * The slots an offer holds, of `free`: half of them, up to OFFER_MAX_ROOM. A
+ * The slots an offer holds, of `free`: a quarter of them (each of the two
+ * offers a consumer may stand), up to OFFER_MAX_ROOM, at least one. A
  * producer batches the single enqueues that arrive together
  * (src/producer/enqueue-batcher.ts) and takes one offer per batch, so an
  * offer of one slot handed over one item of a batch and left the rest to
- * wake-ups and claim rounds; the other half stays for claim rounds.
+ * wake-ups and claim rounds; at least half the slots stay for claim rounds.
  */
 export function offerRoom(free: number): number {
-  return Math.max(1, Math.min(OFFER_MAX_ROOM, Math.floor(free / 2)));
+  return Math.max(1, Math.min(OFFER_MAX_ROOM, Math.floor(free / 4)));
 }
 
 /** What the desk needs of its consumer. */
@@ -180,21 +194,21 @@ export class OfferDesk {
   private async lookOnce(): Promise<void> {
     const now = Date.now();
     const host = this.host;
-    let standing = false;
+    let standing = 0;
     for (const m of [...this.mine.values()]) {
       if (m.state === 'standing') {
         const keep = !this.stopped && now - m.offer.madeAtMs < OFFER_REFRESH_AGE_MS && host.freeSlots() > 0 && host.mayTakeOutsideRounds() && this.warm(now);
-        if (keep) standing = true;
+        if (keep) standing++;
         else await this.withdraw(m);
       } else if (m.state === 'taken') {
         const due = RECOVERY_AFTER_MS[m.asked];
         if (due === undefined || now - (m.takenAtMs ?? now) >= due) await this.recover(m, m.asked + 1 >= RECOVERY_AFTER_MS.length);
       } else {
-        standing = true;
+        standing++;
       }
     }
-    if (standing || this.stopped || host.leaseMs < MIN_OFFER_LEASE_MS || now < this.noPostUntil) return;
-    if (!this.warm(now) || host.freeSlots() < 2 || !host.caughtUp() || !host.mayTakeOutsideRounds()) return;
+    if (standing >= MAX_STANDING_OFFERS || this.stopped || host.leaseMs < MIN_OFFER_LEASE_MS || now < this.noPostUntil) return;
+    if (!this.warm(now) || host.freeSlots() < slotsForAnother(standing) || !host.caughtUp() || !host.mayTakeOutsideRounds()) return;
     const types = host.offerTypes();
     if (!types || types.length === 0) return;
     const handover = this.handovers.forOffer(now, offerRoom(host.freeSlots()));
@@ -222,7 +236,7 @@ export class OfferDesk {
     for (const m of this.mine.values()) {
       if (m.state !== 'standing' || host.freeSlots() === 0 || !host.mayTakeOutsideRounds()) return true;
     }
-    return this.mine.size === 0 && !this.stopped && host.freeSlots() >= 2 && host.caughtUp();
+    return this.mine.size < MAX_STANDING_OFFERS && !this.stopped && host.freeSlots() >= slotsForAnother(this.mine.size) && host.caughtUp();
   }
 
   private warm(now: number): boolean {
