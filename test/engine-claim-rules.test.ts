@@ -1,5 +1,6 @@
 import { afterEach, expect, test } from 'vitest';
 import { Consumer } from '../src/consumer/consumer.js';
+import { Ledger } from '../src/ledger/ledger.js';
 import { BlockOnError } from '../src/consumer/errors.js';
 import { Producer } from '../src/producer/producer.js';
 import { createTestWake, uniqueQueue, type TestWake } from './support/engine.js';
@@ -97,4 +98,42 @@ test('a BlockOn the ledger refuses (a key that is not well-formed) fails the att
   const attemptsRecorded = (await tl.ledger.inspect(id))?.attempts ?? [];
   expect(attemptsRecorded.map((a) => a.outcome)).toEqual(['retried', 'completed']);
   expect(attemptsRecorded[0]?.error).toContain('dependencyKey');
+});
+
+test("a wake-up naming more items than a claim round has room for: the rest are claimed by id in the next rounds, not left to a sweep", async () => {
+  tl = await createTestLedger();
+  tw = createTestWake();
+  const queue = uniqueQueue('named-overflow');
+  // The real ledger, recording the ids each claim by id is asked for.
+  const named: string[] = [];
+  class RecordingLedger extends Ledger {
+    override claimByIds(input: Parameters<Ledger['claimByIds']>[0]): ReturnType<Ledger['claimByIds']> {
+      named.push(...input.ids);
+      return super.claimByIds(input);
+    }
+  }
+  const ledger = new RecordingLedger({ url: tl.url, poolSize: 4 });
+  const ran: number[] = [];
+  // One slot, no prefetch: a claim round has room for one item. A lease under 24 s: no offers.
+  consumer = new Consumer({
+    ledger,
+    wake: tw.wake,
+    queue,
+    concurrency: 1,
+    prefetch: 0,
+    leaseMs: 10_000,
+    pollIntervalMs: 60_000,
+    maintenance: false,
+    handlers: { t: async (job: { payload: { k: number } }) => void ran.push(job.payload.k) },
+  });
+  await consumer.start();
+  // One batch from another process: one wake-up naming all three.
+  const producer = new Producer({ ledger: tl.ledger, wake: tw.remote() });
+  const ids = (await producer.enqueueMany([0, 1, 2].map((k) => ({ queue, type: 't', payload: { k } })))).map((r) => r.id);
+  await waitFor(() => ran.length === 3 || undefined, 10_000, 'all three to run');
+  await consumer.stop({ drainTimeoutMs: 1000 });
+  consumer = undefined;
+  await ledger.close();
+  // Each was asked for by id; the two the first round had no room for were not dropped for a head search to find.
+  for (const id of ids) expect(named, id).toContain(id);
 });

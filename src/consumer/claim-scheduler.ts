@@ -13,6 +13,8 @@ import { PrefetchBuffer, type Prefetched } from './prefetch-buffer.js';
 
 /** Claim rounds one scheduler may have in flight at once. */
 const MAX_CLAIM_ROUNDS = 2;
+/** Ids named by wake-ups that wait for a claim round with room (see claimRound). */
+const MAX_WAITING_IDS = 1000;
 const CAPPED_RETRY_MS = 250;
 const CLAIM_ERROR_BACKOFF_MS = 500;
 /** A signal that came after a round's head search is followed up this much later. */
@@ -53,7 +55,7 @@ export class ClaimScheduler<DB> {
   /** A pause control message holds new claims (running items go on). */
   private paused = false;
   private readonly wake = new Latch();
-  private readonly targeted = new Set<string>();
+  private targeted = new Set<string>();
   /** Items in the prefetch buffer named by a cancel message: each asks the ledger as it starts. */
   private readonly cancelHints = new Set<string>();
   private pendingAcks: WakeEntry[] = [];
@@ -239,7 +241,7 @@ export class ClaimScheduler<DB> {
       if (!this.paused && !backingOff && room > 0 && worthARound && rounds.size < maxRounds && (this.mightHaveWork || this.targeted.size > 0)) {
         this.roundsRoom += room;
         // The round searches for heads when it may have work beyond named ids (claimRound's lookFurther, read now, before its first await).
-        const search = this.mightHaveWork || this.targeted.size > room;
+        const search = this.mightHaveWork || this.targeted.size > room + MAX_WAITING_IDS;
         if (search) this.searching++;
         const round: Promise<void> = this.claimRound(room)
           .catch((error: unknown) => {
@@ -285,9 +287,12 @@ export class ClaimScheduler<DB> {
     this.pendingAcks = [];
     const named = [...this.targeted];
     const ids = named.slice(0, free);
-    this.targeted.clear();
-    // Named items beyond this round's room are dropped as hints: a general claim finds them.
-    let lookFurther = this.mightHaveWork || named.length > ids.length;
+    // Named items beyond this round's room wait for the next round, oldest first. They used to be dropped
+    // as hints for a general claim, which never ran while new wake-ups kept filling a small room: a job
+    // whose wake-up was read at once started seconds later, when a sweep found it. Past MAX_WAITING_IDS
+    // the oldest are dropped, and a general claim finds them.
+    this.targeted = new Set(named.slice(free, free + MAX_WAITING_IDS));
+    let lookFurther = this.mightHaveWork || named.length > free + MAX_WAITING_IDS;
     const s = this.settings;
     const base = { queue: s.queue, owner: this.name, leaseMs: s.leaseMs, ...(s.epoch !== undefined ? { epoch: s.epoch } : {}) };
     const types = s.types ? { types: s.types } : {};
@@ -304,8 +309,7 @@ export class ClaimScheduler<DB> {
         return;
       }
       free = Math.min(free, room);
-      if (ids.length > free) lookFurther = true;
-      ids.splice(free);
+      for (const id of ids.splice(free)) this.targeted.add(id);
     }
     const claimed: ClaimedItem[] = ids.length > 0 ? await this.ledger.claimByIds({ ...base, ids, ...types }) : [];
     // Named by a wake-up: start them now, before looking for other heads.
