@@ -177,13 +177,10 @@ export class ClaimScheduler<DB> {
   }
 
   /**
-   * Nothing left to claim as far as it knows: no buffered items, no search
-   * for heads in flight or wanted, and its last look found no more heads. A
-   * consumer working through a backlog makes no offers (docs/design.md §6).
-   * Rounds that only claim the ids wake-ups named do not count: those items
-   * are being taken already, and on a slow ledger (TiDB) such a round in
-   * flight at almost every moment kept a consumer from ever standing an
-   * offer.
+   * Nothing left to claim as far as it knows: no buffered items, no search for heads
+   * in flight or wanted (rounds that only claim named ids do not count: those are
+   * being taken), and its last look found no more heads. A consumer working through
+   * a backlog makes no offers (docs/design.md §6).
    */
   caughtUp(): boolean {
     return this.buffer.size === 0 && this.searching === 0 && this.host.held.heldRoom === 0 && !this.mightHaveWork && !this.lastRoundFull;
@@ -287,10 +284,8 @@ export class ClaimScheduler<DB> {
     this.pendingAcks = [];
     const named = [...this.targeted];
     const ids = named.slice(0, free);
-    // Named items beyond this round's room wait for the next round, oldest first. They used to be dropped
-    // as hints for a general claim, which never ran while new wake-ups kept filling a small room: a job
-    // whose wake-up was read at once started seconds later, when a sweep found it. Past MAX_WAITING_IDS
-    // the oldest are dropped, and a general claim finds them.
+    // Named items beyond this round's room wait for the next round, oldest first (dropped as hints, they
+    // starved while new wake-ups filled a small room: docs/design.md §6). Past MAX_WAITING_IDS a head search finds them.
     this.targeted = new Set(named.slice(free, free + MAX_WAITING_IDS));
     let lookFurther = this.mightHaveWork || named.length > free + MAX_WAITING_IDS;
     const s = this.settings;
