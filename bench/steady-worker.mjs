@@ -42,7 +42,7 @@ function clusterSeeds(url) {
 
 /** Per job: enqueue→start in µs, how it reached this consumer. */
 const starts = [];
-/** Jobs that started over 200 ms after their enqueue: their ids, for the main process to look up. */
+/** The first 20 jobs that started over 200 ms after their enqueue: their ids, for the main process to look up. */
 const late = [];
 let rounds = 0;
 let roundItems = 0;
@@ -57,7 +57,7 @@ const consumer = new Consumer({
       const startedNs = process.hrtime.bigint();
       const us = Number((startedNs - BigInt(job.payload.t)) / 1000n);
       starts.push(us);
-      if (us > 200_000) late.push({ id: job.id, us, attempt: job.attempt, wakeReadBeforeStartMs: wakeReadAtMs.has(job.id) ? Date.now() - wakeReadAtMs.get(job.id) : null });
+      if (us > 200_000 && late.length < 20) late.push({ id: job.id, us, attempt: job.attempt, wakeReadBeforeStartMs: wakeReadAtMs.has(job.id) ? Date.now() - wakeReadAtMs.get(job.id) : null });
       await ctx.transaction(async (trx) => {
         await sql`INSERT INTO effects (item_id, lane, written_at) VALUES (${job.id}, ${job.lane}, NOW(6))`.execute(trx);
       });
