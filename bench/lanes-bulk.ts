@@ -17,7 +17,7 @@ import type { RowDataPacket } from 'mysql2/promise';
 import { Ledger } from '../src/ledger/ledger.js';
 import { deleteKeys } from '../test/support/engine.js';
 import { slowStatements } from './steady-server.js';
-import { childMessage, cliFlag, createBenchDatabase, median, onCleanup, progress, runBenchmark, withAdmin } from './support.js';
+import { childMessage, cliFlag, createBenchDatabase, median, onCleanup, progress, runBenchmark, serverCpuSecondsOf, withAdmin } from './support.js';
 
 const args = process.argv.slice(2);
 const flag = (name: string, dflt: string): string => cliFlag(`--${name}`, args) ?? dflt;
@@ -40,6 +40,8 @@ interface RunFigures {
   enqueueS: number;
   processS: number;
   jobsPerS: number;
+  /** CPU of the SQL server per job while the workers ran them (µs), when it runs on this machine. */
+  serverCpuUs: number | undefined;
   slow: number;
 }
 
@@ -73,6 +75,7 @@ async function oneRun(): Promise<RunFigures> {
   const env = { LW_DATABASE_URL: db.url, LW_REDIS_URL: redisUrl, LW_KEY_PREFIX: keyPrefix, LW_QUEUE: QUEUE, LW_CONCURRENCY: String(CONCURRENCY), ...(server === 'tidb' ? { LW_TIDB_TXN_MODE: txn } : {}) };
   const workers = Array.from({ length: WORKERS }, () => child('./steady-worker.mjs', env));
   const t1 = performance.now();
+  const cpuBefore = serverCpuSecondsOf(serverUrl);
   await Promise.all(workers.map((w) => childMessage(w, 'ready')));
   const deadline = Date.now() + 600_000;
   while ((await effects(db.name)) < ITEMS) {
@@ -80,6 +83,8 @@ async function oneRun(): Promise<RunFigures> {
     await new Promise((r) => setTimeout(r, 100));
   }
   const processS = (performance.now() - t1) / 1000;
+  const cpuAfter = serverCpuSecondsOf(serverUrl);
+  const serverCpuUs = cpuBefore !== undefined && cpuAfter !== undefined ? ((cpuAfter - cpuBefore) * 1e6) / ITEMS : undefined;
   const slow = await slowStatements(server, serverUrl, db.name, from, new Date());
   await Promise.all(
     workers.map((w) => {
@@ -89,7 +94,7 @@ async function oneRun(): Promise<RunFigures> {
     }),
   );
   await db.drop();
-  return { enqueueS, processS, jobsPerS: ITEMS / processS, slow: slow.reduce((n, s) => n + s.count, 0) };
+  return { enqueueS, processS, jobsPerS: ITEMS / processS, serverCpuUs, slow: slow.reduce((n, s) => n + s.count, 0) };
 }
 
 runBenchmark(async () => {
@@ -103,7 +108,7 @@ runBenchmark(async () => {
   for (let r = 0; r < RUNS; r++) {
     const f = await oneRun();
     runs.push(f);
-    console.log(`run ${r + 1}: enqueued in ${f.enqueueS.toFixed(2)} s; processed in ${f.processS.toFixed(2)} s (${f.jobsPerS.toFixed(0)} jobs/s, workers' start included); ${f.slow} statements over 100 ms`);
+    console.log(`run ${r + 1}: enqueued in ${f.enqueueS.toFixed(2)} s; processed in ${f.processS.toFixed(2)} s (${f.jobsPerS.toFixed(0)} jobs/s, workers' start included); server CPU ${f.serverCpuUs?.toFixed(0) ?? '?'} µs/job; ${f.slow} statements over 100 ms`);
   }
   const m = (pick: (f: RunFigures) => number, d = 2): string => median(runs.map(pick)).toFixed(d);
   console.log(`\n${label}, median of ${RUNS}: enqueue ${m((f) => f.enqueueS)} s, ${m((f) => f.jobsPerS, 0)} jobs/s`);
