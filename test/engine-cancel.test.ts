@@ -171,6 +171,8 @@ test('a cancel of an item waiting in the prefetch buffer takes effect as soon as
   expect(await producer.cancel(buffered)).toBe('cancel_requested');
   expect(await producer.cancel(running)).toBe('cancel_requested');
   await waitFor(() => outcomes.get(buffered), PROMPT_MS, 'the buffered item to end');
+  // The slot frees when a handler settles, before its outcome is written: the two outcomes may land in either order.
+  await waitFor(() => outcomes.get(running), PROMPT_MS, 'the running item to end');
   expect(outcomes.get(running)).toBe('cancelled');
   expect(outcomes.get(buffered)).toBe('cancelled');
   expect(await mustGet(tl.ledger, buffered)).toMatchObject({ state: 'cancelled', attempt: 1 });
