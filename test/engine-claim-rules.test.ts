@@ -1,3 +1,4 @@
+import { once } from 'node:events';
 import { afterEach, expect, test } from 'vitest';
 import { Consumer } from '../src/consumer/consumer.js';
 import { Ledger } from '../src/ledger/ledger.js';
@@ -126,7 +127,11 @@ test("a wake-up naming more items than a claim round has room for: the rest are 
     maintenance: false,
     handlers: { t: async (job: { payload: { k: number } }) => void ran.push(job.payload.k) },
   });
+  const firstRound = once(consumer, 'claimRound');
   await consumer.start();
+  // The start-up head search found nothing (on a loaded machine it could otherwise run after the
+  // enqueue and find the items itself): from here only the wake-up says there is work.
+  await firstRound;
   // One batch from another process: one wake-up naming all three.
   const producer = new Producer({ ledger: tl.ledger, wake: tw.remote() });
   const ids = (await producer.enqueueMany([0, 1, 2].map((k) => ({ queue, type: 't', payload: { k } })))).map((r) => r.id);

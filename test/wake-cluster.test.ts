@@ -94,6 +94,9 @@ test('wake-ups and control messages of queues on different masters reach their r
     cleanups.push(() => reader.stop());
   }
   const remote = channel(prefix);
+  // A fresh client gives a publish 1 s to connect, then leaves the item to the sweep; a loaded
+  // machine can take longer to learn the cluster's slots, and this test is about delivery.
+  await waitFor(() => remote.usable(), 10_000, 'the publishing client to connect');
   expect(
     await remote.publish(
       queues.flatMap((queue, i) => [

@@ -87,12 +87,15 @@ test('lanewake worker: each bad config value exits 2 naming the field', async ()
     [['--queues', 'other-queue'], {}, /handlers\.other-queue/],
     [[], {}, /queues/],
   ];
-  for (const [args, env, field] of cases) {
-    const w = startWorker(['--admin', 'off', ...args], { ...base, ...env });
-    expect(await w.exit, `${args.join(' ')} → ${w.stderr()}`).toBe(2);
-    expect(w.stderr()).toMatch(field);
-  }
-});
+  // Six worker processes, started together: each loads the CLI through tsx, which on a loaded
+  // two-core machine took over 10 s apiece and failed the test's deadline one after another.
+  const workers = cases.map(([args, env]) => startWorker(['--admin', 'off', ...args], { ...base, ...env }));
+  const exits = await Promise.all(workers.map((w) => w.exit));
+  cases.forEach(([args, , field], i) => {
+    expect(exits[i], `${args.join(' ')} → ${workers[i]!.stderr()}`).toBe(2);
+    expect(workers[i]!.stderr()).toMatch(field);
+  });
+}, 120_000);
 
 test('lanewake worker: a newer activation makes the old deployment exit 3 with /readyz 503 while the new one takes the queue', async () => {
   const { tl, tw, queue } = await fixtures();
