@@ -19,12 +19,15 @@
  * Not set: `removeOnComplete`. BullMQ's default is to keep every completed job
  * in the completed set (no removal), so `completedCount()` reads it with
  * `getCompletedCount()` and the run measures BullMQ exactly as it ships.
+ * Whether those completions survive a crash is Redis's persistence setting
+ * (appendonly / appendfsync / save), which the harness records with the results.
  * Default `attempts` is 1: a handler here never throws, so nothing retries.
  */
 import { Queue, Worker, type ConnectionOptions, type Job } from 'bullmq';
 import { Redis } from 'ioredis';
 import { plainRedisOptions } from '../../src/wake/redis.js';
 import type { BenchJob, Namespace, PeerAdapter, PeerFactory, RunningWorker, WorkerOptions } from './types.js';
+import { recordWarning } from './warnings.js';
 
 const REDIS_URL = process.env.LANEWAKE_BENCH_REDIS_URL ?? 'redis://127.0.0.1:6379';
 const QUEUE = 'bench';
@@ -94,8 +97,8 @@ class BullmqAdapter implements PeerAdapter {
 
   async connect(): Promise<void> {
     const queue = new Queue<BenchJob>(QUEUE, { connection: connectionOptions(), prefix: this.prefix });
-    // Errors surface through the awaited calls; an unhandled 'error' event would crash the process.
-    queue.on('error', () => undefined);
+    // An unhandled 'error' event would crash the process; kept for the run's result.
+    queue.on('error', (err) => recordWarning('bullmq queue error', err.message));
     await queue.waitUntilReady();
     this.queue = queue;
   }
@@ -116,9 +119,7 @@ class BullmqAdapter implements PeerAdapter {
       },
       { connection: connectionOptions(), prefix: this.prefix, concurrency: options.concurrency },
     );
-    worker.on('error', (err) => {
-      process.stderr.write(`bench.bullmq worker error: ${err.message}\n`);
-    });
+    worker.on('error', (err) => recordWarning('bullmq worker error', err.message));
     this.workers.add(worker);
     try {
       // Resolves once both its connections (normal and blocking) are ready.
@@ -138,7 +139,7 @@ class BullmqAdapter implements PeerAdapter {
     };
   }
 
-  async completedCount(): Promise<number | undefined> {
+  async completedCount(): Promise<number> {
     return this.need(this.queue).getCompletedCount();
   }
 
@@ -172,7 +173,7 @@ export const bullmqFactories: PeerFactory[] = [
   {
     system: 'bullmq',
     mode: 'defaults',
-    workloads: ['bulk', 'latency', 'four-workers', 'sixteen-workers'],
+    workloads: ['bulk', 'latency', 'latency-in-process', 'four-workers', 'sixteen-workers'],
     notes: { ordered: NO_GROUPS, 'deep-lane': NO_GROUPS },
     ordersByKey: false,
     create: (ns) => new BullmqAdapter(ns),

@@ -1,16 +1,21 @@
 /**
  * graphile-worker (0.17.x) adapters for the side-by-side benchmark (issue 5).
  *
- * Two modes, same schema / task / enqueue path; they differ only in how the
- * worker pool fetches and completes jobs:
- *
- *  - 'defaults': `run({ connectionString, schema, concurrency, taskList,
- *    noHandleSignals: true })`: one `get_job` round trip per job per worker,
- *    one completion statement per job, LISTEN "jobs:insert" wake-ups plus the
- *    default 2 s poll, default pool size (10).
+ * Two modes, both graphile-worker's documented performance configuration as
+ * far as it works for the row; same schema / task / enqueue path:
  *
  *  - 'local queue + batched completion': the options graphile-worker's own
- *    performance page and perf test use (cited at tunedPreset() below).
+ *    performance page and perf test use (cited at tunedPreset() below), for
+ *    every unordered row.
+ *
+ *  - 'batched completion, no local queue': the same without the local
+ *    queue, for the ordered rows (ordered, deep-lane): in 0.17.3 the local
+ *    queue runs several jobs of one named queue at once (graphile/worker#621),
+ *    so named queues, graphile-worker's per-key order, cannot use it.
+ *
+ * Both size the pool above the concurrency (graphile-worker warns when it is
+ * smaller); every warning and error its logger prints is kept for the run's
+ * result (bench/peers/warnings.ts).
  *
  * Namespace: one PostgreSQL schema `gw_<ns.id>` (graphile-worker's `schema`
  * option); setup() runs the migrations, teardown() drops the schema.
@@ -22,8 +27,9 @@
  * explicit, strictly increasing run_at values (see ADD_JOBS_SQL) to make the
  * per-key FIFO the harness checks well defined.
  *
- * graphile-worker deletes a job when it completes, so completedCount() is
- * `undefined`.
+ * graphile-worker deletes a job in the statement that records its
+ * completion, so completedCount() is the rows add_jobs reported inserted
+ * less the rows left in the jobs table (a failed job stays, with its error).
  */
 import { EventEmitter } from 'node:events';
 import pg from 'pg';
@@ -40,6 +46,7 @@ import {
   type WorkerUtils,
 } from 'graphile-worker';
 import type { BenchJob, Namespace, PeerAdapter, PeerFactory, RunningWorker, WorkerOptions, Workload } from './types.js';
+import { recordWarning } from './warnings.js';
 
 /** PostgreSQL server the peers use (trust auth on the bench machine). */
 export function graphileConnectionString(): string {
@@ -76,19 +83,22 @@ function tunedPreset(concurrency: number): GraphileConfig.Preset {
   };
 }
 
+/** tunedPreset() without the local queue, which breaks named queues in 0.17.3 (graphile/worker#621). */
+function namedQueuePreset(concurrency: number): GraphileConfig.Preset {
+  return { worker: { maxPoolSize: concurrency + 1, completeJobBatchDelay: 0, failJobBatchDelay: 0 } };
+}
+
 /**
  * graphile-worker logs one INFO line per completed job ("Completed task …
  * with success") unless NO_LOG_SUCCESS is set when the module loads; its own
  * perf test sets NO_LOG_SUCCESS=1. Per-job console output would measure the
- * terminal, not the queue, so both modes drop INFO/DEBUG and keep warnings
- * and errors. The one warning every 'defaults' run would print (pool 10 <
- * concurrency 32: that *is* the default being measured) is dropped too.
+ * terminal, not the queue, so INFO/DEBUG are dropped; every warning and error
+ * is printed and kept for the run's result.
  */
 const quietLogger = new Logger(() => (level, message) => {
   const l = String(level);
   if (l !== 'error' && l !== 'warning') return;
-  if (/^WARNING: having maxPoolSize \(\d+\) smaller than concurrency/.test(message)) return;
-  console.error(`[graphile-worker ${l}] ${message}`);
+  recordWarning(`graphile-worker ${l}`, message);
 });
 
 /** ns.id is documented [a-z0-9]; checked here because it becomes an SQL identifier. */
@@ -106,10 +116,10 @@ function asBenchJob(payload: unknown): BenchJob {
 
 /** What is stored as the job payload: the BenchJob's own fields, nothing else. */
 function payloadOf(job: BenchJob): BenchJob {
-  const p: { n: number; key?: string; seq?: number; t?: number } = { n: job.n };
+  const p: { n: number; key?: string; seq?: number; enqueuedAtUs?: number } = { n: job.n };
   if (job.key !== undefined) p.key = job.key;
   if (job.seq !== undefined) p.seq = job.seq;
-  if (job.t !== undefined) p.t = job.t;
+  if (job.enqueuedAtUs !== undefined) p.enqueuedAtUs = job.enqueuedAtUs;
   return p;
 }
 
@@ -145,12 +155,14 @@ interface SpecRow {
   lag_us: number;
 }
 
-type Mode = 'defaults' | 'tuned';
+type Mode = 'tuned' | 'named queues';
 
 class GraphileAdapter implements PeerAdapter {
   private readonly schema: string;
   private utils: WorkerUtils | undefined;
   private readonly runners = new Set<Runner>();
+  /** Rows add_jobs reported inserted through this adapter (completedCount's base). */
+  private inserted = 0;
 
   constructor(
     ns: Namespace,
@@ -187,7 +199,7 @@ class GraphileAdapter implements PeerAdapter {
     if (keyed === 0) {
       // Plain bulk API (one add_jobs round trip).
       const specs: AddJobsJobSpec[] = jobs.map((j) => ({ identifier: TASK, payload: payloadOf(j) }));
-      await utils.addJobs(specs);
+      this.inserted += (await utils.addJobs(specs)).length;
       return;
     }
     // Same add_jobs function, one round trip, with per-job run_at for keyed jobs.
@@ -198,12 +210,14 @@ class GraphileAdapter implements PeerAdapter {
       queue_name: j.key ?? null,
       lag_us: j.key === undefined ? 0 : k--,
     }));
-    await utils.withPgClient((client) => client.query(ADD_JOBS_SQL(this.schema), [JSON.stringify(rows)]));
+    const r = await utils.withPgClient((client) => client.query<{ n: number }>(ADD_JOBS_SQL(this.schema), [JSON.stringify(rows)]));
+    this.inserted += r.rows[0]?.n ?? 0;
   }
 
   async enqueueOne(job: BenchJob): Promise<void> {
     const utils = this.requireUtils();
     await utils.addJob(TASK, payloadOf(job), job.key === undefined ? {} : { queueName: job.key });
+    this.inserted++;
   }
 
   async startWorker(options: WorkerOptions): Promise<RunningWorker> {
@@ -234,7 +248,7 @@ class GraphileAdapter implements PeerAdapter {
       noHandleSignals: true,
       taskList,
       events,
-      ...(this.mode === 'tuned' ? { preset: tunedPreset(concurrency) } : {}),
+      preset: this.mode === 'tuned' ? tunedPreset(concurrency) : namedQueuePreset(concurrency),
     });
     this.runners.add(runner);
     let exited = false;
@@ -283,8 +297,9 @@ class GraphileAdapter implements PeerAdapter {
     await runner.promise;
   }
 
-  async completedCount(): Promise<number | undefined> {
-    return undefined; // completed jobs are deleted by graphile-worker
+  async completedCount(): Promise<number> {
+    const r = await this.requireUtils().withPgClient((c) => c.query<{ n: number }>(`select count(*)::int as n from "${this.schema}"._private_jobs`));
+    return this.inserted - (r.rows[0]?.n ?? 0);
   }
 
   async close(): Promise<void> {
@@ -306,35 +321,32 @@ class GraphileAdapter implements PeerAdapter {
   }
 }
 
-const orderedNote = 'named queues (queueName = key); one job at a time per queue';
-const completedNote = 'graphile-worker deletes completed jobs: no completed count';
+const LOCAL_QUEUE_BREAKS_NAMED_QUEUES =
+  'n/a in this mode: in graphile-worker 0.17.3 the local queue (size > 1) fetches several jobs of one named queue at once and runs them concurrently (graphile/worker#621, fixed after 0.17.3 by #622); see the no-local-queue mode';
+const UNORDERED_ROWS = 'measured in the local queue mode, graphile-worker\'s best configuration for unordered jobs (this mode is for named queues)';
+const namedQueues = 'named queues (queueName = key); one job at a time per queue';
 
 export const graphileFactories: PeerFactory[] = [
   {
     system: 'graphile-worker',
-    mode: 'defaults',
-    workloads: ['bulk', 'latency', 'ordered', 'four-workers', 'deep-lane'] satisfies Workload[],
-    notes: {
-      bulk: completedNote,
-      ordered: orderedNote,
-      'deep-lane': orderedNote,
-      'sixteen-workers': 'run in the tuned mode only (the issue asks for lanewake, BullMQ and graphile-worker tuned)',
-    },
-    ordersByKey: true,
-    create: (ns) => new GraphileAdapter(ns, 'defaults'),
+    mode: 'local queue + batched completion',
+    workloads: ['bulk', 'latency', 'latency-in-process', 'four-workers', 'sixteen-workers'] satisfies Workload[],
+    notes: { ordered: LOCAL_QUEUE_BREAKS_NAMED_QUEUES, 'deep-lane': LOCAL_QUEUE_BREAKS_NAMED_QUEUES },
+    ordersByKey: false,
+    create: (ns) => new GraphileAdapter(ns, 'tuned'),
   },
   {
     system: 'graphile-worker',
-    mode: 'local queue + batched completion',
-    workloads: ['bulk', 'latency', 'four-workers', 'sixteen-workers'] satisfies Workload[],
+    mode: 'batched completion, no local queue',
+    workloads: ['ordered', 'deep-lane', 'latency', 'latency-in-process'] satisfies Workload[],
     notes: {
-      bulk: completedNote,
-      ordered:
-        'n/a: in graphile-worker 0.17.3 the local queue (size > 1) fetches several jobs of one named queue at once and runs them concurrently (graphile/worker#621, fixed after 0.17.3 by #622)',
-      'deep-lane':
-        'n/a: named queues are not serial with the local queue in 0.17.3 (graphile/worker#621)',
+      bulk: UNORDERED_ROWS,
+      'four-workers': UNORDERED_ROWS,
+      'sixteen-workers': UNORDERED_ROWS,
+      ordered: namedQueues,
+      'deep-lane': namedQueues,
     },
-    ordersByKey: false,
-    create: (ns) => new GraphileAdapter(ns, 'tuned'),
+    ordersByKey: true,
+    create: (ns) => new GraphileAdapter(ns, 'named queues'),
   },
 ];

@@ -1,29 +1,52 @@
 /**
  * lanewake as a peer of the side-by-side benchmark (bench/compare.ts), in
- * three modes:
+ * four modes:
  *
- *   wake         Redis wake-ups (WakeChannel), default 5 s backstop sweep
- *   poll 5 s     no Redis: the consumer sweeps the ledger every 5 s
- *   poll 200 ms  no Redis: every 200 ms (the origin system's settings)
+ *   wake                        as deployed: Redis wake-ups (WakeChannel), the
+ *                               producer with a wake channel of its own (as in
+ *                               another process), default 5 s backstop sweep.
+ *                               The reference of every ratio.
+ *   wake, in-process handover   producer and worker share one wake channel in
+ *                               one process: the shortcut of design.md §1
+ *                               (wake-up handed over in memory, items inserted
+ *                               already claimed); its own row, in-process only
+ *   poll 5 s                    no Redis: the consumer sweeps the ledger every 5 s
+ *   poll 200 ms                 no Redis: every 200 ms (the origin system's settings)
  *
  * A namespace is a MariaDB database of its own, `lwc_<ns.id>` (derived from
- * the id, so a worker child process can attach to it), and, in wake mode, the
- * Redis key prefix `lwc:<ns.id>:`. Ordered jobs use lanes: `job.key` is the
- * lane, so one key's jobs run one at a time in enqueue order.
+ * the id, so a worker child process can attach to it), and, with Redis, the
+ * key prefix `lwc:<ns.id>:`. Ordered jobs use lanes: `job.key` is the lane,
+ * so one key's jobs run one at a time in enqueue order.
  */
 import type * as Lanewake from '../../src/index.js';
 import type { EnqueueInput } from '../../src/index.js';
+import { createConnection, type Connection, type RowDataPacket } from 'mysql2/promise';
 import { benchServerUrl, dropBenchDatabase, onCleanup, withAdmin } from '../support.js';
 import type { BenchJob, Namespace, PeerAdapter, PeerFactory, RunningWorker, WorkerOptions, Workload } from './types.js';
+import { recordWarning } from './warnings.js';
 
 /**
  * The compiled package (dist/, built by bench/compare.ts first), as a user
  * runs it: no TypeScript loader work or name-keeping wrappers on lanewake's
  * hot path, just as the peers run their published JavaScript.
  */
-const { Consumer, Ledger, Producer, WakeChannel, createLogger } = (await import(
+const { Consumer, Ledger, Producer, WakeChannel, createLogger, setLogDestination } = (await import(
   new URL('../../dist/index.js', import.meta.url).href
 )) as typeof Lanewake;
+
+/** lanewake's log lines go to stderr as before; its warnings and errors are also kept for the run's result. */
+setLogDestination({
+  write(line: string): void {
+    process.stderr.write(line);
+    try {
+      const entry = JSON.parse(line) as { level?: number; name?: string; msg?: string; err?: { message?: string } };
+      if ((entry.level ?? 0) < 40) return;
+      recordWarning(`lanewake ${entry.name ?? ''}`.trim(), `${entry.msg ?? ''}${entry.err?.message ? `: ${entry.err.message}` : ''}`, { printed: true });
+    } catch {
+      recordWarning('lanewake', line, { printed: true });
+    }
+  },
+});
 type Consumer = Lanewake.Consumer;
 type Ledger = Lanewake.Ledger;
 type Producer = Lanewake.Producer;
@@ -60,6 +83,8 @@ class LanewakeAdapter implements PeerAdapter {
   private wake: WakeChannel | undefined;
   private producerWake: WakeChannel | undefined;
   private producer: Producer | undefined;
+  /** Reads the ledger's completed count (the process that enqueues only). */
+  private counter: Connection | undefined;
   private readonly workers = new Set<Consumer>();
   private readonly log = createLogger('bench.lanewake', process.env.LANEWAKE_LOG_LEVEL ?? 'warn');
   private unregisterCleanup: (() => void) | undefined;
@@ -131,9 +156,17 @@ class LanewakeAdapter implements PeerAdapter {
     };
   }
 
-  async completedCount(): Promise<number | undefined> {
-    const [stats] = await this.need(this.ledger).stats(QUEUE);
-    return stats?.counts.completed ?? 0;
+  /**
+   * The ledger's rows in state completed, counted whole (Ledger.stats caps
+   * history counts at 10,000), over index ranges of ix_claim (one per queue class).
+   */
+  async completedCount(): Promise<number> {
+    this.counter ??= await createConnection(this.url);
+    const [rows] = await this.counter.query<RowDataPacket[]>(
+      "SELECT COUNT(*) AS n FROM lw_items WHERE queue = ? AND queue_class IN ('interactive', 'default', 'bulk') AND state = 'completed'",
+      [QUEUE],
+    );
+    return Number(rows[0]?.n ?? 0);
   }
 
   async close(): Promise<void> {
@@ -142,6 +175,8 @@ class LanewakeAdapter implements PeerAdapter {
     if (this.producerWake !== this.wake) await this.producerWake?.close().catch(() => undefined);
     await this.wake?.close().catch(() => undefined);
     await this.ledger?.close().catch(() => undefined);
+    await this.counter?.end().catch(() => undefined);
+    this.counter = undefined;
     this.wake = undefined;
     this.producerWake = undefined;
     this.ledger = undefined;
@@ -171,46 +206,29 @@ class LanewakeAdapter implements PeerAdapter {
   }
 }
 
-const ALL: readonly Workload[] = ['bulk', 'latency', 'ordered', 'four-workers', 'sixteen-workers', 'deep-lane'];
-/** Why the poll modes run the latency workload only. */
-const POLL_NOTE = 'poll modes: latency only (with work waiting, a consumer claims again at once, so throughput is the wake mode\'s claim path)';
+const ALL: readonly Workload[] = ['bulk', 'latency', 'latency-in-process', 'ordered', 'four-workers', 'sixteen-workers', 'deep-lane'];
 
-/** Why the 'wake via Redis' mode runs the latency workload only. */
-const VIA_REDIS_NOTE =
-  'latency only: the other workloads enqueue before the worker starts, or from another process, so their wake-ups go through Redis in the wake mode too';
-
-function factory(mode: Mode): PeerFactory {
-  const pollOnly = !mode.wake;
-  const latencyOnly = pollOnly || mode.producerOwnChannel === true;
-  const why = pollOnly ? POLL_NOTE : VIA_REDIS_NOTE;
-  return {
-    system: 'lanewake',
-    mode: mode.mode,
-    workloads: latencyOnly ? ['latency'] : ALL,
-    notes: latencyOnly
-      ? {
-          bulk: why,
-          ordered: why,
-          'four-workers': why,
-          'sixteen-workers': why,
-          'deep-lane': why,
-          latency: pollOnly
-            ? `no Redis: ledger sweep every ${mode.mode.replace('poll ', '')}`
-            : 'the producer has a wake channel of its own, as in another process: every wake-up goes through the Redis stream',
-        }
-      : {
-          ordered: 'lanes (job key = lane)',
-          'deep-lane': 'lanes: head marker, claim cost independent of lane depth',
-          latency: 'producer and worker share a process and a wake channel: wake-ups are handed over in process while the worker has free slots',
-        },
-    ordersByKey: true,
-    create: (ns) => new LanewakeAdapter(ns, mode),
-  };
+/** `others`: why the workloads this mode does not run are measured in the wake mode instead. */
+function factory(mode: Mode, workloads: readonly Workload[], others: string, notes: Partial<Record<Workload, string>>): PeerFactory {
+  const skipped = Object.fromEntries(ALL.filter((w) => !workloads.includes(w)).map((w) => [w, others]));
+  return { system: 'lanewake', mode: mode.mode, workloads, notes: { ...skipped, ...notes }, ordersByKey: true, create: (ns) => new LanewakeAdapter(ns, mode) };
 }
 
+const POLL_ONLY =
+  "poll modes: the two-process latency row only (with work waiting, a consumer claims again at once, so their throughput is the wake mode's)";
+const pollMode = (mode: string, ms: number): PeerFactory =>
+  factory({ mode, wake: false, pollIntervalMs: ms }, ['latency'], POLL_ONLY, { latency: `no Redis: the worker process sweeps the ledger every ${mode.replace('poll ', '')}` });
+
 export const lanewakeFactories: PeerFactory[] = [
-  factory({ mode: 'wake', wake: true }),
-  factory({ mode: 'wake via Redis', wake: true, producerOwnChannel: true }),
-  factory({ mode: 'poll 5 s', wake: false, pollIntervalMs: 5_000 }),
-  factory({ mode: 'poll 200 ms', wake: false, pollIntervalMs: 200 }),
+  factory({ mode: 'wake', wake: true, producerOwnChannel: true }, ALL, '', {
+    latency: 'producer process and worker process: every wake-up goes through the Redis stream',
+    'latency-in-process': 'the producer has a wake channel of its own, as in another process: every wake-up goes through the Redis stream',
+    ordered: 'lanes (job key = lane)',
+    'deep-lane': 'lanes: head marker, claim cost independent of lane depth',
+  }),
+  factory({ mode: 'wake, in-process handover', wake: true }, ['latency-in-process'], 'the in-process shortcut is one row of its own (latency-in-process); every other row is the wake mode', {
+    'latency-in-process': 'producer and worker share one wake channel in one process: the wake-up is handed over in memory and items the worker has room for are inserted already claimed (design.md §1), a shortcut no producer in another process has',
+  }),
+  pollMode('poll 5 s', 5_000),
+  pollMode('poll 200 ms', 200),
 ];

@@ -1,14 +1,13 @@
 /**
  * What bench/compare.ts (the parent), bench/peers/run-one.ts (one run of one
- * workload, in a fresh process) and bench/report.ts (rendering) share: the
- * child's arguments and result line, workload sizes, and the metrics each
- * workload reports.
+ * workload, in a fresh process), its worker processes
+ * (bench/peers/worker-process.ts) and the report share: the arguments and
+ * result lines, workload sizes, and the metrics each workload reports.
  */
 import type { Workload } from './types.js';
 
 /** argv[2] of run-one.ts for one (system, mode, workload, run). */
 export interface RunArgs {
-  readonly role: 'run';
   readonly system: string;
   readonly mode: string;
   readonly workload: Workload;
@@ -18,22 +17,24 @@ export interface RunArgs {
   readonly ns: readonly string[];
 }
 
-/** argv[2] of run-one.ts for a worker process of the four-workers workload. */
+/** argv[2] of worker-process.ts: one worker process of a run (latency, four-workers, sixteen-workers). */
 export interface WorkerArgs {
-  readonly role: 'worker';
   readonly system: string;
   readonly mode: string;
   readonly ns: string;
   readonly concurrency: number;
 }
 
-/** IPC: four-workers parent → worker. */
+/** IPC: run process → worker process. 'go': start the worker; 'stop': stop it, report, exit. */
 export type ToWorker = { type: 'go' } | { type: 'stop' };
-/** IPC: worker → four-workers parent. */
+/** IPC: worker process → run process. */
 export type FromWorker =
   | { type: 'ready' }
-  | { type: 'effects'; ns: number[] }
-  | { type: 'stopped'; peakRssMb: number }
+  /** The worker is started and takes work (after 'go'). */
+  | { type: 'working' }
+  /** Jobs whose handler started, and for each its enqueue→start ms (null: the job carried no stamp). */
+  | { type: 'starts'; ns: number[]; latencyMs: (number | null)[] }
+  | { type: 'stopped'; peakRssMb: number; warnings: string[] }
   | { type: 'error'; message: string };
 
 /** What the harness saw of one phase's jobs. */
@@ -47,10 +48,10 @@ export interface EffectCheck {
   readonly duplicates: number;
   /** onJob calls with a job number the run never enqueued. */
   readonly unexpected: number;
-  /** The system's own completed count (null: it does not keep completed jobs). */
-  readonly completed: number | null;
-  /** What `completed` had to be, as text ("= 2000", "≥ 50, ≤ 1234"). */
-  readonly completedWant: string | null;
+  /** The system's own completed count (PeerAdapter.completedCount), read after the worker stopped. */
+  readonly completed: number;
+  /** What `completed` had to be, as text ("= 2000"). */
+  readonly completedWant: string;
   /** Ordered workloads: out-of-order starts + duplicate starts + jobs never started, over all keys. */
   readonly orderViolations?: number;
 }
@@ -70,6 +71,8 @@ export interface RunResult {
   readonly effects: readonly EffectCheck[];
   /** Peak RSS of each process that ran a worker, MB. */
   readonly workerPeakRssMb: readonly number[];
+  /** What the system warned about in any process of the run (bench/peers/warnings.ts). */
+  readonly warnings: readonly string[];
   /** Whether every namespace the run made was dropped by the child itself. */
   readonly tornDown: boolean;
   readonly durationMs: number;
@@ -136,7 +139,12 @@ export const METRICS: readonly MetricDef[] = [
   { workload: 'latency', metric: 'p90', unit: 'ms', better: 'lower' },
   { workload: 'latency', metric: 'p99', unit: 'ms', better: 'lower' },
   { workload: 'latency', metric: 'max', unit: 'ms', better: 'lower' },
-  { workload: 'latency', metric: RSS, unit: 'MB', better: 'lower', rss: true },
+  { workload: 'latency', metric: `${RSS} (worker process)`, unit: 'MB', better: 'lower', rss: true },
+  { workload: 'latency-in-process', metric: 'p50', unit: 'ms', better: 'lower' },
+  { workload: 'latency-in-process', metric: 'p90', unit: 'ms', better: 'lower' },
+  { workload: 'latency-in-process', metric: 'p99', unit: 'ms', better: 'lower' },
+  { workload: 'latency-in-process', metric: 'max', unit: 'ms', better: 'lower' },
+  { workload: 'latency-in-process', metric: RSS, unit: 'MB', better: 'lower', rss: true },
   { workload: 'ordered', metric: 'processing', unit: 'jobs/s', better: 'higher' },
   { workload: 'ordered', metric: 'order violations', unit: 'count', better: 'none' },
   { workload: 'ordered', metric: RSS, unit: 'MB', better: 'lower', rss: true },

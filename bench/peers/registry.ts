@@ -1,16 +1,24 @@
 /**
  * Every (system, mode) the side-by-side benchmark knows, in table order:
- * lanewake first (the ratios are taken against its 'wake' mode), then the peers.
+ * lanewake first (the ratios are taken against its 'wake' mode, the
+ * deployed default), then the peers.
  *
  * Modules are imported on demand: a run child loads only its own system's
  * adapter, so one peer's libraries never count in another's peak RSS.
  */
 import type { PeerFactory, Workload } from './types.js';
 
-export const WORKLOADS: readonly Workload[] = ['bulk', 'latency', 'ordered', 'four-workers', 'sixteen-workers', 'deep-lane'];
+export const WORKLOADS: readonly Workload[] = ['bulk', 'latency', 'latency-in-process', 'ordered', 'four-workers', 'sixteen-workers', 'deep-lane'];
 
-/** The reference every ratio is taken against. */
+/**
+ * The reference every ratio is taken against: lanewake as deployed (Redis
+ * wake-ups, the producer's own wake channel), never the in-process
+ * handover shortcut, which is a row of its own.
+ */
 export const REFERENCE = { system: 'lanewake', mode: 'wake' } as const;
+
+/** The headline latency: the reference's p50 with producer and worker in two processes. */
+export const HEADLINE_ROW = 'latency p50';
 
 interface PeerModule {
   /** The `system` names its factories use (a hint for loading one system alone). */

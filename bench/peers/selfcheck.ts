@@ -2,11 +2,11 @@
  * A tiny end-to-end check of one benchmark adapter (bench/peers/types.ts):
  *
  *   npx tsx bench/peers/selfcheck.ts bullmq:defaults
- *   npx tsx bench/peers/selfcheck.ts 'pg-boss:defaults'
+ *   npx tsx bench/peers/selfcheck.ts 'pg-boss:batch worker, poll 0.5 s'
  *
  * Fresh namespace → setup → connect → enqueueBatch 200 → worker (concurrency
- * 32) → all 200 arrive once each → completedCount reaches 200 (when the system
- * keeps completed jobs) → enqueueOne 20 more, all arrive once → stop → close →
+ * 32) → all 200 arrive once each → completedCount reaches 200 → enqueueOne
+ * 20 more, all arrive once → stop → close →
  * teardown → nothing of the namespace is left (for the systems that say how
  * to look) → a second teardown is harmless. Exits 1 on the first failure.
  *
@@ -16,6 +16,7 @@ import { randomBytes } from 'node:crypto';
 import { performance } from 'node:perf_hooks';
 import { bullmqFactories, bullmqLeftovers } from './bullmq.js';
 import { pgBossFactories, pgBossLeftovers } from './pgboss.js';
+import { monotonicUs } from './clock.js';
 import type { BenchJob, Namespace, PeerFactory } from './types.js';
 
 /** How to see what a system left behind in a namespace, for the systems that export it. */
@@ -110,22 +111,15 @@ async function main(): Promise<void> {
     const batchMs = await waitFor(`${batch} distinct jobs`, deadlineMs, () => seen.size >= batch);
     log(`${batch} distinct jobs arrived ${batchMs.toFixed(0)} ms after the worker was ready (${((batch / batchMs) * 1000).toFixed(0)} jobs/s)`);
 
-    const first = await adapter.completedCount();
-    if (first === undefined) {
-      log('completedCount(): undefined (the system does not keep completed jobs)');
-    } else {
-      let last = first;
-      await waitFor(`completedCount() = ${batch}`, deadlineMs, async () => (last = (await adapter.completedCount()) ?? -1) >= batch).catch(
-        () => undefined,
-      );
-      check(last === batch, `completedCount() = ${last} (expected ${batch})`);
-    }
+    let last = -1;
+    await waitFor(`completedCount() = ${batch}`, deadlineMs, async () => (last = await adapter.completedCount()) >= batch).catch(() => undefined);
+    check(last === batch, `completedCount() = ${last} (expected ${batch})`);
 
     const latencies: number[] = [];
     for (let i = 0; i < single; i++) {
       const n = batch + i;
       const start = performance.now();
-      await adapter.enqueueOne({ n, t: performance.timeOrigin + start });
+      await adapter.enqueueOne({ n, enqueuedAtUs: monotonicUs() });
       await waitFor(`job ${n}`, deadlineMs, () => seen.has(n));
       latencies.push((arrivedAt.get(n) ?? Number.NaN) - start);
     }
@@ -146,7 +140,7 @@ async function main(): Promise<void> {
     check(dups.length === 0 && calls === total, `no duplicates (${calls} onJob calls for ${total} jobs${dups.length ? `; e.g. n=${dups[0]?.[0]} ×${dups[0]?.[1]}` : ''})`);
     check(badPayload === 0, 'every payload carried its n');
     const after = await adapter.completedCount();
-    if (after !== undefined) check(after === total, `completedCount() after stop = ${after} (expected ${total})`);
+    check(after === total, `completedCount() after stop = ${after} (expected ${total})`);
   } catch (err) {
     failures.push(err instanceof Error ? err.message : String(err));
     log(`FAIL ${err instanceof Error ? (err.stack ?? err.message) : String(err)}`);

@@ -7,7 +7,7 @@
  *
  * Lifecycle, for one run of one workload:
  *   parent:  a = factory.create(ns); await a.setup(); await a.connect(); ...
- *   child:   a = factory.create(ns); await a.connect(); (workers only)
+ *   child:   a = factory.create(ns); await a.connect(); (worker processes only)
  *   parent:  await a.close(); await a.teardown();
  * `ns` is plain JSON, so a worker child process can rebuild the adapter.
  */
@@ -20,8 +20,11 @@ export interface BenchJob {
   readonly key?: string;
   /** Position within `key`, 0-based, in enqueue order. */
   readonly seq?: number;
-  /** `performance.timeOrigin + performance.now()` just before the enqueue call (workload "latency"). */
-  readonly t?: number;
+  /**
+   * CLOCK_MONOTONIC in µs (bench/peers/clock.ts) just before the enqueue call
+   * (the latency workloads): comparable across the processes of one machine.
+   */
+  readonly enqueuedAtUs?: number;
 }
 
 /** A fresh, private place for one run: database / schema / queue / key names derive from `id`. */
@@ -53,18 +56,25 @@ export interface PeerAdapter {
   /** Starts a worker in this process at the given concurrency; resolves when it is ready to take work. */
   startWorker(options: WorkerOptions): Promise<RunningWorker>;
   /**
-   * Jobs the system's own store records as completed in this namespace, if it
-   * keeps completed jobs (lanewake's ledger does; BullMQ with removeOnComplete
-   * off does); `undefined` when it deletes them (graphile-worker, pg-boss archive).
+   * Jobs the system's own store counts as completed in this namespace, read
+   * from the store (never from the handler): lanewake's ledger rows in state
+   * completed, pg-boss's completed rows (job table and archive), BullMQ's
+   * completed set, graphile-worker's rows inserted less rows left (it deletes
+   * a job when it writes its completion). Called in the process that
+   * enqueued the jobs.
    */
-  completedCount(): Promise<number | undefined>;
+  completedCount(): Promise<number>;
   /** Closes what connect() opened. */
   close(): Promise<void>;
   /** Parent only: drop everything setup() made. Safe to call after a failed setup(). */
   teardown(): Promise<void>;
 }
 
-export type Workload = 'bulk' | 'latency' | 'ordered' | 'four-workers' | 'sixteen-workers' | 'deep-lane';
+/**
+ * 'latency': producer and worker in two processes (the deployed shape, the
+ * headline); 'latency-in-process': the producer in the worker's own process.
+ */
+export type Workload = 'bulk' | 'latency' | 'latency-in-process' | 'ordered' | 'four-workers' | 'sixteen-workers' | 'deep-lane';
 
 export interface PeerFactory {
   /** e.g. 'lanewake', 'bullmq', 'graphile-worker', 'pg-boss'. */
