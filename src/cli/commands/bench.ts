@@ -5,7 +5,7 @@ import type { Command } from 'commander';
 import type { CliContext } from '../context.js';
 import { CliError, EXIT } from '../errors.js';
 
-const SUITES = { compare: 'bench/compare.ts', ledger: 'bench/ledger.ts', engine: 'bench/engine.ts', steady: 'bench/steady.ts' } as const;
+const SUITES = { compare: 'bench/compare.ts', ledger: 'bench/ledger.ts', engine: 'bench/engine.ts', steady: 'bench/steady.ts', cost: 'bench/cost.ts' } as const;
 type Suite = keyof typeof SUITES;
 const DEFAULT_SUITE: Suite = 'compare';
 
@@ -16,7 +16,7 @@ function shellQuote(s: string): string {
 }
 
 /**
- * `lanewake bench [compare|ledger|engine|steady] [-- args]`: the benchmark harnesses
+ * `lanewake bench [compare|ledger|engine|steady|cost] [-- args]`: the benchmark harnesses
  * of a source checkout (they are not part of the built package), run with
  * tsx. The default, compare, is the side-by-side run against the peers
  * (docs/BENCHMARKS.md); `lanewake bench --runs 1` passes the flags to it.
@@ -24,8 +24,8 @@ function shellQuote(s: string): string {
 export function benchCommand(program: Command, _ctx: CliContext): void {
   program
     .command('bench')
-    .description('run a benchmark harness of this checkout: compare (side by side with BullMQ, graphile-worker, pg-boss; the default), ledger (claim/complete/enqueue), engine (jobs/s, latency, RSS) or steady (the production shape at a steady rate, MariaDB or TiDB)')
-    .argument('[suite]', 'compare, ledger, engine or steady', DEFAULT_SUITE)
+    .description('run a benchmark harness of this checkout: compare (side by side with BullMQ, graphile-worker, pg-boss; the default), ledger (claim/complete/enqueue), engine (jobs/s, latency, RSS), steady (the production shape at a steady rate, MariaDB or TiDB) or cost (the SQL server\'s CPU, rows, statements and round trips per job, for enqueue, claim and complete apart)')
+    .argument('[suite]', 'compare, ledger, engine, steady or cost', DEFAULT_SUITE)
     .argument('[args...]', 'passed on, e.g. --runs 1 --scale 0.2 --json')
     .allowUnknownOption(true)
     .action(async (suiteArg: string, rest: string[]) => {
