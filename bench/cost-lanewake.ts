@@ -24,7 +24,7 @@ import type { ClaimedItem } from '../src/ledger/types.js';
 import { createLogger } from '../src/log.js';
 import { Producer } from '../src/producer/producer.js';
 import { WakeChannel } from '../src/wake/wake-channel.js';
-import { noopConsumer, verifyOnce, waitUntil, type Env } from './engine.js';
+import { completedInLedger, noopConsumer, verifyOnce, waitUntil, type Env } from './engine.js';
 import { addDeltas, type CostDelta, type SqlServerMeter } from './cost-meter.js';
 import { setPhase, takePhase } from './sql-count.js';
 import { createBenchDatabase, median } from './support.js';
@@ -190,8 +190,7 @@ async function completeInBatches(env: Env, held: readonly ClaimedItem[], batch: 
 }
 
 async function expectCompleted(env: Env, jobs: number): Promise<void> {
-  const [stats] = await env.ledger.stats(env.queue);
-  const completed = stats?.counts.completed ?? 0;
+  const completed = await completedInLedger(env);
   if (completed !== jobs) throw new Error(`${completed} of ${jobs} items completed in the ledger`);
 }
 
