@@ -81,7 +81,7 @@ export async function waitUntil(check: () => boolean, timeoutMs: number, what: s
 }
 
 /** The queue's completed items, counted whole (Ledger.stats caps terminal counts at 10,000). */
-export async function completedInLedger(env: Env): Promise<number> {
+export async function completedInLedger(env: Pick<Env, 'ledger' | 'queue'>): Promise<number> {
   const r = await sql<{ n: number | string }>`SELECT COUNT(*) AS n FROM lw_items WHERE queue = ${env.queue} AND state = 'completed'`.execute(env.ledger.db);
   return Number(r.rows[0]?.n ?? 0);
 }

@@ -28,7 +28,7 @@ import { createLogger } from '../src/log.js';
 import { Producer } from '../src/producer/producer.js';
 import { WakeChannel } from '../src/wake/wake-channel.js';
 import { startRedisCluster, type LocalRedisCluster } from '../test/support/redis-cluster.js';
-import { environment } from './engine.js';
+import { completedInLedger, environment } from './engine.js';
 import { cliFlag, cpuSample, cpuShare, sleep, withAdmin, fmt, median, minMax, onCleanup, percentile, printTable, progress, runBenchmark } from './support.js';
 
 const args = process.argv.slice(2);
@@ -145,9 +145,9 @@ async function shape(processes: number, concurrency: number, redisUrl: string): 
     const completedReach = async (n: number): Promise<void> => {
       const deadline = Date.now() + 300_000;
       for (;;) {
-        const [s] = await env.ledger.stats(env.queue);
-        if ((s?.counts.completed ?? 0) >= n) return;
-        if (Date.now() > deadline) throw new Error(`fleet: ${s?.counts.completed ?? 0} of ${n} completed after 300 s`);
+        const completed = await completedInLedger(env);
+        if (completed >= n) return;
+        if (Date.now() > deadline) throw new Error(`fleet: ${completed} of ${n} completed after 300 s`);
         await new Promise((r) => setTimeout(r, 20));
       }
     };

@@ -32,7 +32,7 @@ import { fileURLToPath } from 'node:url';
 import { Consumer } from '../src/consumer/consumer.js';
 import type { ClaimedItem } from '../src/ledger/types.js';
 import { createLogger } from '../src/log.js';
-import { environment, verifyOnce, waitUntil } from './engine.js';
+import { completedInLedger, environment, verifyOnce, waitUntil } from './engine.js';
 import { benchServerUrl, childMessage, cliFlag, codeRevision, fmt, median, percentile, printTable, progress, runBenchmark, sleep } from './support.js';
 
 const RUNS = Number(cliFlag('--runs') ?? 3);
@@ -114,7 +114,7 @@ async function run(serverUrl: string): Promise<Record<Segment, number[]>> {
     } else {
       // Some jobs ran in the replicas: the ledger says when all have completed.
       const deadline = Date.now() + 60_000;
-      while (((await env.ledger.stats(env.queue))[0]?.counts.completed ?? 0) < JOBS) {
+      while ((await completedInLedger(env)) < JOBS) {
         if (Date.now() > deadline) throw new Error('timed out waiting for every job to run');
         await new Promise((r) => setTimeout(r, 20));
       }

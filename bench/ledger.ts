@@ -55,6 +55,7 @@ import {
   withAdmin,
   type CpuShare,
 } from './support.js';
+import { completedInLedger } from './engine.js';
 
 const QUEUE = 'bench';
 const TYPE = 'noop';
@@ -336,7 +337,8 @@ async function benchClaimComplete(count: number, lanes: number | null, claimers:
     const counts = stats?.counts;
     if (!counts) problems.push('stats: queue missing');
     else {
-      if (counts.completed !== count) problems.push(`stats: completed ${counts.completed} of ${count}`);
+      const completed = await completedInLedger({ ledger, queue: QUEUE });
+      if (completed !== count) problems.push(`completed ${completed} of ${count} in the ledger`);
       const other = Object.entries(counts).filter(([state, n]) => state !== 'completed' && n > 0);
       if (other.length > 0) problems.push(`stats: left ${other.map(([st, n]) => `${n} ${st}`).join(', ')}`);
     }
