@@ -1,6 +1,7 @@
 import { sql } from 'kysely';
 import { TransactionConflictError, TransactionRolledBackError, ValidationError } from '../errors.js';
 import type { LedgerCapabilities } from './capabilities.js';
+import { idOrderFor } from './ids.js';
 import type { Executor, LedgerDb } from './connection.js';
 import { DEFAULT_MAX_ATTEMPTS, enqueueItemFieldsSchema, type ClaimCandidate, type EnqueueInput, type EnqueueOptions } from './inputs.js';
 import { countConflict, DEFAULT_RETRY, ER_DUP_ENTRY, errno, isRetryableConflict, retryDelay, retryOnConflict } from './retry.js';
@@ -85,17 +86,18 @@ export async function enqueueItemsClaiming(
 async function insertPrepared(target: EnqueueTarget, items: NewItem[]): Promise<EnqueueResult[]> {
   const { db, tables } = target;
   if (items.length === 0) return [];
+  const caps = await target.capabilities();
+  const order = idOrderFor(caps.family);
   if (items.every((i) => i.lane === null) && fitsOneStatement(items)) {
     // No lane bookkeeping: the whole batch is one INSERT (plus a read when it
     // has idempotency keys), atomic without a transaction's extra round trips.
-    return retryOnConflict(() => insertItems(db, tables, items, false), undefined, (e) => errno(e) === ER_DUP_ENTRY);
+    return retryOnConflict(() => insertItems(db, tables, items, false, order), undefined, (e) => errno(e) === ER_DUP_ENTRY);
   }
   if (items.every((i) => i.idempotencyKey === null) && fitsOneStatement(items)) {
-    const caps = await target.capabilities();
     return retryOnConflict(() => insertLanedOneTrip(db, caps, tables, items));
   }
   return retryOnConflict(
-    () => db.transaction().execute((trx) => insertItems(trx, tables, items, false)),
+    () => db.transaction().execute((trx) => insertItems(trx, tables, items, false, order)),
     undefined,
     (e) => errno(e) === ER_DUP_ENTRY,
   );
@@ -114,10 +116,11 @@ async function insertPrepared(target: EnqueueTarget, items: NewItem[]): Promise<
 async function enqueueInCallerTransaction(target: EnqueueTarget, trx: Executor, items: NewItem[]): Promise<EnqueueResult[]> {
   let duplicates = 0;
   let conflicts = 0;
+  const order = idOrderFor((await target.capabilities()).family);
   for (;;) {
     await sql`SAVEPOINT lanewake_enqueue`.execute(trx);
     try {
-      const out = await insertItems(trx, target.tables, items, duplicates + conflicts > 0 ? target.db : false);
+      const out = await insertItems(trx, target.tables, items, duplicates + conflicts > 0 ? target.db : false, order);
       await sql`RELEASE SAVEPOINT lanewake_enqueue`.execute(trx);
       return out;
     } catch (error) {

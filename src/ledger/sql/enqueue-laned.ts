@@ -1,7 +1,7 @@
 import { sql, type RawBuilder } from 'kysely';
 import type { LedgerCapabilities } from '../capabilities.js';
 import type { LedgerDb } from '../connection.js';
-import { newId } from '../ids.js';
+import { idOrderFor, newItemId } from '../ids.js';
 import type { LedgerTables } from '../tables.js';
 import type { EnqueueResult } from '../types.js';
 import { leaseValues } from './claimed.js';
@@ -27,7 +27,8 @@ interface InsertedRow {
  */
 export async function insertLanedOneTrip(db: LedgerDb, caps: LedgerCapabilities, t: LedgerTables, items: readonly NewItem[]): Promise<EnqueueResult[]> {
   const lanes = laneCounts(items);
-  const ids = items.map(() => newId());
+  const order = idOrderFor(caps.family);
+  const ids = items.map(() => newItemId(order));
   const { upserts } = laneStatements(t, lanes);
   return pipelined(db, caps, async (send) => {
     const results = await send([...upserts, insertJoined(t, items, ids, lanes), readBack(t, ids)], { commit: true });

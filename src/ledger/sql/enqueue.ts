@@ -1,5 +1,5 @@
 import { sql, type RawBuilder } from 'kysely';
-import { newId } from '../ids.js';
+import { newItemId, type IdOrder } from '../ids.js';
 import type { Executor } from '../connection.js';
 import type { LedgerTables } from '../tables.js';
 import type { ClaimedItem, EnqueueResult, QueueClass } from '../types.js';
@@ -91,6 +91,7 @@ export async function insertItems(
   t: LedgerTables,
   items: readonly NewItem[],
   keysFrom: Executor | false,
+  idOrder: IdOrder,
 ): Promise<EnqueueResult[]> {
   const results: (EnqueueResult | undefined)[] = new Array(items.length);
   const firstByKey = new Map<string, number>();
@@ -129,7 +130,7 @@ export async function insertItems(
 
   const seqs = await assignLaneSequences(exec, t, fresh.map((f) => f.item));
   const rows = fresh.map((f, i) => {
-    const row = freshRow(seqs[i]);
+    const row = freshRow(seqs[i], idOrder);
     results[f.index] = { id: row.id, duplicate: false, laneSeq: row.laneSeq };
     return { ...row, item: f.item };
   });
@@ -177,8 +178,8 @@ function insertStatement(t: LedgerTables, values: readonly RawBuilder<unknown>[]
 type LaneSequence = { seq: number; head: boolean };
 
 /** A new item's id and lane place; an item without a lane is its own head. */
-function freshRow(s: LaneSequence | undefined): { id: string; laneSeq: number | null; isHead: boolean } {
-  return { id: newId(), laneSeq: s?.seq ?? null, isHead: s?.head ?? true };
+function freshRow(s: LaneSequence | undefined, idOrder: IdOrder): { id: string; laneSeq: number | null; isHead: boolean } {
+  return { id: newItemId(idOrder), laneSeq: s?.seq ?? null, isHead: s?.head ?? true };
 }
 
 /** The lease columns of an item inserted unclaimed: fixed-width "none" values (schema 2). */

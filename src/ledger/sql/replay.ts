@@ -1,4 +1,5 @@
 import { sql } from 'kysely';
+import type { IdOrder } from '../ids.js';
 import type { LedgerDb } from '../connection.js';
 import { ER_DUP_ENTRY, errno, retryOnConflict } from '../retry.js';
 import type { ItemRow } from '../rows.js';
@@ -19,6 +20,7 @@ export async function replayItem(
   db: LedgerDb,
   t: LedgerTables,
   opts: { id: string; expectAttempt: number; expectErrorDigest: string },
+  idOrder: IdOrder,
 ): Promise<{ id: string }> {
   return retryOnConflict(
     () =>
@@ -48,6 +50,7 @@ export async function replayItem(
             },
           ],
           false,
+          idOrder,
         );
         if (!created) throw new Error('replay: insert returned nothing');
         return { id: created.id };
