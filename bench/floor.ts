@@ -39,51 +39,37 @@
  * completion UPDATE per claimed batch, on `--connections` connections at
  * once. Every run checks that each item was completed exactly once.
  *
+ * Every clock stops when the store counts every item completed, as
+ * bench/compare.ts's do: the floor's when its completion UPDATEs (each its
+ * own transaction) have reported every row; the engine's when
+ * `SELECT COUNT(*) … state = 'completed'` reaches the item count; the peer's
+ * when its adapter's completedCount() does.
+ *
+ * This file is the CLI, the runs and the report; the layouts and their
+ * statements are in floor-layouts.ts, the engine's and the peer's drains in
+ * floor-stacks.ts.
+ *
  * Server: LANEWAKE_BENCH_MYSQL_URL (default mysql://root@127.0.0.1:3306).
  * Output: a table on stdout, then bench/results/floor-latest.json.
  */
-import { randomBytes } from 'node:crypto';
 import { mkdirSync, writeFileSync } from 'node:fs';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
-import mysql, { type ResultSetHeader, type RowDataPacket } from 'mysql2/promise';
+import mysql from 'mysql2/promise';
 import { execFileSync } from 'node:child_process';
 import type * as Lanewake from '../src/index.js';
-import {
-  codeRevision,
-  cpuSample,
-  postgresCpuSeconds,
-  createBenchDatabase,
-  fmt,
-  isInterrupted,
-  median,
-  minMax,
-  printTable,
-  progress,
-  runCleanups,
-  onCleanup,
-  waitForQuiet,
-  type BenchDatabase,
-} from './support.js';
-import { findFactory } from './peers/registry.js';
-import { CLAIMED_COLUMN_LIST, NO_TIME_TEXT as NO_TIME } from '../src/ledger/internal.js';
+import { codeRevision, cpuSample, createBenchDatabase, fmt, median, minMax, printTable, progress, runCleanups, waitForQuiet } from './support.js';
+import { LAYOUTS, QUEUE, applyLayout, drainFloor, type Layout } from './floor-layouts.js';
+import { ENGINE_CONCURRENCY, ENQUEUE_BATCH, TYPE, drainEngine, runPeer, type RunResult } from './floor-stacks.js';
 
 // The engine runs from its compiled package, as users run it and as bench/compare.ts runs it.
 progress('building dist/ (npm run build)');
 execFileSync('npx', ['tsc', '-p', 'tsconfig.build.json'], { stdio: 'inherit' });
-const { Consumer, Ledger, Producer, createLogger } = (await import(new URL('../dist/index.js', import.meta.url).href)) as typeof Lanewake;
+const lanewake = (await import(new URL('../dist/index.js', import.meta.url).href)) as typeof Lanewake;
+const { Ledger, Producer } = lanewake;
 type Ledger = Lanewake.Ledger;
 
-const QUEUE = 'bench';
-const TYPE = 'noop';
-const ENQUEUE_BATCH = 500;
-const ENGINE_CONCURRENCY = 32;
-/** A drain that completes nothing for this long fails the run instead of hanging it. */
-const STALL_MS = 60_000;
-
-const LAYOUTS = ['current', 'schema-1', 'claim-flag'] as const;
-type Layout = (typeof LAYOUTS)[number];
 type Subject = Layout | 'engine' | 'peer';
 const DEFAULT_PEER = 'graphile-worker:local queue + batched completion';
 
@@ -135,198 +121,10 @@ function parseOptions(): Options {
   };
 }
 
-interface RunResult {
-  jobsPerS: number;
-  /** The database server's CPU per job, µs: mariadbd, or postgres for a PostgreSQL peer (undefined when not visible). */
-  serverUsPerJob: number | undefined;
-  nodeUsPerJob: number;
-}
-
-/** Peers whose server's CPU this benchmark can read: all their `postgres` processes. */
-const POSTGRES_PEERS = new Set(['graphile-worker', 'pg-boss']);
-
-// ---------------------------------------------------------------------------
-// Layouts: the ALTER that makes each, and the statements that drain it.
-
-const ASCII = 'CHARACTER SET ascii COLLATE ascii_bin';
-
-async function applyLayout(c: mysql.Connection, layout: Layout): Promise<void> {
-  if (layout === 'current') return;
-  if (layout === 'claim-flag') {
-    await c.query('ALTER TABLE lw_items DROP INDEX ix_claim, ADD INDEX ix_claim (queue, queue_class, is_head, priority, run_after)');
-  } else if (layout === 'schema-1') {
-    // Schema 1's column definitions and indexes, then its NULLs for "none".
-    await c.query(`ALTER TABLE lw_items MODIFY state VARCHAR(16) ${ASCII} NOT NULL, MODIFY lease_token VARCHAR(32) ${ASCII} NULL,
-      MODIFY lease_owner VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NULL, MODIFY lease_until DATETIME(6) NULL,
-      MODIFY started_at DATETIME(6) NULL, MODIFY terminal_at DATETIME(6) NULL, ADD INDEX ix_terminal (terminal_at), DROP INDEX ix_created`);
-    await c.query(`UPDATE lw_items SET lease_token = NULLIF(lease_token, ''), lease_owner = NULLIF(lease_owner, ''),
-      lease_until = NULLIF(lease_until, ${NO_TIME}), started_at = NULLIF(started_at, ${NO_TIME}), terminal_at = NULLIF(terminal_at, ${NO_TIME})`);
-  }
-}
-
-function drainStatements(layout: Layout) {
-  const flag = layout === 'claim-flag';
-  const claimable = flag ? 'is_head = 1' : "state = 'pending' AND is_head = 1";
-  const noLease = layout === 'schema-1' ? 'NULL' : NO_TIME;
-  return {
-    candidates: (batch: number) => `SELECT id FROM lw_items WHERE queue = '${QUEUE}' AND queue_class = 'default' AND ${claimable}
-      AND run_after <= NOW(6) ORDER BY priority, run_after LIMIT ${batch * 2}`,
-    claim: (ids: string, token: string) => `UPDATE lw_items SET ${flag ? 'is_head = 0, ' : ''}state = 'processing', lease_token = '${token}',
-      lease_owner = 'floor', lease_until = NOW(6) + INTERVAL 30 SECOND, attempt = attempt + 1, epoch = NULL, cancel_requested = 0,
-      started_at = NOW(6), updated_at = NOW(6)
-      WHERE id IN (${ids}) AND queue = '${QUEUE}' AND ${claimable} AND run_after <= NOW(6);
-      SELECT ${CLAIMED_COLUMN_LIST} FROM lw_items WHERE id IN (${ids}) AND lease_token = '${token}' AND state = 'processing'`,
-    complete: (ids: string, token: string) => `UPDATE lw_items SET state = 'completed', result = NULL, lease_until = ${noLease},
-      terminal_at = NOW(6), updated_at = NOW(6) WHERE id IN (${ids}) AND lease_token = '${token}' AND state = 'processing'`,
-  };
-}
-
-/** Picks `n` of the candidates at random, as the engine's claim does, so concurrent claimers collide as they would. */
-function pick<T>(rows: readonly T[], n: number): T[] {
-  const a = [...rows];
-  for (let i = 0; i < Math.min(n, a.length); i++) {
-    const j = i + Math.floor(Math.random() * (a.length - i));
-    [a[i], a[j]] = [a[j]!, a[i]!];
-  }
-  return a.slice(0, n);
-}
-
-async function drainFloor(db: BenchDatabase, layout: Layout, opts: Options, completedIds: Map<string, number>): Promise<void> {
-  const s = drainStatements(layout);
-  const conns = await Promise.all(
-    Array.from({ length: opts.connections }, () => mysql.createConnection({ uri: db.url, multipleStatements: true })),
-  );
-  let lastProgress = Date.now();
-  try {
-    await Promise.all(
-      conns.map(async (c) => {
-        for (;;) {
-          if (isInterrupted()) throw new Error('interrupted');
-          if (Date.now() - lastProgress > STALL_MS) throw new Error(`no completion for ${STALL_MS} ms`);
-          const [candidates] = await c.query<RowDataPacket[]>(s.candidates(opts.batch));
-          if (candidates.length === 0) return;
-          const chosen = pick(candidates, opts.batch).map((r) => `'${String(r.id)}'`);
-          const token = randomBytes(16).toString('base64url');
-          const [claimed] = (await c.query(s.claim(chosen.join(','), token))) as unknown as [[ResultSetHeader, RowDataPacket[]]];
-          const won = claimed[1].map((r) => String(r.id));
-          if (won.length === 0) continue;
-          const [done] = await c.query<ResultSetHeader>(s.complete(won.map((id) => `'${id}'`).join(','), token));
-          if (done.affectedRows !== won.length) throw new Error(`completed ${done.affectedRows} of ${won.length} claimed items`);
-          for (const id of won) completedIds.set(id, (completedIds.get(id) ?? 0) + 1);
-          lastProgress = Date.now();
-        }
-      }),
-    );
-  } finally {
-    await Promise.all(conns.map((c) => c.end().catch(() => undefined)));
-  }
-}
-
-/**
- * Counts starts until `total`; `finished` resolves then, or rejects when
- * STALL_MS pass without one (a lost job would otherwise hang the run).
- * `stop()` ends the watch.
- */
-function watchStarts(total: number, who: string): { started: () => void; finished: Promise<void>; stop: () => void } {
-  let seen = 0;
-  let last = -1;
-  let done!: () => void;
-  let fail!: (e: Error) => void;
-  const finished = new Promise<void>((resolve, reject) => {
-    done = resolve;
-    fail = reject;
-  });
-  const watchdog = setInterval(() => {
-    if (seen === last) fail(new Error(`${who}: no job started for ${STALL_MS} ms (${seen} of ${total})`));
-    last = seen;
-  }, STALL_MS);
-  return {
-    started: () => {
-      if (++seen === total) done();
-    },
-    finished,
-    stop: () => clearInterval(watchdog),
-  };
-}
-
-async function drainEngine(ledger: Ledger, items: number, completedIds: Map<string, number>): Promise<void> {
-  const watch = watchStarts(items, 'engine');
-  const consumer = new Consumer({
-    ledger,
-    queue: QUEUE,
-    concurrency: ENGINE_CONCURRENCY,
-    logger: createLogger('bench.floor', 'warn'),
-    handlers: {
-      [TYPE]: async (job: { id: string }) => {
-        completedIds.set(job.id, (completedIds.get(job.id) ?? 0) + 1);
-        watch.started();
-      },
-    },
-  });
-  try {
-    await consumer.start();
-    await watch.finished;
-  } finally {
-    watch.stop();
-    await consumer.stop();
-  }
-}
-
-/**
- * The peer's whole stack on the same items: enqueued with its batch API in
- * batches of 500 (untimed), then one worker at concurrency 32 in this process,
- * timed from its start until every job has started (the side-by-side bulk
- * workload's processing figure). Each job must start exactly once.
- */
-async function runPeer(peer: { system: string; mode: string }, opts: Options): Promise<RunResult> {
-  const factory = await findFactory(peer.system, peer.mode);
-  const adapter = factory.create({ id: `flr${randomBytes(4).toString('hex')}` });
-  const unregister = onCleanup(() => adapter.teardown());
-  try {
-    await adapter.setup();
-    await adapter.connect();
-    for (let i = 0; i < opts.items; i += ENQUEUE_BATCH) {
-      await adapter.enqueueBatch(Array.from({ length: Math.min(ENQUEUE_BATCH, opts.items - i) }, (_, k) => ({ n: i + k })));
-    }
-    await waitForQuiet();
-    const starts = new Uint8Array(opts.items);
-    const watch = watchStarts(opts.items, peer.system);
-    const serverCpu = POSTGRES_PEERS.has(peer.system) ? postgresCpuSeconds : () => undefined;
-    const serverFrom = serverCpu();
-    const from = cpuSample();
-    const worker = await adapter.startWorker({
-      concurrency: ENGINE_CONCURRENCY,
-      onJob: (job) => {
-        starts[job.n] = (starts[job.n] ?? 0) + 1;
-        watch.started();
-      },
-    });
-    try {
-      await watch.finished;
-    } finally {
-      watch.stop();
-    }
-    const to = cpuSample();
-    const serverTo = serverCpu();
-    await worker.stop();
-    const wrong = starts.reduce((n, c) => n + (c === 1 ? 0 : 1), 0);
-    if (wrong > 0) throw new Error(`${peer.system}: ${wrong} jobs not started exactly once`);
-    return {
-      jobsPerS: opts.items / ((to.wallMs - from.wallMs) / 1000),
-      serverUsPerJob: serverFrom !== undefined && serverTo !== undefined ? ((serverTo - serverFrom) * 1e6) / opts.items : undefined,
-      nodeUsPerJob: ((to.node - from.node) * 1e6) / opts.items,
-    };
-  } finally {
-    await adapter.close().catch(() => undefined);
-    await adapter.teardown();
-    unregister();
-  }
-}
-
 // ---------------------------------------------------------------------------
 
 async function runOnce(subject: Subject, opts: Options): Promise<RunResult> {
-  if (subject === 'peer') return runPeer(opts.peer!, opts);
+  if (subject === 'peer') return runPeer(opts.peer!, opts.items);
   const db = await createBenchDatabase('lwfloor');
   let ledger: Ledger | undefined = new Ledger({ url: db.url, poolSize: 12 });
   try {
@@ -350,9 +148,7 @@ async function runOnce(subject: Subject, opts: Options): Promise<RunResult> {
     await waitForQuiet();
     const completed = new Map<string, number>();
     const from = cpuSample();
-    if (subject === 'engine') await drainEngine(ledger!, opts.items, completed);
-    else await drainFloor(db, subject, opts, completed);
-    const to = cpuSample();
+    const to = subject === 'engine' ? await drainEngine(lanewake, ledger!, opts.items, completed) : await drainFloor(db.url, subject, opts, completed);
     // Effect check: every enqueued item completed exactly once, nothing else.
     const missing = ids.filter((id) => completed.get(id) !== 1);
     if (missing.length > 0 || completed.size !== ids.length) {
