@@ -75,6 +75,28 @@ export async function waitFor<T>(check: () => Promise<T | undefined | false> | T
 }
 
 /**
+ * Waits until `count()` reaches `target`, failing only when the count has
+ * not moved for `stallMs`: for a test whose work takes as long as the
+ * machine and its server need (a loaded TiDB drains a backlog at a tenth of
+ * MariaDB's rate), a deadline on the whole would assert a speed.
+ */
+export async function waitForCount(count: () => Promise<number>, target: number, stallMs: number, what: string): Promise<void> {
+  let last = -1;
+  let movedAt = Date.now();
+  for (;;) {
+    const n = await count();
+    if (n >= target) return;
+    if (n !== last) {
+      last = n;
+      movedAt = Date.now();
+    } else if (Date.now() - movedAt > stallMs) {
+      throw new Error(`${what}: stuck at ${n} of ${target} for ${stallMs} ms`);
+    }
+    await new Promise((r) => setTimeout(r, 50));
+  }
+}
+
+/**
  * A Ledger on a Kysely instance handed in, whose pool refuses several
  * statements per query (as a caller's own pool may): the ledger then sends
  * one statement per round trip. Close it yourself.
