@@ -273,3 +273,16 @@ test('a server whose sql_mode has NO_BACKSLASH_ESCAPES: ledger sessions turn it 
     await conn.end();
   }
 });
+
+test('ledger sessions on MariaDB estimate equality ranges from index statistics (no dive per id); elsewhere the setting is left alone', async () => {
+  const tl = await createTestLedger();
+  try {
+    const family = (await tl.ledger.capabilities()).family;
+    const rows = await sql<{ limit: number | string | null }>`SELECT @@SESSION.eq_range_index_dive_limit AS \`limit\``.execute(tl.ledger.db).catch(() => ({ rows: [{ limit: null }] }));
+    const limit = rows.rows[0]?.limit;
+    if (family === 'mariadb') expect(Number(limit)).toBe(1);
+    else expect(Number(limit ?? 200)).not.toBe(1);
+  } finally {
+    await tl.drop();
+  }
+});
