@@ -4,7 +4,7 @@
 // at its time, whether or not the one before has answered, as requests
 // arrive), each into one of LW_LANES lanes, its payload stamped with
 // CLOCK_MONOTONIC (process.hrtime) just before the call; then it sends how
-// long each enqueue took, and exits.
+// long each enqueue took (by job number), and exits.
 import { Ledger, Producer, WakeChannel } from '../dist/index.js';
 
 const env = (name) => {
@@ -46,7 +46,7 @@ process.on('message', async (m) => {
     const p = producer
       .enqueue({ queue, type: 'job', lane: lanes > 0 ? `lane-${k % lanes}` : undefined, payload: { k, t: String(t) } })
       .then(
-        () => enqueueUs.push(Number((process.hrtime.bigint() - t) / 1000n)),
+        () => (enqueueUs[k] = Number((process.hrtime.bigint() - t) / 1000n)),
         () => failed++,
       )
       .finally(() => inFlight.delete(p));

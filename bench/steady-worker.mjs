@@ -16,6 +16,14 @@ const dc = await import('node:diagnostics_channel');
 dc.subscribe('lanewake:wake-read', (m) => {
   for (const id of m.ids) if (!wakeReadAtMs.has(id)) wakeReadAtMs.set(id, m.atMs);
 });
+// How each claimed job came: the round that claimed it, and whether its wake-up was read before that round began.
+const claimedBy = new Map();
+dc.subscribe('lanewake:claim-round', (m) => {
+  for (const id of m.claimed) {
+    const readAt = wakeReadAtMs.get(id);
+    claimedBy.set(id, readAt !== undefined && readAt <= m.startedAtMs ? 'claim round, by its wake-up' : 'claim round, head search');
+  }
+});
 // Older builds (compared in alternated pairs) have no diagnostics channels or conflict counts.
 const conflictRetries = retry.conflictRetries ?? (() => new Map());
 
@@ -40,8 +48,10 @@ function clusterSeeds(url) {
     });
 }
 
-/** Per job: enqueue→start in µs, how it reached this consumer. */
+/** Per job: enqueue→start in µs. */
 const starts = [];
+/** Per job: its number, enqueue→start in µs, and how it reached this consumer (a claim round, or none: an offer or a lane's hand-on). */
+const paths = [];
 /** The first 20 jobs that started over 200 ms after their enqueue: their ids, for the main process to look up. */
 const late = [];
 let rounds = 0;
@@ -57,6 +67,8 @@ const consumer = new Consumer({
       const startedNs = process.hrtime.bigint();
       const us = Number((startedNs - BigInt(job.payload.t)) / 1000n);
       starts.push(us);
+      paths.push({ k: job.payload.k, us, path: claimedBy.get(job.id) ?? 'no claim round (offer or lane successor)' });
+      claimedBy.delete(job.id);
       if (us > 200_000 && late.length < 20) late.push({ id: job.id, us, attempt: job.attempt, wakeReadBeforeStartMs: wakeReadAtMs.has(job.id) ? Date.now() - wakeReadAtMs.get(job.id) : null });
       await ctx.transaction(async (trx) => {
         await sql`INSERT INTO effects (item_id, lane, written_at) VALUES (${job.id}, ${job.lane}, NOW(6))`.execute(trx);
@@ -79,6 +91,7 @@ process.on('message', async (m) => {
   process.send?.({
     type: 'figures',
     startsUs: starts,
+    paths,
     late,
     completed: c.completed,
     claimRounds: rounds,
