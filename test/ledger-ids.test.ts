@@ -1,9 +1,9 @@
 import { sql } from 'kysely';
-import { afterAll, beforeAll, describe, expect, test } from 'vitest';
-import type { Ledger } from '../src/ledger/ledger.js';
+import { describe, expect, test } from 'vitest';
 import { newTimeId } from '../src/ledger/ids.js';
 import { freshQueue } from './support/items.js';
-import { createTestLedger, waitFor, type TestLedger } from './support/ledger.js';
+import { waitFor } from './support/ledger.js';
+import { testScope } from './support/scope.js';
 
 const ID = /^[A-Za-z0-9_-]{22}$/;
 
@@ -18,19 +18,12 @@ describe('time-ordered ids', () => {
 });
 
 describe('item ids on the server', () => {
-  let tl: TestLedger;
-  let ledger: Ledger;
-  beforeAll(async () => {
-    tl = await createTestLedger();
-    ledger = tl.ledger;
-  });
-  afterAll(async () => {
-    await tl?.drop();
-  });
+  const scope = testScope();
 
   // InnoDB gets ids in creation order, so every insert lands at its indexes' right edge; TiDB gets
   // random ids, which keep its inserts spread over regions.
   test('follow creation order on InnoDB and not on TiDB, laned or not', async () => {
+    const { ledger } = await scope.ledger();
     const queue = freshQueue('ids');
     const made: string[] = [];
     for (let i = 0; i < 24; i++) {
