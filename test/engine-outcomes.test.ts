@@ -443,7 +443,11 @@ test('a handler that runs for several leases keeps its item: the consumer\'s clo
   expect(await h.waitOutcome(id, 'completed', 10_000)).toEqual(['completed']);
   expect(Date.now() - startedAt).toBeGreaterThanOrEqual(4 * LEASE_MS);
   expect(await h.item(id)).toMatchObject({ state: 'completed', result: 'kept', attempt: 1 });
-  expect(await attemptsOf(h.ledger, id)).toEqual([]);
+  // Nothing but the run that kept its lease. On a loaded TiDB a claim can take most of a 300 ms lease
+  // to come back, and the consumer then hands the item back unstarted (no attempt spent) and claims it
+  // again: that history is the prefetch rule's, not a lease lost to a missed renewal.
+  const history = await attemptsOf(h.ledger, id);
+  expect(history.filter((a) => !(a.outcome === 'released' && a.error === 'prefetch wait exceeded a third of the lease'))).toEqual([]);
   expect(h.consumer.counters).toMatchObject({ completed: 1, leaseLost: 0 });
 });
 
