@@ -59,11 +59,12 @@ test('the fleet counts once: of replicas asking together exactly one counts, the
   const again = await Promise.all(replicas.map((r) => r.fleetStats({ everyMs: EVERY_MS })));
   expect(again.filter((f) => f.countedHere)).toHaveLength(0);
   expect(again.map((f) => f.stats.find((s) => s.queue === queue)?.counts.pending)).toEqual([2, 2, 2, 2]);
-  // Past everyMs (here: a task asked for every 0 ms), one replica counts again and sees the third item.
+  // Past everyMs (here: a task asked for every 0 ms), a replica counts again and sees the third item.
+  // With 0 ms a second replica may count right after the first has recorded (on TiDB the four calls
+  // do not overlap as on MariaDB): the lease keeps counts apart, not to one per round.
   const later = await waitFor(async () => {
     const r = await Promise.all(replicas.map((x) => x.fleetStats({ everyMs: 0 })));
     return r.some((f) => f.countedHere) ? r : undefined;
   }, 10_000, 'a recount');
-  expect(later.filter((f) => f.countedHere)).toHaveLength(1);
-  expect(later.find((f) => f.countedHere)?.stats.find((s) => s.queue === queue)?.counts.pending).toBe(3);
+  for (const f of later.filter((x) => x.countedHere)) expect(f.stats.find((s) => s.queue === queue)?.counts.pending).toBe(3);
 });
