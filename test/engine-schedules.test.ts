@@ -45,12 +45,16 @@ test('a recurring schedule makes one item per fire, whichever replica processes 
   await waitFor(() => (ran.length >= 3 ? true : undefined), 20_000, 'three fires to run');
   await producer.unschedule(`every-${queue}`);
 
-  const items = await Promise.all(ran.map((id) => tl!.ledger.get(id)));
+  // A handler's start is recorded before its completion is written: wait for the completions.
+  const started = [...ran];
+  const items = await waitFor(async () => {
+    const got = await Promise.all(started.map((id) => tl!.ledger.get(id)));
+    return got.every((i) => i?.state === 'completed') ? got : undefined;
+  }, 10_000, 'every run to complete');
   const keys = items.map((i) => i?.idempotencyKey ?? '');
   for (const k of keys) expect(k).toMatch(new RegExp(`^every-${queue}:\\d+$`));
   expect(new Set(keys).size).toBe(keys.length);
   expect(new Set(ran).size).toBe(ran.length);
-  expect(items.every((i) => i?.state === 'completed')).toBe(true);
 });
 
 test('a fire that two replicas both process still makes one item (idempotency key per fire time)', async () => {
