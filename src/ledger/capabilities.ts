@@ -1,5 +1,6 @@
 import { sql } from 'kysely';
 import type { LedgerDb } from './connection.js';
+import { idOrderFor, type IdOrder } from './ids.js';
 import { CONNECTION_RETRY, isConnectionError, retryDelay } from './retry.js';
 
 export type ServerFamily = 'mariadb' | 'mysql' | 'tidb';
@@ -18,6 +19,8 @@ export interface LedgerCapabilities {
   readonly multiStatement: boolean;
   /** The server, from `SELECT VERSION()`. */
   readonly family: ServerFamily;
+  /** Item ids in creation order (InnoDB) or random (TiDB): see IdOrder. */
+  readonly idOrder: IdOrder;
 }
 
 /** TiDB's version string contains "TiDB" (`8.0.11-TiDB-v7.5.1`), MariaDB's "MariaDB"; MySQL's names neither. */
@@ -48,7 +51,8 @@ async function detect(db: LedgerDb, multiStatement: boolean): Promise<LedgerCapa
   for (let attempt = 1; ; attempt++) {
     try {
       const r = await sql<{ version: string }>`SELECT VERSION() AS version`.execute(db);
-      return Object.freeze({ multiStatement, family: serverFamily(String(r.rows[0]?.version ?? '')) });
+      const family = serverFamily(String(r.rows[0]?.version ?? ''));
+      return Object.freeze({ multiStatement, family, idOrder: idOrderFor(family) });
     } catch (error) {
       if (!isConnectionError(error) || attempt >= CONNECTION_RETRY.maxAttempts) throw error;
       await retryDelay(CONNECTION_RETRY, attempt);

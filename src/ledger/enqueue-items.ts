@@ -1,7 +1,6 @@
 import { sql } from 'kysely';
 import { TransactionConflictError, TransactionRolledBackError, ValidationError } from '../errors.js';
 import type { LedgerCapabilities } from './capabilities.js';
-import { idOrderFor } from './ids.js';
 import type { Executor, LedgerDb } from './connection.js';
 import { DEFAULT_MAX_ATTEMPTS, enqueueItemFieldsSchema, type ClaimCandidate, type EnqueueInput, type EnqueueOptions } from './inputs.js';
 import { countConflict, DEFAULT_RETRY, ER_DUP_ENTRY, errno, isRetryableConflict, retryDelay, retryOnConflict } from './retry.js';
@@ -87,7 +86,7 @@ async function insertPrepared(target: EnqueueTarget, items: NewItem[]): Promise<
   const { db, tables } = target;
   if (items.length === 0) return [];
   const caps = await target.capabilities();
-  const order = idOrderFor(caps.family);
+  const order = caps.idOrder;
   if (items.every((i) => i.lane === null) && fitsOneStatement(items)) {
     // No lane bookkeeping: the whole batch is one INSERT (plus a read when it
     // has idempotency keys), atomic without a transaction's extra round trips.
@@ -116,7 +115,7 @@ async function insertPrepared(target: EnqueueTarget, items: NewItem[]): Promise<
 async function enqueueInCallerTransaction(target: EnqueueTarget, trx: Executor, items: NewItem[]): Promise<EnqueueResult[]> {
   let duplicates = 0;
   let conflicts = 0;
-  const order = idOrderFor((await target.capabilities()).family);
+  const order = (await target.capabilities()).idOrder;
   for (;;) {
     await sql`SAVEPOINT lanewake_enqueue`.execute(trx);
     try {

@@ -33,7 +33,6 @@ import { completeEntries, completeInTransaction, completeWithin, completion, enc
 import { finalizeBlock } from './sql/block.js';
 import { cancelItem } from './sql/cancel.js';
 import { claimByIds, claimHeads, readHeldUnderLease } from './sql/claim.js';
-import { idOrderFor } from './ids.js';
 import { probeDependencyWaits, wakeDependency } from './sql/dependency.js';
 import type { InsertClaim } from './sql/enqueue.js';
 import { getAttempts, getItem, listDead } from './sql/inspect.js';
@@ -324,7 +323,7 @@ export class Ledger {
   /** Re-drives a dead or cancelled item as a new item; guarded by the attempt and error digest the operator saw. */
   replay(id: string, guard: { expectAttempt: number; expectErrorDigest: string }): Promise<{ id: string }> {
     const v = validate(replaySchema, { id, ...guard }, 'replay');
-    return this.capabilities().then((caps) => replayItem(this.db, this.tables, v, idOrderFor(caps.family)));
+    return this.capabilities().then((caps) => replayItem(this.db, this.tables, v, caps.idOrder));
   }
 
   /** Deletes terminal items older than `olderThanMs` (and their history); returns how many. */

@@ -1,7 +1,7 @@
 import { sql, type RawBuilder } from 'kysely';
 import type { LedgerCapabilities } from '../capabilities.js';
 import type { LedgerDb } from '../connection.js';
-import { idOrderFor, newItemId } from '../ids.js';
+import { newItemId } from '../ids.js';
 import type { LedgerTables } from '../tables.js';
 import type { EnqueueResult } from '../types.js';
 import { leaseValues } from './claimed.js';
@@ -27,8 +27,7 @@ interface InsertedRow {
  */
 export async function insertLanedOneTrip(db: LedgerDb, caps: LedgerCapabilities, t: LedgerTables, items: readonly NewItem[]): Promise<EnqueueResult[]> {
   const lanes = laneCounts(items);
-  const order = idOrderFor(caps.family);
-  const ids = items.map(() => newItemId(order));
+  const ids = items.map(() => newItemId(caps.idOrder));
   const { upserts } = laneStatements(t, lanes);
   return pipelined(db, caps, async (send) => {
     const results = await send([...upserts, insertJoined(t, items, ids, lanes), readBack(t, ids)], { commit: true });
