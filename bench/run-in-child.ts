@@ -8,7 +8,7 @@ import { spawn, type ChildProcess } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import { fileURLToPath } from 'node:url';
 import { performance } from 'node:perf_hooks';
-import type { RunArgs, RunResult } from './peers/protocol.js';
+import { runResult, type RunArgs, type RunResult } from './peers/protocol.js';
 import { factoryLabel } from './peers/registry.js';
 import type { PeerFactory, Workload } from './peers/types.js';
 import { onCleanup } from './support.js';
@@ -37,12 +37,7 @@ async function fallbackTeardown(factory: PeerFactory, ns: readonly string[]): Pr
 }
 
 function failed(args: RunArgs, reason: string, durationMs: number): RunResult {
-  return {
-    kind: 'result',
-    system: args.system,
-    mode: args.mode,
-    workload: args.workload,
-    run: args.run,
+  return runResult(args, {
     ok: false,
     failure: reason,
     values: {},
@@ -51,7 +46,7 @@ function failed(args: RunArgs, reason: string, durationMs: number): RunResult {
     warnings: [],
     tornDown: false,
     durationMs,
-  };
+  });
 }
 
 function isResult(v: unknown): v is RunResult {

@@ -10,7 +10,7 @@
  */
 import { performance } from 'node:perf_hooks';
 import type { Outcome, WorkloadFn } from './phase.js';
-import { RSS_METRIC, sizes, type RunArgs, type RunResult } from './protocol.js';
+import { RSS_METRIC, runResult, sizes, type RunArgs, type RunResult } from './protocol.js';
 import { findFactory } from './registry.js';
 import { Session } from './session.js';
 import { captureProcessWarnings, recordedWarnings } from './warnings.js';
@@ -57,12 +57,7 @@ async function runMain(args: RunArgs): Promise<RunResult> {
     out.values[RSS_METRIC] = maxRssMb();
   }
   const ok = out.failures.length === 0;
-  return {
-    kind: 'result',
-    system: args.system,
-    mode: args.mode,
-    workload: args.workload,
-    run: args.run,
+  return runResult(args, {
     ok,
     ...(ok ? {} : { failure: out.failures.join(' | ') }),
     values: out.values,
@@ -71,7 +66,7 @@ async function runMain(args: RunArgs): Promise<RunResult> {
     warnings: mergeWarnings(recordedWarnings(), out.warnings),
     tornDown: session.tornDown,
     durationMs: performance.now() - started,
-  };
+  });
 }
 
 function write(line: string): Promise<void> {
