@@ -168,7 +168,10 @@ export class Consumer<DB = Record<string, never>> extends EventEmitter<ConsumerE
     this.sweeper.start();
     this.clock = setInterval(() => {
       const now = Date.now();
-      for (const run of this.scheduler.running.values()) run.tick(now);
+      let renewing = false;
+      for (const run of this.scheduler.running.values()) renewing = run.tick(now) || renewing;
+      // The renewals of one tick go out as one statement (RenewalBatch): leases nearly due join it.
+      if (renewing) for (const run of this.scheduler.running.values()) run.joinRenewals(now);
     }, leaseTickMs(this.settings.leaseMs));
     this.clock.unref();
     this.loopsSettled = this.scheduler.loop();

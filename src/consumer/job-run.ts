@@ -3,7 +3,7 @@ import { Abandoned } from '../errors.js';
 import type { ClaimedItem } from '../ledger/types.js';
 import { JobAbortedError, type AbortReason } from './errors.js';
 import { writeInvalidPayload, writeOutcome, writeUnowned, type Outcome, type OutcomeDeps, type Settlement } from './job-outcome.js';
-import { LeaseKeeper, leaseTickMs, type LeaseEvent } from './lease-keeper.js';
+import { LeaseKeeper, leaseTickMs, renewalPointMs, type LeaseEvent } from './lease-keeper.js';
 import type { LeaseLedger } from './ledger-port.js';
 import type { Job, JobContext, RegisteredHandler } from './types.js';
 
@@ -25,8 +25,10 @@ export interface RunningJob {
    * the handler at once (a control-stream cancel is only a hint: the ledger decides).
    */
   checkLedger(): void;
-  /** The consumer's clock: renews the lease when due, enforces a long deadline. */
-  tick(nowMs: number): void;
+  /** The consumer's clock: renews the lease when due (returns whether it did), enforces a long deadline. */
+  tick(nowMs: number): boolean;
+  /** The consumer's clock, when another lease renews in this tick: renew along with it once a sixth of the lease has passed. */
+  joinRenewals(nowMs: number): void;
   /** The outcome is written (or given up on). */
   done: Promise<Outcome>;
   /** Once done: false when the write said the item's lane has nothing left waiting; undefined when not known. */
@@ -98,7 +100,6 @@ class JobRun<DB> implements RunningJob {
   private keeper: LeaseKeeper | undefined;
   /** No renewal may start any more: the handler has settled. */
   private keeperStopped = false;
-  private readonly firstRenewalAtMs: number;
   /** Rejects the wait for the handler (abandon); set while the handler runs. */
   private stopWaiting: ((reason: unknown) => void) | undefined;
   private abandoned = false;
@@ -108,8 +109,6 @@ class JobRun<DB> implements RunningJob {
     readonly item: ClaimedItem,
     private readonly claimedAtMs: number,
   ) {
-    const leaseMs = deps.settings.leaseMs;
-    this.firstRenewalAtMs = claimedAtMs + leaseMs - Math.floor((leaseMs * 2) / 3);
   }
 
   start(): void {
@@ -145,12 +144,22 @@ class JobRun<DB> implements RunningJob {
     this.stopWaiting?.(new Abandoned());
   }
 
-  tick(nowMs: number): void {
-    if (!this.keeperStopped && (this.keeper !== undefined || nowMs >= this.firstRenewalAtMs)) this.leaseKeeper().tick(nowMs);
+  tick(nowMs: number): boolean {
     if (this.deadlineAtMs !== undefined && nowMs >= this.deadlineAtMs) {
       this.deadlineAtMs = undefined;
       this.abort('deadline');
     }
+    return this.renewIfDue(nowMs, false);
+  }
+
+  joinRenewals(nowMs: number): void {
+    this.renewIfDue(nowMs, true);
+  }
+
+  private renewIfDue(nowMs: number, joining: boolean): boolean {
+    if (this.keeperStopped) return false;
+    if (this.keeper === undefined && nowMs < this.claimedAtMs + renewalPointMs(this.deps.settings.leaseMs, joining)) return false;
+    return this.leaseKeeper().tick(nowMs, joining);
   }
 
   heartbeat(): Promise<boolean> {

@@ -16,6 +16,14 @@ export function leaseTickMs(leaseMs: number): number {
   return Math.max(10, Math.min(1000, Math.floor(leaseMs / LEASE_TICKS_PER_LEASE)));
 }
 
+/**
+ * How long after a lease was taken its renewal falls due: a third of the
+ * lease, or a sixth when it joins another renewal going out in the same tick.
+ */
+export function renewalPointMs(leaseMs: number, joining: boolean): number {
+  return joining ? Math.floor(leaseMs / 6) : leaseMs - Math.floor((leaseMs * 2) / 3);
+}
+
 /** The pause before try `attempt + 1` of a failed write under a lease (a renewal, a finalize): doubling from 50 ms, capped at a second. */
 export function leaseWriteRetryMs(attempt: number): number {
   return Math.min(1000, 50 * 2 ** attempt);
@@ -47,11 +55,19 @@ export class LeaseKeeper {
     this.leaseUntilMs = claimedAtMs + leaseMs;
   }
 
-  /** Renews if a third of the lease has passed since it was last taken and no renewal is running. */
-  tick(nowMs: number): void {
-    if (this.stopped || this.inFlight !== undefined) return;
-    if (nowMs < this.leaseUntilMs - Math.floor((this.leaseMs * 2) / 3)) return;
+  /**
+   * Renews if a third of the lease has passed since it was last taken and no
+   * renewal is running; returns whether it started one. `joining`: another
+   * lease of this consumer renews in this tick, so this one goes along once a
+   * sixth has passed. Leases taken at different moments (a claim round, an
+   * offer, a lane's successor) so fall into step after one renewal and share
+   * its statement from then on, rather than each costing one of its own.
+   */
+  tick(nowMs: number, joining = false): boolean {
+    if (this.stopped || this.inFlight !== undefined) return false;
+    if (nowMs < this.leaseUntilMs - this.leaseMs + renewalPointMs(this.leaseMs, joining)) return false;
     this.track(this.renew());
+    return true;
   }
 
   /** Renews now; resolves false if the lease is lost. */
