@@ -30,11 +30,15 @@ interface Claim {
 }
 
 /**
- * A correctness test, not a speed one, but its drain must end: about 5 s on MariaDB here; on the
- * standalone TiDB 200 shared lanes took 62 s on the shared 2-core machine (every claimer races for the
- * same 200 heads, and TiDB's pessimistic locks make each lost race a lock wait).
+ * A correctness test, not a speed one, but its drain must end: it fails when no item completes for
+ * this long (a lost or stuck item), not on a deadline for the whole drain. The drain takes about 5 s
+ * on MariaDB here; on the standalone TiDB 200 shared lanes took 62 s on the shared 2-core machine, and
+ * over 200 s beside stress-ng (every claimer races for the same 200 heads, and TiDB's pessimistic
+ * locks make each lost race a lock wait).
  */
-const DRAIN_DEADLINE_MS = 200_000;
+const DRAIN_STALL_MS = 30_000;
+/** The test's own timeout: only a bound on a drain that keeps moving. */
+const DRAIN_TEST_TIMEOUT_MS = 900_000;
 
 /** Every 10th item fails its first attempt, so attempts 1 and 2 both race. */
 const failsFirst = (k: number): boolean => k % 10 === 0;
@@ -53,12 +57,12 @@ async function drain(queue: string, total: number): Promise<Claim[]> {
   const claims: Claim[] = [];
   let completed = 0;
   let failure: unknown;
-  const deadline = Date.now() + DRAIN_DEADLINE_MS;
+  let movedAt = Date.now();
   await Promise.all(
     claimers.map(async (l, claimer) => {
       try {
         while (completed < total && failure === undefined) {
-          if (Date.now() > deadline) throw new Error(`drain: ${completed} of ${total} completed before the deadline`);
+          if (Date.now() - movedAt > DRAIN_STALL_MS) throw new Error(`drain: stuck at ${completed} of ${total} completed for ${DRAIN_STALL_MS} ms`);
           const c = await l.claim({ queue, owner: `claimer-${claimer}`, limit: 8, leaseMs: 300_000 });
           if (c.items.length === 0) {
             await new Promise((r) => setTimeout(r, 2));
@@ -74,6 +78,7 @@ async function drain(queue: string, total: number): Promise<Claim[]> {
               const r = await l.complete(item, { by: claimer });
               if (!r.won) throw new Error(`complete of ${item.id} attempt ${item.attempt} lost`);
               completed++;
+              movedAt = Date.now();
             }
           }
         }
@@ -122,7 +127,7 @@ describe('16 concurrent claimers, 5,000 items', () => {
       [1, 'retried'],
       [2, 'completed'],
     ]);
-  }, DRAIN_DEADLINE_MS + 20_000);
+  }, DRAIN_TEST_TIMEOUT_MS);
 
   test('200 shared lanes: exactly once per attempt, and each lane ran strictly in order', async () => {
     const queue = freshQueue('conc-lanes');
@@ -148,7 +153,7 @@ describe('16 concurrent claimers, 5,000 items', () => {
       WHERE a.queue = ${queue}`.execute(ledger.db);
     expect(Number(pairs.rows[0]?.n)).toBe(ITEMS - LANES);
     for (let lane = 0; lane < LANES; lane += 37) expect(await laneRow(ledger, queue, `lane-${lane}`)).toEqual({ nextSeq: 25, busy: false });
-  }, DRAIN_DEADLINE_MS + 20_000);
+  }, DRAIN_TEST_TIMEOUT_MS);
 });
 
 describe('idempotency under concurrency', () => {
