@@ -33,6 +33,26 @@ describe('PrefetchBuffer', () => {
     expect(b.target()).toBe(49);
   });
 
+  test('slow claims shrink the buffer to what starts within what is left of a third of the lease, and turn it off at a third', () => {
+    // A 900 ms lease: an item may wait 300 ms from its claim's start, less what the claim itself took.
+    const b = new PrefetchBuffer({ concurrency: 1, limit: 100, leaseMs: 900 });
+    b.noteHandlerMs(10);
+    expect(b.target()).toBe(25); // 250 ms horizon / 10 ms
+    expect(b.noteClaimMs(200, 0)).toBe(false); // average 60 ms: 240 ms left
+    expect(b.target()).toBe(24);
+    for (let i = 0; i < 30; i++) b.noteClaimMs(200, 0); // average → 200 ms: 100 ms left
+    expect(b.target()).toBe(10);
+    // A claim of a third of the lease is reported once a minute, and claims that slow leave no room to buffer.
+    expect(b.noteClaimMs(400, 1_000)).toBe(true);
+    expect(b.noteClaimMs(400, 2_000)).toBe(false);
+    for (let i = 0; i < 30; i++) b.noteClaimMs(400, 3_000);
+    expect(b.target()).toBe(0);
+    expect(b.noteClaimMs(400, 61_001)).toBe(true);
+    // Fast claims again: the buffer comes back.
+    for (let i = 0; i < 30; i++) b.noteClaimMs(1, 62_000);
+    expect(b.target()).toBe(25);
+  });
+
   test('a no-op handler time is floored, so the target stays finite', () => {
     const b = new PrefetchBuffer({ concurrency: 1, limit: Number.MAX_SAFE_INTEGER, leaseMs: 30_000 });
     b.noteHandlerMs(0);

@@ -306,17 +306,21 @@ export class ClaimScheduler<DB> {
       free = Math.min(free, room);
       for (const id of ids.splice(free)) this.targeted.add(id);
     }
+    // Each call's items are stamped with its own start: their leases run from about then.
+    const byIdsAtMs = Date.now();
     const claimed: ClaimedItem[] = ids.length > 0 ? await this.ledger.claimByIds({ ...base, ids, ...types }) : [];
+    if (ids.length > 0) this.noteClaimMs(byIdsAtMs);
     // Named by a wake-up: start them now, before looking for other heads.
-    const claimedAtMs = startedAt - performance.now() + Date.now();
-    if (claimed.length > 0) this.takeClaimed(claimed, claimedAtMs);
+    if (claimed.length > 0) this.takeClaimed(claimed, byIdsAtMs);
     let more = false;
     if (claimed.length < free && lookFurther) {
       const want = free - claimed.length;
       seenSignals = this.workSignals;
+      const claimAtMs = Date.now();
       const r = await this.ledger.claim({ ...base, limit: want, classes: s.classes, ...types });
+      this.noteClaimMs(claimAtMs);
       // While stopping these wait in the buffer, and stop() releases them.
-      if (r.items.length > 0) this.takeClaimed(r.items, claimedAtMs);
+      if (r.items.length > 0) this.takeClaimed(r.items, claimAtMs);
       claimed.push(...r.items);
       more = r.moreAvailable || r.items.length >= want;
     } else {
@@ -338,6 +342,13 @@ export class ClaimScheduler<DB> {
     }
     if (acks.length > 0) this.host.ack(acks);
     if (more && this.freeSlots() === 0) await this.host.followUp();
+  }
+
+  private noteClaimMs(sentAtMs: number): void {
+    const now = Date.now();
+    if (this.buffer.noteClaimMs(now - sentAtMs, now)) {
+      this.log.warn({ claimMs: now - sentAtMs, leaseMs: this.settings.leaseMs }, 'a claim took a third of the lease or more: prefetch is off, and items claimed past two thirds of it go back unstarted; raise leaseMs');
+    }
   }
 
   private takeClaimed(items: readonly ClaimedItem[], claimedAtMs: number): void {

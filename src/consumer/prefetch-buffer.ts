@@ -6,6 +6,10 @@ const PREFETCH_HORIZON_MS = 250;
 const MIN_HANDLER_MS = 0.01;
 /** Weight of the newest handler time in the moving average. */
 const HANDLER_MS_WEIGHT = 0.1;
+/** Weight of the newest claim call's time in its moving average. */
+const CLAIM_MS_WEIGHT = 0.3;
+/** A claim slow enough to turn prefetch off is reported at most this often. */
+const SLOW_CLAIM_REPORT_MS = 60_000;
 
 export interface Prefetched {
   item: ClaimedItem;
@@ -35,6 +39,9 @@ export class PrefetchBuffer {
   private readonly items: Prefetched[] = [];
   /** Recent handler time (ms, moving average); undefined until one settles. */
   private handlerMs: number | undefined;
+  /** Recent claim call time (ms, moving average): what an item has waited already when it arrives. */
+  private claimMs = 0;
+  private slowClaimReportedAtMs = -Infinity;
 
   constructor(private readonly sizing: PrefetchSizing) {}
 
@@ -42,11 +49,31 @@ export class PrefetchBuffer {
     return this.items.length;
   }
 
-  /** How many items the buffer wants to hold now. */
+  /**
+   * How many items the buffer wants to hold now: what the slots start within
+   * the horizon, and within what is left of a third of the lease once a
+   * claim has answered. Claims that take a third of the lease leave nothing:
+   * prefetch is off, and each claim takes only what free slots start at once,
+   * rather than items that would go back unstarted as soon as they arrive.
+   */
   target(): number {
     if (this.handlerMs === undefined) return 0;
-    const perSlot = PREFETCH_HORIZON_MS / Math.max(this.handlerMs, MIN_HANDLER_MS);
+    const horizonMs = Math.min(PREFETCH_HORIZON_MS, this.sizing.leaseMs / 3 - this.claimMs);
+    if (horizonMs <= 0) return 0;
+    const perSlot = horizonMs / Math.max(this.handlerMs, MIN_HANDLER_MS);
     return Math.min(this.sizing.limit, Math.floor(this.sizing.concurrency * perSlot));
+  }
+
+  /**
+   * A claim call took `ms` from sending to its answer. Returns true when it
+   * took a third of the lease or more, and that was not reported within the
+   * last minute: the caller then says so (the lease is short for this server).
+   */
+  noteClaimMs(ms: number, nowMs: number): boolean {
+    this.claimMs += (ms - this.claimMs) * CLAIM_MS_WEIGHT;
+    if (ms < this.sizing.leaseMs / 3 || nowMs - this.slowClaimReportedAtMs < SLOW_CLAIM_REPORT_MS) return false;
+    this.slowClaimReportedAtMs = nowMs;
+    return true;
   }
 
   /** A handler settled after `ms`. */
