@@ -24,7 +24,7 @@
  * medians over the runs. The status counters and the whole server's CPU are
  * server-wide: the "others' statements" column says how many statements
  * other clients ran meanwhile, and "its sessions" is the CPU they cannot reach.
- * Output: the tables, and bench/results/cost-latest.json.
+ * Output: the tables, and bench/results/cost-latest.json (MariaDB), cost-tidb-latest.json or cost-mysql-latest.json.
  */
 import { mkdirSync, writeFileSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
@@ -156,7 +156,7 @@ runBenchmark(async () => {
       console.log(peerTable(peers));
       console.log('PostgreSQL: the server is the postmaster and all its processes; its sessions are the backends of this process\'s connections.');
     }
-    const out = fileURLToPath(new URL('./results/cost-latest.json', import.meta.url));
+    const out = fileURLToPath(new URL(`./results/cost-${server.family === 'mariadb' ? '' : `${server.family}-`}latest.json`, import.meta.url));
     mkdirSync(fileURLToPath(new URL('./results/', import.meta.url)), { recursive: true });
     const meta = {
       at: new Date().toISOString(),
