@@ -17,9 +17,9 @@ import type { LedgerConfig } from './config.js';
  *   instead of a B-tree dive per range (`eq_range_index_dive_limit = 1`):
  *   the claim's CAS, the completions and the lane hand-ons name hundreds of
  *   ids or (queue, lane, seq) keys, each on a unique or near-unique key, so
- *   a dive per key told the optimizer nothing the statistics do not, and
- *   cost about as much as running the statement (npm run bench:cost: server
- *   CPU per laneless job about a third lower, a laned completion 40 %).
+ *   a dive per key tells the optimizer nothing the statistics do not. Its
+ *   first pairs, on a busy machine, showed a third less server CPU per job;
+ *   pairs on a quiet one showed no difference (docs/BENCHMARKS.md).
  */
 /**
  * What every connection of the ledger's pool runs first. The transaction
