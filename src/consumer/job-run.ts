@@ -108,8 +108,7 @@ class JobRun<DB> implements RunningJob {
     readonly deps: JobRunDeps<DB>,
     readonly item: ClaimedItem,
     private readonly claimedAtMs: number,
-  ) {
-  }
+  ) {}
 
   start(): void {
     if (this.done !== NOT_STARTED) throw new Error('run already started');
