@@ -145,7 +145,9 @@ test('claims slower than a third of the lease turn prefetch off instead of handi
   tl = await createTestLedger();
   tw = createTestWake();
   const queue = uniqueQueue('prefetch-slow-claims');
-  // The real ledger, each claim answered 400 ms late: a database this slow for a 900 ms lease.
+  // The real ledger, each claim answered 1.1 s late: a database this slow for a 3 s lease (a buffered
+  // item may wait 1 s; one for a free slot still starts up to 2 s after its claim began, which leaves
+  // 900 ms for the claim itself on a loaded TiDB).
   const ledger = tl.ledger;
   const slowClaims = new Proxy(ledger, {
     get(target, prop, receiver) {
@@ -153,7 +155,7 @@ test('claims slower than a third of the lease turn prefetch off instead of handi
       if ((prop !== 'claim' && prop !== 'claimByIds') || typeof value !== 'function') return typeof value === 'function' ? value.bind(target) : value;
       return async (...args: unknown[]) => {
         const r: unknown = await (value as (...a: unknown[]) => Promise<unknown>).apply(target, args);
-        await new Promise((resolve) => setTimeout(resolve, 400));
+        await new Promise((resolve) => setTimeout(resolve, 1_100));
         return r;
       };
     },
@@ -163,9 +165,9 @@ test('claims slower than a third of the lease turn prefetch off instead of handi
     ledger: slowClaims,
     wake: tw.wake,
     queue,
-    concurrency: 8,
+    concurrency: 20,
     prefetch: 100,
-    leaseMs: 900,
+    leaseMs: 3_000,
     pollIntervalMs: 100,
     handlers: { t: async (job: { payload: { n: number } }) => void runs.set(job.payload.n, (runs.get(job.payload.n) ?? 0) + 1) },
   });
@@ -175,8 +177,8 @@ test('claims slower than a third of the lease turn prefetch off instead of handi
   await waitForCount(async () => (await ledger.stats(queue))[0]?.counts.completed ?? 0, 200, 30_000, 'all 200 completed');
   expect(runs.size).toBe(200);
   expect([...runs.values()].every((c) => c === 1)).toBe(true);
-  // A few claims go back while the consumer learns how slow claims are; then none. Stamped from the
-  // round's start and sized without the claim's time, every claim handed back its whole buffer.
+  // The first slow claim turns prefetch off, so nothing more goes back. Stamped from the round's start
+  // and sized without the claim's time, every claim handed back its whole buffer.
   expect(consumer.counters.prefetchReleased).toBeLessThan(100);
 }, 120_000);
 

@@ -38,15 +38,16 @@ describe('PrefetchBuffer', () => {
     const b = new PrefetchBuffer({ concurrency: 1, limit: 100, leaseMs: 900 });
     b.noteHandlerMs(10);
     expect(b.target()).toBe(25); // 250 ms horizon / 10 ms
-    expect(b.noteClaimMs(200, 0)).toBe(false); // average 60 ms: 240 ms left
-    expect(b.target()).toBe(24);
-    for (let i = 0; i < 30; i++) b.noteClaimMs(200, 0); // average → 200 ms: 100 ms left
+    // A slower claim counts at once: 100 ms left.
+    expect(b.noteClaimMs(200, 0)).toBe(false);
     expect(b.target()).toBe(10);
-    // A claim of a third of the lease is reported once a minute, and claims that slow leave no room to buffer.
+    // A faster one brings it down by 0.3 of the difference: 200 - 30 = 170 ms, 130 ms left.
+    b.noteClaimMs(100, 0);
+    expect(b.target()).toBe(13);
+    // A claim of a third of the lease turns prefetch off at once, and is reported once a minute.
     expect(b.noteClaimMs(400, 1_000)).toBe(true);
-    expect(b.noteClaimMs(400, 2_000)).toBe(false);
-    for (let i = 0; i < 30; i++) b.noteClaimMs(400, 3_000);
     expect(b.target()).toBe(0);
+    expect(b.noteClaimMs(400, 2_000)).toBe(false);
     expect(b.noteClaimMs(400, 61_001)).toBe(true);
     // Fast claims again: the buffer comes back.
     for (let i = 0; i < 30; i++) b.noteClaimMs(1, 62_000);

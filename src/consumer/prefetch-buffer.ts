@@ -6,7 +6,7 @@ const PREFETCH_HORIZON_MS = 250;
 const MIN_HANDLER_MS = 0.01;
 /** Weight of the newest handler time in the moving average. */
 const HANDLER_MS_WEIGHT = 0.1;
-/** Weight of the newest claim call's time in its moving average. */
+/** Weight of the newest claim call's time as claims get faster (a slower one counts in full at once). */
 const CLAIM_MS_WEIGHT = 0.3;
 /** A claim slow enough to turn prefetch off is reported at most this often. */
 const SLOW_CLAIM_REPORT_MS = 60_000;
@@ -39,7 +39,11 @@ export class PrefetchBuffer {
   private readonly items: Prefetched[] = [];
   /** Recent handler time (ms, moving average); undefined until one settles. */
   private handlerMs: number | undefined;
-  /** Recent claim call time (ms, moving average): what an item has waited already when it arrives. */
+  /**
+   * Recent claim call time (ms): what an item has waited already when it
+   * arrives. A slower claim counts at once, so the claims after the first
+   * slow one hand nothing back; faster ones bring it down gradually.
+   */
   private claimMs = 0;
   private slowClaimReportedAtMs = -Infinity;
 
@@ -70,7 +74,7 @@ export class PrefetchBuffer {
    * last minute: the caller then says so (the lease is short for this server).
    */
   noteClaimMs(ms: number, nowMs: number): boolean {
-    this.claimMs += (ms - this.claimMs) * CLAIM_MS_WEIGHT;
+    this.claimMs = Math.max(ms, this.claimMs + (ms - this.claimMs) * CLAIM_MS_WEIGHT);
     if (ms < this.sizing.leaseMs / 3 || nowMs - this.slowClaimReportedAtMs < SLOW_CLAIM_REPORT_MS) return false;
     this.slowClaimReportedAtMs = nowMs;
     return true;
