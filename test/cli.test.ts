@@ -93,6 +93,31 @@ describe('lanewake CLI against a ledger', () => {
     }
   });
 
+  it('inspect shows the progress and the steps done, step results only with --payload', async () => {
+    const queue = freshQueue('cli-steps');
+    const { id } = await t.ledger.enqueue({ queue, type: 'sync', payload: {} });
+    const held = await claimOne(t.ledger, queue);
+    await t.ledger.saveProgress([{ handle: held, progress: 40 }]);
+    await t.ledger.recordStep(held, 'fetch', { secret: SECRET });
+    await t.ledger.recordStep(held, 'store', undefined);
+    expect((await t.ledger.complete(held)).won).toBe(true);
+
+    const shown = await cli('inspect', id);
+    expect(shown.code, shown.err).toBe(0);
+    expect(shown.out).toMatch(/^progress: +40%$/m);
+    expect(shown.out).toMatch(/^steps done:$/m);
+    expect(shown.out).toMatch(/^fetch +1 +\S+.*\(\d+ bytes; shown with --payload\)$/m);
+    expect(shown.out).toMatch(/^store +1 /m);
+    expect(shown.out).not.toContain(SECRET);
+    expect((await cli('inspect', id, '--payload')).out).toContain(SECRET);
+    const asJson = json<{ item: { progress: unknown }; steps: Record<string, unknown>[] }>(await cli('inspect', id, '--json'));
+    expect(asJson.item.progress).toBe(40);
+    expect(asJson.steps.map((st) => [st.name, st.attempt, 'result' in st])).toEqual([
+      ['fetch', 1, false],
+      ['store', 1, false],
+    ]);
+  });
+
   it('enqueue, then stats shows it and inspect shows it without its payload', async () => {
     const queue = freshQueue('cli-enq');
     const payload = JSON.stringify({ secret: SECRET, n: 1 });

@@ -21,7 +21,7 @@ import { leaseTickMs } from './lease-keeper.js';
 import type { ConsumerLedger } from './ledger-port.js';
 import { OfferDesk, type OfferDeskHost } from './offer-desk.js';
 import { consumerSettingsSchema, type ConsumerSettings, type ConsumerSettingsInput } from './options.js';
-import { RenewalBatch } from './renewals.js';
+import { ProgressBatch, RenewalBatch } from './renewals.js';
 import { Sweeper } from './sweeper.js';
 import { normalizeHandler, type HandlerEntry, type RegisteredHandler } from './types.js';
 
@@ -124,6 +124,13 @@ export class Consumer<DB = Record<string, never>> extends EventEmitter<ConsumerE
   /** Items this consumer holds: handlers running plus outcomes being written. */
   get inFlight(): number {
     return this.scheduler.running.size + this.scheduler.finalizing.size;
+  }
+
+  /** The latest numeric ctx.progress of each running item that reported one (the metrics' progress gauge). */
+  get progressOfRunning(): { type: string; percent: number }[] {
+    const out: { type: string; percent: number }[] = [];
+    for (const run of this.scheduler.running.values()) if (run.progressPercent !== undefined) out.push({ type: run.item.type, percent: run.progressPercent });
+    return out;
   }
 
   get redisConnected(): boolean {
@@ -290,6 +297,8 @@ export class Consumer<DB = Record<string, never>> extends EventEmitter<ConsumerE
       runDeps: {
         ledger: this.ledger,
         renewals: new RenewalBatch(this.ledger),
+        progress: new ProgressBatch(this.ledger),
+        counted: (counter) => this.counters[counter]++,
         completer: new BatchCompleter(this.ledger, (wanted) => this.handovers.forSuccessors(wanted)),
         settings: this.settings,
         handlers: this.handlers,

@@ -5,6 +5,9 @@ import { JobAbortedError, type AbortReason } from './errors.js';
 import { writeInvalidPayload, writeOutcome, writeUnowned, type Outcome, type OutcomeDeps, type Settlement } from './job-outcome.js';
 import { LeaseKeeper, leaseTickMs, renewalPointMs, type LeaseEvent } from './lease-keeper.js';
 import type { LeaseLedger } from './ledger-port.js';
+import { ProgressReporter } from './progress.js';
+import type { ProgressWriter } from './renewals.js';
+import { StepBook, type StepOptions } from './steps.js';
 import type { Job, JobContext, RegisteredHandler } from './types.js';
 
 export type { Outcome, OutcomeDeps } from './job-outcome.js';
@@ -33,12 +36,18 @@ export interface RunningJob {
   done: Promise<Outcome>;
   /** Once done: false when the write said the item's lane has nothing left waiting; undefined when not known. */
   readonly laneAdvanced: boolean | undefined;
+  /** The handler's latest ctx.progress report, when it was a number (the metrics' gauge reads it). */
+  readonly progressPercent: number | undefined;
 }
 
 export interface JobRunDeps<DB> extends OutcomeDeps {
   handlers: ReadonlyMap<string, RegisteredHandler<DB>>;
   /** What the lease keepers renew through (the consumer's RenewalBatch); the ledger itself when absent. */
   renewals?: LeaseLedger;
+  /** What ctx.progress reports are written through (the consumer's ProgressBatch); the ledger itself when absent. */
+  progress?: ProgressWriter;
+  /** Counts what a run's steps and progress did (consumer counters). */
+  counted?: (counter: 'stepsRecorded' | 'stepsResumed' | 'progressWrites') => void;
   /**
    * The handler has settled (or never ran): the item's executor slot is free,
    * its outcome may still be being written. Called once per run, synchronously.
@@ -103,6 +112,9 @@ class JobRun<DB> implements RunningJob {
   /** Rejects the wait for the handler (abandon); set while the handler runs. */
   private stopWaiting: ((reason: unknown) => void) | undefined;
   private abandoned = false;
+  /** Made at the first ctx.progress / ctx.step: most handlers use neither. */
+  private reporter: ProgressReporter | undefined;
+  private stepBook: StepBook<DB> | undefined;
 
   constructor(
     readonly deps: JobRunDeps<DB>,
@@ -144,6 +156,7 @@ class JobRun<DB> implements RunningJob {
   }
 
   tick(nowMs: number): boolean {
+    this.reporter?.tick(nowMs);
     if (this.deadlineAtMs !== undefined && nowMs >= this.deadlineAtMs) {
       this.deadlineAtMs = undefined;
       this.abort('deadline');
@@ -163,6 +176,28 @@ class JobRun<DB> implements RunningJob {
 
   heartbeat(): Promise<boolean> {
     return this.keeperStopped ? Promise.resolve(false) : this.leaseKeeper().renewNow();
+  }
+
+  get progressPercent(): number | undefined {
+    const latest = this.reporter?.latest;
+    return typeof latest === 'number' ? latest : undefined;
+  }
+
+  reportProgress(value: unknown): void {
+    this.reporter ??= new ProgressReporter(this.deps.progress ?? { save: (handle, progress) => this.deps.ledger.saveProgress([{ handle, progress }]) }, this.item, () =>
+      this.deps.counted?.('progressWrites'),
+    );
+    this.reporter.report(value);
+  }
+
+  /** Writes the last progress report not written yet: before anything that ends the item. */
+  flushProgress(): Promise<void> {
+    return this.reporter?.flush() ?? Promise.resolve();
+  }
+
+  steps(): StepBook<DB> {
+    this.stepBook ??= new StepBook<DB>(this.deps.ledger, this.item, () => this.signal, (counter) => this.deps.counted?.(counter));
+    return this.stepBook;
   }
 
   checkLedger(): void {
@@ -194,6 +229,7 @@ class JobRun<DB> implements RunningJob {
       return outcome;
     }
     const settlement = await this.runHandler(runnable);
+    await this.flushProgress();
     const outcome = await writeOutcome(this.deps, settlement);
     this.laneAdvanced = settlement.laneAdvanced;
     return outcome;
@@ -292,6 +328,7 @@ class Context<DB> implements JobContext<DB> {
   async transaction<T>(fn: (trx: Transaction<DB>) => Promise<T>): Promise<T> {
     const run = this.run;
     if (run.completedInTx) throw new Error('ctx.transaction already completed this item');
+    await run.flushProgress();
     // The ledger runs fn again on a fresh connection after a connection lost before COMMIT, and reads
     // the item to settle a COMMIT that went unanswered: a dead connection costs no attempt.
     const { value, laneAdvanced } = await run.deps.ledger.completeWithin(run.item, (trx) => fn(trx as unknown as Transaction<DB>));
@@ -306,5 +343,13 @@ class Context<DB> implements JobContext<DB> {
 
   heartbeat(): Promise<boolean> {
     return this.run.heartbeat();
+  }
+
+  progress(value: number | Record<string, unknown>): void {
+    this.run.reportProgress(value);
+  }
+
+  step<T>(name: string, fn: ((trx: Transaction<DB>) => Promise<T>) | (() => Promise<T>), options?: StepOptions): Promise<T> {
+    return this.run.steps().step(name, fn, options);
   }
 }

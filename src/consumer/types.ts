@@ -43,6 +43,28 @@ export interface JobContext<DB = Record<string, never>> {
   checkpoint(value: unknown): Promise<boolean>;
   /** Renews the lease now (renewal is automatic anyway). */
   heartbeat(): Promise<boolean>;
+  /**
+   * Reports how far along the run is: a number from 0 to 100, or a small
+   * JSON object (at most 4 KB). Kept in memory and stored on the item at
+   * most once a second (the newest report wins) and before its outcome;
+   * `inspect`, the admin API and the metrics show it. Throws a
+   * ValidationError naming `progress` for anything else.
+   */
+  progress(value: number | Record<string, unknown>): void;
+  /**
+   * A durable step: runs `fn` once per item. Its result (JSON, under the
+   * ledger's result cap) is recorded under this run's lease; every later
+   * attempt of the item gets the recorded result back without running `fn`.
+   * A throwing `fn` records nothing. Names are unique per item (1–255 characters).
+   * Throws LeaseLostError when this run no longer holds the item.
+   */
+  step<T>(name: string, fn: () => Promise<T>): Promise<T>;
+  /**
+   * A durable step whose database writes commit with its record: `fn(trx)`
+   * runs in a ledger transaction that also records the step, so the writes
+   * happen exactly once per item, or not at all.
+   */
+  step<T>(name: string, fn: (trx: Transaction<DB>) => Promise<T>, options: { transaction: true }): Promise<T>;
 }
 
 export type Handler<P = unknown, DB = Record<string, never>> = (job: Job<P>, ctx: JobContext<DB>) => Promise<unknown>;

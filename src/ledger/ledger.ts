@@ -29,26 +29,28 @@ import {
 } from './inputs.js';
 import { fleetStats, type FleetStats } from './fleet-stats.js';
 import { assertSchemaCurrent, migrate, schemaStatus, type MigrateResult, type SchemaStatus } from './migrations.js';
-import { completeEntries, completeInTransaction, completeWithin, completion, encodeCapped, errorText, finish, retryEnding, type FinishTarget } from './outcomes.js';
+import { completeEntries, completeInTransaction, completeWithin, completion, encodeCapped, encodeProgress, errorText, finish, retryEnding, type FinishTarget } from './outcomes.js';
+import { parseJson } from './rows.js';
 import { finalizeBlock } from './sql/block.js';
 import { cancelItem } from './sql/cancel.js';
 import { claimByIds, claimHeads, readHeldUnderLease } from './sql/claim.js';
 import { probeDependencyWaits, wakeDependency } from './sql/dependency.js';
 import type { InsertClaim } from './sql/enqueue.js';
 import { getAttempts, getItem, listDead } from './sql/inspect.js';
-import { renewLeases, saveCheckpoint } from './sql/lease.js';
+import { renewLeases, saveCheckpoint, saveProgress } from './sql/lease.js';
 import { activateOwnership, getOwnership } from './sql/ownership.js';
 import { purgeTerminal } from './sql/purge.js';
 import { reclaimExpired } from './sql/reclaim.js';
 import { replayItem } from './sql/replay.js';
 import { countProcessing, queueStats } from './sql/stats.js';
 import { repairWaits } from './sql/waits.js';
+import { readSteps, recordStep, type StepHolder } from './sql/steps.js';
 import { sweepSignals } from './sql/sweep-signals.js';
 import { purgeWakeMarks } from './sql/wake-marks.js';
 import { ledgerTables, type LedgerTables } from './tables.js';
 import type { AttemptRecord, CancelOutcome, ClaimedItem, ClaimOutcome, EnqueueResult, FinalizeResult, ItemState, LeaseHandle, Ownership,
-  ProbeOutcome, QueueClass, QueueStats, ReclaimOutcome, RenewOutcome, SuccessorClaim, SweepSignal, WokenItem, WorkItem } from './types.js';
-import { itemId, positiveDurationMs, queueName, reasonText, validate } from './validation.js';
+  ProbeOutcome, QueueClass, QueueStats, ReclaimOutcome, RenewOutcome, StepRecord, SuccessorClaim, SweepSignal, WokenItem, WorkItem } from './types.js';
+import { itemId, positiveDurationMs, queueName, reasonText, stepName, validate } from './validation.js';
 
 export { DEFAULT_MAX_ATTEMPTS, MAX_CLAIM_ITEMS } from './inputs.js';
 export type { ClaimCandidate, ClaimInput, EnqueueInput, EnqueueOptions, RetryInput } from './inputs.js';
@@ -181,6 +183,49 @@ export class Ledger {
   checkpoint(handle: Pick<LeaseHandle, 'id' | 'leaseToken'>, value: unknown): Promise<boolean> {
     const json = encodeCapped(value, this.config.payloadMaxBytes, 'checkpoint');
     return saveCheckpoint(this.db, this.tables, handle, json);
+  }
+
+  /**
+   * Stores the latest progress report of each held item (ctx.progress), in
+   * one statement; a report of a lease no longer held is dropped. Each value is
+   * a number from 0 to 100 or a small JSON object (ValidationError otherwise).
+   * @internal
+   */
+  async saveProgress(reports: readonly { handle: Pick<LeaseHandle, 'id' | 'leaseToken'>; progress: unknown }[]): Promise<void> {
+    const rows = reports.map((r) => ({ id: r.handle.id, leaseToken: r.handle.leaseToken, json: encodeProgress(r.progress) }));
+    return saveProgress(this.db, this.tables, rows);
+  }
+
+  /** The durable steps item `id` has done (ctx.step), in the order they were done. */
+  async steps(id: string): Promise<StepRecord[]> {
+    validate(itemId, id, 'steps', 'id');
+    // A step whose fn returned undefined stored no result, and gives undefined back.
+    return (await readSteps(this.db, this.tables, id)).map(({ resultJson, ...s }) => ({ ...s, result: resultJson === null ? undefined : parseJson(resultJson) }));
+  }
+
+  /**
+   * Records a durable step with `value` as its result (ctx.step), fenced by
+   * the holder's token: LeaseLostError when it no longer holds the item.
+   * @internal
+   */
+  async recordStep(handle: StepHolder, name: string, value: unknown): Promise<void> {
+    validate(stepName, name, 'ctx.step', 'name');
+    const resultJson = value === undefined ? null : encodeCapped(value, this.config.resultMaxBytes, 'step result');
+    return recordStep(this.db, this.tables, handle, name, () => Promise.resolve({ value: undefined, resultJson }));
+  }
+
+  /**
+   * ctx.step with `transaction: true`: `fn`'s writes and the step's record
+   * commit together, or neither does (fn runs again after a lost connection
+   * or a conflict, as in completeWithin). LeaseLostError when the holder lost the item.
+   * @internal
+   */
+  async recordStepWithin<T>(handle: StepHolder, name: string, fn: (trx: Transaction<Record<string, never>>) => Promise<T>): Promise<T> {
+    validate(stepName, name, 'ctx.step', 'name');
+    return recordStep(this.db, this.tables, handle, name, async (trx) => {
+      const value = await fn(trx);
+      return { value, resultJson: value === undefined ? null : encodeCapped(value, this.config.resultMaxBytes, 'step result') };
+    });
   }
 
   /** Completes the attempt. A result that cannot be stored ends the item dead, class `result_too_large` / `invalid_result`. */
@@ -363,11 +408,13 @@ export class Ledger {
     return countProcessing(this.db, this.tables, queue);
   }
 
-  async inspect(id: string): Promise<{ item: WorkItem; attempts: AttemptRecord[] } | undefined> {
+  /** An item, its attempt history and its durable steps, for an operator. */
+  async inspect(id: string): Promise<{ item: WorkItem; attempts: AttemptRecord[]; steps: StepRecord[] } | undefined> {
     validate(itemId, id, 'inspect', 'id');
     const item = await getItem(this.db, this.tables, id);
     if (!item) return undefined;
-    return { item, attempts: await getAttempts(this.db, this.tables, id) };
+    const [attempts, steps] = await Promise.all([getAttempts(this.db, this.tables, id), this.steps(id)]);
+    return { item, attempts, steps };
   }
 
   get(id: string): Promise<WorkItem | undefined> {

@@ -224,6 +224,28 @@ const MIGRATIONS: readonly Migration[] = [
       ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin`,
     ],
   },
+  {
+    version: 7,
+    name: 'durable steps and progress',
+    // ctx.step records each finished step of an item as a row keyed by the
+    // item and the step's name, so a later attempt finds it done; ctx.progress
+    // keeps its latest report on the item itself. Purge deletes an item's steps
+    // with it.
+    statements: (t) => [
+      sql`CREATE TABLE IF NOT EXISTS ${t.steps} (
+        item_id VARCHAR(32) ${ASCII} NOT NULL,
+        name VARCHAR(255) ${TEXT} NOT NULL,
+        attempt INT NOT NULL,
+        result LONGTEXT ${TEXT} NULL,
+        done_at DATETIME(6) NOT NULL,
+        PRIMARY KEY (item_id, name) /*T![clustered_index] CLUSTERED */
+      ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin`,
+    ],
+    run: async (conn, t, prefix) => {
+      const columns = await columnNames(conn, prefix + 'items');
+      if (!columns.has('progress')) await sql`ALTER TABLE ${t.items} ADD COLUMN progress TEXT ${TEXT} NULL`.execute(conn);
+    },
+  },
 ];
 
 async function columnNames(conn: LedgerDb, table: string): Promise<Set<string>> {

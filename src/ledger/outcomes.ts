@@ -145,3 +145,23 @@ export function encodeCapped(value: unknown, cap: number, field: string): string
   if ('error' in encoded) throw new ValidationError([{ field: `${field}${encoded.at}`, message: encoded.error }]);
   return encoded.json;
 }
+
+/** The largest progress report an item stores, in bytes of its JSON. */
+export const PROGRESS_MAX_BYTES = 4096;
+
+/**
+ * A ctx.progress report as the ledger stores it: a number from 0 to 100, or
+ * a plain object of at most PROGRESS_MAX_BYTES of JSON; else a ValidationError naming `progress`.
+ */
+export function encodeProgress(value: unknown): string {
+  if (typeof value === 'number') {
+    if (!Number.isFinite(value) || value < 0 || value > 100) {
+      throw new ValidationError([{ field: 'progress', message: 'a number must be from 0 to 100' }], 'ctx.progress');
+    }
+    return JSON.stringify(value);
+  }
+  if (typeof value !== 'object' || value === null || Array.isArray(value)) {
+    throw new ValidationError([{ field: 'progress', message: 'must be a number from 0 to 100 or a JSON object' }], 'ctx.progress');
+  }
+  return encodeCapped(value, PROGRESS_MAX_BYTES, 'progress');
+}

@@ -26,6 +26,7 @@ export interface ItemRow {
   block_expires_at: Date | null;
   cancel_requested: number;
   checkpoint: string | null;
+  progress: string | null;
   result: string | null;
   last_error: string | null;
   failure_class: string | null;
@@ -42,7 +43,7 @@ export type ClaimedRow = Pick<
   ItemRow,
   | 'id' | 'queue' | 'type' | 'lane' | 'lane_seq' | 'queue_class' | 'priority' | 'payload' | 'run_after' | 'attempt'
   | 'max_attempts' | 'idempotency_key' | 'dependency_key' | 'probe_after' | 'blocked_at' | 'block_expires_at'
-  | 'checkpoint' | 'result' | 'last_error' | 'failure_class' | 'replay_of' | 'replayed_at' | 'created_at'
+  | 'checkpoint' | 'progress' | 'result' | 'last_error' | 'failure_class' | 'replay_of' | 'replayed_at' | 'created_at'
 > & { started_at: Date };
 
 export interface AttemptRow {
@@ -99,6 +100,7 @@ export function toWorkItem(row: ItemRow): WorkItem {
     blockExpiresAt: row.block_expires_at,
     cancelRequested: row.cancel_requested === 1,
     checkpoint: parseJson(row.checkpoint),
+    progress: parseJson(row.progress),
     result: parseJson(row.result),
     lastError: row.last_error,
     failureClass: row.failure_class,

@@ -13,6 +13,8 @@ export interface LedgerTables {
   readonly ownership: RawBuilder<unknown>;
   /** Work done once per fleet, not once per replica (schema 6): who holds it, when it was last done, and what it found. */
   readonly fleetTasks: RawBuilder<unknown>;
+  /** One row per finished durable step of an item (schema 7): ctx.step's record. */
+  readonly steps: RawBuilder<unknown>;
   readonly migrations: RawBuilder<unknown>;
 }
 
@@ -27,6 +29,7 @@ export function ledgerTables(prefix: string): LedgerTables {
     wakeMarks: t('wake_marks'),
     ownership: t('ownership'),
     fleetTasks: t('fleet_tasks'),
+    steps: t('steps'),
     migrations: t('migrations'),
   };
 }

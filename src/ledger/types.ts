@@ -44,6 +44,8 @@ export interface WorkItem {
   blockExpiresAt: Date | null;
   cancelRequested: boolean;
   checkpoint: unknown;
+  /** The latest ctx.progress report of the item's runs (a number 0–100 or a small object), or null. */
+  progress: unknown;
   result: unknown;
   lastError: string | null;
   failureClass: string | null;
@@ -61,6 +63,15 @@ export interface ClaimedItem extends WorkItem {
   leaseToken: string;
   leaseOwner: string;
   leaseUntil: Date;
+}
+
+/** A durable step an item finished (ctx.step): done once per item, its result returned to every later attempt. */
+export interface StepRecord {
+  name: string;
+  /** The attempt that ran it. */
+  attempt: number;
+  result: unknown;
+  doneAt: Date;
 }
 
 export interface AttemptRecord {

@@ -21,6 +21,8 @@ export const keyString = z
   .refine(isWellFormedText, NOT_WELL_FORMED)
   .refine((v) => !/\s$/.test(v), 'must not end with whitespace');
 export const laneKey = keyString;
+/** A durable step's name (ctx.step): unique per item. */
+export const stepName = keyString;
 export const itemId = z.string().regex(/^[A-Za-z0-9_-]{1,32}$/, 'must be an item id');
 export const validDate = z.date().refine((d) => !Number.isNaN(d.getTime()), 'must be a valid date');
 export const durationMs = z.number().int('must be whole milliseconds').min(0).max(365 * 86_400_000);

@@ -1,7 +1,7 @@
 import { createHash } from 'node:crypto';
 import { createServer, type IncomingMessage, type ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
-import { AdminAddressError } from '../errors.js';
+import { AdminAddressError, ValidationError } from '../errors.js';
 import type { Ledger } from '../ledger/ledger.js';
 import { createLogger, type Logger } from '../log.js';
 import type { LanewakeMetrics } from './metrics.js';
@@ -31,6 +31,8 @@ export interface AdminServerOptions {
   readiness: () => Promise<Readiness>;
   /** What `/api/queues` serves and the dashboard renders (e.g. `ledger.stats()`). */
   queues: () => Promise<unknown>;
+  /** What `/api/items/<id>` serves (an item without its handler data: `itemView`); undefined answers 404. */
+  item?: (id: string) => Promise<unknown>;
   version: string;
   logger?: Logger;
 }
@@ -52,11 +54,12 @@ const BIND_FAILURES: Readonly<Record<string, string>> = {
 };
 
 const CLOSE_GRACE_MS = 2_000;
+const ITEM_PATH = '/api/items/';
 const DEFAULT_CHECK_TIMEOUT_MS = 2_000;
 
 /**
  * The admin HTTP surface (docs/design.md, "Supervisor and operations"): `/livez`, `/readyz`, `/metrics`,
- * `/version`, `/api/queues` and a small dashboard at `/`. GET only; a
+ * `/version`, `/api/queues`, `/api/items/<id>` and a small dashboard at `/`. GET only; a
  * failing route answers 500 with a JSON error and the server keeps serving.
  */
 export async function startAdminServer(options: AdminServerOptions): Promise<AdminServer> {
@@ -86,7 +89,13 @@ export async function startAdminServer(options: AdminServerOptions): Promise<Adm
 
   const handle = async (req: IncomingMessage, res: ServerResponse): Promise<void> => {
     const path = pathOf(req.url);
-    const route = path === undefined ? undefined : routes.get(path);
+    const itemRoute = options.item;
+    const route =
+      path === undefined
+        ? undefined
+        : path.startsWith(ITEM_PATH) && itemRoute !== undefined
+          ? (res: ServerResponse) => serveItem(res, itemRoute, decodeURIComponent(path.slice(ITEM_PATH.length)))
+          : routes.get(path);
     if (!route) return sendJson(res, 404, { error: 'not found' });
     if (req.method !== 'GET') {
       res.setHeader('Allow', 'GET');
@@ -147,6 +156,30 @@ export async function startAdminServer(options: AdminServerOptions): Promise<Adm
       return closing;
     },
   };
+}
+
+async function serveItem(res: ServerResponse, item: (id: string) => Promise<unknown>, id: string): Promise<void> {
+  try {
+    const found = await item(id);
+    if (found === undefined) return sendJson(res, 404, { error: `no item ${id}` });
+    sendJson(res, 200, found);
+  } catch (error) {
+    if (error instanceof ValidationError) return sendJson(res, 400, { error: error.message, fields: error.fields });
+    throw error;
+  }
+}
+
+/**
+ * What an operator is shown of an item (`/api/items/<id>`): its fields,
+ * progress, attempt history and the steps done, without the handler's data
+ * (payload, checkpoint, result, step results), which may hold what only the
+ * handler should see.
+ */
+export async function itemView(ledger: Pick<Ledger, 'inspect'>, id: string): Promise<unknown> {
+  const found = await ledger.inspect(id);
+  if (!found) return undefined;
+  const { payload: _payload, checkpoint: _checkpoint, result: _result, ...item } = found.item;
+  return { item, attempts: found.attempts, steps: found.steps.map(({ result: _stepResult, ...step }) => step) };
 }
 
 /**

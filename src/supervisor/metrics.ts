@@ -14,17 +14,19 @@ export interface LanewakeMetricsOptions {
   defaultMetrics?: boolean;
 }
 
+/** The consumer counters folded into a Prometheus counter at each scrape. */
+type FoldedCounter = 'wakeEntriesRead' | 'handedOver' | 'stepsRecorded' | 'stepsResumed' | 'progressWrites';
+const FOLDED_COUNTERS: readonly FoldedCounter[] = ['wakeEntriesRead', 'handedOver', 'stepsRecorded', 'stepsResumed', 'progressWrites'];
+
 /** What the scrape-time collectors read from one observed consumer. */
 interface ObservedConsumer {
   queue: string;
   inFlight: () => number;
   redisConnected: () => boolean;
-  wakeEntriesRead: () => number;
-  /** `wakeEntriesRead` as last folded into the counter. */
-  wakeEntriesSeen: number;
-  handedOver: () => number;
-  /** `handedOver` as last folded into the counter. */
-  handedOverSeen: number;
+  progressOfRunning: () => { type: string; percent: number }[];
+  counters: () => Readonly<Record<FoldedCounter, number>>;
+  /** Each folded counter as last folded into its series. */
+  seen: Record<FoldedCounter, number>;
 }
 
 type ItemLabels = 'queue' | 'type';
@@ -50,8 +52,8 @@ export class LanewakeMetrics {
   private readonly dead: Counter<ItemLabels>;
   private readonly released: Counter<ItemLabels>;
   private readonly leaseLost: Counter<ItemLabels>;
-  private readonly wakeEntriesRead: Counter<'queue'>;
-  private readonly handedOver: Counter<'queue'>;
+  private readonly folded: Record<FoldedCounter, Counter<'queue'>>;
+  private readonly progress: Gauge<ItemLabels>;
   private readonly enqueueToStart: Histogram<ItemLabels>;
   private readonly claimDuration: Histogram<'queue'>;
   private readonly items: Gauge<'queue' | 'state'>;
@@ -78,11 +80,36 @@ export class LanewakeMetrics {
     // Read from the consumers' counters at each scrape (both fold all of them: either may be collected first).
     const foldedCounter = (name: string, help: string): Counter<'queue'> =>
       new Counter({ name, help, labelNames: ['queue'] as const, registers, collect: () => this.foldConsumerCounters() });
-    this.wakeEntriesRead = foldedCounter('lanewake_wake_entries_read_total', 'Wake-up stream entries read by this process.');
-    this.handedOver = foldedCounter(
-      'lanewake_items_handed_over_total',
-      "Items producers inserted claimed under this process's offers and handed over (started with no claim round trip; docs/design.md §6).",
-    );
+    this.folded = {
+      wakeEntriesRead: foldedCounter('lanewake_wake_entries_read_total', 'Wake-up stream entries read by this process.'),
+      handedOver: foldedCounter(
+        'lanewake_items_handed_over_total',
+        "Items producers inserted claimed under this process's offers and handed over (started with no claim round trip; docs/design.md §6).",
+      ),
+      stepsRecorded: foldedCounter('lanewake_steps_recorded_total', 'Durable steps (ctx.step) this process ran and recorded.'),
+      stepsResumed: foldedCounter('lanewake_steps_resumed_total', 'Durable steps found done by an earlier attempt, whose result was returned without running them again.'),
+      progressWrites: foldedCounter('lanewake_progress_writes_total', 'ctx.progress reports this process wrote to the ledger (at most one per item per second).'),
+    };
+    this.progress = new Gauge({
+      name: 'lanewake_progress_percent',
+      help: 'Mean of the latest numeric ctx.progress (0-100) of the items running in this process that reported one, by queue and type.',
+      labelNames: ['queue', 'type'] as const,
+      registers,
+      collect: () => {
+        const sums = new Map<string, { queue: string; type: string; sum: number; n: number }>();
+        for (const c of this.observed) {
+          for (const p of c.progressOfRunning()) {
+            const key = `${c.queue}\u0000${p.type}`;
+            const s = sums.get(key) ?? { queue: c.queue, type: p.type, sum: 0, n: 0 };
+            s.sum += p.percent;
+            s.n += 1;
+            sums.set(key, s);
+          }
+        }
+        this.progress.reset();
+        for (const s of sums.values()) this.progress.set({ queue: s.queue, type: s.type }, s.sum / s.n);
+      },
+    });
 
     this.enqueueToStart = new Histogram({
       name: 'lanewake_enqueue_to_start_seconds',
@@ -161,15 +188,13 @@ export class LanewakeMetrics {
       queue,
       inFlight: () => consumer.inFlight,
       redisConnected: () => consumer.redisConnected,
-      wakeEntriesRead: () => consumer.counters.wakeEntriesRead,
-      // Count only what is read from now on, so observing a running consumer adds no burst.
-      wakeEntriesSeen: consumer.counters.wakeEntriesRead,
-      handedOver: () => consumer.counters.handedOver,
-      handedOverSeen: consumer.counters.handedOver,
+      progressOfRunning: () => consumer.progressOfRunning,
+      counters: () => consumer.counters,
+      // Count only what happens from now on, so observing a running consumer adds no burst.
+      seen: Object.fromEntries(FOLDED_COUNTERS.map((k) => [k, consumer.counters[k]])) as Record<FoldedCounter, number>,
     };
     // Queue-level series exist from the start (at 0), so rate() has a baseline.
-    this.wakeEntriesRead.inc({ queue }, 0);
-    this.handedOver.inc({ queue }, 0);
+    for (const k of FOLDED_COUNTERS) this.folded[k].inc({ queue }, 0);
     this.claimDuration.zero({ queue });
 
     const onStarted = (item: ClaimedItem): void => {
@@ -252,16 +277,14 @@ export class LanewakeMetrics {
     }
   }
 
-  /** Adds what each observed consumer read since the last fold (consumer counters are cumulative). */
-  /** The consumers' counters read at a scrape (wake entries read, items handed over) into their series. */
+  /** Adds what each observed consumer counted since the last fold (consumer counters are cumulative). */
   private foldConsumerCounters(): void {
     for (const c of this.observed) {
-      const read = c.wakeEntriesRead();
-      if (read > c.wakeEntriesSeen) this.wakeEntriesRead.inc({ queue: c.queue }, read - c.wakeEntriesSeen);
-      c.wakeEntriesSeen = read;
-      const handed = c.handedOver();
-      if (handed > c.handedOverSeen) this.handedOver.inc({ queue: c.queue }, handed - c.handedOverSeen);
-      c.handedOverSeen = handed;
+      const now = c.counters();
+      for (const k of FOLDED_COUNTERS) {
+        if (now[k] > c.seen[k]) this.folded[k].inc({ queue: c.queue }, now[k] - c.seen[k]);
+        c.seen[k] = now[k];
+      }
     }
   }
 }

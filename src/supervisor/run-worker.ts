@@ -1,6 +1,6 @@
 import { createLogger, type Logger } from '../log.js';
 import { packageVersion } from '../version.js';
-import { startAdminServer, type AdminServer, type Readiness } from './admin-server.js';
+import { itemView, startAdminServer, type AdminServer, type Readiness } from './admin-server.js';
 import type { WorkerConfig } from './config.js';
 import { loadHandlersModule, type HandlersByQueue } from './handlers-module.js';
 import { LanewakeMetrics } from './metrics.js';
@@ -38,6 +38,7 @@ export async function startWorker(config: WorkerConfig, opts: { handlers?: Handl
           metrics,
           readiness: () => started?.readiness() ?? Promise.resolve(NOT_STARTED),
           queues: async () => (started ? (await started.ledger.fleetStats({ everyMs: config.reconcileIntervalMs })).stats : []),
+          item: async (id) => (started ? itemView(started.ledger, id) : undefined),
           version: packageVersion(),
           logger: log,
         });

@@ -13,7 +13,8 @@
  *   LW_LEASE_MS     lease (default 30000)
  *   LW_POLL_MS      backstop sweep interval (default 1000)
  *   LW_MODE         'effects' (default): short work, then an effect row through
- *                   ctx.transaction; 'hang': wait for the abort signal forever
+ *                   ctx.transaction; 'hang': wait for the abort signal forever;
+ *                   'steps-hang': three durable steps (support/step-effects.ts), the third never ends
  *   LW_WORK_MS      'effects': fixed work time per item (default: random 0–LW_MAX_WORK_MS)
  *   LW_MAX_WORK_MS  'effects': upper bound of the random work time (default 2)
  *   LW_DRAIN_MS     drain timeout on SIGTERM (default 10000)
@@ -26,6 +27,8 @@ import { Consumer } from '../../src/consumer/consumer.js';
 import { Ledger } from '../../src/ledger/ledger.js';
 import { WakeChannel } from '../../src/wake/wake-channel.js';
 import { effectHandler, hangHandler, type EffectsDB } from './effects.js';
+import { testTxnMode } from './ledger.js';
+import { threeStepHandler } from './step-effects.js';
 
 function required(name: string): string {
   const v = process.env[name];
@@ -48,14 +51,17 @@ function emit(event: Record<string, unknown>): void {
 async function main(): Promise<void> {
   const name = required('LW_NAME');
   const mode = process.env.LW_MODE ?? 'effects';
-  if (mode !== 'effects' && mode !== 'hang') throw new Error(`child-consumer: unknown LW_MODE ${mode}`);
-  const ledger = new Ledger({ url: required('LW_DB_URL'), poolSize: 8 });
+  if (mode !== 'effects' && mode !== 'hang' && mode !== 'steps-hang') throw new Error(`child-consumer: unknown LW_MODE ${mode}`);
+  // The test's TiDB transaction mode (LANEWAKE_TEST_TIDB_TXN_MODE) reaches the child through its environment.
+  const ledger = new Ledger({ url: required('LW_DB_URL'), poolSize: 8, ...testTxnMode() });
   const wake = new WakeChannel({ redis: required('LW_REDIS_URL'), keyPrefix: required('LW_KEY_PREFIX') });
   const fixed = process.env.LW_WORK_MS;
   const step =
     mode === 'hang'
       ? hangHandler()
-      : effectHandler(name, fixed !== undefined && fixed !== '' ? { fixedWorkMs: int('LW_WORK_MS', 0) } : { maxWorkMs: int('LW_MAX_WORK_MS', 2) });
+      : mode === 'steps-hang'
+        ? threeStepHandler<EffectsDB>(ledger.db, name, { hangAtThree: true })
+        : effectHandler(name, fixed !== undefined && fixed !== '' ? { fixedWorkMs: int('LW_WORK_MS', 0) } : { maxWorkMs: int('LW_MAX_WORK_MS', 2) });
   const consumer = new Consumer<EffectsDB>({
     ledger,
     wake,

@@ -20,7 +20,7 @@ export interface ChildConsumerConfig {
   concurrency?: number;
   leaseMs?: number;
   pollIntervalMs?: number;
-  mode?: 'effects' | 'hang';
+  mode?: 'effects' | 'hang' | 'steps-hang';
   /** Fixed work time per item ('effects'); default a random 0–2 ms. */
   workMs?: number;
   drainTimeoutMs?: number;

@@ -1,5 +1,5 @@
 import type { Command } from 'commander';
-import type { AttemptRecord, WorkItem } from '../../ledger/types.js';
+import type { AttemptRecord, StepRecord, WorkItem } from '../../ledger/types.js';
 import { errorDigest } from '../../ledger/ids.js';
 import { globalOptions, withLedger, type CliContext } from '../context.js';
 import { CliError, withFieldNames } from '../errors.js';
@@ -13,25 +13,27 @@ const DATA_FIELDS = ['payload', 'checkpoint', 'result'] as const;
 export function inspectCommand(program: Command, { io }: CliContext): void {
   program
     .command('inspect')
-    .description('show one item (without its payload) and its attempt history')
+    .description('show one item (without its payload), its progress, its attempt history and its durable steps')
     .argument('<id>', 'item id')
     .allowUnknownOption() // an id may begin with '-': take it as the id, not as an unknown option
-    .option('--payload', 'also show the payload, checkpoint and result (handler data, hidden by default)', false)
+    .option('--payload', 'also show the payload, checkpoint, result and step results (handler data, hidden by default)', false)
     .addHelpText('after', `\nExits 1 when there is no such item. The error digest is what \`lanewake replay --expect-digest\` expects.\n${ID_HELP}`)
     .action(async (id: string, opts: { payload: boolean }, cmd: Command) => {
       const g = globalOptions(cmd);
       const found = await withLedger(g, (ledger) => withFieldNames({ id: '<id>' }, 'inspect', () => ledger.inspect(id)));
       if (!found) throw new CliError(`no item ${id}`);
-      const { item, attempts } = found;
+      const { item, attempts, steps } = found;
       // A digest only of an error there is: a completed item has none, and the SHA-256 of '' means nothing to a reader.
       const digest = item.lastError === null ? null : errorDigest(item.lastError);
       if (g.json) {
         const shown: Partial<WorkItem> = { ...item };
         if (!opts.payload) for (const f of DATA_FIELDS) delete shown[f];
-        return printJson(io, { item: shown, errorDigest: digest, attempts });
+        const shownSteps = opts.payload ? steps : steps.map(({ result: _result, ...step }) => step);
+        return printJson(io, { item: shown, errorDigest: digest, attempts, steps: shownSteps });
       }
       printItem(io, item, digest, opts.payload);
       printAttempts(io, attempts);
+      printSteps(io, steps, opts.payload);
     });
 }
 
@@ -45,6 +47,7 @@ function printItem(io: CliIo, item: WorkItem, digest: string | null, withData: b
     ['class', item.queueClass],
     ['priority', String(item.priority)],
     ['attempt', `${item.attempt} of ${item.maxAttempts}`],
+    ['progress', item.progress === null ? '-' : typeof item.progress === 'number' ? `${item.progress}%` : JSON.stringify(item.progress)],
     ['run after', formatTime(item.runAfter)],
     ['lease', item.leaseUntil !== null ? `${item.leaseOwner ?? '?'} until ${formatTime(item.leaseUntil)}` : item.leaseOwner !== null ? `- (last held by ${item.leaseOwner})` : '-'],
     ['epoch', item.epoch === null ? '-' : String(item.epoch)],
@@ -76,4 +79,13 @@ function printAttempts(io: CliIo, attempts: readonly AttemptRecord[]): void {
   println(io, 'attempt history:');
   const rows = attempts.map((a) => [String(a.attempt), a.outcome, a.failureClass ?? '-', a.worker ?? '-', formatTime(a.startedAt), formatTime(a.endedAt), firstLine(a.error, 80)]);
   println(io, renderTable(['ATTEMPT', 'OUTCOME', 'CLASS', 'WORKER', 'STARTED', 'ENDED', 'ERROR'], rows, ['right']));
+}
+
+function printSteps(io: CliIo, steps: readonly StepRecord[], withData: boolean): void {
+  if (steps.length === 0) return;
+  println(io);
+  println(io, 'steps done:');
+  const result = (st: StepRecord): string => (withData ? (st.result === undefined ? '-' : JSON.stringify(st.result)) : jsonSize(st.result));
+  const rows = steps.map((st) => [st.name, String(st.attempt), formatTime(st.doneAt), result(st)]);
+  println(io, renderTable(['STEP', 'ATTEMPT', 'DONE', 'RESULT'], rows, ['left', 'right']));
 }

@@ -45,7 +45,7 @@ export function readBackClaimed(t: LedgerTables, ids: readonly string[], token: 
 
 /** Plain text: bench/floor.ts sends it on raw connections. */
 export const CLAIMED_COLUMN_LIST = `id, queue, type, lane, lane_seq, queue_class, priority, payload, run_after, attempt, max_attempts,
-  idempotency_key, dependency_key, probe_after, blocked_at, block_expires_at, checkpoint, result, last_error, failure_class,
+  idempotency_key, dependency_key, probe_after, blocked_at, block_expires_at, checkpoint, progress, result, last_error, failure_class,
   replay_of, replayed_at, created_at, started_at`;
 export const CLAIMED_COLUMNS = sql.raw(CLAIMED_COLUMN_LIST);
 
@@ -84,6 +84,7 @@ export function claimedItem(row: ClaimedRow, lease: Lease): ClaimedItem {
     blockExpiresAt: row.block_expires_at,
     cancelRequested: false,
     checkpoint: parseJson(row.checkpoint),
+    progress: parseJson(row.progress),
     result: parseJson(row.result),
     lastError: row.last_error,
     failureClass: row.failure_class,

@@ -51,7 +51,7 @@ export function claimedAtInsert(id: string, item: NewItem, lease: Lease, nowMs: 
       id, queue: item.queue, type: item.type, lane: item.lane, lane_seq: laneSeq, queue_class: item.queueClass,
       priority: item.priority, payload: item.payloadJson, run_after: now, attempt: 1, max_attempts: item.maxAttempts,
       idempotency_key: item.idempotencyKey, dependency_key: null, probe_after: null, blocked_at: null, block_expires_at: null,
-      checkpoint: null, result: null, last_error: null, failure_class: null, replay_of: item.replayOf ?? null, replayed_at: null,
+      checkpoint: null, progress: null, result: null, last_error: null, failure_class: null, replay_of: item.replayOf ?? null, replayed_at: null,
       created_at: now, started_at: now,
     },
     lease,

@@ -54,3 +54,15 @@ export async function saveCheckpoint(db: LedgerDb, t: LedgerTables, h: Pick<Leas
     WHERE id = ${h.id} AND lease_token = ${h.leaseToken} AND state = 'processing'`.execute(db);
   return affected(r) === 1;
 }
+
+/**
+ * Stores the latest progress report of many held items in one UPDATE (a
+ * consumer's reports of one clock tick), each fenced by its own token: a
+ * row matched by id whose token is not the report's keeps its progress.
+ */
+export async function saveProgress(db: LedgerDb, t: LedgerTables, reports: readonly { id: string; leaseToken: string; json: string }[]): Promise<void> {
+  if (reports.length === 0) return;
+  const cases = sql.join(reports.map((r) => sql`WHEN id = ${r.id} AND lease_token = ${r.leaseToken} THEN ${r.json}`), sql` `);
+  await sql`UPDATE ${t.items} SET progress = CASE ${cases} ELSE progress END
+    WHERE id IN (${list(reports.map((r) => r.id))}) AND state = 'processing'`.execute(db);
+}

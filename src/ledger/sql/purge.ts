@@ -7,7 +7,7 @@ import { affected, laneIn, list, NO_TIME, nowPlusMs, queueScoped } from './commo
 const TERMINAL_BEFORE = (cutoff: RawBuilder<unknown>): RawBuilder<unknown> => sql`terminal_at > ${NO_TIME} AND terminal_at < ${cutoff}`;
 
 /**
- * Deletes terminal items (and their history) that ended more than
+ * Deletes terminal items (and their history and steps) that ended more than
  * `olderThanMs` ago, at most `limit` per call, then the lane rows left with
  * no item at all.
  */
@@ -28,6 +28,7 @@ export async function purgeTerminal(
   const ids = rows.rows.map((r) => r.id);
   const deleted = await db.transaction().execute(async (trx) => {
     await sql`DELETE FROM ${t.attempts} WHERE item_id IN (${list(ids)})`.execute(trx);
+    await sql`DELETE FROM ${t.steps} WHERE item_id IN (${list(ids)})`.execute(trx);
     const d = await sql`DELETE FROM ${t.items} WHERE id IN (${list(ids)}) AND ${TERMINAL_BEFORE(cutoff)}`.execute(trx);
     return affected(d);
   });

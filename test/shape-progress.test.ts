@@ -1,0 +1,133 @@
+import { afterEach, describe, expect, test } from 'vitest';
+import { Consumer } from '../src/consumer/consumer.js';
+import type { HandlerEntry } from '../src/consumer/types.js';
+import { ValidationError } from '../src/errors.js';
+import { Producer } from '../src/producer/producer.js';
+import { itemView, ledgerReadiness, startAdminServer } from '../src/supervisor/admin-server.js';
+import { LanewakeMetrics } from '../src/supervisor/metrics.js';
+import { createTestWake, uniqueQueue, type TestWake } from './support/engine.js';
+import { mustGet } from './support/items.js';
+import { createTestLedger, waitFor, type TestLedger } from './support/ledger.js';
+
+// ctx.progress through a consumer (docs/design.md §4, "Progress").
+
+let tl: TestLedger | undefined;
+let tw: TestWake | undefined;
+let cleanups: (() => Promise<unknown> | void)[] = [];
+
+afterEach(async () => {
+  for (const c of cleanups.reverse()) await Promise.resolve(c()).catch(() => undefined);
+  cleanups = [];
+  await tw?.drop();
+  await tl?.drop();
+  tw = undefined;
+  tl = undefined;
+});
+
+async function setUp(handlers: Record<string, HandlerEntry>): Promise<{ tl: TestLedger; consumer: Consumer; queue: string; producer: Producer }> {
+  tl = await createTestLedger();
+  tw = createTestWake();
+  const queue = uniqueQueue('progress');
+  const consumer = new Consumer({ ledger: tl.ledger, wake: tw.wake, queue, concurrency: 2, pollIntervalMs: 200, handlers });
+  cleanups.push(() => consumer.stop({ drainTimeoutMs: 1000 }));
+  await consumer.start();
+  return { tl, consumer, queue, producer: new Producer({ ledger: tl.ledger, wake: tw.wake }) };
+}
+
+/** A promise and the function that resolves it. */
+function gate(): { opened: Promise<void>; open: () => void } {
+  let open: () => void = () => undefined;
+  const opened = new Promise<void>((resolve) => (open = resolve));
+  return { opened, open };
+}
+
+describe('progress', () => {
+  test('many reports a second are written at most once a second, shown while running (ledger, admin API, metrics), and the terminal item keeps the last', async () => {
+    const finish = gate();
+    let reports = 0;
+    const { tl, consumer, queue, producer } = await setUp({
+      long: async (_job, ctx) => {
+        // A report every 20 ms until told to finish: far more than one a second.
+        for (let p = 0; ; p = Math.min(99, p + 1)) {
+          ctx.progress(p);
+          reports++;
+          const done = await Promise.race([finish.opened.then(() => true), new Promise<false>((r) => setTimeout(() => r(false), 20))]);
+          if (done) break;
+        }
+        ctx.progress({ phase: 'done', rows: 1200 });
+        return 'ok';
+      },
+    });
+    const metrics = new LanewakeMetrics({ defaultMetrics: false });
+    cleanups.push(metrics.observeConsumer(consumer));
+    const admin = await startAdminServer({
+      port: 0,
+      metrics,
+      readiness: () => ledgerReadiness(tl.ledger),
+      queues: () => tl.ledger.stats(),
+      item: (id) => itemView(tl.ledger, id),
+      version: 'test',
+    });
+    cleanups.push(() => admin.close());
+
+    const startedAt = Date.now();
+    const { id } = await producer.enqueue({ queue, type: 'long', payload: { secret: 'kept from operators' } });
+    // The ledger shows a report while the item runs.
+    const running = await waitFor(async () => {
+      const item = await mustGet(tl.ledger, id);
+      return item.state === 'processing' && typeof item.progress === 'number' ? item : undefined;
+    }, 10_000, 'progress in the ledger while running');
+    expect(running.progress).toBeGreaterThanOrEqual(0);
+
+    const api = (await (await fetch(`${admin.url}/api/items/${id}`)).json()) as { item: Record<string, unknown>; steps: unknown[] };
+    expect(api.item).toMatchObject({ id, state: 'processing' });
+    expect(typeof api.item.progress).toBe('number');
+    expect(api.item).not.toHaveProperty('payload');
+    const text = await metrics.metrics();
+    expect(text).toMatch(new RegExp(`^lanewake_progress_percent\\{queue="${queue}",type="long"\\} \\d+`, 'm'));
+
+    // Let it run a while longer, then finish.
+    await waitFor(() => Date.now() - startedAt > 2500 || undefined, 10_000, 'two and a half seconds');
+    finish.open();
+    const done = await waitFor(async () => {
+      const item = await mustGet(tl.ledger, id);
+      return item.state === 'completed' ? item : undefined;
+    }, 10_000, 'completed');
+    const ranMs = Date.now() - startedAt;
+    expect(done.progress).toEqual({ phase: 'done', rows: 1200 });
+    expect(reports).toBeGreaterThan(50);
+    // One write per started second of the run at most, plus the one before the outcome.
+    expect(consumer.counters.progressWrites).toBeGreaterThanOrEqual(2);
+    expect(consumer.counters.progressWrites).toBeLessThanOrEqual(Math.ceil(ranMs / 1000) + 1);
+    expect(await metrics.metrics()).toMatch(new RegExp(`^lanewake_progress_writes_total\\{queue="${queue}"\\} ${consumer.counters.progressWrites}$`, 'm'));
+
+    expect((await fetch(`${admin.url}/api/items/no-such-item`)).status).toBe(404);
+    const bad = await fetch(`${admin.url}/api/items/${encodeURIComponent('not an id!')}`);
+    expect(bad.status).toBe(400);
+    expect(((await bad.json()) as { fields: string[] }).fields).toEqual(['id']);
+  });
+
+  test('a report written before ctx.transaction completes the item is kept, and a bad report is a ValidationError naming progress', async () => {
+    const { tl, queue, producer } = await setUp({
+      tx: async (_job, ctx) => {
+        const refused: string[] = [];
+        for (const bad of [101, -1, Number.NaN, 'half', [1, 2], null, { big: 'x'.repeat(5000) }]) {
+          try {
+            ctx.progress(bad as number);
+          } catch (error) {
+            if (error instanceof ValidationError) refused.push(error.fields.join());
+          }
+        }
+        ctx.progress(75);
+        return ctx.transaction(async () => refused);
+      },
+    });
+    const { id } = await producer.enqueue({ queue, type: 'tx', payload: {} });
+    const done = await waitFor(async () => {
+      const item = await mustGet(tl.ledger, id);
+      return item.state === 'completed' ? item : undefined;
+    }, 10_000, 'completed');
+    expect(done.result).toEqual(Array.from({ length: 7 }, () => 'progress'));
+    expect(done.progress).toBe(75);
+  });
+});
