@@ -145,9 +145,10 @@ test('claims slower than a third of the lease turn prefetch off instead of handi
   tl = await createTestLedger();
   tw = createTestWake();
   const queue = uniqueQueue('prefetch-slow-claims');
-  // The real ledger, each claim answered 1.1 s late: a database this slow for a 3 s lease (a buffered
-  // item may wait 1 s; one for a free slot still starts up to 2 s after its claim began, which leaves
-  // 900 ms for the claim itself on a loaded TiDB).
+  // The real ledger, each claim answered 2.1 s late: a database this slow for a 6 s lease (a buffered
+  // item may wait 2 s; one for a free slot still starts up to 4 s after its claim began, which leaves
+  // 1.9 s for the claim itself on a loaded TiDB: with 0.9 s, a TiDB beside stress-ng took longer
+  // five times, and those claims' items went back unstarted, as they must this late in their lease).
   const ledger = tl.ledger;
   const slowClaims = new Proxy(ledger, {
     get(target, prop, receiver) {
@@ -155,7 +156,7 @@ test('claims slower than a third of the lease turn prefetch off instead of handi
       if ((prop !== 'claim' && prop !== 'claimByIds') || typeof value !== 'function') return typeof value === 'function' ? value.bind(target) : value;
       return async (...args: unknown[]) => {
         const r: unknown = await (value as (...a: unknown[]) => Promise<unknown>).apply(target, args);
-        await new Promise((resolve) => setTimeout(resolve, 1_100));
+        await new Promise((resolve) => setTimeout(resolve, 2_100));
         return r;
       };
     },
@@ -167,7 +168,7 @@ test('claims slower than a third of the lease turn prefetch off instead of handi
     queue,
     concurrency: 20,
     prefetch: 100,
-    leaseMs: 3_000,
+    leaseMs: 6_000,
     pollIntervalMs: 100,
     handlers: { t: async (job: { payload: { n: number } }) => void runs.set(job.payload.n, (runs.get(job.payload.n) ?? 0) + 1) },
   });
