@@ -53,6 +53,9 @@ const FIRE_MARGIN_MS = 5;
  * BullMQ carries future `runAfter`s and recurring schedules; its jobs only
  * ever publish a wake-up or enqueue through the ledger, never hold work.
  */
+/** How long close() waits for BullMQ to close gracefully before it cuts the connections. */
+const CLOSE_WAIT_MS = 2_000;
+
 export class WakeTimers {
   private readonly queue: Queue;
   private worker: Worker | undefined;
@@ -145,7 +148,13 @@ export class WakeTimers {
     // Force the worker closed: a graceful BullMQ close waits for its connection,
     // and never returns while Redis is unreachable (or still reconnecting after an
     // outage). A timer job cut short only loses a wake-up; the sweep covers it.
-    await Promise.allSettled([this.worker?.close(true), this.queue.close()]);
+    // Even forced, BullMQ's close awaits its lock manager and its connections, with no bound: a
+    // cleanup after a cluster failover once waited past a minute (not reproduced since), so
+    // the connections made here are cut after CLOSE_WAIT_MS whatever BullMQ is waiting on.
+    const graceful = Promise.allSettled([this.worker?.close(true), this.queue.close()]);
+    let timer: NodeJS.Timeout | undefined;
+    await Promise.race([graceful, new Promise<void>((resolve) => (timer = setTimeout(resolve, CLOSE_WAIT_MS)))]);
+    clearTimeout(timer);
     for (const c of this.owned) c.disconnect();
   }
 }
