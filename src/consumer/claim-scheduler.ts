@@ -6,6 +6,7 @@ import { Latch } from '../latch.js';
 import type { Logger } from '../log.js';
 import type { WakeEntry, WakeMessage } from '../wake/messages.js';
 import type { ConsumerCounters, ConsumerEvents } from './counters.js';
+import type { CoalesceClaim } from './coalescing.js';
 import { runJob, type JobRunDeps, type Outcome, type RunningJob } from './job-run.js';
 import type { ConsumerLedger } from './ledger-port.js';
 import type { ConsumerSettings } from './options.js';
@@ -26,6 +27,8 @@ const IDLE_WAIT_MS = 60_000;
 export interface SchedulerHost<DB> {
   /** Everything a job's run needs but the slot bookkeeping (the scheduler adds that). */
   runDeps: Omit<JobRunDeps<DB>, 'onSettled'>;
+  /** What claim rounds coalesce (docs/design.md §4, Coalescing). */
+  readonly coalesce: CoalesceClaim | undefined;
   emit<K extends keyof ConsumerEvents>(event: K, ...args: ConsumerEvents[K]): void;
   /** Room held for items arriving claimed without a claim round (handover.ts): free slots and claim room leave it out. */
   readonly held: { readonly heldSlots: number; readonly heldRoom: number };
@@ -289,7 +292,14 @@ export class ClaimScheduler<DB> {
     this.targeted = new Set(named.slice(free, free + MAX_WAITING_IDS));
     let lookFurther = this.mightHaveWork || named.length > free + MAX_WAITING_IDS;
     const s = this.settings;
-    const base = { queue: s.queue, owner: this.name, leaseMs: s.leaseMs, ...(s.epoch !== undefined ? { epoch: s.epoch } : {}) };
+    const coalesce = this.host.coalesce;
+    const base = {
+      queue: s.queue,
+      owner: this.name,
+      leaseMs: s.leaseMs,
+      ...(s.epoch !== undefined ? { epoch: s.epoch } : {}),
+      ...(coalesce !== undefined ? { coalesce } : {}),
+    };
     const types = s.types ? { types: s.types } : {};
     if (s.maxProcessing !== undefined) {
       // The claim limiter: never push the fleet past the cap. At the cap nothing new is
@@ -386,6 +396,7 @@ export class ClaimScheduler<DB> {
     this.running.set(item.id, run);
     run.start();
     if (this.cancelHints.delete(item.id)) run.checkLedger();
+    if (item.group !== undefined) this.counters.coalesced += item.group.ids.length;
     this.host.emit('started', item);
     void run.done.then(
       (outcome) => this.finished(item, outcome, run.laneAdvanced),

@@ -16,6 +16,7 @@ import { WakeReader } from '../wake/wake-reader.js';
 import { ClaimScheduler, type SchedulerHost } from './claim-scheduler.js';
 import { BatchCompleter } from './completer.js';
 import { newConsumerCounters, type ConsumerCounters, type ConsumerEvents } from './counters.js';
+import { coalesceClaimOf, type CoalesceClaim } from './coalescing.js';
 import { Handovers, type HandoverWay } from './handover.js';
 import { leaseTickMs } from './lease-keeper.js';
 import type { ConsumerLedger } from './ledger-port.js';
@@ -84,6 +85,8 @@ export class Consumer<DB = Record<string, never>> extends EventEmitter<ConsumerE
   private clock: NodeJS.Timeout | undefined;
   /** Its offers to producers in any process (with a wake channel). */
   private readonly offers: OfferDesk | undefined;
+  /** What its claims coalesce (docs/design.md §4, Coalescing); undefined when no handler does. */
+  private readonly coalesce: CoalesceClaim | undefined;
 
   constructor(options: ConsumerOptions<DB>) {
     super();
@@ -100,6 +103,7 @@ export class Consumer<DB = Record<string, never>> extends EventEmitter<ConsumerE
     const producer = wake ? new Producer({ ledger, wake }) : undefined;
     this.enqueueScheduled = enqueueScheduled ?? (producer ? (item) => producer.enqueue(item) : undefined);
     this.handlers = new Map(Object.entries(handlers).map(([type, h]) => [type, normalizeHandler(h)]));
+    this.coalesce = coalesceClaimOf(this.handlers);
     this.name = this.settings.name ?? `${hostname()}:${process.pid}:${randomBytes(3).toString('hex')}`;
     this.log = (logger ?? createLogger('lanewake.consumer')).child({ queue: this.settings.queue, consumer: this.name });
     this.maintainer = this.settings.maintenance
@@ -131,6 +135,11 @@ export class Consumer<DB = Record<string, never>> extends EventEmitter<ConsumerE
     const out: { type: string; percent: number }[] = [];
     for (const run of this.scheduler.running.values()) if (run.progressPercent !== undefined) out.push({ type: run.item.type, percent: run.progressPercent });
     return out;
+  }
+
+  /** The types it has handlers for and claims. */
+  private claimedTypes(): string[] {
+    return [...this.handlers.keys()].filter((t) => this.settings.types === undefined || this.settings.types.includes(t));
   }
 
   get redisConnected(): boolean {
@@ -294,6 +303,7 @@ export class Consumer<DB = Record<string, never>> extends EventEmitter<ConsumerE
 
   private schedulerHost(): SchedulerHost<DB> {
     return {
+      coalesce: this.coalesce,
       runDeps: {
         ledger: this.ledger,
         renewals: new RenewalBatch(this.ledger),
@@ -322,7 +332,10 @@ export class Consumer<DB = Record<string, never>> extends EventEmitter<ConsumerE
   }
 
   private handoverHost(): ConstructorParameters<typeof Handovers>[0] {
-    const { leaseMs, classes, types } = this.settings;
+    const { leaseMs, classes } = this.settings;
+    // A coalescing type's heads are taken only by claim rounds, which gather their groups.
+    const coalescing = this.coalesce?.types ?? {};
+    const types = this.coalesce === undefined ? this.settings.types : this.claimedTypes().filter((t) => !(t in coalescing));
     return {
       owner: this.name,
       leaseMs,
@@ -332,7 +345,7 @@ export class Consumer<DB = Record<string, never>> extends EventEmitter<ConsumerE
       claimRoom: () => this.scheduler.claimRoom(),
       takesOutsideRounds: () => this.claimsOutsideRounds(),
       handles: (wanted) => {
-        for (const t of wanted) if (!this.handlers.has(t) || (types !== undefined && !types.includes(t))) return false;
+        for (const t of wanted) if (!this.handlers.has(t) || (types !== undefined && !types.includes(t)) || t in coalescing) return false;
         return true;
       },
       take: (items: readonly ClaimedItem[], claimedAtMs: number, way: HandoverWay) => {
@@ -351,8 +364,9 @@ export class Consumer<DB = Record<string, never>> extends EventEmitter<ConsumerE
       classes,
       leaseMs,
       offerTypes: () => {
-        const types = [...this.handlers.keys()].filter((t) => this.settings.types === undefined || this.settings.types.includes(t));
-        return types.length <= MAX_OFFER_TYPES ? types : undefined;
+        const coalescing = this.coalesce?.types ?? {};
+        const types = this.claimedTypes().filter((t) => !(t in coalescing));
+        return types.length > 0 && types.length <= MAX_OFFER_TYPES ? types : undefined;
       },
       mayTakeOutsideRounds: () => this.claimsOutsideRounds(),
       freeSlots: () => this.scheduler.freeSlots(),

@@ -106,7 +106,8 @@ export class Handovers {
 
   /** Claim room for up to `wanted` lane successors a completion batch may claim (lane affinity), or undefined if none. */
   forSuccessors(wanted: number): Handover | undefined {
-    if (!this.host.takesOutsideRounds()) return undefined;
+    // No type it may take outside claim rounds (every one of its types coalesces): an empty list would mean any type.
+    if (!this.host.takesOutsideRounds() || this.host.types?.length === 0) return undefined;
     const room = Math.min(wanted, MAX_CLAIM_ITEMS, this.host.claimRoom());
     if (room <= 0) return undefined;
     this.roomHeld += room;

@@ -1,6 +1,7 @@
 import type { Transaction } from 'kysely';
 import { Abandoned } from '../errors.js';
 import type { ClaimedItem } from '../ledger/types.js';
+import { groupView, type CoalescedView } from './coalescing.js';
 import { JobAbortedError, type AbortReason } from './errors.js';
 import { writeInvalidPayload, writeOutcome, writeUnowned, type Outcome, type OutcomeDeps, type Settlement } from './job-outcome.js';
 import { LeaseKeeper, leaseTickMs, renewalPointMs, type LeaseEvent } from './lease-keeper.js';
@@ -78,6 +79,8 @@ export function runJob<DB>(deps: JobRunDeps<DB>, item: ClaimedItem, claimedAtMs:
 interface Runnable<DB> {
   def: RegisteredHandler<DB>;
   payload: unknown;
+  /** A coalesced group's view, its payloads parsed by the schema. */
+  coalesced: CoalescedView | undefined;
 }
 
 /**
@@ -240,14 +243,23 @@ class JobRun<DB> implements RunningJob {
     const { deps, item } = this;
     const def = deps.handlers.get(item.type);
     if (!def) return writeUnowned(deps, item);
-    if (!def.schema) return { def, payload: item.payload };
-    const parsed = def.schema.safeParse(item.payload);
-    if (parsed.success) return { def, payload: parsed.data };
-    return writeInvalidPayload(deps, item, parsed.error.issues.map((i) => `${i.path.join('.') || '(payload)'}: ${i.message}`).join('; '));
+    const view = groupView(item);
+    if (!def.schema) return { def, payload: view.payload, coalesced: view.coalesced };
+    const parsed = def.schema.safeParse(view.payload);
+    if (!parsed.success) return writeInvalidPayload(deps, item, parsed.error.issues.map((i) => `${i.path.join('.') || '(payload)'}: ${i.message}`).join('; '));
+    if (view.coalesced?.payloads === undefined) return { def, payload: parsed.data, coalesced: view.coalesced };
+    // A group's payloads are each checked: one the schema refuses ends the group, as a lone item's would.
+    const payloads: unknown[] = [];
+    for (const [k, p] of view.coalesced.payloads.entries()) {
+      const each = def.schema.safeParse(p);
+      if (!each.success) return writeInvalidPayload(deps, item, each.error.issues.map((i) => `payloads[${k}]${i.path.length > 0 ? '.' + i.path.join('.') : ''}: ${i.message}`).join('; '));
+      payloads.push(each.data);
+    }
+    return { def, payload: parsed.data, coalesced: { ...view.coalesced, payloads } };
   }
 
   /** Runs the handler under its signal, lease and deadline, until it settles (or is abandoned). */
-  private async runHandler({ def, payload }: Runnable<DB>): Promise<Settlement> {
+  private async runHandler({ def, payload, coalesced }: Runnable<DB>): Promise<Settlement> {
     const { item, deps } = this;
     const job: Job<unknown> = {
       id: item.id,
@@ -262,6 +274,7 @@ class JobRun<DB> implements RunningJob {
       fence: { token: item.leaseToken, epoch: item.epoch, attempt: item.attempt },
       enqueuedAt: item.createdAt,
     };
+    if (coalesced !== undefined) job.coalesced = coalesced;
 
     const deadlineMs = def.deadlineMs ?? deps.settings.deadlineMs;
     // A long deadline (the default is 10 min) is checked on the clock's tick,

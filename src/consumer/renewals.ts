@@ -5,7 +5,7 @@ import type { ConsumerLedger, LeaseLedger } from './ledger-port.js';
 // every write of one kind asked for in one turn of the event loop (the clock
 // visits every running item in one pass) goes out as one statement.
 
-type Handle = Pick<LeaseHandle, 'id' | 'leaseToken'>;
+type Handle = Pick<LeaseHandle, 'id' | 'leaseToken' | 'group'>;
 
 interface Waiting<In, Out> {
   input: In;

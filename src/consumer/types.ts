@@ -1,5 +1,6 @@
 import type { Transaction } from 'kysely';
 import type { z } from 'zod';
+import type { CoalesceMode } from '../ledger/types.js';
 
 /** What a handler sees of its item. */
 export interface Job<P = unknown> {
@@ -20,6 +21,12 @@ export interface Job<P = unknown> {
    */
   fence: { token: string; epoch: number | null; attempt: number };
   enqueuedAt: Date;
+  /**
+   * A coalescing type's run (`coalesce` in defineHandler): the group's items
+   * in lane order (this head first) and how many; with `all` or `settled`
+   * also their payloads. `payload` is then the newest. Undefined for a lone item.
+   */
+  coalesced?: { ids: string[]; count: number; payloads?: P[] };
 }
 
 export interface JobContext<DB = Record<string, never>> {
@@ -75,6 +82,17 @@ export interface HandlerDefinition<P = unknown, DB = Record<string, never>> {
   schema?: z.ZodType<P>;
   /** Per-type deadline (ms); 0 = none. Overrides the consumer's. */
   deadlineMs?: number;
+  /**
+   * Coalescing (docs/design.md §4): a claimed lane head of this type takes its
+   * lane's next due pending items of this type with it, and the handler runs
+   * once for the group, which then ends as one. `latest` hands it the newest
+   * payload; `all` every payload in lane order; `settled` those too, preceded
+   * by the payloads of the lane's items of this type that ended without
+   * completing since its last completed one.
+   */
+  coalesce?: CoalesceMode;
+  /** The most items one group takes besides its head (default 1,000). */
+  coalesceMax?: number;
 }
 
 /** A definition with its payload type erased, so one map can hold handlers of many payload types. */
@@ -82,6 +100,8 @@ export interface RegisteredHandler<DB = Record<string, never>> {
   handle: Handler<unknown, DB>;
   schema?: z.ZodType;
   deadlineMs?: number;
+  coalesce?: CoalesceMode;
+  coalesceMax?: number;
 }
 
 /** Declares a handler with a payload schema; the payload type flows from the schema to `job.payload`. */

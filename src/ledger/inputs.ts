@@ -78,6 +78,11 @@ export interface ClaimCandidate {
   queueClass: QueueClass;
 }
 
+/** The coalescing modes of a handler type (docs/design.md §4, Coalescing). */
+export const COALESCE_MODES = ['latest', 'all', 'settled'] as const;
+/** The most members one coalesced group may take besides its head. */
+export const MAX_COALESCE = 10_000;
+
 export const claimSchema = z
   .object({
     queue: queueName,
@@ -88,6 +93,14 @@ export const claimSchema = z
     classes: z.array(queueClass).min(1, 'give at least one class, or leave it out for all').optional(),
     types: z.array(typeName).min(1, 'give at least one type, or leave it out for all').max(200).optional(),
     epoch: z.number().int().min(0).optional(),
+    /** Heads of these types take their lane's next pending items of their type with them (docs/design.md §4, Coalescing). */
+    coalesce: z
+      .object({
+        types: z.record(typeName, z.object({ mode: z.enum(COALESCE_MODES), max: z.number().int().min(1).max(MAX_COALESCE) }).strict()),
+        maxBytes: z.number().int().min(1).max(256 * 1024 * 1024),
+      })
+      .strict()
+      .optional(),
   })
   .strict();
 

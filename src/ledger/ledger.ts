@@ -170,12 +170,12 @@ export class Ledger {
     return readHeldUnderLease(this.db, this.tables, spec);
   }
 
-  renew(handle: Pick<LeaseHandle, 'id' | 'leaseToken'>, leaseMs: number): Promise<RenewOutcome> {
+  renew(handle: Pick<LeaseHandle, 'id' | 'leaseToken' | 'group'>, leaseMs: number): Promise<RenewOutcome> {
     return this.renewMany([handle], leaseMs).then(([outcome]) => outcome!);
   }
 
   /** Renews many leases in one statement: per handle, in order, whether it is still held and whether its cancel was requested. */
-  renewMany(handles: readonly Pick<LeaseHandle, 'id' | 'leaseToken'>[], leaseMs: number): Promise<RenewOutcome[]> {
+  renewMany(handles: readonly Pick<LeaseHandle, 'id' | 'leaseToken' | 'group'>[], leaseMs: number): Promise<RenewOutcome[]> {
     validate(positiveDurationMs, leaseMs, 'renew', 'leaseMs');
     return this.knownCapabilities().then((caps) => renewLeases(this.db, caps, this.tables, handles, leaseMs));
   }

@@ -226,11 +226,11 @@ const MIGRATIONS: readonly Migration[] = [
   },
   {
     version: 7,
-    name: 'durable steps and progress',
+    name: 'durable steps, progress and coalesced groups',
     // ctx.step records each finished step of an item as a row keyed by the
     // item and the step's name, so a later attempt finds it done; ctx.progress
     // keeps its latest report on the item itself. Purge deletes an item's steps
-    // with it.
+    // with it. A coalesced item names the head of the group it was claimed in.
     statements: (t) => [
       sql`CREATE TABLE IF NOT EXISTS ${t.steps} (
         item_id VARCHAR(32) ${ASCII} NOT NULL,
@@ -243,7 +243,11 @@ const MIGRATIONS: readonly Migration[] = [
     ],
     run: async (conn, t, prefix) => {
       const columns = await columnNames(conn, prefix + 'items');
-      if (!columns.has('progress')) await sql`ALTER TABLE ${t.items} ADD COLUMN progress TEXT ${TEXT} NULL`.execute(conn);
+      const add: RawBuilder<unknown>[] = [];
+      if (!columns.has('progress')) add.push(sql`ADD COLUMN progress TEXT ${TEXT} NULL`);
+      if (!columns.has('group_head')) add.push(sql`ADD COLUMN group_head VARCHAR(32) ${ASCII} NULL`);
+      // One ALTER each: TiDB takes one column change per statement.
+      for (const change of add) await sql`ALTER TABLE ${t.items} ${change}`.execute(conn);
     },
   },
 ];

@@ -53,8 +53,8 @@ export function completion(result: unknown, resultMaxBytes: number): Ending {
 
 /**
  * Ledger.completeManyClaimingNext: the storable results go through one
- * batch (sql/complete-batch.ts), the others end one by one as `completion`
- * says. Results in input order.
+ * batch (sql/complete-batch.ts), the others (and coalesced groups) end one
+ * by one as `completion` says. Results in input order.
  */
 export async function completeEntries(
   target: FinishTarget,
@@ -65,7 +65,8 @@ export async function completeEntries(
   const ok: { index: number; handle: LeaseHandle; resultJson: string | null }[] = [];
   for (const [index, e] of entries.entries()) {
     const json = e.result === undefined ? null : encodeJson(e.result);
-    if (json === undefined || (json !== null && Buffer.byteLength(json, 'utf8') > target.resultMaxBytes)) {
+    // A coalesced group ends in a transaction of its own, its members with it (sql/finalize.ts).
+    if (e.handle.group !== undefined || json === undefined || (json !== null && Buffer.byteLength(json, 'utf8') > target.resultMaxBytes)) {
       out[index] = await finish(target, e.handle, completion(e.result, target.resultMaxBytes));
     } else {
       ok.push({ index, handle: e.handle, resultJson: json });

@@ -27,6 +27,7 @@ export interface ItemRow {
   cancel_requested: number;
   checkpoint: string | null;
   progress: string | null;
+  group_head: string | null;
   result: string | null;
   last_error: string | null;
   failure_class: string | null;
@@ -101,6 +102,7 @@ export function toWorkItem(row: ItemRow): WorkItem {
     cancelRequested: row.cancel_requested === 1,
     checkpoint: parseJson(row.checkpoint),
     progress: parseJson(row.progress),
+    groupHead: row.group_head,
     result: parseJson(row.result),
     lastError: row.last_error,
     failureClass: row.failure_class,

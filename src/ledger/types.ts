@@ -46,6 +46,8 @@ export interface WorkItem {
   checkpoint: unknown;
   /** The latest ctx.progress report of the item's runs (a number 0–100 or a small object), or null. */
   progress: unknown;
+  /** The head of the coalesced group this item was last claimed in (docs/design.md §4, Coalescing), or null. */
+  groupHead: string | null;
   result: unknown;
   lastError: string | null;
   failureClass: string | null;
@@ -63,6 +65,23 @@ export interface ClaimedItem extends WorkItem {
   leaseToken: string;
   leaseOwner: string;
   leaseUntil: Date;
+  /** The later items of its lane claimed with it under the same lease (coalescing): every finalize ends them with it. */
+  group?: CoalescedGroup;
+}
+
+/** How a coalescing type's pending items are handed to its handler (docs/design.md §4, Coalescing). */
+export type CoalesceMode = 'latest' | 'all' | 'settled';
+
+/** The items a lane head was claimed with: its lane's next pending items of its type, in lane order. */
+export interface CoalescedGroup {
+  /** The members' ids in lane order (the head not included). */
+  ids: string[];
+  /** The lane sequence of the last member: the lane is handed on from there. */
+  lastSeq: number;
+  /** The newest payload (the last member's). */
+  newest: unknown;
+  /** `all`: the head's and every member's payload in lane order; `settled`: preceded by those of the lane's items of the type that ended unsettled since its last completed one. */
+  payloads?: unknown[];
 }
 
 /** A durable step an item finished (ctx.step): done once per item, its result returned to every later attempt. */
@@ -97,7 +116,7 @@ export interface EnqueueResult {
 /** What a finalize needs of the claim it ends. */
 export type LeaseHandle = Pick<
   ClaimedItem,
-  'id' | 'queue' | 'lane' | 'laneSeq' | 'leaseToken' | 'leaseOwner' | 'attempt' | 'maxAttempts' | 'startedAt'
+  'id' | 'queue' | 'lane' | 'laneSeq' | 'leaseToken' | 'leaseOwner' | 'attempt' | 'maxAttempts' | 'startedAt' | 'group'
 >;
 
 export interface FinalizeResult {

@@ -52,6 +52,7 @@ export class LanewakeMetrics {
   private readonly dead: Counter<ItemLabels>;
   private readonly released: Counter<ItemLabels>;
   private readonly leaseLost: Counter<ItemLabels>;
+  private readonly coalesced: Counter<ItemLabels>;
   private readonly folded: Record<FoldedCounter, Counter<'queue'>>;
   private readonly progress: Gauge<ItemLabels>;
   private readonly enqueueToStart: Histogram<ItemLabels>;
@@ -76,6 +77,7 @@ export class LanewakeMetrics {
     this.dead = itemCounter('lanewake_items_dead_total', 'Items this process finalized as dead (permanent error, budget spent, invalid payload, unowned type).');
     this.released = itemCounter('lanewake_items_released_total', 'Items this process released without spending an attempt (defer, deadline, shutdown).');
     this.leaseLost = itemCounter('lanewake_lease_lost_total', 'Attempts whose lease was lost before their outcome could be written.');
+    this.coalesced = itemCounter('lanewake_items_coalesced_total', "Items that ran in a coalesced group behind its head, in one handler call with it (the heads are counted as claimed).");
 
     // Read from the consumers' counters at each scrape (both fold all of them: either may be collected first).
     const foldedCounter = (name: string, help: string): Counter<'queue'> =>
@@ -200,6 +202,7 @@ export class LanewakeMetrics {
     const onStarted = (item: ClaimedItem): void => {
       const labels = { queue: item.queue, type: item.type };
       this.claimed.inc(labels);
+      if (item.group !== undefined) this.coalesced.inc(labels, item.group.ids.length);
       // created_at is on the ledger's clock; a clock behind ours must not give a negative latency.
       this.enqueueToStart.observe(labels, Math.max(0, Date.now() - item.createdAt.getTime()) / 1000);
     };

@@ -47,6 +47,7 @@ function printItem(io: CliIo, item: WorkItem, digest: string | null, withData: b
     ['class', item.queueClass],
     ['priority', String(item.priority)],
     ['attempt', `${item.attempt} of ${item.maxAttempts}`],
+    ['group', item.groupHead === null ? '-' : item.groupHead === item.id ? '(its head)' : `coalesced into ${item.groupHead}`],
     ['progress', item.progress === null ? '-' : typeof item.progress === 'number' ? `${item.progress}%` : JSON.stringify(item.progress)],
     ['run after', formatTime(item.runAfter)],
     ['lease', item.leaseUntil !== null ? `${item.leaseOwner ?? '?'} until ${formatTime(item.leaseUntil)}` : item.leaseOwner !== null ? `- (last held by ${item.leaseOwner})` : '-'],

@@ -8,6 +8,7 @@ import type { LedgerTables } from '../tables.js';
 import type { ClaimedItem, ClaimOutcome, QueueClass } from '../types.js';
 import { QUEUE_CLASSES } from '../types.js';
 import { CLAIMED_COLUMNS, claimedItems, grantLease, leaseAssignments, readBackClaimed } from './claimed.js';
+import { joinGroups, type CoalesceSpec } from './coalesce.js';
 import { affected, inline, list } from './common.js';
 
 export interface ClaimSpec {
@@ -16,6 +17,8 @@ export interface ClaimSpec {
   leaseMs: number;
   /** Claims are fenced by this ownership epoch when given (docs/design.md §7). */
   epoch?: number | undefined;
+  /** Heads of these types take their lane's next pending items of their type with them (docs/design.md §4, Coalescing). */
+  coalesce?: CoalesceSpec | undefined;
 }
 
 export interface ClaimHeadsSpec extends ClaimSpec {
@@ -44,9 +47,10 @@ const MAX_CANDIDATES = 1000;
  * token won. No UPDATE … ORDER BY … LIMIT: on MariaDB that reads and locks
  * the whole claimable range.
  */
-export function claimHeads(exec: Executor, caps: LedgerCapabilities, t: LedgerTables, spec: ClaimHeadsSpec): Promise<ClaimOutcome> {
+export async function claimHeads(exec: Executor, caps: LedgerCapabilities, t: LedgerTables, spec: ClaimHeadsSpec): Promise<ClaimOutcome> {
   // A victim of the server (a deadlock, a lock wait timeout, a TiDB write conflict) wrote nothing: claim again.
-  return retryOnConflict(() => claimHeadsOnce(exec, caps, t, spec));
+  const claimed = await retryOnConflict(() => claimHeadsOnce(exec, caps, t, spec));
+  return { ...claimed, items: await withGroups(exec, t, claimed.items, spec) };
 }
 
 async function claimHeadsOnce(exec: Executor, caps: LedgerCapabilities, t: LedgerTables, spec: ClaimHeadsSpec): Promise<ClaimOutcome> {
@@ -67,6 +71,11 @@ async function claimHeadsOnce(exec: Executor, caps: LedgerCapabilities, t: Ledge
   return { items, moreAvailable: candidates.rows.length > chosen.length };
 }
 
+/** The heads' groups, for a consumer that coalesces some types; after the CAS, so a conflict there never runs the CAS again. */
+function withGroups(exec: Executor, t: LedgerTables, heads: ClaimedItem[], spec: ClaimSpec): Promise<ClaimedItem[]> | ClaimedItem[] {
+  return spec.coalesce === undefined || heads.length === 0 ? heads : joinGroups(exec, t, heads, spec.coalesce);
+}
+
 /**
  * Claims exactly these ids if each is still a due pending head (targeted
  * wake-ups), and of `types` when given: a wake-up names items of any type,
@@ -80,7 +89,7 @@ export async function claimByIds(
 ): Promise<ClaimedItem[]> {
   if (spec.ids.length === 0) return [];
   const typeGuard = spec.types && spec.types.length > 0 ? sql`AND type IN (${list(spec.types)})` : undefined;
-  return retryOnConflict(() => casClaim(exec, caps, t, spec, spec.ids, typeGuard));
+  return withGroups(exec, t, await retryOnConflict(() => casClaim(exec, caps, t, spec, spec.ids, typeGuard)), spec);
 }
 
 /**

@@ -85,6 +85,8 @@ export function claimedItem(row: ClaimedRow, lease: Lease): ClaimedItem {
     cancelRequested: false,
     checkpoint: parseJson(row.checkpoint),
     progress: parseJson(row.progress),
+    // A claimed head leads its own group (the column may name one it was in before).
+    groupHead: null,
     result: parseJson(row.result),
     lastError: row.last_error,
     failureClass: row.failure_class,

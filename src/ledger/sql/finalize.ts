@@ -107,8 +107,19 @@ function plan(h: LeaseHandle, f: Finalization): Plan {
 /** The transition that ends a claimed attempt as `f`: a CAS on (id, lease token, processing). */
 export function leaseSpec(t: LedgerTables, h: LeaseHandle, f: Finalization): TransitionSpec {
   const p = plan(h, f);
+  const group = h.group;
   return {
-    place: h,
+    // A coalesced group ends together, and its lane is handed on from its last member.
+    place: group === undefined ? h : { id: h.id, queue: h.queue, lane: h.lane, laneSeq: group.lastSeq },
+    members:
+      group === undefined
+        ? undefined
+        : {
+            ids: group.ids,
+            guard: sql`lease_token = ${h.leaseToken} AND state = 'processing'`,
+            // A blocked head's members wait behind it as pending items (only the head has a wait).
+            set: f.kind === 'block' ? plan(h, { kind: 'release', delayMs: 0, reason: null }).set : p.set,
+          },
     guard: sql`lease_token = ${h.leaseToken} AND state = 'processing'`,
     set: p.set,
     terminal: p.terminal,

@@ -81,10 +81,13 @@ export async function handOnLane(exec: Executor, t: LedgerTables, head: EndedHea
 
 /**
  * The general case, under the lane row's lock (so no enqueue into the lane
- * runs meanwhile): the first pending item after the ended head becomes the
- * head, or the lane goes idle when nothing after it is left unfinished.
- * Items after the head are pending or cancelled: only a head is ever
- * claimed. Returns whether the lane has a new head.
+ * runs meanwhile): the first unfinished item after the ended head becomes
+ * the head, or the lane goes idle when nothing after it is left unfinished.
+ * Items after the head are pending or cancelled, or processing as members of
+ * a coalesced group whose head was taken back without them (an expired
+ * group split by a reclaim's batch): such a member becomes the head, and
+ * runs once its lease is reclaimed, so the lane never passes it by.
+ * Returns whether the lane has a new head.
  *
  * Two statements to find and set the head on purpose: MariaDB runs `UPDATE
  * … ORDER BY … LIMIT 1` over a range by buffering every matching row first
@@ -95,7 +98,7 @@ export async function advanceLocked(exec: Executor, t: LedgerTables, head: Ended
   await sql`SELECT next_seq FROM ${t.lanes} WHERE queue = ${head.queue} AND lane = ${head.lane} FOR UPDATE`.execute(exec);
   for (;;) {
     const next = await sql<{ id: string }>`SELECT id FROM ${t.items} FORCE INDEX (ix_lane)
-      WHERE queue = ${head.queue} AND lane = ${head.lane} AND lane_seq > ${head.laneSeq} AND state = 'pending'
+      WHERE queue = ${head.queue} AND lane = ${head.lane} AND lane_seq > ${head.laneSeq} AND state IN ('pending', 'processing')
       ORDER BY lane_seq LIMIT 1`.execute(exec);
     const id = next.rows[0]?.id;
     if (id === undefined) {
@@ -103,7 +106,7 @@ export async function advanceLocked(exec: Executor, t: LedgerTables, head: Ended
       return false;
     }
     // An operator cancel of a waiting item takes no lane lock: if it won the race, look past it.
-    const set = await sql`UPDATE ${t.items} SET is_head = 1, updated_at = NOW(6) WHERE id = ${id} AND state = 'pending'`.execute(exec);
+    const set = await sql`UPDATE ${t.items} SET is_head = 1, updated_at = NOW(6) WHERE id = ${id} AND state IN ('pending', 'processing')`.execute(exec);
     if (affected(set) === 1) return true;
   }
 }

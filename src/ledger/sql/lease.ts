@@ -18,13 +18,15 @@ export async function renewLeases(
   db: LedgerDb,
   caps: LedgerCapabilities,
   t: LedgerTables,
-  handles: readonly Pick<LeaseHandle, 'id' | 'leaseToken'>[],
+  handles: readonly Pick<LeaseHandle, 'id' | 'leaseToken' | 'group'>[],
   leaseMs: number,
 ): Promise<RenewOutcome[]> {
   if (handles.length === 0) return [];
   const ids = list([...new Set(handles.map((h) => h.id))]);
+  // A coalesced group's members are held with their head, under its token.
+  const held = handles.some((h) => h.group !== undefined) ? list([...new Set(handles.flatMap((h) => [h.id, ...(h.group?.ids ?? [])]))]) : ids;
   const update = sql`UPDATE ${t.items} SET lease_until = ${nowPlusMs(leaseMs)}
-    WHERE id IN (${ids}) AND lease_token IN (${list([...new Set(handles.map((h) => h.leaseToken))])}) AND state = 'processing'`;
+    WHERE id IN (${held}) AND lease_token IN (${list([...new Set(handles.map((h) => h.leaseToken))])}) AND state = 'processing'`;
   const read = sql`SELECT id, lease_token, state, cancel_requested FROM ${t.items} WHERE id IN (${ids})`;
   let rows: LeaseRow[];
   if (caps.multiStatement) {

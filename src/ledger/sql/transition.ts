@@ -5,7 +5,7 @@ import { CommitOutcomeUnknownError, LeaseLostError } from '../../errors.js';
 import { CONNECTION_RETRY, isConnectionError, readAfterLostConnection, retryDelay, runTransaction } from '../retry.js';
 import type { LedgerTables } from '../tables.js';
 import type { AttemptRecord } from '../types.js';
-import { affected } from './common.js';
+import { affected, list } from './common.js';
 import { handOnLane } from './lane-advance.js';
 
 /** Where an item sits: enough to find its lane and its successor. */
@@ -35,6 +35,11 @@ export interface TransitionSpec {
   /** The item was its lane's head, so its successor becomes the head. */
   wasHead: boolean;
   history: HistoryEntry | null;
+  /**
+   * The members of a coalesced group (docs/design.md §4, Coalescing), changed
+   * with the item in its transaction, each by the same CAS: all or nothing.
+   */
+  members?: { ids: readonly string[]; guard: RawBuilder<unknown>; set: RawBuilder<unknown> } | undefined;
   /** More writes that belong to this change, run after its CAS won, in its transaction (the item's dependency wait). */
   alsoWrite?: ((exec: Executor) => Promise<void>) | undefined;
   /**
@@ -62,7 +67,7 @@ export async function applyTransition(db: LedgerDb, t: LedgerTables, spec: Trans
   // Made once, so every run of this change writes the same history row: the row tells whether one committed.
   const historyId = spec.history === null ? undefined : newId();
   const settled = async (): Promise<Settled> => transitionSettled(db, t, spec, historyId);
-  if (!laneWork && spec.history === null && spec.alsoWrite === undefined) {
+  if (!laneWork && spec.history === null && spec.alsoWrite === undefined && spec.members === undefined) {
     for (let attempt = 1; ; attempt++) {
       try {
         return (await casUpdate(db, t, spec)) === 1;
@@ -125,6 +130,11 @@ export type Settled = 'open' | 'applied' | 'lost' | 'unknown';
 export async function applyTransitionInTx(trx: Executor, t: LedgerTables, spec: TransitionSpec, historyId: string = newId()): Promise<LaneHandedOn> {
   const { lane, queue, laneSeq } = spec.place;
   if ((await casUpdate(trx, t, spec)) !== 1) throw new LeaseLostError(spec.place.id);
+  if (spec.members !== undefined && spec.members.ids.length > 0) {
+    const m = spec.members;
+    const r = await sql`UPDATE ${t.items} SET ${m.set}, updated_at = NOW(6) WHERE id IN (${list(m.ids)}) AND ${m.guard}`.execute(trx);
+    if (affected(r) !== m.ids.length) throw new LeaseLostError(spec.place.id);
+  }
   const handedOn = spec.terminal && spec.wasHead && lane !== null && laneSeq !== null ? await handOnLane(trx, t, { queue, lane, laneSeq }) : undefined;
   if (spec.history) await insertHistory(trx, t, spec.place.id, spec.history, historyId);
   if (spec.alsoWrite) await spec.alsoWrite(trx);

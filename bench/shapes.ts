@@ -1,0 +1,98 @@
+/**
+ * Handler shapes (docs/BENCHMARKS.md, "Handler shapes"): 20,000 updates over
+ * 100 keys (one lane per key), enqueued ahead, drained by one consumer at
+ * concurrency 32 whose handler coalesces with `latest`, beside the same
+ * workload and consumer without coalescing. Reports handler calls and
+ * items completed per second; each run checks that every item completed
+ * and that the last call of each key saw its newest update.
+ *
+ *   npm run bench:shapes
+ *   npm run bench:shapes -- --runs 1 --scale 0.2
+ */
+import { performance } from 'node:perf_hooks';
+import { sql } from 'kysely';
+import { Consumer } from '../src/consumer/consumer.js';
+import { defineHandler } from '../src/consumer/types.js';
+import { Ledger } from '../src/ledger/ledger.js';
+import { createLogger } from '../src/log.js';
+import { Producer } from '../src/producer/producer.js';
+import { WakeChannel } from '../src/wake/wake-channel.js';
+import { cliFlag, codeRevision, createBenchDatabase, fmt, median, printTable, progress, runBenchmark } from './support.js';
+
+const RUNS = Number(cliFlag('--runs') ?? 3);
+const SCALE = Number(cliFlag('--scale') ?? 1);
+const ITEMS = Math.round(20_000 * SCALE);
+const KEYS = 100;
+const REDIS_URL = process.env.LANEWAKE_BENCH_REDIS_URL ?? 'redis://127.0.0.1:6379';
+
+interface Result {
+  calls: number;
+  jobsPerS: number;
+}
+
+async function drain(coalesce: boolean): Promise<Result> {
+  const db = await createBenchDatabase('lwshape');
+  const ledger = new Ledger({ url: db.url, poolSize: 10 });
+  const wake = new WakeChannel({ redis: REDIS_URL, keyPrefix: `lwshape:${db.name}:` });
+  try {
+    await ledger.migrate();
+    const queue = 'shapes';
+    const producer = new Producer({ ledger, wake });
+    const updates = Array.from({ length: ITEMS }, (_, n) => ({ queue, type: 'upd', lane: `key:${n % KEYS}`, payload: { key: n % KEYS, n } }));
+    for (let i = 0; i < updates.length; i += 1000) await producer.enqueueMany(updates.slice(i, i + 1000));
+    let calls = 0;
+    const newestSeen = new Map<number, number>();
+    const handle = async (job: { payload: { key: number; n: number } }): Promise<void> => {
+      calls++;
+      newestSeen.set(job.payload.key, Math.max(newestSeen.get(job.payload.key) ?? -1, job.payload.n));
+    };
+    const consumer = new Consumer({
+      ledger,
+      wake,
+      queue,
+      concurrency: 32,
+      logger: createLogger('bench', 'silent'),
+      handlers: { upd: coalesce ? defineHandler<{ key: number; n: number }>({ coalesce: 'latest', handle }) : handle },
+    });
+    const started = performance.now();
+    await consumer.start();
+    let completed = 0;
+    while (completed < ITEMS) {
+      await new Promise((r) => setTimeout(r, 50));
+      const r = await sql<{ n: number | string }>`SELECT COUNT(*) AS n FROM ${ledger.tables.items} WHERE state = 'completed'`.execute(ledger.db);
+      completed = Number(r.rows[0]?.n ?? 0);
+    }
+    const seconds = (performance.now() - started) / 1000;
+    await consumer.stop({ drainTimeoutMs: 5000 });
+    for (let key = 0; key < KEYS; key++) {
+      const newest = ITEMS - KEYS + key;
+      if (newestSeen.get(key) !== newest) throw new Error(`key ${key}: the last call saw update ${newestSeen.get(key)}, not the newest (${newest})`);
+    }
+    return { calls, jobsPerS: ITEMS / seconds };
+  } finally {
+    await wake.close();
+    await ledger.close();
+    await db.drop();
+  }
+}
+
+runBenchmark(async () => {
+  const runs: { latest: Result[]; plain: Result[] } = { latest: [], plain: [] };
+  for (let r = 1; r <= RUNS; r++) {
+    // Alternated, so drift on a shared machine falls on both alike.
+    for (const variant of r % 2 === 1 ? (['latest', 'plain'] as const) : (['plain', 'latest'] as const)) {
+      const result = await drain(variant === 'latest');
+      runs[variant].push(result);
+      progress(`run ${r} ${variant}: ${fmt(result.calls)} handler calls, ${fmt(result.jobsPerS)} items/s`);
+    }
+  }
+  printTable(
+    `Handler shapes: ${fmt(ITEMS)} updates over ${KEYS} keys, one consumer at concurrency 32, median of ${RUNS} run(s), code ${codeRevision()}`,
+    ['workload', 'handler calls', 'items completed/s'],
+    [
+      ['coalesce: latest', fmt(median(runs.latest.map((x) => x.calls))), fmt(median(runs.latest.map((x) => x.jobsPerS)))],
+      ['one call per item', fmt(median(runs.plain.map((x) => x.calls))), fmt(median(runs.plain.map((x) => x.jobsPerS)))],
+    ],
+    ['left', 'right', 'right'],
+  );
+});

@@ -1,0 +1,58 @@
+import { z } from 'zod';
+import { ValidationError } from '../errors.js';
+import { COALESCE_MODES, MAX_COALESCE } from '../ledger/inputs.js';
+import type { ClaimedItem, CoalesceMode } from '../ledger/types.js';
+import type { RegisteredHandler } from './types.js';
+
+/** Members one group takes at most besides its head, unless the handler says (`coalesceMax`). */
+export const DEFAULT_COALESCE_MAX = 1000;
+/** Payload bytes one group hands its handler at most, the head's included. */
+export const COALESCE_MAX_BYTES = 8 * 1024 * 1024;
+
+const handlerCoalescing = z
+  .object({ coalesce: z.enum(COALESCE_MODES).optional(), coalesceMax: z.number().int().min(1).max(MAX_COALESCE).optional() })
+  .refine((h) => h.coalesceMax === undefined || h.coalesce !== undefined, { message: 'needs coalesce', path: ['coalesceMax'] });
+
+/** What the claims of a consumer coalesce: per type, the mode and the cap (undefined when no handler coalesces). */
+export interface CoalesceClaim {
+  types: Record<string, { mode: CoalesceMode; max: number }>;
+  maxBytes: number;
+}
+
+/**
+ * The coalescing types of a consumer's handlers (docs/design.md §4,
+ * Coalescing), checked: a bad mode or cap is a ValidationError naming
+ * `handlers.<type>.coalesce` or `.coalesceMax`.
+ */
+export function coalesceClaimOf<DB>(handlers: ReadonlyMap<string, RegisteredHandler<DB>>): CoalesceClaim | undefined {
+  const types: CoalesceClaim['types'] = {};
+  for (const [type, h] of handlers) {
+    const parsed = handlerCoalescing.safeParse({ coalesce: h.coalesce, coalesceMax: h.coalesceMax });
+    if (!parsed.success) throw ValidationError.fromZod(parsed.error, 'consumer options', `handlers.${type}`);
+    if (parsed.data.coalesce !== undefined) types[type] = { mode: parsed.data.coalesce, max: parsed.data.coalesceMax ?? DEFAULT_COALESCE_MAX };
+  }
+  return Object.keys(types).length === 0 ? undefined : { types, maxBytes: COALESCE_MAX_BYTES };
+}
+
+/** What a handler sees of a coalesced group: `job.coalesced`. */
+export interface CoalescedView<P = unknown> {
+  /** Every item of the group in lane order, the claimed head first. */
+  ids: string[];
+  count: number;
+  /** `all` and `settled`: the payloads the handler is given, in lane order (`settled` begins with the lane's unsettled ones). */
+  payloads?: P[];
+}
+
+/**
+ * The payload a run of `item` hands its handler and the group view beside
+ * it: `latest` and the others see the newest payload as `job.payload`.
+ * Items that are not a group's head run as themselves.
+ */
+export function groupView(item: ClaimedItem): { payload: unknown; coalesced: CoalescedView | undefined; payloads: unknown[] } {
+  const g = item.group;
+  if (g === undefined) return { payload: item.payload, coalesced: undefined, payloads: [item.payload] };
+  const ids = [item.id, ...g.ids];
+  const payloads = g.payloads;
+  const coalesced: CoalescedView = payloads === undefined ? { ids, count: ids.length } : { ids, count: ids.length, payloads };
+  return { payload: g.newest, coalesced, payloads: payloads ?? [g.newest] };
+}
