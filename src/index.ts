@@ -53,7 +53,14 @@ export {
   type Job,
   type JobContext,
   type RegisteredHandler,
+  type BatchContext,
+  type BatchHandler,
+  type BatchItemOutcome,
+  type BatchOptions,
+  type BatchOutcomes,
 } from './consumer/types.js';
+export { defineBatchHandler, type BatchHandlerDefinition } from './consumer/batches.js';
+export type { CoalesceMode, StepRecord } from './ledger/types.js';
 export type { Outcome } from './consumer/job-run.js';
 
 // Errors.

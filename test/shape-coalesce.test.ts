@@ -85,6 +85,27 @@ describe('coalescing', () => {
     expect(order).toEqual(types.map((_, n) => n));
   });
 
+  test('items of a coalescing type are never claimed outside claim rounds (at insert, under an offer, as a successor); other types still are', async () => {
+    const { tl, consumer, queue, producer } = await setUp({
+      upd: defineHandler<{ n: number }>({ coalesce: 'latest', handle: async () => undefined }),
+      plain: async () => undefined,
+    });
+    const outside = (): number => consumer.counters.claimedAtInsert + consumer.counters.handedOver + consumer.counters.claimedWithCompletion;
+    // A producer sharing the consumer's wake channel inserts items claimed for it when it has room.
+    for (let n = 0; n < 5; n++) {
+      await producer.enqueue({ queue, type: 'plain', lane: `p${n}`, payload: { n } });
+      await waitFor(() => consumer.counters.completed === n + 1 || undefined, 10_000, `plain ${n}`);
+    }
+    const plainOutside = outside();
+    expect(plainOutside).toBeGreaterThan(0);
+    for (let n = 0; n < 5; n++) {
+      await producer.enqueue({ queue, type: 'upd', lane: `u${n}`, payload: { n } });
+      await waitFor(() => consumer.counters.completed === 6 + n || undefined, 10_000, `upd ${n}`);
+    }
+    expect(outside()).toBe(plainOutside);
+    expect(await itemCount(tl.ledger, queue, 'completed')).toBe(10);
+  });
+
   test('a bad coalesce option is a ValidationError naming it', async () => {
     tl = await createTestLedger();
     const make = (def: Record<string, unknown>) => () =>

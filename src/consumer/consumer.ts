@@ -16,6 +16,7 @@ import { WakeReader } from '../wake/wake-reader.js';
 import { ClaimScheduler, type SchedulerHost } from './claim-scheduler.js';
 import { BatchCompleter } from './completer.js';
 import { newConsumerCounters, type ConsumerCounters, type ConsumerEvents } from './counters.js';
+import { BatchGatherer } from './batches.js';
 import { coalesceClaimOf, type CoalesceClaim } from './coalescing.js';
 import { Handovers, type HandoverWay } from './handover.js';
 import { leaseTickMs } from './lease-keeper.js';
@@ -106,6 +107,12 @@ export class Consumer<DB = Record<string, never>> extends EventEmitter<ConsumerE
     this.coalesce = coalesceClaimOf(this.handlers);
     this.name = this.settings.name ?? `${hostname()}:${process.pid}:${randomBytes(3).toString('hex')}`;
     this.log = (logger ?? createLogger('lanewake.consumer')).child({ queue: this.settings.queue, consumer: this.name });
+    // A batch handler's items each run on their own, through a gatherer that calls it once per batch.
+    for (const [type, def] of this.handlers) {
+      if (def.batch === undefined) continue;
+      if (def.coalesce !== undefined) throw new ValidationError([{ field: `handlers.${type}.coalesce`, message: 'a batch handler does not coalesce' }], 'consumer options');
+      this.handlers.set(type, { ...def, handle: new BatchGatherer<DB>(type, def.batch.options, def.batch.handle, { ledger }).handleOne });
+    }
     this.maintainer = this.settings.maintenance
       ? new Maintainer({ ledger, wake, queues: [this.settings.queue], log: this.log, batchSize: SWEEP_MAINTENANCE_BATCH })
       : undefined;

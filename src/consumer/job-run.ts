@@ -290,7 +290,10 @@ class JobRun<DB> implements RunningJob {
     /** Why the signal had aborted when the handler settled (a renewal in flight may abort it later). */
     let abortedWith: AbortReason | undefined;
     try {
-      const result = def.handle(job, new Context<DB>(this));
+      const ctx = new Context<DB>(this);
+      // A batch's gatherer ends this run with others: it finds the run by its context.
+      if (def.batch !== undefined) runOfContext.set(ctx, this as unknown as JobRun<unknown>);
+      const result = def.handle(job, ctx);
       returned = { value: await this.waitFor(result instanceof Promise ? result : Promise.resolve(result)) };
     } catch (error) {
       thrown = error;
@@ -328,6 +331,27 @@ class JobRun<DB> implements RunningJob {
       handler.then(resolve, reject);
     });
   }
+}
+
+/** The run behind each context handed out (for a batch handler's gatherer, which ends items of many runs). */
+const runOfContext = new WeakMap<object, JobRun<unknown>>();
+
+function runOf(ctx: object): JobRun<unknown> {
+  const run = runOfContext.get(ctx);
+  if (run === undefined) throw new Error('not the context of a run');
+  return run;
+}
+
+/** The item a run holds, by the context its handler was given. */
+export function heldItemOf(ctx: object): ClaimedItem {
+  return runOf(ctx).item;
+}
+
+/** The run's completion was committed elsewhere (a batch's ctx.transaction): its outcome is written. */
+export function markCompletedElsewhere(ctx: object, laneAdvanced: boolean | undefined): void {
+  const run = runOf(ctx);
+  run.completedInTx = true;
+  run.laneAdvancedInTx = laneAdvanced;
 }
 
 /** What a handler gets as `ctx`: a view of its run. */

@@ -26,6 +26,7 @@ export type ConsumerLedger = PickPresent<
   | 'block'
   | 'cancelClaimed'
   | 'completeWithin'
+  | 'completeManyWithin'
   | 'completeManyClaimingNext'
   | 'sweepSignals'
 >;

@@ -95,6 +95,37 @@ export interface HandlerDefinition<P = unknown, DB = Record<string, never>> {
   coalesceMax?: number;
 }
 
+/** How one item of a batch ended, by its id in the handler's answer (docs/design.md §4, Batch handlers). */
+export type BatchItemOutcome =
+  | { outcome: 'complete'; result?: unknown }
+  | { outcome: 'retry'; error: unknown }
+  | { outcome: 'dead'; error: unknown; failureClass?: string }
+  | { outcome: 'release'; delayMs?: number; reason?: string };
+
+/** A batch handler's answer: an outcome per item id. An item left out is retried. */
+export type BatchOutcomes = Readonly<Record<string, BatchItemOutcome>>;
+
+export interface BatchContext<DB = Record<string, never>> {
+  /** Aborted when the batch's items are taken back: the consumer shuts down, or the batch's deadline passed. */
+  signal: AbortSignal;
+  /**
+   * Runs `fn` in one ledger transaction that also completes every item its
+   * answer completes, each by its own CAS: `fn`'s writes and those
+   * completions commit together, or nothing does (one lost lease rolls all
+   * back, and the batch is retried). Its answer is the batch's.
+   */
+  transaction(fn: (trx: Transaction<DB>) => Promise<BatchOutcomes>): Promise<BatchOutcomes>;
+}
+
+export type BatchHandler<P = unknown, DB = Record<string, never>> = (jobs: Job<P>[], ctx: BatchContext<DB>) => Promise<BatchOutcomes>;
+
+export interface BatchOptions {
+  /** Items one call takes at most; each takes an executor slot while its batch gathers and runs. */
+  max: number;
+  /** How long the first item of a batch waits for others before the batch runs anyway. */
+  maxWaitMs: number;
+}
+
 /** A definition with its payload type erased, so one map can hold handlers of many payload types. */
 export interface RegisteredHandler<DB = Record<string, never>> {
   handle: Handler<unknown, DB>;
@@ -102,6 +133,8 @@ export interface RegisteredHandler<DB = Record<string, never>> {
   deadlineMs?: number;
   coalesce?: CoalesceMode;
   coalesceMax?: number;
+  /** A batch handler's (defineBatchHandler): its items are gathered into calls of `handle`. */
+  batch?: { options: BatchOptions; handle: BatchHandler<unknown, DB> };
 }
 
 /** Declares a handler with a payload schema; the payload type flows from the schema to `job.payload`. */

@@ -29,7 +29,7 @@ import {
 } from './inputs.js';
 import { fleetStats, type FleetStats } from './fleet-stats.js';
 import { assertSchemaCurrent, migrate, schemaStatus, type MigrateResult, type SchemaStatus } from './migrations.js';
-import { completeEntries, completeInTransaction, completeWithin, completion, encodeCapped, encodeProgress, errorText, finish, retryEnding, type FinishTarget } from './outcomes.js';
+import { completeEntries, completeInTransaction, completeManyWithin, completeWithin, completion, encodeCapped, encodeProgress, errorText, finish, retryEnding, type FinishTarget } from './outcomes.js';
 import { parseJson } from './rows.js';
 import { finalizeBlock } from './sql/block.js';
 import { cancelItem } from './sql/cancel.js';
@@ -266,6 +266,20 @@ export class Ledger {
    */
   completeWithin<T>(handle: LeaseHandle, fn: (trx: Transaction<Record<string, never>>) => Promise<T>): Promise<{ value: T; laneAdvanced: boolean | undefined }> {
     return completeWithin(this.finishTarget, handle, fn);
+  }
+
+  /**
+   * A batch handler's ctx.transaction: `fn`, then the completion of each
+   * item `completions` names (of `handles`), in one ledger transaction;
+   * LeaseLostError when one CAS loses (nothing commits).
+   * @internal
+   */
+  completeManyWithin<T>(
+    handles: readonly LeaseHandle[],
+    fn: (trx: Transaction<Record<string, never>>) => Promise<T>,
+    completions: (value: T) => readonly { id: string; result: unknown }[],
+  ): Promise<{ value: T; completed: Map<string, boolean | undefined> }> {
+    return completeManyWithin(this.finishTarget, handles, fn, completions);
   }
 
   /**

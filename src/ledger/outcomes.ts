@@ -125,6 +125,38 @@ export function completeWithin<T>(
   );
 }
 
+/**
+ * Ledger.completeManyWithin: `fn`, then the completions its value asks for,
+ * each by its own CAS and in id order (the order claims lock rows in), in
+ * one transaction, for a batch handler's ctx.transaction. Runs again after
+ * a conflict or a connection lost before COMMIT, as completeWithin; one
+ * lost CAS (LeaseLostError) rolls everything back.
+ */
+export function completeManyWithin<T>(
+  target: FinishTarget,
+  handles: readonly LeaseHandle[],
+  fn: (trx: Transaction<Record<string, never>>) => Promise<T>,
+  completions: (value: T) => readonly { id: string; result: unknown }[],
+): Promise<{ value: T; completed: Map<string, LaneHandedOn> }> {
+  const byId = new Map(handles.map((h) => [h.id, h]));
+  let last: LeaseHandle[] = [];
+  return runTransaction(
+    target.db,
+    async (trx) => {
+      const value = await fn(trx);
+      const wanted = [...completions(value)].filter((c) => byId.has(c.id)).sort((a, b) => (a.id < b.id ? -1 : a.id > b.id ? 1 : 0));
+      const completed = new Map<string, LaneHandedOn>();
+      for (const c of wanted) completed.set(c.id, await completeInTransaction(target, trx, byId.get(c.id)!, c.result));
+      last = wanted.map((c) => byId.get(c.id)!);
+      return { value, completed };
+    },
+    async () => {
+      const settled = await completionsSettled(target.db, target.tables, last);
+      return settled.every((s) => s === 'completed') ? true : settled.every((s) => s !== 'completed') ? false : undefined;
+    },
+  );
+}
+
 /** A completion inside the caller's transaction; throws LeaseLostError when the CAS loses. */
 export async function completeInTransaction(target: FinishTarget, trx: Executor, handle: LeaseHandle, result: unknown): Promise<LaneHandedOn> {
   const json = result === undefined ? null : encodeCapped(result, target.resultMaxBytes, 'result');
