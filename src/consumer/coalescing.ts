@@ -48,11 +48,11 @@ export interface CoalescedView<P = unknown> {
  * it: `latest` and the others see the newest payload as `job.payload`.
  * Items that are not a group's head run as themselves.
  */
-export function groupView(item: ClaimedItem): { payload: unknown; coalesced: CoalescedView | undefined; payloads: unknown[] } {
+export function groupView(item: ClaimedItem): { payload: unknown; coalesced: CoalescedView | undefined } {
   const g = item.group;
-  if (g === undefined) return { payload: item.payload, coalesced: undefined, payloads: [item.payload] };
+  if (g === undefined) return { payload: item.payload, coalesced: undefined };
   const ids = [item.id, ...g.ids];
   const payloads = g.payloads;
   const coalesced: CoalescedView = payloads === undefined ? { ids, count: ids.length } : { ids, count: ids.length, payloads };
-  return { payload: g.newest, coalesced, payloads: payloads ?? [g.newest] };
+  return { payload: g.newest, coalesced };
 }

@@ -243,6 +243,13 @@ class JobRun<DB> implements RunningJob {
     const { deps, item } = this;
     const def = deps.handlers.get(item.type);
     if (!def) return writeUnowned(deps, item);
+    if (item.group === undefined) {
+      // A lone item (every item but a coalesced group's head): no view to make.
+      if (!def.schema) return { def, payload: item.payload, coalesced: undefined };
+      const parsed = def.schema.safeParse(item.payload);
+      if (parsed.success) return { def, payload: parsed.data, coalesced: undefined };
+      return writeInvalidPayload(deps, item, parsed.error.issues.map((i) => `${i.path.join('.') || '(payload)'}: ${i.message}`).join('; '));
+    }
     const view = groupView(item);
     if (!def.schema) return { def, payload: view.payload, coalesced: view.coalesced };
     const parsed = def.schema.safeParse(view.payload);
