@@ -38,16 +38,30 @@ interface Result {
   jobsPerS: number;
 }
 
-async function drain(coalesce: boolean): Promise<Result> {
+/** A migrated ledger on a database of its own and a wake channel on keys of its own, for one run; dropped after. */
+async function withFreshLedger<T>(run: (ledger: Ledger, wake: WakeChannel, producer: Producer) => Promise<T>): Promise<T> {
   const db = await createBenchDatabase('lwshape');
   const ledger = new Ledger({ url: db.url, poolSize: 10 });
   const wake = new WakeChannel({ redis: REDIS_URL, keyPrefix: `lwshape:${db.name}:` });
   try {
     await ledger.migrate();
+    return await run(ledger, wake, new Producer({ ledger, wake }));
+  } finally {
+    await wake.close();
+    await ledger.close();
+    await db.drop();
+  }
+}
+
+/** Enqueues `items` ahead of the drain, 1,000 at a time. */
+async function enqueueAhead(producer: Producer, items: readonly Parameters<Producer['enqueueMany']>[0][number][]): Promise<void> {
+  for (let i = 0; i < items.length; i += 1000) await producer.enqueueMany(items.slice(i, i + 1000));
+}
+
+function drain(coalesce: boolean): Promise<Result> {
+  return withFreshLedger(async (ledger, wake, producer) => {
     const queue = 'shapes';
-    const producer = new Producer({ ledger, wake });
-    const updates = Array.from({ length: ITEMS }, (_, n) => ({ queue, type: 'upd', lane: `key:${n % KEYS}`, payload: { key: n % KEYS, n } }));
-    for (let i = 0; i < updates.length; i += 1000) await producer.enqueueMany(updates.slice(i, i + 1000));
+    await enqueueAhead(producer, Array.from({ length: ITEMS }, (_, n) => ({ queue, type: 'upd', lane: `key:${n % KEYS}`, payload: { key: n % KEYS, n } })));
     let calls = 0;
     const newestSeen = new Map<number, number>();
     const handle = async (job: { payload: { key: number; n: number } }): Promise<void> => {
@@ -77,11 +91,7 @@ async function drain(coalesce: boolean): Promise<Result> {
       if (newestSeen.get(key) !== newest) throw new Error(`key ${key}: the last call saw update ${newestSeen.get(key)}, not the newest (${newest})`);
     }
     return { calls, jobsPerS: ITEMS / seconds };
-  } finally {
-    await wake.close();
-    await ledger.close();
-    await db.drop();
-  }
+  });
 }
 
 interface BatchResult {
@@ -90,17 +100,11 @@ interface BatchResult {
   roundTripsPerItem: number;
 }
 
-async function drainWrites(batched: boolean): Promise<BatchResult> {
-  const db = await createBenchDatabase('lwshape');
-  const ledger = new Ledger({ url: db.url, poolSize: 10 });
-  const wake = new WakeChannel({ redis: REDIS_URL, keyPrefix: `lwshape:${db.name}:` });
-  try {
-    await ledger.migrate();
+function drainWrites(batched: boolean): Promise<BatchResult> {
+  return withFreshLedger(async (ledger, wake, producer) => {
     await sql`CREATE TABLE writes (item_id VARCHAR(32) NOT NULL PRIMARY KEY, n INT NOT NULL)`.execute(ledger.db);
     const queue = 'batches';
-    const producer = new Producer({ ledger, wake });
-    const items = Array.from({ length: ITEMS }, (_, n) => ({ queue, type: 'write', payload: { n } }));
-    for (let i = 0; i < items.length; i += 1000) await producer.enqueueMany(items.slice(i, i + 1000));
+    await enqueueAhead(producer, Array.from({ length: ITEMS }, (_, n) => ({ queue, type: 'write', payload: { n } })));
     const write = batched
       ? defineBatchHandler<{ n: number }>({
           batch: { max: 32, maxWaitMs: 20 },
@@ -137,11 +141,7 @@ async function drainWrites(batched: boolean): Promise<BatchResult> {
       statementsPerItem: shapes.reduce((sum, x) => sum + x.statements * x.count, 0) / ITEMS,
       roundTripsPerItem: shapes.reduce((sum, x) => sum + x.count, 0) / ITEMS,
     };
-  } finally {
-    await wake.close();
-    await ledger.close();
-    await db.drop();
-  }
+  });
 }
 
 runBenchmark(async () => {

@@ -1,38 +1,22 @@
 import { sql } from 'kysely';
-import { afterEach, describe, expect, test } from 'vitest';
+import { describe, expect, test } from 'vitest';
 import { defineBatchHandler } from '../src/consumer/batches.js';
 import { Consumer } from '../src/consumer/consumer.js';
 import type { BatchOutcomes, HandlerEntry, Job } from '../src/consumer/types.js';
 import { ValidationError } from '../src/errors.js';
 import { Producer } from '../src/producer/producer.js';
-import { createTestWake, uniqueQueue, type TestWake } from './support/engine.js';
+import { consumerHarness } from './support/consumer-harness.js';
 import { history, itemCount, mustGet } from './support/items.js';
-import { createTestLedger, waitFor, type TestLedger } from './support/ledger.js';
+import { waitFor, type TestLedger } from './support/ledger.js';
 
 // Batch handlers through a consumer (docs/design.md §4, Batch handlers).
 
-let tl: TestLedger | undefined;
-let tw: TestWake | undefined;
-let cleanups: (() => Promise<unknown> | void)[] = [];
-
-afterEach(async () => {
-  for (const c of cleanups.reverse()) await Promise.resolve(c()).catch(() => undefined);
-  cleanups = [];
-  await tw?.drop();
-  await tl?.drop();
-  tw = undefined;
-  tl = undefined;
-});
+const harness = consumerHarness('batch');
 
 async function setUp(handlers: Record<string, HandlerEntry>, concurrency = 8): Promise<{ tl: TestLedger; consumer: Consumer; queue: string; producer: Producer }> {
-  tl = await createTestLedger();
-  tw = createTestWake();
+  const { tl, queue, producer } = await harness.setUp();
   await sql`CREATE TABLE batch_writes (item_id VARCHAR(32) NOT NULL PRIMARY KEY)`.execute(tl.ledger.db);
-  const queue = uniqueQueue('batch');
-  const consumer = new Consumer({ ledger: tl.ledger, wake: tw.wake, queue, concurrency, pollIntervalMs: 200, backoff: { baseMs: 50, factor: 1 }, handlers });
-  cleanups.push(() => consumer.stop({ drainTimeoutMs: 1000 }));
-  await consumer.start();
-  return { tl, consumer, queue, producer: new Producer({ ledger: tl.ledger, wake: tw.wake }) };
+  return { tl, consumer: await harness.consumer(handlers, { concurrency, backoff: { baseMs: 50, factor: 1 } }), queue, producer };
 }
 
 type N = { n: number };

@@ -1,35 +1,19 @@
-import { afterEach, describe, expect, test } from 'vitest';
+import { describe, expect, test } from 'vitest';
 import { Consumer } from '../src/consumer/consumer.js';
 import { defineHandler, type HandlerEntry } from '../src/consumer/types.js';
 import { ValidationError } from '../src/errors.js';
 import { Producer } from '../src/producer/producer.js';
-import { createTestWake, uniqueQueue, type TestWake } from './support/engine.js';
+import { consumerHarness } from './support/consumer-harness.js';
 import { itemCount } from './support/items.js';
-import { createTestLedger, waitFor, type TestLedger } from './support/ledger.js';
+import { waitFor, type TestLedger } from './support/ledger.js';
 
 // Coalescing through a consumer (docs/design.md §4, Coalescing).
 
-let tl: TestLedger | undefined;
-let tw: TestWake | undefined;
-let cleanups: (() => Promise<unknown> | void)[] = [];
-
-afterEach(async () => {
-  for (const c of cleanups.reverse()) await Promise.resolve(c()).catch(() => undefined);
-  cleanups = [];
-  await tw?.drop();
-  await tl?.drop();
-  tw = undefined;
-  tl = undefined;
-});
+const harness = consumerHarness('coalesce');
 
 async function setUp(handlers: Record<string, HandlerEntry>): Promise<{ tl: TestLedger; consumer: Consumer; queue: string; producer: Producer }> {
-  tl = await createTestLedger();
-  tw = createTestWake();
-  const queue = uniqueQueue('coalesce');
-  const consumer = new Consumer({ ledger: tl.ledger, wake: tw.wake, queue, concurrency: 4, pollIntervalMs: 200, handlers });
-  cleanups.push(() => consumer.stop({ drainTimeoutMs: 1000 }));
-  await consumer.start();
-  return { tl, consumer, queue, producer: new Producer({ ledger: tl.ledger, wake: tw.wake }) };
+  const { tl, queue, producer } = await harness.setUp();
+  return { tl, consumer: await harness.consumer(handlers, { concurrency: 4 }), queue, producer };
 }
 
 interface Run {
@@ -107,9 +91,9 @@ describe('coalescing', () => {
   });
 
   test('a bad coalesce option is a ValidationError naming it', async () => {
-    tl = await createTestLedger();
+    const { tl } = await harness.setUp();
     const make = (def: Record<string, unknown>) => () =>
-      new Consumer({ ledger: tl!.ledger, queue: 'q', handlers: { t: { handle: async () => undefined, ...def } as HandlerEntry } });
+      new Consumer({ ledger: tl.ledger, queue: 'q', handlers: { t: { handle: async () => undefined, ...def } as HandlerEntry } });
     for (const [def, field] of [
       [{ coalesce: 'newest' }, 'handlers.t.coalesce'],
       [{ coalesce: 'latest', coalesceMax: 0 }, 'handlers.t.coalesceMax'],

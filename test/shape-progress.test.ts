@@ -1,37 +1,21 @@
-import { afterEach, describe, expect, test } from 'vitest';
+import { describe, expect, test } from 'vitest';
 import { Consumer } from '../src/consumer/consumer.js';
 import type { HandlerEntry } from '../src/consumer/types.js';
 import { ValidationError } from '../src/errors.js';
 import { Producer } from '../src/producer/producer.js';
 import { itemView, ledgerReadiness, startAdminServer } from '../src/supervisor/admin-server.js';
 import { LanewakeMetrics } from '../src/supervisor/metrics.js';
-import { createTestWake, uniqueQueue, type TestWake } from './support/engine.js';
+import { consumerHarness } from './support/consumer-harness.js';
 import { mustGet } from './support/items.js';
-import { createTestLedger, waitFor, type TestLedger } from './support/ledger.js';
+import { waitFor, type TestLedger } from './support/ledger.js';
 
 // ctx.progress through a consumer (docs/design.md §4, "Progress").
 
-let tl: TestLedger | undefined;
-let tw: TestWake | undefined;
-let cleanups: (() => Promise<unknown> | void)[] = [];
-
-afterEach(async () => {
-  for (const c of cleanups.reverse()) await Promise.resolve(c()).catch(() => undefined);
-  cleanups = [];
-  await tw?.drop();
-  await tl?.drop();
-  tw = undefined;
-  tl = undefined;
-});
+const harness = consumerHarness('progress');
 
 async function setUp(handlers: Record<string, HandlerEntry>): Promise<{ tl: TestLedger; consumer: Consumer; queue: string; producer: Producer }> {
-  tl = await createTestLedger();
-  tw = createTestWake();
-  const queue = uniqueQueue('progress');
-  const consumer = new Consumer({ ledger: tl.ledger, wake: tw.wake, queue, concurrency: 2, pollIntervalMs: 200, handlers });
-  cleanups.push(() => consumer.stop({ drainTimeoutMs: 1000 }));
-  await consumer.start();
-  return { tl, consumer, queue, producer: new Producer({ ledger: tl.ledger, wake: tw.wake }) };
+  const { tl, queue, producer } = await harness.setUp();
+  return { tl, consumer: await harness.consumer(handlers, { concurrency: 2 }), queue, producer };
 }
 
 /** A promise and the function that resolves it. */
@@ -59,7 +43,7 @@ describe('progress', () => {
       },
     });
     const metrics = new LanewakeMetrics({ defaultMetrics: false });
-    cleanups.push(metrics.observeConsumer(consumer));
+    harness.cleanup(metrics.observeConsumer(consumer));
     const admin = await startAdminServer({
       port: 0,
       metrics,
@@ -68,7 +52,7 @@ describe('progress', () => {
       item: (id) => itemView(tl.ledger, id),
       version: 'test',
     });
-    cleanups.push(() => admin.close());
+    harness.cleanup(() => admin.close());
 
     const startedAt = Date.now();
     const { id } = await producer.enqueue({ queue, type: 'long', payload: { secret: 'kept from operators' } });

@@ -1,44 +1,29 @@
-import { afterEach, describe, expect, test } from 'vitest';
+import { describe, expect, test } from 'vitest';
 import { Consumer } from '../src/consumer/consumer.js';
 import type { Outcome } from '../src/consumer/job-run.js';
 import type { HandlerEntry } from '../src/consumer/types.js';
 import { Producer } from '../src/producer/producer.js';
-import { createTestWake, uniqueQueue, type TestWake } from './support/engine.js';
+import { consumerHarness, type ConsumerSetup } from './support/consumer-harness.js';
 import { mustGet } from './support/items.js';
-import { createTestLedger, waitFor, type TestLedger } from './support/ledger.js';
+import { waitFor } from './support/ledger.js';
 import { ChildConsumer } from './support/processes.js';
 import { redisUrl } from './support/services.js';
 import { createStepEffectsTable, stepEffects, threeStepHandler } from './support/step-effects.js';
 
 // Durable steps through a consumer (docs/design.md §4, "Durable steps").
 
-let tl: TestLedger | undefined;
-let tw: TestWake | undefined;
-let cleanups: (() => Promise<unknown> | void)[] = [];
+const harness = consumerHarness('steps');
 
-afterEach(async () => {
-  for (const c of cleanups.reverse()) await Promise.resolve(c()).catch(() => undefined);
-  cleanups = [];
-  await tw?.drop();
-  await tl?.drop();
-  tw = undefined;
-  tl = undefined;
-});
-
-async function setUp(): Promise<{ tl: TestLedger; tw: TestWake; queue: string; producer: Producer }> {
-  tl = await createTestLedger();
-  tw = createTestWake();
-  await createStepEffectsTable(tl.ledger);
-  return { tl, tw, queue: uniqueQueue('steps'), producer: new Producer({ ledger: tl.ledger, wake: tw.wake }) };
+async function setUp(): Promise<ConsumerSetup> {
+  const setup = await harness.setUp();
+  await createStepEffectsTable(setup.tl.ledger);
+  return setup;
 }
 
-async function startConsumer(queue: string, handlers: Record<string, HandlerEntry>, outcomes?: Map<string, Outcome[]>): Promise<Consumer> {
+async function startConsumer(_queue: string, handlers: Record<string, HandlerEntry>, outcomes?: Map<string, Outcome[]>): Promise<Consumer> {
   // Retries come back after 50 ms, so a test of several attempts stays short.
-  if (!tl || !tw) throw new Error('setUp first');
-  const consumer = new Consumer({ ledger: tl.ledger, wake: tw.wake, queue, name: 'local', concurrency: 2, pollIntervalMs: 200, leaseMs: 2000, backoff: { baseMs: 50, factor: 1 }, handlers });
+  const consumer = await harness.consumer(handlers, { name: 'local', concurrency: 2, leaseMs: 2000, backoff: { baseMs: 50, factor: 1 } });
   consumer.on('outcome', (item, outcome) => outcomes?.set(item.id, [...(outcomes.get(item.id) ?? []), outcome]));
-  cleanups.push(() => consumer.stop({ drainTimeoutMs: 1000 }));
-  await consumer.start();
   return consumer;
 }
 
@@ -47,7 +32,7 @@ describe('durable steps', () => {
     const { tl, tw, queue, producer } = await setUp();
     const { id } = await producer.enqueue({ queue, type: 'step', payload: {} });
     const child = new ChildConsumer({ dbUrl: tl.url, redisUrl: redisUrl(), keyPrefix: tw.keyPrefix, queue, name: 'child', mode: 'steps-hang', leaseMs: 2000, pollIntervalMs: 200 });
-    cleanups.push(() => child.kill());
+    harness.cleanup(() => child.kill());
     await child.waitReady();
     await waitFor(async () => (await tl.ledger.steps(id)).some((s) => s.name === 'two') || undefined, 30_000, 'step two recorded by the child');
     await child.kill();
