@@ -20,46 +20,23 @@ import { sql } from 'kysely';
 import { Consumer } from '../src/consumer/consumer.js';
 import { defineBatchHandler } from '../src/consumer/batches.js';
 import { defineHandler } from '../src/consumer/types.js';
-import { Ledger } from '../src/ledger/ledger.js';
 import { createLogger } from '../src/log.js';
-import { Producer } from '../src/producer/producer.js';
-import { WakeChannel } from '../src/wake/wake-channel.js';
 import { installRoundTripCounter, setPhase, takePhase } from './sql-count.js';
-import { cliFlag, codeRevision, createBenchDatabase, fmt, median, printTable, progress, runBenchmark } from './support.js';
+import { enqueueAhead, withFreshLedger } from './fresh-ledger.js';
+import { cliFlag, codeRevision, fmt, median, printTable, progress, runBenchmark } from './support.js';
 
 const RUNS = Number(cliFlag('--runs') ?? 3);
 const SCALE = Number(cliFlag('--scale') ?? 1);
 const ITEMS = Math.round(20_000 * SCALE);
 const KEYS = 100;
-const REDIS_URL = process.env.LANEWAKE_BENCH_REDIS_URL ?? 'redis://127.0.0.1:6379';
 
 interface Result {
   calls: number;
   jobsPerS: number;
 }
 
-/** A migrated ledger on a database of its own and a wake channel on keys of its own, for one run; dropped after. */
-async function withFreshLedger<T>(run: (ledger: Ledger, wake: WakeChannel, producer: Producer) => Promise<T>): Promise<T> {
-  const db = await createBenchDatabase('lwshape');
-  const ledger = new Ledger({ url: db.url, poolSize: 10 });
-  const wake = new WakeChannel({ redis: REDIS_URL, keyPrefix: `lwshape:${db.name}:` });
-  try {
-    await ledger.migrate();
-    return await run(ledger, wake, new Producer({ ledger, wake }));
-  } finally {
-    await wake.close();
-    await ledger.close();
-    await db.drop();
-  }
-}
-
-/** Enqueues `items` ahead of the drain, 1,000 at a time. */
-async function enqueueAhead(producer: Producer, items: readonly Parameters<Producer['enqueueMany']>[0][number][]): Promise<void> {
-  for (let i = 0; i < items.length; i += 1000) await producer.enqueueMany(items.slice(i, i + 1000));
-}
-
 function drain(coalesce: boolean): Promise<Result> {
-  return withFreshLedger(async (ledger, wake, producer) => {
+  return withFreshLedger('lwshape', async (ledger, wake, producer) => {
     const queue = 'shapes';
     await enqueueAhead(producer, Array.from({ length: ITEMS }, (_, n) => ({ queue, type: 'upd', lane: `key:${n % KEYS}`, payload: { key: n % KEYS, n } })));
     let calls = 0;
@@ -101,7 +78,7 @@ interface BatchResult {
 }
 
 function drainWrites(batched: boolean): Promise<BatchResult> {
-  return withFreshLedger(async (ledger, wake, producer) => {
+  return withFreshLedger('lwshape', async (ledger, wake, producer) => {
     await sql`CREATE TABLE writes (item_id VARCHAR(32) NOT NULL PRIMARY KEY, n INT NOT NULL)`.execute(ledger.db);
     const queue = 'batches';
     await enqueueAhead(producer, Array.from({ length: ITEMS }, (_, n) => ({ queue, type: 'write', payload: { n } })));

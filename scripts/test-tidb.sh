@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # npm run test:tidb: the suites against a real TiDB (standalone, unistore), built from the Go module
 # proxy into ~/.cache/lanewake the first time (scripts/tidb.sh). First every suite in TiDB's default
-# pessimistic mode, then the ledger suites and the handler shapes' suites (test/shape-*) again with the
+# pessimistic mode, then the ledger suites, the handler shapes' suites (test/shape-*) and the fleet cap's again with the
 # ledger's sessions in optimistic mode.
 #   npm run test:tidb                        both runs
 #   npm run test:tidb -- test/ledger-lanes.test.ts   only these files, in both modes
@@ -25,5 +25,5 @@ echo "test:tidb: the ledger suites, optimistic mode"
 if [[ $# -gt 0 ]]; then
   LANEWAKE_TEST_TIDB_TXN_MODE=optimistic npx vitest run "$@"
 else
-  LANEWAKE_TEST_TIDB_TXN_MODE=optimistic npx vitest run test/ledger- test/conformance/ test/shape-
+  LANEWAKE_TEST_TIDB_TXN_MODE=optimistic npx vitest run test/ledger- test/conformance/ test/shape- test/fleet-cap
 fi

@@ -299,11 +299,12 @@ export class ClaimScheduler<DB> {
       leaseMs: s.leaseMs,
       ...(s.epoch !== undefined ? { epoch: s.epoch } : {}),
       ...(coalesce !== undefined ? { coalesce } : {}),
+      ...(s.maxProcessing !== undefined ? { maxProcessing: s.maxProcessing } : {}),
     };
     const types = s.types ? { types: s.types } : {};
     if (s.maxProcessing !== undefined) {
-      // The claim limiter: never push the fleet past the cap. At the cap nothing new is
-      // claimed; expired leases still go back to pending through the sweep.
+      // The claim limiter. The ledger holds the cap in each claim's own transaction; this count
+      // only spares a round its claims when the fleet is at the cap already (docs/design.md §6).
       const room = s.maxProcessing - (await this.ledger.countProcessing(s.queue));
       if (room <= 0) {
         for (const id of ids) this.targeted.add(id);

@@ -104,7 +104,7 @@ export const consumerSettingsSchema = z
       .max(1_000_000)
       .optional()
       .describe(
-        "Fleet-wide cap on this queue's `processing` items, read from the ledger before each claim. The read and the claim are two statements, so consumers claiming at the same instant can overshoot it by their batch. Default: none.",
+        "Fleet-wide cap on this queue's `processing` items, held by the ledger in each claim's own transaction: never exceeded, whatever the number of consumers. At the cap no new item is admitted; expired leases are still reclaimed, and go first. Capped claims of a queue take turns on one row. Default: none.",
       ),
     epoch: z.number().int().min(0).optional().describe('Ownership epoch to fence claims with (docs/design.md, Ownership epochs). Default: none.'),
   })

@@ -93,6 +93,8 @@ export const claimSchema = z
     classes: z.array(queueClass).min(1, 'give at least one class, or leave it out for all').optional(),
     types: z.array(typeName).min(1, 'give at least one type, or leave it out for all').max(200).optional(),
     epoch: z.number().int().min(0).optional(),
+    /** The queue's fleet cap: the claim leaves at most this many of the queue's items processing (docs/design.md §6, "The fleet cap"). */
+    maxProcessing: z.number().int().min(1).max(1_000_000).optional(),
     /** Heads of these types take their lane's next pending items of their type with them (docs/design.md §4, Coalescing). */
     coalesce: z
       .object({

@@ -250,6 +250,21 @@ const MIGRATIONS: readonly Migration[] = [
       for (const change of add) await sql`ALTER TABLE ${t.items} ${change}`.execute(conn);
     },
   },
+  {
+    version: 8,
+    name: 'queues',
+    // One row per queue that a claim has capped: every capped claim of the
+    // queue writes it first, so capped claims take turns and each counts the
+    // processing items after the one before it committed (sql/admission.ts).
+    statements: (t) => [
+      sql`CREATE TABLE IF NOT EXISTS ${t.queues} (
+        queue VARCHAR(64) ${ASCII} NOT NULL,
+        capped_claims BIGINT NOT NULL DEFAULT 0,
+        updated_at DATETIME(6) NOT NULL,
+        PRIMARY KEY (queue) /*T![clustered_index] CLUSTERED */
+      ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin`,
+    ],
+  },
 ];
 
 async function columnNames(conn: LedgerDb, table: string): Promise<Set<string>> {

@@ -15,6 +15,8 @@ export interface LedgerTables {
   readonly fleetTasks: RawBuilder<unknown>;
   /** One row per finished durable step of an item (schema 7): ctx.step's record. */
   readonly steps: RawBuilder<unknown>;
+  /** One row per queue a claim has capped (schema 8): capped claims of the queue write it first, and take turns on it. */
+  readonly queues: RawBuilder<unknown>;
   readonly migrations: RawBuilder<unknown>;
 }
 
@@ -30,6 +32,7 @@ export function ledgerTables(prefix: string): LedgerTables {
     ownership: t('ownership'),
     fleetTasks: t('fleet_tasks'),
     steps: t('steps'),
+    queues: t('queues'),
     migrations: t('migrations'),
   };
 }

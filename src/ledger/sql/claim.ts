@@ -1,12 +1,13 @@
 import { sql, type RawBuilder } from 'kysely';
 import type { LedgerCapabilities } from '../capabilities.js';
-import type { Executor } from '../connection.js';
+import type { Executor, LedgerDb } from '../connection.js';
 import { newLeaseToken } from '../ids.js';
 import { isConnectionError, readAfterLostConnection, retryOnConflict } from '../retry.js';
 import type { ClaimedRow } from '../rows.js';
 import type { LedgerTables } from '../tables.js';
 import type { ClaimedItem, ClaimOutcome, QueueClass } from '../types.js';
 import { QUEUE_CLASSES } from '../types.js';
+import { claimUnderCap } from './admission.js';
 import { CLAIMED_COLUMNS, claimedItems, grantLease, leaseAssignments, readBackClaimed } from './claimed.js';
 import { joinGroups, type CoalesceSpec } from './coalesce.js';
 import { affected, inline, list } from './common.js';
@@ -19,6 +20,8 @@ export interface ClaimSpec {
   epoch?: number | undefined;
   /** Heads of these types take their lane's next pending items of their type with them (docs/design.md §4, Coalescing). */
   coalesce?: CoalesceSpec | undefined;
+  /** The queue's fleet cap: the claim takes no more than leaves this many processing (docs/design.md §6, "The fleet cap"). */
+  maxProcessing?: number | undefined;
 }
 
 export interface ClaimHeadsSpec extends ClaimSpec {
@@ -47,13 +50,42 @@ const MAX_CANDIDATES = 1000;
  * token won. No UPDATE … ORDER BY … LIMIT: on MariaDB that reads and locks
  * the whole claimable range.
  */
-export async function claimHeads(exec: Executor, caps: LedgerCapabilities, t: LedgerTables, spec: ClaimHeadsSpec): Promise<ClaimOutcome> {
+export async function claimHeads(db: LedgerDb, caps: LedgerCapabilities, t: LedgerTables, spec: ClaimHeadsSpec): Promise<ClaimOutcome> {
+  if (spec.maxProcessing !== undefined) return claimHeadsUnderCap(db, caps, t, spec, spec.maxProcessing);
   // A victim of the server (a deadlock, a lock wait timeout, a TiDB write conflict) wrote nothing: claim again.
-  const claimed = await retryOnConflict(() => claimHeadsOnce(exec, caps, t, spec));
-  return { ...claimed, items: await withGroups(exec, t, claimed.items, spec) };
+  const claimed = await retryOnConflict(() => claimHeadsOnce(db, caps, t, spec));
+  return { ...claimed, items: await withGroups(db, t, claimed.items, spec) };
 }
 
 async function claimHeadsOnce(exec: Executor, caps: LedgerCapabilities, t: LedgerTables, spec: ClaimHeadsSpec): Promise<ClaimOutcome> {
+  const candidates = await readCandidates(exec, t, spec);
+  if (candidates.length === 0) return { items: [], moreAvailable: false };
+  const chosen = pick(candidates, spec.limit);
+  const items = await casClaim(exec, caps, t, spec, chosen);
+  return { items, moreAvailable: candidates.length > chosen.length };
+}
+
+/** The candidates are read in the claim's turn on the queue's row, with the count: read before, they would be what the turn before took. */
+async function claimHeadsUnderCap(db: LedgerDb, caps: LedgerCapabilities, t: LedgerTables, spec: ClaimHeadsSpec, maxProcessing: number): Promise<ClaimOutcome> {
+  const token = newLeaseToken();
+  let moreAvailable = false;
+  const turn = { queue: spec.queue, maxProcessing, heldUnder: token, alongside: candidatesQuery(t, spec) };
+  const items = await claimUnderCap(db, caps, t, turn, async (trx, room, candidates) => {
+    if (candidates.length === 0) return [];
+    const ids = pick(candidates, Math.min(spec.limit, room));
+    moreAvailable = candidates.length > ids.length;
+    const heads = await casClaim(trx, caps, t, spec, ids, { token, inTransaction: true });
+    return withGroups(trx, t, heads, spec, { budget: room - heads.length, inTransaction: true });
+  });
+  return { items, moreAvailable };
+}
+
+async function readCandidates(exec: Executor, t: LedgerTables, spec: ClaimHeadsSpec): Promise<Candidate[]> {
+  return (await candidatesQuery(t, spec).execute(exec)).rows;
+}
+
+/** Due pending lane heads of the claim's classes (and types), earliest first per class: one ordered, limited index range each. */
+function candidatesQuery(t: LedgerTables, spec: ClaimHeadsSpec): RawBuilder<Candidate> {
   const classes = spec.classes && spec.classes.length > 0 ? spec.classes : QUEUE_CLASSES;
   const want = candidateCount(spec.limit);
   const typeFilter = spec.types && spec.types.length > 0 ? sql`AND type IN (${list(spec.types)})` : sql``;
@@ -63,17 +95,27 @@ async function claimHeadsOnce(exec: Executor, caps: LedgerCapabilities, t: Ledge
         AND run_after <= NOW(6) ${typeFilter}
       ORDER BY priority, run_after LIMIT ${want})`,
   );
-  const candidates = await sql<{ id: string; priority: number; run_after: Date }>`${sql.join(perClass, sql` UNION ALL `)}`.execute(exec);
-  if (candidates.rows.length === 0) return { items: [], moreAvailable: false };
-
-  const chosen = pick(candidates.rows, spec.limit);
-  const items = await casClaim(exec, caps, t, spec, chosen);
-  return { items, moreAvailable: candidates.rows.length > chosen.length };
+  return sql<Candidate>`${sql.join(perClass, sql` UNION ALL `)}`;
 }
 
-/** The heads' groups, for a consumer that coalesces some types; after the CAS, so a conflict there never runs the CAS again. */
-function withGroups(exec: Executor, t: LedgerTables, heads: ClaimedItem[], spec: ClaimSpec): Promise<ClaimedItem[]> | ClaimedItem[] {
-  return spec.coalesce === undefined || heads.length === 0 ? heads : joinGroups(exec, t, heads, spec.coalesce);
+interface Candidate {
+  id: string;
+  priority: number;
+  run_after: Date;
+}
+
+/**
+ * The heads' groups, for a consumer that coalesces some types; after the CAS, so a conflict there never
+ * runs the CAS again. Under a fleet cap the members count too: together they take at most `budget`.
+ */
+function withGroups(
+  exec: Executor,
+  t: LedgerTables,
+  heads: ClaimedItem[],
+  spec: ClaimSpec,
+  opts: { budget?: number; inTransaction?: boolean } = {},
+): Promise<ClaimedItem[]> | ClaimedItem[] {
+  return spec.coalesce === undefined || heads.length === 0 ? heads : joinGroups(exec, t, heads, spec.coalesce, opts);
 }
 
 /**
@@ -82,14 +124,21 @@ function withGroups(exec: Executor, t: LedgerTables, heads: ClaimedItem[], spec:
  * and a consumer that claims only some types must not take the others.
  */
 export async function claimByIds(
-  exec: Executor,
+  db: LedgerDb,
   caps: LedgerCapabilities,
   t: LedgerTables,
   spec: ClaimSpec & { ids: readonly string[]; types?: readonly string[] | undefined },
 ): Promise<ClaimedItem[]> {
   if (spec.ids.length === 0) return [];
   const typeGuard = spec.types && spec.types.length > 0 ? sql`AND type IN (${list(spec.types)})` : undefined;
-  return withGroups(exec, t, await retryOnConflict(() => casClaim(exec, caps, t, spec, spec.ids, typeGuard)), spec);
+  if (spec.maxProcessing !== undefined) {
+    const token = newLeaseToken();
+    return claimUnderCap(db, caps, t, { queue: spec.queue, maxProcessing: spec.maxProcessing, heldUnder: token }, async (trx, room: number) => {
+      const heads = await casClaim(trx, caps, t, spec, spec.ids.slice(0, room), { extraGuard: typeGuard, token, inTransaction: true });
+      return withGroups(trx, t, heads, spec, { budget: room - heads.length, inTransaction: true });
+    });
+  }
+  return withGroups(db, t, await retryOnConflict(() => casClaim(db, caps, t, spec, spec.ids, { extraGuard: typeGuard })), spec);
 }
 
 /**
@@ -109,15 +158,23 @@ export async function readHeldUnderLease(
   return claimedItems(rows.rows, lease);
 }
 
+interface CasOptions {
+  extraGuard?: RawBuilder<unknown> | undefined;
+  /** The lease token to grant; a fresh one when absent. */
+  token?: string;
+  /** Run inside the caller's transaction: a lost connection there rolled it back, and the caller runs it again. */
+  inTransaction?: boolean;
+}
+
 async function casClaim(
   exec: Executor,
   caps: LedgerCapabilities,
   t: LedgerTables,
   spec: ClaimSpec,
   ids: readonly string[],
-  extraGuard?: RawBuilder<unknown>,
+  { extraGuard, token, inTransaction }: CasOptions = {},
 ): Promise<ClaimedItem[]> {
-  const lease = grantLease({ token: newLeaseToken(), owner: spec.owner, leaseMs: spec.leaseMs, epoch: spec.epoch });
+  const lease = grantLease({ token: token ?? newLeaseToken(), owner: spec.owner, leaseMs: spec.leaseMs, epoch: spec.epoch });
   const epochGuard: RawBuilder<unknown> =
     spec.epoch === undefined
       ? sql``
@@ -142,7 +199,7 @@ async function casClaim(
       rows = (await readBack.$castTo<ClaimedRow>().execute(exec)).rows;
     }
   } catch (error) {
-    if (!isConnectionError(error)) throw error;
+    if (inTransaction === true || !isConnectionError(error)) throw error;
     // The CAS may have committed with its answer lost: items held under a token
     // nobody knows would sit until their lease expired, each costing an attempt.
     // The token is ours alone, so reading it back on a fresh connection finds
@@ -162,7 +219,7 @@ async function casClaim(
  * priority group that straddles the cut), so concurrent claimers reading
  * the same candidates collide on half their claim at most.
  */
-export function pick(rows: readonly { id: string; priority: number; run_after: Date }[], limit: number): string[] {
+export function pick(rows: readonly Candidate[], limit: number): string[] {
   const sorted = [...rows].sort((a, b) => a.priority - b.priority || a.run_after.getTime() - b.run_after.getTime());
   const first = Math.min(sorted.length, Math.ceil(limit / 2));
   const out = sorted.slice(0, first).map((r) => r.id);

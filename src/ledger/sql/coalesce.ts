@@ -40,16 +40,36 @@ const TERMINAL = new Set(['completed', 'dead', 'skipped', 'cancelled']);
  * item cancelled meanwhile is left out), and read back in lane order.
  * Heads of other types, and heads with nothing to join, come back as they were.
  */
-export async function joinGroups(exec: Executor, t: LedgerTables, heads: readonly ClaimedItem[], spec: CoalesceSpec): Promise<ClaimedItem[]> {
+export async function joinGroups(
+  exec: Executor,
+  t: LedgerTables,
+  heads: readonly ClaimedItem[],
+  spec: CoalesceSpec,
+  opts: { budget?: number; inTransaction?: boolean } = {},
+): Promise<ClaimedItem[]> {
   const out: ClaimedItem[] = [];
+  let budget = opts.budget ?? Number.POSITIVE_INFINITY;
   for (const head of heads) {
     const coalesce = spec.types[head.type];
-    out.push(coalesce === undefined || head.lane === null || head.laneSeq === null ? head : await joinGroup(exec, t, head, coalesce, spec.maxBytes));
+    if (coalesce === undefined || head.lane === null || head.laneSeq === null || budget <= 0) {
+      out.push(head);
+      continue;
+    }
+    const joined = await joinGroup(exec, t, head, { mode: coalesce.mode, max: Math.min(coalesce.max, budget) }, spec.maxBytes, opts.inTransaction === true);
+    budget -= joined.group?.ids.length ?? 0;
+    out.push(joined);
   }
   return out;
 }
 
-async function joinGroup(exec: Executor, t: LedgerTables, head: ClaimedItem, { mode, max }: { mode: CoalesceMode; max: number }, maxBytes: number): Promise<ClaimedItem> {
+async function joinGroup(
+  exec: Executor,
+  t: LedgerTables,
+  head: ClaimedItem,
+  { mode, max }: { mode: CoalesceMode; max: number },
+  maxBytes: number,
+  inTransaction: boolean,
+): Promise<ClaimedItem> {
   const lane = head.lane as string;
   const followers = await sql<FollowerRow>`SELECT id, type, lane_seq, state, run_after <= NOW(6) AS due, LENGTH(payload) AS bytes
     FROM ${t.items} FORCE INDEX (ix_lane)
@@ -76,11 +96,13 @@ async function joinGroup(exec: Executor, t: LedgerTables, head: ClaimedItem, { m
     WHERE id IN (${list(chosen)}) AND lease_token = ${head.leaseToken} AND state = 'processing' ORDER BY lane_seq`;
   let rows: MemberRow[];
   try {
-    // A victim of a deadlock or write conflict wrote nothing: run it again.
-    if (affected(await retryOnConflict(() => claimMembers.execute(exec))) === 0) return head;
+    // A victim of a deadlock or write conflict wrote nothing: run it again (in a transaction, its
+    // owner runs the whole transaction again: the server rolled it all back).
+    const claimedMembers = inTransaction ? await claimMembers.execute(exec) : await retryOnConflict(() => claimMembers.execute(exec));
+    if (affected(claimedMembers) === 0) return head;
     rows = (await readMembers.execute(exec)).rows;
   } catch (error) {
-    if (!isConnectionError(error)) throw error;
+    if (inTransaction || !isConnectionError(error)) throw error;
     // Members held under the head's token must be known to its holder (they end with it), so what
     // the claim won is read back on a fresh connection; the locking read waits for an UPDATE still running.
     rows = await readAfterLostConnection(async () => (await sql<MemberRow>`${readMembers} FOR UPDATE`.execute(exec)).rows, error);

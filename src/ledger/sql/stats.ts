@@ -74,7 +74,12 @@ async function statsOfQueue(exec: Executor, t: LedgerTables, queue: string): Pro
 
 /** Items of `queue` being processed right now, fleet-wide (one index range per class). */
 export async function countProcessing(db: LedgerDb, t: LedgerTables, queue: string): Promise<number> {
-  const r = await sql<{ n: number }>`SELECT COUNT(*) AS n FROM ${t.items}
-    WHERE queue = ${queue} AND queue_class IN ('interactive', 'default', 'bulk') AND state = 'processing'`.execute(db);
+  const r = await processingCount(t, queue).execute(db);
   return Number(r.rows[0]?.n ?? 0);
+}
+
+/** The statement of countProcessing, for a caller that sends it with another (sql/admission.ts). */
+export function processingCount(t: LedgerTables, queue: string): RawBuilder<{ n: number | string }> {
+  return sql<{ n: number | string }>`SELECT COUNT(*) AS n FROM ${t.items}
+    WHERE queue = ${inline(queue)} AND queue_class IN ('interactive', 'default', 'bulk') AND state = 'processing'`;
 }
