@@ -29,6 +29,10 @@ export {
   type ProbeOutcome,
   type QueueStats,
   type Ownership,
+  type LiveConsumer,
+  type Explanation,
+  type WhyCode,
+  WHY_CODES,
 } from './ledger/types.js';
 
 // Wake-ups (Redis Streams).
@@ -44,6 +48,7 @@ export { Producer, type ProducerOptions, type ProducerTransaction, type AfterCom
 // Consuming work.
 export { Consumer, type ConsumerOptions, type ConsumerCounters, type ConsumerEvents } from './consumer/consumer.js';
 export { consumerSettingsSchema, type ConsumerSettings, type ConsumerSettingsInput } from './consumer/options.js';
+export { poolConsumers, planPools, POOL_PROFILES, CLASS_PREFERENCES, type PoolsInput, type PoolSpec, type PoolPlan, type PoolProfile, type ClassPreference } from './consumer/pools.js';
 export { PermanentError, DeferError, RateLimitedError, BlockOnError, JobAbortedError, Defer, BlockOn, type AbortReason } from './consumer/errors.js';
 export {
   defineHandler,

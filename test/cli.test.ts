@@ -134,14 +134,21 @@ describe('lanewake CLI against a ledger', () => {
 
     const table = await cli('stats');
     expect(table.code, table.err).toBe(0);
-    expect(table.out.split('\n')[0]?.split(/\s+/)).toEqual(['QUEUE', 'PENDING', 'PROCESSING', 'BLOCKED', 'COMPLETED', 'SKIPPED', 'DEAD', 'CANCELLED', 'OLDEST_DUE']);
+    expect(table.out.split('\n')[0]?.split(/\s+/)).toEqual(['QUEUE', 'PENDING', 'PROCESSING', 'BLOCKED', 'COMPLETED', 'SKIPPED', 'DEAD', 'CANCELLED', 'SCHEDULED', 'OLDEST_DUE', 'CONSUMERS']);
     const row = table.out.split('\n').find((l) => l.startsWith(`${queue} `))?.split(/\s+/);
-    expect(row?.slice(0, 8)).toEqual([queue, '1', '0', '0', '0', '0', '0', '0']);
+    expect(row?.slice(0, 9)).toEqual([queue, '1', '0', '0', '0', '0', '0', '0', '0']);
+    expect(row?.at(-1)).toBe('-');
 
     const stats = json<{ queue: string; counts: Record<string, number>; oldestDueAgeMs: number }[]>(await cli('stats', queue, '--json'));
     expect(stats).toHaveLength(1);
     expect(stats[0]).toMatchObject({ queue, counts: { pending: 1, processing: 0, dead: 0 } });
     expect(stats[0]?.oldestDueAgeMs).toBeGreaterThanOrEqual(0);
+
+    // Nothing serves the queue: --why says so, and names the queue.
+    const whyText = await cli('inspect', id ?? '', '--why');
+    expect(whyText.code, whyText.err).toBe(0);
+    expect(whyText.out).toMatch(new RegExp(`^no_live_consumer: no live consumer serves queue ${queue}$`, 'm'));
+    expect(json<{ code: string }>(await cli('inspect', id ?? '', '--why', '--json'))).toMatchObject({ id, code: 'no_live_consumer' });
 
     const shown = await cli('inspect', id ?? '');
     expect(shown.code, shown.err).toBe(0);

@@ -68,3 +68,14 @@ test('the fleet counts once: of replicas asking together exactly one counts, the
   }, 10_000, 'a recount');
   for (const f of later.filter((x) => x.countedHere)) expect(f.stats.find((s) => s.queue === queue)?.counts.pending).toBe(3);
 });
+
+test('stats counts the pending items not due yet apart: scheduled', async () => {
+  const tl = await scope.ledger();
+  const queue = freshQueue('stats-scheduled');
+  await tl.ledger.enqueueMany([
+    ...[0, 1].map((n) => ({ queue, type: 't', payload: { n } })),
+    ...[2, 3, 4].map((n) => ({ queue, type: 't', payload: { n }, delayMs: 3_600_000 })),
+  ]);
+  const [s] = await tl.ledger.stats(queue);
+  expect(s).toMatchObject({ queue, scheduled: 3, counts: { pending: 5 } });
+});

@@ -50,6 +50,7 @@ describe('progress', () => {
       readiness: () => ledgerReadiness(tl.ledger),
       queues: () => tl.ledger.stats(),
       item: (id) => itemView(tl.ledger, id),
+      consumers: () => tl.ledger.liveConsumers(),
       version: 'test',
     });
     harness.cleanup(() => admin.close());
@@ -63,8 +64,11 @@ describe('progress', () => {
     }, 10_000, 'progress in the ledger while running');
     expect(running.progress).toBeGreaterThanOrEqual(0);
 
-    const api = (await (await fetch(`${admin.url}/api/items/${id}`)).json()) as { item: Record<string, unknown>; steps: unknown[] };
+    const api = (await (await fetch(`${admin.url}/api/items/${id}`)).json()) as { item: Record<string, unknown>; steps: unknown[]; why: unknown };
     expect(api.item).toMatchObject({ id, state: 'processing' });
+    expect(api.why).toMatchObject({ id, code: 'processing', details: { owner: consumer.name } });
+    const live = (await (await fetch(`${admin.url}/api/consumers`)).json()) as unknown[];
+    expect(live).toContainEqual(expect.objectContaining({ name: consumer.name, queue }));
     expect(typeof api.item.progress).toBe('number');
     expect(api.item).not.toHaveProperty('payload');
     const text = await metrics.metrics();

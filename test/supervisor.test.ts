@@ -135,6 +135,32 @@ describe('supervisor', () => {
     expect(all.reduce((n, s) => n + s.counts.processing, 0)).toBe(0);
   });
 
+  test("a queue with pools runs a consumer per pool, live in the registry with its classes; pools that cannot be are refused before anything starts", async () => {
+    const { tl, tw } = await fixtures();
+    const queue = uniqueQueue('pooled');
+    expect(() => new Supervisor({ config: config(tl, tw, [{ name: queue, concurrency: 1, pools: 'auto' }]), handlers: { [queue]: { t: async () => undefined } } })).toThrow(
+      expect.objectContaining({ fields: ['queues.0.pools'] }),
+    );
+    const sup = new Supervisor({
+      config: config(tl, tw, [{ name: queue, concurrency: 8, pools: 'auto' }]),
+      handlers: { [queue]: { t: async () => undefined } },
+      logger: createLogger('test', 'silent'),
+    });
+    cleanups.push(() => sup.stop());
+    await sup.start();
+    await waitFor(() => [...sup.runners.get(queue)!].every((r) => r.state === 'running') || undefined, 10_000, 'every pool running');
+    const live = await tl.ledger.liveConsumers(queue);
+    expect(live.map((c) => [c.classes, c.concurrency]).sort()).toEqual(
+      [
+        [['interactive', 'default'], 2],
+        [['bulk'], 2],
+        [['interactive', 'default', 'bulk'], 4],
+      ].sort(),
+    );
+    await sup.stop();
+    expect(await tl.ledger.liveConsumers(queue)).toEqual([]);
+  });
+
   test('ownership: activating a new deployment stops the old one (exit 3), the new one takes over, and the old epoch cannot claim', async () => {
     const { tl, tw } = await fixtures();
     const queue = uniqueQueue('own');

@@ -1,7 +1,8 @@
 import { performance } from 'node:perf_hooks';
 import { MAX_CLAIM_ITEMS } from '../ledger/ledger.js';
 import { claimRoundChannel, type ClaimRoundMessage } from '../diagnostics.js';
-import type { ClaimedItem } from '../ledger/types.js';
+import type { ClaimInput } from '../ledger/inputs.js';
+import type { ClaimedItem, ClaimOutcome, QueueClass } from '../ledger/types.js';
 import { Latch } from '../latch.js';
 import type { Logger } from '../log.js';
 import type { WakeEntry, WakeMessage } from '../wake/messages.js';
@@ -77,6 +78,8 @@ export class ClaimScheduler<DB> {
   private claimBackoffUntil = 0;
   /** The claim limiter found the fleet at its cap: no claim before this, unless one of ours finishes. */
   private cappedUntil = 0;
+  /** The classes of each head search's claims, in order: one tier of every class unless classes are preferred. */
+  private readonly classTiers: QueueClass[][];
 
   constructor(
     private readonly ledger: ConsumerLedger,
@@ -89,6 +92,7 @@ export class ClaimScheduler<DB> {
     // A fleet-wide cap counts prefetched items as processing: keep the cap tight, no prefetch.
     const limit = settings.maxProcessing !== undefined ? 0 : settings.prefetch;
     this.buffer = new PrefetchBuffer({ concurrency: settings.concurrency, limit, leaseMs: settings.leaseMs });
+    this.classTiers = classTiers(settings.classes, settings.preferClasses);
     this.runDeps = {
       ...host.runDeps,
       // The slot frees when the handler settles, so the next claim overlaps this finalize.
@@ -99,6 +103,23 @@ export class ClaimScheduler<DB> {
         this.notify();
       },
     };
+  }
+
+  /**
+   * A head search, by the consumer's preferred-class tiers when it has some
+   * (docs/design.md §6, "Executor pools"): each tier's classes first, the
+   * next tier only for the room the earlier ones left.
+   */
+  private async claimByTier(base: Omit<ClaimInput, 'limit' | 'classes'>, want: number): Promise<ClaimOutcome> {
+    const items: ClaimedItem[] = [];
+    let moreAvailable = false;
+    for (const classes of this.classTiers) {
+      const r = await this.ledger.claim({ ...base, limit: want - items.length, classes });
+      items.push(...r.items);
+      moreAvailable ||= r.moreAvailable;
+      if (items.length >= want) break;
+    }
+    return { items, moreAvailable };
   }
 
   /** Executor slots with no handler running, less those held for items arriving claimed. */
@@ -328,7 +349,7 @@ export class ClaimScheduler<DB> {
       const want = free - claimed.length;
       seenSignals = this.workSignals;
       const claimAtMs = Date.now();
-      const r = await this.ledger.claim({ ...base, limit: want, classes: s.classes, ...types });
+      const r = await this.claimByTier({ ...base, ...types }, want);
       this.noteClaimMs(claimAtMs);
       // While stopping these wait in the buffer, and stop() releases them.
       if (r.items.length > 0) this.takeClaimed(r.items, claimAtMs);
@@ -421,4 +442,12 @@ export class ClaimScheduler<DB> {
     this.host.emit('outcome', item, outcome);
     this.notify();
   }
+}
+
+/** Each preferred class (of the consumer's) a tier of its own, in order, then the rest together. */
+function classTiers(classes: readonly QueueClass[], prefer: readonly QueueClass[] | undefined): QueueClass[][] {
+  if (prefer === undefined) return [[...classes]];
+  const first = prefer.filter((c) => classes.includes(c));
+  const rest = classes.filter((c) => !first.includes(c));
+  return [...first.map((c) => [c]), ...(rest.length > 0 ? [rest] : [])];
 }

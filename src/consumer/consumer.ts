@@ -12,6 +12,7 @@ import { sleep } from '../sleep.js';
 import type { ControlMessage, WakeMessage } from '../wake/messages.js';
 import type { ScheduledEnqueue } from '../wake/timers.js';
 import type { WakeChannel } from '../wake/wake-channel.js';
+import { packageVersion } from '../version.js';
 import { WakeReader } from '../wake/wake-reader.js';
 import { ClaimScheduler, type SchedulerHost } from './claim-scheduler.js';
 import { BatchCompleter } from './completer.js';
@@ -23,6 +24,7 @@ import { leaseTickMs } from './lease-keeper.js';
 import type { ConsumerLedger } from './ledger-port.js';
 import { OfferDesk, type OfferDeskHost } from './offer-desk.js';
 import { consumerSettingsSchema, type ConsumerSettings, type ConsumerSettingsInput } from './options.js';
+import { ConsumerRegistration } from './registration.js';
 import { ProgressBatch, RenewalBatch } from './renewals.js';
 import { Sweeper } from './sweeper.js';
 import { normalizeHandler, type HandlerEntry, type RegisteredHandler } from './types.js';
@@ -82,6 +84,8 @@ export class Consumer<DB = Record<string, never>> extends EventEmitter<ConsumerE
   /** The sweep's share of the ledger's housekeeping for this queue (`maintenance` on). */
   private readonly maintainer: Maintainer | undefined;
   private unregisterLocal: (() => void) | undefined;
+  /** Its row in the ledger's registry of live consumers. */
+  private readonly registration: ConsumerRegistration;
   /** One clock for every running item's lease renewal and long deadline. */
   private clock: NodeJS.Timeout | undefined;
   /** Its offers to producers in any process (with a wake channel). */
@@ -130,6 +134,21 @@ export class Consumer<DB = Record<string, never>> extends EventEmitter<ConsumerE
       { pollIntervalMs: this.settings.pollIntervalMs, redisDownPollMs: this.settings.redisDownPollMs, shared: wake !== undefined },
     );
     this.offers = wake ? new OfferDesk(this.offerDeskHost(), this.handovers, wake.offers) : undefined;
+    const s = this.settings;
+    this.registration = new ConsumerRegistration(
+      ledger,
+      {
+        name: this.name,
+        queue: s.queue,
+        classes: s.classes,
+        types: s.types ?? null,
+        concurrency: s.concurrency,
+        maxProcessing: s.maxProcessing ?? null,
+        epoch: s.epoch ?? null,
+        version: packageVersion(),
+      },
+      this.log,
+    );
   }
 
   /** Items this consumer holds: handlers running plus outcomes being written. */
@@ -157,6 +176,7 @@ export class Consumer<DB = Record<string, never>> extends EventEmitter<ConsumerE
     if (this.state !== 'new') throw new Error(`consumer already ${this.state}`);
     await this.ledger.assertSchemaCurrent();
     this.state = 'running';
+    await this.registration.start();
     this.scheduler.start();
     if (this.wake) {
       const wake = this.wake;
@@ -237,6 +257,7 @@ export class Consumer<DB = Record<string, never>> extends EventEmitter<ConsumerE
     }
     await this.scheduler.lateReleasesSettled();
     clearInterval(this.clock);
+    await this.registration.stop();
     this.state = 'stopped';
     this.log.info({ counters: this.counters }, 'consumer stopped');
   }

@@ -29,6 +29,8 @@ export type ConsumerLedger = PickPresent<
   | 'completeManyWithin'
   | 'completeManyClaimingNext'
   | 'sweepSignals'
+  | 'consumerBeat'
+  | 'consumerGone'
 >;
 
 /**

@@ -22,6 +22,13 @@ export const consumerSettingsSchema = z
         'Most items claimed ahead of free slots. The buffer adapts to how fast handlers start (none for slow ones); an item waits at most a third of its lease, then goes back unstarted. 0 = off; ignored with `maxProcessing`.',
       ),
     classes: z.array(z.enum(QUEUE_CLASSES)).min(1).default([...QUEUE_CLASSES]).describe('Which queue classes to claim.'),
+    preferClasses: z
+      .array(z.enum(QUEUE_CLASSES))
+      .min(1)
+      .optional()
+      .describe(
+        'A preferred-class tier, non-binding: a claim round takes due heads of these classes first, in this order, then of its other classes (one claim per tier it needs). Default: none, every class in due order.',
+      ),
     types: z
       .array(typeName)
       .optional()

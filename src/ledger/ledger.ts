@@ -39,6 +39,8 @@ import type { InsertClaim } from './sql/enqueue.js';
 import { getAttempts, getItem, listDead } from './sql/inspect.js';
 import { renewLeases, saveCheckpoint, saveProgress } from './sql/lease.js';
 import { activateOwnership, getOwnership } from './sql/ownership.js';
+import { beat, forget, liveConsumers, type ConsumerRow } from './sql/consumers.js';
+import { explainItem } from './explain.js';
 import { purgeTerminal } from './sql/purge.js';
 import { reclaimExpired } from './sql/reclaim.js';
 import { replayItem } from './sql/replay.js';
@@ -49,7 +51,7 @@ import { sweepSignals } from './sql/sweep-signals.js';
 import { purgeWakeMarks } from './sql/wake-marks.js';
 import { ledgerTables, type LedgerTables } from './tables.js';
 import type { AttemptRecord, CancelOutcome, ClaimedItem, ClaimOutcome, EnqueueResult, FinalizeResult, ItemState, LeaseHandle, Ownership,
-  ProbeOutcome, QueueClass, QueueStats, ReclaimOutcome, RenewOutcome, StepRecord, SuccessorClaim, SweepSignal, WokenItem, WorkItem } from './types.js';
+  Explanation, LiveConsumer, ProbeOutcome, QueueClass, QueueStats, ReclaimOutcome, RenewOutcome, StepRecord, SuccessorClaim, SweepSignal, WokenItem, WorkItem } from './types.js';
 import { itemId, positiveDurationMs, queueName, reasonText, stepName, validate } from './validation.js';
 
 export { DEFAULT_MAX_ATTEMPTS, MAX_CLAIM_ITEMS } from './inputs.js';
@@ -429,6 +431,28 @@ export class Ledger {
     if (!item) return undefined;
     const [attempts, steps] = await Promise.all([getAttempts(this.db, this.tables, id), this.steps(id)]);
     return { item, attempts, steps };
+  }
+
+  /** Why an item is where it is: a reason code, a sentence and its facts (docs/design.md §7, "Why isn't it running?"). */
+  explain(id: string): Promise<Explanation | undefined> {
+    validate(itemId, id, 'explain', 'id');
+    return explainItem(this.db, this.tables, id);
+  }
+
+  /** The consumers whose heartbeat is recent, of one queue or all. */
+  liveConsumers(queue?: string): Promise<LiveConsumer[]> {
+    if (queue !== undefined) validate(queueName, queue, 'liveConsumers', 'queue');
+    return liveConsumers(this.db, this.tables, queue);
+  }
+
+  /** A running consumer's heartbeat (src/consumer/registration.ts). @internal */
+  consumerBeat(row: ConsumerRow, first: boolean): Promise<void> {
+    return beat(this.db, this.tables, row, first);
+  }
+
+  /** A stopped consumer's row removed. @internal */
+  consumerGone(name: string): Promise<void> {
+    return forget(this.db, this.tables, name);
   }
 
   get(id: string): Promise<WorkItem | undefined> {

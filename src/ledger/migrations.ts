@@ -252,11 +252,27 @@ const MIGRATIONS: readonly Migration[] = [
   },
   {
     version: 8,
-    name: 'queues',
+    name: 'queues and live consumers',
     // One row per queue that a claim has capped: every capped claim of the
     // queue writes it first, so capped claims take turns and each counts the
     // processing items after the one before it committed (sql/admission.ts).
+    // One row per running consumer, written every few seconds: what the
+    // fleet serves, for explain ("why isn't this item running?") and stats.
     statements: (t) => [
+      sql`CREATE TABLE IF NOT EXISTS ${t.consumers} (
+        name VARCHAR(128) ${TEXT} NOT NULL,
+        queue VARCHAR(64) ${ASCII} NOT NULL,
+        classes VARCHAR(64) ${ASCII} NOT NULL,
+        types TEXT ${TEXT} NULL,
+        concurrency INT NOT NULL,
+        max_processing INT NULL,
+        epoch BIGINT NULL,
+        version VARCHAR(64) ${TEXT} NOT NULL,
+        started_at DATETIME(6) NOT NULL,
+        last_seen DATETIME(6) NOT NULL,
+        PRIMARY KEY (name) /*T![clustered_index] CLUSTERED */,
+        KEY ix_queue (queue, last_seen)
+      ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin`,
       sql`CREATE TABLE IF NOT EXISTS ${t.queues} (
         queue VARCHAR(64) ${ASCII} NOT NULL,
         capped_claims BIGINT NOT NULL DEFAULT 0,

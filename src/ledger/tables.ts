@@ -17,6 +17,8 @@ export interface LedgerTables {
   readonly steps: RawBuilder<unknown>;
   /** One row per queue a claim has capped (schema 8): capped claims of the queue write it first, and take turns on it. */
   readonly queues: RawBuilder<unknown>;
+  /** One row per running consumer, its heartbeat (schema 8): what the fleet serves, for explain and stats. */
+  readonly consumers: RawBuilder<unknown>;
   readonly migrations: RawBuilder<unknown>;
 }
 
@@ -33,6 +35,7 @@ export function ledgerTables(prefix: string): LedgerTables {
     fleetTasks: t('fleet_tasks'),
     steps: t('steps'),
     queues: t('queues'),
+    consumers: t('consumers'),
     migrations: t('migrations'),
   };
 }

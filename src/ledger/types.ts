@@ -225,6 +225,8 @@ export interface QueueStats {
   capped: ItemState[];
   /** Age of the oldest due lane head waiting to be claimed, in ms (0 when none waits). */
   oldestDueAgeMs: number;
+  /** Of the pending items, those not due yet (a future run after), counted up to the same cap: the rest are due. */
+  scheduled: number;
 }
 
 /** Which deployment holds a queue, under which epoch (docs/design.md, Ownership epochs). */
@@ -233,4 +235,48 @@ export interface Ownership {
   deployment: string;
   epoch: number;
   activatedAt: Date;
+}
+
+/** A running consumer as its last heartbeat recorded it (docs/design.md §6, "Live consumers"). */
+export interface LiveConsumer {
+  name: string;
+  queue: string;
+  classes: QueueClass[];
+  /** The types it claims; null: every type. */
+  types: string[] | null;
+  concurrency: number;
+  maxProcessing: number | null;
+  epoch: number | null;
+  version: string;
+  startedAt: Date;
+  lastSeen: Date;
+}
+
+/** Why an item is where it is (ledger.explain, `lanewake inspect --why`): docs/design.md §7, "Why isn't it running?". */
+export const WHY_CODES = [
+  'terminal',
+  'processing',
+  'lease_expired',
+  'blocked_on_dependency',
+  'not_due',
+  'behind_lane_head',
+  'no_live_consumer',
+  'class_not_served',
+  'type_not_served',
+  'epoch_not_served',
+  'queue_capped',
+  'claimable',
+] as const;
+export type WhyCode = (typeof WHY_CODES)[number];
+
+export interface Explanation {
+  id: string;
+  state: ItemState;
+  code: WhyCode;
+  /** One sentence for a person. */
+  message: string;
+  /** The facts behind it, by name: times as ISO strings, counts as numbers. */
+  details: Record<string, string | number | null>;
+  /** The ledger's clock when it was computed. */
+  at: Date;
 }

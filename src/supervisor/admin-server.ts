@@ -33,6 +33,8 @@ export interface AdminServerOptions {
   queues: () => Promise<unknown>;
   /** What `/api/items/<id>` serves (an item without its handler data: `itemView`); undefined answers 404. */
   item?: (id: string) => Promise<unknown>;
+  /** What `/api/consumers` serves: the live consumers (`ledger.liveConsumers()`). */
+  consumers?: () => Promise<unknown>;
   version: string;
   logger?: Logger;
 }
@@ -59,7 +61,7 @@ const DEFAULT_CHECK_TIMEOUT_MS = 2_000;
 
 /**
  * The admin HTTP surface (docs/design.md, "Supervisor and operations"): `/livez`, `/readyz`, `/metrics`,
- * `/version`, `/api/queues`, `/api/items/<id>` and a small dashboard at `/`. GET only; a
+ * `/version`, `/api/queues`, `/api/consumers`, `/api/items/<id>` and a small dashboard at `/`. GET only; a
  * failing route answers 500 with a JSON error and the server keeps serving.
  */
 export async function startAdminServer(options: AdminServerOptions): Promise<AdminServer> {
@@ -78,6 +80,7 @@ export async function startAdminServer(options: AdminServerOptions): Promise<Adm
     ['/metrics', async (res) => send(res, 200, options.metrics.contentType, await options.metrics.metrics())],
     ['/version', async (res) => sendJson(res, 200, { name: 'lanewake', version: options.version, node: process.version })],
     ['/api/queues', async (res) => sendJson(res, 200, await options.queues())],
+    ['/api/consumers', async (res) => sendJson(res, 200, options.consumers ? await options.consumers() : [])],
     [
       '/',
       async (res) => {
@@ -171,15 +174,16 @@ async function serveItem(res: ServerResponse, item: (id: string) => Promise<unkn
 
 /**
  * What an operator is shown of an item (`/api/items/<id>`): its fields,
- * progress, attempt history and the steps done, without the handler's data
- * (payload, checkpoint, result, step results), which may hold what only the
- * handler should see.
+ * progress, attempt history, the steps done and why it is where it is
+ * (`ledger.explain`), without the handler's data (payload, checkpoint,
+ * result, step results), which may hold what only the handler should see.
  */
-export async function itemView(ledger: Pick<Ledger, 'inspect'>, id: string): Promise<unknown> {
+export async function itemView(ledger: Pick<Ledger, 'inspect' | 'explain'>, id: string): Promise<unknown> {
   const found = await ledger.inspect(id);
   if (!found) return undefined;
+  const why = await ledger.explain(id);
   const { payload: _payload, checkpoint: _checkpoint, result: _result, ...item } = found.item;
-  return { item, attempts: found.attempts, steps: found.steps.map(({ result: _stepResult, ...step }) => step) };
+  return { item, attempts: found.attempts, steps: found.steps.map(({ result: _stepResult, ...step }) => step), why };
 }
 
 /**

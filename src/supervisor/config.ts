@@ -3,6 +3,7 @@ import { parse as parseYaml } from 'yaml';
 import { z } from 'zod';
 import { ValidationError } from '../errors.js';
 import { consumerSettingsSchema, type ConsumerSettingsInput } from '../consumer/options.js';
+import { poolsSchema } from '../consumer/pools.js';
 import { ledgerConfigSchema } from '../ledger/config.js';
 import { workerName } from '../ledger/validation.js';
 import { DEFAULT_KEY_PREFIX } from '../wake/keys.js';
@@ -49,6 +50,7 @@ export const queueConfigSchema = z
       consumerSettingsSchema.pick({
         prefetch: true,
         classes: true,
+        preferClasses: true,
         leaseMs: true,
         deadlineMs: true,
         pollIntervalMs: true,
@@ -65,6 +67,7 @@ export const queueConfigSchema = z
       .min(1)
       .optional()
       .describe('Only these types are claimed here (at least one). Default: every type of the queue, so an item whose type has no handler here ends per `unknownType`.'),
+    pools: poolsSchema.optional(),
     ownership: z
       .boolean()
       .default(false)
@@ -149,7 +152,7 @@ export type QueueConfig = z.output<typeof queueConfigSchema>;
 
 /** The consumer settings of one configured queue: its own fields as parsed; the runner adds the ownership epoch. */
 export function consumerSettingsOf(q: QueueConfig): ConsumerSettingsInput {
-  const { name, ownership: _fencedByTheRunner, ...settings } = q;
+  const { name, ownership: _fencedByTheRunner, pools: _oneConsumerPerPool, ...settings } = q;
   // The supervisor's reconciler reclaims leases and probes waits for every queue.
   return { ...settings, queue: name, maintenance: false };
 }

@@ -4,6 +4,7 @@ import type { Ledger } from '../ledger/ledger.js';
 import type { Logger } from '../log.js';
 import type { WakeChannel } from '../wake/wake-channel.js';
 import { RestartBackoff } from './backoff.js';
+import type { PoolPlan } from '../consumer/pools.js';
 import { consumerSettingsOf, type QueueConfig } from './config.js';
 import { sleep } from '../sleep.js';
 
@@ -22,10 +23,12 @@ export interface QueueRunnerOptions {
   /** Every consumer this runner starts, for metrics; the returned function detaches it once that consumer has stopped. */
   onConsumer?: (consumer: Consumer<never>) => (() => void) | void;
   backoff?: RestartBackoff;
+  /** The executor pool this runner's consumer is (docs/design.md §6, "Executor pools"): its classes, slots and preferred tier. */
+  pool?: PoolPlan | undefined;
 }
 
 /**
- * Keeps one consumer of one queue running: a consumer whose loops end while
+ * Keeps one consumer of one queue (or of one of its executor pools) running: a consumer whose loops end while
  * it should be running has crashed, so it is stopped (its in-flight work
  * drained or left to lease expiry) and a fresh one starts after a backoff of
  * 1 s doubling to 30 s, reset after a healthy minute. Never restarts during
@@ -90,8 +93,12 @@ export class QueueRunner {
   private build(): Consumer<never> {
     const { queue, ledger, wake, handlers, log, drainTimeoutMs } = this.options;
     const epoch = this.options.epoch();
+    const pool = this.options.pool;
     const consumer = new Consumer<never>({
       ...consumerSettingsOf(queue),
+      ...(pool !== undefined
+        ? { concurrency: pool.concurrency, classes: pool.classes, ...(pool.preferClasses !== undefined ? { preferClasses: pool.preferClasses } : {}) }
+        : {}),
       drainTimeoutMs,
       ledger,
       wake,

@@ -39,6 +39,7 @@ export async function startWorker(config: WorkerConfig, opts: { handlers?: Handl
           readiness: () => started?.readiness() ?? Promise.resolve(NOT_STARTED),
           queues: async () => (started ? (await started.ledger.fleetStats({ everyMs: config.reconcileIntervalMs })).stats : []),
           item: async (id) => (started ? itemView(started.ledger, id) : undefined),
+          consumers: async () => (started ? started.ledger.liveConsumers() : []),
           version: packageVersion(),
           logger: log,
         });

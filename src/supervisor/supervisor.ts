@@ -9,6 +9,7 @@ import { ledgerReadiness, type NamedReadinessCheck, type Readiness } from './adm
 import type { WorkerConfig } from './config.js';
 import type { HandlersByQueue } from './handlers-module.js';
 import { Producer } from '../producer/producer.js';
+import { planPools, type PoolPlan } from '../consumer/pools.js';
 import { QueueRunner } from './queue-runner.js';
 import { Reconciler } from './reconciler.js';
 
@@ -37,7 +38,10 @@ export class Supervisor {
   readonly ledger: Ledger;
   readonly wake: WakeChannel | undefined;
   readonly log: Logger;
-  readonly runners = new Map<string, QueueRunner>();
+  /** Per configured queue, its executor pools (one undefined: no pools, one consumer of every class it claims). */
+  private readonly pools: (PoolPlan | undefined)[][];
+  /** Per queue, one runner per executor pool (one when the queue has no pools). */
+  readonly runners = new Map<string, QueueRunner[]>();
   readonly ownership = new Map<string, { state: OwnershipState; epoch?: number }>();
   readonly done: Promise<number>;
   private resolveDone: (code: number) => void = () => undefined;
@@ -59,6 +63,8 @@ export class Supervisor {
         throw new ValidationError([{ field: `handlers.${q.name}`, message: `the handler module has no handlers for queue ${q.name}` }], 'worker config');
       }
     }
+    // Planned here, so a pool that cannot be is refused before anything starts, its field named.
+    this.pools = config.queues.map((q, i) => (q.pools === undefined ? [undefined] : planPools(q.concurrency, q.pools, q.classes, `queues.${i}.pools`)));
     this.ledger = new Ledger({ url: config.databaseUrl, poolSize: config.poolSize, tablePrefix: config.tablePrefix });
     this.wake = config.redisUrl ? new WakeChannel({ redis: config.redisUrl, keyPrefix: config.redisKeyPrefix, logger: this.log }) : undefined;
     this.done = new Promise((resolve) => {
@@ -69,18 +75,22 @@ export class Supervisor {
   async start(): Promise<void> {
     const { config } = this.options;
     await this.ledger.assertSchemaCurrent();
-    for (const q of config.queues) {
-      const runner = new QueueRunner({
-        queue: q,
-        ledger: this.ledger,
-        wake: this.wake,
-        handlers: this.options.handlers[q.name] ?? {},
-        log: this.log,
-        drainTimeoutMs: config.drainTimeoutMs,
-        epoch: () => this.ownership.get(q.name)?.epoch,
-        ...(this.options.onConsumer ? { onConsumer: this.options.onConsumer } : {}),
-      });
-      this.runners.set(q.name, runner);
+    for (const [i, q] of config.queues.entries()) {
+      const runners = (this.pools[i] ?? [undefined]).map(
+        (pool) =>
+          new QueueRunner({
+            queue: q,
+            pool,
+            ledger: this.ledger,
+            wake: this.wake,
+            handlers: this.options.handlers[q.name] ?? {},
+            log: this.log,
+            drainTimeoutMs: config.drainTimeoutMs,
+            epoch: () => this.ownership.get(q.name)?.epoch,
+            ...(this.options.onConsumer ? { onConsumer: this.options.onConsumer } : {}),
+          }),
+      );
+      this.runners.set(q.name, runners);
       if (q.ownership) this.ownership.set(q.name, { state: 'standby' });
     }
     // Standby queues have no consumer to hear an activation's broadcast, so the supervisor listens itself.
@@ -113,7 +123,7 @@ export class Supervisor {
       if (this.ownershipTimer) clearInterval(this.ownershipTimer);
       for (const c of this.controlClients) c.disconnect();
       await this.controlWatch;
-      await Promise.allSettled([...this.runners.values()].map((r) => r.stop()));
+      await Promise.allSettled([...this.runners.values()].flat().map((r) => r.stop()));
       await this.reconciler?.stop();
       await this.wake?.close().catch(() => undefined);
       await this.ledger.close().catch(() => undefined);
@@ -173,7 +183,7 @@ export class Supervisor {
       const producer = new Producer({ ledger: this.ledger, wake });
       wake.startTimers(async (item) => producer.enqueue(item));
     }
-    this.runners.get(queue)?.start();
+    for (const runner of this.runners.get(queue) ?? []) runner.start();
   }
 
   /**

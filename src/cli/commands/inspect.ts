@@ -17,9 +17,18 @@ export function inspectCommand(program: Command, { io }: CliContext): void {
     .argument('<id>', 'item id')
     .allowUnknownOption() // an id may begin with '-': take it as the id, not as an unknown option
     .option('--payload', 'also show the payload, checkpoint, result and step results (handler data, hidden by default)', false)
+    .option('--why', "only say why the item is where it is: a reason code and its facts (not due, behind its lane's head, blocked, no live consumer, capped, …)", false)
     .addHelpText('after', `\nExits 1 when there is no such item. The error digest is what \`lanewake replay --expect-digest\` expects.\n${ID_HELP}`)
-    .action(async (id: string, opts: { payload: boolean }, cmd: Command) => {
+    .action(async (id: string, opts: { payload: boolean; why: boolean }, cmd: Command) => {
       const g = globalOptions(cmd);
+      if (opts.why) {
+        const why = await withLedger(g, (ledger) => withFieldNames({ id: '<id>' }, 'inspect', () => ledger.explain(id)));
+        if (!why) throw new CliError(`no item ${id}`);
+        if (g.json) return printJson(io, why);
+        println(io, `${why.code}: ${why.message}`);
+        for (const [k, v] of Object.entries(why.details)) println(io, `  ${k}: ${v ?? '-'}`);
+        return;
+      }
       const found = await withLedger(g, (ledger) => withFieldNames({ id: '<id>' }, 'inspect', () => ledger.inspect(id)));
       if (!found) throw new CliError(`no item ${id}`);
       const { item, attempts, steps } = found;

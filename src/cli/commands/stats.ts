@@ -1,5 +1,5 @@
 import type { Command } from 'commander';
-import { ITEM_STATES } from '../../ledger/types.js';
+import { ITEM_STATES, type ItemState, type QueueStats } from '../../ledger/types.js';
 import { globalOptions, withLedger, type CliContext } from '../context.js';
 import { withFieldNames } from '../errors.js';
 import { formatAge, renderTable } from '../format.js';
@@ -8,16 +8,29 @@ import { println, printJson } from '../io.js';
 export function statsCommand(program: Command, { io }: CliContext): void {
   program
     .command('stats')
-    .description('count items by state for each queue (or one queue), with the age of the oldest due item waiting to be claimed')
+    .description('count items by state for each queue (or one queue), scheduled apart from due, with the age of the oldest due item waiting to be claimed and the live consumers')
     .argument('[queue]', 'only this queue')
-    .addHelpText('after', '\nOLDEST_DUE is how long the oldest claimable lane head has been due ("-" when none waits). Counts stop at 100,000 (pending, processing, blocked) or 10,000 (the others), shown with a "+".')
+    .addHelpText(
+      'after',
+      '\nPENDING counts due items; SCHEDULED, pending items not due yet. OLDEST_DUE is how long the oldest claimable lane head has been due ("-" when none waits). Counts stop at 100,000 (pending, processing, blocked) or 10,000 (the others), shown with a "+". CONSUMERS: live consumers of the queue (a heartbeat in the last 15 s) and their slots.',
+    )
     .action(async (queue: string | undefined, _opts: unknown, cmd: Command) => {
       const g = globalOptions(cmd);
-      const stats = await withLedger(g, (ledger) => withFieldNames({ queue: '[queue]' }, 'stats', () => ledger.stats(queue)));
-      if (g.json) return printJson(io, stats);
+      const [stats, consumers] = await withLedger(g, (ledger) =>
+        withFieldNames({ queue: '[queue]' }, 'stats', () => Promise.all([ledger.stats(queue), ledger.liveConsumers(queue)])),
+      );
+      if (g.json) return printJson(io, stats.map((s) => ({ ...s, consumers: consumers.filter((c) => c.queue === s.queue) })));
       if (stats.length === 0) return println(io, queue === undefined ? 'no items in the ledger' : `no items in queue ${queue}`);
-      const rows = stats.map((s) => [s.queue, ...ITEM_STATES.map((st) => `${s.counts[st]}${s.capped.includes(st) ? '+' : ''}`), formatAge(s.oldestDueAgeMs)]);
-      const headers = ['QUEUE', ...ITEM_STATES.map((st) => st.toUpperCase()), 'OLDEST_DUE'];
-      println(io, renderTable(headers, rows, ['left', ...ITEM_STATES.map(() => 'right' as const), 'right']));
+      const shown = (s: QueueStats, st: ItemState): string => {
+        const n = st === 'pending' ? s.counts.pending - s.scheduled : s.counts[st];
+        return `${n}${s.capped.includes(st) ? '+' : ''}`;
+      };
+      const served = (q: string): string => {
+        const of = consumers.filter((c) => c.queue === q);
+        return of.length === 0 ? '-' : `${of.length} (${of.reduce((n, c) => n + c.concurrency, 0)} slots)`;
+      };
+      const rows = stats.map((s) => [s.queue, ...ITEM_STATES.map((st) => shown(s, st)), String(s.scheduled), formatAge(s.oldestDueAgeMs), served(s.queue)]);
+      const headers = ['QUEUE', ...ITEM_STATES.map((st) => st.toUpperCase()), 'SCHEDULED', 'OLDEST_DUE', 'CONSUMERS'];
+      println(io, renderTable(headers, rows, ['left', ...ITEM_STATES.map(() => 'right' as const), 'right', 'right', 'right']));
     });
 }

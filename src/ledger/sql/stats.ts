@@ -58,8 +58,11 @@ async function statsOfQueue(exec: Executor, t: LedgerTables, queue: string): Pro
   const oldest = sql`(SELECT TIMESTAMPDIFF(MICROSECOND, MIN(run_after), NOW(6)) FROM (SELECT run_after FROM ${t.items}
       WHERE queue = ${inline(queue)} AND queue_class IN (${classes}) AND state = 'pending' AND is_head = 1 AND run_after <= NOW(6)
       LIMIT ${inline(statsCountCap('pending'))}) AS d)`;
+  // Pending items not due yet, among the first 100,000 pending: the same bounded range as the pending count.
+  const scheduled = sql`(SELECT COUNT(*) FROM (SELECT 1 AS one FROM ${t.items} WHERE queue = ${inline(queue)} AND queue_class IN (${classes})
+      AND state = 'pending' AND run_after > NOW(6) LIMIT ${inline(statsCountCap('pending'))}) AS s)`;
   const columns = ITEM_STATES.map((state) => sql`${count(state)} AS ${sql.ref(state)}`);
-  const r = await sql<Record<string, number | string | null>>`SELECT ${sql.join(columns)}, ${oldest} AS age_us`.execute(exec);
+  const r = await sql<Record<string, number | string | null>>`SELECT ${sql.join(columns)}, ${oldest} AS age_us, ${scheduled} AS scheduled`.execute(exec);
   const row = r.rows[0];
   if (!row) return undefined;
   const counts = Object.fromEntries(ITEM_STATES.map((state) => [state, Number(row[state] ?? 0)])) as Record<ItemState, number>;
@@ -69,6 +72,7 @@ async function statsOfQueue(exec: Executor, t: LedgerTables, queue: string): Pro
     counts,
     capped: ITEM_STATES.filter((state) => counts[state] >= statsCountCap(state)),
     oldestDueAgeMs: Math.max(0, Number(row.age_us ?? 0) / 1000),
+    scheduled: Number(row.scheduled ?? 0),
   };
 }
 

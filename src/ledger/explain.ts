@@ -1,0 +1,91 @@
+import type { LedgerDb } from './connection.js';
+import { liveConsumers } from './sql/consumers.js';
+import { readWhyFacts, type WhyFacts } from './sql/explain.js';
+import { getItem } from './sql/inspect.js';
+import type { LedgerTables } from './tables.js';
+import { TERMINAL_STATES, type Explanation, type LiveConsumer, type WhyCode, type WorkItem } from './types.js';
+
+/**
+ * "Why isn't this item running?" (docs/design.md §7): the first reason that
+ * holds, in the order a claim would meet them, computed from the ledger: the
+ * item, its lane's head, the queue's processing count and ownership epoch,
+ * and the live consumers' heartbeats. Undefined when there is no such item.
+ */
+export async function explainItem(db: LedgerDb, t: LedgerTables, id: string): Promise<Explanation | undefined> {
+  const item = await getItem(db, t, id);
+  if (!item) return undefined;
+  const [facts, consumers] = await Promise.all([readWhyFacts(db, t, item), liveConsumers(db, t, item.queue)]);
+  return { id: item.id, state: item.state, at: facts.now, ...why(item, facts, consumers) };
+}
+
+type Reason = { code: WhyCode; message: string; details: Explanation['details'] };
+
+const iso = (d: Date | null): string | null => (d === null ? null : d.toISOString());
+
+function why(item: WorkItem, facts: WhyFacts, consumers: readonly LiveConsumer[]): Reason {
+  const { now } = facts;
+  if (TERMINAL_STATES.includes(item.state)) {
+    return { code: 'terminal', message: `it ended ${item.state} at ${iso(item.terminalAt)}`, details: { state: item.state, terminalAt: iso(item.terminalAt) } };
+  }
+  if (item.state === 'processing') {
+    const details = { owner: item.leaseOwner, leaseUntil: iso(item.leaseUntil), attempt: item.attempt };
+    if (item.leaseUntil !== null && item.leaseUntil < now) {
+      return { code: 'lease_expired', message: `its holder ${item.leaseOwner ?? '?'} stopped renewing at ${iso(item.leaseUntil)}: the next sweep takes it back`, details };
+    }
+    return { code: 'processing', message: `it is running: held by ${item.leaseOwner ?? '?'} until ${iso(item.leaseUntil)}`, details };
+  }
+  if (item.state === 'blocked') {
+    return {
+      code: 'blocked_on_dependency',
+      message: `it is blocked on dependency ${item.dependencyKey ?? '?'} since ${iso(item.blockedAt)}; next probe at ${iso(item.probeAfter)}`,
+      details: { dependencyKey: item.dependencyKey, since: iso(item.blockedAt), probeAt: iso(item.probeAfter), expiresAt: iso(item.blockExpiresAt) },
+    };
+  }
+  if (item.runAfter > now) {
+    return { code: 'not_due', message: `it is not due until ${iso(item.runAfter)}`, details: { runAfter: iso(item.runAfter) } };
+  }
+  if (!item.isHead) {
+    const head = facts.laneHead;
+    return {
+      code: 'behind_lane_head',
+      message: head ? `it waits behind its lane's head ${head.id}, which is ${head.state}` : `it waits behind an earlier item of lane ${item.lane ?? '?'}`,
+      details: { lane: item.lane, headId: head?.id ?? null, headState: head?.state ?? null },
+    };
+  }
+  return whoServes(item, facts, consumers);
+}
+
+/** A due pending head: whether a live consumer would claim it, and if none, which filter stops them all. */
+function whoServes(item: WorkItem, facts: WhyFacts, consumers: readonly LiveConsumer[]): Reason {
+  const live = consumers.length;
+  if (live === 0) return { code: 'no_live_consumer', message: `no live consumer serves queue ${item.queue}`, details: { queue: item.queue } };
+  const ofClass = consumers.filter((c) => c.classes.includes(item.queueClass));
+  if (ofClass.length === 0) {
+    const served = [...new Set(consumers.flatMap((c) => c.classes))].join(', ');
+    return { code: 'class_not_served', message: `no live consumer serves class ${item.queueClass} (they serve ${served})`, details: { class: item.queueClass, served, live } };
+  }
+  const ofType = ofClass.filter((c) => c.types === null || c.types.includes(item.type));
+  if (ofType.length === 0) {
+    return { code: 'type_not_served', message: `no live consumer of class ${item.queueClass} claims type ${item.type}`, details: { type: item.type, live } };
+  }
+  const epoch = facts.ownershipEpoch;
+  const unfenced = ofType.filter((c) => c.epoch === null || c.epoch === epoch);
+  if (unfenced.length === 0) {
+    const held = [...new Set(ofType.map((c) => c.epoch))].join(', ');
+    return {
+      code: 'epoch_not_served',
+      message: `the queue's ownership epoch ${epoch ?? 'none'} waits for activation: its consumers are fenced with epoch ${held}`,
+      details: { epoch, consumerEpochs: held },
+    };
+  }
+  const caps = unfenced.map((c) => c.maxProcessing);
+  const cap = caps.every((c): c is number => c !== null) ? Math.max(...caps) : null;
+  if (cap !== null && facts.processing >= cap) {
+    return { code: 'queue_capped', message: `the queue is at its cap: ${facts.processing} processing of maxProcessing ${cap}`, details: { processing: facts.processing, maxProcessing: cap } };
+  }
+  return {
+    code: 'claimable',
+    message: `it is claimable now: ${unfenced.length} live consumer(s) serve it and take it in their next claim round or sweep`,
+    details: { consumers: unfenced.length },
+  };
+}

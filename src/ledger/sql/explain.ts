@@ -1,0 +1,32 @@
+import { sql } from 'kysely';
+import type { LedgerDb } from '../connection.js';
+import type { LedgerTables } from '../tables.js';
+import type { ItemState, WorkItem } from '../types.js';
+import { processingCount } from './stats.js';
+
+/** What explain needs beyond the item and the live consumers: the ledger's clock, the queue's processing count and ownership epoch, and the lane's head. */
+export interface WhyFacts {
+  now: Date;
+  processing: number;
+  ownershipEpoch: number | null;
+  /** The lane's current head, for an item behind one. */
+  laneHead?: { id: string; state: ItemState; laneSeq: number } | undefined;
+}
+
+export async function readWhyFacts(db: LedgerDb, t: LedgerTables, item: WorkItem): Promise<WhyFacts> {
+  const r = await sql<{ now: Date; processing: number | string; epoch: number | string | null }>`SELECT NOW(6) AS now,
+    (${processingCount(t, item.queue)}) AS processing,
+    (SELECT epoch FROM ${t.ownership} WHERE queue = ${item.queue}) AS epoch`.execute(db);
+  const row = r.rows[0];
+  if (!row) throw new Error('explain: the ledger answered no row');
+  const facts: WhyFacts = { now: row.now, processing: Number(row.processing), ownershipEpoch: row.epoch === null ? null : Number(row.epoch) };
+  if (item.lane !== null && item.laneSeq !== null && !item.isHead) {
+    // Backwards from the item to the head: only the lane's backlog ahead of it is passed, never its history.
+    const h = await sql<{ id: string; state: ItemState; lane_seq: number | string }>`SELECT id, state, lane_seq FROM ${t.items} FORCE INDEX (ix_lane)
+      WHERE queue = ${item.queue} AND lane = ${item.lane} AND lane_seq < ${item.laneSeq} AND is_head = 1
+      ORDER BY lane_seq DESC LIMIT 1`.execute(db);
+    const head = h.rows[0];
+    if (head) facts.laneHead = { id: head.id, state: head.state, laneSeq: Number(head.lane_seq) };
+  }
+  return facts;
+}

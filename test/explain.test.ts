@@ -1,0 +1,130 @@
+import { afterAll, afterEach, beforeAll, describe, expect, test } from 'vitest';
+import { Consumer } from '../src/consumer/consumer.js';
+import type { ConsumerRow } from '../src/ledger/sql/consumers.js';
+import type { Explanation, QueueClass } from '../src/ledger/types.js';
+import { claimOne, freshQueue } from './support/items.js';
+import { createTestLedger, waitFor, type TestLedger } from './support/ledger.js';
+
+// "Why isn't this item running?" (docs/design.md §7) and the registry of live consumers (§6).
+
+let tl: TestLedger;
+const consumers: Consumer[] = [];
+beforeAll(async () => {
+  tl = await createTestLedger();
+});
+afterEach(async () => {
+  for (const c of consumers.splice(0)) await c.stop({ drainTimeoutMs: 2_000 });
+});
+afterAll(async () => {
+  await tl?.drop();
+});
+
+let beats = 0;
+/** A consumer's heartbeat row, as a running consumer writes it. */
+async function liveConsumer(queue: string, opts: Partial<ConsumerRow> = {}): Promise<string> {
+  const name = `explain-${++beats}`;
+  const classes: QueueClass[] = ['interactive', 'default', 'bulk'];
+  await tl.ledger.consumerBeat({ name, queue, classes, types: null, concurrency: 4, maxProcessing: null, epoch: null, version: 'test', ...opts }, true);
+  return name;
+}
+
+async function why(id: string): Promise<Explanation> {
+  const e = await tl.ledger.explain(id);
+  if (!e) throw new Error(`no item ${id}`);
+  return e;
+}
+
+describe('ledger.explain', () => {
+  test('reasons from the item itself: ended, running, lease expired, blocked, not due, behind its lane head', async () => {
+    const queue = freshQueue('why');
+    await liveConsumer(queue);
+    const done = await tl.ledger.enqueue({ queue, type: 't', payload: {} });
+    expect(await tl.ledger.complete(await claimOne(tl.ledger, queue))).toMatchObject({ won: true });
+    expect(await why(done.id)).toMatchObject({ code: 'terminal', state: 'completed' });
+
+    const run = await tl.ledger.enqueue({ queue, type: 't', payload: {} });
+    const held = await claimOne(tl.ledger, queue, 'holder-1');
+    expect(await why(run.id)).toMatchObject({ code: 'processing', details: { owner: 'holder-1' } });
+    const blocked = await tl.ledger.block(held, { dependencyKey: 'repo:7', maxWaitMs: 3_600_000, probeAfterMs: 60_000 });
+    expect(blocked).toMatchObject({ won: true, state: 'blocked' });
+    expect(await why(run.id)).toMatchObject({ code: 'blocked_on_dependency', details: { dependencyKey: 'repo:7' } });
+
+    const brief = await tl.ledger.enqueue({ queue, type: 't', payload: {} });
+    await tl.ledger.claim({ queue, owner: 'gone', limit: 1, leaseMs: 50 });
+    await waitFor(async () => ((await why(brief.id)).code === 'lease_expired' ? true : undefined), 5_000, 'the lease to expire');
+
+    const later = await tl.ledger.enqueue({ queue, type: 't', payload: {}, delayMs: 3_600_000 });
+    const e = await why(later.id);
+    expect(e).toMatchObject({ code: 'not_due' });
+    expect(new Date(String(e.details.runAfter)).getTime()).toBeGreaterThan(e.at.getTime() + 3_500_000);
+
+    const [first, second] = await tl.ledger.enqueueMany([0, 1].map((n) => ({ queue, type: 't', lane: 'l', payload: { n } })));
+    expect(await why(first!.id)).toMatchObject({ code: 'claimable' });
+    expect(await why(second!.id)).toMatchObject({ code: 'behind_lane_head', details: { headId: first!.id, headState: 'pending' } });
+    expect(await tl.ledger.explain('no-such-item-000000000')).toBeUndefined();
+  });
+
+  test('reasons from the fleet: no live consumer, class or type not served, epoch not active, the queue at its cap', async () => {
+    const queue = freshQueue('whyfleet');
+    const item = await tl.ledger.enqueue({ queue, type: 'report', queueClass: 'bulk', payload: {} });
+    expect(await why(item.id)).toMatchObject({ code: 'no_live_consumer' });
+    await liveConsumer(queue, { classes: ['interactive', 'default'] });
+    expect(await why(item.id)).toMatchObject({ code: 'class_not_served', details: { class: 'bulk', served: 'interactive, default' } });
+    await liveConsumer(queue, { types: ['email', 'sms'] });
+    expect(await why(item.id)).toMatchObject({ code: 'type_not_served', details: { type: 'report' } });
+    await tl.ledger.activate({ queue, deployment: 'blue' });
+    await tl.ledger.activate({ queue, deployment: 'green' });
+    await liveConsumer(queue, { types: ['report'], epoch: 1 });
+    expect(await why(item.id)).toMatchObject({ code: 'epoch_not_served', details: { epoch: 2, consumerEpochs: '1' } });
+    const capped = await liveConsumer(queue, { epoch: 2, maxProcessing: 1 });
+    const other = await tl.ledger.enqueue({ queue, type: 'report', queueClass: 'bulk', payload: {}, priority: -1 });
+    const held = await tl.ledger.claim({ queue, owner: 'w', limit: 1, leaseMs: 60_000, epoch: 2 });
+    expect(held.items.map((i) => i.id)).toEqual([other.id]);
+    expect(await why(item.id)).toMatchObject({ code: 'queue_capped', details: { processing: 1, maxProcessing: 1 } });
+    await tl.ledger.consumerGone(capped);
+    await liveConsumer(queue, { epoch: 2 });
+    expect(await why(item.id)).toMatchObject({ code: 'claimable', details: { consumers: 1 } });
+  });
+});
+
+describe('live consumers', () => {
+  test('a consumer is live from start to stop, with what it serves', async () => {
+    const queue = freshQueue('live');
+    const c = new Consumer({ ledger: tl.ledger, queue, concurrency: 3, classes: ['default'], types: ['a'], maxProcessing: 9, handlers: { a: async () => undefined } });
+    consumers.push(c);
+    await c.start();
+    expect(await tl.ledger.liveConsumers(queue)).toMatchObject([{ name: c.name, queue, classes: ['default'], types: ['a'], concurrency: 3, maxProcessing: 9, epoch: null }]);
+    await c.stop();
+    expect(await tl.ledger.liveConsumers(queue)).toEqual([]);
+  });
+
+  test('an item explained as claimable is claimed by a live consumer within one sweep', async () => {
+    const queue = freshQueue('claimable');
+    const pollIntervalMs = 300;
+    const started = new Set<string>();
+    // No wake channel: only the consumer's sweep finds items, so "within one sweep" is what is checked.
+    const c = new Consumer({
+      ledger: tl.ledger,
+      queue,
+      concurrency: 64,
+      pollIntervalMs,
+      handlers: { t: async (job) => void started.add(job.id) },
+    });
+    consumers.push(c);
+    await c.start();
+    let claimable = 0;
+    for (let i = 0; i < 24; i++) {
+      const laned = i % 3 === 0;
+      const item = await tl.ledger.enqueue({ queue, type: 't', payload: { i }, ...(laned ? { lane: `l${i % 2}` } : {}), ...(i % 4 === 1 ? { delayMs: 200 } : {}) });
+      const e = await why(item.id);
+      if (e.code !== 'claimable') {
+        expect(['behind_lane_head', 'not_due', 'processing', 'terminal']).toContain(e.code);
+        continue;
+      }
+      claimable++;
+      // One sweep interval (with the sweep's jitter) and the claim's own time.
+      await waitFor(() => started.has(item.id) || undefined, 3 * pollIntervalMs + 2_000, `item ${i}, explained claimable, to start`);
+    }
+    expect(claimable).toBeGreaterThan(10);
+  });
+});
