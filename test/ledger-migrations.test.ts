@@ -52,7 +52,7 @@ describe('migrations', () => {
     const first = await ledger.migrate();
     expect(first).toEqual({ from: 0, to: SCHEMA_VERSION, applied: Array.from({ length: SCHEMA_VERSION }, (_, i) => i + 1) });
     const afterFirst = await tables(ledger);
-    expect(afterFirst).toEqual(['lw_attempts', 'lw_consumers', 'lw_fleet_tasks', 'lw_items', 'lw_lanes', 'lw_migrations', 'lw_ownership', 'lw_queues', 'lw_steps', 'lw_waits', 'lw_wake_marks']);
+    expect(afterFirst).toEqual(['lw_attempts', 'lw_consumers', 'lw_fleet_tasks', 'lw_items', 'lw_lanes', 'lw_migrations', 'lw_ownership', 'lw_queues', 'lw_rate_limits', 'lw_steps', 'lw_waits', 'lw_wake_marks']);
     // Data written between runs survives the second.
     const item = await ledger.enqueue({ queue: 'mig', type: 't', payload: 1, lane: 'L' });
 

@@ -24,6 +24,7 @@ import { leaseTickMs } from './lease-keeper.js';
 import type { ConsumerLedger } from './ledger-port.js';
 import { OfferDesk, type OfferDeskHost } from './offer-desk.js';
 import { consumerSettingsSchema, type ConsumerSettings, type ConsumerSettingsInput } from './options.js';
+import { checkRateLimit } from './rate-gate.js';
 import { ConsumerRegistration } from './registration.js';
 import { ProgressBatch, RenewalBatch } from './renewals.js';
 import { Sweeper } from './sweeper.js';
@@ -111,6 +112,7 @@ export class Consumer<DB = Record<string, never>> extends EventEmitter<ConsumerE
     this.coalesce = coalesceClaimOf(this.handlers);
     this.name = this.settings.name ?? `${hostname()}:${process.pid}:${randomBytes(3).toString('hex')}`;
     this.log = (logger ?? createLogger('lanewake.consumer')).child({ queue: this.settings.queue, consumer: this.name });
+    for (const [type, def] of this.handlers) checkRateLimit(type, def.rateLimit);
     // A batch handler's items each run on their own, through a gatherer that calls it once per batch.
     for (const [type, def] of this.handlers) {
       if (def.batch === undefined) continue;

@@ -1,3 +1,5 @@
+import { RATE_LIMITED_REASON } from '../ledger/types.js';
+
 /** Thrown by a handler: the item can never succeed; it goes dead at once (class `permanent` unless given). */
 export class PermanentError extends Error {
   override readonly name: string = 'PermanentError';
@@ -24,8 +26,12 @@ export class DeferError extends Error {
 /** A rate limit hit: a Defer by another name, so logs and metrics can tell them apart. */
 export class RateLimitedError extends DeferError {
   override readonly name: string = 'RateLimitedError';
-  constructor(retryAfterMs: number) {
-    super(new Date(Date.now() + retryAfterMs), 'rate limited');
+  /** For a type with a `rateLimit`, its key's next start is pushed this far back, fleet-wide (docs/design.md §6, "Rate limits"). */
+  readonly retryAfterMs: number;
+  constructor(retryAfterMs: number | { retryAfterMs: number }) {
+    const ms = typeof retryAfterMs === 'number' ? retryAfterMs : retryAfterMs.retryAfterMs;
+    super(new Date(Date.now() + ms), RATE_LIMITED_REASON);
+    this.retryAfterMs = ms;
   }
 }
 

@@ -2,7 +2,7 @@ import { LeaseLostError, ValidationError } from '../errors.js';
 import type { Logger } from '../log.js';
 import { sleep } from '../sleep.js';
 import type { FinalizeResult } from '../ledger/ledger.js';
-import type { ClaimedItem } from '../ledger/types.js';
+import { RATE_LIMITED_REASON, type ClaimedItem } from '../ledger/types.js';
 import type { BatchCompleter } from './completer.js';
 import { BlockOnError, DeferError, PermanentError, type AbortReason } from './errors.js';
 import { leaseWriteRetryMs } from './lease-keeper.js';
@@ -185,6 +185,13 @@ export async function writeUnowned(deps: OutcomeDeps, item: ClaimedItem): Promis
   const r = await finalizeSafely(deps, item, () => ledger.fail(item, { error, failureClass: 'unowned' }));
   if (r?.won) logDeath(deps, item, r.failureClass, 'no handler for its type');
   return outcomeOf(r, 'dead');
+}
+
+/** A rate-limited start refused (rate-gate.ts): back to pending until its key's turn, no attempt spent; or nothing, when the lease was lost. */
+export async function writeRateLimited(deps: OutcomeDeps, item: ClaimedItem, waitMs: number | 'leaseLost'): Promise<Outcome> {
+  if (waitMs === 'leaseLost') return 'leaseLost';
+  const delayMs = Math.ceil(waitMs);
+  return delayed(deps, item, delayMs, outcomeOf(await finalizeSafely(deps, item, () => deps.ledger.release(item, { delayMs, reason: RATE_LIMITED_REASON })), 'released'));
 }
 
 /** Every death is one warn line: enough to find the item (`lanewake inspect`), never its payload. */

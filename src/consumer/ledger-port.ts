@@ -29,6 +29,9 @@ export type ConsumerLedger = PickPresent<
   | 'completeManyWithin'
   | 'completeManyClaimingNext'
   | 'sweepSignals'
+  | 'takeRate'
+  | 'reserveRateTurn'
+  | 'pushRateWindow'
   | 'consumerBeat'
   | 'consumerGone'
 >;

@@ -93,6 +93,19 @@ export interface HandlerDefinition<P = unknown, DB = Record<string, never>> {
   coalesce?: CoalesceMode;
   /** The most items one group takes besides its head (default 1,000). */
   coalesceMax?: number;
+  /**
+   * A rate limit per key (docs/design.md §6, "Rate limits"): at most `max`
+   * starts in any `perMs` window, fleet-wide, held by the ledger. The key is
+   * `key(payload)`, or the type when there is no `key`. Items over it go back
+   * to pending until their turn without spending an attempt.
+   */
+  rateLimit?: RateLimit<P>;
+}
+
+export interface RateLimit<P = unknown> {
+  key?: (payload: P) => string;
+  max: number;
+  perMs: number;
 }
 
 /** How one item of a batch ended, by its id in the handler's answer (docs/design.md §4, Batch handlers). */
@@ -133,6 +146,7 @@ export interface RegisteredHandler<DB = Record<string, never>> {
   deadlineMs?: number;
   coalesce?: CoalesceMode;
   coalesceMax?: number;
+  rateLimit?: RateLimit;
   /** A batch handler's (defineBatchHandler): its items are gathered into calls of `handle`. */
   batch?: { options: BatchOptions; handle: BatchHandler<unknown, DB> };
 }

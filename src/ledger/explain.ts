@@ -3,7 +3,7 @@ import { liveConsumers } from './sql/consumers.js';
 import { readWhyFacts, type WhyFacts } from './sql/explain.js';
 import { getItem } from './sql/inspect.js';
 import type { LedgerTables } from './tables.js';
-import { TERMINAL_STATES, type Explanation, type LiveConsumer, type WhyCode, type WorkItem } from './types.js';
+import { RATE_LIMITED_REASON, TERMINAL_STATES, type Explanation, type LiveConsumer, type WhyCode, type WorkItem } from './types.js';
 
 /**
  * "Why isn't this item running?" (docs/design.md §7): the first reason that
@@ -40,6 +40,9 @@ function why(item: WorkItem, facts: WhyFacts, consumers: readonly LiveConsumer[]
       message: `it is blocked on dependency ${item.dependencyKey ?? '?'} since ${iso(item.blockedAt)}; next probe at ${iso(item.probeAfter)}`,
       details: { dependencyKey: item.dependencyKey, since: iso(item.blockedAt), probeAt: iso(item.probeAfter), expiresAt: iso(item.blockExpiresAt) },
     };
+  }
+  if (item.runAfter > now && facts.lastReleaseReason === RATE_LIMITED_REASON) {
+    return { code: 'rate_limited', message: `its key is over its rate limit: its turn is at ${iso(item.runAfter)}`, details: { until: iso(item.runAfter) } };
   }
   if (item.runAfter > now) {
     return { code: 'not_due', message: `it is not due until ${iso(item.runAfter)}`, details: { runAfter: iso(item.runAfter) } };

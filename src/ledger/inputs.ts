@@ -156,3 +156,13 @@ export const replaySchema = z.object({
 export const purgeSchema = z.object({ olderThanMs: durationMs, limit: limitSchema.default(1000), queue: queueName.optional() });
 export const listDeadSchema = z.object({ queue: queueName.optional(), limit: limitSchema.default(100) });
 export const activateSchema = z.object({ queue: queueName, deployment: workerName, expectEpoch: z.number().int().min(0).optional() });
+
+/** A rate-limited start (docs/design.md §6, "Rate limits"): the key, and how far apart its starts must be. */
+export const rateTakeSchema = z
+  .object({
+    key: keyString,
+    /** perMs ÷ max, times the items starting (a coalesced group counts each). */
+    intervalMs: z.number().positive().max(86_400_000),
+  })
+  .strict();
+export const rateWindowSchema = z.object({ queue: queueName, key: keyString, afterMs: z.number().min(0).max(86_400_000) }).strict();

@@ -16,6 +16,8 @@ import {
   maintenanceSchema,
   queueListSchema,
   purgeSchema,
+  rateTakeSchema,
+  rateWindowSchema,
   releaseSchema,
   replaySchema,
   retrySchema,
@@ -40,6 +42,7 @@ import { getAttempts, getItem, listDead } from './sql/inspect.js';
 import { renewLeases, saveCheckpoint, saveProgress } from './sql/lease.js';
 import { activateOwnership, getOwnership } from './sql/ownership.js';
 import { beat, forget, liveConsumers, type ConsumerRow } from './sql/consumers.js';
+import { pushRateWindow, reserveRateTurn, takeRate } from './sql/rate-limits.js';
 import { explainItem } from './explain.js';
 import { purgeTerminal } from './sql/purge.js';
 import { reclaimExpired } from './sql/reclaim.js';
@@ -51,7 +54,7 @@ import { sweepSignals } from './sql/sweep-signals.js';
 import { purgeWakeMarks } from './sql/wake-marks.js';
 import { ledgerTables, type LedgerTables } from './tables.js';
 import type { AttemptRecord, CancelOutcome, ClaimedItem, ClaimOutcome, EnqueueResult, FinalizeResult, ItemState, LeaseHandle, Ownership,
-  Explanation, LiveConsumer, ProbeOutcome, QueueClass, QueueStats, ReclaimOutcome, RenewOutcome, StepRecord, SuccessorClaim, SweepSignal, WokenItem, WorkItem } from './types.js';
+  Explanation, LiveConsumer, ProbeOutcome, QueueClass, RateAnswer, QueueStats, ReclaimOutcome, RenewOutcome, StepRecord, SuccessorClaim, SweepSignal, WokenItem, WorkItem } from './types.js';
 import { itemId, positiveDurationMs, queueName, reasonText, stepName, validate } from './validation.js';
 
 export { DEFAULT_MAX_ATTEMPTS, MAX_CLAIM_ITEMS } from './inputs.js';
@@ -448,6 +451,29 @@ export class Ledger {
   /** A running consumer's heartbeat (src/consumer/registration.ts). @internal */
   consumerBeat(row: ConsumerRow, first: boolean): Promise<void> {
     return beat(this.db, this.tables, row, first);
+  }
+
+  /**
+   * A rate-limited item's start (docs/design.md §6, "Rate limits"): granted
+   * when its key's next start has come (the item's started_at is then now),
+   * else how long until it may. @internal
+   */
+  takeRate(handle: Pick<LeaseHandle, 'id' | 'queue' | 'leaseToken'>, input: { key: string; intervalMs: number }): Promise<RateAnswer> {
+    const v = validate(rateTakeSchema, input, 'takeRate');
+    return takeRate(this.db, this.tables, { queue: handle.queue, key: v.key, id: handle.id, token: handle.leaseToken, intervalUs: Math.round(v.intervalMs * 1000) });
+  }
+
+  /** A turn for an item refused a rate-limited start: how long from now (ms). @internal */
+  reserveRateTurn(input: { queue: string; key: string; intervalMs: number }): Promise<number> {
+    const v = validate(rateTakeSchema, { key: input.key, intervalMs: input.intervalMs }, 'reserveRateTurn');
+    validate(queueName, input.queue, 'reserveRateTurn', 'queue');
+    return reserveRateTurn(this.db, this.tables, { queue: input.queue, key: v.key, intervalUs: Math.round(v.intervalMs * 1000) });
+  }
+
+  /** A key's next start pushed to `afterMs` from now at the soonest (a handler's RateLimitedError). */
+  pushRateWindow(input: { queue: string; key: string; afterMs: number }): Promise<void> {
+    const v = validate(rateWindowSchema, input, 'pushRateWindow');
+    return pushRateWindow(this.db, this.tables, v);
   }
 
   /** A stopped consumer's row removed. @internal */

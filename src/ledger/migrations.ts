@@ -252,13 +252,22 @@ const MIGRATIONS: readonly Migration[] = [
   },
   {
     version: 8,
-    name: 'queues and live consumers',
+    name: 'queues, live consumers and rate limits',
     // One row per queue that a claim has capped: every capped claim of the
     // queue writes it first, so capped claims take turns and each counts the
     // processing items after the one before it committed (sql/admission.ts).
     // One row per running consumer, written every few seconds: what the
     // fleet serves, for explain ("why isn't this item running?") and stats.
+    // One row per rate-limited key: when its next start may be, and up to
+    // when refused items have reserved their turns (sql/rate-limits.ts).
     statements: (t) => [
+      sql`CREATE TABLE IF NOT EXISTS ${t.rateLimits} (
+        queue VARCHAR(64) ${ASCII} NOT NULL,
+        rate_key VARCHAR(255) ${TEXT} NOT NULL,
+        next_at DATETIME(6) NOT NULL,
+        reserved_until DATETIME(6) NOT NULL,
+        PRIMARY KEY (queue, rate_key) /*T![clustered_index] CLUSTERED */
+      ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin`,
       sql`CREATE TABLE IF NOT EXISTS ${t.consumers} (
         name VARCHAR(128) ${TEXT} NOT NULL,
         queue VARCHAR(64) ${ASCII} NOT NULL,

@@ -19,6 +19,8 @@ export interface LedgerTables {
   readonly queues: RawBuilder<unknown>;
   /** One row per running consumer, its heartbeat (schema 8): what the fleet serves, for explain and stats. */
   readonly consumers: RawBuilder<unknown>;
+  /** One row per rate-limited key (schema 8): its next start and the turns reserved (sql/rate-limits.ts). */
+  readonly rateLimits: RawBuilder<unknown>;
   readonly migrations: RawBuilder<unknown>;
 }
 
@@ -36,6 +38,7 @@ export function ledgerTables(prefix: string): LedgerTables {
     steps: t('steps'),
     queues: t('queues'),
     consumers: t('consumers'),
+    rateLimits: t('rate_limits'),
     migrations: t('migrations'),
   };
 }

@@ -259,6 +259,7 @@ export const WHY_CODES = [
   'lease_expired',
   'blocked_on_dependency',
   'not_due',
+  'rate_limited',
   'behind_lane_head',
   'no_live_consumer',
   'class_not_served',
@@ -280,3 +281,14 @@ export interface Explanation {
   /** The ledger's clock when it was computed. */
   at: Date;
 }
+
+/**
+ * A rate-limited start's answer (docs/design.md §6, "Rate limits"): granted;
+ * or not yet: the key's next start is `waitMs` away, `queued` says refused
+ * items hold turns, and the item has been due for `dueForMs` (an item back
+ * for its turn, just due); or the item is no longer held.
+ */
+export type RateAnswer = { granted: true } | { granted: false; waitMs: number; queued: boolean; dueForMs: number } | { granted: false; lost: true };
+
+/** The reason a rate limit's refusal, or a handler's RateLimitedError, releases an item with: explain reads it back. */
+export const RATE_LIMITED_REASON = 'rate limited';

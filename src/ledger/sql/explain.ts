@@ -11,6 +11,8 @@ export interface WhyFacts {
   ownershipEpoch: number | null;
   /** The lane's current head, for an item behind one. */
   laneHead?: { id: string; state: ItemState; laneSeq: number } | undefined;
+  /** Why it was last released, for an item not due yet: a rate limit's refusal says 'rate limited'. */
+  lastReleaseReason?: string | null | undefined;
 }
 
 export async function readWhyFacts(db: LedgerDb, t: LedgerTables, item: WorkItem): Promise<WhyFacts> {
@@ -27,6 +29,12 @@ export async function readWhyFacts(db: LedgerDb, t: LedgerTables, item: WorkItem
       ORDER BY lane_seq DESC LIMIT 1`.execute(db);
     const head = h.rows[0];
     if (head) facts.laneHead = { id: head.id, state: head.state, laneSeq: Number(head.lane_seq) };
+  }
+  if (item.state === 'pending' && item.runAfter > facts.now) {
+    const h = await sql<{ outcome: string; error: string | null }>`SELECT outcome, error FROM ${t.attempts} WHERE item_id = ${item.id}
+      ORDER BY ended_at DESC LIMIT 1`.execute(db);
+    const last = h.rows[0];
+    if (last?.outcome === 'released') facts.lastReleaseReason = last.error;
   }
   return facts;
 }

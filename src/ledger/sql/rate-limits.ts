@@ -1,0 +1,74 @@
+import { sql } from 'kysely';
+import type { Executor, LedgerDb } from '../connection.js';
+import { retryOnConflict, runTransaction } from '../retry.js';
+import type { LedgerTables } from '../tables.js';
+import type { RateAnswer } from '../types.js';
+import { affected, inline, NO_TIME } from './common.js';
+
+/**
+ * A key's rate limit (docs/design.md §6, "Rate limits"), one row per queue
+ * and key: `next_at`, the earliest the next start may be, and
+ * `reserved_until`, up to when items refused a start have been given turns.
+ * A start is granted by a CAS on `next_at <= NOW(6)` that moves it
+ * `intervalUs` on (the limit's spacing, times the items starting), so starts
+ * of one key are at least that far apart on the ledger's clock, fleet-wide,
+ * and no window of the limit's length holds more than its max. The grant
+ * also stamps the item's `started_at`: its attempt starts now.
+ */
+export interface RateTake {
+  queue: string;
+  key: string;
+  /** The item starting, held under this token. */
+  id: string;
+  token: string;
+  intervalUs: number;
+}
+
+export async function takeRate(db: LedgerDb, t: LedgerTables, take: RateTake): Promise<RateAnswer> {
+  if ((await grant(db, t, take)) > 0) return { granted: true };
+  const row = await sql<{ wait_us: number | string | null; queued: number | string | null; held: number | string | null }>`SELECT
+      (SELECT TIMESTAMPDIFF(MICROSECOND, NOW(6), next_at) FROM ${t.rateLimits} WHERE queue = ${take.queue} AND rate_key = ${take.key}) AS wait_us,
+      (SELECT reserved_until > next_at FROM ${t.rateLimits} WHERE queue = ${take.queue} AND rate_key = ${take.key}) AS queued,
+      (SELECT TIMESTAMPDIFF(MICROSECOND, run_after, NOW(6)) FROM ${t.items} WHERE id = ${take.id} AND lease_token = ${take.token} AND state = 'processing') AS held`.execute(db);
+  const r = row.rows[0];
+  if (r?.held === null || r?.held === undefined) return { granted: false, lost: true };
+  if (r.wait_us === null) {
+    // The key's first start: its row, then the grant again.
+    await sql`INSERT IGNORE INTO ${t.rateLimits} (queue, rate_key, next_at, reserved_until) VALUES (${take.queue}, ${take.key}, ${NO_TIME}, ${NO_TIME})`.execute(db);
+    if ((await grant(db, t, take)) > 0) return { granted: true };
+  }
+  return { granted: false, waitMs: Math.max(0, Number(r.wait_us ?? 0) / 1000), queued: Number(r.queued ?? 0) === 1, dueForMs: Number(r.held) / 1000 };
+}
+
+function grant(exec: Executor, t: LedgerTables, take: RateTake): Promise<number> {
+  return retryOnConflict(async () =>
+    affected(
+      await sql`UPDATE ${t.rateLimits} r JOIN ${t.items} i ON i.id = ${inline(take.id)} AND i.lease_token = ${inline(take.token)} AND i.state = 'processing'
+        SET r.next_at = NOW(6) + INTERVAL ${inline(take.intervalUs)} MICROSECOND, i.started_at = NOW(6)
+        WHERE r.queue = ${inline(take.queue)} AND r.rate_key = ${inline(take.key)} AND r.next_at <= NOW(6)`.execute(exec),
+    ),
+  );
+}
+
+/**
+ * A turn for an item refused a start: the first free one at or after the
+ * key's next start, `intervalUs` long. Returns how long from now it is
+ * (ms), for the item's release: refused items wake one turn apart instead
+ * of all at once.
+ */
+export async function reserveRateTurn(db: LedgerDb, t: LedgerTables, spec: { queue: string; key: string; intervalUs: number }): Promise<number> {
+  return runTransaction(db, async (trx) => {
+    await sql`UPDATE ${t.rateLimits} SET reserved_until = GREATEST(reserved_until, next_at, NOW(6)) + INTERVAL ${inline(spec.intervalUs)} MICROSECOND
+      WHERE queue = ${spec.queue} AND rate_key = ${spec.key}`.execute(trx);
+    const r = await sql<{ us: number | string | null }>`SELECT TIMESTAMPDIFF(MICROSECOND, NOW(6), reserved_until) AS us FROM ${t.rateLimits}
+      WHERE queue = ${spec.queue} AND rate_key = ${spec.key}`.execute(trx);
+    return Math.max(0, (Number(r.rows[0]?.us ?? 0) - spec.intervalUs) / 1000);
+  });
+}
+
+/** A handler's RateLimitedError: the key's next start is no sooner than `afterMs` from now. */
+export async function pushRateWindow(db: LedgerDb, t: LedgerTables, spec: { queue: string; key: string; afterMs: number }): Promise<void> {
+  const us = Math.round(spec.afterMs * 1000);
+  await sql`INSERT INTO ${t.rateLimits} (queue, rate_key, next_at, reserved_until) VALUES (${spec.queue}, ${spec.key}, NOW(6) + INTERVAL ${inline(us)} MICROSECOND, ${NO_TIME})
+    ON DUPLICATE KEY UPDATE next_at = GREATEST(next_at, NOW(6) + INTERVAL ${inline(us)} MICROSECOND)`.execute(db);
+}

@@ -1,0 +1,123 @@
+import { sql } from 'kysely';
+import { afterAll, afterEach, beforeAll, expect, test } from 'vitest';
+import { Consumer } from '../src/consumer/consumer.js';
+import { RateLimitedError } from '../src/consumer/errors.js';
+import { defineHandler } from '../src/consumer/types.js';
+import { ValidationError } from '../src/errors.js';
+import { Producer } from '../src/producer/producer.js';
+import { createTestWake, uniqueQueue, type TestWake } from './support/engine.js';
+import { createTestLedger, waitFor, type TestLedger } from './support/ledger.js';
+
+// Per-key rate limits held by the ledger (docs/design.md §6, "Rate limits").
+
+let tl: TestLedger;
+let tw: TestWake;
+const consumers: Consumer[] = [];
+beforeAll(async () => {
+  tl = await createTestLedger();
+  tw = createTestWake();
+});
+afterEach(async () => {
+  await Promise.all(consumers.splice(0).map((c) => c.stop({ drainTimeoutMs: 5_000 })));
+});
+afterAll(async () => {
+  await tw?.drop();
+  await tl?.drop();
+});
+
+interface Call {
+  api: string;
+  n: number;
+}
+
+/** Starts of `queue`'s items of one api, on the ledger's clock (a granted start stamps started_at), in order. */
+async function startsOf(queue: string, api: string): Promise<{ at: number; attempt: number }[]> {
+  const r = await sql<{ started_at: Date; attempt: number }>`SELECT started_at, attempt FROM ${tl.ledger.tables.items}
+    WHERE queue = ${queue} AND state = 'completed' AND JSON_UNQUOTE(JSON_EXTRACT(payload, '$.api')) = ${api} ORDER BY started_at`.execute(tl.ledger.db);
+  return r.rows.map((x) => ({ at: x.started_at.getTime(), attempt: x.attempt }));
+}
+
+/** The most starts in any window of `windowMs` (half open). */
+function busiestWindow(starts: readonly number[], windowMs: number): number {
+  let most = 0;
+  let from = 0;
+  for (let i = 0; i < starts.length; i++) {
+    while (starts[i]! - starts[from]! >= windowMs) from++;
+    most = Math.max(most, i - from + 1);
+  }
+  return most;
+}
+
+test('4 consumers under a limit of 20/s per key: no second of the ledger clock has more than 20 starts of a key, another key runs at its own rate, and no attempt is spent', async () => {
+  const queue = uniqueQueue('rate');
+  let released = 0;
+  const call = defineHandler<Call>({ rateLimit: { key: (p) => `api:${p.api}`, max: 20, perMs: 1000 }, handle: async () => undefined });
+  for (let i = 0; i < 4; i++) {
+    const c = new Consumer({ ledger: tl.ledger, wake: tw.wake, queue, concurrency: 8, handlers: { call } });
+    c.on('outcome', (_item, outcome) => void (outcome === 'released' && released++));
+    consumers.push(c);
+    await c.start();
+  }
+  const producer = new Producer({ ledger: tl.ledger, wake: tw.wake });
+  await producer.enqueueMany([
+    ...Array.from({ length: 200 }, (_, n) => ({ queue, type: 'call', payload: { api: 'a', n } })),
+    ...Array.from({ length: 60 }, (_, n) => ({ queue, type: 'call', payload: { api: 'b', n } })),
+  ]);
+  const done = async (api: string): Promise<number> => (await startsOf(queue, api)).length;
+  // Key b has its own window: its 60 finish while most of key a's 200 still wait.
+  await waitFor(async () => ((await done('b')) === 60 ? true : undefined), 30_000, "key b's items");
+  expect(await done('a')).toBeLessThan(140);
+  await waitFor(async () => ((await done('a')) === 200 ? true : undefined), 60_000, "key a's items");
+
+  for (const api of ['a', 'b']) {
+    const starts = await startsOf(queue, api);
+    expect(busiestWindow(starts.map((s) => s.at), 1000)).toBeLessThanOrEqual(20);
+    expect(starts.every((s) => s.attempt === 1)).toBe(true);
+  }
+  // Refused items wait for a turn of their own: about one release each at most, no busy polling.
+  expect(released).toBeLessThanOrEqual(260 * 2);
+  // While refused, an item says why.
+  const waiting = await producer.enqueueMany(Array.from({ length: 40 }, (_, n) => ({ queue, type: 'call', payload: { api: 'c', n } })));
+  const reasons = new Set<string>();
+  await waitFor(async () => {
+    for (const w of waiting) reasons.add((await tl.ledger.explain(w.id))!.code);
+    return reasons.has('rate_limited') || undefined;
+  }, 10_000, 'an item of key c to be explained as rate limited');
+});
+
+test("a handler's RateLimitedError pushes its key's next start back for the whole fleet", async () => {
+  const queue = uniqueQueue('rate-push');
+  let thrown = false;
+  const call = defineHandler<Call>({
+    rateLimit: { key: (p) => p.api, max: 100, perMs: 1000 },
+    handle: async (job) => {
+      if (job.payload.n === 0 && !thrown) {
+        thrown = true;
+        throw new RateLimitedError({ retryAfterMs: 1500 });
+      }
+    },
+  });
+  for (let i = 0; i < 2; i++) {
+    const c = new Consumer({ ledger: tl.ledger, wake: tw.wake, queue, concurrency: 4, handlers: { call } });
+    consumers.push(c);
+    await c.start();
+  }
+  const producer = new Producer({ ledger: tl.ledger, wake: tw.wake });
+  const first = await producer.enqueue({ queue, type: 'call', payload: { api: 'x', n: 0 } });
+  await waitFor(() => thrown || undefined, 10_000, 'the first call to be told to back off');
+  const pushedFrom = (await tl.ledger.get(first.id))!.startedAt!.getTime();
+  await producer.enqueueMany(Array.from({ length: 5 }, (_, k) => ({ queue, type: 'call', payload: { api: 'x', n: k + 1 } })));
+  await waitFor(async () => ((await startsOf(queue, 'x')).length === 6 ? true : undefined), 20_000, 'all six');
+  const starts = await startsOf(queue, 'x');
+  // Every start after the push, the first item's retry among them, is 1.5 s or more after the pushed start.
+  expect(starts.every((s) => s.at >= pushedFrom + 1500)).toBe(true);
+  // The retry of the item told to back off spent no attempt.
+  expect((await tl.ledger.get(first.id))?.attempt).toBe(1);
+});
+
+test('a bad rateLimit is refused naming its field', () => {
+  const make = (rateLimit: unknown) =>
+    new Consumer({ ledger: tl.ledger, queue: 'q', handlers: { t: { handle: async () => undefined, rateLimit } as never } });
+  expect(() => make({ max: 0, perMs: 1000 })).toThrow(expect.objectContaining({ fields: ['handlers.t.rateLimit.max'] }));
+  expect(() => make({ max: 5, perMs: 1.5 })).toThrow(ValidationError);
+});
