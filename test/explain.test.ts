@@ -24,7 +24,7 @@ let beats = 0;
 async function liveConsumer(queue: string, opts: Partial<ConsumerRow> = {}): Promise<string> {
   const name = `explain-${++beats}`;
   const classes: QueueClass[] = ['interactive', 'default', 'bulk'];
-  await tl.ledger.consumerBeat({ name, queue, classes, types: null, concurrency: 4, maxProcessing: null, epoch: null, version: 'test', ...opts }, true);
+  await tl.ledger.consumerBeat([{ name, queue, classes, types: null, concurrency: 4, maxProcessing: null, epoch: null, version: 'test', ...opts }], true);
   return name;
 }
 

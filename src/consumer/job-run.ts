@@ -2,12 +2,12 @@ import type { Transaction } from 'kysely';
 import { Abandoned } from '../errors.js';
 import type { ClaimedItem } from '../ledger/types.js';
 import { groupView, type CoalescedView } from './coalescing.js';
-import { JobAbortedError, RateLimitedError, type AbortReason } from './errors.js';
-import { writeInvalidPayload, writeOutcome, writeRateLimited, writeUnowned, type Outcome, type OutcomeDeps, type Settlement } from './job-outcome.js';
+import { JobAbortedError, type AbortReason } from './errors.js';
+import { writeInvalidPayload, writeOutcome, writeUnowned, type Outcome, type OutcomeDeps, type Settlement } from './job-outcome.js';
 import { LeaseKeeper, leaseTickMs, renewalPointMs, type LeaseEvent } from './lease-keeper.js';
 import type { LeaseLedger } from './ledger-port.js';
 import { ProgressReporter } from './progress.js';
-import { passRateGate } from './rate-gate.js';
+import { afterRateLimited, rateGate } from './rate-gate.js';
 import type { ProgressWriter } from './renewals.js';
 import { StepBook, type StepOptions } from './steps.js';
 import type { Job, JobContext, RegisteredHandler } from './types.js';
@@ -233,23 +233,13 @@ class JobRun<DB> implements RunningJob {
       return outcome;
     }
     const limit = runnable.def.rateLimit;
-    let rateKey: string | undefined;
-    if (limit !== undefined) {
-      const gate = await passRateGate(this.deps.ledger, this.item, limit, runnable.payload);
-      if (!gate.go) {
-        const outcome = await writeRateLimited(this.deps, this.item, gate.waitMs);
-        this.markSettled();
-        return outcome;
-      }
-      rateKey = gate.key;
+    const gate = limit === undefined ? undefined : await rateGate(this.deps, this.item, limit, runnable.payload);
+    if (gate !== undefined && 'outcome' in gate) {
+      this.markSettled();
+      return gate.outcome;
     }
     const settlement = await this.runHandler(runnable);
-    // A handler's RateLimitedError pushes its key's next start back for the whole fleet.
-    if (rateKey !== undefined && settlement.thrown instanceof RateLimitedError) {
-      await this.deps.ledger
-        .pushRateWindow({ queue: this.item.queue, key: rateKey, afterMs: settlement.thrown.retryAfterMs })
-        .catch((error: unknown) => this.deps.log.warn({ id: this.item.id, err: (error as Error).message }, 'rate limit: pushing the window back failed'));
-    }
+    if (gate !== undefined) await afterRateLimited(this.deps, this.item, gate.key, settlement.thrown);
     await this.flushProgress();
     const outcome = await writeOutcome(this.deps, settlement);
     this.laneAdvanced = settlement.laneAdvanced;

@@ -56,6 +56,12 @@ export interface PoolPlan {
   classes: QueueClass[];
   concurrency: number;
   preferClasses?: QueueClass[];
+  /**
+   * 0 for a pool that shares a class with another pool: it claims only for
+   * free slots, so it never holds an item in its prefetch buffer, its slots
+   * busy, that the other pool could start now.
+   */
+  prefetch?: 0;
 }
 
 /**
@@ -71,8 +77,25 @@ export function planPools(concurrency: number, pools: PoolsInput, classes: reado
       throw new ValidationError([{ field: `${field}.${i}.profile`, message: `a ${p.profile} pool serves none of the queue's classes (${classes.join(', ')})` }], 'pools');
     }
     const prefer = p.prefer === undefined ? undefined : CLASS_PREFERENCES[p.prefer].filter((c) => own.includes(c));
-    return { profile: p.profile, classes: [...own], concurrency: p.concurrency, ...(prefer !== undefined ? { preferClasses: prefer } : {}) };
+    const shares = specs.some((o, j) => j !== i && POOL_PROFILES[o.profile].some((c) => own.includes(c) && classes.includes(c)));
+    return {
+      profile: p.profile,
+      classes: [...own],
+      concurrency: p.concurrency,
+      ...(prefer !== undefined ? { preferClasses: prefer } : {}),
+      ...(shares ? { prefetch: 0 as const } : {}),
+    };
   });
+}
+
+/** What a pool sets on its consumer's options: its classes, slots, preferred tier and prefetch. */
+export function poolSettings(plan: PoolPlan): { concurrency: number; classes: QueueClass[]; preferClasses?: QueueClass[]; prefetch?: number } {
+  return {
+    concurrency: plan.concurrency,
+    classes: plan.classes,
+    ...(plan.preferClasses !== undefined ? { preferClasses: plan.preferClasses } : {}),
+    ...(plan.prefetch !== undefined ? { prefetch: plan.prefetch } : {}),
+  };
 }
 
 function autoPools(concurrency: number, field: string): PoolSpec[] {
@@ -105,9 +128,7 @@ export function poolConsumers<DB>(options: ConsumerOptions<DB> & { pools: PoolsI
       new Consumer<DB>({
         ...rest,
         ...(name !== undefined ? { name: `${name}:${plan.profile}` } : {}),
-        concurrency: plan.concurrency,
-        classes: plan.classes,
-        ...(plan.preferClasses !== undefined ? { preferClasses: plan.preferClasses } : {}),
+        ...poolSettings(plan),
       }),
   );
 }

@@ -1,6 +1,8 @@
 import { ValidationError } from '../errors.js';
 import type { ClaimedItem } from '../ledger/types.js';
 import { sleep } from '../sleep.js';
+import { RateLimitedError } from './errors.js';
+import { writeRateLimited, type Outcome, type OutcomeDeps } from './job-outcome.js';
 import type { ConsumerLedger } from './ledger-port.js';
 import type { RateLimit } from './types.js';
 
@@ -41,6 +43,28 @@ export async function passRateGate(
     }
     return { go: false, waitMs: await ledger.reserveRateTurn({ queue: item.queue, key, intervalMs }) };
   }
+}
+
+/**
+ * A run's gate: `{ key }` to run the handler, or the outcome written when
+ * it may not start now (released until its turn, no attempt spent; nothing
+ * written when its lease was lost). A ledger that cannot answer releases it
+ * for a moment rather than let its lease run out.
+ */
+export async function rateGate(deps: OutcomeDeps, item: ClaimedItem, limit: RateLimit, payload: unknown): Promise<{ key: string } | { outcome: Outcome }> {
+  const gate = await passRateGate(deps.ledger, item, limit, payload).catch((error: unknown) => {
+    deps.log.warn({ id: item.id, err: (error as Error).message }, 'rate limit: the ledger did not answer; released');
+    return { go: false as const, waitMs: Math.max(limit.perMs / limit.max, 1000) };
+  });
+  return gate.go ? { key: gate.key } : { outcome: await writeRateLimited(deps, item, gate.waitMs) };
+}
+
+/** A handler's RateLimitedError pushes its key's next start back for the whole fleet. */
+export async function afterRateLimited(deps: OutcomeDeps, item: ClaimedItem, key: string, thrown: unknown): Promise<void> {
+  if (!(thrown instanceof RateLimitedError)) return;
+  await deps.ledger
+    .pushRateWindow({ queue: item.queue, key, afterMs: thrown.retryAfterMs })
+    .catch((error: unknown) => deps.log.warn({ id: item.id, err: (error as Error).message }, 'rate limit: pushing the window back failed'));
 }
 
 /** The item's rate key: the limit's function of the payload, or the type. */

@@ -2,45 +2,86 @@ import type { ConsumerRow } from '../ledger/sql/consumers.js';
 import type { Logger } from '../log.js';
 import type { ConsumerLedger } from './ledger-port.js';
 
-/** How often a consumer writes its heartbeat row; it counts as live for three beats (sql/consumers.ts). */
+/** How often a process writes its consumers' heartbeat; a consumer counts as live for three beats (sql/consumers.ts). */
 export const HEARTBEAT_MS = 5_000;
 
+type RegistryLedger = Pick<ConsumerLedger, 'consumerBeat' | 'consumerGone'>;
+
 /**
- * Keeps a consumer's row in the ledger's registry of live consumers
- * (docs/design.md §6, "Live consumers"): written at start and every
- * HEARTBEAT_MS, removed at stop. What the fleet serves is read from it by
- * explain and stats; nothing claims by it, so a failed beat is only logged
- * and the next one tries again.
+ * A consumer's row in the ledger's registry of live consumers
+ * (docs/design.md §7, "Live consumers"): written at start, kept fresh by its
+ * process's heartbeat, removed at stop. What the fleet serves is read from it
+ * by explain and stats; nothing claims by it, so a failed beat is only
+ * logged and the next one tries again.
  */
 export class ConsumerRegistration {
-  private timer: NodeJS.Timeout | undefined;
-  private beating: Promise<void> | undefined;
-
   constructor(
-    private readonly ledger: Pick<ConsumerLedger, 'consumerBeat' | 'consumerGone'>,
+    private readonly ledger: RegistryLedger,
     private readonly row: ConsumerRow,
     private readonly log: Logger,
   ) {}
 
-  async start(): Promise<void> {
-    await this.beat(true);
-    this.timer = setInterval(() => void this.beat(false), HEARTBEAT_MS);
-    this.timer.unref();
+  start(): Promise<void> {
+    return heartbeatOf(this.ledger, this.log).add(this.row);
   }
 
-  async stop(): Promise<void> {
-    clearInterval(this.timer);
-    this.timer = undefined;
+  stop(): Promise<void> {
+    return heartbeatOf(this.ledger, this.log).remove(this.row.name);
+  }
+}
+
+/** One heartbeat per ledger object, so a process with many consumers sends one statement per beat, not one per consumer. */
+const heartbeats = new WeakMap<RegistryLedger, Heartbeat>();
+
+function heartbeatOf(ledger: RegistryLedger, log: Logger): Heartbeat {
+  let h = heartbeats.get(ledger);
+  if (h === undefined) {
+    h = new Heartbeat(ledger, log);
+    heartbeats.set(ledger, h);
+  }
+  return h;
+}
+
+class Heartbeat {
+  private readonly rows = new Map<string, ConsumerRow>();
+  private timer: NodeJS.Timeout | undefined;
+  private beating: Promise<void> | undefined;
+
+  constructor(
+    private readonly ledger: RegistryLedger,
+    private readonly log: Logger,
+  ) {}
+
+  /** The consumer's row written at once (it is live from its start), then with the others on each beat. */
+  async add(row: ConsumerRow): Promise<void> {
+    this.rows.set(row.name, row);
+    await this.ledger.consumerBeat([row], true).catch((error: unknown) => this.failed(error));
+    if (this.timer === undefined) {
+      this.timer = setInterval(() => void this.beat(), HEARTBEAT_MS);
+      this.timer.unref();
+    }
+  }
+
+  async remove(name: string): Promise<void> {
+    this.rows.delete(name);
+    if (this.rows.size === 0) {
+      clearInterval(this.timer);
+      this.timer = undefined;
+    }
     await this.beating;
-    await this.ledger.consumerGone(this.row.name).catch((error: unknown) => this.log.debug({ err: error }, 'consumer registry: removing the row failed; it ages out'));
+    await this.ledger.consumerGone(name).catch((error: unknown) => this.log.debug({ err: error }, 'consumer registry: removing the row failed; it ages out'));
   }
 
-  private beat(first: boolean): Promise<void> {
+  private beat(): Promise<void> {
     // One at a time: a beat that outlasts the interval is not joined by the next.
     this.beating ??= this.ledger
-      .consumerBeat(this.row, first)
-      .catch((error: unknown) => this.log.warn({ err: error }, 'consumer registry: heartbeat failed'))
+      .consumerBeat([...this.rows.values()], false)
+      .catch((error: unknown) => this.failed(error))
       .finally(() => (this.beating = undefined));
     return this.beating;
+  }
+
+  private failed(error: unknown): void {
+    this.log.warn({ err: error }, 'consumer registry: heartbeat failed');
   }
 }

@@ -448,9 +448,9 @@ export class Ledger {
     return liveConsumers(this.db, this.tables, queue);
   }
 
-  /** A running consumer's heartbeat (src/consumer/registration.ts). @internal */
-  consumerBeat(row: ConsumerRow, first: boolean): Promise<void> {
-    return beat(this.db, this.tables, row, first);
+  /** The heartbeat of a process's running consumers, one statement for all (src/consumer/registration.ts). @internal */
+  consumerBeat(rows: readonly ConsumerRow[], first: boolean): Promise<void> {
+    return beat(this.db, this.tables, rows, first);
   }
 
   /**

@@ -4,7 +4,7 @@ import type { Ledger } from '../ledger/ledger.js';
 import type { Logger } from '../log.js';
 import type { WakeChannel } from '../wake/wake-channel.js';
 import { RestartBackoff } from './backoff.js';
-import type { PoolPlan } from '../consumer/pools.js';
+import { poolSettings, type PoolPlan } from '../consumer/pools.js';
 import { consumerSettingsOf, type QueueConfig } from './config.js';
 import { sleep } from '../sleep.js';
 
@@ -96,9 +96,7 @@ export class QueueRunner {
     const pool = this.options.pool;
     const consumer = new Consumer<never>({
       ...consumerSettingsOf(queue),
-      ...(pool !== undefined
-        ? { concurrency: pool.concurrency, classes: pool.classes, ...(pool.preferClasses !== undefined ? { preferClasses: pool.preferClasses } : {}) }
-        : {}),
+      ...(pool !== undefined ? poolSettings(pool) : {}),
       drainTimeoutMs,
       ledger,
       wake,

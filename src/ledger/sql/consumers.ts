@@ -1,4 +1,4 @@
-import { sql } from 'kysely';
+import { sql, type RawBuilder } from 'kysely';
 import type { LedgerDb } from '../connection.js';
 import type { LedgerTables } from '../tables.js';
 import type { LiveConsumer, QueueClass } from '../types.js';
@@ -20,13 +20,25 @@ export interface ConsumerRow {
   version: string;
 }
 
-/** A consumer's heartbeat: its row written (or rewritten) with last_seen now; started_at kept from its first beat. */
-export async function beat(db: LedgerDb, t: LedgerTables, c: ConsumerRow, first: boolean): Promise<void> {
-  const types = c.types === null ? null : c.types.join(',');
+/**
+ * The heartbeat of a process's consumers, one statement for all of them:
+ * each row written (or rewritten) with last_seen now; started_at kept from
+ * its first beat. The rows come in as a derived table, so the update names
+ * them `v.…` rather than VALUES(…), which MySQL 8.0.20+ deprecates.
+ */
+export async function beat(db: LedgerDb, t: LedgerTables, consumers: readonly ConsumerRow[], first: boolean): Promise<void> {
+  if (consumers.length === 0) return;
+  const rows = consumers.map((c, i) => {
+    const as = (name: string): RawBuilder<unknown> => sql.raw(i === 0 ? ` AS ${name}` : '');
+    const types = c.types === null ? null : c.types.join(',');
+    return sql`SELECT ${c.name}${as('name')}, ${c.queue}${as('queue')}, ${c.classes.join(',')}${as('classes')}, ${types}${as('types')},
+      ${c.concurrency}${as('concurrency')}, ${c.maxProcessing}${as('max_processing')}, ${c.epoch}${as('epoch')}, ${c.version}${as('version')}`;
+  });
   await sql`INSERT INTO ${t.consumers} (name, queue, classes, types, concurrency, max_processing, epoch, version, started_at, last_seen)
-    VALUES (${c.name}, ${c.queue}, ${c.classes.join(',')}, ${types}, ${c.concurrency}, ${c.maxProcessing}, ${c.epoch}, ${c.version}, NOW(6), NOW(6))
-    ON DUPLICATE KEY UPDATE last_seen = NOW(6), queue = ${c.queue}, classes = ${c.classes.join(',')}, types = ${types},
-      concurrency = ${c.concurrency}, max_processing = ${c.maxProcessing}, epoch = ${c.epoch}`.execute(db);
+    SELECT v.name, v.queue, v.classes, v.types, v.concurrency, v.max_processing, v.epoch, v.version, NOW(6), NOW(6)
+    FROM (${sql.join(rows, sql` UNION ALL `)}) AS v
+    ON DUPLICATE KEY UPDATE last_seen = NOW(6), queue = v.queue, classes = v.classes, types = v.types,
+      concurrency = v.concurrency, max_processing = v.max_processing, epoch = v.epoch`.execute(db);
   if (first) await sql`DELETE FROM ${t.consumers} WHERE last_seen < ${sql.raw(nowPlusMsText(-FORGET_AFTER_MS))} LIMIT 100`.execute(db);
 }
 

@@ -1,6 +1,6 @@
 import { sql } from 'kysely';
 import type { Executor, LedgerDb } from '../connection.js';
-import { retryOnConflict, runTransaction } from '../retry.js';
+import { retryOnConflict } from '../retry.js';
 import type { LedgerTables } from '../tables.js';
 import type { RateAnswer } from '../types.js';
 import { affected, inline, NO_TIME } from './common.js';
@@ -54,17 +54,28 @@ function grant(exec: Executor, t: LedgerTables, take: RateTake): Promise<number>
  * A turn for an item refused a start: the first free one at or after the
  * key's next start, `intervalUs` long. Returns how long from now it is
  * (ms), for the item's release: refused items wake one turn apart instead
- * of all at once.
+ * of all at once. A CAS on the row's `reserved_until` as read, each an
+ * autocommit statement (a transaction of a read and a write on a key's row,
+ * which every refused item writes, conflicted past its retries on TiDB in
+ * optimistic mode); a lost CAS reads again.
  */
 export async function reserveRateTurn(db: LedgerDb, t: LedgerTables, spec: { queue: string; key: string; intervalUs: number }): Promise<number> {
-  return runTransaction(db, async (trx) => {
-    await sql`UPDATE ${t.rateLimits} SET reserved_until = GREATEST(reserved_until, next_at, NOW(6)) + INTERVAL ${inline(spec.intervalUs)} MICROSECOND
-      WHERE queue = ${spec.queue} AND rate_key = ${spec.key}`.execute(trx);
-    const r = await sql<{ us: number | string | null }>`SELECT TIMESTAMPDIFF(MICROSECOND, NOW(6), reserved_until) AS us FROM ${t.rateLimits}
-      WHERE queue = ${spec.queue} AND rate_key = ${spec.key}`.execute(trx);
-    return Math.max(0, (Number(r.rows[0]?.us ?? 0) - spec.intervalUs) / 1000);
-  });
+  for (let attempt = 0; attempt < TURN_CAS_ATTEMPTS; attempt++) {
+    const r = await sql<{ reserved: string; slot_us: number | string }>`SELECT DATE_FORMAT(reserved_until, '%Y-%m-%d %H:%i:%s.%f') AS reserved,
+        TIMESTAMPDIFF(MICROSECOND, NOW(6), GREATEST(reserved_until, next_at, NOW(6))) AS slot_us
+      FROM ${t.rateLimits} WHERE queue = ${spec.queue} AND rate_key = ${spec.key}`.execute(db);
+    const row = r.rows[0];
+    if (row === undefined) return 0;
+    const took = await retryOnConflict(() =>
+      sql`UPDATE ${t.rateLimits} SET reserved_until = GREATEST(reserved_until, next_at, NOW(6)) + INTERVAL ${inline(spec.intervalUs)} MICROSECOND
+        WHERE queue = ${spec.queue} AND rate_key = ${spec.key} AND reserved_until = ${row.reserved}`.execute(db),
+    );
+    if (affected(took) === 1) return Math.max(0, Number(row.slot_us) / 1000);
+  }
+  // Others kept taking turns first: the key's next start is as good a time as any to ask again.
+  return 0;
 }
+const TURN_CAS_ATTEMPTS = 10;
 
 /** A handler's RateLimitedError: the key's next start is no sooner than `afterMs` from now. */
 export async function pushRateWindow(db: LedgerDb, t: LedgerTables, spec: { queue: string; key: string; afterMs: number }): Promise<void> {
