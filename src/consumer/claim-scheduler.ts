@@ -80,6 +80,7 @@ export class ClaimScheduler<DB> {
   private cappedUntil = 0;
   /** The classes of each head search's claims, in order: one tier of every class unless classes are preferred. */
   private readonly classTiers: QueueClass[][];
+  private readonly prefetchOff: boolean;
 
   constructor(
     private readonly ledger: ConsumerLedger,
@@ -91,6 +92,7 @@ export class ClaimScheduler<DB> {
   ) {
     // A fleet-wide cap counts prefetched items as processing: keep the cap tight, no prefetch.
     const limit = settings.maxProcessing !== undefined ? 0 : settings.prefetch;
+    this.prefetchOff = limit === 0;
     this.buffer = new PrefetchBuffer({ concurrency: settings.concurrency, limit, leaseMs: settings.leaseMs });
     this.classTiers = classTiers(settings.classes, settings.preferClasses);
     this.runDeps = {
@@ -395,6 +397,11 @@ export class ClaimScheduler<DB> {
     const { start, expired } = this.buffer.take(this.freeSlots(), Date.now());
     for (const p of start) this.startJob(p.item, p.claimedAtMs);
     if (expired.length > 0) void this.release(expired, 'prefetch wait exceeded a third of the lease');
+    // Without a prefetch buffer, items claimed beyond the free slots (an arrival at insert took a slot a
+    // round in flight counted on) go back at once, keeping their place, and a wake-up tells the others.
+    if (this.prefetchOff && this.buffer.size > 0) {
+      void this.release(this.buffer.drain(), 'no free slot').then(() => this.host.followUp());
+    }
   }
 
   /** Hands unstarted items back without spending an attempt. */

@@ -120,9 +120,7 @@ export class Handovers {
   }
 
   private holdSlots(way: HandoverWay, n: number, claimedAtMs: number): Handover | undefined {
-    // Not the slots a claim round in flight was promised: with no prefetch buffer to wait in, an arrival
-    // that took one would leave the round's items waiting, unstarted, until they went back at a third of the lease.
-    const held = Math.min(n, this.host.freeSlots(), this.host.claimRoom());
+    const held = Math.min(n, this.host.freeSlots());
     if (held <= 0) return undefined;
     this.slotsHeld += held;
     return this.handover(way, held, claimedAtMs, () => (this.slotsHeld -= held));
