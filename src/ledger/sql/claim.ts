@@ -90,7 +90,7 @@ function candidatesQuery(t: LedgerTables, spec: ClaimHeadsSpec): RawBuilder<Cand
   const want = candidateCount(spec.limit);
   const typeFilter = spec.types && spec.types.length > 0 ? sql`AND type IN (${list(spec.types)})` : sql``;
   const perClass = classes.map(
-    (c) => sql`(SELECT id, priority, run_after FROM ${t.items}
+    (c) => sql`(SELECT id, priority, TIMESTAMPDIFF(MICROSECOND, '2020-01-01', run_after) AS due_us FROM ${t.items}
       WHERE queue = ${spec.queue} AND queue_class = ${c} AND state = 'pending' AND is_head = 1
         AND run_after <= NOW(6) ${typeFilter}
       ORDER BY priority, run_after LIMIT ${want})`,
@@ -101,7 +101,8 @@ function candidatesQuery(t: LedgerTables, spec: ClaimHeadsSpec): RawBuilder<Cand
 interface Candidate {
   id: string;
   priority: number;
-  run_after: Date;
+  /** run_after in microseconds: a JS Date keeps milliseconds, and the heads of several classes due in one millisecond must still merge in due order. */
+  due_us: number | string;
 }
 
 /**
@@ -220,7 +221,7 @@ async function casClaim(
  * the same candidates collide on half their claim at most.
  */
 export function pick(rows: readonly Candidate[], limit: number): string[] {
-  const sorted = [...rows].sort((a, b) => a.priority - b.priority || a.run_after.getTime() - b.run_after.getTime());
+  const sorted = [...rows].sort((a, b) => a.priority - b.priority || Number(a.due_us) - Number(b.due_us));
   const first = Math.min(sorted.length, Math.ceil(limit / 2));
   const out = sorted.slice(0, first).map((r) => r.id);
   let i = first;
