@@ -7,7 +7,9 @@
  * - uncapped without prefetch (a capped consumer prefetches nothing, so
  *   this isolates what the cap's own transaction costs);
  * - capped at 1,000 (never reached: only the turn on the queue's row);
- * - capped at 16 (reached all the time).
+ * - capped at 16 (reached all the time);
+ * - the items spread over 1,000 concurrency keys with a limit of 3 per key
+ *   (docs/design.md §3, Concurrency keys): what admission and hand-on cost.
  * Items per second, and the most items processing at once, from each
  * item's start and end on the ledger's clock.
  *
@@ -35,12 +37,16 @@ interface Variant {
   label: string;
   maxProcessing?: number;
   prefetch?: number;
+  /** Items spread round-robin over this many concurrency keys, with `keyLimit` per key. */
+  keys?: number;
+  keyLimit?: number;
 }
 const VARIANTS: readonly Variant[] = [
   { label: 'uncapped' },
   { label: 'uncapped, no prefetch', prefetch: 0 },
   { label: 'maxProcessing 1,000 (never reached)', maxProcessing: 1000 },
   { label: 'maxProcessing 16', maxProcessing: 16 },
+  { label: '1,000 concurrency keys, limit 3 per key', keys: 1000, keyLimit: 3 },
 ];
 
 interface Result {
@@ -66,7 +72,9 @@ async function peakProcessing(ledger: Ledger, queue: string): Promise<number> {
 function drain(variant: Variant): Promise<Result> {
   return withFreshLedger('lwcap', async (ledger, wake, producer) => {
     const queue = 'capacity';
-    await enqueueAhead(producer, Array.from({ length: ITEMS }, (_, n) => ({ queue, type: 't', payload: { n } })));
+    if (variant.keyLimit !== undefined) await ledger.setConcurrencyLimit(queue, variant.keyLimit);
+    const keyed = (n: number): { concurrencyKey?: string } => (variant.keys !== undefined ? { concurrencyKey: `tenant:${n % variant.keys}` } : {});
+    await enqueueAhead(producer, Array.from({ length: ITEMS }, (_, n) => ({ queue, type: 't', payload: { n }, ...keyed(n) })));
     const consumers = Array.from(
       { length: CONSUMERS },
       () =>

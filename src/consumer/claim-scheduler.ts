@@ -444,8 +444,9 @@ export class ClaimScheduler<DB> {
     this.cappedUntil = 0;
     // The slot is free; a finished lane head has a successor worth claiming right here (lane affinity),
     // unless the completion said the lane has none waiting.
-    // A released item may be due again at once (a block whose key was woken while it ran).
-    if ((item.lane !== null && laneAdvanced !== false) || outcome === 'released') this.noteWork();
+    // A released item may be due again at once (a block whose key was woken while it ran). A keyed
+    // item's end may have admitted its key's next waiting item, which no wake-up announces.
+    if ((item.lane !== null && laneAdvanced !== false) || item.concurrencyKey !== null || outcome === 'released') this.noteWork();
     this.host.emit('outcome', item, outcome);
     this.notify();
   }

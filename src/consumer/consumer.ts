@@ -177,6 +177,8 @@ export class Consumer<DB = Record<string, never>> extends EventEmitter<ConsumerE
   async start(): Promise<void> {
     if (this.state !== 'new') throw new Error(`consumer already ${this.state}`);
     await this.ledger.assertSchemaCurrent();
+    // Stored in the ledger: every producer's admission and every consumer's hand-on of the queue holds to it.
+    if (this.settings.concurrencyLimit !== undefined) await this.ledger.setConcurrencyLimit(this.settings.queue, this.settings.concurrencyLimit);
     this.state = 'running';
     await this.registration.start();
     this.scheduler.start();

@@ -13,6 +13,7 @@ export type ConsumerLedger = PickPresent<
   | 'claimByIds'
   | 'heldUnderLease'
   | 'countProcessing'
+  | 'setConcurrencyLimit'
   | 'release'
   | 'renew'
   | 'renewMany'

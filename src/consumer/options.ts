@@ -113,6 +113,15 @@ export const consumerSettingsSchema = z
       .describe(
         "Fleet-wide cap on this queue's `processing` items, held by the ledger in each claim's own transaction: never exceeded, whatever the number of consumers. At the cap no new item is admitted; expired leases are still reclaimed, and go first. Capped claims of a queue take turns on one row. Default: none.",
       ),
+    concurrencyLimit: z
+      .number()
+      .int()
+      .min(1)
+      .max(100_000)
+      .optional()
+      .describe(
+        "At most this many items of one `concurrencyKey` admitted at once, fleet-wide: the ledger admits an item at enqueue or when an item of its key ends, and the rest wait unseen by claims. Stored in the ledger when the consumer starts (`ledger.setConcurrencyLimit`). Default: none (keys are counted, not limited).",
+      ),
     epoch: z.number().int().min(0).optional().describe('Ownership epoch to fence claims with (docs/design.md, Ownership epochs). Default: none.'),
   })
   .strict();

@@ -87,8 +87,8 @@ async function insertPrepared(target: EnqueueTarget, items: NewItem[]): Promise<
   if (items.length === 0) return [];
   const caps = await target.capabilities();
   const order = caps.idOrder;
-  if (items.every((i) => i.lane === null) && fitsOneStatement(items)) {
-    // No lane bookkeeping: the whole batch is one INSERT (plus a read when it
+  if (items.every((i) => i.lane === null && i.concurrencyKey === null) && fitsOneStatement(items)) {
+    // No lane or key bookkeeping: the whole batch is one INSERT (plus a read when it
     // has idempotency keys), atomic without a transaction's extra round trips.
     return retryOnConflict(() => insertItems(db, tables, items, false, order), undefined, (e) => errno(e) === ER_DUP_ENTRY);
   }
@@ -158,6 +158,7 @@ function prepareItems(target: EnqueueTarget, inputs: readonly EnqueueInput[], pr
       type: v.type,
       payloadJson: payload.json,
       lane: v.lane ?? null,
+      concurrencyKey: v.concurrencyKey ?? null,
       priority: v.priority ?? 0,
       queueClass: v.queueClass ?? 'default',
       maxAttempts: v.maxAttempts ?? DEFAULT_MAX_ATTEMPTS,

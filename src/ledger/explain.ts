@@ -47,6 +47,15 @@ function why(item: WorkItem, facts: WhyFacts, consumers: readonly LiveConsumer[]
   if (item.runAfter > now) {
     return { code: 'not_due', message: `it is not due until ${iso(item.runAfter)}`, details: { runAfter: iso(item.runAfter) } };
   }
+  if (!item.isHead && item.concurrencyKey !== null) {
+    const k = facts.key;
+    const of = k?.limit === null || k?.limit === undefined ? '' : ` of ${k.limit}`;
+    return {
+      code: 'key_at_limit',
+      message: `its concurrency key ${item.concurrencyKey} is at its limit: ${k?.admitted ?? '?'}${of} admitted, ${k?.waiting ?? '?'} waiting; it takes the next slot its key frees, earliest due first`,
+      details: { key: item.concurrencyKey, admitted: k?.admitted ?? null, limit: k?.limit ?? null, waiting: k?.waiting ?? null },
+    };
+  }
   if (!item.isHead) {
     const head = facts.laneHead;
     return {

@@ -55,7 +55,8 @@ import { purgeWakeMarks } from './sql/wake-marks.js';
 import { ledgerTables, type LedgerTables } from './tables.js';
 import type { AttemptRecord, CancelOutcome, ClaimedItem, ClaimOutcome, EnqueueResult, FinalizeResult, ItemState, LeaseHandle, Ownership,
   Explanation, LiveConsumer, ProbeOutcome, QueueClass, RateAnswer, QueueStats, ReclaimOutcome, RenewOutcome, StepRecord, SuccessorClaim, SweepSignal, WokenItem, WorkItem } from './types.js';
-import { itemId, positiveDurationMs, queueName, reasonText, stepName, validate } from './validation.js';
+import { concurrencyLimitSchema, itemId, positiveDurationMs, queueName, reasonText, stepName, validate } from './validation.js';
+import { setKeyLimit } from './sql/key-admission.js';
 
 export { DEFAULT_MAX_ATTEMPTS, MAX_CLAIM_ITEMS } from './inputs.js';
 export type { ClaimCandidate, ClaimInput, EnqueueInput, EnqueueOptions, RetryInput } from './inputs.js';
@@ -440,6 +441,19 @@ export class Ledger {
   explain(id: string): Promise<Explanation | undefined> {
     validate(itemId, id, 'explain', 'id');
     return explainItem(this.db, this.tables, id);
+  }
+
+  /**
+   * How many items of one concurrency key of `queue` may be admitted at once
+   * (docs/design.md §3, Concurrency keys); null lifts the limit. Stored in
+   * the ledger, so every producer and consumer of the queue holds to it; a
+   * raised limit admits waiting items at once. Returns how many keys had
+   * items waiting.
+   */
+  async setConcurrencyLimit(queue: string, limit: number | null): Promise<number> {
+    validate(queueName, queue, 'setConcurrencyLimit', 'queue');
+    validate(concurrencyLimitSchema, limit, 'setConcurrencyLimit', 'limit');
+    return setKeyLimit(this.db, this.tables, queue, limit);
   }
 
   /** The consumers whose heartbeat is recent, of one queue or all. */

@@ -290,6 +290,39 @@ const MIGRATIONS: readonly Migration[] = [
       ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin`,
     ],
   },
+  {
+    version: 9,
+    name: 'concurrency keys',
+    // An item may carry a concurrency key; its queue's key_limit says how
+    // many items of one key may be admitted at once (sql/key-admission.ts).
+    // A key's row counts its admitted items; an item waiting for a slot has
+    // a row in key_waits, in the order slots go to them: earliest due first,
+    // then in the order of their enqueue (seq: the place in its batch). Items without a key
+    // add nothing to either, and no index: the item's key is a plain column.
+    statements: (t) => [
+      sql`CREATE TABLE IF NOT EXISTS ${t.keys} (
+        queue VARCHAR(64) ${ASCII} NOT NULL,
+        ckey VARCHAR(255) ${TEXT} NOT NULL,
+        admitted BIGINT NOT NULL,
+        granted BIGINT NOT NULL,
+        PRIMARY KEY (queue, ckey) /*T![clustered_index] CLUSTERED */
+      ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin`,
+      sql`CREATE TABLE IF NOT EXISTS ${t.keyWaits} (
+        queue VARCHAR(64) ${ASCII} NOT NULL,
+        ckey VARCHAR(255) ${TEXT} NOT NULL,
+        run_after DATETIME(6) NOT NULL,
+        seq INT NOT NULL,
+        id VARCHAR(32) ${ASCII} NOT NULL,
+        PRIMARY KEY (queue, ckey, run_after, seq, id) /*T![clustered_index] CLUSTERED */
+      ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin`,
+    ],
+    run: async (conn, t, prefix) => {
+      const items = await columnNames(conn, prefix + 'items');
+      if (!items.has('concurrency_key')) await sql`ALTER TABLE ${t.items} ADD COLUMN concurrency_key VARCHAR(255) ${TEXT} NULL`.execute(conn);
+      const queues = await columnNames(conn, prefix + 'queues');
+      if (!queues.has('key_limit')) await sql`ALTER TABLE ${t.queues} ADD COLUMN key_limit INT NULL`.execute(conn);
+    },
+  },
 ];
 
 async function columnNames(conn: LedgerDb, table: string): Promise<Set<string>> {

@@ -8,6 +8,7 @@ export interface ItemRow {
   lane: string | null;
   lane_seq: number | null;
   is_head: number;
+  concurrency_key: string | null;
   queue_class: string;
   priority: number;
   payload: string;
@@ -42,7 +43,7 @@ export interface ItemRow {
 /** The columns of a row a claim reads back (sql/claimed.ts): those the claim did not write. */
 export type ClaimedRow = Pick<
   ItemRow,
-  | 'id' | 'queue' | 'type' | 'lane' | 'lane_seq' | 'queue_class' | 'priority' | 'payload' | 'run_after' | 'attempt'
+  | 'id' | 'queue' | 'type' | 'lane' | 'lane_seq' | 'concurrency_key' | 'queue_class' | 'priority' | 'payload' | 'run_after' | 'attempt'
   | 'max_attempts' | 'idempotency_key' | 'dependency_key' | 'probe_after' | 'blocked_at' | 'block_expires_at'
   | 'checkpoint' | 'progress' | 'result' | 'last_error' | 'failure_class' | 'replay_of' | 'replayed_at' | 'created_at'
 > & { started_at: Date };
@@ -83,6 +84,7 @@ export function toWorkItem(row: ItemRow): WorkItem {
     lane: row.lane,
     laneSeq: row.lane_seq === null ? null : Number(row.lane_seq),
     isHead: row.is_head === 1,
+    concurrencyKey: row.concurrency_key ?? null,
     queueClass: row.queue_class as QueueClass,
     priority: row.priority,
     payload: parseJson(row.payload),

@@ -21,6 +21,10 @@ export interface LedgerTables {
   readonly consumers: RawBuilder<unknown>;
   /** One row per rate-limited key (schema 8): its next start and the turns reserved (sql/rate-limits.ts). */
   readonly rateLimits: RawBuilder<unknown>;
+  /** One row per concurrency key (schema 9): how many of its items are admitted (sql/key-admission.ts). */
+  readonly keys: RawBuilder<unknown>;
+  /** One row per keyed item waiting for a slot of its key (schema 9), in the order slots go to them. */
+  readonly keyWaits: RawBuilder<unknown>;
   readonly migrations: RawBuilder<unknown>;
 }
 
@@ -39,6 +43,8 @@ export function ledgerTables(prefix: string): LedgerTables {
     queues: t('queues'),
     consumers: t('consumers'),
     rateLimits: t('rate_limits'),
+    keys: t('keys'),
+    keyWaits: t('key_waits'),
     migrations: t('migrations'),
   };
 }

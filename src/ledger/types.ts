@@ -24,8 +24,10 @@ export interface WorkItem {
   /** null: the item is its own lane. */
   lane: string | null;
   laneSeq: number | null;
-  /** True while the item is its lane's head (the only one of its lane that may run). */
+  /** True while the item is its lane's head (the only one of its lane that may run), or admitted by its concurrency key. */
   isHead: boolean;
+  /** Its concurrency key: at most the queue's concurrencyLimit items of one key are admitted at once (docs/design.md §3, Concurrency keys). */
+  concurrencyKey: string | null;
   queueClass: QueueClass;
   priority: number;
   payload: unknown;
@@ -116,7 +118,7 @@ export interface EnqueueResult {
 /** What a finalize needs of the claim it ends. */
 export type LeaseHandle = Pick<
   ClaimedItem,
-  'id' | 'queue' | 'lane' | 'laneSeq' | 'leaseToken' | 'leaseOwner' | 'attempt' | 'maxAttempts' | 'startedAt' | 'group'
+  'id' | 'queue' | 'lane' | 'laneSeq' | 'concurrencyKey' | 'leaseToken' | 'leaseOwner' | 'attempt' | 'maxAttempts' | 'startedAt' | 'group'
 >;
 
 export interface FinalizeResult {
@@ -261,6 +263,7 @@ export const WHY_CODES = [
   'not_due',
   'rate_limited',
   'behind_lane_head',
+  'key_at_limit',
   'no_live_consumer',
   'class_not_served',
   'type_not_served',

@@ -21,6 +21,8 @@ export const keyString = z
   .refine(isWellFormedText, NOT_WELL_FORMED)
   .refine((v) => !/\s$/.test(v), 'must not end with whitespace');
 export const laneKey = keyString;
+/** How many items of one concurrency key may be admitted at once; null: no limit. */
+export const concurrencyLimitSchema = z.number().int('must be a whole number').min(1).max(100_000).nullable();
 /** A durable step's name (ctx.step): unique per item. */
 export const stepName = keyString;
 export const itemId = z.string().regex(/^[A-Za-z0-9_-]{1,32}$/, 'must be an item id');

@@ -56,6 +56,7 @@ export const queueConfigSchema = z
         pollIntervalMs: true,
         backoff: true,
         maxProcessing: true,
+        concurrencyLimit: true,
         unknownType: true,
         unknownTypeReleaseMs: true,
         unknownTypeGraceMs: true,

@@ -85,19 +85,21 @@ export async function consumerKilledMidHandler(ctx: ScenarioContext & { tw: Test
   });
   ctx.cleanup(() => survivor.stop({ drainTimeoutMs: 1000 }));
   await child.waitReady();
-  await survivor.start();
 
-  // A producer elsewhere: its wake-ups go through the stream to both consumers, not straight to the survivor.
+  // A producer elsewhere: its wake-ups go through the stream, not straight to a consumer.
   const producer = new Producer({ ledger, wake: tw.remote() });
   const results = await producer.enqueueMany(lanedInputs(queue, ITEMS, 16));
 
   // Kill the child without warning while it holds an item it claimed at most 100 ms ago: that
-  // item's 250 ms of work cannot have finished, so the kill always strands work.
+  // item's 250 ms of work cannot have finished, so the kill always strands work. The survivor
+  // starts after the kill: started before, on a loaded machine it could drain every item
+  // before the child's first claim, and there would be nothing to strand.
   await waitFor(async () => (await idsHeldBy(ledger, queue, child.name, 100)).length > 0, 30_000, 'the child to be mid-work');
   const exit = await child.kill();
   expect(exit.signal).toBe('SIGKILL');
   const stranded = await idsHeldBy(ledger, queue, child.name);
   expect(stranded.length, 'items the killed child still held').toBeGreaterThan(0);
+  await survivor.start();
 
   await waitFor(async () => (await itemCount(ledger, queue, 'completed')) === ITEMS || undefined, 45_000, 'every item completed');
 

@@ -10,8 +10,8 @@ const MAX_RACES = 5;
 
 export async function cancelItem(db: LedgerDb, t: LedgerTables, id: string, reason: string | null): Promise<CancelOutcome> {
   for (let race = 0; race < MAX_RACES; race++) {
-    const rows = await sql<{ queue: string; lane: string | null; lane_seq: number | null; state: string; is_head: number }>`
-      SELECT queue, lane, lane_seq, state, is_head FROM ${t.items} WHERE id = ${id}`.execute(db);
+    const rows = await sql<{ queue: string; lane: string | null; lane_seq: number | null; concurrency_key: string | null; state: string; is_head: number }>`
+      SELECT queue, lane, lane_seq, concurrency_key, state, is_head FROM ${t.items} WHERE id = ${id}`.execute(db);
     const r = rows.rows[0];
     if (!r) return 'not_found';
     if (r.state === 'processing') {
@@ -23,7 +23,7 @@ export async function cancelItem(db: LedgerDb, t: LedgerTables, id: string, reas
     }
     if (r.state !== 'pending' && r.state !== 'blocked') return 'not_cancellable';
     const won = await applyTransition(db, t, {
-      place: { id, queue: r.queue, lane: r.lane, laneSeq: r.lane_seq === null ? null : Number(r.lane_seq) },
+      place: { id, queue: r.queue, lane: r.lane, laneSeq: r.lane_seq === null ? null : Number(r.lane_seq), concurrencyKey: r.concurrency_key },
       guard: sql`state = ${r.state} AND is_head = ${r.is_head}`,
       set: sql`state = 'cancelled', failure_class = 'cancelled', last_error = ${reason}, probe_after = NULL,
         terminal_at = NOW(6)`,

@@ -44,7 +44,7 @@ export function readBackClaimed(t: LedgerTables, ids: readonly string[], token: 
 }
 
 /** Plain text: bench/floor.ts sends it on raw connections. */
-export const CLAIMED_COLUMN_LIST = `id, queue, type, lane, lane_seq, queue_class, priority, payload, run_after, attempt, max_attempts,
+export const CLAIMED_COLUMN_LIST = `id, queue, type, lane, lane_seq, concurrency_key, queue_class, priority, payload, run_after, attempt, max_attempts,
   idempotency_key, dependency_key, probe_after, blocked_at, block_expires_at, checkpoint, progress, result, last_error, failure_class,
   replay_of, replayed_at, created_at, started_at`;
 export const CLAIMED_COLUMNS = sql.raw(CLAIMED_COLUMN_LIST);
@@ -66,6 +66,7 @@ export function claimedItem(row: ClaimedRow, lease: Lease): ClaimedItem {
     lane: row.lane,
     laneSeq: row.lane_seq === null ? null : Number(row.lane_seq),
     isHead: true,
+    concurrencyKey: row.concurrency_key ?? null,
     queueClass: row.queue_class as QueueClass,
     priority: row.priority,
     payload: parseJson(row.payload),

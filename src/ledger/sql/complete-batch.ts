@@ -11,6 +11,7 @@ import { affected, inline, list, queueScoped } from './common.js';
 import { completeInOneTrip, completeInTwoTrips, isGuardRefusal, type BatchDone } from './complete-laned.js';
 import { completionStatement, type CompletionEntry } from './completion-cas.js';
 import { finalize } from './finalize.js';
+import { handOnKeys, keyCounts } from './key-admission.js';
 import { pipelined } from './pipeline.js';
 
 export type { CompletionEntry } from './completion-cas.js';
@@ -135,7 +136,7 @@ async function completeOnce(
   next?: SuccessorClaim,
 ): Promise<BatchCompletion> {
   const out: CompletionOutcome[] = entries.map(() => ({ won: false, laneAdvanced: false }));
-  let claimed: ClaimedItem[] = [];
+  const claimed: ClaimedItem[] = [];
   const batch: number[] = [];
   const single: number[] = [];
   const laneSeen = new Set<string>();
@@ -148,21 +149,28 @@ async function completeOnce(
     }
   });
 
-  if (batch.length > 0) {
-    const items = batch.map((i) => entries[i]!);
+  // Keyed items hand their keys' slots on in their own transaction; the rest as before.
+  const keyed = batch.filter((i) => entries[i]!.handle.concurrencyKey !== null);
+  const rest = keyed.length === 0 ? batch : batch.filter((i) => entries[i]!.handle.concurrencyKey === null);
+  for (const part of [rest, keyed]) {
+    if (part.length === 0) continue;
+    const items = part.map((i) => entries[i]!);
     try {
-      const done = items.some((e) => e.handle.lane !== null)
-        ? await completeLaned(db, caps, t, items, next)
-        : // Without lanes the batch is one UPDATE: atomic on its own, no transaction.
-          await retryOnConflict(() => completeLanelessBatch(db, t, items));
-      claimed = done.claimed;
-      batch.forEach((i, k) => {
+      const done =
+        part === keyed
+          ? await retryOnConflict(() => db.transaction().execute((trx) => completeKeyed(trx, t, items)))
+          : items.some((e) => e.handle.lane !== null)
+            ? await completeLaned(db, caps, t, items, next)
+            : // Without lanes or keys the batch is one UPDATE: atomic on its own, no transaction.
+              await retryOnConflict(() => completeLanelessBatch(db, t, items));
+      claimed.push(...done.claimed);
+      part.forEach((i, k) => {
         const h = entries[i]!.handle;
         out[i] = { won: done.won[k] === true, laneAdvanced: h.lane !== null && done.advanced.has(queueScoped(h.queue, h.lane)) };
       });
     } catch (error) {
       if (!(error instanceof PartialBatch)) throw error;
-      single.push(...batch);
+      single.push(...part);
     }
   }
   for (const i of single) {
@@ -182,6 +190,14 @@ async function completeLaned(db: LedgerDb, caps: LedgerCapabilities, t: LedgerTa
     if (!isGuardRefusal(error)) throw error;
   }
   return retryOnConflict(() => pipelined(db, caps, (send, exec) => completeInTwoTrips(send, exec, t, items, next)));
+}
+
+/** Keyed items completed together, and their keys' slots handed on, in one transaction; any lost CAS sends them all to the single path. */
+async function completeKeyed(trx: Executor, t: LedgerTables, entries: readonly CompletionEntry[]): Promise<BatchDone> {
+  const r = await completionStatement(t, entries).execute(trx);
+  if (affected(r) !== entries.length) throw new PartialBatch();
+  await handOnKeys(trx, t, keyCounts(entries.map((e) => e.handle)));
+  return { won: entries.map(() => true), advanced: new Set(), claimed: [] };
 }
 
 async function completeLanelessBatch(db: LedgerDb, t: LedgerTables, entries: readonly CompletionEntry[]): Promise<BatchDone> {

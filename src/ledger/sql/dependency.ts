@@ -51,7 +51,8 @@ export async function probeDependencyWaits(db: LedgerDb, t: LedgerTables, opts: 
   const out: ProbeOutcome = { probed: [], expired: [] };
   for (const r of rows) {
     const won = await applyTransition(db, t, {
-      place: { id: r.id, queue: r.queue, lane: r.lane, laneSeq: r.lane_seq === null ? null : Number(r.lane_seq) },
+      // Not terminal: the item keeps its key's slot, so its key is not needed here.
+      place: { id: r.id, queue: r.queue, lane: r.lane, laneSeq: r.lane_seq === null ? null : Number(r.lane_seq), concurrencyKey: null },
       guard: sql`state = 'blocked' AND probe_after <= NOW(6)`,
       set: sql`state = 'pending', run_after = NOW(6), probe_after = NULL`,
       terminal: false,

@@ -7,6 +7,7 @@ import type { EnqueueResult } from '../types.js';
 import { leaseValues } from './claimed.js';
 import { jsonLiteral, literal, NO_TIME_TEXT, nowPlusMsText, queueScoped } from './common.js';
 import { expectInserted, laneCounts, laneStatements, type LaneCount, type NewItem } from './enqueue.js';
+import { admitStatement, keyCounts, waitRowsFor } from './key-admission.js';
 import { pipelined } from './pipeline.js';
 
 /** What the read-back says of an inserted item. */
@@ -29,9 +30,14 @@ export async function insertLanedOneTrip(db: LedgerDb, caps: LedgerCapabilities,
   const lanes = laneCounts(items);
   const ids = items.map(() => newItemId(caps.idOrder));
   const { upserts } = laneStatements(t, lanes);
+  const keys = keyCounts(items);
+  const before = keys.length === 0 ? upserts : [...upserts, admitStatement(t, keys)];
+  const waiting = ids.filter((_, i) => items[i]!.concurrencyKey !== null);
+  const after = waiting.length === 0 ? [] : [waitRowsFor(t, waiting)];
   return pipelined(db, caps, async (send) => {
-    const results = await send([...upserts, insertJoined(t, items, ids, lanes), readBack(t, ids)], { commit: true });
-    const [inserted, read] = results.slice(upserts.length);
+    const results = await send([...before, insertJoined(t, items, ids, lanes, keys.length > 0), ...after, readBack(t, ids)], { commit: true });
+    const [inserted] = results.slice(before.length);
+    const read = results[results.length - 1];
     expectInserted(inserted?.affected ?? 0, items.length);
     const byId = new Map(((read?.rows ?? []) as unknown as InsertedRow[]).map((r) => [r.id, r]));
     return items.map((item, i) => {
@@ -55,19 +61,24 @@ export async function insertLanedOneTrip(db: LedgerDb, caps: LedgerCapabilities,
  * The queue name is written as ASCII text, the lane rows' column's character
  * set: TiDB refuses to compare a derived table's utf8mb4 text with it.
  */
-function insertJoined(t: LedgerTables, items: readonly NewItem[], ids: readonly string[], lanes: readonly LaneCount[]): RawBuilder<unknown> {
+function insertJoined(t: LedgerTables, items: readonly NewItem[], ids: readonly string[], lanes: readonly LaneCount[], keyed: boolean): RawBuilder<unknown> {
   const seen = new Map<string, number>();
+  const keySeen = new Map<string, number>();
   const counts = new Map(lanes.map((l) => [queueScoped(l.queue, l.lane), l.n]));
   const rows = items.map((item, i) => {
     const key = item.lane === null ? '' : queueScoped(item.queue, item.lane);
-    const k = item.lane === null ? 1 : (seen.get(key) ?? 0) + 1;
-    seen.set(key, k);
+    // A keyed item's `k` is its place among its key's items of the batch: the first `granted` are admitted.
+    const ck = item.concurrencyKey === null ? '' : queueScoped(item.queue, item.concurrencyKey);
+    const k = item.lane !== null ? (seen.get(key) ?? 0) + 1 : item.concurrencyKey !== null ? (keySeen.get(ck) ?? 0) + 1 : 1;
+    if (item.lane !== null) seen.set(key, k);
+    else if (item.concurrencyKey !== null) keySeen.set(ck, k);
     const n = item.lane === null ? 1 : (counts.get(key) ?? 1);
     const c = item.claim ? leaseValues(item.claim) : undefined;
     const runAfter = item.runAt !== null ? sql`${item.runAt}` : sql.raw(nowPlusMsText(item.delayMs));
     const as = (name: string): string => (i === 0 ? ` AS ${name}` : '');
     return sql`SELECT ${sql.raw(
       `${literal(ids[i]!)}${as('id')}, _ascii${literal(item.queue)}${as('queue')}, ${literal(item.type)}${as('type')}, ${literal(item.lane)}${as('lane')}, ` +
+        `${literal(item.concurrencyKey)}${as('ckey')}, ` +
         `${k}${as('k')}, ${n}${as('n')}, ${literal(item.queueClass)}${as('queue_class')}, ${literal(item.priority)}${as('priority')}, ` +
         `${jsonLiteral(item.payloadJson)}${as('payload')}, `,
     )}${runAfter}${sql.raw(
@@ -76,18 +87,21 @@ function insertJoined(t: LedgerTables, items: readonly NewItem[], ids: readonly 
         `${c ? c.leaseUntil : NO_TIME_TEXT}${as('lease_until')}`,
     )}`;
   });
-  // Evaluated per row: whether the item is its lane's head; laneless items are their own.
-  const head = sql.raw(`IF(v.lane IS NULL, 1, IF(l.queue IS NULL, NULL, l.busy_from = l.next_seq - v.n + v.k))`);
+  // Evaluated per row: whether the item is its lane's head, or admitted by its key; items with neither are their own heads.
+  const ownHead = keyed ? `IF(v.ckey IS NULL, 1, IF(kr.queue IS NULL, NULL, kr.granted >= v.k))` : '1';
+  const head = sql.raw(`IF(v.lane IS NULL, ${ownHead}, IF(l.queue IS NULL, NULL, l.busy_from = l.next_seq - v.n + v.k))`);
   const claimed = sql`(v.c = 1 AND ${head} = 1)`;
-  return sql`INSERT INTO ${t.items} (id, queue, type, lane, lane_seq, is_head, queue_class, priority,
+  const keyJoin = keyed ? sql`LEFT JOIN ${t.keys} kr ON kr.queue = v.queue AND kr.ckey = v.ckey` : sql``;
+  // The key column is named only when an item has a key: a producer of this build then still enqueues on schema 8.
+  return sql`INSERT INTO ${t.items} (id, queue, type, lane, lane_seq, is_head, ${sql.raw(keyed ? 'concurrency_key, ' : '')}queue_class, priority,
       payload, state, run_after, attempt, max_attempts, idempotency_key, replay_of, created_at, updated_at,
       lease_owner, lease_token, lease_until, started_at)
-    SELECT v.id, v.queue, v.type, v.lane, IF(v.lane IS NULL, NULL, l.next_seq - v.n + v.k), ${head}, v.queue_class, v.priority,
+    SELECT v.id, v.queue, v.type, v.lane, IF(v.lane IS NULL, NULL, l.next_seq - v.n + v.k), ${head}, ${sql.raw(keyed ? 'v.ckey, ' : '')}v.queue_class, v.priority,
       v.payload, IF(${claimed}, 'processing', 'pending'), v.run_after, IF(${claimed}, 1, 0), v.max_attempts, NULL, v.replay_of,
       NOW(6), NOW(6), IF(${claimed}, v.lease_owner, ''), IF(${claimed}, v.lease_token, ''), IF(${claimed}, v.lease_until, ${sql.raw(NO_TIME_TEXT)}),
       IF(${claimed}, NOW(6), ${sql.raw(NO_TIME_TEXT)})
     FROM (${sql.join(rows, sql` UNION ALL `)}) AS v
-    LEFT JOIN ${t.lanes} l ON l.queue = v.queue AND l.lane = v.lane`;
+    LEFT JOIN ${t.lanes} l ON l.queue = v.queue AND l.lane = v.lane ${keyJoin}`;
 }
 
 function readBack(t: LedgerTables, ids: readonly string[]): RawBuilder<unknown> {

@@ -4,6 +4,7 @@ import type { Executor } from '../connection.js';
 import type { LedgerTables } from '../tables.js';
 import type { ClaimedItem, EnqueueResult, QueueClass } from '../types.js';
 import { claimedItem, leaseValues, type Lease } from './claimed.js';
+import { admitStatement, grantedByKey, grantedRead, keyCounts, waitRowsFor } from './key-admission.js';
 import { affected, jsonLiteral, laneIn, literal, NO_TIME_TEXT, nowPlusMsText, queueScoped } from './common.js';
 
 /** An item ready to insert: validated, payload already JSON text. */
@@ -12,6 +13,7 @@ export interface NewItem {
   type: string;
   payloadJson: string;
   lane: string | null;
+  concurrencyKey: string | null;
   priority: number;
   queueClass: QueueClass;
   maxAttempts: number;
@@ -48,7 +50,7 @@ export function claimedAtInsert(id: string, item: NewItem, lease: Lease, nowMs: 
   const now = new Date(nowMs);
   return claimedItem(
     {
-      id, queue: item.queue, type: item.type, lane: item.lane, lane_seq: laneSeq, queue_class: item.queueClass,
+      id, queue: item.queue, type: item.type, lane: item.lane, lane_seq: laneSeq, concurrency_key: item.concurrencyKey, queue_class: item.queueClass,
       priority: item.priority, payload: item.payloadJson, run_after: now, attempt: 1, max_attempts: item.maxAttempts,
       idempotency_key: item.idempotencyKey, dependency_key: null, probe_after: null, blocked_at: null, block_expires_at: null,
       checkpoint: null, progress: null, result: null, last_error: null, failure_class: null, replay_of: item.replayOf ?? null, replayed_at: null,
@@ -129,25 +131,30 @@ export async function insertItems(
   });
 
   const seqs = await assignLaneSequences(exec, t, fresh.map((f) => f.item));
+  const admitted = await admitKeyed(exec, t, fresh.map((f) => f.item));
   const rows = fresh.map((f, i) => {
-    const row = freshRow(seqs[i], idOrder);
+    const row = freshRow(seqs[i] ?? admitted[i], idOrder);
     results[f.index] = { id: row.id, duplicate: false, laneSeq: row.laneSeq };
     return { ...row, item: f.item };
   });
 
+  // The key column is named only when an item has a key: a producer of this build then still enqueues on schema 8.
+  const withKeys = rows.some((r) => r.item.concurrencyKey !== null);
   let chunk: RawBuilder<unknown>[] = [];
   let bytes = 0;
   for (const row of rows) {
     const size = rowBytes(row.item);
     if (chunk.length > 0 && bytes + size > MAX_STATEMENT_BYTES) {
-      await insertChunk(exec, t, chunk, chunk.length);
+      await insertChunk(exec, t, chunk, chunk.length, withKeys);
       chunk = [];
       bytes = 0;
     }
-    chunk.push(valuesRow(row.id, row.item, row.laneSeq, row.isHead));
+    chunk.push(valuesRow(row.id, row.item, row.laneSeq, row.isHead, withKeys));
     bytes += size;
   }
-  if (chunk.length > 0) await insertChunk(exec, t, chunk, chunk.length);
+  if (chunk.length > 0) await insertChunk(exec, t, chunk, chunk.length, withKeys);
+  const waiting = rows.filter((r) => r.item.concurrencyKey !== null && !r.isHead).map((r) => r.id);
+  if (waiting.length > 0) await waitRowsFor(t, waiting).execute(exec);
 
   items.forEach((item, index) => {
     if (results[index] !== undefined || item.idempotencyKey === null) return;
@@ -160,16 +167,16 @@ export async function insertItems(
   });
 }
 
-async function insertChunk(exec: Executor, t: LedgerTables, values: RawBuilder<unknown>[], expected: number): Promise<void> {
-  expectInserted(affected(await insertStatement(t, values).execute(exec)), expected);
+async function insertChunk(exec: Executor, t: LedgerTables, values: RawBuilder<unknown>[], expected: number, keyed: boolean): Promise<void> {
+  expectInserted(affected(await insertStatement(t, values, keyed).execute(exec)), expected);
 }
 
 export function expectInserted(inserted: number, expected: number): void {
   if (inserted !== expected) throw new Error(`enqueue: inserted ${inserted} of ${expected} rows`);
 }
 
-function insertStatement(t: LedgerTables, values: readonly RawBuilder<unknown>[]): RawBuilder<unknown> {
-  return sql`INSERT INTO ${t.items} (id, queue, type, lane, lane_seq, is_head, queue_class, priority,
+function insertStatement(t: LedgerTables, values: readonly RawBuilder<unknown>[], keyed: boolean): RawBuilder<unknown> {
+  return sql`INSERT INTO ${t.items} (id, queue, type, lane, lane_seq, is_head, ${sql.raw(keyed ? 'concurrency_key, ' : '')}queue_class, priority,
       payload, state, run_after, attempt, max_attempts, idempotency_key, replay_of, created_at, updated_at,
       lease_owner, lease_token, lease_until, started_at)
     VALUES ${sql.join(values)}`;
@@ -177,9 +184,33 @@ function insertStatement(t: LedgerTables, values: readonly RawBuilder<unknown>[]
 
 type LaneSequence = { seq: number; head: boolean };
 
-/** A new item's id and lane place; an item without a lane is its own head. */
-function freshRow(s: LaneSequence | undefined, idOrder: IdOrder): { id: string; laneSeq: number | null; isHead: boolean } {
-  return { id: newItemId(idOrder), laneSeq: s?.seq ?? null, isHead: s?.head ?? true };
+/** A new item's id and lane place (a keyed item: whether it was admitted); an item with neither is its own head. */
+function freshRow(s: LaneSequence | KeyAdmission | undefined, idOrder: IdOrder): { id: string; laneSeq: number | null; isHead: boolean } {
+  return { id: newItemId(idOrder), laneSeq: s !== undefined && 'seq' in s ? s.seq : null, isHead: s?.head ?? true };
+}
+
+type KeyAdmission = { head: boolean };
+
+/**
+ * Admits the keyed items (sql/key-admission.ts): the key rows are upserted
+ * (locking them) and read back, and the first `granted` items of each key
+ * in the batch are heads. One that is not loses any claim it was offered.
+ */
+async function admitKeyed(exec: Executor, t: LedgerTables, items: readonly NewItem[]): Promise<(KeyAdmission | undefined)[]> {
+  const keys = keyCounts(items);
+  if (keys.length === 0) return items.map(() => undefined);
+  await admitStatement(t, keys).execute(exec);
+  const granted = grantedByKey((await grantedRead(t, keys).execute(exec)).rows as Record<string, unknown>[]);
+  const seen = new Map<string, number>();
+  return items.map((item) => {
+    if (item.concurrencyKey === null) return undefined;
+    const k = queueScoped(item.queue, item.concurrencyKey);
+    const place = (seen.get(k) ?? 0) + 1;
+    seen.set(k, place);
+    const head = place <= (granted.get(k) ?? 0);
+    if (!head) delete item.claim;
+    return { head };
+  });
 }
 
 /** The lease columns of an item inserted unclaimed: fixed-width "none" values (schema 2). */
@@ -192,10 +223,10 @@ const NO_LEASE = `'', '', ${NO_TIME_TEXT}, ${NO_TIME_TEXT}`;
  * a quarter of an enqueue's CPU. A `runAt` instant stays a parameter, so the
  * connection's time zone setting renders it as before.
  */
-function valuesRow(id: string, item: NewItem, laneSeq: number | null, isHead: boolean): RawBuilder<unknown> {
+function valuesRow(id: string, item: NewItem, laneSeq: number | null, isHead: boolean, keyed: boolean): RawBuilder<unknown> {
   // A claimed insert is the claim CAS's outcome written directly: processing, attempt 1, leased.
   const c = item.claim ? leaseValues(item.claim) : undefined;
-  const head = `(${literal(id)}, ${literal(item.queue)}, ${literal(item.type)}, ${literal(item.lane)}, ${literal(laneSeq)}, ${isHead ? 1 : 0}, ${literal(item.queueClass)}, ${literal(item.priority)}, ${jsonLiteral(item.payloadJson)}, ${c ? c.state : "'pending'"}, `;
+  const head = `(${literal(id)}, ${literal(item.queue)}, ${literal(item.type)}, ${literal(item.lane)}, ${literal(laneSeq)}, ${isHead ? 1 : 0}, ${keyed ? `${literal(item.concurrencyKey)}, ` : ''}${literal(item.queueClass)}, ${literal(item.priority)}, ${jsonLiteral(item.payloadJson)}, ${c ? c.state : "'pending'"}, `;
   const lease = c ? `${c.leaseOwner}, ${c.leaseToken}, ${c.leaseUntil}, ${c.startedAt}` : NO_LEASE;
   const tail = `, ${c ? 1 : 0}, ${literal(item.maxAttempts)}, ${literal(item.idempotencyKey)}, ${literal(item.replayOf ?? null)}, NOW(6), NOW(6), ${lease})`;
   return item.runAt !== null ? sql`${sql.raw(head)}${item.runAt}${sql.raw(tail)}` : sql.raw(head + nowPlusMsText(item.delayMs) + tail);

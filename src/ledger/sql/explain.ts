@@ -2,6 +2,7 @@ import { sql } from 'kysely';
 import type { LedgerDb } from '../connection.js';
 import type { LedgerTables } from '../tables.js';
 import type { ItemState, WorkItem } from '../types.js';
+import { keyStanding } from './key-admission.js';
 import { processingCount } from './stats.js';
 
 /** What explain needs beyond the item and the live consumers: the ledger's clock, the queue's processing count and ownership epoch, and the lane's head. */
@@ -11,6 +12,8 @@ export interface WhyFacts {
   ownershipEpoch: number | null;
   /** The lane's current head, for an item behind one. */
   laneHead?: { id: string; state: ItemState; laneSeq: number } | undefined;
+  /** Its key's standing, for a keyed item waiting for a slot. */
+  key?: { admitted: number; limit: number | null; waiting: number } | undefined;
   /** Why it was last released, for an item not due yet: a rate limit's refusal says 'rate limited'. */
   lastReleaseReason?: string | null | undefined;
 }
@@ -30,6 +33,7 @@ export async function readWhyFacts(db: LedgerDb, t: LedgerTables, item: WorkItem
     const head = h.rows[0];
     if (head) facts.laneHead = { id: head.id, state: head.state, laneSeq: Number(head.lane_seq) };
   }
+  if (item.concurrencyKey !== null && !item.isHead) facts.key = await keyStanding(db, t, item.queue, item.concurrencyKey);
   if (item.state === 'pending' && item.runAfter > facts.now) {
     const h = await sql<{ outcome: string; error: string | null }>`SELECT outcome, error FROM ${t.attempts} WHERE item_id = ${item.id}
       ORDER BY ended_at DESC LIMIT 1`.execute(db);

@@ -110,7 +110,7 @@ export function leaseSpec(t: LedgerTables, h: LeaseHandle, f: Finalization): Tra
   const group = h.group;
   return {
     // A coalesced group ends together, and its lane is handed on from its last member.
-    place: group === undefined ? h : { id: h.id, queue: h.queue, lane: h.lane, laneSeq: group.lastSeq },
+    place: group === undefined ? h : { id: h.id, queue: h.queue, lane: h.lane, laneSeq: group.lastSeq, concurrencyKey: h.concurrencyKey },
     members:
       group === undefined
         ? undefined

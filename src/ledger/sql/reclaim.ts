@@ -52,7 +52,7 @@ export async function reclaimExpired(
       startedAt: noTimeAsNull(r.started_at),
     };
     const won = await applyTransition(db, t, {
-      place: { id: r.id, queue: r.queue, lane: r.lane, laneSeq: r.lane_seq === null ? null : Number(r.lane_seq) },
+      place: { id: r.id, queue: r.queue, lane: r.lane, laneSeq: r.lane_seq === null ? null : Number(r.lane_seq), concurrencyKey: r.concurrency_key },
       guard: sql`lease_token = ${r.lease_token} AND state = 'processing' AND lease_until < NOW(6)`,
       set: cancel
         ? // The cancel request recorded its reason as the last error: it stays (the history says the lease expired).
@@ -134,6 +134,7 @@ interface ExpiredRow {
   queue: string;
   lane: string | null;
   lane_seq: number | null;
+  concurrency_key: string | null;
   lease_token: string;
   lease_owner: string | null;
   attempt: number;
@@ -148,7 +149,7 @@ interface ExpiredRow {
  * (queue, class, 'processing') ranges find them, and the expiry is a filter.
  */
 async function expiredLeases(db: LedgerDb, t: LedgerTables, queue: string, limit: number): Promise<ExpiredRow[]> {
-  const r = await sql<ExpiredRow>`SELECT id, queue, lane, lane_seq, lease_token, lease_owner, attempt, max_attempts, started_at,
+  const r = await sql<ExpiredRow>`SELECT id, queue, lane, lane_seq, concurrency_key, lease_token, lease_owner, attempt, max_attempts, started_at,
       cancel_requested
     FROM ${t.items} FORCE INDEX (ix_claim)
     WHERE queue = ${queue} AND queue_class IN (${list(QUEUE_CLASSES)}) AND state = 'processing' AND lease_until < NOW(6)

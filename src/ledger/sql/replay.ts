@@ -40,6 +40,7 @@ export async function replayItem(
               type: row.type,
               payloadJson: row.payload,
               lane: row.lane,
+              concurrencyKey: row.concurrency_key ?? null,
               priority: row.priority,
               queueClass: row.queue_class as QueueClass,
               maxAttempts: row.max_attempts,

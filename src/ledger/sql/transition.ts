@@ -6,14 +6,16 @@ import { CONNECTION_RETRY, isConnectionError, readAfterLostConnection, retryDela
 import type { LedgerTables } from '../tables.js';
 import type { AttemptRecord } from '../types.js';
 import { affected, list } from './common.js';
+import { handOnKeys, leaveKeyWait } from './key-admission.js';
 import { handOnLane } from './lane-advance.js';
 
-/** Where an item sits: enough to find its lane and its successor. */
+/** Where an item sits: enough to find its lane and its successor, or its concurrency key. */
 export interface ItemPlace {
   id: string;
   queue: string;
   lane: string | null;
   laneSeq: number | null;
+  concurrencyKey: string | null;
 }
 
 export interface HistoryEntry {
@@ -54,7 +56,8 @@ export interface TransitionSpec {
 /**
  * One state change of one item, as a CAS. A terminal change of a lane's head
  * also hands the lane on in the same transaction: its next pending item
- * becomes the head, or the lane goes idle (src/ledger/sql/lane-advance.ts).
+ * becomes the head, or the lane goes idle (src/ledger/sql/lane-advance.ts);
+ * of a keyed item, its key's slot goes on (src/ledger/sql/key-admission.ts).
  * Returns whether the CAS won; a lost CAS writes nothing.
  *
  * A lost connection costs nothing: before COMMIT the change runs again on a
@@ -63,7 +66,7 @@ export interface TransitionSpec {
  * that did is reported won, not retried into a lost CAS.
  */
 export async function applyTransition(db: LedgerDb, t: LedgerTables, spec: TransitionSpec): Promise<boolean> {
-  const laneWork = spec.terminal && spec.wasHead && spec.place.lane !== null;
+  const laneWork = spec.terminal && ((spec.wasHead && spec.place.lane !== null) || spec.place.concurrencyKey !== null);
   // Made once, so every run of this change writes the same history row: the row tells whether one committed.
   const historyId = spec.history === null ? undefined : newId();
   const settled = async (): Promise<Settled> => transitionSettled(db, t, spec, historyId);
@@ -136,6 +139,9 @@ export async function applyTransitionInTx(trx: Executor, t: LedgerTables, spec: 
     if (affected(r) !== m.ids.length) throw new LeaseLostError(spec.place.id);
   }
   const handedOn = spec.terminal && spec.wasHead && lane !== null && laneSeq !== null ? await handOnLane(trx, t, { queue, lane, laneSeq }) : undefined;
+  const key = spec.place.concurrencyKey;
+  // An admitted item's slot goes to its key's next waiting item; a waiting one leaves the line.
+  if (spec.terminal && key !== null) await (spec.wasHead ? handOnKeys(trx, t, [{ queue, key, n: 1 }]) : leaveKeyWait(trx, t, spec.place.id));
   if (spec.history) await insertHistory(trx, t, spec.place.id, spec.history, historyId);
   if (spec.alsoWrite) await spec.alsoWrite(trx);
   return handedOn;

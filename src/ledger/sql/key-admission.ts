@@ -1,0 +1,221 @@
+import { sql, type RawBuilder } from 'kysely';
+import type { Executor, LedgerDb } from '../connection.js';
+import type { LedgerTables } from '../tables.js';
+import { affected, inline, list, literal, queueScoped } from './common.js';
+
+// Concurrency keys (docs/design.md §3, Concurrency keys): at most the queue's
+// key_limit items of one key are admitted at once. An admitted item is a head
+// (is_head = 1) and claimable as any head is; an item over the limit waits
+// with is_head = 0, unseen by claims, and has a row in key_waits. The key's
+// row counts its admitted items and is locked by every admission and every
+// hand-on, so they take turns per key. A claim never reads a full key's
+// backlog: the waiting items are not heads.
+
+/** Items of one key in a batch (enqueued, or ended). */
+export interface KeyCount {
+  queue: string;
+  key: string;
+  n: number;
+}
+
+/** A limit no key reaches: a queue without key_limit admits every keyed item (and still counts them). */
+const UNLIMITED = 1_000_000_000;
+/** The most waiting items one hand-on admits per key (a raised limit admits the rest at the next). */
+const MAX_ADMIT = 500;
+
+/** Per key, how many of `items` carry it; keys in their rows' key order (utf8mb4_bin), the order every admission locks them in. */
+export function keyCounts(items: readonly { queue: string; concurrencyKey: string | null }[]): KeyCount[] {
+  const counts = new Map<string, KeyCount>();
+  for (const item of items) {
+    if (item.concurrencyKey === null) continue;
+    const k = queueScoped(item.queue, item.concurrencyKey);
+    const c = counts.get(k);
+    if (c) c.n++;
+    else counts.set(k, { queue: item.queue, key: item.concurrencyKey, n: 1 });
+  }
+  return sortKeys([...counts.values()]);
+}
+
+function sortKeys(keys: KeyCount[]): KeyCount[] {
+  return keys.sort((a, b) => (a.queue < b.queue ? -1 : a.queue > b.queue ? 1 : byteOrder(a.key, b.key)));
+}
+
+/** utf8mb4_bin order: by code point (a character above U+FFFF after U+E000–U+FFFF, as its UTF-8 bytes sort). */
+function byteOrder(a: string, b: string): number {
+  const x = [...a];
+  const y = [...b];
+  for (let i = 0; i < Math.min(x.length, y.length); i++) {
+    const d = x[i]!.codePointAt(0)! - y[i]!.codePointAt(0)!;
+    if (d !== 0) return d;
+  }
+  return x.length - y.length;
+}
+
+function keyIn(keys: readonly KeyCount[]): RawBuilder<unknown> {
+  return sql.raw(keys.map((k) => `(${literal(k.queue)}, ${literal(k.key)})`).join(', '));
+}
+
+/**
+ * Admits an enqueue's keyed items: per key, `granted` of its `n` new items
+ * take its free slots (the first `granted` of them in the batch), and the key
+ * counts them. Every expression reads only the old row, which MySQL, MariaDB
+ * (left to right) and TiDB (old row throughout) then all read alike. The
+ * limit is read from the queue's row in the same statement.
+ */
+export function admitStatement(t: LedgerTables, keys: readonly KeyCount[]): RawBuilder<unknown> {
+  const rows = keys.map((k, i) => {
+    const as = (name: string): string => (i === 0 ? ` AS ${name}` : '');
+    return sql`SELECT _ascii${inline(k.queue)}${sql.raw(as('queue'))}, ${inline(k.key)}${sql.raw(as('ckey'))}, ${inline(k.n)}${sql.raw(as('n'))},
+      COALESCE((SELECT key_limit FROM ${t.queues} WHERE queue = ${inline(k.queue)}), ${inline(UNLIMITED)})${sql.raw(as('lim'))} FROM DUAL`;
+  });
+  const grant = sql`LEAST(v.n, GREATEST(v.lim - ${t.keys}.admitted, 0))`;
+  return sql`INSERT INTO ${t.keys} (queue, ckey, admitted, granted)
+    SELECT v.queue, v.ckey, LEAST(v.n, v.lim), LEAST(v.n, v.lim) FROM (${sql.join(rows, sql` UNION ALL `)}) AS v
+    ON DUPLICATE KEY UPDATE granted = ${grant}, admitted = ${t.keys}.admitted + ${grant}`;
+}
+
+/** What admitStatement granted each key, read in its transaction. */
+export function grantedRead(t: LedgerTables, keys: readonly KeyCount[]): RawBuilder<unknown> {
+  return sql`SELECT queue, ckey, granted FROM ${t.keys} WHERE (queue, ckey) IN (${keyIn(keys)})`;
+}
+
+/** Per key (queue-scoped), how many of its new items were admitted. */
+export function grantedByKey(rows: readonly Record<string, unknown>[]): Map<string, number> {
+  return new Map(rows.map((r) => [queueScoped(String(r.queue), String(r.ckey)), Number(r.granted)]));
+}
+
+/**
+ * The wait rows of the new items that were not admitted: after their insert,
+ * in its transaction. Items due at one instant are one batch's: `seq`, the
+ * place in the batch, keeps them in the order they were enqueued.
+ */
+export function waitRowsFor(t: LedgerTables, ids: readonly string[]): RawBuilder<unknown> {
+  return sql`INSERT INTO ${t.keyWaits} (queue, ckey, run_after, seq, id)
+    SELECT queue, concurrency_key, run_after, FIELD(id, ${list(ids)}), id FROM ${t.items}
+    WHERE id IN (${list(ids)}) AND concurrency_key IS NOT NULL AND is_head = 0`;
+}
+
+/** A waiting item that ended (cancelled) gives up its place in its key's line. */
+export async function leaveKeyWait(exec: Executor, t: LedgerTables, id: string): Promise<void> {
+  await sql`DELETE w FROM ${t.keyWaits} w JOIN ${t.items} i ON i.id = ${id}
+    AND w.queue = i.queue AND w.ckey = i.concurrency_key AND w.run_after = i.run_after AND w.id = i.id`.execute(exec);
+}
+
+interface WaitRow {
+  queue: string;
+  ckey: string;
+  at: string;
+  seq: number;
+  id: string;
+}
+
+/**
+ * Admitted items of these keys ended (`n` of each; 0 when a limit was
+ * raised): under each key's row lock, its earliest-due waiting items take
+ * the slots that are free now, and the key counts what it holds. Call it in
+ * the transaction that ended them. The row lock comes first, so hand-ons
+ * and admissions of one key take turns, and a waiting item is admitted once.
+ */
+export async function handOnKeys(exec: Executor, t: LedgerTables, ended: readonly KeyCount[]): Promise<void> {
+  if (ended.length === 0) return;
+  const keys = mergeCounts(ended);
+  const rows = await sql<{ queue: string; ckey: string; admitted: number | string }>`SELECT queue, ckey, admitted FROM ${t.keys}
+    WHERE (queue, ckey) IN (${keyIn(keys)}) ORDER BY queue, ckey FOR UPDATE`.execute(exec);
+  const limits = await queueLimits(exec, t, [...new Set(keys.map((k) => k.queue))]);
+  const held = new Map<string, number>();
+  for (const r of rows.rows) {
+    const ended = keys.find((k) => k.queue === r.queue && k.key === r.ckey)?.n ?? 0;
+    held.set(queueScoped(r.queue, r.ckey), Math.max(0, Number(r.admitted) - ended));
+  }
+  for (let round = 0; round < 4; round++) {
+    const wants = keys
+      .map((k) => {
+        const now = held.get(queueScoped(k.queue, k.key));
+        const free = now === undefined ? 0 : (limits.get(k.queue) ?? UNLIMITED) - now;
+        return { k, take: Math.min(MAX_ADMIT, Math.max(0, free)) };
+      })
+      .filter((w) => w.take > 0);
+    const waiting = wants.length === 0 ? [] : await readWaiting(exec, t, wants);
+    const admitted = waiting.length === 0 ? new Set<string>() : await admit(exec, t, waiting);
+    for (const w of waiting) {
+      if (!admitted.has(w.id)) continue;
+      const k = queueScoped(w.queue, w.ckey);
+      held.set(k, (held.get(k) ?? 0) + 1);
+    }
+    // A waiting item cancelled meanwhile was passed over: its key looks again, once its slots are not all taken.
+    const short = wants.some((w) => {
+      const read = waiting.filter((x) => x.queue === w.k.queue && x.ckey === w.k.key);
+      return read.length === w.take && read.some((x) => !admitted.has(x.id));
+    });
+    if (!short) break;
+  }
+  if (rows.rows.length > 0) {
+    const cases = sql.join(
+      rows.rows.map((r) => sql`WHEN queue = ${inline(r.queue)} AND ckey = ${inline(r.ckey)} THEN ${inline(held.get(queueScoped(r.queue, r.ckey)) ?? 0)}`),
+      sql` `,
+    );
+    await sql`UPDATE ${t.keys} SET admitted = CASE ${cases} ELSE admitted END WHERE (queue, ckey) IN (${keyIn(keys)})`.execute(exec);
+  }
+}
+
+function mergeCounts(ended: readonly KeyCount[]): KeyCount[] {
+  const m = new Map<string, KeyCount>();
+  for (const e of ended) {
+    const k = queueScoped(e.queue, e.key);
+    const c = m.get(k);
+    if (c) c.n += e.n;
+    else m.set(k, { ...e });
+  }
+  return sortKeys([...m.values()]);
+}
+
+async function queueLimits(exec: Executor, t: LedgerTables, queues: readonly string[]): Promise<Map<string, number>> {
+  const r = await sql<{ queue: string; key_limit: number | null }>`SELECT queue, key_limit FROM ${t.queues} WHERE queue IN (${list(queues)})`.execute(exec);
+  return new Map(r.rows.filter((x) => x.key_limit !== null).map((x) => [x.queue, Number(x.key_limit)]));
+}
+
+/** Each key's earliest-due waiting items, up to its free slots: one ordered range of key_waits each. */
+async function readWaiting(exec: Executor, t: LedgerTables, wants: readonly { k: KeyCount; take: number }[]): Promise<WaitRow[]> {
+  const parts = wants.map(
+    (w) => sql`(SELECT queue, ckey, DATE_FORMAT(run_after, '%Y-%m-%d %H:%i:%s.%f') AS at, seq, id FROM ${t.keyWaits}
+      WHERE queue = ${inline(w.k.queue)} AND ckey = ${inline(w.k.key)} ORDER BY run_after, seq, id LIMIT ${inline(w.take)})`,
+  );
+  return (await sql<WaitRow>`${sql.join(parts, sql` UNION ALL `)}`.execute(exec)).rows;
+}
+
+/** The waiting items become heads and leave the line; returns those admitted (one cancelled meanwhile is not). */
+async function admit(exec: Executor, t: LedgerTables, waiting: readonly WaitRow[]): Promise<Set<string>> {
+  const ids = waiting.map((w) => w.id);
+  const set = await sql`UPDATE ${t.items} SET is_head = 1, updated_at = NOW(6) WHERE id IN (${list(ids)}) AND state = 'pending' AND is_head = 0`.execute(exec);
+  let admitted = new Set(ids);
+  if (affected(set) !== ids.length) {
+    const r = await sql<{ id: string }>`SELECT id FROM ${t.items} WHERE id IN (${list(ids)}) AND is_head = 1 AND state = 'pending'`.execute(exec);
+    admitted = new Set(r.rows.map((x) => x.id));
+  }
+  const places = waiting.map((w) => `(${literal(w.queue)}, ${literal(w.ckey)}, ${literal(w.at)}, ${literal(Number(w.seq))}, ${literal(w.id)})`).join(', ');
+  await sql`DELETE FROM ${t.keyWaits} WHERE (queue, ckey, run_after, seq, id) IN (${sql.raw(places)})`.execute(exec);
+  return admitted;
+}
+
+/**
+ * Sets (or, with null, lifts) a queue's limit per concurrency key, then lets
+ * each key with items waiting take the slots the new limit frees, a key per
+ * transaction. Returns how many keys had items waiting.
+ */
+export async function setKeyLimit(db: LedgerDb, t: LedgerTables, queue: string, limit: number | null): Promise<number> {
+  await sql`INSERT INTO ${t.queues} (queue, capped_claims, updated_at, key_limit) VALUES (${queue}, 0, NOW(6), ${limit})
+    ON DUPLICATE KEY UPDATE key_limit = ${limit}, updated_at = NOW(6)`.execute(db);
+  const keys = await sql<{ ckey: string }>`SELECT DISTINCT ckey FROM ${t.keyWaits} WHERE queue = ${queue}`.execute(db);
+  for (const r of keys.rows) await db.transaction().execute((trx) => handOnKeys(trx, t, [{ queue, key: r.ckey, n: 0 }]));
+  return keys.rows.length;
+}
+
+/** A key's admitted count and its queue's limit (null: none), for explain. */
+export async function keyStanding(exec: Executor, t: LedgerTables, queue: string, key: string): Promise<{ admitted: number; limit: number | null; waiting: number }> {
+  const r = await sql<{ admitted: number | string | null; key_limit: number | null; waiting: number | string }>`SELECT
+      (SELECT admitted FROM ${t.keys} WHERE queue = ${queue} AND ckey = ${key}) AS admitted,
+      (SELECT key_limit FROM ${t.queues} WHERE queue = ${queue}) AS key_limit,
+      (SELECT COUNT(*) FROM ${t.keyWaits} WHERE queue = ${queue} AND ckey = ${key}) AS waiting`.execute(exec);
+  const row = r.rows[0];
+  return { admitted: Number(row?.admitted ?? 0), limit: row?.key_limit === null || row?.key_limit === undefined ? null : Number(row.key_limit), waiting: Number(row?.waiting ?? 0) };
+}

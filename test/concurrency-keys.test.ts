@@ -1,0 +1,146 @@
+import { sql } from 'kysely';
+import { afterAll, afterEach, beforeAll, describe, expect, test } from 'vitest';
+import { Consumer } from '../src/consumer/consumer.js';
+import { ValidationError } from '../src/errors.js';
+import type { ClaimedItem } from '../src/ledger/types.js';
+import { Producer } from '../src/producer/producer.js';
+import { createTestWake, uniqueQueue, type TestWake } from './support/engine.js';
+import { freshQueue } from './support/items.js';
+import { createTestLedger, waitFor, type TestLedger } from './support/ledger.js';
+
+// Concurrency keys: at most the queue's limit of one key's items admitted at once, held by the ledger (docs/design.md §3, Concurrency keys).
+
+let tl: TestLedger;
+let tw: TestWake | undefined;
+const consumers: Consumer[] = [];
+beforeAll(async () => {
+  tl = await createTestLedger();
+});
+afterEach(async () => {
+  for (const c of consumers.splice(0)) await c.stop({ drainTimeoutMs: 5_000 });
+  await tw?.drop();
+  tw = undefined;
+});
+afterAll(async () => {
+  await tl?.drop();
+});
+
+async function claimAll(queue: string): Promise<ClaimedItem[]> {
+  return (await tl.ledger.claim({ queue, owner: 'w', limit: 100, leaseMs: 60_000 })).items;
+}
+
+function byKey(items: readonly ClaimedItem[]): Record<string, number> {
+  const out: Record<string, number> = {};
+  for (const i of items) out[i.concurrencyKey ?? '-'] = (out[i.concurrencyKey ?? '-'] ?? 0) + 1;
+  return out;
+}
+
+/** Per key, the most of its completed items that were processing at once, on the ledger's clock (an end at the instant of a start comes first). */
+async function peakPerKey(queue: string): Promise<Map<string, number>> {
+  const rows = await sql<{ concurrency_key: string; started_at: Date; terminal_at: Date }>`SELECT concurrency_key, started_at, terminal_at
+    FROM lw_items WHERE queue = ${queue} AND state = 'completed'`.execute(tl.ledger.db);
+  const peaks = new Map<string, number>();
+  const keys = new Set(rows.rows.map((r) => r.concurrency_key));
+  for (const key of keys) {
+    const events = rows.rows
+      .filter((r) => r.concurrency_key === key)
+      .flatMap((r) => [
+        { at: r.started_at.getTime(), d: 1 },
+        { at: r.terminal_at.getTime(), d: -1 },
+      ])
+      .sort((a, b) => a.at - b.at || a.d - b.d);
+    let now = 0;
+    let peak = 0;
+    for (const e of events) peak = Math.max(peak, (now += e.d));
+    peaks.set(key, peak);
+  }
+  return peaks;
+}
+
+describe('concurrency keys at the ledger', () => {
+  test('a key admits up to the limit, the rest wait unseen by claims, and an end hands its slot to the earliest waiting', async () => {
+    const queue = freshQueue('keys');
+    await tl.ledger.setConcurrencyLimit(queue, 3);
+    const a = await tl.ledger.enqueueMany(Array.from({ length: 8 }, (_, i) => ({ queue, type: 't', concurrencyKey: 'tenant:a', payload: { i } })));
+    await tl.ledger.enqueueMany([0, 1].map((i) => ({ queue, type: 't', concurrencyKey: 'tenant:b', payload: { i } })));
+    // Singles, in a later batch, take what is left of a key's room.
+    await tl.ledger.enqueue({ queue, type: 't', concurrencyKey: 'tenant:b', payload: { i: 2 } });
+    await tl.ledger.enqueue({ queue, type: 't', concurrencyKey: 'tenant:b', payload: { i: 3 } });
+    await tl.ledger.enqueue({ queue, type: 't', payload: { free: true } });
+    const first = await claimAll(queue);
+    expect(byKey(first)).toEqual({ 'tenant:a': 3, 'tenant:b': 3, '-': 1 });
+    expect(first.filter((c) => c.concurrencyKey === 'tenant:a').map((c) => c.id).sort()).toEqual(a.slice(0, 3).map((r) => r.id).sort());
+    expect(await claimAll(queue)).toEqual([]);
+    // One of a's ends: its slot goes to a's earliest waiting item, which a claim then finds.
+    const doneA = first.find((c) => c.concurrencyKey === 'tenant:a')!;
+    expect(await tl.ledger.complete(doneA)).toMatchObject({ won: true });
+    const next = await claimAll(queue);
+    expect(next.map((c) => c.id)).toEqual([a[3]!.id]);
+    // A waiting item cancelled leaves the line; an admitted one cancelled hands its slot on.
+    expect(await tl.ledger.cancel(a[4]!.id)).toBe('cancelled');
+    const failA = first.find((c) => c.concurrencyKey === 'tenant:a' && c.id !== doneA.id)!;
+    expect(await tl.ledger.fail(failA, { error: 'boom' })).toMatchObject({ won: true, state: 'dead' });
+    expect((await claimAll(queue)).map((c) => c.id)).toEqual([a[5]!.id]);
+    // A raised limit admits at once: a's last two, and b's fourth.
+    expect(await tl.ledger.setConcurrencyLimit(queue, 5)).toBe(2);
+    expect(byKey(await claimAll(queue))).toEqual({ 'tenant:a': 2, 'tenant:b': 1 });
+    const keyRow = await sql<{ admitted: number }>`SELECT admitted FROM lw_keys WHERE queue = ${queue} AND ckey = 'tenant:a'`.execute(tl.ledger.db);
+    expect(Number(keyRow.rows[0]?.admitted)).toBe(5);
+  });
+
+  test('the same holds on the transactional insert path (idempotency keys) and for batch completions', async () => {
+    const queue = freshQueue('keystx');
+    await tl.ledger.setConcurrencyLimit(queue, 2);
+    const made = await tl.ledger.enqueueMany(
+      Array.from({ length: 5 }, (_, i) => ({ queue, type: 't', concurrencyKey: 'k', idempotencyKey: `i${i}`, payload: { i } })),
+    );
+    const first = await claimAll(queue);
+    expect(first.map((c) => c.id).sort()).toEqual(made.slice(0, 2).map((m) => m.id).sort());
+    const results = await tl.ledger.completeMany(first.map((handle) => ({ handle })));
+    expect(results.every((r) => r.won)).toBe(true);
+    expect((await claimAll(queue)).map((c) => c.id).sort()).toEqual(made.slice(2, 4).map((m) => m.id).sort());
+  });
+
+  test('explain names the key at its limit; bad input names its field and writes nothing', async () => {
+    const queue = freshQueue('keyswhy');
+    await tl.ledger.setConcurrencyLimit(queue, 1);
+    const [held, waiting] = await tl.ledger.enqueueMany([0, 1].map((i) => ({ queue, type: 't', concurrencyKey: 'k', payload: { i } })));
+    await claimAll(queue);
+    const why = await tl.ledger.explain(waiting!.id);
+    expect(why).toMatchObject({ code: 'key_at_limit', details: { key: 'k', admitted: 1, limit: 1 } });
+    expect((await tl.ledger.explain(held!.id))?.code).toBe('processing');
+    const bad = tl.ledger.enqueue({ queue, type: 't', lane: 'l', concurrencyKey: 'k', payload: {} });
+    await expect(bad).rejects.toBeInstanceOf(ValidationError);
+    await expect(bad).rejects.toMatchObject({ issues: [expect.objectContaining({ field: 'concurrencyKey' })] });
+    await expect(tl.ledger.setConcurrencyLimit(queue, 0)).rejects.toBeInstanceOf(ValidationError);
+    const count = await sql<{ n: number }>`SELECT COUNT(*) AS n FROM lw_items WHERE queue = ${queue}`.execute(tl.ledger.db);
+    expect(Number(count.rows[0]?.n)).toBe(2);
+  });
+});
+
+describe('concurrency keys with consumers', () => {
+  test('8 consumers, keys with limit 3: never more than 3 of a key processing, on the ledger clock', async () => {
+    tw = createTestWake();
+    const queue = uniqueQueue('keyed');
+    await tl.ledger.setConcurrencyLimit(queue, 3);
+    const handler = (): Promise<void> => new Promise((r) => setTimeout(r, 15));
+    for (let i = 0; i < 8; i++) {
+      const c = new Consumer({ ledger: tl.ledger, wake: tw.wake, queue, concurrency: 4, handlers: { t: handler } });
+      consumers.push(c);
+      await c.start();
+    }
+    // In the consumers' process: some are inserted claimed, which the key's limit holds to as well.
+    const producer = new Producer({ ledger: tl.ledger, wake: tw.wake });
+    const keys = ['a', 'b', 'c', 'd'];
+    await producer.enqueueMany(Array.from({ length: 80 }, (_, i) => ({ queue, type: 't', concurrencyKey: keys[i % 4]!, payload: { i } })));
+    await Promise.all(Array.from({ length: 40 }, (_, i) => producer.enqueue({ queue, type: 't', concurrencyKey: keys[i % 4]!, payload: { single: i } })));
+    await waitFor(async () => ((await tl.ledger.stats(queue))[0]?.counts.completed === 120 ? true : undefined), 60_000, 'all 120 done');
+    const peaks = await peakPerKey(queue);
+    expect([...peaks.keys()].sort()).toEqual(keys);
+    for (const peak of peaks.values()) expect(peak).toBeLessThanOrEqual(3);
+    // The limit is what held them back, not a lack of slots: it was reached.
+    expect(Math.max(...peaks.values())).toBe(3);
+    const rows = await sql<{ admitted: number }>`SELECT admitted FROM lw_keys WHERE queue = ${queue}`.execute(tl.ledger.db);
+    expect(rows.rows.map((r) => Number(r.admitted))).toEqual([0, 0, 0, 0]);
+  });
+});
