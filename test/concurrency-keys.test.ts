@@ -109,12 +109,45 @@ describe('concurrency keys at the ledger', () => {
     const why = await tl.ledger.explain(waiting!.id);
     expect(why).toMatchObject({ code: 'key_at_limit', details: { key: 'k', admitted: 1, limit: 1 } });
     expect((await tl.ledger.explain(held!.id))?.code).toBe('processing');
-    const bad = tl.ledger.enqueue({ queue, type: 't', lane: 'l', concurrencyKey: 'k', payload: {} });
+    const bad = tl.ledger.enqueue({ queue, type: 't', concurrencyKey: 'k'.repeat(256), payload: {} });
     await expect(bad).rejects.toBeInstanceOf(ValidationError);
     await expect(bad).rejects.toMatchObject({ issues: [expect.objectContaining({ field: 'concurrencyKey' })] });
     await expect(tl.ledger.setConcurrencyLimit(queue, 0)).rejects.toBeInstanceOf(ValidationError);
     const count = await sql<{ n: number }>`SELECT COUNT(*) AS n FROM lw_items WHERE queue = ${queue}`.execute(tl.ledger.db);
     expect(Number(count.rows[0]?.n)).toBe(2);
+  });
+});
+
+describe('fair queues', () => {
+  async function firstClaim(fair: boolean): Promise<ClaimedItem[]> {
+    const queue = freshQueue(fair ? 'fair' : 'unfair');
+    if (fair) await tl.ledger.setFairness(queue, 'key');
+    // Tenant A floods 500 items over 250 lanes: 250 heads. Then B enqueues 5, laneless.
+    await tl.ledger.enqueueMany(Array.from({ length: 500 }, (_, i) => ({ queue, type: 't', lane: `a${i % 250}`, concurrencyKey: 'A', payload: { i } })));
+    await tl.ledger.enqueueMany(Array.from({ length: 5 }, (_, i) => ({ queue, type: 't', concurrencyKey: 'B', payload: { i } })));
+    return (await tl.ledger.claim({ queue, owner: 'w', limit: 10, leaseMs: 60_000 })).items;
+  }
+
+  test("a fair queue serves its keys in turn: B's items come in the next claim, however many lanes A's flood spreads over", async () => {
+    expect(byKey(await firstClaim(true))).toEqual({ A: 5, B: 5 });
+    // Oldest first, B's items wait behind A's 250 heads.
+    expect(byKey(await firstClaim(false))).toEqual({ A: 10 });
+  });
+
+  test("a key that comes late starts at the queue's current round, not ahead of everyone", async () => {
+    const queue = freshQueue('round');
+    await tl.ledger.setFairness(queue, 'key');
+    await tl.ledger.enqueueMany(Array.from({ length: 40 }, (_, i) => ({ queue, type: 't', concurrencyKey: 'A', payload: { i } })));
+    await tl.ledger.enqueueMany(Array.from({ length: 40 }, (_, i) => ({ queue, type: 't', concurrencyKey: 'B', payload: { i } })));
+    // Half of the work is done: rounds 0 to 19 of A and B.
+    const done = (await tl.ledger.claim({ queue, owner: 'w', limit: 40, leaseMs: 60_000 })).items;
+    expect(byKey(done)).toEqual({ A: 20, B: 20 });
+    await tl.ledger.completeMany(done.map((handle) => ({ handle })));
+    await tl.ledger.enqueueMany(Array.from({ length: 10 }, (_, i) => ({ queue, type: 't', concurrencyKey: 'C', payload: { i } })));
+    const c = await tl.ledger.get((await tl.ledger.enqueue({ queue, type: 't', concurrencyKey: 'C', payload: { last: true } })).id);
+    // C's rounds start at the lowest pending round (20), so its 11 items share the next claims with A and B.
+    expect(c?.priority).toBe(30);
+    expect(byKey((await tl.ledger.claim({ queue, owner: 'w', limit: 30, leaseMs: 60_000 })).items)).toEqual({ A: 10, B: 10, C: 10 });
   });
 });
 

@@ -179,6 +179,7 @@ export class Consumer<DB = Record<string, never>> extends EventEmitter<ConsumerE
     await this.ledger.assertSchemaCurrent();
     // Stored in the ledger: every producer's admission and every consumer's hand-on of the queue holds to it.
     if (this.settings.concurrencyLimit !== undefined) await this.ledger.setConcurrencyLimit(this.settings.queue, this.settings.concurrencyLimit);
+    if (this.settings.fairness !== undefined) await this.ledger.setFairness(this.settings.queue, this.settings.fairness);
     this.state = 'running';
     await this.registration.start();
     this.scheduler.start();

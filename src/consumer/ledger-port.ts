@@ -14,6 +14,7 @@ export type ConsumerLedger = PickPresent<
   | 'heldUnderLease'
   | 'countProcessing'
   | 'setConcurrencyLimit'
+  | 'setFairness'
   | 'release'
   | 'renew'
   | 'renewMany'

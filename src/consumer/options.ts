@@ -122,6 +122,12 @@ export const consumerSettingsSchema = z
       .describe(
         "At most this many items of one `concurrencyKey` admitted at once, fleet-wide: the ledger admits an item at enqueue or when an item of its key ends, and the rest wait unseen by claims. Stored in the ledger when the consumer starts (`ledger.setConcurrencyLimit`). Default: none (keys are counted, not limited).",
       ),
+    fairness: z
+      .enum(['key'])
+      .optional()
+      .describe(
+        "`key`: the queue serves its `concurrencyKey`s in turn instead of oldest first. Each keyed item enqueued from then on takes its key's next round as its priority, so a flood of one key (over any number of lanes) does not hold back another's items. Stored in the ledger when the consumer starts (`ledger.setFairness`). Default: none.",
+      ),
     epoch: z.number().int().min(0).optional().describe('Ownership epoch to fence claims with (docs/design.md, Ownership epochs). Default: none.'),
   })
   .strict();

@@ -47,7 +47,7 @@ function why(item: WorkItem, facts: WhyFacts, consumers: readonly LiveConsumer[]
   if (item.runAfter > now) {
     return { code: 'not_due', message: `it is not due until ${iso(item.runAfter)}`, details: { runAfter: iso(item.runAfter) } };
   }
-  if (!item.isHead && item.concurrencyKey !== null) {
+  if (!item.isHead && item.concurrencyKey !== null && item.lane === null) {
     const k = facts.key;
     const of = k?.limit === null || k?.limit === undefined ? '' : ` of ${k.limit}`;
     return {

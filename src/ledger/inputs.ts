@@ -33,7 +33,10 @@ export function enqueueItemFieldsSchema() {
       payload: z.unknown(),
       /** Ordering key: items of one lane run one at a time, in enqueue order. */
       lane: laneKey.optional(),
-      /** At most the queue's concurrencyLimit items of one key are admitted at once, fleet-wide; no order among them. */
+      /**
+       * Groups items (a tenant, say): at most the queue's concurrencyLimit laneless items of one key are admitted at once,
+       * fleet-wide, and a fair queue serves its keys in turn. A laned item is ordered and admitted by its lane.
+       */
       concurrencyKey: keyString.optional(),
       /** Smaller runs first among claimable heads. Default 0. */
       priority: z.number().int().min(-1_000_000).max(1_000_000).optional(),
@@ -51,9 +54,6 @@ export function enqueueItemFieldsSchema() {
     .superRefine((v, ctx) => {
       if (v.runAt !== undefined && v.delayMs !== undefined) {
         ctx.addIssue({ code: 'custom', path: ['runAt'], message: 'give runAt or delayMs, not both' });
-      }
-      if (v.lane !== undefined && v.concurrencyKey !== undefined) {
-        ctx.addIssue({ code: 'custom', path: ['concurrencyKey'], message: 'an item takes a lane or a concurrency key, not both' });
       }
     });
 }

@@ -55,8 +55,8 @@ import { purgeWakeMarks } from './sql/wake-marks.js';
 import { ledgerTables, type LedgerTables } from './tables.js';
 import type { AttemptRecord, CancelOutcome, ClaimedItem, ClaimOutcome, EnqueueResult, FinalizeResult, ItemState, LeaseHandle, Ownership,
   Explanation, LiveConsumer, ProbeOutcome, QueueClass, RateAnswer, QueueStats, ReclaimOutcome, RenewOutcome, StepRecord, SuccessorClaim, SweepSignal, WokenItem, WorkItem } from './types.js';
-import { concurrencyLimitSchema, itemId, positiveDurationMs, queueName, reasonText, stepName, validate } from './validation.js';
-import { setKeyLimit } from './sql/key-admission.js';
+import { concurrencyLimitSchema, fairnessSchema, itemId, positiveDurationMs, queueName, reasonText, stepName, validate } from './validation.js';
+import { setKeyFairness, setKeyLimit } from './sql/key-admission.js';
 
 export { DEFAULT_MAX_ATTEMPTS, MAX_CLAIM_ITEMS } from './inputs.js';
 export type { ClaimCandidate, ClaimInput, EnqueueInput, EnqueueOptions, RetryInput } from './inputs.js';
@@ -454,6 +454,18 @@ export class Ledger {
     validate(queueName, queue, 'setConcurrencyLimit', 'queue');
     validate(concurrencyLimitSchema, limit, 'setConcurrencyLimit', 'limit');
     return setKeyLimit(this.db, this.tables, queue, limit);
+  }
+
+  /**
+   * `'key'`: the queue serves its concurrency keys in turn (docs/design.md §3,
+   * Fair queues): each keyed item enqueued from now on takes its key's next
+   * round as its priority, so claims take one key's items no faster than
+   * another's, however many items or lanes a key has. `null`: oldest first.
+   */
+  async setFairness(queue: string, fairness: 'key' | null): Promise<void> {
+    validate(queueName, queue, 'setFairness', 'queue');
+    validate(fairnessSchema, fairness, 'setFairness', 'fairness');
+    await setKeyFairness(this.db, this.tables, queue, fairness === 'key');
   }
 
   /** The consumers whose heartbeat is recent, of one queue or all. */

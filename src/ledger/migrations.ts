@@ -297,7 +297,8 @@ const MIGRATIONS: readonly Migration[] = [
     // many items of one key may be admitted at once (sql/key-admission.ts).
     // A key's row counts its admitted items; an item waiting for a slot has
     // a row in key_waits, in the order slots go to them: earliest due first,
-    // then in the order of their enqueue (seq: the place in its batch). Items without a key
+    // then in the order of their enqueue (seq: the place in its batch). In a
+    // fair queue (queues.fair) a key's row also deals its items' rounds. Items without a key
     // add nothing to either, and no index: the item's key is a plain column.
     statements: (t) => [
       sql`CREATE TABLE IF NOT EXISTS ${t.keys} (
@@ -305,6 +306,9 @@ const MIGRATIONS: readonly Migration[] = [
         ckey VARCHAR(255) ${TEXT} NOT NULL,
         admitted BIGINT NOT NULL,
         granted BIGINT NOT NULL,
+        next_round BIGINT NOT NULL DEFAULT 0,
+        round_from BIGINT NOT NULL DEFAULT 0,
+        fair TINYINT NOT NULL DEFAULT 0,
         PRIMARY KEY (queue, ckey) /*T![clustered_index] CLUSTERED */
       ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin`,
       sql`CREATE TABLE IF NOT EXISTS ${t.keyWaits} (
@@ -321,6 +325,7 @@ const MIGRATIONS: readonly Migration[] = [
       if (!items.has('concurrency_key')) await sql`ALTER TABLE ${t.items} ADD COLUMN concurrency_key VARCHAR(255) ${TEXT} NULL`.execute(conn);
       const queues = await columnNames(conn, prefix + 'queues');
       if (!queues.has('key_limit')) await sql`ALTER TABLE ${t.queues} ADD COLUMN key_limit INT NULL`.execute(conn);
+      if (!queues.has('fair')) await sql`ALTER TABLE ${t.queues} ADD COLUMN fair TINYINT NOT NULL DEFAULT 0`.execute(conn);
     },
   },
 ];

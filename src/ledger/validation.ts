@@ -22,6 +22,8 @@ export const keyString = z
   .refine((v) => !/\s$/.test(v), 'must not end with whitespace');
 export const laneKey = keyString;
 /** How many items of one concurrency key may be admitted at once; null: no limit. */
+/** How a queue orders its keys' items: 'key' serves them in turn; null, oldest first. */
+export const fairnessSchema = z.enum(['key']).nullable();
 export const concurrencyLimitSchema = z.number().int('must be a whole number').min(1).max(100_000).nullable();
 /** A durable step's name (ctx.step): unique per item. */
 export const stepName = keyString;

@@ -57,6 +57,7 @@ export const queueConfigSchema = z
         backoff: true,
         maxProcessing: true,
         concurrencyLimit: true,
+        fairness: true,
         unknownType: true,
         unknownTypeReleaseMs: true,
         unknownTypeGraceMs: true,

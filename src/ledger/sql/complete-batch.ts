@@ -149,9 +149,10 @@ async function completeOnce(
     }
   });
 
-  // Keyed items hand their keys' slots on in their own transaction; the rest as before.
-  const keyed = batch.filter((i) => entries[i]!.handle.concurrencyKey !== null);
-  const rest = keyed.length === 0 ? batch : batch.filter((i) => entries[i]!.handle.concurrencyKey === null);
+  // Keyed laneless items hand their keys' slots on in their own transaction; the rest as before.
+  const admitted = (i: number): boolean => entries[i]!.handle.concurrencyKey !== null && entries[i]!.handle.lane === null;
+  const keyed = batch.filter(admitted);
+  const rest = keyed.length === 0 ? batch : batch.filter((i) => !admitted(i));
   for (const part of [rest, keyed]) {
     if (part.length === 0) continue;
     const items = part.map((i) => entries[i]!);

@@ -15,6 +15,7 @@ interface InsertedRow {
   id: string;
   lane_seq: number | string | null;
   state: string;
+  priority: number;
 }
 
 /**
@@ -45,6 +46,8 @@ export async function insertLanedOneTrip(db: LedgerDb, caps: LedgerCapabilities,
       if (!row) throw new Error(`enqueue: item ${i} not read back`);
       // A laned item whose lane was busy is not the head: the claim it was offered does not hold.
       if (item.claim && row.state !== 'processing') delete item.claim;
+      // A fair queue's round raised it.
+      item.priority = Number(row.priority);
       return { id: row.id, duplicate: false, laneSeq: row.lane_seq === null ? null : Number(row.lane_seq) };
     });
   });
@@ -64,21 +67,25 @@ export async function insertLanedOneTrip(db: LedgerDb, caps: LedgerCapabilities,
 function insertJoined(t: LedgerTables, items: readonly NewItem[], ids: readonly string[], lanes: readonly LaneCount[], keyed: boolean): RawBuilder<unknown> {
   const seen = new Map<string, number>();
   const keySeen = new Map<string, number>();
+  const roundSeen = new Map<string, number>();
   const counts = new Map(lanes.map((l) => [queueScoped(l.queue, l.lane), l.n]));
   const rows = items.map((item, i) => {
     const key = item.lane === null ? '' : queueScoped(item.queue, item.lane);
-    // A keyed item's `k` is its place among its key's items of the batch: the first `granted` are admitted.
+    // A laneless keyed item's `k` is its place among its key's laneless items of the batch: the first
+    // `granted` are admitted. `r`: its place among all its key's items, its round in a fair queue.
     const ck = item.concurrencyKey === null ? '' : queueScoped(item.queue, item.concurrencyKey);
     const k = item.lane !== null ? (seen.get(key) ?? 0) + 1 : item.concurrencyKey !== null ? (keySeen.get(ck) ?? 0) + 1 : 1;
     if (item.lane !== null) seen.set(key, k);
     else if (item.concurrencyKey !== null) keySeen.set(ck, k);
+    const r = item.concurrencyKey === null ? 1 : (roundSeen.get(ck) ?? 0) + 1;
+    if (item.concurrencyKey !== null) roundSeen.set(ck, r);
     const n = item.lane === null ? 1 : (counts.get(key) ?? 1);
     const c = item.claim ? leaseValues(item.claim) : undefined;
     const runAfter = item.runAt !== null ? sql`${item.runAt}` : sql.raw(nowPlusMsText(item.delayMs));
     const as = (name: string): string => (i === 0 ? ` AS ${name}` : '');
     return sql`SELECT ${sql.raw(
       `${literal(ids[i]!)}${as('id')}, _ascii${literal(item.queue)}${as('queue')}, ${literal(item.type)}${as('type')}, ${literal(item.lane)}${as('lane')}, ` +
-        `${literal(item.concurrencyKey)}${as('ckey')}, ` +
+        `${literal(item.concurrencyKey)}${as('ckey')}, ${r}${as('r')}, ` +
         `${k}${as('k')}, ${n}${as('n')}, ${literal(item.queueClass)}${as('queue_class')}, ${literal(item.priority)}${as('priority')}, ` +
         `${jsonLiteral(item.payloadJson)}${as('payload')}, `,
     )}${runAfter}${sql.raw(
@@ -89,6 +96,8 @@ function insertJoined(t: LedgerTables, items: readonly NewItem[], ids: readonly 
   });
   // Evaluated per row: whether the item is its lane's head, or admitted by its key; items with neither are their own heads.
   const ownHead = keyed ? `IF(v.ckey IS NULL, 1, IF(kr.queue IS NULL, NULL, kr.granted >= v.k))` : '1';
+  // In a fair queue a keyed item's priority is raised by its round.
+  const priority = sql.raw(keyed ? `IF(kr.fair = 1, v.priority + kr.round_from + v.r - 1, v.priority)` : 'v.priority');
   const head = sql.raw(`IF(v.lane IS NULL, ${ownHead}, IF(l.queue IS NULL, NULL, l.busy_from = l.next_seq - v.n + v.k))`);
   const claimed = sql`(v.c = 1 AND ${head} = 1)`;
   const keyJoin = keyed ? sql`LEFT JOIN ${t.keys} kr ON kr.queue = v.queue AND kr.ckey = v.ckey` : sql``;
@@ -96,7 +105,7 @@ function insertJoined(t: LedgerTables, items: readonly NewItem[], ids: readonly 
   return sql`INSERT INTO ${t.items} (id, queue, type, lane, lane_seq, is_head, ${sql.raw(keyed ? 'concurrency_key, ' : '')}queue_class, priority,
       payload, state, run_after, attempt, max_attempts, idempotency_key, replay_of, created_at, updated_at,
       lease_owner, lease_token, lease_until, started_at)
-    SELECT v.id, v.queue, v.type, v.lane, IF(v.lane IS NULL, NULL, l.next_seq - v.n + v.k), ${head}, ${sql.raw(keyed ? 'v.ckey, ' : '')}v.queue_class, v.priority,
+    SELECT v.id, v.queue, v.type, v.lane, IF(v.lane IS NULL, NULL, l.next_seq - v.n + v.k), ${head}, ${sql.raw(keyed ? 'v.ckey, ' : '')}v.queue_class, ${priority},
       v.payload, IF(${claimed}, 'processing', 'pending'), v.run_after, IF(${claimed}, 1, 0), v.max_attempts, NULL, v.replay_of,
       NOW(6), NOW(6), IF(${claimed}, v.lease_owner, ''), IF(${claimed}, v.lease_token, ''), IF(${claimed}, v.lease_until, ${sql.raw(NO_TIME_TEXT)}),
       IF(${claimed}, NOW(6), ${sql.raw(NO_TIME_TEXT)})
@@ -105,5 +114,5 @@ function insertJoined(t: LedgerTables, items: readonly NewItem[], ids: readonly 
 }
 
 function readBack(t: LedgerTables, ids: readonly string[]): RawBuilder<unknown> {
-  return sql`SELECT id, lane_seq, state FROM ${t.items} WHERE id IN (${sql.raw(ids.map((id) => literal(id)).join(', '))})`;
+  return sql`SELECT id, lane_seq, state, priority FROM ${t.items} WHERE id IN (${sql.raw(ids.map((id) => literal(id)).join(', '))})`;
 }

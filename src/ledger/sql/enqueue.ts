@@ -192,22 +192,29 @@ function freshRow(s: LaneSequence | KeyAdmission | undefined, idOrder: IdOrder):
 type KeyAdmission = { head: boolean };
 
 /**
- * Admits the keyed items (sql/key-admission.ts): the key rows are upserted
- * (locking them) and read back, and the first `granted` items of each key
- * in the batch are heads. One that is not loses any claim it was offered.
+ * Admits the keyed items and deals their rounds (sql/key-admission.ts): the
+ * key rows are upserted (locking them) and read back. The first `granted`
+ * laneless items of each key in the batch are heads; one that is not loses
+ * any claim it was offered. In a fair queue each keyed item's priority is
+ * raised by its round. A laned item keeps the place its lane gave it.
  */
 async function admitKeyed(exec: Executor, t: LedgerTables, items: readonly NewItem[]): Promise<(KeyAdmission | undefined)[]> {
   const keys = keyCounts(items);
   if (keys.length === 0) return items.map(() => undefined);
   await admitStatement(t, keys).execute(exec);
   const granted = grantedByKey((await grantedRead(t, keys).execute(exec)).rows as Record<string, unknown>[]);
-  const seen = new Map<string, number>();
+  const seen = new Map<string, { all: number; laneless: number }>();
   return items.map((item) => {
     if (item.concurrencyKey === null) return undefined;
     const k = queueScoped(item.queue, item.concurrencyKey);
-    const place = (seen.get(k) ?? 0) + 1;
+    const place = seen.get(k) ?? { all: 0, laneless: 0 };
+    place.all++;
+    if (item.lane === null) place.laneless++;
     seen.set(k, place);
-    const head = place <= (granted.get(k) ?? 0);
+    const g = granted.get(k);
+    if (g?.roundFrom !== null && g?.roundFrom !== undefined) item.priority += g.roundFrom + place.all - 1;
+    if (item.lane !== null) return undefined;
+    const head = place.laneless <= (g?.granted ?? 0);
     if (!head) delete item.claim;
     return { head };
   });

@@ -33,7 +33,7 @@ export async function readWhyFacts(db: LedgerDb, t: LedgerTables, item: WorkItem
     const head = h.rows[0];
     if (head) facts.laneHead = { id: head.id, state: head.state, laneSeq: Number(head.lane_seq) };
   }
-  if (item.concurrencyKey !== null && !item.isHead) facts.key = await keyStanding(db, t, item.queue, item.concurrencyKey);
+  if (item.concurrencyKey !== null && item.lane === null && !item.isHead) facts.key = await keyStanding(db, t, item.queue, item.concurrencyKey);
   if (item.state === 'pending' && item.runAfter > facts.now) {
     const h = await sql<{ outcome: string; error: string | null }>`SELECT outcome, error FROM ${t.attempts} WHERE item_id = ${item.id}
       ORDER BY ended_at DESC LIMIT 1`.execute(db);

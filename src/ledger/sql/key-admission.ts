@@ -9,13 +9,24 @@ import { affected, inline, list, literal, queueScoped } from './common.js';
 // with is_head = 0, unseen by claims, and has a row in key_waits. The key's
 // row counts its admitted items and is locked by every admission and every
 // hand-on, so they take turns per key. A claim never reads a full key's
-// backlog: the waiting items are not heads.
+// backlog: the waiting items are not heads. Items with a lane as well are
+// ordered and admitted by their lane; their key only deals their rounds.
+//
+// Fairness (docs/design.md §3, Fair queues): in a queue marked fair, each
+// keyed item's priority is its key's next round (plus its own priority), so
+// claims, which take heads by priority, serve the keys in turn however many
+// items or lanes one key has. A key's rounds start no lower than the queue's
+// current round: the lowest of its pending heads, or, with none pending, the
+// highest round completed.
 
 /** Items of one key in a batch (enqueued, or ended). */
 export interface KeyCount {
   queue: string;
   key: string;
+  /** Every item of the key (each takes a round). */
   n: number;
+  /** Those without a lane: the ones a key admits, and whose ends hand a slot on. */
+  admit: number;
 }
 
 /** A limit no key reaches: a queue without key_limit admits every keyed item (and still counts them). */
@@ -24,14 +35,17 @@ const UNLIMITED = 1_000_000_000;
 const MAX_ADMIT = 500;
 
 /** Per key, how many of `items` carry it; keys in their rows' key order (utf8mb4_bin), the order every admission locks them in. */
-export function keyCounts(items: readonly { queue: string; concurrencyKey: string | null }[]): KeyCount[] {
+export function keyCounts(items: readonly { queue: string; lane: string | null; concurrencyKey: string | null }[]): KeyCount[] {
   const counts = new Map<string, KeyCount>();
   for (const item of items) {
     if (item.concurrencyKey === null) continue;
     const k = queueScoped(item.queue, item.concurrencyKey);
+    const admit = item.lane === null ? 1 : 0;
     const c = counts.get(k);
-    if (c) c.n++;
-    else counts.set(k, { queue: item.queue, key: item.concurrencyKey, n: 1 });
+    if (c) {
+      c.n++;
+      c.admit += admit;
+    } else counts.set(k, { queue: item.queue, key: item.concurrencyKey, n: 1, admit });
   }
   return sortKeys([...counts.values()]);
 }
@@ -56,32 +70,64 @@ function keyIn(keys: readonly KeyCount[]): RawBuilder<unknown> {
 }
 
 /**
- * Admits an enqueue's keyed items: per key, `granted` of its `n` new items
- * take its free slots (the first `granted` of them in the batch), and the key
- * counts them. Every expression reads only the old row, which MySQL, MariaDB
- * (left to right) and TiDB (old row throughout) then all read alike. The
- * limit is read from the queue's row in the same statement.
+ * Admits an enqueue's keyed items and deals their rounds: per key, `granted`
+ * of its `admit` laneless new items take its free slots (the first `granted`
+ * of them in the batch), and the key counts them; in a fair queue its items
+ * take the rounds from `round_from` on. Every expression reads only the old
+ * row, which MySQL, MariaDB (left to right) and TiDB (old row throughout)
+ * then all read alike. The queue's limit, fairness and current round are
+ * read once per queue in the same statement.
  */
 export function admitStatement(t: LedgerTables, keys: readonly KeyCount[]): RawBuilder<unknown> {
   const rows = keys.map((k, i) => {
     const as = (name: string): string => (i === 0 ? ` AS ${name}` : '');
     return sql`SELECT _ascii${inline(k.queue)}${sql.raw(as('queue'))}, ${inline(k.key)}${sql.raw(as('ckey'))}, ${inline(k.n)}${sql.raw(as('n'))},
-      COALESCE((SELECT key_limit FROM ${t.queues} WHERE queue = ${inline(k.queue)}), ${inline(UNLIMITED)})${sql.raw(as('lim'))} FROM DUAL`;
+      ${inline(k.admit)}${sql.raw(as('admit'))} FROM DUAL`;
   });
-  const grant = sql`LEAST(v.n, GREATEST(v.lim - ${t.keys}.admitted, 0))`;
-  return sql`INSERT INTO ${t.keys} (queue, ckey, admitted, granted)
-    SELECT v.queue, v.ckey, LEAST(v.n, v.lim), LEAST(v.n, v.lim) FROM (${sql.join(rows, sql` UNION ALL `)}) AS v
-    ON DUPLICATE KEY UPDATE granted = ${grant}, admitted = ${t.keys}.admitted + ${grant}`;
+  const queues = [...new Set(keys.map((k) => k.queue))].map((queue, i) => {
+    const as = (name: string): string => (i === 0 ? ` AS ${name}` : '');
+    const fair = sql`COALESCE((SELECT fair FROM ${t.queues} WHERE queue = ${inline(queue)}), 0)`;
+    return sql`SELECT _ascii${inline(queue)}${sql.raw(as('queue'))},
+      COALESCE((SELECT key_limit FROM ${t.queues} WHERE queue = ${inline(queue)}), ${inline(UNLIMITED)})${sql.raw(as('lim'))},
+      ${fair}${sql.raw(as('fair'))}, IF(${fair} = 1, ${currentRound(t, queue)}, 0)${sql.raw(as('round_now'))} FROM DUAL`;
+  });
+  const grant = sql`LEAST(v.admit, GREATEST(q.lim - ${t.keys}.admitted, 0))`;
+  const from = sql`GREATEST(${t.keys}.next_round, q.round_now)`;
+  return sql`INSERT INTO ${t.keys} (queue, ckey, admitted, granted, round_from, next_round, fair)
+    SELECT v.queue, v.ckey, LEAST(v.admit, q.lim), LEAST(v.admit, q.lim), q.round_now, q.round_now + v.n, q.fair
+    FROM (${sql.join(rows, sql` UNION ALL `)}) AS v JOIN (${sql.join(queues, sql` UNION ALL `)}) AS q ON q.queue = v.queue
+    ON DUPLICATE KEY UPDATE granted = ${grant}, admitted = ${t.keys}.admitted + ${grant},
+      round_from = ${from}, next_round = ${from} + v.n, fair = q.fair`;
 }
 
-/** What admitStatement granted each key, read in its transaction. */
+/**
+ * A fair queue's current round: the lowest priority among its pending heads
+ * (one index lookup per class, on ix_claim), or, with none pending, the
+ * highest among its completed items, or 0.
+ */
+function currentRound(t: LedgerTables, queue: string): RawBuilder<unknown> {
+  // LEAST and GREATEST are NULL if any argument is: a class without such items stands in as the far end.
+  const NONE = 2_147_483_647;
+  const edge = (fn: 'MIN' | 'MAX', state: string): RawBuilder<unknown> =>
+    sql.join(
+      ['interactive', 'default', 'bulk'].map(
+        (c) =>
+          sql`COALESCE((SELECT ${sql.raw(fn)}(priority) FROM ${t.items} WHERE queue = ${inline(queue)} AND queue_class = ${inline(c)} AND state = ${inline(state)} AND is_head = 1), ${inline(fn === 'MIN' ? NONE : 0)})`,
+      ),
+    );
+  return sql`IF(LEAST(${edge('MIN', 'pending')}) < ${inline(NONE)}, LEAST(${edge('MIN', 'pending')}), GREATEST(${edge('MAX', 'completed')}))`;
+}
+
+/** What admitStatement granted and dealt each key, read in its transaction. */
 export function grantedRead(t: LedgerTables, keys: readonly KeyCount[]): RawBuilder<unknown> {
-  return sql`SELECT queue, ckey, granted FROM ${t.keys} WHERE (queue, ckey) IN (${keyIn(keys)})`;
+  return sql`SELECT queue, ckey, granted, round_from, fair FROM ${t.keys} WHERE (queue, ckey) IN (${keyIn(keys)})`;
 }
 
-/** Per key (queue-scoped), how many of its new items were admitted. */
-export function grantedByKey(rows: readonly Record<string, unknown>[]): Map<string, number> {
-  return new Map(rows.map((r) => [queueScoped(String(r.queue), String(r.ckey)), Number(r.granted)]));
+/** Per key (queue-scoped): how many of its new laneless items were admitted, and in a fair queue the first round its new items take. */
+export function grantedByKey(rows: readonly Record<string, unknown>[]): Map<string, { granted: number; roundFrom: number | null }> {
+  return new Map(
+    rows.map((r) => [queueScoped(String(r.queue), String(r.ckey)), { granted: Number(r.granted), roundFrom: Number(r.fair) === 1 ? Number(r.round_from) : null }]),
+  );
 }
 
 /**
@@ -92,7 +138,7 @@ export function grantedByKey(rows: readonly Record<string, unknown>[]): Map<stri
 export function waitRowsFor(t: LedgerTables, ids: readonly string[]): RawBuilder<unknown> {
   return sql`INSERT INTO ${t.keyWaits} (queue, ckey, run_after, seq, id)
     SELECT queue, concurrency_key, run_after, FIELD(id, ${list(ids)}), id FROM ${t.items}
-    WHERE id IN (${list(ids)}) AND concurrency_key IS NOT NULL AND is_head = 0`;
+    WHERE id IN (${list(ids)}) AND concurrency_key IS NOT NULL AND lane IS NULL AND is_head = 0`;
 }
 
 /** A waiting item that ended (cancelled) gives up its place in its key's line. */
@@ -110,8 +156,8 @@ interface WaitRow {
 }
 
 /**
- * Admitted items of these keys ended (`n` of each; 0 when a limit was
- * raised): under each key's row lock, its earliest-due waiting items take
+ * Admitted laneless items of these keys ended (`admit` of each; 0 when a
+ * limit was raised): under each key's row lock, its earliest-due waiting items take
  * the slots that are free now, and the key counts what it holds. Call it in
  * the transaction that ended them. The row lock comes first, so hand-ons
  * and admissions of one key take turns, and a waiting item is admitted once.
@@ -124,7 +170,7 @@ export async function handOnKeys(exec: Executor, t: LedgerTables, ended: readonl
   const limits = await queueLimits(exec, t, [...new Set(keys.map((k) => k.queue))]);
   const held = new Map<string, number>();
   for (const r of rows.rows) {
-    const ended = keys.find((k) => k.queue === r.queue && k.key === r.ckey)?.n ?? 0;
+    const ended = keys.find((k) => k.queue === r.queue && k.key === r.ckey)?.admit ?? 0;
     held.set(queueScoped(r.queue, r.ckey), Math.max(0, Number(r.admitted) - ended));
   }
   for (let round = 0; round < 4; round++) {
@@ -163,7 +209,10 @@ function mergeCounts(ended: readonly KeyCount[]): KeyCount[] {
   for (const e of ended) {
     const k = queueScoped(e.queue, e.key);
     const c = m.get(k);
-    if (c) c.n += e.n;
+    if (c) {
+      c.n += e.n;
+      c.admit += e.admit;
+    }
     else m.set(k, { ...e });
   }
   return sortKeys([...m.values()]);
@@ -206,8 +255,14 @@ export async function setKeyLimit(db: LedgerDb, t: LedgerTables, queue: string, 
   await sql`INSERT INTO ${t.queues} (queue, capped_claims, updated_at, key_limit) VALUES (${queue}, 0, NOW(6), ${limit})
     ON DUPLICATE KEY UPDATE key_limit = ${limit}, updated_at = NOW(6)`.execute(db);
   const keys = await sql<{ ckey: string }>`SELECT DISTINCT ckey FROM ${t.keyWaits} WHERE queue = ${queue}`.execute(db);
-  for (const r of keys.rows) await db.transaction().execute((trx) => handOnKeys(trx, t, [{ queue, key: r.ckey, n: 0 }]));
+  for (const r of keys.rows) await db.transaction().execute((trx) => handOnKeys(trx, t, [{ queue, key: r.ckey, n: 0, admit: 0 }]));
   return keys.rows.length;
+}
+
+/** Marks a queue fair (its keyed items from now on take their keys' rounds) or not. */
+export async function setKeyFairness(db: LedgerDb, t: LedgerTables, queue: string, fair: boolean): Promise<void> {
+  await sql`INSERT INTO ${t.queues} (queue, capped_claims, updated_at, fair) VALUES (${queue}, 0, NOW(6), ${fair ? 1 : 0})
+    ON DUPLICATE KEY UPDATE fair = ${fair ? 1 : 0}, updated_at = NOW(6)`.execute(db);
 }
 
 /** A key's admitted count and its queue's limit (null: none), for explain. */

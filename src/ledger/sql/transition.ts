@@ -66,7 +66,7 @@ export interface TransitionSpec {
  * that did is reported won, not retried into a lost CAS.
  */
 export async function applyTransition(db: LedgerDb, t: LedgerTables, spec: TransitionSpec): Promise<boolean> {
-  const laneWork = spec.terminal && ((spec.wasHead && spec.place.lane !== null) || spec.place.concurrencyKey !== null);
+  const laneWork = spec.terminal && ((spec.wasHead && spec.place.lane !== null) || (spec.place.concurrencyKey !== null && spec.place.lane === null));
   // Made once, so every run of this change writes the same history row: the row tells whether one committed.
   const historyId = spec.history === null ? undefined : newId();
   const settled = async (): Promise<Settled> => transitionSettled(db, t, spec, historyId);
@@ -140,8 +140,10 @@ export async function applyTransitionInTx(trx: Executor, t: LedgerTables, spec: 
   }
   const handedOn = spec.terminal && spec.wasHead && lane !== null && laneSeq !== null ? await handOnLane(trx, t, { queue, lane, laneSeq }) : undefined;
   const key = spec.place.concurrencyKey;
-  // An admitted item's slot goes to its key's next waiting item; a waiting one leaves the line.
-  if (spec.terminal && key !== null) await (spec.wasHead ? handOnKeys(trx, t, [{ queue, key, n: 1 }]) : leaveKeyWait(trx, t, spec.place.id));
+  // An admitted item's slot goes to its key's next waiting item; a waiting one leaves the line. (A laned item's key only dealt its round.)
+  if (spec.terminal && key !== null && lane === null) {
+    await (spec.wasHead ? handOnKeys(trx, t, [{ queue, key, n: 1, admit: 1 }]) : leaveKeyWait(trx, t, spec.place.id));
+  }
   if (spec.history) await insertHistory(trx, t, spec.place.id, spec.history, historyId);
   if (spec.alsoWrite) await spec.alsoWrite(trx);
   return handedOn;
