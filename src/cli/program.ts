@@ -6,6 +6,7 @@ import { deadCommand } from './commands/dead.js';
 import { enqueueCommand } from './commands/enqueue.js';
 import { inspectCommand } from './commands/inspect.js';
 import { migrateCommand } from './commands/migrate.js';
+import { pauseCommands } from './commands/pause.js';
 import { replayCommand } from './commands/replay.js';
 import { statsCommand } from './commands/stats.js';
 import { workerCommand } from './commands/worker.js';
@@ -30,6 +31,7 @@ export const CORE_COMMANDS: readonly CommandFactory[] = [
   deadCommand,
   replayCommand,
   cancelCommand,
+  pauseCommands,
   activateCommand,
   workerCommand,
   demoCommand,

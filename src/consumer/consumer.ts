@@ -174,12 +174,18 @@ export class Consumer<DB = Record<string, never>> extends EventEmitter<ConsumerE
     return this.reader !== undefined && this.reader.redisUp;
   }
 
+  /** Its queue is paused (Ledger.pause), as this consumer last heard: it claims nothing. */
+  get paused(): boolean {
+    return this.scheduler.isPaused;
+  }
+
   async start(): Promise<void> {
     if (this.state !== 'new') throw new Error(`consumer already ${this.state}`);
     await this.ledger.assertSchemaCurrent();
     // Stored in the ledger: every producer's admission and every consumer's hand-on of the queue holds to it.
     if (this.settings.concurrencyLimit !== undefined) await this.ledger.setConcurrencyLimit(this.settings.queue, this.settings.concurrencyLimit);
     if (this.settings.fairness !== undefined) await this.ledger.setFairness(this.settings.queue, this.settings.fairness);
+    if ((await this.ledger.pausedQueues([this.settings.queue])).has(this.settings.queue)) this.scheduler.setPaused(true);
     this.state = 'running';
     await this.registration.start();
     this.scheduler.start();
@@ -287,6 +293,8 @@ export class Consumer<DB = Record<string, never>> extends EventEmitter<ConsumerE
 
   /** One sweep's housekeeping: expired leases and due probes of this queue back to pending (each announced), idle wake entries taken over. */
   private async housekeeping(signal: SweepSignal | undefined): Promise<void> {
+    // The ledger holds the paused flag: each sweep learns it, also with Redis down (the control stream only says it sooner).
+    this.followPaused(signal ? signal.paused : (await this.ledger.pausedQueues([this.settings.queue])).has(this.settings.queue));
     if (this.maintainer) {
       // The pass runs only the steps the signal, when given, says have work.
       const failed = (await this.maintainer.pass(signal ? new Map([[signal.queue, signal]]) : undefined)).failed[0];
@@ -305,6 +313,13 @@ export class Consumer<DB = Record<string, never>> extends EventEmitter<ConsumerE
     await this.wake.publish([{ queue: this.settings.queue, queueClass, kind: 'advance', ids: [] }]);
   }
 
+  private followPaused(paused: boolean): void {
+    if (paused === this.scheduler.isPaused) return;
+    this.scheduler.setPaused(paused);
+    if (paused) this.offers?.look();
+    this.log.info({ paused }, paused ? 'queue paused: claiming nothing' : 'queue resumed');
+  }
+
   private takeControl(m: ControlMessage): void {
     if (m.type === 'handoff') {
       // To one consumer of the queue; the others ignore it.
@@ -315,10 +330,9 @@ export class Consumer<DB = Record<string, never>> extends EventEmitter<ConsumerE
       this.scheduler.takeWake({ ids: m.ids });
       this.kick();
     } else if (m.type === 'pause') {
-      this.scheduler.setPaused(true);
-      this.offers?.look();
+      this.followPaused(true);
     } else if (m.type === 'resume') {
-      this.scheduler.setPaused(false);
+      this.followPaused(false);
     } else if (m.type === 'cancel' && Array.isArray(m.ids)) {
       for (const id of m.ids) this.scheduler.takeCancel(id);
     }

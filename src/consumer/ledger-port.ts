@@ -15,6 +15,7 @@ export type ConsumerLedger = PickPresent<
   | 'countProcessing'
   | 'setConcurrencyLimit'
   | 'setFairness'
+  | 'pausedQueues'
   | 'release'
   | 'renew'
   | 'renewMany'

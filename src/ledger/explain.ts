@@ -41,6 +41,9 @@ function why(item: WorkItem, facts: WhyFacts, consumers: readonly LiveConsumer[]
       details: { dependencyKey: item.dependencyKey, since: iso(item.blockedAt), probeAt: iso(item.probeAfter), expiresAt: iso(item.blockExpiresAt) },
     };
   }
+  if (facts.paused) {
+    return { code: 'queue_paused', message: `its queue ${item.queue} is paused: it claims nothing until resumed`, details: { queue: item.queue } };
+  }
   if (item.runAfter > now && facts.lastReleaseReason === RATE_LIMITED_REASON) {
     return { code: 'rate_limited', message: `its key is over its rate limit: its turn is at ${iso(item.runAfter)}`, details: { until: iso(item.runAfter) } };
   }

@@ -56,7 +56,8 @@ import { ledgerTables, type LedgerTables } from './tables.js';
 import type { AttemptRecord, CancelOutcome, ClaimedItem, ClaimOutcome, EnqueueResult, FinalizeResult, ItemState, LeaseHandle, Ownership,
   Explanation, LiveConsumer, ProbeOutcome, QueueClass, RateAnswer, QueueStats, ReclaimOutcome, RenewOutcome, StepRecord, SuccessorClaim, SweepSignal, WokenItem, WorkItem } from './types.js';
 import { concurrencyLimitSchema, fairnessSchema, itemId, positiveDurationMs, queueName, reasonText, stepName, validate } from './validation.js';
-import { setKeyFairness, setKeyLimit } from './sql/key-admission.js';
+import { setKeyLimit } from './sql/key-admission.js';
+import { pausedQueues, writeQueueSetting } from './sql/queue-settings.js';
 
 export { DEFAULT_MAX_ATTEMPTS, MAX_CLAIM_ITEMS } from './inputs.js';
 export type { ClaimCandidate, ClaimInput, EnqueueInput, EnqueueOptions, RetryInput } from './inputs.js';
@@ -465,7 +466,30 @@ export class Ledger {
   async setFairness(queue: string, fairness: 'key' | null): Promise<void> {
     validate(queueName, queue, 'setFairness', 'queue');
     validate(fairnessSchema, fairness, 'setFairness', 'fairness');
-    await setKeyFairness(this.db, this.tables, queue, fairness === 'key');
+    await writeQueueSetting(this.db, this.tables, queue, 'fair', fairness === 'key' ? 1 : 0);
+  }
+
+  /**
+   * Pauses a queue (docs/design.md §7, Pausing a queue): from now on it
+   * claims nothing, by any path, in any process, also with Redis down;
+   * enqueues still commit, and items already running finish. Held by the
+   * ledger until resume(). `Producer.pause` also tells the consumers at once.
+   */
+  async pause(queue: string): Promise<void> {
+    validate(queueName, queue, 'pause', 'queue');
+    await writeQueueSetting(this.db, this.tables, queue, 'paused', 1);
+  }
+
+  /** Resumes a paused queue: claims run again. */
+  async resume(queue: string): Promise<void> {
+    validate(queueName, queue, 'resume', 'queue');
+    await writeQueueSetting(this.db, this.tables, queue, 'paused', 0);
+  }
+
+  /** Which of these queues are paused. */
+  async pausedQueues(queues: readonly string[]): Promise<Set<string>> {
+    for (const q of queues) validate(queueName, q, 'pausedQueues', 'queue');
+    return pausedQueues(this.db, this.tables, queues);
   }
 
   /** The consumers whose heartbeat is recent, of one queue or all. */

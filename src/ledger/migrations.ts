@@ -292,13 +292,14 @@ const MIGRATIONS: readonly Migration[] = [
   },
   {
     version: 9,
-    name: 'concurrency keys',
+    name: 'concurrency keys, fair and paused queues',
     // An item may carry a concurrency key; its queue's key_limit says how
     // many items of one key may be admitted at once (sql/key-admission.ts).
     // A key's row counts its admitted items; an item waiting for a slot has
     // a row in key_waits, in the order slots go to them: earliest due first,
     // then in the order of their enqueue (seq: the place in its batch). In a
-    // fair queue (queues.fair) a key's row also deals its items' rounds. Items without a key
+    // fair queue (queues.fair) a key's row also deals its items' rounds. A
+    // paused queue (queues.paused) claims nothing (sql/queue-settings.ts). Items without a key
     // add nothing to either, and no index: the item's key is a plain column.
     statements: (t) => [
       sql`CREATE TABLE IF NOT EXISTS ${t.keys} (
@@ -326,6 +327,7 @@ const MIGRATIONS: readonly Migration[] = [
       const queues = await columnNames(conn, prefix + 'queues');
       if (!queues.has('key_limit')) await sql`ALTER TABLE ${t.queues} ADD COLUMN key_limit INT NULL`.execute(conn);
       if (!queues.has('fair')) await sql`ALTER TABLE ${t.queues} ADD COLUMN fair TINYINT NOT NULL DEFAULT 0`.execute(conn);
+      if (!queues.has('paused')) await sql`ALTER TABLE ${t.queues} ADD COLUMN paused TINYINT NOT NULL DEFAULT 0`.execute(conn);
     },
   },
 ];

@@ -188,6 +188,8 @@ export interface SweepSignal {
   expiredLeases: boolean;
   /** A dependency probe is due: probeDependencyWaits has work. */
   dueProbes: boolean;
+  /** The queue is paused (Ledger.pause): it claims nothing. */
+  paused: boolean;
 }
 
 export interface ReclaimOutcome {
@@ -269,6 +271,7 @@ export const WHY_CODES = [
   'type_not_served',
   'epoch_not_served',
   'queue_capped',
+  'queue_paused',
   'claimable',
 ] as const;
 export type WhyCode = (typeof WHY_CODES)[number];

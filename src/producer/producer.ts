@@ -229,6 +229,22 @@ export class Producer {
   }
 
   /**
+   * Pauses a queue: the ledger's flag first (it holds fleet-wide, with Redis
+   * down too), then the queue's consumers are told on its control stream, so
+   * they stop claiming now rather than at their next sweep.
+   */
+  async pause(queue: string): Promise<void> {
+    await this.ledger.pause(queue);
+    await this.options.wake?.publishControl(queue, { type: 'pause' });
+  }
+
+  /** Resumes a paused queue, and tells its consumers. */
+  async resume(queue: string): Promise<void> {
+    await this.ledger.resume(queue);
+    await this.options.wake?.publishControl(queue, { type: 'resume' });
+  }
+
+  /**
    * A recurring schedule (cron `pattern` or `everyMs`): each fire enqueues
    * `item` with idempotency key `<name>:<fire time ms>`, so however many
    * replicas run the timer processor, one item is made per fire. Needs a wake

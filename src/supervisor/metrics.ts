@@ -23,6 +23,7 @@ interface ObservedConsumer {
   queue: string;
   inFlight: () => number;
   redisConnected: () => boolean;
+  paused: () => boolean;
   progressOfRunning: () => { type: string; percent: number }[];
   counters: () => Readonly<Record<FoldedCounter, number>>;
   /** Each folded counter as last folded into its series. */
@@ -61,6 +62,7 @@ export class LanewakeMetrics {
   private readonly oldestDueAge: Gauge<'queue'>;
   private readonly inFlight: Gauge<'queue'>;
   private readonly redisConnected: Gauge;
+  private readonly paused: Gauge<'queue'>;
   private readonly dbPool: Gauge<'state'>;
   private ledger: Pick<Ledger, 'pool'> | undefined;
 
@@ -152,6 +154,18 @@ export class LanewakeMetrics {
         for (const [queue, n] of byQueue) this.inFlight.set({ queue }, n);
       },
     });
+    this.paused = new Gauge({
+      name: 'lanewake_queue_paused',
+      help: '1 while the queue is paused (lanewake pause): its consumers here claim nothing. Readiness is not affected.',
+      labelNames: ['queue'] as const,
+      registers,
+      collect: () => {
+        const byQueue = new Map<string, number>();
+        for (const c of this.observed) byQueue.set(c.queue, Math.max(byQueue.get(c.queue) ?? 0, c.paused() ? 1 : 0));
+        this.paused.reset();
+        for (const [queue, n] of byQueue) this.paused.set({ queue }, n);
+      },
+    });
     this.redisConnected = new Gauge({
       name: 'lanewake_redis_connected',
       help: '1 when every observed consumer has a usable Redis wake channel, else 0 (also 0 with no consumer observed).',
@@ -190,6 +204,7 @@ export class LanewakeMetrics {
       queue,
       inFlight: () => consumer.inFlight,
       redisConnected: () => consumer.redisConnected,
+      paused: () => consumer.paused,
       progressOfRunning: () => consumer.progressOfRunning,
       counters: () => consumer.counters,
       // Count only what happens from now on, so observing a running consumer adds no burst.

@@ -12,6 +12,8 @@ export interface WhyFacts {
   ownershipEpoch: number | null;
   /** The lane's current head, for an item behind one. */
   laneHead?: { id: string; state: ItemState; laneSeq: number } | undefined;
+  /** The queue is paused (Ledger.pause). */
+  paused: boolean;
   /** Its key's standing, for a keyed item waiting for a slot. */
   key?: { admitted: number; limit: number | null; waiting: number } | undefined;
   /** Why it was last released, for an item not due yet: a rate limit's refusal says 'rate limited'. */
@@ -19,12 +21,18 @@ export interface WhyFacts {
 }
 
 export async function readWhyFacts(db: LedgerDb, t: LedgerTables, item: WorkItem): Promise<WhyFacts> {
-  const r = await sql<{ now: Date; processing: number | string; epoch: number | string | null }>`SELECT NOW(6) AS now,
+  const r = await sql<{ now: Date; processing: number | string; epoch: number | string | null; paused: number | string | null }>`SELECT NOW(6) AS now,
+    (SELECT paused FROM ${t.queues} WHERE queue = ${item.queue}) AS paused,
     (${processingCount(t, item.queue)}) AS processing,
     (SELECT epoch FROM ${t.ownership} WHERE queue = ${item.queue}) AS epoch`.execute(db);
   const row = r.rows[0];
   if (!row) throw new Error('explain: the ledger answered no row');
-  const facts: WhyFacts = { now: row.now, processing: Number(row.processing), ownershipEpoch: row.epoch === null ? null : Number(row.epoch) };
+  const facts: WhyFacts = {
+    now: row.now,
+    processing: Number(row.processing),
+    ownershipEpoch: row.epoch === null ? null : Number(row.epoch),
+    paused: Number(row.paused ?? 0) === 1,
+  };
   if (item.lane !== null && item.laneSeq !== null && !item.isHead) {
     // Backwards from the item to the head: only the lane's backlog ahead of it is passed, never its history.
     const h = await sql<{ id: string; state: ItemState; lane_seq: number | string }>`SELECT id, state, lane_seq FROM ${t.items} FORCE INDEX (ix_lane)

@@ -2,6 +2,7 @@ import { sql, type RawBuilder } from 'kysely';
 import type { Executor, LedgerDb } from '../connection.js';
 import type { LedgerTables } from '../tables.js';
 import { affected, inline, list, literal, queueScoped } from './common.js';
+import { writeQueueSetting } from './queue-settings.js';
 
 // Concurrency keys (docs/design.md §3, Concurrency keys): at most the queue's
 // key_limit items of one key are admitted at once. An admitted item is a head
@@ -252,17 +253,10 @@ async function admit(exec: Executor, t: LedgerTables, waiting: readonly WaitRow[
  * transaction. Returns how many keys had items waiting.
  */
 export async function setKeyLimit(db: LedgerDb, t: LedgerTables, queue: string, limit: number | null): Promise<number> {
-  await sql`INSERT INTO ${t.queues} (queue, capped_claims, updated_at, key_limit) VALUES (${queue}, 0, NOW(6), ${limit})
-    ON DUPLICATE KEY UPDATE key_limit = ${limit}, updated_at = NOW(6)`.execute(db);
+  await writeQueueSetting(db, t, queue, 'key_limit', limit);
   const keys = await sql<{ ckey: string }>`SELECT DISTINCT ckey FROM ${t.keyWaits} WHERE queue = ${queue}`.execute(db);
   for (const r of keys.rows) await db.transaction().execute((trx) => handOnKeys(trx, t, [{ queue, key: r.ckey, n: 0, admit: 0 }]));
   return keys.rows.length;
-}
-
-/** Marks a queue fair (its keyed items from now on take their keys' rounds) or not. */
-export async function setKeyFairness(db: LedgerDb, t: LedgerTables, queue: string, fair: boolean): Promise<void> {
-  await sql`INSERT INTO ${t.queues} (queue, capped_claims, updated_at, fair) VALUES (${queue}, 0, NOW(6), ${fair ? 1 : 0})
-    ON DUPLICATE KEY UPDATE fair = ${fair ? 1 : 0}, updated_at = NOW(6)`.execute(db);
 }
 
 /** A key's admitted count and its queue's limit (null: none), for explain. */
