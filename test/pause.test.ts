@@ -24,37 +24,21 @@ afterAll(async () => {
 });
 
 describe('a paused queue at the ledger', () => {
-  test('claims nothing by any path, still takes enqueues, and says why; resumed, it claims again', async () => {
+  test('the ledger holds the flag: enqueues still commit, the sweep signals and explain say so, resume clears it', async () => {
     const queue = freshQueue('paused');
     const other = freshQueue('notpaused');
     await tl.ledger.pause(queue);
     expect(await tl.ledger.pausedQueues([queue, other])).toEqual(new Set([queue]));
     const made = await tl.ledger.enqueueMany(Array.from({ length: 4 }, (_, i) => ({ queue, type: 't', payload: { i } })));
-    await tl.ledger.enqueue({ queue: other, type: 't', payload: {} });
-    expect((await tl.ledger.claim({ queue, owner: 'w', limit: 10, leaseMs: 60_000 })).items).toEqual([]);
-    expect(await tl.ledger.claimByIds({ queue, owner: 'w', leaseMs: 60_000, ids: made.map((m) => m.id) })).toEqual([]);
-    expect((await tl.ledger.claim({ queue: other, owner: 'w', limit: 10, leaseMs: 60_000 })).items).toHaveLength(1);
+    expect(made).toHaveLength(4);
     expect(await tl.ledger.explain(made[0]!.id)).toMatchObject({ code: 'queue_paused', details: { queue } });
     expect((await tl.ledger.sweepSignals([queue, other])).map((s) => [s.queue, s.paused])).toEqual([
       [queue, true],
       [other, false],
     ]);
     await tl.ledger.resume(queue);
-    expect((await tl.ledger.claim({ queue, owner: 'w', limit: 10, leaseMs: 60_000 })).items).toHaveLength(4);
-  });
-
-  test("a lane's successor is not claimed with its head's completion while paused, and is the head when resumed", async () => {
-    const queue = freshQueue('pausedlane');
-    const [head, next] = await tl.ledger.enqueueMany([0, 1].map((i) => ({ queue, type: 't', lane: 'L', payload: { i } })));
-    const [held] = (await tl.ledger.claim({ queue, owner: 'w', limit: 1, leaseMs: 60_000 })).items;
-    expect(held?.id).toBe(head!.id);
-    await tl.ledger.pause(queue);
-    const done = await tl.ledger.completeManyClaimingNext([{ handle: held! }], { owner: 'w', token: 'tok-next-successor', leaseMs: 60_000, max: 5 });
-    expect(done.results[0]?.won).toBe(true);
-    expect(done.claimed).toEqual([]);
-    expect(await tl.ledger.get(next!.id)).toMatchObject({ state: 'pending', isHead: true });
-    await tl.ledger.resume(queue);
-    expect((await tl.ledger.claim({ queue, owner: 'w', limit: 5, leaseMs: 60_000 })).items.map((c) => c.id)).toEqual([next!.id]);
+    expect(await tl.ledger.pausedQueues([queue])).toEqual(new Set());
+    expect((await tl.ledger.explain(made[0]!.id))?.code).not.toBe('queue_paused');
   });
 
   test('bad input names its field', async () => {
@@ -91,6 +75,43 @@ describe('a paused queue with consumers', () => {
     expect(new Set(started)).toEqual(new Set([...made.map((m) => m.id), started.find((id) => !made.some((m) => m.id === id))]));
     expect(await pausedSeries()).toMatch(/ 0$/);
     unobserve();
+  });
+
+  test("a running lane head's completion claims no successor while paused", async () => {
+    tw = createTestWake();
+    const queue = uniqueQueue('pauselane');
+    const started: number[] = [];
+    let release!: () => void;
+    const held = new Promise<void>((r) => (release = r));
+    const c = new Consumer({
+      ledger: tl.ledger,
+      wake: tw.wake,
+      queue,
+      concurrency: 2,
+      pollIntervalMs: 100,
+      handlers: {
+        t: async (job) => {
+          started.push((job.payload as { i: number }).i);
+          if ((job.payload as { i: number }).i === 0) await held;
+        },
+      },
+    });
+    consumers.push(c);
+    await c.start();
+    const producer = new Producer({ ledger: tl.ledger, wake: tw.wake });
+    await producer.enqueueMany([0, 1, 2].map((i) => ({ queue, type: 't', lane: 'L', payload: { i } })));
+    await waitFor(() => started.includes(0) || undefined, 10_000, 'the head to start');
+    const heard = new Promise<void>((resolve) => c.on('control', (m: { type: string }) => m.type === 'pause' && resolve()));
+    await producer.pause(queue);
+    await heard;
+    release();
+    await waitFor(() => c.counters.completed === 1 || undefined, 10_000, 'the head to complete');
+    const sweeps = c.counters.sweeps;
+    await waitFor(() => c.counters.sweeps >= sweeps + 2 || undefined, 10_000, 'two sweeps');
+    expect(started).toEqual([0]);
+    await producer.resume(queue);
+    await waitFor(() => started.length === 3 || undefined, 10_000, 'the lane, resumed');
+    expect(started).toEqual([0, 1, 2]);
   });
 
   test('without Redis: a consumer learns the pause from the ledger at its next sweep, and a restarted one starts paused', async () => {

@@ -470,10 +470,12 @@ export class Ledger {
   }
 
   /**
-   * Pauses a queue (docs/design.md §7, Pausing a queue): from now on it
-   * claims nothing, by any path, in any process, also with Redis down;
+   * Pauses a queue (docs/design.md §7, Pausing a queue): its consumers claim
+   * nothing, by any path, in any process, from their next sweep (at once
+   * through `Producer.pause`, which also tells them on the control stream);
    * enqueues still commit, and items already running finish. Held by the
-   * ledger until resume(). `Producer.pause` also tells the consumers at once.
+   * ledger until resume(). The claim statements themselves do not check it:
+   * a program calling `claim` directly checks `pausedQueues` first.
    */
   async pause(queue: string): Promise<void> {
     validate(queueName, queue, 'pause', 'queue');

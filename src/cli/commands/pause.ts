@@ -6,9 +6,10 @@ import { println, printJson } from '../io.js';
 
 const HELP = `
 The flag is held by the ledger: every worker of the queue stops claiming (no claim round, no
-offer, no claim at insert), also with Redis down, and a restarted worker stays paused. Enqueues
+offer, no claim at insert, no lane successor), and a restarted worker stays paused. Enqueues
 still commit, and items already running finish. With --redis-url (LANEWAKE_REDIS_URL) the
-workers hear it at once on the queue's control stream; without it, at their next sweep.`;
+workers hear it at once on the queue's control stream; without it, or with Redis down, at
+their next sweep.`;
 
 /** `lanewake pause <queue>` and `lanewake resume <queue>`. */
 export function pauseCommands(program: Command, { io }: CliContext): void {

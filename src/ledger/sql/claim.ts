@@ -11,7 +11,6 @@ import { claimUnderCap } from './admission.js';
 import { CLAIMED_COLUMNS, claimedItems, grantLease, leaseAssignments, readBackClaimed } from './claimed.js';
 import { joinGroups, type CoalesceSpec } from './coalesce.js';
 import { affected, inline, list } from './common.js';
-import { notPaused } from './queue-settings.js';
 
 export interface ClaimSpec {
   queue: string;
@@ -93,7 +92,7 @@ function candidatesQuery(t: LedgerTables, spec: ClaimHeadsSpec): RawBuilder<Cand
   const perClass = classes.map(
     (c) => sql`(SELECT id, priority, TIMESTAMPDIFF(MICROSECOND, '2020-01-01', run_after) AS due_us FROM ${t.items}
       WHERE queue = ${spec.queue} AND queue_class = ${c} AND state = 'pending' AND is_head = 1
-        AND run_after <= NOW(6) ${typeFilter} AND ${notPaused(t, spec.queue)}
+        AND run_after <= NOW(6) ${typeFilter}
       ORDER BY priority, run_after LIMIT ${want})`,
   );
   return sql<Candidate>`${sql.join(perClass, sql` UNION ALL `)}`;
@@ -187,7 +186,7 @@ async function casClaim(
   // tiny queue, and locked its rows in that index's order instead.
   const cas = sql`UPDATE ${t.items} FORCE INDEX (PRIMARY) SET ${leaseAssignments(lease)}
     WHERE id IN (${list(ids)}) AND queue = ${inline(spec.queue)} AND state = 'pending' AND is_head = 1
-      AND run_after <= NOW(6) AND ${notPaused(t, spec.queue)} ${epochGuard} ${extraGuard ?? sql``}`;
+      AND run_after <= NOW(6) ${epochGuard} ${extraGuard ?? sql``}`;
   const readBack = readBackClaimed(t, ids, lease.token);
   let rows: ClaimedRow[];
   try {

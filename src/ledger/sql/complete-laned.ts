@@ -10,7 +10,6 @@ import { inline, laneIn, list, queueScoped } from './common.js';
 import { completionStatement, type CompletionEntry } from './completion-cas.js';
 import type { Send } from './pipeline.js';
 import { advanceLocked, headSuccessors, idleLanes, successorPlaces, type EndedHead } from './lane-advance.js';
-import { itemQueueNotPaused } from './queue-settings.js';
 
 export interface BatchDone {
   /** Per entry: whether its CAS won. */
@@ -57,7 +56,7 @@ export async function completeInOneTrip(send: Send, t: LedgerTables, entries: re
   if (lease && next) {
     statements.push(
       sql`UPDATE ${t.items} FORCE INDEX (ix_lane) SET is_head = 1, ${leaseAssignments(lease)}
-        WHERE ${places} AND state = 'pending' AND run_after <= NOW(6)${successorFilter(next)} AND ${itemQueueNotPaused(t)} LIMIT ${inline(next.max)}`,
+        WHERE ${places} AND state = 'pending' AND run_after <= NOW(6)${successorFilter(next)} LIMIT ${inline(next.max)}`,
       sql`SET @lw_handed = ROW_COUNT()`,
     );
   } else {
@@ -161,7 +160,7 @@ function successorFilter(next: SuccessorClaim): RawBuilder<unknown> {
 function claimSuccessors(t: LedgerTables, lease: Lease, ids: readonly string[]): RawBuilder<unknown>[] {
   return [
     sql`UPDATE ${t.items} SET is_head = 1, ${leaseAssignments(lease)}
-      WHERE id IN (${list(ids)}) AND state = 'pending' AND run_after <= NOW(6) AND ${itemQueueNotPaused(t)}`,
+      WHERE id IN (${list(ids)}) AND state = 'pending' AND run_after <= NOW(6)`,
     readBackClaimed(t, ids, lease.token),
   ];
 }
