@@ -41,7 +41,8 @@ export class BatchCompleter {
   }
 
   complete(handle: LeaseHandle, result: unknown): Promise<FinalizeResult> {
-    return (handle.lane === null ? this.laneless : this.laned).complete(handle, result);
+    // A keyed item's end may admit its key's next: it goes the way of a laned one, claiming what it hands on.
+    return (handle.lane === null && handle.concurrencyKey === null ? this.laneless : this.laned).complete(handle, result);
   }
 }
 
@@ -82,7 +83,7 @@ class CompletionLine {
         this.flushes++;
         void this.flush();
       }
-      const laned = batch.filter((w) => w.handle.lane !== null).length;
+      const laned = batch.filter((w) => w.handle.lane !== null || w.handle.concurrencyKey !== null).length;
       const room = laned > 0 ? this.successors?.(laned) : undefined;
       try {
         const { results, claimed } = await this.ledger.completeManyClaimingNext(

@@ -6,13 +6,14 @@ import { CONNECTION_RETRY, isConnectionError, readAfterLostConnection, retryDela
 import type { LedgerTables } from '../tables.js';
 import type { ClaimedRow } from '../rows.js';
 import type { ClaimedItem, LeaseHandle, SuccessorClaim } from '../types.js';
+import { QUEUE_CLASSES } from '../types.js';
 import { claimedItems, grantLease, readBackClaimed } from './claimed.js';
 import { affected, inline, list, queueScoped } from './common.js';
 import { completeInOneTrip, completeInTwoTrips, isGuardRefusal, type BatchDone } from './complete-laned.js';
 import { completionStatement, type CompletionEntry } from './completion-cas.js';
 import { finalize } from './finalize.js';
 import { handOnKeys, keyCounts } from './key-admission.js';
-import { pipelined } from './pipeline.js';
+import { pipelined, type Send, type StatementResult } from './pipeline.js';
 
 export type { CompletionEntry } from './completion-cas.js';
 
@@ -68,7 +69,7 @@ export async function completeMany(
         // Whether a completed item's lane got a pending head is not known here: assume one, as the single path does.
         if (settled[k] !== 'open') out[todo[k]!] = { won: settled[k] === 'completed', laneAdvanced: settled[k] === 'completed' && e.handle.lane !== null };
       });
-      if (next && mine.some((h) => h.lane !== null)) {
+      if (next && mine.some((h) => h.lane !== null || h.concurrencyKey !== null)) {
         claimed.push(...(await readAfterLostConnection(() => successorsClaimed(db, t, mine, next), error)));
       }
       todo = todo.filter((_, k) => settled[k] === 'open');
@@ -113,18 +114,29 @@ export async function completionsSettled(exec: Executor, t: LedgerTables, handle
 }
 
 /**
- * The lane successors a batch whose answer was lost claimed with its
- * completions under `next`'s token (lane affinity): found at the next lane
- * position of each completed laned item, fenced by the token.
+ * The successors a batch whose answer was lost claimed with its completions
+ * under `next`'s token: a lane's at the next lane position of each completed
+ * laned item; a key's among its queue's processing items (what a keyed end
+ * admitted and claimed: key affinity); each fenced by the token.
  */
 async function successorsClaimed(db: LedgerDb, t: LedgerTables, completed: readonly LeaseHandle[], next: SuccessorClaim): Promise<ClaimedItem[]> {
   const laned = completed.filter((h) => h.lane !== null);
-  if (laned.length === 0) return [];
-  const found = await sql<{ id: string }>`SELECT id FROM ${t.items} FORCE INDEX (ix_lane)
-    WHERE (queue, lane, lane_seq) IN (${sql.join(laned.map((h) => sql`(${inline(h.queue)}, ${inline(h.lane)}, ${inline((h.laneSeq ?? 0) + 1)})`))})
-      AND lease_token = ${inline(next.token)} AND state = 'processing'`.execute(db);
-  if (found.rows.length === 0) return [];
-  const rows = await readBackClaimed(t, found.rows.map((r) => r.id), next.token).$castTo<ClaimedRow>().execute(db);
+  const keyedQueues = [...new Set(completed.filter((h) => h.lane === null && h.concurrencyKey !== null).map((h) => h.queue))];
+  const ids: string[] = [];
+  if (laned.length > 0) {
+    const found = await sql<{ id: string }>`SELECT id FROM ${t.items} FORCE INDEX (ix_lane)
+      WHERE (queue, lane, lane_seq) IN (${sql.join(laned.map((h) => sql`(${inline(h.queue)}, ${inline(h.lane)}, ${inline((h.laneSeq ?? 0) + 1)})`))})
+        AND lease_token = ${inline(next.token)} AND state = 'processing'`.execute(db);
+    ids.push(...found.rows.map((r) => r.id));
+  }
+  for (const queue of keyedQueues) {
+    const found = await sql<{ id: string }>`SELECT id FROM ${t.items}
+      WHERE queue = ${queue} AND queue_class IN (${list(next.classes && next.classes.length > 0 ? next.classes : QUEUE_CLASSES)})
+        AND state = 'processing' AND lease_token = ${inline(next.token)}`.execute(db);
+    ids.push(...found.rows.map((r) => r.id));
+  }
+  if (ids.length === 0) return [];
+  const rows = await readBackClaimed(t, [...new Set(ids)], next.token).$castTo<ClaimedRow>().execute(db);
   return claimedItems(rows.rows, grantLease(next));
 }
 
@@ -159,7 +171,7 @@ async function completeOnce(
     try {
       const done =
         part === keyed
-          ? await retryOnConflict(() => db.transaction().execute((trx) => completeKeyed(trx, t, items)))
+          ? await retryOnConflict(() => pipelined(db, caps, (send) => completeKeyed(send, t, items, keyedNext(next, claimed))))
           : items.some((e) => e.handle.lane !== null)
             ? await completeLaned(db, caps, t, items, next)
             : // Without lanes or keys the batch is one UPDATE: atomic on its own, no transaction.
@@ -193,12 +205,24 @@ async function completeLaned(db: LedgerDb, caps: LedgerCapabilities, t: LedgerTa
   return retryOnConflict(() => pipelined(db, caps, (send, exec) => completeInTwoTrips(send, exec, t, items, next)));
 }
 
-/** Keyed items completed together, and their keys' slots handed on, in one transaction; any lost CAS sends them all to the single path. */
-async function completeKeyed(trx: Executor, t: LedgerTables, entries: readonly CompletionEntry[]): Promise<BatchDone> {
-  const r = await completionStatement(t, entries).execute(trx);
-  if (affected(r) !== entries.length) throw new PartialBatch();
-  await handOnKeys(trx, t, keyCounts(entries.map((e) => e.handle)));
-  return { won: entries.map(() => true), advanced: new Set(), claimed: [] };
+/** What is left of the consumer's room for successors once the laned part of the batch took its lanes' next heads. */
+function keyedNext(next: SuccessorClaim | undefined, claimed: readonly ClaimedItem[]): SuccessorClaim | undefined {
+  return next && next.max > claimed.length ? { ...next, max: next.max - claimed.length } : undefined;
+}
+
+/**
+ * Keyed items completed together, and their keys' slots handed on, in one
+ * transaction of three round trips (the completion rides with the keys'
+ * locks); any lost CAS sends them all to the single path. Items their ends
+ * admit are claimed for the completing consumer's room (key affinity, as
+ * lane affinity does for a lane's next head).
+ */
+async function completeKeyed(send: Send, t: LedgerTables, entries: readonly CompletionEntry[], next: SuccessorClaim | undefined): Promise<BatchDone> {
+  const check = ([done]: readonly StatementResult[]): void => {
+    if (done?.affected !== entries.length) throw new PartialBatch();
+  };
+  const claimed = await handOnKeys(send, t, keyCounts(entries.map((e) => e.handle)), [completionStatement(t, entries)], check, next);
+  return { won: entries.map(() => true), advanced: new Set(), claimed };
 }
 
 async function completeLanelessBatch(db: LedgerDb, t: LedgerTables, entries: readonly CompletionEntry[]): Promise<BatchDone> {

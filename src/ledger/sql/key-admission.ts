@@ -1,7 +1,11 @@
 import { sql, type RawBuilder } from 'kysely';
 import type { Executor, LedgerDb } from '../connection.js';
 import type { LedgerTables } from '../tables.js';
-import { affected, inline, list, literal, queueScoped } from './common.js';
+import { inline, list, literal, queueScoped } from './common.js';
+import type { ClaimedRow } from '../rows.js';
+import type { ClaimedItem, SuccessorClaim } from '../types.js';
+import { claimedItems, grantLease, leaseAssignments, readBackClaimed, type Lease } from './claimed.js';
+import { sendEach, type Send, type StatementResult } from './pipeline.js';
 import { writeQueueSetting } from './queue-settings.js';
 
 // Concurrency keys (docs/design.md §3, Concurrency keys): at most the queue's
@@ -158,21 +162,38 @@ interface WaitRow {
 
 /**
  * Admitted laneless items of these keys ended (`admit` of each; 0 when a
- * limit was raised): under each key's row lock, its earliest-due waiting items take
- * the slots that are free now, and the key counts what it holds. Call it in
- * the transaction that ended them. The row lock comes first, so hand-ons
- * and admissions of one key take turns, and a waiting item is admitted once.
+ * limit was raised): under each key's row lock, its earliest-due waiting
+ * items take the slots that are free now, and the key counts what it holds.
+ * Call it in the transaction that ended them. The row lock comes first, so
+ * hand-ons and admissions of one key take turns, and a waiting item is
+ * admitted once. In three round trips on a pipelined transaction: the locks
+ * (with `alongside`, e.g. the completion that ended them, whose results
+ * `check` sees before anything is written), the waiting items, and the
+ * writes, which count every item read as admitted; only a waiting item
+ * cancelled meanwhile costs more.
  */
-export async function handOnKeys(exec: Executor, t: LedgerTables, ended: readonly KeyCount[]): Promise<void> {
-  if (ended.length === 0) return;
+export async function handOnKeys(
+  send: Send,
+  t: LedgerTables,
+  ended: readonly KeyCount[],
+  alongside: readonly RawBuilder<unknown>[] = [],
+  check?: (results: readonly StatementResult[]) => void,
+  claimFor?: SuccessorClaim,
+): Promise<ClaimedItem[]> {
+  const claimed: ClaimedItem[] = [];
   const keys = mergeCounts(ended);
-  const rows = await sql<{ queue: string; ckey: string; admitted: number | string }>`SELECT queue, ckey, admitted FROM ${t.keys}
-    WHERE (queue, ckey) IN (${keyIn(keys)}) ORDER BY queue, ckey FOR UPDATE`.execute(exec);
-  const limits = await queueLimits(exec, t, [...new Set(keys.map((k) => k.queue))]);
+  const first = await send([...alongside, ...(keys.length > 0 ? [lockKeys(t, keys), limitsRead(t, keys)] : [])]);
+  check?.(first.slice(0, alongside.length));
+  if (keys.length === 0) return claimed;
+  const [locked, limitRows] = first.slice(alongside.length) as [StatementResult, StatementResult];
+  const limits = new Map(limitRows.rows.filter((x) => x.key_limit !== null).map((x) => [String(x.queue), Number(x.key_limit)]));
   const held = new Map<string, number>();
-  for (const r of rows.rows) {
-    const ended = keys.find((k) => k.queue === r.queue && k.key === r.ckey)?.admit ?? 0;
-    held.set(queueScoped(r.queue, r.ckey), Math.max(0, Number(r.admitted) - ended));
+  const before = new Map<string, number>();
+  for (const r of locked.rows) {
+    const k = queueScoped(String(r.queue), String(r.ckey));
+    const gone = keys.find((x) => queueScoped(x.queue, x.key) === k)?.admit ?? 0;
+    before.set(k, Number(r.admitted));
+    held.set(k, Math.max(0, Number(r.admitted) - gone));
   }
   for (let round = 0; round < 4; round++) {
     const wants = keys
@@ -182,13 +203,26 @@ export async function handOnKeys(exec: Executor, t: LedgerTables, ended: readonl
         return { k, take: Math.min(MAX_ADMIT, Math.max(0, free)) };
       })
       .filter((w) => w.take > 0);
-    const waiting = wants.length === 0 ? [] : await readWaiting(exec, t, wants);
-    const admitted = waiting.length === 0 ? new Set<string>() : await admit(exec, t, waiting);
-    for (const w of waiting) {
-      if (!admitted.has(w.id)) continue;
-      const k = queueScoped(w.queue, w.ckey);
-      held.set(k, (held.get(k) ?? 0) + 1);
+    const waiting = wants.length === 0 ? [] : ((await send([readWaiting(t, wants)]))[0]?.rows as unknown as WaitRow[]);
+    if (waiting.length === 0) break;
+    const ids = waiting.map((w) => w.id);
+    // Key affinity: the completing consumer's room takes the first of them claimed, as a lane's successor is.
+    const room = claimFor ? Math.max(0, claimFor.max - claimed.length) : 0;
+    const lease = claimFor && room > 0 ? grantLease(claimFor) : undefined;
+    const taken = lease && claimFor ? ids.slice(0, room) : [];
+    const results = await send([
+      ...(lease && claimFor ? [claimAdmitted(t, taken, lease, claimFor), readBackClaimed(t, taken, lease.token)] : []),
+      admitWaiting(t, ids),
+      leaveLine(t, waiting),
+    ]);
+    if (lease) claimed.push(...claimedItems((results[1]?.rows ?? []) as unknown as ClaimedRow[], lease));
+    const set = (lease ? (results[0]?.affected ?? 0) : 0) + (results[lease ? 2 : 0]?.affected ?? 0);
+    let admitted = new Set(ids);
+    if (set !== ids.length) {
+      const [heads] = await send([sql`SELECT id FROM ${t.items} WHERE id IN (${list(ids)}) AND is_head = 1 AND state = 'pending'`]);
+      admitted = new Set((heads?.rows ?? []).map((x) => String(x.id)));
     }
+    for (const w of waiting) if (admitted.has(w.id)) held.set(queueScoped(w.queue, w.ckey), (held.get(queueScoped(w.queue, w.ckey)) ?? 0) + 1);
     // A waiting item cancelled meanwhile was passed over: its key looks again, once its slots are not all taken.
     const short = wants.some((w) => {
       const read = waiting.filter((x) => x.queue === w.k.queue && x.ckey === w.k.key);
@@ -196,13 +230,37 @@ export async function handOnKeys(exec: Executor, t: LedgerTables, ended: readonl
     });
     if (!short) break;
   }
-  if (rows.rows.length > 0) {
-    const cases = sql.join(
-      rows.rows.map((r) => sql`WHEN queue = ${inline(r.queue)} AND ckey = ${inline(r.ckey)} THEN ${inline(held.get(queueScoped(r.queue, r.ckey)) ?? 0)}`),
-      sql` `,
-    );
-    await sql`UPDATE ${t.keys} SET admitted = CASE ${cases} ELSE admitted END WHERE (queue, ckey) IN (${keyIn(keys)})`.execute(exec);
-  }
+  const changed = [...held].filter(([k, n]) => before.get(k) !== n);
+  if (changed.length > 0) await send([countHeld(t, changed, keys)]);
+  return claimed;
+}
+
+/** Admitted and claimed at once under the completing consumer's lease, if due and of the classes and types it takes. */
+function claimAdmitted(t: LedgerTables, ids: readonly string[], lease: Lease, next: SuccessorClaim): RawBuilder<unknown> {
+  const classes = next.classes && next.classes.length > 0 ? sql` AND queue_class IN (${list(next.classes)})` : sql``;
+  const types = next.types && next.types.length > 0 ? sql` AND type IN (${list(next.types)})` : sql``;
+  return sql`UPDATE ${t.items} SET is_head = 1, ${leaseAssignments(lease)}
+    WHERE id IN (${list(ids)}) AND state = 'pending' AND is_head = 0 AND run_after <= NOW(6)${classes}${types}`;
+}
+
+function lockKeys(t: LedgerTables, keys: readonly KeyCount[]): RawBuilder<unknown> {
+  return sql`SELECT queue, ckey, admitted FROM ${t.keys} WHERE (queue, ckey) IN (${keyIn(keys)}) ORDER BY queue, ckey FOR UPDATE`;
+}
+
+function limitsRead(t: LedgerTables, keys: readonly KeyCount[]): RawBuilder<unknown> {
+  return sql`SELECT queue, key_limit FROM ${t.queues} WHERE queue IN (${list([...new Set(keys.map((k) => k.queue))])})`;
+}
+
+function countHeld(t: LedgerTables, held: readonly [string, number][], keys: readonly KeyCount[]): RawBuilder<unknown> {
+  const byScoped = new Map(keys.map((k) => [queueScoped(k.queue, k.key), k]));
+  const cases = sql.join(
+    held.map(([scoped, n]) => {
+      const k = byScoped.get(scoped)!;
+      return sql`WHEN queue = ${inline(k.queue)} AND ckey = ${inline(k.key)} THEN ${inline(n)}`;
+    }),
+    sql` `,
+  );
+  return sql`UPDATE ${t.keys} SET admitted = CASE ${cases} ELSE admitted END WHERE (queue, ckey) IN (${keyIn(keys)})`;
 }
 
 function mergeCounts(ended: readonly KeyCount[]): KeyCount[] {
@@ -219,32 +277,24 @@ function mergeCounts(ended: readonly KeyCount[]): KeyCount[] {
   return sortKeys([...m.values()]);
 }
 
-async function queueLimits(exec: Executor, t: LedgerTables, queues: readonly string[]): Promise<Map<string, number>> {
-  const r = await sql<{ queue: string; key_limit: number | null }>`SELECT queue, key_limit FROM ${t.queues} WHERE queue IN (${list(queues)})`.execute(exec);
-  return new Map(r.rows.filter((x) => x.key_limit !== null).map((x) => [x.queue, Number(x.key_limit)]));
-}
-
 /** Each key's earliest-due waiting items, up to its free slots: one ordered range of key_waits each. */
-async function readWaiting(exec: Executor, t: LedgerTables, wants: readonly { k: KeyCount; take: number }[]): Promise<WaitRow[]> {
+function readWaiting(t: LedgerTables, wants: readonly { k: KeyCount; take: number }[]): RawBuilder<unknown> {
   const parts = wants.map(
     (w) => sql`(SELECT queue, ckey, DATE_FORMAT(run_after, '%Y-%m-%d %H:%i:%s.%f') AS at, seq, id FROM ${t.keyWaits}
       WHERE queue = ${inline(w.k.queue)} AND ckey = ${inline(w.k.key)} ORDER BY run_after, seq, id LIMIT ${inline(w.take)})`,
   );
-  return (await sql<WaitRow>`${sql.join(parts, sql` UNION ALL `)}`.execute(exec)).rows;
+  return sql`${sql.join(parts, sql` UNION ALL `)}`;
 }
 
-/** The waiting items become heads and leave the line; returns those admitted (one cancelled meanwhile is not). */
-async function admit(exec: Executor, t: LedgerTables, waiting: readonly WaitRow[]): Promise<Set<string>> {
-  const ids = waiting.map((w) => w.id);
-  const set = await sql`UPDATE ${t.items} SET is_head = 1, updated_at = NOW(6) WHERE id IN (${list(ids)}) AND state = 'pending' AND is_head = 0`.execute(exec);
-  let admitted = new Set(ids);
-  if (affected(set) !== ids.length) {
-    const r = await sql<{ id: string }>`SELECT id FROM ${t.items} WHERE id IN (${list(ids)}) AND is_head = 1 AND state = 'pending'`.execute(exec);
-    admitted = new Set(r.rows.map((x) => x.id));
-  }
+/** The waiting items become heads (one cancelled meanwhile does not). */
+function admitWaiting(t: LedgerTables, ids: readonly string[]): RawBuilder<unknown> {
+  return sql`UPDATE ${t.items} SET is_head = 1, updated_at = NOW(6) WHERE id IN (${list(ids)}) AND state = 'pending' AND is_head = 0`;
+}
+
+/** The items read from their keys' lines leave them, admitted or passed over. */
+function leaveLine(t: LedgerTables, waiting: readonly WaitRow[]): RawBuilder<unknown> {
   const places = waiting.map((w) => `(${literal(w.queue)}, ${literal(w.ckey)}, ${literal(w.at)}, ${literal(Number(w.seq))}, ${literal(w.id)})`).join(', ');
-  await sql`DELETE FROM ${t.keyWaits} WHERE (queue, ckey, run_after, seq, id) IN (${sql.raw(places)})`.execute(exec);
-  return admitted;
+  return sql`DELETE FROM ${t.keyWaits} WHERE (queue, ckey, run_after, seq, id) IN (${sql.raw(places)})`;
 }
 
 /**
@@ -255,7 +305,7 @@ async function admit(exec: Executor, t: LedgerTables, waiting: readonly WaitRow[
 export async function setKeyLimit(db: LedgerDb, t: LedgerTables, queue: string, limit: number | null): Promise<number> {
   await writeQueueSetting(db, t, queue, 'key_limit', limit);
   const keys = await sql<{ ckey: string }>`SELECT DISTINCT ckey FROM ${t.keyWaits} WHERE queue = ${queue}`.execute(db);
-  for (const r of keys.rows) await db.transaction().execute((trx) => handOnKeys(trx, t, [{ queue, key: r.ckey, n: 0, admit: 0 }]));
+  for (const r of keys.rows) await db.transaction().execute((trx) => handOnKeys(sendEach(trx), t, [{ queue, key: r.ckey, n: 0, admit: 0 }]));
   return keys.rows.length;
 }
 

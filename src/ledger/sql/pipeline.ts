@@ -32,7 +32,7 @@ export type Send = (statements: readonly RawBuilder<unknown>[], opts?: { commit?
  */
 export async function pipelined<T>(db: LedgerDb, caps: LedgerCapabilities, body: (send: Send, exec: Executor) => Promise<T>): Promise<T> {
   if (!caps.multiStatement) {
-    return db.transaction().execute((trx) => body((statements) => sendEach(trx, statements), trx));
+    return db.transaction().execute((trx) => body((statements) => sendEachOn(trx, statements), trx));
   }
   return db.connection().execute(async (conn) => {
     let begun = false;
@@ -58,7 +58,12 @@ export async function pipelined<T>(db: LedgerDb, caps: LedgerCapabilities, body:
   });
 }
 
-async function sendEach(exec: Executor, statements: readonly RawBuilder<unknown>[]): Promise<StatementResult[]> {
+/** A Send on an executor (a transaction the caller owns): each statement its own round trip. */
+export function sendEach(exec: Executor): Send {
+  return (statements) => sendEachOn(exec, statements);
+}
+
+async function sendEachOn(exec: Executor, statements: readonly RawBuilder<unknown>[]): Promise<StatementResult[]> {
   const out: StatementResult[] = [];
   for (const s of statements) {
     const r = await s.execute(exec);

@@ -8,6 +8,7 @@ import type { AttemptRecord } from '../types.js';
 import { affected, list } from './common.js';
 import { handOnKeys, leaveKeyWait } from './key-admission.js';
 import { handOnLane } from './lane-advance.js';
+import { sendEach } from './pipeline.js';
 
 /** Where an item sits: enough to find its lane and its successor, or its concurrency key. */
 export interface ItemPlace {
@@ -142,7 +143,7 @@ export async function applyTransitionInTx(trx: Executor, t: LedgerTables, spec: 
   const key = spec.place.concurrencyKey;
   // An admitted item's slot goes to its key's next waiting item; a waiting one leaves the line. (A laned item's key only dealt its round.)
   if (spec.terminal && key !== null && lane === null) {
-    await (spec.wasHead ? handOnKeys(trx, t, [{ queue, key, n: 1, admit: 1 }]) : leaveKeyWait(trx, t, spec.place.id));
+    await (spec.wasHead ? handOnKeys(sendEach(trx), t, [{ queue, key, n: 1, admit: 1 }]) : leaveKeyWait(trx, t, spec.place.id));
   }
   if (spec.history) await insertHistory(trx, t, spec.place.id, spec.history, historyId);
   if (spec.alsoWrite) await spec.alsoWrite(trx);
