@@ -1,29 +1,27 @@
 import { sql } from 'kysely';
-import { afterAll, afterEach, beforeAll, describe, expect, test } from 'vitest';
+import { beforeEach, describe, expect, test } from 'vitest';
 import { Consumer } from '../src/consumer/consumer.js';
 import { ValidationError } from '../src/errors.js';
 import type { ClaimedItem } from '../src/ledger/types.js';
 import { Producer } from '../src/producer/producer.js';
-import { createTestWake, uniqueQueue, type TestWake } from './support/engine.js';
+import { uniqueQueue } from './support/engine.js';
 import { freshQueue } from './support/items.js';
-import { createTestLedger, waitFor, type TestLedger } from './support/ledger.js';
+import { waitFor, type TestLedger } from './support/ledger.js';
+import { testScope } from './support/scope.js';
 
 // Concurrency keys: at most the queue's limit of one key's items admitted at once, held by the ledger (docs/design.md §3, Concurrency keys).
 
+const scope = testScope();
 let tl: TestLedger;
-let tw: TestWake | undefined;
-const consumers: Consumer[] = [];
-beforeAll(async () => {
-  tl = await createTestLedger();
+beforeEach(async () => {
+  tl = await scope.ledger();
 });
-afterEach(async () => {
-  for (const c of consumers.splice(0)) await c.stop({ drainTimeoutMs: 5_000 });
-  await tw?.drop();
-  tw = undefined;
-});
-afterAll(async () => {
-  await tl?.drop();
-});
+
+/** Started, and stopped after the test. */
+async function run(c: Pick<Consumer, 'start' | 'stop'>): Promise<void> {
+  scope.cleanup(() => c.stop({ drainTimeoutMs: 5_000 }));
+  await c.start();
+}
 
 async function claimAll(queue: string): Promise<ClaimedItem[]> {
   return (await tl.ledger.claim({ queue, owner: 'w', limit: 100, leaseMs: 60_000 })).items;
@@ -153,14 +151,13 @@ describe('fair queues', () => {
 
 describe('concurrency keys with consumers', () => {
   test('8 consumers, keys with limit 3: never more than 3 of a key processing, on the ledger clock', async () => {
-    tw = createTestWake();
+    const tw = scope.wake();
     const queue = uniqueQueue('keyed');
     await tl.ledger.setConcurrencyLimit(queue, 3);
     const handler = (): Promise<void> => new Promise((r) => setTimeout(r, 15));
     for (let i = 0; i < 8; i++) {
       const c = new Consumer({ ledger: tl.ledger, wake: tw.wake, queue, concurrency: 4, handlers: { t: handler } });
-      consumers.push(c);
-      await c.start();
+      await run(c);
     }
     // In the consumers' process: some are inserted claimed, which the key's limit holds to as well.
     const producer = new Producer({ ledger: tl.ledger, wake: tw.wake });

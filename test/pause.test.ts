@@ -1,27 +1,25 @@
-import { afterAll, afterEach, beforeAll, describe, expect, test } from 'vitest';
+import { beforeEach, describe, expect, test } from 'vitest';
 import { Consumer } from '../src/consumer/consumer.js';
 import { Producer } from '../src/producer/producer.js';
 import { LanewakeMetrics } from '../src/supervisor/metrics.js';
-import { createTestWake, uniqueQueue, type TestWake } from './support/engine.js';
+import { uniqueQueue } from './support/engine.js';
 import { freshQueue } from './support/items.js';
-import { createTestLedger, waitFor, type TestLedger } from './support/ledger.js';
+import { waitFor, type TestLedger } from './support/ledger.js';
+import { testScope } from './support/scope.js';
 
 // Pausing a queue: a flag the ledger holds, which every claim path checks (docs/design.md §7, Pausing a queue).
 
+const scope = testScope();
 let tl: TestLedger;
-let tw: TestWake | undefined;
-const consumers: Consumer[] = [];
-beforeAll(async () => {
-  tl = await createTestLedger();
+beforeEach(async () => {
+  tl = await scope.ledger();
 });
-afterEach(async () => {
-  for (const c of consumers.splice(0)) await c.stop({ drainTimeoutMs: 5_000 });
-  await tw?.drop();
-  tw = undefined;
-});
-afterAll(async () => {
-  await tl?.drop();
-});
+
+/** Started, and stopped after the test. */
+async function run(c: Pick<Consumer, 'start' | 'stop'>): Promise<void> {
+  scope.cleanup(() => c.stop({ drainTimeoutMs: 5_000 }));
+  await c.start();
+}
 
 describe('a paused queue at the ledger', () => {
   test('the ledger holds the flag: enqueues still commit, the sweep signals and explain say so, resume clears it', async () => {
@@ -48,12 +46,11 @@ describe('a paused queue at the ledger', () => {
 
 describe('a paused queue with consumers', () => {
   test('with Redis: consumers hear the pause at once and start nothing (no claim round, no claim at insert); resumed, everything runs', async () => {
-    tw = createTestWake();
+    const tw = scope.wake();
     const queue = uniqueQueue('pausewake');
     const started: string[] = [];
     const c = new Consumer({ ledger: tl.ledger, wake: tw.wake, queue, concurrency: 4, pollIntervalMs: 100, handlers: { t: async (job) => void started.push(job.id) } });
-    consumers.push(c);
-    await c.start();
+    await run(c);
     const metrics = new LanewakeMetrics({ defaultMetrics: false });
     const unobserve = metrics.observeConsumer(c);
     const pausedSeries = async (): Promise<string | undefined> => (await metrics.metrics()).split('\n').find((l) => l.startsWith(`lanewake_queue_paused{queue="${queue}"}`));
@@ -78,7 +75,7 @@ describe('a paused queue with consumers', () => {
   });
 
   test("a running lane head's completion claims no successor while paused", async () => {
-    tw = createTestWake();
+    const tw = scope.wake();
     const queue = uniqueQueue('pauselane');
     const started: number[] = [];
     let release!: () => void;
@@ -96,8 +93,7 @@ describe('a paused queue with consumers', () => {
         },
       },
     });
-    consumers.push(c);
-    await c.start();
+    await run(c);
     const producer = new Producer({ ledger: tl.ledger, wake: tw.wake });
     await producer.enqueueMany([0, 1, 2].map((i) => ({ queue, type: 't', lane: 'L', payload: { i } })));
     await waitFor(() => started.includes(0) || undefined, 10_000, 'the head to start');
@@ -119,7 +115,7 @@ describe('a paused queue with consumers', () => {
     const started: string[] = [];
     const make = (): Consumer => {
       const c = new Consumer({ ledger: tl.ledger, queue, concurrency: 2, pollIntervalMs: 100, handlers: { t: async (job) => void started.push(job.id) } });
-      consumers.push(c);
+      scope.cleanup(() => c.stop({ drainTimeoutMs: 5_000 }));
       return c;
     };
     const first = make();

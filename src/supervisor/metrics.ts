@@ -147,24 +147,14 @@ export class LanewakeMetrics {
       help: 'Items this process holds: handlers running plus outcomes being written.',
       labelNames: ['queue'] as const,
       registers,
-      collect: () => {
-        const byQueue = new Map<string, number>();
-        for (const c of this.observed) byQueue.set(c.queue, (byQueue.get(c.queue) ?? 0) + c.inFlight());
-        this.inFlight.reset();
-        for (const [queue, n] of byQueue) this.inFlight.set({ queue }, n);
-      },
+      collect: () => this.setPerQueue(this.inFlight, (c) => c.inFlight(), (a, b) => a + b),
     });
     this.paused = new Gauge({
       name: 'lanewake_queue_paused',
       help: '1 while the queue is paused (lanewake pause): its consumers here claim nothing. Readiness is not affected.',
       labelNames: ['queue'] as const,
       registers,
-      collect: () => {
-        const byQueue = new Map<string, number>();
-        for (const c of this.observed) byQueue.set(c.queue, Math.max(byQueue.get(c.queue) ?? 0, c.paused() ? 1 : 0));
-        this.paused.reset();
-        for (const [queue, n] of byQueue) this.paused.set({ queue }, n);
-      },
+      collect: () => this.setPerQueue(this.paused, (c) => (c.paused() ? 1 : 0), Math.max),
     });
     this.redisConnected = new Gauge({
       name: 'lanewake_redis_connected',
@@ -296,6 +286,17 @@ export class LanewakeMetrics {
   }
 
   /** Adds what each observed consumer counted since the last fold (consumer counters are cumulative). */
+  /** A per-queue gauge set from the observed consumers: each one's `value`, combined per queue. */
+  private setPerQueue(gauge: Gauge<'queue'>, value: (c: ObservedConsumer) => number, combine: (a: number, b: number) => number): void {
+    const byQueue = new Map<string, number>();
+    for (const c of this.observed) {
+      const prev = byQueue.get(c.queue);
+      byQueue.set(c.queue, prev === undefined ? value(c) : combine(prev, value(c)));
+    }
+    gauge.reset();
+    for (const [queue, n] of byQueue) gauge.set({ queue }, n);
+  }
+
   private foldConsumerCounters(): void {
     for (const c of this.observed) {
       const now = c.counters();
