@@ -17,12 +17,6 @@ beforeEach(async () => {
   tl = await scope.ledger();
 });
 
-/** Started, and stopped after the test. */
-async function run(c: Pick<Consumer, 'start' | 'stop'>): Promise<void> {
-  scope.cleanup(() => c.stop({ drainTimeoutMs: 5_000 }));
-  await c.start();
-}
-
 async function claimAll(queue: string): Promise<ClaimedItem[]> {
   return (await tl.ledger.claim({ queue, owner: 'w', limit: 100, leaseMs: 60_000 })).items;
 }
@@ -157,7 +151,7 @@ describe('concurrency keys with consumers', () => {
     const handler = (): Promise<void> => new Promise((r) => setTimeout(r, 15));
     for (let i = 0; i < 8; i++) {
       const c = new Consumer({ ledger: tl.ledger, wake: tw.wake, queue, concurrency: 4, handlers: { t: handler } });
-      await run(c);
+      await scope.start(c);
     }
     // In the consumers' process: some are inserted claimed, which the key's limit holds to as well.
     const producer = new Producer({ ledger: tl.ledger, wake: tw.wake });

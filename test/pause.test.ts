@@ -15,12 +15,6 @@ beforeEach(async () => {
   tl = await scope.ledger();
 });
 
-/** Started, and stopped after the test. */
-async function run(c: Pick<Consumer, 'start' | 'stop'>): Promise<void> {
-  scope.cleanup(() => c.stop({ drainTimeoutMs: 5_000 }));
-  await c.start();
-}
-
 describe('a paused queue at the ledger', () => {
   test('the ledger holds the flag: enqueues still commit, the sweep signals and explain say so, resume clears it', async () => {
     const queue = freshQueue('paused');
@@ -50,7 +44,7 @@ describe('a paused queue with consumers', () => {
     const queue = uniqueQueue('pausewake');
     const started: string[] = [];
     const c = new Consumer({ ledger: tl.ledger, wake: tw.wake, queue, concurrency: 4, pollIntervalMs: 100, handlers: { t: async (job) => void started.push(job.id) } });
-    await run(c);
+    await scope.start(c);
     const metrics = new LanewakeMetrics({ defaultMetrics: false });
     const unobserve = metrics.observeConsumer(c);
     const pausedSeries = async (): Promise<string | undefined> => (await metrics.metrics()).split('\n').find((l) => l.startsWith(`lanewake_queue_paused{queue="${queue}"}`));
@@ -93,7 +87,7 @@ describe('a paused queue with consumers', () => {
         },
       },
     });
-    await run(c);
+    await scope.start(c);
     const producer = new Producer({ ledger: tl.ledger, wake: tw.wake });
     await producer.enqueueMany([0, 1, 2].map((i) => ({ queue, type: 't', lane: 'L', payload: { i } })));
     await waitFor(() => started.includes(0) || undefined, 10_000, 'the head to start');

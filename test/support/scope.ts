@@ -11,6 +11,8 @@ export interface TestScope {
   wake(url?: string): TestWake;
   /** A step run after the test, before the wakes and ledgers go (steps in reverse order, a failing one skipped). */
   cleanup(step: () => Promise<unknown>): void;
+  /** Starts a consumer (or anything with start and stop), stopped after the test. */
+  start(c: { start(): Promise<void>; stop(opts?: { drainTimeoutMs?: number }): Promise<unknown> }): Promise<void>;
 }
 
 /** Call once at a test file's top level. */
@@ -38,5 +40,9 @@ export function testScope(): TestScope {
       return tw;
     },
     cleanup: (step) => void steps.push(step),
+    start: async (c) => {
+      steps.push(() => c.stop({ drainTimeoutMs: 5_000 }));
+      await c.start();
+    },
   };
 }

@@ -219,7 +219,8 @@ export async function handOnKeys(
     const set = (lease ? (results[0]?.affected ?? 0) : 0) + (results[lease ? 2 : 0]?.affected ?? 0);
     let admitted = new Set(ids);
     if (set !== ids.length) {
-      const [heads] = await send([sql`SELECT id FROM ${t.items} WHERE id IN (${list(ids)}) AND is_head = 1 AND state = 'pending'`]);
+      // Admitted: made heads now, left pending or claimed for the completing consumer; one cancelled meanwhile is neither.
+      const [heads] = await send([sql`SELECT id FROM ${t.items} WHERE id IN (${list(ids)}) AND is_head = 1 AND state IN ('pending', 'processing')`]);
       admitted = new Set((heads?.rows ?? []).map((x) => String(x.id)));
     }
     for (const w of waiting) if (admitted.has(w.id)) held.set(queueScoped(w.queue, w.ckey), (held.get(queueScoped(w.queue, w.ckey)) ?? 0) + 1);
