@@ -191,6 +191,9 @@ function freshRow(s: LaneSequence | KeyAdmission | undefined, idOrder: IdOrder):
 
 type KeyAdmission = { head: boolean };
 
+/** Each keyed item's priority as enqueued, before a fair queue's round raised it. */
+const givenPriority = new WeakMap<NewItem, number>();
+
 /**
  * Admits the keyed items and deals their rounds (sql/key-admission.ts): the
  * key rows are upserted (locking them) and read back. The first `granted`
@@ -212,7 +215,12 @@ async function admitKeyed(exec: Executor, t: LedgerTables, items: readonly NewIt
     if (item.lane === null) place.laneless++;
     seen.set(k, place);
     const g = granted.get(k);
-    if (g?.roundFrom !== null && g?.roundFrom !== undefined) item.priority += g.roundFrom + place.all - 1;
+    if (g?.roundFrom !== null && g?.roundFrom !== undefined) {
+      // From the priority it was given: a transaction run again after a conflict deals the rounds again.
+      const base = givenPriority.get(item) ?? item.priority;
+      givenPriority.set(item, base);
+      item.priority = base + g.roundFrom + place.all - 1;
+    }
     if (item.lane !== null) return undefined;
     const head = place.laneless <= (g?.granted ?? 0);
     if (!head) delete item.claim;
