@@ -153,10 +153,11 @@ export class ClaimScheduler<DB> {
     return this.paused;
   }
 
-  /** A pause holds new claims (running items go on); a resume lets them go on. */
+  /** A pause holds new claims and hands back what waits unstarted (running items go on); a resume lets them go on. */
   setPaused(paused: boolean): void {
     this.paused = paused;
-    if (!paused) this.kick();
+    if (paused) this.startPrefetched();
+    else this.kick();
   }
 
   /** Wakes the loop (and the wake reader: room may have changed). */
@@ -394,6 +395,11 @@ export class ClaimScheduler<DB> {
   /** Starts buffered items while slots are free; hands back those that waited too long. */
   private startPrefetched(): void {
     if (!this.active) return;
+    // Paused: nothing starts; what a round in flight at the pause claimed, or the buffer held, goes back unstarted.
+    if (this.paused) {
+      if (this.buffer.size > 0) void this.release(this.buffer.drain(), 'queue paused');
+      return;
+    }
     const { start, expired } = this.buffer.take(this.freeSlots(), Date.now());
     for (const p of start) this.startJob(p.item, p.claimedAtMs);
     if (expired.length > 0) void this.release(expired, 'prefetch wait exceeded a third of the lease');
