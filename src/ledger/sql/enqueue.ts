@@ -5,7 +5,7 @@ import type { LedgerTables } from '../tables.js';
 import type { ClaimedItem, EnqueueResult, QueueClass } from '../types.js';
 import { claimedItem, leaseValues, type Lease } from './claimed.js';
 import { admitStatement, grantedByKey, grantedRead, keyCounts, waitRowsFor } from './key-admission.js';
-import { affected, jsonLiteral, laneIn, literal, NO_TIME_TEXT, nowPlusMsText, queueScoped } from './common.js';
+import { affected, byteOrder, jsonLiteral, laneIn, literal, NO_TIME_TEXT, nowPlusMsText, queueScoped } from './common.js';
 
 /** An item ready to insert: validated, payload already JSON text. */
 export interface NewItem {
@@ -271,27 +271,6 @@ export function laneCounts(items: readonly NewItem[]): LaneCount[] {
   return [...counts.values()].sort((a, b) => (a.queue < b.queue ? -1 : a.queue > b.queue ? 1 : byteOrder(a.lane, b.lane)));
 }
 
-/**
- * `utf8mb4_bin` order: by code point, as the UTF-8 bytes sort. JavaScript's
- * `<` compares UTF-16 code units, which puts a character above U+FFFF (a
- * surrogate pair, D800–DFFF) before one of U+E000–U+FFFF. (Lanes never end
- * in whitespace, so PAD SPACE only differs for a lane that is another plus
- * characters below U+0020, where MariaDB and TiDB disagree with each other;
- * a deadlock there is retried like any other.)
- */
-function byteOrder(a: string, b: string): number {
-  const n = Math.min(a.length, b.length);
-  for (let i = 0; i < n; i++) {
-    const x = a.charCodeAt(i);
-    const y = b.charCodeAt(i);
-    if (x === y) continue;
-    const xs = x >= 0xd800 && x <= 0xdfff;
-    const ys = y >= 0xd800 && y <= 0xdfff;
-    if (xs !== ys && (xs ? y : x) >= 0xe000) return xs ? 1 : -1;
-    return x - y;
-  }
-  return a.length - b.length;
-}
 
 /**
  * Lane rows per upsert statement. On TiDB in pessimistic mode a statement

@@ -1,7 +1,7 @@
 import { sql, type RawBuilder } from 'kysely';
 import type { Executor, LedgerDb } from '../connection.js';
 import type { LedgerTables } from '../tables.js';
-import { inline, list, literal, queueScoped } from './common.js';
+import { byteOrder, inline, list, literal, queueScoped } from './common.js';
 import type { ClaimedRow } from '../rows.js';
 import type { ClaimedItem, SuccessorClaim } from '../types.js';
 import { claimedItems, grantLease, leaseAssignments, readBackClaimed, type Lease } from './claimed.js';
@@ -59,16 +59,6 @@ function sortKeys(keys: KeyCount[]): KeyCount[] {
   return keys.sort((a, b) => (a.queue < b.queue ? -1 : a.queue > b.queue ? 1 : byteOrder(a.key, b.key)));
 }
 
-/** utf8mb4_bin order: by code point (a character above U+FFFF after U+E000–U+FFFF, as its UTF-8 bytes sort). */
-function byteOrder(a: string, b: string): number {
-  const x = [...a];
-  const y = [...b];
-  for (let i = 0; i < Math.min(x.length, y.length); i++) {
-    const d = x[i]!.codePointAt(0)! - y[i]!.codePointAt(0)!;
-    if (d !== 0) return d;
-  }
-  return x.length - y.length;
-}
 
 function keyIn(keys: readonly KeyCount[]): RawBuilder<unknown> {
   return sql.raw(keys.map((k) => `(${literal(k.queue)}, ${literal(k.key)})`).join(', '));
@@ -120,7 +110,7 @@ function currentRound(t: LedgerTables, queue: string): RawBuilder<unknown> {
           sql`COALESCE((SELECT ${sql.raw(fn)}(priority) FROM ${t.items} WHERE queue = ${inline(queue)} AND queue_class = ${inline(c)} AND state = ${inline(state)} AND is_head = 1), ${inline(fn === 'MIN' ? NONE : 0)})`,
       ),
     );
-  return sql`IF(LEAST(${edge('MIN', 'pending')}) < ${inline(NONE)}, LEAST(${edge('MIN', 'pending')}), GREATEST(${edge('MAX', 'completed')}))`;
+  return sql`COALESCE(NULLIF(LEAST(${edge('MIN', 'pending')}), ${inline(NONE)}), GREATEST(${edge('MAX', 'completed')}))`;
 }
 
 /** What admitStatement granted and dealt each key, read in its transaction. */
