@@ -1,8 +1,7 @@
 import { performance } from 'node:perf_hooks';
 import { MAX_CLAIM_ITEMS } from '../ledger/ledger.js';
 import { claimRoundChannel, type ClaimRoundMessage } from '../diagnostics.js';
-import type { ClaimInput } from '../ledger/inputs.js';
-import type { ClaimedItem, ClaimOutcome, QueueClass } from '../ledger/types.js';
+import type { ClaimedItem } from '../ledger/types.js';
 import { Latch } from '../latch.js';
 import type { Logger } from '../log.js';
 import type { WakeEntry, WakeMessage } from '../wake/messages.js';
@@ -12,6 +11,7 @@ import { runJob, type JobRunDeps, type Outcome, type RunningJob } from './job-ru
 import type { ConsumerLedger } from './ledger-port.js';
 import type { ConsumerSettings } from './options.js';
 import { PrefetchBuffer, type Prefetched } from './prefetch-buffer.js';
+import { RoundClaims } from './round-claims.js';
 
 /** Claim rounds one scheduler may have in flight at once. */
 const MAX_CLAIM_ROUNDS = 2;
@@ -78,8 +78,7 @@ export class ClaimScheduler<DB> {
   private claimBackoffUntil = 0;
   /** The claim limiter found the fleet at its cap: no claim before this, unless one of ours finishes. */
   private cappedUntil = 0;
-  /** The classes of each head search's claims, in order: one tier of every class unless classes are preferred. */
-  private readonly classTiers: QueueClass[][];
+  private readonly claims: RoundClaims;
   private readonly prefetchOff: boolean;
 
   constructor(
@@ -94,7 +93,7 @@ export class ClaimScheduler<DB> {
     const limit = settings.maxProcessing !== undefined ? 0 : settings.prefetch;
     this.prefetchOff = limit === 0;
     this.buffer = new PrefetchBuffer({ concurrency: settings.concurrency, limit, leaseMs: settings.leaseMs });
-    this.classTiers = classTiers(settings.classes, settings.preferClasses);
+    this.claims = new RoundClaims(ledger, settings, name, host.coalesce);
     this.runDeps = {
       ...host.runDeps,
       // The slot frees when the handler settles, so the next claim overlaps this finalize.
@@ -105,23 +104,6 @@ export class ClaimScheduler<DB> {
         this.notify();
       },
     };
-  }
-
-  /**
-   * A head search, by the consumer's preferred-class tiers when it has some
-   * (docs/design.md §6, "Executor pools"): each tier's classes first, the
-   * next tier only for the room the earlier ones left.
-   */
-  private async claimByTier(base: Omit<ClaimInput, 'limit' | 'classes'>, want: number): Promise<ClaimOutcome> {
-    const items: ClaimedItem[] = [];
-    let moreAvailable = false;
-    for (const classes of this.classTiers) {
-      const r = await this.ledger.claim({ ...base, limit: want - items.length, classes });
-      items.push(...r.items);
-      moreAvailable ||= r.moreAvailable;
-      if (items.length >= want) break;
-    }
-    return { items, moreAvailable };
   }
 
   /** Executor slots with no handler running, less those held for items arriving claimed. */
@@ -315,22 +297,9 @@ export class ClaimScheduler<DB> {
     // starved while new wake-ups filled a small room: docs/design.md §6). Past MAX_WAITING_IDS a head search finds them.
     this.targeted = new Set(named.slice(free, free + MAX_WAITING_IDS));
     let lookFurther = this.mightHaveWork || named.length > free + MAX_WAITING_IDS;
-    const s = this.settings;
-    const coalesce = this.host.coalesce;
-    const base = {
-      queue: s.queue,
-      owner: this.name,
-      leaseMs: s.leaseMs,
-      ...(s.epoch !== undefined ? { epoch: s.epoch } : {}),
-      ...(coalesce !== undefined ? { coalesce } : {}),
-      ...(s.maxProcessing !== undefined ? { maxProcessing: s.maxProcessing } : {}),
-    };
-    const types = s.types ? { types: s.types } : {};
-    if (s.maxProcessing !== undefined) {
-      // The claim limiter. The ledger holds the cap in each claim's own transaction; this count
-      // only spares a round its claims when the fleet is at the cap already (docs/design.md §6).
-      const room = s.maxProcessing - (await this.ledger.countProcessing(s.queue));
-      if (room <= 0) {
+    if (this.settings.maxProcessing !== undefined) {
+      const capRoom = await this.claims.capRoom(this.settings.maxProcessing);
+      if (capRoom <= 0) {
         for (const id of ids) this.targeted.add(id);
         this.pendingAcks.unshift(...acks);
         this.noteWork();
@@ -338,12 +307,12 @@ export class ClaimScheduler<DB> {
         this.cappedUntil = Date.now() + CAPPED_RETRY_MS;
         return;
       }
-      free = Math.min(free, room);
+      free = Math.min(free, capRoom);
       for (const id of ids.splice(free)) this.targeted.add(id);
     }
     // Each call's items are stamped with its own start: their leases run from about then.
     const byIdsAtMs = Date.now();
-    const claimed: ClaimedItem[] = ids.length > 0 ? await this.ledger.claimByIds({ ...base, ids, ...types }) : [];
+    const claimed = await this.claims.byIds(ids);
     if (ids.length > 0) this.noteClaimMs(byIdsAtMs);
     // Named by a wake-up: start them now, before looking for other heads.
     if (claimed.length > 0) this.takeClaimed(claimed, byIdsAtMs);
@@ -352,7 +321,7 @@ export class ClaimScheduler<DB> {
       const want = free - claimed.length;
       seenSignals = this.workSignals;
       const claimAtMs = Date.now();
-      const r = await this.claimByTier({ ...base, ...types }, want);
+      const r = await this.claims.heads(want);
       this.noteClaimMs(claimAtMs);
       // While stopping these wait in the buffer, and stop() releases them.
       if (r.items.length > 0) this.takeClaimed(r.items, claimAtMs);
@@ -372,7 +341,7 @@ export class ClaimScheduler<DB> {
     this.host.emit('claimRound', { claimed: claimed.length, durationMs, targeted: ids.length });
     if (claimRoundChannel.hasSubscribers) {
       const endedAtMs = Date.now();
-      const message: ClaimRoundMessage = { queue: s.queue, consumer: this.name, startedAtMs: endedAtMs - durationMs, endedAtMs, targeted: ids.length, claimed: claimed.map((c) => c.id) };
+      const message: ClaimRoundMessage = { queue: this.settings.queue, consumer: this.name, startedAtMs: endedAtMs - durationMs, endedAtMs, targeted: ids.length, claimed: claimed.map((c) => c.id) };
       claimRoundChannel.publish(message);
     }
     if (acks.length > 0) this.host.ack(acks);
@@ -456,12 +425,4 @@ export class ClaimScheduler<DB> {
     this.host.emit('outcome', item, outcome);
     this.notify();
   }
-}
-
-/** Each preferred class (of the consumer's) a tier of its own, in order, then the rest together. */
-function classTiers(classes: readonly QueueClass[], prefer: readonly QueueClass[] | undefined): QueueClass[][] {
-  if (prefer === undefined) return [[...classes]];
-  const first = prefer.filter((c) => classes.includes(c));
-  const rest = classes.filter((c) => !first.includes(c));
-  return [...first.map((c) => [c]), ...(rest.length > 0 ? [rest] : [])];
 }
