@@ -156,11 +156,15 @@ interface WaitRow {
  * items take the slots that are free now, and the key counts what it holds.
  * Call it in the transaction that ended them. The row lock comes first, so
  * hand-ons and admissions of one key take turns, and a waiting item is
- * admitted once. In three round trips on a pipelined transaction: the locks
- * (with `alongside`, e.g. the completion that ended them, whose results
- * `check` sees before anything is written), the waiting items, and the
- * writes, which count every item read as admitted; only a waiting item
- * cancelled meanwhile costs more.
+ * admitted once.
+ *
+ * In two round trips on a pipelined transaction. The first, with
+ * `alongside` (e.g. the completion that ended them, whose results `check`
+ * sees before anything is written), locks the keys, gives up the ended
+ * slots, and reads as many waiting items per key as slots ended: a key at
+ * its limit, the usual case, has exactly those free. The second admits
+ * them and counts them held. Only a key with more room than that (a limit
+ * raised) reads again, and a waiting item cancelled meanwhile costs a third.
  */
 export async function handOnKeys(
   send: Send,
@@ -172,19 +176,25 @@ export async function handOnKeys(
 ): Promise<ClaimedItem[]> {
   const claimed: ClaimedItem[] = [];
   const keys = mergeCounts(ended);
-  const first = await send([...alongside, ...(keys.length > 0 ? [lockKeys(t, keys), limitsRead(t, keys)] : [])]);
+  const freed = keys.filter((k) => k.admit > 0);
+  const guess = freed.map((k) => ({ k, take: Math.min(MAX_ADMIT, k.admit) }));
+  const first = await send([
+    ...alongside,
+    ...(keys.length > 0 ? [lockKeys(t, keys), limitsRead(t, keys)] : []),
+    ...(freed.length > 0 ? [giveUpSlots(t, freed), readWaiting(t, guess)] : []),
+  ]);
   check?.(first.slice(0, alongside.length));
   if (keys.length === 0) return claimed;
-  const [locked, limitRows] = first.slice(alongside.length) as [StatementResult, StatementResult];
+  const [locked, limitRows, , guessed] = first.slice(alongside.length) as [StatementResult, StatementResult, StatementResult?, StatementResult?];
   const limits = new Map(limitRows.rows.filter((x) => x.key_limit !== null).map((x) => [String(x.queue), Number(x.key_limit)]));
+  /** What each key's row counts, as this transaction last wrote it. */
   const held = new Map<string, number>();
-  const before = new Map<string, number>();
   for (const r of locked.rows) {
     const k = queueScoped(String(r.queue), String(r.ckey));
     const gone = keys.find((x) => queueScoped(x.queue, x.key) === k)?.admit ?? 0;
-    before.set(k, Number(r.admitted));
     held.set(k, Math.max(0, Number(r.admitted) - gone));
   }
+  let readAhead = (guessed?.rows ?? []) as unknown as WaitRow[];
   for (let round = 0; round < 4; round++) {
     const wants = keys
       .map((k) => {
@@ -193,27 +203,33 @@ export async function handOnKeys(
         return { k, take: Math.min(MAX_ADMIT, Math.max(0, free)) };
       })
       .filter((w) => w.take > 0);
-    const waiting = wants.length === 0 ? [] : ((await send([readWaiting(t, wants)]))[0]?.rows as unknown as WaitRow[]);
+    const ahead = round === 0 ? fromReadAhead(wants, guess, readAhead) : undefined;
+    readAhead = [];
+    const waiting = ahead ?? (wants.length === 0 ? [] : ((await send([readWaiting(t, wants)]))[0]?.rows as unknown as WaitRow[]));
     if (waiting.length === 0) break;
     const ids = waiting.map((w) => w.id);
     // Key affinity: the completing consumer's room takes the first of them claimed, as a lane's successor is.
     const room = claimFor ? Math.max(0, claimFor.max - claimed.length) : 0;
     const lease = claimFor && room > 0 ? grantLease(claimFor) : undefined;
     const taken = lease && claimFor ? ids.slice(0, room) : [];
+    const perKey = countPerKey(waiting);
     const results = await send([
       ...(lease && claimFor ? [claimAdmitted(t, taken, lease, claimFor), readBackClaimed(t, taken, lease.token)] : []),
       admitWaiting(t, ids),
       leaveLine(t, waiting),
+      // Counted as if all were admitted: a waiting item cancelled meanwhile is uncounted below.
+      addHeld(t, perKey),
     ]);
     if (lease) claimed.push(...claimedItems((results[1]?.rows ?? []) as unknown as ClaimedRow[], lease));
     const set = (lease ? (results[0]?.affected ?? 0) : 0) + (results[lease ? 2 : 0]?.affected ?? 0);
-    let admitted = new Set(ids);
-    if (set !== ids.length) {
-      // Admitted: made heads now, left pending or claimed for the completing consumer; one cancelled meanwhile is neither.
-      const [heads] = await send([sql`SELECT id FROM ${t.items} WHERE id IN (${list(ids)}) AND is_head = 1 AND state IN ('pending', 'processing')`]);
-      admitted = new Set((heads?.rows ?? []).map((x) => String(x.id)));
-    }
-    for (const w of waiting) if (admitted.has(w.id)) held.set(queueScoped(w.queue, w.ckey), (held.get(queueScoped(w.queue, w.ckey)) ?? 0) + 1);
+    for (const d of perKey) held.set(queueScoped(d.queue, d.key), (held.get(queueScoped(d.queue, d.key)) ?? 0) + d.n);
+    if (set === ids.length) break;
+    // Admitted: made heads now, left pending or claimed for the completing consumer; one cancelled meanwhile is neither.
+    const [heads] = await send([sql`SELECT id FROM ${t.items} WHERE id IN (${list(ids)}) AND is_head = 1 AND state IN ('pending', 'processing')`]);
+    const admitted = new Set((heads?.rows ?? []).map((x) => String(x.id)));
+    const passedOver = countPerKey(waiting.filter((w) => !admitted.has(w.id)));
+    for (const d of passedOver) held.set(queueScoped(d.queue, d.key), (held.get(queueScoped(d.queue, d.key)) ?? 0) - d.n);
+    if (passedOver.length > 0) await send([addHeld(t, passedOver.map((d) => ({ ...d, n: -d.n })))]);
     // A waiting item cancelled meanwhile was passed over: its key looks again, once its slots are not all taken.
     const short = wants.some((w) => {
       const read = waiting.filter((x) => x.queue === w.k.queue && x.ckey === w.k.key);
@@ -221,9 +237,45 @@ export async function handOnKeys(
     });
     if (!short) break;
   }
-  const changed = [...held].filter(([k, n]) => before.get(k) !== n);
-  if (changed.length > 0) await send([countHeld(t, changed, keys)]);
   return claimed;
+}
+
+/**
+ * The waiting items the first round trip read ahead, when they are all the
+ * keys want: per key, either as many as it has free, or its whole line.
+ * Undefined when some key has room beyond what was read (it reads again).
+ */
+function fromReadAhead(wants: readonly { k: KeyCount; take: number }[], guess: readonly { k: KeyCount; take: number }[], rows: readonly WaitRow[]): WaitRow[] | undefined {
+  const out: WaitRow[] = [];
+  for (const w of wants) {
+    const g = guess.find((x) => x.k.queue === w.k.queue && x.k.key === w.k.key);
+    const line = rows.filter((r) => r.queue === w.k.queue && r.ckey === w.k.key).sort(byPlace);
+    if (g === undefined || (w.take > g.take && line.length === g.take)) return undefined;
+    out.push(...line.slice(0, w.take));
+  }
+  return out;
+}
+
+function byPlace(a: WaitRow, b: WaitRow): number {
+  return a.at < b.at ? -1 : a.at > b.at ? 1 : Number(a.seq) - Number(b.seq) || (a.id < b.id ? -1 : a.id > b.id ? 1 : 0);
+}
+
+interface KeyDelta {
+  queue: string;
+  key: string;
+  n: number;
+}
+
+/** How many of `rows` each key has. */
+function countPerKey(rows: readonly WaitRow[]): KeyDelta[] {
+  const m = new Map<string, KeyDelta>();
+  for (const r of rows) {
+    const k = queueScoped(r.queue, r.ckey);
+    const d = m.get(k);
+    if (d) d.n++;
+    else m.set(k, { queue: r.queue, key: r.ckey, n: 1 });
+  }
+  return [...m.values()];
 }
 
 /** Admitted and claimed at once under the completing consumer's lease, if due and of the classes and types it takes. */
@@ -242,16 +294,23 @@ function limitsRead(t: LedgerTables, keys: readonly KeyCount[]): RawBuilder<unkn
   return sql`SELECT queue, key_limit FROM ${t.queues} WHERE queue IN (${list([...new Set(keys.map((k) => k.queue))])})`;
 }
 
-function countHeld(t: LedgerTables, held: readonly [string, number][], keys: readonly KeyCount[]): RawBuilder<unknown> {
-  const byScoped = new Map(keys.map((k) => [queueScoped(k.queue, k.key), k]));
+/** The ended items' slots are free: each key counts `admit` fewer (never below 0). */
+function giveUpSlots(t: LedgerTables, keys: readonly KeyCount[]): RawBuilder<unknown> {
   const cases = sql.join(
-    held.map(([scoped, n]) => {
-      const k = byScoped.get(scoped)!;
-      return sql`WHEN queue = ${inline(k.queue)} AND ckey = ${inline(k.key)} THEN ${inline(n)}`;
-    }),
+    keys.map((k) => sql`WHEN queue = ${inline(k.queue)} AND ckey = ${inline(k.key)} THEN ${inline(k.admit)}`),
     sql` `,
   );
-  return sql`UPDATE ${t.keys} SET admitted = CASE ${cases} ELSE admitted END WHERE (queue, ckey) IN (${keyIn(keys)})`;
+  return sql`UPDATE ${t.keys} SET admitted = GREATEST(admitted - CASE ${cases} ELSE 0 END, 0) WHERE (queue, ckey) IN (${keyIn(keys)})`;
+}
+
+/** Each key counts `n` more admitted items (fewer, when negative). */
+function addHeld(t: LedgerTables, deltas: readonly KeyDelta[]): RawBuilder<unknown> {
+  const cases = sql.join(
+    deltas.map((d) => sql`WHEN queue = ${inline(d.queue)} AND ckey = ${inline(d.key)} THEN ${inline(d.n)}`),
+    sql` `,
+  );
+  const keys = sql.raw(deltas.map((d) => `(${literal(d.queue)}, ${literal(d.key)})`).join(', '));
+  return sql`UPDATE ${t.keys} SET admitted = admitted + CASE ${cases} ELSE 0 END WHERE (queue, ckey) IN (${keys})`;
 }
 
 function mergeCounts(ended: readonly KeyCount[]): KeyCount[] {

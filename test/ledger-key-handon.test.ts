@@ -1,0 +1,46 @@
+import { sql } from 'kysely';
+import { beforeEach, expect, test } from 'vitest';
+import { handOnKeys } from '../src/ledger/sql/key-admission.js';
+import { sendEach, type Send } from '../src/ledger/sql/pipeline.js';
+import { freshQueue } from './support/items.js';
+import type { TestLedger } from './support/ledger.js';
+import { testScope } from './support/scope.js';
+
+// The hand-on of a key's slot (docs/design.md §3, Concurrency keys) when the waiting item it read is cancelled
+// before it is admitted: the key counts only what it admitted, and the slot goes to the next in line.
+
+const scope = testScope();
+let tl: TestLedger;
+beforeEach(async () => {
+  tl = await scope.ledger();
+});
+
+test('a waiting item cancelled between the read and the admission is passed over, uncounted, and the next one takes the slot', async () => {
+  const queue = freshQueue('handon');
+  await tl.ledger.setConcurrencyLimit(queue, 1);
+  const [a, b, c] = await tl.ledger.enqueueMany(['a', 'b', 'c'].map((name) => ({ queue, type: 't', concurrencyKey: 'k', payload: { name } })));
+  const [held] = (await tl.ledger.claim({ queue, owner: 'w', limit: 10, leaseMs: 60_000 })).items;
+  expect(held?.id).toBe(a!.id);
+  const t = tl.ledger.tables;
+  let batches = 0;
+  await tl.ledger.db.transaction().execute(async (trx) => {
+    const each = sendEach(trx);
+    const send: Send = async (statements) => {
+      // The second batch admits what the first read: b is cancelled (another connection) just before.
+      if (++batches === 2) expect(await tl.ledger.cancel(b!.id)).toBe('cancelled');
+      return each(statements);
+    };
+    await sql`UPDATE ${t.items} SET state = 'completed', terminal_at = NOW(6) WHERE id = ${a!.id}`.execute(trx);
+    await handOnKeys(send, t, [{ queue, key: 'k', n: 1, admit: 1 }]);
+  });
+  const rows = await sql<{ id: string; state: string; is_head: number }>`SELECT id, state, is_head FROM ${t.items} WHERE queue = ${queue} ORDER BY id`.execute(tl.ledger.db);
+  expect(rows.rows.map((r) => [r.id, r.state, Number(r.is_head)])).toEqual([
+    [a!.id, 'completed', 1],
+    [b!.id, 'cancelled', 0],
+    [c!.id, 'pending', 1],
+  ]);
+  const key = await sql<{ admitted: number }>`SELECT admitted FROM ${t.keys} WHERE queue = ${queue} AND ckey = 'k'`.execute(tl.ledger.db);
+  expect(Number(key.rows[0]?.admitted)).toBe(1);
+  const waits = await sql<{ n: number }>`SELECT COUNT(*) AS n FROM ${t.keyWaits} WHERE queue = ${queue}`.execute(tl.ledger.db);
+  expect(Number(waits.rows[0]?.n)).toBe(0);
+});
