@@ -1,0 +1,345 @@
+import { sql, type RawBuilder } from 'kysely';
+import type { LedgerDb } from './connection.js';
+import { NO_TIME, OWNER_WIDTH } from './sql/common.js';
+import type { LedgerTables } from './tables.js';
+
+/**
+ * One schema step. Every statement must be safe to run again (CREATE … IF NOT
+ * EXISTS), so a crash between a step and its bookkeeping row heals on the
+ * next run. Indexes are declared inside CREATE TABLE because MySQL 8 has no
+ * CREATE INDEX IF NOT EXISTS.
+ */
+export interface Migration {
+  version: number;
+  name: string;
+  statements: (t: LedgerTables) => RawBuilder<unknown>[];
+  /** Steps that depend on what is there (MySQL 8 has no ADD/DROP INDEX IF [NOT] EXISTS); run after `statements`. */
+  run?: (conn: LedgerDb, t: LedgerTables, prefix: string) => Promise<void>;
+}
+
+// ASCII columns for ids, tokens, names: every secondary index stays small.
+const ASCII = sql`CHARACTER SET ascii COLLATE ascii_bin`;
+const TEXT = sql`CHARACTER SET utf8mb4 COLLATE utf8mb4_bin`;
+
+/** Every schema step, in order: the ledger's schema is the last one's version. */
+export const MIGRATIONS: readonly Migration[] = [
+  {
+    version: 1,
+    name: 'items, lanes, attempts, ownership',
+    statements: (t) => [
+      sql`CREATE TABLE IF NOT EXISTS ${t.items} (
+        id VARCHAR(32) ${ASCII} NOT NULL,
+        queue VARCHAR(64) ${ASCII} NOT NULL,
+        type VARCHAR(128) ${ASCII} NOT NULL,
+        lane VARCHAR(255) ${TEXT} NULL,
+        lane_seq BIGINT NULL,
+        is_head TINYINT NOT NULL DEFAULT 1,
+        queue_class VARCHAR(16) ${ASCII} NOT NULL DEFAULT 'default',
+        priority INT NOT NULL DEFAULT 0,
+        payload LONGTEXT ${TEXT} NOT NULL,
+        state VARCHAR(16) ${ASCII} NOT NULL,
+        run_after DATETIME(6) NOT NULL,
+        attempt INT NOT NULL DEFAULT 0,
+        max_attempts INT NOT NULL,
+        lease_owner VARCHAR(128) ${TEXT} NULL,
+        lease_token VARCHAR(32) ${ASCII} NULL,
+        lease_until DATETIME(6) NULL,
+        epoch BIGINT NULL,
+        idempotency_key VARCHAR(255) ${TEXT} NULL,
+        dependency_key VARCHAR(255) ${TEXT} NULL,
+        probe_after DATETIME(6) NULL,
+        blocked_at DATETIME(6) NULL,
+        block_expires_at DATETIME(6) NULL,
+        cancel_requested TINYINT NOT NULL DEFAULT 0,
+        checkpoint LONGTEXT ${TEXT} NULL,
+        result LONGTEXT ${TEXT} NULL,
+        last_error TEXT ${TEXT} NULL,
+        failure_class VARCHAR(64) ${ASCII} NULL,
+        replay_of VARCHAR(32) ${ASCII} NULL,
+        replayed_at DATETIME(6) NULL,
+        created_at DATETIME(6) NOT NULL,
+        started_at DATETIME(6) NULL,
+        terminal_at DATETIME(6) NULL,
+        updated_at DATETIME(6) NOT NULL,
+        PRIMARY KEY (id) /*T![clustered_index] CLUSTERED */,
+        KEY ix_claim (queue, queue_class, state, is_head, priority, run_after),
+        UNIQUE KEY ux_idempotency (queue, idempotency_key),
+        KEY ix_dependency (dependency_key),
+        KEY ix_lane (queue, lane, lane_seq),
+        KEY ix_terminal (terminal_at),
+        KEY ix_probe (probe_after)
+      ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin`,
+      // One row per lane that has ever had an item: the gap-free sequence and
+      // (until schema 5) how many of its items were not terminal yet.
+      sql`CREATE TABLE IF NOT EXISTS ${t.lanes} (
+        queue VARCHAR(64) ${ASCII} NOT NULL,
+        lane VARCHAR(255) ${TEXT} NOT NULL,
+        next_seq BIGINT NOT NULL,
+        active BIGINT NOT NULL,
+        PRIMARY KEY (queue, lane) /*T![clustered_index] NONCLUSTERED */
+      ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin /*T! SHARD_ROW_ID_BITS=4 */`,
+      sql`CREATE TABLE IF NOT EXISTS ${t.attempts} (
+        id VARCHAR(32) ${ASCII} NOT NULL,
+        item_id VARCHAR(32) ${ASCII} NOT NULL,
+        attempt INT NOT NULL,
+        outcome VARCHAR(16) ${ASCII} NOT NULL,
+        failure_class VARCHAR(64) ${ASCII} NULL,
+        error TEXT ${TEXT} NULL,
+        worker VARCHAR(128) ${TEXT} NULL,
+        started_at DATETIME(6) NULL,
+        ended_at DATETIME(6) NOT NULL,
+        PRIMARY KEY (id) /*T![clustered_index] NONCLUSTERED */,
+        KEY ix_item (item_id, ended_at)
+      ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin /*T! SHARD_ROW_ID_BITS=4 */`,
+      sql`CREATE TABLE IF NOT EXISTS ${t.ownership} (
+        queue VARCHAR(64) ${ASCII} NOT NULL,
+        deployment VARCHAR(128) ${TEXT} NOT NULL,
+        epoch BIGINT NOT NULL,
+        activated_at DATETIME(6) NOT NULL,
+        PRIMARY KEY (queue)
+      ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin`,
+    ],
+  },
+  {
+    version: 2,
+    name: 'fixed-width lease columns; purge by creation time',
+    // Claim and completion write state, the lease token, owner and expiry, and
+    // the start and terminal times. Each used to go NULL → value or change
+    // length, and InnoDB then rewrites the row instead of updating it in
+    // place; completion also moved the row's terminal-time index entry.
+    // Measured with `npm run bench:floor` (docs/BENCHMARKS.md): mariadbd CPU
+    // per drained job about a fifth lower.
+    statements: (t) => [
+      // NOT NULL needs the NULLs gone first; owners fold to what the new column holds.
+      sql`UPDATE ${t.items} SET lease_token = COALESCE(lease_token, ''),
+        lease_owner = COALESCE(REGEXP_REPLACE(LEFT(lease_owner, ${sql.raw(String(OWNER_WIDTH))}), '[^ -~]', '?'), ''),
+        lease_until = COALESCE(lease_until, ${NO_TIME}), started_at = COALESCE(started_at, ${NO_TIME}),
+        terminal_at = COALESCE(terminal_at, ${NO_TIME})
+        WHERE lease_token IS NULL OR lease_owner IS NULL OR lease_until IS NULL OR started_at IS NULL OR terminal_at IS NULL
+          OR lease_owner REGEXP '[^ -~]' OR CHAR_LENGTH(lease_owner) > ${sql.raw(String(OWNER_WIDTH))}`,
+      sql`ALTER TABLE ${t.items}
+        MODIFY state CHAR(12) ${ASCII} NOT NULL,
+        MODIFY lease_token CHAR(32) ${ASCII} NOT NULL DEFAULT '',
+        MODIFY lease_owner CHAR(${sql.raw(String(OWNER_WIDTH))}) ${ASCII} NOT NULL DEFAULT '',
+        MODIFY lease_until DATETIME(6) NOT NULL DEFAULT ${NO_TIME},
+        MODIFY started_at DATETIME(6) NOT NULL DEFAULT ${NO_TIME},
+        MODIFY terminal_at DATETIME(6) NOT NULL DEFAULT ${NO_TIME}`,
+    ],
+    run: async (conn, t, prefix) => {
+      const indexes = await indexNames(conn, prefix + 'items');
+      const changes: RawBuilder<unknown>[] = [];
+      // Retention purge reads creation time, which never changes: created_at ≤ terminal_at.
+      if (!indexes.has('ix_created')) changes.push(sql`ADD INDEX ix_created (queue, created_at)`);
+      if (indexes.has('ix_terminal')) changes.push(sql`DROP INDEX ix_terminal`);
+      if (changes.length > 0) await sql`ALTER TABLE ${t.items} ${sql.join(changes)}`.execute(conn);
+    },
+  },
+  {
+    version: 3,
+    name: 'dependency waits in their own table',
+    // Only blocked items need finding by dependency key or probe time, yet
+    // every enqueued item paid for an entry in both indexes (NULLs are
+    // indexed too). Without them a bulk enqueue cost mariadbd 18.5 µs per
+    // row instead of 21, and ran 13% faster (docs/BENCHMARKS.md). A waits
+    // row exists while its item is blocked: every change into or out
+    // of `blocked` writes both in one transaction. The item keeps its
+    // dependency columns for reading.
+    statements: (t) => [
+      sql`CREATE TABLE IF NOT EXISTS ${t.waits} (
+        item_id VARCHAR(32) ${ASCII} NOT NULL,
+        queue VARCHAR(64) ${ASCII} NOT NULL,
+        dependency_key VARCHAR(255) ${TEXT} NOT NULL,
+        probe_after DATETIME(6) NOT NULL,
+        PRIMARY KEY (item_id) /*T![clustered_index] NONCLUSTERED */,
+        KEY ix_dependency (dependency_key),
+        KEY ix_probe (probe_after)
+      ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin /*T! SHARD_ROW_ID_BITS=4 */`,
+      sql`INSERT IGNORE INTO ${t.waits} (item_id, queue, dependency_key, probe_after)
+        SELECT id, queue, dependency_key, probe_after FROM ${t.items}
+        WHERE state = 'blocked' AND dependency_key IS NOT NULL AND probe_after IS NOT NULL`,
+    ],
+    run: async (conn, t, prefix) => {
+      const indexes = await indexNames(conn, prefix + 'items');
+      const drops = ['ix_dependency', 'ix_probe'].filter((name) => indexes.has(name)).map((name) => sql`DROP INDEX ${sql.raw(name)}`);
+      if (drops.length > 0) await sql`ALTER TABLE ${t.items} ${sql.join(drops)}`.execute(conn);
+    },
+  },
+  {
+    version: 4,
+    name: 'dependency wake marks',
+    // A handler that reads an awaited fact as absent, then blocks on it, races
+    // the producer that commits the fact and wakes the key in between: the
+    // wake found nothing blocked, and the block waited to its expiry. The
+    // ledger now remembers when each key was last woken; both a wake and a
+    // block lock the key's row first, so they serialise, and a block on a key
+    // woken after its attempt began goes back to pending instead.
+    statements: (t) => [
+      sql`CREATE TABLE IF NOT EXISTS ${t.wakeMarks} (
+        dependency_key VARCHAR(255) ${TEXT} NOT NULL,
+        woken_at DATETIME(6) NOT NULL,
+        touched_at DATETIME(6) NOT NULL,
+        PRIMARY KEY (dependency_key) /*T![clustered_index] NONCLUSTERED */,
+        KEY ix_touched (touched_at)
+      ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin`,
+    ],
+  },
+  {
+    version: 5,
+    name: 'lane rows written only when a lane goes idle or busy',
+    // `active` counted a lane's unfinished items, so every enqueue and every
+    // end of a head wrote the lane row, and on TiDB a busy lane's
+    // completions queued behind its enqueues on that one row. `busy_from`
+    // changes only between idle and busy: 0 while the lane has no unfinished
+    // item, else the sequence of the item that made it busy (that item is
+    // the head an enqueue creates). A head's end writes the row only when it
+    // was the lane's last item. `active` is dropped, not left stale: a worker
+    // of an older build fails on its first lane write instead of keeping a
+    // count nobody reads (stop older workers before this step).
+    statements: () => [],
+    run: async (conn, t, prefix) => {
+      const columns = await columnNames(conn, prefix + 'lanes');
+      if (!columns.has('busy_from')) await sql`ALTER TABLE ${t.lanes} ADD COLUMN busy_from BIGINT NOT NULL DEFAULT 0`.execute(conn);
+      if (columns.has('active')) {
+        // Any sequence of the lane will do for a busy lane: only new sequences, all above next_seq, are compared with it.
+        await sql`UPDATE ${t.lanes} SET busy_from = IF(active > 0, GREATEST(next_seq, 1), 0)`.execute(conn);
+        await sql`ALTER TABLE ${t.lanes} DROP COLUMN active`.execute(conn);
+      }
+    },
+  },
+  {
+    version: 6,
+    name: 'fleet tasks',
+    // The depth gauges counted every item with a GROUP BY over the whole
+    // table, on every replica at every pass. They are now counted from
+    // bounded index ranges by whichever replica takes the task's lease, and
+    // the others read what it found: one row.
+    statements: (t) => [
+      sql`CREATE TABLE IF NOT EXISTS ${t.fleetTasks} (
+        name VARCHAR(64) ${ASCII} NOT NULL,
+        holder VARCHAR(128) ${TEXT} NOT NULL,
+        lease_until DATETIME(6) NOT NULL,
+        done_at DATETIME(6) NOT NULL,
+        result LONGTEXT ${TEXT} NULL,
+        PRIMARY KEY (name) /*T![clustered_index] CLUSTERED */
+      ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin`,
+    ],
+  },
+  {
+    version: 7,
+    name: 'durable steps, progress and coalesced groups',
+    // ctx.step records each finished step of an item as a row keyed by the
+    // item and the step's name, so a later attempt finds it done; ctx.progress
+    // keeps its latest report on the item itself. Purge deletes an item's steps
+    // with it. A coalesced item names the head of the group it was claimed in.
+    statements: (t) => [
+      sql`CREATE TABLE IF NOT EXISTS ${t.steps} (
+        item_id VARCHAR(32) ${ASCII} NOT NULL,
+        name VARCHAR(255) ${TEXT} NOT NULL,
+        attempt INT NOT NULL,
+        result LONGTEXT ${TEXT} NULL,
+        done_at DATETIME(6) NOT NULL,
+        PRIMARY KEY (item_id, name) /*T![clustered_index] CLUSTERED */
+      ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin`,
+    ],
+    run: async (conn, t, prefix) => {
+      const columns = await columnNames(conn, prefix + 'items');
+      const add: RawBuilder<unknown>[] = [];
+      if (!columns.has('progress')) add.push(sql`ADD COLUMN progress TEXT ${TEXT} NULL`);
+      if (!columns.has('group_head')) add.push(sql`ADD COLUMN group_head VARCHAR(32) ${ASCII} NULL`);
+      // One ALTER each: TiDB takes one column change per statement.
+      for (const change of add) await sql`ALTER TABLE ${t.items} ${change}`.execute(conn);
+    },
+  },
+  {
+    version: 8,
+    name: 'queues, live consumers and rate limits',
+    // One row per queue that a claim has capped: every capped claim of the
+    // queue writes it first, so capped claims take turns and each counts the
+    // processing items after the one before it committed (sql/admission.ts).
+    // One row per running consumer, written every few seconds: what the
+    // fleet serves, for explain ("why isn't this item running?") and stats.
+    // One row per rate-limited key: when its next start may be, and up to
+    // when refused items have reserved their turns (sql/rate-limits.ts).
+    statements: (t) => [
+      sql`CREATE TABLE IF NOT EXISTS ${t.rateLimits} (
+        queue VARCHAR(64) ${ASCII} NOT NULL,
+        rate_key VARCHAR(255) ${TEXT} NOT NULL,
+        next_at DATETIME(6) NOT NULL,
+        reserved_until DATETIME(6) NOT NULL,
+        PRIMARY KEY (queue, rate_key) /*T![clustered_index] CLUSTERED */
+      ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin`,
+      sql`CREATE TABLE IF NOT EXISTS ${t.consumers} (
+        name VARCHAR(128) ${TEXT} NOT NULL,
+        queue VARCHAR(64) ${ASCII} NOT NULL,
+        classes VARCHAR(64) ${ASCII} NOT NULL,
+        types TEXT ${TEXT} NULL,
+        concurrency INT NOT NULL,
+        max_processing INT NULL,
+        epoch BIGINT NULL,
+        version VARCHAR(64) ${TEXT} NOT NULL,
+        started_at DATETIME(6) NOT NULL,
+        last_seen DATETIME(6) NOT NULL,
+        PRIMARY KEY (name) /*T![clustered_index] CLUSTERED */,
+        KEY ix_queue (queue, last_seen)
+      ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin`,
+      sql`CREATE TABLE IF NOT EXISTS ${t.queues} (
+        queue VARCHAR(64) ${ASCII} NOT NULL,
+        capped_claims BIGINT NOT NULL DEFAULT 0,
+        updated_at DATETIME(6) NOT NULL,
+        PRIMARY KEY (queue) /*T![clustered_index] CLUSTERED */
+      ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin`,
+    ],
+  },
+  {
+    version: 9,
+    name: 'concurrency keys, fair and paused queues',
+    // An item may carry a concurrency key; its queue's key_limit says how
+    // many items of one key may be admitted at once (sql/key-admission.ts).
+    // A key's row counts its admitted items; an item waiting for a slot has
+    // a row in key_waits, in the order slots go to them: earliest due first,
+    // then in the order of their enqueue (seq: the place in its batch). In a
+    // fair queue (queues.fair) a key's row also deals its items' rounds. A
+    // paused queue (queues.paused) claims nothing (sql/queue-settings.ts). Items without a key
+    // add nothing to either, and no index: the item's key is a plain column.
+    statements: (t) => [
+      sql`CREATE TABLE IF NOT EXISTS ${t.keys} (
+        queue VARCHAR(64) ${ASCII} NOT NULL,
+        ckey VARCHAR(255) ${TEXT} NOT NULL,
+        admitted BIGINT NOT NULL,
+        granted BIGINT NOT NULL,
+        next_round BIGINT NOT NULL DEFAULT 0,
+        round_from BIGINT NOT NULL DEFAULT 0,
+        fair TINYINT NOT NULL DEFAULT 0,
+        PRIMARY KEY (queue, ckey) /*T![clustered_index] CLUSTERED */
+      ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin`,
+      sql`CREATE TABLE IF NOT EXISTS ${t.keyWaits} (
+        queue VARCHAR(64) ${ASCII} NOT NULL,
+        ckey VARCHAR(255) ${TEXT} NOT NULL,
+        run_after DATETIME(6) NOT NULL,
+        seq INT NOT NULL,
+        id VARCHAR(32) ${ASCII} NOT NULL,
+        PRIMARY KEY (queue, ckey, run_after, seq, id) /*T![clustered_index] CLUSTERED */
+      ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin`,
+    ],
+    run: async (conn, t, prefix) => {
+      const items = await columnNames(conn, prefix + 'items');
+      if (!items.has('concurrency_key')) await sql`ALTER TABLE ${t.items} ADD COLUMN concurrency_key VARCHAR(255) ${TEXT} NULL`.execute(conn);
+      const queues = await columnNames(conn, prefix + 'queues');
+      if (!queues.has('key_limit')) await sql`ALTER TABLE ${t.queues} ADD COLUMN key_limit INT NULL`.execute(conn);
+      if (!queues.has('fair')) await sql`ALTER TABLE ${t.queues} ADD COLUMN fair TINYINT NOT NULL DEFAULT 0`.execute(conn);
+      if (!queues.has('paused')) await sql`ALTER TABLE ${t.queues} ADD COLUMN paused TINYINT NOT NULL DEFAULT 0`.execute(conn);
+    },
+  },
+];
+
+async function columnNames(conn: LedgerDb, table: string): Promise<Set<string>> {
+  const r = await sql<{ name: string }>`SELECT column_name AS name FROM information_schema.columns
+    WHERE table_schema = DATABASE() AND table_name = ${table}`.execute(conn);
+  return new Set(r.rows.map((x) => String(x.name).toLowerCase()));
+}
+
+async function indexNames(conn: LedgerDb, table: string): Promise<Set<string>> {
+  const r = await sql<{ name: string }>`SELECT DISTINCT index_name AS name FROM information_schema.statistics
+    WHERE table_schema = DATABASE() AND table_name = ${table}`.execute(conn);
+  return new Set(r.rows.map((x) => x.name));
+}
