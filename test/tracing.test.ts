@@ -9,6 +9,7 @@ import { Consumer } from '../src/consumer/consumer.js';
 import { migrate } from '../src/ledger/migrations.js';
 import { Producer } from '../src/producer/producer.js';
 import { setOtelForTesting } from '../src/tracing/otel.js';
+import { traceAttempt } from '../src/tracing/process.js';
 import { freshQueue } from './support/items.js';
 import { createTestLedger, waitFor, type TestLedger } from './support/ledger.js';
 import { testScope } from './support/scope.js';
@@ -215,18 +216,10 @@ describe('process spans', () => {
     expect(await durationPoints(queue)).toEqual([{ count: 1, attributes: expect.objectContaining({ 'error.type': 'TypeError', 'lanewake.outcome': 'dead' }) as unknown }]);
   });
 
-  test('an item without a traceparent starts a trace of its own, with no link', async () => {
-    const queue = freshQueue('otel-root');
-    trace.disable();
-    let id: string;
-    try {
-      ({ id } = await tl.ledger.enqueue({ queue, type: 't', payload: {} }));
-    } finally {
-      trace.setGlobalTracerProvider(tracerProvider);
-    }
-    expect(await storedTraceparent(id)).toBeNull();
-    await inSpan('unrelated', () => consumerOf(queue, async () => undefined));
-    const [processed] = await processSpan(queue);
+  test('an item without a traceparent starts a trace of its own, with no link: never a child of the context the consumer is in', async () => {
+    const item = { id: 'no-trace', queue: freshQueue('otel-root'), type: 't', attempt: 1, traceparent: null };
+    await inSpan('unrelated', () => traceAttempt({ item, thrown: undefined }, async () => 'completed'));
+    const [processed] = finished(`process ${item.queue}`);
     expect(processed?.links).toEqual([]);
     expect(processed?.parentSpanContext).toBeUndefined();
   });
