@@ -56,7 +56,8 @@ export function startPublish(inputs: readonly object[], items: PublishedItem[], 
   items.forEach((item, i) => {
     const input = inputs[i];
     const caller = input === undefined ? undefined : singles.get(input);
-    if (caller !== undefined) {
+    if (input !== undefined && caller !== undefined) {
+      singles.delete(input); // the same object enqueued again later is another call
       groups.push({ span: open(o, item.queue, caller), single: true, indexes: [i] });
       return;
     }
