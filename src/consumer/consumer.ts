@@ -29,6 +29,7 @@ import { ConsumerRegistration } from './registration.js';
 import { ProgressBatch, RenewalBatch } from './renewals.js';
 import { Sweeper } from './sweeper.js';
 import { normalizeHandler, type HandlerEntry, type RegisteredHandler } from './types.js';
+import { loadOtel } from '../tracing/otel.js';
 
 export type { ConsumerCounters, ConsumerEvents } from './counters.js';
 
@@ -181,7 +182,8 @@ export class Consumer<DB = Record<string, never>> extends EventEmitter<ConsumerE
 
   async start(): Promise<void> {
     if (this.state !== 'new') throw new Error(`consumer already ${this.state}`);
-    await this.ledger.assertSchemaCurrent();
+    // OpenTelemetry, if installed, is loaded before the first attempt, whose span it makes (src/tracing/).
+    await Promise.all([this.ledger.assertSchemaCurrent(), loadOtel()]);
     // Stored in the ledger: every producer's admission and every consumer's hand-on of the queue holds to it.
     if (this.settings.concurrencyLimit !== undefined) await this.ledger.setConcurrencyLimit(this.settings.queue, this.settings.concurrencyLimit);
     if (this.settings.fairness !== undefined) await this.ledger.setFairness(this.settings.queue, this.settings.fairness);

@@ -1,4 +1,3 @@
-import type { Transaction } from 'kysely';
 import { Abandoned } from '../errors.js';
 import type { ClaimedItem } from '../ledger/types.js';
 import { groupView, type CoalescedView } from './coalescing.js';
@@ -9,11 +8,14 @@ import type { LeaseLedger } from './ledger-port.js';
 import { ProgressReporter } from './progress.js';
 import { afterRateLimited, rateGate } from './rate-gate.js';
 import type { ProgressWriter } from './renewals.js';
-import { StepBook, type StepOptions } from './steps.js';
-import type { Job, JobContext, RegisteredHandler } from './types.js';
+import { StepBook } from './steps.js';
+import type { Job, RegisteredHandler } from './types.js';
+import { bindContext, Context, type ContextRun } from './job-context.js';
+import { traceAttempt, tracing } from '../tracing/process.js';
 
 export type { Outcome, OutcomeDeps } from './job-outcome.js';
 export type { AbortReason } from './errors.js';
+export { heldItemOf, markCompletedElsewhere } from './job-context.js';
 
 export interface RunningJob {
   item: ClaimedItem;
@@ -94,7 +96,7 @@ interface Runnable<DB> {
  * to collect. The lease keeper is made only when the first renewal falls
  * due (or the handler asks for one), which a short handler never reaches.
  */
-class JobRun<DB> implements RunningJob {
+class JobRun<DB> implements RunningJob, ContextRun<DB> {
   done: Promise<Outcome> = NOT_STARTED;
   laneAdvanced: boolean | undefined;
   /** Set by ctx.transaction once the completion committed with the handler's writes. */
@@ -102,6 +104,8 @@ class JobRun<DB> implements RunningJob {
   /** And whether that completion gave the item's lane a new head (false: the lane went idle). */
   laneAdvancedInTx: boolean | undefined;
   handlerMs: number | undefined;
+  /** What the handler threw, once it has settled (the attempt's span records it). */
+  thrown: unknown;
   private settledCalled = false;
   private controller: AbortController | undefined;
   private abortReason: AbortReason | undefined;
@@ -128,7 +132,8 @@ class JobRun<DB> implements RunningJob {
 
   start(): void {
     if (this.done !== NOT_STARTED) throw new Error('run already started');
-    this.done = this.execute();
+    // With OpenTelemetry loaded the attempt runs in its process span (src/tracing/process.ts).
+    this.done = tracing() ? traceAttempt(this, () => this.execute()) : this.execute();
   }
 
   private markSettled(): void {
@@ -239,6 +244,7 @@ class JobRun<DB> implements RunningJob {
       return gate.outcome;
     }
     const settlement = await this.runHandler(runnable);
+    this.thrown = settlement.thrown;
     if (gate !== undefined) await afterRateLimited(this.deps, this.item, gate.key, settlement.thrown);
     await this.flushProgress();
     const outcome = await writeOutcome(this.deps, settlement);
@@ -306,8 +312,7 @@ class JobRun<DB> implements RunningJob {
     let abortedWith: AbortReason | undefined;
     try {
       const ctx = new Context<DB>(this);
-      // A batch's gatherer ends this run with others: it finds the run by its context.
-      if (def.batch !== undefined) runOfContext.set(ctx, this as unknown as JobRun<unknown>);
+      if (def.batch !== undefined) bindContext(ctx, this);
       const result = def.handle(job, ctx);
       returned = { value: await this.waitFor(result instanceof Promise ? result : Promise.resolve(result)) };
     } catch (error) {
@@ -345,63 +350,5 @@ class JobRun<DB> implements RunningJob {
       this.stopWaiting = reject;
       handler.then(resolve, reject);
     });
-  }
-}
-
-/** The run behind each context handed out (for a batch handler's gatherer, which ends items of many runs). */
-const runOfContext = new WeakMap<object, JobRun<unknown>>();
-
-function runOf(ctx: object): JobRun<unknown> {
-  const run = runOfContext.get(ctx);
-  if (run === undefined) throw new Error('not the context of a run');
-  return run;
-}
-
-/** The item a run holds, by the context its handler was given. */
-export function heldItemOf(ctx: object): ClaimedItem {
-  return runOf(ctx).item;
-}
-
-/** The run's completion was committed elsewhere (a batch's ctx.transaction): its outcome is written. */
-export function markCompletedElsewhere(ctx: object, laneAdvanced: boolean | undefined): void {
-  const run = runOf(ctx);
-  run.completedInTx = true;
-  run.laneAdvancedInTx = laneAdvanced;
-}
-
-/** What a handler gets as `ctx`: a view of its run. */
-class Context<DB> implements JobContext<DB> {
-  constructor(private readonly run: JobRun<DB>) {}
-
-  get signal(): AbortSignal {
-    return this.run.signal;
-  }
-
-  async transaction<T>(fn: (trx: Transaction<DB>) => Promise<T>): Promise<T> {
-    const run = this.run;
-    if (run.completedInTx) throw new Error('ctx.transaction already completed this item');
-    await run.flushProgress();
-    // The ledger runs fn again on a fresh connection after a connection lost before COMMIT, and reads
-    // the item to settle a COMMIT that went unanswered: a dead connection costs no attempt.
-    const { value, laneAdvanced } = await run.deps.ledger.completeWithin(run.item, (trx) => fn(trx as unknown as Transaction<DB>));
-    run.completedInTx = true;
-    run.laneAdvancedInTx = laneAdvanced;
-    return value;
-  }
-
-  checkpoint(value: unknown): Promise<boolean> {
-    return this.run.deps.ledger.checkpoint(this.run.item, value);
-  }
-
-  heartbeat(): Promise<boolean> {
-    return this.run.heartbeat();
-  }
-
-  progress(value: number | Record<string, unknown>): void {
-    this.run.reportProgress(value);
-  }
-
-  step<T>(name: string, fn: ((trx: Transaction<DB>) => Promise<T>) | (() => Promise<T>), options?: StepOptions): Promise<T> {
-    return this.run.steps().step(name, fn, options);
   }
 }

@@ -11,6 +11,8 @@ import { insertLanedOneTrip } from './sql/enqueue-laned.js';
 import type { LedgerTables } from './tables.js';
 import type { ClaimedItem, EnqueueResult } from './types.js';
 import { encodePayload } from './json.js';
+import { loadOtel, otelSettled } from '../tracing/otel.js';
+import { startPublish, type Publishing } from '../tracing/publish.js';
 
 /** A lease `reserve` answers for items inserted claimed: up to `max` of the eligible ones, of those it `accepts` when it says. */
 export type ClaimAtInsert = InsertClaim & { max: number; accepts?: (item: ClaimCandidate) => boolean };
@@ -29,9 +31,31 @@ export interface EnqueueTarget {
 export async function enqueueItems(target: EnqueueTarget, inputs: readonly EnqueueInput[], opts: EnqueueOptions, prefix: string): Promise<EnqueueResult[]> {
   const items = prepareItems(target, inputs, prefix);
   if (items.length === 0) return [];
+  // A prefix of '' is `Ledger.enqueue`'s: a single-item call.
+  const spans = publishSpans(inputs, items, prefix === '');
+  const publishing = spans instanceof Promise ? await spans : spans;
   const caller = opts.transaction;
-  if (caller !== undefined) return enqueueInCallerTransaction(target, caller, items);
-  return insertPrepared(target, items);
+  try {
+    const results = caller !== undefined ? await enqueueInCallerTransaction(target, caller, items) : await insertPrepared(target, items);
+    publishing?.end(results);
+    return results;
+  } catch (error) {
+    publishing?.fail(error);
+    throw error;
+  }
+}
+
+/**
+ * The enqueue's PRODUCER spans, each item's traceparent set from its span
+ * (src/tracing/publish.ts); undefined without OpenTelemetry. Every enqueue
+ * passes here, the producer's and a direct `ledger.enqueue`'s, in the
+ * caller's transaction or not: the spans live in the ledger's enqueue, not
+ * the producer (docs/design.md, Tracing). The API is loaded at the first
+ * enqueue; after that this is one check.
+ */
+function publishSpans(inputs: readonly EnqueueInput[], items: NewItem[], single: boolean): Publishing | undefined | Promise<Publishing | undefined> {
+  if (otelSettled()) return startPublish(inputs, items, single);
+  return loadOtel().then(() => startPublish(inputs, items, single));
 }
 
 /** Checks one input as `Ledger.enqueue` would (ValidationError naming its fields), writing nothing. */
@@ -72,7 +96,16 @@ export async function enqueueItemsClaiming(
     for (const item of takers.slice(0, claim.max)) item.claim = lease;
   }
   const nowMs = Date.now();
-  const results = await insertPrepared(target, items);
+  const spans = publishSpans(inputs, items, false);
+  const publishing = spans instanceof Promise ? await spans : spans;
+  let results: EnqueueResult[];
+  try {
+    results = await insertPrepared(target, items);
+  } catch (error) {
+    publishing?.fail(error);
+    throw error;
+  }
+  publishing?.end(results);
   const claimed: ClaimedItem[] = [];
   items.forEach((item, i) => {
     const r = results[i];
@@ -165,6 +198,7 @@ function prepareItems(target: EnqueueTarget, inputs: readonly EnqueueInput[], pr
       runAt: v.runAt ?? null,
       delayMs: v.delayMs ?? 0,
       idempotencyKey: v.idempotencyKey ?? null,
+      traceparent: null,
     });
   });
   if (issues.length > 0) throw new ValidationError(issues, 'enqueue');

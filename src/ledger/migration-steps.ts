@@ -330,6 +330,19 @@ export const MIGRATIONS: readonly Migration[] = [
       if (!queues.has('paused')) await sql`ALTER TABLE ${t.queues} ADD COLUMN paused TINYINT NOT NULL DEFAULT 0`.execute(conn);
     },
   },
+  {
+    version: 10,
+    name: 'trace context',
+    // An item's creation context as a W3C traceparent (src/tracing/), written
+    // at insert when OpenTelemetry is loaded and never changed. A producer
+    // names the column only for an item that has one, so it still enqueues
+    // on schema 9 without OpenTelemetry.
+    statements: () => [],
+    run: async (conn, t, prefix) => {
+      const items = await columnNames(conn, prefix + 'items');
+      if (!items.has('traceparent')) await sql`ALTER TABLE ${t.items} ADD COLUMN traceparent VARCHAR(55) ${ASCII} NULL`.execute(conn);
+    },
+  },
 ];
 
 async function columnNames(conn: LedgerDb, table: string): Promise<Set<string>> {

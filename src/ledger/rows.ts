@@ -34,6 +34,7 @@ export interface ItemRow {
   failure_class: string | null;
   replay_of: string | null;
   replayed_at: Date | null;
+  traceparent: string | null;
   created_at: Date;
   started_at: Date | null;
   terminal_at: Date | null;
@@ -45,7 +46,7 @@ export type ClaimedRow = Pick<
   ItemRow,
   | 'id' | 'queue' | 'type' | 'lane' | 'lane_seq' | 'concurrency_key' | 'queue_class' | 'priority' | 'payload' | 'run_after' | 'attempt'
   | 'max_attempts' | 'idempotency_key' | 'dependency_key' | 'probe_after' | 'blocked_at' | 'block_expires_at'
-  | 'checkpoint' | 'progress' | 'result' | 'last_error' | 'failure_class' | 'replay_of' | 'replayed_at' | 'created_at'
+  | 'checkpoint' | 'progress' | 'result' | 'last_error' | 'failure_class' | 'replay_of' | 'replayed_at' | 'traceparent' | 'created_at'
 > & { started_at: Date };
 
 export interface AttemptRow {
@@ -110,6 +111,7 @@ export function toWorkItem(row: ItemRow): WorkItem {
     failureClass: row.failure_class,
     replayOf: row.replay_of,
     replayedAt: row.replayed_at,
+    traceparent: row.traceparent ?? null,
     createdAt: row.created_at,
     startedAt: noTimeAsNull(row.started_at),
     terminalAt: noTimeAsNull(row.terminal_at),

@@ -55,6 +55,8 @@ export interface WorkItem {
   failureClass: string | null;
   replayOf: string | null;
   replayedAt: Date | null;
+  /** The W3C traceparent of the span that enqueued it (docs/operations.md, Tracing), or null without OpenTelemetry. */
+  traceparent: string | null;
   createdAt: Date;
   startedAt: Date | null;
   terminalAt: Date | null;

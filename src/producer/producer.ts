@@ -11,6 +11,7 @@ import type { TakenOffer } from '../wake/offers.js';
 import type { WakeChannel } from '../wake/wake-channel.js';
 import { queueClass, queueName, typeName, laneKey, validate } from '../ledger/validation.js';
 import { EnqueueBatcher } from './enqueue-batcher.js';
+import { markSingleEnqueue } from '../tracing/publish.js';
 import type { RecurringSchedule, WakeTimer } from '../wake/timers.js';
 
 const scheduleSchema = z
@@ -75,6 +76,8 @@ export class Producer {
 
   /** One item. Single enqueues that arrive while others are in flight share their batch (src/producer/enqueue-batcher.ts). */
   enqueue(input: EnqueueInput): Promise<EnqueueResult> {
+    // Its publish span is its caller's, whichever batch it goes out in (src/tracing/publish.ts).
+    markSingleEnqueue(input);
     return this.singles.enqueue(input);
   }
 
@@ -169,6 +172,7 @@ export class Producer {
             trx,
             enqueueMany,
             enqueue: async (input) => {
+              markSingleEnqueue(input);
               const [r] = await enqueueMany([input]);
               if (!r) throw new Error('enqueue: no result');
               return r;

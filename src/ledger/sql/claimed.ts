@@ -46,7 +46,7 @@ export function readBackClaimed(t: LedgerTables, ids: readonly string[], token: 
 /** Plain text: bench/floor.ts sends it on raw connections. */
 export const CLAIMED_COLUMN_LIST = `id, queue, type, lane, lane_seq, concurrency_key, queue_class, priority, payload, run_after, attempt, max_attempts,
   idempotency_key, dependency_key, probe_after, blocked_at, block_expires_at, checkpoint, progress, result, last_error, failure_class,
-  replay_of, replayed_at, created_at, started_at`;
+  replay_of, replayed_at, traceparent, created_at, started_at`;
 export const CLAIMED_COLUMNS = sql.raw(CLAIMED_COLUMN_LIST);
 
 /**
@@ -93,6 +93,7 @@ export function claimedItem(row: ClaimedRow, lease: Lease): ClaimedItem {
     failureClass: row.failure_class,
     replayOf: row.replay_of,
     replayedAt: row.replayed_at,
+    traceparent: row.traceparent ?? null,
     createdAt: row.created_at,
     startedAt: row.started_at,
     terminalAt: null,

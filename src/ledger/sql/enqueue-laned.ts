@@ -6,7 +6,7 @@ import type { LedgerTables } from '../tables.js';
 import type { EnqueueResult } from '../types.js';
 import { leaseValues } from './claimed.js';
 import { jsonLiteral, literal, NO_TIME_TEXT, nowPlusMsText, queueScoped } from './common.js';
-import { expectInserted, laneCounts, laneStatements, type LaneCount, type NewItem } from './enqueue.js';
+import { expectInserted, laneCounts, laneStatements, optionalColumnNames, optionalColumns, type LaneCount, type NewItem, type OptionalColumns } from './enqueue.js';
 import { admitStatement, keyCounts, waitRowsFor } from './key-admission.js';
 import { pipelined } from './pipeline.js';
 
@@ -36,7 +36,7 @@ export async function insertLanedOneTrip(db: LedgerDb, caps: LedgerCapabilities,
   const waiting = ids.filter((_, i) => items[i]!.concurrencyKey !== null);
   const after = waiting.length === 0 ? [] : [waitRowsFor(t, waiting)];
   return pipelined(db, caps, async (send) => {
-    const results = await send([...before, insertJoined(t, items, ids, lanes, keys.length > 0), ...after, readBack(t, ids)], { commit: true });
+    const results = await send([...before, insertJoined(t, items, ids, lanes, optionalColumns(items)), ...after, readBack(t, ids)], { commit: true });
     const [inserted] = results.slice(before.length);
     const read = results[results.length - 1];
     expectInserted(inserted?.affected ?? 0, items.length);
@@ -64,7 +64,8 @@ export async function insertLanedOneTrip(db: LedgerDb, caps: LedgerCapabilities,
  * The queue name is written as ASCII text, the lane rows' column's character
  * set: TiDB refuses to compare a derived table's utf8mb4 text with it.
  */
-function insertJoined(t: LedgerTables, items: readonly NewItem[], ids: readonly string[], lanes: readonly LaneCount[], keyed: boolean): RawBuilder<unknown> {
+function insertJoined(t: LedgerTables, items: readonly NewItem[], ids: readonly string[], lanes: readonly LaneCount[], columns: OptionalColumns): RawBuilder<unknown> {
+  const { keyed, traced } = columns;
   const seen = new Map<string, number>();
   const keySeen = new Map<string, number>();
   const roundSeen = new Map<string, number>();
@@ -85,7 +86,7 @@ function insertJoined(t: LedgerTables, items: readonly NewItem[], ids: readonly 
     const as = (name: string): string => (i === 0 ? ` AS ${name}` : '');
     return sql`SELECT ${sql.raw(
       `${literal(ids[i]!)}${as('id')}, _ascii${literal(item.queue)}${as('queue')}, ${literal(item.type)}${as('type')}, ${literal(item.lane)}${as('lane')}, ` +
-        `${literal(item.concurrencyKey)}${as('ckey')}, ${r}${as('r')}, ` +
+        `${literal(item.concurrencyKey)}${as('ckey')}, ${literal(item.traceparent)}${as('traceparent')}, ${r}${as('r')}, ` +
         `${k}${as('k')}, ${n}${as('n')}, ${literal(item.queueClass)}${as('queue_class')}, ${literal(item.priority)}${as('priority')}, ` +
         `${jsonLiteral(item.payloadJson)}${as('payload')}, `,
     )}${runAfter}${sql.raw(
@@ -101,11 +102,11 @@ function insertJoined(t: LedgerTables, items: readonly NewItem[], ids: readonly 
   const head = sql.raw(`IF(v.lane IS NULL, ${ownHead}, IF(l.queue IS NULL, NULL, l.busy_from = l.next_seq - v.n + v.k))`);
   const claimed = sql`(v.c = 1 AND ${head} = 1)`;
   const keyJoin = keyed ? sql`LEFT JOIN ${t.keys} kr ON kr.queue = v.queue AND kr.ckey = v.ckey` : sql``;
-  // The key column is named only when an item has a key: a producer of this build then still enqueues on schema 8.
-  return sql`INSERT INTO ${t.items} (id, queue, type, lane, lane_seq, is_head, ${sql.raw(keyed ? 'concurrency_key, ' : '')}queue_class, priority,
+  // The key and trace columns are named only when an item has a value (see OptionalColumns).
+  return sql`INSERT INTO ${t.items} (id, queue, type, lane, lane_seq, is_head, ${sql.raw(optionalColumnNames(columns))}queue_class, priority,
       payload, state, run_after, attempt, max_attempts, idempotency_key, replay_of, created_at, updated_at,
       lease_owner, lease_token, lease_until, started_at)
-    SELECT v.id, v.queue, v.type, v.lane, IF(v.lane IS NULL, NULL, l.next_seq - v.n + v.k), ${head}, ${sql.raw(keyed ? 'v.ckey, ' : '')}v.queue_class, ${priority},
+    SELECT v.id, v.queue, v.type, v.lane, IF(v.lane IS NULL, NULL, l.next_seq - v.n + v.k), ${head}, ${sql.raw(`${keyed ? 'v.ckey, ' : ''}${traced ? 'v.traceparent, ' : ''}`)}v.queue_class, ${priority},
       v.payload, IF(${claimed}, 'processing', 'pending'), v.run_after, IF(${claimed}, 1, 0), v.max_attempts, NULL, v.replay_of,
       NOW(6), NOW(6), IF(${claimed}, v.lease_owner, ''), IF(${claimed}, v.lease_token, ''), IF(${claimed}, v.lease_until, ${sql.raw(NO_TIME_TEXT)}),
       IF(${claimed}, NOW(6), ${sql.raw(NO_TIME_TEXT)})

@@ -21,6 +21,8 @@ export interface NewItem {
   delayMs: number;
   idempotencyKey: string | null;
   replayOf?: string | null;
+  /** The W3C traceparent of the span that enqueued it (src/tracing/publish.ts), or null. */
+  traceparent: string | null;
   /** Insert it already claimed under this lease (a consumer in the producer's process takes it at once). */
   claim?: Lease;
 }
@@ -54,7 +56,7 @@ export function claimedAtInsert(id: string, item: NewItem, lease: Lease, nowMs: 
       priority: item.priority, payload: item.payloadJson, run_after: now, attempt: 1, max_attempts: item.maxAttempts,
       idempotency_key: item.idempotencyKey, dependency_key: null, probe_after: null, blocked_at: null, block_expires_at: null,
       checkpoint: null, progress: null, result: null, last_error: null, failure_class: null, replay_of: item.replayOf ?? null, replayed_at: null,
-      created_at: now, started_at: now,
+      traceparent: item.traceparent, created_at: now, started_at: now,
     },
     lease,
   );
@@ -138,21 +140,20 @@ export async function insertItems(
     return { ...row, item: f.item };
   });
 
-  // The key column is named only when an item has a key: a producer of this build then still enqueues on schema 8.
-  const withKeys = rows.some((r) => r.item.concurrencyKey !== null);
+  const columns = optionalColumns(rows.map((r) => r.item));
   let chunk: RawBuilder<unknown>[] = [];
   let bytes = 0;
   for (const row of rows) {
     const size = rowBytes(row.item);
     if (chunk.length > 0 && bytes + size > MAX_STATEMENT_BYTES) {
-      await insertChunk(exec, t, chunk, chunk.length, withKeys);
+      await insertChunk(exec, t, chunk, chunk.length, columns);
       chunk = [];
       bytes = 0;
     }
-    chunk.push(valuesRow(row.id, row.item, row.laneSeq, row.isHead, withKeys));
+    chunk.push(valuesRow(row.id, row.item, row.laneSeq, row.isHead, columns));
     bytes += size;
   }
-  if (chunk.length > 0) await insertChunk(exec, t, chunk, chunk.length, withKeys);
+  if (chunk.length > 0) await insertChunk(exec, t, chunk, chunk.length, columns);
   const waiting = rows.filter((r) => r.item.concurrencyKey !== null && !r.isHead).map((r) => r.id);
   if (waiting.length > 0) await waitRowsFor(t, waiting).execute(exec);
 
@@ -167,16 +168,35 @@ export async function insertItems(
   });
 }
 
-async function insertChunk(exec: Executor, t: LedgerTables, values: RawBuilder<unknown>[], expected: number, keyed: boolean): Promise<void> {
-  expectInserted(affected(await insertStatement(t, values, keyed).execute(exec)), expected);
+async function insertChunk(exec: Executor, t: LedgerTables, values: RawBuilder<unknown>[], expected: number, columns: OptionalColumns): Promise<void> {
+  expectInserted(affected(await insertStatement(t, values, columns).execute(exec)), expected);
+}
+
+/**
+ * The columns a batch's INSERT names only when one of its items has a value:
+ * a producer of this build then still enqueues on the schema before each
+ * (concurrency keys: 8, trace context: 9) as long as it uses neither.
+ */
+export interface OptionalColumns {
+  keyed: boolean;
+  traced: boolean;
+}
+
+export function optionalColumns(items: readonly NewItem[]): OptionalColumns {
+  return { keyed: items.some((i) => i.concurrencyKey !== null), traced: items.some((i) => i.traceparent !== null) };
+}
+
+/** The optional columns' names, as the INSERT lists them (after is_head). */
+export function optionalColumnNames(c: OptionalColumns): string {
+  return `${c.keyed ? 'concurrency_key, ' : ''}${c.traced ? 'traceparent, ' : ''}`;
 }
 
 export function expectInserted(inserted: number, expected: number): void {
   if (inserted !== expected) throw new Error(`enqueue: inserted ${inserted} of ${expected} rows`);
 }
 
-function insertStatement(t: LedgerTables, values: readonly RawBuilder<unknown>[], keyed: boolean): RawBuilder<unknown> {
-  return sql`INSERT INTO ${t.items} (id, queue, type, lane, lane_seq, is_head, ${sql.raw(keyed ? 'concurrency_key, ' : '')}queue_class, priority,
+function insertStatement(t: LedgerTables, values: readonly RawBuilder<unknown>[], columns: OptionalColumns): RawBuilder<unknown> {
+  return sql`INSERT INTO ${t.items} (id, queue, type, lane, lane_seq, is_head, ${sql.raw(optionalColumnNames(columns))}queue_class, priority,
       payload, state, run_after, attempt, max_attempts, idempotency_key, replay_of, created_at, updated_at,
       lease_owner, lease_token, lease_until, started_at)
     VALUES ${sql.join(values)}`;
@@ -238,10 +258,10 @@ const NO_LEASE = `'', '', ${NO_TIME_TEXT}, ${NO_TIME_TEXT}`;
  * a quarter of an enqueue's CPU. A `runAt` instant stays a parameter, so the
  * connection's time zone setting renders it as before.
  */
-function valuesRow(id: string, item: NewItem, laneSeq: number | null, isHead: boolean, keyed: boolean): RawBuilder<unknown> {
+function valuesRow(id: string, item: NewItem, laneSeq: number | null, isHead: boolean, columns: OptionalColumns): RawBuilder<unknown> {
   // A claimed insert is the claim CAS's outcome written directly: processing, attempt 1, leased.
   const c = item.claim ? leaseValues(item.claim) : undefined;
-  const head = `(${literal(id)}, ${literal(item.queue)}, ${literal(item.type)}, ${literal(item.lane)}, ${literal(laneSeq)}, ${isHead ? 1 : 0}, ${keyed ? `${literal(item.concurrencyKey)}, ` : ''}${literal(item.queueClass)}, ${literal(item.priority)}, ${jsonLiteral(item.payloadJson)}, ${c ? c.state : "'pending'"}, `;
+  const head = `(${literal(id)}, ${literal(item.queue)}, ${literal(item.type)}, ${literal(item.lane)}, ${literal(laneSeq)}, ${isHead ? 1 : 0}, ${columns.keyed ? `${literal(item.concurrencyKey)}, ` : ''}${columns.traced ? `${literal(item.traceparent)}, ` : ''}${literal(item.queueClass)}, ${literal(item.priority)}, ${jsonLiteral(item.payloadJson)}, ${c ? c.state : "'pending'"}, `;
   const lease = c ? `${c.leaseOwner}, ${c.leaseToken}, ${c.leaseUntil}, ${c.startedAt}` : NO_LEASE;
   const tail = `, ${c ? 1 : 0}, ${literal(item.maxAttempts)}, ${literal(item.idempotencyKey)}, ${literal(item.replayOf ?? null)}, NOW(6), NOW(6), ${lease})`;
   return item.runAt !== null ? sql`${sql.raw(head)}${item.runAt}${sql.raw(tail)}` : sql.raw(head + nowPlusMsText(item.delayMs) + tail);

@@ -48,6 +48,8 @@ export async function replayItem(
               delayMs: 0,
               idempotencyKey: null,
               replayOf: row.id,
+              // The replay is linked to the enqueue that made the original, as the original was.
+              traceparent: row.traceparent ?? null,
             },
           ],
           false,

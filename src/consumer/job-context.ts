@@ -1,0 +1,87 @@
+import type { Transaction } from 'kysely';
+import type { ClaimedItem } from '../ledger/types.js';
+import type { ConsumerLedger } from './ledger-port.js';
+import type { StepBook, StepOptions } from './steps.js';
+import type { JobContext } from './types.js';
+
+// A handler's `ctx` (the Context class) and what it reaches of its run
+// (job-run.ts): kept apart so a run's lifecycle and the handler's view of it
+// each stay readable.
+
+/** What a handler's context uses of its run. */
+export interface ContextRun<DB> {
+  readonly item: ClaimedItem;
+  readonly deps: { readonly ledger: ConsumerLedger };
+  readonly signal: AbortSignal;
+  /** Set by ctx.transaction once the completion committed with the handler's writes. */
+  completedInTx: boolean;
+  /** And whether that completion gave the item's lane a new head (false: the lane went idle). */
+  laneAdvancedInTx: boolean | undefined;
+  flushProgress(): Promise<void>;
+  heartbeat(): Promise<boolean>;
+  reportProgress(value: unknown): void;
+  steps(): StepBook<DB>;
+}
+
+/** A batch handler's context: its gatherer ends this run with others, and finds the run by its context. */
+export function bindContext<DB>(ctx: Context<DB>, run: ContextRun<DB>): void {
+  runOfContext.set(ctx, run as unknown as ContextRun<unknown>);
+}
+
+/** The run behind each context handed out (for a batch handler's gatherer, which ends items of many runs). */
+const runOfContext = new WeakMap<object, ContextRun<unknown>>();
+
+function runOf(ctx: object): ContextRun<unknown> {
+  const run = runOfContext.get(ctx);
+  if (run === undefined) throw new Error('not the context of a run');
+  return run;
+}
+
+/** The item a run holds, by the context its handler was given. */
+export function heldItemOf(ctx: object): ClaimedItem {
+  return runOf(ctx).item;
+}
+
+/** The run's completion was committed elsewhere (a batch's ctx.transaction): its outcome is written. */
+export function markCompletedElsewhere(ctx: object, laneAdvanced: boolean | undefined): void {
+  const run = runOf(ctx);
+  run.completedInTx = true;
+  run.laneAdvancedInTx = laneAdvanced;
+}
+
+/** What a handler gets as `ctx`: a view of its run. */
+export class Context<DB> implements JobContext<DB> {
+  constructor(private readonly run: ContextRun<DB>) {}
+
+  get signal(): AbortSignal {
+    return this.run.signal;
+  }
+
+  async transaction<T>(fn: (trx: Transaction<DB>) => Promise<T>): Promise<T> {
+    const run = this.run;
+    if (run.completedInTx) throw new Error('ctx.transaction already completed this item');
+    await run.flushProgress();
+    // The ledger runs fn again on a fresh connection after a connection lost before COMMIT, and reads
+    // the item to settle a COMMIT that went unanswered: a dead connection costs no attempt.
+    const { value, laneAdvanced } = await run.deps.ledger.completeWithin(run.item, (trx) => fn(trx as unknown as Transaction<DB>));
+    run.completedInTx = true;
+    run.laneAdvancedInTx = laneAdvanced;
+    return value;
+  }
+
+  checkpoint(value: unknown): Promise<boolean> {
+    return this.run.deps.ledger.checkpoint(this.run.item, value);
+  }
+
+  heartbeat(): Promise<boolean> {
+    return this.run.heartbeat();
+  }
+
+  progress(value: number | Record<string, unknown>): void {
+    this.run.reportProgress(value);
+  }
+
+  step<T>(name: string, fn: ((trx: Transaction<DB>) => Promise<T>) | (() => Promise<T>), options?: StepOptions): Promise<T> {
+    return this.run.steps().step(name, fn, options);
+  }
+}
