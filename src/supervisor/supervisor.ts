@@ -26,6 +26,8 @@ export interface SupervisorOptions {
   onConsumer?: (consumer: Consumer<never>) => (() => void) | void;
   /** Called after each reconciler pass, e.g. to refresh gauges. */
   afterReconcile?: (ledger: Ledger) => Promise<void>;
+  /** Called once on stop, after the reconciler's last pass and before the ledger closes, e.g. to give up the fleet gauges' lease. */
+  beforeLedgerClose?: (ledger: Ledger) => Promise<void>;
 }
 
 /**
@@ -125,6 +127,7 @@ export class Supervisor {
       await this.controlWatch;
       await Promise.allSettled([...this.runners.values()].flat().map((r) => r.stop()));
       await this.reconciler?.stop();
+      await this.options.beforeLedgerClose?.(this.ledger).catch((error: unknown) => this.log.warn({ err: (error as Error).message }, 'stop hook failed'));
       await this.wake?.close().catch(() => undefined);
       await this.ledger.close().catch(() => undefined);
       this.log.info({ exitCode: this.exitCode }, 'worker stopped');
