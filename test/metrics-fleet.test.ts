@@ -1,4 +1,3 @@
-import { spawnSync } from 'node:child_process';
 import { afterEach, expect, test } from 'vitest';
 import { PermanentError } from '../src/consumer/errors.js';
 import { createLogger } from '../src/log.js';
@@ -9,6 +8,7 @@ import { LanewakeMetrics } from '../src/supervisor/metrics.js';
 import { startWorker, type RunningWorker } from '../src/supervisor/run-worker.js';
 import { createTestWake, uniqueQueue, type TestWake } from './support/engine.js';
 import { createTestLedger, waitFor, type TestLedger } from './support/ledger.js';
+import { needPromtool, promtool } from './support/promtool.js';
 import { redisUrl } from './support/services.js';
 
 const cleanups: (() => Promise<unknown>)[] = [];
@@ -154,15 +154,8 @@ test('a holder whose refreshes stop exports nothing once its lease runs out here
   expect(await a.refreshFleetGauges(tl.ledger, opts)).toBe(true);
 });
 
-const underCi = process.env.CI === '1' || process.env.CI === 'true' || process.env.LANEWAKE_CI === '1';
-const promtool = spawnSync('promtool', ['--version'], { encoding: 'utf8' });
-const hasPromtool = promtool.error === undefined && promtool.status === 0;
-
 test('promtool check metrics finds nothing in the /metrics of a worker that ran items of several types', async (ctx) => {
-  if (!hasPromtool) {
-    if (underCi) throw new Error('promtool is missing under CI: .ci/run installs it (apt-get install prometheus)');
-    ctx.skip('promtool is not installed (Debian: apt-get install prometheus); .ci/run installs it');
-  }
+  needPromtool(ctx);
   const { tl, tw, queue } = await fixtures();
   const w = await start(tl, tw, queue);
   await feed(tl, tw, queue);
@@ -172,6 +165,5 @@ test('promtool check metrics finds nothing in the /metrics of a worker that ran 
   for (const name of ['lanewake_items_completed_total', 'lanewake_handler_duration_seconds_bucket', 'lanewake_queue_lag_seconds_bucket', 'lanewake_items', 'process_cpu_seconds_total', 'nodejs_gc_duration_seconds_bucket']) {
     expect(text, name).toMatch(new RegExp(`^${name}[{ ]`, 'm'));
   }
-  const check = spawnSync('promtool', ['check', 'metrics'], { input: text, encoding: 'utf8' });
-  expect({ status: check.status, findings: `${check.stdout}${check.stderr}`.trim() }).toEqual({ status: 0, findings: '' });
+  expect(promtool(['check', 'metrics'], text)).toEqual({ status: 0, output: '' });
 }, 30_000);
