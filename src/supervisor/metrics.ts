@@ -143,7 +143,7 @@ export class LanewakeMetrics {
     });
     this.queueLag = new Histogram({
       name: 'lanewake_queue_lag_seconds',
-      help: 'How late an attempt started after it was due: its claim (started_at) minus its run_after, both on the ledger clock, in seconds. Excludes requested delays and retry backoff; includes waiting behind its lane, its concurrency key or a full fleet.',
+      help: 'How late an attempt started after it was due: its claim (started_at) minus its run_after, both on the ledger clock, in seconds. Excludes requested delays and retry backoff; includes waiting behind its lane head, its concurrency key or a fleet cap.',
       labelNames: ['queue', 'type'] as const,
       buckets: [...WAIT_BUCKETS_SECONDS],
       registers,
