@@ -8,7 +8,8 @@ import { SCHEMA_VERSION } from '../src/ledger/migrations.js';
 import { Producer } from '../src/producer/producer.js';
 import { ledgerReadiness, startAdminServer, type AdminServer, type Readiness } from '../src/supervisor/admin-server.js';
 import type { ClaimedItem } from '../src/ledger/types.js';
-import { LATENCY_BUCKETS_SECONDS, LanewakeMetrics } from '../src/supervisor/metrics.js';
+import type { Outcome } from '../src/consumer/job-run.js';
+import { HANDLER_BUCKETS_SECONDS, LATENCY_BUCKETS_SECONDS, LanewakeMetrics, WAIT_BUCKETS_SECONDS } from '../src/supervisor/metrics.js';
 import { createTestWake, uniqueQueue, type TestWake } from './support/engine.js';
 import { createTestLedger, waitFor, type TestLedger } from './support/ledger.js';
 
@@ -104,6 +105,18 @@ test('/metrics: claims, outcomes, latencies, wake reads and depth of a running c
   };
   consumer.prependListener('started', beforeMetrics);
   consumer.on('started', afterMetrics);
+  // What the queue-lag and handler-duration histograms must hold: due->claim from each started item's
+  // ledger times, and each handler's run time as the outcome event reports it.
+  const lagSeconds = new Map<string, number[]>();
+  const handlerSeconds = new Map<string, number[]>();
+  const noteStart = (item: ClaimedItem): void => {
+    lagSeconds.set(item.type, [...(lagSeconds.get(item.type) ?? []), ((item.startedAt?.getTime() ?? Number.NaN) - item.runAfter.getTime()) / 1000]);
+  };
+  const noteOutcome = (item: ClaimedItem, _outcome: Outcome, handlerMs: number | undefined): void => {
+    handlerSeconds.set(item.type, [...(handlerSeconds.get(item.type) ?? []), (handlerMs ?? Number.NaN) / 1000]);
+  };
+  consumer.on('started', noteStart);
+  consumer.on('outcome', noteOutcome);
   // The consumer's first (empty) claim round is over before anything is enqueued,
   // so the items reach it through wake-up entries, which the metrics count.
   const firstRound = once(consumer, 'claimRound');
@@ -116,11 +129,12 @@ test('/metrics: claims, outcomes, latencies, wake reads and depth of a running c
     { queue, type: 'ok', payload: { n: 1 } },
     { queue, type: 'ok', payload: { n: 2 }, lane: 'L' },
     { queue, type: 'ok', payload: { n: 3 }, lane: 'L' },
-    { queue, type: 'refuse', payload: {} },
+    // Due 300 ms after its enqueue: that delay is in its enqueue->start, not in its queue lag.
+    { queue, type: 'refuse', payload: {}, delayMs: 300 },
     { queue, type: 'boom', payload: {}, maxAttempts: 1 },
   ]);
   await waitFor(() => consumer.counters.completed === 3 && consumer.counters.dead === 2, 10_000, '3 completed and 2 dead');
-  await metrics.refreshDepth(tl.ledger, 0);
+  expect(await metrics.refreshFleetGauges(tl.ledger, { everyMs: 0 })).toBe(true);
 
   const res = await fetch(`${admin.url}/metrics`);
   expect(res.status).toBe(200);
@@ -159,7 +173,7 @@ test('/metrics: claims, outcomes, latencies, wake reads and depth of a running c
     // Buckets are cumulative over the configured bounds, and each holds exactly the starts at or under its
     // bound: every one measured under it (after <= le) and none measured over it (before > le).
     const buckets = samples.filter((s) => s.name === 'lanewake_enqueue_to_start_seconds_bucket' && s.labels.queue === queue && s.labels.type === type);
-    expect(buckets.map((b) => b.labels.le), type).toEqual([...LATENCY_BUCKETS_SECONDS.map(String), '+Inf']);
+    expect(buckets.map((b) => b.labels.le), type).toEqual([...WAIT_BUCKETS_SECONDS.map(String), '+Inf']);
     for (let i = 1; i < buckets.length; i++) {
       expect(buckets[i]?.value, `${type} le=${buckets[i]?.labels.le} (cumulative)`).toBeGreaterThanOrEqual(buckets[i - 1]?.value ?? Number.NaN);
     }
@@ -173,6 +187,26 @@ test('/metrics: claims, outcomes, latencies, wake reads and depth of a running c
       expect(bucket.value, `${type} le=${le}`).toBeLessThanOrEqual(maybeIn);
     }
   }
+  // Queue lag (due -> claim, on the ledger clock) and handler run time: exactly what each start and outcome reported.
+  const sumOf = (xs: readonly number[] | undefined): number => (xs ?? []).reduce((a, b) => a + b, 0);
+  for (const type of ['ok', 'refuse', 'boom']) {
+    const lags = lagSeconds.get(type);
+    expect(valueOf(samples, 'lanewake_queue_lag_seconds_count', { queue, type }), type).toBe(lags?.length);
+    expect(valueOf(samples, 'lanewake_queue_lag_seconds_sum', { queue, type }), type).toBeCloseTo(sumOf(lags), 6);
+    const runs = handlerSeconds.get(type);
+    expect(valueOf(samples, 'lanewake_handler_duration_seconds_count', { queue, type }), type).toBe(type === 'ok' ? 3 : 1);
+    expect(valueOf(samples, 'lanewake_handler_duration_seconds_sum', { queue, type }), type).toBeCloseTo(sumOf(runs), 6);
+    const lagBuckets = samples.filter((s) => s.name === 'lanewake_queue_lag_seconds_bucket' && s.labels.queue === queue && s.labels.type === type);
+    expect(lagBuckets.map((b) => b.labels.le), type).toEqual([...WAIT_BUCKETS_SECONDS.map(String), '+Inf']);
+    const runBuckets = samples.filter((s) => s.name === 'lanewake_handler_duration_seconds_bucket' && s.labels.queue === queue && s.labels.type === type);
+    expect(runBuckets.map((b) => b.labels.le), type).toEqual([...HANDLER_BUCKETS_SECONDS.map(String), '+Inf']);
+  }
+  // The delayed item waited 300 ms from its enqueue, but its lag counts from when it was due.
+  const refuseStart = valueOf(samples, 'lanewake_enqueue_to_start_seconds_sum', { queue, type: 'refuse' });
+  expect(refuseStart).toBeGreaterThanOrEqual(0.3);
+  // due = created_at + 300 ms on the ledger's clock (this machine's), so lag <= enqueue->start - 0.3 (less the claim-to-start step).
+  expect(valueOf(samples, 'lanewake_queue_lag_seconds_sum', { queue, type: 'refuse' })).toBeLessThanOrEqual(refuseStart - 0.3 + 0.005);
+
   const claimRounds = valueOf(samples, 'lanewake_claim_duration_seconds_count', q);
   expect(claimRounds).toBeGreaterThan(0);
   expect(claimRounds).toBeLessThanOrEqual(consumer.counters.claimRounds);
@@ -184,17 +218,27 @@ test('/metrics: claims, outcomes, latencies, wake reads and depth of a running c
   expect(valueOf(samples, 'lanewake_items', { queue, state: 'pending' })).toBe(0);
   expect(valueOf(samples, 'lanewake_items', { queue, state: 'processing' })).toBe(0);
   expect(valueOf(samples, 'lanewake_oldest_due_age_seconds', q)).toBe(0);
+  expect(valueOf(samples, 'lanewake_items_scheduled', q)).toBe(0);
+  expect(valueOf(samples, 'lanewake_queue_paused', q)).toBe(0);
+  expect(valueOf(samples, 'lanewake_fleet_gauges_exporter')).toBe(1);
   expect(valueOf(samples, 'lanewake_in_flight', q)).toBe(0);
+  expect(valueOf(samples, 'lanewake_consumer_paused', q)).toBe(0);
   expect(valueOf(samples, 'lanewake_redis_connected')).toBe(1);
 
-  // Node process metrics on the same registry, prefixed; nothing on prom-client's global registry.
-  expect(valueOf(samples, 'lanewake_process_cpu_user_seconds_total')).toBeGreaterThan(0);
-  expect(samples.some((s) => s.name === 'lanewake_nodejs_heap_size_used_bytes')).toBe(true);
+  // Node process metrics on the same registry under their standard names, without the gauges named
+  // like counters; nothing on prom-client's global registry.
+  expect(valueOf(samples, 'process_cpu_user_seconds_total')).toBeGreaterThan(0);
+  expect(samples.some((s) => s.name === 'nodejs_heap_size_used_bytes')).toBe(true);
+  expect(samples.some((s) => s.name === 'nodejs_eventloop_lag_seconds')).toBe(true);
+  expect(samples.filter((s) => /^nodejs_active_\w+_total$/.test(s.name))).toEqual([]);
+  expect(samples.filter((s) => s.name.startsWith('lanewake_process_') || s.name.startsWith('lanewake_nodejs_'))).toEqual([]);
   expect(await globalRegistry.getMetricsAsJSON()).toEqual([]);
 
   // Unsubscribing detaches every listener (the test's own two taken off first).
   consumer.off('started', beforeMetrics);
   consumer.off('started', afterMetrics);
+  consumer.off('started', noteStart);
+  consumer.off('outcome', noteOutcome);
   const listeners = (): number => consumer.listenerCount('started') + consumer.listenerCount('outcome') + consumer.listenerCount('claimRound');
   expect(listeners()).toBe(3);
   unsubscribe();

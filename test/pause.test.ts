@@ -47,7 +47,13 @@ describe('a paused queue with consumers', () => {
     await scope.start(c);
     const metrics = new LanewakeMetrics({ defaultMetrics: false });
     const unobserve = metrics.observeConsumer(c);
-    const pausedSeries = async (): Promise<string | undefined> => (await metrics.metrics()).split('\n').find((l) => l.startsWith(`lanewake_queue_paused{queue="${queue}"}`));
+    const series = async (name: string): Promise<string | undefined> => (await metrics.metrics()).split('\n').find((l) => l.startsWith(`${name}{queue="${queue}"}`));
+    // What this process's consumers heard, and what the ledger holds (fleet-wide, from the gauges' refresh).
+    const pausedSeries = (): Promise<string | undefined> => series('lanewake_consumer_paused');
+    const ledgerPaused = async (): Promise<string | undefined> => {
+      expect(await metrics.refreshFleetGauges(tl.ledger, { everyMs: 0 })).toBe(true);
+      return series('lanewake_queue_paused');
+    };
     expect(await pausedSeries()).toMatch(/ 0$/);
     const producer = new Producer({ ledger: tl.ledger, wake: tw.wake });
     const heard = new Promise<void>((resolve) => c.on('control', (m: { type: string }) => m.type === 'pause' && resolve()));
@@ -61,10 +67,13 @@ describe('a paused queue with consumers', () => {
     expect(started).toEqual([]);
     expect(c.counters.claimedAtInsert).toBe(0);
     expect(await pausedSeries()).toMatch(/ 1$/);
+    expect(await ledgerPaused()).toMatch(/ 1$/);
     await producer.resume(queue);
     await waitFor(() => started.length === 11 || undefined, 10_000, 'all eleven, resumed');
     expect(new Set(started)).toEqual(new Set([...made.map((m) => m.id), started.find((id) => !made.some((m) => m.id === id))]));
     expect(await pausedSeries()).toMatch(/ 0$/);
+    expect(await ledgerPaused()).toMatch(/ 0$/);
+    await metrics.releaseFleetGauges(tl.ledger);
     unobserve();
   });
 

@@ -403,16 +403,16 @@ export class ClaimScheduler<DB> {
     if (item.group !== undefined) this.counters.coalesced += item.group.ids.length;
     this.host.emit('started', item);
     void run.done.then(
-      (outcome) => this.finished(item, outcome, run.laneAdvanced),
+      (outcome) => this.finished(item, outcome, run.handlerMs, run.laneAdvanced),
       (error: unknown) => {
         this.counters.errors++;
         this.log.error({ id: item.id, err: (error as Error).message }, 'executor failed');
-        this.finished(item, 'leaseLost');
+        this.finished(item, 'leaseLost', run.handlerMs);
       },
     );
   }
 
-  private finished(item: ClaimedItem, outcome: Outcome, laneAdvanced?: boolean): void {
+  private finished(item: ClaimedItem, outcome: Outcome, handlerMs: number | undefined, laneAdvanced?: boolean): void {
     this.running.delete(item.id);
     this.finalizing.delete(item.id);
     this.counters[outcome]++;
@@ -422,7 +422,7 @@ export class ClaimScheduler<DB> {
     // A released item may be due again at once (a block whose key was woken while it ran). A keyed
     // item's end may have admitted its key's next waiting item, which no wake-up announces.
     if ((item.lane !== null && laneAdvanced !== false) || item.concurrencyKey !== null || outcome === 'released') this.noteWork();
-    this.host.emit('outcome', item, outcome);
+    this.host.emit('outcome', item, outcome, handlerMs);
     this.notify();
   }
 }

@@ -43,7 +43,8 @@ export function newConsumerCounters(): ConsumerCounters {
 }
 
 export interface ConsumerEvents {
-  outcome: [item: ClaimedItem, outcome: Outcome];
+  /** An item's run ended and its outcome is written; `handlerMs`: how long its handler ran, undefined if it never ran. */
+  outcome: [item: ClaimedItem, outcome: Outcome, handlerMs: number | undefined];
   started: [item: ClaimedItem];
   control: [message: ControlMessage];
   /** Wake entries read from Redis, as they reach the claim side: the item ids they name (none for a "look" wake-up). */

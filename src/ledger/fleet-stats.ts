@@ -1,11 +1,14 @@
 import type { LedgerDb } from './connection.js';
 import { newLeaseToken } from './ids.js';
-import { finishFleetTask, readFleetTask, takeFleetTask } from './sql/fleet-tasks.js';
+import { finishFleetTask, holdFleetLease, readFleetTask, releaseFleetLease, takeFleetTask } from './sql/fleet-tasks.js';
+import { allPausedQueues } from './sql/queue-settings.js';
 import { queueStats } from './sql/stats.js';
 import type { LedgerTables } from './tables.js';
 import type { QueueStats } from './types.js';
 
 const STATS_TASK = 'stats';
+/** The standing lease of the replica that exports the fleet-wide gauges. */
+const GAUGES_LEASE = 'gauges';
 
 export interface FleetStats {
   stats: QueueStats[];
@@ -35,6 +38,34 @@ export async function fleetStats(db: LedgerDb, t: LedgerTables, opts: { everyMs:
     }
   }
   return { stats: parseStats(row?.result ?? null), countedAt: row?.doneAt ?? null, countedHere: false };
+}
+
+/** What the exporter of the fleet-wide gauges publishes. */
+export interface FleetGaugeReading extends FleetStats {
+  /** Every queue the ledger holds paused. */
+  paused: string[];
+}
+
+/**
+ * The fleet-wide gauges for `holder`, if it holds (takes or keeps) the
+ * gauges' standing lease for `leaseMs`: the fleet's last count (counted here
+ * when due, as fleetStats) and the paused queues. Undefined when another
+ * replica holds the lease: it exports them, this one exports none
+ * (docs/design.md §7, Gauges, once per fleet).
+ */
+export async function fleetGauges(
+  db: LedgerDb,
+  t: LedgerTables,
+  opts: { holder: string; everyMs: number; leaseMs: number; countLeaseMs: number },
+): Promise<FleetGaugeReading | undefined> {
+  if (!(await holdFleetLease(db, t, { name: GAUGES_LEASE, holder: opts.holder, leaseMs: opts.leaseMs }))) return undefined;
+  const [stats, paused] = await Promise.all([fleetStats(db, t, { everyMs: opts.everyMs, leaseMs: opts.countLeaseMs }), allPausedQueues(db, t)]);
+  return { ...stats, paused };
+}
+
+/** Gives up `holder`'s lease on the fleet-wide gauges (a stopping worker), so another replica takes them at its next pass. */
+export function releaseFleetGauges(db: LedgerDb, t: LedgerTables, holder: string): Promise<void> {
+  return releaseFleetLease(db, t, { name: GAUGES_LEASE, holder });
 }
 
 function parseStats(json: string | null): QueueStats[] {

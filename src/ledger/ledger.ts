@@ -29,7 +29,7 @@ import {
   type EnqueueOptions,
   type RetryInput,
 } from './inputs.js';
-import { fleetStats, type FleetStats } from './fleet-stats.js';
+import { fleetGauges, fleetStats, releaseFleetGauges, type FleetGaugeReading, type FleetStats } from './fleet-stats.js';
 import { assertSchemaCurrent, migrate, schemaStatus, type MigrateResult, type SchemaStatus } from './migrations.js';
 import { completeEntries, completeInTransaction, completeManyWithin, completeWithin, completion, encodeCapped, encodeProgress, errorText, finish, retryEnding, type FinishTarget } from './outcomes.js';
 import { parseJson } from './rows.js';
@@ -418,6 +418,20 @@ export class Ledger {
   /** The stats as the fleet last counted them, counted here if older than `everyMs` and this replica takes the task. @internal */
   fleetStats(opts: { everyMs: number; leaseMs?: number }): Promise<FleetStats> {
     return fleetStats(this.db, this.tables, { everyMs: opts.everyMs, leaseMs: opts.leaseMs ?? 60_000 });
+  }
+
+  /**
+   * The fleet-wide gauges if `holder` holds (takes or keeps) their lease for
+   * `leaseMs`; undefined when another replica holds it (src/ledger/fleet-stats.ts).
+   * @internal
+   */
+  fleetGauges(opts: { holder: string; everyMs: number; leaseMs: number }): Promise<FleetGaugeReading | undefined> {
+    return fleetGauges(this.db, this.tables, { ...opts, countLeaseMs: 60_000 });
+  }
+
+  /** Gives up `holder`'s lease on the fleet-wide gauges. @internal */
+  releaseFleetGauges(holder: string): Promise<void> {
+    return releaseFleetGauges(this.db, this.tables, holder);
   }
 
   /**

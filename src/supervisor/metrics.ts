@@ -3,14 +3,30 @@ import type { Consumer } from '../consumer/consumer.js';
 import type { Outcome } from '../consumer/job-run.js';
 import type { Ledger } from '../ledger/ledger.js';
 import type { ClaimedItem } from '../ledger/types.js';
+import { FleetGauges, type FleetGaugeLedger, type FleetGaugeRefresh } from './fleet-gauges.js';
 
-/** Latency buckets in seconds, 0.5 ms … 30 s (anything slower lands in +Inf). */
+/** Ledger round-trip buckets in seconds, 0.5 ms … 30 s (anything slower lands in +Inf). */
 export const LATENCY_BUCKETS_SECONDS: readonly number[] = [
   0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30,
 ];
 
+/** Waiting-time buckets in seconds (enqueue→start, queue lag), 0.5 ms … 5 min: a backlog is seen past 30 s. */
+export const WAIT_BUCKETS_SECONDS: readonly number[] = [...LATENCY_BUCKETS_SECONDS, 60, 120, 300];
+
+/** Handler run-time buckets in seconds, 1 ms … 1 h. */
+export const HANDLER_BUCKETS_SECONDS: readonly number[] = [
+  0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, 1800, 3600,
+];
+
+/**
+ * prom-client's defaults that are gauges named `…_total`, which the exposition
+ * conventions keep for counters (`promtool check metrics` flags them). Each is
+ * the sum of its labelled sibling without the suffix: `sum without (type) (nodejs_active_handles)`.
+ */
+const DROPPED_DEFAULT_METRICS = ['nodejs_active_handles_total', 'nodejs_active_requests_total', 'nodejs_active_resources_total'] as const;
+
 export interface LanewakeMetricsOptions {
-  /** Node process metrics (CPU, memory, event loop lag, GC, handles) under `lanewake_`. Default true. */
+  /** Node process metrics (CPU, memory, event loop lag, GC, handles) under their standard names (`process_*`, `nodejs_*`). Default true. */
   defaultMetrics?: boolean;
 }
 
@@ -37,10 +53,12 @@ type ItemLabels = 'queue' | 'type';
  * of its own (never prom-client's global one), so several instances — and
  * the host application's own metrics — never collide.
  *
- * Event-driven series (claims, outcomes, latencies) come from the consumers
- * passed to `observeConsumer`; gauges of process state (in-flight, Redis)
- * are read from those consumers at scrape time; depth by state comes from
- * the ledger through `refreshDepth`, which the reconciler calls.
+ * Event-driven series (claims, outcomes, latencies, handler run time) come
+ * from the consumers passed to `observeConsumer`; gauges of process state
+ * (in-flight, Redis, pause heard) are read from those consumers at scrape
+ * time; the ledger-wide gauges (fleet-gauges.ts) are refreshed by the
+ * reconciler through `refreshFleetGauges`, and exported by one process of
+ * the fleet at a time.
  */
 export class LanewakeMetrics {
   readonly registry: Registry;
@@ -57,9 +75,10 @@ export class LanewakeMetrics {
   private readonly folded: Record<FoldedCounter, Counter<'queue'>>;
   private readonly progress: Gauge<ItemLabels>;
   private readonly enqueueToStart: Histogram<ItemLabels>;
+  private readonly queueLag: Histogram<ItemLabels>;
+  private readonly handlerDuration: Histogram<ItemLabels>;
   private readonly claimDuration: Histogram<'queue'>;
-  private readonly items: Gauge<'queue' | 'state'>;
-  private readonly oldestDueAge: Gauge<'queue'>;
+  private readonly fleet: FleetGauges;
   private readonly inFlight: Gauge<'queue'>;
   private readonly redisConnected: Gauge;
   private readonly paused: Gauge<'queue'>;
@@ -119,7 +138,21 @@ export class LanewakeMetrics {
       name: 'lanewake_enqueue_to_start_seconds',
       help: 'Time from enqueue (item created_at) to its handler starting, in seconds; includes any requested delay and, for later attempts, the time since the first enqueue.',
       labelNames: ['queue', 'type'] as const,
-      buckets: [...LATENCY_BUCKETS_SECONDS],
+      buckets: [...WAIT_BUCKETS_SECONDS],
+      registers,
+    });
+    this.queueLag = new Histogram({
+      name: 'lanewake_queue_lag_seconds',
+      help: 'How late an attempt started after it was due: its claim (started_at) minus its run_after, both on the ledger clock, in seconds. Excludes requested delays and retry backoff; includes waiting behind its lane head, its concurrency key or a fleet cap.',
+      labelNames: ['queue', 'type'] as const,
+      buckets: [...WAIT_BUCKETS_SECONDS],
+      registers,
+    });
+    this.handlerDuration = new Histogram({
+      name: 'lanewake_handler_duration_seconds',
+      help: "How long a handler ran, from its call to its settling, in seconds (one observation per handler call: a coalesced group's head, not its members).",
+      labelNames: ['queue', 'type'] as const,
+      buckets: [...HANDLER_BUCKETS_SECONDS],
       registers,
     });
     this.claimDuration = new Histogram({
@@ -130,18 +163,7 @@ export class LanewakeMetrics {
       registers,
     });
 
-    this.items = new Gauge({
-      name: 'lanewake_items',
-      help: 'Items in the ledger by queue and state, as of the last depth refresh.',
-      labelNames: ['queue', 'state'] as const,
-      registers,
-    });
-    this.oldestDueAge = new Gauge({
-      name: 'lanewake_oldest_due_age_seconds',
-      help: 'Age of the oldest due lane head waiting to be claimed, in seconds (0 when none waits), as of the last depth refresh.',
-      labelNames: ['queue'] as const,
-      registers,
-    });
+    this.fleet = new FleetGauges(registers);
     this.inFlight = new Gauge({
       name: 'lanewake_in_flight',
       help: 'Items this process holds: handlers running plus outcomes being written.',
@@ -150,8 +172,8 @@ export class LanewakeMetrics {
       collect: () => this.setPerQueue(this.inFlight, (c) => c.inFlight(), (a, b) => a + b),
     });
     this.paused = new Gauge({
-      name: 'lanewake_queue_paused',
-      help: '1 while the queue is paused (lanewake pause): its consumers here claim nothing. Readiness is not affected.',
+      name: 'lanewake_consumer_paused',
+      help: "1 while this process's consumers of the queue are paused (they heard lanewake pause) and claim nothing, else 0. Readiness is not affected.",
       labelNames: ['queue'] as const,
       registers,
       collect: () => this.setPerQueue(this.paused, (c) => (c.paused() ? 1 : 0), Math.max),
@@ -181,7 +203,11 @@ export class LanewakeMetrics {
       },
     });
 
-    if (options.defaultMetrics ?? true) collectDefaultMetrics({ register: registry, prefix: 'lanewake_' });
+    if (options.defaultMetrics ?? true) {
+      // Standard names, so stock Node.js dashboards work; the registry is this instance's, so two in one process do not collide.
+      collectDefaultMetrics({ register: registry });
+      for (const name of DROPPED_DEFAULT_METRICS) registry.removeSingleMetric(name);
+    }
   }
 
   /**
@@ -210,10 +236,13 @@ export class LanewakeMetrics {
       if (item.group !== undefined) this.coalesced.inc(labels, item.group.ids.length);
       // created_at is on the ledger's clock; a clock behind ours must not give a negative latency.
       this.enqueueToStart.observe(labels, Math.max(0, Date.now() - item.createdAt.getTime()) / 1000);
+      // Both on the ledger's clock. A claim of an item not yet due is impossible, but a handover's start may tie its due time.
+      if (item.startedAt !== null) this.queueLag.observe(labels, Math.max(0, item.startedAt.getTime() - item.runAfter.getTime()) / 1000);
     };
-    const onOutcome = (item: ClaimedItem, outcome: Outcome): void => {
-      const counter = this.outcomeCounter(outcome);
-      counter?.inc({ queue: item.queue, type: item.type });
+    const onOutcome = (item: ClaimedItem, outcome: Outcome, handlerMs: number | undefined): void => {
+      const labels = { queue: item.queue, type: item.type };
+      this.outcomeCounter(outcome)?.inc(labels);
+      if (handlerMs !== undefined) this.handlerDuration.observe(labels, handlerMs / 1000);
     };
     const onClaimRound = (round: { claimed: number; durationMs: number }): void => {
       this.claimDuration.observe({ queue }, Math.max(0, round.durationMs) / 1000);
@@ -242,20 +271,25 @@ export class LanewakeMetrics {
   }
 
   /**
-   * Replaces the depth gauges with the fleet's last count (Ledger.fleetStats:
-   * counted by one replica at most every `everyMs`, read by the others).
-   * Queues the ledger no longer holds disappear from the series. Throws what
-   * the ledger throws; the gauges then keep their previous values.
+   * Takes or keeps the fleet-wide gauges' lease and, holding it, sets them
+   * from the fleet's last count (counted here when older than `everyMs`);
+   * otherwise this process exports none of them. Queues the ledger no longer
+   * holds disappear from the series. Returns whether this process exports
+   * them. Throws what the ledger throws (the gauges stay until the lease
+   * runs out here).
    */
-  async refreshDepth(ledger: Pick<Ledger, 'fleetStats'>, everyMs: number): Promise<void> {
-    const { stats } = await ledger.fleetStats({ everyMs });
-    // No await between the resets and the sets: a scrape never sees them half-written.
-    this.items.reset();
-    this.oldestDueAge.reset();
-    for (const s of stats) {
-      for (const [state, n] of Object.entries(s.counts)) this.items.set({ queue: s.queue, state }, n);
-      this.oldestDueAge.set({ queue: s.queue }, s.oldestDueAgeMs / 1000);
-    }
+  refreshFleetGauges(ledger: FleetGaugeLedger, opts: FleetGaugeRefresh): Promise<boolean> {
+    return this.fleet.refresh(ledger, opts);
+  }
+
+  /** Stops exporting the fleet-wide gauges and gives their lease up (a stopping worker, before its ledger closes). */
+  releaseFleetGauges(ledger: FleetGaugeLedger): Promise<void> {
+    return this.fleet.release(ledger);
+  }
+
+  /** This process exports the fleet-wide gauges now. */
+  get exportsFleetGauges(): boolean {
+    return this.fleet.holding;
   }
 
   /** The Prometheus text exposition of every metric. */
@@ -285,7 +319,6 @@ export class LanewakeMetrics {
     }
   }
 
-  /** Adds what each observed consumer counted since the last fold (consumer counters are cumulative). */
   /** A per-queue gauge set from the observed consumers: each one's `value`, combined per queue. */
   private setPerQueue(gauge: Gauge<'queue'>, value: (c: ObservedConsumer) => number, combine: (a: number, b: number) => number): void {
     const byQueue = new Map<string, number>();
@@ -297,6 +330,7 @@ export class LanewakeMetrics {
     for (const [queue, n] of byQueue) gauge.set({ queue }, n);
   }
 
+  /** Adds what each observed consumer counted since the last fold (consumer counters are cumulative). */
   private foldConsumerCounters(): void {
     for (const c of this.observed) {
       const now = c.counters();

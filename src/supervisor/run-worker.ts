@@ -50,7 +50,8 @@ export async function startWorker(config: WorkerConfig, opts: { handlers?: Handl
       handlers,
       logger: log,
       onConsumer: (consumer) => metrics.observeConsumer(consumer),
-      afterReconcile: (ledger) => metrics.refreshDepth(ledger, config.reconcileIntervalMs),
+      afterReconcile: async (ledger) => void (await metrics.refreshFleetGauges(ledger, { everyMs: config.reconcileIntervalMs })),
+      beforeLedgerClose: (ledger) => metrics.releaseFleetGauges(ledger),
     });
     metrics.observeLedger(supervisor.ledger);
     await supervisor.start();

@@ -15,6 +15,8 @@ import { Reconciler } from './reconciler.js';
 
 export const EXIT_OK = 0;
 export const EXIT_OWNERSHIP_LOST = 3;
+/** How long stop() waits for `beforeLedgerClose`. */
+const STOP_HOOK_MS = 2_000;
 
 export type OwnershipState = 'owner' | 'standby' | 'lost';
 
@@ -26,6 +28,8 @@ export interface SupervisorOptions {
   onConsumer?: (consumer: Consumer<never>) => (() => void) | void;
   /** Called after each reconciler pass, e.g. to refresh gauges. */
   afterReconcile?: (ledger: Ledger) => Promise<void>;
+  /** Called once on stop, after the reconciler's last pass and before the ledger closes, e.g. to give up the fleet gauges' lease. */
+  beforeLedgerClose?: (ledger: Ledger) => Promise<void>;
 }
 
 /**
@@ -125,6 +129,9 @@ export class Supervisor {
       await this.controlWatch;
       await Promise.allSettled([...this.runners.values()].flat().map((r) => r.stop()));
       await this.reconciler?.stop();
+      // Bounded: a ledger that is down must not hold the stop (the lease then runs out by itself).
+      const hook = this.options.beforeLedgerClose?.(this.ledger).catch((error: unknown) => this.log.warn({ err: (error as Error).message }, 'stop hook failed'));
+      if (hook) await Promise.race([hook, sleep(STOP_HOOK_MS)]);
       await this.wake?.close().catch(() => undefined);
       await this.ledger.close().catch(() => undefined);
       this.log.info({ exitCode: this.exitCode }, 'worker stopped');

@@ -36,3 +36,24 @@ export async function finishFleetTask(db: LedgerDb, t: LedgerTables, spec: { nam
     WHERE name = ${spec.name} AND holder = ${spec.holder} AND lease_until >= NOW(6)`.execute(db);
   return affected(r) === 1;
 }
+
+/**
+ * A standing lease (one row of the fleet tasks, its done_at unused): taken
+ * by `holder` when it has run out, kept by its holder, and in both cases
+ * extended to `leaseMs` from the ledger's now. One CAS, so of the replicas
+ * that try at once exactly one holds it. Steady state is one statement; the
+ * row is made on first use.
+ */
+export async function holdFleetLease(db: LedgerDb, t: LedgerTables, spec: { name: string; holder: string; leaseMs: number }): Promise<boolean> {
+  const take = (): Promise<{ numAffectedRows?: bigint }> =>
+    sql`UPDATE ${t.fleetTasks} SET holder = ${spec.holder}, lease_until = NOW(6) + INTERVAL ${sql.raw(String(spec.leaseMs * 1000))} MICROSECOND
+      WHERE name = ${spec.name} AND (holder = ${spec.holder} OR lease_until < NOW(6))`.execute(db);
+  if (affected(await take()) === 1) return true;
+  const made = await sql`INSERT IGNORE INTO ${t.fleetTasks} (name, holder, lease_until, done_at, result) VALUES (${spec.name}, '', ${NO_TIME}, ${NO_TIME}, NULL)`.execute(db);
+  return affected(made) === 1 && affected(await take()) === 1;
+}
+
+/** Ends `holder`'s standing lease now, so another replica may take it at its next try; a no-op for anyone else. */
+export async function releaseFleetLease(db: LedgerDb, t: LedgerTables, spec: { name: string; holder: string }): Promise<void> {
+  await sql`UPDATE ${t.fleetTasks} SET lease_until = ${NO_TIME} WHERE name = ${spec.name} AND holder = ${spec.holder}`.execute(db);
+}

@@ -23,3 +23,9 @@ export async function pausedQueues(exec: Executor, t: LedgerTables, queues: read
   const r = await sql<{ queue: string }>`SELECT queue FROM ${t.queues} WHERE queue IN (${sql.join(queues.map((q) => sql`${q}`))}) AND paused = 1`.execute(exec);
   return new Set(r.rows.map((x) => x.queue));
 }
+
+/** Every queue the ledger holds paused, in name order. */
+export async function allPausedQueues(exec: Executor, t: LedgerTables): Promise<string[]> {
+  const r = await sql<{ queue: string }>`SELECT queue FROM ${t.queues} WHERE paused = 1 ORDER BY queue`.execute(exec);
+  return r.rows.map((x) => x.queue);
+}
