@@ -13,6 +13,11 @@ export interface DrainOptions<DB> {
   handlers: Record<string, HandlerEntry<DB>>;
   /** Consumer settings (concurrency, backoff, leaseMs, …); the sweep interval defaults to 20 ms. */
   consumer?: Omit<ConsumerSettingsInput, 'queue'>;
+  /**
+   * Wait for pending items not due yet too (a retry after its backoff, a delay, a release), as
+   * Oban's `with_scheduled`: give the consumer a short `backoff` then. Default false: they stay pending.
+   */
+  scheduled?: boolean;
   /** Give up (and throw) when the queue is not idle by then; default 30 s. */
   timeoutMs?: number;
   logger?: Logger;
@@ -42,7 +47,7 @@ const IDLE_CHECK_MS = 20;
  * Runs `queue` in process through a real Consumer on `ledger` (no Redis: it
  * sweeps the ledger) until the queue is idle — no lane head due and
  * pending, nothing processing, nothing held — and answers every item it ran.
- * Items not due (a retry's backoff, a delay) stay pending and are not waited for.
+ * Items not due (a retry's backoff, a delay) stay pending and are not waited for, unless `scheduled`.
  */
 export async function drainQueue<DB>(ledger: Ledger, options: DrainOptions<DB>): Promise<DrainedItem[]> {
   const consumer = new Consumer<DB>({
@@ -62,7 +67,7 @@ export async function drainQueue<DB>(ledger: Ledger, options: DrainOptions<DB>):
     // Idle twice in a row, with a sweep of the consumer between: a claim in flight at the first look is seen by the second.
     let idleSinceSweep: number | undefined;
     for (;;) {
-      const idle = consumer.inFlight === 0 && (await queueIdle(ledger, options.queue)) && consumer.inFlight === 0;
+      const idle = consumer.inFlight === 0 && (await queueIdle(ledger, options.queue, options.scheduled ?? false)) && consumer.inFlight === 0;
       if (!idle) idleSinceSweep = undefined;
       else if (idleSinceSweep === undefined) idleSinceSweep = consumer.counters.sweeps;
       else if (consumer.counters.sweeps > idleSinceSweep) break;
@@ -81,8 +86,8 @@ export async function drainQueue<DB>(ledger: Ledger, options: DrainOptions<DB>):
   return out.sort((a, b) => (a.id < b.id ? -1 : a.id > b.id ? 1 : 0));
 }
 
-/** No due pending lane head and nothing processing in `queue`. */
-async function queueIdle(ledger: Ledger, queue: string): Promise<boolean> {
+/** No due pending lane head (nor, with `scheduled`, any pending item not due yet) and nothing processing in `queue`. */
+async function queueIdle(ledger: Ledger, queue: string, scheduled: boolean): Promise<boolean> {
   const [stats] = await ledger.stats(queue);
-  return stats === undefined || (stats.counts.processing === 0 && stats.oldestDueAgeMs === 0);
+  return stats === undefined || (stats.counts.processing === 0 && stats.oldestDueAgeMs === 0 && (!scheduled || stats.scheduled === 0));
 }
