@@ -3,7 +3,7 @@ import { createPool } from 'mysql2';
 import { afterEach, expect, test } from 'vitest';
 import { z } from 'zod';
 import { createTestRunner } from 'lanewake/testing';
-import { PermanentError, Producer, ValidationError, defineJobs, type JobContext } from '../src/index.js';
+import { PermanentError, Producer, ValidationError, defineHandler, defineJobs, type JobContext } from '../src/index.js';
 import { mysqlPoolOptions } from '../src/ledger/connection.js';
 import { freshQueue, itemCount } from './support/items.js';
 import type { TestLedger } from './support/ledger.js';
@@ -212,4 +212,29 @@ test("typed handlers get the schema's parsed output; a payload written past the 
   const refused = await runner.run(handler, { payload: { orderId: 3 } as never }, { db: app });
   expect(refused).toMatchObject({ outcome: 'failed', failureClass: 'invalid_payload' });
   expect((refused as { error: ValidationError }).error.fields).toEqual(['payload.orderId']);
+});
+
+test("a coalesced group's payloads are each parsed by the schema; one it refuses ends the group invalid_payload, naming payloads[k]", async () => {
+  const { tl } = await setup();
+  const queue = freshQueue('coalesce-schema');
+  const producer = new Producer({ ledger: tl.ledger });
+  const good = await producer.enqueueMany([1, 2].map((n) => ({ queue, type: 'sync', lane: 'good', payload: { n } })));
+  const bad = await producer.enqueueMany([3, 'x', 4].map((n) => ({ queue, type: 'sync', lane: 'bad', payload: { n } })));
+  const seen: unknown[] = [];
+  const handlers = {
+    sync: defineHandler({
+      coalesce: 'all',
+      schema: z.object({ n: z.number().transform((n) => n * 10) }),
+      handle: async (job) => {
+        seen.push({ payload: job.payload, payloads: job.coalesced?.payloads });
+        return 'synced';
+      },
+    }),
+  };
+  const drained = await createTestRunner({ ledger: tl.ledger }).drain({ queue, handlers });
+  const head = (id: string | undefined) => drained.find((d) => d.id === id);
+  expect(head(good[0]?.id)).toMatchObject({ state: 'completed', result: 'synced' });
+  expect(seen).toEqual([{ payload: { n: 20 }, payloads: [{ n: 10 }, { n: 20 }] }]);
+  expect(head(bad[0]?.id)).toMatchObject({ state: 'dead', failureClass: 'invalid_payload' });
+  expect(head(bad[0]?.id)?.error).toContain('payloads[1].n:');
 });
