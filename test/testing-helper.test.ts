@@ -3,7 +3,7 @@ import { createPool } from 'mysql2';
 import { afterEach, expect, test } from 'vitest';
 import { z } from 'zod';
 import { createTestRunner } from 'lanewake/testing';
-import { PermanentError, Producer, ValidationError, defineHandler, defineJobs, type JobContext } from '../src/index.js';
+import { PermanentError, Producer, ValidationError, defineHandler, defineJobs, type JobContext, type StandardSchemaV1 } from '../src/index.js';
 import { mysqlPoolOptions } from '../src/ledger/connection.js';
 import { freshQueue, itemCount } from './support/items.js';
 import type { TestLedger } from './support/ledger.js';
@@ -237,4 +237,33 @@ test("a coalesced group's payloads are each parsed by the schema; one it refuses
   expect(seen).toEqual([{ payload: { n: 20 }, payloads: [{ n: 10 }, { n: 20 }] }]);
   expect(head(bad[0]?.id)).toMatchObject({ state: 'dead', failureClass: 'invalid_payload' });
   expect(head(bad[0]?.id)?.error).toContain('payloads[1].n:');
+});
+
+test('any Standard Schema validator, an async one too: checked at enqueue and again before the handler', async () => {
+  const { tl } = await setup();
+  const queue = freshQueue('standard');
+  // A validator of no library: `~standard.validate` answering with a promise.
+  const orderIdSchema: StandardSchemaV1<{ orderId: string }, { orderId: string; upper: string }> = {
+    '~standard': {
+      version: 1,
+      vendor: 'test',
+      validate: async (value) => {
+        const orderId = (value as { orderId?: unknown } | null)?.orderId;
+        return typeof orderId === 'string' ? { value: { orderId, upper: orderId.toUpperCase() } } : { issues: [{ message: 'must be a string', path: [{ key: 'orderId' }] }] };
+      },
+    },
+  };
+  const jobs = defineJobs({ [queue]: { 'invoice.send': orderIdSchema } });
+  const typed = jobs.producer(new Producer({ ledger: tl.ledger }));
+  const refused = await typed.enqueue(queue, 'invoice.send', { orderId: 7 } as never).catch((e: unknown) => e);
+  expect((refused as ValidationError).fields).toEqual(['payload.orderId']);
+  expect(await itemCount(tl.ledger, queue)).toBe(0);
+
+  const good = await typed.enqueue(queue, 'invoice.send', { orderId: 'a1' });
+  const forged = await tl.ledger.enqueue({ queue, type: 'invoice.send', payload: { orderId: 7 } });
+  const handlers = jobs.handlers(queue, { 'invoice.send': async (job) => job.payload.upper });
+  const drained = await createTestRunner({ ledger: tl.ledger }).drain({ queue, handlers });
+  expect(drained.find((d) => d.id === good.id)).toMatchObject({ state: 'completed', result: 'A1' });
+  expect(drained.find((d) => d.id === forged.id)).toMatchObject({ state: 'dead', failureClass: 'invalid_payload' });
+  expect(drained.find((d) => d.id === forged.id)?.error).toContain('orderId: must be a string');
 });
