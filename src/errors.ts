@@ -29,16 +29,17 @@ export class ValidationError extends Error {
     for (const issue of error.issues) {
       if (issue.code === 'unrecognized_keys') {
         // Name each unknown key as its own field, so a typo is pointed at directly.
-        for (const key of issue.keys) issues.push({ field: formatPath(prefix, [...issue.path, key]), message: 'is not a known option' });
+        for (const key of issue.keys) issues.push({ field: fieldPath(prefix, [...issue.path, key]), message: 'is not a known option' });
       } else {
-        issues.push({ field: formatPath(prefix, issue.path), message: issue.message });
+        issues.push({ field: fieldPath(prefix, issue.path), message: issue.message });
       }
     }
     return new ValidationError(issues, context);
   }
 }
 
-function formatPath(prefix: string, path: readonly PropertyKey[]): string {
+/** A field's name: `prefix` then the path's keys, `items[2].payload.orderId`; `(input)` for none. */
+export function fieldPath(prefix: string, path: readonly PropertyKey[]): string {
   let out = prefix;
   for (const part of path) {
     if (typeof part === 'number') out += `[${part}]`;

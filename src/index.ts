@@ -68,6 +68,13 @@ export { defineBatchHandler, type BatchHandlerDefinition } from './consumer/batc
 export type { CoalesceMode, StepRecord } from './ledger/types.js';
 export type { Outcome } from './consumer/job-run.js';
 
+// Typed jobs: one registry of queues, types and payload schemas for producers and handlers.
+export { defineJobs, JobRegistry } from './jobs/registry.js';
+export type { JobSchemas, QueueName, TypeName, PayloadInput, PayloadOutput, TypedEnqueueInput, TypedEnqueueOptions } from './jobs/types.js';
+export { TypedProducer, type TypedProducerTransaction } from './jobs/typed-producer.js';
+export type { TypedHandler, TypedHandlerEntry, TypedHandlers } from './jobs/typed-handlers.js';
+export type { StandardSchemaV1 } from './jobs/standard-schema.js';
+
 // Errors.
 export {
   ValidationError,

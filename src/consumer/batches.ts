@@ -25,7 +25,7 @@ export function defineBatchHandler<P, DB = Record<string, never>>(def: BatchHand
   return {
     handle: () => Promise.reject(new Error('a batch handler runs through its consumer, which gathers its items')),
     batch: { options: parsed.data, handle: batchHandle },
-    ...(def.schema !== undefined ? { schema: def.schema as z.ZodType } : {}),
+    ...(def.schema !== undefined ? { schema: def.schema } : {}),
     ...(def.deadlineMs !== undefined ? { deadlineMs: def.deadlineMs } : {}),
   };
 }

@@ -1,5 +1,6 @@
 import { Abandoned } from '../errors.js';
 import type { ClaimedItem } from '../ledger/types.js';
+import { checkSchema, dottedPath, type SchemaCheck } from '../jobs/standard-schema.js';
 import { groupView, type CoalescedView } from './coalescing.js';
 import { JobAbortedError, type AbortReason } from './errors.js';
 import { writeInvalidPayload, writeOutcome, writeUnowned, type Outcome, type OutcomeDeps, type Settlement } from './job-outcome.js';
@@ -231,11 +232,11 @@ class JobRun<DB> implements RunningJob, ContextRun<DB> {
   }
 
   private async execute(): Promise<Outcome> {
-    const runnable = this.preCheck();
-    if (runnable instanceof Promise) {
-      const outcome = await runnable;
+    const checked = this.preCheck();
+    const runnable = checked instanceof Promise ? await checked : checked;
+    if (typeof runnable === 'string') {
       this.markSettled(); // no handler ran: the slot frees with the outcome written
-      return outcome;
+      return runnable;
     }
     const limit = runnable.def.rateLimit;
     const gate = limit === undefined ? undefined : await rateGate(this.deps, this.item, limit, runnable.payload);
@@ -252,31 +253,38 @@ class JobRun<DB> implements RunningJob, ContextRun<DB> {
     return outcome;
   }
 
-  /** What ends the item before its handler runs: no handler here for its type, a payload its schema refuses. */
-  private preCheck(): Runnable<DB> | Promise<Outcome> {
+  /**
+   * What ends the item before its handler runs: no handler here for its type, a payload its schema refuses.
+   * Synchronous unless the schema's validator answers with a promise (an async Standard Schema).
+   */
+  private preCheck(): Runnable<DB> | Promise<Runnable<DB> | Outcome> {
     const { deps, item } = this;
     const def = deps.handlers.get(item.type);
     if (!def) return writeUnowned(deps, item);
-    if (item.group === undefined) {
-      // A lone item (every item but a coalesced group's head): no view to make.
-      if (!def.schema) return { def, payload: item.payload, coalesced: undefined };
-      const parsed = def.schema.safeParse(item.payload);
-      if (parsed.success) return { def, payload: parsed.data, coalesced: undefined };
-      return writeInvalidPayload(deps, item, parsed.error.issues.map((i) => `${i.path.join('.') || '(payload)'}: ${i.message}`).join('; '));
-    }
-    const view = groupView(item);
+    const view = item.group === undefined ? { payload: item.payload, coalesced: undefined } : groupView(item);
     if (!def.schema) return { def, payload: view.payload, coalesced: view.coalesced };
-    const parsed = def.schema.safeParse(view.payload);
-    if (!parsed.success) return writeInvalidPayload(deps, item, parsed.error.issues.map((i) => `${i.path.join('.') || '(payload)'}: ${i.message}`).join('; '));
-    if (view.coalesced?.payloads === undefined) return { def, payload: parsed.data, coalesced: view.coalesced };
-    // A group's payloads are each checked: one the schema refuses ends the group, as a lone item's would.
-    const payloads: unknown[] = [];
-    for (const [k, p] of view.coalesced.payloads.entries()) {
-      const each = def.schema.safeParse(p);
-      if (!each.success) return writeInvalidPayload(deps, item, each.error.issues.map((i) => `payloads[${k}]${i.path.length > 0 ? '.' + i.path.join('.') : ''}: ${i.message}`).join('; '));
-      payloads.push(each.data);
+    // A group's payloads are each checked too: one the schema refuses ends the group, as a lone item's would.
+    const values = [view.payload, ...(view.coalesced?.payloads ?? [])];
+    const checks = values.map((v) => checkSchema(def.schema!, v));
+    if (checks.some((c) => c instanceof Promise)) return Promise.all(checks).then<Runnable<DB> | Outcome>((settled) => this.afterSchema(def, view, settled));
+    return this.afterSchema(def, view, checks as SchemaCheck[]);
+  }
+
+  private afterSchema(def: RegisteredHandler<DB>, view: { payload: unknown; coalesced: CoalescedView | undefined }, checks: SchemaCheck[]): Runnable<DB> | Promise<Outcome> {
+    const refused = checks.findIndex((c) => !c.ok);
+    const bad = checks[refused];
+    if (bad !== undefined && !bad.ok) {
+      // Index 0 is the payload the handler gets; the rest are a group's payloads[k].
+      const where = (path: readonly PropertyKey[]): string => {
+        const inner = dottedPath(path);
+        if (refused === 0) return inner || '(payload)';
+        return `payloads[${refused - 1}]${inner === '' ? '' : inner.startsWith('[') ? inner : `.${inner}`}`;
+      };
+      return writeInvalidPayload(this.deps, this.item, bad.issues.map((i) => `${where(i.path)}: ${i.message}`).join('; '));
     }
-    return { def, payload: parsed.data, coalesced: { ...view.coalesced, payloads } };
+    const parsed = checks.map((c) => (c.ok ? c.value : undefined));
+    const coalesced = view.coalesced?.payloads === undefined ? view.coalesced : { ...view.coalesced, payloads: parsed.slice(1) };
+    return { def, payload: parsed[0], coalesced };
   }
 
   /** Runs the handler under its signal, lease and deadline, until it settles (or is abandoned). */

@@ -1,6 +1,7 @@
 import type { Transaction } from 'kysely';
 import type { z } from 'zod';
 import type { CoalesceMode } from '../ledger/types.js';
+import type { StandardSchemaV1 } from '../jobs/standard-schema.js';
 
 /** What a handler sees of its item. */
 export interface Job<P = unknown> {
@@ -142,7 +143,8 @@ export interface BatchOptions {
 /** A definition with its payload type erased, so one map can hold handlers of many payload types. */
 export interface RegisteredHandler<DB = Record<string, never>> {
   handle: Handler<unknown, DB>;
-  schema?: z.ZodType;
+  /** Any Standard Schema validator (zod 4 is one): payloads failing it end dead, class `invalid_payload`. */
+  schema?: StandardSchemaV1;
   deadlineMs?: number;
   coalesce?: CoalesceMode;
   coalesceMax?: number;
