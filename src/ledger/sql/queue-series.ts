@@ -24,8 +24,8 @@ export async function queueSeries(exec: Executor, t: LedgerTables, queue: string
   // scan of the whole queue from its newest entry), then their rows by primary key. Grouped on the server: per minute of ending and state, per minute of starting and
   // quarter-power-of-two of the wait from due to start (so a percentile is within 19%).
   const r = await sql<{ now_min: number | string; end_min: number | string | null; ended: string | null; start_min: number | string | null; start_bucket: number | string | null; n: number | string }>`
-    SELECT (SELECT FLOOR(UNIX_TIMESTAMP(NOW(6)) / 60)) AS now_min, end_min, ended, start_min, start_bucket, COUNT(*) AS n FROM (
-      SELECT IF(terminal_at > ${NO_TIME}, FLOOR(UNIX_TIMESTAMP(terminal_at) / 60), NULL) AS end_min,
+    SELECT MAX(now_min) AS now_min, end_min, ended, start_min, start_bucket, COUNT(*) AS n FROM (
+      SELECT FLOOR(UNIX_TIMESTAMP(NOW(6)) / 60) AS now_min, IF(terminal_at > ${NO_TIME}, FLOOR(UNIX_TIMESTAMP(terminal_at) / 60), NULL) AS end_min,
         IF(state IN ('completed', 'dead'), state, NULL) AS ended,
         IF(${started}, FLOOR(UNIX_TIMESTAMP(started_at) / 60), NULL) AS start_min,
         IF(${started}, FLOOR(LOG2(GREATEST(TIMESTAMPDIFF(MICROSECOND, run_after, started_at), 1)) * 4), NULL) AS start_bucket
