@@ -354,7 +354,8 @@ test('ledgerReadiness: unreachable ledger, failing, throwing and hanging extra c
       // A repeated name keeps the failure.
       { name: 'ownership:b', check: async () => ({ ok: true }) },
     ],
-    { timeoutMs: 200 },
+    // The same timeout bounds the ledger's own checks: long enough for them on a busy machine.
+    { timeoutMs: 1_500 },
   );
   expect(r.ready).toBe(false);
   expect(r.checks).toEqual({
@@ -363,7 +364,7 @@ test('ledgerReadiness: unreachable ledger, failing, throwing and hanging extra c
     'ownership:a': { ok: true, detail: 'epoch 1' },
     'ownership:b': { ok: false, detail: 'epoch 2 superseded by 3' },
     'ownership:c': { ok: false, detail: 'control stream gone' },
-    'ownership:d': { ok: false, detail: 'no answer within 200 ms' },
+    'ownership:d': { ok: false, detail: 'no answer within 1500 ms' },
   });
 
   // Nothing listens on port 1: connection refused at once.
