@@ -1,0 +1,23 @@
+import type { ComponentChildren } from 'preact';
+import { useEffect, useRef } from 'preact/hooks';
+
+/** A modal box over the page; Escape or the backdrop closes it. */
+export function Dialog({ title, onClose, children }: { title: string; onClose: () => void; children: ComponentChildren }) {
+  const box = useRef<HTMLDivElement>(null);
+  useEffect(() => {
+    const onKey = (e: KeyboardEvent): void => {
+      if (e.key === 'Escape') onClose();
+    };
+    addEventListener('keydown', onKey);
+    box.current?.querySelector<HTMLElement>('input, button.primary, button')?.focus();
+    return () => removeEventListener('keydown', onKey);
+  }, [onClose]);
+  return (
+    <div class="backdrop" onClick={(e) => e.target === e.currentTarget && onClose()}>
+      <div class="dialog" role="dialog" aria-modal="true" aria-label={title} ref={box}>
+        <h2>{title}</h2>
+        {children}
+      </div>
+    </div>
+  );
+}
