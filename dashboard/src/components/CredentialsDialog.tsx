@@ -37,7 +37,9 @@ export function CredentialsDialog() {
           <input name="token" type="password" autocomplete="off" value={token} onInput={(e) => setToken(e.currentTarget.value)} required />
         </label>
         <label>
-          Your name <span class="muted">(written to the server's log with each action)</span>
+          <span>
+            Your name <span class="muted">(written to the server's log with each action)</span>
+          </span>
           <input name="actor" type="text" value={name} onInput={(e) => setName(e.currentTarget.value)} />
         </label>
         <div class="dialog-buttons">

@@ -34,8 +34,8 @@ export function ItemTable({ items, showQueue = false, laneOrder = false }: { ite
           <tr key={it.id} class={it.isHead ? 'head-row' : ''} data-id={it.id}>
             {laneOrder && (
               <td class="num">
+                {it.isHead && <span class="badge head head-mark">head</span>}
                 {it.laneSeq ?? '–'}
-                {it.isHead && <span class="badge head">head</span>}
               </td>
             )}
             <td class="mono">

@@ -3,7 +3,7 @@ import type { SeriesPoint } from '../types.js';
 
 // Last-hour charts drawn as inline SVG from a queue's `series` (1-minute buckets).
 
-const W = 150;
+const W = 120;
 const H = 30;
 
 function at(p: SeriesPoint): string {
@@ -38,8 +38,8 @@ export function ThroughputSpark({ points, bucketMs }: { points: SeriesPoint[]; b
         })}
       </svg>
       <span class="spark-label">
-        {count(done)}
-        {failed > 0 && <span class="fail-text"> / {count(failed)} failed</span>}
+        <span>{count(done)} done</span>
+        {failed > 0 && <span class="fail-text">{count(failed)} failed</span>}
       </span>
     </div>
   );
@@ -79,9 +79,9 @@ export function LatencySpark({ points }: { points: SeriesPoint[] }) {
         {known.length > 0 && <path class="line-p99" d={path(p99, max)} />}
         {known.length > 0 && <path class="line-p50" d={path(p50, max)} />}
       </svg>
-      <span class="spark-label">
-        {lastP50 === undefined ? <span class="muted">no starts</span> : <>p50 {duration(lastP50)}</>}
-        {lastP99 !== undefined && <span class="muted"> · p99 {duration(lastP99)}</span>}
+      <span class="spark-label" title="the last minute with starts">
+        {lastP50 === undefined ? <span class="muted">no starts</span> : <span>p50 {duration(lastP50)}</span>}
+        {lastP99 !== undefined && <span class="muted">p99 {duration(lastP99)}</span>}
       </span>
     </div>
   );

@@ -45,9 +45,10 @@ export function PageHead({ title, sub, children }: { title: ComponentChildren; s
   );
 }
 
-/** Cut long text to `max` characters, the whole of it in the title. */
+/** Long text cut to its first line and `max` characters, the whole of it in the title. */
 export function Clip({ text, max = 120 }: { text: string | null | undefined; max?: number }) {
   if (text === null || text === undefined || text === '') return <span class="muted">–</span>;
-  if (text.length <= max) return <span>{text}</span>;
-  return <span title={text}>{text.slice(0, max)}…</span>;
+  const line = text.split('\n', 1)[0] ?? '';
+  if (line === text && text.length <= max) return <span>{text}</span>;
+  return <span title={text}>{line.length > max ? `${line.slice(0, max)}…` : `${line} …`}</span>;
 }
