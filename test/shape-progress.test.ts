@@ -3,7 +3,7 @@ import { Consumer } from '../src/consumer/consumer.js';
 import type { HandlerEntry } from '../src/consumer/types.js';
 import { ValidationError } from '../src/errors.js';
 import { Producer } from '../src/producer/producer.js';
-import { itemView, ledgerReadiness, startAdminServer } from '../src/supervisor/admin-server.js';
+import { ledgerReadiness, startAdminServer } from '../src/supervisor/admin-server.js';
 import { LanewakeMetrics } from '../src/supervisor/metrics.js';
 import { consumerHarness } from './support/consumer-harness.js';
 import { mustGet } from './support/items.js';
@@ -48,9 +48,7 @@ describe('progress', () => {
       port: 0,
       metrics,
       readiness: () => ledgerReadiness(tl.ledger),
-      queues: () => tl.ledger.stats(),
-      item: (id) => itemView(tl.ledger, id),
-      consumers: () => tl.ledger.liveConsumers(),
+      dashboard: { backend: () => ({ ledger: tl.ledger }) },
       version: 'test',
     });
     harness.cleanup(() => admin.close());

@@ -2,7 +2,7 @@ import { z } from 'zod';
 import { backoffSchema } from './backoff.js';
 import type { Executor } from './connection.js';
 import { encodePayload } from './json.js';
-import type { QueueClass } from './types.js';
+import { ITEM_STATES, type QueueClass } from './types.js';
 import {
   durationMs,
   itemId,
@@ -171,3 +171,32 @@ export const rateTakeSchema = z
   })
   .strict();
 export const rateWindowSchema = z.object({ queue: queueName, key: keyString, afterMs: z.number().min(0).max(86_400_000) }).strict();
+
+// An operator's views and bulk actions (src/ledger/operator.ts).
+
+export const MAX_PAGE = 200;
+const pageLimit = z.number().int('must be a whole number').min(1).max(MAX_PAGE).default(50);
+const failureClassFilter = z.string().min(1).max(64);
+export const itemFilterSchema = z
+  .object({
+    queue: queueName,
+    state: z.enum(ITEM_STATES).optional(),
+    type: typeName.optional(),
+    lane: laneKey.optional(),
+    key: keyString.optional(),
+    idempotencyKey: keyString.optional(),
+    id: itemId.optional(),
+  })
+  .strict();
+export const pageSchema = z.object({ after: z.string().max(400).optional(), limit: pageLimit }).strict();
+export const deadFilterSchema = z
+  .object({ queue: queueName, type: typeName.optional(), failureClass: failureClassFilter.optional(), lane: laneKey.optional(), key: keyString.optional() })
+  .strict();
+export const purgeFilterSchema = z
+  .object({
+    queue: queueName,
+    state: z.enum(['completed', 'skipped', 'dead', 'cancelled']),
+    type: typeName.optional(),
+    olderThanMs: durationMs.optional(),
+  })
+  .strict();

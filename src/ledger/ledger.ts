@@ -32,6 +32,7 @@ import {
 import { fleetStats, type FleetStats } from './fleet-stats.js';
 import { assertSchemaCurrent, migrate, schemaStatus, type MigrateResult, type SchemaStatus } from './migrations.js';
 import { completeEntries, completeInTransaction, completeManyWithin, completeWithin, completion, encodeCapped, encodeProgress, errorText, finish, retryEnding, type FinishTarget } from './outcomes.js';
+import { LedgerOperator } from './operator.js';
 import { parseJson } from './rows.js';
 import { finalizeBlock } from './sql/block.js';
 import { cancelItem } from './sql/cancel.js';
@@ -73,6 +74,8 @@ export class Ledger {
   readonly tables: LedgerTables;
   /** Connection counts of the ledger's own pool (undefined when given a Kysely instance). */
   readonly pool: Readonly<PoolStats> | undefined;
+  /** An operator's views and bulk actions: pages of items, lanes, dead groups, bulk replay and purge (src/ledger/operator.ts). */
+  readonly operator: LedgerOperator;
   private readonly knownCapabilities: () => Promise<LedgerCapabilities>;
   private readonly enqueueTarget: EnqueueTarget;
   private readonly finishTarget: FinishTarget;
@@ -93,6 +96,7 @@ export class Ledger {
     this.enqueueTarget = { db: ledgerDb, tables, capabilities, payloadMaxBytes: this.config.payloadMaxBytes, itemFields: enqueueItemFieldsSchema() };
     const { resultMaxBytes, errorMaxChars } = this.config;
     this.finishTarget = { db: ledgerDb, tables, capabilities, resultMaxBytes, errorMaxChars };
+    this.operator = new LedgerOperator(ledgerDb, tables, capabilities);
   }
 
   /**

@@ -1,4 +1,4 @@
-import type { AttemptRecord, ItemState, QueueClass, WorkItem } from './types.js';
+import type { AttemptRecord, ItemState, ItemSummary, QueueClass, WorkItem } from './types.js';
 
 /** An items row as mysql2 returns it. */
 export interface ItemRow {
@@ -127,5 +127,56 @@ export function toAttemptRecord(row: AttemptRow): AttemptRecord {
     worker: row.worker,
     startedAt: row.started_at,
     endedAt: row.ended_at,
+  };
+}
+
+/** The columns SUMMARY_COLUMNS (sql/common.ts) reads. */
+export interface SummaryRow {
+  id: string;
+  queue: string;
+  type: string;
+  state: string;
+  lane: string | null;
+  lane_seq: number | string | null;
+  is_head: number;
+  concurrency_key: string | null;
+  queue_class: string;
+  priority: number;
+  attempt: number;
+  max_attempts: number;
+  run_after: Date;
+  created_at: Date;
+  started_at: Date | null;
+  terminal_at: Date | null;
+  failure_class: string | null;
+  last_error: string | null;
+  error_digest: string;
+  idempotency_key: string | null;
+  /** created_at as text with its microseconds (a cursor's key). */
+  created_key: string;
+}
+
+export function toItemSummary(row: SummaryRow): ItemSummary {
+  return {
+    id: row.id,
+    queue: row.queue,
+    type: row.type,
+    state: row.state as ItemState,
+    lane: row.lane,
+    laneSeq: row.lane_seq === null ? null : Number(row.lane_seq),
+    isHead: Number(row.is_head) === 1,
+    concurrencyKey: row.concurrency_key ?? null,
+    queueClass: row.queue_class as QueueClass,
+    priority: row.priority,
+    attempt: row.attempt,
+    maxAttempts: row.max_attempts,
+    runAfter: row.run_after,
+    createdAt: row.created_at,
+    startedAt: noTimeAsNull(row.started_at),
+    terminalAt: noTimeAsNull(row.terminal_at),
+    failureClass: row.failure_class,
+    lastError: row.last_error,
+    errorDigest: String(row.error_digest),
+    idempotencyKey: row.idempotency_key,
   };
 }

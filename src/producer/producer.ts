@@ -1,7 +1,7 @@
 import type { Kysely, Transaction } from 'kysely';
 import type { ClaimCandidate, EnqueueInput, Ledger } from '../ledger/ledger.js';
 import type { Executor } from '../ledger/connection.js';
-import type { EnqueueResult, QueueClass } from '../ledger/types.js';
+import type { DeadFilter, EnqueueResult, QueueClass } from '../ledger/types.js';
 import { z } from 'zod';
 import { TransactionConflictError, TransactionRolledBackError } from '../errors.js';
 import { isRetryableConflict } from '../ledger/retry.js';
@@ -269,6 +269,20 @@ export class Producer {
       await this.options.wake.publish([{ queue: item.queue, queueClass: item.queueClass, kind: 'replay', ids: [item.id] }]);
     }
     return created;
+  }
+
+  /**
+   * Re-drives every dead item of the filter, each guarded as `replay` is
+   * (ledger.operator.replayDead), announcing each batch's new items.
+   */
+  async replayDead(filter: DeadFilter): Promise<{ replayed: number; skipped: number }> {
+    const wake = this.options.wake;
+    return this.ledger.operator.replayDead(filter, async (created) => {
+      if (!wake) return;
+      const byClass = new Map<QueueClass, string[]>();
+      for (const c of created) byClass.set(c.queueClass, [...(byClass.get(c.queueClass) ?? []), c.id]);
+      await wake.publish([...byClass].map(([queueClass, ids]) => ({ queue: filter.queue, queueClass, kind: 'replay' as const, ids })));
+    });
   }
 
   private async announce(inputs: readonly EnqueueInput[], results: readonly EnqueueResult[]): Promise<void> {

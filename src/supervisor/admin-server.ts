@@ -1,7 +1,8 @@
-import { createHash } from 'node:crypto';
 import { createServer, type IncomingMessage, type ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
-import { AdminAddressError, ValidationError } from '../errors.js';
+import { createDashboard, type DashboardOptions } from '../dashboard/dashboard.js';
+import { send, sendJson } from '../dashboard/http.js';
+import { AdminAddressError } from '../errors.js';
 import type { Ledger } from '../ledger/ledger.js';
 import { createLogger, type Logger } from '../log.js';
 import type { LanewakeMetrics } from './metrics.js';
@@ -27,14 +28,11 @@ export interface AdminServerOptions {
   host?: string;
   /** 0 = an ephemeral port (see `url`). */
   port: number;
-  metrics: Pick<LanewakeMetrics, 'metrics' | 'contentType'>;
+  /** What `/metrics` serves; without it, /metrics is not served (the standalone `lanewake dashboard`). */
+  metrics?: Pick<LanewakeMetrics, 'metrics' | 'contentType'> | undefined;
   readiness: () => Promise<Readiness>;
-  /** What `/api/queues` serves and the dashboard renders (e.g. `ledger.stats()`). */
-  queues: () => Promise<unknown>;
-  /** What `/api/items/<id>` serves (an item without its handler data: `itemView`); undefined answers 404. */
-  item?: (id: string) => Promise<unknown>;
-  /** What `/api/consumers` serves: the live consumers (`ledger.liveConsumers()`). */
-  consumers?: () => Promise<unknown>;
+  /** The operator dashboard at `/`, `/assets/*` and `/api/*` (src/dashboard/); without it, none of them. */
+  dashboard?: Omit<DashboardOptions, 'version'> | undefined;
   version: string;
   logger?: Logger;
 }
@@ -56,18 +54,18 @@ const BIND_FAILURES: Readonly<Record<string, string>> = {
 };
 
 const CLOSE_GRACE_MS = 2_000;
-const ITEM_PATH = '/api/items/';
 const DEFAULT_CHECK_TIMEOUT_MS = 2_000;
 
 /**
  * The admin HTTP surface (docs/design.md, "Supervisor and operations"): `/livez`, `/readyz`, `/metrics`,
- * `/version`, `/api/queues`, `/api/consumers`, `/api/items/<id>` and a small dashboard at `/`. GET only; a
- * failing route answers 500 with a JSON error and the server keeps serving.
+ * `/version`, and the operator dashboard (src/dashboard/: its page, assets, read API and actions; the
+ * actions are its only POSTs). A failing route answers 500 with a JSON error and the server keeps serving.
  */
 export async function startAdminServer(options: AdminServerOptions): Promise<AdminServer> {
   const host = options.host ?? '127.0.0.1';
   const log = (options.logger ?? createLogger('lanewake.admin')).child({ component: 'admin' });
 
+  const metrics = options.metrics;
   const routes = new Map<string, (res: ServerResponse) => Promise<void>>([
     ['/livez', async (res) => send(res, 200, 'text/plain; charset=utf-8', 'ok\n')],
     [
@@ -77,28 +75,16 @@ export async function startAdminServer(options: AdminServerOptions): Promise<Adm
         sendJson(res, r.ready ? 200 : 503, r);
       },
     ],
-    ['/metrics', async (res) => send(res, 200, options.metrics.contentType, await options.metrics.metrics())],
     ['/version', async (res) => sendJson(res, 200, { name: 'lanewake', version: options.version, node: process.version })],
-    ['/api/queues', async (res) => sendJson(res, 200, await options.queues())],
-    ['/api/consumers', async (res) => sendJson(res, 200, options.consumers ? await options.consumers() : [])],
-    [
-      '/',
-      async (res) => {
-        res.setHeader('Content-Security-Policy', DASHBOARD_CSP);
-        send(res, 200, 'text/html; charset=utf-8', DASHBOARD_HTML);
-      },
-    ],
   ]);
+  if (metrics) routes.set('/metrics', async (res) => send(res, 200, metrics.contentType, await metrics.metrics()));
+  const dashboard = options.dashboard === undefined ? undefined : createDashboard({ ...options.dashboard, version: options.version }, log);
 
   const handle = async (req: IncomingMessage, res: ServerResponse): Promise<void> => {
-    const path = pathOf(req.url);
-    const itemRoute = options.item;
-    const route =
-      path === undefined
-        ? undefined
-        : path.startsWith(ITEM_PATH) && itemRoute !== undefined
-          ? (res: ServerResponse) => serveItem(res, itemRoute, decodeURIComponent(path.slice(ITEM_PATH.length)))
-          : routes.get(path);
+    const url = urlOf(req.url);
+    if (url === undefined) return sendJson(res, 404, { error: 'not found' });
+    if (dashboard && (await dashboard.handle(req, res, url))) return;
+    const route = routes.get(url.pathname);
     if (!route) return sendJson(res, 404, { error: 'not found' });
     if (req.method !== 'GET') {
       res.setHeader('Allow', 'GET');
@@ -110,7 +96,7 @@ export async function startAdminServer(options: AdminServerOptions): Promise<Adm
   const server = createServer((req, res) => {
     handle(req, res).catch((error: unknown) => {
       const message = error instanceof Error ? error.message : String(error);
-      log.error({ path: pathOf(req.url), err: message }, 'admin route failed');
+      log.error({ path: urlOf(req.url)?.pathname, err: message }, 'admin route failed');
       if (res.headersSent) {
         res.destroy();
         return;
@@ -159,31 +145,6 @@ export async function startAdminServer(options: AdminServerOptions): Promise<Adm
       return closing;
     },
   };
-}
-
-async function serveItem(res: ServerResponse, item: (id: string) => Promise<unknown>, id: string): Promise<void> {
-  try {
-    const found = await item(id);
-    if (found === undefined) return sendJson(res, 404, { error: `no item ${id}` });
-    sendJson(res, 200, found);
-  } catch (error) {
-    if (error instanceof ValidationError) return sendJson(res, 400, { error: error.message, fields: error.fields });
-    throw error;
-  }
-}
-
-/**
- * What an operator is shown of an item (`/api/items/<id>`): its fields,
- * progress, attempt history, the steps done and why it is where it is
- * (`ledger.explain`), without the handler's data (payload, checkpoint,
- * result, step results), which may hold what only the handler should see.
- */
-export async function itemView(ledger: Pick<Ledger, 'inspect' | 'explain'>, id: string): Promise<unknown> {
-  const found = await ledger.inspect(id);
-  if (!found) return undefined;
-  const why = await ledger.explain(id);
-  const { payload: _payload, checkpoint: _checkpoint, result: _result, ...item } = found.item;
-  return { item, attempts: found.attempts, steps: found.steps.map(({ result: _stepResult, ...step }) => step), why };
 }
 
 /**
@@ -249,119 +210,11 @@ async function runCheck(c: NamedReadinessCheck, timeoutMs: number): Promise<Read
   }
 }
 
-function pathOf(url: string | undefined): string | undefined {
+function urlOf(url: string | undefined): URL | undefined {
   if (url === undefined) return undefined;
   try {
-    return new URL(url, 'http://admin.invalid').pathname;
+    return new URL(url, 'http://admin.invalid');
   } catch {
     return undefined;
   }
 }
-
-function send(res: ServerResponse, status: number, contentType: string, body: string): void {
-  res.statusCode = status;
-  res.setHeader('Content-Type', contentType);
-  res.setHeader('Cache-Control', 'no-store');
-  res.setHeader('X-Content-Type-Options', 'nosniff');
-  res.end(body);
-}
-
-function sendJson(res: ServerResponse, status: number, value: unknown): void {
-  // Serialize first: a value JSON cannot encode (a BigInt, a cycle) throws before any header is sent.
-  const body = JSON.stringify(value ?? null);
-  send(res, status, 'application/json; charset=utf-8', `${body}\n`);
-}
-
-const DASHBOARD_STYLE = `
-body { font: 14px/1.4 system-ui, sans-serif; margin: 1.5rem; color: #1d2330; background: #f7f8fa; }
-h1 { font-size: 1.2rem; margin: 0 0 .25rem; }
-#status { color: #5b6475; margin-bottom: 1rem; }
-#status.error { color: #b3261e; }
-table { border-collapse: collapse; background: #fff; box-shadow: 0 1px 2px rgba(0,0,0,.08); }
-th, td { padding: .35rem .75rem; border-bottom: 1px solid #e3e6eb; text-align: right; }
-th:first-child, td:first-child { text-align: left; }
-th { background: #eef1f5; font-weight: 600; }
-td.zero { color: #a0a7b4; }
-td.dead, td.blocked { color: #b3261e; font-weight: 600; }
-`;
-
-const DASHBOARD_SCRIPT = `
-const ORDER = ['pending', 'processing', 'blocked', 'completed', 'skipped', 'dead', 'cancelled'];
-const statusEl = document.getElementById('status');
-const table = document.getElementById('queues');
-function rowsOf(data) {
-  if (Array.isArray(data)) return data;
-  if (data && Array.isArray(data.queues)) return data.queues;
-  return [];
-}
-function cell(tag, text, cls) {
-  const el = document.createElement(tag);
-  el.textContent = text;
-  if (cls) el.className = cls;
-  return el;
-}
-function render(data) {
-  const rows = rowsOf(data).filter((r) => r && typeof r === 'object');
-  const states = [];
-  for (const r of rows) for (const s of Object.keys(r.counts || {})) if (!states.includes(s)) states.push(s);
-  states.sort((a, b) => (ORDER.indexOf(a) + 1 || 99) - (ORDER.indexOf(b) + 1 || 99) || (a < b ? -1 : 1));
-  const head = document.createElement('tr');
-  head.append(cell('th', 'queue'), ...states.map((s) => cell('th', s)), cell('th', 'oldest due'));
-  const body = rows.map((r) => {
-    const tr = document.createElement('tr');
-    tr.append(cell('td', String(r.queue ?? '?')));
-    for (const s of states) {
-      const n = Number((r.counts || {})[s] ?? 0);
-      tr.append(cell('td', n.toLocaleString(), n === 0 ? 'zero' : s));
-    }
-    const age = Number(r.oldestDueAgeMs ?? 0);
-    tr.append(cell('td', age > 0 ? (age / 1000).toFixed(1) + ' s' : '-', age > 0 ? '' : 'zero'));
-    return tr;
-  });
-  table.replaceChildren(head, ...body);
-  statusEl.className = '';
-  statusEl.textContent = rows.length + ' queue(s), updated ' + new Date().toLocaleTimeString();
-}
-async function tick() {
-  try {
-    const res = await fetch('api/queues', { cache: 'no-store' });
-    if (!res.ok) throw new Error('HTTP ' + res.status);
-    render(await res.json());
-  } catch (e) {
-    statusEl.className = 'error';
-    statusEl.textContent = 'refresh failed: ' + e.message + ' (retrying)';
-  }
-  setTimeout(tick, 2000);
-}
-tick();
-`;
-
-const sha256 = (text: string): string => `'sha256-${createHash('sha256').update(text).digest('base64')}'`;
-
-/** Only the page's own inline script and style, and fetches to this server. */
-const DASHBOARD_CSP = [
-  "default-src 'none'",
-  `script-src ${sha256(DASHBOARD_SCRIPT)}`,
-  `style-src ${sha256(DASHBOARD_STYLE)}`,
-  "connect-src 'self'",
-  "base-uri 'none'",
-  "form-action 'none'",
-  "frame-ancestors 'none'",
-].join('; ');
-
-const DASHBOARD_HTML = `<!doctype html>
-<html lang="en">
-<head>
-<meta charset="utf-8">
-<meta name="viewport" content="width=device-width, initial-scale=1">
-<title>lanewake</title>
-<style>${DASHBOARD_STYLE}</style>
-</head>
-<body>
-<h1>lanewake queues</h1>
-<div id="status">loading…</div>
-<table id="queues"></table>
-<script>${DASHBOARD_SCRIPT}</script>
-</body>
-</html>
-`;

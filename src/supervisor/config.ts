@@ -126,7 +126,14 @@ export const workerConfigSchema = z
           .strict(),
       ])
       .default({ host: '127.0.0.1', port: 9464 })
-      .describe('The admin HTTP server (dashboard, /metrics, /livez, /readyz, /version, /api/queues), or false for none.'),
+      .describe('The admin HTTP server (dashboard, /metrics, /livez, /readyz, /version, /api/*), or false for none.'),
+    adminToken: z
+      .string()
+      .min(16, 'must be at least 16 characters')
+      .max(512)
+      .optional()
+      .describe('The token the dashboard\'s actions (replay, cancel, pause, purge) must send (x-lanewake-admin-token). Default: none, the dashboard is read-only.'),
+    showPayloads: z.boolean().default(false).describe("Show items' payloads in the dashboard (/api/items/<id>). Default: hidden."),
     deployment: workerName.optional().describe("This process's deployment name, for ownership epochs. Default: none (required by a queue with `ownership`)."),
     ownershipCheckMs: z
       .number()
@@ -174,6 +181,7 @@ const ENV_FIELDS: Record<string, { field: keyof WorkerConfigInput; kind: Source 
   LANEWAKE_RECONCILE_INTERVAL_MS: { field: 'reconcileIntervalMs', kind: 'int' },
   LANEWAKE_RETENTION_MS: { field: 'retentionMs', kind: 'int' },
   LANEWAKE_ADMIN: { field: 'admin', kind: 'admin' },
+  LANEWAKE_ADMIN_TOKEN: { field: 'adminToken', kind: 'string' },
   LANEWAKE_DEPLOYMENT: { field: 'deployment', kind: 'string' },
   LANEWAKE_OWNERSHIP_CHECK_MS: { field: 'ownershipCheckMs', kind: 'int' },
 };

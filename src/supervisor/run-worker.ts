@@ -1,6 +1,6 @@
 import { createLogger, type Logger } from '../log.js';
 import { packageVersion } from '../version.js';
-import { itemView, startAdminServer, type AdminServer, type Readiness } from './admin-server.js';
+import { startAdminServer, type AdminServer, type Readiness } from './admin-server.js';
 import type { WorkerConfig } from './config.js';
 import { loadHandlersModule, type HandlersByQueue } from './handlers-module.js';
 import { LanewakeMetrics } from './metrics.js';
@@ -37,9 +37,12 @@ export async function startWorker(config: WorkerConfig, opts: { handlers?: Handl
           port: config.admin.port,
           metrics,
           readiness: () => started?.readiness() ?? Promise.resolve(NOT_STARTED),
-          queues: async () => (started ? (await started.ledger.fleetStats({ everyMs: config.reconcileIntervalMs })).stats : []),
-          item: async (id) => (started ? itemView(started.ledger, id) : undefined),
-          consumers: async () => (started ? started.ledger.liveConsumers() : []),
+          // The dashboard reads and acts through the supervisor's ledger and wake channel, once it has started.
+          dashboard: {
+            backend: () => (started ? { ledger: started.ledger, wake: started.wake } : undefined),
+            adminToken: config.adminToken,
+            showPayloads: config.showPayloads,
+          },
           version: packageVersion(),
           logger: log,
         });

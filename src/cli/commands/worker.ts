@@ -15,6 +15,8 @@ interface WorkerFlags {
   handlers?: string;
   queues?: string;
   admin?: string;
+  adminToken?: string;
+  showPayloads?: boolean;
   deployment?: string;
   poolSize?: number;
   drainTimeoutMs?: number;
@@ -40,6 +42,8 @@ export function workerCommand(program: Command, { io }: CliContext): void {
     .option('--handlers <module>', 'ES module exporting `handlers`: { [queue]: { [type]: handler } } (LANEWAKE_HANDLERS)')
     .option('--queues <list>', 'queues to run, name[:concurrency[:class+class]], e.g. billing:16,mail (LANEWAKE_QUEUES); refines the --config queues by name')
     .option('--admin <address>', 'admin HTTP address host:port, :port, or off (LANEWAKE_ADMIN; default 127.0.0.1:9464)')
+    .option('--admin-token <token>', "the token the dashboard's actions must send; without one it is read-only (LANEWAKE_ADMIN_TOKEN)")
+    .option('--show-payloads', "show items' payloads in the dashboard")
     .option('--deployment <name>', 'this deployment, for ownership epochs (LANEWAKE_DEPLOYMENT)')
     .option('--pool-size <n>', 'ledger connections', parseInteger)
     .option('--drain-timeout-ms <ms>', 'on SIGTERM, how long in-flight handlers may finish (default 30000)', parseInteger)
@@ -83,6 +87,8 @@ ledger is unreachable or behind. Logs JSON lines to stderr at info
         handlers: flags.handlers,
         queues: flags.queues === undefined ? undefined : parseQueueList(flags.queues),
         admin: flags.admin === undefined ? undefined : parseAdminAddress(flags.admin),
+        adminToken: flags.adminToken,
+        showPayloads: flags.showPayloads,
         deployment: flags.deployment,
         poolSize: flags.poolSize,
         drainTimeoutMs: flags.drainTimeoutMs,
@@ -147,5 +153,6 @@ function printable(config: WorkerConfig): WorkerConfig {
     ...config,
     databaseUrl: redactUrl(config.databaseUrl),
     ...(config.redisUrl !== undefined ? { redisUrl: redactUrl(config.redisUrl) } : {}),
+    ...(config.adminToken !== undefined ? { adminToken: '****' } : {}),
   };
 }

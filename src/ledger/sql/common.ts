@@ -100,6 +100,18 @@ export const ITEM_COLUMNS = sql.raw(`id, queue, type, lane, lane_seq, is_head, c
   last_error, failure_class, replay_of, replayed_at, created_at, started_at, terminal_at, updated_at`);
 
 /**
+ * The columns of an item as a list shows it (`toItemSummary`), read through
+ * the alias `i.`: no payload, result or checkpoint; the error cut to 300
+ * characters, with the digest of the whole of it as the replay guard
+ * computes it (sql/replay.ts); `created_key` keeps created_at's microseconds
+ * (a JS Date drops them), for keyset cursors.
+ */
+export const SUMMARY_COLUMNS = sql.raw(`i.id, i.queue, i.type, i.state, i.lane, i.lane_seq, i.is_head, i.concurrency_key, i.queue_class,
+  i.priority, i.attempt, i.max_attempts, i.run_after, i.created_at, i.started_at, i.terminal_at, i.failure_class,
+  LEFT(i.last_error, 300) AS last_error, SHA2(COALESCE(i.last_error, ''), 256) AS error_digest, i.idempotency_key,
+  DATE_FORMAT(i.created_at, '%Y-%m-%d %H:%i:%s.%f') AS created_key`);
+
+/**
  * An error text as the ledger stores it: cut to the cap between whole
  * characters (never between the halves of a surrogate pair), and a lone
  * surrogate written as U+FFFD here rather than left to the driver. Error

@@ -1,0 +1,98 @@
+import { errorDigest } from '../ledger/ids.js';
+import type { Ledger } from '../ledger/ledger.js';
+import type { ItemState, ItemSummary, WorkItem } from '../ledger/types.js';
+import { badRequest, HttpError } from './http.js';
+import type { Route, RouteContext } from './routes.js';
+
+/**
+ * The dashboard's read API (GET, JSON, no side effects): the contract is in
+ * docs/operations.md, "The dashboard". Every list is a bounded read of the
+ * ledger (src/ledger/operator.ts).
+ */
+export const READ_ROUTES: readonly Route[] = [
+  { method: 'GET', pattern: ['session'], run: async (c) => ({ canAct: c.options.adminToken !== undefined, showPayloads: c.options.showPayloads === true, version: c.options.version }) },
+  { method: 'GET', pattern: ['queues'], run: (c) => c.backend.ledger.operator.queues() },
+  { method: 'GET', pattern: ['consumers'], run: (c) => c.backend.ledger.liveConsumers() },
+  {
+    method: 'GET',
+    pattern: ['queues', ':', 'items'],
+    run: (c) =>
+      c.backend.ledger.operator.items(
+        {
+          queue: c.params[0] ?? '',
+          state: optional(c, 'state') as ItemState | undefined,
+          type: optional(c, 'type'),
+          lane: optional(c, 'lane'),
+          key: optional(c, 'key'),
+          idempotencyKey: optional(c, 'idempotencyKey'),
+          id: optional(c, 'id'),
+        },
+        { after: optional(c, 'after'), limit: integer(c, 'limit') },
+      ),
+  },
+  { method: 'GET', pattern: ['queues', ':', 'lanes'], run: async (c) => ({ lanes: await c.backend.ledger.operator.lanes(c.params[0] ?? '', integer(c, 'limit')) }) },
+  {
+    method: 'GET',
+    pattern: ['queues', ':', 'lanes', ':', 'items'],
+    run: (c) => c.backend.ledger.operator.laneItems(c.params[0] ?? '', c.params[1] ?? '', { after: optional(c, 'after'), limit: integer(c, 'limit') }),
+  },
+  { method: 'GET', pattern: ['dead'], run: async (c) => ({ groups: await c.backend.ledger.operator.deadGroups(optional(c, 'queue')) }) },
+  {
+    method: 'GET',
+    pattern: ['items', ':'],
+    run: async (c) => {
+      const id = c.params[0] ?? '';
+      const found = await itemDetail(c.backend.ledger, id, c.options.showPayloads === true);
+      if (found === undefined) throw new HttpError(404, { error: `no item ${id}` });
+      return found;
+    },
+  },
+];
+
+/** A query parameter, undefined when absent or empty. */
+function optional(c: RouteContext, name: string): string | undefined {
+  const v = c.query.get(name);
+  return v === null || v === '' ? undefined : v;
+}
+
+function integer(c: RouteContext, name: string): number | undefined {
+  const v = optional(c, name);
+  if (v === undefined) return undefined;
+  if (!/^\d{1,9}$/.test(v)) throw badRequest(name, 'must be a whole number');
+  return Number(v);
+}
+
+/** An item as a list shows it, from the whole item (the error cut to 300 characters). */
+function summaryOf(item: WorkItem): ItemSummary {
+  const { id, queue, type, state, lane, laneSeq, isHead, concurrencyKey, queueClass, priority, attempt, maxAttempts, runAfter, createdAt, startedAt, terminalAt, failureClass, idempotencyKey } = item;
+  const lastError = item.lastError === null ? null : [...item.lastError].slice(0, 300).join('');
+  return {
+    id, queue, type, state, lane, laneSeq, isHead, concurrencyKey, queueClass, priority, attempt, maxAttempts, runAfter, createdAt, startedAt, terminalAt, failureClass,
+    lastError, errorDigest: errorDigest(item.lastError), idempotencyKey,
+  };
+}
+
+/**
+ * `/api/items/<id>`: the item (its payload only when the server shows
+ * payloads), its attempts, steps, coalesced group and why it is where it is.
+ */
+export async function itemDetail(ledger: Pick<Ledger, 'inspect' | 'explain' | 'operator'>, id: string, showPayloads: boolean): Promise<unknown> {
+  const found = await ledger.inspect(id);
+  if (!found) return undefined;
+  const [why, group] = await Promise.all([ledger.explain(id), ledger.operator.group(id)]);
+  const w = found.item;
+  const item = {
+    ...summaryOf(w),
+    ...(showPayloads ? { payload: w.payload } : {}),
+    result: w.result,
+    progress: w.progress,
+    checkpoint: w.checkpoint,
+    groupHead: w.groupHead,
+    dependencyKey: w.dependencyKey,
+    leaseOwner: w.leaseOwner,
+    leaseUntil: w.leaseUntil,
+    replayOf: w.replayOf,
+    cancelRequested: w.cancelRequested,
+  };
+  return { item, attempts: found.attempts, steps: found.steps, group, why };
+}
