@@ -108,10 +108,12 @@ export async function startDemoWorkload(ledger: Ledger, wake: WakeChannel): Prom
   return {
     queues: ['emails', 'billing', 'reports', 'webhooks'],
     run: async (ms) => {
-      const end = Date.now() + ms;
-      while (Date.now() < end) {
+      const start = Date.now();
+      while (Date.now() < start + ms) {
         await tick();
-        await sleep(150 + Math.random() * 200);
+        // Traffic in waves of about three minutes, so the charts have a shape.
+        const wave = 0.5 + 0.5 * Math.sin((Date.now() - start) / 30_000);
+        await sleep(120 + 500 * wave * Math.random());
       }
     },
     pauseBilling: async () => {

@@ -2,7 +2,7 @@
 // dashboard on it and saves a screenshot of each page into docs/dashboard/*.png. Needs MariaDB and Redis
 // (LANEWAKE_DATABASE_URL without a database, default mysql://root@127.0.0.1:3306; LANEWAKE_REDIS_URL, default
 // redis://127.0.0.1:6379) and chromium (/usr/bin/chromium). The database and Redis keys it makes are dropped at
-// the end. DEMO_SECONDS (default 100) is how long the workload runs before the pictures are taken.
+// the end. DEMO_SECONDS (default 240: the charts show minutes) is how long the workload runs before the pictures are taken.
 import { mkdir } from 'node:fs/promises';
 import { randomBytes } from 'node:crypto';
 import { Redis } from 'ioredis';
@@ -19,7 +19,7 @@ const OUT = new URL('../docs/dashboard/', import.meta.url);
 const TOKEN = 'demo-token';
 const serverUrl = (process.env.LANEWAKE_DATABASE_URL ?? 'mysql://root@127.0.0.1:3306').replace(/\/$/, '');
 const redisUrl = process.env.LANEWAKE_REDIS_URL ?? 'redis://127.0.0.1:6379';
-const seconds = Number(process.env.DEMO_SECONDS ?? 100);
+const seconds = Number(process.env.DEMO_SECONDS ?? 240);
 
 async function admin(sql: string): Promise<void> {
   const c = await createConnection(serverUrl);
@@ -44,10 +44,10 @@ async function deleteKeys(prefix: string): Promise<void> {
   }
 }
 
-async function shoot(page: Page, base: string, hash: string, file: string, ready: string): Promise<void> {
+async function shoot(page: Page, base: string, hash: string, file: string, ready: string, fullPage = true): Promise<void> {
   await page.goto(`${base}/${hash}`);
   await page.locator(ready).first().waitFor();
-  await page.screenshot({ path: new URL(file, OUT).pathname, fullPage: true });
+  await page.screenshot({ path: new URL(file, OUT).pathname, fullPage });
   console.log(`docs/dashboard/${file}`);
 }
 
@@ -87,8 +87,8 @@ async function main(): Promise<void> {
     const base = server.url;
 
     await shoot(page, base, '#/', 'queues.png', 'table.queues tbody tr');
-    await shoot(page, base, '#/queues/emails', 'items.png', 'table.items tbody tr');
-    await shoot(page, base, '#/queues/billing?state=dead', 'items-dead.png', 'table.items tbody tr');
+    await shoot(page, base, '#/queues/emails', 'items.png', 'table.items tbody tr', false);
+    await shoot(page, base, '#/queues/billing?state=dead', 'items-dead.png', 'table.items tbody tr', false);
     const deadCharge = await firstId(base, '/api/queues/billing/items?state=dead&limit=1');
     await shoot(page, base, `#/items/${deadCharge}`, 'item-dead.png', '.why');
     const report = await firstId(base, '/api/queues/reports/items?state=completed&limit=1');

@@ -137,6 +137,11 @@ export interface DeadGroup {
   sampleId: string;
 }
 
+/** The item is its lane's head now: `isHead` stays set on a lane's last item after it ended. */
+export function isLiveHead(item: Pick<ItemSummary, 'isHead' | 'state'>): boolean {
+  return item.isHead && !TERMINAL_STATES.includes(item.state);
+}
+
 /** The filter of the item list, as in the URL's query. */
 export interface ItemFilter {
   state?: ItemState;

@@ -6,7 +6,7 @@ import { absolute, count, json } from '../format.js';
 import { usePoll } from '../poll.js';
 import { href, navigate } from '../router.js';
 import { useSession } from '../session-context.js';
-import { TERMINAL_STATES, type ItemDetail, type ItemResponse } from '../types.js';
+import { isLiveHead, TERMINAL_STATES, type ItemDetail, type ItemResponse } from '../types.js';
 
 function Field({ label, children }: { label: string; children: ComponentChildren }) {
   return (
@@ -53,7 +53,7 @@ function Fields({ item }: { item: ItemDetail }) {
         ) : (
           <>
             <a href={href.lane(item.queue, item.lane)}>{item.lane}</a> <span class="muted">#{item.laneSeq ?? '?'}</span>
-            {item.isHead && <span class="badge head">head</span>}
+            {isLiveHead(item) && <span class="badge head">head</span>}
           </>
         )}
       </Field>
@@ -80,6 +80,10 @@ function Fields({ item }: { item: ItemDetail }) {
       <Field label="Lease">
         {item.leaseOwner === null ? (
           <Dash />
+        ) : item.leaseUntil === null || item.state !== 'processing' ? (
+          <>
+            <span class="mono">{item.leaseOwner}</span> <span class="muted">(last holder)</span>
+          </>
         ) : (
           <>
             <span class="mono">{item.leaseOwner}</span> until <At iso={item.leaseUntil} />
@@ -188,9 +192,11 @@ export function ItemPage({ id }: { id: string }) {
               <pre class="error-text">{item.lastError}</pre>
             </Block>
           )}
-          <Block title="Progress">
-            <Json value={item.progress} />
-          </Block>
+          {item.progress !== null && item.progress !== undefined && (
+            <Block title="Progress">
+              <Json value={item.progress} />
+            </Block>
+          )}
           {item.result !== null && item.result !== undefined && (
             <Block title="Result">
               <Json value={item.result} />
@@ -210,7 +216,7 @@ export function ItemPage({ id }: { id: string }) {
       </div>
       <Block title={`Attempts (${attempts.length})`}>
         {attempts.length === 0 ? (
-          <Empty>No attempt has ended yet.</Empty>
+          <Empty>No attempt recorded.</Empty>
         ) : (
           <table class="grid">
             <thead>
@@ -268,7 +274,7 @@ export function ItemPage({ id }: { id: string }) {
                     <Time iso={s.doneAt} />
                   </td>
                   <td class="mono">
-                    <Clip text={json(s.result)} max={120} />
+                    <Clip text={JSON.stringify(s.result) ?? '–'} max={120} />
                   </td>
                 </tr>
               ))}
