@@ -13,7 +13,8 @@ function plural(n: number, what: string): string {
 
 function GroupActions({ g, reload }: { g: DeadGroup; reload: () => void }) {
   const filter = { queue: g.queue, type: g.type, failureClass: g.failureClass ?? undefined };
-  const label = `${g.type}${g.failureClass === null ? '' : ` / ${g.failureClass}`} in ${g.queue}`;
+  // A group without a failure class has no filter for it: the replay takes every class of the type (the count says how many).
+  const label = `${g.type} / ${g.failureClass ?? 'any failure class'} in ${g.queue}`;
   return (
     <>
       <ConfirmFlow
