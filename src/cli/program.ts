@@ -2,6 +2,7 @@ import { Command, CommanderError } from 'commander';
 import { packageVersion } from '../version.js';
 import { activateCommand } from './commands/activate.js';
 import { cancelCommand } from './commands/cancel.js';
+import { dashboardCommand } from './commands/dashboard.js';
 import { deadCommand } from './commands/dead.js';
 import { enqueueCommand } from './commands/enqueue.js';
 import { inspectCommand } from './commands/inspect.js';
@@ -32,6 +33,7 @@ export const CORE_COMMANDS: readonly CommandFactory[] = [
   replayCommand,
   cancelCommand,
   pauseCommands,
+  dashboardCommand,
   activateCommand,
   workerCommand,
   demoCommand,

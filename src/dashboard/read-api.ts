@@ -1,6 +1,6 @@
 import { errorDigest } from '../ledger/ids.js';
 import type { Ledger } from '../ledger/ledger.js';
-import type { ItemState, ItemSummary, WorkItem } from '../ledger/types.js';
+import { TERMINAL_STATES, type ItemState, type ItemSummary, type WorkItem } from '../ledger/types.js';
 import { badRequest, HttpError } from './http.js';
 import type { Route, RouteContext } from './routes.js';
 
@@ -67,7 +67,7 @@ function summaryOf(item: WorkItem): ItemSummary {
   const { id, queue, type, state, lane, laneSeq, isHead, concurrencyKey, queueClass, priority, attempt, maxAttempts, runAfter, createdAt, startedAt, terminalAt, failureClass, idempotencyKey } = item;
   const lastError = item.lastError === null ? null : [...item.lastError].slice(0, 300).join('');
   return {
-    id, queue, type, state, lane, laneSeq, isHead, concurrencyKey, queueClass, priority, attempt, maxAttempts, runAfter, createdAt, startedAt, terminalAt, failureClass,
+    id, queue, type, state, lane, laneSeq, isHead: isHead && !TERMINAL_STATES.includes(state), concurrencyKey, queueClass, priority, attempt, maxAttempts, runAfter, createdAt, startedAt, terminalAt, failureClass,
     lastError, errorDigest: errorDigest(item.lastError), idempotencyKey,
   };
 }

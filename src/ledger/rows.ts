@@ -1,4 +1,4 @@
-import type { AttemptRecord, ItemState, ItemSummary, QueueClass, WorkItem } from './types.js';
+import { TERMINAL_STATES, type AttemptRecord, type ItemState, type ItemSummary, type QueueClass, type WorkItem } from './types.js';
 
 /** An items row as mysql2 returns it. */
 export interface ItemRow {
@@ -164,7 +164,8 @@ export function toItemSummary(row: SummaryRow): ItemSummary {
     state: row.state as ItemState,
     lane: row.lane,
     laneSeq: row.lane_seq === null ? null : Number(row.lane_seq),
-    isHead: Number(row.is_head) === 1,
+    // An ended item keeps its flag in the ledger; a list shows as head only the one that may run.
+    isHead: Number(row.is_head) === 1 && !TERMINAL_STATES.includes(row.state as ItemState),
     concurrencyKey: row.concurrency_key ?? null,
     queueClass: row.queue_class as QueueClass,
     priority: row.priority,

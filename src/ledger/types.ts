@@ -309,6 +309,7 @@ export interface ItemSummary {
   state: ItemState;
   lane: string | null;
   laneSeq: number | null;
+  /** The item is its lane's head, or admitted by its key, and has not ended. */
   isHead: boolean;
   concurrencyKey: string | null;
   queueClass: QueueClass;
