@@ -3,8 +3,8 @@ import type { SeriesPoint } from '../types.js';
 
 // Last-hour charts drawn as inline SVG from a queue's `series` (1-minute buckets).
 
-const W = 120;
-const H = 30;
+const W = 180;
+const H = 32;
 
 function at(p: SeriesPoint): string {
   return new Date(p.at).toISOString().slice(11, 16);
