@@ -93,7 +93,7 @@ async function main(): Promise<void> {
     await shoot(page, base, `#/items/${deadCharge}`, 'item-dead.png', '.why');
     const report = await firstId(base, '/api/queues/reports/items?state=completed&limit=1');
     await shoot(page, base, `#/items/${report}`, 'item-steps.png', '.why');
-    await shoot(page, base, '#/queues/emails/lanes', 'lanes.png', 'table.lanes tbody tr');
+    await shoot(page, base, '#/queues/billing/lanes', 'lanes.png', 'table.lanes tbody tr');
     await shoot(page, base, '#/queues/emails/lanes/list-weekly', 'lane.png', 'table.items tbody tr');
     await shoot(page, base, '#/dead', 'dead.png', 'table.dead tbody tr');
 

@@ -3,7 +3,7 @@ import type { SeriesPoint } from '../types.js';
 
 // Last-hour charts drawn as inline SVG from a queue's `series` (1-minute buckets).
 
-const W = 180;
+const W = 150;
 const H = 32;
 
 function at(p: SeriesPoint): string {

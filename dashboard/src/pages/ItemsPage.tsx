@@ -117,11 +117,16 @@ export function ItemsPage({ queue, filter, after }: { queue: string; filter: Ite
       <ErrorBox error={error} />
       {data === undefined ? (
         error === undefined && <Loading />
-      ) : data.items.length === 0 ? (
+      ) : data.items.length === 0 && data.next === null ? (
         <Empty>No {filter.state ?? ''} items match.</Empty>
       ) : (
         <>
-          <ItemTable items={data.items} />
+          {data.items.length === 0 ? (
+            // A filter the index does not hold reads a bounded stretch of it per page: this one held no match.
+            <Empty>No match among the items this page looked at; older items may match: see the next page.</Empty>
+          ) : (
+            <ItemTable items={data.items} />
+          )}
           <Pager next={data.next} onFirstPage={after === null} first={href.items(queue, filter)} nextHref={(c) => href.items(queue, filter, c)} />
         </>
       )}

@@ -24,7 +24,7 @@ export function LanePage({ queue, lane, after }: { queue: string; lane: string; 
       <ErrorBox error={error} />
       {data === undefined ? (
         error === undefined && <Loading />
-      ) : data.items.length === 0 ? (
+      ) : data.items.length === 0 && data.next === null ? (
         <Empty>This lane holds no items.</Empty>
       ) : (
         <>
