@@ -33,7 +33,17 @@ export {
   type Explanation,
   type WhyCode,
   WHY_CODES,
+  type ItemSummary,
+  type ItemFilter,
+  type ItemPage,
+  type LaneSummary,
+  type DeadGroup,
+  type SeriesPoint,
+  type QueueSeries,
+  type DeadFilter,
+  type PurgeFilter,
 } from './ledger/types.js';
+export type { LedgerOperator, QueueView, ReplayedItem } from './ledger/operator.js';
 
 // Wake-ups (Redis Streams).
 export { WakeChannel, type WakeChannelOptions, type PublishCounters } from './wake/wake-channel.js';

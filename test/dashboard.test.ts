@@ -6,6 +6,7 @@ import { errorDigest } from '../src/ledger/ids.js';
 import type { Ledger } from '../src/ledger/ledger.js';
 import type { ItemSummary } from '../src/ledger/types.js';
 import { ledgerReadiness, startAdminServer, type AdminServer } from '../src/supervisor/admin-server.js';
+import { configFromEnv, resolveWorkerConfig } from '../src/supervisor/config.js';
 import type { WakeChannel } from '../src/wake/wake-channel.js';
 import { captureLog, type CapturedLog } from './support/captured-log.js';
 import { claimAll, freshQueue } from './support/items.js';
@@ -257,4 +258,11 @@ test('static files: index.html with the CSP, hashed assets cached for good, noth
     expect((await s.get(path)).status, path).toBe(404);
   }
   expect((await fetch(`${s.admin.url}/`, { method: 'POST' })).status).toBe(405);
+});
+
+test('a worker takes its token from LANEWAKE_ADMIN_TOKEN, refuses a short one naming adminToken, and hides payloads by default', () => {
+  const base = { databaseUrl: 'mysql://root@127.0.0.1:3306/x', handlers: './h.js', queues: [{ name: 'q' }] };
+  const config = resolveWorkerConfig([base, configFromEnv({ LANEWAKE_ADMIN_TOKEN: TOKEN })]);
+  expect(config).toMatchObject({ adminToken: TOKEN, showPayloads: false });
+  expect(() => resolveWorkerConfig([base, { adminToken: 'short' }])).toThrow(expect.objectContaining({ fields: ['adminToken'] }));
 });

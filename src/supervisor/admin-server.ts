@@ -1,7 +1,7 @@
 import { createServer, type IncomingMessage, type ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
-import { createDashboard, type DashboardOptions } from '../dashboard/dashboard.js';
-import { send, sendJson } from '../dashboard/http.js';
+import { createDashboard, type DashboardOptions } from '../dashboard-server/dashboard.js';
+import { send, sendJson } from '../dashboard-server/http.js';
 import { AdminAddressError } from '../errors.js';
 import type { Ledger } from '../ledger/ledger.js';
 import { createLogger, type Logger } from '../log.js';
@@ -31,7 +31,7 @@ export interface AdminServerOptions {
   /** What `/metrics` serves; without it, /metrics is not served (the standalone `lanewake dashboard`). */
   metrics?: Pick<LanewakeMetrics, 'metrics' | 'contentType'> | undefined;
   readiness: () => Promise<Readiness>;
-  /** The operator dashboard at `/`, `/assets/*` and `/api/*` (src/dashboard/); without it, none of them. */
+  /** The operator dashboard at `/`, `/assets/*` and `/api/*` (src/dashboard-server/); without it, none of them. */
   dashboard?: Omit<DashboardOptions, 'version'> | undefined;
   version: string;
   logger?: Logger;
@@ -58,7 +58,7 @@ const DEFAULT_CHECK_TIMEOUT_MS = 2_000;
 
 /**
  * The admin HTTP surface (docs/design.md, "Supervisor and operations"): `/livez`, `/readyz`, `/metrics`,
- * `/version`, and the operator dashboard (src/dashboard/: its page, assets, read API and actions; the
+ * `/version`, and the operator dashboard (src/dashboard-server/: its page, assets, read API and actions; the
  * actions are its only POSTs). A failing route answers 500 with a JSON error and the server keeps serving.
  */
 export async function startAdminServer(options: AdminServerOptions): Promise<AdminServer> {

@@ -39,14 +39,14 @@ export async function browseItems(
     return { rows: r.rows, next: null };
   }
   const walk = f.lane !== undefined ? laneWalk(f.queue, f.lane, after) : createdWalk(f.queue, after);
-  if (residual === EMPTY) {
-    const r = await sql<SummaryRow>`SELECT ${SUMMARY_COLUMNS} FROM ${t.items} i WHERE ${walk.scope} ORDER BY ${walk.desc} LIMIT ${limit + 1}`.execute(exec);
-    return pageOf(r.rows, limit, walk);
-  }
-  const window = sql`SELECT i.id, ${walk.keyColumns} FROM ${t.items} i WHERE ${walk.scope} ORDER BY ${walk.desc} LIMIT ${BROWSE_WINDOW}`;
+  // The index range is read alone first (index only: a statement that also wanted the row's other
+  // columns was planned by MariaDB as a `ref` from the queue's newest entry, looking each row up,
+  // so a deep page cost its depth), then its rows are read by primary key.
+  const size = residual === EMPTY ? limit + 1 : BROWSE_WINDOW;
+  const window = sql`SELECT i.id, ${walk.keyColumns} FROM ${t.items} i WHERE ${walk.scope} ORDER BY ${walk.desc} LIMIT ${size}`;
   const r = await sql<SummaryRow>`SELECT ${SUMMARY_COLUMNS} FROM (${window}) w JOIN ${t.items} i ON i.id = w.id
     WHERE 1 = 1${residual} ORDER BY ${walk.desc} LIMIT ${limit + 1}`.execute(exec);
-  if (r.rows.length > limit) return pageOf(r.rows, limit, walk);
+  if (r.rows.length > limit || residual === EMPTY) return pageOf(r.rows, limit, walk);
   // Fewer matches than asked: the page ends where the window ended, unless the window reached the end.
   const last = await sql<WindowEnd>`SELECT e.id, e.created_key, e.lane_seq, c.n FROM
     (SELECT w.* FROM (${window}) w ORDER BY ${walk.ascInWindow} LIMIT 1) e, (SELECT COUNT(*) AS n FROM (${window}) w) c`.execute(exec);

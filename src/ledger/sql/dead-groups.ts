@@ -14,8 +14,9 @@ export const DEAD_GROUP_READ = 10_000;
  */
 export async function deadGroups(exec: Executor, t: LedgerTables, queue: string): Promise<DeadGroup[]> {
   const r = await sql<{ id: string; type: string; failure_class: string | null; terminal_at: Date }>`
-    SELECT id, type, failure_class, terminal_at FROM ${t.items}
-    WHERE queue = ${queue} AND queue_class IN (${list(QUEUE_CLASSES)}) AND state = 'dead' LIMIT ${inline(DEAD_GROUP_READ)}`.execute(exec);
+    SELECT i.id, i.type, i.failure_class, i.terminal_at FROM (SELECT id AS w FROM ${t.items}
+      WHERE queue = ${queue} AND queue_class IN (${list(QUEUE_CLASSES)}) AND state = 'dead' LIMIT ${inline(DEAD_GROUP_READ)}) d
+    JOIN ${t.items} i ON i.id = d.w`.execute(exec);
   const groups = new Map<string, { type: string; failureClass: string | null; count: number; lastAt: Date; sampleId: string }>();
   for (const row of r.rows) {
     const k = JSON.stringify([row.type, row.failure_class]);

@@ -16,9 +16,10 @@ export const LANE_HEADS_READ = 10_000;
  * its head's, plus one (no count of its items).
  */
 export async function browseLanes(exec: Executor, t: LedgerTables, queue: string, limit: number): Promise<LaneSummary[]> {
-  const heads = sql`SELECT id, lane, lane_seq, state, run_after FROM ${t.items}
+  // The heads' ids from the index alone (a range of ix_claim), then their rows by primary key.
+  const heads = sql`SELECT i.id, i.lane, i.lane_seq, i.state, i.run_after FROM (SELECT id AS w FROM ${t.items}
     WHERE queue = ${queue} AND queue_class IN (${list(QUEUE_CLASSES)}) AND state IN ('pending', 'processing', 'blocked') AND is_head = 1
-    LIMIT ${inline(LANE_HEADS_READ)}`;
+    LIMIT ${inline(LANE_HEADS_READ)}) h JOIN ${t.items} i ON i.id = h.w`;
   const r = await sql<{ lane: string; id: string; state: string; waiting_us: number | string | null; pending: number | string | null }>`
     SELECT h.lane, h.id, h.state, TIMESTAMPDIFF(MICROSECOND, h.run_after, NOW(6)) AS waiting_us, l.next_seq - h.lane_seq + 1 AS pending
     FROM (SELECT a.* FROM (${heads}) a WHERE a.lane IS NOT NULL ORDER BY a.run_after, a.id LIMIT ${limit}) h

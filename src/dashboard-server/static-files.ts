@@ -4,7 +4,7 @@ import { extname } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { send } from './http.js';
 
-/** The built dashboard (`npm run build:dashboard`), from this module: src/dashboard/ under tsx, dist/dashboard/ once built. */
+/** The built dashboard (`npm run build:dashboard`), resolved from this module, which is src/dashboard-server/ under tsx and dist/dashboard-server/ once built (not dist/dashboard/: the bundle's own folder). */
 export const DEFAULT_DASHBOARD_DIR = new URL('../../dist/dashboard/', import.meta.url);
 
 /** No inline script or style, nothing from elsewhere: the bundle's own files and fetches to this server. */
@@ -52,7 +52,7 @@ export class StaticFiles {
     res.setHeader('Content-Security-Policy', DASHBOARD_CSP);
     const html = await readIfThere(`${this.dir}index.html`);
     if (html === undefined) {
-      send(res, 503, 'text/plain; charset=utf-8', `The dashboard is not built (no ${this.dir}index.html): run npm run build:dashboard\n`);
+      send(res, 503, 'text/plain; charset=utf-8', 'The dashboard is not built: run npm run build:dashboard\n');
       return;
     }
     send(res, 200, 'text/html; charset=utf-8', html);
