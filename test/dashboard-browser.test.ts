@@ -15,6 +15,8 @@ import { testScope } from './support/scope.js';
 // against the real dashboard server on a test ledger, with real consumers.
 
 const TOKEN = 'test-admin-token';
+/** The pages poll every 2 s: a page catches up within a few of its polls. */
+const POLL = { timeout: 15_000, interval: 100 };
 const scope = testScope();
 let browser: Browser;
 
@@ -86,7 +88,7 @@ describe('the dashboard in chromium', () => {
 
     await page.goto(`${server.url}/#/dead`);
     const group = page.locator(`tr[data-group="${queue}/a/upstream_refused"]`);
-    await expect.poll(() => group.locator('td.num').textContent()).toBe('1');
+    await expect.poll(() => group.locator('td.num').textContent(), POLL).toBe('1');
     await group.getByRole('link', { name: id }).click();
     await page.locator('.why').waitFor();
     expect(await page.locator('.why').textContent()).toContain('dead');
@@ -116,13 +118,13 @@ describe('the dashboard in chromium', () => {
     const { page, problems } = await openPage();
 
     await page.goto(`${server.url}/#/queues/${queue}?state=dead&type=a`);
-    await expect.poll(() => page.locator('table.items tbody tr').count()).toBe(3);
+    await expect.poll(() => page.locator('table.items tbody tr').count(), POLL).toBe(3);
     await page.getByRole('button', { name: 'Replay all matching…' }).click();
     await signIn(page);
     const dialog = page.getByRole('dialog', { name: 'Replay dead items' });
-    await expect.poll(() => dialog.locator('.confirm-text').textContent()).toContain('Replay 3 dead items');
+    await expect.poll(() => dialog.locator('.confirm-text').textContent(), POLL).toContain('Replay 3 dead items');
     await dialog.getByRole('button', { name: 'Confirm (3)' }).click();
-    await expect.poll(() => dialog.locator('.result-text').textContent()).toBe('Replayed 3, skipped 0.');
+    await expect.poll(() => dialog.locator('.result-text').textContent(), POLL).toBe('Replayed 3, skipped 0.');
     await waitFor(async () => {
       const done = await tl.ledger.operator.items({ queue, state: 'completed' });
       return done.items.length === 3 || undefined;
@@ -153,7 +155,7 @@ describe('the dashboard in chromium', () => {
     await waitFor(() => consumer.counters.sweeps >= sweeps + 2 || undefined, 15_000, 'two sweeps after the enqueue');
     expect(started).toEqual([first.id]);
     for (const m of later) expect(await stateOf(m.id)).toBe('pending');
-    await expect.poll(() => row.locator('td.num').first().textContent()).toBe('3');
+    await expect.poll(() => row.locator('td.num').first().textContent(), POLL).toBe('3');
 
     await row.getByRole('button', { name: 'Resume' }).click();
     await waitFor(() => started.length === 4 || undefined, 15_000, 'the three run after resume');
