@@ -1,0 +1,153 @@
+// The JSON the admin server answers (docs/operations.md, "Dashboard": the HTTP API). Dates are ISO strings.
+
+export const ITEM_STATES = ['pending', 'processing', 'blocked', 'completed', 'skipped', 'dead', 'cancelled'] as const;
+export type ItemState = (typeof ITEM_STATES)[number];
+export const TERMINAL_STATES: readonly ItemState[] = ['completed', 'skipped', 'dead', 'cancelled'];
+
+export interface Session {
+  canAct: boolean;
+  showPayloads: boolean;
+  version: string;
+}
+
+export interface LiveConsumer {
+  name: string;
+  queue: string;
+  classes: string[];
+  types: string[] | null;
+  concurrency: number;
+  maxProcessing: number | null;
+  epoch: number | null;
+  version: string;
+  startedAt: string;
+  lastSeen: string;
+}
+
+export interface SeriesPoint {
+  at: string;
+  completed: number;
+  failed: number;
+  startP50Ms: number | null;
+  startP99Ms: number | null;
+}
+
+export interface QueueView {
+  queue: string;
+  counts: Record<ItemState, number>;
+  capped: ItemState[];
+  due: number;
+  scheduled: number;
+  oldestDueAgeMs: number;
+  paused: boolean;
+  consumers: LiveConsumer[];
+  series: { bucketMs: number; points: SeriesPoint[] };
+}
+
+export interface ItemSummary {
+  id: string;
+  queue: string;
+  type: string;
+  state: ItemState;
+  lane: string | null;
+  laneSeq: number | null;
+  isHead: boolean;
+  concurrencyKey: string | null;
+  queueClass: string;
+  priority: number;
+  attempt: number;
+  maxAttempts: number;
+  runAfter: string | null;
+  createdAt: string;
+  startedAt: string | null;
+  terminalAt: string | null;
+  failureClass: string | null;
+  lastError: string | null;
+  errorDigest: string;
+  idempotencyKey: string | null;
+}
+
+export interface Page<T> {
+  items: T[];
+  next: string | null;
+}
+
+export interface ItemDetail extends ItemSummary {
+  payload?: unknown;
+  result: unknown;
+  progress: unknown;
+  checkpoint: unknown;
+  groupHead: string | null;
+  dependencyKey: string | null;
+  leaseOwner: string | null;
+  leaseUntil: string | null;
+  replayOf: string | null;
+  cancelRequested: boolean;
+}
+
+export interface AttemptRecord {
+  itemId: string;
+  attempt: number;
+  outcome: string;
+  failureClass: string | null;
+  error: string | null;
+  worker: string | null;
+  startedAt: string | null;
+  endedAt: string;
+}
+
+export interface StepRecord {
+  name: string;
+  attempt: number;
+  result: unknown;
+  doneAt: string;
+}
+
+export interface Explanation {
+  id: string;
+  state: ItemState;
+  code: string;
+  message: string;
+  details: Record<string, string | number | null>;
+  at: string;
+}
+
+export interface ItemResponse {
+  item: ItemDetail;
+  attempts: AttemptRecord[];
+  steps: StepRecord[];
+  group: string[];
+  why: Explanation;
+}
+
+export interface LaneView {
+  lane: string;
+  headId: string | null;
+  headState: ItemState | null;
+  waitingMs: number;
+  pending: number;
+}
+
+export interface DeadGroup {
+  queue: string;
+  type: string;
+  failureClass: string | null;
+  count: number;
+  lastError: string | null;
+  lastAt: string;
+  sampleId: string;
+}
+
+/** The item is its lane's head now: `isHead` stays set on a lane's last item after it ended. */
+export function isLiveHead(item: Pick<ItemSummary, 'isHead' | 'state'>): boolean {
+  return item.isHead && !TERMINAL_STATES.includes(item.state);
+}
+
+/** The filter of the item list, as in the URL's query. */
+export interface ItemFilter {
+  state?: ItemState;
+  type?: string;
+  lane?: string;
+  key?: string;
+  idempotencyKey?: string;
+  id?: string;
+}
