@@ -28,7 +28,7 @@ import { createLogger } from '../src/log.js';
 import { Producer } from '../src/producer/producer.js';
 import { setOtelForTesting } from '../src/tracing/otel.js';
 import { WakeChannel } from '../src/wake/wake-channel.js';
-import { createBenchDatabase, fmt, median, printTable, runCleanups } from './support.js';
+import { createBenchDatabase, fmt, median, printTable, runBenchmark } from './support.js';
 
 const { values } = parseArgs({ options: { runs: { type: 'string', default: '3' }, items: { type: 'string', default: '3000' } } });
 const RUNS = Number(values.runs);
@@ -159,11 +159,4 @@ async function main(): Promise<void> {
   ]);
 }
 
-main()
-  .catch((error: unknown) => {
-    console.error(error);
-    process.exitCode = 1;
-  })
-  .finally(async () => {
-    await runCleanups();
-  });
+runBenchmark(main);
