@@ -376,7 +376,7 @@ export interface SeriesPoint {
   at: Date;
   completed: number;
   failed: number;
-  /** From due to start, of the items that started in the minute; null when none did. */
+  /** Enqueue→start (as lanewake_enqueue_to_start_seconds: delays and backoff included) of the items that started in the minute; null when none did. */
   startP50Ms: number | null;
   startP99Ms: number | null;
 }

@@ -11,7 +11,7 @@ export const SERIES_READ = 20_000;
 
 /**
  * A queue's last hour in one-minute buckets: items completed and dead in
- * each minute, and the p50 and p99 from due to start of the items that
+ * each minute, and the p50 and p99 from enqueue to start of the items that
  * started in it (to within 19%: a histogram of quarter-powers of two). Read from the items created in the last hour (one range of
  * ix_created, the newest 20,000 at most): an item created earlier that
  * ended in the hour (a delayed or long-retried one) is not counted, and on
@@ -19,16 +19,16 @@ export const SERIES_READ = 20_000;
  */
 export async function queueSeries(exec: Executor, t: LedgerTables, queue: string): Promise<QueueSeries> {
   const hourUs = SERIES_BUCKETS * SERIES_BUCKET_MS * 1000;
-  const started = sql`started_at > ${NO_TIME} AND started_at >= run_after`;
+  const started = sql`started_at > ${NO_TIME} AND started_at >= created_at`;
   // The hour's ids are read from the index alone (a statement reading the rows too was planned as a
   // scan of the whole queue from its newest entry), then their rows by primary key. Grouped on the server: per minute of ending and state, per minute of starting and
-  // quarter-power-of-two of the wait from due to start (so a percentile is within 19%).
+  // quarter-power-of-two of the time from enqueue to start (so a percentile is within 19%).
   const r = await sql<{ now_min: number | string; end_min: number | string | null; ended: string | null; start_min: number | string | null; start_bucket: number | string | null; n: number | string }>`
     SELECT MAX(now_min) AS now_min, end_min, ended, start_min, start_bucket, COUNT(*) AS n FROM (
       SELECT FLOOR(UNIX_TIMESTAMP(NOW(6)) / 60) AS now_min, IF(terminal_at > ${NO_TIME}, FLOOR(UNIX_TIMESTAMP(terminal_at) / 60), NULL) AS end_min,
         IF(state IN ('completed', 'dead'), state, NULL) AS ended,
         IF(${started}, FLOOR(UNIX_TIMESTAMP(started_at) / 60), NULL) AS start_min,
-        IF(${started}, FLOOR(LOG2(GREATEST(TIMESTAMPDIFF(MICROSECOND, run_after, started_at), 1)) * 4), NULL) AS start_bucket
+        IF(${started}, FLOOR(LOG2(GREATEST(TIMESTAMPDIFF(MICROSECOND, created_at, started_at), 1)) * 4), NULL) AS start_bucket
       FROM ${t.items} JOIN (SELECT id AS w FROM ${t.items} WHERE queue = ${queue} AND created_at >= NOW(6) - INTERVAL ${inline(hourUs)} MICROSECOND
         ORDER BY created_at DESC LIMIT ${inline(SERIES_READ)}) w ON id = w.w) d
     GROUP BY end_min, ended, start_min, start_bucket`.execute(exec);
