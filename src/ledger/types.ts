@@ -118,21 +118,14 @@ export interface EnqueueResult {
 // What the ledger's operations take and return.
 
 /** What a finalize needs of the claim it ends. */
-export type LeaseHandle = Pick<
-  ClaimedItem,
-  'id' | 'queue' | 'lane' | 'laneSeq' | 'concurrencyKey' | 'leaseToken' | 'leaseOwner' | 'attempt' | 'maxAttempts' | 'startedAt' | 'group'
->;
+export type LeaseHandle = Pick<ClaimedItem, 'id' | 'queue' | 'lane' | 'laneSeq' | 'concurrencyKey' | 'leaseToken' | 'leaseOwner' | 'attempt' | 'maxAttempts' | 'startedAt' | 'group'>;
 
 export interface FinalizeResult {
   /** False: this holder had lost the item (stale token, expired and reclaimed, wrong state); nothing was written. */
   won: boolean;
   /** The state this finalize wrote (meaningful when won). */
   state: ItemState;
-  /**
-   * The failure class this finalize recorded, when it made the item dead or
-   * retried it: `permanent`, `error`, `invalid_result`, `result_too_large`,
-   * `dependency_expired`, `invalid_payload`, `unowned`, or a handler's own.
-   */
+  /** The failure class recorded when it made the item dead or retried it (`permanent`, `error`, `invalid_payload`, … or a handler's own). */
   failureClass?: string;
   /**
    * A laned item's lane got a new head in the same transaction, left pending
@@ -381,10 +374,7 @@ export interface SeriesPoint {
   startP99Ms: number | null;
 }
 
-export interface QueueSeries {
-  bucketMs: number;
-  points: SeriesPoint[];
-}
+export type QueueSeries = { bucketMs: number; points: SeriesPoint[] };
 
 /** Which dead items a bulk replay re-drives. */
 export interface DeadFilter {
