@@ -1,23 +1,15 @@
-import { sql, type Transaction } from 'kysely';
+import type { Transaction } from 'kysely';
 import { ValidationError } from '../errors.js';
-import { capabilitiesOnce, type LedgerCapabilities } from './capabilities.js';
-import { parseLedgerConfig, type LedgerConfig, type LedgerConfigInput } from './config.js';
-import { createLedgerPool, ledgerDbOnPool, trackPool, type Executor, type LedgerDb, type PoolStats } from './connection.js';
+import type { LedgerConfigInput } from './config.js';
+import type { Executor, LedgerDb } from './connection.js';
 import { checkEnqueueInput, enqueueItems, enqueueItemsClaiming, type ClaimAtInsert, type EnqueueTarget } from './enqueue-items.js';
 import {
-  activateSchema,
   blockSchema,
   claimByIdsSchema,
   claimSchema,
   enqueueItemFieldsSchema,
   failSchema,
-  limitSchema,
   listDeadSchema,
-  maintenanceSchema,
-  queueListSchema,
-  purgeSchema,
-  rateTakeSchema,
-  rateWindowSchema,
   releaseSchema,
   replaySchema,
   retrySchema,
@@ -29,33 +21,24 @@ import {
   type EnqueueOptions,
   type RetryInput,
 } from './inputs.js';
-import { fleetGauges, fleetStats, releaseFleetGauges, type FleetGaugeReading, type FleetStats } from './fleet-stats.js';
-import { assertSchemaCurrent, migrate, schemaStatus, type MigrateResult, type SchemaStatus } from './migrations.js';
 import { completeEntries, completeInTransaction, completeManyWithin, completeWithin, completion, encodeCapped, encodeProgress, errorText, finish, retryEnding, type FinishTarget } from './outcomes.js';
 import { LedgerOperator } from './operator.js';
 import { parseJson } from './rows.js';
 import { finalizeBlock } from './sql/block.js';
 import { cancelItem } from './sql/cancel.js';
 import { claimByIds, claimHeads, readHeldUnderLease } from './sql/claim.js';
-import { probeDependencyWaits, wakeDependency } from './sql/dependency.js';
-import type { InsertClaim } from './sql/enqueue.js';
+import { wakeDependency } from './sql/dependency.js';
 import { getAttempts, getItem, listDead } from './sql/inspect.js';
 import { renewLeases, saveCheckpoint, saveProgress } from './sql/lease.js';
-import { activateOwnership, getOwnership } from './sql/ownership.js';
-import { beat, forget, liveConsumers, type ConsumerRow } from './sql/consumers.js';
-import { pushRateWindow, reserveRateTurn, takeRate } from './sql/rate-limits.js';
 import { explainItem } from './explain.js';
-import { purgeTerminal } from './sql/purge.js';
-import { reclaimExpired } from './sql/reclaim.js';
 import { replayItem } from './sql/replay.js';
-import { countProcessing, queueStats } from './sql/stats.js';
-import { repairWaits } from './sql/waits.js';
+import { queueStats } from './sql/stats.js';
 import { readSteps, recordStep, type StepHolder } from './sql/steps.js';
-import { sweepSignals } from './sql/sweep-signals.js';
-import { purgeWakeMarks } from './sql/wake-marks.js';
-import { ledgerTables, type LedgerTables } from './tables.js';
-import type { AttemptRecord, CancelOutcome, ClaimedItem, ClaimOutcome, EnqueueResult, FinalizeResult, ItemState, LeaseHandle, Ownership,
-  Explanation, LiveConsumer, ProbeOutcome, QueueClass, RateAnswer, QueueStats, ReclaimOutcome, RenewOutcome, StepRecord, SuccessorClaim, SweepSignal, WokenItem, WorkItem } from './types.js';
+import { LedgerUpkeep } from './ledger-upkeep.js';
+import type {
+  AttemptRecord, CancelOutcome, ClaimedItem, ClaimOutcome, EnqueueResult, Explanation, FinalizeResult, ItemState, LeaseHandle,
+  QueueClass, QueueStats, RenewOutcome, StepRecord, SuccessorClaim, WokenItem, WorkItem,
+} from './types.js';
 import { concurrencyLimitSchema, fairnessSchema, itemId, positiveDurationMs, queueName, reasonText, stepName, validate } from './validation.js';
 import { setKeyLimit } from './sql/key-admission.js';
 import { pausedQueues, writeQueueSetting } from './sql/queue-settings.js';
@@ -64,67 +47,20 @@ export { DEFAULT_MAX_ATTEMPTS, MAX_CLAIM_ITEMS } from './inputs.js';
 export type { ClaimCandidate, ClaimInput, EnqueueInput, EnqueueOptions, RetryInput } from './inputs.js';
 export type { FinalizeResult } from './types.js';
 
-/** Dependency wake marks are kept at least this long (see sql/wake-marks.ts). */
-const WAKE_MARK_KEEP_MS = 86_400_000;
-
 /** The ledger: every read and write of a work item goes through here (docs/design.md §3, §8). */
-export class Ledger {
-  readonly config: LedgerConfig;
-  readonly db: LedgerDb;
-  readonly tables: LedgerTables;
-  /** Connection counts of the ledger's own pool (undefined when given a Kysely instance). */
-  readonly pool: Readonly<PoolStats> | undefined;
+export class Ledger extends LedgerUpkeep {
   /** An operator's views and bulk actions: pages of items, lanes, dead groups, bulk replay and purge (src/ledger/operator.ts). */
   readonly operator: LedgerOperator;
-  private readonly knownCapabilities: () => Promise<LedgerCapabilities>;
   private readonly enqueueTarget: EnqueueTarget;
   private readonly finishTarget: FinishTarget;
 
   constructor(config: LedgerConfigInput, db?: LedgerDb) {
-    this.config = parseLedgerConfig(config);
-    if (db) {
-      this.db = db;
-    } else {
-      const pool = createLedgerPool(this.config);
-      this.pool = trackPool(pool);
-      this.db = ledgerDbOnPool(pool);
-    }
-    this.tables = ledgerTables(this.config.tablePrefix);
-    // Our own pool runs with multipleStatements; a Kysely instance handed in may not.
-    this.knownCapabilities = capabilitiesOnce(this.db, db === undefined);
+    super(config, db);
     const { db: ledgerDb, tables, knownCapabilities: capabilities } = this;
     this.enqueueTarget = { db: ledgerDb, tables, capabilities, payloadMaxBytes: this.config.payloadMaxBytes, itemFields: enqueueItemFieldsSchema() };
     const { resultMaxBytes, errorMaxChars } = this.config;
     this.finishTarget = { db: ledgerDb, tables, capabilities, resultMaxBytes, errorMaxChars };
     this.operator = new LedgerOperator(ledgerDb, tables, capabilities);
-  }
-
-  /**
-   * What the server and this ledger's connections can do (docs/design.md §8):
-   * the server's family is asked once, on first need (`SELECT VERSION()`).
-   */
-  capabilities(): Promise<LedgerCapabilities> {
-    return this.knownCapabilities();
-  }
-
-  migrate(): Promise<MigrateResult> {
-    return migrate(this.db, this.config.tablePrefix);
-  }
-
-  schemaStatus(): Promise<SchemaStatus> {
-    return schemaStatus(this.db, this.config.tablePrefix);
-  }
-
-  assertSchemaCurrent(): Promise<void> {
-    return assertSchemaCurrent(this.db, this.config.tablePrefix);
-  }
-
-  /** The ledger's clock. */
-  async now(): Promise<Date> {
-    const r = await sql<{ now: Date }>`SELECT NOW(6) AS now`.execute(this.db);
-    const now = r.rows[0]?.now;
-    if (!now) throw new Error('ledger clock: no answer');
-    return now;
   }
 
   async enqueue(input: EnqueueInput, opts: EnqueueOptions = {}): Promise<EnqueueResult> {
@@ -358,32 +294,6 @@ export class Ledger {
     return wakeDependency(this.db, this.tables, v);
   }
 
-  reclaimExpired(opts: { queue?: string; limit?: number } = {}): Promise<ReclaimOutcome> {
-    const v = validate(maintenanceSchema, opts, 'reclaimExpired');
-    return this.knownCapabilities().then((caps) => reclaimExpired(this.db, caps, this.tables, v));
-  }
-
-  /**
-   * For each queue, whether a claim, reclaimExpired or probeDependencyWaits
-   * would find work now: one statement however many queues, so idle queues
-   * cost a sweep nothing more.
-   */
-  async sweepSignals(queues: readonly string[]): Promise<SweepSignal[]> {
-    validate(queueListSchema, queues, 'sweepSignals', 'queues');
-    return sweepSignals(this.db, this.tables, queues);
-  }
-
-  probeDependencyWaits(opts: { queue?: string; limit?: number } = {}): Promise<ProbeOutcome> {
-    const v = validate(maintenanceSchema, opts, 'probeDependencyWaits');
-    return probeDependencyWaits(this.db, this.tables, v);
-  }
-
-  /** Records the missing waits rows of a queue's blocked items (blocked before schema 3); returns how many. */
-  repairWaits(queue: string): Promise<number> {
-    validate(queueName, queue, 'repairWaits', 'queue');
-    return repairWaits(this.db, this.tables, queue);
-  }
-
   cancel(id: string, reason?: string): Promise<CancelOutcome> {
     validate(itemId, id, 'cancel', 'id');
     if (reason !== undefined) validate(reasonText, reason, 'cancel', 'reason');
@@ -396,55 +306,10 @@ export class Ledger {
     return this.capabilities().then((caps) => replayItem(this.db, this.tables, v, caps.idOrder));
   }
 
-  /** Deletes terminal items older than `olderThanMs` (and their history); returns how many. */
-  purge(opts: { olderThanMs: number; limit?: number; queue?: string }): Promise<number> {
-    const v = validate(purgeSchema, opts, 'purge');
-    return purgeTerminal(this.db, this.tables, v);
-  }
-
-  /**
-   * Forgets dependency wake marks untouched for a day (at most `limit`; see
-   * sql/wake-marks.ts). They belong to no queue: one call per maintenance
-   * pass, whatever the item retention.
-   * @internal
-   */
-  forgetWakeMarks(limit = 1000): Promise<number> {
-    validate(limitSchema, limit, 'forgetWakeMarks', 'limit');
-    return purgeWakeMarks(this.db, this.tables, WAKE_MARK_KEEP_MS, limit);
-  }
-
   /** Depth by state per queue, counted now from bounded index ranges (src/ledger/sql/stats.ts). */
   stats(queue?: string): Promise<QueueStats[]> {
     if (queue !== undefined) validate(queueName, queue, 'stats', 'queue');
     return queueStats(this.db, this.tables, queue);
-  }
-
-  /** The stats as the fleet last counted them, counted here if older than `everyMs` and this replica takes the task. @internal */
-  fleetStats(opts: { everyMs: number; leaseMs?: number }): Promise<FleetStats> {
-    return fleetStats(this.db, this.tables, { everyMs: opts.everyMs, leaseMs: opts.leaseMs ?? 60_000 });
-  }
-
-  /**
-   * The fleet-wide gauges if `holder` holds (takes or keeps) their lease for
-   * `leaseMs`; undefined when another replica holds it (src/ledger/fleet-stats.ts).
-   * @internal
-   */
-  fleetGauges(opts: { holder: string; everyMs: number; leaseMs: number }): Promise<FleetGaugeReading | undefined> {
-    return fleetGauges(this.db, this.tables, { ...opts, countLeaseMs: 60_000 });
-  }
-
-  /** Gives up `holder`'s lease on the fleet-wide gauges. @internal */
-  releaseFleetGauges(holder: string): Promise<void> {
-    return releaseFleetGauges(this.db, this.tables, holder);
-  }
-
-  /**
-   * How many items of `queue` are `processing` across the fleet (the claim limiter reads it).
-   * @internal
-   */
-  countProcessing(queue: string): Promise<number> {
-    validate(queueName, queue, 'countProcessing', 'queue');
-    return countProcessing(this.db, this.tables, queue);
   }
 
   /** An item, its attempt history and its durable steps, for an operator. */
@@ -512,45 +377,6 @@ export class Ledger {
     return pausedQueues(this.db, this.tables, queues);
   }
 
-  /** The consumers whose heartbeat is recent, of one queue or all. */
-  liveConsumers(queue?: string): Promise<LiveConsumer[]> {
-    if (queue !== undefined) validate(queueName, queue, 'liveConsumers', 'queue');
-    return liveConsumers(this.db, this.tables, queue);
-  }
-
-  /** The heartbeat of a process's running consumers, one statement for all (src/consumer/registration.ts). @internal */
-  consumerBeat(rows: readonly ConsumerRow[], first: boolean): Promise<void> {
-    return beat(this.db, this.tables, rows, first);
-  }
-
-  /**
-   * A rate-limited item's start (docs/design.md §6, "Rate limits"): granted
-   * when its key's next start has come (the item's started_at is then now),
-   * else how long until it may. @internal
-   */
-  takeRate(handle: Pick<LeaseHandle, 'id' | 'queue' | 'leaseToken'>, input: { key: string; intervalMs: number }): Promise<RateAnswer> {
-    const v = validate(rateTakeSchema, input, 'takeRate');
-    return takeRate(this.db, this.tables, { queue: handle.queue, key: v.key, id: handle.id, token: handle.leaseToken, intervalUs: Math.round(v.intervalMs * 1000) });
-  }
-
-  /** A turn for an item refused a rate-limited start: how long from now (ms). @internal */
-  reserveRateTurn(input: { queue: string; key: string; intervalMs: number }): Promise<number> {
-    const v = validate(rateTakeSchema, { key: input.key, intervalMs: input.intervalMs }, 'reserveRateTurn');
-    validate(queueName, input.queue, 'reserveRateTurn', 'queue');
-    return reserveRateTurn(this.db, this.tables, { queue: input.queue, key: v.key, intervalUs: Math.round(v.intervalMs * 1000) });
-  }
-
-  /** A key's next start pushed to `afterMs` from now at the soonest (a handler's RateLimitedError). */
-  pushRateWindow(input: { queue: string; key: string; afterMs: number }): Promise<void> {
-    const v = validate(rateWindowSchema, input, 'pushRateWindow');
-    return pushRateWindow(this.db, this.tables, v);
-  }
-
-  /** A stopped consumer's row removed. @internal */
-  consumerGone(name: string): Promise<void> {
-    return forget(this.db, this.tables, name);
-  }
-
   get(id: string): Promise<WorkItem | undefined> {
     validate(itemId, id, 'get', 'id');
     return getItem(this.db, this.tables, id);
@@ -559,19 +385,5 @@ export class Ledger {
   listDead(opts: { queue?: string; limit?: number } = {}): Promise<WorkItem[]> {
     const v = validate(listDeadSchema, opts, 'listDead');
     return listDead(this.db, this.tables, v);
-  }
-
-  activate(opts: { queue: string; deployment: string; expectEpoch?: number }): Promise<Ownership> {
-    const v = validate(activateSchema, opts, 'activate');
-    return activateOwnership(this.db, this.tables, v);
-  }
-
-  ownership(queue: string): Promise<Ownership | undefined> {
-    validate(queueName, queue, 'ownership', 'queue');
-    return getOwnership(this.db, this.tables, queue);
-  }
-
-  close(): Promise<void> {
-    return this.db.destroy();
   }
 }
