@@ -3,7 +3,6 @@ import { hostname } from 'node:os';
 import { randomBytes } from 'node:crypto';
 import { wakeReadChannel, type WakeReadMessage } from '../diagnostics.js';
 import { ValidationError } from '../errors.js';
-import type { Ledger } from '../ledger/ledger.js';
 import type { ClaimedItem, SweepSignal } from '../ledger/types.js';
 import { createLogger, type Logger } from '../log.js';
 import { Maintainer } from '../maintenance/maintainer.js';
@@ -17,35 +16,22 @@ import { WakeReader } from '../wake/wake-reader.js';
 import { ClaimScheduler, type SchedulerHost } from './claim-scheduler.js';
 import { BatchCompleter } from './completer.js';
 import { newConsumerCounters, type ConsumerCounters, type ConsumerEvents } from './counters.js';
-import { BatchGatherer } from './batches.js';
 import { coalesceClaimOf, type CoalesceClaim } from './coalescing.js';
 import { Handovers, type HandoverWay } from './handover.js';
-import { leaseTickMs } from './lease-keeper.js';
+import { startLeaseClock } from './lease-keeper.js';
 import type { ConsumerLedger } from './ledger-port.js';
 import { OfferDesk, type OfferDeskHost } from './offer-desk.js';
-import { consumerSettingsSchema, type ConsumerSettings, type ConsumerSettingsInput } from './options.js';
-import { checkRateLimit } from './rate-gate.js';
+import { consumerSettingsSchema, type ConsumerOptions, type ConsumerSettings } from './options.js';
 import { ConsumerRegistration } from './registration.js';
 import { ProgressBatch, RenewalBatch } from './renewals.js';
 import { Sweeper } from './sweeper.js';
-import { normalizeHandler, type HandlerEntry, type RegisteredHandler } from './types.js';
+import { handlerTable } from './handler-table.js';
+import type { RegisteredHandler } from './types.js';
 import { loadOtel } from '../tracing/otel.js';
 
 export type { ConsumerCounters, ConsumerEvents } from './counters.js';
+export type { ConsumerOptions } from './options.js';
 
-export interface ConsumerOptions<DB = Record<string, never>> extends ConsumerSettingsInput {
-  ledger: Ledger;
-  /** Without it the consumer only sweeps the ledger (every pollIntervalMs). */
-  wake?: WakeChannel | undefined;
-  handlers: Record<string, HandlerEntry<DB>>;
-  logger?: Logger;
-  /**
-   * How a recurring schedule's fire is enqueued if this consumer starts the
-   * wake channel's timer processor (nobody else did), e.g. a Producer's
-   * enqueue. Default: a Producer on this consumer's ledger and wake channel.
-   */
-  enqueueScheduled?: ScheduledEnqueue | undefined;
-}
 
 const FOLLOW_UP_MIN_INTERVAL_MS = 20;
 /** At stop, how long handoffs of offers producers took may still come before the ledger is asked for their items. */
@@ -100,26 +86,16 @@ export class Consumer<DB = Record<string, never>> extends EventEmitter<ConsumerE
     const { ledger, wake, handlers, logger, enqueueScheduled, ...settings } = options;
     const parsed = consumerSettingsSchema.safeParse(settings);
     if (!parsed.success) throw ValidationError.fromZod(parsed.error, 'consumer options');
-    if (typeof handlers !== 'object' || handlers === null || Object.keys(handlers).length === 0) {
-      throw new ValidationError([{ field: 'handlers', message: 'must map at least one type to a handler' }], 'consumer options');
-    }
     this.settings = parsed.data;
     this.ledger = ledger;
     this.wake = wake;
     // A schedule's fire has an idempotency key: a Producer enqueues it and announces it, never claimed at insert.
     const producer = wake ? new Producer({ ledger, wake }) : undefined;
     this.enqueueScheduled = enqueueScheduled ?? (producer ? (item) => producer.enqueue(item) : undefined);
-    this.handlers = new Map(Object.entries(handlers).map(([type, h]) => [type, normalizeHandler(h)]));
+    this.handlers = handlerTable(handlers, { ledger });
     this.coalesce = coalesceClaimOf(this.handlers);
     this.name = this.settings.name ?? `${hostname()}:${process.pid}:${randomBytes(3).toString('hex')}`;
     this.log = (logger ?? createLogger('lanewake.consumer')).child({ queue: this.settings.queue, consumer: this.name });
-    for (const [type, def] of this.handlers) checkRateLimit(type, def.rateLimit);
-    // A batch handler's items each run on their own, through a gatherer that calls it once per batch.
-    for (const [type, def] of this.handlers) {
-      if (def.batch === undefined) continue;
-      if (def.coalesce !== undefined) throw new ValidationError([{ field: `handlers.${type}.coalesce`, message: 'a batch handler does not coalesce' }], 'consumer options');
-      this.handlers.set(type, { ...def, handle: new BatchGatherer<DB>(type, def.batch.options, def.batch.handle, { ledger }).handleOne });
-    }
     this.maintainer = this.settings.maintenance
       ? new Maintainer({ ledger, wake, queues: [this.settings.queue], log: this.log, batchSize: SWEEP_MAINTENANCE_BATCH })
       : undefined;
@@ -140,16 +116,7 @@ export class Consumer<DB = Record<string, never>> extends EventEmitter<ConsumerE
     const s = this.settings;
     this.registration = new ConsumerRegistration(
       ledger,
-      {
-        name: this.name,
-        queue: s.queue,
-        classes: s.classes,
-        types: s.types ?? null,
-        concurrency: s.concurrency,
-        maxProcessing: s.maxProcessing ?? null,
-        epoch: s.epoch ?? null,
-        version: packageVersion(),
-      },
+      { name: this.name, queue: s.queue, classes: s.classes, types: s.types ?? null, concurrency: s.concurrency, maxProcessing: s.maxProcessing ?? null, epoch: s.epoch ?? null, version: packageVersion() },
       this.log,
     );
   }
@@ -222,14 +189,7 @@ export class Consumer<DB = Record<string, never>> extends EventEmitter<ConsumerE
       this.offers?.start();
     }
     this.sweeper.start();
-    this.clock = setInterval(() => {
-      const now = Date.now();
-      let renewing = false;
-      for (const run of this.scheduler.running.values()) renewing = run.tick(now) || renewing;
-      // The renewals of one tick go out as one statement (RenewalBatch): leases nearly due join it.
-      if (renewing) for (const run of this.scheduler.running.values()) run.joinRenewals(now);
-    }, leaseTickMs(this.settings.leaseMs));
-    this.clock.unref();
+    this.clock = startLeaseClock(() => this.scheduler.running.values(), this.settings.leaseMs);
     this.loopsSettled = this.scheduler.loop();
     this.loopsSettled.catch(() => undefined);
     this.log.info({ concurrency: this.settings.concurrency, wake: this.wake !== undefined }, 'consumer started');

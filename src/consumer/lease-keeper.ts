@@ -16,6 +16,28 @@ export function leaseTickMs(leaseMs: number): number {
   return Math.max(10, Math.min(1000, Math.floor(leaseMs / LEASE_TICKS_PER_LEASE)));
 }
 
+/** What the consumer's clock drives: each running item's lease and long deadline. */
+export interface ClockedRun {
+  tick(nowMs: number): boolean;
+  joinRenewals(nowMs: number): void;
+}
+
+/**
+ * One clock for every running item of a consumer: each tick renews the leases
+ * that are due (and enforces long deadlines); when any renews, the leases
+ * nearly due join it, so a tick's renewals go out as one statement (RenewalBatch).
+ */
+export function startLeaseClock(running: () => Iterable<ClockedRun>, leaseMs: number): NodeJS.Timeout {
+  const clock = setInterval(() => {
+    const now = Date.now();
+    let renewing = false;
+    for (const run of running()) renewing = run.tick(now) || renewing;
+    if (renewing) for (const run of running()) run.joinRenewals(now);
+  }, leaseTickMs(leaseMs));
+  clock.unref();
+  return clock;
+}
+
 /**
  * How long after a lease was taken its renewal falls due: a third of the
  * lease, or a sixth when it joins another renewal going out in the same tick.

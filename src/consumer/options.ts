@@ -2,6 +2,11 @@ import { z } from 'zod';
 import { backoffSchema } from '../ledger/backoff.js';
 import { QUEUE_CLASSES } from '../ledger/types.js';
 import { queueName, typeName, workerName } from '../ledger/validation.js';
+import type { Ledger } from '../ledger/ledger.js';
+import type { Logger } from '../log.js';
+import type { ScheduledEnqueue } from '../wake/timers.js';
+import type { WakeChannel } from '../wake/wake-channel.js';
+import type { HandlerEntry } from './types.js';
 
 /**
  * Tunables of a consumer, validated at construction. Each field's
@@ -134,3 +139,17 @@ export const consumerSettingsSchema = z
 
 export type ConsumerSettingsInput = z.input<typeof consumerSettingsSchema>;
 export type ConsumerSettings = z.output<typeof consumerSettingsSchema>;
+
+export interface ConsumerOptions<DB = Record<string, never>> extends ConsumerSettingsInput {
+  ledger: Ledger;
+  /** Without it the consumer only sweeps the ledger (every pollIntervalMs). */
+  wake?: WakeChannel | undefined;
+  handlers: Record<string, HandlerEntry<DB>>;
+  logger?: Logger;
+  /**
+   * How a recurring schedule's fire is enqueued if this consumer starts the
+   * wake channel's timer processor (nobody else did), e.g. a Producer's
+   * enqueue. Default: a Producer on this consumer's ledger and wake channel.
+   */
+  enqueueScheduled?: ScheduledEnqueue | undefined;
+}
