@@ -5,13 +5,16 @@ import type { ClaimedItem } from '../ledger/types.js';
 import { Latch } from '../latch.js';
 import type { Logger } from '../log.js';
 import type { WakeEntry, WakeMessage } from '../wake/messages.js';
-import type { ConsumerCounters, ConsumerEvents } from './counters.js';
-import type { CoalesceClaim } from './coalescing.js';
+import type { ConsumerCounters } from './counters.js';
 import { runJob, type JobRunDeps, type Outcome, type RunningJob } from './job-run.js';
 import type { ConsumerLedger } from './ledger-port.js';
 import type { ConsumerSettings } from './options.js';
-import { PrefetchBuffer, type Prefetched } from './prefetch-buffer.js';
+import { PrefetchBuffer } from './prefetch-buffer.js';
 import { RoundClaims } from './round-claims.js';
+import type { SchedulerHost } from './scheduler-host.js';
+import { HandBack } from './hand-back.js';
+
+export type { SchedulerHost } from './scheduler-host.js';
 
 /** Claim rounds one scheduler may have in flight at once. */
 const MAX_CLAIM_ROUNDS = 2;
@@ -23,23 +26,6 @@ const CLAIM_ERROR_BACKOFF_MS = 500;
 const LOOK_AGAIN_MS = 5;
 /** The loop's wait when nothing is buffered: any signal wakes it sooner (the sweeper's among them). */
 const IDLE_WAIT_MS = 60_000;
-
-/** What the scheduler asks of the consumer around it. */
-export interface SchedulerHost<DB> {
-  /** Everything a job's run needs but the slot bookkeeping (the scheduler adds that). */
-  runDeps: Omit<JobRunDeps<DB>, 'onSettled'>;
-  /** What claim rounds coalesce (docs/design.md §4, Coalescing). */
-  readonly coalesce: CoalesceClaim | undefined;
-  emit<K extends keyof ConsumerEvents>(event: K, ...args: ConsumerEvents[K]): void;
-  /** Room held for items arriving claimed without a claim round (handover.ts): free slots and claim room leave it out. */
-  readonly held: { readonly heldSlots: number; readonly heldRoom: number };
-  /** Wake entries a claim round has acted on. */
-  ack(entries: readonly WakeEntry[]): void;
-  /** Saturated with work left over: pass a wake-up on so an idle replica joins in. */
-  followUp(): Promise<void>;
-  /** Slots freed: the wake reader may read again. */
-  roomChanged(): void;
-}
 
 /**
  * The consumer's claim side and its executor slots (docs/design.md §6): claim
@@ -63,7 +49,7 @@ export class ClaimScheduler<DB> {
   /** Items in the prefetch buffer named by a cancel message: each asks the ledger as it starts. */
   private readonly cancelHints = new Set<string>();
   private pendingAcks: WakeEntry[] = [];
-  private readonly lateReleases = new Set<Promise<void>>();
+  private readonly handBack: HandBack;
   private readonly runDeps: JobRunDeps<DB>;
   private mightHaveWork = true;
   /** Bumped by every noteWork(): a claim round must not forget a signal its head search did not see. */
@@ -82,7 +68,7 @@ export class ClaimScheduler<DB> {
   private readonly prefetchOff: boolean;
 
   constructor(
-    private readonly ledger: ConsumerLedger,
+    ledger: ConsumerLedger,
     private readonly settings: ConsumerSettings,
     private readonly name: string,
     private readonly counters: ConsumerCounters,
@@ -94,6 +80,7 @@ export class ClaimScheduler<DB> {
     this.prefetchOff = limit === 0;
     this.buffer = new PrefetchBuffer({ concurrency: settings.concurrency, limit, leaseMs: settings.leaseMs });
     this.claims = new RoundClaims(ledger, settings, name, host.coalesce);
+    this.handBack = new HandBack(ledger, counters, log, { leaving: (id) => this.cancelHints.delete(id), gone: () => this.noteWork() });
     this.runDeps = {
       ...host.runDeps,
       // The slot frees when the handler settles, so the next claim overlaps this finalize.
@@ -209,19 +196,17 @@ export class ClaimScheduler<DB> {
       return;
     }
     this.counters.claimed += items.length;
-    const p = this.release(items.map((item) => ({ item, claimedAtMs })), 'consumer stopping');
-    this.lateReleases.add(p);
-    void p.finally(() => this.lateReleases.delete(p));
+    this.handBack.releaseLate(items.map((item) => ({ item, claimedAtMs })), 'consumer stopping');
   }
 
   /** At stop, once the loop has ended: everything still in the buffer goes back unstarted. */
   releaseBuffered(): Promise<void> {
-    return this.release(this.buffer.drain(), 'shutdown');
+    return this.handBack.release(this.buffer.drain(), 'shutdown');
   }
 
   /** At stop, after the drain: items handed over while stopping have gone back. */
   async lateReleasesSettled(): Promise<void> {
-    await Promise.allSettled([...this.lateReleases]);
+    await this.handBack.settled();
   }
 
   /**
@@ -366,33 +351,17 @@ export class ClaimScheduler<DB> {
     if (!this.active) return;
     // Paused: nothing starts; what a round in flight at the pause claimed, or the buffer held, goes back unstarted.
     if (this.paused) {
-      if (this.buffer.size > 0) void this.release(this.buffer.drain(), 'queue paused');
+      if (this.buffer.size > 0) void this.handBack.release(this.buffer.drain(), 'queue paused');
       return;
     }
     const { start, expired } = this.buffer.take(this.freeSlots(), Date.now());
     for (const p of start) this.startJob(p.item, p.claimedAtMs);
-    if (expired.length > 0) void this.release(expired, 'prefetch wait exceeded a third of the lease');
+    if (expired.length > 0) void this.handBack.release(expired, 'prefetch wait exceeded a third of the lease');
     // Without a prefetch buffer, items claimed beyond the free slots (an arrival at insert took a slot a
     // round in flight counted on) go back at once, keeping their place, and a wake-up tells the others.
     if (this.prefetchOff && this.buffer.size > 0) {
-      void this.release(this.buffer.drain(), 'no free slot').then(() => this.host.followUp());
+      void this.handBack.release(this.buffer.drain(), 'no free slot').then(() => this.host.followUp());
     }
-  }
-
-  /** Hands unstarted items back without spending an attempt. */
-  private async release(items: readonly Prefetched[], reason: string): Promise<void> {
-    if (items.length === 0) return;
-    this.counters.prefetchReleased += items.length;
-    for (const p of items) this.cancelHints.delete(p.item.id);
-    await Promise.allSettled(
-      items.map((p) =>
-        this.ledger.release(p.item, { reason }).catch((error: unknown) => {
-          this.counters.errors++;
-          this.log.warn({ id: p.item.id, err: (error as Error).message }, 'could not release a prefetched item; its lease will expire');
-        }),
-      ),
-    );
-    this.noteWork();
   }
 
   private startJob(item: ClaimedItem, claimedAtMs: number): void {
