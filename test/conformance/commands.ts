@@ -4,7 +4,8 @@ import { ReplayRejectedError } from '../../src/errors.js';
 import type { EnqueueInput } from '../../src/ledger/ledger.js';
 import { errorDigest } from '../../src/ledger/ids.js';
 import type { ClaimedItem, ItemState, ReclaimOutcome } from '../../src/ledger/types.js';
-import { SLACK_MS, type Finish, type LedgerModel, type ModelItem, type NewItemSpec } from '../support/ledger-model.js';
+import { SLACK_MS } from '../support/ledger-clock.js';
+import type { Finish, LedgerModel, ModelItem, NewItemSpec } from '../support/ledger-model.js';
 import { waitFor } from '../support/ledger.js';
 import {
   bracketed,

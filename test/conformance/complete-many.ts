@@ -1,7 +1,8 @@
 import { randomBytes } from 'node:crypto';
 import fc from 'fast-check';
 import { expect } from 'vitest';
-import { reached, type ModelItem } from '../support/ledger-model.js';
+import { reached } from '../support/ledger-clock.js';
+import type { ModelItem } from '../support/ledger-model.js';
 import { handleNote, leaseArb, ms } from './commands.js';
 import { bracketed, command, recent, viewOf, type LedgerCommand } from './real.js';
 

@@ -2,7 +2,8 @@ import type fc from 'fast-check';
 import { expect } from 'vitest';
 import type { FinalizeResult, Ledger } from '../../src/ledger/ledger.js';
 import { ITEM_STATES, type ClaimedItem, type WorkItem } from '../../src/ledger/types.js';
-import { FAIL_ERROR, RETRY_ERROR, within, type Bracket, type Finish, type ItemView, type LedgerModel } from '../support/ledger-model.js';
+import { within, type Bracket } from '../support/ledger-clock.js';
+import { FAIL_ERROR, RETRY_ERROR, type Finish, type ItemView, type LedgerModel } from '../support/ledger-model.js';
 
 /** The system under test: the ledger, and the queue of one run (queue names are unique per run). */
 export interface Real {

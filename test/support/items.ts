@@ -3,6 +3,7 @@ import { sql } from 'kysely';
 import { expect } from 'vitest';
 import type { Ledger } from '../../src/ledger/ledger.js';
 import type { AttemptRecord, ClaimedItem, WorkItem } from '../../src/ledger/types.js';
+import { waitFor } from './ledger.js';
 
 let queueCounter = 0;
 
@@ -80,4 +81,24 @@ export async function claimAll(ledger: Ledger, queue: string, owner = 'worker-a'
 /** The same claim, but holding a lease token that was never issued. */
 export function withForeignToken(item: ClaimedItem): ClaimedItem {
   return { ...item, leaseToken: randomBytes(16).toString('base64url') };
+}
+
+/** A date's ms, failing the test when there is none. */
+export const ms = (d: Date | null | undefined): number => {
+  if (!d) throw new Error('expected a date');
+  return d.getTime();
+};
+
+/** Claims with a short lease, then waits until the reclaimer has taken it back. */
+export async function expireAndReclaim(ledger: Ledger, queue: string, ids: readonly string[]): Promise<void> {
+  const waiting = new Set(ids);
+  await waitFor(
+    async () => {
+      const r = await ledger.reclaimExpired({ queue });
+      for (const id of [...r.reclaimed, ...r.dead]) waiting.delete(id);
+      return waiting.size === 0;
+    },
+    10_000,
+    `reclaim of ${ids.length} expired lease(s)`,
+  );
 }

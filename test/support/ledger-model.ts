@@ -1,4 +1,5 @@
 import { ITEM_STATES, TERMINAL_STATES, type ClaimedItem, type ItemState } from '../../src/ledger/types.js';
+import { nowPlus, reached, readInstant, SLACK_MS, type Bracket, type Instant } from './ledger-clock.js';
 
 /**
  * An in-memory model of one queue of the ledger (docs/design.md §3), for the
@@ -8,43 +9,6 @@ import { ITEM_STATES, TERMINAL_STATES, type ClaimedItem, type ItemState } from '
  * items surely and which maybe qualify, and the caller checks the ledger's
  * answer against that and applies it.
  */
-
-/** Dates carry whole ms, the ledger's clock µs: a read `v` means an instant within [v - SLACK_MS, v + SLACK_MS]. */
-export const SLACK_MS = 1;
-
-/** An instant of the ledger's clock, known to lie within [lo, hi] (ms). */
-export interface Instant {
-  lo: number;
-  hi: number;
-}
-
-/** The ledger's clock read just before and just after a call: every NOW(6) of the call lies between. */
-export interface Bracket {
-  before: number;
-  after: number;
-}
-
-export type Tri = 'yes' | 'no' | 'maybe';
-
-export function readInstant(d: Date): Instant {
-  return { lo: d.getTime() - SLACK_MS, hi: d.getTime() + SLACK_MS };
-}
-
-/** NOW(6) + ms, evaluated by a statement of a call within `b`. */
-export function nowPlus(b: Bracket, ms: number): Instant {
-  return { lo: b.before - SLACK_MS + ms, hi: b.after + SLACK_MS + ms };
-}
-
-/** Whether NOW(6) of a statement within `b` has passed `i` (`i <= NOW(6)`, or `<`: the bounds are loose enough for both). */
-export function reached(i: Instant, b: Bracket): Tri {
-  if (i.hi < b.before - SLACK_MS) return 'yes';
-  if (i.lo > b.after + SLACK_MS) return 'no';
-  return 'maybe';
-}
-
-export function within(d: Date, i: Instant): boolean {
-  return d.getTime() >= i.lo - SLACK_MS && d.getTime() <= i.hi + SLACK_MS;
-}
 
 /** How the holder of a claim ends it (the finalize calls of docs/design.md §3). */
 export type Finish =
