@@ -50,6 +50,7 @@ export interface ItemSummary {
   state: ItemState;
   lane: string | null;
   laneSeq: number | null;
+  /** Its lane's head (or admitted by its key) and not ended: the server leaves the flag off ended items. */
   isHead: boolean;
   concurrencyKey: string | null;
   queueClass: string;
@@ -135,11 +136,6 @@ export interface DeadGroup {
   lastError: string | null;
   lastAt: string;
   sampleId: string;
-}
-
-/** The item is its lane's head now: `isHead` stays set on a lane's last item after it ended. */
-export function isLiveHead(item: Pick<ItemSummary, 'isHead' | 'state'>): boolean {
-  return item.isHead && !TERMINAL_STATES.includes(item.state);
 }
 
 /** The filter of the item list, as in the URL's query. */

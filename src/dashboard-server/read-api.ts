@@ -1,6 +1,6 @@
-import { errorDigest } from '../ledger/ids.js';
 import type { Ledger } from '../ledger/ledger.js';
-import { TERMINAL_STATES, type ItemState, type ItemSummary, type WorkItem } from '../ledger/types.js';
+import { summaryOfItem } from '../ledger/rows.js';
+import type { ItemState } from '../ledger/types.js';
 import { badRequest, HttpError } from './http.js';
 import type { Route, RouteContext } from './routes.js';
 
@@ -62,16 +62,6 @@ function integer(c: RouteContext, name: string): number | undefined {
   return Number(v);
 }
 
-/** An item as a list shows it, from the whole item (the error cut to 300 characters). */
-function summaryOf(item: WorkItem): ItemSummary {
-  const { id, queue, type, state, lane, laneSeq, isHead, concurrencyKey, queueClass, priority, attempt, maxAttempts, runAfter, createdAt, startedAt, terminalAt, failureClass, idempotencyKey } = item;
-  const lastError = item.lastError === null ? null : [...item.lastError].slice(0, 300).join('');
-  return {
-    id, queue, type, state, lane, laneSeq, isHead: isHead && !TERMINAL_STATES.includes(state), concurrencyKey, queueClass, priority, attempt, maxAttempts, runAfter, createdAt, startedAt, terminalAt, failureClass,
-    lastError, errorDigest: errorDigest(item.lastError), idempotencyKey,
-  };
-}
-
 /**
  * `/api/items/<id>`: the item (its payload only when the server shows
  * payloads), its attempts, steps, coalesced group and why it is where it is.
@@ -82,7 +72,7 @@ export async function itemDetail(ledger: Pick<Ledger, 'inspect' | 'explain' | 'o
   const [why, group] = await Promise.all([ledger.explain(id), ledger.operator.group(id)]);
   const w = found.item;
   const item = {
-    ...summaryOf(w),
+    ...summaryOfItem(w),
     ...(showPayloads ? { payload: w.payload } : {}),
     result: w.result,
     progress: w.progress,

@@ -1,3 +1,4 @@
+import { errorDigest } from './ids.js';
 import { TERMINAL_STATES, type AttemptRecord, type ItemState, type ItemSummary, type QueueClass, type WorkItem } from './types.js';
 
 /** An items row as mysql2 returns it. */
@@ -158,6 +159,21 @@ export interface SummaryRow {
   created_key: string;
 }
 
+/** An ended item keeps its head flag in the ledger; a list shows as head only the one that may run. */
+function liveHead(isHead: boolean, state: ItemState): boolean {
+  return isHead && !TERMINAL_STATES.includes(state);
+}
+
+/** An item as a list shows it, from the whole item: the error cut to 300 characters, as the list's statements cut it. */
+export function summaryOfItem(item: WorkItem): ItemSummary {
+  const { id, queue, type, state, lane, laneSeq, isHead, concurrencyKey, queueClass, priority, attempt, maxAttempts, runAfter, createdAt, startedAt, terminalAt, failureClass, idempotencyKey } = item;
+  const lastError = item.lastError === null ? null : [...item.lastError].slice(0, 300).join('');
+  return {
+    id, queue, type, state, lane, laneSeq, isHead: liveHead(isHead, state), concurrencyKey, queueClass, priority, attempt, maxAttempts, runAfter, createdAt, startedAt, terminalAt, failureClass,
+    lastError, errorDigest: errorDigest(item.lastError), idempotencyKey,
+  };
+}
+
 export function toItemSummary(row: SummaryRow): ItemSummary {
   return {
     id: row.id,
@@ -166,8 +182,7 @@ export function toItemSummary(row: SummaryRow): ItemSummary {
     state: row.state as ItemState,
     lane: row.lane,
     laneSeq: row.lane_seq === null ? null : Number(row.lane_seq),
-    // An ended item keeps its flag in the ledger; a list shows as head only the one that may run.
-    isHead: Number(row.is_head) === 1 && !TERMINAL_STATES.includes(row.state as ItemState),
+    isHead: liveHead(Number(row.is_head) === 1, row.state as ItemState),
     concurrencyKey: row.concurrency_key ?? null,
     queueClass: row.queue_class as QueueClass,
     priority: row.priority,

@@ -1,6 +1,6 @@
 import { count } from '../format.js';
 import { href } from '../router.js';
-import { isLiveHead, type ItemSummary } from '../types.js';
+import type { ItemSummary } from '../types.js';
 import { Clip, StateBadge, Time } from './bits.js';
 
 /** When the item did what it last did: ended, started, or is due. */
@@ -31,10 +31,10 @@ export function ItemTable({ items, showQueue = false, laneOrder = false }: { ite
       </thead>
       <tbody>
         {items.map((it) => (
-          <tr key={it.id} class={isLiveHead(it) ? 'head-row' : ''} data-id={it.id}>
+          <tr key={it.id} class={it.isHead ? 'head-row' : ''} data-id={it.id}>
             {laneOrder && (
               <td class="num">
-                {isLiveHead(it) && <span class="badge head head-mark">head</span>}
+                {it.isHead && <span class="badge head head-mark">head</span>}
                 {it.laneSeq ?? '–'}
               </td>
             )}
@@ -53,7 +53,7 @@ export function ItemTable({ items, showQueue = false, laneOrder = false }: { ite
                 ) : (
                   <>
                     <a href={href.lane(it.queue, it.lane)}>{it.lane}</a>
-                    {isLiveHead(it) && <span class="badge head">head</span>}
+                    {it.isHead && <span class="badge head">head</span>}
                   </>
                 )}
               </td>

@@ -6,7 +6,7 @@ import { absolute, count, json } from '../format.js';
 import { usePoll } from '../poll.js';
 import { href, navigate } from '../router.js';
 import { useSession } from '../session-context.js';
-import { isLiveHead, TERMINAL_STATES, type ItemDetail, type ItemResponse } from '../types.js';
+import { TERMINAL_STATES, type ItemDetail, type ItemResponse } from '../types.js';
 
 function Field({ label, children }: { label: string; children: ComponentChildren }) {
   return (
@@ -53,7 +53,7 @@ function Fields({ item }: { item: ItemDetail }) {
         ) : (
           <>
             <a href={href.lane(item.queue, item.lane)}>{item.lane}</a> <span class="muted">#{item.laneSeq ?? '?'}</span>
-            {isLiveHead(item) && <span class="badge head">head</span>}
+            {item.isHead && <span class="badge head">head</span>}
           </>
         )}
       </Field>
