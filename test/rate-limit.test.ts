@@ -128,9 +128,32 @@ test('an item over its limit waits for its turn in pending, its attempt not spen
   expect(why).toMatchObject({ code: 'rate_limited', details: { until: waiting.runAfter.toISOString() } });
 });
 
+test("key: 'concurrencyKey' gives each of an item's concurrency keys its own window; items without a key share their type's", async () => {
+  const queue = uniqueQueue('rate-ckey');
+  const call = defineHandler<Call>({ rateLimit: { key: 'concurrencyKey', max: 10, perMs: 1000 }, handle: async () => undefined });
+  for (let i = 0; i < 2; i++) {
+    const c = new Consumer({ ledger: tl.ledger, wake: tw.wake, queue, concurrency: 8, handlers: { call } });
+    consumers.push(c);
+    await c.start();
+  }
+  const byKey = { t1: 'tenant:1', t2: 'tenant:2', none: null } as const;
+  await new Producer({ ledger: tl.ledger, wake: tw.wake }).enqueueMany(
+    Object.entries(byKey).flatMap(([api, concurrencyKey]) =>
+      Array.from({ length: 15 }, (_, n) => ({ queue, type: 'call', payload: { api, n }, ...(concurrencyKey === null ? {} : { concurrencyKey }) })),
+    ),
+  );
+  await waitFor(async () => ((await Promise.all(Object.keys(byKey).map((api) => startsOf(queue, api)))).every((s) => s.length === 15) ? true : undefined), 30_000, 'every item');
+  const windows = await Promise.all(Object.keys(byKey).map(async (api) => busiestWindow((await startsOf(queue, api)).map((s) => s.at), 1000)));
+  expect(windows.every((w) => w <= 10)).toBe(true);
+  // Three windows, one per concurrency key and the type's for items without one.
+  const rows = await sql<{ rate_key: string }>`SELECT rate_key FROM ${tl.ledger.tables.rateLimits} WHERE queue = ${queue} ORDER BY rate_key`.execute(tl.ledger.db);
+  expect(rows.rows.map((r) => r.rate_key)).toEqual(['call', 'key:tenant:1', 'key:tenant:2']);
+});
+
 test('a bad rateLimit is refused naming its field', () => {
   const make = (rateLimit: unknown) =>
     new Consumer({ ledger: tl.ledger, queue: 'q', handlers: { t: { handle: async () => undefined, rateLimit } as never } });
   expect(() => make({ max: 0, perMs: 1000 })).toThrow(expect.objectContaining({ fields: ['handlers.t.rateLimit.max'] }));
   expect(() => make({ max: 5, perMs: 1.5 })).toThrow(ValidationError);
+  expect(() => make({ max: 5, perMs: 1000, key: 'tenant' })).toThrow(expect.objectContaining({ fields: ['handlers.t.rateLimit.key'] }));
 });

@@ -26,7 +26,7 @@ export async function passRateGate(
   limit: RateLimit,
   payload: unknown,
 ): Promise<{ go: true; key: string } | { go: false; waitMs: number | 'leaseLost' }> {
-  const key = rateKeyOf(limit, item.type, payload);
+  const key = rateKeyOf(limit, item, payload);
   const spacingMs = limit.perMs / limit.max;
   const intervalMs = spacingMs * (1 + (item.group?.ids.length ?? 0));
   for (let waited = 0; ; waited++) {
@@ -67,9 +67,11 @@ export async function afterRateLimited(deps: OutcomeDeps, item: ClaimedItem, key
     .catch((error: unknown) => deps.log.warn({ id: item.id, err: (error as Error).message }, 'rate limit: pushing the window back failed'));
 }
 
-/** The item's rate key: the limit's function of the payload, or the type. */
-export function rateKeyOf(limit: RateLimit, type: string, payload: unknown): string {
-  return limit.key === undefined ? type : limit.key(payload);
+/** The item's rate key: the limit's function of the payload, its concurrency key, or the type. */
+export function rateKeyOf(limit: RateLimit, item: Pick<ClaimedItem, 'type' | 'concurrencyKey'>, payload: unknown): string {
+  if (limit.key === undefined) return item.type;
+  if (limit.key === 'concurrencyKey') return item.concurrencyKey === null ? item.type : `key:${item.concurrencyKey}`;
+  return limit.key(payload);
 }
 
 /** A handler's rateLimit, checked when the consumer is made: a bad one names its field. */
@@ -78,6 +80,7 @@ export function checkRateLimit(type: string, limit: RateLimit | undefined): void
   const issues: { field: string; message: string }[] = [];
   if (!Number.isInteger(limit.max) || limit.max < 1 || limit.max > 1_000_000) issues.push({ field: `handlers.${type}.rateLimit.max`, message: 'must be an integer from 1 to 1,000,000' });
   if (!Number.isInteger(limit.perMs) || limit.perMs < 1 || limit.perMs > 86_400_000) issues.push({ field: `handlers.${type}.rateLimit.perMs`, message: 'must be an integer from 1 to 86,400,000' });
-  if (limit.key !== undefined && typeof limit.key !== 'function') issues.push({ field: `handlers.${type}.rateLimit.key`, message: 'must be a function of the payload' });
+  if (limit.key !== undefined && typeof limit.key !== 'function' && limit.key !== 'concurrencyKey')
+    issues.push({ field: `handlers.${type}.rateLimit.key`, message: "must be a function of the payload or 'concurrencyKey'" });
   if (issues.length > 0) throw new ValidationError(issues, 'consumer options');
 }

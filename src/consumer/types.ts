@@ -97,14 +97,16 @@ export interface HandlerDefinition<P = unknown, DB = Record<string, never>> {
   /**
    * A rate limit per key (docs/design.md §6, "Rate limits"): at most `max`
    * starts in any `perMs` window, fleet-wide, held by the ledger. The key is
-   * `key(payload)`, or the type when there is no `key`. Items over it go back
-   * to pending until their turn without spending an attempt.
+   * `key(payload)`; with `key: 'concurrencyKey'`, the item's concurrency key
+   * (an item without one shares its type's window); with no `key`, the type.
+   * Items over it go back to pending until their turn without spending an
+   * attempt.
    */
   rateLimit?: RateLimit<P>;
 }
 
 export interface RateLimit<P = unknown> {
-  key?: (payload: P) => string;
+  key?: ((payload: P) => string) | 'concurrencyKey';
   max: number;
   perMs: number;
 }
