@@ -8,8 +8,9 @@
  * of each statement the read sent (MariaDB: its access type and key).
  *
  * The table is filled fast rather than realistically: 20,000 items are
- * enqueued through the ledger, then copied into themselves with new ids and
- * creation times an hour further back each round, until it holds `--rows`.
+ * enqueued through the ledger, then copied in chunks of 20,000 with new ids
+ * and creation times ten minutes further back each chunk, until it holds
+ * `--rows`.
  *
  *   npm run bench:dashboard
  *   npm run bench:dashboard -- --rows 10000000
@@ -45,25 +46,29 @@ async function fill(ledger: Ledger, db: Kysely<Record<string, never>>): Promise<
   const cols = await sql<{ name: string }>`SELECT column_name AS name FROM information_schema.columns
     WHERE table_schema = DATABASE() AND table_name = 'lw_items' ORDER BY ordinal_position`.execute(db);
   const names = cols.rows.map((c) => String(c.name));
-  for (let round = 1, rows = SEED; rows < ROWS; round++) {
-    const take = Math.min(rows, ROWS - rows);
-    progress(`copying ${fmt(take)} items (round ${round})`);
+  // Copies of the seed in chunks of its size, each with new ids and times ten minutes further back: small
+  // statements, no sort of the growing table, so 10,000,000 rows fill at the server's insert rate.
+  await sql`CREATE TABLE lw_seed AS SELECT * FROM lw_items`.execute(db);
+  const t0 = performance.now();
+  for (let chunk = 1, rows = SEED; rows < ROWS; chunk++) {
+    const take = Math.min(SEED, ROWS - rows);
+    if (chunk % 25 === 0) progress(`${fmt(rows)} rows, ${fmt(rows / ((performance.now() - t0) / 1000))} rows/s`);
+    const back = `INTERVAL ${chunk * 10} MINUTE`;
     const exprs = names.map((n) =>
       n === 'id'
-        ? `REPLACE(REPLACE(LEFT(TO_BASE64(UNHEX(MD5(CONCAT(id, '.${round}')))), 22), '+', '-'), '/', '_')`
+        ? `REPLACE(REPLACE(LEFT(TO_BASE64(UNHEX(MD5(CONCAT(id, '.${chunk}')))), 22), '+', '-'), '/', '_')`
         : n === 'created_at' || n === 'run_after' || n === 'updated_at'
-          ? `${n} - INTERVAL ${round} HOUR`
+          ? `${n} - ${back}`
           : n === 'started_at' || n === 'terminal_at'
-            ? `IF(${n} > '1000-01-01 00:00:00', ${n} - INTERVAL ${round} HOUR, ${n})`
+            ? `IF(${n} > '1000-01-01 00:00:00', ${n} - ${back}, ${n})`
             : n === 'idempotency_key'
               ? 'NULL'
               : n,
     );
-    await sql
-      .raw(`INSERT INTO lw_items (${names.join(', ')}) SELECT ${exprs.join(', ')} FROM lw_items ORDER BY created_at DESC LIMIT ${take}`)
-      .execute(db);
+    await sql.raw(`INSERT INTO lw_items (${names.join(', ')}) SELECT ${exprs.join(', ')} FROM lw_seed LIMIT ${take}`).execute(db);
     rows += take;
   }
+  await sql`DROP TABLE lw_seed`.execute(db);
   await sql`ANALYZE TABLE lw_items`.execute(db);
 }
 
