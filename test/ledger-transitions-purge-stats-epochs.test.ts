@@ -83,6 +83,59 @@ describe('purge', () => {
   });
 });
 
+describe('purge of key rows', () => {
+  const keyRows = async (queue: string): Promise<string[]> =>
+    (await sql<{ ckey: string }>`SELECT ckey FROM ${ledger.tables.keys} WHERE queue = ${queue} ORDER BY ckey`.execute(ledger.db)).rows.map((r) => r.ckey);
+  const age = (ids: string[]) =>
+    sql`UPDATE ${ledger.tables.items} SET created_at = NOW(6) - INTERVAL 2 DAY, terminal_at = NOW(6) - INTERVAL 1 DAY WHERE id IN (${sql.join(ids)})`.execute(ledger.db);
+
+  test("a key's row goes with its last purged item; a key with an admitted or waiting item keeps it", async () => {
+    const queue = freshQueue('purge-keys');
+    await ledger.setConcurrencyLimit(queue, 1);
+    const [once, firstOfTwo, second] = await ledger.enqueueMany([
+      { queue, type: 't', payload: 1, concurrencyKey: 'k1' },
+      { queue, type: 't', payload: 2, concurrencyKey: 'k2' },
+      { queue, type: 't', payload: 3, concurrencyKey: 'k2' },
+      { queue, type: 't', payload: 4, concurrencyKey: 'k3' },
+    ]);
+    // k1's and k2's first end; k2's second is admitted in its place; k3's stays admitted, unclaimed.
+    for (const c of await ledger.claimByIds({ queue, owner: 'w', leaseMs: 60_000, ids: [once!.id, firstOfTwo!.id] })) await ledger.complete(c);
+    expect((await mustGet(ledger, second!.id)).isHead).toBe(true);
+    await age([once!.id, firstOfTwo!.id]);
+    expect(await ledger.purge({ olderThanMs: 60_000, queue })).toBe(2);
+    expect(await keyRows(queue)).toEqual(['k2', 'k3']);
+    // The key starts again from nothing: its next item is admitted.
+    const again = await ledger.enqueue({ queue, type: 't', payload: 5, concurrencyKey: 'k1' });
+    expect((await mustGet(ledger, again.id)).isHead).toBe(true);
+  });
+
+  test("a fair queue keeps a key's row while it has rounds dealt past the current one", async () => {
+    const queue = freshQueue('purge-fair');
+    await ledger.setFairness(queue, 'key');
+    const [done, idleDone] = await ledger.enqueueMany([
+      { queue, type: 't', payload: 0, concurrencyKey: 'busy' },
+      { queue, type: 't', payload: 0, concurrencyKey: 'idle' },
+    ]);
+    for (const c of await ledger.claimByIds({ queue, owner: 'w', leaseMs: 60_000, ids: [done!.id, idleDone!.id] })) await ledger.complete(c);
+    // Laned items are not counted by their key (their lane admits them), but they hold rounds 1, 2 and 3.
+    await ledger.enqueueMany([1, 2, 3].map((n) => ({ queue, type: 't', payload: n, concurrencyKey: 'busy', lane: 'L' })));
+    await age([done!.id, idleDone!.id]);
+    expect(await ledger.purge({ olderThanMs: 60_000, queue })).toBe(2);
+    expect(await keyRows(queue)).toEqual(['busy']);
+  });
+
+  test('rate-limit rows spent before the retention go; a key with a turn ahead stays', async () => {
+    const queue = freshQueue('purge-rate');
+    await sql`INSERT INTO ${ledger.tables.rateLimits} (queue, rate_key, next_at, reserved_until) VALUES
+      (${queue}, 'spent', NOW(6) - INTERVAL 2 DAY, NOW(6) - INTERVAL 2 DAY),
+      (${queue}, 'turn ahead', NOW(6) - INTERVAL 2 DAY, NOW(6) + INTERVAL 1 MINUTE),
+      (${queue}, 'recent', NOW(6) - INTERVAL 1 SECOND, NOW(6) - INTERVAL 1 SECOND)`.execute(ledger.db);
+    expect(await ledger.purge({ olderThanMs: 3_600_000, queue })).toBe(0);
+    const left = await sql<{ rate_key: string }>`SELECT rate_key FROM ${ledger.tables.rateLimits} WHERE queue = ${queue} ORDER BY rate_key`.execute(ledger.db);
+    expect(left.rows.map((r) => r.rate_key)).toEqual(['recent', 'turn ahead']);
+  });
+});
+
 describe('stats and inspect', () => {
   test('counts by state and the age of the oldest due head', async () => {
     const queue = freshQueue('stats');

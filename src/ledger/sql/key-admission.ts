@@ -113,6 +113,25 @@ function currentRound(t: LedgerTables, queue: string): RawBuilder<unknown> {
   return sql`COALESCE(NULLIF(LEAST(${edge('MIN', 'pending')}), ${inline(NONE)}), GREATEST(${edge('MAX', 'completed')}))`;
 }
 
+/**
+ * Deletes the rows of these keys that hold nothing: no admitted item, no
+ * waiting one, and in a fair queue no round dealt past the queue's current
+ * one (a new batch would start there anyway). Purge calls it for the keys of
+ * the items it deleted, so a tenant key used once does not keep a row for
+ * ever. An admission that upserts a key at the same time either finds the
+ * row gone and makes it afresh, or has counted an item first, and then the
+ * row stays: the DELETE re-reads each row it locks.
+ */
+export async function deleteIdleKeys(exec: Executor, t: LedgerTables, keys: readonly { queue: string; key: string }[]): Promise<void> {
+  const byQueue = new Map<string, string[]>();
+  for (const k of keys) byQueue.set(k.queue, [...(byQueue.get(k.queue) ?? []), k.key]);
+  for (const [queue, ckeys] of byQueue) {
+    await sql`DELETE FROM ${t.keys} WHERE queue = ${inline(queue)} AND ckey IN (${list([...new Set(ckeys)])}) AND admitted = 0
+      AND NOT EXISTS (SELECT 1 FROM ${t.keyWaits} w WHERE w.queue = ${t.keys}.queue AND w.ckey = ${t.keys}.ckey)
+      AND (fair = 0 OR next_round <= ${currentRound(t, queue)})`.execute(exec);
+  }
+}
+
 /** What admitStatement granted and dealt each key, read in its transaction. */
 export function grantedRead(t: LedgerTables, keys: readonly KeyCount[]): RawBuilder<unknown> {
   return sql`SELECT queue, ckey, granted, round_from, fair FROM ${t.keys} WHERE (queue, ckey) IN (${keyIn(keys)})`;

@@ -3,16 +3,19 @@ import type { Executor, LedgerDb } from '../connection.js';
 import type { LedgerTables } from '../tables.js';
 import type { PurgeFilter } from '../types.js';
 import { affected, laneIn, list, NO_TIME, nowPlusMs, queueScoped } from './common.js';
+import { deleteIdleKeys } from './key-admission.js';
+import { deleteSpentRateRows } from './rate-limits.js';
 
 /** Ended before `cutoff`: a terminal time is set (not NO_TIME) and older. */
 const TERMINAL_BEFORE = (cutoff: RawBuilder<unknown>): RawBuilder<unknown> => sql`terminal_at > ${NO_TIME} AND terminal_at < ${cutoff}`;
 
-type PurgeRow = { id: string; queue: string; lane: string | null };
+type PurgeRow = { id: string; queue: string; lane: string | null; concurrency_key: string | null };
 
 /**
  * Deletes terminal items (and their history and steps) that ended more than
  * `olderThanMs` ago, at most `limit` per call, then the lane rows left with
- * no item at all.
+ * no item at all, the rows of their concurrency keys left holding nothing,
+ * and rate-limit rows spent as long ago.
  */
 export async function purgeTerminal(
   db: LedgerDb,
@@ -24,10 +27,13 @@ export async function purgeTerminal(
   // An item ends after it was created, so creation time before the cutoff is
   // necessary for a terminal time before it, and creation time is indexed
   // (ix_created) because it never changes, unlike the terminal time.
-  const rows = await sql<PurgeRow>`SELECT id, queue, lane FROM ${t.items}
+  const rows = await sql<PurgeRow>`SELECT id, queue, lane, concurrency_key FROM ${t.items}
     WHERE ${queueFilter} created_at < ${cutoff} AND ${TERMINAL_BEFORE(cutoff)}
     ORDER BY created_at LIMIT ${opts.limit}`.execute(db);
-  return deleteEnded(db, t, rows.rows, cutoff);
+  const deleted = await deleteEnded(db, t, rows.rows, cutoff);
+  // Rate rows belong to no item: each call takes a bounded share of the spent ones.
+  await deleteSpentRateRows(db, t, opts);
+  return deleted;
 }
 
 /** Where a filtered purge's scan of ix_created has got to (created_at as text with microseconds, and the id). */
@@ -56,7 +62,7 @@ export async function purgeFilteredBatch(
 ): Promise<{ purged: number; next: PurgePosition | undefined }> {
   const cutoff = nowPlusMs(-(f.olderThanMs ?? 0));
   const from = after === undefined ? sql`` : sql` AND created_at >= ${after.key} AND (created_at > ${after.key} OR id > ${after.id})`;
-  const rows = await sql<PurgeRow & { created_key: string }>`SELECT id, queue, lane, DATE_FORMAT(created_at, '%Y-%m-%d %H:%i:%s.%f') AS created_key
+  const rows = await sql<PurgeRow & { created_key: string }>`SELECT id, queue, lane, concurrency_key, DATE_FORMAT(created_at, '%Y-%m-%d %H:%i:%s.%f') AS created_key
     FROM ${t.items} WHERE ${filteredScope(f, cutoff)}${from} ORDER BY created_at, id LIMIT ${limit}`.execute(db);
   const last = rows.rows[rows.rows.length - 1];
   const purged = await deleteEnded(db, t, rows.rows, cutoff);
@@ -87,5 +93,7 @@ async function deleteEnded(db: LedgerDb, t: LedgerTables, rows: readonly PurgeRo
       AND ${laneIn(lanes)}
       AND NOT EXISTS (SELECT 1 FROM ${t.items} i WHERE i.queue = ${t.lanes}.queue AND i.lane = ${t.lanes}.lane)`.execute(db);
   }
+  const keys = rows.flatMap((r) => (r.concurrency_key === null ? [] : [{ queue: r.queue, key: r.concurrency_key }]));
+  if (keys.length > 0) await deleteIdleKeys(db, t, keys);
   return deleted;
 }

@@ -77,6 +77,19 @@ export async function reserveRateTurn(db: LedgerDb, t: LedgerTables, spec: { que
 }
 const TURN_CAS_ATTEMPTS = 10;
 
+/**
+ * Deletes up to `limit` key rows whose next start and every turn given out
+ * are older than `olderThanMs`: such a row grants as a missing one would
+ * (takeRate makes a missing row afresh), so a key used once keeps no row.
+ * A grant or turn racing the DELETE either finds the row gone and makes it
+ * again, or moved it on first, and then the row stays.
+ */
+export async function deleteSpentRateRows(db: LedgerDb, t: LedgerTables, opts: { olderThanMs: number; limit: number; queue?: string | undefined }): Promise<number> {
+  const cutoff = sql`NOW(6) - INTERVAL ${inline(Math.round(opts.olderThanMs * 1000))} MICROSECOND`;
+  const inQueue = opts.queue === undefined ? sql`` : sql`queue = ${inline(opts.queue)} AND `;
+  return affected(await sql`DELETE FROM ${t.rateLimits} WHERE ${inQueue}next_at < ${cutoff} AND reserved_until < ${cutoff} LIMIT ${inline(opts.limit)}`.execute(db));
+}
+
 /** A handler's RateLimitedError: the key's next start is no sooner than `afterMs` from now. */
 export async function pushRateWindow(db: LedgerDb, t: LedgerTables, spec: { queue: string; key: string; afterMs: number }): Promise<void> {
   const us = Math.round(spec.afterMs * 1000);
