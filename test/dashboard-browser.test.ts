@@ -135,6 +135,32 @@ describe('the dashboard in chromium', () => {
     expect(problems).toEqual([]);
   });
 
+  test("a purge of a filter counts first and honours the age chosen: nothing ended over a day ago, then every one", async () => {
+    const queue = uniqueQueue('dashpurge');
+    const { tw, producer } = await brokenConsumer(queue, { now: true });
+    const made = await producer.enqueueMany(Array.from({ length: 2 }, (_, i) => ({ queue, type: 'a', payload: { i } })));
+    await waitFor(async () => (await Promise.all(made.map((m) => stateOf(m.id)))).every((s) => s === 'dead'), 15_000, 'two dead items');
+    const server = await startTestDashboard(scope, { ledger: tl.ledger, wake: tw.wake, adminToken: TOKEN });
+    const { page, problems } = await openPage();
+
+    await page.goto(`${server.url}/#/queues/${queue}?state=dead`);
+    await expect.poll(() => page.locator('table.items tbody tr').count(), POLL).toBe(2);
+    await page.locator('select[name="purge-age"]').selectOption({ label: 'over a day ago' });
+    await page.getByRole('button', { name: 'Purge dead…' }).click();
+    await signIn(page);
+    const dialog = page.getByRole('dialog', { name: 'Purge dead items' });
+    await expect.poll(() => dialog.locator('.confirm-text').textContent(), POLL).toBe(`No dead item in queue ${queue} that ended over a day ago.`);
+    expect(await dialog.getByRole('button', { name: 'Confirm (0)' }).isDisabled()).toBe(true);
+    await dialog.getByRole('button', { name: 'Cancel' }).click();
+    await page.locator('select[name="purge-age"]').selectOption({ label: 'any age' });
+    await page.getByRole('button', { name: 'Purge dead…' }).click();
+    await expect.poll(() => dialog.locator('.confirm-text').textContent(), POLL).toContain('Delete 2 dead items');
+    await dialog.getByRole('button', { name: 'Confirm (2)' }).click();
+    await expect.poll(() => dialog.locator('.result-text').textContent(), POLL).toBe('Purged 2.');
+    expect(await Promise.all(made.map((m) => stateOf(m.id)))).toEqual([undefined, undefined]);
+    expect(problems).toEqual([]);
+  });
+
   test('pausing a queue from the page stops its claims; items enqueued meanwhile stay pending until resume', async () => {
     const queue = uniqueQueue('dashpause');
     const { tw, consumer, started, producer } = await brokenConsumer(queue, { now: false });

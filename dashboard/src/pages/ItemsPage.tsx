@@ -44,8 +44,20 @@ function FilterForm({ queue, filter }: { queue: string; filter: ItemFilter }) {
   );
 }
 
+/** How long ago a purged item must have ended: the purge's `olderThanMs`. */
+const PURGE_AGES = [
+  ['any age', undefined],
+  ['over an hour ago', 3_600_000],
+  ['over a day ago', 86_400_000],
+  ['over 7 days ago', 7 * 86_400_000],
+  ['over 30 days ago', 30 * 86_400_000],
+] as const;
+
 function BulkActions({ queue, filter, reload }: { queue: string; filter: ItemFilter; reload: () => void }) {
   const { state, type, lane, key, idempotencyKey, id } = filter;
+  const [age, setAge] = useState(0);
+  const [ageText, olderThanMs] = PURGE_AGES[age] ?? PURGE_AGES[0];
+  const ended = olderThanMs === undefined ? '' : ` that ended ${ageText}`;
   const byIdentity = idempotencyKey !== undefined || id !== undefined;
   const what = [type !== undefined && `type ${type}`, lane !== undefined && `lane ${lane}`, key !== undefined && `key ${key}`].filter(Boolean).join(', ');
   const scope = `in queue ${queue}${what === '' ? '' : ` (${what})`}`;
@@ -66,17 +78,29 @@ function BulkActions({ queue, filter, reload }: { queue: string; filter: ItemFil
         />
       )}
       {state !== undefined && TERMINAL_STATES.includes(state) && !byIdentity && lane === undefined && key === undefined && (
+        <label class="inline">
+          ended
+          <select name="purge-age" value={age} onChange={(e) => setAge(Number(e.currentTarget.value))}>
+            {PURGE_AGES.map(([text], i) => (
+              <option key={text} value={i}>
+                {text}
+              </option>
+            ))}
+          </select>
+        </label>
+      )}
+      {state !== undefined && TERMINAL_STATES.includes(state) && !byIdentity && lane === undefined && key === undefined && (
         <ConfirmFlow
           label={`Purge ${state}…`}
           title={`Purge ${state} items`}
           className="danger"
           describe={(n) =>
             n === 0
-              ? `No ${state} item in queue ${queue}${type === undefined ? '' : ` of type ${type}`}.`
-              : `Delete ${count(n)} ${state} item${n === 1 ? '' : 's'} of queue ${queue}${type === undefined ? '' : ` of type ${type}`} from the ledger? This cannot be undone.`
+              ? `No ${state} item in queue ${queue}${type === undefined ? '' : ` of type ${type}`}${ended}.`
+              : `Delete ${count(n)} ${state} item${n === 1 ? '' : 's'} of queue ${queue}${type === undefined ? '' : ` of type ${type}`}${ended} from the ledger? This cannot be undone.`
           }
-          dryRun={async () => (await postAction<{ count: number }>('/api/purge', { queue, state, type, dryRun: true })).count}
-          run={async () => `Purged ${count((await postAction<{ purged: number }>('/api/purge', { queue, state, type, dryRun: false })).purged)}.`}
+          dryRun={async () => (await postAction<{ count: number }>('/api/purge', { queue, state, type, olderThanMs, dryRun: true })).count}
+          run={async () => `Purged ${count((await postAction<{ purged: number }>('/api/purge', { queue, state, type, olderThanMs, dryRun: false })).purged)}.`}
           onDone={reload}
         />
       )}
