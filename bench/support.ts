@@ -370,6 +370,8 @@ export function childMessage<T>(proc: ChildProcess, type: string): Promise<T> {
       resolve(m as T);
     };
     proc.on('message', onMessage);
-    proc.once('exit', (code) => reject(new Error(`child exited (${code}) before '${type}'`)));
+    // 'close', not 'exit': a child that sends its figures and exits at once can be seen to exit before
+    // its last message is read; 'close' comes once its channels, the IPC one included, are drained.
+    proc.once('close', (code) => reject(new Error(`child exited (${code}) before '${type}'`)));
   });
 }
