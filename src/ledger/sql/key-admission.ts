@@ -1,5 +1,6 @@
 import { sql, type RawBuilder } from 'kysely';
 import type { Executor, LedgerDb } from '../connection.js';
+import { retryOnConflict } from '../retry.js';
 import type { LedgerTables } from '../tables.js';
 import { byteOrder, inline, list, literal, queueScoped } from './common.js';
 import type { ClaimedRow } from '../rows.js';
@@ -122,13 +123,15 @@ function currentRound(t: LedgerTables, queue: string): RawBuilder<unknown> {
  * row gone and makes it afresh, or has counted an item first, and then the
  * row stays: the DELETE re-reads each row it locks.
  */
-export async function deleteIdleKeys(exec: Executor, t: LedgerTables, keys: readonly { queue: string; key: string }[]): Promise<void> {
+export async function deleteIdleKeys(db: LedgerDb, t: LedgerTables, keys: readonly { queue: string; key: string }[]): Promise<void> {
   const byQueue = new Map<string, string[]>();
   for (const k of keys) byQueue.set(k.queue, [...(byQueue.get(k.queue) ?? []), k.key]);
   for (const [queue, ckeys] of byQueue) {
-    await sql`DELETE FROM ${t.keys} WHERE queue = ${inline(queue)} AND ckey IN (${list([...new Set(ckeys)])}) AND admitted = 0
-      AND NOT EXISTS (SELECT 1 FROM ${t.keyWaits} w WHERE w.queue = ${t.keys}.queue AND w.ckey = ${t.keys}.ckey)
-      AND (fair = 0 OR next_round <= ${currentRound(t, queue)})`.execute(exec);
+    await retryOnConflict(() =>
+      sql`DELETE FROM ${t.keys} WHERE queue = ${inline(queue)} AND ckey IN (${list([...new Set(ckeys)])}) AND admitted = 0
+        AND NOT EXISTS (SELECT 1 FROM ${t.keyWaits} w WHERE w.queue = ${t.keys}.queue AND w.ckey = ${t.keys}.ckey)
+        AND (fair = 0 OR next_round <= ${currentRound(t, queue)})`.execute(db),
+    );
   }
 }
 

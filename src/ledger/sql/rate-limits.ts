@@ -87,7 +87,9 @@ const TURN_CAS_ATTEMPTS = 10;
 export async function deleteSpentRateRows(db: LedgerDb, t: LedgerTables, opts: { olderThanMs: number; limit: number; queue?: string | undefined }): Promise<number> {
   const cutoff = sql`NOW(6) - INTERVAL ${inline(Math.round(opts.olderThanMs * 1000))} MICROSECOND`;
   const inQueue = opts.queue === undefined ? sql`` : sql`queue = ${inline(opts.queue)} AND `;
-  return affected(await sql`DELETE FROM ${t.rateLimits} WHERE ${inQueue}next_at < ${cutoff} AND reserved_until < ${cutoff} LIMIT ${inline(opts.limit)}`.execute(db));
+  return affected(
+    await retryOnConflict(() => sql`DELETE FROM ${t.rateLimits} WHERE ${inQueue}next_at < ${cutoff} AND reserved_until < ${cutoff} LIMIT ${inline(opts.limit)}`.execute(db)),
+  );
 }
 
 /** A handler's RateLimitedError: the key's next start is no sooner than `afterMs` from now. */
