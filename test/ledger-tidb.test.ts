@@ -45,6 +45,37 @@ describe.runIf(tidb)('on TiDB', () => {
     }
   });
 
+  test("optimistic mode: a keyed enqueue whose key row others write all the time still commits, its retries taking their locks", async () => {
+    const { ledger } = opt;
+    const queue = freshQueue('tidb-hot-key');
+    await ledger.setConcurrencyLimit(queue, 1_000);
+    await ledger.enqueue({ queue, type: 't', payload: 0, concurrencyKey: 'hot' });
+    // Four sessions rewrite the key's row as fast as they can, as completions of a busy key do: every
+    // optimistic transaction that wrote it meanwhile loses at COMMIT.
+    let hammering = true;
+    const writes = { n: 0 };
+    const hammer = async (): Promise<void> => {
+      while (hammering) {
+        await sql`UPDATE ${ledger.tables.keys} SET next_round = next_round + 1 WHERE queue = ${queue} AND ckey = 'hot'`
+          .execute(ledger.db)
+          .then(() => writes.n++, () => undefined);
+      }
+    };
+    const hammers = Array.from({ length: 4 }, hammer);
+    try {
+      await waitFor(() => writes.n > 50 || undefined, 10_000, 'the key row being rewritten');
+      for (let k = 1; k <= 5; k++) {
+        const r = await ledger.enqueueMany(Array.from({ length: 10 }, (_, j) => ({ queue, type: 't', payload: { k, j }, concurrencyKey: 'hot' })));
+        expect(r.filter((x) => !x.duplicate)).toHaveLength(10);
+      }
+    } finally {
+      hammering = false;
+      await Promise.all(hammers);
+    }
+    const admitted = await sql<{ admitted: number }>`SELECT admitted FROM ${ledger.tables.keys} WHERE queue = ${queue} AND ckey = 'hot'`.execute(ledger.db);
+    expect(Number(admitted.rows[0]?.admitted)).toBe(51);
+  });
+
   describe.each([
     ['pessimistic', () => pess],
     ['optimistic', () => opt],

@@ -126,7 +126,7 @@ async function insertPrepared(target: EnqueueTarget, items: NewItem[]): Promise<
     return retryOnConflict(() => insertItems(db, tables, items, false, order), undefined, (e) => errno(e) === ER_DUP_ENTRY);
   }
   if (items.every((i) => i.idempotencyKey === null) && fitsOneStatement(items)) {
-    return retryOnConflict(() => insertLanedOneTrip(db, caps, tables, items));
+    return insertLanedOneTrip(db, caps, tables, items);
   }
   return retryOnConflict(
     () => db.transaction().execute((trx) => insertItems(trx, tables, items, false, order)),

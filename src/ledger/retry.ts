@@ -117,13 +117,13 @@ export function retryDelay(policy: RetryPolicy, attempt: number): Promise<void> 
  * fails with a retryable conflict or one the caller declares retryable.
  */
 export async function retryOnConflict<T>(
-  fn: () => Promise<T>,
+  fn: (attempt: number) => Promise<T>,
   policy: RetryPolicy = DEFAULT_RETRY,
   extraRetryable: (error: unknown) => boolean = () => false,
 ): Promise<T> {
   for (let attempt = 1; ; attempt++) {
     try {
-      return await fn();
+      return await fn(attempt);
     } catch (error) {
       if (!isRetryableConflict(error) && !extraRetryable(error)) throw error;
       if (attempt >= policy.maxAttempts) throw new ConflictRetriesExhaustedError(attempt, error);

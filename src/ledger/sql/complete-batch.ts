@@ -13,7 +13,7 @@ import { completeInOneTrip, completeInTwoTrips, isGuardRefusal, type BatchDone }
 import { completionStatement, type CompletionEntry } from './completion-cas.js';
 import { finalize } from './finalize.js';
 import { handOnKeys, keyCounts } from './key-admission.js';
-import { pipelined, type Send, type StatementResult } from './pipeline.js';
+import { retryPipelined, type Send, type StatementResult } from './pipeline.js';
 
 export type { CompletionEntry } from './completion-cas.js';
 
@@ -171,7 +171,7 @@ async function completeOnce(
     try {
       const done =
         part === keyed
-          ? await retryOnConflict(() => pipelined(db, caps, (send) => completeKeyed(send, t, items, keyedNext(next, claimed))))
+          ? await retryPipelined(db, caps, (send) => completeKeyed(send, t, items, keyedNext(next, claimed)))
           : items.some((e) => e.handle.lane !== null)
             ? await completeLaned(db, caps, t, items, next)
             : // Without lanes or keys the batch is one UPDATE: atomic on its own, no transaction.
@@ -198,11 +198,11 @@ async function completeOnce(
 /** One round trip when the batch is the common case; two, or the single path, when it is not (complete-laned.ts). */
 async function completeLaned(db: LedgerDb, caps: LedgerCapabilities, t: LedgerTables, items: readonly CompletionEntry[], next: SuccessorClaim | undefined): Promise<BatchDone> {
   try {
-    return await retryOnConflict(() => pipelined(db, caps, (send) => completeInOneTrip(send, t, items, next)));
+    return await retryPipelined(db, caps, (send) => completeInOneTrip(send, t, items, next));
   } catch (error) {
     if (!isGuardRefusal(error)) throw error;
   }
-  return retryOnConflict(() => pipelined(db, caps, (send, exec) => completeInTwoTrips(send, exec, t, items, next)));
+  return retryPipelined(db, caps, (send, exec) => completeInTwoTrips(send, exec, t, items, next));
 }
 
 /** What is left of the consumer's room for successors once the laned part of the batch took its lanes' next heads. */

@@ -8,7 +8,7 @@ import { leaseValues } from './claimed.js';
 import { jsonLiteral, literal, NO_TIME_TEXT, nowPlusMsText, queueScoped } from './common.js';
 import { expectInserted, laneCounts, laneStatements, optionalColumnNames, optionalColumns, type LaneCount, type NewItem, type OptionalColumns } from './enqueue.js';
 import { admitStatement, keyCounts, waitRowsFor } from './key-admission.js';
-import { pipelined } from './pipeline.js';
+import { retryPipelined } from './pipeline.js';
 
 /** What the read-back says of an inserted item. */
 interface InsertedRow {
@@ -35,7 +35,7 @@ export async function insertLanedOneTrip(db: LedgerDb, caps: LedgerCapabilities,
   const before = keys.length === 0 ? upserts : [...upserts, admitStatement(t, keys)];
   const waiting = ids.filter((_, i) => items[i]!.concurrencyKey !== null);
   const after = waiting.length === 0 ? [] : [waitRowsFor(t, waiting)];
-  return pipelined(db, caps, async (send) => {
+  return retryPipelined(db, caps, async (send) => {
     const results = await send([...before, insertJoined(t, items, ids, lanes, optionalColumns(items)), ...after, readBack(t, ids)], { commit: true });
     const [inserted] = results.slice(before.length);
     const read = results[results.length - 1];

@@ -1,6 +1,7 @@
 import { sql, type RawBuilder } from 'kysely';
 import type { LedgerCapabilities } from '../capabilities.js';
 import type { Executor, LedgerDb } from '../connection.js';
+import { retryOnConflict } from '../retry.js';
 import { affected } from './common.js';
 
 /** What one statement of a round trip answered. */
@@ -30,7 +31,14 @@ export type Send = (statements: readonly RawBuilder<unknown>[], opts?: { commit?
  * statements in the same transaction, one round trip each, for the rare
  * paths not worth pipelining.
  */
-export async function pipelined<T>(db: LedgerDb, caps: LedgerCapabilities, body: (send: Send, exec: Executor) => Promise<T>): Promise<T> {
+export async function pipelined<T>(
+  db: LedgerDb,
+  caps: LedgerCapabilities,
+  body: (send: Send, exec: Executor) => Promise<T>,
+  opts: { lockEarly?: boolean } = {},
+): Promise<T> {
+  // TiDB's executable comment: a pessimistic transaction whatever the session's mode. MariaDB and MySQL read BEGIN.
+  const begin = opts.lockEarly ? sql`BEGIN /*T! PESSIMISTIC */` : sql`START TRANSACTION`;
   if (!caps.multiStatement) {
     return db.transaction().execute((trx) => body((statements) => sendEachOn(trx, statements), trx));
   }
@@ -39,7 +47,7 @@ export async function pipelined<T>(db: LedgerDb, caps: LedgerCapabilities, body:
     let committed = false;
     const send: Send = async (statements, opts = {}) => {
       if (committed) throw new Error('pipelined transaction: already committed');
-      const all = [...(begun ? [] : [sql`START TRANSACTION`]), ...statements, ...(opts.commit ? [sql`COMMIT`] : [])];
+      const all = [...(begun ? [] : [begin]), ...statements, ...(opts.commit ? [sql`COMMIT`] : [])];
       const skip = begun ? 0 : 1;
       begun = true;
       if (opts.commit) committed = true;
@@ -56,6 +64,18 @@ export async function pipelined<T>(db: LedgerDb, caps: LedgerCapabilities, body:
       throw error;
     }
   });
+}
+
+/**
+ * A pipelined transaction run again on a conflict, inside the ledger. Its
+ * retries take their locks as they go (on TiDB a pessimistic transaction,
+ * even in a session in optimistic mode): a transaction over rows that many
+ * others write at once (a busy key's or lane's row), which in optimistic
+ * mode loses at COMMIT to every smaller one that wrote them meanwhile,
+ * then waits for its locks instead of losing every time.
+ */
+export function retryPipelined<T>(db: LedgerDb, caps: LedgerCapabilities, body: (send: Send, exec: Executor) => Promise<T>): Promise<T> {
+  return retryOnConflict((attempt) => pipelined(db, caps, body, { lockEarly: attempt > 1 }));
 }
 
 /** A Send on an executor (a transaction the caller owns): each statement its own round trip. */

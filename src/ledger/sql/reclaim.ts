@@ -2,12 +2,12 @@ import { sql, type RawBuilder } from 'kysely';
 import type { LedgerCapabilities } from '../capabilities.js';
 import type { LedgerDb } from '../connection.js';
 import { newId, newLeaseToken } from '../ids.js';
-import { CONNECTION_RETRY, isConnectionError, readAfterLostConnection, retryDelay, retryOnConflict } from '../retry.js';
+import { CONNECTION_RETRY, isConnectionError, readAfterLostConnection, retryDelay } from '../retry.js';
 import type { LedgerTables } from '../tables.js';
 import { QUEUE_CLASSES, type ReclaimOutcome } from '../types.js';
 import { inline, list, literal, NO_TIME, NO_TIME_TEXT } from './common.js';
 import { noneAsNull, noTimeAsNull } from '../rows.js';
-import { pipelined } from './pipeline.js';
+import { retryPipelined } from './pipeline.js';
 import { applyTransition } from './transition.js';
 
 /**
@@ -87,26 +87,24 @@ async function backToPending(db: LedgerDb, caps: LedgerCapabilities, t: LedgerTa
     const mark = inline(newLeaseToken());
     const historyId = caseOfId(rows.map((r, k) => [r.id, historyIds[k]!]));
     try {
-      return await retryOnConflict(() =>
-        pipelined(db, caps, async (send) => {
-          const [, , won] = await send(
-            [
-              sql`UPDATE ${t.items} FORCE INDEX (PRIMARY) SET state = 'pending', failure_class = 'lease_expired',
-                last_error = CONCAT('lease held by ', IF(lease_owner = '', '?', lease_owner), ' expired'),
-                lease_until = ${NO_TIME}, lease_token = ${mark}, updated_at = NOW(6)
-                WHERE id IN (${ids}) AND lease_token = ${tokenOf} AND state = 'processing' AND lease_until < NOW(6)`,
-              sql`INSERT INTO ${t.attempts} (id, item_id, attempt, outcome, failure_class, error, worker, started_at, ended_at)
-                SELECT ${historyId}, id, attempt, 'lease_expired', 'lease_expired', last_error, NULLIF(lease_owner, ''),
-                  NULLIF(started_at, ${sql.raw(NO_TIME_TEXT)}), NOW(6)
-                FROM ${t.items} WHERE id IN (${ids}) AND lease_token = ${mark}`,
-              sql`SELECT id FROM ${t.items} WHERE id IN (${ids}) AND lease_token = ${mark}`,
-              sql`UPDATE ${t.items} FORCE INDEX (PRIMARY) SET lease_token = ${tokenOf} WHERE id IN (${ids}) AND lease_token = ${mark}`,
-            ],
-            { commit: true },
-          );
-          return (won?.rows ?? []).map((r) => String(r.id));
-        }),
-      );
+      return await retryPipelined(db, caps, async (send) => {
+        const [, , won] = await send(
+          [
+            sql`UPDATE ${t.items} FORCE INDEX (PRIMARY) SET state = 'pending', failure_class = 'lease_expired',
+              last_error = CONCAT('lease held by ', IF(lease_owner = '', '?', lease_owner), ' expired'),
+              lease_until = ${NO_TIME}, lease_token = ${mark}, updated_at = NOW(6)
+              WHERE id IN (${ids}) AND lease_token = ${tokenOf} AND state = 'processing' AND lease_until < NOW(6)`,
+            sql`INSERT INTO ${t.attempts} (id, item_id, attempt, outcome, failure_class, error, worker, started_at, ended_at)
+              SELECT ${historyId}, id, attempt, 'lease_expired', 'lease_expired', last_error, NULLIF(lease_owner, ''),
+                NULLIF(started_at, ${sql.raw(NO_TIME_TEXT)}), NOW(6)
+              FROM ${t.items} WHERE id IN (${ids}) AND lease_token = ${mark}`,
+            sql`SELECT id FROM ${t.items} WHERE id IN (${ids}) AND lease_token = ${mark}`,
+            sql`UPDATE ${t.items} FORCE INDEX (PRIMARY) SET lease_token = ${tokenOf} WHERE id IN (${ids}) AND lease_token = ${mark}`,
+          ],
+          { commit: true },
+        );
+        return (won?.rows ?? []).map((r) => String(r.id));
+      });
     } catch (error) {
       if (!isConnectionError(error) || attempt >= CONNECTION_RETRY.maxAttempts) throw error;
       // It may have committed with its answer lost: its history rows say which items it reclaimed.
