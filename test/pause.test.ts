@@ -113,6 +113,48 @@ describe('a paused queue with consumers', () => {
     expect(started).toEqual([0, 1, 2]);
   });
 
+  test("a sweep's read of the flag that began before a pause was heard does not undo it", async () => {
+    const tw = scope.wake();
+    const queue = uniqueQueue('pausestale');
+    // The real ledger, whose answers to the flag's two reads can be held back: a read that began before the
+    // pause and is answered after it, as on a loaded server.
+    let gate: Promise<void> | undefined;
+    let held = 0;
+    const ledger = new Proxy(tl.ledger, {
+      get(target, prop, receiver) {
+        const value: unknown = Reflect.get(target, prop, receiver);
+        if ((prop !== 'sweepSignals' && prop !== 'pausedQueues') || typeof value !== 'function') return typeof value === 'function' ? value.bind(target) : value;
+        return async (...args: unknown[]) => {
+          const answer: unknown = await (value as (...a: unknown[]) => Promise<unknown>).apply(target, args);
+          if (gate !== undefined) {
+            held++;
+            await gate;
+          }
+          return answer;
+        };
+      },
+    });
+    const started: string[] = [];
+    const c = new Consumer({ ledger, wake: tw.wake, queue, concurrency: 2, pollIntervalMs: 100, handlers: { t: async (job) => void started.push(job.id) } });
+    await scope.start(c);
+    let open!: () => void;
+    gate = new Promise<void>((r) => (open = r));
+    await waitFor(() => held > 0 || undefined, 10_000, 'a read of the flag held back');
+    const heard = new Promise<void>((resolve) => c.on('control', (m: { type: string }) => m.type === 'pause' && resolve()));
+    const producer = new Producer({ ledger: tl.ledger, wake: tw.wake });
+    await producer.pause(queue);
+    await heard;
+    expect(c.paused).toBe(true);
+    await producer.enqueue({ queue, type: 't', payload: {} });
+    gate = undefined;
+    open();
+    const sweeps = c.counters.sweeps;
+    await waitFor(() => c.counters.sweeps >= sweeps + 3 || undefined, 10_000, 'three more sweeps');
+    // Not even for a moment: an unpaused consumer would have claimed and started the item.
+    expect(started).toEqual([]);
+    expect(c.paused).toBe(true);
+  });
+
   test('without Redis: a consumer learns the pause from the ledger at its next sweep, and a restarted one starts paused', async () => {
     const queue = uniqueQueue('pausedb');
     const started: string[] = [];

@@ -78,10 +78,11 @@ describe('durable steps', () => {
       outcomes,
     );
     const { id } = await producer.enqueue({ queue, type: 'flaky', payload: {}, maxAttempts: 5 });
+    // The consumer hears its completion's answer after the ledger committed it: wait for both.
     const done = await waitFor(async () => {
       const item = await mustGet(tl.ledger, id);
-      return item.state === 'completed' ? item : undefined;
-    }, 20_000, 'completed');
+      return item.state === 'completed' && outcomes.get(id)?.length === 3 ? item : undefined;
+    }, 20_000, 'completed, and its outcome heard');
     // a ran once; b threw on attempt 1 (nothing recorded) and ran again on attempt 2; attempt 3 ran neither.
     expect(calls).toEqual(['a1', 'b1', 'b2']);
     expect(done).toMatchObject({ attempt: 3, result: 2 });

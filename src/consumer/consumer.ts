@@ -69,6 +69,8 @@ export class Consumer<DB = Record<string, never>> extends EventEmitter<ConsumerE
   private loopsSettled: Promise<void> = Promise.resolve();
   private state: 'new' | 'running' | 'stopping' | 'stopped' = 'new';
   private lastFollowUpAt = 0;
+  /** Pause and resume messages heard: a read of the flag older than the last one is not kept (learnPaused). */
+  private pauseMessages = 0;
   /** The sweep's share of the ledger's housekeeping for this queue (`maintenance` on). */
   private readonly maintainer: Maintainer | undefined;
   private unregisterLocal: (() => void) | undefined;
@@ -256,7 +258,7 @@ export class Consumer<DB = Record<string, never>> extends EventEmitter<ConsumerE
   /** One sweep's housekeeping: expired leases and due probes of this queue back to pending (each announced), idle wake entries taken over. */
   private async housekeeping(signal: SweepSignal | undefined): Promise<void> {
     // The ledger holds the paused flag: each sweep learns it, also with Redis down (the control stream only says it sooner).
-    this.followPaused(signal ? signal.paused : (await this.ledger.pausedQueues([this.settings.queue])).has(this.settings.queue));
+    await this.learnPaused(signal);
     if (this.maintainer) {
       // The pass runs only the steps the signal, when given, says have work.
       const failed = (await this.maintainer.pass(signal ? new Map([[signal.queue, signal]]) : undefined)).failed[0];
@@ -275,6 +277,14 @@ export class Consumer<DB = Record<string, never>> extends EventEmitter<ConsumerE
     await this.wake.publish([{ queue: this.settings.queue, queueClass, kind: 'advance', ids: [] }]);
   }
 
+  /** The flag as a sweep read it; a read older than a pause or resume heard since is not kept (it would undo it). */
+  private async learnPaused(signal: SweepSignal | undefined): Promise<void> {
+    if (signal !== undefined && signal.paused === this.scheduler.isPaused) return;
+    const heard = this.pauseMessages;
+    const paused = (await this.ledger.pausedQueues([this.settings.queue])).has(this.settings.queue);
+    if (heard === this.pauseMessages) this.followPaused(paused);
+  }
+
   private followPaused(paused: boolean): void {
     if (paused === this.scheduler.isPaused) return;
     this.scheduler.setPaused(paused);
@@ -291,10 +301,9 @@ export class Consumer<DB = Record<string, never>> extends EventEmitter<ConsumerE
     if (m.type === 'dependency') {
       this.scheduler.takeWake({ ids: m.ids });
       this.kick();
-    } else if (m.type === 'pause') {
-      this.followPaused(true);
-    } else if (m.type === 'resume') {
-      this.followPaused(false);
+    } else if (m.type === 'pause' || m.type === 'resume') {
+      this.pauseMessages++;
+      this.followPaused(m.type === 'pause');
     } else if (m.type === 'cancel' && Array.isArray(m.ids)) {
       for (const id of m.ids) this.scheduler.takeCancel(id);
     }
