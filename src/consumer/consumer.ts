@@ -21,6 +21,7 @@ import { Handovers, type HandoverWay } from './handover.js';
 import { startLeaseClock } from './lease-keeper.js';
 import type { ConsumerLedger } from './ledger-port.js';
 import { OfferDesk, type OfferDeskHost } from './offer-desk.js';
+import { PauseFollower } from './pause-follower.js';
 import { consumerSettingsSchema, type ConsumerOptions, type ConsumerSettings } from './options.js';
 import { ConsumerRegistration } from './registration.js';
 import { ProgressBatch, RenewalBatch } from './renewals.js';
@@ -69,8 +70,7 @@ export class Consumer<DB = Record<string, never>> extends EventEmitter<ConsumerE
   private loopsSettled: Promise<void> = Promise.resolve();
   private state: 'new' | 'running' | 'stopping' | 'stopped' = 'new';
   private lastFollowUpAt = 0;
-  /** Pause and resume messages heard: a read of the flag older than the last one is not kept (learnPaused). */
-  private pauseMessages = 0;
+  private readonly pause: PauseFollower;
   /** The sweep's share of the ledger's housekeeping for this queue (`maintenance` on). */
   private readonly maintainer: Maintainer | undefined;
   private unregisterLocal: (() => void) | undefined;
@@ -115,6 +115,16 @@ export class Consumer<DB = Record<string, never>> extends EventEmitter<ConsumerE
       { pollIntervalMs: this.settings.pollIntervalMs, redisDownPollMs: this.settings.redisDownPollMs, shared: wake !== undefined },
     );
     this.offers = wake ? new OfferDesk(this.offerDeskHost(), this.handovers, wake.offers) : undefined;
+    this.pause = new PauseFollower({
+      queue: this.settings.queue,
+      ledger,
+      log: this.log,
+      isPaused: () => this.scheduler.isPaused,
+      setPaused: (paused) => {
+        this.scheduler.setPaused(paused);
+        if (paused) this.offers?.look();
+      },
+    });
     const s = this.settings;
     this.registration = new ConsumerRegistration(
       ledger,
@@ -156,7 +166,7 @@ export class Consumer<DB = Record<string, never>> extends EventEmitter<ConsumerE
     // Stored in the ledger: every producer's admission and every consumer's hand-on of the queue holds to it.
     if (this.settings.concurrencyLimit !== undefined) await this.ledger.setConcurrencyLimit(this.settings.queue, this.settings.concurrencyLimit);
     if (this.settings.fairness !== undefined) await this.ledger.setFairness(this.settings.queue, this.settings.fairness);
-    if ((await this.ledger.pausedQueues([this.settings.queue])).has(this.settings.queue)) this.scheduler.setPaused(true);
+    if (await this.pause.read()) this.scheduler.setPaused(true);
     this.state = 'running';
     await this.registration.start();
     this.scheduler.start();
@@ -258,7 +268,7 @@ export class Consumer<DB = Record<string, never>> extends EventEmitter<ConsumerE
   /** One sweep's housekeeping: expired leases and due probes of this queue back to pending (each announced), idle wake entries taken over. */
   private async housekeeping(signal: SweepSignal | undefined): Promise<void> {
     // The ledger holds the paused flag: each sweep learns it, also with Redis down (the control stream only says it sooner).
-    await this.learnPaused(signal);
+    await this.pause.learn(signal);
     if (this.maintainer) {
       // The pass runs only the steps the signal, when given, says have work.
       const failed = (await this.maintainer.pass(signal ? new Map([[signal.queue, signal]]) : undefined)).failed[0];
@@ -277,21 +287,6 @@ export class Consumer<DB = Record<string, never>> extends EventEmitter<ConsumerE
     await this.wake.publish([{ queue: this.settings.queue, queueClass, kind: 'advance', ids: [] }]);
   }
 
-  /** The flag as a sweep read it; a read older than a pause or resume heard since is not kept (it would undo it). */
-  private async learnPaused(signal: SweepSignal | undefined): Promise<void> {
-    if (signal !== undefined && signal.paused === this.scheduler.isPaused) return;
-    const heard = this.pauseMessages;
-    const paused = (await this.ledger.pausedQueues([this.settings.queue])).has(this.settings.queue);
-    if (heard === this.pauseMessages) this.followPaused(paused);
-  }
-
-  private followPaused(paused: boolean): void {
-    if (paused === this.scheduler.isPaused) return;
-    this.scheduler.setPaused(paused);
-    if (paused) this.offers?.look();
-    this.log.info({ paused }, paused ? 'queue paused: claiming nothing' : 'queue resumed');
-  }
-
   private takeControl(m: ControlMessage): void {
     if (m.type === 'handoff') {
       // To one consumer of the queue; the others ignore it.
@@ -302,8 +297,7 @@ export class Consumer<DB = Record<string, never>> extends EventEmitter<ConsumerE
       this.scheduler.takeWake({ ids: m.ids });
       this.kick();
     } else if (m.type === 'pause' || m.type === 'resume') {
-      this.pauseMessages++;
-      this.followPaused(m.type === 'pause');
+      this.pause.heard(m.type === 'pause');
     } else if (m.type === 'cancel' && Array.isArray(m.ids)) {
       for (const id of m.ids) this.scheduler.takeCancel(id);
     }
