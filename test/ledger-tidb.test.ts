@@ -2,7 +2,7 @@ import { sql } from 'kysely';
 import { afterAll, beforeAll, describe, expect, test } from 'vitest';
 import { serverFamily } from '../src/ledger/capabilities.js';
 import type { Ledger } from '../src/ledger/ledger.js';
-import { claimOne, freshQueue, mustGet } from './support/items.js';
+import { claimAll, claimOne, freshQueue, mustGet } from './support/items.js';
 import { createTestLedger, serverVersion, waitFor, type TestLedger } from './support/ledger.js';
 
 // What only TiDB does, checked on the real server, in both of TiDB's transaction modes. It runs when the
@@ -45,18 +45,13 @@ describe.runIf(tidb)('on TiDB', () => {
     }
   });
 
-  test("optimistic mode: a keyed enqueue whose key row others write all the time still commits, its retries taking their locks", async () => {
-    const { ledger } = opt;
-    const queue = freshQueue('tidb-hot-key');
-    await ledger.setConcurrencyLimit(queue, 1_000);
-    await ledger.enqueue({ queue, type: 't', payload: 0, concurrencyKey: 'hot' });
-    // Four sessions rewrite the key's row as fast as they can, as completions of a busy key do: every
-    // optimistic transaction that wrote it meanwhile loses at COMMIT.
+  /** Rewrites a key's row from four sessions as fast as they can while `work` runs, as completions of a busy key do. */
+  async function whileKeyRowRewritten(ledger: Ledger, queue: string, key: string, work: () => Promise<void>): Promise<void> {
     let hammering = true;
     const writes = { n: 0 };
     const hammer = async (): Promise<void> => {
       while (hammering) {
-        await sql`UPDATE ${ledger.tables.keys} SET next_round = next_round + 1 WHERE queue = ${queue} AND ckey = 'hot'`
+        await sql`UPDATE ${ledger.tables.keys} SET next_round = next_round + 1 WHERE queue = ${queue} AND ckey = ${key}`
           .execute(ledger.db)
           .then(() => writes.n++, () => undefined);
       }
@@ -64,16 +59,48 @@ describe.runIf(tidb)('on TiDB', () => {
     const hammers = Array.from({ length: 4 }, hammer);
     try {
       await waitFor(() => writes.n > 50 || undefined, 10_000, 'the key row being rewritten');
-      for (let k = 1; k <= 5; k++) {
-        const r = await ledger.enqueueMany(Array.from({ length: 10 }, (_, j) => ({ queue, type: 't', payload: { k, j }, concurrencyKey: 'hot' })));
-        expect(r.filter((x) => !x.duplicate)).toHaveLength(10);
-      }
+      await work();
     } finally {
       hammering = false;
       await Promise.all(hammers);
     }
-    const admitted = await sql<{ admitted: number }>`SELECT admitted FROM ${ledger.tables.keys} WHERE queue = ${queue} AND ckey = 'hot'`.execute(ledger.db);
-    expect(Number(admitted.rows[0]?.admitted)).toBe(51);
+  }
+
+  const admittedOf = async (ledger: Ledger, queue: string, key: string): Promise<number> =>
+    Number((await sql<{ admitted: number }>`SELECT admitted FROM ${ledger.tables.keys} WHERE queue = ${queue} AND ckey = ${key}`.execute(ledger.db)).rows[0]?.admitted);
+
+  // In optimistic mode every transaction that wrote the key's row loses at COMMIT to any that wrote it meanwhile.
+  test("optimistic mode: a keyed enqueue whose key row others write all the time still commits, its retries taking their locks", async () => {
+    const { ledger } = opt;
+    const queue = freshQueue('tidb-hot-key');
+    await ledger.setConcurrencyLimit(queue, 1_000);
+    await ledger.enqueue({ queue, type: 't', payload: 0, concurrencyKey: 'hot' });
+    await whileKeyRowRewritten(ledger, queue, 'hot', async () => {
+      for (let k = 1; k <= 5; k++) {
+        const r = await ledger.enqueueMany(Array.from({ length: 10 }, (_, j) => ({ queue, type: 't', payload: { k, j }, concurrencyKey: 'hot' })));
+        expect(r.filter((x) => !x.duplicate)).toHaveLength(10);
+      }
+    });
+    expect(await admittedOf(ledger, queue, 'hot')).toBe(51);
+  });
+
+  test('optimistic mode: idempotent keyed enqueues and keyed completions (transactions of their own) commit while the key row is rewritten', async () => {
+    const { ledger } = opt;
+    const queue = freshQueue('tidb-hot-key-tx');
+    await ledger.setConcurrencyLimit(queue, 1_000);
+    await ledger.enqueue({ queue, type: 't', payload: 0, concurrencyKey: 'hot' });
+    await whileKeyRowRewritten(ledger, queue, 'hot', async () => {
+      for (let k = 1; k <= 5; k++) {
+        const r = await ledger.enqueueMany(
+          Array.from({ length: 10 }, (_, j) => ({ queue, type: 't', payload: { k, j }, concurrencyKey: 'hot', idempotencyKey: `k${k}-${j}` })),
+        );
+        expect(r.filter((x) => !x.duplicate)).toHaveLength(10);
+      }
+      const claimed = await claimAll(ledger, queue);
+      expect(claimed).toHaveLength(51);
+      for (const c of claimed.slice(0, 10)) expect((await ledger.complete(c, 'done')).won).toBe(true);
+    });
+    expect(await admittedOf(ledger, queue, 'hot')).toBe(41);
   });
 
   describe.each([

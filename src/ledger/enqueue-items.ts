@@ -3,7 +3,7 @@ import { TransactionConflictError, TransactionRolledBackError, ValidationError }
 import type { LedgerCapabilities } from './capabilities.js';
 import type { Executor, LedgerDb } from './connection.js';
 import { DEFAULT_MAX_ATTEMPTS, enqueueItemFieldsSchema, type ClaimCandidate, type EnqueueInput, type EnqueueOptions } from './inputs.js';
-import { countConflict, DEFAULT_RETRY, ER_DUP_ENTRY, errno, isRetryableConflict, retryDelay, retryOnConflict } from './retry.js';
+import { countConflict, DEFAULT_RETRY, ER_DUP_ENTRY, errno, isRetryableConflict, retryDelay, retryOnConflict, retryTransaction } from './retry.js';
 import { grantLease } from './sql/claimed.js';
 import { queueScoped } from './sql/common.js';
 import { claimableAtInsert, claimedAtInsert, fitsOneStatement, insertItems, type InsertClaim, type NewItem } from './sql/enqueue.js';
@@ -128,11 +128,7 @@ async function insertPrepared(target: EnqueueTarget, items: NewItem[]): Promise<
   if (items.every((i) => i.idempotencyKey === null) && fitsOneStatement(items)) {
     return insertLanedOneTrip(db, caps, tables, items);
   }
-  return retryOnConflict(
-    () => db.transaction().execute((trx) => insertItems(trx, tables, items, false, order)),
-    undefined,
-    (e) => errno(e) === ER_DUP_ENTRY,
-  );
+  return retryTransaction(db, (trx) => insertItems(trx, tables, items, false, order), (e) => errno(e) === ER_DUP_ENTRY);
 }
 
 /**

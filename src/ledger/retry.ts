@@ -2,6 +2,7 @@ import type { Transaction } from 'kysely';
 import { CommitOutcomeUnknownError, ConflictRetriesExhaustedError } from '../errors.js';
 import { sleep } from '../sleep.js';
 import type { LedgerDb } from './connection.js';
+import { beginLockingEarly } from './sql/lock-early.js';
 
 /**
  * Errors after which the whole transaction may simply run again:
@@ -134,6 +135,27 @@ export async function retryOnConflict<T>(
 }
 
 /**
+ * `body` in a transaction of its own, run again (retryOnConflict) on a
+ * conflict or an error `extraRetryable` names; each run after the first
+ * locks early (sql/lock-early.ts).
+ */
+export function retryTransaction<T>(
+  db: LedgerDb,
+  body: (trx: Transaction<Record<string, never>>) => Promise<T>,
+  extraRetryable?: (error: unknown) => boolean,
+): Promise<T> {
+  return retryOnConflict(
+    (attempt) =>
+      db.transaction().execute(async (trx) => {
+        if (attempt > 1) await beginLockingEarly.execute(trx);
+        return body(trx);
+      }),
+    DEFAULT_RETRY,
+    extraRetryable,
+  );
+}
+
+/**
  * Reads the ledger after a write whose answer was lost with its connection,
  * retrying the read itself on a fresh connection. Throws
  * CommitOutcomeUnknownError when even that keeps failing.
@@ -189,6 +211,8 @@ export async function runTransaction<T>(
     };
     let value: T;
     try {
+      // A run after a conflict locks early (sql/lock-early.ts), so it does not lose to the same writers again.
+      if (conflicts > 0) await beginLockingEarly.execute(trx);
       value = await body(trx);
     } catch (error) {
       await trx.rollback().execute().catch(() => undefined);

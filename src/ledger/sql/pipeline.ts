@@ -3,6 +3,7 @@ import type { LedgerCapabilities } from '../capabilities.js';
 import type { Executor, LedgerDb } from '../connection.js';
 import { retryOnConflict } from '../retry.js';
 import { affected } from './common.js';
+import { beginLockingEarly } from './lock-early.js';
 
 /** What one statement of a round trip answered. */
 export interface StatementResult<R = Record<string, unknown>> {
@@ -37,8 +38,7 @@ export async function pipelined<T>(
   body: (send: Send, exec: Executor) => Promise<T>,
   opts: { lockEarly?: boolean } = {},
 ): Promise<T> {
-  // TiDB's executable comment: a pessimistic transaction whatever the session's mode. MariaDB and MySQL read BEGIN.
-  const begin = opts.lockEarly ? sql`BEGIN /*T! PESSIMISTIC */` : sql`START TRANSACTION`;
+  const begin = opts.lockEarly ? beginLockingEarly : sql`START TRANSACTION`;
   if (!caps.multiStatement) {
     return db.transaction().execute((trx) => body((statements) => sendEachOn(trx, statements), trx));
   }
@@ -66,14 +66,7 @@ export async function pipelined<T>(
   });
 }
 
-/**
- * A pipelined transaction run again on a conflict, inside the ledger. Its
- * retries take their locks as they go (on TiDB a pessimistic transaction,
- * even in a session in optimistic mode): a transaction over rows that many
- * others write at once (a busy key's or lane's row), which in optimistic
- * mode loses at COMMIT to every smaller one that wrote them meanwhile,
- * then waits for its locks instead of losing every time.
- */
+/** A pipelined transaction run again on a conflict, inside the ledger; its retries lock early (lock-early.ts). */
 export function retryPipelined<T>(db: LedgerDb, caps: LedgerCapabilities, body: (send: Send, exec: Executor) => Promise<T>): Promise<T> {
   return retryOnConflict((attempt) => pipelined(db, caps, body, { lockEarly: attempt > 1 }));
 }

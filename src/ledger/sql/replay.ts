@@ -1,7 +1,7 @@
 import { sql } from 'kysely';
 import type { IdOrder } from '../ids.js';
 import type { LedgerDb } from '../connection.js';
-import { ER_DUP_ENTRY, errno, retryOnConflict } from '../retry.js';
+import { ER_DUP_ENTRY, errno, retryTransaction } from '../retry.js';
 import type { ItemRow } from '../rows.js';
 import type { LedgerTables } from '../tables.js';
 import { ReplayRejectedError, type ReplayRejection } from '../../errors.js';
@@ -22,43 +22,42 @@ export async function replayItem(
   opts: { id: string; expectAttempt: number; expectErrorDigest: string },
   idOrder: IdOrder,
 ): Promise<{ id: string }> {
-  return retryOnConflict(
-    () =>
-      db.transaction().execute(async (trx) => {
-        const u = await sql`UPDATE ${t.items} SET replayed_at = NOW(6), updated_at = NOW(6)
-          WHERE id = ${opts.id} AND state IN ('dead', 'cancelled') AND replayed_at IS NULL
-            AND attempt = ${opts.expectAttempt} AND SHA2(COALESCE(last_error, ''), 256) = ${opts.expectErrorDigest}`.execute(trx);
-        const rows = await sql<ItemRow>`SELECT ${ITEM_COLUMNS} FROM ${t.items} WHERE id = ${opts.id}`.execute(trx);
-        const row = rows.rows[0];
-        if (affected(u) !== 1 || !row) throw new ReplayRejectedError(opts.id, whyRejected(row, opts));
-        const [created] = await insertItems(
-          trx,
-          t,
-          [
-            {
-              queue: row.queue,
-              type: row.type,
-              payloadJson: row.payload,
-              lane: row.lane,
-              concurrencyKey: row.concurrency_key ?? null,
-              priority: row.priority,
-              queueClass: row.queue_class as QueueClass,
-              maxAttempts: row.max_attempts,
-              runAt: null,
-              delayMs: 0,
-              idempotencyKey: null,
-              replayOf: row.id,
-              // The replay is linked to the enqueue that made the original, as the original was.
-              traceparent: row.traceparent ?? null,
-            },
-          ],
-          false,
-          idOrder,
-        );
-        if (!created) throw new Error('replay: insert returned nothing');
-        return { id: created.id };
-      }),
-    undefined,
+  return retryTransaction(
+    db,
+    async (trx) => {
+      const u = await sql`UPDATE ${t.items} SET replayed_at = NOW(6), updated_at = NOW(6)
+        WHERE id = ${opts.id} AND state IN ('dead', 'cancelled') AND replayed_at IS NULL
+          AND attempt = ${opts.expectAttempt} AND SHA2(COALESCE(last_error, ''), 256) = ${opts.expectErrorDigest}`.execute(trx);
+      const rows = await sql<ItemRow>`SELECT ${ITEM_COLUMNS} FROM ${t.items} WHERE id = ${opts.id}`.execute(trx);
+      const row = rows.rows[0];
+      if (affected(u) !== 1 || !row) throw new ReplayRejectedError(opts.id, whyRejected(row, opts));
+      const [created] = await insertItems(
+        trx,
+        t,
+        [
+          {
+            queue: row.queue,
+            type: row.type,
+            payloadJson: row.payload,
+            lane: row.lane,
+            concurrencyKey: row.concurrency_key ?? null,
+            priority: row.priority,
+            queueClass: row.queue_class as QueueClass,
+            maxAttempts: row.max_attempts,
+            runAt: null,
+            delayMs: 0,
+            idempotencyKey: null,
+            replayOf: row.id,
+            // The replay is linked to the enqueue that made the original, as the original was.
+            traceparent: row.traceparent ?? null,
+          },
+        ],
+        false,
+        idOrder,
+      );
+      if (!created) throw new Error('replay: insert returned nothing');
+      return { id: created.id };
+    },
     (e) => errno(e) === ER_DUP_ENTRY,
   );
 }
