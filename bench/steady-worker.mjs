@@ -88,7 +88,8 @@ process.on('message', async (m) => {
   await consumer.stop();
   const c = consumer.counters;
   const cpu = process.cpuUsage(cpuAtStart);
-  process.send?.({
+  // Sent before the exit, not just queued: a backlog's figures are large, and an exit drops what the channel still holds.
+  await new Promise((resolve) => process.send?.({
     type: 'figures',
     startsUs: starts,
     paths,
@@ -102,7 +103,7 @@ process.on('message', async (m) => {
     offersMade: c.offersMade,
     conflictRetries: Object.fromEntries(conflictRetries()),
     cpuMs: (cpu.user + cpu.system) / 1000,
-  });
+  }, resolve) ?? resolve());
   await wake.close();
   await ledger.close();
   process.exit(0);

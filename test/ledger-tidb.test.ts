@@ -22,13 +22,16 @@ describe.runIf(tidb)('on TiDB', () => {
     await opt?.drop();
   });
 
-  test('the ledger knows it is on TiDB, and its sessions run the transaction mode asked for', async () => {
+  test('the ledger knows it is on TiDB, and its sessions run the transaction mode asked for, waiting for no statistics', async () => {
     expect((await pess.ledger.capabilities()).family).toBe('tidb');
     const mode = async (l: Ledger) => (await sql<{ m: string }>`SELECT @@tidb_txn_mode AS m`.execute(l.db)).rows[0]?.m;
     expect(await mode(pess.ledger)).toBe('pessimistic');
     expect(await mode(opt.ledger)).toBe('optimistic');
     const iso = await sql<{ i: string }>`SELECT @@transaction_isolation AS i`.execute(pess.ledger.db);
     expect(iso.rows[0]?.i).toBe('READ-COMMITTED');
+    // No statement waits for statistics to load while it is planned (src/ledger/connection.ts).
+    const statsWait = await sql<{ w: number | string }>`SELECT @@tidb_stats_load_sync_wait AS w`.execute(opt.ledger.db);
+    expect(Number(statsWait.rows[0]?.w)).toBe(0);
   });
 
   test("the schema's executable comments are applied: items clustered by id, the other tables nonclustered with row ids sharded", async () => {

@@ -19,7 +19,13 @@ import type { LedgerConfig } from './config.js';
  *   ids or (queue, lane, seq) keys, each on a unique or near-unique key, so
  *   a dive per key tells the optimizer nothing the statistics do not. Its
  *   first pairs, on a busy machine, showed a third less server CPU per job;
- *   pairs on a quiet one showed no difference (docs/BENCHMARKS.md).
+ *   pairs on a quiet one showed no difference (docs/BENCHMARKS.md);
+ * - on TiDB, no statement waits to load statistics while it is planned
+ *   (`tidb_stats_load_sync_wait = 0`; TiDB's default waits up to 100 ms):
+ *   the ledger's tables churn, so their statistics are often missing or
+ *   stale, and the statements on its paths name their index or key. With
+ *   the wait, every completion and lane hand-on of a fresh ledger spent
+ *   25 ms in it, holding its locks (docs/BENCHMARKS.md).
  */
 /**
  * What every connection of the ledger's pool runs first. The transaction
@@ -31,7 +37,7 @@ import type { LedgerConfig } from './config.js';
  */
 export function sessionSetup(config: Pick<LedgerConfig, 'tidbTxnMode'>): string[] {
   return [
-    `SET SESSION time_zone = '+00:00' /*T! , tidb_txn_mode = '${config.tidbTxnMode}' */ /*M! , eq_range_index_dive_limit = 1 */`,
+    `SET SESSION time_zone = '+00:00' /*T! , tidb_txn_mode = '${config.tidbTxnMode}', tidb_stats_load_sync_wait = 0 */ /*M! , eq_range_index_dive_limit = 1 */`,
     'SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED',
     "SET SESSION sql_mode = TRIM(BOTH ',' FROM REPLACE(CONCAT(',', @@SESSION.sql_mode, ','), ',NO_BACKSLASH_ESCAPES,', ','))",
   ];
