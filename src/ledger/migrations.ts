@@ -1,6 +1,7 @@
 import { sql } from 'kysely';
 import { SchemaBehindError } from '../errors.js';
 import type { LedgerDb } from './connection.js';
+import { retryOnConflict } from './retry.js';
 import { MIGRATIONS } from './migration-steps.js';
 import { ledgerTables, type LedgerTables } from './tables.js';
 
@@ -22,7 +23,9 @@ export async function migrate(db: LedgerDb, prefix: string, lockTimeoutS = 60, t
   const t = ledgerTables(prefix);
   return db.connection().execute(async (conn) => {
     const lockName = `lanewake:migrate:${prefix}`;
-    const got = await sql<{ ok: number | null }>`SELECT GET_LOCK(CONCAT(DATABASE(), ${':' + lockName}), ${lockTimeoutS}) AS ok`.execute(conn);
+    // TiDB keeps named locks in a table of its own: runners queued on one may be told
+    // `pessimistic lock retry limit reached` when it is let go, having taken nothing; they ask again.
+    const got = await retryOnConflict(() => sql<{ ok: number | null }>`SELECT GET_LOCK(CONCAT(DATABASE(), ${':' + lockName}), ${lockTimeoutS}) AS ok`.execute(conn));
     if (got.rows[0]?.ok !== 1) throw new Error(`could not take the migration lock within ${lockTimeoutS}s`);
     try {
       await sql`CREATE TABLE IF NOT EXISTS ${t.migrations} (
