@@ -33,7 +33,6 @@ import { loadOtel } from '../tracing/otel.js';
 export type { ConsumerCounters, ConsumerEvents } from './counters.js';
 export type { ConsumerOptions } from './options.js';
 
-
 const FOLLOW_UP_MIN_INTERVAL_MS = 20;
 /** At stop, how long handoffs of offers producers took may still come before the ledger is asked for their items. */
 const OFFER_HANDOFF_WAIT_MS = 300;

@@ -168,14 +168,16 @@ export class LedgerUpkeep {
    */
   takeRate(handle: Pick<LeaseHandle, 'id' | 'queue' | 'leaseToken'>, input: { key: string; intervalMs: number }): Promise<RateAnswer> {
     const v = validate(rateTakeSchema, input, 'takeRate');
-    return takeRate(this.db, this.tables, { queue: handle.queue, key: v.key, id: handle.id, token: handle.leaseToken, intervalUs: Math.round(v.intervalMs * 1000) });
+    const take = { queue: handle.queue, key: v.key, id: handle.id, token: handle.leaseToken, intervalUs: Math.round(v.intervalMs * 1000) };
+    return this.knownCapabilities().then((caps) => takeRate(this.db, caps, this.tables, take));
   }
 
   /** A turn for an item refused a rate-limited start: how long from now (ms). @internal */
   reserveRateTurn(input: { queue: string; key: string; intervalMs: number }): Promise<number> {
     const v = validate(rateTakeSchema, { key: input.key, intervalMs: input.intervalMs }, 'reserveRateTurn');
     validate(queueName, input.queue, 'reserveRateTurn', 'queue');
-    return reserveRateTurn(this.db, this.tables, { queue: input.queue, key: v.key, intervalUs: Math.round(v.intervalMs * 1000) });
+    const spec = { queue: input.queue, key: v.key, intervalUs: Math.round(v.intervalMs * 1000) };
+    return this.knownCapabilities().then((caps) => reserveRateTurn(this.db, caps, this.tables, spec));
   }
 
   /** A key's next start pushed to `afterMs` from now at the soonest (a handler's RateLimitedError). */

@@ -1,9 +1,11 @@
-import { sql } from 'kysely';
-import type { Executor, LedgerDb } from '../connection.js';
+import { sql, type RawBuilder } from 'kysely';
+import type { LedgerCapabilities } from '../capabilities.js';
+import type { LedgerDb } from '../connection.js';
 import { retryOnConflict } from '../retry.js';
 import type { LedgerTables } from '../tables.js';
 import type { RateAnswer } from '../types.js';
 import { affected, inline, NO_TIME } from './common.js';
+import { retryPipelined } from './pipeline.js';
 
 /**
  * A key's rate limit (docs/design.md §6, "Rate limits"), one row per queue
@@ -24,58 +26,59 @@ export interface RateTake {
   intervalUs: number;
 }
 
-export async function takeRate(db: LedgerDb, t: LedgerTables, take: RateTake): Promise<RateAnswer> {
-  if ((await grant(db, t, take)) > 0) return { granted: true };
-  const row = await sql<{ wait_us: number | string | null; queued: number | string | null; held: number | string | null }>`SELECT
-      (SELECT TIMESTAMPDIFF(MICROSECOND, NOW(6), next_at) FROM ${t.rateLimits} WHERE queue = ${take.queue} AND rate_key = ${take.key}) AS wait_us,
-      (SELECT reserved_until > next_at FROM ${t.rateLimits} WHERE queue = ${take.queue} AND rate_key = ${take.key}) AS queued,
-      (SELECT TIMESTAMPDIFF(MICROSECOND, run_after, NOW(6)) FROM ${t.items} WHERE id = ${take.id} AND lease_token = ${take.token} AND state = 'processing') AS held`.execute(db);
-  const r = row.rows[0];
+export async function takeRate(db: LedgerDb, caps: LedgerCapabilities, t: LedgerTables, take: RateTake): Promise<RateAnswer> {
+  // The grant and, should it be refused, what the refusal needs to know, in one round trip.
+  const [granted, state] = await retryPipelined(db, caps, (send) => send([grant(t, take), refusalState(t, take)], { commit: true }));
+  if ((granted?.affected ?? 0) > 0) return { granted: true };
+  const r = state?.rows[0] as { wait_us: number | string | null; queued: number | string | null; held: number | string | null } | undefined;
   if (r?.held === null || r?.held === undefined) return { granted: false, lost: true };
   if (r.wait_us === null) {
     // The key's first start: its row, then the grant again.
     await sql`INSERT IGNORE INTO ${t.rateLimits} (queue, rate_key, next_at, reserved_until) VALUES (${take.queue}, ${take.key}, ${NO_TIME}, ${NO_TIME})`.execute(db);
-    if ((await grant(db, t, take)) > 0) return { granted: true };
+    if (affected(await retryOnConflict(() => grant(t, take).execute(db))) > 0) return { granted: true };
   }
   return { granted: false, waitMs: Math.max(0, Number(r.wait_us ?? 0) / 1000), queued: Number(r.queued ?? 0) === 1, dueForMs: Number(r.held) / 1000 };
 }
 
-function grant(exec: Executor, t: LedgerTables, take: RateTake): Promise<number> {
-  return retryOnConflict(async () =>
-    affected(
-      await sql`UPDATE ${t.rateLimits} r JOIN ${t.items} i ON i.id = ${inline(take.id)} AND i.lease_token = ${inline(take.token)} AND i.state = 'processing'
-        SET r.next_at = NOW(6) + INTERVAL ${inline(take.intervalUs)} MICROSECOND, i.started_at = NOW(6)
-        WHERE r.queue = ${inline(take.queue)} AND r.rate_key = ${inline(take.key)} AND r.next_at <= NOW(6)`.execute(exec),
-    ),
-  );
+function grant(t: LedgerTables, take: RateTake): RawBuilder<unknown> {
+  return sql`UPDATE ${t.rateLimits} r JOIN ${t.items} i ON i.id = ${inline(take.id)} AND i.lease_token = ${inline(take.token)} AND i.state = 'processing'
+    SET r.next_at = NOW(6) + INTERVAL ${inline(take.intervalUs)} MICROSECOND, i.started_at = NOW(6)
+    WHERE r.queue = ${inline(take.queue)} AND r.rate_key = ${inline(take.key)} AND r.next_at <= NOW(6)`;
+}
+
+/** How long until the key's next start (NULL: the key has no row), whether turns are given out past it, and how long the item has been due (NULL: its lease is gone). */
+function refusalState(t: LedgerTables, take: RateTake): RawBuilder<unknown> {
+  return sql`SELECT
+      (SELECT TIMESTAMPDIFF(MICROSECOND, NOW(6), next_at) FROM ${t.rateLimits} WHERE queue = ${take.queue} AND rate_key = ${take.key}) AS wait_us,
+      (SELECT reserved_until > next_at FROM ${t.rateLimits} WHERE queue = ${take.queue} AND rate_key = ${take.key}) AS queued,
+      (SELECT TIMESTAMPDIFF(MICROSECOND, run_after, NOW(6)) FROM ${t.items} WHERE id = ${take.id} AND lease_token = ${take.token} AND state = 'processing') AS held`;
 }
 
 /**
  * A turn for an item refused a start: the first free one at or after the
  * key's next start, `intervalUs` long. Returns how long from now it is
  * (ms), for the item's release: refused items wake one turn apart instead
- * of all at once. A CAS on the row's `reserved_until` as read, each an
- * autocommit statement (a transaction of a read and a write on a key's row,
- * which every refused item writes, conflicted past its retries on TiDB in
- * optimistic mode); a lost CAS reads again.
+ * of all at once. One transaction in one round trip: the row's
+ * `reserved_until` moved on past the turn, then read back (the write holds
+ * the row, so the read is this turn's end). Every refused item of a key
+ * writes its row; in TiDB's optimistic mode a retry takes its lock first
+ * (sql/lock-early.ts), so the turn is not lost to them at COMMIT.
  */
-export async function reserveRateTurn(db: LedgerDb, t: LedgerTables, spec: { queue: string; key: string; intervalUs: number }): Promise<number> {
-  for (let attempt = 0; attempt < TURN_CAS_ATTEMPTS; attempt++) {
-    const r = await sql<{ reserved: string; slot_us: number | string }>`SELECT DATE_FORMAT(reserved_until, '%Y-%m-%d %H:%i:%s.%f') AS reserved,
-        TIMESTAMPDIFF(MICROSECOND, NOW(6), GREATEST(reserved_until, next_at, NOW(6))) AS slot_us
-      FROM ${t.rateLimits} WHERE queue = ${spec.queue} AND rate_key = ${spec.key}`.execute(db);
-    const row = r.rows[0];
-    if (row === undefined) return 0;
-    const took = await retryOnConflict(() =>
-      sql`UPDATE ${t.rateLimits} SET reserved_until = GREATEST(reserved_until, next_at, NOW(6)) + INTERVAL ${inline(spec.intervalUs)} MICROSECOND
-        WHERE queue = ${spec.queue} AND rate_key = ${spec.key} AND reserved_until = ${row.reserved}`.execute(db),
-    );
-    if (affected(took) === 1) return Math.max(0, Number(row.slot_us) / 1000);
-  }
-  // Others kept taking turns first: the key's next start is as good a time as any to ask again.
-  return 0;
+export async function reserveRateTurn(db: LedgerDb, caps: LedgerCapabilities, t: LedgerTables, spec: { queue: string; key: string; intervalUs: number }): Promise<number> {
+  const where = sql`WHERE queue = ${inline(spec.queue)} AND rate_key = ${inline(spec.key)}`;
+  const [, read] = await retryPipelined(db, caps, (send) =>
+    send(
+      [
+        sql`UPDATE ${t.rateLimits} SET reserved_until = GREATEST(reserved_until, next_at, NOW(6)) + INTERVAL ${inline(spec.intervalUs)} MICROSECOND ${where}`,
+        sql`SELECT TIMESTAMPDIFF(MICROSECOND, NOW(6), reserved_until) - ${inline(spec.intervalUs)} AS slot_us FROM ${t.rateLimits} ${where}`,
+      ],
+      { commit: true },
+    ),
+  );
+  const row = read?.rows[0] as { slot_us: number | string } | undefined;
+  // No row: the key's next start is as good a time as any to ask again.
+  return row === undefined ? 0 : Math.max(0, Number(row.slot_us) / 1000);
 }
-const TURN_CAS_ATTEMPTS = 10;
 
 /**
  * Deletes up to `limit` key rows whose next start and every turn given out
