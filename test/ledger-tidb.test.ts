@@ -72,6 +72,16 @@ describe.runIf(tidb)('on TiDB', () => {
   const admittedOf = async (ledger: Ledger, queue: string, key: string): Promise<number> =>
     Number((await sql<{ admitted: number }>`SELECT admitted FROM ${ledger.tables.keys} WHERE queue = ${queue} AND ckey = ${key}`.execute(ledger.db)).rows[0]?.admitted);
 
+  /** Five batches of ten items of key 'hot', each all new; with idempotency keys they take the enqueue's transaction path. */
+  async function enqueueHotBatches(ledger: Ledger, queue: string, opts: { idempotent: boolean }): Promise<void> {
+    for (let k = 1; k <= 5; k++) {
+      const r = await ledger.enqueueMany(
+        Array.from({ length: 10 }, (_, j) => ({ queue, type: 't', payload: { k, j }, concurrencyKey: 'hot', ...(opts.idempotent ? { idempotencyKey: `k${k}-${j}` } : {}) })),
+      );
+      expect(r.filter((x) => !x.duplicate)).toHaveLength(10);
+    }
+  }
+
   // In optimistic mode every transaction that wrote the key's row loses at COMMIT to any that wrote it meanwhile.
   test("optimistic mode: a keyed enqueue whose key row others write all the time still commits, its retries taking their locks", async () => {
     const { ledger } = opt;
@@ -79,10 +89,7 @@ describe.runIf(tidb)('on TiDB', () => {
     await ledger.setConcurrencyLimit(queue, 1_000);
     await ledger.enqueue({ queue, type: 't', payload: 0, concurrencyKey: 'hot' });
     await whileKeyRowRewritten(ledger, queue, 'hot', async () => {
-      for (let k = 1; k <= 5; k++) {
-        const r = await ledger.enqueueMany(Array.from({ length: 10 }, (_, j) => ({ queue, type: 't', payload: { k, j }, concurrencyKey: 'hot' })));
-        expect(r.filter((x) => !x.duplicate)).toHaveLength(10);
-      }
+      await enqueueHotBatches(ledger, queue, { idempotent: false });
     });
     expect(await admittedOf(ledger, queue, 'hot')).toBe(51);
   });
@@ -93,12 +100,7 @@ describe.runIf(tidb)('on TiDB', () => {
     await ledger.setConcurrencyLimit(queue, 1_000);
     await ledger.enqueue({ queue, type: 't', payload: 0, concurrencyKey: 'hot' });
     await whileKeyRowRewritten(ledger, queue, 'hot', async () => {
-      for (let k = 1; k <= 5; k++) {
-        const r = await ledger.enqueueMany(
-          Array.from({ length: 10 }, (_, j) => ({ queue, type: 't', payload: { k, j }, concurrencyKey: 'hot', idempotencyKey: `k${k}-${j}` })),
-        );
-        expect(r.filter((x) => !x.duplicate)).toHaveLength(10);
-      }
+      await enqueueHotBatches(ledger, queue, { idempotent: true });
       const claimed = await claimAll(ledger, queue);
       expect(claimed).toHaveLength(51);
       for (const c of claimed.slice(0, 10)) expect((await ledger.complete(c, 'done')).won).toBe(true);

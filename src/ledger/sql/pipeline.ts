@@ -40,7 +40,10 @@ export async function pipelined<T>(
 ): Promise<T> {
   const begin = opts.lockEarly ? beginLockingEarly : sql`START TRANSACTION`;
   if (!caps.multiStatement) {
-    return db.transaction().execute((trx) => body((statements) => sendEachOn(trx, statements), trx));
+    return db.transaction().execute(async (trx) => {
+      if (opts.lockEarly) await beginLockingEarly.execute(trx);
+      return body((statements) => sendEachOn(trx, statements), trx);
+    });
   }
   return db.connection().execute(async (conn) => {
     let begun = false;
