@@ -72,6 +72,14 @@ describe.runIf(tidb)('on TiDB', () => {
   const admittedOf = async (ledger: Ledger, queue: string, key: string): Promise<number> =>
     Number((await sql<{ admitted: number }>`SELECT admitted FROM ${ledger.tables.keys} WHERE queue = ${queue} AND ckey = ${key}`.execute(ledger.db)).rows[0]?.admitted);
 
+  /** A fresh queue whose key 'hot' (limit 1,000) has one item, so its row exists. */
+  async function hotKeyQueue(ledger: Ledger, label: string): Promise<string> {
+    const queue = freshQueue(label);
+    await ledger.setConcurrencyLimit(queue, 1_000);
+    await ledger.enqueue({ queue, type: 't', payload: 0, concurrencyKey: 'hot' });
+    return queue;
+  }
+
   /** Five batches of ten items of key 'hot', each all new; with idempotency keys they take the enqueue's transaction path. */
   async function enqueueHotBatches(ledger: Ledger, queue: string, opts: { idempotent: boolean }): Promise<void> {
     for (let k = 1; k <= 5; k++) {
@@ -85,9 +93,7 @@ describe.runIf(tidb)('on TiDB', () => {
   // In optimistic mode every transaction that wrote the key's row loses at COMMIT to any that wrote it meanwhile.
   test("optimistic mode: a keyed enqueue whose key row others write all the time still commits, its retries taking their locks", async () => {
     const { ledger } = opt;
-    const queue = freshQueue('tidb-hot-key');
-    await ledger.setConcurrencyLimit(queue, 1_000);
-    await ledger.enqueue({ queue, type: 't', payload: 0, concurrencyKey: 'hot' });
+    const queue = await hotKeyQueue(ledger, 'tidb-hot-key');
     await whileKeyRowRewritten(ledger, queue, 'hot', async () => {
       await enqueueHotBatches(ledger, queue, { idempotent: false });
     });
@@ -96,9 +102,7 @@ describe.runIf(tidb)('on TiDB', () => {
 
   test('optimistic mode: idempotent keyed enqueues and keyed completions (transactions of their own) commit while the key row is rewritten', async () => {
     const { ledger } = opt;
-    const queue = freshQueue('tidb-hot-key-tx');
-    await ledger.setConcurrencyLimit(queue, 1_000);
-    await ledger.enqueue({ queue, type: 't', payload: 0, concurrencyKey: 'hot' });
+    const queue = await hotKeyQueue(ledger, 'tidb-hot-key-tx');
     await whileKeyRowRewritten(ledger, queue, 'hot', async () => {
       await enqueueHotBatches(ledger, queue, { idempotent: true });
       const claimed = await claimAll(ledger, queue);
