@@ -4,6 +4,7 @@ import type { LedgerDb } from '../connection.js';
 import { runTransaction } from '../retry.js';
 import type { LedgerTables } from '../tables.js';
 import { inline } from './common.js';
+import { beginLockingEarly } from './lock-early.js';
 import { processingCount } from './stats.js';
 
 /**
@@ -12,9 +13,7 @@ import { processingCount } from './stats.js';
  * queue's row of `lw_queues`, which every capped claim of the queue writes,
  * so capped claims of one queue take turns; then counts the queue's
  * processing items, which under READ COMMITTED sees every claim committed
- * before this one got the row (on TiDB in optimistic mode, where RC does not
- * apply, the two claims' writes of the row conflict at COMMIT and the later
- * one runs again on a newer snapshot); then claims at most the room left.
+ * before this one got the row; then claims at most the room left.
  * Expired leases still count until the sweep takes them back: reclaiming is
  * never held back by the cap, and the reclaimed items, which keep their
  * place, are the next admitted. Uncapped claims never touch the row.
@@ -27,6 +26,14 @@ import { processingCount } from './stats.js';
  * only its CAS. `heldUnder` names the lease token the claim grants: when the
  * COMMIT's answer is lost, whether that token holds an item tells whether it
  * committed.
+ *
+ * Every run locks early (sql/lock-early.ts), the first too, so on TiDB in
+ * optimistic mode too the turn is a lock the claims queue for, and the
+ * count reads READ COMMITTED (TiDB gives it only to pessimistic
+ * transactions). Capped claims of a queue all write its row: a first try
+ * that did not lock would only lose at COMMIT, and its prewrite, meeting
+ * the row locked by another claim's retry, backs off for seconds at a
+ * time instead of queueing.
  */
 export async function claimUnderCap<T, R>(
   db: LedgerDb,
@@ -46,11 +53,12 @@ export async function claimUnderCap<T, R>(
       let rows: R[] = [];
       if (caps.multiStatement) {
         // One round trip: the row is held from here to COMMIT.
-        const all = await sql`${takeTurn}; ${count}${alongside === undefined ? sql`` : sql`; ${alongside}`}`.execute(trx);
-        const [, counted, read] = all.rows as unknown as [unknown, { n: number | string }[], R[] | undefined];
+        const all = await sql`${beginLockingEarly}; ${takeTurn}; ${count}${alongside === undefined ? sql`` : sql`; ${alongside}`}`.execute(trx);
+        const [, , counted, read] = all.rows as unknown as [unknown, unknown, { n: number | string }[], R[] | undefined];
         processing = Number(counted[0]?.n ?? 0);
         rows = read ?? [];
       } else {
+        await beginLockingEarly.execute(trx);
         await takeTurn.execute(trx);
         processing = Number((await count.execute(trx)).rows[0]?.n ?? 0);
         if (alongside !== undefined && processing < spec.maxProcessing) rows = (await alongside.execute(trx)).rows;
