@@ -1,7 +1,6 @@
 import { sql } from 'kysely';
 import { afterAll, beforeAll, describe, expect, test } from 'vitest';
 import { serverFamily } from '../src/ledger/capabilities.js';
-import { beginLockingEarly } from '../src/ledger/sql/lock-early.js';
 import type { Ledger } from '../src/ledger/ledger.js';
 import { claimAll, claimOne, freshQueue, mustGet } from './support/items.js';
 import { createTestLedger, serverVersion, waitFor, type TestLedger } from './support/ledger.js';
@@ -129,34 +128,6 @@ describe.runIf(tidb)('on TiDB', () => {
         expect(winners.map((w) => w.id)).toEqual([id]);
         expect(await mustGet(ledger, id)).toMatchObject({ state: 'processing', attempt: 1, leaseOwner: winners[0]?.leaseOwner });
       }
-    });
-
-    // Concurrent head searches of a queue read the same earliest heads; on TiDB they take turns on the
-    // queue's row instead of overlapping (claimHeadsInTurn in src/ledger/sql/claim.ts).
-    test("a head search waits for its turn on the queue's row, then claims", async () => {
-      const { ledger } = get();
-      const queue = freshQueue('tidb-turn');
-      const { id } = await ledger.enqueue({ queue, type: 't', payload: 0 });
-      // Wrapped: a promise returned from the callback would be awaited before the COMMIT that lets it go on.
-      const { claim } = await ledger.db.transaction().execute(async (trx) => {
-        await beginLockingEarly.execute(trx);
-        await sql`INSERT INTO ${ledger.tables.queues} (queue, capped_claims, updated_at) VALUES (${queue}, 0, NOW(6))
-          ON DUPLICATE KEY UPDATE updated_at = NOW(6)`.execute(trx);
-        const claim = ledger.claim({ queue, owner: 'w', limit: 5, leaseMs: 60_000 });
-        await waitFor(
-          async () =>
-            Number(
-              (
-                await sql<{ n: number | string }>`SELECT COUNT(*) AS n FROM information_schema.data_lock_waits
-                  WHERE KEY_INFO LIKE CONCAT('%"db_name":"', DATABASE(), '"%') AND KEY_INFO LIKE ${`%"table_name":"${ledger.tables.prefix}queues"%`}`.execute(ledger.db)
-              ).rows[0]?.n,
-            ) > 0 || undefined,
-          10_000,
-          "the head search to wait for the queue's row",
-        );
-        return { claim };
-      });
-      expect((await claim).items.map((i) => i.id)).toEqual([id]);
     });
 
     test('a completion racing the reclaim of its expired lease: exactly one of them takes effect', async () => {

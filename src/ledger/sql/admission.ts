@@ -16,16 +16,13 @@ import { processingCount } from './stats.js';
  * before this one got the row; then claims at most the room left.
  * Expired leases still count until the sweep takes them back: reclaiming is
  * never held back by the cap, and the reclaimed items, which keep their
- * place, are the next admitted. Without `maxProcessing` the claim only
- * takes its turn (no count, no limit): on TiDB every head search does
- * (claimHeadsInTurn in sql/claim.ts). Elsewhere uncapped claims never touch
- * the row.
+ * place, are the next admitted. Uncapped claims never touch the row.
  *
  * The row is held from its write to COMMIT. What the claim must read
  * inside its turn (its candidates: read before the turn, they would be the
  * ones the claim before it just took) it names as `alongside`, sent in the
  * same round trip as the turn and the count where the pool allows; `claim`
- * then gets the transaction, the room (≥ 1; unbounded without a cap) and those rows, and should send
+ * then gets the transaction, the room (≥ 1) and those rows, and should send
  * only its CAS. `heldUnder` names the lease token the claim grants: when the
  * COMMIT's answer is lost, whether that token holds an item tells whether it
  * committed.
@@ -42,32 +39,31 @@ export async function claimUnderCap<T, R>(
   db: LedgerDb,
   caps: LedgerCapabilities,
   t: LedgerTables,
-  spec: { queue: string; maxProcessing?: number | undefined; heldUnder: string; alongside?: RawBuilder<R> | undefined },
+  spec: { queue: string; maxProcessing: number; heldUnder: string; alongside?: RawBuilder<R> | undefined },
   claim: (trx: LedgerDb, room: number, alongside: R[]) => Promise<T[]>,
 ): Promise<T[]> {
   const takeTurn = sql`INSERT INTO ${t.queues} (queue, capped_claims, updated_at) VALUES (${inline(spec.queue)}, 1, NOW(6))
     ON DUPLICATE KEY UPDATE capped_claims = capped_claims + 1, updated_at = NOW(6)`;
-  const { alongside, maxProcessing } = spec;
-  const count = maxProcessing === undefined ? undefined : processingCount(t, spec.queue);
+  const count = processingCount(t, spec.queue);
+  const { alongside } = spec;
   return runTransaction(
     db,
     async (trx) => {
-      let processing = 0;
+      let processing: number;
       let rows: R[] = [];
       if (caps.multiStatement) {
         // One round trip: the row is held from here to COMMIT.
-        const reads = [count, alongside].filter((r) => r !== undefined);
-        const all = await sql`${sql.join([beginLockingEarly, takeTurn, ...reads], sql`; `)}`.execute(trx);
-        const answers = (all.rows as unknown as unknown[]).slice(2);
-        if (count !== undefined) processing = Number((answers.shift() as { n: number | string }[])[0]?.n ?? 0);
-        rows = (answers.shift() as R[] | undefined) ?? [];
+        const all = await sql`${beginLockingEarly}; ${takeTurn}; ${count}${alongside === undefined ? sql`` : sql`; ${alongside}`}`.execute(trx);
+        const [, , counted, read] = all.rows as unknown as [unknown, unknown, { n: number | string }[], R[] | undefined];
+        processing = Number(counted[0]?.n ?? 0);
+        rows = read ?? [];
       } else {
         await beginLockingEarly.execute(trx);
         await takeTurn.execute(trx);
-        if (count !== undefined) processing = Number((await count.execute(trx)).rows[0]?.n ?? 0);
-        if (alongside !== undefined && (maxProcessing === undefined || processing < maxProcessing)) rows = (await alongside.execute(trx)).rows;
+        processing = Number((await count.execute(trx)).rows[0]?.n ?? 0);
+        if (alongside !== undefined && processing < spec.maxProcessing) rows = (await alongside.execute(trx)).rows;
       }
-      const room = maxProcessing === undefined ? Number.POSITIVE_INFINITY : maxProcessing - processing;
+      const room = spec.maxProcessing - processing;
       return room > 0 ? claim(trx, room, rows) : [];
     },
     async () => {

@@ -51,7 +51,7 @@ const MAX_CANDIDATES = 1000;
  * the whole claimable range.
  */
 export async function claimHeads(db: LedgerDb, caps: LedgerCapabilities, t: LedgerTables, spec: ClaimHeadsSpec): Promise<ClaimOutcome> {
-  if (spec.maxProcessing !== undefined || caps.family === 'tidb') return claimHeadsInTurn(db, caps, t, spec);
+  if (spec.maxProcessing !== undefined) return claimHeadsUnderCap(db, caps, t, spec, spec.maxProcessing);
   // A victim of the server (a deadlock, a lock wait timeout, a TiDB write conflict) wrote nothing: claim again.
   const claimed = await retryOnConflict(() => claimHeadsOnce(db, caps, t, spec));
   return { ...claimed, items: await withGroups(db, t, claimed.items, spec) };
@@ -65,20 +65,11 @@ async function claimHeadsOnce(exec: Executor, caps: LedgerCapabilities, t: Ledge
   return { items, moreAvailable: candidates.length > chosen.length };
 }
 
-/**
- * A head search in a turn on the queue's row (sql/admission.ts): under a
- * fleet cap, and on TiDB always. The candidates are read in the turn, with
- * the count: read before, they would be what the turn before took. On TiDB
- * concurrent head searches of a queue read the same earliest heads and
- * overlap; there overlapping claims do not just wait for each other as on
- * InnoDB, but run again statement after statement (up to TiDB's 256) or
- * stall on each other's prewrite locks until the 50 s lock-wait timeout.
- * Taking turns, no two head searches of a queue ever name the same item.
- */
-async function claimHeadsInTurn(db: LedgerDb, caps: LedgerCapabilities, t: LedgerTables, spec: ClaimHeadsSpec): Promise<ClaimOutcome> {
+/** The candidates are read in the claim's turn on the queue's row, with the count: read before, they would be what the turn before took. */
+async function claimHeadsUnderCap(db: LedgerDb, caps: LedgerCapabilities, t: LedgerTables, spec: ClaimHeadsSpec, maxProcessing: number): Promise<ClaimOutcome> {
   const token = newLeaseToken();
   let moreAvailable = false;
-  const turn = { queue: spec.queue, maxProcessing: spec.maxProcessing, heldUnder: token, alongside: candidatesQuery(t, spec) };
+  const turn = { queue: spec.queue, maxProcessing, heldUnder: token, alongside: candidatesQuery(t, spec) };
   const items = await claimUnderCap(db, caps, t, turn, async (trx, room, candidates) => {
     if (candidates.length === 0) return [];
     const ids = pick(candidates, Math.min(spec.limit, room));
