@@ -2,7 +2,7 @@ import type { Transaction } from 'kysely';
 import { CommitOutcomeUnknownError, ConflictRetriesExhaustedError } from '../errors.js';
 import { sleep } from '../sleep.js';
 import type { LedgerDb } from './connection.js';
-import { beginLockingEarly } from './sql/lock-early.js';
+import { beginLockingEarly, transactionOn } from './sql/lock-early.js';
 
 /**
  * Errors after which the whole transaction may simply run again:
@@ -144,15 +144,7 @@ export function retryTransaction<T>(
   body: (trx: Transaction<Record<string, never>>) => Promise<T>,
   extraRetryable?: (error: unknown) => boolean,
 ): Promise<T> {
-  return retryOnConflict(
-    (attempt) =>
-      db.transaction().execute(async (trx) => {
-        if (attempt > 1) await beginLockingEarly.execute(trx);
-        return body(trx);
-      }),
-    DEFAULT_RETRY,
-    extraRetryable,
-  );
+  return retryOnConflict((attempt) => transactionOn(db, attempt > 1, body), DEFAULT_RETRY, extraRetryable);
 }
 
 /**
@@ -190,6 +182,7 @@ export async function runTransaction<T>(
   db: LedgerDb,
   body: (trx: Transaction<Record<string, never>>) => Promise<T>,
   committed?: () => Promise<boolean | undefined>,
+  opts: { bodyLocksEarly?: boolean } = {},
 ): Promise<T> {
   let conflicts = 0;
   let lost = 0;
@@ -211,8 +204,9 @@ export async function runTransaction<T>(
     };
     let value: T;
     try {
-      // A run after a conflict locks early (sql/lock-early.ts), so it does not lose to the same writers again.
-      if (conflicts > 0) await beginLockingEarly.execute(trx);
+      // A run after a conflict locks early (sql/lock-early.ts), so it does not lose to the same writers again,
+      // unless every run of the body begins that way itself (in its first round trip).
+      if (conflicts > 0 && opts.bodyLocksEarly !== true) await beginLockingEarly.execute(trx);
       value = await body(trx);
     } catch (error) {
       await trx.rollback().execute().catch(() => undefined);

@@ -72,5 +72,6 @@ export async function claimUnderCap<T, R>(
         WHERE queue = ${spec.queue} AND state = 'processing' AND lease_token = ${spec.heldUnder} LIMIT 1 FOR UPDATE`.execute(db);
       return r.rows.length > 0;
     },
+    { bodyLocksEarly: true },
   );
 }

@@ -1,4 +1,5 @@
-import { sql } from 'kysely';
+import { sql, type Transaction } from 'kysely';
+import type { LedgerDb } from '../connection.js';
 
 /**
  * Begins a transaction that takes its locks as it goes: on TiDB a
@@ -12,3 +13,11 @@ import { sql } from 'kysely';
  * which must not have run a statement yet, and begins this one.
  */
 export const beginLockingEarly = sql`BEGIN /*T! PESSIMISTIC */`;
+
+/** `body` in a Kysely transaction on `db`, begun locking early when `lockEarly`. */
+export function transactionOn<T>(db: LedgerDb, lockEarly: boolean, body: (trx: Transaction<Record<string, never>>) => Promise<T>): Promise<T> {
+  return db.transaction().execute(async (trx) => {
+    if (lockEarly) await beginLockingEarly.execute(trx);
+    return body(trx);
+  });
+}

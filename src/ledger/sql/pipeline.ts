@@ -3,7 +3,7 @@ import type { LedgerCapabilities } from '../capabilities.js';
 import type { Executor, LedgerDb } from '../connection.js';
 import { retryOnConflict } from '../retry.js';
 import { affected } from './common.js';
-import { beginLockingEarly } from './lock-early.js';
+import { beginLockingEarly, transactionOn } from './lock-early.js';
 
 /** What one statement of a round trip answered. */
 export interface StatementResult<R = Record<string, unknown>> {
@@ -40,10 +40,7 @@ export async function pipelined<T>(
 ): Promise<T> {
   const begin = opts.lockEarly ? beginLockingEarly : sql`START TRANSACTION`;
   if (!caps.multiStatement) {
-    return db.transaction().execute(async (trx) => {
-      if (opts.lockEarly) await beginLockingEarly.execute(trx);
-      return body((statements) => sendEachOn(trx, statements), trx);
-    });
+    return transactionOn(db, opts.lockEarly === true, (trx) => body((statements) => sendEachOn(trx, statements), trx));
   }
   return db.connection().execute(async (conn) => {
     let begun = false;
