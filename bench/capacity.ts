@@ -16,6 +16,7 @@
  *   npm run bench:capacity
  *   npm run bench:capacity -- --runs 1 --scale 0.2
  *   LANEWAKE_BENCH_MYSQL_URL=mysql://root@127.0.0.1:4000 npm run bench:capacity   (TiDB)
+ *   LANEWAKE_BENCH_TIDB_TXN_MODE=optimistic …   (the ledger's TiDB transaction mode; pessimistic by default)
  */
 import { performance } from 'node:perf_hooks';
 import { sql } from 'kysely';

@@ -8,7 +8,8 @@ const REDIS_URL = process.env.LANEWAKE_BENCH_REDIS_URL ?? 'redis://127.0.0.1:637
 /** A migrated ledger on a database of its own and a wake channel on keys of its own, for one run; dropped after. */
 export async function withFreshLedger<T>(prefix: string, run: (ledger: Ledger, wake: WakeChannel, producer: Producer) => Promise<T>): Promise<T> {
   const db = await createBenchDatabase(prefix);
-  const ledger = new Ledger({ url: db.url, poolSize: 10 });
+  const mode = process.env.LANEWAKE_BENCH_TIDB_TXN_MODE;
+  const ledger = new Ledger({ url: db.url, poolSize: 10, ...(mode === 'optimistic' || mode === 'pessimistic' ? { tidbTxnMode: mode } : {}) });
   const wake = new WakeChannel({ redis: REDIS_URL, keyPrefix: `${prefix}:${db.name}:` });
   try {
     await ledger.migrate();

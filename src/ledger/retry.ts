@@ -101,6 +101,15 @@ export interface RetryPolicy {
 export const DEFAULT_RETRY: RetryPolicy = { maxAttempts: 8, baseDelayMs: 5, maxDelayMs: 250 };
 
 /**
+ * A claim's CAS that conflicts lost its rows to another claim that won them:
+ * the fleet moved on, so a claim tries longer than other writes before its
+ * consumer hears of it. On TiDB, where claims come back with their write
+ * conflicts (sql/claim.ts), eight prefetching consumers starting on one
+ * backlog at once ran out of eight tries.
+ */
+export const CLAIM_RETRY: RetryPolicy = { maxAttempts: 24, baseDelayMs: 5, maxDelayMs: 100 };
+
+/**
  * How often a ledger write runs again on a fresh connection after its
  * connection was lost, and the most it waits in between (full jitter): a
  * killed connection needs one retry; a server that is restarting gets about

@@ -3,6 +3,9 @@ import { conflictRetries } from '../../src/ledger/retry.js';
 /** MariaDB and MySQL's ER_LOCK_DEADLOCK: the server rolled a statement's transaction back as a deadlock's victim. */
 export const ER_LOCK_DEADLOCK = 1213;
 
+/** TiDB's write conflict: a transaction lost at COMMIT (optimistic) to one that wrote its rows after it began. */
+export const TIDB_WRITE_CONFLICT = 9007;
+
 /**
  * The conflicts the ledger retried in this process (src/ledger/retry.ts,
  * conflictRetries) while `fn` ran, by errno: a retried deadlock is no error

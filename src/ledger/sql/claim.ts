@@ -2,7 +2,7 @@ import { sql, type RawBuilder } from 'kysely';
 import type { LedgerCapabilities } from '../capabilities.js';
 import type { Executor, LedgerDb } from '../connection.js';
 import { newLeaseToken } from '../ids.js';
-import { isConnectionError, readAfterLostConnection, retryOnConflict } from '../retry.js';
+import { CLAIM_RETRY, isConnectionError, readAfterLostConnection, retryOnConflict } from '../retry.js';
 import type { ClaimedRow } from '../rows.js';
 import type { LedgerTables } from '../tables.js';
 import type { ClaimedItem, ClaimOutcome, QueueClass } from '../types.js';
@@ -53,7 +53,7 @@ const MAX_CANDIDATES = 1000;
 export async function claimHeads(db: LedgerDb, caps: LedgerCapabilities, t: LedgerTables, spec: ClaimHeadsSpec): Promise<ClaimOutcome> {
   if (spec.maxProcessing !== undefined) return claimHeadsUnderCap(db, caps, t, spec, spec.maxProcessing);
   // A victim of the server (a deadlock, a lock wait timeout, a TiDB write conflict) wrote nothing: claim again.
-  const claimed = await retryOnConflict(() => claimHeadsOnce(db, caps, t, spec));
+  const claimed = await retryOnConflict(() => claimHeadsOnce(db, caps, t, spec), CLAIM_RETRY);
   return { ...claimed, items: await withGroups(db, t, claimed.items, spec) };
 }
 
@@ -139,7 +139,7 @@ export async function claimByIds(
       return withGroups(trx, t, heads, spec, { budget: room - heads.length, inTransaction: true });
     });
   }
-  return withGroups(db, t, await retryOnConflict(() => casClaim(db, caps, t, spec, spec.ids, { extraGuard: typeGuard })), spec);
+  return withGroups(db, t, await retryOnConflict(() => casClaim(db, caps, t, spec, spec.ids, { extraGuard: typeGuard }), CLAIM_RETRY), spec);
 }
 
 /**
@@ -184,7 +184,7 @@ async function casClaim(
   // two claims of overlapping ids wait for each other but never deadlock. `queue = …` makes the secondary
   // indexes that start with the queue usable: MariaDB chose ix_created for a claim naming every row of a
   // tiny queue, and locked its rows in that index's order instead.
-  const cas = sql`UPDATE ${t.items} FORCE INDEX (PRIMARY) SET ${leaseAssignments(lease)}
+  const cas = sql`UPDATE ${ownRetryOnTidb(caps, inTransaction)}${t.items} FORCE INDEX (PRIMARY) SET ${leaseAssignments(lease)}
     WHERE id IN (${list(ids)}) AND queue = ${inline(spec.queue)} AND state = 'pending' AND is_head = 1
       AND run_after <= NOW(6) ${epochGuard} ${extraGuard ?? sql``}`;
   const readBack = readBackClaimed(t, ids, lease.token);
@@ -208,6 +208,22 @@ async function casClaim(
     rows = await readAfterLostConnection(async () => (await sql<ClaimedRow>`${readBack} FOR UPDATE`.execute(exec)).rows, error);
   }
   return claimedItems(rows, lease);
+}
+
+/**
+ * On TiDB an autocommit CAS that loses to a concurrent claim at COMMIT comes
+ * back as a write conflict (9007) instead of being run again by TiDB, which
+ * would run it as a pessimistic statement that waits on the rows' locks. Such
+ * a wait is on the locks of other claims' commits in flight, and while those
+ * wait on it, TiDB's deadlock detector sees no cycle: the claims stalled
+ * until the 50 s lock-wait timeout (docs/design.md, "TiDB: what differs").
+ * Here the ledger claims again, from a fresh candidate read, and nothing
+ * waits. A SET_VAR hint holds for its statement alone (TiDB warns that it
+ * has not verified this variable for hints, and applies it); inside a
+ * transaction the transaction's own retry rules apply.
+ */
+function ownRetryOnTidb(caps: LedgerCapabilities, inTransaction: boolean | undefined): RawBuilder<unknown> {
+  return caps.family === 'tidb' && inTransaction !== true ? sql`/*+ SET_VAR(tidb_retry_limit=0) */ ` : sql``;
 }
 
 /**
