@@ -221,7 +221,7 @@ test('16 claimers at once over tiny queues, burst after burst: no errors, no dea
       for (const [k, spec] of sample(random, specs, specs.length).entries()) ids.push((await tl.ledger.enqueue({ queue, type: 't', payload: { burst, k }, ...spec })).id);
       const wins = new Wins();
       // claimByIds needs one round trip to claim() its two, so it won nearly every head when either could
-      // (396 of 400 on MariaDB, and once all 400): one head per burst is named by no claimByIds, and the
+      // (394-399 of 400 on MariaDB, and once all 400): one head per burst is named by no claimByIds, and the
       // first claimer is a claim() wide enough to take it, so both kinds win heads in every burst.
       const nameable = sample(random, ids, ids.length).slice(1);
       const calls = claimers.map((_, c) => {
