@@ -184,7 +184,7 @@ test('a lease renewal on a dead pooled connection renews', async () => {
   expect((await mustGet(tl.ledger, item!.id)).leaseUntil!.getTime()).toBeGreaterThan(before.getTime());
 });
 
-/** Arms the proxy for `match`; with 'hold-reply', cuts the connection once `committed` sees the write from outside. */
+/** Arms the proxy for `match` (a statement sent prepared starts with a comment, sql/bound.ts): with 'hold-reply', cuts the connection once `committed` sees the write from outside. */
 function loseNext(match: RegExp, cut: Cut, committed?: () => Promise<boolean>): Promise<void> {
   return proxy.arm(match, cut).then(async () => {
     if (cut === 'drop-request') return;
@@ -260,7 +260,7 @@ test('completeMany whose answer was lost after it committed reports every item w
 
   // The laneless batch is one autocommit UPDATE: its answer lost after it took effect.
   const laneless = await enqueueAndClaim(ledger, freshQueue('batch-update-lost'), { n: 3 });
-  const lostUpdate = loseNext(/^\s*UPDATE/i, 'hold-reply', async () => (await mustGet(tl.ledger, laneless[2]!.id)).state === 'completed');
+  const lostUpdate = loseNext(/^\s*(\/\*.*?\*\/\s*)?UPDATE/i, 'hold-reply', async () => (await mustGet(tl.ledger, laneless[2]!.id)).state === 'completed');
   const r = await ledger.completeMany(laneless.map((handle) => ({ handle })));
   await lostUpdate;
   expect(r.map((x) => x.won)).toEqual([true, true, true]);
@@ -275,7 +275,7 @@ test('a claim whose CAS committed but whose answer was lost still hands over wha
   ]);
   const ids = [a!.id, b!.id];
   const bothProcessing = async (): Promise<boolean> => (await Promise.all(ids.map((id) => isState(id, 'processing')()))).every(Boolean);
-  const lost = loseNext(/^\s*UPDATE .*SET state = 'processing'/is, 'hold-reply', bothProcessing);
+  const lost = loseNext(/^\s*(\/\*.*?\*\/\s*)?UPDATE .*SET state = 'processing'/is, 'hold-reply', bothProcessing);
   const claimed = await ledger.claim({ queue, owner: 'w', limit: 10, leaseMs: 60_000 });
   await lost;
   expect(claimed.items.map((i) => i.id).sort()).toEqual([...ids].sort());

@@ -48,6 +48,34 @@ describe.runIf(tidb)('on TiDB', () => {
     }
   });
 
+  test("a job's own statements go prepared, and TiDB's plan cache serves them: the laneless completion and an end in the caller's transaction", async () => {
+    const own = await createTestLedger({ tidbTxnMode: 'pessimistic', poolSize: 2 });
+    try {
+      const { ledger } = own;
+      expect((await ledger.capabilities()).prepared).toBe(true);
+      const queue = freshQueue('prepared');
+      const runs = 12;
+      await ledger.enqueueMany(Array.from({ length: runs * 2 }, (_, n) => ({ queue, type: 't', payload: { n } })));
+      for (let n = 0; n < runs; n++) {
+        const [batch, single, ...rest] = await claimAll(ledger, queue, 'w');
+        // One laneless batch UPDATE (sql/completion-cas.ts), and one item ended in a transaction, as ctx.transaction does (sql/transition.ts).
+        expect((await ledger.completeMany([{ handle: batch!, result: { n } }]))[0]?.won).toBe(true);
+        await ledger.completeWithin(single!, async () => n);
+        for (const item of rest) await ledger.release(item, { delayMs: 0 });
+      }
+      // Per statement shape: every execution after the first on each of the pool's two sessions is a plan-cache hit.
+      const r = await sql<{ text: string; n: number | string; hits: number | string }>`SELECT digest_text AS text, SUM(exec_count) AS n, SUM(plan_cache_hits) AS hits
+        FROM (SELECT digest_text, exec_count, plan_cache_hits FROM information_schema.statements_summary WHERE schema_name = DATABASE()
+              UNION ALL SELECT digest_text, exec_count, plan_cache_hits FROM information_schema.statements_summary_history WHERE schema_name = DATABASE()) s
+        WHERE digest_text LIKE '%set \`state\` = ? , \`result\` = ?%' GROUP BY digest_text`.execute(ledger.db);
+      const completions = r.rows.map((row) => ({ text: row.text.slice(0, 80), n: Number(row.n), hits: Number(row.hits) }));
+      expect(completions.reduce((sum, c) => sum + c.n, 0), JSON.stringify(completions)).toBeGreaterThanOrEqual(runs * 2);
+      for (const c of completions) expect(c.hits, JSON.stringify(completions)).toBeGreaterThanOrEqual(c.n - 4);
+    } finally {
+      await own.drop();
+    }
+  });
+
   /** Rewrites a key's row from four sessions as fast as they can while `work` runs, as completions of a busy key do. */
   async function whileKeyRowRewritten(ledger: Ledger, queue: string, key: string, work: () => Promise<void>): Promise<void> {
     let hammering = true;

@@ -21,6 +21,13 @@ export interface LedgerCapabilities {
   readonly family: ServerFamily;
   /** Item ids in creation order (InnoDB) or random (TiDB): see IdOrder. */
   readonly idOrder: IdOrder;
+  /**
+   * The hot statements go prepared, on the binary protocol (sql/bound.ts):
+   * on TiDB through the ledger's own pool, where that lets TiDB's plan cache
+   * serve them. MariaDB and MySQL run the same statements as text, with
+   * their values inlined, for less than a prepared round trip costs.
+   */
+  readonly prepared: boolean;
 }
 
 /** TiDB's version string contains "TiDB" (`8.0.11-TiDB-v7.5.1`), MariaDB's "MariaDB"; MySQL's names neither. */
@@ -52,7 +59,8 @@ async function detect(db: LedgerDb, multiStatement: boolean): Promise<LedgerCapa
     try {
       const r = await sql<{ version: string }>`SELECT VERSION() AS version`.execute(db);
       const family = serverFamily(String(r.rows[0]?.version ?? ''));
-      return Object.freeze({ multiStatement, family, idOrder: idOrderFor(family) });
+      // Our own pool sends a statement marked prepared on the binary protocol (connection.ts); a pool handed in would not.
+      return Object.freeze({ multiStatement, family, idOrder: idOrderFor(family), prepared: multiStatement && family === 'tidb' });
     } catch (error) {
       if (!isConnectionError(error) || attempt >= CONNECTION_RETRY.maxAttempts) throw error;
       await retryDelay(CONNECTION_RETRY, attempt);

@@ -33,7 +33,7 @@ export interface Ending {
 }
 
 export async function finish(target: FinishTarget, handle: LeaseHandle, e: Ending): Promise<FinalizeResult> {
-  const won = await finalize(target.db, target.tables, handle, e.f);
+  const won = await finalize(target.db, target.tables, handle, e.f, (await target.capabilities()).prepared);
   return e.f.kind === 'dead' || e.f.kind === 'retry' ? { won, state: e.state, failureClass: e.f.failureClass } : { won, state: e.state };
 }
 
@@ -160,7 +160,7 @@ export function completeManyWithin<T>(
 /** A completion inside the caller's transaction; throws LeaseLostError when the CAS loses. */
 export async function completeInTransaction(target: FinishTarget, trx: Executor, handle: LeaseHandle, result: unknown): Promise<LaneHandedOn> {
   const json = result === undefined ? null : encodeCapped(result, target.resultMaxBytes, 'result');
-  return finalizeInTx(trx, target.tables, handle, { kind: 'complete', resultJson: json });
+  return finalizeInTx(trx, target.tables, handle, { kind: 'complete', resultJson: json }, (await target.capabilities()).prepared);
 }
 
 /** An error as the item and its history store it: a stack, a string or JSON, cut to `maxChars`. */

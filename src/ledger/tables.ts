@@ -48,3 +48,8 @@ export function ledgerTables(prefix: string): LedgerTables {
     migrations: t('migrations'),
   };
 }
+
+/** A table's identifier as SQL text, quoted as `sql.table` quotes it: for statements written as text (sql/bound.ts). */
+export function tableText(t: LedgerTables, name: 'items'): string {
+  return `\`${(t.prefix + name).replace(/`/g, '``')}\``;
+}

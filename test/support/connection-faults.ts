@@ -64,8 +64,10 @@ export class BusyKiller {
 export type Cut = 'hold-reply' | 'drop-request';
 
 /**
- * TCP proxy to MariaDB that, once armed, loses one query matching `match`
- * (the MySQL protocol's COM_QUERY packets are read to find it).
+ * TCP proxy to the ledger's server that, once armed, loses one statement
+ * matching `match`: the MySQL protocol's COM_QUERY packets are read to find
+ * it, and COM_STMT_EXECUTE packets by the text their statement was prepared
+ * with (a TiDB ledger sends its hot statements prepared).
  */
 export class FaultProxy {
   private armed: { match: RegExp; cut: Cut; fired: () => void } | undefined;
@@ -104,6 +106,11 @@ export class FaultProxy {
   private pipe(client: Socket, upstream: Socket): void {
     let pending = Buffer.alloc(0);
     let holding = false;
+    // Prepared statements of this connection, by the id the server gave them: the text of one awaiting
+    // its answer, whose first packet (PREPARE_OK: 0x00, then the id) starts the next data from the server.
+    const prepared = new Map<number, string>();
+    let preparing: string | undefined;
+    let answer = Buffer.alloc(0);
     const cutBoth = (): void => {
       client.destroy();
       upstream.destroy();
@@ -113,6 +120,14 @@ export class FaultProxy {
     client.on('close', cutBoth);
     upstream.on('close', cutBoth);
     upstream.on('data', (data) => {
+      if (preparing !== undefined) {
+        answer = Buffer.concat([answer, data]);
+        if (answer.length >= 9) {
+          if (answer[4] === 0x00) prepared.set(answer.readUInt32LE(5), preparing);
+          preparing = undefined;
+          answer = Buffer.alloc(0);
+        }
+      }
       if (!holding) client.write(data);
     });
     client.on('data', (data) => {
@@ -123,8 +138,10 @@ export class FaultProxy {
         const packet = pending.subarray(0, 4 + length);
         pending = pending.subarray(4 + length);
         const armed = this.armed;
-        const isQuery = packet[3] === 0 && packet[4] === 0x03;
-        if (armed && isQuery && armed.match.test(packet.subarray(5).toString('utf8'))) {
+        const command = packet[3] === 0 ? packet[4] : undefined;
+        if (command === 0x16) preparing = packet.subarray(5).toString('utf8');
+        const text = command === 0x03 ? packet.subarray(5).toString('utf8') : command === 0x17 ? prepared.get(packet.readUInt32LE(5)) : undefined;
+        if (armed && text !== undefined && armed.match.test(text)) {
           this.armed = undefined;
           if (armed.cut === 'drop-request') {
             cutBoth();

@@ -10,6 +10,7 @@ import { QUEUE_CLASSES } from '../types.js';
 import { claimedItems, grantLease, readBackClaimed } from './claimed.js';
 import { affected, inline, list, queueScoped } from './common.js';
 import { completeInOneTrip, completeInTwoTrips, isGuardRefusal, type BatchDone } from './complete-laned.js';
+import { bindable } from './bound.js';
 import { completionStatement, type CompletionEntry } from './completion-cas.js';
 import { finalize } from './finalize.js';
 import { handOnKeys, keyCounts } from './key-admission.js';
@@ -175,7 +176,7 @@ async function completeOnce(
           : items.some((e) => e.handle.lane !== null)
             ? await completeLaned(db, caps, t, items, next)
             : // Without lanes or keys the batch is one UPDATE: atomic on its own, no transaction.
-              await retryOnConflict(() => completeLanelessBatch(db, t, items));
+              await retryOnConflict(() => completeLanelessBatch(db, caps, t, items));
       claimed.push(...done.claimed);
       part.forEach((i, k) => {
         const h = entries[i]!.handle;
@@ -188,7 +189,7 @@ async function completeOnce(
   }
   for (const i of single) {
     const e = entries[i]!;
-    const won = await finalize(db, t, e.handle, { kind: 'complete', resultJson: e.resultJson });
+    const won = await finalize(db, t, e.handle, { kind: 'complete', resultJson: e.resultJson }, caps.prepared);
     // The single path does not say whether a successor was there: assume one.
     out[i] = { won, laneAdvanced: won && e.handle.lane !== null };
   }
@@ -225,12 +226,12 @@ async function completeKeyed(send: Send, t: LedgerTables, entries: readonly Comp
   return { won: entries.map(() => true), advanced: new Set(), claimed };
 }
 
-async function completeLanelessBatch(db: LedgerDb, t: LedgerTables, entries: readonly CompletionEntry[]): Promise<BatchDone> {
-  const r = await completionStatement(t, entries).execute(db);
-  if (affected(r) === entries.length) return { won: entries.map(() => true), advanced: new Set(), claimed: [] };
+async function completeLanelessBatch(db: LedgerDb, caps: LedgerCapabilities, t: LedgerTables, entries: readonly CompletionEntry[]): Promise<BatchDone> {
+  const changed = affected(await completionStatement(t, entries, bindable(caps, entries.length)).execute(db));
+  if (changed === entries.length) return { won: entries.map(() => true), advanced: new Set(), claimed: [] };
   // Someone lost their lease. The statement stands (no transaction), so a second CAS of each entry
   // would lose to it: read which entries it completed instead.
-  return { won: await completedByStatement(db, t, entries, affected(r)), advanced: new Set(), claimed: [] };
+  return { won: await completedByStatement(db, t, entries, changed), advanced: new Set(), claimed: [] };
 }
 
 /**

@@ -105,7 +105,7 @@ function plan(h: LeaseHandle, f: Finalization): Plan {
 }
 
 /** The transition that ends a claimed attempt as `f`: a CAS on (id, lease token, processing). */
-export function leaseSpec(t: LedgerTables, h: LeaseHandle, f: Finalization): TransitionSpec {
+export function leaseSpec(t: LedgerTables, h: LeaseHandle, f: Finalization, prepared = false): TransitionSpec {
   const p = plan(h, f);
   const group = h.group;
   return {
@@ -128,15 +128,16 @@ export function leaseSpec(t: LedgerTables, h: LeaseHandle, f: Finalization): Tra
     alsoWrite: p.waits ? (trx) => enterWait(trx, t, h.id) : undefined,
     // Only this token's holder completes the item, and it keeps the token: how a completion whose answer was lost is told apart.
     appliedIf: f.kind === 'complete' ? sql`state = 'completed' AND lease_token = ${h.leaseToken}` : undefined,
+    prepared,
   };
 }
 
-/** Ends a claimed attempt: CAS on (id, lease token, processing). False = this holder lost the item; nothing was written. */
-export function finalize(db: LedgerDb, t: LedgerTables, h: LeaseHandle, f: Finalization): Promise<boolean> {
-  return applyTransition(db, t, leaseSpec(t, h, f));
+/** Ends a claimed attempt: CAS on (id, lease token, processing); `prepared` as LedgerCapabilities says. False = this holder lost the item; nothing was written. */
+export function finalize(db: LedgerDb, t: LedgerTables, h: LeaseHandle, f: Finalization, prepared = false): Promise<boolean> {
+  return applyTransition(db, t, leaseSpec(t, h, f, prepared));
 }
 
 /** The same inside the caller's transaction; throws LeaseLostError (rolling the caller back) when the CAS loses. */
-export function finalizeInTx(trx: Executor, t: LedgerTables, h: LeaseHandle, f: Finalization): Promise<LaneHandedOn> {
-  return applyTransitionInTx(trx, t, leaseSpec(t, h, f));
+export function finalizeInTx(trx: Executor, t: LedgerTables, h: LeaseHandle, f: Finalization, prepared = false): Promise<LaneHandedOn> {
+  return applyTransitionInTx(trx, t, leaseSpec(t, h, f, prepared));
 }

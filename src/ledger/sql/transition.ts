@@ -1,5 +1,5 @@
 import { sql, type RawBuilder } from 'kysely';
-import type { Executor, LedgerDb } from '../connection.js';
+import { PREPARED_MARK, type Executor, type LedgerDb } from '../connection.js';
 import { newId } from '../ids.js';
 import { CommitOutcomeUnknownError, LeaseLostError } from '../../errors.js';
 import { CONNECTION_RETRY, isConnectionError, readAfterLostConnection, retryDelay, runTransaction } from '../retry.js';
@@ -52,6 +52,8 @@ export interface TransitionSpec {
    * with a history row looks that row up instead.)
    */
   appliedIf?: RawBuilder<unknown> | undefined;
+  /** The CAS goes prepared, for TiDB's plan cache (sql/bound.ts): `LedgerCapabilities.prepared`. */
+  prepared?: boolean | undefined;
 }
 
 /**
@@ -154,7 +156,7 @@ export async function applyTransitionInTx(trx: Executor, t: LedgerTables, spec: 
 export type LaneHandedOn = boolean | undefined;
 
 async function casUpdate(exec: Executor, t: LedgerTables, spec: TransitionSpec): Promise<number> {
-  const r = await sql`UPDATE ${t.items} SET ${spec.set}, updated_at = NOW(6)
+  const r = await sql`${sql.raw(spec.prepared === true ? PREPARED_MARK : '')}UPDATE ${t.items} SET ${spec.set}, updated_at = NOW(6)
     WHERE id = ${spec.place.id} AND ${spec.guard}`.execute(exec);
   return affected(r);
 }
