@@ -84,9 +84,11 @@ function boundWriter(): ValueWriter & { values: StatementValue[] } {
 export function statementFor(prepared: boolean, write: (w: ValueWriter) => string): RawBuilder<unknown> {
   if (!prepared) return sql.raw(write(INLINE));
   const w = boundWriter();
-  const parts = (PREPARED_MARK + write(w)).split(MARK);
-  return sql.join(
-    parts.map((part, i) => (i % 2 === 0 ? sql.raw(part) : sql.val(w.values[Number(part)] ?? null))),
-    sql.raw(''),
-  );
+  const parts = write(w).split(MARK);
+  return markedPrepared(true, sql.join(parts.map((part, i) => (i % 2 === 0 ? sql.raw(part) : sql.val(w.values[Number(part)] ?? null))), sql.raw('')));
+}
+
+/** `statement` (its values parameters) marked, when `prepared`, for the pool to send prepared (PREPARED_MARK, connection.ts). */
+export function markedPrepared(prepared: boolean, statement: RawBuilder<unknown>): RawBuilder<unknown> {
+  return prepared ? sql`${sql.raw(PREPARED_MARK)}${statement}` : statement;
 }

@@ -1,10 +1,11 @@
 import { sql, type RawBuilder } from 'kysely';
-import { PREPARED_MARK, type Executor, type LedgerDb } from '../connection.js';
+import type { Executor, LedgerDb } from '../connection.js';
 import { newId } from '../ids.js';
 import { CommitOutcomeUnknownError, LeaseLostError } from '../../errors.js';
 import { CONNECTION_RETRY, isConnectionError, readAfterLostConnection, retryDelay, runTransaction } from '../retry.js';
 import type { LedgerTables } from '../tables.js';
 import type { AttemptRecord } from '../types.js';
+import { markedPrepared } from './bound.js';
 import { affected, list } from './common.js';
 import { handOnKeys, leaveKeyWait } from './key-admission.js';
 import { handOnLane } from './lane-advance.js';
@@ -156,8 +157,8 @@ export async function applyTransitionInTx(trx: Executor, t: LedgerTables, spec: 
 export type LaneHandedOn = boolean | undefined;
 
 async function casUpdate(exec: Executor, t: LedgerTables, spec: TransitionSpec): Promise<number> {
-  const r = await sql`${sql.raw(spec.prepared === true ? PREPARED_MARK : '')}UPDATE ${t.items} SET ${spec.set}, updated_at = NOW(6)
-    WHERE id = ${spec.place.id} AND ${spec.guard}`.execute(exec);
+  const cas = sql`UPDATE ${t.items} SET ${spec.set}, updated_at = NOW(6) WHERE id = ${spec.place.id} AND ${spec.guard}`;
+  const r = await markedPrepared(spec.prepared === true, cas).execute(exec);
   return affected(r);
 }
 
