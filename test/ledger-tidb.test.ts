@@ -1,8 +1,6 @@
 import { sql } from 'kysely';
-import { createConnection } from 'mysql2/promise';
 import { afterAll, beforeAll, describe, expect, test } from 'vitest';
 import { serverFamily } from '../src/ledger/capabilities.js';
-import { sessionSetup } from '../src/ledger/connection.js';
 import type { Ledger } from '../src/ledger/ledger.js';
 import { claimAll, claimOne, freshQueue, mustGet } from './support/items.js';
 import { createTestLedger, serverVersion, waitFor, type TestLedger } from './support/ledger.js';
@@ -50,44 +48,81 @@ describe.runIf(tidb)('on TiDB', () => {
     }
   });
 
-  test("a job's own statements go prepared, and TiDB's plan cache serves them: the laneless completion and an end in the caller's transaction", async () => {
+  test("a job's own statements go prepared, and TiDB's plan cache serves them: the claim, the laneless completion and an end in the caller's transaction", async () => {
     const own = await createTestLedger({ tidbTxnMode: 'pessimistic', poolSize: 2 });
     try {
       const { ledger } = own;
       expect((await ledger.capabilities()).prepared).toBe(true);
       const queue = freshQueue('prepared');
       const ids = (await ledger.enqueueMany([1, 2].map((n) => ({ queue, type: 't', payload: { n } })))).map((r) => r.id);
-      const [batch, single] = await ledger.claimByIds({ queue, owner: 'w', leaseMs: 60_000, ids });
-      // One laneless batch UPDATE (sql/completion-cas.ts), and one item ended in a transaction, as ctx.transaction does (sql/transition.ts).
+      const [laneHead] = (await ledger.enqueueMany([3, 4].map((n) => ({ queue, type: 't', payload: { n }, lane: 'L' })))).map((r) => r.id);
+      const claimed = await ledger.claimByIds({ queue, owner: 'w', leaseMs: 60_000, ids: [...ids, laneHead!] });
+      const [batch, single, head] = [...ids, laneHead!].map((id) => claimed.find((c) => c.id === id));
+      // One laneless batch UPDATE (sql/completion-cas.ts), and items ended in a transaction, as ctx.transaction does (sql/transition.ts):
+      // a laneless one, and a lane's head, whose lane is handed on to its successor (sql/lane-advance.ts).
       expect((await ledger.completeMany([{ handle: batch!, result: { n: 1 } }]))[0]?.won).toBe(true);
       await ledger.completeWithin(single!, async () => 2);
+      await ledger.completeWithin(head!, async () => 3);
       // What the ledger sent prepared, as TiDB recorded it: the text with its markers, then ` [arguments: (…)]` (a text sent as a query has neither).
       const r = await sql<{ text: string }>`SELECT DISTINCT query_sample_text AS text FROM information_schema.statements_summary
         WHERE schema_name = DATABASE() AND query_sample_text LIKE '/* lw:prepared */%'`.execute(ledger.db);
-      const texts = [...new Set(r.rows.filter((row) => / \[arguments: .*\]$/s.test(row.text)).map((row) => row.text.replace(/ \[arguments: .*\]$/s, '')))];
+      const sent = new Map(r.rows.flatMap((row) => {
+        const m = / \[arguments: \((.*)\)\]$/s.exec(row.text);
+        return m ? [[row.text.slice(0, m.index), m[1]!] as const] : [];
+      }));
+      const texts = [...sent.keys()];
       expect(texts.filter((text) => /SET state = 'completed'/.test(text)), JSON.stringify(texts)).toHaveLength(2);
-      // Each is served from the plan cache when it runs again, in a session set up as the ledger's are. Under READ COMMITTED any DDL on
-      // the server (another test's migration, in parallel) empties the cache: a text gets a few runs in a row to be seen served from it.
-      const conn = await createConnection({ uri: own.url, multipleStatements: true });
-      try {
-        await conn.query(sessionSetup({ tidbTxnMode: 'pessimistic' }).join('; '));
+      // The claim's CAS and its read-back (sql/claim.ts), on the connections that return a write conflict.
+      expect(texts.filter((text) => /SET state = 'processing'/.test(text)), JSON.stringify(texts)).toHaveLength(1);
+      expect(texts.filter((text) => /^\/\* lw:prepared \*\/ SELECT .* AND lease_token = \? AND state = 'processing'$/s.test(text)), JSON.stringify(texts)).toHaveLength(1);
+      // The lane hand-on: the lane row's read, and its successor made the head.
+      expect(texts.filter((text) => /SELECT next_seq FROM/.test(text)), JSON.stringify(texts)).toHaveLength(1);
+      expect(texts.filter((text) => /SET is_head = 1/.test(text)), JSON.stringify(texts)).toHaveLength(1);
+      // Each is served from the plan cache when it runs again on a connection of the ledger's pool, which binds values as it does
+      // its own (connection.ts). Under READ COMMITTED any DDL on the server (another test's migration, in parallel) empties the cache:
+      // a text gets a few runs in a row to be seen served from it.
+      await ledger.db.connection().execute(async (conn) => {
         for (const text of texts) {
-          const values = [...text.matchAll(/\?/g)].map((_, i) => `.${i}`);
+          const values = parametersLike(sent.get(text)!);
+          const statement = sql.join(text.split('?').map((part, i) => (i === 0 ? sql.raw(part) : sql`${values[i - 1] ?? null}${sql.raw(part)}`)), sql.raw(''));
           let served = false;
           for (let run = 0; run < 20 && !served; run++) {
-            await conn.execute(text, values);
-            const [rows] = await conn.query('SELECT @@last_plan_from_cache AS served');
-            served = Number((rows as { served: number }[])[0]?.served) === 1;
+            await statement.execute(conn);
+            served = Number((await sql<{ served: number }>`SELECT @@last_plan_from_cache AS served`.execute(conn)).rows[0]?.served) === 1;
           }
           expect(served, text).toBe(true);
         }
-      } finally {
-        await conn.end();
-      }
+      });
     } finally {
       await own.drop();
     }
   });
+
+  /**
+   * Values of the types TiDB recorded in a prepared statement's arguments
+   * (`"text", 60000000, NULL`), each its own: a plan cached for one
+   * parameter type does not serve another.
+   */
+  function parametersLike(args: string): (string | number | null)[] {
+    const out: (string | number | null)[] = [];
+    for (let at = 0; at < args.length; ) {
+      const int = /^-?\d+/.exec(args.slice(at));
+      if (args.startsWith('NULL', at)) {
+        out.push(null);
+        at += 4;
+      } else if (int) {
+        out.push(out.length);
+        at += int[0].length;
+      } else {
+        // A quoted text, written unescaped: it ends at the quote before the next argument or the end.
+        const next = args.indexOf('", ', at + 1);
+        out.push(`.${out.length}`);
+        at = (next > at ? next : args.length - 1) + 1;
+      }
+      if (args.startsWith(', ', at)) at += 2;
+    }
+    return out;
+  }
 
   /** Rewrites a key's row from four sessions as fast as they can while `work` runs, as completions of a busy key do. */
   async function whileKeyRowRewritten(ledger: Ledger, queue: string, key: string, work: () => Promise<void>): Promise<void> {

@@ -28,6 +28,13 @@ export interface LedgerCapabilities {
    * their values inlined, for less than a prepared round trip costs.
    */
   readonly prepared: boolean;
+  /**
+   * On TiDB through the ledger's own pool, a few connections of their own
+   * whose autocommit writes come back with a write conflict instead of being
+   * run again by TiDB (connection.ts): the claim's CAS, prepared, runs there
+   * and claims again on a conflict (sql/claim.ts). Undefined elsewhere.
+   */
+  readonly conflictsReturned: LedgerDb | undefined;
 }
 
 /** TiDB's version string contains "TiDB" (`8.0.11-TiDB-v7.5.1`), MariaDB's "MariaDB"; MySQL's names neither. */
@@ -43,24 +50,37 @@ export function serverFamily(version: string): ServerFamily {
  * failure is not kept, so the next call asks again. A lost connection is
  * retried on a fresh one, as the ledger's writes are.
  */
-export function capabilitiesOnce(db: LedgerDb, multiStatement: boolean): () => Promise<LedgerCapabilities> {
+export function capabilitiesOnce(db: LedgerDb, ownPool: OwnPool | undefined): () => Promise<LedgerCapabilities> {
   let known: Promise<LedgerCapabilities> | undefined;
   return () => {
     if (known === undefined) {
-      known = detect(db, multiStatement);
+      known = detect(db, ownPool);
       known.catch(() => (known = undefined));
     }
     return known;
   };
 }
 
-async function detect(db: LedgerDb, multiStatement: boolean): Promise<LedgerCapabilities> {
+/** What the ledger's own pool offers beyond a Kysely instance handed in: several statements per query, statements sent prepared, and more connections on demand. */
+export interface OwnPool {
+  /** A pool of connections whose autocommit writes come back with a write conflict (TiDB only). */
+  conflictsReturned(): LedgerDb;
+}
+
+async function detect(db: LedgerDb, ownPool: OwnPool | undefined): Promise<LedgerCapabilities> {
   for (let attempt = 1; ; attempt++) {
     try {
       const r = await sql<{ version: string }>`SELECT VERSION() AS version`.execute(db);
       const family = serverFamily(String(r.rows[0]?.version ?? ''));
       // Our own pool sends a statement marked prepared on the binary protocol (connection.ts); a pool handed in would not.
-      return Object.freeze({ multiStatement, family, idOrder: idOrderFor(family), prepared: multiStatement && family === 'tidb' });
+      const prepared = ownPool !== undefined && family === 'tidb';
+      return Object.freeze({
+        multiStatement: ownPool !== undefined,
+        family,
+        idOrder: idOrderFor(family),
+        prepared,
+        conflictsReturned: prepared ? ownPool.conflictsReturned() : undefined,
+      });
     } catch (error) {
       if (!isConnectionError(error) || attempt >= CONNECTION_RETRY.maxAttempts) throw error;
       await retryDelay(CONNECTION_RETRY, attempt);

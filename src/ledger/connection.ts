@@ -1,5 +1,5 @@
 import { Kysely, MysqlDialect, type MysqlPool, type MysqlPoolConnection, type QueryExecutorProvider } from 'kysely';
-import { createPool, format, type Pool, type PoolConnection, type PoolOptions } from 'mysql2';
+import mysql2, { createPool, format, type Pool, type PoolConnection, type PoolOptions } from 'mysql2';
 import { sleep } from '../sleep.js';
 import type { LedgerConfig } from './config.js';
 
@@ -25,7 +25,11 @@ import type { LedgerConfig } from './config.js';
  *   the ledger's tables churn, so their statistics are often missing or
  *   stale, and the statements on its paths name their index or key. With
  *   the wait, every completion and lane hand-on of a fresh ledger spent
- *   25 ms in it, holding its locks (docs/BENCHMARKS.md).
+ *   25 ms in it, holding its locks (docs/BENCHMARKS.md);
+ * - on TiDB, a cached plan for a prepared statement whose primary-key `IN`
+ *   list has several values (`tidb_opt_fix_control = '44830:ON'`): without
+ *   it TiDB plans a claim's CAS and read-back, and a batch's completion,
+ *   anew on every execution (sql/bound.ts).
  */
 /**
  * What every connection of the ledger's pool runs first. The transaction
@@ -37,7 +41,7 @@ import type { LedgerConfig } from './config.js';
  */
 export function sessionSetup(config: Pick<LedgerConfig, 'tidbTxnMode'>): string[] {
   return [
-    `SET SESSION time_zone = '+00:00' /*T! , tidb_txn_mode = '${config.tidbTxnMode}', tidb_stats_load_sync_wait = 0 */ /*M! , eq_range_index_dive_limit = 1 */`,
+    `SET SESSION time_zone = '+00:00' /*T! , tidb_txn_mode = '${config.tidbTxnMode}', tidb_stats_load_sync_wait = 0, tidb_opt_fix_control = '44830:ON' */ /*M! , eq_range_index_dive_limit = 1 */`,
     'SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED',
     "SET SESSION sql_mode = TRIM(BOTH ',' FROM REPLACE(CONCAT(',', @@SESSION.sql_mode, ','), ',NO_BACKSLASH_ESCAPES,', ','))",
   ];
@@ -71,11 +75,21 @@ export function mysqlPoolOptions(config: Pick<LedgerConfig, 'url' | 'poolSize'>)
   };
 }
 
-export function createLedgerPool(config: Pick<LedgerConfig, 'url' | 'poolSize' | 'tidbTxnMode'>): Pool {
+/**
+ * The settings of a session whose autocommit writes come back with TiDB's
+ * write conflict (9007) instead of being run again by TiDB, pessimistically,
+ * waiting on the rows' locks: the claim's CAS (sql/claim.ts) claims again
+ * from a fresh candidate read instead. Not for the ledger's pool as a whole:
+ * its other autocommit writes (renewals, heartbeats, cancellations) expect
+ * TiDB to settle a conflict for them. TiDB only.
+ */
+const CONFLICTS_RETURNED_SETUP = 'SET SESSION tidb_retry_limit = 0';
+
+export function createLedgerPool(config: Pick<LedgerConfig, 'url' | 'poolSize' | 'tidbTxnMode'>, opts: { conflictsReturned?: boolean } = {}): Pool {
   const pool = createPool(mysqlPoolOptions(config));
   // One round trip for all of it: the pool takes several statements per query, and a new
   // connection's first query waits behind its setup.
-  const setup = sessionSetup(config).join('; ');
+  const setup = [...sessionSetup(config), ...(opts.conflictsReturned === true ? [CONFLICTS_RETURNED_SETUP] : [])].join('; ');
   pool.on('connection', (connection) => {
     connection.query(setup);
   });
@@ -117,7 +131,7 @@ function preparingWhenMarked(pool: Pool): MysqlPool {
         if (property === 'query') {
           return (text: string, values: unknown[], callback?: (error: unknown, result: unknown) => void) =>
             callback !== undefined && text.startsWith(PREPARED_MARK) && values.length > 0
-              ? target.execute(text, values as never, callback)
+              ? target.execute(text, values.map(asParameter) as never, callback)
               : callback !== undefined
                 ? target.query(text, values, callback)
                 : target.query(text, values);
@@ -133,6 +147,17 @@ function preparingWhenMarked(pool: Pool): MysqlPool {
     getConnection: (callback) => pool.getConnection((error, connection) => callback(error, error ? (connection as never) : wrap(connection))),
     end: (callback) => pool.end(callback),
   };
+}
+
+/**
+ * A value bound to a prepared statement. mysql2 sends a JS number as a
+ * DOUBLE, and TiDB caches no plan that compares an integer column with a
+ * DOUBLE parameter ("may be converted to INT"): a lane's sequence, say. An
+ * integer goes as a BIGINT instead.
+ */
+function asParameter(value: unknown): unknown {
+  // mysql2 defines TypedParameter as a getter on its CommonJS exports, which Node's ESM named imports do not see.
+  return typeof value === 'number' && Number.isSafeInteger(value) ? mysql2.TypedParameter.BIGINT(value) : value;
 }
 
 /**

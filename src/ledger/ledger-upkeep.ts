@@ -48,7 +48,7 @@ export class LedgerUpkeep {
     }
     this.tables = ledgerTables(this.config.tablePrefix);
     // Our own pool runs with multipleStatements; a Kysely instance handed in may not.
-    this.knownCapabilities = capabilitiesOnce(this.db, db === undefined);
+    this.knownCapabilities = capabilitiesOnce(this.db, db === undefined ? { conflictsReturned: () => this.conflictsReturnedDb() } : undefined);
   }
 
   /**
@@ -57,6 +57,16 @@ export class LedgerUpkeep {
    */
   capabilities(): Promise<LedgerCapabilities> {
     return this.knownCapabilities();
+  }
+
+  private conflictsReturned: LedgerDb | undefined;
+
+  /** The few connections of LedgerCapabilities.conflictsReturned, opened on first need: half the pool's size (a claim holds one for two statements), at least two. */
+  private conflictsReturnedDb(): LedgerDb {
+    this.conflictsReturned ??= ledgerDbOnPool(
+      createLedgerPool({ ...this.config, poolSize: Math.max(2, Math.ceil(this.config.poolSize / 2)) }, { conflictsReturned: true }),
+    );
+    return this.conflictsReturned;
   }
 
   migrate(): Promise<MigrateResult> {
@@ -201,7 +211,7 @@ export class LedgerUpkeep {
     return getOwnership(this.db, this.tables, queue);
   }
 
-  close(): Promise<void> {
-    return this.db.destroy();
+  async close(): Promise<void> {
+    await Promise.all([this.db.destroy(), this.conflictsReturned?.destroy()]);
   }
 }

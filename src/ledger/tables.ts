@@ -50,6 +50,6 @@ export function ledgerTables(prefix: string): LedgerTables {
 }
 
 /** A table's identifier as SQL text, quoted as `sql.table` quotes it: for statements written as text (sql/bound.ts). */
-export function tableText(t: LedgerTables, name: 'items'): string {
+export function tableText(t: LedgerTables, name: 'items' | 'ownership' | 'lanes'): string {
   return `\`${(t.prefix + name).replace(/`/g, '``')}\``;
 }

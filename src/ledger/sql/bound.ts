@@ -23,26 +23,43 @@ export interface ValueWriter {
   each<T>(rows: readonly T[], render: (row: T) => string, separator: string): string;
   /** A comma list, for `IN (…)`; never empty. */
   list(vs: readonly StatementValue[]): string;
+  /**
+   * A comma list of item ids, for `id IN (…)`; never empty. Bound, it is
+   * padded with values no id can be (`.1`, `.2`, …; ids are 22 chars of
+   * [A-Za-z0-9_-]), not by repeating an id: TiDB serves a cached plan for a
+   * primary-key `IN` list only when no value in it repeats
+   * (`tidb_opt_fix_control` 44830, connection.ts).
+   */
+  ids(vs: readonly string[]): string;
   /** A comma list of parenthesised tuples, for `(a, b) IN (…)`; never empty. */
   tuples(rows: readonly (readonly StatementValue[])[]): string;
 }
 
-function writer(value: (v: StatementValue) => string, json: (text: string) => string, pad: <T>(rows: readonly T[]) => readonly T[]): ValueWriter {
-  const each = <T>(rows: readonly T[], render: (row: T) => string, separator: string): string => pad(rows).map(render).join(separator);
+function writer(value: (v: StatementValue) => string, json: (text: string) => string, pads: boolean): ValueWriter {
+  const pad = <T>(rows: readonly T[], filler: (i: number) => T): readonly T[] =>
+    !pads ? rows : Array.from({ length: paddedLength(rows.length) }, (_, i) => (i < rows.length ? rows[i]! : filler(i)));
+  const each = <T>(rows: readonly T[], render: (row: T) => string, separator: string): string =>
+    pad(rows, () => rows[rows.length - 1]!)
+      .map(render)
+      .join(separator);
   return {
     value,
     json,
     each,
     list: (vs) => each(vs, value, ', '),
+    ids: (vs) =>
+      pad(vs, (i) => `.${i}`)
+        .map(value)
+        .join(', '),
     tuples: (rows) => each(rows, (r) => `(${r.map(value).join(', ')})`, ', '),
   };
 }
 
-export const INLINE: ValueWriter = writer(literal, jsonLiteral, (rows) => rows);
+export const INLINE: ValueWriter = writer(literal, jsonLiteral, false);
 
 /**
  * The lengths lists are padded to, repeating their last row (a repeated
- * value in an `IN` list or a `CASE` changes nothing). TiDB caches no plan
+ * value in an `IN` list or a `CASE` changes nothing; id lists: `ids`). TiDB caches no plan
  * for a statement with more than 200 values in its `IN` lists: a statement
  * with a longer list than the last length is sent inline (`bindable`).
  */
@@ -64,11 +81,7 @@ const MARK = /\u0001(\d+)\u0001/;
 function boundWriter(): ValueWriter & { values: StatementValue[] } {
   const values: StatementValue[] = [];
   const bind = (v: StatementValue): string => `\u0001${values.push(v) - 1}\u0001`;
-  const pad = <T>(rows: readonly T[]): readonly T[] => {
-    const last = rows[rows.length - 1]!;
-    return Array.from({ length: paddedLength(rows.length) }, (_, i) => (i < rows.length ? rows[i]! : last));
-  };
-  return { ...writer(bind, bind, pad), values };
+  return { ...writer(bind, bind, true), values };
 }
 
 /**

@@ -4,13 +4,14 @@ import type { Executor, LedgerDb } from '../connection.js';
 import { newLeaseToken } from '../ids.js';
 import { CLAIM_RETRY, isConnectionError, readAfterLostConnection, retryOnConflict } from '../retry.js';
 import type { ClaimedRow } from '../rows.js';
-import type { LedgerTables } from '../tables.js';
+import { tableText, type LedgerTables } from '../tables.js';
 import type { ClaimedItem, ClaimOutcome, QueueClass } from '../types.js';
 import { QUEUE_CLASSES } from '../types.js';
 import { claimUnderCap } from './admission.js';
-import { CLAIMED_COLUMNS, claimedItems, grantLease, leaseAssignments, readBackClaimed } from './claimed.js';
+import { bindable, INLINE, statementFor, type ValueWriter } from './bound.js';
+import { CLAIMED_COLUMNS, claimedItems, grantLease, leaseAssignmentsText, readBackClaimedText, type Lease } from './claimed.js';
 import { joinGroups, type CoalesceSpec } from './coalesce.js';
-import { affected, inline, list } from './common.js';
+import { affected, list } from './common.js';
 
 export interface ClaimSpec {
   queue: string;
@@ -131,15 +132,14 @@ export async function claimByIds(
   spec: ClaimSpec & { ids: readonly string[]; types?: readonly string[] | undefined },
 ): Promise<ClaimedItem[]> {
   if (spec.ids.length === 0) return [];
-  const typeGuard = spec.types && spec.types.length > 0 ? sql`AND type IN (${list(spec.types)})` : undefined;
   if (spec.maxProcessing !== undefined) {
     const token = newLeaseToken();
     return claimUnderCap(db, caps, t, { queue: spec.queue, maxProcessing: spec.maxProcessing, heldUnder: token }, async (trx, room: number) => {
-      const heads = await casClaim(trx, caps, t, spec, spec.ids.slice(0, room), { extraGuard: typeGuard, token, inTransaction: true });
+      const heads = await casClaim(trx, caps, t, spec, spec.ids.slice(0, room), { types: spec.types, token, inTransaction: true });
       return withGroups(trx, t, heads, spec, { budget: room - heads.length, inTransaction: true });
     });
   }
-  return withGroups(db, t, await retryOnConflict(() => casClaim(db, caps, t, spec, spec.ids, { extraGuard: typeGuard }), CLAIM_RETRY), spec);
+  return withGroups(db, t, await retryOnConflict(() => casClaim(db, caps, t, spec, spec.ids, { types: spec.types }), CLAIM_RETRY), spec);
 }
 
 /**
@@ -160,7 +160,8 @@ export async function readHeldUnderLease(
 }
 
 interface CasOptions {
-  extraGuard?: RawBuilder<unknown> | undefined;
+  /** Only items of these types (a claim by ids of a consumer that claims only some). */
+  types?: readonly string[] | undefined;
   /** The lease token to grant; a fresh one when absent. */
   token?: string;
   /** Run inside the caller's transaction: a lost connection there rolled it back, and the caller runs it again. */
@@ -173,31 +174,22 @@ async function casClaim(
   t: LedgerTables,
   spec: ClaimSpec,
   ids: readonly string[],
-  { extraGuard, token, inTransaction }: CasOptions = {},
+  { types, token, inTransaction }: CasOptions = {},
 ): Promise<ClaimedItem[]> {
   const lease = grantLease({ token: token ?? newLeaseToken(), owner: spec.owner, leaseMs: spec.leaseMs, epoch: spec.epoch });
-  const epochGuard: RawBuilder<unknown> =
-    spec.epoch === undefined
-      ? sql``
-      : sql`AND EXISTS (SELECT 1 FROM ${t.ownership} o WHERE o.queue = ${inline(spec.queue)} AND o.epoch = ${inline(spec.epoch)})`;
-  // By primary key, whatever the planner would choose: every claim then locks its rows in key order, so
-  // two claims of overlapping ids wait for each other but never deadlock. `queue = …` makes the secondary
-  // indexes that start with the queue usable: MariaDB chose ix_created for a claim naming every row of a
-  // tiny queue, and locked its rows in that index's order instead.
-  const cas = sql`UPDATE ${ownRetryOnTidb(caps, inTransaction)}${t.items} FORCE INDEX (PRIMARY) SET ${leaseAssignments(lease)}
-    WHERE id IN (${list(ids)}) AND queue = ${inline(spec.queue)} AND state = 'pending' AND is_head = 1
-      AND run_after <= NOW(6) ${epochGuard} ${extraGuard ?? sql``}`;
-  const readBack = readBackClaimed(t, ids, lease.token);
+  const way = casWay(exec, caps, inTransaction === true, ids.length, types?.length ?? 0);
+  const cas = statementFor(way.prepared, (w) => casText(w, t, spec, ids, lease, types, way.hint));
+  const readBack = statementFor(way.prepared, (w) => readBackClaimedText(w, t, ids, lease.token));
   let rows: ClaimedRow[];
   try {
-    if (caps.multiStatement) {
+    if (caps.multiStatement && !way.prepared) {
       // Both statements in one query: mysql2 answers with one result per statement.
-      const both = await sql`${cas}; ${readBack}`.execute(exec);
+      const both = await sql`${cas}; ${readBack}`.execute(way.exec);
       const [, selected] = both.rows as unknown as [unknown, ClaimedRow[]];
       rows = selected;
     } else {
-      if (affected(await cas.execute(exec)) === 0) return [];
-      rows = (await readBack.$castTo<ClaimedRow>().execute(exec)).rows;
+      if (affected(await cas.execute(way.exec)) === 0) return [];
+      rows = (await readBack.$castTo<ClaimedRow>().execute(way.exec)).rows;
     }
   } catch (error) {
     if (inTransaction === true || !isConnectionError(error)) throw error;
@@ -205,25 +197,69 @@ async function casClaim(
     // nobody knows would sit until their lease expired, each costing an attempt.
     // The token is ours alone, so reading it back on a fresh connection finds
     // exactly what this claim won; the locking read waits for a CAS still running.
-    rows = await readAfterLostConnection(async () => (await sql<ClaimedRow>`${readBack} FOR UPDATE`.execute(exec)).rows, error);
+    const locking = sql.raw(`${readBackClaimedText(INLINE, t, ids, lease.token)} FOR UPDATE`);
+    rows = await readAfterLostConnection(async () => (await locking.$castTo<ClaimedRow>().execute(way.exec)).rows, error);
   }
   return claimedItems(rows, lease);
 }
 
 /**
- * On TiDB an autocommit CAS that loses to a concurrent claim at COMMIT comes
- * back as a write conflict (9007) instead of being run again by TiDB, which
- * would run it as a pessimistic statement that waits on the rows' locks. Such
- * a wait is on the locks of other claims' commits in flight, and while those
- * wait on it, TiDB's deadlock detector sees no cycle: the claims stalled
- * until the 50 s lock-wait timeout (docs/design.md, "TiDB: what differs").
- * Here the ledger claims again, from a fresh candidate read, and nothing
- * waits. A SET_VAR hint holds for its statement alone (TiDB warns that it
- * has not verified this variable for hints, and applies it); inside a
- * transaction the transaction's own retry rules apply.
+ * Claims each of `ids` still a due pending head (and of `types`, when
+ * given) for `lease`. By primary key, whatever the planner would choose:
+ * every claim then locks its rows in key order, so two claims of
+ * overlapping ids wait for each other but never deadlock. `queue = …` makes
+ * the secondary indexes that start with the queue usable: MariaDB chose
+ * ix_created for a claim naming every row of a tiny queue, and locked its
+ * rows in that index's order instead.
  */
-function ownRetryOnTidb(caps: LedgerCapabilities, inTransaction: boolean | undefined): RawBuilder<unknown> {
-  return caps.family === 'tidb' && inTransaction !== true ? sql`/*+ SET_VAR(tidb_retry_limit=0) */ ` : sql``;
+function casText(
+  w: ValueWriter,
+  t: LedgerTables,
+  spec: ClaimSpec,
+  ids: readonly string[],
+  lease: Lease,
+  types: readonly string[] | undefined,
+  hint: string,
+): string {
+  const epochGuard =
+    spec.epoch === undefined
+      ? ''
+      : `AND EXISTS (SELECT 1 FROM ${tableText(t, 'ownership')} o WHERE o.queue = ${w.value(spec.queue)} AND o.epoch = ${w.value(spec.epoch)})`;
+  const typeGuard = types === undefined || types.length === 0 ? '' : `AND type IN (${w.list(types)})`;
+  return `UPDATE ${hint}${tableText(t, 'items')} FORCE INDEX (PRIMARY) SET ${leaseAssignmentsText(w, lease)}
+    WHERE id IN (${w.ids(ids)}) AND queue = ${w.value(spec.queue)} AND state = 'pending' AND is_head = 1
+      AND run_after <= NOW(6) ${epochGuard} ${typeGuard}`;
+}
+
+/**
+ * Where and how a claim's CAS goes. On TiDB an autocommit CAS that loses to
+ * a concurrent claim at COMMIT must come back as a write conflict (9007)
+ * instead of being run again by TiDB, which would run it as a pessimistic
+ * statement that waits on the rows' locks. Such a wait is on the locks of
+ * other claims' commits in flight, and while those wait on it, TiDB's
+ * deadlock detector sees no cycle: the claims stalled until the 50 s
+ * lock-wait timeout (docs/design.md, "TiDB: what differs"). The ledger then
+ * claims again, from a fresh candidate read, and nothing waits.
+ *
+ * Through the ledger's own pool the CAS goes prepared, for TiDB's plan
+ * cache, on the connections set to return the conflict
+ * (`conflictsReturned`). Through a pool handed in it goes as text with a
+ * SET_VAR hint, which holds for its statement alone (TiDB warns that it has
+ * not verified this variable for hints, and applies it) but keeps TiDB from
+ * caching its plan. Inside a transaction the transaction's own retry rules
+ * apply.
+ */
+function casWay(
+  exec: Executor,
+  caps: LedgerCapabilities,
+  inTransaction: boolean,
+  idCount: number,
+  typeCount: number,
+): { exec: Executor; prepared: boolean; hint: string } {
+  const prepared = bindable(caps, idCount, typeCount);
+  if (caps.family !== 'tidb' || inTransaction) return { exec, prepared, hint: '' };
+  if (prepared && caps.conflictsReturned !== undefined) return { exec: caps.conflictsReturned, prepared, hint: '' };
+  return { exec, prepared: false, hint: '/*+ SET_VAR(tidb_retry_limit=0) */ ' };
 }
 
 /**

@@ -1,8 +1,9 @@
 import { sql, type RawBuilder } from 'kysely';
 import { parseJson, type ClaimedRow } from '../rows.js';
-import type { LedgerTables } from '../tables.js';
+import { tableText, type LedgerTables } from '../tables.js';
+import { INLINE, type ValueWriter } from './bound.js';
 import type { ClaimedItem, QueueClass } from '../types.js';
-import { inline, list, literal, nowPlusMsText, ownerColumn } from './common.js';
+import { literal, nowPlusMsText, nowPlusMsWritten, ownerColumn } from './common.js';
 
 // What a claim writes and what its holder gets back: every claim (a claim
 // round, a claim by ids, a lane successor claimed with a completion, an item
@@ -28,10 +29,14 @@ export function leaseValues(l: Lease): { state: string; leaseOwner: string; leas
 
 /** The SET of a claim's UPDATE: the lease, one more attempt, a fresh epoch and cancel flag. */
 export function leaseAssignments(l: Lease): RawBuilder<unknown> {
-  const v = leaseValues(l);
-  return sql.raw(`state = ${v.state}, lease_token = ${v.leaseToken}, lease_owner = ${v.leaseOwner},
-    lease_until = ${v.leaseUntil}, attempt = attempt + 1, epoch = ${literal(l.epoch)},
-    cancel_requested = 0, started_at = ${v.startedAt}, updated_at = NOW(6)`);
+  return sql.raw(leaseAssignmentsText(INLINE, l));
+}
+
+/** leaseAssignments as text, its values through `w` (sql/bound.ts). */
+export function leaseAssignmentsText(w: ValueWriter, l: Lease): string {
+  return `state = 'processing', lease_token = ${w.value(l.token)}, lease_owner = ${w.value(l.owner)},
+    lease_until = ${nowPlusMsWritten(w, l.leaseMs)}, attempt = attempt + 1, epoch = ${w.value(l.epoch)},
+    cancel_requested = 0, started_at = NOW(6), updated_at = NOW(6)`;
 }
 
 /**
@@ -40,7 +45,12 @@ export function leaseAssignments(l: Lease): RawBuilder<unknown> {
  * and each column costs mariadbd to send and node to parse (a Date each).
  */
 export function readBackClaimed(t: LedgerTables, ids: readonly string[], token: string): RawBuilder<unknown> {
-  return sql`SELECT ${CLAIMED_COLUMNS} FROM ${t.items} WHERE id IN (${list(ids)}) AND lease_token = ${inline(token)} AND state = 'processing'`;
+  return sql.raw(readBackClaimedText(INLINE, t, ids, token));
+}
+
+/** readBackClaimed as text, its values through `w` (sql/bound.ts). */
+export function readBackClaimedText(w: ValueWriter, t: LedgerTables, ids: readonly string[], token: string): string {
+  return `SELECT ${CLAIMED_COLUMN_LIST} FROM ${tableText(t, 'items')} WHERE id IN (${w.ids(ids)}) AND lease_token = ${w.value(token)} AND state = 'processing'`;
 }
 
 /** Plain text: bench/floor.ts sends it on raw connections. */

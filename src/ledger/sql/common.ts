@@ -58,9 +58,14 @@ export function nowPlusMs(ms: number): RawBuilder<unknown> {
 }
 
 export function nowPlusMsText(ms: number): string {
+  return nowPlusMsWritten({ value: String }, ms);
+}
+
+/** nowPlusMsText with the interval written by `w` (a bound parameter, in a prepared statement: sql/bound.ts). */
+export function nowPlusMsWritten(w: { value(v: number): string }, ms: number): string {
   const us = Math.round(ms * 1000);
   if (!Number.isSafeInteger(us)) throw new RangeError(`interval out of range: ${ms} ms`);
-  return us === 0 ? 'NOW(6)' : `(NOW(6) + INTERVAL ${us} MICROSECOND)`;
+  return us === 0 ? 'NOW(6)' : `(NOW(6) + INTERVAL ${w.value(us)} MICROSECOND)`;
 }
 
 /**

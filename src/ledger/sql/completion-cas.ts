@@ -33,5 +33,5 @@ function completionText(w: ValueWriter, t: LedgerTables, entries: readonly Compl
   return `UPDATE ${tableText(t, 'items')}
     SET state = 'completed', result = ${resultExpr}, last_error = NULL, failure_class = NULL, lease_until = ${NO_TIME_TEXT},
       terminal_at = NOW(6), updated_at = NOW(6)
-    WHERE id IN (${w.list(entries.map((e) => e.handle.id))}) AND state = 'processing' AND ${tokenGuard}`;
+    WHERE id IN (${w.ids(entries.map((e) => e.handle.id))}) AND state = 'processing' AND ${tokenGuard}`;
 }

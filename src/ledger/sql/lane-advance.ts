@@ -1,7 +1,8 @@
 import { sql, type RawBuilder } from 'kysely';
 import type { Executor } from '../connection.js';
-import type { LedgerTables } from '../tables.js';
-import { affected, inline, literal } from './common.js';
+import { tableText, type LedgerTables } from '../tables.js';
+import { INLINE, statementFor, type ValueWriter } from './bound.js';
+import { affected, inline } from './common.js';
 
 /**
  * A lane's head that has just ended (completed, dead, skipped, cancelled),
@@ -21,12 +22,20 @@ export interface EndedHead {
 
 /** Each ended head's successor position, `lane_seq + 1` (sequences are gap free), as ranges on ix_lane. */
 export function successorPlaces(heads: readonly EndedHead[]): RawBuilder<unknown> {
-  return sql.raw(`(${heads.map((h) => `(queue = ${literal(h.queue)} AND lane = ${literal(h.lane)} AND lane_seq = ${literal(h.laneSeq + 1)})`).join(' OR ')})`);
+  return sql.raw(successorPlacesText(INLINE, heads));
+}
+
+function successorPlacesText(w: ValueWriter, heads: readonly EndedHead[]): string {
+  return `(${heads.map((h) => `(queue = ${w.value(h.queue)} AND lane = ${w.value(h.lane)} AND lane_seq = ${w.value(h.laneSeq + 1)})`).join(' OR ')})`;
 }
 
 /** The successors at `lane_seq + 1` that are pending become their lanes' heads. */
 export function headSuccessors(t: LedgerTables, heads: readonly EndedHead[]): RawBuilder<unknown> {
-  return sql`UPDATE ${t.items} FORCE INDEX (ix_lane) SET is_head = 1, updated_at = NOW(6) WHERE ${successorPlaces(heads)} AND state = 'pending'`;
+  return sql.raw(headSuccessorsText(INLINE, t, heads));
+}
+
+function headSuccessorsText(w: ValueWriter, t: LedgerTables, heads: readonly EndedHead[]): string {
+  return `UPDATE ${tableText(t, 'items')} FORCE INDEX (ix_lane) SET is_head = 1, updated_at = NOW(6) WHERE ${successorPlacesText(w, heads)} AND state = 'pending'`;
 }
 
 /**
@@ -56,8 +65,8 @@ export function idleLanes(t: LedgerTables, heads: readonly EndedHead[]): RawBuil
  * point update by the lane row's key (no derived table for TiDB to plan),
  * for a head whose lane row was just read to end with it.
  */
-function idleLane(t: LedgerTables, head: EndedHead): RawBuilder<unknown> {
-  return sql`UPDATE ${t.lanes} SET busy_from = 0 WHERE queue = ${inline(head.queue)} AND lane = ${inline(head.lane)} AND next_seq = ${inline(head.laneSeq)}`;
+function idleLaneText(w: ValueWriter, t: LedgerTables, head: EndedHead): string {
+  return `UPDATE ${tableText(t, 'lanes')} SET busy_from = 0 WHERE queue = ${w.value(head.queue)} AND lane = ${w.value(head.lane)} AND next_seq = ${w.value(head.laneSeq)}`;
 }
 
 /**
@@ -69,13 +78,15 @@ function idleLane(t: LedgerTables, head: EndedHead): RawBuilder<unknown> {
  * committed meanwhile, or the successor was cancelled while it waited) the
  * lane is settled under its row's lock. The read is a point get, far cheaper
  * than the successor's update through ix_lane that an idle lane would find
- * nothing for. Returns whether the lane has a new head.
+ * nothing for. `prepared`: the three go prepared, for TiDB's plan cache
+ * (sql/bound.ts). Returns whether the lane has a new head.
  */
-export async function handOnLane(exec: Executor, t: LedgerTables, head: EndedHead): Promise<boolean> {
-  const row = await sql<{ next_seq: number | string }>`SELECT next_seq FROM ${t.lanes} WHERE queue = ${inline(head.queue)} AND lane = ${inline(head.lane)}`.execute(exec);
+export async function handOnLane(exec: Executor, t: LedgerTables, head: EndedHead, prepared = false): Promise<boolean> {
+  const laneRead = statementFor(prepared, (w) => `SELECT next_seq FROM ${tableText(t, 'lanes')} WHERE queue = ${w.value(head.queue)} AND lane = ${w.value(head.lane)}`);
+  const row = await laneRead.$castTo<{ next_seq: number | string }>().execute(exec);
   const last = Number(row.rows[0]?.next_seq ?? head.laneSeq) === head.laneSeq;
-  if (last && affected(await idleLane(t, head).execute(exec)) === 1) return false;
-  if (!last && affected(await headSuccessors(t, [head]).execute(exec)) === 1) return true;
+  if (last && affected(await statementFor(prepared, (w) => idleLaneText(w, t, head)).execute(exec)) === 1) return false;
+  if (!last && affected(await statementFor(prepared, (w) => headSuccessorsText(w, t, [head])).execute(exec)) === 1) return true;
   return advanceLocked(exec, t, head);
 }
 

@@ -142,7 +142,7 @@ export async function applyTransitionInTx(trx: Executor, t: LedgerTables, spec: 
     const r = await sql`UPDATE ${t.items} SET ${m.set}, updated_at = NOW(6) WHERE id IN (${list(m.ids)}) AND ${m.guard}`.execute(trx);
     if (affected(r) !== m.ids.length) throw new LeaseLostError(spec.place.id);
   }
-  const handedOn = spec.terminal && spec.wasHead && lane !== null && laneSeq !== null ? await handOnLane(trx, t, { queue, lane, laneSeq }) : undefined;
+  const handedOn = spec.terminal && spec.wasHead && lane !== null && laneSeq !== null ? await handOnLane(trx, t, { queue, lane, laneSeq }, spec.prepared === true) : undefined;
   const key = spec.place.concurrencyKey;
   // An admitted item's slot goes to its key's next waiting item; a waiting one leaves the line. (A laned item's key only dealt its round.)
   if (spec.terminal && key !== null && lane === null) {
