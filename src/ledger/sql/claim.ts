@@ -59,7 +59,7 @@ export async function claimHeads(db: LedgerDb, caps: LedgerCapabilities, t: Ledg
 }
 
 async function claimHeadsOnce(exec: Executor, caps: LedgerCapabilities, t: LedgerTables, spec: ClaimHeadsSpec): Promise<ClaimOutcome> {
-  const candidates = (await candidatesQuery(t, spec, bindable(caps, spec.types?.length ?? 0)).execute(exec)).rows;
+  const candidates = await readCandidates(exec, t, spec);
   if (candidates.length === 0) return { items: [], moreAvailable: false };
   const chosen = pick(candidates, spec.limit);
   const items = await casClaim(exec, caps, t, spec, chosen);
@@ -70,7 +70,7 @@ async function claimHeadsOnce(exec: Executor, caps: LedgerCapabilities, t: Ledge
 async function claimHeadsUnderCap(db: LedgerDb, caps: LedgerCapabilities, t: LedgerTables, spec: ClaimHeadsSpec, maxProcessing: number): Promise<ClaimOutcome> {
   const token = newLeaseToken();
   let moreAvailable = false;
-  const turn = { queue: spec.queue, maxProcessing, heldUnder: token, alongside: candidatesQuery(t, spec, false) };
+  const turn = { queue: spec.queue, maxProcessing, heldUnder: token, alongside: candidatesQuery(t, spec) };
   const items = await claimUnderCap(db, caps, t, turn, async (trx, room, candidates) => {
     if (candidates.length === 0) return [];
     const ids = pick(candidates, Math.min(spec.limit, room));
@@ -81,25 +81,22 @@ async function claimHeadsUnderCap(db: LedgerDb, caps: LedgerCapabilities, t: Led
   return { items, moreAvailable };
 }
 
-/**
- * Due pending lane heads of the claim's classes (and types), earliest first
- * per class: one ordered, limited index range each. `prepared` when it is
- * sent on its own (sql/bound.ts); under a cap it goes in the turn's round trip.
- */
-function candidatesQuery(t: LedgerTables, spec: ClaimHeadsSpec, prepared: boolean): RawBuilder<Candidate> {
+async function readCandidates(exec: Executor, t: LedgerTables, spec: ClaimHeadsSpec): Promise<Candidate[]> {
+  return (await candidatesQuery(t, spec).execute(exec)).rows;
+}
+
+/** Due pending lane heads of the claim's classes (and types), earliest first per class: one ordered, limited index range each. */
+function candidatesQuery(t: LedgerTables, spec: ClaimHeadsSpec): RawBuilder<Candidate> {
   const classes = spec.classes && spec.classes.length > 0 ? spec.classes : QUEUE_CLASSES;
-  // TiDB keys a cached plan by its LIMIT's value too: prepared, the count is rounded up to a power of two, so a few plans serve every claim size.
-  const want = prepared ? Math.min(MAX_CANDIDATES, 2 ** Math.ceil(Math.log2(candidateCount(spec.limit)))) : candidateCount(spec.limit);
-  return statementFor(prepared, (w) => {
-    const typeFilter = spec.types && spec.types.length > 0 ? `AND type IN (${w.list(spec.types)})` : '';
-    const perClass = classes.map(
-      (c) => `(SELECT id, priority, TIMESTAMPDIFF(MICROSECOND, '2020-01-01', run_after) AS due_us FROM ${tableText(t, 'items')}
-      WHERE queue = ${w.value(spec.queue)} AND queue_class = ${w.value(c)} AND state = 'pending' AND is_head = 1
+  const want = candidateCount(spec.limit);
+  const typeFilter = spec.types && spec.types.length > 0 ? sql`AND type IN (${list(spec.types)})` : sql``;
+  const perClass = classes.map(
+    (c) => sql`(SELECT id, priority, TIMESTAMPDIFF(MICROSECOND, '2020-01-01', run_after) AS due_us FROM ${t.items}
+      WHERE queue = ${spec.queue} AND queue_class = ${c} AND state = 'pending' AND is_head = 1
         AND run_after <= NOW(6) ${typeFilter}
-      ORDER BY priority, run_after LIMIT ${w.value(want)})`,
-    );
-    return perClass.join(' UNION ALL ');
-  }).$castTo<Candidate>();
+      ORDER BY priority, run_after LIMIT ${want})`,
+  );
+  return sql<Candidate>`${sql.join(perClass, sql` UNION ALL `)}`;
 }
 
 interface Candidate {
