@@ -3,7 +3,7 @@ import { parseJson, type ClaimedRow } from '../rows.js';
 import { tableText, type LedgerTables } from '../tables.js';
 import { INLINE, type ValueWriter } from './bound.js';
 import type { ClaimedItem, QueueClass } from '../types.js';
-import { literal, nowPlusMsText, nowPlusMsWritten, ownerColumn } from './common.js';
+import { nowPlusMsWritten, ownerColumn } from './common.js';
 
 // What a claim writes and what its holder gets back: every claim (a claim
 // round, a claim by ids, a lane successor claimed with a completion, an item
@@ -22,9 +22,9 @@ export function grantLease(l: { token: string; owner: string; leaseMs: number; e
   return { token: l.token, owner: ownerColumn(l.owner), leaseMs: l.leaseMs, epoch: l.epoch ?? null };
 }
 
-/** The lease columns a claim writes, as SQL text: processing, held by `owner` with `token` until now + leaseMs, started now. */
-export function leaseValues(l: Lease): { state: string; leaseOwner: string; leaseToken: string; leaseUntil: string; startedAt: string } {
-  return { state: "'processing'", leaseOwner: literal(l.owner), leaseToken: literal(l.token), leaseUntil: nowPlusMsText(l.leaseMs), startedAt: 'NOW(6)' };
+/** The lease columns a claim writes, as SQL text (its values through `w`, sql/bound.ts): processing, held by `owner` with `token` until now + leaseMs, started now. */
+export function leaseValues(l: Lease, w: ValueWriter = INLINE): { state: string; leaseOwner: string; leaseToken: string; leaseUntil: string; startedAt: string } {
+  return { state: "'processing'", leaseOwner: w.value(l.owner), leaseToken: w.value(l.token), leaseUntil: nowPlusMsWritten(w, l.leaseMs), startedAt: 'NOW(6)' };
 }
 
 /** The SET of a claim's UPDATE: the lease, one more attempt, a fresh epoch and cancel flag. */
@@ -34,9 +34,10 @@ export function leaseAssignments(l: Lease): RawBuilder<unknown> {
 
 /** leaseAssignments as text, its values through `w` (sql/bound.ts). */
 export function leaseAssignmentsText(w: ValueWriter, l: Lease): string {
-  return `state = 'processing', lease_token = ${w.value(l.token)}, lease_owner = ${w.value(l.owner)},
-    lease_until = ${nowPlusMsWritten(w, l.leaseMs)}, attempt = attempt + 1, epoch = ${w.value(l.epoch)},
-    cancel_requested = 0, started_at = NOW(6), updated_at = NOW(6)`;
+  const v = leaseValues(l, w);
+  return `state = ${v.state}, lease_token = ${v.leaseToken}, lease_owner = ${v.leaseOwner},
+    lease_until = ${v.leaseUntil}, attempt = attempt + 1, epoch = ${w.value(l.epoch)},
+    cancel_requested = 0, started_at = ${v.startedAt}, updated_at = NOW(6)`;
 }
 
 /**
