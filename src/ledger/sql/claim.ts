@@ -8,8 +8,8 @@ import { tableText, type LedgerTables } from '../tables.js';
 import type { ClaimedItem, ClaimOutcome, QueueClass } from '../types.js';
 import { QUEUE_CLASSES } from '../types.js';
 import { claimUnderCap } from './admission.js';
-import { bindable, INLINE, statementFor, type ValueWriter } from './bound.js';
-import { CLAIMED_COLUMNS, claimedItems, grantLease, leaseAssignmentsText, readBackClaimedText, type Lease } from './claimed.js';
+import { bindable, statementFor, type ValueWriter } from './bound.js';
+import { CLAIMED_COLUMNS, claimedItems, grantLease, leaseAssignmentsText, readBackClaimed, readBackClaimedText, type Lease } from './claimed.js';
 import { joinGroups, type CoalesceSpec } from './coalesce.js';
 import { affected, list } from './common.js';
 
@@ -197,8 +197,7 @@ async function casClaim(
     // nobody knows would sit until their lease expired, each costing an attempt.
     // The token is ours alone, so reading it back on a fresh connection finds
     // exactly what this claim won; the locking read waits for a CAS still running.
-    const locking = sql.raw(`${readBackClaimedText(INLINE, t, ids, lease.token)} FOR UPDATE`);
-    rows = await readAfterLostConnection(async () => (await locking.$castTo<ClaimedRow>().execute(way.exec)).rows, error);
+    rows = await readAfterLostConnection(async () => (await sql<ClaimedRow>`${readBackClaimed(t, ids, lease.token)} FOR UPDATE`.execute(way.exec)).rows, error);
   }
   return claimedItems(rows, lease);
 }
