@@ -15,6 +15,7 @@
  *
  *   npm run bench:capacity
  *   npm run bench:capacity -- --runs 1 --scale 0.2
+ *   npm run bench:capacity -- --only 'no prefetch,maxProcessing'   (some variants)
  *   LANEWAKE_BENCH_MYSQL_URL=mysql://root@127.0.0.1:4000 npm run bench:capacity   (TiDB)
  *   LANEWAKE_BENCH_TIDB_TXN_MODE=optimistic …   (the ledger's TiDB transaction mode; pessimistic by default)
  */
@@ -42,13 +43,16 @@ interface Variant {
   keys?: number;
   keyLimit?: number;
 }
-const VARIANTS: readonly Variant[] = [
+const ALL_VARIANTS: readonly Variant[] = [
   { label: 'uncapped' },
   { label: 'uncapped, no prefetch', prefetch: 0 },
   { label: 'maxProcessing 1,000 (never reached)', maxProcessing: 1000 },
   { label: 'maxProcessing 16', maxProcessing: 16 },
   { label: '1,000 concurrency keys, limit 3 per key', keys: 1000, keyLimit: 3 },
 ];
+/** `--only uncapped,maxProcessing`: the variants whose label contains one of these (the first kept is the baseline of "vs uncapped"). */
+const ONLY = cliFlag('--only')?.split(',');
+const VARIANTS = ALL_VARIANTS.filter((v) => ONLY === undefined || ONLY.some((o) => v.label.includes(o)));
 
 interface Result {
   jobsPerS: number;

@@ -283,6 +283,37 @@ test('a claim whose CAS committed but whose answer was lost still hands over wha
   expect((await tl.ledger.stats(queue))[0]?.counts.completed).toBe(2);
 });
 
+test('a capped claim whose CAS and COMMIT committed but whose answer was lost still hands over what it won', async () => {
+  const ledger = proxiedLedger();
+  const queue = freshQueue('capped-claim-reply-lost');
+  const [a, b] = await tl.ledger.enqueueMany([
+    { queue, type: 'step', payload: 1 },
+    { queue, type: 'step', payload: 2 },
+  ]);
+  const ids = [a!.id, b!.id];
+  const bothProcessing = async (): Promise<boolean> => (await Promise.all(ids.map((id) => isState(id, 'processing')()))).every(Boolean);
+  const lost = loseNext(/EXECUTE lw_capped_cas.*;\s*commit\s*$/is, 'hold-reply', bothProcessing);
+  const claimed = await ledger.claim({ queue, owner: 'w', limit: 10, leaseMs: 60_000, maxProcessing: 5 });
+  await lost;
+  expect(claimed.items.map((i) => i.id).sort()).toEqual([...ids].sort());
+  for (const item of claimed.items) expect((await ledger.complete(item)).won).toBe(true);
+  expect((await tl.ledger.stats(queue))[0]?.counts.completed).toBe(2);
+});
+
+test('a capped claim whose CAS and COMMIT never reached the server takes its turn again and claims', async () => {
+  const ledger = proxiedLedger();
+  const queue = freshQueue('capped-claim-dropped');
+  const [a, b] = await tl.ledger.enqueueMany([
+    { queue, type: 'step', payload: 1 },
+    { queue, type: 'step', payload: 2 },
+  ]);
+  const lost = loseNext(/EXECUTE lw_capped_cas.*;\s*commit\s*$/is, 'drop-request');
+  const claimed = await ledger.claim({ queue, owner: 'w', limit: 10, leaseMs: 60_000, maxProcessing: 5 });
+  await lost;
+  expect(claimed.items.map((i) => i.id).sort()).toEqual([a!.id, b!.id].sort());
+  for (const item of claimed.items) expect((await ledger.complete(item)).won).toBe(true);
+});
+
 test('a reclaim of expired leases whose COMMIT committed unanswered reports what it reclaimed, with one history row each', async () => {
   const ledger = proxiedLedger();
   const queue = freshQueue('reclaim-commit-lost');

@@ -13,13 +13,6 @@ import type { LedgerConfig } from './config.js';
  *   backslashes (mysql2's escaping, and sql/common.ts), which a server whose
  *   sql_mode has NO_BACKSLASH_ESCAPES would store as written, backslashes
  *   and all. The rest of the server's sql_mode stays;
- * - on MariaDB, row estimates for equality ranges from index statistics
- *   instead of a B-tree dive per range (`eq_range_index_dive_limit = 1`):
- *   the claim's CAS, the completions and the lane hand-ons name hundreds of
- *   ids or (queue, lane, seq) keys, each on a unique or near-unique key, so
- *   a dive per key tells the optimizer nothing the statistics do not. Its
- *   first pairs, on a busy machine, showed a third less server CPU per job;
- *   pairs on a quiet one showed no difference (docs/BENCHMARKS.md);
  * - on TiDB, no statement waits to load statistics while it is planned
  *   (`tidb_stats_load_sync_wait = 0`; TiDB's default waits up to 100 ms):
  *   the ledger's tables churn, so their statistics are often missing or
@@ -41,7 +34,7 @@ import type { LedgerConfig } from './config.js';
  */
 export function sessionSetup(config: Pick<LedgerConfig, 'tidbTxnMode'>): string[] {
   return [
-    `SET SESSION time_zone = '+00:00' /*T! , tidb_txn_mode = '${config.tidbTxnMode}', tidb_stats_load_sync_wait = 0, tidb_opt_fix_control = '44830:ON' */ /*M! , eq_range_index_dive_limit = 1 */`,
+    `SET SESSION time_zone = '+00:00' /*T! , tidb_txn_mode = '${config.tidbTxnMode}', tidb_stats_load_sync_wait = 0, tidb_opt_fix_control = '44830:ON' */`,
     'SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED',
     "SET SESSION sql_mode = TRIM(BOTH ',' FROM REPLACE(CONCAT(',', @@SESSION.sql_mode, ','), ',NO_BACKSLASH_ESCAPES,', ','))",
   ];

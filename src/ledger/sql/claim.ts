@@ -8,7 +8,7 @@ import { tableText, type LedgerTables } from '../tables.js';
 import type { ClaimedItem, ClaimOutcome, QueueClass } from '../types.js';
 import { QUEUE_CLASSES } from '../types.js';
 import { claimUnderCap } from './admission.js';
-import { bindable, statementFor, type ValueWriter } from './bound.js';
+import { bindable, INLINE, statementFor, type ValueWriter } from './bound.js';
 import { CLAIMED_COLUMNS, claimedItems, grantLease, leaseAssignmentsText, readBackClaimed, readBackClaimedText, type Lease } from './claimed.js';
 import { joinGroups, type CoalesceSpec } from './coalesce.js';
 import { affected, list } from './common.js';
@@ -66,19 +66,39 @@ async function claimHeadsOnce(exec: Executor, caps: LedgerCapabilities, t: Ledge
   return { items, moreAvailable: candidates.length > chosen.length };
 }
 
-/** The candidates are read in the claim's turn on the queue's row, with the count: read before, they would be what the turn before took. */
+/**
+ * Under a fleet cap the turn takes the earliest due of the candidates still
+ * claimable, as many as the room allows (admission.ts); the candidates are
+ * read first, outside it.
+ */
 async function claimHeadsUnderCap(db: LedgerDb, caps: LedgerCapabilities, t: LedgerTables, spec: ClaimHeadsSpec, maxProcessing: number): Promise<ClaimOutcome> {
-  const token = newLeaseToken();
-  let moreAvailable = false;
-  const turn = { queue: spec.queue, maxProcessing, heldUnder: token, alongside: candidatesQuery(t, spec) };
-  const items = await claimUnderCap(db, caps, t, turn, async (trx, room, candidates) => {
-    if (candidates.length === 0) return [];
-    const ids = pick(candidates, Math.min(spec.limit, room));
-    moreAvailable = candidates.length > ids.length;
-    const heads = await casClaim(trx, caps, t, spec, ids, { token, inTransaction: true });
-    return withGroups(trx, t, heads, spec, { budget: room - heads.length, inTransaction: true });
+  const candidates = await retryOnConflict(() => readCandidates(db, t, spec));
+  if (candidates.length === 0) return { items: [], moreAvailable: false };
+  const items = await casClaimUnderCap(db, caps, t, spec, maxProcessing, candidates.map((c) => c.id), spec.limit);
+  return { items, moreAvailable: candidates.length > items.length };
+}
+
+/** The CAS of `ids` in a turn under the queue's cap: at most `want`, fewer when the cap leaves less room. */
+function casClaimUnderCap(
+  db: LedgerDb,
+  caps: LedgerCapabilities,
+  t: LedgerTables,
+  spec: ClaimSpec,
+  maxProcessing: number,
+  ids: readonly string[],
+  want: number,
+  types?: readonly string[],
+): Promise<ClaimedItem[]> {
+  const lease = grantLease({ token: newLeaseToken(), owner: spec.owner, leaseMs: spec.leaseMs, epoch: spec.epoch });
+  return claimUnderCap<ClaimedRow, ClaimedItem>(db, caps, t, {
+    queue: spec.queue,
+    maxProcessing,
+    want,
+    cas: casText(INLINE, t, spec, ids, lease, types, ''),
+    readBack: readBackClaimed(t, ids, lease.token) as RawBuilder<ClaimedRow>,
+    won: (rows) => claimedItems(rows, lease),
+    inTurn: spec.coalesce === undefined ? undefined : (trx, heads, roomLeft) => joinGroups(trx, t, heads, spec.coalesce!, { budget: roomLeft, inTransaction: true }),
   });
-  return { items, moreAvailable };
 }
 
 async function readCandidates(exec: Executor, t: LedgerTables, spec: ClaimHeadsSpec): Promise<Candidate[]> {
@@ -132,13 +152,7 @@ export async function claimByIds(
   spec: ClaimSpec & { ids: readonly string[]; types?: readonly string[] | undefined },
 ): Promise<ClaimedItem[]> {
   if (spec.ids.length === 0) return [];
-  if (spec.maxProcessing !== undefined) {
-    const token = newLeaseToken();
-    return claimUnderCap(db, caps, t, { queue: spec.queue, maxProcessing: spec.maxProcessing, heldUnder: token }, async (trx, room: number) => {
-      const heads = await casClaim(trx, caps, t, spec, spec.ids.slice(0, room), { types: spec.types, token, inTransaction: true });
-      return withGroups(trx, t, heads, spec, { budget: room - heads.length, inTransaction: true });
-    });
-  }
+  if (spec.maxProcessing !== undefined) return casClaimUnderCap(db, caps, t, spec, spec.maxProcessing, spec.ids, spec.ids.length, spec.types);
   return withGroups(db, t, await retryOnConflict(() => casClaim(db, caps, t, spec, spec.ids, { types: spec.types }), CLAIM_RETRY), spec);
 }
 
