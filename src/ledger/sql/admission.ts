@@ -4,7 +4,7 @@ import type { Executor, LedgerDb } from '../connection.js';
 import { CONNECTION_RETRY, isConnectionError, readAfterLostConnection, retryDelay, retryOnConflict } from '../retry.js';
 import type { LedgerTables } from '../tables.js';
 import { inline } from './common.js';
-import { pipelined } from './pipeline.js';
+import { pipelined, type StatementResult } from './pipeline.js';
 import { processingCount } from './stats.js';
 
 /** A claim under a queue's fleet cap, as claimUnderCap runs it. */
@@ -13,14 +13,17 @@ export interface CappedClaim<Row, T> {
   maxProcessing: number;
   /** The most the claim takes, room allowing. */
   want: number;
+  /** The ids it may claim: named, or candidates read before the turn. */
+  ids: readonly string[];
   /**
-   * The claim's CAS over its candidates, as text, without ORDER BY or
-   * LIMIT: the turn takes the earliest due of them still claimable, as many
-   * as the room and `want` allow.
+   * For a head search, its candidates' read: on TiDB it runs inside the
+   * turn instead, and the turn takes the earliest due of what it returns.
    */
-  cas: string;
-  /** What the claim's lease token holds among its candidates. */
-  readBack: RawBuilder<Row>;
+  candidates?: RawBuilder<CandidateRow> | undefined;
+  /** The claim's CAS over some of its ids, as text, without ORDER BY or LIMIT. */
+  cas: (ids: readonly string[]) => string;
+  /** What the claim's lease token holds among those ids. */
+  readBack: (ids: readonly string[]) => RawBuilder<Row>;
   /** The claim's answer from the rows read back. */
   won: (rows: Row[]) => T[];
   /**
@@ -29,6 +32,13 @@ export interface CappedClaim<Row, T> {
    * transaction, after the CAS, with the room the CAS left.
    */
   inTurn?: ((trx: Executor, won: T[], roomLeft: number) => Promise<T[]>) | undefined;
+}
+
+/** A head search's candidate: its id and what orders it (priority, then due time in microseconds). */
+export interface CandidateRow {
+  id: string;
+  priority: number;
+  due_us: number | string;
 }
 
 /**
@@ -54,6 +64,14 @@ export interface CappedClaim<Row, T> {
  * are read, so a turn finds enough left that the turns before it did not
  * take. Only a claim with work in the turn (`inTurn`) commits apart.
  *
+ * On TiDB the turn is two round trips: the row, the room and the
+ * candidates' read; then the CAS of the earliest due of them, as many as
+ * the room allows, the read-back and COMMIT. Candidates read before the
+ * turn include items the turns before it claimed, which their holders are
+ * completing meanwhile; a pessimistic CAS over those meets the
+ * completions' commits, which TiDB's deadlock detector does not see, and
+ * capped claims stalled on the row for TiDB's 50 s lock wait.
+ *
  * When the answer of the round trip that commits is lost, what the token
  * holds tells whether it committed (its leases are read back, waiting for
  * the lost session's locks); holding nothing, the turn runs again.
@@ -67,15 +85,13 @@ export interface CappedClaim<Row, T> {
  * time instead of queueing.
  */
 export async function claimUnderCap<Row, T>(db: LedgerDb, caps: LedgerCapabilities, t: LedgerTables, claim: CappedClaim<Row, T>): Promise<T[]> {
-  const turn = [
-    sql`INSERT INTO ${t.queues} (queue, capped_claims, updated_at) VALUES (${inline(claim.queue)}, 1, NOW(6))
-      ON DUPLICATE KEY UPDATE capped_claims = capped_claims + 1, updated_at = NOW(6)`,
-    sql`SELECT @lw_room := GREATEST(0, LEAST(${inline(claim.want)}, ${inline(claim.maxProcessing)} - (${processingCount(t, claim.queue)}))) AS room`,
-    sql`PREPARE lw_capped_cas FROM ${inline(`${claim.cas} ORDER BY priority, run_after, id LIMIT ?`)}`,
-    sql`EXECUTE lw_capped_cas USING @lw_room`,
-    claim.readBack,
-  ];
+  const takeTurn = sql`INSERT INTO ${t.queues} (queue, capped_claims, updated_at) VALUES (${inline(claim.queue)}, 1, NOW(6))
+    ON DUPLICATE KEY UPDATE capped_claims = capped_claims + 1, updated_at = NOW(6)`;
+  const room = sql`SELECT @lw_room := GREATEST(0, LEAST(${inline(claim.want)}, ${inline(claim.maxProcessing)} - (${processingCount(t, claim.queue)}))) AS room`;
+  const ordered = (ids: readonly string[], limit: string): string => `${claim.cas(ids)} ORDER BY priority, run_after, id LIMIT ${limit}`;
   const commitsWithCas = claim.inTurn === undefined;
+  /** The ids the CAS named: what a lost answer is read back by. */
+  let named = claim.ids;
   for (let lost = 1; ; lost++) {
     let commitSent = false;
     let answer: T[] | undefined;
@@ -87,11 +103,28 @@ export async function claimUnderCap<Row, T>(db: LedgerDb, caps: LedgerCapabiliti
           db,
           caps,
           async (send, trx) => {
-            commitSent = commitsWithCas;
-            const [, room, , cas, read] = await send(turn, { commit: commitsWithCas });
+            let roomBefore: number;
+            let cas: StatementResult | undefined;
+            let read: StatementResult | undefined;
+            if (caps.family === 'tidb') {
+              const [, counted, candidates] = await send([takeTurn, room, ...(claim.candidates === undefined ? [] : [claim.candidates])]);
+              roomBefore = roomOf(counted);
+              named = candidates === undefined ? claim.ids : inDueOrder(candidates.rows as unknown as CandidateRow[]);
+              if (roomBefore === 0 || named.length === 0) return [];
+              commitSent = commitsWithCas;
+              [cas, read] = await send([sql.raw(ordered(named, String(roomBefore))), claim.readBack(named)], { commit: commitsWithCas });
+            } else {
+              if (claim.ids.length === 0) return [];
+              commitSent = commitsWithCas;
+              const sent = await send(
+                [takeTurn, room, sql`PREPARE lw_capped_cas FROM ${inline(ordered(claim.ids, '?'))}`, sql`EXECUTE lw_capped_cas USING @lw_room`, claim.readBack(claim.ids)],
+                { commit: commitsWithCas },
+              );
+              roomBefore = roomOf(sent[1]);
+              [cas, read] = [sent[3], sent[4]];
+            }
             const won = claim.won((read?.rows ?? []) as Row[]);
-            const roomLeft = Number((room?.rows[0] as { room: number | string } | undefined)?.room ?? 0) - (cas?.affected ?? 0);
-            answer = claim.inTurn === undefined ? won : await claim.inTurn(trx, won, roomLeft);
+            answer = claim.inTurn === undefined ? won : await claim.inTurn(trx, won, roomBefore - (cas?.affected ?? 0));
             commitSent = true;
             return answer;
           },
@@ -101,11 +134,19 @@ export async function claimUnderCap<Row, T>(db: LedgerDb, caps: LedgerCapabiliti
     } catch (error) {
       if (!isConnectionError(error) || lost >= CONNECTION_RETRY.maxAttempts) throw error;
       if (commitSent) {
-        const held = await readAfterLostConnection(async () => (await sql<Row>`${claim.readBack} FOR UPDATE`.execute(db)).rows, error);
+        const held = await readAfterLostConnection(async () => (await sql<Row>`${claim.readBack(named)} FOR UPDATE`.execute(db)).rows, error);
         if (held.length > 0) return answer ?? claim.won(held);
       }
       // Nothing held under the token: whether or not it committed, nothing was claimed, and the turn may run again.
       await retryDelay(CONNECTION_RETRY, lost);
     }
   }
+}
+
+function roomOf(result: StatementResult | undefined): number {
+  return Number((result?.rows[0] as { room: number | string } | undefined)?.room ?? 0);
+}
+
+function inDueOrder(rows: readonly CandidateRow[]): string[] {
+  return [...rows].sort((a, b) => a.priority - b.priority || Number(a.due_us) - Number(b.due_us)).map((r) => r.id);
 }

@@ -72,20 +72,22 @@ async function claimHeadsOnce(exec: Executor, caps: LedgerCapabilities, t: Ledge
  * read first, outside it.
  */
 async function claimHeadsUnderCap(db: LedgerDb, caps: LedgerCapabilities, t: LedgerTables, spec: ClaimHeadsSpec, maxProcessing: number): Promise<ClaimOutcome> {
-  const candidates = await retryOnConflict(() => readCandidates(db, t, spec));
-  if (candidates.length === 0) return { items: [], moreAvailable: false };
-  const items = await casClaimUnderCap(db, caps, t, spec, maxProcessing, candidates.map((c) => c.id), spec.limit);
-  return { items, moreAvailable: candidates.length > items.length };
+  const query = candidatesQuery(t, spec);
+  // On TiDB the turn reads them itself (admission.ts).
+  const candidates = caps.family === 'tidb' ? [] : await retryOnConflict(async () => (await query.execute(db)).rows);
+  if (caps.family !== 'tidb' && candidates.length === 0) return { items: [], moreAvailable: false };
+  const items = await casClaimUnderCap(db, caps, t, spec, maxProcessing, { ids: candidates.map((c) => c.id), candidates: caps.family === 'tidb' ? query : undefined }, spec.limit);
+  return { items, moreAvailable: items.length >= spec.limit || candidates.length > items.length };
 }
 
-/** The CAS of `ids` in a turn under the queue's cap: at most `want`, fewer when the cap leaves less room. */
+/** The CAS of `ids` (or, on TiDB, of `candidates` read in the turn) under the queue's cap: at most `want`, fewer when the cap leaves less room. */
 function casClaimUnderCap(
   db: LedgerDb,
   caps: LedgerCapabilities,
   t: LedgerTables,
   spec: ClaimSpec,
   maxProcessing: number,
-  ids: readonly string[],
+  from: { ids: readonly string[]; candidates?: RawBuilder<Candidate> | undefined },
   want: number,
   types?: readonly string[],
 ): Promise<ClaimedItem[]> {
@@ -94,8 +96,10 @@ function casClaimUnderCap(
     queue: spec.queue,
     maxProcessing,
     want,
-    cas: casText(INLINE, t, spec, ids, lease, types, ''),
-    readBack: readBackClaimed(t, ids, lease.token) as RawBuilder<ClaimedRow>,
+    ids: from.ids,
+    candidates: from.candidates,
+    cas: (ids) => casText(INLINE, t, spec, ids, lease, types, ''),
+    readBack: (ids) => readBackClaimed(t, ids, lease.token) as RawBuilder<ClaimedRow>,
     won: (rows) => claimedItems(rows, lease),
     inTurn: spec.coalesce === undefined ? undefined : (trx, heads, roomLeft) => joinGroups(trx, t, heads, spec.coalesce!, { budget: roomLeft, inTransaction: true }),
   });
@@ -152,7 +156,7 @@ export async function claimByIds(
   spec: ClaimSpec & { ids: readonly string[]; types?: readonly string[] | undefined },
 ): Promise<ClaimedItem[]> {
   if (spec.ids.length === 0) return [];
-  if (spec.maxProcessing !== undefined) return casClaimUnderCap(db, caps, t, spec, spec.maxProcessing, spec.ids, spec.ids.length, spec.types);
+  if (spec.maxProcessing !== undefined) return casClaimUnderCap(db, caps, t, spec, spec.maxProcessing, { ids: spec.ids }, spec.ids.length, spec.types);
   return withGroups(db, t, await retryOnConflict(() => casClaim(db, caps, t, spec, spec.ids, { types: spec.types }), CLAIM_RETRY), spec);
 }
 
