@@ -65,8 +65,8 @@ export interface CandidateRow {
  * take. Only a claim with work in the turn (`inTurn`) commits apart.
  *
  * On TiDB the turn is two round trips: the row, the room and the
- * candidates' read; then the CAS of the earliest due of them, as many as
- * the room allows, the read-back and COMMIT. Candidates read before the
+ * candidates' read; then the CAS of the earliest due of them (or of the
+ * named ids), only as many as the room allows, the read-back and COMMIT. Candidates read before the
  * turn include items the turns before it claimed, which their holders are
  * completing meanwhile; a pessimistic CAS over those meets the
  * completions' commits, which TiDB's deadlock detector does not see, and
@@ -109,7 +109,7 @@ export async function claimUnderCap<Row, T>(db: LedgerDb, caps: LedgerCapabiliti
             if (caps.family === 'tidb') {
               const [, counted, candidates] = await send([takeTurn, room, ...(claim.candidates === undefined ? [] : [claim.candidates])]);
               roomBefore = roomOf(counted);
-              named = candidates === undefined ? claim.ids : inDueOrder(candidates.rows as unknown as CandidateRow[]);
+              named = (candidates === undefined ? claim.ids : inDueOrder(candidates.rows as unknown as CandidateRow[])).slice(0, roomBefore);
               if (roomBefore === 0 || named.length === 0) return [];
               commitSent = commitsWithCas;
               [cas, read] = await send([sql.raw(ordered(named, String(roomBefore))), claim.readBack(named)], { commit: commitsWithCas });

@@ -68,15 +68,15 @@ async function claimHeadsOnce(exec: Executor, caps: LedgerCapabilities, t: Ledge
 
 /**
  * Under a fleet cap the turn takes the earliest due of the candidates still
- * claimable, as many as the room allows (admission.ts); the candidates are
- * read first, outside it.
+ * claimable, as many as the room allows (admission.ts); on MariaDB and
+ * MySQL the candidates are read first, outside it, and on TiDB inside it.
  */
 async function claimHeadsUnderCap(db: LedgerDb, caps: LedgerCapabilities, t: LedgerTables, spec: ClaimHeadsSpec, maxProcessing: number): Promise<ClaimOutcome> {
-  const query = candidatesQuery(t, spec);
-  // On TiDB the turn reads them itself (admission.ts).
-  const candidates = caps.family === 'tidb' ? [] : await retryOnConflict(async () => (await query.execute(db)).rows);
-  if (caps.family !== 'tidb' && candidates.length === 0) return { items: [], moreAvailable: false };
-  const items = await casClaimUnderCap(db, caps, t, spec, maxProcessing, { ids: candidates.map((c) => c.id), candidates: caps.family === 'tidb' ? query : undefined }, spec.limit);
+  const inTurn = caps.family === 'tidb';
+  const candidates = inTurn ? [] : await readCandidates(db, t, spec);
+  if (!inTurn && candidates.length === 0) return { items: [], moreAvailable: false };
+  const from = { ids: candidates.map((c) => c.id), candidates: inTurn ? candidatesQuery(t, spec) : undefined };
+  const items = await casClaimUnderCap(db, caps, t, spec, maxProcessing, from, spec.limit);
   return { items, moreAvailable: items.length >= spec.limit || candidates.length > items.length };
 }
 
