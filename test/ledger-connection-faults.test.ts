@@ -266,37 +266,23 @@ test('completeMany whose answer was lost after it committed reports every item w
   expect(r.map((x) => x.won)).toEqual([true, true, true]);
 });
 
-test('a claim whose CAS committed but whose answer was lost still hands over what it won: no lease left to expire', async () => {
-  const ledger = proxiedLedger();
-  const queue = freshQueue('claim-reply-lost');
-  const [a, b] = await tl.ledger.enqueueMany([
-    { queue, type: 'step', payload: 1 },
-    { queue, type: 'step', payload: 2 },
-  ]);
-  const ids = [a!.id, b!.id];
-  const bothProcessing = async (): Promise<boolean> => (await Promise.all(ids.map((id) => isState(id, 'processing')()))).every(Boolean);
-  const lost = loseNext(/^\s*(\/\*.*?\*\/\s*)?UPDATE .*SET state = 'processing'/is, 'hold-reply', bothProcessing);
-  const claimed = await ledger.claim({ queue, owner: 'w', limit: 10, leaseMs: 60_000 });
-  await lost;
-  expect(claimed.items.map((i) => i.id).sort()).toEqual([...ids].sort());
-  for (const item of claimed.items) expect((await ledger.complete(item)).won).toBe(true);
-  expect((await tl.ledger.stats(queue))[0]?.counts.completed).toBe(2);
-});
-
 /** A capped claim's last round trip, its CAS with the COMMIT: one on MariaDB (the CAS prepared with the room as its LIMIT), the second on TiDB. */
 const CAPPED_TURN_COMMIT = /ORDER BY priority, run_after, id LIMIT (\?|\d+).*;\s*commit\s*$/is;
 
-test('a capped claim whose CAS and COMMIT committed but whose answer was lost still hands over what it won', async () => {
+test.each([
+  { name: 'a claim whose CAS committed but whose answer was lost still hands over what it won: no lease left to expire', cas: /^\s*(\/\*.*?\*\/\s*)?UPDATE .*SET state = 'processing'/is, maxProcessing: undefined },
+  { name: 'a capped claim whose CAS and COMMIT committed but whose answer was lost still hands over what it won', cas: CAPPED_TURN_COMMIT, maxProcessing: 5 },
+])('$name', async ({ cas, maxProcessing }) => {
   const ledger = proxiedLedger();
-  const queue = freshQueue('capped-claim-reply-lost');
+  const queue = freshQueue(maxProcessing === undefined ? 'claim-reply-lost' : 'capped-claim-reply-lost');
   const [a, b] = await tl.ledger.enqueueMany([
     { queue, type: 'step', payload: 1 },
     { queue, type: 'step', payload: 2 },
   ]);
   const ids = [a!.id, b!.id];
   const bothProcessing = async (): Promise<boolean> => (await Promise.all(ids.map((id) => isState(id, 'processing')()))).every(Boolean);
-  const lost = loseNext(CAPPED_TURN_COMMIT, 'hold-reply', bothProcessing);
-  const claimed = await ledger.claim({ queue, owner: 'w', limit: 10, leaseMs: 60_000, maxProcessing: 5 });
+  const lost = loseNext(cas, 'hold-reply', bothProcessing);
+  const claimed = await ledger.claim({ queue, owner: 'w', limit: 10, leaseMs: 60_000, ...(maxProcessing === undefined ? {} : { maxProcessing }) });
   await lost;
   expect(claimed.items.map((i) => i.id).sort()).toEqual([...ids].sort());
   for (const item of claimed.items) expect((await ledger.complete(item)).won).toBe(true);

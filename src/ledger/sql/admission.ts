@@ -17,9 +17,10 @@ export interface CappedClaim<Row, T> {
   ids: readonly string[];
   /**
    * For a head search, its candidates' read: on TiDB it runs inside the
-   * turn instead, and the turn takes the earliest due of what it returns.
+   * turn instead, and the turn takes the first `ids` returns (earliest due
+   * first) of what it read.
    */
-  candidates?: RawBuilder<CandidateRow> | undefined;
+  candidates?: { read: RawBuilder<unknown>; ids: (rows: readonly unknown[]) => string[] } | undefined;
   /** The claim's CAS over some of its ids, as text, without ORDER BY or LIMIT. */
   cas: (ids: readonly string[]) => string;
   /** What the claim's lease token holds among those ids. */
@@ -32,13 +33,6 @@ export interface CappedClaim<Row, T> {
    * transaction, after the CAS, with the room the CAS left.
    */
   inTurn?: ((trx: Executor, won: T[], roomLeft: number) => Promise<T[]>) | undefined;
-}
-
-/** A head search's candidate: its id and what orders it (priority, then due time in microseconds). */
-export interface CandidateRow {
-  id: string;
-  priority: number;
-  due_us: number | string;
 }
 
 /**
@@ -107,9 +101,9 @@ export async function claimUnderCap<Row, T>(db: LedgerDb, caps: LedgerCapabiliti
             let cas: StatementResult | undefined;
             let read: StatementResult | undefined;
             if (caps.family === 'tidb') {
-              const [, counted, candidates] = await send([takeTurn, room, ...(claim.candidates === undefined ? [] : [claim.candidates])]);
+              const [, counted, candidates] = await send([takeTurn, room, ...(claim.candidates === undefined ? [] : [claim.candidates.read])]);
               roomBefore = roomOf(counted);
-              named = (candidates === undefined ? claim.ids : inDueOrder(candidates.rows as unknown as CandidateRow[])).slice(0, roomBefore);
+              named = (candidates === undefined || claim.candidates === undefined ? claim.ids : claim.candidates.ids(candidates.rows)).slice(0, roomBefore);
               if (roomBefore === 0 || named.length === 0) return [];
               commitSent = commitsWithCas;
               [cas, read] = await send([sql.raw(ordered(named, String(roomBefore))), claim.readBack(named)], { commit: commitsWithCas });
@@ -145,8 +139,4 @@ export async function claimUnderCap<Row, T>(db: LedgerDb, caps: LedgerCapabiliti
 
 function roomOf(result: StatementResult | undefined): number {
   return Number((result?.rows[0] as { room: number | string } | undefined)?.room ?? 0);
-}
-
-function inDueOrder(rows: readonly CandidateRow[]): string[] {
-  return [...rows].sort((a, b) => a.priority - b.priority || Number(a.due_us) - Number(b.due_us)).map((r) => r.id);
 }

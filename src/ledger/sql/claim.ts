@@ -75,7 +75,7 @@ async function claimHeadsUnderCap(db: LedgerDb, caps: LedgerCapabilities, t: Led
   const inTurn = caps.family === 'tidb';
   const candidates = inTurn ? [] : await readCandidates(db, t, spec);
   if (!inTurn && candidates.length === 0) return { items: [], moreAvailable: false };
-  const from = { ids: candidates.map((c) => c.id), candidates: inTurn ? candidatesQuery(t, spec) : undefined };
+  const from = { ids: candidates.map((c) => c.id), candidates: inTurn ? { read: candidatesQuery(t, spec), ids: (rows: readonly unknown[]) => inDueOrder(rows as Candidate[]).map((r) => r.id) } : undefined };
   const items = await casClaimUnderCap(db, caps, t, spec, maxProcessing, from, spec.limit);
   return { items, moreAvailable: items.length >= spec.limit || candidates.length > items.length };
 }
@@ -87,7 +87,7 @@ function casClaimUnderCap(
   t: LedgerTables,
   spec: ClaimSpec,
   maxProcessing: number,
-  from: { ids: readonly string[]; candidates?: RawBuilder<Candidate> | undefined },
+  from: { ids: readonly string[]; candidates?: { read: RawBuilder<unknown>; ids: (rows: readonly unknown[]) => string[] } | undefined },
   want: number,
   types?: readonly string[],
 ): Promise<ClaimedItem[]> {
@@ -290,7 +290,7 @@ function casWay(
  * the same candidates collide on half their claim at most.
  */
 export function pick(rows: readonly Candidate[], limit: number): string[] {
-  const sorted = [...rows].sort((a, b) => a.priority - b.priority || Number(a.due_us) - Number(b.due_us));
+  const sorted = inDueOrder(rows);
   const first = Math.min(sorted.length, Math.ceil(limit / 2));
   const out = sorted.slice(0, first).map((r) => r.id);
   let i = first;
@@ -316,4 +316,9 @@ export function pick(rows: readonly Candidate[], limit: number): string[] {
     i = j;
   }
   return out;
+}
+
+/** Candidates by priority, then due time. */
+function inDueOrder(rows: readonly Candidate[]): Candidate[] {
+  return [...rows].sort((a, b) => a.priority - b.priority || Number(a.due_us) - Number(b.due_us));
 }
