@@ -224,7 +224,12 @@ test('failover: the master of a queue\'s slot dies, its replica takes over, wake
   await waitFor(() => wakeReads.filter((t) => t > firstWakeAfter).length >= 5 || undefined, 10_000, 'wake-ups flowing again');
   producing = false;
   await produce;
-  await waitFor(async () => (await tl.ledger.stats(queue))[0]?.counts.completed === enqueued || undefined, 15_000, 'every item enqueued, gap or not, completed');
+  // The consumer counts an item once its completion's answer is back, a moment after the ledger shows it completed.
+  await waitFor(
+    async () => (consumer.counters.completed === enqueued && (await tl.ledger.stats(queue))[0]?.counts.completed === enqueued) || undefined,
+    15_000,
+    'every item enqueued, gap or not, completed',
+  );
   expect((await cluster.masterOf(wakeStreamKey(prefix, queue, 'default'))).port).not.toBe(master.port);
   // The spike, for the record (printed only if the test fails; see the report in the PR).
   console.log(
