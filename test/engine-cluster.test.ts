@@ -238,3 +238,52 @@ test('failover: the master of a queue\'s slot dies, its replica takes over, wake
   expect(consumer.counters.completed).toBe(enqueued);
   for (const g of gap) expect((await tl.ledger.get(g.id))?.state).toBe('completed');
 });
+
+test('a frozen master (SIGSTOP: it answers nothing, closes nothing) holds no enqueue: they go on, the sweep runs them, and nothing is lost', async () => {
+  const prefix = newPrefix();
+  const queue = uniqueQueue('cl-freeze');
+  const consumer = await started(
+    new Consumer({
+      ledger: tl.ledger,
+      wake: channel(prefix),
+      queue,
+      concurrency: 8,
+      pollIntervalMs: 1_000,
+      redisDownPollMs: 200,
+      readBlockMs: 500,
+      logger: silent,
+      handlers: { t: async () => undefined },
+    }),
+  );
+  const producer = new Producer({ ledger: tl.ledger, wake: channel(prefix) });
+  let enqueued = 0;
+  let producing = true;
+  const produce = (async () => {
+    while (producing) {
+      await producer.enqueue({ queue, type: 't', payload: { n: enqueued } });
+      enqueued++;
+      await waitFor(() => consumer.counters.completed >= enqueued || undefined, 5_000, 'the item done before the next');
+    }
+  })();
+  cleanups.push(async () => {
+    producing = false;
+    await produce;
+  });
+  await waitFor(() => enqueued >= 5 || undefined, 10_000, 'items before the freeze');
+
+  const master = await cluster.masterOf(wakeStreamKey(prefix, queue, 'default'));
+  cluster.freeze(master.port);
+  cleanups.push(async () => cluster.thaw(master.port));
+  // Every Redis command of an enqueue (the offer look, the wake-up) goes to the frozen master's slot; none may hold it.
+  const before = enqueued;
+  await waitFor(() => enqueued >= before + 10 || undefined, 20_000, 'enqueues going on, and their items done, while the master is frozen');
+  cluster.thaw(master.port);
+  producing = false;
+  await produce;
+  await waitFor(
+    async () => (consumer.counters.completed === enqueued && (await tl.ledger.stats(queue))[0]?.counts.completed === enqueued) || undefined,
+    15_000,
+    'every item completed',
+  );
+  await consumer.stop({ drainTimeoutMs: 1000 });
+});

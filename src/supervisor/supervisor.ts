@@ -223,7 +223,7 @@ export class Supervisor {
   }
 
   private async watchControlOf(wake: WakeChannel, queues: readonly string[], from: ReadonlyMap<string, string>): Promise<void> {
-    const client = createRedisClient(wake.options.redis, 'lanewake:supervisor:control');
+    const client = createRedisClient(wake.options.redis, 'lanewake:supervisor:control', 'blocking');
     this.controlClients.push(client);
     const after = new Map<string, string>();
     for (const queue of queues) {

@@ -13,6 +13,8 @@ export interface PostedOffer {
 export interface OfferChannel {
   readonly redis: RedisClient;
   connected(): boolean;
+  /** A command on `redis` failed (a frozen Redis pauses the channel). */
+  commandFailed(error: unknown): void;
   /** Publishes on a queue's control stream; false if Redis refused. `text`: the message's JSON, when made already. */
   publishControl(queue: string, message: ControlMessage, text?: string): Promise<boolean>;
 }
@@ -72,7 +74,8 @@ export class Offers {
     try {
       await this.channel.redis.multi().rpush(key, wire).pexpire(key, listTtlMs).exec();
       return { offer, wire };
-    } catch {
+    } catch (error) {
+      this.channel.commandFailed(error);
       return undefined;
     }
   }
@@ -82,7 +85,8 @@ export class Offers {
     if (!this.channel.connected()) return undefined;
     try {
       return (await this.channel.redis.lrem(offersKey(this.prefix, queue), 1, posted.wire)) > 0;
-    } catch {
+    } catch (error) {
+      this.channel.commandFailed(error);
       return undefined;
     }
   }
@@ -97,7 +101,10 @@ export class Offers {
   async take(queue: string): Promise<TakenOffer | undefined> {
     const now = Date.now();
     if (!this.channel.connected() || (this.noOffersUntil.get(queue) ?? 0) > now) return undefined;
-    const posted = await this.pop(queue, now).catch(() => undefined);
+    const posted = await this.pop(queue, now).catch((error: unknown) => {
+      this.channel.commandFailed(error);
+      return undefined;
+    });
     if (!posted) {
       this.noOffersUntil.set(queue, now + OFFER_MISS_PAUSE_MS);
       return undefined;

@@ -83,12 +83,46 @@ export function createCluster(c: ClusterTarget, options: ClusterOptions, node: N
 }
 
 /**
- * A client whose commands fail fast while Redis is unreachable (publishing a
- * wake-up after a commit must never hang the producer): no offline queue, one
- * retry per command, reconnect forever in the background. The publisher
- * shares one; each blocking reader (XREADGROUP/XREAD … BLOCK) needs its own.
+ * How long a command may go unanswered before it fails. A Redis that is
+ * frozen (stopped, stalled on a disk, cut off with no reset) answers
+ * nothing and closes nothing, so without it an enqueue's offer look or
+ * wake-up waited for as long as the freeze lasted. The commands lanewake
+ * sends on a command client answer in milliseconds, and every one fails
+ * soft (a wake-up not sent, an offer not taken), the ledger's sweep
+ * covering it.
  */
-export function createRedisClient(target: RedisTarget, name: string): RedisClient {
+const COMMAND_TIMEOUT_MS = 1_000;
+/**
+ * A blocking read (XREADGROUP/XREAD … BLOCK ms) that gets no answer this
+ * long past its block ends empty on the client: a frozen Redis does not
+ * hold a reader, and its stop, forever.
+ */
+const BLOCKING_GRACE_MS = 1_000;
+/** The bound of a blocking read that names no block of its own (lanewake's all do). */
+const UNBOUNDED_READ_LIMIT_MS = 60_000;
+
+/** Whether a command failed because Redis did not answer it in COMMAND_TIMEOUT_MS (a frozen Redis), not because it refused or the connection was gone. */
+export function isUnanswered(error: unknown): boolean {
+  return error instanceof Error && error.message === 'Command timed out';
+}
+
+/** A command client, or one for blocking reads (each blocking reader needs its own connection). */
+export type RedisClientUse = 'commands' | 'blocking';
+
+/** The per-connection options of a client for `use`; for a cluster, those of every node connection. */
+function connectionTimeouts(use: RedisClientUse): Pick<RedisOptions, 'commandTimeout' | 'blockingTimeout' | 'blockingTimeoutGrace'> {
+  return use === 'commands' ? { commandTimeout: COMMAND_TIMEOUT_MS } : { blockingTimeout: UNBOUNDED_READ_LIMIT_MS, blockingTimeoutGrace: BLOCKING_GRACE_MS };
+}
+
+/**
+ * A client whose commands fail fast while Redis is unreachable or frozen
+ * (publishing a wake-up after a commit must never hang the producer): no
+ * offline queue, one retry per command, a command timeout (COMMAND_TIMEOUT_MS)
+ * or, for blocking reads, a bound past their block, and reconnecting
+ * forever in the background. The publisher shares one; each blocking reader
+ * (XREADGROUP/XREAD … BLOCK) needs its own.
+ */
+export function createRedisClient(target: RedisTarget, name: string, use: RedisClientUse): RedisClient {
   const c = clusterOf(target);
   const client = c
     ? createCluster(
@@ -101,16 +135,17 @@ export function createRedisClient(target: RedisTarget, name: string): RedisClien
           // default: as long as a failover takes): 3 bounds a publish to ~300 ms, the sweep covers the rest.
           maxRedirections: 3,
         },
-        { connectionName: name, maxRetriesPerRequest: 1 },
+        { connectionName: name, maxRetriesPerRequest: 1, ...connectionTimeouts(use) },
       )
-    : createPlainClient(target as string | RedisOptions, name);
+    : createPlainClient(target as string | RedisOptions, name, use);
   // Errors surface through the callers' commands; an unhandled 'error' event would crash the process.
   client.on('error', () => undefined);
   return client;
 }
 
-function createPlainClient(target: string | RedisOptions, name: string): Redis {
+function createPlainClient(target: string | RedisOptions, name: string, use: RedisClientUse): Redis {
   const base: RedisOptions = {
+    ...connectionTimeouts(use),
     connectionName: name,
     lazyConnect: false,
     retryStrategy: (times) => Math.min(1000, 50 * times),

@@ -53,6 +53,12 @@ const FIRE_MARGIN_MS = 5;
  * BullMQ carries future `runAfter`s and recurring schedules; its jobs only
  * ever publish a wake-up or enqueue through the ledger, never hold work.
  */
+/**
+ * How long a command of the scheduling side may go unanswered (a frozen Redis):
+ * longer than the channel's own commands', since one addBulk of many timers is
+ * a pipeline whose last script waits for all the others.
+ */
+const SCHEDULE_COMMAND_TIMEOUT_MS = 10_000;
 /** How long close() waits for BullMQ to close gracefully before it cuts the connections. */
 const CLOSE_WAIT_MS = 2_000;
 
@@ -81,11 +87,11 @@ export class WakeTimers {
     const cluster = clusterOf(this.target);
     if (!cluster) {
       const plain = plainRedisOptions(this.target as string | RedisOptions);
-      return blocking ? { ...plain, maxRetriesPerRequest: null } : { ...plain, enableOfflineQueue: false, maxRetriesPerRequest: 1 };
+      return blocking ? { ...plain, maxRetriesPerRequest: null } : { ...plain, enableOfflineQueue: false, maxRetriesPerRequest: 1, commandTimeout: SCHEDULE_COMMAND_TIMEOUT_MS };
     }
     const client = blocking
       ? createCluster(cluster, { clusterRetryStrategy: (t) => Math.min(1000, 50 * t) }, { maxRetriesPerRequest: null })
-      : createCluster(cluster, { clusterRetryStrategy: (t) => Math.min(1000, 50 * t), enableOfflineQueue: false }, { maxRetriesPerRequest: 1 });
+      : createCluster(cluster, { clusterRetryStrategy: (t) => Math.min(1000, 50 * t), enableOfflineQueue: false }, { maxRetriesPerRequest: 1, commandTimeout: SCHEDULE_COMMAND_TIMEOUT_MS });
     client.on('error', () => undefined);
     this.owned.push(client);
     return client;

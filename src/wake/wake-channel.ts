@@ -12,7 +12,7 @@ import { groupBySlot } from './slots.js';
 import { LocalWakeRoute } from './local-route.js';
 import { Offers } from './offers.js';
 import { PublishHealth } from './publish-health.js';
-import { clusterOf, createRedisClient, whenReady, type RedisClient, type RedisTarget } from './redis.js';
+import { clusterOf, createRedisClient, isUnanswered, whenReady, type RedisClient, type RedisTarget } from './redis.js';
 import { WakeTimers, type ScheduledEnqueue, type WakeTimer } from './timers.js';
 import { WakeHub } from './wake-hub.js';
 
@@ -23,6 +23,9 @@ export interface WakeChannelOptions {
   streamMaxLen?: number;
   logger?: Logger;
 }
+
+/** How long the channel sends nothing after Redis left a command unanswered: a frozen Redis costs one command timeout per pause, not one per enqueue. */
+const UNANSWERED_PAUSE_MS = 2_000;
 
 export interface PublishCounters {
   /** Wake-ups written to a stream. */
@@ -55,10 +58,12 @@ export class WakeChannel {
   private readonly streams = new Map<string, WakeStreams>();
   private hub: WakeHub | undefined;
   private everReady = false;
+  /** After a command Redis left unanswered, none goes out before this (ms). */
+  private unansweredUntil = 0;
 
   constructor(readonly options: WakeChannelOptions) {
     this.cluster = clusterOf(options.redis) !== undefined;
-    this.redis = createRedisClient(options.redis, 'lanewake:publish');
+    this.redis = createRedisClient(options.redis, 'lanewake:publish', 'commands');
     this.control = new ControlStreams(this.keyPrefix);
     this.offers = new Offers(this.keyPrefix, this);
     this.timers = new WakeTimers(options.redis, 'lanewake-timers', this.keyPrefix.replace(/:$/, ''));
@@ -71,9 +76,13 @@ export class WakeChannel {
   /**
    * Whether a command can go out now. Right after start-up it waits briefly
    * for the first connection; once Redis has been seen and is gone, it
-   * answers false at once so a producer never waits on a dead Redis.
+   * answers false at once so a producer never waits on a dead Redis. After
+   * a command Redis left unanswered (frozen: the connection looks ready),
+   * it answers false for UNANSWERED_PAUSE_MS, so each enqueue does not wait
+   * out a command timeout of its own.
    */
   async usable(): Promise<boolean> {
+    if (Date.now() < this.unansweredUntil) return false;
     if (this.redis.status === 'ready') return true;
     if (this.everReady) return false;
     return whenReady(this.redis, 1000);
@@ -111,7 +120,17 @@ export class WakeChannel {
   }
 
   connected(): boolean {
-    return this.redis.status === 'ready';
+    return this.redis.status === 'ready' && Date.now() >= this.unansweredUntil;
+  }
+
+  /** A command on `redis` failed: one Redis left unanswered pauses the channel's commands (see usable()). */
+  commandFailed(error: unknown): void {
+    if (isUnanswered(error)) this.unansweredUntil = Date.now() + UNANSWERED_PAUSE_MS;
+  }
+
+  private publishFailed(error: unknown, what: string): void {
+    this.commandFailed(error);
+    this.health.failed(error, what);
   }
 
   /**
@@ -139,7 +158,7 @@ export class WakeChannel {
       return true;
     } catch (error) {
       this.counters.failed += remote;
-      this.health.failed(error, 'wake publish');
+      this.publishFailed(error, 'wake publish');
       return false;
     }
   }
@@ -152,7 +171,7 @@ export class WakeChannel {
       return true;
     } catch (error) {
       this.counters.failed++;
-      this.health.failed(error, `control publish (${message.type})`);
+      this.publishFailed(error, `control publish (${message.type})`);
       return false;
     }
   }
@@ -166,7 +185,7 @@ export class WakeChannel {
       return true;
     } catch (error) {
       this.counters.failed += timers.length;
-      this.health.failed(error, 'timer scheduling');
+      this.publishFailed(error, 'timer scheduling');
       return false;
     }
   }

@@ -145,7 +145,7 @@ export class WakeHub implements ShardHost {
 
   private start(): void {
     this.running = true;
-    const connection = createRedisClient(this.channel.options.redis, `lanewake:control:${this.name}`);
+    const connection = createRedisClient(this.channel.options.redis, `lanewake:control:${this.name}`, 'blocking');
     // A reconnected connection has a new id.
     connection.on('close', () => (this.controlConnectionId = undefined));
     this.controlConnection = connection;

@@ -93,7 +93,7 @@ export class WakeReadShard {
 
   private start(): void {
     this.running = true;
-    const connection = createRedisClient(this.host.channel.options.redis, `lanewake:wake:${this.host.name}`);
+    const connection = createRedisClient(this.host.channel.options.redis, `lanewake:wake:${this.host.name}`, 'blocking');
     // A reconnected connection has a new id.
     connection.on('close', () => (this.connectionId = undefined));
     this.connection = connection;

@@ -32,6 +32,9 @@ export interface LocalRedisCluster {
   masterOf: (key: string) => Promise<ClusterNodeInfo>;
   /** SIGKILL one node. */
   kill: (port: number) => void;
+  /** SIGSTOP one node: it answers nothing and closes nothing, as a stalled or cut-off server; `thaw` (SIGCONT) resumes it. */
+  freeze: (port: number) => void;
+  thaw: (port: number) => void;
   /** SIGKILL every node, and wait until all have exited. */
   killAll: () => Promise<void>;
   /** Starts every node that is not running again, on its port and with its nodes file (its data is gone). */
@@ -178,6 +181,12 @@ export async function startRedisCluster(options: { nodeTimeoutMs?: number } = {}
     },
     kill: (port) => {
       procs.get(port)?.kill('SIGKILL');
+    },
+    freeze: (port) => {
+      procs.get(port)?.kill('SIGSTOP');
+    },
+    thaw: (port) => {
+      procs.get(port)?.kill('SIGCONT');
     },
     killAll,
     restartAll: async () => {
