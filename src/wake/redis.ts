@@ -101,9 +101,22 @@ const BLOCKING_GRACE_MS = 1_000;
 /** The bound of a blocking read that names no block of its own (lanewake's all do). */
 const UNBOUNDED_READ_LIMIT_MS = 60_000;
 
+/** ioredis's message for a command that went unanswered past its timeout. */
+const UNANSWERED = 'Command timed out';
+
 /** Whether a command failed because Redis did not answer it in COMMAND_TIMEOUT_MS (a frozen Redis), not because it refused or the connection was gone. */
 export function isUnanswered(error: unknown): boolean {
-  return error instanceof Error && error.message === 'Command timed out';
+  return error instanceof Error && error.message === UNANSWERED;
+}
+
+/**
+ * An empty blocking read that started at `startedAtMs` and blocked for
+ * `blockMs`: thrown as unanswered when it came back only because the client
+ * gave up on it (past its block and BLOCKING_GRACE_MS), so a reader takes a
+ * frozen Redis for a gone one instead of an idle one.
+ */
+export function throwIfUnanswered(startedAtMs: number, blockMs: number): void {
+  if (Date.now() - startedAtMs >= blockMs + BLOCKING_GRACE_MS) throw new Error(UNANSWERED);
 }
 
 /** A command client, or one for blocking reads (each blocking reader needs its own connection). */

@@ -1,7 +1,7 @@
 import type { QueueClass } from '../ledger/types.js';
 import { CONSUMER_GROUP, wakeStreamKey } from './keys.js';
 import type { WakeEntry, WakeKind, WakeMessage } from './messages.js';
-import type { RedisClient } from './redis.js';
+import { throwIfUnanswered, type RedisClient } from './redis.js';
 
 /** A raw XREADGROUP reply: per stream, its entries as [id, fields]. */
 export type GroupReadReply = readonly [string, [string, string[]][]][];
@@ -19,6 +19,7 @@ export async function readGroupStreams(
   count: number,
   blockMs: number,
 ): Promise<GroupReadReply> {
+  const startedAtMs = Date.now();
   const reply = (await redis.xreadgroup(
     'GROUP',
     CONSUMER_GROUP,
@@ -31,6 +32,7 @@ export async function readGroupStreams(
     ...keys,
     ...keys.map(() => '>'),
   )) as [string, [string, string[]][]][] | null;
+  if (reply === null) throwIfUnanswered(startedAtMs, blockMs);
   return reply ?? [];
 }
 

@@ -192,7 +192,17 @@ export class PrivateRedis {
     await exited;
   }
 
+  /** SIGSTOP: it answers nothing and closes nothing, as a stalled or cut-off server; thaw() (SIGCONT) resumes it. */
+  freeze(): void {
+    this.proc?.kill('SIGSTOP');
+  }
+
+  thaw(): void {
+    this.proc?.kill('SIGCONT');
+  }
+
   async destroy(): Promise<void> {
+    this.thaw();
     await this.kill();
     rmSync(this.dir, { recursive: true, force: true });
   }
