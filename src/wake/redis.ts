@@ -94,8 +94,9 @@ export function createCluster(c: ClusterTarget, options: ClusterOptions, node: N
 const COMMAND_TIMEOUT_MS = 1_000;
 /**
  * A blocking read (XREADGROUP/XREAD … BLOCK ms) that gets no answer this
- * long past its block ends empty on the client: a frozen Redis does not
- * hold a reader, and its stop, forever.
+ * long past its block is given up on by the client, and fails as unanswered
+ * (throwIfUnanswered): a frozen Redis does not hold a reader, and its stop,
+ * forever.
  */
 const BLOCKING_GRACE_MS = 1_000;
 /** The bound of a blocking read that names no block of its own (lanewake's all do). */

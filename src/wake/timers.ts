@@ -50,10 +50,6 @@ export interface TimerHandlers {
 const FIRE_MARGIN_MS = 5;
 
 /**
- * BullMQ carries future `runAfter`s and recurring schedules; its jobs only
- * ever publish a wake-up or enqueue through the ledger, never hold work.
- */
-/**
  * How long a command of the scheduling side may go unanswered (a frozen Redis):
  * longer than the channel's own commands', since one addBulk of many timers is
  * a pipeline whose last script waits for all the others.
@@ -62,6 +58,10 @@ const SCHEDULE_COMMAND_TIMEOUT_MS = 10_000;
 /** How long close() waits for BullMQ to close gracefully before it cuts the connections. */
 const CLOSE_WAIT_MS = 2_000;
 
+/**
+ * BullMQ carries future `runAfter`s and recurring schedules; its jobs only
+ * ever publish a wake-up or enqueue through the ledger, never hold work.
+ */
 export class WakeTimers {
   private readonly queue: Queue;
   private worker: Worker | undefined;
