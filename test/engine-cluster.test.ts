@@ -239,7 +239,7 @@ test('failover: the master of a queue\'s slot dies, its replica takes over, wake
   for (const g of gap) expect((await tl.ledger.get(g.id))?.state).toBe('completed');
 });
 
-test('a frozen master (SIGSTOP: it answers nothing, closes nothing) holds no enqueue: they go on, the sweep runs them, and nothing is lost', async () => {
+test('a frozen master (SIGSTOP: it answers nothing, closes nothing) holds no enqueue: they go on, the sweep runs them, the clients find the promoted replica, and nothing is lost', async () => {
   const prefix = newPrefix();
   const queue = uniqueQueue('cl-freeze');
   const consumer = await started(
@@ -248,8 +248,8 @@ test('a frozen master (SIGSTOP: it answers nothing, closes nothing) holds no enq
       wake: channel(prefix),
       queue,
       concurrency: 8,
-      // No backstop sweep in the test's time: the consumer must take the frozen master for a gone one (its reads unanswered) and sweep.
-      pollIntervalMs: 600_000,
+      // The backstop sweep runs what a wake-up lost to the freeze would have named (test/wake-frozen.test.ts: a read left unanswered marks Redis down).
+      pollIntervalMs: 1_000,
       redisDownPollMs: 200,
       readBlockMs: 500,
       logger: silent,
@@ -257,6 +257,8 @@ test('a frozen master (SIGSTOP: it answers nothing, closes nothing) holds no enq
     }),
   );
   const producer = new Producer({ ledger: tl.ledger, wake: channel(prefix) });
+  // What reached the consumer through Redis: wake-ups read, and items handed over under its offers.
+  const viaRedis = (): number => consumer.counters.wakeEntriesRead + consumer.counters.handedOver;
   let enqueued = 0;
   let producing = true;
   const produce = (async () => {
@@ -278,6 +280,9 @@ test('a frozen master (SIGSTOP: it answers nothing, closes nothing) holds no enq
   // Every Redis command of an enqueue (the offer look, the wake-up) goes to the frozen master's slot; none may hold it.
   const before = enqueued;
   await waitFor(() => enqueued >= before + 10 || undefined, 20_000, 'enqueues going on, and their items done, while the master is frozen');
+  // The cluster promotes the frozen master's replica; the clients must find it (a frozen node sends no MOVED).
+  const viaRedisFrozen = viaRedis();
+  await waitFor(() => viaRedis() >= viaRedisFrozen + 5 || undefined, 20_000, 'wake-ups or handoffs through the promoted replica, the old master still frozen');
   cluster.thaw(master.port);
   producing = false;
   await produce;

@@ -111,6 +111,16 @@ export function isUnanswered(error: unknown): boolean {
 }
 
 /**
+ * After a command `client` left unanswered: on a cluster, the slots are read
+ * again. A frozen master closes nothing and sends no MOVED, so the client
+ * would keep it as its slots' node for as long as the freeze lasts, long
+ * after the cluster promoted its replica.
+ */
+export function afterUnanswered(client: RedisClient, error: unknown): void {
+  if (isUnanswered(error) && client instanceof Cluster) client.refreshSlotsCache();
+}
+
+/**
  * An empty blocking read that started at `startedAtMs` and blocked for
  * `blockMs`: thrown as unanswered when it came back only because the client
  * gave up on it (past its block and BLOCKING_GRACE_MS), so a reader takes a
