@@ -30,8 +30,8 @@ afterEach(async () => {
 });
 
 /** A channel on the cluster, as one process has; `prefix` shared by the channels of one test. */
-function channel(prefix: string): WakeChannel {
-  const wake = new WakeChannel({ redis: cluster.url, keyPrefix: prefix, logger: silent });
+function channel(prefix: string, on: LocalRedisCluster = cluster): WakeChannel {
+  const wake = new WakeChannel({ redis: on.url, keyPrefix: prefix, logger: silent });
   cleanups.push(() => wake.close());
   return wake;
 }
@@ -240,12 +240,15 @@ test('failover: the master of a queue\'s slot dies, its replica takes over, wake
 });
 
 test('a frozen master (SIGSTOP: it answers nothing, closes nothing) holds no enqueue: they go on, the sweep runs them, the clients find the promoted replica, and nothing is lost', async () => {
+  // A cluster of its own: the failover test leaves a master with no replica, and a frozen master needs one to be replaced.
+  const own = await startRedisCluster();
+  cleanups.push(() => own.stop());
   const prefix = newPrefix();
   const queue = uniqueQueue('cl-freeze');
   const consumer = await started(
     new Consumer({
       ledger: tl.ledger,
-      wake: channel(prefix),
+      wake: channel(prefix, own),
       queue,
       concurrency: 8,
       // The backstop sweep runs what a wake-up lost to the freeze would have named (test/wake-frozen.test.ts: a read left unanswered marks Redis down).
@@ -256,7 +259,7 @@ test('a frozen master (SIGSTOP: it answers nothing, closes nothing) holds no enq
       handlers: { t: async () => undefined },
     }),
   );
-  const producer = new Producer({ ledger: tl.ledger, wake: channel(prefix) });
+  const producer = new Producer({ ledger: tl.ledger, wake: channel(prefix, own) });
   // What reached the consumer through Redis: wake-ups read, and items handed over under its offers.
   const viaRedis = (): number => consumer.counters.wakeEntriesRead + consumer.counters.handedOver;
   let enqueued = 0;
@@ -274,16 +277,16 @@ test('a frozen master (SIGSTOP: it answers nothing, closes nothing) holds no enq
   });
   await waitFor(() => enqueued >= 5 || undefined, 10_000, 'items before the freeze');
 
-  const master = await cluster.masterOf(wakeStreamKey(prefix, queue, 'default'));
-  cluster.freeze(master.port);
-  cleanups.push(async () => cluster.thaw(master.port));
+  const master = await own.masterOf(wakeStreamKey(prefix, queue, 'default'));
+  own.freeze(master.port);
+  cleanups.push(async () => own.thaw(master.port));
   // Every Redis command of an enqueue (the offer look, the wake-up) goes to the frozen master's slot; none may hold it.
   const before = enqueued;
   await waitFor(() => enqueued >= before + 10 || undefined, 20_000, 'enqueues going on, and their items done, while the master is frozen');
   // The cluster promotes the frozen master's replica; the clients must find it (a frozen node sends no MOVED).
   const viaRedisFrozen = viaRedis();
   await waitFor(() => viaRedis() >= viaRedisFrozen + 5 || undefined, 20_000, 'wake-ups or handoffs through the promoted replica, the old master still frozen');
-  cluster.thaw(master.port);
+  own.thaw(master.port);
   producing = false;
   await produce;
   await waitFor(
