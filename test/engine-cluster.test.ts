@@ -46,6 +46,32 @@ async function started(consumer: Consumer): Promise<Consumer> {
   return consumer;
 }
 
+/**
+ * A started consumer for the fault tests: short reads, and a backstop sweep every second, which runs
+ * what a wake-up lost to the fault would have named (test/wake-frozen.test.ts: a read left unanswered
+ * marks Redis down, and the sweep then runs every 200 ms).
+ */
+function faultConsumer(prefix: string, queue: string, on: LocalRedisCluster = cluster): Promise<Consumer> {
+  return started(
+    new Consumer({
+      ledger: tl.ledger,
+      wake: channel(prefix, on),
+      queue,
+      concurrency: 8,
+      pollIntervalMs: 1_000,
+      redisDownPollMs: 200,
+      readBlockMs: 500,
+      logger: silent,
+      handlers: { t: async () => undefined },
+    }),
+  );
+}
+
+/** What reached a consumer through Redis: wake-ups read, and items handed over under its offers. */
+function viaRedisOf(consumer: Consumer): number {
+  return consumer.counters.wakeEntriesRead + consumer.counters.handedOver;
+}
+
 test('a consumer completes items woken through the cluster, published by a producer in another process', async () => {
   const prefix = newPrefix();
   const queue = uniqueQueue('cl');
@@ -175,22 +201,9 @@ test('failover: the master of a queue\'s slot dies, its replica takes over, wake
   const prefix = newPrefix();
   const queue = uniqueQueue('cl-failover');
   const wakeReads: number[] = [];
-  const consumer = await started(
-    new Consumer({
-      ledger: tl.ledger,
-      wake: channel(prefix),
-      queue,
-      concurrency: 8,
-      pollIntervalMs: 1_000,
-      redisDownPollMs: 200,
-      readBlockMs: 500,
-      logger: silent,
-      handlers: { t: async () => undefined },
-    }),
-  );
+  const consumer = await faultConsumer(prefix, queue);
   const producer = new Producer({ ledger: tl.ledger, wake: channel(prefix) });
-  // What reached the consumer through Redis: wake-ups read, and items handed over under its offers.
-  const viaRedis = (): number => consumer.counters.wakeEntriesRead + consumer.counters.handedOver;
+  const viaRedis = (): number => viaRedisOf(consumer);
   let enqueued = 0;
   let slowestEnqueueMs = 0;
   let producing = true;
@@ -245,23 +258,9 @@ test('a frozen master (SIGSTOP: it answers nothing, closes nothing) holds no enq
   cleanups.push(() => own.stop());
   const prefix = newPrefix();
   const queue = uniqueQueue('cl-freeze');
-  const consumer = await started(
-    new Consumer({
-      ledger: tl.ledger,
-      wake: channel(prefix, own),
-      queue,
-      concurrency: 8,
-      // The backstop sweep runs what a wake-up lost to the freeze would have named (test/wake-frozen.test.ts: a read left unanswered marks Redis down).
-      pollIntervalMs: 1_000,
-      redisDownPollMs: 200,
-      readBlockMs: 500,
-      logger: silent,
-      handlers: { t: async () => undefined },
-    }),
-  );
+  const consumer = await faultConsumer(prefix, queue, own);
   const producer = new Producer({ ledger: tl.ledger, wake: channel(prefix, own) });
-  // What reached the consumer through Redis: wake-ups read, and items handed over under its offers.
-  const viaRedis = (): number => consumer.counters.wakeEntriesRead + consumer.counters.handedOver;
+  const viaRedis = (): number => viaRedisOf(consumer);
   let enqueued = 0;
   let producing = true;
   const produce = (async () => {

@@ -1,7 +1,7 @@
 import type { ClaimedItem } from '../ledger/types.js';
 import { controlStreamKey } from './keys.js';
 import type { ControlEntry, ControlMessage } from './messages.js';
-import { throwIfUnanswered, type RedisClient } from './redis.js';
+import { readBlocking, type RedisClient } from './redis.js';
 import { groupBySlot } from './slots.js';
 
 /** The control stream of each queue: every XADD / XREAD on it lives here. */
@@ -36,8 +36,7 @@ export class ControlStreams {
   async read(redis: RedisClient, after: ReadonlyMap<string, string>, blockMs: number): Promise<ControlEntry[]> {
     const queues = [...after.keys()];
     if (queues.length === 0) return [];
-    const startedAtMs = Date.now();
-    const reply = (await redis.xread(
+    const reply = (await readBlocking(redis, blockMs, () => redis.xread(
       'COUNT',
       100,
       'BLOCK',
@@ -45,8 +44,7 @@ export class ControlStreams {
       'STREAMS',
       ...queues.map((q) => controlStreamKey(this.prefix, q)),
       ...queues.map((q) => after.get(q) ?? '$'),
-    )) as [string, [string, string[]][]][] | null;
-    if (reply === null) throwIfUnanswered(startedAtMs, blockMs);
+    ))) as [string, [string, string[]][]][] | null;
     const out: ControlEntry[] = [];
     for (const [stream, entries] of reply ?? []) {
       const queue = queues.find((q) => controlStreamKey(this.prefix, q) === stream);

@@ -95,7 +95,7 @@ const COMMAND_TIMEOUT_MS = 1_000;
 /**
  * A blocking read (XREADGROUP/XREAD … BLOCK ms) that gets no answer this
  * long past its block is given up on by the client, and fails as unanswered
- * (throwIfUnanswered): a frozen Redis does not hold a reader, and its stop,
+ * (readBlocking): a frozen Redis does not hold a reader, and its stop,
  * forever.
  */
 const BLOCKING_GRACE_MS = 1_000;
@@ -111,23 +111,30 @@ export function isUnanswered(error: unknown): boolean {
 }
 
 /**
- * After a command `client` left unanswered: on a cluster, the slots are read
- * again. A frozen master closes nothing and sends no MOVED, so the client
- * would keep it as its slots' node for as long as the freeze lasts, long
- * after the cluster promoted its replica.
+ * Whether `error` says a command on `client` went unanswered; if so, on a
+ * cluster, the slots are read again. A frozen master closes nothing and sends
+ * no MOVED, so the client would keep it as its slots' node for as long as the
+ * freeze lasts, long after the cluster promoted its replica.
  */
-export function afterUnanswered(client: RedisClient, error: unknown): void {
-  if (isUnanswered(error) && client instanceof Cluster) client.refreshSlotsCache();
+export function afterUnanswered(client: RedisClient, error: unknown): boolean {
+  if (!isUnanswered(error)) return false;
+  if (client instanceof Cluster) client.refreshSlotsCache();
+  return true;
 }
 
 /**
- * An empty blocking read that started at `startedAtMs` and blocked for
- * `blockMs`: thrown as unanswered when it came back only because the client
- * gave up on it (past its block and BLOCKING_GRACE_MS), so a reader takes a
- * frozen Redis for a gone one instead of an idle one.
+ * A blocking read (`read` sends it on `client`, blocking `blockMs`). An empty
+ * reply that came back only because the client gave up on it (past its block
+ * and BLOCKING_GRACE_MS) is thrown as unanswered, after afterUnanswered, so a
+ * reader takes a frozen Redis for a gone one instead of an idle one.
  */
-export function throwIfUnanswered(startedAtMs: number, blockMs: number): void {
-  if (Date.now() - startedAtMs >= blockMs + BLOCKING_GRACE_MS) throw new Error(UNANSWERED);
+export async function readBlocking<T>(client: RedisClient, blockMs: number, read: () => Promise<T | null>): Promise<T | null> {
+  const startedAtMs = Date.now();
+  const reply = await read();
+  if (reply !== null || Date.now() - startedAtMs < blockMs + BLOCKING_GRACE_MS) return reply;
+  const error = new Error(UNANSWERED);
+  afterUnanswered(client, error);
+  throw error;
 }
 
 /** A command client, or one for blocking reads (each blocking reader needs its own connection). */

@@ -1,7 +1,7 @@
 import type { QueueClass } from '../ledger/types.js';
 import { CONSUMER_GROUP, wakeStreamKey } from './keys.js';
 import type { WakeEntry, WakeKind, WakeMessage } from './messages.js';
-import { throwIfUnanswered, type RedisClient } from './redis.js';
+import { readBlocking, type RedisClient } from './redis.js';
 
 /** A raw XREADGROUP reply: per stream, its entries as [id, fields]. */
 export type GroupReadReply = readonly [string, [string, string[]][]][];
@@ -19,8 +19,7 @@ export async function readGroupStreams(
   count: number,
   blockMs: number,
 ): Promise<GroupReadReply> {
-  const startedAtMs = Date.now();
-  const reply = (await redis.xreadgroup(
+  const reply = (await readBlocking(redis, blockMs, () => redis.xreadgroup(
     'GROUP',
     CONSUMER_GROUP,
     consumer,
@@ -31,8 +30,7 @@ export async function readGroupStreams(
     'STREAMS',
     ...keys,
     ...keys.map(() => '>'),
-  )) as [string, [string, string[]][]][] | null;
-  if (reply === null) throwIfUnanswered(startedAtMs, blockMs);
+  ))) as [string, [string, string[]][]][] | null;
   return reply ?? [];
 }
 

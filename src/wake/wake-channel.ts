@@ -12,7 +12,7 @@ import { groupBySlot } from './slots.js';
 import { LocalWakeRoute } from './local-route.js';
 import { Offers } from './offers.js';
 import { PublishHealth } from './publish-health.js';
-import { afterUnanswered, clusterOf, createRedisClient, isUnanswered, whenReady, type RedisClient, type RedisTarget } from './redis.js';
+import { afterUnanswered, clusterOf, createRedisClient, whenReady, type RedisClient, type RedisTarget } from './redis.js';
 import { WakeTimers, type ScheduledEnqueue, type WakeTimer } from './timers.js';
 import { WakeHub } from './wake-hub.js';
 
@@ -125,9 +125,7 @@ export class WakeChannel {
 
   /** A command on `redis` failed: one Redis left unanswered pauses the channel's commands (see usable()). */
   commandFailed(error: unknown): void {
-    if (!isUnanswered(error)) return;
-    this.unansweredUntil = Date.now() + UNANSWERED_PAUSE_MS;
-    afterUnanswered(this.redis, error);
+    if (afterUnanswered(this.redis, error)) this.unansweredUntil = Date.now() + UNANSWERED_PAUSE_MS;
   }
 
   private publishFailed(error: unknown, what: string): void {

@@ -3,7 +3,7 @@ import { Latch } from '../latch.js';
 import type { Logger } from '../log.js';
 import { sleep } from '../sleep.js';
 import type { HubChannel, HubMember } from './hub-types.js';
-import { afterUnanswered, connectionId, createRedisClient, whenReady, type RedisClient } from './redis.js';
+import { connectionId, createRedisClient, whenReady, type RedisClient } from './redis.js';
 import type { WakeEntry } from './messages.js';
 import { MAX_STREAMS_PER_READ, unblockWhileInFlight, WakeReadShard, type ShardHost } from './wake-read-shard.js';
 
@@ -199,9 +199,8 @@ export class WakeHub implements ShardHost {
           if (this.controlAfter.has(e.queue)) this.controlAfter.set(e.queue, e.entryId);
           for (const m of this.members) if (m.queue === e.queue) m.subscriber.onControl(e.message);
         }
-      } catch (error) {
+      } catch {
         if (!this.running) break;
-        if (connection) afterUnanswered(connection, error);
         await sleep(READ_RETRY_MS);
       }
     }

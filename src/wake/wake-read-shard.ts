@@ -1,7 +1,7 @@
 import type { Redis } from 'ioredis';
 import { Latch } from '../latch.js';
 import { sleep } from '../sleep.js';
-import { afterUnanswered, connectionId, createRedisClient, unblockClient, whenReady, type RedisClient } from './redis.js';
+import { connectionId, createRedisClient, unblockClient, whenReady, type RedisClient } from './redis.js';
 import type { WakeEntry } from './messages.js';
 import { readGroupStreams, type GroupReadReply } from './streams.js';
 import type { HubChannel, HubMember } from './hub-types.js';
@@ -137,7 +137,6 @@ export class WakeReadShard {
       } catch (error) {
         this.reading = undefined;
         if (!this.running) break;
-        if (connection) afterUnanswered(connection, error);
         if (String((error as Error).message).includes('NOGROUP')) for (const m of rooms.keys()) m.groupReady = false;
         this.host.markDown(error);
         await this.roomChanged.wait(READ_RETRY_MS);

@@ -15,12 +15,8 @@ export interface CappedClaim<Row, T> {
   want: number;
   /** The ids it may claim: named, or candidates read before the turn. */
   ids: readonly string[];
-  /**
-   * For a head search, its candidates' read: on TiDB it runs inside the
-   * turn instead, and the turn takes the first `ids` returns (earliest due
-   * first) of what it read.
-   */
-  candidates?: { read: RawBuilder<unknown>; ids: (rows: readonly unknown[]) => string[] } | undefined;
+  /** For a head search, its candidates' read: on TiDB it runs inside the turn instead. */
+  candidates?: CandidatesInTurn | undefined;
   /** The claim's CAS over some of its ids, as text, without ORDER BY or LIMIT. */
   cas: (ids: readonly string[]) => string;
   /** What the claim's lease token holds among those ids. */
@@ -33,6 +29,12 @@ export interface CappedClaim<Row, T> {
    * transaction, after the CAS, with the room the CAS left.
    */
   inTurn?: ((trx: Executor, won: T[], roomLeft: number) => Promise<T[]>) | undefined;
+}
+
+/** A head search's candidate read, run inside the capped turn; the turn takes the first of `ids(rows)` (earliest due first). */
+export interface CandidatesInTurn {
+  read: RawBuilder<unknown>;
+  ids: (rows: readonly unknown[]) => string[];
 }
 
 /**

@@ -7,7 +7,7 @@ import type { ClaimedRow } from '../rows.js';
 import { tableText, type LedgerTables } from '../tables.js';
 import type { ClaimedItem, ClaimOutcome, QueueClass } from '../types.js';
 import { QUEUE_CLASSES } from '../types.js';
-import { claimUnderCap } from './admission.js';
+import { claimUnderCap, type CandidatesInTurn } from './admission.js';
 import { bindable, INLINE, statementFor, type ValueWriter } from './bound.js';
 import { CLAIMED_COLUMNS, claimedItems, grantLease, leaseAssignmentsText, readBackClaimed, readBackClaimedText, type Lease } from './claimed.js';
 import { joinGroups, type CoalesceSpec } from './coalesce.js';
@@ -87,7 +87,7 @@ function casClaimUnderCap(
   t: LedgerTables,
   spec: ClaimSpec,
   maxProcessing: number,
-  from: { ids: readonly string[]; candidates?: { read: RawBuilder<unknown>; ids: (rows: readonly unknown[]) => string[] } | undefined },
+  from: { ids: readonly string[]; candidates?: CandidatesInTurn | undefined },
   want: number,
   types?: readonly string[],
 ): Promise<ClaimedItem[]> {
