@@ -42,6 +42,8 @@ interface Variant {
   /** Items spread round-robin over this many concurrency keys, with `keyLimit` per key. */
   keys?: number;
   keyLimit?: number;
+  /** The limit per key is the type's own (`setConcurrencyLimit(queue, n, { type })`), not the queue's. */
+  byType?: boolean;
 }
 const ALL_VARIANTS: readonly Variant[] = [
   { label: 'uncapped' },
@@ -49,6 +51,7 @@ const ALL_VARIANTS: readonly Variant[] = [
   { label: 'maxProcessing 1,000 (never reached)', maxProcessing: 1000 },
   { label: 'maxProcessing 16', maxProcessing: 16 },
   { label: '1,000 concurrency keys, limit 3 per key', keys: 1000, keyLimit: 3 },
+  { label: "1,000 concurrency keys, the type's own limit 3 per key", keys: 1000, keyLimit: 3, byType: true },
 ];
 /** `--only uncapped,maxProcessing`: the variants whose label contains one of these (the first kept is the baseline of "vs uncapped"). */
 const ONLY = cliFlag('--only')?.split(',');
@@ -77,7 +80,7 @@ async function peakProcessing(ledger: Ledger, queue: string): Promise<number> {
 function drain(variant: Variant): Promise<Result> {
   return withFreshLedger('lwcap', async (ledger, wake, producer) => {
     const queue = 'capacity';
-    if (variant.keyLimit !== undefined) await ledger.setConcurrencyLimit(queue, variant.keyLimit);
+    if (variant.keyLimit !== undefined) await ledger.setConcurrencyLimit(queue, variant.keyLimit, variant.byType === true ? { type: 't' } : {});
     const keyed = (n: number): { concurrencyKey?: string } => (variant.keys !== undefined ? { concurrencyKey: `tenant:${n % variant.keys}` } : {});
     await enqueueAhead(producer, Array.from({ length: ITEMS }, (_, n) => ({ queue, type: 't', payload: { n }, ...keyed(n) })));
     const consumers = Array.from(

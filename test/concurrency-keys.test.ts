@@ -88,6 +88,65 @@ describe('concurrency keys at the ledger', () => {
   });
 });
 
+describe('a type with a limit of its own', () => {
+  test("its keys are admitted per key and type, apart from the queue's limit and from other types, until it ends", async () => {
+    const queue = freshQueue('keytype');
+    await tl.ledger.setConcurrencyLimit(queue, 1);
+    await tl.ledger.setConcurrencyLimit(queue, 2, { type: 'mail' });
+    const mail = await tl.ledger.enqueueMany(Array.from({ length: 4 }, (_, i) => ({ queue, type: 'mail', concurrencyKey: 'K', payload: { i } })));
+    const report = await tl.ledger.enqueueMany(Array.from({ length: 3 }, (_, i) => ({ queue, type: 'report', concurrencyKey: 'K', payload: { i } })));
+    // On the transactional path (an idempotency key) and the laned one, the type's limit decides as well.
+    const keyed = await tl.ledger.enqueue({ queue, type: 'mail', concurrencyKey: 'K', idempotencyKey: 'once', payload: { late: true } });
+    const laned = await tl.ledger.enqueue({ queue, type: 'mail', concurrencyKey: 'K', lane: 'L', payload: { laned: true } });
+    const first = await claimAll(queue);
+    const byType = (items: readonly ClaimedItem[]): Record<string, number> => {
+      const out: Record<string, number> = {};
+      for (const i of items) out[i.type] = (out[i.type] ?? 0) + 1;
+      return out;
+    };
+    // Two mail items of K by its own limit, one report item of K by the queue's, and the laned one (a lane admits it).
+    expect(byType(first)).toEqual({ mail: 3, report: 1 });
+    expect(first.filter((c) => c.type === 'mail' && c.lane === null).map((c) => c.id).sort()).toEqual(mail.slice(0, 2).map((r) => r.id).sort());
+    expect(first.every((c) => c.concurrencyKey === 'K')).toBe(true);
+    expect(first.map((c) => `${c.type}:${c.keyScope}`).sort()).toEqual(['mail:type', 'mail:type', 'mail:type', 'report:queue']);
+    const why = await tl.ledger.explain(mail[2]!.id);
+    expect(why).toMatchObject({ code: 'key_at_limit', details: { key: 'K', scope: 'type', admitted: 2, limit: 2, waiting: 3 } });
+    expect(await tl.ledger.explain(report[1]!.id)).toMatchObject({ code: 'key_at_limit', details: { key: 'K', scope: 'queue', admitted: 1, limit: 1 } });
+    // A mail item's end hands its slot to the next mail item, never to a report item.
+    const doneMail = first.find((c) => c.type === 'mail' && c.lane === null)!;
+    expect(await tl.ledger.complete(doneMail)).toMatchObject({ won: true });
+    expect((await claimAll(queue)).map((c) => c.id)).toEqual([mail[2]!.id]);
+    // Lifted, the type's waiting items are admitted at once, and its later items fall under the queue's limit.
+    expect(await tl.ledger.setConcurrencyLimit(queue, null, { type: 'mail' })).toBe(1);
+    expect((await claimAll(queue)).map((c) => c.id).sort()).toEqual([mail[3]!.id, keyed.id].sort());
+    const after = await tl.ledger.enqueue({ queue, type: 'mail', concurrencyKey: 'K', payload: { after: true } });
+    expect(await tl.ledger.get(after.id)).toMatchObject({ concurrencyKey: 'K', keyScope: 'queue', isHead: false });
+    expect((await tl.ledger.get(laned.id))?.keyScope).toBe('type');
+    // The operator's views find an item by the key it was given, whichever limit admitted it.
+    const listed = await tl.ledger.operator.items({ queue, key: 'K' });
+    expect(listed.items.length).toBe(10);
+    expect(new Set(listed.items.map((i) => i.concurrencyKey))).toEqual(new Set(['K']));
+  });
+
+  test('bad input names its field and writes nothing', async () => {
+    const queue = freshQueue('keytypebad');
+    await tl.ledger.setConcurrencyLimit(queue, 1, { type: 'mail' });
+    const separator = tl.ledger.enqueue({ queue, type: 't', concurrencyKey: 'a\u001fb', payload: {} });
+    await expect(separator).rejects.toMatchObject({ name: 'ValidationError', issues: [expect.objectContaining({ field: 'concurrencyKey' })] });
+    // A type-scoped key is stored with its type: together they must fit.
+    const long = tl.ledger.enqueueMany([
+      { queue, type: 'mail', concurrencyKey: 'ok', payload: {} },
+      { queue, type: 'mail', concurrencyKey: 'k'.repeat(251), payload: {} },
+    ]);
+    await expect(long).rejects.toMatchObject({ name: 'ValidationError', issues: [expect.objectContaining({ field: 'items[1].concurrencyKey' })] });
+    await expect(tl.ledger.setConcurrencyLimit(queue, 2, { type: 'no spaces' })).rejects.toMatchObject({ name: 'ValidationError', issues: [expect.objectContaining({ field: 'type' })] });
+    const count = await sql<{ n: number }>`SELECT COUNT(*) AS n FROM lw_items WHERE queue = ${queue}`.execute(tl.ledger.db);
+    expect(Number(count.rows[0]?.n)).toBe(0);
+    // The other type's key of the same length fits: the queue's keys are stored as given.
+    await tl.ledger.enqueue({ queue, type: 't', concurrencyKey: 'k'.repeat(251), payload: {} });
+  });
+});
+
 describe('fair queues', () => {
   async function firstClaim(fair: boolean): Promise<ClaimedItem[]> {
     const queue = freshQueue(fair ? 'fair' : 'unfair');
@@ -137,9 +196,11 @@ describe('concurrency keys with consumers', () => {
       running.set(key, now);
       peaks.set(key, Math.max(peaks.get(key) ?? 0, now));
       // Each holds its slot until its key runs 3 (or a moment has passed: a key's last items never get there),
-      // so the limit is reached however slow the hand-on is on a busy machine, and a fourth would show.
+      // so the limit is reached however slow the hand-on is on a busy machine, and a fourth would show. Each
+      // yields at least once, so the third to start holds its slot too.
       const until = Date.now() + 300;
-      while ((running.get(key) ?? 0) < 3 && Date.now() < until) await new Promise((r) => setTimeout(r, 5));
+      do await new Promise((r) => setTimeout(r, 5));
+      while ((running.get(key) ?? 0) < 3 && Date.now() < until);
       running.set(key, (running.get(key) ?? 1) - 1);
     };
     for (let i = 0; i < 8; i++) {
@@ -158,5 +219,37 @@ describe('concurrency keys with consumers', () => {
     expect(Math.max(...peaks.values())).toBe(3);
     const rows = await sql<{ admitted: number }>`SELECT admitted FROM lw_keys WHERE queue = ${queue}`.execute(tl.ledger.db);
     expect(rows.rows.map((r) => Number(r.admitted))).toEqual([0, 0, 0, 0]);
+  });
+
+  test("a handler's own concurrencyLimit holds its type's items of a key across 4 consumers; a bad one names its field", async () => {
+    const tw = scope.wake();
+    const queue = uniqueQueue('keyedtype');
+    const running = new Map<string, number>();
+    const peaks = new Map<string, number>();
+    const mail = async (job: { payload: unknown }): Promise<void> => {
+      const key = (job.payload as { k: string }).k;
+      running.set(key, (running.get(key) ?? 0) + 1);
+      peaks.set(key, Math.max(peaks.get(key) ?? 0, running.get(key) ?? 0));
+      // Holds its slot until its key runs 2 (or a moment has passed), yielding at least once, so a third would show.
+      const until = Date.now() + 300;
+      do await new Promise((r) => setTimeout(r, 5));
+      while ((running.get(key) ?? 0) < 2 && Date.now() < until);
+      running.set(key, (running.get(key) ?? 1) - 1);
+    };
+    expect(() => new Consumer({ ledger: tl.ledger, queue, handlers: { mail: { handle: mail, concurrencyLimit: 0 } } })).toThrow(
+      expect.objectContaining({ name: 'ValidationError', issues: [expect.objectContaining({ field: 'handlers.mail.concurrencyLimit' })] }),
+    );
+    for (let i = 0; i < 4; i++) {
+      const c = new Consumer({ ledger: tl.ledger, wake: tw.wake, queue, concurrency: 4, handlers: { mail: { handle: mail, concurrencyLimit: 2 } } });
+      await scope.start(c);
+    }
+    // The first consumer's start stored the type's limit: every enqueue from here on holds to it.
+    const producer = new Producer({ ledger: tl.ledger, wake: tw.wake });
+    await producer.enqueueMany(Array.from({ length: 30 }, (_, i) => ({ queue, type: 'mail', concurrencyKey: i % 2 === 0 ? 'a' : 'b', payload: { i, k: i % 2 === 0 ? 'a' : 'b' } })));
+    await waitFor(async () => ((await tl.ledger.stats(queue))[0]?.counts.completed === 30 ? true : undefined), 60_000, 'all 30 done');
+    expect([...peaks.keys()].sort()).toEqual(['a', 'b']);
+    expect(Math.max(...peaks.values())).toBe(2);
+    const rows = await sql<{ ckey: string; admitted: number }>`SELECT ckey, admitted FROM lw_keys WHERE queue = ${queue} ORDER BY ckey`.execute(tl.ledger.db);
+    expect(rows.rows.map((r) => [r.ckey, Number(r.admitted)])).toEqual([['mail\u001fa', 0], ['mail\u001fb', 0]]);
   });
 });

@@ -61,7 +61,7 @@ describe('an item handed back without spending an attempt keeps its place', () =
     expect(head.state).toBe('processing');
     expect((await mustGet(ledger, successor.id)).state).toBe('pending');
     const done = await ledger.complete({
-      id: head.id, queue, lane: head.lane, laneSeq: head.laneSeq, concurrencyKey: null, leaseToken: head.leaseToken ?? '', leaseOwner: head.leaseOwner ?? '',
+      id: head.id, queue, type: head.type, lane: head.lane, laneSeq: head.laneSeq, concurrencyKey: null, keyScope: null, leaseToken: head.leaseToken ?? '', leaseOwner: head.leaseOwner ?? '',
       attempt: head.attempt, maxAttempts: head.maxAttempts, startedAt: head.startedAt,
     });
     expect(done.won).toBe(true);

@@ -164,6 +164,9 @@ export class Consumer<DB = Record<string, never>> extends EventEmitter<ConsumerE
     await Promise.all([this.ledger.assertSchemaCurrent(), loadOtel()]);
     // Stored in the ledger: every producer's admission and every consumer's hand-on of the queue holds to it.
     if (this.settings.concurrencyLimit !== undefined) await this.ledger.setConcurrencyLimit(this.settings.queue, this.settings.concurrencyLimit);
+    for (const [type, def] of this.handlers) {
+      if (def.concurrencyLimit !== undefined) await this.ledger.setConcurrencyLimit(this.settings.queue, def.concurrencyLimit, { type });
+    }
     if (this.settings.fairness !== undefined) await this.ledger.setFairness(this.settings.queue, this.settings.fairness);
     if (await this.pause.read()) this.scheduler.setPaused(true);
     this.state = 'running';

@@ -1,4 +1,5 @@
 import { ValidationError } from '../errors.js';
+import { concurrencyLimitSchema } from '../ledger/validation.js';
 import { BatchGatherer, type BatchHost } from './batches.js';
 import { checkRateLimit } from './rate-gate.js';
 import { normalizeHandler, type HandlerEntry, type RegisteredHandler } from './types.js';
@@ -16,6 +17,8 @@ export function handlerTable<DB>(handlers: Record<string, HandlerEntry<DB>>, hos
   const table = new Map(Object.entries(handlers).map(([type, h]) => [type, normalizeHandler(h)]));
   for (const [type, def] of table) {
     checkRateLimit(type, def.rateLimit);
+    if (def.concurrencyLimit !== undefined && !concurrencyLimitSchema.safeParse(def.concurrencyLimit).success)
+      throw new ValidationError([{ field: `handlers.${type}.concurrencyLimit`, message: 'must be a whole number from 1 to 100,000' }], 'consumer options');
     if (def.batch === undefined) continue;
     if (def.coalesce !== undefined) throw new ValidationError([{ field: `handlers.${type}.coalesce`, message: 'a batch handler does not coalesce' }], 'consumer options');
     table.set(type, { ...def, handle: new BatchGatherer<DB>(type, def.batch.options, def.batch.handle, host).handleOne });

@@ -103,6 +103,15 @@ export interface HandlerDefinition<P = unknown, DB = Record<string, never>> {
    * attempt.
    */
   rateLimit?: RateLimit<P>;
+  /**
+   * This type's own limit per concurrency key (docs/design.md §3,
+   * Concurrency keys): at most this many of its items with one
+   * `concurrencyKey` admitted at once, fleet-wide, counted apart from the
+   * queue's `concurrencyLimit` and from other types. Stored in the ledger
+   * when the consumer starts (`ledger.setConcurrencyLimit(queue, n, { type })`);
+   * it applies to the type's items enqueued from then on.
+   */
+  concurrencyLimit?: number;
 }
 
 export interface RateLimit<P = unknown> {
@@ -151,6 +160,7 @@ export interface RegisteredHandler<DB = Record<string, never>> {
   coalesce?: CoalesceMode;
   coalesceMax?: number;
   rateLimit?: RateLimit;
+  concurrencyLimit?: number;
   /** A batch handler's (defineBatchHandler): its items are gathered into calls of `handle`. */
   batch?: { options: BatchOptions; handle: BatchHandler<unknown, DB> };
 }

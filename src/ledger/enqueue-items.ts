@@ -3,11 +3,12 @@ import { TransactionConflictError, TransactionRolledBackError, ValidationError }
 import type { LedgerCapabilities } from './capabilities.js';
 import type { Executor, LedgerDb } from './connection.js';
 import { DEFAULT_MAX_ATTEMPTS, enqueueItemFieldsSchema, type ClaimCandidate, type EnqueueInput, type EnqueueOptions } from './inputs.js';
-import { countConflict, DEFAULT_RETRY, ER_DUP_ENTRY, errno, isRetryableConflict, retryDelay, retryOnConflict, retryTransaction } from './retry.js';
+import { countConflict, DEFAULT_RETRY, ER_DUP_ENTRY, ER_NO_SUCH_TABLE, errno, isRetryableConflict, retryDelay, retryOnConflict, retryTransaction } from './retry.js';
 import { grantLease } from './sql/claimed.js';
 import { queueScoped } from './sql/common.js';
 import { claimableAtInsert, claimedAtInsert, fitsOneStatement, insertItems, type InsertClaim, type NewItem } from './sql/enqueue.js';
 import { insertLanedOneTrip } from './sql/enqueue-laned.js';
+import { readTypeLimits, scopeKeys } from './sql/key-scope.js';
 import type { LedgerTables } from './tables.js';
 import type { ClaimedItem, EnqueueResult } from './types.js';
 import { encodePayload } from './json.js';
@@ -31,6 +32,7 @@ export interface EnqueueTarget {
 export async function enqueueItems(target: EnqueueTarget, inputs: readonly EnqueueInput[], opts: EnqueueOptions, prefix: string): Promise<EnqueueResult[]> {
   const items = prepareItems(target, inputs, prefix);
   if (items.length === 0) return [];
+  await scopeKeyed(target, items, prefix);
   // A prefix of '' is `Ledger.enqueue`'s: a single-item call.
   const spans = publishSpans(inputs, items, prefix === '');
   const publishing = spans instanceof Promise ? await spans : spans;
@@ -78,6 +80,7 @@ export async function enqueueItemsClaiming(
   reserve: (eligible: readonly ClaimCandidate[]) => ClaimAtInsert | undefined,
 ): Promise<{ results: EnqueueResult[]; claimed: ClaimedItem[] }> {
   const items = prepareItems(target, inputs, 'items');
+  await scopeKeyed(target, items, 'items');
   // Of a lane, only the batch's first item can be its head.
   const lanes = new Set<string>();
   const eligible = items.filter((item) => {
@@ -113,6 +116,24 @@ export async function enqueueItemsClaiming(
     if (item.claim && r && !r.duplicate) claimed.push(claimedAtInsert(r.id, item, item.claim, nowMs, r.laneSeq));
   });
   return { results, claimed };
+}
+
+/**
+ * Decides whose limit admits each keyed item (sql/key-scope.ts): its type's
+ * own where the ledger holds one, else its queue's. A ledger on a schema
+ * before type limits (10) has none.
+ */
+async function scopeKeyed(target: EnqueueTarget, items: NewItem[], prefix: string): Promise<void> {
+  const keyed = items.filter((i) => i.concurrencyKey !== null);
+  if (keyed.length === 0) return;
+  let limits: Map<string, number>;
+  try {
+    limits = await readTypeLimits(target.db, target.tables, keyed.map((i) => i.queue));
+  } catch (error) {
+    if (errno(error) !== ER_NO_SUCH_TABLE) throw error;
+    limits = new Map();
+  }
+  scopeKeys(items, limits, prefix);
 }
 
 async function insertPrepared(target: EnqueueTarget, items: NewItem[]): Promise<EnqueueResult[]> {

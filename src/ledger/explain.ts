@@ -53,10 +53,11 @@ function why(item: WorkItem, facts: WhyFacts, consumers: readonly LiveConsumer[]
   if (!item.isHead && item.concurrencyKey !== null && item.lane === null) {
     const k = facts.key;
     const of = k?.limit === null || k?.limit === undefined ? '' : ` of ${k.limit}`;
+    const byType = item.keyScope === 'type' ? ` (for type ${item.type}, under its own limit)` : '';
     return {
       code: 'key_at_limit',
-      message: `its concurrency key ${item.concurrencyKey} is at its limit: ${k?.admitted ?? '?'}${of} admitted, ${k?.waiting ?? '?'} waiting; it takes the next slot its key frees, earliest due first`,
-      details: { key: item.concurrencyKey, admitted: k?.admitted ?? null, limit: k?.limit ?? null, waiting: k?.waiting ?? null },
+      message: `its concurrency key ${item.concurrencyKey}${byType} is at its limit: ${k?.admitted ?? '?'}${of} admitted, ${k?.waiting ?? '?'} waiting; it takes the next slot its key frees, earliest due first`,
+      details: { key: item.concurrencyKey, scope: item.keyScope, admitted: k?.admitted ?? null, limit: k?.limit ?? null, waiting: k?.waiting ?? null },
     };
   }
   if (!item.isHead) {

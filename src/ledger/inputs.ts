@@ -6,6 +6,7 @@ import { ITEM_STATES, type QueueClass } from './types.js';
 import {
   durationMs,
   itemId,
+  concurrencyKeyString,
   keyString,
   laneKey,
   positiveDurationMs,
@@ -37,7 +38,7 @@ export function enqueueItemFieldsSchema() {
        * Groups items (a tenant, say): at most the queue's concurrencyLimit laneless items of one key are admitted at once,
        * fleet-wide, and a fair queue serves its keys in turn. A laned item is ordered and admitted by its lane.
        */
-      concurrencyKey: keyString.optional(),
+      concurrencyKey: concurrencyKeyString.optional(),
       /** Smaller runs first among claimable heads. Default 0. */
       priority: z.number().int().min(-1_000_000).max(1_000_000).optional(),
       queueClass: queueClass.optional(),

@@ -39,8 +39,8 @@ import type {
   AttemptRecord, CancelOutcome, ClaimedItem, ClaimOutcome, EnqueueResult, Explanation, FinalizeResult, ItemState, LeaseHandle,
   QueueClass, QueueStats, RenewOutcome, StepRecord, SuccessorClaim, WokenItem, WorkItem,
 } from './types.js';
-import { concurrencyLimitSchema, fairnessSchema, itemId, positiveDurationMs, queueName, reasonText, stepName, validate } from './validation.js';
-import { setKeyLimit } from './sql/key-admission.js';
+import { concurrencyLimitSchema, fairnessSchema, itemId, positiveDurationMs, queueName, reasonText, stepName, typeName, validate } from './validation.js';
+import { setKeyLimit } from './sql/key-limits.js';
 import { pausedQueues, writeQueueSetting } from './sql/queue-settings.js';
 
 export { DEFAULT_MAX_ATTEMPTS, MAX_CLAIM_ITEMS } from './inputs.js';
@@ -333,11 +333,18 @@ export class Ledger extends LedgerUpkeep {
    * the ledger, so every producer and consumer of the queue holds to it; a
    * raised limit admits waiting items at once. Returns how many keys had
    * items waiting.
+   *
+   * With `{ type }`, the limit is that type's own: its items enqueued from
+   * then on are admitted per key and type, counted apart from the queue's
+   * limit and the other types'. An item keeps the limit that admitted it
+   * until it ends; null lifts the type's own limit, and its later items fall
+   * under the queue's.
    */
-  async setConcurrencyLimit(queue: string, limit: number | null): Promise<number> {
+  async setConcurrencyLimit(queue: string, limit: number | null, options: { type?: string } = {}): Promise<number> {
     validate(queueName, queue, 'setConcurrencyLimit', 'queue');
     validate(concurrencyLimitSchema, limit, 'setConcurrencyLimit', 'limit');
-    return setKeyLimit(this.db, this.tables, queue, limit);
+    if (options.type !== undefined) validate(typeName, options.type, 'setConcurrencyLimit', 'type');
+    return setKeyLimit(this.db, this.tables, queue, limit, options.type);
   }
 
   /**

@@ -343,6 +343,24 @@ export const MIGRATIONS: readonly Migration[] = [
       if (!items.has('traceparent')) await sql`ALTER TABLE ${t.items} ADD COLUMN traceparent VARCHAR(55) ${ASCII} NULL`.execute(conn);
     },
   },
+  {
+    version: 11,
+    name: 'concurrency limits per type',
+    // A type's own limit per concurrency key (sql/key-scope.ts): its items'
+    // keys are admitted and counted apart from the queue's, in key rows named
+    // `type␟key`. An item keeps the name of the row that admitted it as its
+    // concurrency_key, so this table is read only at enqueue and by the
+    // hand-ons of those rows.
+    statements: (t) => [
+      sql`CREATE TABLE IF NOT EXISTS ${t.typeLimits} (
+        queue VARCHAR(64) ${ASCII} NOT NULL,
+        type VARCHAR(128) ${ASCII} NOT NULL,
+        key_limit INT NOT NULL,
+        updated_at DATETIME(6) NOT NULL,
+        PRIMARY KEY (queue, type) /*T![clustered_index] CLUSTERED */
+      ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin`,
+    ],
+  },
 ];
 
 async function columnNames(conn: LedgerDb, table: string): Promise<Set<string>> {

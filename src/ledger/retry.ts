@@ -91,6 +91,8 @@ export function isConnectionError(error: unknown): boolean {
 }
 
 export const ER_DUP_ENTRY = 1062;
+/** The table does not exist (a ledger on an older schema). */
+export const ER_NO_SUCH_TABLE = 1146;
 
 export interface RetryPolicy {
   maxAttempts: number;

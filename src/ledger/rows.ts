@@ -1,4 +1,5 @@
 import { errorDigest } from './ids.js';
+import { givenKey, scopeOfKey } from './sql/key-scope.js';
 import { TERMINAL_STATES, type AttemptRecord, type ItemState, type ItemSummary, type QueueClass, type WorkItem } from './types.js';
 
 /** An items row as mysql2 returns it. */
@@ -86,7 +87,8 @@ export function toWorkItem(row: ItemRow): WorkItem {
     lane: row.lane,
     laneSeq: row.lane_seq === null ? null : Number(row.lane_seq),
     isHead: row.is_head === 1,
-    concurrencyKey: row.concurrency_key ?? null,
+    concurrencyKey: givenKey(row.concurrency_key ?? null),
+    keyScope: scopeOfKey(row.concurrency_key ?? null),
     queueClass: row.queue_class as QueueClass,
     priority: row.priority,
     payload: parseJson(row.payload),
@@ -183,7 +185,7 @@ export function toItemSummary(row: SummaryRow): ItemSummary {
     lane: row.lane,
     laneSeq: row.lane_seq === null ? null : Number(row.lane_seq),
     isHead: liveHead(Number(row.is_head) === 1, row.state as ItemState),
-    concurrencyKey: row.concurrency_key ?? null,
+    concurrencyKey: givenKey(row.concurrency_key ?? null),
     queueClass: row.queue_class as QueueClass,
     priority: row.priority,
     attempt: row.attempt,

@@ -25,6 +25,8 @@ export interface LedgerTables {
   readonly keys: RawBuilder<unknown>;
   /** One row per keyed item waiting for a slot of its key (schema 9), in the order slots go to them. */
   readonly keyWaits: RawBuilder<unknown>;
+  /** One row per type with a limit per concurrency key of its own (schema 11; sql/key-scope.ts). */
+  readonly typeLimits: RawBuilder<unknown>;
   readonly migrations: RawBuilder<unknown>;
 }
 
@@ -45,6 +47,7 @@ export function ledgerTables(prefix: string): LedgerTables {
     rateLimits: t('rate_limits'),
     keys: t('keys'),
     keyWaits: t('key_waits'),
+    typeLimits: t('type_limits'),
     migrations: t('migrations'),
   };
 }

@@ -14,6 +14,9 @@ export const TERMINAL_STATES: readonly ItemState[] = ['completed', 'skipped', 'd
 export const QUEUE_CLASSES = ['interactive', 'default', 'bulk'] as const;
 export type QueueClass = (typeof QUEUE_CLASSES)[number];
 
+/** Whose concurrency limit admits a keyed item: its queue's (per key) or its type's own (per key and type). */
+export type KeyScope = 'queue' | 'type';
+
 export type JsonValue = string | number | boolean | null | JsonValue[] | { [key: string]: JsonValue };
 
 /** A work item as the ledger holds it. Times come from the ledger's clock. */
@@ -28,6 +31,8 @@ export interface WorkItem {
   isHead: boolean;
   /** Its concurrency key: at most the queue's concurrencyLimit items of one key are admitted at once (docs/design.md §3, Concurrency keys). */
   concurrencyKey: string | null;
+  /** Whose concurrencyLimit admits it, as decided at its enqueue: its queue's (per key) or its type's own (per key and type); null without a key. */
+  keyScope: KeyScope | null;
   queueClass: QueueClass;
   priority: number;
   payload: unknown;
@@ -118,7 +123,7 @@ export interface EnqueueResult {
 // What the ledger's operations take and return.
 
 /** What a finalize needs of the claim it ends. */
-export type LeaseHandle = Pick<ClaimedItem, 'id' | 'queue' | 'lane' | 'laneSeq' | 'concurrencyKey' | 'leaseToken' | 'leaseOwner' | 'attempt' | 'maxAttempts' | 'startedAt' | 'group'>;
+export type LeaseHandle = Pick<ClaimedItem, 'id' | 'queue' | 'type' | 'lane' | 'laneSeq' | 'concurrencyKey' | 'keyScope' | 'leaseToken' | 'leaseOwner' | 'attempt' | 'maxAttempts' | 'startedAt' | 'group'>;
 
 export interface FinalizeResult {
   /** False: this holder had lost the item (stale token, expired and reclaimed, wrong state); nothing was written. */

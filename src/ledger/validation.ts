@@ -21,9 +21,11 @@ export const keyString = z
   .refine(isWellFormedText, NOT_WELL_FORMED)
   .refine((v) => !/\s$/.test(v), 'must not end with whitespace');
 export const laneKey = keyString;
-/** How many items of one concurrency key may be admitted at once; null: no limit. */
+/** A concurrency key: U+001F joins a type and a key in the rows of a type's own limit (sql/key-scope.ts). */
+export const concurrencyKeyString = keyString.refine((v) => !v.includes('\u001f'), 'must not contain U+001F (the unit separator)');
 /** How a queue orders its keys' items: 'key' serves them in turn; null, oldest first. */
 export const fairnessSchema = z.enum(['key']).nullable();
+/** How many items of one concurrency key may be admitted at once; null: no limit. */
 export const concurrencyLimitSchema = z.number().int('must be a whole number').min(1).max(100_000).nullable();
 /** A durable step's name (ctx.step): unique per item. */
 export const stepName = keyString;

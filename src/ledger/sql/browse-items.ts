@@ -4,6 +4,7 @@ import type { SummaryRow } from '../rows.js';
 import type { LedgerTables } from '../tables.js';
 import type { ItemFilter } from '../types.js';
 import { SUMMARY_COLUMNS } from './common.js';
+import { TYPE_KEY_SEPARATOR } from './key-scope.js';
 
 /**
  * Where a page of a queue's items left off: newest first by creation (the
@@ -79,7 +80,7 @@ function residualFilter(f: ItemFilter): RawBuilder<unknown> {
   const parts: RawBuilder<unknown>[] = [];
   if (f.state !== undefined) parts.push(sql` AND i.state = ${f.state}`);
   if (f.type !== undefined) parts.push(sql` AND i.type = ${f.type}`);
-  if (f.key !== undefined) parts.push(sql` AND i.concurrency_key = ${f.key}`);
+  if (f.key !== undefined) parts.push(sql` AND i.concurrency_key IN (${f.key}, CONCAT(i.type, ${TYPE_KEY_SEPARATOR}, ${f.key}))`);
   return parts.length === 0 ? EMPTY : sql.join(parts, sql``);
 }
 

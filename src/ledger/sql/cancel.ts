@@ -23,7 +23,7 @@ export async function cancelItem(db: LedgerDb, t: LedgerTables, id: string, reas
     }
     if (r.state !== 'pending' && r.state !== 'blocked') return 'not_cancellable';
     const won = await applyTransition(db, t, {
-      place: { id, queue: r.queue, lane: r.lane, laneSeq: r.lane_seq === null ? null : Number(r.lane_seq), concurrencyKey: r.concurrency_key },
+      place: { id, queue: r.queue, lane: r.lane, laneSeq: r.lane_seq === null ? null : Number(r.lane_seq), storedKey: r.concurrency_key },
       guard: sql`state = ${r.state} AND is_head = ${r.is_head}`,
       set: sql`state = 'cancelled', failure_class = 'cancelled', last_error = ${reason}, probe_after = NULL,
         terminal_at = NOW(6)`,

@@ -4,6 +4,7 @@ import { tableText, type LedgerTables } from '../tables.js';
 import { INLINE, type ValueWriter } from './bound.js';
 import type { ClaimedItem, QueueClass } from '../types.js';
 import { nowPlusMsWritten, ownerColumn } from './common.js';
+import { givenKey, scopeOfKey } from './key-scope.js';
 
 // What a claim writes and what its holder gets back: every claim (a claim
 // round, a claim by ids, a lane successor claimed with a completion, an item
@@ -77,7 +78,8 @@ export function claimedItem(row: ClaimedRow, lease: Lease): ClaimedItem {
     lane: row.lane,
     laneSeq: row.lane_seq === null ? null : Number(row.lane_seq),
     isHead: true,
-    concurrencyKey: row.concurrency_key ?? null,
+    concurrencyKey: givenKey(row.concurrency_key ?? null),
+    keyScope: scopeOfKey(row.concurrency_key ?? null),
     queueClass: row.queue_class as QueueClass,
     priority: row.priority,
     payload: parseJson(row.payload),

@@ -3,6 +3,7 @@ import type { Executor } from '../connection.js';
 import type { LedgerTables } from '../tables.js';
 import { QUEUE_CLASSES, type DeadFilter, type QueueClass } from '../types.js';
 import { list } from './common.js';
+import { TYPE_KEY_SEPARATOR } from './key-scope.js';
 
 /** A dead item a bulk replay may re-drive, with the guard the replay checks (sql/replay.ts). */
 export interface DeadCandidate {
@@ -22,7 +23,7 @@ function deadScope(f: DeadFilter, endedBy: string): RawBuilder<unknown> {
   if (f.type !== undefined) parts.push(sql`type = ${f.type}`);
   if (f.failureClass !== undefined) parts.push(sql`failure_class = ${f.failureClass}`);
   if (f.lane !== undefined) parts.push(sql`lane = ${f.lane}`);
-  if (f.key !== undefined) parts.push(sql`concurrency_key = ${f.key}`);
+  if (f.key !== undefined) parts.push(sql`concurrency_key IN (${f.key}, CONCAT(type, ${TYPE_KEY_SEPARATOR}, ${f.key}))`);
   return sql.join(parts, sql` AND `);
 }
 

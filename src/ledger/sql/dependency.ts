@@ -52,7 +52,7 @@ export async function probeDependencyWaits(db: LedgerDb, t: LedgerTables, opts: 
   for (const r of rows) {
     const won = await applyTransition(db, t, {
       // Not terminal: the item keeps its key's slot, so its key is not needed here.
-      place: { id: r.id, queue: r.queue, lane: r.lane, laneSeq: r.lane_seq === null ? null : Number(r.lane_seq), concurrencyKey: null },
+      place: { id: r.id, queue: r.queue, lane: r.lane, laneSeq: r.lane_seq === null ? null : Number(r.lane_seq), storedKey: null },
       guard: sql`state = 'blocked' AND probe_after <= NOW(6)`,
       set: sql`state = 'pending', run_after = NOW(6), probe_after = NULL`,
       terminal: false,

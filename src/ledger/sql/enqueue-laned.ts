@@ -8,6 +8,7 @@ import { leaseValues } from './claimed.js';
 import { jsonLiteral, literal, NO_TIME_TEXT, nowPlusMsText, queueScoped } from './common.js';
 import { expectInserted, laneCounts, laneStatements, optionalColumnNames, optionalColumns, type LaneCount, type NewItem, type OptionalColumns } from './enqueue.js';
 import { admitStatement, keyCounts, waitRowsFor } from './key-admission.js';
+import { storedKey } from './key-scope.js';
 import { retryPipelined } from './pipeline.js';
 
 /** What the read-back says of an inserted item. */
@@ -74,19 +75,20 @@ function insertJoined(t: LedgerTables, items: readonly NewItem[], ids: readonly 
     const key = item.lane === null ? '' : queueScoped(item.queue, item.lane);
     // A laneless keyed item's `k` is its place among its key's laneless items of the batch: the first
     // `granted` are admitted. `r`: its place among all its key's items, its round in a fair queue.
-    const ck = item.concurrencyKey === null ? '' : queueScoped(item.queue, item.concurrencyKey);
-    const k = item.lane !== null ? (seen.get(key) ?? 0) + 1 : item.concurrencyKey !== null ? (keySeen.get(ck) ?? 0) + 1 : 1;
+    const stored = storedKey(item);
+    const ck = stored === null ? '' : queueScoped(item.queue, stored);
+    const k = item.lane !== null ? (seen.get(key) ?? 0) + 1 : stored !== null ? (keySeen.get(ck) ?? 0) + 1 : 1;
     if (item.lane !== null) seen.set(key, k);
-    else if (item.concurrencyKey !== null) keySeen.set(ck, k);
-    const r = item.concurrencyKey === null ? 1 : (roundSeen.get(ck) ?? 0) + 1;
-    if (item.concurrencyKey !== null) roundSeen.set(ck, r);
+    else if (stored !== null) keySeen.set(ck, k);
+    const r = stored === null ? 1 : (roundSeen.get(ck) ?? 0) + 1;
+    if (stored !== null) roundSeen.set(ck, r);
     const n = item.lane === null ? 1 : (counts.get(key) ?? 1);
     const c = item.claim ? leaseValues(item.claim) : undefined;
     const runAfter = item.runAt !== null ? sql`${item.runAt}` : sql.raw(nowPlusMsText(item.delayMs));
     const as = (name: string): string => (i === 0 ? ` AS ${name}` : '');
     return sql`SELECT ${sql.raw(
       `${literal(ids[i]!)}${as('id')}, _ascii${literal(item.queue)}${as('queue')}, ${literal(item.type)}${as('type')}, ${literal(item.lane)}${as('lane')}, ` +
-        `${literal(item.concurrencyKey)}${as('ckey')}, ${literal(item.traceparent)}${as('traceparent')}, ${r}${as('r')}, ` +
+        `${literal(stored)}${as('ckey')}, ${literal(item.traceparent)}${as('traceparent')}, ${r}${as('r')}, ` +
         `${k}${as('k')}, ${n}${as('n')}, ${literal(item.queueClass)}${as('queue_class')}, ${literal(item.priority)}${as('priority')}, ` +
         `${jsonLiteral(item.payloadJson)}${as('payload')}, `,
     )}${runAfter}${sql.raw(

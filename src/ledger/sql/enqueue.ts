@@ -2,9 +2,10 @@ import { sql, type RawBuilder } from 'kysely';
 import { newItemId, type IdOrder } from '../ids.js';
 import type { Executor } from '../connection.js';
 import type { LedgerTables } from '../tables.js';
-import type { ClaimedItem, EnqueueResult, QueueClass } from '../types.js';
+import type { ClaimedItem, EnqueueResult, KeyScope, QueueClass } from '../types.js';
 import { claimedItem, leaseValues, type Lease } from './claimed.js';
 import { admitStatement, grantedByKey, grantedRead, keyCounts, waitRowsFor } from './key-admission.js';
+import { storedKey } from './key-scope.js';
 import { affected, byteOrder, jsonLiteral, laneIn, literal, NO_TIME_TEXT, nowPlusMsText, queueScoped } from './common.js';
 
 /** An item ready to insert: validated, payload already JSON text. */
@@ -14,6 +15,8 @@ export interface NewItem {
   payloadJson: string;
   lane: string | null;
   concurrencyKey: string | null;
+  /** Whose limit admits it, once the enqueue has read the type limits (sql/key-scope.ts). */
+  keyScope?: KeyScope;
   priority: number;
   queueClass: QueueClass;
   maxAttempts: number;
@@ -52,7 +55,7 @@ export function claimedAtInsert(id: string, item: NewItem, lease: Lease, nowMs: 
   const now = new Date(nowMs);
   return claimedItem(
     {
-      id, queue: item.queue, type: item.type, lane: item.lane, lane_seq: laneSeq, concurrency_key: item.concurrencyKey, queue_class: item.queueClass,
+      id, queue: item.queue, type: item.type, lane: item.lane, lane_seq: laneSeq, concurrency_key: storedKey(item), queue_class: item.queueClass,
       priority: item.priority, payload: item.payloadJson, run_after: now, attempt: 1, max_attempts: item.maxAttempts,
       idempotency_key: item.idempotencyKey, dependency_key: null, probe_after: null, blocked_at: null, block_expires_at: null,
       checkpoint: null, progress: null, result: null, last_error: null, failure_class: null, replay_of: item.replayOf ?? null, replayed_at: null,
@@ -228,8 +231,9 @@ async function admitKeyed(exec: Executor, t: LedgerTables, items: readonly NewIt
   const granted = grantedByKey((await grantedRead(t, keys).execute(exec)).rows as Record<string, unknown>[]);
   const seen = new Map<string, { all: number; laneless: number }>();
   return items.map((item) => {
-    if (item.concurrencyKey === null) return undefined;
-    const k = queueScoped(item.queue, item.concurrencyKey);
+    const key = storedKey(item);
+    if (key === null) return undefined;
+    const k = queueScoped(item.queue, key);
     const place = seen.get(k) ?? { all: 0, laneless: 0 };
     place.all++;
     if (item.lane === null) place.laneless++;
@@ -261,7 +265,7 @@ const NO_LEASE = `'', '', ${NO_TIME_TEXT}, ${NO_TIME_TEXT}`;
 function valuesRow(id: string, item: NewItem, laneSeq: number | null, isHead: boolean, columns: OptionalColumns): RawBuilder<unknown> {
   // A claimed insert is the claim CAS's outcome written directly: processing, attempt 1, leased.
   const c = item.claim ? leaseValues(item.claim) : undefined;
-  const head = `(${literal(id)}, ${literal(item.queue)}, ${literal(item.type)}, ${literal(item.lane)}, ${literal(laneSeq)}, ${isHead ? 1 : 0}, ${columns.keyed ? `${literal(item.concurrencyKey)}, ` : ''}${columns.traced ? `${literal(item.traceparent)}, ` : ''}${literal(item.queueClass)}, ${literal(item.priority)}, ${jsonLiteral(item.payloadJson)}, ${c ? c.state : "'pending'"}, `;
+  const head = `(${literal(id)}, ${literal(item.queue)}, ${literal(item.type)}, ${literal(item.lane)}, ${literal(laneSeq)}, ${isHead ? 1 : 0}, ${columns.keyed ? `${literal(storedKey(item))}, ` : ''}${columns.traced ? `${literal(item.traceparent)}, ` : ''}${literal(item.queueClass)}, ${literal(item.priority)}, ${jsonLiteral(item.payloadJson)}, ${c ? c.state : "'pending'"}, `;
   const lease = c ? `${c.leaseOwner}, ${c.leaseToken}, ${c.leaseUntil}, ${c.startedAt}` : NO_LEASE;
   const tail = `, ${c ? 1 : 0}, ${literal(item.maxAttempts)}, ${literal(item.idempotencyKey)}, ${literal(item.replayOf ?? null)}, NOW(6), NOW(6), ${lease})`;
   return item.runAt !== null ? sql`${sql.raw(head)}${item.runAt}${sql.raw(tail)}` : sql.raw(head + nowPlusMsText(item.delayMs) + tail);

@@ -2,7 +2,8 @@ import { sql } from 'kysely';
 import type { LedgerDb } from '../connection.js';
 import type { LedgerTables } from '../tables.js';
 import type { ItemState, WorkItem } from '../types.js';
-import { keyStanding } from './key-admission.js';
+import { keyStanding } from './key-limits.js';
+import { storedKey } from './key-scope.js';
 import { processingCount } from './stats.js';
 
 /** What explain needs beyond the item and the live consumers: the ledger's clock, the queue's processing count and ownership epoch, and the lane's head. */
@@ -41,7 +42,7 @@ export async function readWhyFacts(db: LedgerDb, t: LedgerTables, item: WorkItem
     const head = h.rows[0];
     if (head) facts.laneHead = { id: head.id, state: head.state, laneSeq: Number(head.lane_seq) };
   }
-  if (item.concurrencyKey !== null && item.lane === null && !item.isHead) facts.key = await keyStanding(db, t, item.queue, item.concurrencyKey);
+  if (item.concurrencyKey !== null && item.lane === null && !item.isHead) facts.key = await keyStanding(db, t, item.queue, storedKey(item) ?? item.concurrencyKey);
   if (item.state === 'pending' && item.runAfter > facts.now) {
     const h = await sql<{ outcome: string; error: string | null }>`SELECT outcome, error FROM ${t.attempts} WHERE item_id = ${item.id}
       ORDER BY ended_at DESC LIMIT 1`.execute(db);

@@ -5,6 +5,7 @@ import type { LeaseHandle } from '../types.js';
 import { NO_TIME, nowPlusMs } from './common.js';
 import { applyTransition, applyTransitionInTx, type HistoryEntry, type LaneHandedOn, type TransitionSpec } from './transition.js';
 import { enterWait } from './waits.js';
+import { storedKey } from './key-scope.js';
 
 /** How a claimed attempt ended; each maps to one CAS (docs/design.md §3). */
 export type Finalization =
@@ -110,7 +111,7 @@ export function leaseSpec(t: LedgerTables, h: LeaseHandle, f: Finalization, prep
   const group = h.group;
   return {
     // A coalesced group ends together, and its lane is handed on from its last member.
-    place: group === undefined ? h : { id: h.id, queue: h.queue, lane: h.lane, laneSeq: group.lastSeq, concurrencyKey: h.concurrencyKey },
+    place: { id: h.id, queue: h.queue, lane: h.lane, laneSeq: group === undefined ? h.laneSeq : group.lastSeq, storedKey: storedKey(h) },
     members:
       group === undefined
         ? undefined

@@ -4,10 +4,10 @@ import { retryOnConflict } from '../retry.js';
 import type { LedgerTables } from '../tables.js';
 import { byteOrder, inline, list, literal, queueScoped } from './common.js';
 import type { ClaimedRow } from '../rows.js';
-import type { ClaimedItem, SuccessorClaim } from '../types.js';
+import type { ClaimedItem, KeyScope, SuccessorClaim } from '../types.js';
 import { claimedItems, grantLease, leaseAssignments, readBackClaimed, type Lease } from './claimed.js';
-import { sendEach, type Send, type StatementResult } from './pipeline.js';
-import { writeQueueSetting } from './queue-settings.js';
+import type { Send, StatementResult } from './pipeline.js';
+import { keyLimits, limitScope, limitsRead, storedKey, typeLimitOf, UNLIMITED } from './key-scope.js';
 
 // Concurrency keys (docs/design.md §3, Concurrency keys): at most the queue's
 // key_limit items of one key are admitted at once. An admitted item is a head
@@ -28,6 +28,7 @@ import { writeQueueSetting } from './queue-settings.js';
 /** Items of one key in a batch (enqueued, or ended). */
 export interface KeyCount {
   queue: string;
+  /** The key row's name: the items' stored key. */
   key: string;
   /** Every item of the key (each takes a round). */
   n: number;
@@ -35,23 +36,26 @@ export interface KeyCount {
   admit: number;
 }
 
-/** A limit no key reaches: a queue without key_limit admits every keyed item (and still counts them). */
-const UNLIMITED = 1_000_000_000;
 /** The most waiting items one hand-on admits per key (a raised limit admits the rest at the next). */
 const MAX_ADMIT = 500;
 
-/** Per key, how many of `items` carry it; keys in their rows' key order (utf8mb4_bin), the order every admission locks them in. */
-export function keyCounts(items: readonly { queue: string; lane: string | null; concurrencyKey: string | null }[]): KeyCount[] {
+/**
+ * Per key row (an item's stored key: sql/key-scope.ts), how many of `items`
+ * carry it; keys in their rows' key order (utf8mb4_bin), the order every
+ * admission locks them in.
+ */
+export function keyCounts(items: readonly { queue: string; type: string; lane: string | null; concurrencyKey: string | null; keyScope?: KeyScope | null }[]): KeyCount[] {
   const counts = new Map<string, KeyCount>();
   for (const item of items) {
-    if (item.concurrencyKey === null) continue;
-    const k = queueScoped(item.queue, item.concurrencyKey);
+    const key = storedKey(item);
+    if (key === null) continue;
+    const k = queueScoped(item.queue, key);
     const admit = item.lane === null ? 1 : 0;
     const c = counts.get(k);
     if (c) {
       c.n++;
       c.admit += admit;
-    } else counts.set(k, { queue: item.queue, key: item.concurrencyKey, n: 1, admit });
+    } else counts.set(k, { queue: item.queue, key, n: 1, admit });
   }
   return sortKeys([...counts.values()]);
 }
@@ -78,7 +82,7 @@ export function admitStatement(t: LedgerTables, keys: readonly KeyCount[]): RawB
   const rows = keys.map((k, i) => {
     const as = (name: string): string => (i === 0 ? ` AS ${name}` : '');
     return sql`SELECT _ascii${inline(k.queue)}${sql.raw(as('queue'))}, ${inline(k.key)}${sql.raw(as('ckey'))}, ${inline(k.n)}${sql.raw(as('n'))},
-      ${inline(k.admit)}${sql.raw(as('admit'))} FROM DUAL`;
+      ${inline(k.admit)}${sql.raw(as('admit'))}, ${typeLimitOf(t, k)}${sql.raw(as('tlim'))} FROM DUAL`;
   });
   const queues = [...new Set(keys.map((k) => k.queue))].map((queue, i) => {
     const as = (name: string): string => (i === 0 ? ` AS ${name}` : '');
@@ -87,10 +91,11 @@ export function admitStatement(t: LedgerTables, keys: readonly KeyCount[]): RawB
       COALESCE((SELECT key_limit FROM ${t.queues} WHERE queue = ${inline(queue)}), ${inline(UNLIMITED)})${sql.raw(as('lim'))},
       ${fair}${sql.raw(as('fair'))}, IF(${fair} = 1, ${currentRound(t, queue)}, 0)${sql.raw(as('round_now'))} FROM DUAL`;
   });
-  const grant = sql`LEAST(v.admit, GREATEST(q.lim - ${t.keys}.admitted, 0))`;
+  const lim = sql`COALESCE(v.tlim, q.lim)`;
+  const grant = sql`LEAST(v.admit, GREATEST(${lim} - ${t.keys}.admitted, 0))`;
   const from = sql`GREATEST(${t.keys}.next_round, q.round_now)`;
   return sql`INSERT INTO ${t.keys} (queue, ckey, admitted, granted, round_from, next_round, fair)
-    SELECT v.queue, v.ckey, LEAST(v.admit, q.lim), LEAST(v.admit, q.lim), q.round_now, q.round_now + v.n, q.fair
+    SELECT v.queue, v.ckey, LEAST(v.admit, ${lim}), LEAST(v.admit, ${lim}), q.round_now, q.round_now + v.n, q.fair
     FROM (${sql.join(rows, sql` UNION ALL `)}) AS v JOIN (${sql.join(queues, sql` UNION ALL `)}) AS q ON q.queue = v.queue
     ON DUPLICATE KEY UPDATE granted = ${grant}, admitted = ${t.keys}.admitted + ${grant},
       round_from = ${from}, next_round = ${from} + v.n, fair = q.fair`;
@@ -208,7 +213,7 @@ export async function handOnKeys(
   check?.(first.slice(0, alongside.length));
   if (keys.length === 0) return claimed;
   const [locked, limitRows, , guessed] = first.slice(alongside.length) as [StatementResult, StatementResult, StatementResult?, StatementResult?];
-  const limits = new Map(limitRows.rows.filter((x) => x.key_limit !== null).map((x) => [String(x.queue), Number(x.key_limit)]));
+  const limits = keyLimits(limitRows.rows);
   /** What each key's row counts, as this transaction last wrote it. */
   const held = new Map<string, number>();
   for (const r of locked.rows) {
@@ -221,7 +226,7 @@ export async function handOnKeys(
     const wants = keys
       .map((k) => {
         const now = held.get(queueScoped(k.queue, k.key));
-        const free = now === undefined ? 0 : (limits.get(k.queue) ?? UNLIMITED) - now;
+        const free = now === undefined ? 0 : (limits.get(limitScope(k)) ?? UNLIMITED) - now;
         return { k, take: Math.min(MAX_ADMIT, Math.max(0, free)) };
       })
       .filter((w) => w.take > 0);
@@ -312,10 +317,6 @@ function lockKeys(t: LedgerTables, keys: readonly KeyCount[]): RawBuilder<unknow
   return sql`SELECT queue, ckey, admitted FROM ${t.keys} WHERE (queue, ckey) IN (${keyIn(keys)}) ORDER BY queue, ckey FOR UPDATE`;
 }
 
-function limitsRead(t: LedgerTables, keys: readonly KeyCount[]): RawBuilder<unknown> {
-  return sql`SELECT queue, key_limit FROM ${t.queues} WHERE queue IN (${list([...new Set(keys.map((k) => k.queue))])})`;
-}
-
 /** The ended items' slots are free: each key counts `admit` fewer (never below 0). */
 function giveUpSlots(t: LedgerTables, keys: readonly KeyCount[]): RawBuilder<unknown> {
   const cases = sql.join(
@@ -367,26 +368,4 @@ function admitWaiting(t: LedgerTables, ids: readonly string[]): RawBuilder<unkno
 function leaveLine(t: LedgerTables, waiting: readonly WaitRow[]): RawBuilder<unknown> {
   const places = waiting.map((w) => `(${literal(w.queue)}, ${literal(w.ckey)}, ${literal(w.at)}, ${literal(Number(w.seq))}, ${literal(w.id)})`).join(', ');
   return sql`DELETE FROM ${t.keyWaits} WHERE (queue, ckey, run_after, seq, id) IN (${sql.raw(places)})`;
-}
-
-/**
- * Sets (or, with null, lifts) a queue's limit per concurrency key, then lets
- * each key with items waiting take the slots the new limit frees, a key per
- * transaction. Returns how many keys had items waiting.
- */
-export async function setKeyLimit(db: LedgerDb, t: LedgerTables, queue: string, limit: number | null): Promise<number> {
-  await writeQueueSetting(db, t, queue, 'key_limit', limit);
-  const keys = await sql<{ ckey: string }>`SELECT DISTINCT ckey FROM ${t.keyWaits} WHERE queue = ${queue}`.execute(db);
-  for (const r of keys.rows) await db.transaction().execute((trx) => handOnKeys(sendEach(trx), t, [{ queue, key: r.ckey, n: 0, admit: 0 }]));
-  return keys.rows.length;
-}
-
-/** A key's admitted count and its queue's limit (null: none), for explain. */
-export async function keyStanding(exec: Executor, t: LedgerTables, queue: string, key: string): Promise<{ admitted: number; limit: number | null; waiting: number }> {
-  const r = await sql<{ admitted: number | string | null; key_limit: number | null; waiting: number | string }>`SELECT
-      (SELECT admitted FROM ${t.keys} WHERE queue = ${queue} AND ckey = ${key}) AS admitted,
-      (SELECT key_limit FROM ${t.queues} WHERE queue = ${queue}) AS key_limit,
-      (SELECT COUNT(*) FROM ${t.keyWaits} WHERE queue = ${queue} AND ckey = ${key}) AS waiting`.execute(exec);
-  const row = r.rows[0];
-  return { admitted: Number(row?.admitted ?? 0), limit: row?.key_limit === null || row?.key_limit === undefined ? null : Number(row.key_limit), waiting: Number(row?.waiting ?? 0) };
 }

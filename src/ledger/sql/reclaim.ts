@@ -52,7 +52,7 @@ export async function reclaimExpired(
       startedAt: noTimeAsNull(r.started_at),
     };
     const won = await applyTransition(db, t, {
-      place: { id: r.id, queue: r.queue, lane: r.lane, laneSeq: r.lane_seq === null ? null : Number(r.lane_seq), concurrencyKey: r.concurrency_key },
+      place: { id: r.id, queue: r.queue, lane: r.lane, laneSeq: r.lane_seq === null ? null : Number(r.lane_seq), storedKey: r.concurrency_key },
       guard: sql`lease_token = ${r.lease_token} AND state = 'processing' AND lease_until < NOW(6)`,
       set: cancel
         ? // The cancel request recorded its reason as the last error: it stays (the history says the lease expired).

@@ -8,6 +8,7 @@ import { ReplayRejectedError, type ReplayRejection } from '../../errors.js';
 import type { QueueClass } from '../types.js';
 import { affected, ITEM_COLUMNS } from './common.js';
 import { insertItems } from './enqueue.js';
+import { givenKey } from './key-scope.js';
 
 /**
  * Operator re-drive of a dead or cancelled item. Guarded by what the operator
@@ -40,7 +41,7 @@ export async function replayItem(
             type: row.type,
             payloadJson: row.payload,
             lane: row.lane,
-            concurrencyKey: row.concurrency_key ?? null,
+            concurrencyKey: givenKey(row.concurrency_key ?? null),
             priority: row.priority,
             queueClass: row.queue_class as QueueClass,
             maxAttempts: row.max_attempts,

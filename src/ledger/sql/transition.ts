@@ -17,7 +17,8 @@ export interface ItemPlace {
   queue: string;
   lane: string | null;
   laneSeq: number | null;
-  concurrencyKey: string | null;
+  /** Its concurrency key as stored: the name of the key row that admitted it (sql/key-scope.ts). */
+  storedKey: string | null;
 }
 
 export interface HistoryEntry {
@@ -70,7 +71,7 @@ export interface TransitionSpec {
  * that did is reported won, not retried into a lost CAS.
  */
 export async function applyTransition(db: LedgerDb, t: LedgerTables, spec: TransitionSpec): Promise<boolean> {
-  const laneWork = spec.terminal && ((spec.wasHead && spec.place.lane !== null) || (spec.place.concurrencyKey !== null && spec.place.lane === null));
+  const laneWork = spec.terminal && ((spec.wasHead && spec.place.lane !== null) || (spec.place.storedKey !== null && spec.place.lane === null));
   // Made once, so every run of this change writes the same history row: the row tells whether one committed.
   const historyId = spec.history === null ? undefined : newId();
   const settled = async (): Promise<Settled> => transitionSettled(db, t, spec, historyId);
@@ -143,7 +144,7 @@ export async function applyTransitionInTx(trx: Executor, t: LedgerTables, spec: 
     if (affected(r) !== m.ids.length) throw new LeaseLostError(spec.place.id);
   }
   const handedOn = spec.terminal && spec.wasHead && lane !== null && laneSeq !== null ? await handOnLane(trx, t, { queue, lane, laneSeq }, spec.prepared === true) : undefined;
-  const key = spec.place.concurrencyKey;
+  const key = spec.place.storedKey;
   // An admitted item's slot goes to its key's next waiting item; a waiting one leaves the line. (A laned item's key only dealt its round.)
   if (spec.terminal && key !== null && lane === null) {
     await (spec.wasHead ? handOnKeys(sendEach(trx), t, [{ queue, key, n: 1, admit: 1 }]) : leaveKeyWait(trx, t, spec.place.id));

@@ -1,0 +1,112 @@
+import { sql, type RawBuilder } from 'kysely';
+import { ValidationError } from '../../errors.js';
+import type { Executor } from '../connection.js';
+import type { LedgerTables } from '../tables.js';
+import type { KeyScope } from '../types.js';
+import { inline, list, literal, queueScoped } from './common.js';
+
+// Whose limit admits a keyed item (docs/design.md §3, Concurrency keys): its
+// queue's `key_limit`, per key, or, when its type has a limit of its own
+// (`lw_type_limits`), that one, per key and type. A type's keys are then
+// rows of their own, named `type␟key` (U+001F, which no concurrency key
+// holds): their count, their line and their rounds are apart from the
+// queue's. Which row admits an item is decided at its enqueue and kept with
+// it, as the item's stored concurrency_key, so each end hands the slot back
+// to the row that gave it, whatever limits were set since. Everything in
+// sql/key-admission.ts works on those stored names.
+
+export const TYPE_KEY_SEPARATOR = '\u001f';
+/** A limit no key reaches: a queue without key_limit, or a type whose own limit was lifted, admits every keyed item (and still counts them). */
+export const UNLIMITED = 1_000_000_000;
+/** The longest stored key: the column's width. */
+const MAX_STORED_KEY = 255;
+
+/** The stored key of an item (its key row's name), or null without a key. */
+export function storedKey(item: { type: string; concurrencyKey: string | null; keyScope?: KeyScope | null }): string | null {
+  if (item.concurrencyKey === null) return null;
+  return item.keyScope === 'type' ? `${item.type}${TYPE_KEY_SEPARATOR}${item.concurrencyKey}` : item.concurrencyKey;
+}
+
+/** The key the caller gave, from a stored key. */
+export function givenKey(stored: string | null): string | null {
+  if (stored === null) return null;
+  const at = stored.indexOf(TYPE_KEY_SEPARATOR);
+  return at < 0 ? stored : stored.slice(at + 1);
+}
+
+/** Whose limit admitted the item with this stored key; null without a key. */
+export function scopeOfKey(stored: string | null): KeyScope | null {
+  if (stored === null) return null;
+  return stored.includes(TYPE_KEY_SEPARATOR) ? 'type' : 'queue';
+}
+
+/** The type whose own limit admits a stored key's items, or null (its queue's). */
+export function typeOfKey(stored: string): string | null {
+  const at = stored.indexOf(TYPE_KEY_SEPARATOR);
+  return at < 0 ? null : stored.slice(0, at);
+}
+
+/** Per queue-scoped type (`queueScoped(queue, type)`), the limit of its own of each type of `queues` that has one. */
+export async function readTypeLimits(exec: Executor, t: LedgerTables, queues: readonly string[]): Promise<Map<string, number>> {
+  if (queues.length === 0) return new Map();
+  const r = await sql<{ queue: string; type: string; key_limit: number }>`SELECT queue, type, key_limit FROM ${t.typeLimits}
+    WHERE queue IN (${list([...new Set(queues)])})`.execute(exec);
+  return new Map(r.rows.map((x) => [queueScoped(x.queue, x.type), Number(x.key_limit)]));
+}
+
+/**
+ * Gives each keyed item the scope its type's limits say. A type-scoped key
+ * must fit the stored column with its type: refused, naming the item's
+ * field, before anything is written.
+ */
+export function scopeKeys<I extends { queue: string; type: string; concurrencyKey: string | null; keyScope?: KeyScope }>(
+  items: readonly I[],
+  typeLimits: ReadonlyMap<string, number>,
+  prefix: string,
+): void {
+  const issues: { field: string; message: string }[] = [];
+  items.forEach((item, i) => {
+    if (item.concurrencyKey === null) return;
+    item.keyScope = typeLimits.has(queueScoped(item.queue, item.type)) ? 'type' : 'queue';
+    const room = MAX_STORED_KEY - item.type.length - TYPE_KEY_SEPARATOR.length;
+    if (item.keyScope === 'type' && item.concurrencyKey.length > room)
+      issues.push({ field: prefix === '' ? 'concurrencyKey' : `${prefix}[${i}].concurrencyKey`, message: `must be at most ${room} characters: its type ${item.type} has a concurrency limit of its own, and type and key are stored together` });
+  });
+  if (issues.length > 0) throw new ValidationError(issues, 'enqueue');
+}
+
+/** Sets (or, with null, lifts) a type's own limit per concurrency key in `queue`. */
+export async function writeTypeLimit(exec: Executor, t: LedgerTables, queue: string, type: string, limit: number | null): Promise<void> {
+  if (limit === null) await sql`DELETE FROM ${t.typeLimits} WHERE queue = ${queue} AND type = ${type}`.execute(exec);
+  else
+    await sql`INSERT INTO ${t.typeLimits} (queue, type, key_limit, updated_at) VALUES (${queue}, ${type}, ${limit}, NOW(6))
+      ON DUPLICATE KEY UPDATE key_limit = ${limit}, updated_at = NOW(6)`.execute(exec);
+}
+
+/** A type-scoped key row's limit, its type's own (none: no limit), read in the statement; NULL for a key of its queue's. */
+export function typeLimitOf(t: LedgerTables, k: { queue: string; key: string }): RawBuilder<unknown> {
+  const type = typeOfKey(k.key);
+  if (type === null) return sql`CAST(NULL AS SIGNED)`;
+  return sql`COALESCE((SELECT key_limit FROM ${t.typeLimits} WHERE queue = ${inline(k.queue)} AND type = ${inline(type)}), ${inline(UNLIMITED)})`;
+}
+
+/** The limits of these keys: their queues', and the types' own of type-scoped keys (sql/key-scope.ts). */
+export function limitsRead(t: LedgerTables, keys: readonly { queue: string; key: string }[]): RawBuilder<unknown> {
+  const queues = sql`SELECT queue, _ascii'' AS type, key_limit FROM ${t.queues} WHERE queue IN (${list([...new Set(keys.map((k) => k.queue))])})`;
+  const types = [...new Set(keys.flatMap((k) => {
+    const type = typeOfKey(k.key);
+    return type === null ? [] : [`(${literal(k.queue)}, ${literal(type)})`];
+  }))];
+  if (types.length === 0) return queues;
+  return sql`${queues} UNION ALL SELECT queue, type, key_limit FROM ${t.typeLimits} WHERE (queue, type) IN (${sql.raw(types.join(', '))})`;
+}
+
+/** Which limit a key row answers to: its queue's (type '') or its type's own. */
+export function limitScope(k: { queue: string; key: string }): string {
+  return queueScoped(k.queue, typeOfKey(k.key) ?? '');
+}
+
+/** The limits limitsRead found, by limitScope; a key whose limit is absent has none. */
+export function keyLimits(rows: readonly Record<string, unknown>[]): Map<string, number> {
+  return new Map(rows.filter((x) => x.key_limit !== null).map((x) => [queueScoped(String(x.queue), String(x.type)), Number(x.key_limit)]));
+}
