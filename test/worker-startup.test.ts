@@ -1,6 +1,6 @@
 import { spawn, type ChildProcessWithoutNullStreams } from 'node:child_process';
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
-import { createServer, type Server } from 'node:net';
+import { connect, createServer, type Server } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterEach, expect, test } from 'vitest';
@@ -165,4 +165,47 @@ test('start-up errors say what to set: missing handlers and database URL, and th
     for (const p of patterns) expect(w.stderr()).toMatch(p);
     expect(w.stderr()).not.toMatch(/invalid_type|expected string/);
   }
+});
+
+/** A TCP proxy to the ledger's server that resets its first `resets` connections, then passes the rest through. */
+async function resettingProxy(target: string, resets: number): Promise<{ url: string; resetSoFar: () => number }> {
+  const to = new URL(target);
+  let seen = 0;
+  const server: Server = createServer((client) => {
+    client.on('error', () => undefined);
+    if (seen++ < resets) {
+      client.resetAndDestroy();
+      return;
+    }
+    const upstream = connect(Number(to.port || 3306), to.hostname);
+    upstream.on('error', () => client.destroy());
+    client.on('close', () => upstream.destroy());
+    client.pipe(upstream).pipe(client);
+  });
+  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+  cleanups.push(() => new Promise<void>((resolve) => server.close(() => resolve())));
+  const address = server.address();
+  if (address === null || typeof address === 'string') throw new Error('proxy: no port');
+  const url = new URL(target);
+  url.hostname = '127.0.0.1';
+  url.port = String(address.port);
+  return { url: url.toString(), resetSoFar: () => Math.min(seen, resets) };
+}
+
+test('a ledger that resets connections at start is waited out: the worker starts once it answers, and runs work', async () => {
+  const { tl, tw, dir } = await fixtures();
+  const queue = uniqueQueue('reset');
+  const proxy = await resettingProxy(tl.url, 3);
+  const w = worker(['--handlers', handlerModule(dir, [queue]), '--queues', queue, '--admin', 'off'], {
+    LANEWAKE_DATABASE_URL: proxy.url,
+    LANEWAKE_REDIS_URL: redisUrl(),
+    LANEWAKE_REDIS_KEY_PREFIX: tw.keyPrefix,
+  });
+  await waitFor(() => (logLines(w.stderr()).some((l) => l.msg === 'worker started') ? true : undefined), 30_000, `worker started (${w.stderr()})`);
+  expect(proxy.resetSoFar()).toBe(3);
+  expect(logLines(w.stderr()).filter((l) => l.msg === 'ledger unreachable at start; trying again').length).toBeGreaterThan(0);
+  const { id } = await new Producer({ ledger: tl.ledger, wake: tw.remote() }).enqueue({ queue, type: 'job', payload: {} });
+  await waitFor(async () => ((await mustGet(tl.ledger, id)).state === 'completed' ? true : undefined), 30_000, 'the item to run');
+  w.proc.kill('SIGTERM');
+  expect(await w.exit).toBe(0);
 });

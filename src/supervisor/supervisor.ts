@@ -1,6 +1,7 @@
 import type { Consumer } from '../consumer/consumer.js';
 import { ValidationError } from '../errors.js';
 import { Ledger } from '../ledger/ledger.js';
+import { isConnectionError } from '../ledger/retry.js';
 import { createLogger, type Logger } from '../log.js';
 import { sleep } from '../sleep.js';
 import { createRedisClient, whenReady, type RedisClient } from '../wake/redis.js';
@@ -17,6 +18,8 @@ export const EXIT_OK = 0;
 export const EXIT_OWNERSHIP_LOST = 3;
 /** How long stop() waits for `beforeLedgerClose`. */
 const STOP_HOOK_MS = 2_000;
+/** How long a starting worker waits out an unreachable ledger before it fails its start. */
+const STARTUP_LEDGER_WAIT_MS = 60_000;
 
 export type OwnershipState = 'owner' | 'standby' | 'lost';
 
@@ -78,7 +81,7 @@ export class Supervisor {
 
   async start(): Promise<void> {
     const { config } = this.options;
-    await this.ledger.assertSchemaCurrent();
+    await this.schemaChecked();
     for (const [i, q] of config.queues.entries()) {
       const runners = (this.pools[i] ?? [undefined]).map(
         (pool) =>
@@ -119,6 +122,26 @@ export class Supervisor {
     });
     this.reconciler.start();
     this.log.info({ queues: config.queues.map((q) => q.name), deployment: config.deployment }, 'worker started');
+  }
+
+  /**
+   * The ledger's schema is current. A connection lost or refused meanwhile
+   * (the server restarting, a reset) is waited out, 0.5 s doubling to 8 s,
+   * for up to STARTUP_LEDGER_WAIT_MS: a worker started beside a ledger
+   * that is briefly unreachable starts once it answers, instead of exiting.
+   * A schema behind, or any other error, still fails the start at once.
+   */
+  private async schemaChecked(): Promise<void> {
+    const until = Date.now() + STARTUP_LEDGER_WAIT_MS;
+    for (let delay = 500; ; delay = Math.min(delay * 2, 8_000)) {
+      try {
+        return await this.ledger.assertSchemaCurrent();
+      } catch (error) {
+        if (!isConnectionError(error) || Date.now() + delay > until || this.stopping) throw error;
+        this.log.warn({ err: error, retryInMs: delay }, 'ledger unreachable at start; trying again');
+        await sleep(delay);
+      }
+    }
   }
 
   /** Graceful stop: drain every consumer, then close connections. Idempotent. */
