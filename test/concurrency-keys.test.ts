@@ -2,6 +2,7 @@ import { sql } from 'kysely';
 import { beforeEach, describe, expect, test } from 'vitest';
 import { Consumer } from '../src/consumer/consumer.js';
 import { ValidationError } from '../src/errors.js';
+import { errorDigest } from '../src/ledger/ids.js';
 import type { ClaimedItem } from '../src/ledger/types.js';
 import { Producer } from '../src/producer/producer.js';
 import { uniqueQueue } from './support/engine.js';
@@ -126,6 +127,20 @@ describe('a type with a limit of its own', () => {
     const listed = await tl.ledger.operator.items({ queue, key: 'K' });
     expect(listed.items.length).toBe(10);
     expect(new Set(listed.items.map((i) => i.concurrencyKey))).toEqual(new Set(['K']));
+  });
+
+  test("a replay is a new item: the type's limit of now admits it", async () => {
+    const queue = freshQueue('keytypereplay');
+    const { id } = await tl.ledger.enqueue({ queue, type: 'mail', concurrencyKey: 'K', maxAttempts: 1, payload: {} });
+    const [held] = await claimAll(queue);
+    expect(await tl.ledger.fail(held!, { error: 'boom' })).toMatchObject({ won: true, state: 'dead' });
+    await tl.ledger.setConcurrencyLimit(queue, 1, { type: 'mail' });
+    const dead = await tl.ledger.get(id);
+    expect(dead?.keyScope).toBe('queue');
+    const replayed = await tl.ledger.replay(id, { expectAttempt: dead!.attempt, expectErrorDigest: errorDigest(dead!.lastError) });
+    expect(await tl.ledger.get(replayed.id)).toMatchObject({ concurrencyKey: 'K', keyScope: 'type', isHead: true });
+    const second = await tl.ledger.enqueue({ queue, type: 'mail', concurrencyKey: 'K', payload: {} });
+    expect(await tl.ledger.get(second.id)).toMatchObject({ keyScope: 'type', isHead: false });
   });
 
   test('bad input names its field and writes nothing', async () => {

@@ -7,8 +7,8 @@ import type { LedgerTables } from '../tables.js';
 import { ReplayRejectedError, type ReplayRejection } from '../../errors.js';
 import type { QueueClass } from '../types.js';
 import { affected, ITEM_COLUMNS } from './common.js';
-import { insertItems } from './enqueue.js';
-import { givenKey } from './key-scope.js';
+import { insertItems, type NewItem } from './enqueue.js';
+import { givenKey, readTypeLimits, scopeKeys } from './key-scope.js';
 
 /**
  * Operator re-drive of a dead or cancelled item. Guarded by what the operator
@@ -32,30 +32,25 @@ export async function replayItem(
       const rows = await sql<ItemRow>`SELECT ${ITEM_COLUMNS} FROM ${t.items} WHERE id = ${opts.id}`.execute(trx);
       const row = rows.rows[0];
       if (affected(u) !== 1 || !row) throw new ReplayRejectedError(opts.id, whyRejected(row, opts));
-      const [created] = await insertItems(
-        trx,
-        t,
-        [
-          {
-            queue: row.queue,
-            type: row.type,
-            payloadJson: row.payload,
-            lane: row.lane,
-            concurrencyKey: givenKey(row.concurrency_key ?? null),
-            priority: row.priority,
-            queueClass: row.queue_class as QueueClass,
-            maxAttempts: row.max_attempts,
-            runAt: null,
-            delayMs: 0,
-            idempotencyKey: null,
-            replayOf: row.id,
-            // The replay is linked to the enqueue that made the original, as the original was.
-            traceparent: row.traceparent ?? null,
-          },
-        ],
-        false,
-        idOrder,
-      );
+      const replay: NewItem = {
+        queue: row.queue,
+        type: row.type,
+        payloadJson: row.payload,
+        lane: row.lane,
+        concurrencyKey: givenKey(row.concurrency_key ?? null),
+        priority: row.priority,
+        queueClass: row.queue_class as QueueClass,
+        maxAttempts: row.max_attempts,
+        runAt: null,
+        delayMs: 0,
+        idempotencyKey: null,
+        replayOf: row.id,
+        // The replay is linked to the enqueue that made the original, as the original was.
+        traceparent: row.traceparent ?? null,
+      };
+      // A new item: the limits of now say whose admits it, as at an enqueue.
+      if (replay.concurrencyKey !== null) scopeKeys([replay], await readTypeLimits(trx, t, [replay.queue]), 'replay');
+      const [created] = await insertItems(trx, t, [replay], false, idOrder);
       if (!created) throw new Error('replay: insert returned nothing');
       return { id: created.id };
     },
