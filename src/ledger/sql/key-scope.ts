@@ -90,13 +90,14 @@ export function typeLimitOf(t: LedgerTables, k: { queue: string; key: string }):
   return sql`COALESCE((SELECT key_limit FROM ${t.typeLimits} WHERE queue = ${inline(k.queue)} AND type = ${inline(type)}), ${inline(UNLIMITED)})`;
 }
 
-/** The limits of these keys: their queues', and the types' own of type-scoped keys (sql/key-scope.ts). */
+/** The limits these key rows answer to: their queues' (type ''), and the types' own of type-scoped rows. */
 export function limitsRead(t: LedgerTables, keys: readonly { queue: string; key: string }[]): RawBuilder<unknown> {
   const queues = sql`SELECT queue, _ascii'' AS type, key_limit FROM ${t.queues} WHERE queue IN (${list([...new Set(keys.map((k) => k.queue))])})`;
-  const types = [...new Set(keys.flatMap((k) => {
+  const pairs = keys.flatMap((k) => {
     const type = typeOfKey(k.key);
     return type === null ? [] : [`(${literal(k.queue)}, ${literal(type)})`];
-  }))];
+  });
+  const types = [...new Set(pairs)];
   if (types.length === 0) return queues;
   return sql`${queues} UNION ALL SELECT queue, type, key_limit FROM ${t.typeLimits} WHERE (queue, type) IN (${sql.raw(types.join(', '))})`;
 }
