@@ -1,4 +1,4 @@
-// The lanewake CLI against a ledger: migrate, enqueue, stats, inspect, dead list and replay, cancel, activate, wake-ups, bad input, pause.
+// The lanewake CLI against a ledger: migrate, enqueue, stats, inspect, dead list and replay, cancel, activate, wake-ups, bad input, pause, concurrency limits.
 import { sql } from 'kysely';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { SCHEMA_VERSION } from '../src/ledger/migrations.js';
@@ -358,5 +358,34 @@ describe('lanewake CLI against a ledger', () => {
     const bad = await cli('pause', 'Bad Queue');
     expect(bad.code).toBe(2);
     expect(bad.err).toContain('<queue>');
+  });
+
+  it("concurrency-limit sets, raises and lifts a queue's or a type's limit per key; bad input exits 2 naming it", async () => {
+    const queue = 'cli-keys';
+    expect((await cli('concurrency-limit', queue, '1', '--type', 'mail')).out).toContain(`queue ${queue}, type mail: at most 1 per concurrency key`);
+    const [first, second] = await t.ledger.enqueueMany([0, 1].map((i) => ({ queue, type: 'mail', concurrencyKey: 'K', payload: { i } })));
+    expect((await t.ledger.get(second!.id))?.isHead).toBe(false);
+    expect((await cli('inspect', second!.id, '--why')).out).toContain('key_at_limit');
+    // Raised, the waiting item is admitted at once.
+    expect(json<{ queue: string; type: string; limit: number; keysWithWaitingItems: number }>(await cli('concurrency-limit', queue, '2', '--type', 'mail', '--json'))).toEqual({
+      queue,
+      type: 'mail',
+      limit: 2,
+      keysWithWaitingItems: 1,
+    });
+    expect((await t.ledger.get(second!.id))?.isHead).toBe(true);
+    expect((await t.ledger.get(first!.id))?.keyScope).toBe('type');
+    expect((await cli('concurrency-limit', queue, 'none', '--type', 'mail')).out).toContain('no limit');
+    expect((await cli('concurrency-limit', queue, '3')).out).toContain(`queue ${queue}: at most 3 per concurrency key`);
+    for (const [args, names] of [
+      [[queue, 'lots'], '<n>'],
+      [[queue, '0'], '<n>'],
+      [['Bad Queue', '2'], '<queue>'],
+      [[queue, '2', '--type', 'no spaces'], '--type'],
+    ] as const) {
+      const bad = await cli('concurrency-limit', ...args);
+      expect(bad.code, bad.err).toBe(2);
+      expect(bad.err).toContain(names);
+    }
   });
 });

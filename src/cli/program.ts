@@ -8,6 +8,7 @@ import { enqueueCommand } from './commands/enqueue.js';
 import { inspectCommand } from './commands/inspect.js';
 import { migrateCommand } from './commands/migrate.js';
 import { pauseCommands } from './commands/pause.js';
+import { concurrencyLimitCommand } from './commands/concurrency-limit.js';
 import { replayCommand } from './commands/replay.js';
 import { statsCommand } from './commands/stats.js';
 import { workerCommand } from './commands/worker.js';
@@ -33,6 +34,7 @@ export const CORE_COMMANDS: readonly CommandFactory[] = [
   replayCommand,
   cancelCommand,
   pauseCommands,
+  concurrencyLimitCommand,
   dashboardCommand,
   activateCommand,
   workerCommand,

@@ -1,0 +1,37 @@
+import type { Command } from 'commander';
+import { globalOptions, withLedger, type CliContext } from '../context.js';
+import { CliError, EXIT, withFieldNames } from '../errors.js';
+import { println, printJson } from '../io.js';
+
+const HELP = `
+The limit is held by the ledger: every producer's enqueue and every worker's hand-on of the
+queue holds to it, fleet-wide, from this moment. <n> is a whole number from 1 to 100,000, or
+"none" to lift it. A raised or lifted limit admits the items waiting for their key at once;
+a lowered one admits nothing until a key is under it. With --type, the limit is that type's
+own: its items enqueued from now on are counted per key and type, apart from the queue's
+limit (docs/operations.md, Capacity).`;
+
+/** `lanewake concurrency-limit <queue> <n|none> [--type <type>]`. */
+export function concurrencyLimitCommand(program: Command, { io }: CliContext): void {
+  program
+    .command('concurrency-limit')
+    .description('set or lift how many items of one concurrency key a queue (or one of its types) admits at once')
+    .argument('<queue>', 'queue name')
+    .argument('<n>', 'the limit per key, or "none"')
+    .option('--type <type>', "the type whose own limit this is (default: the queue's)")
+    .addHelpText('after', HELP)
+    .action(async (queue: string, n: string, opts: { type?: string }, cmd: Command) => {
+      const g = globalOptions(cmd);
+      if (n !== 'none' && !/^\d+$/.test(n)) throw new CliError(`<n>: must be a whole number or "none", got '${n}'`, EXIT.usage);
+      const limit = n === 'none' ? null : Number(n);
+      const waiting = await withLedger(g, (ledger) =>
+        withFieldNames({ queue: '<queue>', limit: '<n>', type: '--type' }, 'concurrency-limit', () =>
+          ledger.setConcurrencyLimit(queue, limit, opts.type !== undefined ? { type: opts.type } : {}),
+        ),
+      );
+      const scope = opts.type !== undefined ? { queue, type: opts.type } : { queue };
+      if (g.json) return printJson(io, { ...scope, limit, keysWithWaitingItems: waiting });
+      const whose = opts.type !== undefined ? `queue ${queue}, type ${opts.type}` : `queue ${queue}`;
+      println(io, `${whose}: ${limit === null ? 'no limit' : `at most ${limit}`} per concurrency key (${waiting} key${waiting === 1 ? '' : 's'} with items waiting handed on)`);
+    });
+}
