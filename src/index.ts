@@ -31,6 +31,8 @@ export {
   type Ownership,
   type LiveConsumer,
   type Explanation,
+  type ConcurrencyLimits,
+  type KeyScope,
   type WhyCode,
   WHY_CODES,
   type ItemSummary,

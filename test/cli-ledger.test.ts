@@ -377,6 +377,9 @@ describe('lanewake CLI against a ledger', () => {
     expect((await t.ledger.get(first!.id))?.keyScope).toBe('type');
     expect((await cli('concurrency-limit', queue, 'none', '--type', 'mail')).out).toContain('no limit');
     expect((await cli('concurrency-limit', queue, '3')).out).toContain(`queue ${queue}: at most 3 per concurrency key`);
+    await cli('concurrency-limit', queue, '4', '--type', 'report');
+    expect(json(await cli('concurrency-limit', queue, '--json'))).toEqual({ queue, limit: 3, types: { report: 4 } });
+    expect((await cli('concurrency-limit', queue)).out).toContain('type report: at most 4 per concurrency key, its own');
     for (const [args, names] of [
       [[queue, 'lots'], '<n>'],
       [[queue, '0'], '<n>'],

@@ -36,11 +36,11 @@ import { queueStats } from './sql/stats.js';
 import { readSteps, recordStep, type StepHolder } from './sql/steps.js';
 import { LedgerUpkeep } from './ledger-upkeep.js';
 import type {
-  AttemptRecord, CancelOutcome, ClaimedItem, ClaimOutcome, EnqueueResult, Explanation, FinalizeResult, ItemState, LeaseHandle,
+  AttemptRecord, CancelOutcome, ClaimedItem, ClaimOutcome, ConcurrencyLimits, EnqueueResult, Explanation, FinalizeResult, ItemState, LeaseHandle,
   QueueClass, QueueStats, RenewOutcome, StepRecord, SuccessorClaim, WokenItem, WorkItem,
 } from './types.js';
 import { concurrencyLimitSchema, fairnessSchema, itemId, positiveDurationMs, queueName, reasonText, stepName, typeName, validate } from './validation.js';
-import { setKeyLimit } from './sql/key-limits.js';
+import { readKeyLimits, setKeyLimit } from './sql/key-limits.js';
 import { pausedQueues, writeQueueSetting } from './sql/queue-settings.js';
 
 export { DEFAULT_MAX_ATTEMPTS, MAX_CLAIM_ITEMS } from './inputs.js';
@@ -345,6 +345,12 @@ export class Ledger extends LedgerUpkeep {
     validate(concurrencyLimitSchema, limit, 'setConcurrencyLimit', 'limit');
     if (options.type !== undefined) validate(typeName, options.type, 'setConcurrencyLimit', 'type');
     return setKeyLimit(this.db, this.tables, queue, limit, options.type);
+  }
+
+  /** The queue's limit per concurrency key and its types' own, as the ledger holds them now. */
+  concurrencyLimits(queue: string): Promise<ConcurrencyLimits> {
+    validate(queueName, queue, 'concurrencyLimits', 'queue');
+    return readKeyLimits(this.db, this.tables, queue);
   }
 
   /**

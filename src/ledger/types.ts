@@ -234,6 +234,15 @@ export interface QueueStats {
 }
 
 /** Which deployment holds a queue, under which epoch (docs/design.md, Ownership epochs). */
+/** A queue's limits per concurrency key as the ledger holds them (docs/design.md §3, Concurrency keys). */
+export interface ConcurrencyLimits {
+  queue: string;
+  /** The queue's limit per key; null: none. */
+  limit: number | null;
+  /** Each type's own limit per key, by type (types without one are absent). */
+  types: Record<string, number>;
+}
+
 export interface Ownership {
   queue: string;
   deployment: string;

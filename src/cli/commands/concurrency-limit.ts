@@ -11,17 +11,25 @@ a lowered one admits nothing until a key is under it. With --type, the limit is 
 own: its items enqueued from now on are counted per key and type, apart from the queue's
 limit (docs/operations.md, Capacity).`;
 
-/** `lanewake concurrency-limit <queue> <n|none> [--type <type>]`. */
+/** `lanewake concurrency-limit <queue> [<n>|none] [--type <type>]`. */
 export function concurrencyLimitCommand(program: Command, { io }: CliContext): void {
   program
     .command('concurrency-limit')
-    .description('set or lift how many items of one concurrency key a queue (or one of its types) admits at once')
+    .description('show, set or lift how many items of one concurrency key a queue (or one of its types) admits at once')
     .argument('<queue>', 'queue name')
-    .argument('<n>', 'the limit per key, or "none"')
+    .argument('[n]', 'the limit per key, or "none"; left out, the limits as set now are printed')
     .option('--type <type>', "the type whose own limit this is (default: the queue's)")
     .addHelpText('after', HELP)
-    .action(async (queue: string, n: string, opts: { type?: string }, cmd: Command) => {
+    .action(async (queue: string, n: string | undefined, opts: { type?: string }, cmd: Command) => {
       const g = globalOptions(cmd);
+      if (n === undefined) {
+        if (opts.type !== undefined) throw new CliError('--type: give <n> with it (without <n>, every limit of the queue is printed)', EXIT.usage);
+        const limits = await withLedger(g, (ledger) => withFieldNames({ queue: '<queue>' }, 'concurrency-limit', () => ledger.concurrencyLimits(queue)));
+        if (g.json) return printJson(io, limits);
+        println(io, `queue ${queue}: ${limits.limit === null ? 'no limit' : `at most ${limits.limit}`} per concurrency key`);
+        for (const [type, limit] of Object.entries(limits.types)) println(io, `  type ${type}: at most ${limit} per concurrency key, its own`);
+        return;
+      }
       if (n !== 'none' && !/^\d+$/.test(n)) throw new CliError(`<n>: must be a whole number or "none", got '${n}'`, EXIT.usage);
       const limit = n === 'none' ? null : Number(n);
       const waiting = await withLedger(g, (ledger) =>
