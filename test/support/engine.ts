@@ -1,5 +1,6 @@
 import { randomBytes } from 'node:crypto';
 import { Redis } from 'ioredis';
+import { isClusterUrl, parseClusterUrl } from '../../src/wake/redis.js';
 import { WakeChannel } from '../../src/wake/wake-channel.js';
 import { redisUrl } from './services.js';
 
@@ -35,19 +36,25 @@ export function createTestWake(url = redisUrl()): TestWake {
   };
 }
 
+/** Deletes every key under `prefix`: on one Redis, or on each node of a cluster (a redis+cluster:// URL; a replica refuses the DEL, its master does it). */
 export async function deleteKeys(url: string, prefix: string): Promise<void> {
-  const r = new Redis(url, { maxRetriesPerRequest: 1 });
-  try {
-    let cursor = '0';
-    do {
-      const [next, keys] = await r.scan(cursor, 'MATCH', `${prefix}*`, 'COUNT', 500);
-      cursor = next;
-      if (keys.length > 0) await r.del(...keys);
-    } while (cursor !== '0');
-  } catch {
-    // Redis gone: nothing left to clean.
-  } finally {
-    r.disconnect();
+  const nodes = isClusterUrl(url) ? parseClusterUrl(url).cluster.map((n) => ({ host: n.host, port: n.port })) : [url];
+  for (const node of nodes) {
+    const r = typeof node === 'string' ? new Redis(node, { maxRetriesPerRequest: 1, lazyConnect: true }) : new Redis({ ...node, maxRetriesPerRequest: 1, lazyConnect: true });
+    r.on('error', () => undefined);
+    try {
+      let cursor = '0';
+      do {
+        const [next, keys] = await r.scan(cursor, 'MATCH', `${prefix}*`, 'COUNT', 500);
+        cursor = next;
+        // One key at a time: on a cluster's node, keys of one batch may lie in different slots.
+        for (const key of keys) await r.del(key).catch(() => undefined);
+      } while (cursor !== '0');
+    } catch {
+      // Redis gone: nothing left to clean.
+    } finally {
+      r.disconnect();
+    }
   }
 }
 

@@ -111,15 +111,25 @@ export async function consumerKilledMidHandler(ctx: ScenarioContext & { tw: Test
   expect(stats?.counts.processing).toBe(0);
   expect(stats?.counts.dead).toBe(0);
 
+  let reclaimed = 0;
   for (const id of stranded) {
     const r = await ledger.inspect(id);
     expect(r?.item.state).toBe('completed');
+    // A completion the child had sent before it died may land after its death (a slow server runs what it
+    // received, under the lease the child still held): that item ended with the child, once.
+    if (effects.find((e) => e.itemId === id)?.worker === child.name) {
+      expect(r?.item.leaseOwner).toBe(child.name);
+      continue;
+    }
     // The expired attempt is on record, counted, and the item ended with the survivor.
     expect(r?.attempts.map((a) => [a.outcome, a.worker])).toContainEqual(['lease_expired', child.name]);
     expect(r?.item.attempt).toBeGreaterThanOrEqual(2);
     expect(r?.item.leaseOwner).toBe(survivorName);
     expect(effects.find((e) => e.itemId === id)?.worker).toBe(survivorName);
+    reclaimed++;
   }
+  // The item the child claimed within 100 ms of the kill was 250 ms from done: at least that one was reclaimed.
+  expect(reclaimed, 'stranded items reclaimed from the killed child').toBeGreaterThan(0);
   expect(survivor.counters.completed).toBe(effects.filter((e) => e.worker === survivorName).length);
   expect(survivor.counters.retried).toBe(0);
   expect(survivor.counters.leaseLost).toBe(0);
