@@ -8,7 +8,7 @@ import { grantLease } from './sql/claimed.js';
 import { queueScoped } from './sql/common.js';
 import { claimableAtInsert, claimedAtInsert, fitsOneStatement, insertItems, type InsertClaim, type NewItem } from './sql/enqueue.js';
 import { insertLanedOneTrip } from './sql/enqueue-laned.js';
-import { readTypeLimits, scopeKeys } from './sql/key-scope.js';
+import { readTypeLimits, scopeKeys, type TypeLimit } from './sql/key-scope.js';
 import type { LedgerTables } from './tables.js';
 import type { ClaimedItem, EnqueueResult } from './types.js';
 import { encodePayload } from './json.js';
@@ -126,12 +126,12 @@ export async function enqueueItemsClaiming(
 async function scopeKeyed(target: EnqueueTarget, items: NewItem[], prefix: string): Promise<void> {
   const keyed = items.filter((i) => i.concurrencyKey !== null);
   if (keyed.length === 0) return;
-  let limits: Map<string, number>;
+  let limits: TypeLimit[];
   try {
     limits = await readTypeLimits(target.db, target.tables, keyed.map((i) => i.queue));
   } catch (error) {
     if (errno(error) !== ER_NO_SUCH_TABLE) throw error;
-    limits = new Map();
+    limits = [];
   }
   scopeKeys(items, limits, prefix);
 }

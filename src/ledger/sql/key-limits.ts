@@ -3,9 +3,9 @@ import type { Executor, LedgerDb } from '../connection.js';
 import type { LedgerTables } from '../tables.js';
 import type { ConcurrencyLimits } from '../types.js';
 import { handOnKeys } from './key-admission.js';
-import { typeOfKey, writeTypeLimit } from './key-scope.js';
+import { keyRowLimit, readTypeLimits, typeOfKey } from './key-scope.js';
 import { sendEach } from './pipeline.js';
-import { writeQueueSetting } from './queue-settings.js';
+import { readQueueSetting, writeQueueSetting } from './queue-settings.js';
 
 // The limits per concurrency key as an operator sets and reads them: a
 // queue's (lw_queues.key_limit) or a type's own (lw_type_limits), the
@@ -29,11 +29,7 @@ export async function setKeyLimit(db: LedgerDb, t: LedgerTables, queue: string, 
 
 /** A key row's admitted count and the limit it answers to (null: none), for explain; `key` is the stored key. */
 export async function keyStanding(exec: Executor, t: LedgerTables, queue: string, key: string): Promise<{ admitted: number; limit: number | null; waiting: number }> {
-  const type = typeOfKey(key);
-  const limit =
-    type === null
-      ? sql`(SELECT key_limit FROM ${t.queues} WHERE queue = ${queue})`
-      : sql`(SELECT key_limit FROM ${t.typeLimits} WHERE queue = ${queue} AND type = ${type})`;
+  const limit = keyRowLimit(t, { queue, key });
   const r = await sql<{ admitted: number | string | null; key_limit: number | null; waiting: number | string }>`SELECT
       (SELECT admitted FROM ${t.keys} WHERE queue = ${queue} AND ckey = ${key}) AS admitted,
       ${limit} AS key_limit,
@@ -44,13 +40,14 @@ export async function keyStanding(exec: Executor, t: LedgerTables, queue: string
 
 /** A queue's limit per key and its types' own, as set now. */
 export async function readKeyLimits(exec: Executor, t: LedgerTables, queue: string): Promise<ConcurrencyLimits> {
-  const r = await sql<{ type: string | null; key_limit: number | null }>`SELECT NULL AS type, key_limit FROM ${t.queues} WHERE queue = ${queue}
-    UNION ALL SELECT type, key_limit FROM ${t.typeLimits} WHERE queue = ${queue} ORDER BY type`.execute(exec);
-  const types: Record<string, number> = {};
-  let limit: number | null = null;
-  for (const row of r.rows) {
-    if (row.type === null) limit = row.key_limit === null ? null : Number(row.key_limit);
-    else if (row.key_limit !== null) types[row.type] = Number(row.key_limit);
-  }
-  return { queue, limit, types };
+  const [limit, typeLimits] = await Promise.all([readQueueSetting(exec, t, queue, 'key_limit'), readTypeLimits(exec, t, [queue])]);
+  return { queue, limit, types: Object.fromEntries(typeLimits.map((l) => [l.type, l.limit])) };
+}
+
+/** Sets (or, with null, lifts) a type's own limit per concurrency key in `queue`. */
+async function writeTypeLimit(exec: Executor, t: LedgerTables, queue: string, type: string, limit: number | null): Promise<void> {
+  if (limit === null) await sql`DELETE FROM ${t.typeLimits} WHERE queue = ${queue} AND type = ${type}`.execute(exec);
+  else
+    await sql`INSERT INTO ${t.typeLimits} (queue, type, key_limit, updated_at) VALUES (${queue}, ${type}, ${limit}, NOW(6))
+      ON DUPLICATE KEY UPDATE key_limit = ${limit}, updated_at = NOW(6)`.execute(exec);
 }

@@ -46,12 +46,19 @@ export function typeOfKey(stored: string): string | null {
   return at < 0 ? null : stored.slice(0, at);
 }
 
-/** Per queue-scoped type (`queueScoped(queue, type)`), the limit of its own of each type of `queues` that has one. */
-export async function readTypeLimits(exec: Executor, t: LedgerTables, queues: readonly string[]): Promise<Map<string, number>> {
-  if (queues.length === 0) return new Map();
+/** A type's own limit per key in its queue. */
+export interface TypeLimit {
+  queue: string;
+  type: string;
+  limit: number;
+}
+
+/** The types of `queues` that have a limit of their own, and those limits. */
+export async function readTypeLimits(exec: Executor, t: LedgerTables, queues: readonly string[]): Promise<TypeLimit[]> {
+  if (queues.length === 0) return [];
   const r = await sql<{ queue: string; type: string; key_limit: number }>`SELECT queue, type, key_limit FROM ${t.typeLimits}
-    WHERE queue IN (${list([...new Set(queues)])})`.execute(exec);
-  return new Map(r.rows.map((x) => [queueScoped(x.queue, x.type), Number(x.key_limit)]));
+    WHERE queue IN (${list([...new Set(queues)])}) ORDER BY queue, type`.execute(exec);
+  return r.rows.map((x) => ({ queue: x.queue, type: x.type, limit: Number(x.key_limit) }));
 }
 
 /**
@@ -61,13 +68,14 @@ export async function readTypeLimits(exec: Executor, t: LedgerTables, queues: re
  */
 export function scopeKeys<I extends { queue: string; type: string; concurrencyKey: string | null; keyScope?: KeyScope }>(
   items: readonly I[],
-  typeLimits: ReadonlyMap<string, number>,
+  typeLimits: readonly TypeLimit[],
   prefix: string,
 ): void {
+  const limited = new Set(typeLimits.map((l) => queueScoped(l.queue, l.type)));
   const issues: { field: string; message: string }[] = [];
   items.forEach((item, i) => {
     if (item.concurrencyKey === null) return;
-    item.keyScope = typeLimits.has(queueScoped(item.queue, item.type)) ? 'type' : 'queue';
+    item.keyScope = limited.has(queueScoped(item.queue, item.type)) ? 'type' : 'queue';
     const room = MAX_STORED_KEY - item.type.length - TYPE_KEY_SEPARATOR.length;
     if (item.keyScope === 'type' && item.concurrencyKey.length > room)
       issues.push({ field: prefix === '' ? 'concurrencyKey' : `${prefix}[${i}].concurrencyKey`, message: `must be at most ${room} characters: its type ${item.type} has a concurrency limit of its own, and type and key are stored together` });
@@ -75,19 +83,18 @@ export function scopeKeys<I extends { queue: string; type: string; concurrencyKe
   if (issues.length > 0) throw new ValidationError(issues, 'enqueue');
 }
 
-/** Sets (or, with null, lifts) a type's own limit per concurrency key in `queue`. */
-export async function writeTypeLimit(exec: Executor, t: LedgerTables, queue: string, type: string, limit: number | null): Promise<void> {
-  if (limit === null) await sql`DELETE FROM ${t.typeLimits} WHERE queue = ${queue} AND type = ${type}`.execute(exec);
-  else
-    await sql`INSERT INTO ${t.typeLimits} (queue, type, key_limit, updated_at) VALUES (${queue}, ${type}, ${limit}, NOW(6))
-      ON DUPLICATE KEY UPDATE key_limit = ${limit}, updated_at = NOW(6)`.execute(exec);
+/** The limit a key row (by its stored name) answers to, read in the statement: its type's own or its queue's; NULL when none is set. */
+export function keyRowLimit(t: LedgerTables, k: { queue: string; key: string }): RawBuilder<unknown> {
+  const type = typeOfKey(k.key);
+  return type === null
+    ? sql`(SELECT key_limit FROM ${t.queues} WHERE queue = ${inline(k.queue)})`
+    : sql`(SELECT key_limit FROM ${t.typeLimits} WHERE queue = ${inline(k.queue)} AND type = ${inline(type)})`;
 }
 
 /** A type-scoped key row's limit, its type's own (none: no limit), read in the statement; NULL for a key of its queue's. */
 export function typeLimitOf(t: LedgerTables, k: { queue: string; key: string }): RawBuilder<unknown> {
-  const type = typeOfKey(k.key);
-  if (type === null) return sql`CAST(NULL AS SIGNED)`;
-  return sql`COALESCE((SELECT key_limit FROM ${t.typeLimits} WHERE queue = ${inline(k.queue)} AND type = ${inline(type)}), ${inline(UNLIMITED)})`;
+  if (typeOfKey(k.key) === null) return sql`CAST(NULL AS SIGNED)`;
+  return sql`COALESCE(${keyRowLimit(t, k)}, ${inline(UNLIMITED)})`;
 }
 
 /** The limits these key rows answer to: their queues' (type ''), and the types' own of type-scoped rows. */
