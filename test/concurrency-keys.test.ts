@@ -72,6 +72,28 @@ describe('concurrency keys at the ledger', () => {
     expect((await claimAll(queue)).map((c) => c.id).sort()).toEqual(made.slice(2, 4).map((m) => m.id).sort());
   });
 
+  test('a batch completion hands each key its earliest waiting items, however many of its items end together', async () => {
+    const queue = freshQueue('keysmany');
+    await tl.ledger.setConcurrencyLimit(queue, 6);
+    // Key m: 6 admitted, 8 waiting; key f: 6 admitted, 3 waiting.
+    const m = await tl.ledger.enqueueMany(Array.from({ length: 14 }, (_, i) => ({ queue, type: 't', concurrencyKey: 'm', payload: { i } })));
+    const f = await tl.ledger.enqueueMany(Array.from({ length: 9 }, (_, i) => ({ queue, type: 't', concurrencyKey: 'f', payload: { i } })));
+    const ids = (rows: readonly { id: string }[]): string[] => rows.map((r) => r.id).sort();
+    let held = await claimAll(queue);
+    expect(ids(held)).toEqual(ids([...m.slice(0, 6), ...f.slice(0, 6)]));
+    // All 12 end in one batch: m's 6 slots go to its next 6 (read as a range), f's to its 3 waiting (read by place).
+    expect((await tl.ledger.completeMany(held.map((handle) => ({ handle })))).every((r) => r.won)).toBe(true);
+    held = await claimAll(queue);
+    expect(ids(held)).toEqual(ids([...m.slice(6, 12), ...f.slice(6, 9)]));
+    // Ending 4 of m's: its last 2 waiting take 2 of the 4 slots, in order; the key counts 4 held.
+    expect((await tl.ledger.completeMany(held.filter((h) => h.concurrencyKey === 'm').slice(0, 4).map((handle) => ({ handle })))).every((r) => r.won)).toBe(true);
+    expect(ids(await claimAll(queue))).toEqual(ids(m.slice(12, 14)));
+    const keyRow = await sql<{ admitted: number }>`SELECT admitted FROM lw_keys WHERE queue = ${queue} AND ckey = 'm'`.execute(tl.ledger.db);
+    expect(Number(keyRow.rows[0]?.admitted)).toBe(4);
+    const waits = await sql<{ n: number }>`SELECT COUNT(*) AS n FROM lw_key_waits WHERE queue = ${queue}`.execute(tl.ledger.db);
+    expect(Number(waits.rows[0]?.n)).toBe(0);
+  });
+
   test('explain names the key at its limit; bad input names its field and writes nothing', async () => {
     const queue = freshQueue('keyswhy');
     await tl.ledger.setConcurrencyLimit(queue, 1);

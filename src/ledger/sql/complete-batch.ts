@@ -9,11 +9,13 @@ import type { ClaimedItem, LeaseHandle, SuccessorClaim } from '../types.js';
 import { QUEUE_CLASSES } from '../types.js';
 import { claimedItems, grantLease, readBackClaimed } from './claimed.js';
 import { affected, inline, list, queueScoped } from './common.js';
-import { completeInOneTrip, completeInTwoTrips, isGuardRefusal, type BatchDone } from './complete-laned.js';
+import { completeInOneTrip, completeInTwoTrips, type BatchDone } from './complete-laned.js';
+import { isGuardRefusal } from './guard.js';
 import { bindable } from './bound.js';
 import { completionStatement, type CompletionEntry } from './completion-cas.js';
 import { finalize } from './finalize.js';
-import { handOnKeys, keyCounts } from './key-admission.js';
+import { keyCounts } from './key-admission.js';
+import { handOnKeys } from './key-hand-on.js';
 import { retryPipelined, type Send, type StatementResult } from './pipeline.js';
 
 export type { CompletionEntry } from './completion-cas.js';
@@ -172,7 +174,7 @@ async function completeOnce(
     try {
       const done =
         part === keyed
-          ? await retryPipelined(db, caps, (send) => completeKeyed(send, t, items, keyedNext(next, claimed)))
+          ? await completeKeyedBatch(db, caps, t, items, keyedNext(next, claimed))
           : items.some((e) => e.handle.lane !== null)
             ? await completeLaned(db, caps, t, items, next)
             : // Without lanes or keys the batch is one UPDATE: atomic on its own, no transaction.
@@ -213,16 +215,28 @@ function keyedNext(next: SuccessorClaim | undefined, claimed: readonly ClaimedIt
 
 /**
  * Keyed items completed together, and their keys' slots handed on, in one
- * transaction of three round trips (the completion rides with the keys'
- * locks); any lost CAS sends them all to the single path. Items their ends
- * admit are claimed for the completing consumer's room (key affinity, as
- * lane affinity does for a lane's next head).
+ * transaction: the completion rides with the keys' locks, and the hand-on's
+ * writes with the COMMIT, two round trips. When a waiting item read was
+ * cancelled meanwhile, a guard refuses it and the batch runs again with a
+ * hand-on that decides step by step and commits on its own. Any lost CAS
+ * sends them all to the single path. Items their ends admit are claimed for
+ * the completing consumer's room (key affinity, as lane affinity does for a
+ * lane's next head).
  */
-async function completeKeyed(send: Send, t: LedgerTables, entries: readonly CompletionEntry[], next: SuccessorClaim | undefined): Promise<BatchDone> {
+async function completeKeyedBatch(db: LedgerDb, caps: LedgerCapabilities, t: LedgerTables, items: readonly CompletionEntry[], next: SuccessorClaim | undefined): Promise<BatchDone> {
+  try {
+    return await retryPipelined(db, caps, (send) => completeKeyed(send, t, items, next, true));
+  } catch (error) {
+    if (!isGuardRefusal(error)) throw error;
+  }
+  return retryPipelined(db, caps, (send) => completeKeyed(send, t, items, next, false));
+}
+
+async function completeKeyed(send: Send, t: LedgerTables, entries: readonly CompletionEntry[], next: SuccessorClaim | undefined, commitWhenSure: boolean): Promise<BatchDone> {
   const check = ([done]: readonly StatementResult[]): void => {
     if (done?.affected !== entries.length) throw new PartialBatch();
   };
-  const claimed = await handOnKeys(send, t, keyCounts(entries.map((e) => e.handle)), [completionStatement(t, entries)], check, next);
+  const claimed = await handOnKeys(send, t, keyCounts(entries.map((e) => e.handle)), [completionStatement(t, entries)], check, next, commitWhenSure);
   return { won: entries.map(() => true), advanced: new Set(), claimed };
 }
 

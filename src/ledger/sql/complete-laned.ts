@@ -1,13 +1,13 @@
 import { sql, type RawBuilder } from 'kysely';
 import type { Executor } from '../connection.js';
 import { PartialBatch } from '../../errors.js';
-import { errno } from '../retry.js';
 import type { LedgerTables } from '../tables.js';
 import type { ClaimedRow } from '../rows.js';
 import type { ClaimedItem, QueueClass, SuccessorClaim } from '../types.js';
 import { CLAIMED_COLUMNS, claimedItems, grantLease, leaseAssignments, readBackClaimed, type Lease } from './claimed.js';
 import { inline, laneIn, list, queueScoped } from './common.js';
 import { completionStatement, type CompletionEntry } from './completion-cas.js';
+import { refuseUnless } from './guard.js';
 import type { Send } from './pipeline.js';
 import { advanceLocked, headSuccessors, idleLanes, successorPlaces, type EndedHead } from './lane-advance.js';
 
@@ -20,14 +20,6 @@ export interface BatchDone {
   claimed: ClaimedItem[];
 }
 
-/** What the guard of the one-round-trip path raises: "Subquery returns more than 1 row". */
-const GUARD_ERRNO = 1242;
-
-/** The one-round-trip path's guard refused the batch (see completeInOneTrip): the general path is for it. */
-export function isGuardRefusal(error: unknown): boolean {
-  return errno(error) === GUARD_ERRNO;
-}
-
 /** The laned entries' heads, one per lane (the batch holds each lane once). */
 function endedHeads(entries: readonly CompletionEntry[]): EndedHead[] {
   return entries.flatMap((e) => (e.handle.lane === null ? [] : [{ queue: e.handle.queue, lane: e.handle.lane, laneSeq: e.handle.laneSeq ?? 0 }]));
@@ -37,10 +29,8 @@ function endedHeads(entries: readonly CompletionEntry[]): EndedHead[] {
  * A laned batch in a transaction of one round trip, for the common case:
  * every CAS wins, and every lane either has its successor pending at
  * `lane_seq + 1` (sequences are gap free) or ended with this item, so it
- * goes idle. Guards check both; a guard is plain SQL, a subquery that
- * returns rows only when its check fails, which every server refuses as a
- * scalar when there are two. When one fails the transaction rolls back and
- * the caller runs completeInTwoTrips instead. The successors `next` may take
+ * goes idle. Guards (sql/guard.ts) check both: when one fails the
+ * transaction rolls back and the caller runs completeInTwoTrips instead. The successors `next` may take
  * are claimed (up to `next.max`), the rest become heads left pending; no
  * lane row is touched but those of the lanes going idle
  * (src/ledger/sql/lane-advance.ts).
@@ -49,10 +39,7 @@ export async function completeInOneTrip(send: Send, t: LedgerTables, entries: re
   const heads = endedHeads(entries);
   const places = successorPlaces(heads);
   const lease = next && next.max > 0 ? grantLease(next) : undefined;
-  // Raises GUARD_ERRNO when `holds` is false: the migrations table has a row per applied
-  // schema version, so at least two on any ledger this code runs on.
-  const refuseUnless = (holds: RawBuilder<unknown>): RawBuilder<unknown> => sql`(SELECT 1 FROM ${t.migrations} WHERE NOT (${holds}))`;
-  const statements: RawBuilder<unknown>[] = [completionStatement(t, entries), sql`SET @lw_guard = ${refuseUnless(sql`ROW_COUNT() = ${inline(entries.length)}`)}`];
+  const statements: RawBuilder<unknown>[] = [completionStatement(t, entries), refuseUnless(t, sql`ROW_COUNT() = ${inline(entries.length)}`)];
   if (lease && next) {
     statements.push(
       sql`UPDATE ${t.items} FORCE INDEX (ix_lane) SET is_head = 1, ${leaseAssignments(lease)}
@@ -67,7 +54,7 @@ export async function completeInOneTrip(send: Send, t: LedgerTables, entries: re
     sql`SET @lw_handed = @lw_handed + ROW_COUNT()`,
     idleLanes(t, heads),
     // Every lane handed on or gone idle: otherwise a successor was cancelled while it waited, or an enqueue into a lane committed meanwhile.
-    sql`SET @lw_guard = ${refuseUnless(sql`@lw_handed + ROW_COUNT() = ${inline(heads.length)}`)}`,
+    refuseUnless(t, sql`@lw_handed + ROW_COUNT() = ${inline(heads.length)}`),
     sql`SELECT queue, lane FROM ${t.items} FORCE INDEX (ix_lane) WHERE ${places} AND state = 'pending' AND is_head = 1`,
   );
   if (lease) {

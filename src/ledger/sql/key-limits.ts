@@ -2,7 +2,7 @@ import { sql } from 'kysely';
 import type { Executor, LedgerDb } from '../connection.js';
 import type { LedgerTables } from '../tables.js';
 import type { ConcurrencyLimits } from '../types.js';
-import { handOnKeys } from './key-admission.js';
+import { handOnKeys } from './key-hand-on.js';
 import { keyRowLimit, readTypeLimits, typeOfKey } from './key-scope.js';
 import { sendEach } from './pipeline.js';
 import { readQueueSetting, writeQueueSetting } from './queue-settings.js';

@@ -7,7 +7,8 @@ import type { LedgerTables } from '../tables.js';
 import type { AttemptRecord } from '../types.js';
 import { markedPrepared } from './bound.js';
 import { affected, list } from './common.js';
-import { handOnKeys, leaveKeyWait } from './key-admission.js';
+import { leaveKeyWait } from './key-admission.js';
+import { handOnKeys } from './key-hand-on.js';
 import { handOnLane } from './lane-advance.js';
 import { sendEach } from './pipeline.js';
 
@@ -62,7 +63,7 @@ export interface TransitionSpec {
  * One state change of one item, as a CAS. A terminal change of a lane's head
  * also hands the lane on in the same transaction: its next pending item
  * becomes the head, or the lane goes idle (src/ledger/sql/lane-advance.ts);
- * of a keyed item, its key's slot goes on (src/ledger/sql/key-admission.ts).
+ * of a keyed item, its key's slot goes on (src/ledger/sql/key-hand-on.ts).
  * Returns whether the CAS won; a lost CAS writes nothing.
  *
  * A lost connection costs nothing: before COMMIT the change runs again on a

@@ -1,0 +1,26 @@
+import { sql, type RawBuilder } from 'kysely';
+import { errno } from '../retry.js';
+import type { LedgerTables } from '../tables.js';
+
+// Guards of the paths that send their last writes and their COMMIT in one
+// round trip (docs/design.md, "Round trips"): what the writes count on is
+// checked in SQL among them. When it does not hold, the guard raises, the
+// transaction rolls back, and the caller runs the path that decides step by
+// step instead.
+
+/** What a guard raises: "Subquery returns more than 1 row". */
+const GUARD_ERRNO = 1242;
+
+/** A guard refused the transaction: the general path is for it. */
+export function isGuardRefusal(error: unknown): boolean {
+  return errno(error) === GUARD_ERRNO;
+}
+
+/**
+ * A statement that raises GUARD_ERRNO unless `holds`: the migrations table
+ * has a row per applied schema version, so at least two on any ledger this
+ * code runs on, and a scalar subquery of two rows fails.
+ */
+export function refuseUnless(t: LedgerTables, holds: RawBuilder<unknown>): RawBuilder<unknown> {
+  return sql`SET @lw_guard = (SELECT 1 FROM ${t.migrations} WHERE NOT (${holds}))`;
+}

@@ -1,0 +1,294 @@
+import { sql, type RawBuilder } from 'kysely';
+import type { LedgerTables } from '../tables.js';
+import type { ClaimedRow } from '../rows.js';
+import type { ClaimedItem, SuccessorClaim } from '../types.js';
+import { claimedItems, grantLease, leaseAssignments, readBackClaimed, type Lease } from './claimed.js';
+import { inline, list, literal, queueScoped } from './common.js';
+import { refuseUnless } from './guard.js';
+import { keyIn, sortKeys, type KeyCount } from './key-admission.js';
+import { keyLimits, limitScope, limitsRead, UNLIMITED } from './key-scope.js';
+import type { Send, StatementResult } from './pipeline.js';
+
+// The hand-on of concurrency keys (docs/design.md §3, Concurrency keys): when
+// admitted items of a key end, its earliest-due waiting items take the slots
+// they free, under the key row's lock, so hand-ons and admissions of one key
+// take turns and a waiting item is admitted once. Admission at enqueue is
+// sql/key-admission.ts.
+
+/** The most waiting items one hand-on admits per key (a raised limit admits the rest at the next). */
+const MAX_ADMIT = 500;
+
+interface WaitRow {
+  queue: string;
+  ckey: string;
+  at: string;
+  seq: number;
+  id: string;
+}
+
+/**
+ * Admitted laneless items of these keys ended (`admit` of each; 0 when a
+ * limit was raised): under each key's row lock, its earliest-due waiting
+ * items take the slots that are free now, and the key counts what it holds.
+ * Call it in the transaction that ended them. The row lock comes first, so
+ * hand-ons and admissions of one key take turns, and a waiting item is
+ * admitted once.
+ *
+ * In two round trips on a pipelined transaction. The first, with
+ * `alongside` (e.g. the completion that ended them, whose results `check`
+ * sees before anything is written), locks the keys, gives up the ended
+ * slots, and reads as many waiting items per key as slots ended: a key at
+ * its limit, the usual case, has exactly those free. The second admits
+ * them and counts them held. Only a key with more room than that (a limit
+ * raised) reads again, and a waiting item cancelled meanwhile costs a third.
+ *
+ * With `commitWhenSure` (a transaction that writes nothing after the
+ * hand-on), the second round trip also commits, unless a key reads again:
+ * the keys' locks are then held across one turn of the client instead of
+ * two. A guard (sql/guard.ts) refuses the transaction if a waiting item read
+ * was not admitted (cancelled meanwhile); the caller then runs it again
+ * without.
+ */
+export async function handOnKeys(
+  send: Send,
+  t: LedgerTables,
+  ended: readonly KeyCount[],
+  alongside: readonly RawBuilder<unknown>[] = [],
+  check?: (results: readonly StatementResult[]) => void,
+  claimFor?: SuccessorClaim,
+  commitWhenSure = false,
+): Promise<ClaimedItem[]> {
+  const claimed: ClaimedItem[] = [];
+  const keys = mergeCounts(ended);
+  const freed = keys.filter((k) => k.admit > 0);
+  const guess = freed.map((k) => ({ k, take: Math.min(MAX_ADMIT, k.admit) }));
+  const first = await send([
+    ...alongside,
+    ...(keys.length > 0 ? [lockKeys(t, keys), limitsRead(t, keys)] : []),
+    ...(freed.length > 0 ? [giveUpSlots(t, freed), ...readWaiting(t, guess)] : []),
+  ]);
+  check?.(first.slice(0, alongside.length));
+  if (keys.length === 0) return claimed;
+  const [locked, limitRows] = first.slice(alongside.length) as [StatementResult, StatementResult];
+  const limits = keyLimits(limitRows.rows);
+  /** What each key's row counts, as this transaction last wrote it. */
+  const held = new Map<string, number>();
+  for (const r of locked.rows) {
+    const k = queueScoped(String(r.queue), String(r.ckey));
+    const gone = keys.find((x) => queueScoped(x.queue, x.key) === k)?.admit ?? 0;
+    held.set(k, Math.max(0, Number(r.admitted) - gone));
+  }
+  let readAhead = waitRows(first.slice(alongside.length + 3));
+  for (let round = 0; round < 4; round++) {
+    const wants = keys
+      .map((k) => {
+        const now = held.get(queueScoped(k.queue, k.key));
+        const free = now === undefined ? 0 : (limits.get(limitScope(k)) ?? UNLIMITED) - now;
+        return { k, take: Math.min(MAX_ADMIT, Math.max(0, free)) };
+      })
+      .filter((w) => w.take > 0);
+    const ahead = round === 0 ? fromReadAhead(wants, guess, readAhead) : undefined;
+    readAhead = [];
+    const waiting = ahead ?? (wants.length === 0 ? [] : waitRows(await send(readWaiting(t, wants))));
+    if (waiting.length === 0) break;
+    const ids = waiting.map((w) => w.id);
+    // Key affinity: the completing consumer's room takes the first of them claimed, as a lane's successor is.
+    const room = claimFor ? Math.max(0, claimFor.max - claimed.length) : 0;
+    const lease = claimFor && room > 0 ? grantLease(claimFor) : undefined;
+    const taken = lease && claimFor ? ids.slice(0, room) : [];
+    const perKey = countPerKey(waiting);
+    if (commitWhenSure && ahead !== undefined) {
+      const results = await send(
+        [
+          ...(lease && claimFor ? [claimAdmitted(t, taken, lease, claimFor), sql`SET @lw_admitted = ROW_COUNT()`, readBackClaimed(t, taken, lease.token)] : [sql`SET @lw_admitted = 0`]),
+          admitWaiting(t, ids),
+          refuseUnless(t, sql`@lw_admitted + ROW_COUNT() = ${inline(ids.length)}`),
+          leaveLine(t, waiting),
+          addHeld(t, perKey),
+        ],
+        { commit: true },
+      );
+      if (lease) claimed.push(...claimedItems((results[2]?.rows ?? []) as unknown as ClaimedRow[], lease));
+      return claimed;
+    }
+    const results = await send([
+      ...(lease && claimFor ? [claimAdmitted(t, taken, lease, claimFor), readBackClaimed(t, taken, lease.token)] : []),
+      admitWaiting(t, ids),
+      leaveLine(t, waiting),
+      // Counted as if all were admitted: a waiting item cancelled meanwhile is uncounted below.
+      addHeld(t, perKey),
+    ]);
+    if (lease) claimed.push(...claimedItems((results[1]?.rows ?? []) as unknown as ClaimedRow[], lease));
+    const set = (lease ? (results[0]?.affected ?? 0) : 0) + (results[lease ? 2 : 0]?.affected ?? 0);
+    for (const d of perKey) held.set(queueScoped(d.queue, d.key), (held.get(queueScoped(d.queue, d.key)) ?? 0) + d.n);
+    if (set === ids.length) break;
+    // Admitted: made heads now, left pending or claimed for the completing consumer; one cancelled meanwhile is neither.
+    const [heads] = await send([sql`SELECT id FROM ${t.items} WHERE id IN (${list(ids)}) AND is_head = 1 AND state IN ('pending', 'processing')`]);
+    const admitted = new Set((heads?.rows ?? []).map((x) => String(x.id)));
+    const passedOver = countPerKey(waiting.filter((w) => !admitted.has(w.id)));
+    for (const d of passedOver) held.set(queueScoped(d.queue, d.key), (held.get(queueScoped(d.queue, d.key)) ?? 0) - d.n);
+    if (passedOver.length > 0) await send([addHeld(t, passedOver.map((d) => ({ ...d, n: -d.n })))]);
+    // A waiting item cancelled meanwhile was passed over: its key looks again, once its slots are not all taken.
+    const short = wants.some((w) => {
+      const read = waiting.filter((x) => x.queue === w.k.queue && x.ckey === w.k.key);
+      return read.length === w.take && read.some((x) => !admitted.has(x.id));
+    });
+    if (!short) break;
+  }
+  return claimed;
+}
+
+/**
+ * The waiting items the first round trip read ahead, when they are all the
+ * keys want: per key, either as many as it has free, or its whole line.
+ * Undefined when some key has room beyond what was read (it reads again).
+ */
+function fromReadAhead(wants: readonly { k: KeyCount; take: number }[], guess: readonly { k: KeyCount; take: number }[], rows: readonly WaitRow[]): WaitRow[] | undefined {
+  const out: WaitRow[] = [];
+  for (const w of wants) {
+    const g = guess.find((x) => x.k.queue === w.k.queue && x.k.key === w.k.key);
+    const line = rows.filter((r) => r.queue === w.k.queue && r.ckey === w.k.key).sort(byPlace);
+    if (g === undefined || (w.take > g.take && line.length === g.take)) return undefined;
+    out.push(...line.slice(0, w.take));
+  }
+  return out;
+}
+
+function byPlace(a: WaitRow, b: WaitRow): number {
+  return a.at < b.at ? -1 : a.at > b.at ? 1 : Number(a.seq) - Number(b.seq) || (a.id < b.id ? -1 : a.id > b.id ? 1 : 0);
+}
+
+interface KeyDelta {
+  queue: string;
+  key: string;
+  n: number;
+}
+
+/** How many of `rows` each key has. */
+function countPerKey(rows: readonly WaitRow[]): KeyDelta[] {
+  const m = new Map<string, KeyDelta>();
+  for (const r of rows) {
+    const k = queueScoped(r.queue, r.ckey);
+    const d = m.get(k);
+    if (d) d.n++;
+    else m.set(k, { queue: r.queue, key: r.ckey, n: 1 });
+  }
+  return [...m.values()];
+}
+
+/** Admitted and claimed at once under the completing consumer's lease, if due and of the classes and types it takes. */
+function claimAdmitted(t: LedgerTables, ids: readonly string[], lease: Lease, next: SuccessorClaim): RawBuilder<unknown> {
+  const classes = next.classes && next.classes.length > 0 ? sql` AND queue_class IN (${list(next.classes)})` : sql``;
+  const types = next.types && next.types.length > 0 ? sql` AND type IN (${list(next.types)})` : sql``;
+  return sql`UPDATE ${t.items} SET is_head = 1, ${leaseAssignments(lease)}
+    WHERE id IN (${list(ids)}) AND state = 'pending' AND is_head = 0 AND run_after <= NOW(6)${classes}${types}`;
+}
+
+function lockKeys(t: LedgerTables, keys: readonly KeyCount[]): RawBuilder<unknown> {
+  return sql`SELECT queue, ckey, admitted FROM ${t.keys} WHERE (queue, ckey) IN (${keyIn(keys)}) ORDER BY queue, ckey FOR UPDATE`;
+}
+
+/** The ended items' slots are free: each key counts `admit` fewer (never below 0). */
+function giveUpSlots(t: LedgerTables, keys: readonly KeyCount[]): RawBuilder<unknown> {
+  return sql`UPDATE ${t.keys} SET admitted = GREATEST(admitted - ${perKey(keys.map((k) => ({ ...k, n: k.admit })))}, 0) WHERE (queue, ckey) IN (${keyIn(keys)})`;
+}
+
+/** Each key counts `n` more admitted items (fewer, when negative). */
+function addHeld(t: LedgerTables, deltas: readonly KeyDelta[]): RawBuilder<unknown> {
+  return sql`UPDATE ${t.keys} SET admitted = admitted + ${perKey(deltas)} WHERE (queue, ckey) IN (${keyIn(deltas)})`;
+}
+
+/**
+ * Each key row's own `n`, in an UPDATE of those rows: the number itself when
+ * all have the same (the usual batch: one item of each key), else one CASE
+ * arm per distinct n, not per key (a CASE is read through for every row).
+ */
+function perKey(amounts: readonly { queue: string; key: string; n: number }[]): RawBuilder<unknown> {
+  const byN = new Map<number, { queue: string; key: string }[]>();
+  for (const a of amounts) byN.set(a.n, [...(byN.get(a.n) ?? []), a]);
+  const groups = [...byN];
+  if (groups.length === 1) return inline(groups[0]![0]);
+  const arms = groups.map(([n, keys]) => sql`WHEN (queue, ckey) IN (${keyIn(keys)}) THEN ${inline(n)}`);
+  return sql`(CASE ${sql.join(arms, sql` `)} ELSE 0 END)`;
+}
+
+function mergeCounts(ended: readonly KeyCount[]): KeyCount[] {
+  const m = new Map<string, KeyCount>();
+  for (const e of ended) {
+    const k = queueScoped(e.queue, e.key);
+    const c = m.get(k);
+    if (c) {
+      c.n += e.n;
+      c.admit += e.admit;
+    }
+    else m.set(k, { ...e });
+  }
+  return sortKeys([...m.values()]);
+}
+
+/** Keys that take at most this many waiting items are read by place (readWaiting). */
+const BY_PLACE = 4;
+const PLACE_SEPARATOR = '|';
+
+/**
+ * Each key's earliest-due waiting items, up to `take`; waitRows reads the
+ * answers. The keys that take at most BY_PLACE (the usual batch: one each)
+ * are one statement: per key row, its line's first places, each an ordered
+ * lookup of one row on key_waits' primary key, answered as `place0`,
+ * `place1`, … (run after, seq and id in one string). One query per key,
+ * which the server plans apart, cost several times more. A key that takes
+ * more reads its ordered range in a query of its own.
+ */
+function readWaiting(t: LedgerTables, wants: readonly { k: KeyCount; take: number }[]): RawBuilder<unknown>[] {
+  const statements: RawBuilder<unknown>[] = [];
+  const byTake = new Map<number, KeyCount[]>();
+  for (const w of wants.filter((x) => x.take <= BY_PLACE)) byTake.set(w.take, [...(byTake.get(w.take) ?? []), w.k]);
+  if (byTake.size > 0) {
+    const place = (n: number): RawBuilder<unknown> =>
+      sql`(SELECT CONCAT(DATE_FORMAT(w.run_after, '%Y-%m-%d %H:%i:%s.%f'), ${PLACE_SEPARATOR}, w.seq, ${PLACE_SEPARATOR}, w.id) FROM ${t.keyWaits} w
+        WHERE w.queue = k.queue AND w.ckey = k.ckey ORDER BY w.run_after, w.seq, w.id LIMIT 1 OFFSET ${inline(n)})`;
+    const parts = [...byTake].map(([take, keys]) => {
+      const places = Array.from({ length: BY_PLACE }, (_, n) => (n < take ? sql`${place(n)} AS place${sql.raw(String(n))}` : sql`NULL AS place${sql.raw(String(n))}`));
+      return sql`SELECT k.queue, k.ckey, ${sql.join(places)} FROM ${t.keys} k WHERE (k.queue, k.ckey) IN (${keyIn(keys)})`;
+    });
+    statements.push(sql.join(parts, sql` UNION ALL `));
+  }
+  const many = wants.filter((x) => x.take > BY_PLACE);
+  if (many.length > 0) {
+    const parts = many.map(
+      (w) => sql`(SELECT queue, ckey, DATE_FORMAT(run_after, '%Y-%m-%d %H:%i:%s.%f') AS at, seq, id FROM ${t.keyWaits}
+        WHERE queue = ${inline(w.k.queue)} AND ckey = ${inline(w.k.key)} ORDER BY run_after, seq, id LIMIT ${inline(w.take)})`,
+    );
+    statements.push(sql.join(parts, sql` UNION ALL `));
+  }
+  return statements;
+}
+
+/** The waiting items readWaiting's statements found, each key's in the order slots go to them. */
+function waitRows(results: readonly StatementResult[]): WaitRow[] {
+  const rows: WaitRow[] = [];
+  for (const r of results.flatMap((x) => x.rows)) {
+    if (!('place0' in r)) {
+      rows.push(r as unknown as WaitRow);
+      continue;
+    }
+    for (let n = 0; n < BY_PLACE; n++) {
+      const place = r[`place${n}`];
+      if (place === null || place === undefined) break;
+      const [at, seq, id] = String(place).split(PLACE_SEPARATOR);
+      rows.push({ queue: String(r.queue), ckey: String(r.ckey), at: at!, seq: Number(seq), id: id! });
+    }
+  }
+  return rows;
+}
+
+/** The waiting items become heads (one cancelled meanwhile does not). */
+function admitWaiting(t: LedgerTables, ids: readonly string[]): RawBuilder<unknown> {
+  return sql`UPDATE ${t.items} SET is_head = 1, updated_at = NOW(6) WHERE id IN (${list(ids)}) AND state = 'pending' AND is_head = 0`;
+}
+
+/** The items read from their keys' lines leave them, admitted or passed over. */
+function leaveLine(t: LedgerTables, waiting: readonly WaitRow[]): RawBuilder<unknown> {
+  const places = waiting.map((w) => `(${literal(w.queue)}, ${literal(w.ckey)}, ${literal(w.at)}, ${literal(Number(w.seq))}, ${literal(w.id)})`).join(', ');
+  return sql`DELETE FROM ${t.keyWaits} WHERE (queue, ckey, run_after, seq, id) IN (${sql.raw(places)})`;
+}
