@@ -30,10 +30,10 @@ function endedHeads(entries: readonly CompletionEntry[]): EndedHead[] {
  * every CAS wins, and every lane either has its successor pending at
  * `lane_seq + 1` (sequences are gap free) or ended with this item, so it
  * goes idle. Guards (sql/guard.ts) check both: when one fails the
- * transaction rolls back and the caller runs completeInTwoTrips instead. The successors `next` may take
- * are claimed (up to `next.max`), the rest become heads left pending; no
- * lane row is touched but those of the lanes going idle
- * (src/ledger/sql/lane-advance.ts).
+ * transaction rolls back and the caller runs completeInTwoTrips instead.
+ * The successors `next` may take are claimed (up to `next.max`), the rest
+ * become heads left pending; no lane row is touched but those of the lanes
+ * going idle (src/ledger/sql/lane-advance.ts).
  */
 export async function completeInOneTrip(send: Send, t: LedgerTables, entries: readonly CompletionEntry[], next: SuccessorClaim | undefined): Promise<BatchDone> {
   const heads = endedHeads(entries);
