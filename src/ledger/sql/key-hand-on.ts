@@ -245,7 +245,7 @@ function readWaiting(t: LedgerTables, wants: readonly { k: KeyCount; take: numbe
   for (const w of wants.filter((x) => x.take <= BY_PLACE)) byTake.set(w.take, [...(byTake.get(w.take) ?? []), w.k]);
   if (byTake.size > 0) {
     const place = (n: number): RawBuilder<unknown> =>
-      sql`(SELECT CONCAT(DATE_FORMAT(w.run_after, '%Y-%m-%d %H:%i:%s.%f'), ${PLACE_SEPARATOR}, w.seq, ${PLACE_SEPARATOR}, w.id) FROM ${t.keyWaits} w
+      sql`(SELECT CONCAT(DATE_FORMAT(w.run_after, '%Y-%m-%d %H:%i:%s.%f'), ${inline(PLACE_SEPARATOR)}, w.seq, ${inline(PLACE_SEPARATOR)}, w.id) FROM ${t.keyWaits} w
         WHERE w.queue = k.queue AND w.ckey = k.ckey ORDER BY w.run_after, w.seq, w.id LIMIT 1 OFFSET ${inline(n)})`;
     const parts = [...byTake].map(([take, keys]) => {
       const places = Array.from({ length: BY_PLACE }, (_, n) => (n < take ? sql`${place(n)} AS place${sql.raw(String(n))}` : sql`NULL AS place${sql.raw(String(n))}`));
