@@ -233,7 +233,6 @@ export interface QueueStats {
   scheduled: number;
 }
 
-/** Which deployment holds a queue, under which epoch (docs/design.md, Ownership epochs). */
 /** A queue's limits per concurrency key as the ledger holds them (docs/design.md §3, Concurrency keys). */
 export interface ConcurrencyLimits {
   queue: string;
@@ -243,6 +242,7 @@ export interface ConcurrencyLimits {
   types: Record<string, number>;
 }
 
+/** Which deployment holds a queue, under which epoch (docs/design.md, Ownership epochs). */
 export interface Ownership {
   queue: string;
   deployment: string;

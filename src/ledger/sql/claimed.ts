@@ -2,8 +2,8 @@ import { sql, type RawBuilder } from 'kysely';
 import { parseJson, type ClaimedRow } from '../rows.js';
 import { tableText, type LedgerTables } from '../tables.js';
 import { INLINE, type ValueWriter } from './bound.js';
-import type { ClaimedItem, QueueClass } from '../types.js';
-import { nowPlusMsWritten, ownerColumn } from './common.js';
+import type { ClaimedItem, QueueClass, SuccessorClaim } from '../types.js';
+import { list, nowPlusMsWritten, ownerColumn } from './common.js';
 import { givenKey, scopeOfKey } from './key-scope.js';
 
 // What a claim writes and what its holder gets back: every claim (a claim
@@ -26,6 +26,14 @@ export function grantLease(l: { token: string; owner: string; leaseMs: number; e
 /** The lease columns a claim writes, as SQL text (its values through `w`, sql/bound.ts): processing, held by `owner` with `token` until now + leaseMs, started now. */
 export function leaseValues(l: Lease, w: ValueWriter = INLINE): { state: string; leaseOwner: string; leaseToken: string; leaseUntil: string; startedAt: string } {
   return { state: "'processing'", leaseOwner: w.value(l.owner), leaseToken: w.value(l.token), leaseUntil: nowPlusMsWritten(w, l.leaseMs), startedAt: 'NOW(6)' };
+}
+
+/** The conditions a completing consumer's claim of successors adds: its classes and types, when it names any. */
+export function successorFilter(next: SuccessorClaim): RawBuilder<unknown> {
+  const parts: RawBuilder<unknown>[] = [];
+  if (next.classes && next.classes.length > 0) parts.push(sql` AND queue_class IN (${list(next.classes)})`);
+  if (next.types && next.types.length > 0) parts.push(sql` AND type IN (${list(next.types)})`);
+  return sql.join(parts, sql``);
 }
 
 /** The SET of a claim's UPDATE: the lease, one more attempt, a fresh epoch and cancel flag. */

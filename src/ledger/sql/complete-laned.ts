@@ -4,7 +4,7 @@ import { PartialBatch } from '../../errors.js';
 import type { LedgerTables } from '../tables.js';
 import type { ClaimedRow } from '../rows.js';
 import type { ClaimedItem, QueueClass, SuccessorClaim } from '../types.js';
-import { CLAIMED_COLUMNS, claimedItems, grantLease, leaseAssignments, readBackClaimed, type Lease } from './claimed.js';
+import { CLAIMED_COLUMNS, claimedItems, grantLease, leaseAssignments, readBackClaimed, successorFilter, type Lease } from './claimed.js';
 import { inline, laneIn, list, queueScoped } from './common.js';
 import { completionStatement, type CompletionEntry } from './completion-cas.js';
 import { refuseUnless } from './guard.js';
@@ -136,12 +136,6 @@ function takes(next: SuccessorClaim, r: SuccessorRow): boolean {
   return !next.types || next.types.length === 0 || next.types.includes(r.type);
 }
 
-function successorFilter(next: SuccessorClaim): RawBuilder<unknown> {
-  const parts: RawBuilder<unknown>[] = [];
-  if (next.classes && next.classes.length > 0) parts.push(sql` AND queue_class IN (${list(next.classes)})`);
-  if (next.types && next.types.length > 0) parts.push(sql` AND type IN (${list(next.types)})`);
-  return sql.join(parts, sql``);
-}
 
 /** The new heads become heads and claimed at once: the claim CAS's effect, then the read-back of what it won. */
 function claimSuccessors(t: LedgerTables, lease: Lease, ids: readonly string[]): RawBuilder<unknown>[] {

@@ -2,7 +2,7 @@ import { sql, type RawBuilder } from 'kysely';
 import type { LedgerTables } from '../tables.js';
 import type { ClaimedRow } from '../rows.js';
 import type { ClaimedItem, SuccessorClaim } from '../types.js';
-import { claimedItems, grantLease, leaseAssignments, readBackClaimed, type Lease } from './claimed.js';
+import { claimedItems, grantLease, leaseAssignments, readBackClaimed, successorFilter, type Lease } from './claimed.js';
 import { inline, list, literal, queueScoped } from './common.js';
 import { refuseUnless } from './guard.js';
 import { keyIn, sortKeys, type KeyCount } from './key-admission.js';
@@ -97,33 +97,25 @@ export async function handOnKeys(
     const lease = claimFor && room > 0 ? grantLease(claimFor) : undefined;
     const taken = lease && claimFor ? ids.slice(0, room) : [];
     const perKey = countPerKey(waiting);
-    if (commitWhenSure && ahead !== undefined) {
-      const results = await send(
-        [
-          ...(lease && claimFor ? [claimAdmitted(t, taken, lease, claimFor), sql`SET @lw_admitted = ROW_COUNT()`, readBackClaimed(t, taken, lease.token)] : [sql`SET @lw_admitted = 0`]),
-          admitWaiting(t, ids),
-          refuseUnless(t, sql`@lw_admitted + ROW_COUNT() = ${inline(ids.length)}`),
-          leaveLine(t, waiting),
-          addHeld(t, perKey),
-        ],
-        { commit: true },
-      );
-      if (lease) claimed.push(...claimedItems((results[2]?.rows ?? []) as unknown as ClaimedRow[], lease));
-      return claimed;
-    }
-    const results = await send([
-      ...(lease && claimFor ? [claimAdmitted(t, taken, lease, claimFor), readBackClaimed(t, taken, lease.token)] : []),
-      admitWaiting(t, ids),
-      leaveLine(t, waiting),
-      // Counted as if all were admitted: a waiting item cancelled meanwhile is uncounted below.
-      addHeld(t, perKey),
-    ]);
+    // Decided on what the first round trip read: commit with the writes, refused if one read was not admitted.
+    const commit = commitWhenSure && ahead !== undefined;
+    const results = await send(
+      [
+        ...(lease && claimFor ? [claimAdmitted(t, taken, lease, claimFor), readBackClaimed(t, taken, lease.token)] : []),
+        admitWaiting(t, ids),
+        leaveLine(t, waiting),
+        // Counted as if all were admitted: a waiting item cancelled meanwhile is uncounted below.
+        addHeld(t, perKey),
+        ...(commit ? [refuseUnless(t, sql`(SELECT COUNT(*) FROM (${admittedOf(t, ids)}) a) = ${inline(ids.length)}`)] : []),
+      ],
+      { commit },
+    );
     if (lease) claimed.push(...claimedItems((results[1]?.rows ?? []) as unknown as ClaimedRow[], lease));
+    if (commit) return claimed;
     const set = (lease ? (results[0]?.affected ?? 0) : 0) + (results[lease ? 2 : 0]?.affected ?? 0);
     for (const d of perKey) held.set(queueScoped(d.queue, d.key), (held.get(queueScoped(d.queue, d.key)) ?? 0) + d.n);
     if (set === ids.length) break;
-    // Admitted: made heads now, left pending or claimed for the completing consumer; one cancelled meanwhile is neither.
-    const [heads] = await send([sql`SELECT id FROM ${t.items} WHERE id IN (${list(ids)}) AND is_head = 1 AND state IN ('pending', 'processing')`]);
+    const [heads] = await send([admittedOf(t, ids)]);
     const admitted = new Set((heads?.rows ?? []).map((x) => String(x.id)));
     const passedOver = countPerKey(waiting.filter((w) => !admitted.has(w.id)));
     for (const d of passedOver) held.set(queueScoped(d.queue, d.key), (held.get(queueScoped(d.queue, d.key)) ?? 0) - d.n);
@@ -178,10 +170,13 @@ function countPerKey(rows: readonly WaitRow[]): KeyDelta[] {
 
 /** Admitted and claimed at once under the completing consumer's lease, if due and of the classes and types it takes. */
 function claimAdmitted(t: LedgerTables, ids: readonly string[], lease: Lease, next: SuccessorClaim): RawBuilder<unknown> {
-  const classes = next.classes && next.classes.length > 0 ? sql` AND queue_class IN (${list(next.classes)})` : sql``;
-  const types = next.types && next.types.length > 0 ? sql` AND type IN (${list(next.types)})` : sql``;
   return sql`UPDATE ${t.items} SET is_head = 1, ${leaseAssignments(lease)}
-    WHERE id IN (${list(ids)}) AND state = 'pending' AND is_head = 0 AND run_after <= NOW(6)${classes}${types}`;
+    WHERE id IN (${list(ids)}) AND state = 'pending' AND is_head = 0 AND run_after <= NOW(6)${successorFilter(next)}`;
+}
+
+/** Which of `ids` this hand-on admitted: heads now, left pending or claimed for the completing consumer (one cancelled meanwhile is neither). */
+function admittedOf(t: LedgerTables, ids: readonly string[]): RawBuilder<unknown> {
+  return sql`SELECT id FROM ${t.items} WHERE id IN (${list(ids)}) AND is_head = 1 AND state IN ('pending', 'processing')`;
 }
 
 function lockKeys(t: LedgerTables, keys: readonly KeyCount[]): RawBuilder<unknown> {
