@@ -215,6 +215,26 @@ describe('fair queues', () => {
     expect(c?.priority).toBe(30);
     expect(byKey((await tl.ledger.claim({ queue, owner: 'w', limit: 30, leaseMs: 60_000 })).items)).toEqual({ A: 10, B: 10, C: 10 });
   });
+  test("a fair queue's consumer claims nothing with its completions, so its claim rounds deal every slot in rounds", async () => {
+    // A lane's next claimed as its item ends keeps the lanes a consumer holds in its slots and prefetch buffer ahead
+    // of every other key's round: with A's flood of 100,000 items over 1,000 lanes, B waited 22 s (bench/fairness.ts).
+    const run = async (fair: boolean): Promise<Consumer> => {
+      const queue = uniqueQueue(fair ? 'fairnext' : 'oldestnext');
+      if (fair) await tl.ledger.setFairness(queue, 'key');
+      await tl.ledger.enqueueMany(Array.from({ length: 200 }, (_, i) => ({ queue, type: 't', lane: `a${i % 10}`, concurrencyKey: 'A', payload: { i } })));
+      await tl.ledger.enqueueMany(Array.from({ length: 20 }, (_, i) => ({ queue, type: 't', concurrencyKey: i % 2 === 0 ? 'B' : 'C', payload: { i } })));
+      const c = new Consumer({ ledger: tl.ledger, queue, concurrency: 4, pollIntervalMs: 100, handlers: { t: async () => undefined } });
+      await scope.start(c);
+      await waitFor(() => c.counters.completed === 220 || undefined, 30_000, 'all 220 done');
+      return c;
+    };
+    // Oldest first, lanes and keys hand their next to the consumer whose item ended (lane and key affinity) ...
+    expect((await run(false)).counters.claimedWithCompletion).toBeGreaterThan(0);
+    // ... a fair queue's consumer leaves them to claim rounds.
+    const fair = await run(true);
+    expect(fair.counters.claimedWithCompletion).toBe(0);
+    expect(fair.counters.claimRounds).toBeGreaterThan(0);
+  });
 });
 
 describe('concurrency keys with consumers', () => {

@@ -21,7 +21,7 @@ import { Handovers, type HandoverWay } from './handover.js';
 import { startLeaseClock } from './lease-keeper.js';
 import type { ConsumerLedger } from './ledger-port.js';
 import { OfferDesk, type OfferDeskHost } from './offer-desk.js';
-import { PauseFollower } from './pause-follower.js';
+import { QueueFlags } from './queue-flags.js';
 import { consumerSettingsSchema, type ConsumerOptions, type ConsumerSettings } from './options.js';
 import { ConsumerRegistration } from './registration.js';
 import { ProgressBatch, RenewalBatch } from './renewals.js';
@@ -69,7 +69,7 @@ export class Consumer<DB = Record<string, never>> extends EventEmitter<ConsumerE
   private loopsSettled: Promise<void> = Promise.resolve();
   private state: 'new' | 'running' | 'stopping' | 'stopped' = 'new';
   private lastFollowUpAt = 0;
-  private readonly pause: PauseFollower;
+  private readonly flags: QueueFlags;
   /** The sweep's share of the ledger's housekeeping for this queue (`maintenance` on). */
   private readonly maintainer: Maintainer | undefined;
   private unregisterLocal: (() => void) | undefined;
@@ -114,7 +114,7 @@ export class Consumer<DB = Record<string, never>> extends EventEmitter<ConsumerE
       { pollIntervalMs: this.settings.pollIntervalMs, redisDownPollMs: this.settings.redisDownPollMs, shared: wake !== undefined },
     );
     this.offers = wake ? new OfferDesk(this.offerDeskHost(), this.handovers, wake.offers) : undefined;
-    this.pause = new PauseFollower({
+    this.flags = new QueueFlags({
       queue: this.settings.queue,
       ledger,
       log: this.log,
@@ -168,7 +168,7 @@ export class Consumer<DB = Record<string, never>> extends EventEmitter<ConsumerE
       if (def.concurrencyLimit !== undefined) await this.ledger.setConcurrencyLimit(this.settings.queue, def.concurrencyLimit, { type });
     }
     if (this.settings.fairness !== undefined) await this.ledger.setFairness(this.settings.queue, this.settings.fairness);
-    if (await this.pause.read()) this.scheduler.setPaused(true);
+    await this.flags.start();
     this.state = 'running';
     await this.registration.start();
     this.scheduler.start();
@@ -270,7 +270,7 @@ export class Consumer<DB = Record<string, never>> extends EventEmitter<ConsumerE
   /** One sweep's housekeeping: expired leases and due probes of this queue back to pending (each announced), idle wake entries taken over. */
   private async housekeeping(signal: SweepSignal | undefined): Promise<void> {
     // The ledger holds the paused flag: each sweep learns it, also with Redis down (the control stream only says it sooner).
-    await this.pause.learn(signal);
+    await this.flags.learn(signal);
     if (this.maintainer) {
       // The pass runs only the steps the signal, when given, says have work.
       const failed = (await this.maintainer.pass(signal ? new Map([[signal.queue, signal]]) : undefined)).failed[0];
@@ -299,7 +299,7 @@ export class Consumer<DB = Record<string, never>> extends EventEmitter<ConsumerE
       this.scheduler.takeWake({ ids: m.ids });
       this.kick();
     } else if (m.type === 'pause' || m.type === 'resume') {
-      this.pause.heard(m.type === 'pause');
+      this.flags.heard(m.type === 'pause');
     } else if (m.type === 'cancel' && Array.isArray(m.ids)) {
       for (const id of m.ids) this.scheduler.takeCancel(id);
     }
@@ -323,7 +323,7 @@ export class Consumer<DB = Record<string, never>> extends EventEmitter<ConsumerE
         renewals: new RenewalBatch(this.ledger),
         progress: new ProgressBatch(this.ledger),
         counted: (counter) => this.counters[counter]++,
-        completer: new BatchCompleter(this.ledger, (wanted) => this.handovers.forSuccessors(wanted)),
+        completer: new BatchCompleter(this.ledger, (wanted) => (this.flags.fair ? undefined : this.handovers.forSuccessors(wanted))),
         settings: this.settings,
         handlers: this.handlers,
         log: this.log,

@@ -190,6 +190,8 @@ export interface SweepSignal {
   dueProbes: boolean;
   /** The queue is paused (Ledger.pause): it claims nothing. */
   paused: boolean;
+  /** The queue is fair (Ledger.setFairness): its consumers claim nothing with their completions. */
+  fair: boolean;
 }
 
 export interface ReclaimOutcome {

@@ -1,0 +1,68 @@
+import type { SweepSignal } from '../ledger/types.js';
+import type { Logger } from '../log.js';
+import type { ConsumerLedger } from './ledger-port.js';
+
+/**
+ * How a consumer holds to its queue's flags in the ledger.
+ *
+ * - **Paused** (docs/design.md, "Pausing a queue"): read at start, heard at
+ *   once from the `pause`/`resume` control messages, and learned from every
+ *   sweep. A sweep's reading older than a message heard since is not kept:
+ *   it would undo the pause (or resume) until the next sweep.
+ * - **Fair** (docs/design.md, "Fair queues"): read at start and learned from
+ *   every sweep. A fair queue's consumer claims nothing with its completions
+ *   (no lane successor, no key's next): those would keep a lane or key it
+ *   already runs in its slots ahead of other keys' rounds.
+ */
+export class QueueFlags {
+  /** Pause and resume messages heard: a read of the flag begun before the last one is dropped. */
+  private messages = 0;
+  private fairNow = false;
+
+  constructor(
+    private readonly host: {
+      queue: string;
+      ledger: Pick<ConsumerLedger, 'pausedQueues' | 'sweepSignals'>;
+      log: Logger;
+      isPaused: () => boolean;
+      setPaused: (paused: boolean) => void;
+    },
+  ) {}
+
+  /** Whether the queue is fair, as last read. */
+  get fair(): boolean {
+    return this.fairNow;
+  }
+
+  /** Both flags, at the consumer's start; the paused one is followed. */
+  async start(): Promise<void> {
+    const [signal] = await this.host.ledger.sweepSignals([this.host.queue]);
+    this.fairNow = signal?.fair ?? false;
+    this.follow(signal?.paused ?? (await this.read()));
+  }
+
+  /** A `pause` or `resume` control message. */
+  heard(paused: boolean): void {
+    this.messages++;
+    this.follow(paused);
+  }
+
+  /** A sweep's reading (its signal, or none: the paused flag is read here). One that disagrees is read again. */
+  async learn(signal: SweepSignal | undefined): Promise<void> {
+    if (signal !== undefined) this.fairNow = signal.fair;
+    if (signal !== undefined && signal.paused === this.host.isPaused()) return;
+    const heard = this.messages;
+    const paused = await this.read();
+    if (heard === this.messages) this.follow(paused);
+  }
+
+  async read(): Promise<boolean> {
+    return (await this.host.ledger.pausedQueues([this.host.queue])).has(this.host.queue);
+  }
+
+  follow(paused: boolean): void {
+    if (paused === this.host.isPaused()) return;
+    this.host.setPaused(paused);
+    this.host.log.info({ paused }, paused ? 'queue paused: claiming nothing' : 'queue resumed');
+  }
+}
