@@ -28,7 +28,7 @@ export const MIN_OFFER_LEASE_MS = 24_000;
  * and an offer taken is gone until its handoff comes and the next is posted:
  * on a slower ledger (an insert of 2-3 ms on TiDB) a producer's next enqueue
  * often found none. With one, 20 % of 1,000 jobs at 200/s went by offer on
- * TiDB; with two, 50-78 %; with four, 63-90 %.
+ * TiDB; with two, 48-78 %; with four, 89-94 %.
  */
 const MAX_STANDING_OFFERS = 4;
 
@@ -93,7 +93,7 @@ interface MyOffer {
  * warm, has caught up with its queue and has two or more free slots, it
  * stands up to MAX_STANDING_OFFERS offers in Redis, each holding a fifth of
  * its free slots. A producer that pops one inserts its items claimed under
- * it and hands them over; the consumer starts it without a claim. The desk replaces its
+ * it and hands them over; the consumer starts them without a claim. The desk replaces its
  * offer before it expires, withdraws it when the slots fill up or the
  * consumer pauses or stops, and when a taken offer's handoff never arrives
  * it asks the ledger for the items under the offer's token, so nothing
