@@ -215,6 +215,7 @@ describe('fair queues', () => {
     expect(c?.priority).toBe(30);
     expect(byKey((await tl.ledger.claim({ queue, owner: 'w', limit: 30, leaseMs: 60_000 })).items)).toEqual({ A: 10, B: 10, C: 10 });
   });
+
   test("a fair queue's consumer claims nothing with its completions, so its claim rounds deal every slot in rounds", async () => {
     // A lane's next claimed as its item ends keeps the lanes a consumer holds in its slots and prefetch buffer ahead
     // of every other key's round: with A's flood of 100,000 items over 1,000 lanes, B waited 22 s (bench/fairness.ts).
