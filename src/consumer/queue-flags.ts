@@ -36,9 +36,10 @@ export class QueueFlags {
 
   /** Both flags, at the consumer's start; the paused one is followed. */
   async start(): Promise<void> {
+    // One row per queue asked, whether or not the ledger holds a row for it.
     const [signal] = await this.host.ledger.sweepSignals([this.host.queue]);
-    this.fairNow = signal?.fair ?? false;
-    this.follow(signal?.paused ?? (await this.read()));
+    this.fairNow = signal?.fair === true;
+    this.follow(signal?.paused === true);
   }
 
   /** A `pause` or `resume` control message. */

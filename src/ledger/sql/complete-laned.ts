@@ -136,7 +136,6 @@ function takes(next: SuccessorClaim, r: SuccessorRow): boolean {
   return !next.types || next.types.length === 0 || next.types.includes(r.type);
 }
 
-
 /** The new heads become heads and claimed at once: the claim CAS's effect, then the read-back of what it won. */
 function claimSuccessors(t: LedgerTables, lease: Lease, ids: readonly string[]): RawBuilder<unknown>[] {
   return [

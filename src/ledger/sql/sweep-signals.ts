@@ -9,7 +9,7 @@ import { inline, list } from './common.js';
  * whether a due head is pending (a claim would find work), a lease has
  * expired, or a dependency probe is due, and whether the queue is paused
  * (its consumers learn it here when Redis is down) or fair. Each is one EXISTS probe of an index
- * range per queue (ix_claim; the waits' ix_probe), so a process serving
+ * range per queue (ix_claim; the waits' ix_probe), the flags one lookup of the queue's row, so a process serving
  * hundreds of idle queues sweeps them with one round trip and no claim.
  */
 export async function sweepSignals(exec: Executor, t: LedgerTables, queues: readonly string[]): Promise<SweepSignal[]> {
@@ -26,15 +26,22 @@ export async function sweepSignals(exec: Executor, t: LedgerTables, queues: read
       EXISTS (SELECT 1 FROM ${t.items} i WHERE i.queue = q.queue AND i.queue_class IN (${classes})
         AND i.state = 'processing' AND i.lease_until < NOW(6)) AS expired,
       EXISTS (SELECT 1 FROM ${t.waits} w WHERE w.queue = q.queue AND w.probe_after <= NOW(6)) AS probes,
-      EXISTS (SELECT 1 FROM ${t.queues} pq WHERE pq.queue = q.queue AND pq.paused = 1) AS paused,
-      EXISTS (SELECT 1 FROM ${t.queues} pq WHERE pq.queue = q.queue AND pq.fair = 1) AS fair
-    FROM (${derived}) AS q`.execute(exec);
-  return r.rows.map((row) => ({
-    queue: row.queue,
-    claimable: Number(row.claimable) === 1,
-    expiredLeases: Number(row.expired) === 1,
-    dueProbes: Number(row.probes) === 1,
-    paused: Number(row.paused) === 1,
-    fair: Number(row.fair) === 1,
-  }));
+      COALESCE(pq.paused, 0) AS paused,
+      COALESCE(pq.fair, 0) AS fair
+    FROM (${derived}) AS q LEFT JOIN ${t.queues} pq ON pq.queue = q.queue`.execute(exec);
+  const signals = new Map(
+    r.rows.map((row) => [
+      row.queue,
+      {
+        queue: row.queue,
+        claimable: Number(row.claimable) === 1,
+        expiredLeases: Number(row.expired) === 1,
+        dueProbes: Number(row.probes) === 1,
+        paused: Number(row.paused) === 1,
+        fair: Number(row.fair) === 1,
+      },
+    ]),
+  );
+  // In the order asked: a join may return its rows in another.
+  return queues.flatMap((q) => signals.get(q) ?? []);
 }
