@@ -5,10 +5,12 @@ import { testScope } from './support/scope.js';
 
 /*
  * A busy lane hands on from item row to item row (docs/design.md §3, Atomic lane advance): the end of a head
- * whose lane has work waiting never touches the lane row, which every enqueue into the lane writes. So neither
- * waits for the other, on any server. Each test holds one side's transaction open and needs the other side to
- * finish meanwhile; on a design where both locked the lane row, the other side would wait for the open
- * transaction until the server's lock wait timeout, and the deadline here fails the test long before.
+ * whose lane has work waiting never touches the lane row, which every enqueue into the lane writes, and claim
+ * rounds read heads without locking them. So none of the three waits for another, on any server. Each test
+ * holds one side's transaction open and needs the other side to finish meanwhile; on a design where both
+ * locked the lane row (or a claim round's read locked the successor the open end made head), the other side
+ * would wait for the open transaction until the server's lock wait timeout, and the deadline here fails the
+ * test long before.
  */
 const scope = testScope();
 
@@ -69,4 +71,27 @@ test("an enqueue into a busy lane held open in the caller's transaction does not
   }
   expect(await mustGet(ledger, head.id)).toMatchObject({ state: 'completed' });
   expect((await claimAll(ledger, queue)).map((c) => c.payload)).toEqual(['next']);
+});
+
+test("claim rounds while a busy lane's head completes in a transaction held open neither wait nor take its successor before the commit", async () => {
+  const { ledger, queue, head } = await busyLane();
+  const claimers = [0, 1, 2, 3];
+  const trx = await ledger.db.startTransaction().execute();
+  let committed = false;
+  try {
+    await ledger.completeInTransaction(trx, head, 'done');
+    // The completion made the successor the lane's head, uncommitted: four claim rounds meanwhile find nothing, and do not wait.
+    const rounds = await within(
+      Promise.all(claimers.map((k) => ledger.claim({ queue, owner: `w${k}`, limit: 10, leaseMs: 60_000 }))),
+      10_000,
+      'the claim rounds',
+    );
+    expect(rounds.flatMap((r) => r.items)).toEqual([]);
+    await trx.commit().execute();
+    committed = true;
+  } finally {
+    if (!committed) await trx.rollback().execute().catch(() => undefined);
+  }
+  const after = await Promise.all(claimers.map((k) => ledger.claim({ queue, owner: `w${k}`, limit: 10, leaseMs: 60_000 })));
+  expect(after.flatMap((r) => r.items).map((c) => c.payload)).toEqual(['next']);
 });
