@@ -75,23 +75,19 @@ test("an enqueue into a busy lane held open in the caller's transaction does not
 
 test("claim rounds while a busy lane's head completes in a transaction held open neither wait nor take its successor before the commit", async () => {
   const { ledger, queue, head } = await busyLane();
-  const claimers = [0, 1, 2, 3];
+  /** Four claim rounds at once, of four owners: what they took. */
+  const fourRounds = async (): Promise<ClaimedItem[]> =>
+    (await Promise.all([0, 1, 2, 3].map((k) => ledger.claim({ queue, owner: `w${k}`, limit: 10, leaseMs: 60_000 })))).flatMap((r) => r.items);
   const trx = await ledger.db.startTransaction().execute();
   let committed = false;
   try {
     await ledger.completeInTransaction(trx, head, 'done');
     // The completion made the successor the lane's head, uncommitted: four claim rounds meanwhile find nothing, and do not wait.
-    const rounds = await within(
-      Promise.all(claimers.map((k) => ledger.claim({ queue, owner: `w${k}`, limit: 10, leaseMs: 60_000 }))),
-      10_000,
-      'the claim rounds',
-    );
-    expect(rounds.flatMap((r) => r.items)).toEqual([]);
+    expect(await within(fourRounds(), 10_000, 'the claim rounds')).toEqual([]);
     await trx.commit().execute();
     committed = true;
   } finally {
     if (!committed) await trx.rollback().execute().catch(() => undefined);
   }
-  const after = await Promise.all(claimers.map((k) => ledger.claim({ queue, owner: `w${k}`, limit: 10, leaseMs: 60_000 })));
-  expect(after.flatMap((r) => r.items).map((c) => c.payload)).toEqual(['next']);
+  expect((await fourRounds()).map((c) => c.payload)).toEqual(['next']);
 });

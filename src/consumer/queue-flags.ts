@@ -57,11 +57,11 @@ export class QueueFlags {
     if (heard === this.messages) this.follow(paused);
   }
 
-  async read(): Promise<boolean> {
+  private async read(): Promise<boolean> {
     return (await this.host.ledger.pausedQueues([this.host.queue])).has(this.host.queue);
   }
 
-  follow(paused: boolean): void {
+  private follow(paused: boolean): void {
     if (paused === this.host.isPaused()) return;
     this.host.setPaused(paused);
     this.host.log.info({ paused }, paused ? 'queue paused: claiming nothing' : 'queue resumed');
