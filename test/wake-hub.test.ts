@@ -1,7 +1,7 @@
 import { Redis } from 'ioredis';
 import { afterEach, expect, test } from 'vitest';
 import type { ControlMessage, WakeEntry } from '../src/wake/messages.js';
-import { MAX_STREAMS_PER_READ } from '../src/wake/wake-read-shard.js';
+import { MAX_STREAMS_PER_READ, UNBLOCK_TRIES } from '../src/wake/wake-read-shard.js';
 import { WakeReader, type WakeSubscriber } from '../src/wake/wake-reader.js';
 import { createLogger } from '../src/log.js';
 import { createTestWake, uniqueQueue, type TestWake } from './support/engine.js';
@@ -114,4 +114,36 @@ test('a queue that joins while a read blocks, or finds room, is read at once: th
   fullReader.notify();
   await waitFor(() => fullRec.seen.entries.length > 0 || undefined, 5_000, 'the queue that found room');
   expect(fullRec.seen.entries.flatMap((e) => e.ids)).toEqual(['full-1']);
+});
+
+test('room that changes many times while a read blocks cuts the read short with one interrupt, not one CLIENT UNBLOCK per change', async () => {
+  tw = createTestWake();
+  const busy = uniqueQueue('hub-busy');
+  await startReader(busy, recorder().subscriber);
+  const full = uniqueQueue('hub-room');
+  const fullRec = recorder(0);
+  const fullReader = await startReader(full, fullRec.subscriber);
+  // The read in flight names only the queue with room.
+  await waitFor(async () => {
+    admin ??= new Redis(redisUrl(), { maxRetriesPerRequest: 1 });
+    const list = (await admin.client('LIST')) as string;
+    return list.split('\n').some((l) => l.includes(`name=lanewake:wake:`) && l.includes('cmd=xreadgroup')) || undefined;
+  }, 5_000, 'a blocking read');
+  await tw.remote().publish([{ queue: full, queueClass: 'default', kind: 'enqueue', ids: ['room-1'] }]);
+
+  const redis = tw.wake.redis;
+  const client = redis.client.bind(redis) as (...args: unknown[]) => Promise<unknown>;
+  let unblocks = 0;
+  (redis as unknown as { client: (...args: unknown[]) => Promise<unknown> }).client = (...args) => {
+    if (String(args[0]).toUpperCase() === 'UNBLOCK') unblocks++;
+    return client(...args);
+  };
+  // A slot frees a hundred times over (a consumer's completions): each change of room is a notify.
+  fullRec.seen.room = 2;
+  for (let i = 0; i < 100; i++) fullReader.notify();
+  await waitFor(() => fullRec.seen.entries.length > 0 || undefined, 5_000, 'the queue that found room');
+  expect(fullRec.seen.entries.flatMap((e) => e.ids)).toEqual(['room-1']);
+  // One interrupt sends at most UNBLOCK_TRIES; one per notify would send at least a hundred.
+  expect(unblocks).toBeGreaterThan(0);
+  expect(unblocks).toBeLessThanOrEqual(UNBLOCK_TRIES);
 });

@@ -8,8 +8,8 @@ import type { HubChannel, HubMember } from './hub-types.js';
 
 const READ_RETRY_MS = 500;
 const NO_ROOM_WAIT_MS = 1000;
-/** Tries of CLIENT UNBLOCK for a read sent but not yet blocking on the server. */
-const UNBLOCK_TRIES = 50;
+/** How many times one interrupt sends CLIENT UNBLOCK, 2 ms apart: a read sent but not yet blocking on the server cannot be unblocked. */
+export const UNBLOCK_TRIES = 50;
 
 /**
  * Most wake streams one blocking read names. Redis checks every named
@@ -42,6 +42,8 @@ export class WakeReadShard {
   private connectionId: number | undefined;
   /** Members the read in flight names; undefined while none is in flight. */
   private reading: ReadonlySet<HubMember> | undefined;
+  /** The interrupt in flight, if any (interrupt). */
+  private interrupting: Promise<void> | undefined;
   private currentRead: Promise<unknown> = Promise.resolve();
   private running = false;
   private loop: Promise<void> = Promise.resolve();
@@ -100,9 +102,18 @@ export class WakeReadShard {
     this.loop = this.readLoop();
   }
 
-  private async interrupt(): Promise<void> {
-    if (!this.host.interruptible) return;
-    await unblockWhileInFlight(this.host.channel.redis as Redis, () => (this.reading !== undefined && this.running ? this.connectionId : undefined));
+  /**
+   * Ends the read in flight. One at a time: room changes with every slot
+   * that frees, and each call would otherwise send its own CLIENT UNBLOCKs,
+   * retried while the read is answered but not yet taken in, to end the
+   * same read.
+   */
+  private interrupt(): Promise<void> {
+    if (!this.host.interruptible) return Promise.resolve();
+    this.interrupting ??= unblockWhileInFlight(this.host.channel.redis as Redis, () => (this.reading !== undefined && this.running ? this.connectionId : undefined)).finally(
+      () => (this.interrupting = undefined),
+    );
+    return this.interrupting;
   }
 
   /** XREADGROUP for the members that have room: a saturated replica leaves wake-ups to idle ones. */
