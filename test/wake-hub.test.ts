@@ -53,6 +53,15 @@ async function blockingConnections(): Promise<string[]> {
     .filter((n) => n === `lanewake:wake:${name}` || n === `lanewake:control:${name}`);
 }
 
+/** Waits until a wake read blocks on the server. */
+async function blockingReadOnServer(): Promise<void> {
+  await waitFor(async () => {
+    admin ??= new Redis(redisUrl(), { maxRetriesPerRequest: 1 });
+    const list = (await admin.client('LIST')) as string;
+    return list.split('\n').some((l) => l.includes(`name=lanewake:wake:`) && l.includes('cmd=xreadgroup')) || undefined;
+  }, 5_000, 'a blocking read');
+}
+
 test('80 queues read through one channel share a blocking read per 64 streams and one control read; each wake-up and control message reaches its own queue only', async () => {
   tw = createTestWake();
   const queues = Array.from({ length: 80 }, (_, i) => uniqueQueue(`hub${i}`));
@@ -88,11 +97,7 @@ test('a queue that joins while a read blocks, or finds room, is read at once: th
   const first = uniqueQueue('hub-first');
   await startReader(first, recorder().subscriber);
   // Let the first read block on the server.
-  await waitFor(async () => {
-    admin ??= new Redis(redisUrl(), { maxRetriesPerRequest: 1 });
-    const list = (await admin.client('LIST')) as string;
-    return list.split('\n').some((l) => l.includes(`name=lanewake:wake:`) && l.includes('cmd=xreadgroup')) || undefined;
-  }, 5_000, 'a blocking read');
+  await blockingReadOnServer();
 
   const late = uniqueQueue('hub-late');
   const lateRec = recorder();
@@ -124,11 +129,7 @@ test('room that changes many times while a read blocks cuts the read short with 
   const fullRec = recorder(0);
   const fullReader = await startReader(full, fullRec.subscriber);
   // The read in flight names only the queue with room.
-  await waitFor(async () => {
-    admin ??= new Redis(redisUrl(), { maxRetriesPerRequest: 1 });
-    const list = (await admin.client('LIST')) as string;
-    return list.split('\n').some((l) => l.includes(`name=lanewake:wake:`) && l.includes('cmd=xreadgroup')) || undefined;
-  }, 5_000, 'a blocking read');
+  await blockingReadOnServer();
   await tw.remote().publish([{ queue: full, queueClass: 'default', kind: 'enqueue', ids: ['room-1'] }]);
 
   const redis = tw.wake.redis;

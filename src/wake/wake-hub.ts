@@ -5,7 +5,7 @@ import { sleep } from '../sleep.js';
 import type { HubChannel, HubMember } from './hub-types.js';
 import { connectionId, createRedisClient, whenReady, type RedisClient } from './redis.js';
 import type { WakeEntry } from './messages.js';
-import { MAX_STREAMS_PER_READ, unblockWhileInFlight, WakeReadShard, type ShardHost } from './wake-read-shard.js';
+import { MAX_STREAMS_PER_READ, ReadInterrupt, WakeReadShard, type ShardHost } from './wake-read-shard.js';
 
 export type { HubChannel, HubMember, WakeSubscriber } from './hub-types.js';
 
@@ -40,6 +40,10 @@ export class WakeHub implements ShardHost {
   private controlConnection: RedisClient | undefined;
   private controlConnectionId: number | undefined;
   private controlReading = false;
+  private readonly controlInterrupt = new ReadInterrupt(
+    () => this.channel.redis as Redis,
+    () => (this.controlReading && this.running ? this.controlConnectionId : undefined),
+  );
   private running = false;
   private down = false;
   private controlLoopDone: Promise<void> = Promise.resolve();
@@ -172,8 +176,7 @@ export class WakeHub implements ShardHost {
   };
 
   private async interruptControl(): Promise<void> {
-    if (!this.interruptible) return;
-    await unblockWhileInFlight(this.channel.redis as Redis, () => (this.controlReading && this.running ? this.controlConnectionId : undefined));
+    if (this.interruptible) await this.controlInterrupt.run();
   }
 
   /** Plain XREAD of every member queue's control stream, from the newest entry at its join. */

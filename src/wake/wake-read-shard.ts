@@ -42,8 +42,10 @@ export class WakeReadShard {
   private connectionId: number | undefined;
   /** Members the read in flight names; undefined while none is in flight. */
   private reading: ReadonlySet<HubMember> | undefined;
-  /** The interrupt in flight, if any (interrupt). */
-  private interrupting: Promise<void> | undefined;
+  private readonly interruption = new ReadInterrupt(
+    () => this.host.channel.redis as Redis,
+    () => (this.reading !== undefined && this.running ? this.connectionId : undefined),
+  );
   private currentRead: Promise<unknown> = Promise.resolve();
   private running = false;
   private loop: Promise<void> = Promise.resolve();
@@ -102,18 +104,8 @@ export class WakeReadShard {
     this.loop = this.readLoop();
   }
 
-  /**
-   * Ends the read in flight. One at a time: room changes with every slot
-   * that frees, and each call would otherwise send its own CLIENT UNBLOCKs,
-   * retried while the read is answered but not yet taken in, to end the
-   * same read.
-   */
   private interrupt(): Promise<void> {
-    if (!this.host.interruptible) return Promise.resolve();
-    this.interrupting ??= unblockWhileInFlight(this.host.channel.redis as Redis, () => (this.reading !== undefined && this.running ? this.connectionId : undefined)).finally(
-      () => (this.interrupting = undefined),
-    );
-    return this.interrupting;
+    return this.host.interruptible ? this.interruption.run() : Promise.resolve();
   }
 
   /** XREADGROUP for the members that have room: a saturated replica leaves wake-ups to idle ones. */
@@ -181,16 +173,33 @@ export class WakeReadShard {
 
 /**
  * Ends the blocking read of connection `idOf()` (CLIENT UNBLOCK, sent on
- * `via`), so the next read names what changed. Retried briefly: a read sent
- * but not yet blocking on the server cannot be unblocked. `idOf` answers
- * undefined once no read is in flight.
+ * `via()`), so the next read names what changed. Retried briefly: a read
+ * sent but not yet blocking on the server cannot be unblocked. `idOf`
+ * answers undefined once no read is in flight. One at a time: room changes
+ * with every slot that frees, and an interrupt per change would send its
+ * own CLIENT UNBLOCKs to end the same read; a call while one runs gets that
+ * one.
  */
-export async function unblockWhileInFlight(via: Redis, idOf: () => number | undefined): Promise<void> {
-  for (let i = 0; i < UNBLOCK_TRIES; i++) {
-    const id = idOf();
-    if (id === undefined) return;
-    if (await unblockClient(via, id).catch(() => false)) return;
-    await sleep(2);
+export class ReadInterrupt {
+  private inFlight: Promise<void> | undefined;
+
+  constructor(
+    private readonly via: () => Redis,
+    private readonly idOf: () => number | undefined,
+  ) {}
+
+  run(): Promise<void> {
+    this.inFlight ??= this.unblock().finally(() => (this.inFlight = undefined));
+    return this.inFlight;
+  }
+
+  private async unblock(): Promise<void> {
+    for (let i = 0; i < UNBLOCK_TRIES; i++) {
+      const id = this.idOf();
+      if (id === undefined) return;
+      if (await unblockClient(this.via(), id).catch(() => false)) return;
+      await sleep(2);
+    }
   }
 }
 
