@@ -36,11 +36,13 @@ interface WaitRow {
  *
  * In two round trips on a pipelined transaction. The first, with
  * `alongside` (e.g. the completion that ended them, whose results `check`
- * sees before anything is written), locks the keys, gives up the ended
- * slots, and reads as many waiting items per key as slots ended: a key at
- * its limit, the usual case, has exactly those free. The second admits
- * them and counts them held. Only a key with more room than that (a limit
- * raised) reads again, and a waiting item cancelled meanwhile costs a third.
+ * sees before anything is written), locks the keys and reads as many
+ * waiting items per key as slots ended: a key at its limit, the usual case,
+ * has exactly those free. The second admits them and writes each key's
+ * count once, as the slots ended and taken leave it: a key that admits as
+ * many as ended, the usual case, is not written at all. Only a key with
+ * more room than that (a limit raised) reads again, and a waiting item
+ * cancelled meanwhile costs a third.
  *
  * With `commitWhenSure` (a transaction that writes nothing after the
  * hand-on), the second round trip also commits, unless a key reads again:
@@ -65,20 +67,39 @@ export async function handOnKeys(
   const first = await send([
     ...alongside,
     ...(keys.length > 0 ? [lockKeys(t, keys), limitsRead(t, keys)] : []),
-    ...(freed.length > 0 ? [giveUpSlots(t, freed), ...readWaiting(t, guess)] : []),
+    ...(freed.length > 0 ? readWaiting(t, guess) : []),
   ]);
   check?.(first.slice(0, alongside.length));
   if (keys.length === 0) return claimed;
   const [locked, limitRows] = first.slice(alongside.length) as [StatementResult, StatementResult];
   const limits = keyLimits(limitRows.rows);
-  /** What each key's row counts, as this transaction last wrote it. */
+  /** What each key holds now, in this transaction. */
   const held = new Map<string, number>();
+  /** What each key's row counts, as this transaction last wrote it (or read it, locked). */
+  const written = new Map<string, number>();
   for (const r of locked.rows) {
     const k = queueScoped(String(r.queue), String(r.ckey));
     const gone = keys.find((x) => queueScoped(x.queue, x.key) === k)?.admit ?? 0;
+    written.set(k, Number(r.admitted));
     held.set(k, Math.max(0, Number(r.admitted) - gone));
   }
-  let readAhead = waitRows(first.slice(alongside.length + 3));
+  const addTo = (deltas: readonly KeyDelta[], sign: 1 | -1): void => {
+    for (const d of deltas) held.set(queueScoped(d.queue, d.key), (held.get(queueScoped(d.queue, d.key)) ?? 0) + sign * d.n);
+  };
+  /** The key rows' counts brought to what the keys hold: only rows whose count moved. */
+  const writeHeld = (): RawBuilder<unknown>[] => {
+    const moved: KeyDelta[] = [];
+    for (const k of keys) {
+      const id = queueScoped(k.queue, k.key);
+      const now = held.get(id);
+      const was = written.get(id);
+      if (now === undefined || was === undefined || now === was) continue;
+      moved.push({ queue: k.queue, key: k.key, n: now - was });
+      written.set(id, now);
+    }
+    return moved.length > 0 ? [addHeld(t, moved)] : [];
+  };
+  let readAhead = waitRows(first.slice(alongside.length + 2));
   for (let round = 0; round < 4; round++) {
     const wants = keys
       .map((k) => {
@@ -90,13 +111,19 @@ export async function handOnKeys(
     const ahead = round === 0 ? fromReadAhead(wants, guess, readAhead) : undefined;
     readAhead = [];
     const waiting = ahead ?? (wants.length === 0 ? [] : waitRows(await send(readWaiting(t, wants))));
-    if (waiting.length === 0) break;
+    if (waiting.length === 0) {
+      // Nothing (more) to admit: the ended slots are given up, and in a transaction that writes nothing after, committed.
+      const last = writeHeld();
+      if (last.length > 0 || commitWhenSure) await send(last, { commit: commitWhenSure });
+      return claimed;
+    }
     const ids = waiting.map((w) => w.id);
     // Key affinity: the completing consumer's room takes the first of them claimed, as a lane's successor is.
     const room = claimFor ? Math.max(0, claimFor.max - claimed.length) : 0;
     const lease = claimFor && room > 0 ? grantLease(claimFor) : undefined;
     const taken = lease && claimFor ? ids.slice(0, room) : [];
-    const perKey = countPerKey(waiting);
+    // Counted as if all were admitted: a waiting item cancelled meanwhile is uncounted below.
+    addTo(countPerKey(waiting), 1);
     // Decided on what the first round trip read: commit with the writes, refused if one read was not admitted.
     const commit = commitWhenSure && ahead !== undefined;
     const results = await send(
@@ -104,8 +131,7 @@ export async function handOnKeys(
         ...(lease && claimFor ? [claimAdmitted(t, taken, lease, claimFor), readBackClaimed(t, taken, lease.token)] : []),
         admitWaiting(t, ids),
         leaveLine(t, waiting),
-        // Counted as if all were admitted: a waiting item cancelled meanwhile is uncounted below.
-        addHeld(t, perKey),
+        ...writeHeld(),
         ...(commit ? [refuseUnless(t, sql`(SELECT COUNT(*) FROM (${admittedOf(t, ids)}) a) = ${inline(ids.length)}`)] : []),
       ],
       { commit },
@@ -113,13 +139,13 @@ export async function handOnKeys(
     if (lease) claimed.push(...claimedItems((results[1]?.rows ?? []) as unknown as ClaimedRow[], lease));
     if (commit) return claimed;
     const set = (lease ? (results[0]?.affected ?? 0) : 0) + (results[lease ? 2 : 0]?.affected ?? 0);
-    for (const d of perKey) held.set(queueScoped(d.queue, d.key), (held.get(queueScoped(d.queue, d.key)) ?? 0) + d.n);
     if (set === ids.length) break;
     const [heads] = await send([admittedOf(t, ids)]);
     const admitted = new Set((heads?.rows ?? []).map((x) => String(x.id)));
     const passedOver = countPerKey(waiting.filter((w) => !admitted.has(w.id)));
-    for (const d of passedOver) held.set(queueScoped(d.queue, d.key), (held.get(queueScoped(d.queue, d.key)) ?? 0) - d.n);
-    if (passedOver.length > 0) await send([addHeld(t, passedOver.map((d) => ({ ...d, n: -d.n })))]);
+    addTo(passedOver, -1);
+    const uncounted = writeHeld();
+    if (uncounted.length > 0) await send(uncounted);
     // A waiting item cancelled meanwhile was passed over: its key looks again, once its slots are not all taken.
     const short = wants.some((w) => {
       const read = waiting.filter((x) => x.queue === w.k.queue && x.ckey === w.k.key);
@@ -181,11 +207,6 @@ function admittedOf(t: LedgerTables, ids: readonly string[]): RawBuilder<unknown
 
 function lockKeys(t: LedgerTables, keys: readonly KeyCount[]): RawBuilder<unknown> {
   return sql`SELECT queue, ckey, admitted FROM ${t.keys} WHERE (queue, ckey) IN (${keyIn(keys)}) ORDER BY queue, ckey FOR UPDATE`;
-}
-
-/** The ended items' slots are free: each key counts `admit` fewer (never below 0). */
-function giveUpSlots(t: LedgerTables, keys: readonly KeyCount[]): RawBuilder<unknown> {
-  return sql`UPDATE ${t.keys} SET admitted = GREATEST(admitted - ${perKey(keys.map((k) => ({ ...k, n: k.admit })))}, 0) WHERE (queue, ckey) IN (${keyIn(keys)})`;
 }
 
 /** Each key counts `n` more admitted items (fewer, when negative). */
