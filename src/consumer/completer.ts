@@ -6,6 +6,8 @@ import type { CompletionLedger } from './ledger-port.js';
 export type SuccessorRoom = (wanted: number) => Handover | undefined;
 
 interface Waiting {
+  /** The completing consumer's room for what its end claims (a lane's next head, the items a key admits). */
+  successors: SuccessorRoom | undefined;
   handle: LeaseHandle;
   result: unknown;
   resolve: (r: FinalizeResult) => void;
@@ -16,6 +18,10 @@ interface Waiting {
 const LANELESS_BATCH = 500;
 /** Laned completions per transaction, two in flight. */
 const LANED_BATCH = 128;
+/** Keyed laneless completions per transaction, one in flight per key partition. */
+const KEYED_BATCH = 500;
+/** Key partitions of a queue's keyed completions in one process: transactions of two partitions never share a key. */
+const KEY_PARTITIONS = 2;
 
 /**
  * Collects completions that arrive close together and writes them in
@@ -30,29 +36,63 @@ const LANED_BATCH = 128;
  *   lane advance, and a claim of the lanes' next heads for this consumer,
  *   lane affinity), two at a time: a transaction of several round trips
  *   that holds lane locks is better overlapped than made larger.
+ * - keyed laneless items: lines shared by every consumer of the queue in
+ *   the process (keyedLines), since their ends hand their keys' slots on
+ *   under the keys' locks.
  */
 export class BatchCompleter {
   private readonly laneless: CompletionLine;
   private readonly laned: CompletionLine;
 
-  constructor(ledger: CompletionLedger, successors?: SuccessorRoom) {
+  constructor(
+    private readonly ledger: CompletionLedger,
+    private readonly successors?: SuccessorRoom,
+  ) {
     this.laneless = new CompletionLine(ledger, LANELESS_BATCH, 1);
-    this.laned = new CompletionLine(ledger, LANED_BATCH, 2, successors);
+    this.laned = new CompletionLine(ledger, LANED_BATCH, 2);
   }
 
   complete(handle: LeaseHandle, result: unknown): Promise<FinalizeResult> {
-    // A keyed item's end may admit its key's next: it goes the way of a laned one, claiming what it hands on.
-    return (handle.lane === null && handle.concurrencyKey === null ? this.laneless : this.laned).complete(handle, result);
+    if (handle.lane === null && handle.concurrencyKey !== null) return keyedLine(this.ledger, handle.queue, handle.concurrencyKey).complete(handle, result, this.successors);
+    return (handle.lane === null ? this.laneless : this.laned).complete(handle, result, this.successors);
   }
+}
+
+/**
+ * The keyed completion lines of one process, per ledger and queue, shared
+ * by its consumers. A keyed end hands its key's slot on with the key's row
+ * locked, in a transaction of two round trips, and a batch of a few hundred
+ * ends shares keys with nearly every other batch in flight. Batches of
+ * separate consumers waited for each other's keys in the database, each
+ * holding the keys it had locked already. Here the keys are split into
+ * KEY_PARTITIONS lines, each writing one batch at a time, so no two keyed
+ * transactions of the process share a key, and a batch gathers the ends of
+ * all the consumers (measured: docs/BENCHMARKS.md, "Capacity").
+ */
+const keyedLines = new WeakMap<CompletionLedger, Map<string, CompletionLine[]>>();
+
+function keyedLine(ledger: CompletionLedger, queue: string, key: string): CompletionLine {
+  let queues = keyedLines.get(ledger);
+  if (queues === undefined) keyedLines.set(ledger, (queues = new Map()));
+  let lines = queues.get(queue);
+  if (lines === undefined) queues.set(queue, (lines = Array.from({ length: KEY_PARTITIONS }, () => new CompletionLine(ledger, KEYED_BATCH, 1))));
+  return lines[keyPartition(key)]!;
+}
+
+/** FNV-1a of the key's UTF-16 code units: the same key, the same line. */
+function keyPartition(key: string): number {
+  let h = 0x811c9dc5;
+  for (let i = 0; i < key.length; i++) h = Math.imul(h ^ key.charCodeAt(i), 0x01000193);
+  return (h >>> 0) % KEY_PARTITIONS;
 }
 
 /**
  * One line of batches: completions that arrive in the same turn of the
  * event loop go together; while `maxFlushes` batches are being written, the
  * next one gathers; when more wait than one batch takes, another batch is
- * written alongside, up to `maxFlushes`. A batch with laned items asks
- * `successors` for room, and claims its lanes' next heads with the
- * completion.
+ * written alongside, up to `maxFlushes`. A batch with laned or keyed items
+ * asks a completing consumer for room (the one with most of them in the
+ * batch), and claims for it what their ends hand on.
  */
 class CompletionLine {
   private queue: Waiting[] = [];
@@ -62,12 +102,11 @@ class CompletionLine {
     private readonly ledger: CompletionLedger,
     private readonly maxBatch: number,
     private readonly maxFlushes: number,
-    private readonly successors?: SuccessorRoom,
   ) {}
 
-  complete(handle: LeaseHandle, result: unknown): Promise<FinalizeResult> {
+  complete(handle: LeaseHandle, result: unknown, successors: SuccessorRoom | undefined): Promise<FinalizeResult> {
     return new Promise((resolve, reject) => {
-      this.queue.push({ handle, result, resolve, reject });
+      this.queue.push({ successors, handle, result, resolve, reject });
       if (this.flushes === 0) {
         this.flushes++;
         setImmediate(() => void this.flush());
@@ -83,8 +122,8 @@ class CompletionLine {
         this.flushes++;
         void this.flush();
       }
-      const laned = batch.filter((w) => w.handle.lane !== null || w.handle.concurrencyKey !== null).length;
-      const room = laned > 0 ? this.successors?.(laned) : undefined;
+      const handing = batch.filter((w) => w.handle.lane !== null || w.handle.concurrencyKey !== null);
+      const room = handing.length > 0 ? roomOfMost(handing)?.(handing.length) : undefined;
       try {
         const { results, claimed } = await this.ledger.completeManyClaimingNext(
           batch.map((w) => ({ handle: w.handle, result: w.result })),
@@ -99,4 +138,17 @@ class CompletionLine {
     }
     this.flushes--;
   }
+}
+
+/** The room of the consumer with most of these ends (every one of a consumer's own line is its own). */
+function roomOfMost(ends: readonly Waiting[]): SuccessorRoom | undefined {
+  const counts = new Map<SuccessorRoom | undefined, number>();
+  let best: SuccessorRoom | undefined;
+  let most = 0;
+  for (const w of ends) {
+    const n = (counts.get(w.successors) ?? 0) + 1;
+    counts.set(w.successors, n);
+    if (n > most) [best, most] = [w.successors, n];
+  }
+  return best;
 }
