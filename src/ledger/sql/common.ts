@@ -90,6 +90,18 @@ export function ownerColumn(owner: string): string {
 }
 
 /** A map key for a value scoped to its queue (a lane, an idempotency key). */
+/** Items by `keyOf`, each group in the items' order (one pass: batches name hundreds of keys). */
+export function groupBy<T, K>(items: Iterable<T>, keyOf: (item: T) => K): Map<K, T[]> {
+  const groups = new Map<K, T[]>();
+  for (const item of items) {
+    const k = keyOf(item);
+    const group = groups.get(k);
+    if (group) group.push(item);
+    else groups.set(k, [item]);
+  }
+  return groups;
+}
+
 export function queueScoped(queue: string, key: string): string {
   return `${queue}\u0000${key}`;
 }

@@ -2,7 +2,7 @@ import { sql, type RawBuilder } from 'kysely';
 import type { Executor, LedgerDb } from '../connection.js';
 import { retryOnConflict } from '../retry.js';
 import type { LedgerTables } from '../tables.js';
-import { byteOrder, inline, list, literal, queueScoped } from './common.js';
+import { byteOrder, groupBy, inline, list, literal, queueScoped } from './common.js';
 import type { KeyScope } from '../types.js';
 import { storedKey, typeLimitOf, UNLIMITED } from './key-scope.js';
 
@@ -123,9 +123,8 @@ function currentRound(t: LedgerTables, queue: string): RawBuilder<unknown> {
  * row stays: the DELETE re-reads each row it locks.
  */
 export async function deleteIdleKeys(db: LedgerDb, t: LedgerTables, keys: readonly { queue: string; key: string }[]): Promise<void> {
-  const byQueue = new Map<string, string[]>();
-  for (const k of keys) byQueue.set(k.queue, [...(byQueue.get(k.queue) ?? []), k.key]);
-  for (const [queue, ckeys] of byQueue) {
+  for (const [queue, group] of groupBy(keys, (k) => k.queue)) {
+    const ckeys = group.map((k) => k.key);
     await retryOnConflict(() =>
       sql`DELETE FROM ${t.keys} WHERE queue = ${inline(queue)} AND ckey IN (${list([...new Set(ckeys)])}) AND admitted = 0
         AND NOT EXISTS (SELECT 1 FROM ${t.keyWaits} w WHERE w.queue = ${t.keys}.queue AND w.ckey = ${t.keys}.ckey)

@@ -3,7 +3,7 @@ import type { LedgerTables } from '../tables.js';
 import type { ClaimedRow } from '../rows.js';
 import type { ClaimedItem, SuccessorClaim } from '../types.js';
 import { claimedItems, grantLease, leaseAssignments, readBackClaimed, successorFilter, type Lease } from './claimed.js';
-import { inline, list, literal, queueScoped } from './common.js';
+import { groupBy, inline, list, literal, queueScoped } from './common.js';
 import { refuseUnless } from './guard.js';
 import { keyIn, sortKeys, type KeyCount } from './key-admission.js';
 import { keyLimits, limitScope, limitsRead, UNLIMITED } from './key-scope.js';
@@ -77,9 +77,10 @@ export async function handOnKeys(
   const held = new Map<string, number>();
   /** What each key's row counts, as this transaction last wrote it (or read it, locked). */
   const written = new Map<string, number>();
+  const byKey = new Map(keys.map((x) => [queueScoped(x.queue, x.key), x]));
   for (const r of locked.rows) {
     const k = queueScoped(String(r.queue), String(r.ckey));
-    const gone = keys.find((x) => queueScoped(x.queue, x.key) === k)?.admit ?? 0;
+    const gone = byKey.get(k)?.admit ?? 0;
     written.set(k, Number(r.admitted));
     held.set(k, Math.max(0, Number(r.admitted) - gone));
   }
@@ -147,8 +148,9 @@ export async function handOnKeys(
     const uncounted = writeHeld();
     if (uncounted.length > 0) await send(uncounted);
     // A waiting item cancelled meanwhile was passed over: its key looks again, once its slots are not all taken.
+    const lines = byLine(waiting);
     const short = wants.some((w) => {
-      const read = waiting.filter((x) => x.queue === w.k.queue && x.ckey === w.k.key);
+      const read = lines.get(queueScoped(w.k.queue, w.k.key)) ?? [];
       return read.length === w.take && read.some((x) => !admitted.has(x.id));
     });
     if (!short) break;
@@ -163,13 +165,20 @@ export async function handOnKeys(
  */
 function fromReadAhead(wants: readonly { k: KeyCount; take: number }[], guess: readonly { k: KeyCount; take: number }[], rows: readonly WaitRow[]): WaitRow[] | undefined {
   const out: WaitRow[] = [];
+  const guessed = new Map(guess.map((g) => [queueScoped(g.k.queue, g.k.key), g]));
+  const lines = byLine(rows);
   for (const w of wants) {
-    const g = guess.find((x) => x.k.queue === w.k.queue && x.k.key === w.k.key);
-    const line = rows.filter((r) => r.queue === w.k.queue && r.ckey === w.k.key).sort(byPlace);
+    const g = guessed.get(queueScoped(w.k.queue, w.k.key));
+    const line = (lines.get(queueScoped(w.k.queue, w.k.key)) ?? []).sort(byPlace);
     if (g === undefined || (w.take > g.take && line.length === g.take)) return undefined;
     out.push(...line.slice(0, w.take));
   }
   return out;
+}
+
+/** Waiting items by their key (queue-scoped), each key's in the order read. */
+function byLine(rows: readonly WaitRow[]): Map<string, WaitRow[]> {
+  return groupBy(rows, (r) => queueScoped(r.queue, r.ckey));
 }
 
 function byPlace(a: WaitRow, b: WaitRow): number {
@@ -220,9 +229,7 @@ function addHeld(t: LedgerTables, deltas: readonly KeyDelta[]): RawBuilder<unkno
  * arm per distinct n, not per key (a CASE is read through for every row).
  */
 function perKey(amounts: readonly { queue: string; key: string; n: number }[]): RawBuilder<unknown> {
-  const byN = new Map<number, { queue: string; key: string }[]>();
-  for (const a of amounts) byN.set(a.n, [...(byN.get(a.n) ?? []), a]);
-  const groups = [...byN];
+  const groups = [...groupBy(amounts, (a) => a.n)];
   if (groups.length === 1) return inline(groups[0]![0]);
   const arms = groups.map(([n, keys]) => sql`WHEN (queue, ckey) IN (${keyIn(keys)}) THEN ${inline(n)}`);
   return sql`(CASE ${sql.join(arms, sql` `)} ELSE 0 END)`;
@@ -257,13 +264,13 @@ const PLACE_SEPARATOR = '|';
  */
 function readWaiting(t: LedgerTables, wants: readonly { k: KeyCount; take: number }[]): RawBuilder<unknown>[] {
   const statements: RawBuilder<unknown>[] = [];
-  const byTake = new Map<number, KeyCount[]>();
-  for (const w of wants.filter((x) => x.take <= BY_PLACE)) byTake.set(w.take, [...(byTake.get(w.take) ?? []), w.k]);
+  const byTake = groupBy(wants.filter((x) => x.take <= BY_PLACE), (w) => w.take);
   if (byTake.size > 0) {
     const place = (n: number): RawBuilder<unknown> =>
       sql`(SELECT CONCAT(DATE_FORMAT(w.run_after, '%Y-%m-%d %H:%i:%s.%f'), ${inline(PLACE_SEPARATOR)}, w.seq, ${inline(PLACE_SEPARATOR)}, w.id) FROM ${t.keyWaits} w
         WHERE w.queue = k.queue AND w.ckey = k.ckey ORDER BY w.run_after, w.seq, w.id LIMIT 1 OFFSET ${inline(n)})`;
-    const parts = [...byTake].map(([take, keys]) => {
+    const parts = [...byTake].map(([take, ws]) => {
+      const keys = ws.map((w) => w.k);
       const places = Array.from({ length: BY_PLACE }, (_, n) => (n < take ? sql`${place(n)} AS place${sql.raw(String(n))}` : sql`NULL AS place${sql.raw(String(n))}`));
       return sql`SELECT k.queue, k.ckey, ${sql.join(places)} FROM ${t.keys} k WHERE (k.queue, k.ckey) IN (${keyIn(keys)})`;
     });
