@@ -3,6 +3,7 @@
  *
  *   npm run bench:fleet
  *   npm run bench:fleet -- --runs 3 --jobs 20000 --shapes 32x2,4x16 [--cluster] [--warmup 5000] [--cpu-prof DIR]
+ *   npm run bench:fleet -- --keys 1000 --key-limit 3   (the items spread over concurrency keys, limited per key)
  *
  * Per shape (processes × concurrency; by default 32 × 2 against 4 × 16, the
  * same 64 slots): that many worker processes, each a Consumer of one queue
@@ -44,6 +45,9 @@ const CLUSTER = args.includes('--cluster');
 /** Items per replica drained before the measured drain, so each process's code is warm (V8 compiles the hot path on first use). */
 const WARMUP = Number(flag('--warmup') ?? 0);
 const CPU_PROF_DIR = flag('--cpu-prof');
+/** Items spread round-robin over this many concurrency keys (docs/design.md §3, Concurrency keys), the queue's limit per key `--key-limit`. */
+const KEYS = flag('--keys') === undefined ? undefined : Number(flag('--keys'));
+const KEY_LIMIT = Number(flag('--key-limit') ?? 3);
 const PLAIN_REDIS_URL = process.env.LANEWAKE_BENCH_REDIS_URL ?? 'redis://127.0.0.1:6379';
 const log = createLogger('bench', process.env.LANEWAKE_LOG_LEVEL ?? 'warn');
 const WORKER = fileURLToPath(new URL('./fleet-worker.mjs', import.meta.url));
@@ -122,6 +126,7 @@ async function shape(processes: number, concurrency: number, redisUrl: string): 
   const producerWake = new WakeChannel({ redis: redisUrl, keyPrefix: env.keyPrefix, logger: log });
   const workers: ReturnType<typeof startWorker>[] = [];
   try {
+    if (KEYS !== undefined) await producerLedger.setConcurrencyLimit(env.queue, KEY_LIMIT);
     for (let i = 0; i < processes; i++) {
       workers.push(
         startWorker({
@@ -139,7 +144,8 @@ async function shape(processes: number, concurrency: number, redisUrl: string): 
     const producer = new Producer({ ledger: producerLedger, wake: producerWake });
     const enqueue = async (n: number, from: number): Promise<void> => {
       for (let i = 0; i < n; i += 500) {
-        await producer.enqueueMany(Array.from({ length: Math.min(500, n - i) }, (_, k) => ({ queue: env.queue, type: 'noop', payload: { n: from + i + k } })));
+        const keyed = (n: number): { concurrencyKey?: string } => (KEYS !== undefined ? { concurrencyKey: `tenant:${n % KEYS}` } : {});
+        await producer.enqueueMany(Array.from({ length: Math.min(500, n - i) }, (_, k) => ({ queue: env.queue, type: 'noop', payload: { n: from + i + k }, ...keyed(from + i + k) })));
       }
     };
     const completedReach = async (n: number): Promise<void> => {
@@ -243,7 +249,7 @@ async function main(): Promise<void> {
     };
   });
   printTable(
-    `fleet on one machine — median of ${RUNS} run(s), ${JOBS} no-op items from a producer process's pool and channel${cluster ? ', Redis Cluster' : ''}${WARMUP > 0 ? `, after a warm-up drain of ${WARMUP} items per replica` : ''}`,
+    `fleet on one machine — median of ${RUNS} run(s), ${JOBS} no-op items from a producer process's pool and channel${cluster ? ', Redis Cluster' : ''}${KEYS !== undefined ? `, over ${KEYS} concurrency keys of limit ${KEY_LIMIT}` : ''}${WARMUP > 0 ? `, after a warm-up drain of ${WARMUP} items per replica` : ''}`,
     ['processes × concurrency', 'first start ms', 'half busy ms', 'all busy ms', 'jobs/s', 'min–max', 'claimed per replica min / max', 'claim rounds per item', 'empty rounds per item', 'wake entries per item', 'server statements per job', 'worker CPU µs/job', 'server CPU µs/job', 'machine busy %'],
     rows.map((r) => [
       r.shape,
