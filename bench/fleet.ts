@@ -144,7 +144,7 @@ async function shape(processes: number, concurrency: number, redisUrl: string): 
     const producer = new Producer({ ledger: producerLedger, wake: producerWake });
     const enqueue = async (n: number, from: number): Promise<void> => {
       for (let i = 0; i < n; i += 500) {
-        const keyed = (n: number): { concurrencyKey?: string } => (KEYS !== undefined ? { concurrencyKey: `tenant:${n % KEYS}` } : {});
+        const keyed = (seq: number): { concurrencyKey?: string } => (KEYS !== undefined ? { concurrencyKey: `tenant:${seq % KEYS}` } : {});
         await producer.enqueueMany(Array.from({ length: Math.min(500, n - i) }, (_, k) => ({ queue: env.queue, type: 'noop', payload: { n: from + i + k }, ...keyed(from + i + k) })));
       }
     };
