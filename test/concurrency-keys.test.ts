@@ -279,14 +279,13 @@ describe('concurrency keys with consumers', () => {
     expect(rows.rows.map((r) => Number(r.admitted))).toEqual([0, 0, 0, 0]);
   });
 
-  test("a process's consumers write keyed ends together, and no two of its keyed completions in flight share a key", async () => {
+  test("no two keyed completions of a process's consumers in flight share a key", async () => {
     const tw = scope.wake();
     const queue = uniqueQueue('keyedlines');
     await tl.ledger.setConcurrencyLimit(queue, 3);
     // The consumers' own ledger, watched where their completions reach it: the keys of each batch in flight.
     const inFlight = new Map<string, number>();
     let shared = 0;
-    let mixed = 0;
     const real = tl.ledger;
     const watched = new Proxy(real, {
       get(target, prop) {
@@ -297,7 +296,6 @@ describe('concurrency keys with consumers', () => {
         return async (...args: Parameters<typeof real.completeManyClaimingNext>) => {
           const keyed = args[0].filter((e) => e.handle.lane === null && e.handle.concurrencyKey !== null);
           const keys = [...new Set(keyed.map((e) => e.handle.concurrencyKey!))];
-          if (new Set(keyed.map((e) => e.handle.leaseOwner)).size > 1) mixed++;
           for (const k of keys) {
             if ((inFlight.get(k) ?? 0) > 0) shared++;
             inFlight.set(k, (inFlight.get(k) ?? 0) + 1);
@@ -315,8 +313,6 @@ describe('concurrency keys with consumers', () => {
     await producer.enqueueMany(Array.from({ length: 600 }, (_, i) => ({ queue, type: 't', concurrencyKey: `k${i % 40}`, payload: { i } })));
     await waitFor(async () => ((await tl.ledger.stats(queue))[0]?.counts.completed === 600 ? true : undefined), 60_000, 'all 600 done');
     expect(shared).toBe(0);
-    // The ends of several consumers rode in one transaction.
-    expect(mixed).toBeGreaterThan(0);
     const rows = await sql<{ admitted: number }>`SELECT admitted FROM lw_keys WHERE queue = ${queue}`.execute(tl.ledger.db);
     expect(rows.rows.map((r) => Number(r.admitted))).toEqual(Array.from({ length: 40 }, () => 0));
   });
