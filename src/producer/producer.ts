@@ -6,6 +6,7 @@ import { z } from 'zod';
 import { TransactionConflictError, TransactionRolledBackError } from '../errors.js';
 import { isRetryableConflict } from '../ledger/retry.js';
 import { sleep } from '../sleep.js';
+import { groupBy } from '../group-by.js';
 import type { Handover } from '../consumer/handover.js';
 import type { TakenOffer } from '../wake/offers.js';
 import type { WakeChannel } from '../wake/wake-channel.js';
@@ -206,9 +207,8 @@ export class Producer {
     const woken = await this.ledger.wakeDependency(key, opts);
     const wake = this.options.wake;
     if (wake && woken.length > 0) {
-      const byQueue = new Map<string, string[]>();
-      for (const w of woken) byQueue.set(w.queue, [...(byQueue.get(w.queue) ?? []), w.id]);
-      for (const [queue, ids] of byQueue) {
+      for (const [queue, items] of groupBy(woken, (w) => w.queue)) {
+        const ids = items.map((w) => w.id);
         await wake.publishControl(queue, { type: 'dependency', key, ids });
         await wake.publish([{ queue, queueClass: 'default', kind: 'dependency', ids }]);
       }
@@ -283,9 +283,8 @@ export class Producer {
     const wake = this.options.wake;
     return this.ledger.operator.replayDead(filter, async (created) => {
       if (!wake) return;
-      const byClass = new Map<QueueClass, string[]>();
-      for (const c of created) byClass.set(c.queueClass, [...(byClass.get(c.queueClass) ?? []), c.id]);
-      await wake.publish([...byClass].map(([queueClass, ids]) => ({ queue: filter.queue, queueClass, kind: 'replay' as const, ids })));
+      const byClass = groupBy(created, (c) => c.queueClass);
+      await wake.publish([...byClass].map(([queueClass, items]) => ({ queue: filter.queue, queueClass, kind: 'replay' as const, ids: items.map((c) => c.id) })));
     });
   }
 

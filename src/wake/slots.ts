@@ -1,3 +1,4 @@
+import { groupBy } from '../group-by.js';
 /** Redis Cluster key slots (CRC16/XMODEM of the key, or of its `{hash tag}`, mod 16384). */
 export const SLOT_COUNT = 16384;
 
@@ -21,12 +22,5 @@ export function keySlot(key: string): number {
 
 /** `items` grouped by the slot of `keyOf(item)`, in first-seen order: one multi-key command per group is single-slot. */
 export function groupBySlot<T>(items: readonly T[], keyOf: (item: T) => string): T[][] {
-  const groups = new Map<number, T[]>();
-  for (const item of items) {
-    const slot = keySlot(keyOf(item));
-    const g = groups.get(slot);
-    if (g) g.push(item);
-    else groups.set(slot, [item]);
-  }
-  return [...groups.values()];
+  return [...groupBy(items, (item) => keySlot(keyOf(item))).values()];
 }

@@ -1,3 +1,4 @@
+import { groupBy } from '../group-by.js';
 import type { QueueClass } from '../ledger/types.js';
 import { CONSUMER_GROUP, wakeStreamKey } from './keys.js';
 import type { WakeEntry, WakeKind, WakeMessage } from './messages.js';
@@ -124,10 +125,8 @@ export class WakeStreams {
 
   async ack(redis: RedisClient, entries: readonly WakeEntry[]): Promise<void> {
     if (entries.length === 0) return;
-    const byStream = new Map<string, string[]>();
-    for (const e of entries) byStream.set(e.stream, [...(byStream.get(e.stream) ?? []), e.entryId]);
     const pipeline = redis.pipeline();
-    for (const [stream, ids] of byStream) pipeline.xack(stream, CONSUMER_GROUP, ...ids);
+    for (const [stream, acked] of groupBy(entries, (e) => e.stream)) pipeline.xack(stream, CONSUMER_GROUP, ...acked.map((e) => e.entryId));
     await pipeline.exec();
   }
 

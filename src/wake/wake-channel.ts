@@ -15,6 +15,7 @@ import { PublishHealth } from './publish-health.js';
 import { afterUnanswered, clusterOf, createRedisClient, whenReady, type RedisClient, type RedisTarget } from './redis.js';
 import { WakeTimers, type ScheduledEnqueue, type WakeTimer } from './timers.js';
 import { WakeHub } from './wake-hub.js';
+import { groupBy } from '../group-by.js';
 
 export interface WakeChannelOptions {
   redis: RedisTarget;
@@ -140,16 +141,14 @@ export class WakeChannel {
    */
   async publish(messages: readonly (WakeMessage & { queue: string; queueClass: QueueClass })[]): Promise<boolean> {
     if (messages.length === 0) return true;
-    const byQueue = new Map<string, (WakeMessage & { queueClass: QueueClass })[]>();
-    for (const m of messages) {
-      if (this.local.deliver(m.queue, m)) {
-        this.counters.deliveredLocally++;
-        continue;
-      }
-      byQueue.set(m.queue, [...(byQueue.get(m.queue) ?? []), m]);
-    }
-    if (byQueue.size === 0) return true;
-    const remote = [...byQueue.values()].reduce((n, ms) => n + ms.length, 0);
+    const toStreams = messages.filter((m) => {
+      const local = this.local.deliver(m.queue, m);
+      if (local) this.counters.deliveredLocally++;
+      return !local;
+    });
+    if (toStreams.length === 0) return true;
+    const byQueue = groupBy(toStreams, (m) => m.queue);
+    const remote = toStreams.length;
     try {
       if (!(await this.usable())) throw new Error('redis is not connected');
       await Promise.all([...byQueue].map(([queue, ms]) => this.streamsOf(queue).publish(this.redis, ms)));

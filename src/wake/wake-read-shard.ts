@@ -1,6 +1,7 @@
 import type { Redis } from 'ioredis';
 import { Latch } from '../latch.js';
 import { sleep } from '../sleep.js';
+import { groupBy } from '../group-by.js';
 import { connectionId, createRedisClient, unblockClient, whenReady, type RedisClient } from './redis.js';
 import type { WakeEntry } from './messages.js';
 import { readGroupStreams, type GroupReadReply } from './streams.js';
@@ -150,7 +151,7 @@ export class WakeReadShard {
   /** Each entry to a member of its queue that was read for, the one with the most room left first. */
   private deliver(rooms: ReadonlyMap<HubMember, number>, reply: GroupReadReply): void {
     const left = new Map(rooms);
-    const byMember = new Map<HubMember, WakeEntry[]>();
+    const dealt: { to: HubMember; e: WakeEntry }[] = [];
     const seen = new Set<string>();
     for (const m of rooms.keys()) {
       for (const e of m.streams.entriesOf(reply)) {
@@ -164,10 +165,10 @@ export class WakeReadShard {
         }
         if (best === undefined) continue;
         left.set(best, (left.get(best) ?? 0) - 1);
-        byMember.set(best, [...(byMember.get(best) ?? []), e]);
+        dealt.push({ to: best, e });
       }
     }
-    for (const [m, entries] of byMember) m.subscriber.onEntries(entries);
+    for (const [m, entries] of groupBy(dealt, (d) => d.to)) m.subscriber.onEntries(entries.map((d) => d.e));
   }
 }
 

@@ -89,18 +89,6 @@ export function ownerColumn(owner: string): string {
   return owner.replace(/[^\x20-\x7e]/g, '?').slice(0, OWNER_WIDTH);
 }
 
-/** Items by `keyOf`, each group in the items' order (one pass: batches name hundreds of keys). */
-export function groupBy<T, K>(items: Iterable<T>, keyOf: (item: T) => K): Map<K, T[]> {
-  const groups = new Map<K, T[]>();
-  for (const item of items) {
-    const k = keyOf(item);
-    const group = groups.get(k);
-    if (group) group.push(item);
-    else groups.set(k, [item]);
-  }
-  return groups;
-}
-
 /** A map key for a value scoped to its queue (a lane, an idempotency key). */
 export function queueScoped(queue: string, key: string): string {
   return `${queue}\u0000${key}`;

@@ -2,7 +2,8 @@ import { sql, type RawBuilder } from 'kysely';
 import type { Executor, LedgerDb } from '../connection.js';
 import { retryOnConflict } from '../retry.js';
 import type { LedgerTables } from '../tables.js';
-import { byteOrder, groupBy, inline, list, literal, queueScoped } from './common.js';
+import { groupBy } from '../../group-by.js';
+import { byteOrder, inline, list, literal, queueScoped } from './common.js';
 import type { KeyScope } from '../types.js';
 import { storedKey, typeLimitOf, UNLIMITED } from './key-scope.js';
 
