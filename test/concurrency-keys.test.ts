@@ -3,7 +3,7 @@ import { beforeEach, describe, expect, test } from 'vitest';
 import { Consumer } from '../src/consumer/consumer.js';
 import { ValidationError } from '../src/errors.js';
 import { errorDigest } from '../src/ledger/ids.js';
-import type { ClaimedItem } from '../src/ledger/types.js';
+import type { ClaimedItem, SuccessorClaim } from '../src/ledger/types.js';
 import { Producer } from '../src/producer/producer.js';
 import { uniqueQueue } from './support/engine.js';
 import { freshQueue } from './support/items.js';
@@ -92,6 +92,24 @@ describe('concurrency keys at the ledger', () => {
     expect(Number(keyRow.rows[0]?.admitted)).toBe(4);
     const waits = await sql<{ n: number }>`SELECT COUNT(*) AS n FROM lw_key_waits WHERE queue = ${queue}`.execute(tl.ledger.db);
     expect(Number(waits.rows[0]?.n)).toBe(0);
+  });
+
+  test("a batch's ends give what they admit to each completing consumer's room in turn; what no room takes is a head for any claim", async () => {
+    const queue = freshQueue('keysrooms');
+    await tl.ledger.setConcurrencyLimit(queue, 1);
+    // Keys k0..k3: one item of each admitted and claimed, one waiting.
+    const made = await tl.ledger.enqueueMany(Array.from({ length: 8 }, (_, i) => ({ queue, type: 't', concurrencyKey: `k${i % 4}`, payload: { i } })));
+    const held = await claimAll(queue);
+    expect(held.map((h) => h.id).sort()).toEqual(made.slice(0, 4).map((m) => m.id).sort());
+    const room = (name: string, max: number): SuccessorClaim => ({ owner: name, token: `tok_keysrooms_${name}_01`, leaseMs: 60_000, max });
+    const { results, claimed } = await tl.ledger.completeManyClaimingNext(held.map((handle) => ({ handle })), [room('a', 1), room('b', 2)]);
+    expect(results.every((r) => r.won)).toBe(true);
+    expect(claimed.map((c) => c.leaseOwner).sort()).toEqual(['a', 'b', 'b']);
+    const rest = await claimAll(queue);
+    expect(rest).toHaveLength(1);
+    expect([...claimed, ...rest].map((c) => c.id).sort()).toEqual(made.slice(4).map((m) => m.id).sort());
+    const keyRows = await sql<{ admitted: number }>`SELECT admitted FROM lw_keys WHERE queue = ${queue}`.execute(tl.ledger.db);
+    expect(keyRows.rows.map((r) => Number(r.admitted))).toEqual([1, 1, 1, 1]);
   });
 
   test('explain names the key at its limit; bad input names its field and writes nothing', async () => {

@@ -1,5 +1,5 @@
 import { afterAll, beforeAll, expect, test } from 'vitest';
-import { BatchCompleter } from '../src/consumer/completer.js';
+import { BatchCompleter, type SuccessorRoom } from '../src/consumer/completer.js';
 import type { CompletionLedger } from '../src/consumer/ledger-port.js';
 import type { ClaimedItem } from '../src/ledger/types.js';
 import { freshQueue, mustGet } from './support/items.js';
@@ -80,4 +80,32 @@ test('completions go in laneless batches of up to 500, one at a time, and laned 
     expect(stored.state).toBe('completed');
     expect(stored.result).toEqual({ done: item.id });
   }
+});
+
+test("a keyed batch gathers several consumers' ends and hands each, under its own lease, what its ends admit", async () => {
+  const queue = freshQueue('completerrooms');
+  await tl.ledger.setConcurrencyLimit(queue, 1);
+  // 20 keys, each with one item admitted and one waiting.
+  const made = await tl.ledger.enqueueMany(Array.from({ length: 40 }, (_, n) => ({ queue, type: 't', concurrencyKey: `k${n % 20}`, payload: { n } })));
+  const held = await claimAll(queue, 20);
+  expect(held).toHaveLength(20);
+  const accepted = new Map<string, ClaimedItem[]>();
+  const roomOf =
+    (name: string): SuccessorRoom =>
+    (wanted) => ({
+      way: 'successor',
+      lease: { owner: name, token: `tok_${name}_room_${wanted}_0000000`.slice(0, 24), leaseMs: 60_000, max: wanted, classes: ['default'] },
+      accept: (items) => accepted.set(name, [...(accepted.get(name) ?? []), ...items]),
+      cancel: () => undefined,
+    });
+  const a = new BatchCompleter(tl.ledger, roomOf('a'));
+  const b = new BatchCompleter(tl.ledger, roomOf('b'));
+  // In one turn: a's consumer ends 12 of them, b's 8; the process's keyed lines gather both.
+  const results = await Promise.all(held.map((h, i) => (i < 12 ? a : b).complete(h, undefined)));
+  expect(results.every((r) => r.won)).toBe(true);
+  expect(accepted.get('a')).toHaveLength(12);
+  expect(accepted.get('b')).toHaveLength(8);
+  for (const [name, items] of accepted) for (const item of items) expect(item.leaseToken.startsWith(`tok_${name}_`)).toBe(true);
+  const waiting = made.filter((m) => !held.some((h) => h.id === m.id)).map((m) => m.id);
+  expect([...(accepted.get('a') ?? []), ...(accepted.get('b') ?? [])].map((c) => c.id).sort()).toEqual(waiting.sort());
 });

@@ -1,9 +1,10 @@
 import type { FinalizeResult, LeaseHandle } from '../ledger/types.js';
+import { groupBy } from '../group-by.js';
 import type { Handover } from './handover.js';
 import type { CompletionLedger } from './ledger-port.js';
 
-/** Room for a completion batch's lane successors (Handovers.forSuccessors), or undefined when the consumer has none. */
-export type SuccessorRoom = (wanted: number) => Handover | undefined;
+/** Room for what a completion batch's ends hand on (Handovers.forSuccessors): lane successors, or items keys admit (`keyed`); undefined when the consumer has none. */
+export type SuccessorRoom = (wanted: number, keyed: boolean) => Handover | undefined;
 
 interface Waiting {
   /** The completing consumer's room for what its end claims (a lane's next head, the items a key admits). */
@@ -48,8 +49,8 @@ export class BatchCompleter {
     private readonly ledger: CompletionLedger,
     private readonly successors?: SuccessorRoom,
   ) {
-    this.laneless = new CompletionLine(ledger, LANELESS_BATCH, 1);
-    this.laned = new CompletionLine(ledger, LANED_BATCH, 2);
+    this.laneless = new CompletionLine(ledger, LANELESS_BATCH, 1, false);
+    this.laned = new CompletionLine(ledger, LANED_BATCH, 2, false);
   }
 
   complete(handle: LeaseHandle, result: unknown): Promise<FinalizeResult> {
@@ -75,7 +76,7 @@ function keyedLine(ledger: CompletionLedger, queue: string, key: string): Comple
   let queues = keyedLines.get(ledger);
   if (queues === undefined) keyedLines.set(ledger, (queues = new Map()));
   let lines = queues.get(queue);
-  if (lines === undefined) queues.set(queue, (lines = Array.from({ length: KEY_PARTITIONS }, () => new CompletionLine(ledger, KEYED_BATCH, 1))));
+  if (lines === undefined) queues.set(queue, (lines = Array.from({ length: KEY_PARTITIONS }, () => new CompletionLine(ledger, KEYED_BATCH, 1, true))));
   return lines[keyPartition(key)]!;
 }
 
@@ -91,8 +92,8 @@ function keyPartition(key: string): number {
  * event loop go together; while `maxFlushes` batches are being written, the
  * next one gathers; when more wait than one batch takes, another batch is
  * written alongside, up to `maxFlushes`. A batch with laned or keyed items
- * asks a completing consumer for room (the one with most of them in the
- * batch), and claims for it what their ends hand on.
+ * asks each completing consumer for room for as many as it ended (roomsOf),
+ * and claims for them what their ends hand on.
  */
 class CompletionLine {
   private queue: Waiting[] = [];
@@ -102,6 +103,8 @@ class CompletionLine {
     private readonly ledger: CompletionLedger,
     private readonly maxBatch: number,
     private readonly maxFlushes: number,
+    /** Its ends are keyed: what they hand on is what their keys admit. */
+    private readonly keyed: boolean,
   ) {}
 
   complete(handle: LeaseHandle, result: unknown, successors: SuccessorRoom | undefined): Promise<FinalizeResult> {
@@ -122,17 +125,17 @@ class CompletionLine {
         this.flushes++;
         void this.flush();
       }
-      const handing = batch.filter((w) => w.handle.lane !== null || w.handle.concurrencyKey !== null);
-      const room = handing.length > 0 ? roomOfMost(handing)?.(handing.length) : undefined;
+      const rooms = roomsOf(batch.filter((w) => w.handle.lane !== null || w.handle.concurrencyKey !== null), this.keyed);
       try {
         const { results, claimed } = await this.ledger.completeManyClaimingNext(
           batch.map((w) => ({ handle: w.handle, result: w.result })),
-          room?.lease,
+          rooms.map((r) => r.lease),
         );
-        room?.accept(claimed);
+        const byToken = groupBy(claimed, (c) => c.leaseToken);
+        for (const r of rooms) r.accept(byToken.get(r.lease.token) ?? []);
         batch.forEach((w, i) => w.resolve(results[i] ?? { won: false, state: 'completed' }));
       } catch (error) {
-        room?.cancel();
+        for (const r of rooms) r.cancel();
         for (const w of batch) w.reject(error);
       }
     }
@@ -140,15 +143,16 @@ class CompletionLine {
   }
 }
 
-/** The room of the consumer with most of these ends (every one of a consumer's own line is its own). */
-function roomOfMost(ends: readonly Waiting[]): SuccessorRoom | undefined {
-  const counts = new Map<SuccessorRoom | undefined, number>();
-  let best: SuccessorRoom | undefined;
-  let most = 0;
-  for (const w of ends) {
-    const n = (counts.get(w.successors) ?? 0) + 1;
-    counts.set(w.successors, n);
-    if (n > most) [best, most] = [w.successors, n];
-  }
-  return best;
+/**
+ * The room of each consumer with ends among these, for as many as it has,
+ * the one with most first (every one of a consumer's own line is its own):
+ * what their ends hand on is claimed for them, in that order.
+ */
+function roomsOf(ends: readonly Waiting[], keyed: boolean): Handover[] {
+  const counts = new Map<SuccessorRoom, number>();
+  for (const w of ends) if (w.successors !== undefined) counts.set(w.successors, (counts.get(w.successors) ?? 0) + 1);
+  return [...counts]
+    .sort((a, b) => b[1] - a[1])
+    .map(([room, n]) => room(n, keyed))
+    .filter((r): r is Handover => r !== undefined);
 }

@@ -323,7 +323,7 @@ export class Consumer<DB = Record<string, never>> extends EventEmitter<ConsumerE
         renewals: new RenewalBatch(this.ledger),
         progress: new ProgressBatch(this.ledger),
         counted: (counter) => this.counters[counter]++,
-        completer: new BatchCompleter(this.ledger, (wanted) => (this.flags.fair ? undefined : this.handovers.forSuccessors(wanted))),
+        completer: new BatchCompleter(this.ledger, (wanted, keyed) => (this.flags.fair ? undefined : this.handovers.forSuccessors(wanted, keyed))),
         settings: this.settings,
         handlers: this.handlers,
         log: this.log,
@@ -357,6 +357,7 @@ export class Consumer<DB = Record<string, never>> extends EventEmitter<ConsumerE
       types,
       freeSlots: () => this.scheduler.freeSlots(),
       claimRoom: () => this.scheduler.claimRoom(),
+      claimRoomBesideRounds: () => this.scheduler.claimRoomBesideRounds(),
       takesOutsideRounds: () => this.claimsOutsideRounds(),
       handles: (wanted) => {
         for (const t of wanted) if (!this.handlers.has(t) || (types !== undefined && !types.includes(t)) || t in coalescing) return false;

@@ -49,6 +49,8 @@ export interface HandoverHost {
   freeSlots(): number;
   /** What a claim could take now (free slots and prefetch room), less what claim rounds in flight and holds here have. */
   claimRoom(): number;
+  /** claimRoom, plus what claim rounds in flight counted on within the prefetch buffer's target (ClaimScheduler.claimRoomBesideRounds). */
+  claimRoomBesideRounds(): number;
   /** Running, unpaused and unfenced (no fleet-wide cap, no ownership epoch: those fence claims in SQL). */
   takesOutsideRounds(): boolean;
   /** Whether it has handlers for all these types. */
@@ -104,11 +106,15 @@ export class Handovers {
     return this.holdSlots('offer', room, madeAtMs);
   }
 
-  /** Claim room for up to `wanted` lane successors a completion batch may claim (lane affinity), or undefined if none. */
-  forSuccessors(wanted: number): Handover | undefined {
+  /**
+   * Claim room for up to `wanted` lane successors a completion batch may
+   * claim (lane affinity), or items its keyed ends admit (key affinity,
+   * `keyed`: beside claim rounds in flight), or undefined if none.
+   */
+  forSuccessors(wanted: number, keyed: boolean): Handover | undefined {
     // No type it may take outside claim rounds (every one of its types coalesces): an empty list would mean any type.
     if (!this.host.takesOutsideRounds() || this.host.types?.length === 0) return undefined;
-    const room = Math.min(wanted, MAX_CLAIM_ITEMS, this.host.claimRoom());
+    const room = Math.min(wanted, MAX_CLAIM_ITEMS, keyed ? this.host.claimRoomBesideRounds() : this.host.claimRoom());
     if (room <= 0) return undefined;
     this.roomHeld += room;
     return this.handover('successor', room, Date.now(), () => (this.roomHeld -= room));

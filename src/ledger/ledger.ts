@@ -190,16 +190,19 @@ export class Ledger extends LedgerUpkeep {
   }
 
   /**
-   * completeMany with lane affinity (docs/design.md §6): up to `next.max` new
-   * heads its completions make, due and of `next`'s classes and types, are
-   * claimed in the same transaction under `next`'s lease (attempt + 1).
+   * completeMany with lane and key affinity (docs/design.md §6): up to
+   * `next.max` new heads its completions make, due and of `next`'s classes
+   * and types, are claimed in the same transaction under `next`'s lease
+   * (attempt + 1). With several rooms, a lane's next heads go to the first,
+   * and the items keys admit to each in turn.
    * @internal
    */
   async completeManyClaimingNext(
     entries: readonly { handle: LeaseHandle; result?: unknown }[],
-    next?: SuccessorClaim,
+    next?: SuccessorClaim | readonly SuccessorClaim[],
   ): Promise<{ results: FinalizeResult[]; claimed: ClaimedItem[] }> {
-    const successors = next === undefined ? undefined : validate(successorClaimSchema, next, 'completeManyClaimingNext');
+    const rooms = next === undefined ? [] : Array.isArray(next) ? next : [next as SuccessorClaim];
+    const successors = rooms.map((r: SuccessorClaim) => validate(successorClaimSchema, r, 'completeManyClaimingNext'));
     return completeEntries(this.finishTarget, entries, successors);
   }
 

@@ -59,7 +59,7 @@ export function completion(result: unknown, resultMaxBytes: number): Ending {
 export async function completeEntries(
   target: FinishTarget,
   entries: readonly { handle: LeaseHandle; result?: unknown }[],
-  successors: SuccessorClaim | undefined,
+  successors: readonly SuccessorClaim[],
 ): Promise<{ results: FinalizeResult[]; claimed: ClaimedItem[] }> {
   const out: (FinalizeResult | undefined)[] = new Array(entries.length);
   const ok: { index: number; handle: LeaseHandle; resultJson: string | null }[] = [];

@@ -51,7 +51,7 @@ export async function completeMany(
   caps: LedgerCapabilities,
   t: LedgerTables,
   entries: readonly CompletionEntry[],
-  next?: SuccessorClaim,
+  rooms: readonly SuccessorClaim[] = [],
 ): Promise<BatchCompletion> {
   const out: CompletionOutcome[] = entries.map(() => ({ won: false, laneAdvanced: false }));
   const claimed: ClaimedItem[] = [];
@@ -59,7 +59,7 @@ export async function completeMany(
   for (let attempt = 1; todo.length > 0; attempt++) {
     const batch = todo.map((i) => entries[i]!);
     try {
-      const done = await completeOnce(db, caps, t, batch, next);
+      const done = await completeOnce(db, caps, t, batch, rooms);
       done.outcomes.forEach((o, k) => (out[todo[k]!] = o));
       claimed.push(...done.claimed);
       return { outcomes: out, claimed };
@@ -72,8 +72,8 @@ export async function completeMany(
         // Whether a completed item's lane got a pending head is not known here: assume one, as the single path does.
         if (settled[k] !== 'open') out[todo[k]!] = { won: settled[k] === 'completed', laneAdvanced: settled[k] === 'completed' && e.handle.lane !== null };
       });
-      if (next && mine.some((h) => h.lane !== null || h.concurrencyKey !== null)) {
-        claimed.push(...(await readAfterLostConnection(() => successorsClaimed(db, t, mine, next), error)));
+      if (mine.some((h) => h.lane !== null || h.concurrencyKey !== null)) {
+        for (const next of rooms) claimed.push(...(await readAfterLostConnection(() => successorsClaimed(db, t, mine, next), error)));
       }
       todo = todo.filter((_, k) => settled[k] === 'open');
       if (todo.length > 0) await retryDelay(CONNECTION_RETRY, attempt);
@@ -148,7 +148,7 @@ async function completeOnce(
   caps: LedgerCapabilities,
   t: LedgerTables,
   entries: readonly CompletionEntry[],
-  next?: SuccessorClaim,
+  rooms: readonly SuccessorClaim[],
 ): Promise<BatchCompletion> {
   const out: CompletionOutcome[] = entries.map(() => ({ won: false, laneAdvanced: false }));
   const claimed: ClaimedItem[] = [];
@@ -174,9 +174,9 @@ async function completeOnce(
     try {
       const done =
         part === keyed
-          ? await completeKeyedBatch(db, caps, t, items, keyedNext(next, claimed))
+          ? await completeKeyedBatch(db, caps, t, items, roomsLeft(rooms, claimed))
           : items.some((e) => e.handle.lane !== null)
-            ? await completeLaned(db, caps, t, items, next)
+            ? await completeLaned(db, caps, t, items, rooms[0])
             : // Without lanes or keys the batch is one UPDATE: atomic on its own, no transaction.
               await retryOnConflict(() => completeLanelessBatch(db, caps, t, items));
       claimed.push(...done.claimed);
@@ -208,9 +208,9 @@ async function completeLaned(db: LedgerDb, caps: LedgerCapabilities, t: LedgerTa
   return retryPipelined(db, caps, (send, exec) => completeInTwoTrips(send, exec, t, items, next));
 }
 
-/** What is left of the consumer's room for successors once the laned part of the batch took its lanes' next heads. */
-function keyedNext(next: SuccessorClaim | undefined, claimed: readonly ClaimedItem[]): SuccessorClaim | undefined {
-  return next && next.max > claimed.length ? { ...next, max: next.max - claimed.length } : undefined;
+/** What is left of the consumers' rooms for successors once the laned part of the batch took its lanes' next heads (for the first room). */
+function roomsLeft(rooms: readonly SuccessorClaim[], claimed: readonly ClaimedItem[]): SuccessorClaim[] {
+  return rooms.map((r) => ({ ...r, max: r.max - claimed.filter((c) => c.leaseToken === r.token).length })).filter((r) => r.max > 0);
 }
 
 /**
@@ -223,20 +223,20 @@ function keyedNext(next: SuccessorClaim | undefined, claimed: readonly ClaimedIt
  * the completing consumer's room (key affinity, as lane affinity does for a
  * lane's next head).
  */
-async function completeKeyedBatch(db: LedgerDb, caps: LedgerCapabilities, t: LedgerTables, items: readonly CompletionEntry[], next: SuccessorClaim | undefined): Promise<BatchDone> {
+async function completeKeyedBatch(db: LedgerDb, caps: LedgerCapabilities, t: LedgerTables, items: readonly CompletionEntry[], rooms: readonly SuccessorClaim[]): Promise<BatchDone> {
   try {
-    return await retryPipelined(db, caps, (send) => completeKeyed(send, t, items, next, true));
+    return await retryPipelined(db, caps, (send) => completeKeyed(send, t, items, rooms, true));
   } catch (error) {
     if (!isGuardRefusal(error)) throw error;
   }
-  return retryPipelined(db, caps, (send) => completeKeyed(send, t, items, next, false));
+  return retryPipelined(db, caps, (send) => completeKeyed(send, t, items, rooms, false));
 }
 
-async function completeKeyed(send: Send, t: LedgerTables, entries: readonly CompletionEntry[], next: SuccessorClaim | undefined, commitWhenSure: boolean): Promise<BatchDone> {
+async function completeKeyed(send: Send, t: LedgerTables, entries: readonly CompletionEntry[], rooms: readonly SuccessorClaim[], commitWhenSure: boolean): Promise<BatchDone> {
   const check = ([done]: readonly StatementResult[]): void => {
     if (done?.affected !== entries.length) throw new PartialBatch();
   };
-  const claimed = await handOnKeys(send, t, keyCounts(entries.map((e) => e.handle)), [completionStatement(t, entries)], check, next, commitWhenSure);
+  const claimed = await handOnKeys(send, t, keyCounts(entries.map((e) => e.handle)), [completionStatement(t, entries)], check, rooms, commitWhenSure);
   return { won: entries.map(() => true), advanced: new Set(), claimed };
 }
 

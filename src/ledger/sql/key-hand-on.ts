@@ -45,6 +45,10 @@ interface WaitRow {
  * more room than that (a limit raised) reads again, and a waiting item
  * cancelled meanwhile costs a third.
  *
+ * The admitted items are claimed for the rooms of `claimFor` in turn (key
+ * affinity: the completing consumers'), each up to its `max`; the rest are
+ * heads for any claim.
+ *
  * With `commitWhenSure` (a transaction that writes nothing after the
  * hand-on), the second round trip also commits, unless a key reads again:
  * the keys' locks are then held across one turn of the client instead of
@@ -58,7 +62,7 @@ export async function handOnKeys(
   ended: readonly KeyCount[],
   alongside: readonly RawBuilder<unknown>[] = [],
   check?: (results: readonly StatementResult[]) => void,
-  claimFor?: SuccessorClaim,
+  claimFor: readonly SuccessorClaim[] = [],
   commitWhenSure = false,
 ): Promise<ClaimedItem[]> {
   const claimed: ClaimedItem[] = [];
@@ -120,17 +124,15 @@ export async function handOnKeys(
       return claimed;
     }
     const ids = waiting.map((w) => w.id);
-    // Key affinity: the completing consumer's room takes the first of them claimed, as a lane's successor is.
-    const room = claimFor ? Math.max(0, claimFor.max - claimed.length) : 0;
-    const lease = claimFor && room > 0 ? grantLease(claimFor) : undefined;
-    const taken = lease && claimFor ? ids.slice(0, room) : [];
+    // Key affinity: the completing consumers' rooms take them claimed, in turn, as a lane's successor is.
+    const shares = sharesOf(claimFor, ids, claimed);
     // Counted as if all were admitted: a waiting item cancelled meanwhile is uncounted below.
     addTo(countPerKey(waiting), 1);
     // Decided on what the first round trip read: commit with the writes, refused if one read was not admitted.
     const commit = commitWhenSure && ahead !== undefined;
     const results = await send(
       [
-        ...(lease && claimFor ? [claimAdmitted(t, taken, lease, claimFor), readBackClaimed(t, taken, lease.token)] : []),
+        ...shares.flatMap((s) => [claimAdmitted(t, s.ids, s.lease, s.next), readBackClaimed(t, s.ids, s.lease.token)]),
         admitWaiting(t, ids),
         leaveLine(t, waiting),
         ...writeHeld(),
@@ -138,9 +140,9 @@ export async function handOnKeys(
       ],
       { commit },
     );
-    if (lease) claimed.push(...claimedItems((results[1]?.rows ?? []) as unknown as ClaimedRow[], lease));
+    shares.forEach((s, i) => claimed.push(...claimedItems((results[2 * i + 1]?.rows ?? []) as unknown as ClaimedRow[], s.lease)));
     if (commit) return claimed;
-    const set = (lease ? (results[0]?.affected ?? 0) : 0) + (results[lease ? 2 : 0]?.affected ?? 0);
+    const set = shares.reduce((n, _, i) => n + (results[2 * i]?.affected ?? 0), 0) + (results[2 * shares.length]?.affected ?? 0);
     if (set === ids.length) break;
     const [heads] = await send([admittedOf(t, ids)]);
     const admitted = new Set((heads?.rows ?? []).map((x) => String(x.id)));
@@ -175,6 +177,30 @@ function fromReadAhead(wants: readonly { k: KeyCount; take: number }[], guess: r
     out.push(...line.slice(0, w.take));
   }
   return out;
+}
+
+interface Share {
+  next: SuccessorClaim;
+  lease: Lease;
+  ids: string[];
+}
+
+/**
+ * The admitted `ids` each completing consumer's room takes, in the rooms'
+ * order, each up to what it has left after `claimed` (its items carry its
+ * token); the rest are left as heads for any claim.
+ */
+function sharesOf(rooms: readonly SuccessorClaim[], ids: readonly string[], claimed: readonly ClaimedItem[]): Share[] {
+  const shares: Share[] = [];
+  let from = 0;
+  for (const next of rooms) {
+    if (from >= ids.length) break;
+    const room = next.max - claimed.filter((c) => c.leaseToken === next.token).length;
+    if (room <= 0) continue;
+    shares.push({ next, lease: grantLease(next), ids: ids.slice(from, from + room) });
+    from += room;
+  }
+  return shares;
 }
 
 /** Waiting items by their key (queue-scoped), each key's in the order read. */
