@@ -10,8 +10,11 @@
  * - capped at 16 (reached all the time);
  * - the items spread over 1,000 concurrency keys with a limit of 3 per key
  *   (docs/design.md §3, Concurrency keys): what admission and hand-on cost.
- * Items per second, and the most items processing at once, from each
- * item's start and end on the ledger's clock.
+ * Items per second, the most items processing at once, from each item's
+ * start and end on the ledger's clock, and the CPU an item costs during the
+ * drain: this process's (every consumer) and the database server's, when it
+ * runs on this machine (read from /proc; blank otherwise). On a shared
+ * machine the CPU per item moves less than the rate does.
  *
  *   npm run bench:capacity
  *   npm run bench:capacity -- --runs 1 --scale 0.2
@@ -25,7 +28,7 @@ import { Consumer } from '../src/consumer/consumer.js';
 import type { Ledger } from '../src/ledger/ledger.js';
 import { createLogger } from '../src/log.js';
 import { enqueueAhead, withFreshLedger } from './fresh-ledger.js';
-import { cliFlag, codeRevision, fmt, median, printTable, progress, runBenchmark, sleep } from './support.js';
+import { benchServerUrl, cliFlag, codeRevision, fmt, median, printTable, progress, runBenchmark, serverCpuSecondsOf, sleep } from './support.js';
 
 const RUNS = Number(cliFlag('--runs') ?? 3);
 const SCALE = Number(cliFlag('--scale') ?? 1);
@@ -60,6 +63,9 @@ const VARIANTS = ALL_VARIANTS.filter((v) => ONLY === undefined || ONLY.some((o) 
 interface Result {
   jobsPerS: number;
   peak: number;
+  /** CPU per item during the drain, in µs: this process's, and the database server's (undefined when it is not on this machine). */
+  nodeUs: number;
+  serverUs: number | undefined;
 }
 
 /** The most items processing at once, from each completed item's started_at and terminal_at (ledger clock). */
@@ -97,13 +103,22 @@ function drain(variant: Variant): Promise<Result> {
           handlers: { t: HANDLER_MS > 0 ? () => sleep(HANDLER_MS) : async () => undefined },
         }),
     );
+    const serverCpuBefore = serverCpuSecondsOf(benchServerUrl());
+    const cpuBefore = process.cpuUsage();
     const started = performance.now();
     await Promise.all(consumers.map((c) => c.start()));
     const done = (): number => consumers.reduce((sum, c) => sum + c.counters.completed, 0);
     while (done() < ITEMS) await sleep(20);
     const seconds = (performance.now() - started) / 1000;
+    const cpu = process.cpuUsage(cpuBefore);
+    const serverCpuAfter = serverCpuSecondsOf(benchServerUrl());
     await Promise.all(consumers.map((c) => c.stop({ drainTimeoutMs: 5000 })));
-    return { jobsPerS: ITEMS / seconds, peak: await peakProcessing(ledger, queue) };
+    return {
+      jobsPerS: ITEMS / seconds,
+      peak: await peakProcessing(ledger, queue),
+      nodeUs: (cpu.user + cpu.system) / ITEMS,
+      serverUs: serverCpuBefore === undefined || serverCpuAfter === undefined ? undefined : ((serverCpuAfter - serverCpuBefore) * 1e6) / ITEMS,
+    };
   });
 }
 
@@ -115,7 +130,8 @@ runBenchmark(async () => {
     for (const variant of order) {
       const result = await drain(variant);
       runs.get(variant.label)!.push(result);
-      progress(`run ${r} ${variant.label}: ${fmt(result.jobsPerS)} items/s, at most ${result.peak} processing`);
+      const server = result.serverUs === undefined ? '' : `, server ${fmt(result.serverUs)} µs`;
+      progress(`run ${r} ${variant.label}: ${fmt(result.jobsPerS)} items/s, at most ${result.peak} processing; CPU per item: this process ${fmt(result.nodeUs)} µs${server}`);
     }
   }
   const base = median(runs.get(VARIANTS[0]!.label)!.map((x) => x.jobsPerS));
@@ -123,12 +139,13 @@ runBenchmark(async () => {
   const ceiling = (v: Variant): string => (HANDLER_MS > 0 ? fmt((Math.min(CONSUMERS * SLOTS, v.maxProcessing ?? Infinity) * 1000) / HANDLER_MS) : '');
   printTable(
     `The fleet cap: ${fmt(ITEMS)} laneless items, ${CONSUMERS} consumers × ${SLOTS} slots in one process, handlers of ${HANDLER_MS} ms, median of ${RUNS} run(s), code ${codeRevision()}`,
-    ['variant', 'items completed/s', 'vs uncapped', ...(HANDLER_MS > 0 ? ['ceiling (slots it may fill ÷ handler time)'] : []), 'most processing at once'],
+    ['variant', 'items completed/s', 'vs uncapped', ...(HANDLER_MS > 0 ? ['ceiling (slots it may fill ÷ handler time)'] : []), 'most processing at once', 'CPU µs/item: this process', 'server'],
     VARIANTS.map((v) => {
       const xs = runs.get(v.label)!;
       const rate = median(xs.map((x) => x.jobsPerS));
-      return [v.label, fmt(rate), `${fmt((rate / base) * 100)}%`, ...(HANDLER_MS > 0 ? [ceiling(v)] : []), String(Math.max(...xs.map((x) => x.peak)))];
+      const server = xs.every((x) => x.serverUs !== undefined) ? fmt(median(xs.map((x) => x.serverUs!))) : '';
+      return [v.label, fmt(rate), `${fmt((rate / base) * 100)}%`, ...(HANDLER_MS > 0 ? [ceiling(v)] : []), String(Math.max(...xs.map((x) => x.peak))), fmt(median(xs.map((x) => x.nodeUs))), server];
     }),
-    ['left', 'right', 'right', ...(HANDLER_MS > 0 ? (['right'] as const) : []), 'right'],
+    ['left', 'right', 'right', ...(HANDLER_MS > 0 ? (['right'] as const) : []), 'right', 'right', 'right'],
   );
 });
