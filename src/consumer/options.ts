@@ -24,7 +24,7 @@ export const consumerSettingsSchema = z
       .max(10_000)
       .default(512)
       .describe(
-        'Most items claimed ahead of free slots. The buffer adapts to how fast handlers start (none for slow ones); an item waits at most a third of its lease, then goes back unstarted. 0 = off; ignored with `maxProcessing`.',
+        'Most items claimed ahead of free slots; items that concurrency keys admit as this consumer\'s items end may briefly take as many again. The buffer adapts to how fast handlers start (none for slow ones); an item waits at most a third of its lease, then goes back unstarted. 0 = off; ignored with `maxProcessing`.',
       ),
     classes: z.array(z.enum(QUEUE_CLASSES)).min(1).default([...QUEUE_CLASSES]).describe('Which queue classes to claim.'),
     preferClasses: z
