@@ -108,6 +108,8 @@ describe('concurrency keys at the ledger', () => {
     const rest = await claimAll(queue);
     expect(rest).toHaveLength(1);
     expect([...claimed, ...rest].map((c) => c.id).sort()).toEqual(made.slice(4).map((m) => m.id).sort());
+    // Each end says whether its key left what it admitted for a claim round: only the one no room took.
+    expect(held.map((h, i) => [h.concurrencyKey, results[i]?.keyAdmitted])).toEqual(held.map((h) => [h.concurrencyKey, h.concurrencyKey === rest[0]?.concurrencyKey]));
     const keyRows = await sql<{ admitted: number }>`SELECT admitted FROM lw_keys WHERE queue = ${queue}`.execute(tl.ledger.db);
     expect(keyRows.rows.map((r) => Number(r.admitted))).toEqual([1, 1, 1, 1]);
   });

@@ -387,7 +387,7 @@ export class ClaimScheduler<DB> {
     if (item.group !== undefined) this.counters.coalesced += item.group.ids.length;
     this.host.emit('started', item);
     void run.done.then(
-      (outcome) => this.finished(item, outcome, run.handlerMs, run.laneAdvanced),
+      (outcome) => this.finished(item, outcome, run.handlerMs, run.laneAdvanced, run.keyAdmitted),
       (error: unknown) => {
         this.counters.errors++;
         this.log.error({ id: item.id, err: (error as Error).message }, 'executor failed');
@@ -396,7 +396,7 @@ export class ClaimScheduler<DB> {
     );
   }
 
-  private finished(item: ClaimedItem, outcome: Outcome, handlerMs: number | undefined, laneAdvanced?: boolean): void {
+  private finished(item: ClaimedItem, outcome: Outcome, handlerMs: number | undefined, laneAdvanced?: boolean, keyAdmitted?: boolean): void {
     this.running.delete(item.id);
     this.finalizing.delete(item.id);
     this.counters[outcome]++;
@@ -404,8 +404,9 @@ export class ClaimScheduler<DB> {
     // The slot is free; a finished lane head has a successor worth claiming right here (lane affinity),
     // unless the completion said the lane has none waiting.
     // A released item may be due again at once (a block whose key was woken while it ran). A keyed
-    // item's end may have admitted its key's next waiting item, which no wake-up announces.
-    if ((item.lane !== null && laneAdvanced !== false) || item.concurrencyKey !== null || outcome === 'released') this.noteWork();
+    // item's end may have admitted its key's next waiting item, which no wake-up announces, unless
+    // the completion said it claimed all it admitted (key affinity) or admitted none.
+    if ((item.lane !== null && laneAdvanced !== false) || (item.concurrencyKey !== null && keyAdmitted !== false) || outcome === 'released') this.noteWork();
     this.host.emit('outcome', item, outcome, handlerMs);
     this.notify();
   }

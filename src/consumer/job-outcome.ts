@@ -55,6 +55,8 @@ export interface Settlement {
   leaseLost: boolean;
   /** Set by `writeOutcome` on a completion: false when the lane has nothing left waiting. */
   laneAdvanced?: boolean | undefined;
+  /** Set by `writeOutcome` on a keyed completion: false when its key left no admitted item for a claim. */
+  keyAdmitted?: boolean | undefined;
 }
 
 /** Maps how the handler settled to the item's outcome, and writes it (docs/design.md §4, Handler outcomes and Aborts). */
@@ -85,6 +87,7 @@ export async function writeOutcome(deps: OutcomeDeps, s: Settlement): Promise<Ou
     const value = returned.value;
     const r = await finalizeSafely(deps, item, () => deps.completer.complete(item, value));
     s.laneAdvanced = r?.laneAdvanced;
+    s.keyAdmitted = r?.keyAdmitted;
     if (r?.won && r.state === 'dead') logDeath(deps, item, r.failureClass, 'the handler result cannot be stored');
     return outcomeOf(r, r && r.state === 'dead' ? 'dead' : 'completed');
   }

@@ -41,6 +41,8 @@ export interface RunningJob {
   done: Promise<Outcome>;
   /** Once done: false when the write said the item's lane has nothing left waiting; undefined when not known. */
   readonly laneAdvanced: boolean | undefined;
+  /** Once done: false when the write said the item's key left no admitted item for a claim; undefined when not known. */
+  readonly keyAdmitted: boolean | undefined;
   /** The handler's latest ctx.progress report, when it was a number (the metrics' gauge reads it). */
   readonly progressPercent: number | undefined;
 }
@@ -100,6 +102,7 @@ interface Runnable<DB> {
 class JobRun<DB> implements RunningJob, ContextRun<DB> {
   done: Promise<Outcome> = NOT_STARTED;
   laneAdvanced: boolean | undefined;
+  keyAdmitted: boolean | undefined;
   /** Set by ctx.transaction once the completion committed with the handler's writes. */
   completedInTx = false;
   /** And whether that completion gave the item's lane a new head (false: the lane went idle). */
@@ -250,6 +253,7 @@ class JobRun<DB> implements RunningJob, ContextRun<DB> {
     await this.flushProgress();
     const outcome = await writeOutcome(this.deps, settlement);
     this.laneAdvanced = settlement.laneAdvanced;
+    this.keyAdmitted = settlement.keyAdmitted;
     return outcome;
   }
 

@@ -201,8 +201,8 @@ export class Ledger extends LedgerUpkeep {
     entries: readonly { handle: LeaseHandle; result?: unknown }[],
     next?: SuccessorClaim | readonly SuccessorClaim[],
   ): Promise<{ results: FinalizeResult[]; claimed: ClaimedItem[] }> {
-    const rooms = next === undefined ? [] : Array.isArray(next) ? next : [next as SuccessorClaim];
-    const successors = rooms.map((r: SuccessorClaim) => validate(successorClaimSchema, r, 'completeManyClaimingNext'));
+    const rooms: readonly SuccessorClaim[] = next === undefined ? [] : 'token' in next ? [next] : next;
+    const successors = rooms.map((r) => validate(successorClaimSchema, r, 'completeManyClaimingNext'));
     return completeEntries(this.finishTarget, entries, successors);
   }
 

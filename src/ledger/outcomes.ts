@@ -78,7 +78,13 @@ export async function completeEntries(
     claimed = done.claimed;
     ok.forEach((e, k) => {
       const o = done.outcomes[k];
-      out[e.index] = { won: o?.won ?? false, state: 'completed', ...(e.handle.lane !== null ? { laneAdvanced: o?.laneAdvanced ?? true } : {}) };
+      const keyed = e.handle.lane === null && e.handle.concurrencyKey !== null;
+      out[e.index] = {
+        won: o?.won ?? false,
+        state: 'completed',
+        ...(e.handle.lane !== null ? { laneAdvanced: o?.laneAdvanced ?? true } : {}),
+        ...(keyed ? { keyAdmitted: o?.keyAdmitted ?? true } : {}),
+      };
     });
   }
   return { results: out.map((r) => r ?? { won: false, state: 'completed' }), claimed };

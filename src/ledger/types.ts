@@ -138,6 +138,13 @@ export interface FinalizeResult {
    * was claimed with the completion; undefined when this path does not tell.
    */
   laneAdvanced?: boolean;
+  /**
+   * A keyed laneless item's key admitted a waiting item in the same
+   * transaction and left it pending for a claim. False when it admitted
+   * none, or claimed all it admitted with the completion (key affinity);
+   * undefined when this path does not tell.
+   */
+  keyAdmitted?: boolean;
 }
 
 /** What a lease renewal found. */

@@ -16,6 +16,7 @@ import { completionStatement, type CompletionEntry } from './completion-cas.js';
 import { finalize } from './finalize.js';
 import { keyCounts } from './key-admission.js';
 import { handOnKeys } from './key-hand-on.js';
+import { storedKey } from './key-scope.js';
 import { retryPipelined, type Send, type StatementResult } from './pipeline.js';
 
 export type { CompletionEntry } from './completion-cas.js';
@@ -23,11 +24,13 @@ export type { CompletionEntry } from './completion-cas.js';
 /**
  * Per entry: whether it won, and for a laned winner whether its lane got a
  * new head that is left pending for a claim (false when the lane had nothing
- * waiting, or when its successor was claimed in the same transaction).
+ * waiting, or when its successor was claimed in the same transaction); for
+ * a keyed laneless winner, the same of the items its key admitted.
  */
 export interface CompletionOutcome {
   won: boolean;
   laneAdvanced: boolean;
+  keyAdmitted: boolean;
 }
 
 export interface BatchCompletion {
@@ -53,7 +56,7 @@ export async function completeMany(
   entries: readonly CompletionEntry[],
   rooms: readonly SuccessorClaim[] = [],
 ): Promise<BatchCompletion> {
-  const out: CompletionOutcome[] = entries.map(() => ({ won: false, laneAdvanced: false }));
+  const out: CompletionOutcome[] = entries.map(() => ({ won: false, laneAdvanced: false, keyAdmitted: false }));
   const claimed: ClaimedItem[] = [];
   let todo = entries.map((_, i) => i);
   for (let attempt = 1; todo.length > 0; attempt++) {
@@ -69,8 +72,9 @@ export async function completeMany(
       const settled = await readAfterLostConnection(() => completionsSettled(db, t, batch.map((e) => e.handle)), error);
       const mine = batch.filter((_, k) => settled[k] === 'completed').map((e) => e.handle);
       batch.forEach((e, k) => {
-        // Whether a completed item's lane got a pending head is not known here: assume one, as the single path does.
-        if (settled[k] !== 'open') out[todo[k]!] = { won: settled[k] === 'completed', laneAdvanced: settled[k] === 'completed' && e.handle.lane !== null };
+        // Whether a completed item's lane or key got a pending head is not known here: assume one, as the single path does.
+        const won = settled[k] === 'completed';
+        if (settled[k] !== 'open') out[todo[k]!] = { won, laneAdvanced: won && e.handle.lane !== null, keyAdmitted: won && e.handle.concurrencyKey !== null };
       });
       if (mine.some((h) => h.lane !== null || h.concurrencyKey !== null)) {
         for (const next of rooms) claimed.push(...(await readAfterLostConnection(() => successorsClaimed(db, t, mine, next), error)));
@@ -150,7 +154,7 @@ async function completeOnce(
   entries: readonly CompletionEntry[],
   rooms: readonly SuccessorClaim[],
 ): Promise<BatchCompletion> {
-  const out: CompletionOutcome[] = entries.map(() => ({ won: false, laneAdvanced: false }));
+  const out: CompletionOutcome[] = entries.map(() => ({ won: false, laneAdvanced: false, keyAdmitted: false }));
   const claimed: ClaimedItem[] = [];
   const batch: number[] = [];
   const single: number[] = [];
@@ -182,7 +186,13 @@ async function completeOnce(
       claimed.push(...done.claimed);
       part.forEach((i, k) => {
         const h = entries[i]!.handle;
-        out[i] = { won: done.won[k] === true, laneAdvanced: h.lane !== null && done.advanced.has(queueScoped(h.queue, h.lane)) };
+        const won = done.won[k] === true;
+        const key = storedKey(h);
+        out[i] = {
+          won,
+          laneAdvanced: h.lane !== null && done.advanced.has(queueScoped(h.queue, h.lane)),
+          keyAdmitted: part === keyed && key !== null && done.advanced.has(queueScoped(h.queue, key)),
+        };
       });
     } catch (error) {
       if (!(error instanceof PartialBatch)) throw error;
@@ -193,7 +203,7 @@ async function completeOnce(
     const e = entries[i]!;
     const won = await finalize(db, t, e.handle, { kind: 'complete', resultJson: e.resultJson }, caps.prepared);
     // The single path does not say whether a successor was there: assume one.
-    out[i] = { won, laneAdvanced: won && e.handle.lane !== null };
+    out[i] = { won, laneAdvanced: won && e.handle.lane !== null, keyAdmitted: won && e.handle.concurrencyKey !== null };
   }
   return { outcomes: out, claimed };
 }
@@ -220,8 +230,8 @@ function roomsLeft(rooms: readonly SuccessorClaim[], claimed: readonly ClaimedIt
  * cancelled meanwhile, a guard refuses it and the batch runs again with a
  * hand-on that decides step by step and commits on its own. Any lost CAS
  * sends them all to the single path. Items their ends admit are claimed for
- * the completing consumer's room (key affinity, as lane affinity does for a
- * lane's next head).
+ * the completing consumers' rooms, in turn (key affinity, as lane affinity
+ * does for a lane's next head).
  */
 async function completeKeyedBatch(db: LedgerDb, caps: LedgerCapabilities, t: LedgerTables, items: readonly CompletionEntry[], rooms: readonly SuccessorClaim[]): Promise<BatchDone> {
   try {
@@ -236,8 +246,8 @@ async function completeKeyed(send: Send, t: LedgerTables, entries: readonly Comp
   const check = ([done]: readonly StatementResult[]): void => {
     if (done?.affected !== entries.length) throw new PartialBatch();
   };
-  const claimed = await handOnKeys(send, t, keyCounts(entries.map((e) => e.handle)), [completionStatement(t, entries)], check, rooms, commitWhenSure);
-  return { won: entries.map(() => true), advanced: new Set(), claimed };
+  const handedOn = await handOnKeys(send, t, keyCounts(entries.map((e) => e.handle)), [completionStatement(t, entries)], check, rooms, commitWhenSure);
+  return { won: entries.map(() => true), advanced: handedOn.left, claimed: handedOn.claimed };
 }
 
 async function completeLanelessBatch(db: LedgerDb, caps: LedgerCapabilities, t: LedgerTables, entries: readonly CompletionEntry[]): Promise<BatchDone> {

@@ -14,7 +14,7 @@ import { advanceLocked, headSuccessors, idleLanes, successorPlaces, type EndedHe
 export interface BatchDone {
   /** Per entry: whether its CAS won. */
   won: boolean[];
-  /** Lanes whose new head was left pending for a claim. */
+  /** Lanes (queue-scoped) whose new head was left pending for a claim; in a keyed batch, keys (queue-scoped stored keys) whose admitted items were. */
   advanced: Set<string>;
   /** Successors claimed under the SuccessorClaim's lease. */
   claimed: ClaimedItem[];

@@ -64,8 +64,11 @@ export async function handOnKeys(
   check?: (results: readonly StatementResult[]) => void,
   claimFor: readonly SuccessorClaim[] = [],
   commitWhenSure = false,
-): Promise<ClaimedItem[]> {
+): Promise<HandedOn> {
   const claimed: ClaimedItem[] = [];
+  /** Keys (queue-scoped) with an item admitted here and left pending for any claim. */
+  const left = new Set<string>();
+  const done: HandedOn = { claimed, left };
   const keys = mergeCounts(ended);
   const freed = keys.filter((k) => k.admit > 0);
   const guess = freed.map((k) => ({ k, take: Math.min(MAX_ADMIT, k.admit) }));
@@ -75,7 +78,7 @@ export async function handOnKeys(
     ...(freed.length > 0 ? readWaiting(t, guess) : []),
   ]);
   check?.(first.slice(0, alongside.length));
-  if (keys.length === 0) return claimed;
+  if (keys.length === 0) return done;
   const [locked, limitRows] = first.slice(alongside.length) as [StatementResult, StatementResult];
   const limits = keyLimits(limitRows.rows);
   /** What each key holds now, in this transaction. */
@@ -121,7 +124,7 @@ export async function handOnKeys(
       // Nothing (more) to admit: the ended slots are given up, and in a transaction that writes nothing after, committed.
       const last = writeHeld();
       if (last.length > 0 || commitWhenSure) await send(last, { commit: commitWhenSure });
-      return claimed;
+      return done;
     }
     const ids = waiting.map((w) => w.id);
     // Key affinity: the completing consumers' rooms take them claimed, in turn, as a lane's successor is.
@@ -140,12 +143,27 @@ export async function handOnKeys(
       ],
       { commit },
     );
-    shares.forEach((s, i) => claimed.push(...claimedItems((results[2 * i + 1]?.rows ?? []) as unknown as ClaimedRow[], s.lease)));
-    if (commit) return claimed;
+    const taken = new Set<string>();
+    shares.forEach((s, i) => {
+      const items = claimedItems((results[2 * i + 1]?.rows ?? []) as unknown as ClaimedRow[], s.lease);
+      for (const item of items) taken.add(item.id);
+      claimed.push(...items);
+    });
+    const leftOf = (admitted: (id: string) => boolean): void => {
+      for (const w of waiting) if (admitted(w.id) && !taken.has(w.id)) left.add(queueScoped(w.queue, w.ckey));
+    };
+    if (commit) {
+      leftOf(() => true);
+      return done;
+    }
     const set = shares.reduce((n, _, i) => n + (results[2 * i]?.affected ?? 0), 0) + (results[2 * shares.length]?.affected ?? 0);
-    if (set === ids.length) break;
+    if (set === ids.length) {
+      leftOf(() => true);
+      break;
+    }
     const [heads] = await send([admittedOf(t, ids)]);
     const admitted = new Set((heads?.rows ?? []).map((x) => String(x.id)));
+    leftOf((id) => admitted.has(id));
     const passedOver = countPerKey(waiting.filter((w) => !admitted.has(w.id)));
     addTo(passedOver, -1);
     const uncounted = writeHeld();
@@ -158,7 +176,13 @@ export async function handOnKeys(
     });
     if (!short) break;
   }
-  return claimed;
+  return done;
+}
+
+/** What a hand-on claimed for the completing consumers, and the keys (queue-scoped) whose admitted items it left as heads for any claim. */
+export interface HandedOn {
+  claimed: ClaimedItem[];
+  left: Set<string>;
 }
 
 /**
