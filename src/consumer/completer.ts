@@ -19,15 +19,13 @@ interface Waiting {
 const LANELESS_BATCH = 500;
 /** Laned completions per transaction, two in flight. */
 const LANED_BATCH = 128;
-/** Keyed laneless completions per transaction, one in flight per key partition. */
+/** Keyed laneless completions per transaction, two in flight on keys of their own. */
 const KEYED_BATCH = 500;
-/** Key partitions of a queue's keyed completions in one process: transactions of two partitions never share a key. */
-const KEY_PARTITIONS = 2;
 
 /**
  * Collects completions that arrive close together and writes them in
  * batches (a fixed number of statements per batch, each item still a CAS
- * on its own token), on two lines:
+ * on its own token), on lines of three kinds:
  *
  * - laneless items: one UPDATE per batch of up to 500, one batch at a
  *   time. While it is written, the next batch gathers; fewer, larger
@@ -37,7 +35,7 @@ const KEY_PARTITIONS = 2;
  *   lane advance, and a claim of the lanes' next heads for this consumer,
  *   lane affinity), two at a time: a transaction of several round trips
  *   that holds lane locks is better overlapped than made larger.
- * - keyed laneless items: lines shared by every consumer of the queue in
+ * - keyed laneless items: a line shared by every consumer of the queue in
  *   the process (keyedLines), since their ends hand their keys' slots on
  *   under the keys' locks.
  */
@@ -54,7 +52,7 @@ export class BatchCompleter {
   }
 
   complete(handle: LeaseHandle, result: unknown): Promise<FinalizeResult> {
-    if (handle.lane === null && handle.concurrencyKey !== null) return keyedLine(this.ledger, handle.queue, handle.concurrencyKey).complete(handle, result, this.successors);
+    if (handle.lane === null && handle.concurrencyKey !== null) return keyedLine(this.ledger, handle.queue).complete(handle, result, this.successors);
     return (handle.lane === null ? this.laneless : this.laned).complete(handle, result, this.successors);
   }
 }
@@ -65,26 +63,20 @@ export class BatchCompleter {
  * locked, in a transaction of two round trips, and a batch of a few hundred
  * ends shares keys with nearly every other batch in flight. Batches of
  * separate consumers waited for each other's keys in the database, each
- * holding the keys it had locked already. Here the keys are split into
- * KEY_PARTITIONS lines, each writing one batch at a time, so no two keyed
- * transactions of the process share a key, and a batch gathers the ends of
- * all the consumers (measured: docs/BENCHMARKS.md, "Capacity").
+ * holding the keys it had locked already. Here one line per queue gathers
+ * the ends of all the consumers, and writes a second batch alongside only
+ * when more wait than one takes, on keys the first does not hold (take):
+ * no two keyed transactions of the process share a key, and a light load
+ * makes fewer, larger batches (measured: docs/BENCHMARKS.md, "Capacity").
  */
-const keyedLines = new WeakMap<CompletionLedger, Map<string, CompletionLine[]>>();
+const keyedLines = new WeakMap<CompletionLedger, Map<string, CompletionLine>>();
 
-function keyedLine(ledger: CompletionLedger, queue: string, key: string): CompletionLine {
+function keyedLine(ledger: CompletionLedger, queue: string): CompletionLine {
   let queues = keyedLines.get(ledger);
   if (queues === undefined) keyedLines.set(ledger, (queues = new Map()));
-  let lines = queues.get(queue);
-  if (lines === undefined) queues.set(queue, (lines = Array.from({ length: KEY_PARTITIONS }, () => new CompletionLine(ledger, KEYED_BATCH, 1, true))));
-  return lines[keyPartition(key)]!;
-}
-
-/** FNV-1a of the key's UTF-16 code units: the same key, the same line. */
-function keyPartition(key: string): number {
-  let h = 0x811c9dc5;
-  for (let i = 0; i < key.length; i++) h = Math.imul(h ^ key.charCodeAt(i), 0x01000193);
-  return (h >>> 0) % KEY_PARTITIONS;
+  let line = queues.get(queue);
+  if (line === undefined) queues.set(queue, (line = new CompletionLine(ledger, KEYED_BATCH, 2, true)));
+  return line;
 }
 
 /**
@@ -98,6 +90,8 @@ function keyPartition(key: string): number {
 class CompletionLine {
   private queue: Waiting[] = [];
   private flushes = 0;
+  /** A keyed line's keys in the batches being written: a batch takes none of them. */
+  private readonly keysInFlight = new Set<string>();
 
   constructor(
     private readonly ledger: CompletionLedger,
@@ -117,9 +111,30 @@ class CompletionLine {
     });
   }
 
+  /**
+   * The next batch, oldest first. On a keyed line it leaves waiting the
+   * ends whose keys a batch being written holds, so no two batches in
+   * flight share a key; the last flush to end takes them.
+   */
+  private take(): Waiting[] {
+    if (!this.keyed) return this.queue.splice(0, this.maxBatch);
+    const batch: Waiting[] = [];
+    const left: Waiting[] = [];
+    const keys = new Set<string>();
+    for (const w of this.queue) {
+      const key = w.handle.concurrencyKey ?? '';
+      if (batch.length < this.maxBatch && !this.keysInFlight.has(key)) {
+        batch.push(w);
+        keys.add(key);
+      } else left.push(w);
+    }
+    this.queue = left;
+    for (const key of keys) this.keysInFlight.add(key);
+    return batch;
+  }
+
   private async flush(): Promise<void> {
-    while (this.queue.length > 0) {
-      const batch = this.queue.splice(0, this.maxBatch);
+    for (let batch = this.take(); batch.length > 0; batch = this.take()) {
       // More waiting than this batch takes: let another flush write it meanwhile.
       if (this.queue.length > 0 && this.flushes < this.maxFlushes) {
         this.flushes++;
@@ -137,6 +152,8 @@ class CompletionLine {
       } catch (error) {
         for (const r of rooms) r.cancel();
         for (const w of batch) w.reject(error);
+      } finally {
+        if (this.keyed) for (const w of batch) this.keysInFlight.delete(w.handle.concurrencyKey ?? '');
       }
     }
     this.flushes--;
