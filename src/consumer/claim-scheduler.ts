@@ -108,15 +108,12 @@ export class ClaimScheduler<DB> {
   }
 
   /**
-   * How many items keyed ends admit a completion may claim with it (key
-   * affinity): the claim room, plus, within the prefetch buffer's target,
-   * the room claim rounds in flight counted on. The admitted items are sure
-   * and uncontended, where a round counts on its whole share and brings
-   * back little when heads are scarce, as they are when a key's items are
-   * admitted one end at a time: every consumer's rounds then contend for
-   * the same few. With both, the buffer may briefly hold up to twice its
-   * target; with no target (prefetch off, slow handlers, a fleet cap)
-   * nothing changes.
+   * How many items keyed ends admit a completion may claim with it: the
+   * claim room, plus, within the prefetch buffer's target, the room claim
+   * rounds in flight counted on (why: docs/design.md §6, "Lane affinity and
+   * claiming outside rounds"). The buffer may briefly hold up to twice its
+   * target; with none (prefetch off, slow handlers, a fleet cap) nothing
+   * changes.
    */
   claimRoomBesideRounds(): number {
     return this.claimRoom() + Math.min(this.roundsRoom, this.buffer.target());

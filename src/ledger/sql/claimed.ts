@@ -36,6 +36,11 @@ export function successorFilter(next: SuccessorClaim): RawBuilder<unknown> {
   return sql.join(parts, sql``);
 }
 
+/** What a completing consumer's room has left once `claimed` holds what was claimed for it already (its items carry its token). */
+export function roomLeft(next: SuccessorClaim, claimed: readonly ClaimedItem[]): number {
+  return next.max - claimed.filter((c) => c.leaseToken === next.token).length;
+}
+
 /** The SET of a claim's UPDATE: the lease, one more attempt, a fresh epoch and cancel flag. */
 export function leaseAssignments(l: Lease): RawBuilder<unknown> {
   return sql.raw(leaseAssignmentsText(INLINE, l));

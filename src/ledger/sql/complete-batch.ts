@@ -7,7 +7,7 @@ import type { LedgerTables } from '../tables.js';
 import type { ClaimedRow } from '../rows.js';
 import type { ClaimedItem, LeaseHandle, SuccessorClaim } from '../types.js';
 import { QUEUE_CLASSES } from '../types.js';
-import { claimedItems, grantLease, readBackClaimed } from './claimed.js';
+import { claimedItems, grantLease, readBackClaimed, roomLeft } from './claimed.js';
 import { affected, inline, list, queueScoped } from './common.js';
 import { completeInOneTrip, completeInTwoTrips, type BatchDone } from './complete-laned.js';
 import { isGuardRefusal } from './guard.js';
@@ -220,7 +220,7 @@ async function completeLaned(db: LedgerDb, caps: LedgerCapabilities, t: LedgerTa
 
 /** What is left of the consumers' rooms for successors once the laned part of the batch took its lanes' next heads (for the first room). */
 function roomsLeft(rooms: readonly SuccessorClaim[], claimed: readonly ClaimedItem[]): SuccessorClaim[] {
-  return rooms.map((r) => ({ ...r, max: r.max - claimed.filter((c) => c.leaseToken === r.token).length })).filter((r) => r.max > 0);
+  return rooms.map((r) => ({ ...r, max: roomLeft(r, claimed) })).filter((r) => r.max > 0);
 }
 
 /**

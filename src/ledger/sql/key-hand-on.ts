@@ -2,7 +2,7 @@ import { sql, type RawBuilder } from 'kysely';
 import type { LedgerTables } from '../tables.js';
 import type { ClaimedRow } from '../rows.js';
 import type { ClaimedItem, SuccessorClaim } from '../types.js';
-import { claimedItems, grantLease, leaseAssignments, readBackClaimed, successorFilter, type Lease } from './claimed.js';
+import { claimedItems, grantLease, leaseAssignments, readBackClaimed, roomLeft, successorFilter, type Lease } from './claimed.js';
 import { groupBy } from '../../group-by.js';
 import { inline, list, literal, queueScoped } from './common.js';
 import { refuseUnless } from './guard.js';
@@ -211,15 +211,15 @@ interface Share {
 
 /**
  * The admitted `ids` each completing consumer's room takes, in the rooms'
- * order, each up to what it has left after `claimed` (its items carry its
- * token); the rest are left as heads for any claim.
+ * order, each up to what it has left after `claimed`; the rest are left as
+ * heads for any claim.
  */
 function sharesOf(rooms: readonly SuccessorClaim[], ids: readonly string[], claimed: readonly ClaimedItem[]): Share[] {
   const shares: Share[] = [];
   let from = 0;
   for (const next of rooms) {
     if (from >= ids.length) break;
-    const room = next.max - claimed.filter((c) => c.leaseToken === next.token).length;
+    const room = roomLeft(next, claimed);
     if (room <= 0) continue;
     shares.push({ next, lease: grantLease(next), ids: ids.slice(from, from + room) });
     from += room;
