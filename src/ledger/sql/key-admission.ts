@@ -71,13 +71,16 @@ export function keyIn(keys: readonly { queue: string; key: string }[]): RawBuild
  * take the rounds from `round_from` on. Every expression reads only the old
  * row, which MySQL, MariaDB (left to right) and TiDB (old row throughout)
  * then all read alike. The queue's limit, fairness and current round are
- * read once per queue in the same statement.
+ * read once per queue in the same statement. The rows are written (and
+ * locked) in `keys`' order, the order every hand-on locks keys in: left to
+ * the join, MariaDB wrote them in another, and an enqueue and a completion
+ * that shared keys deadlocked.
  */
 export function admitStatement(t: LedgerTables, keys: readonly KeyCount[]): RawBuilder<unknown> {
   const rows = keys.map((k, i) => {
     const as = (name: string): string => (i === 0 ? ` AS ${name}` : '');
     return sql`SELECT _ascii${inline(k.queue)}${sql.raw(as('queue'))}, ${inline(k.key)}${sql.raw(as('ckey'))}, ${inline(k.n)}${sql.raw(as('n'))},
-      ${inline(k.admit)}${sql.raw(as('admit'))}, ${typeLimitOf(t, k)}${sql.raw(as('tlim'))} FROM DUAL`;
+      ${inline(k.admit)}${sql.raw(as('admit'))}, ${typeLimitOf(t, k)}${sql.raw(as('tlim'))}, ${inline(i)}${sql.raw(as('ord'))} FROM DUAL`;
   });
   const queues = [...new Set(keys.map((k) => k.queue))].map((queue, i) => {
     const as = (name: string): string => (i === 0 ? ` AS ${name}` : '');
@@ -92,6 +95,7 @@ export function admitStatement(t: LedgerTables, keys: readonly KeyCount[]): RawB
   return sql`INSERT INTO ${t.keys} (queue, ckey, admitted, granted, round_from, next_round, fair)
     SELECT v.queue, v.ckey, LEAST(v.admit, ${lim}), LEAST(v.admit, ${lim}), q.round_now, q.round_now + v.n, q.fair
     FROM (${sql.join(rows, sql` UNION ALL `)}) AS v JOIN (${sql.join(queues, sql` UNION ALL `)}) AS q ON q.queue = v.queue
+    ORDER BY v.ord
     ON DUPLICATE KEY UPDATE granted = ${grant}, admitted = ${t.keys}.admitted + ${grant},
       round_from = ${from}, next_round = ${from} + v.n, fair = q.fair`;
 }
