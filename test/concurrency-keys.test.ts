@@ -114,6 +114,21 @@ describe('concurrency keys at the ledger', () => {
     expect(keyRows.rows.map((r) => Number(r.admitted))).toEqual([1, 1, 1, 1]);
   });
 
+  test('a batch completion with a lost lease among its items gives up the slots of those it ended, and no others', async () => {
+    const queue = freshQueue('keyslost');
+    await tl.ledger.setConcurrencyLimit(queue, 3);
+    // Key k holds two admitted items and nothing waits: its slots are given up with the completion, in one round trip.
+    await tl.ledger.enqueueMany([0, 1].map((i) => ({ queue, type: 't', concurrencyKey: 'k', payload: { i } })));
+    const [a, b] = await claimAll(queue);
+    const admitted = async (): Promise<number> =>
+      Number((await sql<{ admitted: number }>`SELECT admitted FROM lw_keys WHERE queue = ${queue} AND ckey = 'k'`.execute(tl.ledger.db)).rows[0]?.admitted);
+    const results = await tl.ledger.completeMany([{ handle: { ...a!, leaseToken: 'tok_keyslost_not_the_holder' } }, { handle: b! }]);
+    expect(results.map((r) => r.won)).toEqual([false, true]);
+    expect(await admitted()).toBe(1);
+    expect((await tl.ledger.completeMany([{ handle: a! }])).map((r) => r.won)).toEqual([true]);
+    expect(await admitted()).toBe(0);
+  });
+
   test('explain names the key at its limit; bad input names its field and writes nothing', async () => {
     const queue = freshQueue('keyswhy');
     await tl.ledger.setConcurrencyLimit(queue, 1);

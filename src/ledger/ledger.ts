@@ -42,6 +42,7 @@ import type {
 import { concurrencyLimitSchema, fairnessSchema, itemId, positiveDurationMs, queueName, reasonText, stepName, typeName, validate } from './validation.js';
 import { readKeyLimits, setKeyLimit } from './sql/key-limits.js';
 import { pausedQueues, writeQueueSetting } from './sql/queue-settings.js';
+import { KeyLines } from './key-lines.js';
 
 export { DEFAULT_MAX_ATTEMPTS, MAX_CLAIM_ITEMS } from './inputs.js';
 export type { ClaimCandidate, ClaimInput, EnqueueInput, EnqueueOptions, RetryInput } from './inputs.js';
@@ -59,7 +60,7 @@ export class Ledger extends LedgerUpkeep {
     const { db: ledgerDb, tables, knownCapabilities: capabilities } = this;
     this.enqueueTarget = { db: ledgerDb, tables, capabilities, payloadMaxBytes: this.config.payloadMaxBytes, itemFields: enqueueItemFieldsSchema() };
     const { resultMaxBytes, errorMaxChars } = this.config;
-    this.finishTarget = { db: ledgerDb, tables, capabilities, resultMaxBytes, errorMaxChars };
+    this.finishTarget = { db: ledgerDb, tables, capabilities, resultMaxBytes, errorMaxChars, keyLines: new KeyLines() };
     this.operator = new LedgerOperator(ledgerDb, tables, capabilities);
   }
 

@@ -13,6 +13,7 @@ import type { LaneHandedOn } from './sql/transition.js';
 import type { LedgerTables } from './tables.js';
 import type { ClaimedItem, FinalizeResult, ItemState, LeaseHandle, SuccessorClaim } from './types.js';
 import { encodeJson, encodePayload } from './json.js';
+import type { KeyLines } from './key-lines.js';
 
 // How the end of a claimed attempt becomes what the ledger writes: results
 // and reasons encoded under their caps, error texts cut to theirs.
@@ -24,6 +25,8 @@ export interface FinishTarget {
   readonly capabilities: () => Promise<LedgerCapabilities>;
   readonly resultMaxBytes: number;
   readonly errorMaxChars: number;
+  /** Which keys' completions may give up their slots in one round trip (key-lines.ts). */
+  readonly keyLines: KeyLines;
 }
 
 /** A finalization and the state it writes. */
@@ -74,7 +77,7 @@ export async function completeEntries(
   }
   let claimed: ClaimedItem[] = [];
   if (ok.length > 0) {
-    const done = await completeMany(target.db, await target.capabilities(), target.tables, ok, successors);
+    const done = await completeMany(target.db, await target.capabilities(), target.tables, ok, successors, target.keyLines);
     claimed = done.claimed;
     ok.forEach((e, k) => {
       const o = done.outcomes[k];

@@ -10,12 +10,13 @@ import { QUEUE_CLASSES } from '../types.js';
 import { claimedItems, grantLease, readBackClaimed, roomLeft } from './claimed.js';
 import { affected, inline, list, queueScoped } from './common.js';
 import { completeInOneTrip, completeInTwoTrips, type BatchDone } from './complete-laned.js';
-import { isGuardRefusal } from './guard.js';
+import { isGuardRefusal, refuseUnlessChanged } from './guard.js';
 import { bindable } from './bound.js';
 import { completionStatement, type CompletionEntry } from './completion-cas.js';
 import { finalize } from './finalize.js';
-import { keyCounts } from './key-admission.js';
-import { handOnKeys } from './key-hand-on.js';
+import { keyCounts, type KeyCount } from './key-admission.js';
+import type { KeyLines } from '../key-lines.js';
+import { handOnKeys, releaseUnwaited } from './key-hand-on.js';
 import { storedKey } from './key-scope.js';
 import { retryPipelined, type Send, type StatementResult } from './pipeline.js';
 
@@ -54,7 +55,8 @@ export async function completeMany(
   caps: LedgerCapabilities,
   t: LedgerTables,
   entries: readonly CompletionEntry[],
-  rooms: readonly SuccessorClaim[] = [],
+  rooms: readonly SuccessorClaim[],
+  lines: KeyLines,
 ): Promise<BatchCompletion> {
   const out: CompletionOutcome[] = entries.map(() => ({ won: false, laneAdvanced: false, keyAdmitted: false }));
   const claimed: ClaimedItem[] = [];
@@ -62,7 +64,7 @@ export async function completeMany(
   for (let attempt = 1; todo.length > 0; attempt++) {
     const batch = todo.map((i) => entries[i]!);
     try {
-      const done = await completeOnce(db, caps, t, batch, rooms);
+      const done = await completeOnce(db, caps, t, batch, rooms, lines);
       done.outcomes.forEach((o, k) => (out[todo[k]!] = o));
       claimed.push(...done.claimed);
       return { outcomes: out, claimed };
@@ -153,6 +155,7 @@ async function completeOnce(
   t: LedgerTables,
   entries: readonly CompletionEntry[],
   rooms: readonly SuccessorClaim[],
+  lines: KeyLines,
 ): Promise<BatchCompletion> {
   const out: CompletionOutcome[] = entries.map(() => ({ won: false, laneAdvanced: false, keyAdmitted: false }));
   const claimed: ClaimedItem[] = [];
@@ -178,7 +181,7 @@ async function completeOnce(
     try {
       const done =
         part === keyed
-          ? await completeKeyedBatch(db, caps, t, items, roomsLeft(rooms, claimed))
+          ? await completeKeyedBatch(db, caps, t, items, roomsLeft(rooms, claimed), lines)
           : items.some((e) => e.handle.lane !== null)
             ? await completeLaned(db, caps, t, items, rooms[0])
             : // Without lanes or keys the batch is one UPDATE: atomic on its own, no transaction.
@@ -225,29 +228,61 @@ function roomsLeft(rooms: readonly SuccessorClaim[], claimed: readonly ClaimedIt
 
 /**
  * Keyed items completed together, and their keys' slots handed on, in one
- * transaction: the completion rides with the keys' locks, and the hand-on's
- * writes with the COMMIT, two round trips. When a waiting item read was
- * cancelled meanwhile, a guard refuses it and the batch runs again with a
- * hand-on that decides step by step and commits on its own. Any lost CAS
- * sends them all to the single path. Items their ends admit are claimed for
- * the completing consumers' rooms, in turn (key affinity, as lane affinity
- * does for a lane's next head).
+ * transaction. When none of their keys was last seen with items waiting
+ * (`lines`), the slots are given up with the completion and the COMMIT, one
+ * round trip (releaseUnwaited); a guard refuses it if a line was there after
+ * all, or if a CAS lost. Otherwise, or then, the completion rides with the
+ * keys' locks and the hand-on's writes with the COMMIT, two round trips.
+ * When a waiting item read was cancelled meanwhile, a guard refuses that and
+ * the batch runs again with a hand-on that decides step by step and commits
+ * on its own. Any lost CAS sends them all to the single path. Items their
+ * ends admit are claimed for the completing consumers' rooms, in turn (key
+ * affinity, as lane affinity does for a lane's next head).
  */
-async function completeKeyedBatch(db: LedgerDb, caps: LedgerCapabilities, t: LedgerTables, items: readonly CompletionEntry[], rooms: readonly SuccessorClaim[]): Promise<BatchDone> {
+async function completeKeyedBatch(
+  db: LedgerDb,
+  caps: LedgerCapabilities,
+  t: LedgerTables,
+  items: readonly CompletionEntry[],
+  rooms: readonly SuccessorClaim[],
+  lines: KeyLines,
+): Promise<BatchDone> {
+  const ended = keyCounts(items.map((e) => e.handle));
+  const keys = ended.map((k) => queueScoped(k.queue, k.key));
+  if (!lines.anyLined(keys)) {
+    try {
+      await retryPipelined(db, caps, (send) => send([completionStatement(t, items), refuseUnlessChanged(t, items.length), ...releaseUnwaited(t, ended)], { commit: true }));
+      return { won: items.map(() => true), advanced: new Set(), claimed: [] };
+    } catch (error) {
+      if (!isGuardRefusal(error)) throw error;
+    }
+  }
+  const handOn = async (commitWhenSure: boolean): Promise<BatchDone> => {
+    const done = await retryPipelined(db, caps, (send) => completeKeyed(send, t, items, ended, rooms, commitWhenSure));
+    lines.saw(keys, done.lined);
+    return done;
+  };
   try {
-    return await retryPipelined(db, caps, (send) => completeKeyed(send, t, items, rooms, true));
+    return await handOn(true);
   } catch (error) {
     if (!isGuardRefusal(error)) throw error;
   }
-  return retryPipelined(db, caps, (send) => completeKeyed(send, t, items, rooms, false));
+  return handOn(false);
 }
 
-async function completeKeyed(send: Send, t: LedgerTables, entries: readonly CompletionEntry[], rooms: readonly SuccessorClaim[], commitWhenSure: boolean): Promise<BatchDone> {
+async function completeKeyed(
+  send: Send,
+  t: LedgerTables,
+  entries: readonly CompletionEntry[],
+  ended: readonly KeyCount[],
+  rooms: readonly SuccessorClaim[],
+  commitWhenSure: boolean,
+): Promise<BatchDone & { lined: Set<string> }> {
   const check = ([done]: readonly StatementResult[]): void => {
     if (done?.affected !== entries.length) throw new PartialBatch();
   };
-  const handedOn = await handOnKeys(send, t, keyCounts(entries.map((e) => e.handle)), [completionStatement(t, entries)], check, rooms, commitWhenSure);
-  return { won: entries.map(() => true), advanced: handedOn.left, claimed: handedOn.claimed };
+  const handedOn = await handOnKeys(send, t, ended, [completionStatement(t, entries)], check, rooms, commitWhenSure);
+  return { won: entries.map(() => true), advanced: handedOn.left, claimed: handedOn.claimed, lined: handedOn.lined };
 }
 
 async function completeLanelessBatch(db: LedgerDb, caps: LedgerCapabilities, t: LedgerTables, entries: readonly CompletionEntry[]): Promise<BatchDone> {

@@ -24,3 +24,8 @@ export function isGuardRefusal(error: unknown): boolean {
 export function refuseUnless(t: LedgerTables, holds: RawBuilder<unknown>): RawBuilder<unknown> {
   return sql`SET @lw_guard = (SELECT 1 FROM ${t.migrations} WHERE NOT (${holds}))`;
 }
+
+/** A guard that the statement sent just before it changed `n` rows (a CAS of `n` items that all won). */
+export function refuseUnlessChanged(t: LedgerTables, n: number): RawBuilder<unknown> {
+  return refuseUnless(t, sql`ROW_COUNT() = ${sql.lit(n)}`);
+}

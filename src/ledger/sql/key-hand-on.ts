@@ -68,7 +68,8 @@ export async function handOnKeys(
   const claimed: ClaimedItem[] = [];
   /** Keys (queue-scoped) with an item admitted here and left pending for any claim. */
   const left = new Set<string>();
-  const done: HandedOn = { claimed, left };
+  const lined = new Set<string>();
+  const done: HandedOn = { claimed, left, lined };
   const keys = mergeCounts(ended);
   const freed = keys.filter((k) => k.admit > 0);
   const guess = freed.map((k) => ({ k, take: Math.min(MAX_ADMIT, k.admit) }));
@@ -109,6 +110,7 @@ export async function handOnKeys(
     return moved.length > 0 ? [addHeld(t, moved)] : [];
   };
   let readAhead = waitRows(first.slice(alongside.length + 2));
+  for (const w of readAhead) lined.add(queueScoped(w.queue, w.ckey));
   for (let round = 0; round < 4; round++) {
     const wants = keys
       .map((k) => {
@@ -120,6 +122,7 @@ export async function handOnKeys(
     const ahead = round === 0 ? fromReadAhead(wants, guess, readAhead) : undefined;
     readAhead = [];
     const waiting = ahead ?? (wants.length === 0 ? [] : waitRows(await send(readWaiting(t, wants))));
+    for (const w of waiting) lined.add(queueScoped(w.queue, w.ckey));
     if (waiting.length === 0) {
       // Nothing (more) to admit: the ended slots are given up, and in a transaction that writes nothing after, committed.
       const last = writeHeld();
@@ -179,10 +182,30 @@ export async function handOnKeys(
   return done;
 }
 
-/** What a hand-on claimed for the completing consumers, and the keys (queue-scoped) whose admitted items it left as heads for any claim. */
+/**
+ * The hand-on when none of these keys has a waiting item, the usual case for
+ * keys below their limits: each key gives up its ended slots, in statements
+ * that go with the ending and the COMMIT in one round trip. The UPDATE locks
+ * the key rows, in their order, as lockKeys does; the guard after it reads
+ * their lines after the locks, so an admission that made an item wait has
+ * committed its wait row, and refuses the transaction if a key has one. The
+ * caller then runs handOnKeys.
+ */
+export function releaseUnwaited(t: LedgerTables, ended: readonly KeyCount[]): RawBuilder<unknown>[] {
+  const keys = mergeCounts(ended).filter((k) => k.admit > 0);
+  if (keys.length === 0) return [];
+  const slots = keys.map((k) => ({ queue: k.queue, key: k.key, n: k.admit }));
+  return [
+    sql`UPDATE ${t.keys} SET admitted = GREATEST(admitted - ${perKey(slots)}, 0) WHERE (queue, ckey) IN (${keyIn(slots)})`,
+    refuseUnless(t, sql`NOT EXISTS (SELECT 1 FROM ${t.keyWaits} w WHERE (w.queue, w.ckey) IN (${keyIn(slots)}))`),
+  ];
+}
+
+/** What a hand-on claimed for the completing consumers, and the keys (queue-scoped) whose admitted items it left as heads for any claim, and those it found items waiting for. */
 export interface HandedOn {
   claimed: ClaimedItem[];
   left: Set<string>;
+  lined: Set<string>;
 }
 
 /**
