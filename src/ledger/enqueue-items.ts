@@ -8,6 +8,7 @@ import { grantLease } from './sql/claimed.js';
 import { queueScoped } from './sql/common.js';
 import { claimableAtInsert, claimedAtInsert, fitsOneStatement, insertItems, type InsertClaim, type NewItem } from './sql/enqueue.js';
 import { insertLanedOneTrip } from './sql/enqueue-laned.js';
+import { insertKeyedTwoTrips } from './sql/enqueue-keyed.js';
 import { readTypeLimits, scopeKeys, type TypeLimit } from './sql/key-scope.js';
 import type { LedgerTables } from './tables.js';
 import type { ClaimedItem, EnqueueResult } from './types.js';
@@ -147,7 +148,7 @@ async function insertPrepared(target: EnqueueTarget, items: NewItem[]): Promise<
     return retryOnConflict(() => insertItems(db, tables, items, false, order), undefined, (e) => errno(e) === ER_DUP_ENTRY);
   }
   if (items.every((i) => i.idempotencyKey === null) && fitsOneStatement(items)) {
-    return insertLanedOneTrip(db, caps, tables, items);
+    return items.every((i) => i.lane === null) ? insertKeyedTwoTrips(db, caps, tables, items) : insertLanedOneTrip(db, caps, tables, items);
   }
   return retryTransaction(db, (trx) => insertItems(trx, tables, items, false, order), (e) => errno(e) === ER_DUP_ENTRY);
 }

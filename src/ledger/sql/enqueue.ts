@@ -198,7 +198,7 @@ export function expectInserted(inserted: number, expected: number): void {
   if (inserted !== expected) throw new Error(`enqueue: inserted ${inserted} of ${expected} rows`);
 }
 
-function insertStatement(t: LedgerTables, values: readonly RawBuilder<unknown>[], columns: OptionalColumns): RawBuilder<unknown> {
+export function insertStatement(t: LedgerTables, values: readonly RawBuilder<unknown>[], columns: OptionalColumns): RawBuilder<unknown> {
   return sql`INSERT INTO ${t.items} (id, queue, type, lane, lane_seq, is_head, ${sql.raw(optionalColumnNames(columns))}queue_class, priority,
       payload, state, run_after, attempt, max_attempts, idempotency_key, replay_of, created_at, updated_at,
       lease_owner, lease_token, lease_until, started_at)
@@ -212,7 +212,7 @@ function freshRow(s: LaneSequence | KeyAdmission | undefined, idOrder: IdOrder):
   return { id: newItemId(idOrder), laneSeq: s !== undefined && 'seq' in s ? s.seq : null, isHead: s?.head ?? true };
 }
 
-type KeyAdmission = { head: boolean };
+export type KeyAdmission = { head: boolean };
 
 /** Each keyed item's priority as enqueued, before a fair queue's round raised it. */
 const givenPriority = new WeakMap<NewItem, number>();
@@ -228,7 +228,18 @@ async function admitKeyed(exec: Executor, t: LedgerTables, items: readonly NewIt
   const keys = keyCounts(items);
   if (keys.length === 0) return items.map(() => undefined);
   await admitStatement(t, keys).execute(exec);
-  const granted = grantedByKey((await grantedRead(t, keys).execute(exec)).rows as Record<string, unknown>[]);
+  return admissionsOf(items, (await grantedRead(t, keys).execute(exec)).rows as Record<string, unknown>[]);
+}
+
+/**
+ * What the admission granted each keyed item, from the key rows' read-back
+ * (grantedRead): the first `granted` laneless items of each key in the
+ * batch are heads; one that is not loses any claim it was offered. In a
+ * fair queue each keyed item's priority is raised by its round. A laned
+ * item keeps the place its lane gave it (undefined, as an item without a key).
+ */
+export function admissionsOf(items: readonly NewItem[], grantedRows: readonly Record<string, unknown>[]): (KeyAdmission | undefined)[] {
+  const granted = grantedByKey(grantedRows);
   const seen = new Map<string, { all: number; laneless: number }>();
   return items.map((item) => {
     const key = storedKey(item);
@@ -262,7 +273,7 @@ const NO_LEASE = `'', '', ${NO_TIME_TEXT}, ${NO_TIME_TEXT}`;
  * a quarter of an enqueue's CPU. A `runAt` instant stays a parameter, so the
  * connection's time zone setting renders it as before.
  */
-function valuesRow(id: string, item: NewItem, laneSeq: number | null, isHead: boolean, columns: OptionalColumns): RawBuilder<unknown> {
+export function valuesRow(id: string, item: NewItem, laneSeq: number | null, isHead: boolean, columns: OptionalColumns): RawBuilder<unknown> {
   // A claimed insert is the claim CAS's outcome written directly: processing, attempt 1, leased.
   const c = item.claim ? leaseValues(item.claim) : undefined;
   const head = `(${literal(id)}, ${literal(item.queue)}, ${literal(item.type)}, ${literal(item.lane)}, ${literal(laneSeq)}, ${isHead ? 1 : 0}, ${columns.keyed ? `${literal(storedKey(item))}, ` : ''}${columns.traced ? `${literal(item.traceparent)}, ` : ''}${literal(item.queueClass)}, ${literal(item.priority)}, ${jsonLiteral(item.payloadJson)}, ${c ? c.state : "'pending'"}, `;
