@@ -111,6 +111,27 @@ test('enqueueClaiming inserts only due, key-less items and idle lanes\' heads cl
   expect((await ledger.stats(queue))[0]?.counts).toEqual(before);
 });
 
+test("enqueueClaiming of keyed items keeps the claims of those their key admits; the rest wait in its line, unclaimed", async () => {
+  tl = await createTestLedger();
+  const { ledger } = tl;
+  const queue = 'claim-at-insert-keyed';
+  await ledger.setConcurrencyLimit(queue, 2);
+  const lease = { owner: 'local-consumer', token: 'tok-at-insert-keyed-000000', leaseMs: 60_000 };
+  const { results, claimed } = await ledger.enqueueClaiming(
+    [0, 1, 2].map((n) => ({ queue, type: 't', payload: { n }, concurrencyKey: 'k' })).concat([{ queue, type: 't', payload: { n: 3 }, concurrencyKey: 'other' }]),
+    () => ({ ...lease, max: 10 }),
+  );
+  expect(claimed.map((c) => c.payload)).toEqual([{ n: 0 }, { n: 1 }, { n: 3 }]);
+  for (const i of [0, 1, 3]) expect(await ledger.get(results[i]!.id)).toMatchObject({ state: 'processing', leaseToken: lease.token, isHead: true });
+  expect(await ledger.get(results[2]!.id)).toMatchObject({ state: 'pending', attempt: 0, leaseToken: null, isHead: false });
+  const keyRows = await sql<{ ckey: string; admitted: number }>`SELECT ckey, admitted FROM lw_keys WHERE queue = ${queue} ORDER BY ckey`.execute(ledger.db);
+  expect(keyRows.rows.map((r) => [r.ckey, Number(r.admitted)])).toEqual([['k', 2], ['other', 1]]);
+  // The one that waits is admitted when a slot of its key is given up.
+  expect((await ledger.complete(claimed[0]!)).won).toBe(true);
+  const next = await ledger.claim({ queue, owner: 'other', limit: 10, leaseMs: 60_000 });
+  expect(next.items.map((i) => i.id)).toEqual([results[2]!.id]);
+});
+
 test('an item claimed at insert whose holder died is reclaimed when its lease expires', async () => {
   tl = await createTestLedger();
   const { ledger } = tl;
