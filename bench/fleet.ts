@@ -78,6 +78,8 @@ interface ShapeResult {
   statementsPerJob: number;
   /** The worker processes' CPU per job, µs (from each one's ready to its stop). */
   workerUsPerJob: number;
+  /** This process's CPU per job over the drain, µs: the producer's enqueues (and the poll for the end). */
+  producerUsPerJob: number;
   /** The SQL server's CPU per job, µs, from the first enqueue to the last completion (undefined when not visible). */
   serverUsPerJob: number | undefined;
   /** The whole machine's busy share over the same interval, %. */
@@ -165,10 +167,12 @@ async function shape(processes: number, concurrency: number, redisUrl: string): 
     }
     const q0 = await statementsServed();
     const cpu0 = cpuSample();
+    const own0 = process.cpuUsage();
     const t0 = nowMs();
     await enqueue(JOBS, 0);
     await completedReach(JOBS + warm);
     const tDone = nowMs();
+    const own = process.cpuUsage(own0);
     const cpu1 = cpuSample();
     const q1 = await statementsServed();
     for (const w of workers) w.child.send({ type: 'stop' });
@@ -192,6 +196,7 @@ async function shape(processes: number, concurrency: number, redisUrl: string): 
       emptyRoundsPerItem: sum((f) => f.emptyRounds) / JOBS,
       wakeEntriesPerItem: sum((f) => f.wakeEntriesRead) / JOBS,
       workerUsPerJob: (sum((f) => f.cpuS) / JOBS) * 1e6,
+      producerUsPerJob: (own.user + own.system) / JOBS,
       statementsPerJob: (q1 - q0) / JOBS,
       serverUsPerJob: cpu0.server !== undefined && cpu1.server !== undefined ? ((cpu1.server - cpu0.server) / JOBS) * 1e6 : undefined,
       machineBusyPct: cpuShare(cpu0, cpu1).machineBusyPct,
@@ -243,6 +248,7 @@ async function main(): Promise<void> {
       emptyRoundsPerItem: m((r) => r.emptyRoundsPerItem),
       wakeEntriesPerItem: m((r) => r.wakeEntriesPerItem),
       workerUsPerJob: m((r) => r.workerUsPerJob),
+      producerUsPerJob: m((r) => r.producerUsPerJob),
       statementsPerJob: m((r) => r.statementsPerJob),
       serverUsPerJob: m((r) => r.serverUsPerJob ?? Number.NaN),
       machineBusyPct: m((r) => r.machineBusyPct ?? Number.NaN),
@@ -250,7 +256,7 @@ async function main(): Promise<void> {
   });
   printTable(
     `fleet on one machine — median of ${RUNS} run(s), ${JOBS} no-op items from a producer process's pool and channel${cluster ? ', Redis Cluster' : ''}${KEYS !== undefined ? `, over ${KEYS} concurrency keys of limit ${KEY_LIMIT}` : ''}${WARMUP > 0 ? `, after a warm-up drain of ${WARMUP} items per replica` : ''}`,
-    ['processes × concurrency', 'first start ms', 'half busy ms', 'all busy ms', 'jobs/s', 'min–max', 'claimed per replica min / max', 'claim rounds per item', 'empty rounds per item', 'wake entries per item', 'server statements per job', 'worker CPU µs/job', 'server CPU µs/job', 'machine busy %'],
+    ['processes × concurrency', 'first start ms', 'half busy ms', 'all busy ms', 'jobs/s', 'min–max', 'claimed per replica min / max', 'claim rounds per item', 'empty rounds per item', 'wake entries per item', 'server statements per job', 'worker CPU µs/job', 'producer CPU µs/job', 'server CPU µs/job', 'machine busy %'],
     rows.map((r) => [
       r.shape,
       fmt(r.firstStartMs, 1),
@@ -264,10 +270,11 @@ async function main(): Promise<void> {
       fmt(r.wakeEntriesPerItem, 3),
       fmt(r.statementsPerJob, 3),
       fmt(r.workerUsPerJob, 1),
+      fmt(r.producerUsPerJob, 1),
       fmt(r.serverUsPerJob, 1),
       fmt(r.machineBusyPct),
     ]),
-    ['left', 'right', 'right', 'right', 'right', 'right', 'right', 'right', 'right', 'right', 'right', 'right', 'right', 'right'],
+    ['left', 'right', 'right', 'right', 'right', 'right', 'right', 'right', 'right', 'right', 'right', 'right', 'right', 'right', 'right'],
   );
   const resultsDir = fileURLToPath(new URL('./results/', import.meta.url));
   mkdirSync(resultsDir, { recursive: true });
