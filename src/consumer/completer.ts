@@ -92,6 +92,13 @@ class CompletionLine {
   private flushes = 0;
   /** A keyed line's keys in the batches being written: a batch takes none of them. */
   private readonly keysInFlight = new Set<string>();
+  /**
+   * A keyed line's last batch handed something on (claimed it for a room,
+   * or left it as a head). Room asked of a consumer is room its claim
+   * rounds cannot take while the batch is written, and keys under their
+   * limits hand nothing on: until a batch does again, none is asked.
+   */
+  private handsOn = true;
 
   constructor(
     private readonly ledger: CompletionLedger,
@@ -140,12 +147,13 @@ class CompletionLine {
         this.flushes++;
         void this.flush();
       }
-      const rooms = roomsOf(batch.filter((w) => w.handle.lane !== null || w.handle.concurrencyKey !== null), this.keyed);
+      const rooms = this.keyed && !this.handsOn ? [] : roomsOf(batch.filter((w) => w.handle.lane !== null || w.handle.concurrencyKey !== null), this.keyed);
       try {
         const { results, claimed } = await this.ledger.completeManyClaimingNext(
           batch.map((w) => ({ handle: w.handle, result: w.result })),
           rooms.map((r) => r.lease),
         );
+        if (this.keyed) this.handsOn = claimed.length > 0 || results.some((r) => r.keyAdmitted === true);
         const byToken = groupBy(claimed, (c) => c.leaseToken);
         for (const r of rooms) r.accept(byToken.get(r.lease.token) ?? []);
         batch.forEach((w, i) => w.resolve(results[i] ?? { won: false, state: 'completed' }));
