@@ -1,6 +1,7 @@
 import { sql, type RawBuilder } from 'kysely';
 import { errno } from '../retry.js';
 import type { LedgerTables } from '../tables.js';
+import { inline } from './common.js';
 
 // Guards of the paths that send their last writes and their COMMIT in one
 // round trip (docs/design.md, "Round trips"): what the writes count on is
@@ -27,5 +28,5 @@ export function refuseUnless(t: LedgerTables, holds: RawBuilder<unknown>): RawBu
 
 /** A guard that the statement sent just before it changed `n` rows (a CAS of `n` items that all won). */
 export function refuseUnlessChanged(t: LedgerTables, n: number): RawBuilder<unknown> {
-  return refuseUnless(t, sql`ROW_COUNT() = ${sql.lit(n)}`);
+  return refuseUnless(t, sql`ROW_COUNT() = ${inline(n)}`);
 }

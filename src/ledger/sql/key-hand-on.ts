@@ -189,12 +189,12 @@ export async function handOnKeys(
  * the key rows, in their order, as lockKeys does; the guard after it reads
  * their lines after the locks, so an admission that made an item wait has
  * committed its wait row, and refuses the transaction if a key has one. The
- * caller then runs handOnKeys.
+ * caller then runs handOnKeys. `ended` is keyCounts' answer: one count per
+ * key, in key order.
  */
 export function releaseUnwaited(t: LedgerTables, ended: readonly KeyCount[]): RawBuilder<unknown>[] {
-  const keys = mergeCounts(ended).filter((k) => k.admit > 0);
-  if (keys.length === 0) return [];
-  const slots = keys.map((k) => ({ queue: k.queue, key: k.key, n: k.admit }));
+  const slots = ended.filter((k) => k.admit > 0).map((k) => ({ queue: k.queue, key: k.key, n: k.admit }));
+  if (slots.length === 0) return [];
   return [
     sql`UPDATE ${t.keys} SET admitted = GREATEST(admitted - ${perKey(slots)}, 0) WHERE (queue, ckey) IN (${keyIn(slots)})`,
     refuseUnless(t, sql`NOT EXISTS (SELECT 1 FROM ${t.keyWaits} w WHERE (w.queue, w.ckey) IN (${keyIn(slots)}))`),
