@@ -59,6 +59,25 @@ describe('concurrency keys at the ledger', () => {
     expect(Number(keyRow.rows[0]?.admitted)).toBe(5);
   });
 
+  test("one batch admits each of its keys up to that key's own room: what it holds already, its count in the batch, its limit", async () => {
+    const queue = freshQueue('keysmix');
+    await tl.ledger.setConcurrencyLimit(queue, 3);
+    await tl.ledger.setConcurrencyLimit(queue, 2, { type: 'mail' });
+    await tl.ledger.enqueueMany([...['A', 'B'].map((k) => ({ queue, type: 't', concurrencyKey: k, payload: {} })), { queue, type: 'mail', concurrencyKey: 'A', payload: {} }]);
+    const batch = [
+      ...[0, 1, 2].map((i) => ({ queue, type: 't', concurrencyKey: 'A', payload: { i } })),
+      { queue, type: 't', concurrencyKey: 'B', payload: {} },
+      ...[0, 1].map((i) => ({ queue, type: 'mail', concurrencyKey: 'A', payload: { i } })),
+      ...[0, 1].map((i) => ({ queue, type: 't', concurrencyKey: 'C', payload: { i } })),
+    ];
+    const made = await tl.ledger.enqueueMany(batch);
+    const heads = await Promise.all(made.map(async (m) => (await tl.ledger.get(m.id))?.isHead));
+    // A holds 1 of 3: two of its three are admitted. B holds 1. mail's A holds 1 of mail's own limit of 2: one. C is new: both.
+    expect(heads).toEqual([true, true, false, true, true, false, true, true]);
+    const more = [await tl.ledger.enqueue({ queue, type: 't', concurrencyKey: 'B', payload: {} }), await tl.ledger.enqueue({ queue, type: 't', concurrencyKey: 'B', payload: {} })];
+    expect(await Promise.all(more.map(async (m) => (await tl.ledger.get(m.id))?.isHead))).toEqual([true, false]);
+  });
+
   test('the same holds on the transactional insert path (idempotency keys) and for batch completions', async () => {
     const queue = freshQueue('keystx');
     await tl.ledger.setConcurrencyLimit(queue, 2);

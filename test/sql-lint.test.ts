@@ -22,6 +22,7 @@ test('constructs outside the shared subset are named', () => {
   expect(rulesOf('UPDATE t SET a = 1 WHERE id IN (SELECT id FROM t ORDER BY b LIMIT 5)')).toEqual(['LIMIT in IN (subquery)']);
   expect(rulesOf('SELECT * FROM t WHERE id IN (SELECT id FROM (SELECT id FROM t LIMIT 5) AS d)')).toEqual([]);
   expect(rulesOf('INSERT INTO t (a, b) VALUES (1, 2) ON DUPLICATE KEY UPDATE b = VALUES(b)')).toEqual(['VALUES() in ON DUPLICATE KEY UPDATE']);
+  expect(rulesOf('INSERT INTO t (a) SELECT 1 ON DUPLICATE KEY UPDATE a = 2; INSERT INTO u (b) VALUES (1) ON DUPLICATE KEY UPDATE b = 2')).toEqual([]);
   expect(rulesOf('ALTER TABLE t ADD COLUMN IF NOT EXISTS c INT')).toEqual(['IF [NOT] EXISTS on columns or indexes']);
   expect(rulesOf('ALTER TABLE t DROP INDEX IF EXISTS ix_a')).toEqual(['IF [NOT] EXISTS on columns or indexes']);
   expect(rulesOf('CREATE OR REPLACE TABLE t (a INT)')).toEqual(['CREATE OR REPLACE']);

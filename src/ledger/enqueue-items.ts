@@ -3,13 +3,13 @@ import { TransactionConflictError, TransactionRolledBackError, ValidationError }
 import type { LedgerCapabilities } from './capabilities.js';
 import type { Executor, LedgerDb } from './connection.js';
 import { DEFAULT_MAX_ATTEMPTS, enqueueItemFieldsSchema, type ClaimCandidate, type EnqueueInput, type EnqueueOptions } from './inputs.js';
-import { countConflict, DEFAULT_RETRY, ER_DUP_ENTRY, ER_NO_SUCH_TABLE, errno, isRetryableConflict, retryDelay, retryOnConflict, retryTransaction } from './retry.js';
+import { countConflict, DEFAULT_RETRY, ER_DUP_ENTRY, errno, isRetryableConflict, retryDelay, retryOnConflict, retryTransaction } from './retry.js';
 import { grantLease } from './sql/claimed.js';
 import { queueScoped } from './sql/common.js';
 import { claimableAtInsert, claimedAtInsert, fitsOneStatement, insertItems, type InsertClaim, type NewItem } from './sql/enqueue.js';
 import { insertLanedOneTrip } from './sql/enqueue-laned.js';
 import { insertKeyedTwoTrips } from './sql/enqueue-keyed.js';
-import { readTypeLimits, scopeKeys, type TypeLimit } from './sql/key-scope.js';
+import { readKeyRules, scopeKeys } from './sql/key-scope.js';
 import type { LedgerTables } from './tables.js';
 import type { ClaimedItem, EnqueueResult } from './types.js';
 import { encodePayload } from './json.js';
@@ -121,20 +121,13 @@ export async function enqueueItemsClaiming(
 
 /**
  * Decides whose limit admits each keyed item (sql/key-scope.ts): its type's
- * own where the ledger holds one, else its queue's. A ledger on a schema
- * before type limits (10) has none.
+ * own where the ledger holds one, else its queue's; and gives it that
+ * limit and its queue's fairness, which its admission writes in its text.
  */
 async function scopeKeyed(target: EnqueueTarget, items: NewItem[], prefix: string): Promise<void> {
   const keyed = items.filter((i) => i.concurrencyKey !== null);
   if (keyed.length === 0) return;
-  let limits: TypeLimit[];
-  try {
-    limits = await readTypeLimits(target.db, target.tables, keyed.map((i) => i.queue));
-  } catch (error) {
-    if (errno(error) !== ER_NO_SUCH_TABLE) throw error;
-    limits = [];
-  }
-  scopeKeys(items, limits, prefix);
+  scopeKeys(items, await readKeyRules(target.db, target.tables, keyed.map((i) => i.queue)), prefix);
 }
 
 async function insertPrepared(target: EnqueueTarget, items: NewItem[]): Promise<EnqueueResult[]> {

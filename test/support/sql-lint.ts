@@ -38,7 +38,7 @@ export const SQL_RULES: readonly SqlRule[] = [
   {
     name: 'VALUES() in ON DUPLICATE KEY UPDATE',
     why: 'deprecated since MySQL 8.0.20 (a warning on every statement); refer to the inserted row through a derived table instead',
-    test: re(/\bON\s+DUPLICATE\s+KEY\s+UPDATE\b[\s\S]*\bVALUES\s*\(/i),
+    test: re(/\bON\s+DUPLICATE\s+KEY\s+UPDATE\b[^;]*\bVALUES\s*\(/i),
   },
   { name: 'CREATE OR REPLACE', why: 'MariaDB only', test: re(/\bCREATE\s+OR\s+REPLACE\s+(TABLE|INDEX|SEQUENCE|DATABASE|USER)\b/i) },
   {

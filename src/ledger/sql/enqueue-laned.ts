@@ -7,7 +7,7 @@ import type { EnqueueResult } from '../types.js';
 import { leaseValues } from './claimed.js';
 import { jsonLiteral, literal, NO_TIME_TEXT, nowPlusMsText, queueScoped } from './common.js';
 import { expectInserted, laneCounts, laneStatements, optionalColumnNames, optionalColumns, type LaneCount, type NewItem, type OptionalColumns } from './enqueue.js';
-import { admitStatement, keyCounts, waitRowsFor } from './key-admission.js';
+import { admitStatement, admittedKeys, waitRowsFor } from './key-admission.js';
 import { storedKey } from './key-scope.js';
 import { retryPipelined } from './pipeline.js';
 
@@ -32,11 +32,11 @@ export async function insertLanedOneTrip(db: LedgerDb, caps: LedgerCapabilities,
   const lanes = laneCounts(items);
   const ids = items.map(() => newItemId(caps.idOrder));
   const { upserts } = laneStatements(t, lanes);
-  const keys = keyCounts(items);
-  const before = keys.length === 0 ? upserts : [...upserts, admitStatement(t, keys)];
+  const keyed = items.some((i) => i.concurrencyKey !== null);
   const waiting = ids.filter((_, i) => items[i]!.concurrencyKey !== null);
   const after = waiting.length === 0 ? [] : [waitRowsFor(t, waiting)];
-  return retryPipelined(db, caps, async (send) => {
+  return retryPipelined(db, caps, async (send, exec) => {
+    const before = keyed ? [...upserts, admitStatement(t, await admittedKeys(exec, t, items))] : upserts;
     const results = await send([...before, insertJoined(t, items, ids, lanes, optionalColumns(items)), ...after, readBack(t, ids)], { commit: true });
     const [inserted] = results.slice(before.length);
     const read = results[results.length - 1];

@@ -4,8 +4,8 @@ import type { Executor } from '../connection.js';
 import type { LedgerTables } from '../tables.js';
 import type { ClaimedItem, EnqueueResult, KeyScope, QueueClass } from '../types.js';
 import { claimedItem, leaseValues, type Lease } from './claimed.js';
-import { admitStatement, grantedByKey, grantedRead, keyCounts, waitRowsFor } from './key-admission.js';
-import { storedKey } from './key-scope.js';
+import { admitStatement, admittedKeys, grantedByKey, grantedRead, keyCounts, waitRowsFor } from './key-admission.js';
+import { storedKey, type KeyRule } from './key-scope.js';
 import { affected, byteOrder, jsonLiteral, laneIn, literal, NO_TIME_TEXT, nowPlusMsText, queueScoped } from './common.js';
 
 /** An item ready to insert: validated, payload already JSON text. */
@@ -17,6 +17,8 @@ export interface NewItem {
   concurrencyKey: string | null;
   /** Whose limit admits it, once the enqueue has read the type limits (sql/key-scope.ts). */
   keyScope?: KeyScope;
+  /** That limit, and its queue's fairness, as read then. */
+  keyRule?: KeyRule;
   priority: number;
   queueClass: QueueClass;
   maxAttempts: number;
@@ -227,7 +229,7 @@ const givenPriority = new WeakMap<NewItem, number>();
 async function admitKeyed(exec: Executor, t: LedgerTables, items: readonly NewItem[]): Promise<(KeyAdmission | undefined)[]> {
   const keys = keyCounts(items);
   if (keys.length === 0) return items.map(() => undefined);
-  await admitStatement(t, keys).execute(exec);
+  await admitStatement(t, await admittedKeys(exec, t, items)).execute(exec);
   return admissionsOf(items, (await grantedRead(t, keys).execute(exec)).rows as Record<string, unknown>[]);
 }
 

@@ -23,7 +23,16 @@ export function isGuardRefusal(error: unknown): boolean {
  * code runs on, and a scalar subquery of two rows fails.
  */
 export function refuseUnless(t: LedgerTables, holds: RawBuilder<unknown>): RawBuilder<unknown> {
-  return sql`SET @lw_guard = (SELECT 1 FROM ${t.migrations} WHERE NOT (${holds}))`;
+  return refuseIf(t, sql`NOT (${holds})`);
+}
+
+/**
+ * A statement that raises GUARD_ERRNO if `fails`. Where the condition is an
+ * EXISTS, this is the cheaper form: TiDB plans `NOT (NOT EXISTS …)` as an
+ * anti-join, several times the work.
+ */
+export function refuseIf(t: LedgerTables, fails: RawBuilder<unknown>): RawBuilder<unknown> {
+  return sql`SET @lw_guard = (SELECT 1 FROM ${t.migrations} WHERE ${fails})`;
 }
 
 /** A guard that the statement sent just before it changed `n` rows (a CAS of `n` items that all won). */

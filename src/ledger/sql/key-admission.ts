@@ -5,7 +5,7 @@ import type { LedgerTables } from '../tables.js';
 import { groupBy } from '../../group-by.js';
 import { byteOrder, inline, list, literal, queueScoped } from './common.js';
 import type { KeyScope } from '../types.js';
-import { storedKey, typeLimitOf, UNLIMITED } from './key-scope.js';
+import { storedKey, type KeyRule } from './key-scope.js';
 
 // Concurrency keys (docs/design.md §3, Concurrency keys): at most the queue's
 // key_limit items of one key are admitted at once. An admitted item is a head
@@ -64,40 +64,96 @@ export function keyIn(keys: readonly { queue: string; key: string }[]): RawBuild
   return sql.raw(keys.map((k) => `(${literal(k.queue)}, ${literal(k.key)})`).join(', '));
 }
 
+/** A key an enqueue admits items of, with the rule its items were scoped with and, in a fair queue, the queue's current round. */
+export interface AdmittedKey extends KeyCount {
+  limit: number;
+  round: number | null;
+}
+
+/**
+ * The keys of an enqueue's keyed items (scoped: sql/key-scope.ts), in
+ * keyCounts' order, each with its rule; the current round of each fair
+ * queue among them is read on `exec` (one statement, only when there is
+ * one: non-fair queues read nothing here).
+ */
+export async function admittedKeys(exec: Executor, t: LedgerTables, items: readonly NewKeyedItem[]): Promise<AdmittedKey[]> {
+  const rules = new Map<string, KeyRule>();
+  for (const item of items) {
+    const key = storedKey(item);
+    if (key === null) continue;
+    if (item.keyRule === undefined) throw new Error('admission: a keyed item was not scoped (sql/key-scope.ts scopeKeys)');
+    rules.set(queueScoped(item.queue, key), item.keyRule);
+  }
+  const keys = keyCounts(items);
+  const fair = [...new Set(keys.filter((k) => rules.get(queueScoped(k.queue, k.key))?.fair === true).map((k) => k.queue))];
+  const rounds = new Map<string, number>();
+  if (fair.length > 0) {
+    const r = await sql<{ queue: string; round_now: number | string }>`${sql.join(
+      fair.map((queue) => sql`SELECT _ascii${inline(queue)} AS queue, ${currentRound(t, queue)} AS round_now FROM DUAL`),
+      sql` UNION ALL `,
+    )}`.execute(exec);
+    for (const row of r.rows) rounds.set(String(row.queue), Number(row.round_now));
+  }
+  return keys.map((k) => {
+    const rule = rules.get(queueScoped(k.queue, k.key))!;
+    return { ...k, limit: rule.limit, round: rule.fair ? (rounds.get(k.queue) ?? 0) : null };
+  });
+}
+
+type NewKeyedItem = Parameters<typeof keyCounts>[0][number] & { keyRule?: KeyRule };
+
 /**
  * Admits an enqueue's keyed items and deals their rounds: per key, `granted`
  * of its `admit` laneless new items take its free slots (the first `granted`
  * of them in the batch), and the key counts them; in a fair queue its items
- * take the rounds from `round_from` on. Every expression reads only the old
- * row, which MySQL, MariaDB (left to right) and TiDB (old row throughout)
- * then all read alike. The queue's limit, fairness and current round are
- * read once per queue in the same statement. The rows are written (and
- * locked) in `keys`' order, the order every hand-on locks keys in: left to
- * the join, MariaDB wrote them in another, and an enqueue and a completion
- * that shared keys deadlocked.
+ * take the rounds from `round_from` on. The limits, the fairness and the
+ * rounds were read before (admittedKeys), so every number is in the text:
+ * TiDB plans a statement sent as text afresh each time, and a derived table
+ * of one SELECT per key, with the queue's settings read in subqueries,
+ * cost it more to plan than the items' own INSERT (docs/design.md, "TiDB:
+ * what differs"). Every expression reads only the old row, which MySQL,
+ * MariaDB (left to right) and TiDB (old row throughout) then all read
+ * alike. The rows are written (and locked) in `keys`' order, the order
+ * every hand-on locks keys in: an enqueue and a completion that locked
+ * shared keys in different orders deadlocked.
  */
-export function admitStatement(t: LedgerTables, keys: readonly KeyCount[]): RawBuilder<unknown> {
-  const rows = keys.map((k, i) => {
-    const as = (name: string): string => (i === 0 ? ` AS ${name}` : '');
-    return sql`SELECT _ascii${inline(k.queue)}${sql.raw(as('queue'))}, ${inline(k.key)}${sql.raw(as('ckey'))}, ${inline(k.n)}${sql.raw(as('n'))},
-      ${inline(k.admit)}${sql.raw(as('admit'))}, ${typeLimitOf(t, k)}${sql.raw(as('tlim'))}, ${inline(i)}${sql.raw(as('ord'))} FROM DUAL`;
+export function admitStatement(t: LedgerTables, keys: readonly AdmittedKey[]): RawBuilder<unknown> {
+  const rows = keys.map((k) => {
+    const first = Math.min(k.admit, k.limit);
+    const round = k.round ?? 0;
+    return sql.raw(`(${literal(k.queue)}, ${literal(k.key)}, ${first}, ${first}, ${round}, ${round + k.n}, ${k.round === null ? 0 : 1})`);
   });
-  const queues = [...new Set(keys.map((k) => k.queue))].map((queue, i) => {
-    const as = (name: string): string => (i === 0 ? ` AS ${name}` : '');
-    const fair = sql`COALESCE((SELECT fair FROM ${t.queues} WHERE queue = ${inline(queue)}), 0)`;
-    return sql`SELECT _ascii${inline(queue)}${sql.raw(as('queue'))},
-      COALESCE((SELECT key_limit FROM ${t.queues} WHERE queue = ${inline(queue)}), ${inline(UNLIMITED)})${sql.raw(as('lim'))},
-      ${fair}${sql.raw(as('fair'))}, IF(${fair} = 1, ${currentRound(t, queue)}, 0)${sql.raw(as('round_now'))} FROM DUAL`;
-  });
-  const lim = sql`COALESCE(v.tlim, q.lim)`;
-  const grant = sql`LEAST(v.admit, GREATEST(${lim} - ${t.keys}.admitted, 0))`;
-  const from = sql`GREATEST(${t.keys}.next_round, q.round_now)`;
-  return sql`INSERT INTO ${t.keys} (queue, ckey, admitted, granted, round_from, next_round, fair)
-    SELECT v.queue, v.ckey, LEAST(v.admit, ${lim}), LEAST(v.admit, ${lim}), q.round_now, q.round_now + v.n, q.fair
-    FROM (${sql.join(rows, sql` UNION ALL `)}) AS v JOIN (${sql.join(queues, sql` UNION ALL `)}) AS q ON q.queue = v.queue
-    ORDER BY v.ord
+  const grant = sql`LEAST(${perKey(keys, (k) => k.admit)}, GREATEST(${perKey(keys, (k) => k.limit)} - ${t.keys}.admitted, 0))`;
+  const from = sql`GREATEST(${t.keys}.next_round, ${perKey(keys, (k) => k.round ?? 0)})`;
+  return sql`INSERT INTO ${t.keys} (queue, ckey, admitted, granted, round_from, next_round, fair) VALUES ${sql.join(rows)}
     ON DUPLICATE KEY UPDATE granted = ${grant}, admitted = ${t.keys}.admitted + ${grant},
-      round_from = ${from}, next_round = ${from} + v.n, fair = q.fair`;
+      round_from = ${from}, next_round = ${from} + ${perKey(keys, (k) => k.n)}, fair = ${perKey(keys, (k) => (k.round === null ? 0 : 1))}`;
+}
+
+/**
+ * Each key row's own number, in a statement that writes those rows: the
+ * number itself when all have the same (the usual batch: one item of each
+ * key), else one CASE arm per distinct number, not per key (a CASE is read
+ * through for every row).
+ */
+export function perKey<K extends { queue: string; key: string }>(keys: readonly K[], value: (k: K) => number): RawBuilder<unknown> {
+  const groups = [...groupBy(keys, value)];
+  if (groups.length === 1) return inline(groups[0]![0]);
+  const arms = groups.map(([n, ks]) => sql`WHEN (queue, ckey) IN (${keyIn(ks)}) THEN ${inline(n)}`);
+  return sql`(CASE ${sql.join(arms, sql` `)} ELSE 0 END)`;
+}
+
+/**
+ * `alias`'s rows of these keys, as a condition: per queue, its name and an
+ * `IN` list of keys. TiDB builds the ranges of a `(queue, ckey) IN` list of
+ * pairs on a longer primary key (key_waits') several times slower.
+ */
+export function ofKeys(alias: string, keys: readonly { queue: string; key: string }[]): RawBuilder<unknown> {
+  const a = sql.raw(alias);
+  return sql.join(
+    [...groupBy(keys, (k) => k.queue)].map(([queue, ks]) => sql`(${a}.queue = ${inline(queue)} AND ${a}.ckey IN (${list([...new Set(ks.map((k) => k.key))])}))`),
+    sql` OR `,
+  );
 }
 
 /**

@@ -5,8 +5,8 @@ import type { ClaimedItem, SuccessorClaim } from '../types.js';
 import { claimedItems, grantLease, leaseAssignments, readBackClaimed, roomLeft, successorFilter, type Lease } from './claimed.js';
 import { groupBy } from '../../group-by.js';
 import { inline, list, literal, queueScoped } from './common.js';
-import { refuseUnless } from './guard.js';
-import { keyIn, sortKeys, type KeyCount } from './key-admission.js';
+import { refuseIf, refuseUnless } from './guard.js';
+import { keyIn, ofKeys, perKey, sortKeys, type KeyCount } from './key-admission.js';
 import { keyLimits, limitScope, limitsRead, UNLIMITED } from './key-scope.js';
 import type { Send, StatementResult } from './pipeline.js';
 
@@ -196,8 +196,8 @@ export function releaseUnwaited(t: LedgerTables, ended: readonly KeyCount[]): Ra
   const slots = ended.filter((k) => k.admit > 0).map((k) => ({ queue: k.queue, key: k.key, n: k.admit }));
   if (slots.length === 0) return [];
   return [
-    sql`UPDATE ${t.keys} SET admitted = GREATEST(admitted - ${perKey(slots)}, 0) WHERE (queue, ckey) IN (${keyIn(slots)})`,
-    refuseUnless(t, sql`NOT EXISTS (SELECT 1 FROM ${t.keyWaits} w WHERE (w.queue, w.ckey) IN (${keyIn(slots)}))`),
+    sql`UPDATE ${t.keys} SET admitted = GREATEST(admitted - ${perKey(slots, (k) => k.n)}, 0) WHERE (queue, ckey) IN (${keyIn(slots)})`,
+    refuseIf(t, sql`EXISTS (SELECT 1 FROM ${t.keyWaits} w WHERE ${ofKeys('w', slots)})`),
   ];
 }
 
@@ -294,19 +294,7 @@ function lockKeys(t: LedgerTables, keys: readonly KeyCount[]): RawBuilder<unknow
 
 /** Each key counts `n` more admitted items (fewer, when negative). */
 function addHeld(t: LedgerTables, deltas: readonly KeyDelta[]): RawBuilder<unknown> {
-  return sql`UPDATE ${t.keys} SET admitted = admitted + ${perKey(deltas)} WHERE (queue, ckey) IN (${keyIn(deltas)})`;
-}
-
-/**
- * Each key row's own `n`, in an UPDATE of those rows: the number itself when
- * all have the same (the usual batch: one item of each key), else one CASE
- * arm per distinct n, not per key (a CASE is read through for every row).
- */
-function perKey(amounts: readonly { queue: string; key: string; n: number }[]): RawBuilder<unknown> {
-  const groups = [...groupBy(amounts, (a) => a.n)];
-  if (groups.length === 1) return inline(groups[0]![0]);
-  const arms = groups.map(([n, keys]) => sql`WHEN (queue, ckey) IN (${keyIn(keys)}) THEN ${inline(n)}`);
-  return sql`(CASE ${sql.join(arms, sql` `)} ELSE 0 END)`;
+  return sql`UPDATE ${t.keys} SET admitted = admitted + ${perKey(deltas, (d) => d.n)} WHERE (queue, ckey) IN (${keyIn(deltas)})`;
 }
 
 function mergeCounts(ended: readonly KeyCount[]): KeyCount[] {

@@ -1,6 +1,7 @@
 import { sql, type RawBuilder } from 'kysely';
 import { ValidationError } from '../../errors.js';
 import type { Executor } from '../connection.js';
+import { ER_NO_SUCH_TABLE, errno } from '../retry.js';
 import type { LedgerTables } from '../tables.js';
 import type { KeyScope } from '../types.js';
 import { inline, list, literal, queueScoped } from './common.js';
@@ -61,21 +62,63 @@ export async function readTypeLimits(exec: Executor, t: LedgerTables, queues: re
   return r.rows.map((x) => ({ queue: x.queue, type: x.type, limit: Number(x.key_limit) }));
 }
 
+/** What admits the keyed items of some queues, as set when an enqueue read it (readKeyRules). */
+export interface KeyRules {
+  /** Per queue with a row: its limit per key (null: none) and whether it is fair. */
+  queues: Map<string, { limit: number | null; fair: boolean }>;
+  types: TypeLimit[];
+}
+
+/** What admits a keyed item: the limit its key row answers to (UNLIMITED: none), and whether its queue is fair. */
+export interface KeyRule {
+  limit: number;
+  fair: boolean;
+}
+
 /**
- * Gives each keyed item the scope its type's limits say. A type-scoped key
- * must fit the stored column with its type: refused, naming the item's
- * field, before anything is written.
+ * The queues' limits per key, their fairness and their types' own limits,
+ * in one statement, read before an enqueue's transaction: the admission
+ * then writes its key rows with every number in its text
+ * (sql/key-admission.ts). On a ledger before type limits (schema 10) there
+ * are none.
  */
-export function scopeKeys<I extends { queue: string; type: string; concurrencyKey: string | null; keyScope?: KeyScope }>(
+export async function readKeyRules(exec: Executor, t: LedgerTables, queues: readonly string[]): Promise<KeyRules> {
+  const names = list([...new Set(queues)]);
+  const own = sql`SELECT queue, _ascii'' AS type, key_limit, fair FROM ${t.queues} WHERE queue IN (${names})`;
+  let rows: Record<string, unknown>[];
+  try {
+    rows = (await sql<Record<string, unknown>>`${own} UNION ALL SELECT queue, type, key_limit, 0 FROM ${t.typeLimits} WHERE queue IN (${names})`.execute(exec)).rows;
+  } catch (error) {
+    if (errno(error) !== ER_NO_SUCH_TABLE) throw error;
+    rows = (await sql<Record<string, unknown>>`${own}`.execute(exec)).rows;
+  }
+  const rules: KeyRules = { queues: new Map(), types: [] };
+  for (const r of rows) {
+    const queue = String(r.queue);
+    if (r.type !== '') rules.types.push({ queue, type: String(r.type), limit: Number(r.key_limit) });
+    else rules.queues.set(queue, { limit: r.key_limit === null ? null : Number(r.key_limit), fair: Number(r.fair) === 1 });
+  }
+  return rules;
+}
+
+/**
+ * Gives each keyed item the scope its type's limits say, and the rule that
+ * admits it. A type-scoped key must fit the stored column with its type:
+ * refused, naming the item's field, before anything is written.
+ */
+export function scopeKeys<I extends { queue: string; type: string; concurrencyKey: string | null; keyScope?: KeyScope; keyRule?: KeyRule }>(
   items: readonly I[],
-  typeLimits: readonly TypeLimit[],
+  rules: KeyRules,
   prefix: string,
 ): void {
-  const limited = new Set(typeLimits.map((l) => queueScoped(l.queue, l.type)));
+  const limited = new Map(rules.types.map((l) => [queueScoped(l.queue, l.type), l.limit]));
   const issues: { field: string; message: string }[] = [];
   items.forEach((item, i) => {
     if (item.concurrencyKey === null) return;
-    item.keyScope = limited.has(queueScoped(item.queue, item.type)) ? 'type' : 'queue';
+    const own = limited.get(queueScoped(item.queue, item.type));
+    const queue = rules.queues.get(item.queue);
+    item.keyScope = own === undefined ? 'queue' : 'type';
+    item.keyRule = { limit: own ?? queue?.limit ?? UNLIMITED, fair: queue?.fair ?? false };
     const room = MAX_STORED_KEY - item.type.length - TYPE_KEY_SEPARATOR.length;
     if (item.keyScope === 'type' && item.concurrencyKey.length > room)
       issues.push({ field: prefix === '' ? 'concurrencyKey' : `${prefix}[${i}].concurrencyKey`, message: `must be at most ${room} characters: its type ${item.type} has a concurrency limit of its own, and type and key are stored together` });
@@ -89,12 +132,6 @@ export function keyRowLimit(t: LedgerTables, k: { queue: string; key: string }):
   return type === null
     ? sql`(SELECT key_limit FROM ${t.queues} WHERE queue = ${inline(k.queue)})`
     : sql`(SELECT key_limit FROM ${t.typeLimits} WHERE queue = ${inline(k.queue)} AND type = ${inline(type)})`;
-}
-
-/** A type-scoped key row's limit, its type's own (none: no limit), read in the statement; NULL for a key of its queue's. */
-export function typeLimitOf(t: LedgerTables, k: { queue: string; key: string }): RawBuilder<unknown> {
-  if (typeOfKey(k.key) === null) return sql`CAST(NULL AS SIGNED)`;
-  return sql`COALESCE(${keyRowLimit(t, k)}, ${inline(UNLIMITED)})`;
 }
 
 /** The limits these key rows answer to: their queues' (type ''), and the types' own of type-scoped rows. */

@@ -8,7 +8,7 @@ import { ReplayRejectedError, type ReplayRejection } from '../../errors.js';
 import type { QueueClass } from '../types.js';
 import { affected, ITEM_COLUMNS } from './common.js';
 import { insertItems, type NewItem } from './enqueue.js';
-import { givenKey, readTypeLimits, scopeKeys } from './key-scope.js';
+import { givenKey, readKeyRules, scopeKeys } from './key-scope.js';
 
 /**
  * Operator re-drive of a dead or cancelled item. Guarded by what the operator
@@ -49,7 +49,7 @@ export async function replayItem(
         traceparent: row.traceparent ?? null,
       };
       // A new item: the limits of now say whose admits it, as at an enqueue.
-      if (replay.concurrencyKey !== null) scopeKeys([replay], await readTypeLimits(trx, t, [replay.queue]), 'replay');
+      if (replay.concurrencyKey !== null) scopeKeys([replay], await readKeyRules(trx, t, [replay.queue]), 'replay');
       const [created] = await insertItems(trx, t, [replay], false, idOrder);
       if (!created) throw new Error('replay: insert returned nothing');
       return { id: created.id };
