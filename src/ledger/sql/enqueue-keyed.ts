@@ -4,7 +4,7 @@ import { newItemId } from '../ids.js';
 import type { LedgerTables } from '../tables.js';
 import type { EnqueueResult } from '../types.js';
 import { admissionsOf, expectInserted, insertStatement, optionalColumns, valuesRow, type NewItem } from './enqueue.js';
-import { admitStatement, admittedKeys, grantedRead, keyCounts, waitRowsFor } from './key-admission.js';
+import { admitStatement, admittedKeys, grantedRead, waitRowsFor } from './key-admission.js';
 import { retryPipelined } from './pipeline.js';
 
 /**
@@ -23,11 +23,10 @@ import { retryPipelined } from './pipeline.js';
  * keys stay locked across one turn of the client.
  */
 export async function insertKeyedTwoTrips(db: LedgerDb, caps: LedgerCapabilities, t: LedgerTables, items: readonly NewItem[]): Promise<EnqueueResult[]> {
-  const keys = keyCounts(items);
   const columns = optionalColumns(items);
   return retryPipelined(db, caps, async (send, exec) => {
-    const admitting = await admittedKeys(exec, t, items);
-    const [, granted] = await send([admitStatement(t, admitting), grantedRead(t, keys)]);
+    const keys = await admittedKeys(exec, t, items);
+    const [, granted] = await send([admitStatement(t, keys), grantedRead(t, keys)]);
     const admitted = admissionsOf(items, granted?.rows ?? []);
     const ids = items.map(() => newItemId(caps.idOrder));
     const heads = admitted.map((a) => a?.head ?? true);

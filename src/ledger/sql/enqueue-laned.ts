@@ -32,11 +32,10 @@ export async function insertLanedOneTrip(db: LedgerDb, caps: LedgerCapabilities,
   const lanes = laneCounts(items);
   const ids = items.map(() => newItemId(caps.idOrder));
   const { upserts } = laneStatements(t, lanes);
-  const keyed = items.some((i) => i.concurrencyKey !== null);
   const waiting = ids.filter((_, i) => items[i]!.concurrencyKey !== null);
   const after = waiting.length === 0 ? [] : [waitRowsFor(t, waiting)];
   return retryPipelined(db, caps, async (send, exec) => {
-    const before = keyed ? [...upserts, admitStatement(t, await admittedKeys(exec, t, items))] : upserts;
+    const before = waiting.length === 0 ? upserts : [...upserts, admitStatement(t, await admittedKeys(exec, t, items))];
     const results = await send([...before, insertJoined(t, items, ids, lanes, optionalColumns(items)), ...after, readBack(t, ids)], { commit: true });
     const [inserted] = results.slice(before.length);
     const read = results[results.length - 1];

@@ -4,7 +4,7 @@ import type { Executor } from '../connection.js';
 import type { LedgerTables } from '../tables.js';
 import type { ClaimedItem, EnqueueResult, KeyScope, QueueClass } from '../types.js';
 import { claimedItem, leaseValues, type Lease } from './claimed.js';
-import { admitStatement, admittedKeys, grantedByKey, grantedRead, keyCounts, waitRowsFor } from './key-admission.js';
+import { admitStatement, admittedKeys, grantedByKey, grantedRead, waitRowsFor } from './key-admission.js';
 import { storedKey, type KeyRule } from './key-scope.js';
 import { affected, byteOrder, jsonLiteral, laneIn, literal, NO_TIME_TEXT, nowPlusMsText, queueScoped } from './common.js';
 
@@ -227,9 +227,9 @@ const givenPriority = new WeakMap<NewItem, number>();
  * raised by its round. A laned item keeps the place its lane gave it.
  */
 async function admitKeyed(exec: Executor, t: LedgerTables, items: readonly NewItem[]): Promise<(KeyAdmission | undefined)[]> {
-  const keys = keyCounts(items);
+  const keys = await admittedKeys(exec, t, items);
   if (keys.length === 0) return items.map(() => undefined);
-  await admitStatement(t, await admittedKeys(exec, t, items)).execute(exec);
+  await admitStatement(t, keys).execute(exec);
   return admissionsOf(items, (await grantedRead(t, keys).execute(exec)).rows as Record<string, unknown>[]);
 }
 

@@ -193,10 +193,10 @@ export async function handOnKeys(
  * key, in key order.
  */
 export function releaseUnwaited(t: LedgerTables, ended: readonly KeyCount[]): RawBuilder<unknown>[] {
-  const slots = ended.filter((k) => k.admit > 0).map((k) => ({ queue: k.queue, key: k.key, n: k.admit }));
+  const slots = ended.filter((k) => k.admit > 0);
   if (slots.length === 0) return [];
   return [
-    sql`UPDATE ${t.keys} SET admitted = GREATEST(admitted - ${perKey(slots, (k) => k.n)}, 0) WHERE (queue, ckey) IN (${keyIn(slots)})`,
+    sql`UPDATE ${t.keys} SET admitted = GREATEST(admitted - ${perKey(slots, (k) => k.admit)}, 0) WHERE (queue, ckey) IN (${keyIn(slots)})`,
     refuseIf(t, sql`EXISTS (SELECT 1 FROM ${t.keyWaits} w WHERE ${ofKeys('w', slots)})`),
   ];
 }

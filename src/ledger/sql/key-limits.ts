@@ -3,9 +3,9 @@ import type { Executor, LedgerDb } from '../connection.js';
 import type { LedgerTables } from '../tables.js';
 import type { ConcurrencyLimits } from '../types.js';
 import { handOnKeys } from './key-hand-on.js';
-import { keyRowLimit, readTypeLimits, typeOfKey } from './key-scope.js';
+import { keyRowLimit, readKeyRules, typeOfKey } from './key-scope.js';
 import { sendEach } from './pipeline.js';
-import { readQueueSetting, writeQueueSetting } from './queue-settings.js';
+import { writeQueueSetting } from './queue-settings.js';
 
 // The limits per concurrency key as an operator sets and reads them: a
 // queue's (lw_queues.key_limit) or a type's own (lw_type_limits), the
@@ -40,8 +40,8 @@ export async function keyStanding(exec: Executor, t: LedgerTables, queue: string
 
 /** A queue's limit per key and its types' own, as set now. */
 export async function readKeyLimits(exec: Executor, t: LedgerTables, queue: string): Promise<ConcurrencyLimits> {
-  const [limit, typeLimits] = await Promise.all([readQueueSetting(exec, t, queue, 'key_limit'), readTypeLimits(exec, t, [queue])]);
-  return { queue, limit, types: Object.fromEntries(typeLimits.map((l) => [l.type, l.limit])) };
+  const rules = await readKeyRules(exec, t, [queue]);
+  return { queue, limit: rules.queues.get(queue)?.limit ?? null, types: Object.fromEntries(rules.types.map((l) => [l.type, l.limit])) };
 }
 
 /** Sets (or, with null, lifts) a type's own limit per concurrency key in `queue`. */

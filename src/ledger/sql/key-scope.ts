@@ -54,14 +54,6 @@ export interface TypeLimit {
   limit: number;
 }
 
-/** The types of `queues` that have a limit of their own, and those limits. */
-export async function readTypeLimits(exec: Executor, t: LedgerTables, queues: readonly string[]): Promise<TypeLimit[]> {
-  if (queues.length === 0) return [];
-  const r = await sql<{ queue: string; type: string; key_limit: number }>`SELECT queue, type, key_limit FROM ${t.typeLimits}
-    WHERE queue IN (${list([...new Set(queues)])}) ORDER BY queue, type`.execute(exec);
-  return r.rows.map((x) => ({ queue: x.queue, type: x.type, limit: Number(x.key_limit) }));
-}
-
 /** What admits the keyed items of some queues, as set when an enqueue read it (readKeyRules). */
 export interface KeyRules {
   /** Per queue with a row: its limit per key (null: none) and whether it is fair. */
@@ -87,7 +79,7 @@ export async function readKeyRules(exec: Executor, t: LedgerTables, queues: read
   const own = sql`SELECT queue, _ascii'' AS type, key_limit, fair FROM ${t.queues} WHERE queue IN (${names})`;
   let rows: Record<string, unknown>[];
   try {
-    rows = (await sql<Record<string, unknown>>`${own} UNION ALL SELECT queue, type, key_limit, 0 FROM ${t.typeLimits} WHERE queue IN (${names})`.execute(exec)).rows;
+    rows = (await sql<Record<string, unknown>>`${own} UNION ALL SELECT queue, type, key_limit, 0 FROM ${t.typeLimits} WHERE queue IN (${names}) ORDER BY queue, type`.execute(exec)).rows;
   } catch (error) {
     if (errno(error) !== ER_NO_SUCH_TABLE) throw error;
     rows = (await sql<Record<string, unknown>>`${own}`.execute(exec)).rows;

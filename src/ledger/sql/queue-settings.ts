@@ -17,13 +17,6 @@ export async function writeQueueSetting(exec: Executor, t: LedgerTables, queue: 
     ON DUPLICATE KEY UPDATE ${column} = ${value}, updated_at = NOW(6)`.execute(exec);
 }
 
-/** One setting of a queue; null when its row or the setting is absent. */
-export async function readQueueSetting(exec: Executor, t: LedgerTables, queue: string, setting: QueueSetting): Promise<number | null> {
-  const r = await sql<{ value: number | null }>`SELECT ${sql.raw(setting)} AS value FROM ${t.queues} WHERE queue = ${queue}`.execute(exec);
-  const value = r.rows[0]?.value;
-  return value === null || value === undefined ? null : Number(value);
-}
-
 /** Which of `queues` are paused. */
 export async function pausedQueues(exec: Executor, t: LedgerTables, queues: readonly string[]): Promise<Set<string>> {
   if (queues.length === 0) return new Set();
