@@ -148,6 +148,24 @@ describe('concurrency keys at the ledger', () => {
     expect(await admitted()).toBe(0);
   });
 
+  test('a batch completion with several items of one key and nothing waiting gives up the slot of each', async () => {
+    const queue = freshQueue('keysmany');
+    await tl.ledger.setConcurrencyLimit(queue, 3);
+    await tl.ledger.enqueueMany(['k', 'k', 'j', 'k'].map((key, i) => ({ queue, type: 't', concurrencyKey: key, payload: { i } })));
+    const held = await claimAll(queue);
+    expect(held).toHaveLength(4);
+    const results = await tl.ledger.completeMany(held.map((handle) => ({ handle })));
+    expect(results.map((r) => r.won)).toEqual([true, true, true, true]);
+    const rows = await sql<{ ckey: string; admitted: number }>`SELECT ckey, admitted FROM lw_keys WHERE queue = ${queue} ORDER BY ckey`.execute(tl.ledger.db);
+    expect(rows.rows.map((r) => [r.ckey, Number(r.admitted)])).toEqual([
+      ['j', 0],
+      ['k', 0],
+    ]);
+    // The key's whole limit is free again: the next three are admitted at once.
+    await tl.ledger.enqueueMany([0, 1, 2].map((i) => ({ queue, type: 't', concurrencyKey: 'k', payload: { again: i } })));
+    expect(byKey(await claimAll(queue))).toEqual({ k: 3 });
+  });
+
   test('explain names the key at its limit; bad input names its field and writes nothing', async () => {
     const queue = freshQueue('keyswhy');
     await tl.ledger.setConcurrencyLimit(queue, 1);
