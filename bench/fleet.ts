@@ -4,6 +4,7 @@
  *   npm run bench:fleet
  *   npm run bench:fleet -- --runs 3 --jobs 20000 --shapes 32x2,4x16 [--cluster] [--warmup 5000] [--cpu-prof DIR]
  *   npm run bench:fleet -- --keys 1000 --key-limit 3   (the items spread over concurrency keys, limited per key)
+ *   npm run bench:fleet -- --keys 1000 --key-limit 3 --paired   (each run drains with keys and without, alternated)
  *
  * Per shape (processes × concurrency; by default 32 × 2 against 4 × 16, the
  * same 64 slots): that many worker processes, each a Consumer of one queue
@@ -18,6 +19,12 @@
  *   taken by others) per claimed item, wake entries read per item.
  * With --cluster the wake channel is a local 6-node Redis Cluster
  * (test/support/redis-cluster.ts) instead of the plain Redis.
+ *
+ * With --keys and --paired, each run of a shape drains twice, with the keys
+ * and without, the keyed drain first in odd runs and second in even ones
+ * (a server serves the drains of one invocation slower as it runs more: an
+ * order kept fixed would favour one side), and the table adds each run's
+ * keyed ÷ unkeyed throughput and their median.
  */
 import { once } from 'node:events';
 import { execFileSync, spawn, type ChildProcess } from 'node:child_process';
@@ -48,6 +55,8 @@ const CPU_PROF_DIR = flag('--cpu-prof');
 /** Items spread round-robin over this many concurrency keys (docs/design.md §3, Concurrency keys), the queue's limit per key `--key-limit`. */
 const KEYS = flag('--keys') === undefined ? undefined : Number(flag('--keys'));
 const KEY_LIMIT = Number(flag('--key-limit') ?? 3);
+const PAIRED = args.includes('--paired');
+if (PAIRED && KEYS === undefined) throw new Error('--paired compares a keyed drain with an unkeyed one: give --keys too');
 const PLAIN_REDIS_URL = process.env.LANEWAKE_BENCH_REDIS_URL ?? 'redis://127.0.0.1:6379';
 const log = createLogger('bench', process.env.LANEWAKE_LOG_LEVEL ?? 'warn');
 const WORKER = fileURLToPath(new URL('./fleet-worker.mjs', import.meta.url));
@@ -122,13 +131,13 @@ async function statementsServed(): Promise<number> {
   });
 }
 
-async function shape(processes: number, concurrency: number, redisUrl: string): Promise<ShapeResult> {
+async function shape(processes: number, concurrency: number, redisUrl: string, keys: number | undefined): Promise<ShapeResult> {
   const env = await environment(false);
   const producerLedger = new Ledger({ url: env.url, poolSize: 4 });
   const producerWake = new WakeChannel({ redis: redisUrl, keyPrefix: env.keyPrefix, logger: log });
   const workers: ReturnType<typeof startWorker>[] = [];
   try {
-    if (KEYS !== undefined) await producerLedger.setConcurrencyLimit(env.queue, KEY_LIMIT);
+    if (keys !== undefined) await producerLedger.setConcurrencyLimit(env.queue, KEY_LIMIT);
     for (let i = 0; i < processes; i++) {
       workers.push(
         startWorker({
@@ -146,7 +155,7 @@ async function shape(processes: number, concurrency: number, redisUrl: string): 
     const producer = new Producer({ ledger: producerLedger, wake: producerWake });
     const enqueue = async (n: number, from: number): Promise<void> => {
       for (let i = 0; i < n; i += 500) {
-        const keyed = (seq: number): { concurrencyKey?: string } => (KEYS !== undefined ? { concurrencyKey: `tenant:${seq % KEYS}` } : {});
+        const keyed = (seq: number): { concurrencyKey?: string } => (keys !== undefined ? { concurrencyKey: `tenant:${seq % keys}` } : {});
         await producer.enqueueMany(Array.from({ length: Math.min(500, n - i) }, (_, k) => ({ queue: env.queue, type: 'noop', payload: { n: from + i + k }, ...keyed(from + i + k) })));
       }
     };
@@ -185,7 +194,7 @@ async function shape(processes: number, concurrency: number, redisUrl: string): 
     const claimed = figures.map((f) => f.claimed);
     const sum = (f: (x: WorkerFigures) => number): number => figures.reduce((n, x) => n + f(x), 0);
     return {
-      shape: `${processes} × ${concurrency}`,
+      shape: `${processes} × ${concurrency}${PAIRED ? (keys !== undefined ? ', keyed' : ', unkeyed') : ''}`,
       firstStartMs: Math.min(...starts) - t0,
       halfBusyMs: percentile(starts, 50) - t0,
       allBusyMs: Math.max(...starts) - t0,
@@ -223,12 +232,26 @@ async function main(): Promise<void> {
   }
   const redisUrl = cluster?.url ?? PLAIN_REDIS_URL;
   const results = new Map<string, ShapeResult[]>();
+  /** Per shape, with --paired: each run's keyed ÷ unkeyed throughput. */
+  const ratios = new Map<string, number[]>();
   for (let run = 1; run <= RUNS; run++) {
     for (const s of SHAPES) {
-      progress(`run ${run}/${RUNS}: ${s.processes} processes × concurrency ${s.concurrency}, ${JOBS} items${cluster ? ', Redis Cluster' : ''}`);
-      const r = await shape(s.processes, s.concurrency, redisUrl);
-      progress(`  all busy ${fmt(r.allBusyMs, 1)} ms, ${fmt(r.jobsS)} jobs/s, claimed per replica ${r.claimedMin}–${r.claimedMax}`);
-      results.set(r.shape, [...(results.get(r.shape) ?? []), r]);
+      // Paired: the keyed drain first in odd runs, second in even ones.
+      const drains = !PAIRED ? [KEYS] : run % 2 === 1 ? [KEYS, undefined] : [undefined, KEYS];
+      const jobsS = new Map<boolean, number>();
+      for (const keys of drains) {
+        progress(`run ${run}/${RUNS}: ${s.processes} processes × concurrency ${s.concurrency}, ${JOBS} items${keys !== undefined ? `, ${keys} keys` : ''}${cluster ? ', Redis Cluster' : ''}`);
+        const r = await shape(s.processes, s.concurrency, redisUrl, keys);
+        progress(`  all busy ${fmt(r.allBusyMs, 1)} ms, ${fmt(r.jobsS)} jobs/s, claimed per replica ${r.claimedMin}–${r.claimedMax}`);
+        results.set(r.shape, [...(results.get(r.shape) ?? []), r]);
+        jobsS.set(keys !== undefined, r.jobsS);
+      }
+      if (PAIRED) {
+        const name = `${s.processes} × ${s.concurrency}`;
+        const ratio = (jobsS.get(true) ?? 0) / (jobsS.get(false) ?? Number.NaN);
+        ratios.set(name, [...(ratios.get(name) ?? []), ratio]);
+        progress(`  keyed ÷ unkeyed ${fmt(ratio * 100)}%`);
+      }
     }
   }
   const rows = [...results].map(([name, rs]) => {
@@ -255,7 +278,7 @@ async function main(): Promise<void> {
     };
   });
   printTable(
-    `fleet on one machine — median of ${RUNS} run(s), ${JOBS} no-op items from a producer process's pool and channel${cluster ? ', Redis Cluster' : ''}${KEYS !== undefined ? `, over ${KEYS} concurrency keys of limit ${KEY_LIMIT}` : ''}${WARMUP > 0 ? `, after a warm-up drain of ${WARMUP} items per replica` : ''}`,
+    `fleet on one machine — median of ${RUNS} run(s), ${JOBS} no-op items from a producer process's pool and channel${cluster ? ', Redis Cluster' : ''}${KEYS !== undefined ? `, ${PAIRED ? 'with and without' : 'over'} ${KEYS} concurrency keys of limit ${KEY_LIMIT}` : ''}${WARMUP > 0 ? `, after a warm-up drain of ${WARMUP} items per replica` : ''}`,
     ['processes × concurrency', 'first start ms', 'half busy ms', 'all busy ms', 'jobs/s', 'min–max', 'claimed per replica min / max', 'claim rounds per item', 'empty rounds per item', 'wake entries per item', 'server statements per job', 'worker CPU µs/job', 'producer CPU µs/job', 'server CPU µs/job', 'machine busy %'],
     rows.map((r) => [
       r.shape,
@@ -276,10 +299,21 @@ async function main(): Promise<void> {
     ]),
     ['left', 'right', 'right', 'right', 'right', 'right', 'right', 'right', 'right', 'right', 'right', 'right', 'right', 'right', 'right'],
   );
+  if (PAIRED) {
+    printTable(
+      `keyed ÷ unkeyed throughput per run (${KEYS} keys of limit ${KEY_LIMIT}; odd runs drained keyed first)`,
+      ['processes × concurrency', 'per run', 'median', 'min–max'],
+      [...ratios].map(([name, rs]) => {
+        const range = minMax(rs);
+        return [name, rs.map((r) => `${fmt(r * 100)}%`).join(' / '), `${fmt(median(rs) * 100)}%`, `${fmt(range.min * 100)}–${fmt(range.max * 100)}%`];
+      }),
+      ['left', 'left', 'right', 'right'],
+    );
+  }
   const resultsDir = fileURLToPath(new URL('./results/', import.meta.url));
   mkdirSync(resultsDir, { recursive: true });
   const file = `${resultsDir}fleet${cluster ? '-cluster' : ''}-latest.json`;
-  writeFileSync(file, `${JSON.stringify({ rows, meta: { at: new Date().toISOString(), runs: RUNS, jobs: JOBS, warmup: WARMUP, cluster: CLUSTER, node: process.version, raw: Object.fromEntries(results) } }, null, 2)}\n`);
+  writeFileSync(file, `${JSON.stringify({ rows, meta: { at: new Date().toISOString(), runs: RUNS, jobs: JOBS, warmup: WARMUP, cluster: CLUSTER, node: process.version, raw: Object.fromEntries(results), ...(PAIRED ? { keyedOverUnkeyed: Object.fromEntries(ratios) } : {}) } }, null, 2)}\n`);
 }
 
 runBenchmark(main);
