@@ -168,6 +168,12 @@ export class ClaimScheduler<DB> {
   }
 
   takeWake(m: Pick<WakeMessage, 'ids' | 'more'>): void {
+    // A fair queue's items are claimed by their rounds (docs/design.md, "Fair queues"): claimed by name, in the
+    // order their wake-ups came, one key's flood would run ahead of the keys announced after it.
+    if (this.host.fair()) {
+      this.noteWork();
+      return;
+    }
     for (const id of m.ids) this.targeted.add(id);
     // A wake-up that names its items is answered by claiming those; one that names none (or not all) means "look".
     if (m.ids.length === 0 || m.more === true) this.noteWork();

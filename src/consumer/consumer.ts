@@ -338,6 +338,7 @@ export class Consumer<DB = Record<string, never>> extends EventEmitter<ConsumerE
       held: this.handovers,
       ack: (entries) => void this.reader?.ack(entries),
       followUp: () => this.publishFollowUp(),
+      fair: () => this.flags.fair,
       roomChanged: () => {
         this.reader?.notify();
         this.offers?.look();

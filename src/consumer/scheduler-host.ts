@@ -18,4 +18,6 @@ export interface SchedulerHost<DB> {
   followUp(): Promise<void>;
   /** Slots freed: the wake reader may read again. */
   roomChanged(): void;
+  /** Whether the queue is fair, as last read (queue-flags.ts): its claim rounds then take heads by round only. */
+  fair(): boolean;
 }
