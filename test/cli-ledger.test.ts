@@ -1,6 +1,7 @@
 // The lanewake CLI against a ledger: migrate, enqueue, stats, inspect, dead list and replay, cancel, activate, wake-ups, bad input, pause, concurrency limits.
 import { sql } from 'kysely';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+import { Consumer } from '../src/consumer/consumer.js';
 import { SCHEMA_VERSION } from '../src/ledger/migrations.js';
 import { errorDigest } from '../src/ledger/ids.js';
 import { controlStreamKey, wakeStreamKey } from '../src/wake/keys.js';
@@ -119,6 +120,19 @@ describe('lanewake CLI against a ledger', () => {
     const row = table.out.split('\n').find((l) => l.startsWith(`${queue} `))?.split(/\s+/);
     expect(row?.slice(0, 9)).toEqual([queue, '1', '0', '0', '0', '0', '0', '0', '0']);
     expect(row?.at(-1)).toBe('-');
+
+    // A queue that a live consumer serves and that holds no item still has its row: someone serves it.
+    const served = freshQueue('cli-served');
+    const consumer = new Consumer({ ledger: t.ledger, queue: served, concurrency: 3, handlers: { t: async () => undefined } });
+    await consumer.start();
+    try {
+      const servedRow = (await cli('stats')).out.split('\n').find((l) => l.startsWith(`${served} `))?.split(/\s+/);
+      expect(servedRow?.slice(0, 9)).toEqual([served, '0', '0', '0', '0', '0', '0', '0', '0']);
+      expect(servedRow?.slice(-3)).toEqual(['1', '(3', 'slots)']);
+      expect(json<{ queue: string; consumers: unknown[] }[]>(await cli('stats', served, '--json'))).toMatchObject([{ queue: served, counts: { pending: 0 }, consumers: [{ queue: served }] }]);
+    } finally {
+      await consumer.stop();
+    }
 
     const stats = json<{ queue: string; counts: Record<string, number>; oldestDueAgeMs: number }[]>(await cli('stats', queue, '--json'));
     expect(stats).toHaveLength(1);

@@ -16,9 +16,10 @@ export function statsCommand(program: Command, { io }: CliContext): void {
     )
     .action(async (queue: string | undefined, _opts: unknown, cmd: Command) => {
       const g = globalOptions(cmd);
-      const [stats, consumers] = await withLedger(g, (ledger) =>
+      const [counted, consumers] = await withLedger(g, (ledger) =>
         withFieldNames({ queue: '[queue]' }, 'stats', () => Promise.all([ledger.stats(queue), ledger.liveConsumers(queue)])),
       );
+      const stats = withServedQueues(counted, consumers.map((c) => c.queue));
       if (g.json) return printJson(io, stats.map((s) => ({ ...s, consumers: consumers.filter((c) => c.queue === s.queue) })));
       if (stats.length === 0) return println(io, queue === undefined ? 'no items in the ledger' : `no items in queue ${queue}`);
       const shown = (s: QueueStats, st: ItemState): string => {
@@ -33,4 +34,22 @@ export function statsCommand(program: Command, { io }: CliContext): void {
       const headers = ['QUEUE', ...ITEM_STATES.map((st) => st.toUpperCase()), 'SCHEDULED', 'OLDEST_DUE', 'CONSUMERS'];
       println(io, renderTable(headers, rows, ['left', ...ITEM_STATES.map(() => 'right' as const), 'right', 'right', 'right']));
     });
+}
+
+/**
+ * The queues' counts, and a row of zeros for each queue that live consumers
+ * serve and that holds no item: "is anything serving it?" has its answer
+ * before work comes. In queue order.
+ */
+function withServedQueues(stats: readonly QueueStats[], served: readonly string[]): QueueStats[] {
+  const counted = new Set(stats.map((s) => s.queue));
+  const idle = [...new Set(served)].filter((q) => !counted.has(q));
+  const none = (queue: string): QueueStats => ({
+    queue,
+    counts: Object.fromEntries(ITEM_STATES.map((st) => [st, 0])) as Record<ItemState, number>,
+    capped: [],
+    oldestDueAgeMs: 0,
+    scheduled: 0,
+  });
+  return [...stats, ...idle.map(none)].sort((a, b) => (a.queue < b.queue ? -1 : a.queue > b.queue ? 1 : 0));
 }
