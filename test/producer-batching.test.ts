@@ -52,3 +52,20 @@ test('a bad input among batched ones fails alone, naming its field as a single e
   const [stats] = await tl.ledger.stats(queue);
   expect(stats?.counts.pending).toBe(11);
 });
+
+test("a key too long for its type's own limit, among batched ones, fails alone as a single enqueue's; the others are written", async () => {
+  // Only the ledger knows that a type has a limit of its own (its key is stored with the type): the batch is refused whole.
+  const tl = await scope.ledger();
+  const producer = new Producer({ ledger: tl.ledger });
+  const queue = uniqueQueue('batched-key');
+  await tl.ledger.setConcurrencyLimit(queue, 2, { type: 'mail' });
+  const settled = await Promise.allSettled(
+    Array.from({ length: 12 }, (_, k) => producer.enqueue({ queue, type: 'mail', concurrencyKey: k === 7 ? 'k'.repeat(251) : `tenant:${k}`, payload: { k } })),
+  );
+  const failed = settled.flatMap((s, k) => (s.status === 'rejected' ? [{ k, error: s.reason as unknown }] : []));
+  expect(failed.map((f) => f.k)).toEqual([7]);
+  expect(failed[0]?.error).toBeInstanceOf(ValidationError);
+  expect((failed[0]?.error as ValidationError).issues.map((i) => i.field)).toEqual(['concurrencyKey']);
+  const [stats] = await tl.ledger.stats(queue);
+  expect(stats?.counts.pending).toBe(11);
+});

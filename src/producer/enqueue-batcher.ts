@@ -1,5 +1,6 @@
 import type { EnqueueInput } from '../ledger/ledger.js';
 import type { EnqueueResult } from '../ledger/types.js';
+import { ValidationError } from '../errors.js';
 
 /** Single enqueues a producer sends at once; more wait and go out together. */
 export const ENQUEUES_IN_FLIGHT = 2;
@@ -22,9 +23,12 @@ interface Waiting {
  * transaction on the pool.
  *
  * Each input is checked on its own before it joins a batch (a bad one fails
- * alone, naming its fields as a single enqueue does); a batch the ledger
- * refuses fails every enqueue in it, each with the same error, and nothing
- * of it was written.
+ * alone, naming its fields as a single enqueue does). What only the ledger
+ * can check (a key too long for its type's own limit) refuses the whole
+ * batch, writing nothing: each of its enqueues then goes again alone, so
+ * only the bad one fails, naming its fields as a single enqueue does. A
+ * batch refused otherwise fails every enqueue in it, each with the same
+ * error, and nothing of it was written.
  */
 export class EnqueueBatcher {
   private waiting: Waiting[] = [];
@@ -51,20 +55,46 @@ export class EnqueueBatcher {
     while (this.inFlight < ENQUEUES_IN_FLIGHT && this.waiting.length > 0) {
       const batch = this.waiting.splice(0, MAX_ENQUEUE_BATCH);
       this.inFlight++;
-      this.send(batch.map((w) => w.input))
-        .then(
-          (results) =>
-            batch.forEach((w, i) => {
-              const r = results[i];
-              if (r) w.resolve(r);
-              else w.reject(new Error('enqueue: no result'));
-            }),
-          (error: unknown) => batch.forEach((w) => w.reject(error)),
-        )
+      this.sendBatch(batch)
         .finally(() => {
           this.inFlight--;
           this.pump();
         });
     }
   }
+
+  private async sendBatch(batch: readonly Waiting[]): Promise<void> {
+    try {
+      settle(batch, await this.send(batch.map((w) => w.input)));
+      return;
+    } catch (error) {
+      if (!(error instanceof ValidationError) || batch.length === 1) {
+        for (const w of batch) w.reject(asSingle(error));
+        return;
+      }
+    }
+    // Refused for what only the ledger checks, nothing written: each again alone, in order (a lane keeps its callers' order).
+    for (const w of batch) {
+      try {
+        settle([w], await this.send([w.input]));
+      } catch (error) {
+        w.reject(asSingle(error));
+      }
+    }
+  }
+}
+
+function settle(batch: readonly Waiting[], results: readonly EnqueueResult[]): void {
+  batch.forEach((w, i) => {
+    const r = results[i];
+    if (r) w.resolve(r);
+    else w.reject(new Error('enqueue: no result'));
+  });
+}
+
+/** A one-item batch's refusal as a single enqueue's: its fields named without the batch's `items[0]`. */
+function asSingle(error: unknown): unknown {
+  if (!(error instanceof ValidationError)) return error;
+  const field = (f: string): string => (f === 'items[0]' ? '(input)' : f.replace(/^items\[0\]\./, ''));
+  return new ValidationError(error.issues.map((i) => ({ ...i, field: field(i.field) })), 'enqueue');
 }
