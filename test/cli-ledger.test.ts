@@ -380,6 +380,8 @@ describe('lanewake CLI against a ledger', () => {
     const [first, second] = await t.ledger.enqueueMany([0, 1].map((i) => ({ queue, type: 'mail', concurrencyKey: 'K', payload: { i } })));
     expect((await t.ledger.get(second!.id))?.isHead).toBe(false);
     expect((await cli('inspect', second!.id, '--why')).out).toContain('key_at_limit');
+    expect((await cli('inspect', second!.id)).out).toMatch(/^concurrency key: +K \(its type's own limit\), waiting for a slot$/m);
+    expect((await cli('inspect', first!.id)).out).toMatch(/^concurrency key: +K \(its type's own limit\), admitted$/m);
     // Raised, the waiting item is admitted at once.
     expect(json<{ queue: string; type: string; limit: number; keysWithWaitingItems: number }>(await cli('concurrency-limit', queue, '2', '--type', 'mail', '--json'))).toEqual({
       queue,

@@ -44,7 +44,7 @@ export function enqueueCommand(program: Command, { io }: CliContext): void {
     .argument('<type>', 'item type, which picks the handler: 1-128 chars of [A-Za-z0-9._:-]')
     .option('--payload <json>', 'the item payload as JSON (never echoed back)', '{}')
     .option('--lane <key>', 'ordering key: items of one lane run one at a time, in enqueue order')
-    .option('--concurrency-key <key>', "at most the queue's concurrency limit of one key's items run at once (not with --lane)")
+    .option('--concurrency-key <key>', "at most the queue's concurrency limit of one key's items run at once (with --lane as well, the lane admits the item and the key only groups it)")
     .option('--idempotency-key <key>', 'unique per queue: enqueueing the same key again returns the first item (duplicate: true)')
     .addOption(new Option('--run-at <date>', 'not claimable before this ISO 8601 instant, e.g. 2026-12-01T09:00:00Z').argParser(parseInstant).conflicts('delayMs'))
     .option('--delay-ms <ms>', 'not claimable before the ledger clock + this many ms', parseInteger)

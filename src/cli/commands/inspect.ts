@@ -53,6 +53,7 @@ function printItem(io: CliIo, item: WorkItem, digest: string | null, withData: b
     ['type', item.type],
     ['state', item.state + (item.cancelRequested ? ' (cancel requested)' : '')],
     ['lane', item.lane === null ? '(own lane)' : `${item.lane} #${item.laneSeq ?? '-'}${item.isHead ? ' (head)' : ''}`],
+    ['concurrency key', concurrencyKeyOf(item)],
     ['class', item.queueClass],
     ['priority', String(item.priority)],
     ['attempt', `${item.attempt} of ${item.maxAttempts}`],
@@ -98,4 +99,12 @@ function printSteps(io: CliIo, steps: readonly StepRecord[], withData: boolean):
   const result = (st: StepRecord): string => (withData ? (st.result === undefined ? '-' : JSON.stringify(st.result)) : jsonSize(st.result));
   const rows = steps.map((st) => [st.name, String(st.attempt), formatTime(st.doneAt), result(st)]);
   println(io, renderTable(['STEP', 'ATTEMPT', 'DONE', 'RESULT'], rows, ['left', 'right']));
+}
+
+/** The item's concurrency key, whose limit admits it, and whether it was admitted (a laneless keyed item that is not a head waits in its key's line). */
+function concurrencyKeyOf(item: WorkItem): string {
+  if (item.concurrencyKey === null) return '-';
+  const scope = item.keyScope === 'type' ? ` (its type's own limit)` : '';
+  const standing = item.lane !== null || item.state !== 'pending' ? '' : item.isHead ? ', admitted' : ', waiting for a slot';
+  return `${item.concurrencyKey}${scope}${standing}`;
 }
