@@ -238,17 +238,17 @@ async function main(): Promise<void> {
     for (const s of SHAPES) {
       // Paired: the keyed drain first in odd runs, second in even ones.
       const drains = !PAIRED ? [KEYS] : run % 2 === 1 ? [KEYS, undefined] : [undefined, KEYS];
-      const jobsS = new Map<boolean, number>();
+      const jobsS = { keyed: Number.NaN, unkeyed: Number.NaN };
       for (const keys of drains) {
         progress(`run ${run}/${RUNS}: ${s.processes} processes × concurrency ${s.concurrency}, ${JOBS} items${keys !== undefined ? `, ${keys} keys` : ''}${cluster ? ', Redis Cluster' : ''}`);
         const r = await shape(s.processes, s.concurrency, redisUrl, keys);
         progress(`  all busy ${fmt(r.allBusyMs, 1)} ms, ${fmt(r.jobsS)} jobs/s, claimed per replica ${r.claimedMin}–${r.claimedMax}`);
         results.set(r.shape, [...(results.get(r.shape) ?? []), r]);
-        jobsS.set(keys !== undefined, r.jobsS);
+        jobsS[keys !== undefined ? 'keyed' : 'unkeyed'] = r.jobsS;
       }
       if (PAIRED) {
         const name = `${s.processes} × ${s.concurrency}`;
-        const ratio = (jobsS.get(true) ?? 0) / (jobsS.get(false) ?? Number.NaN);
+        const ratio = jobsS.keyed / jobsS.unkeyed;
         ratios.set(name, [...(ratios.get(name) ?? []), ratio]);
         progress(`  keyed ÷ unkeyed ${fmt(ratio * 100)}%`);
       }

@@ -4,6 +4,7 @@ import { Producer } from '../src/producer/producer.js';
 import { ENQUEUES_IN_FLIGHT } from '../src/producer/enqueue-batcher.js';
 import { uniqueQueue } from './support/engine.js';
 import { onEveryStatement } from './support/mysql-statements.js';
+import type { TestLedger } from './support/ledger.js';
 import { testScope } from './support/scope.js';
 
 // Group commit of single enqueues (src/producer/enqueue-batcher.ts): what arrives while others are in flight shares a batch.
@@ -38,6 +39,16 @@ test('single enqueues that arrive together share batches: each gets its own resu
   expect(inserts.statements()).toBeLessThanOrEqual(N / 4);
 });
 
+/** Of 12 enqueues, only the one at index 7 failed, with a ValidationError naming `field` alone; the other 11 are pending. */
+async function expectOnlySeventhFailed(tl: TestLedger, queue: string, settled: readonly PromiseSettledResult<unknown>[], field: string): Promise<void> {
+  const failed = settled.flatMap((s, k) => (s.status === 'rejected' ? [{ k, error: s.reason as unknown }] : []));
+  expect(failed.map((f) => f.k)).toEqual([7]);
+  expect(failed[0]?.error).toBeInstanceOf(ValidationError);
+  expect((failed[0]?.error as ValidationError).issues.map((i) => i.field)).toEqual([field]);
+  const [stats] = await tl.ledger.stats(queue);
+  expect(stats?.counts.pending).toBe(11);
+}
+
 test('a bad input among batched ones fails alone, naming its field as a single enqueue does; the others are written', async () => {
   const tl = await scope.ledger();
   const producer = new Producer({ ledger: tl.ledger });
@@ -45,12 +56,7 @@ test('a bad input among batched ones fails alone, naming its field as a single e
   const settled = await Promise.allSettled(
     Array.from({ length: 12 }, (_, k) => producer.enqueue({ queue, type: 't', payload: k === 7 ? { bad: Number.NaN } : { k } })),
   );
-  const failed = settled.flatMap((s, k) => (s.status === 'rejected' ? [{ k, error: s.reason as unknown }] : []));
-  expect(failed.map((f) => f.k)).toEqual([7]);
-  expect(failed[0]?.error).toBeInstanceOf(ValidationError);
-  expect((failed[0]?.error as ValidationError).issues.map((i) => i.field)).toEqual(['payload.bad']);
-  const [stats] = await tl.ledger.stats(queue);
-  expect(stats?.counts.pending).toBe(11);
+  await expectOnlySeventhFailed(tl, queue, settled, 'payload.bad');
 });
 
 test("a key too long for its type's own limit, among batched ones, fails alone as a single enqueue's; the others are written", async () => {
@@ -62,10 +68,5 @@ test("a key too long for its type's own limit, among batched ones, fails alone a
   const settled = await Promise.allSettled(
     Array.from({ length: 12 }, (_, k) => producer.enqueue({ queue, type: 'mail', concurrencyKey: k === 7 ? 'k'.repeat(251) : `tenant:${k}`, payload: { k } })),
   );
-  const failed = settled.flatMap((s, k) => (s.status === 'rejected' ? [{ k, error: s.reason as unknown }] : []));
-  expect(failed.map((f) => f.k)).toEqual([7]);
-  expect(failed[0]?.error).toBeInstanceOf(ValidationError);
-  expect((failed[0]?.error as ValidationError).issues.map((i) => i.field)).toEqual(['concurrencyKey']);
-  const [stats] = await tl.ledger.stats(queue);
-  expect(stats?.counts.pending).toBe(11);
+  await expectOnlySeventhFailed(tl, queue, settled, 'concurrencyKey');
 });

@@ -68,10 +68,8 @@ export class EnqueueBatcher {
       settle(batch, await this.send(batch.map((w) => w.input)));
       return;
     } catch (error) {
-      if (!(error instanceof ValidationError) || batch.length === 1) {
-        for (const w of batch) w.reject(asSingle(error));
-        return;
-      }
+      if (batch.length === 1) return batch[0]!.reject(asSingle(error));
+      if (!(error instanceof ValidationError)) return batch.forEach((w) => w.reject(error));
     }
     // Refused for what only the ledger checks, nothing written: each again alone, in order (a lane keeps its callers' order).
     for (const w of batch) {
