@@ -10,6 +10,7 @@ import { z } from 'zod';
 import { consumerSettingsSchema } from '../src/consumer/options.js';
 import { ledgerConfigSchema } from '../src/ledger/config.js';
 import { queueConfigSchema, workerConfigSchema } from '../src/supervisor/config.js';
+import { scheduleSchema } from '../src/ledger/schedules.js';
 
 export const CONFIG_DOCS_PATH = fileURLToPath(new URL('../docs/configuration.md', import.meta.url));
 
@@ -48,13 +49,19 @@ const SECTIONS: Section[] = [
     intro:
       '`lanewake worker`: a `--config` file (JSON or YAML), then `LANEWAKE_*` variables, then flags, merged and validated once (`src/supervisor/config.ts`, `workerConfigSchema`). `--print-config` shows the merged result.',
     schema: workerConfigSchema,
-    seeAlso: { queues: ['queue[]', '#queue-config'] },
+    seeAlso: { queues: ['queue[]', '#queue-config'], schedules: ['schedule[]', '#schedule-config'] },
   },
   {
     title: 'Queue config',
     intro:
       "Each entry of the worker's `queues` (`queueConfigSchema`): the consumer settings below that a worker's queue may set, plus `ownership`. A field a queue entry does not set takes the consumer's default, shown here; the worker's consumers leave lease reclaiming and wait probes to its reconciler (`maintenance` off). `--queues` and `LANEWAKE_QUEUES` (`name[:concurrency[:class+class]]`) refine the file's queues by name.",
     schema: queueConfigSchema,
+  },
+  {
+    title: 'Schedule config',
+    intro:
+      "Each entry of the worker's `schedules` (`scheduleSchema`, src/ledger/schedules.ts), and what `producer.schedule` takes: a recurring schedule kept in the ledger (docs/design.md, Recurring schedules).",
+    schema: scheduleSchema,
   },
   {
     title: 'Consumer settings',

@@ -50,7 +50,10 @@ export type { LedgerOperator, QueueView, ReplayedItem } from './ledger/operator.
 // Wake-ups (Redis Streams).
 export { WakeChannel, type WakeChannelOptions, type PublishCounters } from './wake/wake-channel.js';
 export type { WakeMessage, WakeKind, ControlMessage } from './wake/messages.js';
-export type { WakeTimer, RecurringSchedule, ScheduledEnqueue, ScheduledItem } from './wake/timers.js';
+export type { WakeTimer } from './wake/timers.js';
+export type { RecurringSchedule, ScheduleItem, ScheduleSource, ScheduleView } from './ledger/schedule-types.js';
+export { LedgerSchedules } from './ledger/schedules.js';
+export { ScheduleFirer, type ScheduleFirerOptions, type ScheduleFirerCounters } from './schedules/firer.js';
 export { wakeStreamKey, controlStreamKey, DEFAULT_KEY_PREFIX } from './wake/keys.js';
 export type { ClusterSeed, ClusterTarget, RedisTarget } from './wake/redis.js';
 

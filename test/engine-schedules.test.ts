@@ -4,7 +4,8 @@ import { Producer } from '../src/producer/producer.js';
 import { WakeChannel } from '../src/wake/wake-channel.js';
 import { ValidationError } from '../src/errors.js';
 import { createTestWake, uniqueQueue, type TestWake } from './support/engine.js';
-import { createTestLedger, waitFor, type TestLedger } from './support/ledger.js';
+import { createTestLedger, testTxnMode, waitFor, type TestLedger } from './support/ledger.js';
+import { Ledger } from '../src/ledger/ledger.js';
 import { redisUrl } from './support/services.js';
 
 let tl: TestLedger | undefined;
@@ -16,19 +17,24 @@ afterEach(async () => {
   await tl?.drop();
 });
 
-test('a recurring schedule makes one item per fire, whichever replica processes it', async () => {
+test('a recurring schedule makes one item per fire, whichever replica fires it', async () => {
   tl = await createTestLedger();
   tw = createTestWake();
   const queue = uniqueQueue('sched');
-  // A second replica: its own Redis connections under the same key prefix.
+  // A second replica: its own ledger and Redis connections under the same key prefix (one schedule firer per ledger and process).
+  const otherLedger = new Ledger({ url: tl.url, ...testTxnMode() });
+  cleanups.push(() => otherLedger.close());
   const otherWake = new WakeChannel({ redis: redisUrl(), keyPrefix: tw.keyPrefix });
   cleanups.push(() => otherWake.close());
   const ran: string[] = [];
-  const consumers = [tw.wake, otherWake].map(
-    (wake) =>
+  const consumers = [
+    [tl.ledger, tw.wake],
+    [otherLedger, otherWake],
+  ].map(
+    ([ledger, wake]) =>
       new Consumer({
-        ledger: tl!.ledger,
-        wake,
+        ledger: ledger as Ledger,
+        wake: wake as WakeChannel,
         queue,
         concurrency: 4,
         pollIntervalMs: 60_000,
@@ -40,7 +46,10 @@ test('a recurring schedule makes one item per fire, whichever replica processes 
     cleanups.push(() => c.stop());
   }
   const producer = new Producer({ ledger: tl.ledger, wake: tw.wake });
-  await producer.schedule({ name: `every-${queue}`, everyMs: 200, item: { queue, type: 'tick', payload: { from: 'schedule' } } });
+  const made = await producer.schedule({ name: `every-${queue}`, everyMs: 200, item: { queue, type: 'tick', payload: { from: 'schedule' } } });
+  // The ledger holds it, not Redis.
+  expect(made.source).toBe('api');
+  expect((await tl.ledger.schedules.get(`every-${queue}`))?.everyMs).toBe(200);
   cleanups.push(() => producer.unschedule(`every-${queue}`));
   await waitFor(() => (ran.length >= 3 ? true : undefined), 20_000, 'three fires to run');
   await producer.unschedule(`every-${queue}`);
@@ -55,6 +64,20 @@ test('a recurring schedule makes one item per fire, whichever replica processes 
   for (const k of keys) expect(k).toMatch(new RegExp(`^every-${queue}:\\d+$`));
   expect(new Set(keys).size).toBe(keys.length);
   expect(new Set(ran).size).toBe(ran.length);
+  // The fire times are the interval's multiples, each made once.
+  for (const k of keys) expect(Number(k.split(':').pop()) % 200).toBe(0);
+  expect(await tl.ledger.schedules.get(`every-${queue}`)).toBeUndefined();
+});
+
+test('schedule and unschedule need no Redis', async () => {
+  tl = await createTestLedger();
+  const producer = new Producer({ ledger: tl.ledger });
+  const name = uniqueQueue('no-redis');
+  await producer.schedule({ name, pattern: '0 3 * * *', tz: 'Europe/Paris', item: { queue: 'q', type: 't', payload: { a: 1 } } });
+  const s = await tl.ledger.schedules.get(name);
+  expect(s).toMatchObject({ pattern: '0 3 * * *', tz: 'Europe/Paris', paused: false, fires: 0, item: { queue: 'q', type: 't', payload: { a: 1 } } });
+  expect(await producer.unschedule(name)).toBe(true);
+  expect(await producer.unschedule(name)).toBe(false);
 });
 
 test('a fire that two replicas both process still makes one item (idempotency key per fire time)', async () => {
@@ -102,4 +125,8 @@ test('a schedule with neither or both of pattern and everyMs is refused', async 
   await expect(producer.schedule({ name: 'x', item })).rejects.toThrow(ValidationError);
   await expect(producer.schedule({ name: 'x', item, pattern: '* * * * *', everyMs: 1000 })).rejects.toThrow(ValidationError);
   await expect(producer.schedule({ name: 'bad name!', item, everyMs: 1000 })).rejects.toThrow(/name/);
+  await expect(producer.schedule({ name: 'x', item, pattern: 'not a cron' })).rejects.toThrow(/pattern/);
+  await expect(producer.schedule({ name: 'x', item, pattern: '* * * * *', tz: 'Mars/Olympus' })).rejects.toThrow(/tz/);
+  await expect(producer.schedule({ name: 'x', item: { ...item, payload: { big: 'x'.repeat(2_000_000) } }, everyMs: 1000 })).rejects.toThrow(/item.payload/);
+  expect(await tl.ledger.schedules.list()).toEqual([]);
 });

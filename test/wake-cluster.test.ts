@@ -136,7 +136,7 @@ test('BullMQ timers run on the cluster under a hash-tagged prefix; dropKeys empt
   const wake = channel(prefix);
   const queue = uniqueQueue('timer');
   const due: string[] = [];
-  wake.timers.start({ onDue: async (t) => void due.push(t.itemId), onScheduleFire: async () => undefined });
+  wake.timers.start({ onDue: async (t) => void due.push(t.itemId) });
   expect(await wake.scheduleTimers([{ queue, queueClass: 'default', itemId: 'item-1', attempt: 1, runAt: new Date(Date.now() + 300) }])).toBe(true);
   await waitFor(() => due.length > 0 || undefined, 10_000, 'the timer to fire');
   expect(due).toEqual(['item-1']);

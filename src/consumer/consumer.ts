@@ -6,10 +6,9 @@ import { ValidationError } from '../errors.js';
 import type { ClaimedItem, SweepSignal } from '../ledger/types.js';
 import { createLogger, type Logger } from '../log.js';
 import { Maintainer } from '../maintenance/maintainer.js';
-import { Producer } from '../producer/producer.js';
 import { sleep } from '../sleep.js';
 import type { ControlMessage, WakeMessage } from '../wake/messages.js';
-import type { ScheduledEnqueue } from '../wake/timers.js';
+import { holdScheduleFiring } from '../schedules/firing.js';
 import type { WakeChannel } from '../wake/wake-channel.js';
 import { packageVersion } from '../version.js';
 import { WakeReader } from '../wake/wake-reader.js';
@@ -20,6 +19,7 @@ import { coalesceClaimOf, type CoalesceClaim } from './coalescing.js';
 import { Handovers, type HandoverWay } from './handover.js';
 import { startLeaseClock } from './lease-keeper.js';
 import type { ConsumerLedger } from './ledger-port.js';
+import type { Ledger } from '../ledger/ledger.js';
 import { OfferDesk, type OfferDeskHost } from './offer-desk.js';
 import { QueueFlags } from './queue-flags.js';
 import { consumerSettingsSchema, type ConsumerOptions, type ConsumerSettings } from './options.js';
@@ -58,7 +58,9 @@ export class Consumer<DB = Record<string, never>> extends EventEmitter<ConsumerE
 
   private readonly ledger: ConsumerLedger;
   private readonly wake: WakeChannel | undefined;
-  private readonly enqueueScheduled: ScheduledEnqueue | undefined;
+  /** Stops this process firing the ledger's schedules, if this consumer was the last to hold it (src/schedules/firing.ts). */
+  private releaseFiring: (() => Promise<void>) | undefined;
+  private readonly firingLedger: Ledger;
   private readonly handlers: Map<string, RegisteredHandler<DB>>;
   private readonly log: Logger;
   private readonly scheduler: ClaimScheduler<DB>;
@@ -84,15 +86,13 @@ export class Consumer<DB = Record<string, never>> extends EventEmitter<ConsumerE
 
   constructor(options: ConsumerOptions<DB>) {
     super();
-    const { ledger, wake, handlers, logger, enqueueScheduled, ...settings } = options;
+    const { ledger, wake, handlers, logger, ...settings } = options;
     const parsed = consumerSettingsSchema.safeParse(settings);
     if (!parsed.success) throw ValidationError.fromZod(parsed.error, 'consumer options');
     this.settings = parsed.data;
     this.ledger = ledger;
+    this.firingLedger = ledger;
     this.wake = wake;
-    // A schedule's fire has an idempotency key: a Producer enqueues it and announces it, never claimed at insert.
-    const producer = wake ? new Producer({ ledger, wake }) : undefined;
-    this.enqueueScheduled = enqueueScheduled ?? (producer ? (item) => producer.enqueue(item) : undefined);
     this.handlers = handlerTable(handlers, { ledger });
     this.coalesce = coalesceClaimOf(this.handlers);
     this.name = this.settings.name ?? `${hostname()}:${process.pid}:${randomBytes(3).toString('hex')}`;
@@ -172,6 +172,8 @@ export class Consumer<DB = Record<string, never>> extends EventEmitter<ConsumerE
     this.state = 'running';
     await this.registration.start();
     this.scheduler.start();
+    // Any process running a consumer fires the ledger's due schedules (one firer per ledger and process).
+    this.releaseFiring = holdScheduleFiring({ ledger: this.firingLedger, wake: this.wake, log: this.log });
     if (this.wake) {
       const wake = this.wake;
       const { queue, classes, readBlockMs } = this.settings;
@@ -190,10 +192,9 @@ export class Consumer<DB = Record<string, never>> extends EventEmitter<ConsumerE
       });
       // Joins the group before the first claim, so no wake-up published from here on is missed.
       await this.reader.start();
-      // Any process with a consumer runs the timer processor (due timers publish wake-ups, schedule
-      // fires enqueue one item per fire time, whichever replica wins). The channel's owner starts it
-      // (the supervisor does); if nobody did, it starts here.
-      if (!wake.timersStarted && this.enqueueScheduled) wake.startTimers(this.enqueueScheduled);
+      // Any process with a consumer runs the timer processor (due timers publish wake-ups). The
+      // channel's owner starts it (the supervisor does); if nobody did, it starts here.
+      if (!wake.timersStarted) wake.startTimers();
       this.unregisterLocal = wake.local.register({
         queue,
         classes,
@@ -245,6 +246,7 @@ export class Consumer<DB = Record<string, never>> extends EventEmitter<ConsumerE
     await this.scheduler.lateReleasesSettled();
     clearInterval(this.clock);
     await this.registration.stop();
+    await this.releaseFiring?.();
     this.state = 'stopped';
     this.log.info({ counters: this.counters }, 'consumer stopped');
   }

@@ -4,7 +4,6 @@ import { QUEUE_CLASSES } from '../ledger/types.js';
 import { queueName, typeName, workerName } from '../ledger/validation.js';
 import type { Ledger } from '../ledger/ledger.js';
 import type { Logger } from '../log.js';
-import type { ScheduledEnqueue } from '../wake/timers.js';
 import type { WakeChannel } from '../wake/wake-channel.js';
 import type { HandlerEntry } from './types.js';
 
@@ -146,10 +145,4 @@ export interface ConsumerOptions<DB = Record<string, never>> extends ConsumerSet
   wake?: WakeChannel | undefined;
   handlers: Record<string, HandlerEntry<DB>>;
   logger?: Logger;
-  /**
-   * How a recurring schedule's fire is enqueued if this consumer starts the
-   * wake channel's timer processor (nobody else did), e.g. a Producer's
-   * enqueue. Default: a Producer on this consumer's ledger and wake channel.
-   */
-  enqueueScheduled?: ScheduledEnqueue | undefined;
 }

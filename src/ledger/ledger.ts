@@ -23,6 +23,7 @@ import {
 } from './inputs.js';
 import { completeEntries, completeInTransaction, completeManyWithin, completeWithin, completion, encodeCapped, encodeProgress, errorText, finish, retryEnding, type FinishTarget } from './outcomes.js';
 import { LedgerOperator } from './operator.js';
+import { LedgerSchedules } from './schedules.js';
 import { parseJson } from './rows.js';
 import { finalizeBlock } from './sql/block.js';
 import { cancelItem } from './sql/cancel.js';
@@ -52,6 +53,8 @@ export type { FinalizeResult } from './types.js';
 export class Ledger extends LedgerUpkeep {
   /** An operator's views and bulk actions: pages of items, lanes, dead groups, bulk replay and purge (src/ledger/operator.ts). */
   readonly operator: LedgerOperator;
+  /** Recurring schedules: their definitions, pausing, and their fires (src/ledger/schedules.ts). */
+  readonly schedules: LedgerSchedules;
   private readonly enqueueTarget: EnqueueTarget;
   private readonly finishTarget: FinishTarget;
 
@@ -62,6 +65,7 @@ export class Ledger extends LedgerUpkeep {
     const { resultMaxBytes, errorMaxChars } = this.config;
     this.finishTarget = { db: ledgerDb, tables, capabilities, resultMaxBytes, errorMaxChars, keyLines: new KeyLines() };
     this.operator = new LedgerOperator(ledgerDb, tables, capabilities);
+    this.schedules = new LedgerSchedules(ledgerDb, tables, (input) => this.checkEnqueue(input));
   }
 
   async enqueue(input: EnqueueInput, opts: EnqueueOptions = {}): Promise<EnqueueResult> {

@@ -361,6 +361,36 @@ export const MIGRATIONS: readonly Migration[] = [
       ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin`,
     ],
   },
+  {
+    version: 12,
+    name: 'recurring schedules',
+    // Recurring schedules live in the ledger (before, only as BullMQ job
+    // schedulers in Redis, lost with it): the definition, where it was
+    // declared, the next fire time and the last. A fire advances next_fire_at
+    // by a CAS on `revision` in the transaction that enqueues its item
+    // (sql/schedule-fires.ts); ix_due finds the due ones and the earliest.
+    statements: (t) => [
+      sql`CREATE TABLE IF NOT EXISTS ${t.schedules} (
+        name VARCHAR(100) ${ASCII} NOT NULL,
+        source VARCHAR(8) ${ASCII} NOT NULL,
+        pattern VARCHAR(200) ${TEXT} NULL,
+        tz VARCHAR(64) ${ASCII} NULL,
+        every_ms BIGINT NULL,
+        queue VARCHAR(64) ${ASCII} NOT NULL,
+        item LONGTEXT ${TEXT} NOT NULL,
+        backfill_ms BIGINT NOT NULL DEFAULT 0,
+        paused TINYINT NOT NULL DEFAULT 0,
+        next_fire_at DATETIME(6) NOT NULL,
+        last_fire_at DATETIME(6) NULL,
+        fires BIGINT NOT NULL DEFAULT 0,
+        revision BIGINT NOT NULL,
+        created_at DATETIME(6) NOT NULL,
+        updated_at DATETIME(6) NOT NULL,
+        PRIMARY KEY (name) /*T![clustered_index] CLUSTERED */,
+        KEY ix_due (paused, next_fire_at)
+      ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin`,
+    ],
+  },
 ];
 
 async function columnNames(conn: LedgerDb, table: string): Promise<Set<string>> {

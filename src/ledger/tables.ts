@@ -27,6 +27,8 @@ export interface LedgerTables {
   readonly keyWaits: RawBuilder<unknown>;
   /** One row per type with a limit per concurrency key of its own (schema 11; sql/key-scope.ts). */
   readonly typeLimits: RawBuilder<unknown>;
+  /** One row per recurring schedule (schema 12): its definition, next and last fire (sql/schedules.ts, sql/schedule-fires.ts). */
+  readonly schedules: RawBuilder<unknown>;
   readonly migrations: RawBuilder<unknown>;
 }
 
@@ -48,6 +50,7 @@ export function ledgerTables(prefix: string): LedgerTables {
     keys: t('keys'),
     keyWaits: t('key_waits'),
     typeLimits: t('type_limits'),
+    schedules: t('schedules'),
     migrations: t('migrations'),
   };
 }

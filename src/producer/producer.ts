@@ -2,7 +2,6 @@ import type { Kysely, Transaction } from 'kysely';
 import type { ClaimCandidate, EnqueueInput, Ledger } from '../ledger/ledger.js';
 import type { Executor } from '../ledger/connection.js';
 import type { DeadFilter, EnqueueResult, QueueClass } from '../ledger/types.js';
-import { z } from 'zod';
 import { TransactionConflictError, TransactionRolledBackError } from '../errors.js';
 import { isRetryableConflict } from '../ledger/retry.js';
 import { sleep } from '../sleep.js';
@@ -10,20 +9,10 @@ import { groupBy } from '../group-by.js';
 import type { Handover } from '../consumer/handover.js';
 import type { TakenOffer } from '../wake/offers.js';
 import type { WakeChannel } from '../wake/wake-channel.js';
-import { queueClass, queueName, typeName, laneKey, validate } from '../ledger/validation.js';
 import { EnqueueBatcher } from './enqueue-batcher.js';
 import { markSingleEnqueue } from '../tracing/publish.js';
-import type { RecurringSchedule, WakeTimer } from '../wake/timers.js';
-
-const scheduleSchema = z
-  .object({
-    name: z.string().regex(/^[A-Za-z0-9._-]{1,100}$/, 'must be 1-100 chars of [A-Za-z0-9._-]'),
-    pattern: z.string().min(1).max(200).optional(),
-    everyMs: z.number().int().min(100).max(366 * 86_400_000).optional(),
-    item: z.object({ queue: queueName, type: typeName, payload: z.unknown(), lane: laneKey.optional(), queueClass: queueClass.optional() }).strict(),
-  })
-  .strict()
-  .refine((s) => (s.pattern === undefined) !== (s.everyMs === undefined), { message: 'give exactly one of pattern or everyMs', path: ['pattern'] });
+import type { WakeTimer } from '../wake/timers.js';
+import type { RecurringSchedule, ScheduleView } from '../ledger/schedule-types.js';
 
 /** The queue of a batch whose first item might be inserted claimed under an offer, else undefined (a rough look at raw input). */
 function offerQueue(inputs: readonly EnqueueInput[]): string | undefined {
@@ -249,20 +238,22 @@ export class Producer {
   }
 
   /**
-   * A recurring schedule (cron `pattern` or `everyMs`): each fire enqueues
-   * `item` with idempotency key `<name>:<fire time ms>`, so however many
-   * replicas run the timer processor, one item is made per fire. Needs a wake
-   * channel (BullMQ keeps the schedule); consumers run the processor.
+   * A recurring schedule (cron `pattern` in time zone `tz`, or `everyMs`),
+   * kept in the ledger (docs/design.md, "Recurring schedules"): each fire
+   * enqueues `item` with idempotency key `<name>:<fire time ms>`, in the
+   * transaction that advances the schedule, so however many replicas fire
+   * schedules, one item is made per fire. Any process running a consumer or
+   * `lanewake worker` on this ledger fires it; Redis is not needed. Replaces
+   * a schedule of the same name (keeping its next fire time if its timing is
+   * unchanged, and its paused flag).
    */
-  async schedule(schedule: RecurringSchedule): Promise<void> {
-    if (!this.options.wake) throw new Error('schedules need a wake channel (Redis)');
-    validate(scheduleSchema, schedule, 'schedule');
-    await this.options.wake.timers.upsertSchedule(schedule);
+  async schedule(schedule: RecurringSchedule): Promise<ScheduleView> {
+    return this.ledger.schedules.upsert(schedule, 'api');
   }
 
-  async unschedule(name: string): Promise<void> {
-    if (!this.options.wake) throw new Error('schedules need a wake channel (Redis)');
-    await this.options.wake.timers.removeSchedule(name);
+  /** Removes a schedule: true if there was one. Items it already enqueued stay. */
+  async unschedule(name: string): Promise<boolean> {
+    return this.ledger.schedules.remove(name);
   }
 
   /** Operator re-drive of a dead or cancelled item; the new item is announced like any enqueue. */

@@ -6,6 +6,8 @@ import { consumerSettingsSchema, type ConsumerSettingsInput } from '../consumer/
 import { poolsSchema } from '../consumer/pools.js';
 import { ledgerConfigSchema } from '../ledger/config.js';
 import { workerName } from '../ledger/validation.js';
+import { scheduleSchema } from '../ledger/schedules.js';
+import { DEFAULT_SCHEDULE_CHECK_MS } from '../schedules/firer.js';
 import { DEFAULT_KEY_PREFIX } from '../wake/keys.js';
 import { isClusterUrl, parseClusterUrl } from '../wake/redis.js';
 
@@ -142,6 +144,20 @@ export const workerConfigSchema = z
       .max(600_000)
       .default(5_000)
       .describe('How often (ms) the worker reads its queues\' ownership epochs from the ledger (a control message also tells it at once).'),
+    schedules: z
+      .array(scheduleSchema)
+      .max(10_000)
+      .optional()
+      .describe(
+        'Recurring schedules this file declares (see Schedule config), made the ledger\'s at start: each is made or replaced, and the ones an earlier file declared that this one does not are removed; schedules made through the API stay. Default: unset, the ledger\'s schedules are left as they are (`[]` removes every file-declared one).',
+      ),
+    scheduleCheckMs: z
+      .number()
+      .int()
+      .min(10)
+      .max(60_000)
+      .default(DEFAULT_SCHEDULE_CHECK_MS)
+      .describe('The longest (ms) the worker goes without looking for due schedules in the ledger; it also looks at each next fire time. How late a fire can be when its schedule was made or resumed elsewhere.'),
   })
   .strict()
   .superRefine((c, ctx) => {
@@ -152,6 +168,11 @@ export const workerConfigSchema = z
       if (q.ownership && c.deployment === undefined) {
         ctx.addIssue({ code: 'custom', path: ['deployment'], message: `queue ${q.name} uses ownership epochs: name this deployment` });
       }
+    });
+    const names = new Set<string>();
+    c.schedules?.forEach((s, i) => {
+      if (names.has(s.name)) ctx.addIssue({ code: 'custom', path: ['schedules', i, 'name'], message: `schedule ${s.name} is listed twice` });
+      names.add(s.name);
     });
   });
 

@@ -9,7 +9,7 @@ import { WakeChannel } from '../wake/wake-channel.js';
 import { ledgerReadiness, type NamedReadinessCheck, type Readiness } from './admin-server.js';
 import type { WorkerConfig } from './config.js';
 import type { HandlersByQueue } from './handlers-module.js';
-import { Producer } from '../producer/producer.js';
+import { holdScheduleFiring } from '../schedules/firing.js';
 import { planPools, type PoolPlan } from '../consumer/pools.js';
 import { QueueRunner } from './queue-runner.js';
 import { Reconciler } from './reconciler.js';
@@ -60,6 +60,8 @@ export class Supervisor {
   /** A check was asked for while one ran (it may have read the ledger before what prompted it): run once more. */
   private checkAgain = false;
   private readonly controlClients: RedisClient[] = [];
+  /** Stops this process firing the ledger's schedules (src/schedules/firing.ts). */
+  private releaseFiring: (() => Promise<void>) | undefined;
   private controlWatch: Promise<void> | undefined;
 
   constructor(private readonly options: SupervisorOptions) {
@@ -82,6 +84,7 @@ export class Supervisor {
   async start(): Promise<void> {
     const { config } = this.options;
     await this.schemaChecked();
+    await this.reconcileSchedules();
     for (const [i, q] of config.queues.entries()) {
       const runners = (this.pools[i] ?? [undefined]).map(
         (pool) =>
@@ -121,7 +124,22 @@ export class Supervisor {
       afterPass: () => this.options.afterReconcile?.(this.ledger) ?? Promise.resolve(),
     });
     this.reconciler.start();
+    // Held before any consumer holds it, so the firer runs with this config's check interval.
+    this.releaseFiring = holdScheduleFiring({ ledger: this.ledger, wake: this.wake, log: this.log, checkIntervalMs: config.scheduleCheckMs });
     this.log.info({ queues: config.queues.map((q) => q.name), deployment: config.deployment }, 'worker started');
+  }
+
+  /**
+   * The config file's `schedules:` made the ledger's (docs/operations.md,
+   * "Recurring schedules"): made or replaced, and the file-declared ones it
+   * no longer lists removed. Without a `schedules:` section the ledger's
+   * schedules are left alone, so a worker of another role does not remove them.
+   */
+  private async reconcileSchedules(): Promise<void> {
+    const declared = this.options.config.schedules;
+    if (declared === undefined) return;
+    const { upserted, removed } = await this.ledger.schedules.reconcileConfig(declared);
+    this.log.info({ declared: upserted.length, removed }, 'schedules reconciled with the config file');
   }
 
   /**
@@ -152,6 +170,7 @@ export class Supervisor {
       await this.controlWatch;
       await Promise.allSettled([...this.runners.values()].flat().map((r) => r.stop()));
       await this.reconciler?.stop();
+      await this.releaseFiring?.();
       // Bounded: a ledger that is down must not hold the stop (the lease then runs out by itself).
       const hook = this.options.beforeLedgerClose?.(this.ledger).catch((error: unknown) => this.log.warn({ err: (error as Error).message }, 'stop hook failed'));
       if (hook) await Promise.race([hook, sleep(STOP_HOOK_MS)]);
@@ -204,15 +223,11 @@ export class Supervisor {
 
   /**
    * Starts a queue's consumer and, with the first one, the wake channel's
-   * timer processor (which this supervisor owns): due timers publish
-   * wake-ups, schedule fires are enqueued like any producer's.
+   * timer processor (which this supervisor owns): due timers publish wake-ups.
    */
   private startRunner(queue: string): void {
     const wake = this.wake;
-    if (wake && !wake.timersStarted) {
-      const producer = new Producer({ ledger: this.ledger, wake });
-      wake.startTimers(async (item) => producer.enqueue(item));
-    }
+    if (wake && !wake.timersStarted) wake.startTimers();
     for (const runner of this.runners.get(queue) ?? []) runner.start();
   }
 

@@ -2,6 +2,7 @@ import { Queue, Worker, type ConnectionOptions, type Job } from 'bullmq';
 import type { Cluster, RedisOptions } from 'ioredis';
 import { clusterOf, createCluster, plainRedisOptions, type RedisTarget } from './redis.js';
 import type { QueueClass } from '../ledger/types.js';
+import type { RecurringSchedule } from '../ledger/schedule-types.js';
 
 export interface WakeTimer {
   queue: string;
@@ -11,39 +12,18 @@ export interface WakeTimer {
   runAt: Date;
 }
 
-export interface RecurringSchedule {
-  /** Unique schedule name; fires become items with idempotency key `<name>:<fire time ms>`. */
-  name: string;
-  /** A cron pattern, or … */
-  pattern?: string;
-  /** … a fixed interval. */
-  everyMs?: number;
-  /** What each fire enqueues. */
-  item: { queue: string; type: string; payload: unknown; lane?: string; queueClass?: QueueClass };
-}
-
-/** A recurring schedule's fire: its item, under the fire's idempotency key `<schedule>:<fire time ms>`. */
-export type ScheduledItem = RecurringSchedule['item'] & { idempotencyKey: string };
-
-/**
- * Enqueues a schedule's fire (a Producer's enqueue, say): the one thing the
- * timer processor needs from above the wake layer, given by whoever starts it.
- */
-export type ScheduledEnqueue = (item: ScheduledItem) => Promise<unknown>;
-
 interface TimerJobData {
   queue: string;
   queueClass: QueueClass;
   itemId: string;
 }
 
+/** A recurring schedule's job data as lanewake before schema 12 kept it in BullMQ (now only read, to import it into the ledger). */
 type ScheduleJobData = RecurringSchedule['item'] & { schedule: string };
 
 export interface TimerHandlers {
   /** A delayed item is due: publish its wake-up. */
   onDue: (timer: TimerJobData) => Promise<void>;
-  /** A recurring schedule fired at `fireTimeMs`: enqueue its item idempotently. */
-  onScheduleFire: (schedule: string, item: RecurringSchedule['item'], fireTimeMs: number) => Promise<void>;
 }
 
 /** Fire a little after the due time, so the ledger's clock has surely passed it. */
@@ -59,8 +39,9 @@ const SCHEDULE_COMMAND_TIMEOUT_MS = 10_000;
 const CLOSE_WAIT_MS = 2_000;
 
 /**
- * BullMQ carries future `runAfter`s and recurring schedules; its jobs only
- * ever publish a wake-up or enqueue through the ledger, never hold work.
+ * BullMQ carries future `runAfter`s: its jobs only ever publish a wake-up,
+ * never hold work. (Recurring schedules live in the ledger, src/schedules/;
+ * the ones an older lanewake kept here are read once to be imported.)
  */
 export class WakeTimers {
   private readonly queue: Queue;
@@ -114,15 +95,24 @@ export class WakeTimers {
     );
   }
 
-  async upsertSchedule(s: RecurringSchedule): Promise<void> {
-    await this.queue.upsertJobScheduler(
-      s.name,
-      s.pattern !== undefined ? { pattern: s.pattern } : { every: s.everyMs ?? 60_000 },
-      { name: 'schedule', data: { ...s.item, schedule: s.name } satisfies ScheduleJobData, opts: { removeOnComplete: true, removeOnFail: 1000 } },
-    );
+  /**
+   * The recurring schedules lanewake kept here as BullMQ job schedulers
+   * before schema 12 (`producer.schedule` made them), as definitions for
+   * the ledger. Job schedulers of another shape are not lanewake's and are left out.
+   */
+  async legacySchedules(): Promise<RecurringSchedule[]> {
+    const found = await this.queue.getJobSchedulers(0, -1, true);
+    return found.flatMap((j): RecurringSchedule[] => {
+      const data = j.template?.data as Partial<ScheduleJobData> | undefined;
+      if (j.name !== 'schedule' || !data || typeof data.schedule !== 'string') return [];
+      const { schedule: _schedule, ...item } = data as ScheduleJobData;
+      const timing = j.pattern !== undefined ? { pattern: j.pattern, ...(j.tz !== undefined ? { tz: j.tz } : {}) } : { everyMs: Number(j.every) };
+      return [{ name: j.key, ...timing, item }];
+    });
   }
 
-  async removeSchedule(name: string): Promise<void> {
+  /** Removes an old BullMQ job scheduler (and its next delayed fire), once the ledger holds the schedule. */
+  async removeLegacySchedule(name: string): Promise<void> {
     await this.queue.removeJobScheduler(name);
   }
 
@@ -137,13 +127,8 @@ export class WakeTimers {
     this.worker = new Worker(
       this.name,
       async (job: Job) => {
-        if (job.name === 'wake') {
-          await handlers.onDue(job.data as TimerJobData);
-        } else if (job.name === 'schedule') {
-          const { schedule, ...item } = job.data as ScheduleJobData;
-          const fire = typeof job.opts.prevMillis === 'number' ? job.opts.prevMillis : job.timestamp + (job.opts.delay ?? 0);
-          await handlers.onScheduleFire(schedule, item, fire);
-        }
+        // A leftover fire of an old BullMQ job scheduler ('schedule') is dropped: the ledger fires its schedule now.
+        if (job.name === 'wake') await handlers.onDue(job.data as TimerJobData);
       },
       { connection: this.connection(true), prefix: this.prefix, concurrency },
     );

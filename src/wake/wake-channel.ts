@@ -13,7 +13,7 @@ import { LocalWakeRoute } from './local-route.js';
 import { Offers } from './offers.js';
 import { PublishHealth } from './publish-health.js';
 import { afterUnanswered, clusterOf, createRedisClient, whenReady, type RedisClient, type RedisTarget } from './redis.js';
-import { WakeTimers, type ScheduledEnqueue, type WakeTimer } from './timers.js';
+import { WakeTimers, type WakeTimer } from './timers.js';
 import { WakeHub } from './wake-hub.js';
 import { groupBy } from '../group-by.js';
 
@@ -196,19 +196,15 @@ export class WakeChannel {
 
   /**
    * Runs the timer processor on this channel, once (later calls do nothing):
-   * a due timer publishes its item's wake-up; a recurring schedule's fire goes
-   * to `enqueue` under the fire's idempotency key, so one item is made per
-   * fire whichever replica processes it. Started by whoever owns the channel:
-   * the supervisor for `lanewake worker`; a Consumer starts it if nobody did.
+   * a due timer publishes its item's wake-up. Started by whoever owns the
+   * channel: the supervisor for `lanewake worker`; a Consumer starts it if
+   * nobody did. (Recurring schedules are fired from the ledger, src/schedules/.)
    */
-  startTimers(enqueue: ScheduledEnqueue): void {
+  startTimers(): void {
     if (this.timers.started) return;
     this.timers.start({
       onDue: async (t) => {
         await this.publish([{ queue: t.queue, queueClass: t.queueClass, kind: 'timer', ids: [t.itemId] }]);
-      },
-      onScheduleFire: async (schedule, item, fireTimeMs) => {
-        await enqueue({ ...item, idempotencyKey: `${schedule}:${fireTimeMs}` });
       },
     });
   }
