@@ -10,7 +10,8 @@ export interface ScheduleTiming {
 /**
  * A fire later than this behind the ledger's now counts as missed rather
  * than late: without a backfill window it is skipped, so a worker back after
- * a long stop does not run a nightly job at noon.
+ * a long stop does not run a nightly job at noon. Fires less late all run (a
+ * slow pass, a short stop).
  */
 export const LATE_FIRE_GRACE_MS = 60_000;
 
@@ -51,37 +52,18 @@ export interface DuePlan {
 
 /**
  * The fires of a schedule due at `nowMs` (the ledger's now) whose stored
- * next fire time is `nextFireAtMs` (≤ now): every fire time of the backfill
- * window, and the latest due one if it is within LATE_FIRE_GRACE_MS; the
- * others are missed and skipped. At most MAX_FIRES_PER_PASS: then the next
- * fire time stored is the first not enqueued (still due), else the first
- * after now.
+ * next fire time is `nextFireAtMs` (≤ now): every due fire time at most
+ * LATE_FIRE_GRACE_MS late, or within the backfill window if that is longer;
+ * older ones were missed and are skipped. At most MAX_FIRES_PER_PASS: then
+ * the next fire time stored is the first not enqueued (still due), else the
+ * first after now.
  */
 export function planDueFires(timing: ScheduleTiming, nextFireAtMs: number, nowMs: number, backfillMs: number): DuePlan {
   const fires: number[] = [];
-  if (backfillMs > 0) {
-    for (let t = firstFireFrom(timing, nextFireAtMs, nowMs - backfillMs); t <= nowMs; t = nextFireAfter(timing, t)) {
-      if (fires.length === MAX_FIRES_PER_PASS) return { fires, nextFireAtMs: t };
-      fires.push(t);
-    }
+  const from = nowMs - Math.max(backfillMs, LATE_FIRE_GRACE_MS);
+  for (let t = from <= nextFireAtMs ? nextFireAtMs : nextFireAfter(timing, from - 1); t <= nowMs; t = nextFireAfter(timing, t)) {
+    if (fires.length === MAX_FIRES_PER_PASS) return { fires, nextFireAtMs: t };
+    fires.push(t);
   }
-  const latest = latestFire(timing, nextFireAtMs, nowMs);
-  if (latest !== undefined && latest >= nowMs - LATE_FIRE_GRACE_MS && fires[fires.length - 1] !== latest) fires.push(latest);
   return { fires, nextFireAtMs: nextFireAfter(timing, nowMs) };
-}
-
-/** The first fire time at or after both `nextFireAtMs` (itself a fire time) and `fromMs`. */
-function firstFireFrom(timing: ScheduleTiming, nextFireAtMs: number, fromMs: number): number {
-  return fromMs <= nextFireAtMs ? nextFireAtMs : nextFireAfter(timing, fromMs - 1);
-}
-
-/** The latest fire time from `nextFireAtMs` to `nowMs`, looked for within the grace only. */
-function latestFire(timing: ScheduleTiming, nextFireAtMs: number, nowMs: number): number | undefined {
-  if (timing.everyMs !== null) {
-    const t = Math.floor(nowMs / timing.everyMs) * timing.everyMs;
-    return t >= nextFireAtMs ? t : undefined;
-  }
-  let latest: number | undefined;
-  for (let t = firstFireFrom(timing, nextFireAtMs, nowMs - LATE_FIRE_GRACE_MS); t <= nowMs; t = nextFireAfter(timing, t)) latest = t;
-  return latest;
 }

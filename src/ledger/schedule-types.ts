@@ -28,10 +28,9 @@ export interface RecurringSchedule {
   everyMs?: number;
   item: ScheduleItem;
   /**
-   * Fires missed while no worker ran (the ledger's now past them by more
-   * than a minute): 0 (default) skips them, running only the latest one if it
-   * is less than a minute late; more runs every missed fire of the last
-   * `backfillMs` (as graphile-worker's `backfillPeriod`).
+   * Fires missed while no worker ran: a fire less than a minute late runs;
+   * older ones are skipped with 0 (default), and with more, every one of the
+   * last `backfillMs` runs (as graphile-worker's `backfillPeriod`).
    */
   backfillMs?: number;
 }

@@ -42,7 +42,7 @@ export const scheduleSchema = z
       .describe('What each fire enqueues: queue, type, payload, and optionally lane, queueClass, concurrencyKey, priority, maxAttempts.'),
     backfillMs: durationMs
       .optional()
-      .describe('Fires missed while no worker ran: 0 skips them (only the latest runs, if under a minute late); more runs every missed fire of this last window (ms). Default 0.'),
+      .describe('Fires missed while no worker ran: those less than a minute late run; older ones are skipped with 0, and with more, every fire of this last window (ms) runs. Default 0.'),
   })
   .strict()
   .superRefine((s, ctx) => {

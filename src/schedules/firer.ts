@@ -22,6 +22,8 @@ export interface ScheduleFirerCounters {
   passes: number;
   /** Items this firer's fires enqueued. */
   enqueued: number;
+  /** Fires whose item was there already (an enqueue that came back a duplicate): none while the CAS holds. */
+  duplicates: number;
   /** Due schedules another replica advanced first (its CAS won). */
   lost: number;
   /** Passes that failed (the next one tries again). */
@@ -43,7 +45,7 @@ const ER_NO_SUCH_TABLE = 1146;
  * `checkIntervalMs`. Redis plays no part in it beyond the wake-ups.
  */
 export class ScheduleFirer {
-  readonly counters: ScheduleFirerCounters = { passes: 0, enqueued: 0, lost: 0, failures: 0 };
+  readonly counters: ScheduleFirerCounters = { passes: 0, enqueued: 0, duplicates: 0, lost: 0, failures: 0 };
   private readonly producer: Producer;
   private readonly checkIntervalMs: number;
   private running: Promise<void> | undefined;
@@ -131,7 +133,9 @@ export class ScheduleFirer {
       this.counters.lost++;
       return false;
     }
-    this.counters.enqueued += results.filter((r) => !r.duplicate).length;
+    const duplicates = results.filter((r) => r.duplicate).length;
+    this.counters.enqueued += results.length - duplicates;
+    this.counters.duplicates += duplicates;
     return true;
   }
 }
