@@ -10,6 +10,7 @@ import { migrateCommand } from './commands/migrate.js';
 import { pauseCommands } from './commands/pause.js';
 import { concurrencyLimitCommand } from './commands/concurrency-limit.js';
 import { replayCommand } from './commands/replay.js';
+import { schedulesCommand } from './commands/schedules.js';
 import { statsCommand } from './commands/stats.js';
 import { workerCommand } from './commands/worker.js';
 import { demoCommand } from './commands/demo.js';
@@ -35,6 +36,7 @@ export const CORE_COMMANDS: readonly CommandFactory[] = [
   cancelCommand,
   pauseCommands,
   concurrencyLimitCommand,
+  schedulesCommand,
   dashboardCommand,
   activateCommand,
   workerCommand,

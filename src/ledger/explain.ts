@@ -15,7 +15,20 @@ export async function explainItem(db: LedgerDb, t: LedgerTables, id: string): Pr
   const item = await getItem(db, t, id);
   if (!item) return undefined;
   const [facts, consumers] = await Promise.all([readWhyFacts(db, t, item), liveConsumers(db, t, item.queue)]);
-  return { id: item.id, state: item.state, at: facts.now, ...why(item, facts, consumers) };
+  const reason = why(item, facts, consumers);
+  const fired = facts.schedule;
+  if (!fired) return { id: item.id, state: item.state, at: facts.now, ...reason };
+  // Whatever holds it, say where it came from: a schedule's fire.
+  const fireTime = fired.fireTime.toISOString();
+  return {
+    id: item.id,
+    state: item.state,
+    at: facts.now,
+    code: reason.code,
+    message: `${reason.message}; it was enqueued by schedule ${fired.name}'s fire of ${fireTime}`,
+    details: { ...reason.details, schedule: fired.name, fireTime },
+    schedule: { name: fired.name, fireTime },
+  };
 }
 
 type Reason = { code: WhyCode; message: string; details: Explanation['details'] };

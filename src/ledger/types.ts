@@ -304,6 +304,8 @@ export interface Explanation {
   details: Record<string, string | number | null>;
   /** The ledger's clock when it was computed. */
   at: Date;
+  /** The schedule whose fire enqueued the item (its idempotency key `<name>:<fire time ms>`, the schedule still in the ledger). */
+  schedule?: { name: string; fireTime: string };
 }
 
 /**

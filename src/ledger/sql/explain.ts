@@ -5,6 +5,7 @@ import type { ItemState, WorkItem } from '../types.js';
 import { keyStanding } from './key-limits.js';
 import { storedKey } from './key-scope.js';
 import { processingCount } from './stats.js';
+import { readSchedule } from './schedules.js';
 
 /** What explain needs beyond the item and the live consumers: the ledger's clock, the queue's processing count and ownership epoch, and the lane's head. */
 export interface WhyFacts {
@@ -19,7 +20,12 @@ export interface WhyFacts {
   key?: { admitted: number; limit: number | null; waiting: number } | undefined;
   /** Why it was last released, for an item not due yet: a rate limit's refusal says 'rate limited'. */
   lastReleaseReason?: string | null | undefined;
+  /** The schedule whose fire enqueued it, when its key has a fire's form and that schedule (of its queue) is in the ledger. */
+  schedule?: { name: string; fireTime: Date } | undefined;
 }
+
+/** A schedule fire's idempotency key: `<schedule name>:<fire time ms>` (src/ledger/schedules.ts). */
+const FIRE_KEY = /^([A-Za-z0-9._-]{1,100}):(\d{1,15})$/;
 
 export async function readWhyFacts(db: LedgerDb, t: LedgerTables, item: WorkItem): Promise<WhyFacts> {
   const r = await sql<{ now: Date; processing: number | string; epoch: number | string | null; paused: number | string | null }>`SELECT NOW(6) AS now,
@@ -43,6 +49,11 @@ export async function readWhyFacts(db: LedgerDb, t: LedgerTables, item: WorkItem
     if (head) facts.laneHead = { id: head.id, state: head.state, laneSeq: Number(head.lane_seq) };
   }
   if (item.concurrencyKey !== null && item.lane === null && !item.isHead) facts.key = await keyStanding(db, t, item.queue, storedKey(item) ?? item.concurrencyKey);
+  const fire = item.idempotencyKey === null ? null : FIRE_KEY.exec(item.idempotencyKey);
+  if (fire?.[1] !== undefined) {
+    const schedule = await readSchedule(db, t, fire[1]);
+    if (schedule?.item.queue === item.queue) facts.schedule = { name: schedule.name, fireTime: new Date(Number(fire[2])) };
+  }
   if (item.state === 'pending' && item.runAfter > facts.now) {
     const h = await sql<{ outcome: string; error: string | null }>`SELECT outcome, error FROM ${t.attempts} WHERE item_id = ${item.id}
       ORDER BY ended_at DESC LIMIT 1`.execute(db);
