@@ -266,3 +266,18 @@ test('a worker takes its token from LANEWAKE_ADMIN_TOKEN, refuses a short one na
   expect(config).toMatchObject({ adminToken: TOKEN, showPayloads: false });
   expect(() => resolveWorkerConfig([base, { adminToken: 'short' }])).toThrow(expect.objectContaining({ fields: ['adminToken'] }));
 });
+
+test('the schedules page reads every schedule with its next fire; their payloads only with showPayloads', async () => {
+  const { ledger } = await scope.ledger();
+  const queue = freshQueue('dash-sched');
+  await ledger.schedules.upsert({ name: `${queue}-nightly`, pattern: '0 3 * * *', tz: 'Europe/Paris', item: { queue, type: 'report', payload: { secret: 1 } } });
+  await ledger.schedules.pause(`${queue}-nightly`);
+  const hidden = await json<{ now: string; schedules: Record<string, unknown>[] }>((await serve(ledger)).get('/api/schedules'));
+  expect(Date.parse(hidden.now)).not.toBeNaN();
+  expect(hidden.schedules).toEqual([
+    expect.objectContaining({ name: `${queue}-nightly`, source: 'api', pattern: '0 3 * * *', tz: 'Europe/Paris', paused: true, fires: 0, item: { queue, type: 'report' } }),
+  ]);
+  expect(Date.parse(String(hidden.schedules[0]?.nextFireAt))).toBeGreaterThan(Date.parse(hidden.now));
+  const shown = await json<{ schedules: { item: unknown }[] }>((await serve(ledger, { showPayloads: true })).get('/api/schedules'));
+  expect(shown.schedules[0]?.item).toEqual({ queue, type: 'report', payload: { secret: 1 } });
+});

@@ -8,6 +8,7 @@ import { ItemsPage } from './pages/ItemsPage.js';
 import { LanePage } from './pages/LanePage.js';
 import { LanesPage } from './pages/LanesPage.js';
 import { QueuesPage } from './pages/QueuesPage.js';
+import { SchedulesPage } from './pages/SchedulesPage.js';
 import { href, useRoute, type Route } from './router.js';
 import { CREDENTIALS_EVENT, currentCredentials, forgetToken } from './session.js';
 import { SessionContext } from './session-context.js';
@@ -27,6 +28,8 @@ function Page({ route }: { route: Route }) {
       return <LanePage queue={route.queue} lane={route.lane} after={route.after} />;
     case 'dead':
       return <DeadPage queue={route.queue} />;
+    case 'schedules':
+      return <SchedulesPage />;
     case 'missing':
       return <ErrorBox error={new Error(`No page at #${route.hash}`)} />;
   }
@@ -63,7 +66,7 @@ export function App() {
   useEffect(() => {
     getJson<Session>('/api/session').then(setSession, (e: unknown) => setError(e instanceof Error ? e : new Error(String(e))));
   }, []);
-  const section = route.page === 'dead' ? 'dead' : 'queues';
+  const section = route.page === 'dead' || route.page === 'schedules' ? route.page : 'queues';
   return (
     <SessionContext.Provider value={session ?? { canAct: false, showPayloads: false, version: '' }}>
       <header class="top">
@@ -76,6 +79,9 @@ export function App() {
           </a>
           <a href={href.dead()} class={section === 'dead' ? 'current' : ''}>
             Dead letters
+          </a>
+          <a href={href.schedules()} class={section === 'schedules' ? 'current' : ''}>
+            Schedules
           </a>
         </nav>
         <div class="top-right">

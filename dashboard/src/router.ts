@@ -2,7 +2,7 @@ import { useEffect, useState } from 'preact/hooks';
 import { ITEM_STATES, type ItemFilter, type ItemState } from './types.js';
 
 // Hash routes: #/ queues, #/queues/<q>?state=…&type=… items, #/items/<id>, #/queues/<q>/lanes,
-// #/queues/<q>/lanes/<lane>, #/dead?queue=…
+// #/queues/<q>/lanes/<lane>, #/dead?queue=…, #/schedules
 
 export type Route =
   | { page: 'queues' }
@@ -11,6 +11,7 @@ export type Route =
   | { page: 'lanes'; queue: string }
   | { page: 'lane'; queue: string; lane: string; after: string | null }
   | { page: 'dead'; queue: string | null }
+  | { page: 'schedules' }
   | { page: 'missing'; hash: string };
 
 const FILTER_KEYS = ['type', 'lane', 'key', 'idempotencyKey', 'id'] as const;
@@ -27,6 +28,7 @@ export function parseHash(hash: string): Route {
   const after = params.get('after');
   if (parts.length === 0 || (parts.length === 1 && parts[0] === 'queues')) return { page: 'queues' };
   if (parts[0] === 'dead' && parts.length === 1) return { page: 'dead', queue: params.get('queue') };
+  if (parts[0] === 'schedules' && parts.length === 1) return { page: 'schedules' };
   if (parts[0] === 'items' && parts.length === 2) return { page: 'item', id: parts[1] ?? '' };
   if (parts[0] === 'queues' && parts[1] !== undefined) {
     const queue = parts[1];
@@ -63,6 +65,7 @@ export const href = {
   lanes: (queue: string): string => `#/queues/${e(queue)}/lanes`,
   lane: (queue: string, lane: string, after: string | null = null): string => withQuery(`#/queues/${e(queue)}/lanes/${e(lane)}`, { after }),
   dead: (queue: string | null = null): string => withQuery('#/dead', { queue }),
+  schedules: (): string => '#/schedules',
 };
 
 export function navigate(to: string): void {

@@ -110,6 +110,7 @@ export interface Explanation {
   message: string;
   details: Record<string, string | number | null>;
   at: string;
+  schedule?: { name: string; fireTime: string };
 }
 
 export interface ItemResponse {
@@ -118,6 +119,20 @@ export interface ItemResponse {
   steps: StepRecord[];
   group: string[];
   why: Explanation;
+}
+
+export interface ScheduleView {
+  name: string;
+  source: 'config' | 'api';
+  pattern: string | null;
+  tz: string | null;
+  everyMs: number | null;
+  item: { queue: string; type: string; payload?: unknown; lane?: string };
+  backfillMs: number;
+  paused: boolean;
+  nextFireAt: string;
+  lastFireAt: string | null;
+  fires: number;
 }
 
 export interface LaneView {

@@ -36,6 +36,7 @@ export const READ_ROUTES: readonly Route[] = [
     pattern: ['queues', ':', 'lanes', ':', 'items'],
     run: (c) => c.backend.ledger.operator.laneItems(c.params[0] ?? '', c.params[1] ?? '', { after: optional(c, 'after'), limit: integer(c, 'limit') }),
   },
+  { method: 'GET', pattern: ['schedules'], run: (c) => scheduleList(c.backend.ledger, c.options.showPayloads === true) },
   { method: 'GET', pattern: ['dead'], run: async (c) => ({ groups: await c.backend.ledger.operator.deadGroups(optional(c, 'queue')) }) },
   {
     method: 'GET',
@@ -85,4 +86,16 @@ export async function itemDetail(ledger: Pick<Ledger, 'inspect' | 'explain' | 'o
     cancelRequested: w.cancelRequested,
   };
   return { item, attempts: found.attempts, steps: found.steps, group, why };
+}
+
+/** `/api/schedules`: every recurring schedule with its next fire (items' payloads only when the server shows payloads), and the ledger's now. */
+export async function scheduleList(ledger: Pick<Ledger, 'schedules' | 'now'>, showPayloads: boolean): Promise<unknown> {
+  const [schedules, now] = await Promise.all([ledger.schedules.list(), ledger.now()]);
+  return {
+    now,
+    schedules: schedules.map((s) => {
+      const { payload, ...item } = s.item;
+      return { ...s, item: showPayloads ? { ...item, payload } : item };
+    }),
+  };
 }
