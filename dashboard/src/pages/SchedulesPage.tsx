@@ -47,7 +47,7 @@ export function SchedulesPage() {
                     {s.item.queue} / {s.item.type}
                   </a>
                 </td>
-                <td title={absolute(s.nextFireAt)}>{s.paused ? <span class="badge state-paused">paused</span> : `in ${duration(Math.max(0, Date.parse(s.nextFireAt) - Date.parse(data.now)))}`}</td>
+                <td title={absolute(s.nextFireAt)}>{s.paused ? <span class="badge paused">paused</span> : `in ${duration(Math.max(0, Date.parse(s.nextFireAt) - Date.parse(data.now)))}`}</td>
                 <td>
                   <Time iso={s.lastFireAt} />
                 </td>
