@@ -7,6 +7,7 @@ import { createTestLedger, type TestLedger } from './support/ledger.js';
 import { lanewake } from './support/cli.js';
 import { firedItems } from './support/schedule-replicas.js';
 
+// A test's own database: TiDB's DDL under load takes tens of seconds to make one.
 let tl: TestLedger | undefined;
 afterEach(async () => {
   await tl?.drop();
@@ -59,4 +60,4 @@ test('lanewake schedules lists them with their next fire, pauses, resumes and re
   expect(bad.code).toBe(2);
   expect(bad.err).toContain('<name>');
   expect((await tl.ledger.schedules.list()).map((s) => s.name)).toEqual([`${queue}-tick`]);
-});
+}, 240_000);

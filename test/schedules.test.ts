@@ -16,6 +16,9 @@ import { PrivateRedis } from './support/processes.js';
 import { expectEveryFireOnce, firedItems, FirerReplica } from './support/schedule-replicas.js';
 import { redisUrl } from './support/services.js';
 
+/** A test's own database: TiDB's DDL under load takes tens of seconds to make one, and the replica tests start processes. */
+const SLOW_MS = 240_000;
+
 const cleanups: (() => Promise<unknown>)[] = [];
 afterEach(async () => {
   for (const c of cleanups.splice(0).reverse()) await c().catch(() => undefined);
@@ -98,7 +101,7 @@ describe('recurring schedules in the ledger', () => {
     expectEveryFireOnce(fires, 250);
     // And their items ran (the consumer finds them by its sweep, or by wake-ups on the new Redis).
     await waitFor(async () => ran.size >= fires.length || undefined, 20_000, 'every fired item to run');
-  }, 180_000);
+  }, SLOW_MS);
 
   test('the firing replica is SIGKILLed: another fires, and no fire is lost or doubled', async () => {
     const tl = await ledger();
@@ -118,7 +121,7 @@ describe('recurring schedules in the ledger', () => {
     expect(counters.enqueued).toBeGreaterThanOrEqual(5);
     expect(counters.duplicates).toBe(0);
     expectEveryFireOnce(await firedItems(tl.ledger, queue, name), 200);
-  }, 180_000);
+  }, SLOW_MS);
 
   test('four replicas: exactly one item per fire, each fire enqueued by one of them only', async () => {
     const tl = await ledger();
@@ -135,7 +138,7 @@ describe('recurring schedules in the ledger', () => {
     // The CAS let one replica enqueue each fire: no replica's enqueue came back a duplicate.
     expect(counters.reduce((n, c) => n + c.duplicates, 0)).toBe(0);
     expect(counters.reduce((n, c) => n + c.enqueued, 0)).toBe(fires.length);
-  }, 180_000);
+  }, SLOW_MS);
 
   test('two replicas whose clocks are 2 s ahead and 2 s behind: one item per fire, none before its time on the ledger clock', async () => {
     const tl = await ledger();
@@ -149,7 +152,7 @@ describe('recurring schedules in the ledger', () => {
     const counters = await Promise.all(replicas.map((r) => r.stop()));
     expectEveryFireOnce(await firedItems(tl.ledger, queue, name), 200);
     expect(counters.reduce((n, c) => n + c.duplicates, 0)).toBe(0);
-  }, 180_000);
+  }, SLOW_MS);
 
   test('a weekly cron pattern in a time zone, backfilled through the ledger across DST changes', async () => {
     const tl = await ledger();
@@ -181,7 +184,7 @@ describe('recurring schedules in the ledger', () => {
     const after = await tl.ledger.schedules.get(name);
     expect(after?.nextFireAt.getTime()).toBeGreaterThan(now);
     expect(after?.fires).toBe(fires.length);
-  });
+  }, SLOW_MS);
 
   test('missed fires after downtime: skipped by default, backfilled within the window', async () => {
     const tl = await ledger();
@@ -197,7 +200,7 @@ describe('recurring schedules in the ledger', () => {
     const filled = await firedItems(tl.ledger, queue, `${queue}-fill`);
     expect(filled.map((f) => f.fireMs)).toEqual([3, 2, 1, 0].map((d) => midnight - d * 86_400_000));
     for (const s of [`${queue}-skip`, `${queue}-fill`]) expect((await tl.ledger.schedules.get(s))?.nextFireAt.getTime()).toBe(midnight + 86_400_000);
-  });
+  }, SLOW_MS);
 
   test('a paused schedule fires nothing; resumed, it goes on', async () => {
     const tl = await ledger();
@@ -214,7 +217,7 @@ describe('recurring schedules in the ledger', () => {
     await firer.pass();
     expect((await firedItems(tl.ledger, queue, name)).map((f) => f.fireMs)).toEqual([hour - 2 * 3_600_000, hour - 3_600_000, hour]);
     expect(await tl.ledger.schedules.pause('no-such-schedule')).toBe(false);
-  });
+  }, SLOW_MS);
 });
 
 describe('schedules declared in the worker config, and schedules kept in Redis before', () => {
@@ -264,7 +267,7 @@ describe('schedules declared in the worker config, and schedules kept in Redis b
     await (await start(undefined as unknown as unknown[])).stop();
     expect((await tl.ledger.schedules.list()).map((s) => s.name)).toEqual([`${queue}-api`, legacy]);
     expect(scheduleFirerOf(first.ledger)).toBeUndefined();
-  }, 180_000);
+  }, SLOW_MS);
 
   test('a schedules section with a bad pattern is refused, naming the field', () => {
     expect(() =>
