@@ -7,6 +7,7 @@ import { scheduleFirerOf } from '../src/schedules/firing.js';
 import { ScheduleFirer } from '../src/schedules/firer.js';
 import { nextFireAfter, planDueFires } from '../src/ledger/schedule-times.js';
 import { createLogger } from '../src/log.js';
+import { ValidationError } from '../src/errors.js';
 import { resolveWorkerConfig } from '../src/supervisor/config.js';
 import { Supervisor } from '../src/supervisor/supervisor.js';
 import { WakeChannel } from '../src/wake/wake-channel.js';
@@ -275,3 +276,17 @@ describe('schedules declared in the worker config, and schedules kept in Redis b
     ).toThrow(/schedules\[0\]\.pattern/);
   });
 });
+
+test('a config schedule whose item could not be enqueued is refused at the reconcile, naming the field, and nothing is written', async () => {
+  const tl = await ledger();
+  const item = { queue: 'q', type: 't', payload: {} };
+  const err = await tl.ledger.schedules
+    .reconcileConfig([
+      { name: 'fine', everyMs: 1000, item },
+      { name: 'huge', everyMs: 1000, item: { ...item, payload: { big: 'x'.repeat(2_000_000) } } },
+    ])
+    .catch((e: unknown) => e);
+  expect(err).toBeInstanceOf(ValidationError);
+  expect((err as ValidationError).fields).toEqual(['schedules[1].item.payload']);
+  expect(await tl.ledger.schedules.list()).toEqual([]);
+}, SLOW_MS);

@@ -116,7 +116,7 @@ export class LedgerSchedules {
    * Schedules made through the API stay.
    */
   async reconcileConfig(inputs: readonly RecurringSchedule[]): Promise<{ upserted: string[]; removed: string[] }> {
-    inputs.forEach((s, i) => this.rowInput(s, 'config', `schedules.${i}.`));
+    inputs.forEach((s, i) => this.rowInput(s, 'config', `schedules[${i}]`));
     const upserted: string[] = [];
     for (const s of inputs) upserted.push((await this.upsert(s, 'config')).name);
     const removed = await deleteConfigSchedulesExcept(this.db, this.t, upserted);
@@ -195,16 +195,17 @@ export class LedgerSchedules {
   /** The row a definition writes (next fire time to be set), or a ValidationError naming the field; writes nothing. */
   private rowInput(input: RecurringSchedule, source: ScheduleSource, prefix = ''): ScheduleRowInput {
     const context = source === 'config' ? 'worker config' : 'schedule';
+    const at = (field: string): string => (prefix === '' ? field : `${prefix}.${field}`);
     const s = validate(scheduleSchema, input, context, prefix);
     const timing = { pattern: s.pattern ?? null, tz: s.tz ?? null, everyMs: s.everyMs ?? null };
     try {
       this.checkItem({ ...s.item });
     } catch (error) {
       if (!(error instanceof ValidationError)) throw error;
-      throw new ValidationError(error.issues.map((i) => ({ field: `${prefix}item.${i.field}`, message: i.message })), context);
+      throw new ValidationError(error.issues.map((i) => ({ field: at(`item.${i.field}`), message: i.message })), context);
     }
     const itemJson = encodeJson(s.item);
-    if (itemJson === undefined) throw new ValidationError([{ field: `${prefix}item.payload`, message: 'must be JSON' }], context);
+    if (itemJson === undefined) throw new ValidationError([{ field: at('item.payload'), message: 'must be JSON' }], context);
     return { name: s.name, source, ...timing, queue: s.item.queue, itemJson, backfillMs: s.backfillMs ?? 0, nextFireAt: new Date(0) };
   }
 }

@@ -85,6 +85,8 @@ export class Supervisor {
     const { config } = this.options;
     await this.schemaChecked();
     await this.reconcileSchedules();
+    // Held before any consumer of this ledger holds it, so the firer runs with this config's check interval.
+    this.releaseFiring = holdScheduleFiring({ ledger: this.ledger, wake: this.wake, log: this.log, checkIntervalMs: config.scheduleCheckMs });
     for (const [i, q] of config.queues.entries()) {
       const runners = (this.pools[i] ?? [undefined]).map(
         (pool) =>
@@ -124,8 +126,6 @@ export class Supervisor {
       afterPass: () => this.options.afterReconcile?.(this.ledger) ?? Promise.resolve(),
     });
     this.reconciler.start();
-    // Held before any consumer holds it, so the firer runs with this config's check interval.
-    this.releaseFiring = holdScheduleFiring({ ledger: this.ledger, wake: this.wake, log: this.log, checkIntervalMs: config.scheduleCheckMs });
     this.log.info({ queues: config.queues.map((q) => q.name), deployment: config.deployment }, 'worker started');
   }
 
