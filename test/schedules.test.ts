@@ -1,6 +1,6 @@
 import { sql } from 'kysely';
 import { Queue } from 'bullmq';
-import { afterEach, describe, expect, test } from 'vitest';
+import { afterAll, afterEach, beforeAll, describe, expect, test } from 'vitest';
 import { Consumer } from '../src/consumer/consumer.js';
 import { Producer } from '../src/producer/producer.js';
 import { scheduleFirerOf } from '../src/schedules/firing.js';
@@ -17,18 +17,31 @@ import { PrivateRedis } from './support/processes.js';
 import { expectEveryFireOnce, firedItems, FirerReplica } from './support/schedule-replicas.js';
 import { redisUrl } from './support/services.js';
 
-/** A test's own database: TiDB's DDL under load takes tens of seconds to make one, and the replica tests start processes. */
+/** The replica tests start processes, and a loaded machine starts them slowly. */
 const SLOW_MS = 240_000;
 
 const cleanups: (() => Promise<unknown>)[] = [];
+/**
+ * One database for the file (made once: TiDB makes a database's tables one
+ * DDL job at a time, shared by every test run on the server). Each test has
+ * its own queues and schedule names, and leaves no schedule behind, so a
+ * firer's pass in one test finds none of another's due.
+ */
+let shared: TestLedger | undefined;
+beforeAll(async () => {
+  shared = await createTestLedger();
+}, 600_000);
+afterAll(async () => {
+  await shared?.drop();
+}, 600_000);
 afterEach(async () => {
   for (const c of cleanups.splice(0).reverse()) await c().catch(() => undefined);
+  if (shared) await sql`DELETE FROM ${shared.ledger.tables.schedules}`.execute(shared.ledger.db);
 });
 
 async function ledger(): Promise<TestLedger> {
-  const tl = await createTestLedger();
-  cleanups.push(() => tl.drop());
-  return tl;
+  if (!shared) throw new Error('no test ledger');
+  return shared;
 }
 
 function replica(tl: TestLedger, extra: { clockOffsetMs?: number } = {}): FirerReplica {
