@@ -32,6 +32,8 @@ export interface ScheduleFirerCounters {
 
 /** Wake a little after the earliest fire time, so the ledger's clock has surely passed it. */
 const WAKE_MARGIN_MS = 2;
+/** How soon to look again after every due schedule was another replica's. */
+const LOST_RACE_WAIT_MS = 20;
 export const DEFAULT_SCHEDULE_CHECK_MS = 1_000;
 const ER_NO_SUCH_TABLE = 1146;
 
@@ -54,6 +56,7 @@ export class ScheduleFirer {
   private wakeUp: (() => void) | undefined;
   private failing = false;
   private importedFromRedis = false;
+  private importing: Promise<void> | undefined;
 
   constructor(private readonly options: ScheduleFirerOptions) {
     this.producer = new Producer({ ledger: options.ledger, wake: options.wake });
@@ -70,6 +73,7 @@ export class ScheduleFirer {
     clearTimeout(this.timer);
     this.wakeUp?.();
     await this.running;
+    await this.importing;
   }
 
   /** This replica's clock. */
@@ -106,7 +110,7 @@ export class ScheduleFirer {
   /** Fires what is due now; returns how long to wait before the next look (ms). */
   async pass(): Promise<number> {
     this.counters.passes++;
-    if (!this.importedFromRedis && this.options.wake) this.importedFromRedis = await importRedisSchedules(this.options.ledger, this.options.wake, this.options.log);
+    this.importFromRedis();
     for (;;) {
       const { now, earliest } = await this.options.ledger.schedules.earliestFire();
       // The ledger's time as this replica's clock reads it, so the wait below is measured on the ledger's clock.
@@ -119,8 +123,30 @@ export class ScheduleFirer {
       const { due } = await this.options.ledger.schedules.due();
       let advanced = 0;
       for (const d of due) if (await this.fire(d)) advanced++;
-      if (this.stopped || advanced === 0) return advanced === 0 ? WAKE_MARGIN_MS * 10 : 0;
+      if (this.stopped) return 0;
+      // Others advanced them first: look again shortly, for what they left due.
+      if (advanced === 0) return LOST_RACE_WAIT_MS;
     }
+  }
+
+  /**
+   * The schedules an older lanewake kept in Redis, imported once
+   * (src/schedules/redis-import.ts), beside the passes: a Redis away at
+   * start must not hold up the fires.
+   */
+  private importFromRedis(): void {
+    const wake = this.options.wake;
+    if (this.importedFromRedis || this.importing || !wake) return;
+    this.importing = importRedisSchedules(this.options.ledger, wake, this.options.log)
+      .then(
+        (done) => {
+          this.importedFromRedis = done;
+        },
+        (error: unknown) => this.options.log.warn({ err: (error as Error).message }, 'importing the schedules kept in Redis failed; trying again'),
+      )
+      .finally(() => {
+        this.importing = undefined;
+      });
   }
 
   /** One due schedule's fires: advanced and enqueued in one transaction, or left to the replica that advanced it first. */
