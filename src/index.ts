@@ -97,6 +97,7 @@ export {
   CommitOutcomeUnknownError,
   LeaseLostError,
   OwnershipConflictError,
+  IdempotencyConflictError,
   ReplayRejectedError,
   AdminAddressError,
   type ReplayRejection,
