@@ -28,13 +28,27 @@ export function requestDigest(r: DigestedRequest): string {
 
 /** JSON text of a parsed JSON value with every object's keys in sorted order. Written, not rebuilt: a `__proto__` key stays a key. */
 function canonicalJson(v: unknown): string {
-  if (Array.isArray(v)) return `[${v.map(canonicalJson).join(',')}]`;
-  if (typeof v === 'object' && v !== null) {
-    const o = v as Record<string, unknown>;
-    return `{${Object.keys(o)
-      .sort()
-      .map((k) => `${JSON.stringify(k)}:${canonicalJson(o[k])}`)
-      .join(',')}}`;
+  switch (typeof v) {
+    case 'string':
+      return JSON.stringify(v);
+    case 'number':
+      // What JSON.stringify writes for a finite number (JSON.parse gives no other).
+      return String(v);
+    case 'boolean':
+      return v ? 'true' : 'false';
+    default: {
+      if (v === null || typeof v !== 'object') return 'null';
+      let out: string;
+      if (Array.isArray(v)) {
+        out = '[';
+        for (let i = 0; i < v.length; i++) out += (i === 0 ? '' : ',') + canonicalJson(v[i]);
+        return `${out}]`;
+      }
+      const o = v as Record<string, unknown>;
+      const keys = Object.keys(o).sort();
+      out = '{';
+      for (let i = 0; i < keys.length; i++) out += `${i === 0 ? '' : ','}${JSON.stringify(keys[i])}:${canonicalJson(o[keys[i]!])}`;
+      return `${out}}`;
+    }
   }
-  return JSON.stringify(v);
 }
