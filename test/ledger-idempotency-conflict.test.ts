@@ -39,12 +39,12 @@ describe('one key, one request', () => {
   });
 
   test.each([
-    ['payload', { payload: { a: 2 } }],
-    ['type', { type: 'other' }],
-    ['lane', { lane: 'M' }],
-    ['no lane', { lane: undefined }],
+    ['another payload', { payload: { a: 2 } }],
+    ['another type', { type: 'other' }],
+    ['another lane', { lane: 'M' }],
+    ['no lane where the first had one', { lane: undefined }],
     ['a payload whose array is in another order', { payload: { a: 1, list: [2, 1] } }],
-  ])('a different %s under the key is refused, naming the key and the item, and writes nothing', async (_what, change) => {
+  ])('%s under the key: refused, naming the key and the item, and nothing is written', async (_what, change) => {
     const queue = freshQueue('idem-diff');
     const base = { queue, type: 't', payload: { a: 1, list: [1, 2] } as unknown, lane: 'L' as string | undefined, idempotencyKey: 'order-7' };
     const first = await ledger.enqueue(base);
