@@ -82,7 +82,7 @@ async function refusedNaming<T>(field: RegExp, call: () => Promise<T>): Promise<
 }
 
 /**
- * Every write path on `ledger` (with enqueues also in a transaction of `caller`), with
+ * Every write path on `ledger` (with an enqueue and a completion also in a transaction of `caller`), with
  * `t`'s texts; reads everything back through the ledger's own pool.
  */
 async function writeAndReadBack(ledger: Ledger, caller: Kysely<Record<string, never>>, t: Texts): Promise<void> {
@@ -103,13 +103,14 @@ async function writeAndReadBack(ledger: Ledger, caller: Kysely<Record<string, ne
   // Enqueues: single (laned, keyed, idempotent), its duplicate, a batch, and in the caller's transaction.
   const a = await ledger.enqueue({ queue, type: 't', payload: good, lane: keys.lane, idempotencyKey: keys.idempotencyKey, concurrencyKey: keys.concurrencyKey });
   expect(await ledger.enqueue({ queue, type: 't', payload: good, lane: keys.lane, idempotencyKey: keys.idempotencyKey })).toEqual({ ...a, duplicate: true });
-  const [b, c, d] = await ledger.enqueueMany([
+  const [b, c, d, f] = await ledger.enqueueMany([
     { queue, type: 't', payload: good, lane: `${keys.lane}-b` },
     { queue, type: 't', payload: good, concurrencyKey: keys.concurrencyKey },
     { queue, type: 't', payload: good, idempotencyKey: `${keys.idempotencyKey}-d` },
+    { queue, type: 't', payload: good },
   ]);
   const e = await caller.transaction().execute((trx) => ledger.enqueue({ queue, type: 't', payload: good, lane: `${keys.lane}-e`, idempotencyKey: `${keys.idempotencyKey}-e` }, { transaction: trx }));
-  const ids = [a.id, b!.id, c!.id, d!.id, e.id];
+  const ids = [a.id, b!.id, c!.id, d!.id, e.id, f!.id];
 
   // Claimed under a lease whose owner is the text; then every way an attempt records something.
   const owner = mended(t.owner).slice(0, 100) || 'o';
@@ -122,6 +123,7 @@ async function writeAndReadBack(ledger: Ledger, caller: Kysely<Record<string, ne
   const result = { r: mended(t.result), [mended(t.result)]: null };
   expect((await ledger.complete(held(a.id), result)).won).toBe(true);
   expect((await ledger.fail(held(b!.id), { error: t.error })).won).toBe(true);
+  await caller.transaction().execute((trx) => ledger.completeInTransaction(trx, held(f!.id), result));
   expect((await ledger.release(held(c!.id), { reason: mended(t.reason).slice(0, 500) })).won).toBe(true);
   expect((await ledger.block(held(d!.id), { dependencyKey: keys.dependencyKey, maxWaitMs: 600_000, reason: mended(t.reason).slice(0, 500) })).won).toBe(true);
   expect((await ledger.wakeDependency(keys.dependencyKey, { queue })).map((w) => w.id)).toEqual([d!.id]);
@@ -137,6 +139,7 @@ async function writeAndReadBack(ledger: Ledger, caller: Kysely<Record<string, ne
   expect(dead.lastError).toBe(mended(t.error));
   expect((await own.get(replayed.id))?.payload).toEqual(good);
   expect((await own.get(c!.id))?.concurrencyKey).toBe(keys.concurrencyKey);
+  expect(await own.get(f!.id)).toMatchObject({ state: 'completed', result });
   expect(await own.get(e.id)).toMatchObject({ lane: `${keys.lane}-e`, idempotencyKey: `${keys.idempotencyKey}-e`, payload: good, cancelRequested: true, lastError: mended(t.reason).slice(0, 500) });
   const attempts = await own.inspect(c!.id);
   expect(attempts?.attempts.map((r) => r.error)).toEqual([mended(t.reason).slice(0, 500)]);
