@@ -7,12 +7,12 @@ import {
   type PluginTransformQueryArgs,
   type PluginTransformResultArgs,
   type PrimitiveValueListNode,
+  type QueryExecutorProvider,
   type QueryResult,
   type RootOperationNode,
   type UnknownRow,
 } from 'kysely';
 import { format } from 'mysql2';
-import type { Executor } from './connection.js';
 import { literal } from './sql/common.js';
 
 // Values in SQL text that no sql_mode can misread (sql/common.ts, `literal`),
@@ -49,7 +49,7 @@ export const MODE_PROOF_VALUES: KyselyPlugin = {
 };
 
 /** A caller's executor (their transaction), on the same connection, its statements' strings written by `literal`. */
-export function modeProof(exec: Executor): Executor {
+export function modeProof(exec: QueryExecutorProvider): QueryExecutorProvider {
   return { getExecutor: () => exec.getExecutor().withPlugin(MODE_PROOF_VALUES) };
 }
 
