@@ -136,6 +136,37 @@ export class LeaseLostError extends Error {
   }
 }
 
+/**
+ * An idempotency key already stands for a different request: the item it
+ * names was enqueued with another queue, type, payload or lane. A repeat of
+ * the same request is a duplicate (`duplicate: true`); a different one under
+ * the same key is a caller reusing keys by mistake, and dropping it as a
+ * duplicate would lose its work without a word. Nothing of the enqueue was
+ * written: of a batch (`enqueueMany`), no item.
+ */
+export class IdempotencyConflictError extends Error {
+  override readonly name = 'IdempotencyConflictError';
+  constructor(
+    readonly queue: string,
+    readonly idempotencyKey: string,
+    /** The item the key names; null when the other request is an earlier item of the same batch (`earlierIndex`). */
+    readonly itemId: string | null,
+    /** The refused item's place in its batch; undefined for a single enqueue. */
+    readonly index?: number,
+    /** Within one batch: the earlier item that holds the key. */
+    readonly earlierIndex?: number,
+  ) {
+    const at = index === undefined ? 'enqueue' : `items[${index}]`;
+    const holder = itemId !== null ? `item ${itemId}` : `items[${earlierIndex ?? '?'}] of the same batch`;
+    super(`${at}: idempotency key ${JSON.stringify(idempotencyKey)} of queue ${queue} already names ${holder}, enqueued with a different request (queue, type, payload or lane)`);
+  }
+
+  /** The same refusal as a single enqueue's (no batch index). */
+  asSingle(): IdempotencyConflictError {
+    return new IdempotencyConflictError(this.queue, this.idempotencyKey, this.itemId);
+  }
+}
+
 /** An activation's expected epoch did not match the queue's: another deployment activated it first. */
 export class OwnershipConflictError extends Error {
   override readonly name = 'OwnershipConflictError';

@@ -100,6 +100,7 @@ export {
   CommitOutcomeUnknownError,
   LeaseLostError,
   OwnershipConflictError,
+  IdempotencyConflictError,
   ReplayRejectedError,
   AdminAddressError,
   type ReplayRejection,

@@ -3,6 +3,7 @@ import { sql } from 'kysely';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { Consumer } from '../src/consumer/consumer.js';
 import { SCHEMA_VERSION } from '../src/ledger/migrations.js';
+import { MIGRATIONS } from '../src/ledger/migration-steps.js';
 import { errorDigest } from '../src/ledger/ids.js';
 import { controlStreamKey, wakeStreamKey } from '../src/wake/keys.js';
 import { createTestWake, type TestWake } from './support/engine.js';
@@ -49,7 +50,7 @@ describe('lanewake CLI against a ledger', () => {
       expect(before.err).toMatch(/does not exist.*lanewake migrate/);
 
       const first = json<{ from: number; to: number; applied: number[] }>(await lanewake(['migrate', '--json', '--database-url', url]));
-      expect(first).toEqual({ from: 0, to: SCHEMA_VERSION, applied: Array.from({ length: SCHEMA_VERSION }, (_, i) => i + 1) });
+      expect(first).toEqual({ from: 0, to: SCHEMA_VERSION, applied: MIGRATIONS.map((m) => m.version) });
 
       const again = await lanewake(['migrate', '--database-url', url]);
       expect(again.code, again.err).toBe(0);
@@ -110,7 +111,7 @@ describe('lanewake CLI against a ledger', () => {
     const stored = await mustGet(t.ledger, id ?? '');
     expect(stored).toMatchObject({ queue, type: 'invoice.send', lane: 'customer:1', idempotencyKey: 'inv-1', state: 'pending', payload: { secret: SECRET, n: 1 } });
 
-    const dup = json<{ id: string; duplicate: boolean }>(await cli('enqueue', queue, 'invoice.send', '--idempotency-key', 'inv-1', '--json'));
+    const dup = json<{ id: string; duplicate: boolean }>(await cli('enqueue', queue, 'invoice.send', '--payload', payload, '--lane', 'customer:1', '--idempotency-key', 'inv-1', '--json'));
     expect(dup).toMatchObject({ id, duplicate: true });
     expect(await itemCount(t.ledger, queue)).toBe(1);
 

@@ -89,7 +89,7 @@ describe.each([
           await sql`SELECT 1`.execute(tx.trx);
           if (runs[k] === 1) await ready(); // every transaction is open before any of them enqueues
           await tx.trx.insertInto('app_rows').values({ id: rowIds[k]!, caller: `c${k}` }).execute();
-          const r = await tx.enqueue({ queue, type: 't', payload: { k }, idempotencyKey: 'same-key', ...(lane ? { lane } : {}) });
+          const r = await tx.enqueue({ queue, type: 't', payload: { order: 1 }, idempotencyKey: 'same-key', ...(lane ? { lane } : {}) });
           if (k % 2 === 1) throw new Error('caller rolls back');
           return r;
         }),
@@ -126,7 +126,7 @@ describe.each([
             return await app.transaction().execute(async (trx) => {
               await trx.insertInto('app_rows').values({ id: rowIds[k]!, caller: `c${k}` }).execute();
               if (run === 1) await ready(); // every transaction holds a row before any of them enqueues
-              return tl.ledger.enqueue({ queue, type: 't', payload: { k }, idempotencyKey: 'raced-key', ...(lane ? { lane } : {}) }, { transaction: trx });
+              return tl.ledger.enqueue({ queue, type: 't', payload: { order: 1 }, idempotencyKey: 'raced-key', ...(lane ? { lane } : {}) }, { transaction: trx });
             });
           } catch (error) {
             if ((error as { retryable?: unknown }).retryable !== true || run >= 10) {

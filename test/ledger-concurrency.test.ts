@@ -1,6 +1,8 @@
 import { sql } from 'kysely';
 import { afterAll, beforeAll, describe, expect, test } from 'vitest';
+import { IdempotencyConflictError } from '../src/errors.js';
 import { Ledger, type EnqueueInput } from '../src/ledger/ledger.js';
+import { Producer } from '../src/producer/producer.js';
 import type { EnqueueResult } from '../src/ledger/types.js';
 import { freshQueue, history, itemCount, laneRow } from './support/items.js';
 import { createTestLedger, type TestLedger } from './support/ledger.js';
@@ -157,15 +159,16 @@ describe('16 concurrent claimers, 5,000 items', () => {
 });
 
 describe('idempotency under concurrency', () => {
+  const CALLERS = 50;
   let wide: Ledger;
   beforeAll(() => {
-    wide = new Ledger({ url: tl.url, poolSize: 20 });
+    wide = new Ledger({ url: tl.url, poolSize: CALLERS });
   });
   afterAll(async () => {
     await wide?.close();
   });
 
-  /** Resolves for everyone once `n` callers have arrived: all 20 then start together. */
+  /** Resolves for everyone once `n` callers have arrived: all of them then start together. */
   function barrier(n: number): () => Promise<void> {
     let arrived = 0;
     let open!: () => void;
@@ -179,57 +182,91 @@ describe('idempotency under concurrency', () => {
     };
   }
 
-  function checkOneWinner(results: readonly EnqueueResult[]): string {
-    expect(results).toHaveLength(20);
-    const ids = new Set(results.map((x) => x.id));
-    expect(ids.size).toBe(1);
-    expect(results.filter((x) => x.duplicate)).toHaveLength(19);
-    const [id] = [...ids];
-    if (id === undefined) throw new Error('no id');
+  /** Caller k's request: half of them send A, half B, interleaved, under one key. */
+  const requestOf = (k: number): 'A' | 'B' => (k % 2 === 0 ? 'A' : 'B');
+
+  /**
+   * Exactly one request wins: one caller with it inserted, every other caller with it got
+   * `duplicate: true` and the same id; every caller with the other request got
+   * IdempotencyConflictError naming the key and that id, never a silent duplicate.
+   */
+  function checkOneRequestWins(outcomes: readonly PromiseSettledResult<EnqueueResult>[]): string {
+    expect(outcomes).toHaveLength(CALLERS);
+    const won = outcomes.flatMap((o, k) => (o.status === 'fulfilled' ? [{ k, r: o.value }] : []));
+    const winner = requestOf(won[0]?.k ?? -1);
+    const id = won[0]?.r.id;
+    if (id === undefined) throw new Error('no caller succeeded');
+    outcomes.forEach((o, k) => {
+      if (requestOf(k) === winner) {
+        expect(o.status === 'fulfilled' ? o.value.id : String(o.reason), `caller ${k} (the winning request)`).toBe(id);
+      } else {
+        expect(o.status, `caller ${k} (the other request)`).toBe('rejected');
+        const e = (o as PromiseRejectedResult).reason as IdempotencyConflictError;
+        expect(e, `caller ${k}`).toBeInstanceOf(IdempotencyConflictError);
+        expect({ key: e.idempotencyKey, itemId: e.itemId }).toEqual({ key: 'same-key', itemId: id });
+      }
+    });
+    expect(won.filter((w) => !w.r.duplicate)).toHaveLength(1);
+    expect(won).toHaveLength(CALLERS / 2);
     return id;
   }
 
-  test('20 concurrent enqueues with one key: one row, one id, 19 duplicates', async () => {
+  test(`${CALLERS} concurrent enqueues with one key, half of them a different request: one row, one winning request, the others refused`, async () => {
     const queue = freshQueue('idem-race');
-    // Twenty connections open first, so the twenty enqueues really overlap.
-    const ready = barrier(20);
-    await Promise.all(Array.from({ length: 20 }, () => wide.db.connection().execute(() => ready())));
-    const results = await Promise.all(
-      Array.from({ length: 20 }, (_, k) => wide.enqueue({ queue, type: 't', payload: { k }, idempotencyKey: 'same-key' })),
+    // Every connection is open first, so the enqueues really overlap.
+    const ready = barrier(CALLERS);
+    await Promise.all(Array.from({ length: CALLERS }, () => wide.db.connection().execute(() => ready())));
+    const outcomes = await Promise.allSettled(
+      Array.from({ length: CALLERS }, (_, k) => wide.enqueue({ queue, type: 't', payload: { order: requestOf(k) }, idempotencyKey: 'same-key' })),
     );
-    const id = checkOneWinner(results);
+    const id = checkOneRequestWins(outcomes);
     expect(await itemCount(ledger, queue)).toBe(1);
-    expect((await ledger.get(id))?.idempotencyKey).toBe('same-key');
+    const stored = await ledger.get(id);
+    expect(stored?.idempotencyKey).toBe('same-key');
+    expect(stored?.payload).toEqual({ order: requestOf(outcomes.findIndex((o) => o.status === 'fulfilled')) });
   });
 
   test('the same race inside a lane keeps the lane bookkeeping exact', async () => {
     const queue = freshQueue('idem-race-lane');
-    const ready = barrier(20);
-    await Promise.all(Array.from({ length: 20 }, () => wide.db.connection().execute(() => ready())));
-    const results = await Promise.all(
-      Array.from({ length: 20 }, (_, k) => wide.enqueue({ queue, type: 't', payload: { k }, lane: 'L', idempotencyKey: 'same-key' })),
+    const ready = barrier(CALLERS);
+    await Promise.all(Array.from({ length: CALLERS }, () => wide.db.connection().execute(() => ready())));
+    const outcomes = await Promise.allSettled(
+      Array.from({ length: CALLERS }, (_, k) => wide.enqueue({ queue, type: 't', payload: { order: requestOf(k) }, lane: 'L', idempotencyKey: 'same-key' })),
     );
-    checkOneWinner(results);
-    expect(results.every((x) => x.laneSeq === 1)).toBe(true);
+    checkOneRequestWins(outcomes);
+    expect(outcomes.every((o) => o.status === 'rejected' || o.value.laneSeq === 1)).toBe(true);
     expect(await itemCount(ledger, queue)).toBe(1);
     expect(await laneRow(ledger, queue, 'L')).toEqual({ nextSeq: 1, busy: true });
   });
 
   test('the same race through callers’ transactions', async () => {
     const queue = freshQueue('idem-race-trx');
-    // All twenty transactions are open (each has run a statement) before any of them enqueues.
-    const ready = barrier(20);
-    const results = await Promise.all(
-      Array.from({ length: 20 }, (_, k) =>
+    // All the transactions are open (each has run a statement) before any of them enqueues.
+    const ready = barrier(CALLERS);
+    const outcomes = await Promise.allSettled(
+      Array.from({ length: CALLERS }, (_, k) =>
         wide.db.transaction().execute(async (trx) => {
           await sql`SELECT 1`.execute(trx);
           await ready();
-          return wide.enqueue({ queue, type: 't', payload: { k }, idempotencyKey: 'same-key' }, { transaction: trx });
+          return wide.enqueue({ queue, type: 't', payload: { order: requestOf(k) }, idempotencyKey: 'same-key' }, { transaction: trx });
         }),
       ),
     );
-    checkOneWinner(results);
+    checkOneRequestWins(outcomes);
     expect(await itemCount(ledger, queue)).toBe(1);
+  });
+
+  test('the same race through producer.enqueue, whose single enqueues go out in batches: a refusal fails only its own enqueue', async () => {
+    const queue = freshQueue('idem-race-producer');
+    const producer = new Producer({ ledger: wide });
+    const others = Array.from({ length: CALLERS }, (_, k) => producer.enqueue({ queue, type: 't', payload: { other: k }, idempotencyKey: `other-${k}` }));
+    const outcomes = await Promise.allSettled(
+      Array.from({ length: CALLERS }, (_, k) => producer.enqueue({ queue, type: 't', payload: { order: requestOf(k) }, idempotencyKey: 'same-key' })),
+    );
+    checkOneRequestWins(outcomes);
+    // The enqueues batched with a refused one were written all the same.
+    expect((await Promise.all(others)).filter((r) => !r.duplicate)).toHaveLength(CALLERS);
+    expect(await itemCount(ledger, queue)).toBe(CALLERS + 1);
   });
 });
 

@@ -4,8 +4,12 @@ import { SchemaBehindError } from '../src/errors.js';
 import { Ledger } from '../src/ledger/ledger.js';
 import type { ClaimedItem } from '../src/ledger/types.js';
 import { migrate, SCHEMA_VERSION } from '../src/ledger/migrations.js';
+import { MIGRATIONS } from '../src/ledger/migration-steps.js';
 import { createTestLedger, type TestLedger } from './support/ledger.js';
 import { laneRow } from './support/items.js';
+
+/** The steps an upgrade from `version` applies. */
+const versionsAfter = (version: number): number[] => MIGRATIONS.map((m) => m.version).filter((v) => v > version);
 
 const created: TestLedger[] = [];
 const extra: Ledger[] = [];
@@ -51,7 +55,7 @@ describe('migrations', () => {
   test('migrate twice: the second run is a no-op', async () => {
     const { ledger } = await fresh();
     const first = await ledger.migrate();
-    expect(first).toEqual({ from: 0, to: SCHEMA_VERSION, applied: Array.from({ length: SCHEMA_VERSION }, (_, i) => i + 1) });
+    expect(first).toEqual({ from: 0, to: SCHEMA_VERSION, applied: MIGRATIONS.map((m) => m.version) });
     const afterFirst = await tables(ledger);
     expect(afterFirst).toEqual(['lw_attempts', 'lw_consumers', 'lw_fleet_tasks', 'lw_items', 'lw_key_waits', 'lw_keys', 'lw_lanes', 'lw_migrations', 'lw_ownership', 'lw_queues', 'lw_rate_limits', 'lw_schedules', 'lw_steps', 'lw_type_limits', 'lw_waits', 'lw_wake_marks']);
     // Data written between runs survives the second.
@@ -75,9 +79,9 @@ describe('migrations', () => {
     expect(results.map((r) => r.to)).toEqual(all.map(() => SCHEMA_VERSION));
     // One of them did the work, the others found it done.
     const applied = results.map((r) => r.applied.length).sort();
-    expect(applied).toEqual([0, 0, 0, SCHEMA_VERSION]);
+    expect(applied).toEqual([0, 0, 0, MIGRATIONS.length]);
     const other = others[0]!;
-    expect(await migrationRows(ledger)).toEqual(Array.from({ length: SCHEMA_VERSION }, (_, i) => i + 1));
+    expect(await migrationRows(ledger)).toEqual(MIGRATIONS.map((m) => m.version));
     expect(await other.schemaStatus()).toMatchObject({ behind: false });
     // And the schema works.
     const r = await other.enqueue({ queue: 'mig', type: 't', payload: 1 });
@@ -99,7 +103,7 @@ describe('migrations', () => {
         NULL, NOW(6) - INTERVAL 2 HOUR, NOW(6) - INTERVAL 2 HOUR, NOW(6) - INTERVAL 90 MINUTE, NOW(6))`.execute(ledger.db);
 
     const up = await ledger.migrate();
-    expect(up).toEqual({ from: 1, to: SCHEMA_VERSION, applied: [2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12] });
+    expect(up).toEqual({ from: 1, to: SCHEMA_VERSION, applied: versionsAfter(1) });
     const waiting = await ledger.get('waiting');
     expect(waiting).toMatchObject({ state: 'pending', leaseOwner: null, leaseToken: null, leaseUntil: null, startedAt: null, terminalAt: null });
     const held = await ledger.get('held');
@@ -141,7 +145,7 @@ describe('migrations', () => {
         NOW(6), NOW(6) + INTERVAL 1 HOUR, NOW(6), NOW(6)),
       ('free', 'mig', 't', 1, 'default', 0, '3', 'pending', NOW(6), 0, 3, NULL, NULL, NULL, NULL, NOW(6), NOW(6))`.execute(ledger.db);
 
-    expect(await ledger.migrate()).toEqual({ from: 2, to: SCHEMA_VERSION, applied: [3, 4, 5, 6, 7, 8, 9, 10, 11, 12] });
+    expect(await ledger.migrate()).toEqual({ from: 2, to: SCHEMA_VERSION, applied: versionsAfter(2) });
     const waits = await sql<{ item_id: string; dependency_key: string }>`SELECT item_id, dependency_key FROM ${t.waits}
       ORDER BY item_id`.execute(ledger.db);
     expect(waits.rows).toEqual([
@@ -175,7 +179,7 @@ describe('migrations', () => {
       ('i2', 'mig', 't', 'idle', 2, 1, 'default', 0, '4', 'completed', NOW(6), 1, 3, 'w', 'tok_i2', '1000-01-01', NOW(6), NOW(6), NOW(6), NOW(6))`.execute(ledger.db);
     await sql`INSERT INTO ${t.lanes} (queue, lane, next_seq, active) VALUES ('mig', 'busy', 2, 2), ('mig', 'idle', 2, 0)`.execute(ledger.db);
 
-    expect(await ledger.migrate()).toEqual({ from: 4, to: SCHEMA_VERSION, applied: [5, 6, 7, 8, 9, 10, 11, 12] });
+    expect(await ledger.migrate()).toEqual({ from: 4, to: SCHEMA_VERSION, applied: versionsAfter(4) });
     expect(await laneRow(ledger, 'mig', 'busy')).toEqual({ nextSeq: 2, busy: true });
     expect(await laneRow(ledger, 'mig', 'idle')).toEqual({ nextSeq: 2, busy: false });
     const columns = await sql<{ name: string }>`SELECT column_name AS name FROM information_schema.columns
@@ -202,7 +206,7 @@ describe('migrations', () => {
     await sql`UPDATE ${ledger.tables.items} SET state = 'processing', attempt = 1, lease_owner = 'w', lease_token = 'tok_held',
       lease_until = NOW(6) + INTERVAL 1 HOUR, started_at = NOW(6) WHERE id = ${item.id}`.execute(ledger.db);
 
-    expect(await ledger.migrate()).toEqual({ from: 6, to: SCHEMA_VERSION, applied: [7, 8, 9, 10, 11, 12] });
+    expect(await ledger.migrate()).toEqual({ from: 6, to: SCHEMA_VERSION, applied: versionsAfter(6) });
     const held = (await ledger.get(item.id)) as ClaimedItem;
     expect(held).toMatchObject({ state: 'processing', leaseToken: 'tok_held', progress: null });
     await ledger.saveProgress([{ handle: held, progress: 50 }]);
@@ -225,7 +229,7 @@ describe('migrations', () => {
     expect(await second.schemaStatus()).toMatchObject({ current: 0, behind: true });
     await second.migrate();
     expect(await second.schemaStatus()).toMatchObject({ current: SCHEMA_VERSION, behind: false });
-    expect(await migrationRows(second, 'svc_b_')).toEqual(Array.from({ length: SCHEMA_VERSION }, (_, i) => i + 1));
+    expect(await migrationRows(second, 'svc_b_')).toEqual(MIGRATIONS.map((m) => m.version));
     const a = await ledger.enqueue({ queue: 'shared', type: 't', payload: 'a', idempotencyKey: 'k' });
     const b = await second.enqueue({ queue: 'shared', type: 't', payload: 'b', idempotencyKey: 'k' });
     expect(b.duplicate).toBe(false);

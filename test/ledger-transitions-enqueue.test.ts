@@ -166,7 +166,7 @@ describe('idempotency key', () => {
   test('second enqueue returns the first id with duplicate:true and writes nothing', async () => {
     const queue = freshQueue('idem');
     const first = await ledger.enqueue({ queue, type: 't', payload: { v: 1 }, lane: 'L', idempotencyKey: 'order-1' });
-    const second = await ledger.enqueue({ queue, type: 't', payload: { v: 2 }, lane: 'L', idempotencyKey: 'order-1' });
+    const second = await ledger.enqueue({ queue, type: 't', payload: { v: 1 }, lane: 'L', idempotencyKey: 'order-1', priority: 3 });
     expect(first.duplicate).toBe(false);
     expect(second).toEqual({ id: first.id, duplicate: true, laneSeq: 1 });
     expect(await itemCount(ledger, queue)).toBe(1);
@@ -175,7 +175,7 @@ describe('idempotency key', () => {
     // Still a duplicate after the first has finished.
     const c = await claimOne(ledger, queue);
     expect((await ledger.complete(c)).won).toBe(true);
-    expect(await ledger.enqueue({ queue, type: 't', payload: 3, idempotencyKey: 'order-1' })).toMatchObject({ id: first.id, duplicate: true });
+    expect(await ledger.enqueue({ queue, type: 't', payload: { v: 1 }, lane: 'L', idempotencyKey: 'order-1' })).toMatchObject({ id: first.id, duplicate: true });
     // The key is unique per queue, not globally.
     const other = await ledger.enqueue({ queue: freshQueue('idem-other'), type: 't', payload: 1, idempotencyKey: 'order-1' });
     expect(other.duplicate).toBe(false);
@@ -186,7 +186,7 @@ describe('idempotency key', () => {
     const queue = freshQueue('idem-batch');
     const r = await ledger.enqueueMany([
       { queue, type: 't', payload: 1, idempotencyKey: 'k1', lane: 'L' },
-      { queue, type: 't', payload: 2, idempotencyKey: 'k1', lane: 'L' },
+      { queue, type: 't', payload: 1, idempotencyKey: 'k1', lane: 'L' },
       { queue, type: 't', payload: 3, idempotencyKey: 'k2', lane: 'L' },
       { queue, type: 't', payload: 4 },
     ]);

@@ -1,6 +1,7 @@
 import { Kysely, MysqlDialect, type MysqlPool, type MysqlPoolConnection, type QueryExecutorProvider } from 'kysely';
-import mysql2, { createPool, format, type Pool, type PoolConnection, type PoolOptions } from 'mysql2';
+import mysql2, { createPool, type Pool, type PoolConnection, type PoolOptions } from 'mysql2';
 import { sleep } from '../sleep.js';
+import { formatValues } from './mode-proof.js';
 import type { LedgerConfig } from './config.js';
 
 /**
@@ -9,10 +10,10 @@ import type { LedgerConfig } from './config.js';
  *   same instant as NOW(6);
  * - READ COMMITTED, so lane bookkeeping reads what other transactions have
  *   committed after it locked the lane row, and InnoDB takes no gap locks;
- * - backslash escapes in string literals: values reach SQL escaped with
- *   backslashes (mysql2's escaping, and sql/common.ts), which a server whose
- *   sql_mode has NO_BACKSLASH_ESCAPES would store as written, backslashes
- *   and all. The rest of the server's sql_mode stays;
+ * - backslash escapes in string literals, as mysql2 and Kysely expect of a
+ *   session. The ledger's own values need no mode (sql/common.ts,
+ *   `literal`: it writes no backslash), but a statement text still reads
+ *   the same whatever the server's default. The rest of its sql_mode stays;
  * - on TiDB, no statement waits to load statistics while it is planned
  *   (`tidb_stats_load_sync_wait = 0`; TiDB's default waits up to 100 ms):
  *   the ledger's tables churn, so their statistics are often missing or
@@ -59,12 +60,10 @@ export function mysqlPoolOptions(config: Pick<LedgerConfig, 'url' | 'poolSize'>)
     charset: 'utf8mb4_bin',
     enableKeepAlive: true,
     // A claim sends its CAS and read-back as one query (sql/claim.ts). Every
-    // value reaches SQL escaped, as a parameter or as mysql2's escaping of it.
+    // value reaches SQL as a parameter or as a mode-proof literal (`literal`).
     multipleStatements: true,
-    // mysql2 scans every statement for placeholders, even with none to fill:
-    // a thousand-row INSERT of escaped literals spent more time there than in
-    // building it. With no parameters the text goes out as it is.
-    queryFormat: (sql: string, values: unknown) => (Array.isArray(values) && values.length > 0 ? format(sql, values, false, POOL_TIME_ZONE) : sql),
+    // Strings in the text as `literal` writes them; with no values the text as it is (mode-proof.ts).
+    queryFormat: formatValues(POOL_TIME_ZONE),
   };
 }
 

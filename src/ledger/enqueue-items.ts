@@ -6,13 +6,14 @@ import { DEFAULT_MAX_ATTEMPTS, enqueueItemFieldsSchema, type ClaimCandidate, typ
 import { countConflict, DEFAULT_RETRY, ER_DUP_ENTRY, errno, isRetryableConflict, retryDelay, retryOnConflict, retryTransaction } from './retry.js';
 import { grantLease } from './sql/claimed.js';
 import { queueScoped } from './sql/common.js';
-import { claimableAtInsert, claimedAtInsert, fitsOneStatement, insertItems, type InsertClaim, type NewItem } from './sql/enqueue.js';
+import { claimableAtInsert, claimedAtInsert, fitsOneStatement, insertItems, type InsertClaim, type KeyCheck, type NewItem } from './sql/enqueue.js';
 import { insertLanedOneTrip } from './sql/enqueue-laned.js';
 import { insertKeyedTwoTrips } from './sql/enqueue-keyed.js';
 import { readKeyRules, scopeKeys } from './sql/key-scope.js';
 import type { LedgerTables } from './tables.js';
 import type { ClaimedItem, EnqueueResult } from './types.js';
 import { encodePayload } from './json.js';
+import { modeProof } from './mode-proof.js';
 import { loadOtel, otelSettled } from '../tracing/otel.js';
 import { startPublish, type Publishing } from '../tracing/publish.js';
 
@@ -27,6 +28,8 @@ export interface EnqueueTarget {
   readonly payloadMaxBytes: number;
   /** Built once per ledger (see inputs.ts on schemas built per call). */
   readonly itemFields: ReturnType<typeof enqueueItemFieldsSchema>;
+  /** Whether the ledger stores request digests with idempotency keys (schema 13; sql/request-digests.ts). */
+  readonly requestDigests: () => Promise<boolean>;
 }
 
 /** Validates and inserts a batch, in the caller's transaction when `opts` names one. Results are in input order. */
@@ -35,11 +38,12 @@ export async function enqueueItems(target: EnqueueTarget, inputs: readonly Enque
   if (items.length === 0) return [];
   await scopeKeyed(target, items, prefix);
   // A prefix of '' is `Ledger.enqueue`'s: a single-item call.
-  const spans = publishSpans(inputs, items, prefix === '');
+  const batch = prefix !== '';
+  const spans = publishSpans(inputs, items, !batch);
   const publishing = spans instanceof Promise ? await spans : spans;
   const caller = opts.transaction;
   try {
-    const results = caller !== undefined ? await enqueueInCallerTransaction(target, caller, items) : await insertPrepared(target, items);
+    const results = caller !== undefined ? await enqueueInCallerTransaction(target, modeProof(caller), items, await keyed(target, items, batch)) : await insertPrepared(target, items, await keyed(target, items, batch));
     publishing?.end(results);
     return results;
   } catch (error) {
@@ -104,7 +108,7 @@ export async function enqueueItemsClaiming(
   const publishing = spans instanceof Promise ? await spans : spans;
   let results: EnqueueResult[];
   try {
-    results = await insertPrepared(target, items);
+    results = await insertPrepared(target, items, await keyed(target, items, true));
   } catch (error) {
     publishing?.fail(error);
     throw error;
@@ -130,7 +134,13 @@ async function scopeKeyed(target: EnqueueTarget, items: NewItem[], prefix: strin
   scopeKeys(items, await readKeyRules(target.db, target.tables, keyed.map((i) => i.queue)), prefix);
 }
 
-async function insertPrepared(target: EnqueueTarget, items: NewItem[]): Promise<EnqueueResult[]> {
+/** How a batch's idempotency keys are checked (sql/enqueue.ts); whether digests are stored is asked only of a batch with a key. */
+async function keyed(target: EnqueueTarget, items: readonly NewItem[], batch: boolean): Promise<KeyCheck> {
+  const digests = items.some((i) => i.idempotencyKey !== null) && (await target.requestDigests());
+  return { batch, digests };
+}
+
+async function insertPrepared(target: EnqueueTarget, items: NewItem[], keys: KeyCheck): Promise<EnqueueResult[]> {
   const { db, tables } = target;
   if (items.length === 0) return [];
   const caps = await target.capabilities();
@@ -138,12 +148,12 @@ async function insertPrepared(target: EnqueueTarget, items: NewItem[]): Promise<
   if (items.every((i) => i.lane === null && i.concurrencyKey === null) && fitsOneStatement(items)) {
     // No lane or key bookkeeping: the whole batch is one INSERT (plus a read when it
     // has idempotency keys), atomic without a transaction's extra round trips.
-    return retryOnConflict(() => insertItems(db, tables, items, false, order), undefined, (e) => errno(e) === ER_DUP_ENTRY);
+    return retryOnConflict(() => insertItems(db, tables, items, false, order, keys), undefined, (e) => errno(e) === ER_DUP_ENTRY);
   }
   if (items.every((i) => i.idempotencyKey === null) && fitsOneStatement(items)) {
     return items.every((i) => i.lane === null) ? insertKeyedTwoTrips(db, caps, tables, items) : insertLanedOneTrip(db, caps, tables, items);
   }
-  return retryTransaction(db, (trx) => insertItems(trx, tables, items, false, order), (e) => errno(e) === ER_DUP_ENTRY);
+  return retryTransaction(db, (trx) => insertItems(trx, tables, items, false, order, keys), (e) => errno(e) === ER_DUP_ENTRY);
 }
 
 /**
@@ -156,14 +166,14 @@ async function insertPrepared(target: EnqueueTarget, items: NewItem[]): Promise<
  * went with it: the caller gets TransactionRolledBackError, its cause the
  * server's error, never a complaint about the savepoint.
  */
-async function enqueueInCallerTransaction(target: EnqueueTarget, trx: Executor, items: NewItem[]): Promise<EnqueueResult[]> {
+async function enqueueInCallerTransaction(target: EnqueueTarget, trx: Executor, items: NewItem[], keys: KeyCheck): Promise<EnqueueResult[]> {
   let duplicates = 0;
   let conflicts = 0;
   const order = (await target.capabilities()).idOrder;
   for (;;) {
     await sql`SAVEPOINT lanewake_enqueue`.execute(trx);
     try {
-      const out = await insertItems(trx, target.tables, items, duplicates + conflicts > 0 ? target.db : false, order);
+      const out = await insertItems(trx, target.tables, items, duplicates + conflicts > 0 ? target.db : false, order, keys);
       await sql`RELEASE SAVEPOINT lanewake_enqueue`.execute(trx);
       return out;
     } catch (error) {

@@ -48,7 +48,10 @@ export function enqueueItemFieldsSchema() {
       runAt: validDate.optional(),
       /** Not claimable before the ledger's now + delayMs. */
       delayMs: durationMs.optional(),
-      /** Unique per queue: a second enqueue returns the first item with `duplicate: true`. */
+      /**
+       * Unique per queue: a second enqueue of the same request (type, payload, lane) returns the first item with
+       * `duplicate: true`; of a different request, throws IdempotencyConflictError.
+       */
       idempotencyKey: keyString.optional(),
     })
     .strict()

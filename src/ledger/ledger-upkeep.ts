@@ -16,6 +16,7 @@ import { repairWaits } from './sql/waits.js';
 import { sweepSignals } from './sql/sweep-signals.js';
 import { purgeWakeMarks } from './sql/wake-marks.js';
 import { ledgerTables, type LedgerTables } from './tables.js';
+import { MODE_PROOF_VALUES } from './mode-proof.js';
 import type { LeaseHandle, Ownership, LiveConsumer, ProbeOutcome, RateAnswer, ReclaimOutcome, SweepSignal } from './types.js';
 import { queueName, validate } from './validation.js';
 
@@ -40,7 +41,8 @@ export class LedgerUpkeep {
   constructor(config: LedgerConfigInput, db?: LedgerDb) {
     this.config = parseLedgerConfig(config);
     if (db) {
-      this.db = db;
+      // Its sessions may read backslashes as text (NO_BACKSLASH_ESCAPES): see mode-proof.ts.
+      this.db = db.withPlugin(MODE_PROOF_VALUES);
     } else {
       const pool = createLedgerPool(this.config);
       this.pool = trackPool(pool);

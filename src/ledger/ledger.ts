@@ -24,6 +24,7 @@ import {
 import { completeEntries, completeInTransaction, completeManyWithin, completeWithin, completion, encodeCapped, encodeProgress, errorText, finish, retryEnding, type FinishTarget } from './outcomes.js';
 import { LedgerOperator } from './operator.js';
 import { LedgerSchedules } from './schedules.js';
+import { modeProof } from './mode-proof.js';
 import { parseJson } from './rows.js';
 import { finalizeBlock } from './sql/block.js';
 import { cancelItem } from './sql/cancel.js';
@@ -33,6 +34,7 @@ import { getAttempts, getItem, listDead } from './sql/inspect.js';
 import { renewLeases, saveCheckpoint, saveProgress } from './sql/lease.js';
 import { explainItem } from './explain.js';
 import { replayItem } from './sql/replay.js';
+import { requestDigestsOnce } from './sql/request-digests.js';
 import { queueStats } from './sql/stats.js';
 import { readSteps, recordStep, type StepHolder } from './sql/steps.js';
 import { LedgerUpkeep } from './ledger-upkeep.js';
@@ -61,7 +63,14 @@ export class Ledger extends LedgerUpkeep {
   constructor(config: LedgerConfigInput, db?: LedgerDb) {
     super(config, db);
     const { db: ledgerDb, tables, knownCapabilities: capabilities } = this;
-    this.enqueueTarget = { db: ledgerDb, tables, capabilities, payloadMaxBytes: this.config.payloadMaxBytes, itemFields: enqueueItemFieldsSchema() };
+    this.enqueueTarget = {
+      db: ledgerDb,
+      tables,
+      capabilities,
+      payloadMaxBytes: this.config.payloadMaxBytes,
+      itemFields: enqueueItemFieldsSchema(),
+      requestDigests: requestDigestsOnce(ledgerDb, tables),
+    };
     const { resultMaxBytes, errorMaxChars } = this.config;
     this.finishTarget = { db: ledgerDb, tables, capabilities, resultMaxBytes, errorMaxChars, keyLines: new KeyLines() };
     this.operator = new LedgerOperator(ledgerDb, tables, capabilities);
@@ -243,7 +252,7 @@ export class Ledger extends LedgerUpkeep {
    * LeaseLostError (the caller's transaction must roll back) when the CAS loses.
    */
   async completeInTransaction(trx: Executor, handle: LeaseHandle, result?: unknown): Promise<void> {
-    await completeInTransaction(this.finishTarget, trx, handle, result);
+    await completeInTransaction(this.finishTarget, modeProof(trx), handle, result);
   }
 
   /** Ends a claimed item whose cancel was requested while it ran; without a reason, the request's reason stays its last error. */

@@ -391,6 +391,21 @@ export const MIGRATIONS: readonly Migration[] = [
       ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin`,
     ],
   },
+  {
+    version: 13,
+    name: 'request digests of idempotency keys',
+    // The digest of the request an idempotency key was first enqueued with
+    // (request-digest.ts): the same key with a different request is refused
+    // (IdempotencyConflictError). Items enqueued before have NULL, and a key
+    // of theirs answers `duplicate: true` as before. Sixteen bytes, fixed,
+    // at the end of the row: MariaDB adds it instantly, TiDB without a
+    // backfill; only keyed items carry it.
+    statements: () => [],
+    run: async (conn, t, prefix) => {
+      const items = await columnNames(conn, prefix + 'items');
+      if (!items.has('request_digest')) await sql`ALTER TABLE ${t.items} ADD COLUMN request_digest BINARY(16) NULL`.execute(conn);
+    },
+  },
 ];
 
 async function columnNames(conn: LedgerDb, table: string): Promise<Set<string>> {

@@ -115,7 +115,7 @@ export interface AttemptRecord {
 
 export interface EnqueueResult {
   id: string;
-  /** True when an item with the same idempotency key already existed; `id` is that item's. */
+  /** True when an item with the same idempotency key and the same request already existed; `id` is that item's. (A different request under the key throws IdempotencyConflictError.) */
   duplicate: boolean;
   laneSeq: number | null;
 }

@@ -1,6 +1,6 @@
 import type { EnqueueInput } from '../ledger/ledger.js';
 import type { EnqueueResult } from '../ledger/types.js';
-import { ValidationError } from '../errors.js';
+import { IdempotencyConflictError, ValidationError } from '../errors.js';
 
 /** Single enqueues a producer sends at once; more wait and go out together. */
 export const ENQUEUES_IN_FLIGHT = 2;
@@ -24,9 +24,10 @@ interface Waiting {
  *
  * Each input is checked on its own before it joins a batch (a bad one fails
  * alone, naming its fields as a single enqueue does). What only the ledger
- * can check (a key too long for its type's own limit) refuses the whole
- * batch, writing nothing: each of its enqueues then goes again alone, so
- * only the bad one fails, naming its fields as a single enqueue does. A
+ * can check (a key too long for its type's own limit; an idempotency key
+ * that names a different request, IdempotencyConflictError) refuses the
+ * whole batch, writing nothing: each of its enqueues then goes again alone,
+ * so only the bad one fails, as a single enqueue would. A
  * batch refused otherwise fails every enqueue in it, each with the same
  * error, and nothing of it was written.
  */
@@ -69,7 +70,7 @@ export class EnqueueBatcher {
       return;
     } catch (error) {
       if (batch.length === 1) return batch[0]!.reject(asSingle(error));
-      if (!(error instanceof ValidationError)) return batch.forEach((w) => w.reject(error));
+      if (!(error instanceof ValidationError || error instanceof IdempotencyConflictError)) return batch.forEach((w) => w.reject(error));
     }
     // Refused for what only the ledger checks, nothing written: each again alone, in order (a lane keeps its callers' order).
     for (const w of batch) {
@@ -92,6 +93,7 @@ function settle(batch: readonly Waiting[], results: readonly EnqueueResult[]): v
 
 /** A one-item batch's refusal as a single enqueue's: its fields named without the batch's `items[0]`. */
 function asSingle(error: unknown): unknown {
+  if (error instanceof IdempotencyConflictError) return error.asSingle();
   if (!(error instanceof ValidationError)) return error;
   const field = (f: string): string => (f === 'items[0]' ? '(input)' : f.replace(/^items\[0\]\./, ''));
   return new ValidationError(error.issues.map((i) => ({ ...i, field: field(i.field) })), 'enqueue');

@@ -2,7 +2,7 @@ import fc from 'fast-check';
 import { expect } from 'vitest';
 import type { EnqueueResult } from '../../src/ledger/types.js';
 import type { Finish, NewItemSpec } from '../support/ledger-model.js';
-import { enqueueInput, finishKindArb, handleArb, handleCommand, leaseArb, limitArb, MAX_ITEMS, ms, newItemArb, ownerArb, scoped, specLabel } from './commands.js';
+import { enqueueInput, finishKindArb, handleArb, handleCommand, leaseArb, limitArb, MAX_ITEMS, ms, newItemArb, ownerArb, scoped, specLabel, withKeyLane } from './commands.js';
 import { bracketed, command, expectClaim, expectFinish, finishLabel, finishOn, viewOf, type LedgerCommand } from './real.js';
 
 /*
@@ -39,7 +39,7 @@ const enqueueRace = (specs: [NewItemSpec, NewItemSpec]): LedgerCommand => {
 export const enqueueRaceArb = fc
   .tuple(newItemArb, newItemArb, fc.boolean())
   // Half the time the same key, so the two really contend for it.
-  .map(([s1, s2, sameKey]) => enqueueRace([s1, sameKey ? { ...s2, key: s1.key ?? 'k0' } : s2]));
+  .map(([s1, s2, sameKey]) => enqueueRace([s1, sameKey ? withKeyLane({ ...s2, key: s1.key ?? 'k0' }) : s2]));
 
 /**
  * An enqueue while a finalize ends (or hands back) a head of the same lane:
@@ -52,8 +52,8 @@ const enqueueWhileFinishing = (spec: NewItemSpec, f: Finish, k: number): LedgerC
     label,
     k,
     async (m, r, h, what) => {
-      // Into the finalized item's lane, when it has one: that is where the two meet.
-      const s: NewItemSpec = { ...spec, lane: h.lane ?? spec.lane };
+      // Into the finalized item's lane, when it has one: that is where the two meet (a keyed item keeps its key's lane).
+      const s: NewItemSpec = spec.key === null ? { ...spec, lane: h.lane ?? spec.lane } : spec;
       const sf = scoped(r, f);
       const { value, b } = await bracketed(m, r, () => Promise.all([r.ledger.enqueue(enqueueInput(r, s)), finishOn(r.ledger, h, sf)] as const));
       const [enq, fin] = value;

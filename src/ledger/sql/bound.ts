@@ -3,11 +3,11 @@ import type { LedgerCapabilities } from '../capabilities.js';
 import { PREPARED_MARK } from '../connection.js';
 import { jsonLiteral, literal } from './common.js';
 
-/** A value a statement carries: inlined as an escaped literal, or bound to a `?`. */
+/** A value a statement carries: inlined as a literal (`literal`), or bound to a `?`. */
 export type StatementValue = string | number | null;
 
 /**
- * Writes a statement's values into its text. The inline writer escapes each
+ * Writes a statement's values into its text. The inline writer writes each
  * value into the text (`literal`), as the ledger sends its statements by
  * default: as text, several per round trip. The bound writer leaves a
  * marker in its place and keeps the value, for a statement sent prepared
@@ -17,7 +17,7 @@ export type StatementValue = string | number | null;
  */
 export interface ValueWriter {
   value(v: StatementValue): string;
-  /** A JSON text: inlined, escaped for the inside of quotes only (`jsonLiteral`), far cheaper on a large document. */
+  /** A JSON text: inlined by `jsonLiteral`, which does no per-character work on most documents. */
   json(text: string): string;
   /** Each row rendered (its values through this writer), joined by `separator`; never empty. */
   each<T>(rows: readonly T[], render: (row: T) => string, separator: string): string;
@@ -92,7 +92,7 @@ function boundWriter(): ValueWriter & { values: StatementValue[] } {
  * statement sent as text with its values inlined is parsed and planned anew
  * every time, and that planning was the largest part of tidb-server's CPU
  * per job (docs/design.md, "TiDB: what differs"). Otherwise the values are
- * escaped into the text.
+ * written into the text as literals.
  */
 export function statementFor(prepared: boolean, write: (w: ValueWriter) => string): RawBuilder<unknown> {
   if (!prepared) return sql.raw(write(INLINE));

@@ -2,17 +2,17 @@ import { sql, type RawBuilder } from 'kysely';
 import { escape } from 'mysql2';
 
 /**
- * Comma list of values, for `IN (…)`: escaped once here as literals, the
- * same escaping mysql2 applies to bound values. A claim or a completion
- * names up to a thousand ids, and a parameter per id cost a node per id in
- * Kysely and a placeholder scan per id in mysql2.
+ * Comma list of values, for `IN (…)`: each written once here as a literal
+ * (`literal`). A claim or a completion names up to a thousand ids, and a
+ * parameter per id cost a node per id in Kysely and a placeholder scan per
+ * id in mysql2.
  */
 export function list(values: readonly (string | number)[]): RawBuilder<unknown> {
   return sql.raw(values.map((v) => literal(v)).join(', '));
 }
 
 /**
- * A value inlined into a statement as an escaped literal (see `literal`). Hot
+ * A value inlined into a statement as a literal (see `literal`). Hot
  * statements whose values are all inlined carry no parameters, so the pool
  * sends them without scanning their text for placeholders.
  */
@@ -20,25 +20,51 @@ export function inline(value: string | number | null): RawBuilder<unknown> {
   return sql.raw(literal(value));
 }
 
-/** One string, number or NULL as SQL text, escaped exactly as mysql2 escapes a bound value. Not for Dates (their text depends on the pool's time zone). */
+/**
+ * One string, number or NULL as SQL text that means the same in every
+ * sql_mode. A backslash escape means one thing to a session without
+ * NO_BACKSLASH_ESCAPES and another to one with it, and the ledger runs on
+ * connections it does not set up (a caller's transaction, a Kysely handed
+ * in): there a backslash-escaped quote would end the literal. So no
+ * backslash is ever written: a quote is doubled, which every mode reads
+ * alike, and text holding a backslash goes as hex (`hexText`), as does
+ * text holding NUL or Ctrl-Z, which a client or a log may cut at. Not for
+ * Dates (their text depends on the pool's time zone).
+ */
 export function literal(value: string | number | null): string {
+  if (typeof value === 'string') return textLiteral(value);
   return escape(value);
 }
 
+/** Text as `literal` writes it: `'…'` with quotes doubled, or hex when it holds a backslash, NUL or Ctrl-Z. */
+export function textLiteral(text: string): string {
+  if (NEEDS_HEX.test(text)) return hexText(text);
+  return text.includes("'") ? `'${text.replace(QUOTES, "''")}'` : `'${text}'`;
+}
+const NEEDS_HEX = /[\\\x00\x1a]/;
+const QUOTES = /'/g;
+
 /**
- * Text as a string literal, escaped for the inside of single quotes: the
- * backslash, the quote itself, NUL and Ctrl-Z, as `literal` escapes them.
- * Correct for any text; made for JSON. `literal` also escapes every double
- * quote and control character, which are harmless inside single quotes, and
- * JSON is full of double quotes: that made escaping most of a large
- * enqueue's node time. JSON.stringify writes no raw NUL or Ctrl-Z and most
- * payloads have no backslash or single quote, so most need no escaping.
+ * Text as a hex literal of its UTF-8 bytes, read as utf8mb4 text in the
+ * collation of the ledger's text columns. A bare `X'…'` is a binary string:
+ * it would turn a derived table's column binary, and a JSON column refuses
+ * it. The explicit collation matches the text columns (lanes, keys, JSON),
+ * so comparisons with them still use their indexes; ASCII columns (queue,
+ * type, ids) only ever see validated text, which never needs hex.
+ */
+export function hexText(text: string): string {
+  return `_utf8mb4 X'${Buffer.from(text, 'utf8').toString('hex')}' COLLATE utf8mb4_bin`;
+}
+
+/**
+ * A JSON text as a literal: `literal`'s rule, on the hot path of every
+ * enqueue and completion. JSON.stringify writes no raw control character,
+ * so only a backslash (an escape inside a JSON string) sends it as hex:
+ * most payloads go as they are, with no per-character work.
  */
 export function jsonLiteral(text: string): string {
-  return `'${text.replace(JSON_ESCAPES, (c) => JSON_ESCAPE_OF[c] ?? c)}'`;
+  return textLiteral(text);
 }
-const JSON_ESCAPES = /[\\'\0\x1a]/g;
-const JSON_ESCAPE_OF: Record<string, string> = { '\\': '\\\\', "'": "\\'", '\0': '\\0', '\x1a': '\\Z' };
 
 /**
  * `(queue, lane) IN ((…), …)` for a list of lanes. A single pair is written

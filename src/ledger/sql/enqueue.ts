@@ -6,6 +6,8 @@ import type { ClaimedItem, EnqueueResult, KeyScope, QueueClass } from '../types.
 import { claimedItem, leaseValues, type Lease } from './claimed.js';
 import { admitStatement, admittedKeys, grantedByKey, grantedRead, waitRowsFor } from './key-admission.js';
 import { storedKey, type KeyRule } from './key-scope.js';
+import { IdempotencyConflictError } from '../../errors.js';
+import { requestDigest } from '../request-digest.js';
 import { affected, byteOrder, jsonLiteral, laneIn, literal, NO_TIME_TEXT, nowPlusMsText, queueScoped } from './common.js';
 
 /** An item ready to insert: validated, payload already JSON text. */
@@ -70,9 +72,9 @@ export function claimedAtInsert(id: string, item: NewItem, lease: Lease, nowMs: 
 /** Keeps one multi-row INSERT well under max_allowed_packet. */
 export const MAX_STATEMENT_BYTES = 4 * 1024 * 1024;
 
-/** An upper bound on an item's share of an INSERT: its payload fully escaped, plus the other columns. */
+/** An upper bound on an item's share of an INSERT: its payload as `jsonLiteral` writes it (as hex when it holds a backslash), plus the other columns. */
 function rowBytes(item: NewItem): number {
-  return item.payloadJson.length * 3 + 512;
+  return item.payloadJson.length * (item.payloadJson.includes('\\') ? 6 : 3) + 512;
 }
 
 /** The items fit one multi-row INSERT (MAX_STATEMENT_BYTES). */
@@ -101,6 +103,7 @@ export async function insertItems(
   items: readonly NewItem[],
   keysFrom: Executor | false,
   idOrder: IdOrder,
+  keys: KeyCheck = { batch: true, digests: true },
 ): Promise<EnqueueResult[]> {
   const results: (EnqueueResult | undefined)[] = new Array(items.length);
   const firstByKey = new Map<string, number>();
@@ -114,25 +117,33 @@ export async function insertItems(
     }
   });
 
-  const existing = new Map<string, { id: string; lane_seq: number | null }>();
+  const existing = new Map<string, KeyedRow>();
   if (keyed.length > 0) {
     const pairs = sql.join(keyed.map((i) => sql`(${i.queue}, ${i.idempotencyKey})`));
-    const rows = await sql<{ id: string; queue: string; idempotency_key: string; lane_seq: number | null }>`
-      SELECT id, queue, idempotency_key, lane_seq FROM ${t.items}
+    const rows = await sql<KeyedRow>`
+      SELECT id, queue, idempotency_key, lane_seq, ${keys.digests ? sql`LOWER(HEX(request_digest))` : sql`NULL`} AS digest FROM ${t.items}
       WHERE (queue, idempotency_key) IN (${pairs})`.execute(keysFrom === false ? exec : keysFrom);
     for (const r of rows.rows) existing.set(queueScoped(r.queue, r.idempotency_key), r);
   }
 
+  // Every key's request is checked before anything is written: a conflict refuses the whole batch.
+  const digests = items.map((item) => (item.idempotencyKey === null || !keys.digests ? null : requestDigest(item)));
   const fresh: { index: number; item: NewItem }[] = [];
   items.forEach((item, index) => {
     if (item.idempotencyKey !== null) {
       const k = queueScoped(item.queue, item.idempotencyKey);
       const found = existing.get(k);
+      const first = firstByKey.get(k) ?? index;
       if (found) {
+        // An item stored before schema 13 has no digest: a duplicate, as it always was.
+        if (found.digest !== null && found.digest !== digests[index]) throw conflict(item, found.id, index, keys.batch);
         results[index] = { id: found.id, duplicate: true, laneSeq: nullableNumber(found.lane_seq) };
         return;
       }
-      if (firstByKey.get(k) !== index) return; // a repeat inside this batch: resolved below
+      if (first !== index) {
+        if (digests[first] !== digests[index]) throw conflict(item, null, index, keys.batch, first);
+        return; // a repeat inside this batch: resolved below
+      }
     }
     fresh.push({ index, item });
   });
@@ -142,10 +153,10 @@ export async function insertItems(
   const rows = fresh.map((f, i) => {
     const row = freshRow(seqs[i] ?? admitted[i], idOrder);
     results[f.index] = { id: row.id, duplicate: false, laneSeq: row.laneSeq };
-    return { ...row, item: f.item };
+    return { ...row, item: f.item, index: f.index };
   });
 
-  const columns = optionalColumns(rows.map((r) => r.item));
+  const columns = { ...optionalColumns(rows.map((r) => r.item)), digested: keys.digests && rows.some((r) => r.item.idempotencyKey !== null) };
   let chunk: RawBuilder<unknown>[] = [];
   let bytes = 0;
   for (const row of rows) {
@@ -155,7 +166,7 @@ export async function insertItems(
       chunk = [];
       bytes = 0;
     }
-    chunk.push(valuesRow(row.id, row.item, row.laneSeq, row.isHead, columns));
+    chunk.push(valuesRow(row.id, row.item, row.laneSeq, row.isHead, columns, digests[row.index] ?? null));
     bytes += size;
   }
   if (chunk.length > 0) await insertChunk(exec, t, chunk, chunk.length, columns);
@@ -173,6 +184,30 @@ export async function insertItems(
   });
 }
 
+/**
+ * How `insertItems` checks idempotency keys: `digests`, whether the ledger
+ * stores request digests (schema 13; without them a repeated key is a
+ * duplicate whatever its request); `batch`, whether a refusal names the
+ * item's index (enqueueMany) or not (a single enqueue).
+ */
+export interface KeyCheck {
+  batch: boolean;
+  digests: boolean;
+}
+
+/** An item an idempotency key of the batch already names; `digest` (hex) is null for one stored before schema 13. */
+interface KeyedRow {
+  id: string;
+  queue: string;
+  idempotency_key: string;
+  lane_seq: number | null;
+  digest: string | null;
+}
+
+function conflict(item: NewItem, itemId: string | null, index: number, batch: boolean, earlierIndex?: number): IdempotencyConflictError {
+  return new IdempotencyConflictError(item.queue, item.idempotencyKey ?? '', itemId, batch ? index : undefined, earlierIndex);
+}
+
 async function insertChunk(exec: Executor, t: LedgerTables, values: RawBuilder<unknown>[], expected: number, columns: OptionalColumns): Promise<void> {
   expectInserted(affected(await insertStatement(t, values, columns).execute(exec)), expected);
 }
@@ -185,6 +220,8 @@ async function insertChunk(exec: Executor, t: LedgerTables, values: RawBuilder<u
 export interface OptionalColumns {
   keyed: boolean;
   traced: boolean;
+  /** An item has an idempotency key, and so a request digest (schema 13): set by insertItems, the only path that writes keys. */
+  digested?: boolean;
 }
 
 export function optionalColumns(items: readonly NewItem[]): OptionalColumns {
@@ -193,7 +230,7 @@ export function optionalColumns(items: readonly NewItem[]): OptionalColumns {
 
 /** The optional columns' names, as the INSERT lists them (after is_head). */
 export function optionalColumnNames(c: OptionalColumns): string {
-  return `${c.keyed ? 'concurrency_key, ' : ''}${c.traced ? 'traceparent, ' : ''}`;
+  return `${c.keyed ? 'concurrency_key, ' : ''}${c.traced ? 'traceparent, ' : ''}${c.digested === true ? 'request_digest, ' : ''}`;
 }
 
 export function expectInserted(inserted: number, expected: number): void {
@@ -269,16 +306,17 @@ export function admissionsOf(items: readonly NewItem[], grantedRows: readonly Re
 const NO_LEASE = `'', '', ${NO_TIME_TEXT}, ${NO_TIME_TEXT}`;
 
 /**
- * One row of the INSERT. Strings and numbers go in as literals, escaped as
- * mysql2 escapes a bound value (see `literal`): a batch of a thousand items
+ * One row of the INSERT. Strings and numbers go in as literals (`literal`,
+ * which no sql_mode misreads): a batch of a thousand items
  * was twenty thousand parameters, and compiling and substituting them cost
  * a quarter of an enqueue's CPU. A `runAt` instant stays a parameter, so the
  * connection's time zone setting renders it as before.
  */
-export function valuesRow(id: string, item: NewItem, laneSeq: number | null, isHead: boolean, columns: OptionalColumns): RawBuilder<unknown> {
+export function valuesRow(id: string, item: NewItem, laneSeq: number | null, isHead: boolean, columns: OptionalColumns, digest: string | null = null): RawBuilder<unknown> {
   // A claimed insert is the claim CAS's outcome written directly: processing, attempt 1, leased.
   const c = item.claim ? leaseValues(item.claim) : undefined;
-  const head = `(${literal(id)}, ${literal(item.queue)}, ${literal(item.type)}, ${literal(item.lane)}, ${literal(laneSeq)}, ${isHead ? 1 : 0}, ${columns.keyed ? `${literal(storedKey(item))}, ` : ''}${columns.traced ? `${literal(item.traceparent)}, ` : ''}${literal(item.queueClass)}, ${literal(item.priority)}, ${jsonLiteral(item.payloadJson)}, ${c ? c.state : "'pending'"}, `;
+  const digested = columns.digested === true ? `${digest === null ? 'NULL' : `X'${digest}'`}, ` : '';
+  const head = `(${literal(id)}, ${literal(item.queue)}, ${literal(item.type)}, ${literal(item.lane)}, ${literal(laneSeq)}, ${isHead ? 1 : 0}, ${columns.keyed ? `${literal(storedKey(item))}, ` : ''}${columns.traced ? `${literal(item.traceparent)}, ` : ''}${digested}${literal(item.queueClass)}, ${literal(item.priority)}, ${jsonLiteral(item.payloadJson)}, ${c ? c.state : "'pending'"}, `;
   const lease = c ? `${c.leaseOwner}, ${c.leaseToken}, ${c.leaseUntil}, ${c.startedAt}` : NO_LEASE;
   const tail = `, ${c ? 1 : 0}, ${literal(item.maxAttempts)}, ${literal(item.idempotencyKey)}, ${literal(item.replayOf ?? null)}, NOW(6), NOW(6), ${lease})`;
   return item.runAt !== null ? sql`${sql.raw(head)}${item.runAt}${sql.raw(tail)}` : sql.raw(head + nowPlusMsText(item.delayMs) + tail);
