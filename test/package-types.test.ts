@@ -56,7 +56,7 @@ beforeAll(() => {
       'export const surface = [lanewake, testing];',
     ].join('\n'),
   );
-}, 240_000);
+}, 400_000);
 
 afterAll(() => {
   if (work) rmSync(work, { recursive: true, force: true });
@@ -90,4 +90,4 @@ test.each([
   const r = compile(module, moduleResolution);
   expect(r.output).toBe('');
   expect(r.status).toBe(0);
-}, 120_000);
+}, 300_000);

@@ -12,5 +12,5 @@ export default defineConfig({
       { find: /^lanewake$/, replacement: src('index.ts') },
     ],
   },
-  test: { include: ['examples/**/*.test.ts'], testTimeout: 60_000, hookTimeout: 60_000 },
+  test: { include: ['examples/**/*.test.ts'], testTimeout: 300_000, hookTimeout: 300_000 },
 });
