@@ -2,8 +2,14 @@ import { fileURLToPath } from 'node:url';
 import { defineConfig } from 'vitest/config';
 
 export default defineConfig({
-  // lanewake/testing as users import it (package.json exports → dist/testing); here, its source.
-  resolve: { alias: { 'lanewake/testing': fileURLToPath(new URL('./src/testing/index.ts', import.meta.url)) } },
+  // lanewake and lanewake/testing as users import them (package.json exports → dist/); here, their source
+  // (examples/ import them), so that one copy of each class (BlockOnError, …) is loaded, not the source's and dist's.
+  resolve: {
+    alias: [
+      { find: /^lanewake\/testing$/, replacement: fileURLToPath(new URL('./src/testing/index.ts', import.meta.url)) },
+      { find: /^lanewake$/, replacement: fileURLToPath(new URL('./src/index.ts', import.meta.url)) },
+    ],
+  },
   test: {
     include: ['test/**/*.test.ts'],
     // Compile-time tests (expectTypeOf, @ts-expect-error) of *.test-d.ts, run by tsc: `npm test` passes --typecheck

@@ -1,11 +1,11 @@
 import { execFileSync } from 'node:child_process';
 import { existsSync } from 'node:fs';
 import type { Browser, BrowserContext, Page } from 'playwright-core';
-import { afterAll, beforeAll, beforeEach, describe, expect, test } from 'vitest';
+import { afterAll, beforeAll, beforeEach, expect, test } from 'vitest';
 import { Consumer } from '../src/consumer/consumer.js';
 import { PermanentError } from '../src/consumer/errors.js';
 import { Producer } from '../src/producer/producer.js';
-import { launchChromium } from './support/browser.js';
+import { describeInChromium, launchChromium } from './support/browser.js';
 import { startTestDashboard } from './support/dashboard.js';
 import { uniqueQueue } from './support/engine.js';
 import { waitFor, type TestLedger } from './support/ledger.js';
@@ -19,21 +19,7 @@ const TOKEN = 'test-admin-token';
 const POLL = { timeout: 15_000, interval: 100 };
 const scope = testScope();
 let browser: Browser;
-
-beforeAll(async () => {
-  if (!existsSync(new URL('../dist/dashboard/index.html', import.meta.url))) {
-    execFileSync('npm', ['run', 'build:dashboard'], { cwd: new URL('..', import.meta.url), stdio: 'pipe' });
-  }
-  browser = await launchChromium();
-});
-afterAll(async () => {
-  await browser?.close();
-});
-
 let tl: TestLedger;
-beforeEach(async () => {
-  tl = await scope.ledger();
-});
 
 /** A fresh browser context (its own sessionStorage) whose page fails the test on a script error or a CSP violation. */
 async function openPage(): Promise<{ page: Page; problems: string[] }> {
@@ -75,7 +61,21 @@ async function stateOf(id: string): Promise<string | undefined> {
   return (await tl.ledger.get(id))?.state;
 }
 
-describe('the dashboard in chromium', () => {
+describeInChromium('the dashboard in chromium', () => {
+  beforeAll(async () => {
+    if (!existsSync(new URL('../dist/dashboard/index.html', import.meta.url))) {
+      execFileSync('npm', ['run', 'build:dashboard'], { cwd: new URL('..', import.meta.url), stdio: 'pipe' });
+    }
+    browser = await launchChromium();
+  });
+  afterAll(async () => {
+    await browser?.close();
+  });
+
+  beforeEach(async () => {
+    tl = await scope.ledger();
+  });
+
   test('a dead item is found from the dead letters, replayed with the token, and its replay seen completing', async () => {
     const queue = uniqueQueue('dashreplay');
     const broken = { now: true };

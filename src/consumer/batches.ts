@@ -1,7 +1,7 @@
 import type { Transaction } from 'kysely';
 import { z } from 'zod';
 import { LeaseLostError, ValidationError } from '../errors.js';
-import type { Ledger } from '../ledger/ledger.js';
+import type { BatchLedger } from './ledger-port.js';
 import { DeferError, JobAbortedError, PermanentError } from './errors.js';
 import type { BatchContext, BatchHandler, BatchItemOutcome, BatchOptions, BatchOutcomes, Job, JobContext, RegisteredHandler } from './types.js';
 import { heldItemOf, markCompletedElsewhere } from './job-run.js';
@@ -39,7 +39,7 @@ interface Member<DB> {
 
 /** What a gatherer needs of its consumer. */
 export interface BatchHost {
-  ledger: Pick<Ledger, 'completeManyWithin'>;
+  ledger: BatchLedger;
 }
 
 /**

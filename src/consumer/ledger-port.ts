@@ -41,12 +41,23 @@ export type ConsumerLedger = PickPresent<
 
 /**
  * Pick without the `keyof` constraint: the published .d.ts leaves out
- * Ledger's engine-only methods, and a plain Pick of them would not check there.
+ * Ledger's engine-only methods (stripInternal), and a plain Pick of
+ * them does not compile there, so every part of the port below is taken
+ * with this (test/package-types.test.ts compiles the packed declarations).
  */
 type PickPresent<T, K extends PropertyKey> = { [P in K & keyof T]: T[P] };
 
 /** The part of the port the batch completer writes through. */
 export type CompletionLedger = PickPresent<ConsumerLedger, 'completeManyClaimingNext'>;
+
+/** The part of the port a batch gatherer completes its items through. */
+export type BatchLedger = PickPresent<ConsumerLedger, 'completeManyWithin'>;
+
+/** The part of the port `ctx.step` records through. */
+export type StepLedger = PickPresent<ConsumerLedger, 'steps' | 'recordStep' | 'recordStepWithin'>;
+
+/** The part of the port `ctx.progress` is saved through. */
+export type ProgressLedger = PickPresent<ConsumerLedger, 'saveProgress'>;
 
 /** The part of the port a lease keeper renews through. */
 export type LeaseLedger = Pick<ConsumerLedger, 'renew'>;

@@ -1,5 +1,5 @@
 import type { LeaseHandle, RenewOutcome } from '../ledger/types.js';
-import type { ConsumerLedger, LeaseLedger } from './ledger-port.js';
+import type { ConsumerLedger, LeaseLedger, ProgressLedger } from './ledger-port.js';
 
 // The writes a consumer's clock makes for its running items, sent together:
 // every write of one kind asked for in one turn of the event loop (the clock
@@ -68,7 +68,7 @@ export interface ProgressWriter {
 export class ProgressBatch implements ProgressWriter {
   private readonly batch: TurnBatch<{ handle: Handle; progress: unknown }, undefined>;
 
-  constructor(ledger: Pick<ConsumerLedger, 'saveProgress'>) {
+  constructor(ledger: ProgressLedger) {
     this.batch = new TurnBatch(async (reports) => {
       await ledger.saveProgress(reports);
       return [];

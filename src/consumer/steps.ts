@@ -2,9 +2,7 @@ import type { Transaction } from 'kysely';
 import { ValidationError } from '../errors.js';
 import { validate, stepName } from '../ledger/validation.js';
 import type { ClaimedItem } from '../ledger/types.js';
-import type { ConsumerLedger } from './ledger-port.js';
-
-export type StepLedger = Pick<ConsumerLedger, 'steps' | 'recordStep' | 'recordStepWithin'>;
+import type { StepLedger } from './ledger-port.js';
 
 export interface StepOptions {
   /** Run `fn(trx)` in a ledger transaction that also records the step: its writes and the record commit together. */

@@ -170,7 +170,12 @@ export function defineHandler<P, DB = Record<string, never>>(def: HandlerDefinit
   return def as unknown as RegisteredHandler<DB>;
 }
 
-/** A handler function, or a definition from `defineHandler`. */
+/**
+ * A handler function, or a definition from `defineHandler`. A plain function's payload was checked by
+ * nothing, so it says its own type (`job: Job<{ repo: string }>`, or any part of a Job); left out,
+ * `job.payload` is `never`. `never` is what lets every such annotation fit without `any`; for a
+ * checked payload give the type a schema (`defineHandler`, `defineJobs`).
+ */
 export type HandlerEntry<DB = Record<string, never>> = Handler<never, DB> | RegisteredHandler<DB>;
 
 export function normalizeHandler<DB>(entry: HandlerEntry<DB>): RegisteredHandler<DB> {

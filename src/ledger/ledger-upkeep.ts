@@ -1,7 +1,7 @@
 import { sql } from 'kysely';
 import { capabilitiesOnce, type LedgerCapabilities } from './capabilities.js';
 import { parseLedgerConfig, type LedgerConfig, type LedgerConfigInput } from './config.js';
-import { createLedgerPool, ledgerDbOnPool, trackPool, type LedgerDb, type PoolStats } from './connection.js';
+import { createLedgerPool, ensureDatabase, ledgerDbOnPool, trackPool, type LedgerDb, type PoolStats } from './connection.js';
 import { activateSchema, limitSchema, maintenanceSchema, queueListSchema, purgeSchema, rateTakeSchema, rateWindowSchema } from './inputs.js';
 import { fleetGauges, fleetStats, releaseFleetGauges, type FleetGaugeReading, type FleetStats } from './fleet-stats.js';
 import { assertSchemaCurrent, migrate, schemaStatus, type MigrateResult, type SchemaStatus } from './migrations.js';
@@ -71,7 +71,12 @@ export class LedgerUpkeep {
     return this.conflictsReturned;
   }
 
-  migrate(): Promise<MigrateResult> {
+  /**
+   * Creates the ledger's tables, or upgrades them (idempotent). `createDatabase`: first create the
+   * URL's database if it does not exist, as `lanewake migrate` does (the user needs CREATE on it).
+   */
+  async migrate(opts: { createDatabase?: boolean } = {}): Promise<MigrateResult> {
+    if (opts.createDatabase === true) await ensureDatabase(this.config.url);
     return migrate(this.db, this.config.tablePrefix);
   }
 

@@ -45,6 +45,11 @@ export function testTxnMode(): Pick<LedgerConfigInput, 'tidbTxnMode'> {
   return { tidbTxnMode: mode };
 }
 
+/** Drops `database` if it exists (one a test named for something else to create). */
+export async function dropDatabase(database: string): Promise<void> {
+  await admin((c) => c.query(`DROP DATABASE IF EXISTS \`${database}\``));
+}
+
 /** A database of its own, migrated; `drop()` closes the pool and drops it. */
 export async function createTestLedger(config: Partial<LedgerConfigInput> = {}, migrate = true): Promise<TestLedger> {
   const database = `lwt_${randomBytes(6).toString('hex')}`;

@@ -1,7 +1,7 @@
 import { spawnSync } from 'node:child_process';
 import type { TestContext } from 'vitest';
+import { underCi } from './ci.js';
 
-const underCi = process.env.CI === '1' || process.env.CI === 'true' || process.env.LANEWAKE_CI === '1';
 const version = spawnSync('promtool', ['--version'], { encoding: 'utf8' });
 const installed = version.error === undefined && version.status === 0;
 
