@@ -62,11 +62,29 @@ const digestSend = defineHandler({
   },
 });
 
+/**
+ * reports / render: a slow bulk job, one durable step per section, so a later
+ * attempt skips the sections already rendered. The config below gives its
+ * queue `pools: auto`, so a flood of renders leaves room for interactive work.
+ */
+const render = defineHandler({
+  schema: z.object({ reportId: z.string().min(1), sections: z.array(z.string().min(1)).max(100) }),
+  handle: async (job, ctx) => {
+    const sizes: number[] = [];
+    for (const section of job.payload.sections) {
+      sizes.push(await ctx.step(`section:${section}`, async () => `${job.payload.reportId}/${section}`.length));
+    }
+    return { reportId: job.payload.reportId, sections: sizes.length };
+  },
+});
+
 // { [queue]: { [type]: handler } }: a defineHandler(...) or a plain async (job, ctx) => result.
+// Every queue of the config file below has its handlers here: one without stops start-up.
 export const handlers = {
   billing: { 'invoice.send': invoiceSend },
   mail: {
     'digest.send': digestSend,
     'mail.ping': async () => ({ pong: true }),
   },
+  reports: { render },
 };

@@ -54,6 +54,8 @@ describe('lanewake CLI without a ledger', () => {
       cancel: /cancel an item/,
       activate: /Exit 3: --expect-epoch did not match/,
       worker: /refines the\s+file's queues by name/,
+      pause: /every worker of the queue stops claiming/,
+      resume: /Clears the flag `lanewake pause` set: the queue's workers claim again/,
     };
     for (const [cmd, text] of Object.entries(described)) {
       const r = await lanewake([...cmd.split(' '), '--help']);
@@ -61,6 +63,11 @@ describe('lanewake CLI without a ledger', () => {
       expect(r.out).toContain(`Usage: lanewake ${cmd} `);
       expect(r.out, cmd).toMatch(text);
     }
+    // Each has its own text: resume's help does not describe pausing.
+    const [pause, resume] = await Promise.all([lanewake(['pause', '--help']), lanewake(['resume', '--help'])]);
+    expect(resume.out).not.toMatch(/stops claiming|pause a queue/);
+    expect(pause.out).not.toMatch(/Clears the flag|resume a paused queue/);
+    expect(top.out).toMatch(/^  130, 143 +a worker sent a second SIGINT \(130\) or SIGTERM \(143\)/m);
   });
 
   it('buildProgram takes further command factories', async () => {

@@ -383,6 +383,14 @@ describe('concurrency keys with consumers', () => {
     // The consumers' own ledger, watched where their completions reach it: the keys of each batch in flight.
     const inFlight = new Map<string, number>();
     let shared = 0;
+    /** Keyed completions that came through here: the check above means nothing unless they are all of them. */
+    let keyedSeen = 0;
+    let batchesInFlight = 0;
+    let mostBatchesInFlight = 0;
+    // A batch alone in flight waits (up to a bound) for the next to arrive: the process's completions
+    // otherwise rarely overlap, and the check above would hold for want of a second batch to share with.
+    let release: (() => void) | undefined;
+    let holds = 0;
     const real = tl.ledger;
     const watched = new Proxy(real, {
       get(target, prop) {
@@ -393,25 +401,40 @@ describe('concurrency keys with consumers', () => {
         return async (...args: Parameters<typeof real.completeManyClaimingNext>) => {
           const keyed = args[0].filter((e) => e.handle.lane === null && e.handle.concurrencyKey !== null);
           const keys = [...new Set(keyed.map((e) => e.handle.concurrencyKey!))];
+          keyedSeen += keyed.length;
+          mostBatchesInFlight = Math.max(mostBatchesInFlight, ++batchesInFlight);
           for (const k of keys) {
             if ((inFlight.get(k) ?? 0) > 0) shared++;
             inFlight.set(k, (inFlight.get(k) ?? 0) + 1);
           }
           try {
+            release?.();
+            if (batchesInFlight === 1 && holds < 50) {
+              holds++;
+              await new Promise<void>((resolve) => {
+                release = resolve;
+                setTimeout(resolve, 1000).unref();
+              });
+              release = undefined;
+            }
             return await real.completeManyClaimingNext(...args);
           } finally {
+            batchesInFlight--;
             for (const k of keys) inFlight.set(k, inFlight.get(k)! - 1);
           }
         };
       },
     });
-    for (let i = 0; i < 4; i++) await scope.start(new Consumer({ ledger: watched, wake: tw.wake, queue, concurrency: 8, handlers: { t: async () => undefined } }));
+    // More ends at once than a batch takes (KEYED_BATCH, 500): only then does a second batch go alongside the first.
+    for (let i = 0; i < 4; i++) await scope.start(new Consumer({ ledger: watched, wake: tw.wake, queue, concurrency: 250, handlers: { t: async () => undefined } }));
     const producer = new Producer({ ledger: tl.ledger, wake: tw.wake });
-    await producer.enqueueMany(Array.from({ length: 600 }, (_, i) => ({ queue, type: 't', concurrencyKey: `k${i % 40}`, payload: { i } })));
-    await waitFor(async () => ((await tl.ledger.stats(queue))[0]?.counts.completed === 600 ? true : undefined), 60_000, 'all 600 done');
+    await producer.enqueueMany(Array.from({ length: 3000 }, (_, i) => ({ queue, type: 't', concurrencyKey: `k${i % 400}`, payload: { i } })));
+    await waitFor(async () => ((await tl.ledger.stats(queue))[0]?.counts.completed === 3000 ? true : undefined), 60_000, 'all 3000 done');
+    expect(mostBatchesInFlight).toBe(2);
+    expect(keyedSeen).toBe(3000);
     expect(shared).toBe(0);
     const rows = await sql<{ admitted: number }>`SELECT admitted FROM lw_keys WHERE queue = ${queue}`.execute(tl.ledger.db);
-    expect(rows.rows.map((r) => Number(r.admitted))).toEqual(Array.from({ length: 40 }, () => 0));
+    expect(rows.rows.map((r) => Number(r.admitted))).toEqual(Array.from({ length: 400 }, () => 0));
   });
 
   test("a handler's own concurrencyLimit holds its type's items of a key across 4 consumers; a bad one names its field", async () => {

@@ -48,6 +48,8 @@ test('a consumer completes every item in lane order, woken by Redis', async () =
   expect(new Set(seen.keys())).toEqual(new Set(expected.keys()));
   for (const [lane, ns] of expected) expect(seen.get(lane), lane).toEqual(ns);
   expect(consumer.counters.wakeEntriesRead).toBeGreaterThan(0);
+  // No claim, sweep or hand-back failed on the way: with generous waits, a path that kept failing would pass as slow.
+  expect(consumer.counters.errors).toBe(0);
   const [stats] = await tl.ledger.stats(queue);
   expect(stats?.counts.completed).toBe(100);
 });

@@ -130,12 +130,20 @@ test('a handoff lost after the commit: the consumer finds the item by the offer\
 });
 
 test('an offer a producer cannot use (no handler for the type) goes back to the list; the item is enqueued pending', async () => {
-  const { tl, tw, queue, consumer, producer } = await warmConsumer();
+  const { tl, tw, queue, consumer, producer, producerWake } = await warmConsumer();
   const r = redis();
   const key = offersKey(tw.keyPrefix, queue);
   const standing = await waitFor(async () => ((await r.llen(key)) === 1 ? await r.lindex(key, 0) : undefined) ?? undefined, 10_000, 'one standing offer');
   const offer = JSON.parse(standing) as Offer;
   const handedBefore = consumer.counters.handedOver;
+  // The list holds one offer before and after: what shows the offer went back is the producer's own give-back, seen done.
+  const offers = producerWake.offers;
+  const take = offers.take.bind(offers);
+  const givenBack: string[] = [];
+  offers.take = async (q) => {
+    const taken = await take(q);
+    return taken && { ...taken, giveBack: async () => void (await taken.giveBack(), givenBack.push(q)) };
+  };
 
   const { id } = await producer.enqueue({ queue, type: 'no-such-handler', payload: {} });
   // Inserted pending, not under the offer. Its wake-up may already have had the consumer claim it in a round
@@ -143,7 +151,8 @@ test('an offer a producer cannot use (no handler for the type) goes back to the 
   const item = await tl.ledger.get(id);
   expect(item).toBeDefined();
   expect(item?.leaseToken).not.toBe(offer.token);
-  await waitFor(async () => (await r.llen(key)) === 1 || undefined, 5_000, 'the offer back in the list');
+  await waitFor(() => givenBack.length === 1 || undefined, 5_000, 'the offer given back');
+  expect(givenBack).toEqual([queue]);
   expect(consumer.counters.handedOver).toBe(handedBefore);
 });
 

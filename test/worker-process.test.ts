@@ -83,11 +83,12 @@ test('lanewake worker: each bad config value exits 2 naming the field', async ()
     [['--queues', `${queue}:0`], {}, /queues\[0\]\.concurrency/],
     [['--queues', 'Bad Queue'], {}, /queues\[0\]\.name/],
     [['--queues', queue, '--admin', '127.0.0.1:99999'], {}, /admin\.port/],
+    [['--queues', queue, '--admin', 'nonsense'], {}, /admin: must be host:port, :port, a port, or off/],
     [['--queues', queue], { LANEWAKE_HANDLERS: 'test/support/no-such-module.ts' }, /handlers/],
     [['--queues', 'other-queue'], {}, /handlers\.other-queue/],
     [[], {}, /queues/],
   ];
-  // Six worker processes, started together: each loads the CLI through tsx, which on a loaded
+  // Seven worker processes, started together: each loads the CLI through tsx, which on a loaded
   // two-core machine took over 10 s apiece and failed the test's deadline one after another.
   const workers = cases.map(([args, env]) => startWorker(['--admin', 'off', ...args], { ...base, ...env }));
   const exits = await Promise.all(workers.map((w) => w.exit));
@@ -142,3 +143,35 @@ test('lanewake worker: a newer activation makes the old deployment exit 3 with /
   green.proc.kill('SIGTERM');
   expect(await green.exit).toBe(0);
 });
+
+test('lanewake worker: a second signal while draining exits at once, 143 after SIGTERM and 130 after SIGINT', async () => {
+  const { tl, tw } = await fixtures();
+  const producer = new Producer({ ledger: tl.ledger, wake: tw.wake });
+  // One worker per signal, each on its own queue, with a handler that outlasts the test: the drain cannot end by itself.
+  const runs = (['SIGTERM', 'SIGINT'] as const).map((signal) => {
+    const queue = uniqueQueue(`wp-${signal.toLowerCase()}`);
+    const w = startWorker(['--handlers', 'test/support/worker-handlers.ts', '--queues', `${queue}:1`, '--admin', '127.0.0.1:0', '--drain-timeout-ms', '600000'], {
+      LANEWAKE_DATABASE_URL: tl.url,
+      LANEWAKE_REDIS_URL: redisUrl(),
+      LANEWAKE_REDIS_KEY_PREFIX: tw.keyPrefix,
+      LW_TEST_QUEUE: queue,
+      LW_TEST_SLOW_MS: '600000',
+    });
+    return { signal, queue, w };
+  });
+  await Promise.all(
+    runs.map(async ({ signal, queue, w }) => {
+      const admin = await waitFor(() => /admin: (http:\/\/\S+)/.exec(w.stderr())?.[1], 60_000, `${signal} worker's admin URL`);
+      await producer.enqueue({ queue, type: 'slow', payload: {} });
+      const inFlight = new RegExp(`lanewake_in_flight\\{queue="${queue}"\\} (\\d+)`);
+      await waitFor(async () => (Number(inFlight.exec(await (await fetch(`${admin}/metrics`)).text())?.[1]) === 1 ? true : undefined), 30_000, `${signal} worker's handler running`);
+      w.proc.kill(signal);
+      await waitFor(() => (w.stderr().includes(`${signal}: draining`) ? true : undefined), 30_000, `${signal} worker draining`);
+      w.proc.kill(signal);
+    }),
+  );
+  const [term, int] = await Promise.all(runs.map((r) => r.w.exit));
+  expect(term, runs[0]!.w.stderr()).toBe(143);
+  expect(int, runs[1]!.w.stderr()).toBe(130);
+  for (const r of runs) expect(r.w.stderr()).toContain(`${r.signal} again: exiting now`);
+}, 120_000);

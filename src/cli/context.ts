@@ -159,3 +159,20 @@ export async function withWake<T>(g: GlobalOptions, io: CliIo, what: string, fn:
     wake.redis.disconnect();
   }
 }
+
+/** The flag that lets a settings command name a queue the ledger has not seen yet. */
+export const NEW_QUEUE_FLAG = '--new-queue';
+export const NEW_QUEUE_HELP = 'the queue is new: set it even though the ledger has no item, setting, owner or consumer of it yet';
+
+/**
+ * Refuses (exit 2, naming `field`) a queue the ledger has never seen, unless
+ * the operator said it is new: a typo in a queue's name would otherwise store
+ * a setting for a queue nobody serves, change nothing, and answer success.
+ */
+export async function requireSeenQueue(ledger: Ledger, queue: string, field: string, isNew: boolean | undefined): Promise<void> {
+  if (isNew === true) return;
+  if (await ledger.operator.hasSeenQueue(queue)) return;
+  throw new UsageError(
+    `${field}: the ledger has never seen queue '${queue}' (no item, setting, owner or consumer of it): check the name, or add ${NEW_QUEUE_FLAG} if the queue is new`,
+  );
+}

@@ -2,6 +2,7 @@ import { Kysely, MysqlDialect, type MysqlPool, type MysqlPoolConnection, type Qu
 import mysql2, { createPool, type Pool, type PoolConnection, type PoolOptions } from 'mysql2';
 import { sleep } from '../sleep.js';
 import { formatValues } from './mode-proof.js';
+import { ValidationError } from '../errors.js';
 import type { LedgerConfig } from './config.js';
 
 /**
@@ -160,7 +161,13 @@ function asParameter(value: unknown): unknown {
 export async function ensureDatabase(url: string, waitMs = 60_000): Promise<void> {
   const { connectionLimit: _unused, database: maybeDatabase, ...server } = mysqlPoolOptions({ url, poolSize: 1 });
   const database = maybeDatabase ?? '';
-  if (!/^[A-Za-z0-9_$-]{1,64}$/.test(database)) throw new Error(`database name ${JSON.stringify(database)} is not a plain identifier`);
+  if (!/^[A-Za-z0-9_$-]{1,64}$/.test(database)) {
+    // Bad input, named as the field it came from: the name is written into CREATE DATABASE unquoted by the driver.
+    throw new ValidationError(
+      [{ field: 'url', message: `its database name ${JSON.stringify(database)} is not a plain identifier: use 1-64 letters, digits, _, $ or -` }],
+      'ensureDatabase',
+    );
+  }
   const { createConnection } = await import('mysql2/promise');
   const deadline = Date.now() + waitMs;
   for (;;) {

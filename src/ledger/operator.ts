@@ -10,6 +10,7 @@ import { countDeadCandidates, deadCandidates, ledgerNowText } from './sql/dead-c
 import { deadGroups } from './sql/dead-groups.js';
 import { browseLaneItems, browseLanes, groupMembers } from './sql/lane-browse.js';
 import { countPurgeable, purgeFilteredBatch, type PurgePosition } from './sql/purge.js';
+import { queueSeen } from './sql/known-queue.js';
 import { pausedQueues } from './sql/queue-settings.js';
 import { queueSeries } from './sql/queue-series.js';
 import { replayItem } from './sql/replay.js';
@@ -120,6 +121,17 @@ export class LedgerOperator {
       });
     }
     return views;
+  }
+
+  /**
+   * Whether the ledger has ever heard of this queue: it holds an item of it, a
+   * setting (paused, a limit per key, fairness), an ownership epoch, or a
+   * consumer's registration. The CLI refuses to set a setting on a queue it
+   * has not seen unless told the queue is new (docs/operations.md).
+   */
+  hasSeenQueue(queue: string): Promise<boolean> {
+    validate(queueName, queue, 'hasSeenQueue', 'queue');
+    return queueSeen(this.db, this.t, queue);
   }
 
   /** How many dead items of the filter a bulk replay would re-drive now. */

@@ -79,6 +79,10 @@ export const queueConfigSchema = z
   })
   .strict();
 
+/** What an invalid admin address is told: the forms each source accepts. */
+const ADMIN_FORMS =
+  'must be host:port, :port, a port, or off (--admin, LANEWAKE_ADMIN), or in a config file `admin: { host, port }` or `admin: false`';
+
 export const workerConfigSchema = z
   .object({
     databaseUrl: z.string().min(1).describe('The ledger: mysql://user:pass@host:port/database (MariaDB 10.11, MySQL 8 or TiDB).'),
@@ -118,15 +122,18 @@ export const workerConfigSchema = z
       .default(7 * 86_400_000)
       .describe('Terminal items older than this (ms) are purged by the reconciler; 0 = keep forever.'),
     admin: z
-      .union([
-        z.literal(false),
-        z
-          .object({
-            host: z.string().min(1).default('127.0.0.1').describe('Address the admin HTTP server binds.'),
-            port: z.number().int().min(0).max(65_535).default(9464).describe('Port of the admin HTTP server (0 = any free port).'),
-          })
-          .strict(),
-      ])
+      .union(
+        [
+          z.literal(false),
+          z
+            .object({
+              host: z.string().min(1).default('127.0.0.1').describe('Address the admin HTTP server binds.'),
+              port: z.number().int().min(0).max(65_535).default(9464).describe('Port of the admin HTTP server (0 = any free port).'),
+            })
+            .strict(),
+        ],
+        { error: ADMIN_FORMS },
+      )
       .default({ host: '127.0.0.1', port: 9464 })
       .describe('The admin HTTP server (dashboard, /metrics, /livez, /readyz, /version, /api/*), or false for none.'),
     adminToken: z

@@ -1,6 +1,7 @@
 import type { Command } from 'commander';
 import { ensureDatabase } from '../../ledger/connection.js';
 import { globalOptions, ledgerConfig, withLedger, type CliContext } from '../context.js';
+import { withFieldNames } from '../errors.js';
 import { println, printJson } from '../io.js';
 import { parseInteger } from '../parse.js';
 
@@ -16,7 +17,7 @@ export function migrateCommand(program: Command, { io }: CliContext): void {
       const r = await withLedger(
         g,
         async (ledger) => {
-          await ensureDatabase(config.url, Math.max(0, opts.waitMs));
+          await withFieldNames({ url: '--database-url' }, 'migrate', () => ensureDatabase(config.url, Math.max(0, opts.waitMs)));
           return ledger.migrate();
         },
         { requireCurrentSchema: false },

@@ -1,3 +1,4 @@
+import { constants as osConstants } from 'node:os';
 import type { Command } from 'commander';
 import type { CliContext } from '../context.js';
 import { setDefaultLogLevel } from '../../log.js';
@@ -68,7 +69,8 @@ exits 2 at once; pick another with --admin HOST:PORT or turn it off with
 
 SIGTERM or SIGINT stops claiming, drains in-flight work within the drain timeout,
 then aborts what is left (work that may still be running is never released; its
-lease expires) and exits 0; a second signal exits at once. Exits 3 when a newer
+lease expires) and exits 0; a second signal exits at once, 143 after SIGTERM and
+130 after SIGINT (128 + the signal's number). Exits 3 when a newer
 \`lanewake activate\` took one of its ownership queues, 2 on a bad config value
 (the message names the field) or an admin address it cannot bind, 1 when the
 ledger is unreachable or behind. Logs JSON lines to stderr at info
@@ -113,7 +115,7 @@ ledger is unreachable or behind. Logs JSON lines to stderr at info
         signals++;
         if (signals > 1) {
           eprintln(io, `${signal} again: exiting now`);
-          process.exit(130);
+          process.exit(signalExitCode(signal));
         }
         eprintln(io, `${signal}: draining (send it again to exit at once)`);
         void worker?.stop();
@@ -132,6 +134,11 @@ ledger is unreachable or behind. Logs JSON lines to stderr at info
         process.off('SIGINT', onSignal);
       }
     });
+}
+
+/** The shell's convention for a process ended by a signal: 128 + its number (SIGINT 130, SIGTERM 143). */
+export function signalExitCode(signal: NodeJS.Signals): number {
+  return 128 + (osConstants.signals[signal] ?? 0);
 }
 
 async function start(config: WorkerConfig): Promise<RunningWorker> {
