@@ -19,6 +19,7 @@ export {
   type ClaimedItem,
   type AttemptRecord,
   type EnqueueResult,
+  type RepairResult,
   type LeaseHandle,
   type RenewOutcome,
   type ClaimOutcome,
@@ -98,8 +99,10 @@ export {
   LeaseLostError,
   OwnershipConflictError,
   ReplayRejectedError,
+  RepairRejectedError,
   AdminAddressError,
   type ReplayRejection,
+  type RepairRejection,
   type FieldIssue,
 } from './errors.js';
 

@@ -92,6 +92,8 @@ export interface AttemptRecord {
   failureClass: string | null;
   error: string | null;
   worker: string | null;
+  /** On a `repaired` row: the repair's id (its reason is `error`, its actor `worker`). */
+  repairId: string | null;
   startedAt: string | null;
   endedAt: string;
 }

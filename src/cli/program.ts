@@ -10,6 +10,7 @@ import { migrateCommand } from './commands/migrate.js';
 import { pauseCommands } from './commands/pause.js';
 import { concurrencyLimitCommand } from './commands/concurrency-limit.js';
 import { replayCommand } from './commands/replay.js';
+import { repairCommand } from './commands/repair.js';
 import { statsCommand } from './commands/stats.js';
 import { workerCommand } from './commands/worker.js';
 import { demoCommand } from './commands/demo.js';
@@ -32,6 +33,7 @@ export const CORE_COMMANDS: readonly CommandFactory[] = [
   inspectCommand,
   deadCommand,
   replayCommand,
+  repairCommand,
   cancelCommand,
   pauseCommands,
   concurrencyLimitCommand,
@@ -45,7 +47,7 @@ export const CORE_COMMANDS: readonly CommandFactory[] = [
 const EXIT_CODES_HELP = `
 Exit codes:
   0  ok
-  1  runtime failure: ledger unreachable, item not found, replay refused
+  1  runtime failure: ledger unreachable, item not found, replay or repair refused
   2  bad usage or bad input (the message names the option or field)
   3  ownership lost: the queue's epoch is not the one expected (activate --expect-epoch)
 

@@ -159,6 +159,14 @@ export const replaySchema = z.object({
   expectAttempt: z.number().int().min(0),
   expectErrorDigest: z.string().regex(/^[0-9a-f]{64}$/, 'must be a hex SHA-256'),
 });
+export const repairSchema = z.object({
+  id: itemId,
+  expectAttempt: z.number().int().min(0),
+  expectErrorDigest: z.string().regex(/^[0-9a-f]{64}$/, 'must be a hex SHA-256'),
+  reason: reasonText.pipe(z.string().min(1, 'must say why')),
+  actor: workerName,
+  repairId: itemId.optional(),
+});
 export const purgeSchema = z.object({ olderThanMs: durationMs, limit: limitSchema.default(1000), queue: queueName.optional() });
 export const listDeadSchema = z.object({ queue: queueName.optional(), limit: limitSchema.default(100) });
 export const activateSchema = z.object({ queue: queueName, deployment: workerName, expectEpoch: z.number().int().min(0).optional() });

@@ -11,6 +11,7 @@ import {
   failSchema,
   listDeadSchema,
   releaseSchema,
+  repairSchema,
   replaySchema,
   retrySchema,
   successorClaimSchema,
@@ -32,12 +33,14 @@ import { getAttempts, getItem, listDead } from './sql/inspect.js';
 import { renewLeases, saveCheckpoint, saveProgress } from './sql/lease.js';
 import { explainItem } from './explain.js';
 import { replayItem } from './sql/replay.js';
+import { repairItem } from './sql/repair.js';
+import { newId } from './ids.js';
 import { queueStats } from './sql/stats.js';
 import { readSteps, recordStep, type StepHolder } from './sql/steps.js';
 import { LedgerUpkeep } from './ledger-upkeep.js';
 import type {
   AttemptRecord, CancelOutcome, ClaimedItem, ClaimOutcome, ConcurrencyLimits, EnqueueResult, Explanation, FinalizeResult, ItemState, LeaseHandle,
-  QueueClass, QueueStats, RenewOutcome, StepRecord, SuccessorClaim, WokenItem, WorkItem,
+  QueueClass, QueueStats, RenewOutcome, RepairResult, StepRecord, SuccessorClaim, WokenItem, WorkItem,
 } from './types.js';
 import { concurrencyLimitSchema, fairnessSchema, itemId, positiveDurationMs, queueName, reasonText, stepName, typeName, validate } from './validation.js';
 import { readKeyLimits, setKeyLimit } from './sql/key-limits.js';
@@ -308,6 +311,21 @@ export class Ledger extends LedgerUpkeep {
   replay(id: string, guard: { expectAttempt: number; expectErrorDigest: string }): Promise<{ id: string }> {
     const v = validate(replaySchema, { id, ...guard }, 'replay');
     return this.capabilities().then((caps) => replayItem(this.db, this.tables, v, caps.idOrder));
+  }
+
+  /**
+   * Repairs a dead or cancelled item in place (docs/design.md §3, Repair):
+   * back to pending as itself, with its id, lane place and idempotency key,
+   * its checkpoint and steps, and a fresh attempt budget (attempt 0 of its
+   * maxAttempts). Guarded as `replay` is, by the attempt count and the error
+   * digest the operator saw; `reason` and `actor` go into its history, on a
+   * row whose id is the repair id (given, to make a repeated call safe, or
+   * made). Refused with RepairRejectedError (nothing written) when the guard
+   * does not hold, the item was replayed, or its lane's head is running.
+   */
+  async repair(id: string, opts: { expectAttempt: number; expectErrorDigest: string; reason: string; actor: string; repairId?: string }): Promise<RepairResult> {
+    const v = validate(repairSchema, { id, ...opts }, 'repair');
+    return repairItem(this.db, this.tables, { ...v, repairId: v.repairId ?? newId() });
   }
 
   /** Depth by state per queue, counted now from bounded index ranges (src/ledger/sql/stats.ts). */
