@@ -7,6 +7,7 @@ import type { ClaimedItem, SweepSignal } from '../ledger/types.js';
 import { createLogger, type Logger } from '../log.js';
 import { Maintainer } from '../maintenance/maintainer.js';
 import { Producer } from '../producer/producer.js';
+import type { Outbox } from './job-context.js';
 import { sleep } from '../sleep.js';
 import type { ControlMessage, WakeMessage } from '../wake/messages.js';
 import type { ScheduledEnqueue } from '../wake/timers.js';
@@ -59,6 +60,7 @@ export class Consumer<DB = Record<string, never>> extends EventEmitter<ConsumerE
   private readonly ledger: ConsumerLedger;
   private readonly wake: WakeChannel | undefined;
   private readonly enqueueScheduled: ScheduledEnqueue | undefined;
+  private readonly outbox: Outbox;
   private readonly handlers: Map<string, RegisteredHandler<DB>>;
   private readonly log: Logger;
   private readonly scheduler: ClaimScheduler<DB>;
@@ -93,6 +95,9 @@ export class Consumer<DB = Record<string, never>> extends EventEmitter<ConsumerE
     // A schedule's fire has an idempotency key: a Producer enqueues it and announces it, never claimed at insert.
     const producer = wake ? new Producer({ ledger, wake }) : undefined;
     this.enqueueScheduled = enqueueScheduled ?? (producer ? (item) => producer.enqueue(item) : undefined);
+    // ctx.enqueue: in the handler's ctx.transaction, announced after its commit (without Redis, found by the sweeps).
+    const outboxProducer = producer ?? new Producer({ ledger });
+    this.outbox = (trx, inputs) => outboxProducer.enqueueWithin(trx, inputs);
     this.handlers = handlerTable(handlers, { ledger });
     this.coalesce = coalesceClaimOf(this.handlers);
     this.name = this.settings.name ?? `${hostname()}:${process.pid}:${randomBytes(3).toString('hex')}`;
@@ -326,6 +331,7 @@ export class Consumer<DB = Record<string, never>> extends EventEmitter<ConsumerE
         completer: new BatchCompleter(this.ledger, (wanted, keyed) => (this.flags.fair ? undefined : this.handovers.forSuccessors(wanted, keyed))),
         settings: this.settings,
         handlers: this.handlers,
+        outbox: this.outbox,
         log: this.log,
         unownedTypesSeen: new Set(),
         onDelayed: (it, delayMs) => {
