@@ -28,6 +28,7 @@
  * Handles the type `step`.
  */
 import { Consumer } from '../../src/consumer/consumer.js';
+import type { HandlerEntry } from '../../src/consumer/types.js';
 import { Ledger } from '../../src/ledger/ledger.js';
 import { WakeChannel } from '../../src/wake/wake-channel.js';
 import { effectHandler, hangHandler, type EffectsDB } from './effects.js';
@@ -70,7 +71,7 @@ async function main(): Promise<void> {
   const stopAt = process.env.LW_OUTBOX_STOP;
   if (stopAt !== undefined && stopAt !== '' && !(OUTBOX_STOPS as readonly string[]).includes(stopAt)) throw new Error(`child-consumer: unknown LW_OUTBOX_STOP ${stopAt}`);
   const stop = stopAt === undefined || stopAt === '' ? undefined : (stopAt as OutboxStop);
-  const outbox = mode === 'outbox' ? { parent: outboxHandler(name, required('LW_FOLLOW_QUEUE'), stop, emit) } : {};
+  const outbox: Record<string, HandlerEntry<EffectsDB>> = mode === 'outbox' ? { parent: outboxHandler(name, required('LW_FOLLOW_QUEUE'), stop, emit) } : {};
   if (mode === 'outbox' && stop === 'after-commit') haltFollowUpWakes(wake, required('LW_FOLLOW_QUEUE'), emit);
   const consumer = new Consumer<EffectsDB>({
     ledger,
