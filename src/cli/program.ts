@@ -11,6 +11,7 @@ import { pauseCommands } from './commands/pause.js';
 import { concurrencyLimitCommand } from './commands/concurrency-limit.js';
 import { replayCommand } from './commands/replay.js';
 import { repairCommand } from './commands/repair.js';
+import { staleOnlyCommand } from './commands/stale-only.js';
 import { statsCommand } from './commands/stats.js';
 import { workerCommand } from './commands/worker.js';
 import { demoCommand } from './commands/demo.js';
@@ -36,6 +37,7 @@ export const CORE_COMMANDS: readonly CommandFactory[] = [
   repairCommand,
   cancelCommand,
   pauseCommands,
+  staleOnlyCommand,
   concurrencyLimitCommand,
   dashboardCommand,
   activateCommand,

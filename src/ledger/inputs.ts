@@ -101,6 +101,8 @@ export const claimSchema = z
     epoch: z.number().int().min(0).optional(),
     /** The queue's fleet cap: the claim leaves at most this many of the queue's items processing (docs/design.md §6, "The fleet cap"). */
     maxProcessing: z.number().int().min(1).max(1_000_000).optional(),
+    /** Claim only rescued work: items whose last lease expired, no new pending work (docs/design.md §6, "Stale-only claims"). */
+    staleOnly: z.boolean().optional(),
     /** Heads of these types take their lane's next pending items of their type with them (docs/design.md §4, Coalescing). */
     coalesce: z
       .object({

@@ -44,7 +44,7 @@ import type {
 } from './types.js';
 import { concurrencyLimitSchema, fairnessSchema, itemId, positiveDurationMs, queueName, reasonText, stepName, typeName, validate } from './validation.js';
 import { readKeyLimits, setKeyLimit } from './sql/key-limits.js';
-import { pausedQueues, writeQueueSetting } from './sql/queue-settings.js';
+import { pausedQueues, staleOnlyQueues, writeQueueSetting } from './sql/queue-settings.js';
 import { KeyLines } from './key-lines.js';
 
 export { DEFAULT_MAX_ATTEMPTS, MAX_CLAIM_ITEMS } from './inputs.js';
@@ -404,6 +404,25 @@ export class Ledger extends LedgerUpkeep {
   async resume(queue: string): Promise<void> {
     validate(queueName, queue, 'resume', 'queue');
     await writeQueueSetting(this.db, this.tables, queue, 'paused', 0);
+  }
+
+  /**
+   * Stale-only (docs/design.md §6, "Stale-only claims"): while on, the
+   * queue's consumers claim only rescued work, items whose lease expired,
+   * and no new pending work, from their next sweep. Held by the ledger until
+   * set off. For a struggling database: the work that was held is finished,
+   * and nothing new is taken on.
+   */
+  async setStaleOnly(queue: string, on: boolean): Promise<void> {
+    validate(queueName, queue, 'setStaleOnly', 'queue');
+    if (typeof on !== 'boolean') throw new ValidationError([{ field: 'on', message: 'must be true or false' }], 'setStaleOnly');
+    await writeQueueSetting(this.db, this.tables, queue, 'stale_only', on ? 1 : 0);
+  }
+
+  /** Which of these queues are stale-only. */
+  async staleOnlyQueues(queues: readonly string[]): Promise<Set<string>> {
+    for (const q of queues) validate(queueName, q, 'staleOnlyQueues', 'queue');
+    return staleOnlyQueues(this.db, this.tables, queues);
   }
 
   /** Which of these queues are paused. */

@@ -361,6 +361,18 @@ export const MIGRATIONS: readonly Migration[] = [
       ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin`,
     ],
   },
+  {
+    version: 15,
+    name: 'stale-only queues',
+    // A queue an operator set to claim only rescued work (Ledger.setStaleOnly,
+    // docs/design.md §6, "Stale-only claims"): its consumers claim only items
+    // whose lease expired, and no new pending work, until it is set back.
+    statements: () => [],
+    run: async (conn, t, prefix) => {
+      const queues = await columnNames(conn, prefix + 'queues');
+      if (!queues.has('stale_only')) await sql`ALTER TABLE ${t.queues} ADD COLUMN stale_only TINYINT NOT NULL DEFAULT 0`.execute(conn);
+    },
+  },
 ];
 
 async function columnNames(conn: LedgerDb, table: string): Promise<Set<string>> {

@@ -213,6 +213,8 @@ export interface SweepSignal {
   paused: boolean;
   /** The queue is fair (Ledger.setFairness): its consumers claim nothing with their completions. */
   fair: boolean;
+  /** The queue claims only rescued work (Ledger.setStaleOnly): items whose lease expired, no new pending work. */
+  staleOnly: boolean;
 }
 
 export interface ReclaimOutcome {
@@ -304,6 +306,7 @@ export const WHY_CODES = [
   'epoch_not_served',
   'queue_capped',
   'queue_paused',
+  'stale_only',
   'claimable',
 ] as const;
 export type WhyCode = (typeof WHY_CODES)[number];
