@@ -1,4 +1,4 @@
-// The dashboard's repair action: admin-token guarded, refused (409) when the item moved on, the actor in the item's history.
+// The dashboard's repair action (admin-token guarded, refused (409) when the item moved on, the actor in the item's history), and its stale-only mark.
 import { join } from 'node:path';
 import { tmpdir } from 'node:os';
 import { expect, test } from 'vitest';
@@ -49,4 +49,23 @@ test('repair from the dashboard: token required, guarded by what the page showed
   expect(await mustGet(ledger, id)).toMatchObject({ state: 'pending', isHead: true, attempt: 0 });
   expect((await history(ledger, id)).at(-1)).toMatchObject({ outcome: 'repaired', worker: 'dashboard:ada', error: 'fixed the config' });
   expect(log.lines.some((r) => r.msg === 'admin action' && r.action === 'repair' && r.count === 1)).toBe(true);
+});
+
+test("the queue list says a queue is stale-only", async () => {
+  const { ledger } = await scope.ledger();
+  const admin = await startAdminServer({
+    port: 0,
+    readiness: () => ledgerReadiness(ledger),
+    dashboard: { backend: () => ({ ledger, wake: undefined }), staticDir: join(tmpdir(), 'lanewake-no-dashboard-bundle') },
+    version: '1.2.3-test',
+    logger: captureLog().logger,
+  });
+  scope.cleanup(() => admin.close());
+  const queue = freshQueue('dash-stale');
+  await ledger.enqueue({ queue, type: 't', payload: 1 });
+  const view = async (): Promise<{ staleOnly: boolean } | undefined> =>
+    ((await (await fetch(`${admin.url}/api/queues`)).json()) as { queue: string; staleOnly: boolean }[]).find((q) => q.queue === queue);
+  expect(await view()).toMatchObject({ staleOnly: false });
+  await ledger.setStaleOnly(queue, true);
+  expect(await view()).toMatchObject({ staleOnly: true });
 });

@@ -39,6 +39,8 @@ export interface QueueView {
   scheduled: number;
   oldestDueAgeMs: number;
   paused: boolean;
+  /** The queue claims only rescued work (lanewake stale-only). */
+  staleOnly: boolean;
   consumers: LiveConsumer[];
   series: { bucketMs: number; points: SeriesPoint[] };
 }
