@@ -117,7 +117,9 @@ describe('ctx.enqueue: the transactional outbox', () => {
       expect((await readEffects(tl.ledger)).map((e) => [e.itemId, e.worker])).toEqual([[id, stop === 'after-commit' ? 'child' : 'local']]);
       expect(done.attempt).toBe(stop === 'after-commit' ? 1 : 2);
       if (stop !== 'after-commit') {
-        expect((await history(tl.ledger, id)).map((h) => h.outcome)).toEqual(['lease_expired', 'completed']);
+        // The killed attempt expired and the next completed. (A claim slower than a third of the lease hands
+        // its item back unstarted, a `released` row that spends no attempt: a loaded server may add one.)
+        expect((await history(tl.ledger, id)).map((h) => h.outcome).filter((o) => o !== 'released')).toEqual(['lease_expired', 'completed']);
         expect((await announced(setup)).sort()).toEqual(after.map((f) => f.id).sort());
       }
     });
