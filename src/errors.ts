@@ -193,6 +193,20 @@ export class ReplayRejectedError extends Error {
   }
 }
 
+/** Why a repair was refused (RepairRejectedError.reason): as a replay's, and `lane_busy` (its lane's head is running or blocked, so it cannot take its place back now). */
+export type RepairRejection = ReplayRejection | 'lane_busy';
+
+/** A repair's guard (the item's state, attempt and error digest as the operator saw them) did not hold, or its lane's head is running: nothing was written. */
+export class RepairRejectedError extends Error {
+  override readonly name = 'RepairRejectedError';
+  constructor(
+    readonly itemId: string,
+    readonly reason: RepairRejection,
+  ) {
+    super(`repair of ${itemId} refused: ${reason === 'not_replayable_state' ? 'not dead or cancelled' : reason === 'lane_busy' ? "its lane's head is running or blocked; try again once it ends (pause the queue to hold the lane)" : reason.replace(/_/g, ' ')}`);
+  }
+}
+
 /** The admin server could not bind its address (in use, not permitted, not this host's). */
 export class AdminAddressError extends Error {
   override readonly name = 'AdminAddressError';

@@ -19,6 +19,7 @@ export {
   type ClaimedItem,
   type AttemptRecord,
   type EnqueueResult,
+  type RepairResult,
   type LeaseHandle,
   type RenewOutcome,
   type ClaimOutcome,
@@ -102,8 +103,10 @@ export {
   OwnershipConflictError,
   IdempotencyConflictError,
   ReplayRejectedError,
+  RepairRejectedError,
   AdminAddressError,
   type ReplayRejection,
+  type RepairRejection,
   type FieldIssue,
 } from './errors.js';
 

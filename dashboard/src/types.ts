@@ -39,6 +39,8 @@ export interface QueueView {
   scheduled: number;
   oldestDueAgeMs: number;
   paused: boolean;
+  /** The queue claims only rescued work (lanewake stale-only). */
+  staleOnly: boolean;
   consumers: LiveConsumer[];
   series: { bucketMs: number; points: SeriesPoint[] };
 }
@@ -92,6 +94,8 @@ export interface AttemptRecord {
   failureClass: string | null;
   error: string | null;
   worker: string | null;
+  /** On a `repaired` row: the repair's id (its reason is `error`, its actor `worker`). */
+  repairId: string | null;
   startedAt: string | null;
   endedAt: string;
 }

@@ -11,6 +11,8 @@ import { pauseCommands } from './commands/pause.js';
 import { concurrencyLimitCommand } from './commands/concurrency-limit.js';
 import { replayCommand } from './commands/replay.js';
 import { schedulesCommand } from './commands/schedules.js';
+import { repairCommand } from './commands/repair.js';
+import { staleOnlyCommand } from './commands/stale-only.js';
 import { statsCommand } from './commands/stats.js';
 import { workerCommand } from './commands/worker.js';
 import { demoCommand } from './commands/demo.js';
@@ -33,8 +35,10 @@ export const CORE_COMMANDS: readonly CommandFactory[] = [
   inspectCommand,
   deadCommand,
   replayCommand,
+  repairCommand,
   cancelCommand,
   pauseCommands,
+  staleOnlyCommand,
   concurrencyLimitCommand,
   schedulesCommand,
   dashboardCommand,
@@ -47,7 +51,7 @@ export const CORE_COMMANDS: readonly CommandFactory[] = [
 const EXIT_CODES_HELP = `
 Exit codes:
   0  ok
-  1  runtime failure: ledger unreachable, item not found, replay refused
+  1  runtime failure: ledger unreachable, item not found, replay or repair refused
   2  bad usage or bad input (the message names the option or field)
   3  ownership lost: the queue's epoch is not the one expected (activate --expect-epoch)
   130, 143  a worker sent a second SIGINT (130) or SIGTERM (143) while draining

@@ -315,7 +315,9 @@ export class ClaimScheduler<DB> {
     }
     // Each call's items are stamped with its own start: their leases run from about then.
     const byIdsAtMs = Date.now();
-    const claimed = await this.claims.byIds(ids);
+    const staleOnly = this.host.staleOnly();
+    if (staleOnly) this.counters.staleOnlyRounds++;
+    const claimed = await this.claims.byIds(ids, staleOnly);
     if (ids.length > 0) this.noteClaimMs(byIdsAtMs);
     // Named by a wake-up: start them now, before looking for other heads.
     if (claimed.length > 0) this.takeClaimed(claimed, byIdsAtMs);
@@ -324,7 +326,7 @@ export class ClaimScheduler<DB> {
       const want = free - claimed.length;
       seenSignals = this.workSignals;
       const claimAtMs = Date.now();
-      const r = await this.claims.heads(want);
+      const r = await this.claims.heads(want, staleOnly);
       this.noteClaimMs(claimAtMs);
       // While stopping these wait in the buffer, and stop() releases them.
       if (r.items.length > 0) this.takeClaimed(r.items, claimAtMs);
@@ -353,6 +355,7 @@ export class ClaimScheduler<DB> {
 
   private noteClaimMs(sentAtMs: number): void {
     const now = Date.now();
+    this.host.claimTimed(now - sentAtMs);
     if (this.buffer.noteClaimMs(now - sentAtMs, now)) {
       this.log.warn({ claimMs: now - sentAtMs, leaseMs: this.settings.leaseMs }, 'a claim took a third of the lease or more: prefetch is off, and items claimed past two thirds of it go back unstarted; raise leaseMs');
     }

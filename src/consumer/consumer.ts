@@ -6,6 +6,9 @@ import { ValidationError } from '../errors.js';
 import type { ClaimedItem, SweepSignal } from '../ledger/types.js';
 import { createLogger, type Logger } from '../log.js';
 import { Maintainer } from '../maintenance/maintainer.js';
+import { Producer } from '../producer/producer.js';
+import type { Outbox } from './job-context.js';
+import { StaleGate, type StaleOnlyReason } from './stale-gate.js';
 import { sleep } from '../sleep.js';
 import type { ControlMessage, WakeMessage } from '../wake/messages.js';
 import { holdScheduleFiring } from '../schedules/firing.js';
@@ -61,6 +64,9 @@ export class Consumer<DB = Record<string, never>> extends EventEmitter<ConsumerE
   /** Stops this process firing the ledger's schedules, if this consumer was the last to hold it (src/schedules/firing.ts). */
   private releaseFiring: (() => Promise<void>) | undefined;
   private readonly firingLedger: Ledger;
+  private readonly outbox: Outbox;
+  /** Whether claims take only rescued work now, and why (stale-gate.ts). */
+  private readonly gate: StaleGate;
   private readonly handlers: Map<string, RegisteredHandler<DB>>;
   private readonly log: Logger;
   private readonly scheduler: ClaimScheduler<DB>;
@@ -93,6 +99,9 @@ export class Consumer<DB = Record<string, never>> extends EventEmitter<ConsumerE
     this.ledger = ledger;
     this.firingLedger = ledger;
     this.wake = wake;
+    // ctx.enqueue: in the handler's ctx.transaction, announced after its commit (without Redis, found by the sweeps).
+    const outboxProducer = wake ? new Producer({ ledger, wake }) : new Producer({ ledger });
+    this.outbox = (trx, inputs) => outboxProducer.enqueueWithin(trx, inputs);
     this.handlers = handlerTable(handlers, { ledger });
     this.coalesce = coalesceClaimOf(this.handlers);
     this.name = this.settings.name ?? `${hostname()}:${process.pid}:${randomBytes(3).toString('hex')}`;
@@ -100,6 +109,10 @@ export class Consumer<DB = Record<string, never>> extends EventEmitter<ConsumerE
     this.maintainer = this.settings.maintenance
       ? new Maintainer({ ledger, wake, queues: [this.settings.queue], log: this.log, batchSize: SWEEP_MAINTENANCE_BATCH })
       : undefined;
+    this.gate = new StaleGate(
+      { always: this.settings.staleOnly, poolWaiting: this.settings.staleOnlyGate?.poolWaiting, claimMs: this.settings.staleOnlyGate?.claimMs },
+      () => ledger.pool,
+    );
     this.handovers = new Handovers(this.handoverHost());
     this.scheduler = new ClaimScheduler(this.ledger, this.settings, this.name, this.counters, this.log, this.schedulerHost());
     this.sweeper = new Sweeper(
@@ -119,6 +132,7 @@ export class Consumer<DB = Record<string, never>> extends EventEmitter<ConsumerE
       ledger,
       log: this.log,
       isPaused: () => this.scheduler.isPaused,
+      setStaleOnly: (on) => this.gate.setQueue(on),
       setPaused: (paused) => {
         this.scheduler.setPaused(paused);
         if (paused) this.offers?.look();
@@ -151,6 +165,15 @@ export class Consumer<DB = Record<string, never>> extends EventEmitter<ConsumerE
 
   get redisConnected(): boolean {
     return this.reader !== undefined && this.reader.redisUp;
+  }
+
+  /**
+   * Why it claims only rescued work now (docs/design.md §6, "Stale-only
+   * claims"): its queue is stale-only in the ledger, its own option, its
+   * pool saturated or its claims slow; undefined while it claims as usual.
+   */
+  get staleOnly(): StaleOnlyReason | undefined {
+    return this.gate.reason();
   }
 
   /** Its queue is paused (Ledger.pause), as this consumer last heard: it claims nothing. */
@@ -328,6 +351,7 @@ export class Consumer<DB = Record<string, never>> extends EventEmitter<ConsumerE
         completer: new BatchCompleter(this.ledger, (wanted, keyed) => (this.flags.fair ? undefined : this.handovers.forSuccessors(wanted, keyed))),
         settings: this.settings,
         handlers: this.handlers,
+        outbox: this.outbox,
         log: this.log,
         unownedTypesSeen: new Set(),
         onDelayed: (it, delayMs) => {
@@ -341,6 +365,8 @@ export class Consumer<DB = Record<string, never>> extends EventEmitter<ConsumerE
       ack: (entries) => void this.reader?.ack(entries),
       followUp: () => this.publishFollowUp(),
       fair: () => this.flags.fair,
+      staleOnly: () => this.gate.reason() !== undefined,
+      claimTimed: (ms) => this.gate.noteClaimMs(ms),
       roomChanged: () => {
         this.reader?.notify();
         this.offers?.look();
@@ -402,6 +428,6 @@ export class Consumer<DB = Record<string, never>> extends EventEmitter<ConsumerE
    * whose claims are not fenced in SQL (fleet-wide cap, ownership epoch).
    */
   private claimsOutsideRounds(): boolean {
-    return this.active && !this.scheduler.isPaused && this.settings.maxProcessing === undefined && this.settings.epoch === undefined;
+    return this.active && !this.scheduler.isPaused && this.settings.maxProcessing === undefined && this.settings.epoch === undefined && this.gate.reason() === undefined;
   }
 }

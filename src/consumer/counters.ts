@@ -30,6 +30,8 @@ export interface ConsumerCounters extends Record<Outcome, number> {
   coalesced: number;
   /** ctx.progress reports written to the ledger. */
   progressWrites: number;
+  /** Claim rounds that took only rescued work (docs/design.md §6, "Stale-only claims"). */
+  staleOnlyRounds: number;
   errors: number;
 }
 
@@ -38,7 +40,7 @@ export function newConsumerCounters(): ConsumerCounters {
     claimed: 0, completed: 0, retried: 0, dead: 0, released: 0, blocked: 0, cancelled: 0, skipped: 0,
     leaseLost: 0, abandoned: 0, claimRounds: 0, sweeps: 0, wakeEntriesRead: 0, localWakes: 0, claimedAtInsert: 0,
     offersMade: 0, handedOver: 0, handoffsRecovered: 0, claimedWithCompletion: 0, followUpWakes: 0, prefetchReleased: 0,
-    stepsRecorded: 0, stepsResumed: 0, progressWrites: 0, coalesced: 0, errors: 0,
+    stepsRecorded: 0, stepsResumed: 0, progressWrites: 0, coalesced: 0, staleOnlyRounds: 0, errors: 0,
   };
 }
 

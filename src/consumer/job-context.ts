@@ -1,5 +1,8 @@
 import type { Transaction } from 'kysely';
-import type { ClaimedItem } from '../ledger/types.js';
+import type { Executor } from '../ledger/connection.js';
+import type { EnqueueInput } from '../ledger/inputs.js';
+import type { ClaimedItem, EnqueueResult } from '../ledger/types.js';
+import type { AfterCommit } from '../producer/producer.js';
 import type { ConsumerLedger } from './ledger-port.js';
 import type { StepBook, StepOptions } from './steps.js';
 import type { JobContext } from './types.js';
@@ -8,10 +11,13 @@ import type { JobContext } from './types.js';
 // (job-run.ts): kept apart so a run's lifecycle and the handler's view of it
 // each stay readable.
 
+/** Enqueues inside a transaction the caller commits, and gives the wake-ups to publish after (Producer.enqueueWithin). */
+export type Outbox = (trx: Executor, inputs: readonly EnqueueInput[]) => Promise<AfterCommit>;
+
 /** What a handler's context uses of its run. */
 export interface ContextRun<DB> {
   readonly item: ClaimedItem;
-  readonly deps: { readonly ledger: ConsumerLedger };
+  readonly deps: { readonly ledger: ConsumerLedger; readonly outbox?: Outbox | undefined };
   readonly signal: AbortSignal;
   /** Set by ctx.transaction once the completion committed with the handler's writes. */
   completedInTx: boolean;
@@ -51,6 +57,9 @@ export function markCompletedElsewhere(ctx: object, laneAdvanced: boolean | unde
 
 /** What a handler gets as `ctx`: a view of its run. */
 export class Context<DB> implements JobContext<DB> {
+  /** The ctx.transaction running now: its transaction, and the wake-ups of what ctx.enqueue put in it. */
+  private open: { trx: Executor; after: AfterCommit[] } | undefined;
+
   constructor(private readonly run: ContextRun<DB>) {}
 
   get signal(): AbortSignal {
@@ -61,12 +70,39 @@ export class Context<DB> implements JobContext<DB> {
     const run = this.run;
     if (run.completedInTx) throw new Error('ctx.transaction already completed this item');
     await run.flushProgress();
+    let after: AfterCommit[] = [];
     // The ledger runs fn again on a fresh connection after a connection lost before COMMIT, and reads
-    // the item to settle a COMMIT that went unanswered: a dead connection costs no attempt.
-    const { value, laneAdvanced } = await run.deps.ledger.completeWithin(run.item, (trx) => fn(trx as unknown as Transaction<DB>));
+    // the item to settle a COMMIT that went unanswered: a dead connection costs no attempt. Only the
+    // run that committed announces what it enqueued.
+    const { value, laneAdvanced } = await run.deps.ledger.completeWithin(run.item, async (trx) => {
+      after = [];
+      this.open = { trx, after };
+      try {
+        return await fn(trx as unknown as Transaction<DB>);
+      } finally {
+        this.open = undefined;
+      }
+    });
     run.completedInTx = true;
     run.laneAdvancedInTx = laneAdvanced;
+    for (const a of after) await a.publish();
     return value;
+  }
+
+  async enqueue(input: EnqueueInput): Promise<EnqueueResult> {
+    const [result] = await this.enqueueMany([input]);
+    if (!result) throw new Error('enqueue: no result');
+    return result;
+  }
+
+  async enqueueMany(inputs: readonly EnqueueInput[]): Promise<EnqueueResult[]> {
+    const open = this.open;
+    if (open === undefined) throw new Error('ctx.enqueue runs only inside ctx.transaction: follow-up items commit with the completion (docs/design.md §4, the outbox)');
+    const outbox = this.run.deps.outbox;
+    if (outbox === undefined) throw new Error('ctx.enqueue needs the consumer: this run has no outbox');
+    const done = await outbox(open.trx, inputs);
+    open.after.push(done);
+    return done.results;
   }
 
   checkpoint(value: unknown): Promise<boolean> {

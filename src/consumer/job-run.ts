@@ -11,7 +11,7 @@ import { afterRateLimited, rateGate } from './rate-gate.js';
 import type { ProgressWriter } from './renewals.js';
 import { StepBook } from './steps.js';
 import type { Job, RegisteredHandler } from './types.js';
-import { bindContext, Context, type ContextRun } from './job-context.js';
+import { bindContext, Context, type ContextRun, type Outbox } from './job-context.js';
 import { traceAttempt, tracing } from '../tracing/process.js';
 
 export type { Outcome, OutcomeDeps } from './job-outcome.js';
@@ -49,6 +49,8 @@ export interface RunningJob {
 
 export interface JobRunDeps<DB> extends OutcomeDeps {
   handlers: ReadonlyMap<string, RegisteredHandler<DB>>;
+  /** What ctx.enqueue enqueues through, inside ctx.transaction (the consumer's Producer); ctx.enqueue throws without it. */
+  outbox?: Outbox;
   /** What the lease keepers renew through (the consumer's RenewalBatch); the ledger itself when absent. */
   renewals?: LeaseLedger;
   /** What ctx.progress reports are written through (the consumer's ProgressBatch); the ledger itself when absent. */

@@ -133,6 +133,20 @@ export const consumerSettingsSchema = z
         "`key`: the queue serves its `concurrencyKey`s in turn instead of oldest first. Each keyed item enqueued from then on takes its key's next round as its priority, so a flood of one key (over any number of lanes) does not hold back another's items. Stored in the ledger when the consumer starts (`ledger.setFairness`). Default: none.",
       ),
     epoch: z.number().int().min(0).optional().describe('Ownership epoch to fence claims with (docs/design.md, Ownership epochs). Default: none.'),
+    staleOnly: z
+      .boolean()
+      .default(false)
+      .describe(
+        'Claim only rescued work: items whose lease expired (reclaimed by a sweep), never new pending work. For the whole queue, fleet-wide and held by the ledger, use `lanewake stale-only <queue> on` instead (docs/design.md, Stale-only claims).',
+      ),
+    staleOnlyGate: z
+      .object({
+        poolWaiting: z.number().int().min(1).max(100_000).optional().describe("Stale-only while at least this many requests wait for a connection of the ledger's pool."),
+        claimMs: z.number().int().min(1).max(3_600_000).optional().describe('Stale-only while the last claim statement took at least this many ms; a stale-only claim is timed too, so the gate clears once claims are fast again.'),
+      })
+      .strict()
+      .optional()
+      .describe("Turn stale-only on by itself while the ledger is struggling: its pool saturated, or its claims slow (docs/design.md, Stale-only claims). Default: off."),
   })
   .strict();
 

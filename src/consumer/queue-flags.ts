@@ -9,6 +9,8 @@ import type { ConsumerLedger } from './ledger-port.js';
  *   once from the `pause`/`resume` control messages, and learned from every
  *   sweep. A sweep's reading older than a message heard since is not kept:
  *   it would undo the pause (or resume) until the next sweep.
+ * - **Stale-only** (docs/design.md, "Stale-only claims"): read at start and
+ *   learned from every sweep; while on, claims take only rescued work.
  * - **Fair** (docs/design.md, "Fair queues"): read at start and learned from
  *   every sweep. A fair queue's consumer claims nothing with its completions
  *   (no lane successor, no key's next): those would keep a lane or key it
@@ -18,6 +20,7 @@ export class QueueFlags {
   /** Pause and resume messages heard: a read of the flag begun before the last one is dropped. */
   private messages = 0;
   private fairNow = false;
+  private staleOnlyNow = false;
 
   constructor(
     private readonly host: {
@@ -26,6 +29,8 @@ export class QueueFlags {
       log: Logger;
       isPaused: () => boolean;
       setPaused: (paused: boolean) => void;
+      /** The queue's stale-only flag (Ledger.setStaleOnly), as read at start and at every sweep. */
+      setStaleOnly: (on: boolean) => void;
     },
   ) {}
 
@@ -39,6 +44,8 @@ export class QueueFlags {
     // One row per queue asked, whether or not the ledger holds a row for it.
     const [signal] = await this.host.ledger.sweepSignals([this.host.queue]);
     this.fairNow = signal?.fair === true;
+    this.staleOnlyNow = signal?.staleOnly === true;
+    this.host.setStaleOnly(this.staleOnlyNow);
     this.follow(signal?.paused === true);
   }
 
@@ -50,11 +57,21 @@ export class QueueFlags {
 
   /** A sweep's reading (its signal, or none: the paused flag is read here). One that disagrees is read again. */
   async learn(signal: SweepSignal | undefined): Promise<void> {
-    if (signal !== undefined) this.fairNow = signal.fair;
+    if (signal !== undefined) {
+      this.fairNow = signal.fair;
+      this.staleOnly(signal.staleOnly);
+    }
     if (signal !== undefined && signal.paused === this.host.isPaused()) return;
     const heard = this.messages;
     const paused = await this.read();
     if (heard === this.messages) this.follow(paused);
+  }
+
+  private staleOnly(on: boolean): void {
+    if (on === this.staleOnlyNow) return;
+    this.staleOnlyNow = on;
+    this.host.setStaleOnly(on);
+    this.host.log.info({ staleOnly: on }, on ? 'queue stale-only: claiming only rescued work' : 'queue stale-only off: claiming pending work again');
   }
 
   private async read(): Promise<boolean> {

@@ -43,9 +43,9 @@ export class RoundClaims {
     return cap - (await this.ledger.countProcessing(this.settings.queue));
   }
 
-  /** Claims the named items that are still claimable heads. */
-  byIds(ids: string[]): Promise<ClaimedItem[]> {
-    return ids.length > 0 ? this.ledger.claimByIds({ ...this.base, ids }) : Promise.resolve([]);
+  /** Claims the named items that are still claimable heads (stale-only: of those, the rescued ones). */
+  byIds(ids: string[], staleOnly = false): Promise<ClaimedItem[]> {
+    return ids.length > 0 ? this.ledger.claimByIds({ ...this.base, ids, ...(staleOnly ? { staleOnly } : {}) }) : Promise.resolve([]);
   }
 
   /**
@@ -53,11 +53,11 @@ export class RoundClaims {
    * (docs/design.md §6, "Executor pools"): each tier's classes first, the
    * next tier only for the room the earlier ones left.
    */
-  async heads(want: number): Promise<ClaimOutcome> {
+  async heads(want: number, staleOnly = false): Promise<ClaimOutcome> {
     const items: ClaimedItem[] = [];
     let moreAvailable = false;
     for (const classes of this.classTiers) {
-      const r = await this.ledger.claim({ ...this.base, limit: want - items.length, classes });
+      const r = await this.ledger.claim({ ...this.base, limit: want - items.length, classes, ...(staleOnly ? { staleOnly } : {}) });
       items.push(...r.items);
       moreAvailable ||= r.moreAvailable;
       if (items.length >= want) break;

@@ -20,4 +20,8 @@ export interface SchedulerHost<DB> {
   roomChanged(): void;
   /** Whether the queue is fair, as last read (queue-flags.ts): its claim rounds then take heads by round only. */
   fair(): boolean;
+  /** Whether the next claim round takes only rescued work (stale-gate.ts). */
+  staleOnly(): boolean;
+  /** How long a claim statement took (ms): the stale-only gate's measure of the ledger. */
+  claimTimed(ms: number): void;
 }

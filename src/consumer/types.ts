@@ -1,6 +1,7 @@
 import type { Transaction } from 'kysely';
 import type { z } from 'zod';
-import type { CoalesceMode } from '../ledger/types.js';
+import type { CoalesceMode, EnqueueResult } from '../ledger/types.js';
+import type { EnqueueInput } from '../ledger/inputs.js';
 import type { StandardSchemaV1 } from '../jobs/standard-schema.js';
 
 /** What a handler sees of its item. */
@@ -47,6 +48,17 @@ export interface JobContext<DB = Record<string, never>> {
    * the handler's own return value is ignored.
    */
   transaction<T>(fn: (trx: Transaction<DB>) => Promise<T>): Promise<T>;
+  /**
+   * The transactional outbox (docs/design.md §4, "Follow-up work: the
+   * outbox"): enqueues follow-up items inside the running ctx.transaction, so
+   * they commit with the handler's writes and this item's completion, or not
+   * at all; their wake-ups go out after the commit. Call it only inside
+   * ctx.transaction's fn (it throws elsewhere: an enqueue apart from the
+   * completion could be made twice, or without the item completing).
+   */
+  enqueue(input: EnqueueInput): Promise<EnqueueResult>;
+  /** ctx.enqueue of several items, in one round trip; results in input order. */
+  enqueueMany(inputs: readonly EnqueueInput[]): Promise<EnqueueResult[]>;
   /** Saves progress; the next attempt sees it as job.checkpoint. False if the lease was lost. */
   checkpoint(value: unknown): Promise<boolean>;
   /** Renews the lease now (renewal is automatic anyway). */

@@ -1,6 +1,6 @@
 import { createHash, timingSafeEqual } from 'node:crypto';
 import type { IncomingMessage } from 'node:http';
-import { ReplayRejectedError } from '../errors.js';
+import { RepairRejectedError, ReplayRejectedError } from '../errors.js';
 import type { DeadFilter, PurgeFilter } from '../ledger/types.js';
 import { Producer } from '../producer/producer.js';
 import { badRequest, HttpError, readJsonObject } from './http.js';
@@ -92,6 +92,21 @@ export const ACTION_ROUTES: readonly Route[] = [
       return { answer: { id: created.id }, id, count: 1 };
     } catch (error) {
       if (!(error instanceof ReplayRejectedError)) throw error;
+      throw new HttpError(error.reason === 'not_found' ? 404 : 409, { error: error.message, reason: error.reason });
+    }
+  }),
+  action('repair', ['items', ':', 'repair'], async (c, body) => {
+    const id = c.params[0] ?? '';
+    try {
+      const r = await producerOf(c).repair(id, {
+        expectAttempt: body.expectAttempt as number,
+        expectErrorDigest: body.expectErrorDigest as string,
+        reason: body.reason as string,
+        actor: `dashboard:${actorOf(c.req)}`,
+      });
+      return { answer: r, id, count: r.duplicate ? 0 : 1 };
+    } catch (error) {
+      if (!(error instanceof RepairRejectedError)) throw error;
       throw new HttpError(error.reason === 'not_found' ? 404 : 409, { error: error.message, reason: error.reason });
     }
   }),

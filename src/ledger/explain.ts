@@ -81,6 +81,14 @@ function why(item: WorkItem, facts: WhyFacts, consumers: readonly LiveConsumer[]
       details: { lane: item.lane, headId: head?.id ?? null, headState: head?.state ?? null },
     };
   }
+  // A rescued item (its last lease expired) is what a stale-only queue still claims.
+  if (facts.staleOnly && item.failureClass !== 'lease_expired') {
+    return {
+      code: 'stale_only',
+      message: `its queue ${item.queue} is stale-only: it rescues items whose lease expired and takes no new pending work until it is set back (lanewake stale-only ${item.queue} off)`,
+      details: { queue: item.queue },
+    };
+  }
   return whoServes(item, facts, consumers);
 }
 

@@ -104,6 +104,8 @@ export const claimSchema = z
     epoch: z.number().int().min(0).optional(),
     /** The queue's fleet cap: the claim leaves at most this many of the queue's items processing (docs/design.md §6, "The fleet cap"). */
     maxProcessing: z.number().int().min(1).max(1_000_000).optional(),
+    /** Claim only rescued work: items whose last lease expired, no new pending work (docs/design.md §6, "Stale-only claims"). */
+    staleOnly: z.boolean().optional(),
     /** Heads of these types take their lane's next pending items of their type with them (docs/design.md §4, Coalescing). */
     coalesce: z
       .object({
@@ -161,6 +163,14 @@ export const replaySchema = z.object({
   id: itemId,
   expectAttempt: z.number().int().min(0),
   expectErrorDigest: z.string().regex(/^[0-9a-f]{64}$/, 'must be a hex SHA-256'),
+});
+export const repairSchema = z.object({
+  id: itemId,
+  expectAttempt: z.number().int().min(0),
+  expectErrorDigest: z.string().regex(/^[0-9a-f]{64}$/, 'must be a hex SHA-256'),
+  reason: reasonText.pipe(z.string().min(1, 'must say why')),
+  actor: workerName,
+  repairId: itemId.optional(),
 });
 export const purgeSchema = z.object({ olderThanMs: durationMs, limit: limitSchema.default(1000), queue: queueName.optional() });
 export const listDeadSchema = z.object({ queue: queueName.optional(), limit: limitSchema.default(100) });

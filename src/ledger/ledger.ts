@@ -11,6 +11,7 @@ import {
   failSchema,
   listDeadSchema,
   releaseSchema,
+  repairSchema,
   replaySchema,
   retrySchema,
   successorClaimSchema,
@@ -35,16 +36,18 @@ import { renewLeases, saveCheckpoint, saveProgress } from './sql/lease.js';
 import { explainItem } from './explain.js';
 import { replayItem } from './sql/replay.js';
 import { requestDigestsOnce } from './sql/request-digests.js';
+import { repairItem } from './sql/repair.js';
+import { newId } from './ids.js';
 import { queueStats } from './sql/stats.js';
 import { readSteps, recordStep, type StepHolder } from './sql/steps.js';
 import { LedgerUpkeep } from './ledger-upkeep.js';
 import type {
   AttemptRecord, CancelOutcome, ClaimedItem, ClaimOutcome, ConcurrencyLimits, EnqueueResult, Explanation, FinalizeResult, ItemState, LeaseHandle,
-  QueueClass, QueueStats, RenewOutcome, StepRecord, SuccessorClaim, WokenItem, WorkItem,
+  QueueClass, QueueStats, RenewOutcome, RepairResult, StepRecord, SuccessorClaim, WokenItem, WorkItem,
 } from './types.js';
 import { concurrencyLimitSchema, fairnessSchema, itemId, positiveDurationMs, queueName, reasonText, stepName, typeName, validate } from './validation.js';
 import { readKeyLimits, setKeyLimit } from './sql/key-limits.js';
-import { pausedQueues, writeQueueSetting } from './sql/queue-settings.js';
+import { pausedQueues, staleOnlyQueues, writeQueueSetting } from './sql/queue-settings.js';
 import { KeyLines } from './key-lines.js';
 
 export { DEFAULT_MAX_ATTEMPTS, MAX_CLAIM_ITEMS } from './inputs.js';
@@ -323,6 +326,21 @@ export class Ledger extends LedgerUpkeep {
     return this.capabilities().then((caps) => replayItem(this.db, this.tables, v, caps.idOrder));
   }
 
+  /**
+   * Repairs a dead or cancelled item in place (docs/design.md §3, Repair):
+   * back to pending as itself, with its id, lane place and idempotency key,
+   * its checkpoint and steps, and a fresh attempt budget (attempt 0 of its
+   * maxAttempts). Guarded as `replay` is, by the attempt count and the error
+   * digest the operator saw; `reason` and `actor` go into its history, on a
+   * row whose id is the repair id (given, to make a repeated call safe, or
+   * made). Refused with RepairRejectedError (nothing written) when the guard
+   * does not hold, the item was replayed, or its lane's head is running.
+   */
+  async repair(id: string, opts: { expectAttempt: number; expectErrorDigest: string; reason: string; actor: string; repairId?: string }): Promise<RepairResult> {
+    const v = validate(repairSchema, { id, ...opts }, 'repair');
+    return repairItem(this.db, this.tables, { ...v, repairId: v.repairId ?? newId() });
+  }
+
   /** Depth by state per queue, counted now from bounded index ranges (src/ledger/sql/stats.ts). */
   stats(queue?: string): Promise<QueueStats[]> {
     if (queue !== undefined) validate(queueName, queue, 'stats', 'queue');
@@ -399,6 +417,25 @@ export class Ledger extends LedgerUpkeep {
   async resume(queue: string): Promise<void> {
     validate(queueName, queue, 'resume', 'queue');
     await writeQueueSetting(this.db, this.tables, queue, 'paused', 0);
+  }
+
+  /**
+   * Stale-only (docs/design.md §6, "Stale-only claims"): while on, the
+   * queue's consumers claim only rescued work, items whose lease expired,
+   * and no new pending work, from their next sweep. Held by the ledger until
+   * set off. For a struggling database: the work that was held is finished,
+   * and nothing new is taken on.
+   */
+  async setStaleOnly(queue: string, on: boolean): Promise<void> {
+    validate(queueName, queue, 'setStaleOnly', 'queue');
+    if (typeof on !== 'boolean') throw new ValidationError([{ field: 'on', message: 'must be true or false' }], 'setStaleOnly');
+    await writeQueueSetting(this.db, this.tables, queue, 'stale_only', on ? 1 : 0);
+  }
+
+  /** Which of these queues are stale-only. */
+  async staleOnlyQueues(queues: readonly string[]): Promise<Set<string>> {
+    for (const q of queues) validate(queueName, q, 'staleOnlyQueues', 'queue');
+    return staleOnlyQueues(this.db, this.tables, queues);
   }
 
   /** Which of these queues are paused. */

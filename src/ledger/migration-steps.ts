@@ -406,6 +406,18 @@ export const MIGRATIONS: readonly Migration[] = [
       if (!items.has('request_digest')) await sql`ALTER TABLE ${t.items} ADD COLUMN request_digest BINARY(16) NULL`.execute(conn);
     },
   },
+  {
+    version: 14,
+    name: 'stale-only queues',
+    // A queue an operator set to claim only rescued work (Ledger.setStaleOnly,
+    // docs/design.md §6, "Stale-only claims"): its consumers claim only items
+    // whose lease expired, and no new pending work, until it is set back.
+    statements: () => [],
+    run: async (conn, t, prefix) => {
+      const queues = await columnNames(conn, prefix + 'queues');
+      if (!queues.has('stale_only')) await sql`ALTER TABLE ${t.queues} ADD COLUMN stale_only TINYINT NOT NULL DEFAULT 0`.execute(conn);
+    },
+  },
 ];
 
 async function columnNames(conn: LedgerDb, table: string): Promise<Set<string>> {

@@ -11,7 +11,7 @@ import { deadGroups } from './sql/dead-groups.js';
 import { browseLaneItems, browseLanes, groupMembers } from './sql/lane-browse.js';
 import { countPurgeable, purgeFilteredBatch, type PurgePosition } from './sql/purge.js';
 import { queueSeen } from './sql/known-queue.js';
-import { pausedQueues } from './sql/queue-settings.js';
+import { pausedQueues, staleOnlyQueues } from './sql/queue-settings.js';
 import { queueSeries } from './sql/queue-series.js';
 import { replayItem } from './sql/replay.js';
 import { listQueues, queueStats } from './sql/stats.js';
@@ -24,6 +24,8 @@ export interface QueueView extends QueueStats {
   /** Pending items due now (pending less scheduled). */
   due: number;
   paused: boolean;
+  /** The queue claims only rescued work (Ledger.setStaleOnly). */
+  staleOnly: boolean;
   consumers: LiveConsumer[];
   series: QueueSeries;
 }
@@ -109,13 +111,14 @@ export class LedgerOperator {
     if (queue !== undefined) validate(queueName, queue, 'queues', 'queue');
     const stats = await queueStats(this.db, this.t, queue);
     const names = stats.map((s) => s.queue);
-    const [paused, consumers] = await Promise.all([pausedQueues(this.db, this.t, names), liveConsumers(this.db, this.t, queue)]);
+    const [paused, staleOnly, consumers] = await Promise.all([pausedQueues(this.db, this.t, names), staleOnlyQueues(this.db, this.t, names), liveConsumers(this.db, this.t, queue)]);
     const views: QueueView[] = [];
     for (const s of stats) {
       views.push({
         ...s,
         due: Math.max(0, s.counts.pending - s.scheduled),
         paused: paused.has(s.queue),
+        staleOnly: staleOnly.has(s.queue),
         consumers: consumers.filter((c) => c.queue === s.queue),
         series: await queueSeries(this.db, this.t, s.queue),
       });

@@ -52,6 +52,7 @@ export type ClaimedRow = Pick<
 > & { started_at: Date };
 
 export interface AttemptRow {
+  id: string;
   item_id: string;
   attempt: number;
   outcome: string;
@@ -130,6 +131,7 @@ export function toAttemptRecord(row: AttemptRow): AttemptRecord {
     failureClass: row.failure_class,
     error: row.error,
     worker: row.worker,
+    repairId: row.outcome === 'repaired' ? row.id : null,
     startedAt: row.started_at,
     endedAt: row.ended_at,
   };

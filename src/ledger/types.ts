@@ -105,12 +105,26 @@ export interface StepRecord {
 export interface AttemptRecord {
   itemId: string;
   attempt: number;
-  outcome: 'completed' | 'retried' | 'dead' | 'released' | 'skipped' | 'blocked' | 'lease_expired' | 'cancelled';
+  /** `repaired`: an operator's repair in place (Ledger.repair); `error` holds its reason, `worker` its actor. */
+  outcome: 'completed' | 'retried' | 'dead' | 'released' | 'skipped' | 'blocked' | 'lease_expired' | 'cancelled' | 'repaired';
   failureClass: string | null;
   error: string | null;
   worker: string | null;
+  /** The repair's id, on a `repaired` row; null on every other. */
+  repairId: string | null;
   startedAt: Date | null;
   endedAt: Date;
+}
+
+/** What Ledger.repair did: the item is pending again, as itself. */
+export interface RepairResult {
+  id: string;
+  /** The repair's id: its row in the item's history. */
+  repairId: string;
+  /** True when this repair id had already repaired the item (a call repeated after its answer was lost): nothing new was written. */
+  duplicate: boolean;
+  /** Whether the item is its lane's (or key's) head now, and so claimable at once; false: it waits its turn behind an earlier item. */
+  isHead: boolean;
 }
 
 export interface EnqueueResult {
@@ -199,6 +213,8 @@ export interface SweepSignal {
   paused: boolean;
   /** The queue is fair (Ledger.setFairness): its consumers claim nothing with their completions. */
   fair: boolean;
+  /** The queue claims only rescued work (Ledger.setStaleOnly): items whose lease expired, no new pending work. */
+  staleOnly: boolean;
 }
 
 export interface ReclaimOutcome {
@@ -290,6 +306,7 @@ export const WHY_CODES = [
   'epoch_not_served',
   'queue_capped',
   'queue_paused',
+  'stale_only',
   'claimable',
 ] as const;
 export type WhyCode = (typeof WHY_CODES)[number];

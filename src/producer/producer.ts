@@ -266,6 +266,17 @@ export class Producer {
     return created;
   }
 
+  /** Operator repair in place (Ledger.repair); a repaired item that is its lane's head again is announced. */
+  async repair(id: string, opts: Parameters<Ledger['repair']>[1]): Promise<Awaited<ReturnType<Ledger['repair']>>> {
+    const repaired = await this.ledger.repair(id, opts);
+    const wake = this.options.wake;
+    if (wake && repaired.isHead && !repaired.duplicate) {
+      const item = await this.ledger.get(id);
+      if (item) await wake.publish([{ queue: item.queue, queueClass: item.queueClass, kind: 'replay', ids: [id] }]);
+    }
+    return repaired;
+  }
+
   /**
    * Re-drives every dead item of the filter, each guarded as `replay` is
    * (ledger.operator.replayDead), announcing each batch's new items.

@@ -63,6 +63,8 @@ export const queueConfigSchema = z
         unknownType: true,
         unknownTypeReleaseMs: true,
         unknownTypeGraceMs: true,
+        staleOnly: true,
+        staleOnlyGate: true,
       }).shape,
     ),
     // A worker's list may not be empty (the consumer takes [] as every type).

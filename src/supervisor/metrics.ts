@@ -40,6 +40,7 @@ interface ObservedConsumer {
   inFlight: () => number;
   redisConnected: () => boolean;
   paused: () => boolean;
+  staleOnly: () => boolean;
   progressOfRunning: () => { type: string; percent: number }[];
   counters: () => Readonly<Record<FoldedCounter, number>>;
   /** Each folded counter as last folded into its series. */
@@ -82,6 +83,7 @@ export class LanewakeMetrics {
   private readonly inFlight: Gauge<'queue'>;
   private readonly redisConnected: Gauge;
   private readonly paused: Gauge<'queue'>;
+  private readonly staleOnly: Gauge<'queue'>;
   private readonly dbPool: Gauge<'state'>;
   private ledger: Pick<Ledger, 'pool'> | undefined;
 
@@ -178,6 +180,13 @@ export class LanewakeMetrics {
       registers,
       collect: () => this.setPerQueue(this.paused, (c) => (c.paused() ? 1 : 0), Math.max),
     });
+    this.staleOnly = new Gauge({
+      name: 'lanewake_consumer_stale_only',
+      help: "1 while this process's consumers of the queue claim only rescued work (items whose lease expired): the queue is stale-only (lanewake stale-only), their staleOnly option, or their staleOnlyGate tripped on the ledger's pool or claim time; else 0.",
+      labelNames: ['queue'] as const,
+      registers,
+      collect: () => this.setPerQueue(this.staleOnly, (c) => (c.staleOnly() ? 1 : 0), Math.max),
+    });
     this.redisConnected = new Gauge({
       name: 'lanewake_redis_connected',
       help: '1 when every observed consumer has a usable Redis wake channel, else 0 (also 0 with no consumer observed).',
@@ -221,6 +230,7 @@ export class LanewakeMetrics {
       inFlight: () => consumer.inFlight,
       redisConnected: () => consumer.redisConnected,
       paused: () => consumer.paused,
+      staleOnly: () => consumer.staleOnly !== undefined,
       progressOfRunning: () => consumer.progressOfRunning,
       counters: () => consumer.counters,
       // Count only what happens from now on, so observing a running consumer adds no burst.

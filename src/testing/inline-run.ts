@@ -4,7 +4,7 @@ import { ValidationError, fieldPath } from '../errors.js';
 import { encodeProgress } from '../ledger/outcomes.js';
 import { BlockOnError, DeferError, JobAbortedError, PermanentError, type AbortReason } from '../consumer/errors.js';
 import { normalizeHandler, type HandlerEntry, type Job, type JobContext, type RegisteredHandler } from '../consumer/types.js';
-import { DEFAULT_MAX_ATTEMPTS } from '../ledger/inputs.js';
+import { DEFAULT_MAX_ATTEMPTS, type EnqueueInput } from '../ledger/inputs.js';
 import { checkSchema } from '../jobs/standard-schema.js';
 
 /** The job a test hands `run()`: a payload, and whatever else the handler looks at (defaults: a fresh id, attempt 1 of 25). */
@@ -62,6 +62,8 @@ export type RunResult = RunOutcome & {
   checkpoint: unknown;
   /** The steps recorded by this run and before it, by name. */
   steps: Record<string, unknown>;
+  /** What ctx.enqueue put in the run's committed ctx.transaction, in order (nothing is enqueued anywhere). */
+  enqueued: EnqueueInput[];
 };
 
 /** A handler that says its payload types (jobs.handlers' results do): run() then takes the schema's input as the test's payload. */
@@ -89,7 +91,7 @@ export async function runInline<DB>(entry: HandlerEntry<DB>, input: TestJob, opt
     fence: { token: randomUUID(), epoch: null, attempt },
     enqueuedAt: input.enqueuedAt ?? new Date(),
   };
-  const state = { progress: [] as unknown[], checkpoint: job.checkpoint, steps: { ...options.steps } as Record<string, unknown> };
+  const state = { progress: [] as unknown[], checkpoint: job.checkpoint, steps: { ...options.steps } as Record<string, unknown>, enqueued: [] as EnqueueInput[] };
   const answer = (outcome: RunOutcome): RunResult => ({ ...outcome, job, ...state });
 
   if (def.schema !== undefined) {
@@ -108,6 +110,8 @@ export async function runInline<DB>(entry: HandlerEntry<DB>, input: TestJob, opt
   else options.signal?.addEventListener('abort', onAbort, { once: true });
 
   let committed: { value: unknown } | undefined;
+  /** ctx.enqueue's items of the ctx.transaction running now; kept only once it committed. */
+  let outbox: EnqueueInput[] | undefined;
   const inTransaction = async <T>(fn: (trx: Transaction<DB>) => Promise<T>): Promise<T> => {
     const db = options.db;
     if (db === undefined) throw new Error('ctx.transaction needs a database: run(handler, job, { db: trx })');
@@ -117,9 +121,32 @@ export async function runInline<DB>(entry: HandlerEntry<DB>, input: TestJob, opt
     signal: controller.signal,
     transaction: async (fn) => {
       if (committed !== undefined) throw new Error('ctx.transaction already completed this item');
-      const value = await inTransaction(fn);
+      const value = await inTransaction(async (trx) => {
+        outbox = [];
+        try {
+          return await fn(trx);
+        } finally {
+          state.enqueued = outbox;
+          outbox = undefined;
+        }
+      }).catch((error: unknown) => {
+        state.enqueued = [];
+        throw error;
+      });
       committed = { value };
       return value;
+    },
+    enqueue: async (input) => {
+      const [result] = await ctx.enqueueMany([input]);
+      return result!;
+    },
+    enqueueMany: async (inputs) => {
+      if (outbox === undefined) throw new Error('ctx.enqueue runs only inside ctx.transaction: follow-up items commit with the completion (docs/design.md §4, the outbox)');
+      const taken = outbox;
+      return inputs.map((input) => {
+        taken.push(input);
+        return { id: randomUUID(), duplicate: false, laneSeq: null };
+      });
     },
     checkpoint: async (value) => {
       state.checkpoint = value;

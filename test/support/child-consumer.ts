@@ -14,7 +14,11 @@
  *   LW_POLL_MS      backstop sweep interval (default 1000)
  *   LW_MODE         'effects' (default): short work, then an effect row through
  *                   ctx.transaction; 'hang': wait for the abort signal forever;
- *                   'steps-hang': three durable steps (support/step-effects.ts), the third never ends
+ *                   'steps-hang': three durable steps (support/step-effects.ts), the third never ends;
+ *                   'outbox': type `parent`, an effect row and follow-up items of
+ *                   LW_FOLLOW_QUEUE in ctx.transaction (support/outbox-handler.ts)
+ *   LW_FOLLOW_QUEUE 'outbox': the follow-up items' queue (required there)
+ *   LW_OUTBOX_STOP  'outbox': where the first attempt halts, writing {"event":"at",…} (default: nowhere)
  *   LW_WORK_MS      'effects': fixed work time per item (default: random 0–LW_MAX_WORK_MS)
  *   LW_MAX_WORK_MS  'effects': upper bound of the random work time (default 2)
  *   LW_DRAIN_MS     drain timeout on SIGTERM (default 10000)
@@ -24,11 +28,13 @@
  * Handles the type `step`.
  */
 import { Consumer } from '../../src/consumer/consumer.js';
+import type { HandlerEntry } from '../../src/consumer/types.js';
 import { Ledger } from '../../src/ledger/ledger.js';
 import { WakeChannel } from '../../src/wake/wake-channel.js';
 import { effectHandler, hangHandler, type EffectsDB } from './effects.js';
 import { testTxnMode } from './ledger.js';
 import { threeStepHandler } from './step-effects.js';
+import { haltFollowUpWakes, OUTBOX_STOPS, outboxHandler, type OutboxStop } from './outbox-handler.js';
 
 function required(name: string): string {
   const v = process.env[name];
@@ -51,7 +57,7 @@ function emit(event: Record<string, unknown>): void {
 async function main(): Promise<void> {
   const name = required('LW_NAME');
   const mode = process.env.LW_MODE ?? 'effects';
-  if (mode !== 'effects' && mode !== 'hang' && mode !== 'steps-hang') throw new Error(`child-consumer: unknown LW_MODE ${mode}`);
+  if (mode !== 'effects' && mode !== 'hang' && mode !== 'steps-hang' && mode !== 'outbox') throw new Error(`child-consumer: unknown LW_MODE ${mode}`);
   // The test's TiDB transaction mode (LANEWAKE_TEST_TIDB_TXN_MODE) reaches the child through its environment.
   const ledger = new Ledger({ url: required('LW_DB_URL'), poolSize: 8, ...testTxnMode() });
   const wake = new WakeChannel({ redis: required('LW_REDIS_URL'), keyPrefix: required('LW_KEY_PREFIX') });
@@ -62,6 +68,11 @@ async function main(): Promise<void> {
       : mode === 'steps-hang'
         ? threeStepHandler<EffectsDB>(ledger.db, name, { hangAtThree: true })
         : effectHandler(name, fixed !== undefined && fixed !== '' ? { fixedWorkMs: int('LW_WORK_MS', 0) } : { maxWorkMs: int('LW_MAX_WORK_MS', 2) });
+  const stopAt = process.env.LW_OUTBOX_STOP;
+  if (stopAt !== undefined && stopAt !== '' && !(OUTBOX_STOPS as readonly string[]).includes(stopAt)) throw new Error(`child-consumer: unknown LW_OUTBOX_STOP ${stopAt}`);
+  const stop = stopAt === undefined || stopAt === '' ? undefined : (stopAt as OutboxStop);
+  const outbox: Record<string, HandlerEntry<EffectsDB>> = mode === 'outbox' ? { parent: outboxHandler(name, required('LW_FOLLOW_QUEUE'), stop, emit) } : {};
+  if (mode === 'outbox' && stop === 'after-commit') haltFollowUpWakes(wake, required('LW_FOLLOW_QUEUE'), emit);
   const consumer = new Consumer<EffectsDB>({
     ledger,
     wake,
@@ -70,7 +81,7 @@ async function main(): Promise<void> {
     concurrency: int('LW_CONCURRENCY', 8),
     leaseMs: int('LW_LEASE_MS', 30_000),
     pollIntervalMs: int('LW_POLL_MS', 1000),
-    handlers: { step },
+    handlers: { step, ...outbox },
   });
 
   let stopping = false;

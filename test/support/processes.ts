@@ -20,7 +20,10 @@ export interface ChildConsumerConfig {
   concurrency?: number;
   leaseMs?: number;
   pollIntervalMs?: number;
-  mode?: 'effects' | 'hang' | 'steps-hang';
+  mode?: 'effects' | 'hang' | 'steps-hang' | 'outbox';
+  /** 'outbox': the follow-up items' queue, and where the first attempt halts (support/outbox-handler.ts). */
+  followQueue?: string;
+  outboxStop?: string;
   /** Fixed work time per item ('effects'); default a random 0–2 ms. */
   workMs?: number;
   drainTimeoutMs?: number;
@@ -38,6 +41,8 @@ export class ChildConsumer {
   readonly exited: Promise<ChildExit>;
   /** Counters the child reported after a graceful stop. */
   stoppedCounters: ConsumerCounters | undefined;
+  /** Every event line the child wrote, in order. */
+  readonly events: Record<string, unknown>[] = [];
   private stderr = '';
 
   constructor(readonly config: ChildConsumerConfig) {
@@ -56,6 +61,8 @@ export class ChildConsumer {
       LW_DRAIN_MS: String(config.drainTimeoutMs ?? 10_000),
     };
     if (config.workMs !== undefined) env.LW_WORK_MS = String(config.workMs);
+    if (config.followQueue !== undefined) env.LW_FOLLOW_QUEUE = config.followQueue;
+    if (config.outboxStop !== undefined) env.LW_OUTBOX_STOP = config.outboxStop;
     // Not in the vitest worker's own environment: the child is a plain Node process.
     delete env.VITEST;
     delete env.VITEST_WORKER_ID;
@@ -83,6 +90,7 @@ export class ChildConsumer {
         buffered = buffered.slice(nl + 1);
         if (!line.startsWith('{')) continue;
         const event = JSON.parse(line) as { event: string; counters?: ConsumerCounters };
+        this.events.push(event);
         if (event.event === 'ready') markReady();
         if (event.event === 'stopped') this.stoppedCounters = event.counters;
       }

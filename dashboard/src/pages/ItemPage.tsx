@@ -130,6 +130,18 @@ function Actions({ item, reload }: { item: ItemDetail; reload: () => void }) {
           Replay
         </ActionButton>
       )}
+      {replayable && (
+        <ActionButton
+          act={() => {
+            const reason = window.prompt(`Repair item ${item.id} in place? It goes back to pending with its id and lane place, and its lane's pending items wait behind it. Why?`);
+            if (reason === null || reason.trim() === '') return Promise.reject(new Error('not repaired: say why'));
+            return postAction(`/api/items/${enc(item.id)}/repair`, { expectAttempt: item.attempt, expectErrorDigest: item.errorDigest, reason });
+          }}
+          onDone={reload}
+        >
+          Repair
+        </ActionButton>
+      )}
       {cancellable && (
         <ActionButton
           className="danger"

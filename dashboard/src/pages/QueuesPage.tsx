@@ -25,6 +25,11 @@ function QueueRow({ q, canAct, reload }: { q: QueueView; canAct: boolean; reload
       <td class="name">
         <a href={href.items(q.queue)}>{q.queue}</a>
         {q.paused && <span class="badge paused">paused</span>}
+        {q.staleOnly && (
+          <span class="badge paused" title="claims only rescued work (expired leases), no new pending work: lanewake stale-only">
+            stale-only
+          </span>
+        )}
         <div class="row-links">
           <a href={href.lanes(q.queue)}>lanes</a>
         </div>

@@ -13,7 +13,8 @@ export function deadCommand(program: Command, { io }: CliContext): void {
     .description('list dead items, newest first, with what `lanewake replay` needs: attempt and error digest')
     .option('--queue <queue>', 'only this queue')
     .option('--limit <n>', 'at most this many, 1-100000', parseInteger, 100)
-    .addHelpText('after', '\nReplay one with: lanewake replay <id> --expect-attempt <ATTEMPT> --expect-digest <DIGEST>')
+    .addHelpText('after', '\nReplay one with: lanewake replay <id> --expect-attempt <ATTEMPT> --expect-digest <DIGEST>\n' +
+        'or repair it in place: lanewake repair <id> --expect-attempt <ATTEMPT> --expect-error-digest <DIGEST> --reason <why>')
     .action(async (opts: { queue?: string; limit: number }, cmd: Command) => {
       const g = globalOptions(cmd);
       const items = await withLedger(g, (ledger) =>

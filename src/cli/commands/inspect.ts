@@ -18,7 +18,7 @@ export function inspectCommand(program: Command, { io }: CliContext): void {
     .allowUnknownOption() // an id may begin with '-': take it as the id, not as an unknown option
     .option('--payload', 'also show the payload, checkpoint, result and step results (handler data, hidden by default)', false)
     .option('--why', "only say why the item is where it is: a reason code and its facts (not due, behind its lane's head, blocked, no live consumer, capped, …)", false)
-    .addHelpText('after', `\nExits 1 when there is no such item. The error digest is what \`lanewake replay --expect-digest\` expects.\n${ID_HELP}`)
+    .addHelpText('after', `\nExits 1 when there is no such item. The error digest is what \`lanewake replay --expect-digest\` and \`lanewake repair --expect-error-digest\` expect.\n${ID_HELP}`)
     .action(async (id: string, opts: { payload: boolean; why: boolean }, cmd: Command) => {
       const g = globalOptions(cmd);
       if (opts.why) {
@@ -88,7 +88,7 @@ function printAttempts(io: CliIo, attempts: readonly AttemptRecord[]): void {
   println(io);
   if (attempts.length === 0) return println(io, 'attempt history: none recorded (a first-try success is recorded on the item itself)');
   println(io, 'attempt history:');
-  const rows = attempts.map((a) => [String(a.attempt), a.outcome, a.failureClass ?? '-', a.worker ?? '-', formatTime(a.startedAt), formatTime(a.endedAt), firstLine(a.error, 80)]);
+  const rows = attempts.map((a) => [String(a.attempt), a.outcome, a.failureClass ?? '-', a.worker ?? '-', formatTime(a.startedAt), formatTime(a.endedAt), firstLine(a.repairId === null ? a.error : `repair ${a.repairId}: ${a.error ?? ''}`, 80)]);
   println(io, renderTable(['ATTEMPT', 'OUTCOME', 'CLASS', 'WORKER', 'STARTED', 'ENDED', 'ERROR'], rows, ['right']));
 }
 

@@ -23,6 +23,8 @@ export interface ClaimSpec {
   coalesce?: CoalesceSpec | undefined;
   /** The queue's fleet cap: the claim takes no more than leaves this many processing (docs/design.md §6, "The fleet cap"). */
   maxProcessing?: number | undefined;
+  /** Only rescued work: pending heads whose last lease expired (docs/design.md §6, "Stale-only claims"). */
+  staleOnly?: boolean | undefined;
 }
 
 export interface ClaimHeadsSpec extends ClaimSpec {
@@ -43,6 +45,8 @@ export function candidateCount(limit: number): number {
 }
 const CANDIDATE_FACTOR = 8;
 const MAX_CANDIDATES = 1000;
+/** How many of each class's earliest due heads a stale-only claim looks through for rescued items. */
+export const STALE_WINDOW = 1000;
 
 /**
  * Claims up to `limit` due lane heads: a plain candidate read (one ordered,
@@ -109,11 +113,25 @@ async function readCandidates(exec: Executor, t: LedgerTables, spec: ClaimHeadsS
   return (await candidatesQuery(t, spec).execute(exec)).rows;
 }
 
-/** Due pending lane heads of the claim's classes (and types), earliest first per class: one ordered, limited index range each. */
+/**
+ * Due pending lane heads of the claim's classes (and types), earliest first per class: one ordered, limited index range each.
+ * Stale-only, the rescued ones among the first STALE_WINDOW due heads of each class: a reclaimed item kept its
+ * due time, so it is near the front of its priority, and a stale-only claim reads a bounded range however deep
+ * the backlog it leaves waiting (the index has no failure class).
+ */
 function candidatesQuery(t: LedgerTables, spec: ClaimHeadsSpec): RawBuilder<Candidate> {
   const classes = spec.classes && spec.classes.length > 0 ? spec.classes : QUEUE_CLASSES;
   const want = candidateCount(spec.limit);
   const typeFilter = spec.types && spec.types.length > 0 ? sql`AND type IN (${list(spec.types)})` : sql``;
+  if (spec.staleOnly === true) {
+    const perClass = classes.map(
+      (c) => sql`(SELECT id, priority, due_us FROM (SELECT id, priority, failure_class, TIMESTAMPDIFF(MICROSECOND, '2020-01-01', run_after) AS due_us FROM ${t.items}
+        WHERE queue = ${spec.queue} AND queue_class = ${c} AND state = 'pending' AND is_head = 1
+          AND run_after <= NOW(6) ${typeFilter}
+        ORDER BY priority, run_after LIMIT ${STALE_WINDOW}) AS w WHERE w.failure_class = 'lease_expired' LIMIT ${want})`,
+    );
+    return sql<Candidate>`${sql.join(perClass, sql` UNION ALL `)}`;
+  }
   const perClass = classes.map(
     (c) => sql`(SELECT id, priority, TIMESTAMPDIFF(MICROSECOND, '2020-01-01', run_after) AS due_us FROM ${t.items}
       WHERE queue = ${spec.queue} AND queue_class = ${c} AND state = 'pending' AND is_head = 1
@@ -243,9 +261,10 @@ function casText(
       ? ''
       : `AND EXISTS (SELECT 1 FROM ${tableText(t, 'ownership')} o WHERE o.queue = ${w.value(spec.queue)} AND o.epoch = ${w.value(spec.epoch)})`;
   const typeGuard = types === undefined || types.length === 0 ? '' : `AND type IN (${w.list(types)})`;
+  const staleGuard = spec.staleOnly === true ? "AND failure_class = 'lease_expired'" : '';
   return `UPDATE ${hint}${tableText(t, 'items')} FORCE INDEX (PRIMARY) SET ${leaseAssignmentsText(w, lease)}
     WHERE id IN (${w.ids(ids)}) AND queue = ${w.value(spec.queue)} AND state = 'pending' AND is_head = 1
-      AND run_after <= NOW(6) ${epochGuard} ${typeGuard}`;
+      AND run_after <= NOW(6) ${epochGuard} ${typeGuard} ${staleGuard}`;
 }
 
 /**

@@ -16,6 +16,8 @@ export interface WhyFacts {
   laneHead?: { id: string; state: ItemState; laneSeq: number } | undefined;
   /** The queue is paused (Ledger.pause). */
   paused: boolean;
+  /** The queue claims only rescued work (Ledger.setStaleOnly). */
+  staleOnly: boolean;
   /** Its key's standing, for a keyed item waiting for a slot. */
   key?: { admitted: number; limit: number | null; waiting: number } | undefined;
   /** Why it was last released, for an item not due yet: a rate limit's refusal says 'rate limited'. */
@@ -28,8 +30,9 @@ export interface WhyFacts {
 const FIRE_KEY = /^([A-Za-z0-9._-]{1,100}):(\d{1,15})$/;
 
 export async function readWhyFacts(db: LedgerDb, t: LedgerTables, item: WorkItem): Promise<WhyFacts> {
-  const r = await sql<{ now: Date; processing: number | string; epoch: number | string | null; paused: number | string | null }>`SELECT NOW(6) AS now,
+  const r = await sql<{ now: Date; processing: number | string; epoch: number | string | null; paused: number | string | null; stale_only: number | string | null }>`SELECT NOW(6) AS now,
     (SELECT paused FROM ${t.queues} WHERE queue = ${item.queue}) AS paused,
+    (SELECT stale_only FROM ${t.queues} WHERE queue = ${item.queue}) AS stale_only,
     (${processingCount(t, item.queue)}) AS processing,
     (SELECT epoch FROM ${t.ownership} WHERE queue = ${item.queue}) AS epoch`.execute(db);
   const row = r.rows[0];
@@ -39,6 +42,7 @@ export async function readWhyFacts(db: LedgerDb, t: LedgerTables, item: WorkItem
     processing: Number(row.processing),
     ownershipEpoch: row.epoch === null ? null : Number(row.epoch),
     paused: Number(row.paused ?? 0) === 1,
+    staleOnly: Number(row.stale_only ?? 0) === 1,
   };
   if (item.lane !== null && item.laneSeq !== null && !item.isHead) {
     // Backwards from the item to the head: only the lane's backlog ahead of it is passed, never its history.

@@ -8,7 +8,7 @@ import type { LedgerTables } from '../tables.js';
 // consumer's statements, so they hold fleet-wide and without Redis.
 
 /** The settings a queue's row holds. */
-export type QueueSetting = 'key_limit' | 'fair' | 'paused';
+export type QueueSetting = 'key_limit' | 'fair' | 'paused' | 'stale_only';
 
 /** Writes one setting of a queue, making its row if it has none. */
 export async function writeQueueSetting(exec: Executor, t: LedgerTables, queue: string, setting: QueueSetting, value: number | null): Promise<void> {
@@ -21,6 +21,13 @@ export async function writeQueueSetting(exec: Executor, t: LedgerTables, queue: 
 export async function pausedQueues(exec: Executor, t: LedgerTables, queues: readonly string[]): Promise<Set<string>> {
   if (queues.length === 0) return new Set();
   const r = await sql<{ queue: string }>`SELECT queue FROM ${t.queues} WHERE queue IN (${sql.join(queues.map((q) => sql`${q}`))}) AND paused = 1`.execute(exec);
+  return new Set(r.rows.map((x) => x.queue));
+}
+
+/** Which of `queues` claim only rescued work (stale-only, schema 15). */
+export async function staleOnlyQueues(exec: Executor, t: LedgerTables, queues: readonly string[]): Promise<Set<string>> {
+  if (queues.length === 0) return new Set();
+  const r = await sql<{ queue: string }>`SELECT queue FROM ${t.queues} WHERE queue IN (${sql.join(queues.map((q) => sql`${q}`))}) AND stale_only = 1`.execute(exec);
   return new Set(r.rows.map((x) => x.queue));
 }
 
