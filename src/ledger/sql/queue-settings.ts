@@ -24,7 +24,7 @@ export async function pausedQueues(exec: Executor, t: LedgerTables, queues: read
   return new Set(r.rows.map((x) => x.queue));
 }
 
-/** Which of `queues` claim only rescued work (stale-only, schema 15). */
+/** Which of `queues` claim only rescued work (stale-only, schema 14). */
 export async function staleOnlyQueues(exec: Executor, t: LedgerTables, queues: readonly string[]): Promise<Set<string>> {
   if (queues.length === 0) return new Set();
   const r = await sql<{ queue: string }>`SELECT queue FROM ${t.queues} WHERE queue IN (${sql.join(queues.map((q) => sql`${q}`))}) AND stale_only = 1`.execute(exec);
