@@ -9,7 +9,10 @@ import { LeaseLostError, OwnershipLostError } from '../src/errors.js';
 import type { Ledger } from '../src/ledger/ledger.js';
 import type { ClaimedItem } from '../src/ledger/types.js';
 import { createLogger } from '../src/log.js';
-import { uniqueQueue } from './support/engine.js';
+import { resolveWorkerConfig } from '../src/supervisor/config.js';
+import { EXIT_OWNERSHIP_LOST, Supervisor } from '../src/supervisor/supervisor.js';
+import { createTestWake, uniqueQueue } from './support/engine.js';
+import { redisUrl } from './support/services.js';
 import { onEveryStatement } from './support/mysql-statements.js';
 import { createTestLedger, waitFor, type TestLedger } from './support/ledger.js';
 
@@ -207,4 +210,25 @@ test('the statements of a queue without ownership carry no epoch check', async (
   } finally {
     stop();
   }
+});
+
+test('an idle worker of the old epoch learns of the activation from the ledger alone, reports not ready and exits 3', async () => {
+  const { ledger, queue } = await setUp();
+  const tw = createTestWake();
+  stops.push(() => tw.drop());
+  await ledger.activate({ queue, deployment: 'blue', expectEpoch: 0 });
+  const blue = new Supervisor({
+    config: resolveWorkerConfig([
+      { databaseUrl: tl!.url, redisUrl: redisUrl(), redisKeyPrefix: tw.keyPrefix, handlers: 'inline', admin: false, ownershipCheckMs: 200, deployment: 'blue', queues: [{ name: queue, ownership: true }] },
+    ]),
+    handlers: { [queue]: { job: async () => undefined } },
+    logger: createLogger('test', 'silent'),
+  });
+  stops.push(() => blue.stop());
+  await blue.start();
+  expect((await blue.readiness()).ready).toBe(true);
+  // No broadcast on the control stream: only the ledger says it.
+  await ledger.activate({ queue, deployment: 'green', expectEpoch: 1 });
+  expect(await blue.done).toBe(EXIT_OWNERSHIP_LOST);
+  expect((await blue.readiness()).ready).toBe(false);
 });
