@@ -9,6 +9,7 @@
  *
  *   npx tsx bench/ownership.ts --base /tmp/lw-bench-base --runs 3
  *   npx tsx bench/ownership.ts --jobs 5000 --runs 1 --workloads noop
+ *   npx tsx bench/ownership.ts --statements --runs 30   # the completion statements alone, plain and owned alternated
  *
  * Server: LANEWAKE_BENCH_MYSQL_URL (default mysql://root@127.0.0.1:3306),
  * Redis: LANEWAKE_BENCH_REDIS_URL (default redis://127.0.0.1:6379). Each run
@@ -96,8 +97,46 @@ async function once(code: string, api: Api, workload: Workload, variant: Variant
   }
 }
 
+/**
+ * The statements alone (`--statements`): per round, 500 items claimed in one
+ * claim and completed by one batched statement, then 50 completed one by one,
+ * on a queue without ownership and on one claimed under an epoch, the two
+ * alternated round by round in one database. Medians in ms.
+ */
+async function statements(api: Api, rounds: number): Promise<void> {
+  const db = await createBenchDatabase('lwowns');
+  const ledger = new api.Ledger({ url: db.url, poolSize: 4 });
+  try {
+    await ledger.migrate();
+    await ledger.activate({ queue: 'fenced', deployment: 'bench', expectEpoch: 0 });
+    const timed: Record<Variant, { batch: number[]; single: number[] }> = { plain: { batch: [], single: [] }, owned: { batch: [], single: [] } };
+    for (let r = 0; r < rounds * 2; r++) {
+      const variant: Variant = r % 4 === 0 || r % 4 === 3 ? 'plain' : 'owned';
+      const queue = variant === 'plain' ? 'plain' : 'fenced';
+      await ledger.enqueueMany(Array.from({ length: 550 }, (_, n) => ({ queue, type: 'job', payload: { n } })));
+      const claim = async (limit: number) =>
+        (await ledger.claim({ queue, owner: 'bench', limit, leaseMs: 60_000, ...(variant === 'owned' ? { epoch: 1 } : {}) })).items;
+      const batch = await claim(500);
+      let t0 = performance.now();
+      const done = await ledger.completeMany(batch.map((handle) => ({ handle })));
+      timed[variant].batch.push(performance.now() - t0);
+      const singles = await claim(50);
+      t0 = performance.now();
+      for (const handle of singles) await ledger.complete(handle);
+      timed[variant].single.push((performance.now() - t0) / singles.length);
+      if (done.some((d) => !d.won)) throw new Error('a completion lost');
+    }
+    const row = (v: Variant) => ({ variant: v, 'batch of 500, ms': median(timed[v].batch).toFixed(2), 'single, ms': median(timed[v].single).toFixed(3), rounds: timed[v].batch.length });
+    console.table([row('plain'), row('owned')]);
+  } finally {
+    await ledger.close();
+    await db.drop();
+  }
+}
+
 async function main(): Promise<void> {
   const here = fileURLToPath(new URL('..', import.meta.url)).replace(/\/$/, '');
+  if (args.includes('--statements')) return statements(await apiOf(here), RUNS);
   const codes: [string, Api][] = [['this', await apiOf(here)]];
   if (BASE !== undefined) codes.push(['base', await apiOf(BASE)]);
   const runs: Run[] = [];
