@@ -124,4 +124,4 @@ test('Redis restarted empty with timers pending and offers taken: every item run
   const attempts = await sql<{ attempt: number }>`SELECT attempt FROM ${ledger.tables.items} WHERE queue = ${queue}`.execute(ledger.db);
   expect(attempts.rows.map((r) => Number(r.attempt))).toEqual(ids.map(() => 1));
   expect(await historyCount(ledger)).toBe(0);
-}, 120_000);
+}, 300_000);
