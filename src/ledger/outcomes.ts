@@ -106,6 +106,7 @@ export async function completeEntries(
  * item back instead of leaving its lease to expire. One read per queue.
  */
 async function markOwnershipLost(target: FinishTarget, entries: readonly { handle: LeaseHandle }[], results: FinalizeResult[]): Promise<void> {
+  if (!entries.some((e) => e.handle.epoch !== null && e.handle.epoch !== undefined)) return;
   const lost = entries.flatMap((e, k) => {
     const f = results[k]!.won || results[k]!.ownershipLost ? undefined : fenceOf(e.handle);
     return f === undefined ? [] : [{ k, f }];
