@@ -145,6 +145,34 @@ describe('every write of a stale epoch is refused, nothing of it committed', () 
     for (const o of others) await untouched(ledger, o);
   });
 
+  test('batched completions of laned and keyed items', async () => {
+    const { ledger, queue } = await setUp();
+    await ledger.activate({ queue, deployment: 'blue', expectEpoch: 0 });
+    await ledger.enqueueMany([
+      { queue, type: 'job', payload: {}, lane: 'a' },
+      { queue, type: 'job', payload: {}, lane: 'b' },
+      { queue, type: 'job', payload: {}, lane: 'a' },
+      { queue, type: 'job', payload: {}, concurrencyKey: 'k1' },
+      { queue, type: 'job', payload: {}, concurrencyKey: 'k2' },
+    ]);
+    const held = await claimUnder(ledger, queue, 1, 'blue');
+    expect(held).toHaveLength(4);
+    await ledger.activate({ queue, deployment: 'green', expectEpoch: 1 });
+    const laned = held.filter((h) => h.lane !== null);
+    const keyed = held.filter((h) => h.concurrencyKey !== null);
+    expect([laned.length, keyed.length]).toEqual([2, 2]);
+    for (const part of [laned, keyed]) {
+      expect(await ledger.completeMany(part.map((handle) => ({ handle })))).toEqual(part.map(() => expect.objectContaining({ won: false, ownershipLost: true })));
+      for (const h of part) await untouched(ledger, h);
+    }
+    // Green takes them over, unspent, and the lanes' next items wait behind their heads.
+    for (const h of held) await ledger.release(h);
+    const again = await claimUnder(ledger, queue, 2, 'green');
+    expect(again.map((h) => [h.id, h.attempt]).sort()).toEqual(held.map((h) => [h.id, 1]).sort());
+    const done = await ledger.completeMany(again.map((handle) => ({ handle })));
+    expect(done.every((d) => d.won)).toBe(true);
+  });
+
   test('ctx.transaction, steps, progress and checkpoints', async () => {
     const { ledger, item } = await staleItem();
     await expect(ledger.completeWithin(item, insertEffect(item.id, 'blue') as never)).rejects.toBeInstanceOf(OwnershipLostError);
