@@ -130,7 +130,7 @@ export class CommitOutcomeUnknownError extends Error {
 
 /** The CAS of a transition lost: the caller no longer holds the item. Raised inside a transaction to roll it back. */
 export class LeaseLostError extends Error {
-  override readonly name = 'LeaseLostError';
+  override readonly name: string = 'LeaseLostError';
   constructor(readonly itemId: string) {
     super(`item ${itemId}: lease lost (stale token, expired and reclaimed, or no longer processing)`);
   }
@@ -164,6 +164,28 @@ export class IdempotencyConflictError extends Error {
   /** The same refusal as a single enqueue's (no batch index). */
   asSingle(): IdempotencyConflictError {
     return new IdempotencyConflictError(this.queue, this.idempotencyKey, this.itemId);
+  }
+}
+
+/**
+ * A write of a lease claimed under an ownership epoch was refused because
+ * the queue has been activated for another epoch since (`lanewake activate`):
+ * nothing of it committed (docs/design.md §7, Ownership epochs). A
+ * LeaseLostError, since this holder may no longer write the item's work; the
+ * engine hands the item back without spending an attempt, for the new owner.
+ */
+export class OwnershipLostError extends LeaseLostError {
+  override readonly name = 'OwnershipLostError';
+  constructor(
+    itemId: string,
+    readonly queue: string,
+    /** The epoch the lease was claimed under. */
+    readonly epoch: number,
+    /** The queue's epoch now (0: no ownership row). */
+    readonly currentEpoch: number,
+  ) {
+    super(itemId);
+    this.message = `item ${itemId}: ownership of queue ${queue} lost (claimed under epoch ${epoch}, the queue is at epoch ${currentEpoch}); nothing of this write committed`;
   }
 }
 

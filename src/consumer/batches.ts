@@ -1,6 +1,6 @@
 import type { Transaction } from 'kysely';
 import { z } from 'zod';
-import { LeaseLostError, ValidationError } from '../errors.js';
+import { LeaseLostError, OwnershipLostError, ValidationError } from '../errors.js';
 import type { BatchLedger } from './ledger-port.js';
 import { DeferError, JobAbortedError, PermanentError } from './errors.js';
 import type { BatchContext, BatchHandler, BatchItemOutcome, BatchOptions, BatchOutcomes, Job, JobContext, RegisteredHandler } from './types.js';
@@ -130,7 +130,8 @@ export class BatchGatherer<DB> {
       // A throw retries the whole batch (its items' runs write each retry). A batch transaction that
       // rolled back for one lost lease is a failure of the batch for the others, which still hold theirs:
       // their runs must write the retry, not take it for a loss of their own lease.
-      const thrown = error instanceof LeaseLostError ? new Error(`the batch's transaction rolled back: ${error.message}`) : error;
+      // An ownership epoch that moved on is every item's loss: their runs give them back.
+      const thrown = error instanceof LeaseLostError && !(error instanceof OwnershipLostError) ? new Error(`the batch's transaction rolled back: ${error.message}`) : error;
       for (const m of batch) m.settle({ thrown });
       return;
     }

@@ -1,4 +1,4 @@
-import { LeaseLostError, ValidationError } from '../errors.js';
+import { LeaseLostError, OwnershipLostError, ValidationError } from '../errors.js';
 import type { Logger } from '../log.js';
 import { sleep } from '../sleep.js';
 import type { FinalizeResult } from '../ledger/ledger.js';
@@ -79,6 +79,7 @@ export async function writeOutcome(deps: OutcomeDeps, s: Settlement): Promise<Ou
     );
     returned = undefined;
   }
+  if (!s.leaseLost && s.thrown instanceof OwnershipLostError) return outcomeOf(await handBack(deps, item, s.thrown), 'released');
   if (s.leaseLost || s.thrown instanceof LeaseLostError) {
     log.warn({ id: item.id, type: item.type }, 'lease lost; this holder writes nothing');
     return 'leaseLost';
@@ -224,9 +225,12 @@ async function finalizeSafely<R extends FinalizeResult>(
   for (let attempt = 0; ; attempt++) {
     try {
       const r = await write();
+      if (r.ownershipLost === true) return { ...r, ...(await handBack(deps, item, r)) };
       if (!r.won) deps.log.warn({ id: item.id, type: item.type }, 'finalize lost its CAS: the item had moved on');
       return r;
     } catch (error) {
+      // Nothing of this finalize was written; a fenced write's R is only ever read through won and ownershipLost then.
+      if (error instanceof OwnershipLostError) return (await handBack(deps, item, error)) as R;
       if (error instanceof ValidationError && onRefused) {
         onRefused(error);
         return undefined;
@@ -250,5 +254,22 @@ async function finalizeSafely<R extends FinalizeResult>(
 }
 
 function outcomeOf(r: FinalizeResult | undefined, ifWon: Outcome): Outcome {
+  if (r?.ownershipLost === true) return 'released';
   return r?.won ? ifWon : 'leaseLost';
+}
+
+/**
+ * The queue was activated for another ownership epoch while this holder ran
+ * the item, and a write of its work was refused (nothing of it committed).
+ * The item goes back to pending, its attempt unspent, for the new owner's
+ * claims: a release is not fenced by the epoch, only by the lease token.
+ */
+async function handBack(deps: OutcomeDeps, item: ClaimedItem, lost: OwnershipLostError | FinalizeResult): Promise<FinalizeResult> {
+  const now = lost instanceof OwnershipLostError ? lost.currentEpoch : undefined;
+  deps.log.warn(
+    { id: item.id, type: item.type, queue: item.queue, epoch: item.epoch, ...(now !== undefined ? { currentEpoch: now } : {}) },
+    'ownership of the queue moved to another epoch: nothing of this attempt was written; the item goes back, attempt unspent, to the new owner',
+  );
+  await finalizeSafely(deps, item, () => deps.ledger.release(item, { reason: 'ownership lost' }));
+  return { won: false, state: 'pending', ownershipLost: true };
 }

@@ -1,5 +1,5 @@
 import { encodeProgress } from '../ledger/outcomes.js';
-import type { LeaseHandle } from '../ledger/types.js';
+import type { HeldItem } from '../ledger/types.js';
 import type { ProgressWriter } from './renewals.js';
 
 /** A run's progress is written at most this often (docs/design.md §4, Progress). */
@@ -22,7 +22,7 @@ export class ProgressReporter {
 
   constructor(
     private readonly writer: ProgressWriter,
-    private readonly handle: Pick<LeaseHandle, 'id' | 'leaseToken'>,
+    private readonly handle: HeldItem,
     private readonly onWritten: () => void,
   ) {}
 

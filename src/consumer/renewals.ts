@@ -1,4 +1,4 @@
-import type { LeaseHandle, RenewOutcome } from '../ledger/types.js';
+import type { HeldItem, LeaseHandle, RenewOutcome } from '../ledger/types.js';
 import type { ConsumerLedger, LeaseLedger, ProgressLedger } from './ledger-port.js';
 
 // The writes a consumer's clock makes for its running items, sent together:
@@ -61,12 +61,12 @@ export class RenewalBatch implements LeaseLedger {
 
 /** What a progress reporter writes through. */
 export interface ProgressWriter {
-  save(handle: Handle, progress: unknown): Promise<void>;
+  save(handle: HeldItem, progress: unknown): Promise<void>;
 }
 
 /** A consumer's progress reports of one tick (`Ledger.saveProgress`), as one statement. */
 export class ProgressBatch implements ProgressWriter {
-  private readonly batch: TurnBatch<{ handle: Handle; progress: unknown }, undefined>;
+  private readonly batch: TurnBatch<{ handle: HeldItem; progress: unknown }, undefined>;
 
   constructor(ledger: ProgressLedger) {
     this.batch = new TurnBatch(async (reports) => {
@@ -75,7 +75,7 @@ export class ProgressBatch implements ProgressWriter {
     }, undefined);
   }
 
-  save(handle: Handle, progress: unknown): Promise<void> {
+  save(handle: HeldItem, progress: unknown): Promise<void> {
     return this.batch.add({ handle, progress });
   }
 }

@@ -45,7 +45,9 @@ export interface JobContext<DB = Record<string, never>> {
    * Runs `fn` in a ledger transaction that also commits this item's
    * completion (with `fn`'s return value as result): the writes inside happen
    * exactly once or not at all. After it returns, the item is completed and
-   * the handler's own return value is ignored.
+   * the handler's own return value is ignored. Throws LeaseLostError when
+   * this run no longer holds the item, OwnershipLostError when its queue was
+   * activated for another ownership epoch since the claim; nothing commits.
    */
   transaction<T>(fn: (trx: Transaction<DB>) => Promise<T>): Promise<T>;
   /**
@@ -59,7 +61,7 @@ export interface JobContext<DB = Record<string, never>> {
   enqueue(input: EnqueueInput): Promise<EnqueueResult>;
   /** ctx.enqueue of several items, in one round trip; results in input order. */
   enqueueMany(inputs: readonly EnqueueInput[]): Promise<EnqueueResult[]>;
-  /** Saves progress; the next attempt sees it as job.checkpoint. False if the lease was lost. */
+  /** Saves progress; the next attempt sees it as job.checkpoint. False if the lease was lost; OwnershipLostError if the queue's ownership epoch moved on. */
   checkpoint(value: unknown): Promise<boolean>;
   /** Renews the lease now (renewal is automatic anyway). */
   heartbeat(): Promise<boolean>;
@@ -76,7 +78,8 @@ export interface JobContext<DB = Record<string, never>> {
    * ledger's result cap) is recorded under this run's lease; every later
    * attempt of the item gets the recorded result back without running `fn`.
    * A throwing `fn` records nothing. Names are unique per item (1–255 characters).
-   * Throws LeaseLostError when this run no longer holds the item.
+   * Throws LeaseLostError when this run no longer holds the item
+   * (OwnershipLostError when its queue's ownership epoch moved on).
    */
   step<T>(name: string, fn: () => Promise<T>): Promise<T>;
   /**

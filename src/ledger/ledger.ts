@@ -42,7 +42,7 @@ import { queueStats } from './sql/stats.js';
 import { readSteps, recordStep, type StepHolder } from './sql/steps.js';
 import { LedgerUpkeep } from './ledger-upkeep.js';
 import type {
-  AttemptRecord, CancelOutcome, ClaimedItem, ClaimOutcome, ConcurrencyLimits, EnqueueResult, Explanation, FinalizeResult, ItemState, LeaseHandle,
+  AttemptRecord, CancelOutcome, ClaimedItem, ClaimOutcome, ConcurrencyLimits, EnqueueResult, Explanation, FinalizeResult, HeldItem, ItemState, LeaseHandle,
   QueueClass, QueueStats, RenewOutcome, RepairResult, StepRecord, SuccessorClaim, WokenItem, WorkItem,
 } from './types.js';
 import { concurrencyLimitSchema, fairnessSchema, itemId, positiveDurationMs, queueName, reasonText, stepName, typeName, validate } from './validation.js';
@@ -144,19 +144,20 @@ export class Ledger extends LedgerUpkeep {
     return this.knownCapabilities().then((caps) => renewLeases(this.db, caps, this.tables, handles, leaseMs));
   }
 
-  checkpoint(handle: Pick<LeaseHandle, 'id' | 'leaseToken'>, value: unknown): Promise<boolean> {
+  /** Stores the item's checkpoint; false when the lease is no longer held, OwnershipLostError when its ownership epoch moved on. */
+  checkpoint(handle: HeldItem, value: unknown): Promise<boolean> {
     const json = encodeCapped(value, this.config.payloadMaxBytes, 'checkpoint');
     return saveCheckpoint(this.db, this.tables, handle, json);
   }
 
   /**
    * Stores the latest progress report of each held item (ctx.progress), in
-   * one statement; a report of a lease no longer held is dropped. Each value is
+   * one statement; a report of a lease no longer held, or claimed under an ownership epoch that moved on, is dropped. Each value is
    * a number from 0 to 100 or a small JSON object (ValidationError otherwise).
    * @internal
    */
-  async saveProgress(reports: readonly { handle: Pick<LeaseHandle, 'id' | 'leaseToken'>; progress: unknown }[]): Promise<void> {
-    const rows = reports.map((r) => ({ id: r.handle.id, leaseToken: r.handle.leaseToken, json: encodeProgress(r.progress) }));
+  async saveProgress(reports: readonly { handle: HeldItem; progress: unknown }[]): Promise<void> {
+    const rows = reports.map((r) => ({ id: r.handle.id, leaseToken: r.handle.leaseToken, queue: r.handle.queue, epoch: r.handle.epoch, json: encodeProgress(r.progress) }));
     return saveProgress(this.db, this.tables, rows);
   }
 

@@ -1,6 +1,7 @@
 import type { Transaction } from 'kysely';
 import type { z } from 'zod';
-import { ValidationError } from '../errors.js';
+import { OwnershipLostError, ValidationError } from '../errors.js';
+import { groupBy } from '../group-by.js';
 import { backoffDelayMs, DEFAULT_BACKOFF } from './backoff.js';
 import type { LedgerCapabilities } from './capabilities.js';
 import type { Executor, LedgerDb } from './connection.js';
@@ -9,6 +10,7 @@ import { runTransaction } from './retry.js';
 import { truncate } from './sql/common.js';
 import { completeMany, completionsSettled } from './sql/complete-batch.js';
 import { finalize, finalizeInTx, type Finalization } from './sql/finalize.js';
+import { currentEpoch, fenceOf } from './sql/ownership.js';
 import type { LaneHandedOn } from './sql/transition.js';
 import type { LedgerTables } from './tables.js';
 import type { ClaimedItem, FinalizeResult, ItemState, LeaseHandle, SuccessorClaim } from './types.js';
@@ -70,7 +72,10 @@ export async function completeEntries(
     const json = e.result === undefined ? null : encodeJson(e.result);
     // A coalesced group ends in a transaction of its own, its members with it (sql/finalize.ts).
     if (e.handle.group !== undefined || json === undefined || (json !== null && Buffer.byteLength(json, 'utf8') > target.resultMaxBytes)) {
-      out[index] = await finish(target, e.handle, completion(e.result, target.resultMaxBytes));
+      out[index] = await finish(target, e.handle, completion(e.result, target.resultMaxBytes)).catch((error: unknown) => {
+        if (error instanceof OwnershipLostError) return { won: false, state: 'completed', ownershipLost: true } as const;
+        throw error;
+      });
     } else {
       ok.push({ index, handle: e.handle, resultJson: json });
     }
@@ -90,7 +95,26 @@ export async function completeEntries(
       };
     });
   }
-  return { results: out.map((r) => r ?? { won: false, state: 'completed' }), claimed };
+  const results = out.map((r) => r ?? { won: false, state: 'completed' as const });
+  await markOwnershipLost(target, entries, results);
+  return { results, claimed };
+}
+
+/**
+ * Marks the lost completions of leases claimed under an ownership epoch
+ * that is no longer their queue's (`ownershipLost`): their holder gives the
+ * item back instead of leaving its lease to expire. One read per queue.
+ */
+async function markOwnershipLost(target: FinishTarget, entries: readonly { handle: LeaseHandle }[], results: FinalizeResult[]): Promise<void> {
+  if (!entries.some((e) => e.handle.epoch !== null && e.handle.epoch !== undefined)) return;
+  const lost = entries.flatMap((e, k) => {
+    const f = results[k]!.won || results[k]!.ownershipLost ? undefined : fenceOf(e.handle);
+    return f === undefined ? [] : [{ k, f }];
+  });
+  for (const [queue, ofQueue] of groupBy(lost, (l) => l.f.queue)) {
+    const now = await currentEpoch(target.db, target.tables, queue);
+    for (const { k, f } of ofQueue) if (f.epoch !== now) results[k] = { ...results[k]!, ownershipLost: true };
+  }
 }
 
 /** A failed attempt: back to pending after the backoff (or `delayMs`), or dead once the budget is spent. */

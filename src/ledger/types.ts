@@ -137,7 +137,22 @@ export interface EnqueueResult {
 // What the ledger's operations take and return.
 
 /** What a finalize needs of the claim it ends. */
-export type LeaseHandle = Pick<ClaimedItem, 'id' | 'queue' | 'type' | 'lane' | 'laneSeq' | 'concurrencyKey' | 'keyScope' | 'leaseToken' | 'leaseOwner' | 'attempt' | 'maxAttempts' | 'startedAt' | 'group'>;
+export type LeaseHandle = Pick<ClaimedItem, 'id' | 'queue' | 'type' | 'lane' | 'laneSeq' | 'concurrencyKey' | 'keyScope' | 'leaseToken' | 'leaseOwner' | 'attempt' | 'maxAttempts' | 'startedAt' | 'group'> &
+  EpochFence;
+
+/**
+ * The ownership epoch a lease was claimed under (a ClaimedItem's `epoch`).
+ * When set, every write that ends or records the item's work checks, in its
+ * own statement, that it is still the queue's epoch, and fails with
+ * OwnershipLostError otherwise (docs/design.md §7, Ownership epochs). Null or
+ * absent: the claim was not fenced, and the writes carry no check.
+ */
+export interface EpochFence {
+  epoch?: number | null | undefined;
+}
+
+/** A handle a held item's own writes (checkpoint, progress) are fenced by: its token, and its ownership epoch (with its queue) if it was claimed under one. */
+export type HeldItem = Pick<LeaseHandle, 'id' | 'leaseToken'> & EpochFence & { queue?: string | undefined };
 
 export interface FinalizeResult {
   /** False: this holder had lost the item (stale token, expired and reclaimed, wrong state); nothing was written. */
@@ -146,6 +161,8 @@ export interface FinalizeResult {
   state: ItemState;
   /** The failure class recorded when it made the item dead or retried it (`permanent`, `error`, `invalid_payload`, … or a handler's own). */
   failureClass?: string;
+  /** Not won because the queue's ownership epoch moved on (a batch's entry; a single write throws OwnershipLostError instead). */
+  ownershipLost?: true;
   /**
    * A laned item's lane got a new head in the same transaction, left pending
    * for a claim. False when the lane had nothing left waiting or its new head

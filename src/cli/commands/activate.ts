@@ -9,7 +9,7 @@ import { validate } from '../../ledger/validation.js';
 export function activateCommand(program: Command, { io }: CliContext): void {
   program
     .command('activate')
-    .description('hand a queue to a deployment under a new ownership epoch; workers of older epochs stop claiming')
+    .description('hand a queue to a deployment under a new ownership epoch; workers of older epochs stop claiming, and their writes are refused')
     .requiredOption('--queue <queue>', 'the queue')
     .requiredOption('--deployment <name>', 'the deployment that owns it from now on')
     .option('--expect-epoch <n>', 'only if the queue is at this epoch now (0: never activated); else exit 3', parseInteger)

@@ -3,7 +3,7 @@ import type { LedgerDb } from '../connection.js';
 import { newId } from '../ids.js';
 import { runTransaction } from '../retry.js';
 import type { LedgerTables } from '../tables.js';
-import { LeaseLostError } from '../../errors.js';
+import { LeaseLostError, OwnershipLostError } from '../../errors.js';
 import type { LeaseHandle } from '../types.js';
 import { NO_TIME } from './common.js';
 import { leaseSpec, type Finalization } from './finalize.js';
@@ -81,7 +81,7 @@ export async function finalizeBlock(db: LedgerDb, t: LedgerTables, h: LeaseHandl
       },
     );
   } catch (error) {
-    if (error instanceof LeaseLostError) return 'lost';
+    if (error instanceof LeaseLostError && !(error instanceof OwnershipLostError)) return 'lost';
     throw error;
   }
 }

@@ -1,7 +1,7 @@
 import { sql } from 'kysely';
 import type { LedgerCapabilities } from '../capabilities.js';
 import type { Executor, LedgerDb } from '../connection.js';
-import { PartialBatch } from '../../errors.js';
+import { OwnershipLostError, PartialBatch } from '../../errors.js';
 import { CONNECTION_RETRY, isConnectionError, readAfterLostConnection, retryDelay, retryOnConflict } from '../retry.js';
 import type { LedgerTables } from '../tables.js';
 import type { ClaimedRow } from '../rows.js';
@@ -204,7 +204,11 @@ async function completeOnce(
   }
   for (const i of single) {
     const e = entries[i]!;
-    const won = await finalize(db, t, e.handle, { kind: 'complete', resultJson: e.resultJson }, caps.prepared);
+    // An epoch that moved on loses like any CAS here; completeEntries says which lost to it.
+    const won = await finalize(db, t, e.handle, { kind: 'complete', resultJson: e.resultJson }, caps.prepared).catch((error: unknown) => {
+      if (error instanceof OwnershipLostError) return false;
+      throw error;
+    });
     // The single path does not say whether a successor was there: assume one.
     out[i] = { won, laneAdvanced: won && e.handle.lane !== null, keyAdmitted: won && e.handle.concurrencyKey !== null };
   }

@@ -3,6 +3,8 @@ import { tableText, type LedgerTables } from '../tables.js';
 import type { LeaseHandle } from '../types.js';
 import { statementFor, type ValueWriter } from './bound.js';
 import { NO_TIME_TEXT } from './common.js';
+import { groupBy } from '../../group-by.js';
+import { epochIsCurrentText, fenceOf } from './ownership.js';
 
 export interface CompletionEntry {
   handle: LeaseHandle;
@@ -33,5 +35,28 @@ function completionText(w: ValueWriter, t: LedgerTables, entries: readonly Compl
   return `UPDATE ${tableText(t, 'items')}
     SET state = 'completed', result = ${resultExpr}, last_error = NULL, failure_class = NULL, lease_until = ${NO_TIME_TEXT},
       terminal_at = NOW(6), updated_at = NOW(6)
-    WHERE id IN (${w.ids(entries.map((e) => e.handle.id))}) AND state = 'processing' AND ${tokenGuard}`;
+    WHERE id IN (${w.ids(entries.map((e) => e.handle.id))}) AND state = 'processing' AND ${tokenGuard}${epochGuard(w, t, entries)}`;
+}
+
+/**
+ * For entries claimed under an ownership epoch, that their epoch is still
+ * their queue's; nothing when none was (a queue without ownership pays
+ * nothing). The entries of one batch are nearly always of one queue and
+ * epoch: then one EXISTS covers them all.
+ */
+function epochGuard(w: ValueWriter, t: LedgerTables, entries: readonly CompletionEntry[]): string {
+  if (!entries.some((e) => e.handle.epoch !== null && e.handle.epoch !== undefined)) return '';
+  const fenced = groupBy(
+    entries.flatMap((e) => {
+      const f = fenceOf(e.handle);
+      return f === undefined ? [] : [{ id: e.handle.id, f }];
+    }),
+    (e) => `${e.f.epoch} ${e.f.queue}`,
+  );
+  const groups = [...fenced.values()];
+  const only = groups.length === 1 && groups[0]!.length === entries.length ? groups[0]![0] : undefined;
+  if (only !== undefined) return ` AND ${epochIsCurrentText(w, t, only.f)}`;
+  const unfenced = entries.filter((e) => fenceOf(e.handle) === undefined).map((e) => e.handle.id);
+  const each = groups.map((g) => `(id IN (${w.ids(g.map((e) => e.id))}) AND ${epochIsCurrentText(w, t, g[0]!.f)})`);
+  return ` AND (${[...(unfenced.length > 0 ? [`id IN (${w.ids(unfenced)})`] : []), ...each].join(' OR ')})`;
 }

@@ -6,6 +6,7 @@ import { NO_TIME, nowPlusMs } from './common.js';
 import { applyTransition, applyTransitionInTx, type HistoryEntry, type LaneHandedOn, type TransitionSpec } from './transition.js';
 import { enterWait } from './waits.js';
 import { storedKey } from './key-scope.js';
+import { epochIsCurrent, fenceOf } from './ownership.js';
 
 /** How a claimed attempt ended; each maps to one CAS (docs/design.md §3). */
 export type Finalization =
@@ -105,10 +106,17 @@ function plan(h: LeaseHandle, f: Finalization): Plan {
   }
 }
 
-/** The transition that ends a claimed attempt as `f`: a CAS on (id, lease token, processing). */
+/**
+ * The transition that ends a claimed attempt as `f`: a CAS on (id, lease
+ * token, processing), and for a lease claimed under an ownership epoch, on
+ * that epoch being still the queue's. A release alone is not fenced by the
+ * epoch: it records no work, and gives the item back, attempt unspent, for
+ * the queue's owner now.
+ */
 export function leaseSpec(t: LedgerTables, h: LeaseHandle, f: Finalization, prepared = false): TransitionSpec {
   const p = plan(h, f);
   const group = h.group;
+  const fence = f.kind === 'release' ? undefined : fenceOf(h);
   return {
     // A coalesced group ends together, and its lane is handed on from its last member.
     place: { id: h.id, queue: h.queue, lane: h.lane, laneSeq: group === undefined ? h.laneSeq : group.lastSeq, storedKey: storedKey(h) },
@@ -121,7 +129,8 @@ export function leaseSpec(t: LedgerTables, h: LeaseHandle, f: Finalization, prep
             // A blocked head's members wait behind it as pending items (only the head has a wait).
             set: f.kind === 'block' ? plan(h, { kind: 'release', delayMs: 0, reason: null }).set : p.set,
           },
-    guard: sql`lease_token = ${h.leaseToken} AND state = 'processing'`,
+    guard: fence === undefined ? sql`lease_token = ${h.leaseToken} AND state = 'processing'` : sql`lease_token = ${h.leaseToken} AND state = 'processing' AND ${epochIsCurrent(t, fence)}`,
+    fence,
     set: p.set,
     terminal: p.terminal,
     wasHead: true,
@@ -133,12 +142,15 @@ export function leaseSpec(t: LedgerTables, h: LeaseHandle, f: Finalization, prep
   };
 }
 
-/** Ends a claimed attempt: CAS on (id, lease token, processing); `prepared` as LedgerCapabilities says. False = this holder lost the item; nothing was written. */
+/**
+ * Ends a claimed attempt: CAS on (id, lease token, processing); `prepared` as LedgerCapabilities says. False = this holder lost the item; nothing was written.
+ * Throws OwnershipLostError (nothing written) when the lease's ownership epoch is no longer the queue's.
+ */
 export function finalize(db: LedgerDb, t: LedgerTables, h: LeaseHandle, f: Finalization, prepared = false): Promise<boolean> {
   return applyTransition(db, t, leaseSpec(t, h, f, prepared));
 }
 
-/** The same inside the caller's transaction; throws LeaseLostError (rolling the caller back) when the CAS loses. */
+/** The same inside the caller's transaction; throws LeaseLostError, or OwnershipLostError, (rolling the caller back) when the CAS loses. */
 export function finalizeInTx(trx: Executor, t: LedgerTables, h: LeaseHandle, f: Finalization, prepared = false): Promise<LaneHandedOn> {
   return applyTransitionInTx(trx, t, leaseSpec(t, h, f, prepared));
 }

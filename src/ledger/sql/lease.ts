@@ -1,7 +1,9 @@
 import { sql } from 'kysely';
 import type { LedgerDb } from '../connection.js';
 import type { LedgerTables } from '../tables.js';
-import type { LeaseHandle, RenewOutcome } from '../types.js';
+import type { HeldItem, LeaseHandle, RenewOutcome } from '../types.js';
+import { OwnershipLostError } from '../../errors.js';
+import { andEpochIsCurrent, fenceOf, refusal } from './ownership.js';
 import type { LedgerCapabilities } from '../capabilities.js';
 import { affected, list, nowPlusMs } from './common.js';
 
@@ -51,10 +53,14 @@ interface LeaseRow {
   cancel_requested: number | string;
 }
 
-export async function saveCheckpoint(db: LedgerDb, t: LedgerTables, h: Pick<LeaseHandle, 'id' | 'leaseToken'>, checkpointJson: string): Promise<boolean> {
+/** False when the lease is no longer held; OwnershipLostError (nothing written) when its ownership epoch moved on. */
+export async function saveCheckpoint(db: LedgerDb, t: LedgerTables, h: HeldItem, checkpointJson: string): Promise<boolean> {
   const r = await sql`UPDATE ${t.items} SET checkpoint = ${checkpointJson}, updated_at = NOW(6)
-    WHERE id = ${h.id} AND lease_token = ${h.leaseToken} AND state = 'processing'`.execute(db);
-  return affected(r) === 1;
+    WHERE id = ${h.id} AND lease_token = ${h.leaseToken} AND state = 'processing'${andEpochIsCurrent(t, h)}`.execute(db);
+  if (affected(r) === 1) return true;
+  const refused = await refusal(db, t, fenceOf(h), h.id);
+  if (refused instanceof OwnershipLostError) throw refused;
+  return false;
 }
 
 /**
@@ -62,9 +68,10 @@ export async function saveCheckpoint(db: LedgerDb, t: LedgerTables, h: Pick<Leas
  * consumer's reports of one clock tick), each fenced by its own token: a
  * row matched by id whose token is not the report's keeps its progress.
  */
-export async function saveProgress(db: LedgerDb, t: LedgerTables, reports: readonly { id: string; leaseToken: string; json: string }[]): Promise<void> {
+export async function saveProgress(db: LedgerDb, t: LedgerTables, reports: readonly (HeldItem & { json: string })[]): Promise<void> {
   if (reports.length === 0) return;
-  const cases = sql.join(reports.map((r) => sql`WHEN id = ${r.id} AND lease_token = ${r.leaseToken} THEN ${r.json}`), sql` `);
+  // A report of a lease claimed under an ownership epoch is kept only while that epoch is the queue's.
+  const cases = sql.join(reports.map((r) => sql`WHEN id = ${r.id} AND lease_token = ${r.leaseToken}${andEpochIsCurrent(t, r)} THEN ${r.json}`), sql` `);
   await sql`UPDATE ${t.items} SET progress = CASE ${cases} ELSE progress END
     WHERE id IN (${list(reports.map((r) => r.id))}) AND state = 'processing'`.execute(db);
 }

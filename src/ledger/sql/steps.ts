@@ -1,13 +1,13 @@
 import { sql, type Transaction } from 'kysely';
-import { LeaseLostError } from '../../errors.js';
 import type { Executor, LedgerDb } from '../connection.js';
 import { runTransaction } from '../retry.js';
 import type { LedgerTables } from '../tables.js';
-import type { LeaseHandle, StepRecord } from '../types.js';
+import type { EpochFence, LeaseHandle, StepRecord } from '../types.js';
+import { andEpochIsCurrent, fenceOf, refusal } from './ownership.js';
 import { affected } from './common.js';
 
-/** A handle's part a step record is fenced by: the attempt is the holder's own (every claim adds one). */
-export type StepHolder = Pick<LeaseHandle, 'id' | 'leaseToken' | 'attempt'>;
+/** A handle's part a step record is fenced by: the attempt is the holder's own (every claim adds one); the ownership epoch, if it was claimed under one. */
+export type StepHolder = Pick<LeaseHandle, 'id' | 'leaseToken' | 'attempt'> & EpochFence & { queue?: string | undefined };
 
 interface StepRow {
   name: string;
@@ -27,12 +27,14 @@ export async function readSteps(db: Executor, t: LedgerTables, itemId: string): 
  * Records a finished step inside `trx`, fenced: the item row is updated
  * under the holder's token first (which locks it, so a reclaim waits for
  * this transaction, and on TiDB's optimistic mode conflicts with it), and
- * the step is written only when that CAS won. Throws LeaseLostError otherwise.
+ * the step is written only when that CAS won, and, for a lease claimed under
+ * an ownership epoch, that epoch is still the queue's. Throws LeaseLostError
+ * (OwnershipLostError when the epoch moved on) otherwise.
  */
 export async function recordStepInTx(trx: Executor, t: LedgerTables, h: StepHolder, name: string, resultJson: string | null): Promise<void> {
   const held = await sql`UPDATE ${t.items} SET updated_at = NOW(6)
-    WHERE id = ${h.id} AND lease_token = ${h.leaseToken} AND state = 'processing'`.execute(trx);
-  if (affected(held) !== 1) throw new LeaseLostError(h.id);
+    WHERE id = ${h.id} AND lease_token = ${h.leaseToken} AND state = 'processing'${andEpochIsCurrent(t, h)}`.execute(trx);
+  if (affected(held) !== 1) throw await refusal(trx, t, fenceOf(h), h.id);
   await sql`INSERT INTO ${t.steps} (item_id, name, attempt, result, done_at)
     VALUES (${h.id}, ${name}, ${h.attempt}, ${resultJson}, NOW(6))`.execute(trx);
 }

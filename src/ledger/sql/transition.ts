@@ -1,7 +1,7 @@
 import { sql, type RawBuilder } from 'kysely';
 import type { Executor, LedgerDb } from '../connection.js';
 import { newId } from '../ids.js';
-import { CommitOutcomeUnknownError, LeaseLostError } from '../../errors.js';
+import { CommitOutcomeUnknownError, LeaseLostError, OwnershipLostError } from '../../errors.js';
 import { CONNECTION_RETRY, isConnectionError, readAfterLostConnection, retryDelay, runTransaction } from '../retry.js';
 import type { LedgerTables } from '../tables.js';
 import type { AttemptRecord } from '../types.js';
@@ -10,6 +10,7 @@ import { affected, list } from './common.js';
 import { leaveKeyWait } from './key-admission.js';
 import { handOnKeys } from './key-hand-on.js';
 import { handOnLane } from './lane-advance.js';
+import { refusal, type Fence } from './ownership.js';
 import { sendEach } from './pipeline.js';
 
 /** Where an item sits: enough to find its lane and its successor, or its concurrency key. */
@@ -35,6 +36,8 @@ export interface TransitionSpec {
   place: ItemPlace;
   /** Conditions beyond `id = ?` that make this write a CAS. */
   guard: RawBuilder<unknown>;
+  /** The ownership epoch the guard checks, if any: a lost CAS then says whether the epoch moved on (OwnershipLostError). */
+  fence?: Fence | undefined;
   set: RawBuilder<unknown>;
   /** The item leaves the set of unfinished items of its lane. */
   terminal: boolean;
@@ -60,7 +63,8 @@ export interface TransitionSpec {
 }
 
 /**
- * One state change of one item, as a CAS. A terminal change of a lane's head
+ * One state change of one item, as a CAS (throws OwnershipLostError, nothing
+ * written, when the CAS lost to an ownership epoch that moved on). A terminal change of a lane's head
  * also hands the lane on in the same transaction: its next pending item
  * becomes the head, or the lane goes idle (src/ledger/sql/lane-advance.ts);
  * of a keyed item, its key's slot goes on (src/ledger/sql/key-hand-on.ts).
@@ -79,7 +83,11 @@ export async function applyTransition(db: LedgerDb, t: LedgerTables, spec: Trans
   if (!laneWork && spec.history === null && spec.alsoWrite === undefined && spec.members === undefined) {
     for (let attempt = 1; ; attempt++) {
       try {
-        return (await casUpdate(db, t, spec)) === 1;
+        if ((await casUpdate(db, t, spec)) === 1) return true;
+        if (spec.fence === undefined) return false;
+        const refused = await refusal(db, t, spec.fence, spec.place.id);
+        if (refused instanceof OwnershipLostError) throw refused;
+        return false;
       } catch (error) {
         if (!isConnectionError(error) || attempt >= CONNECTION_RETRY.maxAttempts) throw error;
         const outcome = await readAfterLostConnection(settled, error);
@@ -101,7 +109,7 @@ export async function applyTransition(db: LedgerDb, t: LedgerTables, spec: Trans
     );
     return true;
   } catch (error) {
-    if (error instanceof LeaseLostError) return false;
+    if (error instanceof LeaseLostError && !(error instanceof OwnershipLostError)) return false;
     throw error;
   }
 }
@@ -132,13 +140,13 @@ export type Settled = 'open' | 'applied' | 'lost' | 'unknown';
 
 /**
  * The same change inside a transaction the caller owns (ctx.transaction):
- * throws LeaseLostError when the CAS loses, so the caller's writes roll back
+ * throws LeaseLostError (OwnershipLostError when the epoch moved on) when the CAS loses, so the caller's writes roll back
  * with it. The item's row is locked first, then, when a head ended, its
  * lane's successor or lane row (docs/design.md §8, lock order).
  */
 export async function applyTransitionInTx(trx: Executor, t: LedgerTables, spec: TransitionSpec, historyId: string = newId()): Promise<LaneHandedOn> {
   const { lane, queue, laneSeq } = spec.place;
-  if ((await casUpdate(trx, t, spec)) !== 1) throw new LeaseLostError(spec.place.id);
+  if ((await casUpdate(trx, t, spec)) !== 1) throw await refusal(trx, t, spec.fence, spec.place.id);
   if (spec.members !== undefined && spec.members.ids.length > 0) {
     const m = spec.members;
     const r = await sql`UPDATE ${t.items} SET ${m.set}, updated_at = NOW(6) WHERE id IN (${list(m.ids)}) AND ${m.guard}`.execute(trx);
