@@ -58,7 +58,7 @@ describe('repair in place', () => {
     const repairRow = (await history(ledger, dead.id)).at(-1)!;
     expect(repairRow).toMatchObject({ outcome: 'repaired', attempt: 2, repairId: 'rep-1', error: 'upstream fixed', worker: 'ops:ana' });
     // The same idempotency key still finds it, not a new item.
-    expect(await ledger.enqueue({ queue, type: 'sync', payload: { v: 2 }, lane: 'L', idempotencyKey: 'k-1' })).toMatchObject({ id: dead.id, duplicate: true });
+    expect(await ledger.enqueue({ queue, type: 'sync', payload: { v: 1 }, lane: 'L', idempotencyKey: 'k-1' })).toMatchObject({ id: dead.id, duplicate: true });
 
     // A repeat of the same repair (its answer lost) does nothing more.
     expect(await ledger.repair(dead.id, { ...guardOf(dead), repairId: 'rep-1' })).toMatchObject({ duplicate: true });
