@@ -254,7 +254,7 @@ describe('fail, release, skip', () => {
     for (let k = 0; k < 3; k++) {
       const c = await claimOne(ledger, queue);
       expect(c.attempt).toBe(1);
-      expect(await ledger.release(c, { reason: 'draining' })).toEqual({ won: true, state: 'pending' });
+      expect(await ledger.release(c, { reason: 'draining' })).toEqual({ won: true, state: 'pending', delayMs: 0 });
       const item = await mustGet(ledger, c.id);
       expect(item).toMatchObject({ state: 'pending', attempt: 0, leaseUntil: null });
     }
