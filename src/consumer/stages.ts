@@ -4,11 +4,10 @@ import type { ClaimedItem } from '../ledger/types.js';
 import { tracing } from '../tracing/process.js';
 import { traceStage } from '../tracing/stage.js';
 
-/** One stage a run timed (ctx.stage): its name, how long it took and whether `fn` threw. */
+/** One stage a run timed (ctx.stage): its name and how long it took. */
 export interface StageTiming {
   name: string;
   ms: number;
-  failed: boolean;
 }
 
 /**
@@ -30,15 +29,12 @@ export class StageClock {
     validate(stageName, name, 'ctx.stage', 'name');
     if (typeof fn !== 'function') throw new ValidationError([{ field: 'fn', message: 'must be a function' }], 'ctx.stage');
     const startedMs = performance.now();
-    let failed = true;
     try {
       const run = async (): Promise<T> => fn();
-      const value = await (tracing() ? traceStage(name, this.item, run) : run());
-      failed = false;
-      return value;
+      return await (tracing() ? traceStage(name, this.item, run) : run());
     } finally {
       const ms = performance.now() - startedMs;
-      this.timings.push({ name, ms, failed });
+      this.timings.push({ name, ms });
       this.report?.(this.item, name, ms);
     }
   }
