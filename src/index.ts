@@ -66,13 +66,16 @@ export { Producer, type ProducerOptions, type ProducerTransaction, type AfterCom
 export { Consumer, type ConsumerOptions, type ConsumerCounters, type ConsumerEvents } from './consumer/consumer.js';
 export { consumerSettingsSchema, type ConsumerSettings, type ConsumerSettingsInput } from './consumer/options.js';
 export { poolConsumers, planPools, POOL_PROFILES, CLASS_PREFERENCES, type PoolsInput, type PoolSpec, type PoolPlan, type PoolProfile, type ClassPreference } from './consumer/pools.js';
-export { PermanentError, DeferError, RateLimitedError, BlockOnError, JobAbortedError, Defer, BlockOn, type AbortReason } from './consumer/errors.js';
+export { PermanentError, DeferError, RateLimitedError, BlockOnError, SkipError, JobAbortedError, Defer, BlockOn, type AbortReason } from './consumer/errors.js';
 export {
   defineHandler,
   type Handler,
   type HandlerDefinition,
+  type CoalescingHandlerDefinition,
   type HandlerEntry,
   type Job,
+  type CoalescedJob,
+  type CoalescedView,
   type JobContext,
   type RegisteredHandler,
   type BatchContext,

@@ -76,6 +76,18 @@ describe('lanewake CLI against a ledger', () => {
     }
   });
 
+  it('inspect shows why a skipped item was skipped, on the item and in its history', async () => {
+    const queue = freshQueue('cli-skip');
+    const { id } = await t.ledger.enqueue({ queue, type: 'sync', payload: {} });
+    const held = await claimOne(t.ledger, queue);
+    expect((await t.ledger.skip(held, 'source inactive')).won).toBe(true);
+    const shown = await cli('inspect', id);
+    expect(shown.code, shown.err).toBe(0);
+    expect(shown.out).toMatch(/^state: +skipped$/m);
+    expect(shown.out).toMatch(/^skipped because:\n {2}source inactive$/m);
+    expect(shown.out).toMatch(/^ *1 +skipped .*source inactive/m);
+  });
+
   it('inspect shows the progress and the steps done, step results only with --payload', async () => {
     const queue = freshQueue('cli-steps');
     const { id } = await t.ledger.enqueue({ queue, type: 'sync', payload: {} });

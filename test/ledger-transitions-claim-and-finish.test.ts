@@ -254,7 +254,7 @@ describe('fail, release, skip', () => {
     for (let k = 0; k < 3; k++) {
       const c = await claimOne(ledger, queue);
       expect(c.attempt).toBe(1);
-      expect(await ledger.release(c, { reason: 'draining' })).toEqual({ won: true, state: 'pending' });
+      expect(await ledger.release(c, { reason: 'draining' })).toEqual({ won: true, state: 'pending', delayMs: 0 });
       const item = await mustGet(ledger, c.id);
       expect(item).toMatchObject({ state: 'pending', attempt: 0, leaseUntil: null });
     }
@@ -282,8 +282,9 @@ describe('fail, release, skip', () => {
     const c = await claimOne(ledger, queue);
     expect(await ledger.skip(c, { why: 'stale' })).toEqual({ won: true, state: 'skipped' });
     const item = await mustGet(ledger, c.id);
-    expect(item).toMatchObject({ state: 'skipped', result: { why: 'stale' } });
+    // The reason is the result as given, and as text the item's last word and its history entry's.
+    expect(item).toMatchObject({ state: 'skipped', result: { why: 'stale' }, lastError: '{"why":"stale"}', failureClass: null });
     expect(item.terminalAt).toBeInstanceOf(Date);
-    expect(only(await history(ledger, c.id)).outcome).toBe('skipped');
+    expect(only(await history(ledger, c.id))).toMatchObject({ outcome: 'skipped', error: '{"why":"stale"}' });
   });
 });

@@ -228,6 +228,8 @@ describe('other inputs', () => {
     expect((await rejection(() => ledger.retry(c, { error: 'e', delayMs: -5 }))).fields).toEqual(['delayMs']);
     expect((await rejection(() => ledger.retry(c, { error: 'e', failureClass: 'Has Spaces' }))).fields).toEqual(['failureClass']);
     expect((await rejection(() => ledger.release(c, { delayMs: 0.5 }))).fields).toEqual(['delayMs']);
+    expect((await rejection(() => ledger.release(c, { delayMs: 5, backoff: {} }))).fields).toEqual(['backoff']);
+    expect((await rejection(() => ledger.release(c, { backoff: { factor: 0 } }))).fields).toEqual(['backoff.factor']);
     expect((await rejection(() => ledger.block(c, { dependencyKey: 'dep ', maxWaitMs: 10 }))).fields).toEqual(['dependencyKey']);
     expect((await rejection(() => ledger.block(c, { dependencyKey: 'dep', maxWaitMs: 0 }))).fields).toEqual(['maxWaitMs']);
     expect((await rejection(() => ledger.skip(c, () => 1))).fields).toEqual(['reason']);

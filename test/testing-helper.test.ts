@@ -3,7 +3,7 @@ import { createPool } from 'mysql2';
 import { afterEach, expect, test } from 'vitest';
 import { z } from 'zod';
 import { createTestRunner } from 'lanewake/testing';
-import { PermanentError, Producer, ValidationError, defineHandler, defineJobs, type JobContext, type StandardSchemaV1 } from '../src/index.js';
+import { Defer, PermanentError, Producer, ValidationError, defineHandler, defineJobs, type JobContext, type StandardSchemaV1 } from '../src/index.js';
 import { mysqlPoolOptions } from '../src/ledger/connection.js';
 import { freshQueue, itemCount } from './support/items.js';
 import type { TestLedger } from './support/ledger.js';
@@ -266,4 +266,23 @@ test('any Standard Schema validator, an async one too: checked at enqueue and ag
   expect(drained.find((d) => d.id === good.id)).toMatchObject({ state: 'completed', result: 'A1' });
   expect(drained.find((d) => d.id === forged.id)).toMatchObject({ state: 'dead', failureClass: 'invalid_payload' });
   expect(drained.find((d) => d.id === forged.id)?.error).toContain('orderId: must be a string');
+});
+
+test('run() answers a skip with its reason and a Defer() with no time; it times stages and gives a coalescing type a group of one', async () => {
+  const runner = createTestRunner();
+  const skip = await runner.run(async (_job: { payload: unknown }, ctx: JobContext) => ctx.skip('source inactive'), { payload: {} });
+  expect(skip).toMatchObject({ outcome: 'skipped', reason: 'source inactive' });
+  const deferred = await runner.run(async () => {
+    throw new Defer();
+  }, { payload: {} });
+  expect(deferred).toMatchObject({ outcome: 'released', runAt: undefined });
+  const staged = await runner.run(
+    defineHandler<{ n: number }>({
+      coalesce: 'all',
+      handle: async (job, ctx) => ctx.stage('sum', () => job.coalesced.payloads.reduce((a, p) => a + p.n, 0)),
+    }),
+    { id: 'one', payload: { n: 4 } },
+  );
+  expect(staged).toMatchObject({ outcome: 'completed', result: 4, job: { coalesced: { ids: ['one'], count: 1, payloads: [{ n: 4 }] } } });
+  expect(staged.stages.map((s) => s.name)).toEqual(['sum']);
 });

@@ -216,6 +216,35 @@ describe('process spans', () => {
     expect(await durationPoints(queue)).toEqual([{ count: 1, attributes: expect.objectContaining({ 'error.type': 'TypeError', 'lanewake.outcome': 'dead' }) as unknown }]);
   });
 
+  test("ctx.stage: an INTERNAL child span of the attempt's per stage, named by it; a stage that throws has status ERROR", async () => {
+    const queue = freshQueue('otel-stage');
+    const c = new Consumer({
+      ledger: tl.ledger,
+      queue,
+      concurrency: 2,
+      pollIntervalMs: 50,
+      handlers: {
+        t: async (_job, ctx) => {
+          await ctx.stage('fetch', async () => 1);
+          await ctx.stage('write', async () => {
+            throw new Error('refused');
+          });
+        },
+      },
+    });
+    await scope.start(c);
+    const { id } = await tl.ledger.enqueue({ queue, type: 't', payload: {}, maxAttempts: 1 });
+    const [processed] = await processSpan(queue);
+    const [fetch] = finished('stage fetch');
+    const [write] = finished('stage write');
+    expect(fetch?.kind).toBe(SpanKind.INTERNAL);
+    expect(fetch?.parentSpanContext?.spanId).toBe(processed?.spanContext().spanId);
+    expect(write?.parentSpanContext?.spanId).toBe(processed?.spanContext().spanId);
+    expect(fetch?.attributes).toMatchObject({ 'lanewake.stage': 'fetch', 'messaging.message.id': id, 'lanewake.item.type': 't' });
+    expect(fetch?.status.code).toBe(SpanStatusCode.UNSET);
+    expect(write?.status).toEqual({ code: SpanStatusCode.ERROR, message: 'refused' });
+  });
+
   test('an item without a traceparent starts a trace of its own, with no link: never a child of the context the consumer is in', async () => {
     const item = { id: 'no-trace', queue: freshQueue('otel-root'), type: 't', attempt: 1, traceparent: null };
     await inSpan('unrelated', () => traceAttempt({ item, thrown: undefined }, async () => 'completed'));

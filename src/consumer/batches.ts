@@ -2,7 +2,7 @@ import type { Transaction } from 'kysely';
 import { z } from 'zod';
 import { LeaseLostError, OwnershipLostError, ValidationError } from '../errors.js';
 import type { BatchLedger } from './ledger-port.js';
-import { DeferError, JobAbortedError, PermanentError } from './errors.js';
+import { DeferError, JobAbortedError, PermanentError, SkipError } from './errors.js';
 import type { BatchContext, BatchHandler, BatchItemOutcome, BatchOptions, BatchOutcomes, Job, JobContext, RegisteredHandler } from './types.js';
 import { heldItemOf, markCompletedElsewhere } from './job-run.js';
 
@@ -147,6 +147,7 @@ const outcomeSchema = z.union([
   z.object({ outcome: z.literal('retry'), error: z.unknown() }).strict(),
   z.object({ outcome: z.literal('dead'), error: z.unknown(), failureClass: z.string().optional() }).strict(),
   z.object({ outcome: z.literal('release'), delayMs: z.number().int().min(0).optional(), reason: z.string().optional() }).strict(),
+  z.object({ outcome: z.literal('skip'), reason: z.string().optional() }).strict(),
 ]);
 const outcomesSchema = z.record(z.string(), outcomeSchema);
 
@@ -169,5 +170,7 @@ function endAs(o: BatchItemOutcome | { thrown: unknown }): unknown {
       throw new PermanentError(o.error instanceof Error ? o.error.message : String(o.error), o.failureClass);
     case 'release':
       throw new DeferError(new Date(Date.now() + (o.delayMs ?? 0)), o.reason ?? 'released by its batch');
+    case 'skip':
+      throw new SkipError(o.reason);
   }
 }

@@ -2,7 +2,7 @@ import { z } from 'zod';
 import { ValidationError } from '../errors.js';
 import { COALESCE_MODES, MAX_COALESCE } from '../ledger/inputs.js';
 import type { ClaimedItem, CoalesceMode } from '../ledger/types.js';
-import type { RegisteredHandler } from './types.js';
+import type { CoalescedView, RegisteredHandler } from './types.js';
 
 /** Members one group takes at most besides its head, unless the handler says (`coalesceMax`). */
 export const DEFAULT_COALESCE_MAX = 1000;
@@ -34,23 +34,20 @@ export function coalesceClaimOf<DB>(handlers: ReadonlyMap<string, RegisteredHand
   return Object.keys(types).length === 0 ? undefined : { types, maxBytes: COALESCE_MAX_BYTES };
 }
 
-/** What a handler sees of a coalesced group: `job.coalesced`. */
-export interface CoalescedView<P = unknown> {
-  /** Every item of the group in lane order, the claimed head first. */
-  ids: string[];
-  count: number;
-  /** `all` and `settled`: the payloads the handler is given, in lane order (`settled` begins with the lane's unsettled ones). */
-  payloads?: P[];
-}
-
 /**
  * The payload a run of `item` hands its handler and the group view beside
- * it: `latest` and the others see the newest payload as `job.payload`.
- * Items that are not a group's head run as themselves.
+ * it (`job.coalesced`): every run of a coalescing type (`mode` set) gets one,
+ * a group of one included; `latest` and the others see the newest payload as
+ * `job.payload`. Items of other types run as themselves.
  */
-export function groupView(item: ClaimedItem): { payload: unknown; coalesced: CoalescedView | undefined } {
+export function groupView(item: ClaimedItem, mode: CoalesceMode | undefined): { payload: unknown; coalesced: CoalescedView | undefined } {
   const g = item.group;
-  if (g === undefined) return { payload: item.payload, coalesced: undefined };
+  if (g === undefined) {
+    if (mode === undefined) return { payload: item.payload, coalesced: undefined };
+    const ids = [item.id];
+    if (mode === 'latest') return { payload: item.payload, coalesced: { ids, count: 1 } };
+    return { payload: item.payload, coalesced: { ids, count: 1, payloads: [...(item.unsettled ?? []), item.payload] } };
+  }
   const ids = [item.id, ...g.ids];
   const payloads = g.payloads;
   const coalesced: CoalescedView = payloads === undefined ? { ids, count: ids.length } : { ids, count: ids.length, payloads };

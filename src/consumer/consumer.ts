@@ -348,6 +348,7 @@ export class Consumer<DB = Record<string, never>> extends EventEmitter<ConsumerE
         renewals: new RenewalBatch(this.ledger),
         progress: new ProgressBatch(this.ledger),
         counted: (counter) => this.counters[counter]++,
+        onStage: (item, stage, ms) => this.emit('stage', item, stage, ms),
         completer: new BatchCompleter(this.ledger, (wanted, keyed) => (this.flags.fair ? undefined : this.handovers.forSuccessors(wanted, keyed))),
         settings: this.settings,
         handlers: this.handlers,

@@ -48,6 +48,8 @@ export interface ConsumerEvents {
   /** An item's run ended and its outcome is written; `handlerMs`: how long its handler ran, undefined if it never ran. */
   outcome: [item: ClaimedItem, outcome: Outcome, handlerMs: number | undefined];
   started: [item: ClaimedItem];
+  /** A handler's ctx.stage ended (its fn returned or threw): the stage's name and how long it ran, in ms. */
+  stage: [item: ClaimedItem, stage: string, durationMs: number];
   control: [message: ControlMessage];
   /** Wake entries read from Redis, as they reach the claim side: the item ids they name (none for a "look" wake-up). */
   wakeRead: [read: { ids: readonly string[]; entries: number }];

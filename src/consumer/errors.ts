@@ -12,14 +12,31 @@ export class PermanentError extends Error {
   }
 }
 
-/** Thrown by a handler: not now — release the item until `runAt` without spending an attempt. */
+/**
+ * Thrown by a handler (or `ctx.skip(reason)`): nothing to do for this item — its filter does not
+ * match, its source is inactive. The item ends `skipped` with `reason` (its result, its last error
+ * and its history say it), no attempt is retried, and its lane passes on as after a completion.
+ */
+export class SkipError extends Error {
+  override readonly name: string = 'SkipError';
+  constructor(readonly reason: string = 'skipped') {
+    super(`skipped: ${reason}`);
+  }
+}
+
+/**
+ * Thrown by a handler: not now — release the item without spending an
+ * attempt, until `runAt`, or, without one, after the type's backoff (the
+ * consumer's `backoff` policy) for the n-th release since its last spent
+ * attempt (docs/design.md §4, Handler outcomes).
+ */
 export class DeferError extends Error {
   override readonly name: string = 'DeferError';
   constructor(
-    readonly runAt: Date,
+    readonly runAt?: Date,
     readonly reason = 'deferred',
   ) {
-    super(`${reason} until ${runAt.toISOString()}`);
+    super(runAt === undefined ? `${reason}: after the backoff` : `${reason} until ${runAt.toISOString()}`);
   }
 }
 
@@ -50,7 +67,10 @@ export class BlockOnError extends Error {
   }
 }
 
-export const Defer = (runAt: Date, reason?: string): DeferError => new DeferError(runAt, reason);
+/** `Defer(runAt?, reason?)` or `new Defer(runAt?, reason?)`: a DeferError; without `runAt`, the engine's backoff says when. */
+export const Defer = function Defer(runAt?: Date, reason?: string): DeferError {
+  return new DeferError(runAt, reason);
+} as unknown as { (runAt?: Date, reason?: string): DeferError; new (runAt?: Date, reason?: string): DeferError };
 export const BlockOn = (dependencyKey: string, opts: { maxWaitMs: number; probeAfterMs?: number }): BlockOnError =>
   new BlockOnError(dependencyKey, opts.maxWaitMs, opts.probeAfterMs);
 

@@ -4,6 +4,8 @@ import type { EnqueueInput } from '../ledger/inputs.js';
 import type { ClaimedItem, EnqueueResult } from '../ledger/types.js';
 import type { AfterCommit } from '../producer/producer.js';
 import type { ConsumerLedger } from './ledger-port.js';
+import { SkipError } from './errors.js';
+import type { StageClock } from './stages.js';
 import type { StepBook, StepOptions } from './steps.js';
 import type { JobContext } from './types.js';
 
@@ -27,6 +29,8 @@ export interface ContextRun<DB> {
   heartbeat(): Promise<boolean>;
   reportProgress(value: unknown): void;
   steps(): StepBook<DB>;
+  /** Made at the first ctx.stage: most handlers name no stages. */
+  stages(): StageClock;
 }
 
 /** A batch handler's context: its gatherer ends this run with others, and finds the run by its context. */
@@ -119,5 +123,13 @@ export class Context<DB> implements JobContext<DB> {
 
   step<T>(name: string, fn: ((trx: Transaction<DB>) => Promise<T>) | (() => Promise<T>), options?: StepOptions): Promise<T> {
     return this.run.steps().step(name, fn, options);
+  }
+
+  skip(reason?: string): never {
+    throw new SkipError(reason);
+  }
+
+  stage<T>(name: string, fn: () => Promise<T> | T): Promise<T> {
+    return this.run.stages().stage(name, fn);
   }
 }

@@ -4,7 +4,7 @@ import { sleep } from '../sleep.js';
 import type { FinalizeResult } from '../ledger/ledger.js';
 import { RATE_LIMITED_REASON, type ClaimedItem } from '../ledger/types.js';
 import type { BatchCompleter } from './completer.js';
-import { BlockOnError, DeferError, PermanentError, type AbortReason } from './errors.js';
+import { BlockOnError, DeferError, PermanentError, SkipError, type AbortReason } from './errors.js';
 import { leaseWriteRetryMs } from './lease-keeper.js';
 import type { ConsumerLedger } from './ledger-port.js';
 import type { ConsumerSettings } from './options.js';
@@ -113,6 +113,13 @@ async function writeThrown(deps: OutcomeDeps, item: ClaimedItem, error: unknown,
   if (abortReason === 'shutdown') {
     return outcomeOf(await finalizeSafely(deps, item, () => ledger.release(item, { reason: 'shutdown' })), 'released');
   }
+  if (error instanceof SkipError) {
+    let refused: ValidationError | undefined;
+    const r = await finalizeSafely(deps, item, () => ledger.skip(item, error.reason), (e) => (refused = e));
+    // A reason the ledger refuses (over the result cap) is the handler's mistake: the attempt fails with it.
+    if (refused) return writeThrown(deps, item, refused, undefined);
+    return outcomeOf(r, 'skipped');
+  }
   if (error instanceof PermanentError) {
     const failureClass = /^[a-z0-9_.:-]{1,64}$/.test(error.failureClass) ? error.failureClass : 'permanent';
     const r = await finalizeSafely(deps, item, () => ledger.fail(item, { error, failureClass }));
@@ -120,12 +127,13 @@ async function writeThrown(deps: OutcomeDeps, item: ClaimedItem, error: unknown,
     return outcomeOf(r, 'dead');
   }
   if (error instanceof DeferError) {
-    const delayMs = Math.max(0, error.runAt.getTime() - Date.now());
+    // Without a time, the ledger backs off by the item's releases since its last spent attempt.
+    const when = error.runAt === undefined ? { backoff: settings.backoff } : { delayMs: Math.max(0, error.runAt.getTime() - Date.now()) };
     let refused: ValidationError | undefined;
-    const r = await finalizeSafely(deps, item, () => ledger.release(item, { delayMs, reason: error.reason }), (e) => (refused = e));
+    const r = await finalizeSafely(deps, item, () => ledger.release(item, { ...when, reason: error.reason }), (e) => (refused = e));
     // A reason the ledger refuses (too long, not well-formed) is the handler's mistake: the attempt fails with it.
     if (refused) return writeThrown(deps, item, refused, undefined);
-    return delayed(deps, item, delayMs, outcomeOf(r, 'released'));
+    return delayed(deps, item, r?.delayMs ?? 0, outcomeOf(r, 'released'));
   }
   if (error instanceof BlockOnError) {
     let refused: ValidationError | undefined;

@@ -1,7 +1,7 @@
 import { Abandoned } from '../errors.js';
 import type { ClaimedItem } from '../ledger/types.js';
 import { checkSchema, dottedPath, type SchemaCheck } from '../jobs/standard-schema.js';
-import { groupView, type CoalescedView } from './coalescing.js';
+import { groupView } from './coalescing.js';
 import { JobAbortedError, type AbortReason } from './errors.js';
 import { writeInvalidPayload, writeOutcome, writeUnowned, type Outcome, type OutcomeDeps, type Settlement } from './job-outcome.js';
 import { LeaseKeeper, leaseTickMs, renewalPointMs, type LeaseEvent } from './lease-keeper.js';
@@ -9,8 +9,9 @@ import type { LeaseLedger } from './ledger-port.js';
 import { ProgressReporter } from './progress.js';
 import { afterRateLimited, rateGate } from './rate-gate.js';
 import type { ProgressWriter } from './renewals.js';
+import { StageClock } from './stages.js';
 import { StepBook } from './steps.js';
-import type { Job, RegisteredHandler } from './types.js';
+import type { CoalescedView, Job, RegisteredHandler } from './types.js';
 import { bindContext, Context, type ContextRun, type Outbox } from './job-context.js';
 import { traceAttempt, tracing } from '../tracing/process.js';
 
@@ -57,6 +58,8 @@ export interface JobRunDeps<DB> extends OutcomeDeps {
   progress?: ProgressWriter;
   /** Counts what a run's steps and progress did (consumer counters). */
   counted?: (counter: 'stepsRecorded' | 'stepsResumed' | 'progressWrites') => void;
+  /** A ctx.stage ended: its name and how long it ran (ms); the consumer's `stage` event. */
+  onStage?: (item: ClaimedItem, stage: string, ms: number) => void;
   /**
    * The handler has settled (or never ran): the item's executor slot is free,
    * its outcome may still be being written. Called once per run, synchronously.
@@ -129,6 +132,8 @@ class JobRun<DB> implements RunningJob, ContextRun<DB> {
   /** Made at the first ctx.progress / ctx.step: most handlers use neither. */
   private reporter: ProgressReporter | undefined;
   private stepBook: StepBook<DB> | undefined;
+  /** Made at the first ctx.stage: most handlers name no stages. */
+  private stageClock: StageClock | undefined;
 
   constructor(
     readonly deps: JobRunDeps<DB>,
@@ -215,6 +220,11 @@ class JobRun<DB> implements RunningJob, ContextRun<DB> {
     return this.stepBook;
   }
 
+  stages(): StageClock {
+    this.stageClock ??= new StageClock(this.item, this.deps.onStage);
+    return this.stageClock;
+  }
+
   checkLedger(): void {
     if (this.handlerRunning && this.abortReason === undefined) void this.heartbeat();
   }
@@ -256,6 +266,10 @@ class JobRun<DB> implements RunningJob, ContextRun<DB> {
     const outcome = await writeOutcome(this.deps, settlement);
     this.laneAdvanced = settlement.laneAdvanced;
     this.keyAdmitted = settlement.keyAdmitted;
+    if (this.stageClock !== undefined) {
+      const { item } = this;
+      this.deps.log.debug({ id: item.id, type: item.type, attempt: item.attempt, outcome, stages: this.stageClock.summary() }, 'stage timings');
+    }
     return outcome;
   }
 
@@ -267,7 +281,7 @@ class JobRun<DB> implements RunningJob, ContextRun<DB> {
     const { deps, item } = this;
     const def = deps.handlers.get(item.type);
     if (!def) return writeUnowned(deps, item);
-    const view = item.group === undefined ? { payload: item.payload, coalesced: undefined } : groupView(item);
+    const view = item.group === undefined && def.coalesce === undefined ? { payload: item.payload, coalesced: undefined } : groupView(item, def.coalesce);
     if (!def.schema) return { def, payload: view.payload, coalesced: view.coalesced };
     // A group's payloads are each checked too: one the schema refuses ends the group, as a lone item's would.
     const values = [view.payload, ...(view.coalesced?.payloads ?? [])];

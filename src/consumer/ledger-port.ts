@@ -17,6 +17,7 @@ export type ConsumerLedger = PickPresent<
   | 'setFairness'
   | 'pausedQueues'
   | 'release'
+  | 'skip'
   | 'renew'
   | 'renewMany'
   | 'checkpoint'

@@ -62,7 +62,7 @@ export const consumerSettingsSchema = z
       .default(1_000)
       .describe('Sweep interval (ms) while Redis is unreachable (or without a wake channel, when smaller than `pollIntervalMs`).'),
     readBlockMs: z.number().int().min(10).max(60_000).default(2_000).describe('XREADGROUP BLOCK time (ms).'),
-    backoff: backoffSchema.default(backoffSchema.parse({})).describe('Retry backoff after a failed attempt. Default: 1 s, ×2, at most 1 h, 20 % jitter.'),
+    backoff: backoffSchema.default(backoffSchema.parse({})).describe('Retry backoff after a failed attempt, and the delay of a Defer() given no time (by its releases since the last spent attempt). Default: 1 s, ×2, at most 1 h, 20 % jitter.'),
     deadlineBackoffMs: z
       .number()
       .int()

@@ -24,12 +24,28 @@ export interface Job<P = unknown> {
   fence: { token: string; epoch: number | null; attempt: number };
   enqueuedAt: Date;
   /**
-   * A coalescing type's run (`coalesce` in defineHandler): the group's items
-   * in lane order (this head first) and how many; with `all` or `settled`
-   * also their payloads. `payload` is then the newest. Undefined for a lone item.
+   * Every run of a coalescing type (`coalesce` in defineHandler), a group of
+   * one included: the group's items in lane order (this head first) and how
+   * many; with `all` or `settled` also their payloads (`settled`: the lane's
+   * unsettled ones first). `payload` is the newest. Undefined for a type that
+   * does not coalesce; a definition with `coalesce` types it as always there.
    */
-  coalesced?: { ids: string[]; count: number; payloads?: P[] };
+  coalesced?: CoalescedView<P>;
 }
+
+/** What a coalescing run sees of its group (`job.coalesced`). */
+export interface CoalescedView<P = unknown> {
+  /** Every item of the group in lane order, the claimed head first. */
+  ids: string[];
+  count: number;
+  /** `all` and `settled`: the payloads the handler is given, in lane order (`settled` begins with the lane's unsettled ones). */
+  payloads?: P[];
+}
+
+/** The job of a coalescing type's run: `coalesced` always there, with `payloads` for `all` and `settled`. */
+export type CoalescedJob<P, M extends CoalesceMode = CoalesceMode> = Job<P> & {
+  coalesced: [M] extends ['all' | 'settled'] ? CoalescedView<P> & { payloads: P[] } : CoalescedView<P>;
+};
 
 export interface JobContext<DB = Record<string, never>> {
   /**
@@ -88,6 +104,22 @@ export interface JobContext<DB = Record<string, never>> {
    * happen exactly once per item, or not at all.
    */
   step<T>(name: string, fn: (trx: Transaction<DB>) => Promise<T>, options: { transaction: true }): Promise<T>;
+  /**
+   * Ends the item `skipped` with `reason` (throws a SkipError; the same as
+   * `throw new SkipError(reason)`): nothing to do — a filter that does not
+   * match, an inactive source. Inside ctx.transaction, the transaction rolls
+   * back with it; after ctx.transaction committed, the item stays completed.
+   */
+  skip(reason?: string): never;
+  /**
+   * Runs `fn` as a named stage of this run (1–64 characters of
+   * [A-Za-z0-9_.:-]) and records how long it took: in the histogram
+   * `lanewake_stage_duration_seconds` per queue, type and stage, as a child
+   * span of the attempt's when tracing is on, and in the debug line the run
+   * logs when it ends. Returns what `fn` returns; throws what it throws (the
+   * stage is recorded either way).
+   */
+  stage<T>(name: string, fn: () => Promise<T> | T): Promise<T>;
 }
 
 export type Handler<P = unknown, DB = Record<string, never>> = (job: Job<P>, ctx: JobContext<DB>) => Promise<unknown>;
@@ -140,7 +172,9 @@ export type BatchItemOutcome =
   | { outcome: 'complete'; result?: unknown }
   | { outcome: 'retry'; error: unknown }
   | { outcome: 'dead'; error: unknown; failureClass?: string }
-  | { outcome: 'release'; delayMs?: number; reason?: string };
+  | { outcome: 'release'; delayMs?: number; reason?: string }
+  /** Ends the item `skipped` (as SkipError does); written after a batch's ctx.transaction, not within it. */
+  | { outcome: 'skip'; reason?: string };
 
 /** A batch handler's answer: an outcome per item id. An item left out is retried. */
 export type BatchOutcomes = Readonly<Record<string, BatchItemOutcome>>;
@@ -180,8 +214,20 @@ export interface RegisteredHandler<DB = Record<string, never>> {
   batch?: { options: BatchOptions; handle: BatchHandler<unknown, DB> };
 }
 
+/** A coalescing type's definition: its handler's job always has `coalesced` (with `payloads` for `all` and `settled`). */
+export type CoalescingHandlerDefinition<P, DB, M extends CoalesceMode> = Omit<HandlerDefinition<P, DB>, 'handle' | 'coalesce'> & {
+  coalesce: M;
+  handle: (job: CoalescedJob<P, M>, ctx: JobContext<DB>) => Promise<unknown>;
+};
+
 /** Declares a handler with a payload schema; the payload type flows from the schema to `job.payload`. */
-export function defineHandler<P, DB = Record<string, never>>(def: HandlerDefinition<P, DB>): RegisteredHandler<DB> {
+// One overload per mode, not a type parameter for it: a caller that names the payload type
+// (`defineHandler<P>`) leaves no type parameter to infer the mode into.
+export function defineHandler<P, DB = Record<string, never>>(def: CoalescingHandlerDefinition<P, DB, 'all'>): RegisteredHandler<DB>;
+export function defineHandler<P, DB = Record<string, never>>(def: CoalescingHandlerDefinition<P, DB, 'settled'>): RegisteredHandler<DB>;
+export function defineHandler<P, DB = Record<string, never>>(def: CoalescingHandlerDefinition<P, DB, 'latest'>): RegisteredHandler<DB>;
+export function defineHandler<P, DB = Record<string, never>>(def: HandlerDefinition<P, DB>): RegisteredHandler<DB>;
+export function defineHandler<DB>(def: object): RegisteredHandler<DB> {
   return def as unknown as RegisteredHandler<DB>;
 }
 

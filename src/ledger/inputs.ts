@@ -145,7 +145,18 @@ export const retrySchema = z.object({
 export type RetryInput = z.input<typeof retrySchema>;
 
 export const failSchema = z.object({ error: z.unknown(), failureClass: failureClassSchema.optional() });
-export const releaseSchema = z.object({ delayMs: durationMs.optional(), reason: reasonText.optional() }).strict();
+export const releaseSchema = z
+  .object({
+    delayMs: durationMs.optional(),
+    reason: reasonText.optional(),
+    /** No time given: back off by this policy, by the releases since the last spent attempt (sql/deferrals.ts). */
+    backoff: backoffSchema.optional(),
+  })
+  .strict()
+  .superRefine((v, ctx) => {
+    if (v.delayMs !== undefined && v.backoff !== undefined) ctx.addIssue({ code: 'custom', path: ['backoff'], message: 'give delayMs or backoff, not both' });
+  });
+export type ReleaseInput = z.input<typeof releaseSchema>;
 export const blockSchema = z
   .object({
     dependencyKey: keyString,

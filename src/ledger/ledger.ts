@@ -20,8 +20,11 @@ import {
   type ClaimInput,
   type EnqueueInput,
   type EnqueueOptions,
+  type ReleaseInput,
   type RetryInput,
 } from './inputs.js';
+import { backoffDelayMs } from './backoff.js';
+import { releasesSinceSpentAttempt } from './sql/deferrals.js';
 import { completeEntries, completeInTransaction, completeManyWithin, completeWithin, completion, encodeCapped, encodeProgress, errorText, finish, retryEnding, type FinishTarget } from './outcomes.js';
 import { LedgerOperator } from './operator.js';
 import { LedgerSchedules } from './schedules.js';
@@ -51,7 +54,7 @@ import { pausedQueues, staleOnlyQueues, writeQueueSetting } from './sql/queue-se
 import { KeyLines } from './key-lines.js';
 
 export { DEFAULT_MAX_ATTEMPTS, MAX_CLAIM_ITEMS } from './inputs.js';
-export type { ClaimCandidate, ClaimInput, EnqueueInput, EnqueueOptions, RetryInput } from './inputs.js';
+export type { ClaimCandidate, ClaimInput, EnqueueInput, EnqueueOptions, ReleaseInput, RetryInput } from './inputs.js';
 export type { FinalizeResult } from './types.js';
 
 /** The ledger: every read and write of a work item goes through here (docs/design.md §3, §8). */
@@ -277,15 +280,26 @@ export class Ledger extends LedgerUpkeep {
     return finish(this.finishTarget, handle, { f: { kind: 'dead', error, failureClass: v.failureClass ?? 'permanent' }, state: 'dead' });
   }
 
-  /** Gives the item back without burning budget (deadline, drain, defer, rate limit). */
-  release(handle: LeaseHandle, input: { delayMs?: number; reason?: string } = {}): Promise<FinalizeResult> {
+  /**
+   * Gives the item back without burning budget (deadline, drain, defer, rate limit): due again after
+   * `delayMs`, or, with `backoff`, after that policy's delay for the n-th release since the item's last
+   * spent attempt (n counted from its history, sql/deferrals.ts). Answers the delay it wrote.
+   */
+  async release(handle: LeaseHandle, input: ReleaseInput = {}): Promise<FinalizeResult & { delayMs: number }> {
     const v = validate(releaseSchema, input, 'release');
-    return finish(this.finishTarget, handle, { f: { kind: 'release', delayMs: v.delayMs ?? 0, reason: v.reason ?? null }, state: 'pending' });
+    const delayMs = v.backoff === undefined ? (v.delayMs ?? 0) : backoffDelayMs(v.backoff, (await releasesSinceSpentAttempt(this.db, this.tables, handle)) + 1);
+    const r = await finish(this.finishTarget, handle, { f: { kind: 'release', delayMs, reason: v.reason ?? null }, state: 'pending' });
+    return { ...r, delayMs };
   }
 
+  /**
+   * Ends a claimed item `skipped` (nothing to do: a filter that does not match, an inactive source). Its lane
+   * passes on as after a completion. `reason` is stored as its result (JSON) and, as text, as its last error and in its history.
+   */
   skip(handle: LeaseHandle, reason?: unknown): Promise<FinalizeResult> {
     const reasonJson = reason === undefined ? null : encodeCapped(reason, this.config.resultMaxBytes, 'reason');
-    return finish(this.finishTarget, handle, { f: { kind: 'skip', reasonJson }, state: 'skipped' });
+    const reasonText = reason === undefined ? null : errorText(reason, this.config.errorMaxChars);
+    return finish(this.finishTarget, handle, { f: { kind: 'skip', reasonJson, reasonText }, state: 'skipped' });
   }
 
   /**

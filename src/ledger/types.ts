@@ -76,6 +76,11 @@ export interface ClaimedItem extends WorkItem {
   leaseUntil: Date;
   /** The later items of its lane claimed with it under the same lease (coalescing): every finalize ends them with it. */
   group?: CoalescedGroup;
+  /**
+   * A `settled` head that took no members: the payloads of its lane's items of its type that ended
+   * unsettled since its last completed one, in lane order (a group's are in `group.payloads`).
+   */
+  unsettled?: unknown[];
 }
 
 /** How a coalescing type's pending items are handed to its handler (docs/design.md §4, Coalescing). */

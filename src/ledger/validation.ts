@@ -29,6 +29,8 @@ export const fairnessSchema = z.enum(['key']).nullable();
 export const concurrencyLimitSchema = z.number().int('must be a whole number').min(1).max(100_000).nullable();
 /** A durable step's name (ctx.step): unique per item. */
 export const stepName = keyString;
+/** A handler's stage (ctx.stage): a metric label, so a short name from a fixed set, never data. */
+export const stageName = z.string().regex(/^[A-Za-z0-9_.:-]{1,64}$/, 'must be 1-64 chars of [A-Za-z0-9_.:-]');
 export const itemId = z.string().regex(/^[A-Za-z0-9_-]{1,32}$/, 'must be an item id');
 export const validDate = z.date().refine((d) => !Number.isNaN(d.getTime()), 'must be a valid date');
 export const durationMs = z.number().int('must be whole milliseconds').min(0).max(365 * 86_400_000);

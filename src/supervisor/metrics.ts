@@ -71,6 +71,7 @@ export class LanewakeMetrics {
   private readonly retried: Counter<ItemLabels>;
   private readonly dead: Counter<ItemLabels>;
   private readonly released: Counter<ItemLabels>;
+  private readonly skipped: Counter<ItemLabels>;
   private readonly leaseLost: Counter<ItemLabels>;
   private readonly coalesced: Counter<ItemLabels>;
   private readonly folded: Record<FoldedCounter, Counter<'queue'>>;
@@ -78,6 +79,7 @@ export class LanewakeMetrics {
   private readonly enqueueToStart: Histogram<ItemLabels>;
   private readonly queueLag: Histogram<ItemLabels>;
   private readonly handlerDuration: Histogram<ItemLabels>;
+  private readonly stageDuration: Histogram<ItemLabels | 'stage'>;
   private readonly claimDuration: Histogram<'queue'>;
   private readonly fleet: FleetGauges;
   private readonly inFlight: Gauge<'queue'>;
@@ -99,6 +101,7 @@ export class LanewakeMetrics {
     this.retried = itemCounter('lanewake_items_retried_total', 'Failed attempts this process scheduled for a retry.');
     this.dead = itemCounter('lanewake_items_dead_total', 'Items this process finalized as dead (permanent error, budget spent, invalid payload, unowned type).');
     this.released = itemCounter('lanewake_items_released_total', 'Items this process released without spending an attempt (defer, deadline, shutdown).');
+    this.skipped = itemCounter('lanewake_items_skipped_total', 'Items this process finalized as skipped (the handler threw SkipError or called ctx.skip: nothing to do).');
     this.leaseLost = itemCounter('lanewake_lease_lost_total', 'Attempts whose lease was lost before their outcome could be written.');
     this.coalesced = itemCounter('lanewake_items_coalesced_total', "Items that ran in a coalesced group behind its head, in one handler call with it (the heads are counted as claimed).");
 
@@ -154,6 +157,13 @@ export class LanewakeMetrics {
       name: 'lanewake_handler_duration_seconds',
       help: "How long a handler ran, from its call to its settling, in seconds (one observation per handler call: a coalesced group's head, not its members).",
       labelNames: ['queue', 'type'] as const,
+      buckets: [...HANDLER_BUCKETS_SECONDS],
+      registers,
+    });
+    this.stageDuration = new Histogram({
+      name: 'lanewake_stage_duration_seconds',
+      help: 'How long each named stage of a handler (ctx.stage) ran, in seconds, by queue, type and stage; a stage that threw is observed too.',
+      labelNames: ['queue', 'type', 'stage'] as const,
       buckets: [...HANDLER_BUCKETS_SECONDS],
       registers,
     });
@@ -254,12 +264,16 @@ export class LanewakeMetrics {
       this.outcomeCounter(outcome)?.inc(labels);
       if (handlerMs !== undefined) this.handlerDuration.observe(labels, handlerMs / 1000);
     };
+    const onStage = (item: ClaimedItem, stage: string, ms: number): void => {
+      this.stageDuration.observe({ queue: item.queue, type: item.type, stage }, Math.max(0, ms) / 1000);
+    };
     const onClaimRound = (round: { claimed: number; durationMs: number }): void => {
       this.claimDuration.observe({ queue }, Math.max(0, round.durationMs) / 1000);
     };
 
     consumer.on('started', onStarted);
     consumer.on('outcome', onOutcome);
+    consumer.on('stage', onStage);
     consumer.on('claimRound', onClaimRound);
     this.observed.add(entry);
 
@@ -269,6 +283,7 @@ export class LanewakeMetrics {
       subscribed = false;
       consumer.off('started', onStarted);
       consumer.off('outcome', onOutcome);
+      consumer.off('stage', onStage);
       consumer.off('claimRound', onClaimRound);
       this.foldConsumerCounters();
       this.observed.delete(entry);
@@ -322,6 +337,8 @@ export class LanewakeMetrics {
         return this.dead;
       case 'released':
         return this.released;
+      case 'skipped':
+        return this.skipped;
       case 'leaseLost':
         return this.leaseLost;
       default:

@@ -2,9 +2,10 @@ import { randomUUID } from 'node:crypto';
 import type { Kysely, Transaction } from 'kysely';
 import { ValidationError, fieldPath } from '../errors.js';
 import { encodeProgress } from '../ledger/outcomes.js';
-import { BlockOnError, DeferError, JobAbortedError, PermanentError, type AbortReason } from '../consumer/errors.js';
+import { BlockOnError, DeferError, JobAbortedError, PermanentError, SkipError, type AbortReason } from '../consumer/errors.js';
 import { normalizeHandler, type HandlerEntry, type Job, type JobContext, type RegisteredHandler } from '../consumer/types.js';
 import { DEFAULT_MAX_ATTEMPTS, type EnqueueInput } from '../ledger/inputs.js';
+import { stageName, validate } from '../ledger/validation.js';
 import { checkSchema } from '../jobs/standard-schema.js';
 
 /** The job a test hands `run()`: a payload, and whatever else the handler looks at (defaults: a fresh id, attempt 1 of 25). */
@@ -45,8 +46,10 @@ export type RunOutcome =
   | { outcome: 'retry'; error: unknown }
   /** The item would end dead: a PermanentError (its class), the attempt budget spent (`error`), a payload the schema refuses (`invalid_payload`). */
   | { outcome: 'failed'; error: unknown; failureClass: string }
-  /** Threw Defer / RateLimitedError: released until `runAt`, no attempt spent. */
-  | { outcome: 'released'; error: DeferError; runAt: Date }
+  /** Threw Defer / RateLimitedError: released until `runAt` (undefined: after the type's backoff), no attempt spent. */
+  | { outcome: 'released'; error: DeferError; runAt: Date | undefined }
+  /** Threw SkipError (or called ctx.skip): the item would end skipped with `reason`. */
+  | { outcome: 'skipped'; error: SkipError; reason: string }
   /** Threw BlockOn: blocked until `dependencyKey` is woken. */
   | { outcome: 'blocked'; error: BlockOnError; dependencyKey: string }
   /** Settled after its signal aborted: the item ends by `reason` (cancelled; released at a deadline or shutdown). */
@@ -64,6 +67,8 @@ export type RunResult = RunOutcome & {
   steps: Record<string, unknown>;
   /** What ctx.enqueue put in the run's committed ctx.transaction, in order (nothing is enqueued anywhere). */
   enqueued: EnqueueInput[];
+  /** Every ctx.stage this run timed, in the order they ended. */
+  stages: { name: string; ms: number }[];
 };
 
 /** A handler that says its payload types (jobs.handlers' results do): run() then takes the schema's input as the test's payload. */
@@ -91,7 +96,7 @@ export async function runInline<DB>(entry: HandlerEntry<DB>, input: TestJob, opt
     fence: { token: randomUUID(), epoch: null, attempt },
     enqueuedAt: input.enqueuedAt ?? new Date(),
   };
-  const state = { progress: [] as unknown[], checkpoint: job.checkpoint, steps: { ...options.steps } as Record<string, unknown>, enqueued: [] as EnqueueInput[] };
+  const state = { progress: [] as unknown[], checkpoint: job.checkpoint, steps: { ...options.steps } as Record<string, unknown>, enqueued: [] as EnqueueInput[], stages: [] as { name: string; ms: number }[] };
   const answer = (outcome: RunOutcome): RunResult => ({ ...outcome, job, ...state });
 
   if (def.schema !== undefined) {
@@ -102,6 +107,8 @@ export async function runInline<DB>(entry: HandlerEntry<DB>, input: TestJob, opt
     }
     job.payload = check.value;
   }
+  // A coalescing type's run always sees its group; run() runs one item, a group of one.
+  if (def.coalesce !== undefined) job.coalesced = def.coalesce === 'latest' ? { ids: [job.id], count: 1 } : { ids: [job.id], count: 1, payloads: [job.payload] };
 
   const controller = new AbortController();
   const abortReason = options.abortReason ?? 'cancelled';
@@ -164,6 +171,18 @@ export async function runInline<DB>(entry: HandlerEntry<DB>, input: TestJob, opt
       state.steps[name] = value === undefined ? null : JSON.parse(JSON.stringify(value));
       return value;
     }) as JobContext<DB>['step'],
+    skip: (reason) => {
+      throw new SkipError(reason);
+    },
+    stage: async (name, fn) => {
+      validate(stageName, name, 'ctx.stage', 'name');
+      const startedMs = performance.now();
+      try {
+        return await fn();
+      } finally {
+        state.stages.push({ name, ms: performance.now() - startedMs });
+      }
+    },
   };
 
   try {
@@ -181,6 +200,7 @@ export async function runInline<DB>(entry: HandlerEntry<DB>, input: TestJob, opt
 /** How the engine ends an item whose handler threw `error` (src/consumer/job-outcome.ts). */
 function outcomeOfThrown(error: unknown, job: Job, aborted: AbortReason | undefined): RunOutcome {
   if (aborted !== undefined) return { outcome: 'aborted', reason: aborted, error };
+  if (error instanceof SkipError) return { outcome: 'skipped', error, reason: error.reason };
   if (error instanceof PermanentError) return { outcome: 'failed', error, failureClass: /^[a-z0-9_.:-]{1,64}$/.test(error.failureClass) ? error.failureClass : 'permanent' };
   if (error instanceof DeferError) return { outcome: 'released', error, runAt: error.runAt };
   if (error instanceof BlockOnError) return { outcome: 'blocked', error, dependencyKey: error.dependencyKey };

@@ -18,6 +18,8 @@ export const ATTR = {
   attempt: 'lanewake.attempt',
   outcome: 'lanewake.outcome',
   duplicate: 'lanewake.duplicate',
+  /** A handler's named stage (ctx.stage). */
+  stage: 'lanewake.stage',
 } as const;
 
 /** The histogram of process durations (seconds), as the conventions name it. */

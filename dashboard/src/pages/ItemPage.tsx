@@ -200,7 +200,7 @@ export function ItemPage({ id }: { id: string }) {
         </Block>
         <div>
           {item.lastError !== null && (
-            <Block title="Last error">
+            <Block title={item.state === 'skipped' ? 'Skipped because' : 'Last error'}>
               <pre class="error-text">{item.lastError}</pre>
             </Block>
           )}

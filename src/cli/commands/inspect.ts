@@ -77,7 +77,8 @@ function printItem(io: CliIo, item: WorkItem, digest: string | null, withData: b
   const width = Math.max(...rows.map(([k]) => k.length));
   for (const [k, v] of rows) println(io, `${`${k}:`.padEnd(width + 1)} ${v}`);
   if (item.lastError !== null) {
-    println(io, 'last error:');
+    // A skipped item's last word is why it was skipped (SkipError's reason), not an error.
+    println(io, item.state === 'skipped' ? 'skipped because:' : 'last error:');
     for (const line of item.lastError.split(/\r?\n/)) println(io, `  ${line}`);
   } else {
     println(io, `${'last error:'.padEnd(width + 1)} -`);

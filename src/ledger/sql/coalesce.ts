@@ -51,8 +51,12 @@ export async function joinGroups(
   let budget = opts.budget ?? Number.POSITIVE_INFINITY;
   for (const head of heads) {
     const coalesce = spec.types[head.type];
-    if (coalesce === undefined || head.lane === null || head.laneSeq === null || budget <= 0) {
+    if (coalesce === undefined || head.lane === null || head.laneSeq === null) {
       out.push(head);
+      continue;
+    }
+    if (budget <= 0) {
+      out.push(await loneHead(exec, t, head, coalesce.mode));
       continue;
     }
     const joined = await joinGroup(exec, t, head, { mode: coalesce.mode, max: Math.min(coalesce.max, budget) }, spec.maxBytes, opts.inTransaction === true);
@@ -85,7 +89,7 @@ async function joinGroup(
     if (chosen.length >= max || bytes > maxBytes) break;
     chosen.push(row.id);
   }
-  if (chosen.length === 0) return head;
+  if (chosen.length === 0) return loneHead(exec, t, head, mode);
   // The members' lease is the head's own expiry, copied from its row: a group expires whole, so a
   // reclaim never takes the head back while its members stay held (or the other way round).
   const claimMembers = sql`UPDATE ${t.items} m JOIN ${t.items} h ON h.id = ${head.id} AND h.lease_token = ${head.leaseToken}
@@ -99,7 +103,7 @@ async function joinGroup(
     // A victim of a deadlock or write conflict wrote nothing: run it again (in a transaction, its
     // owner runs the whole transaction again: the server rolled it all back).
     const claimedMembers = inTransaction ? await claimMembers.execute(exec) : await retryOnConflict(() => claimMembers.execute(exec));
-    if (affected(claimedMembers) === 0) return head;
+    if (affected(claimedMembers) === 0) return loneHead(exec, t, head, mode);
     rows = (await readMembers.execute(exec)).rows;
   } catch (error) {
     if (inTransaction || !isConnectionError(error)) throw error;
@@ -108,7 +112,7 @@ async function joinGroup(
     rows = await readAfterLostConnection(async () => (await sql<MemberRow>`${readMembers} FOR UPDATE`.execute(exec)).rows, error);
   }
   const last = rows[rows.length - 1];
-  if (last === undefined) return head;
+  if (last === undefined) return loneHead(exec, t, head, mode);
   const payloads = rows.map((r) => parseJson(r.payload));
   const group = {
     ids: rows.map((r) => r.id),
@@ -117,6 +121,15 @@ async function joinGroup(
     ...(mode === 'latest' ? {} : { payloads: [...(mode === 'settled' ? await unsettled(exec, t, head) : []), head.payload, ...payloads] }),
   };
   return { ...head, group };
+}
+
+/**
+ * A head that runs as a group of one: a `settled` one still gets its lane's
+ * unsettled payloads (its handler rebuilds from the last settled state too).
+ */
+async function loneHead(exec: Executor, t: LedgerTables, head: ClaimedItem, mode: CoalesceMode): Promise<ClaimedItem> {
+  if (mode !== 'settled') return head;
+  return { ...head, unsettled: await unsettled(exec, t, head) };
 }
 
 /**

@@ -12,7 +12,7 @@ import { epochIsCurrent, fenceOf } from './ownership.js';
 export type Finalization =
   | { kind: 'complete'; resultJson: string | null }
   | { kind: 'dead'; error: string | null; failureClass: string }
-  | { kind: 'skip'; reasonJson: string | null }
+  | { kind: 'skip'; reasonJson: string | null; reasonText: string | null }
   | { kind: 'retry'; error: string | null; failureClass: string; delayMs: number }
   | { kind: 'release'; delayMs: number; reason: string | null }
   | { kind: 'block'; dependencyKey: string; probeAfterMs: number; maxWaitMs: number; reason: string | null }
@@ -54,9 +54,11 @@ function plan(h: LeaseHandle, f: Finalization): Plan {
       };
     case 'skip':
       return {
-        set: sql`state = 'skipped', result = ${f.reasonJson}, lease_until = ${NO_TIME}, terminal_at = NOW(6)`,
+        // The reason is the item's result (as given) and its last word (as text, where a cancel's reason lives too).
+        set: sql`state = 'skipped', result = ${f.reasonJson}, last_error = ${f.reasonText}, failure_class = NULL, lease_until = ${NO_TIME},
+          terminal_at = NOW(6)`,
         terminal: true,
-        history: hist('skipped', null, null),
+        history: hist('skipped', null, f.reasonText),
       };
     case 'cancelled':
       return {
