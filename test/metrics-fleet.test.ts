@@ -82,7 +82,7 @@ async function feed(tl: TestLedger, tw: TestWake, queue: string): Promise<void> 
   ]);
   await waitFor(async () => {
     const counts = (await tl.ledger.stats(queue))[0]?.counts;
-    return counts?.completed === 4 && counts.dead === 2 ? true : undefined;
+    return counts?.completed.count === 4 && counts.dead.count === 2 ? true : undefined;
   }, 15_000, '4 completed and 2 dead');
 }
 

@@ -48,6 +48,7 @@ Exit codes:
   1  runtime failure: ledger unreachable, item not found, replay refused
   2  bad usage or bad input (the message names the option or field)
   3  ownership lost: the queue's epoch is not the one expected (activate --expect-epoch)
+  130  interrupted: the demo stopped by SIGINT or SIGTERM
 
 Global options may come before or after the command; each has an environment
 variable (LANEWAKE_DATABASE_URL, LANEWAKE_TABLE_PREFIX, LANEWAKE_REDIS_URL,

@@ -1,7 +1,7 @@
 import type { Command } from 'commander';
 import type { CliContext } from '../context.js';
-import { runDemo } from '../../demo/run-demo.js';
-import { CliError } from '../errors.js';
+import { DemoInterrupted, runDemo } from '../../demo/run-demo.js';
+import { CliError, EXIT } from '../errors.js';
 import { println, printJson } from '../io.js';
 import { parseInteger } from '../parse.js';
 import { renderTable } from '../format.js';
@@ -31,12 +31,23 @@ worker replicas, enqueues a mixed workload (ordinary, flaky, permanently failing
 slower-than-deadline items; effects written through ctx.transaction), SIGKILLs one
 replica midway and starts a new one, then prints a summary. Exits 1 if any lane
 ran out of order, any effect happened twice, or a completed item has no effect.
-Needs --redis-url (default redis://127.0.0.1:6379).`,
+Needs --redis-url (default redis://127.0.0.1:6379). SIGINT (Ctrl-C) or SIGTERM
+stops the replicas, drops the database and the demo's Redis keys (unless --keep)
+and exits 130; a second signal exits at once, killing the replicas.`,
     )
     .action(async (flags: DemoFlags, cmd: Command) => {
       const g = cmd.optsWithGlobals<{ databaseUrl: string; redisUrl?: string; json?: boolean }>();
       const server = new URL(g.databaseUrl);
       server.pathname = '';
+      // The first SIGINT or SIGTERM ends the run cleanly (the replicas stopped, the database and keys dropped);
+      // a second exits now: the demo's exit hook kills the replicas, the database stays.
+      const interrupt = new AbortController();
+      const onSignal = (signal: NodeJS.Signals): void => {
+        if (interrupt.signal.aborted) process.exit(EXIT.interrupted);
+        interrupt.abort(signal);
+      };
+      process.on('SIGINT', onSignal);
+      process.on('SIGTERM', onSignal);
       const summary = await runDemo({
         serverUrl: server.toString().replace(/\/+$/, ''),
         redisUrl: g.redisUrl ?? 'redis://127.0.0.1:6379',
@@ -46,7 +57,15 @@ Needs --redis-url (default redis://127.0.0.1:6379).`,
         keep: flags.keep,
         progress: flags.progress && !g.json,
         out: (line) => (g.json ? undefined : println(io, line)),
-      });
+        signal: interrupt.signal,
+      })
+        .catch((error: unknown) => {
+          throw error instanceof DemoInterrupted ? new CliError(error.message, EXIT.interrupted) : error;
+        })
+        .finally(() => {
+          process.off('SIGINT', onSignal);
+          process.off('SIGTERM', onSignal);
+        });
       if (g.json) printJson(io, summary);
       else {
         const rows: [string, string][] = [
