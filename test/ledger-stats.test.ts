@@ -40,6 +40,12 @@ test('stats counts each queue from bounded index ranges: exact below the cap; at
   expect(byQueue.get(small)?.oldestDueAgeMs).toBeGreaterThanOrEqual(0);
   // Never a GROUP BY over the table.
   expect(statements.filter((s) => /GROUP BY/i.test(s))).toEqual([]);
+  // The fleet's recorded count, read back by a replica that did not count, still knows the floor from the exact.
+  expect((await tl.ledger.fleetStats({ everyMs: 0 })).countedHere).toBe(true);
+  const read = await tl.ledger.fleetStats({ everyMs: 3_600_000 });
+  expect(read.countedHere).toBe(false);
+  expect(read.stats.find((s) => s.queue === big)?.counts).toMatchObject({ completed: { count: cap, atLeast: true }, pending: { count: 1, atLeast: false } });
+  expect(read.stats.find((s) => s.queue === small)?.scheduled).toEqual({ count: 0, atLeast: false });
 }, 120_000);
 
 test('the fleet counts once: of replicas asking together exactly one counts, the others read its count, and no one counts again before everyMs', async () => {
