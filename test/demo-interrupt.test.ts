@@ -77,20 +77,20 @@ async function interruptDemo(signal: NodeJS.Signals, keep: boolean): Promise<{ c
     await exit;
   });
 
-  const [, database = '', keyPrefix = ''] = await waitFor(() => /database (\S+): schema v\d+; redis key prefix (\S+)/.exec(out) ?? undefined, 60_000, `the demo's database (${out})`);
+  const [, database = '', keyPrefix = ''] = await waitFor(() => /database (\S+): schema v\d+; redis key prefix (\S+)/.exec(out) ?? undefined, 300_000, "the demo's database");
   if (keep) cleanups.push(() => dropDatabase(database), () => dropKeys(keyPrefix));
   const ledger = new Ledger({ url: `${mysqlServerUrl().replace(/\/+$/, '')}/${database}`, poolSize: 2 });
   try {
     await ledger.pause(DEMO_QUEUE);
-    const pids = await waitFor(() => /pids ([\d, ]+)\)/.exec(out)?.[1]?.split(', ').map(Number), 60_000, `the replicas' pids (${out})`);
-    await waitFor(() => (/enqueued 400 items/.test(out) ? true : undefined), 60_000, `the items enqueued (${out})`);
-    await waitFor(async () => ((await ledger.liveConsumers(DEMO_QUEUE)).length >= 2 ? true : undefined), 60_000, 'both replicas consuming');
+    const pids = await waitFor(() => /pids ([\d, ]+)\)/.exec(out)?.[1]?.split(', ').map(Number), 120_000, "the replicas' pids");
+    await waitFor(() => (/enqueued 400 items/.test(out) ? true : undefined), 300_000, 'the items enqueued');
+    await waitFor(async () => ((await ledger.liveConsumers(DEMO_QUEUE)).length >= 2 ? true : undefined), 120_000, 'both replicas consuming');
     expect(pids.every(alive)).toBe(true);
     await ledger.close();
     proc.kill(signal);
     let exited: { code: number | null } | undefined;
     void exit.then((code) => (exited = { code }));
-    const { code } = await waitFor(() => exited, 60_000, `the demo to exit after ${signal} (${out})`);
+    const { code } = await waitFor(() => exited, 180_000, `the demo to exit after ${signal}`);
     return { code, out, database, keyPrefix, pids };
   } finally {
     await ledger.close().catch(() => undefined);
@@ -103,7 +103,7 @@ test.each(['SIGINT', 'SIGTERM'] as const)('%s stops the demo: its replicas exit,
   expect(r.pids.filter(alive), r.out).toEqual([]);
   expect(await databaseExists(r.database)).toBe(false);
   expect(await redisKeys(r.keyPrefix)).toEqual([]);
-}, 180_000);
+}, 900_000);
 
 test('with --keep an interrupted demo still stops its replicas and exits 130, and leaves its database and Redis keys', async () => {
   const r = await interruptDemo('SIGINT', true);
@@ -111,4 +111,4 @@ test('with --keep an interrupted demo still stops its replicas and exits 130, an
   expect(r.pids.filter(alive), r.out).toEqual([]);
   expect(await databaseExists(r.database)).toBe(true);
   expect((await redisKeys(r.keyPrefix)).length).toBeGreaterThan(0);
-}, 180_000);
+}, 900_000);
