@@ -89,7 +89,7 @@ export async function runDemo(o: DemoOptions): Promise<DemoSummary> {
     if (o.signal?.aborted) throw new DemoInterrupted(`interrupted (${String(o.signal.reason ?? 'aborted')})`);
   };
   /** A sleep that an interruption ends at once. */
-  const pause = (ms: number): Promise<void> =>
+  const sleepUnlessInterrupted = (ms: number): Promise<void> =>
     new Promise((resolve) => {
       const done = (): void => {
         clearTimeout(timer);
@@ -106,6 +106,7 @@ export async function runDemo(o: DemoOptions): Promise<DemoSummary> {
   try {
     const m = await ledger.migrate();
     o.out(`database ${database}: schema v${m.to}; redis key prefix ${keyPrefix}`);
+    checkSignal();
     await sql`CREATE TABLE demo_effects (
       row_id BIGINT AUTO_INCREMENT PRIMARY KEY, item_id VARCHAR(32) NOT NULL, lane VARCHAR(255) NULL, lane_seq BIGINT NULL,
       replica VARCHAR(32) NOT NULL, started_us BIGINT NOT NULL, ended_us BIGINT NOT NULL, KEY ix_item (item_id), KEY ix_lane (lane, lane_seq)
@@ -158,7 +159,7 @@ export async function runDemo(o: DemoOptions): Promise<DemoSummary> {
         }
         bar?.update(progress.exact ? progress.finished : 0, { note });
         if (progress.done) break;
-        await pause(200);
+        await sleepUnlessInterrupted(200);
       }
     } finally {
       bar?.stop();
