@@ -72,9 +72,12 @@ async function interruptDemo(signal: NodeJS.Signals, keep: boolean): Promise<{ c
   proc.stdout.on('data', (d: Buffer) => (out += d.toString()));
   proc.stderr.on('data', (d: Buffer) => (out += d.toString()));
   const exit = new Promise<number | null>((resolve) => proc.on('exit', (code) => resolve(code)));
+  // A demo still running when the test ends (it failed) is interrupted, so that it cleans up after itself; killed if it does not exit.
   cleanups.push(async () => {
-    if (proc.exitCode === null && proc.signalCode === null) proc.kill('SIGKILL');
-    await exit;
+    if (proc.exitCode !== null || proc.signalCode !== null) return;
+    proc.kill('SIGTERM');
+    const timer = setTimeout(() => proc.kill('SIGKILL'), 120_000);
+    await exit.finally(() => clearTimeout(timer));
   });
 
   const [, database = '', keyPrefix = ''] = await waitFor(() => /database (\S+): schema v\d+; redis key prefix (\S+)/.exec(out) ?? undefined, 300_000, "the demo's database");

@@ -81,8 +81,6 @@ export async function runDemo(o: DemoOptions): Promise<DemoSummary> {
   const database = `lanewake_demo_${randomBytes(3).toString('hex')}`;
   const url = `${o.serverUrl.replace(/\/+$/, '')}/${database}`;
   const keyPrefix = `lwdemo:${randomBytes(3).toString('hex')}:`;
-  const configDir = mkdtempSync(join(tmpdir(), 'lanewake-demo-'));
-  const configPath = join(configDir, 'worker.json');
   const log = createLogger('lanewake.demo', 'warn');
   /** Throws DemoInterrupted once the demo's signal is aborted: checked between its steps. */
   const checkSignal = (): void => {
@@ -100,6 +98,8 @@ export async function runDemo(o: DemoOptions): Promise<DemoSummary> {
       o.signal?.addEventListener('abort', done, { once: true });
     });
   await ensureDatabase(url);
+  const configDir = mkdtempSync(join(tmpdir(), 'lanewake-demo-'));
+  const configPath = join(configDir, 'worker.json');
   const ledger = new Ledger({ url, poolSize: 4 });
   const wake = new WakeChannel({ redis: o.redisUrl, keyPrefix, logger: log });
   const replicas = new DemoReplicas(configPath);
