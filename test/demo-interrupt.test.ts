@@ -62,7 +62,7 @@ async function dropKeys(prefix: string): Promise<void> {
  * Starts the demo, holds its queue paused once its database exists (so it cannot finish before the
  * signal), waits until its items are in and its replicas are live consumers, then sends `signal`.
  */
-async function interruptDemo(signal: NodeJS.Signals, keep: boolean): Promise<{ code: number | null; out: string; database: string; keyPrefix: string; pids: number[] }> {
+async function interruptDemo(signal: NodeJS.Signals, keep: boolean, times = 1): Promise<{ code: number | null; out: string; database: string; keyPrefix: string; pids: number[] }> {
   const args = ['--import', 'tsx', 'src/cli/main.ts', 'demo', '--items', '400', '--lanes', '20', '--replicas', '2', '--no-progress', ...(keep ? ['--keep'] : [])];
   const proc = spawn(process.execPath, args, {
     env: { ...process.env, LANEWAKE_DATABASE_URL: mysqlServerUrl(), LANEWAKE_REDIS_URL: redisUrl(), LANEWAKE_LOG_LEVEL: 'error' },
@@ -90,7 +90,7 @@ async function interruptDemo(signal: NodeJS.Signals, keep: boolean): Promise<{ c
     await waitFor(async () => ((await ledger.liveConsumers(DEMO_QUEUE)).length >= 2 ? true : undefined), 120_000, 'both replicas consuming');
     expect(pids.every(alive)).toBe(true);
     await ledger.close();
-    proc.kill(signal);
+    for (let i = 0; i < times; i++) proc.kill(signal);
     let exited: { code: number | null } | undefined;
     void exit.then((code) => (exited = { code }));
     const { code } = await waitFor(() => exited, 180_000, `the demo to exit after ${signal}`);
@@ -102,6 +102,14 @@ async function interruptDemo(signal: NodeJS.Signals, keep: boolean): Promise<{ c
 
 test.each(['SIGINT', 'SIGTERM'] as const)('%s stops the demo: its replicas exit, its database and Redis keys are dropped, and it exits 130', async (signal) => {
   const r = await interruptDemo(signal, false);
+  expect(r.code, r.out).toBe(130);
+  expect(r.pids.filter(alive), r.out).toEqual([]);
+  expect(await databaseExists(r.database)).toBe(false);
+  expect(await redisKeys(r.keyPrefix)).toEqual([]);
+}, 900_000);
+
+test('two SIGINTs at once (Ctrl-C under npm run demo: the terminal\'s and npm\'s forwarded copy) still clean up and exit 130', async () => {
+  const r = await interruptDemo('SIGINT', false, 2);
   expect(r.code, r.out).toBe(130);
   expect(r.pids.filter(alive), r.out).toEqual([]);
   expect(await databaseExists(r.database)).toBe(false);

@@ -49,8 +49,8 @@ export class DemoReplicas {
   private serial = 0;
   /** Why a replica exited without the demo stopping it (a bad config, a crash), if one did. */
   unexpectedExit: string | undefined;
-  /** Kills what is left if this process exits by any path (a second signal, an uncaught error). */
-  private readonly killAll = (): void => {
+  /** SIGKILLs every replica not yet exited; also run if this process exits by any path (a third signal, an uncaught error). */
+  readonly killAll = (): void => {
     for (const child of this.alive) child.kill('SIGKILL');
   };
 

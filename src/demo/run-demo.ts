@@ -33,6 +33,8 @@ export interface DemoOptions {
   progress: boolean;
   /** Aborted (a SIGINT, a SIGTERM): the demo stops its replicas, cleans up as it would at its end and throws DemoInterrupted. */
   signal?: AbortSignal;
+  /** Aborted (a second signal): the replicas are killed at once rather than drained; the clean-up goes on. */
+  killSignal?: AbortSignal;
 }
 
 export interface DemoSummary {
@@ -103,6 +105,8 @@ export async function runDemo(o: DemoOptions): Promise<DemoSummary> {
   const ledger = new Ledger({ url, poolSize: 4 });
   const wake = new WakeChannel({ redis: o.redisUrl, keyPrefix, logger: log });
   const replicas = new DemoReplicas(configPath);
+  const killReplicas = (): void => replicas.killAll();
+  o.killSignal?.addEventListener('abort', killReplicas, { once: true });
   try {
     const m = await ledger.migrate();
     o.out(`database ${database}: schema v${m.to}; redis key prefix ${keyPrefix}`);
@@ -166,6 +170,7 @@ export async function runDemo(o: DemoOptions): Promise<DemoSummary> {
     }
     const seconds = (Date.now() - t0) / 1000;
     await replicas.drain(o.out);
+    checkSignal();
     return { ...(await summarize(ledger, o.items)), database, seconds, throughput: o.items / seconds, killedReplica: killed };
   } catch (error) {
     if (o.signal?.aborted) {
@@ -176,6 +181,7 @@ export async function runDemo(o: DemoOptions): Promise<DemoSummary> {
     throw error;
   } finally {
     await replicas.stop();
+    o.killSignal?.removeEventListener('abort', killReplicas);
     await wake.timers.close().catch(() => undefined);
     if (!o.keep) await wake.dropKeys().catch(() => undefined);
     await wake.close().catch(() => undefined);
