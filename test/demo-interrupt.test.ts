@@ -80,7 +80,7 @@ async function interruptDemo(signal: NodeJS.Signals, keep: boolean, times = 1): 
     await exit.finally(() => clearTimeout(timer));
   });
 
-  const [, database = '', keyPrefix = ''] = await waitFor(() => /database (\S+): schema v\d+; redis key prefix (\S+)/.exec(out) ?? undefined, 300_000, "the demo's database");
+  const [, database = '', keyPrefix = ''] = await waitFor(() => /database (\S+): schema v\d+; redis key prefix (\S+)/.exec(out) ?? undefined, 600_000, "the demo's database");
   if (keep) cleanups.push(() => dropDatabase(database), () => dropKeys(keyPrefix));
   const ledger = new Ledger({ url: `${mysqlServerUrl().replace(/\/+$/, '')}/${database}`, poolSize: 2 });
   try {
@@ -106,7 +106,7 @@ test.each(['SIGINT', 'SIGTERM'] as const)('%s stops the demo: its replicas exit,
   expect(r.pids.filter(alive), r.out).toEqual([]);
   expect(await databaseExists(r.database)).toBe(false);
   expect(await redisKeys(r.keyPrefix)).toEqual([]);
-}, 900_000);
+}, 1_200_000);
 
 test('two SIGINTs at once (Ctrl-C under npm run demo: the terminal\'s and npm\'s forwarded copy) still clean up and exit 130', async () => {
   const r = await interruptDemo('SIGINT', false, 2);
@@ -114,7 +114,7 @@ test('two SIGINTs at once (Ctrl-C under npm run demo: the terminal\'s and npm\'s
   expect(r.pids.filter(alive), r.out).toEqual([]);
   expect(await databaseExists(r.database)).toBe(false);
   expect(await redisKeys(r.keyPrefix)).toEqual([]);
-}, 900_000);
+}, 1_200_000);
 
 test('with --keep an interrupted demo still stops its replicas and exits 130, and leaves its database and Redis keys', async () => {
   const r = await interruptDemo('SIGINT', true);
@@ -122,4 +122,4 @@ test('with --keep an interrupted demo still stops its replicas and exits 130, an
   expect(r.pids.filter(alive), r.out).toEqual([]);
   expect(await databaseExists(r.database)).toBe(true);
   expect((await redisKeys(r.keyPrefix)).length).toBeGreaterThan(0);
-}, 900_000);
+}, 1_200_000);
