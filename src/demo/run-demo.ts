@@ -107,6 +107,8 @@ export async function runDemo(o: DemoOptions): Promise<DemoSummary> {
   const replicas = new DemoReplicas(configPath);
   const killReplicas = (): void => replicas.killAll();
   o.killSignal?.addEventListener('abort', killReplicas, { once: true });
+  const sayStopping = (): void => o.out(`${String(o.signal?.reason ?? 'interrupted')}: stopping (a second signal kills the replicas without their drain, a third exits at once)`);
+  o.signal?.addEventListener('abort', sayStopping, { once: true });
   try {
     const m = await ledger.migrate();
     o.out(`database ${database}: schema v${m.to}; redis key prefix ${keyPrefix}`);
@@ -175,13 +177,14 @@ export async function runDemo(o: DemoOptions): Promise<DemoSummary> {
   } catch (error) {
     if (o.signal?.aborted) {
       await replicas.stop();
-      o.out(`${String(o.signal.reason ?? 'interrupted')}: stopped the worker replicas; ${o.keep ? `kept database ${database} and the Redis keys ${keyPrefix}* (--keep)` : `dropping database ${database} and the Redis keys ${keyPrefix}*`}`);
+      o.out(`stopped the worker replicas; ${o.keep ? `kept database ${database} and the Redis keys ${keyPrefix}* (--keep)` : `dropping database ${database} and the Redis keys ${keyPrefix}*`}`);
       throw error instanceof DemoInterrupted ? error : new DemoInterrupted(`interrupted (${String(o.signal.reason ?? 'aborted')})`, { cause: error });
     }
     throw error;
   } finally {
     await replicas.stop();
     o.killSignal?.removeEventListener('abort', killReplicas);
+    o.signal?.removeEventListener('abort', sayStopping);
     await wake.timers.close().catch(() => undefined);
     if (!o.keep) await wake.dropKeys().catch(() => undefined);
     await wake.close().catch(() => undefined);
