@@ -30,6 +30,7 @@ export {
   type WokenItem,
   type ProbeOutcome,
   type QueueStats,
+  type BoundedCount,
   type Ownership,
   type LiveConsumer,
   type Explanation,
@@ -48,6 +49,7 @@ export {
   type PurgeFilter,
 } from './ledger/types.js';
 export type { LedgerOperator, QueueView, ReplayedItem } from './ledger/operator.js';
+export { exactCount, sumCounts, countLess, unfinishedCount, formatCount } from './ledger/bounded-count.js';
 
 // Wake-ups (Redis Streams).
 export { WakeChannel, type WakeChannelOptions, type PublishCounters } from './wake/wake-channel.js';

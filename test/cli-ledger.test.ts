@@ -142,14 +142,14 @@ describe('lanewake CLI against a ledger', () => {
       const servedRow = (await cli('stats')).out.split('\n').find((l) => l.startsWith(`${served} `))?.split(/\s+/);
       expect(servedRow?.slice(0, 9)).toEqual([served, '0', '0', '0', '0', '0', '0', '0', '0']);
       expect(servedRow?.slice(-3)).toEqual(['1', '(3', 'slots)']);
-      expect(json<{ queue: string; consumers: unknown[] }[]>(await cli('stats', served, '--json'))).toMatchObject([{ queue: served, counts: { pending: 0 }, consumers: [{ queue: served }] }]);
+      expect(json<{ queue: string; consumers: unknown[] }[]>(await cli('stats', served, '--json'))).toMatchObject([{ queue: served, counts: { pending: { count: 0, atLeast: false } }, consumers: [{ queue: served }] }]);
     } finally {
       await consumer.stop();
     }
 
-    const stats = json<{ queue: string; counts: Record<string, number>; oldestDueAgeMs: number }[]>(await cli('stats', queue, '--json'));
+    const stats = json<{ queue: string; counts: Record<string, { count: number; atLeast: boolean }>; oldestDueAgeMs: number }[]>(await cli('stats', queue, '--json'));
     expect(stats).toHaveLength(1);
-    expect(stats[0]).toMatchObject({ queue, counts: { pending: 1, processing: 0, dead: 0 } });
+    expect(stats[0]).toMatchObject({ queue, counts: { pending: { count: 1, atLeast: false }, processing: { count: 0, atLeast: false }, dead: { count: 0, atLeast: false } } });
     expect(stats[0]?.oldestDueAgeMs).toBeGreaterThanOrEqual(0);
 
     // Nothing serves the queue: --why says so, and names the queue.

@@ -367,7 +367,7 @@ describe('concurrency keys with consumers', () => {
     const keys = ['a', 'b', 'c', 'd'];
     await producer.enqueueMany(Array.from({ length: 80 }, (_, i) => ({ queue, type: 't', concurrencyKey: keys[i % 4]!, payload: { i, k: keys[i % 4] } })));
     await Promise.all(Array.from({ length: 40 }, (_, i) => producer.enqueue({ queue, type: 't', concurrencyKey: keys[i % 4]!, payload: { single: i, k: keys[i % 4] } })));
-    await waitFor(async () => ((await tl.ledger.stats(queue))[0]?.counts.completed === 120 ? true : undefined), 60_000, 'all 120 done');
+    await waitFor(async () => ((await tl.ledger.stats(queue))[0]?.counts.completed.count === 120 ? true : undefined), 60_000, 'all 120 done');
     expect([...peaks.keys()].sort()).toEqual(keys);
     for (const peak of peaks.values()) expect(peak).toBeLessThanOrEqual(3);
     // The limit is what held them back, not a lack of slots: it was reached.
@@ -429,7 +429,7 @@ describe('concurrency keys with consumers', () => {
     for (let i = 0; i < 4; i++) await scope.start(new Consumer({ ledger: watched, wake: tw.wake, queue, concurrency: 250, handlers: { t: async () => undefined } }));
     const producer = new Producer({ ledger: tl.ledger, wake: tw.wake });
     await producer.enqueueMany(Array.from({ length: 3000 }, (_, i) => ({ queue, type: 't', concurrencyKey: `k${i % 400}`, payload: { i } })));
-    await waitFor(async () => ((await tl.ledger.stats(queue))[0]?.counts.completed === 3000 ? true : undefined), 60_000, 'all 3000 done');
+    await waitFor(async () => ((await tl.ledger.stats(queue))[0]?.counts.completed.count === 3000 ? true : undefined), 60_000, 'all 3000 done');
     expect(mostBatchesInFlight).toBe(2);
     expect(keyedSeen).toBe(3000);
     expect(shared).toBe(0);
@@ -462,7 +462,7 @@ describe('concurrency keys with consumers', () => {
     // The first consumer's start stored the type's limit: every enqueue from here on holds to it.
     const producer = new Producer({ ledger: tl.ledger, wake: tw.wake });
     await producer.enqueueMany(Array.from({ length: 30 }, (_, i) => ({ queue, type: 'mail', concurrencyKey: i % 2 === 0 ? 'a' : 'b', payload: { i, k: i % 2 === 0 ? 'a' : 'b' } })));
-    await waitFor(async () => ((await tl.ledger.stats(queue))[0]?.counts.completed === 30 ? true : undefined), 60_000, 'all 30 done');
+    await waitFor(async () => ((await tl.ledger.stats(queue))[0]?.counts.completed.count === 30 ? true : undefined), 60_000, 'all 30 done');
     expect([...peaks.keys()].sort()).toEqual(['a', 'b']);
     expect(Math.max(...peaks.values())).toBe(2);
     const rows = await sql<{ ckey: string; admitted: number }>`SELECT ckey, admitted FROM lw_keys WHERE queue = ${queue} ORDER BY ckey`.execute(tl.ledger.db);

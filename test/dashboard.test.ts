@@ -73,8 +73,8 @@ test('read API: session, queues, item pages across pages with filters, lanes, de
   // claimAll took the heads: the three lone items and L's head are dead now; L's other three wait.
 
   expect(await json(s.get('/api/session'))).toEqual({ canAct: false, showPayloads: false, version: '1.2.3-test' });
-  const [view] = await json<{ queue: string; counts: Record<string, number>; paused: boolean; series: { points: unknown[] } }[]>(s.get('/api/queues'));
-  expect(view).toMatchObject({ queue, counts: { dead: 4, pending: 3 }, paused: false });
+  const [view] = await json<{ queue: string; counts: Record<string, { count: number; atLeast: boolean }>; paused: boolean; series: { points: unknown[] } }[]>(s.get('/api/queues'));
+  expect(view).toMatchObject({ queue, counts: { dead: { count: 4, atLeast: false }, pending: { count: 3, atLeast: false } }, paused: false });
   expect(view?.series.points).toHaveLength(60);
 
   const ids: string[] = [];

@@ -85,7 +85,7 @@ test('a consumer completes items woken through the cluster, published by a produ
   await waitFor(() => consumer.counters.completed === 50 || undefined, 20_000, 'all completed');
   expect(consumer.counters.wakeEntriesRead).toBeGreaterThan(0);
   expect(consumer.counters.sweeps).toBe(1);
-  expect((await tl.ledger.stats(queue))[0]?.counts.completed).toBe(50);
+  expect((await tl.ledger.stats(queue))[0]?.counts.completed.count).toBe(50);
 });
 
 test('a delayed item is woken by its BullMQ timer, and a recurring schedule fires, on the cluster', async () => {
@@ -246,7 +246,7 @@ test('failover: the master of a queue\'s slot dies, its replica takes over, wake
   await produce;
   // The consumer counts an item once its completion's answer is back, a moment after the ledger shows it completed.
   await waitFor(
-    async () => (consumer.counters.completed === enqueued && (await tl.ledger.stats(queue))[0]?.counts.completed === enqueued) || undefined,
+    async () => (consumer.counters.completed === enqueued && (await tl.ledger.stats(queue))[0]?.counts.completed.count === enqueued) || undefined,
     15_000,
     'every item enqueued, gap or not, completed',
   );
@@ -304,7 +304,7 @@ test('a frozen master (SIGSTOP: it answers nothing, closes nothing) holds no enq
   producing = false;
   await produce;
   await waitFor(
-    async () => (consumer.counters.completed === enqueued && (await tl.ledger.stats(queue))[0]?.counts.completed === enqueued) || undefined,
+    async () => (consumer.counters.completed === enqueued && (await tl.ledger.stats(queue))[0]?.counts.completed.count === enqueued) || undefined,
     15_000,
     'every item completed',
   );

@@ -61,7 +61,7 @@ test('dropped database connections mid-run lose nothing and duplicate nothing', 
   const done = async (): Promise<true | undefined> => {
     try {
       const [s] = await tl!.ledger.stats(queue);
-      return s?.counts.completed === total ? true : undefined;
+      return s?.counts.completed.count === total ? true : undefined;
     } catch {
       return undefined; // this connection may have been one of the killed ones
     }
@@ -74,5 +74,5 @@ test('dropped database connections mid-run lose nothing and duplicate nothing', 
   for (const e of [...effects].sort((a, b) => a.startedAtUs - b.startedAtUs)) byLane.set(e.lane ?? '', [...(byLane.get(e.lane ?? '') ?? []), e.laneSeq ?? -1]);
   for (const [lane, seqs] of byLane) expect(seqs, lane).toEqual([...seqs].sort((a, b) => a - b));
   const [stats] = await tl.ledger.stats(queue);
-  expect(stats?.counts.dead).toBe(0);
+  expect(stats?.counts.dead.count).toBe(0);
 }, 120_000);

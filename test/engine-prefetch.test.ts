@@ -81,9 +81,9 @@ test('fast handlers get claims larger than the free slots; stop hands back unsta
   expect(await tl.ledger.countProcessing(queue), counters).toBe(0);
   expect(consumer.counters.prefetchReleased, counters).toBeGreaterThan(0);
   const [stats] = await tl.ledger.stats(queue);
-  const completed = stats?.counts.completed ?? 0;
+  const completed = stats?.counts.completed.count ?? 0;
   expect(completed, counters).toBe(started.size);
-  expect(stats?.counts.pending).toBe(1000 - completed);
+  expect(stats?.counts.pending.count).toBe(1000 - completed);
   // Every pending item is one no handler started, back at attempt 0: the release spent nothing.
   const leftovers = Array.from({ length: 1000 }, (_, n) => n).filter((n) => !started.has(n));
   expect(leftovers.length).toBe(1000 - completed);
@@ -129,7 +129,7 @@ test('an item that waits in the buffer past a third of its lease goes back unsta
   await new Producer({ ledger: tl.ledger, wake: tw.wake }).enqueueMany(Array.from({ length: 600 }, (_, n) => ({ queue, type: 't', payload: { n } })));
   // Fails when completions stop for 30 s, not on a deadline for the whole drain: beside stress-ng on
   // TiDB the 600 one-at-a-time items took longer than 30 s.
-  await waitForCount(async () => (await tl!.ledger.stats(queue))[0]?.counts.completed ?? 0, 600, 30_000, 'all 600 completed');
+  await waitForCount(async () => (await tl!.ledger.stats(queue))[0]?.counts.completed.count ?? 0, 600, 30_000, 'all 600 completed');
 
   expect(slowPicked).toBe(true);
   expect(runs.size).toBe(600);
@@ -175,7 +175,7 @@ test('claims slower than a third of the lease turn prefetch off instead of handi
   consumers.push(consumer);
   await consumer.start();
   await new Producer({ ledger, wake: tw.wake }).enqueueMany(Array.from({ length: 200 }, (_, n) => ({ queue, type: 't', payload: { n } })));
-  await waitForCount(async () => (await ledger.stats(queue))[0]?.counts.completed ?? 0, 200, 30_000, 'all 200 completed');
+  await waitForCount(async () => (await ledger.stats(queue))[0]?.counts.completed.count ?? 0, 200, 30_000, 'all 200 completed');
   expect(runs.size).toBe(200);
   expect([...runs.values()].every((c) => c === 1)).toBe(true);
   // The first slow claim turns prefetch off, so nothing more goes back. Stamped from the round's start

@@ -110,7 +110,7 @@ describe('the fleet cap with consumers', () => {
       await c.start();
     }
     await new Producer({ ledger: tl.ledger, wake: tw.wake }).enqueueMany(Array.from({ length: 150 }, (_, i) => ({ queue, type: 't', payload: { i } })));
-    await waitFor(async () => ((await tl.ledger.stats(queue))[0]?.counts.completed === 150 ? true : undefined), 60_000, 'all 150 done');
+    await waitFor(async () => ((await tl.ledger.stats(queue))[0]?.counts.completed.count === 150 ? true : undefined), 60_000, 'all 150 done');
     const peak = await peakOverlap(queue);
     expect(peak).toBeLessThanOrEqual(5);
     // The cap is what held them back, not a lack of work: it was reached.

@@ -286,7 +286,7 @@ test.each([
   await lost;
   expect(claimed.items.map((i) => i.id).sort()).toEqual([...ids].sort());
   for (const item of claimed.items) expect((await ledger.complete(item)).won).toBe(true);
-  expect((await tl.ledger.stats(queue))[0]?.counts.completed).toBe(2);
+  expect((await tl.ledger.stats(queue))[0]?.counts.completed.count).toBe(2);
 });
 
 test('a capped claim whose CAS and COMMIT never reached the server takes its turn again and claims', async () => {

@@ -226,7 +226,7 @@ describe('lanes are independent', () => {
     ]);
     const small = await ledger.claim({ queue, owner: 'w', limit: 2, leaseMs: 60_000 });
     expect(small.items.map((i) => i.id).sort()).toEqual(late.map((x) => x.id).sort());
-    expect((await ledger.stats(queue))[0]?.counts.pending).toBe(9_998);
+    expect((await ledger.stats(queue))[0]?.counts.pending.count).toBe(9_998);
   });
 
   test('items without a lane are independent of each other', async () => {

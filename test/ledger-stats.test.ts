@@ -2,6 +2,8 @@ import { sql } from 'kysely';
 import { expect, test } from 'vitest';
 import { Ledger } from '../src/ledger/ledger.js';
 import { statsCountCap } from '../src/ledger/sql/stats.js';
+import { ITEM_STATES } from '../src/ledger/types.js';
+import { exactCounts } from './support/counts.js';
 import { onEveryStatement } from './support/mysql-statements.js';
 import { freshQueue } from './support/items.js';
 import { testTxnMode, waitFor } from './support/ledger.js';
@@ -32,13 +34,18 @@ test('stats counts each queue from bounded index ranges: exact below the cap; at
   stop();
   const byQueue = new Map(stats.map((s) => [s.queue, s]));
   expect([...byQueue.keys()]).toEqual([big, small].sort());
-  expect(byQueue.get(big)?.counts).toMatchObject({ completed: cap, pending: 1 });
-  expect(byQueue.get(big)?.capped).toEqual(['completed']);
-  expect(byQueue.get(small)?.counts).toEqual({ pending: 3, processing: 0, blocked: 0, completed: 0, skipped: 0, dead: 0, cancelled: 0 });
-  expect(byQueue.get(small)?.capped).toEqual([]);
+  expect(byQueue.get(big)?.counts).toMatchObject({ completed: { count: cap, atLeast: true }, pending: { count: 1, atLeast: false } });
+  expect(ITEM_STATES.filter((state) => byQueue.get(big)?.counts[state].atLeast)).toEqual(['completed']);
+  expect(exactCounts(byQueue.get(small))).toEqual({ pending: 3, processing: 0, blocked: 0, completed: 0, skipped: 0, dead: 0, cancelled: 0 });
   expect(byQueue.get(small)?.oldestDueAgeMs).toBeGreaterThanOrEqual(0);
   // Never a GROUP BY over the table.
   expect(statements.filter((s) => /GROUP BY/i.test(s))).toEqual([]);
+  // The fleet's recorded count, read back by a replica that did not count, still knows the floor from the exact.
+  expect((await tl.ledger.fleetStats({ everyMs: 0 })).countedHere).toBe(true);
+  const read = await tl.ledger.fleetStats({ everyMs: 3_600_000 });
+  expect(read.countedHere).toBe(false);
+  expect(read.stats.find((s) => s.queue === big)?.counts).toMatchObject({ completed: { count: cap, atLeast: true }, pending: { count: 1, atLeast: false } });
+  expect(read.stats.find((s) => s.queue === small)?.scheduled).toEqual({ count: 0, atLeast: false });
 }, 120_000);
 
 test('the fleet counts once: of replicas asking together exactly one counts, the others read its count, and no one counts again before everyMs', async () => {
@@ -54,11 +61,11 @@ test('the fleet counts once: of replicas asking together exactly one counts, the
   const first = await Promise.all(replicas.map((r) => r.fleetStats({ everyMs: EVERY_MS })));
   expect(first.filter((f) => f.countedHere)).toHaveLength(1);
   // Whoever did not count read what the counter recorded, or nothing if it asked before the count was in.
-  for (const f of first) if (f.stats.length > 0) expect(f.stats.find((s) => s.queue === queue)?.counts.pending).toBe(2);
+  for (const f of first) if (f.stats.length > 0) expect(f.stats.find((s) => s.queue === queue)?.counts.pending.count).toBe(2);
   await tl.ledger.enqueue({ queue, type: 't', payload: 3 });
   const again = await Promise.all(replicas.map((r) => r.fleetStats({ everyMs: EVERY_MS })));
   expect(again.filter((f) => f.countedHere)).toHaveLength(0);
-  expect(again.map((f) => f.stats.find((s) => s.queue === queue)?.counts.pending)).toEqual([2, 2, 2, 2]);
+  expect(again.map((f) => f.stats.find((s) => s.queue === queue)?.counts.pending.count)).toEqual([2, 2, 2, 2]);
   // Past everyMs (here: a task asked for every 0 ms), a replica counts again and sees the third item.
   // With 0 ms a second replica may count right after the first has recorded (on TiDB the four calls
   // do not overlap as on MariaDB): the lease keeps counts apart, not to one per round.
@@ -66,7 +73,7 @@ test('the fleet counts once: of replicas asking together exactly one counts, the
     const r = await Promise.all(replicas.map((x) => x.fleetStats({ everyMs: 0 })));
     return r.some((f) => f.countedHere) ? r : undefined;
   }, 10_000, 'a recount');
-  for (const f of later.filter((x) => x.countedHere)) expect(f.stats.find((s) => s.queue === queue)?.counts.pending).toBe(3);
+  for (const f of later.filter((x) => x.countedHere)) expect(f.stats.find((s) => s.queue === queue)?.counts.pending.count).toBe(3);
 });
 
 test('stats counts the pending items not due yet apart: scheduled', async () => {
@@ -77,5 +84,5 @@ test('stats counts the pending items not due yet apart: scheduled', async () => 
     ...[2, 3, 4].map((n) => ({ queue, type: 't', payload: { n }, delayMs: 3_600_000 })),
   ]);
   const [s] = await tl.ledger.stats(queue);
-  expect(s).toMatchObject({ queue, scheduled: 3, counts: { pending: 5 } });
+  expect(s).toMatchObject({ queue, scheduled: { count: 3, atLeast: false }, counts: { pending: { count: 5, atLeast: false } } });
 });

@@ -82,7 +82,7 @@ async function feed(tl: TestLedger, tw: TestWake, queue: string): Promise<void> 
   ]);
   await waitFor(async () => {
     const counts = (await tl.ledger.stats(queue))[0]?.counts;
-    return counts?.completed === 4 && counts.dead === 2 ? true : undefined;
+    return counts?.completed.count === 4 && counts.dead.count === 2 ? true : undefined;
   }, 15_000, '4 completed and 2 dead');
 }
 
@@ -102,9 +102,11 @@ test('two workers in one process: each has its own process metrics; one exports 
   const [held, notHeld] = await Promise.all([scrape(exporter), scrape(other)]);
   expect(series(held, 'lanewake_items').filter((l) => l.includes(`queue="${queue}"`))).toHaveLength(7); // one per state
   expect(held).toContain(`lanewake_items{queue="${queue}",state="dead"} 2`);
+  // Each count says whether it is exact (0) or a floor at its cap (1).
+  expect(held).toContain(`lanewake_items_at_least{queue="${queue}",state="completed"} 0`);
   expect(held).toContain(`lanewake_queue_paused{queue="${queue}"} 0`);
   expect(held).toMatch(/^lanewake_fleet_gauges_exporter 1$/m);
-  for (const name of ['lanewake_items', 'lanewake_oldest_due_age_seconds', 'lanewake_items_scheduled', 'lanewake_queue_paused']) {
+  for (const name of ['lanewake_items', 'lanewake_items_at_least', 'lanewake_oldest_due_age_seconds', 'lanewake_items_scheduled', 'lanewake_queue_paused']) {
     expect(series(notHeld, name), name).toEqual([]);
   }
   expect(notHeld).toMatch(/^lanewake_fleet_gauges_exporter 0$/m);

@@ -55,7 +55,7 @@ async function expectOnlySeventhFailed(tl: TestLedger, queue: string, settled: r
   expect(failed[0]?.error).toBeInstanceOf(ValidationError);
   expect((failed[0]?.error as ValidationError).issues.map((i) => i.field)).toEqual([field]);
   const [stats] = await tl.ledger.stats(queue);
-  expect(stats?.counts.pending).toBe(11);
+  expect(stats?.counts.pending.count).toBe(11);
 }
 
 test('a bad input among batched ones fails alone, naming its field as a single enqueue does; the others are written', async () => {

@@ -120,7 +120,7 @@ describe('supervisor', () => {
     const producer = new Producer({ ledger: tl.ledger, wake: tw.wake });
     await producer.enqueueMany(Array.from({ length: 20 }, (_, i) => ({ queue: qa, type: 'fast', payload: { i } })));
     const slow = await producer.enqueue({ queue: qb, type: 'slow', payload: {} });
-    await waitFor(async () => ((await tl.ledger.stats(qa))[0]?.counts.completed === 20 ? true : undefined), 15_000, 'queue a drained');
+    await waitFor(async () => ((await tl.ledger.stats(qa))[0]?.counts.completed.count === 20 ? true : undefined), 15_000, 'queue a drained');
     // The handler itself must be running: 'processing' in the ledger is also
     // true of an item whose claim has committed but not yet reached the
     // consumer, and a stop rightly releases such an item instead of draining it.
@@ -132,7 +132,7 @@ describe('supervisor', () => {
     expect(await sup.done).toBe(0);
     expect((await tl.ledger.get(slow.id))?.state).toBe('completed');
     const all = await tl.ledger.stats();
-    expect(all.reduce((n, s) => n + s.counts.processing, 0)).toBe(0);
+    expect(all.reduce((n, s) => n + s.counts.processing.count, 0)).toBe(0);
   });
 
   test("a queue with pools runs a consumer per pool, live in the registry with its classes; pools that cannot be are refused before anything starts", async () => {

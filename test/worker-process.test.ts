@@ -50,7 +50,7 @@ test('lanewake worker: fed, observable over HTTP, drained by SIGTERM with nothin
   const admin = await waitFor(() => /admin: (http:\/\/\S+)/.exec(w.stderr())?.[1], 30_000, 'the admin URL');
   const producer = new Producer({ ledger: tl.ledger, wake: tw.wake });
   await producer.enqueueMany(Array.from({ length: 30 }, (_, i) => ({ queue, type: 'fast', payload: { i } })));
-  await waitFor(async () => ((await tl.ledger.stats(queue))[0]?.counts.completed === 30 ? true : undefined), 20_000, 'fast items done');
+  await waitFor(async () => ((await tl.ledger.stats(queue))[0]?.counts.completed.count === 30 ? true : undefined), 20_000, 'fast items done');
 
   expect((await fetch(`${admin}/livez`)).status).toBe(200);
   expect((await fetch(`${admin}/readyz`)).status).toBe(200);
@@ -65,7 +65,7 @@ test('lanewake worker: fed, observable over HTTP, drained by SIGTERM with nothin
   expect(Number(/lanewake_db_pool_connections\{state="open"\} (\d+)/.exec(metrics)?.[1])).toBeGreaterThan(0);
 
   const slow = await producer.enqueueMany(Array.from({ length: 3 }, () => ({ queue, type: 'slow', payload: {} })));
-  await waitFor(async () => ((await tl.ledger.stats(queue))[0]?.counts.processing === 3 ? true : undefined), 20_000, 'slow items claimed');
+  await waitFor(async () => ((await tl.ledger.stats(queue))[0]?.counts.processing.count === 3 ? true : undefined), 20_000, 'slow items claimed');
   // Claimed is not started: the worker may not have read the claim's reply yet, and a
   // claimed item that has not started is handed back at stop. Wait for the handlers.
   const inFlight = new RegExp(`lanewake_in_flight\\{queue="${queue}"\\} (\\d+)`);
@@ -73,7 +73,7 @@ test('lanewake worker: fed, observable over HTTP, drained by SIGTERM with nothin
   w.proc.kill('SIGTERM');
   expect(await w.exit).toBe(0);
   for (const s of slow) expect((await tl.ledger.get(s.id))?.state).toBe('completed');
-  expect((await tl.ledger.stats(queue))[0]?.counts.processing).toBe(0);
+  expect((await tl.ledger.stats(queue))[0]?.counts.processing.count).toBe(0);
 });
 
 test('lanewake worker: each bad config value exits 2 naming the field', async () => {
@@ -139,7 +139,7 @@ test('lanewake worker: a newer activation makes the old deployment exit 3 with /
   await waitFor(async () => ((await fetch(`${greenAdmin}/readyz`)).status === 200 ? true : undefined), 20_000, 'green ready');
   const producer = new Producer({ ledger: tl.ledger, wake: tw.wake });
   await producer.enqueueMany(Array.from({ length: 10 }, (_, i) => ({ queue, type: 'fast', payload: { i } })));
-  await waitFor(async () => ((await tl.ledger.stats(queue))[0]?.counts.completed === 10 ? true : undefined), 20_000, 'green drains the queue');
+  await waitFor(async () => ((await tl.ledger.stats(queue))[0]?.counts.completed.count === 10 ? true : undefined), 20_000, 'green drains the queue');
   green.proc.kill('SIGTERM');
   expect(await green.exit).toBe(0);
 });

@@ -1,9 +1,21 @@
 // How numbers, durations and times read on every page.
 
+import type { BoundedCount } from './types.js';
+
 const int = new Intl.NumberFormat('en-US');
 
-export function count(n: number, capped = false): string {
-  return capped ? `${int.format(n)}+` : int.format(n);
+export function count(n: number): string {
+  return int.format(n);
+}
+
+/** A bounded count: `10,000+` when it stopped at its cap. */
+export function boundedCount(c: BoundedCount): string {
+  return c.atLeast ? `${int.format(c.count)}+` : int.format(c.count);
+}
+
+/** The sum of bounded counts: a floor if any of them is. */
+export function sumCounts(counts: readonly BoundedCount[]): BoundedCount {
+  return { count: counts.reduce((n, c) => n + c.count, 0), atLeast: counts.some((c) => c.atLeast) };
 }
 
 /** 850 ms, 4.2 s, 3 m 12 s, 5 h 2 m, 3 d 4 h. */

@@ -31,12 +31,17 @@ export interface SeriesPoint {
   startP99Ms: number | null;
 }
 
+/** A count from a bounded range: exactly `count`, or with `atLeast` that many or more (it stopped at its cap). */
+export interface BoundedCount {
+  count: number;
+  atLeast: boolean;
+}
+
 export interface QueueView {
   queue: string;
-  counts: Record<ItemState, number>;
-  capped: ItemState[];
-  due: number;
-  scheduled: number;
+  counts: Record<ItemState, BoundedCount>;
+  due: BoundedCount;
+  scheduled: BoundedCount;
   oldestDueAgeMs: number;
   paused: boolean;
   /** The queue claims only rescued work (lanewake stale-only). */

@@ -10,6 +10,8 @@ export const EXIT = {
   usage: 2,
   /** Ownership lost: the queue's epoch is not the one expected. */
   ownership: 3,
+  /** Stopped by SIGINT or SIGTERM before it was done (the demo). */
+  interrupted: 130,
 } as const;
 
 /** A failure the CLI reports with its own message and exit code. */

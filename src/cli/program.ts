@@ -54,7 +54,8 @@ Exit codes:
   1  runtime failure: ledger unreachable, item not found, replay or repair refused
   2  bad usage or bad input (the message names the option or field)
   3  ownership lost: the queue's epoch is not the one expected (activate --expect-epoch)
-  130, 143  a worker sent a second SIGINT (130) or SIGTERM (143) while draining
+  130  the demo interrupted (SIGINT or SIGTERM); a worker's second SIGINT while draining
+  143  a worker's second SIGTERM while draining
 
 Global options may come before or after the command; each has an environment
 variable (LANEWAKE_DATABASE_URL, LANEWAKE_TABLE_PREFIX, LANEWAKE_REDIS_URL,

@@ -4,21 +4,22 @@
  * over lanes, one replica SIGKILLed midway and replaced; then a summary whose
  * exactly-once and lane-order checks decide the exit code.
  */
-import { spawn, type ChildProcess } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { fileURLToPath } from 'node:url';
 import { SingleBar, Presets } from 'cli-progress';
 import { sql } from 'kysely';
+import { exactCount, exactly, unfinishedCount } from '../ledger/bounded-count.js';
 import { Ledger } from '../ledger/ledger.js';
 import { ensureDatabase } from '../ledger/connection.js';
+import type { QueueStats } from '../ledger/types.js';
 import { createLogger } from '../log.js';
 import { Producer } from '../producer/producer.js';
 import { WakeChannel } from '../wake/wake-channel.js';
 import type { EnqueueInput } from '../ledger/ledger.js';
 import { DEMO_QUEUE } from './handlers.js';
+import { DemoReplicas, demoHandlersPath } from './replicas.js';
 
 export interface DemoOptions {
   /** Server URL; the demo makes its own database on it. */
@@ -30,6 +31,10 @@ export interface DemoOptions {
   keep: boolean;
   out: (line: string) => void;
   progress: boolean;
+  /** Aborted (a SIGINT, a SIGTERM): the demo stops its replicas, cleans up as it would at its end and throws DemoInterrupted. */
+  signal?: AbortSignal;
+  /** Aborted (a second signal): the replicas are killed at once rather than drained; the clean-up goes on. */
+  killSignal?: AbortSignal;
 }
 
 export interface DemoSummary {
@@ -50,23 +55,20 @@ export interface DemoSummary {
   killedReplica: string;
 }
 
-const here = fileURLToPath(new URL('.', import.meta.url));
-const fromSource = import.meta.url.endsWith('.ts');
-
-/** How a worker replica is started: the same code this process runs (TypeScript source or the built package). */
-function workerCommand(): { cmd: string; args: string[]; handlers: string } {
-  const main = join(here, '..', 'cli', fromSource ? 'main.ts' : 'main.js');
-  const handlers = join(here, fromSource ? 'handlers.ts' : 'handlers.js');
-  return { cmd: process.execPath, args: [...(fromSource ? ['--import', 'tsx'] : []), main, 'worker'], handlers };
+/** The demo stopped on its signal; its replicas have exited and, unless kept, its database and Redis keys are gone. */
+export class DemoInterrupted extends Error {
+  override readonly name = 'DemoInterrupted';
 }
 
 /**
- * The replicas' environment: this process's, without the worker's own
- * LANEWAKE_* settings. Those override a config file, and the demo's user set
- * LANEWAKE_DATABASE_URL to name the server, not the demo's fresh database.
+ * Where the run stands, from the queue's counts: done once no item is left
+ * unfinished, which only an exact 0 says (the terminal counts stop at their
+ * cap, so they can never say that every item ended). `finished` is exact
+ * while `unfinished` is, and an upper bound otherwise.
  */
-function replicaEnv(): NodeJS.ProcessEnv {
-  return Object.fromEntries(Object.entries(process.env).filter(([k]) => !k.startsWith('LANEWAKE_')));
+export function demoProgress(stats: Pick<QueueStats, 'counts'> | undefined, items: number): { done: boolean; finished: number; exact: boolean } {
+  const left = stats === undefined ? exactly(0) : unfinishedCount(stats);
+  return { done: exactCount(left) === 0, finished: Math.max(0, items - left.count), exact: !left.atLeast };
 }
 
 function mix(i: number): { type: string; share: string } {
@@ -81,57 +83,56 @@ export async function runDemo(o: DemoOptions): Promise<DemoSummary> {
   const database = `lanewake_demo_${randomBytes(3).toString('hex')}`;
   const url = `${o.serverUrl.replace(/\/+$/, '')}/${database}`;
   const keyPrefix = `lwdemo:${randomBytes(3).toString('hex')}:`;
-  const configDir = mkdtempSync(join(tmpdir(), 'lanewake-demo-'));
   const log = createLogger('lanewake.demo', 'warn');
+  /** Throws DemoInterrupted once the demo's signal is aborted: checked between its steps. */
+  const checkSignal = (): void => {
+    if (o.signal?.aborted) throw new DemoInterrupted(`interrupted (${String(o.signal.reason ?? 'aborted')})`);
+  };
+  /** A sleep that an interruption ends at once. */
+  const sleepUnlessInterrupted = (ms: number): Promise<void> =>
+    new Promise((resolve) => {
+      const done = (): void => {
+        clearTimeout(timer);
+        o.signal?.removeEventListener('abort', done);
+        resolve();
+      };
+      const timer = setTimeout(done, ms);
+      o.signal?.addEventListener('abort', done, { once: true });
+    });
   await ensureDatabase(url);
+  const configDir = mkdtempSync(join(tmpdir(), 'lanewake-demo-'));
+  const configPath = join(configDir, 'worker.json');
   const ledger = new Ledger({ url, poolSize: 4 });
   const wake = new WakeChannel({ redis: o.redisUrl, keyPrefix, logger: log });
-  const replicas = new Map<string, ChildProcess>();
+  const replicas = new DemoReplicas(configPath);
+  const killReplicas = (): void => replicas.killAll();
+  o.killSignal?.addEventListener('abort', killReplicas, { once: true });
+  const sayStopping = (): void => o.out(`${String(o.signal?.reason ?? 'interrupted')}: stopping (a second signal kills the replicas without their drain, a third exits at once)`);
+  o.signal?.addEventListener('abort', sayStopping, { once: true });
   try {
     const m = await ledger.migrate();
     o.out(`database ${database}: schema v${m.to}; redis key prefix ${keyPrefix}`);
+    checkSignal();
     await sql`CREATE TABLE demo_effects (
       row_id BIGINT AUTO_INCREMENT PRIMARY KEY, item_id VARCHAR(32) NOT NULL, lane VARCHAR(255) NULL, lane_seq BIGINT NULL,
       replica VARCHAR(32) NOT NULL, started_us BIGINT NOT NULL, ended_us BIGINT NOT NULL, KEY ix_item (item_id), KEY ix_lane (lane, lane_seq)
     )`.execute(ledger.db);
-
-    const configPath = join(configDir, 'worker.json');
-    const worker = workerCommand();
     writeFileSync(
       configPath,
       JSON.stringify({
         databaseUrl: url,
         redisUrl: o.redisUrl,
         redisKeyPrefix: keyPrefix,
-        handlers: worker.handlers,
+        handlers: demoHandlersPath(),
         admin: false,
         reconcileIntervalMs: 500,
         drainTimeoutMs: 10_000,
         queues: [{ name: DEMO_QUEUE, concurrency: 32, leaseMs: 2_000, backoff: { baseMs: 100, factor: 2, maxMs: 1_000, jitter: 0.2 } }],
       }),
     );
-    let serial = 0;
-    /** A replica that exited without the demo stopping it (a bad config, a crash): the demo stops with its exit. */
-    let unexpectedExit: string | undefined;
-    const startReplica = (): string => {
-      const name = `replica-${++serial}`;
-      const child = spawn(worker.cmd, [...worker.args, '--config', configPath], {
-        env: { ...replicaEnv(), LANEWAKE_DEMO_REPLICA: name, LANEWAKE_LOG_LEVEL: process.env.LANEWAKE_LOG_LEVEL ?? 'error' },
-        stdio: ['ignore', 'ignore', 'pipe'],
-      });
-      // Its stderr is kept, not shown: it matters only if the replica exits on its own.
-      let stderrTail = '';
-      child.stderr?.on('data', (chunk: Buffer) => (stderrTail = (stderrTail + chunk.toString('utf8')).slice(-2000)));
-      child.once('exit', (code, signal) => {
-        if (replicas.get(name) === child) {
-          unexpectedExit ??= `worker ${name} exited on its own (code ${code ?? '-'}, signal ${signal ?? '-'}): ${stderrTail.trim() || '(no output)'}`;
-        }
-      });
-      replicas.set(name, child);
-      return name;
-    };
-    for (let i = 0; i < o.replicas; i++) startReplica();
-    o.out(`started ${o.replicas} worker replicas (child processes, concurrency 32 each)`);
+    checkSignal();
+    const started = Array.from({ length: o.replicas }, () => replicas.start());
+    o.out(`started ${o.replicas} worker replicas (child processes, concurrency 32 each; pids ${started.map((r) => r.pid ?? '?').join(', ')})`);
 
     const producer = new Producer({ ledger, wake });
     const t0 = Date.now();
@@ -139,51 +140,51 @@ export async function runDemo(o: DemoOptions): Promise<DemoSummary> {
     for (let i = 0; i < o.items; i++) {
       inputs.push({ queue: DEMO_QUEUE, type: mix(i).type, lane: `account-${i % o.lanes}`, payload: { n: i }, maxAttempts: 5 });
     }
-    for (let i = 0; i < inputs.length; i += 500) await producer.enqueueMany(inputs.slice(i, i + 500));
+    for (let i = 0; i < inputs.length; i += 500) {
+      checkSignal();
+      await producer.enqueueMany(inputs.slice(i, i + 500));
+    }
     o.out(`enqueued ${o.items} items over ${o.lanes} lanes in ${Date.now() - t0} ms (92.5% work, 6% flaky, 1% doomed, 0.5% slower than the deadline)`);
 
     const bar = o.progress ? new SingleBar({ format: 'processing |{bar}| {percentage}% {value}/{total} finished | {note}', hideCursor: true }, Presets.shades_classic) : undefined;
     bar?.start(o.items, 0, { note: '' });
     let killed = '';
     let note = '';
-    for (;;) {
-      const [s] = await ledger.stats(DEMO_QUEUE);
-      const finished = (s?.counts.completed ?? 0) + (s?.counts.dead ?? 0);
-      if (unexpectedExit !== undefined) throw new Error(unexpectedExit);
-      if (!killed && finished >= o.items * 0.4) {
-        killed = 'replica-2';
-        const victim = replicas.get(killed);
-        replicas.delete(killed);
-        victim?.kill('SIGKILL');
-        const fresh = startReplica();
-        note = `SIGKILLed ${killed} mid-flight, started ${fresh}`;
-        if (!bar) o.out(note);
+    try {
+      for (;;) {
+        checkSignal();
+        const [s] = await ledger.stats(DEMO_QUEUE);
+        const progress = demoProgress(s, o.items);
+        if (replicas.unexpectedExit !== undefined) throw new Error(replicas.unexpectedExit);
+        if (!killed && progress.exact && progress.finished >= o.items * 0.4) {
+          killed = 'replica-2';
+          replicas.kill(killed);
+          const fresh = replicas.start();
+          note = `SIGKILLed ${killed} mid-flight, started ${fresh.name} (pid ${fresh.pid ?? '?'})`;
+          if (!bar) o.out(note);
+        }
+        bar?.update(progress.exact ? progress.finished : 0, { note });
+        if (progress.done) break;
+        await sleepUnlessInterrupted(200);
       }
-      bar?.update(finished, { note });
-      if (finished >= o.items) break;
-      await new Promise((r) => setTimeout(r, 200));
+    } finally {
+      bar?.stop();
     }
-    bar?.stop();
     const seconds = (Date.now() - t0) / 1000;
-
-    const stopping = [...replicas.entries()];
-    replicas.clear();
-    await Promise.all(
-      stopping.map(
-        ([name, child]) =>
-          new Promise<void>((resolve) => {
-            if (child.exitCode !== null || child.signalCode !== null) return resolve();
-            child.once('exit', (code) => {
-              if (code !== 0) o.out(`warning: ${name} exited with ${code}`);
-              resolve();
-            });
-            child.kill('SIGTERM');
-          }),
-      ),
-    );
+    await replicas.drain(o.out);
+    checkSignal();
     return { ...(await summarize(ledger, o.items)), database, seconds, throughput: o.items / seconds, killedReplica: killed };
+  } catch (error) {
+    if (o.signal?.aborted) {
+      await replicas.stop();
+      o.out(`stopped the worker replicas; ${o.keep ? `kept database ${database} and the Redis keys ${keyPrefix}* (--keep)` : `dropping database ${database} and the Redis keys ${keyPrefix}*`}`);
+      throw error instanceof DemoInterrupted ? error : new DemoInterrupted(`interrupted (${String(o.signal.reason ?? 'aborted')})`, { cause: error });
+    }
+    throw error;
   } finally {
-    for (const child of replicas.values()) child.kill('SIGKILL');
+    await replicas.stop();
+    o.killSignal?.removeEventListener('abort', killReplicas);
+    o.signal?.removeEventListener('abort', sayStopping);
     await wake.timers.close().catch(() => undefined);
     if (!o.keep) await wake.dropKeys().catch(() => undefined);
     await wake.close().catch(() => undefined);
@@ -195,7 +196,9 @@ export async function runDemo(o: DemoOptions): Promise<DemoSummary> {
 
 async function summarize(ledger: Ledger, items: number): Promise<Omit<DemoSummary, 'database' | 'seconds' | 'throughput' | 'killedReplica'>> {
   const t = ledger.tables;
-  const [s] = await ledger.stats(DEMO_QUEUE);
+  // Exact figures, each item counted (stats stops terminal counts at a cap): the demo's own small ledger.
+  const states = await sql<{ state: string; n: number | string }>`SELECT state, COUNT(*) AS n FROM ${t.items} WHERE queue = ${DEMO_QUEUE} GROUP BY state`.execute(ledger.db);
+  const inState = (state: string): number => Number(states.rows.find((r) => r.state === state)?.n ?? 0);
   const history = await sql<{ outcome: string; n: number }>`SELECT outcome, COUNT(*) AS n FROM ${t.attempts} GROUP BY outcome`.execute(ledger.db);
   const count = (o: string): number => Number(history.rows.find((r) => r.outcome === o)?.n ?? 0);
   const latency = await sql<{ us: number }>`SELECT TIMESTAMPDIFF(MICROSECOND, created_at, started_at) AS us FROM ${t.items}
@@ -210,8 +213,8 @@ async function summarize(ledger: Ledger, items: number): Promise<Omit<DemoSummar
     WHERE i.queue = ${DEMO_QUEUE} AND i.state = 'completed' AND NOT EXISTS (SELECT 1 FROM demo_effects e WHERE e.item_id = i.id)`.execute(ledger.db);
   return {
     items,
-    completed: s?.counts.completed ?? 0,
-    dead: s?.counts.dead ?? 0,
+    completed: inState('completed'),
+    dead: inState('dead'),
     retries: count('retried'),
     releases: count('released'),
     leaseReclaims: count('lease_expired'),

@@ -2,9 +2,10 @@ import type { LedgerDb } from './connection.js';
 import { newLeaseToken } from './ids.js';
 import { finishFleetTask, holdFleetLease, readFleetTask, releaseFleetLease, takeFleetTask } from './sql/fleet-tasks.js';
 import { allPausedQueues } from './sql/queue-settings.js';
-import { queueStats } from './sql/stats.js';
+import { countUpTo } from './bounded-count.js';
+import { queueStats, statsCountCap } from './sql/stats.js';
 import type { LedgerTables } from './tables.js';
-import type { QueueStats } from './types.js';
+import { ITEM_STATES, type ItemState, type QueueStats } from './types.js';
 
 const STATS_TASK = 'stats';
 /** The standing lease of the replica that exports the fleet-wide gauges. */
@@ -33,7 +34,7 @@ export async function fleetStats(db: LedgerDb, t: LedgerTables, opts: { everyMs:
     const holder = newLeaseToken();
     if (await takeFleetTask(db, t, { name: STATS_TASK, holder, leaseMs: opts.leaseMs, everyMs: opts.everyMs })) {
       const stats = await queueStats(db, t);
-      await finishFleetTask(db, t, { name: STATS_TASK, holder, result: JSON.stringify(stats) });
+      await finishFleetTask(db, t, { name: STATS_TASK, holder, result: JSON.stringify(stats.map(toRecorded)) });
       return { stats, countedAt: new Date(), countedHere: true };
     }
   }
@@ -68,8 +69,32 @@ export function releaseFleetGauges(db: LedgerDb, t: LedgerTables, holder: string
   return releaseFleetLease(db, t, { name: GAUGES_LEASE, holder });
 }
 
+/**
+ * The count as the `stats` row records it: plain numbers and the states at
+ * their cap, the shape every version of the worker reads and writes, so
+ * replicas of two versions share the row during a rolling upgrade. Whether a
+ * count is a floor follows from its cap (a range that reached it).
+ */
+interface RecordedStats {
+  queue: string;
+  counts: Record<ItemState, number>;
+  capped: ItemState[];
+  oldestDueAgeMs: number;
+  scheduled: number;
+}
+
+function toRecorded(s: QueueStats): RecordedStats {
+  const counts = Object.fromEntries(ITEM_STATES.map((state) => [state, s.counts[state].count])) as Record<ItemState, number>;
+  return { queue: s.queue, counts, capped: ITEM_STATES.filter((state) => s.counts[state].atLeast), oldestDueAgeMs: s.oldestDueAgeMs, scheduled: s.scheduled.count };
+}
+
+function fromRecorded(r: RecordedStats): QueueStats {
+  const counts = Object.fromEntries(ITEM_STATES.map((state) => [state, countUpTo(Number(r.counts[state] ?? 0), statsCountCap(state))])) as QueueStats['counts'];
+  return { queue: r.queue, counts, oldestDueAgeMs: Number(r.oldestDueAgeMs ?? 0), scheduled: countUpTo(Number(r.scheduled ?? 0), statsCountCap('pending')) };
+}
+
 function parseStats(json: string | null): QueueStats[] {
   if (json === null) return [];
   const value: unknown = JSON.parse(json);
-  return Array.isArray(value) ? (value as QueueStats[]) : [];
+  return Array.isArray(value) ? (value as RecordedStats[]).map(fromRecorded) : [];
 }

@@ -16,13 +16,14 @@ import { queueSeries } from './sql/queue-series.js';
 import { replayItem } from './sql/replay.js';
 import { listQueues, queueStats } from './sql/stats.js';
 import type { LedgerTables } from './tables.js';
-import type { DeadFilter, DeadGroup, ItemFilter, ItemPage, LaneSummary, LiveConsumer, PurgeFilter, QueueClass, QueueSeries, QueueStats } from './types.js';
+import { countLess } from './bounded-count.js';
+import type { BoundedCount, DeadFilter, DeadGroup, ItemFilter, ItemPage, LaneSummary, LiveConsumer, PurgeFilter, QueueClass, QueueSeries, QueueStats } from './types.js';
 import { itemId, laneKey, queueName, validate } from './validation.js';
 
 /** A queue as an operator's overview shows it. */
 export interface QueueView extends QueueStats {
-  /** Pending items due now (pending less scheduled). */
-  due: number;
+  /** Pending items due now (pending less scheduled): a floor when pending is. */
+  due: BoundedCount;
   paused: boolean;
   /** The queue claims only rescued work (Ledger.setStaleOnly). */
   staleOnly: boolean;
@@ -116,7 +117,7 @@ export class LedgerOperator {
     for (const s of stats) {
       views.push({
         ...s,
-        due: Math.max(0, s.counts.pending - s.scheduled),
+        due: countLess(s.counts.pending, s.scheduled),
         paused: paused.has(s.queue),
         staleOnly: staleOnly.has(s.queue),
         consumers: consumers.filter((c) => c.queue === s.queue),

@@ -267,17 +267,26 @@ export interface ProbeOutcome {
   expired: string[];
 }
 
+/**
+ * A count read from a bounded index range (src/ledger/sql/stats.ts): with
+ * `atLeast` false, exactly `count`; with `atLeast` true, the range reached its
+ * cap and holds `count` or more. An object, not a number, so that a floor is
+ * never added or compared as if it were exact: read `atLeast` first.
+ */
+export interface BoundedCount {
+  readonly count: number;
+  readonly atLeast: boolean;
+}
+
 /** Item counts by state, and the claim backlog's age, of one queue. */
 export interface QueueStats {
   queue: string;
   /** Items by state, each counted up to a cap (100,000 unfinished, 10,000 terminal: src/ledger/sql/stats.ts). */
-  counts: Record<ItemState, number>;
-  /** The states that reached the cap: they hold at least that many. */
-  capped: ItemState[];
+  counts: Record<ItemState, BoundedCount>;
   /** Age of the oldest due lane head waiting to be claimed, in ms (0 when none waits). */
   oldestDueAgeMs: number;
   /** Of the pending items, those not due yet (a future run after), counted up to the same cap: the rest are due. */
-  scheduled: number;
+  scheduled: BoundedCount;
 }
 
 /** A queue's limits per concurrency key as the ledger holds them (docs/design.md §3, Concurrency keys). */

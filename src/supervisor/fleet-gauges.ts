@@ -19,7 +19,7 @@ export function defaultFleetLeaseMs(everyMs: number): number {
 }
 
 /**
- * The ledger-wide gauges (items by queue and state, oldest due age, due
+ * The ledger-wide gauges (items by queue and state and whether each is exact, oldest due age, due
  * later, paused), exported by one process of the fleet at a time
  * (docs/design.md §7, Gauges, once per fleet): the one holding the
  * `gauges` lease in the ledger's fleet tasks. Every other process exports
@@ -36,6 +36,7 @@ export class FleetGauges {
   readonly holder = `${hostname().slice(0, 64)}:${process.pid}:${newLeaseToken()}`;
 
   private readonly items: Gauge<'queue' | 'state'>;
+  private readonly itemsAtLeast: Gauge<'queue' | 'state'>;
   private readonly oldestDueAge: Gauge<'queue'>;
   private readonly scheduled: Gauge<'queue'>;
   private readonly paused: Gauge<'queue'>;
@@ -52,6 +53,13 @@ export class FleetGauges {
       registers,
       collect: dropWhenNotHeld(() => this.items),
     });
+    this.itemsAtLeast = new Gauge({
+      name: 'lanewake_items_at_least',
+      help: '1 when lanewake_items of the queue and state stopped at its cap (there are that many or more), 0 when it is exact. Fleet-wide: exported only by the process holding the gauges lease.',
+      labelNames: ['queue', 'state'] as const,
+      registers,
+      collect: dropWhenNotHeld(() => this.itemsAtLeast),
+    });
     this.oldestDueAge = new Gauge({
       name: 'lanewake_oldest_due_age_seconds',
       help: 'Age of the oldest due lane head waiting to be claimed, in seconds (0 when none waits). Fleet-wide: exported only by the process holding the gauges lease.',
@@ -61,7 +69,7 @@ export class FleetGauges {
     });
     this.scheduled = new Gauge({
       name: 'lanewake_items_scheduled',
-      help: 'Of the pending items, those not due yet (a requested delay or a retry backoff). Fleet-wide: exported only by the process holding the gauges lease.',
+      help: 'Of the pending items, those not due yet (a requested delay or a retry backoff), counted up to the pending cap. Fleet-wide: exported only by the process holding the gauges lease.',
       labelNames: ['queue'] as const,
       registers,
       collect: dropWhenNotHeld(() => this.scheduled),
@@ -97,7 +105,7 @@ export class FleetGauges {
     const askedAtMs = Date.now();
     const reading = await ledger.fleetGauges({ holder: this.holder, everyMs: opts.everyMs, leaseMs });
     // No await between the resets and the sets: a scrape never sees them half-written.
-    for (const g of [this.items, this.oldestDueAge, this.scheduled, this.paused]) g.reset();
+    for (const g of [this.items, this.itemsAtLeast, this.oldestDueAge, this.scheduled, this.paused]) g.reset();
     if (reading === undefined) {
       this.heldUntilMs = 0;
       return false;
@@ -105,9 +113,12 @@ export class FleetGauges {
     this.heldUntilMs = askedAtMs + leaseMs;
     const paused = new Set(reading.paused);
     for (const s of reading.stats) {
-      for (const [state, n] of Object.entries(s.counts)) this.items.set({ queue: s.queue, state }, n);
+      for (const [state, n] of Object.entries(s.counts)) {
+        this.items.set({ queue: s.queue, state }, n.count);
+        this.itemsAtLeast.set({ queue: s.queue, state }, n.atLeast ? 1 : 0);
+      }
       this.oldestDueAge.set({ queue: s.queue }, s.oldestDueAgeMs / 1000);
-      this.scheduled.set({ queue: s.queue }, s.scheduled);
+      this.scheduled.set({ queue: s.queue }, s.scheduled.count);
       this.paused.set({ queue: s.queue }, paused.has(s.queue) ? 1 : 0);
     }
     for (const queue of paused) this.paused.set({ queue }, 1);

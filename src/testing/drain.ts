@@ -2,6 +2,7 @@ import { Consumer } from '../consumer/consumer.js';
 import type { ConsumerSettingsInput } from '../consumer/options.js';
 import type { Outcome } from '../consumer/job-outcome.js';
 import type { HandlerEntry } from '../consumer/types.js';
+import { exactCount } from '../ledger/bounded-count.js';
 import type { Ledger } from '../ledger/ledger.js';
 import type { ItemState } from '../ledger/types.js';
 import type { Logger } from '../log.js';
@@ -86,8 +87,11 @@ export async function drainQueue<DB>(ledger: Ledger, options: DrainOptions<DB>):
   return out.sort((a, b) => (a.id < b.id ? -1 : a.id > b.id ? 1 : 0));
 }
 
-/** No due pending lane head (nor, with `scheduled`, any pending item not due yet) and nothing processing in `queue`. */
+/**
+ * No due pending lane head (nor, with `scheduled`, any pending item not due yet) and nothing processing in `queue`.
+ * Only zeros are compared, which a bounded count never reads as a floor: terminal counts play no part.
+ */
 async function queueIdle(ledger: Ledger, queue: string, scheduled: boolean): Promise<boolean> {
   const [stats] = await ledger.stats(queue);
-  return stats === undefined || (stats.counts.processing === 0 && stats.oldestDueAgeMs === 0 && (!scheduled || stats.scheduled === 0));
+  return stats === undefined || (exactCount(stats.counts.processing) === 0 && stats.oldestDueAgeMs === 0 && (!scheduled || exactCount(stats.scheduled) === 0));
 }

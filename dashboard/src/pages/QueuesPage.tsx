@@ -2,24 +2,24 @@ import { enc, getJson, postAction } from '../api.js';
 import { ActionButton } from '../components/ActionButton.js';
 import { Empty, ErrorBox, Loading, PageHead, Time } from '../components/bits.js';
 import { LatencySpark, ThroughputSpark } from '../components/Sparkline.js';
-import { count, duration } from '../format.js';
+import { boundedCount, duration, sumCounts } from '../format.js';
 import { usePoll } from '../poll.js';
 import { href } from '../router.js';
 import { useSession } from '../session-context.js';
-import type { ItemState, LiveConsumer, QueueView } from '../types.js';
+import type { BoundedCount, ItemState, LiveConsumer, QueueView } from '../types.js';
 
-function Count({ q, state, n }: { q: QueueView; state: ItemState; n: number }) {
-  if (n === 0) return <span class="zero">0</span>;
+function Count({ q, state, n }: { q: QueueView; state: ItemState; n: BoundedCount }) {
+  if (n.count === 0) return <span class="zero">0</span>;
   return (
     <a href={href.items(q.queue, { state })} class={state === 'dead' ? 'count-dead' : ''}>
-      {count(n, q.capped.includes(state))}
+      {boundedCount(n)}
     </a>
   );
 }
 
 function QueueRow({ q, canAct, reload }: { q: QueueView; canAct: boolean; reload: () => void }) {
   const c = q.counts;
-  const finished = c.completed + c.skipped + c.cancelled;
+  const finished = sumCounts([c.completed, c.skipped, c.cancelled]);
   return (
     <tr class={q.paused ? 'paused-row' : ''} data-queue={q.queue}>
       <td class="name">
@@ -37,7 +37,7 @@ function QueueRow({ q, canAct, reload }: { q: QueueView; canAct: boolean; reload
       <td class="num">
         <Count q={q} state="pending" n={q.due} />
       </td>
-      <td class="num">{q.scheduled === 0 ? <span class="zero">0</span> : <a href={href.items(q.queue, { state: 'pending' })}>{count(q.scheduled, q.capped.includes('pending'))}</a>}</td>
+      <td class="num">{q.scheduled.count === 0 ? <span class="zero">0</span> : <a href={href.items(q.queue, { state: 'pending' })}>{boundedCount(q.scheduled)}</a>}</td>
       <td class="num">
         <Count q={q} state="processing" n={c.processing} />
       </td>
@@ -47,7 +47,7 @@ function QueueRow({ q, canAct, reload }: { q: QueueView; canAct: boolean; reload
       <td class="num">
         <Count q={q} state="dead" n={c.dead} />
       </td>
-      <td class="num">{finished === 0 ? <span class="zero">0</span> : <a href={href.items(q.queue, { state: 'completed' })}>{count(finished, q.capped.includes('completed'))}</a>}</td>
+      <td class="num">{finished.count === 0 ? <span class="zero">0</span> : <a href={href.items(q.queue, { state: 'completed' })}>{boundedCount(finished)}</a>}</td>
       <td class="num">{q.oldestDueAgeMs > 0 ? duration(q.oldestDueAgeMs) : <span class="zero">–</span>}</td>
       <td>
         <ThroughputSpark points={q.series.points} bucketMs={q.series.bucketMs} />

@@ -1,7 +1,7 @@
 import type { Command } from 'commander';
 import type { CliContext } from '../context.js';
-import { runDemo } from '../../demo/run-demo.js';
-import { CliError } from '../errors.js';
+import { DemoInterrupted, runDemo } from '../../demo/run-demo.js';
+import { CliError, EXIT } from '../errors.js';
 import { println, printJson } from '../io.js';
 import { parseInteger } from '../parse.js';
 import { renderTable } from '../format.js';
@@ -31,12 +31,30 @@ worker replicas, enqueues a mixed workload (ordinary, flaky, permanently failing
 slower-than-deadline items; effects written through ctx.transaction), SIGKILLs one
 replica midway and starts a new one, then prints a summary. Exits 1 if any lane
 ran out of order, any effect happened twice, or a completed item has no effect.
-Needs --redis-url (default redis://127.0.0.1:6379).`,
+Needs --redis-url (default redis://127.0.0.1:6379). SIGINT (Ctrl-C) or SIGTERM
+stops the replicas, drops the database and the demo's Redis keys (unless --keep)
+and exits 130; a second kills the replicas without their drain, a third exits
+at once (the database stays).`,
     )
     .action(async (flags: DemoFlags, cmd: Command) => {
       const g = cmd.optsWithGlobals<{ databaseUrl: string; redisUrl?: string; json?: boolean }>();
       const server = new URL(g.databaseUrl);
       server.pathname = '';
+      // The first SIGINT or SIGTERM ends the run cleanly (the replicas stopped, the database and keys dropped).
+      // Ctrl-C under `npm run demo` may deliver a second at once (the terminal's, and npm's forwarded copy),
+      // so a second only kills the replicas without their drain, and the clean-up goes on; a third exits now
+      // (the demo's exit hook kills the replicas; the database stays).
+      const interrupt = new AbortController();
+      const hurry = new AbortController();
+      let signals = 0;
+      const onSignal = (signal: NodeJS.Signals): void => {
+        signals++;
+        if (signals === 1) interrupt.abort(signal);
+        else if (signals === 2) hurry.abort(signal);
+        else process.exit(EXIT.interrupted);
+      };
+      process.on('SIGINT', onSignal);
+      process.on('SIGTERM', onSignal);
       const summary = await runDemo({
         serverUrl: server.toString().replace(/\/+$/, ''),
         redisUrl: g.redisUrl ?? 'redis://127.0.0.1:6379',
@@ -46,7 +64,16 @@ Needs --redis-url (default redis://127.0.0.1:6379).`,
         keep: flags.keep,
         progress: flags.progress && !g.json,
         out: (line) => (g.json ? undefined : println(io, line)),
-      });
+        signal: interrupt.signal,
+        killSignal: hurry.signal,
+      })
+        .catch((error: unknown) => {
+          throw error instanceof DemoInterrupted ? new CliError(error.message, EXIT.interrupted) : error;
+        })
+        .finally(() => {
+          process.off('SIGINT', onSignal);
+          process.off('SIGTERM', onSignal);
+        });
       if (g.json) printJson(io, summary);
       else {
         const rows: [string, string][] = [

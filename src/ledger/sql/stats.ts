@@ -1,7 +1,8 @@
 import { sql, type RawBuilder } from 'kysely';
 import type { Executor, LedgerDb } from '../connection.js';
 import type { LedgerTables } from '../tables.js';
-import { ITEM_STATES, QUEUE_CLASSES, type ItemState, type QueueStats } from '../types.js';
+import { ITEM_STATES, QUEUE_CLASSES, type BoundedCount, type ItemState, type QueueStats } from '../types.js';
+import { countUpTo } from '../bounded-count.js';
 import { inline, list } from './common.js';
 
 /**
@@ -10,7 +11,7 @@ import { inline, list } from './common.js';
  * same however many items the ledger holds. Work not yet done (pending,
  * processing, blocked) is counted up to 100,000; history (terminal states,
  * which grow with retention and which the outcome counters already track)
- * up to 10,000. A state with more shows its cap and is listed in `capped`.
+ * up to 10,000. A state with more reads as its cap, marked `atLeast`.
  */
 export function statsCountCap(state: ItemState): number {
   return state === 'pending' || state === 'processing' || state === 'blocked' ? 100_000 : 10_000;
@@ -65,14 +66,13 @@ async function statsOfQueue(exec: Executor, t: LedgerTables, queue: string): Pro
   const r = await sql<Record<string, number | string | null>>`SELECT ${sql.join(columns)}, ${oldest} AS age_us, ${scheduled} AS scheduled`.execute(exec);
   const row = r.rows[0];
   if (!row) return undefined;
-  const counts = Object.fromEntries(ITEM_STATES.map((state) => [state, Number(row[state] ?? 0)])) as Record<ItemState, number>;
-  if (ITEM_STATES.every((state) => counts[state] === 0)) return undefined;
+  const counts = Object.fromEntries(ITEM_STATES.map((state) => [state, countUpTo(Number(row[state] ?? 0), statsCountCap(state))])) as Record<ItemState, BoundedCount>;
+  if (ITEM_STATES.every((state) => counts[state].count === 0)) return undefined;
   return {
     queue,
     counts,
-    capped: ITEM_STATES.filter((state) => counts[state] >= statsCountCap(state)),
     oldestDueAgeMs: Math.max(0, Number(row.age_us ?? 0) / 1000),
-    scheduled: Number(row.scheduled ?? 0),
+    scheduled: countUpTo(Number(row.scheduled ?? 0), statsCountCap('pending')),
   };
 }
 
