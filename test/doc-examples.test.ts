@@ -94,6 +94,14 @@ test("the README's typed jobs run with the schema's output (the default copies f
   expect(r.code).toBe(0);
 }, RUN_TIMEOUT_MS);
 
+test("the README's outbox: the receipt enqueued in the payment's transaction runs once it committed, and the process exits", async () => {
+  const r = await runExample('outbox.ts');
+  expect(r.err).toBe('');
+  expect(r.out).toBe('receipt completed\n');
+  expect(r.code).toBe(0);
+  expect(await query("SELECT state FROM orders WHERE id = 'o-1'")).toEqual([{ state: 'paid' }]);
+}, RUN_TIMEOUT_MS);
+
 test("the README's handler shapes each complete their item, and exit", async () => {
   const r = await runExample('handler-shapes.ts');
   expect(r.err).toBe('');
