@@ -73,13 +73,19 @@ export async function activateOwnership(
   opts: { queue: string; deployment: string; expectEpoch?: number | undefined },
 ): Promise<Ownership> {
   const { queue } = opts;
-  return runTransaction(db, async (trx) => {
-    await touchFencedInFlight(trx, t, queue);
-    await takeNextEpoch(trx, t, opts);
-    const after = await getOwnership(trx, t, queue);
-    if (!after) throw new Error(`activate ${queue}: ownership row missing after write`);
-    return after;
-  });
+  try {
+    return await runTransaction(db, async (trx) => {
+      await touchFencedInFlight(trx, t, queue);
+      await takeNextEpoch(trx, t, opts);
+      const after = await getOwnership(trx, t, queue);
+      if (!after) throw new Error(`activate ${queue}: ownership row missing after write`);
+      return after;
+    });
+  } catch (error) {
+    // TiDB in optimistic mode checks the first activation's key at COMMIT: a racing one is refused there.
+    if (opts.expectEpoch !== 0 || errno(error) !== ER_DUP_ENTRY) throw error;
+    throw new OwnershipConflictError(queue, 0, await currentEpoch(db, t, queue));
+  }
 }
 
 /**
