@@ -28,7 +28,18 @@ import { Consumer } from '../src/consumer/consumer.js';
 import type { Ledger } from '../src/ledger/ledger.js';
 import { createLogger } from '../src/log.js';
 import { enqueueAhead, withFreshLedger } from './fresh-ledger.js';
-import { benchServerUrl, cliFlag, codeRevision, fmt, median, printTable, progress, runBenchmark, serverCpuSecondsOf, sleep } from './support.js';
+import {
+  benchServerUrl,
+  cliFlag,
+  codeRevision,
+  fmt,
+  median,
+  printTable,
+  progress,
+  runBenchmark,
+  serverCpuSecondsOf,
+  sleep,
+} from './support.js';
 
 const RUNS = Number(cliFlag('--runs') ?? 3);
 const SCALE = Number(cliFlag('--scale') ?? 1);
@@ -70,7 +81,10 @@ interface Result {
 
 /** The most items processing at once, from each completed item's started_at and terminal_at (ledger clock). */
 async function peakProcessing(ledger: Ledger, queue: string): Promise<number> {
-  const rows = await sql<{ started_at: Date; terminal_at: Date }>`SELECT started_at, terminal_at FROM ${ledger.tables.items}
+  const rows = await sql<{
+    started_at: Date;
+    terminal_at: Date;
+  }>`SELECT started_at, terminal_at FROM ${ledger.tables.items}
     WHERE queue = ${queue} AND state = 'completed'`.execute(ledger.db);
   const events = rows.rows.flatMap((r) => [
     { at: r.started_at.getTime(), d: 1 },
@@ -86,9 +100,14 @@ async function peakProcessing(ledger: Ledger, queue: string): Promise<number> {
 function drain(variant: Variant): Promise<Result> {
   return withFreshLedger('lwcap', async (ledger, wake, producer) => {
     const queue = 'capacity';
-    if (variant.keyLimit !== undefined) await ledger.setConcurrencyLimit(queue, variant.keyLimit, variant.byType === true ? { type: 't' } : {});
-    const keyed = (n: number): { concurrencyKey?: string } => (variant.keys !== undefined ? { concurrencyKey: `tenant:${n % variant.keys}` } : {});
-    await enqueueAhead(producer, Array.from({ length: ITEMS }, (_, n) => ({ queue, type: 't', payload: { n }, ...keyed(n) })));
+    if (variant.keyLimit !== undefined)
+      await ledger.setConcurrencyLimit(queue, variant.keyLimit, variant.byType === true ? { type: 't' } : {});
+    const keyed = (n: number): { concurrencyKey?: string } =>
+      variant.keys !== undefined ? { concurrencyKey: `tenant:${n % variant.keys}` } : {};
+    await enqueueAhead(
+      producer,
+      Array.from({ length: ITEMS }, (_, n) => ({ queue, type: 't', payload: { n }, ...keyed(n) })),
+    );
     const consumers = Array.from(
       { length: CONSUMERS },
       () =>
@@ -117,7 +136,10 @@ function drain(variant: Variant): Promise<Result> {
       jobsPerS: ITEMS / seconds,
       peak: await peakProcessing(ledger, queue),
       nodeUs: (cpu.user + cpu.system) / ITEMS,
-      serverUs: serverCpuBefore === undefined || serverCpuAfter === undefined ? undefined : ((serverCpuAfter - serverCpuBefore) * 1e6) / ITEMS,
+      serverUs:
+        serverCpuBefore === undefined || serverCpuAfter === undefined
+          ? undefined
+          : ((serverCpuAfter - serverCpuBefore) * 1e6) / ITEMS,
     };
   });
 }
@@ -131,20 +153,39 @@ runBenchmark(async () => {
       const result = await drain(variant);
       runs.get(variant.label)!.push(result);
       const server = result.serverUs === undefined ? '' : `, server ${fmt(result.serverUs)} µs`;
-      progress(`run ${r} ${variant.label}: ${fmt(result.jobsPerS)} items/s, at most ${result.peak} processing; CPU per item: this process ${fmt(result.nodeUs)} µs${server}`);
+      progress(
+        `run ${r} ${variant.label}: ${fmt(result.jobsPerS)} items/s, at most ${result.peak} processing; CPU per item: this process ${fmt(result.nodeUs)} µs${server}`,
+      );
     }
   }
   const base = median(runs.get(VARIANTS[0]!.label)!.map((x) => x.jobsPerS));
   // The most a variant could do with handlers of HANDLER_MS: every slot it may fill busy all the time.
-  const ceiling = (v: Variant): string => (HANDLER_MS > 0 ? fmt((Math.min(CONSUMERS * SLOTS, v.maxProcessing ?? Infinity) * 1000) / HANDLER_MS) : '');
+  const ceiling = (v: Variant): string =>
+    HANDLER_MS > 0 ? fmt((Math.min(CONSUMERS * SLOTS, v.maxProcessing ?? Infinity) * 1000) / HANDLER_MS) : '';
   printTable(
     `The fleet cap: ${fmt(ITEMS)} laneless items, ${CONSUMERS} consumers × ${SLOTS} slots in one process, handlers of ${HANDLER_MS} ms, median of ${RUNS} run(s), code ${codeRevision()}`,
-    ['variant', 'items completed/s', 'vs uncapped', ...(HANDLER_MS > 0 ? ['ceiling (slots it may fill ÷ handler time)'] : []), 'most processing at once', 'CPU µs/item: this process', 'server'],
+    [
+      'variant',
+      'items completed/s',
+      'vs uncapped',
+      ...(HANDLER_MS > 0 ? ['ceiling (slots it may fill ÷ handler time)'] : []),
+      'most processing at once',
+      'CPU µs/item: this process',
+      'server',
+    ],
     VARIANTS.map((v) => {
       const xs = runs.get(v.label)!;
       const rate = median(xs.map((x) => x.jobsPerS));
       const server = xs.every((x) => x.serverUs !== undefined) ? fmt(median(xs.map((x) => x.serverUs!))) : '';
-      return [v.label, fmt(rate), `${fmt((rate / base) * 100)}%`, ...(HANDLER_MS > 0 ? [ceiling(v)] : []), String(Math.max(...xs.map((x) => x.peak))), fmt(median(xs.map((x) => x.nodeUs))), server];
+      return [
+        v.label,
+        fmt(rate),
+        `${fmt((rate / base) * 100)}%`,
+        ...(HANDLER_MS > 0 ? [ceiling(v)] : []),
+        String(Math.max(...xs.map((x) => x.peak))),
+        fmt(median(xs.map((x) => x.nodeUs))),
+        server,
+      ];
     }),
     ['left', 'right', 'right', ...(HANDLER_MS > 0 ? (['right'] as const) : []), 'right', 'right', 'right'],
   );

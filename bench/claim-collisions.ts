@@ -50,7 +50,8 @@ async function once(code: string, Ledger: LedgerClass, claimers: number): Promis
     const url = db.url;
     const setup = new Ledger({ url, poolSize: 4 });
     await setup.migrate();
-    for (let i = 0; i < BACKLOG; i += 1000) await setup.enqueueMany(Array.from({ length: 1000 }, (_, n) => ({ queue: QUEUE, type: 't', payload: i + n })));
+    for (let i = 0; i < BACKLOG; i += 1000)
+      await setup.enqueueMany(Array.from({ length: 1000 }, (_, n) => ({ queue: QUEUE, type: 't', payload: i + n })));
     await setup.close();
     const ledgers = Array.from({ length: claimers }, () => new Ledger({ url, poolSize: 2 }));
     let won = 0;
@@ -88,7 +89,9 @@ runBenchmark(async () => {
       for (const [code, Ledger] of order) {
         const run = await once(code, Ledger, claimers);
         runs.push(run);
-        console.log(`${code} x${claimers}: ${run.won} won, ${(run.lost / Math.max(1, run.won)).toFixed(3)} lost per item, ${Math.round(run.perSecond)} items/s`);
+        console.log(
+          `${code} x${claimers}: ${run.won} won, ${(run.lost / Math.max(1, run.won)).toFixed(3)} lost per item, ${Math.round(run.perSecond)} items/s`,
+        );
       }
     }
   }
@@ -98,7 +101,9 @@ runBenchmark(async () => {
       const mine = runs.filter((r) => r.code === code && r.claimers === claimers);
       const loss = median(mine.map((r) => r.lost / Math.max(1, r.won)));
       const rate = median(mine.map((r) => r.perSecond));
-      console.log(`  ${code.padEnd(4)} ${String(claimers).padStart(2)} claimers: CAS losses per claimed item ${loss.toFixed(3)}, ${Math.round(rate)} items/s`);
+      console.log(
+        `  ${code.padEnd(4)} ${String(claimers).padStart(2)} claimers: CAS losses per claimed item ${loss.toFixed(3)}, ${Math.round(rate)} items/s`,
+      );
     }
   }
 });

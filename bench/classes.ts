@@ -13,7 +13,17 @@ import { Consumer } from '../src/consumer/consumer.js';
 import { poolConsumers } from '../src/consumer/pools.js';
 import { createLogger } from '../src/log.js';
 import { enqueueAhead, withFreshLedger } from './fresh-ledger.js';
-import { cliFlag, codeRevision, fmt, median, percentile, printTable, progress, runBenchmark, sleep } from './support.js';
+import {
+  cliFlag,
+  codeRevision,
+  fmt,
+  median,
+  percentile,
+  printTable,
+  progress,
+  runBenchmark,
+  sleep,
+} from './support.js';
 
 const RUNS = Number(cliFlag('--runs') ?? 3);
 const SCALE = Number(cliFlag('--scale') ?? 1);
@@ -41,14 +51,18 @@ function run(variant: Variant): Promise<Result> {
     const startMs: number[] = [];
     const handlers = {
       bulk: () => sleep(BULK_HANDLER_MS),
-      interactive: async (job: { payload: { i: number } }) => void startMs.push(performance.now() - (enqueuedAt.get(job.payload.i) ?? NaN)),
+      interactive: async (job: { payload: { i: number } }) =>
+        void startMs.push(performance.now() - (enqueuedAt.get(job.payload.i) ?? NaN)),
     };
     const consumers: Consumer[] = variant.endsWith('no pools')
       ? [new Consumer({ ledger, wake, queue, concurrency: CONCURRENCY, logger, handlers })]
       : poolConsumers({ ledger, wake, queue, concurrency: CONCURRENCY, pools: 'auto', logger, handlers });
     for (const c of consumers) await c.start();
     if (variant.startsWith('flood')) {
-      await enqueueAhead(producer, Array.from({ length: BULK }, (_, i) => ({ queue, type: 'bulk', queueClass: 'bulk' as const, payload: { i } })));
+      await enqueueAhead(
+        producer,
+        Array.from({ length: BULK }, (_, i) => ({ queue, type: 'bulk', queueClass: 'bulk' as const, payload: { i } })),
+      );
     }
     for (let i = 0; i < INTERACTIVE; i++) {
       const at = performance.now();
@@ -57,7 +71,11 @@ function run(variant: Variant): Promise<Result> {
       await sleep(Math.max(0, INTERACTIVE_EVERY_MS - (performance.now() - at)));
     }
     const startedCount = async (type: string): Promise<number> => {
-      const r = await sql<{ n: number | string }>`SELECT COUNT(*) AS n FROM ${ledger.tables.items} WHERE queue = ${queue} AND type = ${type} AND started_at > '1970-01-02'`.execute(ledger.db);
+      const r = await sql<{
+        n: number | string;
+      }>`SELECT COUNT(*) AS n FROM ${ledger.tables.items} WHERE queue = ${queue} AND type = ${type} AND started_at > '1970-01-02'`.execute(
+        ledger.db,
+      );
       return Number(r.rows[0]?.n ?? 0);
     };
     while (startMs.length < INTERACTIVE) await sleep(50);
@@ -73,17 +91,31 @@ runBenchmark(async () => {
     for (const variant of r % 2 === 1 ? VARIANTS : [...VARIANTS].reverse()) {
       const result = await run(variant);
       results.get(variant)!.push(result);
-      progress(`run ${r} ${variant}: interactive enqueue→start p50 ${fmt(result.p50, 1)} ms, p99 ${fmt(result.p99, 1)} ms, ${fmt(result.bulkLeft)} bulk items not started yet`);
+      progress(
+        `run ${r} ${variant}: interactive enqueue→start p50 ${fmt(result.p50, 1)} ms, p99 ${fmt(result.p99, 1)} ms, ${fmt(result.bulkLeft)} bulk items not started yet`,
+      );
     }
   }
   const idleP99 = median(results.get('idle, pools')!.map((x) => x.p99));
   printTable(
     `Reserved capacity: ${INTERACTIVE} interactive items at 50/s, beside ${fmt(BULK)} bulk items (${BULK_HANDLER_MS} ms each) or none, concurrency ${CONCURRENCY} in one process, median of ${RUNS} run(s), code ${codeRevision()}`,
-    ['variant', 'interactive enqueue→start p50 (ms)', 'p99 (ms)', 'p99 ÷ idle p99', 'bulk not started when the last interactive started'],
+    [
+      'variant',
+      'interactive enqueue→start p50 (ms)',
+      'p99 (ms)',
+      'p99 ÷ idle p99',
+      'bulk not started when the last interactive started',
+    ],
     VARIANTS.map((v) => {
       const xs = results.get(v)!;
       const p99 = median(xs.map((x) => x.p99));
-      return [v, fmt(median(xs.map((x) => x.p50)), 1), fmt(p99, 1), `${fmt(p99 / idleP99, 1)}×`, v.startsWith('flood') ? fmt(median(xs.map((x) => x.bulkLeft))) : '-'];
+      return [
+        v,
+        fmt(median(xs.map((x) => x.p50)), 1),
+        fmt(p99, 1),
+        `${fmt(p99 / idleP99, 1)}×`,
+        v.startsWith('flood') ? fmt(median(xs.map((x) => x.bulkLeft))) : '-',
+      ];
     }),
     ['left', 'right', 'right', 'right', 'right'],
   );

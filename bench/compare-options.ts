@@ -49,7 +49,10 @@ export function parseArgs(argv: readonly string[]): Options | 'help' {
         opts.systems = value();
         break;
       case '--workloads': {
-        const ws = value().split(',').map((s) => s.trim()).filter((s) => s !== '');
+        const ws = value()
+          .split(',')
+          .map((s) => s.trim())
+          .filter((s) => s !== '');
         const bad = ws.filter((w) => !(WORKLOADS as readonly string[]).includes(w));
         if (bad.length > 0) throw new UsageError(`unknown workload ${bad.join(', ')}: use ${WORKLOADS.join(', ')}`);
         opts.workloads = WORKLOADS.filter((w) => ws.includes(w));
@@ -73,7 +76,12 @@ export function parseArgs(argv: readonly string[]): Options | 'help' {
  * FULL_RUNS runs. Only a full run's results may replace the published ones.
  */
 export function isFullRun(opts: Options, selected: readonly PeerFactory[], all: readonly PeerFactory[]): boolean {
-  return selected.length === all.length && opts.workloads.length === WORKLOADS.length && opts.scale === 1 && opts.runs >= FULL_RUNS;
+  return (
+    selected.length === all.length &&
+    opts.workloads.length === WORKLOADS.length &&
+    opts.scale === 1 &&
+    opts.runs >= FULL_RUNS
+  );
 }
 
 /**
@@ -110,7 +118,9 @@ export function selectFactories(all: readonly PeerFactory[], raw: string | null)
   const systems = splitSystems(raw, all);
   const unknown = systems.filter((s) => !all.some((f) => f.system === s || factoryLabel(f) === s));
   if (unknown.length > 0) {
-    throw new UsageError(`unknown system ${unknown.join(', ')}: use one of ${[...new Set(all.map((f) => f.system))].join(', ')} or system:mode (${all.map(factoryLabel).join(', ')})`);
+    throw new UsageError(
+      `unknown system ${unknown.join(', ')}: use one of ${[...new Set(all.map((f) => f.system))].join(', ')} or system:mode (${all.map(factoryLabel).join(', ')})`,
+    );
   }
   return all.filter((f) => systems.includes(f.system) || systems.includes(factoryLabel(f)));
 }

@@ -34,7 +34,20 @@ import { commandLine, describeMachine } from './machine.js';
 import { METRICS, sizes, type RunArgs, type RunResult } from './peers/protocol.js';
 import { REFERENCE, allFactories, factoryLabel, runsWorkload } from './peers/registry.js';
 import type { PeerFactory, Workload } from './peers/types.js';
-import { failedText, formatValue, headlineRow, medianText, rangeText, ratioCell, summarize, warningRows, COMPARE_FORMAT, type CompareResults, type Failure, type NotApplicable } from './report-rows.js';
+import {
+  failedText,
+  formatValue,
+  headlineRow,
+  medianText,
+  rangeText,
+  ratioCell,
+  summarize,
+  warningRows,
+  COMPARE_FORMAT,
+  type CompareResults,
+  type Failure,
+  type NotApplicable,
+} from './report-rows.js';
 import { latestJson, writePublished } from './report.js';
 import { namespacesFor, runInChild } from './run-in-child.js';
 import { codeRevision, formatTable, isInterrupted, progress, runCleanups } from './support.js';
@@ -45,14 +58,18 @@ const RESULTS_DIR = `${ROOT}bench/results`;
 function summaryLine(r: RunResult): string {
   if (!r.ok) return `FAILED: ${(r.failure ?? 'unknown').split('\n')[0]}`;
   const values = METRICS.filter((m) => m.workload === r.workload && r.values[m.metric] !== undefined).map(
-    (m) => `${m.metric} ${formatValue(r.values[m.metric] ?? null, m.unit)}${m.unit === 'count' || m.unit === 'ratio' ? '' : ` ${m.unit}`}`,
+    (m) =>
+      `${m.metric} ${formatValue(r.values[m.metric] ?? null, m.unit)}${m.unit === 'count' || m.unit === 'ratio' ? '' : ` ${m.unit}`}`,
   );
   const warned = r.warnings.length > 0 ? `; ${r.warnings.length} warning(s)` : '';
   return `${values.join(', ')}${warned}`;
 }
 
 /** What runs, in order: each (system, mode) that can run the workload; the others with why not. */
-function plan(factories: readonly PeerFactory[], workloads: readonly Workload[]): { runs: { factory: PeerFactory; workload: Workload }[]; notApplicable: NotApplicable[] } {
+function plan(
+  factories: readonly PeerFactory[],
+  workloads: readonly Workload[],
+): { runs: { factory: PeerFactory; workload: Workload }[]; notApplicable: NotApplicable[] } {
   const runs: { factory: PeerFactory; workload: Workload }[] = [];
   const notApplicable: NotApplicable[] = [];
   for (const workload of workloads) {
@@ -65,7 +82,10 @@ function plan(factories: readonly PeerFactory[], workloads: readonly Workload[])
   return { runs, notApplicable };
 }
 
-async function measure(opts: Options, runs: readonly { factory: PeerFactory; workload: Workload }[]): Promise<{ results: RunResult[]; failures: Failure[] }> {
+async function measure(
+  opts: Options,
+  runs: readonly { factory: PeerFactory; workload: Workload }[],
+): Promise<{ results: RunResult[]; failures: Failure[] }> {
   const results: RunResult[] = [];
   const failures: Failure[] = [];
   const total = runs.length * opts.runs;
@@ -75,12 +95,20 @@ async function measure(opts: Options, runs: readonly { factory: PeerFactory; wor
       // SIGINT / SIGTERM: the cleanup handler is dropping what the last run made and will exit.
       if (isInterrupted()) await new Promise(() => undefined);
       done++;
-      const args: RunArgs = { system: factory.system, mode: factory.mode, workload, run, scale: opts.scale, ns: namespacesFor(workload) };
+      const args: RunArgs = {
+        system: factory.system,
+        mode: factory.mode,
+        workload,
+        run,
+        scale: opts.scale,
+        ns: namespacesFor(workload),
+      };
       progress(`[${done}/${total}] run ${run}: ${workload} · ${factory.system} (${factory.mode})`);
       const r = await runInChild(factory, args);
       if (isInterrupted()) await new Promise(() => undefined);
       results.push(r);
-      if (!r.ok) failures.push({ workload, system: factory.system, mode: factory.mode, run, reason: r.failure ?? 'unknown' });
+      if (!r.ok)
+        failures.push({ workload, system: factory.system, mode: factory.mode, run, reason: r.failure ?? 'unknown' });
       progress(`        ${summaryLine(r)}  (${(r.durationMs / 1000).toFixed(1)} s)`);
     }
   }
@@ -89,11 +117,22 @@ async function measure(opts: Options, runs: readonly { factory: PeerFactory; wor
 
 function printSummary(compare: CompareResults): void {
   const ref = compare.reference;
-  console.log(`\nlanewake side by side — median of ${compare.params.runs} run(s), scale ${compare.params.scale}, code ${compare.revision}\n`);
+  console.log(
+    `\nlanewake side by side — median of ${compare.params.runs} run(s), scale ${compare.params.scale}, code ${compare.revision}\n`,
+  );
   console.log(
     formatTable(
       ['workload', 'system', 'mode', 'median', 'min–max', 'unit', 'runs failed', `vs ${ref.system} (${ref.mode})`],
-      compare.rows.map((x) => [x.name, x.system, x.mode, medianText(x), rangeText(x), x.unit, failedText(x), ratioCell(x, ref)]),
+      compare.rows.map((x) => [
+        x.name,
+        x.system,
+        x.mode,
+        medianText(x),
+        rangeText(x),
+        x.unit,
+        failedText(x),
+        ratioCell(x, ref),
+      ]),
       ['left', 'left', 'left', 'right', 'right', 'left', 'right', 'left'],
     ),
   );
@@ -104,7 +143,10 @@ function printSummary(compare: CompareResults): void {
   console.log('\nDurability of the servers:');
   for (const l of durabilityLines(compare.durability)) console.log(`  ${l}`);
   const headline = headlineRow(compare);
-  if (headline) console.log(`\nHeadline latency (${ref.system} ${ref.mode}, producer and worker in two processes): p50 ${medianText(headline)} ms`);
+  if (headline)
+    console.log(
+      `\nHeadline latency (${ref.system} ${ref.mode}, producer and worker in two processes): p50 ${medianText(headline)} ms`,
+    );
   const poll = compare.rows.find((x) => x.name === 'latency p50' && x.system === ref.system && x.mode === 'poll 5 s');
   if (poll?.ratio) console.log(`${ref.system} (${ref.mode}) latency p50 vs poll 5 s: ${poll.ratio.label}`);
   const warnings = warningRows(compare.results);
@@ -114,9 +156,12 @@ function printSummary(compare: CompareResults): void {
   }
   if (compare.failures.length > 0) {
     console.log(`\n${compare.failures.length} FAILED run(s):`);
-    for (const f of compare.failures) console.log(`  run ${f.run} ${f.workload} · ${f.system} (${f.mode}): ${f.reason.split('\n')[0]}`);
+    for (const f of compare.failures)
+      console.log(`  run ${f.run} ${f.workload} · ${f.system} (${f.mode}): ${f.reason.split('\n')[0]}`);
   } else {
-    console.log('\nEffect check: every run started every job exactly once, and each store counted every job completed once.');
+    console.log(
+      '\nEffect check: every run started every job exactly once, and each store counted every job completed once.',
+    );
   }
 }
 
@@ -150,7 +195,9 @@ async function main(): Promise<number> {
   const full = isFullRun(opts, factories, all);
   const startedAt = new Date().toISOString();
   const [{ machine, software }, servers] = await Promise.all([describeMachine(), durability()]);
-  progress(`lanewake compare: ${factories.map(factoryLabel).join(', ')}; workloads ${opts.workloads.join(', ')}; ${opts.runs} run(s), scale ${opts.scale}${full ? '' : ' (not a full run: the published results stay as they are)'}`);
+  progress(
+    `lanewake compare: ${factories.map(factoryLabel).join(', ')}; workloads ${opts.workloads.join(', ')}; ${opts.runs} run(s), scale ${opts.scale}${full ? '' : ' (not a full run: the published results stay as they are)'}`,
+  );
   progress(`machine: ${machine}`);
   for (const l of durabilityLines(servers)) progress(`durability: ${l}`);
 
@@ -166,11 +213,22 @@ async function main(): Promise<number> {
     software,
     durability: servers,
     revision: codeRevision(['src', 'bench']),
-    params: { runs: opts.runs, scale: opts.scale, systems: opts.systems === null ? null : factories.map(factoryLabel), workloads: opts.workloads },
+    params: {
+      runs: opts.runs,
+      scale: opts.scale,
+      systems: opts.systems === null ? null : factories.map(factoryLabel),
+      workloads: opts.workloads,
+    },
     full,
     sizes: sizes(opts.scale),
     reference: { ...REFERENCE },
-    factories: factories.map((f) => ({ system: f.system, mode: f.mode, workloads: [...f.workloads], notes: { ...f.notes }, ordersByKey: f.ordersByKey })),
+    factories: factories.map((f) => ({
+      system: f.system,
+      mode: f.mode,
+      workloads: [...f.workloads],
+      notes: { ...f.notes },
+      ordersByKey: f.ordersByKey,
+    })),
     notApplicable,
     results,
     failures,

@@ -64,7 +64,9 @@ async function serverVersion(url: string): Promise<string> {
 
 export async function graphileCost(jobs: number, concurrency: number): Promise<PeerCost> {
   // The tuned mode: the one the side-by-side benchmark runs its bulk workload with.
-  const factory = graphileFactories.find((f) => f.mode === 'local queue + batched completion') ?? graphileFactories.find((f) => f.workloads.includes('bulk'));
+  const factory =
+    graphileFactories.find((f) => f.mode === 'local queue + batched completion') ??
+    graphileFactories.find((f) => f.workloads.includes('bulk'));
   if (factory === undefined) throw new Error('bench/peers/graphile.ts has no graphile-worker mode for bulk work');
   const url = graphileConnectionString();
   const server = await serverVersion(url);
@@ -87,7 +89,10 @@ export async function graphileCost(jobs: number, concurrency: number): Promise<P
     let completed = 0;
     // Measured up to the last completion written, while the worker's backends are still there to be read.
     const processing = await measure(meter, jobs, async () => {
-      worker = await adapter.startWorker({ concurrency, onJob: (job) => void runs.set(job.n, (runs.get(job.n) ?? 0) + 1) });
+      worker = await adapter.startWorker({
+        concurrency,
+        onJob: (job) => void runs.set(job.n, (runs.get(job.n) ?? 0) + 1),
+      });
       await waitUntil(() => runs.size >= jobs, 600_000, 'graphile-worker to start every job');
       const deadline = Date.now() + 60_000;
       while ((completed = await adapter.completedCount()) < jobs && Date.now() < deadline) await sleep(10);
@@ -95,7 +100,8 @@ export async function graphileCost(jobs: number, concurrency: number): Promise<P
     await worker?.stop();
     worker = undefined;
     const repeats = [...runs.values()].filter((n) => n !== 1).length;
-    if (runs.size !== jobs || repeats > 0) throw new Error(`graphile-worker ran ${runs.size} distinct jobs of ${jobs}, ${repeats} more than once`);
+    if (runs.size !== jobs || repeats > 0)
+      throw new Error(`graphile-worker ran ${runs.size} distinct jobs of ${jobs}, ${repeats} more than once`);
     if (completed !== jobs) throw new Error(`graphile-worker completed ${completed} of ${jobs} jobs`);
     return { system: 'graphile-worker', mode: factory.mode, server, enqueue, process: processing };
   } finally {

@@ -17,7 +17,7 @@
  *   Redis), then a no-op consumer drains them (bench/engine.ts's (a)).
  */
 import { randomBytes } from 'node:crypto';
-import { Consumer } from '../src/consumer/consumer.js';
+import type { Consumer } from '../src/consumer/consumer.js';
 import { Ledger } from '../src/ledger/ledger.js';
 import type { EnqueueInput } from '../src/ledger/inputs.js';
 import type { ClaimedItem } from '../src/ledger/types.js';
@@ -40,7 +40,15 @@ const COUNTERS_PHASE = 'cost:counters';
 const IDLE_PHASE = 'cost:idle';
 
 export type Variant = 'laneless' | 'laned';
-export type PhaseKey = 'enqueueBatch' | 'enqueueSingle' | 'claim' | 'complete' | 'affinityClaim' | 'affinityComplete' | 'engineEnqueue' | 'engineDrain';
+export type PhaseKey =
+  | 'enqueueBatch'
+  | 'enqueueSingle'
+  | 'claim'
+  | 'complete'
+  | 'affinityClaim'
+  | 'affinityComplete'
+  | 'engineEnqueue'
+  | 'engineDrain';
 
 /** One phase of one run, in totals. */
 export interface PhaseCost extends CostDelta {
@@ -98,7 +106,10 @@ class PhaseBook {
     takePhase(COUNTERS_PHASE);
     const delta = this.meter.delta(before, after);
     const had = this.costs.get(phase);
-    this.costs.set(phase, had === undefined ? { jobs, delta } : { jobs: had.jobs + jobs, delta: addDeltas(had.delta, delta) });
+    this.costs.set(
+      phase,
+      had === undefined ? { jobs, delta } : { jobs: had.jobs + jobs, delta: addDeltas(had.delta, delta) },
+    );
   }
 
   results(): Partial<Record<PhaseKey, PhaseCost>> {
@@ -123,10 +134,19 @@ interface Workspace {
   book: PhaseBook;
 }
 
-async function openWorkspace(s: CostSettings, meter: SqlServerMeter, withRedis: boolean, tag: string): Promise<Workspace> {
+async function openWorkspace(
+  s: CostSettings,
+  meter: SqlServerMeter,
+  withRedis: boolean,
+  tag: string,
+): Promise<Workspace> {
   setPhase(IDLE_PHASE);
   const db = await createBenchDatabase('lwc', s.serverUrl);
-  const ledger = new Ledger({ url: db.url, poolSize: 12, ...(s.tidbTxnMode !== undefined ? { tidbTxnMode: s.tidbTxnMode } : {}) });
+  const ledger = new Ledger({
+    url: db.url,
+    poolSize: 12,
+    ...(s.tidbTxnMode !== undefined ? { tidbTxnMode: s.tidbTxnMode } : {}),
+  });
   const keyPrefix = `lwcost:${randomBytes(4).toString('hex')}:`;
   const wake = withRedis ? new WakeChannel({ redis: s.redisUrl, keyPrefix, logger: log }) : undefined;
   const env: Env = {
@@ -165,8 +185,14 @@ function inputs(s: CostSettings, env: Env, laned: boolean, from: number, count: 
   }));
 }
 
-async function enqueueInBatches(s: CostSettings, env: Env, laned: boolean, enqueueMany: (items: EnqueueInput[]) => Promise<unknown>): Promise<number> {
-  for (let i = 0; i < s.jobs; i += ENQUEUE_BATCH) await enqueueMany(inputs(s, env, laned, i, Math.min(ENQUEUE_BATCH, s.jobs - i)));
+async function enqueueInBatches(
+  s: CostSettings,
+  env: Env,
+  laned: boolean,
+  enqueueMany: (items: EnqueueInput[]) => Promise<unknown>,
+): Promise<number> {
+  for (let i = 0; i < s.jobs; i += ENQUEUE_BATCH)
+    await enqueueMany(inputs(s, env, laned, i, Math.min(ENQUEUE_BATCH, s.jobs - i)));
   return s.jobs;
 }
 
@@ -195,7 +221,12 @@ async function expectCompleted(env: Env, jobs: number): Promise<void> {
 }
 
 /** Enqueue in batches, claim every item, complete every item: each phase alone. */
-export async function pipeline(s: CostSettings, meter: SqlServerMeter, variant: Variant, tag: string): Promise<Partial<Record<PhaseKey, PhaseCost>>> {
+export async function pipeline(
+  s: CostSettings,
+  meter: SqlServerMeter,
+  variant: Variant,
+  tag: string,
+): Promise<Partial<Record<PhaseKey, PhaseCost>>> {
   const laned = variant === 'laned';
   const { env, book } = await openWorkspace(s, meter, false, tag);
   try {
@@ -218,7 +249,11 @@ export async function pipeline(s: CostSettings, meter: SqlServerMeter, variant: 
 }
 
 /** Laned, as the consumer completes: each completion batch claims the heads it makes under a fresh lease. */
-export async function laneAffinity(s: CostSettings, meter: SqlServerMeter, tag: string): Promise<Partial<Record<PhaseKey, PhaseCost>>> {
+export async function laneAffinity(
+  s: CostSettings,
+  meter: SqlServerMeter,
+  tag: string,
+): Promise<Partial<Record<PhaseKey, PhaseCost>>> {
   const { env, book } = await openWorkspace(s, meter, false, tag);
   try {
     await enqueueInBatches(s, env, true, (items) => env.ledger.enqueueMany(items));
@@ -229,7 +264,12 @@ export async function laneAffinity(s: CostSettings, meter: SqlServerMeter, tag: 
       const waiting = [...held];
       while (waiting.length > 0) {
         const batch = waiting.splice(0, LANED_COMPLETION_BATCH);
-        const next = { owner: OWNER, token: randomBytes(12).toString('base64url'), leaseMs: LEASE_MS, max: batch.length };
+        const next = {
+          owner: OWNER,
+          token: randomBytes(12).toString('base64url'),
+          leaseMs: LEASE_MS,
+          max: batch.length,
+        };
         const { results, claimed } = await env.ledger.completeManyClaimingNext(
           batch.map((handle) => ({ handle })),
           next,
@@ -249,7 +289,12 @@ export async function laneAffinity(s: CostSettings, meter: SqlServerMeter, tag: 
 }
 
 /** N items enqueued one call at a time, each its own transaction. */
-export async function singleEnqueues(s: CostSettings, meter: SqlServerMeter, variant: Variant, tag: string): Promise<Partial<Record<PhaseKey, PhaseCost>>> {
+export async function singleEnqueues(
+  s: CostSettings,
+  meter: SqlServerMeter,
+  variant: Variant,
+  tag: string,
+): Promise<Partial<Record<PhaseKey, PhaseCost>>> {
   const { env, book } = await openWorkspace(s, meter, false, tag);
   try {
     await book.measure('enqueueSingle', async () => {
@@ -276,7 +321,9 @@ export async function engine(
   let consumer: Consumer | undefined;
   try {
     const producer = new Producer({ ledger: env.ledger, wake: env.wake });
-    await book.measure('engineEnqueue', () => enqueueInBatches(s, env, variant === 'laned', (items) => producer.enqueueMany(items)));
+    await book.measure('engineEnqueue', () =>
+      enqueueInBatches(s, env, variant === 'laned', (items) => producer.enqueueMany(items)),
+    );
     const seen = new Map<string, number>();
     const rounds: number[] = [];
     const draining = noopConsumer(env, s.concurrency, seen);

@@ -80,7 +80,13 @@ export const STATUS_COUNTERS = [
 ] as const;
 
 /** statements_summary columns summed per schema (EXEC_COUNT × AVG_x: TiDB keeps averages, as integers). */
-const TIDB_AVERAGES = ['AVG_TOTAL_KEYS', 'AVG_PROCESSED_KEYS', 'AVG_AFFECTED_ROWS', 'AVG_RESULT_ROWS', 'AVG_WRITE_KEYS'] as const;
+const TIDB_AVERAGES = [
+  'AVG_TOTAL_KEYS',
+  'AVG_PROCESSED_KEYS',
+  'AVG_AFFECTED_ROWS',
+  'AVG_RESULT_ROWS',
+  'AVG_WRITE_KEYS',
+] as const;
 
 interface Sample {
   wallMs: number;
@@ -94,13 +100,18 @@ interface Sample {
   own: Set<number> | undefined;
 }
 
-function cpuDelta(from: Sample, to: Sample): Pick<CostDelta, 'wallMs' | 'workerCpuUs' | 'countingUs' | 'serverCpuUs' | 'serverCpuOwnUs'> {
+function cpuDelta(
+  from: Sample,
+  to: Sample,
+): Pick<CostDelta, 'wallMs' | 'workerCpuUs' | 'countingUs' | 'serverCpuUs' | 'serverCpuOwnUs'> {
   return {
     wallMs: to.wallMs - from.wallMs,
     workerCpuUs: to.workerCpuUs - from.workerCpuUs,
     countingUs: to.countingUs - from.countingUs,
-    serverCpuUs: from.serverCpuUs !== undefined && to.serverCpuUs !== undefined ? to.serverCpuUs - from.serverCpuUs : undefined,
-    serverCpuOwnUs: to.own === undefined || to.serverCpuUs === undefined ? undefined : ownCpuDeltaUs(from.parts, to.parts, to.own),
+    serverCpuUs:
+      from.serverCpuUs !== undefined && to.serverCpuUs !== undefined ? to.serverCpuUs - from.serverCpuUs : undefined,
+    serverCpuOwnUs:
+      to.own === undefined || to.serverCpuUs === undefined ? undefined : ownCpuDeltaUs(from.parts, to.parts, to.own),
   };
 }
 
@@ -176,7 +187,9 @@ export class SqlServerMeter {
 
   /** Sums over the statements TiDB ran with `database` as their schema, and the summary window they are in. */
   private async tidbCounters(database: string): Promise<Record<string, number> | undefined> {
-    const products = this.tidbColumns.map((c) => `, COALESCE(SUM(EXEC_COUNT * ${c}), 0) AS ${c.replace(/^AVG_/, '')}`).join('');
+    const products = this.tidbColumns
+      .map((c) => `, COALESCE(SUM(EXEC_COUNT * ${c}), 0) AS ${c.replace(/^AVG_/, '')}`)
+      .join('');
     try {
       const [rows] = await this.connection.query<RowDataPacket[]>(
         `SELECT COALESCE(SUM(EXEC_COUNT), 0) AS STATEMENTS, COALESCE(SUM(SUM_LATENCY), 0) AS LATENCY_NS${products},
@@ -187,7 +200,8 @@ export class SqlServerMeter {
       const row = rows[0];
       return row === undefined ? undefined : Object.fromEntries(Object.entries(row).map(([k, v]) => [k, Number(v)]));
     } catch (error) {
-      if (!this.tidbFailed) process.stderr.write(`statements_summary cannot be read, no TiDB row figures: ${(error as Error).message}\n`);
+      if (!this.tidbFailed)
+        process.stderr.write(`statements_summary cannot be read, no TiDB row figures: ${(error as Error).message}\n`);
       this.tidbFailed = true;
       return undefined;
     }
@@ -197,7 +211,10 @@ export class SqlServerMeter {
   private async sessionThreads(database: string): Promise<Set<number> | undefined> {
     if (this.server.family !== 'mariadb' || this.server.pid === undefined) return undefined;
     try {
-      const [rows] = await this.connection.query<RowDataPacket[]>('SELECT TID AS tid FROM information_schema.PROCESSLIST WHERE DB = ?', [database]);
+      const [rows] = await this.connection.query<RowDataPacket[]>(
+        'SELECT TID AS tid FROM information_schema.PROCESSLIST WHERE DB = ?',
+        [database],
+      );
       return new Set(rows.map((r) => Number(r.tid)));
     } catch {
       return undefined;
@@ -208,20 +225,26 @@ export class SqlServerMeter {
   async sample(database: string): Promise<Sample> {
     const counters = this.server.family === 'tidb' ? await this.tidbCounters(database) : await this.statusCounters();
     const wallMs = performance.now();
-    const cpu = { workerCpuUs: workerCpuUs(), countingUs: countingTimeNs() / 1000, serverCpuUs: processCpuUs(this.server.pid) };
+    const cpu = {
+      workerCpuUs: workerCpuUs(),
+      countingUs: countingTimeNs() / 1000,
+      serverCpuUs: processCpuUs(this.server.pid),
+    };
     const parts = this.server.family === 'mariadb' ? threadCpuUs(this.server.pid) : new Map<number, number>();
     return { wallMs, ...cpu, counters, parts, own: await this.sessionThreads(database) };
   }
 
   delta(from: Sample, to: Sample): CostDelta {
-    let counters = from.counters !== undefined && to.counters !== undefined ? counterDelta(from.counters, to.counters) : undefined;
+    let counters =
+      from.counters !== undefined && to.counters !== undefined ? counterDelta(from.counters, to.counters) : undefined;
     if (counters !== undefined && this.server.family === 'tidb') {
       // The summary was cleared between the samples (tidb_stmt_summary_refresh_interval): the sums mean nothing.
       const windowMoved = (counters.SUMMARY_WINDOW ?? 0) !== 0 && (from.counters?.SUMMARY_WINDOW ?? 0) !== 0;
       delete counters.SUMMARY_WINDOW;
       if (windowMoved) counters = undefined;
     }
-    if (counters !== undefined) for (const [name, cost] of Object.entries(this.selfCost)) counters[name] = (counters[name] ?? 0) - cost;
+    if (counters !== undefined)
+      for (const [name, cost] of Object.entries(this.selfCost)) counters[name] = (counters[name] ?? 0) - cost;
     return { ...cpuDelta(from, to), counters };
   }
 
@@ -247,7 +270,10 @@ export function addDeltas(a: CostDelta, b: CostDelta): CostDelta {
     workerCpuUs: a.workerCpuUs + b.workerCpuUs,
     countingUs: a.countingUs + b.countingUs,
     serverCpuUs: a.serverCpuUs !== undefined && b.serverCpuUs !== undefined ? a.serverCpuUs + b.serverCpuUs : undefined,
-    serverCpuOwnUs: a.serverCpuOwnUs !== undefined && b.serverCpuOwnUs !== undefined ? a.serverCpuOwnUs + b.serverCpuOwnUs : undefined,
+    serverCpuOwnUs:
+      a.serverCpuOwnUs !== undefined && b.serverCpuOwnUs !== undefined
+        ? a.serverCpuOwnUs + b.serverCpuOwnUs
+        : undefined,
     counters,
   };
 }

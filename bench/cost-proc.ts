@@ -67,7 +67,12 @@ function tcpSockets(): TcpSocket[] {
       const f = line.trim().split(/\s+/);
       const [local, remote, state, inode] = [f[1], f[2], f[3], f[9]];
       if (local === undefined || remote === undefined || inode === undefined) continue;
-      out.push({ localPort: port(local), remotePort: port(remote), listening: state === '0A', link: `socket:[${inode}]` });
+      out.push({
+        localPort: port(local),
+        remotePort: port(remote),
+        listening: state === '0A',
+        link: `socket:[${inode}]`,
+      });
     }
   }
   return out;
@@ -75,7 +80,11 @@ function tcpSockets(): TcpSocket[] {
 
 /** The process holding a socket that listens on `port` here, if /proc lets us see it. */
 export function listenerPid(port: number): number | undefined {
-  const wanted = new Set(tcpSockets().filter((s) => s.listening && s.localPort === port).map((s) => s.link));
+  const wanted = new Set(
+    tcpSockets()
+      .filter((s) => s.listening && s.localPort === port)
+      .map((s) => s.link),
+  );
   if (wanted.size === 0) return undefined;
   for (const pid of numericDirs('/proc')) {
     for (const link of socketLinks(Number(pid))) if (wanted.has(link)) return Number(pid);
@@ -152,7 +161,10 @@ export function childCpuUs(rootPid: number | undefined): Map<number, number> {
  * live children, and the children it has reaped. A backend that ended is
  * counted through the postmaster's cutime, so the sum never goes back.
  */
-export function processTreeCpuUs(rootPid: number | undefined, children: ReadonlyMap<number, number>): number | undefined {
+export function processTreeCpuUs(
+  rootPid: number | undefined,
+  children: ReadonlyMap<number, number>,
+): number | undefined {
   if (rootPid === undefined) return undefined;
   const root = procStat(rootPid);
   if (root === undefined) return undefined;
@@ -168,7 +180,9 @@ export function peersOfOwnConnections(rootPid: number | undefined, port: number)
   const mine = socketLinks('self');
   const sockets = tcpSockets();
   const myPorts = new Set(sockets.filter((s) => mine.has(s.link) && s.remotePort === port).map((s) => s.localPort));
-  const serverEnds = new Set(sockets.filter((s) => !s.listening && s.localPort === port && myPorts.has(s.remotePort)).map((s) => s.link));
+  const serverEnds = new Set(
+    sockets.filter((s) => !s.listening && s.localPort === port && myPorts.has(s.remotePort)).map((s) => s.link),
+  );
   if (serverEnds.size === 0) return peers;
   for (const pid of childCpuUs(rootPid).keys()) {
     for (const link of socketLinks(pid)) {
@@ -182,7 +196,11 @@ export function peersOfOwnConnections(rootPid: number | undefined, port: number)
 }
 
 /** What `own` units (threads or processes) used between two readings; one not there before started within. */
-export function ownCpuDeltaUs(before: ReadonlyMap<number, number>, after: ReadonlyMap<number, number>, own: ReadonlySet<number>): number {
+export function ownCpuDeltaUs(
+  before: ReadonlyMap<number, number>,
+  after: ReadonlyMap<number, number>,
+  own: ReadonlySet<number>,
+): number {
   let us = 0;
   for (const id of own) {
     const now = after.get(id);

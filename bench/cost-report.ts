@@ -60,14 +60,23 @@ const SUMS: Record<SumKey, readonly PhaseKey[]> = {
   engine: ['engineEnqueue', 'engineDrain'],
 };
 
-const READS = ['Handler_read_first', 'Handler_read_key', 'Handler_read_last', 'Handler_read_next', 'Handler_read_prev', 'Handler_read_rnd', 'Handler_read_rnd_next'];
+const READS = [
+  'Handler_read_first',
+  'Handler_read_key',
+  'Handler_read_last',
+  'Handler_read_next',
+  'Handler_read_prev',
+  'Handler_read_rnd',
+  'Handler_read_rnd_next',
+];
 const WRITES = ['Handler_write', 'Handler_update', 'Handler_delete'];
 
 export function perJob(cost: PhaseCost, family: ServerFamily | 'postgresql'): PerJob {
   const n = Math.max(1, cost.jobs);
   const c = cost.counters;
   const counters = Object.fromEntries(Object.entries(c ?? {}).map(([k, v]) => [k, v / n]));
-  const sumOf = (names: readonly string[]): number | undefined => (c === undefined ? undefined : names.reduce((t, k) => t + (c[k] ?? 0), 0) / n);
+  const sumOf = (names: readonly string[]): number | undefined =>
+    c === undefined ? undefined : names.reduce((t, k) => t + (c[k] ?? 0), 0) / n;
   const tidb = family === 'tidb';
   return {
     jobs: cost.jobs,
@@ -185,11 +194,15 @@ export function reportRows(runs: readonly RunCosts[], family: ServerFamily, l: L
       for (const run of runs) {
         const phases = run.lanewake[variant];
         if (phases === undefined) continue;
-        const p = key in SUMS ? sumPerJob(SUMS[key as SumKey].flatMap((k) => phaseOf(phases, k, family))) : phaseOf(phases, key as PhaseKey, family)[0];
+        const p =
+          key in SUMS
+            ? sumPerJob(SUMS[key as SumKey].flatMap((k) => phaseOf(phases, k, family)))
+            : phaseOf(phases, key as PhaseKey, family)[0];
         const complete = !(key in SUMS) || SUMS[key as SumKey].every((k) => phases[k] !== undefined);
         if (p !== undefined && complete) perRun.push(p);
       }
-      if (perRun.length > 0) rows.push({ variant, key, label: label(key, variant, l), median: medianPerJob(perRun), runs: perRun });
+      if (perRun.length > 0)
+        rows.push({ variant, key, label: label(key, variant, l), median: medianPerJob(perRun), runs: perRun });
     }
   }
   return rows;
@@ -203,7 +216,11 @@ function phaseOf(phases: Partial<Record<PhaseKey, PhaseCost>>, key: PhaseKey, fa
 /** lanewake's engine and parts (laneless) beside the peer: enqueue, the rest, and the total, medians over runs. */
 export function peerRows(runs: readonly RunCosts[], family: ServerFamily, serverName: string): PeerRow[] {
   const out: PeerRow[] = [];
-  const row = (system: string, server: string, split: (run: RunCosts) => { enqueue: PerJob[]; process: PerJob[] } | undefined): void => {
+  const row = (
+    system: string,
+    server: string,
+    split: (run: RunCosts) => { enqueue: PerJob[]; process: PerJob[] } | undefined,
+  ): void => {
     const enqueue: PerJob[] = [];
     const process: PerJob[] = [];
     const total: PerJob[] = [];
@@ -216,19 +233,32 @@ export function peerRows(runs: readonly RunCosts[], family: ServerFamily, server
       process.push(p);
       total.push(sumPerJob([e, p])!);
     }
-    if (total.length > 0) out.push({ system, server, enqueue: medianPerJob(enqueue), process: medianPerJob(process), total: medianPerJob(total) });
+    if (total.length > 0)
+      out.push({
+        system,
+        server,
+        enqueue: medianPerJob(enqueue),
+        process: medianPerJob(process),
+        total: medianPerJob(total),
+      });
   };
   const lanewake = (enqueueKey: PhaseKey, processKeys: readonly PhaseKey[]) => (run: RunCosts) => {
     const phases = run.lanewake.laneless;
-    if (phases === undefined || phases[enqueueKey] === undefined || processKeys.some((k) => phases[k] === undefined)) return undefined;
-    return { enqueue: phaseOf(phases, enqueueKey, family), process: processKeys.flatMap((k) => phaseOf(phases, k, family)) };
+    if (phases === undefined || phases[enqueueKey] === undefined || processKeys.some((k) => phases[k] === undefined))
+      return undefined;
+    return {
+      enqueue: phaseOf(phases, enqueueKey, family),
+      process: processKeys.flatMap((k) => phaseOf(phases, k, family)),
+    };
   };
   row('lanewake engine (laneless)', serverName, lanewake('engineEnqueue', ['engineDrain']));
   row('lanewake ledger calls (laneless)', serverName, lanewake('enqueueBatch', ['claim', 'complete']));
   const peer = runs.find((r) => r.peer !== undefined)?.peer;
   if (peer !== undefined) {
     row(`${peer.system} (${peer.mode})`, peer.server, (run) =>
-      run.peer === undefined ? undefined : { enqueue: [perJob(run.peer.enqueue, 'postgresql')], process: [perJob(run.peer.process, 'postgresql')] },
+      run.peer === undefined
+        ? undefined
+        : { enqueue: [perJob(run.peer.enqueue, 'postgresql')], process: [perJob(run.peer.process, 'postgresql')] },
     );
   }
   return out;
@@ -249,7 +279,18 @@ function ratio(a: number | undefined, b: number | undefined): string {
 }
 
 export function mainTable(rows: readonly ReportRow[]): string {
-  const headers = ['variant', 'phase', 'server CPU µs', 'its sessions', 'worker CPU µs', 'round trips', 'statements', 'rows read', 'rows written', 'jobs/s'];
+  const headers = [
+    'variant',
+    'phase',
+    'server CPU µs',
+    'its sessions',
+    'worker CPU µs',
+    'round trips',
+    'statements',
+    'rows read',
+    'rows written',
+    'jobs/s',
+  ];
   const align: Align[] = ['left', 'left', ...Array<Align>(8).fill('right')];
   const body = rows.map((r) => {
     const m = r.median;
@@ -296,7 +337,12 @@ const TIDB_DETAIL: readonly [string, string][] = [
 export function detailTable(rows: readonly ReportRow[], family: ServerFamily): string {
   const phases = rows.filter((r) => !(r.key in SUMS));
   const columns = family === 'tidb' ? TIDB_DETAIL : MARIADB_DETAIL;
-  const headers = ['variant', 'phase', ...columns.map(([h]) => h), ...(family === 'tidb' ? [] : ["others' statements"])];
+  const headers = [
+    'variant',
+    'phase',
+    ...columns.map(([h]) => h),
+    ...(family === 'tidb' ? [] : ["others' statements"]),
+  ];
   const body = phases.map((r) => {
     const c = r.median.counters;
     const cells = columns.map(([, name]) => {
@@ -333,14 +379,33 @@ export function sumCheckTable(rows: readonly ReportRow[]): string {
     ];
     for (const [name, pick] of measures) {
       const nearest = variant === 'laned' && affinity !== undefined ? pick(affinity) : pick(parts);
-      body.push([variant, name, num(pick(parts)), affinity === undefined ? '—' : num(pick(affinity)), num(pick(engine)), ratio(pick(engine), nearest)]);
+      body.push([
+        variant,
+        name,
+        num(pick(parts)),
+        affinity === undefined ? '—' : num(pick(affinity)),
+        num(pick(engine)),
+        ratio(pick(engine), nearest),
+      ]);
     }
   }
   return formatTable(headers, body, ['left', 'left', 'right', 'right', 'right', 'right']);
 }
 
 export function peerTable(rows: readonly PeerRow[]): string {
-  const headers = ['system', 'server', 'server CPU µs: enqueue', 'process', 'total', 'its sessions: enqueue', 'process', 'total', 'worker CPU µs total', 'round trips total', 'process jobs/s'];
+  const headers = [
+    'system',
+    'server',
+    'server CPU µs: enqueue',
+    'process',
+    'total',
+    'its sessions: enqueue',
+    'process',
+    'total',
+    'worker CPU µs total',
+    'round trips total',
+    'process jobs/s',
+  ];
   const body = rows.map((r) => [
     r.system,
     r.server,

@@ -29,9 +29,27 @@
 import { mkdirSync, writeFileSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
 import { graphileCost, type PeerCost } from './cost-graphile.js';
-import { engine, laneAffinity, pipeline, singleEnqueues, type CostSettings, type PhaseCost, type PhaseKey, type Variant } from './cost-lanewake.js';
+import {
+  engine,
+  laneAffinity,
+  pipeline,
+  singleEnqueues,
+  type CostSettings,
+  type PhaseCost,
+  type PhaseKey,
+  type Variant,
+} from './cost-lanewake.js';
 import { SqlServerMeter, type ServerFamily } from './cost-meter.js';
-import { detailTable, engineCountsLine, mainTable, peerRows, peerTable, reportRows, sumCheckTable, type RunCosts } from './cost-report.js';
+import {
+  detailTable,
+  engineCountsLine,
+  mainTable,
+  peerRows,
+  peerTable,
+  reportRows,
+  sumCheckTable,
+  type RunCosts,
+} from './cost-report.js';
 import { installRoundTripCounter } from './sql-count.js';
 import { benchServerUrl, cliFlag, codeRevision, progress, runBenchmark, waitForQuiet } from './support.js';
 
@@ -47,8 +65,10 @@ function numberFlag(name: string, fallback: number, valid: (n: number) => boolea
 
 function serverUrlOf(server: string | undefined): string {
   if (server === undefined) return benchServerUrl();
-  if (server === 'mariadb') return (process.env.LANEWAKE_BENCH_MYSQL_URL ?? 'mysql://root@127.0.0.1:3306').replace(/\/+$/, '');
-  if (server === 'tidb') return (process.env.LANEWAKE_BENCH_TIDB_URL ?? 'mysql://root@127.0.0.1:4000').replace(/\/+$/, '');
+  if (server === 'mariadb')
+    return (process.env.LANEWAKE_BENCH_MYSQL_URL ?? 'mysql://root@127.0.0.1:3306').replace(/\/+$/, '');
+  if (server === 'tidb')
+    return (process.env.LANEWAKE_BENCH_TIDB_URL ?? 'mysql://root@127.0.0.1:4000').replace(/\/+$/, '');
   if (/^(mysql|tidb):\/\//.test(server)) return server.replace(/^tidb:/, 'mysql:').replace(/\/+$/, '');
   throw new Error(`--server ${server}: use mariadb, tidb or a mysql:// URL`);
 }
@@ -63,7 +83,8 @@ const CONCURRENCY = numberFlag('concurrency', 32, (n) => Number.isInteger(n) && 
 const VARIANTS = (flag('variants') ?? 'laneless,laned').split(',').map((v) => v.trim());
 if (VARIANTS.some((v) => v !== 'laneless' && v !== 'laned')) throw new Error('--variants: laneless, laned or both');
 const TXN = flag('txn');
-if (TXN !== undefined && TXN !== 'pessimistic' && TXN !== 'optimistic') throw new Error('--txn is pessimistic or optimistic');
+if (TXN !== undefined && TXN !== 'pessimistic' && TXN !== 'optimistic')
+  throw new Error('--txn is pessimistic or optimistic');
 
 const settings: CostSettings = {
   serverUrl: serverUrlOf(flag('server')),
@@ -93,17 +114,34 @@ async function oneRun(run: number, meter: SqlServerMeter): Promise<RunCosts> {
   for (const variant of VARIANTS as Variant[]) {
     const tag = `${run}:${variant}`;
     const phases: Partial<Record<PhaseKey, PhaseCost>> = {};
-    Object.assign(phases, await quietly(`${variant}: enqueue × 500, claim, complete`, () => pipeline(settings, meter, variant, `${tag}:pipeline`)));
+    Object.assign(
+      phases,
+      await quietly(`${variant}: enqueue × 500, claim, complete`, () =>
+        pipeline(settings, meter, variant, `${tag}:pipeline`),
+      ),
+    );
     if (!args.includes('--no-single')) {
-      Object.assign(phases, await quietly(`${variant}: ${JOBS} single enqueues`, () => singleEnqueues(settings, meter, variant, `${tag}:single`)));
+      Object.assign(
+        phases,
+        await quietly(`${variant}: ${JOBS} single enqueues`, () =>
+          singleEnqueues(settings, meter, variant, `${tag}:single`),
+        ),
+      );
     }
-    if (variant === 'laned') Object.assign(phases, await quietly('laned: lane affinity', () => laneAffinity(settings, meter, `${tag}:affinity`)));
-    const e = await quietly(`${variant}: the engine (producer, consumer at concurrency ${CONCURRENCY})`, () => engine(settings, meter, variant, `${tag}:engine`));
+    if (variant === 'laned')
+      Object.assign(
+        phases,
+        await quietly('laned: lane affinity', () => laneAffinity(settings, meter, `${tag}:affinity`)),
+      );
+    const e = await quietly(`${variant}: the engine (producer, consumer at concurrency ${CONCURRENCY})`, () =>
+      engine(settings, meter, variant, `${tag}:engine`),
+    );
     Object.assign(phases, e.phases);
     costs.lanewake[variant] = phases;
     costs.engineCounts[variant] = e.counts;
   }
-  if (!args.includes('--no-peer')) costs.peer = await quietly('graphile-worker tuned on PostgreSQL', () => graphileCost(JOBS, CONCURRENCY));
+  if (!args.includes('--no-peer'))
+    costs.peer = await quietly('graphile-worker tuned on PostgreSQL', () => graphileCost(JOBS, CONCURRENCY));
   return costs;
 }
 
@@ -113,7 +151,8 @@ runBenchmark(async () => {
   try {
     const server = meter.server;
     const serverName = shortServerName(server.family, server.version);
-    if (server.pid === undefined) progress(`the server's process is not on this machine (or not visible): no server CPU`);
+    if (server.pid === undefined)
+      progress(`the server's process is not on this machine (or not visible): no server CPU`);
     progress(`${serverName} at ${server.url}: ${JOBS} jobs (${LANES} lanes when laned), ${RUNS} run(s)`);
     const runs: RunCosts[] = [];
     for (let run = 1; run <= RUNS; run++) {
@@ -129,11 +168,13 @@ runBenchmark(async () => {
     console.log(mainTable(rows));
     console.log(
       server.family === 'tidb'
-        ? '\nrows read: keys scanned, rows written: rows affected (statements_summary of the run\'s schema: EXEC_COUNT × TiDB\'s integer averages, so approximate).'
+        ? "\nrows read: keys scanned, rows written: rows affected (statements_summary of the run's schema: EXEC_COUNT × TiDB's integer averages, so approximate)."
         : '\nrows read: Handler_read_* (every kind), rows written: Handler_write + Handler_update + Handler_delete; server-wide counters, less what reading them costs.',
     );
     if (server.family === 'tidb' && rows.every((r) => (r.median.rowsRead ?? 0) === 0)) {
-      console.log('No keys scanned in any phase: TiDB on unistore (scripts/tidb.sh) does not count them; on TiKV it does.');
+      console.log(
+        'No keys scanned in any phase: TiDB on unistore (scripts/tidb.sh) does not count them; on TiKV it does.',
+      );
     }
     const shared = rows.filter((r) => (r.median.foreignStatements ?? 0) > 0 && !r.label.startsWith('='));
     if (shared.length > 0) {
@@ -148,15 +189,21 @@ runBenchmark(async () => {
     console.log(detailTable(rows, server.family));
     console.log(`\nthe parts beside the engine end to end, per job\n`);
     console.log(sumCheckTable(rows));
-    console.log("laned: engine ÷ parts with lane affinity, the engine's way of completing. The engine's worker CPU includes its Redis wake-ups.");
+    console.log(
+      "laned: engine ÷ parts with lane affinity, the engine's way of completing. The engine's worker CPU includes its Redis wake-ups.",
+    );
     for (const line of engineCountsLine(runs)) console.log(line);
     if (peers.length > 0) {
       const beside = peer ? ` beside ${peer.system} (${peer.mode}) on ${peer.server}` : '';
       console.log(`\nserver CPU per job${beside}: enqueue N, then process N (laneless)\n`);
       console.log(peerTable(peers));
-      console.log('PostgreSQL: the server is the postmaster and all its processes; its sessions are the backends of this process\'s connections.');
+      console.log(
+        "PostgreSQL: the server is the postmaster and all its processes; its sessions are the backends of this process's connections.",
+      );
     }
-    const out = fileURLToPath(new URL(`./results/cost-${server.family === 'mariadb' ? '' : `${server.family}-`}latest.json`, import.meta.url));
+    const out = fileURLToPath(
+      new URL(`./results/cost-${server.family === 'mariadb' ? '' : `${server.family}-`}latest.json`, import.meta.url),
+    );
     mkdirSync(fileURLToPath(new URL('./results/', import.meta.url)), { recursive: true });
     const meta = {
       at: new Date().toISOString(),
@@ -171,7 +218,10 @@ runBenchmark(async () => {
       concurrency: CONCURRENCY,
       servers: { ledger: { ...server, name: serverName }, peer: peer?.server ?? null },
     };
-    writeFileSync(out, `${JSON.stringify({ meta, rows, peers, engineCounts: runs.map((r) => r.engineCounts), raw: runs }, null, 2)}\n`);
+    writeFileSync(
+      out,
+      `${JSON.stringify({ meta, rows, peers, engineCounts: runs.map((r) => r.engineCounts), raw: runs }, null, 2)}\n`,
+    );
     progress(`\nwrote ${out}`);
   } finally {
     await meter.close();

@@ -21,7 +21,18 @@ import { parseLedgerConfig } from '../src/ledger/config.js';
 import { createLedgerPool } from '../src/ledger/connection.js';
 import { Ledger } from '../src/ledger/ledger.js';
 import type { ItemFilter } from '../src/ledger/types.js';
-import { benchServerUrl, cliFlag, codeRevision, createBenchDatabase, withAdmin, fmt, percentile, printTable, progress, runBenchmark } from './support.js';
+import {
+  benchServerUrl,
+  cliFlag,
+  codeRevision,
+  createBenchDatabase,
+  withAdmin,
+  fmt,
+  percentile,
+  printTable,
+  progress,
+  runBenchmark,
+} from './support.js';
 
 const ROWS = Number(cliFlag('--rows') ?? 1_000_000);
 const SEED = 20_000;
@@ -37,10 +48,18 @@ interface Captured {
 async function fill(ledger: Ledger, db: Kysely<Record<string, never>>): Promise<void> {
   progress(`seeding ${fmt(SEED)} items`);
   for (let i = 0; i < SEED; i += 2000) {
-    await ledger.enqueueMany(Array.from({ length: 2000 }, (_, k) => ({ queue: (i + k) % 2 === 0 ? QUEUE : 'other', type: (i + k) % 4 < 2 ? 'a' : 'b', payload: { n: i + k } })));
+    await ledger.enqueueMany(
+      Array.from({ length: 2000 }, (_, k) => ({
+        queue: (i + k) % 2 === 0 ? QUEUE : 'other',
+        type: (i + k) % 4 < 2 ? 'a' : 'b',
+        payload: { n: i + k },
+      })),
+    );
   }
   // States as a long-running queue has them: most ended, a few dead, some waiting.
-  await sql`UPDATE lw_items SET state = 'completed', started_at = created_at, terminal_at = created_at + INTERVAL 1 SECOND WHERE CRC32(id) % 100 < 90`.execute(db);
+  await sql`UPDATE lw_items SET state = 'completed', started_at = created_at, terminal_at = created_at + INTERVAL 1 SECOND WHERE CRC32(id) % 100 < 90`.execute(
+    db,
+  );
   await sql`UPDATE lw_items SET state = 'dead', attempt = 1, failure_class = 'permanent', last_error = 'boom', started_at = created_at,
     terminal_at = created_at + INTERVAL 1 SECOND WHERE CRC32(id) % 100 = 90`.execute(db);
   const cols = await sql<{ name: string }>`SELECT column_name AS name FROM information_schema.columns
@@ -65,7 +84,9 @@ async function fill(ledger: Ledger, db: Kysely<Record<string, never>>): Promise<
               ? 'NULL'
               : n,
     );
-    await sql.raw(`INSERT INTO lw_items (${names.join(', ')}) SELECT ${exprs.join(', ')} FROM lw_seed LIMIT ${take}`).execute(db);
+    await sql
+      .raw(`INSERT INTO lw_items (${names.join(', ')}) SELECT ${exprs.join(', ')} FROM lw_seed LIMIT ${take}`)
+      .execute(db);
     rows += take;
   }
   await sql`DROP TABLE lw_seed`.execute(db);
@@ -88,7 +109,13 @@ async function explain(db: Kysely<Record<string, never>>, q: Captured): Promise<
   return r.rows.map((row) => `${String(row.table)}:${String(row.type)}/${String(row.key ?? '-')}`).join(' ');
 }
 
-async function walk(ledger: Ledger, db: Kysely<Record<string, never>>, captured: Captured[], label: string, filter: ItemFilter): Promise<Measured> {
+async function walk(
+  ledger: Ledger,
+  db: Kysely<Record<string, never>>,
+  captured: Captured[],
+  label: string,
+  filter: ItemFilter,
+): Promise<Measured> {
   const times: number[] = [];
   let found = 0;
   let plans: string[] = [];
@@ -104,10 +131,24 @@ async function walk(ledger: Ledger, db: Kysely<Record<string, never>>, captured:
     after = r.next;
   }
   const sorted = [...times].sort((a, b) => a - b);
-  return { label, firstMs: times[0] ?? 0, deepMs: times.at(-1) ?? 0, deepPage: times.length, p50: percentile(sorted, 50), p99: percentile(sorted, 99), found, plans };
+  return {
+    label,
+    firstMs: times[0] ?? 0,
+    deepMs: times.at(-1) ?? 0,
+    deepPage: times.length,
+    p50: percentile(sorted, 50),
+    p99: percentile(sorted, 99),
+    found,
+    plans,
+  };
 }
 
-async function timed(label: string, db: Kysely<Record<string, never>>, captured: Captured[], fn: () => Promise<unknown>): Promise<Measured> {
+async function timed(
+  label: string,
+  db: Kysely<Record<string, never>>,
+  captured: Captured[],
+  fn: () => Promise<unknown>,
+): Promise<Measured> {
   captured.length = 0;
   const t0 = performance.now();
   await fn();
@@ -119,14 +160,20 @@ async function timed(label: string, db: Kysely<Record<string, never>>, captured:
 async function main(): Promise<void> {
   // --keep: a database of a fixed name, left for a look with EXPLAIN afterwards (dropped first if there).
   const kept = process.argv.includes('--keep') ? 'lwdash_kept' : undefined;
-  if (kept) await withAdmin(async (c) => c.query(`DROP DATABASE IF EXISTS ${kept}`).then(() => c.query(`CREATE DATABASE ${kept}`)));
-  const bench = kept ? { name: kept, url: `${benchServerUrl()}/${kept}`, drop: async () => undefined } : await createBenchDatabase('lwdash');
+  if (kept)
+    await withAdmin(async (c) =>
+      c.query(`DROP DATABASE IF EXISTS ${kept}`).then(() => c.query(`CREATE DATABASE ${kept}`)),
+    );
+  const bench = kept
+    ? { name: kept, url: `${benchServerUrl()}/${kept}`, drop: async () => undefined }
+    : await createBenchDatabase('lwdash');
   const config = parseLedgerConfig({ url: bench.url, poolSize: 4 });
   const captured: Captured[] = [];
   const db = new Kysely<Record<string, never>>({
     dialect: new MysqlDialect({ pool: createLedgerPool(config) }),
     log: (e) => {
-      if (e.level === 'query' && /^\s*SELECT/i.test(e.query.sql)) captured.push({ sql: e.query.sql, parameters: e.query.parameters });
+      if (e.level === 'query' && /^\s*SELECT/i.test(e.query.sql))
+        captured.push({ sql: e.query.sql, parameters: e.query.parameters });
     },
   });
   const ledger = new Ledger({ url: bench.url }, db);
@@ -140,14 +187,24 @@ async function main(): Promise<void> {
     results.push(await walk(ledger, db, captured, 'items, newest first', { queue: QUEUE }));
     results.push(await walk(ledger, db, captured, 'items of a type (half)', { queue: QUEUE, type: 'a' }));
     results.push(await walk(ledger, db, captured, 'items, state=dead (1%)', { queue: QUEUE, state: 'dead' }));
-    results.push(await timed('item by id', db, captured, () => ledger.operator.items({ queue: QUEUE, id: some.items[0]?.id })));
+    results.push(
+      await timed('item by id', db, captured, () => ledger.operator.items({ queue: QUEUE, id: some.items[0]?.id })),
+    );
     results.push(await timed('queue views (stats + last hour)', db, captured, () => ledger.operator.queues(QUEUE)));
     results.push(await timed('dead groups', db, captured, () => ledger.operator.deadGroups(QUEUE)));
     results.push(await timed('lanes', db, captured, () => ledger.operator.lanes(QUEUE)));
     printTable(
       `Dashboard reads on ${fmt(ROWS)} items (MariaDB, ${codeRevision()})`,
       ['read', 'first page ms', 'deep page ms', 'pages walked', 'p50 ms', 'p99 ms', 'items seen'],
-      results.map((m) => [m.label, fmt(m.firstMs, 1), Number.isNaN(m.deepMs) ? '-' : fmt(m.deepMs, 1), fmt(m.deepPage), fmt(m.p50, 1), fmt(m.p99, 1), fmt(m.found)]),
+      results.map((m) => [
+        m.label,
+        fmt(m.firstMs, 1),
+        Number.isNaN(m.deepMs) ? '-' : fmt(m.deepMs, 1),
+        fmt(m.deepPage),
+        fmt(m.p50, 1),
+        fmt(m.p99, 1),
+        fmt(m.found),
+      ]),
     );
     console.log('\nEXPLAIN (table:type/key) of each statement, first page:');
     for (const m of results) console.log(`  ${m.label}:\n${m.plans.map((p) => `    ${p}`).join('\n')}`);

@@ -29,10 +29,16 @@ const PG_URL = process.env.LANEWAKE_BENCH_PG_URL ?? 'postgres://postgres@127.0.0
 
 async function mariadb(): Promise<Omit<ServerDurability, 'server' | 'holds'>> {
   const [rows] = await withAdmin((c) =>
-    c.query<RowDataPacket[]>('SELECT @@global.innodb_flush_log_at_trx_commit AS flush, @@global.log_bin AS log_bin, @@global.sync_binlog AS sync_binlog'),
+    c.query<RowDataPacket[]>(
+      'SELECT @@global.innodb_flush_log_at_trx_commit AS flush, @@global.log_bin AS log_bin, @@global.sync_binlog AS sync_binlog',
+    ),
   );
   const r = rows[0];
-  const settings: Record<string, string> = { innodb_flush_log_at_trx_commit: String(r?.flush), log_bin: String(r?.log_bin), sync_binlog: String(r?.sync_binlog) };
+  const settings: Record<string, string> = {
+    innodb_flush_log_at_trx_commit: String(r?.flush),
+    log_bin: String(r?.log_bin),
+    sync_binlog: String(r?.sync_binlog),
+  };
   const flush = settings.innodb_flush_log_at_trx_commit;
   let verdict =
     flush === '1'
@@ -40,7 +46,8 @@ async function mariadb(): Promise<Omit<ServerDurability, 'server' | 'holds'>> {
       : flush === '2'
         ? 'commits are written at COMMIT and flushed about once a second: a machine crash can lose the last second'
         : 'the log is written and flushed about once a second: a crash of the server can lose the last second';
-  if (settings.log_bin === '1' && settings.sync_binlog !== '1') verdict += `; the binlog is synced every ${settings.sync_binlog === '0' ? 'time the OS decides' : `${settings.sync_binlog} commits`}`;
+  if (settings.log_bin === '1' && settings.sync_binlog !== '1')
+    verdict += `; the binlog is synced every ${settings.sync_binlog === '0' ? 'time the OS decides' : `${settings.sync_binlog} commits`}`;
   return { settings, verdict };
 }
 
@@ -48,14 +55,19 @@ async function postgres(): Promise<Omit<ServerDurability, 'server' | 'holds'>> {
   const client = new pg.Client({ connectionString: PG_URL });
   await client.connect();
   try {
-    const show = async (name: string): Promise<string> => (await client.query<Record<string, string>>(`SHOW ${name}`)).rows[0]?.[name] ?? 'unknown';
-    const settings = { fsync: await show('fsync'), synchronous_commit: await show('synchronous_commit'), wal_writer_delay: await show('wal_writer_delay') };
+    const show = async (name: string): Promise<string> =>
+      (await client.query<Record<string, string>>(`SHOW ${name}`)).rows[0]?.[name] ?? 'unknown';
+    const settings = {
+      fsync: await show('fsync'),
+      synchronous_commit: await show('synchronous_commit'),
+      wal_writer_delay: await show('wal_writer_delay'),
+    };
     const verdict =
       settings.fsync !== 'on'
         ? 'fsync is off: a machine crash can lose or corrupt committed data'
         : settings.synchronous_commit === 'off'
           ? `commits return before their WAL is flushed: a crash can lose the last ~3 × wal_writer_delay (${settings.wal_writer_delay})`
-          : 'every commit\'s WAL is flushed to disk (fsync) before it returns';
+          : "every commit's WAL is flushed to disk (fsync) before it returns";
     return { settings, verdict };
   } finally {
     await client.end().catch(() => undefined);
@@ -70,8 +82,13 @@ async function redis(): Promise<Omit<ServerDurability, 'server' | 'holds'>> {
       const pair = (await client.config('GET', name)) as string[];
       return pair[1] ?? 'unknown';
     };
-    const settings = { appendonly: await get('appendonly'), appendfsync: await get('appendfsync'), save: await get('save') };
-    const snapshots = settings.save.trim() === '' ? 'no RDB snapshots (save "")' : `RDB snapshots (save "${settings.save}")`;
+    const settings = {
+      appendonly: await get('appendonly'),
+      appendfsync: await get('appendfsync'),
+      save: await get('save'),
+    };
+    const snapshots =
+      settings.save.trim() === '' ? 'no RDB snapshots (save "")' : `RDB snapshots (save "${settings.save}")`;
     let verdict: string;
     if (settings.appendonly === 'yes') {
       verdict =
@@ -92,11 +109,20 @@ async function redis(): Promise<Omit<ServerDurability, 'server' | 'holds'>> {
   }
 }
 
-async function probe(server: ServerDurability['server'], holds: string, read: () => Promise<Omit<ServerDurability, 'server' | 'holds'>>): Promise<ServerDurability> {
+async function probe(
+  server: ServerDurability['server'],
+  holds: string,
+  read: () => Promise<Omit<ServerDurability, 'server' | 'holds'>>,
+): Promise<ServerDurability> {
   try {
     return { server, holds, ...(await read()) };
   } catch (e) {
-    return { server, holds, settings: {}, verdict: `unknown: could not read the settings (${e instanceof Error ? e.message : String(e)})` };
+    return {
+      server,
+      holds,
+      settings: {},
+      verdict: `unknown: could not read the settings (${e instanceof Error ? e.message : String(e)})`,
+    };
   }
 }
 

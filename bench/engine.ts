@@ -27,7 +27,17 @@ import { Ledger } from '../src/ledger/ledger.js';
 import { createLogger } from '../src/log.js';
 import { Producer } from '../src/producer/producer.js';
 import { WakeChannel } from '../src/wake/wake-channel.js';
-import { benchServerUrl, createBenchDatabase, fmt, median, minMax, percentile, printTable, progress, runCleanups } from './support.js';
+import {
+  benchServerUrl,
+  createBenchDatabase,
+  fmt,
+  median,
+  minMax,
+  percentile,
+  printTable,
+  progress,
+  runCleanups,
+} from './support.js';
 
 const args = process.argv.slice(2);
 const flag = (name: string): string | undefined => {
@@ -82,7 +92,9 @@ export async function waitUntil(check: () => boolean, timeoutMs: number, what: s
 
 /** The queue's completed items, counted whole (Ledger.stats caps terminal counts at 10,000). */
 export async function completedInLedger(env: Pick<Env, 'ledger' | 'queue'>): Promise<number> {
-  const r = await sql<{ n: number | string }>`SELECT COUNT(*) AS n FROM lw_items WHERE queue = ${env.queue} AND state = 'completed'`.execute(env.ledger.db);
+  const r = await sql<{
+    n: number | string;
+  }>`SELECT COUNT(*) AS n FROM lw_items WHERE queue = ${env.queue} AND state = 'completed'`.execute(env.ledger.db);
   return Number(r.rows[0]?.n ?? 0);
 }
 
@@ -90,7 +102,9 @@ export async function verifyOnce(env: Env, seen: Map<string, number>, expected: 
   const repeats = [...seen.values()].filter((n) => n !== 1).length;
   const completed = await completedInLedger(env);
   if (seen.size !== expected || repeats > 0 || completed !== expected) {
-    throw new Error(`verification failed: ${seen.size} distinct jobs ran (want ${expected}), ${repeats} ran more than once, ${completed} completed in the ledger`);
+    throw new Error(
+      `verification failed: ${seen.size} distinct jobs ran (want ${expected}), ${repeats} ran more than once, ${completed} completed in the ledger`,
+    );
   }
 }
 
@@ -98,7 +112,13 @@ export async function verifyOnce(env: Env, seen: Map<string, number>, expected: 
 async function enqueueBacklog(env: Env, jobs: number): Promise<void> {
   const producer = new Producer({ ledger: env.ledger, wake: env.wake });
   for (let i = 0; i < jobs; i += 500) {
-    await producer.enqueueMany(Array.from({ length: Math.min(500, jobs - i) }, (_, k) => ({ queue: env.queue, type: 'noop', payload: { n: i + k } })));
+    await producer.enqueueMany(
+      Array.from({ length: Math.min(500, jobs - i) }, (_, k) => ({
+        queue: env.queue,
+        type: 'noop',
+        payload: { n: i + k },
+      })),
+    );
   }
 }
 
@@ -115,7 +135,11 @@ export function noopConsumer(env: Env, concurrency: number, seen: Map<string, nu
 }
 
 /** (a): drain a pre-enqueued backlog of no-op jobs. */
-export async function throughput(concurrency: number, jobs: number, serverUrl = benchServerUrl()): Promise<{ jobsS: number; peakRssMb: number }> {
+export async function throughput(
+  concurrency: number,
+  jobs: number,
+  serverUrl = benchServerUrl(),
+): Promise<{ jobsS: number; peakRssMb: number }> {
   const env = await environment(true, serverUrl);
   try {
     await enqueueBacklog(env, jobs);
@@ -160,7 +184,12 @@ async function childRss(concurrency: number, jobs: number): Promise<{ peakRssMb:
       child.on('exit', (code) => (code === 0 ? resolve(stdout) : reject(new Error(`rss child exited ${code}`))));
     });
     const last = out.trim().split('\n').pop() ?? '{}';
-    const r = JSON.parse(last) as { peakRssMb: number; jobsS: number; completed: number; atPeak: Record<string, number> };
+    const r = JSON.parse(last) as {
+      peakRssMb: number;
+      jobsS: number;
+      completed: number;
+      atPeak: Record<string, number>;
+    };
     progress(`  consumer process at peak RSS ${r.peakRssMb.toFixed(1)} MB: ${JSON.stringify(r.atPeak)}`);
     const completed = await completedInLedger(env);
     if (completed !== jobs) throw new Error(`rss run: ${completed} of ${jobs} completed`);
@@ -184,7 +213,10 @@ export async function latency(
   const env = await environment(mode.redis, serverUrl);
   const remote =
     mode.remoteProducer === true
-      ? { ledger: new Ledger({ url: env.url, poolSize: 4 }), wake: new WakeChannel({ redis: REDIS_URL, keyPrefix: env.keyPrefix, logger: log }) }
+      ? {
+          ledger: new Ledger({ url: env.url, poolSize: 4 }),
+          wake: new WakeChannel({ redis: REDIS_URL, keyPrefix: env.keyPrefix, logger: log }),
+        }
       : undefined;
   try {
     const producer = new Producer(remote ?? { ledger: env.ledger, wake: env.wake });

@@ -19,7 +19,17 @@ import { createLogger } from '../src/log.js';
 import { Producer } from '../src/producer/producer.js';
 import { WakeChannel } from '../src/wake/wake-channel.js';
 import { enqueueAhead, withFreshLedger } from './fresh-ledger.js';
-import { cliFlag, codeRevision, fmt, median, percentile, printTable, progress, runBenchmark, sleep } from './support.js';
+import {
+  cliFlag,
+  codeRevision,
+  fmt,
+  median,
+  percentile,
+  printTable,
+  progress,
+  runBenchmark,
+  sleep,
+} from './support.js';
 
 const RUNS = Number(cliFlag('--runs') ?? 3);
 const SCALE = Number(cliFlag('--scale') ?? 1);
@@ -50,11 +60,27 @@ function run(variant: Variant): Promise<Result> {
     const queue = 'fairness';
     if (variant.fair) await ledger.setFairness(queue, 'key');
     const lanes = Math.min(variant.lanes, FLOOD);
-    await enqueueAhead(producer, Array.from({ length: FLOOD }, (_, n) => ({ queue, type: 't', lane: `a${n % lanes}`, concurrencyKey: 'A', payload: { n } })));
+    await enqueueAhead(
+      producer,
+      Array.from({ length: FLOOD }, (_, n) => ({
+        queue,
+        type: 't',
+        lane: `a${n % lanes}`,
+        concurrencyKey: 'A',
+        payload: { n },
+      })),
+    );
     const consumers = Array.from(
       { length: CONSUMERS },
       () =>
-        new Consumer({ ledger, wake, queue, concurrency: SLOTS, logger: createLogger('bench', 'silent'), handlers: { t: () => sleep(HANDLER_MS) } }),
+        new Consumer({
+          ledger,
+          wake,
+          queue,
+          concurrency: SLOTS,
+          logger: createLogger('bench', 'silent'),
+          handlers: { t: () => sleep(HANDLER_MS) },
+        }),
     );
     const started = performance.now();
     await Promise.all(consumers.map((c) => c.start()));
@@ -62,7 +88,9 @@ function run(variant: Variant): Promise<Result> {
     // B's producer is another process's: its wake-ups go through Redis, nothing is claimed for a consumer at insert.
     const remote = new WakeChannel({ redis: REDIS_URL, keyPrefix: wake.keyPrefix });
     try {
-      await new Producer({ ledger, wake: remote }).enqueueMany(Array.from({ length: B_ITEMS }, (_, n) => ({ queue, type: 't', concurrencyKey: 'B', payload: { n } })));
+      await new Producer({ ledger, wake: remote }).enqueueMany(
+        Array.from({ length: B_ITEMS }, (_, n) => ({ queue, type: 't', concurrencyKey: 'B', payload: { n } })),
+      );
     } finally {
       await remote.close();
     }
@@ -70,7 +98,9 @@ function run(variant: Variant): Promise<Result> {
     while (done() < FLOOD + B_ITEMS) await sleep(20);
     const seconds = (performance.now() - started) / 1000;
     await Promise.all(consumers.map((c) => c.stop({ drainTimeoutMs: 5000 })));
-    const b = await sql<{ wait_us: number | string }>`SELECT TIMESTAMPDIFF(MICROSECOND, created_at, started_at) AS wait_us
+    const b = await sql<{
+      wait_us: number | string;
+    }>`SELECT TIMESTAMPDIFF(MICROSECOND, created_at, started_at) AS wait_us
       FROM ${ledger.tables.items} WHERE queue = ${queue} AND concurrency_key = 'B'`.execute(ledger.db);
     return { bWaitMs: b.rows.map((r) => Number(r.wait_us) / 1000), jobsPerS: (FLOOD + B_ITEMS) / seconds };
   });
@@ -83,7 +113,9 @@ runBenchmark(async () => {
     for (const variant of order) {
       const result = await run(variant);
       runs.get(variant.label)!.push(result);
-      progress(`run ${r} ${variant.label}: B p50 ${fmt(percentile(result.bWaitMs, 50), 1)} ms, p99 ${fmt(percentile(result.bWaitMs, 99), 1)} ms, ${fmt(result.jobsPerS)} items/s`);
+      progress(
+        `run ${r} ${variant.label}: B p50 ${fmt(percentile(result.bWaitMs, 50), 1)} ms, p99 ${fmt(percentile(result.bWaitMs, 99), 1)} ms, ${fmt(result.jobsPerS)} items/s`,
+      );
     }
   }
   printTable(
@@ -92,7 +124,9 @@ runBenchmark(async () => {
     VARIANTS.map((v) => {
       const xs = runs.get(v.label)!;
       const rate = median(xs.map((x) => x.jobsPerS));
-      const other = median(runs.get(`${fmt(v.lanes)} lanes, ${v.fair ? 'oldest first' : 'fair'}`)!.map((x) => x.jobsPerS));
+      const other = median(
+        runs.get(`${fmt(v.lanes)} lanes, ${v.fair ? 'oldest first' : 'fair'}`)!.map((x) => x.jobsPerS),
+      );
       const base = v.fair ? other : rate;
       return [
         v.label,

@@ -37,7 +37,21 @@ import { Producer } from '../src/producer/producer.js';
 import { WakeChannel } from '../src/wake/wake-channel.js';
 import { startRedisCluster, type LocalRedisCluster } from '../test/support/redis-cluster.js';
 import { completedInLedger, environment } from './engine.js';
-import { cliFlag, cpuSample, cpuShare, sleep, withAdmin, fmt, median, minMax, onCleanup, percentile, printTable, progress, runBenchmark } from './support.js';
+import {
+  cliFlag,
+  cpuSample,
+  cpuShare,
+  sleep,
+  withAdmin,
+  fmt,
+  median,
+  minMax,
+  onCleanup,
+  percentile,
+  printTable,
+  progress,
+  runBenchmark,
+} from './support.js';
 
 const args = process.argv.slice(2);
 const flag = (name: string): string | undefined => cliFlag(name, args);
@@ -56,7 +70,8 @@ const CPU_PROF_DIR = flag('--cpu-prof');
 const KEYS = flag('--keys') === undefined ? undefined : Number(flag('--keys'));
 const KEY_LIMIT = Number(flag('--key-limit') ?? 3);
 const PAIRED = args.includes('--paired');
-if (PAIRED && KEYS === undefined) throw new Error('--paired compares a keyed drain with an unkeyed one: give --keys too');
+if (PAIRED && KEYS === undefined)
+  throw new Error('--paired compares a keyed drain with an unkeyed one: give --keys too');
 const PLAIN_REDIS_URL = process.env.LANEWAKE_BENCH_REDIS_URL ?? 'redis://127.0.0.1:6379';
 const log = createLogger('bench', process.env.LANEWAKE_LOG_LEVEL ?? 'warn');
 const WORKER = fileURLToPath(new URL('./fleet-worker.mjs', import.meta.url));
@@ -97,7 +112,12 @@ interface ShapeResult {
 
 const nowMs = (): number => performance.timeOrigin + performance.now();
 
-function startWorker(env: NodeJS.ProcessEnv): { child: ChildProcess; ready: Promise<void>; figures: Promise<WorkerFigures>; mark: () => Promise<void> } {
+function startWorker(env: NodeJS.ProcessEnv): {
+  child: ChildProcess;
+  ready: Promise<void>;
+  figures: Promise<WorkerFigures>;
+  mark: () => Promise<void>;
+} {
   // --cpu-prof DIR: each worker writes a V8 CPU profile there when it exits.
   const prof = CPU_PROF_DIR !== undefined ? ['--cpu-prof', '--cpu-prof-dir', CPU_PROF_DIR] : [];
   const child = spawn(process.execPath, [...prof, WORKER], { env, stdio: ['ignore', 'inherit', 'inherit', 'ipc'] });
@@ -131,7 +151,12 @@ async function statementsServed(): Promise<number> {
   });
 }
 
-async function shape(processes: number, concurrency: number, redisUrl: string, keys: number | undefined): Promise<ShapeResult> {
+async function shape(
+  processes: number,
+  concurrency: number,
+  redisUrl: string,
+  keys: number | undefined,
+): Promise<ShapeResult> {
   const env = await environment(false);
   const producerLedger = new Ledger({ url: env.url, poolSize: 4 });
   const producerWake = new WakeChannel({ redis: redisUrl, keyPrefix: env.keyPrefix, logger: log });
@@ -155,8 +180,16 @@ async function shape(processes: number, concurrency: number, redisUrl: string, k
     const producer = new Producer({ ledger: producerLedger, wake: producerWake });
     const enqueue = async (n: number, from: number): Promise<void> => {
       for (let i = 0; i < n; i += 500) {
-        const keyed = (seq: number): { concurrencyKey?: string } => (keys !== undefined ? { concurrencyKey: `tenant:${seq % keys}` } : {});
-        await producer.enqueueMany(Array.from({ length: Math.min(500, n - i) }, (_, k) => ({ queue: env.queue, type: 'noop', payload: { n: from + i + k }, ...keyed(from + i + k) })));
+        const keyed = (seq: number): { concurrencyKey?: string } =>
+          keys !== undefined ? { concurrencyKey: `tenant:${seq % keys}` } : {};
+        await producer.enqueueMany(
+          Array.from({ length: Math.min(500, n - i) }, (_, k) => ({
+            queue: env.queue,
+            type: 'noop',
+            payload: { n: from + i + k },
+            ...keyed(from + i + k),
+          })),
+        );
       }
     };
     const completedReach = async (n: number): Promise<void> => {
@@ -187,9 +220,14 @@ async function shape(processes: number, concurrency: number, redisUrl: string, k
     for (const w of workers) w.child.send({ type: 'stop' });
     const figures = await Promise.all(workers.map((w) => w.figures));
     // Each exits on its own once it has sent its figures (and written its CPU profile, with --cpu-prof).
-    await Promise.all(workers.map((w) => (w.child.exitCode !== null ? undefined : Promise.race([once(w.child, 'exit'), sleep(10_000)]))));
+    await Promise.all(
+      workers.map((w) =>
+        w.child.exitCode !== null ? undefined : Promise.race([once(w.child, 'exit'), sleep(10_000)]),
+      ),
+    );
     const completed = figures.reduce((n, f) => n + f.completed, 0);
-    if (completed !== JOBS) throw new Error(`verification failed: the replicas report ${completed} completions of ${JOBS}`);
+    if (completed !== JOBS)
+      throw new Error(`verification failed: the replicas report ${completed} completions of ${JOBS}`);
     const starts = figures.map((f) => f.firstStartMs ?? Number.POSITIVE_INFINITY);
     const claimed = figures.map((f) => f.claimed);
     const sum = (f: (x: WorkerFigures) => number): number => figures.reduce((n, x) => n + f(x), 0);
@@ -207,7 +245,8 @@ async function shape(processes: number, concurrency: number, redisUrl: string, k
       workerUsPerJob: (sum((f) => f.cpuS) / JOBS) * 1e6,
       producerUsPerJob: (own.user + own.system) / JOBS,
       statementsPerJob: (q1 - q0) / JOBS,
-      serverUsPerJob: cpu0.server !== undefined && cpu1.server !== undefined ? ((cpu1.server - cpu0.server) / JOBS) * 1e6 : undefined,
+      serverUsPerJob:
+        cpu0.server !== undefined && cpu1.server !== undefined ? ((cpu1.server - cpu0.server) / JOBS) * 1e6 : undefined,
       machineBusyPct: cpuShare(cpu0, cpu1).machineBusyPct,
     };
   } finally {
@@ -240,9 +279,13 @@ async function main(): Promise<void> {
       const drains = !PAIRED ? [KEYS] : run % 2 === 1 ? [KEYS, undefined] : [undefined, KEYS];
       const jobsS = { keyed: Number.NaN, unkeyed: Number.NaN };
       for (const keys of drains) {
-        progress(`run ${run}/${RUNS}: ${s.processes} processes × concurrency ${s.concurrency}, ${JOBS} items${keys !== undefined ? `, ${keys} keys` : ''}${cluster ? ', Redis Cluster' : ''}`);
+        progress(
+          `run ${run}/${RUNS}: ${s.processes} processes × concurrency ${s.concurrency}, ${JOBS} items${keys !== undefined ? `, ${keys} keys` : ''}${cluster ? ', Redis Cluster' : ''}`,
+        );
         const r = await shape(s.processes, s.concurrency, redisUrl, keys);
-        progress(`  all busy ${fmt(r.allBusyMs, 1)} ms, ${fmt(r.jobsS)} jobs/s, claimed per replica ${r.claimedMin}–${r.claimedMax}`);
+        progress(
+          `  all busy ${fmt(r.allBusyMs, 1)} ms, ${fmt(r.jobsS)} jobs/s, claimed per replica ${r.claimedMin}–${r.claimedMax}`,
+        );
         results.set(r.shape, [...(results.get(r.shape) ?? []), r]);
         jobsS[keys !== undefined ? 'keyed' : 'unkeyed'] = r.jobsS;
       }
@@ -279,7 +322,23 @@ async function main(): Promise<void> {
   });
   printTable(
     `fleet on one machine — median of ${RUNS} run(s), ${JOBS} no-op items from a producer process's pool and channel${cluster ? ', Redis Cluster' : ''}${KEYS !== undefined ? `, ${PAIRED ? 'with and without' : 'over'} ${KEYS} concurrency keys of limit ${KEY_LIMIT}` : ''}${WARMUP > 0 ? `, after a warm-up drain of ${WARMUP} items per replica` : ''}`,
-    ['processes × concurrency', 'first start ms', 'half busy ms', 'all busy ms', 'jobs/s', 'min–max', 'claimed per replica min / max', 'claim rounds per item', 'empty rounds per item', 'wake entries per item', 'server statements per job', 'worker CPU µs/job', 'producer CPU µs/job', 'server CPU µs/job', 'machine busy %'],
+    [
+      'processes × concurrency',
+      'first start ms',
+      'half busy ms',
+      'all busy ms',
+      'jobs/s',
+      'min–max',
+      'claimed per replica min / max',
+      'claim rounds per item',
+      'empty rounds per item',
+      'wake entries per item',
+      'server statements per job',
+      'worker CPU µs/job',
+      'producer CPU µs/job',
+      'server CPU µs/job',
+      'machine busy %',
+    ],
     rows.map((r) => [
       r.shape,
       fmt(r.firstStartMs, 1),
@@ -297,7 +356,23 @@ async function main(): Promise<void> {
       fmt(r.serverUsPerJob, 1),
       fmt(r.machineBusyPct),
     ]),
-    ['left', 'right', 'right', 'right', 'right', 'right', 'right', 'right', 'right', 'right', 'right', 'right', 'right', 'right', 'right'],
+    [
+      'left',
+      'right',
+      'right',
+      'right',
+      'right',
+      'right',
+      'right',
+      'right',
+      'right',
+      'right',
+      'right',
+      'right',
+      'right',
+      'right',
+      'right',
+    ],
   );
   if (PAIRED) {
     printTable(
@@ -305,7 +380,12 @@ async function main(): Promise<void> {
       ['processes × concurrency', 'per run', 'median', 'min–max'],
       [...ratios].map(([name, rs]) => {
         const range = minMax(rs);
-        return [name, rs.map((r) => `${fmt(r * 100)}%`).join(' / '), `${fmt(median(rs) * 100)}%`, `${fmt(range.min * 100)}–${fmt(range.max * 100)}%`];
+        return [
+          name,
+          rs.map((r) => `${fmt(r * 100)}%`).join(' / '),
+          `${fmt(median(rs) * 100)}%`,
+          `${fmt(range.min * 100)}–${fmt(range.max * 100)}%`,
+        ];
       }),
       ['left', 'left', 'right', 'right'],
     );
@@ -313,7 +393,10 @@ async function main(): Promise<void> {
   const resultsDir = fileURLToPath(new URL('./results/', import.meta.url));
   mkdirSync(resultsDir, { recursive: true });
   const file = `${resultsDir}fleet${cluster ? '-cluster' : ''}-latest.json`;
-  writeFileSync(file, `${JSON.stringify({ rows, meta: { at: new Date().toISOString(), runs: RUNS, jobs: JOBS, warmup: WARMUP, cluster: CLUSTER, node: process.version, raw: Object.fromEntries(results), ...(PAIRED ? { keyedOverUnkeyed: Object.fromEntries(ratios) } : {}) } }, null, 2)}\n`);
+  writeFileSync(
+    file,
+    `${JSON.stringify({ rows, meta: { at: new Date().toISOString(), runs: RUNS, jobs: JOBS, warmup: WARMUP, cluster: CLUSTER, node: process.version, raw: Object.fromEntries(results), ...(PAIRED ? { keyedOverUnkeyed: Object.fromEntries(ratios) } : {}) } }, null, 2)}\n`,
+  );
 }
 
 runBenchmark(main);

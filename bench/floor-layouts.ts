@@ -25,7 +25,9 @@ const ASCII = 'CHARACTER SET ascii COLLATE ascii_bin';
 export async function applyLayout(c: mysql.Connection, layout: Layout): Promise<void> {
   if (layout === 'current') return;
   if (layout === 'claim-flag') {
-    await c.query('ALTER TABLE lw_items DROP INDEX ix_claim, ADD INDEX ix_claim (queue, queue_class, is_head, priority, run_after)');
+    await c.query(
+      'ALTER TABLE lw_items DROP INDEX ix_claim, ADD INDEX ix_claim (queue, queue_class, is_head, priority, run_after)',
+    );
   } else if (layout === 'schema-1') {
     // Schema 1's column definitions and indexes, then its NULLs for "none".
     await c.query(`ALTER TABLE lw_items MODIFY state VARCHAR(16) ${ASCII} NOT NULL, MODIFY lease_token VARCHAR(32) ${ASCII} NULL,
@@ -41,14 +43,22 @@ function drainStatements(layout: Layout) {
   const claimable = flag ? 'is_head = 1' : "state = 'pending' AND is_head = 1";
   const noLease = layout === 'schema-1' ? 'NULL' : NO_TIME;
   return {
-    candidates: (batch: number) => `SELECT id FROM lw_items WHERE queue = '${QUEUE}' AND queue_class = 'default' AND ${claimable}
+    candidates: (
+      batch: number,
+    ) => `SELECT id FROM lw_items WHERE queue = '${QUEUE}' AND queue_class = 'default' AND ${claimable}
       AND run_after <= NOW(6) ORDER BY priority, run_after LIMIT ${batch * 2}`,
-    claim: (ids: string, token: string) => `UPDATE lw_items SET ${flag ? 'is_head = 0, ' : ''}state = 'processing', lease_token = '${token}',
+    claim: (
+      ids: string,
+      token: string,
+    ) => `UPDATE lw_items SET ${flag ? 'is_head = 0, ' : ''}state = 'processing', lease_token = '${token}',
       lease_owner = 'floor', lease_until = NOW(6) + INTERVAL 30 SECOND, attempt = attempt + 1, epoch = NULL, cancel_requested = 0,
       started_at = NOW(6), updated_at = NOW(6)
       WHERE id IN (${ids}) AND queue = '${QUEUE}' AND ${claimable} AND run_after <= NOW(6);
       SELECT ${CLAIMED_COLUMN_LIST} FROM lw_items WHERE id IN (${ids}) AND lease_token = '${token}' AND state = 'processing'`,
-    complete: (ids: string, token: string) => `UPDATE lw_items SET state = 'completed', result = NULL, lease_until = ${noLease},
+    complete: (
+      ids: string,
+      token: string,
+    ) => `UPDATE lw_items SET state = 'completed', result = NULL, lease_until = ${noLease},
       terminal_at = NOW(6), updated_at = NOW(6) WHERE id IN (${ids}) AND lease_token = '${token}' AND state = 'processing'`,
   };
 }
@@ -75,7 +85,12 @@ export interface FloorDrainOptions {
  * `completedIds`. Returns the CPU sample taken when the completion UPDATEs
  * have reported `items` rows completed: the end of the floor's clock.
  */
-export async function drainFloor(url: string, layout: Layout, opts: FloorDrainOptions, completedIds: Map<string, number>): Promise<CpuSample> {
+export async function drainFloor(
+  url: string,
+  layout: Layout,
+  opts: FloorDrainOptions,
+  completedIds: Map<string, number>,
+): Promise<CpuSample> {
   const s = drainStatements(layout);
   const conns = await Promise.all(
     Array.from({ length: opts.connections }, () => mysql.createConnection({ uri: url, multipleStatements: true })),
@@ -97,11 +112,14 @@ export async function drainFloor(url: string, layout: Layout, opts: FloorDrainOp
           if (candidates.length === 0) return;
           const chosen = pick(candidates, opts.batch).map((r) => `'${String(r.id)}'`);
           const token = randomBytes(16).toString('base64url');
-          const [claimed] = (await c.query(s.claim(chosen.join(','), token))) as unknown as [[ResultSetHeader, RowDataPacket[]]];
+          const [claimed] = (await c.query(s.claim(chosen.join(','), token))) as unknown as [
+            [ResultSetHeader, RowDataPacket[]],
+          ];
           const won = claimed[1].map((r) => String(r.id));
           if (won.length === 0) continue;
           const [done] = await c.query<ResultSetHeader>(s.complete(won.map((id) => `'${id}'`).join(','), token));
-          if (done.affectedRows !== won.length) throw new Error(`completed ${done.affectedRows} of ${won.length} claimed items`);
+          if (done.affectedRows !== won.length)
+            throw new Error(`completed ${done.affectedRows} of ${won.length} claimed items`);
           completedRows += done.affectedRows;
           if (completedRows >= opts.items) end ??= cpuSample();
           for (const id of won) completedIds.set(id, (completedIds.get(id) ?? 0) + 1);
@@ -112,13 +130,17 @@ export async function drainFloor(url: string, layout: Layout, opts: FloorDrainOp
   } finally {
     await Promise.all(conns.map((c) => c.end().catch(() => undefined)));
   }
-  if (end === undefined) throw new Error(`${layout}: the queue ran dry with ${completedRows} of ${opts.items} items completed`);
+  if (end === undefined)
+    throw new Error(`${layout}: the queue ran dry with ${completedRows} of ${opts.items} items completed`);
   // Untimed, once the draining sessions are closed: a session of its own sees every completion, so each had committed.
   const check = await mysql.createConnection({ uri: url });
   try {
-    const [counted] = await check.query<RowDataPacket[]>(`SELECT COUNT(*) AS n FROM lw_items WHERE queue = '${QUEUE}' AND state = 'completed'`);
+    const [counted] = await check.query<RowDataPacket[]>(
+      `SELECT COUNT(*) AS n FROM lw_items WHERE queue = '${QUEUE}' AND state = 'completed'`,
+    );
     const inLedger = Number(counted[0]?.n ?? 0);
-    if (inLedger !== opts.items) throw new Error(`${layout}: the ledger counts ${inLedger} of ${opts.items} items completed`);
+    if (inLedger !== opts.items)
+      throw new Error(`${layout}: the ledger counts ${inLedger} of ${opts.items} items completed`);
   } finally {
     await check.end();
   }

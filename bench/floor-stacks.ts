@@ -6,7 +6,15 @@
  */
 import { randomBytes } from 'node:crypto';
 import type * as Lanewake from '../src/index.js';
-import { cpuSample, isInterrupted, onCleanup, postgresCpuSeconds, sleep, waitForQuiet, type CpuSample } from './support.js';
+import {
+  cpuSample,
+  isInterrupted,
+  onCleanup,
+  postgresCpuSeconds,
+  sleep,
+  waitForQuiet,
+  type CpuSample,
+} from './support.js';
 import { completedInLedger } from './engine.js';
 import { findFactory } from './peers/registry.js';
 import { QUEUE, STALL_MS } from './floor-layouts.js';
@@ -71,7 +79,9 @@ async function untilCompleted(count: () => Promise<number>, want: number, who: s
       last = n;
       movedAt = Date.now();
     } else if (Date.now() - movedAt > STALL_MS) {
-      throw new Error(`${who}: every job started, but the completed count stayed at ${n} of ${want} for ${STALL_MS} ms`);
+      throw new Error(
+        `${who}: every job started, but the completed count stayed at ${n} of ${want} for ${STALL_MS} ms`,
+      );
     }
     await sleep(COUNT_POLL_MS);
   }
@@ -153,10 +163,12 @@ export async function runPeer(peer: { system: string; mode: string }, items: num
     const wrong = starts.reduce((n, c) => n + (c === 1 ? 0 : 1), 0);
     if (wrong > 0) throw new Error(`${peer.system}: ${wrong} jobs not started exactly once`);
     const completed = await adapter.completedCount();
-    if (completed !== items) throw new Error(`${peer.system}: its store counts ${completed} of ${items} jobs completed`);
+    if (completed !== items)
+      throw new Error(`${peer.system}: its store counts ${completed} of ${items} jobs completed`);
     return {
       jobsPerS: items / ((to.wallMs - from.wallMs) / 1000),
-      serverUsPerJob: serverFrom !== undefined && serverTo !== undefined ? ((serverTo - serverFrom) * 1e6) / items : undefined,
+      serverUsPerJob:
+        serverFrom !== undefined && serverTo !== undefined ? ((serverTo - serverFrom) * 1e6) / items : undefined,
       nodeUsPerJob: ((to.node - from.node) * 1e6) / items,
     };
   } finally {

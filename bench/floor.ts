@@ -59,7 +59,18 @@ import { parseArgs } from 'node:util';
 import mysql from 'mysql2/promise';
 import { execFileSync } from 'node:child_process';
 import type * as Lanewake from '../src/index.js';
-import { codeRevision, cpuSample, createBenchDatabase, fmt, median, minMax, printTable, progress, runCleanups, waitForQuiet } from './support.js';
+import {
+  codeRevision,
+  cpuSample,
+  createBenchDatabase,
+  fmt,
+  median,
+  minMax,
+  printTable,
+  progress,
+  runCleanups,
+  waitForQuiet,
+} from './support.js';
 import { LAYOUTS, QUEUE, applyLayout, drainFloor, type Layout } from './floor-layouts.js';
 import { ENGINE_CONCURRENCY, ENQUEUE_BATCH, TYPE, drainEngine, runPeer, type RunResult } from './floor-stacks.js';
 
@@ -105,10 +116,16 @@ function parseOptions(): Options {
     if (!Number.isInteger(n) || n < min) throw new Error(`--${name} must be an integer ≥ ${min}`);
     return n;
   };
-  const layouts = values.layouts.split(',').map((s) => s.trim()).filter((s) => s !== '');
-  for (const l of layouts) if (!(LAYOUTS as readonly string[]).includes(l)) throw new Error(`--layouts: unknown layout ${l} (${LAYOUTS.join(', ')})`);
+  const layouts = values.layouts
+    .split(',')
+    .map((s) => s.trim())
+    .filter((s) => s !== '');
+  for (const l of layouts)
+    if (!(LAYOUTS as readonly string[]).includes(l))
+      throw new Error(`--layouts: unknown layout ${l} (${LAYOUTS.join(', ')})`);
   const colon = values.peer.indexOf(':');
-  if (values.peer !== 'none' && colon <= 0) throw new Error('--peer must be system:mode (as in `npm run bench -- --systems`) or none');
+  if (values.peer !== 'none' && colon <= 0)
+    throw new Error('--peer must be system:mode (as in `npm run bench -- --systems`) or none');
   return {
     runs: int('runs', values.runs, 1),
     items: int('items', values.items, 1000),
@@ -116,7 +133,8 @@ function parseOptions(): Options {
     connections: int('connections', values.connections, 1),
     layouts: layouts as Layout[],
     engine: !values['no-engine'],
-    peer: values.peer === 'none' ? undefined : { system: values.peer.slice(0, colon), mode: values.peer.slice(colon + 1) },
+    peer:
+      values.peer === 'none' ? undefined : { system: values.peer.slice(0, colon), mode: values.peer.slice(colon + 1) },
     json: values.json,
   };
 }
@@ -132,7 +150,11 @@ async function runOnce(subject: Subject, opts: Options): Promise<RunResult> {
     const producer = new Producer({ ledger });
     const ids: string[] = [];
     for (let i = 0; i < opts.items; i += ENQUEUE_BATCH) {
-      const batch = Array.from({ length: Math.min(ENQUEUE_BATCH, opts.items - i) }, (_, k) => ({ queue: QUEUE, type: TYPE, payload: { n: i + k } }));
+      const batch = Array.from({ length: Math.min(ENQUEUE_BATCH, opts.items - i) }, (_, k) => ({
+        queue: QUEUE,
+        type: TYPE,
+        payload: { n: i + k },
+      }));
       for (const r of await producer.enqueueMany(batch)) ids.push(r.id);
     }
     if (subject !== 'engine') {
@@ -148,16 +170,24 @@ async function runOnce(subject: Subject, opts: Options): Promise<RunResult> {
     await waitForQuiet();
     const completed = new Map<string, number>();
     const from = cpuSample();
-    const to = subject === 'engine' ? await drainEngine(lanewake, ledger!, opts.items, completed) : await drainFloor(db.url, subject, opts, completed);
+    const to =
+      subject === 'engine'
+        ? await drainEngine(lanewake, ledger!, opts.items, completed)
+        : await drainFloor(db.url, subject, opts, completed);
     // Effect check: every enqueued item completed exactly once, nothing else.
     const missing = ids.filter((id) => completed.get(id) !== 1);
     if (missing.length > 0 || completed.size !== ids.length) {
-      throw new Error(`${subject}: ${missing.length} items not completed exactly once, ${completed.size} distinct completed of ${ids.length}`);
+      throw new Error(
+        `${subject}: ${missing.length} items not completed exactly once, ${completed.size} distinct completed of ${ids.length}`,
+      );
     }
     const seconds = (to.wallMs - from.wallMs) / 1000;
     return {
       jobsPerS: opts.items / seconds,
-      serverUsPerJob: from.server !== undefined && to.server !== undefined ? ((to.server - from.server) * 1e6) / opts.items : undefined,
+      serverUsPerJob:
+        from.server !== undefined && to.server !== undefined
+          ? ((to.server - from.server) * 1e6) / opts.items
+          : undefined,
       nodeUsPerJob: ((to.node - from.node) * 1e6) / opts.items,
     };
   } finally {
@@ -178,16 +208,24 @@ interface Row {
 
 async function main(): Promise<void> {
   const opts = parseOptions();
-  const subjects: Subject[] = [...opts.layouts, ...(opts.engine ? (['engine'] as const) : []), ...(opts.peer ? (['peer'] as const) : [])];
+  const subjects: Subject[] = [
+    ...opts.layouts,
+    ...(opts.engine ? (['engine'] as const) : []),
+    ...(opts.peer ? (['peer'] as const) : []),
+  ];
   const peerLabel = opts.peer ? `${opts.peer.system} (${opts.peer.mode}), c=${ENGINE_CONCURRENCY}` : '';
   const results = new Map<Subject, RunResult[]>(subjects.map((s) => [s, []]));
-  progress(`ledger floor: ${subjects.map((x) => (x === 'peer' ? peerLabel : x)).join(', ')}; ${opts.items} items, batch ${opts.batch}, ${opts.connections} connection(s), ${opts.runs} run(s)`);
+  progress(
+    `ledger floor: ${subjects.map((x) => (x === 'peer' ? peerLabel : x)).join(', ')}; ${opts.items} items, batch ${opts.batch}, ${opts.connections} connection(s), ${opts.runs} run(s)`,
+  );
   // Subjects interleaved within each run, so machine noise falls on all of them alike.
   for (let run = 1; run <= opts.runs; run++) {
     for (const subject of subjects) {
       const r = await runOnce(subject, opts);
       results.get(subject)!.push(r);
-      progress(`run ${run} ${subject === 'peer' ? peerLabel : subject}: ${fmt(r.jobsPerS)} jobs/s, server ${fmt(r.serverUsPerJob, 1)} µs/job, node ${fmt(r.nodeUsPerJob, 1)} µs/job`);
+      progress(
+        `run ${run} ${subject === 'peer' ? peerLabel : subject}: ${fmt(r.jobsPerS)} jobs/s, server ${fmt(r.serverUsPerJob, 1)} µs/job, node ${fmt(r.nodeUsPerJob, 1)} µs/job`,
+      );
     }
   }
   const rows: Row[] = subjects.map((subject) => {
@@ -208,7 +246,11 @@ async function main(): Promise<void> {
     `ledger floor — median of ${opts.runs} run(s), ${opts.items} items, batch ${opts.batch}, ${opts.connections} connection(s)`,
     ['subject', 'jobs/s', 'min–max', 'server µs/job', 'node µs/job', 'server + node µs/job', 'vs current floor'],
     rows.map((r) => [
-      r.subject === 'engine' ? `engine (Consumer, c=${ENGINE_CONCURRENCY})` : r.subject === 'peer' ? `peer: ${peerLabel}` : `floor: ${r.subject}`,
+      r.subject === 'engine'
+        ? `engine (Consumer, c=${ENGINE_CONCURRENCY})`
+        : r.subject === 'peer'
+          ? `peer: ${peerLabel}`
+          : `floor: ${r.subject}`,
       fmt(r.median),
       `${fmt(r.min)}–${fmt(r.max)}`,
       fmt(r.serverUsPerJob, 1),

@@ -17,7 +17,17 @@ import type { RowDataPacket } from 'mysql2/promise';
 import { Ledger } from '../src/ledger/ledger.js';
 import { deleteKeys } from '../test/support/engine.js';
 import { slowStatements } from './steady-server.js';
-import { childMessage, cliFlag, createBenchDatabase, median, onCleanup, progress, runBenchmark, serverCpuSecondsOf, withAdmin } from './support.js';
+import {
+  childMessage,
+  cliFlag,
+  createBenchDatabase,
+  median,
+  onCleanup,
+  progress,
+  runBenchmark,
+  serverCpuSecondsOf,
+  withAdmin,
+} from './support.js';
 
 const args = process.argv.slice(2);
 const flag = (name: string, dflt: string): string => cliFlag(`--${name}`, args) ?? dflt;
@@ -25,7 +35,9 @@ const server = flag('server', 'mariadb');
 if (server !== 'mariadb' && server !== 'tidb') throw new Error('--server is mariadb or tidb');
 const txn = flag('txn', 'pessimistic');
 const serverUrl =
-  server === 'tidb' ? (process.env.LANEWAKE_BENCH_TIDB_URL ?? 'mysql://root@127.0.0.1:4000') : (process.env.LANEWAKE_BENCH_MYSQL_URL ?? 'mysql://root@127.0.0.1:3306');
+  server === 'tidb'
+    ? (process.env.LANEWAKE_BENCH_TIDB_URL ?? 'mysql://root@127.0.0.1:4000')
+    : (process.env.LANEWAKE_BENCH_MYSQL_URL ?? 'mysql://root@127.0.0.1:3306');
 const redisUrl = flag('redis', 'redis://127.0.0.1:6379');
 const ITEMS = Number(flag('items', '10000'));
 const LANES = Number(flag('lanes', '300'));
@@ -52,7 +64,10 @@ function child(script: string, env: Record<string, string>): ChildProcess {
 }
 
 async function effects(db: string): Promise<number> {
-  const [rows] = await withAdmin((c) => c.query<RowDataPacket[]>(`SELECT COUNT(*) AS n FROM \`${db}\`.effects`), serverUrl);
+  const [rows] = await withAdmin(
+    (c) => c.query<RowDataPacket[]>(`SELECT COUNT(*) AS n FROM \`${db}\`.effects`),
+    serverUrl,
+  );
   return Number(rows[0]?.n);
 }
 
@@ -63,16 +78,36 @@ async function oneRun(): Promise<RunFigures> {
   const mode = server === 'tidb' ? { tidbTxnMode: txn as 'pessimistic' | 'optimistic' } : {};
   const ledger = new Ledger({ url: db.url, poolSize: 4, ...mode });
   await ledger.migrate();
-  await withAdmin((c) => c.query(`CREATE TABLE \`${db.name}\`.effects (item_id VARCHAR(32) PRIMARY KEY, lane VARCHAR(255), written_at DATETIME(6))`), serverUrl);
+  await withAdmin(
+    (c) =>
+      c.query(
+        `CREATE TABLE \`${db.name}\`.effects (item_id VARCHAR(32) PRIMARY KEY, lane VARCHAR(255), written_at DATETIME(6))`,
+      ),
+    serverUrl,
+  );
   const from = new Date();
   const t0 = performance.now();
   for (let i = 0; i < ITEMS; i += BATCH) {
     const n = Math.min(BATCH, ITEMS - i);
-    await ledger.enqueueMany(Array.from({ length: n }, (_, k) => ({ queue: QUEUE, type: 'job', lane: `lane-${(i + k) % LANES}`, payload: { k: i + k, t: '0' } })));
+    await ledger.enqueueMany(
+      Array.from({ length: n }, (_, k) => ({
+        queue: QUEUE,
+        type: 'job',
+        lane: `lane-${(i + k) % LANES}`,
+        payload: { k: i + k, t: '0' },
+      })),
+    );
   }
   const enqueueS = (performance.now() - t0) / 1000;
   await ledger.close();
-  const env = { LW_DATABASE_URL: db.url, LW_REDIS_URL: redisUrl, LW_KEY_PREFIX: keyPrefix, LW_QUEUE: QUEUE, LW_CONCURRENCY: String(CONCURRENCY), ...(server === 'tidb' ? { LW_TIDB_TXN_MODE: txn } : {}) };
+  const env = {
+    LW_DATABASE_URL: db.url,
+    LW_REDIS_URL: redisUrl,
+    LW_KEY_PREFIX: keyPrefix,
+    LW_QUEUE: QUEUE,
+    LW_CONCURRENCY: String(CONCURRENCY),
+    ...(server === 'tidb' ? { LW_TIDB_TXN_MODE: txn } : {}),
+  };
   const workers = Array.from({ length: WORKERS }, () => child('./steady-worker.mjs', env));
   const t1 = performance.now();
   const cpuBefore = serverCpuSecondsOf(serverUrl);
@@ -84,7 +119,8 @@ async function oneRun(): Promise<RunFigures> {
   }
   const processS = (performance.now() - t1) / 1000;
   const cpuAfter = serverCpuSecondsOf(serverUrl);
-  const serverCpuUs = cpuBefore !== undefined && cpuAfter !== undefined ? ((cpuAfter - cpuBefore) * 1e6) / ITEMS : undefined;
+  const serverCpuUs =
+    cpuBefore !== undefined && cpuAfter !== undefined ? ((cpuAfter - cpuBefore) * 1e6) / ITEMS : undefined;
   const slow = await slowStatements(server, serverUrl, db.name, from, new Date());
   await Promise.all(
     workers.map((w) => {
@@ -108,7 +144,9 @@ runBenchmark(async () => {
   for (let r = 0; r < RUNS; r++) {
     const f = await oneRun();
     runs.push(f);
-    console.log(`run ${r + 1}: enqueued in ${f.enqueueS.toFixed(2)} s; processed in ${f.processS.toFixed(2)} s (${f.jobsPerS.toFixed(0)} jobs/s, workers' start included); server CPU ${f.serverCpuUs?.toFixed(0) ?? '?'} µs/job; ${f.slow} statements over 100 ms`);
+    console.log(
+      `run ${r + 1}: enqueued in ${f.enqueueS.toFixed(2)} s; processed in ${f.processS.toFixed(2)} s (${f.jobsPerS.toFixed(0)} jobs/s, workers' start included); server CPU ${f.serverCpuUs?.toFixed(0) ?? '?'} µs/job; ${f.slow} statements over 100 ms`,
+    );
   }
   const m = (pick: (f: RunFigures) => number, d = 2): string => median(runs.map(pick)).toFixed(d);
   console.log(`\n${label}, median of ${RUNS}: enqueue ${m((f) => f.enqueueS)} s, ${m((f) => f.jobsPerS, 0)} jobs/s`);

@@ -33,7 +33,19 @@ import { Consumer } from '../src/consumer/consumer.js';
 import type { ClaimedItem } from '../src/ledger/types.js';
 import { createLogger } from '../src/log.js';
 import { completedInLedger, environment, verifyOnce, waitUntil } from './engine.js';
-import { benchServerUrl, childMessage, cliFlag, codeRevision, fmt, median, percentile, printTable, progress, runBenchmark, sleep } from './support.js';
+import {
+  benchServerUrl,
+  childMessage,
+  cliFlag,
+  codeRevision,
+  fmt,
+  median,
+  percentile,
+  printTable,
+  progress,
+  runBenchmark,
+  sleep,
+} from './support.js';
 
 const RUNS = Number(cliFlag('--runs') ?? 3);
 const JOBS = Number(cliFlag('--jobs') ?? 400);
@@ -58,9 +70,12 @@ interface ProducerStamps {
 
 function child(script: string, env: Record<string, string>): ReturnType<typeof fork> {
   const execArgv = script.endsWith('.ts') ? ['--import', 'tsx'] : [];
-  return fork(here(script), [], { env: { ...process.env, ...env }, execArgv, stdio: ['ignore', 'inherit', 'inherit', 'ipc'] });
+  return fork(here(script), [], {
+    env: { ...process.env, ...env },
+    execArgv,
+    stdio: ['ignore', 'inherit', 'inherit', 'ipc'],
+  });
 }
-
 
 /** One run: per segment, every job's milliseconds. */
 async function run(serverUrl: string): Promise<Record<Segment, number[]>> {
@@ -70,8 +85,15 @@ async function run(serverUrl: string): Promise<Record<Segment, number[]>> {
   const claimed = new Map<string, number>();
   const started = new Map<string, number>();
   const seen = new Map<string, number>();
-  const childEnv = { LW_DATABASE_URL: env.url, LW_REDIS_URL: REDIS_URL, LW_KEY_PREFIX: env.keyPrefix, LW_QUEUE: env.queue };
-  const replicas = Array.from({ length: REPLICAS - 1 }, () => child('./fleet-worker.mjs', { ...childEnv, LW_CONCURRENCY: '32' }));
+  const childEnv = {
+    LW_DATABASE_URL: env.url,
+    LW_REDIS_URL: REDIS_URL,
+    LW_KEY_PREFIX: env.keyPrefix,
+    LW_QUEUE: env.queue,
+  };
+  const replicas = Array.from({ length: REPLICAS - 1 }, () =>
+    child('./fleet-worker.mjs', { ...childEnv, LW_CONCURRENCY: '32' }),
+  );
   const producer = child('./breakdown-producer.ts', { ...childEnv, LW_JOBS: String(JOBS), LW_RATE: String(RATE) });
   try {
     // Observed on the instance, not replaced: each call goes on to the real method.
@@ -147,7 +169,9 @@ async function run(serverUrl: string): Promise<Record<Segment, number[]>> {
   } finally {
     // A replica stops on 'stop', sends its figures and exits.
     for (const r of replicas) if (r.connected) r.send({ type: 'stop' });
-    await Promise.all(replicas.map((r) => (r.exitCode !== null ? undefined : Promise.race([once(r, 'exit'), sleep(10_000)]))));
+    await Promise.all(
+      replicas.map((r) => (r.exitCode !== null ? undefined : Promise.race([once(r, 'exit'), sleep(10_000)]))),
+    );
     producer.kill('SIGTERM');
     await env.close();
   }
@@ -159,16 +183,30 @@ runBenchmark(async () => {
     progress('building dist/ for the replica processes');
     execFileSync('npx', ['tsc', '-p', 'tsconfig.build.json'], { stdio: 'inherit' });
   }
-  progress(`latency breakdown: ${RUNS} run(s) of ${JOBS} jobs at ${RATE}/s, producer in its own process, ${REPLICAS} consumer(s)`);
+  progress(
+    `latency breakdown: ${RUNS} run(s) of ${JOBS} jobs at ${RATE}/s, producer in its own process, ${REPLICAS} consumer(s)`,
+  );
   const runs: Record<Segment, number[]>[] = [];
   for (let i = 0; i < RUNS; i++) {
     runs.push(await run(serverUrl));
     const t = runs.at(-1)!.total;
-    progress(`  run ${i + 1}: total p50 ${fmt(percentile(t, 50), 2)} ms, p99 ${fmt(percentile(t, 99), 2)} ms (${t.length} jobs here)`);
+    progress(
+      `  run ${i + 1}: total p50 ${fmt(percentile(t, 50), 2)} ms, p99 ${fmt(percentile(t, 99), 2)} ms (${t.length} jobs here)`,
+    );
   }
   const cell = (s: Segment, p: number): number => median(runs.map((r) => percentile(r[s], p)));
-  const rows = SEGMENTS.map((s) => [s, ...[50, 90, 99].map((p) => fmt(cell(s, p), 2)), fmt(median(runs.map((r) => Math.max(...r[s]))), 2), String(median(runs.map((r) => r[s].length)))]);
-  printTable('enqueue → handler start, producer in another process (ms; medians over runs)', ['step', 'p50', 'p90', 'p99', 'max', 'jobs'], rows, ['left']);
+  const rows = SEGMENTS.map((s) => [
+    s,
+    ...[50, 90, 99].map((p) => fmt(cell(s, p), 2)),
+    fmt(median(runs.map((r) => Math.max(...r[s]))), 2),
+    String(median(runs.map((r) => r[s].length))),
+  ]);
+  printTable(
+    'enqueue → handler start, producer in another process (ms; medians over runs)',
+    ['step', 'p50', 'p90', 'p99', 'max', 'jobs'],
+    rows,
+    ['left'],
+  );
   const result = {
     at: new Date().toISOString(),
     code: codeRevision(),
@@ -176,7 +214,12 @@ runBenchmark(async () => {
     jobs: JOBS,
     rate: RATE,
     replicas: REPLICAS,
-    segments: Object.fromEntries(SEGMENTS.map((s) => [s, { p50: cell(s, 50), p90: cell(s, 90), p99: cell(s, 99), max: median(runs.map((r) => Math.max(...r[s]))) }])),
+    segments: Object.fromEntries(
+      SEGMENTS.map((s) => [
+        s,
+        { p50: cell(s, 50), p90: cell(s, 90), p99: cell(s, 99), max: median(runs.map((r) => Math.max(...r[s]))) },
+      ]),
+    ),
   };
   writeFileSync(here('./results/breakdown-latest.json'), `${JSON.stringify(result, null, 2)}\n`);
 });

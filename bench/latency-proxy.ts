@@ -31,7 +31,8 @@ export interface AddedLatency {
 export function addedLatency(label: string): AddedLatency {
   if (label === 'direct') return { label, direct: true, upMs: 0, downMs: 0 };
   const ms = Number(label);
-  if (!Number.isFinite(ms) || ms < 0) throw new Error(`latency ${label}: want a number of ms per direction, or "direct"`);
+  if (!Number.isFinite(ms) || ms < 0)
+    throw new Error(`latency ${label}: want a number of ms per direction, or "direct"`);
   if (Number.isInteger(ms)) return { label, direct: false, upMs: ms, downMs: ms };
   if (Number.isInteger(ms * 2)) return { label, direct: false, upMs: ms * 2, downMs: 0 };
   throw new Error(`latency ${label}: Toxiproxy adds whole milliseconds; per direction must be a multiple of 0.5`);
@@ -54,7 +55,8 @@ export class LatencyProxies {
     const toxiproxy = await Toxiproxy.start(binary, await freePort(), join(logDir, 'toxiproxy.log'));
     // The API answers its version as text in older releases, as {"version": …} in newer ones.
     const v: unknown = await toxiproxy.version();
-    const reported = typeof v === 'object' && v !== null && 'version' in v ? String((v as { version: unknown }).version) : String(v);
+    const reported =
+      typeof v === 'object' && v !== null && 'version' in v ? String((v as { version: unknown }).version) : String(v);
     // A `go install` build reports "git"; scripts/toxiproxy.sh caches it under its release.
     const version = `${basename(dirname(binary))} (reports ${reported})`;
     return new LatencyProxies(toxiproxy, version, logDir);
@@ -77,10 +79,19 @@ export class LatencyProxies {
     for (const toxic of this.toxics.get(name) ?? []) await this.toxiproxy.removeToxic(name, toxic);
     const added: string[] = [];
     this.toxics.set(name, added);
-    for (const [stream, ms] of [['upstream', l.upMs], ['downstream', l.downMs]] as const) {
+    for (const [stream, ms] of [
+      ['upstream', l.upMs],
+      ['downstream', l.downMs],
+    ] as const) {
       if (ms === 0) continue;
       const toxic = `latency_${stream}`;
-      await this.toxiproxy.addToxic(name, { name: toxic, type: 'latency', stream, toxicity: 1, attributes: { latency: ms, jitter: 0 } });
+      await this.toxiproxy.addToxic(name, {
+        name: toxic,
+        type: 'latency',
+        stream,
+        toxicity: 1,
+        attributes: { latency: ms, jitter: 0 },
+      });
       added.push(toxic);
     }
   }
@@ -94,7 +105,12 @@ export class LatencyProxies {
 /** `SELECT 1` round trips on one connection, one after another: p50 and p99 in ms. */
 export async function pingRoundTrip(serverUrl: string, count: number): Promise<{ p50: number; p99: number }> {
   const u = new URL(serverUrl);
-  const c = await createConnection({ host: u.hostname, port: Number(u.port || 3306), user: decodeURIComponent(u.username || 'root'), password: decodeURIComponent(u.password) });
+  const c = await createConnection({
+    host: u.hostname,
+    port: Number(u.port || 3306),
+    user: decodeURIComponent(u.username || 'root'),
+    password: decodeURIComponent(u.password),
+  });
   try {
     for (let i = 0; i < 10; i++) await c.query('SELECT 1');
     const times: number[] = [];

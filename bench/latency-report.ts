@@ -38,15 +38,34 @@ function perJob(c: Cell, kind: keyof KindTotals): string {
 }
 
 /** The cells' table, and whether the goal's figures were reached at its latency. */
-export function printCells(title: string, cells: readonly Cell[], goal: { latencyLabel: string; bulkJobsS: number; p50Ms: number }): GoalCheck[] {
+export function printCells(
+  title: string,
+  cells: readonly Cell[],
+  goal: { latencyLabel: string; bulkJobsS: number; p50Ms: number },
+): GoalCheck[] {
   printTable(
     title,
-    ['server', 'added per direction', 'SELECT 1 p50', 'bulk jobs/s', 'min–max', 'claim RT/job', 'completion RT/job', 'p50 same process', 'p99', 'p50 own producer', 'p99', 'machine busy'],
+    [
+      'server',
+      'added per direction',
+      'SELECT 1 p50',
+      'bulk jobs/s',
+      'min–max',
+      'claim RT/job',
+      'completion RT/job',
+      'p50 same process',
+      'p99',
+      'p50 own producer',
+      'p99',
+      'machine busy',
+    ],
     cells.map((c) => {
       const { min, max } = minMax(c.bulkJobsS);
       return [
         c.server,
-        c.latency.direct ? 'direct (no proxy)' : `${c.latency.label} ms${c.latency.upMs !== c.latency.downMs ? ` (${c.latency.upMs} up, ${c.latency.downMs} down)` : ''}`,
+        c.latency.direct
+          ? 'direct (no proxy)'
+          : `${c.latency.label} ms${c.latency.upMs !== c.latency.downMs ? ` (${c.latency.upMs} up, ${c.latency.downMs} down)` : ''}`,
         `${fmt(c.pingP50Ms, 2)} ms`,
         fmt(median(c.bulkJobsS)),
         `${fmt(min)}–${fmt(max)}`,
@@ -76,7 +95,9 @@ export function printCells(title: string, cells: readonly Cell[], goal: { latenc
         p50Reached: { sameProcess: same <= goal.p50Ms, ownProducer: own <= goal.p50Ms },
       };
     });
-  console.log(`\ngoal at ${goal.latencyLabel} ms added per direction: bulk ≥ ${fmt(goal.bulkJobsS)} jobs/s at concurrency 64, enqueue→start p50 ≤ ${goal.p50Ms} ms`);
+  console.log(
+    `\ngoal at ${goal.latencyLabel} ms added per direction: bulk ≥ ${fmt(goal.bulkJobsS)} jobs/s at concurrency 64, enqueue→start p50 ≤ ${goal.p50Ms} ms`,
+  );
   for (const g of checks) {
     const yes = (b: boolean): string => (b ? 'reached' : 'NOT reached');
     console.log(
@@ -87,13 +108,24 @@ export function printCells(title: string, cells: readonly Cell[], goal: { latenc
 }
 
 function shapeLines(label: string, shapes: readonly ShapeCount[], jobs: number): string[] {
-  return shapes.map((s) => `    ${label} ${fmt(s.count / jobs, 3).padStart(7)}/job  (${s.count}×, ${s.kind}) ${s.shape}`);
+  return shapes.map(
+    (s) => `    ${label} ${fmt(s.count / jobs, 3).padStart(7)}/job  (${s.count}×, ${s.kind}) ${s.shape}`,
+  );
 }
 
 export function printRoundTrips(title: string, rows: readonly RoundTripRow[]): void {
   printTable(
     title,
-    ['workload', 'lanes', 'jobs', 'enqueue', 'claim', 'completion', 'enqueue + claim + completion', 'other (startup, sweeps, connects)'],
+    [
+      'workload',
+      'lanes',
+      'jobs',
+      'enqueue',
+      'claim',
+      'completion',
+      'enqueue + claim + completion',
+      'other (startup, sweeps, connects)',
+    ],
     rows.map((r) => [
       r.workload,
       r.laned ? 'laned' : 'laneless',
@@ -108,7 +140,11 @@ export function printRoundTrips(title: string, rows: readonly RoundTripRow[]): v
   );
   for (const r of rows) {
     console.log(`\n  ${r.workload}, ${r.laned ? 'laned' : 'laneless'} (${r.jobs} jobs): round trips by shape`);
-    for (const line of [...shapeLines('producer', r.enqueueShapes, r.jobs), ...shapeLines('consumer', r.consumerShapes, r.jobs)]) console.log(line);
+    for (const line of [
+      ...shapeLines('producer', r.enqueueShapes, r.jobs),
+      ...shapeLines('consumer', r.consumerShapes, r.jobs),
+    ])
+      console.log(line);
   }
 }
 
@@ -116,7 +152,12 @@ export function printCallTimes(title: string, rows: readonly { server: string; t
   printTable(
     title,
     ['server', 'enqueue', 'claim by id', 'completion', 'laned enqueue', 'laned completion'],
-    rows.map((r) => [r.server, ...[r.times.enqueue, r.times.claimById, r.times.complete, r.times.enqueueLaned, r.times.completeLaned].map((v) => fmt(v, 2))]),
+    rows.map((r) => [
+      r.server,
+      ...[r.times.enqueue, r.times.claimById, r.times.complete, r.times.enqueueLaned, r.times.completeLaned].map((v) =>
+        fmt(v, 2),
+      ),
+    ]),
     ['left', 'right', 'right', 'right', 'right', 'right'],
   );
 }

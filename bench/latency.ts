@@ -34,7 +34,18 @@ import { addedLatency, LatencyProxies, pingRoundTrip, type AddedLatency } from '
 import { printCallTimes, printCells, printRoundTrips, type Cell } from './latency-report.js';
 import { roundTripRows, type RoundTripRow } from './round-trips.js';
 import { installRoundTripCounter, setPhase, takePhase, totalsByKind } from './sql-count.js';
-import { cliFlag, codeRevision, cpuSample, cpuShare, median, onCleanup, percentile, progress, runBenchmark, withAdmin } from './support.js';
+import {
+  cliFlag,
+  codeRevision,
+  cpuSample,
+  cpuShare,
+  median,
+  onCleanup,
+  percentile,
+  progress,
+  runBenchmark,
+  withAdmin,
+} from './support.js';
 
 const args = process.argv.slice(2);
 const flag = (name: string): string | undefined => cliFlag(name, args);
@@ -52,9 +63,11 @@ const LATENCY_FLAG = flag('--latencies');
 const latenciesFor = (server: string): AddedLatency[] =>
   (LATENCY_FLAG ?? (server === 'mariadb' ? 'direct,0,0.5,1,2' : '0,0.5,1,2')).split(',').map(addedLatency);
 /** Round trips depend on batching, so on latency a little: MariaDB at 0 and 1 ms, TiDB at 1 ms. */
-const rtLatenciesFor = (server: string): AddedLatency[] => (server === 'mariadb' ? ['0', '1'] : ['1']).map(addedLatency);
+const rtLatenciesFor = (server: string): AddedLatency[] =>
+  (server === 'mariadb' ? ['0', '1'] : ['1']).map(addedLatency);
 const WANT_SERVERS = (flag('--servers') ?? 'mariadb,tidb').split(',');
-const OUT = flag('--out') ?? (QUICK ? undefined : fileURLToPath(new URL('./results/latency-latest.json', import.meta.url)));
+const OUT =
+  flag('--out') ?? (QUICK ? undefined : fileURLToPath(new URL('./results/latency-latest.json', import.meta.url)));
 /** The issue's goal at 1 ms added per direction. */
 const GOAL = { latencyLabel: '1', bulkJobsS: 8_000, p50Ms: 6 };
 
@@ -82,7 +95,10 @@ async function serverVersion(url: string): Promise<string | undefined> {
 }
 
 /** Runs `fn` with its round trips counted; returns its value and them, per kind. */
-async function counted<T>(id: string, fn: () => Promise<T>): Promise<{ value: T; roundTrips: ReturnType<typeof totalsByKind> }> {
+async function counted<T>(
+  id: string,
+  fn: () => Promise<T>,
+): Promise<{ value: T; roundTrips: ReturnType<typeof totalsByKind> }> {
   setPhase(id);
   try {
     const value = await fn();
@@ -135,7 +151,9 @@ async function main(): Promise<void> {
     servers.push({ name, url, version, proxyUrl: await proxies.add(name, url) });
   }
   if (servers.length === 0) throw new Error('no server answers');
-  progress(`toxiproxy ${proxies.version}; servers: ${servers.map((s) => `${s.name} ${s.version}`).join(', ')}; ${RUNS} run(s) a cell`);
+  progress(
+    `toxiproxy ${proxies.version}; servers: ${servers.map((s) => `${s.name} ${s.version}`).join(', ')}; ${RUNS} run(s) a cell`,
+  );
 
   const cells: Cell[] = [];
   for (const s of servers) {
@@ -144,7 +162,20 @@ async function main(): Promise<void> {
       setPhase('calibration');
       const ping = await pingRoundTrip(l.direct ? s.url : s.proxyUrl, 200);
       takePhase('calibration');
-      cells.push({ server: s.name, latency: l, bulkJobs: SIZES.bulkJobs, pingP50Ms: ping.p50, pingP99Ms: ping.p99, bulkJobsS: [], bulkRoundTrips: [], sameP50: [], sameP99: [], redisP50: [], redisP99: [], machineBusyPct: [] });
+      cells.push({
+        server: s.name,
+        latency: l,
+        bulkJobs: SIZES.bulkJobs,
+        pingP50Ms: ping.p50,
+        pingP99Ms: ping.p99,
+        bulkJobsS: [],
+        bulkRoundTrips: [],
+        sameP50: [],
+        sameP99: [],
+        redisP50: [],
+        redisP99: [],
+        machineBusyPct: [],
+      });
     }
   }
   // A fresh process runs its first few thousand jobs cold (V8 warm-up): not in the first cell's figures.
@@ -154,7 +185,10 @@ async function main(): Promise<void> {
   const callTimes: { server: string; times: CallTimes }[] = [];
   for (const s of servers) {
     progress(`ledger calls one at a time: ${s.name}, ${SIZES.callJobs} jobs, direct`);
-    callTimes.push({ server: s.name, times: (await counted('calls', () => ledgerCallTimes(s.url, SIZES.callJobs))).value });
+    callTimes.push({
+      server: s.name,
+      times: (await counted('calls', () => ledgerCallTimes(s.url, SIZES.callJobs))).value,
+    });
   }
   // Cells interleaved within each run, so machine noise falls on all of them alike.
   for (let run = 1; run <= RUNS; run++) {
@@ -176,8 +210,12 @@ async function main(): Promise<void> {
 
   const title = `lanewake through a latency proxy — median of ${RUNS} run(s) a cell; bulk ${SIZES.bulkJobs} jobs at concurrency 64; latency ${SIZES.latencyJobs} jobs at ${SIZES.ratePerS}/s`;
   const goal = printCells(title, cells, GOAL);
-  printCallTimes(`ledger calls of the one-job path, one at a time, on each server's own port: median ms of ${SIZES.callJobs}`, callTimes);
-  for (const r of roundTrips) printRoundTrips(`round trips per job: ${r.server}, +${r.latency} ms per direction`, r.rows);
+  printCallTimes(
+    `ledger calls of the one-job path, one at a time, on each server's own port: median ms of ${SIZES.callJobs}`,
+    callTimes,
+  );
+  for (const r of roundTrips)
+    printRoundTrips(`round trips per job: ${r.server}, +${r.latency} ms per direction`, r.rows);
   progress(`\n${minutes.toFixed(1)} min in all`);
 
   if (OUT === undefined) return;
@@ -190,7 +228,13 @@ async function main(): Promise<void> {
     minutes: Math.round(minutes * 10) / 10,
     runs: RUNS,
     sizes: SIZES,
-    machine: { cpu, cores: availableParallelism(), memGiB: Math.round((totalmem() / 2 ** 30) * 10) / 10, node: process.version, shared: true },
+    machine: {
+      cpu,
+      cores: availableParallelism(),
+      memGiB: Math.round((totalmem() / 2 ** 30) * 10) / 10,
+      node: process.version,
+      shared: true,
+    },
     servers: servers.map((s) => ({ name: s.name, version: s.version })),
     toxiproxy: proxies.version,
     notes: [
@@ -202,7 +246,10 @@ async function main(): Promise<void> {
   const out = {
     meta,
     goal,
-    ledgerCallsMs: callTimes.map((c) => ({ server: c.server, ...Object.fromEntries(Object.entries(c.times).map(([k, v]) => [k, round(v)])) })),
+    ledgerCallsMs: callTimes.map((c) => ({
+      server: c.server,
+      ...Object.fromEntries(Object.entries(c.times).map(([k, v]) => [k, round(v)])),
+    })),
     cells: cells.map((c) => ({
       server: c.server,
       latencyPerDirectionMs: c.latency.label,
@@ -211,8 +258,18 @@ async function main(): Promise<void> {
       pingP50Ms: round(c.pingP50Ms),
       pingP99Ms: round(c.pingP99Ms),
       bulkJobsS: { median: Math.round(median(c.bulkJobsS)), values: c.bulkJobsS.map(Math.round) },
-      sameProcess: { p50Ms: round(median(c.sameP50)), p99Ms: round(median(c.sameP99)), p50Values: c.sameP50.map(round), p99Values: c.sameP99.map(round) },
-      ownProducer: { p50Ms: round(median(c.redisP50)), p99Ms: round(median(c.redisP99)), p50Values: c.redisP50.map(round), p99Values: c.redisP99.map(round) },
+      sameProcess: {
+        p50Ms: round(median(c.sameP50)),
+        p99Ms: round(median(c.sameP99)),
+        p50Values: c.sameP50.map(round),
+        p99Values: c.sameP99.map(round),
+      },
+      ownProducer: {
+        p50Ms: round(median(c.redisP50)),
+        p99Ms: round(median(c.redisP99)),
+        p50Values: c.redisP50.map(round),
+        p99Values: c.redisP99.map(round),
+      },
       bulkRoundTripsPerRun: c.bulkRoundTrips,
       machineBusyPctPerRun: c.machineBusyPct.map((v) => Math.round(v)),
     })),

@@ -22,7 +22,13 @@ export async function ledgerCallTimes(serverUrl: string, jobs: number): Promise<
   const env = await environment(false, serverUrl);
   try {
     const ledger = env.ledger;
-    const times: Record<keyof CallTimes, number[]> = { enqueue: [], claimById: [], complete: [], enqueueLaned: [], completeLaned: [] };
+    const times: Record<keyof CallTimes, number[]> = {
+      enqueue: [],
+      claimById: [],
+      complete: [],
+      enqueueLaned: [],
+      completeLaned: [],
+    };
     const timed = async <T>(key: keyof CallTimes, fn: () => Promise<T>): Promise<T> => {
       const t0 = performance.now();
       const value = await fn();
@@ -38,13 +44,21 @@ export async function ledgerCallTimes(serverUrl: string, jobs: number): Promise<
       const plain = await timed('enqueue', () => ledger.enqueue({ queue: env.queue, type: 'noop', payload: { n: i } }));
       const item = await timed('claimById', () => claim(plain.id));
       await timed('complete', () => ledger.completeMany([{ handle: item }]));
-      const laned = await timed('enqueueLaned', () => ledger.enqueue({ queue: env.queue, type: 'noop', lane: 'l0', payload: { n: i } }));
+      const laned = await timed('enqueueLaned', () =>
+        ledger.enqueue({ queue: env.queue, type: 'noop', lane: 'l0', payload: { n: i } }),
+      );
       const head = await claim(laned.id);
       await timed('completeLaned', () => ledger.completeMany([{ handle: head }]));
     }
     const skip = Math.ceil(jobs / 10);
     const m = (key: keyof CallTimes): number => median(times[key].slice(skip));
-    return { enqueue: m('enqueue'), claimById: m('claimById'), complete: m('complete'), enqueueLaned: m('enqueueLaned'), completeLaned: m('completeLaned') };
+    return {
+      enqueue: m('enqueue'),
+      claimById: m('claimById'),
+      complete: m('complete'),
+      enqueueLaned: m('enqueueLaned'),
+      completeLaned: m('completeLaned'),
+    };
   } finally {
     await env.close();
   }

@@ -53,7 +53,12 @@ function laneName(k: number): string {
 }
 
 export function sharedLaneInputs(count: number, lanes: number): EnqueueInput[] {
-  return Array.from({ length: count }, (_, i) => ({ queue: QUEUE, type: TYPE, payload: payload(i), lane: laneName(i % lanes) }));
+  return Array.from({ length: count }, (_, i) => ({
+    queue: QUEUE,
+    type: TYPE,
+    payload: payload(i),
+    lane: laneName(i % lanes),
+  }));
 }
 
 export async function enqueueInBatches(ledger: Ledger, inputs: readonly EnqueueInput[], batch: number): Promise<void> {
@@ -64,7 +69,9 @@ export async function enqueueInBatches(ledger: Ledger, inputs: readonly EnqueueI
 }
 
 /** A fresh database with a migrated ledger; everything is closed and dropped when `fn` ends, however it ends. */
-export async function withFreshLedger<T>(fn: (ctx: { url: string; ledger: Ledger; open: (poolSize: number) => Ledger }) => Promise<T>): Promise<T> {
+export async function withFreshLedger<T>(
+  fn: (ctx: { url: string; ledger: Ledger; open: (poolSize: number) => Ledger }) => Promise<T>,
+): Promise<T> {
   const db = await createBenchDatabase('lwb');
   const opened: Ledger[] = [];
   const open = (poolSize: number): Ledger => {
@@ -83,7 +90,9 @@ export async function withFreshLedger<T>(fn: (ctx: { url: string; ledger: Ledger
 }
 
 export async function countWhere(ledger: Ledger, where: RawBuilder<unknown>): Promise<number> {
-  const r = await sql<{ n: number | string }>`SELECT COUNT(*) AS n FROM ${ledger.tables.items} WHERE ${where}`.execute(ledger.db);
+  const r = await sql<{ n: number | string }>`SELECT COUNT(*) AS n FROM ${ledger.tables.items} WHERE ${where}`.execute(
+    ledger.db,
+  );
   return Number(r.rows[0]?.n ?? 0);
 }
 
@@ -92,7 +101,9 @@ export async function countWhere(ledger: Ledger, where: RawBuilder<unknown>): Pr
 
 export type RunOutcome<T> = { ok: true; value: T; note: string; cpu?: CpuShare } | { ok: false; error: string };
 
-export async function attempt<T>(fn: () => Promise<{ value: T; note: string; cpu?: CpuShare }>): Promise<RunOutcome<T>> {
+export async function attempt<T>(
+  fn: () => Promise<{ value: T; note: string; cpu?: CpuShare }>,
+): Promise<RunOutcome<T>> {
   try {
     const r = await fn();
     return { ok: true, ...r };
@@ -106,6 +117,7 @@ export class VerificationFailed extends Error {}
 
 /** CPU time per item, node and server: steadier than items/s on a noisy machine. */
 export function cpuPerItem(cpu: CpuShare, items: number, wallMs: number): string {
-  const us = (pct: number | undefined): string => (pct === undefined ? '—' : fmt(((pct / 100) * wallMs * 1000) / items));
+  const us = (pct: number | undefined): string =>
+    pct === undefined ? '—' : fmt(((pct / 100) * wallMs * 1000) / items);
   return `CPU/item node ${us(cpu.nodePct)} µs, db ${us(cpu.serverPct)} µs`;
 }

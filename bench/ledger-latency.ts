@@ -51,7 +51,10 @@ export async function benchLatency(sz: Sizes): Promise<{ value: LatencyRun; note
   return withFreshLedger(async ({ ledger: a }) =>
     withFreshLedger(async ({ ledger: b }) => {
       await enqueueInBatches(a, ownLaneInputs(sz.latencyHeads), ENQUEUE_BATCH);
-      const deep = Array.from({ length: sz.deepLaneItems }, (_, i): EnqueueInput => ({ queue: QUEUE, type: TYPE, payload: payload(i), lane: 'deep' }));
+      const deep = Array.from(
+        { length: sz.deepLaneItems },
+        (_, i): EnqueueInput => ({ queue: QUEUE, type: TYPE, payload: payload(i), lane: 'deep' }),
+      );
       const t0 = nowMs();
       await enqueueInBatches(b, deep, DEEP_LANE_BATCH);
       const deepEnqueueItemsS = sz.deepLaneItems / ((nowMs() - t0) / 1000);
@@ -65,7 +68,8 @@ export async function benchLatency(sz: Sizes): Promise<{ value: LatencyRun; note
         const c = await l.claim({ queue: QUEUE, owner: 'bench-latency', limit: 1, leaseMs: LEASE_MS });
         const ms = nowMs() - start;
         const item = c.items[0];
-        if (c.items.length !== 1 || !item) throw new VerificationFailed(`claim(limit 1) returned ${c.items.length} items from a full queue`);
+        if (c.items.length !== 1 || !item)
+          throw new VerificationFailed(`claim(limit 1) returned ${c.items.length} items from a full queue`);
         if (record) record.push(ms);
         const [done] = await l.completeMany([{ handle: item }]);
         if (!done?.won) throw new VerificationFailed(`complete lost its CAS for ${item.id}`);
@@ -83,7 +87,16 @@ export async function benchLatency(sz: Sizes): Promise<{ value: LatencyRun; note
       const cpu0 = cpuSample();
       for (let i = 0; i < sz.latencySamples; i++) {
         if (isInterrupted()) throw new Error('interrupted');
-        const order: [Ledger, number[]][] = i % 2 === 0 ? [[a, without], [b, withDeep]] : [[b, withDeep], [a, without]];
+        const order: [Ledger, number[]][] =
+          i % 2 === 0
+            ? [
+                [a, without],
+                [b, withDeep],
+              ]
+            : [
+                [b, withDeep],
+                [a, without],
+              ];
         for (const [l, rec] of order) {
           const lane = await one(l, rec);
           if (l === b && lane === 'deep') deepHeadClaims++;
@@ -94,13 +107,25 @@ export async function benchLatency(sz: Sizes): Promise<{ value: LatencyRun; note
       // Informational probe: complete() (the single-item path) of a lane head,
       // in a short lane of A and in B's deep lane. Lane bookkeeping should not
       // depend on how deep the lane is either (docs/design.md §3).
-      await enqueueInBatches(a, Array.from({ length: COMPLETE_PROBES + 1 }, (_, i): EnqueueInput => ({ queue: QUEUE, type: TYPE, payload: payload(i), lane: 'short' })), ENQUEUE_BATCH);
+      await enqueueInBatches(
+        a,
+        Array.from(
+          { length: COMPLETE_PROBES + 1 },
+          (_, i): EnqueueInput => ({ queue: QUEUE, type: TYPE, payload: payload(i), lane: 'short' }),
+        ),
+        ENQUEUE_BATCH,
+      );
       const completeShort: number[] = [];
       const completeDeep: number[] = [];
       for (let i = 0; i < COMPLETE_PROBES; i++) {
-        for (const [l, lane, rec] of [[a, 'short', completeShort], [b, 'deep', completeDeep]] as const) {
+        for (const [l, lane, rec] of [
+          [a, 'short', completeShort],
+          [b, 'deep', completeDeep],
+        ] as const) {
           const head = await sql<{ id: string }>`SELECT id FROM ${l.tables.items}
-            WHERE queue = ${QUEUE} AND lane = ${lane} AND state = 'pending' AND is_head = 1 ORDER BY lane_seq LIMIT 1`.execute(l.db);
+            WHERE queue = ${QUEUE} AND lane = ${lane} AND state = 'pending' AND is_head = 1 ORDER BY lane_seq LIMIT 1`.execute(
+            l.db,
+          );
           const id = head.rows[0]?.id;
           if (id === undefined) throw new VerificationFailed(`lane ${lane} has no head`);
           const [item] = await l.claimByIds({ queue: QUEUE, owner: 'bench-latency', leaseMs: LEASE_MS, ids: [id] });

@@ -27,7 +27,10 @@ const STALL_MS = 60_000;
 // ---------------------------------------------------------------------------
 // 1. Batched enqueue.
 
-export async function benchEnqueue(count: number, lanes: number | null): Promise<{ value: number; note: string; cpu: CpuShare }> {
+export async function benchEnqueue(
+  count: number,
+  lanes: number | null,
+): Promise<{ value: number; note: string; cpu: CpuShare }> {
   return withFreshLedger(async ({ ledger }) => {
     const inputs = lanes === null ? ownLaneInputs(count) : sharedLaneInputs(count, lanes);
     await ledger.now(); // opens the connection outside the timed part
@@ -39,7 +42,11 @@ export async function benchEnqueue(count: number, lanes: number | null): Promise
     const cpu = cpuShare(cpu0);
     const stored = await countWhere(ledger, sql`state = 'pending'`);
     if (stored !== count) throw new VerificationFailed(`stored ${stored} of ${count} items`);
-    return { value: count / (wallMs / 1000), note: `${fmt(count)} items in ${fmt(wallMs)} ms; ${cpuPerItem(cpu, count, wallMs)}`, cpu };
+    return {
+      value: count / (wallMs / 1000),
+      note: `${fmt(count)} items in ${fmt(wallMs)} ms; ${cpuPerItem(cpu, count, wallMs)}`,
+      cpu,
+    };
   });
 }
 
@@ -115,7 +122,11 @@ async function claimerLoop(k: number, ledger: Ledger, s: DrainState): Promise<vo
   }
 }
 
-export async function benchClaimComplete(count: number, lanes: number | null, claimers: number): Promise<{ value: number; note: string; cpu: CpuShare }> {
+export async function benchClaimComplete(
+  count: number,
+  lanes: number | null,
+  claimers: number,
+): Promise<{ value: number; note: string; cpu: CpuShare }> {
   return withFreshLedger(async ({ ledger, open }) => {
     const inputs = lanes === null ? ownLaneInputs(count) : sharedLaneInputs(count, lanes);
     await enqueueInBatches(ledger, inputs, ENQUEUE_BATCH);
@@ -158,7 +169,8 @@ export async function benchClaimComplete(count: number, lanes: number | null, cl
       if (completed !== count) problems.push(`completed ${completed} of ${count} in the ledger`);
       // Any other state above 0 is a problem, a floor included (a capped count is never 0).
       const other = Object.entries(counts).filter(([state, n]) => state !== 'completed' && n.count > 0);
-      if (other.length > 0) problems.push(`stats: left ${other.map(([st, n]) => `${formatCount(n)} ${st}`).join(', ')}`);
+      if (other.length > 0)
+        problems.push(`stats: left ${other.map(([st, n]) => `${formatCount(n)} ${st}`).join(', ')}`);
     }
     const reclaimed = await countWhere(ledger, sql`attempt <> 1`);
     if (reclaimed > 0) problems.push(`${reclaimed} items were claimed more than once (attempt <> 1)`);
@@ -172,7 +184,9 @@ export async function benchClaimComplete(count: number, lanes: number | null, cl
         ) x WHERE x.started_at < x.prev_end`.execute(ledger.db);
       const overlaps = Number(r.rows[0]?.n ?? 0);
       if (overlaps > 0) problems.push(`${overlaps} lane items started before their predecessor ended`);
-      const busy = await sql<{ n: number | string }>`SELECT COUNT(*) AS n FROM ${ledger.tables.lanes} WHERE active <> 0`.execute(ledger.db);
+      const busy = await sql<{
+        n: number | string;
+      }>`SELECT COUNT(*) AS n FROM ${ledger.tables.lanes} WHERE active <> 0`.execute(ledger.db);
       const busyLanes = Number(busy.rows[0]?.n ?? 0);
       if (busyLanes > 0) problems.push(`${busyLanes} lane rows still count unfinished items`);
       if (s.lastSeqByLane.size !== lanes) problems.push(`saw ${s.lastSeqByLane.size} of ${lanes} lanes complete`);

@@ -36,8 +36,28 @@ import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
 import type { RowDataPacket } from 'mysql2/promise';
-import { benchServerUrl, codeRevision, fmt, isInterrupted, median, minMax, nowMs, printTable, progress, runCleanups, withAdmin } from './support.js';
-import { CLAIM_LIMIT, DEEP_LANE_BATCH, ENQUEUE_BATCH, SHARED_LANES, attempt, sizes, type RunOutcome } from './ledger-fixtures.js';
+import {
+  benchServerUrl,
+  codeRevision,
+  fmt,
+  isInterrupted,
+  median,
+  minMax,
+  nowMs,
+  printTable,
+  progress,
+  runCleanups,
+  withAdmin,
+} from './support.js';
+import {
+  CLAIM_LIMIT,
+  DEEP_LANE_BATCH,
+  ENQUEUE_BATCH,
+  SHARED_LANES,
+  attempt,
+  sizes,
+  type RunOutcome,
+} from './ledger-fixtures.js';
 import { COMPLETE_PROBES, benchLatency, type LatencyRun } from './ledger-latency.js';
 import { benchClaimComplete, benchEnqueue } from './ledger-throughput.js';
 
@@ -77,8 +97,12 @@ function parseOptions(): Options {
   if (!Number.isFinite(scale) || scale <= 0) throw new Error('--scale must be a positive number');
   if (!Number.isInteger(claimers) || claimers < 1) throw new Error('--claimers must be a positive integer');
   const only = new Set<Scenario>();
-  for (const s of values.only.split(',').map((x) => x.trim()).filter((x) => x !== '')) {
-    if (!(SCENARIOS as readonly string[]).includes(s)) throw new Error(`--only: unknown scenario ${s} (${SCENARIOS.join(', ')})`);
+  for (const s of values.only
+    .split(',')
+    .map((x) => x.trim())
+    .filter((x) => x !== '')) {
+    if (!(SCENARIOS as readonly string[]).includes(s))
+      throw new Error(`--only: unknown scenario ${s} (${SCENARIOS.join(', ')})`);
     only.add(s as Scenario);
   }
   return { runs, scale, json: values.json, claimers, only };
@@ -95,13 +119,25 @@ interface Metric {
   target?: { op: '≥' | '≤'; value: number };
 }
 
-function summarize(m: Metric): { median: number | null; min: number; max: number; failed: number; otherPct: number | undefined } {
+function summarize(m: Metric): {
+  median: number | null;
+  min: number;
+  max: number;
+  failed: number;
+  otherPct: number | undefined;
+} {
   const okRuns = m.runs.filter((r): r is Extract<RunOutcome<number>, { ok: true }> => r.ok);
   const ok = okRuns.map((r) => r.value);
   const failed = m.runs.length - ok.length;
   const { min, max } = minMax(ok);
   const others = okRuns.map((r) => r.cpu?.otherPct).filter((x): x is number => x !== undefined);
-  return { median: failed === 0 && ok.length > 0 ? median(ok) : null, min, max, failed, otherPct: others.length > 0 ? median(others) : undefined };
+  return {
+    median: failed === 0 && ok.length > 0 ? median(ok) : null,
+    min,
+    max,
+    failed,
+    otherPct: others.length > 0 ? median(others) : undefined,
+  };
 }
 
 function verdict(m: Metric, med: number | null): string {
@@ -116,7 +152,7 @@ async function serverDescription(): Promise<string> {
   try {
     return await withAdmin(async (c) => {
       const [rows] = await c.query<RowDataPacket[]>(
-        "SELECT VERSION() AS v, @@innodb_flush_log_at_trx_commit AS f, @@innodb_buffer_pool_size AS bp, @@log_bin AS lb",
+        'SELECT VERSION() AS v, @@innodb_flush_log_at_trx_commit AS f, @@innodb_buffer_pool_size AS bp, @@log_bin AS lb',
       );
       const r = rows[0];
       if (!r) return 'unknown server';
@@ -140,9 +176,24 @@ async function main(): Promise<number> {
   const started = nowMs();
 
   const m = {
-    enqueueOwn: { label: `enqueue, own lanes (batches of ${ENQUEUE_BATCH})`, unit: 'items/s', digits: 0, runs: [] } as Metric,
-    enqueueShared: { label: `enqueue, ${fmt(SHARED_LANES)} shared lanes (batches of ${ENQUEUE_BATCH})`, unit: 'items/s', digits: 0, runs: [] } as Metric,
-    enqueueDeep: { label: `enqueue, one lane (batches of ${fmt(DEEP_LANE_BATCH)}; deep-lane setup)`, unit: 'items/s', digits: 0, runs: [] } as Metric,
+    enqueueOwn: {
+      label: `enqueue, own lanes (batches of ${ENQUEUE_BATCH})`,
+      unit: 'items/s',
+      digits: 0,
+      runs: [],
+    } as Metric,
+    enqueueShared: {
+      label: `enqueue, ${fmt(SHARED_LANES)} shared lanes (batches of ${ENQUEUE_BATCH})`,
+      unit: 'items/s',
+      digits: 0,
+      runs: [],
+    } as Metric,
+    enqueueDeep: {
+      label: `enqueue, one lane (batches of ${fmt(DEEP_LANE_BATCH)}; deep-lane setup)`,
+      unit: 'items/s',
+      digits: 0,
+      runs: [],
+    } as Metric,
     ccOwn: {
       label: `claim+complete, own lanes (${opts.claimers} claimers × limit ${CLAIM_LIMIT})`,
       unit: 'items/s',
@@ -159,10 +210,30 @@ async function main(): Promise<number> {
     } as Metric,
     p50: { label: 'claim(limit 1) p50, no deep lane', unit: 'ms', digits: 2, runs: [] } as Metric,
     p99: { label: 'claim(limit 1) p99, no deep lane', unit: 'ms', digits: 2, runs: [] } as Metric,
-    deepP50: { label: `claim(limit 1) p50, with a ${fmt(sz.deepLaneItems)}-item lane`, unit: 'ms', digits: 2, runs: [] } as Metric,
-    deepP99: { label: `claim(limit 1) p99, with a ${fmt(sz.deepLaneItems)}-item lane`, unit: 'ms', digits: 2, runs: [] } as Metric,
-    completeShort: { label: `complete() of a lane head, short lane (p50 of ${COMPLETE_PROBES}; info)`, unit: 'ms', digits: 2, runs: [] } as Metric,
-    completeDeep: { label: `complete() of the deep lane's head (p50 of ${COMPLETE_PROBES}; info)`, unit: 'ms', digits: 2, runs: [] } as Metric,
+    deepP50: {
+      label: `claim(limit 1) p50, with a ${fmt(sz.deepLaneItems)}-item lane`,
+      unit: 'ms',
+      digits: 2,
+      runs: [],
+    } as Metric,
+    deepP99: {
+      label: `claim(limit 1) p99, with a ${fmt(sz.deepLaneItems)}-item lane`,
+      unit: 'ms',
+      digits: 2,
+      runs: [],
+    } as Metric,
+    completeShort: {
+      label: `complete() of a lane head, short lane (p50 of ${COMPLETE_PROBES}; info)`,
+      unit: 'ms',
+      digits: 2,
+      runs: [],
+    } as Metric,
+    completeDeep: {
+      label: `complete() of the deep lane's head (p50 of ${COMPLETE_PROBES}; info)`,
+      unit: 'ms',
+      digits: 2,
+      runs: [],
+    } as Metric,
     ratio: {
       label: 'deep-lane claim ratio (p50 with / without)',
       unit: '×',
@@ -185,7 +256,9 @@ async function main(): Promise<number> {
       cpu ? fmt(cpu.otherPct) : '',
       outcome.ok ? outcome.note : outcome.error,
     ]);
-    progress(`  run ${run} ${what}: ${outcome.ok ? `${fmt(outcome.value, metric.digits)} ${metric.unit} — ${outcome.note}` : outcome.error}`);
+    progress(
+      `  run ${run} ${what}: ${outcome.ok ? `${fmt(outcome.value, metric.digits)} ${metric.unit} — ${outcome.note}` : outcome.error}`,
+    );
   };
 
   for (let run = 1; run <= opts.runs; run++) {
@@ -195,22 +268,76 @@ async function main(): Promise<number> {
       record(run, 'enqueue shared', m.enqueueShared, await attempt(() => benchEnqueue(sz.enqueueItems, SHARED_LANES)));
     }
     if (opts.only.has('own')) {
-      record(run, 'claim+complete own', m.ccOwn, await attempt(() => benchClaimComplete(sz.claimItems, null, opts.claimers)));
+      record(
+        run,
+        'claim+complete own',
+        m.ccOwn,
+        await attempt(() => benchClaimComplete(sz.claimItems, null, opts.claimers)),
+      );
     }
     if (opts.only.has('shared')) {
-      record(run, 'claim+complete shared', m.ccShared, await attempt(() => benchClaimComplete(sz.claimItems, SHARED_LANES, opts.claimers)));
+      record(
+        run,
+        'claim+complete shared',
+        m.ccShared,
+        await attempt(() => benchClaimComplete(sz.claimItems, SHARED_LANES, opts.claimers)),
+      );
     }
     if (opts.only.has('latency')) {
       const lat = await attempt(() => benchLatency(sz));
       const part = (f: (v: LatencyRun) => number): RunOutcome<number> =>
-        lat.ok ? { ok: true, value: f(lat.value), note: lat.note, ...(lat.cpu ? { cpu: lat.cpu } : {}) } : { ok: false, error: lat.error };
-      record(run, 'enqueue deep lane', m.enqueueDeep, part((v) => v.deepEnqueueItemsS), false);
-      record(run, 'claim p50', m.p50, part((v) => v.p50), false);
-      record(run, 'claim p99', m.p99, part((v) => v.p99), false);
-      record(run, 'claim p50 deep', m.deepP50, part((v) => v.deepP50), false);
-      record(run, 'claim p99 deep', m.deepP99, part((v) => v.deepP99), false);
-      record(run, 'complete short lane head', m.completeShort, part((v) => v.completeLaneHeadP50), false);
-      record(run, 'complete deep lane head', m.completeDeep, part((v) => v.completeDeepHeadP50), false);
+        lat.ok
+          ? { ok: true, value: f(lat.value), note: lat.note, ...(lat.cpu ? { cpu: lat.cpu } : {}) }
+          : { ok: false, error: lat.error };
+      record(
+        run,
+        'enqueue deep lane',
+        m.enqueueDeep,
+        part((v) => v.deepEnqueueItemsS),
+        false,
+      );
+      record(
+        run,
+        'claim p50',
+        m.p50,
+        part((v) => v.p50),
+        false,
+      );
+      record(
+        run,
+        'claim p99',
+        m.p99,
+        part((v) => v.p99),
+        false,
+      );
+      record(
+        run,
+        'claim p50 deep',
+        m.deepP50,
+        part((v) => v.deepP50),
+        false,
+      );
+      record(
+        run,
+        'claim p99 deep',
+        m.deepP99,
+        part((v) => v.deepP99),
+        false,
+      );
+      record(
+        run,
+        'complete short lane head',
+        m.completeShort,
+        part((v) => v.completeLaneHeadP50),
+        false,
+      );
+      record(
+        run,
+        'complete deep lane head',
+        m.completeDeep,
+        part((v) => v.completeDeepHeadP50),
+        false,
+      );
       const ratio = part((v) => v.ratio);
       if (lat.ok && ratio.ok) {
         const v = lat.value;
@@ -221,7 +348,20 @@ async function main(): Promise<number> {
   }
   const elapsedS = (nowMs() - started) / 1000;
 
-  const order: Metric[] = [m.enqueueOwn, m.enqueueShared, m.enqueueDeep, m.ccOwn, m.ccShared, m.p50, m.p99, m.deepP50, m.deepP99, m.ratio, m.completeShort, m.completeDeep];
+  const order: Metric[] = [
+    m.enqueueOwn,
+    m.enqueueShared,
+    m.enqueueDeep,
+    m.ccOwn,
+    m.ccShared,
+    m.p50,
+    m.p99,
+    m.deepP50,
+    m.deepP99,
+    m.ratio,
+    m.completeShort,
+    m.completeDeep,
+  ];
   const summary = new Map<Metric, ReturnType<typeof summarize>>(order.map((x) => [x, summarize(x)]));
   printTable(
     `lanewake ledger benchmark — code ${revision} — median of ${opts.runs} run(s), scale ${opts.scale}, ${elapsedS.toFixed(0)} s — ${server}`,

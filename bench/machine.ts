@@ -17,7 +17,10 @@ const PG_URL = process.env.LANEWAKE_BENCH_PG_URL ?? 'postgres://postgres@127.0.0
 async function withTimeout<T>(p: Promise<T>, ms: number): Promise<T> {
   let timer: NodeJS.Timeout | undefined;
   try {
-    return await Promise.race([p, new Promise<T>((_, reject) => (timer = setTimeout(() => reject(new Error('timeout')), ms)))]);
+    return await Promise.race([
+      p,
+      new Promise<T>((_, reject) => (timer = setTimeout(() => reject(new Error('timeout')), ms))),
+    ]);
   } finally {
     clearTimeout(timer);
   }
@@ -54,7 +57,8 @@ async function redisVersion(): Promise<string> {
 
 function packageVersion(name: string): string | undefined {
   try {
-    return (JSON.parse(readFileSync(`${ROOT}node_modules/${name}/package.json`, 'utf8')) as { version?: string }).version;
+    return (JSON.parse(readFileSync(`${ROOT}node_modules/${name}/package.json`, 'utf8')) as { version?: string })
+      .version;
   } catch {
     return undefined;
   }
@@ -72,8 +76,13 @@ function osName(): string {
 
 /** The machine in one line, and every server and library version. */
 export async function describeMachine(): Promise<{ machine: string; software: Record<string, string> }> {
-  const version = async (f: () => Promise<string>): Promise<string> => withTimeout(f(), 5_000).catch((e: unknown) => `unavailable (${e instanceof Error ? e.message : String(e)})`);
-  const [mariadb, postgres, redis] = await Promise.all([version(mariadbVersion), version(postgresVersion), version(redisVersion)]);
+  const version = async (f: () => Promise<string>): Promise<string> =>
+    withTimeout(f(), 5_000).catch((e: unknown) => `unavailable (${e instanceof Error ? e.message : String(e)})`);
+  const [mariadb, postgres, redis] = await Promise.all([
+    version(mariadbVersion),
+    version(postgresVersion),
+    version(redisVersion),
+  ]);
   const cpu = cpus()[0]?.model.trim() ?? 'unknown CPU';
   const ramGiB = totalmem() / 1024 ** 3;
   const machine = [
@@ -85,7 +94,12 @@ export async function describeMachine(): Promise<{ machine: string; software: Re
     `PostgreSQL ${postgres}`,
     `Redis ${redis}`,
   ].join('; ');
-  const software: Record<string, string> = { Node: process.version, MariaDB: mariadb, PostgreSQL: postgres, Redis: redis };
+  const software: Record<string, string> = {
+    Node: process.version,
+    MariaDB: mariadb,
+    PostgreSQL: postgres,
+    Redis: redis,
+  };
   for (const p of ['bullmq', 'graphile-worker', 'pg-boss', 'ioredis', 'mysql2', 'pg']) {
     const v = packageVersion(p);
     if (v) software[p] = v;

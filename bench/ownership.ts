@@ -49,13 +49,26 @@ async function apiOf(root: string): Promise<Api> {
 async function once(code: string, api: Api, workload: Workload, variant: Variant): Promise<Run> {
   const db = await createBenchDatabase('lwown');
   const ledger = new api.Ledger({ url: db.url, poolSize: 12 });
-  const wake = new api.WakeChannel({ redis: REDIS_URL, keyPrefix: `lwbench:${randomBytes(4).toString('hex')}:`, logger: api.createLogger('bench', 'warn') });
+  const wake = new api.WakeChannel({
+    redis: REDIS_URL,
+    keyPrefix: `lwbench:${randomBytes(4).toString('hex')}:`,
+    logger: api.createLogger('bench', 'warn'),
+  });
   try {
     await ledger.migrate();
-    const epoch = variant === 'owned' ? (await ledger.activate({ queue: QUEUE, deployment: 'bench', expectEpoch: 0 })).epoch : undefined;
+    const epoch =
+      variant === 'owned'
+        ? (await ledger.activate({ queue: QUEUE, deployment: 'bench', expectEpoch: 0 })).epoch
+        : undefined;
     const producer = new api.Producer({ ledger, wake });
     for (let i = 0; i < JOBS; i += 500) {
-      await producer.enqueueMany(Array.from({ length: Math.min(500, JOBS - i) }, (_, k) => ({ queue: QUEUE, type: 'job', payload: { n: i + k } })));
+      await producer.enqueueMany(
+        Array.from({ length: Math.min(500, JOBS - i) }, (_, k) => ({
+          queue: QUEUE,
+          type: 'job',
+          payload: { n: i + k },
+        })),
+      );
     }
     const seen = new Map<string, number>();
     const ran = (id: string): void => void seen.set(id, (seen.get(id) ?? 0) + 1);
@@ -108,13 +121,24 @@ async function statements(api: Api, rounds: number): Promise<void> {
   try {
     await ledger.migrate();
     await ledger.activate({ queue: 'fenced', deployment: 'bench', expectEpoch: 0 });
-    const timed: Record<Variant, { batch: number[]; single: number[] }> = { plain: { batch: [], single: [] }, owned: { batch: [], single: [] } };
+    const timed: Record<Variant, { batch: number[]; single: number[] }> = {
+      plain: { batch: [], single: [] },
+      owned: { batch: [], single: [] },
+    };
     for (let r = 0; r < rounds * 2; r++) {
       const variant: Variant = r % 4 === 0 || r % 4 === 3 ? 'plain' : 'owned';
       const queue = variant === 'plain' ? 'plain' : 'fenced';
       await ledger.enqueueMany(Array.from({ length: 550 }, (_, n) => ({ queue, type: 'job', payload: { n } })));
       const claim = async (limit: number) =>
-        (await ledger.claim({ queue, owner: 'bench', limit, leaseMs: 60_000, ...(variant === 'owned' ? { epoch: 1 } : {}) })).items;
+        (
+          await ledger.claim({
+            queue,
+            owner: 'bench',
+            limit,
+            leaseMs: 60_000,
+            ...(variant === 'owned' ? { epoch: 1 } : {}),
+          })
+        ).items;
       const batch = await claim(500);
       let t0 = performance.now();
       const done = await ledger.completeMany(batch.map((handle) => ({ handle })));
@@ -125,7 +149,12 @@ async function statements(api: Api, rounds: number): Promise<void> {
       timed[variant].single.push((performance.now() - t0) / singles.length);
       if (done.some((d) => !d.won)) throw new Error('a completion lost');
     }
-    const row = (v: Variant) => ({ variant: v, 'batch of 500, ms': median(timed[v].batch).toFixed(2), 'single, ms': median(timed[v].single).toFixed(3), rounds: timed[v].batch.length });
+    const row = (v: Variant) => ({
+      variant: v,
+      'batch of 500, ms': median(timed[v].batch).toFixed(2),
+      'single, ms': median(timed[v].single).toFixed(3),
+      rounds: timed[v].batch.length,
+    });
     console.table([row('plain'), row('owned')]);
   } finally {
     await ledger.close();
@@ -156,7 +185,9 @@ async function main(): Promise<void> {
     for (const variant of ['plain', 'owned'] as const) {
       const row: Record<string, number | string> = { workload, variant };
       for (const [code] of codes) {
-        const of = runs.filter((x) => x.code === code && x.workload === workload && x.variant === variant).map((x) => x.jobsS);
+        const of = runs
+          .filter((x) => x.code === code && x.workload === workload && x.variant === variant)
+          .map((x) => x.jobsS);
         row[`${code} median jobs/s`] = Math.round(median(of));
         row[`${code} runs`] = of.map((v) => Math.round(v)).join(' ');
       }

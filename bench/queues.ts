@@ -26,7 +26,17 @@ import { createLogger } from '../src/log.js';
 import { Producer } from '../src/producer/producer.js';
 import { WakeChannel } from '../src/wake/wake-channel.js';
 import { environment, waitUntil } from './engine.js';
-import { cliFlag, cpuSample, cpuShare, fmt, median, percentile, printTable, progress, runBenchmark } from './support.js';
+import {
+  cliFlag,
+  cpuSample,
+  cpuShare,
+  fmt,
+  median,
+  percentile,
+  printTable,
+  progress,
+  runBenchmark,
+} from './support.js';
 
 const args = process.argv.slice(2);
 const flag = (name: string): string | undefined => cliFlag(name, args);
@@ -79,18 +89,30 @@ async function shape(queues: number): Promise<ShapeResult> {
         },
       }),
   );
-  const remote = { ledger: new Ledger({ url: env.url, poolSize: 4 }), wake: new WakeChannel({ redis: REDIS_URL, keyPrefix: env.keyPrefix, logger: log }) };
+  const remote = {
+    ledger: new Ledger({ url: env.url, poolSize: 4 }),
+    wake: new WakeChannel({ redis: REDIS_URL, keyPrefix: env.keyPrefix, logger: log }),
+  };
   try {
     for (const c of consumers) await c.start();
     await waitUntil(() => consumers.every((c) => c.counters.sweeps >= 1), 60_000, 'every first sweep');
 
     // Connections of the consumers' side only: the producer's channel and pool are not open yet.
     const hub = wake.hubFor('unused', log).name;
-    const redisConnections = await redisConnectionsNamed([`lanewake:wake:`, `lanewake:control:`, 'lanewake:publish', 'lanewake-timers']);
+    const redisConnections = await redisConnectionsNamed([
+      `lanewake:wake:`,
+      `lanewake:control:`,
+      'lanewake:publish',
+      'lanewake-timers',
+    ]);
     const db = new URL(env.url).pathname.slice(1);
-    const dbRows = await sql<{ n: number | string }>`SELECT COUNT(*) AS n FROM information_schema.PROCESSLIST WHERE DB = ${db}`.execute(env.ledger.db);
+    const dbRows = await sql<{
+      n: number | string;
+    }>`SELECT COUNT(*) AS n FROM information_schema.PROCESSLIST WHERE DB = ${db}`.execute(env.ledger.db);
     const dbConnections = Number(dbRows.rows[0]?.n ?? 0);
-    progress(`  ${queues} queue(s): ${redisConnections} Redis connections (hub ${hub}), ${dbConnections} database connections; idle ${IDLE_S} s`);
+    progress(
+      `  ${queues} queue(s): ${redisConnections} Redis connections (hub ${hub}), ${dbConnections} database connections; idle ${IDLE_S} s`,
+    );
 
     const from = cpuSample();
     await new Promise((r) => setTimeout(r, IDLE_S * 1000));
@@ -109,7 +131,14 @@ async function shape(queues: number): Promise<ShapeResult> {
     await waitUntil(() => seen.size >= JOBS, 60_000, 'every job to run');
     const repeats = [...seen.values()].filter((n) => n !== 1).length;
     if (repeats > 0) throw new Error(`verification failed: ${repeats} jobs ran more than once`);
-    return { queues, redisConnections, dbConnections, idleNodePct: idle.nodePct, idleServerPct: idle.serverPct, latencies };
+    return {
+      queues,
+      redisConnections,
+      dbConnections,
+      idleNodePct: idle.nodePct,
+      idleServerPct: idle.serverPct,
+      latencies,
+    };
   } finally {
     await Promise.allSettled(consumers.map((c) => c.stop()));
     await remote.wake.close();
@@ -129,7 +158,8 @@ async function main(): Promise<void> {
   }
   const rows = shapes.map((q, i) => {
     const rs = results[i]!;
-    const m = (f: (r: ShapeResult) => number | undefined): number => median(rs.map(f).filter((v): v is number => v !== undefined));
+    const m = (f: (r: ShapeResult) => number | undefined): number =>
+      median(rs.map(f).filter((v): v is number => v !== undefined));
     return {
       queues: q,
       redisConnections: m((r) => r.redisConnections),
@@ -144,8 +174,28 @@ async function main(): Promise<void> {
   });
   printTable(
     `one process, many queues — median of ${RUNS} run(s); idle ${IDLE_S} s; ${JOBS} jobs at ${RATE_PER_S}/s to random queues from another pool and channel`,
-    ['queues', 'Redis conns', 'DB conns', 'idle CPU node %', 'idle CPU mariadbd %', 'p50 ms', 'p90 ms', 'p99 ms', 'max ms'],
-    rows.map((r) => [String(r.queues), fmt(r.redisConnections, 0), fmt(r.dbConnections, 0), fmt(r.idleNodePct, 2), fmt(r.idleServerPct, 2), fmt(r.p50, 2), fmt(r.p90, 2), fmt(r.p99, 2), fmt(r.max, 2)]),
+    [
+      'queues',
+      'Redis conns',
+      'DB conns',
+      'idle CPU node %',
+      'idle CPU mariadbd %',
+      'p50 ms',
+      'p90 ms',
+      'p99 ms',
+      'max ms',
+    ],
+    rows.map((r) => [
+      String(r.queues),
+      fmt(r.redisConnections, 0),
+      fmt(r.dbConnections, 0),
+      fmt(r.idleNodePct, 2),
+      fmt(r.idleServerPct, 2),
+      fmt(r.p50, 2),
+      fmt(r.p90, 2),
+      fmt(r.p99, 2),
+      fmt(r.max, 2),
+    ]),
     ['right', 'right', 'right', 'right', 'right', 'right', 'right', 'right', 'right'],
   );
   const resultsDir = fileURLToPath(new URL('./results/', import.meta.url));

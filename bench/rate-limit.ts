@@ -25,8 +25,22 @@ runBenchmark(async () => {
   await withFreshLedger('lwrate', async (ledger, wake, producer) => {
     const queue = 'rate';
     let released = 0;
-    const call = defineHandler<{ api: string }>({ rateLimit: { key: (p) => p.api, max: MAX, perMs: PER_MS }, handle: async () => undefined });
-    const consumers = Array.from({ length: 4 }, () => new Consumer({ ledger, wake, queue, concurrency: 8, logger: createLogger('bench', 'silent'), handlers: { call } }));
+    const call = defineHandler<{ api: string }>({
+      rateLimit: { key: (p) => p.api, max: MAX, perMs: PER_MS },
+      handle: async () => undefined,
+    });
+    const consumers = Array.from(
+      { length: 4 },
+      () =>
+        new Consumer({
+          ledger,
+          wake,
+          queue,
+          concurrency: 8,
+          logger: createLogger('bench', 'silent'),
+          handlers: { call },
+        }),
+    );
     for (const c of consumers) {
       c.on('outcome', (_item, outcome) => void (outcome === 'released' && released++));
       await c.start();
@@ -45,7 +59,9 @@ runBenchmark(async () => {
     await Promise.all(consumers.map((c) => c.stop({ drainTimeoutMs: 2000 })));
     const rows = (['a', 'b'] as const).map(async (api) => {
       const r = await sql<{ at: Date }>`SELECT started_at AS at FROM ${ledger.tables.items}
-        WHERE queue = ${queue} AND JSON_UNQUOTE(JSON_EXTRACT(payload, '$.api')) = ${api} ORDER BY started_at`.execute(ledger.db);
+        WHERE queue = ${queue} AND JSON_UNQUOTE(JSON_EXTRACT(payload, '$.api')) = ${api} ORDER BY started_at`.execute(
+        ledger.db,
+      );
       const starts = r.rows.map((x) => x.at.getTime());
       let busiest = 0;
       for (let i = 0, from = 0; i < starts.length; i++) {

@@ -89,7 +89,8 @@ export interface Row {
   ratio: Ratio | null;
 }
 
-export const same = (a: { system: string; mode: string }, b: { system: string; mode: string }): boolean => a.system === b.system && a.mode === b.mode;
+export const same = (a: { system: string; mode: string }, b: { system: string; mode: string }): boolean =>
+  a.system === b.system && a.mode === b.mode;
 
 function ratioText(v: number): string {
   if (v >= 100) return fmt(v, 0);
@@ -117,7 +118,9 @@ export function summarize(r: Pick<CompareResults, 'results' | 'factories' | 'ref
       const runs = r.results.filter((x) => x.workload === m.workload && same(x, f));
       if (runs.length === 0) continue;
       const passed = runs.filter((x) => x.ok);
-      const values = passed.map((x) => x.values[m.metric]).filter((v): v is number => v !== undefined && Number.isFinite(v));
+      const values = passed
+        .map((x) => x.values[m.metric])
+        .filter((v): v is number => v !== undefined && Number.isFinite(v));
       const { min, max } = minMax(values);
       rows.push({
         workload: m.workload,
@@ -192,7 +195,10 @@ export function warningRows(results: readonly RunResult[]): WarningRow[] {
   for (const r of results) {
     for (const warning of r.warnings ?? []) {
       const key = `${r.system}\u0000${r.mode}\u0000${warning}`;
-      const entry = byKey.get(key) ?? { row: { system: r.system, mode: r.mode, warning }, runs: new Map<Workload, number[]>() };
+      const entry = byKey.get(key) ?? {
+        row: { system: r.system, mode: r.mode, warning },
+        runs: new Map<Workload, number[]>(),
+      };
       entry.runs.set(r.workload, [...(entry.runs.get(r.workload) ?? []), r.run]);
       byKey.set(key, entry);
     }

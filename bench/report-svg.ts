@@ -27,7 +27,8 @@ function colorMap(factories: readonly FactoryInfo[]): Map<string, string> {
   return m;
 }
 
-const xml = (s: string): string => s.replace(/&/g, '&amp;').replace(/</g, '&lt;').replace(/>/g, '&gt;').replace(/"/g, '&quot;');
+const xml = (s: string): string =>
+  s.replace(/&/g, '&amp;').replace(/</g, '&lt;').replace(/>/g, '&gt;').replace(/"/g, '&quot;');
 
 interface Group {
   title: string;
@@ -42,7 +43,15 @@ function niceStep(max: number): number {
 }
 
 /** One panel of grouped horizontal bars; returns [svg fragment, height]. */
-function panel(title: string, groups: readonly Group[], y0: number, width: number, left: number, scale: 'linear' | 'log', unit: string): [string, number] {
+function panel(
+  title: string,
+  groups: readonly Group[],
+  y0: number,
+  width: number,
+  left: number,
+  scale: 'linear' | 'log',
+  unit: string,
+): [string, number] {
   const right = 110;
   const barH = 14;
   const gap = 4;
@@ -77,13 +86,21 @@ function panel(title: string, groups: readonly Group[], y0: number, width: numbe
     parts.push(`<text x="12" y="${y + 12}" class="group">${xml(g.title)}</text>`);
     y += 18;
     for (const b of g.bars) {
-      parts.push(`<text x="${left - 8}" y="${y + barH - 3}" text-anchor="end" class="${b.bold ? 'label ref' : 'label'}">${xml(b.label)}</text>`);
+      parts.push(
+        `<text x="${left - 8}" y="${y + barH - 3}" text-anchor="end" class="${b.bold ? 'label ref' : 'label'}">${xml(b.label)}</text>`,
+      );
       if (b.value !== null && b.value > 0) {
         const w = Math.max(1, pos(b.value));
-        parts.push(`<rect x="${left}" y="${y}" width="${w.toFixed(1)}" height="${barH}" fill="${b.color}"><title>${xml(`${b.label}: ${fmt(b.value, unit === 'ms' ? 2 : 0)} ${unit}`)}</title></rect>`);
-        parts.push(`<text x="${(left + w + 4).toFixed(1)}" y="${y + barH - 3}" class="value">${xml(unit === 'ms' ? `${formatValue(b.value, 'ms')} ms` : fmt(b.value))}</text>`);
+        parts.push(
+          `<rect x="${left}" y="${y}" width="${w.toFixed(1)}" height="${barH}" fill="${b.color}"><title>${xml(`${b.label}: ${fmt(b.value, unit === 'ms' ? 2 : 0)} ${unit}`)}</title></rect>`,
+        );
+        parts.push(
+          `<text x="${(left + w + 4).toFixed(1)}" y="${y + barH - 3}" class="value">${xml(unit === 'ms' ? `${formatValue(b.value, 'ms')} ms` : fmt(b.value))}</text>`,
+        );
       } else {
-        parts.push(`<text x="${left + 4}" y="${y + barH - 3}" class="${b.note === 'n/a' ? 'na' : 'note'}">${xml(b.note ?? 'failed')}</text>`);
+        parts.push(
+          `<text x="${left + 4}" y="${y + barH - 3}" class="${b.note === 'n/a' ? 'na' : 'note'}">${xml(b.note ?? 'failed')}</text>`,
+        );
       }
       y += barH + gap;
     }
@@ -113,14 +130,22 @@ export function renderSvg(r: CompareResults): string {
    * gets a bar in each group, "n/a" where it does not run that workload.
    */
   const groupsFor = (specs: readonly (readonly [name: string, title: string])[]): Group[] => {
-    const present = r.factories.filter((f) => specs.some(([name]) => r.rows.some((x) => x.name === name && same(x, f))));
+    const present = r.factories.filter((f) =>
+      specs.some(([name]) => r.rows.some((x) => x.name === name && same(x, f))),
+    );
     return specs
       .filter(([name]) => r.rows.some((x) => x.name === name))
       .map(([name, title]) => ({
         title,
         bars: present.map((f) => {
           const row = r.rows.find((x) => x.name === name && same(x, f));
-          return { label: `${f.system} (${f.mode})`, value: row?.median ?? null, color: colorOf(f), bold: same(f, r.reference), note: row ? 'failed' : 'n/a' };
+          return {
+            label: `${f.system} (${f.mode})`,
+            value: row?.median ?? null,
+            color: colorOf(f),
+            bold: same(f, r.reference),
+            note: row ? 'failed' : 'n/a',
+          };
         }),
       }));
   };
@@ -136,8 +161,24 @@ export function renderSvg(r: CompareResults): string {
   ]);
   const labelChars = Math.max(20, ...r.factories.map((f) => f.system.length + f.mode.length + 3));
   const left = Math.ceil(labelChars * 6.2) + 24;
-  const [a, ha] = panel('Processing throughput, jobs/s (higher is better)', throughput, 10, width, left, 'linear', 'jobs/s');
-  const [b, hb] = panel(`Latency at ${r.sizes.latencyRatePerS} jobs/s into an idle worker process, ms (lower is better; log scale)`, latency, 10 + ha + 10, width, left, 'log', 'ms');
+  const [a, ha] = panel(
+    'Processing throughput, jobs/s (higher is better)',
+    throughput,
+    10,
+    width,
+    left,
+    'linear',
+    'jobs/s',
+  );
+  const [b, hb] = panel(
+    `Latency at ${r.sizes.latencyRatePerS} jobs/s into an idle worker process, ms (lower is better; log scale)`,
+    latency,
+    10 + ha + 10,
+    width,
+    left,
+    'log',
+    'ms',
+  );
   const height = 10 + ha + 10 + hb + 24;
   return [
     `<svg xmlns="http://www.w3.org/2000/svg" width="${width}" height="${height}" viewBox="0 0 ${width} ${height}" font-family="Helvetica, Arial, sans-serif">`,

@@ -14,7 +14,15 @@ import { resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import type { ServerDurability } from './durability.js';
 import { extractNotes, renderMarkdown } from './report-markdown.js';
-import { COMPARE_FORMAT, headlineRow, summarize, warningRows, type CompareResults, type NotApplicable, type WarningRow } from './report-rows.js';
+import {
+  COMPARE_FORMAT,
+  headlineRow,
+  summarize,
+  warningRows,
+  type CompareResults,
+  type NotApplicable,
+  type WarningRow,
+} from './report-rows.js';
 import { renderSvg } from './report-svg.js';
 
 const ROOT = fileURLToPath(new URL('../', import.meta.url));
@@ -96,7 +104,11 @@ export function latestJson(r: CompareResults, resultFile: string): Latest {
 }
 
 /** Writes bench/results/latest.json, docs/BENCHMARKS.md (keeping its notes section) and docs/benchmarks.svg. */
-export function writePublished(r: CompareResults, resultFile: string, root = ROOT): { latest: string; markdown: string; svg: string } {
+export function writePublished(
+  r: CompareResults,
+  resultFile: string,
+  root = ROOT,
+): { latest: string; markdown: string; svg: string } {
   if (!r.full) throw new Error(`${resultFile} is not a full run: only a full run may replace the published results`);
   const docsDir = `${root}docs`;
   mkdirSync(docsDir, { recursive: true });
@@ -124,7 +136,9 @@ if (isMain()) {
   }
   const r = JSON.parse(readFileSync(file, 'utf8')) as CompareResults;
   if (r.format !== COMPARE_FORMAT) {
-    console.error(`${file} is ${String(r.format)}, not ${COMPARE_FORMAT}: it was measured by an older harness (no durability settings, no completion clock); run the benchmark again`);
+    console.error(
+      `${file} is ${String(r.format)}, not ${COMPARE_FORMAT}: it was measured by an older harness (no durability settings, no completion clock); run the benchmark again`,
+    );
     process.exit(2);
   }
   r.rows = summarize(r);

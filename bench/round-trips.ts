@@ -52,7 +52,13 @@ export async function roundTripRows(serverUrl: string, sizes: Sizes): Promise<Ro
   return rows;
 }
 
-function row(workload: RoundTripWorkload, laned: boolean, jobs: number, enqueueShapes: ShapeCount[], consumerShapes: ShapeCount[]): RoundTripRow {
+function row(
+  workload: RoundTripWorkload,
+  laned: boolean,
+  jobs: number,
+  enqueueShapes: ShapeCount[],
+  consumerShapes: ShapeCount[],
+): RoundTripRow {
   const all = totalsByKind([...enqueueShapes, ...consumerShapes]);
   const perJob = Object.fromEntries(Object.entries(all).map(([k, v]) => [k, v / jobs])) as KindTotals;
   return { workload, laned, jobs, perJob, enqueueShapes, consumerShapes };
@@ -67,7 +73,12 @@ async function bulk(serverUrl: string, jobs: number, lanes: number): Promise<Rou
     for (let i = 0; i < jobs; i += BATCH) {
       const n = Math.min(BATCH, jobs - i);
       await producer.enqueueMany(
-        Array.from({ length: n }, (_, k) => ({ queue: env.queue, type: 'noop', payload: { n: i + k }, ...(lanes > 0 ? { lane: `l${(i + k) % lanes}` } : {}) })),
+        Array.from({ length: n }, (_, k) => ({
+          queue: env.queue,
+          type: 'noop',
+          payload: { n: i + k },
+          ...(lanes > 0 ? { lane: `l${(i + k) % lanes}` } : {}),
+        })),
       );
     }
     const enqueueShapes = takePhase('rt:enqueue');
@@ -91,7 +102,12 @@ async function bulk(serverUrl: string, jobs: number, lanes: number): Promise<Rou
 async function single(serverUrl: string, jobs: number, laned: boolean, sameProcess: boolean): Promise<RoundTripRow> {
   setPhase('rt:setup');
   const env = await environment(true, serverUrl);
-  const own = sameProcess ? undefined : { ledger: new Ledger({ url: env.url, poolSize: 4 }), wake: new WakeChannel({ redis: REDIS_URL, keyPrefix: env.keyPrefix, logger: log }) };
+  const own = sameProcess
+    ? undefined
+    : {
+        ledger: new Ledger({ url: env.url, poolSize: 4 }),
+        wake: new WakeChannel({ redis: REDIS_URL, keyPrefix: env.keyPrefix, logger: log }),
+      };
   try {
     const producer = new Producer(own ?? { ledger: env.ledger, wake: env.wake });
     const seen = new Map<string, number>();
@@ -114,7 +130,13 @@ async function single(serverUrl: string, jobs: number, laned: boolean, sameProce
     await verifyOnce(env, seen, jobs + 1);
     const enqueueShapes = shapes.filter((s) => s.kind === 'enqueue');
     const consumerShapes = shapes.filter((s) => s.kind !== 'enqueue');
-    return row(sameProcess ? 'single, same process' : 'single, own producer', laned, jobs, enqueueShapes, consumerShapes);
+    return row(
+      sameProcess ? 'single, same process' : 'single, own producer',
+      laned,
+      jobs,
+      enqueueShapes,
+      consumerShapes,
+    );
   } finally {
     await own?.wake.close();
     await own?.ledger.close();

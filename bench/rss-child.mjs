@@ -42,6 +42,11 @@ console.log(
     peakRssMb: peak / (1024 * 1024),
     jobsS: (jobs / elapsed) * 1000,
     completed: consumer.counters.completed,
-    atPeak: { heapTotalMb: mb(peakDetail.heapTotal), heapUsedMb: mb(peakDetail.heapUsed), externalMb: mb(peakDetail.external), arrayBuffersMb: mb(peakDetail.arrayBuffers) },
+    atPeak: {
+      heapTotalMb: mb(peakDetail.heapTotal),
+      heapUsedMb: mb(peakDetail.heapUsed),
+      externalMb: mb(peakDetail.external),
+      arrayBuffersMb: mb(peakDetail.arrayBuffers),
+    },
   }),
 );

@@ -55,7 +55,10 @@ function isResult(v: unknown): v is RunResult {
 
 export async function runInChild(factory: PeerFactory, args: RunArgs): Promise<RunResult> {
   const t0 = performance.now();
-  const child: ChildProcess = spawn(process.execPath, ['--import', 'tsx', RUN_ONE, JSON.stringify(args)], { cwd: ROOT, stdio: ['ignore', 'pipe', 'inherit'] });
+  const child: ChildProcess = spawn(process.execPath, ['--import', 'tsx', RUN_ONE, JSON.stringify(args)], {
+    cwd: ROOT,
+    stdio: ['ignore', 'pipe', 'inherit'],
+  });
   let result: RunResult | undefined;
   let buffered = '';
   const onLine = (line: string): void => {
@@ -81,7 +84,9 @@ export async function runInChild(factory: PeerFactory, args: RunArgs): Promise<R
       buffered = buffered.slice(i + 1);
     }
   });
-  const exited = new Promise<{ code: number | null; signal: NodeJS.Signals | null }>((resolve) => child.on('exit', (code, signal) => resolve({ code, signal })));
+  const exited = new Promise<{ code: number | null; signal: NodeJS.Signals | null }>((resolve) =>
+    child.on('exit', (code, signal) => resolve({ code, signal })),
+  );
   const unregister = onCleanup(async () => {
     if (child.exitCode === null && child.signalCode === null) {
       child.kill('SIGTERM');
@@ -101,7 +106,7 @@ export async function runInChild(factory: PeerFactory, args: RunArgs): Promise<R
   clearTimeout(timer);
   unregister();
   onLine(buffered);
-  if (!result || !result.tornDown) await fallbackTeardown(factory, args.ns);
+  if (!result?.tornDown) await fallbackTeardown(factory, args.ns);
   const elapsed = performance.now() - t0;
   if (timedOut) return failed(args, `timed out after ${CHILD_TIMEOUT_MS / 1000} s`, elapsed);
   if (!result) return failed(args, `run process exited ${signal ?? code} without a result`, elapsed);

@@ -30,7 +30,9 @@ runBenchmark(async () => {
     await sleep(SECONDS * 1000);
     await ledger.schedules.remove('tick');
     for (const f of firers) await f.stop();
-    const r = await sql<{ late_us: number | string }>`SELECT TIMESTAMPDIFF(MICROSECOND, FROM_UNIXTIME(CAST(SUBSTRING(idempotency_key, 6) AS UNSIGNED) / 1000), created_at) AS late_us
+    const r = await sql<{
+      late_us: number | string;
+    }>`SELECT TIMESTAMPDIFF(MICROSECOND, FROM_UNIXTIME(CAST(SUBSTRING(idempotency_key, 6) AS UNSIGNED) / 1000), created_at) AS late_us
       FROM ${ledger.tables.items} WHERE queue = ${queue}`.execute(ledger.db);
     const lateMs = r.rows.map((x) => Number(x.late_us) / 1000);
     const passes = firers.reduce((n, f) => n + f.counters.passes, 0);
@@ -38,7 +40,16 @@ runBenchmark(async () => {
     printTable(
       `schedule every ${EVERY_MS} ms, ${REPLICAS} firers, ${SECONDS} s`,
       ['fires', 'late p50 ms', 'late p99 ms', 'late max ms', 'passes per fire', 'CAS lost per fire'],
-      [[String(lateMs.length), fmt(percentile(lateMs, 50), 1), fmt(percentile(lateMs, 99), 1), fmt(Math.max(...lateMs), 1), fmt(passes / lateMs.length, 2), fmt(lost / lateMs.length, 2)]],
+      [
+        [
+          String(lateMs.length),
+          fmt(percentile(lateMs, 50), 1),
+          fmt(percentile(lateMs, 99), 1),
+          fmt(Math.max(...lateMs), 1),
+          fmt(passes / lateMs.length, 2),
+          fmt(lost / lateMs.length, 2),
+        ],
+      ],
     );
     for (const l of ledgers) await l.close();
   });

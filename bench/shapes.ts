@@ -38,7 +38,15 @@ interface Result {
 function drain(coalesce: boolean): Promise<Result> {
   return withFreshLedger('lwshape', async (ledger, wake, producer) => {
     const queue = 'shapes';
-    await enqueueAhead(producer, Array.from({ length: ITEMS }, (_, n) => ({ queue, type: 'upd', lane: `key:${n % KEYS}`, payload: { key: n % KEYS, n } })));
+    await enqueueAhead(
+      producer,
+      Array.from({ length: ITEMS }, (_, n) => ({
+        queue,
+        type: 'upd',
+        lane: `key:${n % KEYS}`,
+        payload: { key: n % KEYS, n },
+      })),
+    );
     let calls = 0;
     const newestSeen = new Map<number, number>();
     const handle = async (job: { payload: { key: number; n: number } }): Promise<void> => {
@@ -58,14 +66,17 @@ function drain(coalesce: boolean): Promise<Result> {
     let completed = 0;
     while (completed < ITEMS) {
       await new Promise((r) => setTimeout(r, 50));
-      const r = await sql<{ n: number | string }>`SELECT COUNT(*) AS n FROM ${ledger.tables.items} WHERE state = 'completed'`.execute(ledger.db);
+      const r = await sql<{
+        n: number | string;
+      }>`SELECT COUNT(*) AS n FROM ${ledger.tables.items} WHERE state = 'completed'`.execute(ledger.db);
       completed = Number(r.rows[0]?.n ?? 0);
     }
     const seconds = (performance.now() - started) / 1000;
     await consumer.stop({ drainTimeoutMs: 5000 });
     for (let key = 0; key < KEYS; key++) {
       const newest = ITEMS - KEYS + key;
-      if (newestSeen.get(key) !== newest) throw new Error(`key ${key}: the last call saw update ${newestSeen.get(key)}, not the newest (${newest})`);
+      if (newestSeen.get(key) !== newest)
+        throw new Error(`key ${key}: the last call saw update ${newestSeen.get(key)}, not the newest (${newest})`);
     }
     return { calls, jobsPerS: ITEMS / seconds };
   });
@@ -81,13 +92,18 @@ function drainWrites(batched: boolean): Promise<BatchResult> {
   return withFreshLedger('lwshape', async (ledger, wake, producer) => {
     await sql`CREATE TABLE writes (item_id VARCHAR(32) NOT NULL PRIMARY KEY, n INT NOT NULL)`.execute(ledger.db);
     const queue = 'batches';
-    await enqueueAhead(producer, Array.from({ length: ITEMS }, (_, n) => ({ queue, type: 'write', payload: { n } })));
+    await enqueueAhead(
+      producer,
+      Array.from({ length: ITEMS }, (_, n) => ({ queue, type: 'write', payload: { n } })),
+    );
     const write = batched
       ? defineBatchHandler<{ n: number }>({
           batch: { max: 32, maxWaitMs: 20 },
           handle: (jobs, ctx) =>
             ctx.transaction(async (trx) => {
-              await sql`INSERT INTO writes (item_id, n) VALUES ${sql.join(jobs.map((j) => sql`(${j.id}, ${j.payload.n})`))}`.execute(trx);
+              await sql`INSERT INTO writes (item_id, n) VALUES ${sql.join(jobs.map((j) => sql`(${j.id}, ${j.payload.n})`))}`.execute(
+                trx,
+              );
               return Object.fromEntries(jobs.map((j) => [j.id, { outcome: 'complete' as const }]));
             }),
         })
@@ -97,7 +113,14 @@ function drainWrites(batched: boolean): Promise<BatchResult> {
               await sql`INSERT INTO writes (item_id, n) VALUES (${job.id}, ${job.payload.n})`.execute(trx);
             }),
         });
-    const consumer = new Consumer({ ledger, wake, queue, concurrency: 32, logger: createLogger('bench', 'silent'), handlers: { write } });
+    const consumer = new Consumer({
+      ledger,
+      wake,
+      queue,
+      concurrency: 32,
+      logger: createLogger('bench', 'silent'),
+      handlers: { write },
+    });
     const phase = batched ? 'batched' : 'single';
     setPhase(phase);
     const started = performance.now();
@@ -136,8 +159,16 @@ runBenchmark(async () => {
     `Handler shapes: ${fmt(ITEMS)} updates over ${KEYS} keys, one consumer at concurrency 32, median of ${RUNS} run(s), code ${codeRevision()}`,
     ['workload', 'handler calls', 'items completed/s'],
     [
-      ['coalesce: latest', fmt(median(runs.latest.map((x) => x.calls))), fmt(median(runs.latest.map((x) => x.jobsPerS)))],
-      ['one call per item', fmt(median(runs.plain.map((x) => x.calls))), fmt(median(runs.plain.map((x) => x.jobsPerS)))],
+      [
+        'coalesce: latest',
+        fmt(median(runs.latest.map((x) => x.calls))),
+        fmt(median(runs.latest.map((x) => x.jobsPerS))),
+      ],
+      [
+        'one call per item',
+        fmt(median(runs.plain.map((x) => x.calls))),
+        fmt(median(runs.plain.map((x) => x.jobsPerS))),
+      ],
     ],
     ['left', 'right', 'right'],
   );
@@ -146,7 +177,9 @@ runBenchmark(async () => {
     for (const variant of r % 2 === 1 ? (['batched', 'single'] as const) : (['single', 'batched'] as const)) {
       const result = await drainWrites(variant === 'batched');
       writes[variant].push(result);
-      progress(`run ${r} ${variant}: ${fmt(result.jobsPerS)} items/s, ${fmt(result.statementsPerItem, 2)} statements and ${fmt(result.roundTripsPerItem, 2)} round trips per item`);
+      progress(
+        `run ${r} ${variant}: ${fmt(result.jobsPerS)} items/s, ${fmt(result.statementsPerItem, 2)} statements and ${fmt(result.roundTripsPerItem, 2)} round trips per item`,
+      );
     }
   }
   const row = (label: string, xs: BatchResult[]): string[] => [

@@ -40,11 +40,19 @@ const RULES: readonly Rule[] = [
   { test: /^SELECT id, queue, idempotency_key, lane_seq FROM items/, name: 'read idempotency keys', kind: 'enqueue' },
   { test: /^\(SELECT id, priority, run_after FROM items/, name: 'candidate read', kind: 'claim' },
   { test: /^UPDATE items SET state = '\?', lease_token/, name: 'claim CAS', kind: 'claim' },
-  { test: /^SELECT id, queue, type, lane, lane_seq, queue_class, priority, payload/, name: 'claim read-back', kind: 'claim' },
+  {
+    test: /^SELECT id, queue, type, lane, lane_seq, queue_class, priority, payload/,
+    name: 'claim read-back',
+    kind: 'claim',
+  },
   { test: /^UPDATE lanes SET active = active -/, name: 'lanes active - 1', kind: 'complete' },
   { test: /^UPDATE items SET state = '\?', result = /, name: 'completion CAS', kind: 'complete' },
   { test: /^SELECT queue, lane, active FROM lanes/, name: 'read lanes (active)', kind: 'complete' },
-  { test: /^SELECT id, queue, lane, type, queue_class, run_after <= NOW\(6\) AS due/, name: 'find lane successors', kind: 'complete' },
+  {
+    test: /^SELECT id, queue, lane, type, queue_class, run_after <= NOW\(6\) AS due/,
+    name: 'find lane successors',
+    kind: 'complete',
+  },
   { test: /^UPDATE items SET is_head = 0, updated_at/, name: 'successor becomes head', kind: 'complete' },
   { test: /^UPDATE items SET is_head = 0, state = '\?'/, name: 'successor claimed (head + lease)', kind: 'complete' },
   { test: /^SELECT VERSION\(\)/i, name: 'SELECT VERSION()', kind: 'other' },
@@ -103,7 +111,13 @@ function record(text: string): void {
 function fileRoundTrip(text: string): void {
   // Round trips of one shape differ in their literals: key the cache on how each
   // statement begins (a ';' inside a literal only costs a cache miss).
-  const key = text.length > 200 ? text.split(';').map((p) => p.trimStart().slice(0, 60)).join(';') : text;
+  const key =
+    text.length > 200
+      ? text
+          .split(';')
+          .map((p) => p.trimStart().slice(0, 60))
+          .join(';')
+      : text;
   let s = shapeCache.get(key);
   if (s === undefined) {
     s = shapeOf(text);

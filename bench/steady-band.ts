@@ -24,7 +24,13 @@ export interface Band {
   afterEnqueueMs: number;
 }
 
-export function band(label: string, jobs: readonly JobPath[], enqueueUs: readonly number[], fromPct: number, toPct: number): Band {
+export function band(
+  label: string,
+  jobs: readonly JobPath[],
+  enqueueUs: readonly number[],
+  fromPct: number,
+  toPct: number,
+): Band {
   const all = jobs.map((j) => j.us);
   const lo = fromPct === 0 ? -Infinity : percentile(all, fromPct);
   const hi = percentile(all, toPct);
@@ -33,7 +39,13 @@ export function band(label: string, jobs: readonly JobPath[], enqueueUs: readonl
   for (const j of inBand) byPath[j.path] = (byPath[j.path] ?? 0) + 1;
   const enq = inBand.map((j) => enqueueUs[j.k] ?? NaN).filter((v) => Number.isFinite(v));
   const after = inBand.map((j) => j.us - (enqueueUs[j.k] ?? NaN)).filter((v) => Number.isFinite(v));
-  return { label, jobs: inBand.length, byPath, enqueueMs: enq.length > 0 ? median(enq) / 1000 : NaN, afterEnqueueMs: after.length > 0 ? median(after) / 1000 : NaN };
+  return {
+    label,
+    jobs: inBand.length,
+    byPath,
+    enqueueMs: enq.length > 0 ? median(enq) / 1000 : NaN,
+    afterEnqueueMs: after.length > 0 ? median(after) / 1000 : NaN,
+  };
 }
 
 export function formatBand(b: Band): string {

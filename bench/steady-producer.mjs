@@ -20,7 +20,10 @@ const seeds = (url) =>
     .slice('redis+cluster://'.length)
     .split(',')
     .map((hp) => ({ host: hp.split(':')[0], port: Number(hp.split(':')[1]) }));
-const wake = new WakeChannel({ redis: redis.startsWith('redis+cluster://') ? { cluster: seeds(redis) } : redis, keyPrefix: env('LW_KEY_PREFIX') });
+const wake = new WakeChannel({
+  redis: redis.startsWith('redis+cluster://') ? { cluster: seeds(redis) } : redis,
+  keyPrefix: env('LW_KEY_PREFIX'),
+});
 const producer = new Producer({ ledger, wake });
 const queue = env('LW_QUEUE');
 const lanes = Number(env('LW_LANES'));
@@ -54,7 +57,13 @@ process.on('message', async (m) => {
   }
   await Promise.all(inFlight);
   const cpu = process.cpuUsage(cpuAtGo);
-  process.send?.({ type: 'done', enqueueUs, failed, cpuMs: (cpu.user + cpu.system) / 1000, lateMs: Number((process.hrtime.bigint() - t0) / 1_000_000n) - (jobs * Number(gapNs)) / 1e6 });
+  process.send?.({
+    type: 'done',
+    enqueueUs,
+    failed,
+    cpuMs: (cpu.user + cpu.system) / 1000,
+    lateMs: Number((process.hrtime.bigint() - t0) / 1_000_000n) - (jobs * Number(gapNs)) / 1e6,
+  });
   await wake.close();
   await ledger.close();
   process.exit(0);

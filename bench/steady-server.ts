@@ -28,19 +28,38 @@ const SLOW_MS = 100;
 /** Turns the slow log to SLOW_MS for the run (once), and back at the end. */
 async function slowLogOn(server: string, url: string): Promise<void> {
   if (server === 'tidb') {
-    const [rows] = await withAdmin((c) => c.query<RowDataPacket[]>('SELECT @@global.tidb_slow_log_threshold AS v'), url);
+    const [rows] = await withAdmin(
+      (c) => c.query<RowDataPacket[]>('SELECT @@global.tidb_slow_log_threshold AS v'),
+      url,
+    );
     const was = Number(rows[0]?.v);
     await withAdmin((c) => c.query(`SET GLOBAL tidb_slow_log_threshold = ${SLOW_MS}`), url);
-    onCleanup(() => withAdmin((c) => c.query(`SET GLOBAL tidb_slow_log_threshold = ${was}`), url).then(() => undefined));
+    onCleanup(() =>
+      withAdmin((c) => c.query(`SET GLOBAL tidb_slow_log_threshold = ${was}`), url).then(() => undefined),
+    );
     return;
   }
-  const [rows] = await withAdmin((c) => c.query<RowDataPacket[]>('SELECT @@global.long_query_time AS t, @@global.slow_query_log AS on_, @@global.log_output AS o'), url);
+  const [rows] = await withAdmin(
+    (c) =>
+      c.query<RowDataPacket[]>(
+        'SELECT @@global.long_query_time AS t, @@global.slow_query_log AS on_, @@global.log_output AS o',
+      ),
+    url,
+  );
   const was = rows[0] as { t: number; on_: number; o: string };
-  await withAdmin((c) => c.query(`SET GLOBAL long_query_time = ${SLOW_MS / 1000}, GLOBAL log_output = 'TABLE', GLOBAL slow_query_log = 1`), url);
+  await withAdmin(
+    (c) =>
+      c.query(`SET GLOBAL long_query_time = ${SLOW_MS / 1000}, GLOBAL log_output = 'TABLE', GLOBAL slow_query_log = 1`),
+    url,
+  );
   onCleanup(() =>
-    withAdmin((c) => c.query(`SET GLOBAL long_query_time = ${Number(was.t)}, GLOBAL log_output = ${c.escape(was.o)}, GLOBAL slow_query_log = ${Number(was.on_)}`), url).then(
-      () => undefined,
-    ),
+    withAdmin(
+      (c) =>
+        c.query(
+          `SET GLOBAL long_query_time = ${Number(was.t)}, GLOBAL log_output = ${c.escape(was.o)}, GLOBAL slow_query_log = ${Number(was.on_)}`,
+        ),
+      url,
+    ).then(() => undefined),
   );
 }
 
@@ -54,19 +73,39 @@ export async function lockFigures(server: string, url: string, database: string)
   }
   if (server === 'tidb') {
     const [summary] = await withAdmin(
-      (c) => c.query<RowDataPacket[]>('SELECT COALESCE(SUM(SUM_EXEC_RETRY), 0) AS retries FROM information_schema.statements_summary WHERE SCHEMA_NAME = ?', [database]),
+      (c) =>
+        c.query<RowDataPacket[]>(
+          'SELECT COALESCE(SUM(SUM_EXEC_RETRY), 0) AS retries FROM information_schema.statements_summary WHERE SCHEMA_NAME = ?',
+          [database],
+        ),
       url,
     );
-    const [deadlocks] = await withAdmin((c) => c.query<RowDataPacket[]>('SELECT COUNT(DISTINCT DEADLOCK_ID) AS n FROM information_schema.deadlocks'), url);
+    const [deadlocks] = await withAdmin(
+      (c) => c.query<RowDataPacket[]>('SELECT COUNT(DISTINCT DEADLOCK_ID) AS n FROM information_schema.deadlocks'),
+      url,
+    );
     // TiDB keeps no count of lock waits: the slow log's LockKeys_time of the run stands for them (slowStatements).
-    return { lockWaits: 0, lockWaitMs: 0, deadlocks: Number(deadlocks[0]?.n ?? 0), statementRetries: Number(summary[0]?.retries ?? 0) };
+    return {
+      lockWaits: 0,
+      lockWaitMs: 0,
+      deadlocks: Number(deadlocks[0]?.n ?? 0),
+      statementRetries: Number(summary[0]?.retries ?? 0),
+    };
   }
   const [rows] = await withAdmin(
-    (c) => c.query<RowDataPacket[]>("SHOW GLOBAL STATUS WHERE Variable_name IN ('Innodb_row_lock_waits', 'Innodb_row_lock_time', 'Innodb_deadlocks')"),
+    (c) =>
+      c.query<RowDataPacket[]>(
+        "SHOW GLOBAL STATUS WHERE Variable_name IN ('Innodb_row_lock_waits', 'Innodb_row_lock_time', 'Innodb_deadlocks')",
+      ),
     url,
   );
   const v = (name: string): number => Number(rows.find((r) => r.Variable_name === name)?.Value ?? 0);
-  return { lockWaits: v('Innodb_row_lock_waits'), lockWaitMs: v('Innodb_row_lock_time'), deadlocks: v('Innodb_deadlocks'), statementRetries: 0 };
+  return {
+    lockWaits: v('Innodb_row_lock_waits'),
+    lockWaitMs: v('Innodb_row_lock_time'),
+    deadlocks: v('Innodb_deadlocks'),
+    statementRetries: 0,
+  };
 }
 
 /**
@@ -86,7 +125,10 @@ export class TidbLockWaitSampler {
   start(): void {
     this.timer = setInterval(() => {
       if (this.looking) return;
-      this.looking = withAdmin((c) => c.query<RowDataPacket[]>('SELECT `KEY` AS k, TRX_ID AS t FROM information_schema.data_lock_waits'), this.url)
+      this.looking = withAdmin(
+        (c) => c.query<RowDataPacket[]>('SELECT `KEY` AS k, TRX_ID AS t FROM information_schema.data_lock_waits'),
+        this.url,
+      )
         .then(([rows]) => {
           for (const r of rows) {
             const id = `${String(r.t)}:${String(r.k)}`;
@@ -106,7 +148,13 @@ export class TidbLockWaitSampler {
 }
 
 /** The run's statements over SLOW_MS on `database`, by shape, slowest first. */
-export async function slowStatements(server: string, url: string, database: string, from: Date, to: Date): Promise<SlowStatement[]> {
+export async function slowStatements(
+  server: string,
+  url: string,
+  database: string,
+  from: Date,
+  to: Date,
+): Promise<SlowStatement[]> {
   const rows =
     server === 'tidb'
       ? (
@@ -135,7 +183,10 @@ export async function slowStatements(server: string, url: string, database: stri
   for (const r of rows) {
     const key = String(r.shape);
     const ms = Number(r.ms);
-    const note = Number(r.retries) > 0 || Number(r.lock_ms) > 1 ? ` [retries ${Number(r.retries)}, lock ${Number(r.lock_ms).toFixed(0)} ms]` : '';
+    const note =
+      Number(r.retries) > 0 || Number(r.lock_ms) > 1
+        ? ` [retries ${Number(r.retries)}, lock ${Number(r.lock_ms).toFixed(0)} ms]`
+        : '';
     const s = byShape.get(key);
     if (s) {
       s.count++;

@@ -21,7 +21,10 @@ const claimedBy = new Map();
 dc.subscribe('lanewake:claim-round', (m) => {
   for (const id of m.claimed) {
     const readAt = wakeReadAtMs.get(id);
-    claimedBy.set(id, readAt !== undefined && readAt <= m.startedAtMs ? 'claim round, by its wake-up' : 'claim round, head search');
+    claimedBy.set(
+      id,
+      readAt !== undefined && readAt <= m.startedAtMs ? 'claim round, by its wake-up' : 'claim round, head search',
+    );
   }
 });
 // Older builds (compared in alternated pairs) have no diagnostics channels or conflict counts.
@@ -34,9 +37,16 @@ const env = (name) => {
 };
 const concurrency = Number(env('LW_CONCURRENCY'));
 const mode = process.env.LW_TIDB_TXN_MODE;
-const ledger = new Ledger({ url: env('LW_DATABASE_URL'), poolSize: concurrency + 2, ...(mode ? { tidbTxnMode: mode } : {}) });
+const ledger = new Ledger({
+  url: env('LW_DATABASE_URL'),
+  poolSize: concurrency + 2,
+  ...(mode ? { tidbTxnMode: mode } : {}),
+});
 const redis = env('LW_REDIS_URL');
-const wake = new WakeChannel({ redis: redis.startsWith('redis+cluster://') ? { cluster: clusterSeeds(redis) } : redis, keyPrefix: env('LW_KEY_PREFIX') });
+const wake = new WakeChannel({
+  redis: redis.startsWith('redis+cluster://') ? { cluster: clusterSeeds(redis) } : redis,
+  keyPrefix: env('LW_KEY_PREFIX'),
+});
 
 function clusterSeeds(url) {
   return url
@@ -69,7 +79,13 @@ const consumer = new Consumer({
       starts.push(us);
       paths.push({ k: job.payload.k, us, path: claimedBy.get(job.id) ?? 'no claim round (offer or lane successor)' });
       claimedBy.delete(job.id);
-      if (us > 200_000 && late.length < 20) late.push({ id: job.id, us, attempt: job.attempt, wakeReadBeforeStartMs: wakeReadAtMs.has(job.id) ? Date.now() - wakeReadAtMs.get(job.id) : null });
+      if (us > 200_000 && late.length < 20)
+        late.push({
+          id: job.id,
+          us,
+          attempt: job.attempt,
+          wakeReadBeforeStartMs: wakeReadAtMs.has(job.id) ? Date.now() - wakeReadAtMs.get(job.id) : null,
+        });
       await ctx.transaction(async (trx) => {
         await sql`INSERT INTO effects (item_id, lane, written_at) VALUES (${job.id}, ${job.lane}, NOW(6))`.execute(trx);
       });
@@ -89,21 +105,27 @@ process.on('message', async (m) => {
   const c = consumer.counters;
   const cpu = process.cpuUsage(cpuAtStart);
   // Sent before the exit, not just queued: a backlog's figures are large, and an exit drops what the channel still holds.
-  await new Promise((resolve) => process.send?.({
-    type: 'figures',
-    startsUs: starts,
-    paths,
-    late,
-    completed: c.completed,
-    claimRounds: rounds,
-    claimedByRounds: roundItems,
-    handedOver: c.handedOver,
-    handoffsRecovered: c.handoffsRecovered ?? 0,
-    claimedWithCompletion: c.claimedWithCompletion,
-    offersMade: c.offersMade,
-    conflictRetries: Object.fromEntries(conflictRetries()),
-    cpuMs: (cpu.user + cpu.system) / 1000,
-  }, resolve) ?? resolve());
+  await new Promise(
+    (resolve) =>
+      process.send?.(
+        {
+          type: 'figures',
+          startsUs: starts,
+          paths,
+          late,
+          completed: c.completed,
+          claimRounds: rounds,
+          claimedByRounds: roundItems,
+          handedOver: c.handedOver,
+          handoffsRecovered: c.handoffsRecovered ?? 0,
+          claimedWithCompletion: c.claimedWithCompletion,
+          offersMade: c.offersMade,
+          conflictRetries: Object.fromEntries(conflictRetries()),
+          cpuMs: (cpu.user + cpu.system) / 1000,
+        },
+        resolve,
+      ) ?? resolve(),
+  );
   await wake.close();
   await ledger.close();
   process.exit(0);

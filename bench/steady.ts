@@ -27,9 +27,26 @@ import type { RowDataPacket } from 'mysql2/promise';
 import { Ledger } from '../src/ledger/ledger.js';
 import { deleteKeys } from '../test/support/engine.js';
 import { startRedisCluster } from '../test/support/redis-cluster.js';
-import { slowStatements, lockFigures, TidbLockWaitSampler, type LockFigures, type SlowStatement } from './steady-server.js';
+import {
+  slowStatements,
+  lockFigures,
+  TidbLockWaitSampler,
+  type LockFigures,
+  type SlowStatement,
+} from './steady-server.js';
 import { band, formatBand, type Band, type JobPath } from './steady-band.js';
-import { childMessage, cliFlag, createBenchDatabase, median, onCleanup, percentile, progress, runBenchmark, serverCpuSecondsOf, withAdmin } from './support.js';
+import {
+  childMessage,
+  cliFlag,
+  createBenchDatabase,
+  median,
+  onCleanup,
+  percentile,
+  progress,
+  runBenchmark,
+  serverCpuSecondsOf,
+  withAdmin,
+} from './support.js';
 
 const args = process.argv.slice(2);
 const flag = (name: string, dflt: string): string => cliFlag(`--${name}`, args) ?? dflt;
@@ -37,7 +54,9 @@ const server = flag('server', 'mariadb');
 if (server !== 'mariadb' && server !== 'tidb') throw new Error('--server is mariadb or tidb');
 const txn = flag('txn', 'pessimistic');
 const serverUrl =
-  server === 'tidb' ? (process.env.LANEWAKE_BENCH_TIDB_URL ?? 'mysql://root@127.0.0.1:4000') : (process.env.LANEWAKE_BENCH_MYSQL_URL ?? 'mysql://root@127.0.0.1:3306');
+  server === 'tidb'
+    ? (process.env.LANEWAKE_BENCH_TIDB_URL ?? 'mysql://root@127.0.0.1:4000')
+    : (process.env.LANEWAKE_BENCH_MYSQL_URL ?? 'mysql://root@127.0.0.1:3306');
 /** `--redis cluster` starts a local 6-node Redis Cluster (3 masters, 3 replicas) for the run, as the test suites do. */
 const redisFlag = flag('redis', 'redis://127.0.0.1:6379');
 let redisUrl = redisFlag;
@@ -93,11 +112,14 @@ function child(script: string, env: Record<string, string>): ChildProcess {
   // LW_CPU_PROF=<dir>: every child writes a V8 CPU profile there (node --cpu-prof).
   const prof = process.env.LW_CPU_PROF;
   const execArgv = prof ? ['--cpu-prof', '--cpu-prof-dir', prof] : [];
-  const p = fork(here(script), [], { env: { ...process.env, ...env }, execArgv, stdio: ['ignore', 'inherit', 'inherit', 'ipc'] });
+  const p = fork(here(script), [], {
+    env: { ...process.env, ...env },
+    execArgv,
+    stdio: ['ignore', 'inherit', 'inherit', 'ipc'],
+  });
   onCleanup(async () => void p.kill('SIGKILL'));
   return p;
 }
-
 
 async function oneRun(): Promise<RunFigures> {
   const db = await createBenchDatabase('lwst', serverUrl);
@@ -107,12 +129,31 @@ async function oneRun(): Promise<RunFigures> {
   const setup = new Ledger({ url: db.url, poolSize: 2 });
   await setup.migrate();
   await setup.close();
-  await withAdmin((c) => c.query(`CREATE TABLE \`${db.name}\`.effects (item_id VARCHAR(32) PRIMARY KEY, lane VARCHAR(255), written_at DATETIME(6))`), serverUrl);
-  const env = { LW_DATABASE_URL: db.url, LW_REDIS_URL: redisUrl, LW_KEY_PREFIX: keyPrefix, LW_QUEUE: QUEUE, ...modeEnv };
-  const workers = Array.from({ length: WORKERS }, () => child('./steady-worker.mjs', { ...env, LW_CONCURRENCY: String(CONCURRENCY) }));
+  await withAdmin(
+    (c) =>
+      c.query(
+        `CREATE TABLE \`${db.name}\`.effects (item_id VARCHAR(32) PRIMARY KEY, lane VARCHAR(255), written_at DATETIME(6))`,
+      ),
+    serverUrl,
+  );
+  const env = {
+    LW_DATABASE_URL: db.url,
+    LW_REDIS_URL: redisUrl,
+    LW_KEY_PREFIX: keyPrefix,
+    LW_QUEUE: QUEUE,
+    ...modeEnv,
+  };
+  const workers = Array.from({ length: WORKERS }, () =>
+    child('./steady-worker.mjs', { ...env, LW_CONCURRENCY: String(CONCURRENCY) }),
+  );
   await Promise.all(workers.map((w) => childMessage(w, 'ready')));
   const jobs = RATE * SECONDS;
-  const producer = child('./steady-producer.mjs', { ...env, LW_JOBS: String(jobs), LW_RATE: String(RATE), LW_LANES: String(LANES) });
+  const producer = child('./steady-producer.mjs', {
+    ...env,
+    LW_JOBS: String(jobs),
+    LW_RATE: String(RATE),
+    LW_LANES: String(LANES),
+  });
   await childMessage(producer, 'ready');
   const from = new Date();
   const before = await lockFigures(server, serverUrl, db.name);
@@ -126,9 +167,13 @@ async function oneRun(): Promise<RunFigures> {
   // Every job run: its effect row is written with its completion.
   const deadline = Date.now() + 120_000;
   for (;;) {
-    const [rows] = await withAdmin((c) => c.query<RowDataPacket[]>(`SELECT COUNT(*) AS n FROM \`${db.name}\`.effects`), serverUrl);
+    const [rows] = await withAdmin(
+      (c) => c.query<RowDataPacket[]>(`SELECT COUNT(*) AS n FROM \`${db.name}\`.effects`),
+      serverUrl,
+    );
     if (Number(rows[0]?.n) >= jobs) break;
-    if (Date.now() > deadline) throw new Error(`only ${rows[0]?.n} of ${jobs} jobs ran within 120 s of the last enqueue`);
+    if (Date.now() > deadline)
+      throw new Error(`only ${rows[0]?.n} of ${jobs} jobs ran within 120 s of the last enqueue`);
     await new Promise((r) => setTimeout(r, 200));
   }
   const to = new Date();
@@ -143,7 +188,8 @@ async function oneRun(): Promise<RunFigures> {
     }),
   );
   const starts = figures.flatMap((f) => f.startsUs).map((us) => us / 1000);
-  if (starts.length !== jobs) throw new Error(`${starts.length} starts recorded for ${jobs} jobs (a job ran twice, or not at all)`);
+  if (starts.length !== jobs)
+    throw new Error(`${starts.length} starts recorded for ${jobs} jobs (a job ran twice, or not at all)`);
   const completed = figures.reduce((n, f) => n + f.completed, 0);
   if (completed !== jobs) throw new Error(`${completed} completions for ${jobs} jobs`);
   const conflicts = figures.reduce((n, f) => n + Object.values(f.conflictRetries).reduce((a, b) => a + b, 0), 0);
@@ -152,20 +198,34 @@ async function oneRun(): Promise<RunFigures> {
   if (late.length > 0) {
     // Why a job started late: its attempt history (a release, an expired lease) and its rows' times.
     const ids = late.map((l) => `'${l.id}'`).join(', ');
-    const [history] = await withAdmin((c) => c.query<RowDataPacket[]>(`SELECT item_id, outcome, error FROM \`${db.name}\`.lw_attempts WHERE item_id IN (${ids})`), serverUrl);
+    const [history] = await withAdmin(
+      (c) =>
+        c.query<RowDataPacket[]>(
+          `SELECT item_id, outcome, error FROM \`${db.name}\`.lw_attempts WHERE item_id IN (${ids})`,
+        ),
+      serverUrl,
+    );
     const [rows] = await withAdmin(
-      (c) => c.query<RowDataPacket[]>(`SELECT id, TIMESTAMPDIFF(MICROSECOND, created_at, started_at) AS claim_us, lease_token FROM \`${db.name}\`.lw_items WHERE id IN (${ids})`),
+      (c) =>
+        c.query<RowDataPacket[]>(
+          `SELECT id, TIMESTAMPDIFF(MICROSECOND, created_at, started_at) AS claim_us, lease_token FROM \`${db.name}\`.lw_items WHERE id IN (${ids})`,
+        ),
       serverUrl,
     );
     for (const l of late.slice(0, 5)) {
       const h = history.filter((r) => r.item_id === l.id).map((r) => `${String(r.outcome)} (${String(r.error ?? '')})`);
       const row = rows.find((r) => r.id === l.id);
-      console.log(`    late start: ${l.id} after ${(l.us / 1000).toFixed(0)} ms, attempt ${l.attempt}, claimed ${(Number(row?.claim_us) / 1000).toFixed(0)} ms after its insert; history: ${h.join('; ') || 'none'}; ${l.wakeReadBeforeStartMs === null ? 'no wake-up read for it' : `its wake-up read ${l.wakeReadBeforeStartMs} ms before it started`}`);
+      console.log(
+        `    late start: ${l.id} after ${(l.us / 1000).toFixed(0)} ms, attempt ${l.attempt}, claimed ${(Number(row?.claim_us) / 1000).toFixed(0)} ms after its insert; history: ${h.join('; ') || 'none'}; ${l.wakeReadBeforeStartMs === null ? 'no wake-up read for it' : `its wake-up read ${l.wakeReadBeforeStartMs} ms before it started`}`,
+      );
     }
   }
   await db.drop();
   const paths = figures.flatMap((f) => f.paths ?? []);
-  const bands = paths.length === jobs ? [band('up to p50', paths, sent.enqueueUs, 0, 50), band('p90 to p99', paths, sent.enqueueUs, 90, 99)] : [];
+  const bands =
+    paths.length === jobs
+      ? [band('up to p50', paths, sent.enqueueUs, 0, 50), band('p90 to p99', paths, sent.enqueueUs, 90, 99)]
+      : [];
   return {
     bands,
     p50: percentile(starts, 50),
@@ -185,10 +245,18 @@ async function oneRun(): Promise<RunFigures> {
     cpuUs: {
       workers: (figures.reduce((n, f) => n + f.cpuMs, 0) * 1000) / jobs,
       producer: (sent.cpuMs * 1000) / jobs,
-      server: serverCpuBefore !== undefined && serverCpuAfter !== undefined ? ((serverCpuAfter - serverCpuBefore) * 1e6) / jobs : undefined,
+      server:
+        serverCpuBefore !== undefined && serverCpuAfter !== undefined
+          ? ((serverCpuAfter - serverCpuBefore) * 1e6) / jobs
+          : undefined,
     },
     slow,
-    locks: { lockWaits: sampled?.waits ?? after.lockWaits - before.lockWaits, lockWaitMs: sampled ? sampled.longestLooks * 20 : after.lockWaitMs - before.lockWaitMs, deadlocks: after.deadlocks - before.deadlocks, statementRetries: after.statementRetries - before.statementRetries },
+    locks: {
+      lockWaits: sampled?.waits ?? after.lockWaits - before.lockWaits,
+      lockWaitMs: sampled ? sampled.longestLooks * 20 : after.lockWaitMs - before.lockWaitMs,
+      deadlocks: after.deadlocks - before.deadlocks,
+      statementRetries: after.statementRetries - before.statementRetries,
+    },
   };
 }
 
@@ -221,6 +289,10 @@ runBenchmark(async () => {
     for (const s of f.slow.slice(0, 8)) console.log(`    ${s.ms.toFixed(0)} ms  x${s.count}  ${s.text}`);
   }
   const m = (pick: (f: RunFigures) => number): string => median(runs.map(pick)).toFixed(2);
-  console.log(`\n${label}, median of ${RUNS}: p50 ${m((f) => f.p50)} p90 ${m((f) => f.p90)} p99 ${m((f) => f.p99)} ms; slow statements ${m((f) => f.slow.reduce((n, s) => n + s.count, 0))}`);
-  console.log(`JSON ${JSON.stringify({ label, rate: RATE, seconds: SECONDS, lanes: LANES, workers: WORKERS, concurrency: CONCURRENCY, runs })}`);
+  console.log(
+    `\n${label}, median of ${RUNS}: p50 ${m((f) => f.p50)} p90 ${m((f) => f.p90)} p99 ${m((f) => f.p99)} ms; slow statements ${m((f) => f.slow.reduce((n, s) => n + s.count, 0))}`,
+  );
+  console.log(
+    `JSON ${JSON.stringify({ label, rate: RATE, seconds: SECONDS, lanes: LANES, workers: WORKERS, concurrency: CONCURRENCY, runs })}`,
+  );
 });

@@ -112,7 +112,10 @@ export async function createBenchDatabase(prefix = 'lwb', serverUrl = benchServe
 /** Ends the database's remaining sessions (the benchmark's own), then drops it. Idempotent. */
 export async function dropBenchDatabase(name: string, serverUrl = benchServerUrl()): Promise<void> {
   await withAdmin(async (c) => {
-    const [rows] = await c.query<RowDataPacket[]>('SELECT id FROM information_schema.processlist WHERE db = ? AND id <> CONNECTION_ID()', [name]);
+    const [rows] = await c.query<RowDataPacket[]>(
+      'SELECT id FROM information_schema.processlist WHERE db = ? AND id <> CONNECTION_ID()',
+      [name],
+    );
     for (const r of rows) await c.query(`KILL ${Number(r.id)}`).catch(() => undefined);
     await c.query(`DROP DATABASE IF EXISTS \`${name}\``);
   }, serverUrl);
@@ -124,8 +127,14 @@ export async function dropBenchDatabase(name: string, serverUrl = benchServerUrl
  */
 export function codeRevision(paths: readonly string[] = ['src']): string {
   try {
-    const head = execFileSync('git', ['rev-parse', '--short', 'HEAD'], { encoding: 'utf8', stdio: ['ignore', 'pipe', 'ignore'] }).trim();
-    const dirty = execFileSync('git', ['status', '--porcelain', '--', ...paths], { encoding: 'utf8', stdio: ['ignore', 'pipe', 'ignore'] }).trim();
+    const head = execFileSync('git', ['rev-parse', '--short', 'HEAD'], {
+      encoding: 'utf8',
+      stdio: ['ignore', 'pipe', 'ignore'],
+    }).trim();
+    const dirty = execFileSync('git', ['status', '--porcelain', '--', ...paths], {
+      encoding: 'utf8',
+      stdio: ['ignore', 'pipe', 'ignore'],
+    }).trim();
     return dirty === '' ? head : `${head}+dirty`;
   } catch {
     return 'unknown';
@@ -280,7 +289,8 @@ export function cpuSample(): CpuSample {
 
 export function cpuShare(from: CpuSample, to: CpuSample = cpuSample()): CpuShare {
   const wall = Math.max(1e-9, (to.wallMs - from.wallMs) / 1000);
-  const serverPct = from.server !== undefined && to.server !== undefined ? ((to.server - from.server) / wall) * 100 : undefined;
+  const serverPct =
+    from.server !== undefined && to.server !== undefined ? ((to.server - from.server) / wall) * 100 : undefined;
   let machineBusyPct: number | undefined;
   if (from.machine && to.machine && to.machine.total > from.machine.total) {
     machineBusyPct = ((to.machine.busy - from.machine.busy) / (to.machine.total - from.machine.total)) * 100;
@@ -318,7 +328,11 @@ export async function waitForQuiet(maxWaitMs = 3000, busyBelowPct = 25, windowMs
 export type Align = 'left' | 'right';
 
 /** A plain-text table; every cell is already a string. */
-export function formatTable(headers: readonly string[], rows: readonly (readonly string[])[], align: readonly Align[] = []): string {
+export function formatTable(
+  headers: readonly string[],
+  rows: readonly (readonly string[])[],
+  align: readonly Align[] = [],
+): string {
   const widths = headers.map((h, i) => Math.max(h.length, ...rows.map((r) => (r[i] ?? '').length)));
   const cell = (text: string, i: number): string =>
     (align[i] ?? 'left') === 'right' ? text.padStart(widths[i]!) : text.padEnd(widths[i]!);
@@ -327,7 +341,12 @@ export function formatTable(headers: readonly string[], rows: readonly (readonly
   return [line(headers), rule, ...rows.map((r) => line(headers.map((_, i) => r[i] ?? '')))].join('\n');
 }
 
-export function printTable(title: string, headers: readonly string[], rows: readonly (readonly string[])[], align: readonly Align[] = []): void {
+export function printTable(
+  title: string,
+  headers: readonly string[],
+  rows: readonly (readonly string[])[],
+  align: readonly Align[] = [],
+): void {
   console.log(`\n${title}\n`);
   console.log(formatTable(headers, rows, align));
 }

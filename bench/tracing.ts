@@ -19,8 +19,18 @@
 import * as otelApi from '@opentelemetry/api';
 import { context, metrics, trace } from '@opentelemetry/api';
 import { AsyncLocalStorageContextManager } from '@opentelemetry/context-async-hooks';
-import { AggregationTemporality, InMemoryMetricExporter, MeterProvider, PeriodicExportingMetricReader } from '@opentelemetry/sdk-metrics';
-import { BasicTracerProvider, BatchSpanProcessor, type ReadableSpan, type SpanExporter } from '@opentelemetry/sdk-trace-base';
+import {
+  AggregationTemporality,
+  InMemoryMetricExporter,
+  MeterProvider,
+  PeriodicExportingMetricReader,
+} from '@opentelemetry/sdk-metrics';
+import {
+  BasicTracerProvider,
+  BatchSpanProcessor,
+  type ReadableSpan,
+  type SpanExporter,
+} from '@opentelemetry/sdk-trace-base';
 import { parseArgs } from 'node:util';
 import { Consumer } from '../src/consumer/consumer.js';
 import { Ledger } from '../src/ledger/ledger.js';
@@ -30,7 +40,9 @@ import { setOtelForTesting } from '../src/tracing/otel.js';
 import { WakeChannel } from '../src/wake/wake-channel.js';
 import { createBenchDatabase, fmt, median, printTable, runBenchmark } from './support.js';
 
-const { values } = parseArgs({ options: { runs: { type: 'string', default: '3' }, items: { type: 'string', default: '3000' } } });
+const { values } = parseArgs({
+  options: { runs: { type: 'string', default: '3' }, items: { type: 'string', default: '3000' } },
+});
 const RUNS = Number(values.runs);
 const ITEMS = Number(values.items);
 const REDIS_URL = process.env.LANEWAKE_BENCH_REDIS_URL ?? 'redis://127.0.0.1:6379';
@@ -64,9 +76,16 @@ function useMode(mode: Mode): Sdk | undefined {
   setOtelForTesting(otelApi);
   if (mode === 'api') return undefined;
   const exporter = new DroppingExporter();
-  const tracerProvider = new BasicTracerProvider({ spanProcessors: [new BatchSpanProcessor(exporter, { maxQueueSize: 65_536 })] });
+  const tracerProvider = new BasicTracerProvider({
+    spanProcessors: [new BatchSpanProcessor(exporter, { maxQueueSize: 65_536 })],
+  });
   const meterProvider = new MeterProvider({
-    readers: [new PeriodicExportingMetricReader({ exporter: new InMemoryMetricExporter(AggregationTemporality.CUMULATIVE), exportIntervalMillis: 3_600_000 })],
+    readers: [
+      new PeriodicExportingMetricReader({
+        exporter: new InMemoryMetricExporter(AggregationTemporality.CUMULATIVE),
+        exportIntervalMillis: 3_600_000,
+      }),
+    ],
   });
   trace.setGlobalTracerProvider(tracerProvider);
   metrics.setGlobalMeterProvider(meterProvider);
@@ -110,7 +129,14 @@ async function runOnce(mode: Mode): Promise<RunResult> {
     );
     const enqueueCpu = cpuUs() - cpu0;
     let done = 0;
-    const consumer = new Consumer({ ledger, wake, queue, concurrency: 32, logger: log, handlers: { t: async () => void done++ } });
+    const consumer = new Consumer({
+      ledger,
+      wake,
+      queue,
+      concurrency: 32,
+      logger: log,
+      handlers: { t: async () => void done++ },
+    });
     const cpu1 = cpuUs();
     const t1 = performance.now();
     await consumer.start();
@@ -119,7 +145,12 @@ async function runOnce(mode: Mode): Promise<RunResult> {
     const drainCpu = cpuUs() - cpu1;
     await consumer.stop();
     await sdk?.shutdown();
-    return { enqueueCpuUs: enqueueCpu / ITEMS, drainCpuUs: drainCpu / ITEMS, drainPerS: (ITEMS / drainMs) * 1000, spans: sdk?.exporter.exported ?? 0 };
+    return {
+      enqueueCpuUs: enqueueCpu / ITEMS,
+      drainCpuUs: drainCpu / ITEMS,
+      drainPerS: (ITEMS / drainMs) * 1000,
+      spans: sdk?.exporter.exported ?? 0,
+    };
   } finally {
     await wake.dropKeys();
     await wake.close();
@@ -135,7 +166,9 @@ async function main(): Promise<void> {
     for (const mode of MODES) {
       const out = await runOnce(mode);
       results.get(mode)!.push(out);
-      console.error(`run ${r + 1}/${RUNS} ${mode}: enqueue ${fmt(out.enqueueCpuUs)} µs/item, drain ${fmt(out.drainCpuUs)} µs/item, ${fmt(out.drainPerS)} items/s, ${out.spans} spans`);
+      console.error(
+        `run ${r + 1}/${RUNS} ${mode}: enqueue ${fmt(out.enqueueCpuUs)} µs/item, drain ${fmt(out.drainCpuUs)} µs/item, ${fmt(out.drainPerS)} items/s, ${out.spans} spans`,
+      );
     }
   }
   const rows = MODES.map((mode) => {
@@ -149,14 +182,12 @@ async function main(): Promise<void> {
       fmt(median(rs.map((x) => x.spans))),
     ];
   });
-  printTable(`Tracing cost: ${ITEMS} items, ${RUNS} runs, medians (node CPU per item)`, ['mode', 'enqueue µs', 'drain µs', 'total µs', 'drain items/s', 'spans'], rows, [
-    'left',
-    'right',
-    'right',
-    'right',
-    'right',
-    'right',
-  ]);
+  printTable(
+    `Tracing cost: ${ITEMS} items, ${RUNS} runs, medians (node CPU per item)`,
+    ['mode', 'enqueue µs', 'drain µs', 'total µs', 'drain items/s', 'spans'],
+    rows,
+    ['left', 'right', 'right', 'right', 'right', 'right'],
+  );
 }
 
 runBenchmark(main);

@@ -25,7 +25,13 @@ export class CheckBuilder {
   }
 
   done(extraOk = true): Check {
-    return { name: this.name, ok: this.violations === 0 && extraOk, checked: this.checked, violations: this.violations, examples: this.examples };
+    return {
+      name: this.name,
+      ok: this.violations === 0 && extraOk,
+      checked: this.checked,
+      violations: this.violations,
+      examples: this.examples,
+    };
   }
 }
 

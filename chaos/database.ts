@@ -67,7 +67,10 @@ export class ChaosDatabase {
   /** KILL CONNECTION for every session of the workers' user; returns how many were killed. */
   async killWorkerSessions(share = 1, random: () => number = Math.random): Promise<number> {
     const c = await this.connection();
-    const [rows] = await c.query<RowDataPacket[]>('SELECT ID AS id FROM information_schema.PROCESSLIST WHERE USER = ?', [this.user]);
+    const [rows] = await c.query<RowDataPacket[]>(
+      'SELECT ID AS id FROM information_schema.PROCESSLIST WHERE USER = ?',
+      [this.user],
+    );
     let killed = 0;
     for (const row of rows) {
       if (random() >= share) continue;
@@ -114,7 +117,13 @@ export class ChaosDatabase {
 
   private async connection(): Promise<Connection> {
     if (this.admin) return this.admin;
-    const c = await createConnection({ ...SERVER, supportBigNumbers: true, bigNumberStrings: false, decimalNumbers: true, timezone: 'Z' });
+    const c = await createConnection({
+      ...SERVER,
+      supportBigNumbers: true,
+      bigNumberStrings: false,
+      decimalNumbers: true,
+      timezone: 'Z',
+    });
     await c.query("SET SESSION time_zone = '+00:00'");
     c.on('error', () => {
       this.admin = undefined;

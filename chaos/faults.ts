@@ -104,9 +104,20 @@ export class FaultLog {
 let toxicSeq = 0;
 
 /** Adds toxics for `ms`, then removes them (also when the schedule is cut short). */
-async function withToxics(ctx: FaultContext, log: FaultLog, kind: FaultKind, ms: number, toxics: { proxy: string; toxic: Omit<Toxic, 'name'> }[]): Promise<void> {
+async function withToxics(
+  ctx: FaultContext,
+  log: FaultLog,
+  kind: FaultKind,
+  ms: number,
+  toxics: { proxy: string; toxic: Omit<Toxic, 'name'> }[],
+): Promise<void> {
   const added: { proxy: string; name: string }[] = [];
-  const event = log.add({ kind, startMs: Date.now(), endMs: Date.now(), detail: toxics.map((t) => `${t.proxy}:${t.toxic.type}/${t.toxic.stream}`).join(' ') });
+  const event = log.add({
+    kind,
+    startMs: Date.now(),
+    endMs: Date.now(),
+    detail: toxics.map((t) => `${t.proxy}:${t.toxic.type}/${t.toxic.stream}`).join(' '),
+  });
   try {
     for (const { proxy, toxic } of toxics) {
       const name = `${toxic.type}_${toxic.stream}_${++toxicSeq}`;
@@ -197,9 +208,18 @@ function phases(log: FaultLog): Phase[] {
       linkBroken: false,
       run: (ctx, ms) =>
         withToxics(ctx, log, 'latency', ms, [
-          { proxy: MYSQL_PROXY, toxic: { type: 'latency', stream: 'downstream', toxicity: 1, attributes: { latency: 20, jitter: 10 } } },
-          { proxy: MYSQL_PROXY, toxic: { type: 'latency', stream: 'upstream', toxicity: 1, attributes: { latency: 10, jitter: 5 } } },
-          { proxy: REDIS_PROXY, toxic: { type: 'latency', stream: 'downstream', toxicity: 1, attributes: { latency: 30, jitter: 10 } } },
+          {
+            proxy: MYSQL_PROXY,
+            toxic: { type: 'latency', stream: 'downstream', toxicity: 1, attributes: { latency: 20, jitter: 10 } },
+          },
+          {
+            proxy: MYSQL_PROXY,
+            toxic: { type: 'latency', stream: 'upstream', toxicity: 1, attributes: { latency: 10, jitter: 5 } },
+          },
+          {
+            proxy: REDIS_PROXY,
+            toxic: { type: 'latency', stream: 'downstream', toxicity: 1, attributes: { latency: 30, jitter: 10 } },
+          },
         ]),
     },
     {
@@ -209,8 +229,14 @@ function phases(log: FaultLog): Phase[] {
       linkBroken: true,
       run: (ctx, ms) =>
         withToxics(ctx, log, 'reset-peer', ms, [
-          { proxy: MYSQL_PROXY, toxic: { type: 'reset_peer', stream: 'downstream', toxicity: 0.3, attributes: { timeout: 200 } } },
-          { proxy: REDIS_PROXY, toxic: { type: 'reset_peer', stream: 'downstream', toxicity: 0.3, attributes: { timeout: 200 } } },
+          {
+            proxy: MYSQL_PROXY,
+            toxic: { type: 'reset_peer', stream: 'downstream', toxicity: 0.3, attributes: { timeout: 200 } },
+          },
+          {
+            proxy: REDIS_PROXY,
+            toxic: { type: 'reset_peer', stream: 'downstream', toxicity: 0.3, attributes: { timeout: 200 } },
+          },
         ]),
     },
     {
@@ -220,8 +246,14 @@ function phases(log: FaultLog): Phase[] {
       linkBroken: true,
       run: (ctx, ms) =>
         withToxics(ctx, log, 'timeout', ms, [
-          { proxy: MYSQL_PROXY, toxic: { type: 'timeout', stream: 'upstream', toxicity: 0.3, attributes: { timeout: 1500 } } },
-          { proxy: REDIS_PROXY, toxic: { type: 'timeout', stream: 'upstream', toxicity: 0.3, attributes: { timeout: 1500 } } },
+          {
+            proxy: MYSQL_PROXY,
+            toxic: { type: 'timeout', stream: 'upstream', toxicity: 0.3, attributes: { timeout: 1500 } },
+          },
+          {
+            proxy: REDIS_PROXY,
+            toxic: { type: 'timeout', stream: 'upstream', toxicity: 0.3, attributes: { timeout: 1500 } },
+          },
         ]),
     },
     { name: 'kills only', seconds: 14, network: false, linkBroken: false, run: (ctx, ms) => sleep(ms, ctx.stopped) },
@@ -243,7 +275,13 @@ export async function runFaults(ctx: FaultContext, totalMs: number, log: FaultLo
       const phase = cycle[i]!;
       const ms = Math.min(phase.seconds * 1000, end - Date.now());
       if (ms < 1000) break;
-      const window: PhaseWindow = { name: phase.name, startMs: Date.now(), endMs: Date.now(), network: phase.network, linkBroken: phase.linkBroken };
+      const window: PhaseWindow = {
+        name: phase.name,
+        startMs: Date.now(),
+        endMs: Date.now(),
+        network: phase.network,
+        linkBroken: phase.linkBroken,
+      };
       log.phases.push(window);
       ctx.log(`phase: ${phase.name} (${Math.round(ms / 1000)} s)`);
       try {

@@ -13,9 +13,17 @@ export interface Figures {
   throughput: { overallPerS: number; duringFaultsPerS: number };
   enqueueToStartMs: Percentiles;
   /** By the phase an item was enqueued in (latency) or an attempt ended in (expired leases, other failed attempts). */
-  byPhase: Record<string, { enqueued: number; enqueueToStartMs: Percentiles; leasesExpired: number; otherSpentAttempts: number }>;
+  byPhase: Record<
+    string,
+    { enqueued: number; enqueueToStartMs: Percentiles; leasesExpired: number; otherSpentAttempts: number }
+  >;
   rescue: RescueFigures;
-  attempts: { claims: number; extraClaims: number; spentByFaults: Record<string, number>; leaseExpiriesOnLiveWorkers: Record<string, number> };
+  attempts: {
+    claims: number;
+    extraClaims: number;
+    spentByFaults: Record<string, number>;
+    leaseExpiriesOnLiveWorkers: Record<string, number>;
+  };
   faults: Record<string, number>;
   workers: {
     worker: string;
@@ -60,13 +68,22 @@ export interface RescueFigures {
   sigstopRescueMs: Percentiles;
   /** The event loop's delay in the workers (max of each 100 ms window): over all windows, and w0's. */
   eventLoopDelayMs: { all: Percentiles; w0: Percentiles };
-  perKill: { at: string; worker: string; held: number; healthy: number; rescueMaxMs: number | null; boundMinMs: number | null; boundMaxMs: number | null }[];
+  perKill: {
+    at: string;
+    worker: string;
+    held: number;
+    healthy: number;
+    rescueMaxMs: number | null;
+    boundMinMs: number | null;
+    boundMaxMs: number | null;
+  }[];
 }
 
 export function rescueFigures(r: RescueResult, probes: ProbeRecords, faults: FaultLog): RescueFigures {
   const healthy = r.kills.filter((k) => k.clean && k.rescueMs !== undefined);
   const other = r.kills.filter((k) => !k.clean && k.rescueMs !== undefined);
-  const p = (list: readonly KillRescue[], f: (k: KillRescue) => number | undefined): Percentiles => percentiles(list.flatMap((k) => (f(k) === undefined ? [] : [f(k)!])));
+  const p = (list: readonly KillRescue[], f: (k: KillRescue) => number | undefined): Percentiles =>
+    percentiles(list.flatMap((k) => (f(k) === undefined ? [] : [f(k)!])));
   const start = faults.phases[0]?.startMs ?? 0;
   const perKill: RescueFigures['perKill'] = [];
   for (const e of faults.events) {
@@ -100,12 +117,21 @@ export function rescueFigures(r: RescueResult, probes: ProbeRecords, faults: Fau
       announceMs: p(healthy, (k) => k.announceMs),
       reclaimClaimMs: p(healthy, (k) => k.reclaimClaimMs),
       reclaimClaimAllowanceMs: p(healthy, (k) => k.reclaimClaimAllowanceMs),
-      claimAfterCommitMs: p(healthy, (k) => (k.reclaimClaimMs === undefined ? undefined : k.reclaimClaimMs + (k.announceMs ?? 0))),
+      claimAfterCommitMs: p(healthy, (k) =>
+        k.reclaimClaimMs === undefined ? undefined : k.reclaimClaimMs + (k.announceMs ?? 0),
+      ),
       lateLeases: healthy.filter((k) => k.lateLeaseMs !== undefined).length,
     },
-    duringNetworkFaults: { items: other.length, rescueMs: p(other, (k) => k.rescueMs), reclaimMs: p(other, (k) => k.reclaimMs) },
+    duringNetworkFaults: {
+      items: other.length,
+      rescueMs: p(other, (k) => k.rescueMs),
+      reclaimMs: p(other, (k) => k.reclaimMs),
+    },
     sigstopRescueMs: percentiles(r.freezes.flatMap((f) => (f.rescueMs === null ? [] : [f.rescueMs]))),
-    eventLoopDelayMs: { all: percentiles(probes.eld.map((w) => w.maxMs)), w0: percentiles(probes.eld.filter((w) => w.proc.startsWith('w0.')).map((w) => w.maxMs)) },
+    eventLoopDelayMs: {
+      all: percentiles(probes.eld.map((w) => w.maxMs)),
+      w0: percentiles(probes.eld.filter((w) => w.proc.startsWith('w0.')).map((w) => w.maxMs)),
+    },
     perKill,
   };
 }
@@ -122,8 +148,10 @@ export function computeFigures(
   const { items, attempts } = recorded;
   const completed = items.filter((i) => i.state === 'completed');
   const firstClaim = new Map<string, number>();
-  for (const a of attempts) if (a.startedUs !== null) firstClaim.set(a.itemId, Math.min(firstClaim.get(a.itemId) ?? Infinity, a.startedUs));
-  for (const i of items) if (i.startedUs !== null) firstClaim.set(i.id, Math.min(firstClaim.get(i.id) ?? Infinity, i.startedUs));
+  for (const a of attempts)
+    if (a.startedUs !== null) firstClaim.set(a.itemId, Math.min(firstClaim.get(a.itemId) ?? Infinity, a.startedUs));
+  for (const i of items)
+    if (i.startedUs !== null) firstClaim.set(i.id, Math.min(firstClaim.get(i.id) ?? Infinity, i.startedUs));
 
   const waits: number[] = [];
   const waitsByPhase = new Map<string, number[]>();
@@ -140,7 +168,9 @@ export function computeFigures(
   const end = completed.reduce((m, i) => Math.max(m, i.terminalUs ?? 0), 0);
   const faultStart = faults.phases[0]?.startMs ?? 0;
   const faultEnd = faults.phases[faults.phases.length - 1]?.endMs ?? 0;
-  const inFaults = completed.filter((i) => (i.terminalUs ?? 0) >= faultStart * 1000 && (i.terminalUs ?? 0) < faultEnd * 1000).length;
+  const inFaults = completed.filter(
+    (i) => (i.terminalUs ?? 0) >= faultStart * 1000 && (i.terminalUs ?? 0) < faultEnd * 1000,
+  ).length;
 
   const claims = items.reduce((n, i) => n + i.attempt, 0);
 
@@ -161,7 +191,12 @@ export function computeFigures(
     enqueueToStartMs: percentiles(waits),
     byPhase: byPhase(recorded, faults, waitsByPhase),
     rescue,
-    attempts: { claims, extraClaims: claims - items.length, spentByFaults: result.spentByFaults, leaseExpiriesOnLiveWorkers: result.liveLeaseExpiries },
+    attempts: {
+      claims,
+      extraClaims: claims - items.length,
+      spentByFaults: result.spentByFaults,
+      leaseExpiriesOnLiveWorkers: result.liveLeaseExpiries,
+    },
     faults: faultCounts,
     workers: generations.map((g) => ({
       worker: g.worker,
@@ -185,7 +220,8 @@ function byPhase(recorded: Recorded, faults: FaultLog, waits: Map<string, number
   for (const a of recorded.attempts) {
     const e = entry(phaseAt(faults.phases, a.endedUs / 1000));
     if (a.outcome === 'lease_expired') e.leasesExpired++;
-    else if ((a.outcome === 'retried' || a.outcome === 'dead') && !(a.error ?? '').includes('chaos: deliberate')) e.otherSpentAttempts++;
+    else if ((a.outcome === 'retried' || a.outcome === 'dead') && !(a.error ?? '').includes('chaos: deliberate'))
+      e.otherSpentAttempts++;
   }
   return out;
 }

@@ -7,7 +7,15 @@
 import { sql, type Transaction } from 'kysely';
 import { createPool, type Pool } from 'mysql2/promise';
 import { PermanentError, type Job, type JobContext } from '../src/index.js';
-import { CHAOS_QUEUE, CHAOS_TYPE, DELIBERATE_PERMANENT, DELIBERATE_TRANSIENT, EFFECTS_TABLE, wallUs, type ChaosPayload } from './items.js';
+import {
+  CHAOS_QUEUE,
+  CHAOS_TYPE,
+  DELIBERATE_PERMANENT,
+  DELIBERATE_TRANSIENT,
+  EFFECTS_TABLE,
+  wallUs,
+  type ChaosPayload,
+} from './items.js';
 
 type EffectsDb = Record<string, never>;
 
@@ -50,7 +58,9 @@ function work(ms: number, signal: AbortSignal): Promise<void> {
 async function recordEffect(trx: Transaction<EffectsDb>, job: Job<ChaosPayload>, startedUs: number): Promise<void> {
   await sql`INSERT INTO ${table} (item_id, n, k, lane, lane_seq, worker, pid, attempt, started_us, upsert_at)
     VALUES (${job.id}, 1, ${job.payload.k}, ${job.lane}, ${job.laneSeq}, ${worker}, ${process.pid}, ${job.attempt}, ${startedUs}, NOW(6))
-    ON DUPLICATE KEY UPDATE n = n + 1, dup_worker = VALUES(worker), dup_attempt = VALUES(attempt), dup_at = NOW(6)`.execute(trx);
+    ON DUPLICATE KEY UPDATE n = n + 1, dup_worker = VALUES(worker), dup_attempt = VALUES(attempt), dup_at = NOW(6)`.execute(
+    trx,
+  );
 }
 
 async function step(job: Job<ChaosPayload>, ctx: JobContext<EffectsDb>): Promise<void> {

@@ -72,11 +72,16 @@ export function checkInvariants(input: CheckInput): CheckResult {
       c.checked++;
       const item = items.get(id);
       if (!item) c.fail(`item ${id} (k=${k}) was acknowledged to the producer but is not in the ledger`);
-      else if (!terminal.has(item.state)) c.fail(`item ${id} (k=${k}, lane ${item.lane ?? '-'} #${item.laneSeq ?? '-'}) is ${item.state}, attempt ${item.attempt}`);
+      else if (!terminal.has(item.state))
+        c.fail(
+          `item ${id} (k=${k}, lane ${item.lane ?? '-'} #${item.laneSeq ?? '-'}) is ${item.state}, attempt ${item.attempt}`,
+        );
     }
     for (const item of recorded.items) {
-      if (!acknowledgedIds.has(item.id) && !unacknowledged.has(item.k)) c.fail(`item ${item.id} (k=${item.k}) is in the ledger but the producer never had it acknowledged`);
-      if (!acknowledgedIds.has(item.id) && unacknowledged.has(item.k) && !terminal.has(item.state)) c.fail(`item ${item.id} (k=${item.k}, enqueue unacknowledged) is ${item.state}`);
+      if (!acknowledgedIds.has(item.id) && !unacknowledged.has(item.k))
+        c.fail(`item ${item.id} (k=${item.k}) is in the ledger but the producer never had it acknowledged`);
+      if (!acknowledgedIds.has(item.id) && unacknowledged.has(item.k) && !terminal.has(item.state))
+        c.fail(`item ${item.id} (k=${item.k}, enqueue unacknowledged) is ${item.state}`);
     }
     checks.push(c.done());
   }
@@ -89,12 +94,18 @@ export function checkInvariants(input: CheckInput): CheckResult {
       const e = effects.get(item.id);
       if (item.state === 'completed') {
         if (!e) c.fail(`item ${item.id} (k=${item.k}) completed without its effect`);
-        else if (e.n !== 1) c.fail(`item ${item.id} (k=${item.k}): effect committed ${e.n} times (first by ${e.worker} attempt ${e.attempt}, again by ${e.dupWorker} attempt ${e.dupAttempt})`);
+        else if (e.n !== 1)
+          c.fail(
+            `item ${item.id} (k=${item.k}): effect committed ${e.n} times (first by ${e.worker} attempt ${e.attempt}, again by ${e.dupWorker} attempt ${e.dupAttempt})`,
+          );
       } else if (e) {
-        c.fail(`item ${item.id} (k=${item.k}) is ${item.state} (${item.failureClass ?? '-'}) but has an effect (n=${e.n}, by ${e.worker} attempt ${e.attempt})`);
+        c.fail(
+          `item ${item.id} (k=${item.k}) is ${item.state} (${item.failureClass ?? '-'}) but has an effect (n=${e.n}, by ${e.worker} attempt ${e.attempt})`,
+        );
       }
     }
-    for (const e of recorded.effects) if (!items.has(e.itemId)) c.fail(`effect for ${e.itemId} (k=${e.k}) has no ledger item`);
+    for (const e of recorded.effects)
+      if (!items.has(e.itemId)) c.fail(`effect for ${e.itemId} (k=${e.k}) has no ledger item`);
     checks.push(c.done());
   }
 
@@ -112,13 +123,25 @@ export function checkInvariants(input: CheckInput): CheckResult {
         const a = list[i - 1]!;
         const b = list[i]!;
         c.checked++;
-        if (a.k > b.k) c.fail(`lane ${lane}: #${a.laneSeq} is k=${a.k} but #${b.laneSeq} is k=${b.k} (sequence against enqueue order)`);
+        if (a.k > b.k)
+          c.fail(
+            `lane ${lane}: #${a.laneSeq} is k=${a.k} but #${b.laneSeq} is k=${b.k} (sequence against enqueue order)`,
+          );
         const ea = effects.get(a.id);
         const eb = effects.get(b.id);
-        if (ea && eb && ea.upsertUs >= eb.upsertUs) c.fail(`lane ${lane}: effect of #${b.laneSeq} (${b.id}) written at ${iso(eb.upsertUs)}, not after #${a.laneSeq}'s (${a.id}) at ${iso(ea.upsertUs)}`);
+        if (ea && eb && ea.upsertUs >= eb.upsertUs)
+          c.fail(
+            `lane ${lane}: effect of #${b.laneSeq} (${b.id}) written at ${iso(eb.upsertUs)}, not after #${a.laneSeq}'s (${a.id}) at ${iso(ea.upsertUs)}`,
+          );
         const firstClaimOfB = Math.min(...claimTimes(b, attemptsOf.get(b.id) ?? []));
-        if (a.terminalUs !== null && Number.isFinite(firstClaimOfB) && firstClaimOfB < a.terminalUs - CLAIM_CLOCK_SKEW_US) {
-          c.fail(`lane ${lane}: #${b.laneSeq} (${b.id}) claimed at ${iso(firstClaimOfB)}, before #${a.laneSeq} (${a.id}) ended at ${iso(a.terminalUs)}`);
+        if (
+          a.terminalUs !== null &&
+          Number.isFinite(firstClaimOfB) &&
+          firstClaimOfB < a.terminalUs - CLAIM_CLOCK_SKEW_US
+        ) {
+          c.fail(
+            `lane ${lane}: #${b.laneSeq} (${b.id}) claimed at ${iso(firstClaimOfB)}, before #${a.laneSeq} (${a.id}) ended at ${iso(a.terminalUs)}`,
+          );
         }
       }
     }
@@ -127,14 +150,23 @@ export function checkInvariants(input: CheckInput): CheckResult {
 
   // 3b. The lane rows agree with the items: busy exactly while an item is unfinished, one sequence number per item.
   {
-    const c = new CheckBuilder('lane bookkeeping (each lane row: busy exactly while an item is unfinished, next_seq = its last sequence number)');
+    const c = new CheckBuilder(
+      'lane bookkeeping (each lane row: busy exactly while an item is unfinished, next_seq = its last sequence number)',
+    );
     for (const row of recorded.lanes) {
       c.checked++;
       const list = lanes.get(row.lane) ?? [];
       const unfinished = list.filter((i) => !terminal.has(i.state)).length;
-      if ((row.busyFrom !== 0) !== (unfinished > 0)) c.fail(`lane ${row.lane}: busy_from = ${row.busyFrom}, but ${unfinished} of its ${list.length} items are unfinished`);
-      if (row.busyFrom < 0 || row.busyFrom > row.nextSeq) c.fail(`lane ${row.lane}: busy_from = ${row.busyFrom} is no sequence of the lane (next_seq ${row.nextSeq})`);
-      if (row.nextSeq !== list.length) c.fail(`lane ${row.lane}: next_seq (the last sequence number given) = ${row.nextSeq}, but the lane has ${list.length} items`);
+      if ((row.busyFrom !== 0) !== unfinished > 0)
+        c.fail(
+          `lane ${row.lane}: busy_from = ${row.busyFrom}, but ${unfinished} of its ${list.length} items are unfinished`,
+        );
+      if (row.busyFrom < 0 || row.busyFrom > row.nextSeq)
+        c.fail(`lane ${row.lane}: busy_from = ${row.busyFrom} is no sequence of the lane (next_seq ${row.nextSeq})`);
+      if (row.nextSeq !== list.length)
+        c.fail(
+          `lane ${row.lane}: next_seq (the last sequence number given) = ${row.nextSeq}, but the lane has ${list.length} items`,
+        );
     }
     checks.push(c.done());
   }
@@ -151,7 +183,9 @@ export function checkInvariants(input: CheckInput): CheckResult {
         if (!eb || b.state !== 'completed' || a.terminalUs === null) continue;
         c.checked++;
         if (eb.startedUs + toleranceUs < a.terminalUs) {
-          c.fail(`lane ${lane}: #${b.laneSeq} (${b.id}) started its committed attempt at ${iso(eb.startedUs)} (${eb.worker}), before #${a.laneSeq} (${a.id}) committed at ${iso(a.terminalUs)}`);
+          c.fail(
+            `lane ${lane}: #${b.laneSeq} (${b.id}) started its committed attempt at ${iso(eb.startedUs)} (${eb.worker}), before #${a.laneSeq} (${a.id}) committed at ${iso(a.terminalUs)}`,
+          );
         }
       }
     }
@@ -163,8 +197,11 @@ export function checkInvariants(input: CheckInput): CheckResult {
     const c = new CheckBuilder('attempts within budget');
     for (const item of recorded.items) {
       c.checked++;
-      if (item.attempt > item.maxAttempts) c.fail(`item ${item.id}: attempt ${item.attempt} > budget ${item.maxAttempts}`);
-      for (const a of attemptsOf.get(item.id) ?? []) if (a.attempt > item.maxAttempts) c.fail(`item ${item.id}: history has attempt ${a.attempt} (${a.outcome}) > budget ${item.maxAttempts}`);
+      if (item.attempt > item.maxAttempts)
+        c.fail(`item ${item.id}: attempt ${item.attempt} > budget ${item.maxAttempts}`);
+      for (const a of attemptsOf.get(item.id) ?? [])
+        if (a.attempt > item.maxAttempts)
+          c.fail(`item ${item.id}: history has attempt ${a.attempt} (${a.outcome}) > budget ${item.maxAttempts}`);
     }
     checks.push(c.done());
   }
@@ -179,7 +216,9 @@ export function checkInvariants(input: CheckInput): CheckResult {
       else if (item.kind === 'permanent' && (item.state !== 'dead' || item.failureClass !== 'permanent')) {
         c.fail(`item ${item.id} (deliberately permanent) ended ${item.state} / ${item.failureClass ?? '-'}`);
       } else if (item.kind !== 'permanent') {
-        c.fail(`item ${item.id} (k=${item.k}, ${item.kind}) died: class ${item.failureClass}, after ${item.attempt} attempts: ${firstLine(item.lastError).slice(0, 160)}`);
+        c.fail(
+          `item ${item.id} (k=${item.k}, ${item.kind}) died: class ${item.failureClass}, after ${item.attempt} attempts: ${firstLine(item.lastError).slice(0, 160)}`,
+        );
       }
     }
     checks.push(c.done());
@@ -190,12 +229,17 @@ export function checkInvariants(input: CheckInput): CheckResult {
   const spentByFaults: Record<string, number> = {};
   const liveLeaseExpiries: Record<string, number> = {};
   {
-    const c = new CheckBuilder('faults spend no handler attempts (only the expired leases of killed or frozen holders, or of live ones behind a broken link)');
+    const c = new CheckBuilder(
+      'faults spend no handler attempts (only the expired leases of killed or frozen holders, or of live ones behind a broken link)',
+    );
     for (const a of recorded.attempts) {
       c.checked++;
-      if (a.outcome === 'released' || a.outcome === 'completed' || a.outcome === 'blocked' || a.outcome === 'skipped') continue;
+      if (a.outcome === 'released' || a.outcome === 'completed' || a.outcome === 'blocked' || a.outcome === 'skipped')
+        continue;
       if (isDeliberate(a.error)) continue;
-      const key = `${a.outcome}: ${a.failureClass ?? '-'}: ${firstLine(a.error).replace(/:\d+:[0-9a-f]+ /g, ':<pid>:<id> ').slice(0, 100)}`;
+      const key = `${a.outcome}: ${a.failureClass ?? '-'}: ${firstLine(a.error)
+        .replace(/:\d+:[0-9a-f]+ /g, ':<pid>:<id> ')
+        .slice(0, 100)}`;
       spentByFaults[key] = (spentByFaults[key] ?? 0) + 1;
       if (a.outcome === 'lease_expired') {
         if (faultOf.has(a)) continue;
@@ -204,15 +248,19 @@ export function checkInvariants(input: CheckInput): CheckResult {
         liveLeaseExpiries[name] = (liveLeaseExpiries[name] ?? 0) + 1;
         // The link may have broken just before the phase the reclaim fell in.
         const endedMs = a.endedUs / 1000;
-        if (faults.phases.some((w) => w.linkBroken && w.startMs < endedMs && w.endMs > endedMs - reclaimWindowMs)) continue;
-        c.fail(`item ${a.itemId} attempt ${a.attempt}: the lease of a live holder (${a.worker ?? '?'}) expired at ${iso(a.endedUs)}, during "${name}"`);
+        if (faults.phases.some((w) => w.linkBroken && w.startMs < endedMs && w.endMs > endedMs - reclaimWindowMs))
+          continue;
+        c.fail(
+          `item ${a.itemId} attempt ${a.attempt}: the lease of a live holder (${a.worker ?? '?'}) expired at ${iso(a.endedUs)}, during "${name}"`,
+        );
         continue;
       }
-      c.fail(`item ${a.itemId} attempt ${a.attempt} ${a.outcome} (${a.failureClass ?? '-'}) at ${iso(a.endedUs)} by ${a.worker ?? '?'}: ${firstLine(a.error).slice(0, 160)}`);
+      c.fail(
+        `item ${a.itemId} attempt ${a.attempt} ${a.outcome} (${a.failureClass ?? '-'}) at ${iso(a.endedUs)} by ${a.worker ?? '?'}: ${firstLine(a.error).slice(0, 160)}`,
+      );
     }
     checks.push(c.done());
   }
 
   return { checks, spentByFaults, liveLeaseExpiries };
 }
-

@@ -37,7 +37,12 @@ export interface EnqueuedRecord {
 }
 
 /** Items are placed and typed from the seed, so a run can be repeated. */
-export function planItem(k: number, lanes: number, random: () => number, work: { min: number; max: number }): {
+export function planItem(
+  k: number,
+  lanes: number,
+  random: () => number,
+  work: { min: number; max: number },
+): {
   lane: string | null;
   payload: ChaosPayload;
 } {

@@ -138,7 +138,9 @@ export async function killLoop(ctx: FaultContext, log: FaultLog, end: number): P
         );
       }
     } else {
-      log.skipped.push(`SIGKILL at +${Math.round((Date.now() - (log.phases[0]?.startMs ?? Date.now())) / 1000)} s: no running worker`);
+      log.skipped.push(
+        `SIGKILL at +${Math.round((Date.now() - (log.phases[0]?.startMs ?? Date.now())) / 1000)} s: no running worker`,
+      );
     }
     await sleep(gapMs, ctx.stopped);
   }

@@ -37,7 +37,15 @@ export const SABOTAGES = ['effect-outside-tx', 'slow-reconcile', 'skip-reclaimed
 export type Sabotage = (typeof SABOTAGES)[number];
 
 const SHORT = { workers: 3, concurrency: 16, items: 3000, lanes: 40, faultSeconds: 80, drainSeconds: 60, poolSize: 10 };
-const LONG = { workers: 4, concurrency: 32, items: 100_000, lanes: 400, faultSeconds: 600, drainSeconds: 300, poolSize: 16 };
+const LONG = {
+  workers: 4,
+  concurrency: 32,
+  items: 100_000,
+  lanes: 400,
+  faultSeconds: 600,
+  drainSeconds: 300,
+  poolSize: 16,
+};
 
 export const HELP = `npm run chaos [-- options]
 

@@ -90,7 +90,14 @@ export function addLine(out: ProbeRecords, proc: string, line: ProbeLine): void 
       out.reads.push({ ...(line.m as WakeReadMessage), proc });
       break;
     case 'eld':
-      out.eld.push({ proc, fromMs: line.fromMs, toMs: line.toMs, maxMs: line.maxMs, p99Ms: line.p99Ms, meanMs: line.meanMs });
+      out.eld.push({
+        proc,
+        fromMs: line.fromMs,
+        toMs: line.toMs,
+        maxMs: line.maxMs,
+        p99Ms: line.p99Ms,
+        meanMs: line.meanMs,
+      });
       break;
   }
 }

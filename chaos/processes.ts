@@ -17,7 +17,12 @@ export async function killEverything(): Promise<void> {
   await Promise.all([...live].map((p) => p.kill('SIGKILL')));
 }
 
-export async function waitUntil(check: () => Promise<boolean | void> | boolean | void, timeoutMs: number, what: string, everyMs = 50): Promise<void> {
+export async function waitUntil(
+  check: () => Promise<boolean | void> | boolean | void,
+  timeoutMs: number,
+  what: string,
+  everyMs = 50,
+): Promise<void> {
   const deadline = Date.now() + timeoutMs;
   for (;;) {
     if (await check()) return;
@@ -51,7 +56,11 @@ export class ManagedProcess {
     options: ManagedOptions,
   ) {
     this.log = createWriteStream(options.logFile, { flags: 'a' });
-    this.proc = spawn(command, [...args], { cwd: options.cwd, env: options.env ?? process.env, stdio: ['ignore', 'pipe', 'pipe'] });
+    this.proc = spawn(command, [...args], {
+      cwd: options.cwd,
+      env: options.env ?? process.env,
+      stdio: ['ignore', 'pipe', 'pipe'],
+    });
     live.add(this);
     this.exited = new Promise((resolve) => {
       this.proc.once('exit', (code, signal) => {
@@ -91,7 +100,8 @@ export class ManagedProcess {
 
   /** Throws if the process has exited: for readiness waits. */
   failIfExited(): false {
-    if (!this.running) throw new Error(`${this.label} exited (code ${this.proc.exitCode}, signal ${this.proc.signalCode})`);
+    if (!this.running)
+      throw new Error(`${this.label} exited (code ${this.proc.exitCode}, signal ${this.proc.signalCode})`);
     return false;
   }
 
@@ -147,7 +157,20 @@ export class PrivateRedis {
     const proc = new ManagedProcess(
       'redis-server',
       'redis-server',
-      ['--port', String(this.port), '--bind', '127.0.0.1', '--save', '', '--appendonly', 'no', '--daemonize', 'no', '--dir', this.dir],
+      [
+        '--port',
+        String(this.port),
+        '--bind',
+        '127.0.0.1',
+        '--save',
+        '',
+        '--appendonly',
+        'no',
+        '--daemonize',
+        'no',
+        '--dir',
+        this.dir,
+      ],
       { logFile: this.logFile },
     );
     this.proc = proc;

@@ -50,7 +50,9 @@ async function main(): Promise<void> {
   });
 
   const random = seededRandom(config.seed ^ 0x5eed);
-  const planned = Array.from({ length: config.items }, (_, k) => planItem(k, config.lanes, random, { min: config.workMinMs, max: config.workMaxMs }));
+  const planned = Array.from({ length: config.items }, (_, k) =>
+    planItem(k, config.lanes, random, { min: config.workMinMs, max: config.workMaxMs }),
+  );
   const keyOf = (k: number): string => `chaos-${config.seed}-${k}`;
   let next = 0;
   let failures = 0;
@@ -60,7 +62,10 @@ async function main(): Promise<void> {
   emit({ event: 'ready' });
 
   while (next < planned.length && !stopping) {
-    const due = Math.min(planned.length, Math.ceil((config.items * (Date.now() - started + TICK_MS)) / config.windowMs));
+    const due = Math.min(
+      planned.length,
+      Math.ceil((config.items * (Date.now() - started + TICK_MS)) / config.windowMs),
+    );
     if (due <= next) {
       await sleep(TICK_MS);
       continue;
@@ -82,7 +87,14 @@ async function main(): Promise<void> {
         const results = await producer.enqueueMany(inputs);
         const lines = results.map((r, i) => {
           const k = ks[i]!;
-          const line: EnqueuedRecord = { k, id: r.id, lane: planned[k]!.lane, laneSeq: r.laneSeq, kind: planned[k]!.payload.kind, duplicate: r.duplicate };
+          const line: EnqueuedRecord = {
+            k,
+            id: r.id,
+            lane: planned[k]!.lane,
+            laneSeq: r.laneSeq,
+            kind: planned[k]!.payload.kind,
+            duplicate: r.duplicate,
+          };
           return JSON.stringify(line);
         });
         record.write(`${lines.join('\n')}\n`);

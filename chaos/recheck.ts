@@ -32,8 +32,19 @@ const db = new ChaosDatabase(runId);
 try {
   const recorded = await readRecorded(db);
   const probes = readProbes(runDir);
-  const faultOf = faultOfExpiries(recorded, faults, reclaimWindowMs(probes, options.leaseMs, options.reconcileIntervalMs));
-  const r = checkRescue({ recorded, faults, probes, leaseMs: options.leaseMs, intervalMs: options.reconcileIntervalMs, faultOf });
+  const faultOf = faultOfExpiries(
+    recorded,
+    faults,
+    reclaimWindowMs(probes, options.leaseMs, options.reconcileIntervalMs),
+  );
+  const r = checkRescue({
+    recorded,
+    faults,
+    probes,
+    leaseMs: options.leaseMs,
+    intervalMs: options.reconcileIntervalMs,
+    faultOf,
+  });
   if (flag === '--items') for (const k of r.kills) process.stdout.write(`${JSON.stringify(k)}\n`);
   for (const c of r.checks) {
     process.stdout.write(`${c.ok ? 'ok  ' : 'FAIL'}  ${c.name}  [${c.checked} checked, ${c.violations} violations]\n`);

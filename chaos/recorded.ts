@@ -81,7 +81,10 @@ export async function readRecorded(db: ChaosDatabase): Promise<Recorded> {
     `SELECT item_id, n, k, lane, lane_seq, worker, attempt, started_us, ${us('upsert_at')} AS upsert_us, dup_worker, dup_attempt
      FROM \`${db.name}\`.${EFFECTS_TABLE}`,
   );
-  const lanes = await db.query<RowDataPacket>(`SELECT lane, next_seq, busy_from FROM \`${db.name}\`.lw_lanes WHERE queue = ?`, [CHAOS_QUEUE]);
+  const lanes = await db.query<RowDataPacket>(
+    `SELECT lane, next_seq, busy_from FROM \`${db.name}\`.lw_lanes WHERE queue = ?`,
+    [CHAOS_QUEUE],
+  );
   return {
     lanes: lanes.map((r) => ({ lane: String(r.lane), nextSeq: num(r.next_seq), busyFrom: num(r.busy_from) })),
     items: items.map((r) => {

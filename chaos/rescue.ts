@@ -43,7 +43,14 @@
 import { CheckBuilder, claimTimes, iso, overlapsNetworkFault, pidOf, pushTo, type Check } from './check-kit.js';
 import type { FaultEvent, FaultLog, HeldAtKill } from './faults.js';
 import { CHAOS_QUEUE } from './items.js';
-import { byProc, eldAround, firstAtOrAfter, type PassRecord, type ProbeRecords, type RoundRecord } from './probe-records.js';
+import {
+  byProc,
+  eldAround,
+  firstAtOrAfter,
+  type PassRecord,
+  type ProbeRecords,
+  type RoundRecord,
+} from './probe-records.js';
 import type { AttemptRow, ItemRow, Recorded } from './recorded.js';
 
 /**
@@ -133,14 +140,19 @@ export interface RescueResult {
  * holder's process before the expiry; a frozen holder's only if reclaimed
  * within `reclaimWindowMs` of the thaw.
  */
-export function faultOfExpiries(recorded: Recorded, faults: FaultLog, reclaimWindowMs: number): Map<AttemptRow, FaultEvent> {
+export function faultOfExpiries(
+  recorded: Recorded,
+  faults: FaultLog,
+  reclaimWindowMs: number,
+): Map<AttemptRow, FaultEvent> {
   const hits = faults.events.filter((e) => e.kind === 'sigkill' || e.kind === 'sigstop');
   const out = new Map<AttemptRow, FaultEvent>();
   for (const a of recorded.attempts) {
     if (a.outcome !== 'lease_expired') continue;
     const pid = pidOf(a.worker);
     let best: FaultEvent | undefined;
-    for (const h of hits) if (h.pid === pid && h.startMs * 1000 <= a.endedUs && (!best || h.startMs > best.startMs)) best = h;
+    for (const h of hits)
+      if (h.pid === pid && h.startMs * 1000 <= a.endedUs && (!best || h.startMs > best.startMs)) best = h;
     if (best && (best.kind === 'sigkill' || a.endedUs <= (best.endMs + reclaimWindowMs) * 1000)) out.set(a, best);
   }
   return out;
@@ -181,12 +193,23 @@ function index(recorded: Recorded, probes: ProbeRecords): Index {
   const attemptsOf = new Map<string, AttemptRow[]>();
   for (const a of recorded.attempts) pushTo(attemptsOf, a.itemId, a);
   const claims: Index['claims'] = [];
-  for (const item of recorded.items) for (const us of new Set(claimTimes(item, attemptsOf.get(item.id) ?? []))) claims.push({ us, id: item.id });
+  for (const item of recorded.items)
+    for (const us of new Set(claimTimes(item, attemptsOf.get(item.id) ?? []))) claims.push({ us, id: item.id });
   claims.sort((a, b) => a.us - b.us);
   const reclaimedIn = new Map<string, PassRecord[]>();
-  for (const p of probes.passes) for (const q of p.queues) if (q.queue === CHAOS_QUEUE) for (const id of q.reclaimed) pushTo(reclaimedIn, id, p);
+  for (const p of probes.passes)
+    for (const q of p.queues) if (q.queue === CHAOS_QUEUE) for (const id of q.reclaimed) pushTo(reclaimedIn, id, p);
   const longestRoundMs = probes.rounds.reduce((m, r) => Math.max(m, r.endedAtMs - r.startedAtMs), 0);
-  return { items, attemptsOf, claims, passesByProc: byProc(probes.passes), reclaimedIn, rounds: probes.rounds, longestRoundMs, eldByProc: byProc(probes.eld) };
+  return {
+    items,
+    attemptsOf,
+    claims,
+    passesByProc: byProc(probes.passes),
+    reclaimedIn,
+    rounds: probes.rounds,
+    longestRoundMs,
+    eldByProc: byProc(probes.eld),
+  };
 }
 
 /**
@@ -213,7 +236,18 @@ function reclaimAllowance(ix: Index, E: number, intervalMs: number): ReclaimAllo
   const interval = firstPass ? Math.max(0, P.dueAtMs - E) : intervalMs;
   const tailMs = firstPass ? 0 : Math.max(0, P0.endedAtMs - E);
   const boundMs = Math.min(doneMs, E + interval + tailMs + timerLagMs + workMs);
-  return { proc, passStartedAtMs: P.startedAtMs, intervalMs: interval, firstPass, tailMs, timerLagMs, workMs, passIntervalMs: P.intervalMs, doneMs, boundMs };
+  return {
+    proc,
+    passStartedAtMs: P.startedAtMs,
+    intervalMs: interval,
+    firstPass,
+    tailMs,
+    timerLagMs,
+    workMs,
+    passIntervalMs: P.intervalMs,
+    doneMs,
+    boundMs,
+  };
 }
 
 interface ReclaimClaim {
@@ -245,7 +279,10 @@ function reclaimClaimAllowance(ix: Index, h: HeldAtKill, R: number, claimUs: num
     if (earlier >= Math.ceil(general / 2)) continue;
     skipped = { round: C, eldMs, general, earlier };
   }
-  claimedBy ??= ix.rounds.find((r) => r.claimed.includes(h.id) && r.endedAtMs * 1000 + CLOCK_MS * 1000 >= claimUs && r.startedAtMs * 1000 <= claimUs);
+  claimedBy ??= ix.rounds.find(
+    (r) =>
+      r.claimed.includes(h.id) && r.endedAtMs * 1000 + CLOCK_MS * 1000 >= claimUs && r.startedAtMs * 1000 <= claimUs,
+  );
   const boundMs = skipped ? skipped.round.endedAtMs : claimedBy ? claimedBy.endedAtMs : claimUs / 1000;
   return { boundMs, claimedBy, ...(skipped ? { skipped } : {}) };
 }
@@ -265,7 +302,11 @@ function racingSince(ix: Index, i: number, eldMs: number): number {
   let since = readFrom;
   for (let j = i - 1; j >= 0 && ix.rounds[j]!.startedAtMs >= readFrom - ix.longestRoundMs; j--) {
     const r = ix.rounds[j]!;
-    if (r.endedAtMs >= readFrom) since = Math.min(since, r.startedAtMs - (eldAround(ix.eldByProc.get(r.proc) ?? [], r.startedAtMs, r.endedAtMs) ?? 0));
+    if (r.endedAtMs >= readFrom)
+      since = Math.min(
+        since,
+        r.startedAtMs - (eldAround(ix.eldByProc.get(r.proc) ?? [], r.startedAtMs, r.endedAtMs) ?? 0),
+      );
   }
   return since;
 }
@@ -289,7 +330,15 @@ const ms = (x: number): string => `${Math.round(x)} ms`;
 function followItem(ix: Index, input: RescueInput, kill: FaultEvent, h: HeldAtKill): KillRescue {
   const K = kill.startMs;
   const E = h.leaseUntilUs / 1000;
-  const base: KillRescue = { worker: kill.worker ?? '?', pid: kill.pid ?? -1, killAtMs: K, itemId: h.id, clean: false, outcome: 'never reclaimed', leaseEndMs: E - K };
+  const base: KillRescue = {
+    worker: kill.worker ?? '?',
+    pid: kill.pid ?? -1,
+    killAtMs: K,
+    itemId: h.id,
+    clean: false,
+    outcome: 'never reclaimed',
+    leaseEndMs: E - K,
+  };
   const attempts = ix.attemptsOf.get(h.id) ?? [];
   const item = ix.items.get(h.id);
   const row = attempts.find((a) => a.attempt === h.attempt && a.outcome === 'lease_expired');
@@ -297,15 +346,24 @@ function followItem(ix: Index, input: RescueInput, kill: FaultEvent, h: HeldAtKi
   if (!row) {
     // A finalize the dead worker had sent before it died, committed by the ledger after the read: not a rescue.
     // (A completion writes no history row: the item itself ended on that attempt.)
-    const settled = attempts.some((a) => a.attempt === h.attempt) || (item?.attempt === h.attempt && item.state !== 'processing' && item.state !== 'pending');
+    const settled =
+      attempts.some((a) => a.attempt === h.attempt) ||
+      (item?.attempt === h.attempt && item.state !== 'processing' && item.state !== 'pending');
     return { ...base, clean: cleanUntil(E), outcome: settled ? 'settled in flight' : 'never reclaimed' };
   }
   const reclaimUs = row.endedUs;
-  const out: KillRescue = { ...base, outcome: 'rescued', reclaimMs: reclaimUs / 1000 - K, reclaimLatenessMs: reclaimUs / 1000 - E };
+  const out: KillRescue = {
+    ...base,
+    outcome: 'rescued',
+    reclaimMs: reclaimUs / 1000 - K,
+    reclaimLatenessMs: reclaimUs / 1000 - E,
+  };
   if (E - K > input.leaseMs) out.lateLeaseMs = E - K - input.leaseMs;
   const a = reclaimAllowance(ix, E, input.intervalMs);
   if (a) Object.assign(out, { reclaim: a, reclaimAllowanceMs: a.boundMs - E });
-  const pass = (ix.reclaimedIn.get(h.id) ?? []).find((p) => (p.queues.find((q) => q.queue === CHAOS_QUEUE)?.reclaimedAtMs ?? -Infinity) >= reclaimUs / 1000 - CLOCK_MS);
+  const pass = (ix.reclaimedIn.get(h.id) ?? []).find(
+    (p) => (p.queues.find((q) => q.queue === CHAOS_QUEUE)?.reclaimedAtMs ?? -Infinity) >= reclaimUs / 1000 - CLOCK_MS,
+  );
   const R = pass?.queues.find((q) => q.queue === CHAOS_QUEUE)?.reclaimedAtMs ?? reclaimUs / 1000;
   if (pass) out.reclaimedBy = pass.proc;
   out.announceMs = R - reclaimUs / 1000;
@@ -315,21 +373,33 @@ function followItem(ix: Index, input: RescueInput, kill: FaultEvent, h: HeldAtKi
   const b = reclaimClaimAllowance(ix, h, R, next);
   out.reclaimClaimMs = next / 1000 - R;
   out.reclaimClaimAllowanceMs = b.boundMs - R;
-  if (b.claimedBy) out.claimedBy = `${b.claimedBy.proc} (round ${iso(b.claimedBy.startedAtMs * 1000)}, ${b.claimedBy.targeted > 0 ? `${b.claimedBy.targeted} named` : 'general'})`;
+  if (b.claimedBy)
+    out.claimedBy = `${b.claimedBy.proc} (round ${iso(b.claimedBy.startedAtMs * 1000)}, ${b.claimedBy.targeted > 0 ? `${b.claimedBy.targeted} named` : 'general'})`;
   if (b.skipped) {
     const s = b.skipped;
     out.skippedBy = `${s.round.proc}'s round ${iso(s.round.startedAtMs * 1000)}-${iso(s.round.endedAtMs * 1000)} (event-loop delay ${s.eldMs} ms) claimed ${s.general} items beyond the ${s.round.targeted} it was named, ${s.earlier} claimed then due no later than it`;
   }
   out.rescueMs = next / 1000 - K;
-  if (a) out.rescueBoundMs = input.leaseMs + (out.lateLeaseMs ?? 0) + (out.reclaimAllowanceMs ?? 0) + out.announceMs + out.reclaimClaimAllowanceMs;
+  if (a)
+    out.rescueBoundMs =
+      input.leaseMs +
+      (out.lateLeaseMs ?? 0) +
+      (out.reclaimAllowanceMs ?? 0) +
+      out.announceMs +
+      out.reclaimClaimAllowanceMs;
   return out;
 }
 
 function describeReclaim(r: KillRescue, E: number): string {
   const a = r.reclaim;
   if (!a) return 'no pass of any worker started after its lease ran out';
-  const interval = a.firstPass ? `${ms(a.intervalMs)} until ${a.proc}'s first pass was due` : `interval ${ms(a.intervalMs)} (the pass says ${ms(a.passIntervalMs)})`;
-  const late = a.passStartedAtMs - E > a.intervalMs + a.tailMs + a.timerLagMs ? `, which started ${ms(a.passStartedAtMs - E)} after the lease ran out` : '';
+  const interval = a.firstPass
+    ? `${ms(a.intervalMs)} until ${a.proc}'s first pass was due`
+    : `interval ${ms(a.intervalMs)} (the pass says ${ms(a.passIntervalMs)})`;
+  const late =
+    a.passStartedAtMs - E > a.intervalMs + a.tailMs + a.timerLagMs
+      ? `, which started ${ms(a.passStartedAtMs - E)} after the lease ran out`
+      : '';
   return `allowance ${ms(r.reclaimAllowanceMs ?? 0)} = ${interval} + tail ${ms(a.tailMs)} + timer lag ${ms(a.timerLagMs)} + work ${ms(a.workMs)}, from ${a.proc}'s pass started ${iso(a.passStartedAtMs * 1000)}, the first after it${late}; its reclaim step ended ${ms(a.doneMs - E)} after it`;
 }
 
@@ -339,38 +409,64 @@ export function checkRescue(input: RescueInput): RescueResult {
   let idleKills = 0;
   for (const e of input.faults.events) {
     if (e.kind !== 'sigkill' || !e.held) continue;
-    if (e.held.length === 0 && !overlapsNetworkFault(input.faults.phases, e.startMs - input.leaseMs, e.startMs + input.leaseMs)) idleKills++;
+    if (
+      e.held.length === 0 &&
+      !overlapsNetworkFault(input.faults.phases, e.startMs - input.leaseMs, e.startMs + input.leaseMs)
+    )
+      idleKills++;
     for (const h of e.held) kills.push(followItem(ix, input, e, h));
   }
   const clean = kills.filter((k) => k.clean && k.outcome !== 'settled in flight' && k.outcome !== 'dead');
-  const who = (k: KillRescue): string => `item ${k.itemId} held by ${k.worker} (pid ${k.pid}), SIGKILL at ${iso(k.killAtMs * 1000)}, lease to +${ms(k.leaseEndMs)}`;
+  const who = (k: KillRescue): string =>
+    `item ${k.itemId} held by ${k.worker} (pid ${k.pid}), SIGKILL at ${iso(k.killAtMs * 1000)}, lease to +${ms(k.leaseEndMs)}`;
 
-  const a = new CheckBuilder('rescue (a): reclaimed by the first reconciler pass, of any live worker, after the lease ran out (healthy network)');
+  const a = new CheckBuilder(
+    'rescue (a): reclaimed by the first reconciler pass, of any live worker, after the lease ran out (healthy network)',
+  );
   for (const k of clean) {
     a.checked++;
     if (k.reclaimMs === undefined) a.fail(`${who(k)}: never reclaimed`);
-    else if (!k.reclaim || k.reclaimLatenessMs! > k.reclaimAllowanceMs! + CLOCK_MS) a.fail(`${who(k)}: reclaimed ${ms(k.reclaimLatenessMs!)} after it by ${k.reclaimedBy ?? 'an unrecorded pass'}; ${describeReclaim(k, k.killAtMs + k.leaseEndMs)}`);
+    else if (!k.reclaim || k.reclaimLatenessMs! > k.reclaimAllowanceMs! + CLOCK_MS)
+      a.fail(
+        `${who(k)}: reclaimed ${ms(k.reclaimLatenessMs!)} after it by ${k.reclaimedBy ?? 'an unrecorded pass'}; ${describeReclaim(k, k.killAtMs + k.leaseEndMs)}`,
+      );
   }
-  const b = new CheckBuilder('rescue (b): claimed again by the next claim round that had to take it, once reclaimed (healthy network)');
+  const b = new CheckBuilder(
+    'rescue (b): claimed again by the next claim round that had to take it, once reclaimed (healthy network)',
+  );
   for (const k of clean) {
     if (k.reclaimMs === undefined) continue;
     b.checked++;
     if (k.reclaimClaimMs === undefined) b.fail(`${who(k)}: reclaimed, never claimed again`);
-    else if (k.skippedBy) b.fail(`${who(k)}: claimed ${ms(k.reclaimClaimMs)} after its reclaim was announced, by ${k.claimedBy ?? 'an unrecorded round'}; skipped by ${k.skippedBy}`);
+    else if (k.skippedBy)
+      b.fail(
+        `${who(k)}: claimed ${ms(k.reclaimClaimMs)} after its reclaim was announced, by ${k.claimedBy ?? 'an unrecorded round'}; skipped by ${k.skippedBy}`,
+      );
   }
-  const c = new CheckBuilder('rescue (c): claimed again within lease + the wait for the pass (<= interval + tail + timer lag) + its work + announce + re-claim, as measured (healthy network)');
+  const c = new CheckBuilder(
+    'rescue (c): claimed again within lease + the wait for the pass (<= interval + tail + timer lag) + its work + announce + re-claim, as measured (healthy network)',
+  );
   for (const k of clean) {
     c.checked++;
     if (k.rescueMs === undefined || k.rescueBoundMs === undefined) c.fail(`${who(k)}: ${k.outcome}`);
     // One CLOCK_MS for each ms-stamped end it is made of: (a)'s and (b)'s.
     else if (k.rescueMs > k.rescueBoundMs + 2 * CLOCK_MS) {
-      c.fail(`${who(k)}: claimed again after ${ms(k.rescueMs)}, bound ${ms(k.rescueBoundMs)} = lease ${input.leaseMs}${k.lateLeaseMs ? ` + ${ms(k.lateLeaseMs)} past it` : ''} + reclaim ${ms(k.reclaimAllowanceMs!)} + announce ${ms(k.announceMs!)} + re-claim ${ms(k.reclaimClaimAllowanceMs!)}`);
+      c.fail(
+        `${who(k)}: claimed again after ${ms(k.rescueMs)}, bound ${ms(k.rescueBoundMs)} = lease ${input.leaseMs}${k.lateLeaseMs ? ` + ${ms(k.lateLeaseMs)} past it` : ''} + reclaim ${ms(k.reclaimAllowanceMs!)} + announce ${ms(k.announceMs!)} + re-claim ${ms(k.reclaimClaimAllowanceMs!)}`,
+      );
     }
   }
   const checks = [a.done(), b.done(), c.done()];
-  const cleanKills = input.faults.events.filter((e) => e.kind === 'sigkill' && !overlapsNetworkFault(input.faults.phases, e.startMs - input.leaseMs, e.startMs + input.leaseMs)).length;
+  const cleanKills = input.faults.events.filter(
+    (e) =>
+      e.kind === 'sigkill' &&
+      !overlapsNetworkFault(input.faults.phases, e.startMs - input.leaseMs, e.startMs + input.leaseMs),
+  ).length;
   if (clean.length === 0) {
-    const why = cleanKills === 0 ? 'no SIGKILL fell on a healthy network' : `${cleanKills} SIGKILLs on a healthy network, none holding work when it died (${idleKills} found nothing held)`;
+    const why =
+      cleanKills === 0
+        ? 'no SIGKILL fell on a healthy network'
+        : `${cleanKills} SIGKILLs on a healthy network, none holding work when it died (${idleKills} found nothing held)`;
     for (const x of checks) x.examples.push(`${why}: not measured`);
   }
   return { checks, kills, freezes: freezeRescues(ix, input.faultOf), idleKills };
@@ -382,7 +478,12 @@ function freezeRescues(ix: Index, faultOf: ReadonlyMap<AttemptRow, FaultEvent>):
   for (const [row, hit] of faultOf) {
     if (hit.kind !== 'sigstop') continue;
     const next = ix.claims.find((c) => c.id === row.itemId && c.us > row.endedUs)?.us ?? null;
-    out.push({ worker: hit.worker ?? '?', itemId: row.itemId, reclaimMs: row.endedUs / 1000 - hit.startMs, rescueMs: next === null ? null : next / 1000 - hit.startMs });
+    out.push({
+      worker: hit.worker ?? '?',
+      itemId: row.itemId,
+      reclaimMs: row.endedUs / 1000 - hit.startMs,
+      rescueMs: next === null ? null : next / 1000 - hit.startMs,
+    });
   }
   return out;
 }

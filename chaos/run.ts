@@ -99,7 +99,11 @@ async function main(): Promise<number> {
   const runDir = mkdtempSync(join(tmpdir(), `lanewake-chaos-${runId}-`));
   keepRunDir = options.keep;
   keepRequested = options.keep;
-  cleanups.push({ what: 'run directory', run: async () => (keepRunDir ? say(`logs and records kept in ${runDir}`) : rmSync(runDir, { recursive: true, force: true })) });
+  cleanups.push({
+    what: 'run directory',
+    run: async () =>
+      keepRunDir ? say(`logs and records kept in ${runDir}`) : rmSync(runDir, { recursive: true, force: true }),
+  });
   const random = seededRandom(options.seed);
   say(
     `${options.long ? 'long' : 'short'} form, seed ${options.seed}: ${options.workers} workers x ${options.concurrency}, ${options.items} items over ${options.lanes} lanes, ` +
@@ -125,9 +129,14 @@ async function main(): Promise<number> {
   await proxy.createProxy(REDIS_PROXY, redisProxyPort, `127.0.0.1:${redis.port}`);
 
   const db = new ChaosDatabase(runId);
-  cleanups.push({ what: `database ${db.name}`, run: async () => (options.keep ? say(`database ${db.name} kept`) : db.drop()) });
+  cleanups.push({
+    what: `database ${db.name}`,
+    run: async () => (options.keep ? say(`database ${db.name} kept`) : db.drop()),
+  });
   await db.create();
-  say(`database ${db.name}, worker user ${db.user}; proxies: MariaDB :${mysqlPort}, Redis :${redisProxyPort} (redis-server :${redis.port})`);
+  say(
+    `database ${db.name}, worker user ${db.user}; proxies: MariaDB :${mysqlPort}, Redis :${redisProxyPort} (redis-server :${redis.port})`,
+  );
 
   const keyPrefix = `lwchaos:${runId}:`;
   const fleet = new Fleet(
@@ -164,8 +173,12 @@ async function main(): Promise<number> {
         const what = `${slot.name}.g${g?.gen} (pid ${g?.pid}) ${JSON.stringify(g?.exit)}: ${g ? lastLine(g.logFile) : ''}`;
         if (g?.readyAtMs === undefined) failedStarts.push(what);
         else unplannedExits.push(what);
-        say(`${slot.name} ${g?.readyAtMs === undefined ? 'failed to start' : 'exited by itself'} (${JSON.stringify(g?.exit)}): starting it again`);
-        await slot.start().catch((error: unknown) => say(`restart of ${slot.name} failed: ${(error as Error).message}`));
+        say(
+          `${slot.name} ${g?.readyAtMs === undefined ? 'failed to start' : 'exited by itself'} (${JSON.stringify(g?.exit)}): starting it again`,
+        );
+        await slot
+          .start()
+          .catch((error: unknown) => say(`restart of ${slot.name} failed: ${(error as Error).message}`));
       }
       await new Promise((r) => setTimeout(r, 500));
     }
@@ -197,37 +210,61 @@ async function main(): Promise<number> {
       const event = JSON.parse(line) as Record<string, unknown>;
       producerEvents.push(event);
       if (event.event === 'unacknowledged') for (const k of event.ks as number[]) unacknowledged.add(k);
-      if (event.event === 'progress') say(`producer: ${String(event.enqueued)} enqueued, ${String(event.failures)} failed batches so far`);
+      if (event.event === 'progress')
+        say(`producer: ${String(event.enqueued)} enqueued, ${String(event.failures)} failed batches so far`);
     },
   });
   cleanups.push({ what: 'producer', run: async () => void (await producer.kill('SIGKILL')) });
-  await waitUntil(() => producerEvents.some((e) => e.event === 'ready') || producer.failIfExited(), 60_000, 'the producer');
+  await waitUntil(
+    () => producerEvents.some((e) => e.event === 'ready') || producer.failIfExited(),
+    60_000,
+    'the producer',
+  );
 
   // The faults.
   const faults = new FaultLog();
   let aborted = false;
-  const ctx: FaultContext = { fleet, redis, proxy, db, leaseMs: options.leaseMs, random, log: say, stopped: () => aborted || interrupted, sabotage: options.sabotage };
+  const ctx: FaultContext = {
+    fleet,
+    redis,
+    proxy,
+    db,
+    leaseMs: options.leaseMs,
+    random,
+    log: say,
+    stopped: () => aborted || interrupted,
+    sabotage: options.sabotage,
+  };
   try {
     await runFaults(ctx, options.faultSeconds * 1000, faults);
   } catch (error) {
     aborted = true;
     throw error;
   }
-  say(`faults over: ${Object.entries(countKinds(faults)).map(([k, n]) => `${k} x${n}`).join(', ')}`);
+  say(
+    `faults over: ${Object.entries(countKinds(faults))
+      .map(([k, n]) => `${k} x${n}`)
+      .join(', ')}`,
+  );
 
   // Healthy again: every proxy clean, Redis up, every worker running.
   await proxy.reset();
   if (!redis.running) await redis.start();
   for (const slot of fleet.slots) if (slot.frozen) slot.thaw();
 
-  const producerExit = await Promise.race([producer.exited, new Promise<undefined>((r) => setTimeout(() => r(undefined), 60_000))]);
+  const producerExit = await Promise.race([
+    producer.exited,
+    new Promise<undefined>((r) => setTimeout(() => r(undefined), 60_000)),
+  ]);
   if (producerExit === undefined) {
     say('producer still enqueueing 60 s after the faults: stopping it');
     producer.signal('SIGTERM');
     await producer.exited;
   }
   const done = producerEvents.find((e) => e.event === 'done') ?? {};
-  say(`producer done: ${String(done.enqueued ?? '?')} items, ${String(done.failures ?? '?')} failed batches (retried with the same keys)`);
+  say(
+    `producer done: ${String(done.enqueued ?? '?')} items, ${String(done.failures ?? '?')} failed batches (retried with the same keys)`,
+  );
 
   // Drain: every item terminal, within the drain time.
   const drainStart = Date.now();
@@ -241,7 +278,11 @@ async function main(): Promise<number> {
     if (open === 0) break;
     await new Promise((r) => setTimeout(r, 500));
   }
-  say(open === 0 ? `drained in ${((Date.now() - drainStart) / 1000).toFixed(1)} s` : `${open} items still open after ${options.drainSeconds} s of drain`);
+  say(
+    open === 0
+      ? `drained in ${((Date.now() - drainStart) / 1000).toFixed(1)} s`
+      : `${open} items still open after ${options.drainSeconds} s of drain`,
+  );
 
   watching = false;
   await watchdog;
@@ -256,9 +297,31 @@ async function main(): Promise<number> {
   const probes = readProbes(runDir);
   const reclaimWindow = reclaimWindowMs(probes, options.leaseMs, options.reconcileIntervalMs);
   const faultOf = faultOfExpiries(recorded, faults, reclaimWindow);
-  const result = checkInvariants({ recorded, acknowledged, unacknowledged, faults, faultOf, reclaimWindowMs: reclaimWindow });
-  const rescue = checkRescue({ recorded, faults, probes, leaseMs: options.leaseMs, intervalMs: options.reconcileIntervalMs, faultOf });
-  const figures = computeFigures(recorded, result, rescueFigures(rescue, probes, faults), faults, fleet.generations, fleet.startupMs, acknowledged.length);
+  const result = checkInvariants({
+    recorded,
+    acknowledged,
+    unacknowledged,
+    faults,
+    faultOf,
+    reclaimWindowMs: reclaimWindow,
+  });
+  const rescue = checkRescue({
+    recorded,
+    faults,
+    probes,
+    leaseMs: options.leaseMs,
+    intervalMs: options.reconcileIntervalMs,
+    faultOf,
+  });
+  const figures = computeFigures(
+    recorded,
+    result,
+    rescueFigures(rescue, probes, faults),
+    faults,
+    fleet.generations,
+    fleet.startupMs,
+    acknowledged.length,
+  );
   const checks = [...result.checks, ...rescue.checks];
   checks.push({
     name: 'workers exit only when the run ends them',
@@ -290,7 +353,10 @@ async function main(): Promise<number> {
     toxiproxy: { version: toxiproxyVersion, buildSeconds },
   };
   writeFileSync(join(runDir, 'summary.json'), `${JSON.stringify(summary, null, 2)}\n`);
-  writeFileSync(join(runDir, 'faults.json'), `${JSON.stringify({ phases: faults.phases, events: faults.events }, null, 2)}\n`);
+  writeFileSync(
+    join(runDir, 'faults.json'),
+    `${JSON.stringify({ phases: faults.phases, events: faults.events }, null, 2)}\n`,
+  );
   writeFileSync(join(runDir, 'rescue.json'), `${JSON.stringify(rescue.kills.map(rounded), null, 1)}\n`);
   if (options.out) {
     const out = resolve(ROOT, options.out);
@@ -304,7 +370,11 @@ async function main(): Promise<number> {
 
 /** A rescue record with its times to 0.1 ms, for rescue.json. */
 function rounded(k: KillRescue): unknown {
-  return JSON.parse(JSON.stringify(k, (_key, v: unknown) => (typeof v === 'number' && !Number.isInteger(v) ? Math.round(v * 10) / 10 : v)));
+  return JSON.parse(
+    JSON.stringify(k, (_key, v: unknown) =>
+      typeof v === 'number' && !Number.isInteger(v) ? Math.round(v * 10) / 10 : v,
+    ),
+  );
 }
 
 function lastLine(file: string): string {
@@ -329,7 +399,9 @@ function printSummary(s: Summary, runDir: string): void {
   const f = s.figures;
   const lines: string[] = ['', `chaos ${s.ok ? 'PASSED' : 'FAILED'} (seed ${s.seed}, ${s.wallSeconds} s)`, ''];
   for (const c of s.checks) {
-    lines.push(`  ${c.ok ? 'ok  ' : 'FAIL'}  ${c.name}  [${c.checked} checked${c.violations > 0 ? `, ${c.violations} violations` : ''}]`);
+    lines.push(
+      `  ${c.ok ? 'ok  ' : 'FAIL'}  ${c.name}  [${c.checked} checked${c.violations > 0 ? `, ${c.violations} violations` : ''}]`,
+    );
     for (const e of c.examples) lines.push(`          ${e}`);
   }
   lines.push(
@@ -340,21 +412,43 @@ function printSummary(s: Summary, runDir: string): void {
     ...rescueLines(f),
     `  claims: ${f.attempts.claims} for ${f.items.acknowledged} items (${f.attempts.extraClaims} extra)`,
   );
-  for (const [k, n] of Object.entries(f.attempts.spentByFaults).sort((a, b) => b[1] - a[1]).slice(0, 8)) lines.push(`    ${n} x ${k}`);
+  for (const [k, n] of Object.entries(f.attempts.spentByFaults)
+    .sort((a, b) => b[1] - a[1])
+    .slice(0, 8))
+    lines.push(`    ${n} x ${k}`);
   const live = Object.entries(f.attempts.leaseExpiriesOnLiveWorkers);
-  if (live.length > 0) lines.push(`  leases expired on live workers: ${live.map(([p, n]) => `${n} in "${p}"`).join(', ')}`);
+  if (live.length > 0)
+    lines.push(`  leases expired on live workers: ${live.map(([p, n]) => `${n} in "${p}"`).join(', ')}`);
   lines.push('  by phase (items enqueued in it: enqueue -> start; attempts ended in it: leases expired, other spent):');
   for (const [phase, p] of Object.entries(f.byPhase)) {
-    lines.push(`    ${phase}: ${p.enqueued} items, ${fmt(p.enqueueToStartMs)}; ${p.leasesExpired} leases expired, ${p.otherSpentAttempts} other attempts spent`);
+    lines.push(
+      `    ${phase}: ${p.enqueued} items, ${fmt(p.enqueueToStartMs)}; ${p.leasesExpired} leases expired, ${p.otherSpentAttempts} other attempts spent`,
+    );
   }
   lines.push(`  worker start (spawn to "worker started"): ${fmt(f.workerStartupMs)}`);
-  lines.push(`  faults: ${Object.entries(f.faults).map(([k, n]) => `${k} x${n}`).join(', ')}`);
+  lines.push(
+    `  faults: ${Object.entries(f.faults)
+      .map(([k, n]) => `${k} x${n}`)
+      .join(', ')}`,
+  );
   if (s.skippedFaults.length > 0) lines.push(`  skipped: ${s.skippedFaults.join('; ')}`);
-  if (s.failedStarts.length > 0) lines.push(`  worker starts that failed and were retried: ${s.failedStarts.length}`, ...s.failedStarts.slice(0, 5).map((x) => `    ${x}`));
+  if (s.failedStarts.length > 0)
+    lines.push(
+      `  worker starts that failed and were retried: ${s.failedStarts.length}`,
+      ...s.failedStarts.slice(0, 5).map((x) => `    ${x}`),
+    );
   const w0 = f.workers.filter((w) => w.worker === 'w0');
-  lines.push(`  RSS of w0 (never killed): ${w0.map((w) => `${w.rssStartMiB} -> ${w.rssEndMiB} MiB over ${w.lifetimeS} s`).join(', ')}`);
+  lines.push(
+    `  RSS of w0 (never killed): ${w0.map((w) => `${w.rssStartMiB} -> ${w.rssEndMiB} MiB over ${w.lifetimeS} s`).join(', ')}`,
+  );
   const warn = Object.entries(f.logs.warnOrWorse).sort((a, b) => b[1] - a[1]);
-  if (warn.length > 0) lines.push(`  worker log lines at warn or worse: ${warn.slice(0, 8).map(([m, n]) => `${n} x "${m}"`).join(', ')}`);
+  if (warn.length > 0)
+    lines.push(
+      `  worker log lines at warn or worse: ${warn
+        .slice(0, 8)
+        .map(([m, n]) => `${n} x "${m}"`)
+        .join(', ')}`,
+    );
   if (!s.ok) lines.push('', `  logs, the producer's record and summary.json are in ${runDir}`);
   process.stdout.write(`${lines.join('\n')}\n`);
 }
@@ -371,7 +465,10 @@ function rescueLines(f: Figures): string[] {
     `    (b) re-claim after the announcement: ${fmt(h.reclaimClaimMs)}; allowance ${fmt(h.reclaimClaimAllowanceMs)}`,
     `        re-claim after the reclaim's commit: ${fmt(h.claimAfterCommitMs)}`,
     ...(h.lateLeases > 0 ? [`    leases that ran past kill + lease: ${h.lateLeases}`] : []),
-    ...r.perKill.map((k) => `    kill at ${k.at}: ${k.worker} held ${k.held}, ${k.healthy} on a healthy network${k.rescueMaxMs === null ? '' : `: rescue max ${k.rescueMaxMs} ms, bound ${k.boundMinMs}-${k.boundMaxMs} ms`}`),
+    ...r.perKill.map(
+      (k) =>
+        `    kill at ${k.at}: ${k.worker} held ${k.held}, ${k.healthy} on a healthy network${k.rescueMaxMs === null ? '' : `: rescue max ${k.rescueMaxMs} ms, bound ${k.boundMinMs}-${k.boundMaxMs} ms`}`,
+    ),
     `  rescue after SIGKILL during network faults: ${fmt(r.duringNetworkFaults.rescueMs)}`,
     `  rescue after SIGSTOP: ${fmt(r.sigstopRescueMs)}`,
     `  event-loop delay (max per 100 ms window), all workers: ${fmt(r.eventLoopDelayMs.all)}; w0: ${fmt(r.eventLoopDelayMs.w0)}`,

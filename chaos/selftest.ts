@@ -37,13 +37,27 @@ function pass(proc: string, dueMs: number, reclaimed: string[] = [], intervalMs 
     startedAtMs,
     lookedAtMs: startedAtMs + 5,
     endedAtMs: startedAtMs + 20,
-    queues: [{ queue: 'chaos', reclaimStartedAtMs: startedAtMs + 5, reclaimed, reclaimedAtMs: reclaimed.length > 0 ? startedAtMs + 10 : undefined, ended: [] }],
+    queues: [
+      {
+        queue: 'chaos',
+        reclaimStartedAtMs: startedAtMs + 5,
+        reclaimed,
+        reclaimedAtMs: reclaimed.length > 0 ? startedAtMs + 10 : undefined,
+        ended: [],
+      },
+    ],
     failed: [],
   };
 }
 
 /** Passes of `proc` back to back: each due `intervalMs` after the previous one ended. */
-function passes(proc: string, firstDueMs: number, n: number, reclaimedAt: Record<number, string[]> = {}, intervalMs = INTERVAL_MS): PassRecord[] {
+function passes(
+  proc: string,
+  firstDueMs: number,
+  n: number,
+  reclaimedAt: Record<number, string[]> = {},
+  intervalMs = INTERVAL_MS,
+): PassRecord[] {
   const out: PassRecord[] = [];
   let due = firstDueMs;
   for (let i = 0; i < n; i++) {
@@ -66,7 +80,14 @@ const round = (proc: string, startedAtMs: number, endedAtMs: number, claimed: st
 
 /** 100 ms windows of 1 ms event-loop delay for `proc` around T0. */
 function eld(proc: string): ProbeRecords['eld'] {
-  return Array.from({ length: 100 }, (_, i) => ({ proc, fromMs: M - 5000 + i * 100, toMs: M - 4900 + i * 100, maxMs: 1, p99Ms: 1, meanMs: 0.5 }));
+  return Array.from({ length: 100 }, (_, i) => ({
+    proc,
+    fromMs: M - 5000 + i * 100,
+    toMs: M - 4900 + i * 100,
+    maxMs: 1,
+    p99Ms: 1,
+    meanMs: 0.5,
+  }));
 }
 
 /**
@@ -86,21 +107,71 @@ function clean(): Input {
     for (let seq = 1; seq <= (lane === null ? 1 : 3); seq++) {
       const id = `${lane ?? 'solo'}-${seq}`;
       const start = T0 + k * S;
-      items.push({ id, k, kind: 'ok', lane, laneSeq: lane === null ? null : seq, state: 'completed', attempt: 1, maxAttempts: 25, failureClass: null, lastError: null, createdUs: T0 - 4 * S + k * 1000, startedUs: start, terminalUs: start + S / 2 });
-      effects.push({ itemId: id, n: 1, k, lane, laneSeq: lane === null ? null : seq, worker: 'w0.g1', attempt: 1, startedUs: start + 1000, upsertUs: start + S / 4, dupWorker: null, dupAttempt: null });
+      items.push({
+        id,
+        k,
+        kind: 'ok',
+        lane,
+        laneSeq: lane === null ? null : seq,
+        state: 'completed',
+        attempt: 1,
+        maxAttempts: 25,
+        failureClass: null,
+        lastError: null,
+        createdUs: T0 - 4 * S + k * 1000,
+        startedUs: start,
+        terminalUs: start + S / 2,
+      });
+      effects.push({
+        itemId: id,
+        n: 1,
+        k,
+        lane,
+        laneSeq: lane === null ? null : seq,
+        worker: 'w0.g1',
+        attempt: 1,
+        startedUs: start + 1000,
+        upsertUs: start + S / 4,
+        dupWorker: null,
+        dupAttempt: null,
+      });
       acknowledged.push({ k, id, lane, laneSeq: lane === null ? null : seq, kind: 'ok', duplicate: false });
       k++;
     }
   }
   const held = items[0]!;
   held.attempt = 2;
-  attempts.push({ itemId: held.id, attempt: 1, outcome: 'lease_expired', failureClass: 'lease_expired', error: 'lease held by h:111:abc expired', worker: 'h:111:abcdef', startedUs: T0 - 3100 * 1000, endedUs: T0 - 6000 });
+  attempts.push({
+    itemId: held.id,
+    attempt: 1,
+    outcome: 'lease_expired',
+    failureClass: 'lease_expired',
+    error: 'lease held by h:111:abc expired',
+    worker: 'h:111:abcdef',
+    startedUs: T0 - 3100 * 1000,
+    endedUs: T0 - 6000,
+  });
   // solo-1 failed once on purpose.
-  attempts.push({ itemId: 'solo-1', attempt: 1, outcome: 'retried', failureClass: 'error', error: `Error: ${DELIBERATE_TRANSIENT}`, worker: 'h:222:abcdef', startedUs: T0 + 5 * S, endedUs: T0 + 5.5 * S });
+  attempts.push({
+    itemId: 'solo-1',
+    attempt: 1,
+    outcome: 'retried',
+    failureClass: 'error',
+    error: `Error: ${DELIBERATE_TRANSIENT}`,
+    worker: 'h:222:abcdef',
+    startedUs: T0 + 5 * S,
+    endedUs: T0 + 5.5 * S,
+  });
   items[6]!.attempt = 2;
   const faults = new FaultLog();
   faults.phases.push({ name: 'kills only', startMs: M - 10_000, endMs: M + 20_000, network: false, linkBroken: false });
-  const heldAtKill: HeldAtKill = { id: held.id, attempt: 1, leaseUntilUs: T0 - 300_000, runAfterUs: held.createdUs, startedUs: T0 - 3100 * 1000 };
+  const heldAtKill: HeldAtKill = {
+    id: held.id,
+    attempt: 1,
+    leaseUntilUs: T0 - 300_000,
+    runAfterUs: held.createdUs,
+    startedUs: T0 - 3100 * 1000,
+  };
   faults.add({ kind: 'sigkill', startMs: M - 2100, endMs: M - 2100, worker: 'w1', pid: 111, held: [heldAtKill] });
   const lanes = [
     { lane: 'l1', nextSeq: 3, busyFrom: 0 },
@@ -120,7 +191,14 @@ function run(input: Input): { checks: ReturnType<typeof checkInvariants>['checks
   const window = reclaimWindowMs(input.probes, LEASE_MS, INTERVAL_MS);
   const faultOf = faultOfExpiries(input.recorded, input.faults, window);
   const inv = checkInvariants({ ...input, faultOf, reclaimWindowMs: window });
-  const rescue = checkRescue({ recorded: input.recorded, faults: input.faults, probes: input.probes, leaseMs: LEASE_MS, intervalMs: INTERVAL_MS, faultOf });
+  const rescue = checkRescue({
+    recorded: input.recorded,
+    faults: input.faults,
+    probes: input.probes,
+    leaseMs: LEASE_MS,
+    intervalMs: INTERVAL_MS,
+    faultOf,
+  });
   return { checks: [...inv.checks, ...rescue.checks], rescue };
 }
 
@@ -132,15 +210,23 @@ function failing(input: Input): { name: string; examples: string[] }[] {
 
 function assertFails(input: Input, nameParts: string[], examplePart: string): void {
   const f = failing(input);
-  assert.equal(f.length, nameParts.length, `expected ${nameParts.join(' + ')} to fail, got ${JSON.stringify(f, null, 2)}`);
+  assert.equal(
+    f.length,
+    nameParts.length,
+    `expected ${nameParts.join(' + ')} to fail, got ${JSON.stringify(f, null, 2)}`,
+  );
   for (const part of nameParts) {
     const c = f.find((x) => x.name.includes(part));
     assert.ok(c, `expected "${part}" to fail, got ${f.map((x) => x.name).join(' | ')}`);
-    assert.ok(c.examples.some((e) => e.includes(examplePart)), `expected an example naming ${examplePart}: ${c.examples.join(' | ')}`);
+    assert.ok(
+      c.examples.some((e) => e.includes(examplePart)),
+      `expected an example naming ${examplePart}: ${c.examples.join(' | ')}`,
+    );
   }
 }
 
-const assertOnlyFails = (input: Input, namePart: string, examplePart: string): void => assertFails(input, [namePart], examplePart);
+const assertOnlyFails = (input: Input, namePart: string, examplePart: string): void =>
+  assertFails(input, [namePart], examplePart);
 
 const item = (input: Input, id: string): ItemRow => input.recorded.items.find((i) => i.id === id)!;
 const effect = (input: Input, id: string): EffectRow => input.recorded.effects.find((e) => e.itemId === id)!;
@@ -191,10 +277,22 @@ test('effects out of sequence order fail lane order', () => {
 
 test('a claim before the predecessor ended fails lane order (beyond the lock-wait skew a claim statement may show)', () => {
   const input = clean();
-  input.recorded.attempts.push({ itemId: 'l2-3', attempt: 1, outcome: 'lease_expired', failureClass: 'lease_expired', error: 'x', worker: 'h:999:abcdef', startedUs: item(input, 'l2-2').terminalUs! - 400_000, endedUs: item(input, 'l2-3').startedUs! - 1 });
+  input.recorded.attempts.push({
+    itemId: 'l2-3',
+    attempt: 1,
+    outcome: 'lease_expired',
+    failureClass: 'lease_expired',
+    error: 'x',
+    worker: 'h:999:abcdef',
+    startedUs: item(input, 'l2-2').terminalUs! - 400_000,
+    endedUs: item(input, 'l2-3').startedUs! - 1,
+  });
   item(input, 'l2-3').attempt = 2;
   const f = failing(input);
-  assert.ok(f.some((c) => c.name.includes('lane order') && c.examples.some((e) => e.includes('l2-3'))), JSON.stringify(f));
+  assert.ok(
+    f.some((c) => c.name.includes('lane order') && c.examples.some((e) => e.includes('l2-3'))),
+    JSON.stringify(f),
+  );
 });
 
 test('a lane row left busy with every item ended fails lane bookkeeping', () => {
@@ -228,13 +326,31 @@ test('a dead item without a class, or an unplanned death, fails the dead-letter 
 
 test('an attempt spent on a connection error fails the attempts check', () => {
   const input = clean();
-  input.recorded.attempts.push({ itemId: 'l1-3', attempt: 1, outcome: 'retried', failureClass: 'error', error: "Error: Can't add new command when connection is in closed state", worker: 'h:5:abcdef', startedUs: T0 + 1.7 * S, endedUs: T0 + 1.8 * S });
+  input.recorded.attempts.push({
+    itemId: 'l1-3',
+    attempt: 1,
+    outcome: 'retried',
+    failureClass: 'error',
+    error: "Error: Can't add new command when connection is in closed state",
+    worker: 'h:5:abcdef',
+    startedUs: T0 + 1.7 * S,
+    endedUs: T0 + 1.8 * S,
+  });
   assertOnlyFails(input, 'spend no handler attempts', 'l1-3');
 });
 
 test('a live holder losing its lease on a healthy network fails the attempts check', () => {
   const input = clean();
-  input.recorded.attempts.push({ itemId: 'l1-3', attempt: 1, outcome: 'lease_expired', failureClass: 'lease_expired', error: 'x', worker: 'h:5:abcdef', startedUs: T0 + 1.7 * S, endedUs: T0 + 1.8 * S });
+  input.recorded.attempts.push({
+    itemId: 'l1-3',
+    attempt: 1,
+    outcome: 'lease_expired',
+    failureClass: 'lease_expired',
+    error: 'x',
+    worker: 'h:5:abcdef',
+    startedUs: T0 + 1.7 * S,
+    endedUs: T0 + 1.8 * S,
+  });
   assertOnlyFails(input, 'spend no handler attempts', 'l1-3');
 });
 
@@ -279,7 +395,7 @@ test('a pass after the lease ran out that did not reclaim it fails rescue (a)', 
   held.startedUs = T0 + 200_000;
   Object.assign(input.recorded.effects[0]!, { startedUs: T0 + 201_000, upsertUs: T0 + 250_000 });
   input.probes.rounds = [round('w0.g1', M + 199, M + 203, ['l1-1'], 1)];
-  assertFails(input, ['rescue (a)'], "its reclaim step ended 306 ms after it");
+  assertFails(input, ['rescue (a)'], 'its reclaim step ended 306 ms after it');
 });
 
 test('a lease that no pass after its end reclaims fails rescue (a) and (c)', () => {
@@ -287,8 +403,14 @@ test('a lease that no pass after its end reclaims fails rescue (a) and (c)', () 
   // Its attempt 1 has no history row at all, and it went on to attempt 2: neither reclaimed nor settled by the dead worker.
   input.recorded.attempts = input.recorded.attempts.filter((a) => a.outcome !== 'lease_expired');
   const f = failing(input);
-  assert.ok(f.some((c) => c.name.includes('rescue (a)') && c.examples.some((e) => e.includes('never reclaimed'))), JSON.stringify(f));
-  assert.ok(f.some((c) => c.name.includes('rescue (c)')), JSON.stringify(f));
+  assert.ok(
+    f.some((c) => c.name.includes('rescue (a)') && c.examples.some((e) => e.includes('never reclaimed'))),
+    JSON.stringify(f),
+  );
+  assert.ok(
+    f.some((c) => c.name.includes('rescue (c)')),
+    JSON.stringify(f),
+  );
 });
 
 test('a claim round that passed over the reclaimed item fails rescue (b)', () => {
@@ -321,19 +443,36 @@ test('rounds that could not have had to take the reclaimed item are not a skip',
   // claimed only ids it was named; claimed as many items due no later than it as the earliest half.
   const cases: [string, (input: Input) => void][] = [
     ['began too early', (i) => i.probes.rounds.push(round('w2.g1', M - 4, M - 1, ['l2-1']))],
-    ['stalled process', (i) => {
-      i.probes.rounds.push(round('w2.g1', M - 3, M - 1, ['l2-1']));
-      i.probes.eld = i.probes.eld.map((w) => (w.proc === 'w2.g1' && w.toMs >= M - 3 && w.fromMs <= M ? { ...w, maxMs: 5 } : w));
-    }],
+    [
+      'stalled process',
+      (i) => {
+        i.probes.rounds.push(round('w2.g1', M - 3, M - 1, ['l2-1']));
+        i.probes.eld = i.probes.eld.map((w) =>
+          w.proc === 'w2.g1' && w.toMs >= M - 3 && w.fromMs <= M ? { ...w, maxMs: 5 } : w,
+        );
+      },
+    ],
     ['racing the claim', (i) => i.probes.rounds.push(round('w2.g1', M - 3, M, ['l2-1']))],
     ['named ids only', (i) => i.probes.rounds.push(round('w2.g1', M - 3, M - 1, ['l2-1'], 1))],
-    ['earlier items first', (i) => {
-      // A batch reclaimed with it, due earlier: one of two general claims was due no later than l1-1.
-      i.recorded.items.find((x) => x.id === 'l2-1')!.createdUs = T0 - 5 * S;
-      i.recorded.items.find((x) => x.id === 'l2-1')!.attempt = 2;
-      i.recorded.attempts.push({ itemId: 'l2-1', attempt: 1, outcome: 'released', failureClass: null, error: null, worker: 'h:3:abcdef', startedUs: T0 - 2000, endedUs: T0 - 1500 });
-      i.probes.rounds.push(round('w2.g1', M - 3, M - 1, ['l2-1', 'l2-2']));
-    }],
+    [
+      'earlier items first',
+      (i) => {
+        // A batch reclaimed with it, due earlier: one of two general claims was due no later than l1-1.
+        i.recorded.items.find((x) => x.id === 'l2-1')!.createdUs = T0 - 5 * S;
+        i.recorded.items.find((x) => x.id === 'l2-1')!.attempt = 2;
+        i.recorded.attempts.push({
+          itemId: 'l2-1',
+          attempt: 1,
+          outcome: 'released',
+          failureClass: null,
+          error: null,
+          worker: 'h:3:abcdef',
+          startedUs: T0 - 2000,
+          endedUs: T0 - 1500,
+        });
+        i.probes.rounds.push(round('w2.g1', M - 3, M - 1, ['l2-1', 'l2-2']));
+      },
+    ],
   ];
   for (const [what, change] of cases) {
     const input = clean();

@@ -26,7 +26,10 @@ export interface Toxic {
 
 /** Builds (first time) or finds toxiproxy-server; returns its path. */
 export async function toxiproxyBinary(): Promise<string> {
-  const { stdout } = await promisify(execFile)(join(ROOT, 'scripts', 'toxiproxy.sh'), [], { cwd: ROOT, maxBuffer: 1 << 20 });
+  const { stdout } = await promisify(execFile)(join(ROOT, 'scripts', 'toxiproxy.sh'), [], {
+    cwd: ROOT,
+    maxBuffer: 1 << 20,
+  });
   const path = stdout.trim().split('\n').pop() ?? '';
   if (!path) throw new Error('scripts/toxiproxy.sh printed no path');
   return path;
@@ -41,7 +44,11 @@ export class Toxiproxy {
   static async start(binary: string, port: number, logFile: string): Promise<Toxiproxy> {
     const proc = new ManagedProcess('toxiproxy', binary, ['-host', '127.0.0.1', '-port', String(port)], { logFile });
     const proxy = new Toxiproxy(proc, `http://127.0.0.1:${port}`);
-    await waitUntil(async () => (await proxy.version().catch(() => undefined)) !== undefined || proc.failIfExited(), 15_000, 'toxiproxy API');
+    await waitUntil(
+      async () => (await proxy.version().catch(() => undefined)) !== undefined || proc.failIfExited(),
+      15_000,
+      'toxiproxy API',
+    );
     return proxy;
   }
 

@@ -88,14 +88,19 @@ export class WorkerSlot {
       env.CHAOS_SABOTAGE = this.fleet.config.sabotage;
       env.CHAOS_DATABASE_URL = this.fleet.config.databaseUrl;
     }
-    const proc = new ManagedProcess(label, process.execPath, ['--import', 'tsx', '--import', PROBE, 'src/cli/main.ts', 'worker', '--config', this.fleet.configFile], {
-      cwd: ROOT,
-      env,
-      logFile,
-      onLine: (line) => {
-        if (!started && line.includes('"msg":"worker started"')) started = true;
+    const proc = new ManagedProcess(
+      label,
+      process.execPath,
+      ['--import', 'tsx', '--import', PROBE, 'src/cli/main.ts', 'worker', '--config', this.fleet.configFile],
+      {
+        cwd: ROOT,
+        env,
+        logFile,
+        onLine: (line) => {
+          if (!started && line.includes('"msg":"worker started"')) started = true;
+        },
       },
-    });
+    );
     const g: Generation = {
       worker: this.name,
       gen: this.gen,

@@ -18,16 +18,21 @@ afterAll(() => Promise.all([ledger.close(), db.destroy()]));
 
 test('invoice.send writes the invoice in the handler transaction', async () => {
   const orderId = randomUUID();
-  await db.transaction().execute(async (trx) => {
-    const r = await runner.run(billingHandlers['invoice.send'], { payload: { orderId } }, { db: trx });
-    expect(r).toMatchObject({ outcome: 'completed', result: { sent: true } });
-    expect(await trx.selectFrom('invoices').where('order_id', '=', orderId).selectAll().execute()).toHaveLength(1);
-    throw new RollbackTest();      // leave nothing behind
-  }).catch((e) => { if (!(e instanceof RollbackTest)) throw e; });
+  await db
+    .transaction()
+    .execute(async (trx) => {
+      const r = await runner.run(billingHandlers['invoice.send'], { payload: { orderId } }, { db: trx });
+      expect(r).toMatchObject({ outcome: 'completed', result: { sent: true } });
+      expect(await trx.selectFrom('invoices').where('order_id', '=', orderId).selectAll().execute()).toHaveLength(1);
+      throw new RollbackTest(); // leave nothing behind
+    })
+    .catch((e) => {
+      if (!(e instanceof RollbackTest)) throw e;
+    });
 });
 
 test('the billing queue drains', async () => {
-  const orderId = randomUUID();    // this run's own: earlier runs' invoices stay in the table
+  const orderId = randomUUID(); // this run's own: earlier runs' invoices stay in the table
   const producer = jobs.producer(new Producer({ ledger }));
   await producer.enqueue('billing', 'invoice.send', { orderId });
   const items = await runner.drain({ queue: 'billing', handlers: billingHandlers });

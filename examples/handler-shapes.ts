@@ -1,5 +1,14 @@
 import { once } from 'node:events';
-import { Consumer, Ledger, Producer, WakeChannel, defineBatchHandler, defineHandler, type BatchOutcomes, type Job } from 'lanewake';
+import {
+  Consumer,
+  Ledger,
+  Producer,
+  WakeChannel,
+  defineBatchHandler,
+  defineHandler,
+  type BatchOutcomes,
+  type Job,
+} from 'lanewake';
 
 const ledger = new Ledger({ url: process.env.LANEWAKE_DATABASE_URL ?? 'mysql://root@127.0.0.1:3306/app' });
 await ledger.migrate({ createDatabase: true });
@@ -12,12 +21,18 @@ const indexMany = async (jobs: Job<{ doc: string }>[]): Promise<BatchOutcomes> =
 const listFiles = async (repo: string) => [`${repo}/README.md`];
 const callPartner = async (job: Job<{ partner: string }>) => ({ called: job.payload.partner });
 
-const consumer = new Consumer({ ledger, wake, queue: 'sync',
+const consumer = new Consumer({
+  ledger,
+  wake,
+  queue: 'sync',
   // #region readme
   handlers: {
     'entity.sync': defineHandler({ coalesce: 'latest', handle: syncToCrm }),
     'search.index': defineBatchHandler({ batch: { max: 50, maxWaitMs: 200 }, handle: indexMany }),
-    'repo.sync': async (job: Job<{ repo: string }>, ctx) => { await ctx.step('list', () => listFiles(job.payload.repo)); ctx.progress(50); },
+    'repo.sync': async (job: Job<{ repo: string }>, ctx) => {
+      await ctx.step('list', () => listFiles(job.payload.repo));
+      ctx.progress(50);
+    },
     'partner.call': defineHandler({ rateLimit: { key: (p) => p.partner, max: 20, perMs: 1000 }, handle: callPartner }),
   },
   // #endregion readme

@@ -17,7 +17,8 @@ const invoiceSend = defineHandler({
   handle: async (job, ctx) => {
     ctx.signal.throwIfAborted(); // cancelled, shutdown, deadline or lease lost: end by that reason
     const { orderId, amountCents } = job.payload; // typed from the schema
-    if (amountCents > 100_000_000) throw new PermanentError(`order ${orderId}: amount over the invoicing limit`, 'over_limit');
+    if (amountCents > 100_000_000)
+      throw new PermanentError(`order ${orderId}: amount over the invoicing limit`, 'over_limit');
     // The tables live in the ledger's database: ctx.transaction runs there. fn may run
     // again if the transaction is retried (deadlock, lost connection): keep outside calls out of it.
     return ctx.transaction(async (trx) => {
@@ -54,7 +55,8 @@ const digestSend = defineHandler({
         // Not now: back to pending until then, without spending an attempt.
         throw Defer(new Date(Date.now() + 1000 * Number(res.headers.get('retry-after') ?? 30)), 'mail API rate limit');
       }
-      if (res.status >= 400 && res.status < 500) throw new PermanentError(`mail API refused page ${page}: HTTP ${res.status}`);
+      if (res.status >= 400 && res.status < 500)
+        throw new PermanentError(`mail API refused page ${page}: HTTP ${res.status}`);
       if (!res.ok) throw new Error(`mail API answered HTTP ${res.status}`); // retried with backoff
       await ctx.checkpoint({ sent: page + 1 });
     }

@@ -4,7 +4,7 @@ import { createPool } from 'mysql2';
 import { Ledger } from 'lanewake';
 
 const ledger = new Ledger({ url: process.env.LANEWAKE_DATABASE_URL ?? 'mysql://root@127.0.0.1:3306/app' });
-await ledger.migrate({ createDatabase: true });   // the database if missing, and the tables
+await ledger.migrate({ createDatabase: true }); // the database if missing, and the tables
 // #endregion design
 
 interface AppDb {
@@ -21,8 +21,13 @@ const sendInvoice = async (payload: unknown) => ({ sent: payload });
 await db.transaction().execute(async (trx) => {
   await trx.insertInto('orders').values(order).execute();
   await ledger.enqueue(
-    { queue: 'billing', type: 'invoice.send', lane: `customer:${order.customer_id}`,
-      payload: { orderId: order.id }, idempotencyKey: `invoice:${order.id}` },
+    {
+      queue: 'billing',
+      type: 'invoice.send',
+      lane: `customer:${order.customer_id}`,
+      payload: { orderId: order.id },
+      idempotencyKey: `invoice:${order.id}`,
+    },
     { transaction: trx },
   );
 });
@@ -30,8 +35,11 @@ await db.transaction().execute(async (trx) => {
 // Claim lane heads under a lease, then finalize by CAS on the lease token.
 const { items } = await ledger.claim({ queue: 'billing', owner: 'worker-1', limit: 16, leaseMs: 30_000 });
 for (const item of items) {
-  try { await ledger.complete(item, await sendInvoice(item.payload)); }
-  catch (error) { await ledger.retry(item, { error }); }   // backoff; dead once the budget is spent
+  try {
+    await ledger.complete(item, await sendInvoice(item.payload));
+  } catch (error) {
+    await ledger.retry(item, { error });
+  } // backoff; dead once the budget is spent
 }
 // #endregion design
 

@@ -12,11 +12,16 @@ const send = async (orderId: string, copies: number) => ({ orderId, copies });
 const jobs = defineJobs({
   billing: { 'invoice.send': z.object({ orderId: z.string(), copies: z.number().int().default(1) }) },
 });
-const billing = jobs.producer(producer);  // an unknown queue or type, or { orderId: 1 }: a compile error
+const billing = jobs.producer(producer); // an unknown queue or type, or { orderId: 1 }: a compile error
 await billing.enqueue('billing', 'invoice.send', { orderId: 'A1' }, { lane: 'customer:42' });
-const consumer = new Consumer({ ledger, wake, queue: 'billing', handlers: jobs.handlers('billing', {
-  'invoice.send': async (job) => send(job.payload.orderId, job.payload.copies),  // the schema's output
-}) });
+const consumer = new Consumer({
+  ledger,
+  wake,
+  queue: 'billing',
+  handlers: jobs.handlers('billing', {
+    'invoice.send': async (job) => send(job.payload.orderId, job.payload.copies), // the schema's output
+  }),
+});
 // #endregion readme
 
 const ended = once(consumer, 'outcome');

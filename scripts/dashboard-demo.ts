@@ -40,7 +40,8 @@ export async function startDemoWorkload(ledger: Ledger, wake: WakeChannel): Prom
     'send-welcome': async (job) => {
       await sleep(20 + Math.random() * 60);
       const p = job.payload as { to: string };
-      if (p.to.endsWith('@example.invalid')) throw new PermanentError(`550 5.1.1 <${p.to}>: mailbox unavailable`, 'smtp_rejected');
+      if (p.to.endsWith('@example.invalid'))
+        throw new PermanentError(`550 5.1.1 <${p.to}>: mailbox unavailable`, 'smtp_rejected');
     },
     'send-newsletter': async (_job, ctx) => {
       // The held lane's head: runs until the demo ends.
@@ -51,7 +52,8 @@ export async function startDemoWorkload(ledger: Ledger, wake: WakeChannel): Prom
   const billing: Record<string, HandlerEntry> = {
     charge: async (job) => {
       await sleep(30 + Math.random() * 80);
-      if ((job.payload as { cents: number }).cents % 11 === 0) throw new Error('card processor timeout: no answer from gateway.payments.internal:443 within 3000 ms');
+      if ((job.payload as { cents: number }).cents % 11 === 0)
+        throw new Error('card processor timeout: no answer from gateway.payments.internal:443 within 3000 ms');
     },
   };
   const reports: Record<string, HandlerEntry> = {
@@ -67,7 +69,8 @@ export async function startDemoWorkload(ledger: Ledger, wake: WakeChannel): Prom
   const webhooks: Record<string, HandlerEntry> = {
     deliver: async (job) => {
       await sleep(10 + Math.random() * 40);
-      if ((job.payload as { endpoint: string }).endpoint.includes('/gone')) throw new PermanentError('HTTP 410 Gone from https://hooks.initech.example/gone', 'http_gone');
+      if ((job.payload as { endpoint: string }).endpoint.includes('/gone'))
+        throw new PermanentError('HTTP 410 Gone from https://hooks.initech.example/gone', 'http_gone');
     },
   };
 
@@ -83,9 +86,20 @@ export async function startDemoWorkload(ledger: Ledger, wake: WakeChannel): Prom
 
   // A lane held by a slow head, and scheduled work that is not due yet.
   await producer.enqueue({ queue: 'emails', type: 'send-newsletter', lane: 'list-weekly', payload: { issue: 214 } });
-  for (let i = 0; i < 6; i++) await producer.enqueue({ queue: 'emails', type: 'send-newsletter', lane: 'list-weekly', payload: { issue: 215 + i } });
+  for (let i = 0; i < 6; i++)
+    await producer.enqueue({
+      queue: 'emails',
+      type: 'send-newsletter',
+      lane: 'list-weekly',
+      payload: { issue: 215 + i },
+    });
   await producer.enqueueMany(
-    Array.from({ length: 14 }, (_, i) => ({ queue: 'reports', type: 'build-report', delayMs: (20 + i * 5) * 60_000, payload: { report: 'monthly', tenant: pick(tenants) } })),
+    Array.from({ length: 14 }, (_, i) => ({
+      queue: 'reports',
+      type: 'build-report',
+      delayMs: (20 + i * 5) * 60_000,
+      payload: { report: 'monthly', tenant: pick(tenants) },
+    })),
   );
 
   let n = 0;
@@ -94,14 +108,36 @@ export async function startDemoWorkload(ledger: Ledger, wake: WakeChannel): Prom
     const batch = [];
     for (let i = 0; i < 4; i++) {
       const user = pick(users);
-      batch.push({ queue: 'emails', type: 'send-welcome', lane: user, idempotencyKey: `welcome-${n}-${i}`, payload: { to: chance(0.06) ? `${user}@example.invalid` : `${user}@example.com` } });
+      batch.push({
+        queue: 'emails',
+        type: 'send-welcome',
+        lane: user,
+        idempotencyKey: `welcome-${n}-${i}`,
+        payload: { to: chance(0.06) ? `${user}@example.invalid` : `${user}@example.com` },
+      });
     }
-    for (let i = 0; i < 2; i++) batch.push({ queue: 'billing', type: 'charge', lane: pick(accounts), maxAttempts: 3, payload: { cents: 100 + Math.floor(Math.random() * 9000) } });
+    for (let i = 0; i < 2; i++)
+      batch.push({
+        queue: 'billing',
+        type: 'charge',
+        lane: pick(accounts),
+        maxAttempts: 3,
+        payload: { cents: 100 + Math.floor(Math.random() * 9000) },
+      });
     for (let i = 0; i < 5; i++) {
       const tenant = pick(tenants);
-      batch.push({ queue: 'webhooks', type: 'deliver', concurrencyKey: tenant, payload: { endpoint: chance(0.04) ? 'https://hooks.initech.example/gone' : `https://hooks.${tenant}.example/in`, event: 'order.paid' } });
+      batch.push({
+        queue: 'webhooks',
+        type: 'deliver',
+        concurrencyKey: tenant,
+        payload: {
+          endpoint: chance(0.04) ? 'https://hooks.initech.example/gone' : `https://hooks.${tenant}.example/in`,
+          event: 'order.paid',
+        },
+      });
     }
-    if (n % 3 === 0) batch.push({ queue: 'reports', type: 'build-report', payload: { report: 'daily', tenant: pick(tenants) } });
+    if (n % 3 === 0)
+      batch.push({ queue: 'reports', type: 'build-report', payload: { report: 'daily', tenant: pick(tenants) } });
     await producer.enqueueMany(batch);
   };
 
@@ -118,7 +154,14 @@ export async function startDemoWorkload(ledger: Ledger, wake: WakeChannel): Prom
     },
     pauseBilling: async () => {
       await producer.pause('billing');
-      await producer.enqueueMany(Array.from({ length: 23 }, (_, i) => ({ queue: 'billing', type: 'charge', lane: pick(accounts), payload: { cents: 500 + i * 10 } })));
+      await producer.enqueueMany(
+        Array.from({ length: 23 }, (_, i) => ({
+          queue: 'billing',
+          type: 'charge',
+          lane: pick(accounts),
+          payload: { cents: 500 + i * 10 },
+        })),
+      );
     },
     stop: async () => {
       hold.abort();

@@ -44,7 +44,14 @@ async function deleteKeys(prefix: string): Promise<void> {
   }
 }
 
-async function shoot(page: Page, base: string, hash: string, file: string, ready: string, fullPage = true): Promise<void> {
+async function shoot(
+  page: Page,
+  base: string,
+  hash: string,
+  file: string,
+  ready: string,
+  fullPage = true,
+): Promise<void> {
   await page.goto(`${base}/${hash}`);
   await page.locator(ready).first().waitFor();
   await page.screenshot({ path: new URL(file, OUT).pathname, fullPage });
@@ -82,7 +89,9 @@ async function main(): Promise<void> {
     stops.push(() => browser.close());
     const context = await browser.newContext({ viewport: { width: 1400, height: 860 } });
     // Signed in, as an operator would be after the first action's prompt.
-    await context.addInitScript({ content: `sessionStorage.setItem('lanewake.adminToken', ${JSON.stringify(TOKEN)}); sessionStorage.setItem('lanewake.actor', 'ops-demo');` });
+    await context.addInitScript({
+      content: `sessionStorage.setItem('lanewake.adminToken', ${JSON.stringify(TOKEN)}); sessionStorage.setItem('lanewake.actor', 'ops-demo');`,
+    });
     const page = await context.newPage();
     const base = server.url;
 

@@ -9,6 +9,10 @@ export function startDemoServer(opts: { ledger: Ledger; wake: WakeChannel; admin
     port: 0,
     readiness: () => ledgerReadiness(opts.ledger),
     version: packageVersion(),
-    dashboard: { backend: () => ({ ledger: opts.ledger, wake: opts.wake }), adminToken: opts.adminToken, showPayloads: true },
+    dashboard: {
+      backend: () => ({ ledger: opts.ledger, wake: opts.wake }),
+      adminToken: opts.adminToken,
+      showPayloads: true,
+    },
   });
 }

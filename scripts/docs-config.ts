@@ -65,7 +65,8 @@ const SECTIONS: Section[] = [
   },
   {
     title: 'Consumer settings',
-    intro: '`new Consumer({ ledger, wake, handlers, ...settings })` (`src/consumer/options.ts`, `consumerSettingsSchema`).',
+    intro:
+      '`new Consumer({ ledger, wake, handlers, ...settings })` (`src/consumer/options.ts`, `consumerSettingsSchema`).',
     schema: consumerSettingsSchema,
   },
   {
@@ -88,7 +89,15 @@ export function renderConfigDocs(): string {
   ];
   for (const section of SECTIONS) {
     const json = z.toJSONSchema(section.schema, { io: 'input', unrepresentable: 'any' }) as JsonSchema;
-    out.push('', `## ${section.title}`, '', section.intro, '', '| field | type | default | limits | description |', '| --- | --- | --- | --- | --- |');
+    out.push(
+      '',
+      `## ${section.title}`,
+      '',
+      section.intro,
+      '',
+      '| field | type | default | limits | description |',
+      '| --- | --- | --- | --- | --- |',
+    );
     out.push(...rows(json, '', section.seeAlso ?? {}));
   }
   return `${out.join('\n')}\n`;
@@ -101,7 +110,12 @@ function rows(object: JsonSchema, prefix: string, seeAlso: Record<string, [strin
     const name = `${prefix}${key}`;
     const see = seeAlso[name];
     const type = see ? `[${see[0]}](${see[1]})` : cell(typeOf(field));
-    const dflt = field.default !== undefined ? `\`${cell(JSON.stringify(field.default))}\`` : required.has(key) ? '*required*' : '';
+    const dflt =
+      field.default !== undefined
+        ? `\`${cell(JSON.stringify(field.default))}\``
+        : required.has(key)
+          ? '*required*'
+          : '';
     out.push(`| \`${name}\` | ${type} | ${dflt} | ${cell(limitsOf(field))} | ${cell(field.description ?? '')} |`);
     if (see) continue;
     // The fields of a nested object (one of the variants, when a union has one) get rows of their own.
@@ -149,7 +163,11 @@ const num = (n: number): string => (Number.isInteger(n) ? String(n).replace(/\B(
 
 const cell = (text: string): string => text.replace(/\|/g, '\\|').replace(/\n/g, ' ');
 
-const anchor = (title: string): string => title.toLowerCase().replace(/[^a-z0-9 -]/g, '').replace(/ /g, '-');
+const anchor = (title: string): string =>
+  title
+    .toLowerCase()
+    .replace(/[^a-z0-9 -]/g, '')
+    .replace(/ /g, '-');
 
 if (process.argv[1] !== undefined && import.meta.url === pathToFileURL(process.argv[1]).href) {
   await writeFile(CONFIG_DOCS_PATH, renderConfigDocs());

@@ -24,7 +24,12 @@ export interface DocBlock {
 const CODE = /^```(ts|typescript|js|javascript)\s*$/;
 const MARK = /^<!-- example: (\S+) -->$/;
 
-const docFiles = (): string[] => ['README.md', ...readdirSync(join(ROOT, 'docs')).filter((f) => f.endsWith('.md')).map((f) => `docs/${f}`)];
+const docFiles = (): string[] => [
+  'README.md',
+  ...readdirSync(join(ROOT, 'docs'))
+    .filter((f) => f.endsWith('.md'))
+    .map((f) => `docs/${f}`),
+];
 
 /** Every TS/JS block of README.md and docs/*.md. */
 export function docBlocks(): DocBlock[] {
@@ -34,7 +39,13 @@ export function docBlocks(): DocBlock[] {
     for (let i = 0; i < lines.length; i++) {
       if (!CODE.test(lines[i]!)) continue;
       const close = lines.findIndex((l, j) => j > i && l.startsWith('```'));
-      blocks.push({ doc, open: i, close, body: lines.slice(i + 1, close).join('\n'), source: MARK.exec(lines[i - 1] ?? '')?.[1] });
+      blocks.push({
+        doc,
+        open: i,
+        close,
+        body: lines.slice(i + 1, close).join('\n'),
+        source: MARK.exec(lines[i - 1] ?? '')?.[1],
+      });
       i = close;
     }
   }
@@ -63,7 +74,9 @@ if (process.argv[1] !== undefined && import.meta.url === pathToFileURL(process.a
   for (const doc of docFiles()) {
     const lines = readFileSync(join(ROOT, doc), 'utf8').split('\n');
     // From the last block up, so the earlier blocks' line numbers hold.
-    for (const b of docBlocks().filter((x) => x.doc === doc && x.source !== undefined).reverse()) {
+    for (const b of docBlocks()
+      .filter((x) => x.doc === doc && x.source !== undefined)
+      .reverse()) {
       lines.splice(b.open + 1, b.close - b.open - 1, ...exampleText(b.source!).split('\n'));
     }
     writeFileSync(join(ROOT, doc), lines.join('\n'));

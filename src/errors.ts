@@ -29,7 +29,8 @@ export class ValidationError extends Error {
     for (const issue of error.issues) {
       if (issue.code === 'unrecognized_keys') {
         // Name each unknown key as its own field, so a typo is pointed at directly.
-        for (const key of issue.keys) issues.push({ field: fieldPath(prefix, [...issue.path, key]), message: 'is not a known option' });
+        for (const key of issue.keys)
+          issues.push({ field: fieldPath(prefix, [...issue.path, key]), message: 'is not a known option' });
       } else {
         issues.push({ field: fieldPath(prefix, issue.path), message: issue.message });
       }
@@ -85,8 +86,13 @@ export class TransactionRolledBackError extends Error {
   /** The database's error number (1213 for a deadlock), when it gave one. */
   readonly errno: number | undefined;
   constructor(override readonly cause: unknown) {
-    const errno = typeof cause === 'object' && cause !== null && typeof (cause as { errno?: unknown }).errno === 'number' ? (cause as { errno: number }).errno : undefined;
-    super(`the database rolled back the caller's transaction (${cause instanceof Error ? cause.message : String(cause)}); run the whole transaction again`);
+    const errno =
+      typeof cause === 'object' && cause !== null && typeof (cause as { errno?: unknown }).errno === 'number'
+        ? (cause as { errno: number }).errno
+        : undefined;
+    super(
+      `the database rolled back the caller's transaction (${cause instanceof Error ? cause.message : String(cause)}); run the whole transaction again`,
+    );
     this.errno = errno;
   }
 }
@@ -108,8 +114,13 @@ export class TransactionConflictError extends Error {
   /** The database's error number, when it gave one. */
   readonly errno: number | undefined;
   constructor(override readonly cause: unknown) {
-    const errno = typeof cause === 'object' && cause !== null && typeof (cause as { errno?: unknown }).errno === 'number' ? (cause as { errno: number }).errno : undefined;
-    super(`a lock conflict kept refusing the enqueue in the caller's transaction (${cause instanceof Error ? cause.message : String(cause)}); roll it back and run the whole transaction again`);
+    const errno =
+      typeof cause === 'object' && cause !== null && typeof (cause as { errno?: unknown }).errno === 'number'
+        ? (cause as { errno: number }).errno
+        : undefined;
+    super(
+      `a lock conflict kept refusing the enqueue in the caller's transaction (${cause instanceof Error ? cause.message : String(cause)}); roll it back and run the whole transaction again`,
+    );
     this.errno = errno;
   }
 }
@@ -124,7 +135,9 @@ export class TransactionConflictError extends Error {
 export class CommitOutcomeUnknownError extends Error {
   override readonly name = 'CommitOutcomeUnknownError';
   constructor(override readonly cause: unknown) {
-    super(`the connection was lost during COMMIT and the ledger could not be read to tell whether it committed (${cause instanceof Error ? cause.message : String(cause)})`);
+    super(
+      `the connection was lost during COMMIT and the ledger could not be read to tell whether it committed (${cause instanceof Error ? cause.message : String(cause)})`,
+    );
   }
 }
 
@@ -158,7 +171,9 @@ export class IdempotencyConflictError extends Error {
   ) {
     const at = index === undefined ? 'enqueue' : `items[${index}]`;
     const holder = itemId !== null ? `item ${itemId}` : `items[${earlierIndex ?? '?'}] of the same batch`;
-    super(`${at}: idempotency key ${JSON.stringify(idempotencyKey)} of queue ${queue} already names ${holder}, enqueued with a different request (queue, type, payload or lane)`);
+    super(
+      `${at}: idempotency key ${JSON.stringify(idempotencyKey)} of queue ${queue} already names ${holder}, enqueued with a different request (queue, type, payload or lane)`,
+    );
   }
 
   /** The same refusal as a single enqueue's (no batch index). */
@@ -202,7 +217,12 @@ export class OwnershipConflictError extends Error {
 }
 
 /** Why a replay was refused (ReplayRejectedError.reason). */
-export type ReplayRejection = 'not_found' | 'not_replayable_state' | 'already_replayed' | 'attempt_mismatch' | 'error_mismatch';
+export type ReplayRejection =
+  | 'not_found'
+  | 'not_replayable_state'
+  | 'already_replayed'
+  | 'attempt_mismatch'
+  | 'error_mismatch';
 
 /** A replay's guard (the item's state, attempt and error digest as the operator saw them) did not hold: nothing was written. */
 export class ReplayRejectedError extends Error {
@@ -225,7 +245,9 @@ export class RepairRejectedError extends Error {
     readonly itemId: string,
     readonly reason: RepairRejection,
   ) {
-    super(`repair of ${itemId} refused: ${reason === 'not_replayable_state' ? 'not dead or cancelled' : reason === 'lane_busy' ? "its lane's head is running or blocked; try again once it ends (pause the queue to hold the lane)" : reason.replace(/_/g, ' ')}`);
+    super(
+      `repair of ${itemId} refused: ${reason === 'not_replayable_state' ? 'not dead or cancelled' : reason === 'lane_busy' ? "its lane's head is running or blocked; try again once it ends (pause the queue to hold the lane)" : reason.replace(/_/g, ' ')}`,
+    );
   }
 }
 

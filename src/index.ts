@@ -2,10 +2,24 @@
 
 // Ledger: the durable state.
 export { Ledger, DEFAULT_MAX_ATTEMPTS } from './ledger/ledger.js';
-export type { EnqueueInput, EnqueueOptions, ClaimCandidate, ClaimInput, FinalizeResult, RetryInput } from './ledger/ledger.js';
+export type {
+  EnqueueInput,
+  EnqueueOptions,
+  ClaimCandidate,
+  ClaimInput,
+  FinalizeResult,
+  RetryInput,
+} from './ledger/ledger.js';
 export { ledgerConfigSchema, parseLedgerConfig, type LedgerConfig, type LedgerConfigInput } from './ledger/config.js';
 export type { LedgerDb, Executor } from './ledger/connection.js';
-export { migrate, schemaStatus, assertSchemaCurrent, SCHEMA_VERSION, type MigrateResult, type SchemaStatus } from './ledger/migrations.js';
+export {
+  migrate,
+  schemaStatus,
+  assertSchemaCurrent,
+  SCHEMA_VERSION,
+  type MigrateResult,
+  type SchemaStatus,
+} from './ledger/migrations.js';
 export { backoffDelayMs, DEFAULT_BACKOFF, type BackoffPolicy, type BackoffInput } from './ledger/backoff.js';
 export { errorDigest } from './ledger/ids.js';
 export {
@@ -67,8 +81,28 @@ export { Producer, type ProducerOptions, type ProducerTransaction, type AfterCom
 // Consuming work.
 export { Consumer, type ConsumerOptions, type ConsumerCounters, type ConsumerEvents } from './consumer/consumer.js';
 export { consumerSettingsSchema, type ConsumerSettings, type ConsumerSettingsInput } from './consumer/options.js';
-export { poolConsumers, planPools, POOL_PROFILES, CLASS_PREFERENCES, type PoolsInput, type PoolSpec, type PoolPlan, type PoolProfile, type ClassPreference } from './consumer/pools.js';
-export { PermanentError, DeferError, RateLimitedError, BlockOnError, SkipError, JobAbortedError, Defer, BlockOn, type AbortReason } from './consumer/errors.js';
+export {
+  poolConsumers,
+  planPools,
+  POOL_PROFILES,
+  CLASS_PREFERENCES,
+  type PoolsInput,
+  type PoolSpec,
+  type PoolPlan,
+  type PoolProfile,
+  type ClassPreference,
+} from './consumer/pools.js';
+export {
+  PermanentError,
+  DeferError,
+  RateLimitedError,
+  BlockOnError,
+  SkipError,
+  JobAbortedError,
+  Defer,
+  BlockOn,
+  type AbortReason,
+} from './consumer/errors.js';
 export {
   defineHandler,
   type Handler,
@@ -92,7 +126,15 @@ export type { Outcome } from './consumer/job-run.js';
 
 // Typed jobs: one registry of queues, types and payload schemas for producers and handlers.
 export { defineJobs, JobRegistry } from './jobs/registry.js';
-export type { JobSchemas, QueueName, TypeName, PayloadInput, PayloadOutput, TypedEnqueueInput, TypedEnqueueOptions } from './jobs/types.js';
+export type {
+  JobSchemas,
+  QueueName,
+  TypeName,
+  PayloadInput,
+  PayloadOutput,
+  TypedEnqueueInput,
+  TypedEnqueueOptions,
+} from './jobs/types.js';
 export { TypedProducer, type TypedProducerTransaction } from './jobs/typed-producer.js';
 export type { TypedHandler, TypedHandlerEntry, TypedHandlers } from './jobs/typed-handlers.js';
 export type { StandardSchemaV1 } from './jobs/standard-schema.js';

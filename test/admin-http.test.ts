@@ -34,9 +34,15 @@ test('/livez, /readyz, /version, /api/queues, the dashboard page without its bun
 
   const queues = await fetch(`${admin.url}/api/queues?ignored=1`);
   expect(queues.status).toBe(200);
-  const list = (await queues.json()) as { queue: string; counts: Record<string, { count: number; atLeast: boolean }> }[];
+  const list = (await queues.json()) as {
+    queue: string;
+    counts: Record<string, { count: number; atLeast: boolean }>;
+  }[];
   expect(list).toHaveLength(1);
-  expect(list[0]).toMatchObject({ queue, counts: { pending: { count: 1, atLeast: false }, dead: { count: 0, atLeast: false } } });
+  expect(list[0]).toMatchObject({
+    queue,
+    counts: { pending: { count: 1, atLeast: false }, dead: { count: 0, atLeast: false } },
+  });
 
   // The bundle is not built here (test/dashboard.test.ts serves one): the page says how to build it.
   const page = await fetch(`${admin.url}/`);
@@ -75,7 +81,11 @@ test('ledgerReadiness: unreachable ledger, failing, throwing and hanging extra c
   const passing = { name: 'ownership:a', check: async () => ({ ok: true, detail: 'epoch 1' }) };
   expect(await ledgerReadiness(tl.ledger, [passing])).toEqual({
     ready: true,
-    checks: { ledger: { ok: true }, migrations: { ok: true, detail: `schema version ${SCHEMA_VERSION}` }, 'ownership:a': { ok: true, detail: 'epoch 1' } },
+    checks: {
+      ledger: { ok: true },
+      migrations: { ok: true, detail: `schema version ${SCHEMA_VERSION}` },
+      'ownership:a': { ok: true, detail: 'epoch 1' },
+    },
   });
 
   const r = await ledgerReadiness(

@@ -28,14 +28,15 @@ function parseSamples(text: string): Sample[] {
     const m = /^([a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(.*)\})? (\S+)$/.exec(line);
     if (!m) throw new Error(`unparsable metrics line: ${line}`);
     const labels: Record<string, string> = {};
-    for (const l of (m[2] ?? '').matchAll(/([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\]|\\.)*)"/g)) labels[l[1] ?? ''] = l[2] ?? '';
+    for (const l of (m[2] ?? '').matchAll(/([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\]|\\.)*)"/g))
+      labels[l[1] ?? ''] = l[2] ?? '';
     samples.push({ name: m[1] ?? '', labels, value: Number(m[3]) });
   }
   return samples;
 }
 
 /** The value of the one sample of `name` whose labels include `labels`; fails when there is not exactly one. */
-function valueOf(samples: readonly Sample[], name: string, labels: Record<string, string> = {}): number {
+function sampleValue(samples: readonly Sample[], name: string, labels: Record<string, string> = {}): number {
   const found = samples.filter((s) => s.name === name && Object.entries(labels).every(([k, v]) => s.labels[k] === v));
   expect(found, `${name}${JSON.stringify(labels)}`).toHaveLength(1);
   return found[0]?.value ?? Number.NaN;
@@ -85,7 +86,10 @@ test('/metrics: claims, outcomes, latencies, wake reads and depth of a running c
   const lagSeconds = new Map<string, number[]>();
   const handlerSeconds = new Map<string, number[]>();
   const noteStart = (item: ClaimedItem): void => {
-    lagSeconds.set(item.type, [...(lagSeconds.get(item.type) ?? []), ((item.startedAt?.getTime() ?? Number.NaN) - item.runAfter.getTime()) / 1000]);
+    lagSeconds.set(item.type, [
+      ...(lagSeconds.get(item.type) ?? []),
+      ((item.startedAt?.getTime() ?? Number.NaN) - item.runAfter.getTime()) / 1000,
+    ]);
   };
   const noteOutcome = (item: ClaimedItem, _outcome: Outcome, handlerMs: number | undefined): void => {
     handlerSeconds.set(item.type, [...(handlerSeconds.get(item.type) ?? []), (handlerMs ?? Number.NaN) / 1000]);
@@ -108,7 +112,11 @@ test('/metrics: claims, outcomes, latencies, wake reads and depth of a running c
     { queue, type: 'refuse', payload: {}, delayMs: 300 },
     { queue, type: 'boom', payload: {}, maxAttempts: 1 },
   ]);
-  await waitFor(() => consumer.counters.completed === 3 && consumer.counters.dead === 2, 10_000, '3 completed and 2 dead');
+  await waitFor(
+    () => consumer.counters.completed === 3 && consumer.counters.dead === 2,
+    10_000,
+    '3 completed and 2 dead',
+  );
   expect(await metrics.refreshFleetGauges(tl.ledger, { everyMs: 0 })).toBe(true);
 
   const res = await fetch(`${admin.url}/metrics`);
@@ -118,28 +126,33 @@ test('/metrics: claims, outcomes, latencies, wake reads and depth of a running c
   const q = { queue };
 
   // Event counters, per queue and type.
-  expect(valueOf(samples, 'lanewake_items_claimed_total', { queue, type: 'ok' })).toBe(3);
-  expect(valueOf(samples, 'lanewake_items_claimed_total', { queue, type: 'refuse' })).toBe(1);
-  expect(valueOf(samples, 'lanewake_items_completed_total', { queue, type: 'ok' })).toBe(3);
-  expect(valueOf(samples, 'lanewake_items_dead_total', { queue, type: 'refuse' })).toBe(1);
-  expect(valueOf(samples, 'lanewake_items_dead_total', { queue, type: 'boom' })).toBe(1);
+  expect(sampleValue(samples, 'lanewake_items_claimed_total', { queue, type: 'ok' })).toBe(3);
+  expect(sampleValue(samples, 'lanewake_items_claimed_total', { queue, type: 'refuse' })).toBe(1);
+  expect(sampleValue(samples, 'lanewake_items_completed_total', { queue, type: 'ok' })).toBe(3);
+  expect(sampleValue(samples, 'lanewake_items_dead_total', { queue, type: 'refuse' })).toBe(1);
+  expect(sampleValue(samples, 'lanewake_items_dead_total', { queue, type: 'boom' })).toBe(1);
   for (const name of ['lanewake_items_retried_total', 'lanewake_items_released_total', 'lanewake_lease_lost_total']) {
-    expect(samples.filter((s) => s.name === name && s.labels.queue === queue), name).toEqual([]);
+    expect(
+      samples.filter((s) => s.name === name && s.labels.queue === queue),
+      name,
+    ).toEqual([]);
   }
-  const wakeRead = valueOf(samples, 'lanewake_wake_entries_read_total', q);
+  const wakeRead = sampleValue(samples, 'lanewake_wake_entries_read_total', q);
   expect(wakeRead).toBeGreaterThan(0);
   expect(wakeRead).toBeLessThanOrEqual(consumer.counters.wakeEntriesRead);
 
   // Latency histograms.
-  const starts = samples.filter((s) => s.name === 'lanewake_enqueue_to_start_seconds_count' && s.labels.queue === queue);
+  const starts = samples.filter(
+    (s) => s.name === 'lanewake_enqueue_to_start_seconds_count' && s.labels.queue === queue,
+  );
   expect(starts.reduce((n, s) => n + s.value, 0)).toBe(5);
-  expect(valueOf(samples, 'lanewake_enqueue_to_start_seconds_count', { queue, type: 'ok' })).toBe(3);
+  expect(sampleValue(samples, 'lanewake_enqueue_to_start_seconds_count', { queue, type: 'ok' })).toBe(3);
   expect(latencyMs.size).toBe(5);
   for (const type of ['ok', 'refuse', 'boom']) {
     const measured = [...latencyMs.values()].filter((l) => l.type === type);
     expect(measured.length, type).toBe(type === 'ok' ? 3 : 1);
     // The sum is the sum of the observed latencies: between what was measured just before and just after.
-    const sum = valueOf(samples, 'lanewake_enqueue_to_start_seconds_sum', { queue, type });
+    const sum = sampleValue(samples, 'lanewake_enqueue_to_start_seconds_sum', { queue, type });
     const lowest = measured.reduce((n, l) => n + l.before, 0) / 1000;
     const highest = measured.reduce((n, l) => n + l.after, 0) / 1000;
     expect(lowest, type).toBeGreaterThan(0); // commit, wake-up and claim lie between an enqueue and its start
@@ -147,13 +160,23 @@ test('/metrics: claims, outcomes, latencies, wake reads and depth of a running c
     expect(sum, type).toBeLessThanOrEqual(highest + 1e-9);
     // Buckets are cumulative over the configured bounds, and each holds exactly the starts at or under its
     // bound: every one measured under it (after <= le) and none measured over it (before > le).
-    const buckets = samples.filter((s) => s.name === 'lanewake_enqueue_to_start_seconds_bucket' && s.labels.queue === queue && s.labels.type === type);
-    expect(buckets.map((b) => b.labels.le), type).toEqual([...WAIT_BUCKETS_SECONDS.map(String), '+Inf']);
+    const buckets = samples.filter(
+      (s) =>
+        s.name === 'lanewake_enqueue_to_start_seconds_bucket' && s.labels.queue === queue && s.labels.type === type,
+    );
+    expect(
+      buckets.map((b) => b.labels.le),
+      type,
+    ).toEqual([...WAIT_BUCKETS_SECONDS.map(String), '+Inf']);
     for (let i = 1; i < buckets.length; i++) {
-      expect(buckets[i]?.value, `${type} le=${buckets[i]?.labels.le} (cumulative)`).toBeGreaterThanOrEqual(buckets[i - 1]?.value ?? Number.NaN);
+      expect(buckets[i]?.value, `${type} le=${buckets[i]?.labels.le} (cumulative)`).toBeGreaterThanOrEqual(
+        buckets[i - 1]?.value ?? Number.NaN,
+      );
     }
     expect(buckets.at(-1)?.value, type).toBe(measured.length);
-    expect(valueOf(samples, 'lanewake_enqueue_to_start_seconds_count', { queue, type }), type).toBe(measured.length);
+    expect(sampleValue(samples, 'lanewake_enqueue_to_start_seconds_count', { queue, type }), type).toBe(
+      measured.length,
+    );
     for (const bucket of buckets.slice(0, -1)) {
       const le = Number(bucket.labels.le);
       const surelyIn = measured.filter((l) => l.after / 1000 <= le).length;
@@ -166,47 +189,67 @@ test('/metrics: claims, outcomes, latencies, wake reads and depth of a running c
   const sumOf = (xs: readonly number[] | undefined): number => (xs ?? []).reduce((a, b) => a + b, 0);
   for (const type of ['ok', 'refuse', 'boom']) {
     const lags = lagSeconds.get(type);
-    expect(valueOf(samples, 'lanewake_queue_lag_seconds_count', { queue, type }), type).toBe(lags?.length);
-    expect(valueOf(samples, 'lanewake_queue_lag_seconds_sum', { queue, type }), type).toBeCloseTo(sumOf(lags), 6);
+    expect(sampleValue(samples, 'lanewake_queue_lag_seconds_count', { queue, type }), type).toBe(lags?.length);
+    expect(sampleValue(samples, 'lanewake_queue_lag_seconds_sum', { queue, type }), type).toBeCloseTo(sumOf(lags), 6);
     const runs = handlerSeconds.get(type);
-    expect(valueOf(samples, 'lanewake_handler_duration_seconds_count', { queue, type }), type).toBe(type === 'ok' ? 3 : 1);
-    expect(valueOf(samples, 'lanewake_handler_duration_seconds_sum', { queue, type }), type).toBeCloseTo(sumOf(runs), 6);
-    const lagBuckets = samples.filter((s) => s.name === 'lanewake_queue_lag_seconds_bucket' && s.labels.queue === queue && s.labels.type === type);
-    expect(lagBuckets.map((b) => b.labels.le), type).toEqual([...WAIT_BUCKETS_SECONDS.map(String), '+Inf']);
-    const runBuckets = samples.filter((s) => s.name === 'lanewake_handler_duration_seconds_bucket' && s.labels.queue === queue && s.labels.type === type);
-    expect(runBuckets.map((b) => b.labels.le), type).toEqual([...HANDLER_BUCKETS_SECONDS.map(String), '+Inf']);
+    expect(sampleValue(samples, 'lanewake_handler_duration_seconds_count', { queue, type }), type).toBe(
+      type === 'ok' ? 3 : 1,
+    );
+    expect(sampleValue(samples, 'lanewake_handler_duration_seconds_sum', { queue, type }), type).toBeCloseTo(
+      sumOf(runs),
+      6,
+    );
+    const lagBuckets = samples.filter(
+      (s) => s.name === 'lanewake_queue_lag_seconds_bucket' && s.labels.queue === queue && s.labels.type === type,
+    );
+    expect(
+      lagBuckets.map((b) => b.labels.le),
+      type,
+    ).toEqual([...WAIT_BUCKETS_SECONDS.map(String), '+Inf']);
+    const runBuckets = samples.filter(
+      (s) =>
+        s.name === 'lanewake_handler_duration_seconds_bucket' && s.labels.queue === queue && s.labels.type === type,
+    );
+    expect(
+      runBuckets.map((b) => b.labels.le),
+      type,
+    ).toEqual([...HANDLER_BUCKETS_SECONDS.map(String), '+Inf']);
   }
   // The delayed item waited 300 ms from its enqueue, but its lag counts from when it was due.
-  const refuseStart = valueOf(samples, 'lanewake_enqueue_to_start_seconds_sum', { queue, type: 'refuse' });
+  const refuseStart = sampleValue(samples, 'lanewake_enqueue_to_start_seconds_sum', { queue, type: 'refuse' });
   expect(refuseStart).toBeGreaterThanOrEqual(0.3);
   // due = created_at + 300 ms on the ledger's clock (this machine's), so lag <= enqueue->start - 0.3 (less the claim-to-start step).
-  expect(valueOf(samples, 'lanewake_queue_lag_seconds_sum', { queue, type: 'refuse' })).toBeLessThanOrEqual(refuseStart - 0.3 + 0.005);
+  expect(sampleValue(samples, 'lanewake_queue_lag_seconds_sum', { queue, type: 'refuse' })).toBeLessThanOrEqual(
+    refuseStart - 0.3 + 0.005,
+  );
 
-  const claimRounds = valueOf(samples, 'lanewake_claim_duration_seconds_count', q);
+  const claimRounds = sampleValue(samples, 'lanewake_claim_duration_seconds_count', q);
   expect(claimRounds).toBeGreaterThan(0);
   expect(claimRounds).toBeLessThanOrEqual(consumer.counters.claimRounds);
-  expect(valueOf(samples, 'lanewake_claim_duration_seconds_sum', q)).toBeGreaterThan(0);
+  expect(sampleValue(samples, 'lanewake_claim_duration_seconds_sum', q)).toBeGreaterThan(0);
 
   // Depth from the ledger, and live process state.
-  expect(valueOf(samples, 'lanewake_items', { queue, state: 'completed' })).toBe(3);
-  expect(valueOf(samples, 'lanewake_items', { queue, state: 'dead' })).toBe(2);
-  expect(valueOf(samples, 'lanewake_items', { queue, state: 'pending' })).toBe(0);
-  expect(valueOf(samples, 'lanewake_items', { queue, state: 'processing' })).toBe(0);
-  expect(valueOf(samples, 'lanewake_oldest_due_age_seconds', q)).toBe(0);
-  expect(valueOf(samples, 'lanewake_items_scheduled', q)).toBe(0);
-  expect(valueOf(samples, 'lanewake_queue_paused', q)).toBe(0);
-  expect(valueOf(samples, 'lanewake_fleet_gauges_exporter')).toBe(1);
-  expect(valueOf(samples, 'lanewake_in_flight', q)).toBe(0);
-  expect(valueOf(samples, 'lanewake_consumer_paused', q)).toBe(0);
-  expect(valueOf(samples, 'lanewake_redis_connected')).toBe(1);
+  expect(sampleValue(samples, 'lanewake_items', { queue, state: 'completed' })).toBe(3);
+  expect(sampleValue(samples, 'lanewake_items', { queue, state: 'dead' })).toBe(2);
+  expect(sampleValue(samples, 'lanewake_items', { queue, state: 'pending' })).toBe(0);
+  expect(sampleValue(samples, 'lanewake_items', { queue, state: 'processing' })).toBe(0);
+  expect(sampleValue(samples, 'lanewake_oldest_due_age_seconds', q)).toBe(0);
+  expect(sampleValue(samples, 'lanewake_items_scheduled', q)).toBe(0);
+  expect(sampleValue(samples, 'lanewake_queue_paused', q)).toBe(0);
+  expect(sampleValue(samples, 'lanewake_fleet_gauges_exporter')).toBe(1);
+  expect(sampleValue(samples, 'lanewake_in_flight', q)).toBe(0);
+  expect(sampleValue(samples, 'lanewake_consumer_paused', q)).toBe(0);
+  expect(sampleValue(samples, 'lanewake_redis_connected')).toBe(1);
 
   // Node process metrics on the same registry under their standard names, without the gauges named
   // like counters; nothing on prom-client's global registry.
-  expect(valueOf(samples, 'process_cpu_user_seconds_total')).toBeGreaterThan(0);
+  expect(sampleValue(samples, 'process_cpu_user_seconds_total')).toBeGreaterThan(0);
   expect(samples.some((s) => s.name === 'nodejs_heap_size_used_bytes')).toBe(true);
   expect(samples.some((s) => s.name === 'nodejs_eventloop_lag_seconds')).toBe(true);
   expect(samples.filter((s) => /^nodejs_active_\w+_total$/.test(s.name))).toEqual([]);
-  expect(samples.filter((s) => s.name.startsWith('lanewake_process_') || s.name.startsWith('lanewake_nodejs_'))).toEqual([]);
+  expect(
+    samples.filter((s) => s.name.startsWith('lanewake_process_') || s.name.startsWith('lanewake_nodejs_')),
+  ).toEqual([]);
   expect(await globalRegistry.getMetricsAsJSON()).toEqual([]);
 
   // Unsubscribing detaches every listener (the test's own two taken off first).
@@ -214,19 +257,27 @@ test('/metrics: claims, outcomes, latencies, wake reads and depth of a running c
   consumer.off('started', afterMetrics);
   consumer.off('started', noteStart);
   consumer.off('outcome', noteOutcome);
-  const listeners = (): number => consumer.listenerCount('started') + consumer.listenerCount('outcome') + consumer.listenerCount('claimRound');
+  const listeners = (): number =>
+    consumer.listenerCount('started') + consumer.listenerCount('outcome') + consumer.listenerCount('claimRound');
   expect(listeners()).toBe(3);
   unsubscribe();
   expect(listeners()).toBe(0);
 }, 15_000);
 
-test('/metrics: items handed over under the consumer\'s offers, by queue', async () => {
+test("/metrics: items handed over under the consumer's offers, by queue", async () => {
   const tl = await testLedger();
   const tw: TestWake = createTestWake();
   cleanups.push(tw.drop);
   const queue = uniqueQueue('adm-offer');
   const metrics = new LanewakeMetrics();
-  const consumer = new Consumer({ ledger: tl.ledger, wake: tw.wake, queue, concurrency: 4, pollIntervalMs: 60_000, handlers: { ok: async () => 'done' } });
+  const consumer = new Consumer({
+    ledger: tl.ledger,
+    wake: tw.wake,
+    queue,
+    concurrency: 4,
+    pollIntervalMs: 60_000,
+    handlers: { ok: async () => 'done' },
+  });
   const unsubscribe = metrics.observeConsumer(consumer);
   cleanups.push(async () => {
     unsubscribe();
@@ -234,7 +285,10 @@ test('/metrics: items handed over under the consumer\'s offers, by queue', async
   });
   await consumer.start();
   const admin = await server({ ledger: tl.ledger, metrics });
-  const scrape = async (): Promise<number> => valueOf(parseSamples(await (await fetch(`${admin.url}/metrics`)).text()), 'lanewake_items_handed_over_total', { queue });
+  const scrape = async (): Promise<number> =>
+    sampleValue(parseSamples(await (await fetch(`${admin.url}/metrics`)).text()), 'lanewake_items_handed_over_total', {
+      queue,
+    });
   expect(await scrape()).toBe(0);
 
   // One item through the stream warms the consumer; it then stands an offer, which the next item takes.

@@ -1,6 +1,13 @@
 import { expect, test } from 'vitest';
 import { demoProgress } from '../src/demo/run-demo.js';
-import { countLess, countUpTo, exactCount, formatCount, sumCounts, unfinishedCount } from '../src/ledger/bounded-count.js';
+import {
+  countLess,
+  countUpTo,
+  exactCount,
+  formatCount,
+  sumCounts,
+  unfinishedCount,
+} from '../src/ledger/bounded-count.js';
 import { statsCountCap } from '../src/ledger/sql/stats.js';
 import { ITEM_STATES, type BoundedCount, type ItemState, type QueueStats } from '../src/ledger/types.js';
 
@@ -12,7 +19,11 @@ const floor = (count: number): BoundedCount => ({ count, atLeast: true });
 /** Counts as stats reads them from `n` items by state: each range read up to its cap (a LIMIT). */
 function countsOf(n: Partial<Record<ItemState, number>>): Pick<QueueStats, 'counts'> {
   const read = (s: ItemState): number => Math.min(n[s] ?? 0, statsCountCap(s));
-  return { counts: Object.fromEntries(ITEM_STATES.map((s) => [s, countUpTo(read(s), statsCountCap(s))])) as QueueStats['counts'] };
+  return {
+    counts: Object.fromEntries(
+      ITEM_STATES.map((s) => [s, countUpTo(read(s), statsCountCap(s))]),
+    ) as QueueStats['counts'],
+  };
 }
 
 test('a count that reaches its cap is a floor; below it, exact', () => {
@@ -41,8 +52,14 @@ test('the demo is done when nothing is left unfinished, however many terminal it
   expect(unfinishedCount(ended)).toEqual(exact(0));
   expect(demoProgress(ended, 20_000)).toEqual({ done: true, finished: 20_000, exact: true });
 
-  expect(demoProgress(countsOf({ completed: 15_000, dead: 150, pending: 4_000, processing: 800, blocked: 50 }), 20_000)).toEqual({ done: false, finished: 15_150, exact: true });
+  expect(
+    demoProgress(countsOf({ completed: 15_000, dead: 150, pending: 4_000, processing: 800, blocked: 50 }), 20_000),
+  ).toEqual({ done: false, finished: 15_150, exact: true });
   // More unfinished than the cap counts: not done, and how many finished is only an upper bound.
-  expect(demoProgress(countsOf({ pending: 150_000 }), 200_000)).toEqual({ done: false, finished: 100_000, exact: false });
+  expect(demoProgress(countsOf({ pending: 150_000 }), 200_000)).toEqual({
+    done: false,
+    finished: 100_000,
+    exact: false,
+  });
   expect(demoProgress(undefined, 10)).toEqual({ done: true, finished: 10, exact: true });
 });

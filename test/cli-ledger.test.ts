@@ -26,7 +26,13 @@ const cli = (...args: string[]): Promise<Run> => lanewake(['--database-url', t.u
 
 /** Enqueues one item, claims it and fails it permanently: dead at attempt 1 with `error` as its last error. */
 async function makeDead(queue: string, error: string, lane?: string): Promise<string> {
-  const { id } = await t.ledger.enqueue({ queue, type: 'report.build', payload: { secret: SECRET }, maxAttempts: 3, ...(lane ? { lane } : {}) });
+  const { id } = await t.ledger.enqueue({
+    queue,
+    type: 'report.build',
+    payload: { secret: SECRET },
+    maxAttempts: 3,
+    ...(lane ? { lane } : {}),
+  });
   const claimed = await claimOne(t.ledger, queue);
   expect(claimed.id).toBe(id);
   expect((await t.ledger.fail(claimed, { error })).won).toBe(true);
@@ -49,13 +55,17 @@ describe('lanewake CLI against a ledger', () => {
       expect(before.code).toBe(1);
       expect(before.err).toMatch(/does not exist.*lanewake migrate/);
 
-      const first = json<{ from: number; to: number; applied: number[] }>(await lanewake(['migrate', '--json', '--database-url', url]));
+      const first = json<{ from: number; to: number; applied: number[] }>(
+        await lanewake(['migrate', '--json', '--database-url', url]),
+      );
       expect(first).toEqual({ from: 0, to: SCHEMA_VERSION, applied: MIGRATIONS.map((m) => m.version) });
 
       const again = await lanewake(['migrate', '--database-url', url]);
       expect(again.code, again.err).toBe(0);
       expect(again.out).toBe(`schema v${SCHEMA_VERSION} is current: nothing applied\n`);
-      expect(json<{ applied: number[] }>(await lanewake(['--json', 'migrate', '--database-url', url])).applied).toEqual([]);
+      expect(json<{ applied: number[] }>(await lanewake(['--json', 'migrate', '--database-url', url])).applied).toEqual(
+        [],
+      );
 
       const stats = await lanewake(['stats', '--database-url', url]);
       expect(stats).toMatchObject({ code: 0, out: 'no items in the ledger\n' });
@@ -105,7 +115,9 @@ describe('lanewake CLI against a ledger', () => {
     expect(shown.out).toMatch(/^store +1 /m);
     expect(shown.out).not.toContain(SECRET);
     expect((await cli('inspect', id, '--payload')).out).toContain(SECRET);
-    const asJson = json<{ item: { progress: unknown }; steps: Record<string, unknown>[] }>(await cli('inspect', id, '--json'));
+    const asJson = json<{ item: { progress: unknown }; steps: Record<string, unknown>[] }>(
+      await cli('inspect', id, '--json'),
+    );
     expect(asJson.item.progress).toBe(40);
     expect(asJson.steps.map((st) => [st.name, st.attempt, 'result' in st])).toEqual([
       ['fetch', 1, false],
@@ -116,47 +128,114 @@ describe('lanewake CLI against a ledger', () => {
   it('enqueue, then stats shows it and inspect shows it without its payload', async () => {
     const queue = freshQueue('cli-enq');
     const payload = JSON.stringify({ secret: SECRET, n: 1 });
-    const first = await cli('enqueue', queue, 'invoice.send', '--payload', payload, '--lane', 'customer:1', '--idempotency-key', 'inv-1');
+    const first = await cli(
+      'enqueue',
+      queue,
+      'invoice.send',
+      '--payload',
+      payload,
+      '--lane',
+      'customer:1',
+      '--idempotency-key',
+      'inv-1',
+    );
     expect(first.code, first.err).toBe(0);
     const id = /^enqueued (\S+) \(duplicate: false\)$/m.exec(first.out)?.[1];
     expect(id).toBeDefined();
     const stored = await mustGet(t.ledger, id ?? '');
-    expect(stored).toMatchObject({ queue, type: 'invoice.send', lane: 'customer:1', idempotencyKey: 'inv-1', state: 'pending', payload: { secret: SECRET, n: 1 } });
+    expect(stored).toMatchObject({
+      queue,
+      type: 'invoice.send',
+      lane: 'customer:1',
+      idempotencyKey: 'inv-1',
+      state: 'pending',
+      payload: { secret: SECRET, n: 1 },
+    });
 
-    const dup = json<{ id: string; duplicate: boolean }>(await cli('enqueue', queue, 'invoice.send', '--payload', payload, '--lane', 'customer:1', '--idempotency-key', 'inv-1', '--json'));
+    const dup = json<{ id: string; duplicate: boolean }>(
+      await cli(
+        'enqueue',
+        queue,
+        'invoice.send',
+        '--payload',
+        payload,
+        '--lane',
+        'customer:1',
+        '--idempotency-key',
+        'inv-1',
+        '--json',
+      ),
+    );
     expect(dup).toMatchObject({ id, duplicate: true });
     expect(await itemCount(t.ledger, queue)).toBe(1);
 
     const table = await cli('stats');
     expect(table.code, table.err).toBe(0);
-    expect(table.out.split('\n')[0]?.split(/\s+/)).toEqual(['QUEUE', 'PENDING', 'PROCESSING', 'BLOCKED', 'COMPLETED', 'SKIPPED', 'DEAD', 'CANCELLED', 'SCHEDULED', 'OLDEST_DUE', 'CONSUMERS']);
-    const row = table.out.split('\n').find((l) => l.startsWith(`${queue} `))?.split(/\s+/);
+    expect(table.out.split('\n')[0]?.split(/\s+/)).toEqual([
+      'QUEUE',
+      'PENDING',
+      'PROCESSING',
+      'BLOCKED',
+      'COMPLETED',
+      'SKIPPED',
+      'DEAD',
+      'CANCELLED',
+      'SCHEDULED',
+      'OLDEST_DUE',
+      'CONSUMERS',
+    ]);
+    const row = table.out
+      .split('\n')
+      .find((l) => l.startsWith(`${queue} `))
+      ?.split(/\s+/);
     expect(row?.slice(0, 9)).toEqual([queue, '1', '0', '0', '0', '0', '0', '0', '0']);
     expect(row?.at(-1)).toBe('-');
 
     // A queue that a live consumer serves and that holds no item still has its row: someone serves it.
     const served = freshQueue('cli-served');
-    const consumer = new Consumer({ ledger: t.ledger, queue: served, concurrency: 3, handlers: { t: async () => undefined } });
+    const consumer = new Consumer({
+      ledger: t.ledger,
+      queue: served,
+      concurrency: 3,
+      handlers: { t: async () => undefined },
+    });
     await consumer.start();
     try {
-      const servedRow = (await cli('stats')).out.split('\n').find((l) => l.startsWith(`${served} `))?.split(/\s+/);
+      const servedRow = (await cli('stats')).out
+        .split('\n')
+        .find((l) => l.startsWith(`${served} `))
+        ?.split(/\s+/);
       expect(servedRow?.slice(0, 9)).toEqual([served, '0', '0', '0', '0', '0', '0', '0', '0']);
       expect(servedRow?.slice(-3)).toEqual(['1', '(3', 'slots)']);
-      expect(json<{ queue: string; consumers: unknown[] }[]>(await cli('stats', served, '--json'))).toMatchObject([{ queue: served, counts: { pending: { count: 0, atLeast: false } }, consumers: [{ queue: served }] }]);
+      expect(json<{ queue: string; consumers: unknown[] }[]>(await cli('stats', served, '--json'))).toMatchObject([
+        { queue: served, counts: { pending: { count: 0, atLeast: false } }, consumers: [{ queue: served }] },
+      ]);
     } finally {
       await consumer.stop();
     }
 
-    const stats = json<{ queue: string; counts: Record<string, { count: number; atLeast: boolean }>; oldestDueAgeMs: number }[]>(await cli('stats', queue, '--json'));
+    const stats = json<
+      { queue: string; counts: Record<string, { count: number; atLeast: boolean }>; oldestDueAgeMs: number }[]
+    >(await cli('stats', queue, '--json'));
     expect(stats).toHaveLength(1);
-    expect(stats[0]).toMatchObject({ queue, counts: { pending: { count: 1, atLeast: false }, processing: { count: 0, atLeast: false }, dead: { count: 0, atLeast: false } } });
+    expect(stats[0]).toMatchObject({
+      queue,
+      counts: {
+        pending: { count: 1, atLeast: false },
+        processing: { count: 0, atLeast: false },
+        dead: { count: 0, atLeast: false },
+      },
+    });
     expect(stats[0]?.oldestDueAgeMs).toBeGreaterThanOrEqual(0);
 
     // Nothing serves the queue: --why says so, and names the queue.
     const whyText = await cli('inspect', id ?? '', '--why');
     expect(whyText.code, whyText.err).toBe(0);
     expect(whyText.out).toMatch(new RegExp(`^no_live_consumer: no live consumer serves queue ${queue}$`, 'm'));
-    expect(json<{ code: string }>(await cli('inspect', id ?? '', '--why', '--json'))).toMatchObject({ id, code: 'no_live_consumer' });
+    expect(json<{ code: string }>(await cli('inspect', id ?? '', '--why', '--json'))).toMatchObject({
+      id,
+      code: 'no_live_consumer',
+    });
 
     const shown = await cli('inspect', id ?? '');
     expect(shown.code, shown.err).toBe(0);
@@ -165,20 +244,28 @@ describe('lanewake CLI against a ledger', () => {
     expect(shown.out).toMatch(/^lane: +customer:1 #1 \(head\)$/m);
     expect(shown.out).toMatch(/^payload: +\(\d+ bytes; shown with --payload\)$/m);
     expect(shown.out).toContain('attempt history: none recorded');
-    const asJson = json<{ item: Record<string, unknown>; attempts: unknown[] }>(await cli('inspect', id ?? '', '--json'));
+    const asJson = json<{ item: Record<string, unknown>; attempts: unknown[] }>(
+      await cli('inspect', id ?? '', '--json'),
+    );
     expect(asJson.item).toMatchObject({ id, queue, state: 'pending' });
     expect(asJson.item).not.toHaveProperty('payload');
 
     for (const r of [first, table, shown]) expect(r.out + r.err).not.toContain(SECRET);
     const withPayload = await cli('inspect', id ?? '', '--payload');
     expect(withPayload.out).toContain(`payload:         ${payload}`);
-    expect(json<{ item: { payload: unknown } }>(await cli('inspect', id ?? '', '--payload', '--json')).item.payload).toEqual({ secret: SECRET, n: 1 });
+    expect(
+      json<{ item: { payload: unknown } }>(await cli('inspect', id ?? '', '--payload', '--json')).item.payload,
+    ).toEqual({ secret: SECRET, n: 1 });
 
     const missing = await cli('inspect', 'no-such-item');
     expect(missing).toMatchObject({ code: 1, out: '' });
     expect(missing.err).toContain('no item no-such-item');
     // Ids are base64url, so some begin with '-': they are read as ids, not as options.
-    for (const args of [['inspect', '-Xb3_no-such-item'], ['inspect', '--payload', '-Vb3_no-such-item'], ['inspect', '--', '-hb3_no-such-item']]) {
+    for (const args of [
+      ['inspect', '-Xb3_no-such-item'],
+      ['inspect', '--payload', '-Vb3_no-such-item'],
+      ['inspect', '--', '-hb3_no-such-item'],
+    ]) {
       const dashed = await cli(...args);
       expect(dashed.code, args.join(' ')).toBe(1);
       expect(dashed.err).toContain(`no item ${args[args.length - 1] ?? ''}`);
@@ -189,9 +276,28 @@ describe('lanewake CLI against a ledger', () => {
     const queue = freshQueue('cli-opts');
     const runAt = new Date(Date.now() + 3_600_000);
     const a = json<{ id: string }>(
-      await cli('enqueue', queue, 'later', '--run-at', runAt.toISOString(), '--priority', '-5', '--class', 'bulk', '--max-attempts', '3', '--json'),
+      await cli(
+        'enqueue',
+        queue,
+        'later',
+        '--run-at',
+        runAt.toISOString(),
+        '--priority',
+        '-5',
+        '--class',
+        'bulk',
+        '--max-attempts',
+        '3',
+        '--json',
+      ),
     );
-    expect(await mustGet(t.ledger, a.id)).toMatchObject({ runAfter: runAt, priority: -5, queueClass: 'bulk', maxAttempts: 3, payload: {} });
+    expect(await mustGet(t.ledger, a.id)).toMatchObject({
+      runAfter: runAt,
+      priority: -5,
+      queueClass: 'bulk',
+      maxAttempts: 3,
+      payload: {},
+    });
     const b = json<{ id: string }>(await cli('enqueue', queue, 'delayed', '--delay-ms', '600000', '--json'));
     const now = await t.ledger.now();
     const delayed = await mustGet(t.ledger, b.id);
@@ -205,9 +311,16 @@ describe('lanewake CLI against a ledger', () => {
     const b = await makeDead(queue, 'upstream said 503');
     const digestA = errorDigest('disk full\n    at write (store.ts:10)');
 
-    const listed = json<{ id: string; attempt: number; failureClass: string; error: string; errorDigest: string }[]>(await cli('dead', 'list', '--queue', queue, '--json'));
+    const listed = json<{ id: string; attempt: number; failureClass: string; error: string; errorDigest: string }[]>(
+      await cli('dead', 'list', '--queue', queue, '--json'),
+    );
     expect(listed.map((d) => d.id).sort()).toEqual([a, b].sort());
-    expect(listed.find((d) => d.id === a)).toMatchObject({ attempt: 1, failureClass: 'permanent', error: 'disk full', errorDigest: digestA });
+    expect(listed.find((d) => d.id === a)).toMatchObject({
+      attempt: 1,
+      failureClass: 'permanent',
+      error: 'disk full',
+      errorDigest: digestA,
+    });
     const table = await cli('dead', 'list', '--queue', queue);
     expect(table.code, table.err).toBe(0);
     const rowA = table.out.split('\n').find((l) => l.startsWith(a));
@@ -229,9 +342,17 @@ describe('lanewake CLI against a ledger', () => {
     expect(await itemCount(t.ledger)).toBe(before);
     expect((await mustGet(t.ledger, a)).replayedAt).toBeNull();
 
-    const replayed = json<{ id: string; replayOf: string }>(await cli('replay', a, '--expect-attempt', '1', '--expect-digest', digestA.toUpperCase(), '--json'));
+    const replayed = json<{ id: string; replayOf: string }>(
+      await cli('replay', a, '--expect-attempt', '1', '--expect-digest', digestA.toUpperCase(), '--json'),
+    );
     expect(replayed.replayOf).toBe(a);
-    expect(await mustGet(t.ledger, replayed.id)).toMatchObject({ state: 'pending', replayOf: a, lane: 'acct:7', attempt: 0, payload: { secret: SECRET } });
+    expect(await mustGet(t.ledger, replayed.id)).toMatchObject({
+      state: 'pending',
+      replayOf: a,
+      lane: 'acct:7',
+      attempt: 0,
+      payload: { secret: SECRET },
+    });
     expect(await itemCount(t.ledger)).toBe(before + 1);
     const twice = await cli('replay', a, '--expect-attempt', '1', '--expect-digest', digestA);
     expect(twice.code).toBe(1);
@@ -240,7 +361,9 @@ describe('lanewake CLI against a ledger', () => {
     // Without --expect-digest: the item's current last error is used, and the operator is told.
     const implicit = await cli('replay', b, '--expect-attempt', '1');
     expect(implicit.code, implicit.err).toBe(0);
-    expect(implicit.err).toContain(`using the digest of the item's current last error (${errorDigest('upstream said 503')})`);
+    expect(implicit.err).toContain(
+      `using the digest of the item's current last error (${errorDigest('upstream said 503')})`,
+    );
     const newB = /^replayed (\S+) as (\S+)$/m.exec(implicit.out);
     expect(newB?.[1]).toBe(b);
     expect((await mustGet(t.ledger, newB?.[2] ?? '')).replayOf).toBe(b);
@@ -259,10 +382,16 @@ describe('lanewake CLI against a ledger', () => {
     const c1 = await cli('cancel', waiting, '--reason', 'operator: wrong customer');
     expect(c1.code, c1.err).toBe(0);
     expect(c1.out).toMatch(/^cancelled: /);
-    expect(await mustGet(t.ledger, waiting)).toMatchObject({ state: 'cancelled', lastError: 'operator: wrong customer' });
+    expect(await mustGet(t.ledger, waiting)).toMatchObject({
+      state: 'cancelled',
+      lastError: 'operator: wrong customer',
+    });
     expect((await mustGet(t.ledger, next)).isHead).toBe(true);
 
-    expect(json<{ id: string; outcome: string }>(await cli('cancel', waiting, '--json'))).toEqual({ id: waiting, outcome: 'not_cancellable' });
+    expect(json<{ id: string; outcome: string }>(await cli('cancel', waiting, '--json'))).toEqual({
+      id: waiting,
+      outcome: 'not_cancellable',
+    });
 
     const running = await claimOne(t.ledger, queue);
     expect(running.id).toBe(next);
@@ -287,7 +416,9 @@ describe('lanewake CLI against a ledger', () => {
       expect(unseen.err).toContain(`--queue: the ledger has never seen queue '${queue}'`);
       expect(unseen.err).toContain('--new-queue');
       expect(await t.ledger.ownership(queue)).toBeUndefined();
-      const first = json<{ epoch: number; deployment: string }>(await cli('activate', '--queue', queue, '--deployment', 'blue', '--new-queue', '--json', ...redis));
+      const first = json<{ epoch: number; deployment: string }>(
+        await cli('activate', '--queue', queue, '--deployment', 'blue', '--new-queue', '--json', ...redis),
+      );
       expect(first).toMatchObject({ queue, epoch: 1, deployment: 'blue' });
       const second = await cli('activate', '--queue', queue, '--deployment', 'green', '--expect-epoch', '1', ...redis);
       expect(second.code, second.err).toBe(0);
@@ -301,7 +432,10 @@ describe('lanewake CLI against a ledger', () => {
       expect(never.code).toBe(3);
       expect(await t.ledger.ownership(queue)).toMatchObject({ epoch: 2, deployment: 'green' });
 
-      const entries = (await tw.wake.redis.xrange(controlStreamKey(tw.keyPrefix, queue), '-', '+')) as [string, string[]][];
+      const entries = (await tw.wake.redis.xrange(controlStreamKey(tw.keyPrefix, queue), '-', '+')) as [
+        string,
+        string[],
+      ][];
       expect(entries.map(([, fields]) => JSON.parse(fields[1] ?? 'null') as unknown)).toEqual([
         { type: 'ownership', epoch: 1, deployment: 'blue' },
         { type: 'ownership', epoch: 2, deployment: 'green' },
@@ -316,7 +450,9 @@ describe('lanewake CLI against a ledger', () => {
     const tw = createTestWake();
     try {
       const redis = ['--redis-url', redisUrl(), '--redis-key-prefix', tw.keyPrefix];
-      const { id } = json<{ id: string }>(await cli('enqueue', queue, 't', '--class', 'interactive', '--json', ...redis));
+      const { id } = json<{ id: string }>(
+        await cli('enqueue', queue, 't', '--class', 'interactive', '--json', ...redis),
+      );
       const deadQueue = freshQueue('cli-wake-dead');
       const deadId = await makeDead(deadQueue, 'boom');
       const replay = await cli('replay', deadId, '--expect-attempt', '1', '--json', ...redis);
@@ -324,16 +460,20 @@ describe('lanewake CLI against a ledger', () => {
       expect(replay.err).not.toContain('warning');
 
       const wakes = async (q: string, cls: 'interactive' | 'default') =>
-        ((await tw.wake.redis.xrange(wakeStreamKey(tw.keyPrefix, q, cls), '-', '+')) as [string, string[]][]).map(([, f]) => ({
-          kind: f[f.indexOf('k') + 1],
-          ids: f[f.indexOf('i') + 1],
-        }));
+        ((await tw.wake.redis.xrange(wakeStreamKey(tw.keyPrefix, q, cls), '-', '+')) as [string, string[]][]).map(
+          ([, f]) => ({
+            kind: f[f.indexOf('k') + 1],
+            ids: f[f.indexOf('i') + 1],
+          }),
+        );
       expect(await wakes(queue, 'interactive')).toEqual([{ kind: 'enqueue', ids: id }]);
       expect(await wakes(deadQueue, 'default')).toEqual([{ kind: 'replay', ids: replayed.id }]);
 
       const down = await cli('enqueue', queue, 't', '--json', '--redis-url', `redis://127.0.0.1:${await freePort()}`);
       const created = json<{ id: string }>(down);
-      expect(down.err).toMatch(/^warning: the wake-up not published to redis:\/\/127\.0\.0\.1:\d+ \(Redis is unreachable\)/);
+      expect(down.err).toMatch(
+        /^warning: the wake-up not published to redis:\/\/127\.0\.0\.1:\d+ \(Redis is unreachable\)/,
+      );
       expect((await mustGet(t.ledger, created.id)).state).toBe('pending');
     } finally {
       await tw.drop();
@@ -389,7 +529,10 @@ describe('lanewake CLI against a ledger', () => {
     expect((await cli('pause', queue)).out).toContain(`queue ${queue}: paused`);
     expect(await t.ledger.pausedQueues([queue])).toEqual(new Set([queue]));
     expect((await cli('inspect', id, '--why')).out).toContain('queue_paused');
-    expect(json<{ queue: string; paused: boolean }>(await cli('resume', queue, '--json'))).toEqual({ queue, paused: false });
+    expect(json<{ queue: string; paused: boolean }>(await cli('resume', queue, '--json'))).toEqual({
+      queue,
+      paused: false,
+    });
     expect(await t.ledger.pausedQueues([queue])).toEqual(new Set());
     const bad = await cli('pause', 'Bad Queue');
     expect(bad.code).toBe(2);
@@ -408,7 +551,9 @@ describe('lanewake CLI against a ledger', () => {
     for (const [args, field] of refusals) {
       const r = await cli(...args);
       expect(r.code, `${args.join(' ')}: ${r.err}`).toBe(2);
-      expect(r.err).toBe(`error: ${field}: the ledger has never seen queue '${typo}' (no item, setting, owner or consumer of it): check the name, or add --new-queue if the queue is new\n`);
+      expect(r.err).toBe(
+        `error: ${field}: the ledger has never seen queue '${typo}' (no item, setting, owner or consumer of it): check the name, or add --new-queue if the queue is new\n`,
+      );
       expect(r.out).toBe('');
     }
     // Nothing written: no settings row, no type limit, no owner.
@@ -423,7 +568,22 @@ describe('lanewake CLI against a ledger', () => {
       ['an owner', (q) => t.ledger.activate({ queue: q, deployment: 'blue' })],
       [
         "a consumer's registration",
-        (q) => t.ledger.consumerBeat([{ name: `${q}-c`, queue: q, classes: ['default'], types: null, concurrency: 1, maxProcessing: null, epoch: null, version: 'test' }], true),
+        (q) =>
+          t.ledger.consumerBeat(
+            [
+              {
+                name: `${q}-c`,
+                queue: q,
+                classes: ['default'],
+                types: null,
+                concurrency: 1,
+                maxProcessing: null,
+                epoch: null,
+                version: 'test',
+              },
+            ],
+            true,
+          ),
       ],
     ];
     for (const [what, make] of seenBy) {
@@ -442,7 +602,9 @@ describe('lanewake CLI against a ledger', () => {
     expect((await cli('concurrency-limit', fresh, '5', '--new-queue')).code).toBe(0);
     expect(await t.ledger.concurrencyLimits(fresh)).toEqual({ queue: fresh, limit: 5, types: {} });
     const owned = freshQueue('cli-new-owner');
-    expect((await cli('activate', '--queue', owned, '--deployment', 'blue', '--new-queue')).out).toBe(`queue ${owned}: epoch 1, owned by blue\n`);
+    expect((await cli('activate', '--queue', owned, '--deployment', 'blue', '--new-queue')).out).toBe(
+      `queue ${owned}: epoch 1, owned by blue\n`,
+    );
   });
 
   it("concurrency-limit sets, raises and lifts a queue's or a type's limit per key; bad input exits 2 naming it", async () => {
@@ -451,14 +613,24 @@ describe('lanewake CLI against a ledger', () => {
     expect(unseen.code, unseen.err).toBe(2);
     expect(unseen.err).toContain(`<queue>: the ledger has never seen queue '${queue}'`);
     expect(json(await cli('concurrency-limit', queue, '--json'))).toEqual({ queue, limit: null, types: {} });
-    expect((await cli('concurrency-limit', queue, '1', '--type', 'mail', '--new-queue')).out).toContain(`queue ${queue}, type mail: at most 1 per concurrency key`);
-    const [first, second] = await t.ledger.enqueueMany([0, 1].map((i) => ({ queue, type: 'mail', concurrencyKey: 'K', payload: { i } })));
+    expect((await cli('concurrency-limit', queue, '1', '--type', 'mail', '--new-queue')).out).toContain(
+      `queue ${queue}, type mail: at most 1 per concurrency key`,
+    );
+    const [first, second] = await t.ledger.enqueueMany(
+      [0, 1].map((i) => ({ queue, type: 'mail', concurrencyKey: 'K', payload: { i } })),
+    );
     expect((await t.ledger.get(second!.id))?.isHead).toBe(false);
     expect((await cli('inspect', second!.id, '--why')).out).toContain('key_at_limit');
-    expect((await cli('inspect', second!.id)).out).toMatch(/^concurrency key: +K \(its type's own limit\), waiting for a slot$/m);
+    expect((await cli('inspect', second!.id)).out).toMatch(
+      /^concurrency key: +K \(its type's own limit\), waiting for a slot$/m,
+    );
     expect((await cli('inspect', first!.id)).out).toMatch(/^concurrency key: +K \(its type's own limit\), admitted$/m);
     // Raised, the waiting item is admitted at once.
-    expect(json<{ queue: string; type: string; limit: number; keysWithWaitingItems: number }>(await cli('concurrency-limit', queue, '2', '--type', 'mail', '--json'))).toEqual({
+    expect(
+      json<{ queue: string; type: string; limit: number; keysWithWaitingItems: number }>(
+        await cli('concurrency-limit', queue, '2', '--type', 'mail', '--json'),
+      ),
+    ).toEqual({
       queue,
       type: 'mail',
       limit: 2,
@@ -470,7 +642,9 @@ describe('lanewake CLI against a ledger', () => {
     expect((await cli('concurrency-limit', queue, '3')).out).toContain(`queue ${queue}: at most 3 per concurrency key`);
     await cli('concurrency-limit', queue, '4', '--type', 'report');
     expect(json(await cli('concurrency-limit', queue, '--json'))).toEqual({ queue, limit: 3, types: { report: 4 } });
-    expect((await cli('concurrency-limit', queue)).out).toContain('type report: at most 4 per concurrency key, its own');
+    expect((await cli('concurrency-limit', queue)).out).toContain(
+      'type report: at most 4 per concurrency key, its own',
+    );
     for (const [args, names] of [
       [[queue, 'lots'], '<n>'],
       [[queue, '0'], '<n>'],

@@ -40,9 +40,13 @@ describe('lanewake CLI without a ledger', () => {
   it('every command describes itself in --help', async () => {
     const top = await lanewake(['--help']);
     expect(top.code).toBe(0);
-    for (const name of ['migrate', 'enqueue', 'stats', 'inspect', 'dead', 'replay', 'cancel', 'activate']) expect(top.out).toMatch(new RegExp(`^  ${name} `, 'm'));
+    for (const name of ['migrate', 'enqueue', 'stats', 'inspect', 'dead', 'replay', 'cancel', 'activate'])
+      expect(top.out).toMatch(new RegExp(`^  ${name} `, 'm'));
     expect(top.out).toContain('3  ownership lost');
-    expect(await lanewake(['--version'])).toMatchObject({ code: 0, out: `${(JSON.parse(readFileSync(join(ROOT, 'package.json'), 'utf8')) as { version: string }).version}\n` });
+    expect(await lanewake(['--version'])).toMatchObject({
+      code: 0,
+      out: `${(JSON.parse(readFileSync(join(ROOT, 'package.json'), 'utf8')) as { version: string }).version}\n`,
+    });
     const described: Record<string, RegExp> = {
       migrate: /bring its schema\s+up to date/,
       enqueue: /add one work item/,
@@ -67,8 +71,10 @@ describe('lanewake CLI without a ledger', () => {
     const [pause, resume] = await Promise.all([lanewake(['pause', '--help']), lanewake(['resume', '--help'])]);
     expect(resume.out).not.toMatch(/stops claiming|pause a queue/);
     expect(pause.out).not.toMatch(/Clears the flag|resume a paused queue/);
-    expect(top.out).toMatch(/^  130 +the demo interrupted \(SIGINT or SIGTERM\); a worker's second SIGINT while draining$/m);
-    expect(top.out).toMatch(/^  143 +a worker's second SIGTERM while draining$/m);
+    expect(top.out).toMatch(
+      /^ {2}130 +the demo interrupted \(SIGINT or SIGTERM\); a worker's second SIGINT while draining$/m,
+    );
+    expect(top.out).toMatch(/^ {2}143 +a worker's second SIGTERM while draining$/m);
   });
 
   it('buildProgram takes further command factories', async () => {
@@ -107,6 +113,8 @@ describe('the lanewake entry point', () => {
     ]);
     // execFile rejects on a non-zero exit, so reaching here means both exited 0.
     expect(help.stdout).toMatch(/^Usage: lanewake \[options\] \[command\]/);
-    expect(JSON.parse(stats.stdout)).toEqual([expect.objectContaining({ queue, counts: expect.objectContaining({ pending: { count: 1, atLeast: false } }) })]);
+    expect(JSON.parse(stats.stdout)).toEqual([
+      expect.objectContaining({ queue, counts: expect.objectContaining({ pending: { count: 1, atLeast: false } }) }),
+    ]);
   });
 });

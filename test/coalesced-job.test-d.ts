@@ -9,7 +9,9 @@ describe('job.coalesced', () => {
     defineHandler<{ n: number }>({
       coalesce: 'all',
       handle: async (job) => {
-        expectTypeOf(job.coalesced).toEqualTypeOf<{ ids: string[]; count: number; payloads?: { n: number }[] } & { payloads: { n: number }[] }>();
+        expectTypeOf(job.coalesced).toEqualTypeOf<
+          { ids: string[]; count: number; payloads?: { n: number }[] } & { payloads: { n: number }[] }
+        >();
         expectTypeOf(job.coalesced.payloads).toEqualTypeOf<{ n: number }[]>();
         expectTypeOf(job.coalesced.count).toEqualTypeOf<number>();
       },
@@ -36,7 +38,9 @@ describe('job.coalesced', () => {
   test('a definition without coalesce: `coalesced` may be undefined', () => {
     defineHandler<{ n: number }>({
       handle: async (job) => {
-        expectTypeOf(job.coalesced).toEqualTypeOf<{ ids: string[]; count: number; payloads?: { n: number }[] } | undefined>();
+        expectTypeOf(job.coalesced).toEqualTypeOf<
+          { ids: string[]; count: number; payloads?: { n: number }[] } | undefined
+        >();
         // @ts-expect-error possibly undefined without coalesce
         void job.coalesced.count;
       },

@@ -12,7 +12,9 @@ interface Service {
   depends_on?: string[] | Record<string, { condition?: string }>;
 }
 
-const compose = parse(readFileSync(new URL('../docker-compose.yml', import.meta.url), 'utf8')) as { services: Record<string, Service> };
+const compose = parse(readFileSync(new URL('../docker-compose.yml', import.meta.url), 'utf8')) as {
+  services: Record<string, Service>;
+};
 
 /** Each published port as the host address it binds, from the short ("ip:host:container") or long syntax. */
 function publishedHosts(ports: readonly unknown[]): (string | undefined)[] {
@@ -29,7 +31,9 @@ function publishedHosts(ports: readonly unknown[]): (string | undefined)[] {
 }
 
 test('every published port of docker-compose.yml is bound to the loopback address only', () => {
-  const published = Object.entries(compose.services).flatMap(([name, s]) => publishedHosts(s.ports ?? []).map((host) => ({ service: name, host })));
+  const published = Object.entries(compose.services).flatMap(([name, s]) =>
+    publishedHosts(s.ports ?? []).map((host) => ({ service: name, host })),
+  );
   expect(published.map((p) => p.service).sort()).toEqual(['redis', 'tidb']);
   for (const p of published) expect(p.host ?? 'every interface', p.service).toMatch(/^(127\.0\.0\.1|\[::1\]|::1)$/);
 });
@@ -47,14 +51,16 @@ test('the demo waits until each service it depends on is healthy, and each has a
 });
 
 test('the port check itself tells a loopback binding from one on every interface', () => {
-  expect(publishedHosts(['127.0.0.1:4000:4000', '127.0.0.1::4000', '4000:4000', '0.0.0.0:1:1', '[::1]:2:2', 6379, { target: 1, published: 2 }, { target: 1, published: 2, host_ip: '127.0.0.1' }])).toEqual([
-    '127.0.0.1',
-    '127.0.0.1',
-    undefined,
-    '0.0.0.0',
-    '[::1]',
-    undefined,
-    undefined,
-    '127.0.0.1',
-  ]);
+  expect(
+    publishedHosts([
+      '127.0.0.1:4000:4000',
+      '127.0.0.1::4000',
+      '4000:4000',
+      '0.0.0.0:1:1',
+      '[::1]:2:2',
+      6379,
+      { target: 1, published: 2 },
+      { target: 1, published: 2, host_ip: '127.0.0.1' },
+    ]),
+  ).toEqual(['127.0.0.1', '127.0.0.1', undefined, '0.0.0.0', '[::1]', undefined, undefined, '127.0.0.1']);
 });

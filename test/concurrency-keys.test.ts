@@ -32,7 +32,9 @@ describe('concurrency keys at the ledger', () => {
   test('a key admits up to the limit, the rest wait unseen by claims, and an end hands its slot to the earliest waiting', async () => {
     const queue = freshQueue('keys');
     await tl.ledger.setConcurrencyLimit(queue, 3);
-    const a = await tl.ledger.enqueueMany(Array.from({ length: 8 }, (_, i) => ({ queue, type: 't', concurrencyKey: 'tenant:a', payload: { i } })));
+    const a = await tl.ledger.enqueueMany(
+      Array.from({ length: 8 }, (_, i) => ({ queue, type: 't', concurrencyKey: 'tenant:a', payload: { i } })),
+    );
     await tl.ledger.enqueueMany([0, 1].map((i) => ({ queue, type: 't', concurrencyKey: 'tenant:b', payload: { i } })));
     // Singles, in a later batch, take what is left of a key's room.
     await tl.ledger.enqueue({ queue, type: 't', concurrencyKey: 'tenant:b', payload: { i: 2 } });
@@ -40,7 +42,17 @@ describe('concurrency keys at the ledger', () => {
     await tl.ledger.enqueue({ queue, type: 't', payload: { free: true } });
     const first = await claimAll(queue);
     expect(byKey(first)).toEqual({ 'tenant:a': 3, 'tenant:b': 3, '-': 1 });
-    expect(first.filter((c) => c.concurrencyKey === 'tenant:a').map((c) => c.id).sort()).toEqual(a.slice(0, 3).map((r) => r.id).sort());
+    expect(
+      first
+        .filter((c) => c.concurrencyKey === 'tenant:a')
+        .map((c) => c.id)
+        .sort(),
+    ).toEqual(
+      a
+        .slice(0, 3)
+        .map((r) => r.id)
+        .sort(),
+    );
     expect(await claimAll(queue)).toEqual([]);
     // One of a's ends: its slot goes to a's earliest waiting item, which a claim then finds.
     const doneA = first.find((c) => c.concurrencyKey === 'tenant:a')!;
@@ -55,7 +67,9 @@ describe('concurrency keys at the ledger', () => {
     // A raised limit admits at once: a's last two, and b's fourth.
     expect(await tl.ledger.setConcurrencyLimit(queue, 5)).toBe(2);
     expect(byKey(await claimAll(queue))).toEqual({ 'tenant:a': 2, 'tenant:b': 1 });
-    const keyRow = await sql<{ admitted: number }>`SELECT admitted FROM lw_keys WHERE queue = ${queue} AND ckey = 'tenant:a'`.execute(tl.ledger.db);
+    const keyRow = await sql<{
+      admitted: number;
+    }>`SELECT admitted FROM lw_keys WHERE queue = ${queue} AND ckey = 'tenant:a'`.execute(tl.ledger.db);
     expect(Number(keyRow.rows[0]?.admitted)).toBe(5);
   });
 
@@ -63,7 +77,10 @@ describe('concurrency keys at the ledger', () => {
     const queue = freshQueue('keysmix');
     await tl.ledger.setConcurrencyLimit(queue, 3);
     await tl.ledger.setConcurrencyLimit(queue, 2, { type: 'mail' });
-    await tl.ledger.enqueueMany([...['A', 'B'].map((k) => ({ queue, type: 't', concurrencyKey: k, payload: {} })), { queue, type: 'mail', concurrencyKey: 'A', payload: {} }]);
+    await tl.ledger.enqueueMany([
+      ...['A', 'B'].map((k) => ({ queue, type: 't', concurrencyKey: k, payload: {} })),
+      { queue, type: 'mail', concurrencyKey: 'A', payload: {} },
+    ]);
     const batch = [
       ...[0, 1, 2].map((i) => ({ queue, type: 't', concurrencyKey: 'A', payload: { i } })),
       { queue, type: 't', concurrencyKey: 'B', payload: {} },
@@ -74,7 +91,10 @@ describe('concurrency keys at the ledger', () => {
     const heads = await Promise.all(made.map(async (m) => (await tl.ledger.get(m.id))?.isHead));
     // A holds 1 of 3: two of its three are admitted. B holds 1. mail's A holds 1 of mail's own limit of 2: one. C is new: both.
     expect(heads).toEqual([true, true, false, true, true, false, true, true]);
-    const more = [await tl.ledger.enqueue({ queue, type: 't', concurrencyKey: 'B', payload: {} }), await tl.ledger.enqueue({ queue, type: 't', concurrencyKey: 'B', payload: {} })];
+    const more = [
+      await tl.ledger.enqueue({ queue, type: 't', concurrencyKey: 'B', payload: {} }),
+      await tl.ledger.enqueue({ queue, type: 't', concurrencyKey: 'B', payload: {} }),
+    ];
     expect(await Promise.all(more.map(async (m) => (await tl.ledger.get(m.id))?.isHead))).toEqual([true, false]);
   });
 
@@ -82,21 +102,41 @@ describe('concurrency keys at the ledger', () => {
     const queue = freshQueue('keystx');
     await tl.ledger.setConcurrencyLimit(queue, 2);
     const made = await tl.ledger.enqueueMany(
-      Array.from({ length: 5 }, (_, i) => ({ queue, type: 't', concurrencyKey: 'k', idempotencyKey: `i${i}`, payload: { i } })),
+      Array.from({ length: 5 }, (_, i) => ({
+        queue,
+        type: 't',
+        concurrencyKey: 'k',
+        idempotencyKey: `i${i}`,
+        payload: { i },
+      })),
     );
     const first = await claimAll(queue);
-    expect(first.map((c) => c.id).sort()).toEqual(made.slice(0, 2).map((m) => m.id).sort());
+    expect(first.map((c) => c.id).sort()).toEqual(
+      made
+        .slice(0, 2)
+        .map((m) => m.id)
+        .sort(),
+    );
     const results = await tl.ledger.completeMany(first.map((handle) => ({ handle })));
     expect(results.every((r) => r.won)).toBe(true);
-    expect((await claimAll(queue)).map((c) => c.id).sort()).toEqual(made.slice(2, 4).map((m) => m.id).sort());
+    expect((await claimAll(queue)).map((c) => c.id).sort()).toEqual(
+      made
+        .slice(2, 4)
+        .map((m) => m.id)
+        .sort(),
+    );
   });
 
   test('a batch completion hands each key its earliest waiting items, however many of its items end together', async () => {
     const queue = freshQueue('keysmany');
     await tl.ledger.setConcurrencyLimit(queue, 6);
     // Key m: 6 admitted, 8 waiting; key f: 6 admitted, 3 waiting.
-    const m = await tl.ledger.enqueueMany(Array.from({ length: 14 }, (_, i) => ({ queue, type: 't', concurrencyKey: 'm', payload: { i } })));
-    const f = await tl.ledger.enqueueMany(Array.from({ length: 9 }, (_, i) => ({ queue, type: 't', concurrencyKey: 'f', payload: { i } })));
+    const m = await tl.ledger.enqueueMany(
+      Array.from({ length: 14 }, (_, i) => ({ queue, type: 't', concurrencyKey: 'm', payload: { i } })),
+    );
+    const f = await tl.ledger.enqueueMany(
+      Array.from({ length: 9 }, (_, i) => ({ queue, type: 't', concurrencyKey: 'f', payload: { i } })),
+    );
     const ids = (rows: readonly { id: string }[]): string[] => rows.map((r) => r.id).sort();
     let held = await claimAll(queue);
     expect(ids(held)).toEqual(ids([...m.slice(0, 6), ...f.slice(0, 6)]));
@@ -105,11 +145,24 @@ describe('concurrency keys at the ledger', () => {
     held = await claimAll(queue);
     expect(ids(held)).toEqual(ids([...m.slice(6, 12), ...f.slice(6, 9)]));
     // Ending 4 of m's: its last 2 waiting take 2 of the 4 slots, in order; the key counts 4 held.
-    expect((await tl.ledger.completeMany(held.filter((h) => h.concurrencyKey === 'm').slice(0, 4).map((handle) => ({ handle })))).every((r) => r.won)).toBe(true);
+    expect(
+      (
+        await tl.ledger.completeMany(
+          held
+            .filter((h) => h.concurrencyKey === 'm')
+            .slice(0, 4)
+            .map((handle) => ({ handle })),
+        )
+      ).every((r) => r.won),
+    ).toBe(true);
     expect(ids(await claimAll(queue))).toEqual(ids(m.slice(12, 14)));
-    const keyRow = await sql<{ admitted: number }>`SELECT admitted FROM lw_keys WHERE queue = ${queue} AND ckey = 'm'`.execute(tl.ledger.db);
+    const keyRow = await sql<{
+      admitted: number;
+    }>`SELECT admitted FROM lw_keys WHERE queue = ${queue} AND ckey = 'm'`.execute(tl.ledger.db);
     expect(Number(keyRow.rows[0]?.admitted)).toBe(4);
-    const waits = await sql<{ n: number }>`SELECT COUNT(*) AS n FROM lw_key_waits WHERE queue = ${queue}`.execute(tl.ledger.db);
+    const waits = await sql<{ n: number }>`SELECT COUNT(*) AS n FROM lw_key_waits WHERE queue = ${queue}`.execute(
+      tl.ledger.db,
+    );
     expect(Number(waits.rows[0]?.n)).toBe(0);
   });
 
@@ -117,19 +170,43 @@ describe('concurrency keys at the ledger', () => {
     const queue = freshQueue('keysrooms');
     await tl.ledger.setConcurrencyLimit(queue, 1);
     // Keys k0..k3: one item of each admitted and claimed, one waiting.
-    const made = await tl.ledger.enqueueMany(Array.from({ length: 8 }, (_, i) => ({ queue, type: 't', concurrencyKey: `k${i % 4}`, payload: { i } })));
+    const made = await tl.ledger.enqueueMany(
+      Array.from({ length: 8 }, (_, i) => ({ queue, type: 't', concurrencyKey: `k${i % 4}`, payload: { i } })),
+    );
     const held = await claimAll(queue);
-    expect(held.map((h) => h.id).sort()).toEqual(made.slice(0, 4).map((m) => m.id).sort());
-    const room = (name: string, max: number): SuccessorClaim => ({ owner: name, token: `tok_keysrooms_${name}_01`, leaseMs: 60_000, max });
-    const { results, claimed } = await tl.ledger.completeManyClaimingNext(held.map((handle) => ({ handle })), [room('a', 1), room('b', 2)]);
+    expect(held.map((h) => h.id).sort()).toEqual(
+      made
+        .slice(0, 4)
+        .map((m) => m.id)
+        .sort(),
+    );
+    const room = (name: string, max: number): SuccessorClaim => ({
+      owner: name,
+      token: `tok_keysrooms_${name}_01`,
+      leaseMs: 60_000,
+      max,
+    });
+    const { results, claimed } = await tl.ledger.completeManyClaimingNext(
+      held.map((handle) => ({ handle })),
+      [room('a', 1), room('b', 2)],
+    );
     expect(results.every((r) => r.won)).toBe(true);
     expect(claimed.map((c) => c.leaseOwner).sort()).toEqual(['a', 'b', 'b']);
     const rest = await claimAll(queue);
     expect(rest).toHaveLength(1);
-    expect([...claimed, ...rest].map((c) => c.id).sort()).toEqual(made.slice(4).map((m) => m.id).sort());
+    expect([...claimed, ...rest].map((c) => c.id).sort()).toEqual(
+      made
+        .slice(4)
+        .map((m) => m.id)
+        .sort(),
+    );
     // Each end says whether its key left what it admitted for a claim round: only the one no room took.
-    expect(held.map((h, i) => [h.concurrencyKey, results[i]?.keyAdmitted])).toEqual(held.map((h) => [h.concurrencyKey, h.concurrencyKey === rest[0]?.concurrencyKey]));
-    const keyRows = await sql<{ admitted: number }>`SELECT admitted FROM lw_keys WHERE queue = ${queue}`.execute(tl.ledger.db);
+    expect(held.map((h, i) => [h.concurrencyKey, results[i]?.keyAdmitted])).toEqual(
+      held.map((h) => [h.concurrencyKey, h.concurrencyKey === rest[0]?.concurrencyKey]),
+    );
+    const keyRows = await sql<{ admitted: number }>`SELECT admitted FROM lw_keys WHERE queue = ${queue}`.execute(
+      tl.ledger.db,
+    );
     expect(keyRows.rows.map((r) => Number(r.admitted))).toEqual([1, 1, 1, 1]);
   });
 
@@ -140,8 +217,17 @@ describe('concurrency keys at the ledger', () => {
     await tl.ledger.enqueueMany([0, 1].map((i) => ({ queue, type: 't', concurrencyKey: 'k', payload: { i } })));
     const [a, b] = await claimAll(queue);
     const admitted = async (): Promise<number> =>
-      Number((await sql<{ admitted: number }>`SELECT admitted FROM lw_keys WHERE queue = ${queue} AND ckey = 'k'`.execute(tl.ledger.db)).rows[0]?.admitted);
-    const results = await tl.ledger.completeMany([{ handle: { ...a!, leaseToken: 'tok_keyslost_not_the_holder' } }, { handle: b! }]);
+      Number(
+        (
+          await sql<{ admitted: number }>`SELECT admitted FROM lw_keys WHERE queue = ${queue} AND ckey = 'k'`.execute(
+            tl.ledger.db,
+          )
+        ).rows[0]?.admitted,
+      );
+    const results = await tl.ledger.completeMany([
+      { handle: { ...a!, leaseToken: 'tok_keyslost_not_the_holder' } },
+      { handle: b! },
+    ]);
     expect(results.map((r) => r.won)).toEqual([false, true]);
     expect(await admitted()).toBe(1);
     expect((await tl.ledger.completeMany([{ handle: a! }])).map((r) => r.won)).toEqual([true]);
@@ -151,25 +237,34 @@ describe('concurrency keys at the ledger', () => {
   test('a batch completion with several items of one key and nothing waiting gives up the slot of each', async () => {
     const queue = freshQueue('keysmany');
     await tl.ledger.setConcurrencyLimit(queue, 3);
-    await tl.ledger.enqueueMany(['k', 'k', 'j', 'k'].map((key, i) => ({ queue, type: 't', concurrencyKey: key, payload: { i } })));
+    await tl.ledger.enqueueMany(
+      ['k', 'k', 'j', 'k'].map((key, i) => ({ queue, type: 't', concurrencyKey: key, payload: { i } })),
+    );
     const held = await claimAll(queue);
     expect(held).toHaveLength(4);
     const results = await tl.ledger.completeMany(held.map((handle) => ({ handle })));
     expect(results.map((r) => r.won)).toEqual([true, true, true, true]);
-    const rows = await sql<{ ckey: string; admitted: number }>`SELECT ckey, admitted FROM lw_keys WHERE queue = ${queue} ORDER BY ckey`.execute(tl.ledger.db);
+    const rows = await sql<{
+      ckey: string;
+      admitted: number;
+    }>`SELECT ckey, admitted FROM lw_keys WHERE queue = ${queue} ORDER BY ckey`.execute(tl.ledger.db);
     expect(rows.rows.map((r) => [r.ckey, Number(r.admitted)])).toEqual([
       ['j', 0],
       ['k', 0],
     ]);
     // The key's whole limit is free again: the next three are admitted at once.
-    await tl.ledger.enqueueMany([0, 1, 2].map((i) => ({ queue, type: 't', concurrencyKey: 'k', payload: { again: i } })));
+    await tl.ledger.enqueueMany(
+      [0, 1, 2].map((i) => ({ queue, type: 't', concurrencyKey: 'k', payload: { again: i } })),
+    );
     expect(byKey(await claimAll(queue))).toEqual({ k: 3 });
   });
 
   test('explain names the key at its limit; bad input names its field and writes nothing', async () => {
     const queue = freshQueue('keyswhy');
     await tl.ledger.setConcurrencyLimit(queue, 1);
-    const [held, waiting] = await tl.ledger.enqueueMany([0, 1].map((i) => ({ queue, type: 't', concurrencyKey: 'k', payload: { i } })));
+    const [held, waiting] = await tl.ledger.enqueueMany(
+      [0, 1].map((i) => ({ queue, type: 't', concurrencyKey: 'k', payload: { i } })),
+    );
     await claimAll(queue);
     const why = await tl.ledger.explain(waiting!.id);
     expect(why).toMatchObject({ code: 'key_at_limit', details: { key: 'k', admitted: 1, limit: 1 } });
@@ -178,7 +273,9 @@ describe('concurrency keys at the ledger', () => {
     await expect(bad).rejects.toBeInstanceOf(ValidationError);
     await expect(bad).rejects.toMatchObject({ issues: [expect.objectContaining({ field: 'concurrencyKey' })] });
     await expect(tl.ledger.setConcurrencyLimit(queue, 0)).rejects.toBeInstanceOf(ValidationError);
-    const count = await sql<{ n: number }>`SELECT COUNT(*) AS n FROM lw_items WHERE queue = ${queue}`.execute(tl.ledger.db);
+    const count = await sql<{ n: number }>`SELECT COUNT(*) AS n FROM lw_items WHERE queue = ${queue}`.execute(
+      tl.ledger.db,
+    );
     expect(Number(count.rows[0]?.n)).toBe(2);
   });
 });
@@ -188,11 +285,27 @@ describe('a type with a limit of its own', () => {
     const queue = freshQueue('keytype');
     await tl.ledger.setConcurrencyLimit(queue, 1);
     await tl.ledger.setConcurrencyLimit(queue, 2, { type: 'mail' });
-    const mail = await tl.ledger.enqueueMany(Array.from({ length: 4 }, (_, i) => ({ queue, type: 'mail', concurrencyKey: 'K', payload: { i } })));
-    const report = await tl.ledger.enqueueMany(Array.from({ length: 3 }, (_, i) => ({ queue, type: 'report', concurrencyKey: 'K', payload: { i } })));
+    const mail = await tl.ledger.enqueueMany(
+      Array.from({ length: 4 }, (_, i) => ({ queue, type: 'mail', concurrencyKey: 'K', payload: { i } })),
+    );
+    const report = await tl.ledger.enqueueMany(
+      Array.from({ length: 3 }, (_, i) => ({ queue, type: 'report', concurrencyKey: 'K', payload: { i } })),
+    );
     // On the transactional path (an idempotency key) and the laned one, the type's limit decides as well.
-    const keyed = await tl.ledger.enqueue({ queue, type: 'mail', concurrencyKey: 'K', idempotencyKey: 'once', payload: { late: true } });
-    const laned = await tl.ledger.enqueue({ queue, type: 'mail', concurrencyKey: 'K', lane: 'L', payload: { laned: true } });
+    const keyed = await tl.ledger.enqueue({
+      queue,
+      type: 'mail',
+      concurrencyKey: 'K',
+      idempotencyKey: 'once',
+      payload: { late: true },
+    });
+    const laned = await tl.ledger.enqueue({
+      queue,
+      type: 'mail',
+      concurrencyKey: 'K',
+      lane: 'L',
+      payload: { laned: true },
+    });
     const first = await claimAll(queue);
     const byType = (items: readonly ClaimedItem[]): Record<string, number> => {
       const out: Record<string, number> = {};
@@ -201,12 +314,33 @@ describe('a type with a limit of its own', () => {
     };
     // Two mail items of K by its own limit, one report item of K by the queue's, and the laned one (a lane admits it).
     expect(byType(first)).toEqual({ mail: 3, report: 1 });
-    expect(first.filter((c) => c.type === 'mail' && c.lane === null).map((c) => c.id).sort()).toEqual(mail.slice(0, 2).map((r) => r.id).sort());
+    expect(
+      first
+        .filter((c) => c.type === 'mail' && c.lane === null)
+        .map((c) => c.id)
+        .sort(),
+    ).toEqual(
+      mail
+        .slice(0, 2)
+        .map((r) => r.id)
+        .sort(),
+    );
     expect(first.every((c) => c.concurrencyKey === 'K')).toBe(true);
-    expect(first.map((c) => `${c.type}:${c.keyScope}`).sort()).toEqual(['mail:type', 'mail:type', 'mail:type', 'report:queue']);
+    expect(first.map((c) => `${c.type}:${c.keyScope}`).sort()).toEqual([
+      'mail:type',
+      'mail:type',
+      'mail:type',
+      'report:queue',
+    ]);
     const why = await tl.ledger.explain(mail[2]!.id);
-    expect(why).toMatchObject({ code: 'key_at_limit', details: { key: 'K', scope: 'type', admitted: 2, limit: 2, waiting: 3 } });
-    expect(await tl.ledger.explain(report[1]!.id)).toMatchObject({ code: 'key_at_limit', details: { key: 'K', scope: 'queue', admitted: 1, limit: 1 } });
+    expect(why).toMatchObject({
+      code: 'key_at_limit',
+      details: { key: 'K', scope: 'type', admitted: 2, limit: 2, waiting: 3 },
+    });
+    expect(await tl.ledger.explain(report[1]!.id)).toMatchObject({
+      code: 'key_at_limit',
+      details: { key: 'K', scope: 'queue', admitted: 1, limit: 1 },
+    });
     // A mail item's end hands its slot to the next mail item, never to a report item.
     const doneMail = first.find((c) => c.type === 'mail' && c.lane === null)!;
     expect(await tl.ledger.complete(doneMail)).toMatchObject({ won: true });
@@ -231,7 +365,10 @@ describe('a type with a limit of its own', () => {
     await tl.ledger.setConcurrencyLimit(queue, 1, { type: 'mail' });
     const dead = await tl.ledger.get(id);
     expect(dead?.keyScope).toBe('queue');
-    const replayed = await tl.ledger.replay(id, { expectAttempt: dead!.attempt, expectErrorDigest: errorDigest(dead!.lastError) });
+    const replayed = await tl.ledger.replay(id, {
+      expectAttempt: dead!.attempt,
+      expectErrorDigest: errorDigest(dead!.lastError),
+    });
     expect(await tl.ledger.get(replayed.id)).toMatchObject({ concurrencyKey: 'K', keyScope: 'type', isHead: true });
     const second = await tl.ledger.enqueue({ queue, type: 'mail', concurrencyKey: 'K', payload: {} });
     expect(await tl.ledger.get(second.id)).toMatchObject({ keyScope: 'type', isHead: false });
@@ -241,15 +378,26 @@ describe('a type with a limit of its own', () => {
     const queue = freshQueue('keytypebad');
     await tl.ledger.setConcurrencyLimit(queue, 1, { type: 'mail' });
     const separator = tl.ledger.enqueue({ queue, type: 't', concurrencyKey: 'a\u001fb', payload: {} });
-    await expect(separator).rejects.toMatchObject({ name: 'ValidationError', issues: [expect.objectContaining({ field: 'concurrencyKey' })] });
+    await expect(separator).rejects.toMatchObject({
+      name: 'ValidationError',
+      issues: [expect.objectContaining({ field: 'concurrencyKey' })],
+    });
     // A type-scoped key is stored with its type: together they must fit.
     const long = tl.ledger.enqueueMany([
       { queue, type: 'mail', concurrencyKey: 'ok', payload: {} },
       { queue, type: 'mail', concurrencyKey: 'k'.repeat(251), payload: {} },
     ]);
-    await expect(long).rejects.toMatchObject({ name: 'ValidationError', issues: [expect.objectContaining({ field: 'items[1].concurrencyKey' })] });
-    await expect(tl.ledger.setConcurrencyLimit(queue, 2, { type: 'no spaces' })).rejects.toMatchObject({ name: 'ValidationError', issues: [expect.objectContaining({ field: 'type' })] });
-    const count = await sql<{ n: number }>`SELECT COUNT(*) AS n FROM lw_items WHERE queue = ${queue}`.execute(tl.ledger.db);
+    await expect(long).rejects.toMatchObject({
+      name: 'ValidationError',
+      issues: [expect.objectContaining({ field: 'items[1].concurrencyKey' })],
+    });
+    await expect(tl.ledger.setConcurrencyLimit(queue, 2, { type: 'no spaces' })).rejects.toMatchObject({
+      name: 'ValidationError',
+      issues: [expect.objectContaining({ field: 'type' })],
+    });
+    const count = await sql<{ n: number }>`SELECT COUNT(*) AS n FROM lw_items WHERE queue = ${queue}`.execute(
+      tl.ledger.db,
+    );
     expect(Number(count.rows[0]?.n)).toBe(0);
     // The other type's key of the same length fits: the queue's keys are stored as given.
     await tl.ledger.enqueue({ queue, type: 't', concurrencyKey: 'k'.repeat(251), payload: {} });
@@ -261,8 +409,18 @@ describe('fair queues', () => {
     const queue = freshQueue(fair ? 'fair' : 'unfair');
     if (fair) await tl.ledger.setFairness(queue, 'key');
     // Tenant A floods 500 items over 250 lanes: 250 heads. Then B enqueues 5, laneless.
-    await tl.ledger.enqueueMany(Array.from({ length: 500 }, (_, i) => ({ queue, type: 't', lane: `a${i % 250}`, concurrencyKey: 'A', payload: { i } })));
-    await tl.ledger.enqueueMany(Array.from({ length: 5 }, (_, i) => ({ queue, type: 't', concurrencyKey: 'B', payload: { i } })));
+    await tl.ledger.enqueueMany(
+      Array.from({ length: 500 }, (_, i) => ({
+        queue,
+        type: 't',
+        lane: `a${i % 250}`,
+        concurrencyKey: 'A',
+        payload: { i },
+      })),
+    );
+    await tl.ledger.enqueueMany(
+      Array.from({ length: 5 }, (_, i) => ({ queue, type: 't', concurrencyKey: 'B', payload: { i } })),
+    );
     return (await tl.ledger.claim({ queue, owner: 'w', limit: 10, leaseMs: 60_000 })).items;
   }
 
@@ -275,17 +433,29 @@ describe('fair queues', () => {
   test("a key that comes late starts at the queue's current round, not ahead of everyone", async () => {
     const queue = freshQueue('round');
     await tl.ledger.setFairness(queue, 'key');
-    await tl.ledger.enqueueMany(Array.from({ length: 40 }, (_, i) => ({ queue, type: 't', concurrencyKey: 'A', payload: { i } })));
-    await tl.ledger.enqueueMany(Array.from({ length: 40 }, (_, i) => ({ queue, type: 't', concurrencyKey: 'B', payload: { i } })));
+    await tl.ledger.enqueueMany(
+      Array.from({ length: 40 }, (_, i) => ({ queue, type: 't', concurrencyKey: 'A', payload: { i } })),
+    );
+    await tl.ledger.enqueueMany(
+      Array.from({ length: 40 }, (_, i) => ({ queue, type: 't', concurrencyKey: 'B', payload: { i } })),
+    );
     // Half of the work is done: rounds 0 to 19 of A and B.
     const done = (await tl.ledger.claim({ queue, owner: 'w', limit: 40, leaseMs: 60_000 })).items;
     expect(byKey(done)).toEqual({ A: 20, B: 20 });
     await tl.ledger.completeMany(done.map((handle) => ({ handle })));
-    await tl.ledger.enqueueMany(Array.from({ length: 10 }, (_, i) => ({ queue, type: 't', concurrencyKey: 'C', payload: { i } })));
-    const c = await tl.ledger.get((await tl.ledger.enqueue({ queue, type: 't', concurrencyKey: 'C', payload: { last: true } })).id);
+    await tl.ledger.enqueueMany(
+      Array.from({ length: 10 }, (_, i) => ({ queue, type: 't', concurrencyKey: 'C', payload: { i } })),
+    );
+    const c = await tl.ledger.get(
+      (await tl.ledger.enqueue({ queue, type: 't', concurrencyKey: 'C', payload: { last: true } })).id,
+    );
     // C's rounds start at the lowest pending round (20), so its 11 items share the next claims with A and B.
     expect(c?.priority).toBe(30);
-    expect(byKey((await tl.ledger.claim({ queue, owner: 'w', limit: 30, leaseMs: 60_000 })).items)).toEqual({ A: 10, B: 10, C: 10 });
+    expect(byKey((await tl.ledger.claim({ queue, owner: 'w', limit: 30, leaseMs: 60_000 })).items)).toEqual({
+      A: 10,
+      B: 10,
+      C: 10,
+    });
   });
 
   test("a fair queue's consumer claims nothing with its completions, so its claim rounds deal every slot in rounds", async () => {
@@ -294,9 +464,30 @@ describe('fair queues', () => {
     const run = async (fair: boolean): Promise<Consumer> => {
       const queue = uniqueQueue(fair ? 'fairnext' : 'oldestnext');
       if (fair) await tl.ledger.setFairness(queue, 'key');
-      await tl.ledger.enqueueMany(Array.from({ length: 200 }, (_, i) => ({ queue, type: 't', lane: `a${i % 10}`, concurrencyKey: 'A', payload: { i } })));
-      await tl.ledger.enqueueMany(Array.from({ length: 20 }, (_, i) => ({ queue, type: 't', concurrencyKey: i % 2 === 0 ? 'B' : 'C', payload: { i } })));
-      const c = new Consumer({ ledger: tl.ledger, queue, concurrency: 4, pollIntervalMs: 100, handlers: { t: async () => undefined } });
+      await tl.ledger.enqueueMany(
+        Array.from({ length: 200 }, (_, i) => ({
+          queue,
+          type: 't',
+          lane: `a${i % 10}`,
+          concurrencyKey: 'A',
+          payload: { i },
+        })),
+      );
+      await tl.ledger.enqueueMany(
+        Array.from({ length: 20 }, (_, i) => ({
+          queue,
+          type: 't',
+          concurrencyKey: i % 2 === 0 ? 'B' : 'C',
+          payload: { i },
+        })),
+      );
+      const c = new Consumer({
+        ledger: tl.ledger,
+        queue,
+        concurrency: 4,
+        pollIntervalMs: 100,
+        handlers: { t: async () => undefined },
+      });
       await scope.start(c);
       await waitFor(() => c.counters.completed === 220 || undefined, 30_000, 'all 220 done');
       return c;
@@ -324,9 +515,22 @@ describe('fair queues', () => {
       started.push((job.payload as { k: string }).k);
       await new Promise((r) => setTimeout(r, 5));
     };
-    await scope.start(new Consumer({ ledger: tl.ledger, wake: tw.wake, queue, concurrency: 2, prefetch: 0, handlers: { t: work } }));
-    await producer.enqueueMany(Array.from({ length: 60 }, (_, i) => ({ queue, type: 't', lane: `a${i}`, concurrencyKey: 'A', payload: { i, k: 'A' } })));
-    for (const k of ['B', 'C']) await producer.enqueueMany(Array.from({ length: 5 }, (_, i) => ({ queue, type: 't', concurrencyKey: k, payload: { i, k } })));
+    await scope.start(
+      new Consumer({ ledger: tl.ledger, wake: tw.wake, queue, concurrency: 2, prefetch: 0, handlers: { t: work } }),
+    );
+    await producer.enqueueMany(
+      Array.from({ length: 60 }, (_, i) => ({
+        queue,
+        type: 't',
+        lane: `a${i}`,
+        concurrencyKey: 'A',
+        payload: { i, k: 'A' },
+      })),
+    );
+    for (const k of ['B', 'C'])
+      await producer.enqueueMany(
+        Array.from({ length: 5 }, (_, i) => ({ queue, type: 't', concurrencyKey: k, payload: { i, k } })),
+      );
     await producer.resume(queue);
     await waitFor(() => (started.length === 70 ? true : undefined), 30_000, 'all 70 started');
     // By rounds: A B C, A B C, ... for five rounds, then the rest of A. Claimed by name, B's and C's came after A's 60.
@@ -365,14 +569,31 @@ describe('concurrency keys with consumers', () => {
     // In the consumers' process: some are inserted claimed, which the key's limit holds to as well.
     const producer = new Producer({ ledger: tl.ledger, wake: tw.wake });
     const keys = ['a', 'b', 'c', 'd'];
-    await producer.enqueueMany(Array.from({ length: 80 }, (_, i) => ({ queue, type: 't', concurrencyKey: keys[i % 4]!, payload: { i, k: keys[i % 4] } })));
-    await Promise.all(Array.from({ length: 40 }, (_, i) => producer.enqueue({ queue, type: 't', concurrencyKey: keys[i % 4]!, payload: { single: i, k: keys[i % 4] } })));
-    await waitFor(async () => ((await tl.ledger.stats(queue))[0]?.counts.completed.count === 120 ? true : undefined), 60_000, 'all 120 done');
+    await producer.enqueueMany(
+      Array.from({ length: 80 }, (_, i) => ({
+        queue,
+        type: 't',
+        concurrencyKey: keys[i % 4]!,
+        payload: { i, k: keys[i % 4] },
+      })),
+    );
+    await Promise.all(
+      Array.from({ length: 40 }, (_, i) =>
+        producer.enqueue({ queue, type: 't', concurrencyKey: keys[i % 4]!, payload: { single: i, k: keys[i % 4] } }),
+      ),
+    );
+    await waitFor(
+      async () => ((await tl.ledger.stats(queue))[0]?.counts.completed.count === 120 ? true : undefined),
+      60_000,
+      'all 120 done',
+    );
     expect([...peaks.keys()].sort()).toEqual(keys);
     for (const peak of peaks.values()) expect(peak).toBeLessThanOrEqual(3);
     // The limit is what held them back, not a lack of slots: it was reached.
     expect(Math.max(...peaks.values())).toBe(3);
-    const rows = await sql<{ admitted: number }>`SELECT admitted FROM lw_keys WHERE queue = ${queue}`.execute(tl.ledger.db);
+    const rows = await sql<{ admitted: number }>`SELECT admitted FROM lw_keys WHERE queue = ${queue}`.execute(
+      tl.ledger.db,
+    );
     expect(rows.rows.map((r) => Number(r.admitted))).toEqual([0, 0, 0, 0]);
   });
 
@@ -426,14 +647,31 @@ describe('concurrency keys with consumers', () => {
       },
     });
     // More ends at once than a batch takes (KEYED_BATCH, 500): only then does a second batch go alongside the first.
-    for (let i = 0; i < 4; i++) await scope.start(new Consumer({ ledger: watched, wake: tw.wake, queue, concurrency: 250, handlers: { t: async () => undefined } }));
+    for (let i = 0; i < 4; i++)
+      await scope.start(
+        new Consumer({
+          ledger: watched,
+          wake: tw.wake,
+          queue,
+          concurrency: 250,
+          handlers: { t: async () => undefined },
+        }),
+      );
     const producer = new Producer({ ledger: tl.ledger, wake: tw.wake });
-    await producer.enqueueMany(Array.from({ length: 3000 }, (_, i) => ({ queue, type: 't', concurrencyKey: `k${i % 400}`, payload: { i } })));
-    await waitFor(async () => ((await tl.ledger.stats(queue))[0]?.counts.completed.count === 3000 ? true : undefined), 60_000, 'all 3000 done');
+    await producer.enqueueMany(
+      Array.from({ length: 3000 }, (_, i) => ({ queue, type: 't', concurrencyKey: `k${i % 400}`, payload: { i } })),
+    );
+    await waitFor(
+      async () => ((await tl.ledger.stats(queue))[0]?.counts.completed.count === 3000 ? true : undefined),
+      60_000,
+      'all 3000 done',
+    );
     expect(mostBatchesInFlight).toBe(2);
     expect(keyedSeen).toBe(3000);
     expect(shared).toBe(0);
-    const rows = await sql<{ admitted: number }>`SELECT admitted FROM lw_keys WHERE queue = ${queue}`.execute(tl.ledger.db);
+    const rows = await sql<{ admitted: number }>`SELECT admitted FROM lw_keys WHERE queue = ${queue}`.execute(
+      tl.ledger.db,
+    );
     expect(rows.rows.map((r) => Number(r.admitted))).toEqual(Array.from({ length: 400 }, () => 0));
   });
 
@@ -452,20 +690,48 @@ describe('concurrency keys with consumers', () => {
       while ((running.get(key) ?? 0) < 2 && Date.now() < until);
       running.set(key, (running.get(key) ?? 1) - 1);
     };
-    expect(() => new Consumer({ ledger: tl.ledger, queue, handlers: { mail: { handle: mail, concurrencyLimit: 0 } } })).toThrow(
-      expect.objectContaining({ name: 'ValidationError', issues: [expect.objectContaining({ field: 'handlers.mail.concurrencyLimit' })] }),
+    expect(
+      () => new Consumer({ ledger: tl.ledger, queue, handlers: { mail: { handle: mail, concurrencyLimit: 0 } } }),
+    ).toThrow(
+      expect.objectContaining({
+        name: 'ValidationError',
+        issues: [expect.objectContaining({ field: 'handlers.mail.concurrencyLimit' })],
+      }),
     );
     for (let i = 0; i < 4; i++) {
-      const c = new Consumer({ ledger: tl.ledger, wake: tw.wake, queue, concurrency: 4, handlers: { mail: { handle: mail, concurrencyLimit: 2 } } });
+      const c = new Consumer({
+        ledger: tl.ledger,
+        wake: tw.wake,
+        queue,
+        concurrency: 4,
+        handlers: { mail: { handle: mail, concurrencyLimit: 2 } },
+      });
       await scope.start(c);
     }
     // The first consumer's start stored the type's limit: every enqueue from here on holds to it.
     const producer = new Producer({ ledger: tl.ledger, wake: tw.wake });
-    await producer.enqueueMany(Array.from({ length: 30 }, (_, i) => ({ queue, type: 'mail', concurrencyKey: i % 2 === 0 ? 'a' : 'b', payload: { i, k: i % 2 === 0 ? 'a' : 'b' } })));
-    await waitFor(async () => ((await tl.ledger.stats(queue))[0]?.counts.completed.count === 30 ? true : undefined), 60_000, 'all 30 done');
+    await producer.enqueueMany(
+      Array.from({ length: 30 }, (_, i) => ({
+        queue,
+        type: 'mail',
+        concurrencyKey: i % 2 === 0 ? 'a' : 'b',
+        payload: { i, k: i % 2 === 0 ? 'a' : 'b' },
+      })),
+    );
+    await waitFor(
+      async () => ((await tl.ledger.stats(queue))[0]?.counts.completed.count === 30 ? true : undefined),
+      60_000,
+      'all 30 done',
+    );
     expect([...peaks.keys()].sort()).toEqual(['a', 'b']);
     expect(Math.max(...peaks.values())).toBe(2);
-    const rows = await sql<{ ckey: string; admitted: number }>`SELECT ckey, admitted FROM lw_keys WHERE queue = ${queue} ORDER BY ckey`.execute(tl.ledger.db);
-    expect(rows.rows.map((r) => [r.ckey, Number(r.admitted)])).toEqual([['mail\u001fa', 0], ['mail\u001fb', 0]]);
+    const rows = await sql<{
+      ckey: string;
+      admitted: number;
+    }>`SELECT ckey, admitted FROM lw_keys WHERE queue = ${queue} ORDER BY ckey`.execute(tl.ledger.db);
+    expect(rows.rows.map((r) => [r.ckey, Number(r.admitted)])).toEqual([
+      ['mail\u001fa', 0],
+      ['mail\u001fb', 0],
+    ]);
   });
 });

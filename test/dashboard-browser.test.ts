@@ -52,7 +52,14 @@ async function brokenConsumer(queue: string, broken: { now: boolean }) {
     started.push(job.id);
     if (broken.now) throw new PermanentError('upstream said no', 'upstream_refused');
   };
-  const consumer = new Consumer({ ledger: tl.ledger, wake: tw.wake, queue, concurrency: 4, pollIntervalMs: 200, handlers: { a: handle, b: handle } });
+  const consumer = new Consumer({
+    ledger: tl.ledger,
+    wake: tw.wake,
+    queue,
+    concurrency: 4,
+    pollIntervalMs: 200,
+    handlers: { a: handle, b: handle },
+  });
   await scope.start(consumer);
   return { tw, consumer, started, producer: new Producer({ ledger: tl.ledger, wake: tw.wake }) };
 }
@@ -112,7 +119,11 @@ describeInChromium('the dashboard in chromium', () => {
       ...Array.from({ length: 3 }, (_, i) => ({ queue, type: 'a', payload: { i } })),
       { queue, type: 'b', payload: { other: true } },
     ]);
-    await waitFor(async () => (await Promise.all(made.map((m) => stateOf(m.id)))).every((s) => s === 'dead'), 15_000, 'four dead items');
+    await waitFor(
+      async () => (await Promise.all(made.map((m) => stateOf(m.id)))).every((s) => s === 'dead'),
+      15_000,
+      'four dead items',
+    );
     broken.now = false;
     const server = await startTestDashboard(scope, { ledger: tl.ledger, wake: tw.wake, adminToken: TOKEN });
     const { page, problems } = await openPage();
@@ -125,21 +136,31 @@ describeInChromium('the dashboard in chromium', () => {
     await expect.poll(() => dialog.locator('.confirm-text').textContent(), POLL).toContain('Replay 3 dead items');
     await dialog.getByRole('button', { name: 'Confirm (3)' }).click();
     await expect.poll(() => dialog.locator('.result-text').textContent(), POLL).toBe('Replayed 3, skipped 0.');
-    await waitFor(async () => {
-      const done = await tl.ledger.operator.items({ queue, state: 'completed' });
-      return done.items.length === 3 || undefined;
-    }, 15_000, 'the three replays completed');
+    await waitFor(
+      async () => {
+        const done = await tl.ledger.operator.items({ queue, state: 'completed' });
+        return done.items.length === 3 || undefined;
+      },
+      15_000,
+      'the three replays completed',
+    );
     // The item of the other type was not in the filter: still dead, not replayed.
     expect(await stateOf(made[3]!.id)).toBe('dead');
     expect((await tl.ledger.operator.items({ queue, state: 'completed', type: 'b' })).items).toEqual([]);
     expect(problems).toEqual([]);
   });
 
-  test("a purge of a filter counts first and honours the age chosen: nothing ended over a day ago, then every one", async () => {
+  test('a purge of a filter counts first and honours the age chosen: nothing ended over a day ago, then every one', async () => {
     const queue = uniqueQueue('dashpurge');
     const { tw, producer } = await brokenConsumer(queue, { now: true });
-    const made = await producer.enqueueMany(Array.from({ length: 2 }, (_, i) => ({ queue, type: 'a', payload: { i } })));
-    await waitFor(async () => (await Promise.all(made.map((m) => stateOf(m.id)))).every((s) => s === 'dead'), 15_000, 'two dead items');
+    const made = await producer.enqueueMany(
+      Array.from({ length: 2 }, (_, i) => ({ queue, type: 'a', payload: { i } })),
+    );
+    await waitFor(
+      async () => (await Promise.all(made.map((m) => stateOf(m.id)))).every((s) => s === 'dead'),
+      15_000,
+      'two dead items',
+    );
     const server = await startTestDashboard(scope, { ledger: tl.ledger, wake: tw.wake, adminToken: TOKEN });
     const { page, problems } = await openPage();
 
@@ -149,7 +170,9 @@ describeInChromium('the dashboard in chromium', () => {
     await page.getByRole('button', { name: 'Purge dead…' }).click();
     await signIn(page);
     const dialog = page.getByRole('dialog', { name: 'Purge dead items' });
-    await expect.poll(() => dialog.locator('.confirm-text').textContent(), POLL).toBe(`No dead item in queue ${queue} that ended over a day ago.`);
+    await expect
+      .poll(() => dialog.locator('.confirm-text').textContent(), POLL)
+      .toBe(`No dead item in queue ${queue} that ended over a day ago.`);
     expect(await dialog.getByRole('button', { name: 'Confirm (0)' }).isDisabled()).toBe(true);
     await dialog.getByRole('button', { name: 'Cancel' }).click();
     await page.locator('select[name="purge-age"]').selectOption({ label: 'any age' });
@@ -176,7 +199,9 @@ describeInChromium('the dashboard in chromium', () => {
     await row.locator('.badge.paused').waitFor();
     expect(await tl.ledger.pausedQueues([queue])).toEqual(new Set([queue]));
 
-    const later = await producer.enqueueMany(Array.from({ length: 3 }, (_, i) => ({ queue, type: 'a', payload: { i } })));
+    const later = await producer.enqueueMany(
+      Array.from({ length: 3 }, (_, i) => ({ queue, type: 'a', payload: { i } })),
+    );
     const sweeps = consumer.counters.sweeps;
     await waitFor(() => consumer.counters.sweeps >= sweeps + 2 || undefined, 15_000, 'two sweeps after the enqueue');
     expect(started).toEqual([first.id]);
@@ -210,7 +235,14 @@ describeInChromium('the dashboard in chromium', () => {
     expect(await page.getByRole('button').count()).toBe(0);
 
     const status = await page.evaluate(
-      async ([q, token]) => (await fetch(`/api/queues/${q}/pause`, { method: 'POST', headers: { 'content-type': 'application/json', 'x-lanewake-admin-token': token }, body: '{}' })).status,
+      async ([q, token]) =>
+        (
+          await fetch(`/api/queues/${q}/pause`, {
+            method: 'POST',
+            headers: { 'content-type': 'application/json', 'x-lanewake-admin-token': token },
+            body: '{}',
+          })
+        ).status,
       [queue, TOKEN] as const,
     );
     expect(status).toBe(403);

@@ -18,8 +18,11 @@ interface Child {
 /** `lanewake dashboard …` as a process, without the LANEWAKE_* variables of this one. */
 function dashboard(args: string[], env: Record<string, string> = {}): Child {
   const inherited = { ...process.env };
-  for (const name of Object.keys(inherited)) if (name.startsWith('LANEWAKE_') && !name.startsWith('LANEWAKE_TEST_')) delete inherited[name];
-  const proc = spawn(process.execPath, ['--import', 'tsx', 'src/cli/main.ts', 'dashboard', ...args], { env: { ...inherited, ...env } });
+  for (const name of Object.keys(inherited))
+    if (name.startsWith('LANEWAKE_') && !name.startsWith('LANEWAKE_TEST_')) delete inherited[name];
+  const proc = spawn(process.execPath, ['--import', 'tsx', 'src/cli/main.ts', 'dashboard', ...args], {
+    env: { ...inherited, ...env },
+  });
   let stdout = '';
   let stderr = '';
   proc.stdout.on('data', (d: Buffer) => (stdout += d.toString()));
@@ -37,8 +40,15 @@ test('lanewake dashboard prints its URL, takes its token from LANEWAKE_ADMIN_TOK
   const tw = scope.wake();
   const queue = freshQueue('dcli');
   await ledger.enqueue({ queue, type: 't', payload: {} });
-  const child = dashboard(['--port', '0', '--database-url', url, '--redis-url', redisUrl(), '--redis-key-prefix', tw.keyPrefix], { LANEWAKE_ADMIN_TOKEN: TOKEN });
-  const base = await waitFor(() => /^(http:\/\/127\.0\.0\.1:\d+)$/m.exec(child.stdout())?.[1], 30_000, 'the printed URL');
+  const child = dashboard(
+    ['--port', '0', '--database-url', url, '--redis-url', redisUrl(), '--redis-key-prefix', tw.keyPrefix],
+    { LANEWAKE_ADMIN_TOKEN: TOKEN },
+  );
+  const base = await waitFor(
+    () => /^(http:\/\/127\.0\.0\.1:\d+)$/m.exec(child.stdout())?.[1],
+    30_000,
+    'the printed URL',
+  );
   expect(await (await fetch(`${base}/api/session`)).json()).toMatchObject({ canAct: true, showPayloads: false });
   const before = await tw.wake.control.latestId(tw.wake.redis, queue);
   const res = await fetch(`${base}/api/queues/${queue}/pause`, {
@@ -50,7 +60,11 @@ test('lanewake dashboard prints its URL, takes its token from LANEWAKE_ADMIN_TOK
   expect(await ledger.pausedQueues([queue])).toEqual(new Set([queue]));
   expect(await tw.wake.control.latestId(tw.wake.redis, queue)).not.toBe(before);
   await waitFor(() => child.stderr().includes('"admin action"') || undefined, 10_000, 'the audit line');
-  const audit = child.stderr().split('\n').filter((l) => l.includes('"admin action"')).map((l) => JSON.parse(l) as Record<string, unknown>);
+  const audit = child
+    .stderr()
+    .split('\n')
+    .filter((l) => l.includes('"admin action"'))
+    .map((l) => JSON.parse(l) as Record<string, unknown>);
   expect(audit).toEqual([expect.objectContaining({ actor: 'grace', action: 'pause', queue, count: 1 })]);
   child.proc.kill('SIGTERM');
   expect(await child.exit).toBe(0);
@@ -59,9 +73,17 @@ test('lanewake dashboard prints its URL, takes its token from LANEWAKE_ADMIN_TOK
 test('read-only without a token; SIGINT stops it', async () => {
   const { url } = await scope.ledger();
   const child = dashboard(['--port', '0', '--database-url', url]);
-  const base = await waitFor(() => /^(http:\/\/127\.0\.0\.1:\d+)$/m.exec(child.stdout())?.[1], 30_000, 'the printed URL');
+  const base = await waitFor(
+    () => /^(http:\/\/127\.0\.0\.1:\d+)$/m.exec(child.stdout())?.[1],
+    30_000,
+    'the printed URL',
+  );
   expect(await (await fetch(`${base}/api/session`)).json()).toMatchObject({ canAct: false });
-  const res = await fetch(`${base}/api/queues/q/pause`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: '{}' });
+  const res = await fetch(`${base}/api/queues/q/pause`, {
+    method: 'POST',
+    headers: { 'content-type': 'application/json' },
+    body: '{}',
+  });
   expect(res.status).toBe(403);
   child.proc.kill('SIGINT');
   expect(await child.exit).toBe(0);

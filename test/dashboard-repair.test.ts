@@ -17,7 +17,11 @@ test('repair from the dashboard: token required, guarded by what the page showed
   const admin = await startAdminServer({
     port: 0,
     readiness: () => ledgerReadiness(ledger),
-    dashboard: { backend: () => ({ ledger, wake: undefined }), adminToken: TOKEN, staticDir: join(tmpdir(), 'lanewake-no-dashboard-bundle') },
+    dashboard: {
+      backend: () => ({ ledger, wake: undefined }),
+      adminToken: TOKEN,
+      staticDir: join(tmpdir(), 'lanewake-no-dashboard-bundle'),
+    },
     version: '1.2.3-test',
     logger: log.logger,
   });
@@ -33,7 +37,11 @@ test('repair from the dashboard: token required, guarded by what the page showed
   const { id } = await ledger.enqueue({ queue, type: 't', payload: 1, lane: 'L' });
   await ledger.fail(await claimOne(ledger, queue), { error: 'boom' });
   const dead = await mustGet(ledger, id);
-  const guard = { expectAttempt: dead.attempt, expectErrorDigest: errorDigest(dead.lastError), reason: 'fixed the config' };
+  const guard = {
+    expectAttempt: dead.attempt,
+    expectErrorDigest: errorDigest(dead.lastError),
+    reason: 'fixed the config',
+  };
 
   expect((await act(`/api/items/${id}/repair`, guard, 'wrong-token')).status).toBe(401);
   const stale = await act(`/api/items/${id}/repair`, { ...guard, expectAttempt: 7 });
@@ -47,16 +55,23 @@ test('repair from the dashboard: token required, guarded by what the page showed
   expect(ok.status).toBe(200);
   expect(await ok.json()).toMatchObject({ id, isHead: true, duplicate: false });
   expect(await mustGet(ledger, id)).toMatchObject({ state: 'pending', isHead: true, attempt: 0 });
-  expect((await history(ledger, id)).at(-1)).toMatchObject({ outcome: 'repaired', worker: 'dashboard:ada', error: 'fixed the config' });
+  expect((await history(ledger, id)).at(-1)).toMatchObject({
+    outcome: 'repaired',
+    worker: 'dashboard:ada',
+    error: 'fixed the config',
+  });
   expect(log.lines.some((r) => r.msg === 'admin action' && r.action === 'repair' && r.count === 1)).toBe(true);
 });
 
-test("the queue list says a queue is stale-only", async () => {
+test('the queue list says a queue is stale-only', async () => {
   const { ledger } = await scope.ledger();
   const admin = await startAdminServer({
     port: 0,
     readiness: () => ledgerReadiness(ledger),
-    dashboard: { backend: () => ({ ledger, wake: undefined }), staticDir: join(tmpdir(), 'lanewake-no-dashboard-bundle') },
+    dashboard: {
+      backend: () => ({ ledger, wake: undefined }),
+      staticDir: join(tmpdir(), 'lanewake-no-dashboard-bundle'),
+    },
     version: '1.2.3-test',
     logger: captureLog().logger,
   });
@@ -64,7 +79,9 @@ test("the queue list says a queue is stale-only", async () => {
   const queue = freshQueue('dash-stale');
   await ledger.enqueue({ queue, type: 't', payload: 1 });
   const view = async (): Promise<{ staleOnly: boolean } | undefined> =>
-    ((await (await fetch(`${admin.url}/api/queues`)).json()) as { queue: string; staleOnly: boolean }[]).find((q) => q.queue === queue);
+    ((await (await fetch(`${admin.url}/api/queues`)).json()) as { queue: string; staleOnly: boolean }[]).find(
+      (q) => q.queue === queue,
+    );
   expect(await view()).toMatchObject({ staleOnly: false });
   await ledger.setStaleOnly(queue, true);
   expect(await view()).toMatchObject({ staleOnly: true });

@@ -23,7 +23,10 @@ interface Served {
   act: (path: string, body?: unknown, headers?: Record<string, string>) => Promise<Response>;
 }
 
-async function serve(ledger: Ledger, opts: { token?: string; showPayloads?: boolean; wake?: WakeChannel; staticDir?: string } = {}): Promise<Served> {
+async function serve(
+  ledger: Ledger,
+  opts: { token?: string; showPayloads?: boolean; wake?: WakeChannel; staticDir?: string } = {},
+): Promise<Served> {
   const log = captureLog();
   const admin = await startAdminServer({
     port: 0,
@@ -45,7 +48,12 @@ async function serve(ledger: Ledger, opts: { token?: string; showPayloads?: bool
     act: (path, body = {}, headers = {}) =>
       fetch(`${admin.url}${path}`, {
         method: 'POST',
-        headers: { 'content-type': 'application/json', 'x-lanewake-admin-token': TOKEN, 'x-lanewake-actor': 'ada', ...headers },
+        headers: {
+          'content-type': 'application/json',
+          'x-lanewake-admin-token': TOKEN,
+          'x-lanewake-actor': 'ada',
+          ...headers,
+        },
         body: JSON.stringify(body),
       }),
   };
@@ -68,19 +76,42 @@ test('read API: session, queues, item pages across pages with filters, lanes, de
   const s = await serve(ledger);
   const queue = freshQueue('dash');
   const made: string[] = [];
-  for (let i = 0; i < 7; i++) made.push((await ledger.enqueue({ queue, type: i < 3 ? 'doomed' : 'fine', payload: { secret: i }, lane: i < 3 ? undefined : 'L' })).id);
+  for (let i = 0; i < 7; i++)
+    made.push(
+      (
+        await ledger.enqueue({
+          queue,
+          type: i < 3 ? 'doomed' : 'fine',
+          payload: { secret: i },
+          lane: i < 3 ? undefined : 'L',
+        })
+      ).id,
+    );
   await killAll(ledger, queue);
   // claimAll took the heads: the three lone items and L's head are dead now; L's other three wait.
 
   expect(await json(s.get('/api/session'))).toEqual({ canAct: false, showPayloads: false, version: '1.2.3-test' });
-  const [view] = await json<{ queue: string; counts: Record<string, { count: number; atLeast: boolean }>; paused: boolean; series: { points: unknown[] } }[]>(s.get('/api/queues'));
-  expect(view).toMatchObject({ queue, counts: { dead: { count: 4, atLeast: false }, pending: { count: 3, atLeast: false } }, paused: false });
+  const [view] = await json<
+    {
+      queue: string;
+      counts: Record<string, { count: number; atLeast: boolean }>;
+      paused: boolean;
+      series: { points: unknown[] };
+    }[]
+  >(s.get('/api/queues'));
+  expect(view).toMatchObject({
+    queue,
+    counts: { dead: { count: 4, atLeast: false }, pending: { count: 3, atLeast: false } },
+    paused: false,
+  });
   expect(view?.series.points).toHaveLength(60);
 
   const ids: string[] = [];
   let pages = 0;
   for (let after = ''; ; ) {
-    const page = await json<{ items: ItemSummary[]; next: string | null }>(s.get(`/api/queues/${queue}/items?state=dead&limit=3${after ? `&after=${after}` : ''}`));
+    const page = await json<{ items: ItemSummary[]; next: string | null }>(
+      s.get(`/api/queues/${queue}/items?state=dead&limit=3${after ? `&after=${after}` : ''}`),
+    );
     pages++;
     ids.push(...page.items.map((i) => i.id));
     if (page.next === null) break;
@@ -91,23 +122,42 @@ test('read API: session, queues, item pages across pages with filters, lanes, de
   const typed = await json<{ items: ItemSummary[] }>(s.get(`/api/queues/${queue}/items?type=fine&lane=L`));
   expect(typed.items.map((i) => i.id)).toEqual([made[6], made[5], made[4], made[3]]);
 
-  const lanes = await json<{ lanes: { lane: string; headId: string; pending: number }[] }>(s.get(`/api/queues/${queue}/lanes`));
-  expect(lanes.lanes).toEqual([expect.objectContaining({ lane: 'L', headId: made[4], pending: 3, headState: 'pending' })]);
-  const inLane = await json<{ items: ItemSummary[]; next: string | null }>(s.get(`/api/queues/${queue}/lanes/L/items?limit=2`));
+  const lanes = await json<{ lanes: { lane: string; headId: string; pending: number }[] }>(
+    s.get(`/api/queues/${queue}/lanes`),
+  );
+  expect(lanes.lanes).toEqual([
+    expect.objectContaining({ lane: 'L', headId: made[4], pending: 3, headState: 'pending' }),
+  ]);
+  const inLane = await json<{ items: ItemSummary[]; next: string | null }>(
+    s.get(`/api/queues/${queue}/lanes/L/items?limit=2`),
+  );
   expect(inLane.items.map((i) => [i.id, i.isHead])).toEqual([
     [made[3], false],
     [made[4], true],
   ]);
   expect(inLane.next).not.toBeNull();
 
-  const dead = await json<{ groups: { type: string; count: number; sampleId: string }[] }>(s.get(`/api/dead?queue=${queue}`));
+  const dead = await json<{ groups: { type: string; count: number; sampleId: string }[] }>(
+    s.get(`/api/dead?queue=${queue}`),
+  );
   expect(dead.groups.map((g) => [g.type, g.count]).sort()).toEqual([
     ['doomed', 3],
     ['fine', 1],
   ]);
 
-  const detail = await json<{ item: Record<string, unknown>; attempts: unknown[]; steps: unknown[]; group: string[]; why: { code: string } }>(s.get(`/api/items/${made[0]}`));
-  expect(detail.item).toMatchObject({ id: made[0], state: 'dead', attempt: 1, errorDigest: errorDigest((await ledger.get(made[0] ?? ''))?.lastError ?? null) });
+  const detail = await json<{
+    item: Record<string, unknown>;
+    attempts: unknown[];
+    steps: unknown[];
+    group: string[];
+    why: { code: string };
+  }>(s.get(`/api/items/${made[0]}`));
+  expect(detail.item).toMatchObject({
+    id: made[0],
+    state: 'dead',
+    attempt: 1,
+    errorDigest: errorDigest((await ledger.get(made[0] ?? ''))?.lastError ?? null),
+  });
   expect(detail.item).not.toHaveProperty('payload');
   expect(detail.attempts).toHaveLength(1);
   expect(detail.group).toEqual([]);
@@ -145,7 +195,11 @@ test('bad input answers 400 naming the field, and reads nothing', async () => {
     expect(body.field).toBe(field);
     expect(body.error).toContain(field);
   }
-  const notJson = await fetch(`${s.admin.url}/api/purge`, { method: 'POST', headers: { 'content-type': 'application/json', 'x-lanewake-admin-token': TOKEN }, body: '{' });
+  const notJson = await fetch(`${s.admin.url}/api/purge`, {
+    method: 'POST',
+    headers: { 'content-type': 'application/json', 'x-lanewake-admin-token': TOKEN },
+    body: '{',
+  });
   expect(await json(notJson, 400)).toMatchObject({ field: 'body' });
 });
 
@@ -154,17 +208,27 @@ test('actions: replay one under its guard (409 when it moved on), cancel, pause 
   const tw = scope.wake();
   const s = await serve(ledger, { token: TOKEN, wake: tw.wake });
   const queue = freshQueue('dash');
-  const made = await ledger.enqueueMany(Array.from({ length: 4 }, (_, i) => ({ queue, type: i === 0 ? 'solo' : 'bulk', payload: {} })));
+  const made = await ledger.enqueueMany(
+    Array.from({ length: 4 }, (_, i) => ({ queue, type: i === 0 ? 'solo' : 'bulk', payload: {} })),
+  );
   await killAll(ledger, queue);
   const first = made[0]?.id ?? '';
   const digest = errorDigest((await ledger.get(first))?.lastError ?? null);
 
-  expect(await json(s.act(`/api/items/${first}/replay`, { expectAttempt: 2, expectErrorDigest: digest }), 409)).toMatchObject({ reason: 'attempt_mismatch' });
-  const replayed = await json<{ id: string }>(s.act(`/api/items/${first}/replay`, { expectAttempt: 1, expectErrorDigest: digest }));
+  expect(
+    await json(s.act(`/api/items/${first}/replay`, { expectAttempt: 2, expectErrorDigest: digest }), 409),
+  ).toMatchObject({ reason: 'attempt_mismatch' });
+  const replayed = await json<{ id: string }>(
+    s.act(`/api/items/${first}/replay`, { expectAttempt: 1, expectErrorDigest: digest }),
+  );
   expect((await ledger.get(replayed.id))?.replayOf).toBe(first);
-  expect(await json(s.act(`/api/items/${first}/replay`, { expectAttempt: 1, expectErrorDigest: digest }), 409)).toMatchObject({ reason: 'already_replayed' });
+  expect(
+    await json(s.act(`/api/items/${first}/replay`, { expectAttempt: 1, expectErrorDigest: digest }), 409),
+  ).toMatchObject({ reason: 'already_replayed' });
 
-  expect(await json(s.act(`/api/items/${replayed.id}/cancel`, { reason: 'not today' }))).toEqual({ outcome: 'cancelled' });
+  expect(await json(s.act(`/api/items/${replayed.id}/cancel`, { reason: 'not today' }))).toEqual({
+    outcome: 'cancelled',
+  });
   expect((await ledger.get(replayed.id))?.state).toBe('cancelled');
 
   const before = await tw.wake.control.latestId(tw.wake.redis, queue);
@@ -212,7 +276,10 @@ test('the rules of a POST: 403 read-only, 401 without the right token, 415 unles
   const s = await serve(ledger, { token: TOKEN });
   expect(await json(s.get('/api/session'))).toMatchObject({ canAct: true });
   await json(s.act(pause, {}, { 'x-lanewake-admin-token': 'wrong' }), 401);
-  await json(fetch(`${s.admin.url}${pause}`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: '{}' }), 401);
+  await json(
+    fetch(`${s.admin.url}${pause}`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: '{}' }),
+    401,
+  );
   await json(s.act(pause, {}, { 'content-type': 'application/x-www-form-urlencoded' }), 415);
   await json(s.act(pause, {}, { 'content-type': 'text/plain' }), 415);
   const get = await s.get(pause);
@@ -254,7 +321,13 @@ test('static files: index.html with the CSP, hashed assets cached for good, noth
   expect(await js.text()).toBe('console.log(1)');
   expect((await s.get('/assets/app-1a2b.css')).headers.get('content-type')).toBe('text/css; charset=utf-8');
 
-  for (const path of ['/assets/missing.js', '/assets/..%2Fsecret.txt', '/assets/%2E%2E/secret.txt', '/secret.txt', '/assets/']) {
+  for (const path of [
+    '/assets/missing.js',
+    '/assets/..%2Fsecret.txt',
+    '/assets/%2E%2E/secret.txt',
+    '/secret.txt',
+    '/assets/',
+  ]) {
     expect((await s.get(path)).status, path).toBe(404);
   }
   expect((await fetch(`${s.admin.url}/`, { method: 'POST' })).status).toBe(405);
@@ -264,20 +337,39 @@ test('a worker takes its token from LANEWAKE_ADMIN_TOKEN, refuses a short one na
   const base = { databaseUrl: 'mysql://root@127.0.0.1:3306/x', handlers: './h.js', queues: [{ name: 'q' }] };
   const config = resolveWorkerConfig([base, configFromEnv({ LANEWAKE_ADMIN_TOKEN: TOKEN })]);
   expect(config).toMatchObject({ adminToken: TOKEN, showPayloads: false });
-  expect(() => resolveWorkerConfig([base, { adminToken: 'short' }])).toThrow(expect.objectContaining({ fields: ['adminToken'] }));
+  expect(() => resolveWorkerConfig([base, { adminToken: 'short' }])).toThrow(
+    expect.objectContaining({ fields: ['adminToken'] }),
+  );
 });
 
 test('the schedules page reads every schedule with its next fire; their payloads only with showPayloads', async () => {
   const { ledger } = await scope.ledger();
   const queue = freshQueue('dash-sched');
-  await ledger.schedules.upsert({ name: `${queue}-nightly`, pattern: '0 3 * * *', tz: 'Europe/Paris', item: { queue, type: 'report', payload: { secret: 1 } } });
+  await ledger.schedules.upsert({
+    name: `${queue}-nightly`,
+    pattern: '0 3 * * *',
+    tz: 'Europe/Paris',
+    item: { queue, type: 'report', payload: { secret: 1 } },
+  });
   await ledger.schedules.pause(`${queue}-nightly`);
-  const hidden = await json<{ now: string; schedules: Record<string, unknown>[] }>((await serve(ledger)).get('/api/schedules'));
+  const hidden = await json<{ now: string; schedules: Record<string, unknown>[] }>(
+    (await serve(ledger)).get('/api/schedules'),
+  );
   expect(Date.parse(hidden.now)).not.toBeNaN();
   expect(hidden.schedules).toEqual([
-    expect.objectContaining({ name: `${queue}-nightly`, source: 'api', pattern: '0 3 * * *', tz: 'Europe/Paris', paused: true, fires: 0, item: { queue, type: 'report' } }),
+    expect.objectContaining({
+      name: `${queue}-nightly`,
+      source: 'api',
+      pattern: '0 3 * * *',
+      tz: 'Europe/Paris',
+      paused: true,
+      fires: 0,
+      item: { queue, type: 'report' },
+    }),
   ]);
   expect(Date.parse(String(hidden.schedules[0]?.nextFireAt))).toBeGreaterThan(Date.parse(hidden.now));
-  const shown = await json<{ schedules: { item: unknown }[] }>((await serve(ledger, { showPayloads: true })).get('/api/schedules'));
+  const shown = await json<{ schedules: { item: unknown }[] }>(
+    (await serve(ledger, { showPayloads: true })).get('/api/schedules'),
+  );
   expect(shown.schedules[0]?.item).toEqual({ queue, type: 'report', payload: { secret: 1 } });
 });

@@ -27,7 +27,10 @@ function alive(pid: number): boolean {
 async function databaseExists(name: string): Promise<boolean> {
   const conn = await mysql.createConnection({ uri: mysqlServerUrl() });
   try {
-    const [rows] = await conn.query<RowDataPacket[]>('SELECT SCHEMA_NAME FROM information_schema.SCHEMATA WHERE SCHEMA_NAME = ?', [name]);
+    const [rows] = await conn.query<RowDataPacket[]>(
+      'SELECT SCHEMA_NAME FROM information_schema.SCHEMATA WHERE SCHEMA_NAME = ?',
+      [name],
+    );
     return rows.length > 0;
   } finally {
     await conn.end();
@@ -62,10 +65,32 @@ async function dropKeys(prefix: string): Promise<void> {
  * Starts the demo, holds its queue paused once its database exists (so it cannot finish before the
  * signal), waits until its items are in and its replicas are live consumers, then sends `signal`.
  */
-async function interruptDemo(signal: NodeJS.Signals, keep: boolean, times = 1): Promise<{ code: number | null; out: string; database: string; keyPrefix: string; pids: number[] }> {
-  const args = ['--import', 'tsx', 'src/cli/main.ts', 'demo', '--items', '400', '--lanes', '20', '--replicas', '2', '--no-progress', ...(keep ? ['--keep'] : [])];
+async function interruptDemo(
+  signal: NodeJS.Signals,
+  keep: boolean,
+  times = 1,
+): Promise<{ code: number | null; out: string; database: string; keyPrefix: string; pids: number[] }> {
+  const args = [
+    '--import',
+    'tsx',
+    'src/cli/main.ts',
+    'demo',
+    '--items',
+    '400',
+    '--lanes',
+    '20',
+    '--replicas',
+    '2',
+    '--no-progress',
+    ...(keep ? ['--keep'] : []),
+  ];
   const proc = spawn(process.execPath, args, {
-    env: { ...process.env, LANEWAKE_DATABASE_URL: mysqlServerUrl(), LANEWAKE_REDIS_URL: redisUrl(), LANEWAKE_LOG_LEVEL: 'error' },
+    env: {
+      ...process.env,
+      LANEWAKE_DATABASE_URL: mysqlServerUrl(),
+      LANEWAKE_REDIS_URL: redisUrl(),
+      LANEWAKE_LOG_LEVEL: 'error',
+    },
     stdio: ['ignore', 'pipe', 'pipe'],
   });
   let out = '';
@@ -80,14 +105,30 @@ async function interruptDemo(signal: NodeJS.Signals, keep: boolean, times = 1): 
     await exit.finally(() => clearTimeout(timer));
   });
 
-  const [, database = '', keyPrefix = ''] = await waitFor(() => /database (\S+): schema v\d+; redis key prefix (\S+)/.exec(out) ?? undefined, 600_000, "the demo's database");
-  if (keep) cleanups.push(() => dropDatabase(database), () => dropKeys(keyPrefix));
+  const [, database = '', keyPrefix = ''] = await waitFor(
+    () => /database (\S+): schema v\d+; redis key prefix (\S+)/.exec(out) ?? undefined,
+    600_000,
+    "the demo's database",
+  );
+  if (keep)
+    cleanups.push(
+      () => dropDatabase(database),
+      () => dropKeys(keyPrefix),
+    );
   const ledger = new Ledger({ url: `${mysqlServerUrl().replace(/\/+$/, '')}/${database}`, poolSize: 2 });
   try {
     await ledger.pause(DEMO_QUEUE);
-    const pids = await waitFor(() => /pids ([\d, ]+)\)/.exec(out)?.[1]?.split(', ').map(Number), 120_000, "the replicas' pids");
+    const pids = await waitFor(
+      () => /pids ([\d, ]+)\)/.exec(out)?.[1]?.split(', ').map(Number),
+      120_000,
+      "the replicas' pids",
+    );
     await waitFor(() => (/enqueued 400 items/.test(out) ? true : undefined), 300_000, 'the items enqueued');
-    await waitFor(async () => ((await ledger.liveConsumers(DEMO_QUEUE)).length >= 2 ? true : undefined), 120_000, 'both replicas consuming');
+    await waitFor(
+      async () => ((await ledger.liveConsumers(DEMO_QUEUE)).length >= 2 ? true : undefined),
+      120_000,
+      'both replicas consuming',
+    );
     expect(pids.every(alive)).toBe(true);
     await ledger.close();
     proc.kill(signal);
@@ -105,15 +146,19 @@ async function interruptDemo(signal: NodeJS.Signals, keep: boolean, times = 1): 
   }
 }
 
-test.each(['SIGINT', 'SIGTERM'] as const)('%s stops the demo: its replicas exit, its database and Redis keys are dropped, and it exits 130', async (signal) => {
-  const r = await interruptDemo(signal, false);
-  expect(r.code, r.out).toBe(130);
-  expect(r.pids.filter(alive), r.out).toEqual([]);
-  expect(await databaseExists(r.database)).toBe(false);
-  expect(await redisKeys(r.keyPrefix)).toEqual([]);
-}, 1_200_000);
+test.each(['SIGINT', 'SIGTERM'] as const)(
+  '%s stops the demo: its replicas exit, its database and Redis keys are dropped, and it exits 130',
+  async (signal) => {
+    const r = await interruptDemo(signal, false);
+    expect(r.code, r.out).toBe(130);
+    expect(r.pids.filter(alive), r.out).toEqual([]);
+    expect(await databaseExists(r.database)).toBe(false);
+    expect(await redisKeys(r.keyPrefix)).toEqual([]);
+  },
+  1_200_000,
+);
 
-test('a second SIGINT while it stops (Ctrl-C under npm run demo: the terminal\'s and npm\'s forwarded copy) still cleans up and exits 130', async () => {
+test("a second SIGINT while it stops (Ctrl-C under npm run demo: the terminal's and npm's forwarded copy) still cleans up and exits 130", async () => {
   const r = await interruptDemo('SIGINT', false, 2);
   expect(r.code, r.out).toBe(130);
   expect(r.pids.filter(alive), r.out).toEqual([]);

@@ -1,7 +1,12 @@
 import { subscribe, unsubscribe } from 'node:diagnostics_channel';
 import { expect, test } from 'vitest';
 import { Consumer } from '../src/consumer/consumer.js';
-import { DIAGNOSTICS, type ClaimRoundMessage, type ReconcilePassMessage, type WakeReadMessage } from '../src/diagnostics.js';
+import {
+  DIAGNOSTICS,
+  type ClaimRoundMessage,
+  type ReconcilePassMessage,
+  type WakeReadMessage,
+} from '../src/diagnostics.js';
 import { createLogger } from '../src/log.js';
 import { Producer } from '../src/producer/producer.js';
 import { Reconciler } from '../src/supervisor/reconciler.js';
@@ -31,12 +36,26 @@ test('a reconciler pass that reclaims an expired lease says when it was due, loo
   const passes = listen<ReconcilePassMessage>(DIAGNOSTICS.reconcilePass);
   await tl.ledger.enqueue({ queue, type: 't', payload: {} });
   const held = await claimOne(tl.ledger, queue, 'gone', 200);
-  await waitFor(async () => (await tl.ledger.now()).getTime() > held.leaseUntil.getTime() || undefined, 5_000, 'the lease to run out');
-  const reconciler = new Reconciler({ ledger: tl.ledger, queues: [queue], intervalMs: 50, retentionMs: 0, log: silent });
+  await waitFor(
+    async () => (await tl.ledger.now()).getTime() > held.leaseUntil.getTime() || undefined,
+    5_000,
+    'the lease to run out',
+  );
+  const reconciler = new Reconciler({
+    ledger: tl.ledger,
+    queues: [queue],
+    intervalMs: 50,
+    retentionMs: 0,
+    log: silent,
+  });
   scope.cleanup(() => reconciler.stop());
   const startedAt = Date.now();
   reconciler.start();
-  const pass = await waitFor(() => passes.find((p) => p.queues.some((q) => q.reclaimed.includes(held.id))), 10_000, 'the pass that reclaims it');
+  const pass = await waitFor(
+    () => passes.find((p) => p.queues.some((q) => q.reclaimed.includes(held.id))),
+    10_000,
+    'the pass that reclaims it',
+  );
   const q = pass.queues.find((x) => x.queue === queue)!;
   expect(pass.intervalMs).toBe(50);
   expect(pass.dueAtMs).toBeGreaterThanOrEqual(startedAt);
@@ -49,7 +68,11 @@ test('a reconciler pass that reclaims an expired lease says when it was due, loo
   expect(pass.failed).toEqual([]);
   // A later pass of the same reconciler found nothing to reclaim: it did not look.
   await waitFor(() => passes.length >= 2 || undefined, 5_000, 'a second pass');
-  expect(passes[1]!.queues.find((x) => x.queue === queue)).toMatchObject({ reclaimed: [], reclaimStartedAtMs: undefined, reclaimedAtMs: undefined });
+  expect(passes[1]!.queues.find((x) => x.queue === queue)).toMatchObject({
+    reclaimed: [],
+    reclaimStartedAtMs: undefined,
+    reclaimedAtMs: undefined,
+  });
 });
 
 test("a consumer's wake reads and claim rounds name the items and the consumer", async () => {
@@ -59,11 +82,21 @@ test("a consumer's wake reads and claim rounds name the items and the consumer",
   const reads = listen<WakeReadMessage>(DIAGNOSTICS.wakeRead);
   const rounds = listen<ClaimRoundMessage>(DIAGNOSTICS.claimRound);
   const ran: string[] = [];
-  const consumer = new Consumer({ ledger: tl.ledger, wake: tw.wake, queue, logger: silent, handlers: { t: async (job: { id: string }) => void ran.push(job.id) } });
+  const consumer = new Consumer({
+    ledger: tl.ledger,
+    wake: tw.wake,
+    queue,
+    logger: silent,
+    handlers: { t: async (job: { id: string }) => void ran.push(job.id) },
+  });
   await consumer.start();
   scope.cleanup(() => consumer.stop());
   // A producer with a channel of its own, as in another process: its wake-up crosses Redis.
-  const { id } = await new Producer({ ledger: tl.ledger, wake: tw.remote() }).enqueue({ queue, type: 't', payload: {} });
+  const { id } = await new Producer({ ledger: tl.ledger, wake: tw.remote() }).enqueue({
+    queue,
+    type: 't',
+    payload: {},
+  });
   await waitFor(() => ran.includes(id) || undefined, 10_000, 'the item to run');
   const read = reads.find((r) => r.queue === queue && r.ids.includes(id));
   const round = rounds.find((r) => r.queue === queue && r.claimed.includes(id));

@@ -27,7 +27,9 @@ test('each code block of the docs is an example file, or the region of one, word
   for (const block of blocks) {
     const where = `${block.doc}:${block.open + 1}`;
     expect(block.source, `${where}: a code block with no <!-- example: examples/… --> line above it`).toBeDefined();
-    expect(block.body, `${where} differs from ${block.source}: run \`npm run docs:examples\``).toBe(exampleText(block.source!));
+    expect(block.body, `${where} differs from ${block.source}: run \`npm run docs:examples\``).toBe(
+      exampleText(block.source!),
+    );
   }
 });
 
@@ -50,7 +52,11 @@ interface Exit {
 
 /** Runs `args` (a node process) with the example's servers in its environment; fails if it has not exited by the deadline. */
 function runNode(args: string[]): Promise<Exit> {
-  const env = { ...process.env, LANEWAKE_DATABASE_URL: `${mysqlServerUrl().replace(/\/$/, '')}/${database}`, LANEWAKE_REDIS_URL: redis.url };
+  const env = {
+    ...process.env,
+    LANEWAKE_DATABASE_URL: `${mysqlServerUrl().replace(/\/$/, '')}/${database}`,
+    LANEWAKE_REDIS_URL: redis.url,
+  };
   const child = spawn(process.execPath, args, { cwd: ROOT, env, stdio: ['ignore', 'pipe', 'pipe'] });
   let out = '';
   let err = '';
@@ -79,79 +85,132 @@ async function query<T>(sql: string): Promise<T[]> {
   }
 }
 
-test('the README first example creates its database and table, invoices the order once, and exits', async () => {
-  const r = await runExample('producing.ts');
-  expect(r.err).toBe('');
-  expect(r.out).toBe('invoice.send completed\n');
-  expect(r.code).toBe(0);
-  expect(await query('SELECT order_id FROM invoices')).toEqual([{ order_id: 'o-1' }]);
-}, RUN_TIMEOUT_MS);
+test(
+  'the README first example creates its database and table, invoices the order once, and exits',
+  async () => {
+    const r = await runExample('producing.ts');
+    expect(r.err).toBe('');
+    expect(r.out).toBe('invoice.send completed\n');
+    expect(r.code).toBe(0);
+    expect(await query('SELECT order_id FROM invoices')).toEqual([{ order_id: 'o-1' }]);
+  },
+  RUN_TIMEOUT_MS,
+);
 
-test("the README's typed jobs run with the schema's output (the default copies filled in), and exit", async () => {
-  const r = await runExample('typed-jobs.ts');
-  expect(r.err).toBe('');
-  expect(r.out).toBe('invoice.send completed {"orderId":"A1","copies":1}\n');
-  expect(r.code).toBe(0);
-}, RUN_TIMEOUT_MS);
+test(
+  "the README's typed jobs run with the schema's output (the default copies filled in), and exit",
+  async () => {
+    const r = await runExample('typed-jobs.ts');
+    expect(r.err).toBe('');
+    expect(r.out).toBe('invoice.send completed {"orderId":"A1","copies":1}\n');
+    expect(r.code).toBe(0);
+  },
+  RUN_TIMEOUT_MS,
+);
 
-test("the README's outbox: the receipt enqueued in the payment's transaction runs once it committed, and the process exits", async () => {
-  const r = await runExample('outbox.ts');
-  expect(r.err).toBe('');
-  expect(r.out).toBe('receipt completed\n');
-  expect(r.code).toBe(0);
-  expect(await query("SELECT state FROM orders WHERE id = 'o-1'")).toEqual([{ state: 'paid' }]);
-}, RUN_TIMEOUT_MS);
+test(
+  "the README's outbox: the receipt enqueued in the payment's transaction runs once it committed, and the process exits",
+  async () => {
+    const r = await runExample('outbox.ts');
+    expect(r.err).toBe('');
+    expect(r.out).toBe('receipt completed\n');
+    expect(r.code).toBe(0);
+    expect(await query("SELECT state FROM orders WHERE id = 'o-1'")).toEqual([{ state: 'paid' }]);
+  },
+  RUN_TIMEOUT_MS,
+);
 
-test("the README's handler shapes each complete their item, and exit", async () => {
-  const r = await runExample('handler-shapes.ts');
-  expect(r.err).toBe('');
-  expect(r.out).toBe(['entity.sync completed', 'partner.call completed', 'repo.sync completed', 'search.index completed', ''].join('\n'));
-  expect(r.code).toBe(0);
-}, RUN_TIMEOUT_MS);
+test(
+  "the README's handler shapes each complete their item, and exit",
+  async () => {
+    const r = await runExample('handler-shapes.ts');
+    expect(r.err).toBe('');
+    expect(r.out).toBe(
+      ['entity.sync completed', 'partner.call completed', 'repo.sync completed', 'search.index completed', ''].join(
+        '\n',
+      ),
+    );
+    expect(r.code).toBe(0);
+  },
+  RUN_TIMEOUT_MS,
+);
 
-test("testing.md's vitest suite passes, and passes again on the same database", async () => {
-  const vitest = ['node_modules/vitest/vitest.mjs', 'run', '--config', 'test/support/examples.vitest.config.ts', 'examples/billing.test.ts'];
-  for (const run of [1, 2]) {
-    const r = await runNode(vitest);
-    expect(r.code, `run ${run}:\n${r.out}${r.err}`).toBe(0);
-    expect(r.out.replace(/\x1b\[[0-9;]*m/g, ''), r.out).toMatch(/Tests\s+2 passed \(2\)/);
-  }
-  expect(await query<{ n: number }>('SELECT COUNT(*) AS n FROM invoices')).toEqual([{ n: 2 }]);
-}, 2 * RUN_TIMEOUT_MS);
+test(
+  "testing.md's vitest suite passes, and passes again on the same database",
+  async () => {
+    const vitest = [
+      'node_modules/vitest/vitest.mjs',
+      'run',
+      '--config',
+      'test/support/examples.vitest.config.ts',
+      'examples/billing.test.ts',
+    ];
+    for (const run of [1, 2]) {
+      const r = await runNode(vitest);
+      expect(r.code, `run ${run}:\n${r.out}${r.err}`).toBe(0);
+      expect(r.out.replace(/\x1b\[[0-9;]*m/g, ''), r.out).toMatch(/Tests\s+2 passed \(2\)/);
+    }
+    expect(await query<{ n: number }>('SELECT COUNT(*) AS n FROM invoices')).toEqual([{ n: 2 }]);
+  },
+  2 * RUN_TIMEOUT_MS,
+);
 
-test("design.md's use of the ledger alone enqueues in the caller's transaction, claims and completes, and exits", async () => {
-  const r = await runExample('ledger-direct.ts');
-  expect(r.err).toBe('');
-  expect(r.out).toBe('1 completed\n');
-  expect(r.code).toBe(0);
-  expect(await query<{ n: number }>('SELECT COUNT(*) AS n FROM orders')).toEqual([{ n: 1 }]);
-}, RUN_TIMEOUT_MS);
+test(
+  "design.md's use of the ledger alone enqueues in the caller's transaction, claims and completes, and exits",
+  async () => {
+    const r = await runExample('ledger-direct.ts');
+    expect(r.err).toBe('');
+    expect(r.out).toBe('1 completed\n');
+    expect(r.code).toBe(0);
+    expect(await query<{ n: number }>('SELECT COUNT(*) AS n FROM orders')).toEqual([{ n: 1 }]);
+  },
+  RUN_TIMEOUT_MS,
+);
 
-test("operations.md's diagnostics subscriber sees the consumer's claim rounds, and the process exits", async () => {
-  const r = await runExample('diagnostics.ts');
-  expect(r.err).toBe('');
-  expect(r.out).toMatch(/^\d+ claimed$/m);
-  expect(r.code).toBe(0);
-}, RUN_TIMEOUT_MS);
+test(
+  "operations.md's diagnostics subscriber sees the consumer's claim rounds, and the process exits",
+  async () => {
+    const r = await runExample('diagnostics.ts');
+    expect(r.err).toBe('');
+    expect(r.out).toMatch(/^\d+ claimed$/m);
+    expect(r.code).toBe(0);
+  },
+  RUN_TIMEOUT_MS,
+);
 
-test("operations.md's handler module: invoice.send blocks on an unpaid order, invoices a paid one once; mail.ping answers", async () => {
-  const { handlers } = await import('../examples/handlers.js');
-  const { createTestLedger } = await import('./support/ledger.js');
-  const { createTestRunner } = await import('lanewake/testing');
-  const tl = await createTestLedger();
-  try {
-    await sql`CREATE TABLE orders (id VARCHAR(64) PRIMARY KEY, paid_at DATETIME NULL)`.execute(tl.ledger.db);
-    await sql`CREATE TABLE invoices (order_id VARCHAR(64) NOT NULL, amount_cents BIGINT NOT NULL)`.execute(tl.ledger.db);
-    await sql`INSERT INTO orders (id, paid_at) VALUES ('unpaid', NULL), ('paid', NOW())`.execute(tl.ledger.db);
-    const runner = createTestRunner({ ledger: tl.ledger });
-    const invoice = (orderId: string) => runner.run(handlers.billing['invoice.send'], { payload: { orderId, amountCents: 1200 } }, { db: tl.ledger.db });
-    const unpaid = await invoice('unpaid');
-    expect(unpaid, String((unpaid as { error?: unknown }).error)).toMatchObject({ outcome: 'blocked', dependencyKey: 'payment:unpaid' });
-    expect(await invoice('paid')).toMatchObject({ outcome: 'completed', result: { invoiced: 'paid' } });
-    expect(await invoice('nosuch')).toMatchObject({ outcome: 'failed', failureClass: 'no_such_order' });
-    expect((await sql<{ order_id: string }>`SELECT order_id FROM invoices`.execute(tl.ledger.db)).rows).toEqual([{ order_id: 'paid' }]);
-    expect(await runner.run(handlers.mail['mail.ping'], { payload: {} })).toMatchObject({ outcome: 'completed', result: { pong: true } });
-  } finally {
-    await tl.drop();
-  }
-}, RUN_TIMEOUT_MS);
+test(
+  "operations.md's handler module: invoice.send blocks on an unpaid order, invoices a paid one once; mail.ping answers",
+  async () => {
+    const { handlers } = await import('../examples/handlers.js');
+    const { createTestLedger } = await import('./support/ledger.js');
+    const { createTestRunner } = await import('lanewake/testing');
+    const tl = await createTestLedger();
+    try {
+      await sql`CREATE TABLE orders (id VARCHAR(64) PRIMARY KEY, paid_at DATETIME NULL)`.execute(tl.ledger.db);
+      await sql`CREATE TABLE invoices (order_id VARCHAR(64) NOT NULL, amount_cents BIGINT NOT NULL)`.execute(
+        tl.ledger.db,
+      );
+      await sql`INSERT INTO orders (id, paid_at) VALUES ('unpaid', NULL), ('paid', NOW())`.execute(tl.ledger.db);
+      const runner = createTestRunner({ ledger: tl.ledger });
+      const invoice = (orderId: string) =>
+        runner.run(handlers.billing['invoice.send'], { payload: { orderId, amountCents: 1200 } }, { db: tl.ledger.db });
+      const unpaid = await invoice('unpaid');
+      expect(unpaid, String((unpaid as { error?: unknown }).error)).toMatchObject({
+        outcome: 'blocked',
+        dependencyKey: 'payment:unpaid',
+      });
+      expect(await invoice('paid')).toMatchObject({ outcome: 'completed', result: { invoiced: 'paid' } });
+      expect(await invoice('nosuch')).toMatchObject({ outcome: 'failed', failureClass: 'no_such_order' });
+      expect((await sql<{ order_id: string }>`SELECT order_id FROM invoices`.execute(tl.ledger.db)).rows).toEqual([
+        { order_id: 'paid' },
+      ]);
+      expect(await runner.run(handlers.mail['mail.ping'], { payload: {} })).toMatchObject({
+        outcome: 'completed',
+        result: { pong: true },
+      });
+    } finally {
+      await tl.drop();
+    }
+  },
+  RUN_TIMEOUT_MS,
+);

@@ -52,7 +52,10 @@ interface Setup {
   enqueue: () => Promise<string>;
 }
 
-async function setup(handle: (run: Run, ctx: JobContext, nth: number) => Promise<unknown>, tuning: Partial<ConsumerOptions> = {}): Promise<Setup> {
+async function setup(
+  handle: (run: Run, ctx: JobContext, nth: number) => Promise<unknown>,
+  tuning: Partial<ConsumerOptions> = {},
+): Promise<Setup> {
   tl = await createTestLedger();
   tw = createTestWake();
   const queue = uniqueQueue('abort');
@@ -78,12 +81,18 @@ async function setup(handle: (run: Run, ctx: JobContext, nth: number) => Promise
   consumer.on('outcome', (_item, o) => outcomes.push(o));
   await consumer.start();
   const producer = new Producer({ ledger: tl.ledger, wake: tw.wake });
-  return { queue, log, outcomes, runs, enqueue: async () => (await producer.enqueue({ queue, type: 't', payload: {} })).id };
+  return {
+    queue,
+    log,
+    outcomes,
+    runs,
+    enqueue: async () => (await producer.enqueue({ queue, type: 't', payload: {} })).id,
+  };
 }
 
 function expectReason(run: Run | undefined, reason: string): void {
   expect(run?.reason).toBeInstanceOf(JobAbortedError);
-  expect((run?.reason as JobAbortedError).reason).toBe(reason);
+  expect((run?.reason as JobAbortedError | undefined)?.reason).toBe(reason);
 }
 
 /** A handler that returned after its abort is named in a warning with the reason (a thrown reason is the documented way: no warning). */
@@ -102,7 +111,12 @@ describe.each<Reaction>(['throwIfAborted', 'return'])('a handler that reacts to 
     await waitFor(() => s.outcomes.length === 1 || undefined, 10_000, 'an outcome');
     expect(s.outcomes).toEqual(['cancelled']);
     expectReason(s.runs[0], 'cancelled');
-    expect(await mustGet(tl!.ledger, id)).toMatchObject({ state: 'cancelled', failureClass: 'cancelled', attempt: 1, result: null });
+    expect(await mustGet(tl!.ledger, id)).toMatchObject({
+      state: 'cancelled',
+      failureClass: 'cancelled',
+      attempt: 1,
+      result: null,
+    });
     expect((await history(tl!.ledger, id)).map((a) => [a.attempt, a.outcome])).toEqual([[1, 'cancelled']]);
     expectReturnWarning(s, reaction, 'cancelled');
   });
@@ -120,7 +134,10 @@ describe.each<Reaction>(['throwIfAborted', 'return'])('a handler that reacts to 
   });
 
   test('deadline: the item is released without spending an attempt and runs again', async () => {
-    const s = await setup((run, ctx, nth) => (nth === 1 ? onAbort(ctx, reaction, run) : Promise.resolve('done')), { deadlineMs: 300, deadlineBackoffMs: 0 });
+    const s = await setup((run, ctx, nth) => (nth === 1 ? onAbort(ctx, reaction, run) : Promise.resolve('done')), {
+      deadlineMs: 300,
+      deadlineBackoffMs: 0,
+    });
     const id = await s.enqueue();
     await waitFor(() => s.outcomes.includes('completed') || undefined, 15_000, 'the second run to complete');
     expect(s.outcomes).toEqual(['released', 'completed']);
@@ -134,7 +151,9 @@ describe.each<Reaction>(['throwIfAborted', 'return'])('a handler that reacts to 
     const thief = 'stolen-token-0000000000';
     const s = await setup(async (run, ctx) => {
       const { ledger } = tl!;
-      await sql`UPDATE ${ledger.tables.items} SET lease_token = ${thief}, lease_owner = 'thief' WHERE state = 'processing'`.execute(ledger.db);
+      await sql`UPDATE ${ledger.tables.items} SET lease_token = ${thief}, lease_owner = 'thief' WHERE state = 'processing'`.execute(
+        ledger.db,
+      );
       expect(await ctx.heartbeat()).toBe(false);
       return onAbort(ctx, reaction, run);
     });
@@ -142,7 +161,12 @@ describe.each<Reaction>(['throwIfAborted', 'return'])('a handler that reacts to 
     await waitFor(() => s.outcomes.length === 1 || undefined, 10_000, 'an outcome');
     expect(s.outcomes).toEqual(['leaseLost']);
     expectReason(s.runs[0], 'lease_lost');
-    expect(await mustGet(tl!.ledger, id)).toMatchObject({ state: 'processing', leaseToken: thief, attempt: 1, result: null });
+    expect(await mustGet(tl!.ledger, id)).toMatchObject({
+      state: 'processing',
+      leaseToken: thief,
+      attempt: 1,
+      result: null,
+    });
     expect(await history(tl!.ledger, id)).toEqual([]);
     expectReturnWarning(s, reaction, 'lease_lost');
   });

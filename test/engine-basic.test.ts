@@ -70,7 +70,9 @@ test('a consumer that finishes a lane head takes its successor in the same trans
   });
   await consumer.start();
   const producer = new Producer({ ledger: tl.ledger, wake: tw.remote() });
-  await producer.enqueueMany(Array.from({ length: 20 }, (_, n) => ({ queue, type: 'step', lane: 'only', payload: { n } })));
+  await producer.enqueueMany(
+    Array.from({ length: 20 }, (_, n) => ({ queue, type: 'step', lane: 'only', payload: { n } })),
+  );
   await waitFor(() => consumer.counters.completed === 20 || undefined, 20_000, 'the lane completed');
   await consumer.stop();
   expect(order).toEqual(Array.from({ length: 20 }, (_, n) => n));
@@ -81,7 +83,7 @@ test('a consumer that finishes a lane head takes its successor in the same trans
   expect(exactCounts(stats)).toMatchObject({ completed: 20, processing: 0, pending: 0 });
 });
 
-test('a producer sharing the consumer\'s wake channel inserts work already claimed for it, hands it wake-ups, and uses the stream once it is full', async () => {
+test("a producer sharing the consumer's wake channel inserts work already claimed for it, hands it wake-ups, and uses the stream once it is full", async () => {
   tl = await createTestLedger();
   tw = createTestWake();
   const queue = uniqueQueue('local');
@@ -112,7 +114,12 @@ test('a producer sharing the consumer\'s wake channel inserts work already claim
   expect(await tl.ledger.get(first.id)).toMatchObject({ state: 'completed', attempt: 1, leaseOwner: consumer.name });
 
   // A bad batch writes nothing and leaves no slot held: the next item is still claimed at insert.
-  await expect(producer.enqueueMany([{ queue, type: 'step', payload: {} }, { queue, type: 'BAD TYPE', payload: {} }])).rejects.toThrow(/type/);
+  await expect(
+    producer.enqueueMany([
+      { queue, type: 'step', payload: {} },
+      { queue, type: 'BAD TYPE', payload: {} },
+    ]),
+  ).rejects.toThrow(/type/);
   await producer.enqueue({ queue, type: 'step', payload: { n: 2 } });
   await waitFor(() => consumer.counters.completed === 2 || undefined, 10_000, 'the second item completed');
   expect(consumer.counters.claimedAtInsert).toBe(2);
@@ -121,7 +128,13 @@ test('a producer sharing the consumer\'s wake channel inserts work already claim
   const laned = await producer.enqueue({ queue, type: 'step', lane: 'L', payload: { n: 3 } });
   await waitFor(() => consumer.counters.completed === 3 || undefined, 10_000, 'the laned item completed');
   expect(consumer.counters.claimedAtInsert).toBe(3);
-  expect(await tl.ledger.get(laned.id)).toMatchObject({ state: 'completed', attempt: 1, leaseOwner: consumer.name, lane: 'L', laneSeq: 1 });
+  expect(await tl.ledger.get(laned.id)).toMatchObject({
+    state: 'completed',
+    attempt: 1,
+    leaseOwner: consumer.name,
+    lane: 'L',
+    laneSeq: 1,
+  });
 
   // An idempotency key must be resolved first: not claimed at insert; its wake-up is handed over in process.
   await producer.enqueue({ queue, type: 'step', idempotencyKey: 'k', payload: { n: 4 } });
@@ -169,7 +182,9 @@ test('a wake-up naming only part of a large batch still gets the whole batch cla
   await firstRound; // the start-up claim found nothing: from here only the wake-up says there is work
   // A batch's wake-up is at most MAX_ENTRIES_PER_MESSAGE entries of MAX_IDS_PER_ENTRY ids: these items are named only in part.
   const total = (MAX_ENTRIES_PER_MESSAGE + 2) * MAX_IDS_PER_ENTRY;
-  await new Producer({ ledger: tl.ledger, wake: tw.remote() }).enqueueMany(Array.from({ length: total }, (_, n) => ({ queue, type: 'step', payload: { n } })));
+  await new Producer({ ledger: tl.ledger, wake: tw.remote() }).enqueueMany(
+    Array.from({ length: total }, (_, n) => ({ queue, type: 'step', payload: { n } })),
+  );
   await waitFor(() => consumer.counters.completed === total || undefined, 20_000, 'the whole batch completed');
   expect(consumer.counters.sweeps).toBe(1);
   await consumer.stop();
@@ -220,7 +235,9 @@ test('a lane that advances while a claim round is in flight is claimed at once, 
     { queue, type: 'step', lane: 'L', payload: { name: 'L2' } },
   ]);
   await waitFor(() => consumer.inFlight === 1 || undefined, 10_000, 'L1 running');
-  const l1Finished = new Promise<void>((resolve) => consumer.on('outcome', (item) => item.lane === 'L' && item.laneSeq === 1 && resolve()));
+  const l1Finished = new Promise<void>((resolve) =>
+    consumer.on('outcome', (item) => item.lane === 'L' && item.laneSeq === 1 && resolve()),
+  );
   gateOn = true;
   await producer.enqueue({ queue, type: 'step', payload: { name: 'B' } });
   // B's claim round is now held at the gate; L1 finishes meanwhile, making L2 its lane's head.
@@ -228,7 +245,11 @@ test('a lane that advances while a claim round is in flight is claimed at once, 
   finishFirst();
   await l1Finished;
   openGate();
-  await waitFor(() => (done.includes('L2') && done.includes('B')) || undefined, 5_000, 'L2 and B done well before a sweep');
+  await waitFor(
+    () => (done.includes('L2') && done.includes('B')) || undefined,
+    5_000,
+    'L2 and B done well before a sweep',
+  );
   expect(done.indexOf('L1')).toBeLessThan(done.indexOf('L2'));
   expect(consumer.counters.sweeps).toBe(1);
   await consumer.stop();
@@ -238,7 +259,14 @@ test("the consumer's wakeRead event names the items a wake-up from another proce
   tl = await createTestLedger();
   tw = createTestWake();
   const queue = uniqueQueue('wake-read');
-  const consumer = new Consumer({ ledger: tl.ledger, wake: tw.wake, queue, concurrency: 4, pollIntervalMs: 60_000, handlers: { t: async () => {} } });
+  const consumer = new Consumer({
+    ledger: tl.ledger,
+    wake: tw.wake,
+    queue,
+    concurrency: 4,
+    pollIntervalMs: 60_000,
+    handlers: { t: async () => {} },
+  });
   const read: string[] = [];
   consumer.on('wakeRead', (r) => read.push(...r.ids));
   await consumer.start();

@@ -79,7 +79,12 @@ test('Producer.cancel aborts a running handler within milliseconds, long before 
   // The control stream's message, then the abort it caused: not a lease renewal finding the request.
   expect(s.events).toEqual([`control cancel ${id}`, `aborted ${id}`]);
   expect(s.outcomes.get(id)).toBe('cancelled');
-  expect(await mustGet(tl!.ledger, id)).toMatchObject({ state: 'cancelled', failureClass: 'cancelled', attempt: 1, lastError: 'operator said stop' });
+  expect(await mustGet(tl!.ledger, id)).toMatchObject({
+    state: 'cancelled',
+    failureClass: 'cancelled',
+    attempt: 1,
+    lastError: 'operator said stop',
+  });
   expect((await history(tl!.ledger, id)).map((a) => a.outcome)).toEqual(['cancelled']);
 });
 
@@ -118,7 +123,11 @@ test('a cancel message for an item the ledger has no cancel request for aborts n
   const leaseBefore = (await mustGet(tl!.ledger, id)).leaseUntil?.getTime() ?? 0;
   expect(await tw!.remote().publishControl(s.queue, { type: 'cancel', ids: [id] })).toBe(true);
   // The holder asks the ledger (a renewal, which moves the lease on) and the ledger says keep going.
-  await waitFor(async () => ((await mustGet(tl!.ledger, id)).leaseUntil?.getTime() ?? 0) > leaseBefore || undefined, PROMPT_MS, 'the holder to check with the ledger');
+  await waitFor(
+    async () => ((await mustGet(tl!.ledger, id)).leaseUntil?.getTime() ?? 0) > leaseBefore || undefined,
+    PROMPT_MS,
+    'the holder to check with the ledger',
+  );
   expect(s.events).toEqual([`control cancel ${id}`]);
   expect(s.outcomes.size).toBe(0);
   expect(await mustGet(tl!.ledger, id)).toMatchObject({ state: 'processing', cancelRequested: false });
@@ -165,7 +174,11 @@ test('a cancel of an item waiting in the prefetch buffer takes effect as soon as
   // One slot: whichever starts holds it, the other is claimed into the buffer behind it.
   const running = await waitFor(() => pair.find((r) => started.has(r.id))?.id, 10_000, 'one of them to start');
   const buffered = pair.find((r) => r.id !== running)!.id;
-  await waitFor(async () => (await mustGet(tl!.ledger, buffered)).state === 'processing' || undefined, 10_000, 'the other to be claimed into the buffer');
+  await waitFor(
+    async () => (await mustGet(tl!.ledger, buffered)).state === 'processing' || undefined,
+    10_000,
+    'the other to be claimed into the buffer',
+  );
   expect(started.has(buffered)).toBe(false);
 
   expect(await producer.cancel(buffered)).toBe('cancel_requested');

@@ -36,7 +36,11 @@ test('a consumer that claims only some types leaves a woken item of another type
   const producer = new Producer({ ledger: tl.ledger, wake: tw.remote() });
   const b = await producer.enqueue({ queue, type: 'b', payload: 1 });
   const a = await producer.enqueue({ queue, type: 'a', payload: 2 });
-  await waitFor(async () => (await mustGet(tl!.ledger, a.id)).state === 'completed' || undefined, 10_000, 'the item of type a');
+  await waitFor(
+    async () => (await mustGet(tl!.ledger, a.id)).state === 'completed' || undefined,
+    10_000,
+    'the item of type a',
+  );
   // Both wake-ups were read; the one naming b claimed nothing.
   await waitFor(() => consumer!.counters.wakeEntriesRead >= 2 || undefined, 10_000, 'both wake-ups read');
   expect(await mustGet(tl.ledger, b.id)).toMatchObject({ state: 'pending', attempt: 0 });
@@ -68,7 +72,11 @@ test('a handler that blocks on a key woken while it ran is run again at once, no
   });
   await consumer.start();
   const { id } = await producer.enqueue({ queue, type: 't', payload: 1 });
-  await waitFor(async () => (await mustGet(tl!.ledger, id)).state === 'completed' || undefined, 10_000, 'the item to run again and complete');
+  await waitFor(
+    async () => (await mustGet(tl!.ledger, id)).state === 'completed' || undefined,
+    10_000,
+    'the item to run again and complete',
+  );
   expect(attempts).toBe(2);
   expect((await mustGet(tl.ledger, id)).attempt).toBe(1);
 });
@@ -95,13 +103,17 @@ test('a BlockOn the ledger refuses (a key that is not well-formed) fails the att
   });
   await consumer.start();
   const { id } = await new Producer({ ledger: tl.ledger, wake: tw.remote() }).enqueue({ queue, type: 't', payload: 1 });
-  await waitFor(async () => (await mustGet(tl!.ledger, id)).state === 'completed' || undefined, 10_000, 'the retried attempt to complete');
+  await waitFor(
+    async () => (await mustGet(tl!.ledger, id)).state === 'completed' || undefined,
+    10_000,
+    'the retried attempt to complete',
+  );
   const attemptsRecorded = (await tl.ledger.inspect(id))?.attempts ?? [];
   expect(attemptsRecorded.map((a) => a.outcome)).toEqual(['retried', 'completed']);
   expect(attemptsRecorded[0]?.error).toContain('dependencyKey');
 });
 
-test("a wake-up naming more items than a claim round has room for: the rest are claimed by id in the next rounds, not left to a sweep", async () => {
+test('a wake-up naming more items than a claim round has room for: the rest are claimed by id in the next rounds, not left to a sweep', async () => {
   tl = await createTestLedger();
   tw = createTestWake();
   const queue = uniqueQueue('named-overflow');
@@ -134,13 +146,19 @@ test("a wake-up naming more items than a claim round has room for: the rest are 
   await firstRound;
   // One batch from another process: one wake-up naming all three.
   const producer = new Producer({ ledger: tl.ledger, wake: tw.remote() });
-  const ids = (await producer.enqueueMany([0, 1, 2].map((k) => ({ queue, type: 't', payload: { k } })))).map((r) => r.id);
+  const ids = (await producer.enqueueMany([0, 1, 2].map((k) => ({ queue, type: 't', payload: { k } })))).map(
+    (r) => r.id,
+  );
   await waitFor(() => ran.length === 3 || undefined, 10_000, 'all three to run');
   // Each is asked for by id: the two the first round had no room for wait for the next rounds, not dropped
   // for a head search or a sweep to find (the poll is a minute away). The start-up sweep looks for work once
   // more after its housekeeping; on a slow server that look may come after the enqueue and take one by a head
   // search before its turn by id, so all three may have run before the last is asked for: wait for that too.
-  await waitFor(() => ids.every((id) => named.includes(id)) || undefined, 10_000, 'each named item to be asked for by id');
+  await waitFor(
+    () => ids.every((id) => named.includes(id)) || undefined,
+    10_000,
+    'each named item to be asked for by id',
+  );
   await consumer.stop({ drainTimeoutMs: 1000 });
   consumer = undefined;
   await ledger.close();

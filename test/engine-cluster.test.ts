@@ -53,7 +53,12 @@ async function started(consumer: Consumer): Promise<Consumer> {
  * what a wake-up lost to the fault would have named (test/wake-frozen.test.ts: a read left unanswered
  * marks Redis down, and the sweep then runs every 200 ms).
  */
-function faultConsumer(prefix: string, queue: string, on: LocalRedisCluster = cluster, opts: { pollIntervalMs?: number; logger?: Logger } = {}): Promise<Consumer> {
+function faultConsumer(
+  prefix: string,
+  queue: string,
+  on: LocalRedisCluster = cluster,
+  opts: { pollIntervalMs?: number; logger?: Logger } = {},
+): Promise<Consumer> {
   return started(
     new Consumer({
       ledger: tl.ledger,
@@ -78,10 +83,20 @@ test('a consumer completes items woken through the cluster, published by a produ
   const prefix = newPrefix();
   const queue = uniqueQueue('cl');
   const consumer = await started(
-    new Consumer({ ledger: tl.ledger, wake: channel(prefix), queue, concurrency: 8, pollIntervalMs: 60_000, logger: silent, handlers: { t: async () => undefined } }),
+    new Consumer({
+      ledger: tl.ledger,
+      wake: channel(prefix),
+      queue,
+      concurrency: 8,
+      pollIntervalMs: 60_000,
+      logger: silent,
+      handlers: { t: async () => undefined },
+    }),
   );
   const producer = new Producer({ ledger: tl.ledger, wake: channel(prefix) });
-  await producer.enqueueMany(Array.from({ length: 50 }, (_, n) => ({ queue, type: 't', lane: `L${n % 3}`, payload: { n } })));
+  await producer.enqueueMany(
+    Array.from({ length: 50 }, (_, n) => ({ queue, type: 't', lane: `L${n % 3}`, payload: { n } })),
+  );
   await waitFor(() => consumer.counters.completed === 50 || undefined, 20_000, 'all completed');
   expect(consumer.counters.wakeEntriesRead).toBeGreaterThan(0);
   expect(consumer.counters.sweeps).toBe(1);
@@ -101,7 +116,10 @@ test('a delayed item is woken by its BullMQ timer, and a recurring schedule fire
       concurrency: 4,
       pollIntervalMs: 60_000,
       logger: silent,
-      handlers: { later: async () => void ran.push({ type: 'later', at: Date.now() }), tick: async () => void ran.push({ type: 'tick', at: Date.now() }) },
+      handlers: {
+        later: async () => void ran.push({ type: 'later', at: Date.now() }),
+        tick: async () => void ran.push({ type: 'tick', at: Date.now() }),
+      },
     }),
   );
   await waitFor(() => consumer.counters.sweeps >= 1 || undefined, 5_000, 'first sweep');
@@ -119,7 +137,7 @@ test('a delayed item is woken by its BullMQ timer, and a recurring schedule fire
   expect(consumer.counters.sweeps).toBe(1);
 });
 
-test('a cancel from another process reaches the running handler over the queue\'s control stream on the cluster', async () => {
+test("a cancel from another process reaches the running handler over the queue's control stream on the cluster", async () => {
   const prefix = newPrefix();
   const queue = uniqueQueue('cl-cancel');
   const outcomes = new Map<string, Outcome>();
@@ -149,7 +167,11 @@ test('a cancel from another process reaches the running handler over the queue\'
   consumer.on('control', (m) => void (m.type === 'cancel' && events.push(`control cancel ${m.ids.join(',')}`)));
   const producer = new Producer({ ledger: tl.ledger, wake: channel(prefix) });
   const { id } = await producer.enqueue({ queue, type: 't', payload: {} });
-  await waitFor(async () => (await tl.ledger.get(id))?.state === 'processing' || undefined, 10_000, 'the item to start');
+  await waitFor(
+    async () => (await tl.ledger.get(id))?.state === 'processing' || undefined,
+    10_000,
+    'the item to start',
+  );
   expect(await producer.cancel(id)).toBe('cancel_requested');
   await waitFor(() => outcomes.get(id), 15_000, 'the cancelled outcome');
   // Heard on the control stream, not found at a lease renewal (every 10 s here): the message came first.
@@ -196,7 +218,11 @@ test('a worker (--redis-url redis+cluster://…) hears activations of standby qu
     const { epoch } = await tl.ledger.activate({ queue, deployment: 'green', expectEpoch: 0 });
     // One broadcast, as `lanewake activate` sends: a started worker hears it (its ownership check is a minute off).
     expect(await wake.publishControl(queue, { type: 'ownership', epoch, deployment: 'green' })).toBe(true);
-    await waitFor(() => worker.ownership.get(queue)?.state === 'owner' || undefined, 5_000, `the activation of ${queue} to be heard`);
+    await waitFor(
+      () => worker.ownership.get(queue)?.state === 'owner' || undefined,
+      5_000,
+      `the activation of ${queue} to be heard`,
+    );
     if (queue === queues[0]) expect((await worker.readiness()).ready).toBe(false); // the other two still stand by
     const { id } = await producer.enqueue({ queue, type: 'job', payload: {} });
     await waitFor(() => ran.includes(id) || undefined, 10_000, `an item of ${queue} to run`);
@@ -204,7 +230,7 @@ test('a worker (--redis-url redis+cluster://…) hears activations of standby qu
   expect((await worker.readiness()).ready).toBe(true);
 });
 
-test('failover: the master of a queue\'s slot dies, its replica takes over, wake-ups resume and nothing is lost', async () => {
+test("failover: the master of a queue's slot dies, its replica takes over, wake-ups resume and nothing is lost", async () => {
   const prefix = newPrefix();
   const queue = uniqueQueue('cl-failover');
   const wakeReads: number[] = [];
@@ -236,17 +262,30 @@ test('failover: the master of a queue\'s slot dies, its replica takes over, wake
   const killedAt = Date.now();
   cluster.kill(master.port);
   // Enqueued while the slot's master is down: their wake-ups fail or reach no one; the sweep must find them.
-  const gap = await Promise.all(Array.from({ length: 5 }, (_, k) => producer.enqueue({ queue, type: 't', payload: { gap: k } })));
+  const gap = await Promise.all(
+    Array.from({ length: 5 }, (_, k) => producer.enqueue({ queue, type: 't', payload: { gap: k } })),
+  );
   enqueued += gap.length;
   await cluster.waitHealthy(20_000);
   const healthyAt = Date.now();
-  const firstWakeAfter = await waitFor(() => wakeReads.find((t) => t > killedAt), 20_000, 'a wake-up after the failover');
-  await waitFor(() => wakeReads.filter((t) => t > firstWakeAfter).length >= 5 || undefined, 10_000, 'wake-ups flowing again');
+  const firstWakeAfter = await waitFor(
+    () => wakeReads.find((t) => t > killedAt),
+    20_000,
+    'a wake-up after the failover',
+  );
+  await waitFor(
+    () => wakeReads.filter((t) => t > firstWakeAfter).length >= 5 || undefined,
+    10_000,
+    'wake-ups flowing again',
+  );
   producing = false;
   await produce;
   // The consumer counts an item once its completion's answer is back, a moment after the ledger shows it completed.
   await waitFor(
-    async () => (consumer.counters.completed === enqueued && (await tl.ledger.stats(queue))[0]?.counts.completed.count === enqueued) || undefined,
+    async () =>
+      (consumer.counters.completed === enqueued &&
+        (await tl.ledger.stats(queue))[0]?.counts.completed.count === enqueued) ||
+      undefined,
     15_000,
     'every item enqueued, gap or not, completed',
   );
@@ -278,7 +317,11 @@ test('a frozen master (SIGSTOP: it answers nothing, closes nothing) holds no enq
     while (producing) {
       await producer.enqueue({ queue, type: 't', payload: { n: enqueued } });
       enqueued++;
-      await waitFor(() => consumer.counters.completed >= enqueued || undefined, 15_000, 'the item done before the next');
+      await waitFor(
+        () => consumer.counters.completed >= enqueued || undefined,
+        15_000,
+        'the item done before the next',
+      );
     }
   })();
   cleanups.push(async () => {
@@ -294,18 +337,29 @@ test('a frozen master (SIGSTOP: it answers nothing, closes nothing) holds no enq
   cleanups.push(async () => own.thaw(master.port));
   // Every Redis command of an enqueue (the offer look, the wake-up) goes to the frozen master's slot; none may hold it.
   const before = enqueued;
-  await waitFor(() => enqueued >= before + 10 || undefined, 20_000, 'enqueues going on, and their items done, while the master is frozen');
+  await waitFor(
+    () => enqueued >= before + 10 || undefined,
+    20_000,
+    'enqueues going on, and their items done, while the master is frozen',
+  );
   // The consumer noticed the freeze (its read went unanswered) and swept the ledger on its own.
   expect(log.at(40, /redis unreachable: sweeping the ledger every redisDownPollMs/).length).toBeGreaterThan(0);
   expect(consumer.counters.sweeps).toBeGreaterThan(sweepsBefore);
   // The cluster promotes the frozen master's replica; the clients must find it (a frozen node sends no MOVED).
   const viaRedisFrozen = viaRedis();
-  await waitFor(() => viaRedis() >= viaRedisFrozen + 5 || undefined, 20_000, 'wake-ups or handoffs through the promoted replica, the old master still frozen');
+  await waitFor(
+    () => viaRedis() >= viaRedisFrozen + 5 || undefined,
+    20_000,
+    'wake-ups or handoffs through the promoted replica, the old master still frozen',
+  );
   own.thaw(master.port);
   producing = false;
   await produce;
   await waitFor(
-    async () => (consumer.counters.completed === enqueued && (await tl.ledger.stats(queue))[0]?.counts.completed.count === enqueued) || undefined,
+    async () =>
+      (consumer.counters.completed === enqueued &&
+        (await tl.ledger.stats(queue))[0]?.counts.completed.count === enqueued) ||
+      undefined,
     15_000,
     'every item completed',
   );

@@ -57,7 +57,9 @@ test('completions go in laneless batches of up to 500, one at a time, and laned 
   const loners = 1_100;
   const lanes = 300;
   await ledger.enqueueMany(Array.from({ length: loners }, (_, n) => ({ queue, type: 't', payload: { n } })));
-  await ledger.enqueueMany(Array.from({ length: lanes }, (_, n) => ({ queue, type: 't', payload: { n }, lane: `lane-${n}` })));
+  await ledger.enqueueMany(
+    Array.from({ length: lanes }, (_, n) => ({ queue, type: 't', payload: { n }, lane: `lane-${n}` })),
+  );
   const items = await claimAll(queue, loners + lanes);
   expect(items.length).toBe(loners + lanes);
 
@@ -86,7 +88,9 @@ test("a keyed batch gathers several consumers' ends and hands each, under its ow
   const queue = freshQueue('completerrooms');
   await tl.ledger.setConcurrencyLimit(queue, 1);
   // 20 keys, each with one item admitted and one waiting.
-  const made = await tl.ledger.enqueueMany(Array.from({ length: 40 }, (_, n) => ({ queue, type: 't', concurrencyKey: `k${n % 20}`, payload: { n } })));
+  const made = await tl.ledger.enqueueMany(
+    Array.from({ length: 40 }, (_, n) => ({ queue, type: 't', concurrencyKey: `k${n % 20}`, payload: { n } })),
+  );
   const held = await claimAll(queue, 20);
   expect(held).toHaveLength(20);
   const accepted = new Map<string, ClaimedItem[]>();
@@ -94,7 +98,13 @@ test("a keyed batch gathers several consumers' ends and hands each, under its ow
     (name: string): SuccessorRoom =>
     (wanted) => ({
       way: 'successor',
-      lease: { owner: name, token: `tok_${name}_room_${wanted}_0000000`.slice(0, 24), leaseMs: 60_000, max: wanted, classes: ['default'] },
+      lease: {
+        owner: name,
+        token: `tok_${name}_room_${wanted}_0000000`.slice(0, 24),
+        leaseMs: 60_000,
+        max: wanted,
+        classes: ['default'],
+      },
       accept: (items) => accepted.set(name, [...(accepted.get(name) ?? []), ...items]),
       cancel: () => undefined,
     });
@@ -105,7 +115,8 @@ test("a keyed batch gathers several consumers' ends and hands each, under its ow
   expect(results.every((r) => r.won)).toBe(true);
   expect(accepted.get('a')).toHaveLength(12);
   expect(accepted.get('b')).toHaveLength(8);
-  for (const [name, items] of accepted) for (const item of items) expect(item.leaseToken.startsWith(`tok_${name}_`)).toBe(true);
+  for (const [name, items] of accepted)
+    for (const item of items) expect(item.leaseToken.startsWith(`tok_${name}_`)).toBe(true);
   const waiting = made.filter((m) => !held.some((h) => h.id === m.id)).map((m) => m.id);
   expect([...(accepted.get('a') ?? []), ...(accepted.get('b') ?? [])].map((c) => c.id).sort()).toEqual(waiting.sort());
 });

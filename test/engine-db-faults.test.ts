@@ -19,9 +19,17 @@ afterEach(async () => {
 /** Kills every server connection of `database` (the consumer's pool, mid-query or idle). */
 async function killConnections(database: string): Promise<number> {
   const u = new URL(mysqlServerUrl());
-  const admin = await createConnection({ host: u.hostname, port: Number(u.port || 3306), user: decodeURIComponent(u.username || 'root'), password: decodeURIComponent(u.password) });
+  const admin = await createConnection({
+    host: u.hostname,
+    port: Number(u.port || 3306),
+    user: decodeURIComponent(u.username || 'root'),
+    password: decodeURIComponent(u.password),
+  });
   try {
-    const [rows] = await admin.query<RowDataPacket[]>('SELECT id FROM information_schema.processlist WHERE db = ? AND id <> CONNECTION_ID()', [database]);
+    const [rows] = await admin.query<RowDataPacket[]>(
+      'SELECT id FROM information_schema.processlist WHERE db = ? AND id <> CONNECTION_ID()',
+      [database],
+    );
     for (const r of rows) await admin.query(`KILL ${Number(r.id)}`).catch(() => undefined);
     return rows.length;
   } finally {
@@ -47,7 +55,13 @@ test('dropped database connections mid-run lose nothing and duplicate nothing', 
   await consumer.start();
   const total = 1_500;
   await new Producer({ ledger: tl.ledger, wake: tw.wake }).enqueueMany(
-    Array.from({ length: total }, (_, i) => ({ queue, type: 'step', lane: `L${i % 50}`, payload: { n: Math.floor(i / 50) }, maxAttempts: 25 })),
+    Array.from({ length: total }, (_, i) => ({
+      queue,
+      type: 'step',
+      lane: `L${i % 50}`,
+      payload: { n: Math.floor(i / 50) },
+      maxAttempts: 25,
+    })),
   );
 
   // Cut every connection of the database each time another 150 items have finished.
@@ -71,7 +85,8 @@ test('dropped database connections mid-run lose nothing and duplicate nothing', 
   expect(effects.length).toBe(total);
   expect(new Set(effects.map((e) => e.itemId)).size).toBe(total);
   const byLane = new Map<string, number[]>();
-  for (const e of [...effects].sort((a, b) => a.startedAtUs - b.startedAtUs)) byLane.set(e.lane ?? '', [...(byLane.get(e.lane ?? '') ?? []), e.laneSeq ?? -1]);
+  for (const e of [...effects].sort((a, b) => a.startedAtUs - b.startedAtUs))
+    byLane.set(e.lane ?? '', [...(byLane.get(e.lane ?? '') ?? []), e.laneSeq ?? -1]);
   for (const [lane, seqs] of byLane) expect(seqs, lane).toEqual([...seqs].sort((a, b) => a - b));
   const [stats] = await tl.ledger.stats(queue);
   expect(stats?.counts.dead.count).toBe(0);

@@ -10,7 +10,14 @@ import type { ClaimedItem } from '../src/ledger/types.js';
 import { Producer } from '../src/producer/producer.js';
 import { wakeStreamKey } from '../src/wake/keys.js';
 import { WakeChannel } from '../src/wake/wake-channel.js';
-import { createEffectsTable, effectCount, insertEffect, nowUs, type EffectsDB, type StepPayload } from './support/effects.js';
+import {
+  createEffectsTable,
+  effectCount,
+  insertEffect,
+  nowUs,
+  type EffectsDB,
+  type StepPayload,
+} from './support/effects.js';
 import { consumerKilledMidHandler, redisStoppedMidRun } from './support/fault-scenarios.js';
 import { createTestWake, deleteKeys, uniqueQueue, type TestWake } from './support/engine.js';
 import { createTestLedger, waitFor, type TestLedger } from './support/ledger.js';
@@ -69,7 +76,14 @@ test('closing a consumer and its wake channel while Redis is down does not hang'
   const queue = uniqueQueue('close-down');
   const redis = await PrivateRedis.start();
   const wake = new WakeChannel({ redis: redis.url, keyPrefix: `lwt:${queue}:` });
-  const consumer = new Consumer({ ledger: tl.ledger, wake, queue, redisDownPollMs: 200, readBlockMs: 200, handlers: { step: async () => undefined } });
+  const consumer = new Consumer({
+    ledger: tl.ledger,
+    wake,
+    queue,
+    redisDownPollMs: 200,
+    readBlockMs: 200,
+    handlers: { step: async () => undefined },
+  });
   cleanups.push(() => redis.destroy());
   await consumer.start();
   const producer = new Producer({ ledger: tl.ledger, wake });
@@ -84,7 +98,10 @@ test('closing a consumer and its wake channel while Redis is down does not hang'
     await wake.close();
     return 'closed';
   })();
-  const outcome = await Promise.race([closed, new Promise<string>((resolve) => (timer = setTimeout(() => resolve('still closing after 15 s'), 15_000)))]);
+  const outcome = await Promise.race([
+    closed,
+    new Promise<string>((resolve) => (timer = setTimeout(() => resolve('still closing after 15 s'), 15_000))),
+  ]);
   clearTimeout(timer);
   expect(outcome).toBe('closed');
 });
@@ -107,7 +124,9 @@ test('a rolled-back producer.transaction leaves no item and publishes no wake-up
       const e = await tx.enqueue({ queue, type: 'step', lane: 'a', payload: { n: 0 } });
       enqueuedId = e.id;
       // The caller's own write in the same transaction.
-      await sql`INSERT INTO effects (item_id, worker, started_at_us, ended_at_us) VALUES (${e.id}, 'producer', 0, 0)`.execute(tx.trx);
+      await sql`INSERT INTO effects (item_id, worker, started_at_us, ended_at_us) VALUES (${e.id}, 'producer', 0, 0)`.execute(
+        tx.trx,
+      );
       throw boom;
     }),
   ).rejects.toBe(boom);
@@ -122,7 +141,9 @@ test('a rolled-back producer.transaction leaves no item and publishes no wake-up
   // The same transaction committed does both (so the checks above can see an item and a wake-up).
   const committed = await producer.transaction(ledger.db, async (tx) => {
     const e = await tx.enqueue({ queue, type: 'step', lane: 'a', payload: { n: 1 } });
-    await sql`INSERT INTO effects (item_id, worker, started_at_us, ended_at_us) VALUES (${e.id}, 'producer', 0, 0)`.execute(tx.trx);
+    await sql`INSERT INTO effects (item_id, worker, started_at_us, ended_at_us) VALUES (${e.id}, 'producer', 0, 0)`.execute(
+      tx.trx,
+    );
     return e;
   });
   expect((await ledger.get(committed.id))?.state).toBe('pending');

@@ -56,7 +56,8 @@ test('every death is logged at warn and every retry at info, with id, type, atte
   consumer.on('outcome', (item, o) => outcomes.set(item.id, [...(outcomes.get(item.id) ?? []), o]));
   await consumer.start();
   const producer = new Producer({ ledger: tl.ledger, wake: tw.wake });
-  const enqueue = async (type: string, payload: unknown, maxAttempts = 3) => (await producer.enqueue({ queue, type, payload, maxAttempts })).id;
+  const enqueue = async (type: string, payload: unknown, maxAttempts = 3) =>
+    (await producer.enqueue({ queue, type, payload, maxAttempts })).id;
   const invalid = await enqueue('typed', { n: 'not a number', secret: SECRET });
   const unowned = await enqueue('nobody.handles', { secret: SECRET });
   const flaky = await enqueue('flaky', { secret: SECRET });
@@ -64,23 +65,45 @@ test('every death is logged at warn and every retry at info, with id, type, atte
   const permanent = await enqueue('permanent', { secret: SECRET });
   const ended = (id: string, o: Outcome) => outcomes.get(id)?.includes(o) ?? false;
   await waitFor(
-    () => (ended(invalid, 'dead') && ended(unowned, 'dead') && ended(flaky, 'completed') && ended(doomed, 'dead') && ended(permanent, 'dead')) || undefined,
+    () =>
+      (ended(invalid, 'dead') &&
+        ended(unowned, 'dead') &&
+        ended(flaky, 'completed') &&
+        ended(doomed, 'dead') &&
+        ended(permanent, 'dead')) ||
+      undefined,
     15_000,
     'every item to end',
   );
 
   const deaths = log.lines.filter((l) => l.level === 40 && /dead/.test(l.msg));
   const byId = (id: string) => deaths.filter((l) => l.id === id);
-  expect(byId(invalid)).toEqual([expect.objectContaining({ id: invalid, type: 'typed', attempt: 1, class: 'invalid_payload' })]);
-  expect(byId(unowned)).toEqual([expect.objectContaining({ id: unowned, type: 'nobody.handles', attempt: 1, class: 'unowned' })]);
+  expect(byId(invalid)).toEqual([
+    expect.objectContaining({ id: invalid, type: 'typed', attempt: 1, class: 'invalid_payload' }),
+  ]);
+  expect(byId(unowned)).toEqual([
+    expect.objectContaining({ id: unowned, type: 'nobody.handles', attempt: 1, class: 'unowned' }),
+  ]);
   expect(byId(doomed)).toEqual([expect.objectContaining({ id: doomed, type: 'doomed', attempt: 2, class: 'error' })]);
-  expect(byId(permanent)).toEqual([expect.objectContaining({ id: permanent, type: 'permanent', attempt: 1, class: 'bad_input' })]);
+  expect(byId(permanent)).toEqual([
+    expect.objectContaining({ id: permanent, type: 'permanent', attempt: 1, class: 'bad_input' }),
+  ]);
   expect(deaths).toHaveLength(4);
 
   const retries = log.at(30, /retry/);
   expect(retries).toEqual([
-    expect.objectContaining({ id: expect.any(String), type: expect.stringMatching(/^(flaky|doomed)$/), attempt: 1, class: 'error' }),
-    expect.objectContaining({ id: expect.any(String), type: expect.stringMatching(/^(flaky|doomed)$/), attempt: 1, class: 'error' }),
+    expect.objectContaining({
+      id: expect.any(String),
+      type: expect.stringMatching(/^(flaky|doomed)$/),
+      attempt: 1,
+      class: 'error',
+    }),
+    expect.objectContaining({
+      id: expect.any(String),
+      type: expect.stringMatching(/^(flaky|doomed)$/),
+      attempt: 1,
+      class: 'error',
+    }),
   ]);
   expect(new Set(retries.map((l) => l.id))).toEqual(new Set([flaky, doomed]));
 

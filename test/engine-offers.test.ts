@@ -45,7 +45,9 @@ async function warmConsumer(opts: { leaseMs?: number; concurrency?: number } = {
     pollIntervalMs: 60_000,
     leaseMs: opts.leaseMs ?? 30_000,
     logger: silent,
-    handlers: { t: async (job: { id: string; attempt: number }) => void ran.push({ id: job.id, attempt: job.attempt }) },
+    handlers: {
+      t: async (job: { id: string; attempt: number }) => void ran.push({ id: job.id, attempt: job.attempt }),
+    },
   });
   await consumer.start();
   scope.cleanup(() => consumer.stop({ drainTimeoutMs: 1000 }));
@@ -57,7 +59,7 @@ async function warmConsumer(opts: { leaseMs?: number; concurrency?: number } = {
   return { tl, tw, queue, ran, consumer, producer, producerWake };
 }
 
-test('an item from a producer elsewhere is inserted claimed under the idle consumer\'s offer and handed over: no claim, no wake-up', async () => {
+test("an item from a producer elsewhere is inserted claimed under the idle consumer's offer and handed over: no claim, no wake-up", async () => {
   const { tl, queue, ran, consumer, producer, producerWake } = await warmConsumer();
   const before = { ...consumer.counters };
   const publishedBefore = producerWake.counters.published;
@@ -81,20 +83,28 @@ test('a batch from a producer elsewhere is handed over under one offer, as many 
   const { tl, tw, queue, ran, consumer, producer } = await warmConsumer({ concurrency: 16 });
   const r = redis();
   // The oldest standing offer, the one a producer pops first; made with all sixteen slots free.
-  const standing = await waitFor(async () => (await r.lindex(offersKey(tw.keyPrefix, queue), 0)) ?? undefined, 10_000, 'a standing offer');
+  const standing = await waitFor(
+    async () => (await r.lindex(offersKey(tw.keyPrefix, queue), 0)) ?? undefined,
+    10_000,
+    'a standing offer',
+  );
   const offer = JSON.parse(standing) as Offer;
   expect(offer.room).toBe(offerRoom(16));
   expect(offer.room).toBeGreaterThan(1);
   const before = consumer.counters.handedOver;
   const wonByRounds = claimsByRounds(consumer);
-  const results = await producer.enqueueMany(Array.from({ length: offer.room! + 1 }, (_, k) => ({ queue, type: 't', payload: { k } })));
+  const results = await producer.enqueueMany(
+    Array.from({ length: offer.room! + 1 }, (_, k) => ({ queue, type: 't', payload: { k } })),
+  );
   const ids = results.map((x) => x.id);
   await waitFor(() => ids.every((id) => ran.some((x) => x.id === id)) || undefined, 10_000, 'the batch to run');
   expect(consumer.counters.handedOver - before).toBe(offer.room);
   // The one the offer had no room for went the usual way: a wake-up and a claim round.
   expect(wonByRounds()).toBe(1);
   const inspected = await Promise.all(ids.map((id) => tl.ledger.get(id)));
-  expect(inspected.filter((it) => it?.leaseToken === offer.token).map((it) => it?.id)).toEqual(ids.slice(0, offer.room));
+  expect(inspected.filter((it) => it?.leaseToken === offer.token).map((it) => it?.id)).toEqual(
+    ids.slice(0, offer.room),
+  );
 });
 
 test('an item too large to broadcast is handed over by count, and the consumer reads it from the ledger', async () => {
@@ -111,7 +121,7 @@ test('an item too large to broadcast is handed over by count, and the consumer r
   expect(producerWake.counters.published).toBe(publishedBefore);
 });
 
-test('a handoff lost after the commit: the consumer finds the item by the offer\'s token in the ledger and runs it once, long before its lease ends', async () => {
+test("a handoff lost after the commit: the consumer finds the item by the offer's token in the ledger and runs it once, long before its lease ends", async () => {
   const { tl, queue, ran, consumer, producerWake } = await warmConsumer({ leaseMs: 60_000 });
   // A producer that took the offer, committed its item claimed under it, and died before the handoff.
   const taken = await waitFor(() => producerWake.offers.take(queue), 10_000, 'a standing offer');
@@ -121,7 +131,11 @@ test('a handoff lost after the commit: the consumer finds the item by the offer\
   const id = out.results[0]!.id;
 
   await waitFor(() => ran.some((r) => r.id === id) || undefined, 20_000, 'the orphan to run');
-  await waitFor(async () => (await tl.ledger.get(id))?.state === 'completed' || undefined, 10_000, 'the orphan completed');
+  await waitFor(
+    async () => (await tl.ledger.get(id))?.state === 'completed' || undefined,
+    10_000,
+    'the orphan completed',
+  );
   expect(consumer.counters.handoffsRecovered).toBe(1);
   expect(ran.filter((r) => r.id === id)).toEqual([{ id, attempt: 1 }]);
   const r = await tl.ledger.inspect(id);
@@ -133,7 +147,11 @@ test('an offer a producer cannot use (no handler for the type) goes back to the 
   const { tl, tw, queue, consumer, producer, producerWake } = await warmConsumer();
   const r = redis();
   const key = offersKey(tw.keyPrefix, queue);
-  const standing = await waitFor(async () => ((await r.llen(key)) === 1 ? await r.lindex(key, 0) : undefined) ?? undefined, 10_000, 'one standing offer');
+  const standing = await waitFor(
+    async () => ((await r.llen(key)) === 1 ? await r.lindex(key, 0) : undefined) ?? undefined,
+    10_000,
+    'one standing offer',
+  );
   const offer = JSON.parse(standing) as Offer;
   const handedBefore = consumer.counters.handedOver;
   // The list holds one offer before and after: what shows the offer went back is the producer's own give-back, seen done.
@@ -161,15 +179,27 @@ test('an expired offer (its consumer gone) is skipped and dropped: the item goes
   const r = redis();
   const key = offersKey(tw.keyPrefix, queue);
   const now = Date.now();
-  const dead: Offer = { owner: 'dead-consumer', token: 'dead-token-000000000000', leaseMs: 30_000, classes: ['default'], types: ['t'], expiresAtMs: now - 1, madeAtMs: now - OFFER_TTL_MS };
+  const dead: Offer = {
+    owner: 'dead-consumer',
+    token: 'dead-token-000000000000',
+    leaseMs: 30_000,
+    classes: ['default'],
+    types: ['t'],
+    expiresAtMs: now - 1,
+    madeAtMs: now - OFFER_TTL_MS,
+  };
   await r.lpush(key, JSON.stringify(dead));
 
   const { id } = await producer.enqueue({ queue, type: 't', payload: {} });
   await waitFor(() => ran.some((x) => x.id === id) || undefined, 10_000, 'the item to run');
-  const item = await waitFor(async () => {
-    const it = await tl.ledger.get(id);
-    return it?.state === 'completed' ? it : undefined;
-  }, 10_000, 'the item completed');
+  const item = await waitFor(
+    async () => {
+      const it = await tl.ledger.get(id);
+      return it?.state === 'completed' ? it : undefined;
+    },
+    10_000,
+    'the item completed',
+  );
   expect(item.leaseOwner).toBe(consumer.name);
   expect(await r.lrange(key, 0, -1)).not.toContain(JSON.stringify(dead));
 });
@@ -178,7 +208,11 @@ test('a consumer with many free slots stands four offers, so some are there whil
   const { tw, queue } = await warmConsumer({ concurrency: 16 });
   const r = redis();
   const key = offersKey(tw.keyPrefix, queue);
-  const all = await waitFor(async () => ((await r.llen(key)) === 4 ? await r.lrange(key, 0, -1) : undefined), 10_000, 'four standing offers');
+  const all = await waitFor(
+    async () => ((await r.llen(key)) === 4 ? await r.lrange(key, 0, -1) : undefined),
+    10_000,
+    'four standing offers',
+  );
   const offers = all.map((w) => JSON.parse(w) as Offer);
   expect(new Set(offers.map((o) => o.token)).size).toBe(4);
   // Together they hold under half the slots: the rest stay for claim rounds.

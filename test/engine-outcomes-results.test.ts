@@ -12,19 +12,34 @@ test('a handler that returns completes the item with its result', async () => {
   const id = await h.enqueue({ type: 'double', payload: { n: 21 } });
   expect(await h.waitOutcome(id, 'completed')).toEqual(['completed']);
   const item = await h.item(id);
-  expect(item).toMatchObject({ state: 'completed', result: { doubled: 42, ok: true }, attempt: 1, lastError: null, failureClass: null });
+  expect(item).toMatchObject({
+    state: 'completed',
+    result: { doubled: 42, ok: true },
+    attempt: 1,
+    lastError: null,
+    failureClass: null,
+  });
   expect(item.terminalAt).not.toBeNull();
   expect(await attemptsOf(h.ledger, id)).toEqual([]);
   expect(h.consumer.counters.completed).toBe(1);
 });
 
 test('a result over the cap ends the item dead, class result_too_large; one under it completes', async () => {
-  const h = await harness({ emit: async (job: Job<{ size: number }>) => ({ text: 'x'.repeat(job.payload.size) }) }, {}, { resultMaxBytes: 100 });
+  const h = await harness(
+    { emit: async (job: Job<{ size: number }>) => ({ text: 'x'.repeat(job.payload.size) }) },
+    {},
+    { resultMaxBytes: 100 },
+  );
   const big = await h.enqueue({ type: 'emit', payload: { size: 200 } });
   const small = await h.enqueue({ type: 'emit', payload: { size: 10 } });
   expect(await h.waitOutcome(big, 'dead')).toEqual(['dead']);
   expect(await h.waitOutcome(small, 'completed')).toEqual(['completed']);
-  expect(await h.item(big)).toMatchObject({ state: 'dead', failureClass: 'result_too_large', result: null, attempt: 1 });
+  expect(await h.item(big)).toMatchObject({
+    state: 'dead',
+    failureClass: 'result_too_large',
+    result: null,
+    attempt: 1,
+  });
   expect((await h.item(big)).lastError).toMatch(/cap is 100/);
   expect(await h.item(small)).toMatchObject({ state: 'completed', result: { text: 'x'.repeat(10) } });
 });
@@ -35,7 +50,9 @@ test('PermanentError ends the item dead at once, class permanent (or the class i
     {
       refuse: async (job: Job<{ custom: boolean }>) => {
         calls++;
-        throw job.payload.custom ? new PermanentError('malformed order', 'bad_order') : new PermanentError('will never work');
+        throw job.payload.custom
+          ? new PermanentError('malformed order', 'bad_order')
+          : new PermanentError('will never work');
       },
     },
     { backoff: { baseMs: 10, factor: 1, jitter: 0, maxMs: 10 } },
@@ -48,7 +65,9 @@ test('PermanentError ends the item dead at once, class permanent (or the class i
   const p = await h.item(plain);
   expect(p).toMatchObject({ state: 'dead', failureClass: 'permanent', attempt: 1 });
   expect(p.lastError).toMatch(/will never work/);
-  expect((await attemptsOf(h.ledger, plain)).map((a) => [a.attempt, a.outcome, a.failureClass])).toEqual([[1, 'dead', 'permanent']]);
+  expect((await attemptsOf(h.ledger, plain)).map((a) => [a.attempt, a.outcome, a.failureClass])).toEqual([
+    [1, 'dead', 'permanent'],
+  ]);
   expect(await h.item(custom)).toMatchObject({ state: 'dead', failureClass: 'bad_order', attempt: 1 });
 });
 
@@ -133,7 +152,9 @@ test('a deadline aborts the handler and releases the item without spending an at
   expect(seen).toEqual([{ attempt: 1, abortReason: expect.stringMatching(/deadline/) }, { attempt: 1 }]);
   // maxAttempts 1: had the deadline spent the attempt, there would have been no second run.
   expect(await h.item(id)).toMatchObject({ state: 'completed', result: 'in time', attempt: 1 });
-  expect((await attemptsOf(h.ledger, id)).map((a) => [a.attempt, a.outcome, a.error])).toEqual([[1, 'released', 'deadline']]);
+  expect((await attemptsOf(h.ledger, id)).map((a) => [a.attempt, a.outcome, a.error])).toEqual([
+    [1, 'released', 'deadline'],
+  ]);
   expect(h.consumer.counters).toMatchObject({ released: 1, completed: 1, retried: 0 });
 });
 
@@ -158,7 +179,9 @@ test('Defer(runAt) releases the item until runAt without spending an attempt', a
   expect(runs.map((r) => r.attempt)).toEqual([1, 1]);
   expect(runs[1]!.at).toBeGreaterThanOrEqual(runAt);
   expect(await h.item(id)).toMatchObject({ state: 'completed', result: 'now', attempt: 1 });
-  expect((await attemptsOf(h.ledger, id)).map((a) => [a.outcome, a.error])).toEqual([['released', 'not before the window opens']]);
+  expect((await attemptsOf(h.ledger, id)).map((a) => [a.outcome, a.error])).toEqual([
+    ['released', 'not before the window opens'],
+  ]);
 });
 
 test('BlockOn parks the item and its lane until producer.wakeDependency, then it completes', async () => {
@@ -245,7 +268,10 @@ test('ctx.checkpoint saves progress that the next attempt sees as job.checkpoint
   expect(await h.waitOutcome(id, 'completed')).toEqual(['retried', 'completed']);
   expect(saved).toEqual([true]);
   expect(seen).toEqual([null, { step: 3, cursor: 'abc' }]);
-  expect(await h.item(id)).toMatchObject({ result: { resumedFrom: { step: 3, cursor: 'abc' } }, checkpoint: { step: 3, cursor: 'abc' } });
+  expect(await h.item(id)).toMatchObject({
+    result: { resumedFrom: { step: 3, cursor: 'abc' } },
+    checkpoint: { step: 3, cursor: 'abc' },
+  });
 });
 
 test('cancelling a running item aborts its handler through the lease renewal and ends it cancelled', async () => {

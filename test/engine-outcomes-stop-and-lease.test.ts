@@ -79,12 +79,18 @@ test('graceful stop never releases a handler that ignores its abort: the item st
   expect(await attemptsOf(h.ledger, id)).toEqual([]);
 
   // Later the lease runs out and the item can be reclaimed (the expired attempt on record).
-  await waitFor(async () => (await h.ledger.reclaimExpired({ queue: h.queue })).reclaimed.includes(id) || undefined, 10_000, 'the lease to expire');
+  await waitFor(
+    async () => (await h.ledger.reclaimExpired({ queue: h.queue })).reclaimed.includes(id) || undefined,
+    10_000,
+    'the lease to expire',
+  );
   expect(await h.item(id)).toMatchObject({ state: 'pending', attempt: 1, failureClass: 'lease_expired' });
-  expect((await attemptsOf(h.ledger, id)).map((a) => [a.attempt, a.outcome, a.worker])).toEqual([[1, 'lease_expired', h.consumer.name]]);
+  expect((await attemptsOf(h.ledger, id)).map((a) => [a.attempt, a.outcome, a.worker])).toEqual([
+    [1, 'lease_expired', h.consumer.name],
+  ]);
 });
 
-test('a handler that runs for several leases keeps its item: the consumer\'s clock renews the lease', async () => {
+test("a handler that runs for several leases keeps its item: the consumer's clock renews the lease", async () => {
   const LEASE_MS = 300;
   let startedAt = 0;
   const h = await harness(
@@ -106,7 +112,9 @@ test('a handler that runs for several leases keeps its item: the consumer\'s clo
   // to come back, and the consumer then hands the item back unstarted (no attempt spent) and claims it
   // again: that history is the prefetch rule's, not a lease lost to a missed renewal.
   const history = await attemptsOf(h.ledger, id);
-  expect(history.filter((a) => !(a.outcome === 'released' && a.error === 'prefetch wait exceeded a third of the lease'))).toEqual([]);
+  expect(
+    history.filter((a) => !(a.outcome === 'released' && a.error === 'prefetch wait exceeded a third of the lease')),
+  ).toEqual([]);
   expect(h.consumer.counters).toMatchObject({ completed: 1, leaseLost: 0 });
 });
 
@@ -118,7 +126,10 @@ test('several long handlers have their leases renewed together: one statement pe
     if (m) renewals.push(m[1]!.split(',').length);
   });
   cleanups.push(stopCounting);
-  const h = await harness({ long: async () => void (await sleep(6 * LEASE_MS)) }, { leaseMs: LEASE_MS, pollIntervalMs: 100, concurrency: 4 });
+  const h = await harness(
+    { long: async () => void (await sleep(6 * LEASE_MS)) },
+    { leaseMs: LEASE_MS, pollIntervalMs: 100, concurrency: 4 },
+  );
   // The leases are taken at different moments, as a claim round, an offer and a lane's successor take
   // them: one item first, the other three once it has run for a fifth of a lease.
   const firstStarted = new Promise<void>((resolve) => h.consumer.once('started', () => resolve()));
@@ -126,7 +137,9 @@ test('several long handlers have their leases renewed together: one statement pe
   await firstStarted;
   // Not a wait for something to happen: the scenario is two leases a fifth of a lease apart.
   await sleep(LEASE_MS / 5);
-  const rest = (await h.producer.enqueueMany(Array.from({ length: 3 }, () => ({ queue: h.queue, type: 'long', payload: {} })))).map((r) => r.id);
+  const rest = (
+    await h.producer.enqueueMany(Array.from({ length: 3 }, () => ({ queue: h.queue, type: 'long', payload: {} })))
+  ).map((r) => r.id);
   for (const id of [first, ...rest]) expect(await h.waitOutcome(id, 'completed', 10_000)).toEqual(['completed']);
   expect(h.consumer.counters).toMatchObject({ completed: 4, leaseLost: 0 });
   const renewed = renewals.reduce((a, b) => a + b, 0);
@@ -136,7 +149,7 @@ test('several long handlers have their leases renewed together: one statement pe
   expect(renewals.length * 3).toBeLessThanOrEqual(renewed);
 });
 
-test('a deadline long enough to be kept on the consumer\'s clock still aborts the handler and releases the item', async () => {
+test("a deadline long enough to be kept on the consumer's clock still aborts the handler and releases the item", async () => {
   // leaseMs 240: the clock ticks every 20 ms, so a 500 ms deadline (25 ticks) has no timer of its own.
   const DEADLINE_MS = 500;
   const seen: { attempt: number; abortReason?: string; afterMs?: number }[] = [];

@@ -55,7 +55,9 @@ test('fast handlers get claims larger than the free slots; stop hands back unsta
   consumers.push(consumer);
   consumer.on('claimRound', (r) => (claimedMax = Math.max(claimedMax, r.claimed)));
   await consumer.start();
-  await new Producer({ ledger: tl.ledger, wake: tw.wake }).enqueueMany(Array.from({ length: 1000 }, (_, n) => ({ queue, type: 't', payload: { n } })));
+  await new Producer({ ledger: tl.ledger, wake: tw.wake }).enqueueMany(
+    Array.from({ length: 1000 }, (_, n) => ({ queue, type: 't', payload: { n } })),
+  );
 
   // Both slots are held by waiting handlers, and the buffer holds claimed items no handler has started.
   await waitFor(() => started.size >= 302 || undefined, 20_000, 'both slots busy past the fast phase');
@@ -63,11 +65,15 @@ test('fast handlers get claims larger than the free slots; stop hands back unsta
   // Items whose handler has settled stay `processing` in the ledger until their batched
   // completion commits (dozens of them right after the fast phase): count once those are written,
   // so what is left processing is what the consumer holds, the two running and the buffer.
-  await waitFor(() => consumer.inFlight === 2 || undefined, 10_000, 'the fast phase\'s completions to be written');
-  const processing = await waitFor(async () => {
-    const n = await tl!.ledger.countProcessing(queue);
-    return n > 2 ? n : undefined;
-  }, 10_000, 'prefetched items processing in the ledger');
+  await waitFor(() => consumer.inFlight === 2 || undefined, 10_000, "the fast phase's completions to be written");
+  const processing = await waitFor(
+    async () => {
+      const n = await tl!.ledger.countProcessing(queue);
+      return n > 2 ? n : undefined;
+    },
+    10_000,
+    'prefetched items processing in the ledger',
+  );
   expect(processing).toBeLessThanOrEqual(2 + 200);
 
   // A generous drain: the two held handlers finish as soon as the gate opens, but under a loaded
@@ -88,7 +94,9 @@ test('fast handlers get claims larger than the free slots; stop hands back unsta
   const leftovers = Array.from({ length: 1000 }, (_, n) => n).filter((n) => !started.has(n));
   expect(leftovers.length).toBe(1000 - completed);
   const rows = (
-    await sql<{ attempt: number }>`SELECT attempt FROM ${tl.ledger.tables.items} WHERE queue = ${queue} AND state = 'pending'`.execute(tl.ledger.db)
+    await sql<{
+      attempt: number;
+    }>`SELECT attempt FROM ${tl.ledger.tables.items} WHERE queue = ${queue} AND state = 'pending'`.execute(tl.ledger.db)
   ).rows;
   expect(rows.length).toBe(1000 - completed);
   for (const r of rows) expect(Number(r.attempt)).toBe(0);
@@ -126,10 +134,17 @@ test('an item that waits in the buffer past a third of its lease goes back unsta
   });
   consumers.push(consumer);
   await consumer.start();
-  await new Producer({ ledger: tl.ledger, wake: tw.wake }).enqueueMany(Array.from({ length: 600 }, (_, n) => ({ queue, type: 't', payload: { n } })));
+  await new Producer({ ledger: tl.ledger, wake: tw.wake }).enqueueMany(
+    Array.from({ length: 600 }, (_, n) => ({ queue, type: 't', payload: { n } })),
+  );
   // Fails when completions stop for 30 s, not on a deadline for the whole drain: beside stress-ng on
   // TiDB the 600 one-at-a-time items took longer than 30 s.
-  await waitForCount(async () => (await tl!.ledger.stats(queue))[0]?.counts.completed.count ?? 0, 600, 30_000, 'all 600 completed');
+  await waitForCount(
+    async () => (await tl!.ledger.stats(queue))[0]?.counts.completed.count ?? 0,
+    600,
+    30_000,
+    'all 600 completed',
+  );
 
   expect(slowPicked).toBe(true);
   expect(runs.size).toBe(600);
@@ -153,7 +168,8 @@ test('claims slower than a third of the lease turn prefetch off instead of handi
   const slowClaims = new Proxy(ledger, {
     get(target, prop, receiver) {
       const value: unknown = Reflect.get(target, prop, receiver);
-      if ((prop !== 'claim' && prop !== 'claimByIds') || typeof value !== 'function') return typeof value === 'function' ? value.bind(target) : value;
+      if ((prop !== 'claim' && prop !== 'claimByIds') || typeof value !== 'function')
+        return typeof value === 'function' ? value.bind(target) : value;
       return async (...args: unknown[]) => {
         const r: unknown = await (value as (...a: unknown[]) => Promise<unknown>).apply(target, args);
         await new Promise((resolve) => setTimeout(resolve, 2_100));
@@ -170,12 +186,21 @@ test('claims slower than a third of the lease turn prefetch off instead of handi
     prefetch: 100,
     leaseMs: 6_000,
     pollIntervalMs: 100,
-    handlers: { t: async (job: { payload: { n: number } }) => void runs.set(job.payload.n, (runs.get(job.payload.n) ?? 0) + 1) },
+    handlers: {
+      t: async (job: { payload: { n: number } }) => void runs.set(job.payload.n, (runs.get(job.payload.n) ?? 0) + 1),
+    },
   });
   consumers.push(consumer);
   await consumer.start();
-  await new Producer({ ledger, wake: tw.wake }).enqueueMany(Array.from({ length: 200 }, (_, n) => ({ queue, type: 't', payload: { n } })));
-  await waitForCount(async () => (await ledger.stats(queue))[0]?.counts.completed.count ?? 0, 200, 30_000, 'all 200 completed');
+  await new Producer({ ledger, wake: tw.wake }).enqueueMany(
+    Array.from({ length: 200 }, (_, n) => ({ queue, type: 't', payload: { n } })),
+  );
+  await waitForCount(
+    async () => (await ledger.stats(queue))[0]?.counts.completed.count ?? 0,
+    200,
+    30_000,
+    'all 200 completed',
+  );
   expect(runs.size).toBe(200);
   expect([...runs.values()].every((c) => c === 1)).toBe(true);
   // The first slow claim turns prefetch off, so nothing more goes back. Stamped from the round's start
@@ -200,7 +225,9 @@ test('slow handlers get no prefetch: claims never exceed the free slots', async 
   consumers.push(consumer);
   consumer.on('claimRound', (r) => (claimedMax = Math.max(claimedMax, r.claimed)));
   await consumer.start();
-  await new Producer({ ledger: tl.ledger, wake: tw.wake }).enqueueMany(Array.from({ length: 12 }, (_, n) => ({ queue, type: 't', payload: { n } })));
+  await new Producer({ ledger: tl.ledger, wake: tw.wake }).enqueueMany(
+    Array.from({ length: 12 }, (_, n) => ({ queue, type: 't', payload: { n } })),
+  );
   await waitFor(() => consumer.counters.completed === 12 || undefined, 20_000, 'all 12 completed');
   expect(claimedMax).toBeLessThanOrEqual(3);
   expect(consumer.counters.prefetchReleased).toBe(0);
@@ -208,7 +235,13 @@ test('slow handlers get no prefetch: claims never exceed the free slots', async 
 
 test('a bad prefetch is a ValidationError naming the field', async () => {
   tl = await createTestLedger();
-  const make = (prefetch: unknown) => () => new Consumer({ ledger: tl!.ledger, queue: 'q', prefetch: prefetch as number, handlers: { t: async () => undefined } });
+  const make = (prefetch: unknown) => () =>
+    new Consumer({
+      ledger: tl!.ledger,
+      queue: 'q',
+      prefetch: prefetch as number,
+      handlers: { t: async () => undefined },
+    });
   for (const bad of [-1, 1.5, 10_001, 'many']) {
     let caught: unknown;
     try {

@@ -46,7 +46,11 @@ test('a recurring schedule makes one item per fire, whichever replica fires it',
     cleanups.push(() => c.stop());
   }
   const producer = new Producer({ ledger: tl.ledger, wake: tw.wake });
-  const made = await producer.schedule({ name: `every-${queue}`, everyMs: 200, item: { queue, type: 'tick', payload: { from: 'schedule' } } });
+  const made = await producer.schedule({
+    name: `every-${queue}`,
+    everyMs: 200,
+    item: { queue, type: 'tick', payload: { from: 'schedule' } },
+  });
   // The ledger holds it, not Redis.
   expect(made.source).toBe('api');
   expect((await tl.ledger.schedules.get(`every-${queue}`))?.everyMs).toBe(200);
@@ -56,10 +60,14 @@ test('a recurring schedule makes one item per fire, whichever replica fires it',
 
   // A handler's start is recorded before its completion is written: wait for the completions.
   const started = [...ran];
-  const items = await waitFor(async () => {
-    const got = await Promise.all(started.map((id) => tl!.ledger.get(id)));
-    return got.every((i) => i?.state === 'completed') ? got : undefined;
-  }, 10_000, 'every run to complete');
+  const items = await waitFor(
+    async () => {
+      const got = await Promise.all(started.map((id) => tl!.ledger.get(id)));
+      return got.every((i) => i?.state === 'completed') ? got : undefined;
+    },
+    10_000,
+    'every run to complete',
+  );
   const keys = items.map((i) => i?.idempotencyKey ?? '');
   for (const k of keys) expect(k).toMatch(new RegExp(`^every-${queue}:\\d+$`));
   expect(new Set(keys).size).toBe(keys.length);
@@ -73,9 +81,20 @@ test('schedule and unschedule need no Redis', async () => {
   tl = await createTestLedger();
   const producer = new Producer({ ledger: tl.ledger });
   const name = uniqueQueue('no-redis');
-  await producer.schedule({ name, pattern: '0 3 * * *', tz: 'Europe/Paris', item: { queue: 'q', type: 't', payload: { a: 1 } } });
+  await producer.schedule({
+    name,
+    pattern: '0 3 * * *',
+    tz: 'Europe/Paris',
+    item: { queue: 'q', type: 't', payload: { a: 1 } },
+  });
   const s = await tl.ledger.schedules.get(name);
-  expect(s).toMatchObject({ pattern: '0 3 * * *', tz: 'Europe/Paris', paused: false, fires: 0, item: { queue: 'q', type: 't', payload: { a: 1 } } });
+  expect(s).toMatchObject({
+    pattern: '0 3 * * *',
+    tz: 'Europe/Paris',
+    paused: false,
+    fires: 0,
+    item: { queue: 'q', type: 't', payload: { a: 1 } },
+  });
   expect(await producer.unschedule(name)).toBe(true);
   expect(await producer.unschedule(name)).toBe(false);
 });
@@ -123,10 +142,14 @@ test('a schedule with neither or both of pattern and everyMs is refused', async 
   const producer = new Producer({ ledger: tl.ledger, wake: tw.wake });
   const item = { queue: 'q', type: 't', payload: {} };
   await expect(producer.schedule({ name: 'x', item })).rejects.toThrow(ValidationError);
-  await expect(producer.schedule({ name: 'x', item, pattern: '* * * * *', everyMs: 1000 })).rejects.toThrow(ValidationError);
+  await expect(producer.schedule({ name: 'x', item, pattern: '* * * * *', everyMs: 1000 })).rejects.toThrow(
+    ValidationError,
+  );
   await expect(producer.schedule({ name: 'bad name!', item, everyMs: 1000 })).rejects.toThrow(/name/);
   await expect(producer.schedule({ name: 'x', item, pattern: 'not a cron' })).rejects.toThrow(/pattern/);
   await expect(producer.schedule({ name: 'x', item, pattern: '* * * * *', tz: 'Mars/Olympus' })).rejects.toThrow(/tz/);
-  await expect(producer.schedule({ name: 'x', item: { ...item, payload: { big: 'x'.repeat(2_000_000) } }, everyMs: 1000 })).rejects.toThrow(/item.payload/);
+  await expect(
+    producer.schedule({ name: 'x', item: { ...item, payload: { big: 'x'.repeat(2_000_000) } }, everyMs: 1000 }),
+  ).rejects.toThrow(/item.payload/);
   expect(await tl.ledger.schedules.list()).toEqual([]);
 });

@@ -22,8 +22,20 @@ afterEach(async () => {
   tl = undefined;
 });
 
-async function start(queue: string, handlers: ConsumerOptions['handlers'], tuning: Partial<ConsumerOptions> = {}): Promise<{ consumer: Consumer; outcomes: Outcome[] }> {
-  const consumer = new Consumer({ ledger: tl!.ledger, wake: tw!.wake, queue, concurrency: 2, pollIntervalMs: 200, ...tuning, handlers });
+async function start(
+  queue: string,
+  handlers: ConsumerOptions['handlers'],
+  tuning: Partial<ConsumerOptions> = {},
+): Promise<{ consumer: Consumer; outcomes: Outcome[] }> {
+  const consumer = new Consumer({
+    ledger: tl!.ledger,
+    wake: tw!.wake,
+    queue,
+    concurrency: 2,
+    pollIntervalMs: 200,
+    ...tuning,
+    handlers,
+  });
   const outcomes: Outcome[] = [];
   consumer.on('outcome', (_item, o) => outcomes.push(o));
   consumers.push(consumer);
@@ -36,9 +48,17 @@ test('by default an item of a type this worker has no handler for is released, s
   tw = createTestWake();
   const queue = uniqueQueue('unknown');
   const old = await start(queue, { old: async () => 'old' }, { unknownTypeReleaseMs: 100 });
-  const { id } = await new Producer({ ledger: tl.ledger, wake: tw.wake }).enqueue({ queue, type: 'brand.new', payload: {} });
+  const { id } = await new Producer({ ledger: tl.ledger, wake: tw.wake }).enqueue({
+    queue,
+    type: 'brand.new',
+    payload: {},
+  });
 
-  await waitFor(() => old.outcomes.filter((o) => o === 'released').length >= 2 || undefined, 10_000, 'two releases by the old worker');
+  await waitFor(
+    () => old.outcomes.filter((o) => o === 'released').length >= 2 || undefined,
+    10_000,
+    'two releases by the old worker',
+  );
   expect(old.outcomes.every((o) => o === 'released')).toBe(true);
   const item = await mustGet(tl.ledger, id);
   expect(item.state === 'pending' || item.state === 'processing').toBe(true);
@@ -48,16 +68,24 @@ test('by default an item of a type this worker has no handler for is released, s
   // The new deployment arrives.
   await old.consumer.stop({ drainTimeoutMs: 1000 });
   await start(queue, { 'brand.new': async () => 'new' });
-  await waitFor(async () => (await mustGet(tl!.ledger, id)).state === 'completed' || undefined, 10_000, 'the new worker to complete it');
+  await waitFor(
+    async () => (await mustGet(tl!.ledger, id)).state === 'completed' || undefined,
+    10_000,
+    'the new worker to complete it',
+  );
   expect(await mustGet(tl.ledger, id)).toMatchObject({ state: 'completed', attempt: 1, result: 'new' });
 });
 
-test('past unknownTypeGraceMs (from the item\'s creation) an unowned item ends dead, class unowned', async () => {
+test("past unknownTypeGraceMs (from the item's creation) an unowned item ends dead, class unowned", async () => {
   tl = await createTestLedger();
   tw = createTestWake();
   const queue = uniqueQueue('unknown-grace');
   const w = await start(queue, { old: async () => 'old' }, { unknownTypeReleaseMs: 100, unknownTypeGraceMs: 1_000 });
-  const { id } = await new Producer({ ledger: tl.ledger, wake: tw.wake }).enqueue({ queue, type: 'brand.new', payload: {} });
+  const { id } = await new Producer({ ledger: tl.ledger, wake: tw.wake }).enqueue({
+    queue,
+    type: 'brand.new',
+    payload: {},
+  });
 
   await waitFor(() => w.outcomes.includes('dead') || undefined, 10_000, 'the item to end dead');
   expect(w.outcomes.slice(0, -1).every((o) => o === 'released')).toBe(true);
@@ -72,7 +100,11 @@ test("unknownType: 'dead' ends such an item dead, class unowned, on its first cl
   tw = createTestWake();
   const queue = uniqueQueue('unknown-dead');
   const w = await start(queue, { old: async () => 'old' }, { unknownType: 'dead' });
-  const { id } = await new Producer({ ledger: tl.ledger, wake: tw.wake }).enqueue({ queue, type: 'brand.new', payload: {} });
+  const { id } = await new Producer({ ledger: tl.ledger, wake: tw.wake }).enqueue({
+    queue,
+    type: 'brand.new',
+    payload: {},
+  });
   await waitFor(() => w.outcomes.length > 0 || undefined, 10_000, 'an outcome');
   expect(w.outcomes).toEqual(['dead']);
   expect(await mustGet(tl.ledger, id)).toMatchObject({ state: 'dead', failureClass: 'unowned', attempt: 1 });
@@ -80,7 +112,12 @@ test("unknownType: 'dead' ends such an item dead, class unowned, on its first cl
 
 test('bad unknown-type settings are ValidationErrors naming the field', () => {
   const make = (tuning: Record<string, unknown>) => () =>
-    new Consumer({ ledger: {} as never, queue: 'q', handlers: { a: async () => undefined }, ...tuning } as ConsumerOptions);
+    new Consumer({
+      ledger: {} as never,
+      queue: 'q',
+      handlers: { a: async () => undefined },
+      ...tuning,
+    } as ConsumerOptions);
   for (const [field, value] of [
     ['unknownType', 'ignore'],
     ['unknownTypeReleaseMs', -1],

@@ -24,7 +24,10 @@ let beats = 0;
 async function liveConsumer(queue: string, opts: Partial<ConsumerRow> = {}): Promise<string> {
   const name = `explain-${++beats}`;
   const classes: QueueClass[] = ['interactive', 'default', 'bulk'];
-  await tl.ledger.consumerBeat([{ name, queue, classes, types: null, concurrency: 4, maxProcessing: null, epoch: null, version: 'test', ...opts }], true);
+  await tl.ledger.consumerBeat(
+    [{ name, queue, classes, types: null, concurrency: 4, maxProcessing: null, epoch: null, version: 'test', ...opts }],
+    true,
+  );
   return name;
 }
 
@@ -45,22 +48,35 @@ describe('ledger.explain', () => {
     const run = await tl.ledger.enqueue({ queue, type: 't', payload: {} });
     const held = await claimOne(tl.ledger, queue, 'holder-1');
     expect(await why(run.id)).toMatchObject({ code: 'processing', details: { owner: 'holder-1' } });
-    const blocked = await tl.ledger.block(held, { dependencyKey: 'repo:7', maxWaitMs: 3_600_000, probeAfterMs: 60_000 });
+    const blocked = await tl.ledger.block(held, {
+      dependencyKey: 'repo:7',
+      maxWaitMs: 3_600_000,
+      probeAfterMs: 60_000,
+    });
     expect(blocked).toMatchObject({ won: true, state: 'blocked' });
     expect(await why(run.id)).toMatchObject({ code: 'blocked_on_dependency', details: { dependencyKey: 'repo:7' } });
 
     const brief = await tl.ledger.enqueue({ queue, type: 't', payload: {} });
     await tl.ledger.claim({ queue, owner: 'gone', limit: 1, leaseMs: 50 });
-    await waitFor(async () => ((await why(brief.id)).code === 'lease_expired' ? true : undefined), 5_000, 'the lease to expire');
+    await waitFor(
+      async () => ((await why(brief.id)).code === 'lease_expired' ? true : undefined),
+      5_000,
+      'the lease to expire',
+    );
 
     const later = await tl.ledger.enqueue({ queue, type: 't', payload: {}, delayMs: 3_600_000 });
     const e = await why(later.id);
     expect(e).toMatchObject({ code: 'not_due' });
     expect(new Date(String(e.details.runAfter)).getTime()).toBeGreaterThan(e.at.getTime() + 3_500_000);
 
-    const [first, second] = await tl.ledger.enqueueMany([0, 1].map((n) => ({ queue, type: 't', lane: 'l', payload: { n } })));
+    const [first, second] = await tl.ledger.enqueueMany(
+      [0, 1].map((n) => ({ queue, type: 't', lane: 'l', payload: { n } })),
+    );
     expect(await why(first!.id)).toMatchObject({ code: 'claimable' });
-    expect(await why(second!.id)).toMatchObject({ code: 'behind_lane_head', details: { headId: first!.id, headState: 'pending' } });
+    expect(await why(second!.id)).toMatchObject({
+      code: 'behind_lane_head',
+      details: { headId: first!.id, headState: 'pending' },
+    });
     expect(await tl.ledger.explain('no-such-item-000000000')).toBeUndefined();
   });
 
@@ -69,7 +85,10 @@ describe('ledger.explain', () => {
     const item = await tl.ledger.enqueue({ queue, type: 'report', queueClass: 'bulk', payload: {} });
     expect(await why(item.id)).toMatchObject({ code: 'no_live_consumer' });
     await liveConsumer(queue, { classes: ['interactive', 'default'] });
-    expect(await why(item.id)).toMatchObject({ code: 'class_not_served', details: { class: 'bulk', served: 'interactive, default' } });
+    expect(await why(item.id)).toMatchObject({
+      code: 'class_not_served',
+      details: { class: 'bulk', served: 'interactive, default' },
+    });
     await liveConsumer(queue, { types: ['email', 'sms'] });
     expect(await why(item.id)).toMatchObject({ code: 'type_not_served', details: { type: 'report' } });
     await tl.ledger.activate({ queue, deployment: 'blue' });
@@ -90,10 +109,20 @@ describe('ledger.explain', () => {
 describe('live consumers', () => {
   test('a consumer is live from start to stop, with what it serves', async () => {
     const queue = freshQueue('live');
-    const c = new Consumer({ ledger: tl.ledger, queue, concurrency: 3, classes: ['default'], types: ['a'], maxProcessing: 9, handlers: { a: async () => undefined } });
+    const c = new Consumer({
+      ledger: tl.ledger,
+      queue,
+      concurrency: 3,
+      classes: ['default'],
+      types: ['a'],
+      maxProcessing: 9,
+      handlers: { a: async () => undefined },
+    });
     consumers.push(c);
     await c.start();
-    expect(await tl.ledger.liveConsumers(queue)).toMatchObject([{ name: c.name, queue, classes: ['default'], types: ['a'], concurrency: 3, maxProcessing: 9, epoch: null }]);
+    expect(await tl.ledger.liveConsumers(queue)).toMatchObject([
+      { name: c.name, queue, classes: ['default'], types: ['a'], concurrency: 3, maxProcessing: 9, epoch: null },
+    ]);
     await c.stop();
     expect(await tl.ledger.liveConsumers(queue)).toEqual([]);
   });
@@ -116,7 +145,13 @@ describe('live consumers', () => {
     let claimable = 0;
     for (let i = 0; i < 24; i++) {
       const laned = i % 3 === 0;
-      const item = await tl.ledger.enqueue({ queue, type: 't', payload: { i }, ...(laned ? { lane: `l${i % 2}` } : {}), ...(i % 4 === 1 ? { delayMs: 200 } : {}) });
+      const item = await tl.ledger.enqueue({
+        queue,
+        type: 't',
+        payload: { i },
+        ...(laned ? { lane: `l${i % 2}` } : {}),
+        ...(i % 4 === 1 ? { delayMs: 200 } : {}),
+      });
       const e = await why(item.id);
       if (e.code !== 'claimable') {
         expect(['behind_lane_head', 'not_due', 'processing', 'terminal']).toContain(e.code);
@@ -124,7 +159,11 @@ describe('live consumers', () => {
       }
       claimable++;
       const sweepsAtExplain = c.counters.sweeps;
-      const sweepsAtStart = await waitFor(() => started.get(item.id), 30_000, `item ${i}, explained claimable, to start`);
+      const sweepsAtStart = await waitFor(
+        () => started.get(item.id),
+        30_000,
+        `item ${i}, explained claimable, to start`,
+      );
       // Counted in sweeps, not time: the sweep under way when it was explained may have looked before the
       // insert; the next one finds it, and on a loaded machine the claim round it starts may run after
       // one more sweep has begun. Never later: it was claimable, so nothing else had to change first.

@@ -26,7 +26,9 @@ interface Dashboard {
   panels: Panel[];
 }
 
-const dashboard = JSON.parse(readFileSync(new URL('../docs/grafana-dashboard.json', import.meta.url), 'utf8')) as Dashboard;
+const dashboard = JSON.parse(
+  readFileSync(new URL('../docs/grafana-dashboard.json', import.meta.url), 'utf8'),
+) as Dashboard;
 const queryPanels = dashboard.panels.filter((p) => p.type !== 'row');
 const exprs = queryPanels.flatMap((p) => (p.targets ?? []).map((t) => ({ panel: p.title, expr: t.expr })));
 const DS = { type: 'prometheus', uid: '${DS_PROMETHEUS}' };
@@ -46,7 +48,9 @@ test('the dashboard picks its Prometheus through the DS_PROMETHEUS variable, in 
 
 test('every metric the dashboard queries is one a worker exports, and it shows the ones that matter', () => {
   const exported = new Set(new LanewakeMetrics().registry.getMetricsAsArray().map((m) => m.name));
-  const used = new Set(exprs.flatMap((e) => [...e.expr.matchAll(/\b((?:lanewake|process|nodejs)_[a-z0-9_]+)/g)].map((m) => m[1] ?? '')));
+  const used = new Set(
+    exprs.flatMap((e) => [...e.expr.matchAll(/\b((?:lanewake|process|nodejs)_[a-z0-9_]+)/g)].map((m) => m[1] ?? '')),
+  );
   const base = (name: string): string => (exported.has(name) ? name : name.replace(/_(bucket|sum|count)$/, ''));
   expect([...used].filter((n) => !exported.has(base(n)))).toEqual([]);
   for (const needed of [
@@ -70,7 +74,11 @@ test('every metric the dashboard queries is one a worker exports, and it shows t
 test('every query is valid PromQL (promtool check rules, Grafana variables filled in)', (ctx) => {
   needPromtool(ctx);
   const filled = (expr: string): string => expr.replaceAll('$__rate_interval', '5m').replace(/\$(queue|job)\b/g, '.*');
-  const rules = { groups: [{ name: 'dashboard', rules: exprs.map((e, i) => ({ record: `dashboard:query_${i}`, expr: filled(e.expr) })) }] };
+  const rules = {
+    groups: [
+      { name: 'dashboard', rules: exprs.map((e, i) => ({ record: `dashboard:query_${i}`, expr: filled(e.expr) })) },
+    ],
+  };
   const dir = mkdtempSync(join(tmpdir(), 'lw-dashboard-'));
   try {
     const file = join(dir, 'rules.yml');

@@ -34,7 +34,11 @@ interface Harness {
   done: Promise<Outcome>;
 }
 
-function start(item: ClaimedItem, handlers: Record<string, RegisteredHandler>, settings: Partial<ConsumerSettingsInput> = {}): Harness {
+function start(
+  item: ClaimedItem,
+  handlers: Record<string, RegisteredHandler>,
+  settings: Partial<ConsumerSettingsInput> = {},
+): Harness {
   const log = captureLog('info');
   const settled: RunningJob[] = [];
   const delayed: number[] = [];
@@ -163,7 +167,11 @@ test('the outcome: a completion that loses its CAS is leaseLost, and nothing is 
   const item = await claimed();
   const h = start(withForeignToken(item), { t: { handle: async () => 'done' } });
   expect(await h.done).toBe('leaseLost');
-  expect(await mustGet(tl.ledger, item.id)).toMatchObject({ state: 'processing', leaseToken: item.leaseToken, result: null });
+  expect(await mustGet(tl.ledger, item.id)).toMatchObject({
+    state: 'processing',
+    leaseToken: item.leaseToken,
+    result: null,
+  });
 });
 
 test('the outcome: a lease lost while the handler runs aborts it with reason lease_lost and ends leaseLost, writing nothing', async () => {
@@ -173,7 +181,9 @@ test('the outcome: a lease lost while the handler runs aborts it with reason lea
   const h = start(item, {
     t: {
       handle: async (_job, ctx) => {
-        await sql`UPDATE ${tl.ledger.tables.items} SET lease_token = ${thief} WHERE id = ${item.id}`.execute(tl.ledger.db);
+        await sql`UPDATE ${tl.ledger.tables.items} SET lease_token = ${thief} WHERE id = ${item.id}`.execute(
+          tl.ledger.db,
+        );
         expect(await ctx.heartbeat()).toBe(false);
         reason = ctx.signal.reason;
         ctx.signal.throwIfAborted();

@@ -28,7 +28,10 @@ describe('encodeJson', () => {
     ['deeper than the quick check walks', nested(40, 'leaf')],
     ['a top-level string', 'text'],
     ['a top-level null', null],
-    ['well-formed astral characters (a surrogate pair), in a value and a key', { '\u{1F600}': 'smile \u{1F600}', s: '\ud83d\ude00' }],
+    [
+      'well-formed astral characters (a surrogate pair), in a value and a key',
+      { '\u{1F600}': 'smile \u{1F600}', s: '\ud83d\ude00' },
+    ],
     ['text that looks like an escaped surrogate', { path: 'C:\\ud800\\x', s: '\\ud83d' }],
     ['a surrogate pair behind a toJSON', { v: { toJSON: () => '\u{1F600}' } }],
     ['a Buffer (its toJSON: type and data)', { b: Buffer.from('ab') }],
@@ -44,11 +47,18 @@ describe('encodeJson', () => {
     ['NaN', { n: Number.NaN }],
     ['Infinity inside an array', [1, Number.POSITIVE_INFINITY]],
     ['a BigInt', { n: 10n }],
-    ['a cycle', (() => { const o: Record<string, unknown> = {}; o.self = o; return o; })()],
+    [
+      'a cycle',
+      (() => {
+        const o: Record<string, unknown> = {};
+        o.self = o;
+        return o;
+      })(),
+    ],
     ['a function deeper than the quick check walks', nested(40, () => 1)],
     ['NaN deeper than the quick check walks', nested(40, Number.NaN)],
     ['NaN behind a toJSON', { v: { toJSON: () => Number.NaN } }],
-    ['NaN behind an array\'s own toJSON', { v: Object.assign([1], { toJSON: () => Number.NaN }) }],
+    ["NaN behind an array's own toJSON", { v: Object.assign([1], { toJSON: () => Number.NaN }) }],
     ['a function inside a class instance', { p: Object.assign(new Point(1, 2), { f: () => 1 }) }],
     ['a Map', { m: new Map([[1, 2]]) }],
     ['an empty Map', new Map()],
@@ -66,7 +76,7 @@ describe('encodeJson', () => {
     ['a lone high surrogate in a string', { name: 'half an emoji \ud83d' }],
     ['a lone low surrogate in a string', ['\ude00']],
     ['a lone surrogate after an escaped backslash', { s: '\\\ud800' }],
-    ['a lone surrogate in a key', { ['k\ud800']: 1 }],
+    ['a lone surrogate in a key', { 'k\ud800': 1 }],
     ['a lone surrogate at the top', '\udfff'],
     ['a lone surrogate deeper than the quick check walks', nested(40, '\ud800')],
     ['a lone surrogate behind a toJSON', { v: { toJSON: () => 'x\ud800' } }],
@@ -85,7 +95,11 @@ describe('encodePayload', () => {
   test('gives the JSON text, or says what is wrong', () => {
     expect(encodePayload({ a: 1 }, 100)).toEqual({ json: '{"a":1}' });
     expect(encodePayload('x'.repeat(10), 12)).toEqual({ json: `"${'x'.repeat(10)}"` });
-    expect(encodePayload('x'.repeat(11), 12)).toEqual({ error: 'must encode to at most 12 bytes of JSON', path: [], at: '' });
+    expect(encodePayload('x'.repeat(11), 12)).toEqual({
+      error: 'must encode to at most 12 bytes of JSON',
+      path: [],
+      at: '',
+    });
     expect(encodePayload('é'.repeat(5), 12)).toEqual({ json: `"${'é'.repeat(5)}"` });
     expect(encodePayload('é'.repeat(6), 12)).toHaveProperty('error');
     expect(encodePayload({ f: () => 1 }, 100)).toHaveProperty('error');
@@ -97,7 +111,7 @@ describe('jsonFault', () => {
     ['a Map', { user: { roles: new Map() } }, ['user', 'roles'], /Map/],
     ['a Set in an array', { tags: [1, new Set()] }, ['tags', 1], /Set/],
     ['a lone surrogate in a nested string', { user: { name: 'Ada \ud83d' } }, ['user', 'name'], /well-formed/],
-    ['a lone surrogate in a key', { user: { ['n\udc00']: 1 } }, ['user', 'n\udc00'], /key.*well-formed/],
+    ['a lone surrogate in a key', { user: { 'n\udc00': 1 } }, ['user', 'n\udc00'], /key.*well-formed/],
     ['a hole', { list: [1, , 3] }, ['list', 1], /sparse|hole/],
     ['undefined in an array', { list: [undefined] }, ['list', 0], /undefined/],
     ['a typed array', { bytes: new Uint8Array(2) }, ['bytes'], /Uint8Array/],
@@ -108,7 +122,16 @@ describe('jsonFault', () => {
     ['a function', { f: () => 1 }, ['f'], /function/],
     ['an invalid Date', { at: new Date(Number.NaN) }, ['at'], /invalid Date/],
     ['undefined at the top', undefined, [], /undefined/],
-    ['a cycle', (() => { const o: Record<string, unknown> = {}; o.self = { back: o }; return o; })(), ['self', 'back'], /cycle/],
+    [
+      'a cycle',
+      (() => {
+        const o: Record<string, unknown> = {};
+        o.self = { back: o };
+        return o;
+      })(),
+      ['self', 'back'],
+      /cycle/,
+    ],
   ])('%s: named by its path', (_name, value, path, message) => {
     expect(encodeJson(value)).toBeUndefined();
     const fault = jsonFault(value);
@@ -119,7 +142,10 @@ describe('jsonFault', () => {
 
 describe('encodePayload names where the payload is wrong', () => {
   test('the path inside the payload, as text and as segments', () => {
-    expect(encodePayload({ user: { name: 'x\ud800' } }, 100)).toMatchObject({ at: '.user.name', path: ['user', 'name'] });
+    expect(encodePayload({ user: { name: 'x\ud800' } }, 100)).toMatchObject({
+      at: '.user.name',
+      path: ['user', 'name'],
+    });
     expect(encodePayload({ 'a b': [0, new Map()] }, 100)).toMatchObject({ at: '["a b"][1]', path: ['a b', 1] });
     expect(encodePayload('x'.repeat(11), 12)).toMatchObject({ at: '', path: [] });
   });

@@ -15,7 +15,8 @@ test('completeMany finalizes a mixed batch and hands every lane to its successor
   const { ledger } = tl;
   const queue = freshQueue('batch');
   const inputs = [];
-  for (let l = 0; l < 5; l++) for (let k = 0; k < 3; k++) inputs.push({ queue, type: 't', payload: { l, k }, lane: `lane-${l}` });
+  for (let l = 0; l < 5; l++)
+    for (let k = 0; k < 3; k++) inputs.push({ queue, type: 't', payload: { l, k }, lane: `lane-${l}` });
   for (let k = 0; k < 5; k++) inputs.push({ queue, type: 't', payload: { k } });
   await ledger.enqueueMany(inputs);
   const perLane = new Map<string, number[]>();
@@ -62,10 +63,14 @@ test('a cancel requested from a holder that then died ends the item cancelled at
   await ledger.enqueue({ queue, type: 't', payload: {}, lane: 'x' });
   await claimOne(ledger, queue, 'dies', 150);
   expect(await ledger.cancel(id)).toBe('cancel_requested');
-  const out = await waitFor(async () => {
-    const r = await ledger.reclaimExpired({ queue });
-    return r.cancelled.length > 0 ? r : undefined;
-  }, 10_000, 'reclaim of the expired lease');
+  const out = await waitFor(
+    async () => {
+      const r = await ledger.reclaimExpired({ queue });
+      return r.cancelled.length > 0 ? r : undefined;
+    },
+    10_000,
+    'reclaim of the expired lease',
+  );
   expect(out.cancelled).toEqual([id]);
   expect(out.reclaimed).toEqual([]);
   expect((await mustGet(ledger, id)).state).toBe('cancelled');
@@ -102,7 +107,12 @@ test('a claimed item is field for field what the ledger then holds for it, by ev
 
   // A lane successor claimed with its predecessor's completion.
   const head = first.items.find((i) => i.id === laneHead!.id)!;
-  const { claimed } = await ledger.completeManyClaimingNext([{ handle: head }], { owner: 'affine', token: 'tok_affine_000001', leaseMs: 20_000, max: 4 });
+  const { claimed } = await ledger.completeManyClaimingNext([{ handle: head }], {
+    owner: 'affine',
+    token: 'tok_affine_000001',
+    leaseMs: 20_000,
+    max: 4,
+  });
   expect(claimed.map((i) => i.id)).toEqual([laneNext!.id]);
   await matchesLedger(claimed[0]!);
 });
@@ -124,7 +134,10 @@ test('payloads and results with quotes, backslashes and control characters come 
   expect(claimed).toHaveLength(tricky.length);
   const byN = new Map(claimed.map((c) => [(c.payload as { n: number }).n, c]));
   for (const [n, s] of tricky.entries()) expect(byN.get(n)?.payload).toEqual({ n, s, nested: [s, { s }] });
-  const results = await ledger.completeMany(claimed.map((c) => ({ handle: c, result: { echo: (c.payload as { s: string }).s } })));
+  const results = await ledger.completeMany(
+    claimed.map((c) => ({ handle: c, result: { echo: (c.payload as { s: string }).s } })),
+  );
   expect(results.every((r) => r.won)).toBe(true);
-  for (const c of claimed) expect((await mustGet(ledger, c.id)).result).toEqual({ echo: (c.payload as { s: string }).s });
+  for (const c of claimed)
+    expect((await mustGet(ledger, c.id)).result).toEqual({ echo: (c.payload as { s: string }).s });
 });

@@ -24,9 +24,13 @@ let app: Kysely<AppDB>;
 
 beforeAll(async () => {
   tl = await createTestLedger();
-  await sql`CREATE TABLE app_rows (id INT PRIMARY KEY, caller VARCHAR(64) NOT NULL) ENGINE=InnoDB`.execute(tl.ledger.db);
+  await sql`CREATE TABLE app_rows (id INT PRIMARY KEY, caller VARCHAR(64) NOT NULL) ENGINE=InnoDB`.execute(
+    tl.ledger.db,
+  );
   const { multipleStatements: _dropped, ...options } = mysqlPoolOptions({ url: tl.url, poolSize: 40 });
-  app = new Kysely<AppDB>({ dialect: new MysqlDialect({ pool: createPool({ ...options, multipleStatements: false }) }) });
+  app = new Kysely<AppDB>({
+    dialect: new MysqlDialect({ pool: createPool({ ...options, multipleStatements: false }) }),
+  });
 });
 afterAll(async () => {
   await app?.destroy();
@@ -51,7 +55,9 @@ const savepointError = (e: unknown): boolean =>
 
 async function appRows(ids: readonly number[]): Promise<number> {
   if (ids.length === 0) return 0;
-  const r = await sql<{ n: number | string }>`SELECT COUNT(*) AS n FROM app_rows WHERE id IN (${sql.join(ids)})`.execute(tl.ledger.db);
+  const r = await sql<{
+    n: number | string;
+  }>`SELECT COUNT(*) AS n FROM app_rows WHERE id IN (${sql.join(ids)})`.execute(tl.ledger.db);
   return Number(r.rows[0]?.n);
 }
 
@@ -62,7 +68,9 @@ async function appRows(ids: readonly number[]): Promise<number> {
  * poll faster than that sees one frozen picture.
  */
 async function running(threadId: number, statement: RegExp): Promise<boolean> {
-  const r = await sql<{ info: string | null }>`SELECT info FROM information_schema.PROCESSLIST WHERE id = ${threadId}`.execute(tl.ledger.db);
+  const r = await sql<{
+    info: string | null;
+  }>`SELECT info FROM information_schema.PROCESSLIST WHERE id = ${threadId}`.execute(tl.ledger.db);
   return statement.test(r.rows[0]?.info ?? '');
 }
 
@@ -88,8 +96,17 @@ describe.each([
           runs[k] = (runs[k] ?? 0) + 1;
           await sql`SELECT 1`.execute(tx.trx);
           if (runs[k] === 1) await ready(); // every transaction is open before any of them enqueues
-          await tx.trx.insertInto('app_rows').values({ id: rowIds[k]!, caller: `c${k}` }).execute();
-          const r = await tx.enqueue({ queue, type: 't', payload: { order: 1 }, idempotencyKey: 'same-key', ...(lane ? { lane } : {}) });
+          await tx.trx
+            .insertInto('app_rows')
+            .values({ id: rowIds[k]!, caller: `c${k}` })
+            .execute();
+          const r = await tx.enqueue({
+            queue,
+            type: 't',
+            payload: { order: 1 },
+            idempotencyKey: 'same-key',
+            ...(lane ? { lane } : {}),
+          });
           if (k % 2 === 1) throw new Error('caller rolls back');
           return r;
         }),
@@ -99,12 +116,18 @@ describe.each([
     const errors = outcomes.flatMap((o) => (o.status === 'rejected' ? [o.reason as unknown] : []));
     expect(errors.filter(savepointError), 'no savepoint error surfaces').toEqual([]);
     outcomes.forEach((o, k) => {
-      if (k % 2 === 1) expect(o.status === 'rejected' && (o.reason as Error).message, `caller ${k}`).toBe('caller rolls back');
-      else expect(o.status === 'fulfilled' ? 'committed' : String((o.reason as Error)?.message), `caller ${k}`).toBe('committed');
+      if (k % 2 === 1)
+        expect(o.status === 'rejected' && (o.reason as Error).message, `caller ${k}`).toBe('caller rolls back');
+      else
+        expect(o.status === 'fulfilled' ? 'committed' : String((o.reason as Error)?.message), `caller ${k}`).toBe(
+          'committed',
+        );
     });
     expect(await itemCount(tl.ledger, queue)).toBe(1);
     const committed = outcomes.flatMap((o) => (o.status === 'fulfilled' ? [o.value as EnqueueResult] : []));
-    const item = await sql<{ id: string }>`SELECT id FROM ${tl.ledger.tables.items} WHERE queue = ${queue}`.execute(tl.ledger.db);
+    const item = await sql<{ id: string }>`SELECT id FROM ${tl.ledger.tables.items} WHERE queue = ${queue}`.execute(
+      tl.ledger.db,
+    );
     expect(new Set(committed.map((r) => r.id))).toEqual(new Set([item.rows[0]?.id]));
     expect(committed.filter((r) => !r.duplicate)).toHaveLength(1);
     expect(await appRows(rowIds.filter((_, k) => k % 2 === 0))).toBe(callers / 2);
@@ -124,9 +147,15 @@ describe.each([
         for (let run = 1; ; run++) {
           try {
             return await app.transaction().execute(async (trx) => {
-              await trx.insertInto('app_rows').values({ id: rowIds[k]!, caller: `c${k}` }).execute();
+              await trx
+                .insertInto('app_rows')
+                .values({ id: rowIds[k]!, caller: `c${k}` })
+                .execute();
               if (run === 1) await ready(); // every transaction holds a row before any of them enqueues
-              return tl.ledger.enqueue({ queue, type: 't', payload: { order: 1 }, idempotencyKey: 'raced-key', ...(lane ? { lane } : {}) }, { transaction: trx });
+              return tl.ledger.enqueue(
+                { queue, type: 't', payload: { order: 1 }, idempotencyKey: 'raced-key', ...(lane ? { lane } : {}) },
+                { transaction: trx },
+              );
             });
           } catch (error) {
             if ((error as { retryable?: unknown }).retryable !== true || run >= 10) {
@@ -179,8 +208,15 @@ describe.each([
       expect((error as TransactionRolledBackError).errno).toBe(1213);
       expect(won.duplicate).toBe(false);
     } finally {
-      await victim.rollback().execute().catch(() => undefined);
-      if (!winner.isCommitted) await winner.rollback().execute().catch(() => undefined);
+      await victim
+        .rollback()
+        .execute()
+        .catch(() => undefined);
+      if (!winner.isCommitted)
+        await winner
+          .rollback()
+          .execute()
+          .catch(() => undefined);
     }
     expect(await itemCount(tl.ledger, queue)).toBe(1);
   });
@@ -222,12 +258,18 @@ describe.each([
       await winnerUpdate;
       await winner.commit().execute();
     } finally {
-      if (!winner.isCommitted) await winner.rollback().execute().catch(() => undefined);
+      if (!winner.isCommitted)
+        await winner
+          .rollback()
+          .execute()
+          .catch(() => undefined);
     }
     const r = await victim;
     expect(runs).toBe(2);
     expect(r).toMatchObject({ id: won?.id, duplicate: true });
-    const row = await sql<{ caller: string }>`SELECT caller FROM app_rows WHERE id = ${victimRow}`.execute(tl.ledger.db);
+    const row = await sql<{ caller: string }>`SELECT caller FROM app_rows WHERE id = ${victimRow}`.execute(
+      tl.ledger.db,
+    );
     expect(row.rows[0]?.caller).toBe('victim');
     expect(await itemCount(tl.ledger, queue)).toBe(1);
   });

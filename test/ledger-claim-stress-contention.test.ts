@@ -1,7 +1,13 @@
 import { expect, test } from 'vitest';
 import { newLeaseToken } from '../src/ledger/ids.js';
 import type { EnqueueInput } from '../src/ledger/ledger.js';
-import { addRetries, conflictsRetriedDuring, ER_LOCK_DEADLOCK, retriesByErrno, TIDB_WRITE_CONFLICT } from './support/conflicts.js';
+import {
+  addRetries,
+  conflictsRetriedDuring,
+  ER_LOCK_DEADLOCK,
+  retriesByErrno,
+  TIDB_WRITE_CONFLICT,
+} from './support/conflicts.js';
 import {
   between,
   describeFailures,
@@ -43,7 +49,12 @@ test('16 claimers, 200 rounds each of claim and claimByIds over one candidate se
     const queue = freshQueue('stress-claim');
     // Laneless items and shared lanes interleaved, in three priorities.
     const inputs: EnqueueInput[] = [
-      ...Array.from({ length: LANELESS }, (_, k) => ({ queue, type: 't', payload: { k }, priority: between(random, 0, 2) })),
+      ...Array.from({ length: LANELESS }, (_, k) => ({
+        queue,
+        type: 't',
+        payload: { k },
+        priority: between(random, 0, 2),
+      })),
       ...Array.from({ length: SHARED_LANES * PER_LANE }, (_, k) => ({
         queue,
         type: 't',
@@ -57,7 +68,10 @@ test('16 claimers, 200 rounds each of claim and claimByIds over one candidate se
     const total = ids.length;
     // The order claims take them in (priority, then due time; a batch shares its due time): claimByIds names
     // ids near the front of it, where claim()'s picks are too, so the two kinds of claim overlap.
-    const claimOrder = ids.map((id, k) => ({ id, k, p: shuffled[k]!.priority ?? 0 })).sort((a, b) => a.p - b.p || a.k - b.k).map((x) => x.id);
+    const claimOrder = ids
+      .map((id, k) => ({ id, k, p: shuffled[k]!.priority ?? 0 }))
+      .sort((a, b) => a.p - b.p || a.k - b.k)
+      .map((x) => x.id);
 
     const wins = new Wins();
     const failures: Failure[] = [];
@@ -66,7 +80,8 @@ test('16 claimers, 200 rounds each of claim and claimByIds over one candidate se
     const idsToName = (n: number): string[] => {
       while (front < claimOrder.length && wins.byId.has(claimOrder[front]!)) front++;
       const window: string[] = [];
-      for (let i = front; i < claimOrder.length && window.length < 32; i++) if (!wins.byId.has(claimOrder[i]!)) window.push(claimOrder[i]!);
+      for (let i = front; i < claimOrder.length && window.length < 32; i++)
+        if (!wins.byId.has(claimOrder[i]!)) window.push(claimOrder[i]!);
       const named = sample(random, window, n);
       if (random() < 0.3) {
         const any = ids[Math.floor(random() * ids.length)]!;
@@ -93,7 +108,11 @@ test('16 claimers, 200 rounds each of claim and claimByIds over one candidate se
                 wins.add(owner, (await ledger.claim({ queue, owner, limit, leaseMs: 600_000 })).items);
               }
             } catch (error) {
-              failures.push({ who: owner, what: `round ${round} ${byIds ? `claimByIds(${named.length} ids)` : `claim(limit ${limit})`}`, error });
+              failures.push({
+                who: owner,
+                what: `round ${round} ${byIds ? `claimByIds(${named.length} ids)` : `claim(limit ${limit})`}`,
+                error,
+              });
             }
           }
         }),
@@ -113,7 +132,11 @@ test('16 claimers, 200 rounds each of claim and claimByIds over one candidate se
     expect(byIdsWon, `${note}: items claimByIds won`).toBeGreaterThan(0);
     expect(byIdsWon, `${note}: items claimByIds won`).toBeLessThan(wins.byId.size);
     for (const [id, w] of wins.byId) {
-      expect(w.item, `${note}: ${id} as its claim returned it`).toMatchObject({ state: 'processing', attempt: 1, leaseOwner: w.who });
+      expect(w.item, `${note}: ${id} as its claim returned it`).toMatchObject({
+        state: 'processing',
+        attempt: 1,
+        leaseOwner: w.who,
+      });
     }
     // The ledger agrees: each item won is processing under its winner's lease, attempt 1; the others wait untouched.
     const rows = await rowsOf(tl.ledger, queue);
@@ -122,8 +145,15 @@ test('16 claimers, 200 rounds each of claim and claimByIds over one candidate se
     for (const [id, row] of rows) {
       const w = wins.byId.get(id);
       if (w !== undefined) {
-        if (row.state !== 'processing' || row.lease_token !== w.token || row.lease_owner !== w.who || row.attempt !== 1) {
-          wrong.push(`${id} won by ${w.who}: ${row.state} under ${row.lease_owner}/${row.lease_token}, attempt ${row.attempt}`);
+        if (
+          row.state !== 'processing' ||
+          row.lease_token !== w.token ||
+          row.lease_owner !== w.who ||
+          row.attempt !== 1
+        ) {
+          wrong.push(
+            `${id} won by ${w.who}: ${row.state} under ${row.lease_owner}/${row.lease_token}, attempt ${row.attempt}`,
+          );
         }
       } else if (row.state !== 'pending' || row.attempt !== 0) {
         wrong.push(`${id} won by no one: ${row.state} under ${row.lease_owner}, attempt ${row.attempt}`);
@@ -131,7 +161,9 @@ test('16 claimers, 200 rounds each of claim and claimByIds over one candidate se
     }
     expect(wrong.slice(0, 10), `${note}: items the ledger has otherwise than the claims said`).toEqual([]);
     if (label.family === 'mariadb') {
-      expect(retriesByErrno(rounds.retried), `${note}: conflicts the claims retried`).not.toHaveProperty(String(ER_LOCK_DEADLOCK));
+      expect(retriesByErrno(rounds.retried), `${note}: conflicts the claims retried`).not.toHaveProperty(
+        String(ER_LOCK_DEADLOCK),
+      );
     }
 
     // Drain: each claimer completes what it won, taking each lane's next item with the completion (lane
@@ -149,8 +181,13 @@ test('16 claimers, 200 rounds each of claim and claimByIds over one candidate se
               if (held.length > 0) {
                 const batch = held.splice(0, 50);
                 const next = { owner, token: newLeaseToken(), leaseMs: 600_000, max: 50 };
-                const { results, claimed } = await ledger.completeManyClaimingNext(batch.map((handle) => ({ handle })), next);
-                results.forEach((r, k) => (r.won ? completed++ : lost.push(`${owner}'s completion of ${batch[k]!.id}`)));
+                const { results, claimed } = await ledger.completeManyClaimingNext(
+                  batch.map((handle) => ({ handle })),
+                  next,
+                );
+                results.forEach((r, k) =>
+                  r.won ? completed++ : lost.push(`${owner}'s completion of ${batch[k]!.id}`),
+                );
                 wins.add(owner, claimed, 'with a completion');
                 held.push(...claimed);
                 continue;
@@ -161,7 +198,11 @@ test('16 claimers, 200 rounds each of claim and claimByIds over one candidate se
               held.push(...items);
               // Nothing claimable now: what is left waits behind lane heads that others hold and will complete.
               if (items.length === 0) {
-                await waitFor(() => completed !== seen || completed + lost.length >= total || failures.length > 0, deadline - Date.now(), 'the drain to move on');
+                await waitFor(
+                  () => completed !== seen || completed + lost.length >= total || failures.length > 0,
+                  deadline - Date.now(),
+                  'the drain to move on',
+                );
               }
             }
           } catch (error) {
@@ -177,15 +218,30 @@ test('16 claimers, 200 rounds each of claim and claimByIds over one candidate se
     // Every item of the backlog was won exactly once overall, at its first attempt, and completed.
     expect(wins.byId.size, note).toBe(total);
     expect([...wins.byId.keys()].sort()).toEqual([...ids].sort());
-    expect([...wins.byId.values()].filter((w) => w.attempt !== 1).map((w) => w.item.id), `${note}: won at another attempt`).toEqual([]);
+    expect(
+      [...wins.byId.values()].filter((w) => w.attempt !== 1).map((w) => w.item.id),
+      `${note}: won at another attempt`,
+    ).toEqual([]);
     const [stats] = await tl.ledger.stats(queue);
-    expect(exactCounts(stats), note).toEqual({ pending: 0, processing: 0, blocked: 0, completed: total, skipped: 0, dead: 0, cancelled: 0 });
+    expect(exactCounts(stats), note).toEqual({
+      pending: 0,
+      processing: 0,
+      blocked: 0,
+      completed: total,
+      skipped: 0,
+      dead: 0,
+      cancelled: 0,
+    });
     const after = await rowsOf(tl.ledger, queue);
-    expect([...after.values()].filter((r) => r.attempt !== 1).length, `${note}: items not completed at attempt 1`).toBe(0);
+    expect([...after.values()].filter((r) => r.attempt !== 1).length, `${note}: items not completed at attempt 1`).toBe(
+      0,
+    );
     expect(await historyCount(tl.ledger), `${note}: history rows (first-try completions write none)`).toBe(0);
     // Nor did the drain's claims and laned completions deadlock each other (docs/design.md §8, lock order).
     if (label.family === 'mariadb') {
-      expect(retriesByErrno(drain.retried), `${note}: conflicts the drain retried`).not.toHaveProperty(String(ER_LOCK_DEADLOCK));
+      expect(retriesByErrno(drain.retried), `${note}: conflicts the drain retried`).not.toHaveProperty(
+        String(ER_LOCK_DEADLOCK),
+      );
     }
   });
 }, 180_000);
@@ -215,11 +271,17 @@ test('16 claimers at once over tiny queues, burst after burst: no errors, no dea
     for (let burst = 0; burst < BURSTS && failures.length === 0; burst++) {
       const queue = freshQueue('stress-tiny');
       // Laneless items and lane heads, of two priorities: every row of the queue is claimable.
-      const specs: Omit<EnqueueInput, 'queue' | 'type' | 'payload'>[] = [{}, { priority: 1 }, { lane: 'a' }, { lane: 'b', priority: 1 }];
+      const specs: Omit<EnqueueInput, 'queue' | 'type' | 'payload'>[] = [
+        {},
+        { priority: 1 },
+        { lane: 'a' },
+        { lane: 'b', priority: 1 },
+      ];
       // One by one: rows of one batch share their creation time, and then ix_created orders them by primary
       // key after all; created apart, its order and the primary key's differ, as they did when it deadlocked.
       const ids: string[] = [];
-      for (const [k, spec] of sample(random, specs, specs.length).entries()) ids.push((await tl.ledger.enqueue({ queue, type: 't', payload: { burst, k }, ...spec })).id);
+      for (const [k, spec] of sample(random, specs, specs.length).entries())
+        ids.push((await tl.ledger.enqueue({ queue, type: 't', payload: { burst, k }, ...spec })).id);
       const wins = new Wins();
       // claimByIds needs one round trip to claim() its two, so it won nearly every head when either could
       // (394-399 of 400 on MariaDB, and once all 400): one head per burst is named by no claimByIds, and the
@@ -236,10 +298,19 @@ test('16 claimers at once over tiny queues, burst after burst: no errors, no dea
             const owner = `claimer-${c}`;
             const call = calls[c]!;
             try {
-              if (call.byIds) wins.add(owner, await ledger.claimByIds({ queue, owner, ids: call.ids, leaseMs: 600_000 }), 'claimByIds');
+              if (call.byIds)
+                wins.add(
+                  owner,
+                  await ledger.claimByIds({ queue, owner, ids: call.ids, leaseMs: 600_000 }),
+                  'claimByIds',
+                );
               else wins.add(owner, (await ledger.claim({ queue, owner, limit: call.limit, leaseMs: 600_000 })).items);
             } catch (error) {
-              failures.push({ who: owner, what: `burst ${burst} ${call.byIds ? `claimByIds(${call.ids.length} of ${ids.length} ids)` : `claim(limit ${call.limit})`}`, error });
+              failures.push({
+                who: owner,
+                what: `burst ${burst} ${call.byIds ? `claimByIds(${call.ids.length} of ${ids.length} ids)` : `claim(limit ${call.limit})`}`,
+                error,
+              });
             }
           }),
         ),
@@ -250,12 +321,19 @@ test('16 claimers at once over tiny queues, burst after burst: no errors, no dea
       won += wins.byId.size;
       wonByIds += [...wins.byId.values()].filter((w) => w.how === 'claimByIds').length;
       // Sixteen claims, each of at least one of these heads: every head is won by one of them.
-      if (wins.byId.size !== ids.length) wrong.push(`burst ${burst}: sixteen claims won ${wins.byId.size} of ${ids.length} heads`);
+      if (wins.byId.size !== ids.length)
+        wrong.push(`burst ${burst}: sixteen claims won ${wins.byId.size} of ${ids.length} heads`);
       // The ledger agrees: what was won is processing under its winner's lease, the rest waits untouched.
       for (const [id, row] of await rowsOf(tl.ledger, queue)) {
         const w = wins.byId.get(id);
-        const ok = w !== undefined ? row.state === 'processing' && row.lease_token === w.token && row.attempt === 1 : row.state === 'pending' && row.attempt === 0;
-        if (!ok) wrong.push(`burst ${burst}: ${id} ${w ? `won by ${w.who}` : 'won by no one'}, but ${row.state} under ${row.lease_owner}, attempt ${row.attempt}`);
+        const ok =
+          w !== undefined
+            ? row.state === 'processing' && row.lease_token === w.token && row.attempt === 1
+            : row.state === 'pending' && row.attempt === 0;
+        if (!ok)
+          wrong.push(
+            `burst ${burst}: ${id} ${w ? `won by ${w.who}` : 'won by no one'}, but ${row.state} under ${row.lease_owner}, attempt ${row.attempt}`,
+          );
       }
     }
     recordRetries(label, 'tiny-queues', 'bursts', { retried, ms }, () => ({ won, wonByIds }));
@@ -264,12 +342,16 @@ test('16 claimers at once over tiny queues, burst after burst: no errors, no dea
     expect(wonByIds, `${note}: items claimByIds won`).toBeGreaterThan(0);
     expect(wonByIds, `${note}: items claimByIds won`).toBeLessThan(won);
     if (label.family === 'mariadb') {
-      expect(retriesByErrno(retried), `${note}: conflicts the claims retried`).not.toHaveProperty(String(ER_LOCK_DEADLOCK));
+      expect(retriesByErrno(retried), `${note}: conflicts the claims retried`).not.toHaveProperty(
+        String(ER_LOCK_DEADLOCK),
+      );
     }
     if (label.family === 'tidb') {
       // A claim that lost at COMMIT came back as a write conflict and the ledger claimed again (about one a
       // burst): TiDB's own rerun of it waited on locks its deadlock detector did not see (sql/claim.ts).
-      expect(retriesByErrno(retried), `${note}: conflicts the claims retried`).toHaveProperty(String(TIDB_WRITE_CONFLICT));
+      expect(retriesByErrno(retried), `${note}: conflicts the claims retried`).toHaveProperty(
+        String(TIDB_WRITE_CONFLICT),
+      );
     }
   });
 }, 120_000);

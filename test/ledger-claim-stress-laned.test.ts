@@ -1,7 +1,7 @@
 import { sql } from 'kysely';
 import { expect, test } from 'vitest';
 import { newLeaseToken } from '../src/ledger/ids.js';
-import { Ledger, type EnqueueInput } from '../src/ledger/ledger.js';
+import type { Ledger, EnqueueInput } from '../src/ledger/ledger.js';
 import type { ClaimedItem, FinalizeResult } from '../src/ledger/types.js';
 import { conflictsRetriedDuring, ER_LOCK_DEADLOCK, retriesByErrno } from './support/conflicts.js';
 import {
@@ -41,8 +41,19 @@ test('claims against laned completions that hand each lane to its successor: no 
     const inputs: EnqueueInput[] = sample(
       random,
       [
-        ...Array.from({ length: LANES * LANE_ITEMS }, (_, k) => ({ queue, type: 't', payload: { k }, priority: between(random, 0, 1), lane: `L${k % LANES}` })),
-        ...Array.from({ length: LANELESS_AMONG }, (_, k) => ({ queue, type: 't', payload: { k: -1 - k }, priority: between(random, 0, 1) })),
+        ...Array.from({ length: LANES * LANE_ITEMS }, (_, k) => ({
+          queue,
+          type: 't',
+          payload: { k },
+          priority: between(random, 0, 1),
+          lane: `L${k % LANES}`,
+        })),
+        ...Array.from({ length: LANELESS_AMONG }, (_, k) => ({
+          queue,
+          type: 't',
+          payload: { k: -1 - k },
+          priority: between(random, 0, 1),
+        })),
       ],
       LANES * LANE_ITEMS + LANELESS_AMONG,
     );
@@ -55,7 +66,8 @@ test('claims against laned completions that hand each lane to its successor: no 
     const laneOrder = new Map<string, number[]>();
     const handedOut = (who: string, items: readonly ClaimedItem[], how: Win['how']): void => {
       wins.add(who, items, how);
-      for (const i of items) if (i.lane !== null) laneOrder.set(i.lane, [...(laneOrder.get(i.lane) ?? []), i.laneSeq ?? -1]);
+      for (const i of items)
+        if (i.lane !== null) laneOrder.set(i.lane, [...(laneOrder.get(i.lane) ?? []), i.laneSeq ?? -1]);
     };
     /** Claimed items waiting for a completer. */
     const work: ClaimedItem[] = [];
@@ -69,7 +81,13 @@ test('claims against laned completions that hand each lane to its successor: no 
 
     /** One statement, one snapshot: per lane at most one item processing, exactly one head while it has unfinished items, and that head its earliest. */
     const checkLanes = async (ledger: Ledger, when: string): Promise<void> => {
-      const r = await sql<{ lane: string; processing: number | string; heads: number | string; earliest: number | string | null; head: number | string | null }>`
+      const r = await sql<{
+        lane: string;
+        processing: number | string;
+        heads: number | string;
+        earliest: number | string | null;
+        head: number | string | null;
+      }>`
         SELECT lane, SUM(state = 'processing') AS processing,
           SUM(is_head = 1 AND state IN ('pending', 'processing', 'blocked')) AS heads,
           MIN(CASE WHEN state IN ('pending', 'processing', 'blocked') THEN lane_seq END) AS earliest,
@@ -77,8 +95,14 @@ test('claims against laned completions that hand each lane to its successor: no 
         FROM ${ledger.tables.items} WHERE queue = ${queue} AND lane IS NOT NULL GROUP BY lane`.execute(ledger.db);
       for (const row of r.rows) {
         const unfinished = row.earliest !== null;
-        if (Number(row.processing) > 1 || Number(row.heads) !== (unfinished ? 1 : 0) || (unfinished && Number(row.head) !== Number(row.earliest))) {
-          laneViolations.push(`${when}: lane ${row.lane}: ${row.processing} processing, ${row.heads} heads, head at ${row.head}, earliest unfinished ${row.earliest}`);
+        if (
+          Number(row.processing) > 1 ||
+          Number(row.heads) !== (unfinished ? 1 : 0) ||
+          (unfinished && Number(row.head) !== Number(row.earliest))
+        ) {
+          laneViolations.push(
+            `${when}: lane ${row.lane}: ${row.processing} processing, ${row.heads} heads, head at ${row.head}, earliest unfinished ${row.earliest}`,
+          );
         }
       }
     };
@@ -96,7 +120,11 @@ test('claims against laned completions that hand each lane to its successor: no 
               work.push(...items);
               if (items.length > 0) continue;
               // Every head is held: the next completion makes another one.
-              await waitFor(() => completed !== seen || done() || wins.byId.size >= total, deadline - Date.now(), 'a completion');
+              await waitFor(
+                () => completed !== seen || done() || wins.byId.size >= total,
+                deadline - Date.now(),
+                'a completion',
+              );
             } catch (error) {
               failures.push({ who: owner, what: `claim(limit ${limit})`, error });
             }
@@ -124,7 +152,9 @@ test('claims against laned completions that hand each lane to its successor: no 
                 batch.map((handle) => ({ handle })),
                 next,
               );
-              results.forEach((r: FinalizeResult, k) => (r.won ? completed++ : lost.push(`${owner}'s completion of ${batch[k]!.id}`)));
+              results.forEach((r: FinalizeResult, k) =>
+                r.won ? completed++ : lost.push(`${owner}'s completion of ${batch[k]!.id}`),
+              );
               successorsClaimed += claimed.length;
               handedOut(owner, claimed, 'with a completion');
               mine.push(...claimed);
@@ -133,7 +163,11 @@ test('claims against laned completions that hand each lane to its successor: no 
                 await checkLanes(ledger, `after ${owner}'s batch ${batchNo}`);
               }
             } catch (error) {
-              failures.push({ who: owner, what: `completeManyClaimingNext(${batch.length} items, max ${next.max})`, error });
+              failures.push({
+                who: owner,
+                what: `completeManyClaimingNext(${batch.length} items, max ${next.max})`,
+                error,
+              });
             }
           }
         }),
@@ -149,13 +183,20 @@ test('claims against laned completions that hand each lane to its successor: no 
     expect(laneViolations.slice(0, 10), `${note}: lane heads seen while it ran`).toEqual([]);
     expect(wins.duplicates, `${note}: items handed out twice`).toEqual([]);
     expect(wins.byId.size, note).toBe(total);
-    expect([...wins.byId.values()].filter((w) => w.attempt !== 1).map((w) => w.item.id), `${note}: handed out at another attempt`).toEqual([]);
+    expect(
+      [...wins.byId.values()].filter((w) => w.attempt !== 1).map((w) => w.item.id),
+      `${note}: handed out at another attempt`,
+    ).toEqual([]);
     // Lane affinity really took part: completions claimed successors, and claims took lane heads too.
     expect(successorsClaimed, note).toBeGreaterThan(0);
-    expect([...wins.byId.values()].some((w) => w.who.startsWith('claimer-') && w.item.lane !== null), note).toBe(true);
+    expect(
+      [...wins.byId.values()].some((w) => w.who.startsWith('claimer-') && w.item.lane !== null),
+      note,
+    ).toBe(true);
     // Each lane handed out strictly in lane order: 1, 2, … (the next only once the one before had ended).
     expect(laneOrder.size).toBe(LANES);
-    for (const [lane, seqs] of laneOrder) expect(seqs, `${note}: lane ${lane}`).toEqual(Array.from({ length: LANE_ITEMS }, (_, n) => n + 1));
+    for (const [lane, seqs] of laneOrder)
+      expect(seqs, `${note}: lane ${lane}`).toEqual(Array.from({ length: LANE_ITEMS }, (_, n) => n + 1));
     // And by the ledger's own clock: no item started before the one ahead of it in its lane had ended.
     const overlapping = await sql<{ n: number | string }>`SELECT COUNT(*) AS n
       FROM ${tl.ledger.tables.items} a JOIN ${tl.ledger.tables.items} b
@@ -163,7 +204,15 @@ test('claims against laned completions that hand each lane to its successor: no 
       WHERE a.queue = ${queue} AND b.started_at < a.terminal_at`.execute(tl.ledger.db);
     expect(Number(overlapping.rows[0]?.n), note).toBe(0);
     const [stats] = await tl.ledger.stats(queue);
-    expect(exactCounts(stats), note).toEqual({ pending: 0, processing: 0, blocked: 0, completed: total, skipped: 0, dead: 0, cancelled: 0 });
+    expect(exactCounts(stats), note).toEqual({
+      pending: 0,
+      processing: 0,
+      blocked: 0,
+      completed: total,
+      skipped: 0,
+      dead: 0,
+      cancelled: 0,
+    });
     expect(await historyCount(tl.ledger), note).toBe(0);
     const lanes = await sql<{ n: number | string }>`SELECT COUNT(*) AS n FROM ${tl.ledger.tables.lanes}
       WHERE queue = ${queue} AND busy_from = 0 AND next_seq = ${LANE_ITEMS}`.execute(tl.ledger.db);

@@ -56,12 +56,23 @@ test('reclaim against renew: an item is either kept by its holder or reclaimed o
     // Laneless items, and lane heads with an item behind each (a reclaimed head stays its lane's head).
     await enqueueAll(tl.ledger, [
       ...Array.from({ length: HELD / 2 }, (_, k) => ({ queue, type: 't', payload: { k }, maxAttempts: 3 })),
-      ...Array.from({ length: HELD }, (_, k) => ({ queue, type: 't', payload: { k: HELD + k }, maxAttempts: 3, lane: `R${k % (HELD / 2)}` })),
+      ...Array.from({ length: HELD }, (_, k) => ({
+        queue,
+        type: 't',
+        payload: { k: HELD + k },
+        maxAttempts: 3,
+        lane: `R${k % (HELD / 2)}`,
+      })),
     ]);
     // Each holder claims its share; the lane heads' successors stay pending behind them.
     const held: { item: ClaimedItem; holder: number; habit: Habit }[] = [];
     for (let h = 0; held.length < HELD; h = (h + 1) % HOLDERS) {
-      const { items } = await holders[h]!.claim({ queue, owner: `holder-${h}`, limit: Math.min(12, HELD - held.length), leaseMs: CLAIM_LEASE_MS });
+      const { items } = await holders[h]!.claim({
+        queue,
+        owner: `holder-${h}`,
+        limit: Math.min(12, HELD - held.length),
+        leaseMs: CLAIM_LEASE_MS,
+      });
       expect(items.length, 'claimable items left').toBeGreaterThan(0);
       for (const item of items) held.push({ item, holder: h, habit: HABITS[held.length % HABITS.length]! });
     }
@@ -80,7 +91,8 @@ test('reclaim against renew: an item is either kept by its holder or reclaimed o
         while (holding > 0 && failures.length === 0) {
           try {
             const out = await ledger.reclaimExpired({ queue });
-            if (out.reclaimed.length + out.dead.length + out.cancelled.length > 0) reclaims.push({ by: `reclaimer-${r}`, ...out });
+            if (out.reclaimed.length + out.dead.length + out.cancelled.length > 0)
+              reclaims.push({ by: `reclaimer-${r}`, ...out });
           } catch (error) {
             failures.push({ who: `reclaimer-${r}`, what: 'reclaimExpired', error });
           }
@@ -133,8 +145,14 @@ test('reclaim against renew: an item is either kept by its holder or reclaimed o
     // Reclaimed at most once each, and only back to pending (each had attempts left, none was cancelled).
     const reclaimedBy = new Map<string, string[]>();
     for (const r of reclaims) for (const id of r.reclaimed) reclaimedBy.set(id, [...(reclaimedBy.get(id) ?? []), r.by]);
-    expect(reclaims.flatMap((r) => [...r.dead, ...r.cancelled]), note).toEqual([]);
-    expect([...reclaimedBy].filter(([, by]) => by.length > 1), `${note}: reclaimed twice`).toEqual([]);
+    expect(
+      reclaims.flatMap((r) => [...r.dead, ...r.cancelled]),
+      note,
+    ).toEqual([]);
+    expect(
+      [...reclaimedBy].filter(([, by]) => by.length > 1),
+      `${note}: reclaimed twice`,
+    ).toEqual([]);
 
     const rows = await rowsOf(tl.ledger, queue);
     const wrong: string[] = [];
@@ -149,7 +167,10 @@ test('reclaim against renew: an item is either kept by its holder or reclaimed o
       let lo = item.leaseUntil.getTime();
       let hi = item.leaseUntil.getTime();
       for (const [n, x] of log.entries()) {
-        if (x.after + 2 < lo && !x.renewed) wrong.push(`${what}: renewal ${n} ran while its lease was live (until ≥ ${lo}, ended ${x.after}) and was refused`);
+        if (x.after + 2 < lo && !x.renewed)
+          wrong.push(
+            `${what}: renewal ${n} ran while its lease was live (until ≥ ${lo}, ended ${x.after}) and was refused`,
+          );
         // Won although its lease had surely run out when it began: no reclaimer had got there yet.
         if (x.renewed && x.before > hi + 2) renewedAfterExpiry++;
         if (x.renewed) {
@@ -162,7 +183,9 @@ test('reclaim against renew: an item is either kept by its holder or reclaimed o
         kept++;
         if (refused !== -1) wrong.push(`${what}: renewal ${refused} refused, but no reclaimer took it`);
         if (row?.state !== 'processing' || row.lease_token !== item.leaseToken || row.attempt !== 1) {
-          wrong.push(`${what}: never reclaimed, but ${row?.state} under ${row?.lease_owner}/${row?.lease_token}, attempt ${row?.attempt}`);
+          wrong.push(
+            `${what}: never reclaimed, but ${row?.state} under ${row?.lease_owner}/${row?.lease_token}, attempt ${row?.attempt}`,
+          );
         }
         continue;
       }
@@ -170,19 +193,29 @@ test('reclaim against renew: an item is either kept by its holder or reclaimed o
       const attempts = (await tl.ledger.inspect(item.id))?.attempts ?? [];
       const expiry = attempts.filter((a) => a.outcome === 'lease_expired');
       if (expiry.length !== 1 || expiry[0]?.attempt !== 1 || expiry[0]?.worker !== `holder-${holder}`) {
-        wrong.push(`${what}: reclaimed, but its history is ${JSON.stringify(attempts.map((a) => [a.attempt, a.outcome, a.worker]))}`);
+        wrong.push(
+          `${what}: reclaimed, but its history is ${JSON.stringify(attempts.map((a) => [a.attempt, a.outcome, a.worker]))}`,
+        );
         continue;
       }
       const reclaimedAt = expiry[0].endedAt.getTime();
-      if (reclaimedAt + 2 < item.leaseUntil.getTime()) wrong.push(`${what}: reclaimed at ${reclaimedAt}, before its claim's lease ran out at ${item.leaseUntil.getTime()}`);
+      if (reclaimedAt + 2 < item.leaseUntil.getTime())
+        wrong.push(
+          `${what}: reclaimed at ${reclaimedAt}, before its claim's lease ran out at ${item.leaseUntil.getTime()}`,
+        );
       for (const [n, x] of log.entries()) {
         // A renewal that won extended the lease to at least `before + leaseMs`: no reclaim before that.
-        if (x.renewed && reclaimedAt + 2 < x.before + x.leaseMs) wrong.push(`${what}: renewal ${n} won (lease ≥ ${x.before + x.leaseMs}) but it was reclaimed at ${reclaimedAt}`);
+        if (x.renewed && reclaimedAt + 2 < x.before + x.leaseMs)
+          wrong.push(
+            `${what}: renewal ${n} won (lease ≥ ${x.before + x.leaseMs}) but it was reclaimed at ${reclaimedAt}`,
+          );
         // After the reclaim, the old token renews no more.
-        if (x.before > reclaimedAt + 2 && x.renewed) wrong.push(`${what}: renewal ${n} at ${x.before} won after the reclaim at ${reclaimedAt}`);
+        if (x.before > reclaimedAt + 2 && x.renewed)
+          wrong.push(`${what}: renewal ${n} at ${x.before} won after the reclaim at ${reclaimedAt}`);
       }
       if (refused === -1) wrong.push(`${what}: reclaimed at ${reclaimedAt}, but its holder's every renewal won`);
-      if (row?.state !== 'pending' || row.attempt !== 1) wrong.push(`${what}: reclaimed, but ${row?.state} at attempt ${row?.attempt}`);
+      if (row?.state !== 'pending' || row.attempt !== 1)
+        wrong.push(`${what}: reclaimed, but ${row?.state} at attempt ${row?.attempt}`);
       const again = await holders[holder]!.renew(item, LEASE_MS);
       if (again.renewed) wrong.push(`${what}: its old lease renewed after the reclaim`);
     }
@@ -194,7 +227,10 @@ test('reclaim against renew: an item is either kept by its holder or reclaimed o
     }));
     expect(wrong.slice(0, 10), `${note}: renewals and reclaims`).toEqual([]);
     // Both outcomes happened: every hung holder lost its item, some holders kept theirs.
-    expect(held.filter((h) => h.habit === 'hung').every((h) => reclaimedBy.has(h.item.id)), note).toBe(true);
+    expect(
+      held.filter((h) => h.habit === 'hung').every((h) => reclaimedBy.has(h.item.id)),
+      note,
+    ).toBe(true);
     expect(kept, `${note}: items kept by their holders`).toBeGreaterThan(0);
     if (label.family === 'mariadb') {
       expect(retriesByErrno(phase.retried), `${note}: conflicts retried`).not.toHaveProperty(String(ER_LOCK_DEADLOCK));

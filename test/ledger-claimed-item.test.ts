@@ -43,7 +43,16 @@ test('a claim, on either pool, with an epoch, and a claim by ids: items carry th
   const queue = freshQueue('claimed-claim');
   const { epoch } = await ledger.activate({ queue, deployment: 'blue' });
   const [a, b] = await ledger.enqueueMany([
-    { queue, type: 't', payload: { x: [1, 'two'] }, priority: -3, queueClass: 'bulk', idempotencyKey: 'key-a', maxAttempts: 5, lane: 'L' },
+    {
+      queue,
+      type: 't',
+      payload: { x: [1, 'two'] },
+      priority: -3,
+      queueClass: 'bulk',
+      idempotencyKey: 'key-a',
+      maxAttempts: 5,
+      lane: 'L',
+    },
     { queue, type: 'u', payload: 'plain', delayMs: 0 },
   ]);
 
@@ -56,7 +65,13 @@ test('a claim, on either pool, with an epoch, and a claim by ids: items carry th
   expect(await ledger.checkpoint(heldA, { step: 3 })).toBe(true);
   expect((await ledger.retry(heldA, { error: 'first try failed', failureClass: 'flaky', delayMs: 0 })).won).toBe(true);
   const again = only((await plain.claim({ queue, owner: 'plain-pool', limit: 10, leaseMs: 1_000 })).items);
-  expect(again).toMatchObject({ id: a!.id, attempt: 2, checkpoint: { step: 3 }, lastError: 'first try failed', failureClass: 'flaky' });
+  expect(again).toMatchObject({
+    id: a!.id,
+    attempt: 2,
+    checkpoint: { step: 3 },
+    lastError: 'first try failed',
+    failureClass: 'flaky',
+  });
   await expectAsStored(ledger, again);
 
   // Released, then taken back by id on each pool.
@@ -74,7 +89,10 @@ test('a replayed item and a woken blocked item, claimed: replay and dependency f
   const { id } = await ledger.enqueue({ queue, type: 't', payload: { n: 1 }, maxAttempts: 1 });
   const dead = only((await ledger.claim({ queue, owner: 'w', limit: 1, leaseMs: 30_000 })).items);
   expect((await ledger.fail(dead, { error: 'no' })).won).toBe(true);
-  const replayed = await ledger.replay(id, { expectAttempt: 1, expectErrorDigest: errorDigest((await mustGet(ledger, id)).lastError) });
+  const replayed = await ledger.replay(id, {
+    expectAttempt: 1,
+    expectErrorDigest: errorDigest((await mustGet(ledger, id)).lastError),
+  });
   const replay = only((await ledger.claim({ queue, owner: 'w', limit: 1, leaseMs: 30_000 })).items);
   expect(replay).toMatchObject({ id: replayed.id, replayOf: id });
   await expectAsStored(ledger, replay);
@@ -85,7 +103,7 @@ test('a replayed item and a woken blocked item, claimed: replay and dependency f
   await expectAsStored(ledger, woken);
 });
 
-test('a lane successor claimed with its predecessor\'s completion, on either pool', async () => {
+test("a lane successor claimed with its predecessor's completion, on either pool", async () => {
   for (const ledger of [tl.ledger, plain]) {
     const queue = freshQueue('claimed-successor');
     await ledger.enqueueMany([
@@ -93,14 +111,19 @@ test('a lane successor claimed with its predecessor\'s completion, on either poo
       { queue, type: 'u', payload: ['next'], lane: 'L', priority: 7, queueClass: 'interactive', maxAttempts: 3 },
     ]);
     const head = only((await ledger.claim({ queue, owner: 'w', limit: 10, leaseMs: 30_000 })).items);
-    const { claimed } = await ledger.completeManyClaimingNext([{ handle: head, result: { ok: true } }], { owner: OWNER, token: 'tok_claimed_view_01', leaseMs: 20_000, max: 4 });
+    const { claimed } = await ledger.completeManyClaimingNext([{ handle: head, result: { ok: true } }], {
+      owner: OWNER,
+      token: 'tok_claimed_view_01',
+      leaseMs: 20_000,
+      max: 4,
+    });
     const next = only(claimed);
     expect(next).toMatchObject({ laneSeq: 2, leaseToken: 'tok_claimed_view_01', attempt: 1 });
     await expectAsStored(tl.ledger, next);
   }
 });
 
-test('items inserted claimed are the row the insert wrote, their times this process\'s clock', async () => {
+test("items inserted claimed are the row the insert wrote, their times this process's clock", async () => {
   const { ledger } = tl;
   const queue = freshQueue('claimed-insert');
   const { claimed } = await ledger.enqueueClaiming(

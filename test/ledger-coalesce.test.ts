@@ -23,8 +23,16 @@ const coalesce = (mode: 'latest' | 'all' | 'settled', max = 1000): NonNullable<C
   maxBytes: 1 << 20,
 });
 
-async function claimGroup(queue: string, mode: 'latest' | 'all' | 'settled' = 'latest', max = 1000, leaseMs = 60_000): Promise<ClaimedItem> {
-  return only((await ledger.claim({ queue, owner: 'w', limit: 10, leaseMs, coalesce: coalesce(mode, max) })).items, 'one head');
+async function claimGroup(
+  queue: string,
+  mode: 'latest' | 'all' | 'settled' = 'latest',
+  max = 1000,
+  leaseMs = 60_000,
+): Promise<ClaimedItem> {
+  return only(
+    (await ledger.claim({ queue, owner: 'w', limit: 10, leaseMs, coalesce: coalesce(mode, max) })).items,
+    'one head',
+  );
 }
 
 async function states(ids: readonly string[]): Promise<string[]> {
@@ -42,7 +50,13 @@ describe('coalesced groups', () => {
     expect(head.id).toBe(upd[0]!.id);
     expect(head.group).toMatchObject({ ids: [upd[1]!.id, upd[2]!.id], newest: { n: 3 } });
     expect(head.group?.payloads).toBeUndefined();
-    expect(await states([...upd.map((u) => u.id), other.id, later.id])).toEqual(['processing', 'processing', 'processing', 'pending', 'pending']);
+    expect(await states([...upd.map((u) => u.id), other.id, later.id])).toEqual([
+      'processing',
+      'processing',
+      'processing',
+      'pending',
+      'pending',
+    ]);
     expect((await mustGet(ledger, upd[2]!.id)).groupHead).toBe(head.id);
 
     expect(await ledger.complete(head, { done: true })).toMatchObject({ won: true });
@@ -59,11 +73,15 @@ describe('coalesced groups', () => {
 
   test('a retried group stays a group and shares its attempts; a release gives every member its attempt back', async () => {
     const queue = freshQueue('co-retry');
-    const items = await ledger.enqueueMany([1, 2, 3].map((n) => ({ queue, type: 'upd', lane: 'L', payload: { n }, maxAttempts: 3 })));
+    const items = await ledger.enqueueMany(
+      [1, 2, 3].map((n) => ({ queue, type: 'upd', lane: 'L', payload: { n }, maxAttempts: 3 })),
+    );
     const first = await claimGroup(queue);
     expect(first.group?.ids).toHaveLength(2);
     expect(await ledger.retry(first, { error: 'boom', delayMs: 0 })).toMatchObject({ won: true, state: 'pending' });
-    expect((await Promise.all(items.map((i) => mustGet(ledger, i.id)))).map((i) => [i.state, i.attempt, i.isHead])).toEqual([
+    expect(
+      (await Promise.all(items.map((i) => mustGet(ledger, i.id)))).map((i) => [i.state, i.attempt, i.isHead]),
+    ).toEqual([
       ['pending', 1, true],
       ['pending', 1, false],
       ['pending', 1, false],
@@ -85,10 +103,14 @@ describe('coalesced groups', () => {
     expect(await ledger.complete(withForeignToken(held))).toMatchObject({ won: false });
     expect(await states(items.map((i) => i.id))).toEqual(['processing', 'processing']);
     // One reclaim takes the whole group back: its members expire with the head, to the microsecond.
-    const reclaimed = await waitFor(async () => {
-      const r = await ledger.reclaimExpired({ queue });
-      return r.reclaimed.length > 0 ? r.reclaimed : undefined;
-    }, 10_000, 'reclaim');
+    const reclaimed = await waitFor(
+      async () => {
+        const r = await ledger.reclaimExpired({ queue });
+        return r.reclaimed.length > 0 ? r.reclaimed : undefined;
+      },
+      10_000,
+      'reclaim',
+    );
     expect([...reclaimed].sort()).toEqual(items.map((i) => i.id).sort());
     expect(await states(items.map((i) => i.id))).toEqual(['pending', 'pending']);
     // The stale holder's completion loses; the group is gathered again by the next claim.
@@ -105,7 +127,9 @@ describe('coalesced groups', () => {
     const held = await claimGroup(queue, 'latest', 1, 60_000);
     expect(held.group?.ids).toEqual([items[1]!.id]);
     // Only the head's lease runs out (as when a reclaim's batch ends between a group's rows).
-    await sql`UPDATE ${ledger.tables.items} SET lease_until = NOW(6) - INTERVAL 1 SECOND WHERE id = ${held.id}`.execute(ledger.db);
+    await sql`UPDATE ${ledger.tables.items} SET lease_until = NOW(6) - INTERVAL 1 SECOND WHERE id = ${held.id}`.execute(
+      ledger.db,
+    );
     expect((await ledger.reclaimExpired({ queue })).reclaimed).toEqual([held.id]);
     // The head runs again alone (its member is still held), and ends: the held member, not the item after it, is the lane's head.
     const alone = await claimGroup(queue);
@@ -115,7 +139,9 @@ describe('coalesced groups', () => {
     expect(await mustGet(ledger, items[1]!.id)).toMatchObject({ state: 'processing', isHead: true });
     expect((await ledger.claim({ queue, owner: 'w', limit: 10, leaseMs: 60_000 })).items).toEqual([]);
     // Its lease runs out too; it is claimed next, with the item after it.
-    await sql`UPDATE ${ledger.tables.items} SET lease_until = NOW(6) - INTERVAL 1 SECOND WHERE id = ${items[1]!.id}`.execute(ledger.db);
+    await sql`UPDATE ${ledger.tables.items} SET lease_until = NOW(6) - INTERVAL 1 SECOND WHERE id = ${items[1]!.id}`.execute(
+      ledger.db,
+    );
     expect((await ledger.reclaimExpired({ queue })).reclaimed).toEqual([items[1]!.id]);
     const next = await claimGroup(queue);
     expect(next.id).toBe(items[1]!.id);

@@ -65,7 +65,8 @@ async function drain(queue: string, total: number): Promise<Claim[]> {
     claimers.map(async (l, claimer) => {
       try {
         while (completed < total && failure === undefined) {
-          if (Date.now() - movedAt > DRAIN_STALL_MS) throw new Error(`drain: stuck at ${completed} of ${total} completed for ${DRAIN_STALL_MS} ms`);
+          if (Date.now() - movedAt > DRAIN_STALL_MS)
+            throw new Error(`drain: stuck at ${completed} of ${total} completed for ${DRAIN_STALL_MS} ms`);
           const c = await l.claim({ queue, owner: `claimer-${claimer}`, limit: 8, leaseMs: 300_000 });
           if (c.items.length === 0) {
             await new Promise((r) => setTimeout(r, 2));
@@ -111,52 +112,71 @@ async function checkExactlyOnce(queue: string, ids: readonly string[], claims: r
   expect(new Set(claims.map((c) => c.claimer)).size).toBeGreaterThan(1);
 
   const [s] = await ledger.stats(queue);
-  expect(exactCounts(s)).toEqual({ pending: 0, processing: 0, blocked: 0, completed: ids.length, skipped: 0, dead: 0, cancelled: 0 });
+  expect(exactCounts(s)).toEqual({
+    pending: 0,
+    processing: 0,
+    blocked: 0,
+    completed: ids.length,
+    skipped: 0,
+    dead: 0,
+    cancelled: 0,
+  });
   const rows = await sql<{ n: number | string }>`SELECT COUNT(*) AS n FROM ${ledger.tables.items}
-    WHERE queue = ${queue} AND state = 'completed' AND attempt = IF(CAST(JSON_UNQUOTE(JSON_EXTRACT(payload, '$.k')) AS UNSIGNED) % 10 = 0, 2, 1)`.execute(ledger.db);
+    WHERE queue = ${queue} AND state = 'completed' AND attempt = IF(CAST(JSON_UNQUOTE(JSON_EXTRACT(payload, '$.k')) AS UNSIGNED) % 10 = 0, 2, 1)`.execute(
+    ledger.db,
+  );
   expect(Number(rows.rows[0]?.n)).toBe(ids.length);
 }
 
 describe('16 concurrent claimers, 5,000 items', () => {
-  test('items in their own lanes: each (id, attempt) claimed by exactly one claimer, all completed', async () => {
-    const queue = freshQueue('conc-own');
-    const r = await enqueueInBatches(Array.from({ length: ITEMS }, (_, k) => ({ queue, type: 't', payload: { k } })));
-    const ids = r.map((x) => x.id);
-    const claims = await drain(queue, ITEMS);
-    await checkExactlyOnce(queue, ids, claims);
-    const retried = ids[0];
-    if (!retried) throw new Error('no items');
-    expect((await history(ledger, retried)).map((h) => [h.attempt, h.outcome])).toEqual([
-      [1, 'retried'],
-      [2, 'completed'],
-    ]);
-  }, DRAIN_TEST_TIMEOUT_MS);
+  test(
+    'items in their own lanes: each (id, attempt) claimed by exactly one claimer, all completed',
+    async () => {
+      const queue = freshQueue('conc-own');
+      const r = await enqueueInBatches(Array.from({ length: ITEMS }, (_, k) => ({ queue, type: 't', payload: { k } })));
+      const ids = r.map((x) => x.id);
+      const claims = await drain(queue, ITEMS);
+      await checkExactlyOnce(queue, ids, claims);
+      const retried = ids[0];
+      if (!retried) throw new Error('no items');
+      expect((await history(ledger, retried)).map((h) => [h.attempt, h.outcome])).toEqual([
+        [1, 'retried'],
+        [2, 'completed'],
+      ]);
+    },
+    DRAIN_TEST_TIMEOUT_MS,
+  );
 
-  test('200 shared lanes: exactly once per attempt, and each lane ran strictly in order', async () => {
-    const queue = freshQueue('conc-lanes');
-    const LANES = 200;
-    const r = await enqueueInBatches(
-      Array.from({ length: ITEMS }, (_, k) => ({ queue, type: 't', payload: { k }, lane: `lane-${k % LANES}` })),
-    );
-    expect(r[ITEMS - 1]?.laneSeq).toBe(ITEMS / LANES);
-    const ids = r.map((x) => x.id);
-    const claims = await drain(queue, ITEMS);
-    await checkExactlyOnce(queue, ids, claims);
+  test(
+    '200 shared lanes: exactly once per attempt, and each lane ran strictly in order',
+    async () => {
+      const queue = freshQueue('conc-lanes');
+      const LANES = 200;
+      const r = await enqueueInBatches(
+        Array.from({ length: ITEMS }, (_, k) => ({ queue, type: 't', payload: { k }, lane: `lane-${k % LANES}` })),
+      );
+      expect(r[ITEMS - 1]?.laneSeq).toBe(ITEMS / LANES);
+      const ids = r.map((x) => x.id);
+      const claims = await drain(queue, ITEMS);
+      await checkExactlyOnce(queue, ids, claims);
 
-    // Lane order, from the ledger's own clock: no attempt of item n+1 started before item n ended.
-    const overlapping = await sql<{ n: number | string }>`SELECT COUNT(*) AS n
+      // Lane order, from the ledger's own clock: no attempt of item n+1 started before item n ended.
+      const overlapping = await sql<{ n: number | string }>`SELECT COUNT(*) AS n
       FROM ${ledger.tables.items} a JOIN ${ledger.tables.items} b
         ON b.queue = a.queue AND b.lane = a.lane AND b.lane_seq = a.lane_seq + 1
       LEFT JOIN ${ledger.tables.attempts} h ON h.item_id = b.id
       WHERE a.queue = ${queue} AND (b.started_at < a.terminal_at OR h.started_at < a.terminal_at)`.execute(ledger.db);
-    expect(Number(overlapping.rows[0]?.n)).toBe(0);
-    const pairs = await sql<{ n: number | string }>`SELECT COUNT(*) AS n
+      expect(Number(overlapping.rows[0]?.n)).toBe(0);
+      const pairs = await sql<{ n: number | string }>`SELECT COUNT(*) AS n
       FROM ${ledger.tables.items} a JOIN ${ledger.tables.items} b
         ON b.queue = a.queue AND b.lane = a.lane AND b.lane_seq = a.lane_seq + 1
       WHERE a.queue = ${queue}`.execute(ledger.db);
-    expect(Number(pairs.rows[0]?.n)).toBe(ITEMS - LANES);
-    for (let lane = 0; lane < LANES; lane += 37) expect(await laneRow(ledger, queue, `lane-${lane}`)).toEqual({ nextSeq: 25, busy: false });
-  }, DRAIN_TEST_TIMEOUT_MS);
+      expect(Number(pairs.rows[0]?.n)).toBe(ITEMS - LANES);
+      for (let lane = 0; lane < LANES; lane += 37)
+        expect(await laneRow(ledger, queue, `lane-${lane}`)).toEqual({ nextSeq: 25, busy: false });
+    },
+    DRAIN_TEST_TIMEOUT_MS,
+  );
 });
 
 describe('idempotency under concurrency', () => {
@@ -218,7 +238,9 @@ describe('idempotency under concurrency', () => {
     const ready = barrier(CALLERS);
     await Promise.all(Array.from({ length: CALLERS }, () => wide.db.connection().execute(() => ready())));
     const outcomes = await Promise.allSettled(
-      Array.from({ length: CALLERS }, (_, k) => wide.enqueue({ queue, type: 't', payload: { order: requestOf(k) }, idempotencyKey: 'same-key' })),
+      Array.from({ length: CALLERS }, (_, k) =>
+        wide.enqueue({ queue, type: 't', payload: { order: requestOf(k) }, idempotencyKey: 'same-key' }),
+      ),
     );
     const id = checkOneRequestWins(outcomes);
     expect(await itemCount(ledger, queue)).toBe(1);
@@ -232,7 +254,9 @@ describe('idempotency under concurrency', () => {
     const ready = barrier(CALLERS);
     await Promise.all(Array.from({ length: CALLERS }, () => wide.db.connection().execute(() => ready())));
     const outcomes = await Promise.allSettled(
-      Array.from({ length: CALLERS }, (_, k) => wide.enqueue({ queue, type: 't', payload: { order: requestOf(k) }, lane: 'L', idempotencyKey: 'same-key' })),
+      Array.from({ length: CALLERS }, (_, k) =>
+        wide.enqueue({ queue, type: 't', payload: { order: requestOf(k) }, lane: 'L', idempotencyKey: 'same-key' }),
+      ),
     );
     checkOneRequestWins(outcomes);
     expect(outcomes.every((o) => o.status === 'rejected' || o.value.laneSeq === 1)).toBe(true);
@@ -249,7 +273,10 @@ describe('idempotency under concurrency', () => {
         wide.db.transaction().execute(async (trx) => {
           await sql`SELECT 1`.execute(trx);
           await ready();
-          return wide.enqueue({ queue, type: 't', payload: { order: requestOf(k) }, idempotencyKey: 'same-key' }, { transaction: trx });
+          return wide.enqueue(
+            { queue, type: 't', payload: { order: requestOf(k) }, idempotencyKey: 'same-key' },
+            { transaction: trx },
+          );
         }),
       ),
     );
@@ -260,9 +287,13 @@ describe('idempotency under concurrency', () => {
   test('the same race through producer.enqueue, whose single enqueues go out in batches: a refusal fails only its own enqueue', async () => {
     const queue = freshQueue('idem-race-producer');
     const producer = new Producer({ ledger: wide });
-    const others = Array.from({ length: CALLERS }, (_, k) => producer.enqueue({ queue, type: 't', payload: { other: k }, idempotencyKey: `other-${k}` }));
+    const others = Array.from({ length: CALLERS }, (_, k) =>
+      producer.enqueue({ queue, type: 't', payload: { other: k }, idempotencyKey: `other-${k}` }),
+    );
     const outcomes = await Promise.allSettled(
-      Array.from({ length: CALLERS }, (_, k) => producer.enqueue({ queue, type: 't', payload: { order: requestOf(k) }, idempotencyKey: 'same-key' })),
+      Array.from({ length: CALLERS }, (_, k) =>
+        producer.enqueue({ queue, type: 't', payload: { order: requestOf(k) }, idempotencyKey: 'same-key' }),
+      ),
     );
     checkOneRequestWins(outcomes);
     // The enqueues batched with a refused one were written all the same.
@@ -288,7 +319,10 @@ describe("enqueue in the caller's transaction", () => {
       .transaction()
       .execute(async (trx) => {
         await sql`INSERT INTO app_orders (id, note) VALUES (1, 'rolled back')`.execute(trx);
-        const r = await ledger.enqueue({ queue, type: 't', payload: 1, lane: 'L', idempotencyKey: 'order-1' }, { transaction: trx });
+        const r = await ledger.enqueue(
+          { queue, type: 't', payload: 1, lane: 'L', idempotencyKey: 'order-1' },
+          { transaction: trx },
+        );
         expect(r.duplicate).toBe(false);
         // Not visible outside the transaction before it commits, so not claimable either.
         expect(await ledger.get(r.id)).toBeUndefined();

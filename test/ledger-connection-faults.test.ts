@@ -8,7 +8,14 @@ import { consumerSettingsSchema } from '../src/consumer/options.js';
 import type { Job, JobContext, RegisteredHandler } from '../src/consumer/types.js';
 import { Ledger } from '../src/ledger/ledger.js';
 import type { ClaimedItem } from '../src/ledger/types.js';
-import { createEffectsTable, effectCount, insertEffect, nowUs, type EffectsDB, type StepPayload } from './support/effects.js';
+import {
+  createEffectsTable,
+  effectCount,
+  insertEffect,
+  nowUs,
+  type EffectsDB,
+  type StepPayload,
+} from './support/effects.js';
 import { claimAll, freshQueue, history, mustGet } from './support/items.js';
 import { createTestLedger, waitFor, type TestLedger } from './support/ledger.js';
 import { BusyKiller, FaultProxy, serverUrl, type Cut } from './support/connection-faults.js';
@@ -70,9 +77,20 @@ async function idleConnectionId(ledger: Ledger): Promise<number> {
   return Number(r.rows[0]?.id);
 }
 
-async function enqueueAndClaim(ledger: Ledger, queue: string, opts: { lane?: string; n?: number } = {}): Promise<ClaimedItem[]> {
+async function enqueueAndClaim(
+  ledger: Ledger,
+  queue: string,
+  opts: { lane?: string; n?: number } = {},
+): Promise<ClaimedItem[]> {
   const n = opts.n ?? 1;
-  await tl.ledger.enqueueMany(Array.from({ length: n }, (_, i) => ({ queue, type: 'step', payload: { n: i }, ...(opts.lane ? { lane: `${opts.lane}${i}` } : {}) })));
+  await tl.ledger.enqueueMany(
+    Array.from({ length: n }, (_, i) => ({
+      queue,
+      type: 'step',
+      payload: { n: i },
+      ...(opts.lane ? { lane: `${opts.lane}${i}` } : {}),
+    })),
+  );
   const items = await claimAll(ledger, queue);
   expect(items).toHaveLength(n);
   return items;
@@ -86,7 +104,11 @@ interface RunResult {
 }
 
 /** One item's run through the executor (as a consumer runs it), its handler writing an effect row with ctx.transaction. */
-async function runEffectHandler(ledger: Ledger, item: ClaimedItem, beforeTransaction: () => void | Promise<void>): Promise<RunResult> {
+async function runEffectHandler(
+  ledger: Ledger,
+  item: ClaimedItem,
+  beforeTransaction: () => void | Promise<void>,
+): Promise<RunResult> {
   const logs: string[] = [];
   const result: RunResult = { outcome: 'abandoned', fnRuns: 0, returned: [], logs };
   const handler: RegisteredHandler<EffectsDB> = {
@@ -141,7 +163,10 @@ test('single-item finalizes on a dead pooled connection take effect once and say
   // Laned: a transaction (lane bookkeeping); a first-try success has no history row.
   expect(await ledger.complete(a!, { ok: 1 })).toMatchObject({ won: true, state: 'completed' });
   killer.killWhileBusy(await idleConnectionId(ledger));
-  expect(await ledger.retry(b!, { error: new Error('try again'), delayMs: 60_000 })).toMatchObject({ won: true, state: 'pending' });
+  expect(await ledger.retry(b!, { error: new Error('try again'), delayMs: 60_000 })).toMatchObject({
+    won: true,
+    state: 'pending',
+  });
   killer.killWhileBusy(await idleConnectionId(ledger));
   expect(await ledger.release(c!, { reason: 'handing back' })).toMatchObject({ won: true, state: 'pending' });
 
@@ -165,11 +190,15 @@ test.each([
   ['laned', 'L'],
 ] as const)('completeMany (%s) on a dead pooled connection completes every item once', async (_label, lane) => {
   const ledger = singleConnectionLedger();
-  const items = await enqueueAndClaim(ledger, freshQueue(`dead-conn-many-${lane ?? 'none'}`), { n: 5, ...(lane ? { lane } : {}) });
+  const items = await enqueueAndClaim(ledger, freshQueue(`dead-conn-many-${lane ?? 'none'}`), {
+    n: 5,
+    ...(lane ? { lane } : {}),
+  });
   killer.killWhileBusy(await idleConnectionId(ledger));
   const results = await ledger.completeMany(items.map((handle, n) => ({ handle, result: { n } })));
   expect(results.map((r) => r.won)).toEqual([true, true, true, true, true]);
-  for (const [n, item] of items.entries()) expect(await mustGet(tl.ledger, item.id)).toMatchObject({ state: 'completed', attempt: 1, result: { n } });
+  for (const [n, item] of items.entries())
+    expect(await mustGet(tl.ledger, item.id)).toMatchObject({ state: 'completed', attempt: 1, result: { n } });
 });
 
 test('a lease renewal on a dead pooled connection renews', async () => {
@@ -243,7 +272,9 @@ test('a finalize whose COMMIT committed unanswered reports that it won', async (
 test('completeMany whose answer was lost after it committed reports every item won, and hands over the successors it claimed', async () => {
   const ledger = proxiedLedger();
   const queue = freshQueue('batch-commit-lost');
-  await tl.ledger.enqueueMany([0, 1, 2].flatMap((lane) => [0, 1].map((n) => ({ queue, type: 'step', lane: `L${lane}`, payload: { n } }))));
+  await tl.ledger.enqueueMany(
+    [0, 1, 2].flatMap((lane) => [0, 1].map((n) => ({ queue, type: 'step', lane: `L${lane}`, payload: { n } }))),
+  );
   const heads = await claimAll(ledger, queue);
   expect(heads).toHaveLength(3);
   const lost = loseNext(COMMIT, 'hold-reply', async () => {
@@ -251,16 +282,24 @@ test('completeMany whose answer was lost after it committed reports every item w
     return true;
   });
   const next = { owner: 'w', token: 'successor-token-000001', leaseMs: 60_000, max: 10 };
-  const done = await ledger.completeManyClaimingNext(heads.map((handle) => ({ handle })), next);
+  const done = await ledger.completeManyClaimingNext(
+    heads.map((handle) => ({ handle })),
+    next,
+  );
   await lost;
   expect(done.results.map((r) => r.won)).toEqual([true, true, true]);
   const successors = done.claimed.map((c) => c.id).sort();
   expect(successors).toHaveLength(3);
-  for (const id of successors) expect(await mustGet(tl.ledger, id)).toMatchObject({ state: 'processing', leaseToken: next.token, attempt: 1 });
+  for (const id of successors)
+    expect(await mustGet(tl.ledger, id)).toMatchObject({ state: 'processing', leaseToken: next.token, attempt: 1 });
 
   // The laneless batch is one autocommit UPDATE: its answer lost after it took effect.
   const laneless = await enqueueAndClaim(ledger, freshQueue('batch-update-lost'), { n: 3 });
-  const lostUpdate = loseNext(/^\s*(\/\*.*?\*\/\s*)?UPDATE/i, 'hold-reply', async () => (await mustGet(tl.ledger, laneless[2]!.id)).state === 'completed');
+  const lostUpdate = loseNext(
+    /^\s*(\/\*.*?\*\/\s*)?UPDATE/i,
+    'hold-reply',
+    async () => (await mustGet(tl.ledger, laneless[2]!.id)).state === 'completed',
+  );
   const r = await ledger.completeMany(laneless.map((handle) => ({ handle })));
   await lostUpdate;
   expect(r.map((x) => x.won)).toEqual([true, true, true]);
@@ -270,8 +309,16 @@ test('completeMany whose answer was lost after it committed reports every item w
 const CAPPED_TURN_COMMIT = /ORDER BY priority, run_after, id LIMIT (\?|\d+).*;\s*commit\s*$/is;
 
 test.each([
-  { name: 'a claim whose CAS committed but whose answer was lost still hands over what it won: no lease left to expire', cas: /^\s*(\/\*.*?\*\/\s*)?UPDATE .*SET state = 'processing'/is, maxProcessing: undefined },
-  { name: 'a capped claim whose CAS and COMMIT committed but whose answer was lost still hands over what it won', cas: CAPPED_TURN_COMMIT, maxProcessing: 5 },
+  {
+    name: 'a claim whose CAS committed but whose answer was lost still hands over what it won: no lease left to expire',
+    cas: /^\s*(\/\*.*?\*\/\s*)?UPDATE .*SET state = 'processing'/is,
+    maxProcessing: undefined,
+  },
+  {
+    name: 'a capped claim whose CAS and COMMIT committed but whose answer was lost still hands over what it won',
+    cas: CAPPED_TURN_COMMIT,
+    maxProcessing: 5,
+  },
 ])('$name', async ({ cas, maxProcessing }) => {
   const ledger = proxiedLedger();
   const queue = freshQueue(maxProcessing === undefined ? 'claim-reply-lost' : 'capped-claim-reply-lost');
@@ -280,9 +327,16 @@ test.each([
     { queue, type: 'step', payload: 2 },
   ]);
   const ids = [a!.id, b!.id];
-  const bothProcessing = async (): Promise<boolean> => (await Promise.all(ids.map((id) => isState(id, 'processing')()))).every(Boolean);
+  const bothProcessing = async (): Promise<boolean> =>
+    (await Promise.all(ids.map((id) => isState(id, 'processing')()))).every(Boolean);
   const lost = loseNext(cas, 'hold-reply', bothProcessing);
-  const claimed = await ledger.claim({ queue, owner: 'w', limit: 10, leaseMs: 60_000, ...(maxProcessing === undefined ? {} : { maxProcessing }) });
+  const claimed = await ledger.claim({
+    queue,
+    owner: 'w',
+    limit: 10,
+    leaseMs: 60_000,
+    ...(maxProcessing === undefined ? {} : { maxProcessing }),
+  });
   await lost;
   expect(claimed.items.map((i) => i.id).sort()).toEqual([...ids].sort());
   for (const item of claimed.items) expect((await ledger.complete(item)).won).toBe(true);
@@ -308,14 +362,22 @@ test('a reclaim of expired leases whose COMMIT committed unanswered reports what
   const queue = freshQueue('reclaim-commit-lost');
   const items = await enqueueAndClaim(tl.ledger, queue, { n: 3 });
   // The holder is gone: its leases ran out.
-  await sql`UPDATE ${tl.ledger.tables.items} SET lease_until = NOW(6) - INTERVAL 1 SECOND WHERE queue = ${queue}`.execute(tl.ledger.db);
-  const allPending = async (): Promise<boolean> => (await Promise.all(items.map((i) => isState(i.id, 'pending')()))).every(Boolean);
+  await sql`UPDATE ${tl.ledger.tables.items} SET lease_until = NOW(6) - INTERVAL 1 SECOND WHERE queue = ${queue}`.execute(
+    tl.ledger.db,
+  );
+  const allPending = async (): Promise<boolean> =>
+    (await Promise.all(items.map((i) => isState(i.id, 'pending')()))).every(Boolean);
   const lost = loseNext(COMMIT, 'hold-reply', allPending);
   const r = await ledger.reclaimExpired({ queue });
   await lost;
   expect([...r.reclaimed].sort()).toEqual(items.map((i) => i.id).sort());
   for (const i of items) {
-    expect(await mustGet(tl.ledger, i.id)).toMatchObject({ state: 'pending', attempt: 1, leaseToken: i.leaseToken, failureClass: 'lease_expired' });
+    expect(await mustGet(tl.ledger, i.id)).toMatchObject({
+      state: 'pending',
+      attempt: 1,
+      leaseToken: i.leaseToken,
+      failureClass: 'lease_expired',
+    });
     expect((await history(tl.ledger, i.id)).map((h) => h.outcome)).toEqual(['lease_expired']);
   }
 });
@@ -324,7 +386,9 @@ test('a reclaim whose COMMIT never reached the server runs again and reclaims on
   const ledger = proxiedLedger();
   const queue = freshQueue('reclaim-commit-dropped');
   const items = await enqueueAndClaim(tl.ledger, queue, { n: 2 });
-  await sql`UPDATE ${tl.ledger.tables.items} SET lease_until = NOW(6) - INTERVAL 1 SECOND WHERE queue = ${queue}`.execute(tl.ledger.db);
+  await sql`UPDATE ${tl.ledger.tables.items} SET lease_until = NOW(6) - INTERVAL 1 SECOND WHERE queue = ${queue}`.execute(
+    tl.ledger.db,
+  );
   const lost = loseNext(COMMIT, 'drop-request');
   const r = await ledger.reclaimExpired({ queue });
   await lost;

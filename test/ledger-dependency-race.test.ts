@@ -31,7 +31,10 @@ describe('a dependency wake is never lost', () => {
     // Claimable at once, and the next attempt blocks normally: the wake came before it began.
     const again = await claimOne(ledger, queue);
     expect(again.id).toBe(id);
-    expect(await ledger.block(again, { dependencyKey: 'repo:7', maxWaitMs: 600_000 })).toEqual({ won: true, state: 'blocked' });
+    expect(await ledger.block(again, { dependencyKey: 'repo:7', maxWaitMs: 600_000 })).toEqual({
+      won: true,
+      state: 'blocked',
+    });
     expect((await ledger.wakeDependency('repo:7')).map((w) => w.id)).toEqual([id]);
   });
 
@@ -40,7 +43,10 @@ describe('a dependency wake is never lost', () => {
     await ledger.wakeDependency('dep-before-key');
     const { id } = await ledger.enqueue({ queue, type: 't', payload: 1 });
     const held = await claimOne(ledger, queue);
-    expect(await ledger.block(held, { dependencyKey: 'dep-before-key', maxWaitMs: 600_000 })).toEqual({ won: true, state: 'blocked' });
+    expect(await ledger.block(held, { dependencyKey: 'dep-before-key', maxWaitMs: 600_000 })).toEqual({
+      won: true,
+      state: 'blocked',
+    });
     expect((await waitRow(ledger, id))?.dependencyKey).toBe('dep-before-key');
   });
 
@@ -85,7 +91,11 @@ describe('a dependency wake is never lost', () => {
     // The final run re-checks and blocks again: now the wait is over.
     const last = await claimOne(ledger, queue);
     expect(last.id).toBe(a!.id);
-    expect(await ledger.block(last, { dependencyKey: 'dep-exp', maxWaitMs: 150 })).toEqual({ won: true, state: 'dead', failureClass: 'dependency_expired' });
+    expect(await ledger.block(last, { dependencyKey: 'dep-exp', maxWaitMs: 150 })).toEqual({
+      won: true,
+      state: 'dead',
+      failureClass: 'dependency_expired',
+    });
     const item = await mustGet(ledger, a!.id);
     expect(item).toMatchObject({ state: 'dead', failureClass: 'dependency_expired' });
     expect(item.lastError).toContain('dep-exp');
@@ -99,8 +109,14 @@ describe('a dependency wake is never lost', () => {
   test('the final run may succeed: the item completes instead of dying', async () => {
     const queue = freshQueue('dep-final-ok');
     const { id } = await ledger.enqueue({ queue, type: 't', payload: 1 });
-    expect((await ledger.block(await claimOne(ledger, queue), { dependencyKey: 'dep-late', maxWaitMs: 100 })).state).toBe('blocked');
-    await waitFor(async () => (await ledger.probeDependencyWaits({ queue })).expired.includes(id) || undefined, 10_000, 'the final probe');
+    expect(
+      (await ledger.block(await claimOne(ledger, queue), { dependencyKey: 'dep-late', maxWaitMs: 100 })).state,
+    ).toBe('blocked');
+    await waitFor(
+      async () => (await ledger.probeDependencyWaits({ queue })).expired.includes(id) || undefined,
+      10_000,
+      'the final probe',
+    );
     expect((await ledger.complete(await claimOne(ledger, queue))).won).toBe(true);
     expect((await mustGet(ledger, id)).state).toBe('completed');
   });

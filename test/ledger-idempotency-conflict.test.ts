@@ -32,8 +32,23 @@ async function refusal(p: Promise<unknown>): Promise<IdempotencyConflictError> {
 describe('one key, one request', () => {
   test('the same request again is a duplicate, whatever the order of its payload keys, its timing, priority or attempts', async () => {
     const queue = freshQueue('idem-same');
-    const first = await ledger.enqueue({ queue, type: 't', payload: { a: 1, b: { x: [1, 2], y: 'z' } }, lane: 'L', idempotencyKey: 'k' });
-    const again = await ledger.enqueue({ queue, type: 't', payload: { b: { y: 'z', x: [1, 2] }, a: 1 }, lane: 'L', idempotencyKey: 'k', priority: 5, delayMs: 1000, maxAttempts: 3 });
+    const first = await ledger.enqueue({
+      queue,
+      type: 't',
+      payload: { a: 1, b: { x: [1, 2], y: 'z' } },
+      lane: 'L',
+      idempotencyKey: 'k',
+    });
+    const again = await ledger.enqueue({
+      queue,
+      type: 't',
+      payload: { b: { y: 'z', x: [1, 2] }, a: 1 },
+      lane: 'L',
+      idempotencyKey: 'k',
+      priority: 5,
+      delayMs: 1000,
+      maxAttempts: 3,
+    });
     expect(again).toEqual({ id: first.id, duplicate: true, laneSeq: 1 });
     expect(await itemCount(ledger, queue)).toBe(1);
   });
@@ -46,10 +61,21 @@ describe('one key, one request', () => {
     ['a payload whose array is in another order', { payload: { a: 1, list: [2, 1] } }],
   ])('%s under the key: refused, naming the key and the item, and nothing is written', async (_what, change) => {
     const queue = freshQueue('idem-diff');
-    const base = { queue, type: 't', payload: { a: 1, list: [1, 2] } as unknown, lane: 'L' as string | undefined, idempotencyKey: 'order-7' };
+    const base = {
+      queue,
+      type: 't',
+      payload: { a: 1, list: [1, 2] } as unknown,
+      lane: 'L' as string | undefined,
+      idempotencyKey: 'order-7',
+    };
     const first = await ledger.enqueue(base);
     const e = await refusal(ledger.enqueue({ ...base, ...(change as Partial<typeof base>) }));
-    expect({ queue: e.queue, key: e.idempotencyKey, itemId: e.itemId, index: e.index }).toEqual({ queue, key: 'order-7', itemId: first.id, index: undefined });
+    expect({ queue: e.queue, key: e.idempotencyKey, itemId: e.itemId, index: e.index }).toEqual({
+      queue,
+      key: 'order-7',
+      itemId: first.id,
+      index: undefined,
+    });
     expect(e.message).toContain('"order-7"');
     expect(e.message).toContain(first.id);
     expect(await itemCount(ledger, queue)).toBe(1);
@@ -78,7 +104,11 @@ describe('batches', () => {
         { queue, type: 't', payload: 'other', idempotencyKey: 'k2' },
       ]),
     );
-    expect({ key: e.idempotencyKey, itemId: e.itemId, index: e.index }).toEqual({ key: 'k', itemId: stored.id, index: 2 });
+    expect({ key: e.idempotencyKey, itemId: e.itemId, index: e.index }).toEqual({
+      key: 'k',
+      itemId: stored.id,
+      index: 2,
+    });
     expect(e.message).toMatch(/^items\[2\]: /);
     expect(await itemCount(ledger, queue)).toBe(1);
     expect(await laneRow(ledger, queue, 'L')).toBeUndefined();
@@ -93,7 +123,11 @@ describe('batches', () => {
         { queue, type: 't', payload: 'B', idempotencyKey: 'k' },
       ]),
     );
-    expect({ itemId: e.itemId, index: e.index, earlierIndex: e.earlierIndex }).toEqual({ itemId: null, index: 2, earlierIndex: 1 });
+    expect({ itemId: e.itemId, index: e.index, earlierIndex: e.earlierIndex }).toEqual({
+      itemId: null,
+      index: 2,
+      earlierIndex: 1,
+    });
     expect(await itemCount(ledger, queue)).toBe(0);
     // The same request twice in a batch stays one item and a duplicate.
     const ok = await ledger.enqueueMany([
@@ -110,13 +144,23 @@ describe('batches', () => {
     await sql`CREATE TABLE IF NOT EXISTS idem_app (id INT PRIMARY KEY)`.execute(ledger.db);
     const e = await ledger.db.transaction().execute(async (trx) => {
       await sql`INSERT INTO idem_app (id) VALUES (1)`.execute(trx);
-      const refused = await refusal(ledger.enqueueMany([{ queue, type: 't', payload: 'fresh' }, { queue, type: 't', payload: 'B', idempotencyKey: 'k' }], { transaction: trx }));
+      const refused = await refusal(
+        ledger.enqueueMany(
+          [
+            { queue, type: 't', payload: 'fresh' },
+            { queue, type: 't', payload: 'B', idempotencyKey: 'k' },
+          ],
+          { transaction: trx },
+        ),
+      );
       // The transaction goes on: the enqueue's savepoint was rolled back, nothing else.
       await ledger.enqueue({ queue, type: 't', payload: 'after' }, { transaction: trx });
       return refused;
     });
     expect({ itemId: e.itemId, index: e.index }).toEqual({ itemId: stored.id, index: 1 });
-    expect(Number((await sql<{ n: number }>`SELECT COUNT(*) AS n FROM idem_app`.execute(ledger.db)).rows[0]?.n)).toBe(1);
+    expect(Number((await sql<{ n: number }>`SELECT COUNT(*) AS n FROM idem_app`.execute(ledger.db)).rows[0]?.n)).toBe(
+      1,
+    );
     expect(await itemCount(ledger, queue)).toBe(2);
   });
 
@@ -124,7 +168,9 @@ describe('batches', () => {
     const queue = freshQueue('idem-ptrx');
     const stored = await ledger.enqueue({ queue, type: 't', payload: 'A', idempotencyKey: 'k' });
     const producer = new Producer({ ledger });
-    const e = await refusal(producer.transaction(ledger.db, (tx) => tx.enqueue({ queue, type: 't', payload: 'B', idempotencyKey: 'k' })));
+    const e = await refusal(
+      producer.transaction(ledger.db, (tx) => tx.enqueue({ queue, type: 't', payload: 'B', idempotencyKey: 'k' })),
+    );
     expect(e.itemId).toBe(stored.id);
     expect(await itemCount(ledger, queue)).toBe(1);
   });
@@ -135,7 +181,9 @@ describe('batches', () => {
     const producer = new Producer({ ledger });
     // Enough at once that they go out in shared batches (ENQUEUES_IN_FLIGHT).
     const outcomes = await Promise.allSettled(
-      Array.from({ length: 20 }, (_, i) => producer.enqueue({ queue, type: 't', payload: i === 7 ? 'B' : i, idempotencyKey: i === 7 ? 'k' : `k${i}` })),
+      Array.from({ length: 20 }, (_, i) =>
+        producer.enqueue({ queue, type: 't', payload: i === 7 ? 'B' : i, idempotencyKey: i === 7 ? 'k' : `k${i}` }),
+      ),
     );
     outcomes.forEach((o, i) => {
       if (i !== 7) expect(o.status, `enqueue ${i}`).toBe('fulfilled');
@@ -155,12 +203,20 @@ test('items stored before request digests (schema 13) keep answering duplicate: 
     // Written as a ledger of schema 11 writes it: no digest column at all.
     await sql`INSERT INTO ${old.ledger.tables.items} (id, queue, type, payload, state, run_after, max_attempts, idempotency_key, created_at, updated_at,
         lease_owner, lease_token, lease_until, started_at)
-      VALUES ('old-item-1', ${queue}, 't', '"A"', 'pending', NOW(6), 3, 'k', NOW(6), NOW(6), '', '', '1000-01-01 00:00:00', '1000-01-01 00:00:00')`.execute(old.ledger.db);
+      VALUES ('old-item-1', ${queue}, 't', '"A"', 'pending', NOW(6), 3, 'k', NOW(6), NOW(6), '', '', '1000-01-01 00:00:00', '1000-01-01 00:00:00')`.execute(
+      old.ledger.db,
+    );
     await old.ledger.migrate();
-    expect(await old.ledger.enqueue({ queue, type: 't', payload: 'B', idempotencyKey: 'k' })).toEqual({ id: 'old-item-1', duplicate: true, laneSeq: null });
+    expect(await old.ledger.enqueue({ queue, type: 't', payload: 'B', idempotencyKey: 'k' })).toEqual({
+      id: 'old-item-1',
+      duplicate: true,
+      laneSeq: null,
+    });
     // A key enqueued after the upgrade has its digest.
     const fresh = await old.ledger.enqueue({ queue, type: 't', payload: 'A', idempotencyKey: 'k2' });
-    expect((await refusal(old.ledger.enqueue({ queue, type: 't', payload: 'B', idempotencyKey: 'k2' }))).itemId).toBe(fresh.id);
+    expect((await refusal(old.ledger.enqueue({ queue, type: 't', payload: 'B', idempotencyKey: 'k2' }))).itemId).toBe(
+      fresh.id,
+    );
   } finally {
     await old.drop();
   }

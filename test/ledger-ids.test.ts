@@ -27,7 +27,9 @@ describe('item ids on the server', () => {
     const queue = freshQueue('ids');
     const made: string[] = [];
     for (let i = 0; i < 24; i++) {
-      const [r] = await ledger.enqueueMany([{ queue, type: 't', payload: {}, ...(i % 2 === 1 ? { lane: `l${i % 3}` } : {}) }]);
+      const [r] = await ledger.enqueueMany([
+        { queue, type: 't', payload: {}, ...(i % 2 === 1 ? { lane: `l${i % 3}` } : {}) },
+      ]);
       made.push(r!.id);
       // The next item is created in a later millisecond than this one's id (made before this returned):
       // ids of one millisecond are ordered by chance.
@@ -35,7 +37,9 @@ describe('item ids on the server', () => {
       await waitFor(() => Date.now() > returnedAt, 1000, 'the clock to move on');
     }
     for (const id of made) expect(id).toMatch(ID);
-    const rows = await sql<{ id: string }>`SELECT id FROM lw_items WHERE queue = ${queue} ORDER BY id`.execute(ledger.db);
+    const rows = await sql<{ id: string }>`SELECT id FROM lw_items WHERE queue = ${queue} ORDER BY id`.execute(
+      ledger.db,
+    );
     const inIdOrder = rows.rows.map((r) => r.id);
     expect(new Set(inIdOrder)).toEqual(new Set(made));
     const family = (await ledger.capabilities()).family;

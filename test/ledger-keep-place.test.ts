@@ -43,7 +43,11 @@ describe('an item handed back without spending an attempt keeps its place', () =
     const id = await firstThenBacklog(queue, 3000);
     const before = await mustGet(ledger, id);
     await claimIt(queue, id, 150, 'crashed');
-    await waitFor(async () => (await ledger.reclaimExpired({ queue })).reclaimed.includes(id) || undefined, 10_000, 'the lease to expire and be reclaimed');
+    await waitFor(
+      async () => (await ledger.reclaimExpired({ queue })).reclaimed.includes(id) || undefined,
+      10_000,
+      'the lease to expire and be reclaimed',
+    );
     const after = await mustGet(ledger, id);
     expect(after).toMatchObject({ state: 'pending', attempt: 1 });
     expect(await nextClaim(queue)).toContain(id);
@@ -55,14 +59,28 @@ describe('an item handed back without spending an attempt keeps its place', () =
     const id = await firstThenBacklog(queue, 3000, 'L');
     const successor = await ledger.enqueue({ queue, type: 't', payload: { n: 'next' }, lane: 'L' });
     await claimIt(queue, id, 150, 'crashed');
-    await waitFor(async () => (await ledger.reclaimExpired({ queue })).reclaimed.includes(id) || undefined, 10_000, 'the lease to expire and be reclaimed');
+    await waitFor(
+      async () => (await ledger.reclaimExpired({ queue })).reclaimed.includes(id) || undefined,
+      10_000,
+      'the lease to expire and be reclaimed',
+    );
     expect(await nextClaim(queue)).toContain(id);
     const head = await mustGet(ledger, id);
     expect(head.state).toBe('processing');
     expect((await mustGet(ledger, successor.id)).state).toBe('pending');
     const done = await ledger.complete({
-      id: head.id, queue, type: head.type, lane: head.lane, laneSeq: head.laneSeq, concurrencyKey: null, keyScope: null, leaseToken: head.leaseToken ?? '', leaseOwner: head.leaseOwner ?? '',
-      attempt: head.attempt, maxAttempts: head.maxAttempts, startedAt: head.startedAt,
+      id: head.id,
+      queue,
+      type: head.type,
+      lane: head.lane,
+      laneSeq: head.laneSeq,
+      concurrencyKey: null,
+      keyScope: null,
+      leaseToken: head.leaseToken ?? '',
+      leaseOwner: head.leaseOwner ?? '',
+      attempt: head.attempt,
+      maxAttempts: head.maxAttempts,
+      startedAt: head.startedAt,
     });
     expect(done.won).toBe(true);
     expect((await mustGet(ledger, successor.id)).isHead).toBe(true);
@@ -83,7 +101,9 @@ describe('an item handed back without spending an attempt keeps its place', () =
   test('the items of a holder that stopped renewing are all in the next claim, ahead of a backlog over many lanes', async () => {
     const queue = freshQueue('rescue-first');
     // Four heads due first, then a backlog of 3,000 items over 300 lanes and 1,000 laneless ones.
-    const held = await ledger.enqueueMany(Array.from({ length: 4 }, (_, n) => ({ queue, type: 't', payload: { held: n }, lane: `held-${n}` })));
+    const held = await ledger.enqueueMany(
+      Array.from({ length: 4 }, (_, n) => ({ queue, type: 't', payload: { held: n }, lane: `held-${n}` })),
+    );
     const backlog = [
       ...Array.from({ length: 3000 }, (_, n) => ({ queue, type: 't', payload: { n }, lane: `lane-${n % 300}` })),
       ...Array.from({ length: 1000 }, (_, n) => ({ queue, type: 't', payload: { n } })),

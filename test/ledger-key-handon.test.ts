@@ -20,7 +20,9 @@ beforeEach(async () => {
 async function keyWithTwoWaiting(): Promise<{ queue: string; a: string; b: string; c: string }> {
   const queue = freshQueue('handon');
   await tl.ledger.setConcurrencyLimit(queue, 1);
-  const [a, b, c] = await tl.ledger.enqueueMany(['a', 'b', 'c'].map((name) => ({ queue, type: 't', concurrencyKey: 'k', payload: { name } })));
+  const [a, b, c] = await tl.ledger.enqueueMany(
+    ['a', 'b', 'c'].map((name) => ({ queue, type: 't', concurrencyKey: 'k', payload: { name } })),
+  );
   const [held] = (await tl.ledger.claim({ queue, owner: 'w', limit: 10, leaseMs: 60_000 })).items;
   expect(held?.id).toBe(a!.id);
   return { queue, a: a!.id, b: b!.id, c: c!.id };
@@ -31,7 +33,10 @@ async function keyWithTwoWaiting(): Promise<{ queue: string; a: string; b: strin
  * statement a round trip; with `cancelBetween`, b is cancelled from another
  * connection just before the second, which admits what the first read.
  */
-function endAndHandOn(key: { queue: string; a: string; b: string }, opts: { cancelBetween: boolean; commitWhenSure: boolean }): Promise<void> {
+function endAndHandOn(
+  key: { queue: string; a: string; b: string },
+  opts: { cancelBetween: boolean; commitWhenSure: boolean },
+): Promise<void> {
   const t = tl.ledger.tables;
   let batches = 0;
   return tl.ledger.db.transaction().execute(async (trx) => {
@@ -41,22 +46,63 @@ function endAndHandOn(key: { queue: string; a: string; b: string }, opts: { canc
       return each(statements, sendOpts);
     };
     await sql`UPDATE ${t.items} SET state = 'completed', terminal_at = NOW(6) WHERE id = ${key.a}`.execute(trx);
-    await handOnKeys(send, t, [{ queue: key.queue, key: 'k', n: 1, admit: 1 }], [], undefined, undefined, opts.commitWhenSure);
+    await handOnKeys(
+      send,
+      t,
+      [{ queue: key.queue, key: 'k', n: 1, admit: 1 }],
+      [],
+      undefined,
+      undefined,
+      opts.commitWhenSure,
+    );
   });
 }
 
 /** Each item's [state, is_head], the key's count, and how many wait rows are left. */
-async function standing(key: { queue: string; a: string; b: string; c: string }): Promise<{ items: unknown[]; admitted: number; waits: number }> {
+async function standing(key: {
+  queue: string;
+  a: string;
+  b: string;
+  c: string;
+}): Promise<{ items: unknown[]; admitted: number; waits: number }> {
   const t = tl.ledger.tables;
-  const rows = await sql<{ id: string; state: string; is_head: number }>`SELECT id, state, is_head FROM ${t.items} WHERE queue = ${key.queue}`.execute(tl.ledger.db);
+  const rows = await sql<{
+    id: string;
+    state: string;
+    is_head: number;
+  }>`SELECT id, state, is_head FROM ${t.items} WHERE queue = ${key.queue}`.execute(tl.ledger.db);
   const byId = new Map(rows.rows.map((r) => [r.id, [r.state, Number(r.is_head)]]));
-  const row = await sql<{ admitted: number }>`SELECT admitted FROM ${t.keys} WHERE queue = ${key.queue} AND ckey = 'k'`.execute(tl.ledger.db);
-  const waits = await sql<{ n: number }>`SELECT COUNT(*) AS n FROM ${t.keyWaits} WHERE queue = ${key.queue}`.execute(tl.ledger.db);
-  return { items: [key.a, key.b, key.c].map((id) => byId.get(id)), admitted: Number(row.rows[0]?.admitted), waits: Number(waits.rows[0]?.n) };
+  const row = await sql<{
+    admitted: number;
+  }>`SELECT admitted FROM ${t.keys} WHERE queue = ${key.queue} AND ckey = 'k'`.execute(tl.ledger.db);
+  const waits = await sql<{ n: number }>`SELECT COUNT(*) AS n FROM ${t.keyWaits} WHERE queue = ${key.queue}`.execute(
+    tl.ledger.db,
+  );
+  return {
+    items: [key.a, key.b, key.c].map((id) => byId.get(id)),
+    admitted: Number(row.rows[0]?.admitted),
+    waits: Number(waits.rows[0]?.n),
+  };
 }
 
-const UNTOUCHED = { items: [['processing', 1], ['cancelled', 0], ['pending', 0]], admitted: 1, waits: 1 };
-const HANDED_TO_C = { items: [['completed', 1], ['cancelled', 0], ['pending', 1]], admitted: 1, waits: 0 };
+const UNTOUCHED = {
+  items: [
+    ['processing', 1],
+    ['cancelled', 0],
+    ['pending', 0],
+  ],
+  admitted: 1,
+  waits: 1,
+};
+const HANDED_TO_C = {
+  items: [
+    ['completed', 1],
+    ['cancelled', 0],
+    ['pending', 1],
+  ],
+  admitted: 1,
+  waits: 0,
+};
 
 test('a waiting item cancelled between the read and the admission is passed over, uncounted, and the next one takes the slot', async () => {
   const key = await keyWithTwoWaiting();

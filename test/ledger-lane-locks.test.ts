@@ -17,7 +17,9 @@ const scope = testScope();
 /** `p`, or a failure naming `what` once `ms` have passed. */
 async function within<T>(p: Promise<T>, ms: number, what: string): Promise<T> {
   let timer: NodeJS.Timeout | undefined;
-  const late = new Promise<never>((_, reject) => (timer = setTimeout(() => reject(new Error(`${what}: still waiting after ${ms} ms`)), ms)));
+  const late = new Promise<never>(
+    (_, reject) => (timer = setTimeout(() => reject(new Error(`${what}: still waiting after ${ms} ms`)), ms)),
+  );
   try {
     return await Promise.race([p, late]);
   } finally {
@@ -44,12 +46,20 @@ test("a busy lane's head completing in a transaction held open does not hold bac
   try {
     await ledger.completeInTransaction(trx, head, 'done');
     // The completion is written but not committed: an enqueue into the same lane goes through meanwhile.
-    const added = await within(ledger.enqueue({ queue, type: 't', payload: 'added', lane: 'L' }), 10_000, 'the enqueue into the lane');
+    const added = await within(
+      ledger.enqueue({ queue, type: 't', payload: 'added', lane: 'L' }),
+      10_000,
+      'the enqueue into the lane',
+    );
     expect(added.laneSeq).toBe(3);
     await trx.commit().execute();
     committed = true;
   } finally {
-    if (!committed) await trx.rollback().execute().catch(() => undefined);
+    if (!committed)
+      await trx
+        .rollback()
+        .execute()
+        .catch(() => undefined);
   }
   expect((await claimAll(ledger, queue)).map((c) => c.payload)).toEqual(['next']);
   expect(await laneRow(ledger, queue, 'L')).toEqual({ nextSeq: 3, busy: true });
@@ -67,7 +77,11 @@ test("an enqueue into a busy lane held open in the caller's transaction does not
     await trx.commit().execute();
     committed = true;
   } finally {
-    if (!committed) await trx.rollback().execute().catch(() => undefined);
+    if (!committed)
+      await trx
+        .rollback()
+        .execute()
+        .catch(() => undefined);
   }
   expect(await mustGet(ledger, head.id)).toMatchObject({ state: 'completed' });
   expect((await claimAll(ledger, queue)).map((c) => c.payload)).toEqual(['next']);
@@ -77,7 +91,9 @@ test("claim rounds while a busy lane's head completes in a transaction held open
   const { ledger, queue, head } = await busyLane();
   /** Four claim rounds at once, of four owners: what they took. */
   const fourRounds = async (): Promise<ClaimedItem[]> =>
-    (await Promise.all([0, 1, 2, 3].map((k) => ledger.claim({ queue, owner: `w${k}`, limit: 10, leaseMs: 60_000 })))).flatMap((r) => r.items);
+    (
+      await Promise.all([0, 1, 2, 3].map((k) => ledger.claim({ queue, owner: `w${k}`, limit: 10, leaseMs: 60_000 })))
+    ).flatMap((r) => r.items);
   const trx = await ledger.db.startTransaction().execute();
   let committed = false;
   try {
@@ -87,7 +103,11 @@ test("claim rounds while a busy lane's head completes in a transaction held open
     await trx.commit().execute();
     committed = true;
   } finally {
-    if (!committed) await trx.rollback().execute().catch(() => undefined);
+    if (!committed)
+      await trx
+        .rollback()
+        .execute()
+        .catch(() => undefined);
   }
   expect((await fourRounds()).map((c) => c.payload)).toEqual(['next']);
 });

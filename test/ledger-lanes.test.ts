@@ -27,7 +27,10 @@ async function claimHeads(queue: string, owner = 'w'): Promise<ClaimedItem[]> {
 
 /** The one claimable item of `lane` right now (fails when there is none or more). */
 async function claimLaneHead(queue: string, lane: string): Promise<ClaimedItem> {
-  return only((await claimHeads(queue)).filter((i) => i.lane === lane), `claimable items of lane ${lane}`);
+  return only(
+    (await claimHeads(queue)).filter((i) => i.lane === lane),
+    `claimable items of lane ${lane}`,
+  );
 }
 
 async function nothingOfLane(queue: string, lane: string): Promise<void> {
@@ -242,7 +245,9 @@ describe('lanes are independent', () => {
     await ledger.retry(retried!, { error: 'e', delayMs: 3_600_000 });
     await ledger.release(released!, { delayMs: 3_600_000 });
     for (const i of rest) expect((await ledger.complete(i)).won).toBe(true);
-    const more = await ledger.enqueueMany(Array.from({ length: 3 }, (_, k) => ({ queue, type: 't', payload: 100 + k })));
+    const more = await ledger.enqueueMany(
+      Array.from({ length: 3 }, (_, k) => ({ queue, type: 't', payload: 100 + k })),
+    );
     const again = await claimHeads(queue);
     expect(again.map((i) => i.id).sort()).toEqual(more.map((x) => x.id).sort());
   });
@@ -295,13 +300,21 @@ test('a batch over more lanes than one upsert statement takes still travels in o
   const stop = onEveryStatement((text) => void sent.push(text));
   let results;
   try {
-    results = await ledger.enqueueMany(Array.from({ length: lanes * 3 }, (_, k) => ({ queue, type: 't', payload: { k }, lane: `l${k % lanes}` })));
+    results = await ledger.enqueueMany(
+      Array.from({ length: lanes * 3 }, (_, k) => ({ queue, type: 't', payload: { k }, lane: `l${k % lanes}` })),
+    );
   } finally {
     stop();
   }
   expect(sent).toHaveLength(1);
   expect(results.map((r) => r.laneSeq)).toEqual(Array.from({ length: lanes * 3 }, (_, k) => Math.floor(k / lanes) + 1));
-  for (const lane of ['l0', `l${LANES_PER_UPSERT}`, `l${lanes - 1}`]) expect(await laneRow(ledger, queue, lane)).toEqual({ nextSeq: 3, busy: true });
-  const heads = await Promise.all(results.slice(0, 3).concat(results.slice(lanes, lanes + 1)).map(async (r) => (await mustGet(ledger, r.id)).isHead));
+  for (const lane of ['l0', `l${LANES_PER_UPSERT}`, `l${lanes - 1}`])
+    expect(await laneRow(ledger, queue, lane)).toEqual({ nextSeq: 3, busy: true });
+  const heads = await Promise.all(
+    results
+      .slice(0, 3)
+      .concat(results.slice(lanes, lanes + 1))
+      .map(async (r) => (await mustGet(ledger, r.id)).isHead),
+  );
   expect(heads).toEqual([true, true, true, false]);
 });

@@ -33,7 +33,9 @@ async function tables(ledger: Ledger): Promise<string[]> {
 }
 
 async function migrationRows(ledger: Ledger, prefix = 'lw_'): Promise<number[]> {
-  const r = await sql<{ version: number }>`SELECT version FROM ${sql.table(`${prefix}migrations`)} ORDER BY version`.execute(ledger.db);
+  const r = await sql<{
+    version: number;
+  }>`SELECT version FROM ${sql.table(`${prefix}migrations`)} ORDER BY version`.execute(ledger.db);
   return r.rows.map((x) => Number(x.version));
 }
 
@@ -57,7 +59,24 @@ describe('migrations', () => {
     const first = await ledger.migrate();
     expect(first).toEqual({ from: 0, to: SCHEMA_VERSION, applied: MIGRATIONS.map((m) => m.version) });
     const afterFirst = await tables(ledger);
-    expect(afterFirst).toEqual(['lw_attempts', 'lw_consumers', 'lw_fleet_tasks', 'lw_items', 'lw_key_waits', 'lw_keys', 'lw_lanes', 'lw_migrations', 'lw_ownership', 'lw_queues', 'lw_rate_limits', 'lw_schedules', 'lw_steps', 'lw_type_limits', 'lw_waits', 'lw_wake_marks']);
+    expect(afterFirst).toEqual([
+      'lw_attempts',
+      'lw_consumers',
+      'lw_fleet_tasks',
+      'lw_items',
+      'lw_key_waits',
+      'lw_keys',
+      'lw_lanes',
+      'lw_migrations',
+      'lw_ownership',
+      'lw_queues',
+      'lw_rate_limits',
+      'lw_schedules',
+      'lw_steps',
+      'lw_type_limits',
+      'lw_waits',
+      'lw_wake_marks',
+    ]);
     // Data written between runs survives the second.
     const item = await ledger.enqueue({ queue: 'mig', type: 't', payload: 1, lane: 'L' });
 
@@ -100,12 +119,21 @@ describe('migrations', () => {
       ('held', 'mig', 't', 1, 'default', 0, '2', 'processing', NOW(6), 1, 3, ${'wörker-' + 'x'.repeat(100)}, 'tok_0123456789abcdef',
         NOW(6) + INTERVAL 1 HOUR, NOW(6), NOW(6), NULL, NOW(6)),
       ('ended', 'mig', 't', 1, 'default', 0, '3', 'completed', NOW(6), 1, 3, 'w1', 'tok_fedcba9876543210',
-        NULL, NOW(6) - INTERVAL 2 HOUR, NOW(6) - INTERVAL 2 HOUR, NOW(6) - INTERVAL 90 MINUTE, NOW(6))`.execute(ledger.db);
+        NULL, NOW(6) - INTERVAL 2 HOUR, NOW(6) - INTERVAL 2 HOUR, NOW(6) - INTERVAL 90 MINUTE, NOW(6))`.execute(
+      ledger.db,
+    );
 
     const up = await ledger.migrate();
     expect(up).toEqual({ from: 1, to: SCHEMA_VERSION, applied: versionsAfter(1) });
     const waiting = await ledger.get('waiting');
-    expect(waiting).toMatchObject({ state: 'pending', leaseOwner: null, leaseToken: null, leaseUntil: null, startedAt: null, terminalAt: null });
+    expect(waiting).toMatchObject({
+      state: 'pending',
+      leaseOwner: null,
+      leaseToken: null,
+      leaseUntil: null,
+      startedAt: null,
+      terminalAt: null,
+    });
     const held = await ledger.get('held');
     expect(held).toMatchObject({ state: 'processing', leaseToken: 'tok_0123456789abcdef', terminalAt: null });
     expect(held?.leaseOwner).toBe(('w?rker-' + 'x'.repeat(100)).slice(0, 64));
@@ -115,7 +143,9 @@ describe('migrations', () => {
     expect(ended?.terminalAt?.getTime()).toBeLessThan(Date.now() - 3_000_000);
 
     // New leases store the owner the same way: printable ASCII, at most 64 characters.
-    const [claimed] = (await ledger.claim({ queue: 'mig', owner: 'ünïcode-' + 'y'.repeat(80), leaseMs: 60_000, limit: 1 })).items;
+    const [claimed] = (
+      await ledger.claim({ queue: 'mig', owner: 'ünïcode-' + 'y'.repeat(80), leaseMs: 60_000, limit: 1 })
+    ).items;
     expect(claimed?.id).toBe('waiting');
     expect((await ledger.get('waiting'))?.leaseOwner).toBe(('?n?code-' + 'y'.repeat(80)).slice(0, 64));
 
@@ -143,7 +173,9 @@ describe('migrations', () => {
         NOW(6), NOW(6) + INTERVAL 1 HOUR, NOW(6), NOW(6)),
       ('due', 'mig', 't', 1, 'default', 0, '2', 'blocked', NOW(6), 0, 3, 'repo:2', NOW(6) - INTERVAL 1 SECOND,
         NOW(6), NOW(6) + INTERVAL 1 HOUR, NOW(6), NOW(6)),
-      ('free', 'mig', 't', 1, 'default', 0, '3', 'pending', NOW(6), 0, 3, NULL, NULL, NULL, NULL, NOW(6), NOW(6))`.execute(ledger.db);
+      ('free', 'mig', 't', 1, 'default', 0, '3', 'pending', NOW(6), 0, 3, NULL, NULL, NULL, NULL, NOW(6), NOW(6))`.execute(
+      ledger.db,
+    );
 
     expect(await ledger.migrate()).toEqual({ from: 2, to: SCHEMA_VERSION, applied: versionsAfter(2) });
     const waits = await sql<{ item_id: string; dependency_key: string }>`SELECT item_id, dependency_key FROM ${t.waits}
@@ -154,13 +186,21 @@ describe('migrations', () => {
     ]);
     // Both ways of finding a wait work on the migrated rows.
     expect(await ledger.wakeDependency('repo:1')).toEqual([{ id: 'on-key', queue: 'mig', lane: null }]);
-    expect((await ledger.probeDependencyWaits({ queue: 'mig' })).probed).toEqual([{ id: 'due', queue: 'mig', lane: null }]);
+    expect((await ledger.probeDependencyWaits({ queue: 'mig' })).probed).toEqual([
+      { id: 'due', queue: 'mig', lane: null },
+    ]);
     expect((await sql<{ n: number }>`SELECT COUNT(*) AS n FROM ${t.waits}`.execute(ledger.db)).rows[0]?.n).toBe(0);
 
     const indexes = await sql<{ name: string }>`SELECT DISTINCT index_name AS name FROM information_schema.statistics
       WHERE table_schema = DATABASE() AND table_name = 'lw_items'`.execute(ledger.db);
     // Sorted here: the servers' collations of information_schema order PRIMARY differently.
-    expect(indexes.rows.map((r) => r.name).sort((a, b) => a.toLowerCase().localeCompare(b.toLowerCase()))).toEqual(['ix_claim', 'ix_created', 'ix_lane', 'PRIMARY', 'ux_idempotency']);
+    expect(indexes.rows.map((r) => r.name).sort((a, b) => a.toLowerCase().localeCompare(b.toLowerCase()))).toEqual([
+      'ix_claim',
+      'ix_created',
+      'ix_lane',
+      'PRIMARY',
+      'ux_idempotency',
+    ]);
     expect(await ledger.migrate()).toEqual({ from: SCHEMA_VERSION, to: SCHEMA_VERSION, applied: [] });
   });
 
@@ -176,15 +216,24 @@ describe('migrations', () => {
         NOW(6), NOW(6), '1000-01-01', NOW(6)),
       ('b2', 'mig', 't', 'busy', 2, 0, 'default', 0, '2', 'pending', NOW(6), 0, 3, '', '', '1000-01-01', NOW(6), '1000-01-01', '1000-01-01', NOW(6)),
       ('i1', 'mig', 't', 'idle', 1, 1, 'default', 0, '3', 'completed', NOW(6), 1, 3, 'w', 'tok_i1', '1000-01-01', NOW(6), NOW(6), NOW(6), NOW(6)),
-      ('i2', 'mig', 't', 'idle', 2, 1, 'default', 0, '4', 'completed', NOW(6), 1, 3, 'w', 'tok_i2', '1000-01-01', NOW(6), NOW(6), NOW(6), NOW(6))`.execute(ledger.db);
-    await sql`INSERT INTO ${t.lanes} (queue, lane, next_seq, active) VALUES ('mig', 'busy', 2, 2), ('mig', 'idle', 2, 0)`.execute(ledger.db);
+      ('i2', 'mig', 't', 'idle', 2, 1, 'default', 0, '4', 'completed', NOW(6), 1, 3, 'w', 'tok_i2', '1000-01-01', NOW(6), NOW(6), NOW(6), NOW(6))`.execute(
+      ledger.db,
+    );
+    await sql`INSERT INTO ${t.lanes} (queue, lane, next_seq, active) VALUES ('mig', 'busy', 2, 2), ('mig', 'idle', 2, 0)`.execute(
+      ledger.db,
+    );
 
     expect(await ledger.migrate()).toEqual({ from: 4, to: SCHEMA_VERSION, applied: versionsAfter(4) });
     expect(await laneRow(ledger, 'mig', 'busy')).toEqual({ nextSeq: 2, busy: true });
     expect(await laneRow(ledger, 'mig', 'idle')).toEqual({ nextSeq: 2, busy: false });
     const columns = await sql<{ name: string }>`SELECT column_name AS name FROM information_schema.columns
       WHERE table_schema = DATABASE() AND table_name = 'lw_lanes'`.execute(ledger.db);
-    expect(columns.rows.map((r) => String(r.name).toLowerCase()).sort()).toEqual(['busy_from', 'lane', 'next_seq', 'queue']);
+    expect(columns.rows.map((r) => String(r.name).toLowerCase()).sort()).toEqual([
+      'busy_from',
+      'lane',
+      'next_seq',
+      'queue',
+    ]);
 
     // The busy lane: a new item waits behind the two; the held head's completion hands on to b2.
     const busyNext = await ledger.enqueue({ queue: 'mig', type: 't', payload: 5, lane: 'busy' });
@@ -212,9 +261,14 @@ describe('migrations', () => {
     await ledger.saveProgress([{ handle: held, progress: 50 }]);
     await ledger.recordStep(held, 'first', { ok: true });
     expect(await ledger.complete(held)).toMatchObject({ won: true });
-    expect(await ledger.inspect(item.id)).toMatchObject({ item: { progress: 50 }, steps: [{ name: 'first', attempt: 1, result: { ok: true } }] });
+    expect(await ledger.inspect(item.id)).toMatchObject({
+      item: { progress: 50 },
+      steps: [{ name: 'first', attempt: 1, result: { ok: true } }],
+    });
 
-    await sql`UPDATE ${ledger.tables.items} SET created_at = NOW(6) - INTERVAL 2 HOUR, terminal_at = NOW(6) - INTERVAL 2 HOUR`.execute(ledger.db);
+    await sql`UPDATE ${ledger.tables.items} SET created_at = NOW(6) - INTERVAL 2 HOUR, terminal_at = NOW(6) - INTERVAL 2 HOUR`.execute(
+      ledger.db,
+    );
     expect(await ledger.purge({ olderThanMs: 3_600_000, queue: 'mig' })).toBe(1);
     const left = await sql<{ n: number }>`SELECT COUNT(*) AS n FROM ${ledger.tables.steps}`.execute(ledger.db);
     expect(Number(left.rows[0]?.n)).toBe(0);

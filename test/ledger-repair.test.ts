@@ -1,6 +1,6 @@
 // Repair in place (Ledger.repair): a dead or cancelled item back to pending as itself, its lane's order, its guard.
 import { afterAll, beforeAll, describe, expect, test } from 'vitest';
-import { Ledger } from '../src/ledger/ledger.js';
+import type { Ledger } from '../src/ledger/ledger.js';
 import { RepairRejectedError, ValidationError } from '../src/errors.js';
 import { errorDigest } from '../src/ledger/ids.js';
 import type { WorkItem } from '../src/ledger/types.js';
@@ -30,7 +30,12 @@ async function killHead(queue: string): Promise<WorkItem> {
 }
 
 function guardOf(item: WorkItem): { expectAttempt: number; expectErrorDigest: string; reason: string; actor: string } {
-  return { expectAttempt: item.attempt, expectErrorDigest: errorDigest(item.lastError), reason: 'upstream fixed', actor: 'ops:ana' };
+  return {
+    expectAttempt: item.attempt,
+    expectErrorDigest: errorDigest(item.lastError),
+    reason: 'upstream fixed',
+    actor: 'ops:ana',
+  };
 }
 
 async function refusal(p: Promise<unknown>): Promise<RepairRejectedError> {
@@ -45,7 +50,14 @@ async function refusal(p: Promise<unknown>): Promise<RepairRejectedError> {
 describe('repair in place', () => {
   test('the item is pending again as itself: id, lane place, idempotency key, fresh budget; the repair is in its history', async () => {
     const queue = freshQueue('repair');
-    const enq = await ledger.enqueue({ queue, type: 'sync', payload: { v: 1 }, lane: 'L', idempotencyKey: 'k-1', maxAttempts: 4 });
+    const enq = await ledger.enqueue({
+      queue,
+      type: 'sync',
+      payload: { v: 1 },
+      lane: 'L',
+      idempotencyKey: 'k-1',
+      maxAttempts: 4,
+    });
     const dead = await killHead(queue);
     expect(dead).toMatchObject({ state: 'dead', attempt: 2, laneSeq: 1 });
     expect(await laneRow(ledger, queue, 'L')).toMatchObject({ busy: false });
@@ -53,12 +65,33 @@ describe('repair in place', () => {
     const r = await ledger.repair(dead.id, { ...guardOf(dead), repairId: 'rep-1' });
     expect(r).toEqual({ id: dead.id, repairId: 'rep-1', duplicate: false, isHead: true });
     const item = await mustGet(ledger, dead.id);
-    expect(item).toMatchObject({ id: enq.id, state: 'pending', lane: 'L', laneSeq: 1, isHead: true, idempotencyKey: 'k-1', attempt: 0, maxAttempts: 4, lastError: null, failureClass: null, terminalAt: null, replayOf: null });
+    expect(item).toMatchObject({
+      id: enq.id,
+      state: 'pending',
+      lane: 'L',
+      laneSeq: 1,
+      isHead: true,
+      idempotencyKey: 'k-1',
+      attempt: 0,
+      maxAttempts: 4,
+      lastError: null,
+      failureClass: null,
+      terminalAt: null,
+      replayOf: null,
+    });
     expect(await laneRow(ledger, queue, 'L')).toMatchObject({ busy: true });
     const repairRow = (await history(ledger, dead.id)).at(-1)!;
-    expect(repairRow).toMatchObject({ outcome: 'repaired', attempt: 2, repairId: 'rep-1', error: 'upstream fixed', worker: 'ops:ana' });
+    expect(repairRow).toMatchObject({
+      outcome: 'repaired',
+      attempt: 2,
+      repairId: 'rep-1',
+      error: 'upstream fixed',
+      worker: 'ops:ana',
+    });
     // The same idempotency key still finds it, not a new item.
-    expect(await ledger.enqueue({ queue, type: 'sync', payload: { v: 1 }, lane: 'L', idempotencyKey: 'k-1' })).toMatchObject({ id: dead.id, duplicate: true });
+    expect(
+      await ledger.enqueue({ queue, type: 'sync', payload: { v: 1 }, lane: 'L', idempotencyKey: 'k-1' }),
+    ).toMatchObject({ id: dead.id, duplicate: true });
 
     // A repeat of the same repair (its answer lost) does nothing more.
     expect(await ledger.repair(dead.id, { ...guardOf(dead), repairId: 'rep-1' })).toMatchObject({ duplicate: true });
@@ -74,7 +107,9 @@ describe('repair in place', () => {
 
   test('later pending items of its lane wait behind it again; those that completed stay completed', async () => {
     const queue = freshQueue('repair-order');
-    const [a, b, c] = await ledger.enqueueMany([1, 2, 3].map((v) => ({ queue, type: 'sync', payload: { v }, lane: 'L' })));
+    const [a, b, c] = await ledger.enqueueMany(
+      [1, 2, 3].map((v) => ({ queue, type: 'sync', payload: { v }, lane: 'L' })),
+    );
     const dead = await killHead(queue); // a dies; the lane passes it
     expect(dead.id).toBe(a!.id);
     const bRun = await claimOne(ledger, queue);
@@ -99,7 +134,9 @@ describe('repair in place', () => {
 
   test("refused while its lane's head runs (nothing written); allowed once it ended", async () => {
     const queue = freshQueue('repair-busy');
-    const [, b, c] = await ledger.enqueueMany([1, 2, 3].map((v) => ({ queue, type: 'sync', payload: { v }, lane: 'L' })));
+    const [, b, c] = await ledger.enqueueMany(
+      [1, 2, 3].map((v) => ({ queue, type: 'sync', payload: { v }, lane: 'L' })),
+    );
     const dead = await killHead(queue);
     const running = await claimOne(ledger, queue);
     expect(running.id).toBe(b!.id);
@@ -117,7 +154,9 @@ describe('repair in place', () => {
 
   test('an item cancelled while it waited behind a running head waits its turn again', async () => {
     const queue = freshQueue('repair-wait');
-    const [a, b, c] = await ledger.enqueueMany([1, 2, 3].map((v) => ({ queue, type: 'sync', payload: { v }, lane: 'L' })));
+    const [a, b, c] = await ledger.enqueueMany(
+      [1, 2, 3].map((v) => ({ queue, type: 'sync', payload: { v }, lane: 'L' })),
+    );
     const running = await claimOne(ledger, queue);
     expect(running.id).toBe(a!.id);
     expect(await ledger.cancel(b!.id, 'not now')).toBe('cancelled');
@@ -153,8 +192,12 @@ describe('repair in place', () => {
     await ledger.enqueue({ queue, type: 'sync', payload: 1 });
     const dead = await killHead(queue);
     const count = await itemCount(ledger, queue);
-    expect((await refusal(ledger.repair(dead.id, { ...guardOf(dead), expectAttempt: 1 }))).reason).toBe('attempt_mismatch');
-    expect((await refusal(ledger.repair(dead.id, { ...guardOf(dead), expectErrorDigest: errorDigest('first') }))).reason).toBe('error_mismatch');
+    expect((await refusal(ledger.repair(dead.id, { ...guardOf(dead), expectAttempt: 1 }))).reason).toBe(
+      'attempt_mismatch',
+    );
+    expect(
+      (await refusal(ledger.repair(dead.id, { ...guardOf(dead), expectErrorDigest: errorDigest('first') }))).reason,
+    ).toBe('error_mismatch');
     expect((await refusal(ledger.repair('no-such-item', guardOf(dead)))).reason).toBe('not_found');
     expect(await mustGet(ledger, dead.id)).toEqual(dead);
     expect(await itemCount(ledger, queue)).toBe(count);
@@ -184,7 +227,18 @@ describe('lanewake repair', () => {
     const inspect = await lanewake(['--database-url', tl.url, 'inspect', dead.id]);
     expect(inspect.out).toContain(digest);
 
-    const base = ['--database-url', tl.url, 'repair', dead.id, '--expect-error-digest', digest, '--reason', 'bad deploy rolled back', '--actor', 'ops:bo'];
+    const base = [
+      '--database-url',
+      tl.url,
+      'repair',
+      dead.id,
+      '--expect-error-digest',
+      digest,
+      '--reason',
+      'bad deploy rolled back',
+      '--actor',
+      'ops:bo',
+    ];
     const stale = await lanewake([...base, '--expect-attempt', '1']);
     expect(stale.code).toBe(1);
     expect(stale.err).toMatch(/refused: attempt mismatch/);
@@ -193,7 +247,11 @@ describe('lanewake repair', () => {
     const ok = await lanewake([...base, '--expect-attempt', String(dead.attempt), '--json']);
     expect(ok.code, ok.err).toBe(0);
     expect(JSON.parse(ok.out)).toMatchObject({ id: dead.id, isHead: true, duplicate: false });
-    expect((await history(ledger, dead.id)).at(-1)).toMatchObject({ outcome: 'repaired', worker: 'ops:bo', error: 'bad deploy rolled back' });
+    expect((await history(ledger, dead.id)).at(-1)).toMatchObject({
+      outcome: 'repaired',
+      worker: 'ops:bo',
+      error: 'bad deploy rolled back',
+    });
     const after = await lanewake(['--database-url', tl.url, 'inspect', dead.id]);
     expect(after.out).toMatch(/repaired .*ops:bo.*repair \S+: bad deploy rolled back/);
   });

@@ -19,9 +19,13 @@ test('stats counts each queue from bounded index ranges: exact below the cap; at
   const cap = statsCountCap('completed');
   // One more completed item than the cap counts, written in bulk.
   for (let i = 0; i <= cap; i += 1000) {
-    await tl.ledger.enqueueMany(Array.from({ length: Math.min(1000, cap + 1 - i) }, (_, k) => ({ queue: big, type: 't', payload: { k: i + k } })));
+    await tl.ledger.enqueueMany(
+      Array.from({ length: Math.min(1000, cap + 1 - i) }, (_, k) => ({ queue: big, type: 't', payload: { k: i + k } })),
+    );
   }
-  await sql`UPDATE ${tl.ledger.tables.items} SET state = 'completed', terminal_at = NOW(6) WHERE queue = ${big}`.execute(tl.ledger.db);
+  await sql`UPDATE ${tl.ledger.tables.items} SET state = 'completed', terminal_at = NOW(6) WHERE queue = ${big}`.execute(
+    tl.ledger.db,
+  );
   await tl.ledger.enqueueMany([
     { queue: big, type: 't', payload: 'waiting' },
     { queue: small, type: 't', payload: 1 },
@@ -34,9 +38,20 @@ test('stats counts each queue from bounded index ranges: exact below the cap; at
   stop();
   const byQueue = new Map(stats.map((s) => [s.queue, s]));
   expect([...byQueue.keys()]).toEqual([big, small].sort());
-  expect(byQueue.get(big)?.counts).toMatchObject({ completed: { count: cap, atLeast: true }, pending: { count: 1, atLeast: false } });
+  expect(byQueue.get(big)?.counts).toMatchObject({
+    completed: { count: cap, atLeast: true },
+    pending: { count: 1, atLeast: false },
+  });
   expect(ITEM_STATES.filter((state) => byQueue.get(big)?.counts[state].atLeast)).toEqual(['completed']);
-  expect(exactCounts(byQueue.get(small))).toEqual({ pending: 3, processing: 0, blocked: 0, completed: 0, skipped: 0, dead: 0, cancelled: 0 });
+  expect(exactCounts(byQueue.get(small))).toEqual({
+    pending: 3,
+    processing: 0,
+    blocked: 0,
+    completed: 0,
+    skipped: 0,
+    dead: 0,
+    cancelled: 0,
+  });
   expect(byQueue.get(small)?.oldestDueAgeMs).toBeGreaterThanOrEqual(0);
   // Never a GROUP BY over the table.
   expect(statements.filter((s) => /GROUP BY/i.test(s))).toEqual([]);
@@ -44,7 +59,10 @@ test('stats counts each queue from bounded index ranges: exact below the cap; at
   expect((await tl.ledger.fleetStats({ everyMs: 0 })).countedHere).toBe(true);
   const read = await tl.ledger.fleetStats({ everyMs: 3_600_000 });
   expect(read.countedHere).toBe(false);
-  expect(read.stats.find((s) => s.queue === big)?.counts).toMatchObject({ completed: { count: cap, atLeast: true }, pending: { count: 1, atLeast: false } });
+  expect(read.stats.find((s) => s.queue === big)?.counts).toMatchObject({
+    completed: { count: cap, atLeast: true },
+    pending: { count: 1, atLeast: false },
+  });
   expect(read.stats.find((s) => s.queue === small)?.scheduled).toEqual({ count: 0, atLeast: false });
 }, 120_000);
 
@@ -61,7 +79,8 @@ test('the fleet counts once: of replicas asking together exactly one counts, the
   const first = await Promise.all(replicas.map((r) => r.fleetStats({ everyMs: EVERY_MS })));
   expect(first.filter((f) => f.countedHere)).toHaveLength(1);
   // Whoever did not count read what the counter recorded, or nothing if it asked before the count was in.
-  for (const f of first) if (f.stats.length > 0) expect(f.stats.find((s) => s.queue === queue)?.counts.pending.count).toBe(2);
+  for (const f of first)
+    if (f.stats.length > 0) expect(f.stats.find((s) => s.queue === queue)?.counts.pending.count).toBe(2);
   await tl.ledger.enqueue({ queue, type: 't', payload: 3 });
   const again = await Promise.all(replicas.map((r) => r.fleetStats({ everyMs: EVERY_MS })));
   expect(again.filter((f) => f.countedHere)).toHaveLength(0);
@@ -69,11 +88,16 @@ test('the fleet counts once: of replicas asking together exactly one counts, the
   // Past everyMs (here: a task asked for every 0 ms), a replica counts again and sees the third item.
   // With 0 ms a second replica may count right after the first has recorded (on TiDB the four calls
   // do not overlap as on MariaDB): the lease keeps counts apart, not to one per round.
-  const later = await waitFor(async () => {
-    const r = await Promise.all(replicas.map((x) => x.fleetStats({ everyMs: 0 })));
-    return r.some((f) => f.countedHere) ? r : undefined;
-  }, 10_000, 'a recount');
-  for (const f of later.filter((x) => x.countedHere)) expect(f.stats.find((s) => s.queue === queue)?.counts.pending.count).toBe(3);
+  const later = await waitFor(
+    async () => {
+      const r = await Promise.all(replicas.map((x) => x.fleetStats({ everyMs: 0 })));
+      return r.some((f) => f.countedHere) ? r : undefined;
+    },
+    10_000,
+    'a recount',
+  );
+  for (const f of later.filter((x) => x.countedHere))
+    expect(f.stats.find((s) => s.queue === queue)?.counts.pending.count).toBe(3);
 });
 
 test('stats counts the pending items not due yet apart: scheduled', async () => {
@@ -84,5 +108,9 @@ test('stats counts the pending items not due yet apart: scheduled', async () => 
     ...[2, 3, 4].map((n) => ({ queue, type: 't', payload: { n }, delayMs: 3_600_000 })),
   ]);
   const [s] = await tl.ledger.stats(queue);
-  expect(s).toMatchObject({ queue, scheduled: { count: 3, atLeast: false }, counts: { pending: { count: 5, atLeast: false } } });
+  expect(s).toMatchObject({
+    queue,
+    scheduled: { count: 3, atLeast: false },
+    counts: { pending: { count: 5, atLeast: false } },
+  });
 });

@@ -14,14 +14,18 @@ let ledger: Ledger;
 beforeAll(async () => {
   tl = await createTestLedger();
   ledger = tl.ledger;
-  await sql`CREATE TABLE step_writes (id INT AUTO_INCREMENT PRIMARY KEY, item_id VARCHAR(32) NOT NULL, note VARCHAR(64) NOT NULL)`.execute(ledger.db);
+  await sql`CREATE TABLE step_writes (id INT AUTO_INCREMENT PRIMARY KEY, item_id VARCHAR(32) NOT NULL, note VARCHAR(64) NOT NULL)`.execute(
+    ledger.db,
+  );
 });
 afterAll(async () => {
   await tl?.drop();
 });
 
 async function stepWrites(itemId: string): Promise<string[]> {
-  const r = await sql<{ note: string }>`SELECT note FROM step_writes WHERE item_id = ${itemId} ORDER BY id`.execute(ledger.db);
+  const r = await sql<{ note: string }>`SELECT note FROM step_writes WHERE item_id = ${itemId} ORDER BY id`.execute(
+    ledger.db,
+  );
   return r.rows.map((x) => x.note);
 }
 
@@ -34,7 +38,11 @@ describe('durable steps', () => {
     expect(await ledger.steps(id)).toMatchObject([{ name: 'fetch', attempt: 1, result: { rows: 3 } }]);
 
     // The lease runs out and the item is reclaimed and claimed again.
-    await waitFor(async () => (await ledger.reclaimExpired({ queue })).reclaimed.length > 0 || undefined, 10_000, 'reclaim');
+    await waitFor(
+      async () => (await ledger.reclaimExpired({ queue })).reclaimed.length > 0 || undefined,
+      10_000,
+      'reclaim',
+    );
     const second = await claimOne(ledger, queue, 'second');
     expect(second.attempt).toBe(2);
 
@@ -83,7 +91,10 @@ describe('durable steps', () => {
     const { id } = await ledger.enqueue({ queue, type: 't', payload: {} });
     const held = await claimOne(ledger, queue);
     const refused = async (p: Promise<unknown>, field: string): Promise<void> => {
-      const error = await p.then(() => undefined, (e: unknown) => e);
+      const error = await p.then(
+        () => undefined,
+        (e: unknown) => e,
+      );
       expect(error).toBeInstanceOf(ValidationError);
       expect((error as ValidationError).fields).toEqual([field]);
     };
@@ -91,7 +102,10 @@ describe('durable steps', () => {
     await refused(ledger.recordStep(held, 'x'.repeat(256), 1), 'name');
     await refused(ledger.recordStep(held, 'ends in a space ', 1), 'name');
     await refused(ledger.recordStep(held, 'big', 'x'.repeat(ledger.config.resultMaxBytes + 1)), 'step result');
-    await refused(ledger.recordStep(held, 'fn', () => 1), 'step result');
+    await refused(
+      ledger.recordStep(held, 'fn', () => 1),
+      'step result',
+    );
     await refused(ledger.saveProgress([{ handle: held, progress: 101 }]), 'progress');
     await refused(ledger.saveProgress([{ handle: held, progress: 'half' }]), 'progress');
     await refused(ledger.saveProgress([{ handle: held, progress: { note: 'x'.repeat(5000) } }]), 'progress');

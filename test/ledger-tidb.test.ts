@@ -37,7 +37,9 @@ describe.runIf(tidb)('on TiDB', () => {
   test("the schema's executable comments are applied: items clustered by id, the other tables nonclustered with row ids sharded", async () => {
     const t = pess.ledger.tables;
     const ddlOf = async (table: typeof t.items) =>
-      (await sql<{ 'Create Table': string }>`SHOW CREATE TABLE ${table}`.execute(pess.ledger.db)).rows[0]?.['Create Table'] ?? '';
+      (await sql<{ 'Create Table': string }>`SHOW CREATE TABLE ${table}`.execute(pess.ledger.db)).rows[0]?.[
+        'Create Table'
+      ] ?? '';
     const items = await ddlOf(t.items);
     expect(items, items).toMatch(/PRIMARY KEY \(`id`\) \/\*T!\[clustered_index\] CLUSTERED \*\//);
     expect(items, items).not.toMatch(/SHARD_ROW_ID_BITS/);
@@ -54,8 +56,12 @@ describe.runIf(tidb)('on TiDB', () => {
       const { ledger } = own;
       expect((await ledger.capabilities()).prepared).toBe(true);
       const queue = freshQueue('prepared');
-      const ids = (await ledger.enqueueMany([1, 2].map((n) => ({ queue, type: 't', payload: { n } })))).map((r) => r.id);
-      const [laneHead] = (await ledger.enqueueMany([3, 4].map((n) => ({ queue, type: 't', payload: { n }, lane: 'L' })))).map((r) => r.id);
+      const ids = (await ledger.enqueueMany([1, 2].map((n) => ({ queue, type: 't', payload: { n } })))).map(
+        (r) => r.id,
+      );
+      const [laneHead] = (
+        await ledger.enqueueMany([3, 4].map((n) => ({ queue, type: 't', payload: { n }, lane: 'L' })))
+      ).map((r) => r.id);
       const claimed = await ledger.claimByIds({ queue, owner: 'w', leaseMs: 60_000, ids: [...ids, laneHead!] });
       const [batch, single, head] = [...ids, laneHead!].map((id) => claimed.find((c) => c.id === id));
       // One laneless batch UPDATE (sql/completion-cas.ts), and items ended in a transaction, as ctx.transaction does (sql/transition.ts):
@@ -64,31 +70,58 @@ describe.runIf(tidb)('on TiDB', () => {
       await ledger.completeWithin(single!, async () => 2);
       await ledger.completeWithin(head!, async () => 3);
       // What the ledger sent prepared, as TiDB recorded it: the text with its markers, then ` [arguments: (…)]` (a text sent as a query has neither).
-      const r = await sql<{ text: string }>`SELECT DISTINCT query_sample_text AS text FROM information_schema.statements_summary
+      const r = await sql<{
+        text: string;
+      }>`SELECT DISTINCT query_sample_text AS text FROM information_schema.statements_summary
         WHERE schema_name = DATABASE() AND query_sample_text LIKE '/* lw:prepared */%'`.execute(ledger.db);
-      const sent = new Map(r.rows.flatMap((row) => {
-        const m = / \[arguments: \((.*)\)\]$/s.exec(row.text);
-        return m ? [[row.text.slice(0, m.index), m[1]!] as const] : [];
-      }));
+      const sent = new Map(
+        r.rows.flatMap((row) => {
+          const m = / \[arguments: \((.*)\)\]$/s.exec(row.text);
+          return m ? [[row.text.slice(0, m.index), m[1]!] as const] : [];
+        }),
+      );
       const texts = [...sent.keys()];
-      expect(texts.filter((text) => /SET state = 'completed'/.test(text)), JSON.stringify(texts)).toHaveLength(2);
+      expect(
+        texts.filter((text) => /SET state = 'completed'/.test(text)),
+        JSON.stringify(texts),
+      ).toHaveLength(2);
       // The claim's CAS and its read-back (sql/claim.ts), on the connections that return a write conflict.
-      expect(texts.filter((text) => /SET state = 'processing'/.test(text)), JSON.stringify(texts)).toHaveLength(1);
-      expect(texts.filter((text) => /^\/\* lw:prepared \*\/ SELECT .* AND lease_token = \? AND state = 'processing'$/s.test(text)), JSON.stringify(texts)).toHaveLength(1);
+      expect(
+        texts.filter((text) => /SET state = 'processing'/.test(text)),
+        JSON.stringify(texts),
+      ).toHaveLength(1);
+      expect(
+        texts.filter((text) =>
+          /^\/\* lw:prepared \*\/ SELECT .* AND lease_token = \? AND state = 'processing'$/s.test(text),
+        ),
+        JSON.stringify(texts),
+      ).toHaveLength(1);
       // The lane hand-on: the lane row's read, and its successor made the head.
-      expect(texts.filter((text) => /SELECT next_seq FROM/.test(text)), JSON.stringify(texts)).toHaveLength(1);
-      expect(texts.filter((text) => /SET is_head = 1/.test(text)), JSON.stringify(texts)).toHaveLength(1);
+      expect(
+        texts.filter((text) => /SELECT next_seq FROM/.test(text)),
+        JSON.stringify(texts),
+      ).toHaveLength(1);
+      expect(
+        texts.filter((text) => /SET is_head = 1/.test(text)),
+        JSON.stringify(texts),
+      ).toHaveLength(1);
       // Each is served from the plan cache when it runs again on a connection of the ledger's pool, which binds values as it does
       // its own (connection.ts). Under READ COMMITTED any DDL on the server (another test's migration, in parallel) empties the cache:
       // a text gets a few runs in a row to be seen served from it.
       await ledger.db.connection().execute(async (conn) => {
         for (const text of texts) {
           const values = parametersLike(sent.get(text)!);
-          const statement = sql.join(text.split('?').map((part, i) => (i === 0 ? sql.raw(part) : sql`${values[i - 1] ?? null}${sql.raw(part)}`)), sql.raw(''));
+          const statement = sql.join(
+            text.split('?').map((part, i) => (i === 0 ? sql.raw(part) : sql`${values[i - 1] ?? null}${sql.raw(part)}`)),
+            sql.raw(''),
+          );
           let served = false;
           for (let run = 0; run < 20 && !served; run++) {
             await statement.execute(conn);
-            served = Number((await sql<{ served: number }>`SELECT @@last_plan_from_cache AS served`.execute(conn)).rows[0]?.served) === 1;
+            served =
+              Number(
+                (await sql<{ served: number }>`SELECT @@last_plan_from_cache AS served`.execute(conn)).rows[0]?.served,
+              ) === 1;
           }
           expect(served, text).toBe(true);
         }
@@ -125,14 +158,22 @@ describe.runIf(tidb)('on TiDB', () => {
   }
 
   /** Rewrites a key's row from four sessions as fast as they can while `work` runs, as completions of a busy key do. */
-  async function whileKeyRowRewritten(ledger: Ledger, queue: string, key: string, work: () => Promise<void>): Promise<void> {
+  async function whileKeyRowRewritten(
+    ledger: Ledger,
+    queue: string,
+    key: string,
+    work: () => Promise<void>,
+  ): Promise<void> {
     let hammering = true;
     const writes = { n: 0 };
     const hammer = async (): Promise<void> => {
       while (hammering) {
         await sql`UPDATE ${ledger.tables.keys} SET next_round = next_round + 1 WHERE queue = ${queue} AND ckey = ${key}`
           .execute(ledger.db)
-          .then(() => writes.n++, () => undefined);
+          .then(
+            () => writes.n++,
+            () => undefined,
+          );
       }
     };
     const hammers = Array.from({ length: 4 }, hammer);
@@ -146,7 +187,13 @@ describe.runIf(tidb)('on TiDB', () => {
   }
 
   const admittedOf = async (ledger: Ledger, queue: string, key: string): Promise<number> =>
-    Number((await sql<{ admitted: number }>`SELECT admitted FROM ${ledger.tables.keys} WHERE queue = ${queue} AND ckey = ${key}`.execute(ledger.db)).rows[0]?.admitted);
+    Number(
+      (
+        await sql<{
+          admitted: number;
+        }>`SELECT admitted FROM ${ledger.tables.keys} WHERE queue = ${queue} AND ckey = ${key}`.execute(ledger.db)
+      ).rows[0]?.admitted,
+    );
 
   /** A fresh queue whose key 'hot' (limit 1,000) has one item, so its row exists. */
   async function hotKeyQueue(ledger: Ledger, label: string): Promise<string> {
@@ -160,14 +207,20 @@ describe.runIf(tidb)('on TiDB', () => {
   async function enqueueHotBatches(ledger: Ledger, queue: string, opts: { idempotent: boolean }): Promise<void> {
     for (let k = 1; k <= 5; k++) {
       const r = await ledger.enqueueMany(
-        Array.from({ length: 10 }, (_, j) => ({ queue, type: 't', payload: { k, j }, concurrencyKey: 'hot', ...(opts.idempotent ? { idempotencyKey: `k${k}-${j}` } : {}) })),
+        Array.from({ length: 10 }, (_, j) => ({
+          queue,
+          type: 't',
+          payload: { k, j },
+          concurrencyKey: 'hot',
+          ...(opts.idempotent ? { idempotencyKey: `k${k}-${j}` } : {}),
+        })),
       );
       expect(r.filter((x) => !x.duplicate)).toHaveLength(10);
     }
   }
 
   // In optimistic mode every transaction that wrote the key's row loses at COMMIT to any that wrote it meanwhile.
-  test("optimistic mode: a keyed enqueue whose key row others write all the time still commits, its retries taking their locks", async () => {
+  test('optimistic mode: a keyed enqueue whose key row others write all the time still commits, its retries taking their locks', async () => {
     const { ledger } = opt;
     const queue = await hotKeyQueue(ledger, 'tidb-hot-key');
     await whileKeyRowRewritten(ledger, queue, 'hot', async () => {
@@ -202,7 +255,11 @@ describe.runIf(tidb)('on TiDB', () => {
         );
         const winners = results.flatMap((r) => r.items);
         expect(winners.map((w) => w.id)).toEqual([id]);
-        expect(await mustGet(ledger, id)).toMatchObject({ state: 'processing', attempt: 1, leaseOwner: winners[0]?.leaseOwner });
+        expect(await mustGet(ledger, id)).toMatchObject({
+          state: 'processing',
+          attempt: 1,
+          leaseOwner: winners[0]?.leaseOwner,
+        });
       }
     });
 
@@ -212,7 +269,11 @@ describe.runIf(tidb)('on TiDB', () => {
         const queue = freshQueue('tidb-reclaim');
         await ledger.enqueue({ queue, type: 't', payload: round });
         const c = await claimOne(ledger, queue, 'holder', 50);
-        await waitFor(async () => (await ledger.now()).getTime() > c.leaseUntil.getTime() || undefined, 5_000, 'the lease to run out');
+        await waitFor(
+          async () => (await ledger.now()).getTime() > c.leaseUntil.getTime() || undefined,
+          5_000,
+          'the lease to run out',
+        );
         const [done, reclaim] = await Promise.all([ledger.complete(c, 'late'), ledger.reclaimExpired({ queue })]);
         const item = await mustGet(ledger, c.id);
         if (done.won) {
@@ -229,11 +290,17 @@ describe.runIf(tidb)('on TiDB', () => {
       const { ledger } = get();
       const queue = freshQueue('tidb-lanes');
       await Promise.all(
-        Array.from({ length: 12 }, (_, k) => ledger.enqueueMany(Array.from({ length: 5 }, (_, j) => ({ queue, type: 't', lane: `L${k % 3}`, payload: { k, j } })))),
+        Array.from({ length: 12 }, (_, k) =>
+          ledger.enqueueMany(
+            Array.from({ length: 5 }, (_, j) => ({ queue, type: 't', lane: `L${k % 3}`, payload: { k, j } })),
+          ),
+        ),
       );
       const seen = new Map<string, number[]>();
       for (;;) {
-        const claims = await Promise.all([0, 1, 2].map((k) => ledger.claim({ queue, owner: `w${k}`, limit: 10, leaseMs: 60_000 })));
+        const claims = await Promise.all(
+          [0, 1, 2].map((k) => ledger.claim({ queue, owner: `w${k}`, limit: 10, leaseMs: 60_000 })),
+        );
         const items = claims.flatMap((c) => c.items);
         if (items.length === 0) break;
         const lanes = items.map((i) => i.lane);

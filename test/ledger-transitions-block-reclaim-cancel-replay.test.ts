@@ -1,13 +1,25 @@
 // The ledger's transitions: blocked items and their dependencies, reclaim of expired leases, cancel and replay.
 import { sql } from 'kysely';
 import { afterAll, beforeAll, describe, expect, test } from 'vitest';
-import { Ledger } from '../src/ledger/ledger.js';
+import type { Ledger } from '../src/ledger/ledger.js';
 import { ReplayRejectedError } from '../src/errors.js';
 import { createLogger } from '../src/log.js';
 import { Reconciler } from '../src/supervisor/reconciler.js';
 import { errorDigest } from '../src/ledger/ids.js';
 import type { WorkItem } from '../src/ledger/types.js';
-import { claimAll, claimOne, expireAndReclaim, freshQueue, history, itemCount, laneRow, ms, mustGet, only, waitRow } from './support/items.js';
+import {
+  claimAll,
+  claimOne,
+  expireAndReclaim,
+  freshQueue,
+  history,
+  itemCount,
+  laneRow,
+  ms,
+  mustGet,
+  only,
+  waitRow,
+} from './support/items.js';
 import { createTestLedger, waitFor, type TestLedger } from './support/ledger.js';
 
 let tl: TestLedger;
@@ -30,7 +42,10 @@ describe('block and dependencies', () => {
     const c = await claimOne(ledger, queue);
     const o = await claimOne(ledger, otherQueue);
     const before = await ledger.now();
-    expect(await ledger.block(c, { dependencyKey: 'repo:42', maxWaitMs: 600_000 })).toEqual({ won: true, state: 'blocked' });
+    expect(await ledger.block(c, { dependencyKey: 'repo:42', maxWaitMs: 600_000 })).toEqual({
+      won: true,
+      state: 'blocked',
+    });
     expect((await ledger.block(o, { dependencyKey: 'repo:42', maxWaitMs: 600_000 })).won).toBe(true);
     const blocked = await mustGet(ledger, c.id);
     expect(blocked).toMatchObject({ state: 'blocked', dependencyKey: 'repo:42', attempt: 0, leaseUntil: null });
@@ -61,7 +76,9 @@ describe('block and dependencies', () => {
     const queue = freshQueue('probe');
     await ledger.enqueue({ queue, type: 't', payload: 1 });
     const c = await claimOne(ledger, queue);
-    expect((await ledger.block(c, { dependencyKey: 'dep-probe', maxWaitMs: 600_000, probeAfterMs: 150 })).won).toBe(true);
+    expect((await ledger.block(c, { dependencyKey: 'dep-probe', maxWaitMs: 600_000, probeAfterMs: 150 })).won).toBe(
+      true,
+    );
     expect((await waitRow(ledger, c.id))?.probeAfter).toEqual((await mustGet(ledger, c.id)).probeAfter);
     expect((await ledger.probeDependencyWaits({ queue })).probed).toEqual([]);
     const probed = await waitFor(
@@ -94,7 +111,13 @@ describe('block and dependencies', () => {
     await sql`DELETE FROM ${ledger.tables.waits} WHERE item_id = ${a.id}`.execute(ledger.db);
     expect((await ledger.wakeDependency('never-woken-key')).length).toBe(0);
 
-    const reconciler = new Reconciler({ ledger, queues: [queue], intervalMs: 3_600_000, retentionMs: 0, log: createLogger('test', 'silent') });
+    const reconciler = new Reconciler({
+      ledger,
+      queues: [queue],
+      intervalMs: 3_600_000,
+      retentionMs: 0,
+      log: createLogger('test', 'silent'),
+    });
     await reconciler.pass();
     expect((await waitRow(ledger, a.id))?.dependencyKey).toBe('old-code');
     expect(await ledger.repairWaits(queue)).toBe(0); // nothing left to record
@@ -196,7 +219,15 @@ describe('cancel', () => {
 
 describe('replay', () => {
   async function deadItem(queue: string, lane?: string): Promise<WorkItem> {
-    await ledger.enqueue({ queue, type: 'sync', payload: { repo: 7 }, priority: 3, queueClass: 'bulk', maxAttempts: 4, ...(lane ? { lane } : {}) });
+    await ledger.enqueue({
+      queue,
+      type: 'sync',
+      payload: { repo: 7 },
+      priority: 3,
+      queueClass: 'bulk',
+      maxAttempts: 4,
+      ...(lane ? { lane } : {}),
+    });
     const c = await claimOne(ledger, queue);
     await ledger.retry(c, { error: 'first', delayMs: 0 });
     const c2 = await claimOne(ledger, queue);
@@ -233,7 +264,9 @@ describe('replay', () => {
     expect((await claimOne(ledger, queue)).id).toBe(r.id);
 
     const count = await itemCount(ledger, queue);
-    const err = await ledger.replay(dead.id, { expectAttempt: 2, expectErrorDigest: errorDigest(dead.lastError) }).catch((e: unknown) => e);
+    const err = await ledger
+      .replay(dead.id, { expectAttempt: 2, expectErrorDigest: errorDigest(dead.lastError) })
+      .catch((e: unknown) => e);
     expect(err).toBeInstanceOf(ReplayRejectedError);
     expect((err as ReplayRejectedError).reason).toBe('already_replayed');
     expect(await itemCount(ledger, queue)).toBe(count);
@@ -245,11 +278,15 @@ describe('replay', () => {
     const count = await itemCount(ledger, queue);
     const lanes = await sql<{ n: number }>`SELECT COUNT(*) AS n FROM ${ledger.tables.lanes}`.execute(ledger.db);
 
-    const wrongAttempt = await ledger.replay(dead.id, { expectAttempt: 1, expectErrorDigest: errorDigest(dead.lastError) }).catch((e: unknown) => e);
+    const wrongAttempt = await ledger
+      .replay(dead.id, { expectAttempt: 1, expectErrorDigest: errorDigest(dead.lastError) })
+      .catch((e: unknown) => e);
     expect(wrongAttempt).toBeInstanceOf(ReplayRejectedError);
     expect((wrongAttempt as ReplayRejectedError).reason).toBe('attempt_mismatch');
 
-    const wrongDigest = await ledger.replay(dead.id, { expectAttempt: 2, expectErrorDigest: errorDigest('first') }).catch((e: unknown) => e);
+    const wrongDigest = await ledger
+      .replay(dead.id, { expectAttempt: 2, expectErrorDigest: errorDigest('first') })
+      .catch((e: unknown) => e);
     expect(wrongDigest).toBeInstanceOf(ReplayRejectedError);
     expect((wrongDigest as ReplayRejectedError).reason).toBe('error_mismatch');
 
@@ -272,10 +309,14 @@ describe('replay', () => {
     const c = only(await ledger.claimByIds({ queue, owner: 'w', leaseMs: 60_000, ids: [a!.id] }));
     await ledger.complete(c);
     const done = await mustGet(ledger, a!.id);
-    const err = await ledger.replay(done.id, { expectAttempt: 1, expectErrorDigest: errorDigest(null) }).catch((e: unknown) => e);
+    const err = await ledger
+      .replay(done.id, { expectAttempt: 1, expectErrorDigest: errorDigest(null) })
+      .catch((e: unknown) => e);
     expect(err).toBeInstanceOf(ReplayRejectedError);
     expect((err as ReplayRejectedError).reason).toBe('not_replayable_state');
-    const missing = await ledger.replay('no-such-item', { expectAttempt: 0, expectErrorDigest: errorDigest(null) }).catch((e: unknown) => e);
+    const missing = await ledger
+      .replay('no-such-item', { expectAttempt: 0, expectErrorDigest: errorDigest(null) })
+      .catch((e: unknown) => e);
     expect((missing as ReplayRejectedError).reason).toBe('not_found');
 
     expect(await ledger.cancel(b!.id, 'oops')).toBe('cancelled');

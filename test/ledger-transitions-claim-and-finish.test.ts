@@ -201,7 +201,13 @@ describe('retry', () => {
     expect(ms(item.runAfter)).toBeGreaterThanOrEqual(before.getTime() + 5_000);
     expect(await claimAll(ledger, queue)).toEqual([]);
     const h = only(await history(ledger, c.id));
-    expect(h).toMatchObject({ itemId: c.id, attempt: 1, outcome: 'retried', failureClass: 'error', worker: 'worker-r' });
+    expect(h).toMatchObject({
+      itemId: c.id,
+      attempt: 1,
+      outcome: 'retried',
+      failureClass: 'error',
+      worker: 'worker-r',
+    });
     expect(h.error).toContain('connection reset');
     expect(ms(h.startedAt)).toBe(ms(c.startedAt));
   });
@@ -240,7 +246,11 @@ describe('fail, release, skip', () => {
     const queue = freshQueue('fail');
     await ledger.enqueue({ queue, type: 't', payload: 1 });
     const c = await claimOne(ledger, queue);
-    expect(await ledger.fail(c, { error: new Error('bad request') })).toEqual({ won: true, state: 'dead', failureClass: 'permanent' });
+    expect(await ledger.fail(c, { error: new Error('bad request') })).toEqual({
+      won: true,
+      state: 'dead',
+      failureClass: 'permanent',
+    });
     const item = await mustGet(ledger, c.id);
     expect(item).toMatchObject({ state: 'dead', failureClass: 'permanent', attempt: 1, leaseUntil: null });
     expect(item.lastError).toContain('bad request');
@@ -283,7 +293,12 @@ describe('fail, release, skip', () => {
     expect(await ledger.skip(c, { why: 'stale' })).toEqual({ won: true, state: 'skipped' });
     const item = await mustGet(ledger, c.id);
     // The reason is the result as given, and as text the item's last word and its history entry's.
-    expect(item).toMatchObject({ state: 'skipped', result: { why: 'stale' }, lastError: '{"why":"stale"}', failureClass: null });
+    expect(item).toMatchObject({
+      state: 'skipped',
+      result: { why: 'stale' },
+      lastError: '{"why":"stale"}',
+      failureClass: null,
+    });
     expect(item.terminalAt).toBeInstanceOf(Date);
     expect(only(await history(ledger, c.id))).toMatchObject({ outcome: 'skipped', error: '{"why":"stale"}' });
   });

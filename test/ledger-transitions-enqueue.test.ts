@@ -1,6 +1,6 @@
 // The ledger's transitions: enqueue (defaults, batches, due times, priority, claim filters) and idempotency keys.
 import { afterAll, beforeAll, describe, expect, test } from 'vitest';
-import { Ledger } from '../src/ledger/ledger.js';
+import type { Ledger } from '../src/ledger/ledger.js';
 import { claimAll, claimOne, freshQueue, itemCount, laneRow, ms, mustGet, only } from './support/items.js';
 import { createTestLedger, waitFor, type TestLedger } from './support/ledger.js';
 
@@ -125,7 +125,8 @@ describe('enqueue', () => {
     expect(two.items.map((i) => i.priority).sort((a, b) => a - b)).toEqual([-7, -1]);
     expect(two.moreAvailable).toBe(true);
     const order: number[] = [];
-    for (let k = 0; k < 3; k++) order.push(only((await ledger.claim({ queue, owner: 'w', limit: 1, leaseMs: 60_000 })).items).priority);
+    for (let k = 0; k < 3; k++)
+      order.push(only((await ledger.claim({ queue, owner: 'w', limit: 1, leaseMs: 60_000 })).items).priority);
     expect(order).toEqual([0, 3, 5]);
   });
 
@@ -143,7 +144,14 @@ describe('enqueue', () => {
     expect(bulk.items.every((i) => i.queueClass === 'bulk')).toBe(true);
     const typeB = await ledger.claim({ queue, owner: 'w', limit: 10, leaseMs: 60_000, types: ['b'] });
     expect(typeB.items.map((i) => i.payload)).toEqual([4]);
-    const interactiveC = await ledger.claim({ queue, owner: 'w', limit: 10, leaseMs: 60_000, classes: ['interactive'], types: ['c'] });
+    const interactiveC = await ledger.claim({
+      queue,
+      owner: 'w',
+      limit: 10,
+      leaseMs: 60_000,
+      classes: ['interactive'],
+      types: ['c'],
+    });
     expect(interactiveC.items).toEqual([]);
     const rest = await claimAll(ledger, queue);
     expect(rest.map((i) => i.payload).sort()).toEqual([1, 5]);
@@ -166,7 +174,14 @@ describe('idempotency key', () => {
   test('second enqueue returns the first id with duplicate:true and writes nothing', async () => {
     const queue = freshQueue('idem');
     const first = await ledger.enqueue({ queue, type: 't', payload: { v: 1 }, lane: 'L', idempotencyKey: 'order-1' });
-    const second = await ledger.enqueue({ queue, type: 't', payload: { v: 1 }, lane: 'L', idempotencyKey: 'order-1', priority: 3 });
+    const second = await ledger.enqueue({
+      queue,
+      type: 't',
+      payload: { v: 1 },
+      lane: 'L',
+      idempotencyKey: 'order-1',
+      priority: 3,
+    });
     expect(first.duplicate).toBe(false);
     expect(second).toEqual({ id: first.id, duplicate: true, laneSeq: 1 });
     expect(await itemCount(ledger, queue)).toBe(1);
@@ -175,9 +190,16 @@ describe('idempotency key', () => {
     // Still a duplicate after the first has finished.
     const c = await claimOne(ledger, queue);
     expect((await ledger.complete(c)).won).toBe(true);
-    expect(await ledger.enqueue({ queue, type: 't', payload: { v: 1 }, lane: 'L', idempotencyKey: 'order-1' })).toMatchObject({ id: first.id, duplicate: true });
+    expect(
+      await ledger.enqueue({ queue, type: 't', payload: { v: 1 }, lane: 'L', idempotencyKey: 'order-1' }),
+    ).toMatchObject({ id: first.id, duplicate: true });
     // The key is unique per queue, not globally.
-    const other = await ledger.enqueue({ queue: freshQueue('idem-other'), type: 't', payload: 1, idempotencyKey: 'order-1' });
+    const other = await ledger.enqueue({
+      queue: freshQueue('idem-other'),
+      type: 't',
+      payload: 1,
+      idempotencyKey: 'order-1',
+    });
     expect(other.duplicate).toBe(false);
     expect(other.id).not.toBe(first.id);
   });

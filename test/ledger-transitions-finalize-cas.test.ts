@@ -1,7 +1,7 @@
 // The ledger's transitions: batch, in-transaction and cancelled finalizes, and that losing a finalize's CAS writes nothing.
 import { sql } from 'kysely';
 import { afterAll, beforeAll, describe, expect, test } from 'vitest';
-import { Ledger } from '../src/ledger/ledger.js';
+import type { Ledger } from '../src/ledger/ledger.js';
 import { LeaseLostError } from '../src/errors.js';
 import type { ClaimedItem, WorkItem } from '../src/ledger/types.js';
 import {
@@ -80,9 +80,13 @@ describe('batch, in-transaction and cancelled finalizes', () => {
 
   test('completeInTransaction: the completion commits with the caller’s writes, or the loss rolls them back', async () => {
     const queue = freshQueue('complete-trx');
-    await sql`CREATE TABLE IF NOT EXISTS app_effects (item_id VARCHAR(32) PRIMARY KEY) ENGINE=InnoDB`.execute(ledger.db);
+    await sql`CREATE TABLE IF NOT EXISTS app_effects (item_id VARCHAR(32) PRIMARY KEY) ENGINE=InnoDB`.execute(
+      ledger.db,
+    );
     const effects = async (id: string): Promise<number> => {
-      const r = await sql<{ n: number | string }>`SELECT COUNT(*) AS n FROM app_effects WHERE item_id = ${id}`.execute(ledger.db);
+      const r = await sql<{ n: number | string }>`SELECT COUNT(*) AS n FROM app_effects WHERE item_id = ${id}`.execute(
+        ledger.db,
+      );
       return Number(r.rows[0]?.n);
     };
     await ledger.enqueueMany([
@@ -139,7 +143,11 @@ describe('batch, in-transaction and cancelled finalizes', () => {
     expect(await ledger.cancel(c.id)).toBe('cancel_requested');
     expect((await ledger.renew(c, 60_000)).cancelRequested).toBe(true);
     expect(await ledger.cancelClaimed(c, 'operator asked')).toEqual({ won: true, state: 'cancelled' });
-    expect(await mustGet(ledger, c.id)).toMatchObject({ state: 'cancelled', failureClass: 'cancelled', lastError: 'operator asked' });
+    expect(await mustGet(ledger, c.id)).toMatchObject({
+      state: 'cancelled',
+      failureClass: 'cancelled',
+      lastError: 'operator asked',
+    });
     expect(only(await history(ledger, c.id))).toMatchObject({ outcome: 'cancelled', worker: 'holder' });
     expect((await claimOne(ledger, queue)).id).toBe(b!.id);
   });
@@ -256,7 +264,12 @@ describe('losing the CAS writes nothing', () => {
         queue,
         first.items.map((i) => i.id),
       );
-      const second = await ledger.claimByIds({ queue, owner: 'owner-b', leaseMs: 600_000, ids: first.items.map((i) => i.id) });
+      const second = await ledger.claimByIds({
+        queue,
+        owner: 'owner-b',
+        leaseMs: 600_000,
+        ids: first.items.map((i) => i.id),
+      });
       expect(second).toHaveLength(OP_NAMES.length);
       for (const l of lanes) {
         const handle = first.items.find((i) => i.id === l.head);

@@ -1,7 +1,7 @@
 // The ledger's transitions: purge, stats and inspect, ownership epochs.
 import { sql } from 'kysely';
 import { afterAll, beforeAll, describe, expect, test } from 'vitest';
-import { Ledger } from '../src/ledger/ledger.js';
+import type { Ledger } from '../src/ledger/ledger.js';
 import { OwnershipConflictError } from '../src/errors.js';
 import { claimAll, claimOne, freshQueue, historyCount, laneRow, mustGet, only } from './support/items.js';
 import { createTestLedger, type TestLedger } from './support/ledger.js';
@@ -86,9 +86,15 @@ describe('purge', () => {
 
 describe('purge of key rows', () => {
   const keyRows = async (queue: string): Promise<string[]> =>
-    (await sql<{ ckey: string }>`SELECT ckey FROM ${ledger.tables.keys} WHERE queue = ${queue} ORDER BY ckey`.execute(ledger.db)).rows.map((r) => r.ckey);
+    (
+      await sql<{ ckey: string }>`SELECT ckey FROM ${ledger.tables.keys} WHERE queue = ${queue} ORDER BY ckey`.execute(
+        ledger.db,
+      )
+    ).rows.map((r) => r.ckey);
   const age = (ids: string[]) =>
-    sql`UPDATE ${ledger.tables.items} SET created_at = NOW(6) - INTERVAL 2 DAY, terminal_at = NOW(6) - INTERVAL 1 DAY WHERE id IN (${sql.join(ids)})`.execute(ledger.db);
+    sql`UPDATE ${ledger.tables.items} SET created_at = NOW(6) - INTERVAL 2 DAY, terminal_at = NOW(6) - INTERVAL 1 DAY WHERE id IN (${sql.join(ids)})`.execute(
+      ledger.db,
+    );
 
   test("a key's row goes with its last purged item; a key with an admitted or waiting item keeps it", async () => {
     const queue = freshQueue('purge-keys');
@@ -100,7 +106,8 @@ describe('purge of key rows', () => {
       { queue, type: 't', payload: 4, concurrencyKey: 'k3' },
     ]);
     // k1's and k2's first end; k2's second is admitted in its place; k3's stays admitted, unclaimed.
-    for (const c of await ledger.claimByIds({ queue, owner: 'w', leaseMs: 60_000, ids: [once!.id, firstOfTwo!.id] })) await ledger.complete(c);
+    for (const c of await ledger.claimByIds({ queue, owner: 'w', leaseMs: 60_000, ids: [once!.id, firstOfTwo!.id] }))
+      await ledger.complete(c);
     expect((await mustGet(ledger, second!.id)).isHead).toBe(true);
     await age([once!.id, firstOfTwo!.id]);
     expect(await ledger.purge({ olderThanMs: 60_000, queue })).toBe(2);
@@ -117,9 +124,12 @@ describe('purge of key rows', () => {
       { queue, type: 't', payload: 0, concurrencyKey: 'busy' },
       { queue, type: 't', payload: 0, concurrencyKey: 'idle' },
     ]);
-    for (const c of await ledger.claimByIds({ queue, owner: 'w', leaseMs: 60_000, ids: [done!.id, idleDone!.id] })) await ledger.complete(c);
+    for (const c of await ledger.claimByIds({ queue, owner: 'w', leaseMs: 60_000, ids: [done!.id, idleDone!.id] }))
+      await ledger.complete(c);
     // Laned items are not counted by their key (their lane admits them), but they hold rounds 1, 2 and 3.
-    await ledger.enqueueMany([1, 2, 3].map((n) => ({ queue, type: 't', payload: n, concurrencyKey: 'busy', lane: 'L' })));
+    await ledger.enqueueMany(
+      [1, 2, 3].map((n) => ({ queue, type: 't', payload: n, concurrencyKey: 'busy', lane: 'L' })),
+    );
     await age([done!.id, idleDone!.id]);
     expect(await ledger.purge({ olderThanMs: 60_000, queue })).toBe(2);
     expect(await keyRows(queue)).toEqual(['busy']);
@@ -132,7 +142,9 @@ describe('purge of key rows', () => {
       (${queue}, 'turn ahead', NOW(6) - INTERVAL 2 DAY, NOW(6) + INTERVAL 1 MINUTE),
       (${queue}, 'recent', NOW(6) - INTERVAL 1 SECOND, NOW(6) - INTERVAL 1 SECOND)`.execute(ledger.db);
     expect(await ledger.purge({ olderThanMs: 3_600_000, queue })).toBe(0);
-    const left = await sql<{ rate_key: string }>`SELECT rate_key FROM ${ledger.tables.rateLimits} WHERE queue = ${queue} ORDER BY rate_key`.execute(ledger.db);
+    const left = await sql<{
+      rate_key: string;
+    }>`SELECT rate_key FROM ${ledger.tables.rateLimits} WHERE queue = ${queue} ORDER BY rate_key`.execute(ledger.db);
     expect(left.rows.map((r) => r.rate_key)).toEqual(['recent', 'turn ahead']);
   });
 });
@@ -164,7 +176,15 @@ describe('stats and inspect', () => {
     const [s] = await ledger.stats(queue);
     expect(s).toBeDefined();
     expect(s!.queue).toBe(queue);
-    expect(exactCounts(s)).toEqual({ pending: 2, processing: 1, blocked: 1, completed: 1, skipped: 1, dead: 1, cancelled: 1 });
+    expect(exactCounts(s)).toEqual({
+      pending: 2,
+      processing: 1,
+      blocked: 1,
+      completed: 1,
+      skipped: 1,
+      dead: 1,
+      cancelled: 1,
+    });
     expect(s!.oldestDueAgeMs).toBeGreaterThanOrEqual(60_000);
     expect(s!.oldestDueAgeMs).toBeLessThan(60_000 + (after.getTime() - now.getTime()) + 5_000);
 
@@ -222,7 +242,9 @@ describe('ownership epochs', () => {
     expect(await ledger.ownership(queue)).toMatchObject({ deployment: 'blue', epoch: 3 });
 
     const neverActivated = freshQueue('own-never');
-    const missing = await ledger.activate({ queue: neverActivated, deployment: 'x', expectEpoch: 4 }).catch((e: unknown) => e);
+    const missing = await ledger
+      .activate({ queue: neverActivated, deployment: 'x', expectEpoch: 4 })
+      .catch((e: unknown) => e);
     expect(missing).toMatchObject({ name: 'OwnershipConflictError', actualEpoch: 0 });
     expect(await ledger.ownership(neverActivated)).toBeUndefined();
   });

@@ -34,7 +34,8 @@ async function rejection(run: () => Promise<unknown> | unknown): Promise<Validat
 
 /** Input that TypeScript would refuse: what a JavaScript caller or a decoded message may hand over. */
 const loose = (input: Record<string, unknown>): EnqueueInput => input as unknown as EnqueueInput;
-const good = (extra: Record<string, unknown> = {}): EnqueueInput => loose({ queue: 'valid-q', type: 'send', payload: { a: 1 }, ...extra });
+const good = (extra: Record<string, unknown> = {}): EnqueueInput =>
+  loose({ queue: 'valid-q', type: 'send', payload: { a: 1 }, ...extra });
 
 /** Half an emoji, as `.slice()` leaves it: a lone high surrogate. */
 const HALF_EMOJI = 'customer-\u{1F600}'.slice(0, -1);
@@ -92,8 +93,16 @@ describe('enqueue input', () => {
     ['payload a Map', { payload: new Map([['a', 1]]) }, 'payload'],
     ['payload a Set', { payload: new Set([1]) }, 'payload'],
     ['payload with a Set', { payload: { tags: new Set(['a']) } }, 'payload.tags'],
-    ['payload with a lone surrogate in a nested string', { payload: { user: { name: HALF_EMOJI } } }, 'payload.user.name'],
-    ['payload with a lone surrogate in a key', { payload: { user: { [LONE_LOW]: 1 } } }, 'payload.user["\\ude00-customer"]'],
+    [
+      'payload with a lone surrogate in a nested string',
+      { payload: { user: { name: HALF_EMOJI } } },
+      'payload.user.name',
+    ],
+    [
+      'payload with a lone surrogate in a key',
+      { payload: { user: { [LONE_LOW]: 1 } } },
+      'payload.user["\\ude00-customer"]',
+    ],
     ['payload with a Uint8Array', { payload: { bytes: new Uint8Array([1]) } }, 'payload.bytes'],
     ['payload with an ArrayBuffer', { payload: { bytes: new ArrayBuffer(1) } }, 'payload.bytes'],
     ['payload with a DataView', { payload: { bytes: new DataView(new ArrayBuffer(1)) } }, 'payload.bytes'],
@@ -146,14 +155,20 @@ describe('enqueue input', () => {
 
   test('a lane with a lone surrogate is refused in a batch and on its own, and writes no lane row', async () => {
     const queue = freshQueue('lane-surrogate');
-    const err = await rejection(() => ledger.enqueueMany([good({ queue, lane: 'fine' }), good({ queue, lane: HALF_EMOJI })]));
+    const err = await rejection(() =>
+      ledger.enqueueMany([good({ queue, lane: 'fine' }), good({ queue, lane: HALF_EMOJI })]),
+    );
     expect(err.fields).toEqual(['items[1].lane']);
-    const lanes = await sql<{ n: number | string }>`SELECT COUNT(*) AS n FROM ${ledger.tables.lanes} WHERE queue = ${queue}`.execute(ledger.db);
+    const lanes = await sql<{
+      n: number | string;
+    }>`SELECT COUNT(*) AS n FROM ${ledger.tables.lanes} WHERE queue = ${queue}`.execute(ledger.db);
     expect(Number(lanes.rows[0]?.n)).toBe(0);
   });
 
   test('a payload error says what is wrong and where', async () => {
-    const err = await rejection(() => ledger.enqueueMany([good(), good(), good(), good({ payload: { user: { name: HALF_EMOJI, roles: new Map() } } })]));
+    const err = await rejection(() =>
+      ledger.enqueueMany([good(), good(), good(), good({ payload: { user: { name: HALF_EMOJI, roles: new Map() } } })]),
+    );
     expect(err.fields).toEqual(['items[3].payload.user.name']);
     expect(err.message).toMatch(/items\[3\]\.payload\.user\.name: .*well-formed/);
     const map = await rejection(() => ledger.enqueue(good({ payload: { roles: new Map() } })));
@@ -185,9 +200,13 @@ describe('enqueue input', () => {
   });
 
   test('empty claim filters are rejected rather than read as "all"', async () => {
-    const classes = await rejection(() => ledger.claim({ queue: 'valid', owner: 'w', limit: 1, leaseMs: 1000, classes: [] }));
+    const classes = await rejection(() =>
+      ledger.claim({ queue: 'valid', owner: 'w', limit: 1, leaseMs: 1000, classes: [] }),
+    );
     expect(classes.fields).toEqual(['classes']);
-    const types = await rejection(() => ledger.claim({ queue: 'valid', owner: 'w', limit: 1, leaseMs: 1000, types: [] }));
+    const types = await rejection(() =>
+      ledger.claim({ queue: 'valid', owner: 'w', limit: 1, leaseMs: 1000, types: [] }),
+    );
     expect(types.fields).toEqual(['types']);
   });
 
@@ -197,10 +216,16 @@ describe('enqueue input', () => {
   });
 
   test('enqueueMany with one bad item among good ones writes nothing and names the item', async () => {
-    const batch = [good({ lane: 'v-lane' }), good({ payload: { big: 2n }, lane: 'v-lane' }), good({ lane: 'v-lane', idempotencyKey: 'v-key' })];
+    const batch = [
+      good({ lane: 'v-lane' }),
+      good({ payload: { big: 2n }, lane: 'v-lane' }),
+      good({ lane: 'v-lane', idempotencyKey: 'v-key' }),
+    ];
     const err = await rejection(() => ledger.enqueueMany(batch));
     expect(err.fields).toEqual(['items[1].payload.big']);
-    const two = await rejection(() => ledger.enqueueMany([good(), good({ type: '' }), good(), good({ maxAttempts: 1001 })]));
+    const two = await rejection(() =>
+      ledger.enqueueMany([good(), good({ type: '' }), good(), good({ maxAttempts: 1001 })]),
+    );
     expect(two.fields).toEqual(['items[1].type', 'items[3].maxAttempts']);
     const notArray = await rejection(() => ledger.enqueueMany(good() as unknown as EnqueueInput[]));
     expect(notArray.fields).toEqual(['items']);
@@ -218,44 +243,76 @@ describe('other inputs', () => {
     const snapshot = await ledger.get(c.id);
     const histBefore = await historyCount(ledger, c.id);
 
-    expect((await rejection(() => ledger.claim({ queue: 'Q!', owner: 'w', limit: 1, leaseMs: 1000 }))).fields).toEqual(['queue']);
-    expect((await rejection(() => ledger.claim({ queue: 'q', owner: 'w', limit: 0, leaseMs: 1000 }))).fields).toEqual(['limit']);
-    expect((await rejection(() => ledger.claim({ queue: 'q', owner: 'w', limit: 1, leaseMs: 0 }))).fields).toEqual(['leaseMs']);
-    expect((await rejection(() => ledger.claim({ queue: 'q', owner: '', limit: 1, leaseMs: 10 }))).fields).toEqual(['owner']);
-    expect((await rejection(() => ledger.claimByIds({ queue: 'q', owner: 'w', leaseMs: 10, ids: ['bad id!'] }))).fields).toEqual(['ids[0]']);
+    expect((await rejection(() => ledger.claim({ queue: 'Q!', owner: 'w', limit: 1, leaseMs: 1000 }))).fields).toEqual([
+      'queue',
+    ]);
+    expect((await rejection(() => ledger.claim({ queue: 'q', owner: 'w', limit: 0, leaseMs: 1000 }))).fields).toEqual([
+      'limit',
+    ]);
+    expect((await rejection(() => ledger.claim({ queue: 'q', owner: 'w', limit: 1, leaseMs: 0 }))).fields).toEqual([
+      'leaseMs',
+    ]);
+    expect((await rejection(() => ledger.claim({ queue: 'q', owner: '', limit: 1, leaseMs: 10 }))).fields).toEqual([
+      'owner',
+    ]);
+    expect(
+      (await rejection(() => ledger.claimByIds({ queue: 'q', owner: 'w', leaseMs: 10, ids: ['bad id!'] }))).fields,
+    ).toEqual(['ids[0]']);
     expect((await rejection(() => ledger.renew(c, 1.5))).fields).toEqual(['leaseMs']);
     expect((await rejection(() => ledger.checkpoint(c, { n: 1n }))).fields).toEqual(['checkpoint.n']);
     expect((await rejection(() => ledger.retry(c, { error: 'e', delayMs: -5 }))).fields).toEqual(['delayMs']);
-    expect((await rejection(() => ledger.retry(c, { error: 'e', failureClass: 'Has Spaces' }))).fields).toEqual(['failureClass']);
+    expect((await rejection(() => ledger.retry(c, { error: 'e', failureClass: 'Has Spaces' }))).fields).toEqual([
+      'failureClass',
+    ]);
     expect((await rejection(() => ledger.release(c, { delayMs: 0.5 }))).fields).toEqual(['delayMs']);
     expect((await rejection(() => ledger.release(c, { delayMs: 5, backoff: {} }))).fields).toEqual(['backoff']);
     expect((await rejection(() => ledger.release(c, { backoff: { factor: 0 } }))).fields).toEqual(['backoff.factor']);
-    expect((await rejection(() => ledger.block(c, { dependencyKey: 'dep ', maxWaitMs: 10 }))).fields).toEqual(['dependencyKey']);
-    expect((await rejection(() => ledger.block(c, { dependencyKey: 'dep', maxWaitMs: 0 }))).fields).toEqual(['maxWaitMs']);
+    expect((await rejection(() => ledger.block(c, { dependencyKey: 'dep ', maxWaitMs: 10 }))).fields).toEqual([
+      'dependencyKey',
+    ]);
+    expect((await rejection(() => ledger.block(c, { dependencyKey: 'dep', maxWaitMs: 0 }))).fields).toEqual([
+      'maxWaitMs',
+    ]);
     expect((await rejection(() => ledger.skip(c, () => 1))).fields).toEqual(['reason']);
     expect((await rejection(() => ledger.cancel('bad id!'))).fields).toEqual(['id']);
-    expect((await rejection(() => ledger.replay(c.id, { expectAttempt: 1, expectErrorDigest: 'abc' }))).fields).toEqual(['expectErrorDigest']);
+    expect((await rejection(() => ledger.replay(c.id, { expectAttempt: 1, expectErrorDigest: 'abc' }))).fields).toEqual(
+      ['expectErrorDigest'],
+    );
     expect((await rejection(() => ledger.purge({ olderThanMs: -1 }))).fields).toEqual(['olderThanMs']);
     expect((await rejection(() => ledger.wakeDependency(''))).fields).toEqual(['key']);
-    expect((await rejection(() => ledger.activate({ queue: 'q', deployment: 'd', expectEpoch: -1 }))).fields).toEqual(['expectEpoch']);
+    expect((await rejection(() => ledger.activate({ queue: 'q', deployment: 'd', expectEpoch: -1 }))).fields).toEqual([
+      'expectEpoch',
+    ]);
     expect((await rejection(() => ledger.stats('Bad Queue'))).fields).toEqual(['queue']);
 
     // Strings that are not well-formed UTF-16, and values JSON would change.
-    expect((await rejection(() => ledger.claim({ queue: 'q', owner: `w-${HALF_EMOJI}`, limit: 1, leaseMs: 10 }))).fields).toEqual(['owner']);
-    expect((await rejection(() => ledger.claimByIds({ queue: 'q', owner: LONE_LOW, leaseMs: 10, ids: [c.id] }))).fields).toEqual(['owner']);
+    expect(
+      (await rejection(() => ledger.claim({ queue: 'q', owner: `w-${HALF_EMOJI}`, limit: 1, leaseMs: 10 }))).fields,
+    ).toEqual(['owner']);
+    expect(
+      (await rejection(() => ledger.claimByIds({ queue: 'q', owner: LONE_LOW, leaseMs: 10, ids: [c.id] }))).fields,
+    ).toEqual(['owner']);
     expect((await rejection(() => ledger.checkpoint(c, { note: HALF_EMOJI }))).fields).toEqual(['checkpoint.note']);
-    expect((await rejection(() => ledger.checkpoint(c, { [LONE_LOW]: 1 }))).fields).toEqual(['checkpoint["\\ude00-customer"]']);
+    expect((await rejection(() => ledger.checkpoint(c, { [LONE_LOW]: 1 }))).fields).toEqual([
+      'checkpoint["\\ude00-customer"]',
+    ]);
     expect((await rejection(() => ledger.checkpoint(c, new Map([['page', 2]])))).fields).toEqual(['checkpoint']);
     expect((await rejection(() => ledger.checkpoint(c, { seen: new Set([1]) }))).fields).toEqual(['checkpoint.seen']);
     expect((await rejection(() => ledger.checkpoint(c, { pages: [1, , 3] }))).fields).toEqual(['checkpoint.pages[1]']);
     expect((await rejection(() => ledger.release(c, { reason: HALF_EMOJI }))).fields).toEqual(['reason']);
-    expect((await rejection(() => ledger.block(c, { dependencyKey: HALF_EMOJI, maxWaitMs: 10 }))).fields).toEqual(['dependencyKey']);
-    expect((await rejection(() => ledger.block(c, { dependencyKey: 'dep', maxWaitMs: 10, reason: LONE_LOW }))).fields).toEqual(['reason']);
+    expect((await rejection(() => ledger.block(c, { dependencyKey: HALF_EMOJI, maxWaitMs: 10 }))).fields).toEqual([
+      'dependencyKey',
+    ]);
+    expect(
+      (await rejection(() => ledger.block(c, { dependencyKey: 'dep', maxWaitMs: 10, reason: LONE_LOW }))).fields,
+    ).toEqual(['reason']);
     expect((await rejection(() => ledger.skip(c, { why: HALF_EMOJI }))).fields).toEqual(['reason.why']);
     expect((await rejection(() => ledger.skip(c, new Set()))).fields).toEqual(['reason']);
     expect((await rejection(() => ledger.cancel(c.id, HALF_EMOJI))).fields).toEqual(['reason']);
     expect((await rejection(() => ledger.wakeDependency(HALF_EMOJI))).fields).toEqual(['key']);
-    expect((await rejection(() => ledger.activate({ queue: 'q', deployment: `blue-${LONE_LOW}` }))).fields).toEqual(['deployment']);
+    expect((await rejection(() => ledger.activate({ queue: 'q', deployment: `blue-${LONE_LOW}` }))).fields).toEqual([
+      'deployment',
+    ]);
     expect(await ledger.ownership('q')).toBeUndefined();
 
     expect(await ledger.get(c.id)).toEqual(snapshot);
@@ -289,13 +346,18 @@ describe('handler results JSON cannot carry', () => {
     await ledger.enqueueMany([good({ queue }), good({ queue }), good({ queue })]);
     const [a, b, t] = (await ledger.claim({ queue, owner: 'w', limit: 3, leaseMs: 60_000 })).items;
     if (!a || !b || !t) throw new Error('expected three claims');
-    const rs = await ledger.completeMany([{ handle: a, result: { s: new Set([1]) } }, { handle: b, result: { ok: true } }]);
+    const rs = await ledger.completeMany([
+      { handle: a, result: { s: new Set([1]) } },
+      { handle: b, result: { ok: true } },
+    ]);
     expect(rs.map((r) => r.state)).toEqual(['dead', 'completed']);
     expect(await mustGet(ledger, a.id)).toMatchObject({ state: 'dead', failureClass: 'invalid_result' });
     expect(await mustGet(ledger, b.id)).toMatchObject({ state: 'completed', result: { ok: true } });
 
     const before = await mustGet(ledger, t.id);
-    const err = await rejection(() => ledger.db.transaction().execute((trx) => ledger.completeInTransaction(trx, t, { note: HALF_EMOJI })));
+    const err = await rejection(() =>
+      ledger.db.transaction().execute((trx) => ledger.completeInTransaction(trx, t, { note: HALF_EMOJI })),
+    );
     expect(err.fields).toEqual(['result.note']);
     expect(await mustGet(ledger, t.id)).toEqual(before);
     expect((await ledger.complete(t)).won).toBe(true);

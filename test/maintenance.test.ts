@@ -45,7 +45,11 @@ async function expiredLease(queue: string): Promise<string> {
   const e = await ledger.enqueue({ queue, type: 't', payload: {} });
   const c = await claimOne(ledger, queue, 'crashed-worker', 200);
   expect(c.id).toBe(e.id);
-  await waitFor(async () => (await ledger.now()).getTime() > c.leaseUntil.getTime() || undefined, 5_000, 'the lease to run out');
+  await waitFor(
+    async () => (await ledger.now()).getTime() > c.leaseUntil.getTime() || undefined,
+    5_000,
+    'the lease to run out',
+  );
   return c.id;
 }
 
@@ -91,7 +95,9 @@ test('a due dependency probe is released and a wake-up published for it', async 
   const queue = freshQueue('maint-probe');
   await ledger.enqueue({ queue, type: 't', payload: {} });
   const c = await claimOne(ledger, queue);
-  expect((await ledger.block(c, { dependencyKey: `dep-${queue}`, maxWaitMs: 600_000, probeAfterMs: 3_000 })).won).toBe(true);
+  expect((await ledger.block(c, { dependencyKey: `dep-${queue}`, maxWaitMs: 600_000, probeAfterMs: 3_000 })).won).toBe(
+    true,
+  );
   const maintainer = new Maintainer({ ledger, wake: tw.wake, queues: [queue], log: silent });
   // Not due yet (3 s: a TiDB beside stress-ng took longer than 150 ms from the block to this pass).
   expect((await maintainer.pass()).done[0]?.probed).toEqual([]);
@@ -167,10 +173,14 @@ test("a consumer's maintenance sweep reclaims an expired lease and announces it"
     // The wake-up went to the stream or straight to a consumer in this process.
     expect(tw.wake.counters.published + tw.wake.counters.deliveredLocally).toBeGreaterThanOrEqual(1);
     // The handler returned; its completion is committed by the batch completer a moment later.
-    const done = await waitFor(async () => {
-      const item = await mustGet(ledger, id);
-      return item.state === 'processing' ? undefined : item;
-    }, 10_000, 'the completion to commit');
+    const done = await waitFor(
+      async () => {
+        const item = await mustGet(ledger, id);
+        return item.state === 'processing' ? undefined : item;
+      },
+      10_000,
+      'the completion to commit',
+    );
     expect(done).toMatchObject({ state: 'completed', attempt: 2 });
   } finally {
     await consumer.stop();
@@ -181,9 +191,19 @@ test('a reconciler pass forgets dependency wake marks untouched for a day, once 
   const marks = ledger.tables.wakeMarks;
   await ledger.wakeDependency('mark-old');
   await ledger.wakeDependency('mark-new');
-  await sql`UPDATE ${marks} SET touched_at = NOW(6) - INTERVAL 2 DAY WHERE dependency_key = 'mark-old'`.execute(ledger.db);
-  const reconciler = new Reconciler({ ledger, queues: [freshQueue('maint-marks')], intervalMs: 3_600_000, retentionMs: 0, log: silent });
+  await sql`UPDATE ${marks} SET touched_at = NOW(6) - INTERVAL 2 DAY WHERE dependency_key = 'mark-old'`.execute(
+    ledger.db,
+  );
+  const reconciler = new Reconciler({
+    ledger,
+    queues: [freshQueue('maint-marks')],
+    intervalMs: 3_600_000,
+    retentionMs: 0,
+    log: silent,
+  });
   await reconciler.pass();
-  const left = await sql<{ k: string }>`SELECT dependency_key AS k FROM ${marks} WHERE dependency_key IN ('mark-old', 'mark-new')`.execute(ledger.db);
+  const left = await sql<{
+    k: string;
+  }>`SELECT dependency_key AS k FROM ${marks} WHERE dependency_key IN ('mark-old', 'mark-new')`.execute(ledger.db);
   expect(left.rows.map((r) => r.k)).toEqual(['mark-new']);
 });

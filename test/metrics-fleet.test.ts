@@ -19,7 +19,10 @@ afterEach(async () => {
 async function fixtures(): Promise<{ tl: TestLedger; tw: TestWake; queue: string }> {
   const tl = await createTestLedger();
   const tw = createTestWake();
-  cleanups.push(() => tl.drop(), () => tw.drop());
+  cleanups.push(
+    () => tl.drop(),
+    () => tw.drop(),
+  );
   return { tl, tw, queue: uniqueQueue('mf') };
 }
 
@@ -54,7 +57,10 @@ function handlersFor(queue: string): HandlersByQueue {
 }
 
 async function start(tl: TestLedger, tw: TestWake, queue: string): Promise<RunningWorker> {
-  const w = await startWorker(config(tl, tw, queue), { handlers: handlersFor(queue), logger: createLogger('test', 'silent') });
+  const w = await startWorker(config(tl, tw, queue), {
+    handlers: handlersFor(queue),
+    logger: createLogger('test', 'silent'),
+  });
   cleanups.push(() => w.stop());
   return w;
 }
@@ -80,10 +86,14 @@ async function feed(tl: TestLedger, tw: TestWake, queue: string): Promise<void> 
     { queue, type: 'refuse', payload: {} },
     { queue, type: 'boom', payload: {}, maxAttempts: 1 },
   ]);
-  await waitFor(async () => {
-    const counts = (await tl.ledger.stats(queue))[0]?.counts;
-    return counts?.completed.count === 4 && counts.dead.count === 2 ? true : undefined;
-  }, 15_000, '4 completed and 2 dead');
+  await waitFor(
+    async () => {
+      const counts = (await tl.ledger.stats(queue))[0]?.counts;
+      return counts?.completed.count === 4 && counts.dead.count === 2 ? true : undefined;
+    },
+    15_000,
+    '4 completed and 2 dead',
+  );
 }
 
 test('two workers in one process: each has its own process metrics; one exports the fleet-wide gauges, the other takes them over at its stop', async () => {
@@ -92,11 +102,18 @@ test('two workers in one process: each has its own process metrics; one exports 
   await feed(tl, tw, queue);
 
   // Exactly one exports the fleet's count, once it has counted everything.
-  const exporter = await waitFor(async () => {
-    const texts = await Promise.all(workers.map(scrape));
-    const holding = workers.filter((w) => w.metrics.exportsFleetGauges);
-    return holding.length === 1 && texts.some((t) => t.includes(`lanewake_items{queue="${queue}",state="completed"} 4`)) ? holding[0] : undefined;
-  }, 10_000, 'one exporter with the count');
+  const exporter = await waitFor(
+    async () => {
+      const texts = await Promise.all(workers.map(scrape));
+      const holding = workers.filter((w) => w.metrics.exportsFleetGauges);
+      return holding.length === 1 &&
+        texts.some((t) => t.includes(`lanewake_items{queue="${queue}",state="completed"} 4`))
+        ? holding[0]
+        : undefined;
+    },
+    10_000,
+    'one exporter with the count',
+  );
   const other = workers.find((w) => w !== exporter);
   if (!exporter || !other) throw new Error('two workers expected');
   const [held, notHeld] = await Promise.all([scrape(exporter), scrape(other)]);
@@ -106,7 +123,13 @@ test('two workers in one process: each has its own process metrics; one exports 
   expect(held).toContain(`lanewake_items_at_least{queue="${queue}",state="completed"} 0`);
   expect(held).toContain(`lanewake_queue_paused{queue="${queue}"} 0`);
   expect(held).toMatch(/^lanewake_fleet_gauges_exporter 1$/m);
-  for (const name of ['lanewake_items', 'lanewake_items_at_least', 'lanewake_oldest_due_age_seconds', 'lanewake_items_scheduled', 'lanewake_queue_paused']) {
+  for (const name of [
+    'lanewake_items',
+    'lanewake_items_at_least',
+    'lanewake_oldest_due_age_seconds',
+    'lanewake_items_scheduled',
+    'lanewake_queue_paused',
+  ]) {
     expect(series(notHeld, name), name).toEqual([]);
   }
   expect(notHeld).toMatch(/^lanewake_fleet_gauges_exporter 0$/m);
@@ -123,7 +146,14 @@ test('two workers in one process: each has its own process metrics; one exports 
 
   // The exporter stops: it gives the lease up, and the other takes the gauges over at its next pass.
   await exporter.stop();
-  await waitFor(async () => (other.metrics.exportsFleetGauges && (await scrape(other)).includes(`lanewake_items{queue="${queue}",state="completed"} 4`)) || undefined, 10_000, 'the other exports');
+  await waitFor(
+    async () =>
+      (other.metrics.exportsFleetGauges &&
+        (await scrape(other)).includes(`lanewake_items{queue="${queue}",state="completed"} 4`)) ||
+      undefined,
+    10_000,
+    'the other exports',
+  );
 }, 40_000);
 
 test('a holder whose refreshes stop exports nothing once its lease runs out here; another then takes it', async () => {
@@ -131,7 +161,8 @@ test('a holder whose refreshes stop exports nothing once its lease runs out here
   await tl.ledger.enqueue({ queue, type: 't', payload: {} });
   const a = new LanewakeMetrics({ defaultMetrics: false });
   const b = new LanewakeMetrics({ defaultMetrics: false });
-  const items = async (m: LanewakeMetrics): Promise<string[]> => series(await m.metrics(), 'lanewake_items').filter((l) => l.includes(`queue="${queue}"`));
+  const items = async (m: LanewakeMetrics): Promise<string[]> =>
+    series(await m.metrics(), 'lanewake_items').filter((l) => l.includes(`queue="${queue}"`));
   const opts = { everyMs: 0, leaseMs: 1_500 }; // long enough for the steps between a take and the next check on a busy machine
 
   expect(await a.refreshFleetGauges(tl.ledger, opts)).toBe(true);
@@ -145,7 +176,11 @@ test('a holder whose refreshes stop exports nothing once its lease runs out here
   // a stops refreshing: past its lease (as it counts it, never later than the ledger) it exports nothing.
   await waitFor(async () => ((await items(a)).length === 0 ? true : undefined), 5_000, 'a drops the gauges');
   expect(a.exportsFleetGauges).toBe(false);
-  await waitFor(() => b.refreshFleetGauges(tl.ledger, opts).then((took) => took || undefined), 5_000, 'b takes the lease');
+  await waitFor(
+    () => b.refreshFleetGauges(tl.ledger, opts).then((took) => took || undefined),
+    5_000,
+    'b takes the lease',
+  );
   expect(await items(b)).toContain(`lanewake_items{queue="${queue}",state="pending"} 1`);
   expect(await a.refreshFleetGauges(tl.ledger, opts)).toBe(false);
   expect(await items(a)).toEqual([]);
@@ -165,7 +200,15 @@ test('promtool check metrics finds nothing in the /metrics of a worker that ran 
   const text = await scrape(w);
   // Every kind of series is in what promtool reads: counters, histograms, per-process and fleet-wide gauges, Node's
   // (not its GC histogram: it has no series until a collection since the worker started).
-  for (const name of ['lanewake_items_completed_total', 'lanewake_handler_duration_seconds_bucket', 'lanewake_queue_lag_seconds_bucket', 'lanewake_items', 'process_cpu_seconds_total', 'nodejs_heap_space_size_used_bytes', 'nodejs_eventloop_lag_seconds']) {
+  for (const name of [
+    'lanewake_items_completed_total',
+    'lanewake_handler_duration_seconds_bucket',
+    'lanewake_queue_lag_seconds_bucket',
+    'lanewake_items',
+    'process_cpu_seconds_total',
+    'nodejs_heap_space_size_used_bytes',
+    'nodejs_eventloop_lag_seconds',
+  ]) {
     expect(text, name).toMatch(new RegExp(`^${name}[{ ]`, 'm'));
   }
   expect(promtool(['check', 'metrics'], text)).toEqual({ status: 0, output: '' });

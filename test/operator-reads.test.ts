@@ -10,7 +10,11 @@ import { testScope } from './support/scope.js';
 const scope = testScope();
 
 /** Every page of a filter, following `next` until null. */
-async function allPages(ledger: Ledger, filter: ItemFilter, limit: number): Promise<{ ids: string[]; pages: number; shortPages: number }> {
+async function allPages(
+  ledger: Ledger,
+  filter: ItemFilter,
+  limit: number,
+): Promise<{ ids: string[]; pages: number; shortPages: number }> {
   const ids: string[] = [];
   let pages = 0;
   let shortPages = 0;
@@ -56,7 +60,15 @@ test('item pages: newest first across pages, with and without filters, one item 
   expect((await ledger.operator.items({ queue: other, id: made[4] })).items).toEqual([]);
 
   const first = (await ledger.operator.items({ queue }, { limit: 1 })).items[0] as ItemSummary;
-  expect(first).toMatchObject({ id: made[22], queue, type: 'b', state: 'pending', attempt: 0, errorDigest: errorDigest(null), idempotencyKey: 'k22' });
+  expect(first).toMatchObject({
+    id: made[22],
+    queue,
+    type: 'b',
+    state: 'pending',
+    attempt: 0,
+    errorDigest: errorDigest(null),
+    idempotencyKey: 'k22',
+  });
   expect(first).not.toHaveProperty('payload');
 });
 
@@ -115,7 +127,10 @@ test('dead groups, bulk replay (dry run, then guarded, in batches) and bulk purg
 
   expect(await ledger.operator.countReplayable({ queue, type: 'a' })).toBe(5);
   const created: string[] = [];
-  const r = await ledger.operator.replayDead({ queue, type: 'a' }, async (batch) => void created.push(...batch.map((c) => c.id)));
+  const r = await ledger.operator.replayDead(
+    { queue, type: 'a' },
+    async (batch) => void created.push(...batch.map((c) => c.id)),
+  );
   expect(r).toEqual({ replayed: 5, skipped: 0 });
   expect(created).toHaveLength(5);
   expect(await ledger.operator.countReplayable({ queue, type: 'a' })).toBe(0);
@@ -137,7 +152,13 @@ test('a queue view: counts, due, paused, its last hour', async () => {
   if (done) await ledger.complete(done);
   await ledger.pause(queue);
   const [view] = await ledger.operator.queues(queue);
-  expect(view).toMatchObject({ queue, due: { count: 0, atLeast: false }, scheduled: { count: 1, atLeast: false }, paused: true, consumers: [] });
+  expect(view).toMatchObject({
+    queue,
+    due: { count: 0, atLeast: false },
+    scheduled: { count: 1, atLeast: false },
+    paused: true,
+    consumers: [],
+  });
   expect(view?.series.points).toHaveLength(60);
   expect(view?.series.bucketMs).toBe(60_000);
   const last = view?.series.points.at(-1);
@@ -150,6 +171,10 @@ test('bad input names its field and reads nothing', async () => {
   await expect(ledger.operator.items({ queue: 'Bad Queue' })).rejects.toMatchObject({ fields: ['queue'] });
   await expect(ledger.operator.items({ queue: 'q' }, { limit: 500 })).rejects.toMatchObject({ fields: ['limit'] });
   await expect(ledger.operator.items({ queue: 'q' }, { after: 'garbage' })).rejects.toBeInstanceOf(ValidationError);
-  await expect(ledger.operator.items({ queue: 'q', state: 'nope' as never })).rejects.toMatchObject({ fields: ['state'] });
-  await expect(ledger.operator.purge({ queue: 'q', state: 'pending' as never })).rejects.toMatchObject({ fields: ['state'] });
+  await expect(ledger.operator.items({ queue: 'q', state: 'nope' as never })).rejects.toMatchObject({
+    fields: ['state'],
+  });
+  await expect(ledger.operator.purge({ queue: 'q', state: 'pending' as never })).rejects.toMatchObject({
+    fields: ['state'],
+  });
 });

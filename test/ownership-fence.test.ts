@@ -30,12 +30,16 @@ afterEach(async () => {
 
 async function setUp(): Promise<{ ledger: Ledger; queue: string }> {
   tl = await createTestLedger();
-  await sql`CREATE TABLE fx (item_id VARCHAR(32) NOT NULL, worker VARCHAR(16) NOT NULL, PRIMARY KEY (item_id, worker)) ENGINE=InnoDB`.execute(tl.ledger.db);
+  await sql`CREATE TABLE fx (item_id VARCHAR(32) NOT NULL, worker VARCHAR(16) NOT NULL, PRIMARY KEY (item_id, worker)) ENGINE=InnoDB`.execute(
+    tl.ledger.db,
+  );
   return { ledger: tl.ledger, queue: uniqueQueue('fence') };
 }
 
 async function effects(ledger: Ledger): Promise<{ item_id: string; worker: string }[]> {
-  return (await sql<{ item_id: string; worker: string }>`SELECT item_id, worker FROM fx ORDER BY worker`.execute(ledger.db)).rows;
+  return (
+    await sql<{ item_id: string; worker: string }>`SELECT item_id, worker FROM fx ORDER BY worker`.execute(ledger.db)
+  ).rows;
 }
 
 function insertEffect(id: string, worker: string) {
@@ -100,7 +104,11 @@ test("activating green while blue's handler is inside ctx.transaction: blue's co
   stops.push(() => greenConsumer.stop());
   openGate();
 
-  await waitFor(async () => ((await ledger.get(id))?.state === 'completed' ? true : undefined), 15_000, 'green to complete the item');
+  await waitFor(
+    async () => ((await ledger.get(id))?.state === 'completed' ? true : undefined),
+    15_000,
+    'green to complete the item',
+  );
   expect(blueErrors).toHaveLength(1);
   expect(blueErrors[0]).toBeInstanceOf(OwnershipLostError);
   expect(blueErrors[0]).toMatchObject({ itemId: id, queue, epoch: 1, currentEpoch: 2 });
@@ -127,7 +135,14 @@ describe('every write of a stale epoch is refused, nothing of it committed', () 
   /** The item is as the claim left it: processing under blue's lease, attempt 1, nothing recorded. */
   async function untouched(ledger: Ledger, item: ClaimedItem): Promise<void> {
     const seen = await ledger.inspect(item.id);
-    expect(seen?.item).toMatchObject({ state: 'processing', leaseToken: item.leaseToken, attempt: 1, checkpoint: null, progress: null, result: null });
+    expect(seen?.item).toMatchObject({
+      state: 'processing',
+      leaseToken: item.leaseToken,
+      attempt: 1,
+      checkpoint: null,
+      progress: null,
+      result: null,
+    });
     expect(seen?.steps).toEqual([]);
     expect(seen?.attempts).toEqual([]);
   }
@@ -137,7 +152,9 @@ describe('every write of a stale epoch is refused, nothing of it committed', () 
     await expect(ledger.complete(item, { ok: true })).rejects.toBeInstanceOf(OwnershipLostError);
     await expect(ledger.retry(item, { error: new Error('x') })).rejects.toBeInstanceOf(OwnershipLostError);
     await expect(ledger.fail(item, { error: 'x' })).rejects.toBeInstanceOf(OwnershipLostError);
-    await expect(ledger.block(item, { dependencyKey: 'dep', maxWaitMs: 60_000 })).rejects.toBeInstanceOf(OwnershipLostError);
+    await expect(ledger.block(item, { dependencyKey: 'dep', maxWaitMs: 60_000 })).rejects.toBeInstanceOf(
+      OwnershipLostError,
+    );
     await untouched(ledger, item);
     // A batch tells each entry apart: both lost to the epoch.
     const batch = await ledger.completeMany(others.map((handle) => ({ handle, result: 1 })));
@@ -162,7 +179,9 @@ describe('every write of a stale epoch is refused, nothing of it committed', () 
     const keyed = held.filter((h) => h.concurrencyKey !== null);
     expect([laned.length, keyed.length]).toEqual([2, 2]);
     for (const part of [laned, keyed]) {
-      expect(await ledger.completeMany(part.map((handle) => ({ handle })))).toEqual(part.map(() => expect.objectContaining({ won: false, ownershipLost: true })));
+      expect(await ledger.completeMany(part.map((handle) => ({ handle })))).toEqual(
+        part.map(() => expect.objectContaining({ won: false, ownershipLost: true })),
+      );
       for (const h of part) await untouched(ledger, h);
     }
     // Green takes them over, unspent, and the lanes' next items wait behind their heads.
@@ -175,9 +194,13 @@ describe('every write of a stale epoch is refused, nothing of it committed', () 
 
   test('ctx.transaction, steps, progress and checkpoints', async () => {
     const { ledger, item } = await staleItem();
-    await expect(ledger.completeWithin(item, insertEffect(item.id, 'blue') as never)).rejects.toBeInstanceOf(OwnershipLostError);
+    await expect(ledger.completeWithin(item, insertEffect(item.id, 'blue') as never)).rejects.toBeInstanceOf(
+      OwnershipLostError,
+    );
     await expect(ledger.recordStep(item, 'one', 1)).rejects.toBeInstanceOf(OwnershipLostError);
-    await expect(ledger.recordStepWithin(item, 'two', insertEffect(item.id, 'step') as never)).rejects.toBeInstanceOf(OwnershipLostError);
+    await expect(ledger.recordStepWithin(item, 'two', insertEffect(item.id, 'step') as never)).rejects.toBeInstanceOf(
+      OwnershipLostError,
+    );
     await expect(ledger.checkpoint(item, { at: 1 })).rejects.toBeInstanceOf(OwnershipLostError);
     await ledger.saveProgress([{ handle: item, progress: 50 }]);
     expect(await effects(ledger)).toEqual([]);
@@ -186,7 +209,10 @@ describe('every write of a stale epoch is refused, nothing of it committed', () 
 
   test('the holder gives the item back unspent, and the new owner completes it', async () => {
     const { ledger, queue, item } = await staleItem();
-    await expect(ledger.release(item, { reason: 'ownership lost' })).resolves.toMatchObject({ won: true, state: 'pending' });
+    await expect(ledger.release(item, { reason: 'ownership lost' })).resolves.toMatchObject({
+      won: true,
+      state: 'pending',
+    });
     expect(await ledger.get(item.id)).toMatchObject({ state: 'pending', attempt: 0 });
     const [again] = (await claimUnder(ledger, queue, 2, 'green')).filter((c) => c.id === item.id);
     expect(again).toMatchObject({ attempt: 1, epoch: 2 });
@@ -218,8 +244,18 @@ test('the statements of a queue without ownership carry no epoch check', async (
       [queue, undefined],
       [fenced, 1],
     ] as const) {
-      await ledger.enqueueMany([0, 1, 2, 3].map((n) => ({ queue: q, type: 'job', payload: { n }, ...(n === 3 ? { lane: 'L' } : {}) })));
-      const items = (await ledger.claim({ queue: q, owner: 'w', limit: 10, leaseMs: 60_000, ...(epoch !== undefined ? { epoch } : {}) })).items;
+      await ledger.enqueueMany(
+        [0, 1, 2, 3].map((n) => ({ queue: q, type: 'job', payload: { n }, ...(n === 3 ? { lane: 'L' } : {}) })),
+      );
+      const items = (
+        await ledger.claim({
+          queue: q,
+          owner: 'w',
+          limit: 10,
+          leaseMs: 60_000,
+          ...(epoch !== undefined ? { epoch } : {}),
+        })
+      ).items;
       const [a, b, ...rest] = items;
       await ledger.checkpoint(a!, 1);
       await ledger.saveProgress([{ handle: a!, progress: 10 }]);
@@ -247,7 +283,16 @@ test('an idle worker of the old epoch learns of the activation from the ledger a
   await ledger.activate({ queue, deployment: 'blue', expectEpoch: 0 });
   const blue = new Supervisor({
     config: resolveWorkerConfig([
-      { databaseUrl: tl!.url, redisUrl: redisUrl(), redisKeyPrefix: tw.keyPrefix, handlers: 'inline', admin: false, ownershipCheckMs: 200, deployment: 'blue', queues: [{ name: queue, ownership: true }] },
+      {
+        databaseUrl: tl!.url,
+        redisUrl: redisUrl(),
+        redisKeyPrefix: tw.keyPrefix,
+        handlers: 'inline',
+        admin: false,
+        ownershipCheckMs: 200,
+        deployment: 'blue',
+        queues: [{ name: queue, ownership: true }],
+      },
     ]),
     handlers: { [queue]: { job: async () => undefined } },
     logger: createLogger('test', 'silent'),

@@ -1,5 +1,14 @@
 import { spawnSync } from 'node:child_process';
-import { copyFileSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, symlinkSync, writeFileSync } from 'node:fs';
+import {
+  copyFileSync,
+  mkdirSync,
+  mkdtempSync,
+  readdirSync,
+  readFileSync,
+  rmSync,
+  symlinkSync,
+  writeFileSync,
+} from 'node:fs';
 import { tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -13,7 +22,9 @@ const ROOT = fileURLToPath(new URL('..', import.meta.url));
 const TSC = join(ROOT, 'node_modules/typescript/bin/tsc');
 const EXAMPLES = join(ROOT, 'examples');
 /** Installed beside lanewake in the user's project: its dependencies, and what a user's files import themselves. */
-const manifest = JSON.parse(readFileSync(join(ROOT, 'package.json'), 'utf8')) as { dependencies: Record<string, string> };
+const manifest = JSON.parse(readFileSync(join(ROOT, 'package.json'), 'utf8')) as {
+  dependencies: Record<string, string>;
+};
 const USER_PACKAGES = [...Object.keys(manifest.dependencies), '@types/node', 'vitest'];
 
 let work: string;
@@ -31,9 +42,15 @@ beforeAll(() => {
   // with package.json's `files` and `exports` as published.
   const pkg = join(work, 'pkg');
   mkdirSync(pkg);
-  run(process.execPath, [TSC, '-p', join(ROOT, 'tsconfig.build.json'), '--outDir', join(pkg, 'dist'), '--sourceMap', 'false'], ROOT);
+  run(
+    process.execPath,
+    [TSC, '-p', join(ROOT, 'tsconfig.build.json'), '--outDir', join(pkg, 'dist'), '--sourceMap', 'false'],
+    ROOT,
+  );
   copyFileSync(join(ROOT, 'package.json'), join(pkg, 'package.json'));
-  const packed = JSON.parse(run('npm', ['pack', '--json', '--ignore-scripts', '--pack-destination', work], pkg)) as { filename: string }[];
+  const packed = JSON.parse(run('npm', ['pack', '--json', '--ignore-scripts', '--pack-destination', work], pkg)) as {
+    filename: string;
+  }[];
   const tarball = join(work, packed[0]!.filename);
 
   // The user's project: lanewake unpacked as npm installs it; the packages beside it are this repository's copies.
@@ -47,7 +64,8 @@ beforeAll(() => {
     symlinkSync(join(ROOT, 'node_modules', name), join(project, 'node_modules', name));
   }
   writeFileSync(join(project, 'package.json'), JSON.stringify({ name: 'a-user', private: true, type: 'module' }));
-  for (const file of readdirSync(EXAMPLES).filter((f) => f.endsWith('.ts'))) copyFileSync(join(EXAMPLES, file), join(project, file));
+  for (const file of readdirSync(EXAMPLES).filter((f) => f.endsWith('.ts')))
+    copyFileSync(join(EXAMPLES, file), join(project, file));
   writeFileSync(
     join(project, 'entry-points.ts'),
     [
@@ -86,8 +104,12 @@ function compile(module: string, moduleResolution: string): { status: number | n
 test.each([
   ['ESNext', 'bundler'],
   ['Node16', 'node16'],
-])('a user file compiles against the packed declarations, skipLibCheck off (module %s, moduleResolution %s)', (module, moduleResolution) => {
-  const r = compile(module, moduleResolution);
-  expect(r.output).toBe('');
-  expect(r.status).toBe(0);
-}, 300_000);
+])(
+  'a user file compiles against the packed declarations, skipLibCheck off (module %s, moduleResolution %s)',
+  (module, moduleResolution) => {
+    const r = compile(module, moduleResolution);
+    expect(r.output).toBe('');
+    expect(r.status).toBe(0);
+  },
+  300_000,
+);

@@ -21,7 +21,9 @@ describe('a paused queue at the ledger', () => {
     const other = freshQueue('notpaused');
     await tl.ledger.pause(queue);
     expect(await tl.ledger.pausedQueues([queue, other])).toEqual(new Set([queue]));
-    const made = await tl.ledger.enqueueMany(Array.from({ length: 4 }, (_, i) => ({ queue, type: 't', payload: { i } })));
+    const made = await tl.ledger.enqueueMany(
+      Array.from({ length: 4 }, (_, i) => ({ queue, type: 't', payload: { i } })),
+    );
     expect(made).toHaveLength(4);
     expect(await tl.ledger.explain(made[0]!.id)).toMatchObject({ code: 'queue_paused', details: { queue } });
     expect((await tl.ledger.sweepSignals([queue, other])).map((s) => [s.queue, s.paused])).toEqual([
@@ -34,7 +36,10 @@ describe('a paused queue at the ledger', () => {
   });
 
   test('bad input names its field', async () => {
-    await expect(tl.ledger.pause('Not A Queue')).rejects.toMatchObject({ name: 'ValidationError', issues: [expect.objectContaining({ field: 'queue' })] });
+    await expect(tl.ledger.pause('Not A Queue')).rejects.toMatchObject({
+      name: 'ValidationError',
+      issues: [expect.objectContaining({ field: 'queue' })],
+    });
   });
 });
 
@@ -43,11 +48,19 @@ describe('a paused queue with consumers', () => {
     const tw = scope.wake();
     const queue = uniqueQueue('pausewake');
     const started: string[] = [];
-    const c = new Consumer({ ledger: tl.ledger, wake: tw.wake, queue, concurrency: 4, pollIntervalMs: 100, handlers: { t: async (job) => void started.push(job.id) } });
+    const c = new Consumer({
+      ledger: tl.ledger,
+      wake: tw.wake,
+      queue,
+      concurrency: 4,
+      pollIntervalMs: 100,
+      handlers: { t: async (job) => void started.push(job.id) },
+    });
     await scope.start(c);
     const metrics = new LanewakeMetrics({ defaultMetrics: false });
     const unobserve = metrics.observeConsumer(c);
-    const series = async (name: string): Promise<string | undefined> => (await metrics.metrics()).split('\n').find((l) => l.startsWith(`${name}{queue="${queue}"}`));
+    const series = async (name: string): Promise<string | undefined> =>
+      (await metrics.metrics()).split('\n').find((l) => l.startsWith(`${name}{queue="${queue}"}`));
     // What this process's consumers heard, and what the ledger holds (fleet-wide, from the gauges' refresh).
     const pausedSeries = (): Promise<string | undefined> => series('lanewake_consumer_paused');
     const ledgerPaused = async (): Promise<string | undefined> => {
@@ -56,10 +69,14 @@ describe('a paused queue with consumers', () => {
     };
     expect(await pausedSeries()).toMatch(/ 0$/);
     const producer = new Producer({ ledger: tl.ledger, wake: tw.wake });
-    const heard = new Promise<void>((resolve) => c.on('control', (m: { type: string }) => m.type === 'pause' && resolve()));
+    const heard = new Promise<void>((resolve) =>
+      c.on('control', (m: { type: string }) => m.type === 'pause' && resolve()),
+    );
     await producer.pause(queue);
     await heard;
-    const made = await producer.enqueueMany(Array.from({ length: 10 }, (_, i) => ({ queue, type: 't', payload: { i } })));
+    const made = await producer.enqueueMany(
+      Array.from({ length: 10 }, (_, i) => ({ queue, type: 't', payload: { i } })),
+    );
     await producer.enqueue({ queue, type: 't', payload: { single: true } });
     // Two sweeps have come and gone since: each would have claimed what it found.
     const sweeps = c.counters.sweeps;
@@ -70,7 +87,9 @@ describe('a paused queue with consumers', () => {
     expect(await ledgerPaused()).toMatch(/ 1$/);
     await producer.resume(queue);
     await waitFor(() => started.length === 11 || undefined, 10_000, 'all eleven, resumed');
-    expect(new Set(started)).toEqual(new Set([...made.map((m) => m.id), started.find((id) => !made.some((m) => m.id === id))]));
+    expect(new Set(started)).toEqual(
+      new Set([...made.map((m) => m.id), started.find((id) => !made.some((m) => m.id === id))]),
+    );
     expect(await pausedSeries()).toMatch(/ 0$/);
     expect(await ledgerPaused()).toMatch(/ 0$/);
     await metrics.releaseFleetGauges(tl.ledger);
@@ -100,7 +119,9 @@ describe('a paused queue with consumers', () => {
     const producer = new Producer({ ledger: tl.ledger, wake: tw.wake });
     await producer.enqueueMany([0, 1, 2].map((i) => ({ queue, type: 't', lane: 'L', payload: { i } })));
     await waitFor(() => started.includes(0) || undefined, 10_000, 'the head to start');
-    const heard = new Promise<void>((resolve) => c.on('control', (m: { type: string }) => m.type === 'pause' && resolve()));
+    const heard = new Promise<void>((resolve) =>
+      c.on('control', (m: { type: string }) => m.type === 'pause' && resolve()),
+    );
     await producer.pause(queue);
     await heard;
     release();
@@ -123,7 +144,8 @@ describe('a paused queue with consumers', () => {
     const ledger = new Proxy(tl.ledger, {
       get(target, prop, receiver) {
         const value: unknown = Reflect.get(target, prop, receiver);
-        if ((prop !== 'sweepSignals' && prop !== 'pausedQueues') || typeof value !== 'function') return typeof value === 'function' ? value.bind(target) : value;
+        if ((prop !== 'sweepSignals' && prop !== 'pausedQueues') || typeof value !== 'function')
+          return typeof value === 'function' ? value.bind(target) : value;
         return async (...args: unknown[]) => {
           const answer: unknown = await (value as (...a: unknown[]) => Promise<unknown>).apply(target, args);
           if (gate !== undefined) {
@@ -135,12 +157,21 @@ describe('a paused queue with consumers', () => {
       },
     });
     const started: string[] = [];
-    const c = new Consumer({ ledger, wake: tw.wake, queue, concurrency: 2, pollIntervalMs: 100, handlers: { t: async (job) => void started.push(job.id) } });
+    const c = new Consumer({
+      ledger,
+      wake: tw.wake,
+      queue,
+      concurrency: 2,
+      pollIntervalMs: 100,
+      handlers: { t: async (job) => void started.push(job.id) },
+    });
     await scope.start(c);
     let open!: () => void;
     gate = new Promise<void>((r) => (open = r));
     await waitFor(() => held > 0 || undefined, 10_000, 'a read of the flag held back');
-    const heard = new Promise<void>((resolve) => c.on('control', (m: { type: string }) => m.type === 'pause' && resolve()));
+    const heard = new Promise<void>((resolve) =>
+      c.on('control', (m: { type: string }) => m.type === 'pause' && resolve()),
+    );
     const producer = new Producer({ ledger: tl.ledger, wake: tw.wake });
     await producer.pause(queue);
     await heard;
@@ -159,7 +190,13 @@ describe('a paused queue with consumers', () => {
     const queue = uniqueQueue('pausedb');
     const started: string[] = [];
     const make = (): Consumer => {
-      const c = new Consumer({ ledger: tl.ledger, queue, concurrency: 2, pollIntervalMs: 100, handlers: { t: async (job) => void started.push(job.id) } });
+      const c = new Consumer({
+        ledger: tl.ledger,
+        queue,
+        concurrency: 2,
+        pollIntervalMs: 100,
+        handlers: { t: async (job) => void started.push(job.id) },
+      });
       scope.cleanup(() => c.stop({ drainTimeoutMs: 5_000 }));
       return c;
     };
@@ -173,7 +210,11 @@ describe('a paused queue with consumers', () => {
     const second = make();
     await second.start();
     const later = second.counters.sweeps;
-    await waitFor(() => second.counters.sweeps >= later + 2 || undefined, 10_000, 'two sweeps of the restarted consumer');
+    await waitFor(
+      () => second.counters.sweeps >= later + 2 || undefined,
+      10_000,
+      'two sweeps of the restarted consumer',
+    );
     expect(started).toEqual([]);
     await tl.ledger.resume(queue);
     await waitFor(() => started.length === 5 || undefined, 10_000, 'all five, resumed');

@@ -13,10 +13,21 @@ describe('planPools', () => {
     expect(planPools(16, 'auto')).toEqual([
       { profile: 'latency', classes: ['interactive', 'default'], concurrency: 4, prefetch: 0 },
       { profile: 'bulk', classes: ['bulk'], concurrency: 4, prefetch: 0 },
-      { profile: 'shared', classes: ['interactive', 'default', 'bulk'], concurrency: 8, preferClasses: ['interactive', 'default', 'bulk'], prefetch: 0 },
+      {
+        profile: 'shared',
+        classes: ['interactive', 'default', 'bulk'],
+        concurrency: 8,
+        preferClasses: ['interactive', 'default', 'bulk'],
+        prefetch: 0,
+      },
     ]);
     // Pools that share no class keep their prefetch: none of them can start the other's items.
-    expect(planPools(8, [{ profile: 'latency', concurrency: 4 }, { profile: 'bulk', concurrency: 4 }]).map((p) => p.prefetch)).toEqual([undefined, undefined]);
+    expect(
+      planPools(8, [
+        { profile: 'latency', concurrency: 4 },
+        { profile: 'bulk', concurrency: 4 },
+      ]).map((p) => p.prefetch),
+    ).toEqual([undefined, undefined]);
     expect(planPools(2, 'auto').map((p) => [p.profile, p.concurrency])).toEqual([
       ['latency', 1],
       ['bulk', 1],
@@ -24,9 +35,9 @@ describe('planPools', () => {
   });
 
   test("pools keep to the queue's classes; one left with none, or 'auto' on one slot, is refused with its field named", () => {
-    expect(planPools(4, [{ profile: 'shared', concurrency: 4, prefer: 'default-heavy' }], ['default', 'bulk'])).toEqual([
-      { profile: 'shared', classes: ['default', 'bulk'], concurrency: 4, preferClasses: ['default', 'bulk'] },
-    ]);
+    expect(planPools(4, [{ profile: 'shared', concurrency: 4, prefer: 'default-heavy' }], ['default', 'bulk'])).toEqual(
+      [{ profile: 'shared', classes: ['default', 'bulk'], concurrency: 4, preferClasses: ['default', 'bulk'] }],
+    );
     const refused = (fn: () => unknown): string[] => {
       try {
         fn();
@@ -36,7 +47,9 @@ describe('planPools', () => {
       }
       throw new Error('not refused');
     };
-    expect(refused(() => planPools(4, [{ profile: 'latency', concurrency: 4 }], ['bulk'], 'queues.0.pools'))).toEqual(['queues.0.pools.0.profile']);
+    expect(refused(() => planPools(4, [{ profile: 'latency', concurrency: 4 }], ['bulk'], 'queues.0.pools'))).toEqual([
+      'queues.0.pools.0.profile',
+    ]);
     expect(refused(() => planPools(1, 'auto'))).toEqual(['pools']);
   });
 });
@@ -62,7 +75,9 @@ describe('pools under a bulk flood', () => {
    * items: how many interactive items complete while every bulk handler that started still holds its
    * slot. With pools the latency pool's slots are free for them; without, no slot is.
    */
-  async function interactiveBesideHeldFlood(make: (queue: string, handlers: Record<string, () => Promise<void>>) => Consumer[]): Promise<{ done: number; bulkStarted: number }> {
+  async function interactiveBesideHeldFlood(
+    make: (queue: string, handlers: Record<string, () => Promise<void>>) => Consumer[],
+  ): Promise<{ done: number; bulkStarted: number }> {
     const queue = uniqueQueue('pools');
     const producer = new Producer({ ledger: tl.ledger, wake: tw.wake });
     let bulkStarted = 0;
@@ -80,10 +95,23 @@ describe('pools under a bulk flood', () => {
     consumers.push(...made);
     for (const c of made) await c.start();
     try {
-      await producer.enqueueMany(Array.from({ length: 300 }, (_, i) => ({ queue, type: 'bulk', queueClass: 'bulk' as const, payload: { i } })));
+      await producer.enqueueMany(
+        Array.from({ length: 300 }, (_, i) => ({ queue, type: 'bulk', queueClass: 'bulk' as const, payload: { i } })),
+      );
       await waitFor(() => bulkStarted > 0 || undefined, 10_000, 'the flood to start');
-      await producer.enqueueMany(Array.from({ length: 10 }, (_, i) => ({ queue, type: 'interactive', queueClass: 'interactive' as const, payload: { i } })));
-      await waitFor(() => interactiveDone === 10 || undefined, 15_000, 'the interactive items, beside the held flood').catch(() => undefined);
+      await producer.enqueueMany(
+        Array.from({ length: 10 }, (_, i) => ({
+          queue,
+          type: 'interactive',
+          queueClass: 'interactive' as const,
+          payload: { i },
+        })),
+      );
+      await waitFor(
+        () => interactiveDone === 10 || undefined,
+        15_000,
+        'the interactive items, beside the held flood',
+      ).catch(() => undefined);
       return { done: interactiveDone, bulkStarted };
     } finally {
       letGo();
@@ -91,7 +119,9 @@ describe('pools under a bulk flood', () => {
   }
 
   test('interactive items run beside a bulk flood that holds every other slot, with pools', async () => {
-    const pooled = await interactiveBesideHeldFlood((queue, handlers) => poolConsumers({ ledger: tl.ledger, wake: tw.wake, queue, concurrency: 8, pools: 'auto', handlers }));
+    const pooled = await interactiveBesideHeldFlood((queue, handlers) =>
+      poolConsumers({ ledger: tl.ledger, wake: tw.wake, queue, concurrency: 8, pools: 'auto', handlers }),
+    );
     // The bulk and shared pools (2 + 4 slots) hold bulk items; the latency pool's 2 ran all ten.
     expect(pooled.done).toBe(10);
     expect(pooled.bulkStarted).toBeLessThanOrEqual(6);
@@ -100,7 +130,14 @@ describe('pools under a bulk flood', () => {
   test('a preferred-class tier takes a later interactive item before older bulk ones; without it, due order', async () => {
     const order = async (preferClasses?: ('interactive' | 'default' | 'bulk')[]): Promise<string[]> => {
       const queue = uniqueQueue('prefer');
-      await tl.ledger.enqueueMany(Array.from({ length: 5 }, (_, i) => ({ queue, type: 't', queueClass: 'bulk' as const, payload: { c: `bulk${i}` } })));
+      await tl.ledger.enqueueMany(
+        Array.from({ length: 5 }, (_, i) => ({
+          queue,
+          type: 't',
+          queueClass: 'bulk' as const,
+          payload: { c: `bulk${i}` },
+        })),
+      );
       await tl.ledger.enqueue({ queue, type: 't', queueClass: 'interactive', payload: { c: 'interactive' } });
       const started: string[] = [];
       const c = new Consumer<Record<string, never>>({

@@ -27,7 +27,9 @@ test('single enqueues that arrive together share batches: each gets its own resu
   const inserts = countItemInserts();
   const N = 60;
   const results = await Promise.all(
-    Array.from({ length: N }, (_, k) => producer.enqueue({ queue, type: 't', payload: { k }, ...(k % 3 === 0 ? { lane: `L${k % 4}` } : {}) })),
+    Array.from({ length: N }, (_, k) =>
+      producer.enqueue({ queue, type: 't', payload: { k }, ...(k % 3 === 0 ? { lane: `L${k % 4}` } : {}) }),
+    ),
   );
   // Every caller got its own item, with its own payload, and lanes kept the callers' order.
   expect(new Set(results.map((r) => r.id)).size).toBe(N);
@@ -42,18 +44,27 @@ test('single enqueues that arrive together share batches: each gets its own resu
   }
   expect([...byLane.keys()].sort()).toEqual(['L0', 'L1', 'L2', 'L3']);
   // In the callers' order, each lane's places rise strictly.
-  for (const [lane, seqs] of byLane) expect(seqs.every((seq, i) => i === 0 || seq > seqs[i - 1]!), `${lane}: ${seqs.join(', ')}`).toBe(true);
+  for (const [lane, seqs] of byLane)
+    expect(
+      seqs.every((seq, i) => i === 0 || seq > seqs[i - 1]!),
+      `${lane}: ${seqs.join(', ')}`,
+    ).toBe(true);
   // The first ENQUEUES_IN_FLIGHT went alone; the rest waited and went together.
   expect(inserts.statements()).toBeGreaterThanOrEqual(ENQUEUES_IN_FLIGHT + 1);
   expect(inserts.statements()).toBeLessThanOrEqual(N / 4);
 });
 
 /** Of 12 enqueues, only the one at index 7 failed, with a ValidationError naming `field` alone; the other 11 are pending. */
-async function expectOnlySeventhFailed(tl: TestLedger, queue: string, settled: readonly PromiseSettledResult<unknown>[], field: string): Promise<void> {
+async function expectOnlySeventhFailed(
+  tl: TestLedger,
+  queue: string,
+  settled: readonly PromiseSettledResult<unknown>[],
+  field: string,
+): Promise<void> {
   const failed = settled.flatMap((s, k) => (s.status === 'rejected' ? [{ k, error: s.reason as unknown }] : []));
   expect(failed.map((f) => f.k)).toEqual([7]);
   expect(failed[0]?.error).toBeInstanceOf(ValidationError);
-  expect((failed[0]?.error as ValidationError).issues.map((i) => i.field)).toEqual([field]);
+  expect((failed[0]?.error as ValidationError | undefined)?.issues.map((i) => i.field)).toEqual([field]);
   const [stats] = await tl.ledger.stats(queue);
   expect(stats?.counts.pending.count).toBe(11);
 }
@@ -63,7 +74,9 @@ test('a bad input among batched ones fails alone, naming its field as a single e
   const producer = new Producer({ ledger: tl.ledger });
   const queue = uniqueQueue('batched-bad');
   const settled = await Promise.allSettled(
-    Array.from({ length: 12 }, (_, k) => producer.enqueue({ queue, type: 't', payload: k === 7 ? { bad: Number.NaN } : { k } })),
+    Array.from({ length: 12 }, (_, k) =>
+      producer.enqueue({ queue, type: 't', payload: k === 7 ? { bad: Number.NaN } : { k } }),
+    ),
   );
   await expectOnlySeventhFailed(tl, queue, settled, 'payload.bad');
 });
@@ -75,7 +88,14 @@ test("a key too long for its type's own limit, among batched ones, fails alone a
   const queue = uniqueQueue('batched-key');
   await tl.ledger.setConcurrencyLimit(queue, 2, { type: 'mail' });
   const settled = await Promise.allSettled(
-    Array.from({ length: 12 }, (_, k) => producer.enqueue({ queue, type: 'mail', concurrencyKey: k === 7 ? 'k'.repeat(251) : `tenant:${k}`, payload: { k } })),
+    Array.from({ length: 12 }, (_, k) =>
+      producer.enqueue({
+        queue,
+        type: 'mail',
+        concurrencyKey: k === 7 ? 'k'.repeat(251) : `tenant:${k}`,
+        payload: { k },
+      }),
+    ),
   );
   await expectOnlySeventhFailed(tl, queue, settled, 'concurrencyKey');
 });

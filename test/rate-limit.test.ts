@@ -33,7 +33,9 @@ interface Call {
 /** Starts of `queue`'s items of one api, on the ledger's clock (a granted start stamps started_at), in order. */
 async function startsOf(queue: string, api: string): Promise<{ at: number; attempt: number }[]> {
   const r = await sql<{ started_at: Date; attempt: number }>`SELECT started_at, attempt FROM ${tl.ledger.tables.items}
-    WHERE queue = ${queue} AND state = 'completed' AND JSON_UNQUOTE(JSON_EXTRACT(payload, '$.api')) = ${api} ORDER BY started_at`.execute(tl.ledger.db);
+    WHERE queue = ${queue} AND state = 'completed' AND JSON_UNQUOTE(JSON_EXTRACT(payload, '$.api')) = ${api} ORDER BY started_at`.execute(
+    tl.ledger.db,
+  );
   return r.rows.map((x) => ({ at: x.started_at.getTime(), attempt: x.attempt }));
 }
 
@@ -51,7 +53,10 @@ function busiestWindow(starts: readonly number[], windowMs: number): number {
 test('4 consumers under a limit of 10/s per key: no second of the ledger clock has more than 10 starts of a key, another key runs at its own rate, and no attempt is spent', async () => {
   const queue = uniqueQueue('rate');
   let released = 0;
-  const call = defineHandler<Call>({ rateLimit: { key: (p) => `api:${p.api}`, max: 10, perMs: 1000 }, handle: async () => undefined });
+  const call = defineHandler<Call>({
+    rateLimit: { key: (p) => `api:${p.api}`, max: 10, perMs: 1000 },
+    handle: async () => undefined,
+  });
   for (let i = 0; i < 4; i++) {
     const c = new Consumer({ ledger: tl.ledger, wake: tw.wake, queue, concurrency: 8, handlers: { call } });
     c.on('outcome', (_item, outcome) => void (outcome === 'released' && released++));
@@ -72,13 +77,29 @@ test('4 consumers under a limit of 10/s per key: no second of the ledger clock h
   // In the ledger's order of starts, not by when this test looked: b's last start came before a's last.
   const [startsA, startsB] = [await startsOf(queue, 'a'), await startsOf(queue, 'b')];
   const lastB = startsB[startsB.length - 1]!.at;
-  expect(startsA.filter((s) => s.at > lastB).length, `a's starts after b's last (b's 60 ended ${lastB - startsA[0]!.at} ms after a's first start)`).toBeGreaterThan(0);
+  expect(
+    startsA.filter((s) => s.at > lastB).length,
+    `a's starts after b's last (b's 60 ended ${lastB - startsA[0]!.at} ms after a's first start)`,
+  ).toBeGreaterThan(0);
 
   for (const api of ['a', 'b']) {
     const starts = await startsOf(queue, api);
-    expect(busiestWindow(starts.map((s) => s.at), 1000)).toBeLessThanOrEqual(10);
-    const spent = await sql<{ id: string; attempt: number }>`SELECT id, attempt FROM ${tl.ledger.tables.items} WHERE queue = ${queue} AND attempt <> 1`.execute(tl.ledger.db);
-    const histories = await Promise.all(spent.rows.map(async (r) => ({ ...r, history: (await tl.ledger.inspect(r.id))?.attempts.map((h) => `${h.outcome}:${h.error ?? ''}`) })));
+    expect(
+      busiestWindow(
+        starts.map((s) => s.at),
+        1000,
+      ),
+    ).toBeLessThanOrEqual(10);
+    const spent = await sql<{
+      id: string;
+      attempt: number;
+    }>`SELECT id, attempt FROM ${tl.ledger.tables.items} WHERE queue = ${queue} AND attempt <> 1`.execute(tl.ledger.db);
+    const histories = await Promise.all(
+      spent.rows.map(async (r) => ({
+        ...r,
+        history: (await tl.ledger.inspect(r.id))?.attempts.map((h) => `${h.outcome}:${h.error ?? ''}`),
+      })),
+    );
     expect(histories).toEqual([]);
   }
   // Refused items wait for a turn of their own: about one release each at most, no busy polling.
@@ -106,7 +127,9 @@ test("a handler's RateLimitedError pushes its key's next start back for the whol
   const first = await producer.enqueue({ queue, type: 'call', payload: { api: 'x', n: 0 } });
   await waitFor(() => thrown || undefined, 10_000, 'the first call to be told to back off');
   const pushedFrom = (await tl.ledger.get(first.id))!.startedAt!.getTime();
-  await producer.enqueueMany(Array.from({ length: 5 }, (_, k) => ({ queue, type: 'call', payload: { api: 'x', n: k + 1 } })));
+  await producer.enqueueMany(
+    Array.from({ length: 5 }, (_, k) => ({ queue, type: 'call', payload: { api: 'x', n: k + 1 } })),
+  );
   await waitFor(async () => ((await startsOf(queue, 'x')).length === 6 ? true : undefined), 20_000, 'all six');
   const starts = await startsOf(queue, 'x');
   // Every start after the push, the first item's retry among them, is 1.5 s or more after the pushed start.
@@ -121,13 +144,19 @@ test('an item over its limit waits for its turn in pending, its attempt not spen
   const c = new Consumer({ ledger: tl.ledger, wake: tw.wake, queue, concurrency: 2, handlers: { slow } });
   consumers.push(c);
   await c.start();
-  const [a, b] = await new Producer({ ledger: tl.ledger, wake: tw.wake }).enqueueMany([0, 1].map((n) => ({ queue, type: 'slow', payload: { n } })));
-  const waiting = await waitFor(async () => {
-    const items = await Promise.all([a!, b!].map(async (x) => (await tl.ledger.get(x.id))!));
-    const done = items.filter((i) => i.state === 'completed');
-    const turn = items.find((i) => i.state === 'pending' && i.runAfter.getTime() > Date.now() + 30_000);
-    return done.length === 1 && turn !== undefined ? turn : undefined;
-  }, 10_000, 'one item run, the other sent back to wait for its turn');
+  const [a, b] = await new Producer({ ledger: tl.ledger, wake: tw.wake }).enqueueMany(
+    [0, 1].map((n) => ({ queue, type: 'slow', payload: { n } })),
+  );
+  const waiting = await waitFor(
+    async () => {
+      const items = await Promise.all([a!, b!].map(async (x) => (await tl.ledger.get(x.id))!));
+      const done = items.filter((i) => i.state === 'completed');
+      const turn = items.find((i) => i.state === 'pending' && i.runAfter.getTime() > Date.now() + 30_000);
+      return done.length === 1 && turn !== undefined ? turn : undefined;
+    },
+    10_000,
+    'one item run, the other sent back to wait for its turn',
+  );
   expect(waiting.attempt).toBe(0);
   const why = await tl.ledger.explain(waiting.id);
   expect(why).toMatchObject({ code: 'rate_limited', details: { until: waiting.runAfter.toISOString() } });
@@ -135,7 +164,10 @@ test('an item over its limit waits for its turn in pending, its attempt not spen
 
 test("key: 'concurrencyKey' gives each of an item's concurrency keys its own window; items without a key share their type's", async () => {
   const queue = uniqueQueue('rate-ckey');
-  const call = defineHandler<Call>({ rateLimit: { key: 'concurrencyKey', max: 10, perMs: 1000 }, handle: async () => undefined });
+  const call = defineHandler<Call>({
+    rateLimit: { key: 'concurrencyKey', max: 10, perMs: 1000 },
+    handle: async () => undefined,
+  });
   for (let i = 0; i < 2; i++) {
     const c = new Consumer({ ledger: tl.ledger, wake: tw.wake, queue, concurrency: 8, handlers: { call } });
     consumers.push(c);
@@ -144,21 +176,52 @@ test("key: 'concurrencyKey' gives each of an item's concurrency keys its own win
   const byKey = { t1: 'tenant:1', t2: 'tenant:2', none: null } as const;
   await new Producer({ ledger: tl.ledger, wake: tw.wake }).enqueueMany(
     Object.entries(byKey).flatMap(([api, concurrencyKey]) =>
-      Array.from({ length: 15 }, (_, n) => ({ queue, type: 'call', payload: { api, n }, ...(concurrencyKey === null ? {} : { concurrencyKey }) })),
+      Array.from({ length: 15 }, (_, n) => ({
+        queue,
+        type: 'call',
+        payload: { api, n },
+        ...(concurrencyKey === null ? {} : { concurrencyKey }),
+      })),
     ),
   );
-  await waitFor(async () => ((await Promise.all(Object.keys(byKey).map((api) => startsOf(queue, api)))).every((s) => s.length === 15) ? true : undefined), 30_000, 'every item');
-  const windows = await Promise.all(Object.keys(byKey).map(async (api) => busiestWindow((await startsOf(queue, api)).map((s) => s.at), 1000)));
+  await waitFor(
+    async () =>
+      (await Promise.all(Object.keys(byKey).map((api) => startsOf(queue, api)))).every((s) => s.length === 15)
+        ? true
+        : undefined,
+    30_000,
+    'every item',
+  );
+  const windows = await Promise.all(
+    Object.keys(byKey).map(async (api) =>
+      busiestWindow(
+        (await startsOf(queue, api)).map((s) => s.at),
+        1000,
+      ),
+    ),
+  );
   expect(windows.every((w) => w <= 10)).toBe(true);
   // Three windows, one per concurrency key and the type's for items without one.
-  const rows = await sql<{ rate_key: string }>`SELECT rate_key FROM ${tl.ledger.tables.rateLimits} WHERE queue = ${queue} ORDER BY rate_key`.execute(tl.ledger.db);
+  const rows = await sql<{
+    rate_key: string;
+  }>`SELECT rate_key FROM ${tl.ledger.tables.rateLimits} WHERE queue = ${queue} ORDER BY rate_key`.execute(
+    tl.ledger.db,
+  );
   expect(rows.rows.map((r) => r.rate_key)).toEqual(['call', 'key:tenant:1', 'key:tenant:2']);
 });
 
 test('a bad rateLimit is refused naming its field', () => {
   const make = (rateLimit: unknown) =>
-    new Consumer({ ledger: tl.ledger, queue: 'q', handlers: { t: { handle: async () => undefined, rateLimit } as never } });
-  expect(() => make({ max: 0, perMs: 1000 })).toThrow(expect.objectContaining({ fields: ['handlers.t.rateLimit.max'] }));
+    new Consumer({
+      ledger: tl.ledger,
+      queue: 'q',
+      handlers: { t: { handle: async () => undefined, rateLimit } as never },
+    });
+  expect(() => make({ max: 0, perMs: 1000 })).toThrow(
+    expect.objectContaining({ fields: ['handlers.t.rateLimit.max'] }),
+  );
   expect(() => make({ max: 5, perMs: 1.5 })).toThrow(ValidationError);
-  expect(() => make({ max: 5, perMs: 1000, key: 'tenant' })).toThrow(expect.objectContaining({ fields: ['handlers.t.rateLimit.key'] }));
+  expect(() => make({ max: 5, perMs: 1000, key: 'tenant' })).toThrow(
+    expect.objectContaining({ fields: ['handlers.t.rateLimit.key'] }),
+  );
 });

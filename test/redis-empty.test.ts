@@ -33,13 +33,19 @@ test('Redis restarted empty with timers pending and offers taken: every item run
   await sql`CREATE TABLE fx (item_id VARCHAR(32) NOT NULL PRIMARY KEY) ENGINE=InnoDB`.execute(ledger.db);
   const redis = await PrivateRedis.start();
   const keyPrefix = `lwt:${randomBytes(4).toString('hex')}:`;
-  cleanups.push(() => redis.destroy(), () => deleteKeys(redis.url, keyPrefix));
+  cleanups.push(
+    () => redis.destroy(),
+    () => deleteKeys(redis.url, keyPrefix),
+  );
   const queue = uniqueQueue('redis-empty');
   const logger = createLogger('test', 'silent');
   // The producer has a channel of its own, as one in another process has: its items reach the consumer through Redis.
   const conWake = new WakeChannel({ redis: redis.url, keyPrefix, logger });
   const pubWake = new WakeChannel({ redis: redis.url, keyPrefix, logger });
-  cleanups.push(() => conWake.close(), () => pubWake.close());
+  cleanups.push(
+    () => conWake.close(),
+    () => pubWake.close(),
+  );
   const runs = new Map<string, number>();
   const consumer = new Consumer<FxDB>({
     ledger,
@@ -91,9 +97,18 @@ test('Redis restarted empty with timers pending and offers taken: every item run
 
   // An offer taken as a producer takes one, its item inserted claimed under it, and Redis lost before the
   // handoff: the consumer must find the item in the ledger by the offer's token.
-  const posted = await waitFor(async () => (await pubWake.redis.lpop(offersKey(keyPrefix, queue))) ?? undefined, 10_000, 'a standing offer to take');
+  const posted = await waitFor(
+    async () => (await pubWake.redis.lpop(offersKey(keyPrefix, queue))) ?? undefined,
+    10_000,
+    'a standing offer to take',
+  );
   const offer = JSON.parse(posted) as Offer;
-  const taken = await ledger.enqueueClaiming([{ queue, type: 't', payload: { underOffer: true } }], () => ({ owner: offer.owner, token: offer.token, leaseMs: offer.leaseMs, max: 1 }));
+  const taken = await ledger.enqueueClaiming([{ queue, type: 't', payload: { underOffer: true } }], () => ({
+    owner: offer.owner,
+    token: offer.token,
+    leaseMs: offer.leaseMs,
+    max: 1,
+  }));
   expect(taken.claimed.map((c) => c.id)).toEqual([taken.results[0]!.id]);
   ids.push(taken.results[0]!.id);
 
@@ -107,7 +122,11 @@ test('Redis restarted empty with timers pending and offers taken: every item run
   // The new Redis holds none of the timers.
   expect(await timerOf()).toEqual(delayed.map(() => false));
 
-  await waitFor(async () => ((await itemCount(ledger, queue, 'completed')) === ids.length ? true : undefined), 30_000, 'every item completed');
+  await waitFor(
+    async () => ((await itemCount(ledger, queue, 'completed')) === ids.length ? true : undefined),
+    30_000,
+    'every item completed',
+  );
   await waitFor(() => consumer.redisConnected || undefined, 10_000, 'the consumer back on Redis');
   // Offers stand again in the new Redis and carry items.
   const offersAfter = consumer.counters.offersMade;
@@ -115,13 +134,20 @@ test('Redis restarted empty with timers pending and offers taken: every item run
 
   expect(consumer.counters.handoffsRecovered).toBeGreaterThanOrEqual(1);
   const [stats] = await ledger.stats(queue);
-  expect(stats?.counts).toMatchObject({ completed: { count: ids.length, atLeast: false }, pending: { count: 0 }, processing: { count: 0 }, dead: { count: 0 } });
+  expect(stats?.counts).toMatchObject({
+    completed: { count: ids.length, atLeast: false },
+    pending: { count: 0 },
+    processing: { count: 0 },
+    dead: { count: 0 },
+  });
   expect([...runs.keys()].sort()).toEqual([...ids].sort());
   expect([...runs.values()].every((n) => n === 1)).toBe(true);
   const fx = await sql<{ n: number | string }>`SELECT COUNT(*) AS n FROM fx`.execute(ledger.db);
   expect(Number(fx.rows[0]?.n)).toBe(ids.length);
   // No attempt spent: every item completed on its first attempt, with no history of another.
-  const attempts = await sql<{ attempt: number }>`SELECT attempt FROM ${ledger.tables.items} WHERE queue = ${queue}`.execute(ledger.db);
+  const attempts = await sql<{
+    attempt: number;
+  }>`SELECT attempt FROM ${ledger.tables.items} WHERE queue = ${queue}`.execute(ledger.db);
   expect(attempts.rows.map((r) => Number(r.attempt))).toEqual(ids.map(() => 1));
   expect(await historyCount(ledger)).toBe(0);
 }, 300_000);

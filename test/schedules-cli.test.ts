@@ -14,20 +14,34 @@ afterEach(async () => {
   tl = undefined;
 });
 
-test('lanewake schedules lists them with their next fire, pauses, resumes and removes one; inspect --why names a fired item\'s schedule', async () => {
+test("lanewake schedules lists them with their next fire, pauses, resumes and removes one; inspect --why names a fired item's schedule", async () => {
   tl = await createTestLedger();
   const cli = (...args: string[]) => lanewake(['--database-url', tl!.url, ...args]);
   const queue = uniqueQueue('sched-cli');
   const name = `${queue}-nightly`;
   expect((await cli('schedules')).out.trim()).toBe('no schedules');
-  await tl.ledger.schedules.upsert({ name, pattern: '0 3 * * *', tz: 'Europe/Paris', item: { queue, type: 'report', payload: {} } });
-  await tl.ledger.schedules.upsert({ name: `${queue}-tick`, everyMs: 60_000, backfillMs: 3_600_000, item: { queue, type: 'tick', payload: {} } });
+  await tl.ledger.schedules.upsert({
+    name,
+    pattern: '0 3 * * *',
+    tz: 'Europe/Paris',
+    item: { queue, type: 'report', payload: {} },
+  });
+  await tl.ledger.schedules.upsert({
+    name: `${queue}-tick`,
+    everyMs: 60_000,
+    backfillMs: 3_600_000,
+    item: { queue, type: 'tick', payload: {} },
+  });
   const listed = await cli('schedules');
   expect(listed.code).toBe(0);
   const lines = listed.out.trim().split('\n');
   expect(lines[0]).toMatch(/^NAME\s+SOURCE\s+TIMING\s+QUEUE\/TYPE\s+NEXT FIRE\s+DUE\s+LAST FIRE\s+FIRES\s+MISSED$/);
   const next = (await tl.ledger.schedules.get(name))!.nextFireAt.toISOString();
-  expect(lines[1]).toMatch(new RegExp(`^${name}\\s+api\\s+cron 0 3 \\* \\* \\* \\(Europe/Paris\\)\\s+${queue}/report\\s+${next}\\s+in \\S+\\s+-\\s+0\\s+skip$`));
+  expect(lines[1]).toMatch(
+    new RegExp(
+      `^${name}\\s+api\\s+cron 0 3 \\* \\* \\* \\(Europe/Paris\\)\\s+${queue}/report\\s+${next}\\s+in \\S+\\s+-\\s+0\\s+skip$`,
+    ),
+  );
   expect(lines[2]).toMatch(/every 1m00s .* backfill 1h00m$/);
 
   expect((await cli('schedules', 'pause', name)).out.trim()).toBe(`schedule ${name}: paused`);
@@ -38,7 +52,9 @@ test('lanewake schedules lists them with their next fire, pauses, resumes and re
 
   // A fire, then what inspect --why says of its item.
   const fireTime = Date.parse(next) - 86_400_000;
-  await sql`UPDATE ${tl.ledger.tables.schedules} SET next_fire_at = ${new Date(fireTime)}, backfill_ms = ${2 * 86_400_000} WHERE name = ${name}`.execute(tl.ledger.db);
+  await sql`UPDATE ${tl.ledger.tables.schedules} SET next_fire_at = ${new Date(fireTime)}, backfill_ms = ${2 * 86_400_000} WHERE name = ${name}`.execute(
+    tl.ledger.db,
+  );
   await new ScheduleFirer({ ledger: tl.ledger, log: createLogger('test') }).pass();
   const [fired] = await firedItems(tl.ledger, queue, name);
   expect(fired?.fireMs).toBe(fireTime);

@@ -1,10 +1,10 @@
 import { sql } from 'kysely';
 import { describe, expect, test } from 'vitest';
 import { defineBatchHandler } from '../src/consumer/batches.js';
-import { Consumer } from '../src/consumer/consumer.js';
+import type { Consumer } from '../src/consumer/consumer.js';
 import type { BatchOutcomes, HandlerEntry, Job } from '../src/consumer/types.js';
 import { ValidationError } from '../src/errors.js';
-import { Producer } from '../src/producer/producer.js';
+import type { Producer } from '../src/producer/producer.js';
 import { consumerHarness } from './support/consumer-harness.js';
 import { history, itemCount, mustGet } from './support/items.js';
 import { waitFor, type TestLedger } from './support/ledger.js';
@@ -13,17 +13,27 @@ import { waitFor, type TestLedger } from './support/ledger.js';
 
 const harness = consumerHarness('batch');
 
-async function setUp(handlers: Record<string, HandlerEntry>, concurrency = 8): Promise<{ tl: TestLedger; consumer: Consumer; queue: string; producer: Producer }> {
+async function setUp(
+  handlers: Record<string, HandlerEntry>,
+  concurrency = 8,
+): Promise<{ tl: TestLedger; consumer: Consumer; queue: string; producer: Producer }> {
   const { tl, queue, producer } = await harness.setUp();
   await sql`CREATE TABLE batch_writes (item_id VARCHAR(32) NOT NULL PRIMARY KEY)`.execute(tl.ledger.db);
-  return { tl, consumer: await harness.consumer(handlers, { concurrency, backoff: { baseMs: 50, factor: 1 } }), queue, producer };
+  return {
+    tl,
+    consumer: await harness.consumer(handlers, { concurrency, backoff: { baseMs: 50, factor: 1 } }),
+    queue,
+    producer,
+  };
 }
 
 type N = { n: number };
 
 /** Takes a held item's lease away, as a reclaim and another holder's claim would. */
 async function stealLease(t: TestLedger, id: string): Promise<void> {
-  await sql`UPDATE ${t.ledger.tables.items} SET lease_token = 'stolen-by-another-holder' WHERE id = ${id}`.execute(t.ledger.db);
+  await sql`UPDATE ${t.ledger.tables.items} SET lease_token = 'stolen-by-another-holder' WHERE id = ${id}`.execute(
+    t.ledger.db,
+  );
 }
 
 describe('batch handlers', () => {
@@ -36,10 +46,12 @@ describe('batch handlers', () => {
           calls.push(jobs.map((j) => j.payload.n));
           const out: Record<string, BatchOutcomes[string]> = {};
           for (const j of jobs) {
-            if (j.attempt > 1 || calls.length > 1) out[j.id] = { outcome: 'complete', result: { n: j.payload.n, attempt: j.attempt } };
+            if (j.attempt > 1 || calls.length > 1)
+              out[j.id] = { outcome: 'complete', result: { n: j.payload.n, attempt: j.attempt } };
             else if (j.payload.n <= 1) out[j.id] = { outcome: 'complete', result: { n: j.payload.n } };
             else if (j.payload.n === 2) out[j.id] = { outcome: 'retry', error: new Error('try again') };
-            else if (j.payload.n === 3) out[j.id] = { outcome: 'dead', error: new Error('never'), failureClass: 'bad_input' };
+            else if (j.payload.n === 3)
+              out[j.id] = { outcome: 'dead', error: new Error('never'), failureClass: 'bad_input' };
             else if (j.payload.n === 4) out[j.id] = { outcome: 'release', delayMs: 0 };
             // n = 5: left out.
           }
@@ -47,10 +59,19 @@ describe('batch handlers', () => {
         },
       }),
     });
-    const ids = (await producer.enqueueMany([0, 1, 2, 3, 4, 5].map((n) => ({ queue, type: 'b', payload: { n } })))).map((r) => r.id);
+    const ids = (await producer.enqueueMany([0, 1, 2, 3, 4, 5].map((n) => ({ queue, type: 'b', payload: { n } })))).map(
+      (r) => r.id,
+    );
     // Counts of end states only: an item never leaves one, so two reads cannot miss an item moving between them
     // (pending then processing, read apart, could both read 0 while a batch hands items back).
-    await waitFor(async () => ((await itemCount(tl.ledger, queue, 'completed')) + (await itemCount(tl.ledger, queue, 'dead')) === 6 ? true : undefined), 20_000, 'all ended');
+    await waitFor(
+      async () =>
+        (await itemCount(tl.ledger, queue, 'completed')) + (await itemCount(tl.ledger, queue, 'dead')) === 6
+          ? true
+          : undefined,
+      20_000,
+      'all ended',
+    );
     expect(calls[0]).toEqual([0, 1, 2, 3, 4, 5]);
     const items = await Promise.all(ids.map((id) => mustGet(tl.ledger, id)));
     expect(items.map((i) => [i.state, i.attempt])).toEqual([
@@ -82,11 +103,20 @@ describe('batch handlers', () => {
         },
       }),
     });
-    const ids = (await producer.enqueueMany([0, 1, 2, 3].map((n) => ({ queue, type: 'b', payload: { n } })))).map((r) => r.id);
-    await waitFor(async () => ((await itemCount(tl.ledger, queue, 'completed')) === 3 ? true : undefined), 20_000, 'three completed');
+    const ids = (await producer.enqueueMany([0, 1, 2, 3].map((n) => ({ queue, type: 'b', payload: { n } })))).map(
+      (r) => r.id,
+    );
+    await waitFor(
+      async () => ((await itemCount(tl.ledger, queue, 'completed')) === 3 ? true : undefined),
+      20_000,
+      'three completed',
+    );
     const states = await Promise.all(ids.map(async (id) => (await mustGet(tl.ledger, id)).state));
     expect(states.filter((s) => s === 'completed')).toHaveLength(3);
-    expect(await mustGet(tl.ledger, stolen!)).toMatchObject({ state: 'processing', leaseToken: 'stolen-by-another-holder' });
+    expect(await mustGet(tl.ledger, stolen!)).toMatchObject({
+      state: 'processing',
+      leaseToken: 'stolen-by-another-holder',
+    });
   });
 
   test('ctx.transaction commits the writes with every completion, or nothing: one lost lease rolls it all back', async () => {
@@ -104,17 +134,28 @@ describe('batch handlers', () => {
         },
       }),
     });
-    const ids = (await producer.enqueueMany([0, 1, 2].map((n) => ({ queue, type: 'b', payload: { n } })))).map((r) => r.id);
+    const ids = (await producer.enqueueMany([0, 1, 2].map((n) => ({ queue, type: 'b', payload: { n } })))).map(
+      (r) => r.id,
+    );
     // Round 1 loses one CAS: nothing commits, the two still held are retried and complete in round 2 with their writes.
-    await waitFor(async () => ((await itemCount(tl.ledger, queue, 'completed')) === 2 ? true : undefined), 20_000, 'two completed');
-    const writes = (await sql<{ item_id: string }>`SELECT item_id FROM batch_writes`.execute(tl.ledger.db)).rows.map((r) => r.item_id);
+    await waitFor(
+      async () => ((await itemCount(tl.ledger, queue, 'completed')) === 2 ? true : undefined),
+      20_000,
+      'two completed',
+    );
+    const writes = (await sql<{ item_id: string }>`SELECT item_id FROM batch_writes`.execute(tl.ledger.db)).rows.map(
+      (r) => r.item_id,
+    );
     // Sorted here, not by the server: the test table's collation ignores case, ids do not.
     expect(writes.sort()).toEqual([ids[1]!, ids[2]!].sort());
     for (const id of [ids[1]!, ids[2]!]) {
       expect(await mustGet(tl.ledger, id)).toMatchObject({ state: 'completed', attempt: 2, result: 2 });
       expect((await history(tl.ledger, id)).map((h) => h.outcome)).toEqual(['retried', 'completed']);
     }
-    expect(await mustGet(tl.ledger, ids[0]!)).toMatchObject({ state: 'processing', leaseToken: 'stolen-by-another-holder' });
+    expect(await mustGet(tl.ledger, ids[0]!)).toMatchObject({
+      state: 'processing',
+      leaseToken: 'stolen-by-another-holder',
+    });
   });
 
   test('maxWaitMs runs a batch that never fills, with a trickle of items; a batch takes no more items than free slots', async () => {
@@ -135,9 +176,17 @@ describe('batch handlers', () => {
       await producer.enqueue({ queue, type: 'b', payload: { n } });
       await new Promise((r) => setImmediate(r));
     }
-    await waitFor(async () => ((await itemCount(tl.ledger, queue, 'completed')) === 5 ? true : undefined), 20_000, 'the trickle completed');
+    await waitFor(
+      async () => ((await itemCount(tl.ledger, queue, 'completed')) === 5 ? true : undefined),
+      20_000,
+      'the trickle completed',
+    );
     await producer.enqueueMany(Array.from({ length: 20 }, (_, n) => ({ queue, type: 'b', payload: { n } })));
-    await waitFor(async () => ((await itemCount(tl.ledger, queue, 'completed')) === 25 ? true : undefined), 20_000, 'the burst completed');
+    await waitFor(
+      async () => ((await itemCount(tl.ledger, queue, 'completed')) === 25 ? true : undefined),
+      20_000,
+      'the burst completed',
+    );
     expect(sizes.reduce((a, b) => a + b, 0)).toBe(25);
     expect(Math.max(...sizes)).toBeLessThanOrEqual(4);
   });

@@ -2,7 +2,7 @@ import { describe, expect, test } from 'vitest';
 import { Consumer } from '../src/consumer/consumer.js';
 import { defineHandler, type HandlerEntry } from '../src/consumer/types.js';
 import { ValidationError } from '../src/errors.js';
-import { Producer } from '../src/producer/producer.js';
+import type { Producer } from '../src/producer/producer.js';
 import { consumerHarness } from './support/consumer-harness.js';
 import { itemCount } from './support/items.js';
 import { waitFor, type TestLedger } from './support/ledger.js';
@@ -11,7 +11,9 @@ import { waitFor, type TestLedger } from './support/ledger.js';
 
 const harness = consumerHarness('coalesce');
 
-async function setUp(handlers: Record<string, HandlerEntry>): Promise<{ tl: TestLedger; consumer: Consumer; queue: string; producer: Producer }> {
+async function setUp(
+  handlers: Record<string, HandlerEntry>,
+): Promise<{ tl: TestLedger; consumer: Consumer; queue: string; producer: Producer }> {
   const { tl, queue, producer } = await harness.setUp();
   return { tl, consumer: await harness.consumer(handlers, { concurrency: 4 }), queue, producer };
 }
@@ -41,7 +43,11 @@ describe('coalescing', () => {
     await waitFor(() => runs.length === 1 || undefined, 10_000, 'the first run');
     for (let n = 1; n < 50; n++) await producer.enqueue({ queue, type: 'upd', lane: 'entity:7', payload: { n } });
     release();
-    await waitFor(async () => ((await itemCount(tl.ledger, queue, 'completed')) === 50 ? true : undefined), 20_000, 'all 50 completed');
+    await waitFor(
+      async () => ((await itemCount(tl.ledger, queue, 'completed')) === 50 ? true : undefined),
+      20_000,
+      'all 50 completed',
+    );
     expect(runs.length).toBeLessThanOrEqual(3);
     expect(runs[runs.length - 1]?.n).toBe(49);
     expect(runs.reduce((sum, r) => sum + r.count, 0)).toBe(50);
@@ -65,7 +71,11 @@ describe('coalescing', () => {
     });
     const types = ['upd', 'upd', 'other', 'upd', 'upd', 'upd', 'other', 'upd'];
     await producer.enqueueMany(types.map((type, n) => ({ queue, type, lane: 'L', payload: { n } })));
-    await waitFor(async () => ((await itemCount(tl.ledger, queue, 'completed')) === types.length ? true : undefined), 20_000, 'all completed');
+    await waitFor(
+      async () => ((await itemCount(tl.ledger, queue, 'completed')) === types.length ? true : undefined),
+      20_000,
+      'all completed',
+    );
     expect(order).toEqual(types.map((_, n) => n));
   });
 
@@ -74,7 +84,8 @@ describe('coalescing', () => {
       upd: defineHandler<{ n: number }>({ coalesce: 'latest', handle: async () => undefined }),
       plain: async () => undefined,
     });
-    const outside = (): number => consumer.counters.claimedAtInsert + consumer.counters.handedOver + consumer.counters.claimedWithCompletion;
+    const outside = (): number =>
+      consumer.counters.claimedAtInsert + consumer.counters.handedOver + consumer.counters.claimedWithCompletion;
     // A producer sharing the consumer's wake channel inserts items claimed for it when it has room.
     for (let n = 0; n < 5; n++) {
       await producer.enqueue({ queue, type: 'plain', lane: `p${n}`, payload: { n } });
@@ -93,7 +104,11 @@ describe('coalescing', () => {
   test('a bad coalesce option is a ValidationError naming it', async () => {
     const { tl } = await harness.setUp();
     const make = (def: Record<string, unknown>) => () =>
-      new Consumer({ ledger: tl.ledger, queue: 'q', handlers: { t: { handle: async () => undefined, ...def } as HandlerEntry } });
+      new Consumer({
+        ledger: tl.ledger,
+        queue: 'q',
+        handlers: { t: { handle: async () => undefined, ...def } as HandlerEntry },
+      });
     for (const [def, field] of [
       [{ coalesce: 'newest' }, 'handlers.t.coalesce'],
       [{ coalesce: 'latest', coalesceMax: 0 }, 'handlers.t.coalesceMax'],

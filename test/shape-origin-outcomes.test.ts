@@ -42,21 +42,43 @@ describe('skip', () => {
       { n: 2, active: true, match: true },
     ];
     const ids: string[] = [];
-    for (const payload of payloads) ids.push((await producer.enqueue({ queue, type: 'sync', lane: 'source:1', payload, maxAttempts: 3 })).id);
-    await waitFor(async () => ((await mustGet(tl.ledger, ids[2]!)).state === 'completed' ? true : undefined), 15_000, 'the lane ran through');
+    for (const payload of payloads)
+      ids.push((await producer.enqueue({ queue, type: 'sync', lane: 'source:1', payload, maxAttempts: 3 })).id);
+    await waitFor(
+      async () => ((await mustGet(tl.ledger, ids[2]!)).state === 'completed' ? true : undefined),
+      15_000,
+      'the lane ran through',
+    );
 
     expect(ran).toEqual([0, 1, 2]);
-    const [a, b, c] = [await mustGet(tl.ledger, ids[0]!), await mustGet(tl.ledger, ids[1]!), await mustGet(tl.ledger, ids[2]!)];
-    expect(a).toMatchObject({ state: 'skipped', attempt: 1, lastError: 'filter does not match', result: 'filter does not match', failureClass: null });
+    const [a, b, c] = [
+      await mustGet(tl.ledger, ids[0]!),
+      await mustGet(tl.ledger, ids[1]!),
+      await mustGet(tl.ledger, ids[2]!),
+    ];
+    expect(a).toMatchObject({
+      state: 'skipped',
+      attempt: 1,
+      lastError: 'filter does not match',
+      result: 'filter does not match',
+      failureClass: null,
+    });
     expect(b).toMatchObject({ state: 'skipped', attempt: 1, lastError: 'source inactive', result: 'source inactive' });
     expect(c).toMatchObject({ state: 'completed', result: 'synced' });
     expect(a.terminalAt).toBeInstanceOf(Date);
-    expect((await history(tl.ledger, ids[0]!)).map((h) => [h.attempt, h.outcome, h.error])).toEqual([[1, 'skipped', 'filter does not match']]);
-    expect((await tl.ledger.inspect(ids[1]!))?.attempts.map((h) => [h.outcome, h.error])).toEqual([['skipped', 'source inactive']]);
+    expect((await history(tl.ledger, ids[0]!)).map((h) => [h.attempt, h.outcome, h.error])).toEqual([
+      [1, 'skipped', 'filter does not match'],
+    ]);
+    expect((await tl.ledger.inspect(ids[1]!))?.attempts.map((h) => [h.outcome, h.error])).toEqual([
+      ['skipped', 'source inactive'],
+    ]);
 
     expect(consumer.counters).toMatchObject({ skipped: 2, completed: 1, retried: 0, dead: 0 });
     const [stats] = await tl.ledger.stats(queue);
-    expect(stats?.counts).toMatchObject({ skipped: { count: 2, atLeast: false }, completed: { count: 1, atLeast: false } });
+    expect(stats?.counts).toMatchObject({
+      skipped: { count: 2, atLeast: false },
+      completed: { count: 1, atLeast: false },
+    });
     const text = await metrics.metrics();
     expect(sample(text, 'lanewake_items_skipped_total', `queue="${queue}",type="sync"`)).toBe(2);
     expect(sample(text, 'lanewake_items_completed_total', `queue="${queue}",type="sync"`)).toBe(1);
@@ -73,10 +95,18 @@ describe('skip', () => {
         }),
     });
     const { id } = await producer.enqueue({ queue, type: 'write', payload: {} });
-    await waitFor(async () => ((await mustGet(tl.ledger, id)).state === 'skipped' ? true : undefined), 15_000, 'skipped');
+    await waitFor(
+      async () => ((await mustGet(tl.ledger, id)).state === 'skipped' ? true : undefined),
+      15_000,
+      'skipped',
+    );
     const rows = await sql<{ n: number | string }>`SELECT COUNT(*) AS n FROM step_effects`.execute(tl.ledger.db);
     expect(Number(rows.rows[0]?.n)).toBe(0);
-    expect(await mustGet(tl.ledger, id)).toMatchObject({ state: 'skipped', lastError: 'stale by the time it was written', attempt: 1 });
+    expect(await mustGet(tl.ledger, id)).toMatchObject({
+      state: 'skipped',
+      lastError: 'stale by the time it was written',
+      attempt: 1,
+    });
   });
 
   test('a batch handler skips items one by one', async () => {
@@ -85,11 +115,24 @@ describe('skip', () => {
       rows: defineBatchHandler<{ n: number }>({
         batch: { max: 4, maxWaitMs: 200 },
         handle: async (jobs) =>
-          Object.fromEntries(jobs.map((j) => [j.id, j.payload.n % 2 === 0 ? { outcome: 'complete' as const } : { outcome: 'skip' as const, reason: 'odd' }])),
+          Object.fromEntries(
+            jobs.map((j) => [
+              j.id,
+              j.payload.n % 2 === 0 ? { outcome: 'complete' as const } : { outcome: 'skip' as const, reason: 'odd' },
+            ]),
+          ),
       }),
     });
-    const { ids } = { ids: (await producer.enqueueMany([0, 1, 2, 3].map((n) => ({ queue, type: 'rows', payload: { n } })))).map((r) => r.id) };
-    await waitFor(() => consumer.counters.completed + consumer.counters.skipped === 4 || undefined, 15_000, 'the batch ended');
+    const { ids } = {
+      ids: (await producer.enqueueMany([0, 1, 2, 3].map((n) => ({ queue, type: 'rows', payload: { n } })))).map(
+        (r) => r.id,
+      ),
+    };
+    await waitFor(
+      () => consumer.counters.completed + consumer.counters.skipped === 4 || undefined,
+      15_000,
+      'the batch ended',
+    );
     expect(await itemCount(tl.ledger, queue, 'skipped')).toBe(2);
     expect(await mustGet(tl.ledger, ids[1]!)).toMatchObject({ state: 'skipped', lastError: 'odd' });
     expect(await mustGet(tl.ledger, ids[2]!)).toMatchObject({ state: 'completed' });
@@ -101,8 +144,14 @@ describe('job.coalesced on every run of a coalescing type', () => {
     const { queue, producer } = await harness.setUp();
     const seen = new Map<string, unknown>();
     const consumer = await harness.consumer({
-      every: defineHandler<{ n: number }>({ coalesce: 'all', handle: async (job) => void seen.set(job.id, job.coalesced) }),
-      newest: defineHandler<{ n: number }>({ coalesce: 'latest', handle: async (job) => void seen.set(job.id, job.coalesced) }),
+      every: defineHandler<{ n: number }>({
+        coalesce: 'all',
+        handle: async (job) => void seen.set(job.id, job.coalesced),
+      }),
+      newest: defineHandler<{ n: number }>({
+        coalesce: 'latest',
+        handle: async (job) => void seen.set(job.id, job.coalesced),
+      }),
     });
     const all = await producer.enqueue({ queue, type: 'every', lane: 'a', payload: { n: 1 } });
     const latest = await producer.enqueue({ queue, type: 'newest', lane: 'b', payload: { n: 2 } });
@@ -111,7 +160,7 @@ describe('job.coalesced on every run of a coalescing type', () => {
     expect(seen.get(latest.id)).toEqual({ ids: [latest.id], count: 1 });
   });
 
-  test('a lone `settled` head gets its lane\'s unsettled payloads first, a skipped item among them', async () => {
+  test("a lone `settled` head gets its lane's unsettled payloads first, a skipped item among them", async () => {
     const { tl, queue, producer } = await harness.setUp();
     const seen: { ids: string[]; count: number; payloads: { n: number }[] }[] = [];
     await harness.consumer({
@@ -124,11 +173,23 @@ describe('job.coalesced on every run of a coalescing type', () => {
       }),
     });
     const done = await producer.enqueue({ queue, type: 'project', lane: 'p', payload: { n: 0 } });
-    await waitFor(async () => ((await mustGet(tl.ledger, done.id)).state === 'completed' ? true : undefined), 15_000, 'the first completed');
+    await waitFor(
+      async () => ((await mustGet(tl.ledger, done.id)).state === 'completed' ? true : undefined),
+      15_000,
+      'the first completed',
+    );
     const skipped = await producer.enqueue({ queue, type: 'project', lane: 'p', payload: { n: 1, skip: true } });
-    await waitFor(async () => ((await mustGet(tl.ledger, skipped.id)).state === 'skipped' ? true : undefined), 15_000, 'the second skipped');
+    await waitFor(
+      async () => ((await mustGet(tl.ledger, skipped.id)).state === 'skipped' ? true : undefined),
+      15_000,
+      'the second skipped',
+    );
     const last = await producer.enqueue({ queue, type: 'project', lane: 'p', payload: { n: 2 } });
-    await waitFor(async () => ((await mustGet(tl.ledger, last.id)).state === 'completed' ? true : undefined), 15_000, 'the third completed');
+    await waitFor(
+      async () => ((await mustGet(tl.ledger, last.id)).state === 'completed' ? true : undefined),
+      15_000,
+      'the third completed',
+    );
     expect(seen).toEqual([
       { ids: [done.id], count: 1, payloads: [{ n: 0 }] },
       { ids: [last.id], count: 1, payloads: [{ n: 1, skip: true }, { n: 2 }] },
@@ -167,7 +228,8 @@ describe('ctx.stage', () => {
     expect(events.filter(([, s]) => s === 'write')).toHaveLength(2);
     expect(events.every(([t]) => t === 'etl')).toBe(true);
     const text = await metrics.metrics();
-    const count = (stage: string) => sample(text, 'lanewake_stage_duration_seconds_count', `queue="${queue}",type="etl",stage="${stage}"`);
+    const count = (stage: string) =>
+      sample(text, 'lanewake_stage_duration_seconds_count', `queue="${queue}",type="etl",stage="${stage}"`);
     expect([count('fetch'), count('transform'), count('write')]).toEqual([2, 2, 2]);
     expect(text).not.toMatch(/lanewake_stage_duration_seconds_count\{[^}]*type="plain"/);
     const lines = log.at(20, /stage timings/);
@@ -196,13 +258,19 @@ describe('Defer() without a time', () => {
       { backoff: { baseMs: 10, factor: 10, jitter: 0, maxMs: 3_600_000 } },
     );
     const { id } = await producer.enqueue({ queue, type: 'later', payload: {}, maxAttempts: 1 });
-    await waitFor(async () => ((await history(tl.ledger, id)).length === 4 ? true : undefined), 15_000, 'four releases');
+    await waitFor(
+      async () => ((await history(tl.ledger, id)).length === 4 ? true : undefined),
+      15_000,
+      'four releases',
+    );
 
     expect(attempts).toEqual([1, 1, 1, 1]);
     const item = await mustGet(tl.ledger, id);
     expect(item).toMatchObject({ state: 'pending', attempt: 0 });
     const releases = await history(tl.ledger, id);
-    expect(releases.map((h) => [h.attempt, h.outcome, h.error])).toEqual(Array.from({ length: 4 }, () => [1, 'released', 'deferred']));
+    expect(releases.map((h) => [h.attempt, h.outcome, h.error])).toEqual(
+      Array.from({ length: 4 }, () => [1, 'released', 'deferred']),
+    );
     // Both on the ledger's clock: the due time the fourth release wrote is 10 ms × 10³ after it.
     const dueInMs = item.runAfter.getTime() - releases[3]!.endedAt.getTime();
     expect(dueInMs).toBeGreaterThan(9_000);

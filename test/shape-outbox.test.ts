@@ -2,7 +2,7 @@ import { sql } from 'kysely';
 import { describe, expect, test } from 'vitest';
 import { wakeStreamKey } from '../src/wake/keys.js';
 import { consumerHarness, type ConsumerSetup } from './support/consumer-harness.js';
-import { createEffectsTable, readEffects, type EffectsDB } from './support/effects.js';
+import { createEffectsTable, readEffects } from './support/effects.js';
 import { uniqueQueue } from './support/engine.js';
 import { history, mustGet } from './support/items.js';
 import { waitFor } from './support/ledger.js';
@@ -23,9 +23,15 @@ async function setUp(): Promise<ConsumerSetup & { followQueue: string }> {
 }
 
 /** The follow-up items of `parent` in the ledger. */
-async function followUpsOf(setup: ConsumerSetup & { followQueue: string }, parent: string): Promise<{ id: string; n: number }[]> {
+async function followUpsOf(
+  setup: ConsumerSetup & { followQueue: string },
+  parent: string,
+): Promise<{ id: string; n: number }[]> {
   const { ledger } = setup.tl;
-  const r = await sql<{ id: string; payload: string }>`SELECT id, payload FROM ${ledger.tables.items} WHERE queue = ${setup.followQueue}`.execute(ledger.db);
+  const r = await sql<{
+    id: string;
+    payload: string;
+  }>`SELECT id, payload FROM ${ledger.tables.items} WHERE queue = ${setup.followQueue}`.execute(ledger.db);
   return r.rows
     .map((row) => ({ id: row.id, p: JSON.parse(row.payload) as { parent: string; n: number } }))
     .filter((x) => x.p.parent === parent)
@@ -34,7 +40,11 @@ async function followUpsOf(setup: ConsumerSetup & { followQueue: string }, paren
 
 /** The ids the wake stream of the follow-up queue has announced. */
 async function announced(setup: ConsumerSetup & { followQueue: string }): Promise<string[]> {
-  const entries = (await setup.tw.wake.redis.xrange(wakeStreamKey(setup.tw.keyPrefix, setup.followQueue, 'default'), '-', '+')) as [string, string[]][];
+  const entries = (await setup.tw.wake.redis.xrange(
+    wakeStreamKey(setup.tw.keyPrefix, setup.followQueue, 'default'),
+    '-',
+    '+',
+  )) as [string, string[]][];
   return entries.flatMap(([, f]) => (f[f.indexOf('i') + 1] ?? '').split(',').filter((id) => id !== ''));
 }
 
@@ -52,14 +62,24 @@ describe('ctx.enqueue: the transactional outbox', () => {
         return value;
       },
     });
-    const done = await waitFor(async () => {
-      const item = await mustGet(tl.ledger, id);
-      return item.state === 'completed' ? item : undefined;
-    }, 30_000, 'parent completed');
+    const done = await waitFor(
+      async () => {
+        const item = await mustGet(tl.ledger, id);
+        return item.state === 'completed' ? item : undefined;
+      },
+      30_000,
+      'parent completed',
+    );
     const follow = await followUpsOf(setup, id);
     expect(follow.map((f) => f.n).sort()).toEqual([0, 1]);
-    expect(done.result).toEqual({ followUps: follow.map((f) => f.id).sort((a, b) => (follow.find((x) => x.id === a)!.n - follow.find((x) => x.id === b)!.n)) });
-    expect(await waitFor(async () => (seenAtCommit !== undefined ? true : undefined), 10_000, 'handler returned')).toBe(true);
+    expect(done.result).toEqual({
+      followUps: follow
+        .map((f) => f.id)
+        .sort((a, b) => follow.find((x) => x.id === a)!.n - follow.find((x) => x.id === b)!.n),
+    });
+    expect(await waitFor(async () => (seenAtCommit !== undefined ? true : undefined), 10_000, 'handler returned')).toBe(
+      true,
+    );
     expect(seenAtCommit).toBe(FOLLOW_UPS);
     expect((await announced(setup)).sort()).toEqual(follow.map((f) => f.id).sort());
     expect((await readEffects(tl.ledger)).map((e) => e.itemId)).toEqual([id]);
@@ -69,11 +89,17 @@ describe('ctx.enqueue: the transactional outbox', () => {
     const setup = await setUp();
     const { tl, queue, producer } = setup;
     const { id } = await producer.enqueue({ queue, type: 'parent', payload: {}, maxAttempts: 1 });
-    await harness.consumer({ parent: async (_job, ctx) => ctx.enqueue({ queue: setup.followQueue, type: 'follow', payload: {} }) });
-    const dead = await waitFor(async () => {
-      const item = await mustGet(tl.ledger, id);
-      return item.state === 'dead' ? item : undefined;
-    }, 30_000, 'parent dead');
+    await harness.consumer({
+      parent: async (_job, ctx) => ctx.enqueue({ queue: setup.followQueue, type: 'follow', payload: {} }),
+    });
+    const dead = await waitFor(
+      async () => {
+        const item = await mustGet(tl.ledger, id);
+        return item.state === 'dead' ? item : undefined;
+      },
+      30_000,
+      'parent dead',
+    );
     expect(dead.lastError).toMatch(/ctx.enqueue runs only inside ctx.transaction/);
     expect(await followUpsOf(setup, id)).toEqual([]);
   });
@@ -83,10 +109,25 @@ describe('ctx.enqueue: the transactional outbox', () => {
       const setup = await setUp();
       const { tl, tw, queue, producer, followQueue } = setup;
       const { id } = await producer.enqueue({ queue, type: 'parent', payload: {} });
-      const child = new ChildConsumer({ dbUrl: tl.url, redisUrl: redisUrl(), keyPrefix: tw.keyPrefix, queue, name: 'child', mode: 'outbox', followQueue, outboxStop: stop, leaseMs: 1500, pollIntervalMs: 200 });
+      const child = new ChildConsumer({
+        dbUrl: tl.url,
+        redisUrl: redisUrl(),
+        keyPrefix: tw.keyPrefix,
+        queue,
+        name: 'child',
+        mode: 'outbox',
+        followQueue,
+        outboxStop: stop,
+        leaseMs: 1500,
+        pollIntervalMs: 200,
+      });
       harness.cleanup(() => child.kill());
       await child.waitReady();
-      await waitFor(async () => (child.events.some((e) => e.event === 'at' && e.point === stop) ? true : undefined), 30_000, `child at ${stop}`);
+      await waitFor(
+        async () => (child.events.some((e) => e.event === 'at' && e.point === stop) ? true : undefined),
+        30_000,
+        `child at ${stop}`,
+      );
       await child.kill();
 
       const parent = await mustGet(tl.ledger, id);
@@ -106,25 +147,34 @@ describe('ctx.enqueue: the transactional outbox', () => {
       }
 
       // Another worker takes the dead holder's item once its lease expires, and completes it.
-      await harness.consumer({ parent: outboxHandler('local', followQueue, undefined, () => undefined) as never }, { name: 'local', leaseMs: 1500 });
-      const done = await waitFor(async () => {
-        const item = await mustGet(tl.ledger, id);
-        return item.state === 'completed' ? item : undefined;
-      }, 30_000, 'parent completed');
+      await harness.consumer(
+        { parent: outboxHandler('local', followQueue, undefined, () => undefined) as never },
+        { name: 'local', leaseMs: 1500 },
+      );
+      const done = await waitFor(
+        async () => {
+          const item = await mustGet(tl.ledger, id);
+          return item.state === 'completed' ? item : undefined;
+        },
+        30_000,
+        'parent completed',
+      );
       const after = await followUpsOf(setup, id);
       expect(after.map((f) => f.n).sort()).toEqual([0, 1]);
       if (follow.length > 0) expect(after).toEqual(follow); // the committed ones, not made again
-      expect((await readEffects(tl.ledger)).map((e) => [e.itemId, e.worker])).toEqual([[id, stop === 'after-commit' ? 'child' : 'local']]);
+      expect((await readEffects(tl.ledger)).map((e) => [e.itemId, e.worker])).toEqual([
+        [id, stop === 'after-commit' ? 'child' : 'local'],
+      ]);
       expect(done.attempt).toBe(stop === 'after-commit' ? 1 : 2);
       if (stop !== 'after-commit') {
         // The killed attempt expired and the next completed. (A claim slower than a third of the lease hands
         // its item back unstarted, a `released` row that spends no attempt: a loaded server may add one.)
-        expect((await history(tl.ledger, id)).map((h) => h.outcome).filter((o) => o !== 'released')).toEqual(['lease_expired', 'completed']);
+        expect((await history(tl.ledger, id)).map((h) => h.outcome).filter((o) => o !== 'released')).toEqual([
+          'lease_expired',
+          'completed',
+        ]);
         expect((await announced(setup)).sort()).toEqual(after.map((f) => f.id).sort());
       }
     });
   }
 });
-
-// The handler is typed for the effects table: the harness's consumers take any handler.
-export type { EffectsDB };

@@ -1,8 +1,8 @@
 import { describe, expect, test } from 'vitest';
-import { Consumer } from '../src/consumer/consumer.js';
+import type { Consumer } from '../src/consumer/consumer.js';
 import type { HandlerEntry } from '../src/consumer/types.js';
 import { ValidationError } from '../src/errors.js';
-import { Producer } from '../src/producer/producer.js';
+import type { Producer } from '../src/producer/producer.js';
 import { ledgerReadiness, startAdminServer } from '../src/supervisor/admin-server.js';
 import { LanewakeMetrics } from '../src/supervisor/metrics.js';
 import { consumerHarness } from './support/consumer-harness.js';
@@ -13,7 +13,9 @@ import { waitFor, type TestLedger } from './support/ledger.js';
 
 const harness = consumerHarness('progress');
 
-async function setUp(handlers: Record<string, HandlerEntry>): Promise<{ tl: TestLedger; consumer: Consumer; queue: string; producer: Producer }> {
+async function setUp(
+  handlers: Record<string, HandlerEntry>,
+): Promise<{ tl: TestLedger; consumer: Consumer; queue: string; producer: Producer }> {
   const { tl, queue, producer } = await harness.setUp();
   return { tl, consumer: await harness.consumer(handlers, { concurrency: 2 }), queue, producer };
 }
@@ -35,7 +37,10 @@ describe('progress', () => {
         for (let p = 0; ; p = Math.min(99, p + 1)) {
           ctx.progress(p);
           reports++;
-          const done = await Promise.race([finish.opened.then(() => true), new Promise<false>((r) => setTimeout(() => r(false), 20))]);
+          const done = await Promise.race([
+            finish.opened.then(() => true),
+            new Promise<false>((r) => setTimeout(() => r(false), 20)),
+          ]);
           if (done) break;
         }
         ctx.progress({ phase: 'done', rows: 1200 });
@@ -56,13 +61,21 @@ describe('progress', () => {
     const startedAt = Date.now();
     const { id } = await producer.enqueue({ queue, type: 'long', payload: { secret: 'kept from operators' } });
     // The ledger shows a report while the item runs.
-    const running = await waitFor(async () => {
-      const item = await mustGet(tl.ledger, id);
-      return item.state === 'processing' && typeof item.progress === 'number' ? item : undefined;
-    }, 10_000, 'progress in the ledger while running');
+    const running = await waitFor(
+      async () => {
+        const item = await mustGet(tl.ledger, id);
+        return item.state === 'processing' && typeof item.progress === 'number' ? item : undefined;
+      },
+      10_000,
+      'progress in the ledger while running',
+    );
     expect(running.progress).toBeGreaterThanOrEqual(0);
 
-    const api = (await (await fetch(`${admin.url}/api/items/${id}`)).json()) as { item: Record<string, unknown>; steps: unknown[]; why: unknown };
+    const api = (await (await fetch(`${admin.url}/api/items/${id}`)).json()) as {
+      item: Record<string, unknown>;
+      steps: unknown[];
+      why: unknown;
+    };
     expect(api.item).toMatchObject({ id, state: 'processing' });
     expect(api.why).toMatchObject({ id, code: 'processing', details: { owner: consumer.name } });
     const live = (await (await fetch(`${admin.url}/api/consumers`)).json()) as unknown[];
@@ -75,17 +88,23 @@ describe('progress', () => {
     // Let it run a while longer, then finish.
     await waitFor(() => Date.now() - startedAt > 2500 || undefined, 10_000, 'two and a half seconds');
     finish.open();
-    const done = await waitFor(async () => {
-      const item = await mustGet(tl.ledger, id);
-      return item.state === 'completed' ? item : undefined;
-    }, 10_000, 'completed');
+    const done = await waitFor(
+      async () => {
+        const item = await mustGet(tl.ledger, id);
+        return item.state === 'completed' ? item : undefined;
+      },
+      10_000,
+      'completed',
+    );
     const ranMs = Date.now() - startedAt;
     expect(done.progress).toEqual({ phase: 'done', rows: 1200 });
     expect(reports).toBeGreaterThan(50);
     // One write per started second of the run at most, plus the one before the outcome.
     expect(consumer.counters.progressWrites).toBeGreaterThanOrEqual(2);
     expect(consumer.counters.progressWrites).toBeLessThanOrEqual(Math.ceil(ranMs / 1000) + 1);
-    expect(await metrics.metrics()).toMatch(new RegExp(`^lanewake_progress_writes_total\\{queue="${queue}"\\} ${consumer.counters.progressWrites}$`, 'm'));
+    expect(await metrics.metrics()).toMatch(
+      new RegExp(`^lanewake_progress_writes_total\\{queue="${queue}"\\} ${consumer.counters.progressWrites}$`, 'm'),
+    );
 
     expect((await fetch(`${admin.url}/api/items/no-such-item`)).status).toBe(404);
     const bad = await fetch(`${admin.url}/api/items/${encodeURIComponent('not an id!')}`);
@@ -109,10 +128,14 @@ describe('progress', () => {
       },
     });
     const { id } = await producer.enqueue({ queue, type: 'tx', payload: {} });
-    const done = await waitFor(async () => {
-      const item = await mustGet(tl.ledger, id);
-      return item.state === 'completed' ? item : undefined;
-    }, 10_000, 'completed');
+    const done = await waitFor(
+      async () => {
+        const item = await mustGet(tl.ledger, id);
+        return item.state === 'completed' ? item : undefined;
+      },
+      10_000,
+      'completed',
+    );
     expect(done.result).toEqual(Array.from({ length: 7 }, () => 'progress'));
     expect(done.progress).toBe(75);
   });

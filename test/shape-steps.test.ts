@@ -1,8 +1,7 @@
 import { describe, expect, test } from 'vitest';
-import { Consumer } from '../src/consumer/consumer.js';
+import type { Consumer } from '../src/consumer/consumer.js';
 import type { Outcome } from '../src/consumer/job-run.js';
 import type { HandlerEntry } from '../src/consumer/types.js';
-import { Producer } from '../src/producer/producer.js';
 import { consumerHarness, type ConsumerSetup } from './support/consumer-harness.js';
 import { mustGet } from './support/items.js';
 import { waitFor } from './support/ledger.js';
@@ -20,9 +19,18 @@ async function setUp(): Promise<ConsumerSetup> {
   return setup;
 }
 
-async function startConsumer(_queue: string, handlers: Record<string, HandlerEntry>, outcomes?: Map<string, Outcome[]>): Promise<Consumer> {
+async function startConsumer(
+  _queue: string,
+  handlers: Record<string, HandlerEntry>,
+  outcomes?: Map<string, Outcome[]>,
+): Promise<Consumer> {
   // Retries come back after 50 ms, so a test of several attempts stays short.
-  const consumer = await harness.consumer(handlers, { name: 'local', concurrency: 2, leaseMs: 2000, backoff: { baseMs: 50, factor: 1 } });
+  const consumer = await harness.consumer(handlers, {
+    name: 'local',
+    concurrency: 2,
+    leaseMs: 2000,
+    backoff: { baseMs: 50, factor: 1 },
+  });
   consumer.on('outcome', (item, outcome) => outcomes?.set(item.id, [...(outcomes.get(item.id) ?? []), outcome]));
   return consumer;
 }
@@ -31,18 +39,35 @@ describe('durable steps', () => {
   test('a handler of three steps SIGKILLed in step three: the next attempt runs only step three, and steps one and two ran once', async () => {
     const { tl, tw, queue, producer } = await setUp();
     const { id } = await producer.enqueue({ queue, type: 'step', payload: {} });
-    const child = new ChildConsumer({ dbUrl: tl.url, redisUrl: redisUrl(), keyPrefix: tw.keyPrefix, queue, name: 'child', mode: 'steps-hang', leaseMs: 2000, pollIntervalMs: 200 });
+    const child = new ChildConsumer({
+      dbUrl: tl.url,
+      redisUrl: redisUrl(),
+      keyPrefix: tw.keyPrefix,
+      queue,
+      name: 'child',
+      mode: 'steps-hang',
+      leaseMs: 2000,
+      pollIntervalMs: 200,
+    });
     harness.cleanup(() => child.kill());
     await child.waitReady();
-    await waitFor(async () => (await tl.ledger.steps(id)).some((s) => s.name === 'two') || undefined, 30_000, 'step two recorded by the child');
+    await waitFor(
+      async () => (await tl.ledger.steps(id)).some((s) => s.name === 'two') || undefined,
+      30_000,
+      'step two recorded by the child',
+    );
     await child.kill();
 
     // Another consumer reclaims the dead holder's lease and resumes the item.
     const local = await startConsumer(queue, { step: threeStepHandler(tl.ledger.db, 'local', { hangAtThree: false }) });
-    const done = await waitFor(async () => {
-      const item = await mustGet(tl.ledger, id);
-      return item.state === 'completed' ? item : undefined;
-    }, 30_000, 'resumed item completed');
+    const done = await waitFor(
+      async () => {
+        const item = await mustGet(tl.ledger, id);
+        return item.state === 'completed' ? item : undefined;
+      },
+      30_000,
+      'resumed item completed',
+    );
 
     expect(done).toMatchObject({ attempt: 2, result: 3 });
     expect(await stepEffects(tl.ledger, id)).toEqual(['one@child', 'two@child', 'three@local']);
@@ -79,10 +104,14 @@ describe('durable steps', () => {
     );
     const { id } = await producer.enqueue({ queue, type: 'flaky', payload: {}, maxAttempts: 5 });
     // The consumer hears its completion's answer after the ledger committed it: wait for both.
-    const done = await waitFor(async () => {
-      const item = await mustGet(tl.ledger, id);
-      return item.state === 'completed' && outcomes.get(id)?.length === 3 ? item : undefined;
-    }, 20_000, 'completed, and its outcome heard');
+    const done = await waitFor(
+      async () => {
+        const item = await mustGet(tl.ledger, id);
+        return item.state === 'completed' && outcomes.get(id)?.length === 3 ? item : undefined;
+      },
+      20_000,
+      'completed, and its outcome heard',
+    );
     // a ran once; b threw on attempt 1 (nothing recorded) and ran again on attempt 2; attempt 3 ran neither.
     expect(calls).toEqual(['a1', 'b1', 'b2']);
     expect(done).toMatchObject({ attempt: 3, result: 2 });
@@ -107,10 +136,14 @@ describe('durable steps', () => {
     });
     const twice = await producer.enqueue({ queue, type: 'twice', payload: {} });
     const bad = await producer.enqueue({ queue, type: 'badName', payload: {}, maxAttempts: 1 });
-    const [a, b] = await waitFor(async () => {
-      const items = await Promise.all([mustGet(tl.ledger, twice.id), mustGet(tl.ledger, bad.id)]);
-      return items.every((i) => i.terminalAt !== null) ? items : undefined;
-    }, 20_000, 'both ended');
+    const [a, b] = await waitFor(
+      async () => {
+        const items = await Promise.all([mustGet(tl.ledger, twice.id), mustGet(tl.ledger, bad.id)]);
+        return items.every((i) => i.terminalAt !== null) ? items : undefined;
+      },
+      20_000,
+      'both ended',
+    );
     expect(a).toMatchObject({ state: 'completed', result: [1, 1, 1] });
     expect(runs).toBe(1);
     expect(b?.state).toBe('dead');

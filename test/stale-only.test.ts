@@ -33,7 +33,9 @@ describe('stale-only claims', () => {
     expect((await ledger.sweepSignals([queue]))[0]).toMatchObject({ staleOnly: true, claimable: true });
     expect((await ledger.explain(fresh.id))?.code).toBe('stale_only');
 
-    expect(await ledger.claimByIds({ queue, owner: 'w', leaseMs: 60_000, ids: [fresh.id], staleOnly: true })).toEqual([]);
+    expect(await ledger.claimByIds({ queue, owner: 'w', leaseMs: 60_000, ids: [fresh.id], staleOnly: true })).toEqual(
+      [],
+    );
     const taken = await ledger.claim({ queue, owner: 'w', leaseMs: 60_000, limit: 10, staleOnly: true });
     expect(taken.items.map((i) => i.id)).toEqual([rescued]);
     expect((await ledger.claim({ queue, owner: 'w', leaseMs: 60_000, limit: 10, staleOnly: true })).items).toEqual([]);
@@ -42,7 +44,9 @@ describe('stale-only claims', () => {
     const off = await lanewake(['--database-url', tl.url, 'stale-only', queue, 'off']);
     expect(off.out).toContain('claims pending work as usual');
     expect((await ledger.explain(fresh.id))?.code).not.toBe('stale_only');
-    expect((await ledger.claim({ queue, owner: 'w', leaseMs: 60_000, limit: 10 })).items.map((i) => i.id)).toEqual([fresh.id]);
+    expect((await ledger.claim({ queue, owner: 'w', leaseMs: 60_000, limit: 10 })).items.map((i) => i.id)).toEqual([
+      fresh.id,
+    ]);
     expect((await lanewake(['--database-url', tl.url, 'stale-only', queue, 'maybe'])).code).toBe(2);
   });
 
@@ -71,7 +75,10 @@ describe('stale-only claims', () => {
     const rescued = await abandoned(tl.ledger, queue);
     const waiting = await producer.enqueue({ queue, type: 't', payload: {} });
     const done: string[] = [];
-    const consumer = await harness.consumer({ t: async (job) => void done.push(job.id) }, { name: 'rescuer', staleOnly: true });
+    const consumer = await harness.consumer(
+      { t: async (job) => void done.push(job.id) },
+      { name: 'rescuer', staleOnly: true },
+    );
     expect(consumer.staleOnly).toBe('consumer');
     await waitFor(() => done.includes(rescued) || undefined, 20_000, 'the rescued item ran');
     expect(await mustGet(tl.ledger, waiting.id)).toMatchObject({ state: 'pending' });
@@ -84,7 +91,15 @@ describe('stale-only claims', () => {
     const small = new Ledger({ url: tl.url, poolSize: 2, ...testTxnMode() });
     harness.cleanup(() => small.close());
     const done: string[] = [];
-    const consumer = new Consumer({ ledger: small, wake: tw.wake, queue, name: 'gated', pollIntervalMs: 200, staleOnlyGate: { poolWaiting: 1 }, handlers: { t: async (job) => void done.push(job.id) } });
+    const consumer = new Consumer({
+      ledger: small,
+      wake: tw.wake,
+      queue,
+      name: 'gated',
+      pollIntervalMs: 200,
+      staleOnlyGate: { poolWaiting: 1 },
+      handlers: { t: async (job) => void done.push(job.id) },
+    });
     harness.cleanup(() => consumer.stop({ drainTimeoutMs: 1000 }));
     await consumer.start();
     // Its start (registration, the first claim round, the schedule firer) may fill two connections for a moment.

@@ -18,13 +18,32 @@ afterEach(async () => {
 async function fixtures(): Promise<{ tl: TestLedger; tw: TestWake }> {
   const tl = await createTestLedger();
   const tw = createTestWake();
-  cleanups.push(() => tl.drop(), () => tw.drop());
+  cleanups.push(
+    () => tl.drop(),
+    () => tw.drop(),
+  );
   return { tl, tw };
 }
 
-function config(tl: TestLedger, tw: TestWake, queues: WorkerConfig['queues'] | unknown[], extra: Record<string, unknown> = {}): WorkerConfig {
+function config(
+  tl: TestLedger,
+  tw: TestWake,
+  queues: WorkerConfig['queues'] | unknown[],
+  extra: Record<string, unknown> = {},
+): WorkerConfig {
   return resolveWorkerConfig([
-    { databaseUrl: tl.url, redisUrl: redisUrl(), redisKeyPrefix: tw.keyPrefix, handlers: 'inline', admin: false, reconcileIntervalMs: 200, ownershipCheckMs: 300, drainTimeoutMs: 5_000, ...extra, queues },
+    {
+      databaseUrl: tl.url,
+      redisUrl: redisUrl(),
+      redisKeyPrefix: tw.keyPrefix,
+      handlers: 'inline',
+      admin: false,
+      reconcileIntervalMs: 200,
+      ownershipCheckMs: 300,
+      drainTimeoutMs: 5_000,
+      ...extra,
+      queues,
+    },
   ]);
 }
 
@@ -52,13 +71,25 @@ describe('worker config', () => {
   });
 
   test('env LANEWAKE_* fills fields and flags win over env over file', () => {
-    const env = configFromEnv({ LANEWAKE_DATABASE_URL: 'mysql://root@h/db', LANEWAKE_QUEUES: 'billing:16,mail', LANEWAKE_ADMIN: '0.0.0.0:9999', LANEWAKE_POOL_SIZE: '7' });
+    const env = configFromEnv({
+      LANEWAKE_DATABASE_URL: 'mysql://root@h/db',
+      LANEWAKE_QUEUES: 'billing:16,mail',
+      LANEWAKE_ADMIN: '0.0.0.0:9999',
+      LANEWAKE_POOL_SIZE: '7',
+    });
     const c = resolveWorkerConfig([{ handlers: './file.js', poolSize: 3 }, env, { poolSize: 12 }]);
     expect(c.databaseUrl).toBe('mysql://root@h/db');
-    expect(c.queues.map((q) => [q.name, q.concurrency])).toEqual([['billing', 16], ['mail', 10]]);
+    expect(c.queues.map((q) => [q.name, q.concurrency])).toEqual([
+      ['billing', 16],
+      ['mail', 10],
+    ]);
     expect(c.admin).toEqual({ host: '0.0.0.0', port: 9999 });
     expect(c.poolSize).toBe(12);
-    expect(() => resolveWorkerConfig([{ handlers: 'x', ...configFromEnv({ LANEWAKE_DATABASE_URL: 'u', LANEWAKE_QUEUES: 'q:many' }) }])).toThrow(/queues\[0\]\.concurrency/);
+    expect(() =>
+      resolveWorkerConfig([
+        { handlers: 'x', ...configFromEnv({ LANEWAKE_DATABASE_URL: 'u', LANEWAKE_QUEUES: 'q:many' }) },
+      ]),
+    ).toThrow(/queues\[0\]\.concurrency/);
   });
 });
 
@@ -89,10 +120,18 @@ describe('restart backoff', () => {
     await waitFor(() => (runner.restarts >= 3 ? true : undefined), 10_000, 'three restarts');
     expect(runner.state).not.toBe('running');
     await tl.ledger.migrate();
-    await waitFor(() => (runner.state === 'running' ? true : undefined), 10_000, 'the runner to come up once the schema exists');
+    await waitFor(
+      () => (runner.state === 'running' ? true : undefined),
+      10_000,
+      'the runner to come up once the schema exists',
+    );
     const { id } = await tl.ledger.enqueue({ queue, type: 't', payload: {} });
     runner.current?.kick();
-    await waitFor(async () => ((await tl.ledger.get(id))?.state === 'completed' ? true : undefined), 10_000, 'the item to complete');
+    await waitFor(
+      async () => ((await tl.ledger.get(id))?.state === 'completed' ? true : undefined),
+      10_000,
+      'the item to complete',
+    );
   });
 });
 
@@ -104,7 +143,10 @@ describe('supervisor', () => {
     const gate = new Promise<void>((r) => (release = r));
     let slowStarted = false;
     const sup = new Supervisor({
-      config: config(tl, tw, [{ name: qa, concurrency: 4 }, { name: qb, concurrency: 2 }]),
+      config: config(tl, tw, [
+        { name: qa, concurrency: 4 },
+        { name: qb, concurrency: 2 },
+      ]),
       handlers: {
         [qa]: { fast: async () => 'a' },
         [qb]: {
@@ -120,7 +162,11 @@ describe('supervisor', () => {
     const producer = new Producer({ ledger: tl.ledger, wake: tw.wake });
     await producer.enqueueMany(Array.from({ length: 20 }, (_, i) => ({ queue: qa, type: 'fast', payload: { i } })));
     const slow = await producer.enqueue({ queue: qb, type: 'slow', payload: {} });
-    await waitFor(async () => ((await tl.ledger.stats(qa))[0]?.counts.completed.count === 20 ? true : undefined), 15_000, 'queue a drained');
+    await waitFor(
+      async () => ((await tl.ledger.stats(qa))[0]?.counts.completed.count === 20 ? true : undefined),
+      15_000,
+      'queue a drained',
+    );
     // The handler itself must be running: 'processing' in the ledger is also
     // true of an item whose claim has committed but not yet reached the
     // consumer, and a stop rightly releases such an item instead of draining it.
@@ -135,12 +181,16 @@ describe('supervisor', () => {
     expect(all.reduce((n, s) => n + s.counts.processing.count, 0)).toBe(0);
   });
 
-  test("a queue with pools runs a consumer per pool, live in the registry with its classes; pools that cannot be are refused before anything starts", async () => {
+  test('a queue with pools runs a consumer per pool, live in the registry with its classes; pools that cannot be are refused before anything starts', async () => {
     const { tl, tw } = await fixtures();
     const queue = uniqueQueue('pooled');
-    expect(() => new Supervisor({ config: config(tl, tw, [{ name: queue, concurrency: 1, pools: 'auto' }]), handlers: { [queue]: { t: async () => undefined } } })).toThrow(
-      expect.objectContaining({ fields: ['queues.0.pools'] }),
-    );
+    expect(
+      () =>
+        new Supervisor({
+          config: config(tl, tw, [{ name: queue, concurrency: 1, pools: 'auto' }]),
+          handlers: { [queue]: { t: async () => undefined } },
+        }),
+    ).toThrow(expect.objectContaining({ fields: ['queues.0.pools'] }));
     const sup = new Supervisor({
       config: config(tl, tw, [{ name: queue, concurrency: 8, pools: 'auto' }]),
       handlers: { [queue]: { t: async () => undefined } },
@@ -148,7 +198,11 @@ describe('supervisor', () => {
     });
     cleanups.push(() => sup.stop());
     await sup.start();
-    await waitFor(() => [...sup.runners.get(queue)!].every((r) => r.state === 'running') || undefined, 10_000, 'every pool running');
+    await waitFor(
+      () => [...sup.runners.get(queue)!].every((r) => r.state === 'running') || undefined,
+      10_000,
+      'every pool running',
+    );
     const live = await tl.ledger.liveConsumers(queue);
     expect(live.map((c) => [c.classes, c.concurrency]).sort()).toEqual(
       [
@@ -174,7 +228,10 @@ describe('supervisor', () => {
     await tl.ledger.activate({ queue, deployment: 'blue', expectEpoch: 0 });
     const blue = make('blue');
     const green = make('green');
-    cleanups.push(() => blue.stop(), () => green.stop());
+    cleanups.push(
+      () => blue.stop(),
+      () => green.stop(),
+    );
     await blue.start();
     await green.start();
     expect((await blue.readiness()).ready).toBe(true);
@@ -197,9 +254,17 @@ describe('supervisor', () => {
     // The ledger itself refuses a claim under the stale epoch (and allows it under the current one).
     await green.stop();
     const item = await tl.ledger.enqueue({ queue, type: 'job', payload: {} });
-    expect(await tl.ledger.claimByIds({ queue, owner: 'stale-blue', leaseMs: 1000, epoch: 1, ids: [item.id] })).toEqual([]);
+    expect(await tl.ledger.claimByIds({ queue, owner: 'stale-blue', leaseMs: 1000, epoch: 1, ids: [item.id] })).toEqual(
+      [],
+    );
     expect((await tl.ledger.get(item.id))?.state).toBe('pending');
-    const current = await tl.ledger.claimByIds({ queue, owner: 'green-2', leaseMs: 1000, epoch: next.epoch, ids: [item.id] });
+    const current = await tl.ledger.claimByIds({
+      queue,
+      owner: 'green-2',
+      leaseMs: 1000,
+      epoch: next.epoch,
+      ids: [item.id],
+    });
     expect(current.map((c) => c.id)).toEqual([item.id]);
   });
 
@@ -209,7 +274,12 @@ describe('supervisor', () => {
     const ran: string[] = [];
     const worker = new Supervisor({
       // The ownership check a minute off: only the broadcast can make the takeover prompt.
-      config: config(tl, tw, queues.map((name) => ({ name, concurrency: 1, ownership: true })), { deployment: 'green', ownershipCheckMs: 60_000 }),
+      config: config(
+        tl,
+        tw,
+        queues.map((name) => ({ name, concurrency: 1, ownership: true })),
+        { deployment: 'green', ownershipCheckMs: 60_000 },
+      ),
       handlers: Object.fromEntries(queues.map((q) => [q, { job: async (j: { id: string }) => void ran.push(j.id) }])),
       logger: createLogger('test', 'silent'),
     });
@@ -223,7 +293,11 @@ describe('supervisor', () => {
       expect(await tw.wake.publishControl(queue, { type: 'ownership', epoch, deployment: 'green' })).toBe(true);
     }
     for (const queue of queues) {
-      await waitFor(() => worker.ownership.get(queue)?.state === 'owner' || undefined, 5_000, `the activation of ${queue} to be heard`);
+      await waitFor(
+        () => worker.ownership.get(queue)?.state === 'owner' || undefined,
+        5_000,
+        `the activation of ${queue} to be heard`,
+      );
     }
     expect((await worker.readiness()).ready).toBe(true);
     const items = await producer.enqueueMany(queues.map((queue) => ({ queue, type: 'job', payload: {} })));

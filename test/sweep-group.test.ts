@@ -34,12 +34,19 @@ test('40 idle queues in one process are swept with one statement per interval; w
         pollIntervalMs: POLL_MS,
         leaseMs: 1_000,
         logger: silent,
-        handlers: { t: async (job: { id: string; queue: string }) => void ran.set(job.queue, [...(ran.get(job.queue) ?? []), job.id]) },
+        handlers: {
+          t: async (job: { id: string; queue: string }) =>
+            void ran.set(job.queue, [...(ran.get(job.queue) ?? []), job.id]),
+        },
       }),
   );
   for (const c of consumers) await c.start();
   // Each consumer's own first sweep, then a shared one: start-up's claims are done.
-  await waitFor(() => consumers.every((c) => c.counters.sweeps >= 2) || undefined, 10_000, 'every first sweep and a shared one');
+  await waitFor(
+    () => consumers.every((c) => c.counters.sweeps >= 2) || undefined,
+    10_000,
+    'every first sweep and a shared one',
+  );
 
   // Idle: what every consumer's sweeps send to the ledger over three intervals.
   const statements: string[] = [];
@@ -47,7 +54,11 @@ test('40 idle queues in one process are swept with one statement per interval; w
   const base = consumers.map((c) => c.counters.sweeps);
   const claimsBefore = consumers.reduce((n, c) => n + c.counters.claimRounds, 0);
   try {
-    await waitFor(() => consumers.every((c, i) => c.counters.sweeps >= base[i]! + 3) || undefined, 10_000, 'three shared sweeps');
+    await waitFor(
+      () => consumers.every((c, i) => c.counters.sweeps >= base[i]! + 3) || undefined,
+      10_000,
+      'three shared sweeps',
+    );
   } finally {
     stopCounting();
   }

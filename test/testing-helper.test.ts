@@ -3,7 +3,16 @@ import { createPool } from 'mysql2';
 import { afterEach, expect, test } from 'vitest';
 import { z } from 'zod';
 import { createTestRunner } from 'lanewake/testing';
-import { Defer, PermanentError, Producer, ValidationError, defineHandler, defineJobs, type JobContext, type StandardSchemaV1 } from '../src/index.js';
+import {
+  Defer,
+  PermanentError,
+  Producer,
+  ValidationError,
+  defineHandler,
+  defineJobs,
+  type JobContext,
+  type StandardSchemaV1,
+} from '../src/index.js';
 import { mysqlPoolOptions } from '../src/ledger/connection.js';
 import { freshQueue, itemCount } from './support/items.js';
 import type { TestLedger } from './support/ledger.js';
@@ -25,12 +34,17 @@ afterEach(async () => {
 /** A ledger of the test's own with an `invoices` table beside it, and the app's own Kysely pool on that database. */
 async function setup(): Promise<{ tl: TestLedger; app: Kysely<AppDb> }> {
   const tl = await scope.ledger();
-  await sql`CREATE TABLE invoices (order_id VARCHAR(64) PRIMARY KEY, copies INT NOT NULL) ENGINE=InnoDB`.execute(tl.ledger.db);
-  app = new Kysely<AppDb>({ dialect: new MysqlDialect({ pool: createPool(mysqlPoolOptions({ url: tl.url, poolSize: 4 })) }) });
+  await sql`CREATE TABLE invoices (order_id VARCHAR(64) PRIMARY KEY, copies INT NOT NULL) ENGINE=InnoDB`.execute(
+    tl.ledger.db,
+  );
+  app = new Kysely<AppDb>({
+    dialect: new MysqlDialect({ pool: createPool(mysqlPoolOptions({ url: tl.url, poolSize: 4 })) }),
+  });
   return { tl, app };
 }
 
-const invoices = async (db: Kysely<AppDb>): Promise<string[]> => (await db.selectFrom('invoices').select('order_id').orderBy('order_id').execute()).map((r) => r.order_id);
+const invoices = async (db: Kysely<AppDb>): Promise<string[]> =>
+  (await db.selectFrom('invoices').select('order_id').orderBy('order_id').execute()).map((r) => r.order_id);
 
 /** A handler that writes an invoice through ctx.transaction. */
 const sendInvoice = async (job: { payload: { orderId: string } }, ctx: JobContext<AppDb>): Promise<{ sent: string }> =>
@@ -58,7 +72,9 @@ test("run(): ctx.transaction joins the caller's transaction: its writes are seen
   expect(await invoices(app)).toEqual(['A2']); // committed with it
 
   // A Kysely instance: each ctx.transaction commits on its own.
-  expect(await runner.run(sendInvoice, { payload: { orderId: 'A3' } }, { db: app })).toMatchObject({ outcome: 'completed' });
+  expect(await runner.run(sendInvoice, { payload: { orderId: 'A3' } }, { db: app })).toMatchObject({
+    outcome: 'completed',
+  });
   expect(await invoices(app)).toEqual(['A2', 'A3']);
   // A failed write inside ctx.transaction: the handler threw, so a retry.
   const dup = await runner.run(sendInvoice, { payload: { orderId: 'A3' } }, { db: app });
@@ -71,7 +87,10 @@ test('run(): outcomes as the engine would write them, and ctx in memory (steps, 
     throw new Error('smtp down');
   };
   expect(await runner.run(failing, { payload: {} })).toMatchObject({ outcome: 'retry', error: new Error('smtp down') });
-  expect(await runner.run(failing, { payload: {}, attempt: 25 })).toMatchObject({ outcome: 'failed', failureClass: 'error' });
+  expect(await runner.run(failing, { payload: {}, attempt: 25 })).toMatchObject({
+    outcome: 'failed',
+    failureClass: 'error',
+  });
   const permanent = async (): Promise<never> => {
     throw new PermanentError('no such order', 'not_found');
   };
@@ -89,7 +108,13 @@ test('run(): outcomes as the engine would write them, and ctx in memory (steps, 
     return doubled;
   };
   const first = await runner.run(stepper, { payload: { n: 21 } });
-  expect(first).toMatchObject({ outcome: 'completed', result: 42, progress: [50, { done: 42 }], checkpoint: { at: 'half' }, steps: { double: 42 } });
+  expect(first).toMatchObject({
+    outcome: 'completed',
+    result: 42,
+    progress: [50, { done: 42 }],
+    checkpoint: { at: 'half' },
+    steps: { double: 42 },
+  });
   // A later attempt with the step recorded: the step's fn does not run again.
   expect(await runner.run(stepper, { payload: { n: 1 } }, { steps: first.steps })).toMatchObject({ result: 42 });
   expect(calls).toBe(1);
@@ -129,7 +154,14 @@ test('drain(): runs the queue through the ledger without Redis until idle, and a
   const drained = await runner.drain<AppDb>({ queue, handlers });
   expect(drained).toHaveLength(3);
   const byId = new Map(drained.map((d) => [d.id, d]));
-  expect(byId.get(ok.id)).toMatchObject({ type: 'invoice.send', state: 'completed', result: { sent: 'D1' }, error: null, attempts: 1, runs: ['completed'] });
+  expect(byId.get(ok.id)).toMatchObject({
+    type: 'invoice.send',
+    state: 'completed',
+    result: { sent: 'D1' },
+    error: null,
+    attempts: 1,
+    runs: ['completed'],
+  });
   expect(byId.get(bad.id)).toMatchObject({ state: 'dead', failureClass: 'permanent', attempts: 1, runs: ['dead'] });
   expect(byId.get(bad.id)?.error).toContain('test orders are never invoiced');
   expect(byId.get(flaky.id)).toMatchObject({ type: 'flaky', state: 'pending', attempts: 1, runs: ['retried'] });
@@ -137,14 +169,29 @@ test('drain(): runs the queue through the ledger without Redis until idle, and a
   expect(await invoices(app)).toEqual(['D1']);
 
   // `scheduled`: wait for items not due yet too (here the retry, after a short backoff).
-  const again = await runner.drain({ queue, handlers, scheduled: true, consumer: { backoff: { baseMs: 10, jitter: 0 } } });
-  expect(again).toEqual([expect.objectContaining({ id: flaky.id, state: 'completed', result: 'second time lucky', attempts: 2, runs: ['completed'] })]);
+  const again = await runner.drain({
+    queue,
+    handlers,
+    scheduled: true,
+    consumer: { backoff: { baseMs: 10, jitter: 0 } },
+  });
+  expect(again).toEqual([
+    expect.objectContaining({
+      id: flaky.id,
+      state: 'completed',
+      result: 'second time lucky',
+      attempts: 2,
+      runs: ['completed'],
+    }),
+  ]);
 });
 
 test('typed registry: a refused payload is a ValidationError naming the field, and nothing is written (single, many, in a transaction)', async () => {
   const { tl, app } = await setup();
   const queue = freshQueue('typed');
-  const jobs = defineJobs({ [queue]: { 'invoice.send': z.object({ orderId: z.string(), copies: z.number().int().default(1) }) } });
+  const jobs = defineJobs({
+    [queue]: { 'invoice.send': z.object({ orderId: z.string(), copies: z.number().int().default(1) }) },
+  });
   const typed = jobs.producer(new Producer({ ledger: tl.ledger }));
 
   const single = await typed.enqueue(queue, 'invoice.send', { orderId: 1 } as never).catch((e: unknown) => e);
@@ -159,7 +206,9 @@ test('typed registry: a refused payload is a ValidationError naming the field, a
     .catch((e: unknown) => e);
   expect((many as ValidationError).fields).toEqual(['items[1].payload.copies']);
 
-  const unknownType = await typed.enqueue(queue, 'invoice.sent' as never, { orderId: 'X' } as never).catch((e: unknown) => e);
+  const unknownType = await typed
+    .enqueue(queue, 'invoice.sent' as never, { orderId: 'X' } as never)
+    .catch((e: unknown) => e);
   expect((unknownType as ValidationError).fields).toEqual(['type']);
 
   const inTx = await typed
@@ -181,13 +230,18 @@ test('typed registry: a refused payload is a ValidationError naming the field, a
 test("typed handlers get the schema's parsed output; a payload written past the registry ends dead, invalid_payload, without running the handler", async () => {
   const { tl, app } = await setup();
   const queue = freshQueue('typed-run');
-  const jobs = defineJobs({ [queue]: { 'invoice.send': z.object({ orderId: z.string(), copies: z.number().int().default(2) }) } });
+  const jobs = defineJobs({
+    [queue]: { 'invoice.send': z.object({ orderId: z.string(), copies: z.number().int().default(2) }) },
+  });
   const seen: unknown[] = [];
   const handlers = jobs.withDatabase<AppDb>().handlers(queue, {
     'invoice.send': async (job, ctx) => {
       seen.push(job.payload);
       return ctx.transaction(async (trx) => {
-        await trx.insertInto('invoices').values({ order_id: job.payload.orderId, copies: job.payload.copies }).execute();
+        await trx
+          .insertInto('invoices')
+          .values({ order_id: job.payload.orderId, copies: job.payload.copies })
+          .execute();
         return job.payload.copies;
       });
     },
@@ -200,7 +254,12 @@ test("typed handlers get the schema's parsed output; a payload written past the 
   const drained = await runner.drain({ queue, handlers });
   const byId = new Map(drained.map((d) => [d.id, d]));
   expect(byId.get(good.id)).toMatchObject({ state: 'completed', result: 2, runs: ['completed'] });
-  expect(byId.get(forged.id)).toMatchObject({ state: 'dead', failureClass: 'invalid_payload', attempts: 1, runs: ['dead'] });
+  expect(byId.get(forged.id)).toMatchObject({
+    state: 'dead',
+    failureClass: 'invalid_payload',
+    attempts: 1,
+    runs: ['dead'],
+  });
   expect(byId.get(forged.id)?.error).toContain('orderId');
   expect(seen).toEqual([{ orderId: 'P1', copies: 2 }]);
   expect(await app.selectFrom('invoices').selectAll().execute()).toEqual([{ order_id: 'P1', copies: 2 }]);
@@ -219,7 +278,9 @@ test("a coalesced group's payloads are each parsed by the schema; one it refuses
   const queue = freshQueue('coalesce-schema');
   const producer = new Producer({ ledger: tl.ledger });
   const good = await producer.enqueueMany([1, 2].map((n) => ({ queue, type: 'sync', lane: 'good', payload: { n } })));
-  const bad = await producer.enqueueMany([3, 'x', 4].map((n) => ({ queue, type: 'sync', lane: 'bad', payload: { n } })));
+  const bad = await producer.enqueueMany(
+    [3, 'x', 4].map((n) => ({ queue, type: 'sync', lane: 'bad', payload: { n } })),
+  );
   const seen: unknown[] = [];
   const handlers = {
     sync: defineHandler({
@@ -249,7 +310,9 @@ test('any Standard Schema validator, an async one too: checked at enqueue and ag
       vendor: 'test',
       validate: async (value) => {
         const orderId = (value as { orderId?: unknown } | null)?.orderId;
-        return typeof orderId === 'string' ? { value: { orderId, upper: orderId.toUpperCase() } } : { issues: [{ message: 'must be a string', path: [{ key: 'orderId' }] }] };
+        return typeof orderId === 'string'
+          ? { value: { orderId, upper: orderId.toUpperCase() } }
+          : { issues: [{ message: 'must be a string', path: [{ key: 'orderId' }] }] };
       },
     },
   };
@@ -270,11 +333,16 @@ test('any Standard Schema validator, an async one too: checked at enqueue and ag
 
 test('run() answers a skip with its reason and a Defer() with no time; it times stages and gives a coalescing type a group of one', async () => {
   const runner = createTestRunner();
-  const skip = await runner.run(async (_job: { payload: unknown }, ctx: JobContext) => ctx.skip('source inactive'), { payload: {} });
+  const skip = await runner.run(async (_job: { payload: unknown }, ctx: JobContext) => ctx.skip('source inactive'), {
+    payload: {},
+  });
   expect(skip).toMatchObject({ outcome: 'skipped', reason: 'source inactive' });
-  const deferred = await runner.run(async () => {
-    throw new Defer();
-  }, { payload: {} });
+  const deferred = await runner.run(
+    async () => {
+      throw new Defer();
+    },
+    { payload: {} },
+  );
   expect(deferred).toMatchObject({ outcome: 'released', runAt: undefined });
   const staged = await runner.run(
     defineHandler<{ n: number }>({
@@ -283,6 +351,10 @@ test('run() answers a skip with its reason and a Defer() with no time; it times 
     }),
     { id: 'one', payload: { n: 4 } },
   );
-  expect(staged).toMatchObject({ outcome: 'completed', result: 4, job: { coalesced: { ids: ['one'], count: 1, payloads: [{ n: 4 }] } } });
+  expect(staged).toMatchObject({
+    outcome: 'completed',
+    result: 4,
+    job: { coalesced: { ids: ['one'], count: 1, payloads: [{ n: 4 }] } },
+  });
   expect(staged.stages.map((s) => s.name)).toEqual(['sum']);
 });

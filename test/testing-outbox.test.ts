@@ -15,7 +15,11 @@ test('run() answers what ctx.enqueue put in the committed transaction; outside o
       return 'ok';
     });
   const r = await t.run(handler, { payload: { n: 7 } }, { db: ledger.db });
-  expect(r).toMatchObject({ outcome: 'completed', result: 'ok', enqueued: [{ queue: 'mail', type: 'receipt', payload: { n: 7 } }] });
+  expect(r).toMatchObject({
+    outcome: 'completed',
+    result: 'ok',
+    enqueued: [{ queue: 'mail', type: 'receipt', payload: { n: 7 } }],
+  });
 
   const rolledBack = await t.run(
     async (_job: { payload: unknown }, ctx: JobContext) =>
@@ -28,7 +32,10 @@ test('run() answers what ctx.enqueue put in the committed transaction; outside o
   );
   expect(rolledBack).toMatchObject({ outcome: 'retry', enqueued: [] });
 
-  const outside = await t.run(async (_job: { payload: unknown }, ctx: JobContext) => ctx.enqueue({ queue: 'mail', type: 'receipt', payload: {} }), { payload: {} });
+  const outside = await t.run(
+    async (_job: { payload: unknown }, ctx: JobContext) => ctx.enqueue({ queue: 'mail', type: 'receipt', payload: {} }),
+    { payload: {} },
+  );
   expect(outside.outcome).toBe('retry');
   expect(String((outside as { error: unknown }).error)).toMatch(/only inside ctx.transaction/);
 });

@@ -2,8 +2,19 @@ import * as otelApi from '@opentelemetry/api';
 import { sql } from 'kysely';
 import { context, metrics, SpanKind, SpanStatusCode, trace, type Span } from '@opentelemetry/api';
 import { AsyncLocalStorageContextManager } from '@opentelemetry/context-async-hooks';
-import { AggregationTemporality, InMemoryMetricExporter, MeterProvider, PeriodicExportingMetricReader, type HistogramMetricData } from '@opentelemetry/sdk-metrics';
-import { BasicTracerProvider, InMemorySpanExporter, SimpleSpanProcessor, type ReadableSpan } from '@opentelemetry/sdk-trace-base';
+import {
+  AggregationTemporality,
+  InMemoryMetricExporter,
+  MeterProvider,
+  PeriodicExportingMetricReader,
+  type HistogramMetricData,
+} from '@opentelemetry/sdk-metrics';
+import {
+  BasicTracerProvider,
+  InMemorySpanExporter,
+  SimpleSpanProcessor,
+  type ReadableSpan,
+} from '@opentelemetry/sdk-trace-base';
 import { afterAll, beforeAll, beforeEach, describe, expect, test } from 'vitest';
 import { Consumer } from '../src/consumer/consumer.js';
 import { migrate } from '../src/ledger/migrations.js';
@@ -78,7 +89,10 @@ async function storedTraceparent(id: string): Promise<string | null | undefined>
 describe('publish spans', () => {
   test('ledger.enqueue inside an active span: a PRODUCER span, child of it, whose context the item stores', async () => {
     const queue = freshQueue('otel');
-    const { id, parent } = await inSpan('request', async (span) => ({ id: (await tl.ledger.enqueue({ queue, type: 't', payload: {} })).id, parent: span }));
+    const { id, parent } = await inSpan('request', async (span) => ({
+      id: (await tl.ledger.enqueue({ queue, type: 't', payload: {} })).id,
+      parent: span,
+    }));
     const [publish, ...more] = finished(`publish ${queue}`);
     expect(more).toHaveLength(0);
     expect(publish?.kind).toBe(SpanKind.PRODUCER);
@@ -110,7 +124,11 @@ describe('publish spans', () => {
     expect(pa?.attributes['messaging.batch.message_count']).toBe(2);
     expect(pb?.attributes['messaging.batch.message_count']).toBe(1);
     expect(pa?.attributes['messaging.message.id']).toBeUndefined();
-    expect(await Promise.all(made.map((r) => storedTraceparent(r.id)))).toEqual([traceparentOf(pa!), traceparentOf(pb!), traceparentOf(pa!)]);
+    expect(await Promise.all(made.map((r) => storedTraceparent(r.id)))).toEqual([
+      traceparentOf(pa!),
+      traceparentOf(pb!),
+      traceparentOf(pa!),
+    ]);
   });
 
   test("the producer's single enqueues keep their callers' traces, batched together or not", async () => {
@@ -118,7 +136,12 @@ describe('publish spans', () => {
     const producer = new Producer({ ledger: tl.ledger });
     // More callers at once than the producer sends alone: the later ones go out as one batch.
     const calls = await Promise.all(
-      Array.from({ length: 8 }, (_, i) => inSpan(`caller-${i}`, async (span) => ({ span, r: await producer.enqueue({ queue, type: 't', payload: { i } }) }))),
+      Array.from({ length: 8 }, (_, i) =>
+        inSpan(`caller-${i}`, async (span) => ({
+          span,
+          r: await producer.enqueue({ queue, type: 't', payload: { i } }),
+        })),
+      ),
     );
     const publishes = finished(`publish ${queue}`);
     expect(publishes).toHaveLength(8);
@@ -160,21 +183,35 @@ describe('publish spans', () => {
 
 describe('process spans', () => {
   async function consumerOf(queue: string, handle: (span: Span | undefined) => Promise<void>): Promise<Consumer> {
-    const c = new Consumer({ ledger: tl.ledger, queue, concurrency: 2, pollIntervalMs: 50, handlers: { t: () => handle(trace.getActiveSpan()) } });
+    const c = new Consumer({
+      ledger: tl.ledger,
+      queue,
+      concurrency: 2,
+      pollIntervalMs: 50,
+      handlers: { t: () => handle(trace.getActiveSpan()) },
+    });
     await scope.start(c);
     return c;
   }
 
   async function processSpan(queue: string, n = 1): Promise<ReadableSpan[]> {
-    return waitFor(() => (finished(`process ${queue}`).length >= n ? finished(`process ${queue}`) : undefined), 10_000, `process ${queue}`);
+    return waitFor(
+      () => (finished(`process ${queue}`).length >= n ? finished(`process ${queue}`) : undefined),
+      10_000,
+      `process ${queue}`,
+    );
   }
 
   async function durationPoints(queue: string): Promise<{ count: number; attributes: Record<string, unknown> }[]> {
     await reader.forceFlush();
     const all = metricExporter.getMetrics().flatMap((rm) => rm.scopeMetrics.flatMap((sm) => sm.metrics));
-    const histogram = all.filter((m): m is HistogramMetricData => m.descriptor.name === 'messaging.process.duration').at(-1);
+    const histogram = all
+      .filter((m): m is HistogramMetricData => m.descriptor.name === 'messaging.process.duration')
+      .at(-1);
     expect(histogram?.descriptor.unit).toBe('s');
-    return (histogram?.dataPoints ?? []).filter((p) => p.attributes['messaging.destination.name'] === queue).map((p) => ({ count: p.value.count, attributes: p.attributes }));
+    return (histogram?.dataPoints ?? [])
+      .filter((p) => p.attributes['messaging.destination.name'] === queue)
+      .map((p) => ({ count: p.value.count, attributes: p.attributes }));
   }
 
   test("an attempt's CONSUMER span: a child of the publish span and linked to it, the handler inside it; the histogram has a point", async () => {
@@ -200,7 +237,13 @@ describe('process spans', () => {
     });
     expect(processed?.status.code).toBe(SpanStatusCode.UNSET);
     expect(await durationPoints(queue)).toEqual([
-      { count: 1, attributes: expect.objectContaining({ 'messaging.operation.name': 'process', 'lanewake.outcome': 'completed' }) as unknown },
+      {
+        count: 1,
+        attributes: expect.objectContaining({
+          'messaging.operation.name': 'process',
+          'lanewake.outcome': 'completed',
+        }) as unknown,
+      },
     ]);
   });
 
@@ -213,7 +256,12 @@ describe('process spans', () => {
     expect(processed?.attributes).toMatchObject({ 'lanewake.outcome': 'dead', 'error.type': 'TypeError' });
     const exception = processed?.events.find((e) => e.name === 'exception');
     expect(exception?.attributes).toMatchObject({ 'exception.type': 'TypeError', 'exception.message': 'boom' });
-    expect(await durationPoints(queue)).toEqual([{ count: 1, attributes: expect.objectContaining({ 'error.type': 'TypeError', 'lanewake.outcome': 'dead' }) as unknown }]);
+    expect(await durationPoints(queue)).toEqual([
+      {
+        count: 1,
+        attributes: expect.objectContaining({ 'error.type': 'TypeError', 'lanewake.outcome': 'dead' }) as unknown,
+      },
+    ]);
   });
 
   test("ctx.stage: an INTERNAL child span of the attempt's per stage, named by it; a stage that throws has status ERROR", async () => {
@@ -240,7 +288,11 @@ describe('process spans', () => {
     expect(fetch?.kind).toBe(SpanKind.INTERNAL);
     expect(fetch?.parentSpanContext?.spanId).toBe(processed?.spanContext().spanId);
     expect(write?.parentSpanContext?.spanId).toBe(processed?.spanContext().spanId);
-    expect(fetch?.attributes).toMatchObject({ 'lanewake.stage': 'fetch', 'messaging.message.id': id, 'lanewake.item.type': 't' });
+    expect(fetch?.attributes).toMatchObject({
+      'lanewake.stage': 'fetch',
+      'messaging.message.id': id,
+      'lanewake.item.type': 't',
+    });
     expect(fetch?.status.code).toBe(SpanStatusCode.UNSET);
     expect(write?.status).toEqual({ code: SpanStatusCode.ERROR, message: 'refused' });
   });
@@ -260,10 +312,21 @@ describe('without OpenTelemetry', () => {
     trace.disable();
     try {
       const producer = new Producer({ ledger: tl.ledger });
-      const made = [await producer.enqueue({ queue, type: 't', payload: 1 }), ...(await producer.enqueueMany([{ queue, type: 't', payload: 2, lane: 'l' }]))];
+      const made = [
+        await producer.enqueue({ queue, type: 't', payload: 1 }),
+        ...(await producer.enqueueMany([{ queue, type: 't', payload: 2, lane: 'l' }])),
+      ];
       expect(await Promise.all(made.map((r) => storedTraceparent(r.id)))).toEqual([null, null]);
       const done: string[] = [];
-      await scope.start(new Consumer({ ledger: tl.ledger, queue, concurrency: 2, pollIntervalMs: 50, handlers: { t: async (job) => void done.push(job.id) } }));
+      await scope.start(
+        new Consumer({
+          ledger: tl.ledger,
+          queue,
+          concurrency: 2,
+          pollIntervalMs: 50,
+          handlers: { t: async (job) => void done.push(job.id) },
+        }),
+      );
       await waitFor(() => done.length === 2 || undefined, 10_000, 'both items run');
     } finally {
       trace.setGlobalTracerProvider(tracerProvider);
@@ -278,7 +341,15 @@ describe('without OpenTelemetry', () => {
       const { id } = await inSpan('request', () => tl.ledger.enqueue({ queue, type: 't', payload: 1 }));
       expect(await storedTraceparent(id)).toBeNull();
       const done: string[] = [];
-      await scope.start(new Consumer({ ledger: tl.ledger, queue, concurrency: 1, pollIntervalMs: 50, handlers: { t: async (job) => void done.push(job.id) } }));
+      await scope.start(
+        new Consumer({
+          ledger: tl.ledger,
+          queue,
+          concurrency: 1,
+          pollIntervalMs: 50,
+          handlers: { t: async (job) => void done.push(job.id) },
+        }),
+      );
       await waitFor(() => done.length === 1 || undefined, 10_000, 'the item runs');
     } finally {
       setOtelForTesting(otelApi);
@@ -303,7 +374,9 @@ describe('without OpenTelemetry', () => {
     } finally {
       trace.setGlobalTracerProvider(tracerProvider);
     }
-    const [{ n }] = (await sql<{ n: number }>`SELECT COUNT(*) AS n FROM lw_items WHERE queue = ${queue}`.execute(nine.ledger.db)).rows as [{ n: number }];
+    const [{ n }] = (
+      await sql<{ n: number }>`SELECT COUNT(*) AS n FROM lw_items WHERE queue = ${queue}`.execute(nine.ledger.db)
+    ).rows as [{ n: number }];
     expect(Number(n)).toBe(4);
   });
 });

@@ -1,7 +1,15 @@
 import type { Kysely } from 'kysely';
 import { describe, expectTypeOf, test } from 'vitest';
 import { z } from 'zod';
-import { Consumer, defineJobs, type EnqueueResult, type HandlerEntry, type Job, type Ledger, type Producer } from '../src/index.js';
+import {
+  Consumer,
+  defineJobs,
+  type EnqueueResult,
+  type HandlerEntry,
+  type Job,
+  type Ledger,
+  type Producer,
+} from '../src/index.js';
 import { createTestRunner } from 'lanewake/testing';
 
 // Compile-time checks of the typed registry (vitest --typecheck runs this file inside `npm test`).
@@ -22,7 +30,9 @@ const typed = jobs.producer(producer);
 
 describe('enqueue', () => {
   test('a known queue, type and payload compile; the result is an EnqueueResult', () => {
-    expectTypeOf(typed.enqueue('billing', 'invoice.send', { orderId: 'A1' }, { lane: 'customer:42' })).resolves.toEqualTypeOf<EnqueueResult>();
+    expectTypeOf(
+      typed.enqueue('billing', 'invoice.send', { orderId: 'A1' }, { lane: 'customer:42' }),
+    ).resolves.toEqualTypeOf<EnqueueResult>();
     // The payload is the schema's input: `copies` has a default, so it may be left out; `at` is the string before its transform.
     void typed.enqueue('mail', 'welcome', { to: 'a@b.c', at: '2026-01-01T00:00:00Z' });
   });
@@ -59,7 +69,9 @@ describe('enqueue', () => {
 
   test("enqueue in the caller's transaction and enqueueWithin are typed too", async () => {
     await typed.transaction(db, async (tx) => {
-      expectTypeOf(tx.trx.selectFrom('invoices').select('order_id').execute()).resolves.toEqualTypeOf<{ order_id: string }[]>();
+      expectTypeOf(tx.trx.selectFrom('invoices').select('order_id').execute()).resolves.toEqualTypeOf<
+        { order_id: string }[]
+      >();
       await tx.enqueue('billing', 'invoice.send', { orderId: 'A1' });
       // @ts-expect-error wrong payload inside the transaction
       await tx.enqueue('billing', 'invoice.send', { order: 'A1' });
@@ -67,7 +79,9 @@ describe('enqueue', () => {
       await tx.enqueueMany([{ queue: 'mail', type: 'welcome', payload: { to: 'a@b.c' } }]);
     });
     await db.transaction().execute(async (trx) => {
-      const after = await typed.enqueueWithin(trx, [{ queue: 'billing', type: 'invoice.send', payload: { orderId: 'A1' } }]);
+      const after = await typed.enqueueWithin(trx, [
+        { queue: 'billing', type: 'invoice.send', payload: { orderId: 'A1' } },
+      ]);
       // @ts-expect-error misspelled queue
       await typed.enqueueWithin(trx, [{ queue: 'mails', type: 'welcome', payload: { to: 'a@b.c', at: '' } }]);
       return after;
@@ -86,7 +100,10 @@ describe('handlers', () => {
         expectTypeOf(job).toEqualTypeOf<Job<{ orderId: string; copies: number }>>();
         return { sent: job.payload.copies };
       },
-      'invoice.void': { deadlineMs: 5_000, handle: async (job) => expectTypeOf(job.payload.reason).toEqualTypeOf<string>() },
+      'invoice.void': {
+        deadlineMs: 5_000,
+        handle: async (job) => expectTypeOf(job.payload.reason).toEqualTypeOf<string>(),
+      },
     });
     const mail = jobs.handlers('mail', { welcome: async (job) => expectTypeOf(job.payload.at).toEqualTypeOf<Date>() });
     // What Consumer and the worker's handlers module take.

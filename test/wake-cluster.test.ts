@@ -76,8 +76,14 @@ test('cluster URLs parse into seeds, credentials and TLS', () => {
 test('every key of one queue hashes to one slot; our CRC16 agrees with the server', async () => {
   const prefix = 'lw:';
   const queue = uniqueQueue('slot');
-  const keys = [wakeStreamKey(prefix, queue, 'default'), wakeStreamKey(prefix, queue, 'interactive'), controlStreamKey(prefix, queue)];
-  const slots = await Promise.all(keys.map((k) => cluster.cli(cluster.ports[0]!, 'cluster', 'keyslot', k).then(Number)));
+  const keys = [
+    wakeStreamKey(prefix, queue, 'default'),
+    wakeStreamKey(prefix, queue, 'interactive'),
+    controlStreamKey(prefix, queue),
+  ];
+  const slots = await Promise.all(
+    keys.map((k) => cluster.cli(cluster.ports[0]!, 'cluster', 'keyslot', k).then(Number)),
+  );
   expect(new Set(slots).size).toBe(1);
   expect(keys.map(keySlot)).toEqual(slots);
 });
@@ -89,7 +95,11 @@ test('wake-ups and control messages of queues on different masters reach their r
   const queues = await queuesOnDistinctMasters(prefix, 3);
   const recorders = queues.map(() => recorder());
   for (const [i, queue] of queues.entries()) {
-    const reader = new WakeReader(wake, { queue, classes: ['default', 'interactive'], name: `r${i}`, readBlockMs: 200, log: silent }, recorders[i]!.subscriber);
+    const reader = new WakeReader(
+      wake,
+      { queue, classes: ['default', 'interactive'], name: `r${i}`, readBlockMs: 200, log: silent },
+      recorders[i]!.subscriber,
+    );
     await reader.start();
     cleanups.push(() => reader.stop());
   }
@@ -105,15 +115,24 @@ test('wake-ups and control messages of queues on different masters reach their r
       ]),
     ),
   ).toBe(true);
-  await waitFor(() => recorders.every((r) => r.seen.entries.length === 2) || undefined, 10_000, 'every queue\'s wake-ups');
-  for (const [i, r] of recorders.entries()) expect(r.seen.entries.map((e) => e.ids[0]).sort()).toEqual([`d${i}`, `i${i}`]);
+  await waitFor(
+    () => recorders.every((r) => r.seen.entries.length === 2) || undefined,
+    10_000,
+    "every queue's wake-ups",
+  );
+  for (const [i, r] of recorders.entries())
+    expect(r.seen.entries.map((e) => e.ids[0]).sort()).toEqual([`d${i}`, `i${i}`]);
 
   for (const queue of queues) expect(await remote.publishControl(queue, { type: 'pause' })).toBe(true);
-  await waitFor(() => recorders.every((r) => r.seen.control.length === 1) || undefined, 10_000, 'every queue\'s control message');
+  await waitFor(
+    () => recorders.every((r) => r.seen.control.length === 1) || undefined,
+    10_000,
+    "every queue's control message",
+  );
   expect(remote.publishFailures).toBe(0);
 });
 
-test('a read of several queues\' control streams goes out once per slot, never CROSSSLOT', async () => {
+test("a read of several queues' control streams goes out once per slot, never CROSSSLOT", async () => {
   const prefix = `lwt:${randomBytes(4).toString('hex')}:`;
   const wake = channel(prefix);
   const queues = await queuesOnDistinctMasters(prefix, 3);
@@ -121,13 +140,17 @@ test('a read of several queues\' control streams goes out once per slot, never C
   cleanups.push(async () => reader.disconnect());
   const streams = queues.map((q) => controlStreamKey(prefix, q));
   // What one XREAD of every queue would do on a cluster:
-  await expect(reader.xread('COUNT', 1, 'STREAMS', ...streams, ...streams.map(() => '0-0'))).rejects.toThrow(/CROSSSLOT/);
+  await expect(reader.xread('COUNT', 1, 'STREAMS', ...streams, ...streams.map(() => '0-0'))).rejects.toThrow(
+    /CROSSSLOT/,
+  );
 
   const groups = wake.control.readGroups(queues, true);
   expect(groups.map((g) => g.length)).toEqual([1, 1, 1]);
   expect(wake.control.readGroups(queues, false)).toEqual([queues]);
   for (const queue of queues) await wake.publishControl(queue, { type: 'ownership', epoch: 1, deployment: queue });
-  const seen = (await Promise.all(groups.map((g) => wake.control.read(reader, new Map(g.map((q) => [q, '0-0'])), 100)))).flat();
+  const seen = (
+    await Promise.all(groups.map((g) => wake.control.read(reader, new Map(g.map((q) => [q, '0-0'])), 100)))
+  ).flat();
   expect(seen.map((e) => e.queue).sort()).toEqual([...queues].sort());
 });
 
@@ -137,14 +160,21 @@ test('BullMQ timers run on the cluster under a hash-tagged prefix; dropKeys empt
   const queue = uniqueQueue('timer');
   const due: string[] = [];
   wake.timers.start({ onDue: async (t) => void due.push(t.itemId) });
-  expect(await wake.scheduleTimers([{ queue, queueClass: 'default', itemId: 'item-1', attempt: 1, runAt: new Date(Date.now() + 300) }])).toBe(true);
+  expect(
+    await wake.scheduleTimers([
+      { queue, queueClass: 'default', itemId: 'item-1', attempt: 1, runAt: new Date(Date.now() + 300) },
+    ]),
+  ).toBe(true);
   await waitFor(() => due.length > 0 || undefined, 10_000, 'the timer to fire');
   expect(due).toEqual(['item-1']);
 
-  for (const q of await queuesOnDistinctMasters(prefix, 3)) await wake.publish([{ queue: q, queueClass: 'default', kind: 'enqueue', ids: ['x'] }]);
+  for (const q of await queuesOnDistinctMasters(prefix, 3))
+    await wake.publish([{ queue: q, queueClass: 'default', kind: 'enqueue', ids: ['x'] }]);
   expect(await wake.dropKeys()).toBeGreaterThanOrEqual(3);
   const left = await Promise.all(
-    (await cluster.nodes()).filter((n) => n.role === 'master').map((n) => cluster.cli(n.port, '--scan', '--pattern', `${prefix}*`)),
+    (await cluster.nodes())
+      .filter((n) => n.role === 'master')
+      .map((n) => cluster.cli(n.port, '--scan', '--pattern', `${prefix}*`)),
   );
   expect(left.join('')).toBe('');
 });

@@ -35,8 +35,16 @@ function recorder(room = 8) {
   return { seen, subscriber };
 }
 
-async function startReader(queue: string, subscriber: WakeSubscriber, readBlockMs = LONG_BLOCK_MS): Promise<WakeReader> {
-  const reader = new WakeReader(tw!.wake, { queue, classes: ['default', 'interactive'], name: `r-${queue}`, readBlockMs, log: silent }, subscriber);
+async function startReader(
+  queue: string,
+  subscriber: WakeSubscriber,
+  readBlockMs = LONG_BLOCK_MS,
+): Promise<WakeReader> {
+  const reader = new WakeReader(
+    tw!.wake,
+    { queue, classes: ['default', 'interactive'], name: `r-${queue}`, readBlockMs, log: silent },
+    subscriber,
+  );
   readers.push(reader);
   await reader.start();
   return reader;
@@ -55,11 +63,17 @@ async function blockingConnections(): Promise<string[]> {
 
 /** Waits until a wake read blocks on the server. */
 async function blockingReadOnServer(): Promise<void> {
-  await waitFor(async () => {
-    admin ??= new Redis(redisUrl(), { maxRetriesPerRequest: 1 });
-    const list = (await admin.client('LIST')) as string;
-    return list.split('\n').some((l) => l.includes(`name=lanewake:wake:`) && l.includes('cmd=xreadgroup')) || undefined;
-  }, 5_000, 'a blocking read');
+  await waitFor(
+    async () => {
+      admin ??= new Redis(redisUrl(), { maxRetriesPerRequest: 1 });
+      const list = (await admin.client('LIST')) as string;
+      return (
+        list.split('\n').some((l) => l.includes(`name=lanewake:wake:`) && l.includes('cmd=xreadgroup')) || undefined
+      );
+    },
+    5_000,
+    'a blocking read',
+  );
 }
 
 test('80 queues read through one channel share a blocking read per 64 streams and one control read; each wake-up and control message reaches its own queue only', async () => {
@@ -69,27 +83,47 @@ test('80 queues read through one channel share a blocking read per 64 streams an
   for (const [i, q] of queues.entries()) await startReader(q, recs[i]!.subscriber);
   // Two classes per queue: 160 streams, read by three connections.
   const name = tw.wake.hubFor('x', silent).name;
-  const expected = [`lanewake:control:${name}`, ...Array.from({ length: Math.ceil(160 / MAX_STREAMS_PER_READ) }, () => `lanewake:wake:${name}`)];
-  await waitFor(async () => ((await blockingConnections()).length === expected.length ? true : undefined), 5_000, 'the hub connections');
+  const expected = [
+    `lanewake:control:${name}`,
+    ...Array.from({ length: Math.ceil(160 / MAX_STREAMS_PER_READ) }, () => `lanewake:wake:${name}`),
+  ];
+  await waitFor(
+    async () => ((await blockingConnections()).length === expected.length ? true : undefined),
+    5_000,
+    'the hub connections',
+  );
   expect((await blockingConnections()).sort()).toEqual(expected.sort());
 
   const remote = tw.remote();
   const picked = [3, 41, 79];
   for (const i of picked) {
-    await remote.publish([{ queue: queues[i]!, queueClass: i === 41 ? 'interactive' : 'default', kind: 'enqueue', ids: [`item-${i}`] }]);
+    await remote.publish([
+      { queue: queues[i]!, queueClass: i === 41 ? 'interactive' : 'default', kind: 'enqueue', ids: [`item-${i}`] },
+    ]);
     await remote.publishControl(queues[i]!, { type: 'cancel', ids: [`item-${i}`] });
   }
   for (const i of picked) {
-    await waitFor(() => (recs[i]!.seen.entries.length > 0 && recs[i]!.seen.control.length > 0) || undefined, 5_000, `queue ${i}'s wake-up and control message`);
+    await waitFor(
+      () => (recs[i]!.seen.entries.length > 0 && recs[i]!.seen.control.length > 0) || undefined,
+      5_000,
+      `queue ${i}'s wake-up and control message`,
+    );
   }
   recs.forEach((r, i) => {
-    expect(r.seen.entries.flatMap((e) => e.ids), `queue ${i}`).toEqual(picked.includes(i) ? [`item-${i}`] : []);
+    expect(
+      r.seen.entries.flatMap((e) => e.ids),
+      `queue ${i}`,
+    ).toEqual(picked.includes(i) ? [`item-${i}`] : []);
     expect(r.seen.control, `queue ${i}`).toEqual(picked.includes(i) ? [{ type: 'cancel', ids: [`item-${i}`] }] : []);
   });
 
   for (const r of readers) await r.stop();
   readers = [];
-  await waitFor(async () => ((await blockingConnections()).length === 0 ? true : undefined), 5_000, 'the last reader out to close them');
+  await waitFor(
+    async () => ((await blockingConnections()).length === 0 ? true : undefined),
+    5_000,
+    'the last reader out to close them',
+  );
 });
 
 test('a queue that joins while a read blocks, or finds room, is read at once: the read is cut short, not waited out', async () => {
@@ -105,7 +139,11 @@ test('a queue that joins while a read blocks, or finds room, is read at once: th
   const remote = tw.remote();
   await remote.publish([{ queue: late, queueClass: 'default', kind: 'enqueue', ids: ['late-1'] }]);
   await remote.publishControl(late, { type: 'pause' });
-  await waitFor(() => (lateRec.seen.entries.length > 0 && lateRec.seen.control.length > 0) || undefined, 5_000, 'the late queue read without waiting out the block');
+  await waitFor(
+    () => (lateRec.seen.entries.length > 0 && lateRec.seen.control.length > 0) || undefined,
+    5_000,
+    'the late queue read without waiting out the block',
+  );
 
   const full = uniqueQueue('hub-full');
   const fullRec = recorder(0);

@@ -29,7 +29,11 @@ test('an outage logs one line when publishing fails and one when it works again,
   for (let i = 0; i < failures.wake; i++) expect(await wake.publish([wakeUp])).toBe(false);
   for (let i = 0; i < failures.control; i++) expect(await wake.publishControl('q', { type: 'pause' })).toBe(false);
   for (let i = 0; i < failures.timers; i++) {
-    expect(await wake.scheduleTimers([{ queue: 'q', queueClass: 'default', itemId: `t${i}`, attempt: 0, runAt: new Date(Date.now() + 60_000) }])).toBe(false);
+    expect(
+      await wake.scheduleTimers([
+        { queue: 'q', queueClass: 'default', itemId: `t${i}`, attempt: 0, runAt: new Date(Date.now() + 60_000) },
+      ]),
+    ).toBe(false);
   }
   const total = failures.wake + failures.control + failures.timers;
   expect(wake.publishFailures).toBe(total);
@@ -39,7 +43,11 @@ test('an outage logs one line when publishing fails and one when it works again,
   await redis.start();
   // Publishes keep failing until the client has reconnected: those count too.
   let failedWhileReconnecting = 0;
-  await waitFor(async () => (await wake!.publish([wakeUp])) || (failedWhileReconnecting++, undefined), 15_000, 'a publish to succeed again');
+  await waitFor(
+    async () => (await wake!.publish([wakeUp])) || (failedWhileReconnecting++, undefined),
+    15_000,
+    'a publish to succeed again',
+  );
   const back = log.lines.slice(1);
   expect(back).toHaveLength(1);
   const counted = total + failedWhileReconnecting;

@@ -32,7 +32,11 @@ test('a reader hands its subscriber the wake-ups published to its queue and the 
   tw = createTestWake();
   const queue = uniqueQueue('reader');
   const { seen, subscriber } = recorder();
-  reader = new WakeReader(tw.wake, { queue, classes: ['default'], name: 'r1', readBlockMs: 200, log: silent }, subscriber);
+  reader = new WakeReader(
+    tw.wake,
+    { queue, classes: ['default'], name: 'r1', readBlockMs: 200, log: silent },
+    subscriber,
+  );
   await reader.start();
 
   const remote = tw.remote();
@@ -46,7 +50,8 @@ test('a reader hands its subscriber the wake-ups published to its queue and the 
   expect(seen.control).toEqual([{ type: 'pause' }]);
 
   const streams = tw.wake.streamsOf(queue, ['default']);
-  const pending = async () => (await tw!.wake.redis.xpending(streams.key('default'), CONSUMER_GROUP)) as [number, ...unknown[]];
+  const pending = async () =>
+    (await tw!.wake.redis.xpending(streams.key('default'), CONSUMER_GROUP)) as [number, ...unknown[]];
   expect((await pending())[0]).toBe(1);
   await reader.ack(seen.entries);
   expect((await pending())[0]).toBe(0);
@@ -57,13 +62,21 @@ test('with no room the reader leaves wake-ups in the stream for other readers; g
   tw = createTestWake();
   const queue = uniqueQueue('reader-room');
   const { seen, subscriber } = recorder(0);
-  reader = new WakeReader(tw.wake, { queue, classes: ['default'], name: 'r2', readBlockMs: 200, log: silent }, subscriber);
+  reader = new WakeReader(
+    tw.wake,
+    { queue, classes: ['default'], name: 'r2', readBlockMs: 200, log: silent },
+    subscriber,
+  );
   await reader.start();
   await tw.remote().publish([{ queue, queueClass: 'default', kind: 'enqueue', ids: ['a'] }]);
 
   // Another member of the group, with room, takes the entry this reader would not read.
   const other = recorder(8);
-  const second = new WakeReader(tw.wake, { queue, classes: ['default'], name: 'r3', readBlockMs: 200, log: silent }, other.subscriber);
+  const second = new WakeReader(
+    tw.wake,
+    { queue, classes: ['default'], name: 'r3', readBlockMs: 200, log: silent },
+    other.subscriber,
+  );
   await second.start();
   try {
     await waitFor(() => other.seen.entries.length > 0 || undefined, 5_000, 'the reader with room to read it');

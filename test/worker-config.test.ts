@@ -39,15 +39,31 @@ describe('flags and env refine the file queues by name', () => {
 
   test('--queues q1:4 on a file queue with ownership keeps ownership, leaseMs and maxProcessing', () => {
     const c = resolveWorkerConfig([file, {}, { queues: parseQueueList('q1:4') }]);
-    expect(c.queues.find((q) => q.name === 'q1')).toEqual({ name: 'q1', concurrency: 4, ownership: true, leaseMs: 7_000, maxProcessing: 50, classes: ['bulk'] });
+    expect(c.queues.find((q) => q.name === 'q1')).toEqual({
+      name: 'q1',
+      concurrency: 4,
+      ownership: true,
+      leaseMs: 7_000,
+      maxProcessing: 50,
+      classes: ['bulk'],
+    });
   });
 
   test('LANEWAKE_QUEUES refines the same way, and flags refine what env set', () => {
     const env = configFromEnv({ LANEWAKE_QUEUES: 'q1:5' });
     const viaEnv = resolveWorkerConfig([file, env, {}]);
-    expect(viaEnv.queues.find((q) => q.name === 'q1')).toMatchObject({ concurrency: 5, ownership: true, leaseMs: 7_000, maxProcessing: 50 });
+    expect(viaEnv.queues.find((q) => q.name === 'q1')).toMatchObject({
+      concurrency: 5,
+      ownership: true,
+      leaseMs: 7_000,
+      maxProcessing: 50,
+    });
     const both = resolveWorkerConfig([file, env, { queues: parseQueueList('q1::interactive+default') }]);
-    expect(both.queues.find((q) => q.name === 'q1')).toMatchObject({ concurrency: 5, classes: ['interactive', 'default'], ownership: true });
+    expect(both.queues.find((q) => q.name === 'q1')).toMatchObject({
+      concurrency: 5,
+      classes: ['interactive', 'default'],
+      ownership: true,
+    });
   });
 
   test('file queues a flag does not name keep running as the file says; a queue named only by a flag starts with defaults', () => {
@@ -68,13 +84,31 @@ describe('flags and env refine the file queues by name', () => {
 describe('per-queue unknown-type settings', () => {
   test('types, unknownType, unknownTypeGraceMs and unknownTypeReleaseMs are accepted per queue', () => {
     const c = resolveWorkerConfig([
-      { ...base, queues: [{ name: 'q', types: ['mail.send'], unknownType: 'release', unknownTypeGraceMs: 3_600_000, unknownTypeReleaseMs: 2_000 }] },
+      {
+        ...base,
+        queues: [
+          {
+            name: 'q',
+            types: ['mail.send'],
+            unknownType: 'release',
+            unknownTypeGraceMs: 3_600_000,
+            unknownTypeReleaseMs: 2_000,
+          },
+        ],
+      },
     ]);
-    expect(c.queues[0]).toMatchObject({ types: ['mail.send'], unknownType: 'release', unknownTypeGraceMs: 3_600_000, unknownTypeReleaseMs: 2_000 });
+    expect(c.queues[0]).toMatchObject({
+      types: ['mail.send'],
+      unknownType: 'release',
+      unknownTypeGraceMs: 3_600_000,
+      unknownTypeReleaseMs: 2_000,
+    });
   });
 
   test('each bad value names its field', () => {
-    const q = (extra: Record<string, unknown>): Record<string, unknown>[] => [{ ...base, queues: [{ name: 'q', ...extra }] }];
+    const q = (extra: Record<string, unknown>): Record<string, unknown>[] => [
+      { ...base, queues: [{ name: 'q', ...extra }] },
+    ];
     expect(rejection(q({ unknownType: 'drop' })).fields).toEqual(['queues[0].unknownType']);
     expect(rejection(q({ unknownTypeGraceMs: -1 })).fields).toEqual(['queues[0].unknownTypeGraceMs']);
     expect(rejection(q({ unknownTypeReleaseMs: 1.5 })).fields).toEqual(['queues[0].unknownTypeReleaseMs']);
@@ -86,7 +120,9 @@ describe('one name per setting, and messages that say what to set', () => {
   test('the Redis key prefix is redisKeyPrefix in a file and LANEWAKE_REDIS_KEY_PREFIX in env', () => {
     const queues = [{ name: 'q' }];
     expect(resolveWorkerConfig([{ ...base, queues, redisKeyPrefix: 'app:' }]).redisKeyPrefix).toBe('app:');
-    expect(resolveWorkerConfig([{ ...base, queues }, configFromEnv({ LANEWAKE_REDIS_KEY_PREFIX: 'env:' })]).redisKeyPrefix).toBe('env:');
+    expect(
+      resolveWorkerConfig([{ ...base, queues }, configFromEnv({ LANEWAKE_REDIS_KEY_PREFIX: 'env:' })]).redisKeyPrefix,
+    ).toBe('env:');
     expect(resolveWorkerConfig([{ ...base, queues }]).redisKeyPrefix).toBe('lw:');
   });
 
@@ -123,16 +159,36 @@ describe('the unknown-type settings reach the consumer', () => {
   async function fixtures(): Promise<{ tl: TestLedger; tw: TestWake }> {
     const tl = await createTestLedger();
     const tw = createTestWake();
-    cleanups.push(() => tl.drop(), () => tw.drop());
+    cleanups.push(
+      () => tl.drop(),
+      () => tw.drop(),
+    );
     return { tl, tw };
   }
 
-  function supervisor(tl: TestLedger, tw: TestWake | undefined, queues: Record<string, unknown>[], handlers: Record<string, () => Promise<unknown>>): Supervisor {
+  function supervisor(
+    tl: TestLedger,
+    tw: TestWake | undefined,
+    queues: Record<string, unknown>[],
+    handlers: Record<string, () => Promise<unknown>>,
+  ): Supervisor {
     const redis = tw ? { redisUrl: redisUrl(), redisKeyPrefix: tw.keyPrefix } : {};
     const config: WorkerConfig = resolveWorkerConfig([
-      { databaseUrl: tl.url, ...redis, handlers: 'inline', admin: false, reconcileIntervalMs: 200, drainTimeoutMs: 5_000, queues },
+      {
+        databaseUrl: tl.url,
+        ...redis,
+        handlers: 'inline',
+        admin: false,
+        reconcileIntervalMs: 200,
+        drainTimeoutMs: 5_000,
+        queues,
+      },
     ]);
-    const sup = new Supervisor({ config, handlers: Object.fromEntries(queues.map((q) => [String(q.name), handlers])), logger: createLogger('test', 'silent') });
+    const sup = new Supervisor({
+      config,
+      handlers: Object.fromEntries(queues.map((q) => [String(q.name), handlers])),
+      logger: createLogger('test', 'silent'),
+    });
     cleanups.push(() => sup.stop());
     return sup;
   }
@@ -152,14 +208,24 @@ describe('the unknown-type settings reach the consumer', () => {
     );
     await sup.start();
     const producer = new Producer({ ledger: tl.ledger, wake: tw.wake });
-    const [r, d, g] = await Promise.all([released, dead, noGrace].map((queue) => producer.enqueue({ queue, type: 'new.type', payload: {} })));
+    const [r, d, g] = await Promise.all(
+      [released, dead, noGrace].map((queue) => producer.enqueue({ queue, type: 'new.type', payload: {} })),
+    );
     // Released: pending again, its attempt given back, due after this queue's release delay (the default is 5 s).
-    await waitFor(async () => ((await history(tl.ledger, r!.id)).length > 0 ? true : undefined), 15_000, 'the unknown-type item to be handed back');
+    await waitFor(
+      async () => ((await history(tl.ledger, r!.id)).length > 0 ? true : undefined),
+      15_000,
+      'the unknown-type item to be handed back',
+    );
     const item = await mustGet(tl.ledger, r!.id);
     expect(item).toMatchObject({ state: 'pending', attempt: 0 });
     expect(item.runAfter.getTime() - Date.now()).toBeGreaterThan(300_000);
     for (const id of [d!.id, g!.id]) {
-      await waitFor(async () => ((await tl.ledger.get(id))?.state === 'dead' ? true : undefined), 15_000, 'the unknown-type item to end dead');
+      await waitFor(
+        async () => ((await tl.ledger.get(id))?.state === 'dead' ? true : undefined),
+        15_000,
+        'the unknown-type item to end dead',
+      );
       expect((await mustGet(tl.ledger, id)).failureClass).toBe('unowned');
     }
   });
@@ -168,12 +234,19 @@ describe('the unknown-type settings reach the consumer', () => {
   test('types: only the listed types are claimed', async () => {
     const { tl } = await fixtures();
     const queue = uniqueQueue('types');
-    const sup = supervisor(tl, undefined, [{ name: queue, concurrency: 2, types: ['known'], pollIntervalMs: 50 }], { known: async () => 'ok', other: async () => 'ok' });
+    const sup = supervisor(tl, undefined, [{ name: queue, concurrency: 2, types: ['known'], pollIntervalMs: 50 }], {
+      known: async () => 'ok',
+      other: async () => 'ok',
+    });
     await sup.start();
     const producer = new Producer({ ledger: tl.ledger });
     const other = await producer.enqueue({ queue, type: 'other', payload: {} });
     const known = await producer.enqueue({ queue, type: 'known', payload: {} });
-    await waitFor(async () => ((await tl.ledger.get(known.id))?.state === 'completed' ? true : undefined), 15_000, 'the listed type to run');
+    await waitFor(
+      async () => ((await tl.ledger.get(known.id))?.state === 'completed' ? true : undefined),
+      15_000,
+      'the listed type to run',
+    );
     expect((await mustGet(tl.ledger, other.id)).state).toBe('pending');
   });
 });

@@ -27,8 +27,11 @@ interface Worker {
 function worker(args: string[], env: Record<string, string>): Worker {
   const inherited = { ...process.env };
   delete inherited.LANEWAKE_LOG_LEVEL;
-  for (const name of Object.keys(inherited)) if (name.startsWith('LANEWAKE_') && !name.startsWith('LANEWAKE_TEST_')) delete inherited[name];
-  const proc = spawn(process.execPath, ['--import', 'tsx', 'src/cli/main.ts', 'worker', ...args], { env: { ...inherited, ...env } });
+  for (const name of Object.keys(inherited))
+    if (name.startsWith('LANEWAKE_') && !name.startsWith('LANEWAKE_TEST_')) delete inherited[name];
+  const proc = spawn(process.execPath, ['--import', 'tsx', 'src/cli/main.ts', 'worker', ...args], {
+    env: { ...inherited, ...env },
+  });
   let stdout = '';
   let stderr = '';
   proc.stdout.on('data', (d: Buffer) => (stdout += d.toString()));
@@ -45,14 +48,21 @@ async function fixtures(): Promise<{ tl: TestLedger; tw: TestWake; dir: string }
   const tl = await createTestLedger();
   const tw = createTestWake();
   const dir = mkdtempSync(join(tmpdir(), 'lw-start-'));
-  cleanups.push(() => tl.drop(), () => tw.drop(), async () => rmSync(dir, { recursive: true, force: true }));
+  cleanups.push(
+    () => tl.drop(),
+    () => tw.drop(),
+    async () => rmSync(dir, { recursive: true, force: true }),
+  );
   return { tl, tw, dir };
 }
 
 /** A handler module answering every given queue with a `job` type. */
 function handlerModule(dir: string, queues: string[]): string {
   const path = join(dir, 'handlers.mjs');
-  writeFileSync(path, `export const handlers = { ${queues.map((q) => `${JSON.stringify(q)}: { job: async () => ({ ok: true }) }`).join(', ')} };\n`);
+  writeFileSync(
+    path,
+    `export const handlers = { ${queues.map((q) => `${JSON.stringify(q)}: { job: async () => ({ ok: true }) }`).join(', ')} };\n`,
+  );
   return path;
 }
 
@@ -78,7 +88,11 @@ test('a file queue with ownership stays fenced under --queues q:4, and --print-c
       queues: [{ name: fenced, concurrency: 1, ownership: true, leaseMs: 9_000, maxProcessing: 7 }],
     }),
   );
-  const env = { LANEWAKE_DATABASE_URL: tl.url, LANEWAKE_REDIS_URL: redisUrl(), LANEWAKE_REDIS_KEY_PREFIX: tw.keyPrefix };
+  const env = {
+    LANEWAKE_DATABASE_URL: tl.url,
+    LANEWAKE_REDIS_URL: redisUrl(),
+    LANEWAKE_REDIS_KEY_PREFIX: tw.keyPrefix,
+  };
 
   const printed = worker(['--config', configPath, '--queues', `${fenced}:4,${open}:1`, '--print-config'], env);
   expect(await printed.exit, printed.stderr()).toBe(0);
@@ -92,11 +106,21 @@ test('a file queue with ownership stays fenced under --queues q:4, and --print-c
   const producer = new Producer({ ledger: tl.ledger, wake: tw.wake });
   const held = await producer.enqueue({ queue: fenced, type: 'job', payload: {} });
   const free = await producer.enqueue({ queue: open, type: 'job', payload: {} });
-  const w = worker(['--config', configPath, '--queues', `${fenced}:4,${open}:1`, '--admin', '127.0.0.1:0'], { ...env, LANEWAKE_LOG_LEVEL: 'warn' });
+  const w = worker(['--config', configPath, '--queues', `${fenced}:4,${open}:1`, '--admin', '127.0.0.1:0'], {
+    ...env,
+    LANEWAKE_LOG_LEVEL: 'warn',
+  });
   const admin = await waitFor(() => /admin: (http:\/\/\S+)/.exec(w.stderr())?.[1], 30_000, 'the admin URL');
   // The worker runs: the unfenced queue's item completes. The fenced queue was never activated: nothing is claimed there.
-  await waitFor(async () => ((await tl.ledger.get(free.id))?.state === 'completed' ? true : undefined), 30_000, 'the open queue to run');
-  const ready = (await (await fetch(`${admin}/readyz`)).json()) as { ready: boolean; checks: Record<string, { ok: boolean; detail?: string }> };
+  await waitFor(
+    async () => ((await tl.ledger.get(free.id))?.state === 'completed' ? true : undefined),
+    30_000,
+    'the open queue to run',
+  );
+  const ready = (await (await fetch(`${admin}/readyz`)).json()) as {
+    ready: boolean;
+    checks: Record<string, { ok: boolean; detail?: string }>;
+  };
   expect(ready.ready).toBe(false);
   expect(ready.checks[`ownership:${fenced}`]).toEqual({ ok: false, detail: 'standby' });
   expect((await mustGet(tl.ledger, held.id)).state).toBe('pending');
@@ -105,7 +129,11 @@ test('a file queue with ownership stays fenced under --queues q:4, and --print-c
   // Activated for this deployment, the queue runs under its epoch.
   await tl.ledger.activate({ queue: fenced, deployment: 'blue', expectEpoch: 0 });
   await tw.wake.publishControl(fenced, { type: 'ownership', epoch: 1, deployment: 'blue' });
-  await waitFor(async () => ((await tl.ledger.get(held.id))?.state === 'completed' ? true : undefined), 30_000, 'the fenced queue to run once activated');
+  await waitFor(
+    async () => ((await tl.ledger.get(held.id))?.state === 'completed' ? true : undefined),
+    30_000,
+    'the fenced queue to run once activated',
+  );
   w.proc.kill('SIGTERM');
   expect(await w.exit).toBe(0);
 });
@@ -143,7 +171,11 @@ test('the worker logs at info by default: "admin server listening" once, then "w
     LANEWAKE_REDIS_URL: redisUrl(),
     LANEWAKE_REDIS_KEY_PREFIX: tw.keyPrefix,
   });
-  await waitFor(() => (logLines(w.stderr()).some((l) => l.msg === 'worker started') ? true : undefined), 30_000, 'worker started at info');
+  await waitFor(
+    () => (logLines(w.stderr()).some((l) => l.msg === 'worker started') ? true : undefined),
+    30_000,
+    'worker started at info',
+  );
   w.proc.kill('SIGTERM');
   expect(await w.exit).toBe(0);
   const messages = logLines(w.stderr()).map((l) => l.msg);
@@ -156,8 +188,16 @@ test('start-up errors say what to set: missing handlers and database URL, and th
   const queue = uniqueQueue('msg');
   const cases: [string[], Record<string, string>, RegExp[]][] = [
     [['--queues', queue], { LANEWAKE_DATABASE_URL: tl.url }, [/--handlers <module>/, /LANEWAKE_HANDLERS/, /handlers:/]],
-    [['--queues', queue, '--handlers', handlerModule(dir, [queue])], {}, [/--database-url <url>/, /LANEWAKE_DATABASE_URL/, /databaseUrl:/]],
-    [['--queues', queue, '--handlers', handlerModule(dir, [queue])], { LANEWAKE_DATABASE_URL: tl.url, LANEWAKE_KEY_PREFIX: 'old:' }, [/LANEWAKE_KEY_PREFIX/, /LANEWAKE_REDIS_KEY_PREFIX/]],
+    [
+      ['--queues', queue, '--handlers', handlerModule(dir, [queue])],
+      {},
+      [/--database-url <url>/, /LANEWAKE_DATABASE_URL/, /databaseUrl:/],
+    ],
+    [
+      ['--queues', queue, '--handlers', handlerModule(dir, [queue])],
+      { LANEWAKE_DATABASE_URL: tl.url, LANEWAKE_KEY_PREFIX: 'old:' },
+      [/LANEWAKE_KEY_PREFIX/, /LANEWAKE_REDIS_KEY_PREFIX/],
+    ],
   ];
   for (const [args, env, patterns] of cases) {
     const w = worker(['--admin', 'off', ...args], env);
@@ -201,11 +241,25 @@ test('a ledger that resets connections at start is waited out: the worker starts
     LANEWAKE_REDIS_URL: redisUrl(),
     LANEWAKE_REDIS_KEY_PREFIX: tw.keyPrefix,
   });
-  await waitFor(() => (logLines(w.stderr()).some((l) => l.msg === 'worker started') ? true : undefined), 30_000, `worker started (${w.stderr()})`);
+  await waitFor(
+    () => (logLines(w.stderr()).some((l) => l.msg === 'worker started') ? true : undefined),
+    30_000,
+    `worker started (${w.stderr()})`,
+  );
   expect(proxy.resetSoFar()).toBe(3);
-  expect(logLines(w.stderr()).filter((l) => l.msg === 'ledger unreachable at start; trying again').length).toBeGreaterThan(0);
-  const { id } = await new Producer({ ledger: tl.ledger, wake: tw.remote() }).enqueue({ queue, type: 'job', payload: {} });
-  await waitFor(async () => ((await mustGet(tl.ledger, id)).state === 'completed' ? true : undefined), 30_000, 'the item to run');
+  expect(
+    logLines(w.stderr()).filter((l) => l.msg === 'ledger unreachable at start; trying again').length,
+  ).toBeGreaterThan(0);
+  const { id } = await new Producer({ ledger: tl.ledger, wake: tw.remote() }).enqueue({
+    queue,
+    type: 'job',
+    payload: {},
+  });
+  await waitFor(
+    async () => ((await mustGet(tl.ledger, id)).state === 'completed' ? true : undefined),
+    30_000,
+    'the item to run',
+  );
   w.proc.kill('SIGTERM');
   expect(await w.exit).toBe(0);
 });

@@ -89,7 +89,13 @@ export class Effects {
   }
 
   /** The starts of job numbers [from, to), each of which must have started exactly once, with the system's count. */
-  check(phase: string, range: { from: number; to: number }, completed: number, want: number, ordered: boolean): EffectCheck {
+  check(
+    phase: string,
+    range: { from: number; to: number },
+    completed: number,
+    want: number,
+    ordered: boolean,
+  ): EffectCheck {
     let distinct = 0;
     let missing = 0;
     let duplicates = 0;

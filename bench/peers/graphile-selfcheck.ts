@@ -109,12 +109,20 @@ async function schemaExists(schema: string): Promise<boolean> {
 }
 
 /** Runs a worker in a child process; resolves with its exit code and how long it lingered after printing "closed". */
-function runChild(factoryIndex: number, nsId: string, expect: number): Promise<{ code: number | null; lingerMs: number; out: string }> {
+function runChild(
+  factoryIndex: number,
+  nsId: string,
+  expect: number,
+): Promise<{ code: number | null; lingerMs: number; out: string }> {
   return new Promise((resolve, reject) => {
     const self = fileURLToPath(import.meta.url);
-    const child = spawn(process.execPath, [...process.execArgv, self, '--child', String(factoryIndex), nsId, String(expect)], {
-      stdio: ['ignore', 'pipe', 'inherit'],
-    });
+    const child = spawn(
+      process.execPath,
+      [...process.execArgv, self, '--child', String(factoryIndex), nsId, String(expect)],
+      {
+        stdio: ['ignore', 'pipe', 'inherit'],
+      },
+    );
     let out = '';
     let closedAt: number | undefined;
     child.stdout.on('data', (d: Buffer) => {
@@ -163,10 +171,15 @@ async function checkFactory(factory: PeerFactory, index: number, f: Failures): P
     const enqMs = performance.now() - t;
     t = performance.now();
     worker = await a.startWorker({ concurrency: 32, onJob: rec.onJob });
-    console.log(`  enqueueBatch(200) ${enqMs.toFixed(1)} ms; startWorker ready in ${(performance.now() - t).toFixed(0)} ms`);
+    console.log(
+      `  enqueueBatch(200) ${enqMs.toFixed(1)} ms; startWorker ready in ${(performance.now() - t).toFixed(0)} ms`,
+    );
     const ms200 = await waitFor('200 batch jobs', () => rec.count(0, 200) === 200, 15_000);
     console.log(`  200 jobs processed ${ms200.toFixed(0)} ms after ready`);
-    f.check(rec.count(0, 200) === 200 && rec.duplicates === 0, `batch: 200 distinct onJob calls, ${rec.duplicates} duplicates`);
+    f.check(
+      rec.count(0, 200) === 200 && rec.duplicates === 0,
+      `batch: 200 distinct onJob calls, ${rec.duplicates} duplicates`,
+    );
 
     // enqueueOne x20 into an idle worker, 20 ms apart: wake-up latency.
     await sleep(100);
@@ -176,7 +189,10 @@ async function checkFactory(factory: PeerFactory, index: number, f: Failures): P
     }
     await waitFor('20 single jobs', () => rec.count(200, 220) === 20, 15_000);
     const lat = [...rec.latencies].sort((x, y) => x - y);
-    f.check(rec.count(200, 220) === 20 && rec.duplicates === 0, `enqueueOne: 20 distinct onJob calls, ${rec.duplicates} duplicates`);
+    f.check(
+      rec.count(200, 220) === 20 && rec.duplicates === 0,
+      `enqueueOne: 20 distinct onJob calls, ${rec.duplicates} duplicates`,
+    );
     console.log(
       `  enqueue→onJob latency over ${lat.length}: p50 ${quantile(lat, 0.5).toFixed(2)} ms, p90 ${quantile(lat, 0.9).toFixed(2)} ms, max ${(lat[lat.length - 1] ?? Number.NaN).toFixed(2)} ms`,
     );
@@ -200,7 +216,10 @@ async function checkFactory(factory: PeerFactory, index: number, f: Failures): P
       `  300 keyed jobs processed in ${orderedMs.toFixed(0)} ms; per-key order violations ${rec.orderViolations}; ` +
         `max locked jobs in one named queue ${overlap.max} (${overlap.samples} samples)`,
     );
-    f.check(rec.count(300, 600) === 300 && rec.duplicates === 0 && allKeysDone, `ordered: 300 distinct onJob calls, ${rec.duplicates} duplicates, every key reached seq 29`);
+    f.check(
+      rec.count(300, 600) === 300 && rec.duplicates === 0 && allKeysDone,
+      `ordered: 300 distinct onJob calls, ${rec.duplicates} duplicates, every key reached seq 29`,
+    );
     if (factory.ordersByKey) {
       f.check(rec.orderViolations === 0, `ordered: 0 per-key order violations (got ${rec.orderViolations})`);
       f.check(overlap.max <= 1, `ordered: never two locked jobs in one named queue (max seen ${overlap.max})`);
@@ -255,7 +274,9 @@ async function main(): Promise<void> {
   await sleep(50);
   const open = process.getActiveResourcesInfo().filter((r) => r !== 'TTYWrap' && r !== 'PipeWrap');
   f.check(open.length === 0, `parent: no open handles after close/teardown (${open.join(', ') || 'none'})`);
-  console.log(f.list.length === 0 ? '\nSELF-CHECK PASSED' : `\nSELF-CHECK FAILED (${f.list.length}):\n- ${f.list.join('\n- ')}`);
+  console.log(
+    f.list.length === 0 ? '\nSELF-CHECK PASSED' : `\nSELF-CHECK FAILED (${f.list.length}):\n- ${f.list.join('\n- ')}`,
+  );
   if (f.list.length > 0) process.exitCode = 1;
 }
 

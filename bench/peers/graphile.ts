@@ -103,7 +103,8 @@ const quietLogger = new Logger(() => (level, message) => {
 
 /** ns.id is documented [a-z0-9]; checked here because it becomes an SQL identifier. */
 function schemaFor(ns: Namespace): string {
-  if (!/^[a-z0-9]{1,50}$/.test(ns.id)) throw new Error(`graphile peer: namespace id must be [a-z0-9]{1,50}, got ${JSON.stringify(ns.id)}`);
+  if (!/^[a-z0-9]{1,50}$/.test(ns.id))
+    throw new Error(`graphile peer: namespace id must be [a-z0-9]{1,50}, got ${JSON.stringify(ns.id)}`);
   return `gw_${ns.id}`;
 }
 
@@ -210,7 +211,9 @@ class GraphileAdapter implements PeerAdapter {
       queue_name: j.key ?? null,
       lag_us: j.key === undefined ? 0 : k--,
     }));
-    const r = await utils.withPgClient((client) => client.query<{ n: number }>(ADD_JOBS_SQL(this.schema), [JSON.stringify(rows)]));
+    const r = await utils.withPgClient((client) =>
+      client.query<{ n: number }>(ADD_JOBS_SQL(this.schema), [JSON.stringify(rows)]),
+    );
     this.inserted += r.rows[0]?.n ?? 0;
   }
 
@@ -298,7 +301,9 @@ class GraphileAdapter implements PeerAdapter {
   }
 
   async completedCount(): Promise<number> {
-    const r = await this.requireUtils().withPgClient((c) => c.query<{ n: number }>(`select count(*)::int as n from "${this.schema}"._private_jobs`));
+    const r = await this.requireUtils().withPgClient((c) =>
+      c.query<{ n: number }>(`select count(*)::int as n from "${this.schema}"._private_jobs`),
+    );
     return this.inserted - (r.rows[0]?.n ?? 0);
   }
 
@@ -323,7 +328,8 @@ class GraphileAdapter implements PeerAdapter {
 
 const LOCAL_QUEUE_BREAKS_NAMED_QUEUES =
   'n/a in this mode: in graphile-worker 0.17.3 the local queue (size > 1) fetches several jobs of one named queue at once and runs them concurrently (graphile/worker#621, fixed after 0.17.3 by #622); see the no-local-queue mode';
-const UNORDERED_ROWS = 'measured in the local queue mode, graphile-worker\'s best configuration for unordered jobs (this mode is for named queues)';
+const UNORDERED_ROWS =
+  "measured in the local queue mode, graphile-worker's best configuration for unordered jobs (this mode is for named queues)";
 const namedQueues = 'named queues (queueName = key); one job at a time per queue';
 
 export const graphileFactories: PeerFactory[] = [

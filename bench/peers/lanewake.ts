@@ -41,7 +41,11 @@ setLogDestination({
     try {
       const entry = JSON.parse(line) as { level?: number; name?: string; msg?: string; err?: { message?: string } };
       if ((entry.level ?? 0) < 40) return;
-      recordWarning(`lanewake ${entry.name ?? ''}`.trim(), `${entry.msg ?? ''}${entry.err?.message ? `: ${entry.err.message}` : ''}`, { printed: true });
+      recordWarning(
+        `lanewake ${entry.name ?? ''}`.trim(),
+        `${entry.msg ?? ''}${entry.err?.message ? `: ${entry.err.message}` : ''}`,
+        { printed: true },
+      );
     } catch {
       recordWarning('lanewake', line, { printed: true });
     }
@@ -113,9 +117,13 @@ class LanewakeAdapter implements PeerAdapter {
 
   async connect(): Promise<void> {
     this.ledger = new Ledger({ url: this.url, poolSize: POOL_SIZE });
-    this.wake = this.mode.wake ? new WakeChannel({ redis: REDIS_URL, keyPrefix: this.keyPrefix, logger: this.log }) : undefined;
+    this.wake = this.mode.wake
+      ? new WakeChannel({ redis: REDIS_URL, keyPrefix: this.keyPrefix, logger: this.log })
+      : undefined;
     this.producerWake =
-      this.mode.wake && this.mode.producerOwnChannel ? new WakeChannel({ redis: REDIS_URL, keyPrefix: this.keyPrefix, logger: this.log }) : this.wake;
+      this.mode.wake && this.mode.producerOwnChannel
+        ? new WakeChannel({ redis: REDIS_URL, keyPrefix: this.keyPrefix, logger: this.log })
+        : this.wake;
     this.producer = new Producer({ ledger: this.ledger, wake: this.producerWake });
   }
 
@@ -206,29 +214,58 @@ class LanewakeAdapter implements PeerAdapter {
   }
 }
 
-const ALL: readonly Workload[] = ['bulk', 'latency', 'latency-in-process', 'ordered', 'four-workers', 'sixteen-workers', 'deep-lane'];
+const ALL: readonly Workload[] = [
+  'bulk',
+  'latency',
+  'latency-in-process',
+  'ordered',
+  'four-workers',
+  'sixteen-workers',
+  'deep-lane',
+];
 
 /** `others`: why the workloads this mode does not run are measured in the wake mode instead. */
-function factory(mode: Mode, workloads: readonly Workload[], others: string, notes: Partial<Record<Workload, string>>): PeerFactory {
+function factory(
+  mode: Mode,
+  workloads: readonly Workload[],
+  others: string,
+  notes: Partial<Record<Workload, string>>,
+): PeerFactory {
   const skipped = Object.fromEntries(ALL.filter((w) => !workloads.includes(w)).map((w) => [w, others]));
-  return { system: 'lanewake', mode: mode.mode, workloads, notes: { ...skipped, ...notes }, ordersByKey: true, create: (ns) => new LanewakeAdapter(ns, mode) };
+  return {
+    system: 'lanewake',
+    mode: mode.mode,
+    workloads,
+    notes: { ...skipped, ...notes },
+    ordersByKey: true,
+    create: (ns) => new LanewakeAdapter(ns, mode),
+  };
 }
 
 const POLL_ONLY =
   "poll modes: the two-process latency row only (with work waiting, a consumer claims again at once, so their throughput is the wake mode's)";
 const pollMode = (mode: string, ms: number): PeerFactory =>
-  factory({ mode, wake: false, pollIntervalMs: ms }, ['latency'], POLL_ONLY, { latency: `no Redis: the worker process sweeps the ledger every ${mode.replace('poll ', '')}` });
+  factory({ mode, wake: false, pollIntervalMs: ms }, ['latency'], POLL_ONLY, {
+    latency: `no Redis: the worker process sweeps the ledger every ${mode.replace('poll ', '')}`,
+  });
 
 export const lanewakeFactories: PeerFactory[] = [
   factory({ mode: 'wake', wake: true, producerOwnChannel: true }, ALL, '', {
     latency: 'producer process and worker process: every wake-up goes through the Redis stream',
-    'latency-in-process': 'the producer has a wake channel of its own, as in another process: every wake-up goes through the Redis stream',
+    'latency-in-process':
+      'the producer has a wake channel of its own, as in another process: every wake-up goes through the Redis stream',
     ordered: 'lanes (job key = lane)',
     'deep-lane': 'lanes: head marker, claim cost independent of lane depth',
   }),
-  factory({ mode: 'wake, in-process handover', wake: true }, ['latency-in-process'], 'the in-process shortcut is one row of its own (latency-in-process); every other row is the wake mode', {
-    'latency-in-process': 'producer and worker share one wake channel in one process: the wake-up is handed over in memory and items the worker has room for are inserted already claimed (design.md §1), a shortcut no producer in another process has',
-  }),
+  factory(
+    { mode: 'wake, in-process handover', wake: true },
+    ['latency-in-process'],
+    'the in-process shortcut is one row of its own (latency-in-process); every other row is the wake mode',
+    {
+      'latency-in-process':
+        'producer and worker share one wake channel in one process: the wake-up is handed over in memory and items the worker has room for are inserted already claimed (design.md §1), a shortcut no producer in another process has',
+    },
+  ),
   pollMode('poll 5 s', 5_000),
   pollMode('poll 200 ms', 200),
 ];

@@ -86,7 +86,10 @@ export async function drain(a: PeerAdapter, effects: Effects, want: number | und
       last = n;
       movedAt = now;
     } else if (now - movedAt > STALL_MS) {
-      return { ok: false, why: `stalled: every job started, but the store's completed count stayed at ${n} of ${want} for ${STALL_MS / 1000} s` };
+      return {
+        ok: false,
+        why: `stalled: every job started, but the store's completed count stayed at ${n} of ${want} for ${STALL_MS / 1000} s`,
+      };
     }
     await sleep(COUNT_POLL_MS);
   }

@@ -79,7 +79,10 @@ export interface RunResult {
 }
 
 /** A run's result record: who ran (from its args) and what came of it. */
-export function runResult(args: RunArgs, outcome: Omit<RunResult, 'kind' | 'system' | 'mode' | 'workload' | 'run'>): RunResult {
+export function runResult(
+  args: RunArgs,
+  outcome: Omit<RunResult, 'kind' | 'system' | 'mode' | 'workload' | 'run'>,
+): RunResult {
   return { kind: 'result', system: args.system, mode: args.mode, workload: args.workload, run: args.run, ...outcome };
 }
 

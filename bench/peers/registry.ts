@@ -8,7 +8,15 @@
  */
 import type { PeerFactory, Workload } from './types.js';
 
-export const WORKLOADS: readonly Workload[] = ['bulk', 'latency', 'latency-in-process', 'ordered', 'four-workers', 'sixteen-workers', 'deep-lane'];
+export const WORKLOADS: readonly Workload[] = [
+  'bulk',
+  'latency',
+  'latency-in-process',
+  'ordered',
+  'four-workers',
+  'sixteen-workers',
+  'deep-lane',
+];
 
 /**
  * The reference every ratio is taken against: lanewake as deployed (Redis
@@ -45,7 +53,10 @@ export function factoryLabel(f: { system: string; mode: string }): string {
 
 /** The factory of (system, mode), loading its own module first and the others only if it is not there. */
 export async function findFactory(system: string, mode: string): Promise<PeerFactory> {
-  const ordered = [...MODULES.filter((m) => m.systems.includes(system)), ...MODULES.filter((m) => !m.systems.includes(system))];
+  const ordered = [
+    ...MODULES.filter((m) => m.systems.includes(system)),
+    ...MODULES.filter((m) => !m.systems.includes(system)),
+  ];
   for (const m of ordered) {
     const f = (await m.load()).find((x) => x.system === system && x.mode === mode);
     if (f) return f;

@@ -26,8 +26,16 @@ const WORKLOADS: Record<RunArgs['workload'], WorkloadFn> = {
   latency: latencyTwoProcesses,
   'latency-in-process': latencyInProcess,
   ordered,
-  'four-workers': workerProcesses('four-workers', (s) => ({ jobs: s.fourWorkers, processes: s.workerProcesses, concurrency: s.concurrency })),
-  'sixteen-workers': workerProcesses('sixteen-workers', (s) => ({ jobs: s.sixteenWorkers, processes: s.sixteenProcesses, concurrency: s.sixteenConcurrency })),
+  'four-workers': workerProcesses('four-workers', (s) => ({
+    jobs: s.fourWorkers,
+    processes: s.workerProcesses,
+    concurrency: s.concurrency,
+  })),
+  'sixteen-workers': workerProcesses('sixteen-workers', (s) => ({
+    jobs: s.sixteenWorkers,
+    processes: s.sixteenProcesses,
+    concurrency: s.sixteenConcurrency,
+  })),
   'deep-lane': deepLane,
 };
 

@@ -64,7 +64,10 @@ async function waitFor(what: string, deadlineMs: number, cond: () => boolean | P
 async function main(): Promise<void> {
   const args = process.argv.slice(2);
   const name = args.find((a) => !a.startsWith('--') && !/^\d+$/.test(a));
-  if (!name) throw new Error('usage: tsx bench/peers/selfcheck.ts <system:mode> [--batch N] [--single N] [--concurrency N] [--deadline S]');
+  if (!name)
+    throw new Error(
+      'usage: tsx bench/peers/selfcheck.ts <system:mode> [--batch N] [--single N] [--concurrency N] [--deadline S]',
+    );
   const batch = intOption(args, 'batch', 200);
   const single = intOption(args, 'single', 20);
   const concurrency = intOption(args, 'concurrency', 32);
@@ -72,7 +75,9 @@ async function main(): Promise<void> {
 
   const factory = await findFactory(name);
   const ns: Namespace = { id: `sc${randomBytes(5).toString('hex')}` };
-  log(`${label(factory)}: namespace ${ns.id}; ordersByKey=${factory.ordersByKey}; workloads=${factory.workloads.join(',')}`);
+  log(
+    `${label(factory)}: namespace ${ns.id}; ordersByKey=${factory.ordersByKey}; workloads=${factory.workloads.join(',')}`,
+  );
   const failures: string[] = [];
   const check = (ok: boolean, msg: string) => {
     log(`${ok ? 'ok  ' : 'FAIL'} ${msg}`);
@@ -109,10 +114,16 @@ async function main(): Promise<void> {
     log(`startWorker(concurrency ${concurrency}) ready in ${(performance.now() - t).toFixed(1)} ms`);
 
     const batchMs = await waitFor(`${batch} distinct jobs`, deadlineMs, () => seen.size >= batch);
-    log(`${batch} distinct jobs arrived ${batchMs.toFixed(0)} ms after the worker was ready (${((batch / batchMs) * 1000).toFixed(0)} jobs/s)`);
+    log(
+      `${batch} distinct jobs arrived ${batchMs.toFixed(0)} ms after the worker was ready (${((batch / batchMs) * 1000).toFixed(0)} jobs/s)`,
+    );
 
     let last = -1;
-    await waitFor(`completedCount() = ${batch}`, deadlineMs, async () => (last = await adapter.completedCount()) >= batch).catch(() => undefined);
+    await waitFor(
+      `completedCount() = ${batch}`,
+      deadlineMs,
+      async () => (last = await adapter.completedCount()) >= batch,
+    ).catch(() => undefined);
     check(last === batch, `completedCount() = ${last} (expected ${batch})`);
 
     const latencies: number[] = [];
@@ -136,8 +147,14 @@ async function main(): Promise<void> {
     const total = batch + single;
     const missing = Array.from({ length: total }, (_, n) => n).filter((n) => !seen.has(n));
     const dups = [...seen.entries()].filter(([, c]) => c > 1);
-    check(missing.length === 0, `every job arrived (${seen.size}/${total} distinct${missing.length ? `, missing e.g. ${missing.slice(0, 5).join(',')}` : ''})`);
-    check(dups.length === 0 && calls === total, `no duplicates (${calls} onJob calls for ${total} jobs${dups.length ? `; e.g. n=${dups[0]?.[0]} ×${dups[0]?.[1]}` : ''})`);
+    check(
+      missing.length === 0,
+      `every job arrived (${seen.size}/${total} distinct${missing.length ? `, missing e.g. ${missing.slice(0, 5).join(',')}` : ''})`,
+    );
+    check(
+      dups.length === 0 && calls === total,
+      `no duplicates (${calls} onJob calls for ${total} jobs${dups.length ? `; e.g. n=${dups[0]?.[0]} ×${dups[0]?.[1]}` : ''})`,
+    );
     check(badPayload === 0, 'every payload carried its n');
     const after = await adapter.completedCount();
     check(after === total, `completedCount() after stop = ${after} (expected ${total})`);
@@ -151,7 +168,10 @@ async function main(): Promise<void> {
     if (probe && setUp) {
       // Proves the leftover check below looks in the right place: before teardown it must find the namespace.
       const before = await probe(ns).catch(() => []);
-      check(before.length > 0, `before teardown the namespace exists (${before.length} item(s), e.g. ${before[0] ?? '-'})`);
+      check(
+        before.length > 0,
+        `before teardown the namespace exists (${before.length} item(s), e.g. ${before[0] ?? '-'})`,
+      );
     }
     await adapter.teardown().catch((err: unknown) => failures.push(`teardown: ${String(err)}`));
     log(`teardown done${setUp ? '' : ' (after a failed setup)'}`);
@@ -160,7 +180,10 @@ async function main(): Promise<void> {
   const leftovers = LEFTOVERS[factory.system];
   if (leftovers) {
     const left = await leftovers(ns);
-    check(left.length === 0, `teardown left nothing (${left.length ? left.slice(0, 5).join(', ') : 'no keys / schema found'})`);
+    check(
+      left.length === 0,
+      `teardown left nothing (${left.length ? left.slice(0, 5).join(', ') : 'no keys / schema found'})`,
+    );
   } else {
     log(`(no leftover check known for ${factory.system})`);
   }

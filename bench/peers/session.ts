@@ -18,7 +18,10 @@ export class Session {
     const a = this.factory.create({ id: nsId });
     this.opened.push(a);
     // Dropped at SIGINT / SIGTERM too (teardown is safe after a failed or partial setup).
-    this.unregister.set(a, onCleanup(() => a.teardown()));
+    this.unregister.set(
+      a,
+      onCleanup(() => a.teardown()),
+    );
     await a.setup();
     await a.connect();
     return a;

@@ -74,7 +74,14 @@ export interface PeerAdapter {
  * 'latency': producer and worker in two processes (the deployed shape, the
  * headline); 'latency-in-process': the producer in the worker's own process.
  */
-export type Workload = 'bulk' | 'latency' | 'latency-in-process' | 'ordered' | 'four-workers' | 'sixteen-workers' | 'deep-lane';
+export type Workload =
+  | 'bulk'
+  | 'latency'
+  | 'latency-in-process'
+  | 'ordered'
+  | 'four-workers'
+  | 'sixteen-workers'
+  | 'deep-lane';
 
 export interface PeerFactory {
   /** e.g. 'lanewake', 'bullmq', 'graphile-worker', 'pg-boss'. */

@@ -37,7 +37,10 @@ export function captureProcessWarnings(): void {
   capturing = true;
   const warn = console.warn.bind(console);
   console.warn = (...args: unknown[]): void => {
-    count('console.warn', args.map((a) => (a instanceof Error ? a.message : typeof a === 'string' ? a : JSON.stringify(a))).join(' '));
+    count(
+      'console.warn',
+      args.map((a) => (a instanceof Error ? a.message : typeof a === 'string' ? a : JSON.stringify(a))).join(' '),
+    );
     warn(...args);
   };
   // Node prints these itself; a listener only adds the record.

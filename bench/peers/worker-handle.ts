@@ -28,7 +28,9 @@ export class WorkerHandle {
   readonly exited: Promise<number | null>;
 
   constructor(args: WorkerArgs, onStarts: OnStarts) {
-    this.child = spawn(process.execPath, ['--import', 'tsx', WORKER_PROCESS, JSON.stringify(args)], { stdio: ['ignore', 'inherit', 'inherit', 'ipc'] });
+    this.child = spawn(process.execPath, ['--import', 'tsx', WORKER_PROCESS, JSON.stringify(args)], {
+      stdio: ['ignore', 'inherit', 'inherit', 'ipc'],
+    });
     const settle = <T>(): { promise: Promise<T>; resolve: (v: T) => void; reject: (e: Error) => void } => {
       let resolve: (v: T) => void = () => undefined;
       let reject: (e: Error) => void = () => undefined;

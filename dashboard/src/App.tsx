@@ -42,17 +42,18 @@ function Mode({ session }: { session: Session }) {
     addEventListener(CREDENTIALS_EVENT, onChange);
     return () => removeEventListener(CREDENTIALS_EVENT, onChange);
   }, []);
-  if (!session.canAct) return <span class="mode read-only" title="Started without --admin-token: nothing can be changed from here">read-only</span>;
+  if (!session.canAct)
+    return (
+      <span class="mode read-only" title="Started without --admin-token: nothing can be changed from here">
+        read-only
+      </span>
+    );
   const creds = currentCredentials();
   if (creds === null) return <span class="mode can-act">actions enabled</span>;
   return (
     <span class="mode can-act">
       acting as <strong>{creds.name === '' ? 'operator' : creds.name}</strong>{' '}
-      <button
-        type="button"
-        class="link"
-        onClick={forgetToken}
-      >
+      <button type="button" class="link" onClick={forgetToken}>
         forget token
       </button>
     </span>
@@ -64,7 +65,9 @@ export function App() {
   const [session, setSession] = useState<Session | undefined>();
   const [error, setError] = useState<Error | undefined>();
   useEffect(() => {
-    getJson<Session>('/api/session').then(setSession, (e: unknown) => setError(e instanceof Error ? e : new Error(String(e))));
+    getJson<Session>('/api/session').then(setSession, (e: unknown) =>
+      setError(e instanceof Error ? e : new Error(String(e))),
+    );
   }, []);
   const section = route.page === 'dead' || route.page === 'schedules' ? route.page : 'queues';
   return (

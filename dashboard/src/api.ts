@@ -36,7 +36,11 @@ function actorHeader(name: string): string {
 }
 
 /** A POST of an action with the operator's token and name; a refused token (401) is forgotten so the next action asks again. */
-export async function postAction<T>(path: string, body: unknown, creds: Credentials | null = currentCredentials()): Promise<T> {
+export async function postAction<T>(
+  path: string,
+  body: unknown,
+  creds: Credentials | null = currentCredentials(),
+): Promise<T> {
   const headers: Record<string, string> = { 'content-type': 'application/json', accept: 'application/json' };
   if (creds !== null) {
     headers['x-lanewake-admin-token'] = creds.token;

@@ -14,7 +14,11 @@ export interface Polled<T> {
  * (dropping the old data). A slow answer never overwrites a newer one.
  */
 export function usePoll<T>(key: string, load: () => Promise<T>, intervalMs = POLL_MS): Polled<T> {
-  const [state, setState] = useState<{ key: string; data: T | undefined; error: Error | undefined }>({ key, data: undefined, error: undefined });
+  const [state, setState] = useState<{ key: string; data: T | undefined; error: Error | undefined }>({
+    key,
+    data: undefined,
+    error: undefined,
+  });
   const seq = useRef(0);
   const loadRef = useRef(load);
   loadRef.current = load;
@@ -26,7 +30,12 @@ export function usePoll<T>(key: string, load: () => Promise<T>, intervalMs = POL
         if (mine === seq.current) setState({ key, data, error: undefined });
       },
       (error: unknown) => {
-        if (mine === seq.current) setState((s) => ({ key, data: s.key === key ? s.data : undefined, error: error instanceof Error ? error : new Error(String(error)) }));
+        if (mine === seq.current)
+          setState((s) => ({
+            key,
+            data: s.key === key ? s.data : undefined,
+            error: error instanceof Error ? error : new Error(String(error)),
+          }));
       },
     );
   }, [key]);

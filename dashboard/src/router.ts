@@ -24,7 +24,10 @@ export function parseHash(hash: string): Route {
   const raw = hash.replace(/^#/, '') || '/';
   const [path = '/', search = ''] = raw.split('?', 2);
   const params = new URLSearchParams(search);
-  const parts = path.split('/').filter((p) => p !== '').map((p) => decodeURIComponent(p));
+  const parts = path
+    .split('/')
+    .filter((p) => p !== '')
+    .map((p) => decodeURIComponent(p));
   const after = params.get('after');
   if (parts.length === 0 || (parts.length === 1 && parts[0] === 'queues')) return { page: 'queues' };
   if (parts[0] === 'dead' && parts.length === 1) return { page: 'dead', queue: params.get('queue') };
@@ -63,7 +66,8 @@ export const href = {
     withQuery(`#/queues/${e(queue)}`, { ...filter, after }),
   item: (id: string): string => `#/items/${e(id)}`,
   lanes: (queue: string): string => `#/queues/${e(queue)}/lanes`,
-  lane: (queue: string, lane: string, after: string | null = null): string => withQuery(`#/queues/${e(queue)}/lanes/${e(lane)}`, { after }),
+  lane: (queue: string, lane: string, after: string | null = null): string =>
+    withQuery(`#/queues/${e(queue)}/lanes/${e(lane)}`, { after }),
   dead: (queue: string | null = null): string => withQuery('#/dead', { queue }),
   schedules: (): string => '#/schedules',
 };

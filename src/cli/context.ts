@@ -30,16 +30,24 @@ export interface GlobalOptions {
 export function addGlobalOptions(program: Command): void {
   program
     .addOption(
-      new Option('--database-url <url>', 'ledger database (MariaDB 10.11, MySQL 8 or TiDB)').env('LANEWAKE_DATABASE_URL').default(DEFAULT_DATABASE_URL),
-    )
-    .addOption(new Option('--table-prefix <prefix>', 'prefix of the ledger tables').env('LANEWAKE_TABLE_PREFIX').default('lw_'))
-    .addOption(
-      new Option('--redis-url <url>', 'Redis for wake-ups: enqueue, replay and activate then also notify consumers (a Redis failure is only a warning)').env(
-        'LANEWAKE_REDIS_URL',
-      ),
+      new Option('--database-url <url>', 'ledger database (MariaDB 10.11, MySQL 8 or TiDB)')
+        .env('LANEWAKE_DATABASE_URL')
+        .default(DEFAULT_DATABASE_URL),
     )
     .addOption(
-      new Option('--redis-key-prefix <prefix>', 'prefix of the Redis keys, as the workers use it (`redisKeyPrefix` in a worker --config file)')
+      new Option('--table-prefix <prefix>', 'prefix of the ledger tables').env('LANEWAKE_TABLE_PREFIX').default('lw_'),
+    )
+    .addOption(
+      new Option(
+        '--redis-url <url>',
+        'Redis for wake-ups: enqueue, replay and activate then also notify consumers (a Redis failure is only a warning)',
+      ).env('LANEWAKE_REDIS_URL'),
+    )
+    .addOption(
+      new Option(
+        '--redis-key-prefix <prefix>',
+        'prefix of the Redis keys, as the workers use it (`redisKeyPrefix` in a worker --config file)',
+      )
         .env('LANEWAKE_REDIS_KEY_PREFIX')
         .default(DEFAULT_KEY_PREFIX),
     )
@@ -52,10 +60,14 @@ export function globalOptions(cmd: Command): GlobalOptions {
   if (renamed) throw new UsageError(renamed.issues.map((i) => `${i.field} ${i.message}`).join('; '));
   const o = cmd.optsWithGlobals<Partial<GlobalOptions>>();
   const redisUrl = o.redisUrl === undefined || o.redisUrl === '' ? undefined : o.redisUrl;
-  if (redisUrl !== undefined && !isRedisUrl(redisUrl)) throw new UsageError(`option '--redis-url' must be a redis://, rediss:// or redis+cluster://host:port,host:port URL`);
+  if (redisUrl !== undefined && !isRedisUrl(redisUrl))
+    throw new UsageError(
+      `option '--redis-url' must be a redis://, rediss:// or redis+cluster://host:port,host:port URL`,
+    );
   const redisKeyPrefix = o.redisKeyPrefix ?? DEFAULT_KEY_PREFIX;
   const prefixCheck = redisKeyPrefixSchema.safeParse(redisKeyPrefix);
-  if (!prefixCheck.success) throw new UsageError(`option '--redis-key-prefix' ${prefixCheck.error.issues[0]?.message ?? 'is invalid'}`);
+  if (!prefixCheck.success)
+    throw new UsageError(`option '--redis-key-prefix' ${prefixCheck.error.issues[0]?.message ?? 'is invalid'}`);
   return {
     databaseUrl: o.databaseUrl ?? DEFAULT_DATABASE_URL,
     tablePrefix: o.tablePrefix ?? 'lw_',
@@ -87,19 +99,30 @@ export function ledgerConfig(g: GlobalOptions): LedgerConfig {
   try {
     return parseLedgerConfig({ url: g.databaseUrl, tablePrefix: g.tablePrefix, poolSize: 2 });
   } catch (error) {
-    if (error instanceof ValidationError) throw renameFields(error, { url: '--database-url', tablePrefix: '--table-prefix' }, 'ledger config');
+    if (error instanceof ValidationError)
+      throw renameFields(error, { url: '--database-url', tablePrefix: '--table-prefix' }, 'ledger config');
     throw error;
   }
 }
 
-const UNREACHABLE = new Set(['ECONNREFUSED', 'ENOTFOUND', 'EAI_AGAIN', 'ETIMEDOUT', 'EHOSTUNREACH', 'ECONNRESET', 'PROTOCOL_CONNECTION_LOST', 'ER_ACCESS_DENIED_ERROR']);
+const UNREACHABLE = new Set([
+  'ECONNREFUSED',
+  'ENOTFOUND',
+  'EAI_AGAIN',
+  'ETIMEDOUT',
+  'EHOSTUNREACH',
+  'ECONNRESET',
+  'PROTOCOL_CONNECTION_LOST',
+  'ER_ACCESS_DENIED_ERROR',
+]);
 
 /** Turns a connection failure into a message that names the (redacted) database URL. */
 export function explainLedgerError(error: unknown, g: GlobalOptions): unknown {
   const code = (error as { code?: unknown } | null)?.code;
   if (typeof code !== 'string') return error;
   const where = redactUrl(g.databaseUrl);
-  if (code === 'ER_BAD_DB_ERROR') return new CliError(`the database of ${where} does not exist: create it with \`lanewake migrate\``);
+  if (code === 'ER_BAD_DB_ERROR')
+    return new CliError(`the database of ${where} does not exist: create it with \`lanewake migrate\``);
   if (UNREACHABLE.has(code)) {
     const detail = error instanceof Error && error.message !== '' ? error.message : code;
     return new CliError(`cannot reach the ledger at ${where}: ${detail}`);
@@ -113,13 +136,19 @@ export interface LedgerUse {
 }
 
 /** Opens the ledger of the global options for `fn`, and closes it after. */
-export async function withLedger<T>(g: GlobalOptions, fn: (ledger: Ledger) => Promise<T>, use: LedgerUse = {}): Promise<T> {
+export async function withLedger<T>(
+  g: GlobalOptions,
+  fn: (ledger: Ledger) => Promise<T>,
+  use: LedgerUse = {},
+): Promise<T> {
   const ledger = new Ledger(ledgerConfig(g));
   try {
     if (use.requireCurrentSchema ?? true) {
       const status = await ledger.schemaStatus();
       if (status.behind) {
-        throw new CliError(`the ledger schema is at version ${status.current}, this build needs ${status.required}: run \`lanewake migrate\` first`);
+        throw new CliError(
+          `the ledger schema is at version ${status.current}, this build needs ${status.required}: run \`lanewake migrate\` first`,
+        );
       }
     }
     return await fn(ledger);
@@ -137,14 +166,26 @@ const CLOSE_TIMEOUT_MS = 2000;
  * Publishing is best effort: a failure becomes one warning on stderr after
  * `fn`, never a failed command — the ledger already holds the work.
  */
-export async function withWake<T>(g: GlobalOptions, io: CliIo, what: string, fn: (wake: WakeChannel | undefined) => Promise<T>): Promise<T> {
+export async function withWake<T>(
+  g: GlobalOptions,
+  io: CliIo,
+  what: string,
+  fn: (wake: WakeChannel | undefined) => Promise<T>,
+): Promise<T> {
   if (g.redisUrl === undefined) return fn(undefined);
-  const wake = new WakeChannel({ redis: g.redisUrl, keyPrefix: g.redisKeyPrefix, logger: createLogger('lanewake.cli', 'silent') });
+  const wake = new WakeChannel({
+    redis: g.redisUrl,
+    keyPrefix: g.redisKeyPrefix,
+    logger: createLogger('lanewake.cli', 'silent'),
+  });
   try {
     const result = await fn(wake);
     if (wake.counters.failed > 0) {
       const why = wake.connected() ? 'Redis refused it' : 'Redis is unreachable';
-      eprintln(io, `warning: ${what} not published to ${redactUrl(g.redisUrl)} (${why}); the ledger has the change, and workers find it at their next sweep`);
+      eprintln(
+        io,
+        `warning: ${what} not published to ${redactUrl(g.redisUrl)} (${why}); the ledger has the change, and workers find it at their next sweep`,
+      );
     }
     return result;
   } finally {
@@ -162,14 +203,20 @@ export async function withWake<T>(g: GlobalOptions, io: CliIo, what: string, fn:
 
 /** The flag that lets a settings command name a queue the ledger has not seen yet. */
 export const NEW_QUEUE_FLAG = '--new-queue';
-export const NEW_QUEUE_HELP = 'the queue is new: set it even though the ledger has no item, setting, owner or consumer of it yet';
+export const NEW_QUEUE_HELP =
+  'the queue is new: set it even though the ledger has no item, setting, owner or consumer of it yet';
 
 /**
  * Refuses (exit 2, naming `field`) a queue the ledger has never seen, unless
  * the operator said it is new: a typo in a queue's name would otherwise store
  * a setting for a queue nobody serves, change nothing, and answer success.
  */
-export async function requireSeenQueue(ledger: Ledger, queue: string, field: string, isNew: boolean | undefined): Promise<void> {
+export async function requireSeenQueue(
+  ledger: Ledger,
+  queue: string,
+  field: string,
+  isNew: boolean | undefined,
+): Promise<void> {
   if (isNew === true) return;
   if (await ledger.operator.hasSeenQueue(queue)) return;
   throw new UsageError(

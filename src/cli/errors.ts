@@ -36,7 +36,11 @@ export class UsageError extends CliError {
  * Re-labels a ValidationError's fields with the option names the operator
  * typed (`maxAttempts` → `--max-attempts`), so the message points at the flag.
  */
-export function renameFields(error: ValidationError, names: Readonly<Record<string, string>>, context: string): ValidationError {
+export function renameFields(
+  error: ValidationError,
+  names: Readonly<Record<string, string>>,
+  context: string,
+): ValidationError {
   return new ValidationError(
     error.issues.map((i) => ({ field: names[i.field] ?? i.field, message: i.message })),
     context,
@@ -44,7 +48,11 @@ export function renameFields(error: ValidationError, names: Readonly<Record<stri
 }
 
 /** Runs `fn`, re-labelling any ValidationError it throws with `names`. */
-export async function withFieldNames<T>(names: Readonly<Record<string, string>>, context: string, fn: () => Promise<T>): Promise<T> {
+export async function withFieldNames<T>(
+  names: Readonly<Record<string, string>>,
+  context: string,
+  fn: () => Promise<T>,
+): Promise<T> {
   try {
     return await fn();
   } catch (error) {

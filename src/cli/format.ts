@@ -3,7 +3,11 @@
 export type Align = 'left' | 'right';
 
 /** Columns padded to their widest cell, two spaces apart; no trailing spaces. */
-export function renderTable(headers: readonly string[], rows: readonly (readonly string[])[], align: readonly Align[] = []): string {
+export function renderTable(
+  headers: readonly string[],
+  rows: readonly (readonly string[])[],
+  align: readonly Align[] = [],
+): string {
   const widths = headers.map((h, c) => Math.max(h.length, ...rows.map((r) => (r[c] ?? '').length)));
   const line = (cells: readonly string[]): string =>
     widths

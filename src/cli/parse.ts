@@ -10,7 +10,8 @@ import { UsageError } from './errors.js';
 /** A whole number (range checks are the ledger's, which names the field). */
 export function parseInteger(value: string): number {
   const n = Number(value);
-  if (!/^[+-]?\d+$/.test(value.trim()) || !Number.isSafeInteger(n)) throw new InvalidArgumentError('must be a whole number');
+  if (!/^[+-]?\d+$/.test(value.trim()) || !Number.isSafeInteger(n))
+    throw new InvalidArgumentError('must be a whole number');
   return n;
 }
 
@@ -25,7 +26,9 @@ export function parseInstant(value: string): Date {
   const v = value.trim();
   const d = ISO_DATE_TIME.test(v) ? new Date(v) : undefined;
   if (d === undefined || Number.isNaN(d.getTime())) {
-    throw new InvalidArgumentError('must be an ISO 8601 date-time with a zone, e.g. 2026-12-01T09:00:00Z (or a date, meaning midnight UTC)');
+    throw new InvalidArgumentError(
+      'must be an ISO 8601 date-time with a zone, e.g. 2026-12-01T09:00:00Z (or a date, meaning midnight UTC)',
+    );
   }
   return d;
 }
@@ -50,4 +53,5 @@ export function parseDigest(value: string): string {
 }
 
 /** Help line for commands that take an item id (ids are base64url, so some begin with '-'). */
-export const ID_HELP = "An id that begins with '-' is read as the id all the same (or put `--` before it, after the options).";
+export const ID_HELP =
+  "An id that begins with '-' is read as the id all the same (or put `--` before it, after the options).";

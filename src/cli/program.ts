@@ -64,7 +64,9 @@ LANEWAKE_REDIS_KEY_PREFIX). Payloads are never printed, except by \`inspect --pa
 /** The `lanewake` command, writing to `io` and throwing (never exiting) on errors: run it with runCli. */
 export function buildProgram(io: CliIo, commands: readonly CommandFactory[] = CORE_COMMANDS): Command {
   const program = new Command('lanewake')
-    .description('Operate a lanewake ledger: migrate it, enqueue, inspect, replay dead letters, cancel, hand queues over.')
+    .description(
+      'Operate a lanewake ledger: migrate it, enqueue, inspect, replay dead letters, cancel, hand queues over.',
+    )
     // No short -V: item ids are base64url and may begin with '-V', which commander would take for it.
     .version(packageVersion(), '--version', 'print the lanewake version')
     .exitOverride()

@@ -3,7 +3,16 @@ import { z } from 'zod';
 import { LeaseLostError, OwnershipLostError, ValidationError } from '../errors.js';
 import type { BatchLedger } from './ledger-port.js';
 import { DeferError, JobAbortedError, PermanentError, SkipError } from './errors.js';
-import type { BatchContext, BatchHandler, BatchItemOutcome, BatchOptions, BatchOutcomes, Job, JobContext, RegisteredHandler } from './types.js';
+import type {
+  BatchContext,
+  BatchHandler,
+  BatchItemOutcome,
+  BatchOptions,
+  BatchOutcomes,
+  Job,
+  JobContext,
+  RegisteredHandler,
+} from './types.js';
 import { heldItemOf, markCompletedElsewhere } from './job-run.js';
 
 export interface BatchHandlerDefinition<P = unknown, DB = Record<string, never>> {
@@ -15,10 +24,14 @@ export interface BatchHandlerDefinition<P = unknown, DB = Record<string, never>>
   deadlineMs?: number;
 }
 
-const batchOptions = z.object({ max: z.number().int().min(1).max(1000), maxWaitMs: z.number().int().min(0).max(60_000) }).strict();
+const batchOptions = z
+  .object({ max: z.number().int().min(1).max(1000), maxWaitMs: z.number().int().min(0).max(60_000) })
+  .strict();
 
 /** A batch handler, registered by type like any handler; the consumer gathers its items into calls. */
-export function defineBatchHandler<P, DB = Record<string, never>>(def: BatchHandlerDefinition<P, DB>): RegisteredHandler<DB> {
+export function defineBatchHandler<P, DB = Record<string, never>>(
+  def: BatchHandlerDefinition<P, DB>,
+): RegisteredHandler<DB> {
   const parsed = batchOptions.safeParse(def.batch);
   if (!parsed.success) throw ValidationError.fromZod(parsed.error, 'defineBatchHandler', 'batch');
   const batchHandle = def.handle as unknown as BatchHandler<unknown, DB>;
@@ -98,7 +111,8 @@ export class BatchGatherer<DB> {
       const onAbort = (): void => {
         const reason = m.ctx.signal.reason as unknown;
         // One item's lost lease or cancel is its own; a shutdown or deadline is the batch's.
-        if (reason instanceof JobAbortedError && (reason.reason === 'shutdown' || reason.reason === 'deadline')) controller.abort(reason);
+        if (reason instanceof JobAbortedError && (reason.reason === 'shutdown' || reason.reason === 'deadline'))
+          controller.abort(reason);
       };
       if (m.ctx.signal.aborted) onAbort();
       else m.ctx.signal.addEventListener('abort', onAbort, { once: true });
@@ -125,13 +139,21 @@ export class BatchGatherer<DB> {
     };
     let answer: BatchOutcomes;
     try {
-      answer = checkOutcomes(await this.handle(batch.map((m) => m.job), ctx));
+      answer = checkOutcomes(
+        await this.handle(
+          batch.map((m) => m.job),
+          ctx,
+        ),
+      );
     } catch (error) {
       // A throw retries the whole batch (its items' runs write each retry). A batch transaction that
       // rolled back for one lost lease is a failure of the batch for the others, which still hold theirs:
       // their runs must write the retry, not take it for a loss of their own lease.
       // An ownership epoch that moved on is every item's loss: their runs give them back.
-      const thrown = error instanceof LeaseLostError && !(error instanceof OwnershipLostError) ? new Error(`the batch's transaction rolled back: ${error.message}`) : error;
+      const thrown =
+        error instanceof LeaseLostError && !(error instanceof OwnershipLostError)
+          ? new Error(`the batch's transaction rolled back: ${error.message}`)
+          : error;
       for (const m of batch) m.settle({ thrown });
       return;
     }
@@ -146,7 +168,13 @@ const outcomeSchema = z.union([
   z.object({ outcome: z.literal('complete'), result: z.unknown().optional() }).strict(),
   z.object({ outcome: z.literal('retry'), error: z.unknown() }).strict(),
   z.object({ outcome: z.literal('dead'), error: z.unknown(), failureClass: z.string().optional() }).strict(),
-  z.object({ outcome: z.literal('release'), delayMs: z.number().int().min(0).optional(), reason: z.string().optional() }).strict(),
+  z
+    .object({
+      outcome: z.literal('release'),
+      delayMs: z.number().int().min(0).optional(),
+      reason: z.string().optional(),
+    })
+    .strict(),
   z.object({ outcome: z.literal('skip'), reason: z.string().optional() }).strict(),
 ]);
 const outcomesSchema = z.record(z.string(), outcomeSchema);

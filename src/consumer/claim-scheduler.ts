@@ -80,7 +80,10 @@ export class ClaimScheduler<DB> {
     this.prefetchOff = limit === 0;
     this.buffer = new PrefetchBuffer({ concurrency: settings.concurrency, limit, leaseMs: settings.leaseMs });
     this.claims = new RoundClaims(ledger, settings, name, host.coalesce);
-    this.handBack = new HandBack(ledger, counters, log, { leaving: (id) => this.cancelHints.delete(id), gone: () => this.noteWork() });
+    this.handBack = new HandBack(ledger, counters, log, {
+      leaving: (id) => this.cancelHints.delete(id),
+      gone: () => this.noteWork(),
+    });
     this.runDeps = {
       ...host.runDeps,
       // The slot frees when the handler settles, so the next claim overlaps this finalize.
@@ -197,7 +200,13 @@ export class ClaimScheduler<DB> {
    * a backlog makes no offers (docs/design.md §6).
    */
   caughtUp(): boolean {
-    return this.buffer.size === 0 && this.searching === 0 && this.host.held.heldRoom === 0 && !this.mightHaveWork && !this.lastRoundFull;
+    return (
+      this.buffer.size === 0 &&
+      this.searching === 0 &&
+      this.host.held.heldRoom === 0 &&
+      !this.mightHaveWork &&
+      !this.lastRoundFull
+    );
   }
 
   /** Room held for a handover was given back: buffered items may start in freed slots, and claims may use it. */
@@ -214,7 +223,10 @@ export class ClaimScheduler<DB> {
       return;
     }
     this.counters.claimed += items.length;
-    this.handBack.releaseLate(items.map((item) => ({ item, claimedAtMs })), 'consumer stopping');
+    this.handBack.releaseLate(
+      items.map((item) => ({ item, claimedAtMs })),
+      'consumer stopping',
+    );
   }
 
   /** At stop, once the loop has ended: everything still in the buffer goes back unstarted. */
@@ -244,10 +256,20 @@ export class ClaimScheduler<DB> {
       const worthARound = this.buffer.size === 0 || room >= Math.ceil(this.buffer.target() / 2);
       // Rounds overlap while claims come back full, and for named ids (a wake-up
       // for new work must not wait behind a round looking for other heads).
-      const maxRounds = this.settings.maxProcessing === undefined && (this.lastRoundFull || this.targeted.size > 0) ? MAX_CLAIM_ROUNDS : 1;
+      const maxRounds =
+        this.settings.maxProcessing === undefined && (this.lastRoundFull || this.targeted.size > 0)
+          ? MAX_CLAIM_ROUNDS
+          : 1;
       const holdUntil = Math.max(this.claimBackoffUntil, this.cappedUntil);
       const backingOff = Date.now() < holdUntil;
-      if (!this.paused && !backingOff && room > 0 && worthARound && rounds.size < maxRounds && (this.mightHaveWork || this.targeted.size > 0)) {
+      if (
+        !this.paused &&
+        !backingOff &&
+        room > 0 &&
+        worthARound &&
+        rounds.size < maxRounds &&
+        (this.mightHaveWork || this.targeted.size > 0)
+      ) {
         this.roundsRoom += room;
         // The round searches for heads when it may have work beyond named ids (claimRound's lookFurther, read now, before its first await).
         const search = this.mightHaveWork || this.targeted.size > room + MAX_WAITING_IDS;
@@ -299,7 +321,7 @@ export class ClaimScheduler<DB> {
     // Named items beyond this round's room wait for the next round, oldest first (dropped as hints, they
     // starved while new wake-ups filled a small room: docs/design.md §6). Past MAX_WAITING_IDS a head search finds them.
     this.targeted = new Set(named.slice(free, free + MAX_WAITING_IDS));
-    let lookFurther = this.mightHaveWork || named.length > free + MAX_WAITING_IDS;
+    const lookFurther = this.mightHaveWork || named.length > free + MAX_WAITING_IDS;
     if (this.settings.maxProcessing !== undefined) {
       const capRoom = await this.claims.capRoom(this.settings.maxProcessing);
       if (capRoom <= 0) {
@@ -346,7 +368,14 @@ export class ClaimScheduler<DB> {
     this.host.emit('claimRound', { claimed: claimed.length, durationMs, targeted: ids.length });
     if (claimRoundChannel.hasSubscribers) {
       const endedAtMs = Date.now();
-      const message: ClaimRoundMessage = { queue: this.settings.queue, consumer: this.name, startedAtMs: endedAtMs - durationMs, endedAtMs, targeted: ids.length, claimed: claimed.map((c) => c.id) };
+      const message: ClaimRoundMessage = {
+        queue: this.settings.queue,
+        consumer: this.name,
+        startedAtMs: endedAtMs - durationMs,
+        endedAtMs,
+        targeted: ids.length,
+        claimed: claimed.map((c) => c.id),
+      };
       claimRoundChannel.publish(message);
     }
     if (acks.length > 0) this.host.ack(acks);
@@ -357,7 +386,10 @@ export class ClaimScheduler<DB> {
     const now = Date.now();
     this.host.claimTimed(now - sentAtMs);
     if (this.buffer.noteClaimMs(now - sentAtMs, now)) {
-      this.log.warn({ claimMs: now - sentAtMs, leaseMs: this.settings.leaseMs }, 'a claim took a third of the lease or more: prefetch is off, and items claimed past two thirds of it go back unstarted; raise leaseMs');
+      this.log.warn(
+        { claimMs: now - sentAtMs, leaseMs: this.settings.leaseMs },
+        'a claim took a third of the lease or more: prefetch is off, and items claimed past two thirds of it go back unstarted; raise leaseMs',
+      );
     }
   }
 
@@ -402,7 +434,13 @@ export class ClaimScheduler<DB> {
     );
   }
 
-  private finished(item: ClaimedItem, outcome: Outcome, handlerMs: number | undefined, laneAdvanced?: boolean, keyAdmitted?: boolean): void {
+  private finished(
+    item: ClaimedItem,
+    outcome: Outcome,
+    handlerMs: number | undefined,
+    laneAdvanced?: boolean,
+    keyAdmitted?: boolean,
+  ): void {
     this.running.delete(item.id);
     this.finalizing.delete(item.id);
     this.counters[outcome]++;
@@ -412,7 +450,12 @@ export class ClaimScheduler<DB> {
     // A released item may be due again at once (a block whose key was woken while it ran). A keyed
     // item's end may have admitted its key's next waiting item, which no wake-up announces, unless
     // the completion said it claimed all it admitted (key affinity) or admitted none.
-    if ((item.lane !== null && laneAdvanced !== false) || (item.concurrencyKey !== null && keyAdmitted !== false) || outcome === 'released') this.noteWork();
+    if (
+      (item.lane !== null && laneAdvanced !== false) ||
+      (item.concurrencyKey !== null && keyAdmitted !== false) ||
+      outcome === 'released'
+    )
+      this.noteWork();
     this.host.emit('outcome', item, outcome, handlerMs);
     this.notify();
   }

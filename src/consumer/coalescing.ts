@@ -10,8 +10,14 @@ export const DEFAULT_COALESCE_MAX = 1000;
 export const COALESCE_MAX_BYTES = 8 * 1024 * 1024;
 
 const handlerCoalescing = z
-  .object({ coalesce: z.enum(COALESCE_MODES).optional(), coalesceMax: z.number().int().min(1).max(MAX_COALESCE).optional() })
-  .refine((h) => h.coalesceMax === undefined || h.coalesce !== undefined, { message: 'needs coalesce', path: ['coalesceMax'] });
+  .object({
+    coalesce: z.enum(COALESCE_MODES).optional(),
+    coalesceMax: z.number().int().min(1).max(MAX_COALESCE).optional(),
+  })
+  .refine((h) => h.coalesceMax === undefined || h.coalesce !== undefined, {
+    message: 'needs coalesce',
+    path: ['coalesceMax'],
+  });
 
 /** What the claims of a consumer coalesce: per type, the mode and the cap (undefined when no handler coalesces). */
 export interface CoalesceClaim {
@@ -29,7 +35,8 @@ export function coalesceClaimOf<DB>(handlers: ReadonlyMap<string, RegisteredHand
   for (const [type, h] of handlers) {
     const parsed = handlerCoalescing.safeParse({ coalesce: h.coalesce, coalesceMax: h.coalesceMax });
     if (!parsed.success) throw ValidationError.fromZod(parsed.error, 'consumer options', `handlers.${type}`);
-    if (parsed.data.coalesce !== undefined) types[type] = { mode: parsed.data.coalesce, max: parsed.data.coalesceMax ?? DEFAULT_COALESCE_MAX };
+    if (parsed.data.coalesce !== undefined)
+      types[type] = { mode: parsed.data.coalesce, max: parsed.data.coalesceMax ?? DEFAULT_COALESCE_MAX };
   }
   return Object.keys(types).length === 0 ? undefined : { types, maxBytes: COALESCE_MAX_BYTES };
 }
@@ -40,7 +47,10 @@ export function coalesceClaimOf<DB>(handlers: ReadonlyMap<string, RegisteredHand
  * a group of one included; `latest` and the others see the newest payload as
  * `job.payload`. Items of other types run as themselves.
  */
-export function groupView(item: ClaimedItem, mode: CoalesceMode | undefined): { payload: unknown; coalesced: CoalescedView | undefined } {
+export function groupView(
+  item: ClaimedItem,
+  mode: CoalesceMode | undefined,
+): { payload: unknown; coalesced: CoalescedView | undefined } {
   const g = item.group;
   if (g === undefined) {
     if (mode === undefined) return { payload: item.payload, coalesced: undefined };
@@ -50,6 +60,7 @@ export function groupView(item: ClaimedItem, mode: CoalesceMode | undefined): { 
   }
   const ids = [item.id, ...g.ids];
   const payloads = g.payloads;
-  const coalesced: CoalescedView = payloads === undefined ? { ids, count: ids.length } : { ids, count: ids.length, payloads };
+  const coalesced: CoalescedView =
+    payloads === undefined ? { ids, count: ids.length } : { ids, count: ids.length, payloads };
   return { payload: g.newest, coalesced };
 }

@@ -52,7 +52,8 @@ export class BatchCompleter {
   }
 
   complete(handle: LeaseHandle, result: unknown): Promise<FinalizeResult> {
-    if (handle.lane === null && handle.concurrencyKey !== null) return keyedLine(this.ledger, handle.queue).complete(handle, result, this.successors);
+    if (handle.lane === null && handle.concurrencyKey !== null)
+      return keyedLine(this.ledger, handle.queue).complete(handle, result, this.successors);
     return (handle.lane === null ? this.laneless : this.laned).complete(handle, result, this.successors);
   }
 }
@@ -147,7 +148,13 @@ class CompletionLine {
         this.flushes++;
         void this.flush();
       }
-      const rooms = this.keyed && !this.handsOn ? [] : roomsOf(batch.filter((w) => w.handle.lane !== null || w.handle.concurrencyKey !== null), this.keyed);
+      const rooms =
+        this.keyed && !this.handsOn
+          ? []
+          : roomsOf(
+              batch.filter((w) => w.handle.lane !== null || w.handle.concurrencyKey !== null),
+              this.keyed,
+            );
       try {
         const { results, claimed } = await this.ledger.completeManyClaimingNext(
           batch.map((w) => ({ handle: w.handle, result: w.result })),

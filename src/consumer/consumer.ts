@@ -45,7 +45,11 @@ const MAX_OFFER_TYPES = 32;
 const SWEEP_MAINTENANCE_BATCH = 500;
 
 /** The counter each way in without a claim round adds to. */
-const HANDOVER_COUNTER = { insert: 'claimedAtInsert', offer: 'handedOver', successor: 'claimedWithCompletion' } as const;
+const HANDOVER_COUNTER = {
+  insert: 'claimedAtInsert',
+  offer: 'handedOver',
+  successor: 'claimedWithCompletion',
+} as const;
 
 /**
  * One consumer per (process, queue): a claim scheduler feeding `concurrency`
@@ -107,14 +111,31 @@ export class Consumer<DB = Record<string, never>> extends EventEmitter<ConsumerE
     this.name = this.settings.name ?? `${hostname()}:${process.pid}:${randomBytes(3).toString('hex')}`;
     this.log = (logger ?? createLogger('lanewake.consumer')).child({ queue: this.settings.queue, consumer: this.name });
     this.maintainer = this.settings.maintenance
-      ? new Maintainer({ ledger, wake, queues: [this.settings.queue], log: this.log, batchSize: SWEEP_MAINTENANCE_BATCH })
+      ? new Maintainer({
+          ledger,
+          wake,
+          queues: [this.settings.queue],
+          log: this.log,
+          batchSize: SWEEP_MAINTENANCE_BATCH,
+        })
       : undefined;
     this.gate = new StaleGate(
-      { always: this.settings.staleOnly, poolWaiting: this.settings.staleOnlyGate?.poolWaiting, claimMs: this.settings.staleOnlyGate?.claimMs },
+      {
+        always: this.settings.staleOnly,
+        poolWaiting: this.settings.staleOnlyGate?.poolWaiting,
+        claimMs: this.settings.staleOnlyGate?.claimMs,
+      },
       () => ledger.pool,
     );
     this.handovers = new Handovers(this.handoverHost());
-    this.scheduler = new ClaimScheduler(this.ledger, this.settings, this.name, this.counters, this.log, this.schedulerHost());
+    this.scheduler = new ClaimScheduler(
+      this.ledger,
+      this.settings,
+      this.name,
+      this.counters,
+      this.log,
+      this.schedulerHost(),
+    );
     this.sweeper = new Sweeper(
       {
         queue: this.settings.queue,
@@ -124,7 +145,11 @@ export class Consumer<DB = Record<string, never>> extends EventEmitter<ConsumerE
         counted: (counter) => this.counters[counter]++,
       },
       ledger,
-      { pollIntervalMs: this.settings.pollIntervalMs, redisDownPollMs: this.settings.redisDownPollMs, shared: wake !== undefined },
+      {
+        pollIntervalMs: this.settings.pollIntervalMs,
+        redisDownPollMs: this.settings.redisDownPollMs,
+        shared: wake !== undefined,
+      },
     );
     this.offers = wake ? new OfferDesk(this.offerDeskHost(), this.handovers, wake.offers) : undefined;
     this.flags = new QueueFlags({
@@ -141,7 +166,16 @@ export class Consumer<DB = Record<string, never>> extends EventEmitter<ConsumerE
     const s = this.settings;
     this.registration = new ConsumerRegistration(
       ledger,
-      { name: this.name, queue: s.queue, classes: s.classes, types: s.types ?? null, concurrency: s.concurrency, maxProcessing: s.maxProcessing ?? null, epoch: s.epoch ?? null, version: packageVersion() },
+      {
+        name: this.name,
+        queue: s.queue,
+        classes: s.classes,
+        types: s.types ?? null,
+        concurrency: s.concurrency,
+        maxProcessing: s.maxProcessing ?? null,
+        epoch: s.epoch ?? null,
+        version: packageVersion(),
+      },
       this.log,
     );
   }
@@ -154,17 +188,20 @@ export class Consumer<DB = Record<string, never>> extends EventEmitter<ConsumerE
   /** The latest numeric ctx.progress of each running item that reported one (the metrics' progress gauge). */
   get progressOfRunning(): { type: string; percent: number }[] {
     const out: { type: string; percent: number }[] = [];
-    for (const run of this.scheduler.running.values()) if (run.progressPercent !== undefined) out.push({ type: run.item.type, percent: run.progressPercent });
+    for (const run of this.scheduler.running.values())
+      if (run.progressPercent !== undefined) out.push({ type: run.item.type, percent: run.progressPercent });
     return out;
   }
 
   /** The types it has handlers for and claims. */
   private claimedTypes(): string[] {
-    return [...this.handlers.keys()].filter((t) => this.settings.types === undefined || this.settings.types.includes(t));
+    return [...this.handlers.keys()].filter(
+      (t) => this.settings.types === undefined || this.settings.types.includes(t),
+    );
   }
 
   get redisConnected(): boolean {
-    return this.reader !== undefined && this.reader.redisUp;
+    return this.reader?.redisUp === true;
   }
 
   /**
@@ -186,11 +223,14 @@ export class Consumer<DB = Record<string, never>> extends EventEmitter<ConsumerE
     // OpenTelemetry, if installed, is loaded before the first attempt, whose span it makes (src/tracing/).
     await Promise.all([this.ledger.assertSchemaCurrent(), loadOtel()]);
     // Stored in the ledger: every producer's admission and every consumer's hand-on of the queue holds to it.
-    if (this.settings.concurrencyLimit !== undefined) await this.ledger.setConcurrencyLimit(this.settings.queue, this.settings.concurrencyLimit);
+    if (this.settings.concurrencyLimit !== undefined)
+      await this.ledger.setConcurrencyLimit(this.settings.queue, this.settings.concurrencyLimit);
     for (const [type, def] of this.handlers) {
-      if (def.concurrencyLimit !== undefined) await this.ledger.setConcurrencyLimit(this.settings.queue, def.concurrencyLimit, { type });
+      if (def.concurrencyLimit !== undefined)
+        await this.ledger.setConcurrencyLimit(this.settings.queue, def.concurrencyLimit, { type });
     }
-    if (this.settings.fairness !== undefined) await this.ledger.setFairness(this.settings.queue, this.settings.fairness);
+    if (this.settings.fairness !== undefined)
+      await this.ledger.setFairness(this.settings.queue, this.settings.fairness);
     await this.flags.start();
     this.state = 'running';
     await this.registration.start();
@@ -200,19 +240,30 @@ export class Consumer<DB = Record<string, never>> extends EventEmitter<ConsumerE
     if (this.wake) {
       const wake = this.wake;
       const { queue, classes, readBlockMs } = this.settings;
-      this.reader = new WakeReader(wake, { queue, classes, name: this.name, readBlockMs, log: this.log }, {
-        readRoom: () => (this.scheduler.isPaused ? 0 : this.scheduler.freeSlots()),
-        onEntries: (entries) => {
-          if (this.listenerCount('wakeRead') > 0) this.emit('wakeRead', { ids: entries.flatMap((e) => e.ids), entries: entries.length });
-          if (wakeReadChannel.hasSubscribers) {
-            const message: WakeReadMessage = { queue, consumer: this.name, atMs: Date.now(), ids: entries.flatMap((e) => e.ids), entries: entries.length };
-            wakeReadChannel.publish(message);
-          }
-          this.scheduler.takeEntries(entries);
+      this.reader = new WakeReader(
+        wake,
+        { queue, classes, name: this.name, readBlockMs, log: this.log },
+        {
+          readRoom: () => (this.scheduler.isPaused ? 0 : this.scheduler.freeSlots()),
+          onEntries: (entries) => {
+            if (this.listenerCount('wakeRead') > 0)
+              this.emit('wakeRead', { ids: entries.flatMap((e) => e.ids), entries: entries.length });
+            if (wakeReadChannel.hasSubscribers) {
+              const message: WakeReadMessage = {
+                queue,
+                consumer: this.name,
+                atMs: Date.now(),
+                ids: entries.flatMap((e) => e.ids),
+                entries: entries.length,
+              };
+              wakeReadChannel.publish(message);
+            }
+            this.scheduler.takeEntries(entries);
+          },
+          onControl: (message) => this.takeControl(message),
+          onRedisHealth: (up) => this.sweeper.redisHealth(up),
         },
-        onControl: (message) => this.takeControl(message),
-        onRedisHealth: (up) => this.sweeper.redisHealth(up),
-      });
+      );
       // Joins the group before the first claim, so no wake-up published from here on is missed.
       await this.reader.start();
       // Any process with a consumer runs the timer processor (due timers publish wake-ups). The
@@ -349,7 +400,9 @@ export class Consumer<DB = Record<string, never>> extends EventEmitter<ConsumerE
         progress: new ProgressBatch(this.ledger),
         counted: (counter) => this.counters[counter]++,
         onStage: (item, stage, ms) => this.emit('stage', item, stage, ms),
-        completer: new BatchCompleter(this.ledger, (wanted, keyed) => (this.flags.fair ? undefined : this.handovers.forSuccessors(wanted, keyed))),
+        completer: new BatchCompleter(this.ledger, (wanted, keyed) =>
+          this.flags.fair ? undefined : this.handovers.forSuccessors(wanted, keyed),
+        ),
         settings: this.settings,
         handlers: this.handlers,
         outbox: this.outbox,
@@ -357,7 +410,13 @@ export class Consumer<DB = Record<string, never>> extends EventEmitter<ConsumerE
         unownedTypesSeen: new Set(),
         onDelayed: (it, delayMs) => {
           void this.wake?.scheduleTimers([
-            { queue: it.queue, queueClass: it.queueClass, itemId: it.id, attempt: it.attempt, runAt: new Date(Date.now() + delayMs) },
+            {
+              queue: it.queue,
+              queueClass: it.queueClass,
+              itemId: it.id,
+              attempt: it.attempt,
+              runAt: new Date(Date.now() + delayMs),
+            },
           ]);
         },
       },
@@ -379,7 +438,8 @@ export class Consumer<DB = Record<string, never>> extends EventEmitter<ConsumerE
     const { leaseMs, classes } = this.settings;
     // A coalescing type's heads are taken only by claim rounds, which gather their groups.
     const coalescing = this.coalesce?.types ?? {};
-    const types = this.coalesce === undefined ? this.settings.types : this.claimedTypes().filter((t) => !(t in coalescing));
+    const types =
+      this.coalesce === undefined ? this.settings.types : this.claimedTypes().filter((t) => !(t in coalescing));
     return {
       owner: this.name,
       leaseMs,
@@ -390,7 +450,8 @@ export class Consumer<DB = Record<string, never>> extends EventEmitter<ConsumerE
       claimRoomBesideRounds: () => this.scheduler.claimRoomBesideRounds(),
       takesOutsideRounds: () => this.claimsOutsideRounds(),
       handles: (wanted) => {
-        for (const t of wanted) if (!this.handlers.has(t) || (types !== undefined && !types.includes(t)) || t in coalescing) return false;
+        for (const t of wanted)
+          if (!this.handlers.has(t) || (types !== undefined && !types.includes(t)) || t in coalescing) return false;
         return true;
       },
       take: (items: readonly ClaimedItem[], claimedAtMs: number, way: HandoverWay) => {
@@ -429,6 +490,12 @@ export class Consumer<DB = Record<string, never>> extends EventEmitter<ConsumerE
    * whose claims are not fenced in SQL (fleet-wide cap, ownership epoch).
    */
   private claimsOutsideRounds(): boolean {
-    return this.active && !this.scheduler.isPaused && this.settings.maxProcessing === undefined && this.settings.epoch === undefined && this.gate.reason() === undefined;
+    return (
+      this.active &&
+      !this.scheduler.isPaused &&
+      this.settings.maxProcessing === undefined &&
+      this.settings.epoch === undefined &&
+      this.gate.reason() === undefined
+    );
   }
 }

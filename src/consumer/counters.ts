@@ -37,10 +37,33 @@ export interface ConsumerCounters extends Record<Outcome, number> {
 
 export function newConsumerCounters(): ConsumerCounters {
   return {
-    claimed: 0, completed: 0, retried: 0, dead: 0, released: 0, blocked: 0, cancelled: 0, skipped: 0,
-    leaseLost: 0, abandoned: 0, claimRounds: 0, sweeps: 0, wakeEntriesRead: 0, localWakes: 0, claimedAtInsert: 0,
-    offersMade: 0, handedOver: 0, handoffsRecovered: 0, claimedWithCompletion: 0, followUpWakes: 0, prefetchReleased: 0,
-    stepsRecorded: 0, stepsResumed: 0, progressWrites: 0, coalesced: 0, staleOnlyRounds: 0, errors: 0,
+    claimed: 0,
+    completed: 0,
+    retried: 0,
+    dead: 0,
+    released: 0,
+    blocked: 0,
+    cancelled: 0,
+    skipped: 0,
+    leaseLost: 0,
+    abandoned: 0,
+    claimRounds: 0,
+    sweeps: 0,
+    wakeEntriesRead: 0,
+    localWakes: 0,
+    claimedAtInsert: 0,
+    offersMade: 0,
+    handedOver: 0,
+    handoffsRecovered: 0,
+    claimedWithCompletion: 0,
+    followUpWakes: 0,
+    prefetchReleased: 0,
+    stepsRecorded: 0,
+    stepsResumed: 0,
+    progressWrites: 0,
+    coalesced: 0,
+    staleOnlyRounds: 0,
+    errors: 0,
   };
 }
 

@@ -28,7 +28,10 @@ export class HandBack {
       items.map((p) =>
         this.ledger.release(p.item, { reason }).catch((error: unknown) => {
           this.counters.errors++;
-          this.log.warn({ id: p.item.id, err: (error as Error).message }, 'could not release a prefetched item; its lease will expire');
+          this.log.warn(
+            { id: p.item.id, err: (error as Error).message },
+            'could not release a prefetched item; its lease will expire',
+          );
         }),
       ),
     );

@@ -144,7 +144,14 @@ export class Handovers {
     };
     return {
       way,
-      lease: { owner: host.owner, token: newLeaseToken(), leaseMs: host.leaseMs, max, classes: host.classes, types: host.types },
+      lease: {
+        owner: host.owner,
+        token: newLeaseToken(),
+        leaseMs: host.leaseMs,
+        max,
+        classes: host.classes,
+        types: host.types,
+      },
       accept: settle,
       cancel: () => settle([]),
     };

@@ -101,7 +101,10 @@ export class Context<DB> implements JobContext<DB> {
 
   async enqueueMany(inputs: readonly EnqueueInput[]): Promise<EnqueueResult[]> {
     const open = this.open;
-    if (open === undefined) throw new Error('ctx.enqueue runs only inside ctx.transaction: follow-up items commit with the completion (docs/design.md §4, the outbox)');
+    if (open === undefined)
+      throw new Error(
+        'ctx.enqueue runs only inside ctx.transaction: follow-up items commit with the completion (docs/design.md §4, the outbox)',
+      );
     const outbox = this.run.deps.outbox;
     if (outbox === undefined) throw new Error('ctx.enqueue needs the consumer: this run has no outbox');
     const done = await outbox(open.trx, inputs);
@@ -121,7 +124,11 @@ export class Context<DB> implements JobContext<DB> {
     this.run.reportProgress(value);
   }
 
-  step<T>(name: string, fn: ((trx: Transaction<DB>) => Promise<T>) | (() => Promise<T>), options?: StepOptions): Promise<T> {
+  step<T>(
+    name: string,
+    fn: ((trx: Transaction<DB>) => Promise<T>) | (() => Promise<T>),
+    options?: StepOptions,
+  ): Promise<T> {
     return this.run.steps().step(name, fn, options);
   }
 

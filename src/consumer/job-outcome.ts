@@ -64,7 +64,10 @@ export async function writeOutcome(deps: OutcomeDeps, s: Settlement): Promise<Ou
   const { item } = s;
   const { log } = deps;
   if (s.abandoned) {
-    log.warn({ id: item.id, type: item.type, reason: s.abortReason }, 'handler did not settle after abort; its lease is left to expire');
+    log.warn(
+      { id: item.id, type: item.type, reason: s.abortReason },
+      'handler did not settle after abort; its lease is left to expire',
+    );
     return 'abandoned';
   }
   if (s.completedInTx) return 'completed';
@@ -79,7 +82,8 @@ export async function writeOutcome(deps: OutcomeDeps, s: Settlement): Promise<Ou
     );
     returned = undefined;
   }
-  if (!s.leaseLost && s.thrown instanceof OwnershipLostError) return outcomeOf(await handBack(deps, item, s.thrown), 'released');
+  if (!s.leaseLost && s.thrown instanceof OwnershipLostError)
+    return outcomeOf(await handBack(deps, item, s.thrown), 'released');
   if (s.leaseLost || s.thrown instanceof LeaseLostError) {
     log.warn({ id: item.id, type: item.type }, 'lease lost; this holder writes nothing');
     return 'leaseLost';
@@ -96,18 +100,31 @@ export async function writeOutcome(deps: OutcomeDeps, s: Settlement): Promise<Ou
 }
 
 /** The handler threw `error` (or returned after an abort, `abortReason` set): cancel, release, fail, block or retry. */
-async function writeThrown(deps: OutcomeDeps, item: ClaimedItem, error: unknown, abortReason: AbortReason | undefined): Promise<Outcome> {
+async function writeThrown(
+  deps: OutcomeDeps,
+  item: ClaimedItem,
+  error: unknown,
+  abortReason: AbortReason | undefined,
+): Promise<Outcome> {
   const { ledger, settings, log } = deps;
   if (abortReason === 'cancelled') {
     return outcomeOf(await finalizeSafely(deps, item, () => ledger.cancelClaimed(item)), 'cancelled');
   }
   if (abortReason === 'deadline') {
-    log.warn({ id: item.id, type: item.type, attempt: item.attempt }, 'deadline passed; released without spending an attempt');
+    log.warn(
+      { id: item.id, type: item.type, attempt: item.attempt },
+      'deadline passed; released without spending an attempt',
+    );
     return delayed(
       deps,
       item,
       settings.deadlineBackoffMs,
-      outcomeOf(await finalizeSafely(deps, item, () => ledger.release(item, { delayMs: settings.deadlineBackoffMs, reason: 'deadline' })), 'released'),
+      outcomeOf(
+        await finalizeSafely(deps, item, () =>
+          ledger.release(item, { delayMs: settings.deadlineBackoffMs, reason: 'deadline' }),
+        ),
+        'released',
+      ),
     );
   }
   if (abortReason === 'shutdown') {
@@ -115,7 +132,12 @@ async function writeThrown(deps: OutcomeDeps, item: ClaimedItem, error: unknown,
   }
   if (error instanceof SkipError) {
     let refused: ValidationError | undefined;
-    const r = await finalizeSafely(deps, item, () => ledger.skip(item, error.reason), (e) => (refused = e));
+    const r = await finalizeSafely(
+      deps,
+      item,
+      () => ledger.skip(item, error.reason),
+      (e) => (refused = e),
+    );
     // A reason the ledger refuses (over the result cap) is the handler's mistake: the attempt fails with it.
     if (refused) return writeThrown(deps, item, refused, undefined);
     return outcomeOf(r, 'skipped');
@@ -128,9 +150,17 @@ async function writeThrown(deps: OutcomeDeps, item: ClaimedItem, error: unknown,
   }
   if (error instanceof DeferError) {
     // Without a time, the ledger backs off by the item's releases since its last spent attempt.
-    const when = error.runAt === undefined ? { backoff: settings.backoff } : { delayMs: Math.max(0, error.runAt.getTime() - Date.now()) };
+    const when =
+      error.runAt === undefined
+        ? { backoff: settings.backoff }
+        : { delayMs: Math.max(0, error.runAt.getTime() - Date.now()) };
     let refused: ValidationError | undefined;
-    const r = await finalizeSafely(deps, item, () => ledger.release(item, { ...when, reason: error.reason }), (e) => (refused = e));
+    const r = await finalizeSafely(
+      deps,
+      item,
+      () => ledger.release(item, { ...when, reason: error.reason }),
+      (e) => (refused = e),
+    );
     // A reason the ledger refuses (too long, not well-formed) is the handler's mistake: the attempt fails with it.
     if (refused) return writeThrown(deps, item, refused, undefined);
     return delayed(deps, item, r?.delayMs ?? 0, outcomeOf(r, 'released'));
@@ -151,12 +181,17 @@ async function writeThrown(deps: OutcomeDeps, item: ClaimedItem, error: unknown,
     // A dependency key or wait the ledger refuses is the handler's mistake: the attempt fails with it.
     if (refused) return writeThrown(deps, item, refused, undefined);
     // The key was woken while this attempt ran: pending again at once. A re-block after the wait expired: dead.
-    if (r?.won && r.state === 'dead') logDeath(deps, item, r.failureClass, `dependency ${error.dependencyKey} not met before the wait expired`);
+    if (r?.won && r.state === 'dead')
+      logDeath(deps, item, r.failureClass, `dependency ${error.dependencyKey} not met before the wait expired`);
     return outcomeOf(r, r?.state === 'pending' ? 'released' : r?.state === 'dead' ? 'dead' : 'blocked');
   }
   const r = await finalizeSafely(deps, item, () => ledger.retry(item, { error, backoff: settings.backoff }));
   if (r?.won && r.state === 'dead') logDeath(deps, item, r.failureClass, 'attempt budget spent');
-  else if (r?.won) log.info({ id: item.id, type: item.type, attempt: item.attempt, class: r.failureClass, delayMs: r.delayMs }, 'attempt failed: retry after the backoff');
+  else if (r?.won)
+    log.info(
+      { id: item.id, type: item.type, attempt: item.attempt, class: r.failureClass, delayMs: r.delayMs },
+      'attempt failed: retry after the backoff',
+    );
   return delayed(deps, item, r?.delayMs ?? 0, outcomeOf(r, r?.state === 'dead' ? 'dead' : 'retried'));
 }
 
@@ -186,24 +221,46 @@ export async function writeUnowned(deps: OutcomeDeps, item: ClaimedItem): Promis
     const seen = deps.unownedTypesSeen;
     if (seen && !seen.has(item.type)) {
       seen.add(item.type);
-      log.info({ type: item.type, graceMs: settings.unknownTypeGraceMs }, 'no handler here for this type: releasing its items for a worker that has one');
+      log.info(
+        { type: item.type, graceMs: settings.unknownTypeGraceMs },
+        'no handler here for this type: releasing its items for a worker that has one',
+      );
     }
-    const delayMs = Math.min(graceLeftMs, Math.max(settings.unknownTypeReleaseMs, Math.min(Math.floor(ageMs / 4), UNOWNED_RELEASE_CAP_MS)));
-    const r = await finalizeSafely(deps, item, () => ledger.release(item, { delayMs, reason: `no handler for type ${item.type} here` }));
+    const delayMs = Math.min(
+      graceLeftMs,
+      Math.max(settings.unknownTypeReleaseMs, Math.min(Math.floor(ageMs / 4), UNOWNED_RELEASE_CAP_MS)),
+    );
+    const r = await finalizeSafely(deps, item, () =>
+      ledger.release(item, { delayMs, reason: `no handler for type ${item.type} here` }),
+    );
     return delayed(deps, item, delayMs, outcomeOf(r, 'released'));
   }
   const error =
-    settings.unknownType === 'release' ? `no handler for type ${item.type} within ${settings.unknownTypeGraceMs} ms of its creation` : `no handler for type ${item.type}`;
+    settings.unknownType === 'release'
+      ? `no handler for type ${item.type} within ${settings.unknownTypeGraceMs} ms of its creation`
+      : `no handler for type ${item.type}`;
   const r = await finalizeSafely(deps, item, () => ledger.fail(item, { error, failureClass: 'unowned' }));
   if (r?.won) logDeath(deps, item, r.failureClass, 'no handler for its type');
   return outcomeOf(r, 'dead');
 }
 
 /** A rate-limited start refused (rate-gate.ts): back to pending until its key's turn, no attempt spent; or nothing, when the lease was lost. */
-export async function writeRateLimited(deps: OutcomeDeps, item: ClaimedItem, waitMs: number | 'leaseLost'): Promise<Outcome> {
+export async function writeRateLimited(
+  deps: OutcomeDeps,
+  item: ClaimedItem,
+  waitMs: number | 'leaseLost',
+): Promise<Outcome> {
   if (waitMs === 'leaseLost') return 'leaseLost';
   const delayMs = Math.ceil(waitMs);
-  return delayed(deps, item, delayMs, outcomeOf(await finalizeSafely(deps, item, () => deps.ledger.release(item, { delayMs, reason: RATE_LIMITED_REASON })), 'released'));
+  return delayed(
+    deps,
+    item,
+    delayMs,
+    outcomeOf(
+      await finalizeSafely(deps, item, () => deps.ledger.release(item, { delayMs, reason: RATE_LIMITED_REASON })),
+      'released',
+    ),
+  );
 }
 
 /** Every death is one warn line: enough to find the item (`lanewake inspect`), never its payload. */
@@ -249,7 +306,10 @@ async function finalizeSafely<R extends FinalizeResult>(
       }
       const wait = leaseWriteRetryMs(attempt);
       if (Date.now() + wait > deadline) {
-        deps.log.error({ id: item.id, err: (error as Error).message }, 'finalize failed; the lease will expire and the item be reclaimed');
+        deps.log.error(
+          { id: item.id, err: (error as Error).message },
+          'finalize failed; the lease will expire and the item be reclaimed',
+        );
         return undefined;
       }
       await sleep(wait, { keepAlive: true });
@@ -272,10 +332,20 @@ function outcomeOf(r: FinalizeResult | undefined, ifWon: Outcome): Outcome {
  * The item goes back to pending, its attempt unspent, for the new owner's
  * claims: a release is not fenced by the epoch, only by the lease token.
  */
-async function handBack(deps: OutcomeDeps, item: ClaimedItem, lost: OwnershipLostError | FinalizeResult): Promise<FinalizeResult> {
+async function handBack(
+  deps: OutcomeDeps,
+  item: ClaimedItem,
+  lost: OwnershipLostError | FinalizeResult,
+): Promise<FinalizeResult> {
   const now = lost instanceof OwnershipLostError ? lost.currentEpoch : undefined;
   deps.log.warn(
-    { id: item.id, type: item.type, queue: item.queue, epoch: item.epoch, ...(now !== undefined ? { currentEpoch: now } : {}) },
+    {
+      id: item.id,
+      type: item.type,
+      queue: item.queue,
+      epoch: item.epoch,
+      ...(now !== undefined ? { currentEpoch: now } : {}),
+    },
     'ownership of the queue moved to another epoch: nothing of this attempt was written; the item goes back, attempt unspent, to the new owner',
   );
   await finalizeSafely(deps, item, () => deps.ledger.release(item, { reason: 'ownership lost' }));

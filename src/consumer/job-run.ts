@@ -3,7 +3,14 @@ import type { ClaimedItem } from '../ledger/types.js';
 import { checkSchema, dottedPath, type SchemaCheck } from '../jobs/standard-schema.js';
 import { groupView } from './coalescing.js';
 import { JobAbortedError, type AbortReason } from './errors.js';
-import { writeInvalidPayload, writeOutcome, writeUnowned, type Outcome, type OutcomeDeps, type Settlement } from './job-outcome.js';
+import {
+  writeInvalidPayload,
+  writeOutcome,
+  writeUnowned,
+  type Outcome,
+  type OutcomeDeps,
+  type Settlement,
+} from './job-outcome.js';
 import { LeaseKeeper, leaseTickMs, renewalPointMs, type LeaseEvent } from './lease-keeper.js';
 import type { LeaseLedger } from './ledger-port.js';
 import { ProgressReporter } from './progress.js';
@@ -167,7 +174,8 @@ class JobRun<DB> implements RunningJob, ContextRun<DB> {
     this.abortReason = reason;
     this.controller?.abort(this.abortError());
     // A handler that ignores its abort is not waited on forever: its lease is left to expire.
-    if (this.handlerRunning && reason !== 'shutdown') this.graceTimer = setTimeout(() => this.abandon(), this.deps.settings.abortGraceMs);
+    if (this.handlerRunning && reason !== 'shutdown')
+      this.graceTimer = setTimeout(() => this.abandon(), this.deps.settings.abortGraceMs);
   }
 
   abandon(): void {
@@ -190,7 +198,8 @@ class JobRun<DB> implements RunningJob, ContextRun<DB> {
 
   private renewIfDue(nowMs: number, joining: boolean): boolean {
     if (this.keeperStopped) return false;
-    if (this.keeper === undefined && nowMs < this.claimedAtMs + renewalPointMs(this.deps.settings.leaseMs, joining)) return false;
+    if (this.keeper === undefined && nowMs < this.claimedAtMs + renewalPointMs(this.deps.settings.leaseMs, joining))
+      return false;
     return this.leaseKeeper().tick(nowMs, joining);
   }
 
@@ -204,8 +213,10 @@ class JobRun<DB> implements RunningJob, ContextRun<DB> {
   }
 
   reportProgress(value: unknown): void {
-    this.reporter ??= new ProgressReporter(this.deps.progress ?? { save: (handle, progress) => this.deps.ledger.saveProgress([{ handle, progress }]) }, this.item, () =>
-      this.deps.counted?.('progressWrites'),
+    this.reporter ??= new ProgressReporter(
+      this.deps.progress ?? { save: (handle, progress) => this.deps.ledger.saveProgress([{ handle, progress }]) },
+      this.item,
+      () => this.deps.counted?.('progressWrites'),
     );
     this.reporter.report(value);
   }
@@ -216,7 +227,12 @@ class JobRun<DB> implements RunningJob, ContextRun<DB> {
   }
 
   steps(): StepBook<DB> {
-    this.stepBook ??= new StepBook<DB>(this.deps.ledger, this.item, () => this.signal, (counter) => this.deps.counted?.(counter));
+    this.stepBook ??= new StepBook<DB>(
+      this.deps.ledger,
+      this.item,
+      () => this.signal,
+      (counter) => this.deps.counted?.(counter),
+    );
     return this.stepBook;
   }
 
@@ -230,7 +246,13 @@ class JobRun<DB> implements RunningJob, ContextRun<DB> {
   }
 
   private leaseKeeper(): LeaseKeeper {
-    this.keeper ??= new LeaseKeeper(this.deps.renewals ?? this.deps.ledger, this.item, this.deps.settings.leaseMs, (event) => this.onLeaseEvent(event), this.claimedAtMs);
+    this.keeper ??= new LeaseKeeper(
+      this.deps.renewals ?? this.deps.ledger,
+      this.item,
+      this.deps.settings.leaseMs,
+      (event) => this.onLeaseEvent(event),
+      this.claimedAtMs,
+    );
     return this.keeper;
   }
 
@@ -268,7 +290,10 @@ class JobRun<DB> implements RunningJob, ContextRun<DB> {
     this.keyAdmitted = settlement.keyAdmitted;
     if (this.stageClock !== undefined) {
       const { item } = this;
-      this.deps.log.debug({ id: item.id, type: item.type, attempt: item.attempt, outcome, stages: this.stageClock.summary() }, 'stage timings');
+      this.deps.log.debug(
+        { id: item.id, type: item.type, attempt: item.attempt, outcome, stages: this.stageClock.summary() },
+        'stage timings',
+      );
     }
     return outcome;
   }
@@ -281,16 +306,24 @@ class JobRun<DB> implements RunningJob, ContextRun<DB> {
     const { deps, item } = this;
     const def = deps.handlers.get(item.type);
     if (!def) return writeUnowned(deps, item);
-    const view = item.group === undefined && def.coalesce === undefined ? { payload: item.payload, coalesced: undefined } : groupView(item, def.coalesce);
+    const view =
+      item.group === undefined && def.coalesce === undefined
+        ? { payload: item.payload, coalesced: undefined }
+        : groupView(item, def.coalesce);
     if (!def.schema) return { def, payload: view.payload, coalesced: view.coalesced };
     // A group's payloads are each checked too: one the schema refuses ends the group, as a lone item's would.
     const values = [view.payload, ...(view.coalesced?.payloads ?? [])];
     const checks = values.map((v) => checkSchema(def.schema!, v));
-    if (checks.some((c) => c instanceof Promise)) return Promise.all(checks).then<Runnable<DB> | Outcome>((settled) => this.afterSchema(def, view, settled));
+    if (checks.some((c) => c instanceof Promise))
+      return Promise.all(checks).then<Runnable<DB> | Outcome>((settled) => this.afterSchema(def, view, settled));
     return this.afterSchema(def, view, checks as SchemaCheck[]);
   }
 
-  private afterSchema(def: RegisteredHandler<DB>, view: { payload: unknown; coalesced: CoalescedView | undefined }, checks: SchemaCheck[]): Runnable<DB> | Promise<Outcome> {
+  private afterSchema(
+    def: RegisteredHandler<DB>,
+    view: { payload: unknown; coalesced: CoalescedView | undefined },
+    checks: SchemaCheck[],
+  ): Runnable<DB> | Promise<Outcome> {
     const refused = checks.findIndex((c) => !c.ok);
     const bad = checks[refused];
     if (bad !== undefined && !bad.ok) {
@@ -300,10 +333,15 @@ class JobRun<DB> implements RunningJob, ContextRun<DB> {
         if (refused === 0) return inner || '(payload)';
         return `payloads[${refused - 1}]${inner === '' ? '' : inner.startsWith('[') ? inner : `.${inner}`}`;
       };
-      return writeInvalidPayload(this.deps, this.item, bad.issues.map((i) => `${where(i.path)}: ${i.message}`).join('; '));
+      return writeInvalidPayload(
+        this.deps,
+        this.item,
+        bad.issues.map((i) => `${where(i.path)}: ${i.message}`).join('; '),
+      );
     }
     const parsed = checks.map((c) => (c.ok ? c.value : undefined));
-    const coalesced = view.coalesced?.payloads === undefined ? view.coalesced : { ...view.coalesced, payloads: parsed.slice(1) };
+    const coalesced =
+      view.coalesced?.payloads === undefined ? view.coalesced : { ...view.coalesced, payloads: parsed.slice(1) };
     return { def, payload: parsed[0], coalesced };
   }
 

@@ -199,12 +199,18 @@ export class OfferDesk {
     let standing = 0;
     for (const m of [...this.mine.values()]) {
       if (m.state === 'standing') {
-        const keep = !this.stopped && now - m.offer.madeAtMs < OFFER_REFRESH_AGE_MS && host.freeSlots() > 0 && host.mayTakeOutsideRounds() && this.warm(now);
+        const keep =
+          !this.stopped &&
+          now - m.offer.madeAtMs < OFFER_REFRESH_AGE_MS &&
+          host.freeSlots() > 0 &&
+          host.mayTakeOutsideRounds() &&
+          this.warm(now);
         if (keep) standing++;
         else await this.withdraw(m);
       } else if (m.state === 'taken') {
         const due = RECOVERY_AFTER_MS[m.asked];
-        if (due === undefined || now - (m.takenAtMs ?? now) >= due) await this.recover(m, m.asked + 1 >= RECOVERY_AFTER_MS.length);
+        if (due === undefined || now - (m.takenAtMs ?? now) >= due)
+          await this.recover(m, m.asked + 1 >= RECOVERY_AFTER_MS.length);
       } else {
         standing++;
       }
@@ -217,13 +223,28 @@ export class OfferDesk {
   private async postOne(now: number, standing: number): Promise<boolean> {
     const host = this.host;
     if (this.stopped || host.leaseMs < MIN_OFFER_LEASE_MS || now < this.noPostUntil) return false;
-    if (!this.warm(now) || host.freeSlots() < slotsForAnother(standing) || !host.caughtUp() || !host.mayTakeOutsideRounds()) return false;
+    if (
+      !this.warm(now) ||
+      host.freeSlots() < slotsForAnother(standing) ||
+      !host.caughtUp() ||
+      !host.mayTakeOutsideRounds()
+    )
+      return false;
     const types = host.offerTypes();
     if (!types || types.length === 0) return false;
     const handover = this.handovers.forOffer(now, offerRoom(host.freeSlots()));
     if (!handover) return false;
     const { owner, token, leaseMs, max: room } = handover.lease;
-    const offer: Offer = { owner, token, leaseMs, classes: host.classes, types, expiresAtMs: now + OFFER_TTL_MS, madeAtMs: now, room };
+    const offer: Offer = {
+      owner,
+      token,
+      leaseMs,
+      classes: host.classes,
+      types,
+      expiresAtMs: now + OFFER_TTL_MS,
+      madeAtMs: now,
+      room,
+    };
     const m: MyOffer = { offer, handover, state: 'posting', asked: 0 };
     this.mine.set(offer.token, m);
     const posted = await this.port.post(host.queue, offer, OFFER_TTL_MS * 4);
@@ -247,7 +268,12 @@ export class OfferDesk {
     for (const m of this.mine.values()) {
       if (m.state !== 'standing' || host.freeSlots() === 0 || !host.mayTakeOutsideRounds()) return true;
     }
-    return this.mine.size < MAX_STANDING_OFFERS && !this.stopped && host.freeSlots() >= slotsForAnother(this.mine.size) && host.caughtUp();
+    return (
+      this.mine.size < MAX_STANDING_OFFERS &&
+      !this.stopped &&
+      host.freeSlots() >= slotsForAnother(this.mine.size) &&
+      host.caughtUp()
+    );
   }
 
   private warm(now: number): boolean {
@@ -290,7 +316,10 @@ export class OfferDesk {
     if (!this.mine.has(m.offer.token)) return; // handed over meanwhile
     if (items && items.length > 0) {
       this.host.counted('handoffsRecovered', items.length);
-      this.host.log.info({ token: m.offer.token, items: items.length }, 'an offer was taken and its handoff lost: its items were found in the ledger');
+      this.host.log.info(
+        { token: m.offer.token, items: items.length },
+        'an offer was taken and its handoff lost: its items were found in the ledger',
+      );
       this.settle(m, items);
       return;
     }

@@ -14,7 +14,13 @@ import type { HandlerEntry } from './types.js';
 export const consumerSettingsSchema = z
   .object({
     queue: queueName.describe('The queue this consumer claims from.'),
-    concurrency: z.number().int().min(1).max(1000).default(10).describe('Executor slots: how many handlers run at once.'),
+    concurrency: z
+      .number()
+      .int()
+      .min(1)
+      .max(1000)
+      .default(10)
+      .describe('Executor slots: how many handlers run at once.'),
     /** docs/design.md, Prefetch; released at stop. 512 is near graphile-worker's local queue default (500). */
     prefetch: z
       .number()
@@ -23,9 +29,13 @@ export const consumerSettingsSchema = z
       .max(10_000)
       .default(512)
       .describe(
-        'Most items claimed ahead of free slots; items that concurrency keys admit as this consumer\'s items end may briefly take as many again. The buffer adapts to how fast handlers start (none for slow ones); an item waits at most a third of its lease, then goes back unstarted. 0 = off; ignored with `maxProcessing`.',
+        "Most items claimed ahead of free slots; items that concurrency keys admit as this consumer's items end may briefly take as many again. The buffer adapts to how fast handlers start (none for slow ones); an item waits at most a third of its lease, then goes back unstarted. 0 = off; ignored with `maxProcessing`.",
       ),
-    classes: z.array(z.enum(QUEUE_CLASSES)).min(1).default([...QUEUE_CLASSES]).describe('Which queue classes to claim.'),
+    classes: z
+      .array(z.enum(QUEUE_CLASSES))
+      .min(1)
+      .default([...QUEUE_CLASSES])
+      .describe('Which queue classes to claim.'),
     preferClasses: z
       .array(z.enum(QUEUE_CLASSES))
       .min(1)
@@ -36,9 +46,19 @@ export const consumerSettingsSchema = z
     types: z
       .array(typeName)
       .optional()
-      .describe('Only these types are claimed. Default: every type, so an item whose type has no handler here ends per `unknownType` instead of waiting forever.'),
-    name: workerName.optional().describe('Consumer name: the lease owner and the stream consumer. Default: host:pid:random.'),
-    leaseMs: z.number().int().min(100).max(3_600_000).default(30_000).describe('Lease length (ms); renewed while the handler runs.'),
+      .describe(
+        'Only these types are claimed. Default: every type, so an item whose type has no handler here ends per `unknownType` instead of waiting forever.',
+      ),
+    name: workerName
+      .optional()
+      .describe('Consumer name: the lease owner and the stream consumer. Default: host:pid:random.'),
+    leaseMs: z
+      .number()
+      .int()
+      .min(100)
+      .max(3_600_000)
+      .default(30_000)
+      .describe('Lease length (ms); renewed while the handler runs.'),
     deadlineMs: z
       .number()
       .int()
@@ -52,17 +72,31 @@ export const consumerSettingsSchema = z
       .min(0)
       .max(600_000)
       .default(10_000)
-      .describe('How long (ms) a handler aborted at its deadline may take to settle before its lease is left to expire.'),
-    pollIntervalMs: z.number().int().min(10).max(3_600_000).default(5_000).describe('Backstop ledger sweep interval (ms) while Redis is up.'),
+      .describe(
+        'How long (ms) a handler aborted at its deadline may take to settle before its lease is left to expire.',
+      ),
+    pollIntervalMs: z
+      .number()
+      .int()
+      .min(10)
+      .max(3_600_000)
+      .default(5_000)
+      .describe('Backstop ledger sweep interval (ms) while Redis is up.'),
     redisDownPollMs: z
       .number()
       .int()
       .min(10)
       .max(60_000)
       .default(1_000)
-      .describe('Sweep interval (ms) while Redis is unreachable (or without a wake channel, when smaller than `pollIntervalMs`).'),
+      .describe(
+        'Sweep interval (ms) while Redis is unreachable (or without a wake channel, when smaller than `pollIntervalMs`).',
+      ),
     readBlockMs: z.number().int().min(10).max(60_000).default(2_000).describe('XREADGROUP BLOCK time (ms).'),
-    backoff: backoffSchema.default(backoffSchema.parse({})).describe('Retry backoff after a failed attempt, and the delay of a Defer() given no time (by its releases since the last spent attempt). Default: 1 s, ×2, at most 1 h, 20 % jitter.'),
+    backoff: backoffSchema
+      .default(backoffSchema.parse({}))
+      .describe(
+        'Retry backoff after a failed attempt, and the delay of a Defer() given no time (by its releases since the last spent attempt). Default: 1 s, ×2, at most 1 h, 20 % jitter.',
+      ),
     deadlineBackoffMs: z
       .number()
       .int()
@@ -82,7 +116,9 @@ export const consumerSettingsSchema = z
       .min(0)
       .max(86_400_000)
       .default(5_000)
-      .describe("Delay (ms) of each such release; it grows with the item's age (a quarter of it, up to a minute), never past the grace."),
+      .describe(
+        "Delay (ms) of each such release; it grows with the item's age (a quarter of it, up to a minute), never past the grace.",
+      ),
     unknownTypeGraceMs: z
       .number()
       .int()
@@ -103,11 +139,15 @@ export const consumerSettingsSchema = z
       .min(0)
       .max(3_600_000)
       .default(30_000)
-      .describe('At stop: how long (ms) running handlers may take to finish before they are aborted (reason shutdown).'),
+      .describe(
+        'At stop: how long (ms) running handlers may take to finish before they are aborted (reason shutdown).',
+      ),
     maintenance: z
       .boolean()
       .default(true)
-      .describe("Each sweep also reclaims expired leases and probes dependency waits. Off under a supervisor, whose reconciler does it."),
+      .describe(
+        'Each sweep also reclaims expired leases and probes dependency waits. Off under a supervisor, whose reconciler does it.',
+      ),
     maxProcessing: z
       .number()
       .int()
@@ -124,7 +164,7 @@ export const consumerSettingsSchema = z
       .max(100_000)
       .optional()
       .describe(
-        "At most this many items of one `concurrencyKey` admitted at once, fleet-wide: the ledger admits an item at enqueue or when an item of its key ends, and the rest wait unseen by claims. Stored in the ledger when the consumer starts (`ledger.setConcurrencyLimit`). Default: none (keys are counted, not limited).",
+        'At most this many items of one `concurrencyKey` admitted at once, fleet-wide: the ledger admits an item at enqueue or when an item of its key ends, and the rest wait unseen by claims. Stored in the ledger when the consumer starts (`ledger.setConcurrencyLimit`). Default: none (keys are counted, not limited).',
       ),
     fairness: z
       .enum(['key'])
@@ -132,7 +172,12 @@ export const consumerSettingsSchema = z
       .describe(
         "`key`: the queue serves its `concurrencyKey`s in turn instead of oldest first. Each keyed item enqueued from then on takes its key's next round as its priority, so a flood of one key (over any number of lanes) does not hold back another's items. Stored in the ledger when the consumer starts (`ledger.setFairness`). Default: none.",
       ),
-    epoch: z.number().int().min(0).optional().describe('Ownership epoch to fence claims with (docs/design.md, Ownership epochs). Default: none.'),
+    epoch: z
+      .number()
+      .int()
+      .min(0)
+      .optional()
+      .describe('Ownership epoch to fence claims with (docs/design.md, Ownership epochs). Default: none.'),
     staleOnly: z
       .boolean()
       .default(false)
@@ -141,12 +186,28 @@ export const consumerSettingsSchema = z
       ),
     staleOnlyGate: z
       .object({
-        poolWaiting: z.number().int().min(1).max(100_000).optional().describe("Stale-only while at least this many requests wait for a connection of the ledger's pool."),
-        claimMs: z.number().int().min(1).max(3_600_000).optional().describe('Stale-only while the last claim statement took at least this many ms; a stale-only claim is timed too, so the gate clears once claims are fast again.'),
+        poolWaiting: z
+          .number()
+          .int()
+          .min(1)
+          .max(100_000)
+          .optional()
+          .describe("Stale-only while at least this many requests wait for a connection of the ledger's pool."),
+        claimMs: z
+          .number()
+          .int()
+          .min(1)
+          .max(3_600_000)
+          .optional()
+          .describe(
+            'Stale-only while the last claim statement took at least this many ms; a stale-only claim is timed too, so the gate clears once claims are fast again.',
+          ),
       })
       .strict()
       .optional()
-      .describe("Turn stale-only on by itself while the ledger is struggling: its pool saturated, or its claims slow (docs/design.md, Stale-only claims). Default: off."),
+      .describe(
+        'Turn stale-only on by itself while the ledger is struggling: its pool saturated, or its claims slow (docs/design.md, Stale-only claims). Default: off.',
+      ),
   })
   .strict();
 

@@ -33,12 +33,16 @@ export type ClassPreference = keyof typeof CLASS_PREFERENCES;
 
 export const poolSchema = z
   .object({
-    profile: z.enum(Object.keys(POOL_PROFILES) as [PoolProfile, ...PoolProfile[]]).describe('latency (interactive + default), bulk, or shared (every class).'),
+    profile: z
+      .enum(Object.keys(POOL_PROFILES) as [PoolProfile, ...PoolProfile[]])
+      .describe('latency (interactive + default), bulk, or shared (every class).'),
     concurrency: z.number().int().min(1).max(10_000).describe("The pool's slots."),
     prefer: z
       .enum(Object.keys(CLASS_PREFERENCES) as [ClassPreference, ...ClassPreference[]])
       .optional()
-      .describe('A preferred-class tier: reserved (interactive, default, bulk) or default-heavy (default, interactive, bulk).'),
+      .describe(
+        'A preferred-class tier: reserved (interactive, default, bulk) or default-heavy (default, interactive, bulk).',
+      ),
   })
   .strict();
 export type PoolSpec = z.infer<typeof poolSchema>;
@@ -69,15 +73,30 @@ export interface PoolPlan {
  * queue's `classes` (when set). A pool left with no class, or 'auto' on
  * fewer than 2 slots, is refused with the field named.
  */
-export function planPools(concurrency: number, pools: PoolsInput, classes: readonly QueueClass[] = QUEUE_CLASSES, field = 'pools'): PoolPlan[] {
+export function planPools(
+  concurrency: number,
+  pools: PoolsInput,
+  classes: readonly QueueClass[] = QUEUE_CLASSES,
+  field = 'pools',
+): PoolPlan[] {
   const specs: PoolSpec[] = pools === 'auto' ? autoPools(concurrency, field) : pools;
   return specs.map((p, i) => {
     const own = POOL_PROFILES[p.profile].filter((c) => classes.includes(c));
     if (own.length === 0) {
-      throw new ValidationError([{ field: `${field}.${i}.profile`, message: `a ${p.profile} pool serves none of the queue's classes (${classes.join(', ')})` }], 'pools');
+      throw new ValidationError(
+        [
+          {
+            field: `${field}.${i}.profile`,
+            message: `a ${p.profile} pool serves none of the queue's classes (${classes.join(', ')})`,
+          },
+        ],
+        'pools',
+      );
     }
     const prefer = p.prefer === undefined ? undefined : CLASS_PREFERENCES[p.prefer].filter((c) => own.includes(c));
-    const shares = specs.some((o, j) => j !== i && POOL_PROFILES[o.profile].some((c) => own.includes(c) && classes.includes(c)));
+    const shares = specs.some(
+      (o, j) => j !== i && POOL_PROFILES[o.profile].some((c) => own.includes(c) && classes.includes(c)),
+    );
     return {
       profile: p.profile,
       classes: [...own],
@@ -89,7 +108,12 @@ export function planPools(concurrency: number, pools: PoolsInput, classes: reado
 }
 
 /** What a pool sets on its consumer's options: its classes, slots, preferred tier and prefetch. */
-export function poolSettings(plan: PoolPlan): { concurrency: number; classes: QueueClass[]; preferClasses?: QueueClass[]; prefetch?: number } {
+export function poolSettings(plan: PoolPlan): {
+  concurrency: number;
+  classes: QueueClass[];
+  preferClasses?: QueueClass[];
+  prefetch?: number;
+} {
   return {
     concurrency: plan.concurrency,
     classes: plan.classes,
@@ -99,7 +123,11 @@ export function poolSettings(plan: PoolPlan): { concurrency: number; classes: Qu
 }
 
 function autoPools(concurrency: number, field: string): PoolSpec[] {
-  if (concurrency < 2) throw new ValidationError([{ field, message: `'auto' needs a concurrency of 2 or more to split, not ${concurrency}` }], 'pools');
+  if (concurrency < 2)
+    throw new ValidationError(
+      [{ field, message: `'auto' needs a concurrency of 2 or more to split, not ${concurrency}` }],
+      'pools',
+    );
   const latency = Math.max(1, Math.floor(concurrency / 4));
   const bulk = Math.max(1, Math.floor(concurrency / 4));
   const shared = concurrency - latency - bulk;
@@ -119,10 +147,17 @@ function autoPools(concurrency: number, field: string): PoolSpec[] {
 export function poolConsumers<DB>(options: ConsumerOptions<DB> & { pools: PoolsInput }): Consumer<DB>[] {
   const { pools, concurrency, classes, name, ...rest } = options;
   if (concurrency === undefined && pools === 'auto') {
-    throw new ValidationError([{ field: 'concurrency', message: "'auto' pools split the concurrency: give it" }], 'pools');
+    throw new ValidationError(
+      [{ field: 'concurrency', message: "'auto' pools split the concurrency: give it" }],
+      'pools',
+    );
   }
   const parsedPools = poolsSchema.safeParse(pools);
-  if (!parsedPools.success) throw new ValidationError([{ field: 'pools', message: parsedPools.error.issues[0]?.message ?? 'invalid' }], 'pools');
+  if (!parsedPools.success)
+    throw new ValidationError(
+      [{ field: 'pools', message: parsedPools.error.issues[0]?.message ?? 'invalid' }],
+      'pools',
+    );
   return planPools(concurrency ?? 0, parsedPools.data, classes).map(
     (plan) =>
       new Consumer<DB>({

@@ -35,7 +35,8 @@ export class ProgressReporter {
 
   /** The consumer's clock: writes the newest report once a second has passed since the last write. */
   tick(nowMs: number): void {
-    if (this.pending !== NONE && this.writing === undefined && nowMs - this.lastWriteMs >= PROGRESS_WRITE_INTERVAL_MS) void this.write(nowMs);
+    if (this.pending !== NONE && this.writing === undefined && nowMs - this.lastWriteMs >= PROGRESS_WRITE_INTERVAL_MS)
+      void this.write(nowMs);
   }
 
   /** Writes what is not written yet (before the outcome). */

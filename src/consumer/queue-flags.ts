@@ -71,7 +71,10 @@ export class QueueFlags {
     if (on === this.staleOnlyNow) return;
     this.staleOnlyNow = on;
     this.host.setStaleOnly(on);
-    this.host.log.info({ staleOnly: on }, on ? 'queue stale-only: claiming only rescued work' : 'queue stale-only off: claiming pending work again');
+    this.host.log.info(
+      { staleOnly: on },
+      on ? 'queue stale-only: claiming only rescued work' : 'queue stale-only off: claiming pending work again',
+    );
   }
 
   private async read(): Promise<boolean> {

@@ -51,7 +51,12 @@ export async function passRateGate(
  * written when its lease was lost). A ledger that cannot answer releases it
  * for a moment rather than let its lease run out.
  */
-export async function rateGate(deps: OutcomeDeps, item: ClaimedItem, limit: RateLimit, payload: unknown): Promise<{ key: string } | { outcome: Outcome }> {
+export async function rateGate(
+  deps: OutcomeDeps,
+  item: ClaimedItem,
+  limit: RateLimit,
+  payload: unknown,
+): Promise<{ key: string } | { outcome: Outcome }> {
   const gate = await passRateGate(deps.ledger, item, limit, payload).catch((error: unknown) => {
     deps.log.warn({ id: item.id, err: (error as Error).message }, 'rate limit: the ledger did not answer; released');
     return { go: false as const, waitMs: Math.max(limit.perMs / limit.max, 1000) };
@@ -60,15 +65,26 @@ export async function rateGate(deps: OutcomeDeps, item: ClaimedItem, limit: Rate
 }
 
 /** A handler's RateLimitedError pushes its key's next start back for the whole fleet. */
-export async function afterRateLimited(deps: OutcomeDeps, item: ClaimedItem, key: string, thrown: unknown): Promise<void> {
+export async function afterRateLimited(
+  deps: OutcomeDeps,
+  item: ClaimedItem,
+  key: string,
+  thrown: unknown,
+): Promise<void> {
   if (!(thrown instanceof RateLimitedError)) return;
   await deps.ledger
     .pushRateWindow({ queue: item.queue, key, afterMs: thrown.retryAfterMs })
-    .catch((error: unknown) => deps.log.warn({ id: item.id, err: (error as Error).message }, 'rate limit: pushing the window back failed'));
+    .catch((error: unknown) =>
+      deps.log.warn({ id: item.id, err: (error as Error).message }, 'rate limit: pushing the window back failed'),
+    );
 }
 
 /** The item's rate key: the limit's function of the payload, its concurrency key, or the type. */
-export function rateKeyOf(limit: RateLimit, item: Pick<ClaimedItem, 'type' | 'concurrencyKey'>, payload: unknown): string {
+export function rateKeyOf(
+  limit: RateLimit,
+  item: Pick<ClaimedItem, 'type' | 'concurrencyKey'>,
+  payload: unknown,
+): string {
   if (limit.key === undefined) return item.type;
   if (limit.key === 'concurrencyKey') return item.concurrencyKey === null ? item.type : `key:${item.concurrencyKey}`;
   return limit.key(payload);
@@ -78,9 +94,14 @@ export function rateKeyOf(limit: RateLimit, item: Pick<ClaimedItem, 'type' | 'co
 export function checkRateLimit(type: string, limit: RateLimit | undefined): void {
   if (limit === undefined) return;
   const issues: { field: string; message: string }[] = [];
-  if (!Number.isInteger(limit.max) || limit.max < 1 || limit.max > 1_000_000) issues.push({ field: `handlers.${type}.rateLimit.max`, message: 'must be an integer from 1 to 1,000,000' });
-  if (!Number.isInteger(limit.perMs) || limit.perMs < 1 || limit.perMs > 86_400_000) issues.push({ field: `handlers.${type}.rateLimit.perMs`, message: 'must be an integer from 1 to 86,400,000' });
+  if (!Number.isInteger(limit.max) || limit.max < 1 || limit.max > 1_000_000)
+    issues.push({ field: `handlers.${type}.rateLimit.max`, message: 'must be an integer from 1 to 1,000,000' });
+  if (!Number.isInteger(limit.perMs) || limit.perMs < 1 || limit.perMs > 86_400_000)
+    issues.push({ field: `handlers.${type}.rateLimit.perMs`, message: 'must be an integer from 1 to 86,400,000' });
   if (limit.key !== undefined && typeof limit.key !== 'function' && limit.key !== 'concurrencyKey')
-    issues.push({ field: `handlers.${type}.rateLimit.key`, message: "must be a function of the payload or 'concurrencyKey'" });
+    issues.push({
+      field: `handlers.${type}.rateLimit.key`,
+      message: "must be a function of the payload or 'concurrencyKey'",
+    });
   if (issues.length > 0) throw new ValidationError(issues, 'consumer options');
 }

@@ -69,7 +69,11 @@ class Heartbeat {
       this.timer = undefined;
     }
     await this.beating;
-    await this.ledger.consumerGone(name).catch((error: unknown) => this.log.debug({ err: error }, 'consumer registry: removing the row failed; it ages out'));
+    await this.ledger
+      .consumerGone(name)
+      .catch((error: unknown) =>
+        this.log.debug({ err: error }, 'consumer registry: removing the row failed; it ages out'),
+      );
   }
 
   private beat(): Promise<void> {

@@ -17,7 +17,10 @@ interface Waiting<In, Out> {
 class TurnBatch<In, Out> {
   private waiting: Waiting<In, Out>[] = [];
 
-  constructor(private readonly send: (inputs: In[]) => Promise<Out[]>, private readonly missing: Out) {}
+  constructor(
+    private readonly send: (inputs: In[]) => Promise<Out[]>,
+    private readonly missing: Out,
+  ) {}
 
   add(input: In): Promise<Out> {
     return new Promise<Out>((resolve, reject) => {
@@ -52,7 +55,10 @@ export class RenewalBatch implements LeaseLedger {
     // A consumer renews with one lease length; a statement per length keeps each renewal exact anyway.
     let batch = this.byLease.get(leaseMs);
     if (batch === undefined) {
-      batch = new TurnBatch((handles) => this.ledger.renewMany(handles, leaseMs), { renewed: false, cancelRequested: false });
+      batch = new TurnBatch((handles) => this.ledger.renewMany(handles, leaseMs), {
+        renewed: false,
+        cancelRequested: false,
+      });
       this.byLease.set(leaseMs, batch);
     }
     return batch.add(handle);

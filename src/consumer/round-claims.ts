@@ -45,7 +45,9 @@ export class RoundClaims {
 
   /** Claims the named items that are still claimable heads (stale-only: of those, the rescued ones). */
   byIds(ids: string[], staleOnly = false): Promise<ClaimedItem[]> {
-    return ids.length > 0 ? this.ledger.claimByIds({ ...this.base, ids, ...(staleOnly ? { staleOnly } : {}) }) : Promise.resolve([]);
+    return ids.length > 0
+      ? this.ledger.claimByIds({ ...this.base, ids, ...(staleOnly ? { staleOnly } : {}) })
+      : Promise.resolve([]);
   }
 
   /**
@@ -57,7 +59,12 @@ export class RoundClaims {
     const items: ClaimedItem[] = [];
     let moreAvailable = false;
     for (const classes of this.classTiers) {
-      const r = await this.ledger.claim({ ...this.base, limit: want - items.length, classes, ...(staleOnly ? { staleOnly } : {}) });
+      const r = await this.ledger.claim({
+        ...this.base,
+        limit: want - items.length,
+        classes,
+        ...(staleOnly ? { staleOnly } : {}),
+      });
       items.push(...r.items);
       moreAvailable ||= r.moreAvailable;
       if (items.length >= want) break;

@@ -27,7 +27,8 @@ export class StageClock {
 
   async stage<T>(name: string, fn: () => Promise<T> | T): Promise<T> {
     validate(stageName, name, 'ctx.stage', 'name');
-    if (typeof fn !== 'function') throw new ValidationError([{ field: 'fn', message: 'must be a function' }], 'ctx.stage');
+    if (typeof fn !== 'function')
+      throw new ValidationError([{ field: 'fn', message: 'must be a function' }], 'ctx.stage');
     const startedMs = performance.now();
     try {
       const run = async (): Promise<T> => fn();

@@ -26,9 +26,14 @@ export class StepBook<DB> {
     private readonly counted: (what: 'stepsRecorded' | 'stepsResumed') => void,
   ) {}
 
-  step<T>(name: string, fn: ((trx: Transaction<DB>) => Promise<T>) | (() => Promise<T>), options: StepOptions = {}): Promise<T> {
+  step<T>(
+    name: string,
+    fn: ((trx: Transaction<DB>) => Promise<T>) | (() => Promise<T>),
+    options: StepOptions = {},
+  ): Promise<T> {
     validate(stepName, name, 'ctx.step', 'name');
-    if (typeof fn !== 'function') throw new ValidationError([{ field: 'fn', message: 'must be a function' }], 'ctx.step');
+    if (typeof fn !== 'function')
+      throw new ValidationError([{ field: 'fn', message: 'must be a function' }], 'ctx.step');
     const running = this.inFlight.get(name);
     if (running !== undefined) return running as Promise<T>;
     const run = this.runOnce(name, fn, options.transaction === true);

@@ -129,7 +129,11 @@ export class Sweeper {
     } catch (error) {
       this.host.counted('errors');
       // One line when it starts failing (Redis or the ledger away), one when it works again: not one per sweep.
-      if (this.failures++ === 0) this.host.log.warn({ err: (error as Error).message }, 'sweep maintenance failed; retried every sweep, further failures counted');
+      if (this.failures++ === 0)
+        this.host.log.warn(
+          { err: (error as Error).message },
+          'sweep maintenance failed; retried every sweep, further failures counted',
+        );
     }
   }
 }

@@ -191,7 +191,10 @@ export interface BatchContext<DB = Record<string, never>> {
   transaction(fn: (trx: Transaction<DB>) => Promise<BatchOutcomes>): Promise<BatchOutcomes>;
 }
 
-export type BatchHandler<P = unknown, DB = Record<string, never>> = (jobs: Job<P>[], ctx: BatchContext<DB>) => Promise<BatchOutcomes>;
+export type BatchHandler<P = unknown, DB = Record<string, never>> = (
+  jobs: Job<P>[],
+  ctx: BatchContext<DB>,
+) => Promise<BatchOutcomes>;
 
 export interface BatchOptions {
   /** Items one call takes at most; each takes an executor slot while its batch gathers and runs. */
@@ -215,7 +218,10 @@ export interface RegisteredHandler<DB = Record<string, never>> {
 }
 
 /** A coalescing type's definition: its handler's job always has `coalesced` (with `payloads` for `all` and `settled`). */
-export type CoalescingHandlerDefinition<P, DB, M extends CoalesceMode> = Omit<HandlerDefinition<P, DB>, 'handle' | 'coalesce'> & {
+export type CoalescingHandlerDefinition<P, DB, M extends CoalesceMode> = Omit<
+  HandlerDefinition<P, DB>,
+  'handle' | 'coalesce'
+> & {
   coalesce: M;
   handle: (job: CoalescedJob<P, M>, ctx: JobContext<DB>) => Promise<unknown>;
 };
@@ -223,9 +229,15 @@ export type CoalescingHandlerDefinition<P, DB, M extends CoalesceMode> = Omit<Ha
 /** Declares a handler with a payload schema; the payload type flows from the schema to `job.payload`. */
 // One overload per mode, not a type parameter for it: a caller that names the payload type
 // (`defineHandler<P>`) leaves no type parameter to infer the mode into.
-export function defineHandler<P, DB = Record<string, never>>(def: CoalescingHandlerDefinition<P, DB, 'all'>): RegisteredHandler<DB>;
-export function defineHandler<P, DB = Record<string, never>>(def: CoalescingHandlerDefinition<P, DB, 'settled'>): RegisteredHandler<DB>;
-export function defineHandler<P, DB = Record<string, never>>(def: CoalescingHandlerDefinition<P, DB, 'latest'>): RegisteredHandler<DB>;
+export function defineHandler<P, DB = Record<string, never>>(
+  def: CoalescingHandlerDefinition<P, DB, 'all'>,
+): RegisteredHandler<DB>;
+export function defineHandler<P, DB = Record<string, never>>(
+  def: CoalescingHandlerDefinition<P, DB, 'settled'>,
+): RegisteredHandler<DB>;
+export function defineHandler<P, DB = Record<string, never>>(
+  def: CoalescingHandlerDefinition<P, DB, 'latest'>,
+): RegisteredHandler<DB>;
 export function defineHandler<P, DB = Record<string, never>>(def: HandlerDefinition<P, DB>): RegisteredHandler<DB>;
 export function defineHandler<DB>(def: object): RegisteredHandler<DB> {
   return def as unknown as RegisteredHandler<DB>;

@@ -25,7 +25,11 @@ interface Done {
  * the token header). Each action that ran logs one info line: who (the
  * x-lanewake-actor header), from where, what, on which items, how many.
  */
-function action(name: string, pattern: readonly string[], act: (c: RouteContext, body: Record<string, unknown>) => Promise<Done>): Route {
+function action(
+  name: string,
+  pattern: readonly string[],
+  act: (c: RouteContext, body: Record<string, unknown>) => Promise<Done>,
+): Route {
   return {
     method: 'POST',
     pattern,
@@ -52,7 +56,8 @@ function action(name: string, pattern: readonly string[], act: (c: RouteContext,
 function authorize(req: IncomingMessage, token: string | undefined): void {
   if (token === undefined) throw new HttpError(403, { error: 'read-only: start with --admin-token' });
   const given = req.headers[TOKEN_HEADER];
-  if (typeof given !== 'string' || !sameSecret(given, token)) throw new HttpError(401, { error: `missing or wrong ${TOKEN_HEADER}` });
+  if (typeof given !== 'string' || !sameSecret(given, token))
+    throw new HttpError(401, { error: `missing or wrong ${TOKEN_HEADER}` });
   const type = (req.headers['content-type'] ?? '').split(';')[0]?.trim().toLowerCase();
   if (type !== 'application/json') throw new HttpError(415, { error: 'actions take content-type: application/json' });
 }
@@ -65,7 +70,13 @@ function sameSecret(a: string, b: string): boolean {
 
 function actorOf(req: IncomingMessage): string {
   const v = req.headers[ACTOR_HEADER];
-  const name = typeof v === 'string' ? v.replace(/[^\x20-\x7e]/g, '?').slice(0, 64).trim() : '';
+  const name =
+    typeof v === 'string'
+      ? v
+          .replace(/[^\x20-\x7e]/g, '?')
+          .slice(0, 64)
+          .trim()
+      : '';
   return name === '' ? 'anonymous' : name;
 }
 
@@ -88,7 +99,10 @@ export const ACTION_ROUTES: readonly Route[] = [
   action('replay', ['items', ':', 'replay'], async (c, body) => {
     const id = c.params[0] ?? '';
     try {
-      const created = await producerOf(c).replay(id, { expectAttempt: body.expectAttempt as number, expectErrorDigest: body.expectErrorDigest as string });
+      const created = await producerOf(c).replay(id, {
+        expectAttempt: body.expectAttempt as number,
+        expectErrorDigest: body.expectErrorDigest as string,
+      });
       return { answer: { id: created.id }, id, count: 1 };
     } catch (error) {
       if (!(error instanceof ReplayRejectedError)) throw error;

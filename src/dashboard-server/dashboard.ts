@@ -31,19 +31,32 @@ export function createDashboard(options: DashboardOptions, log: Logger): Dashboa
       if (url.pathname === '/' || segments[0] === 'assets') {
         if (!isRead(req)) return methodNotAllowed(res, 'GET');
         if (url.pathname === '/') await files.index(res);
-        else if (segments.length !== 2 || !(await files.asset(res, segments[1] ?? ''))) sendJson(res, 404, { error: 'not found' });
+        else if (segments.length !== 2 || !(await files.asset(res, segments[1] ?? '')))
+          sendJson(res, 404, { error: 'not found' });
         return true;
       }
       if (segments[0] !== 'api') return false;
       const rest = segments.slice(1);
-      const matching = ROUTES.map((route) => ({ route, params: matchRoute(route.pattern, rest) })).filter((m) => m.params !== undefined);
+      const matching = ROUTES.map((route) => ({ route, params: matchRoute(route.pattern, rest) })).filter(
+        (m) => m.params !== undefined,
+      );
       if (matching.length === 0) return false;
-      const hit = matching.find((m) => m.route.method === req.method || (m.route.method === 'GET' && req.method === 'HEAD'));
+      const hit = matching.find(
+        (m) => m.route.method === req.method || (m.route.method === 'GET' && req.method === 'HEAD'),
+      );
       if (!hit) return methodNotAllowed(res, [...new Set(matching.map((m) => m.route.method))].join(', '));
       const backend = options.backend();
       try {
         if (!backend) throw new HttpError(503, { error: 'starting: the ledger is not open yet' });
-        const value = await hit.route.run({ req, res, params: hit.params ?? [], query: url.searchParams, backend, options, log });
+        const value = await hit.route.run({
+          req,
+          res,
+          params: hit.params ?? [],
+          query: url.searchParams,
+          backend,
+          options,
+          log,
+        });
         sendJson(res, 200, value);
       } catch (error) {
         const answer = error instanceof ValidationError ? validationAnswer(error) : error;

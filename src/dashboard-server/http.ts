@@ -1,5 +1,5 @@
 import type { IncomingMessage, ServerResponse } from 'node:http';
-import { ValidationError } from '../errors.js';
+import type { ValidationError } from '../errors.js';
 
 /** An answer other than 200 a route decides on: its status and JSON body. */
 export class HttpError extends Error {
@@ -22,7 +22,13 @@ export function validationAnswer(error: ValidationError): HttpError {
   return new HttpError(400, { error: error.message, field: error.fields[0] ?? null, fields: error.fields });
 }
 
-export function send(res: ServerResponse, status: number, contentType: string, body: string | Buffer, cacheControl = 'no-store'): void {
+export function send(
+  res: ServerResponse,
+  status: number,
+  contentType: string,
+  body: string | Buffer,
+  cacheControl = 'no-store',
+): void {
   res.statusCode = status;
   res.setHeader('Content-Type', contentType);
   res.setHeader('Cache-Control', cacheControl);
@@ -56,14 +62,18 @@ export async function readJsonObject(req: IncomingMessage): Promise<Record<strin
   } catch {
     throw badRequest('body', 'is not JSON');
   }
-  if (typeof value !== 'object' || value === null || Array.isArray(value)) throw badRequest('body', 'must be a JSON object');
+  if (typeof value !== 'object' || value === null || Array.isArray(value))
+    throw badRequest('body', 'must be a JSON object');
   return value as Record<string, unknown>;
 }
 
 /** The path's segments, each percent-decoded (a lane name may hold '/', sent as %2F); undefined when one cannot be decoded. */
 export function segmentsOf(pathname: string): string[] | undefined {
   try {
-    return pathname.split('/').slice(1).map((s) => decodeURIComponent(s));
+    return pathname
+      .split('/')
+      .slice(1)
+      .map((s) => decodeURIComponent(s));
   } catch {
     return undefined;
   }

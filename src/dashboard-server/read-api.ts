@@ -10,7 +10,15 @@ import type { Route, RouteContext } from './routes.js';
  * ledger (src/ledger/operator.ts).
  */
 export const READ_ROUTES: readonly Route[] = [
-  { method: 'GET', pattern: ['session'], run: async (c) => ({ canAct: c.options.adminToken !== undefined, showPayloads: c.options.showPayloads === true, version: c.options.version }) },
+  {
+    method: 'GET',
+    pattern: ['session'],
+    run: async (c) => ({
+      canAct: c.options.adminToken !== undefined,
+      showPayloads: c.options.showPayloads === true,
+      version: c.options.version,
+    }),
+  },
   { method: 'GET', pattern: ['queues'], run: (c) => c.backend.ledger.operator.queues() },
   { method: 'GET', pattern: ['consumers'], run: (c) => c.backend.ledger.liveConsumers() },
   {
@@ -30,14 +38,30 @@ export const READ_ROUTES: readonly Route[] = [
         { after: optional(c, 'after'), limit: integer(c, 'limit') },
       ),
   },
-  { method: 'GET', pattern: ['queues', ':', 'lanes'], run: async (c) => ({ lanes: await c.backend.ledger.operator.lanes(c.params[0] ?? '', integer(c, 'limit')) }) },
+  {
+    method: 'GET',
+    pattern: ['queues', ':', 'lanes'],
+    run: async (c) => ({ lanes: await c.backend.ledger.operator.lanes(c.params[0] ?? '', integer(c, 'limit')) }),
+  },
   {
     method: 'GET',
     pattern: ['queues', ':', 'lanes', ':', 'items'],
-    run: (c) => c.backend.ledger.operator.laneItems(c.params[0] ?? '', c.params[1] ?? '', { after: optional(c, 'after'), limit: integer(c, 'limit') }),
+    run: (c) =>
+      c.backend.ledger.operator.laneItems(c.params[0] ?? '', c.params[1] ?? '', {
+        after: optional(c, 'after'),
+        limit: integer(c, 'limit'),
+      }),
   },
-  { method: 'GET', pattern: ['schedules'], run: (c) => scheduleList(c.backend.ledger, c.options.showPayloads === true) },
-  { method: 'GET', pattern: ['dead'], run: async (c) => ({ groups: await c.backend.ledger.operator.deadGroups(optional(c, 'queue')) }) },
+  {
+    method: 'GET',
+    pattern: ['schedules'],
+    run: (c) => scheduleList(c.backend.ledger, c.options.showPayloads === true),
+  },
+  {
+    method: 'GET',
+    pattern: ['dead'],
+    run: async (c) => ({ groups: await c.backend.ledger.operator.deadGroups(optional(c, 'queue')) }),
+  },
   {
     method: 'GET',
     pattern: ['items', ':'],
@@ -67,7 +91,11 @@ function integer(c: RouteContext, name: string): number | undefined {
  * `/api/items/<id>`: the item (its payload only when the server shows
  * payloads), its attempts, steps, coalesced group and why it is where it is.
  */
-export async function itemDetail(ledger: Pick<Ledger, 'inspect' | 'explain' | 'operator'>, id: string, showPayloads: boolean): Promise<unknown> {
+export async function itemDetail(
+  ledger: Pick<Ledger, 'inspect' | 'explain' | 'operator'>,
+  id: string,
+  showPayloads: boolean,
+): Promise<unknown> {
   const found = await ledger.inspect(id);
   if (!found) return undefined;
   const [why, group] = await Promise.all([ledger.explain(id), ledger.operator.group(id)]);

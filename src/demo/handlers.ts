@@ -21,10 +21,16 @@ function nowUs(): bigint {
   return process.hrtime.bigint() / 1000n;
 }
 
-async function writeEffect(job: { id: string; lane: string | null; laneSeq: number | null }, ctx: JobContext, startedUs: bigint): Promise<unknown> {
+async function writeEffect(
+  job: { id: string; lane: string | null; laneSeq: number | null },
+  ctx: JobContext,
+  startedUs: bigint,
+): Promise<unknown> {
   return ctx.transaction(async (trx: Transaction<Record<string, never>>) => {
     await sql`INSERT INTO demo_effects (item_id, lane, lane_seq, replica, started_us, ended_us)
-      VALUES (${job.id}, ${job.lane}, ${job.laneSeq}, ${replica}, ${startedUs.toString()}, ${nowUs().toString()})`.execute(trx);
+      VALUES (${job.id}, ${job.lane}, ${job.laneSeq}, ${replica}, ${startedUs.toString()}, ${nowUs().toString()})`.execute(
+      trx,
+    );
     return { replica };
   });
 }
@@ -43,13 +49,19 @@ const work = async (ms: number, signal: AbortSignal): Promise<void> => {
 export const handlers = {
   [DEMO_QUEUE]: {
     /** Ordinary work: a millisecond or two. */
-    work: async (job: { id: string; lane: string | null; laneSeq: number | null; payload: DemoPayload }, ctx: JobContext) => {
+    work: async (
+      job: { id: string; lane: string | null; laneSeq: number | null; payload: DemoPayload },
+      ctx: JobContext,
+    ) => {
       const started = nowUs();
       await work(job.payload.n % 3, ctx.signal);
       return writeEffect(job, ctx, started);
     },
     /** Fails its first attempt: retried with backoff. */
-    flaky: async (job: { id: string; lane: string | null; laneSeq: number | null; attempt: number }, ctx: JobContext) => {
+    flaky: async (
+      job: { id: string; lane: string | null; laneSeq: number | null; attempt: number },
+      ctx: JobContext,
+    ) => {
       const started = nowUs();
       if (job.attempt === 1) throw new Error('upstream timed out (demo: first attempt always fails)');
       return writeEffect(job, ctx, started);
@@ -61,7 +73,10 @@ export const handlers = {
     /** Slower than its deadline on the first attempt: aborted and released without spending an attempt. */
     slow: defineHandler({
       deadlineMs: DEMO_DEADLINE_MS,
-      handle: async (job: { id: string; lane: string | null; laneSeq: number | null; attempt: number; checkpoint: unknown }, ctx) => {
+      handle: async (
+        job: { id: string; lane: string | null; laneSeq: number | null; attempt: number; checkpoint: unknown },
+        ctx,
+      ) => {
         const started = nowUs();
         if (job.checkpoint === null) {
           await ctx.checkpoint({ tried: true });

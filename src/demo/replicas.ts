@@ -63,7 +63,11 @@ export class DemoReplicas {
     const name = `replica-${++this.serial}`;
     const worker = workerCommand();
     const child = spawn(worker.cmd, [...worker.args, '--config', this.configPath], {
-      env: { ...replicaEnv(), LANEWAKE_DEMO_REPLICA: name, LANEWAKE_LOG_LEVEL: process.env.LANEWAKE_LOG_LEVEL ?? 'error' },
+      env: {
+        ...replicaEnv(),
+        LANEWAKE_DEMO_REPLICA: name,
+        LANEWAKE_LOG_LEVEL: process.env.LANEWAKE_LOG_LEVEL ?? 'error',
+      },
       stdio: ['ignore', 'ignore', 'pipe'],
     });
     // Its stderr is kept, not shown: it matters only if the replica exits on its own.

@@ -66,7 +66,10 @@ export class DemoInterrupted extends Error {
  * cap, so they can never say that every item ended). `finished` is exact
  * while `unfinished` is, and an upper bound otherwise.
  */
-export function demoProgress(stats: Pick<QueueStats, 'counts'> | undefined, items: number): { done: boolean; finished: number; exact: boolean } {
+export function demoProgress(
+  stats: Pick<QueueStats, 'counts'> | undefined,
+  items: number,
+): { done: boolean; finished: number; exact: boolean } {
   const left = stats === undefined ? exactly(0) : unfinishedCount(stats);
   return { done: exactCount(left) === 0, finished: Math.max(0, items - left.count), exact: !left.atLeast };
 }
@@ -107,7 +110,10 @@ export async function runDemo(o: DemoOptions): Promise<DemoSummary> {
   const replicas = new DemoReplicas(configPath);
   const killReplicas = (): void => replicas.killAll();
   o.killSignal?.addEventListener('abort', killReplicas, { once: true });
-  const sayStopping = (): void => o.out(`${String(o.signal?.reason ?? 'interrupted')}: stopping (a second signal kills the replicas without their drain, a third exits at once)`);
+  const sayStopping = (): void =>
+    o.out(
+      `${String(o.signal?.reason ?? 'interrupted')}: stopping (a second signal kills the replicas without their drain, a third exits at once)`,
+    );
   o.signal?.addEventListener('abort', sayStopping, { once: true });
   try {
     const m = await ledger.migrate();
@@ -127,26 +133,48 @@ export async function runDemo(o: DemoOptions): Promise<DemoSummary> {
         admin: false,
         reconcileIntervalMs: 500,
         drainTimeoutMs: 10_000,
-        queues: [{ name: DEMO_QUEUE, concurrency: 32, leaseMs: 2_000, backoff: { baseMs: 100, factor: 2, maxMs: 1_000, jitter: 0.2 } }],
+        queues: [
+          {
+            name: DEMO_QUEUE,
+            concurrency: 32,
+            leaseMs: 2_000,
+            backoff: { baseMs: 100, factor: 2, maxMs: 1_000, jitter: 0.2 },
+          },
+        ],
       }),
     );
     checkSignal();
     const started = Array.from({ length: o.replicas }, () => replicas.start());
-    o.out(`started ${o.replicas} worker replicas (child processes, concurrency 32 each; pids ${started.map((r) => r.pid ?? '?').join(', ')})`);
+    o.out(
+      `started ${o.replicas} worker replicas (child processes, concurrency 32 each; pids ${started.map((r) => r.pid ?? '?').join(', ')})`,
+    );
 
     const producer = new Producer({ ledger, wake });
     const t0 = Date.now();
     const inputs: EnqueueInput[] = [];
     for (let i = 0; i < o.items; i++) {
-      inputs.push({ queue: DEMO_QUEUE, type: mix(i).type, lane: `account-${i % o.lanes}`, payload: { n: i }, maxAttempts: 5 });
+      inputs.push({
+        queue: DEMO_QUEUE,
+        type: mix(i).type,
+        lane: `account-${i % o.lanes}`,
+        payload: { n: i },
+        maxAttempts: 5,
+      });
     }
     for (let i = 0; i < inputs.length; i += 500) {
       checkSignal();
       await producer.enqueueMany(inputs.slice(i, i + 500));
     }
-    o.out(`enqueued ${o.items} items over ${o.lanes} lanes in ${Date.now() - t0} ms (92.5% work, 6% flaky, 1% doomed, 0.5% slower than the deadline)`);
+    o.out(
+      `enqueued ${o.items} items over ${o.lanes} lanes in ${Date.now() - t0} ms (92.5% work, 6% flaky, 1% doomed, 0.5% slower than the deadline)`,
+    );
 
-    const bar = o.progress ? new SingleBar({ format: 'processing |{bar}| {percentage}% {value}/{total} finished | {note}', hideCursor: true }, Presets.shades_classic) : undefined;
+    const bar = o.progress
+      ? new SingleBar(
+          { format: 'processing |{bar}| {percentage}% {value}/{total} finished | {note}', hideCursor: true },
+          Presets.shades_classic,
+        )
+      : undefined;
     bar?.start(o.items, 0, { note: '' });
     let killed = '';
     let note = '';
@@ -173,12 +201,22 @@ export async function runDemo(o: DemoOptions): Promise<DemoSummary> {
     const seconds = (Date.now() - t0) / 1000;
     await replicas.drain(o.out);
     checkSignal();
-    return { ...(await summarize(ledger, o.items)), database, seconds, throughput: o.items / seconds, killedReplica: killed };
+    return {
+      ...(await summarize(ledger, o.items)),
+      database,
+      seconds,
+      throughput: o.items / seconds,
+      killedReplica: killed,
+    };
   } catch (error) {
     if (o.signal?.aborted) {
       await replicas.stop();
-      o.out(`stopped the worker replicas; ${o.keep ? `kept database ${database} and the Redis keys ${keyPrefix}* (--keep)` : `dropping database ${database} and the Redis keys ${keyPrefix}*`}`);
-      throw error instanceof DemoInterrupted ? error : new DemoInterrupted(`interrupted (${String(o.signal.reason ?? 'aborted')})`, { cause: error });
+      o.out(
+        `stopped the worker replicas; ${o.keep ? `kept database ${database} and the Redis keys ${keyPrefix}* (--keep)` : `dropping database ${database} and the Redis keys ${keyPrefix}*`}`,
+      );
+      throw error instanceof DemoInterrupted
+        ? error
+        : new DemoInterrupted(`interrupted (${String(o.signal.reason ?? 'aborted')})`, { cause: error });
     }
     throw error;
   } finally {
@@ -194,23 +232,42 @@ export async function runDemo(o: DemoOptions): Promise<DemoSummary> {
   }
 }
 
-async function summarize(ledger: Ledger, items: number): Promise<Omit<DemoSummary, 'database' | 'seconds' | 'throughput' | 'killedReplica'>> {
+async function summarize(
+  ledger: Ledger,
+  items: number,
+): Promise<Omit<DemoSummary, 'database' | 'seconds' | 'throughput' | 'killedReplica'>> {
   const t = ledger.tables;
   // Exact figures, each item counted (stats stops terminal counts at a cap): the demo's own small ledger.
-  const states = await sql<{ state: string; n: number | string }>`SELECT state, COUNT(*) AS n FROM ${t.items} WHERE queue = ${DEMO_QUEUE} GROUP BY state`.execute(ledger.db);
+  const states = await sql<{
+    state: string;
+    n: number | string;
+  }>`SELECT state, COUNT(*) AS n FROM ${t.items} WHERE queue = ${DEMO_QUEUE} GROUP BY state`.execute(ledger.db);
   const inState = (state: string): number => Number(states.rows.find((r) => r.state === state)?.n ?? 0);
-  const history = await sql<{ outcome: string; n: number }>`SELECT outcome, COUNT(*) AS n FROM ${t.attempts} GROUP BY outcome`.execute(ledger.db);
+  const history = await sql<{
+    outcome: string;
+    n: number;
+  }>`SELECT outcome, COUNT(*) AS n FROM ${t.attempts} GROUP BY outcome`.execute(ledger.db);
   const count = (o: string): number => Number(history.rows.find((r) => r.outcome === o)?.n ?? 0);
-  const latency = await sql<{ us: number }>`SELECT TIMESTAMPDIFF(MICROSECOND, created_at, started_at) AS us FROM ${t.items}
+  const latency = await sql<{
+    us: number;
+  }>`SELECT TIMESTAMPDIFF(MICROSECOND, created_at, started_at) AS us FROM ${t.items}
     WHERE queue = ${DEMO_QUEUE} AND state = 'completed' AND attempt = 1 ORDER BY us`.execute(ledger.db);
-  const at = (p: number): number => Number(latency.rows[Math.min(latency.rows.length - 1, Math.floor((p / 100) * latency.rows.length))]?.us ?? 0) / 1000;
+  const at = (p: number): number =>
+    Number(latency.rows[Math.min(latency.rows.length - 1, Math.floor((p / 100) * latency.rows.length))]?.us ?? 0) /
+    1000;
   // Per lane, in lane order, each effect must start after the previous one ended.
   const order = await sql<{ n: number }>`SELECT COUNT(*) AS n FROM (
       SELECT started_us, LAG(ended_us) OVER (PARTITION BY lane ORDER BY lane_seq) AS prev_end FROM demo_effects
     ) x WHERE prev_end IS NOT NULL AND started_us < prev_end`.execute(ledger.db);
-  const dups = await sql<{ n: number }>`SELECT COUNT(*) AS n FROM (SELECT item_id FROM demo_effects GROUP BY item_id HAVING COUNT(*) > 1) d`.execute(ledger.db);
+  const dups = await sql<{
+    n: number;
+  }>`SELECT COUNT(*) AS n FROM (SELECT item_id FROM demo_effects GROUP BY item_id HAVING COUNT(*) > 1) d`.execute(
+    ledger.db,
+  );
   const missing = await sql<{ n: number }>`SELECT COUNT(*) AS n FROM ${t.items} i
-    WHERE i.queue = ${DEMO_QUEUE} AND i.state = 'completed' AND NOT EXISTS (SELECT 1 FROM demo_effects e WHERE e.item_id = i.id)`.execute(ledger.db);
+    WHERE i.queue = ${DEMO_QUEUE} AND i.state = 'completed' AND NOT EXISTS (SELECT 1 FROM demo_effects e WHERE e.item_id = i.id)`.execute(
+    ledger.db,
+  );
   return {
     items,
     completed: inState('completed'),

@@ -1,6 +1,14 @@
 import { ValidationError, fieldPath, type FieldIssue } from '../errors.js';
 import type { EnqueueInput } from '../ledger/inputs.js';
-import type { JobChecks, JobSchemas, PayloadInput, PayloadOutput, QueueName, TypeName, TypedEnqueueOptions } from './types.js';
+import type {
+  JobChecks,
+  JobSchemas,
+  PayloadInput,
+  PayloadOutput,
+  QueueName,
+  TypeName,
+  TypedEnqueueOptions,
+} from './types.js';
 import { queueName, typeName } from '../ledger/validation.js';
 import type { Producer } from '../producer/producer.js';
 import { checkSchema, type StandardSchemaV1 } from './standard-schema.js';
@@ -18,11 +26,19 @@ export class JobRegistry<R extends JobSchemas> implements JobChecks<R> {
   constructor(readonly schemas: R) {
     const issues: FieldIssue[] = [];
     for (const [queue, types] of Object.entries(schemas)) {
-      if (!queueName.safeParse(queue).success) issues.push({ field: `jobs.${queue}`, message: 'must be a queue name: 1-64 chars of [a-z0-9._-]' });
+      if (!queueName.safeParse(queue).success)
+        issues.push({ field: `jobs.${queue}`, message: 'must be a queue name: 1-64 chars of [a-z0-9._-]' });
       for (const [type, schema] of Object.entries(types)) {
-        if (!typeName.safeParse(type).success) issues.push({ field: `jobs.${queue}.${type}`, message: 'must be a type name: 1-128 chars of [A-Za-z0-9._:-]' });
+        if (!typeName.safeParse(type).success)
+          issues.push({
+            field: `jobs.${queue}.${type}`,
+            message: 'must be a type name: 1-128 chars of [A-Za-z0-9._:-]',
+          });
         else if (typeof (schema as Partial<StandardSchemaV1> | undefined)?.['~standard']?.validate !== 'function') {
-          issues.push({ field: `jobs.${queue}.${type}`, message: 'must be a Standard Schema validator (zod 4, valibot, arktype, …)' });
+          issues.push({
+            field: `jobs.${queue}.${type}`,
+            message: 'must be a Standard Schema validator (zod 4, valibot, arktype, …)',
+          });
         }
       }
     }
@@ -41,9 +57,11 @@ export class JobRegistry<R extends JobSchemas> implements JobChecks<R> {
    */
   async issuesOf(item: { queue: unknown; type: unknown; payload: unknown }, prefix = ''): Promise<FieldIssue[]> {
     const at = (field: string): string => (prefix === '' ? field : `${prefix}.${field}`);
-    if (typeof item.queue !== 'string' || !Object.hasOwn(this.schemas, item.queue)) return [{ field: at('queue'), message: 'is not a queue of the job registry' }];
+    if (typeof item.queue !== 'string' || !Object.hasOwn(this.schemas, item.queue))
+      return [{ field: at('queue'), message: 'is not a queue of the job registry' }];
     const schema = typeof item.type === 'string' ? this.schemaOf(item.queue, item.type) : undefined;
-    if (schema === undefined) return [{ field: at('type'), message: `is not a type of queue ${item.queue} in the job registry` }];
+    if (schema === undefined)
+      return [{ field: at('type'), message: `is not a type of queue ${item.queue} in the job registry` }];
     const check = await checkSchema(schema, item.payload);
     if (check.ok) return [];
     return check.issues.map((i) => ({ field: fieldPath(at('payload'), i.path), message: i.message }));
@@ -65,7 +83,12 @@ export class JobRegistry<R extends JobSchemas> implements JobChecks<R> {
    * `producer.enqueueWithin`. The payload written is the one passed (the
    * schema's input); the handler gets the schema's output.
    */
-  async input<Q extends QueueName<R>, T extends TypeName<R, Q>>(queue: Q, type: T, payload: PayloadInput<R, Q, T>, options: TypedEnqueueOptions = {}): Promise<EnqueueInput> {
+  async input<Q extends QueueName<R>, T extends TypeName<R, Q>>(
+    queue: Q,
+    type: T,
+    payload: PayloadInput<R, Q, T>,
+    options: TypedEnqueueOptions = {},
+  ): Promise<EnqueueInput> {
     const item = { ...options, queue, type, payload };
     await this.check([item], false);
     return item;
@@ -84,12 +107,20 @@ export class JobRegistry<R extends JobSchemas> implements JobChecks<R> {
    * the worker's handlers module take. For `ctx.transaction`'s query
    * builder, `jobs.withDatabase<AppDb>().handlers(…)`.
    */
-  handlers<Q extends QueueName<R>, K extends TypeName<R, Q>>(queue: Q, handlers: { [T in K]: TypedHandlerEntry<PayloadOutput<R, Q, T>, Record<string, never>> }): TypedHandlers<R[Q], K, Record<string, never>> {
+  handlers<Q extends QueueName<R>, K extends TypeName<R, Q>>(
+    queue: Q,
+    handlers: { [T in K]: TypedHandlerEntry<PayloadOutput<R, Q, T>, Record<string, never>> },
+  ): TypedHandlers<R[Q], K, Record<string, never>> {
     return typedHandlers(queue, this.schemas[queue], handlers);
   }
 
   /** `handlers()` whose ctx.transaction hands out a `Transaction<DB>`. */
-  withDatabase<DB>(): { handlers<Q extends QueueName<R>, K extends TypeName<R, Q>>(queue: Q, handlers: { [T in K]: TypedHandlerEntry<PayloadOutput<R, Q, T>, DB> }): TypedHandlers<R[Q], K, DB> } {
+  withDatabase<DB>(): {
+    handlers<Q extends QueueName<R>, K extends TypeName<R, Q>>(
+      queue: Q,
+      handlers: { [T in K]: TypedHandlerEntry<PayloadOutput<R, Q, T>, DB> },
+    ): TypedHandlers<R[Q], K, DB>;
+  } {
     return { handlers: (queue, handlers) => typedHandlers(queue, this.schemas[queue], handlers) };
   }
 }

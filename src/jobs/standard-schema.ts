@@ -18,7 +18,10 @@ export type SchemaCheck<T = unknown> = { ok: true; value: T } | { ok: false; iss
  * synchronously (zod does, unless the schema has async refinements), so the
  * consumer's hot path awaits nothing for it.
  */
-export function checkSchema<S extends StandardSchemaV1>(schema: S, value: unknown): SchemaCheck<StandardSchemaV1.InferOutput<S>> | Promise<SchemaCheck<StandardSchemaV1.InferOutput<S>>> {
+export function checkSchema<S extends StandardSchemaV1>(
+  schema: S,
+  value: unknown,
+): SchemaCheck<StandardSchemaV1.InferOutput<S>> | Promise<SchemaCheck<StandardSchemaV1.InferOutput<S>>> {
   const result = schema['~standard'].validate(value);
   return result instanceof Promise ? result.then(toCheck) : toCheck(result);
 }
@@ -28,7 +31,9 @@ function toCheck<T>(result: StandardSchemaV1.Result<T>): SchemaCheck<T> {
   return {
     ok: false,
     issues: result.issues.map((issue) => ({
-      path: (issue.path ?? []).map((segment) => (typeof segment === 'object' && segment !== null ? segment.key : segment)),
+      path: (issue.path ?? []).map((segment) =>
+        typeof segment === 'object' && segment !== null ? segment.key : segment,
+      ),
       message: issue.message,
     })),
   };
@@ -37,6 +42,7 @@ function toCheck<T>(result: StandardSchemaV1.Result<T>): SchemaCheck<T> {
 /** `orderId`, `lines[0].sku`: a path as the consumer's error texts spell it (empty for the value itself). */
 export function dottedPath(path: readonly PropertyKey[]): string {
   let out = '';
-  for (const part of path) out += typeof part === 'number' ? `[${part}]` : out === '' ? String(part) : `.${String(part)}`;
+  for (const part of path)
+    out += typeof part === 'number' ? `[${part}]` : out === '' ? String(part) : `.${String(part)}`;
   return out;
 }

@@ -2,13 +2,26 @@ import type { Kysely, Transaction } from 'kysely';
 import type { Executor } from '../ledger/connection.js';
 import type { EnqueueResult } from '../ledger/types.js';
 import type { AfterCommit, Producer } from '../producer/producer.js';
-import type { JobChecks, JobSchemas, PayloadInput, QueueName, TypeName, TypedEnqueueInput, TypedEnqueueOptions } from './types.js';
+import type {
+  JobChecks,
+  JobSchemas,
+  PayloadInput,
+  QueueName,
+  TypeName,
+  TypedEnqueueInput,
+  TypedEnqueueOptions,
+} from './types.js';
 
 /** The typed enqueues inside a caller's transaction (`TypedProducer.transaction`). */
 export interface TypedProducerTransaction<R extends JobSchemas, DB> {
   /** The caller's transaction, for its own writes. */
   trx: Transaction<DB>;
-  enqueue<Q extends QueueName<R>, T extends TypeName<R, Q>>(queue: Q, type: T, payload: PayloadInput<R, Q, T>, options?: TypedEnqueueOptions): Promise<EnqueueResult>;
+  enqueue<Q extends QueueName<R>, T extends TypeName<R, Q>>(
+    queue: Q,
+    type: T,
+    payload: PayloadInput<R, Q, T>,
+    options?: TypedEnqueueOptions,
+  ): Promise<EnqueueResult>;
   enqueueMany(items: readonly TypedEnqueueInput<R>[]): Promise<EnqueueResult[]>;
 }
 
@@ -26,7 +39,12 @@ export class TypedProducer<R extends JobSchemas> {
     readonly producer: Producer,
   ) {}
 
-  async enqueue<Q extends QueueName<R>, T extends TypeName<R, Q>>(queue: Q, type: T, payload: PayloadInput<R, Q, T>, options: TypedEnqueueOptions = {}): Promise<EnqueueResult> {
+  async enqueue<Q extends QueueName<R>, T extends TypeName<R, Q>>(
+    queue: Q,
+    type: T,
+    payload: PayloadInput<R, Q, T>,
+    options: TypedEnqueueOptions = {},
+  ): Promise<EnqueueResult> {
     return this.producer.enqueue(await this.jobs.input(queue, type, payload, options));
   }
 
@@ -44,7 +62,8 @@ export class TypedProducer<R extends JobSchemas> {
     return this.producer.transaction(db, (tx) =>
       fn({
         trx: tx.trx,
-        enqueue: async (queue, type, payload, options = {}) => tx.enqueue(await this.jobs.input(queue, type, payload, options)),
+        enqueue: async (queue, type, payload, options = {}) =>
+          tx.enqueue(await this.jobs.input(queue, type, payload, options)),
         enqueueMany: async (items) => {
           await this.jobs.check(items, true);
           return tx.enqueueMany(items);

@@ -3,7 +3,13 @@ import { z } from 'zod';
 export const backoffSchema = z.object({
   baseMs: z.number().int().min(0).max(86_400_000).default(1000).describe('Delay (ms) after the first failed attempt.'),
   factor: z.number().min(1).max(10).default(2).describe('Each further failed attempt multiplies the delay by this.'),
-  maxMs: z.number().int().min(0).max(30 * 86_400_000).default(3_600_000).describe('Longest delay (ms).'),
+  maxMs: z
+    .number()
+    .int()
+    .min(0)
+    .max(30 * 86_400_000)
+    .default(3_600_000)
+    .describe('Longest delay (ms).'),
   jitter: z
     .number()
     .min(0)

@@ -78,11 +78,16 @@ export function mysqlPoolOptions(config: Pick<LedgerConfig, 'url' | 'poolSize'>)
  */
 const CONFLICTS_RETURNED_SETUP = 'SET SESSION tidb_retry_limit = 0';
 
-export function createLedgerPool(config: Pick<LedgerConfig, 'url' | 'poolSize' | 'tidbTxnMode'>, opts: { conflictsReturned?: boolean } = {}): Pool {
+export function createLedgerPool(
+  config: Pick<LedgerConfig, 'url' | 'poolSize' | 'tidbTxnMode'>,
+  opts: { conflictsReturned?: boolean } = {},
+): Pool {
   const pool = createPool(mysqlPoolOptions(config));
   // One round trip for all of it: the pool takes several statements per query, and a new
   // connection's first query waits behind its setup.
-  const setup = [...sessionSetup(config), ...(opts.conflictsReturned === true ? [CONFLICTS_RETURNED_SETUP] : [])].join('; ');
+  const setup = [...sessionSetup(config), ...(opts.conflictsReturned === true ? [CONFLICTS_RETURNED_SETUP] : [])].join(
+    '; ',
+  );
   pool.on('connection', (connection) => {
     connection.query(setup);
   });
@@ -137,7 +142,8 @@ function preparingWhenMarked(pool: Pool): MysqlPool {
     return proxy;
   };
   return {
-    getConnection: (callback) => pool.getConnection((error, connection) => callback(error, error ? (connection as never) : wrap(connection))),
+    getConnection: (callback) =>
+      pool.getConnection((error, connection) => callback(error, error ? (connection as never) : wrap(connection))),
     end: (callback) => pool.end(callback),
   };
 }
@@ -164,7 +170,12 @@ export async function ensureDatabase(url: string, waitMs = 60_000): Promise<void
   if (!/^[A-Za-z0-9_$-]{1,64}$/.test(database)) {
     // Bad input, named as the field it came from: the name is written into CREATE DATABASE unquoted by the driver.
     throw new ValidationError(
-      [{ field: 'url', message: `its database name ${JSON.stringify(database)} is not a plain identifier: use 1-64 letters, digits, _, $ or -` }],
+      [
+        {
+          field: 'url',
+          message: `its database name ${JSON.stringify(database)} is not a plain identifier: use 1-64 letters, digits, _, $ or -`,
+        },
+      ],
       'ensureDatabase',
     );
   }

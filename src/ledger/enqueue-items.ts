@@ -2,11 +2,34 @@ import { sql } from 'kysely';
 import { TransactionConflictError, TransactionRolledBackError, ValidationError } from '../errors.js';
 import type { LedgerCapabilities } from './capabilities.js';
 import type { Executor, LedgerDb } from './connection.js';
-import { DEFAULT_MAX_ATTEMPTS, enqueueItemFieldsSchema, type ClaimCandidate, type EnqueueInput, type EnqueueOptions } from './inputs.js';
-import { countConflict, DEFAULT_RETRY, ER_DUP_ENTRY, errno, isRetryableConflict, retryDelay, retryOnConflict, retryTransaction } from './retry.js';
+import {
+  DEFAULT_MAX_ATTEMPTS,
+  type enqueueItemFieldsSchema,
+  type ClaimCandidate,
+  type EnqueueInput,
+  type EnqueueOptions,
+} from './inputs.js';
+import {
+  countConflict,
+  DEFAULT_RETRY,
+  ER_DUP_ENTRY,
+  errno,
+  isRetryableConflict,
+  retryDelay,
+  retryOnConflict,
+  retryTransaction,
+} from './retry.js';
 import { grantLease } from './sql/claimed.js';
 import { queueScoped } from './sql/common.js';
-import { claimableAtInsert, claimedAtInsert, fitsOneStatement, insertItems, type InsertClaim, type KeyCheck, type NewItem } from './sql/enqueue.js';
+import {
+  claimableAtInsert,
+  claimedAtInsert,
+  fitsOneStatement,
+  insertItems,
+  type InsertClaim,
+  type KeyCheck,
+  type NewItem,
+} from './sql/enqueue.js';
 import { insertLanedOneTrip } from './sql/enqueue-laned.js';
 import { insertKeyedTwoTrips } from './sql/enqueue-keyed.js';
 import { readKeyRules, scopeKeys } from './sql/key-scope.js';
@@ -33,7 +56,12 @@ export interface EnqueueTarget {
 }
 
 /** Validates and inserts a batch, in the caller's transaction when `opts` names one. Results are in input order. */
-export async function enqueueItems(target: EnqueueTarget, inputs: readonly EnqueueInput[], opts: EnqueueOptions, prefix: string): Promise<EnqueueResult[]> {
+export async function enqueueItems(
+  target: EnqueueTarget,
+  inputs: readonly EnqueueInput[],
+  opts: EnqueueOptions,
+  prefix: string,
+): Promise<EnqueueResult[]> {
   const items = prepareItems(target, inputs, prefix);
   if (items.length === 0) return [];
   await scopeKeyed(target, items, prefix);
@@ -43,7 +71,10 @@ export async function enqueueItems(target: EnqueueTarget, inputs: readonly Enque
   const publishing = spans instanceof Promise ? await spans : spans;
   const caller = opts.transaction;
   try {
-    const results = caller !== undefined ? await enqueueInCallerTransaction(target, modeProof(caller), items, await keyed(target, items, batch)) : await insertPrepared(target, items, await keyed(target, items, batch));
+    const results =
+      caller !== undefined
+        ? await enqueueInCallerTransaction(target, modeProof(caller), items, await keyed(target, items, batch))
+        : await insertPrepared(target, items, await keyed(target, items, batch));
     publishing?.end(results);
     return results;
   } catch (error) {
@@ -60,7 +91,11 @@ export async function enqueueItems(target: EnqueueTarget, inputs: readonly Enque
  * the producer (docs/design.md, Tracing). The API is loaded at the first
  * enqueue; after that this is one check.
  */
-function publishSpans(inputs: readonly EnqueueInput[], items: NewItem[], single: boolean): Publishing | undefined | Promise<Publishing | undefined> {
+function publishSpans(
+  inputs: readonly EnqueueInput[],
+  items: NewItem[],
+  single: boolean,
+): Publishing | undefined | Promise<Publishing | undefined> {
   if (otelSettled()) return startPublish(inputs, items, single);
   return loadOtel().then(() => startPublish(inputs, items, single));
 }
@@ -131,7 +166,15 @@ export async function enqueueItemsClaiming(
 async function scopeKeyed(target: EnqueueTarget, items: NewItem[], prefix: string): Promise<void> {
   const keyed = items.filter((i) => i.concurrencyKey !== null);
   if (keyed.length === 0) return;
-  scopeKeys(items, await readKeyRules(target.db, target.tables, keyed.map((i) => i.queue)), prefix);
+  scopeKeys(
+    items,
+    await readKeyRules(
+      target.db,
+      target.tables,
+      keyed.map((i) => i.queue),
+    ),
+    prefix,
+  );
 }
 
 /** How a batch's idempotency keys are checked (sql/enqueue.ts); whether digests are stored is asked only of a batch with a key. */
@@ -148,12 +191,22 @@ async function insertPrepared(target: EnqueueTarget, items: NewItem[], keys: Key
   if (items.every((i) => i.lane === null && i.concurrencyKey === null) && fitsOneStatement(items)) {
     // No lane or key bookkeeping: the whole batch is one INSERT (plus a read when it
     // has idempotency keys), atomic without a transaction's extra round trips.
-    return retryOnConflict(() => insertItems(db, tables, items, false, order, keys), undefined, (e) => errno(e) === ER_DUP_ENTRY);
+    return retryOnConflict(
+      () => insertItems(db, tables, items, false, order, keys),
+      undefined,
+      (e) => errno(e) === ER_DUP_ENTRY,
+    );
   }
   if (items.every((i) => i.idempotencyKey === null) && fitsOneStatement(items)) {
-    return items.every((i) => i.lane === null) ? insertKeyedTwoTrips(db, caps, tables, items) : insertLanedOneTrip(db, caps, tables, items);
+    return items.every((i) => i.lane === null)
+      ? insertKeyedTwoTrips(db, caps, tables, items)
+      : insertLanedOneTrip(db, caps, tables, items);
   }
-  return retryTransaction(db, (trx) => insertItems(trx, tables, items, false, order, keys), (e) => errno(e) === ER_DUP_ENTRY);
+  return retryTransaction(
+    db,
+    (trx) => insertItems(trx, tables, items, false, order, keys),
+    (e) => errno(e) === ER_DUP_ENTRY,
+  );
 }
 
 /**
@@ -166,14 +219,26 @@ async function insertPrepared(target: EnqueueTarget, items: NewItem[], keys: Key
  * went with it: the caller gets TransactionRolledBackError, its cause the
  * server's error, never a complaint about the savepoint.
  */
-async function enqueueInCallerTransaction(target: EnqueueTarget, trx: Executor, items: NewItem[], keys: KeyCheck): Promise<EnqueueResult[]> {
+async function enqueueInCallerTransaction(
+  target: EnqueueTarget,
+  trx: Executor,
+  items: NewItem[],
+  keys: KeyCheck,
+): Promise<EnqueueResult[]> {
   let duplicates = 0;
   let conflicts = 0;
   const order = (await target.capabilities()).idOrder;
   for (;;) {
     await sql`SAVEPOINT lanewake_enqueue`.execute(trx);
     try {
-      const out = await insertItems(trx, target.tables, items, duplicates + conflicts > 0 ? target.db : false, order, keys);
+      const out = await insertItems(
+        trx,
+        target.tables,
+        items,
+        duplicates + conflicts > 0 ? target.db : false,
+        order,
+        keys,
+      );
       await sql`RELEASE SAVEPOINT lanewake_enqueue`.execute(trx);
       return out;
     } catch (error) {
@@ -203,8 +268,11 @@ function prepareItems(target: EnqueueTarget, inputs: readonly EnqueueInput[], pr
     if (!parsed.success) issues.push(...ValidationError.fromZod(parsed.error, undefined, at).issues);
     // The payload is checked as enqueueItemSchema checks it, and encoded once for both.
     const isObject = typeof input === 'object' && input !== null && !Array.isArray(input);
-    const payload = isObject ? encodePayload((input as { payload?: unknown }).payload, target.payloadMaxBytes) : undefined;
-    if (payload && 'error' in payload) issues.push({ field: `${at === '' ? 'payload' : `${at}.payload`}${payload.at}`, message: payload.error });
+    const payload = isObject
+      ? encodePayload((input as { payload?: unknown }).payload, target.payloadMaxBytes)
+      : undefined;
+    if (payload && 'error' in payload)
+      issues.push({ field: `${at === '' ? 'payload' : `${at}.payload`}${payload.at}`, message: payload.error });
     if (!parsed.success || !payload || 'error' in payload) return;
     const v = parsed.data;
     out.push({

@@ -3,7 +3,14 @@ import { liveConsumers } from './sql/consumers.js';
 import { readWhyFacts, type WhyFacts } from './sql/explain.js';
 import { getItem } from './sql/inspect.js';
 import type { LedgerTables } from './tables.js';
-import { RATE_LIMITED_REASON, TERMINAL_STATES, type Explanation, type LiveConsumer, type WhyCode, type WorkItem } from './types.js';
+import {
+  RATE_LIMITED_REASON,
+  TERMINAL_STATES,
+  type Explanation,
+  type LiveConsumer,
+  type WhyCode,
+  type WorkItem,
+} from './types.js';
 
 /**
  * "Why isn't this item running?" (docs/design.md §7): the first reason that
@@ -38,30 +45,59 @@ const iso = (d: Date | null): string | null => (d === null ? null : d.toISOStrin
 function why(item: WorkItem, facts: WhyFacts, consumers: readonly LiveConsumer[]): Reason {
   const { now } = facts;
   if (TERMINAL_STATES.includes(item.state)) {
-    return { code: 'terminal', message: `it ended ${item.state} at ${iso(item.terminalAt)}`, details: { state: item.state, terminalAt: iso(item.terminalAt) } };
+    return {
+      code: 'terminal',
+      message: `it ended ${item.state} at ${iso(item.terminalAt)}`,
+      details: { state: item.state, terminalAt: iso(item.terminalAt) },
+    };
   }
   if (item.state === 'processing') {
     const details = { owner: item.leaseOwner, leaseUntil: iso(item.leaseUntil), attempt: item.attempt };
     if (item.leaseUntil !== null && item.leaseUntil < now) {
-      return { code: 'lease_expired', message: `its holder ${item.leaseOwner ?? '?'} stopped renewing at ${iso(item.leaseUntil)}: the next sweep takes it back`, details };
+      return {
+        code: 'lease_expired',
+        message: `its holder ${item.leaseOwner ?? '?'} stopped renewing at ${iso(item.leaseUntil)}: the next sweep takes it back`,
+        details,
+      };
     }
-    return { code: 'processing', message: `it is running: held by ${item.leaseOwner ?? '?'} until ${iso(item.leaseUntil)}`, details };
+    return {
+      code: 'processing',
+      message: `it is running: held by ${item.leaseOwner ?? '?'} until ${iso(item.leaseUntil)}`,
+      details,
+    };
   }
   if (item.state === 'blocked') {
     return {
       code: 'blocked_on_dependency',
       message: `it is blocked on dependency ${item.dependencyKey ?? '?'} since ${iso(item.blockedAt)}; next probe at ${iso(item.probeAfter)}`,
-      details: { dependencyKey: item.dependencyKey, since: iso(item.blockedAt), probeAt: iso(item.probeAfter), expiresAt: iso(item.blockExpiresAt) },
+      details: {
+        dependencyKey: item.dependencyKey,
+        since: iso(item.blockedAt),
+        probeAt: iso(item.probeAfter),
+        expiresAt: iso(item.blockExpiresAt),
+      },
     };
   }
   if (facts.paused) {
-    return { code: 'queue_paused', message: `its queue ${item.queue} is paused: it claims nothing until resumed`, details: { queue: item.queue } };
+    return {
+      code: 'queue_paused',
+      message: `its queue ${item.queue} is paused: it claims nothing until resumed`,
+      details: { queue: item.queue },
+    };
   }
   if (item.runAfter > now && facts.lastReleaseReason === RATE_LIMITED_REASON) {
-    return { code: 'rate_limited', message: `its key is over its rate limit: its turn is at ${iso(item.runAfter)}`, details: { until: iso(item.runAfter) } };
+    return {
+      code: 'rate_limited',
+      message: `its key is over its rate limit: its turn is at ${iso(item.runAfter)}`,
+      details: { until: iso(item.runAfter) },
+    };
   }
   if (item.runAfter > now) {
-    return { code: 'not_due', message: `it is not due until ${iso(item.runAfter)}`, details: { runAfter: iso(item.runAfter) } };
+    return {
+      code: 'not_due',
+      message: `it is not due until ${iso(item.runAfter)}`,
+      details: { runAfter: iso(item.runAfter) },
+    };
   }
   if (!item.isHead && item.concurrencyKey !== null && item.lane === null) {
     const k = facts.key;
@@ -70,14 +106,22 @@ function why(item: WorkItem, facts: WhyFacts, consumers: readonly LiveConsumer[]
     return {
       code: 'key_at_limit',
       message: `its concurrency key ${item.concurrencyKey}${byType} is at its limit: ${k?.admitted ?? '?'}${of} admitted, ${k?.waiting ?? '?'} waiting; it takes the next slot its key frees, earliest due first`,
-      details: { key: item.concurrencyKey, scope: item.keyScope, admitted: k?.admitted ?? null, limit: k?.limit ?? null, waiting: k?.waiting ?? null },
+      details: {
+        key: item.concurrencyKey,
+        scope: item.keyScope,
+        admitted: k?.admitted ?? null,
+        limit: k?.limit ?? null,
+        waiting: k?.waiting ?? null,
+      },
     };
   }
   if (!item.isHead) {
     const head = facts.laneHead;
     return {
       code: 'behind_lane_head',
-      message: head ? `it waits behind its lane's head ${head.id}, which is ${head.state}` : `it waits behind an earlier item of lane ${item.lane ?? '?'}`,
+      message: head
+        ? `it waits behind its lane's head ${head.id}, which is ${head.state}`
+        : `it waits behind an earlier item of lane ${item.lane ?? '?'}`,
       details: { lane: item.lane, headId: head?.id ?? null, headState: head?.state ?? null },
     };
   }
@@ -95,15 +139,28 @@ function why(item: WorkItem, facts: WhyFacts, consumers: readonly LiveConsumer[]
 /** A due pending head: whether a live consumer would claim it, and if none, which filter stops them all. */
 function whoServes(item: WorkItem, facts: WhyFacts, consumers: readonly LiveConsumer[]): Reason {
   const live = consumers.length;
-  if (live === 0) return { code: 'no_live_consumer', message: `no live consumer serves queue ${item.queue}`, details: { queue: item.queue } };
+  if (live === 0)
+    return {
+      code: 'no_live_consumer',
+      message: `no live consumer serves queue ${item.queue}`,
+      details: { queue: item.queue },
+    };
   const ofClass = consumers.filter((c) => c.classes.includes(item.queueClass));
   if (ofClass.length === 0) {
     const served = [...new Set(consumers.flatMap((c) => c.classes))].join(', ');
-    return { code: 'class_not_served', message: `no live consumer serves class ${item.queueClass} (they serve ${served})`, details: { class: item.queueClass, served, live } };
+    return {
+      code: 'class_not_served',
+      message: `no live consumer serves class ${item.queueClass} (they serve ${served})`,
+      details: { class: item.queueClass, served, live },
+    };
   }
   const ofType = ofClass.filter((c) => c.types === null || c.types.includes(item.type));
   if (ofType.length === 0) {
-    return { code: 'type_not_served', message: `no live consumer of class ${item.queueClass} claims type ${item.type}`, details: { type: item.type, live } };
+    return {
+      code: 'type_not_served',
+      message: `no live consumer of class ${item.queueClass} claims type ${item.type}`,
+      details: { type: item.type, live },
+    };
   }
   const epoch = facts.ownershipEpoch;
   const unfenced = ofType.filter((c) => c.epoch === null || c.epoch === epoch);
@@ -118,7 +175,11 @@ function whoServes(item: WorkItem, facts: WhyFacts, consumers: readonly LiveCons
   const caps = unfenced.map((c) => c.maxProcessing);
   const cap = caps.every((c): c is number => c !== null) ? Math.max(...caps) : null;
   if (cap !== null && facts.processing >= cap) {
-    return { code: 'queue_capped', message: `the queue is at its cap: ${facts.processing} processing of maxProcessing ${cap}`, details: { processing: facts.processing, maxProcessing: cap } };
+    return {
+      code: 'queue_capped',
+      message: `the queue is at its cap: ${facts.processing} processing of maxProcessing ${cap}`,
+      details: { processing: facts.processing, maxProcessing: cap },
+    };
   }
   return {
     code: 'claimable',

@@ -27,7 +27,11 @@ export interface FleetStats {
  * other replica reads the recorded count, one row. A holder that dies
  * mid-count leaves the lease to expire after `leaseMs`.
  */
-export async function fleetStats(db: LedgerDb, t: LedgerTables, opts: { everyMs: number; leaseMs: number }): Promise<FleetStats> {
+export async function fleetStats(
+  db: LedgerDb,
+  t: LedgerTables,
+  opts: { everyMs: number; leaseMs: number },
+): Promise<FleetStats> {
   const row = await readFleetTask(db, t, STATS_TASK);
   const looksDue = row === undefined || row.doneAt === null || Date.now() - row.doneAt.getTime() >= opts.everyMs / 2;
   if (looksDue) {
@@ -59,8 +63,12 @@ export async function fleetGauges(
   t: LedgerTables,
   opts: { holder: string; everyMs: number; leaseMs: number; countLeaseMs: number },
 ): Promise<FleetGaugeReading | undefined> {
-  if (!(await holdFleetLease(db, t, { name: GAUGES_LEASE, holder: opts.holder, leaseMs: opts.leaseMs }))) return undefined;
-  const [stats, paused] = await Promise.all([fleetStats(db, t, { everyMs: opts.everyMs, leaseMs: opts.countLeaseMs }), allPausedQueues(db, t)]);
+  if (!(await holdFleetLease(db, t, { name: GAUGES_LEASE, holder: opts.holder, leaseMs: opts.leaseMs })))
+    return undefined;
+  const [stats, paused] = await Promise.all([
+    fleetStats(db, t, { everyMs: opts.everyMs, leaseMs: opts.countLeaseMs }),
+    allPausedQueues(db, t),
+  ]);
   return { ...stats, paused };
 }
 
@@ -84,13 +92,29 @@ interface RecordedStats {
 }
 
 function toRecorded(s: QueueStats): RecordedStats {
-  const counts = Object.fromEntries(ITEM_STATES.map((state) => [state, s.counts[state].count])) as Record<ItemState, number>;
-  return { queue: s.queue, counts, capped: ITEM_STATES.filter((state) => s.counts[state].atLeast), oldestDueAgeMs: s.oldestDueAgeMs, scheduled: s.scheduled.count };
+  const counts = Object.fromEntries(ITEM_STATES.map((state) => [state, s.counts[state].count])) as Record<
+    ItemState,
+    number
+  >;
+  return {
+    queue: s.queue,
+    counts,
+    capped: ITEM_STATES.filter((state) => s.counts[state].atLeast),
+    oldestDueAgeMs: s.oldestDueAgeMs,
+    scheduled: s.scheduled.count,
+  };
 }
 
 function fromRecorded(r: RecordedStats): QueueStats {
-  const counts = Object.fromEntries(ITEM_STATES.map((state) => [state, countUpTo(Number(r.counts[state] ?? 0), statsCountCap(state))])) as QueueStats['counts'];
-  return { queue: r.queue, counts, oldestDueAgeMs: Number(r.oldestDueAgeMs ?? 0), scheduled: countUpTo(Number(r.scheduled ?? 0), statsCountCap('pending')) };
+  const counts = Object.fromEntries(
+    ITEM_STATES.map((state) => [state, countUpTo(Number(r.counts[state] ?? 0), statsCountCap(state))]),
+  ) as QueueStats['counts'];
+  return {
+    queue: r.queue,
+    counts,
+    oldestDueAgeMs: Number(r.oldestDueAgeMs ?? 0),
+    scheduled: countUpTo(Number(r.scheduled ?? 0), statsCountCap('pending')),
+  };
 }
 
 function parseStats(json: string | null): QueueStats[] {

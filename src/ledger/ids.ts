@@ -68,5 +68,7 @@ export const newLeaseToken = newId;
 
 /** SHA-256 (hex) of an item's last error text; '' when it has none. The replay guard compares it. */
 export function errorDigest(lastError: string | null): string {
-  return createHash('sha256').update(lastError ?? '', 'utf8').digest('hex');
+  return createHash('sha256')
+    .update(lastError ?? '', 'utf8')
+    .digest('hex');
 }

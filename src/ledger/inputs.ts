@@ -66,7 +66,8 @@ export function enqueueItemFieldsSchema() {
 export function enqueueItemSchema(payloadMaxBytes: number) {
   return enqueueItemFieldsSchema().superRefine((v, ctx) => {
     const encoded = encodePayload(v.payload, payloadMaxBytes);
-    if ('error' in encoded) ctx.addIssue({ code: 'custom', path: ['payload', ...encoded.path], message: encoded.error });
+    if ('error' in encoded)
+      ctx.addIssue({ code: 'custom', path: ['payload', ...encoded.path], message: encoded.error });
   });
 }
 
@@ -109,8 +110,15 @@ export const claimSchema = z
     /** Heads of these types take their lane's next pending items of their type with them (docs/design.md §4, Coalescing). */
     coalesce: z
       .object({
-        types: z.record(typeName, z.object({ mode: z.enum(COALESCE_MODES), max: z.number().int().min(1).max(MAX_COALESCE) }).strict()),
-        maxBytes: z.number().int().min(1).max(256 * 1024 * 1024),
+        types: z.record(
+          typeName,
+          z.object({ mode: z.enum(COALESCE_MODES), max: z.number().int().min(1).max(MAX_COALESCE) }).strict(),
+        ),
+        maxBytes: z
+          .number()
+          .int()
+          .min(1)
+          .max(256 * 1024 * 1024),
       })
       .strict()
       .optional(),
@@ -121,7 +129,9 @@ export type ClaimInput = z.input<typeof claimSchema>;
 
 // Schemas are built once here: zod compiles each on first use, and building
 // one per call showed up as the largest allocator on the claim path.
-export const claimByIdsSchema = claimSchema.omit({ limit: true, classes: true }).extend({ ids: z.array(itemId).max(MAX_CLAIM_ITEMS) });
+export const claimByIdsSchema = claimSchema
+  .omit({ limit: true, classes: true })
+  .extend({ ids: z.array(itemId).max(MAX_CLAIM_ITEMS) });
 export const successorClaimSchema = z
   .object({
     owner: workerName,
@@ -154,7 +164,8 @@ export const releaseSchema = z
   })
   .strict()
   .superRefine((v, ctx) => {
-    if (v.delayMs !== undefined && v.backoff !== undefined) ctx.addIssue({ code: 'custom', path: ['backoff'], message: 'give delayMs or backoff, not both' });
+    if (v.delayMs !== undefined && v.backoff !== undefined)
+      ctx.addIssue({ code: 'custom', path: ['backoff'], message: 'give delayMs or backoff, not both' });
   });
 export type ReleaseInput = z.input<typeof releaseSchema>;
 export const blockSchema = z
@@ -183,9 +194,17 @@ export const repairSchema = z.object({
   actor: workerName,
   repairId: itemId.optional(),
 });
-export const purgeSchema = z.object({ olderThanMs: durationMs, limit: limitSchema.default(1000), queue: queueName.optional() });
+export const purgeSchema = z.object({
+  olderThanMs: durationMs,
+  limit: limitSchema.default(1000),
+  queue: queueName.optional(),
+});
 export const listDeadSchema = z.object({ queue: queueName.optional(), limit: limitSchema.default(100) });
-export const activateSchema = z.object({ queue: queueName, deployment: workerName, expectEpoch: z.number().int().min(0).optional() });
+export const activateSchema = z.object({
+  queue: queueName,
+  deployment: workerName,
+  expectEpoch: z.number().int().min(0).optional(),
+});
 
 /** A rate-limited start (docs/design.md §6, "Rate limits"): the key, and how far apart its starts must be. */
 export const rateTakeSchema = z
@@ -195,7 +214,9 @@ export const rateTakeSchema = z
     intervalMs: z.number().positive().max(86_400_000),
   })
   .strict();
-export const rateWindowSchema = z.object({ queue: queueName, key: keyString, afterMs: z.number().min(0).max(86_400_000) }).strict();
+export const rateWindowSchema = z
+  .object({ queue: queueName, key: keyString, afterMs: z.number().min(0).max(86_400_000) })
+  .strict();
 
 // An operator's views and bulk actions (src/ledger/operator.ts).
 
@@ -215,7 +236,13 @@ export const itemFilterSchema = z
   .strict();
 export const pageSchema = z.object({ after: z.string().max(400).optional(), limit: pageLimit }).strict();
 export const deadFilterSchema = z
-  .object({ queue: queueName, type: typeName.optional(), failureClass: failureClassFilter.optional(), lane: laneKey.optional(), key: keyString.optional() })
+  .object({
+    queue: queueName,
+    type: typeName.optional(),
+    failureClass: failureClassFilter.optional(),
+    lane: laneKey.optional(),
+    key: keyString.optional(),
+  })
   .strict();
 export const purgeFilterSchema = z
   .object({

@@ -144,7 +144,8 @@ function plainlyFaithful(value: unknown, depth: number): boolean {
       if (proto !== Object.prototype && proto !== null) return false;
       if (Object.getOwnPropertySymbols(value).length > 0) return false;
       for (const key in value) {
-        if (Object.hasOwn(value, key) && !plainlyFaithful((value as Record<string, unknown>)[key], depth + 1)) return false;
+        if (Object.hasOwn(value, key) && !plainlyFaithful((value as Record<string, unknown>)[key], depth + 1))
+          return false;
       }
       return true;
     }
@@ -175,12 +176,19 @@ export function jsonFault(value: unknown): JsonFault {
   }
 }
 
-function findFault(holder: object, key: string, value: unknown, path: JsonPath, ancestors: Set<object>): JsonFault | undefined {
+function findFault(
+  holder: object,
+  key: string,
+  value: unknown,
+  path: JsonPath,
+  ancestors: Set<object>,
+): JsonFault | undefined {
   let v = value;
   if ((typeof v === 'object' && v !== null) || typeof v === 'bigint') {
     const toJSON = (v as { toJSON?: unknown }).toJSON;
     if (typeof toJSON === 'function') {
-      if (v instanceof Date && Number.isNaN(v.getTime())) return { path, message: 'is an invalid Date, which JSON would store as null' };
+      if (v instanceof Date && Number.isNaN(v.getTime()))
+        return { path, message: 'is an invalid Date, which JSON would store as null' };
       v = toJSON.call(v, key) as unknown;
     }
   }
@@ -199,16 +207,20 @@ function findFault(holder: object, key: string, value: unknown, path: JsonPath, 
       return { path, message: 'is a symbol, which JSON would drop' };
     case 'undefined':
       if (path.length === 0) return { path, message: 'is undefined: give a JSON value (null for none)' };
-      return Array.isArray(holder) ? { path, message: 'is undefined inside an array, which JSON would store as null' } : undefined;
+      return Array.isArray(holder)
+        ? { path, message: 'is undefined inside an array, which JSON would store as null' }
+        : undefined;
   }
   if (v === null) return undefined;
   const obj = v as object;
-  if (ancestors.has(obj)) return { path, message: 'refers back to a value that contains it (a cycle), which JSON cannot store' };
+  if (ancestors.has(obj))
+    return { path, message: 'refers back to a value that contains it (a cycle), which JSON cannot store' };
   ancestors.add(obj);
   try {
     if (Array.isArray(obj)) {
       for (let i = 0; i < obj.length; i++) {
-        if (!(i in obj)) return { path: [...path, i], message: 'is a hole in a sparse array, which JSON would store as null' };
+        if (!(i in obj))
+          return { path: [...path, i], message: 'is a hole in a sparse array, which JSON would store as null' };
         const fault = findFault(obj, String(i), obj[i], [...path, i], ancestors);
         if (fault) return fault;
       }

@@ -1,8 +1,23 @@
 import { sql } from 'kysely';
 import { capabilitiesOnce, type LedgerCapabilities } from './capabilities.js';
 import { parseLedgerConfig, type LedgerConfig, type LedgerConfigInput } from './config.js';
-import { createLedgerPool, ensureDatabase, ledgerDbOnPool, trackPool, type LedgerDb, type PoolStats } from './connection.js';
-import { activateSchema, limitSchema, maintenanceSchema, queueListSchema, purgeSchema, rateTakeSchema, rateWindowSchema } from './inputs.js';
+import {
+  createLedgerPool,
+  ensureDatabase,
+  ledgerDbOnPool,
+  trackPool,
+  type LedgerDb,
+  type PoolStats,
+} from './connection.js';
+import {
+  activateSchema,
+  limitSchema,
+  maintenanceSchema,
+  queueListSchema,
+  purgeSchema,
+  rateTakeSchema,
+  rateWindowSchema,
+} from './inputs.js';
 import { fleetGauges, fleetStats, releaseFleetGauges, type FleetGaugeReading, type FleetStats } from './fleet-stats.js';
 import { assertSchemaCurrent, migrate, schemaStatus, type MigrateResult, type SchemaStatus } from './migrations.js';
 import { probeDependencyWaits } from './sql/dependency.js';
@@ -17,7 +32,15 @@ import { sweepSignals } from './sql/sweep-signals.js';
 import { purgeWakeMarks } from './sql/wake-marks.js';
 import { ledgerTables, type LedgerTables } from './tables.js';
 import { MODE_PROOF_VALUES } from './mode-proof.js';
-import type { LeaseHandle, Ownership, LiveConsumer, ProbeOutcome, RateAnswer, ReclaimOutcome, SweepSignal } from './types.js';
+import type {
+  LeaseHandle,
+  Ownership,
+  LiveConsumer,
+  ProbeOutcome,
+  RateAnswer,
+  ReclaimOutcome,
+  SweepSignal,
+} from './types.js';
 import { queueName, validate } from './validation.js';
 
 /** Dependency wake marks are kept at least this long (see sql/wake-marks.ts). */
@@ -50,7 +73,10 @@ export class LedgerUpkeep {
     }
     this.tables = ledgerTables(this.config.tablePrefix);
     // Our own pool runs with multipleStatements; a Kysely instance handed in may not.
-    this.knownCapabilities = capabilitiesOnce(this.db, db === undefined ? { conflictsReturned: () => this.conflictsReturnedDb() } : undefined);
+    this.knownCapabilities = capabilitiesOnce(
+      this.db,
+      db === undefined ? { conflictsReturned: () => this.conflictsReturnedDb() } : undefined,
+    );
   }
 
   /**
@@ -66,7 +92,10 @@ export class LedgerUpkeep {
   /** The few connections of LedgerCapabilities.conflictsReturned, opened on first need: half the pool's size (a claim holds one for two statements), at least two. */
   private conflictsReturnedDb(): LedgerDb {
     this.conflictsReturned ??= ledgerDbOnPool(
-      createLedgerPool({ ...this.config, poolSize: Math.max(2, Math.ceil(this.config.poolSize / 2)) }, { conflictsReturned: true }),
+      createLedgerPool(
+        { ...this.config, poolSize: Math.max(2, Math.ceil(this.config.poolSize / 2)) },
+        { conflictsReturned: true },
+      ),
     );
     return this.conflictsReturned;
   }
@@ -183,9 +212,18 @@ export class LedgerUpkeep {
    * when its key's next start has come (the item's started_at is then now),
    * else how long until it may. @internal
    */
-  takeRate(handle: Pick<LeaseHandle, 'id' | 'queue' | 'leaseToken'>, input: { key: string; intervalMs: number }): Promise<RateAnswer> {
+  takeRate(
+    handle: Pick<LeaseHandle, 'id' | 'queue' | 'leaseToken'>,
+    input: { key: string; intervalMs: number },
+  ): Promise<RateAnswer> {
     const v = validate(rateTakeSchema, input, 'takeRate');
-    const take = { queue: handle.queue, key: v.key, id: handle.id, token: handle.leaseToken, intervalUs: Math.round(v.intervalMs * 1000) };
+    const take = {
+      queue: handle.queue,
+      key: v.key,
+      id: handle.id,
+      token: handle.leaseToken,
+      intervalUs: Math.round(v.intervalMs * 1000),
+    };
     return this.knownCapabilities().then((caps) => takeRate(this.db, caps, this.tables, take));
   }
 

@@ -2,7 +2,13 @@ import type { Transaction } from 'kysely';
 import { ValidationError } from '../errors.js';
 import type { LedgerConfigInput } from './config.js';
 import type { Executor, LedgerDb } from './connection.js';
-import { checkEnqueueInput, enqueueItems, enqueueItemsClaiming, type ClaimAtInsert, type EnqueueTarget } from './enqueue-items.js';
+import {
+  checkEnqueueInput,
+  enqueueItems,
+  enqueueItemsClaiming,
+  type ClaimAtInsert,
+  type EnqueueTarget,
+} from './enqueue-items.js';
 import {
   blockSchema,
   claimByIdsSchema,
@@ -25,7 +31,19 @@ import {
 } from './inputs.js';
 import { backoffDelayMs } from './backoff.js';
 import { releasesSinceSpentAttempt } from './sql/deferrals.js';
-import { completeEntries, completeInTransaction, completeManyWithin, completeWithin, completion, encodeCapped, encodeProgress, errorText, finish, retryEnding, type FinishTarget } from './outcomes.js';
+import {
+  completeEntries,
+  completeInTransaction,
+  completeManyWithin,
+  completeWithin,
+  completion,
+  encodeCapped,
+  encodeProgress,
+  errorText,
+  finish,
+  retryEnding,
+  type FinishTarget,
+} from './outcomes.js';
 import { LedgerOperator } from './operator.js';
 import { LedgerSchedules } from './schedules.js';
 import { modeProof } from './mode-proof.js';
@@ -45,10 +63,37 @@ import { queueStats } from './sql/stats.js';
 import { readSteps, recordStep, type StepHolder } from './sql/steps.js';
 import { LedgerUpkeep } from './ledger-upkeep.js';
 import type {
-  AttemptRecord, CancelOutcome, ClaimedItem, ClaimOutcome, ConcurrencyLimits, EnqueueResult, Explanation, FinalizeResult, HeldItem, ItemState, LeaseHandle,
-  QueueClass, QueueStats, RenewOutcome, RepairResult, StepRecord, SuccessorClaim, WokenItem, WorkItem,
+  AttemptRecord,
+  CancelOutcome,
+  ClaimedItem,
+  ClaimOutcome,
+  ConcurrencyLimits,
+  EnqueueResult,
+  Explanation,
+  FinalizeResult,
+  HeldItem,
+  ItemState,
+  LeaseHandle,
+  QueueClass,
+  QueueStats,
+  RenewOutcome,
+  RepairResult,
+  StepRecord,
+  SuccessorClaim,
+  WokenItem,
+  WorkItem,
 } from './types.js';
-import { concurrencyLimitSchema, fairnessSchema, itemId, positiveDurationMs, queueName, reasonText, stepName, typeName, validate } from './validation.js';
+import {
+  concurrencyLimitSchema,
+  fairnessSchema,
+  itemId,
+  positiveDurationMs,
+  queueName,
+  reasonText,
+  stepName,
+  typeName,
+  validate,
+} from './validation.js';
 import { readKeyLimits, setKeyLimit } from './sql/key-limits.js';
 import { pausedQueues, staleOnlyQueues, writeQueueSetting } from './sql/queue-settings.js';
 import { KeyLines } from './key-lines.js';
@@ -133,7 +178,13 @@ export class Ledger extends LedgerUpkeep {
   }
 
   /** The items of `queue` held under lease `token` now: a consumer's recovery of a lost handoff (docs/design.md §6). @internal */
-  heldUnderLease(spec: { queue: string; classes: readonly QueueClass[]; owner: string; token: string; leaseMs: number }): Promise<ClaimedItem[]> {
+  heldUnderLease(spec: {
+    queue: string;
+    classes: readonly QueueClass[];
+    owner: string;
+    token: string;
+    leaseMs: number;
+  }): Promise<ClaimedItem[]> {
     return readHeldUnderLease(this.db, this.tables, spec);
   }
 
@@ -142,7 +193,10 @@ export class Ledger extends LedgerUpkeep {
   }
 
   /** Renews many leases in one statement: per handle, in order, whether it is still held and whether its cancel was requested. */
-  renewMany(handles: readonly Pick<LeaseHandle, 'id' | 'leaseToken' | 'group'>[], leaseMs: number): Promise<RenewOutcome[]> {
+  renewMany(
+    handles: readonly Pick<LeaseHandle, 'id' | 'leaseToken' | 'group'>[],
+    leaseMs: number,
+  ): Promise<RenewOutcome[]> {
     validate(positiveDurationMs, leaseMs, 'renew', 'leaseMs');
     return this.knownCapabilities().then((caps) => renewLeases(this.db, caps, this.tables, handles, leaseMs));
   }
@@ -160,7 +214,13 @@ export class Ledger extends LedgerUpkeep {
    * @internal
    */
   async saveProgress(reports: readonly { handle: HeldItem; progress: unknown }[]): Promise<void> {
-    const rows = reports.map((r) => ({ id: r.handle.id, leaseToken: r.handle.leaseToken, queue: r.handle.queue, epoch: r.handle.epoch, json: encodeProgress(r.progress) }));
+    const rows = reports.map((r) => ({
+      id: r.handle.id,
+      leaseToken: r.handle.leaseToken,
+      queue: r.handle.queue,
+      epoch: r.handle.epoch,
+      json: encodeProgress(r.progress),
+    }));
     return saveProgress(this.db, this.tables, rows);
   }
 
@@ -168,7 +228,10 @@ export class Ledger extends LedgerUpkeep {
   async steps(id: string): Promise<StepRecord[]> {
     validate(itemId, id, 'steps', 'id');
     // A step whose fn returned undefined stored no result, and gives undefined back.
-    return (await readSteps(this.db, this.tables, id)).map(({ resultJson, ...s }) => ({ ...s, result: resultJson === null ? undefined : parseJson(resultJson) }));
+    return (await readSteps(this.db, this.tables, id)).map(({ resultJson, ...s }) => ({
+      ...s,
+      result: resultJson === null ? undefined : parseJson(resultJson),
+    }));
   }
 
   /**
@@ -188,11 +251,18 @@ export class Ledger extends LedgerUpkeep {
    * or a conflict, as in completeWithin). LeaseLostError when the holder lost the item.
    * @internal
    */
-  async recordStepWithin<T>(handle: StepHolder, name: string, fn: (trx: Transaction<Record<string, never>>) => Promise<T>): Promise<T> {
+  async recordStepWithin<T>(
+    handle: StepHolder,
+    name: string,
+    fn: (trx: Transaction<Record<string, never>>) => Promise<T>,
+  ): Promise<T> {
     validate(stepName, name, 'ctx.step', 'name');
     return recordStep(this.db, this.tables, handle, name, async (trx) => {
       const value = await fn(trx);
-      return { value, resultJson: value === undefined ? null : encodeCapped(value, this.config.resultMaxBytes, 'step result') };
+      return {
+        value,
+        resultJson: value === undefined ? null : encodeCapped(value, this.config.resultMaxBytes, 'step result'),
+      };
     });
   }
 
@@ -235,7 +305,10 @@ export class Ledger extends LedgerUpkeep {
    * Throws LeaseLostError when the CAS loses.
    * @internal
    */
-  completeWithin<T>(handle: LeaseHandle, fn: (trx: Transaction<Record<string, never>>) => Promise<T>): Promise<{ value: T; laneAdvanced: boolean | undefined }> {
+  completeWithin<T>(
+    handle: LeaseHandle,
+    fn: (trx: Transaction<Record<string, never>>) => Promise<T>,
+  ): Promise<{ value: T; laneAdvanced: boolean | undefined }> {
     return completeWithin(this.finishTarget, handle, fn);
   }
 
@@ -277,7 +350,10 @@ export class Ledger extends LedgerUpkeep {
   fail(handle: LeaseHandle, input: { error: unknown; failureClass?: string }): Promise<FinalizeResult> {
     const v = validate(failSchema, input, 'fail');
     const error = errorText(v.error, this.config.errorMaxChars);
-    return finish(this.finishTarget, handle, { f: { kind: 'dead', error, failureClass: v.failureClass ?? 'permanent' }, state: 'dead' });
+    return finish(this.finishTarget, handle, {
+      f: { kind: 'dead', error, failureClass: v.failureClass ?? 'permanent' },
+      state: 'dead',
+    });
   }
 
   /**
@@ -287,8 +363,14 @@ export class Ledger extends LedgerUpkeep {
    */
   async release(handle: LeaseHandle, input: ReleaseInput = {}): Promise<FinalizeResult & { delayMs: number }> {
     const v = validate(releaseSchema, input, 'release');
-    const delayMs = v.backoff === undefined ? (v.delayMs ?? 0) : backoffDelayMs(v.backoff, (await releasesSinceSpentAttempt(this.db, this.tables, handle)) + 1);
-    const r = await finish(this.finishTarget, handle, { f: { kind: 'release', delayMs, reason: v.reason ?? null }, state: 'pending' });
+    const delayMs =
+      v.backoff === undefined
+        ? (v.delayMs ?? 0)
+        : backoffDelayMs(v.backoff, (await releasesSinceSpentAttempt(this.db, this.tables, handle)) + 1);
+    const r = await finish(this.finishTarget, handle, {
+      f: { kind: 'release', delayMs, reason: v.reason ?? null },
+      state: 'pending',
+    });
     return { ...r, delayMs };
   }
 
@@ -310,7 +392,10 @@ export class Ledger extends LedgerUpkeep {
    * on the same key after the wait expired (the final run a probe gives an
    * expired wait) ends it dead, class `dependency_expired` (state `dead`).
    */
-  async block(handle: LeaseHandle, input: { dependencyKey: string; maxWaitMs: number; probeAfterMs?: number; reason?: string }): Promise<FinalizeResult> {
+  async block(
+    handle: LeaseHandle,
+    input: { dependencyKey: string; maxWaitMs: number; probeAfterMs?: number; reason?: string },
+  ): Promise<FinalizeResult> {
     const v = validate(blockSchema, input, 'block');
     const outcome = await finalizeBlock(this.db, this.tables, handle, {
       kind: 'block',
@@ -351,7 +436,10 @@ export class Ledger extends LedgerUpkeep {
    * made). Refused with RepairRejectedError (nothing written) when the guard
    * does not hold, the item was replayed, or its lane's head is running.
    */
-  async repair(id: string, opts: { expectAttempt: number; expectErrorDigest: string; reason: string; actor: string; repairId?: string }): Promise<RepairResult> {
+  async repair(
+    id: string,
+    opts: { expectAttempt: number; expectErrorDigest: string; reason: string; actor: string; repairId?: string },
+  ): Promise<RepairResult> {
     const v = validate(repairSchema, { id, ...opts }, 'repair');
     return repairItem(this.db, this.tables, { ...v, repairId: v.repairId ?? newId() });
   }
@@ -443,7 +531,8 @@ export class Ledger extends LedgerUpkeep {
    */
   async setStaleOnly(queue: string, on: boolean): Promise<void> {
     validate(queueName, queue, 'setStaleOnly', 'queue');
-    if (typeof on !== 'boolean') throw new ValidationError([{ field: 'on', message: 'must be true or false' }], 'setStaleOnly');
+    if (typeof on !== 'boolean')
+      throw new ValidationError([{ field: 'on', message: 'must be true or false' }], 'setStaleOnly');
     await writeQueueSetting(this.db, this.tables, queue, 'stale_only', on ? 1 : 0);
   }
 

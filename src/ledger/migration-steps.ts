@@ -160,7 +160,9 @@ export const MIGRATIONS: readonly Migration[] = [
     ],
     run: async (conn, t, prefix) => {
       const indexes = await indexNames(conn, prefix + 'items');
-      const drops = ['ix_dependency', 'ix_probe'].filter((name) => indexes.has(name)).map((name) => sql`DROP INDEX ${sql.raw(name)}`);
+      const drops = ['ix_dependency', 'ix_probe']
+        .filter((name) => indexes.has(name))
+        .map((name) => sql`DROP INDEX ${sql.raw(name)}`);
       if (drops.length > 0) await sql`ALTER TABLE ${t.items} ${sql.join(drops)}`.execute(conn);
     },
   },
@@ -198,7 +200,8 @@ export const MIGRATIONS: readonly Migration[] = [
     statements: () => [],
     run: async (conn, t, prefix) => {
       const columns = await columnNames(conn, prefix + 'lanes');
-      if (!columns.has('busy_from')) await sql`ALTER TABLE ${t.lanes} ADD COLUMN busy_from BIGINT NOT NULL DEFAULT 0`.execute(conn);
+      if (!columns.has('busy_from'))
+        await sql`ALTER TABLE ${t.lanes} ADD COLUMN busy_from BIGINT NOT NULL DEFAULT 0`.execute(conn);
       if (columns.has('active')) {
         // Any sequence of the lane will do for a busy lane: only new sequences, all above next_seq, are compared with it.
         await sql`UPDATE ${t.lanes} SET busy_from = IF(active > 0, GREATEST(next_seq, 1), 0)`.execute(conn);
@@ -323,11 +326,14 @@ export const MIGRATIONS: readonly Migration[] = [
     ],
     run: async (conn, t, prefix) => {
       const items = await columnNames(conn, prefix + 'items');
-      if (!items.has('concurrency_key')) await sql`ALTER TABLE ${t.items} ADD COLUMN concurrency_key VARCHAR(255) ${TEXT} NULL`.execute(conn);
+      if (!items.has('concurrency_key'))
+        await sql`ALTER TABLE ${t.items} ADD COLUMN concurrency_key VARCHAR(255) ${TEXT} NULL`.execute(conn);
       const queues = await columnNames(conn, prefix + 'queues');
       if (!queues.has('key_limit')) await sql`ALTER TABLE ${t.queues} ADD COLUMN key_limit INT NULL`.execute(conn);
-      if (!queues.has('fair')) await sql`ALTER TABLE ${t.queues} ADD COLUMN fair TINYINT NOT NULL DEFAULT 0`.execute(conn);
-      if (!queues.has('paused')) await sql`ALTER TABLE ${t.queues} ADD COLUMN paused TINYINT NOT NULL DEFAULT 0`.execute(conn);
+      if (!queues.has('fair'))
+        await sql`ALTER TABLE ${t.queues} ADD COLUMN fair TINYINT NOT NULL DEFAULT 0`.execute(conn);
+      if (!queues.has('paused'))
+        await sql`ALTER TABLE ${t.queues} ADD COLUMN paused TINYINT NOT NULL DEFAULT 0`.execute(conn);
     },
   },
   {
@@ -340,7 +346,8 @@ export const MIGRATIONS: readonly Migration[] = [
     statements: () => [],
     run: async (conn, t, prefix) => {
       const items = await columnNames(conn, prefix + 'items');
-      if (!items.has('traceparent')) await sql`ALTER TABLE ${t.items} ADD COLUMN traceparent VARCHAR(55) ${ASCII} NULL`.execute(conn);
+      if (!items.has('traceparent'))
+        await sql`ALTER TABLE ${t.items} ADD COLUMN traceparent VARCHAR(55) ${ASCII} NULL`.execute(conn);
     },
   },
   {
@@ -403,7 +410,8 @@ export const MIGRATIONS: readonly Migration[] = [
     statements: () => [],
     run: async (conn, t, prefix) => {
       const items = await columnNames(conn, prefix + 'items');
-      if (!items.has('request_digest')) await sql`ALTER TABLE ${t.items} ADD COLUMN request_digest BINARY(16) NULL`.execute(conn);
+      if (!items.has('request_digest'))
+        await sql`ALTER TABLE ${t.items} ADD COLUMN request_digest BINARY(16) NULL`.execute(conn);
     },
   },
   {
@@ -415,7 +423,8 @@ export const MIGRATIONS: readonly Migration[] = [
     statements: () => [],
     run: async (conn, t, prefix) => {
       const queues = await columnNames(conn, prefix + 'queues');
-      if (!queues.has('stale_only')) await sql`ALTER TABLE ${t.queues} ADD COLUMN stale_only TINYINT NOT NULL DEFAULT 0`.execute(conn);
+      if (!queues.has('stale_only'))
+        await sql`ALTER TABLE ${t.queues} ADD COLUMN stale_only TINYINT NOT NULL DEFAULT 0`.execute(conn);
     },
   },
 ];

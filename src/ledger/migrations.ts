@@ -19,13 +19,22 @@ export interface MigrateResult {
  * processes at once: a named server lock serialises runners, and every step
  * is idempotent.
  */
-export async function migrate(db: LedgerDb, prefix: string, lockTimeoutS = 60, toVersion = SCHEMA_VERSION): Promise<MigrateResult> {
+export async function migrate(
+  db: LedgerDb,
+  prefix: string,
+  lockTimeoutS = 60,
+  toVersion = SCHEMA_VERSION,
+): Promise<MigrateResult> {
   const t = ledgerTables(prefix);
   return db.connection().execute(async (conn) => {
     const lockName = `lanewake:migrate:${prefix}`;
     // TiDB keeps named locks in a table of its own: runners queued on one may be told
     // `pessimistic lock retry limit reached` when it is let go, having taken nothing; they ask again.
-    const got = await retryOnConflict(() => sql<{ ok: number | null }>`SELECT GET_LOCK(CONCAT(DATABASE(), ${':' + lockName}), ${lockTimeoutS}) AS ok`.execute(conn));
+    const got = await retryOnConflict(() =>
+      sql<{ ok: number | null }>`SELECT GET_LOCK(CONCAT(DATABASE(), ${':' + lockName}), ${lockTimeoutS}) AS ok`.execute(
+        conn,
+      ),
+    );
     if (got.rows[0]?.ok !== 1) throw new Error(`could not take the migration lock within ${lockTimeoutS}s`);
     try {
       await sql`CREATE TABLE IF NOT EXISTS ${t.migrations} (

@@ -35,7 +35,9 @@ class StringsAsLiterals extends OperationNodeTransformer {
 
   protected override transformPrimitiveValueList(node: PrimitiveValueListNode): PrimitiveValueListNode {
     if (!node.values.some((v) => typeof v === 'string')) return node;
-    const values = node.values.map((v) => (typeof v === 'string' ? RawNode.createWithSql(literal(v)) : ValueNode.create(v)));
+    const values = node.values.map((v) =>
+      typeof v === 'string' ? RawNode.createWithSql(literal(v)) : ValueNode.create(v),
+    );
     return ValueListNode.create(values) as unknown as PrimitiveValueListNode;
   }
 }
@@ -44,7 +46,8 @@ const STRINGS_AS_LITERALS = new StringsAsLiterals();
 
 /** The plugin of a Kysely (or transaction) the ledger was handed: see StringsAsLiterals. */
 export const MODE_PROOF_VALUES: KyselyPlugin = {
-  transformQuery: (args: PluginTransformQueryArgs): RootOperationNode => STRINGS_AS_LITERALS.transformNode(args.node, args.queryId),
+  transformQuery: (args: PluginTransformQueryArgs): RootOperationNode =>
+    STRINGS_AS_LITERALS.transformNode(args.node, args.queryId),
   transformResult: (args: PluginTransformResultArgs): Promise<QueryResult<UnknownRow>> => Promise.resolve(args.result),
 };
 
@@ -66,7 +69,9 @@ export function formatValues(timeZone: string): (text: string, values: unknown) 
     Array.isArray(values) && values.length > 0
       ? format(
           text,
-          values.map((v: unknown) => (typeof v === 'string' ? { toSqlString: () => literal(v) } : v)) as Parameters<typeof format>[1],
+          values.map((v: unknown) => (typeof v === 'string' ? { toSqlString: () => literal(v) } : v)) as Parameters<
+            typeof format
+          >[1],
           false,
           timeZone,
         )

@@ -17,7 +17,19 @@ import { replayItem } from './sql/replay.js';
 import { listQueues, queueStats } from './sql/stats.js';
 import type { LedgerTables } from './tables.js';
 import { countLess } from './bounded-count.js';
-import type { BoundedCount, DeadFilter, DeadGroup, ItemFilter, ItemPage, LaneSummary, LiveConsumer, PurgeFilter, QueueClass, QueueSeries, QueueStats } from './types.js';
+import type {
+  BoundedCount,
+  DeadFilter,
+  DeadGroup,
+  ItemFilter,
+  ItemPage,
+  LaneSummary,
+  LiveConsumer,
+  PurgeFilter,
+  QueueClass,
+  QueueSeries,
+  QueueStats,
+} from './types.js';
 import { itemId, laneKey, queueName, validate } from './validation.js';
 
 /** A queue as an operator's overview shows it. */
@@ -60,7 +72,10 @@ export class LedgerOperator {
   ) {}
 
   /** A page of a queue's items, newest first (one lane's: latest in lane first); `after` is the previous page's `next`. */
-  async items(filter: ItemFilter, page: { after?: string | undefined; limit?: number | undefined } = {}): Promise<ItemPage> {
+  async items(
+    filter: ItemFilter,
+    page: { after?: string | undefined; limit?: number | undefined } = {},
+  ): Promise<ItemPage> {
     const f = validate(itemFilterSchema, stripUndefined(filter), 'items');
     const p = validate(pageSchema, stripUndefined(page), 'items');
     const after = p.after === undefined ? undefined : decodeCursor(p.after);
@@ -76,14 +91,21 @@ export class LedgerOperator {
   }
 
   /** A page of one lane's items in lane order (the head has isHead). */
-  async laneItems(queue: string, lane: string, page: { after?: string | undefined; limit?: number | undefined } = {}): Promise<ItemPage> {
+  async laneItems(
+    queue: string,
+    lane: string,
+    page: { after?: string | undefined; limit?: number | undefined } = {},
+  ): Promise<ItemPage> {
     validate(queueName, queue, 'laneItems', 'queue');
     validate(laneKey, lane, 'laneItems', 'lane');
     const p = validate(pageSchema, stripUndefined(page), 'laneItems');
     const after = p.after === undefined ? undefined : decodeCursor(p.after);
     if (after !== undefined && after.by !== 'lane') throw badCursor();
     const r = await browseLaneItems(this.db, this.t, { queue, lane, afterSeq: after?.seq, limit: p.limit });
-    return { items: r.rows.map(toItemSummary), next: r.next === null ? null : encodeCursor({ by: 'lane', seq: r.next }) };
+    return {
+      items: r.rows.map(toItemSummary),
+      next: r.next === null ? null : encodeCursor({ by: 'lane', seq: r.next }),
+    };
   }
 
   /** The ids of the coalesced group an item was last claimed in (its head first), [] when none. */
@@ -112,7 +134,11 @@ export class LedgerOperator {
     if (queue !== undefined) validate(queueName, queue, 'queues', 'queue');
     const stats = await queueStats(this.db, this.t, queue);
     const names = stats.map((s) => s.queue);
-    const [paused, staleOnly, consumers] = await Promise.all([pausedQueues(this.db, this.t, names), staleOnlyQueues(this.db, this.t, names), liveConsumers(this.db, this.t, queue)]);
+    const [paused, staleOnly, consumers] = await Promise.all([
+      pausedQueues(this.db, this.t, names),
+      staleOnlyQueues(this.db, this.t, names),
+      liveConsumers(this.db, this.t, queue),
+    ]);
     const views: QueueView[] = [];
     for (const s of stats) {
       views.push({
@@ -151,7 +177,10 @@ export class LedgerOperator {
    * (replayed meanwhile by someone else) is skipped. In batches of
    * REPLAY_BATCH; `onBatch` gets each batch's new items (to announce them).
    */
-  async replayDead(filter: DeadFilter, onBatch?: (created: readonly ReplayedItem[]) => Promise<void>): Promise<{ replayed: number; skipped: number }> {
+  async replayDead(
+    filter: DeadFilter,
+    onBatch?: (created: readonly ReplayedItem[]) => Promise<void>,
+  ): Promise<{ replayed: number; skipped: number }> {
     const f = validate(deadFilterSchema, stripUndefined(filter), 'replay');
     const endedBy = await ledgerNowText(this.db);
     const { idOrder } = await this.capabilities();
@@ -162,7 +191,12 @@ export class LedgerOperator {
       const created: ReplayedItem[] = [];
       for (const c of batch) {
         try {
-          const r = await replayItem(this.db, this.t, { id: c.id, expectAttempt: c.attempt, expectErrorDigest: c.errorDigest }, idOrder);
+          const r = await replayItem(
+            this.db,
+            this.t,
+            { id: c.id, expectAttempt: c.attempt, expectErrorDigest: c.errorDigest },
+            idOrder,
+          );
           created.push({ id: r.id, queue: f.queue, queueClass: c.queueClass });
           replayed++;
         } catch (error) {
@@ -216,7 +250,14 @@ function decodeCursor(text: string): ItemPosition {
   } catch {
     throw badCursor();
   }
-  if (Array.isArray(v) && v[0] === 'c' && typeof v[1] === 'string' && /^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d{6}$/.test(v[1]) && typeof v[2] === 'string' && itemId.safeParse(v[2]).success) {
+  if (
+    Array.isArray(v) &&
+    v[0] === 'c' &&
+    typeof v[1] === 'string' &&
+    /^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d{6}$/.test(v[1]) &&
+    typeof v[2] === 'string' &&
+    itemId.safeParse(v[2]).success
+  ) {
     return { by: 'created', key: v[1], id: v[2] };
   }
   if (Array.isArray(v) && v[0] === 'l' && Number.isSafeInteger(v[1])) return { by: 'lane', seq: Number(v[1]) };

@@ -39,7 +39,9 @@ export interface Ending {
 
 export async function finish(target: FinishTarget, handle: LeaseHandle, e: Ending): Promise<FinalizeResult> {
   const won = await finalize(target.db, target.tables, handle, e.f, (await target.capabilities()).prepared);
-  return e.f.kind === 'dead' || e.f.kind === 'retry' ? { won, state: e.state, failureClass: e.f.failureClass } : { won, state: e.state };
+  return e.f.kind === 'dead' || e.f.kind === 'retry'
+    ? { won, state: e.state, failureClass: e.f.failureClass }
+    : { won, state: e.state };
 }
 
 /** A completion with `result`; a result that cannot be stored ends the item dead, class `result_too_large` / `invalid_result`. */
@@ -47,11 +49,25 @@ export function completion(result: unknown, resultMaxBytes: number): Ending {
   if (result === undefined) return { f: { kind: 'complete', resultJson: null }, state: 'completed' };
   const encoded = encodePayload(result, Number.POSITIVE_INFINITY);
   if ('error' in encoded) {
-    return { f: { kind: 'dead', error: `handler result is not storable: result${encoded.at}: ${encoded.error}`, failureClass: 'invalid_result' }, state: 'dead' };
+    return {
+      f: {
+        kind: 'dead',
+        error: `handler result is not storable: result${encoded.at}: ${encoded.error}`,
+        failureClass: 'invalid_result',
+      },
+      state: 'dead',
+    };
   }
   const bytes = Buffer.byteLength(encoded.json, 'utf8');
   if (bytes > resultMaxBytes) {
-    return { f: { kind: 'dead', error: `handler result is ${bytes} bytes; the cap is ${resultMaxBytes}`, failureClass: 'result_too_large' }, state: 'dead' };
+    return {
+      f: {
+        kind: 'dead',
+        error: `handler result is ${bytes} bytes; the cap is ${resultMaxBytes}`,
+        failureClass: 'result_too_large',
+      },
+      state: 'dead',
+    };
   }
   return { f: { kind: 'complete', resultJson: encoded.json }, state: 'completed' };
 }
@@ -71,18 +87,32 @@ export async function completeEntries(
   for (const [index, e] of entries.entries()) {
     const json = e.result === undefined ? null : encodeJson(e.result);
     // A coalesced group ends in a transaction of its own, its members with it (sql/finalize.ts).
-    if (e.handle.group !== undefined || json === undefined || (json !== null && Buffer.byteLength(json, 'utf8') > target.resultMaxBytes)) {
-      out[index] = await finish(target, e.handle, completion(e.result, target.resultMaxBytes)).catch((error: unknown) => {
-        if (error instanceof OwnershipLostError) return { won: false, state: 'completed', ownershipLost: true } as const;
-        throw error;
-      });
+    if (
+      e.handle.group !== undefined ||
+      json === undefined ||
+      (json !== null && Buffer.byteLength(json, 'utf8') > target.resultMaxBytes)
+    ) {
+      out[index] = await finish(target, e.handle, completion(e.result, target.resultMaxBytes)).catch(
+        (error: unknown) => {
+          if (error instanceof OwnershipLostError)
+            return { won: false, state: 'completed', ownershipLost: true } as const;
+          throw error;
+        },
+      );
     } else {
       ok.push({ index, handle: e.handle, resultJson: json });
     }
   }
   let claimed: ClaimedItem[] = [];
   if (ok.length > 0) {
-    const done = await completeMany(target.db, await target.capabilities(), target.tables, ok, successors, target.keyLines);
+    const done = await completeMany(
+      target.db,
+      await target.capabilities(),
+      target.tables,
+      ok,
+      successors,
+      target.keyLines,
+    );
     claimed = done.claimed;
     ok.forEach((e, k) => {
       const o = done.outcomes[k];
@@ -105,7 +135,11 @@ export async function completeEntries(
  * that is no longer their queue's (`ownershipLost`): their holder gives the
  * item back instead of leaving its lease to expire. One read per queue.
  */
-async function markOwnershipLost(target: FinishTarget, entries: readonly { handle: LeaseHandle }[], results: FinalizeResult[]): Promise<void> {
+async function markOwnershipLost(
+  target: FinishTarget,
+  entries: readonly { handle: LeaseHandle }[],
+  results: FinalizeResult[],
+): Promise<void> {
   if (!entries.some((e) => e.handle.epoch !== null && e.handle.epoch !== undefined)) return;
   const lost = entries.flatMap((e, k) => {
     const f = results[k]!.won || results[k]!.ownershipLost ? undefined : fenceOf(e.handle);
@@ -118,10 +152,15 @@ async function markOwnershipLost(target: FinishTarget, entries: readonly { handl
 }
 
 /** A failed attempt: back to pending after the backoff (or `delayMs`), or dead once the budget is spent. */
-export function retryEnding(target: FinishTarget, handle: LeaseHandle, v: z.output<typeof retrySchema>): Ending & { delayMs: number } {
+export function retryEnding(
+  target: FinishTarget,
+  handle: LeaseHandle,
+  v: z.output<typeof retrySchema>,
+): Ending & { delayMs: number } {
   const error = errorText(v.error, target.errorMaxChars);
   const failureClass = v.failureClass ?? 'error';
-  if (handle.attempt >= handle.maxAttempts) return { f: { kind: 'dead', error, failureClass }, state: 'dead', delayMs: 0 };
+  if (handle.attempt >= handle.maxAttempts)
+    return { f: { kind: 'dead', error, failureClass }, state: 'dead', delayMs: 0 };
   const delayMs = v.delayMs ?? backoffDelayMs(v.backoff ?? DEFAULT_BACKOFF, handle.attempt);
   return { f: { kind: 'retry', error, failureClass, delayMs }, state: 'pending', delayMs };
 }
@@ -177,7 +216,9 @@ export function completeManyWithin<T>(
     target.db,
     async (trx) => {
       const value = await fn(trx);
-      const wanted = [...completions(value)].filter((c) => byId.has(c.id)).sort((a, b) => (a.id < b.id ? -1 : a.id > b.id ? 1 : 0));
+      const wanted = [...completions(value)]
+        .filter((c) => byId.has(c.id))
+        .sort((a, b) => (a.id < b.id ? -1 : a.id > b.id ? 1 : 0));
       const completed = new Map<string, LaneHandedOn>();
       for (const c of wanted) completed.set(c.id, await completeInTransaction(target, trx, byId.get(c.id)!, c.result));
       last = wanted.map((c) => byId.get(c.id)!);
@@ -185,15 +226,30 @@ export function completeManyWithin<T>(
     },
     async () => {
       const settled = await completionsSettled(target.db, target.tables, last);
-      return settled.every((s) => s === 'completed') ? true : settled.every((s) => s !== 'completed') ? false : undefined;
+      return settled.every((s) => s === 'completed')
+        ? true
+        : settled.every((s) => s !== 'completed')
+          ? false
+          : undefined;
     },
   );
 }
 
 /** A completion inside the caller's transaction; throws LeaseLostError when the CAS loses. */
-export async function completeInTransaction(target: FinishTarget, trx: Executor, handle: LeaseHandle, result: unknown): Promise<LaneHandedOn> {
+export async function completeInTransaction(
+  target: FinishTarget,
+  trx: Executor,
+  handle: LeaseHandle,
+  result: unknown,
+): Promise<LaneHandedOn> {
   const json = result === undefined ? null : encodeCapped(result, target.resultMaxBytes, 'result');
-  return finalizeInTx(trx, target.tables, handle, { kind: 'complete', resultJson: json }, (await target.capabilities()).prepared);
+  return finalizeInTx(
+    trx,
+    target.tables,
+    handle,
+    { kind: 'complete', resultJson: json },
+    (await target.capabilities()).prepared,
+  );
 }
 
 /** An error as the item and its history store it: a stack, a string or JSON, cut to `maxChars`. */
@@ -227,7 +283,10 @@ export function encodeProgress(value: unknown): string {
     return JSON.stringify(value);
   }
   if (typeof value !== 'object' || value === null || Array.isArray(value)) {
-    throw new ValidationError([{ field: 'progress', message: 'must be a number from 0 to 100 or a JSON object' }], 'ctx.progress');
+    throw new ValidationError(
+      [{ field: 'progress', message: 'must be a number from 0 to 100 or a JSON object' }],
+      'ctx.progress',
+    );
   }
   return encodeCapped(value, PROGRESS_MAX_BYTES, 'progress');
 }

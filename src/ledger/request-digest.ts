@@ -23,7 +23,10 @@ export interface DigestedRequest {
  */
 export function requestDigest(r: DigestedRequest): string {
   const canonical = `[${JSON.stringify(r.queue)},${JSON.stringify(r.type)},${JSON.stringify(r.lane)},${canonicalJson(JSON.parse(r.payloadJson))}]`;
-  return createHash('sha256').update(canonical, 'utf8').digest('hex').slice(0, REQUEST_DIGEST_BYTES * 2);
+  return createHash('sha256')
+    .update(canonical, 'utf8')
+    .digest('hex')
+    .slice(0, REQUEST_DIGEST_BYTES * 2);
 }
 
 /** JSON text of a parsed JSON value with every object's keys in sorted order. Written, not rebuilt: a `__proto__` key stays a key. */
@@ -47,7 +50,8 @@ function canonicalJson(v: unknown): string {
       const o = v as Record<string, unknown>;
       const keys = Object.keys(o).sort();
       out = '{';
-      for (let i = 0; i < keys.length; i++) out += `${i === 0 ? '' : ','}${JSON.stringify(keys[i])}:${canonicalJson(o[keys[i]!])}`;
+      for (let i = 0; i < keys.length; i++)
+        out += `${i === 0 ? '' : ','}${JSON.stringify(keys[i])}:${canonicalJson(o[keys[i]!])}`;
       return `${out}}`;
     }
   }

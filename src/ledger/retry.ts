@@ -78,7 +78,8 @@ const CONNECTION_CODES = new Set([
   'ER_CLIENT_INTERACTION_TIMEOUT',
 ]);
 const CONNECTION_ERRNOS = new Set([2006, 2013, 1927, 1053, 4031, 1158, 1159, 1160, 1161]);
-const CLOSED_CONNECTION = /Can't add new command when connection is in closed state|Can't write in closed state|Connection lost: The server closed the connection/;
+const CLOSED_CONNECTION =
+  /Can't add new command when connection is in closed state|Can't write in closed state|Connection lost: The server closed the connection/;
 
 export function isConnectionError(error: unknown): boolean {
   if (typeof error !== 'object' || error === null) return false;
@@ -121,7 +122,9 @@ export const CONNECTION_RETRY: RetryPolicy = { maxAttempts: 6, baseDelayMs: 20, 
 
 /** The pause before run `attempt + 1`: full jitter under an exponential cap. */
 export function retryDelay(policy: RetryPolicy, attempt: number): Promise<void> {
-  return sleep(Math.random() * Math.min(policy.maxDelayMs, policy.baseDelayMs * 2 ** (attempt - 1)), { keepAlive: true });
+  return sleep(Math.random() * Math.min(policy.maxDelayMs, policy.baseDelayMs * 2 ** (attempt - 1)), {
+    keepAlive: true,
+  });
 }
 
 /**
@@ -220,7 +223,10 @@ export async function runTransaction<T>(
       if (conflicts > 0 && opts.bodyLocksEarly !== true) await beginLockingEarly.execute(trx);
       value = await body(trx);
     } catch (error) {
-      await trx.rollback().execute().catch(() => undefined);
+      await trx
+        .rollback()
+        .execute()
+        .catch(() => undefined);
       if (isRetryableConflict(error)) {
         await afterConflict(error);
         continue;
@@ -234,7 +240,10 @@ export async function runTransaction<T>(
       return value;
     } catch (error) {
       // A failed COMMIT leaves the connection lent out: the rollback gives it back.
-      await trx.rollback().execute().catch(() => undefined);
+      await trx
+        .rollback()
+        .execute()
+        .catch(() => undefined);
       if (isRetryableConflict(error)) {
         await afterConflict(error);
         continue;

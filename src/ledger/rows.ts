@@ -1,6 +1,13 @@
 import { errorDigest } from './ids.js';
 import { givenKey, scopeOfKey } from './sql/key-scope.js';
-import { TERMINAL_STATES, type AttemptRecord, type ItemState, type ItemSummary, type QueueClass, type WorkItem } from './types.js';
+import {
+  TERMINAL_STATES,
+  type AttemptRecord,
+  type ItemState,
+  type ItemSummary,
+  type QueueClass,
+  type WorkItem,
+} from './types.js';
 
 /** An items row as mysql2 returns it. */
 export interface ItemRow {
@@ -46,9 +53,32 @@ export interface ItemRow {
 /** The columns of a row a claim reads back (sql/claimed.ts): those the claim did not write. */
 export type ClaimedRow = Pick<
   ItemRow,
-  | 'id' | 'queue' | 'type' | 'lane' | 'lane_seq' | 'concurrency_key' | 'queue_class' | 'priority' | 'payload' | 'run_after' | 'attempt'
-  | 'max_attempts' | 'idempotency_key' | 'dependency_key' | 'probe_after' | 'blocked_at' | 'block_expires_at'
-  | 'checkpoint' | 'progress' | 'result' | 'last_error' | 'failure_class' | 'replay_of' | 'replayed_at' | 'traceparent' | 'created_at'
+  | 'id'
+  | 'queue'
+  | 'type'
+  | 'lane'
+  | 'lane_seq'
+  | 'concurrency_key'
+  | 'queue_class'
+  | 'priority'
+  | 'payload'
+  | 'run_after'
+  | 'attempt'
+  | 'max_attempts'
+  | 'idempotency_key'
+  | 'dependency_key'
+  | 'probe_after'
+  | 'blocked_at'
+  | 'block_expires_at'
+  | 'checkpoint'
+  | 'progress'
+  | 'result'
+  | 'last_error'
+  | 'failure_class'
+  | 'replay_of'
+  | 'replayed_at'
+  | 'traceparent'
+  | 'created_at'
 > & { started_at: Date };
 
 export interface AttemptRow {
@@ -170,11 +200,48 @@ function liveHead(isHead: boolean, state: ItemState): boolean {
 
 /** An item as a list shows it, from the whole item: the error cut to 300 characters, as the list's statements cut it. */
 export function summaryOfItem(item: WorkItem): ItemSummary {
-  const { id, queue, type, state, lane, laneSeq, isHead, concurrencyKey, queueClass, priority, attempt, maxAttempts, runAfter, createdAt, startedAt, terminalAt, failureClass, idempotencyKey } = item;
+  const {
+    id,
+    queue,
+    type,
+    state,
+    lane,
+    laneSeq,
+    isHead,
+    concurrencyKey,
+    queueClass,
+    priority,
+    attempt,
+    maxAttempts,
+    runAfter,
+    createdAt,
+    startedAt,
+    terminalAt,
+    failureClass,
+    idempotencyKey,
+  } = item;
   const lastError = item.lastError === null ? null : [...item.lastError].slice(0, 300).join('');
   return {
-    id, queue, type, state, lane, laneSeq, isHead: liveHead(isHead, state), concurrencyKey, queueClass, priority, attempt, maxAttempts, runAfter, createdAt, startedAt, terminalAt, failureClass,
-    lastError, errorDigest: errorDigest(item.lastError), idempotencyKey,
+    id,
+    queue,
+    type,
+    state,
+    lane,
+    laneSeq,
+    isHead: liveHead(isHead, state),
+    concurrencyKey,
+    queueClass,
+    priority,
+    attempt,
+    maxAttempts,
+    runAfter,
+    createdAt,
+    startedAt,
+    terminalAt,
+    failureClass,
+    lastError,
+    errorDigest: errorDigest(item.lastError),
+    idempotencyKey,
   };
 }
 

@@ -61,7 +61,11 @@ export interface DuePlan {
 export function planDueFires(timing: ScheduleTiming, nextFireAtMs: number, nowMs: number, backfillMs: number): DuePlan {
   const fires: number[] = [];
   const from = nowMs - Math.max(backfillMs, LATE_FIRE_GRACE_MS);
-  for (let t = from <= nextFireAtMs ? nextFireAtMs : nextFireAfter(timing, from - 1); t <= nowMs; t = nextFireAfter(timing, t)) {
+  for (
+    let t = from <= nextFireAtMs ? nextFireAtMs : nextFireAfter(timing, from - 1);
+    t <= nowMs;
+    t = nextFireAfter(timing, t)
+  ) {
     if (fires.length === MAX_FIRES_PER_PASS) return { fires, nextFireAtMs: t };
     fires.push(t);
   }

@@ -7,8 +7,15 @@ import { nextFireAfter, planDueFires, timingProblem, type DuePlan } from './sche
 import type { RecurringSchedule, ScheduleSource, ScheduleView } from './schedule-types.js';
 import { advanceSchedule, readDueSchedules, readEarliestFire } from './sql/schedule-fires.js';
 import {
-  deleteConfigSchedulesExcept, deleteSchedule, insertSchedule, readSchedule, readSchedules, setSchedulePaused, updateSchedule,
-  type ScheduleRow, type ScheduleRowInput,
+  deleteConfigSchedulesExcept,
+  deleteSchedule,
+  insertSchedule,
+  readSchedule,
+  readSchedules,
+  setSchedulePaused,
+  updateSchedule,
+  type ScheduleRow,
+  type ScheduleRowInput,
 } from './sql/schedules.js';
 import type { LedgerTables } from './tables.js';
 import { concurrencyKeyString, durationMs, laneKey, queueClass, queueName, typeName, validate } from './validation.js';
@@ -17,9 +24,21 @@ export const scheduleName = z.string().regex(/^[A-Za-z0-9._-]{1,100}$/, 'must be
 
 export const scheduleSchema = z
   .object({
-    name: scheduleName.describe('Unique schedule name (1-100 chars of [A-Za-z0-9._-]); each fire\'s item has idempotency key `<name>:<fire time ms>`.'),
-    pattern: z.string().min(1).max(200).optional().describe('A cron pattern: 5 fields, or 6 with seconds first. Give this or `everyMs`.'),
-    tz: z.string().min(1).max(64).optional().describe('The IANA time zone the pattern is read in (e.g. Europe/Paris). Default: UTC.'),
+    name: scheduleName.describe(
+      "Unique schedule name (1-100 chars of [A-Za-z0-9._-]); each fire's item has idempotency key `<name>:<fire time ms>`.",
+    ),
+    pattern: z
+      .string()
+      .min(1)
+      .max(200)
+      .optional()
+      .describe('A cron pattern: 5 fields, or 6 with seconds first. Give this or `everyMs`.'),
+    tz: z
+      .string()
+      .min(1)
+      .max(64)
+      .optional()
+      .describe('The IANA time zone the pattern is read in (e.g. Europe/Paris). Default: UTC.'),
     everyMs: z
       .number()
       .int('must be whole milliseconds')
@@ -39,15 +58,21 @@ export const scheduleSchema = z
         maxAttempts: z.number().int().min(1).max(1000).optional(),
       })
       .strict()
-      .describe('What each fire enqueues: queue, type, payload, and optionally lane, queueClass, concurrencyKey, priority, maxAttempts.'),
+      .describe(
+        'What each fire enqueues: queue, type, payload, and optionally lane, queueClass, concurrencyKey, priority, maxAttempts.',
+      ),
     backfillMs: durationMs
       .optional()
-      .describe('Fires missed while no worker ran: those less than a minute late run; older ones are skipped with 0, and with more, every fire of this last window (ms) runs. Default 0.'),
+      .describe(
+        'Fires missed while no worker ran: those less than a minute late run; older ones are skipped with 0, and with more, every fire of this last window (ms) runs. Default 0.',
+      ),
   })
   .strict()
   .superRefine((s, ctx) => {
-    if ((s.pattern === undefined) === (s.everyMs === undefined)) ctx.addIssue({ code: 'custom', path: ['pattern'], message: 'give exactly one of pattern or everyMs' });
-    if (s.tz !== undefined && s.pattern === undefined) ctx.addIssue({ code: 'custom', path: ['tz'], message: 'a time zone goes with a pattern only' });
+    if ((s.pattern === undefined) === (s.everyMs === undefined))
+      ctx.addIssue({ code: 'custom', path: ['pattern'], message: 'give exactly one of pattern or everyMs' });
+    if (s.tz !== undefined && s.pattern === undefined)
+      ctx.addIssue({ code: 'custom', path: ['tz'], message: 'a time zone goes with a pattern only' });
     const problem = timingProblem({ pattern: s.pattern ?? null, tz: s.tz ?? null, everyMs: s.everyMs ?? null });
     if (problem) ctx.addIssue({ code: 'custom', path: [problem.field], message: problem.message });
   });
@@ -93,11 +118,13 @@ export class LedgerSchedules {
         row.nextFireAt = new Date(nextFireAfter(row, now.getTime()));
         if (await insertSchedule(this.db, this.t, row)) return this.view(row.name);
       } else {
-        const sameTiming = existing.pattern === row.pattern && existing.tz === row.tz && existing.everyMs === row.everyMs;
+        const sameTiming =
+          existing.pattern === row.pattern && existing.tz === row.tz && existing.everyMs === row.everyMs;
         row.nextFireAt = sameTiming ? existing.nextFireAt : new Date(nextFireAfter(row, now.getTime()));
         if (await updateSchedule(this.db, this.t, row, existing.revision)) return this.view(row.name);
       }
-      if (tries >= WRITE_TRIES) throw new Error(`schedule ${row.name}: written by others ${tries} times while being written; try again`);
+      if (tries >= WRITE_TRIES)
+        throw new Error(`schedule ${row.name}: written by others ${tries} times while being written; try again`);
     }
   }
 
@@ -164,7 +191,9 @@ export class LedgerSchedules {
       now,
       due: due.map((schedule) => {
         const plan = planDueFires(schedule, schedule.nextFireAt.getTime(), now.getTime(), schedule.backfillMs);
-        const inputs = plan.fires.map((t): EnqueueInput => ({ ...schedule.item, idempotencyKey: `${schedule.name}:${t}` }));
+        const inputs = plan.fires.map(
+          (t): EnqueueInput => ({ ...schedule.item, idempotencyKey: `${schedule.name}:${t}` }),
+        );
         return { schedule, plan, inputs };
       }),
     };
@@ -202,11 +231,23 @@ export class LedgerSchedules {
       this.checkItem({ ...s.item });
     } catch (error) {
       if (!(error instanceof ValidationError)) throw error;
-      throw new ValidationError(error.issues.map((i) => ({ field: at(`item.${i.field}`), message: i.message })), context);
+      throw new ValidationError(
+        error.issues.map((i) => ({ field: at(`item.${i.field}`), message: i.message })),
+        context,
+      );
     }
     const itemJson = encodeJson(s.item);
-    if (itemJson === undefined) throw new ValidationError([{ field: at('item.payload'), message: 'must be JSON' }], context);
-    return { name: s.name, source, ...timing, queue: s.item.queue, itemJson, backfillMs: s.backfillMs ?? 0, nextFireAt: new Date(0) };
+    if (itemJson === undefined)
+      throw new ValidationError([{ field: at('item.payload'), message: 'must be JSON' }], context);
+    return {
+      name: s.name,
+      source,
+      ...timing,
+      queue: s.item.queue,
+      itemJson,
+      backfillMs: s.backfillMs ?? 0,
+      nextFireAt: new Date(0),
+    };
   }
 }
 

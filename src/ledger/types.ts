@@ -1,13 +1,5 @@
 /** Item states (docs/design.md §3). */
-export const ITEM_STATES = [
-  'pending',
-  'processing',
-  'blocked',
-  'completed',
-  'skipped',
-  'dead',
-  'cancelled',
-] as const;
+export const ITEM_STATES = ['pending', 'processing', 'blocked', 'completed', 'skipped', 'dead', 'cancelled'] as const;
 export type ItemState = (typeof ITEM_STATES)[number];
 export const TERMINAL_STATES: readonly ItemState[] = ['completed', 'skipped', 'dead', 'cancelled'];
 
@@ -111,7 +103,16 @@ export interface AttemptRecord {
   itemId: string;
   attempt: number;
   /** `repaired`: an operator's repair in place (Ledger.repair); `error` holds its reason, `worker` its actor. */
-  outcome: 'completed' | 'retried' | 'dead' | 'released' | 'skipped' | 'blocked' | 'lease_expired' | 'cancelled' | 'repaired';
+  outcome:
+    | 'completed'
+    | 'retried'
+    | 'dead'
+    | 'released'
+    | 'skipped'
+    | 'blocked'
+    | 'lease_expired'
+    | 'cancelled'
+    | 'repaired';
   failureClass: string | null;
   error: string | null;
   worker: string | null;
@@ -142,7 +143,22 @@ export interface EnqueueResult {
 // What the ledger's operations take and return.
 
 /** What a finalize needs of the claim it ends. */
-export type LeaseHandle = Pick<ClaimedItem, 'id' | 'queue' | 'type' | 'lane' | 'laneSeq' | 'concurrencyKey' | 'keyScope' | 'leaseToken' | 'leaseOwner' | 'attempt' | 'maxAttempts' | 'startedAt' | 'group'> &
+export type LeaseHandle = Pick<
+  ClaimedItem,
+  | 'id'
+  | 'queue'
+  | 'type'
+  | 'lane'
+  | 'laneSeq'
+  | 'concurrencyKey'
+  | 'keyScope'
+  | 'leaseToken'
+  | 'leaseOwner'
+  | 'attempt'
+  | 'maxAttempts'
+  | 'startedAt'
+  | 'group'
+> &
   EpochFence;
 
 /**
@@ -362,7 +378,10 @@ export interface Explanation {
  * items hold turns, and the item has been due for `dueForMs` (an item back
  * for its turn, just due); or the item is no longer held.
  */
-export type RateAnswer = { granted: true } | { granted: false; waitMs: number; queued: boolean; dueForMs: number } | { granted: false; lost: true };
+export type RateAnswer =
+  | { granted: true }
+  | { granted: false; waitMs: number; queued: boolean; dueForMs: number }
+  | { granted: false; lost: true };
 
 /** The reason a rate limit's refusal, or a handler's RateLimitedError, releases an item with: explain reads it back. */
 export const RATE_LIMITED_REASON = 'rate limited';

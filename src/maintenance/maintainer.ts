@@ -4,7 +4,10 @@ import type { Logger } from '../log.js';
 import type { WakeChannel } from '../wake/wake-channel.js';
 
 /** What a maintenance pass asks of the ledger. */
-export type MaintenanceLedger = Pick<Ledger, 'sweepSignals' | 'reclaimExpired' | 'probeDependencyWaits' | 'repairWaits' | 'purge' | 'forgetWakeMarks'>;
+export type MaintenanceLedger = Pick<
+  Ledger,
+  'sweepSignals' | 'reclaimExpired' | 'probeDependencyWaits' | 'repairWaits' | 'purge' | 'forgetWakeMarks'
+>;
 
 /** What a maintenance pass asks of the wake channel: wake-ups for what it freed, and stream trimming. */
 export type MaintenanceWake = Pick<WakeChannel, 'publish' | 'usable' | 'streamsOf' | 'redis'>;
@@ -132,13 +135,20 @@ export class Maintainer {
     if (repairWaits) this.lastWaitsRepairAt = Date.now();
     if (this.settings.forgetWakeMarks) {
       await this.settings.ledger.forgetWakeMarks().catch((error: unknown) => {
-        this.settings.log.warn({ err: (error as Error).message }, 'forgetting old dependency wake marks failed; the next pass retries');
+        this.settings.log.warn(
+          { err: (error as Error).message },
+          'forgetting old dependency wake marks failed; the next pass retries',
+        );
       });
     }
     return result;
   }
 
-  private async passQueue(queue: string, repairWaits: boolean, signal: SweepSignal | undefined): Promise<QueueMaintenance> {
+  private async passQueue(
+    queue: string,
+    repairWaits: boolean,
+    signal: SweepSignal | undefined,
+  ): Promise<QueueMaintenance> {
     const { ledger, log, batchSize, retentionMs, purgeBatchSize, trimStreams } = this.settings;
     const wake = this.options.wake;
     let repairedWaits = 0;
@@ -147,16 +157,24 @@ export class Maintainer {
       // waits row: recorded here, so their waits can end.
       repairedWaits = await ledger.repairWaits(queue);
       if (repairedWaits > 0) {
-        log.warn({ queue, repaired: repairedWaits }, 'recorded dependency waits missing for blocked items (blocked by code older than schema 3?)');
+        log.warn(
+          { queue, repaired: repairedWaits },
+          'recorded dependency waits missing for blocked items (blocked by code older than schema 3?)',
+        );
       }
     }
     const reclaimStartedAtMs = signal?.expiredLeases !== false ? Date.now() : undefined;
-    const r = reclaimStartedAtMs !== undefined ? await ledger.reclaimExpired({ queue, limit: batchSize }) : nothingReclaimed();
+    const r =
+      reclaimStartedAtMs !== undefined ? await ledger.reclaimExpired({ queue, limit: batchSize }) : nothingReclaimed();
     // Announced at once, not after the rest of the pass: a dead holder's items are claimable now.
     // (Publishing fails soft, counted and logged by the channel: the ledger already holds the change.)
-    if (wake && r.reclaimed.length > 0) await wake.publish([{ queue, queueClass: 'default', kind: 'reclaim', ids: r.reclaimed }]);
+    if (wake && r.reclaimed.length > 0)
+      await wake.publish([{ queue, queueClass: 'default', kind: 'reclaim', ids: r.reclaimed }]);
     const reclaimedAtMs = r.reclaimed.length > 0 ? Date.now() : undefined;
-    const p = signal?.dueProbes !== false || repairedWaits > 0 ? await ledger.probeDependencyWaits({ queue, limit: batchSize }) : nothingProbed();
+    const p =
+      signal?.dueProbes !== false || repairedWaits > 0
+        ? await ledger.probeDependencyWaits({ queue, limit: batchSize })
+        : nothingProbed();
     const purged = retentionMs > 0 ? await ledger.purge({ queue, olderThanMs: retentionMs, limit: purgeBatchSize }) : 0;
     if (trimStreams && wake && (await wake.usable())) await wake.streamsOf(queue).trim(wake.redis);
     const done: QueueMaintenance = {
@@ -171,7 +189,15 @@ export class Maintainer {
       purged,
       repairedWaits,
     };
-    if (done.reclaimed.length + done.leaseExpiredDead.length + done.cancelled.length + done.probed.length + done.dependencyExpired.length + purged > 0) {
+    if (
+      done.reclaimed.length +
+        done.leaseExpiredDead.length +
+        done.cancelled.length +
+        done.probed.length +
+        done.dependencyExpired.length +
+        purged >
+      0
+    ) {
       log.info(
         {
           queue,
@@ -185,7 +211,8 @@ export class Maintainer {
         'reconciled',
       );
     }
-    if (wake && done.probed.length > 0) await wake.publish([{ queue, queueClass: 'default', kind: 'dependency', ids: done.probed }]);
+    if (wake && done.probed.length > 0)
+      await wake.publish([{ queue, queueClass: 'default', kind: 'dependency', ids: done.probed }]);
     return done;
   }
 }

@@ -56,11 +56,10 @@ export class EnqueueBatcher {
     while (this.inFlight < ENQUEUES_IN_FLIGHT && this.waiting.length > 0) {
       const batch = this.waiting.splice(0, MAX_ENQUEUE_BATCH);
       this.inFlight++;
-      this.sendBatch(batch)
-        .finally(() => {
-          this.inFlight--;
-          this.pump();
-        });
+      this.sendBatch(batch).finally(() => {
+        this.inFlight--;
+        this.pump();
+      });
     }
   }
 
@@ -70,7 +69,8 @@ export class EnqueueBatcher {
       return;
     } catch (error) {
       if (batch.length === 1) return batch[0]!.reject(asSingle(error));
-      if (!(error instanceof ValidationError || error instanceof IdempotencyConflictError)) return batch.forEach((w) => w.reject(error));
+      if (!(error instanceof ValidationError || error instanceof IdempotencyConflictError))
+        return batch.forEach((w) => w.reject(error));
     }
     // Refused for what only the ledger checks, nothing written: each again alone, in order (a lane keeps its callers' order).
     for (const w of batch) {
@@ -96,5 +96,8 @@ function asSingle(error: unknown): unknown {
   if (error instanceof IdempotencyConflictError) return error.asSingle();
   if (!(error instanceof ValidationError)) return error;
   const field = (f: string): string => (f === 'items[0]' ? '(input)' : f.replace(/^items\[0\]\./, ''));
-  return new ValidationError(error.issues.map((i) => ({ ...i, field: field(i.field) })), 'enqueue');
+  return new ValidationError(
+    error.issues.map((i) => ({ ...i, field: field(i.field) })),
+    'enqueue',
+  );
 }

@@ -18,7 +18,12 @@ import type { RecurringSchedule, ScheduleView } from '../ledger/schedule-types.j
 function offerQueue(inputs: readonly EnqueueInput[]): string | undefined {
   const first = inputs[0] as Partial<Record<keyof EnqueueInput, unknown>> | undefined;
   if (typeof first !== 'object' || first === null || typeof first.queue !== 'string') return undefined;
-  if (first.idempotencyKey !== undefined || first.runAt !== undefined || (typeof first.delayMs === 'number' && first.delayMs > 0)) return undefined;
+  if (
+    first.idempotencyKey !== undefined ||
+    first.runAt !== undefined ||
+    (typeof first.delayMs === 'number' && first.delayMs > 0)
+  )
+    return undefined;
   return first.queue;
 }
 
@@ -103,7 +108,9 @@ export class Producer {
       return out.results;
     }
     const taken = new Set(out.claimed.map((c) => c.id));
-    const rest = inputs.flatMap((input, i) => (taken.has(out.results[i]?.id ?? '') ? [] : [{ input, result: out.results[i]! }]));
+    const rest = inputs.flatMap((input, i) =>
+      taken.has(out.results[i]?.id ?? '') ? [] : [{ input, result: out.results[i]! }],
+    );
     await this.announce(
       rest.map((r) => r.input),
       rest.map((r) => r.result),
@@ -170,7 +177,15 @@ export class Producer {
           });
         });
       } catch (error) {
-        if (run >= TRANSACTION_RUNS || !(error instanceof TransactionRolledBackError || error instanceof TransactionConflictError || isRetryableConflict(error))) throw error;
+        if (
+          run >= TRANSACTION_RUNS ||
+          !(
+            error instanceof TransactionRolledBackError ||
+            error instanceof TransactionConflictError ||
+            isRetryableConflict(error)
+          )
+        )
+          throw error;
         await sleep(Math.random() * Math.min(200, 10 * 2 ** run), { keepAlive: true });
         continue;
       }
@@ -261,7 +276,9 @@ export class Producer {
     const created = await this.ledger.replay(id, guard);
     const item = await this.ledger.get(created.id);
     if (item && this.options.wake) {
-      await this.options.wake.publish([{ queue: item.queue, queueClass: item.queueClass, kind: 'replay', ids: [item.id] }]);
+      await this.options.wake.publish([
+        { queue: item.queue, queueClass: item.queueClass, kind: 'replay', ids: [item.id] },
+      ]);
     }
     return created;
   }
@@ -286,7 +303,14 @@ export class Producer {
     return this.ledger.operator.replayDead(filter, async (created) => {
       if (!wake) return;
       const byClass = groupBy(created, (c) => c.queueClass);
-      await wake.publish([...byClass].map(([queueClass, items]) => ({ queue: filter.queue, queueClass, kind: 'replay' as const, ids: items.map((c) => c.id) })));
+      await wake.publish(
+        [...byClass].map(([queueClass, items]) => ({
+          queue: filter.queue,
+          queueClass,
+          kind: 'replay' as const,
+          ids: items.map((c) => c.id),
+        })),
+      );
     });
   }
 

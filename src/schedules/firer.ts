@@ -92,7 +92,8 @@ export class ScheduleFirer {
         this.counters.failures++;
         // A ledger older than schema 12 has no schedules: nothing to fire, and nothing to say on every pass.
         if (errno(error) === ER_NO_SUCH_TABLE) return;
-        if (!this.failing) this.options.log.warn({ err: (error as Error).message }, 'schedule firing failed; trying again every check');
+        if (!this.failing)
+          this.options.log.warn({ err: (error as Error).message }, 'schedule firing failed; trying again every check');
         this.failing = true;
       }
       await this.sleep(waitMs);
@@ -142,7 +143,11 @@ export class ScheduleFirer {
         (done) => {
           this.importedFromRedis = done;
         },
-        (error: unknown) => this.options.log.warn({ err: (error as Error).message }, 'importing the schedules kept in Redis failed; trying again'),
+        (error: unknown) =>
+          this.options.log.warn(
+            { err: (error as Error).message },
+            'importing the schedules kept in Redis failed; trying again',
+          ),
       )
       .finally(() => {
         this.importing = undefined;

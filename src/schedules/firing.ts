@@ -18,7 +18,12 @@ const firing = new WeakMap<Ledger, Held>();
  * Consumer while it runs, so a program running consumers fires schedules as
  * the worker does. Returns the release.
  */
-export function holdScheduleFiring(options: { ledger: Ledger; wake?: WakeChannel | undefined; log: Logger; checkIntervalMs?: number }): () => Promise<void> {
+export function holdScheduleFiring(options: {
+  ledger: Ledger;
+  wake?: WakeChannel | undefined;
+  log: Logger;
+  checkIntervalMs?: number;
+}): () => Promise<void> {
   let held = firing.get(options.ledger);
   if (!held) {
     held = { firer: new ScheduleFirer(options), holders: 0 };

@@ -23,11 +23,19 @@ export async function importRedisSchedules(ledger: Ledger, wake: WakeChannel, lo
   for (const schedule of found) {
     try {
       const made = await ledger.schedules.insertIfAbsent(schedule);
-      log.info({ schedule: schedule.name, made }, made ? 'schedule imported from Redis into the ledger' : 'schedule in Redis already held by the ledger: Redis copy removed');
+      log.info(
+        { schedule: schedule.name, made },
+        made
+          ? 'schedule imported from Redis into the ledger'
+          : 'schedule in Redis already held by the ledger: Redis copy removed',
+      );
     } catch (error) {
       if (!(error instanceof ValidationError)) throw error;
       // Left in Redis, where it no longer fires: an operator recreates it with producer.schedule.
-      log.warn({ schedule: schedule.name, err: error.message }, 'a schedule kept in Redis cannot be imported into the ledger; recreate it');
+      log.warn(
+        { schedule: schedule.name, err: error.message },
+        'a schedule kept in Redis cannot be imported into the ledger; recreate it',
+      );
       continue;
     }
     await wake.timers.removeLegacySchedule(schedule.name);

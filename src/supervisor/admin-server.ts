@@ -75,10 +75,16 @@ export async function startAdminServer(options: AdminServerOptions): Promise<Adm
         sendJson(res, r.ready ? 200 : 503, r);
       },
     ],
-    ['/version', async (res) => sendJson(res, 200, { name: 'lanewake', version: options.version, node: process.version })],
+    [
+      '/version',
+      async (res) => sendJson(res, 200, { name: 'lanewake', version: options.version, node: process.version }),
+    ],
   ]);
   if (metrics) routes.set('/metrics', async (res) => send(res, 200, metrics.contentType, await metrics.metrics()));
-  const dashboard = options.dashboard === undefined ? undefined : createDashboard({ ...options.dashboard, version: options.version }, log);
+  const dashboard =
+    options.dashboard === undefined
+      ? undefined
+      : createDashboard({ ...options.dashboard, version: options.version }, log);
 
   const handle = async (req: IncomingMessage, res: ServerResponse): Promise<void> => {
     const url = urlOf(req.url);
@@ -114,7 +120,11 @@ export async function startAdminServer(options: AdminServerOptions): Promise<Adm
   await new Promise<void>((resolve, reject) => {
     const onError = (error: Error): void => {
       const code = (error as NodeJS.ErrnoException).code;
-      reject(code !== undefined && code in BIND_FAILURES ? new AdminAddressError(host, options.port, code, BIND_FAILURES[code] ?? code, error) : error);
+      reject(
+        code !== undefined && code in BIND_FAILURES
+          ? new AdminAddressError(host, options.port, code, BIND_FAILURES[code] ?? code, error)
+          : error,
+      );
     };
     server.once('error', onError);
     server.listen(options.port, host, () => {
@@ -172,7 +182,10 @@ export async function ledgerReadiness(
       check: async () => {
         const s = await ledger.schemaStatus();
         return s.behind
-          ? { ok: false, detail: `schema version ${s.current} is behind the required ${s.required}: run lanewake migrate` }
+          ? {
+              ok: false,
+              detail: `schema version ${s.current} is behind the required ${s.required}: run lanewake migrate`,
+            }
           : { ok: true, detail: `schema version ${s.current}` };
       },
     },

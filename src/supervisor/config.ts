@@ -20,7 +20,11 @@ export const redisKeyPrefixSchema = z
 type Shape = Record<string, z.ZodType>;
 /** Each field optional and without its default: what a queue entry does not set, the consumer defaults. */
 type LeftUnset<S extends Shape> = {
-  [K in keyof S]: S[K] extends z.ZodDefault<infer T> ? z.ZodOptional<T> : S[K] extends z.ZodOptional ? S[K] : z.ZodOptional<S[K]>;
+  [K in keyof S]: S[K] extends z.ZodDefault<infer T>
+    ? z.ZodOptional<T>
+    : S[K] extends z.ZodOptional
+      ? S[K]
+      : z.ZodOptional<S[K]>;
 };
 
 /**
@@ -32,7 +36,12 @@ type LeftUnset<S extends Shape> = {
 function leftUnset<S extends Shape>(shape: S): LeftUnset<S> {
   const fields = Object.entries(shape).map(([key, field]) => {
     if (!(field instanceof z.ZodDefault)) return [key, field instanceof z.ZodOptional ? field : field.optional()];
-    return [key, (field.unwrap() as z.ZodType).optional().meta({ description: field.description, default: field.def.defaultValue })];
+    return [
+      key,
+      (field.unwrap() as z.ZodType)
+        .optional()
+        .meta({ description: field.description, default: field.def.defaultValue }),
+    ];
   });
   return Object.fromEntries(fields) as LeftUnset<S>;
 }
@@ -72,12 +81,16 @@ export const queueConfigSchema = z
       .unwrap()
       .min(1)
       .optional()
-      .describe('Only these types are claimed here (at least one). Default: every type of the queue, so an item whose type has no handler here ends per `unknownType`.'),
+      .describe(
+        'Only these types are claimed here (at least one). Default: every type of the queue, so an item whose type has no handler here ends per `unknownType`.',
+      ),
     pools: poolsSchema.optional(),
     ownership: z
       .boolean()
       .default(false)
-      .describe('Claims are fenced by this deployment\'s ownership epoch (`lanewake activate`); needs `deployment`. A standby queue claims nothing.'),
+      .describe(
+        "Claims are fenced by this deployment's ownership epoch (`lanewake activate`); needs `deployment`. A standby queue claims nothing.",
+      ),
   })
   .strict();
 
@@ -87,7 +100,10 @@ const ADMIN_FORMS =
 
 export const workerConfigSchema = z
   .object({
-    databaseUrl: z.string().min(1).describe('The ledger: mysql://user:pass@host:port/database (MariaDB 10.11, MySQL 8 or TiDB).'),
+    databaseUrl: z
+      .string()
+      .min(1)
+      .describe('The ledger: mysql://user:pass@host:port/database (MariaDB 10.11, MySQL 8 or TiDB).'),
     redisUrl: z
       .string()
       .min(1)
@@ -96,7 +112,9 @@ export const workerConfigSchema = z
         if (problem !== undefined) ctx.addIssue({ code: 'custom', message: problem });
       })
       .optional()
-      .describe('Redis for wake-ups, timers and control messages. Default: none; consumers then sweep the ledger every `pollIntervalMs`.'),
+      .describe(
+        'Redis for wake-ups, timers and control messages. Default: none; consumers then sweep the ledger every `pollIntervalMs`.',
+      ),
     tablePrefix: z
       .string()
       .default('lw_')
@@ -106,16 +124,25 @@ export const workerConfigSchema = z
     handlers: z
       .string()
       .min(1)
-      .describe('An ES module (path from the working directory) exporting `handlers` (or a default export): { [queue]: { [type]: handler } }.'),
-    queues: z.array(queueConfigSchema).min(1, 'name at least one queue').describe('The queues this worker runs, one consumer each (see Queue config).'),
-    drainTimeoutMs: consumerField.drainTimeoutMs.describe('At SIGTERM/SIGINT: how long (ms) running handlers may take to finish before they are aborted (reason shutdown).'),
+      .describe(
+        'An ES module (path from the working directory) exporting `handlers` (or a default export): { [queue]: { [type]: handler } }.',
+      ),
+    queues: z
+      .array(queueConfigSchema)
+      .min(1, 'name at least one queue')
+      .describe('The queues this worker runs, one consumer each (see Queue config).'),
+    drainTimeoutMs: consumerField.drainTimeoutMs.describe(
+      'At SIGTERM/SIGINT: how long (ms) running handlers may take to finish before they are aborted (reason shutdown).',
+    ),
     reconcileIntervalMs: z
       .number()
       .int()
       .min(100)
       .max(3_600_000)
       .default(10_000)
-      .describe('Reconciler interval (ms): expired leases back to pending, dependency probes, retention purge, stream trimming, gauges.'),
+      .describe(
+        'Reconciler interval (ms): expired leases back to pending, dependency probes, retention purge, stream trimming, gauges.',
+      ),
     retentionMs: z
       .number()
       .int()
@@ -130,7 +157,13 @@ export const workerConfigSchema = z
           z
             .object({
               host: z.string().min(1).default('127.0.0.1').describe('Address the admin HTTP server binds.'),
-              port: z.number().int().min(0).max(65_535).default(9464).describe('Port of the admin HTTP server (0 = any free port).'),
+              port: z
+                .number()
+                .int()
+                .min(0)
+                .max(65_535)
+                .default(9464)
+                .describe('Port of the admin HTTP server (0 = any free port).'),
             })
             .strict(),
         ],
@@ -143,22 +176,33 @@ export const workerConfigSchema = z
       .min(16, 'must be at least 16 characters')
       .max(512)
       .optional()
-      .describe('The token the dashboard\'s actions (replay, cancel, pause, purge) must send (x-lanewake-admin-token). Default: none, the dashboard is read-only.'),
-    showPayloads: z.boolean().default(false).describe("Show items' payloads in the dashboard (/api/items/<id>). Default: hidden."),
-    deployment: workerName.optional().describe("This process's deployment name, for ownership epochs. Default: none (required by a queue with `ownership`)."),
+      .describe(
+        "The token the dashboard's actions (replay, cancel, pause, purge) must send (x-lanewake-admin-token). Default: none, the dashboard is read-only.",
+      ),
+    showPayloads: z
+      .boolean()
+      .default(false)
+      .describe("Show items' payloads in the dashboard (/api/items/<id>). Default: hidden."),
+    deployment: workerName
+      .optional()
+      .describe(
+        "This process's deployment name, for ownership epochs. Default: none (required by a queue with `ownership`).",
+      ),
     ownershipCheckMs: z
       .number()
       .int()
       .min(100)
       .max(600_000)
       .default(5_000)
-      .describe('How often (ms) the worker reads its queues\' ownership epochs from the ledger (a control message also tells it at once).'),
+      .describe(
+        "How often (ms) the worker reads its queues' ownership epochs from the ledger (a control message also tells it at once).",
+      ),
     schedules: z
       .array(scheduleSchema)
       .max(10_000)
       .optional()
       .describe(
-        'Recurring schedules this file declares (see Schedule config), made the ledger\'s at start: each is made or replaced, and the ones an earlier file declared that this one does not are removed; schedules made through the API stay. Default: unset, the ledger\'s schedules are left as they are (`[]` removes every file-declared one).',
+        "Recurring schedules this file declares (see Schedule config), made the ledger's at start: each is made or replaced, and the ones an earlier file declared that this one does not are removed; schedules made through the API stay. Default: unset, the ledger's schedules are left as they are (`[]` removes every file-declared one).",
       ),
     scheduleCheckMs: z
       .number()
@@ -166,21 +210,29 @@ export const workerConfigSchema = z
       .min(10)
       .max(60_000)
       .default(DEFAULT_SCHEDULE_CHECK_MS)
-      .describe('The longest (ms) the worker goes without looking for due schedules in the ledger; it also looks at each next fire time. How late a fire can be when its schedule was made or resumed elsewhere.'),
+      .describe(
+        'The longest (ms) the worker goes without looking for due schedules in the ledger; it also looks at each next fire time. How late a fire can be when its schedule was made or resumed elsewhere.',
+      ),
   })
   .strict()
   .superRefine((c, ctx) => {
     const seen = new Set<string>();
     c.queues.forEach((q, i) => {
-      if (seen.has(q.name)) ctx.addIssue({ code: 'custom', path: ['queues', i, 'name'], message: `queue ${q.name} is listed twice` });
+      if (seen.has(q.name))
+        ctx.addIssue({ code: 'custom', path: ['queues', i, 'name'], message: `queue ${q.name} is listed twice` });
       seen.add(q.name);
       if (q.ownership && c.deployment === undefined) {
-        ctx.addIssue({ code: 'custom', path: ['deployment'], message: `queue ${q.name} uses ownership epochs: name this deployment` });
+        ctx.addIssue({
+          code: 'custom',
+          path: ['deployment'],
+          message: `queue ${q.name} uses ownership epochs: name this deployment`,
+        });
       }
     });
     const names = new Set<string>();
     c.schedules?.forEach((s, i) => {
-      if (names.has(s.name)) ctx.addIssue({ code: 'custom', path: ['schedules', i, 'name'], message: `schedule ${s.name} is listed twice` });
+      if (names.has(s.name))
+        ctx.addIssue({ code: 'custom', path: ['schedules', i, 'name'], message: `schedule ${s.name} is listed twice` });
       names.add(s.name);
     });
   });
@@ -278,7 +330,14 @@ export function configFromEnv(env: NodeJS.ProcessEnv): Partial<Record<keyof Work
   for (const [name, { field, kind }] of Object.entries(ENV_FIELDS)) {
     const v = env[name];
     if (v === undefined || v === '') continue;
-    out[field] = kind === 'int' ? numberOrText(v) : kind === 'queues' ? parseQueueList(v) : kind === 'admin' ? parseAdminAddress(v) : v;
+    out[field] =
+      kind === 'int'
+        ? numberOrText(v)
+        : kind === 'queues'
+          ? parseQueueList(v)
+          : kind === 'admin'
+            ? parseAdminAddress(v)
+            : v;
   }
   return out;
 }
@@ -309,13 +368,17 @@ export function refineQueues(earlier: unknown, later: unknown): unknown {
   const out: unknown[] = [...earlier];
   const refined = new Set<number>();
   for (const entry of later) {
-    const at = isRecord(entry) ? out.findIndex((q, i) => i < earlier.length && !refined.has(i) && isRecord(q) && q.name === entry.name) : -1;
+    const at = isRecord(entry)
+      ? out.findIndex((q, i) => i < earlier.length && !refined.has(i) && isRecord(q) && q.name === entry.name)
+      : -1;
     if (at < 0) {
       out.push(entry);
       continue;
     }
     refined.add(at);
-    const defined = Object.fromEntries(Object.entries(entry as Record<string, unknown>).filter(([, v]) => v !== undefined));
+    const defined = Object.fromEntries(
+      Object.entries(entry as Record<string, unknown>).filter(([, v]) => v !== undefined),
+    );
     out[at] = { ...(out[at] as Record<string, unknown>), ...defined };
   }
   return out;

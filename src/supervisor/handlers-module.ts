@@ -15,19 +15,39 @@ export async function loadHandlersModule(path: string, cwd = process.cwd()): Pro
   try {
     mod = (await import(pathToFileURL(resolve(cwd, path)).href)) as Record<string, unknown>;
   } catch (error) {
-    throw new ValidationError([{ field: 'handlers', message: `cannot load ${path}: ${(error as Error).message}` }], 'worker config');
+    throw new ValidationError(
+      [{ field: 'handlers', message: `cannot load ${path}: ${(error as Error).message}` }],
+      'worker config',
+    );
   }
   const table = (mod.handlers ?? mod.default) as unknown;
   if (typeof table !== 'object' || table === null) {
-    throw new ValidationError([{ field: 'handlers', message: `${path} must export \`handlers\` (or a default export): { [queue]: { [type]: handler } }` }], 'worker config');
+    throw new ValidationError(
+      [
+        {
+          field: 'handlers',
+          message: `${path} must export \`handlers\` (or a default export): { [queue]: { [type]: handler } }`,
+        },
+      ],
+      'worker config',
+    );
   }
   for (const [queue, types] of Object.entries(table)) {
     if (typeof types !== 'object' || types === null) {
-      throw new ValidationError([{ field: `handlers.${queue}`, message: 'must map types to handlers' }], 'worker config');
+      throw new ValidationError(
+        [{ field: `handlers.${queue}`, message: 'must map types to handlers' }],
+        'worker config',
+      );
     }
     for (const [type, h] of Object.entries(types as Record<string, unknown>)) {
-      const ok = typeof h === 'function' || (typeof h === 'object' && h !== null && typeof (h as { handle?: unknown }).handle === 'function');
-      if (!ok) throw new ValidationError([{ field: `handlers.${queue}.${type}`, message: 'must be a function or { handle }' }], 'worker config');
+      const ok =
+        typeof h === 'function' ||
+        (typeof h === 'object' && h !== null && typeof (h as { handle?: unknown }).handle === 'function');
+      if (!ok)
+        throw new ValidationError(
+          [{ field: `handlers.${queue}.${type}`, message: 'must be a function or { handle }' }],
+          'worker config',
+        );
     }
   }
   return table as HandlersByQueue;

@@ -23,7 +23,11 @@ export const HANDLER_BUCKETS_SECONDS: readonly number[] = [
  * conventions keep for counters (`promtool check metrics` flags them). Each is
  * the sum of its labelled sibling without the suffix: `sum without (type) (nodejs_active_handles)`.
  */
-const DROPPED_DEFAULT_METRICS = ['nodejs_active_handles_total', 'nodejs_active_requests_total', 'nodejs_active_resources_total'] as const;
+const DROPPED_DEFAULT_METRICS = [
+  'nodejs_active_handles_total',
+  'nodejs_active_requests_total',
+  'nodejs_active_resources_total',
+] as const;
 
 export interface LanewakeMetricsOptions {
   /** Node process metrics (CPU, memory, event loop lag, GC, handles) under their standard names (`process_*`, `nodejs_*`). Default true. */
@@ -32,7 +36,13 @@ export interface LanewakeMetricsOptions {
 
 /** The consumer counters folded into a Prometheus counter at each scrape. */
 type FoldedCounter = 'wakeEntriesRead' | 'handedOver' | 'stepsRecorded' | 'stepsResumed' | 'progressWrites';
-const FOLDED_COUNTERS: readonly FoldedCounter[] = ['wakeEntriesRead', 'handedOver', 'stepsRecorded', 'stepsResumed', 'progressWrites'];
+const FOLDED_COUNTERS: readonly FoldedCounter[] = [
+  'wakeEntriesRead',
+  'handedOver',
+  'stepsRecorded',
+  'stepsResumed',
+  'progressWrites',
+];
 
 /** What the scrape-time collectors read from one observed consumer. */
 interface ObservedConsumer {
@@ -96,27 +106,63 @@ export class LanewakeMetrics {
     const itemCounter = (name: string, help: string): Counter<ItemLabels> =>
       new Counter({ name, help, labelNames: ['queue', 'type'] as const, registers });
 
-    this.claimed = itemCounter('lanewake_items_claimed_total', 'Items claimed by this process (one per handler start).');
+    this.claimed = itemCounter(
+      'lanewake_items_claimed_total',
+      'Items claimed by this process (one per handler start).',
+    );
     this.completed = itemCounter('lanewake_items_completed_total', 'Items this process finalized as completed.');
     this.retried = itemCounter('lanewake_items_retried_total', 'Failed attempts this process scheduled for a retry.');
-    this.dead = itemCounter('lanewake_items_dead_total', 'Items this process finalized as dead (permanent error, budget spent, invalid payload, unowned type).');
-    this.released = itemCounter('lanewake_items_released_total', 'Items this process released without spending an attempt (defer, deadline, shutdown).');
-    this.skipped = itemCounter('lanewake_items_skipped_total', 'Items this process finalized as skipped (the handler threw SkipError or called ctx.skip: nothing to do).');
-    this.leaseLost = itemCounter('lanewake_lease_lost_total', 'Attempts whose lease was lost before their outcome could be written.');
-    this.coalesced = itemCounter('lanewake_items_coalesced_total', "Items that ran in a coalesced group behind its head, in one handler call with it (the heads are counted as claimed).");
+    this.dead = itemCounter(
+      'lanewake_items_dead_total',
+      'Items this process finalized as dead (permanent error, budget spent, invalid payload, unowned type).',
+    );
+    this.released = itemCounter(
+      'lanewake_items_released_total',
+      'Items this process released without spending an attempt (defer, deadline, shutdown).',
+    );
+    this.skipped = itemCounter(
+      'lanewake_items_skipped_total',
+      'Items this process finalized as skipped (the handler threw SkipError or called ctx.skip: nothing to do).',
+    );
+    this.leaseLost = itemCounter(
+      'lanewake_lease_lost_total',
+      'Attempts whose lease was lost before their outcome could be written.',
+    );
+    this.coalesced = itemCounter(
+      'lanewake_items_coalesced_total',
+      'Items that ran in a coalesced group behind its head, in one handler call with it (the heads are counted as claimed).',
+    );
 
     // Read from the consumers' counters at each scrape (both fold all of them: either may be collected first).
     const foldedCounter = (name: string, help: string): Counter<'queue'> =>
-      new Counter({ name, help, labelNames: ['queue'] as const, registers, collect: () => this.foldConsumerCounters() });
+      new Counter({
+        name,
+        help,
+        labelNames: ['queue'] as const,
+        registers,
+        collect: () => this.foldConsumerCounters(),
+      });
     this.folded = {
-      wakeEntriesRead: foldedCounter('lanewake_wake_entries_read_total', 'Wake-up stream entries read by this process.'),
+      wakeEntriesRead: foldedCounter(
+        'lanewake_wake_entries_read_total',
+        'Wake-up stream entries read by this process.',
+      ),
       handedOver: foldedCounter(
         'lanewake_items_handed_over_total',
         "Items producers inserted claimed under this process's offers and handed over (started with no claim round trip; docs/design.md §6).",
       ),
-      stepsRecorded: foldedCounter('lanewake_steps_recorded_total', 'Durable steps (ctx.step) this process ran and recorded.'),
-      stepsResumed: foldedCounter('lanewake_steps_resumed_total', 'Durable steps found done by an earlier attempt, whose result was returned without running them again.'),
-      progressWrites: foldedCounter('lanewake_progress_writes_total', 'ctx.progress reports this process wrote to the ledger (at most one per item per second).'),
+      stepsRecorded: foldedCounter(
+        'lanewake_steps_recorded_total',
+        'Durable steps (ctx.step) this process ran and recorded.',
+      ),
+      stepsResumed: foldedCounter(
+        'lanewake_steps_resumed_total',
+        'Durable steps found done by an earlier attempt, whose result was returned without running them again.',
+      ),
+      progressWrites: foldedCounter(
+        'lanewake_progress_writes_total',
+        'ctx.progress reports this process wrote to the ledger (at most one per item per second).',
+      ),
     };
     this.progress = new Gauge({
       name: 'lanewake_progress_percent',
@@ -181,7 +227,12 @@ export class LanewakeMetrics {
       help: 'Items this process holds: handlers running plus outcomes being written.',
       labelNames: ['queue'] as const,
       registers,
-      collect: () => this.setPerQueue(this.inFlight, (c) => c.inFlight(), (a, b) => a + b),
+      collect: () =>
+        this.setPerQueue(
+          this.inFlight,
+          (c) => c.inFlight(),
+          (a, b) => a + b,
+        ),
     });
     this.paused = new Gauge({
       name: 'lanewake_consumer_paused',
@@ -257,7 +308,8 @@ export class LanewakeMetrics {
       // created_at is on the ledger's clock; a clock behind ours must not give a negative latency.
       this.enqueueToStart.observe(labels, Math.max(0, Date.now() - item.createdAt.getTime()) / 1000);
       // Both on the ledger's clock. A claim of an item not yet due is impossible, but a handover's start may tie its due time.
-      if (item.startedAt !== null) this.queueLag.observe(labels, Math.max(0, item.startedAt.getTime() - item.runAfter.getTime()) / 1000);
+      if (item.startedAt !== null)
+        this.queueLag.observe(labels, Math.max(0, item.startedAt.getTime() - item.runAfter.getTime()) / 1000);
     };
     const onOutcome = (item: ClaimedItem, outcome: Outcome, handlerMs: number | undefined): void => {
       const labels = { queue: item.queue, type: item.type };
@@ -347,7 +399,11 @@ export class LanewakeMetrics {
   }
 
   /** A per-queue gauge set from the observed consumers: each one's `value`, combined per queue. */
-  private setPerQueue(gauge: Gauge<'queue'>, value: (c: ObservedConsumer) => number, combine: (a: number, b: number) => number): void {
+  private setPerQueue(
+    gauge: Gauge<'queue'>,
+    value: (c: ObservedConsumer) => number,
+    combine: (a: number, b: number) => number,
+  ): void {
     const byQueue = new Map<string, number>();
     for (const c of this.observed) {
       const prev = byQueue.get(c.queue);

@@ -85,7 +85,10 @@ export class QueueRunner {
       this.detach?.();
       this.detach = undefined;
       const delay = this.backoff.delayAfter(Date.now() - startedAt);
-      log.error({ queue: queue.name, reason, restartInMs: delay, restarts: this.restarts }, 'consumer crashed; restarting');
+      log.error(
+        { queue: queue.name, reason, restartInMs: delay, restarts: this.restarts },
+        'consumer crashed; restarting',
+      );
       await Promise.race([sleep(delay), this.stopped]);
     }
   }

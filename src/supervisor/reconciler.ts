@@ -59,8 +59,11 @@ export class Reconciler {
   async pass(): Promise<MaintenancePass> {
     const { log } = this.options;
     const r = await this.maintainer.pass();
-    for (const f of r.failed) log.warn({ queue: f.queue, err: f.error.message }, 'reconcile pass failed; next pass retries');
-    await this.options.afterPass?.().catch((error: unknown) => log.warn({ err: (error as Error).message }, 'gauge refresh failed'));
+    for (const f of r.failed)
+      log.warn({ queue: f.queue, err: f.error.message }, 'reconcile pass failed; next pass retries');
+    await this.options
+      .afterPass?.()
+      .catch((error: unknown) => log.warn({ err: (error as Error).message }, 'gauge refresh failed'));
     return r;
   }
 
@@ -71,7 +74,8 @@ export class Reconciler {
       const startedAtMs = Date.now();
       this.running = this.pass()
         .then((r) => {
-          if (reconcilePassChannel.hasSubscribers) reconcilePassChannel.publish(passMessage(r, this.options.intervalMs, dueAtMs, startedAtMs));
+          if (reconcilePassChannel.hasSubscribers)
+            reconcilePassChannel.publish(passMessage(r, this.options.intervalMs, dueAtMs, startedAtMs));
         })
         .finally(() => {
           this.running = undefined;
@@ -83,7 +87,12 @@ export class Reconciler {
 }
 
 /** A timed pass as the diagnostics channel carries it. */
-function passMessage(r: MaintenancePass, intervalMs: number, dueAtMs: number, startedAtMs: number): ReconcilePassMessage {
+function passMessage(
+  r: MaintenancePass,
+  intervalMs: number,
+  dueAtMs: number,
+  startedAtMs: number,
+): ReconcilePassMessage {
   return {
     intervalMs,
     dueAtMs,

@@ -24,7 +24,10 @@ export interface RunningWorker {
  * anything; /readyz answers 503 until the supervisor has started. The caller
  * owns signals and the process exit.
  */
-export async function startWorker(config: WorkerConfig, opts: { handlers?: HandlersByQueue; logger?: Logger } = {}): Promise<RunningWorker> {
+export async function startWorker(
+  config: WorkerConfig,
+  opts: { handlers?: HandlersByQueue; logger?: Logger } = {},
+): Promise<RunningWorker> {
   const log = opts.logger ?? createLogger('lanewake.worker');
   const handlers = opts.handlers ?? (await loadHandlersModule(config.handlers));
   const metrics = new LanewakeMetrics();
@@ -53,7 +56,8 @@ export async function startWorker(config: WorkerConfig, opts: { handlers?: Handl
       handlers,
       logger: log,
       onConsumer: (consumer) => metrics.observeConsumer(consumer),
-      afterReconcile: async (ledger) => void (await metrics.refreshFleetGauges(ledger, { everyMs: config.reconcileIntervalMs })),
+      afterReconcile: async (ledger) =>
+        void (await metrics.refreshFleetGauges(ledger, { everyMs: config.reconcileIntervalMs })),
       beforeLedgerClose: (ledger) => metrics.releaseFleetGauges(ledger),
     });
     metrics.observeLedger(supervisor.ledger);

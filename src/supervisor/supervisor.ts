@@ -69,13 +69,20 @@ export class Supervisor {
     this.log = options.logger ?? createLogger('lanewake.worker');
     for (const q of config.queues) {
       if (!options.handlers[q.name]) {
-        throw new ValidationError([{ field: `handlers.${q.name}`, message: `the handler module has no handlers for queue ${q.name}` }], 'worker config');
+        throw new ValidationError(
+          [{ field: `handlers.${q.name}`, message: `the handler module has no handlers for queue ${q.name}` }],
+          'worker config',
+        );
       }
     }
     // Planned here, so a pool that cannot be is refused before anything starts, its field named.
-    this.pools = config.queues.map((q, i) => (q.pools === undefined ? [undefined] : planPools(q.concurrency, q.pools, q.classes, `queues.${i}.pools`)));
+    this.pools = config.queues.map((q, i) =>
+      q.pools === undefined ? [undefined] : planPools(q.concurrency, q.pools, q.classes, `queues.${i}.pools`),
+    );
     this.ledger = new Ledger({ url: config.databaseUrl, poolSize: config.poolSize, tablePrefix: config.tablePrefix });
-    this.wake = config.redisUrl ? new WakeChannel({ redis: config.redisUrl, keyPrefix: config.redisKeyPrefix, logger: this.log }) : undefined;
+    this.wake = config.redisUrl
+      ? new WakeChannel({ redis: config.redisUrl, keyPrefix: config.redisKeyPrefix, logger: this.log })
+      : undefined;
     this.done = new Promise((resolve) => {
       this.resolveDone = resolve;
     });
@@ -86,7 +93,12 @@ export class Supervisor {
     await this.schemaChecked();
     await this.reconcileSchedules();
     // Held before any consumer of this ledger holds it, so the firer runs with this config's check interval.
-    this.releaseFiring = holdScheduleFiring({ ledger: this.ledger, wake: this.wake, log: this.log, checkIntervalMs: config.scheduleCheckMs });
+    this.releaseFiring = holdScheduleFiring({
+      ledger: this.ledger,
+      wake: this.wake,
+      log: this.log,
+      checkIntervalMs: config.scheduleCheckMs,
+    });
     for (const [i, q] of config.queues.entries()) {
       const runners = (this.pools[i] ?? [undefined]).map(
         (pool) =>
@@ -172,7 +184,9 @@ export class Supervisor {
       await this.reconciler?.stop();
       await this.releaseFiring?.();
       // Bounded: a ledger that is down must not hold the stop (the lease then runs out by itself).
-      const hook = this.options.beforeLedgerClose?.(this.ledger).catch((error: unknown) => this.log.warn({ err: (error as Error).message }, 'stop hook failed'));
+      const hook = this.options
+        .beforeLedgerClose?.(this.ledger)
+        .catch((error: unknown) => this.log.warn({ err: (error as Error).message }, 'stop hook failed'));
       if (hook) await Promise.race([hook, sleep(STOP_HOOK_MS)]);
       await this.wake?.close().catch(() => undefined);
       await this.ledger.close().catch(() => undefined);
@@ -188,10 +202,15 @@ export class Supervisor {
       name: `ownership:${queue}`,
       check: async () => {
         const o = this.ownership.get(queue);
-        return o?.state === 'owner' ? { ok: true, detail: `epoch ${o.epoch}` } : { ok: false, detail: o?.state ?? 'unknown' };
+        return o?.state === 'owner'
+          ? { ok: true, detail: `epoch ${o.epoch}` }
+          : { ok: false, detail: o?.state ?? 'unknown' };
       },
     }));
-    extra.push({ name: 'shutdown', check: async () => (this.stopping ? { ok: false, detail: 'stopping' } : { ok: true }) });
+    extra.push({
+      name: 'shutdown',
+      check: async () => (this.stopping ? { ok: false, detail: 'stopping' } : { ok: true }),
+    });
     return ledgerReadiness(this.ledger, extra);
   }
 
@@ -260,7 +279,11 @@ export class Supervisor {
     await Promise.all(groups.map((queues) => this.watchControlOf(wake, queues, from)));
   }
 
-  private async watchControlOf(wake: WakeChannel, queues: readonly string[], from: ReadonlyMap<string, string>): Promise<void> {
+  private async watchControlOf(
+    wake: WakeChannel,
+    queues: readonly string[],
+    from: ReadonlyMap<string, string>,
+  ): Promise<void> {
     const client = createRedisClient(wake.options.redis, 'lanewake:supervisor:control', 'blocking');
     this.controlClients.push(client);
     const after = new Map<string, string>();
@@ -307,7 +330,10 @@ export class Supervisor {
         if (!ours || current?.epoch !== mine.epoch) {
           this.ownership.set(queue, { state: 'lost', ...(mine.epoch !== undefined ? { epoch: mine.epoch } : {}) });
           this.exitCode = EXIT_OWNERSHIP_LOST;
-          this.log.warn({ queue, ourEpoch: mine.epoch, now: current }, 'ownership lost to a newer activation: stopping');
+          this.log.warn(
+            { queue, ourEpoch: mine.epoch, now: current },
+            'ownership lost to a newer activation: stopping',
+          );
           void this.stop();
           return;
         }

@@ -68,11 +68,15 @@ export async function drainQueue<DB>(ledger: Ledger, options: DrainOptions<DB>):
     // Idle twice in a row, with a sweep of the consumer between: a claim in flight at the first look is seen by the second.
     let idleSinceSweep: number | undefined;
     for (;;) {
-      const idle = consumer.inFlight === 0 && (await queueIdle(ledger, options.queue, options.scheduled ?? false)) && consumer.inFlight === 0;
+      const idle =
+        consumer.inFlight === 0 &&
+        (await queueIdle(ledger, options.queue, options.scheduled ?? false)) &&
+        consumer.inFlight === 0;
       if (!idle) idleSinceSweep = undefined;
       else if (idleSinceSweep === undefined) idleSinceSweep = consumer.counters.sweeps;
       else if (consumer.counters.sweeps > idleSinceSweep) break;
-      if (Date.now() > deadline) throw new Error(`drain of ${options.queue}: not idle after ${options.timeoutMs ?? 30_000} ms`);
+      if (Date.now() > deadline)
+        throw new Error(`drain of ${options.queue}: not idle after ${options.timeoutMs ?? 30_000} ms`);
       await sleep(IDLE_CHECK_MS);
     }
   } finally {
@@ -82,7 +86,16 @@ export async function drainQueue<DB>(ledger: Ledger, options: DrainOptions<DB>):
   for (const [id, outcomes] of runs) {
     const item = await ledger.get(id);
     if (item === undefined) continue; // purged meanwhile
-    out.push({ id, type: item.type, state: item.state, result: item.result, error: item.lastError, failureClass: item.failureClass, attempts: item.attempt, runs: outcomes });
+    out.push({
+      id,
+      type: item.type,
+      state: item.state,
+      result: item.result,
+      error: item.lastError,
+      failureClass: item.failureClass,
+      attempts: item.attempt,
+      runs: outcomes,
+    });
   }
   return out.sort((a, b) => (a.id < b.id ? -1 : a.id > b.id ? 1 : 0));
 }
@@ -93,5 +106,10 @@ export async function drainQueue<DB>(ledger: Ledger, options: DrainOptions<DB>):
  */
 async function queueIdle(ledger: Ledger, queue: string, scheduled: boolean): Promise<boolean> {
   const [stats] = await ledger.stats(queue);
-  return stats === undefined || (exactCount(stats.counts.processing) === 0 && stats.oldestDueAgeMs === 0 && (!scheduled || exactCount(stats.scheduled) === 0));
+  return (
+    stats === undefined ||
+    (exactCount(stats.counts.processing) === 0 &&
+      stats.oldestDueAgeMs === 0 &&
+      (!scheduled || exactCount(stats.scheduled) === 0))
+  );
 }

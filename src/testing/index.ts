@@ -20,7 +20,11 @@ export interface TestRunner {
    * schema's input as `payload` and is checked against the schema as the consumer would.
    */
   run<In, DB>(handler: TypedEntry<In, DB>, job: TestJob<In>, options?: RunOptions<DB>): Promise<RunResult>;
-  run<P, DB>(handler: HandlerEntry<DB> & ((job: { payload: P }, ...rest: never[]) => unknown), job: TestJob<P>, options?: RunOptions<DB>): Promise<RunResult>;
+  run<P, DB>(
+    handler: HandlerEntry<DB> & ((job: { payload: P }, ...rest: never[]) => unknown),
+    job: TestJob<P>,
+    options?: RunOptions<DB>,
+  ): Promise<RunResult>;
   /**
    * Runs a queue in process against the ledger until it is idle (no due
    * lane head, nothing processing), through a real Consumer that sweeps the
@@ -33,7 +37,8 @@ export interface TestRunner {
 /** The test helper: `const runner = createTestRunner({ ledger })`. */
 export function createTestRunner(options: TestRunnerOptions = {}): TestRunner {
   return {
-    run: <DB>(handler: HandlerEntry<DB>, job: TestJob, runOptions?: RunOptions<DB>) => runInline(handler, job, runOptions),
+    run: <DB>(handler: HandlerEntry<DB>, job: TestJob, runOptions?: RunOptions<DB>) =>
+      runInline(handler, job, runOptions),
     drain: (drainOptions) => {
       if (options.ledger === undefined) throw new Error('drain() needs a ledger: createTestRunner({ ledger })');
       return drainQueue(options.ledger, drainOptions);

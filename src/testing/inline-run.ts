@@ -2,8 +2,21 @@ import { randomUUID } from 'node:crypto';
 import type { Kysely, Transaction } from 'kysely';
 import { ValidationError, fieldPath } from '../errors.js';
 import { encodeProgress } from '../ledger/outcomes.js';
-import { BlockOnError, DeferError, JobAbortedError, PermanentError, SkipError, type AbortReason } from '../consumer/errors.js';
-import { normalizeHandler, type HandlerEntry, type Job, type JobContext, type RegisteredHandler } from '../consumer/types.js';
+import {
+  BlockOnError,
+  DeferError,
+  JobAbortedError,
+  PermanentError,
+  SkipError,
+  type AbortReason,
+} from '../consumer/errors.js';
+import {
+  normalizeHandler,
+  type HandlerEntry,
+  type Job,
+  type JobContext,
+  type RegisteredHandler,
+} from '../consumer/types.js';
 import { DEFAULT_MAX_ATTEMPTS, type EnqueueInput } from '../ledger/inputs.js';
 import { stageName, validate } from '../ledger/validation.js';
 import { checkSchema } from '../jobs/standard-schema.js';
@@ -79,7 +92,11 @@ export type TypedEntry<In, DB> = RegisteredHandler<DB> & { readonly '~payload'?:
  * memory except `ctx.transaction` (your database), and answers how the
  * engine would end the item. Nothing touches the ledger.
  */
-export async function runInline<DB>(entry: HandlerEntry<DB>, input: TestJob, options: RunOptions<DB> = {}): Promise<RunResult> {
+export async function runInline<DB>(
+  entry: HandlerEntry<DB>,
+  input: TestJob,
+  options: RunOptions<DB> = {},
+): Promise<RunResult> {
   const def = normalizeHandler(entry);
   if (def.batch !== undefined) throw new Error('run() takes one item at a time: drain a queue to run a batch handler');
   const attempt = input.attempt ?? 1;
@@ -96,19 +113,30 @@ export async function runInline<DB>(entry: HandlerEntry<DB>, input: TestJob, opt
     fence: { token: randomUUID(), epoch: null, attempt },
     enqueuedAt: input.enqueuedAt ?? new Date(),
   };
-  const state = { progress: [] as unknown[], checkpoint: job.checkpoint, steps: { ...options.steps } as Record<string, unknown>, enqueued: [] as EnqueueInput[], stages: [] as { name: string; ms: number }[] };
+  const state = {
+    progress: [] as unknown[],
+    checkpoint: job.checkpoint,
+    steps: { ...options.steps } as Record<string, unknown>,
+    enqueued: [] as EnqueueInput[],
+    stages: [] as { name: string; ms: number }[],
+  };
   const answer = (outcome: RunOutcome): RunResult => ({ ...outcome, job, ...state });
 
   if (def.schema !== undefined) {
     const check = await checkSchema(def.schema, input.payload);
     if (!check.ok) {
-      const error = new ValidationError(check.issues.map((i) => ({ field: fieldPath('payload', i.path), message: i.message })), "payload does not match the handler's schema");
+      const error = new ValidationError(
+        check.issues.map((i) => ({ field: fieldPath('payload', i.path), message: i.message })),
+        "payload does not match the handler's schema",
+      );
       return answer({ outcome: 'failed', error, failureClass: 'invalid_payload' });
     }
     job.payload = check.value;
   }
   // A coalescing type's run always sees its group; run() runs one item, a group of one.
-  if (def.coalesce !== undefined) job.coalesced = def.coalesce === 'latest' ? { ids: [job.id], count: 1 } : { ids: [job.id], count: 1, payloads: [job.payload] };
+  if (def.coalesce !== undefined)
+    job.coalesced =
+      def.coalesce === 'latest' ? { ids: [job.id], count: 1 } : { ids: [job.id], count: 1, payloads: [job.payload] };
 
   const controller = new AbortController();
   const abortReason = options.abortReason ?? 'cancelled';
@@ -148,7 +176,10 @@ export async function runInline<DB>(entry: HandlerEntry<DB>, input: TestJob, opt
       return result!;
     },
     enqueueMany: async (inputs) => {
-      if (outbox === undefined) throw new Error('ctx.enqueue runs only inside ctx.transaction: follow-up items commit with the completion (docs/design.md §4, the outbox)');
+      if (outbox === undefined)
+        throw new Error(
+          'ctx.enqueue runs only inside ctx.transaction: follow-up items commit with the completion (docs/design.md §4, the outbox)',
+        );
       const taken = outbox;
       return inputs.map((input) => {
         taken.push(input);
@@ -164,9 +195,15 @@ export async function runInline<DB>(entry: HandlerEntry<DB>, input: TestJob, opt
       encodeProgress(value);
       state.progress.push(value);
     },
-    step: (async <T>(name: string, fn: ((trx: Transaction<DB>) => Promise<T>) | (() => Promise<T>), stepOptions?: { transaction: true }): Promise<T> => {
+    step: (async <T>(
+      name: string,
+      fn: ((trx: Transaction<DB>) => Promise<T>) | (() => Promise<T>),
+      stepOptions?: { transaction: true },
+    ): Promise<T> => {
       if (Object.hasOwn(state.steps, name)) return state.steps[name] as T;
-      const value = stepOptions?.transaction ? await inTransaction(fn as (trx: Transaction<DB>) => Promise<T>) : await (fn as () => Promise<T>)();
+      const value = stepOptions?.transaction
+        ? await inTransaction(fn as (trx: Transaction<DB>) => Promise<T>)
+        : await (fn as () => Promise<T>)();
       // What a later attempt gets back is the recorded JSON, not the object fn returned.
       state.steps[name] = value === undefined ? null : JSON.parse(JSON.stringify(value));
       return value;
@@ -188,7 +225,8 @@ export async function runInline<DB>(entry: HandlerEntry<DB>, input: TestJob, opt
   try {
     const value = await def.handle(job, ctx);
     if (committed !== undefined) return answer({ outcome: 'completed', result: committed.value });
-    if (controller.signal.aborted) return answer({ outcome: 'aborted', reason: abortReason, error: controller.signal.reason });
+    if (controller.signal.aborted)
+      return answer({ outcome: 'aborted', reason: abortReason, error: controller.signal.reason });
     return answer({ outcome: 'completed', result: value });
   } catch (error) {
     return answer(outcomeOfThrown(error, job, controller.signal.aborted ? abortReason : undefined));
@@ -201,7 +239,12 @@ export async function runInline<DB>(entry: HandlerEntry<DB>, input: TestJob, opt
 function outcomeOfThrown(error: unknown, job: Job, aborted: AbortReason | undefined): RunOutcome {
   if (aborted !== undefined) return { outcome: 'aborted', reason: aborted, error };
   if (error instanceof SkipError) return { outcome: 'skipped', error, reason: error.reason };
-  if (error instanceof PermanentError) return { outcome: 'failed', error, failureClass: /^[a-z0-9_.:-]{1,64}$/.test(error.failureClass) ? error.failureClass : 'permanent' };
+  if (error instanceof PermanentError)
+    return {
+      outcome: 'failed',
+      error,
+      failureClass: /^[a-z0-9_.:-]{1,64}$/.test(error.failureClass) ? error.failureClass : 'permanent',
+    };
   if (error instanceof DeferError) return { outcome: 'released', error, runAt: error.runAt };
   if (error instanceof BlockOnError) return { outcome: 'blocked', error, dependencyKey: error.dependencyKey };
   if (job.attempt >= job.maxAttempts) return { outcome: 'failed', error, failureClass: 'error' };

@@ -99,7 +99,8 @@ function processDuration(o: Otel): Histogram {
   const m = meter(o);
   if (m.fresh || histogram === undefined) {
     histogram = m.meter.createHistogram(PROCESS_DURATION, {
-      description: 'Duration of processing operation: one attempt of a lanewake item, from its start to its outcome written.',
+      description:
+        'Duration of processing operation: one attempt of a lanewake item, from its start to its outcome written.',
       unit: 's',
       advice: { explicitBucketBoundaries: DURATION_BUCKETS },
     });

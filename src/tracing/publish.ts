@@ -48,7 +48,11 @@ interface Group {
  * Every item of a batch span stores that span's context: no per-item
  * "create" spans (a batch of 1,000 would make 1,000 spans).
  */
-export function startPublish(inputs: readonly object[], items: PublishedItem[], single: boolean): Publishing | undefined {
+export function startPublish(
+  inputs: readonly object[],
+  items: PublishedItem[],
+  single: boolean,
+): Publishing | undefined {
   const o = otel();
   if (o === undefined || items.length === 0) return undefined;
   const groups: Group[] = [];
@@ -92,7 +96,10 @@ export function startPublish(inputs: readonly object[], items: PublishedItem[], 
       for (const g of groups) {
         g.span.recordException(error instanceof Error ? error : String(error));
         g.span.setAttribute(ATTR.errorType, errorType(error));
-        g.span.setStatus({ code: o.SpanStatusCode.ERROR, message: error instanceof Error ? error.message : String(error) });
+        g.span.setStatus({
+          code: o.SpanStatusCode.ERROR,
+          message: error instanceof Error ? error.message : String(error),
+        });
         g.span.end();
       }
     },

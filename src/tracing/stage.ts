@@ -11,7 +11,10 @@ export function traceStage<T>(name: string, item: { id: string; type: string }, 
   if (o === undefined) return fn();
   return tracer(o).startActiveSpan(
     `stage ${name}`,
-    { kind: o.SpanKind.INTERNAL, attributes: { [ATTR.stage]: name, [ATTR.messageId]: item.id, [ATTR.itemType]: item.type } },
+    {
+      kind: o.SpanKind.INTERNAL,
+      attributes: { [ATTR.stage]: name, [ATTR.messageId]: item.id, [ATTR.itemType]: item.type },
+    },
     (span) =>
       fn().then(
         (value) => {
@@ -21,7 +24,10 @@ export function traceStage<T>(name: string, item: { id: string; type: string }, 
         (error: unknown) => {
           span.recordException(error instanceof Error ? error : String(error));
           span.setAttribute(ATTR.errorType, errorType(error));
-          span.setStatus({ code: o.SpanStatusCode.ERROR, message: error instanceof Error ? error.message : String(error) });
+          span.setStatus({
+            code: o.SpanStatusCode.ERROR,
+            message: error instanceof Error ? error.message : String(error),
+          });
           span.end();
           throw error;
         },

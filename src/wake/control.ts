@@ -12,13 +12,21 @@ export class ControlStreams {
   ) {}
 
   /** `text`: the message's JSON, when the caller has it already (the handoff measures its size). */
-  async publish(redis: RedisClient, queue: string, message: ControlMessage, text = JSON.stringify(message)): Promise<void> {
+  async publish(
+    redis: RedisClient,
+    queue: string,
+    message: ControlMessage,
+    text = JSON.stringify(message),
+  ): Promise<void> {
     await redis.xadd(controlStreamKey(this.prefix, queue), 'MAXLEN', '~', this.maxLen, '*', 'm', text);
   }
 
   /** The id to start reading after, so a new reader sees only what comes next. */
   async latestId(redis: RedisClient, queue: string): Promise<string> {
-    const last = (await redis.xrevrange(controlStreamKey(this.prefix, queue), '+', '-', 'COUNT', 1)) as [string, string[]][];
+    const last = (await redis.xrevrange(controlStreamKey(this.prefix, queue), '+', '-', 'COUNT', 1)) as [
+      string,
+      string[],
+    ][];
     return last[0]?.[0] ?? '0-0';
   }
 
@@ -36,15 +44,17 @@ export class ControlStreams {
   async read(redis: RedisClient, after: ReadonlyMap<string, string>, blockMs: number): Promise<ControlEntry[]> {
     const queues = [...after.keys()];
     if (queues.length === 0) return [];
-    const reply = (await readBlocking(redis, blockMs, () => redis.xread(
-      'COUNT',
-      100,
-      'BLOCK',
-      blockMs,
-      'STREAMS',
-      ...queues.map((q) => controlStreamKey(this.prefix, q)),
-      ...queues.map((q) => after.get(q) ?? '$'),
-    ))) as [string, [string, string[]][]][] | null;
+    const reply = (await readBlocking(redis, blockMs, () =>
+      redis.xread(
+        'COUNT',
+        100,
+        'BLOCK',
+        blockMs,
+        'STREAMS',
+        ...queues.map((q) => controlStreamKey(this.prefix, q)),
+        ...queues.map((q) => after.get(q) ?? '$'),
+      ),
+    )) as [string, [string, string[]][]][] | null;
     const out: ControlEntry[] = [];
     for (const [stream, entries] of reply ?? []) {
       const queue = queues.find((q) => controlStreamKey(this.prefix, q) === stream);
@@ -72,12 +82,24 @@ function decodeControl(raw: string): ControlMessage | undefined {
   if (typeof m !== 'object' || m === null || typeof (m as { type?: unknown }).type !== 'string') return undefined;
   const message = m as ControlMessage;
   if (message.type !== 'handoff') return message;
-  if (typeof message.to !== 'string' || typeof message.token !== 'string' || typeof message.count !== 'number') return undefined;
+  if (typeof message.to !== 'string' || typeof message.token !== 'string' || typeof message.count !== 'number')
+    return undefined;
   // Damaged items decode to none: the consumer finds them in the ledger by the offer's token.
   return { ...message, items: claimedItemsOf(message.items) ?? [] };
 }
 
-const DATE_FIELDS = ['runAfter', 'leaseUntil', 'probeAfter', 'blockedAt', 'blockExpiresAt', 'replayedAt', 'createdAt', 'startedAt', 'terminalAt', 'updatedAt'] as const;
+const DATE_FIELDS = [
+  'runAfter',
+  'leaseUntil',
+  'probeAfter',
+  'blockedAt',
+  'blockExpiresAt',
+  'replayedAt',
+  'createdAt',
+  'startedAt',
+  'terminalAt',
+  'updatedAt',
+] as const;
 
 /** Claimed items as a handoff carries them (JSON: dates as ISO text), back as items; undefined if any is not one. */
 function claimedItemsOf(raw: unknown): ClaimedItem[] | undefined {
@@ -90,7 +112,8 @@ function claimedItemsOf(raw: unknown): ClaimedItem[] | undefined {
       const v = item[f];
       if (typeof v === 'string') item[f] = new Date(v);
     }
-    if (typeof item.id !== 'string' || item.state !== 'processing' || typeof item.leaseToken !== 'string') return undefined;
+    if (typeof item.id !== 'string' || item.state !== 'processing' || typeof item.leaseToken !== 'string')
+      return undefined;
     out.push(item as unknown as ClaimedItem);
   }
   return out;

@@ -69,7 +69,11 @@ export class LocalWakeRoute {
   }
 
   /** Asks the consumers of `queue` and `queueClass` in turn, starting one further each time; the first answer wins. */
-  private firstTaker<T>(queue: string, queueClass: QueueClass, ask: (target: LocalWakeTarget) => T | undefined): T | undefined {
+  private firstTaker<T>(
+    queue: string,
+    queueClass: QueueClass,
+    ask: (target: LocalWakeTarget) => T | undefined,
+  ): T | undefined {
     const targets = this.byQueue.get(queue);
     if (!targets) return undefined;
     const count = targets.length;

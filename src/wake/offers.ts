@@ -132,9 +132,19 @@ export class Offers {
       queue,
       offer,
       lease: { owner: offer.owner, token: offer.token, leaseMs: offer.leaseMs, max: offerRoom(offer) },
-      fits: (item) => item.queue === queue && offer.expiresAtMs > Date.now() && offer.classes.includes(item.queueClass) && offer.types.includes(item.type),
+      fits: (item) =>
+        item.queue === queue &&
+        offer.expiresAtMs > Date.now() &&
+        offer.classes.includes(item.queueClass) &&
+        offer.types.includes(item.type),
       handOver: async (items) => {
-        const whole: Handoff = { type: 'handoff', to: offer.owner, token: offer.token, count: items.length, items: [...items] };
+        const whole: Handoff = {
+          type: 'handoff',
+          to: offer.owner,
+          token: offer.token,
+          count: items.length,
+          items: [...items],
+        };
         const text = JSON.stringify(whole);
         if (text.length <= MAX_HANDOFF_BYTES) return channel.publishControl(queue, whole, text);
         return channel.publishControl(queue, { ...whole, items: [] });
@@ -159,7 +169,13 @@ function parseOffer(wire: string): Offer | undefined {
   try {
     const o = JSON.parse(wire) as Partial<Offer>;
     if (typeof o.owner !== 'string' || typeof o.token !== 'string' || typeof o.leaseMs !== 'number') return undefined;
-    if (!Array.isArray(o.classes) || !Array.isArray(o.types) || typeof o.expiresAtMs !== 'number' || typeof o.madeAtMs !== 'number') return undefined;
+    if (
+      !Array.isArray(o.classes) ||
+      !Array.isArray(o.types) ||
+      typeof o.expiresAtMs !== 'number' ||
+      typeof o.madeAtMs !== 'number'
+    )
+      return undefined;
     return o as Offer;
   } catch {
     return undefined;

@@ -66,7 +66,11 @@ export function clusterOf(target: RedisTarget): ClusterTarget | undefined {
 }
 
 /** A Cluster client of `c`; `node` goes to every node connection. */
-export function createCluster(c: ClusterTarget, options: ClusterOptions, node: NonNullable<ClusterOptions['redisOptions']>): Cluster {
+export function createCluster(
+  c: ClusterTarget,
+  options: ClusterOptions,
+  node: NonNullable<ClusterOptions['redisOptions']>,
+): Cluster {
   return new Cluster(
     c.cluster.map((s) => ({ host: s.host, port: s.port })),
     {
@@ -128,7 +132,11 @@ export function afterUnanswered(client: RedisClient, error: unknown): boolean {
  * and BLOCKING_GRACE_MS) is thrown as unanswered, after afterUnanswered, so a
  * reader takes a frozen Redis for a gone one instead of an idle one.
  */
-export async function readBlocking<T>(client: RedisClient, blockMs: number, read: () => Promise<T | null>): Promise<T | null> {
+export async function readBlocking<T>(
+  client: RedisClient,
+  blockMs: number,
+  read: () => Promise<T | null>,
+): Promise<T | null> {
   const startedAtMs = Date.now();
   const reply = await read();
   if (reply !== null || Date.now() - startedAtMs < blockMs + BLOCKING_GRACE_MS) return reply;
@@ -141,8 +149,12 @@ export async function readBlocking<T>(client: RedisClient, blockMs: number, read
 export type RedisClientUse = 'commands' | 'blocking';
 
 /** The per-connection options of a client for `use`; for a cluster, those of every node connection. */
-function connectionTimeouts(use: RedisClientUse): Pick<RedisOptions, 'commandTimeout' | 'blockingTimeout' | 'blockingTimeoutGrace'> {
-  return use === 'commands' ? { commandTimeout: COMMAND_TIMEOUT_MS } : { blockingTimeout: UNBOUNDED_READ_LIMIT_MS, blockingTimeoutGrace: BLOCKING_GRACE_MS };
+function connectionTimeouts(
+  use: RedisClientUse,
+): Pick<RedisOptions, 'commandTimeout' | 'blockingTimeout' | 'blockingTimeoutGrace'> {
+  return use === 'commands'
+    ? { commandTimeout: COMMAND_TIMEOUT_MS }
+    : { blockingTimeout: UNBOUNDED_READ_LIMIT_MS, blockingTimeoutGrace: BLOCKING_GRACE_MS };
 }
 
 /**

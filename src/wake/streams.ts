@@ -20,18 +20,20 @@ export async function readGroupStreams(
   count: number,
   blockMs: number,
 ): Promise<GroupReadReply> {
-  const reply = (await readBlocking(redis, blockMs, () => redis.xreadgroup(
-    'GROUP',
-    CONSUMER_GROUP,
-    consumer,
-    'COUNT',
-    count,
-    'BLOCK',
-    blockMs,
-    'STREAMS',
-    ...keys,
-    ...keys.map(() => '>'),
-  ))) as [string, [string, string[]][]][] | null;
+  const reply = (await readBlocking(redis, blockMs, () =>
+    redis.xreadgroup(
+      'GROUP',
+      CONSUMER_GROUP,
+      consumer,
+      'COUNT',
+      count,
+      'BLOCK',
+      blockMs,
+      'STREAMS',
+      ...keys,
+      ...keys.map(() => '>'),
+    ),
+  )) as [string, [string, string[]][]][] | null;
   return reply ?? [];
 }
 
@@ -126,7 +128,8 @@ export class WakeStreams {
   async ack(redis: RedisClient, entries: readonly WakeEntry[]): Promise<void> {
     if (entries.length === 0) return;
     const pipeline = redis.pipeline();
-    for (const [stream, acked] of groupBy(entries, (e) => e.stream)) pipeline.xack(stream, CONSUMER_GROUP, ...acked.map((e) => e.entryId));
+    for (const [stream, acked] of groupBy(entries, (e) => e.stream))
+      pipeline.xack(stream, CONSUMER_GROUP, ...acked.map((e) => e.entryId));
     await pipeline.exec();
   }
 

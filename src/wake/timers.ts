@@ -68,11 +68,17 @@ export class WakeTimers {
     const cluster = clusterOf(this.target);
     if (!cluster) {
       const plain = plainRedisOptions(this.target as string | RedisOptions);
-      return blocking ? { ...plain, maxRetriesPerRequest: null } : { ...plain, enableOfflineQueue: false, maxRetriesPerRequest: 1, commandTimeout: SCHEDULE_COMMAND_TIMEOUT_MS };
+      return blocking
+        ? { ...plain, maxRetriesPerRequest: null }
+        : { ...plain, enableOfflineQueue: false, maxRetriesPerRequest: 1, commandTimeout: SCHEDULE_COMMAND_TIMEOUT_MS };
     }
     const client = blocking
       ? createCluster(cluster, { clusterRetryStrategy: (t) => Math.min(1000, 50 * t) }, { maxRetriesPerRequest: null })
-      : createCluster(cluster, { clusterRetryStrategy: (t) => Math.min(1000, 50 * t), enableOfflineQueue: false }, { maxRetriesPerRequest: 1, commandTimeout: SCHEDULE_COMMAND_TIMEOUT_MS });
+      : createCluster(
+          cluster,
+          { clusterRetryStrategy: (t) => Math.min(1000, 50 * t), enableOfflineQueue: false },
+          { maxRetriesPerRequest: 1, commandTimeout: SCHEDULE_COMMAND_TIMEOUT_MS },
+        );
     client.on('error', () => undefined);
     this.owned.push(client);
     return client;
@@ -106,7 +112,10 @@ export class WakeTimers {
       const data = j.template?.data as Partial<ScheduleJobData> | undefined;
       if (j.name !== 'schedule' || !data || typeof data.schedule !== 'string') return [];
       const { schedule: _schedule, ...item } = data as ScheduleJobData;
-      const timing = j.pattern !== undefined ? { pattern: j.pattern, ...(j.tz !== undefined ? { tz: j.tz } : {}) } : { everyMs: Number(j.every) };
+      const timing =
+        j.pattern !== undefined
+          ? { pattern: j.pattern, ...(j.tz !== undefined ? { tz: j.tz } : {}) }
+          : { everyMs: Number(j.every) };
       return [{ name: j.key, ...timing, item }];
     });
   }

@@ -12,7 +12,14 @@ import { groupBySlot } from './slots.js';
 import { LocalWakeRoute } from './local-route.js';
 import { Offers } from './offers.js';
 import { PublishHealth } from './publish-health.js';
-import { afterUnanswered, clusterOf, createRedisClient, whenReady, type RedisClient, type RedisTarget } from './redis.js';
+import {
+  afterUnanswered,
+  clusterOf,
+  createRedisClient,
+  whenReady,
+  type RedisClient,
+  type RedisTarget,
+} from './redis.js';
 import { WakeTimers, type WakeTimer } from './timers.js';
 import { WakeHub } from './wake-hub.js';
 import { groupBy } from '../group-by.js';
@@ -111,7 +118,11 @@ export class WakeChannel {
    */
   hubFor(readerName: string, log: Logger): WakeHub {
     if (this.cluster) return new WakeHub(this, { name: readerName, shared: false, log });
-    this.hub ??= new WakeHub(this, { name: `${hostname()}:${process.pid}:${randomBytes(3).toString('hex')}`, shared: true, log });
+    this.hub ??= new WakeHub(this, {
+      name: `${hostname()}:${process.pid}:${randomBytes(3).toString('hex')}`,
+      shared: true,
+      log,
+    });
     return this.hub;
   }
 
@@ -218,7 +229,10 @@ export class WakeChannel {
     const redis = this.redis;
     // A cluster's SCAN sees one node's keys: scan each master. BullMQ's keys are `{prefix}…` there (see WakeTimers).
     const nodes = redis instanceof Cluster ? redis.nodes('master') : [redis];
-    const patterns = redis instanceof Cluster ? [`${this.keyPrefix}*`, `{${this.keyPrefix.replace(/:$/, '')}}*`] : [`${this.keyPrefix}*`];
+    const patterns =
+      redis instanceof Cluster
+        ? [`${this.keyPrefix}*`, `{${this.keyPrefix.replace(/:$/, '')}}*`]
+        : [`${this.keyPrefix}*`];
     let dropped = 0;
     for (const node of nodes) {
       for (const pattern of patterns) {

@@ -131,7 +131,10 @@ export class WakeHub implements ShardHost {
   markDown(error: unknown): void {
     if (this.down) return;
     this.down = true;
-    this.options.log.warn({ err: (error as Error).message }, 'redis unreachable: sweeping the ledger every redisDownPollMs');
+    this.options.log.warn(
+      { err: (error as Error).message },
+      'redis unreachable: sweeping the ledger every redisDownPollMs',
+    );
     for (const m of this.members) m.subscriber.onRedisHealth(false);
   }
 
@@ -194,10 +197,13 @@ export class WakeHub implements ShardHost {
           await this.controlChanged.wait(NO_MEMBERS_WAIT_MS);
           continue;
         }
-        if (this.interruptible && this.controlConnectionId === undefined) this.controlConnectionId = await connectionId(connection as Redis);
+        if (this.interruptible && this.controlConnectionId === undefined)
+          this.controlConnectionId = await connectionId(connection as Redis);
         const blockMs = Math.min(...[...this.members].map((m) => m.readBlockMs));
         this.controlReading = true;
-        const entries = await this.channel.control.read(connection, after, blockMs).finally(() => (this.controlReading = false));
+        const entries = await this.channel.control
+          .read(connection, after, blockMs)
+          .finally(() => (this.controlReading = false));
         for (const e of entries) {
           if (this.controlAfter.has(e.queue)) this.controlAfter.set(e.queue, e.entryId);
           for (const m of this.members) if (m.queue === e.queue) m.subscriber.onControl(e.message);

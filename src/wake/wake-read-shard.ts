@@ -98,7 +98,11 @@ export class WakeReadShard {
 
   private start(): void {
     this.running = true;
-    const connection = createRedisClient(this.host.channel.options.redis, `lanewake:wake:${this.host.name}`, 'blocking');
+    const connection = createRedisClient(
+      this.host.channel.options.redis,
+      `lanewake:wake:${this.host.name}`,
+      'blocking',
+    );
     // A reconnected connection has a new id.
     connection.on('close', () => (this.connectionId = undefined));
     this.connection = connection;
@@ -124,13 +128,15 @@ export class WakeReadShard {
       }
       const connection = this.connection;
       try {
-        if (!connection || !(await whenReady(connection, 1000)) || !(await channel.usable())) throw new Error('redis is not connected');
+        if (!connection || !(await whenReady(connection, 1000)) || !(await channel.usable()))
+          throw new Error('redis is not connected');
         for (const m of rooms.keys()) {
           if (m.groupReady) continue;
           await m.streams.ensureGroup(channel.redis);
           m.groupReady = true;
         }
-        if (this.host.interruptible && this.connectionId === undefined) this.connectionId = await connectionId(connection as Redis);
+        if (this.host.interruptible && this.connectionId === undefined)
+          this.connectionId = await connectionId(connection as Redis);
         const { keys, count, blockMs } = readShape(rooms);
         this.reading = new Set(rooms.keys());
         const read = readGroupStreams(connection, this.host.name, keys, count, blockMs);

@@ -34,11 +34,7 @@ export class WakeReader {
   private readonly member: HubMember;
   private joined = false;
 
-  constructor(
-    channel: WakeChannel,
-    options: WakeReaderOptions,
-    subscriber: WakeSubscriber,
-  ) {
+  constructor(channel: WakeChannel, options: WakeReaderOptions, subscriber: WakeSubscriber) {
     this.hub = channel.hubFor(options.name, options.log);
     this.member = {
       queue: options.queue,

@@ -100,7 +100,8 @@ const enqueueCommand = (specs: NewItemSpec[]): LedgerCommand =>
  * differ in what the key does not cover: delay, priority, attempts.
  */
 const LANE_OF_KEY: Record<string, string | null> = { k0: null, k1: 'a' };
-export const withKeyLane = (s: NewItemSpec): NewItemSpec => (s.key === null ? s : { ...s, lane: LANE_OF_KEY[s.key] ?? null });
+export const withKeyLane = (s: NewItemSpec): NewItemSpec =>
+  s.key === null ? s : { ...s, lane: LANE_OF_KEY[s.key] ?? null };
 
 export const newItemArb: fc.Arbitrary<NewItemSpec> = fc
   .record({
@@ -124,7 +125,8 @@ const claimCommand = (owner: string, limit: number, leaseMs: number): LedgerComm
       const allowed = m.claimable(b);
       expectClaim(m, value.items, allowed, limit, label);
       if (allowed.sure.length > limit) expect(value.moreAvailable, `${label}: moreAvailable`).toBe(true);
-      if (allowed.sure.length + allowed.maybe.length <= limit) expect(value.moreAvailable, `${label}: moreAvailable`).toBe(false);
+      if (allowed.sure.length + allowed.maybe.length <= limit)
+        expect(value.moreAvailable, `${label}: moreAvailable`).toBe(false);
       for (const c of value.items) {
         m.claimed(c, leaseMs, b);
         expect(viewOf(c), `${label}: the claimed ${m.label(c.id)} as returned`).toEqual(m.view(m.item(c.id)));
@@ -162,15 +164,11 @@ export function handleCommand(
 
 const finishCommand = (f: Finish, k: number): LedgerCommand => {
   const label = `${finishLabel(f)}(h-${k})`;
-  return handleCommand(
-    label,
-    k,
-    async (m, r, h, what) => {
-      const sf = scoped(r, f);
-      const { value, b } = await bracketed(m, r, () => finishOn(r.ledger, h, sf));
-      expectFinish(value, m.finish(h, sf, b), what);
-    },
-  );
+  return handleCommand(label, k, async (m, r, h, what) => {
+    const sf = scoped(r, f);
+    const { value, b } = await bracketed(m, r, () => finishOn(r.ledger, h, sf));
+    expectFinish(value, m.finish(h, sf, b), what);
+  });
 };
 
 export const finishArb = fc.tuple(finishKindArb, handleArb).map(([f, k]) => finishCommand(f, k));
@@ -181,7 +179,12 @@ const wakeCommand = (key: string): LedgerCommand =>
     () => true,
     async (m, r) => {
       const { value, b } = await bracketed(m, r, () => r.ledger.wakeDependency(depKey(r, key), { queue: r.queue }));
-      expect(value.map((w) => m.label(w.id)).sort(), `wakeDependency(${key}) woke`).toEqual(m.wake(depKey(r, key), b).map((id) => m.label(id)).sort());
+      expect(value.map((w) => m.label(w.id)).sort(), `wakeDependency(${key}) woke`).toEqual(
+        m
+          .wake(depKey(r, key), b)
+          .map((id) => m.label(id))
+          .sort(),
+      );
     },
   );
 
@@ -210,7 +213,11 @@ const cancelCommand = (target: CancelTarget, k: number, reason: string | undefin
 };
 
 export const cancelArb = fc
-  .tuple(fc.constantFrom<CancelTarget>('pending', 'pending', 'processing', 'processing', 'processing', 'blocked', 'ended'), fc.nat({ max: 1 }), fc.constantFrom(undefined, 'operator says no'))
+  .tuple(
+    fc.constantFrom<CancelTarget>('pending', 'pending', 'processing', 'processing', 'processing', 'blocked', 'ended'),
+    fc.nat({ max: 1 }),
+    fc.constantFrom(undefined, 'operator says no'),
+  )
   .map(([t, k, reason]) => cancelCommand(t, k, reason));
 
 type ReplayTarget = 'dead' | 'cancelled' | 'other';
@@ -234,7 +241,9 @@ const replayCommand = (target: ReplayTarget, k: number, guard: Guard): LedgerCom
       const lastError = guard === 'wrong error' ? 'not what it said' : item.lastError;
       const refusal = m.replayRefusal(item.id, attempt, lastError);
       const { value, b } = await bracketed(m, r, () =>
-        r.ledger.replay(item.id, { expectAttempt: attempt, expectErrorDigest: errorDigest(lastError) }).catch((e: unknown) => e),
+        r.ledger
+          .replay(item.id, { expectAttempt: attempt, expectErrorDigest: errorDigest(lastError) })
+          .catch((e: unknown) => e),
       );
       const what = `${label} of ${m.label(item.id)}`;
       if (refusal !== undefined) {
@@ -250,7 +259,11 @@ const replayCommand = (target: ReplayTarget, k: number, guard: Guard): LedgerCom
 };
 
 export const replayArb = fc
-  .tuple(fc.constantFrom<ReplayTarget>('dead', 'dead', 'cancelled', 'other'), fc.nat({ max: 1 }), fc.constantFrom<Guard>('as seen', 'as seen', 'wrong attempt', 'wrong error'))
+  .tuple(
+    fc.constantFrom<ReplayTarget>('dead', 'dead', 'cancelled', 'other'),
+    fc.nat({ max: 1 }),
+    fc.constantFrom<Guard>('as seen', 'as seen', 'wrong attempt', 'wrong error'),
+  )
   .map(([t, k, g]) => replayCommand(t, k, g));
 
 /** Waits until the ledger's clock has surely passed `at` (ms): no fixed sleep, a wait on the clock itself. */
@@ -267,13 +280,22 @@ async function clockPast(m: LedgerModel, r: Real, at: number): Promise<void> {
 }
 
 /** A reclaim's answer within `b`: every surely expired lease, maybe the doubtful ones, nothing live; each ends as the model says. */
-function expectReclaim(m: LedgerModel, got: ReclaimOutcome, expired: { sure: ModelItem[]; maybe: ModelItem[] }, what: string): void {
+function expectReclaim(
+  m: LedgerModel,
+  got: ReclaimOutcome,
+  expired: { sure: ModelItem[]; maybe: ModelItem[] },
+  what: string,
+): void {
   const all = [...got.reclaimed, ...got.dead, ...got.cancelled];
   const ok = new Set([...expired.sure, ...expired.maybe].map((i) => i.id));
   for (const i of expired.sure) expect(all, `${what}: the expired lease of i${i.n}`).toContain(i.id);
   for (const id of all) expect(ok.has(id), `${what}: ${m.label(id)} had a live lease`).toBe(true);
   expect(new Set(all).size).toBe(all.length);
-  const kinds = [...got.reclaimed.map((id) => [id, 'reclaimed'] as const), ...got.dead.map((id) => [id, 'dead'] as const), ...got.cancelled.map((id) => [id, 'cancelled'] as const)];
+  const kinds = [
+    ...got.reclaimed.map((id) => [id, 'reclaimed'] as const),
+    ...got.dead.map((id) => [id, 'dead'] as const),
+    ...got.cancelled.map((id) => [id, 'cancelled'] as const),
+  ];
   for (const [id, kind] of kinds) expect(kind, `${what}: ${m.label(id)} ended as`).toBe(m.reclaim(id));
 }
 

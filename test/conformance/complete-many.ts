@@ -20,10 +20,15 @@ const completeMany = (ks: readonly number[], next: { max: number; leaseMs: numbe
     async (m, r) => {
       const handles = ks.map((k) => recent(m, k));
       const what = `${label}, ${ks.map((k) => handleNote(m, k)).join('; ')}`;
-      const successor = next ? { owner: 'w-next', token: randomBytes(16).toString('base64url'), leaseMs: next.leaseMs, max: next.max } : undefined;
+      const successor = next
+        ? { owner: 'w-next', token: randomBytes(16).toString('base64url'), leaseMs: next.leaseMs, max: next.max }
+        : undefined;
       const headsBefore = m.pendingHeads();
       const { value, b } = await bracketed(m, r, () =>
-        r.ledger.completeManyClaimingNext(handles.map((handle) => ({ handle })), successor),
+        r.ledger.completeManyClaimingNext(
+          handles.map((handle) => ({ handle })),
+          successor,
+        ),
       );
       expect(value.results, `${what}: one result per entry`).toHaveLength(handles.length);
       handles.forEach((h, k) => {
@@ -31,7 +36,10 @@ const completeMany = (ks: readonly number[], next: { max: number; leaseMs: numbe
         const want = m.finish(h, { kind: 'complete' }, b);
         expect(got?.won, `${what}: entry ${k} (${m.label(h.id)}) won`).toBe(want.won);
         expect(got?.state, `${what}: entry ${k} state`).toBe('completed');
-        expect(got !== undefined && 'laneAdvanced' in got, `${what}: entry ${k} says whether its lane advanced iff laned`).toBe(h.lane !== null);
+        expect(
+          got !== undefined && 'laneAdvanced' in got,
+          `${what}: entry ${k} says whether its lane advanced iff laned`,
+        ).toBe(h.lane !== null);
       });
       const fresh = [...m.pendingHeads()].filter((id) => !headsBefore.has(id)).map((id) => m.item(id));
       const due = (i: ModelItem): boolean => reached(i.runAfter, b) !== 'no';
@@ -47,7 +55,8 @@ const completeMany = (ks: readonly number[], next: { max: number; leaseMs: numbe
         const got = value.results[k];
         if (!got?.won || h.lane === null) return;
         const head = fresh.find((i) => i.lane === h.lane && !took.some((c) => c.id === i.id));
-        if (head) expect(got.laneAdvanced, `${what}: entry ${k}: lane ${h.lane} advanced to ${m.label(head.id)}`).toBe(true);
+        if (head)
+          expect(got.laneAdvanced, `${what}: entry ${k}: lane ${h.lane} advanced to ${m.label(head.id)}`).toBe(true);
       });
       for (const c of took) {
         m.claimed(c, successor?.leaseMs ?? 0, b);

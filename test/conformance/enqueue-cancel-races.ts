@@ -2,8 +2,31 @@ import fc from 'fast-check';
 import { expect } from 'vitest';
 import type { EnqueueResult } from '../../src/ledger/types.js';
 import type { Finish, NewItemSpec } from '../support/ledger-model.js';
-import { enqueueInput, finishKindArb, handleArb, handleCommand, leaseArb, limitArb, MAX_ITEMS, ms, newItemArb, ownerArb, scoped, specLabel, withKeyLane } from './commands.js';
-import { bracketed, command, expectClaim, expectFinish, finishLabel, finishOn, viewOf, type LedgerCommand } from './real.js';
+import {
+  enqueueInput,
+  finishKindArb,
+  handleArb,
+  handleCommand,
+  leaseArb,
+  limitArb,
+  MAX_ITEMS,
+  ms,
+  newItemArb,
+  ownerArb,
+  scoped,
+  specLabel,
+  withKeyLane,
+} from './commands.js';
+import {
+  bracketed,
+  command,
+  expectClaim,
+  expectFinish,
+  finishLabel,
+  finishOn,
+  viewOf,
+  type LedgerCommand,
+} from './real.js';
 
 /*
  * More calls issued together (see races.ts): producers against each other
@@ -23,14 +46,31 @@ const enqueueRace = (specs: [NewItemSpec, NewItemSpec]): LedgerCommand => {
     label,
     (m) => m.items.length < MAX_ITEMS,
     async (m, r) => {
-      const { value, b } = await bracketed(m, r, () => Promise.all(specs.map((s) => r.ledger.enqueue(enqueueInput(r, s)))));
+      const { value, b } = await bracketed(m, r, () =>
+        Promise.all(specs.map((s) => r.ledger.enqueue(enqueueInput(r, s)))),
+      );
       const [a, c] = value;
       if (!a || !c) throw new Error(`${label}: missing answers`);
       const sameKey = specs[0].key !== null && specs[0].key === specs[1].key;
       if (sameKey) expect(c.id, `${label}: one key, one item`).toBe(a.id);
       // The order the ledger took them in: the fresh one of a key first, else the lower place in a shared lane.
-      const secondFirst = (sameKey && c.duplicate === false) || (!sameKey && !a.duplicate && !c.duplicate && specs[0].lane !== null && specs[0].lane === specs[1].lane && (c.laneSeq ?? 0) < (a.laneSeq ?? 0));
-      const order: [NewItemSpec, EnqueueResult, number][] = secondFirst ? [[specs[1], c, 1], [specs[0], a, 0]] : [[specs[0], a, 0], [specs[1], c, 1]];
+      const secondFirst =
+        (sameKey && c.duplicate === false) ||
+        (!sameKey &&
+          !a.duplicate &&
+          !c.duplicate &&
+          specs[0].lane !== null &&
+          specs[0].lane === specs[1].lane &&
+          (c.laneSeq ?? 0) < (a.laneSeq ?? 0));
+      const order: [NewItemSpec, EnqueueResult, number][] = secondFirst
+        ? [
+            [specs[1], c, 1],
+            [specs[0], a, 0],
+          ]
+        : [
+            [specs[0], a, 0],
+            [specs[1], c, 1],
+          ];
       for (const [spec, got, k] of order) expect(got, `${label}: enqueue ${k}`).toEqual(m.enqueue(spec, got.id, b));
     },
   );
@@ -55,7 +95,9 @@ const enqueueWhileFinishing = (spec: NewItemSpec, f: Finish, k: number): LedgerC
       // Into the finalized item's lane, when it has one: that is where the two meet (a keyed item keeps its key's lane).
       const s: NewItemSpec = spec.key === null ? { ...spec, lane: h.lane ?? spec.lane } : spec;
       const sf = scoped(r, f);
-      const { value, b } = await bracketed(m, r, () => Promise.all([r.ledger.enqueue(enqueueInput(r, s)), finishOn(r.ledger, h, sf)] as const));
+      const { value, b } = await bracketed(m, r, () =>
+        Promise.all([r.ledger.enqueue(enqueueInput(r, s)), finishOn(r.ledger, h, sf)] as const),
+      );
       const [enq, fin] = value;
       // Either order ends the same way (the lane row orders them): finalize, then enqueue.
       expectFinish(fin, m.finish(h, sf, b), what);
@@ -89,7 +131,9 @@ const cancelWhileClaiming = (n: number, owner: string, limit: number, leaseMs: n
       const [cancelled, claim] = value;
       const before = m.claimable(b);
       const took = claim.items.some((c) => c.id === item.id);
-      expect(took, `${what}: the claim took it iff the cancel became a request (cancel said ${cancelled})`).toBe(cancelled === 'cancel_requested');
+      expect(took, `${what}: the claim took it iff the cancel became a request (cancel said ${cancelled})`).toBe(
+        cancelled === 'cancel_requested',
+      );
       const record = (): void => {
         for (const c of claim.items) {
           m.claimed(c, leaseMs, b);
@@ -106,7 +150,10 @@ const cancelWhileClaiming = (n: number, owner: string, limit: number, leaseMs: n
       } else {
         expect(cancelled, `${what}: cancel`).toBe(m.cancel(item.id, undefined));
         const after = m.claimable(b);
-        const others = { sure: before.sure.filter((i) => i.id !== item.id), maybe: [...before.maybe, ...after.sure, ...after.maybe].filter((i) => i.id !== item.id) };
+        const others = {
+          sure: before.sure.filter((i) => i.id !== item.id),
+          maybe: [...before.maybe, ...after.sure, ...after.maybe].filter((i) => i.id !== item.id),
+        };
         expectClaim(m, claim.items, others, limit, what, 1);
         record();
       }
@@ -125,23 +172,21 @@ export const cancelWhileClaimingArb = fc
  */
 const cancelWhileFinishing = (f: Finish, k: number, reason: string | undefined): LedgerCommand => {
   const label = `race(cancel(h-${k}'s item${reason ? `, "${reason}"` : ''}) ‖ ${finishLabel(f)}(h-${k}))`;
-  return handleCommand(
-    label,
-    k,
-    async (m, r, h, what) => {
-      const sf = scoped(r, f);
-      const held = m.holds(h);
-      const { value, b } = await bracketed(m, r, () => Promise.all([r.ledger.cancel(h.id, reason), finishOn(r.ledger, h, sf)] as const));
-      const [cancelled, fin] = value;
-      if (held && cancelled === 'cancel_requested') {
-        expect(m.cancel(h.id, reason), `${what}: cancel`).toBe('cancel_requested');
-        expectFinish(fin, m.finish(h, sf, b), what);
-      } else {
-        expectFinish(fin, m.finish(h, sf, b), what);
-        expect(cancelled, `${what}: cancel`).toBe(m.cancel(h.id, reason));
-      }
-    },
-  );
+  return handleCommand(label, k, async (m, r, h, what) => {
+    const sf = scoped(r, f);
+    const held = m.holds(h);
+    const { value, b } = await bracketed(m, r, () =>
+      Promise.all([r.ledger.cancel(h.id, reason), finishOn(r.ledger, h, sf)] as const),
+    );
+    const [cancelled, fin] = value;
+    if (held && cancelled === 'cancel_requested') {
+      expect(m.cancel(h.id, reason), `${what}: cancel`).toBe('cancel_requested');
+      expectFinish(fin, m.finish(h, sf, b), what);
+    } else {
+      expectFinish(fin, m.finish(h, sf, b), what);
+      expect(cancelled, `${what}: cancel`).toBe(m.cancel(h.id, reason));
+    }
+  });
 };
 
 export const cancelWhileFinishingArb = fc

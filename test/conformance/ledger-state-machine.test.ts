@@ -5,7 +5,12 @@ import { freshQueue } from '../support/items.js';
 import { createTestLedger, type TestLedger } from '../support/ledger.js';
 import { cancelArb, claimArb, enqueueArb, finishArb, reclaimArb, replayArb, tickArb, wakeArb } from './commands.js';
 import { completeManyArb } from './complete-many.js';
-import { cancelWhileClaimingArb, cancelWhileFinishingArb, enqueueRaceArb, enqueueWhileFinishingArb } from './enqueue-cancel-races.js';
+import {
+  cancelWhileClaimingArb,
+  cancelWhileFinishingArb,
+  enqueueRaceArb,
+  enqueueWhileFinishingArb,
+} from './enqueue-cancel-races.js';
 import { blockWhileWakingArb, claimRaceArb, claimWhileFinishingArb, finishRaceArb } from './races.js';
 import type { Real } from './real.js';
 
@@ -76,23 +81,38 @@ const ledgerCommands = [
   ),
 ];
 
-test('every sequence of ledger calls moves items as the model says', async () => {
-  const property = fc.asyncProperty(fc.commands(ledgerCommands, { maxCommands: 50, size: 'max', ...(REPLAY_PATH !== undefined ? { replayPath: REPLAY_PATH } : {}) }), async (cmds) => {
-    // One queue per run (and per shrink attempt): runs share the database, never items, lanes or keys.
-    const real: Real = { ledger: tl.ledger, queue: freshQueue('conformance') };
-    await fc.asyncModelRun(() => ({ model: new LedgerModel(), real }), cmds);
-  });
-  const out = await fc.check(property, {
-    numRuns: RUNS,
-    interruptAfterTimeLimit: TIME_LIMIT_MS,
-    ...(SEED !== undefined ? { seed: SEED } : {}),
-    ...(PATH !== undefined ? { path: PATH } : {}),
-  });
-  // A counterexample: fast-check's own report (seed, path, the shrunk sequence, the error).
-  if (out.failed && !out.interrupted) throw new Error(await fc.asyncDefaultReportMessage(out), { cause: out.errorInstance });
-  // Running out of time is no pass: fast-check would count it as one with fewer sequences checked.
-  expect(out.interrupted, `interrupted after ${TIME_LIMIT_MS} ms with ${out.numRuns} of ${RUNS} sequences run (seed ${out.seed})`).toBe(false);
-  expect(out.failed, `seed ${out.seed}`).toBe(false);
-  // Replaying one path (LANEWAKE_CONFORMANCE_PATH) runs that case alone.
-  if (PATH === undefined) expect(out.numRuns, `sequences run (seed ${out.seed})`).toBe(RUNS);
-}, TIME_LIMIT_MS + 60_000);
+test(
+  'every sequence of ledger calls moves items as the model says',
+  async () => {
+    const property = fc.asyncProperty(
+      fc.commands(ledgerCommands, {
+        maxCommands: 50,
+        size: 'max',
+        ...(REPLAY_PATH !== undefined ? { replayPath: REPLAY_PATH } : {}),
+      }),
+      async (cmds) => {
+        // One queue per run (and per shrink attempt): runs share the database, never items, lanes or keys.
+        const real: Real = { ledger: tl.ledger, queue: freshQueue('conformance') };
+        await fc.asyncModelRun(() => ({ model: new LedgerModel(), real }), cmds);
+      },
+    );
+    const out = await fc.check(property, {
+      numRuns: RUNS,
+      interruptAfterTimeLimit: TIME_LIMIT_MS,
+      ...(SEED !== undefined ? { seed: SEED } : {}),
+      ...(PATH !== undefined ? { path: PATH } : {}),
+    });
+    // A counterexample: fast-check's own report (seed, path, the shrunk sequence, the error).
+    if (out.failed && !out.interrupted)
+      throw new Error(await fc.asyncDefaultReportMessage(out), { cause: out.errorInstance });
+    // Running out of time is no pass: fast-check would count it as one with fewer sequences checked.
+    expect(
+      out.interrupted,
+      `interrupted after ${TIME_LIMIT_MS} ms with ${out.numRuns} of ${RUNS} sequences run (seed ${out.seed})`,
+    ).toBe(false);
+    expect(out.failed, `seed ${out.seed}`).toBe(false);
+    // Replaying one path (LANEWAKE_CONFORMANCE_PATH) runs that case alone.
+    if (PATH === undefined) expect(out.numRuns, `sequences run (seed ${out.seed})`).toBe(RUNS);
+  },
+  TIME_LIMIT_MS + 60_000,
+);

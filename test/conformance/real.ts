@@ -32,7 +32,11 @@ export function depKey(r: Real, name: string): string {
  * skips it otherwise, also while shrinking); `run` drives the ledger and the
  * model and checks them against each other, then every item is compared.
  */
-export function command(label: string, check: (m: Readonly<LedgerModel>) => boolean, run: (m: LedgerModel, r: Real) => Promise<void>): LedgerCommand {
+export function command(
+  label: string,
+  check: (m: Readonly<LedgerModel>) => boolean,
+  run: (m: LedgerModel, r: Real) => Promise<void>,
+): LedgerCommand {
   return {
     check,
     run: async (m, r) => {
@@ -90,10 +94,16 @@ export async function conforms(m: LedgerModel, r: Real, after: string): Promise<
     const what = `i${i.n} after step ${m.step} (${after})`;
     if (!w) throw new Error(`${what}: missing from the ledger`);
     expect(viewOf(w), what).toEqual(m.view(i));
-    expect(within(w.runAfter, i.runAfter), `${what}: runAfter ${w.runAfter.getTime()} outside [${i.runAfter.lo}, ${i.runAfter.hi}]`).toBe(true);
+    expect(
+      within(w.runAfter, i.runAfter),
+      `${what}: runAfter ${w.runAfter.getTime()} outside [${i.runAfter.lo}, ${i.runAfter.hi}]`,
+    ).toBe(true);
     if (i.lease) {
       const until = w.leaseUntil?.getTime();
-      expect(w.leaseUntil !== null && within(w.leaseUntil, i.lease.until), `${what}: leaseUntil ${until} outside [${i.lease.until.lo}, ${i.lease.until.hi}]`).toBe(true);
+      expect(
+        w.leaseUntil !== null && within(w.leaseUntil, i.lease.until),
+        `${what}: leaseUntil ${until} outside [${i.lease.until.lo}, ${i.lease.until.hi}]`,
+      ).toBe(true);
     }
     m.observed(i.id, w.runAfter, w.leaseUntil);
   });
@@ -131,7 +141,11 @@ export function finishLabel(f: Finish): string {
 }
 
 /** A finalize's answer against the model's: who wins the CAS, and what state it wrote. */
-export function expectFinish(got: FinalizeResult, want: { won: boolean; state?: string | undefined }, what: string): void {
+export function expectFinish(
+  got: FinalizeResult,
+  want: { won: boolean; state?: string | undefined },
+  what: string,
+): void {
   expect(got.won, `${what}: won`).toBe(want.won);
   if (want.won) expect(got.state, `${what}: state`).toBe(want.state);
 }
@@ -156,9 +170,15 @@ export function expectClaim(
   expect(new Set(ids).size, `${what}: distinct items`).toBe(ids.length);
   for (const id of ids) expect(ok.has(id), `${what}: ${m.label(id)} was not claimable`).toBe(true);
   expect(ids.length, `${what}: at most the limit`).toBeLessThanOrEqual(limit);
-  expect(ids.length, `${what}: every surely claimable item, up to the limit`).toBeGreaterThanOrEqual(Math.min(limit, allowed.sure.length) - lost);
+  expect(ids.length, `${what}: every surely claimable item, up to the limit`).toBeGreaterThanOrEqual(
+    Math.min(limit, allowed.sure.length) - lost,
+  );
   const left = allowed.sure.filter((s) => !ids.includes(s.id));
   for (const c of got) {
-    for (const s of left) expect(c.priority, `${what}: took ${m.label(c.id)} over ${m.label(s.id)} of a smaller priority`).toBeLessThanOrEqual(s.priority);
+    for (const s of left)
+      expect(
+        c.priority,
+        `${what}: took ${m.label(c.id)} over ${m.label(s.id)} of a smaller priority`,
+      ).toBeLessThanOrEqual(s.priority);
   }
 }

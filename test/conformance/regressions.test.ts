@@ -75,7 +75,14 @@ test('two claims racing over a lane head, a laneless item of a lower priority an
       ledger.enqueue({ queue, type: 't', payload: null, lane: 'a', maxAttempts: 1 }),
       ledger.enqueue({ queue, type: 't', payload: null, idempotencyKey: 'k0', priority: 1, maxAttempts: 2 }),
     ]);
-    const c = await ledger.enqueue({ queue, type: 't', payload: null, lane: 'c', idempotencyKey: 'k1', maxAttempts: 1 });
+    const c = await ledger.enqueue({
+      queue,
+      type: 't',
+      payload: null,
+      lane: 'c',
+      idempotencyKey: 'k1',
+      maxAttempts: 1,
+    });
     const all = [a.id, b.id, c.id].sort();
     const claims = await conflictsRetriedDuring(() =>
       Promise.allSettled([
@@ -85,20 +92,33 @@ test('two claims racing over a lane head, a laneless item of a lower priority an
     );
     for (const [n, count] of claims.retried) retried.set(n, (retried.get(n) ?? 0) + count);
     const [w1, w2] = claims.value.map((s, k) => {
-      if (s.status === 'rejected') throw new Error(`round ${round}: the claim of w${k + 1} failed: ${String(s.reason)}`, { cause: s.reason });
+      if (s.status === 'rejected')
+        throw new Error(`round ${round}: the claim of w${k + 1} failed: ${String(s.reason)}`, { cause: s.reason });
       return s.value.items;
     }) as [ClaimedItem[], ClaimedItem[]];
     const ids = (items: readonly ClaimedItem[]) => items.map((i) => i.id);
-    expect(ids(w1).filter((id) => ids(w2).includes(id)), `round ${round}: won by both`).toEqual([]);
+    expect(
+      ids(w1).filter((id) => ids(w2).includes(id)),
+      `round ${round}: won by both`,
+    ).toEqual([]);
     expect([...ids(w1), ...ids(w2)].sort(), `round ${round}: the two won between them`).toEqual(all);
     const won = [...w1, ...w2];
     const rows = await Promise.all(won.map((item) => mustGet(ledger, item.id)));
     won.forEach((item, k) => {
-      expect(rows[k], `round ${round}: the item ${item.leaseOwner} won`).toMatchObject({ state: 'processing', attempt: 1, leaseOwner: item.leaseOwner, leaseToken: item.leaseToken });
+      expect(rows[k], `round ${round}: the item ${item.leaseOwner} won`).toMatchObject({
+        state: 'processing',
+        attempt: 1,
+        leaseOwner: item.leaseOwner,
+        leaseToken: item.leaseToken,
+      });
     });
-    expect(w1.every((i) => i.leaseOwner === 'w1') && w2.every((i) => i.leaseOwner === 'w2'), `round ${round}: owners`).toBe(true);
+    expect(
+      w1.every((i) => i.leaseOwner === 'w1') && w2.every((i) => i.leaseOwner === 'w2'),
+      `round ${round}: owners`,
+    ).toBe(true);
   }
   // On TiDB a claim may be the victim of a write conflict and be retried; on MariaDB nothing is left to retry.
-  if (family === 'mariadb') expect(retriesByErrno(retried), 'conflicts the claims retried').not.toHaveProperty(String(ER_LOCK_DEADLOCK));
+  if (family === 'mariadb')
+    expect(retriesByErrno(retried), 'conflicts the claims retried').not.toHaveProperty(String(ER_LOCK_DEADLOCK));
   // 300 rounds take 4-9 s on MariaDB; 100 on the standalone TiDB 12-55 s, as the server's load goes.
 }, 180_000);

@@ -13,7 +13,9 @@ import { createTestLedger, type TestLedger } from './ledger.js';
 export function adminScope(): {
   cleanups: (() => Promise<void>)[];
   testLedger: (migrate?: boolean) => Promise<TestLedger>;
-  server: (options: Partial<Parameters<typeof startAdminServer>[0]> & { ledger: Ledger; metrics?: LanewakeMetrics }) => Promise<AdminServer>;
+  server: (
+    options: Partial<Parameters<typeof startAdminServer>[0]> & { ledger: Ledger; metrics?: LanewakeMetrics },
+  ) => Promise<AdminServer>;
 } {
   const cleanups: (() => Promise<void>)[] = [];
   afterEach(async () => {
@@ -27,7 +29,9 @@ export function adminScope(): {
     return tl;
   }
 
-  async function server(options: Partial<Parameters<typeof startAdminServer>[0]> & { ledger: Ledger; metrics?: LanewakeMetrics }): Promise<AdminServer> {
+  async function server(
+    options: Partial<Parameters<typeof startAdminServer>[0]> & { ledger: Ledger; metrics?: LanewakeMetrics },
+  ): Promise<AdminServer> {
     const { ledger, ...rest } = options;
     const s = await startAdminServer({
       port: 0,

@@ -26,17 +26,29 @@ export function describeInChromium(name: string, suite: () => void): void {
     return;
   }
   test(name, (ctx) => {
-    ctx.skip(`chromium is not installed at ${CHROMIUM_PATH} (Debian: apt-get install chromium; or set LANEWAKE_CHROMIUM); .ci/run installs it`);
+    ctx.skip(
+      `chromium is not installed at ${CHROMIUM_PATH} (Debian: apt-get install chromium; or set LANEWAKE_CHROMIUM); .ci/run installs it`,
+    );
   });
 }
 
 /** A headless chromium with nothing of its own going on: no GPU, sync, updates or background fetches. */
 export function launchChromium(): Promise<Browser> {
   if (!installed(CHROMIUM_PATH)) {
-    throw new Error(`chromium is missing at ${CHROMIUM_PATH} (Debian: apt-get install chromium; or set LANEWAKE_CHROMIUM); .ci/run installs it`);
+    throw new Error(
+      `chromium is missing at ${CHROMIUM_PATH} (Debian: apt-get install chromium; or set LANEWAKE_CHROMIUM); .ci/run installs it`,
+    );
   }
   return chromium.launch({
     executablePath: CHROMIUM_PATH,
-    args: ['--headless', '--no-sandbox', '--disable-gpu', '--disable-background-networking', '--disable-component-update', '--disable-sync', '--no-first-run'],
+    args: [
+      '--headless',
+      '--no-sandbox',
+      '--disable-gpu',
+      '--disable-background-networking',
+      '--disable-component-update',
+      '--disable-sync',
+      '--no-first-run',
+    ],
   });
 }

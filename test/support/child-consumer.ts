@@ -57,7 +57,8 @@ function emit(event: Record<string, unknown>): void {
 async function main(): Promise<void> {
   const name = required('LW_NAME');
   const mode = process.env.LW_MODE ?? 'effects';
-  if (mode !== 'effects' && mode !== 'hang' && mode !== 'steps-hang' && mode !== 'outbox') throw new Error(`child-consumer: unknown LW_MODE ${mode}`);
+  if (mode !== 'effects' && mode !== 'hang' && mode !== 'steps-hang' && mode !== 'outbox')
+    throw new Error(`child-consumer: unknown LW_MODE ${mode}`);
   // The test's TiDB transaction mode (LANEWAKE_TEST_TIDB_TXN_MODE) reaches the child through its environment.
   const ledger = new Ledger({ url: required('LW_DB_URL'), poolSize: 8, ...testTxnMode() });
   const wake = new WakeChannel({ redis: required('LW_REDIS_URL'), keyPrefix: required('LW_KEY_PREFIX') });
@@ -67,11 +68,19 @@ async function main(): Promise<void> {
       ? hangHandler()
       : mode === 'steps-hang'
         ? threeStepHandler<EffectsDB>(ledger.db, name, { hangAtThree: true })
-        : effectHandler(name, fixed !== undefined && fixed !== '' ? { fixedWorkMs: int('LW_WORK_MS', 0) } : { maxWorkMs: int('LW_MAX_WORK_MS', 2) });
+        : effectHandler(
+            name,
+            fixed !== undefined && fixed !== ''
+              ? { fixedWorkMs: int('LW_WORK_MS', 0) }
+              : { maxWorkMs: int('LW_MAX_WORK_MS', 2) },
+          );
   const stopAt = process.env.LW_OUTBOX_STOP;
-  if (stopAt !== undefined && stopAt !== '' && !(OUTBOX_STOPS as readonly string[]).includes(stopAt)) throw new Error(`child-consumer: unknown LW_OUTBOX_STOP ${stopAt}`);
+  if (stopAt !== undefined && stopAt !== '' && !(OUTBOX_STOPS as readonly string[]).includes(stopAt))
+    throw new Error(`child-consumer: unknown LW_OUTBOX_STOP ${stopAt}`);
   const stop = stopAt === undefined || stopAt === '' ? undefined : (stopAt as OutboxStop);
-  const outbox: Record<string, HandlerEntry<EffectsDB>> = mode === 'outbox' ? { parent: outboxHandler(name, required('LW_FOLLOW_QUEUE'), stop, emit) } : {};
+  const outbox: Record<string, HandlerEntry<EffectsDB>> = mode === 'outbox'
+    ? { parent: outboxHandler(name, required('LW_FOLLOW_QUEUE'), stop, emit) }
+    : {};
   if (mode === 'outbox' && stop === 'after-commit') haltFollowUpWakes(wake, required('LW_FOLLOW_QUEUE'), emit);
   const consumer = new Consumer<EffectsDB>({
     ledger,

@@ -30,7 +30,8 @@ export function seedOf(): number {
 }
 
 /** An integer in [lo, hi]. */
-export const between = (random: () => number, lo: number, hi: number): number => lo + Math.floor(random() * (hi - lo + 1));
+export const between = (random: () => number, lo: number, hi: number): number =>
+  lo + Math.floor(random() * (hi - lo + 1));
 
 /** `n` distinct elements of `from`, in random order. */
 export function sample<T>(random: () => number, from: readonly T[], n: number): T[] {
@@ -54,7 +55,8 @@ export async function withLedgers<T>(count: number, fn: (tl: TestLedger, ledgers
 
 export async function enqueueAll(ledger: Ledger, inputs: readonly EnqueueInput[]): Promise<string[]> {
   const ids: string[] = [];
-  for (let i = 0; i < inputs.length; i += 500) ids.push(...(await ledger.enqueueMany(inputs.slice(i, i + 500))).map((r) => r.id));
+  for (let i = 0; i < inputs.length; i += 500)
+    ids.push(...(await ledger.enqueueMany(inputs.slice(i, i + 500))).map((r) => r.id));
   return ids;
 }
 
@@ -66,7 +68,11 @@ export interface Failure {
 }
 
 export function describeFailures(failures: readonly Failure[]): string[] {
-  return failures.slice(0, 10).map((f) => `${f.who} ${f.what}: ${f.error instanceof Error ? (f.error.stack ?? f.error.message) : String(f.error)}`);
+  return failures
+    .slice(0, 10)
+    .map(
+      (f) => `${f.who} ${f.what}: ${f.error instanceof Error ? (f.error.stack ?? f.error.message) : String(f.error)}`,
+    );
 }
 
 /** The server family and, on TiDB, the transaction mode the suite runs (for the retries file). */
@@ -84,7 +90,10 @@ export function recordRetries(
 ): void {
   const file = process.env.LANEWAKE_STRESS_RETRIES_FILE;
   if (file === undefined || file === '') return;
-  appendFileSync(file, `${JSON.stringify({ test: testName, phase, ...label, ms: measured.ms, retried: retriesByErrno(measured.retried), ...counts() })}\n`);
+  appendFileSync(
+    file,
+    `${JSON.stringify({ test: testName, phase, ...label, ms: measured.ms, retried: retriesByErrno(measured.retried), ...counts() })}\n`,
+  );
 }
 
 /** Who won an item, and with which claim. */
@@ -106,7 +115,9 @@ export class Wins {
     for (const item of items) {
       const earlier = this.byId.get(item.id);
       if (earlier !== undefined) {
-        this.duplicates.push(`${item.id}: won by ${earlier.who} (attempt ${earlier.attempt}) and by ${who} (attempt ${item.attempt})`);
+        this.duplicates.push(
+          `${item.id}: won by ${earlier.who} (attempt ${earlier.attempt}) and by ${who} (attempt ${item.attempt})`,
+        );
         continue;
       }
       this.byId.set(item.id, { who, how, token: item.leaseToken, attempt: item.attempt, item });
@@ -116,7 +127,13 @@ export class Wins {
 
 /** The queue's rows as the ledger has them now. */
 export async function rowsOf(ledger: Ledger, queue: string) {
-  const r = await sql<{ id: string; state: string; lease_token: string | null; lease_owner: string | null; attempt: number }>`SELECT id, state,
+  const r = await sql<{
+    id: string;
+    state: string;
+    lease_token: string | null;
+    lease_owner: string | null;
+    attempt: number;
+  }>`SELECT id, state,
       lease_token, lease_owner, attempt FROM ${ledger.tables.items} WHERE queue = ${queue}`.execute(ledger.db);
   return new Map(r.rows.map((row) => [row.id, { ...row, attempt: Number(row.attempt) }]));
 }

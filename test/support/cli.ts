@@ -11,6 +11,10 @@ export interface Run {
 export async function lanewake(args: readonly string[], commands?: readonly CommandFactory[]): Promise<Run> {
   let out = '';
   let err = '';
-  const code = await runCli(args, { out: (s) => (out += s), err: (s) => (err += s), columns: 200 }, commands ? { commands } : {});
+  const code = await runCli(
+    args,
+    { out: (s) => (out += s), err: (s) => (err += s), columns: 200 },
+    commands ? { commands } : {},
+  );
   return { code, out, err };
 }

@@ -12,7 +12,9 @@ export const TIDB_WRITE_CONFLICT = 9007;
  * to the caller, so this is where it shows. Only meaningful while nothing
  * else in the process uses a ledger (the tests of a file run one at a time).
  */
-export async function conflictsRetriedDuring<T>(fn: () => Promise<T>): Promise<{ value: T; retried: Map<number, number>; ms: number }> {
+export async function conflictsRetriedDuring<T>(
+  fn: () => Promise<T>,
+): Promise<{ value: T; retried: Map<number, number>; ms: number }> {
   const before = conflictRetries();
   const started = performance.now();
   const value = await fn();

@@ -38,7 +38,12 @@ export class BusyKiller {
         workerData: {
           flags: this.flags.buffer,
           mysql2: require.resolve('mysql2/promise'),
-          server: { host: serverUrl.hostname, port: Number(serverUrl.port || 3306), user: decodeURIComponent(serverUrl.username || 'root'), password: decodeURIComponent(serverUrl.password) },
+          server: {
+            host: serverUrl.hostname,
+            port: Number(serverUrl.port || 3306),
+            user: decodeURIComponent(serverUrl.username || 'root'),
+            password: decodeURIComponent(serverUrl.password),
+          },
         },
       },
     );
@@ -140,7 +145,12 @@ export class FaultProxy {
         const armed = this.armed;
         const command = packet[3] === 0 ? packet[4] : undefined;
         if (command === 0x16) preparing = packet.subarray(5).toString('utf8');
-        const text = command === 0x03 ? packet.subarray(5).toString('utf8') : command === 0x17 ? prepared.get(packet.readUInt32LE(5)) : undefined;
+        const text =
+          command === 0x03
+            ? packet.subarray(5).toString('utf8')
+            : command === 0x17
+              ? prepared.get(packet.readUInt32LE(5))
+              : undefined;
         if (armed && text !== undefined && armed.match.test(text)) {
           this.armed = undefined;
           if (armed.cut === 'drop-request') {

@@ -44,7 +44,14 @@ export function consumerHarness(label: string): {
     setUp,
     consumer: async (handlers, tuning = {}) => {
       const { tl, tw, queue } = await setUp();
-      const consumer = new Consumer({ ledger: tl.ledger, wake: tw.wake, queue, pollIntervalMs: 200, ...tuning, handlers });
+      const consumer = new Consumer({
+        ledger: tl.ledger,
+        wake: tw.wake,
+        queue,
+        pollIntervalMs: 200,
+        ...tuning,
+        handlers,
+      });
       cleanups.push(() => consumer.stop({ drainTimeoutMs: 1000 }));
       await consumer.start();
       return consumer;

@@ -9,5 +9,8 @@ export function exactCounts(stats: Pick<QueueStats, 'counts'> | undefined): Reco
   if (stats === undefined) return undefined;
   const floors = ITEM_STATES.filter((state) => stats.counts[state].atLeast);
   if (floors.length > 0) throw new Error(`counts of ${floors.join(', ')} stopped at their cap: not exact`);
-  return Object.fromEntries(ITEM_STATES.map((state) => [state, stats.counts[state].count])) as Record<ItemState, number>;
+  return Object.fromEntries(ITEM_STATES.map((state) => [state, stats.counts[state].count])) as Record<
+    ItemState,
+    number
+  >;
 }

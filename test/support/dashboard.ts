@@ -12,7 +12,11 @@ export async function startTestDashboard(
     port: 0,
     readiness: () => ledgerReadiness(opts.ledger),
     version: '0.0.0-test',
-    dashboard: { backend: () => ({ ledger: opts.ledger, wake: opts.wake }), adminToken: opts.adminToken, showPayloads: opts.showPayloads },
+    dashboard: {
+      backend: () => ({ ledger: opts.ledger, wake: opts.wake }),
+      adminToken: opts.adminToken,
+      showPayloads: opts.showPayloads,
+    },
   });
   scope.cleanup(() => server.close());
   return server;

@@ -84,7 +84,12 @@ export async function effectCount(ledger: Ledger): Promise<number> {
 }
 
 /** Writes the effect row of `job` inside `trx` (the handler's ledger transaction). */
-export async function insertEffect(trx: Transaction<EffectsDB>, job: Job<StepPayload>, worker: string, startedAtUs: number): Promise<void> {
+export async function insertEffect(
+  trx: Transaction<EffectsDB>,
+  job: Job<StepPayload>,
+  worker: string,
+  startedAtUs: number,
+): Promise<void> {
   await trx
     .insertInto('effects')
     .values({

@@ -40,7 +40,10 @@ export function createTestWake(url = redisUrl()): TestWake {
 export async function deleteKeys(url: string, prefix: string): Promise<void> {
   const nodes = isClusterUrl(url) ? parseClusterUrl(url).cluster.map((n) => ({ host: n.host, port: n.port })) : [url];
   for (const node of nodes) {
-    const r = typeof node === 'string' ? new Redis(node, { maxRetriesPerRequest: 1, lazyConnect: true }) : new Redis({ ...node, maxRetriesPerRequest: 1, lazyConnect: true });
+    const r =
+      typeof node === 'string'
+        ? new Redis(node, { maxRetriesPerRequest: 1, lazyConnect: true })
+        : new Redis({ ...node, maxRetriesPerRequest: 1, lazyConnect: true });
     r.on('error', () => undefined);
     try {
       let cursor = '0';

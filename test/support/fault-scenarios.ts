@@ -34,7 +34,10 @@ export interface StoppableRedis {
 
 /** Items `owner` holds; with `startedWithinMs`, only those whose run began that recently (ledger clock). */
 async function idsHeldBy(ledger: Ledger, queue: string, owner: string, startedWithinMs?: number): Promise<string[]> {
-  const recent = startedWithinMs === undefined ? sql`` : sql`AND started_at > NOW(6) - INTERVAL ${startedWithinMs * 1000} MICROSECOND`;
+  const recent =
+    startedWithinMs === undefined
+      ? sql``
+      : sql`AND started_at > NOW(6) - INTERVAL ${startedWithinMs * 1000} MICROSECOND`;
   const r = await sql<{ id: string }>`SELECT id FROM ${ledger.tables.items}
     WHERE queue = ${queue} AND state = 'processing' AND lease_owner = ${owner} ${recent}`.execute(ledger.db);
   return r.rows.map((x) => x.id);
@@ -54,7 +57,9 @@ function lanedInputs(queue: string, count: number, lanes: number, from = 0) {
  * after the lease and completed by the survivor, each once, the expired
  * attempt on record. `tw` is the survivor's and the producer's Redis.
  */
-export async function consumerKilledMidHandler(ctx: ScenarioContext & { tw: TestWake; redisUrl: string }): Promise<void> {
+export async function consumerKilledMidHandler(
+  ctx: ScenarioContext & { tw: TestWake; redisUrl: string },
+): Promise<void> {
   const { tl, tw } = ctx;
   const { ledger } = tl;
   await createEffectsTable(ledger);
@@ -95,14 +100,22 @@ export async function consumerKilledMidHandler(ctx: ScenarioContext & { tw: Test
   // item's 250 ms of work cannot have finished, so the kill always strands work. The survivor
   // starts after the kill: started before, on a loaded machine it could drain every item
   // before the child's first claim, and there would be nothing to strand.
-  await waitFor(async () => (await idsHeldBy(ledger, queue, child.name, 100)).length > 0, 30_000, 'the child to be mid-work');
+  await waitFor(
+    async () => (await idsHeldBy(ledger, queue, child.name, 100)).length > 0,
+    30_000,
+    'the child to be mid-work',
+  );
   const exit = await child.kill();
   expect(exit.signal).toBe('SIGKILL');
   const stranded = await idsHeldBy(ledger, queue, child.name);
   expect(stranded.length, 'items the killed child still held').toBeGreaterThan(0);
   await survivor.start();
 
-  await waitFor(async () => (await itemCount(ledger, queue, 'completed')) === ITEMS || undefined, 45_000, 'every item completed');
+  await waitFor(
+    async () => (await itemCount(ledger, queue, 'completed')) === ITEMS || undefined,
+    45_000,
+    'every item completed',
+  );
 
   const effects = await readEffects(ledger);
   expect(effects).toHaveLength(ITEMS);
@@ -141,7 +154,9 @@ export async function consumerKilledMidHandler(ctx: ScenarioContext & { tw: Test
  * failed), the sweep completes the work, and wake-ups resume once Redis is
  * back, empty (its streams and groups gone).
  */
-export async function redisStoppedMidRun(ctx: ScenarioContext & { redis: StoppableRedis; keyPrefix: string }): Promise<void> {
+export async function redisStoppedMidRun(
+  ctx: ScenarioContext & { redis: StoppableRedis; keyPrefix: string },
+): Promise<void> {
   const { ledger } = ctx.tl;
   const { redis, keyPrefix } = ctx;
   const queue = uniqueQueue('redis-down');

@@ -46,5 +46,7 @@ function lintRecordedSql(dir: string): void {
   const lines = violations.map((v) => `  [${v.rule}] ${v.why}\n    ${v.statement.slice(0, 400)}`);
   // An error thrown here is printed but does not fail the run: set the exit code as well.
   process.exitCode = 1;
-  console.error(`\nSQL lint FAILED: ${violations.length} statement(s) of ${statements.size} outside the SQL subset every server shares:\n${lines.join('\n')}\n`);
+  console.error(
+    `\nSQL lint FAILED: ${violations.length} statement(s) of ${statements.size} outside the SQL subset every server shares:\n${lines.join('\n')}\n`,
+  );
 }

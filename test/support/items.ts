@@ -10,7 +10,10 @@ let queueCounter = 0;
 /** A queue name of its own for one test (1-64 chars of [a-z0-9._-]). */
 export function freshQueue(label: string): string {
   queueCounter += 1;
-  const clean = label.toLowerCase().replace(/[^a-z0-9._-]+/g, '-').slice(0, 40);
+  const clean = label
+    .toLowerCase()
+    .replace(/[^a-z0-9._-]+/g, '-')
+    .slice(0, 40);
   return `${clean}-${queueCounter}-${randomBytes(3).toString('hex')}`;
 }
 
@@ -18,28 +21,46 @@ export function freshQueue(label: string): string {
 export async function itemCount(ledger: Ledger, queue?: string, state?: string): Promise<number> {
   const inState = state === undefined ? sql`` : sql`AND state = ${state}`;
   const filter = queue === undefined ? sql`` : sql`WHERE queue = ${queue} ${inState}`;
-  const r = await sql<{ n: number | string }>`SELECT COUNT(*) AS n FROM ${ledger.tables.items} ${filter}`.execute(ledger.db);
+  const r = await sql<{ n: number | string }>`SELECT COUNT(*) AS n FROM ${ledger.tables.items} ${filter}`.execute(
+    ledger.db,
+  );
   return Number(r.rows[0]?.n ?? -1);
 }
 
 /** Rows in the attempt-history table (optionally of one item). */
 export async function historyCount(ledger: Ledger, itemId?: string): Promise<number> {
   const filter = itemId === undefined ? sql`` : sql`WHERE item_id = ${itemId}`;
-  const r = await sql<{ n: number | string }>`SELECT COUNT(*) AS n FROM ${ledger.tables.attempts} ${filter}`.execute(ledger.db);
+  const r = await sql<{ n: number | string }>`SELECT COUNT(*) AS n FROM ${ledger.tables.attempts} ${filter}`.execute(
+    ledger.db,
+  );
   return Number(r.rows[0]?.n ?? -1);
 }
 
 /** The lane bookkeeping row (its last sequence, and whether it has an unfinished item), or undefined. */
-export async function laneRow(ledger: Ledger, queue: string, lane: string): Promise<{ nextSeq: number; busy: boolean } | undefined> {
-  const r = await sql<{ next_seq: number | string; busy_from: number | string }>`SELECT next_seq, busy_from FROM ${ledger.tables.lanes}
+export async function laneRow(
+  ledger: Ledger,
+  queue: string,
+  lane: string,
+): Promise<{ nextSeq: number; busy: boolean } | undefined> {
+  const r = await sql<{
+    next_seq: number | string;
+    busy_from: number | string;
+  }>`SELECT next_seq, busy_from FROM ${ledger.tables.lanes}
     WHERE queue = ${queue} AND lane = ${lane}`.execute(ledger.db);
   const row = r.rows[0];
   return row ? { nextSeq: Number(row.next_seq), busy: Number(row.busy_from) !== 0 } : undefined;
 }
 
 /** An item's row in the waits table (present exactly while the item is blocked), or undefined. */
-export async function waitRow(ledger: Ledger, itemId: string): Promise<{ queue: string; dependencyKey: string; probeAfter: Date } | undefined> {
-  const r = await sql<{ queue: string; dependency_key: string; probe_after: Date }>`SELECT queue, dependency_key, probe_after
+export async function waitRow(
+  ledger: Ledger,
+  itemId: string,
+): Promise<{ queue: string; dependencyKey: string; probeAfter: Date } | undefined> {
+  const r = await sql<{
+    queue: string;
+    dependency_key: string;
+    probe_after: Date;
+  }>`SELECT queue, dependency_key, probe_after
     FROM ${ledger.tables.waits} WHERE item_id = ${itemId}`.execute(ledger.db);
   const row = r.rows[0];
   return row ? { queue: row.queue, dependencyKey: row.dependency_key, probeAfter: row.probe_after } : undefined;
@@ -67,13 +88,23 @@ export async function history(ledger: Ledger, id: string): Promise<AttemptRecord
 }
 
 /** Claims exactly one item of `queue` (fails otherwise). */
-export async function claimOne(ledger: Ledger, queue: string, owner = 'worker-a', leaseMs = 60_000): Promise<ClaimedItem> {
+export async function claimOne(
+  ledger: Ledger,
+  queue: string,
+  owner = 'worker-a',
+  leaseMs = 60_000,
+): Promise<ClaimedItem> {
   const c = await ledger.claim({ queue, owner, limit: 10, leaseMs });
   return only(c.items, `claim of ${queue}`);
 }
 
 /** Claims everything claimable in `queue` now. */
-export async function claimAll(ledger: Ledger, queue: string, owner = 'worker-a', leaseMs = 60_000): Promise<ClaimedItem[]> {
+export async function claimAll(
+  ledger: Ledger,
+  queue: string,
+  owner = 'worker-a',
+  leaseMs = 60_000,
+): Promise<ClaimedItem[]> {
   const c = await ledger.claim({ queue, owner, limit: 1000, leaseMs });
   return c.items;
 }

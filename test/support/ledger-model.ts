@@ -223,7 +223,11 @@ export class LedgerModel {
   finish(h: ClaimedItem, f: Finish, b: Bracket, wokenFirst = false): { won: boolean; state?: ItemState } {
     if (!this.holds(h)) return { won: false };
     const i = this.item(h.id);
-    const end = (state: ItemState, failureClass: string | null, lastError: string | null): { won: true; state: ItemState } => {
+    const end = (
+      state: ItemState,
+      failureClass: string | null,
+      lastError: string | null,
+    ): { won: true; state: ItemState } => {
       this.leave(i, state);
       i.failureClass = failureClass;
       i.lastError = lastError;
@@ -355,9 +359,12 @@ export class LedgerModel {
   checkLanes(): string | undefined {
     const lanes = new Set(this.items.flatMap((i) => (i.lane === null ? [] : [i.lane])));
     for (const lane of lanes) {
-      const open = this.items.filter((i) => i.lane === lane && !isTerminal(i.state)).sort((a, b) => (a.laneSeq ?? 0) - (b.laneSeq ?? 0));
+      const open = this.items
+        .filter((i) => i.lane === lane && !isTerminal(i.state))
+        .sort((a, b) => (a.laneSeq ?? 0) - (b.laneSeq ?? 0));
       const heads = open.filter((i) => i.isHead);
-      if (open.length > 0 && (heads.length !== 1 || heads[0] !== open[0])) return `model lane ${lane}: heads ${heads.map((i) => `i${i.n}`).join(',')}`;
+      if (open.length > 0 && (heads.length !== 1 || heads[0] !== open[0]))
+        return `model lane ${lane}: heads ${heads.map((i) => `i${i.n}`).join(',')}`;
     }
     return undefined;
   }

@@ -41,7 +41,8 @@ export function serverVersion(): Promise<string> {
 export function testTxnMode(): Pick<LedgerConfigInput, 'tidbTxnMode'> {
   const mode = process.env.LANEWAKE_TEST_TIDB_TXN_MODE;
   if (mode === undefined || mode === '') return {};
-  if (mode !== 'pessimistic' && mode !== 'optimistic') throw new Error(`LANEWAKE_TEST_TIDB_TXN_MODE must be pessimistic or optimistic, not ${mode}`);
+  if (mode !== 'pessimistic' && mode !== 'optimistic')
+    throw new Error(`LANEWAKE_TEST_TIDB_TXN_MODE must be pessimistic or optimistic, not ${mode}`);
   return { tidbTxnMode: mode };
 }
 
@@ -69,7 +70,11 @@ export async function createTestLedger(config: Partial<LedgerConfigInput> = {}, 
 }
 
 /** Waits until `check` returns a value other than undefined/false, or fails after `timeoutMs`. */
-export async function waitFor<T>(check: () => Promise<T | undefined | false> | T | undefined | false, timeoutMs = 10_000, what = 'condition'): Promise<T> {
+export async function waitFor<T>(
+  check: () => Promise<T | undefined | false> | T | undefined | false,
+  timeoutMs = 10_000,
+  what = 'condition',
+): Promise<T> {
   const deadline = Date.now() + timeoutMs;
   for (;;) {
     const v = await check();
@@ -85,7 +90,12 @@ export async function waitFor<T>(check: () => Promise<T | undefined | false> | T
  * machine and its server need (a loaded TiDB drains a backlog at a tenth of
  * MariaDB's rate), a deadline on the whole would assert a speed.
  */
-export async function waitForCount(count: () => Promise<number>, target: number, stallMs: number, what: string): Promise<void> {
+export async function waitForCount(
+  count: () => Promise<number>,
+  target: number,
+  stallMs: number,
+  what: string,
+): Promise<void> {
   let last = -1;
   let movedAt = Date.now();
   for (;;) {

@@ -24,7 +24,12 @@ function install(): void {
   for (const method of ['query', 'execute'] as const) {
     const original = base[method];
     base[method] = function (this: unknown, sql: unknown, ...rest: unknown[]) {
-      const text = typeof sql === 'string' ? sql : typeof sql === 'object' && sql !== null && 'sql' in sql ? String((sql as { sql: unknown }).sql) : undefined;
+      const text =
+        typeof sql === 'string'
+          ? sql
+          : typeof sql === 'object' && sql !== null && 'sql' in sql
+            ? String((sql as { sql: unknown }).sql)
+            : undefined;
       if (text !== undefined) for (const l of listeners) l(text);
       return original.call(this, sql, ...rest);
     };

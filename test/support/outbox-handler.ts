@@ -39,7 +39,13 @@ export function outboxHandler(
       await sql`INSERT INTO effects (item_id, lane, lane_seq, enq_index, worker, started_at_us, ended_at_us)
         VALUES (${job.id}, NULL, NULL, NULL, ${worker}, ${startedAt}, ${nowUs()})`.execute(trx);
       if (stop === 'before-enqueue' && job.attempt === 1) await halt(stop, job.id, say);
-      const made = await ctx.enqueueMany(Array.from({ length: FOLLOW_UPS }, (_, n) => ({ queue: followQueue, type: 'follow', payload: { parent: job.id, n } })));
+      const made = await ctx.enqueueMany(
+        Array.from({ length: FOLLOW_UPS }, (_, n) => ({
+          queue: followQueue,
+          type: 'follow',
+          payload: { parent: job.id, n },
+        })),
+      );
       if (stop === 'after-enqueue' && job.attempt === 1) await halt(stop, job.id, say);
       return { followUps: made.map((m) => m.id) };
     });
@@ -47,7 +53,11 @@ export function outboxHandler(
 }
 
 /** A wake channel whose publish of `followQueue`'s wake-ups halts (the after-commit stop): the process dies before announcing them. */
-export function haltFollowUpWakes(wake: WakeChannel, followQueue: string, say: (event: Record<string, unknown>) => void): void {
+export function haltFollowUpWakes(
+  wake: WakeChannel,
+  followQueue: string,
+  say: (event: Record<string, unknown>) => void,
+): void {
   const publish = wake.publish.bind(wake);
   wake.publish = async (messages) => {
     const follow = messages.find((m) => m.queue === followQueue);

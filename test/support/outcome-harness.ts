@@ -30,7 +30,11 @@ export interface OutcomeHarness {
  * (last first), then the channel's keys and the ledger's database go.
  */
 export function outcomeHarness(): {
-  harness: (handlers: Record<string, HandlerEntry>, tuning?: ConsumerTuning, ledgerConfig?: Partial<LedgerConfigInput>) => Promise<OutcomeHarness>;
+  harness: (
+    handlers: Record<string, HandlerEntry>,
+    tuning?: ConsumerTuning,
+    ledgerConfig?: Partial<LedgerConfigInput>,
+  ) => Promise<OutcomeHarness>;
   cleanups: (() => Promise<unknown> | void)[];
 } {
   let tl: TestLedger | undefined;
@@ -46,12 +50,24 @@ export function outcomeHarness(): {
     tl = undefined;
   });
 
-  async function harness(handlers: Record<string, HandlerEntry>, tuning: ConsumerTuning = {}, ledgerConfig: Partial<LedgerConfigInput> = {}): Promise<OutcomeHarness> {
+  async function harness(
+    handlers: Record<string, HandlerEntry>,
+    tuning: ConsumerTuning = {},
+    ledgerConfig: Partial<LedgerConfigInput> = {},
+  ): Promise<OutcomeHarness> {
     tl = await createTestLedger(ledgerConfig);
     tw = createTestWake();
     const ledger = tl.ledger;
     const queue = uniqueQueue('outcome');
-    const consumer = new Consumer({ ledger, wake: tw.wake, queue, concurrency: 4, pollIntervalMs: 1000, ...tuning, handlers });
+    const consumer = new Consumer({
+      ledger,
+      wake: tw.wake,
+      queue,
+      concurrency: 4,
+      pollIntervalMs: 1000,
+      ...tuning,
+      handlers,
+    });
     const outcomes = new Map<string, Outcome[]>();
     consumer.on('outcome', (item, outcome) => outcomes.set(item.id, [...(outcomes.get(item.id) ?? []), outcome]));
     cleanups.push(() => consumer.stop({ drainTimeoutMs: 1000 }));
@@ -65,7 +81,11 @@ export function outcomeHarness(): {
       outcomes,
       enqueue: async (input) => (await producer.enqueue({ ...input, queue })).id,
       waitOutcome: (id, outcome, timeoutMs = 15_000) =>
-        waitFor(() => (outcomes.get(id)?.includes(outcome) ? outcomes.get(id) : undefined), timeoutMs, `${id}: ${outcome}`),
+        waitFor(
+          () => (outcomes.get(id)?.includes(outcome) ? outcomes.get(id) : undefined),
+          timeoutMs,
+          `${id}: ${outcome}`,
+        ),
       item: async (id) => {
         const item = await ledger.get(id);
         if (!item) throw new Error(`no item ${id}`);

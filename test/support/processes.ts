@@ -67,7 +67,11 @@ export class ChildConsumer {
     delete env.VITEST;
     delete env.VITEST_WORKER_ID;
     delete env.VITEST_POOL_ID;
-    this.proc = spawn(process.execPath, ['--import', 'tsx', CHILD_ENTRY], { cwd: ROOT, env, stdio: ['ignore', 'pipe', 'pipe'] });
+    this.proc = spawn(process.execPath, ['--import', 'tsx', CHILD_ENTRY], {
+      cwd: ROOT,
+      env,
+      stdio: ['ignore', 'pipe', 'pipe'],
+    });
     this.exited = new Promise((res) => this.proc.once('exit', (code, signal) => res({ code, signal })));
     this.proc.stderr?.setEncoding('utf8');
     this.proc.stderr?.on('data', (chunk: string) => {
@@ -81,7 +85,9 @@ export class ChildConsumer {
       failReady = rej;
     });
     this.ready.catch(() => undefined);
-    void this.exited.then((e) => failReady(new Error(`child ${config.name} exited before ready (${e.code ?? e.signal}): ${this.stderr}`)));
+    void this.exited.then((e) =>
+      failReady(new Error(`child ${config.name} exited before ready (${e.code ?? e.signal}): ${this.stderr}`)),
+    );
     this.proc.stdout?.setEncoding('utf8');
     this.proc.stdout?.on('data', (chunk: string) => {
       buffered += chunk;
@@ -116,7 +122,10 @@ export class ChildConsumer {
       await Promise.race([
         this.ready,
         new Promise<never>((_, rej) => {
-          timer = setTimeout(() => rej(new Error(`child ${this.name} not ready after ${timeoutMs} ms: ${this.stderr}`)), timeoutMs);
+          timer = setTimeout(
+            () => rej(new Error(`child ${this.name} not ready after ${timeoutMs} ms: ${this.stderr}`)),
+            timeoutMs,
+          );
         }),
       ]);
     } finally {
@@ -184,11 +193,29 @@ export class PrivateRedis {
     if (this.running) throw new Error('private redis already running');
     const proc = spawn(
       'redis-server',
-      ['--port', String(this.port), '--bind', '127.0.0.1', '--save', '', '--appendonly', 'no', '--daemonize', 'no', '--dir', this.dir],
+      [
+        '--port',
+        String(this.port),
+        '--bind',
+        '127.0.0.1',
+        '--save',
+        '',
+        '--appendonly',
+        'no',
+        '--daemonize',
+        'no',
+        '--dir',
+        this.dir,
+      ],
       { stdio: 'ignore' },
     );
     this.proc = proc;
-    await waitFor(async () => (await this.ping()) || (proc.exitCode !== null ? Promise.reject(new Error('redis-server exited')) : undefined), 10_000, `redis-server on ${this.port}`);
+    await waitFor(
+      async () =>
+        (await this.ping()) || (proc.exitCode !== null ? Promise.reject(new Error('redis-server exited')) : undefined),
+      10_000,
+      `redis-server on ${this.port}`,
+    );
   }
 
   /** SIGKILL: no shutdown handshake, clients see their sockets drop. */
@@ -216,7 +243,12 @@ export class PrivateRedis {
   }
 
   private async ping(): Promise<boolean> {
-    const c = new Redis(this.url, { lazyConnect: true, maxRetriesPerRequest: 0, retryStrategy: () => null, enableOfflineQueue: false });
+    const c = new Redis(this.url, {
+      lazyConnect: true,
+      maxRetriesPerRequest: 0,
+      retryStrategy: () => null,
+      enableOfflineQueue: false,
+    });
     c.on('error', () => undefined);
     try {
       await c.connect();

@@ -74,17 +74,27 @@ export async function startRedisCluster(options: { nodeTimeoutMs?: number } = {}
     const child = spawn(
       'redis-server',
       [
-        '--cluster-enabled', 'yes',
-        '--port', String(port),
-        '--bind', '127.0.0.1',
-        '--cluster-config-file', join(dir, `nodes-${port}.conf`),
-        '--cluster-node-timeout', String(options.nodeTimeoutMs ?? 1000),
-        '--dir', dir,
-        '--save', '',
-        '--appendonly', 'no',
-        '--daemonize', 'no',
+        '--cluster-enabled',
+        'yes',
+        '--port',
+        String(port),
+        '--bind',
+        '127.0.0.1',
+        '--cluster-config-file',
+        join(dir, `nodes-${port}.conf`),
+        '--cluster-node-timeout',
+        String(options.nodeTimeoutMs ?? 1000),
+        '--dir',
+        dir,
+        '--save',
+        '',
+        '--appendonly',
+        'no',
+        '--daemonize',
+        'no',
         // A replica that never finished its first sync is not eligible for failover: sync at once.
-        '--repl-diskless-sync-delay', '0',
+        '--repl-diskless-sync-delay',
+        '0',
       ],
       { stdio: ['ignore', log, log] },
     );
@@ -96,11 +106,14 @@ export async function startRedisCluster(options: { nodeTimeoutMs?: number } = {}
     const { stdout } = await exec('redis-cli', ['-h', '127.0.0.1', '-p', String(port), ...args], { timeout: 10_000 });
     return stdout.trim();
   };
-  const alive = (): number[] => ports.filter((p) => procs.get(p)?.exitCode === null && procs.get(p)?.signalCode === null);
+  const alive = (): number[] =>
+    ports.filter((p) => procs.get(p)?.exitCode === null && procs.get(p)?.signalCode === null);
   const killAll = async (): Promise<void> => {
     for (const child of procs.values()) if (child.exitCode === null && child.signalCode === null) child.kill('SIGKILL');
     await Promise.all(
-      [...procs.values()].map((c) => (c.exitCode !== null || c.signalCode !== null ? undefined : new Promise((r) => c.once('exit', r)))),
+      [...procs.values()].map((c) =>
+        c.exitCode !== null || c.signalCode !== null ? undefined : new Promise((r) => c.once('exit', r)),
+      ),
     );
   };
   const stop = async (): Promise<void> => {
@@ -108,10 +121,18 @@ export async function startRedisCluster(options: { nodeTimeoutMs?: number } = {}
     await rm(dir, { recursive: true, force: true });
   };
   try {
-    await waitFor(async () => (await Promise.all(ports.map((p) => cli(p, 'ping').catch(() => '')))).every((r) => r === 'PONG'), 10_000, 'redis nodes up');
-    await exec('redis-cli', ['--cluster', 'create', ...ports.map((p) => `127.0.0.1:${p}`), '--cluster-replicas', '1', '--cluster-yes'], {
-      timeout: 30_000,
-    });
+    await waitFor(
+      async () => (await Promise.all(ports.map((p) => cli(p, 'ping').catch(() => '')))).every((r) => r === 'PONG'),
+      10_000,
+      'redis nodes up',
+    );
+    await exec(
+      'redis-cli',
+      ['--cluster', 'create', ...ports.map((p) => `127.0.0.1:${p}`), '--cluster-replicas', '1', '--cluster-yes'],
+      {
+        timeout: 30_000,
+      },
+    );
   } catch (error) {
     await stop();
     throw error;
@@ -131,12 +152,21 @@ export async function startRedisCluster(options: { nodeTimeoutMs?: number } = {}
         const f = line.split(' ');
         const port = Number((f[1] ?? '').split('@')[0]?.split(':')[1]);
         const flags = f[2] ?? '';
-        const slots = f.slice(8).filter((s) => !s.startsWith('[')).map((s) => {
-          const [a, b] = s.split('-');
-          return [Number(a), Number(b ?? a)] as [number, number];
-        });
+        const slots = f
+          .slice(8)
+          .filter((s) => !s.startsWith('['))
+          .map((s) => {
+            const [a, b] = s.split('-');
+            return [Number(a), Number(b ?? a)] as [number, number];
+          });
         const role = flags.includes('master') ? 'master' : 'replica';
-        return { port, id: f[0] ?? '', role, ...(role === 'replica' && f[3] ? { masterId: f[3] } : {}), slots } satisfies ClusterNodeInfo;
+        return {
+          port,
+          id: f[0] ?? '',
+          role,
+          ...(role === 'replica' && f[3] ? { masterId: f[3] } : {}),
+          slots,
+        } satisfies ClusterNodeInfo;
       });
   };
 
@@ -192,7 +222,11 @@ export async function startRedisCluster(options: { nodeTimeoutMs?: number } = {}
     restartAll: async () => {
       const down = ports.filter((p) => !alive().includes(p));
       for (const port of down) spawnNode(port);
-      await waitFor(async () => (await Promise.all(down.map((p) => cli(p, 'ping').catch(() => '')))).every((r) => r === 'PONG'), 10_000, 'restarted nodes up');
+      await waitFor(
+        async () => (await Promise.all(down.map((p) => cli(p, 'ping').catch(() => '')))).every((r) => r === 'PONG'),
+        10_000,
+        'restarted nodes up',
+      );
     },
     waitHealthy,
     stop,

@@ -39,7 +39,11 @@ export class FirerReplica {
     delete env.VITEST;
     delete env.VITEST_WORKER_ID;
     delete env.VITEST_POOL_ID;
-    this.proc = spawn(process.execPath, ['--import', 'tsx', ENTRY], { cwd: ROOT, env, stdio: ['ignore', 'pipe', 'pipe'] });
+    this.proc = spawn(process.execPath, ['--import', 'tsx', ENTRY], {
+      cwd: ROOT,
+      env,
+      stdio: ['ignore', 'pipe', 'pipe'],
+    });
     this.exited = new Promise((res) => this.proc.once('exit', () => res()));
     this.proc.stderr?.setEncoding('utf8');
     this.proc.stderr?.on('data', (chunk: string) => {
@@ -87,11 +91,22 @@ export class FirerReplica {
 }
 
 /** A schedule's fired items: fire time (from the key) and the ledger's creation time, by fire time. */
-export async function firedItems(ledger: Ledger, queue: string, name: string): Promise<{ fireMs: number; createdAt: Date; key: string }[]> {
-  const r = await sql<{ idempotency_key: string; created_at: Date }>`SELECT idempotency_key, created_at FROM ${ledger.tables.items}
+export async function firedItems(
+  ledger: Ledger,
+  queue: string,
+  name: string,
+): Promise<{ fireMs: number; createdAt: Date; key: string }[]> {
+  const r = await sql<{
+    idempotency_key: string;
+    created_at: Date;
+  }>`SELECT idempotency_key, created_at FROM ${ledger.tables.items}
     WHERE queue = ${queue} AND idempotency_key LIKE ${`${name}:%`}`.execute(ledger.db);
   return r.rows
-    .map((x) => ({ key: x.idempotency_key, fireMs: Number(x.idempotency_key.slice(name.length + 1)), createdAt: x.created_at }))
+    .map((x) => ({
+      key: x.idempotency_key,
+      fireMs: Number(x.idempotency_key.slice(name.length + 1)),
+      createdAt: x.created_at,
+    }))
     .sort((a, b) => a.fireMs - b.fireMs);
 }
 

@@ -33,14 +33,17 @@ export function testScope(): TestScope {
   let watched: Startable[] = [];
   afterEach(async () => {
     for (const step of steps.reverse()) await step().catch(() => undefined);
-    const erred = watched.flatMap((c, i) => ((c.counters?.errors ?? 0) > 0 ? [`consumer ${i}: ${c.counters?.errors} errors`] : []));
+    const erred = watched.flatMap((c, i) =>
+      (c.counters?.errors ?? 0) > 0 ? [`consumer ${i}: ${c.counters?.errors} errors`] : [],
+    );
     watched = [];
     for (const w of wakes) await w.drop();
     for (const l of ledgers) await l.drop();
     steps = [];
     wakes = [];
     ledgers = [];
-    if (erred.length > 0) throw new Error(`consumers counted errors (a claim, sweep or hand-back that failed): ${erred.join('; ')}`);
+    if (erred.length > 0)
+      throw new Error(`consumers counted errors (a claim, sweep or hand-back that failed): ${erred.join('; ')}`);
   });
   return {
     ledger: async (config) => {

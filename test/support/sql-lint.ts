@@ -32,27 +32,57 @@ function limitInInSubquery(sql: string): boolean {
 }
 
 export const SQL_RULES: readonly SqlRule[] = [
-  { name: 'RETURNING', why: 'MariaDB only (INSERT/DELETE … RETURNING): MySQL and TiDB have none', test: re(/\bRETURNING\b/i) },
+  {
+    name: 'RETURNING',
+    why: 'MariaDB only (INSERT/DELETE … RETURNING): MySQL and TiDB have none',
+    test: re(/\bRETURNING\b/i),
+  },
   { name: 'SKIP LOCKED', why: 'TiDB does not support SKIP LOCKED', test: re(/\bSKIP\s+LOCKED\b/i) },
-  { name: 'LIMIT in IN (subquery)', why: "MySQL and TiDB refuse LIMIT inside IN (SELECT …) ('This version doesn't yet support')", test: limitInInSubquery },
+  {
+    name: 'LIMIT in IN (subquery)',
+    why: "MySQL and TiDB refuse LIMIT inside IN (SELECT …) ('This version doesn't yet support')",
+    test: limitInInSubquery,
+  },
   {
     name: 'VALUES() in ON DUPLICATE KEY UPDATE',
     why: 'deprecated since MySQL 8.0.20 (a warning on every statement); refer to the inserted row through a derived table instead',
     test: re(/\bON\s+DUPLICATE\s+KEY\s+UPDATE\b[^;]*\bVALUES\s*\(/i),
   },
-  { name: 'CREATE OR REPLACE', why: 'MariaDB only', test: re(/\bCREATE\s+OR\s+REPLACE\s+(TABLE|INDEX|SEQUENCE|DATABASE|USER)\b/i) },
+  {
+    name: 'CREATE OR REPLACE',
+    why: 'MariaDB only',
+    test: re(/\bCREATE\s+OR\s+REPLACE\s+(TABLE|INDEX|SEQUENCE|DATABASE|USER)\b/i),
+  },
   {
     name: 'IF [NOT] EXISTS on columns or indexes',
     why: 'MariaDB only (ADD COLUMN IF NOT EXISTS, DROP INDEX IF EXISTS, CREATE INDEX IF NOT EXISTS)',
-    test: re(/\b(ADD|DROP|MODIFY|CHANGE)\s+(COLUMN|INDEX|KEY|CONSTRAINT)\s+IF\s+(NOT\s+)?EXISTS\b|\bCREATE\s+(UNIQUE\s+)?INDEX\s+IF\s+NOT\s+EXISTS\b/i),
+    test: re(
+      /\b(ADD|DROP|MODIFY|CHANGE)\s+(COLUMN|INDEX|KEY|CONSTRAINT)\s+IF\s+(NOT\s+)?EXISTS\b|\bCREATE\s+(UNIQUE\s+)?INDEX\s+IF\s+NOT\s+EXISTS\b/i,
+    ),
   },
-  { name: 'sequences', why: 'MariaDB only', test: re(/\b(NEXTVAL|LASTVAL|SETVAL)\s*\(|\bNEXT\s+VALUE\s+FOR\b|\bCREATE\s+SEQUENCE\b/i) },
-  { name: 'MariaDB-only JSON functions', why: 'MariaDB only', test: re(/\bJSON_(DETAILED|LOOSE|COMPACT|EXISTS|QUERY|NORMALIZE|EQUALS)\s*\(/i) },
+  {
+    name: 'sequences',
+    why: 'MariaDB only',
+    test: re(/\b(NEXTVAL|LASTVAL|SETVAL)\s*\(|\bNEXT\s+VALUE\s+FOR\b|\bCREATE\s+SEQUENCE\b/i),
+  },
+  {
+    name: 'MariaDB-only JSON functions',
+    why: 'MariaDB only',
+    test: re(/\bJSON_(DETAILED|LOOSE|COMPACT|EXISTS|QUERY|NORMALIZE|EQUALS)\s*\(/i),
+  },
   { name: 'lock WAIT n', why: 'MariaDB only (FOR UPDATE WAIT n)', test: re(/\bFOR\s+UPDATE\s+WAIT\s+\d/i) },
   { name: 'LIMIT ROWS EXAMINED', why: 'MariaDB only', test: re(/\bROWS\s+EXAMINED\b/i) },
-  { name: 'MariaDB-only aggregates', why: 'MariaDB only', test: re(/\b(MEDIAN|PERCENTILE_CONT|PERCENTILE_DISC)\s*\(/i) },
+  {
+    name: 'MariaDB-only aggregates',
+    why: 'MariaDB only',
+    test: re(/\b(MEDIAN|PERCENTILE_CONT|PERCENTILE_DISC)\s*\(/i),
+  },
   { name: 'Aria storage engine', why: 'MariaDB only', test: re(/\bENGINE\s*=\s*Aria\b/i) },
-  { name: 'user variables assigned in expressions', why: 'deprecated in MySQL 8 (:= outside SET)', test: re(/^\s*(SELECT|UPDATE|INSERT|DELETE)\b[\s\S]*:=/i) },
+  {
+    name: 'user variables assigned in expressions',
+    why: 'deprecated in MySQL 8 (:= outside SET)',
+    test: re(/^\s*(SELECT|UPDATE|INSERT|DELETE)\b[\s\S]*:=/i),
+  },
 ];
 
 /** Literals out, whitespace folded: statements that differ only in their values count once. */

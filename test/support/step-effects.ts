@@ -19,7 +19,10 @@ export async function createStepEffectsTable(ledger: Ledger): Promise<void> {
 
 /** The step bodies that ran for `itemId`, in order, as `step@worker`. */
 export async function stepEffects(ledger: Ledger, itemId: string): Promise<string[]> {
-  const r = await sql<{ step: string; worker: string }>`SELECT step, worker FROM step_effects WHERE item_id = ${itemId} ORDER BY id`.execute(ledger.db);
+  const r = await sql<{
+    step: string;
+    worker: string;
+  }>`SELECT step, worker FROM step_effects WHERE item_id = ${itemId} ORDER BY id`.execute(ledger.db);
   return r.rows.map((x) => `${x.step}@${x.worker}`);
 }
 
@@ -30,7 +33,8 @@ export async function stepEffects(ledger: Ledger, itemId: string): Promise<strin
  * step's body never ends (the process is killed there).
  */
 export function threeStepHandler<DB>(db: LedgerDb, worker: string, opts: { hangAtThree: boolean }) {
-  const write = (itemId: string, step: string) => sql`INSERT INTO step_effects (item_id, step, worker) VALUES (${itemId}, ${step}, ${worker})`;
+  const write = (itemId: string, step: string) =>
+    sql`INSERT INTO step_effects (item_id, step, worker) VALUES (${itemId}, ${step}, ${worker})`;
   return async (job: Job, ctx: JobContext<DB>): Promise<number> => {
     const one = await ctx.step('one', async () => {
       await write(job.id, 'one').execute(db);

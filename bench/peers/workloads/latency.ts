@@ -65,7 +65,14 @@ export const latencyInProcess: WorkloadFn = async (session, args, s, out) => {
   const a = await session.open(args.ns[0]!);
   const jobs = Array.from({ length: s.latency }, (_, n): BenchJob => ({ n }));
   const effects = new Effects(s.latency);
-  const phase = { phase: 'latency-in-process', jobs, effects, drainTo: s.latency, completedWant: exactly(s.latency), ordered: false };
+  const phase = {
+    phase: 'latency-in-process',
+    jobs,
+    effects,
+    drainTo: s.latency,
+    completedWant: exactly(s.latency),
+    ordered: false,
+  };
   recordLatencies(out, await inProcessLatency(a, s, out, phase));
   await session.finish(a);
 };
@@ -75,13 +82,16 @@ export const latencyTwoProcesses: WorkloadFn = async (session, args, s, out) => 
   const jobs = Array.from({ length: s.latency }, (_, n): BenchJob => ({ n }));
   const effects = new Effects(s.latency);
   const latencies: number[] = [];
-  const worker = new WorkerHandle({ system: args.system, mode: args.mode, ns: args.ns[0]!, concurrency: s.concurrency }, (ns, latencyMs) => {
-    ns.forEach((n, i) => {
-      const ms = latencyMs[i];
-      if (ms !== null && ms !== undefined) latencies.push(ms);
-      effects.see({ n });
-    });
-  });
+  const worker = new WorkerHandle(
+    { system: args.system, mode: args.mode, ns: args.ns[0]!, concurrency: s.concurrency },
+    (ns, latencyMs) => {
+      ns.forEach((n, i) => {
+        const ms = latencyMs[i];
+        if (ms !== null && ms !== undefined) latencies.push(ms);
+        effects.see({ n });
+      });
+    },
+  );
   try {
     await worker.ready;
     worker.go();
@@ -96,7 +106,17 @@ export const latencyTwoProcesses: WorkloadFn = async (session, args, s, out) => 
       out.values[`${RSS_METRIC} (worker process)`] = report.peakRssMb;
       out.warnings.push(...report.warnings);
     }
-    await finishPhase(out, 'latency', a, STOPPED, effects, { from: 0, to: s.latency }, exactly(s.latency), false, drained);
+    await finishPhase(
+      out,
+      'latency',
+      a,
+      STOPPED,
+      effects,
+      { from: 0, to: s.latency },
+      exactly(s.latency),
+      false,
+      drained,
+    );
   } finally {
     await worker.kill();
   }

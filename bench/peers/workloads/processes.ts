@@ -18,7 +18,11 @@ export function workerProcesses(name: 'four-workers' | 'sixteen-workers', shape:
   return async (session, args, s, out) => {
     const { jobs: count, processes, concurrency } = shape(s);
     const a = await session.open(args.ns[0]!);
-    await enqueueAll(a, Array.from({ length: count }, (_, n): BenchJob => ({ n })), s.bulkBatch);
+    await enqueueAll(
+      a,
+      Array.from({ length: count }, (_, n): BenchJob => ({ n })),
+      s.bulkBatch,
+    );
     const effects = new Effects(count);
     const workers = Array.from(
       { length: processes },

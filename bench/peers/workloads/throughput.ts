@@ -13,7 +13,14 @@ import type { Sizes } from '../protocol.js';
 import type { BenchJob, PeerAdapter } from '../types.js';
 
 /** One worker at the harness's concurrency drains `count` enqueued jobs: processing jobs/s into `out`. */
-async function drainTimed(a: PeerAdapter, phase: string, count: number, s: Sizes, out: Outcome, ordered: boolean): Promise<void> {
+async function drainTimed(
+  a: PeerAdapter,
+  phase: string,
+  count: number,
+  s: Sizes,
+  out: Outcome,
+  ordered: boolean,
+): Promise<void> {
   const effects = new Effects(count);
   const t0 = performance.now();
   const worker = await a.startWorker({ concurrency: s.concurrency, onJob: (j) => effects.see(j) });
@@ -33,7 +40,10 @@ export const bulk: WorkloadFn = async (session, args, s, out) => {
 
 export const ordered: WorkloadFn = async (session, args, s, out) => {
   const a = await session.open(args.ns[0]!);
-  const jobs = Array.from({ length: s.ordered }, (_, n): BenchJob => ({ n, key: `k${n % s.orderedKeys}`, seq: Math.floor(n / s.orderedKeys) }));
+  const jobs = Array.from(
+    { length: s.ordered },
+    (_, n): BenchJob => ({ n, key: `k${n % s.orderedKeys}`, seq: Math.floor(n / s.orderedKeys) }),
+  );
   await enqueueAll(a, jobs, s.bulkBatch);
   await drainTimed(a, 'ordered', s.ordered, s, out, true);
   out.values['order violations'] = out.effects.at(-1)?.orderViolations ?? Number.NaN;

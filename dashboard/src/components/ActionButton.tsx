@@ -39,7 +39,12 @@ export function ActionButton({
   };
   return (
     <span class="action">
-      <button type="button" class={className} disabled={busy} onClick={() => (confirm === undefined ? void run() : setAsking(true))}>
+      <button
+        type="button"
+        class={className}
+        disabled={busy}
+        onClick={() => (confirm === undefined ? void run() : setAsking(true))}
+      >
         {children}
       </button>
       {asking && (

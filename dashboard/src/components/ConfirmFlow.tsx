@@ -71,7 +71,12 @@ export function ConfirmFlow({
                 <button type="button" onClick={close} disabled={step.at === 'running'}>
                   Cancel
                 </button>
-                <button type="button" class="primary danger" disabled={step.count === 0 || step.at === 'running'} onClick={() => void go(step.count)}>
+                <button
+                  type="button"
+                  class="primary danger"
+                  disabled={step.count === 0 || step.at === 'running'}
+                  onClick={() => void go(step.count)}
+                >
                   {step.at === 'running' ? 'Working…' : `Confirm (${step.count})`}
                 </button>
               </div>

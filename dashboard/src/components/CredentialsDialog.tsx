@@ -31,10 +31,19 @@ export function CredentialsDialog() {
           if (token !== '') finish({ token, name: name.trim() });
         }}
       >
-        <p class="muted">Actions need the token the dashboard was started with. It is kept in this tab only, until you close it.</p>
+        <p class="muted">
+          Actions need the token the dashboard was started with. It is kept in this tab only, until you close it.
+        </p>
         <label>
           Token
-          <input name="token" type="password" autocomplete="off" value={token} onInput={(e) => setToken(e.currentTarget.value)} required />
+          <input
+            name="token"
+            type="password"
+            autocomplete="off"
+            value={token}
+            onInput={(e) => setToken(e.currentTarget.value)}
+            required
+          />
         </label>
         <label>
           <span>

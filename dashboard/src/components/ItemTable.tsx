@@ -11,7 +11,15 @@ function When({ item }: { item: ItemSummary }) {
   return <Time iso={item.createdAt} />;
 }
 
-export function ItemTable({ items, showQueue = false, laneOrder = false }: { items: ItemSummary[]; showQueue?: boolean; laneOrder?: boolean }) {
+export function ItemTable({
+  items,
+  showQueue = false,
+  laneOrder = false,
+}: {
+  items: ItemSummary[];
+  showQueue?: boolean;
+  laneOrder?: boolean;
+}) {
   return (
     <table class="grid items">
       <thead>
@@ -80,7 +88,17 @@ export function ItemTable({ items, showQueue = false, laneOrder = false }: { ite
 }
 
 /** "Next page" of a keyset list, and back to its first page. */
-export function Pager({ next, first, nextHref, onFirstPage }: { next: string | null; first: string; nextHref: (cursor: string) => string; onFirstPage: boolean }) {
+export function Pager({
+  next,
+  first,
+  nextHref,
+  onFirstPage,
+}: {
+  next: string | null;
+  first: string;
+  nextHref: (cursor: string) => string;
+  onFirstPage: boolean;
+}) {
   if (next === null && onFirstPage) return null;
   return (
     <div class="pager">

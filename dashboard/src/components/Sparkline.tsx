@@ -20,7 +20,15 @@ export function ThroughputSpark({ points, bucketMs }: { points: SeriesPoint[]; b
   const per = bucketMs >= 60_000 ? `/${Math.round(bucketMs / 60_000)} min` : `/${duration(bucketMs)}`;
   return (
     <div class="spark">
-      <svg class="spark-svg" viewBox={`0 0 ${W} ${H}`} width={W} height={H} preserveAspectRatio="none" role="img" aria-label="throughput, last hour">
+      <svg
+        class="spark-svg"
+        viewBox={`0 0 ${W} ${H}`}
+        width={W}
+        height={H}
+        preserveAspectRatio="none"
+        role="img"
+        aria-label="throughput, last hour"
+      >
         <title>{`last hour: ${count(done)} completed, ${count(failed)} failed (peak ${count(max)}${per})`}</title>
         <line class="spark-base" x1="0" y1={H - 0.5} x2={W} y2={H - 0.5} />
         {points.map((p, i) => {
@@ -73,7 +81,15 @@ export function LatencySpark({ points }: { points: SeriesPoint[] }) {
   const max = Math.max(1, ...known);
   return (
     <div class="spark">
-      <svg class="spark-svg" viewBox={`0 0 ${W} ${H}`} width={W} height={H} preserveAspectRatio="none" role="img" aria-label="enqueue to start latency, last hour">
+      <svg
+        class="spark-svg"
+        viewBox={`0 0 ${W} ${H}`}
+        width={W}
+        height={H}
+        preserveAspectRatio="none"
+        role="img"
+        aria-label="enqueue to start latency, last hour"
+      >
         <title>{`enqueue→start, last hour: peak ${duration(max)}`}</title>
         <line class="spark-base" x1="0" y1={H - 0.5} x2={W} y2={H - 0.5} />
         {known.length > 0 && <path class="line-p99" d={path(p99, max)} />}

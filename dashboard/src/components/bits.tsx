@@ -33,7 +33,15 @@ export function Empty({ children }: { children: ComponentChildren }) {
 }
 
 /** A page's title row: the heading, a subtitle and the page's buttons on the right. */
-export function PageHead({ title, sub, children }: { title: ComponentChildren; sub?: ComponentChildren; children?: ComponentChildren }) {
+export function PageHead({
+  title,
+  sub,
+  children,
+}: {
+  title: ComponentChildren;
+  sub?: ComponentChildren;
+  children?: ComponentChildren;
+}) {
   return (
     <div class="page-head">
       <div>

@@ -21,10 +21,17 @@ function GroupActions({ g, reload }: { g: DeadGroup; reload: () => void }) {
         label="Replay all…"
         title="Replay this group"
         className="primary"
-        describe={(n) => (n === 0 ? `No dead item left in ${label}.` : `Replay ${plural(n, 'dead item')} (${label})? Each gets a new item; the dead ones stay as they are.`)}
+        describe={(n) =>
+          n === 0
+            ? `No dead item left in ${label}.`
+            : `Replay ${plural(n, 'dead item')} (${label})? Each gets a new item; the dead ones stay as they are.`
+        }
         dryRun={async () => (await postAction<{ count: number }>('/api/replay', { ...filter, dryRun: true })).count}
         run={async () => {
-          const r = await postAction<{ replayed: number; skipped: number }>('/api/replay', { ...filter, dryRun: false });
+          const r = await postAction<{ replayed: number; skipped: number }>('/api/replay', {
+            ...filter,
+            dryRun: false,
+          });
           return `Replayed ${count(r.replayed)}, skipped ${count(r.skipped)}.`;
         }}
         onDone={reload}
@@ -34,10 +41,23 @@ function GroupActions({ g, reload }: { g: DeadGroup; reload: () => void }) {
         title="Purge dead items"
         className="danger"
         describe={(n) =>
-          n === 0 ? `No dead item of type ${g.type} in ${g.queue}.` : `Delete ${plural(n, 'dead item')} of type ${g.type} in ${g.queue} (every failure class) from the ledger? This cannot be undone.`
+          n === 0
+            ? `No dead item of type ${g.type} in ${g.queue}.`
+            : `Delete ${plural(n, 'dead item')} of type ${g.type} in ${g.queue} (every failure class) from the ledger? This cannot be undone.`
         }
-        dryRun={async () => (await postAction<{ count: number }>('/api/purge', { queue: g.queue, state: 'dead', type: g.type, dryRun: true })).count}
-        run={async () => `Purged ${count((await postAction<{ purged: number }>('/api/purge', { queue: g.queue, state: 'dead', type: g.type, dryRun: false })).purged)}.`}
+        dryRun={async () =>
+          (
+            await postAction<{ count: number }>('/api/purge', {
+              queue: g.queue,
+              state: 'dead',
+              type: g.type,
+              dryRun: true,
+            })
+          ).count
+        }
+        run={async () =>
+          `Purged ${count((await postAction<{ purged: number }>('/api/purge', { queue: g.queue, state: 'dead', type: g.type, dryRun: false })).purged)}.`
+        }
         onDone={reload}
       />
     </>
@@ -68,7 +88,14 @@ export function DeadPage({ queue }: { queue: string | null }) {
   const total = data?.groups.reduce((s, g) => s + g.count, 0) ?? 0;
   return (
     <>
-      <PageHead title="Dead letters" sub={data === undefined ? undefined : `${plural(total, 'dead item')} in ${plural(data.groups.length, 'group')}, by queue, type and failure class`}>
+      <PageHead
+        title="Dead letters"
+        sub={
+          data === undefined
+            ? undefined
+            : `${plural(total, 'dead item')} in ${plural(data.groups.length, 'group')}, by queue, type and failure class`
+        }
+      >
         <QueuePicker queue={queue} />
       </PageHead>
       <ErrorBox error={error} />
@@ -92,14 +119,23 @@ export function DeadPage({ queue }: { queue: string | null }) {
           </thead>
           <tbody>
             {data.groups.map((g) => (
-              <tr key={`${g.queue}/${g.type}/${g.failureClass ?? ''}`} data-group={`${g.queue}/${g.type}/${g.failureClass ?? ''}`}>
+              <tr
+                key={`${g.queue}/${g.type}/${g.failureClass ?? ''}`}
+                data-group={`${g.queue}/${g.type}/${g.failureClass ?? ''}`}
+              >
                 <td>
                   <a href={href.items(g.queue, { state: 'dead' })}>{g.queue}</a>
                 </td>
                 <td>
                   <a href={href.items(g.queue, { state: 'dead', type: g.type })}>{g.type}</a>
                 </td>
-                <td>{g.failureClass === null ? <span class="muted">–</span> : <span class="badge failure">{g.failureClass}</span>}</td>
+                <td>
+                  {g.failureClass === null ? (
+                    <span class="muted">–</span>
+                  ) : (
+                    <span class="badge failure">{g.failureClass}</span>
+                  )}
+                </td>
                 <td class="num count-dead">{count(g.count)}</td>
                 <td class="error-cell">
                   <Clip text={g.lastError} max={110} />

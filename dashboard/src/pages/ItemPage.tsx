@@ -25,13 +25,22 @@ function At({ iso }: { iso: string | null }) {
   if (iso === null) return <Dash />;
   return (
     <>
-      {absolute(iso)} <span class="muted">(<Time iso={iso} />)</span>
+      {absolute(iso)}{' '}
+      <span class="muted">
+        (<Time iso={iso} />)
+      </span>
     </>
   );
 }
 
 function ItemLink({ id }: { id: string | null }) {
-  return id === null ? <Dash /> : <a href={href.item(id)} class="mono">{id}</a>;
+  return id === null ? (
+    <Dash />
+  ) : (
+    <a href={href.item(id)} class="mono">
+      {id}
+    </a>
+  );
 }
 
 function Fields({ item }: { item: ItemDetail }) {
@@ -64,7 +73,9 @@ function Fields({ item }: { item: ItemDetail }) {
       <Field label="Attempt">
         {count(item.attempt)} of {count(item.maxAttempts)}
       </Field>
-      <Field label="Failure class">{item.failureClass === null ? <Dash /> : <span class="badge failure">{item.failureClass}</span>}</Field>
+      <Field label="Failure class">
+        {item.failureClass === null ? <Dash /> : <span class="badge failure">{item.failureClass}</span>}
+      </Field>
       <Field label="Created">
         <At iso={item.createdAt} />
       </Field>
@@ -124,7 +135,12 @@ function Actions({ item, reload }: { item: ItemDetail; reload: () => void }) {
       {replayable && (
         <ActionButton
           className="primary"
-          act={() => postAction<{ id: string }>(`/api/items/${enc(item.id)}/replay`, { expectAttempt: item.attempt, expectErrorDigest: item.errorDigest })}
+          act={() =>
+            postAction<{ id: string }>(`/api/items/${enc(item.id)}/replay`, {
+              expectAttempt: item.attempt,
+              expectErrorDigest: item.errorDigest,
+            })
+          }
           onDone={(r) => navigate(href.item((r as { id: string }).id))}
         >
           Replay
@@ -133,9 +149,15 @@ function Actions({ item, reload }: { item: ItemDetail; reload: () => void }) {
       {replayable && (
         <ActionButton
           act={() => {
-            const reason = window.prompt(`Repair item ${item.id} in place? It goes back to pending with its id and lane place, and its lane's pending items wait behind it. Why?`);
+            const reason = window.prompt(
+              `Repair item ${item.id} in place? It goes back to pending with its id and lane place, and its lane's pending items wait behind it. Why?`,
+            );
             if (reason === null || reason.trim() === '') return Promise.reject(new Error('not repaired: say why'));
-            return postAction(`/api/items/${enc(item.id)}/repair`, { expectAttempt: item.attempt, expectErrorDigest: item.errorDigest, reason });
+            return postAction(`/api/items/${enc(item.id)}/repair`, {
+              expectAttempt: item.attempt,
+              expectErrorDigest: item.errorDigest,
+              reason,
+            });
           }}
           onDone={reload}
         >
@@ -160,7 +182,12 @@ export function ItemPage({ id }: { id: string }) {
   const { canAct, showPayloads } = useSession();
   const path = `/api/items/${enc(id)}`;
   const { data, error, reload } = usePoll(path, () => getJson<ItemResponse>(path));
-  if (data === undefined) return error === undefined ? <Loading /> : <ErrorBox error={error instanceof ApiError && error.status === 404 ? new Error(`No item ${id}`) : error} />;
+  if (data === undefined)
+    return error === undefined ? (
+      <Loading />
+    ) : (
+      <ErrorBox error={error instanceof ApiError && error.status === 404 ? new Error(`No item ${id}`) : error} />
+    );
   const { item, attempts, steps, group, why } = data;
   return (
     <>

@@ -31,7 +31,12 @@ function FilterForm({ queue, filter }: { queue: string; filter: ItemFilter }) {
       {TEXT_FIELDS.map(([k, label]) => (
         <label key={k}>
           {label}
-          <input name={k} type="text" value={draft[k] ?? ''} onInput={(e) => setDraft({ ...draft, [k]: e.currentTarget.value.trim() || undefined })} />
+          <input
+            name={k}
+            type="text"
+            value={draft[k] ?? ''}
+            onInput={(e) => setDraft({ ...draft, [k]: e.currentTarget.value.trim() || undefined })}
+          />
         </label>
       ))}
       <button type="submit" class="primary">
@@ -59,7 +64,13 @@ function BulkActions({ queue, filter, reload }: { queue: string; filter: ItemFil
   const [ageText, olderThanMs] = PURGE_AGES[age] ?? PURGE_AGES[0];
   const ended = olderThanMs === undefined ? '' : ` that ended ${ageText}`;
   const byIdentity = idempotencyKey !== undefined || id !== undefined;
-  const what = [type !== undefined && `type ${type}`, lane !== undefined && `lane ${lane}`, key !== undefined && `key ${key}`].filter(Boolean).join(', ');
+  const what = [
+    type !== undefined && `type ${type}`,
+    lane !== undefined && `lane ${lane}`,
+    key !== undefined && `key ${key}`,
+  ]
+    .filter(Boolean)
+    .join(', ');
   const scope = `in queue ${queue}${what === '' ? '' : ` (${what})`}`;
   return (
     <>
@@ -68,42 +79,67 @@ function BulkActions({ queue, filter, reload }: { queue: string; filter: ItemFil
           label="Replay all matching…"
           title="Replay dead items"
           className="primary"
-          describe={(n) => (n === 0 ? `No dead item ${scope}.` : `Replay ${count(n)} dead item${n === 1 ? '' : 's'} ${scope}? Each gets a new item; the dead ones stay as they are.`)}
-          dryRun={async () => (await postAction<{ count: number }>('/api/replay', { queue, type, lane, key, dryRun: true })).count}
+          describe={(n) =>
+            n === 0
+              ? `No dead item ${scope}.`
+              : `Replay ${count(n)} dead item${n === 1 ? '' : 's'} ${scope}? Each gets a new item; the dead ones stay as they are.`
+          }
+          dryRun={async () =>
+            (await postAction<{ count: number }>('/api/replay', { queue, type, lane, key, dryRun: true })).count
+          }
           run={async () => {
-            const r = await postAction<{ replayed: number; skipped: number }>('/api/replay', { queue, type, lane, key, dryRun: false });
+            const r = await postAction<{ replayed: number; skipped: number }>('/api/replay', {
+              queue,
+              type,
+              lane,
+              key,
+              dryRun: false,
+            });
             return `Replayed ${count(r.replayed)}, skipped ${count(r.skipped)}.`;
           }}
           onDone={reload}
         />
       )}
-      {state !== undefined && TERMINAL_STATES.includes(state) && !byIdentity && lane === undefined && key === undefined && (
-        <label class="inline">
-          ended
-          <select name="purge-age" value={age} onChange={(e) => setAge(Number(e.currentTarget.value))}>
-            {PURGE_AGES.map(([text], i) => (
-              <option key={text} value={i}>
-                {text}
-              </option>
-            ))}
-          </select>
-        </label>
-      )}
-      {state !== undefined && TERMINAL_STATES.includes(state) && !byIdentity && lane === undefined && key === undefined && (
-        <ConfirmFlow
-          label={`Purge ${state}…`}
-          title={`Purge ${state} items`}
-          className="danger"
-          describe={(n) =>
-            n === 0
-              ? `No ${state} item in queue ${queue}${type === undefined ? '' : ` of type ${type}`}${ended}.`
-              : `Delete ${count(n)} ${state} item${n === 1 ? '' : 's'} of queue ${queue}${type === undefined ? '' : ` of type ${type}`}${ended} from the ledger? This cannot be undone.`
-          }
-          dryRun={async () => (await postAction<{ count: number }>('/api/purge', { queue, state, type, olderThanMs, dryRun: true })).count}
-          run={async () => `Purged ${count((await postAction<{ purged: number }>('/api/purge', { queue, state, type, olderThanMs, dryRun: false })).purged)}.`}
-          onDone={reload}
-        />
-      )}
+      {state !== undefined &&
+        TERMINAL_STATES.includes(state) &&
+        !byIdentity &&
+        lane === undefined &&
+        key === undefined && (
+          <label class="inline">
+            ended
+            <select name="purge-age" value={age} onChange={(e) => setAge(Number(e.currentTarget.value))}>
+              {PURGE_AGES.map(([text], i) => (
+                <option key={text} value={i}>
+                  {text}
+                </option>
+              ))}
+            </select>
+          </label>
+        )}
+      {state !== undefined &&
+        TERMINAL_STATES.includes(state) &&
+        !byIdentity &&
+        lane === undefined &&
+        key === undefined && (
+          <ConfirmFlow
+            label={`Purge ${state}…`}
+            title={`Purge ${state} items`}
+            className="danger"
+            describe={(n) =>
+              n === 0
+                ? `No ${state} item in queue ${queue}${type === undefined ? '' : ` of type ${type}`}${ended}.`
+                : `Delete ${count(n)} ${state} item${n === 1 ? '' : 's'} of queue ${queue}${type === undefined ? '' : ` of type ${type}`}${ended} from the ledger? This cannot be undone.`
+            }
+            dryRun={async () =>
+              (await postAction<{ count: number }>('/api/purge', { queue, state, type, olderThanMs, dryRun: true }))
+                .count
+            }
+            run={async () =>
+              `Purged ${count((await postAction<{ purged: number }>('/api/purge', { queue, state, type, olderThanMs, dryRun: false })).purged)}.`
+            }
+            onDone={reload}
+          />
+        )}
     </>
   );
 }
@@ -128,7 +164,10 @@ export function ItemsPage({ queue, filter, after }: { queue: string; filter: Ite
         {canAct && <BulkActions queue={queue} filter={filter} reload={reload} />}
       </PageHead>
       <nav class="tabs">
-        <a href={href.items(queue, { ...filter, state: undefined })} class={filter.state === undefined ? 'current' : ''}>
+        <a
+          href={href.items(queue, { ...filter, state: undefined })}
+          class={filter.state === undefined ? 'current' : ''}
+        >
           all
         </a>
         {ITEM_STATES.map((s) => (
@@ -151,7 +190,12 @@ export function ItemsPage({ queue, filter, after }: { queue: string; filter: Ite
           ) : (
             <ItemTable items={data.items} />
           )}
-          <Pager next={data.next} onFirstPage={after === null} first={href.items(queue, filter)} nextHref={(c) => href.items(queue, filter, c)} />
+          <Pager
+            next={data.next}
+            onFirstPage={after === null}
+            first={href.items(queue, filter)}
+            nextHref={(c) => href.items(queue, filter, c)}
+          />
         </>
       )}
     </>

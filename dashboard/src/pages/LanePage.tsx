@@ -29,7 +29,12 @@ export function LanePage({ queue, lane, after }: { queue: string; lane: string; 
       ) : (
         <>
           <ItemTable items={data.items} laneOrder />
-          <Pager next={data.next} onFirstPage={after === null} first={href.lane(queue, lane)} nextHref={(c) => href.lane(queue, lane, c)} />
+          <Pager
+            next={data.next}
+            onFirstPage={after === null}
+            first={href.lane(queue, lane)}
+            nextHref={(c) => href.lane(queue, lane, c)}
+          />
         </>
       )}
     </>

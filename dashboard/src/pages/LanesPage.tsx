@@ -43,7 +43,9 @@ export function LanesPage({ queue }: { queue: string }) {
                 <td>
                   <a href={href.lane(queue, l.lane)}>{l.lane}</a>
                 </td>
-                <td class="mono">{l.headId === null ? <span class="muted">–</span> : <a href={href.item(l.headId)}>{l.headId}</a>}</td>
+                <td class="mono">
+                  {l.headId === null ? <span class="muted">–</span> : <a href={href.item(l.headId)}>{l.headId}</a>}
+                </td>
                 <td>{l.headState === null ? <span class="muted">–</span> : <StateBadge state={l.headState} />}</td>
                 <td class="num">{duration(l.waitingMs)}</td>
                 <td class="num">{count(l.pending)}</td>

@@ -26,7 +26,10 @@ function QueueRow({ q, canAct, reload }: { q: QueueView; canAct: boolean; reload
         <a href={href.items(q.queue)}>{q.queue}</a>
         {q.paused && <span class="badge paused">paused</span>}
         {q.staleOnly && (
-          <span class="badge paused" title="claims only rescued work (expired leases), no new pending work: lanewake stale-only">
+          <span
+            class="badge paused"
+            title="claims only rescued work (expired leases), no new pending work: lanewake stale-only"
+          >
             stale-only
           </span>
         )}
@@ -37,7 +40,13 @@ function QueueRow({ q, canAct, reload }: { q: QueueView; canAct: boolean; reload
       <td class="num">
         <Count q={q} state="pending" n={q.due} />
       </td>
-      <td class="num">{q.scheduled.count === 0 ? <span class="zero">0</span> : <a href={href.items(q.queue, { state: 'pending' })}>{boundedCount(q.scheduled)}</a>}</td>
+      <td class="num">
+        {q.scheduled.count === 0 ? (
+          <span class="zero">0</span>
+        ) : (
+          <a href={href.items(q.queue, { state: 'pending' })}>{boundedCount(q.scheduled)}</a>
+        )}
+      </td>
       <td class="num">
         <Count q={q} state="processing" n={c.processing} />
       </td>
@@ -47,7 +56,13 @@ function QueueRow({ q, canAct, reload }: { q: QueueView; canAct: boolean; reload
       <td class="num">
         <Count q={q} state="dead" n={c.dead} />
       </td>
-      <td class="num">{finished.count === 0 ? <span class="zero">0</span> : <a href={href.items(q.queue, { state: 'completed' })}>{boundedCount(finished)}</a>}</td>
+      <td class="num">
+        {finished.count === 0 ? (
+          <span class="zero">0</span>
+        ) : (
+          <a href={href.items(q.queue, { state: 'completed' })}>{boundedCount(finished)}</a>
+        )}
+      </td>
       <td class="num">{q.oldestDueAgeMs > 0 ? duration(q.oldestDueAgeMs) : <span class="zero">–</span>}</td>
       <td>
         <ThroughputSpark points={q.series.points} bucketMs={q.series.bucketMs} />
@@ -135,13 +150,23 @@ export function QueuesPage() {
             <thead>
               <tr>
                 <th>Queue</th>
-                <th class="num" title="Pending items whose run-after has come">Due</th>
-                <th class="num" title="Pending items not due yet">Scheduled</th>
+                <th class="num" title="Pending items whose run-after has come">
+                  Due
+                </th>
+                <th class="num" title="Pending items not due yet">
+                  Scheduled
+                </th>
                 <th class="num">Running</th>
-                <th class="num" title="Waiting on a dependency">Blocked</th>
+                <th class="num" title="Waiting on a dependency">
+                  Blocked
+                </th>
                 <th class="num">Dead</th>
-                <th class="num" title="Completed, skipped and cancelled items still kept">Finished</th>
-                <th class="num" title="How long the oldest due lane head has waited">Oldest due</th>
+                <th class="num" title="Completed, skipped and cancelled items still kept">
+                  Finished
+                </th>
+                <th class="num" title="How long the oldest due lane head has waited">
+                  Oldest due
+                </th>
                 <th>Throughput (1 h)</th>
                 <th>Enqueue→start</th>
                 <th class="num">Consumers</th>

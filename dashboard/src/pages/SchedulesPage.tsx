@@ -16,7 +16,10 @@ export function SchedulesPage() {
   const { data, error } = usePoll(path, () => getJson<{ now: string; schedules: ScheduleView[] }>(path));
   return (
     <>
-      <PageHead title="Schedules" sub="Recurring schedules held by the ledger; each fire enqueues one item, keyed <name>:<fire time ms>" />
+      <PageHead
+        title="Schedules"
+        sub="Recurring schedules held by the ledger; each fire enqueues one item, keyed <name>:<fire time ms>"
+      />
       <ErrorBox error={error} />
       {data === undefined ? (
         error === undefined && <Loading />
@@ -47,7 +50,13 @@ export function SchedulesPage() {
                     {s.item.queue} / {s.item.type}
                   </a>
                 </td>
-                <td title={absolute(s.nextFireAt)}>{s.paused ? <span class="badge paused">paused</span> : `in ${duration(Math.max(0, Date.parse(s.nextFireAt) - Date.parse(data.now)))}`}</td>
+                <td title={absolute(s.nextFireAt)}>
+                  {s.paused ? (
+                    <span class="badge paused">paused</span>
+                  ) : (
+                    `in ${duration(Math.max(0, Date.parse(s.nextFireAt) - Date.parse(data.now)))}`
+                  )}
+                </td>
                 <td>
                   <Time iso={s.lastFireAt} />
                 </td>

@@ -5,7 +5,13 @@ import type { Command } from 'commander';
 import type { CliContext } from '../context.js';
 import { CliError, EXIT } from '../errors.js';
 
-const SUITES = { compare: 'bench/compare.ts', ledger: 'bench/ledger.ts', engine: 'bench/engine.ts', steady: 'bench/steady.ts', cost: 'bench/cost.ts' } as const;
+const SUITES = {
+  compare: 'bench/compare.ts',
+  ledger: 'bench/ledger.ts',
+  engine: 'bench/engine.ts',
+  steady: 'bench/steady.ts',
+  cost: 'bench/cost.ts',
+} as const;
 type Suite = keyof typeof SUITES;
 const DEFAULT_SUITE: Suite = 'compare';
 
@@ -24,7 +30,9 @@ function shellQuote(s: string): string {
 export function benchCommand(program: Command, _ctx: CliContext): void {
   program
     .command('bench')
-    .description('run a benchmark harness of this checkout: compare (side by side with BullMQ, graphile-worker, pg-boss; the default), ledger (claim/complete/enqueue), engine (jobs/s, latency, RSS), steady (the production shape at a steady rate, MariaDB or TiDB) or cost (the SQL server\'s CPU, rows, statements and round trips per job, for enqueue, claim and complete apart)')
+    .description(
+      "run a benchmark harness of this checkout: compare (side by side with BullMQ, graphile-worker, pg-boss; the default), ledger (claim/complete/enqueue), engine (jobs/s, latency, RSS), steady (the production shape at a steady rate, MariaDB or TiDB) or cost (the SQL server's CPU, rows, statements and round trips per job, for enqueue, claim and complete apart)",
+    )
     .argument('[suite]', 'compare, ledger, engine, steady or cost', DEFAULT_SUITE)
     .argument('[args...]', 'passed on, e.g. --runs 1 --scale 0.2 --json')
     .allowUnknownOption(true)
@@ -33,10 +41,12 @@ export function benchCommand(program: Command, _ctx: CliContext): void {
       const named = !suiteArg.startsWith('-');
       const suite = named ? suiteArg : DEFAULT_SUITE;
       const args = named ? rest : [suiteArg, ...rest];
-      if (!isSuite(suite)) throw new CliError(`unknown suite '${suite}': use ${Object.keys(SUITES).join(', ')}`, EXIT.usage);
+      if (!isSuite(suite))
+        throw new CliError(`unknown suite '${suite}': use ${Object.keys(SUITES).join(', ')}`, EXIT.usage);
       const root = fileURLToPath(new URL('../../../', import.meta.url));
       const script = `${root}${SUITES[suite]}`;
-      if (!existsSync(script)) throw new CliError(`${SUITES[suite]} is not here: benchmarks run from a source checkout`, EXIT.failure);
+      if (!existsSync(script))
+        throw new CliError(`${SUITES[suite]} is not here: benchmarks run from a source checkout`, EXIT.failure);
       const typed =
         process.env.npm_lifecycle_event === 'bench'
           ? `npm run bench${[...(named ? [suite] : []), ...args].length > 0 ? ` -- ${[...(named ? [suite] : []), ...args].map(shellQuote).join(' ')}` : ''}`

@@ -14,7 +14,8 @@ const MEANING: Record<CancelOutcome, string> = {
 };
 
 /** cancel_requested when the holder could not be told at once (no --redis-url, or Redis refused). */
-const REQUESTED_BY_RENEWAL = 'it is running; its handler is aborted when its holder next renews the lease (within a third of the lease)';
+const REQUESTED_BY_RENEWAL =
+  'it is running; its handler is aborted when its holder next renews the lease (within a third of the lease)';
 
 export function cancelCommand(program: Command, { io }: CliContext): void {
   program
@@ -37,13 +38,16 @@ ${ID_HELP}`,
       let told = false;
       const outcome = await withLedger(g, (ledger) =>
         withWake(g, io, 'the cancel', async (wake) => {
-          const o = await withFieldNames({ id: '<id>' }, 'cancel', () => new Producer({ ledger, wake }).cancel(id, opts.reason));
+          const o = await withFieldNames({ id: '<id>' }, 'cancel', () =>
+            new Producer({ ledger, wake }).cancel(id, opts.reason),
+          );
           told = wake !== undefined && wake.counters.failed === 0;
           return o;
         }),
       );
       if (g.json) printJson(io, { id, outcome });
-      else println(io, `${outcome}: ${outcome === 'cancel_requested' && !told ? REQUESTED_BY_RENEWAL : MEANING[outcome]}`);
+      else
+        println(io, `${outcome}: ${outcome === 'cancel_requested' && !told ? REQUESTED_BY_RENEWAL : MEANING[outcome]}`);
       if (outcome === 'not_found') throw new CliError(`no item ${id}`);
     });
 }

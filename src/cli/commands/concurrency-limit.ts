@@ -1,5 +1,12 @@
 import type { Command } from 'commander';
-import { globalOptions, NEW_QUEUE_FLAG, NEW_QUEUE_HELP, requireSeenQueue, withLedger, type CliContext } from '../context.js';
+import {
+  globalOptions,
+  NEW_QUEUE_FLAG,
+  NEW_QUEUE_HELP,
+  requireSeenQueue,
+  withLedger,
+  type CliContext,
+} from '../context.js';
 import { CliError, EXIT, withFieldNames } from '../errors.js';
 import { println, printJson } from '../io.js';
 import { concurrencyLimitSchema, typeName, validate } from '../../ledger/validation.js';
@@ -27,14 +34,22 @@ export function concurrencyLimitCommand(program: Command, { io }: CliContext): v
     .action(async (queue: string, n: string | undefined, opts: { type?: string; newQueue?: boolean }, cmd: Command) => {
       const g = globalOptions(cmd);
       if (n === undefined) {
-        if (opts.type !== undefined) throw new CliError('--type: give <n> with it (without <n>, every limit of the queue is printed)', EXIT.usage);
-        const limits = await withLedger(g, (ledger) => withFieldNames({ queue: '<queue>' }, 'concurrency-limit', () => ledger.concurrencyLimits(queue)));
+        if (opts.type !== undefined)
+          throw new CliError('--type: give <n> with it (without <n>, every limit of the queue is printed)', EXIT.usage);
+        const limits = await withLedger(g, (ledger) =>
+          withFieldNames({ queue: '<queue>' }, 'concurrency-limit', () => ledger.concurrencyLimits(queue)),
+        );
         if (g.json) return printJson(io, limits);
-        println(io, `queue ${queue}: ${limits.limit === null ? 'no limit' : `at most ${limits.limit}`} per concurrency key`);
-        for (const [type, limit] of Object.entries(limits.types)) println(io, `  type ${type}: at most ${limit} per concurrency key, its own`);
+        println(
+          io,
+          `queue ${queue}: ${limits.limit === null ? 'no limit' : `at most ${limits.limit}`} per concurrency key`,
+        );
+        for (const [type, limit] of Object.entries(limits.types))
+          println(io, `  type ${type}: at most ${limit} per concurrency key, its own`);
         return;
       }
-      if (n !== 'none' && !/^\d+$/.test(n)) throw new CliError(`<n>: must be a whole number or "none", got '${n}'`, EXIT.usage);
+      if (n !== 'none' && !/^\d+$/.test(n))
+        throw new CliError(`<n>: must be a whole number or "none", got '${n}'`, EXIT.usage);
       const limit = n === 'none' ? null : Number(n);
       const waiting = await withLedger(g, (ledger) =>
         withFieldNames({ queue: '<queue>', limit: '<n>', type: '--type' }, 'concurrency-limit', async () => {
@@ -48,6 +63,9 @@ export function concurrencyLimitCommand(program: Command, { io }: CliContext): v
       const scope = opts.type !== undefined ? { queue, type: opts.type } : { queue };
       if (g.json) return printJson(io, { ...scope, limit, keysWithWaitingItems: waiting });
       const whose = opts.type !== undefined ? `queue ${queue}, type ${opts.type}` : `queue ${queue}`;
-      println(io, `${whose}: ${limit === null ? 'no limit' : `at most ${limit}`} per concurrency key (${waiting} key${waiting === 1 ? '' : 's'} with items waiting handed on)`);
+      println(
+        io,
+        `${whose}: ${limit === null ? 'no limit' : `at most ${limit}`} per concurrency key (${waiting} key${waiting === 1 ? '' : 's'} with items waiting handed on)`,
+      );
     });
 }

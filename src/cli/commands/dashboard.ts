@@ -35,13 +35,17 @@ export function dashboardCommand(program: Command, { io }: CliContext): void {
     .description('serve the operator dashboard (queues, items, lanes, dead letters, and actions with --admin-token)')
     .option('--port <n>', 'port to listen on (0: any free port)', parseInteger, 9465)
     .option('--host <address>', 'address to bind', '127.0.0.1')
-    .option('--admin-token <token>', `the token actions must send (at least ${MIN_TOKEN_CHARS} characters; LANEWAKE_ADMIN_TOKEN); without one, read-only`)
+    .option(
+      '--admin-token <token>',
+      `the token actions must send (at least ${MIN_TOKEN_CHARS} characters; LANEWAKE_ADMIN_TOKEN); without one, read-only`,
+    )
     .option('--show-payloads', "show items' payloads")
     .addHelpText('after', HELP)
     .action(async (flags: DashboardFlags, cmd: Command) => {
       const g = globalOptions(cmd);
       const token = flags.adminToken ?? (process.env.LANEWAKE_ADMIN_TOKEN || undefined);
-      if (token !== undefined && token.length < MIN_TOKEN_CHARS) throw new UsageError(`--admin-token: must be at least ${MIN_TOKEN_CHARS} characters`);
+      if (token !== undefined && token.length < MIN_TOKEN_CHARS)
+        throw new UsageError(`--admin-token: must be at least ${MIN_TOKEN_CHARS} characters`);
       if (flags.port < 0 || flags.port > 65_535) throw new UsageError('--port: must be 0-65535');
       await withLedger(g, (ledger) =>
         withWake(g, io, 'an announcement', async (wake) => {
@@ -49,11 +53,16 @@ export function dashboardCommand(program: Command, { io }: CliContext): void {
             host: flags.host,
             port: flags.port,
             readiness: () => ledgerReadiness(ledger),
-            dashboard: { backend: () => ({ ledger, wake }), adminToken: token, showPayloads: flags.showPayloads === true },
+            dashboard: {
+              backend: () => ({ ledger, wake }),
+              adminToken: token,
+              showPayloads: flags.showPayloads === true,
+            },
             version: packageVersion(),
             logger: createLogger('lanewake.dashboard', process.env.LANEWAKE_LOG_LEVEL ?? 'info'),
           }).catch((error: unknown) => {
-            if (error instanceof AdminAddressError) throw new UsageError(`${error.message}: choose another with --port or --host`);
+            if (error instanceof AdminAddressError)
+              throw new UsageError(`${error.message}: choose another with --port or --host`);
             throw error;
           });
           println(io, admin.url);

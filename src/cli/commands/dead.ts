@@ -13,8 +13,11 @@ export function deadCommand(program: Command, { io }: CliContext): void {
     .description('list dead items, newest first, with what `lanewake replay` needs: attempt and error digest')
     .option('--queue <queue>', 'only this queue')
     .option('--limit <n>', 'at most this many, 1-100000', parseInteger, 100)
-    .addHelpText('after', '\nReplay one with: lanewake replay <id> --expect-attempt <ATTEMPT> --expect-digest <DIGEST>\n' +
-        'or repair it in place: lanewake repair <id> --expect-attempt <ATTEMPT> --expect-error-digest <DIGEST> --reason <why>')
+    .addHelpText(
+      'after',
+      '\nReplay one with: lanewake replay <id> --expect-attempt <ATTEMPT> --expect-digest <DIGEST>\n' +
+        'or repair it in place: lanewake repair <id> --expect-attempt <ATTEMPT> --expect-error-digest <DIGEST> --reason <why>',
+    )
     .action(async (opts: { queue?: string; limit: number }, cmd: Command) => {
       const g = globalOptions(cmd);
       const items = await withLedger(g, (ledger) =>
@@ -40,7 +43,16 @@ export function deadCommand(program: Command, { io }: CliContext): void {
         io,
         renderTable(
           ['ID', 'QUEUE', 'TYPE', 'ATTEMPT', 'CLASS', 'DIED', 'DIGEST', 'ERROR'],
-          rows.map((r) => [r.id, r.queue, r.type, String(r.attempt), r.failureClass ?? '-', formatTime(r.terminalAt), r.errorDigest, firstLine(r.error, 80)]),
+          rows.map((r) => [
+            r.id,
+            r.queue,
+            r.type,
+            String(r.attempt),
+            r.failureClass ?? '-',
+            formatTime(r.terminalAt),
+            r.errorDigest,
+            firstLine(r.error, 80),
+          ]),
           ['left', 'left', 'left', 'right'],
         ),
       );

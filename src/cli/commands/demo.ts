@@ -17,7 +17,9 @@ interface DemoFlags {
 export function demoCommand(program: Command, { io }: CliContext): void {
   program
     .command('demo')
-    .description('run the whole system under faults against the local MariaDB and Redis, and check it kept its promises')
+    .description(
+      'run the whole system under faults against the local MariaDB and Redis, and check it kept its promises',
+    )
     .option('--items <n>', 'items to enqueue', parseInteger, 20_000)
     .option('--lanes <n>', 'lanes they are spread over', parseInteger, 1_000)
     .option('--replicas <n>', 'worker replicas (child processes)', parseInteger, 3)
@@ -85,7 +87,10 @@ at once (the database stays).`,
           [`leases reclaimed after ${summary.killedReplica || 'the kill'}`, String(summary.leaseReclaims)],
           ['wall time', `${summary.seconds.toFixed(1)} s`],
           ['throughput', `${Math.round(summary.throughput)} items/s`],
-          ['enqueue→start p50 / p99 (first attempts, incl. backlog wait)', `${summary.startP50Ms.toFixed(1)} / ${summary.startP99Ms.toFixed(1)} ms`],
+          [
+            'enqueue→start p50 / p99 (first attempts, incl. backlog wait)',
+            `${summary.startP50Ms.toFixed(1)} / ${summary.startP99Ms.toFixed(1)} ms`,
+          ],
           ['lane-order violations', String(summary.laneOrderViolations)],
           ['duplicate effects', String(summary.duplicateEffects)],
           ['completed items without their effect', String(summary.missingEffects)],
@@ -95,6 +100,7 @@ at once (the database stays).`,
       }
       const broken = summary.laneOrderViolations + summary.duplicateEffects + summary.missingEffects;
       const lost = summary.items - summary.completed - summary.dead;
-      if (broken > 0 || lost !== 0) throw new CliError(`the demo found ${broken} broken promise(s) and ${lost} unfinished item(s)`);
+      if (broken > 0 || lost !== 0)
+        throw new CliError(`the demo found ${broken} broken promise(s) and ${lost} unfinished item(s)`);
     });
 }

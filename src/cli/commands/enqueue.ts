@@ -44,9 +44,19 @@ export function enqueueCommand(program: Command, { io }: CliContext): void {
     .argument('<type>', 'item type, which picks the handler: 1-128 chars of [A-Za-z0-9._:-]')
     .option('--payload <json>', 'the item payload as JSON (never echoed back)', '{}')
     .option('--lane <key>', 'ordering key: items of one lane run one at a time, in enqueue order')
-    .option('--concurrency-key <key>', "at most the queue's concurrency limit of one key's items run at once (with --lane as well, the lane admits the item and the key only groups it)")
-    .option('--idempotency-key <key>', 'unique per queue: enqueueing the same key again returns the first item (duplicate: true)')
-    .addOption(new Option('--run-at <date>', 'not claimable before this ISO 8601 instant, e.g. 2026-12-01T09:00:00Z').argParser(parseInstant).conflicts('delayMs'))
+    .option(
+      '--concurrency-key <key>',
+      "at most the queue's concurrency limit of one key's items run at once (with --lane as well, the lane admits the item and the key only groups it)",
+    )
+    .option(
+      '--idempotency-key <key>',
+      'unique per queue: enqueueing the same key again returns the first item (duplicate: true)',
+    )
+    .addOption(
+      new Option('--run-at <date>', 'not claimable before this ISO 8601 instant, e.g. 2026-12-01T09:00:00Z')
+        .argParser(parseInstant)
+        .conflicts('delayMs'),
+    )
     .option('--delay-ms <ms>', 'not claimable before the ledger clock + this many ms', parseInteger)
     .option('--max-attempts <n>', 'attempt budget, 1-1000 (default 25)', parseInteger)
     .option('--priority <n>', 'smaller runs first among claimable heads (default 0)', parseInteger)
@@ -68,12 +78,17 @@ export function enqueueCommand(program: Command, { io }: CliContext): void {
         ...(opts.class !== undefined ? { queueClass: opts.class } : {}),
       };
       // Checked before connecting, so bad input exits 2 whatever the state of the ledger.
-      await withFieldNames(FIELDS, 'enqueue', async () => validate(enqueueItemSchema(ledgerConfig(g).payloadMaxBytes), input, 'enqueue'));
+      await withFieldNames(FIELDS, 'enqueue', async () =>
+        validate(enqueueItemSchema(ledgerConfig(g).payloadMaxBytes), input, 'enqueue'),
+      );
       const r = await withLedger(g, (ledger) =>
-        withWake(g, io, 'the wake-up', (wake) => withFieldNames(FIELDS, 'enqueue', () => new Producer({ ledger, wake }).enqueue(input))),
+        withWake(g, io, 'the wake-up', (wake) =>
+          withFieldNames(FIELDS, 'enqueue', () => new Producer({ ledger, wake }).enqueue(input)),
+        ),
       );
       if (g.json) return printJson(io, { id: r.id, duplicate: r.duplicate, laneSeq: r.laneSeq });
       println(io, `enqueued ${r.id} (duplicate: ${r.duplicate})`);
-      if (r.duplicate) println(io, 'an item with this idempotency key already existed: that is its id, and nothing new was enqueued');
+      if (r.duplicate)
+        println(io, 'an item with this idempotency key already existed: that is its id, and nothing new was enqueued');
     });
 }

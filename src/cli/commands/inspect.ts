@@ -16,20 +16,35 @@ export function inspectCommand(program: Command, { io }: CliContext): void {
     .description('show one item (without its payload), its progress, its attempt history and its durable steps')
     .argument('<id>', 'item id')
     .allowUnknownOption() // an id may begin with '-': take it as the id, not as an unknown option
-    .option('--payload', 'also show the payload, checkpoint, result and step results (handler data, hidden by default)', false)
-    .option('--why', "only say why the item is where it is: a reason code and its facts (not due, behind its lane's head, blocked, no live consumer, capped, …)", false)
-    .addHelpText('after', `\nExits 1 when there is no such item. The error digest is what \`lanewake replay --expect-digest\` and \`lanewake repair --expect-error-digest\` expect.\n${ID_HELP}`)
+    .option(
+      '--payload',
+      'also show the payload, checkpoint, result and step results (handler data, hidden by default)',
+      false,
+    )
+    .option(
+      '--why',
+      "only say why the item is where it is: a reason code and its facts (not due, behind its lane's head, blocked, no live consumer, capped, …)",
+      false,
+    )
+    .addHelpText(
+      'after',
+      `\nExits 1 when there is no such item. The error digest is what \`lanewake replay --expect-digest\` and \`lanewake repair --expect-error-digest\` expect.\n${ID_HELP}`,
+    )
     .action(async (id: string, opts: { payload: boolean; why: boolean }, cmd: Command) => {
       const g = globalOptions(cmd);
       if (opts.why) {
-        const why = await withLedger(g, (ledger) => withFieldNames({ id: '<id>' }, 'inspect', () => ledger.explain(id)));
+        const why = await withLedger(g, (ledger) =>
+          withFieldNames({ id: '<id>' }, 'inspect', () => ledger.explain(id)),
+        );
         if (!why) throw new CliError(`no item ${id}`);
         if (g.json) return printJson(io, why);
         println(io, `${why.code}: ${why.message}`);
         for (const [k, v] of Object.entries(why.details)) println(io, `  ${k}: ${v ?? '-'}`);
         return;
       }
-      const found = await withLedger(g, (ledger) => withFieldNames({ id: '<id>' }, 'inspect', () => ledger.inspect(id)));
+      const found = await withLedger(g, (ledger) =>
+        withFieldNames({ id: '<id>' }, 'inspect', () => ledger.inspect(id)),
+      );
       if (!found) throw new CliError(`no item ${id}`);
       const { item, attempts, steps } = found;
       // A digest only of an error there is: a completed item has none, and the SHA-256 of '' means nothing to a reader.
@@ -57,13 +72,35 @@ function printItem(io: CliIo, item: WorkItem, digest: string | null, withData: b
     ['class', item.queueClass],
     ['priority', String(item.priority)],
     ['attempt', `${item.attempt} of ${item.maxAttempts}`],
-    ['group', item.groupHead === null ? '-' : item.groupHead === item.id ? '(its head)' : `coalesced into ${item.groupHead}`],
-    ['progress', item.progress === null ? '-' : typeof item.progress === 'number' ? `${item.progress}%` : JSON.stringify(item.progress)],
+    [
+      'group',
+      item.groupHead === null ? '-' : item.groupHead === item.id ? '(its head)' : `coalesced into ${item.groupHead}`,
+    ],
+    [
+      'progress',
+      item.progress === null
+        ? '-'
+        : typeof item.progress === 'number'
+          ? `${item.progress}%`
+          : JSON.stringify(item.progress),
+    ],
     ['run after', formatTime(item.runAfter)],
-    ['lease', item.leaseUntil !== null ? `${item.leaseOwner ?? '?'} until ${formatTime(item.leaseUntil)}` : item.leaseOwner !== null ? `- (last held by ${item.leaseOwner})` : '-'],
+    [
+      'lease',
+      item.leaseUntil !== null
+        ? `${item.leaseOwner ?? '?'} until ${formatTime(item.leaseUntil)}`
+        : item.leaseOwner !== null
+          ? `- (last held by ${item.leaseOwner})`
+          : '-',
+    ],
     ['epoch', item.epoch === null ? '-' : String(item.epoch)],
     ['idempotency key', item.idempotencyKey ?? '-'],
-    ['dependency', item.dependencyKey === null ? '-' : `${item.dependencyKey} (blocked ${formatTime(item.blockedAt)}, expires ${formatTime(item.blockExpiresAt)})`],
+    [
+      'dependency',
+      item.dependencyKey === null
+        ? '-'
+        : `${item.dependencyKey} (blocked ${formatTime(item.blockedAt)}, expires ${formatTime(item.blockExpiresAt)})`,
+    ],
     ['failure class', item.failureClass ?? '-'],
     ['error digest', digest ?? '-'],
     ['replay of', item.replayOf ?? '-'],
@@ -73,7 +110,11 @@ function printItem(io: CliIo, item: WorkItem, digest: string | null, withData: b
     ['terminal', formatTime(item.terminalAt)],
     ['updated', formatTime(item.updatedAt)],
   ];
-  for (const f of DATA_FIELDS) rows.push([f, withData ? (item[f] === null || item[f] === undefined ? '-' : JSON.stringify(item[f])) : jsonSize(item[f])]);
+  for (const f of DATA_FIELDS)
+    rows.push([
+      f,
+      withData ? (item[f] === null || item[f] === undefined ? '-' : JSON.stringify(item[f])) : jsonSize(item[f]),
+    ]);
   const width = Math.max(...rows.map(([k]) => k.length));
   for (const [k, v] of rows) println(io, `${`${k}:`.padEnd(width + 1)} ${v}`);
   if (item.lastError !== null) {
@@ -87,9 +128,20 @@ function printItem(io: CliIo, item: WorkItem, digest: string | null, withData: b
 
 function printAttempts(io: CliIo, attempts: readonly AttemptRecord[]): void {
   println(io);
-  if (attempts.length === 0) return println(io, 'attempt history: none recorded (a first-try success is recorded on the item itself)');
+  if (attempts.length === 0) {
+    println(io, 'attempt history: none recorded (a first-try success is recorded on the item itself)');
+    return;
+  }
   println(io, 'attempt history:');
-  const rows = attempts.map((a) => [String(a.attempt), a.outcome, a.failureClass ?? '-', a.worker ?? '-', formatTime(a.startedAt), formatTime(a.endedAt), firstLine(a.repairId === null ? a.error : `repair ${a.repairId}: ${a.error ?? ''}`, 80)]);
+  const rows = attempts.map((a) => [
+    String(a.attempt),
+    a.outcome,
+    a.failureClass ?? '-',
+    a.worker ?? '-',
+    formatTime(a.startedAt),
+    formatTime(a.endedAt),
+    firstLine(a.repairId === null ? a.error : `repair ${a.repairId}: ${a.error ?? ''}`, 80),
+  ]);
   println(io, renderTable(['ATTEMPT', 'OUTCOME', 'CLASS', 'WORKER', 'STARTED', 'ENDED', 'ERROR'], rows, ['right']));
 }
 
@@ -97,7 +149,8 @@ function printSteps(io: CliIo, steps: readonly StepRecord[], withData: boolean):
   if (steps.length === 0) return;
   println(io);
   println(io, 'steps done:');
-  const result = (st: StepRecord): string => (withData ? (st.result === undefined ? '-' : JSON.stringify(st.result)) : jsonSize(st.result));
+  const result = (st: StepRecord): string =>
+    withData ? (st.result === undefined ? '-' : JSON.stringify(st.result)) : jsonSize(st.result);
   const rows = steps.map((st) => [st.name, String(st.attempt), formatTime(st.doneAt), result(st)]);
   println(io, renderTable(['STEP', 'ATTEMPT', 'DONE', 'RESULT'], rows, ['left', 'right']));
 }
@@ -106,6 +159,7 @@ function printSteps(io: CliIo, steps: readonly StepRecord[], withData: boolean):
 function concurrencyKeyOf(item: WorkItem): string {
   if (item.concurrencyKey === null) return '-';
   const scope = item.keyScope === 'type' ? ` (its type's own limit)` : '';
-  const standing = item.lane !== null || item.state !== 'pending' ? '' : item.isHead ? ', admitted' : ', waiting for a slot';
+  const standing =
+    item.lane !== null || item.state !== 'pending' ? '' : item.isHead ? ', admitted' : ', waiting for a slot';
   return `${item.concurrencyKey}${scope}${standing}`;
 }

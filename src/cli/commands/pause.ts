@@ -1,6 +1,14 @@
 import type { Command } from 'commander';
 import { Producer } from '../../producer/producer.js';
-import { globalOptions, NEW_QUEUE_FLAG, NEW_QUEUE_HELP, requireSeenQueue, withLedger, withWake, type CliContext } from '../context.js';
+import {
+  globalOptions,
+  NEW_QUEUE_FLAG,
+  NEW_QUEUE_HELP,
+  requireSeenQueue,
+  withLedger,
+  withWake,
+  type CliContext,
+} from '../context.js';
 import { withFieldNames } from '../errors.js';
 import { println, printJson } from '../io.js';
 
@@ -28,7 +36,11 @@ export function pauseCommands(program: Command, { io }: CliContext): void {
     const name = paused ? 'pause' : 'resume';
     program
       .command(name)
-      .description(paused ? 'pause a queue: its workers claim nothing until resumed' : 'resume a paused queue: its workers claim again')
+      .description(
+        paused
+          ? 'pause a queue: its workers claim nothing until resumed'
+          : 'resume a paused queue: its workers claim again',
+      )
       .argument('<queue>', 'queue name')
       .option(NEW_QUEUE_FLAG, NEW_QUEUE_HELP)
       .addHelpText('after', paused ? PAUSE_HELP : RESUME_HELP)

@@ -12,11 +12,17 @@ const FIELDS = { id: '<id>', expectAttempt: '--expect-attempt', expectErrorDiges
 export function replayCommand(program: Command, { io }: CliContext): void {
   program
     .command('replay')
-    .description('re-drive a dead or cancelled item as a new pending item at the tail of its lane, guarded by what you saw of it')
+    .description(
+      're-drive a dead or cancelled item as a new pending item at the tail of its lane, guarded by what you saw of it',
+    )
     .argument('<id>', 'the dead or cancelled item')
     .allowUnknownOption() // an id may begin with '-': take it as the id, not as an unknown option
     .requiredOption('--expect-attempt <n>', 'the attempt count you saw (`dead list`, `inspect`)', parseInteger)
-    .option('--expect-digest <hex>', "the error digest you saw; default: the digest of the item's current last error", parseDigest)
+    .option(
+      '--expect-digest <hex>',
+      "the error digest you saw; default: the digest of the item's current last error",
+      parseDigest,
+    )
     .addHelpText(
       'after',
       '\nThe replay is refused (exit 1, nothing created) when the item moved on since you looked: another\n' +
@@ -34,9 +40,12 @@ export function replayCommand(program: Command, { io }: CliContext): void {
         }
         const guard = { expectAttempt: opts.expectAttempt, expectErrorDigest: digest };
         try {
-          return await withWake(g, io, 'the wake-up', (wake) => withFieldNames(FIELDS, 'replay', () => new Producer({ ledger, wake }).replay(id, guard)));
+          return await withWake(g, io, 'the wake-up', (wake) =>
+            withFieldNames(FIELDS, 'replay', () => new Producer({ ledger, wake }).replay(id, guard)),
+          );
         } catch (error) {
-          if (error instanceof ReplayRejectedError) throw new CliError(`${error.message}${await hint(error, () => ledger.get(id))}`);
+          if (error instanceof ReplayRejectedError)
+            throw new CliError(`${error.message}${await hint(error, () => ledger.get(id))}`);
           throw error;
         }
       });
@@ -46,8 +55,16 @@ export function replayCommand(program: Command, { io }: CliContext): void {
 }
 
 /** What the item looks like now, so the operator can decide again. */
-async function hint(error: ReplayRejectedError, read: () => Promise<{ state: string; attempt: number } | undefined>): Promise<string> {
-  if (error.reason !== 'attempt_mismatch' && error.reason !== 'error_mismatch' && error.reason !== 'not_replayable_state') return '';
+async function hint(
+  error: ReplayRejectedError,
+  read: () => Promise<{ state: string; attempt: number } | undefined>,
+): Promise<string> {
+  if (
+    error.reason !== 'attempt_mismatch' &&
+    error.reason !== 'error_mismatch' &&
+    error.reason !== 'not_replayable_state'
+  )
+    return '';
   const now = await read().catch(() => undefined);
   if (!now) return '';
   return ` (it is now ${now.state} at attempt ${now.attempt}; look again with \`lanewake inspect ${error.itemId}\`)`;

@@ -34,7 +34,8 @@ export function schedulesCommand(program: Command, { io }: CliContext): void {
     .addHelpText('after', HELP)
     .action(async (action: string, name: string | undefined, _opts: unknown, cmd: Command) => {
       const g = globalOptions(cmd);
-      if (!(ACTIONS as readonly string[]).includes(action)) throw new CliError(`<action>: must be one of ${ACTIONS.join(', ')}, got '${action}'`, EXIT.usage);
+      if (!(ACTIONS as readonly string[]).includes(action))
+        throw new CliError(`<action>: must be one of ${ACTIONS.join(', ')}, got '${action}'`, EXIT.usage);
       if (action === 'list') {
         if (name !== undefined) throw new CliError('<name>: list takes none', EXIT.usage);
         const [list, now] = await withLedger(g, (ledger) => Promise.all([ledger.schedules.list(), ledger.now()]));
@@ -51,16 +52,39 @@ export function schedulesCommand(program: Command, { io }: CliContext): void {
           String(s.fires),
           s.backfillMs > 0 ? `backfill ${formatAge(s.backfillMs)}` : 'skip',
         ]);
-        return println(io, renderTable(['NAME', 'SOURCE', 'TIMING', 'QUEUE/TYPE', 'NEXT FIRE', 'DUE', 'LAST FIRE', 'FIRES', 'MISSED'], rows, ['left', 'left', 'left', 'left', 'left', 'left', 'left', 'right']));
+        return println(
+          io,
+          renderTable(
+            ['NAME', 'SOURCE', 'TIMING', 'QUEUE/TYPE', 'NEXT FIRE', 'DUE', 'LAST FIRE', 'FIRES', 'MISSED'],
+            rows,
+            ['left', 'left', 'left', 'left', 'left', 'left', 'left', 'right'],
+          ),
+        );
       }
       if (name === undefined) throw new CliError(`<name>: ${action} needs the schedule's name`, EXIT.usage);
-      const done = await withLedger(g, (ledger) => withFieldNames({ name: '<name>' }, `schedules ${action}`, () => act(ledger.schedules, action as Exclude<Action, 'list'>, name)));
+      const done = await withLedger(g, (ledger) =>
+        withFieldNames({ name: '<name>' }, `schedules ${action}`, () =>
+          act(ledger.schedules, action as Exclude<Action, 'list'>, name),
+        ),
+      );
       if (!done) throw new CliError(`schedule ${name} not found`, EXIT.failure);
       if (g.json) return printJson(io, { name, action });
       println(io, `schedule ${name}: ${action === 'remove' ? 'removed' : action === 'pause' ? 'paused' : 'resumed'}`);
     });
 }
 
-function act(schedules: { pause(n: string): Promise<boolean>; resume(n: string): Promise<boolean>; remove(n: string): Promise<boolean> }, action: Exclude<Action, 'list'>, name: string): Promise<boolean> {
-  return action === 'pause' ? schedules.pause(name) : action === 'resume' ? schedules.resume(name) : schedules.remove(name);
+function act(
+  schedules: {
+    pause(n: string): Promise<boolean>;
+    resume(n: string): Promise<boolean>;
+    remove(n: string): Promise<boolean>;
+  },
+  action: Exclude<Action, 'list'>,
+  name: string,
+): Promise<boolean> {
+  return action === 'pause'
+    ? schedules.pause(name)
+    : action === 'resume'
+      ? schedules.resume(name)
+      : schedules.remove(name);
 }

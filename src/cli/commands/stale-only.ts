@@ -14,13 +14,14 @@ on|off, prints the queue's setting.`;
 export function staleOnlyCommand(program: Command, { io }: CliContext): void {
   program
     .command('stale-only')
-    .description("claim only rescued work (expired leases) in a queue, no new pending work; or say whether it does")
+    .description('claim only rescued work (expired leases) in a queue, no new pending work; or say whether it does')
     .argument('<queue>', 'queue name')
     .argument('[state]', 'on or off')
     .addHelpText('after', HELP)
     .action(async (queue: string, state: string | undefined, _opts: unknown, cmd: Command) => {
       const g = globalOptions(cmd);
-      if (state !== undefined && state !== 'on' && state !== 'off') throw new UsageError(`stale-only: <state> must be on or off, got ${state}`);
+      if (state !== undefined && state !== 'on' && state !== 'off')
+        throw new UsageError(`stale-only: <state> must be on or off, got ${state}`);
       const on = await withLedger(g, (ledger) =>
         withFieldNames({ queue: '<queue>' }, 'stale-only', async () => {
           if (state !== undefined) await ledger.setStaleOnly(queue, state === 'on');

@@ -9,7 +9,9 @@ import { println, printJson } from '../io.js';
 export function statsCommand(program: Command, { io }: CliContext): void {
   program
     .command('stats')
-    .description('count items by state for each queue (or one queue), scheduled apart from due, with the age of the oldest due item waiting to be claimed and the live consumers')
+    .description(
+      'count items by state for each queue (or one queue), scheduled apart from due, with the age of the oldest due item waiting to be claimed and the live consumers',
+    )
     .argument('[queue]', 'only this queue')
     .addHelpText(
       'after',
@@ -18,19 +20,39 @@ export function statsCommand(program: Command, { io }: CliContext): void {
     .action(async (queue: string | undefined, _opts: unknown, cmd: Command) => {
       const g = globalOptions(cmd);
       const [counted, consumers] = await withLedger(g, (ledger) =>
-        withFieldNames({ queue: '[queue]' }, 'stats', () => Promise.all([ledger.stats(queue), ledger.liveConsumers(queue)])),
+        withFieldNames({ queue: '[queue]' }, 'stats', () =>
+          Promise.all([ledger.stats(queue), ledger.liveConsumers(queue)]),
+        ),
       );
-      const stats = withServedQueues(counted, consumers.map((c) => c.queue));
-      if (g.json) return printJson(io, stats.map((s) => ({ ...s, consumers: consumers.filter((c) => c.queue === s.queue) })));
-      if (stats.length === 0) return println(io, queue === undefined ? 'no items in the ledger' : `no items in queue ${queue}`);
-      const shown = (s: QueueStats, st: ItemState): string => formatCount(st === 'pending' ? countLess(s.counts.pending, s.scheduled) : s.counts[st]);
+      const stats = withServedQueues(
+        counted,
+        consumers.map((c) => c.queue),
+      );
+      if (g.json)
+        return printJson(
+          io,
+          stats.map((s) => ({ ...s, consumers: consumers.filter((c) => c.queue === s.queue) })),
+        );
+      if (stats.length === 0)
+        return println(io, queue === undefined ? 'no items in the ledger' : `no items in queue ${queue}`);
+      const shown = (s: QueueStats, st: ItemState): string =>
+        formatCount(st === 'pending' ? countLess(s.counts.pending, s.scheduled) : s.counts[st]);
       const served = (q: string): string => {
         const of = consumers.filter((c) => c.queue === q);
         return of.length === 0 ? '-' : `${of.length} (${of.reduce((n, c) => n + c.concurrency, 0)} slots)`;
       };
-      const rows = stats.map((s) => [s.queue, ...ITEM_STATES.map((st) => shown(s, st)), formatCount(s.scheduled), formatAge(s.oldestDueAgeMs), served(s.queue)]);
+      const rows = stats.map((s) => [
+        s.queue,
+        ...ITEM_STATES.map((st) => shown(s, st)),
+        formatCount(s.scheduled),
+        formatAge(s.oldestDueAgeMs),
+        served(s.queue),
+      ]);
       const headers = ['QUEUE', ...ITEM_STATES.map((st) => st.toUpperCase()), 'SCHEDULED', 'OLDEST_DUE', 'CONSUMERS'];
-      println(io, renderTable(headers, rows, ['left', ...ITEM_STATES.map(() => 'right' as const), 'right', 'right', 'right']));
+      println(
+        io,
+        renderTable(headers, rows, ['left', ...ITEM_STATES.map(() => 'right' as const), 'right', 'right', 'right']),
+      );
     });
 }
 

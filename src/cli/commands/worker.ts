@@ -3,7 +3,14 @@ import type { Command } from 'commander';
 import type { CliContext } from '../context.js';
 import { setDefaultLogLevel } from '../../log.js';
 import { AdminAddressError } from '../../errors.js';
-import { configFromEnv, configFromFile, parseAdminAddress, parseQueueList, resolveWorkerConfig, type WorkerConfig } from '../../supervisor/config.js';
+import {
+  configFromEnv,
+  configFromFile,
+  parseAdminAddress,
+  parseQueueList,
+  resolveWorkerConfig,
+  type WorkerConfig,
+} from '../../supervisor/config.js';
 import { startWorker, type RunningWorker } from '../../supervisor/run-worker.js';
 import { EXIT_OWNERSHIP_LOST } from '../../supervisor/supervisor.js';
 import { CliError, EXIT, UsageError } from '../errors.js';
@@ -38,20 +45,38 @@ const GLOBAL_FIELDS = [
 export function workerCommand(program: Command, { io }: CliContext): void {
   program
     .command('worker')
-    .description('run consumers for the configured queues, with the reconciler, ownership epochs and the admin HTTP server')
+    .description(
+      'run consumers for the configured queues, with the reconciler, ownership epochs and the admin HTTP server',
+    )
     .option('--config <file>', 'a JSON or YAML config file (flags and LANEWAKE_* variables override it)')
-    .option('--handlers <module>', 'ES module exporting `handlers`: { [queue]: { [type]: handler } } (LANEWAKE_HANDLERS)')
-    .option('--queues <list>', 'queues to run, name[:concurrency[:class+class]], e.g. billing:16,mail (LANEWAKE_QUEUES); refines the --config queues by name')
+    .option(
+      '--handlers <module>',
+      'ES module exporting `handlers`: { [queue]: { [type]: handler } } (LANEWAKE_HANDLERS)',
+    )
+    .option(
+      '--queues <list>',
+      'queues to run, name[:concurrency[:class+class]], e.g. billing:16,mail (LANEWAKE_QUEUES); refines the --config queues by name',
+    )
     .option('--admin <address>', 'admin HTTP address host:port, :port, or off (LANEWAKE_ADMIN; default 127.0.0.1:9464)')
-    .option('--admin-token <token>', "the token the dashboard's actions must send; without one it is read-only (LANEWAKE_ADMIN_TOKEN)")
+    .option(
+      '--admin-token <token>',
+      "the token the dashboard's actions must send; without one it is read-only (LANEWAKE_ADMIN_TOKEN)",
+    )
     .option('--show-payloads', "show items' payloads in the dashboard")
     .option('--deployment <name>', 'this deployment, for ownership epochs (LANEWAKE_DEPLOYMENT)')
     .option('--pool-size <n>', 'ledger connections', parseInteger)
-    .option('--drain-timeout-ms <ms>', 'on SIGTERM, how long in-flight handlers may finish (default 30000)', parseInteger)
+    .option(
+      '--drain-timeout-ms <ms>',
+      'on SIGTERM, how long in-flight handlers may finish (default 30000)',
+      parseInteger,
+    )
     .option('--reconcile-interval-ms <ms>', 'reconciler period (default 10000)', parseInteger)
     .option('--retention-ms <ms>', 'purge terminal items older than this; 0 keeps them (default 7 days)', parseInteger)
     .option('--ownership-check-ms <ms>', 'how often ownership is re-read from the ledger (default 5000)', parseInteger)
-    .option('--print-config', 'print the merged, validated config as JSON (passwords in URLs masked) and exit without starting')
+    .option(
+      '--print-config',
+      'print the merged, validated config as JSON (passwords in URLs masked) and exit without starting',
+    )
     .addHelpText(
       'after',
       `
@@ -128,7 +153,8 @@ ledger is unreachable or behind. Logs JSON lines to stderr at info
         // A signal during start-up: stop now that there is a worker to stop.
         if (signals > 0) void worker.stop();
         const code = await worker.done;
-        if (code === EXIT_OWNERSHIP_LOST) throw new CliError('ownership of a queue moved to a newer activation: stopped', EXIT.ownership);
+        if (code === EXIT_OWNERSHIP_LOST)
+          throw new CliError('ownership of a queue moved to a newer activation: stopped', EXIT.ownership);
       } finally {
         process.off('SIGTERM', onSignal);
         process.off('SIGINT', onSignal);

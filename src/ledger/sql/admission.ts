@@ -80,11 +80,17 @@ export interface CandidatesInTurn {
  * the row locked by another claim's retry, backs off for seconds at a
  * time instead of queueing.
  */
-export async function claimUnderCap<Row, T>(db: LedgerDb, caps: LedgerCapabilities, t: LedgerTables, claim: CappedClaim<Row, T>): Promise<T[]> {
+export async function claimUnderCap<Row, T>(
+  db: LedgerDb,
+  caps: LedgerCapabilities,
+  t: LedgerTables,
+  claim: CappedClaim<Row, T>,
+): Promise<T[]> {
   const takeTurn = sql`INSERT INTO ${t.queues} (queue, capped_claims, updated_at) VALUES (${inline(claim.queue)}, 1, NOW(6))
     ON DUPLICATE KEY UPDATE capped_claims = capped_claims + 1, updated_at = NOW(6)`;
   const room = sql`SELECT @lw_room := GREATEST(0, LEAST(${inline(claim.want)}, ${inline(claim.maxProcessing)} - (${processingCount(t, claim.queue)}))) AS room`;
-  const ordered = (ids: readonly string[], limit: string): string => `${claim.cas(ids)} ORDER BY priority, run_after, id LIMIT ${limit}`;
+  const ordered = (ids: readonly string[], limit: string): string =>
+    `${claim.cas(ids)} ORDER BY priority, run_after, id LIMIT ${limit}`;
   const commitsWithCas = claim.inTurn === undefined;
   /** The ids the CAS named: what a lost answer is read back by. */
   let named = claim.ids;
@@ -103,17 +109,33 @@ export async function claimUnderCap<Row, T>(db: LedgerDb, caps: LedgerCapabiliti
             let cas: StatementResult | undefined;
             let read: StatementResult | undefined;
             if (caps.family === 'tidb') {
-              const [, counted, candidates] = await send([takeTurn, room, ...(claim.candidates === undefined ? [] : [claim.candidates.read])]);
+              const [, counted, candidates] = await send([
+                takeTurn,
+                room,
+                ...(claim.candidates === undefined ? [] : [claim.candidates.read]),
+              ]);
               roomBefore = roomOf(counted);
-              named = (candidates === undefined || claim.candidates === undefined ? claim.ids : claim.candidates.ids(candidates.rows)).slice(0, roomBefore);
+              named = (
+                candidates === undefined || claim.candidates === undefined
+                  ? claim.ids
+                  : claim.candidates.ids(candidates.rows)
+              ).slice(0, roomBefore);
               if (roomBefore === 0 || named.length === 0) return [];
               commitSent = commitsWithCas;
-              [cas, read] = await send([sql.raw(ordered(named, String(roomBefore))), claim.readBack(named)], { commit: commitsWithCas });
+              [cas, read] = await send([sql.raw(ordered(named, String(roomBefore))), claim.readBack(named)], {
+                commit: commitsWithCas,
+              });
             } else {
               if (claim.ids.length === 0) return [];
               commitSent = commitsWithCas;
               const sent = await send(
-                [takeTurn, room, sql`PREPARE lw_capped_cas FROM ${inline(ordered(claim.ids, '?'))}`, sql`EXECUTE lw_capped_cas USING @lw_room`, claim.readBack(claim.ids)],
+                [
+                  takeTurn,
+                  room,
+                  sql`PREPARE lw_capped_cas FROM ${inline(ordered(claim.ids, '?'))}`,
+                  sql`EXECUTE lw_capped_cas USING @lw_room`,
+                  claim.readBack(claim.ids),
+                ],
                 { commit: commitsWithCas },
               );
               roomBefore = roomOf(sent[1]);
@@ -130,7 +152,10 @@ export async function claimUnderCap<Row, T>(db: LedgerDb, caps: LedgerCapabiliti
     } catch (error) {
       if (!isConnectionError(error) || lost >= CONNECTION_RETRY.maxAttempts) throw error;
       if (commitSent) {
-        const held = await readAfterLostConnection(async () => (await sql<Row>`${claim.readBack(named)} FOR UPDATE`.execute(db)).rows, error);
+        const held = await readAfterLostConnection(
+          async () => (await sql<Row>`${claim.readBack(named)} FOR UPDATE`.execute(db)).rows,
+          error,
+        );
         if (held.length > 0) return answer ?? claim.won(held);
       }
       // Nothing held under the token: whether or not it committed, nothing was claimed, and the turn may run again.

@@ -38,7 +38,12 @@ interface BlockCheck {
  * item back to pending instead of parking it; a wait already past its
  * maxWait ends dead instead of waiting again.
  */
-export async function finalizeBlock(db: LedgerDb, t: LedgerTables, h: LeaseHandle, f: BlockFinalization): Promise<BlockOutcome> {
+export async function finalizeBlock(
+  db: LedgerDb,
+  t: LedgerTables,
+  h: LeaseHandle,
+  f: BlockFinalization,
+): Promise<BlockOutcome> {
   const blockSpec = leaseSpec(t, h, f);
   // Every outcome writes a history row under this id: after a COMMIT that went unanswered, the row tells whether it took.
   const historyId = newId();
@@ -58,7 +63,11 @@ export async function finalizeBlock(db: LedgerDb, t: LedgerTables, h: LeaseHandl
             trx,
             t,
             {
-              ...leaseSpec(t, h, { kind: 'release', delayMs: 0, reason: `dependency ${f.dependencyKey} was woken while the attempt ran` }),
+              ...leaseSpec(t, h, {
+                kind: 'release',
+                delayMs: 0,
+                reason: `dependency ${f.dependencyKey} was woken while the attempt ran`,
+              }),
               // A fresh wait next time, as after any wake-up.
               set: sql`state = 'pending', attempt = attempt - 1, lease_until = ${NO_TIME}, probe_after = NULL,
                 block_expires_at = NULL, blocked_at = NULL`,
@@ -69,7 +78,12 @@ export async function finalizeBlock(db: LedgerDb, t: LedgerTables, h: LeaseHandl
         }
         if (Number(check.expired) === 1) {
           const error = `dependency ${f.dependencyKey} not met before the wait expired`;
-          await applyTransitionInTx(trx, t, leaseSpec(t, h, { kind: 'dead', error, failureClass: 'dependency_expired' }), historyId);
+          await applyTransitionInTx(
+            trx,
+            t,
+            leaseSpec(t, h, { kind: 'dead', error, failureClass: 'dependency_expired' }),
+            historyId,
+          );
           return 'expired';
         }
         await applyTransitionInTx(trx, t, blockSpec, historyId);

@@ -37,7 +37,9 @@ export interface ValueWriter {
 
 function writer(value: (v: StatementValue) => string, json: (text: string) => string, pads: boolean): ValueWriter {
   const pad = <T>(rows: readonly T[], filler: (i: number) => T): readonly T[] =>
-    !pads ? rows : Array.from({ length: paddedLength(rows.length) }, (_, i) => (i < rows.length ? rows[i]! : filler(i)));
+    !pads
+      ? rows
+      : Array.from({ length: paddedLength(rows.length) }, (_, i) => (i < rows.length ? rows[i]! : filler(i)));
   const each = <T>(rows: readonly T[], render: (row: T) => string, separator: string): string =>
     pad(rows, () => rows[rows.length - 1]!)
       .map(render)
@@ -98,7 +100,13 @@ export function statementFor(prepared: boolean, write: (w: ValueWriter) => strin
   if (!prepared) return sql.raw(write(INLINE));
   const w = boundWriter();
   const parts = write(w).split(MARK);
-  return markedPrepared(true, sql.join(parts.map((part, i) => (i % 2 === 0 ? sql.raw(part) : sql.val(w.values[Number(part)] ?? null))), sql.raw('')));
+  return markedPrepared(
+    true,
+    sql.join(
+      parts.map((part, i) => (i % 2 === 0 ? sql.raw(part) : sql.val(w.values[Number(part)] ?? null))),
+      sql.raw(''),
+    ),
+  );
 }
 
 /** `statement` (its values parameters) marked, when `prepared`, for the pool to send prepared (PREPARED_MARK, connection.ts). */

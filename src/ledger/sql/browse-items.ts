@@ -36,7 +36,9 @@ export async function browseItems(
     if (after !== undefined) return { rows: [], next: null };
     const exact = f.id !== undefined ? sql`i.id = ${f.id}` : sql`i.idempotency_key = ${f.idempotencyKey ?? ''}`;
     const r = await sql<SummaryRow>`SELECT ${SUMMARY_COLUMNS} FROM ${t.items} i
-      WHERE i.queue = ${f.queue} AND ${exact}${f.lane === undefined ? sql`` : sql` AND i.lane = ${f.lane}`}${residual}`.execute(exec);
+      WHERE i.queue = ${f.queue} AND ${exact}${f.lane === undefined ? sql`` : sql` AND i.lane = ${f.lane}`}${residual}`.execute(
+      exec,
+    );
     return { rows: r.rows, next: null };
   }
   const walk = f.lane !== undefined ? laneWalk(f.queue, f.lane, after) : createdWalk(f.queue, after);
@@ -50,7 +52,9 @@ export async function browseItems(
   if (r.rows.length > limit || residual === EMPTY) return pageOf(r.rows, limit, walk);
   // Fewer matches than asked: the page ends where the window ended, unless the window reached the end.
   const last = await sql<WindowEnd>`SELECT e.id, e.created_key, e.lane_seq, c.n FROM
-    (SELECT w.* FROM (${window}) w ORDER BY ${walk.ascInWindow} LIMIT 1) e, (SELECT COUNT(*) AS n FROM (${window}) w) c`.execute(exec);
+    (SELECT w.* FROM (${window}) w ORDER BY ${walk.ascInWindow} LIMIT 1) e, (SELECT COUNT(*) AS n FROM (${window}) w) c`.execute(
+    exec,
+  );
   const end = last.rows[0];
   return { rows: r.rows, next: end !== undefined && Number(end.n) >= BROWSE_WINDOW ? walk.position(end) : null };
 }
@@ -80,7 +84,8 @@ function residualFilter(f: ItemFilter): RawBuilder<unknown> {
   const parts: RawBuilder<unknown>[] = [];
   if (f.state !== undefined) parts.push(sql` AND i.state = ${f.state}`);
   if (f.type !== undefined) parts.push(sql` AND i.type = ${f.type}`);
-  if (f.key !== undefined) parts.push(sql` AND i.concurrency_key IN (${f.key}, CONCAT(i.type, ${TYPE_KEY_SEPARATOR}, ${f.key}))`);
+  if (f.key !== undefined)
+    parts.push(sql` AND i.concurrency_key IN (${f.key}, CONCAT(i.type, ${TYPE_KEY_SEPARATOR}, ${f.key}))`);
   return parts.length === 0 ? EMPTY : sql.join(parts, sql``);
 }
 

@@ -9,7 +9,15 @@ import type { ClaimedItem, ClaimOutcome, QueueClass } from '../types.js';
 import { QUEUE_CLASSES } from '../types.js';
 import { claimUnderCap, type CandidatesInTurn } from './admission.js';
 import { bindable, INLINE, statementFor, type ValueWriter } from './bound.js';
-import { CLAIMED_COLUMNS, claimedItems, grantLease, leaseAssignmentsText, readBackClaimed, readBackClaimedText, type Lease } from './claimed.js';
+import {
+  CLAIMED_COLUMNS,
+  claimedItems,
+  grantLease,
+  leaseAssignmentsText,
+  readBackClaimed,
+  readBackClaimedText,
+  type Lease,
+} from './claimed.js';
 import { joinGroups, type CoalesceSpec } from './coalesce.js';
 import { affected, list } from './common.js';
 
@@ -55,14 +63,24 @@ export const STALE_WINDOW = 1000;
  * token won. No UPDATE … ORDER BY … LIMIT: on MariaDB that reads and locks
  * the whole claimable range.
  */
-export async function claimHeads(db: LedgerDb, caps: LedgerCapabilities, t: LedgerTables, spec: ClaimHeadsSpec): Promise<ClaimOutcome> {
+export async function claimHeads(
+  db: LedgerDb,
+  caps: LedgerCapabilities,
+  t: LedgerTables,
+  spec: ClaimHeadsSpec,
+): Promise<ClaimOutcome> {
   if (spec.maxProcessing !== undefined) return claimHeadsUnderCap(db, caps, t, spec, spec.maxProcessing);
   // A victim of the server (a deadlock, a lock wait timeout, a TiDB write conflict) wrote nothing: claim again.
   const claimed = await retryOnConflict(() => claimHeadsOnce(db, caps, t, spec), CLAIM_RETRY);
   return { ...claimed, items: await withGroups(db, t, claimed.items, spec) };
 }
 
-async function claimHeadsOnce(exec: Executor, caps: LedgerCapabilities, t: LedgerTables, spec: ClaimHeadsSpec): Promise<ClaimOutcome> {
+async function claimHeadsOnce(
+  exec: Executor,
+  caps: LedgerCapabilities,
+  t: LedgerTables,
+  spec: ClaimHeadsSpec,
+): Promise<ClaimOutcome> {
   const candidates = await readCandidates(exec, t, spec);
   if (candidates.length === 0) return { items: [], moreAvailable: false };
   const chosen = pick(candidates, spec.limit);
@@ -75,11 +93,25 @@ async function claimHeadsOnce(exec: Executor, caps: LedgerCapabilities, t: Ledge
  * claimable, as many as the room allows (admission.ts); on MariaDB and
  * MySQL the candidates are read first, outside it, and on TiDB inside it.
  */
-async function claimHeadsUnderCap(db: LedgerDb, caps: LedgerCapabilities, t: LedgerTables, spec: ClaimHeadsSpec, maxProcessing: number): Promise<ClaimOutcome> {
+async function claimHeadsUnderCap(
+  db: LedgerDb,
+  caps: LedgerCapabilities,
+  t: LedgerTables,
+  spec: ClaimHeadsSpec,
+  maxProcessing: number,
+): Promise<ClaimOutcome> {
   const inTurn = caps.family === 'tidb';
   const candidates = inTurn ? [] : await readCandidates(db, t, spec);
   if (!inTurn && candidates.length === 0) return { items: [], moreAvailable: false };
-  const from = { ids: candidates.map((c) => c.id), candidates: inTurn ? { read: candidatesQuery(t, spec), ids: (rows: readonly unknown[]) => inDueOrder(rows as Candidate[]).map((r) => r.id) } : undefined };
+  const from = {
+    ids: candidates.map((c) => c.id),
+    candidates: inTurn
+      ? {
+          read: candidatesQuery(t, spec),
+          ids: (rows: readonly unknown[]) => inDueOrder(rows as Candidate[]).map((r) => r.id),
+        }
+      : undefined,
+  };
   const items = await casClaimUnderCap(db, caps, t, spec, maxProcessing, from, spec.limit);
   return { items, moreAvailable: items.length >= spec.limit || candidates.length > items.length };
 }
@@ -105,7 +137,11 @@ function casClaimUnderCap(
     cas: (ids) => casText(INLINE, t, spec, ids, lease, types, ''),
     readBack: (ids) => readBackClaimed(t, ids, lease.token) as RawBuilder<ClaimedRow>,
     won: (rows) => claimedItems(rows, lease),
-    inTurn: spec.coalesce === undefined ? undefined : (trx, heads, roomLeft) => joinGroups(trx, t, heads, spec.coalesce!, { budget: roomLeft, inTransaction: true }),
+    inTurn:
+      spec.coalesce === undefined
+        ? undefined
+        : (trx, heads, roomLeft) =>
+            joinGroups(trx, t, heads, spec.coalesce!, { budget: roomLeft, inTransaction: true }),
   });
 }
 
@@ -125,7 +161,9 @@ function candidatesQuery(t: LedgerTables, spec: ClaimHeadsSpec): RawBuilder<Cand
   const typeFilter = spec.types && spec.types.length > 0 ? sql`AND type IN (${list(spec.types)})` : sql``;
   if (spec.staleOnly === true) {
     const perClass = classes.map(
-      (c) => sql`(SELECT id, priority, due_us FROM (SELECT id, priority, failure_class, TIMESTAMPDIFF(MICROSECOND, '2020-01-01', run_after) AS due_us FROM ${t.items}
+      (
+        c,
+      ) => sql`(SELECT id, priority, due_us FROM (SELECT id, priority, failure_class, TIMESTAMPDIFF(MICROSECOND, '2020-01-01', run_after) AS due_us FROM ${t.items}
         WHERE queue = ${spec.queue} AND queue_class = ${c} AND state = 'pending' AND is_head = 1
           AND run_after <= NOW(6) ${typeFilter}
         ORDER BY priority, run_after LIMIT ${STALE_WINDOW}) AS w WHERE w.failure_class = 'lease_expired' LIMIT ${want})`,
@@ -174,8 +212,14 @@ export async function claimByIds(
   spec: ClaimSpec & { ids: readonly string[]; types?: readonly string[] | undefined },
 ): Promise<ClaimedItem[]> {
   if (spec.ids.length === 0) return [];
-  if (spec.maxProcessing !== undefined) return casClaimUnderCap(db, caps, t, spec, spec.maxProcessing, { ids: spec.ids }, spec.ids.length, spec.types);
-  return withGroups(db, t, await retryOnConflict(() => casClaim(db, caps, t, spec, spec.ids, { types: spec.types }), CLAIM_RETRY), spec);
+  if (spec.maxProcessing !== undefined)
+    return casClaimUnderCap(db, caps, t, spec, spec.maxProcessing, { ids: spec.ids }, spec.ids.length, spec.types);
+  return withGroups(
+    db,
+    t,
+    await retryOnConflict(() => casClaim(db, caps, t, spec, spec.ids, { types: spec.types }), CLAIM_RETRY),
+    spec,
+  );
 }
 
 /**
@@ -191,7 +235,9 @@ export async function readHeldUnderLease(
 ): Promise<ClaimedItem[]> {
   const lease = grantLease({ token: spec.token, owner: spec.owner, leaseMs: spec.leaseMs });
   const rows = await sql<ClaimedRow>`SELECT ${CLAIMED_COLUMNS} FROM ${t.items}
-    WHERE queue = ${spec.queue} AND queue_class IN (${list(spec.classes)}) AND state = 'processing' AND lease_token = ${spec.token}`.execute(exec);
+    WHERE queue = ${spec.queue} AND queue_class IN (${list(spec.classes)}) AND state = 'processing' AND lease_token = ${spec.token}`.execute(
+    exec,
+  );
   return claimedItems(rows.rows, lease);
 }
 
@@ -212,7 +258,12 @@ async function casClaim(
   ids: readonly string[],
   { types, token, inTransaction }: CasOptions = {},
 ): Promise<ClaimedItem[]> {
-  const lease = grantLease({ token: token ?? newLeaseToken(), owner: spec.owner, leaseMs: spec.leaseMs, epoch: spec.epoch });
+  const lease = grantLease({
+    token: token ?? newLeaseToken(),
+    owner: spec.owner,
+    leaseMs: spec.leaseMs,
+    epoch: spec.epoch,
+  });
   const way = casWay(exec, caps, inTransaction === true, ids.length, types?.length ?? 0);
   const cas = statementFor(way.prepared, (w) => casText(w, t, spec, ids, lease, types, way.hint));
   const readBack = statementFor(way.prepared, (w) => readBackClaimedText(w, t, ids, lease.token));
@@ -233,7 +284,10 @@ async function casClaim(
     // nobody knows would sit until their lease expired, each costing an attempt.
     // The token is ours alone, so reading it back on a fresh connection finds
     // exactly what this claim won; the locking read waits for a CAS still running.
-    rows = await readAfterLostConnection(async () => (await sql<ClaimedRow>`${readBackClaimed(t, ids, lease.token)} FOR UPDATE`.execute(way.exec)).rows, error);
+    rows = await readAfterLostConnection(
+      async () => (await sql<ClaimedRow>`${readBackClaimed(t, ids, lease.token)} FOR UPDATE`.execute(way.exec)).rows,
+      error,
+    );
   }
   return claimedItems(rows, lease);
 }

@@ -19,13 +19,27 @@ export interface Lease {
   epoch: number | null;
 }
 
-export function grantLease(l: { token: string; owner: string; leaseMs: number; epoch?: number | null | undefined }): Lease {
+export function grantLease(l: {
+  token: string;
+  owner: string;
+  leaseMs: number;
+  epoch?: number | null | undefined;
+}): Lease {
   return { token: l.token, owner: ownerColumn(l.owner), leaseMs: l.leaseMs, epoch: l.epoch ?? null };
 }
 
 /** The lease columns a claim writes, as SQL text (its values through `w`, sql/bound.ts): processing, held by `owner` with `token` until now + leaseMs, started now. */
-export function leaseValues(l: Lease, w: ValueWriter = INLINE): { state: string; leaseOwner: string; leaseToken: string; leaseUntil: string; startedAt: string } {
-  return { state: "'processing'", leaseOwner: w.value(l.owner), leaseToken: w.value(l.token), leaseUntil: nowPlusMsWritten(w, l.leaseMs), startedAt: 'NOW(6)' };
+export function leaseValues(
+  l: Lease,
+  w: ValueWriter = INLINE,
+): { state: string; leaseOwner: string; leaseToken: string; leaseUntil: string; startedAt: string } {
+  return {
+    state: "'processing'",
+    leaseOwner: w.value(l.owner),
+    leaseToken: w.value(l.token),
+    leaseUntil: nowPlusMsWritten(w, l.leaseMs),
+    startedAt: 'NOW(6)',
+  };
 }
 
 /** The conditions a completing consumer's claim of successors adds: its classes and types, when it names any. */

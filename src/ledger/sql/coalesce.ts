@@ -59,7 +59,14 @@ export async function joinGroups(
       out.push(await loneHead(exec, t, head, coalesce.mode));
       continue;
     }
-    const joined = await joinGroup(exec, t, head, { mode: coalesce.mode, max: Math.min(coalesce.max, budget) }, spec.maxBytes, opts.inTransaction === true);
+    const joined = await joinGroup(
+      exec,
+      t,
+      head,
+      { mode: coalesce.mode, max: Math.min(coalesce.max, budget) },
+      spec.maxBytes,
+      opts.inTransaction === true,
+    );
     budget -= joined.group?.ids.length ?? 0;
     out.push(joined);
   }
@@ -75,7 +82,8 @@ async function joinGroup(
   inTransaction: boolean,
 ): Promise<ClaimedItem> {
   const lane = head.lane as string;
-  const followers = await sql<FollowerRow>`SELECT id, type, lane_seq, state, run_after <= NOW(6) AS due, LENGTH(payload) AS bytes
+  const followers =
+    await sql<FollowerRow>`SELECT id, type, lane_seq, state, run_after <= NOW(6) AS due, LENGTH(payload) AS bytes
     FROM ${t.items} FORCE INDEX (ix_lane)
     WHERE queue = ${head.queue} AND lane = ${lane} AND lane_seq > ${head.laneSeq} AND created_at <= ${head.startedAt ?? head.leaseUntil}
     ORDER BY lane_seq LIMIT ${max + 1}`.execute(exec);
@@ -102,14 +110,19 @@ async function joinGroup(
   try {
     // A victim of a deadlock or write conflict wrote nothing: run it again (in a transaction, its
     // owner runs the whole transaction again: the server rolled it all back).
-    const claimedMembers = inTransaction ? await claimMembers.execute(exec) : await retryOnConflict(() => claimMembers.execute(exec));
+    const claimedMembers = inTransaction
+      ? await claimMembers.execute(exec)
+      : await retryOnConflict(() => claimMembers.execute(exec));
     if (affected(claimedMembers) === 0) return loneHead(exec, t, head, mode);
     rows = (await readMembers.execute(exec)).rows;
   } catch (error) {
     if (inTransaction || !isConnectionError(error)) throw error;
     // Members held under the head's token must be known to its holder (they end with it), so what
     // the claim won is read back on a fresh connection; the locking read waits for an UPDATE still running.
-    rows = await readAfterLostConnection(async () => (await sql<MemberRow>`${readMembers} FOR UPDATE`.execute(exec)).rows, error);
+    rows = await readAfterLostConnection(
+      async () => (await sql<MemberRow>`${readMembers} FOR UPDATE`.execute(exec)).rows,
+      error,
+    );
   }
   const last = rows[rows.length - 1];
   if (last === undefined) return loneHead(exec, t, head, mode);
@@ -118,7 +131,9 @@ async function joinGroup(
     ids: rows.map((r) => r.id),
     lastSeq: Number(last.lane_seq),
     newest: payloads[payloads.length - 1],
-    ...(mode === 'latest' ? {} : { payloads: [...(mode === 'settled' ? await unsettled(exec, t, head) : []), head.payload, ...payloads] }),
+    ...(mode === 'latest'
+      ? {}
+      : { payloads: [...(mode === 'settled' ? await unsettled(exec, t, head) : []), head.payload, ...payloads] }),
   };
   return { ...head, group };
 }

@@ -1,5 +1,5 @@
 import { sql, type RawBuilder } from 'kysely';
-import { escape } from 'mysql2';
+import { escape as escapeValue } from 'mysql2';
 
 /**
  * Comma list of values, for `IN (…)`: each written once here as a literal
@@ -33,7 +33,7 @@ export function inline(value: string | number | null): RawBuilder<unknown> {
  */
 export function literal(value: string | number | null): string {
   if (typeof value === 'string') return textLiteral(value);
-  return escape(value);
+  return escapeValue(value);
 }
 
 /** Text as `literal` writes it: `'…'` with quotes doubled, or hex when it holds a backslash, NUL or Ctrl-Z. */
@@ -125,7 +125,8 @@ export function affected(result: { numAffectedRows?: bigint }): number {
 }
 
 /** Every column of an items row, as `toWorkItem` reads it. */
-export const ITEM_COLUMNS = sql.raw(`id, queue, type, lane, lane_seq, is_head, concurrency_key, queue_class, priority, payload, state,
+export const ITEM_COLUMNS =
+  sql.raw(`id, queue, type, lane, lane_seq, is_head, concurrency_key, queue_class, priority, payload, state,
   run_after, attempt, max_attempts, lease_owner, lease_token, lease_until, epoch, idempotency_key,
   dependency_key, probe_after, blocked_at, block_expires_at, cancel_requested, checkpoint, progress, group_head, result,
   last_error, failure_class, replay_of, replayed_at, traceparent, created_at, started_at, terminal_at, updated_at`);
@@ -137,7 +138,8 @@ export const ITEM_COLUMNS = sql.raw(`id, queue, type, lane, lane_seq, is_head, c
  * computes it (sql/replay.ts); `created_key` keeps created_at's microseconds
  * (a JS Date drops them), for keyset cursors.
  */
-export const SUMMARY_COLUMNS = sql.raw(`i.id, i.queue, i.type, i.state, i.lane, i.lane_seq, i.is_head, i.concurrency_key, i.queue_class,
+export const SUMMARY_COLUMNS =
+  sql.raw(`i.id, i.queue, i.type, i.state, i.lane, i.lane_seq, i.is_head, i.concurrency_key, i.queue_class,
   i.priority, i.attempt, i.max_attempts, i.run_after, i.created_at, i.started_at, i.terminal_at, i.failure_class,
   LEFT(i.last_error, 300) AS last_error, SHA2(COALESCE(i.last_error, ''), 256) AS error_digest, i.idempotency_key,
   DATE_FORMAT(i.created_at, '%Y-%m-%d %H:%i:%s.%f') AS created_key`);

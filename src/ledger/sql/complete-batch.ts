@@ -71,15 +71,29 @@ export async function completeMany(
     } catch (error) {
       if (!isConnectionError(error) || attempt >= CONNECTION_RETRY.maxAttempts) throw error;
       // Some of it may have committed: the ledger says which items this holder completed.
-      const settled = await readAfterLostConnection(() => completionsSettled(db, t, batch.map((e) => e.handle)), error);
+      const settled = await readAfterLostConnection(
+        () =>
+          completionsSettled(
+            db,
+            t,
+            batch.map((e) => e.handle),
+          ),
+        error,
+      );
       const mine = batch.filter((_, k) => settled[k] === 'completed').map((e) => e.handle);
       batch.forEach((e, k) => {
         // Whether a completed item's lane or key got a pending head is not known here: assume one, as the single path does.
         const won = settled[k] === 'completed';
-        if (settled[k] !== 'open') out[todo[k]!] = { won, laneAdvanced: won && e.handle.lane !== null, keyAdmitted: won && e.handle.concurrencyKey !== null };
+        if (settled[k] !== 'open')
+          out[todo[k]!] = {
+            won,
+            laneAdvanced: won && e.handle.lane !== null,
+            keyAdmitted: won && e.handle.concurrencyKey !== null,
+          };
       });
       if (mine.some((h) => h.lane !== null || h.concurrencyKey !== null)) {
-        for (const next of rooms) claimed.push(...(await readAfterLostConnection(() => successorsClaimed(db, t, mine, next), error)));
+        for (const next of rooms)
+          claimed.push(...(await readAfterLostConnection(() => successorsClaimed(db, t, mine, next), error)));
       }
       todo = todo.filter((_, k) => settled[k] === 'open');
       if (todo.length > 0) await retryDelay(CONNECTION_RETRY, attempt);
@@ -103,9 +117,18 @@ interface CompletionRow {
  * complete it. The read locks the rows, so it waits for a lost session's
  * transaction that wrote them to end.
  */
-async function completionRows(exec: Executor, t: LedgerTables, handles: readonly Pick<LeaseHandle, 'id' | 'leaseToken'>[]): Promise<CompletionRow[]> {
+async function completionRows(
+  exec: Executor,
+  t: LedgerTables,
+  handles: readonly Pick<LeaseHandle, 'id' | 'leaseToken'>[],
+): Promise<CompletionRow[]> {
   if (handles.length === 0) return [];
-  const r = await sql<{ id: string; state: string; lease_token: string; ended: string | null }>`SELECT id, state, lease_token,
+  const r = await sql<{
+    id: string;
+    state: string;
+    lease_token: string;
+    ended: string | null;
+  }>`SELECT id, state, lease_token,
       DATE_FORMAT(terminal_at, '%Y-%m-%d %H:%i:%s.%f') AS ended
     FROM ${t.items} WHERE id IN (${list(handles.map((h) => h.id))}) FOR UPDATE`.execute(exec);
   const byId = new Map(r.rows.map((row) => [row.id, row]));
@@ -118,7 +141,11 @@ async function completionRows(exec: Executor, t: LedgerTables, handles: readonly
 }
 
 /** Per handle, whether this holder's completion took effect (see completionRows). */
-export async function completionsSettled(exec: Executor, t: LedgerTables, handles: readonly Pick<LeaseHandle, 'id' | 'leaseToken'>[]): Promise<CompletionSettled[]> {
+export async function completionsSettled(
+  exec: Executor,
+  t: LedgerTables,
+  handles: readonly Pick<LeaseHandle, 'id' | 'leaseToken'>[],
+): Promise<CompletionSettled[]> {
   return (await completionRows(exec, t, handles)).map((r) => r.settled);
 }
 
@@ -128,9 +155,16 @@ export async function completionsSettled(exec: Executor, t: LedgerTables, handle
  * laned item; a key's among its queue's processing items (what a keyed end
  * admitted and claimed: key affinity); each fenced by the token.
  */
-async function successorsClaimed(db: LedgerDb, t: LedgerTables, completed: readonly LeaseHandle[], next: SuccessorClaim): Promise<ClaimedItem[]> {
+async function successorsClaimed(
+  db: LedgerDb,
+  t: LedgerTables,
+  completed: readonly LeaseHandle[],
+  next: SuccessorClaim,
+): Promise<ClaimedItem[]> {
   const laned = completed.filter((h) => h.lane !== null);
-  const keyedQueues = [...new Set(completed.filter((h) => h.lane === null && h.concurrencyKey !== null).map((h) => h.queue))];
+  const keyedQueues = [
+    ...new Set(completed.filter((h) => h.lane === null && h.concurrencyKey !== null).map((h) => h.queue)),
+  ];
   const ids: string[] = [];
   if (laned.length > 0) {
     const found = await sql<{ id: string }>`SELECT id FROM ${t.items} FORCE INDEX (ix_lane)
@@ -145,7 +179,9 @@ async function successorsClaimed(db: LedgerDb, t: LedgerTables, completed: reado
     ids.push(...found.rows.map((r) => r.id));
   }
   if (ids.length === 0) return [];
-  const rows = await readBackClaimed(t, [...new Set(ids)], next.token).$castTo<ClaimedRow>().execute(db);
+  const rows = await readBackClaimed(t, [...new Set(ids)], next.token)
+    .$castTo<ClaimedRow>()
+    .execute(db);
   return claimedItems(rows.rows, grantLease(next));
 }
 
@@ -172,7 +208,8 @@ async function completeOnce(
   });
 
   // Keyed laneless items hand their keys' slots on in their own transaction; the rest as before.
-  const admitted = (i: number): boolean => entries[i]!.handle.concurrencyKey !== null && entries[i]!.handle.lane === null;
+  const admitted = (i: number): boolean =>
+    entries[i]!.handle.concurrencyKey !== null && entries[i]!.handle.lane === null;
   const keyed = batch.filter(admitted);
   const rest = keyed.length === 0 ? batch : batch.filter((i) => !admitted(i));
   for (const part of [rest, keyed]) {
@@ -205,10 +242,12 @@ async function completeOnce(
   for (const i of single) {
     const e = entries[i]!;
     // An epoch that moved on loses like any CAS here; completeEntries says which lost to it.
-    const won = await finalize(db, t, e.handle, { kind: 'complete', resultJson: e.resultJson }, caps.prepared).catch((error: unknown) => {
-      if (error instanceof OwnershipLostError) return false;
-      throw error;
-    });
+    const won = await finalize(db, t, e.handle, { kind: 'complete', resultJson: e.resultJson }, caps.prepared).catch(
+      (error: unknown) => {
+        if (error instanceof OwnershipLostError) return false;
+        throw error;
+      },
+    );
     // The single path does not say whether a successor was there: assume one.
     out[i] = { won, laneAdvanced: won && e.handle.lane !== null, keyAdmitted: won && e.handle.concurrencyKey !== null };
   }
@@ -216,7 +255,13 @@ async function completeOnce(
 }
 
 /** One round trip when the batch is the common case; two, or the single path, when it is not (complete-laned.ts). */
-async function completeLaned(db: LedgerDb, caps: LedgerCapabilities, t: LedgerTables, items: readonly CompletionEntry[], next: SuccessorClaim | undefined): Promise<BatchDone> {
+async function completeLaned(
+  db: LedgerDb,
+  caps: LedgerCapabilities,
+  t: LedgerTables,
+  items: readonly CompletionEntry[],
+  next: SuccessorClaim | undefined,
+): Promise<BatchDone> {
   try {
     return await retryPipelined(db, caps, (send) => completeInOneTrip(send, t, items, next));
   } catch (error) {
@@ -282,9 +327,18 @@ async function completeKeyedBatch(
  * checks its count: planning the CAS and the guard as text cost TiDB more
  * than the two round trips.
  */
-async function releaseWithCompletion(send: Send, exec: Executor, caps: LedgerCapabilities, t: LedgerTables, items: readonly CompletionEntry[], ended: readonly KeyCount[]): Promise<void> {
+async function releaseWithCompletion(
+  send: Send,
+  exec: Executor,
+  caps: LedgerCapabilities,
+  t: LedgerTables,
+  items: readonly CompletionEntry[],
+  ended: readonly KeyCount[],
+): Promise<void> {
   if (!bindable(caps, items.length)) {
-    await send([completionStatement(t, items), refuseUnlessChanged(t, items.length), ...releaseUnwaited(t, ended)], { commit: true });
+    await send([completionStatement(t, items), refuseUnlessChanged(t, items.length), ...releaseUnwaited(t, ended)], {
+      commit: true,
+    });
     return;
   }
   await send([]);
@@ -307,7 +361,12 @@ async function completeKeyed(
   return { won: entries.map(() => true), advanced: handedOn.left, claimed: handedOn.claimed, lined: handedOn.lined };
 }
 
-async function completeLanelessBatch(db: LedgerDb, caps: LedgerCapabilities, t: LedgerTables, entries: readonly CompletionEntry[]): Promise<BatchDone> {
+async function completeLanelessBatch(
+  db: LedgerDb,
+  caps: LedgerCapabilities,
+  t: LedgerTables,
+  entries: readonly CompletionEntry[],
+): Promise<BatchDone> {
   const changed = affected(await completionStatement(t, entries, bindable(caps, entries.length)).execute(db));
   if (changed === entries.length) return { won: entries.map(() => true), advanced: new Set(), claimed: [] };
   // Someone lost their lease. The statement stands (no transaction), so a second CAS of each entry
@@ -322,8 +381,17 @@ async function completeLanelessBatch(db: LedgerDb, caps: LedgerCapabilities, t: 
  * some before (a second completion of one claim), and those ended earlier:
  * the statement's rows are the `changed` latest by `terminal_at`.
  */
-async function completedByStatement(db: LedgerDb, t: LedgerTables, entries: readonly CompletionEntry[], changed: number): Promise<boolean[]> {
-  const rows = await completionRows(db, t, entries.map((e) => e.handle));
+async function completedByStatement(
+  db: LedgerDb,
+  t: LedgerTables,
+  entries: readonly CompletionEntry[],
+  changed: number,
+): Promise<boolean[]> {
+  const rows = await completionRows(
+    db,
+    t,
+    entries.map((e) => e.handle),
+  );
   const latestFirst = rows
     .map((row, k) => ({ k, ended: row.ended ?? '' }))
     .filter((_, k) => rows[k]!.settled === 'completed')

@@ -4,7 +4,15 @@ import { PartialBatch } from '../../errors.js';
 import type { LedgerTables } from '../tables.js';
 import type { ClaimedRow } from '../rows.js';
 import type { ClaimedItem, QueueClass, SuccessorClaim } from '../types.js';
-import { CLAIMED_COLUMNS, claimedItems, grantLease, leaseAssignments, readBackClaimed, successorFilter, type Lease } from './claimed.js';
+import {
+  CLAIMED_COLUMNS,
+  claimedItems,
+  grantLease,
+  leaseAssignments,
+  readBackClaimed,
+  successorFilter,
+  type Lease,
+} from './claimed.js';
 import { inline, laneIn, list, queueScoped } from './common.js';
 import { completionStatement, type CompletionEntry } from './completion-cas.js';
 import { refuseUnless } from './guard.js';
@@ -22,7 +30,9 @@ export interface BatchDone {
 
 /** The laned entries' heads, one per lane (the batch holds each lane once). */
 function endedHeads(entries: readonly CompletionEntry[]): EndedHead[] {
-  return entries.flatMap((e) => (e.handle.lane === null ? [] : [{ queue: e.handle.queue, lane: e.handle.lane, laneSeq: e.handle.laneSeq ?? 0 }]));
+  return entries.flatMap((e) =>
+    e.handle.lane === null ? [] : [{ queue: e.handle.queue, lane: e.handle.lane, laneSeq: e.handle.laneSeq ?? 0 }],
+  );
 }
 
 /**
@@ -35,11 +45,19 @@ function endedHeads(entries: readonly CompletionEntry[]): EndedHead[] {
  * become heads left pending; no lane row is touched but those of the lanes
  * going idle (src/ledger/sql/lane-advance.ts).
  */
-export async function completeInOneTrip(send: Send, t: LedgerTables, entries: readonly CompletionEntry[], next: SuccessorClaim | undefined): Promise<BatchDone> {
+export async function completeInOneTrip(
+  send: Send,
+  t: LedgerTables,
+  entries: readonly CompletionEntry[],
+  next: SuccessorClaim | undefined,
+): Promise<BatchDone> {
   const heads = endedHeads(entries);
   const places = successorPlaces(heads);
   const lease = next && next.max > 0 ? grantLease(next) : undefined;
-  const statements: RawBuilder<unknown>[] = [completionStatement(t, entries), refuseUnless(t, sql`ROW_COUNT() = ${inline(entries.length)}`)];
+  const statements: RawBuilder<unknown>[] = [
+    completionStatement(t, entries),
+    refuseUnless(t, sql`ROW_COUNT() = ${inline(entries.length)}`),
+  ];
   if (lease && next) {
     statements.push(
       sql`UPDATE ${t.items} FORCE INDEX (ix_lane) SET is_head = 1, ${leaseAssignments(lease)}
@@ -58,11 +76,16 @@ export async function completeInOneTrip(send: Send, t: LedgerTables, entries: re
     sql`SELECT queue, lane FROM ${t.items} FORCE INDEX (ix_lane) WHERE ${places} AND state = 'pending' AND is_head = 1`,
   );
   if (lease) {
-    statements.push(sql`SELECT ${CLAIMED_COLUMNS} FROM ${t.items} FORCE INDEX (ix_lane) WHERE ${places} AND lease_token = ${inline(lease.token)} AND state = 'processing'`);
+    statements.push(
+      sql`SELECT ${CLAIMED_COLUMNS} FROM ${t.items} FORCE INDEX (ix_lane) WHERE ${places} AND lease_token = ${inline(lease.token)} AND state = 'processing'`,
+    );
   }
   const results = await send(statements, { commit: true });
   const claimed = lease ? claimedItems((results.at(-1)?.rows ?? []) as unknown as ClaimedRow[], lease) : [];
-  const pendingHeads = (results[lease ? results.length - 2 : results.length - 1]?.rows ?? []) as unknown as { queue: string; lane: string }[];
+  const pendingHeads = (results[lease ? results.length - 2 : results.length - 1]?.rows ?? []) as unknown as {
+    queue: string;
+    lane: string;
+  }[];
   const advanced = new Set(pendingHeads.map((r) => queueScoped(r.queue, r.lane)));
   return { won: entries.map(() => true), advanced, claimed };
 }
@@ -76,7 +99,13 @@ export async function completeInOneTrip(send: Send, t: LedgerTables, entries: re
  * while it waited, or an enqueue committed meanwhile) is settled under its
  * lane row's lock before the COMMIT.
  */
-export async function completeInTwoTrips(send: Send, exec: Executor, t: LedgerTables, entries: readonly CompletionEntry[], next: SuccessorClaim | undefined): Promise<BatchDone> {
+export async function completeInTwoTrips(
+  send: Send,
+  exec: Executor,
+  t: LedgerTables,
+  entries: readonly CompletionEntry[],
+  next: SuccessorClaim | undefined,
+): Promise<BatchDone> {
   const heads = endedHeads(entries);
   // Row-constructor IN: MariaDB plans it as a range on ix_lane in a SELECT but
   // as a full scan in an UPDATE, so the successors are found first, then updated by key.
@@ -98,25 +127,40 @@ export async function completeInTwoTrips(send: Send, exec: Executor, t: LedgerTa
   const advanced = new Set(left.map((r) => queueScoped(r.queue, r.lane)));
   const statements: RawBuilder<unknown>[] = [];
   if (left.length > 0) {
-    statements.push(sql`UPDATE ${t.items} SET is_head = 1, updated_at = NOW(6) WHERE id IN (${list(left.map((r) => r.id))}) AND state = 'pending'`);
+    statements.push(
+      sql`UPDATE ${t.items} SET is_head = 1, updated_at = NOW(6) WHERE id IN (${list(left.map((r) => r.id))}) AND state = 'pending'`,
+    );
   }
   const lease = next && mine.length > 0 ? grantLease(next) : undefined;
   let claimedAt = -1;
   if (lease) {
-    statements.push(...claimSuccessors(t, lease, mine.map((r) => r.id)));
+    statements.push(
+      ...claimSuccessors(
+        t,
+        lease,
+        mine.map((r) => r.id),
+      ),
+    );
     claimedAt = statements.length - 1;
   }
   const unheaded = heads.filter((h) => !headed.has(queueScoped(h.queue, h.lane)));
   if (unheaded.length > 0) {
-    statements.push(idleLanes(t, unheaded), sql`SELECT queue, lane FROM ${t.lanes} WHERE ${laneIn(unheaded)} AND busy_from <> 0`);
+    statements.push(
+      idleLanes(t, unheaded),
+      sql`SELECT queue, lane FROM ${t.lanes} WHERE ${laneIn(unheaded)} AND busy_from <> 0`,
+    );
   }
   const results = await send(statements, { commit: unheaded.length === 0 });
   const claimed = lease ? claimedItems((results[claimedAt]?.rows ?? []) as unknown as ClaimedRow[], lease) : [];
   // Lanes still busy without a successor head: settled one by one under their rows' locks, before the COMMIT.
-  const busyRows = (unheaded.length > 0 ? (results.at(-1)?.rows ?? []) : []) as unknown as { queue: string; lane: string }[];
+  const busyRows = (unheaded.length > 0 ? (results.at(-1)?.rows ?? []) : []) as unknown as {
+    queue: string;
+    lane: string;
+  }[];
   const stillBusy = new Set(busyRows.map((r) => queueScoped(r.queue, r.lane)));
   for (const h of unheaded) {
-    if (stillBusy.has(queueScoped(h.queue, h.lane)) && (await advanceLocked(exec, t, h))) advanced.add(queueScoped(h.queue, h.lane));
+    if (stillBusy.has(queueScoped(h.queue, h.lane)) && (await advanceLocked(exec, t, h)))
+      advanced.add(queueScoped(h.queue, h.lane));
   }
   return { won: entries.map(() => true), advanced, claimed };
 }

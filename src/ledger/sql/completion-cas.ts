@@ -16,14 +16,20 @@ export interface CompletionEntry {
  * is still processing under the entry's lease token. `prepared` when it is
  * sent on its own (sql/bound.ts).
  */
-export function completionStatement(t: LedgerTables, entries: readonly CompletionEntry[], prepared = false): RawBuilder<unknown> {
+export function completionStatement(
+  t: LedgerTables,
+  entries: readonly CompletionEntry[],
+  prepared = false,
+): RawBuilder<unknown> {
   return statementFor(prepared, (w) => completionText(w, t, entries));
 }
 
 function completionText(w: ValueWriter, t: LedgerTables, entries: readonly CompletionEntry[]): string {
   const withResult = entries.filter((e): e is CompletionEntry & { resultJson: string } => e.resultJson !== null);
   const resultExpr =
-    withResult.length === 0 ? 'NULL' : `CASE id ${w.each(withResult, (e) => `WHEN ${w.value(e.handle.id)} THEN ${w.json(e.resultJson)}`, ' ')} ELSE NULL END`;
+    withResult.length === 0
+      ? 'NULL'
+      : `CASE id ${w.each(withResult, (e) => `WHEN ${w.value(e.handle.id)} THEN ${w.json(e.resultJson)}`, ' ')} ELSE NULL END`;
   // Items of one claim share its token: then a plain equality does, which
   // MariaDB plans far more cheaply than a list of (id, token) pairs.
   const tokens = new Set(entries.map((e) => e.handle.leaseToken));

@@ -26,7 +26,12 @@ export interface ConsumerRow {
  * its first beat. The rows come in as a derived table, so the update names
  * them `v.…` rather than VALUES(…), which MySQL 8.0.20+ deprecates.
  */
-export async function beat(db: LedgerDb, t: LedgerTables, consumers: readonly ConsumerRow[], first: boolean): Promise<void> {
+export async function beat(
+  db: LedgerDb,
+  t: LedgerTables,
+  consumers: readonly ConsumerRow[],
+  first: boolean,
+): Promise<void> {
   if (consumers.length === 0) return;
   const rows = consumers.map((c, i) => {
     const as = (name: string): RawBuilder<unknown> => sql.raw(i === 0 ? ` AS ${name}` : '');
@@ -39,7 +44,10 @@ export async function beat(db: LedgerDb, t: LedgerTables, consumers: readonly Co
     FROM (${sql.join(rows, sql` UNION ALL `)}) AS v
     ON DUPLICATE KEY UPDATE last_seen = NOW(6), queue = v.queue, classes = v.classes, types = v.types,
       concurrency = v.concurrency, max_processing = v.max_processing, epoch = v.epoch`.execute(db);
-  if (first) await sql`DELETE FROM ${t.consumers} WHERE last_seen < ${sql.raw(nowPlusMsText(-FORGET_AFTER_MS))} LIMIT 100`.execute(db);
+  if (first)
+    await sql`DELETE FROM ${t.consumers} WHERE last_seen < ${sql.raw(nowPlusMsText(-FORGET_AFTER_MS))} LIMIT 100`.execute(
+      db,
+    );
 }
 
 /** A consumer stopped: its row goes. */
@@ -63,8 +71,11 @@ interface Row {
 /** The consumers whose last heartbeat is younger than CONSUMER_LIVE_MS, of one queue or all, by queue and name. */
 export async function liveConsumers(db: LedgerDb, t: LedgerTables, queue?: string): Promise<LiveConsumer[]> {
   const ofQueue = queue === undefined ? sql`` : sql`queue = ${queue} AND`;
-  const r = await sql<Row>`SELECT name, queue, classes, types, concurrency, max_processing, epoch, version, started_at, last_seen
-    FROM ${t.consumers} WHERE ${ofQueue} last_seen >= ${sql.raw(nowPlusMsText(-CONSUMER_LIVE_MS))} ORDER BY queue, name`.execute(db);
+  const r =
+    await sql<Row>`SELECT name, queue, classes, types, concurrency, max_processing, epoch, version, started_at, last_seen
+    FROM ${t.consumers} WHERE ${ofQueue} last_seen >= ${sql.raw(nowPlusMsText(-CONSUMER_LIVE_MS))} ORDER BY queue, name`.execute(
+      db,
+    );
   return r.rows.map((x) => ({
     name: x.name,
     queue: x.queue,

@@ -16,7 +16,11 @@ import { markWoken } from './wake-marks.js';
  * commits after sees the mark and does not park its item (sql/block.ts).
  * Returns the items it moved, to wake their consumers.
  */
-export async function wakeDependency(db: LedgerDb, t: LedgerTables, opts: { key: string; queue?: string | undefined }): Promise<WokenItem[]> {
+export async function wakeDependency(
+  db: LedgerDb,
+  t: LedgerTables,
+  opts: { key: string; queue?: string | undefined },
+): Promise<WokenItem[]> {
   // A lost COMMIT is taken as not committed: running the wake again is harmless (it finds nothing left to
   // move, and what it moved the first time is pending for any claim or sweep).
   return runTransaction(
@@ -46,13 +50,23 @@ export async function wakeDependency(db: LedgerDb, t: LedgerTables, opts: { key:
  * re-checked. A wait past its maxWait goes back too, for a final run: its
  * expiry time stays, so a re-block on the same key ends it (sql/block.ts).
  */
-export async function probeDependencyWaits(db: LedgerDb, t: LedgerTables, opts: { queue?: string | undefined; limit: number }): Promise<ProbeOutcome> {
+export async function probeDependencyWaits(
+  db: LedgerDb,
+  t: LedgerTables,
+  opts: { queue?: string | undefined; limit: number },
+): Promise<ProbeOutcome> {
   const rows = await dueWaits(db, t, opts.queue, opts.limit);
   const out: ProbeOutcome = { probed: [], expired: [] };
   for (const r of rows) {
     const won = await applyTransition(db, t, {
       // Not terminal: the item keeps its key's slot, so its key is not needed here.
-      place: { id: r.id, queue: r.queue, lane: r.lane, laneSeq: r.lane_seq === null ? null : Number(r.lane_seq), storedKey: null },
+      place: {
+        id: r.id,
+        queue: r.queue,
+        lane: r.lane,
+        laneSeq: r.lane_seq === null ? null : Number(r.lane_seq),
+        storedKey: null,
+      },
       guard: sql`state = 'blocked' AND probe_after <= NOW(6)`,
       set: sql`state = 'pending', run_after = NOW(6), probe_after = NULL`,
       terminal: false,

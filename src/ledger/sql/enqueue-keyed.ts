@@ -22,7 +22,12 @@ import { retryPipelined } from './pipeline.js';
  * it inserts, so the INSERT is the plain one and nothing is read back; the
  * keys stay locked across one turn of the client.
  */
-export async function insertKeyedTwoTrips(db: LedgerDb, caps: LedgerCapabilities, t: LedgerTables, items: readonly NewItem[]): Promise<EnqueueResult[]> {
+export async function insertKeyedTwoTrips(
+  db: LedgerDb,
+  caps: LedgerCapabilities,
+  t: LedgerTables,
+  items: readonly NewItem[],
+): Promise<EnqueueResult[]> {
   const columns = optionalColumns(items);
   return retryPipelined(db, caps, async (send, exec) => {
     const keys = await admittedKeys(exec, t, items);
@@ -32,7 +37,14 @@ export async function insertKeyedTwoTrips(db: LedgerDb, caps: LedgerCapabilities
     const heads = admitted.map((a) => a?.head ?? true);
     const waiting = ids.filter((_, i) => !heads[i]);
     const [inserted] = await send(
-      [insertStatement(t, items.map((item, i) => valuesRow(ids[i]!, item, null, heads[i]!, columns)), columns), ...(waiting.length > 0 ? [waitRowsFor(t, waiting)] : [])],
+      [
+        insertStatement(
+          t,
+          items.map((item, i) => valuesRow(ids[i]!, item, null, heads[i]!, columns)),
+          columns,
+        ),
+        ...(waiting.length > 0 ? [waitRowsFor(t, waiting)] : []),
+      ],
       { commit: true },
     );
     expectInserted(inserted?.affected ?? 0, items.length);

@@ -6,7 +6,16 @@ import type { LedgerTables } from '../tables.js';
 import type { EnqueueResult } from '../types.js';
 import { leaseValues } from './claimed.js';
 import { jsonLiteral, literal, NO_TIME_TEXT, nowPlusMsText, queueScoped } from './common.js';
-import { expectInserted, laneCounts, laneStatements, optionalColumnNames, optionalColumns, type LaneCount, type NewItem, type OptionalColumns } from './enqueue.js';
+import {
+  expectInserted,
+  laneCounts,
+  laneStatements,
+  optionalColumnNames,
+  optionalColumns,
+  type LaneCount,
+  type NewItem,
+  type OptionalColumns,
+} from './enqueue.js';
 import { admitStatement, admittedKeys, waitRowsFor } from './key-admission.js';
 import { storedKey } from './key-scope.js';
 import { retryPipelined } from './pipeline.js';
@@ -28,7 +37,12 @@ interface InsertedRow {
  * says what was written, and COMMIT. The sequences never come to the client
  * before the insert, so the lanes are held for one round trip, not two.
  */
-export async function insertLanedOneTrip(db: LedgerDb, caps: LedgerCapabilities, t: LedgerTables, items: readonly NewItem[]): Promise<EnqueueResult[]> {
+export async function insertLanedOneTrip(
+  db: LedgerDb,
+  caps: LedgerCapabilities,
+  t: LedgerTables,
+  items: readonly NewItem[],
+): Promise<EnqueueResult[]> {
   const lanes = laneCounts(items);
   const ids = items.map(() => newItemId(caps.idOrder));
   const { upserts } = laneStatements(t, lanes);
@@ -36,7 +50,10 @@ export async function insertLanedOneTrip(db: LedgerDb, caps: LedgerCapabilities,
   const after = waiting.length === 0 ? [] : [waitRowsFor(t, waiting)];
   return retryPipelined(db, caps, async (send, exec) => {
     const before = waiting.length === 0 ? upserts : [...upserts, admitStatement(t, await admittedKeys(exec, t, items))];
-    const results = await send([...before, insertJoined(t, items, ids, lanes, optionalColumns(items)), ...after, readBack(t, ids)], { commit: true });
+    const results = await send(
+      [...before, insertJoined(t, items, ids, lanes, optionalColumns(items)), ...after, readBack(t, ids)],
+      { commit: true },
+    );
     const [inserted] = results.slice(before.length);
     const read = results[results.length - 1];
     expectInserted(inserted?.affected ?? 0, items.length);
@@ -64,7 +81,13 @@ export async function insertLanedOneTrip(db: LedgerDb, caps: LedgerCapabilities,
  * The queue name is written as ASCII text, the lane rows' column's character
  * set: TiDB refuses to compare a derived table's utf8mb4 text with it.
  */
-function insertJoined(t: LedgerTables, items: readonly NewItem[], ids: readonly string[], lanes: readonly LaneCount[], columns: OptionalColumns): RawBuilder<unknown> {
+function insertJoined(
+  t: LedgerTables,
+  items: readonly NewItem[],
+  ids: readonly string[],
+  lanes: readonly LaneCount[],
+  columns: OptionalColumns,
+): RawBuilder<unknown> {
   const { keyed, traced } = columns;
   const seen = new Map<string, number>();
   const keySeen = new Map<string, number>();
@@ -100,7 +123,9 @@ function insertJoined(t: LedgerTables, items: readonly NewItem[], ids: readonly 
   const ownHead = keyed ? `IF(v.ckey IS NULL, 1, IF(kr.queue IS NULL, NULL, kr.granted >= v.k))` : '1';
   // In a fair queue a keyed item's priority is raised by its round.
   const priority = sql.raw(keyed ? `IF(kr.fair = 1, v.priority + kr.round_from + v.r - 1, v.priority)` : 'v.priority');
-  const head = sql.raw(`IF(v.lane IS NULL, ${ownHead}, IF(l.queue IS NULL, NULL, l.busy_from = l.next_seq - v.n + v.k))`);
+  const head = sql.raw(
+    `IF(v.lane IS NULL, ${ownHead}, IF(l.queue IS NULL, NULL, l.busy_from = l.next_seq - v.n + v.k))`,
+  );
   const claimed = sql`(v.c = 1 AND ${head} = 1)`;
   const keyJoin = keyed ? sql`LEFT JOIN ${t.keys} kr ON kr.queue = v.queue AND kr.ckey = v.ckey` : sql``;
   // The key and trace columns are named only when an item has a value (see OptionalColumns).

@@ -8,7 +8,16 @@ import { admitStatement, admittedKeys, grantedByKey, grantedRead, waitRowsFor } 
 import { storedKey, type KeyRule } from './key-scope.js';
 import { IdempotencyConflictError } from '../../errors.js';
 import { requestDigest } from '../request-digest.js';
-import { affected, byteOrder, jsonLiteral, laneIn, literal, NO_TIME_TEXT, nowPlusMsText, queueScoped } from './common.js';
+import {
+  affected,
+  byteOrder,
+  jsonLiteral,
+  laneIn,
+  literal,
+  NO_TIME_TEXT,
+  nowPlusMsText,
+  queueScoped,
+} from './common.js';
 
 /** An item ready to insert: validated, payload already JSON text. */
 export interface NewItem {
@@ -55,15 +64,43 @@ export function claimableAtInsert(item: NewItem): boolean {
  * its lease: the row the claim's read-back would return, built from the
  * item. Times are this process's clock (the row has the ledger's).
  */
-export function claimedAtInsert(id: string, item: NewItem, lease: Lease, nowMs: number, laneSeq: number | null): ClaimedItem {
+export function claimedAtInsert(
+  id: string,
+  item: NewItem,
+  lease: Lease,
+  nowMs: number,
+  laneSeq: number | null,
+): ClaimedItem {
   const now = new Date(nowMs);
   return claimedItem(
     {
-      id, queue: item.queue, type: item.type, lane: item.lane, lane_seq: laneSeq, concurrency_key: storedKey(item), queue_class: item.queueClass,
-      priority: item.priority, payload: item.payloadJson, run_after: now, attempt: 1, max_attempts: item.maxAttempts,
-      idempotency_key: item.idempotencyKey, dependency_key: null, probe_after: null, blocked_at: null, block_expires_at: null,
-      checkpoint: null, progress: null, result: null, last_error: null, failure_class: null, replay_of: item.replayOf ?? null, replayed_at: null,
-      traceparent: item.traceparent, created_at: now, started_at: now,
+      id,
+      queue: item.queue,
+      type: item.type,
+      lane: item.lane,
+      lane_seq: laneSeq,
+      concurrency_key: storedKey(item),
+      queue_class: item.queueClass,
+      priority: item.priority,
+      payload: item.payloadJson,
+      run_after: now,
+      attempt: 1,
+      max_attempts: item.maxAttempts,
+      idempotency_key: item.idempotencyKey,
+      dependency_key: null,
+      probe_after: null,
+      blocked_at: null,
+      block_expires_at: null,
+      checkpoint: null,
+      progress: null,
+      result: null,
+      last_error: null,
+      failure_class: null,
+      replay_of: item.replayOf ?? null,
+      replayed_at: null,
+      traceparent: item.traceparent,
+      created_at: now,
+      started_at: now,
     },
     lease,
   );
@@ -148,15 +185,26 @@ export async function insertItems(
     fresh.push({ index, item });
   });
 
-  const seqs = await assignLaneSequences(exec, t, fresh.map((f) => f.item));
-  const admitted = await admitKeyed(exec, t, fresh.map((f) => f.item));
+  const seqs = await assignLaneSequences(
+    exec,
+    t,
+    fresh.map((f) => f.item),
+  );
+  const admitted = await admitKeyed(
+    exec,
+    t,
+    fresh.map((f) => f.item),
+  );
   const rows = fresh.map((f, i) => {
     const row = freshRow(seqs[i] ?? admitted[i], idOrder);
     results[f.index] = { id: row.id, duplicate: false, laneSeq: row.laneSeq };
     return { ...row, item: f.item, index: f.index };
   });
 
-  const columns = { ...optionalColumns(rows.map((r) => r.item)), digested: keys.digests && rows.some((r) => r.item.idempotencyKey !== null) };
+  const columns = {
+    ...optionalColumns(rows.map((r) => r.item)),
+    digested: keys.digests && rows.some((r) => r.item.idempotencyKey !== null),
+  };
   let chunk: RawBuilder<unknown>[] = [];
   let bytes = 0;
   for (const row of rows) {
@@ -204,11 +252,29 @@ interface KeyedRow {
   digest: string | null;
 }
 
-function conflict(item: NewItem, itemId: string | null, index: number, batch: boolean, earlierIndex?: number): IdempotencyConflictError {
-  return new IdempotencyConflictError(item.queue, item.idempotencyKey ?? '', itemId, batch ? index : undefined, earlierIndex);
+function conflict(
+  item: NewItem,
+  itemId: string | null,
+  index: number,
+  batch: boolean,
+  earlierIndex?: number,
+): IdempotencyConflictError {
+  return new IdempotencyConflictError(
+    item.queue,
+    item.idempotencyKey ?? '',
+    itemId,
+    batch ? index : undefined,
+    earlierIndex,
+  );
 }
 
-async function insertChunk(exec: Executor, t: LedgerTables, values: RawBuilder<unknown>[], expected: number, columns: OptionalColumns): Promise<void> {
+async function insertChunk(
+  exec: Executor,
+  t: LedgerTables,
+  values: RawBuilder<unknown>[],
+  expected: number,
+  columns: OptionalColumns,
+): Promise<void> {
   expectInserted(affected(await insertStatement(t, values, columns).execute(exec)), expected);
 }
 
@@ -237,7 +303,11 @@ export function expectInserted(inserted: number, expected: number): void {
   if (inserted !== expected) throw new Error(`enqueue: inserted ${inserted} of ${expected} rows`);
 }
 
-export function insertStatement(t: LedgerTables, values: readonly RawBuilder<unknown>[], columns: OptionalColumns): RawBuilder<unknown> {
+export function insertStatement(
+  t: LedgerTables,
+  values: readonly RawBuilder<unknown>[],
+  columns: OptionalColumns,
+): RawBuilder<unknown> {
   return sql`INSERT INTO ${t.items} (id, queue, type, lane, lane_seq, is_head, ${sql.raw(optionalColumnNames(columns))}queue_class, priority,
       payload, state, run_after, attempt, max_attempts, idempotency_key, replay_of, created_at, updated_at,
       lease_owner, lease_token, lease_until, started_at)
@@ -247,7 +317,10 @@ export function insertStatement(t: LedgerTables, values: readonly RawBuilder<unk
 type LaneSequence = { seq: number; head: boolean };
 
 /** A new item's id and lane place (a keyed item: whether it was admitted); an item with neither is its own head. */
-function freshRow(s: LaneSequence | KeyAdmission | undefined, idOrder: IdOrder): { id: string; laneSeq: number | null; isHead: boolean } {
+function freshRow(
+  s: LaneSequence | KeyAdmission | undefined,
+  idOrder: IdOrder,
+): { id: string; laneSeq: number | null; isHead: boolean } {
   return { id: newItemId(idOrder), laneSeq: s !== undefined && 'seq' in s ? s.seq : null, isHead: s?.head ?? true };
 }
 
@@ -263,7 +336,11 @@ const givenPriority = new WeakMap<NewItem, number>();
  * any claim it was offered. In a fair queue each keyed item's priority is
  * raised by its round. A laned item keeps the place its lane gave it.
  */
-async function admitKeyed(exec: Executor, t: LedgerTables, items: readonly NewItem[]): Promise<(KeyAdmission | undefined)[]> {
+async function admitKeyed(
+  exec: Executor,
+  t: LedgerTables,
+  items: readonly NewItem[],
+): Promise<(KeyAdmission | undefined)[]> {
   const keys = await admittedKeys(exec, t, items);
   if (keys.length === 0) return items.map(() => undefined);
   await admitStatement(t, keys).execute(exec);
@@ -277,7 +354,10 @@ async function admitKeyed(exec: Executor, t: LedgerTables, items: readonly NewIt
  * fair queue each keyed item's priority is raised by its round. A laned
  * item keeps the place its lane gave it (undefined, as an item without a key).
  */
-export function admissionsOf(items: readonly NewItem[], grantedRows: readonly Record<string, unknown>[]): (KeyAdmission | undefined)[] {
+export function admissionsOf(
+  items: readonly NewItem[],
+  grantedRows: readonly Record<string, unknown>[],
+): (KeyAdmission | undefined)[] {
   const granted = grantedByKey(grantedRows);
   const seen = new Map<string, { all: number; laneless: number }>();
   return items.map((item) => {
@@ -312,14 +392,23 @@ const NO_LEASE = `'', '', ${NO_TIME_TEXT}, ${NO_TIME_TEXT}`;
  * a quarter of an enqueue's CPU. A `runAt` instant stays a parameter, so the
  * connection's time zone setting renders it as before.
  */
-export function valuesRow(id: string, item: NewItem, laneSeq: number | null, isHead: boolean, columns: OptionalColumns, digest: string | null = null): RawBuilder<unknown> {
+export function valuesRow(
+  id: string,
+  item: NewItem,
+  laneSeq: number | null,
+  isHead: boolean,
+  columns: OptionalColumns,
+  digest: string | null = null,
+): RawBuilder<unknown> {
   // A claimed insert is the claim CAS's outcome written directly: processing, attempt 1, leased.
   const c = item.claim ? leaseValues(item.claim) : undefined;
   const digested = columns.digested === true ? `${digest === null ? 'NULL' : `X'${digest}'`}, ` : '';
   const head = `(${literal(id)}, ${literal(item.queue)}, ${literal(item.type)}, ${literal(item.lane)}, ${literal(laneSeq)}, ${isHead ? 1 : 0}, ${columns.keyed ? `${literal(storedKey(item))}, ` : ''}${columns.traced ? `${literal(item.traceparent)}, ` : ''}${digested}${literal(item.queueClass)}, ${literal(item.priority)}, ${jsonLiteral(item.payloadJson)}, ${c ? c.state : "'pending'"}, `;
   const lease = c ? `${c.leaseOwner}, ${c.leaseToken}, ${c.leaseUntil}, ${c.startedAt}` : NO_LEASE;
   const tail = `, ${c ? 1 : 0}, ${literal(item.maxAttempts)}, ${literal(item.idempotencyKey)}, ${literal(item.replayOf ?? null)}, NOW(6), NOW(6), ${lease})`;
-  return item.runAt !== null ? sql`${sql.raw(head)}${item.runAt}${sql.raw(tail)}` : sql.raw(head + nowPlusMsText(item.delayMs) + tail);
+  return item.runAt !== null
+    ? sql`${sql.raw(head)}${item.runAt}${sql.raw(tail)}`
+    : sql.raw(head + nowPlusMsText(item.delayMs) + tail);
 }
 
 export interface LaneCount {
@@ -343,9 +432,10 @@ export function laneCounts(items: readonly NewItem[]): LaneCount[] {
     if (c) c.n++;
     else counts.set(k, { queue: item.queue, lane: item.lane, n: 1 });
   }
-  return [...counts.values()].sort((a, b) => (a.queue < b.queue ? -1 : a.queue > b.queue ? 1 : byteOrder(a.lane, b.lane)));
+  return [...counts.values()].sort((a, b) =>
+    a.queue < b.queue ? -1 : a.queue > b.queue ? 1 : byteOrder(a.lane, b.lane),
+  );
 }
-
 
 /**
  * Lane rows per upsert statement. On TiDB in pessimistic mode a statement
@@ -368,13 +458,18 @@ export const LANES_PER_UPSERT = 32;
  * row: MySQL and MariaDB assign left to right, TiDB reads the old row in
  * every expression, and this means the same on all three.
  */
-export function laneStatements(t: LedgerTables, lanes: readonly LaneCount[]): { upserts: RawBuilder<unknown>[]; read: RawBuilder<unknown> } {
+export function laneStatements(
+  t: LedgerTables,
+  lanes: readonly LaneCount[],
+): { upserts: RawBuilder<unknown>[]; read: RawBuilder<unknown> } {
   const upserts: RawBuilder<unknown>[] = [];
   for (let i = 0; i < lanes.length; i += LANES_PER_UPSERT) {
     const rows = lanes
       .slice(i, i + LANES_PER_UPSERT)
       .map((l, k) =>
-        k === 0 ? sql`SELECT ${l.queue} AS queue, ${l.lane} AS lane, ${l.n} AS next_seq, 1 AS busy_from` : sql`SELECT ${l.queue}, ${l.lane}, ${l.n}, 1`,
+        k === 0
+          ? sql`SELECT ${l.queue} AS queue, ${l.lane} AS lane, ${l.n} AS next_seq, 1 AS busy_from`
+          : sql`SELECT ${l.queue}, ${l.lane}, ${l.n}, 1`,
       );
     upserts.push(sql`INSERT INTO ${t.lanes} (queue, lane, next_seq, busy_from)
     SELECT * FROM (${sql.join(rows, sql` UNION ALL `)}) AS v
@@ -391,7 +486,11 @@ type LaneRow = { queue: string; lane: string; next_seq: number; busy_from: numbe
  * is the head: the item that made its lane busy. An item that is not its
  * lane's head loses any claim it was offered: it waits for its turn.
  */
-function sequencesFrom(items: readonly NewItem[], lanes: readonly LaneCount[], rows: readonly LaneRow[]): (LaneSequence | undefined)[] {
+function sequencesFrom(
+  items: readonly NewItem[],
+  lanes: readonly LaneCount[],
+  rows: readonly LaneRow[],
+): (LaneSequence | undefined)[] {
   const counts = new Map(lanes.map((l) => [queueScoped(l.queue, l.lane), l.n]));
   // Per lane: the next sequence of this batch, and the sequence that made the lane busy.
   const cursor = new Map<string, { next: number; busyFrom: number }>();
@@ -427,4 +526,3 @@ async function assignLaneSequences(
 function nullableNumber(v: number | null): number | null {
   return v === null ? null : Number(v);
 }
-

@@ -30,7 +30,13 @@ export interface WhyFacts {
 const FIRE_KEY = /^([A-Za-z0-9._-]{1,100}):(\d{1,15})$/;
 
 export async function readWhyFacts(db: LedgerDb, t: LedgerTables, item: WorkItem): Promise<WhyFacts> {
-  const r = await sql<{ now: Date; processing: number | string; epoch: number | string | null; paused: number | string | null; stale_only: number | string | null }>`SELECT NOW(6) AS now,
+  const r = await sql<{
+    now: Date;
+    processing: number | string;
+    epoch: number | string | null;
+    paused: number | string | null;
+    stale_only: number | string | null;
+  }>`SELECT NOW(6) AS now,
     (SELECT paused FROM ${t.queues} WHERE queue = ${item.queue}) AS paused,
     (SELECT stale_only FROM ${t.queues} WHERE queue = ${item.queue}) AS stale_only,
     (${processingCount(t, item.queue)}) AS processing,
@@ -46,20 +52,29 @@ export async function readWhyFacts(db: LedgerDb, t: LedgerTables, item: WorkItem
   };
   if (item.lane !== null && item.laneSeq !== null && !item.isHead) {
     // Backwards from the item to the head: only the lane's backlog ahead of it is passed, never its history.
-    const h = await sql<{ id: string; state: ItemState; lane_seq: number | string }>`SELECT id, state, lane_seq FROM ${t.items} FORCE INDEX (ix_lane)
+    const h = await sql<{
+      id: string;
+      state: ItemState;
+      lane_seq: number | string;
+    }>`SELECT id, state, lane_seq FROM ${t.items} FORCE INDEX (ix_lane)
       WHERE queue = ${item.queue} AND lane = ${item.lane} AND lane_seq < ${item.laneSeq} AND is_head = 1
       ORDER BY lane_seq DESC LIMIT 1`.execute(db);
     const head = h.rows[0];
     if (head) facts.laneHead = { id: head.id, state: head.state, laneSeq: Number(head.lane_seq) };
   }
-  if (item.concurrencyKey !== null && item.lane === null && !item.isHead) facts.key = await keyStanding(db, t, item.queue, storedKey(item) ?? item.concurrencyKey);
+  if (item.concurrencyKey !== null && item.lane === null && !item.isHead)
+    facts.key = await keyStanding(db, t, item.queue, storedKey(item) ?? item.concurrencyKey);
   const fire = item.idempotencyKey === null ? null : FIRE_KEY.exec(item.idempotencyKey);
   if (fire?.[1] !== undefined) {
     const schedule = await readSchedule(db, t, fire[1]);
-    if (schedule?.item.queue === item.queue) facts.schedule = { name: schedule.name, fireTime: new Date(Number(fire[2])) };
+    if (schedule?.item.queue === item.queue)
+      facts.schedule = { name: schedule.name, fireTime: new Date(Number(fire[2])) };
   }
   if (item.state === 'pending' && item.runAfter > facts.now) {
-    const h = await sql<{ outcome: string; error: string | null }>`SELECT outcome, error FROM ${t.attempts} WHERE item_id = ${item.id}
+    const h = await sql<{
+      outcome: string;
+      error: string | null;
+    }>`SELECT outcome, error FROM ${t.attempts} WHERE item_id = ${item.id}
       ORDER BY ended_at DESC LIMIT 1`.execute(db);
     const last = h.rows[0];
     if (last?.outcome === 'released') facts.lastReleaseReason = last.error;

@@ -3,7 +3,13 @@ import type { Executor, LedgerDb } from '../connection.js';
 import type { LedgerTables } from '../tables.js';
 import type { LeaseHandle } from '../types.js';
 import { NO_TIME, nowPlusMs } from './common.js';
-import { applyTransition, applyTransitionInTx, type HistoryEntry, type LaneHandedOn, type TransitionSpec } from './transition.js';
+import {
+  applyTransition,
+  applyTransitionInTx,
+  type HistoryEntry,
+  type LaneHandedOn,
+  type TransitionSpec,
+} from './transition.js';
 import { enterWait } from './waits.js';
 import { storedKey } from './key-scope.js';
 import { epochIsCurrent, fenceOf } from './ownership.js';
@@ -87,7 +93,7 @@ function plan(h: LeaseHandle, f: Finalization): Plan {
         terminal: false,
         history: hist('released', null, f.reason),
       };
-    case 'block':
+    case 'block': {
       // A re-block on the same key after a probe continues the same wait: its
       // start and expiry stay, so probing cannot stretch maxWait. Every
       // expression reads only the row's old values: MySQL and MariaDB assign
@@ -105,6 +111,7 @@ function plan(h: LeaseHandle, f: Finalization): Plan {
         history: hist('blocked', null, f.reason),
         waits: true,
       };
+    }
   }
 }
 
@@ -121,7 +128,13 @@ export function leaseSpec(t: LedgerTables, h: LeaseHandle, f: Finalization, prep
   const fence = f.kind === 'release' ? undefined : fenceOf(h);
   return {
     // A coalesced group ends together, and its lane is handed on from its last member.
-    place: { id: h.id, queue: h.queue, lane: h.lane, laneSeq: group === undefined ? h.laneSeq : group.lastSeq, storedKey: storedKey(h) },
+    place: {
+      id: h.id,
+      queue: h.queue,
+      lane: h.lane,
+      laneSeq: group === undefined ? h.laneSeq : group.lastSeq,
+      storedKey: storedKey(h),
+    },
     members:
       group === undefined
         ? undefined
@@ -131,7 +144,10 @@ export function leaseSpec(t: LedgerTables, h: LeaseHandle, f: Finalization, prep
             // A blocked head's members wait behind it as pending items (only the head has a wait).
             set: f.kind === 'block' ? plan(h, { kind: 'release', delayMs: 0, reason: null }).set : p.set,
           },
-    guard: fence === undefined ? sql`lease_token = ${h.leaseToken} AND state = 'processing'` : sql`lease_token = ${h.leaseToken} AND state = 'processing' AND ${epochIsCurrent(t, fence)}`,
+    guard:
+      fence === undefined
+        ? sql`lease_token = ${h.leaseToken} AND state = 'processing'`
+        : sql`lease_token = ${h.leaseToken} AND state = 'processing' AND ${epochIsCurrent(t, fence)}`,
     fence,
     set: p.set,
     terminal: p.terminal,
@@ -148,11 +164,23 @@ export function leaseSpec(t: LedgerTables, h: LeaseHandle, f: Finalization, prep
  * Ends a claimed attempt: CAS on (id, lease token, processing); `prepared` as LedgerCapabilities says. False = this holder lost the item; nothing was written.
  * Throws OwnershipLostError (nothing written) when the lease's ownership epoch is no longer the queue's.
  */
-export function finalize(db: LedgerDb, t: LedgerTables, h: LeaseHandle, f: Finalization, prepared = false): Promise<boolean> {
+export function finalize(
+  db: LedgerDb,
+  t: LedgerTables,
+  h: LeaseHandle,
+  f: Finalization,
+  prepared = false,
+): Promise<boolean> {
   return applyTransition(db, t, leaseSpec(t, h, f, prepared));
 }
 
 /** The same inside the caller's transaction; throws LeaseLostError, or OwnershipLostError, (rolling the caller back) when the CAS loses. */
-export function finalizeInTx(trx: Executor, t: LedgerTables, h: LeaseHandle, f: Finalization, prepared = false): Promise<LaneHandedOn> {
+export function finalizeInTx(
+  trx: Executor,
+  t: LedgerTables,
+  h: LeaseHandle,
+  f: Finalization,
+  prepared = false,
+): Promise<LaneHandedOn> {
   return applyTransitionInTx(trx, t, leaseSpec(t, h, f, prepared));
 }

@@ -39,7 +39,15 @@ export interface KeyCount {
  * carry it; keys in their rows' key order (utf8mb4_bin), the order every
  * admission locks them in.
  */
-export function keyCounts(items: readonly { queue: string; type: string; lane: string | null; concurrencyKey: string | null; keyScope?: KeyScope | null }[]): KeyCount[] {
+export function keyCounts(
+  items: readonly {
+    queue: string;
+    type: string;
+    lane: string | null;
+    concurrencyKey: string | null;
+    keyScope?: KeyScope | null;
+  }[],
+): KeyCount[] {
   const counts = new Map<string, KeyCount>();
   for (const item of items) {
     const key = storedKey(item);
@@ -59,7 +67,6 @@ export function sortKeys(keys: KeyCount[]): KeyCount[] {
   return keys.sort((a, b) => (a.queue < b.queue ? -1 : a.queue > b.queue ? 1 : byteOrder(a.key, b.key)));
 }
 
-
 export function keyIn(keys: readonly { queue: string; key: string }[]): RawBuilder<unknown> {
   return sql.raw(keys.map((k) => `(${literal(k.queue)}, ${literal(k.key)})`).join(', '));
 }
@@ -76,20 +83,29 @@ export interface AdmittedKey extends KeyCount {
  * queue among them is read on `exec` (one statement, only when there is
  * one: non-fair queues read nothing here).
  */
-export async function admittedKeys(exec: Executor, t: LedgerTables, items: readonly NewKeyedItem[]): Promise<AdmittedKey[]> {
+export async function admittedKeys(
+  exec: Executor,
+  t: LedgerTables,
+  items: readonly NewKeyedItem[],
+): Promise<AdmittedKey[]> {
   const rules = new Map<string, KeyRule>();
   for (const item of items) {
     const key = storedKey(item);
     if (key === null) continue;
-    if (item.keyRule === undefined) throw new Error('admission: a keyed item was not scoped (sql/key-scope.ts scopeKeys)');
+    if (item.keyRule === undefined)
+      throw new Error('admission: a keyed item was not scoped (sql/key-scope.ts scopeKeys)');
     rules.set(queueScoped(item.queue, key), item.keyRule);
   }
   const keys = keyCounts(items);
-  const fair = [...new Set(keys.filter((k) => rules.get(queueScoped(k.queue, k.key))?.fair === true).map((k) => k.queue))];
+  const fair = [
+    ...new Set(keys.filter((k) => rules.get(queueScoped(k.queue, k.key))?.fair === true).map((k) => k.queue)),
+  ];
   const rounds = new Map<string, number>();
   if (fair.length > 0) {
     const r = await sql<{ queue: string; round_now: number | string }>`${sql.join(
-      fair.map((queue) => sql`SELECT _ascii${inline(queue)} AS queue, ${currentRound(t, queue)} AS round_now FROM DUAL`),
+      fair.map(
+        (queue) => sql`SELECT _ascii${inline(queue)} AS queue, ${currentRound(t, queue)} AS round_now FROM DUAL`,
+      ),
       sql` UNION ALL `,
     )}`.execute(exec);
     for (const row of r.rows) rounds.set(String(row.queue), Number(row.round_now));
@@ -121,7 +137,9 @@ export function admitStatement(t: LedgerTables, keys: readonly AdmittedKey[]): R
   const rows = keys.map((k) => {
     const first = Math.min(k.admit, k.limit);
     const round = k.round ?? 0;
-    return sql.raw(`(${literal(k.queue)}, ${literal(k.key)}, ${first}, ${first}, ${round}, ${round + k.n}, ${k.round === null ? 0 : 1})`);
+    return sql.raw(
+      `(${literal(k.queue)}, ${literal(k.key)}, ${first}, ${first}, ${round}, ${round + k.n}, ${k.round === null ? 0 : 1})`,
+    );
   });
   const grant = sql`LEAST(${perKey(keys, (k) => k.admit)}, GREATEST(${perKey(keys, (k) => k.limit)} - ${t.keys}.admitted, 0))`;
   const from = sql`GREATEST(${t.keys}.next_round, ${perKey(keys, (k) => k.round ?? 0)})`;
@@ -136,7 +154,10 @@ export function admitStatement(t: LedgerTables, keys: readonly AdmittedKey[]): R
  * key), else one CASE arm per distinct number, not per key (a CASE is read
  * through for every row).
  */
-export function perKey<K extends { queue: string; key: string }>(keys: readonly K[], value: (k: K) => number): RawBuilder<unknown> {
+export function perKey<K extends { queue: string; key: string }>(
+  keys: readonly K[],
+  value: (k: K) => number,
+): RawBuilder<unknown> {
   const groups = [...groupBy(keys, value)];
   if (groups.length === 1) return inline(groups[0]![0]);
   const arms = groups.map(([n, ks]) => sql`WHEN (queue, ckey) IN (${keyIn(ks)}) THEN ${inline(n)}`);
@@ -151,7 +172,10 @@ export function perKey<K extends { queue: string; key: string }>(keys: readonly 
 export function ofKeys(alias: string, keys: readonly { queue: string; key: string }[]): RawBuilder<unknown> {
   const a = sql.raw(alias);
   return sql.join(
-    [...groupBy(keys, (k) => k.queue)].map(([queue, ks]) => sql`(${a}.queue = ${inline(queue)} AND ${a}.ckey IN (${list([...new Set(ks.map((k) => k.key))])}))`),
+    [...groupBy(keys, (k) => k.queue)].map(
+      ([queue, ks]) =>
+        sql`(${a}.queue = ${inline(queue)} AND ${a}.ckey IN (${list([...new Set(ks.map((k) => k.key))])}))`,
+    ),
     sql` OR `,
   );
 }
@@ -183,7 +207,11 @@ function currentRound(t: LedgerTables, queue: string): RawBuilder<unknown> {
  * row gone and makes it afresh, or has counted an item first, and then the
  * row stays: the DELETE re-reads each row it locks.
  */
-export async function deleteIdleKeys(db: LedgerDb, t: LedgerTables, keys: readonly { queue: string; key: string }[]): Promise<void> {
+export async function deleteIdleKeys(
+  db: LedgerDb,
+  t: LedgerTables,
+  keys: readonly { queue: string; key: string }[],
+): Promise<void> {
   for (const [queue, group] of groupBy(keys, (k) => k.queue)) {
     const ckeys = group.map((k) => k.key);
     await retryOnConflict(() =>
@@ -200,9 +228,14 @@ export function grantedRead(t: LedgerTables, keys: readonly KeyCount[]): RawBuil
 }
 
 /** Per key (queue-scoped): how many of its new laneless items were admitted, and in a fair queue the first round its new items take. */
-export function grantedByKey(rows: readonly Record<string, unknown>[]): Map<string, { granted: number; roundFrom: number | null }> {
+export function grantedByKey(
+  rows: readonly Record<string, unknown>[],
+): Map<string, { granted: number; roundFrom: number | null }> {
   return new Map(
-    rows.map((r) => [queueScoped(String(r.queue), String(r.ckey)), { granted: Number(r.granted), roundFrom: Number(r.fair) === 1 ? Number(r.round_from) : null }]),
+    rows.map((r) => [
+      queueScoped(String(r.queue), String(r.ckey)),
+      { granted: Number(r.granted), roundFrom: Number(r.fair) === 1 ? Number(r.round_from) : null },
+    ]),
   );
 }
 

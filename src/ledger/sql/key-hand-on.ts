@@ -2,7 +2,15 @@ import { sql, type RawBuilder } from 'kysely';
 import type { LedgerTables } from '../tables.js';
 import type { ClaimedRow } from '../rows.js';
 import type { ClaimedItem, SuccessorClaim } from '../types.js';
-import { claimedItems, grantLease, leaseAssignments, readBackClaimed, roomLeft, successorFilter, type Lease } from './claimed.js';
+import {
+  claimedItems,
+  grantLease,
+  leaseAssignments,
+  readBackClaimed,
+  roomLeft,
+  successorFilter,
+  type Lease,
+} from './claimed.js';
 import { groupBy } from '../../group-by.js';
 import { inline, list, literal, queueScoped } from './common.js';
 import { refuseIf, refuseUnless } from './guard.js';
@@ -94,7 +102,8 @@ export async function handOnKeys(
     held.set(k, Math.max(0, Number(r.admitted) - gone));
   }
   const addTo = (deltas: readonly KeyDelta[], sign: 1 | -1): void => {
-    for (const d of deltas) held.set(queueScoped(d.queue, d.key), (held.get(queueScoped(d.queue, d.key)) ?? 0) + sign * d.n);
+    for (const d of deltas)
+      held.set(queueScoped(d.queue, d.key), (held.get(queueScoped(d.queue, d.key)) ?? 0) + sign * d.n);
   };
   /** The key rows' counts brought to what the keys hold: only rows whose count moved. */
   const writeHeld = (): RawBuilder<unknown>[] => {
@@ -142,7 +151,9 @@ export async function handOnKeys(
         admitWaiting(t, ids),
         leaveLine(t, waiting),
         ...writeHeld(),
-        ...(commit ? [refuseUnless(t, sql`(SELECT COUNT(*) FROM (${admittedOf(t, ids)}) a) = ${inline(ids.length)}`)] : []),
+        ...(commit
+          ? [refuseUnless(t, sql`(SELECT COUNT(*) FROM (${admittedOf(t, ids)}) a) = ${inline(ids.length)}`)]
+          : []),
       ],
       { commit },
     );
@@ -159,7 +170,8 @@ export async function handOnKeys(
       leftOf(() => true);
       return done;
     }
-    const set = shares.reduce((n, _, i) => n + (results[2 * i]?.affected ?? 0), 0) + (results[2 * shares.length]?.affected ?? 0);
+    const set =
+      shares.reduce((n, _, i) => n + (results[2 * i]?.affected ?? 0), 0) + (results[2 * shares.length]?.affected ?? 0);
     if (set === ids.length) {
       leftOf(() => true);
       break;
@@ -213,7 +225,11 @@ export interface HandedOn {
  * keys want: per key, either as many as it has free, or its whole line.
  * Undefined when some key has room beyond what was read (it reads again).
  */
-function fromReadAhead(wants: readonly { k: KeyCount; take: number }[], guess: readonly { k: KeyCount; take: number }[], rows: readonly WaitRow[]): WaitRow[] | undefined {
+function fromReadAhead(
+  wants: readonly { k: KeyCount; take: number }[],
+  guess: readonly { k: KeyCount; take: number }[],
+  rows: readonly WaitRow[],
+): WaitRow[] | undefined {
   const out: WaitRow[] = [];
   const guessed = new Map(guess.map((g) => [queueScoped(g.k.queue, g.k.key), g]));
   const lines = byLine(rows);
@@ -278,7 +294,12 @@ function countPerKey(rows: readonly WaitRow[]): KeyDelta[] {
 }
 
 /** Admitted and claimed at once under the completing consumer's lease, if due and of the classes and types it takes. */
-function claimAdmitted(t: LedgerTables, ids: readonly string[], lease: Lease, next: SuccessorClaim): RawBuilder<unknown> {
+function claimAdmitted(
+  t: LedgerTables,
+  ids: readonly string[],
+  lease: Lease,
+  next: SuccessorClaim,
+): RawBuilder<unknown> {
   return sql`UPDATE ${t.items} SET is_head = 1, ${leaseAssignments(lease)}
     WHERE id IN (${list(ids)}) AND state = 'pending' AND is_head = 0 AND run_after <= NOW(6)${successorFilter(next)}`;
 }
@@ -305,8 +326,7 @@ function mergeCounts(ended: readonly KeyCount[]): KeyCount[] {
     if (c) {
       c.n += e.n;
       c.admit += e.admit;
-    }
-    else m.set(k, { ...e });
+    } else m.set(k, { ...e });
   }
   return sortKeys([...m.values()]);
 }
@@ -326,14 +346,19 @@ const PLACE_SEPARATOR = '|';
  */
 function readWaiting(t: LedgerTables, wants: readonly { k: KeyCount; take: number }[]): RawBuilder<unknown>[] {
   const statements: RawBuilder<unknown>[] = [];
-  const byTake = groupBy(wants.filter((x) => x.take <= BY_PLACE), (w) => w.take);
+  const byTake = groupBy(
+    wants.filter((x) => x.take <= BY_PLACE),
+    (w) => w.take,
+  );
   if (byTake.size > 0) {
     const place = (n: number): RawBuilder<unknown> =>
       sql`(SELECT CONCAT(DATE_FORMAT(w.run_after, '%Y-%m-%d %H:%i:%s.%f'), ${inline(PLACE_SEPARATOR)}, w.seq, ${inline(PLACE_SEPARATOR)}, w.id) FROM ${t.keyWaits} w
         WHERE w.queue = k.queue AND w.ckey = k.ckey ORDER BY w.run_after, w.seq, w.id LIMIT 1 OFFSET ${inline(n)})`;
     const parts = [...byTake].map(([take, ws]) => {
       const keys = ws.map((w) => w.k);
-      const places = Array.from({ length: BY_PLACE }, (_, n) => (n < take ? sql`${place(n)} AS place${sql.raw(String(n))}` : sql`NULL AS place${sql.raw(String(n))}`));
+      const places = Array.from({ length: BY_PLACE }, (_, n) =>
+        n < take ? sql`${place(n)} AS place${sql.raw(String(n))}` : sql`NULL AS place${sql.raw(String(n))}`,
+      );
       return sql`SELECT k.queue, k.ckey, ${sql.join(places)} FROM ${t.keys} k WHERE (k.queue, k.ckey) IN (${keyIn(keys)})`;
     });
     statements.push(sql.join(parts, sql` UNION ALL `));
@@ -374,6 +399,10 @@ function admitWaiting(t: LedgerTables, ids: readonly string[]): RawBuilder<unkno
 
 /** The items read from their keys' lines leave them, admitted or passed over. */
 function leaveLine(t: LedgerTables, waiting: readonly WaitRow[]): RawBuilder<unknown> {
-  const places = waiting.map((w) => `(${literal(w.queue)}, ${literal(w.ckey)}, ${literal(w.at)}, ${literal(Number(w.seq))}, ${literal(w.id)})`).join(', ');
+  const places = waiting
+    .map(
+      (w) => `(${literal(w.queue)}, ${literal(w.ckey)}, ${literal(w.at)}, ${literal(Number(w.seq))}, ${literal(w.id)})`,
+    )
+    .join(', ');
   return sql`DELETE FROM ${t.keyWaits} WHERE (queue, ckey, run_after, seq, id) IN (${sql.raw(places)})`;
 }

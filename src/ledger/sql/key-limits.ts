@@ -18,34 +18,60 @@ import { writeQueueSetting } from './queue-settings.js';
  * waiting take the slots the new limit frees, a key per transaction.
  * Returns how many keys had items waiting.
  */
-export async function setKeyLimit(db: LedgerDb, t: LedgerTables, queue: string, limit: number | null, type?: string): Promise<number> {
+export async function setKeyLimit(
+  db: LedgerDb,
+  t: LedgerTables,
+  queue: string,
+  limit: number | null,
+  type?: string,
+): Promise<number> {
   if (type === undefined) await writeQueueSetting(db, t, queue, 'key_limit', limit);
   else await writeTypeLimit(db, t, queue, type, limit);
   const lines = await sql<{ ckey: string }>`SELECT DISTINCT ckey FROM ${t.keyWaits} WHERE queue = ${queue}`.execute(db);
   const keys = lines.rows.filter((r) => typeOfKey(r.ckey) === (type ?? null));
-  for (const r of keys) await db.transaction().execute((trx) => handOnKeys(sendEach(trx), t, [{ queue, key: r.ckey, n: 0, admit: 0 }]));
+  for (const r of keys)
+    await db.transaction().execute((trx) => handOnKeys(sendEach(trx), t, [{ queue, key: r.ckey, n: 0, admit: 0 }]));
   return keys.length;
 }
 
 /** A key row's admitted count and the limit it answers to (null: none), for explain; `key` is the stored key. */
-export async function keyStanding(exec: Executor, t: LedgerTables, queue: string, key: string): Promise<{ admitted: number; limit: number | null; waiting: number }> {
+export async function keyStanding(
+  exec: Executor,
+  t: LedgerTables,
+  queue: string,
+  key: string,
+): Promise<{ admitted: number; limit: number | null; waiting: number }> {
   const limit = keyRowLimit(t, { queue, key });
   const r = await sql<{ admitted: number | string | null; key_limit: number | null; waiting: number | string }>`SELECT
       (SELECT admitted FROM ${t.keys} WHERE queue = ${queue} AND ckey = ${key}) AS admitted,
       ${limit} AS key_limit,
       (SELECT COUNT(*) FROM ${t.keyWaits} WHERE queue = ${queue} AND ckey = ${key}) AS waiting`.execute(exec);
   const row = r.rows[0];
-  return { admitted: Number(row?.admitted ?? 0), limit: row?.key_limit === null || row?.key_limit === undefined ? null : Number(row.key_limit), waiting: Number(row?.waiting ?? 0) };
+  return {
+    admitted: Number(row?.admitted ?? 0),
+    limit: row?.key_limit === null || row?.key_limit === undefined ? null : Number(row.key_limit),
+    waiting: Number(row?.waiting ?? 0),
+  };
 }
 
 /** A queue's limit per key and its types' own, as set now. */
 export async function readKeyLimits(exec: Executor, t: LedgerTables, queue: string): Promise<ConcurrencyLimits> {
   const rules = await readKeyRules(exec, t, [queue]);
-  return { queue, limit: rules.queues.get(queue)?.limit ?? null, types: Object.fromEntries(rules.types.map((l) => [l.type, l.limit])) };
+  return {
+    queue,
+    limit: rules.queues.get(queue)?.limit ?? null,
+    types: Object.fromEntries(rules.types.map((l) => [l.type, l.limit])),
+  };
 }
 
 /** Sets (or, with null, lifts) a type's own limit per concurrency key in `queue`. */
-async function writeTypeLimit(exec: Executor, t: LedgerTables, queue: string, type: string, limit: number | null): Promise<void> {
+async function writeTypeLimit(
+  exec: Executor,
+  t: LedgerTables,
+  queue: string,
+  type: string,
+  limit: number | null,
+): Promise<void> {
   if (limit === null) await sql`DELETE FROM ${t.typeLimits} WHERE queue = ${queue} AND type = ${type}`.execute(exec);
   else
     await sql`INSERT INTO ${t.typeLimits} (queue, type, key_limit, updated_at) VALUES (${queue}, ${type}, ${limit}, NOW(6))

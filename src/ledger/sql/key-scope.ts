@@ -23,7 +23,11 @@ export const UNLIMITED = 1_000_000_000;
 const MAX_STORED_KEY = 255;
 
 /** The stored key of an item (its key row's name), or null without a key. */
-export function storedKey(item: { type: string; concurrencyKey: string | null; keyScope?: KeyScope | null }): string | null {
+export function storedKey(item: {
+  type: string;
+  concurrencyKey: string | null;
+  keyScope?: KeyScope | null;
+}): string | null {
   if (item.concurrencyKey === null) return null;
   return item.keyScope === 'type' ? `${item.type}${TYPE_KEY_SEPARATOR}${item.concurrencyKey}` : item.concurrencyKey;
 }
@@ -79,7 +83,13 @@ export async function readKeyRules(exec: Executor, t: LedgerTables, queues: read
   const own = sql`SELECT queue, _ascii'' AS type, key_limit, fair FROM ${t.queues} WHERE queue IN (${names})`;
   let rows: Record<string, unknown>[];
   try {
-    rows = (await sql<Record<string, unknown>>`${own} UNION ALL SELECT queue, type, key_limit, 0 FROM ${t.typeLimits} WHERE queue IN (${names}) ORDER BY queue, type`.execute(exec)).rows;
+    rows = (
+      await sql<
+        Record<string, unknown>
+      >`${own} UNION ALL SELECT queue, type, key_limit, 0 FROM ${t.typeLimits} WHERE queue IN (${names}) ORDER BY queue, type`.execute(
+        exec,
+      )
+    ).rows;
   } catch (error) {
     if (errno(error) !== ER_NO_SUCH_TABLE) throw error;
     rows = (await sql<Record<string, unknown>>`${own}`.execute(exec)).rows;
@@ -88,7 +98,8 @@ export async function readKeyRules(exec: Executor, t: LedgerTables, queues: read
   for (const r of rows) {
     const queue = String(r.queue);
     if (r.type !== '') rules.types.push({ queue, type: String(r.type), limit: Number(r.key_limit) });
-    else rules.queues.set(queue, { limit: r.key_limit === null ? null : Number(r.key_limit), fair: Number(r.fair) === 1 });
+    else
+      rules.queues.set(queue, { limit: r.key_limit === null ? null : Number(r.key_limit), fair: Number(r.fair) === 1 });
   }
   return rules;
 }
@@ -98,11 +109,9 @@ export async function readKeyRules(exec: Executor, t: LedgerTables, queues: read
  * admits it. A type-scoped key must fit the stored column with its type:
  * refused, naming the item's field, before anything is written.
  */
-export function scopeKeys<I extends { queue: string; type: string; concurrencyKey: string | null; keyScope?: KeyScope; keyRule?: KeyRule }>(
-  items: readonly I[],
-  rules: KeyRules,
-  prefix: string,
-): void {
+export function scopeKeys<
+  I extends { queue: string; type: string; concurrencyKey: string | null; keyScope?: KeyScope; keyRule?: KeyRule },
+>(items: readonly I[], rules: KeyRules, prefix: string): void {
   const limited = new Map(rules.types.map((l) => [queueScoped(l.queue, l.type), l.limit]));
   const issues: { field: string; message: string }[] = [];
   items.forEach((item, i) => {
@@ -113,7 +122,10 @@ export function scopeKeys<I extends { queue: string; type: string; concurrencyKe
     item.keyRule = { limit: own ?? queue?.limit ?? UNLIMITED, fair: queue?.fair ?? false };
     const room = MAX_STORED_KEY - item.type.length - TYPE_KEY_SEPARATOR.length;
     if (item.keyScope === 'type' && item.concurrencyKey.length > room)
-      issues.push({ field: prefix === '' ? 'concurrencyKey' : `${prefix}[${i}].concurrencyKey`, message: `must be at most ${room} characters: its type ${item.type} has a concurrency limit of its own, and type and key are stored together` });
+      issues.push({
+        field: prefix === '' ? 'concurrencyKey' : `${prefix}[${i}].concurrencyKey`,
+        message: `must be at most ${room} characters: its type ${item.type} has a concurrency limit of its own, and type and key are stored together`,
+      });
   });
   if (issues.length > 0) throw new ValidationError(issues, 'enqueue');
 }
@@ -145,5 +157,9 @@ export function limitScope(k: { queue: string; key: string }): string {
 
 /** The limits limitsRead found, by limitScope; a key whose limit is absent has none. */
 export function keyLimits(rows: readonly Record<string, unknown>[]): Map<string, number> {
-  return new Map(rows.filter((x) => x.key_limit !== null).map((x) => [queueScoped(String(x.queue), String(x.type)), Number(x.key_limit)]));
+  return new Map(
+    rows
+      .filter((x) => x.key_limit !== null)
+      .map((x) => [queueScoped(String(x.queue), String(x.type)), Number(x.key_limit)]),
+  );
 }

@@ -82,11 +82,16 @@ function idleLaneText(w: ValueWriter, t: LedgerTables, head: EndedHead): string 
  * (sql/bound.ts). Returns whether the lane has a new head.
  */
 export async function handOnLane(exec: Executor, t: LedgerTables, head: EndedHead, prepared = false): Promise<boolean> {
-  const laneRead = statementFor(prepared, (w) => `SELECT next_seq FROM ${tableText(t, 'lanes')} WHERE queue = ${w.value(head.queue)} AND lane = ${w.value(head.lane)}`);
+  const laneRead = statementFor(
+    prepared,
+    (w) =>
+      `SELECT next_seq FROM ${tableText(t, 'lanes')} WHERE queue = ${w.value(head.queue)} AND lane = ${w.value(head.lane)}`,
+  );
   const row = await laneRead.$castTo<{ next_seq: number | string }>().execute(exec);
   const last = Number(row.rows[0]?.next_seq ?? head.laneSeq) === head.laneSeq;
   if (last && affected(await statementFor(prepared, (w) => idleLaneText(w, t, head)).execute(exec)) === 1) return false;
-  if (!last && affected(await statementFor(prepared, (w) => headSuccessorsText(w, t, [head])).execute(exec)) === 1) return true;
+  if (!last && affected(await statementFor(prepared, (w) => headSuccessorsText(w, t, [head])).execute(exec)) === 1)
+    return true;
   return advanceLocked(exec, t, head);
 }
 
@@ -106,7 +111,9 @@ export async function handOnLane(exec: Executor, t: LedgerTables, head: EndedHea
  * ix_claim here, so the read names ix_lane.
  */
 export async function advanceLocked(exec: Executor, t: LedgerTables, head: EndedHead): Promise<boolean> {
-  await sql`SELECT next_seq FROM ${t.lanes} WHERE queue = ${head.queue} AND lane = ${head.lane} FOR UPDATE`.execute(exec);
+  await sql`SELECT next_seq FROM ${t.lanes} WHERE queue = ${head.queue} AND lane = ${head.lane} FOR UPDATE`.execute(
+    exec,
+  );
   for (;;) {
     const next = await sql<{ id: string }>`SELECT id FROM ${t.items} FORCE INDEX (ix_lane)
       WHERE queue = ${head.queue} AND lane = ${head.lane} AND lane_seq > ${head.laneSeq} AND state IN ('pending', 'processing')
@@ -117,7 +124,10 @@ export async function advanceLocked(exec: Executor, t: LedgerTables, head: Ended
       return false;
     }
     // An operator cancel of a waiting item takes no lane lock: if it won the race, look past it.
-    const set = await sql`UPDATE ${t.items} SET is_head = 1, updated_at = NOW(6) WHERE id = ${id} AND state IN ('pending', 'processing')`.execute(exec);
+    const set =
+      await sql`UPDATE ${t.items} SET is_head = 1, updated_at = NOW(6) WHERE id = ${id} AND state IN ('pending', 'processing')`.execute(
+        exec,
+      );
     if (affected(set) === 1) return true;
   }
 }

@@ -15,12 +15,23 @@ export const LANE_HEADS_READ = 10_000;
  * queue holds. A lane's pending count is its lane row's last sequence less
  * its head's, plus one (no count of its items).
  */
-export async function browseLanes(exec: Executor, t: LedgerTables, queue: string, limit: number): Promise<LaneSummary[]> {
+export async function browseLanes(
+  exec: Executor,
+  t: LedgerTables,
+  queue: string,
+  limit: number,
+): Promise<LaneSummary[]> {
   // The heads' ids from the index alone (a range of ix_claim), then their rows by primary key.
   const heads = sql`SELECT i.id, i.lane, i.lane_seq, i.state, i.run_after FROM (SELECT id AS w FROM ${t.items}
     WHERE queue = ${queue} AND queue_class IN (${list(QUEUE_CLASSES)}) AND state IN ('pending', 'processing', 'blocked') AND is_head = 1
     LIMIT ${inline(LANE_HEADS_READ)}) h JOIN ${t.items} i ON i.id = h.w`;
-  const r = await sql<{ lane: string; id: string; state: string; waiting_us: number | string | null; pending: number | string | null }>`
+  const r = await sql<{
+    lane: string;
+    id: string;
+    state: string;
+    waiting_us: number | string | null;
+    pending: number | string | null;
+  }>`
     SELECT h.lane, h.id, h.state, TIMESTAMPDIFF(MICROSECOND, h.run_after, NOW(6)) AS waiting_us, l.next_seq - h.lane_seq + 1 AS pending
     FROM (SELECT a.* FROM (${heads}) a WHERE a.lane IS NOT NULL ORDER BY a.run_after, a.id LIMIT ${limit}) h
     JOIN ${t.lanes} l ON l.queue = ${queue} AND l.lane = h.lane
@@ -42,7 +53,9 @@ export async function browseLaneItems(
 ): Promise<{ rows: SummaryRow[]; next: number | null }> {
   const from = spec.afterSeq === undefined ? sql`` : sql` AND i.lane_seq > ${spec.afterSeq}`;
   const r = await sql<SummaryRow>`SELECT ${SUMMARY_COLUMNS} FROM ${t.items} i
-    WHERE i.queue = ${spec.queue} AND i.lane = ${spec.lane}${from} ORDER BY i.lane_seq LIMIT ${spec.limit + 1}`.execute(exec);
+    WHERE i.queue = ${spec.queue} AND i.lane = ${spec.lane}${from} ORDER BY i.lane_seq LIMIT ${spec.limit + 1}`.execute(
+    exec,
+  );
   if (r.rows.length <= spec.limit) return { rows: r.rows, next: null };
   const rows = r.rows.slice(0, spec.limit);
   return { rows, next: Number(rows[rows.length - 1]?.lane_seq ?? 0) };

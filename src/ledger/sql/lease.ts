@@ -26,7 +26,9 @@ export async function renewLeases(
   if (handles.length === 0) return [];
   const ids = list([...new Set(handles.map((h) => h.id))]);
   // A coalesced group's members are held with their head, under its token.
-  const held = handles.some((h) => h.group !== undefined) ? list([...new Set(handles.flatMap((h) => [h.id, ...(h.group?.ids ?? [])]))]) : ids;
+  const held = handles.some((h) => h.group !== undefined)
+    ? list([...new Set(handles.flatMap((h) => [h.id, ...(h.group?.ids ?? [])]))])
+    : ids;
   const update = sql`UPDATE ${t.items} SET lease_until = ${nowPlusMs(leaseMs)}
     WHERE id IN (${held}) AND lease_token IN (${list([...new Set(handles.map((h) => h.leaseToken))])}) AND state = 'processing'`;
   const read = sql`SELECT id, lease_token, state, cancel_requested FROM ${t.items} WHERE id IN (${ids})`;
@@ -54,9 +56,16 @@ interface LeaseRow {
 }
 
 /** False when the lease is no longer held; OwnershipLostError (nothing written) when its ownership epoch moved on. */
-export async function saveCheckpoint(db: LedgerDb, t: LedgerTables, h: HeldItem, checkpointJson: string): Promise<boolean> {
+export async function saveCheckpoint(
+  db: LedgerDb,
+  t: LedgerTables,
+  h: HeldItem,
+  checkpointJson: string,
+): Promise<boolean> {
   const r = await sql`UPDATE ${t.items} SET checkpoint = ${checkpointJson}, updated_at = NOW(6)
-    WHERE id = ${h.id} AND lease_token = ${h.leaseToken} AND state = 'processing'${andEpochIsCurrent(t, h)}`.execute(db);
+    WHERE id = ${h.id} AND lease_token = ${h.leaseToken} AND state = 'processing'${andEpochIsCurrent(t, h)}`.execute(
+    db,
+  );
   if (affected(r) === 1) return true;
   const refused = await refusal(db, t, fenceOf(h), h.id);
   if (refused instanceof OwnershipLostError) throw refused;
@@ -68,10 +77,19 @@ export async function saveCheckpoint(db: LedgerDb, t: LedgerTables, h: HeldItem,
  * consumer's reports of one clock tick), each fenced by its own token: a
  * row matched by id whose token is not the report's keeps its progress.
  */
-export async function saveProgress(db: LedgerDb, t: LedgerTables, reports: readonly (HeldItem & { json: string })[]): Promise<void> {
+export async function saveProgress(
+  db: LedgerDb,
+  t: LedgerTables,
+  reports: readonly (HeldItem & { json: string })[],
+): Promise<void> {
   if (reports.length === 0) return;
   // A report of a lease claimed under an ownership epoch is kept only while that epoch is the queue's.
-  const cases = sql.join(reports.map((r) => sql`WHEN id = ${r.id} AND lease_token = ${r.leaseToken}${andEpochIsCurrent(t, r)} THEN ${r.json}`), sql` `);
+  const cases = sql.join(
+    reports.map(
+      (r) => sql`WHEN id = ${r.id} AND lease_token = ${r.leaseToken}${andEpochIsCurrent(t, r)} THEN ${r.json}`,
+    ),
+    sql` `,
+  );
   await sql`UPDATE ${t.items} SET progress = CASE ${cases} ELSE progress END
     WHERE id IN (${list(reports.map((r) => r.id))}) AND state = 'processing'`.execute(db);
 }

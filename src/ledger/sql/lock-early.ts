@@ -15,7 +15,11 @@ import type { LedgerDb } from '../connection.js';
 export const beginLockingEarly = sql`BEGIN /*T! PESSIMISTIC */`;
 
 /** `body` in a Kysely transaction on `db`, begun locking early when `lockEarly`. */
-export function transactionOn<T>(db: LedgerDb, lockEarly: boolean, body: (trx: Transaction<Record<string, never>>) => Promise<T>): Promise<T> {
+export function transactionOn<T>(
+  db: LedgerDb,
+  lockEarly: boolean,
+  body: (trx: Transaction<Record<string, never>>) => Promise<T>,
+): Promise<T> {
   return db.transaction().execute(async (trx) => {
     if (lockEarly) await beginLockingEarly.execute(trx);
     return body(trx);

@@ -15,7 +15,9 @@ export interface Fence {
 
 /** The fence of a lease: set only when it was claimed under an ownership epoch. */
 export function fenceOf(h: EpochFence & { queue?: string | undefined }): Fence | undefined {
-  return h.epoch === null || h.epoch === undefined || h.queue === undefined ? undefined : { queue: h.queue, epoch: h.epoch };
+  return h.epoch === null || h.epoch === undefined || h.queue === undefined
+    ? undefined
+    : { queue: h.queue, epoch: h.epoch };
 }
 
 /** True while `f`'s epoch is still its queue's: a condition a fenced write adds to its own WHERE. */
@@ -27,7 +29,10 @@ export function epochIsCurrent(t: LedgerTables, f: Fence): RawBuilder<unknown> {
  * ` AND <epoch is current>` for a lease claimed under an epoch, nothing for
  * any other: the check, and its cost, stay off queues without ownership.
  */
-export function andEpochIsCurrent(t: LedgerTables, h: EpochFence & { queue?: string | undefined }): RawBuilder<unknown> {
+export function andEpochIsCurrent(
+  t: LedgerTables,
+  h: EpochFence & { queue?: string | undefined },
+): RawBuilder<unknown> {
   const f = fenceOf(h);
   return f === undefined ? sql`` : sql` AND ${epochIsCurrent(t, f)}`;
 }
@@ -43,7 +48,12 @@ export function epochIsCurrentText(w: ValueWriter, t: LedgerTables, f: Fence): s
  * read locks the ownership row, so inside a transaction it sees the epoch
  * now, not the transaction's snapshot.
  */
-export async function refusal(exec: Executor, t: LedgerTables, f: Fence | undefined, itemId: string): Promise<LeaseLostError> {
+export async function refusal(
+  exec: Executor,
+  t: LedgerTables,
+  f: Fence | undefined,
+  itemId: string,
+): Promise<LeaseLostError> {
   if (f === undefined) return new LeaseLostError(itemId);
   const current = await currentEpoch(exec, t, f.queue);
   return current === f.epoch ? new LeaseLostError(itemId) : new OwnershipLostError(itemId, f.queue, f.epoch, current);
@@ -51,7 +61,9 @@ export async function refusal(exec: Executor, t: LedgerTables, f: Fence | undefi
 
 /** The queue's epoch now (0 when it was never activated), by a locking read. */
 export async function currentEpoch(exec: Executor, t: LedgerTables, queue: string): Promise<number> {
-  const r = await sql<{ epoch: number | string }>`SELECT epoch FROM ${t.ownership} WHERE queue = ${queue} FOR UPDATE`.execute(exec);
+  const r = await sql<{
+    epoch: number | string;
+  }>`SELECT epoch FROM ${t.ownership} WHERE queue = ${queue} FOR UPDATE`.execute(exec);
   return Number(r.rows[0]?.epoch ?? 0);
 }
 
@@ -59,7 +71,9 @@ export async function getOwnership(db: Executor, t: LedgerTables, queue: string)
   const rows = await sql<{ queue: string; deployment: string; epoch: number; activated_at: Date }>`
     SELECT queue, deployment, epoch, activated_at FROM ${t.ownership} WHERE queue = ${queue}`.execute(db);
   const r = rows.rows[0];
-  return r ? { queue: r.queue, deployment: r.deployment, epoch: Number(r.epoch), activatedAt: r.activated_at } : undefined;
+  return r
+    ? { queue: r.queue, deployment: r.deployment, epoch: Number(r.epoch), activatedAt: r.activated_at }
+    : undefined;
 }
 
 /**
@@ -100,17 +114,25 @@ export async function activateOwnership(
  */
 async function touchFencedInFlight(trx: Executor, t: LedgerTables, queue: string): Promise<void> {
   await sql`UPDATE ${t.items} SET updated_at = NOW(6)
-    WHERE queue = ${queue} AND queue_class IN (${list(QUEUE_CLASSES)}) AND state = 'processing' AND epoch IS NOT NULL`.execute(trx);
+    WHERE queue = ${queue} AND queue_class IN (${list(QUEUE_CLASSES)}) AND state = 'processing' AND epoch IS NOT NULL`.execute(
+    trx,
+  );
 }
 
-async function takeNextEpoch(trx: Executor, t: LedgerTables, opts: { queue: string; deployment: string; expectEpoch?: number | undefined }): Promise<void> {
+async function takeNextEpoch(
+  trx: Executor,
+  t: LedgerTables,
+  opts: { queue: string; deployment: string; expectEpoch?: number | undefined },
+): Promise<void> {
   const { queue, deployment, expectEpoch } = opts;
   if (expectEpoch === undefined) {
     await sql`INSERT INTO ${t.ownership} (queue, deployment, epoch, activated_at) VALUES (${queue}, ${deployment}, 1, NOW(6))
       ON DUPLICATE KEY UPDATE epoch = epoch + 1, deployment = ${deployment}, activated_at = NOW(6)`.execute(trx);
   } else if (expectEpoch === 0) {
     try {
-      await sql`INSERT INTO ${t.ownership} (queue, deployment, epoch, activated_at) VALUES (${queue}, ${deployment}, 1, NOW(6))`.execute(trx);
+      await sql`INSERT INTO ${t.ownership} (queue, deployment, epoch, activated_at) VALUES (${queue}, ${deployment}, 1, NOW(6))`.execute(
+        trx,
+      );
     } catch (error) {
       if (errno(error) !== ER_DUP_ENTRY) throw error;
       throw new OwnershipConflictError(queue, 0, await currentEpoch(trx, t, queue));

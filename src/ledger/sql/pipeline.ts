@@ -15,7 +15,10 @@ export interface StatementResult<R = Record<string, unknown>> {
  * Sends statements as one round trip and answers each one's result, in
  * order. `commit: true` commits the transaction with this round trip.
  */
-export type Send = (statements: readonly RawBuilder<unknown>[], opts?: { commit?: boolean }) => Promise<StatementResult[]>;
+export type Send = (
+  statements: readonly RawBuilder<unknown>[],
+  opts?: { commit?: boolean },
+) => Promise<StatementResult[]>;
 
 /**
  * A transaction whose statements go out in as few round trips as the
@@ -67,7 +70,11 @@ export async function pipelined<T>(
 }
 
 /** A pipelined transaction run again on a conflict, inside the ledger; its retries lock early (lock-early.ts). */
-export function retryPipelined<T>(db: LedgerDb, caps: LedgerCapabilities, body: (send: Send, exec: Executor) => Promise<T>): Promise<T> {
+export function retryPipelined<T>(
+  db: LedgerDb,
+  caps: LedgerCapabilities,
+  body: (send: Send, exec: Executor) => Promise<T>,
+): Promise<T> {
   return retryOnConflict((attempt) => pipelined(db, caps, body, { lockEarly: attempt > 1 }));
 }
 

@@ -7,7 +7,8 @@ import { deleteIdleKeys } from './key-admission.js';
 import { deleteSpentRateRows } from './rate-limits.js';
 
 /** Ended before `cutoff`: a terminal time is set (not NO_TIME) and older. */
-const TERMINAL_BEFORE = (cutoff: RawBuilder<unknown>): RawBuilder<unknown> => sql`terminal_at > ${NO_TIME} AND terminal_at < ${cutoff}`;
+const TERMINAL_BEFORE = (cutoff: RawBuilder<unknown>): RawBuilder<unknown> =>
+  sql`terminal_at > ${NO_TIME} AND terminal_at < ${cutoff}`;
 
 type PurgeRow = { id: string; queue: string; lane: string | null; concurrency_key: string | null };
 
@@ -61,22 +62,37 @@ export async function purgeFilteredBatch(
   limit: number,
 ): Promise<{ purged: number; next: PurgePosition | undefined }> {
   const cutoff = nowPlusMs(-(f.olderThanMs ?? 0));
-  const from = after === undefined ? sql`` : sql` AND created_at >= ${after.key} AND (created_at > ${after.key} OR id > ${after.id})`;
-  const rows = await sql<PurgeRow & { created_key: string }>`SELECT id, queue, lane, concurrency_key, DATE_FORMAT(created_at, '%Y-%m-%d %H:%i:%s.%f') AS created_key
+  const from =
+    after === undefined
+      ? sql``
+      : sql` AND created_at >= ${after.key} AND (created_at > ${after.key} OR id > ${after.id})`;
+  const rows = await sql<
+    PurgeRow & { created_key: string }
+  >`SELECT id, queue, lane, concurrency_key, DATE_FORMAT(created_at, '%Y-%m-%d %H:%i:%s.%f') AS created_key
     FROM ${t.items} WHERE ${filteredScope(f, cutoff)}${from} ORDER BY created_at, id LIMIT ${limit}`.execute(db);
   const last = rows.rows[rows.rows.length - 1];
   const purged = await deleteEnded(db, t, rows.rows, cutoff);
-  return { purged, next: last === undefined || rows.rows.length < limit ? undefined : { key: String(last.created_key), id: last.id } };
+  return {
+    purged,
+    next: last === undefined || rows.rows.length < limit ? undefined : { key: String(last.created_key), id: last.id },
+  };
 }
 
 /** How many items a filtered purge would delete now (its dry run). */
 export async function countPurgeable(exec: Executor, t: LedgerTables, f: PurgeFilter): Promise<number> {
-  const r = await sql<{ n: number | string }>`SELECT COUNT(*) AS n FROM ${t.items} WHERE ${filteredScope(f, nowPlusMs(-(f.olderThanMs ?? 0)))}`.execute(exec);
+  const r = await sql<{
+    n: number | string;
+  }>`SELECT COUNT(*) AS n FROM ${t.items} WHERE ${filteredScope(f, nowPlusMs(-(f.olderThanMs ?? 0)))}`.execute(exec);
   return Number(r.rows[0]?.n ?? 0);
 }
 
 /** Deletes these items (still ended before `cutoff`) with their history and steps, then their lanes' rows left empty. */
-async function deleteEnded(db: LedgerDb, t: LedgerTables, rows: readonly PurgeRow[], cutoff: RawBuilder<unknown>): Promise<number> {
+async function deleteEnded(
+  db: LedgerDb,
+  t: LedgerTables,
+  rows: readonly PurgeRow[],
+  cutoff: RawBuilder<unknown>,
+): Promise<number> {
   if (rows.length === 0) return 0;
   const ids = rows.map((r) => r.id);
   const deleted = await db.transaction().execute(async (trx) => {
@@ -85,13 +101,17 @@ async function deleteEnded(db: LedgerDb, t: LedgerTables, rows: readonly PurgeRo
     const d = await sql`DELETE FROM ${t.items} WHERE id IN (${list(ids)}) AND ${TERMINAL_BEFORE(cutoff)}`.execute(trx);
     return affected(d);
   });
-  const lanes = [...new Map(rows.filter((r) => r.lane !== null).map((r) => [queueScoped(r.queue, r.lane ?? ''), r])).values()];
+  const lanes = [
+    ...new Map(rows.filter((r) => r.lane !== null).map((r) => [queueScoped(r.queue, r.lane ?? ''), r])).values(),
+  ];
   if (lanes.length > 0) {
     // A lane row may go once nothing of the lane is left; enqueue locks the
     // same row, so a concurrent enqueue either sees it gone or keeps it alive.
     await sql`DELETE FROM ${t.lanes} WHERE busy_from = 0
       AND ${laneIn(lanes)}
-      AND NOT EXISTS (SELECT 1 FROM ${t.items} i WHERE i.queue = ${t.lanes}.queue AND i.lane = ${t.lanes}.lane)`.execute(db);
+      AND NOT EXISTS (SELECT 1 FROM ${t.items} i WHERE i.queue = ${t.lanes}.queue AND i.lane = ${t.lanes}.lane)`.execute(
+      db,
+    );
   }
   const keys = rows.flatMap((r) => (r.concurrency_key === null ? [] : [{ queue: r.queue, key: r.concurrency_key }]));
   if (keys.length > 0) await deleteIdleKeys(db, t, keys);

@@ -23,7 +23,14 @@ export async function queueSeries(exec: Executor, t: LedgerTables, queue: string
   // The hour's ids are read from the index alone (a statement reading the rows too was planned as a
   // scan of the whole queue from its newest entry), then their rows by primary key. Grouped on the server: per minute of ending and state, per minute of starting and
   // quarter-power-of-two of the time from enqueue to start (so a percentile is within 19%).
-  const r = await sql<{ now_min: number | string; end_min: number | string | null; ended: string | null; start_min: number | string | null; start_bucket: number | string | null; n: number | string }>`
+  const r = await sql<{
+    now_min: number | string;
+    end_min: number | string | null;
+    ended: string | null;
+    start_min: number | string | null;
+    start_bucket: number | string | null;
+    n: number | string;
+  }>`
     SELECT MAX(now_min) AS now_min, end_min, ended, start_min, start_bucket, COUNT(*) AS n FROM (
       SELECT FLOOR(UNIX_TIMESTAMP(NOW(6)) / 60) AS now_min, IF(terminal_at > ${NO_TIME}, FLOOR(UNIX_TIMESTAMP(terminal_at) / 60), NULL) AS end_min,
         IF(state IN ('completed', 'dead'), state, NULL) AS ended,
@@ -34,15 +41,21 @@ export async function queueSeries(exec: Executor, t: LedgerTables, queue: string
     GROUP BY end_min, ended, start_min, start_bucket`.execute(exec);
   const nowMin = r.rows[0] ? Number(r.rows[0].now_min) : Math.floor(Date.now() / SERIES_BUCKET_MS);
   const firstMin = nowMin - SERIES_BUCKETS + 1;
-  const buckets = Array.from({ length: SERIES_BUCKETS }, () => ({ completed: 0, failed: 0, starts: new Map<number, number>() }));
-  const bucketOf = (minute: number | string | null): (typeof buckets)[number] | undefined => (minute === null ? undefined : buckets[Number(minute) - firstMin]);
+  const buckets = Array.from({ length: SERIES_BUCKETS }, () => ({
+    completed: 0,
+    failed: 0,
+    starts: new Map<number, number>(),
+  }));
+  const bucketOf = (minute: number | string | null): (typeof buckets)[number] | undefined =>
+    minute === null ? undefined : buckets[Number(minute) - firstMin];
   for (const row of r.rows) {
     const n = Number(row.n);
     const ended = bucketOf(row.end_min);
     if (ended && row.ended === 'completed') ended.completed += n;
     if (ended && row.ended === 'dead') ended.failed += n;
     const start = bucketOf(row.start_min);
-    if (start && row.start_bucket !== null) start.starts.set(Number(row.start_bucket), (start.starts.get(Number(row.start_bucket)) ?? 0) + n);
+    if (start && row.start_bucket !== null)
+      start.starts.set(Number(row.start_bucket), (start.starts.get(Number(row.start_bucket)) ?? 0) + n);
   }
   const points: SeriesPoint[] = buckets.map((b, i) => ({
     at: new Date((firstMin + i) * SERIES_BUCKET_MS),

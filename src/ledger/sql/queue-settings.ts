@@ -11,7 +11,13 @@ import type { LedgerTables } from '../tables.js';
 export type QueueSetting = 'key_limit' | 'fair' | 'paused' | 'stale_only';
 
 /** Writes one setting of a queue, making its row if it has none. */
-export async function writeQueueSetting(exec: Executor, t: LedgerTables, queue: string, setting: QueueSetting, value: number | null): Promise<void> {
+export async function writeQueueSetting(
+  exec: Executor,
+  t: LedgerTables,
+  queue: string,
+  setting: QueueSetting,
+  value: number | null,
+): Promise<void> {
   const column = sql.raw(setting);
   await sql`INSERT INTO ${t.queues} (queue, capped_claims, updated_at, ${column}) VALUES (${queue}, 0, NOW(6), ${value})
     ON DUPLICATE KEY UPDATE ${column} = ${value}, updated_at = NOW(6)`.execute(exec);
@@ -20,14 +26,26 @@ export async function writeQueueSetting(exec: Executor, t: LedgerTables, queue: 
 /** Which of `queues` are paused. */
 export async function pausedQueues(exec: Executor, t: LedgerTables, queues: readonly string[]): Promise<Set<string>> {
   if (queues.length === 0) return new Set();
-  const r = await sql<{ queue: string }>`SELECT queue FROM ${t.queues} WHERE queue IN (${sql.join(queues.map((q) => sql`${q}`))}) AND paused = 1`.execute(exec);
+  const r = await sql<{
+    queue: string;
+  }>`SELECT queue FROM ${t.queues} WHERE queue IN (${sql.join(queues.map((q) => sql`${q}`))}) AND paused = 1`.execute(
+    exec,
+  );
   return new Set(r.rows.map((x) => x.queue));
 }
 
 /** Which of `queues` claim only rescued work (stale-only, schema 14). */
-export async function staleOnlyQueues(exec: Executor, t: LedgerTables, queues: readonly string[]): Promise<Set<string>> {
+export async function staleOnlyQueues(
+  exec: Executor,
+  t: LedgerTables,
+  queues: readonly string[],
+): Promise<Set<string>> {
   if (queues.length === 0) return new Set();
-  const r = await sql<{ queue: string }>`SELECT queue FROM ${t.queues} WHERE queue IN (${sql.join(queues.map((q) => sql`${q}`))}) AND stale_only = 1`.execute(exec);
+  const r = await sql<{
+    queue: string;
+  }>`SELECT queue FROM ${t.queues} WHERE queue IN (${sql.join(queues.map((q) => sql`${q}`))}) AND stale_only = 1`.execute(
+    exec,
+  );
   return new Set(r.rows.map((x) => x.queue));
 }
 

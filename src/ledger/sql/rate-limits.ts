@@ -26,18 +26,34 @@ export interface RateTake {
   intervalUs: number;
 }
 
-export async function takeRate(db: LedgerDb, caps: LedgerCapabilities, t: LedgerTables, take: RateTake): Promise<RateAnswer> {
+export async function takeRate(
+  db: LedgerDb,
+  caps: LedgerCapabilities,
+  t: LedgerTables,
+  take: RateTake,
+): Promise<RateAnswer> {
   // The grant and, should it be refused, what the refusal needs to know, in one round trip.
-  const [granted, state] = await retryPipelined(db, caps, (send) => send([grant(t, take), refusalState(t, take)], { commit: true }));
+  const [granted, state] = await retryPipelined(db, caps, (send) =>
+    send([grant(t, take), refusalState(t, take)], { commit: true }),
+  );
   if ((granted?.affected ?? 0) > 0) return { granted: true };
-  const r = state?.rows[0] as { wait_us: number | string | null; queued: number | string | null; held: number | string | null } | undefined;
+  const r = state?.rows[0] as
+    | { wait_us: number | string | null; queued: number | string | null; held: number | string | null }
+    | undefined;
   if (r?.held === null || r?.held === undefined) return { granted: false, lost: true };
   if (r.wait_us === null) {
     // The key's first start: its row, then the grant again.
-    await sql`INSERT IGNORE INTO ${t.rateLimits} (queue, rate_key, next_at, reserved_until) VALUES (${take.queue}, ${take.key}, ${NO_TIME}, ${NO_TIME})`.execute(db);
+    await sql`INSERT IGNORE INTO ${t.rateLimits} (queue, rate_key, next_at, reserved_until) VALUES (${take.queue}, ${take.key}, ${NO_TIME}, ${NO_TIME})`.execute(
+      db,
+    );
     if (affected(await retryOnConflict(() => grant(t, take).execute(db))) > 0) return { granted: true };
   }
-  return { granted: false, waitMs: Math.max(0, Number(r.wait_us ?? 0) / 1000), queued: Number(r.queued ?? 0) === 1, dueForMs: Number(r.held) / 1000 };
+  return {
+    granted: false,
+    waitMs: Math.max(0, Number(r.wait_us ?? 0) / 1000),
+    queued: Number(r.queued ?? 0) === 1,
+    dueForMs: Number(r.held) / 1000,
+  };
 }
 
 function grant(t: LedgerTables, take: RateTake): RawBuilder<unknown> {
@@ -64,7 +80,12 @@ function refusalState(t: LedgerTables, take: RateTake): RawBuilder<unknown> {
  * writes its row; in TiDB's optimistic mode a retry takes its lock first
  * (sql/lock-early.ts), so the turn is not lost to them at COMMIT.
  */
-export async function reserveRateTurn(db: LedgerDb, caps: LedgerCapabilities, t: LedgerTables, spec: { queue: string; key: string; intervalUs: number }): Promise<number> {
+export async function reserveRateTurn(
+  db: LedgerDb,
+  caps: LedgerCapabilities,
+  t: LedgerTables,
+  spec: { queue: string; key: string; intervalUs: number },
+): Promise<number> {
   const where = sql`WHERE queue = ${inline(spec.queue)} AND rate_key = ${inline(spec.key)}`;
   const [, read] = await retryPipelined(db, caps, (send) =>
     send(
@@ -87,16 +108,28 @@ export async function reserveRateTurn(db: LedgerDb, caps: LedgerCapabilities, t:
  * A grant or turn racing the DELETE either finds the row gone and makes it
  * again, or moved it on first, and then the row stays.
  */
-export async function deleteSpentRateRows(db: LedgerDb, t: LedgerTables, opts: { olderThanMs: number; limit: number; queue?: string | undefined }): Promise<number> {
+export async function deleteSpentRateRows(
+  db: LedgerDb,
+  t: LedgerTables,
+  opts: { olderThanMs: number; limit: number; queue?: string | undefined },
+): Promise<number> {
   const cutoff = sql`NOW(6) - INTERVAL ${inline(Math.round(opts.olderThanMs * 1000))} MICROSECOND`;
   const inQueue = opts.queue === undefined ? sql`` : sql`queue = ${inline(opts.queue)} AND `;
   return affected(
-    await retryOnConflict(() => sql`DELETE FROM ${t.rateLimits} WHERE ${inQueue}next_at < ${cutoff} AND reserved_until < ${cutoff} LIMIT ${inline(opts.limit)}`.execute(db)),
+    await retryOnConflict(() =>
+      sql`DELETE FROM ${t.rateLimits} WHERE ${inQueue}next_at < ${cutoff} AND reserved_until < ${cutoff} LIMIT ${inline(opts.limit)}`.execute(
+        db,
+      ),
+    ),
   );
 }
 
 /** A handler's RateLimitedError: the key's next start is no sooner than `afterMs` from now. */
-export async function pushRateWindow(db: LedgerDb, t: LedgerTables, spec: { queue: string; key: string; afterMs: number }): Promise<void> {
+export async function pushRateWindow(
+  db: LedgerDb,
+  t: LedgerTables,
+  spec: { queue: string; key: string; afterMs: number },
+): Promise<void> {
   const us = Math.round(spec.afterMs * 1000);
   await sql`INSERT INTO ${t.rateLimits} (queue, rate_key, next_at, reserved_until) VALUES (${spec.queue}, ${spec.key}, NOW(6) + INTERVAL ${inline(us)} MICROSECOND, ${NO_TIME})
     ON DUPLICATE KEY UPDATE next_at = GREATEST(next_at, NOW(6) + INTERVAL ${inline(us)} MICROSECOND)`.execute(db);

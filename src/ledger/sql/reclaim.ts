@@ -52,7 +52,13 @@ export async function reclaimExpired(
       startedAt: noTimeAsNull(r.started_at),
     };
     const won = await applyTransition(db, t, {
-      place: { id: r.id, queue: r.queue, lane: r.lane, laneSeq: r.lane_seq === null ? null : Number(r.lane_seq), storedKey: r.concurrency_key },
+      place: {
+        id: r.id,
+        queue: r.queue,
+        lane: r.lane,
+        laneSeq: r.lane_seq === null ? null : Number(r.lane_seq),
+        storedKey: r.concurrency_key,
+      },
       guard: sql`lease_token = ${r.lease_token} AND state = 'processing' AND lease_until < NOW(6)`,
       set: cancel
         ? // The cancel request recorded its reason as the last error: it stays (the history says the lease expired).
@@ -77,7 +83,12 @@ export async function reclaimExpired(
  * claimed), so it is in the next claim, not behind younger work. No lane
  * changes: a reclaimed head stays its lane's head. Returns the ids reclaimed.
  */
-async function backToPending(db: LedgerDb, caps: LedgerCapabilities, t: LedgerTables, rows: readonly ExpiredRow[]): Promise<string[]> {
+async function backToPending(
+  db: LedgerDb,
+  caps: LedgerCapabilities,
+  t: LedgerTables,
+  rows: readonly ExpiredRow[],
+): Promise<string[]> {
   if (rows.length === 0) return [];
   const ids = list(rows.map((r) => r.id));
   const tokenOf = caseOfId(rows.map((r) => [r.id, r.lease_token]));
@@ -121,9 +132,16 @@ function caseOfId(pairs: readonly (readonly [string, string])[]): RawBuilder<unk
 }
 
 /** The items a reclaim run wrote these history rows for; the locking read waits for a lost session's transaction to end. */
-async function reclaimedBy(db: LedgerDb, t: LedgerTables, rows: readonly ExpiredRow[], historyIds: readonly string[]): Promise<string[]> {
+async function reclaimedBy(
+  db: LedgerDb,
+  t: LedgerTables,
+  rows: readonly ExpiredRow[],
+  historyIds: readonly string[],
+): Promise<string[]> {
   await sql`SELECT id FROM ${t.items} WHERE id IN (${list(rows.map((r) => r.id))}) FOR UPDATE`.execute(db);
-  const r = await sql<{ item_id: string }>`SELECT item_id FROM ${t.attempts} WHERE id IN (${list(historyIds)})`.execute(db);
+  const r = await sql<{ item_id: string }>`SELECT item_id FROM ${t.attempts} WHERE id IN (${list(historyIds)})`.execute(
+    db,
+  );
   return r.rows.map((row) => row.item_id);
 }
 
@@ -147,7 +165,8 @@ interface ExpiredRow {
  * (queue, class, 'processing') ranges find them, and the expiry is a filter.
  */
 async function expiredLeases(db: LedgerDb, t: LedgerTables, queue: string, limit: number): Promise<ExpiredRow[]> {
-  const r = await sql<ExpiredRow>`SELECT id, queue, lane, lane_seq, concurrency_key, lease_token, lease_owner, attempt, max_attempts, started_at,
+  const r =
+    await sql<ExpiredRow>`SELECT id, queue, lane, lane_seq, concurrency_key, lease_token, lease_owner, attempt, max_attempts, started_at,
       cancel_requested
     FROM ${t.items} FORCE INDEX (ix_claim)
     WHERE queue = ${queue} AND queue_class IN (${list(QUEUE_CLASSES)}) AND state = 'processing' AND lease_until < NOW(6)

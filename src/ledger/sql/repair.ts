@@ -42,31 +42,44 @@ export async function repairItem(db: LedgerDb, t: LedgerTables, spec: RepairSpec
   return retryTransaction(
     db,
     async (trx) => {
-      const rows = await sql<ItemRow>`SELECT ${ITEM_COLUMNS} FROM ${t.items} WHERE id = ${spec.id} FOR UPDATE`.execute(trx);
+      const rows = await sql<ItemRow>`SELECT ${ITEM_COLUMNS} FROM ${t.items} WHERE id = ${spec.id} FOR UPDATE`.execute(
+        trx,
+      );
       const row = rows.rows[0];
       const refused = whyRefused(row, spec);
       if (refused !== undefined) {
         // The same repair id again (an answer lost on the way back): it did happen.
-        if (row && (await repairedBy(trx, t, spec))) return { id: spec.id, repairId: spec.repairId, duplicate: true, isHead: row.is_head === 1 };
+        if (row && (await repairedBy(trx, t, spec)))
+          return { id: spec.id, repairId: spec.repairId, duplicate: true, isHead: row.is_head === 1 };
         throw new RepairRejectedError(spec.id, refused);
       }
       const item = row!;
       const laneHead = item.lane === null ? true : await takeLanePlace(trx, t, item);
       const keyed = await readmitKey(trx, t, item);
       const isHead = item.lane === null ? (keyed?.head ?? true) : laneHead;
-      const u = await sql`UPDATE ${t.items} SET state = 'pending', is_head = ${isHead ? 1 : 0}, attempt = 0, run_after = NOW(6),
+      const u =
+        await sql`UPDATE ${t.items} SET state = 'pending', is_head = ${isHead ? 1 : 0}, attempt = 0, run_after = NOW(6),
           priority = ${keyed?.priority ?? item.priority}, concurrency_key = ${keyed?.stored ?? item.concurrency_key},
           last_error = NULL, failure_class = NULL, result = NULL, cancel_requested = 0, group_head = NULL,
           dependency_key = NULL, probe_after = NULL, blocked_at = NULL, block_expires_at = NULL,
           lease_token = '', lease_until = ${NO_TIME}, terminal_at = ${NO_TIME}, updated_at = NOW(6)
-        WHERE id = ${spec.id} AND state = ${item.state} AND attempt = ${item.attempt} AND replayed_at IS NULL`.execute(trx);
+        WHERE id = ${spec.id} AND state = ${item.state} AND attempt = ${item.attempt} AND replayed_at IS NULL`.execute(
+          trx,
+        );
       if (affected(u) !== 1) throw new Error(`repair ${spec.id}: the locked row changed`);
       if (keyed !== undefined && item.lane === null && !keyed.head) await waitRowsFor(t, [spec.id]).execute(trx);
       await insertHistory(
         trx,
         t,
         spec.id,
-        { attempt: item.attempt, outcome: 'repaired', failureClass: null, error: spec.reason, worker: spec.actor, startedAt: null },
+        {
+          attempt: item.attempt,
+          outcome: 'repaired',
+          failureClass: null,
+          error: spec.reason,
+          worker: spec.actor,
+          startedAt: null,
+        },
         spec.repairId,
       );
       return { id: spec.id, repairId: spec.repairId, duplicate: false, isHead };
@@ -85,7 +98,11 @@ function whyRefused(row: ItemRow | undefined, spec: RepairSpec): RepairRejection
 }
 
 async function repairedBy(exec: Executor, t: LedgerTables, spec: RepairSpec): Promise<boolean> {
-  const r = await sql<{ n: number | string }>`SELECT COUNT(*) AS n FROM ${t.attempts} WHERE id = ${spec.repairId} AND item_id = ${spec.id} AND outcome = 'repaired'`.execute(exec);
+  const r = await sql<{
+    n: number | string;
+  }>`SELECT COUNT(*) AS n FROM ${t.attempts} WHERE id = ${spec.repairId} AND item_id = ${spec.id} AND outcome = 'repaired'`.execute(
+    exec,
+  );
   return Number(r.rows[0]?.n) > 0;
 }
 
@@ -102,8 +119,14 @@ async function repairedBy(exec: Executor, t: LedgerTables, spec: RepairSpec): Pr
 async function takeLanePlace(trx: Executor, t: LedgerTables, item: ItemRow): Promise<boolean> {
   const lane = item.lane!;
   const seq = Number(item.lane_seq);
-  const laneRow = await sql<{ busy_from: number | string }>`SELECT busy_from FROM ${t.lanes} WHERE queue = ${item.queue} AND lane = ${lane} FOR UPDATE`.execute(trx);
-  const next = await sql<{ id: string; state: string; is_head: number }>`SELECT id, state, is_head FROM ${t.items} FORCE INDEX (ix_lane)
+  const laneRow = await sql<{
+    busy_from: number | string;
+  }>`SELECT busy_from FROM ${t.lanes} WHERE queue = ${item.queue} AND lane = ${lane} FOR UPDATE`.execute(trx);
+  const next = await sql<{
+    id: string;
+    state: string;
+    is_head: number;
+  }>`SELECT id, state, is_head FROM ${t.items} FORCE INDEX (ix_lane)
     WHERE queue = ${item.queue} AND lane = ${lane} AND lane_seq > ${seq} AND state IN ('pending', 'processing', 'blocked')
     ORDER BY lane_seq LIMIT 1 FOR UPDATE`.execute(trx);
   const after = next.rows[0];
@@ -114,7 +137,10 @@ async function takeLanePlace(trx: Executor, t: LedgerTables, item: ItemRow): Pro
   }
   if (Number(after.is_head) !== 1) return false;
   if (after.state !== 'pending') throw new RepairRejectedError(item.id, 'lane_busy');
-  const stepBack = await sql`UPDATE ${t.items} SET is_head = 0, updated_at = NOW(6) WHERE id = ${after.id} AND state = 'pending' AND is_head = 1`.execute(trx);
+  const stepBack =
+    await sql`UPDATE ${t.items} SET is_head = 0, updated_at = NOW(6) WHERE id = ${after.id} AND state = 'pending' AND is_head = 1`.execute(
+      trx,
+    );
   if (affected(stepBack) !== 1) throw new RepairRejectedError(item.id, 'lane_busy');
   return true;
 }
@@ -124,7 +150,11 @@ async function takeLanePlace(trx: Executor, t: LedgerTables, item: ItemRow): Pro
  * replay is): a laneless one takes a free slot or waits in its key's line;
  * in a fair queue it takes the key's next round. Undefined without a key.
  */
-async function readmitKey(trx: Executor, t: LedgerTables, item: ItemRow): Promise<{ head: boolean; priority: number; stored: string | null } | undefined> {
+async function readmitKey(
+  trx: Executor,
+  t: LedgerTables,
+  item: ItemRow,
+): Promise<{ head: boolean; priority: number; stored: string | null } | undefined> {
   if (item.concurrency_key === null) return undefined;
   const again: NewItem = {
     queue: item.queue,
@@ -143,6 +173,9 @@ async function readmitKey(trx: Executor, t: LedgerTables, item: ItemRow): Promis
   scopeKeys([again], await readKeyRules(trx, t, [item.queue]), 'repair');
   const keys = await admittedKeys(trx, t, [again]);
   await admitStatement(t, keys).execute(trx);
-  const [admission] = admissionsOf([again], (await grantedRead(t, keys).execute(trx)).rows as Record<string, unknown>[]);
+  const [admission] = admissionsOf(
+    [again],
+    (await grantedRead(t, keys).execute(trx)).rows as Record<string, unknown>[],
+  );
   return { head: admission?.head ?? true, priority: again.priority, stored: storedKey(again) };
 }

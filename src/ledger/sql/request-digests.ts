@@ -31,6 +31,8 @@ export function requestDigestsOnce(db: LedgerDb, t: LedgerTables): () => Promise
 
 async function hasRequestDigests(db: LedgerDb, t: LedgerTables): Promise<boolean> {
   const r = await sql<{ n: number | string }>`SELECT COUNT(*) AS n FROM information_schema.columns
-    WHERE table_schema = DATABASE() AND table_name = ${`${t.prefix}items`} AND column_name = 'request_digest'`.execute(db);
+    WHERE table_schema = DATABASE() AND table_name = ${`${t.prefix}items`} AND column_name = 'request_digest'`.execute(
+    db,
+  );
   return Number(r.rows[0]?.n ?? 0) > 0;
 }

@@ -80,13 +80,21 @@ export async function readSchedules(exec: Executor, t: LedgerTables): Promise<Sc
 export async function insertSchedule(exec: Executor, t: LedgerTables, s: ScheduleRowInput): Promise<boolean> {
   const r = await sql`INSERT IGNORE INTO ${t.schedules}
     (name, source, pattern, tz, every_ms, queue, item, backfill_ms, paused, next_fire_at, last_fire_at, fires, revision, created_at, updated_at)
-    VALUES (${s.name}, ${s.source}, ${s.pattern}, ${s.tz}, ${s.everyMs}, ${s.queue}, ${s.itemJson}, ${s.backfillMs}, 0, ${s.nextFireAt}, NULL, 0, 1, NOW(6), NOW(6))`.execute(exec);
+    VALUES (${s.name}, ${s.source}, ${s.pattern}, ${s.tz}, ${s.everyMs}, ${s.queue}, ${s.itemJson}, ${s.backfillMs}, 0, ${s.nextFireAt}, NULL, 0, 1, NOW(6), NOW(6))`.execute(
+    exec,
+  );
   return affected(r) === 1;
 }
 
 /** A schedule's new definition, if its revision is still `revision`; its paused flag and fire history stay. */
-export async function updateSchedule(exec: Executor, t: LedgerTables, s: ScheduleRowInput, revision: number): Promise<boolean> {
-  const r = await sql`UPDATE ${t.schedules} SET source = ${s.source}, pattern = ${s.pattern}, tz = ${s.tz}, every_ms = ${s.everyMs}, queue = ${s.queue},
+export async function updateSchedule(
+  exec: Executor,
+  t: LedgerTables,
+  s: ScheduleRowInput,
+  revision: number,
+): Promise<boolean> {
+  const r =
+    await sql`UPDATE ${t.schedules} SET source = ${s.source}, pattern = ${s.pattern}, tz = ${s.tz}, every_ms = ${s.everyMs}, queue = ${s.queue},
     item = ${s.itemJson}, backfill_ms = ${s.backfillMs}, next_fire_at = ${s.nextFireAt}, revision = revision + 1, updated_at = NOW(6)
     WHERE name = ${s.name} AND revision = ${revision}`.execute(exec);
   return affected(r) === 1;
@@ -99,16 +107,32 @@ export async function deleteSchedule(exec: Executor, t: LedgerTables, name: stri
 }
 
 /** Pauses or resumes a schedule; false when there is none of that name. */
-export async function setSchedulePaused(exec: Executor, t: LedgerTables, name: string, paused: boolean): Promise<boolean> {
-  const r = await sql`UPDATE ${t.schedules} SET paused = ${paused ? 1 : 0}, revision = revision + 1, updated_at = NOW(6) WHERE name = ${name}`.execute(exec);
+export async function setSchedulePaused(
+  exec: Executor,
+  t: LedgerTables,
+  name: string,
+  paused: boolean,
+): Promise<boolean> {
+  const r =
+    await sql`UPDATE ${t.schedules} SET paused = ${paused ? 1 : 0}, revision = revision + 1, updated_at = NOW(6) WHERE name = ${name}`.execute(
+      exec,
+    );
   return affected(r) === 1;
 }
 
 /** Removes the config file's schedules not named in `keep` (the file no longer declares them); API ones stay. Returns their names. */
-export async function deleteConfigSchedulesExcept(exec: Executor, t: LedgerTables, keep: readonly string[]): Promise<string[]> {
-  const r = await sql<{ name: string }>`SELECT name FROM ${t.schedules} WHERE source = 'config' ORDER BY name`.execute(exec);
+export async function deleteConfigSchedulesExcept(
+  exec: Executor,
+  t: LedgerTables,
+  keep: readonly string[],
+): Promise<string[]> {
+  const r = await sql<{ name: string }>`SELECT name FROM ${t.schedules} WHERE source = 'config' ORDER BY name`.execute(
+    exec,
+  );
   const gone = r.rows.map((x) => x.name).filter((name) => !keep.includes(name));
   if (gone.length === 0) return [];
-  await sql`DELETE FROM ${t.schedules} WHERE source = 'config' AND name IN (${sql.join(gone.map((n) => sql`${n}`))})`.execute(exec);
+  await sql`DELETE FROM ${t.schedules} WHERE source = 'config' AND name IN (${sql.join(gone.map((n) => sql`${n}`))})`.execute(
+    exec,
+  );
   return gone;
 }

@@ -41,7 +41,9 @@ export async function queueStats(db: LedgerDb, t: LedgerTables, queue?: string):
 export async function listQueues(exec: Executor, t: LedgerTables): Promise<string[]> {
   const out: string[] = [];
   for (let after = ''; ; ) {
-    const r = await sql<{ queue: string | null }>`SELECT MIN(queue) AS queue FROM ${t.items} WHERE queue > ${after}`.execute(exec);
+    const r = await sql<{
+      queue: string | null;
+    }>`SELECT MIN(queue) AS queue FROM ${t.items} WHERE queue > ${after}`.execute(exec);
     const next = r.rows[0]?.queue;
     if (next === null || next === undefined) return out;
     out.push(String(next));
@@ -63,10 +65,14 @@ async function statsOfQueue(exec: Executor, t: LedgerTables, queue: string): Pro
   const scheduled = sql`(SELECT COUNT(*) FROM (SELECT 1 AS one FROM ${t.items} WHERE queue = ${inline(queue)} AND queue_class IN (${classes})
       AND state = 'pending' AND run_after > NOW(6) LIMIT ${inline(statsCountCap('pending'))}) AS s)`;
   const columns = ITEM_STATES.map((state) => sql`${count(state)} AS ${sql.ref(state)}`);
-  const r = await sql<Record<string, number | string | null>>`SELECT ${sql.join(columns)}, ${oldest} AS age_us, ${scheduled} AS scheduled`.execute(exec);
+  const r = await sql<
+    Record<string, number | string | null>
+  >`SELECT ${sql.join(columns)}, ${oldest} AS age_us, ${scheduled} AS scheduled`.execute(exec);
   const row = r.rows[0];
   if (!row) return undefined;
-  const counts = Object.fromEntries(ITEM_STATES.map((state) => [state, countUpTo(Number(row[state] ?? 0), statsCountCap(state))])) as Record<ItemState, BoundedCount>;
+  const counts = Object.fromEntries(
+    ITEM_STATES.map((state) => [state, countUpTo(Number(row[state] ?? 0), statsCountCap(state))]),
+  ) as Record<ItemState, BoundedCount>;
   if (ITEM_STATES.every((state) => counts[state].count === 0)) return undefined;
   return {
     queue,

@@ -7,7 +7,8 @@ import { andEpochIsCurrent, fenceOf, refusal } from './ownership.js';
 import { affected } from './common.js';
 
 /** A handle's part a step record is fenced by: the attempt is the holder's own (every claim adds one); the ownership epoch, if it was claimed under one. */
-export type StepHolder = Pick<LeaseHandle, 'id' | 'leaseToken' | 'attempt'> & EpochFence & { queue?: string | undefined };
+export type StepHolder = Pick<LeaseHandle, 'id' | 'leaseToken' | 'attempt'> &
+  EpochFence & { queue?: string | undefined };
 
 interface StepRow {
   name: string;
@@ -17,7 +18,11 @@ interface StepRow {
 }
 
 /** The steps an item has recorded, in the order they were done; `result` is the stored JSON text. */
-export async function readSteps(db: Executor, t: LedgerTables, itemId: string): Promise<(Omit<StepRecord, 'result'> & { resultJson: string | null })[]> {
+export async function readSteps(
+  db: Executor,
+  t: LedgerTables,
+  itemId: string,
+): Promise<(Omit<StepRecord, 'result'> & { resultJson: string | null })[]> {
   const rows = await sql<StepRow>`SELECT name, attempt, result, done_at FROM ${t.steps}
     WHERE item_id = ${itemId} ORDER BY done_at, name`.execute(db);
   return rows.rows.map((r) => ({ name: r.name, attempt: r.attempt, doneAt: r.done_at, resultJson: r.result }));
@@ -31,9 +36,17 @@ export async function readSteps(db: Executor, t: LedgerTables, itemId: string): 
  * an ownership epoch, that epoch is still the queue's. Throws LeaseLostError
  * (OwnershipLostError when the epoch moved on) otherwise.
  */
-export async function recordStepInTx(trx: Executor, t: LedgerTables, h: StepHolder, name: string, resultJson: string | null): Promise<void> {
+export async function recordStepInTx(
+  trx: Executor,
+  t: LedgerTables,
+  h: StepHolder,
+  name: string,
+  resultJson: string | null,
+): Promise<void> {
   const held = await sql`UPDATE ${t.items} SET updated_at = NOW(6)
-    WHERE id = ${h.id} AND lease_token = ${h.leaseToken} AND state = 'processing'${andEpochIsCurrent(t, h)}`.execute(trx);
+    WHERE id = ${h.id} AND lease_token = ${h.leaseToken} AND state = 'processing'${andEpochIsCurrent(t, h)}`.execute(
+    trx,
+  );
   if (affected(held) !== 1) throw await refusal(trx, t, fenceOf(h), h.id);
   await sql`INSERT INTO ${t.steps} (item_id, name, attempt, result, done_at)
     VALUES (${h.id}, ${name}, ${h.attempt}, ${resultJson}, NOW(6))`.execute(trx);

@@ -20,7 +20,15 @@ export async function sweepSignals(exec: Executor, t: LedgerTables, queues: read
     queues.map((q, i) => (i === 0 ? sql`SELECT _ascii${inline(q)} AS queue` : sql`SELECT _ascii${inline(q)}`)),
     sql` UNION ALL `,
   );
-  const r = await sql<{ queue: string; claimable: number | string; expired: number | string; probes: number | string; paused: number | string; fair: number | string; stale_only: number | string }>`SELECT q.queue,
+  const r = await sql<{
+    queue: string;
+    claimable: number | string;
+    expired: number | string;
+    probes: number | string;
+    paused: number | string;
+    fair: number | string;
+    stale_only: number | string;
+  }>`SELECT q.queue,
       EXISTS (SELECT 1 FROM ${t.items} i WHERE i.queue = q.queue AND i.queue_class IN (${classes})
         AND i.state = 'pending' AND i.is_head = 1 AND i.run_after <= NOW(6)) AS claimable,
       EXISTS (SELECT 1 FROM ${t.items} i WHERE i.queue = q.queue AND i.queue_class IN (${classes})

@@ -76,7 +76,9 @@ export interface TransitionSpec {
  * that did is reported won, not retried into a lost CAS.
  */
 export async function applyTransition(db: LedgerDb, t: LedgerTables, spec: TransitionSpec): Promise<boolean> {
-  const laneWork = spec.terminal && ((spec.wasHead && spec.place.lane !== null) || (spec.place.storedKey !== null && spec.place.lane === null));
+  const laneWork =
+    spec.terminal &&
+    ((spec.wasHead && spec.place.lane !== null) || (spec.place.storedKey !== null && spec.place.lane === null));
   // Made once, so every run of this change writes the same history row: the row tells whether one committed.
   const historyId = spec.history === null ? undefined : newId();
   const settled = async (): Promise<Settled> => transitionSettled(db, t, spec, historyId);
@@ -121,7 +123,12 @@ export async function applyTransition(db: LedgerDb, t: LedgerTables, spec: Trans
  * The read locks the item's row, so it waits for the lost session's
  * transaction, which wrote that row, to end one way or the other.
  */
-export async function transitionSettled(exec: Executor, t: LedgerTables, spec: TransitionSpec, historyId: string | undefined): Promise<Settled> {
+export async function transitionSettled(
+  exec: Executor,
+  t: LedgerTables,
+  spec: TransitionSpec,
+  historyId: string | undefined,
+): Promise<Settled> {
   const r = await sql<{ open: number | null; applied: number | null }>`SELECT (${spec.guard}) AS open,
       ${spec.appliedIf !== undefined ? sql`(${spec.appliedIf})` : sql`NULL`} AS applied
     FROM ${t.items} WHERE id = ${spec.place.id} FOR UPDATE`.execute(exec);
@@ -129,7 +136,9 @@ export async function transitionSettled(exec: Executor, t: LedgerTables, spec: T
   if (row === undefined) return 'unknown';
   if (Number(row.open) === 1) return 'open';
   if (historyId !== undefined) {
-    const h = await sql<{ n: number | string }>`SELECT COUNT(*) AS n FROM ${t.attempts} WHERE id = ${historyId}`.execute(exec);
+    const h = await sql<{
+      n: number | string;
+    }>`SELECT COUNT(*) AS n FROM ${t.attempts} WHERE id = ${historyId}`.execute(exec);
     return Number(h.rows[0]?.n) > 0 ? 'applied' : 'lost';
   }
   if (row.applied === null) return 'unknown';
@@ -144,19 +153,32 @@ export type Settled = 'open' | 'applied' | 'lost' | 'unknown';
  * with it. The item's row is locked first, then, when a head ended, its
  * lane's successor or lane row (docs/design.md §8, lock order).
  */
-export async function applyTransitionInTx(trx: Executor, t: LedgerTables, spec: TransitionSpec, historyId: string = newId()): Promise<LaneHandedOn> {
+export async function applyTransitionInTx(
+  trx: Executor,
+  t: LedgerTables,
+  spec: TransitionSpec,
+  historyId: string = newId(),
+): Promise<LaneHandedOn> {
   const { lane, queue, laneSeq } = spec.place;
   if ((await casUpdate(trx, t, spec)) !== 1) throw await refusal(trx, t, spec.fence, spec.place.id);
   if (spec.members !== undefined && spec.members.ids.length > 0) {
     const m = spec.members;
-    const r = await sql`UPDATE ${t.items} SET ${m.set}, updated_at = NOW(6) WHERE id IN (${list(m.ids)}) AND ${m.guard}`.execute(trx);
+    const r =
+      await sql`UPDATE ${t.items} SET ${m.set}, updated_at = NOW(6) WHERE id IN (${list(m.ids)}) AND ${m.guard}`.execute(
+        trx,
+      );
     if (affected(r) !== m.ids.length) throw new LeaseLostError(spec.place.id);
   }
-  const handedOn = spec.terminal && spec.wasHead && lane !== null && laneSeq !== null ? await handOnLane(trx, t, { queue, lane, laneSeq }, spec.prepared === true) : undefined;
+  const handedOn =
+    spec.terminal && spec.wasHead && lane !== null && laneSeq !== null
+      ? await handOnLane(trx, t, { queue, lane, laneSeq }, spec.prepared === true)
+      : undefined;
   const key = spec.place.storedKey;
   // An admitted item's slot goes to its key's next waiting item; a waiting one leaves the line. (A laned item's key only dealt its round.)
   if (spec.terminal && key !== null && lane === null) {
-    await (spec.wasHead ? handOnKeys(sendEach(trx), t, [{ queue, key, n: 1, admit: 1 }]) : leaveKeyWait(trx, t, spec.place.id));
+    await (spec.wasHead
+      ? handOnKeys(sendEach(trx), t, [{ queue, key, n: 1, admit: 1 }])
+      : leaveKeyWait(trx, t, spec.place.id));
   }
   if (spec.history) await insertHistory(trx, t, spec.place.id, spec.history, historyId);
   if (spec.alsoWrite) await spec.alsoWrite(trx);
@@ -172,7 +194,13 @@ async function casUpdate(exec: Executor, t: LedgerTables, spec: TransitionSpec):
   return affected(r);
 }
 
-export async function insertHistory(exec: Executor, t: LedgerTables, itemId: string, h: HistoryEntry, id: string = newId()): Promise<void> {
+export async function insertHistory(
+  exec: Executor,
+  t: LedgerTables,
+  itemId: string,
+  h: HistoryEntry,
+  id: string = newId(),
+): Promise<void> {
   await sql`INSERT INTO ${t.attempts} (id, item_id, attempt, outcome, failure_class, error, worker, started_at, ended_at)
     VALUES (${id}, ${itemId}, ${h.attempt}, ${h.outcome}, ${h.failureClass}, ${h.error}, ${h.worker},
       ${h.startedAt}, NOW(6))`.execute(exec);

@@ -42,9 +42,16 @@ export async function repairWaits(exec: Executor, t: LedgerTables, queue: string
 }
 
 /** Items waiting on `key` (in `queue` when given). */
-export async function waitersOf(exec: Executor, t: LedgerTables, key: string, queue: string | undefined): Promise<string[]> {
+export async function waitersOf(
+  exec: Executor,
+  t: LedgerTables,
+  key: string,
+  queue: string | undefined,
+): Promise<string[]> {
   const queueFilter = queue === undefined ? sql`` : sql`AND queue = ${queue}`;
-  const r = await sql<{ item_id: string }>`SELECT item_id FROM ${t.waits} WHERE dependency_key = ${key} ${queueFilter}`.execute(exec);
+  const r = await sql<{
+    item_id: string;
+  }>`SELECT item_id FROM ${t.waits} WHERE dependency_key = ${key} ${queueFilter}`.execute(exec);
   return r.rows.map((x) => x.item_id);
 }
 
@@ -59,9 +66,15 @@ export interface DueWait {
 }
 
 /** Blocked items whose probe time has come, earliest first. */
-export async function dueWaits(exec: Executor, t: LedgerTables, queue: string | undefined, limit: number): Promise<DueWait[]> {
+export async function dueWaits(
+  exec: Executor,
+  t: LedgerTables,
+  queue: string | undefined,
+  limit: number,
+): Promise<DueWait[]> {
   const queueFilter = queue === undefined ? sql`` : sql`AND w.queue = ${queue}`;
-  const r = await sql<DueWait>`SELECT i.id, i.queue, i.lane, i.lane_seq, i.dependency_key, (i.block_expires_at <= NOW(6)) AS expired
+  const r =
+    await sql<DueWait>`SELECT i.id, i.queue, i.lane, i.lane_seq, i.dependency_key, (i.block_expires_at <= NOW(6)) AS expired
     FROM ${t.waits} w JOIN ${t.items} i ON i.id = w.item_id
     WHERE w.probe_after <= NOW(6) AND i.state = 'blocked' ${queueFilter}
     ORDER BY w.probe_after LIMIT ${limit}`.execute(exec);

@@ -34,7 +34,14 @@ export async function lockWakeMark(exec: Executor, t: LedgerTables, key: string)
  * to an attempt that began before its wake and blocks after it, so a day is
  * far longer than it must be kept.
  */
-export async function purgeWakeMarks(exec: Executor, t: LedgerTables, olderThanMs: number, limit: number): Promise<number> {
-  const r = await sql`DELETE FROM ${t.wakeMarks} WHERE touched_at < ${nowPlusMs(-olderThanMs)} LIMIT ${limit}`.execute(exec);
+export async function purgeWakeMarks(
+  exec: Executor,
+  t: LedgerTables,
+  olderThanMs: number,
+  limit: number,
+): Promise<number> {
+  const r = await sql`DELETE FROM ${t.wakeMarks} WHERE touched_at < ${nowPlusMs(-olderThanMs)} LIMIT ${limit}`.execute(
+    exec,
+  );
   return affected(r);
 }
