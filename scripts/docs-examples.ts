@@ -1,5 +1,5 @@
 /**
- * The code blocks of README.md and docs/*.md are copies of example files (examples/): a TS/JS block
+ * The code blocks of README.md and docs/ (its folders too) are copies of example files (examples/): a TS/JS block
  * has a `<!-- example: examples/x.ts -->` line above it, or `…x.ts#name` for the lines between
  * `// #region name` and `// #endregion name` (all such parts, in order). `npm run docs:examples` rewrites every block from its
  * file; test/doc-examples.test.ts fails when one differs, and runs the examples.
@@ -24,14 +24,16 @@ export interface DocBlock {
 const CODE = /^```(ts|typescript|js|javascript)\s*$/;
 const MARK = /^<!-- example: (\S+) -->$/;
 
+/** README.md and every page of docs/, its folders' (docs/design/, docs/operations/) included. */
 const docFiles = (): string[] => [
   'README.md',
-  ...readdirSync(join(ROOT, 'docs'))
+  ...(readdirSync(join(ROOT, 'docs'), { recursive: true }) as string[])
     .filter((f) => f.endsWith('.md'))
-    .map((f) => `docs/${f}`),
+    .sort()
+    .map((f) => `docs/${f.split('\\').join('/')}`),
 ];
 
-/** Every TS/JS block of README.md and docs/*.md. */
+/** Every TS/JS block of README.md and docs/, its folders included. */
 export function docBlocks(): DocBlock[] {
   const blocks: DocBlock[] = [];
   for (const doc of docFiles()) {

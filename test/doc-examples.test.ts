@@ -14,7 +14,7 @@ import { mysqlServerUrl } from './support/services.js';
 // against the packed package, and this file runs: each on a database it creates (LANEWAKE_DATABASE_URL,
 // named for the run and dropped) and a redis-server of its own (LANEWAKE_REDIS_URL). A run must exit by
 // itself: a connection left open keeps the process alive past the deadline and fails it. The handler
-// module of operations.md is a module, not a program: its handlers run here, through lanewake/testing.
+// module of operations/running.md is a module, not a program: its handlers run here, through lanewake/testing.
 
 const ROOT = fileURLToPath(new URL('..', import.meta.url));
 /** Generous: on TiDB a fresh database's migration alone takes a minute or two. A run that never exits still fails. */
@@ -156,7 +156,7 @@ test(
 );
 
 test(
-  "design.md's use of the ledger alone enqueues in the caller's transaction, claims and completes, and exits",
+  "design/states.md's use of the ledger alone enqueues in the caller's transaction, claims and completes, and exits",
   async () => {
     const r = await runExample('ledger-direct.ts');
     expect(r.err).toBe('');
@@ -168,7 +168,7 @@ test(
 );
 
 test(
-  "operations.md's diagnostics subscriber sees the consumer's claim rounds, and the process exits",
+  "operations/observing.md's diagnostics subscriber sees the consumer's claim rounds, and the process exits",
   async () => {
     const r = await runExample('diagnostics.ts');
     expect(r.err).toBe('');
@@ -179,7 +179,7 @@ test(
 );
 
 test(
-  "operations.md's handler module: invoice.send blocks on an unpaid order, invoices a paid one once; mail.ping answers",
+  "operations/running.md's handler module: invoice.send blocks if unpaid, invoices once if paid; mail.ping answers",
   async () => {
     const { handlers } = await import('../examples/handlers.js');
     const { createTestLedger } = await import('./support/ledger.js');
