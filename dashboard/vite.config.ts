@@ -1,7 +1,7 @@
 import { fileURLToPath } from 'node:url';
 import { defineConfig } from 'vite';
 
-// The operator dashboard (docs/operations.md, "Dashboard"): bundled into dist/dashboard/ and served as static
+// The operator dashboard (docs/operations/observing.md, "Dashboard"): bundled into dist/dashboard/ and served as static
 // files by the admin server under a strict CSP, so everything (scripts and CSS) is a file of its own.
 export default defineConfig({
   root: fileURLToPath(new URL('.', import.meta.url)),

@@ -185,7 +185,7 @@ export class IdempotencyConflictError extends Error {
 /**
  * A write of a lease claimed under an ownership epoch was refused because
  * the queue has been activated for another epoch since (`lanewake activate`):
- * nothing of it committed (docs/design.md §7, Ownership epochs). A
+ * nothing of it committed (docs/design/supervisor.md, Ownership epochs). A
  * LeaseLostError, since this holder may no longer write the item's work; the
  * engine hands the item back without spending an attempt, for the new owner.
  */

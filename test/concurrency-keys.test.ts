@@ -10,7 +10,7 @@ import { freshQueue } from './support/items.js';
 import { waitFor, type TestLedger } from './support/ledger.js';
 import { testScope } from './support/scope.js';
 
-// Concurrency keys: at most the queue's limit of one key's items admitted at once, held by the ledger (docs/design.md §3, Concurrency keys).
+// Concurrency keys: at most the queue's limit of one key's items admitted at once, held by the ledger (docs/design/keys.md, Concurrency keys).
 
 const scope = testScope();
 let tl: TestLedger;

@@ -12,7 +12,7 @@ import { waitFor } from './support/ledger.js';
 import { testScope } from './support/scope.js';
 import { redisUrl } from './support/services.js';
 
-// Offers (docs/design.md §6, "Through an offer"): a warm consumer with free slots stands an offer in Redis; a
+// Offers (docs/design/handover.md, "Through an offer"): a warm consumer with free slots stands an offer in Redis; a
 // producer in another process (here: on a channel of its own) inserts its item claimed under it.
 const scope = testScope();
 

@@ -6,7 +6,7 @@ import { Producer } from '../src/producer/producer.js';
 import { createTestWake, uniqueQueue, type TestWake } from './support/engine.js';
 import { createTestLedger, waitFor, waitForCount, type TestLedger } from './support/ledger.js';
 
-// The prefetch buffer (docs/design.md, Prefetch): items claimed ahead of free slots. These
+// The prefetch buffer (docs/design/consumer.md, Prefetch): items claimed ahead of free slots. These
 // tests pin what it must never do: start an item late enough for its lease
 // to run out, keep items at stop, or spend an attempt on an item no handler
 // ever started.

@@ -5,7 +5,7 @@ import type { Explanation, QueueClass } from '../src/ledger/types.js';
 import { claimOne, freshQueue } from './support/items.js';
 import { createTestLedger, waitFor, type TestLedger } from './support/ledger.js';
 
-// "Why isn't this item running?" (docs/design.md §7) and the registry of live consumers (§6).
+// "Why isn't this item running?" and the registry of live consumers (docs/design/supervisor.md).
 
 let tl: TestLedger;
 const consumers: Consumer[] = [];

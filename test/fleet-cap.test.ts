@@ -7,7 +7,8 @@ import { createTestWake, uniqueQueue, type TestWake } from './support/engine.js'
 import { freshQueue } from './support/items.js';
 import { createTestLedger, waitFor, type TestLedger } from './support/ledger.js';
 
-// The fleet cap, maxProcessing, held by the ledger in each claim's transaction (docs/design.md §6, "The fleet cap").
+// The fleet cap, maxProcessing, held by the ledger in each claim's transaction
+// (docs/design/consumer.md, "The fleet cap").
 
 let tl: TestLedger;
 let tw: TestWake | undefined;

@@ -237,7 +237,7 @@ test('16 claimers, 200 rounds each of claim and claimByIds over one candidate se
       0,
     );
     expect(await historyCount(tl.ledger), `${note}: history rows (first-try completions write none)`).toBe(0);
-    // Nor did the drain's claims and laned completions deadlock each other (docs/design.md §8, lock order).
+    // Nor did the drain's claims and laned completions deadlock each other (docs/design/ledger-sql.md, lock order).
     if (label.family === 'mariadb') {
       expect(retriesByErrno(drain.retried), `${note}: conflicts the drain retried`).not.toHaveProperty(
         String(ER_LOCK_DEADLOCK),

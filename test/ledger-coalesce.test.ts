@@ -5,7 +5,7 @@ import type { ClaimedItem } from '../src/ledger/types.js';
 import { freshQueue, mustGet, only, withForeignToken } from './support/items.js';
 import { createTestLedger, waitFor, type TestLedger } from './support/ledger.js';
 
-// Coalesced groups at the ledger (docs/design.md §4, Coalescing).
+// Coalesced groups at the ledger (docs/design/batches-and-steps.md, Coalescing).
 
 let tl: TestLedger;
 let ledger: Ledger;

@@ -29,7 +29,7 @@ async function claimIt(queue: string, id: string, leaseMs: number, owner = 'hold
 
 /**
  * The items one claim of 8 (as a consumer with 8 free slots makes it) takes
- * now. Half of every claim is the earliest due heads (docs/design.md §3,
+ * now. Half of every claim is the earliest due heads (docs/design/states.md,
  * "Keeping its place"), so an item that kept its place in front of a
  * backlog is in the very next claim; one sent to the back would not be.
  */

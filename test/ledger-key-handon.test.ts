@@ -7,7 +7,7 @@ import { freshQueue } from './support/items.js';
 import { testTxnMode, type TestLedger } from './support/ledger.js';
 import { testScope } from './support/scope.js';
 
-// The hand-on of a key's slot (docs/design.md §3, Concurrency keys) when the waiting item it read is cancelled
+// The hand-on of a key's slot (docs/design/keys.md, Concurrency keys) when the waiting item it read is cancelled
 // before it is admitted: the key counts only what it admitted, and the slot goes to the next in line.
 
 const scope = testScope();

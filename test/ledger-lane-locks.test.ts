@@ -4,7 +4,7 @@ import { claimAll, freshQueue, laneRow, mustGet } from './support/items.js';
 import { testScope } from './support/scope.js';
 
 /*
- * A busy lane hands on from item row to item row (docs/design.md §3, Atomic lane advance): the end of a head
+ * A busy lane hands on from item row to item row (docs/design/states.md, Atomic lane advance): the end of a head
  * whose lane has work waiting never touches the lane row, which every enqueue into the lane writes, and claim
  * rounds read heads without locking them. So none of the three waits for another, on any server. Each test
  * holds one side's transaction open and needs the other side to finish meanwhile; on a design where both

@@ -9,7 +9,7 @@ import { freshQueue } from './support/items.js';
 import { testTxnMode, waitFor } from './support/ledger.js';
 import { testScope } from './support/scope.js';
 
-// Stats and the gauges (docs/design.md §7): bounded index ranges per queue, counted once per fleet.
+// Stats and the gauges (docs/design/supervisor.md): bounded index ranges per queue, counted once per fleet.
 const scope = testScope();
 
 test('stats counts each queue from bounded index ranges: exact below the cap; at the cap a state shows the cap and says so', async () => {

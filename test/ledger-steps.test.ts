@@ -5,7 +5,7 @@ import type { Ledger } from '../src/ledger/ledger.js';
 import { freshQueue, claimOne, mustGet, withForeignToken } from './support/items.js';
 import { createTestLedger, waitFor, type TestLedger } from './support/ledger.js';
 
-// Durable steps and progress at the ledger (docs/design.md §4, "Durable
+// Durable steps and progress at the ledger (docs/design/batches-and-steps.md, "Durable
 // steps" and "Progress"): every write is fenced by the holder's lease token.
 
 let tl: TestLedger;

@@ -1,4 +1,4 @@
-// Ownership fenced where the work commits (docs/design.md §7, Ownership epochs): once a queue is
+// Ownership fenced where the work commits (docs/design/supervisor.md, Ownership epochs): once a queue is
 // activated for another epoch, every write of the old epoch's work is refused with
 // OwnershipLostError, nothing of it commits, and the item goes back unspent to the new owner.
 import { sql } from 'kysely';

@@ -7,7 +7,7 @@ import { freshQueue } from './support/items.js';
 import { waitFor, type TestLedger } from './support/ledger.js';
 import { testScope } from './support/scope.js';
 
-// Pausing a queue: a flag the ledger holds, which every claim path checks (docs/design.md §7, Pausing a queue).
+// Pausing a queue: a flag the ledger holds, which every claim path checks (docs/design/supervisor.md, Pausing a queue).
 
 const scope = testScope();
 let tl: TestLedger;

@@ -6,7 +6,7 @@ import { Producer } from '../src/producer/producer.js';
 import { createTestWake, uniqueQueue, type TestWake } from './support/engine.js';
 import { createTestLedger, waitFor, type TestLedger } from './support/ledger.js';
 
-// Executor pools: a queue's slots split by class, so a bulk flood leaves room for interactive items (docs/design.md §6).
+// Executor pools: a queue's slots split by class, so a bulk flood leaves room for interactive items (docs/design/consumer.md).
 
 describe('planPools', () => {
   test("'auto' gives a quarter to latency, a quarter to bulk and the rest to a shared pool preferring the latency classes", () => {

@@ -8,7 +8,7 @@ import { Producer } from '../src/producer/producer.js';
 import { createTestWake, uniqueQueue, type TestWake } from './support/engine.js';
 import { createTestLedger, waitFor, type TestLedger } from './support/ledger.js';
 
-// Per-key rate limits held by the ledger (docs/design.md §6, "Rate limits").
+// Per-key rate limits held by the ledger (docs/design/consumer.md, "Rate limits").
 
 let tl: TestLedger;
 let tw: TestWake;

@@ -1,4 +1,4 @@
-// Nothing lives only in Redis (docs/design.md §5, "What Redis holds, and what its loss costs"): a Redis
+// Nothing lives only in Redis (docs/design/wake.md, "What Redis holds, and what its loss costs"): a Redis
 // restarted empty mid-run, while items wait on their BullMQ timers and producers take a consumer's offers
 // and hand their items over, costs latency only. Every item runs once, and no attempt is spent.
 import { randomBytes } from 'node:crypto';

@@ -9,7 +9,7 @@ import { consumerHarness } from './support/consumer-harness.js';
 import { history, itemCount, mustGet } from './support/items.js';
 import { waitFor, type TestLedger } from './support/ledger.js';
 
-// Batch handlers through a consumer (docs/design.md §4, Batch handlers).
+// Batch handlers through a consumer (docs/design/batches-and-steps.md, Batch handlers).
 
 const harness = consumerHarness('batch');
 

@@ -7,7 +7,7 @@ import { consumerHarness } from './support/consumer-harness.js';
 import { itemCount } from './support/items.js';
 import { waitFor, type TestLedger } from './support/ledger.js';
 
-// Coalescing through a consumer (docs/design.md §4, Coalescing).
+// Coalescing through a consumer (docs/design/batches-and-steps.md, Coalescing).
 
 const harness = consumerHarness('coalesce');
 

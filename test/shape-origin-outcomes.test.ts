@@ -10,7 +10,7 @@ import { history, itemCount, mustGet } from './support/items.js';
 import { waitFor } from './support/ledger.js';
 import { createStepEffectsTable } from './support/step-effects.js';
 
-// What a team moving off the origin workers needs of a handler (docs/design.md, Mapping from the
+// What a team moving off the origin workers needs of a handler (docs/design/origin-mapping.md, Mapping from the
 // origin workers): a skip outcome, `job.coalesced` on every run of a coalescing type, named stages
 // timed, and a Defer that backs off by the engine's policy.
 

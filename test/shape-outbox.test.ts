@@ -10,7 +10,7 @@ import { FOLLOW_UPS, OUTBOX_STOPS, outboxHandler } from './support/outbox-handle
 import { ChildConsumer } from './support/processes.js';
 import { redisUrl } from './support/services.js';
 
-// The transactional outbox (docs/design.md §4, "Follow-up work: the outbox"): ctx.enqueue inside
+// The transactional outbox (docs/design/handlers.md, "Follow-up work: the outbox"): ctx.enqueue inside
 // ctx.transaction commits the follow-up items with the handler's writes and the completion, and
 // announces them after the commit.
 

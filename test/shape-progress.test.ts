@@ -9,7 +9,7 @@ import { consumerHarness } from './support/consumer-harness.js';
 import { mustGet } from './support/items.js';
 import { waitFor, type TestLedger } from './support/ledger.js';
 
-// ctx.progress through a consumer (docs/design.md §4, "Progress").
+// ctx.progress through a consumer (docs/design/batches-and-steps.md, "Progress").
 
 const harness = consumerHarness('progress');
 

@@ -9,7 +9,7 @@ import { ChildConsumer } from './support/processes.js';
 import { redisUrl } from './support/services.js';
 import { createStepEffectsTable, stepEffects, threeStepHandler } from './support/step-effects.js';
 
-// Durable steps through a consumer (docs/design.md §4, "Durable steps").
+// Durable steps through a consumer (docs/design/batches-and-steps.md, "Durable steps").
 
 const harness = consumerHarness('steps');
 

@@ -1,4 +1,4 @@
-// Stale-only claims (docs/design.md §6, "Stale-only claims"): only rescued work, by the queue's flag, a consumer's option, or its gate on the ledger.
+// Stale-only claims (docs/design/consumer.md, "Stale-only claims"): only rescued work, by the queue's flag, a consumer's option, or its gate on the ledger.
 import { sql } from 'kysely';
 import { describe, expect, test } from 'vitest';
 import { Consumer } from '../src/consumer/consumer.js';

@@ -25,7 +25,7 @@ import { freshQueue } from './support/items.js';
 import { createTestLedger, waitFor, type TestLedger } from './support/ledger.js';
 import { testScope } from './support/scope.js';
 
-// OpenTelemetry tracing (docs/operations.md, Tracing): the SDK's in-memory
+// OpenTelemetry tracing (docs/operations/observing.md, Tracing): the SDK's in-memory
 // exporters, registered globally with an AsyncLocalStorage context manager.
 
 const spans = new InMemorySpanExporter();

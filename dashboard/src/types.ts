@@ -1,4 +1,4 @@
-// The JSON the admin server answers (docs/operations.md, "Dashboard": the HTTP API). Dates are ISO strings.
+// The JSON the admin server answers (docs/operations/observing.md, "Dashboard": the HTTP API). Dates are ISO strings.
 
 export const ITEM_STATES = ['pending', 'processing', 'blocked', 'completed', 'skipped', 'dead', 'cancelled'] as const;
 export type ItemState = (typeof ITEM_STATES)[number];

@@ -18,7 +18,7 @@ export interface Dashboard {
 }
 
 /**
- * The dashboard (docs/operations.md, "The dashboard"): the static bundle,
+ * The dashboard (docs/operations/observing.md, "The dashboard"): the static bundle,
  * the read API (read-api.ts) and the actions (actions.ts). A route's
  * ValidationError answers 400 naming the field; an HttpError its status.
  */

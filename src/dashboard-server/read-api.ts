@@ -6,7 +6,7 @@ import type { Route, RouteContext } from './routes.js';
 
 /**
  * The dashboard's read API (GET, JSON, no side effects): the contract is in
- * docs/operations.md, "The dashboard". Every list is a bounded read of the
+ * docs/operations/observing.md, "The dashboard". Every list is a bounded read of the
  * ledger (src/ledger/operator.ts).
  */
 export const READ_ROUTES: readonly Route[] = [

@@ -20,7 +20,7 @@ import { TypedProducer } from './typed-producer.js';
  * payload schemas, shared by producers (`producer()`, `input()`) and
  * consumers (`handlers()`), so a misspelled queue or type or a wrong payload
  * fails to compile, and at run time a payload is checked before anything is
- * written (docs/design.md §4, Typed jobs).
+ * written (docs/design/handlers.md, Typed jobs).
  */
 export class JobRegistry<R extends JobSchemas> implements JobChecks<R> {
   constructor(readonly schemas: R) {

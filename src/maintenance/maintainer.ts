@@ -77,7 +77,7 @@ export const MAINTENANCE_DEFAULTS = {
 } as const;
 
 /**
- * The ledger's housekeeping for a set of queues (docs/design.md §7), one
+ * The ledger's housekeeping for a set of queues (docs/design/supervisor.md), one
  * pass at a time: expired leases back to pending (or dead, or cancelled),
  * due dependency probes released, optionally waits repaired, terminal items
  * purged and wake streams trimmed; what went back to pending is announced

@@ -254,7 +254,7 @@ export class Producer {
 
   /**
    * A recurring schedule (cron `pattern` in time zone `tz`, or `everyMs`),
-   * kept in the ledger (docs/design.md, "Recurring schedules"): each fire
+   * kept in the ledger (docs/design/wake.md, "Recurring schedules"): each fire
    * enqueues `item` with idempotency key `<name>:<fire time ms>`, in the
    * transaction that advances the schedule, so however many replicas fire
    * schedules, one item is made per fire. Any process running a consumer or

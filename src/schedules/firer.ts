@@ -38,7 +38,7 @@ export const DEFAULT_SCHEDULE_CHECK_MS = 1_000;
 const ER_NO_SUCH_TABLE = 1146;
 
 /**
- * Fires the ledger's due schedules (docs/design.md, "Recurring schedules"):
+ * Fires the ledger's due schedules (docs/design/wake.md, "Recurring schedules"):
  * each due schedule's next fire time is advanced by a CAS in the same
  * transaction that enqueues its fires' items, keyed `<name>:<fire time ms>`,
  * so however many replicas run a firer, each fire makes one item. Due is

@@ -4,7 +4,7 @@ import type { Logger } from '../log.js';
 import type { WakeChannel } from '../wake/wake-channel.js';
 
 /**
- * The upgrade of schedules kept in Redis (docs/design.md, "Recurring
+ * The upgrade of schedules kept in Redis (docs/design/wake.md, "Recurring
  * schedules"): lanewake before schema 12 kept each recurring schedule only
  * as a BullMQ job scheduler. Each one found is made in the ledger (unless
  * the ledger already holds a schedule of its name, which then stands) and

@@ -57,7 +57,7 @@ const CLOSE_GRACE_MS = 2_000;
 const DEFAULT_CHECK_TIMEOUT_MS = 2_000;
 
 /**
- * The admin HTTP surface (docs/design.md, "Supervisor and operations"): `/livez`, `/readyz`, `/metrics`,
+ * The admin HTTP surface (docs/design/supervisor.md, "Supervisor and operations"): `/livez`, `/readyz`, `/metrics`,
  * `/version`, and the operator dashboard (src/dashboard-server/: its page, assets, read API and actions; the
  * actions are its only POSTs). A failing route answers 500 with a JSON error and the server keeps serving.
  */
@@ -158,7 +158,7 @@ export async function startAdminServer(options: AdminServerOptions): Promise<Adm
 }
 
 /**
- * Readiness of the ledger (docs/design.md, "Supervisor and operations"): reachable (a round trip through
+ * Readiness of the ledger (docs/design/supervisor.md, "Supervisor and operations"): reachable (a round trip through
  * `ledger.now()`) and migrations current (`schemaStatus`), plus `extra`
  * checks (ownership, added by the supervisor). Never throws: a failing or
  * hanging check (past `timeoutMs`) is reported as not ok with a detail.

@@ -21,7 +21,7 @@ export function defaultFleetLeaseMs(everyMs: number): number {
 /**
  * The ledger-wide gauges (items by queue and state and whether each is exact, oldest due age, due
  * later, paused), exported by one process of the fleet at a time
- * (docs/design.md §7, Gauges, once per fleet): the one holding the
+ * (docs/design/supervisor.md, Gauges, once per fleet): the one holding the
  * `gauges` lease in the ledger's fleet tasks. Every other process exports
  * no series of them, so a stock query needs no de-duplication; across a
  * hand-over `max by (queue, state)` joins the two exporters' series.

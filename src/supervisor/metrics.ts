@@ -60,7 +60,7 @@ interface ObservedConsumer {
 type ItemLabels = 'queue' | 'type';
 
 /**
- * The Prometheus metrics of one lanewake process (docs/design.md §7), on a registry
+ * The Prometheus metrics of one lanewake process (docs/design/supervisor.md), on a registry
  * of its own (never prom-client's global one), so several instances — and
  * the host application's own metrics — never collide.
  *

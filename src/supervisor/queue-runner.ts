@@ -23,7 +23,7 @@ export interface QueueRunnerOptions {
   /** Every consumer this runner starts, for metrics; the returned function detaches it once that consumer has stopped. */
   onConsumer?: (consumer: Consumer<never>) => (() => void) | void;
   backoff?: RestartBackoff;
-  /** The executor pool this runner's consumer is (docs/design.md §6, "Executor pools"): its classes, slots and preferred tier. */
+  /** The executor pool this runner's consumer is (docs/design/consumer.md, "Executor pools"): its classes, slots and preferred tier. */
   pool?: PoolPlan | undefined;
 }
 

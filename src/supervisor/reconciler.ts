@@ -20,7 +20,7 @@ export interface ReconcilerOptions {
 const REPAIR_WAITS_EVERY_MS = 3_600_000;
 
 /**
- * The supervisor's periodic housekeeping (docs/design.md §7): a maintenance
+ * The supervisor's periodic housekeeping (docs/design/supervisor.md): a maintenance
  * pass (src/maintenance) over every configured queue each `intervalMs` —
  * expired leases back to pending (or dead), dependency probes and expiry,
  * waits repaired hourly, retention purge, stream trimming — then the gauges.

@@ -36,7 +36,7 @@ export interface SupervisorOptions {
 }
 
 /**
- * The worker process (docs/design.md, "Supervisor and operations"): one restartable consumer per configured
+ * The worker process (docs/design/supervisor.md, "Supervisor and operations"): one restartable consumer per configured
  * queue, the reconciler, and ownership epochs. `done` resolves with the exit
  * code once it has stopped: 0 after stop(), 3 after this deployment lost a
  * queue to a newer activation.
@@ -142,7 +142,7 @@ export class Supervisor {
   }
 
   /**
-   * The config file's `schedules:` made the ledger's (docs/operations.md,
+   * The config file's `schedules:` made the ledger's (docs/operations/scaling.md,
    * "Recurring schedules"): made or replaced, and the file-declared ones it
    * no longer lists removed. Without a `schedules:` section the ledger's
    * schedules are left alone, so a worker of another role does not remove them.

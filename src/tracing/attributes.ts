@@ -1,5 +1,5 @@
 // The attribute names lanewake's spans and its histogram carry: the
-// OpenTelemetry messaging semantic conventions (docs/operations.md, Tracing),
+// OpenTelemetry messaging semantic conventions (docs/operations/observing.md, Tracing),
 // plus a few of lanewake's own under `lanewake.`.
 
 export const MESSAGING_SYSTEM = 'lanewake';

@@ -4,7 +4,7 @@ import { packageVersion } from '../version.js';
 // @opentelemetry/api is an optional peer dependency: loaded once, on first
 // use, by a dynamic import that may fail. Until it has loaded, and for good
 // when it is absent, `otel()` is undefined and every tracing call is one
-// property check (docs/operations.md, Tracing).
+// property check (docs/operations/observing.md, Tracing).
 
 export type Otel = typeof OtelApi;
 

@@ -10,7 +10,9 @@ export interface ProcessedItem {
   type: string;
   attempt: number;
   traceparent: string | null;
-  /** A coalesced group's later members (design.md §4, Coalescing): the attempt processes them too. */
+  /**
+   * A coalesced group's later members (docs/design/batches-and-steps.md, Coalescing): the attempt processes them too.
+   */
   group?: { ids: readonly string[] } | undefined;
 }
 

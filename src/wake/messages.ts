@@ -1,6 +1,6 @@
 import type { ClaimedItem, QueueClass } from '../ledger/types.js';
 
-// Every message lanewake carries through Redis (docs/design.md §5): wake-ups
+// Every message lanewake carries through Redis (docs/design/wake.md): wake-ups
 // on the wake streams, broadcasts on the control stream, and the offers
 // consumers stand in a queue's list. The codecs live with the commands that
 // send them (streams.ts, control.ts, offers.ts).
@@ -58,7 +58,7 @@ export interface ControlEntry {
 
 /**
  * A consumer's standing offer to take one item of its queue the moment it is
- * inserted (docs/design.md §6, "Through an offer"): a producer in any process
+ * inserted (docs/design/handover.md, "Through an offer"): a producer in any process
  * that takes it inserts its item already claimed under the offer's lease, then
  * hands the claimed item over on the queue's control stream. The job starts
  * after one commit, not two (no claim round trip).

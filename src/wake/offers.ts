@@ -49,7 +49,7 @@ export const OFFER_MISS_PAUSE_MS = 25;
 const MAX_EXPIRED_SKIPPED = 4;
 
 /**
- * Offers on the wire (docs/design.md §6, "Through an offer"): each queue's
+ * Offers on the wire (docs/design/handover.md, "Through an offer"): each queue's
  * list of standing offers, where consumers post and withdraw them and
  * producers take and give them back, and the handoff that follows a take.
  * Every RPUSH / LPOP / LPUSH / LREM on the lists lives here. A list expires

@@ -57,7 +57,7 @@ export class WakeChannel {
   readonly cluster: boolean;
   readonly control: ControlStreams;
   readonly timers: WakeTimers;
-  /** Consumers' standing offers and their handoffs (docs/design.md §6, "Through an offer"). */
+  /** Consumers' standing offers and their handoffs (docs/design/handover.md, "Through an offer"). */
   readonly offers: Offers;
   /** The consumers sharing this channel: producers hand them wake-ups and claimed items in memory. */
   readonly local = new LocalWakeRoute();

@@ -7,7 +7,7 @@ import { handleNote, leaseArb, ms } from './commands.js';
 import { bracketed, command, recent, viewOf, type LedgerCommand } from './real.js';
 
 /**
- * completeMany, the consumer's batched completion (docs/design.md §6): each
+ * completeMany, the consumer's batched completion (docs/design/consumer.md): each
  * entry is still a CAS on its own token, a stale one loses alone, laned
  * winners hand their lanes on in the same transaction and, given `next`,
  * up to `next.max` of the new heads that are due are claimed under its lease.

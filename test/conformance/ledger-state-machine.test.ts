@@ -15,7 +15,7 @@ import { blockWhileWakingArb, claimRaceArb, claimWhileFinishingArb, finishRaceAr
 import type { Real } from './real.js';
 
 /*
- * The ledger's state machine (docs/design.md §3) against an in-memory model
+ * The ledger's state machine (docs/design/states.md) against an in-memory model
  * (test/support/ledger-model.ts): random sequences of enqueues (lanes,
  * idempotency keys, delays), claims by several owners, finalizes and batched
  * completions on current and stale claims, blocks and wakes, lease expiry

@@ -120,7 +120,7 @@ export const claimWhileFinishingArb = fc
   .map(([o, l, lease, f, k]) => claimWhileFinishing(o, l, lease, f, k));
 
 /**
- * A block and a wake of its key at once (docs/design.md §3, "a wake is
+ * A block and a wake of its key at once (docs/design/states.md, "a wake is
  * never lost"): whichever commits first, the item ends pending; the wake
  * names it exactly when the block had parked it first.
  */

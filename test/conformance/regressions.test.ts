@@ -21,9 +21,9 @@ afterAll(async () => {
   await tl?.drop();
 });
 
-// docs/design.md §3/§6: each entry is its own CAS and a stale one loses alone. The laneless batch is one
-// UPDATE outside a transaction; it used to complete the current entries, see a row short, and finalize every
-// entry again on its own, which the completed ones lost: their holder was told `won: false`.
+// docs/design/states.md, docs/design/consumer.md: each entry is its own CAS and a stale one loses alone. The laneless
+// batch is one UPDATE outside a transaction; it used to complete the current entries, see a row short, and finalize
+// every entry again on its own, which the completed ones lost: their holder was told `won: false`.
 test('completeMany of laneless items with one stale entry reports the current one as won', async () => {
   const queue = freshQueue('laneless-partial-batch');
   await ledger.enqueueMany([
@@ -52,8 +52,8 @@ test('completeMany of a claim that already completed its item reports it lost, a
   expect((await ledger.completeMany([{ handle: a }])).map((r) => r.won)).toEqual([false]);
 });
 
-// docs/design.md §3 (one winner per CAS) and §8 (lock order): two claims of overlapping items at once each take
-// their own, neither sees an error. Shrunk by fast-check to
+// docs/design/states.md (one winner per CAS) and docs/design/ledger-sql.md (lock order): two claims of overlapping
+// items at once each take their own, neither sees an error. Shrunk by fast-check to
 //   [race(enqueue[lane a max 1] ‖ enqueue[no lane key k0 p1 max 2]), enqueue[lane c key k1 max 1],
 //    race(claim(w1, limit 3) ‖ claim(w2, limit 2), lease 1h)]
 // MariaDB planned the claim's CAS `UPDATE … WHERE id IN (…) AND queue = …` of so small a queue through an

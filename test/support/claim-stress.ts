@@ -6,11 +6,11 @@ import { retriesByErrno } from './conflicts.js';
 import { createTestLedger, testTxnMode, type TestLedger } from './ledger.js';
 
 /*
- * The claim stress suites' helpers (test/ledger-claim-stress-*.test.ts). Claims under contention, on whatever
- * server the suite targets (docs/design.md §3, §8): many ledgers (each its own pool, so their statements really
- * overlap on separate connections) claim over one overlapping candidate set, over tiny queues burst after burst,
- * against laned completions that hand their lane on, and against the reclaim of expiring leases. None of them
- * may see an error, and every item is won by exactly one of them.
+ * The claim stress suites' helpers (test/ledger-claim-stress-*.test.ts). Claims under contention, on whatever server
+ * the suite targets (docs/design/states.md, docs/design/ledger-sql.md): many ledgers (each its own pool, so their
+ * statements really overlap on separate connections) claim over one overlapping candidate set, over tiny queues burst
+ * after burst, against laned completions that hand their lane on, and against the reclaim of expiring leases. None of
+ * them may see an error, and every item is won by exactly one of them.
  *
  * A deadlock is no error to a caller (the ledger runs its victim again), so the conflicts the ledger retried
  * (conflictRetries, by errno) are read around each phase: on MariaDB two claims lock their rows in primary-key

@@ -2,7 +2,7 @@ import { ITEM_STATES, TERMINAL_STATES, type ClaimedItem, type ItemState } from '
 import { nowPlus, reached, readInstant, SLACK_MS, type Bracket, type Instant } from './ledger-clock.js';
 
 /**
- * An in-memory model of one queue of the ledger (docs/design.md §3), for the
+ * An in-memory model of one queue of the ledger (docs/design/states.md), for the
  * conformance state machine in test/conformance/. It says what each ledger
  * call must do. Where the outcome hangs on the exact instant of the ledger's
  * clock (a short delay or lease running out while a call runs), it says which
@@ -10,7 +10,7 @@ import { nowPlus, reached, readInstant, SLACK_MS, type Bracket, type Instant } f
  * answer against that and applies it.
  */
 
-/** How the holder of a claim ends it (the finalize calls of docs/design.md §3). */
+/** How the holder of a claim ends it (the finalize calls of docs/design/states.md). */
 export type Finish =
   | { kind: 'complete' }
   | { kind: 'fail' }
