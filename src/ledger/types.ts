@@ -347,6 +347,11 @@ export interface LiveConsumer {
   maxProcessing: number | null;
   epoch: number | null;
   version: string;
+  /**
+   * Why it claims only rescued work, as of its last heartbeat: its queue's flag (`queue`), its
+   * own option (`consumer`), its pool saturated (`pool`), its claims slow (`slow`); null: as usual.
+   */
+  staleOnly: string | null;
   startedAt: Date;
   lastSeen: Date;
 }
