@@ -103,6 +103,8 @@ export interface AttemptRecord {
   repairId: string | null;
   startedAt: string | null;
   endedAt: string;
+  /** The stages the attempt timed (ctx.stage), a repeated name summed; absent when it timed none. */
+  stages?: { name: string; ms: number }[];
 }
 
 export interface StepRecord {

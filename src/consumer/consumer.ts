@@ -177,6 +177,7 @@ export class Consumer<DB = Record<string, never>> extends EventEmitter<ConsumerE
         version: packageVersion(),
       },
       this.log,
+      () => this.gate.reason(),
     );
   }
 

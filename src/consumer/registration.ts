@@ -7,22 +7,27 @@ export const HEARTBEAT_MS = 5_000;
 
 type RegistryLedger = Pick<ConsumerLedger, 'consumerBeat' | 'consumerGone'>;
 
+/** Why the consumer claims only rescued work now (stale-gate.ts), read at each beat; undefined: as usual. */
+type StaleOnlyNow = () => string | undefined;
+
 /**
  * A consumer's row in the ledger's registry of live consumers
  * (docs/design.md §7, "Live consumers"): written at start, kept fresh by its
  * process's heartbeat, removed at stop. What the fleet serves is read from it
  * by explain and stats; nothing claims by it, so a failed beat is only
- * logged and the next one tries again.
+ * logged and the next one tries again. Each beat also says whether the
+ * consumer claims only rescued work, and why (explain names it).
  */
 export class ConsumerRegistration {
   constructor(
     private readonly ledger: RegistryLedger,
     private readonly row: ConsumerRow,
     private readonly log: Logger,
+    private readonly staleOnly?: StaleOnlyNow,
   ) {}
 
   start(): Promise<void> {
-    return heartbeatOf(this.ledger, this.log).add(this.row);
+    return heartbeatOf(this.ledger, this.log).add(this.row, this.staleOnly);
   }
 
   stop(): Promise<void> {
@@ -43,7 +48,7 @@ function heartbeatOf(ledger: RegistryLedger, log: Logger): Heartbeat {
 }
 
 class Heartbeat {
-  private readonly rows = new Map<string, ConsumerRow>();
+  private readonly rows = new Map<string, { row: ConsumerRow; staleOnly: StaleOnlyNow | undefined }>();
   private timer: NodeJS.Timeout | undefined;
   private beating: Promise<void> | undefined;
 
@@ -53,9 +58,10 @@ class Heartbeat {
   ) {}
 
   /** The consumer's row written at once (it is live from its start), then with the others on each beat. */
-  async add(row: ConsumerRow): Promise<void> {
-    this.rows.set(row.name, row);
-    await this.ledger.consumerBeat([row], true).catch((error: unknown) => this.failed(error));
+  async add(row: ConsumerRow, staleOnly?: StaleOnlyNow): Promise<void> {
+    const entry = { row, staleOnly };
+    this.rows.set(row.name, entry);
+    await this.ledger.consumerBeat([rowNow(entry)], true).catch((error: unknown) => this.failed(error));
     if (this.timer === undefined) {
       this.timer = setInterval(() => void this.beat(), HEARTBEAT_MS);
       this.timer.unref();
@@ -79,7 +85,7 @@ class Heartbeat {
   private beat(): Promise<void> {
     // One at a time: a beat that outlasts the interval is not joined by the next.
     this.beating ??= this.ledger
-      .consumerBeat([...this.rows.values()], false)
+      .consumerBeat([...this.rows.values()].map(rowNow), false)
       .catch((error: unknown) => this.failed(error))
       .finally(() => (this.beating = undefined));
     return this.beating;
@@ -88,4 +94,9 @@ class Heartbeat {
   private failed(error: unknown): void {
     this.log.warn({ err: error }, 'consumer registry: heartbeat failed');
   }
+}
+
+/** The row as of this beat: whether it claims only rescued work now. */
+function rowNow(entry: { row: ConsumerRow; staleOnly: StaleOnlyNow | undefined }): ConsumerRow {
+  return entry.staleOnly === undefined ? entry.row : { ...entry.row, staleOnly: entry.staleOnly() ?? null };
 }

@@ -1,20 +1,17 @@
 import { ValidationError } from '../errors.js';
 import { stageName, validate } from '../ledger/validation.js';
-import type { ClaimedItem } from '../ledger/types.js';
+import type { ClaimedItem, StageTiming } from '../ledger/types.js';
 import { tracing } from '../tracing/process.js';
 import { traceStage } from '../tracing/stage.js';
 
-/** One stage a run timed (ctx.stage): its name and how long it took. */
-export interface StageTiming {
-  name: string;
-  ms: number;
-}
+export type { StageTiming } from '../ledger/types.js';
 
 /**
  * One run's named stages (ctx.stage, docs/design.md §4, Stage timing): each
  * is timed, reported as it ends (the consumer's `stage` event, which the
  * metrics turn into a histogram), run in a child span when tracing is on, and
- * kept for the debug line the run logs with its outcome. Made at the first
+ * kept for the debug line the run logs with its outcome and for the item's
+ * attempt history (sql/stage-history.ts). Made at the first
  * ctx.stage of a run: a handler that names no stages costs nothing.
  */
 export class StageClock {
@@ -23,7 +20,10 @@ export class StageClock {
   constructor(
     private readonly item: ClaimedItem,
     private readonly report: ((item: ClaimedItem, stage: string, ms: number) => void) | undefined,
-  ) {}
+  ) {
+    // The write that ends the attempt finds them on the item and records them in its history.
+    item.stages = this.timings;
+  }
 
   async stage<T>(name: string, fn: () => Promise<T> | T): Promise<T> {
     validate(stageName, name, 'ctx.stage', 'name');

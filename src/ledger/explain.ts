@@ -40,6 +40,14 @@ export async function explainItem(db: LedgerDb, t: LedgerTables, id: string): Pr
 
 type Reason = { code: WhyCode; message: string; details: Explanation['details'] };
 
+/** Why a live consumer claims only rescued work (LiveConsumer.staleOnly), as explain says it. */
+const STALE_ONLY_MODES: Record<string, string> = {
+  queue: 'its queue is stale-only, as it last read it',
+  consumer: 'its staleOnly option',
+  pool: 'pool saturated',
+  slow: 'claims slow',
+};
+
 const iso = (d: Date | null): string | null => (d === null ? null : d.toISOString());
 
 function why(item: WorkItem, facts: WhyFacts, consumers: readonly LiveConsumer[]): Reason {
@@ -172,7 +180,22 @@ function whoServes(item: WorkItem, facts: WhyFacts, consumers: readonly LiveCons
       details: { epoch, consumerEpochs: held },
     };
   }
-  const caps = unfenced.map((c) => c.maxProcessing);
+  // A consumer held to rescued work (its option, or its gate tripped) takes no new pending work.
+  const takers = item.failureClass === 'lease_expired' ? unfenced : unfenced.filter((c) => c.staleOnly === null);
+  if (takers.length === 0) {
+    const mode = (c: LiveConsumer): string => STALE_ONLY_MODES[c.staleOnly ?? ''] ?? String(c.staleOnly);
+    const modes = unfenced.map((c) => `${c.name}: ${mode(c)}`).join('; ');
+    const [only] = unfenced;
+    return {
+      code: 'stale_only',
+      message:
+        unfenced.length === 1 && only !== undefined
+          ? `consumer ${only.name} claims only stale work: ${mode(only)}`
+          : `its consumers claim only stale work: ${modes}`,
+      details: { queue: item.queue, consumers: modes },
+    };
+  }
+  const caps = takers.map((c) => c.maxProcessing);
   const cap = caps.every((c): c is number => c !== null) ? Math.max(...caps) : null;
   if (cap !== null && facts.processing >= cap) {
     return {
@@ -183,7 +206,9 @@ function whoServes(item: WorkItem, facts: WhyFacts, consumers: readonly LiveCons
   }
   return {
     code: 'claimable',
-    message: `it is claimable now: ${unfenced.length} live consumer(s) serve it and take it in their next claim round or sweep`,
-    details: { consumers: unfenced.length },
+    message:
+      `it is claimable now: ${takers.length} live consumer(s) serve it` +
+      ' and take it in their next claim round or sweep',
+    details: { consumers: takers.length },
   };
 }

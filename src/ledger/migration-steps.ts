@@ -427,6 +427,25 @@ export const MIGRATIONS: readonly Migration[] = [
         await sql`ALTER TABLE ${t.queues} ADD COLUMN stale_only TINYINT NOT NULL DEFAULT 0`.execute(conn);
     },
   },
+  {
+    version: 15,
+    name: 'stage timings in the attempt history, stale-only consumers',
+    // The stages an attempt timed (ctx.stage) as JSON, on its history row
+    // (sql/stage-history.ts). Only a run that timed stages names the column;
+    // a first-try success that did gets a history row for them. And why a
+    // live consumer claims only rescued work, as of its last heartbeat
+    // (`pool`, `slow`, …; NULL: it claims as usual), for explain. Nullable,
+    // at the end of the row: MariaDB adds them instantly, TiDB without a backfill.
+    statements: () => [],
+    run: async (conn, t, prefix) => {
+      const attempts = await columnNames(conn, prefix + 'attempts');
+      if (!attempts.has('stages'))
+        await sql`ALTER TABLE ${t.attempts} ADD COLUMN stages TEXT ${TEXT} NULL`.execute(conn);
+      const consumers = await columnNames(conn, prefix + 'consumers');
+      if (!consumers.has('stale_only'))
+        await sql`ALTER TABLE ${t.consumers} ADD COLUMN stale_only VARCHAR(16) ${ASCII} NULL`.execute(conn);
+    },
+  },
 ];
 
 async function columnNames(conn: LedgerDb, table: string): Promise<Set<string>> {

@@ -1,5 +1,6 @@
 import { errorDigest } from './ids.js';
 import { givenKey, scopeOfKey } from './sql/key-scope.js';
+import { parseStages } from './sql/stage-history.js';
 import {
   TERMINAL_STATES,
   type AttemptRecord,
@@ -91,6 +92,7 @@ export interface AttemptRow {
   worker: string | null;
   started_at: Date | null;
   ended_at: Date;
+  stages: string | null;
 }
 
 /**
@@ -154,7 +156,7 @@ export function toWorkItem(row: ItemRow): WorkItem {
 }
 
 export function toAttemptRecord(row: AttemptRow): AttemptRecord {
-  return {
+  const record: AttemptRecord = {
     itemId: row.item_id,
     attempt: row.attempt,
     outcome: row.outcome as AttemptRecord['outcome'],
@@ -165,6 +167,9 @@ export function toAttemptRecord(row: AttemptRow): AttemptRecord {
     startedAt: row.started_at,
     endedAt: row.ended_at,
   };
+  const stages = parseStages(row.stages);
+  if (stages !== undefined) record.stages = stages;
+  return record;
 }
 
 /** The columns SUMMARY_COLUMNS (sql/common.ts) reads. */

@@ -73,6 +73,17 @@ export interface ClaimedItem extends WorkItem {
    * unsettled since its last completed one, in lane order (a group's are in `group.payloads`).
    */
   unsettled?: unknown[];
+  /**
+   * The stages this attempt timed (ctx.stage), set at its first: the write that ends the attempt
+   * records them in the item's attempt history. Absent when the handler named none.
+   */
+  stages?: StageTiming[];
+}
+
+/** One stage a run timed (ctx.stage): its name and how long it took (ms). */
+export interface StageTiming {
+  name: string;
+  ms: number;
 }
 
 /** How a coalescing type's pending items are handed to its handler (docs/design.md §4, Coalescing). */
@@ -120,6 +131,8 @@ export interface AttemptRecord {
   repairId: string | null;
   startedAt: Date | null;
   endedAt: Date;
+  /** The stages the attempt timed (ctx.stage), a repeated name summed; absent when it timed none. */
+  stages?: StageTiming[];
 }
 
 /** What Ledger.repair did: the item is pending again, as itself. */
@@ -158,6 +171,7 @@ export type LeaseHandle = Pick<
   | 'maxAttempts'
   | 'startedAt'
   | 'group'
+  | 'stages'
 > &
   EpochFence;
 
@@ -333,6 +347,11 @@ export interface LiveConsumer {
   maxProcessing: number | null;
   epoch: number | null;
   version: string;
+  /**
+   * Why it claims only rescued work, as of its last heartbeat: its queue's flag (`queue`), its
+   * own option (`consumer`), its pool saturated (`pool`), its claims slow (`slow`); null: as usual.
+   */
+  staleOnly: string | null;
   startedAt: Date;
   lastSeen: Date;
 }

@@ -2,7 +2,7 @@ import type { ComponentChildren } from 'preact';
 import { ApiError, enc, getJson, postAction } from '../api.js';
 import { ActionButton } from '../components/ActionButton.js';
 import { Clip, Empty, ErrorBox, Loading, PageHead, StateBadge, Time } from '../components/bits.js';
-import { absolute, count, json } from '../format.js';
+import { absolute, count, duration, json } from '../format.js';
 import { usePoll } from '../poll.js';
 import { href, navigate } from '../router.js';
 import { useSession } from '../session-context.js';
@@ -189,6 +189,8 @@ export function ItemPage({ id }: { id: string }) {
       <ErrorBox error={error instanceof ApiError && error.status === 404 ? new Error(`No item ${id}`) : error} />
     );
   const { item, attempts, steps, group, why } = data;
+  // The stages column only when an attempt timed any (ctx.stage).
+  const staged = attempts.some((a) => a.stages !== undefined && a.stages.length > 0);
   return (
     <>
       <PageHead
@@ -267,6 +269,7 @@ export function ItemPage({ id }: { id: string }) {
                 <th>Started</th>
                 <th>Ended</th>
                 <th>Error</th>
+                {staged && <th>Stages</th>}
               </tr>
             </thead>
             <tbody>
@@ -287,6 +290,7 @@ export function ItemPage({ id }: { id: string }) {
                   <td class="error-cell">
                     <Clip text={a.error} max={160} />
                   </td>
+                  {staged && <td>{a.stages?.map((s) => `${s.name} ${duration(s.ms)}`).join(', ') || <Dash />}</td>}
                 </tr>
               ))}
             </tbody>

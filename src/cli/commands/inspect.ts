@@ -143,6 +143,23 @@ function printAttempts(io: CliIo, attempts: readonly AttemptRecord[]): void {
     firstLine(a.repairId === null ? a.error : `repair ${a.repairId}: ${a.error ?? ''}`, 80),
   ]);
   println(io, renderTable(['ATTEMPT', 'OUTCOME', 'CLASS', 'WORKER', 'STARTED', 'ENDED', 'ERROR'], rows, ['right']));
+  printStages(io, attempts);
+}
+
+/** The stages each attempt timed (ctx.stage), one line per attempt that timed any. */
+function printStages(io: CliIo, attempts: readonly AttemptRecord[]): void {
+  const timed = attempts.filter((a) => a.stages !== undefined && a.stages.length > 0);
+  if (timed.length === 0) return;
+  println(io);
+  println(io, 'stage timings:');
+  for (const a of timed) {
+    const stages = (a.stages ?? []).map((s) => `${s.name} ${formatMs(s.ms)}`).join(', ');
+    println(io, `  attempt ${a.attempt} (${a.outcome}): ${stages}`);
+  }
+}
+
+function formatMs(ms: number): string {
+  return ms >= 100 ? `${Math.round(ms)} ms` : `${Number(ms.toPrecision(3))} ms`;
 }
 
 function printSteps(io: CliIo, steps: readonly StepRecord[], withData: boolean): void {

@@ -47,8 +47,9 @@ export interface BatchCompletion {
  * to the next item in the same transaction. Returns, per entry, whether it
  * won and whether its lane advanced.
  *
- * Items that need an attempt-history row (not a first-try success), or whose
- * lane appears twice in the batch, go through the single-item path.
+ * Items that need an attempt-history row (not a first-try success, or one
+ * that timed stages), or whose lane appears twice in the batch, go through
+ * the single-item path.
  */
 export async function completeMany(
   db: LedgerDb,
@@ -200,7 +201,8 @@ async function completeOnce(
   const laneSeen = new Set<string>();
   entries.forEach((e, i) => {
     const lk = e.handle.lane === null ? null : queueScoped(e.handle.queue, e.handle.lane);
-    if (e.handle.attempt > 1 || (lk !== null && laneSeen.has(lk))) single.push(i);
+    const history = e.handle.attempt > 1 || (e.handle.stages !== undefined && e.handle.stages.length > 0);
+    if (history || (lk !== null && laneSeen.has(lk))) single.push(i);
     else {
       if (lk !== null) laneSeen.add(lk);
       batch.push(i);

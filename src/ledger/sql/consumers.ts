@@ -18,6 +18,8 @@ export interface ConsumerRow {
   maxProcessing: number | null;
   epoch: number | null;
   version: string;
+  /** Why it claims only rescued work now (consumer/stale-gate.ts); absent: it claims as usual. */
+  staleOnly?: string | null | undefined;
 }
 
 /**
@@ -37,13 +39,17 @@ export async function beat(
     const as = (name: string): RawBuilder<unknown> => sql.raw(i === 0 ? ` AS ${name}` : '');
     const types = c.types === null ? null : c.types.join(',');
     return sql`SELECT ${c.name}${as('name')}, ${c.queue}${as('queue')}, ${c.classes.join(',')}${as('classes')}, ${types}${as('types')},
-      ${c.concurrency}${as('concurrency')}, ${c.maxProcessing}${as('max_processing')}, ${c.epoch}${as('epoch')}, ${c.version}${as('version')}`;
+      ${c.concurrency}${as('concurrency')}, ${c.maxProcessing}${as('max_processing')}, ${c.epoch}${as('epoch')},
+      ${c.version}${as('version')}, ${c.staleOnly ?? null}${as('stale_only')}`;
   });
-  await sql`INSERT INTO ${t.consumers} (name, queue, classes, types, concurrency, max_processing, epoch, version, started_at, last_seen)
-    SELECT v.name, v.queue, v.classes, v.types, v.concurrency, v.max_processing, v.epoch, v.version, NOW(6), NOW(6)
+  await sql`INSERT INTO ${t.consumers}
+      (name, queue, classes, types, concurrency, max_processing, epoch, version, stale_only, started_at, last_seen)
+    SELECT v.name, v.queue, v.classes, v.types, v.concurrency, v.max_processing, v.epoch, v.version, v.stale_only,
+      NOW(6), NOW(6)
     FROM (${sql.join(rows, sql` UNION ALL `)}) AS v
     ON DUPLICATE KEY UPDATE last_seen = NOW(6), queue = v.queue, classes = v.classes, types = v.types,
-      concurrency = v.concurrency, max_processing = v.max_processing, epoch = v.epoch`.execute(db);
+      concurrency = v.concurrency, max_processing = v.max_processing, epoch = v.epoch,
+      stale_only = v.stale_only`.execute(db);
   if (first)
     await sql`DELETE FROM ${t.consumers} WHERE last_seen < ${sql.raw(nowPlusMsText(-FORGET_AFTER_MS))} LIMIT 100`.execute(
       db,
@@ -64,6 +70,7 @@ interface Row {
   max_processing: number | null;
   epoch: number | string | null;
   version: string;
+  stale_only: string | null;
   started_at: Date;
   last_seen: Date;
 }
@@ -71,11 +78,10 @@ interface Row {
 /** The consumers whose last heartbeat is younger than CONSUMER_LIVE_MS, of one queue or all, by queue and name. */
 export async function liveConsumers(db: LedgerDb, t: LedgerTables, queue?: string): Promise<LiveConsumer[]> {
   const ofQueue = queue === undefined ? sql`` : sql`queue = ${queue} AND`;
-  const r =
-    await sql<Row>`SELECT name, queue, classes, types, concurrency, max_processing, epoch, version, started_at, last_seen
-    FROM ${t.consumers} WHERE ${ofQueue} last_seen >= ${sql.raw(nowPlusMsText(-CONSUMER_LIVE_MS))} ORDER BY queue, name`.execute(
-      db,
-    );
+  const since = sql.raw(nowPlusMsText(-CONSUMER_LIVE_MS));
+  const r = await sql<Row>`SELECT name, queue, classes, types, concurrency, max_processing, epoch, version, stale_only,
+      started_at, last_seen
+    FROM ${t.consumers} WHERE ${ofQueue} last_seen >= ${since} ORDER BY queue, name`.execute(db);
   return r.rows.map((x) => ({
     name: x.name,
     queue: x.queue,
@@ -85,6 +91,7 @@ export async function liveConsumers(db: LedgerDb, t: LedgerTables, queue?: strin
     maxProcessing: x.max_processing === null ? null : Number(x.max_processing),
     epoch: x.epoch === null ? null : Number(x.epoch),
     version: x.version,
+    staleOnly: x.stale_only,
     startedAt: x.started_at,
     lastSeen: x.last_seen,
   }));

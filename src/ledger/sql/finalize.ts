@@ -12,6 +12,7 @@ import {
 } from './transition.js';
 import { enterWait } from './waits.js';
 import { storedKey } from './key-scope.js';
+import { stagesText } from './stage-history.js';
 import { epochIsCurrent, fenceOf } from './ownership.js';
 
 /** How a claimed attempt ended; each maps to one CAS (docs/design.md §3). */
@@ -33,6 +34,7 @@ interface Plan {
 }
 
 function plan(h: LeaseHandle, f: Finalization): Plan {
+  const stages = h.stages === undefined ? null : stagesText(h.stages);
   const hist = (outcome: HistoryEntry['outcome'], failureClass: string | null, error: string | null): HistoryEntry => ({
     attempt: h.attempt,
     outcome,
@@ -40,6 +42,7 @@ function plan(h: LeaseHandle, f: Finalization): Plan {
     error,
     worker: h.leaseOwner,
     startedAt: h.startedAt,
+    stages,
   });
   switch (f.kind) {
     case 'complete':
@@ -48,8 +51,8 @@ function plan(h: LeaseHandle, f: Finalization): Plan {
         set: sql`state = 'completed', result = ${f.resultJson}, last_error = NULL, failure_class = NULL, lease_until = ${NO_TIME},
           terminal_at = NOW(6)`,
         terminal: true,
-        // A first-try success is recorded by the item row alone.
-        history: h.attempt > 1 ? hist('completed', null, null) : null,
+        // A first-try success is recorded by the item row alone, unless it timed stages: they have no other place.
+        history: h.attempt > 1 || stages !== null ? hist('completed', null, null) : null,
       };
     case 'dead':
       return {

@@ -13,8 +13,8 @@ export async function getItem(db: LedgerDb, t: LedgerTables, id: string): Promis
 
 export async function getAttempts(db: LedgerDb, t: LedgerTables, id: string): Promise<AttemptRecord[]> {
   const rows =
-    await sql<AttemptRow>`SELECT id, item_id, attempt, outcome, failure_class, error, worker, started_at, ended_at
-    FROM ${t.attempts} WHERE item_id = ${id} ORDER BY ended_at, attempt`.execute(db);
+    await sql<AttemptRow>`SELECT id, item_id, attempt, outcome, failure_class, error, worker, started_at, ended_at,
+      stages FROM ${t.attempts} WHERE item_id = ${id} ORDER BY ended_at, attempt`.execute(db);
   return rows.rows.map(toAttemptRecord);
 }
 

@@ -30,6 +30,8 @@ export interface HistoryEntry {
   error: string | null;
   worker: string | null;
   startedAt: Date | null;
+  /** The attempt's stages as stored (sql/stage-history.ts); null or absent: the row leaves the column out. */
+  stages?: string | null | undefined;
 }
 
 export interface TransitionSpec {
@@ -201,6 +203,15 @@ export async function insertHistory(
   h: HistoryEntry,
   id: string = newId(),
 ): Promise<void> {
+  const stages = h.stages ?? null;
+  // Only an attempt that timed stages names the column: every other sends the statement it sent before.
+  if (stages !== null) {
+    await sql`INSERT INTO ${t.attempts}
+        (id, item_id, attempt, outcome, failure_class, error, worker, started_at, ended_at, stages)
+      VALUES (${id}, ${itemId}, ${h.attempt}, ${h.outcome}, ${h.failureClass}, ${h.error}, ${h.worker},
+        ${h.startedAt}, NOW(6), ${stages})`.execute(exec);
+    return;
+  }
   await sql`INSERT INTO ${t.attempts} (id, item_id, attempt, outcome, failure_class, error, worker, started_at, ended_at)
     VALUES (${id}, ${itemId}, ${h.attempt}, ${h.outcome}, ${h.failureClass}, ${h.error}, ${h.worker},
       ${h.startedAt}, NOW(6))`.execute(exec);
