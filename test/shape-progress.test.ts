@@ -85,8 +85,8 @@ describe('progress', () => {
     const text = await metrics.metrics();
     expect(text).toMatch(new RegExp(`^lanewake_progress_percent\\{queue="${queue}",type="long"\\} \\d+`, 'm'));
 
-    // Let it run a while longer, then finish.
-    await waitFor(() => Date.now() - startedAt > 2500 || undefined, 10_000, 'two and a half seconds');
+    // Let it run a while longer, past many reports (a loaded machine makes fewer a second), then finish.
+    await waitFor(() => (reports > 50 && Date.now() - startedAt > 2500) || undefined, 30_000, '50 reports');
     finish.open();
     const done = await waitFor(
       async () => {

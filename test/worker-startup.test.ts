@@ -241,10 +241,18 @@ test('a ledger that resets connections at start is waited out: the worker starts
     LANEWAKE_REDIS_URL: redisUrl(),
     LANEWAKE_REDIS_KEY_PREFIX: tw.keyPrefix,
   });
+  let exitCode: number | null | undefined;
+  void w.exit.then((code) => {
+    exitCode = code;
+  });
   await waitFor(
-    () => (logLines(w.stderr()).some((l) => l.msg === 'worker started') ? true : undefined),
-    30_000,
-    `worker started (${w.stderr()})`,
+    () => {
+      // A worker that gave up is a failure now, with what it said, not a timeout later.
+      if (exitCode !== undefined) throw new Error(`the worker exited ${exitCode}: ${w.stderr()}`);
+      return logLines(w.stderr()).some((l) => l.msg === 'worker started') ? true : undefined;
+    },
+    60_000,
+    'worker started',
   );
   expect(proxy.resetSoFar()).toBe(3);
   expect(
