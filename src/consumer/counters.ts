@@ -1,5 +1,7 @@
+import type { EventEmitter } from 'node:events';
+import { wakeReadChannel, type WakeReadMessage } from '../diagnostics.js';
 import type { ClaimedItem } from '../ledger/types.js';
-import type { ControlMessage } from '../wake/messages.js';
+import type { ControlMessage, WakeEntry } from '../wake/messages.js';
 import type { Outcome } from './job-run.js';
 
 /** One count per outcome (named as the outcome is), then what the claim side did. */
@@ -78,4 +80,25 @@ export interface ConsumerEvents {
   wakeRead: [read: { ids: readonly string[]; entries: number }];
   /** One claim round: how many items it won and how long its ledger round trips took. */
   claimRound: [round: { claimed: number; durationMs: number; targeted: number }];
+}
+
+/** Wake entries read from Redis, as they reach the claim side: the `wakeRead` event and the diagnostics channel. */
+export function announceWakeRead(
+  events: EventEmitter<ConsumerEvents>,
+  queue: string,
+  consumer: string,
+  entries: readonly WakeEntry[],
+): void {
+  if (events.listenerCount('wakeRead') > 0)
+    events.emit('wakeRead', { ids: entries.flatMap((e) => e.ids), entries: entries.length });
+  if (wakeReadChannel.hasSubscribers) {
+    const message: WakeReadMessage = {
+      queue,
+      consumer,
+      atMs: Date.now(),
+      ids: entries.flatMap((e) => e.ids),
+      entries: entries.length,
+    };
+    wakeReadChannel.publish(message);
+  }
 }

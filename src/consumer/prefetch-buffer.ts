@@ -89,6 +89,11 @@ export class PrefetchBuffer {
     for (const item of items) this.items.push({ item, claimedAtMs });
   }
 
+  /** Items as they entered (intake.ts), kept as given. */
+  add(items: readonly Prefetched[]): void {
+    for (const p of items) this.items.push(p);
+  }
+
   has(id: string): boolean {
     return this.items.some((p) => p.item.id === id);
   }

@@ -1,6 +1,8 @@
 import type { ConsumerRow } from '../ledger/sql/consumers.js';
 import type { Logger } from '../log.js';
+import { packageVersion } from '../version.js';
 import type { ConsumerLedger } from './ledger-port.js';
+import type { ConsumerSettings } from './options.js';
 
 /** How often a process writes its consumers' heartbeat; a consumer counts as live for three beats (sql/consumers.ts). */
 export const HEARTBEAT_MS = 5_000;
@@ -20,6 +22,21 @@ export class ConsumerRegistration {
     private readonly row: ConsumerRow,
     private readonly log: Logger,
   ) {}
+
+  /** The registration of consumer `name` with these settings. */
+  static of(ledger: RegistryLedger, name: string, s: ConsumerSettings, log: Logger): ConsumerRegistration {
+    const row: ConsumerRow = {
+      name,
+      queue: s.queue,
+      classes: s.classes,
+      types: s.types ?? null,
+      concurrency: s.concurrency,
+      maxProcessing: s.maxProcessing ?? null,
+      epoch: s.epoch ?? null,
+      version: packageVersion(),
+    };
+    return new ConsumerRegistration(ledger, row, log);
+  }
 
   start(): Promise<void> {
     return heartbeatOf(this.ledger, this.log).add(this.row);
