@@ -70,7 +70,9 @@ export function newConsumerCounters(): ConsumerCounters {
 }
 
 export interface ConsumerEvents {
-  /** An item's run ended and its outcome is written; `handlerMs`: how long its handler ran, undefined if it never ran. */
+  /**
+   * An item's run ended and its outcome is written; `handlerMs`: how long its handler ran, undefined if it never ran.
+   */
   outcome: [item: ClaimedItem, outcome: Outcome, handlerMs: number | undefined];
   started: [item: ClaimedItem];
   /** A handler's ctx.stage ended (its fn returned or threw): the stage's name and how long it ran, in ms. */

@@ -33,7 +33,9 @@ export const MIN_OFFER_LEASE_MS = 24_000;
  */
 const MAX_STANDING_OFFERS = 4;
 
-/** Free slots a consumer standing `standing` offers needs for one more: 2 for the first, 4 for the second, and so on. */
+/**
+ * Free slots a consumer standing `standing` offers needs for one more: 2 for the first, 4 for the second, and so on.
+ */
 function slotsForAnother(standing: number): number {
   return 2 * (standing + 1);
 }
@@ -78,7 +80,10 @@ export interface OfferDeskHost {
 /** What the desk uses of the wake channel's offers. */
 export type OfferPort = Pick<Offers, 'post' | 'withdraw'>;
 
-/** One offer of this consumer, holding slots (its reservation) until settled (handed off, withdrawn, recovered, given up). */
+/**
+ * One offer of this consumer, holding slots (its reservation) until settled (handed off, withdrawn, recovered, given
+ * up).
+ */
 interface MyOffer {
   offer: Offer;
   reservation: Reservation;

@@ -4,7 +4,9 @@ import { packageVersion } from '../version.js';
 import type { ConsumerLedger } from './ledger-port.js';
 import type { ConsumerSettings } from './options.js';
 
-/** How often a process writes its consumers' heartbeat; a consumer counts as live for three beats (sql/consumers.ts). */
+/**
+ * How often a process writes its consumers' heartbeat; a consumer counts as live for three beats (sql/consumers.ts).
+ */
 export const HEARTBEAT_MS = 5_000;
 
 type RegistryLedger = Pick<ConsumerLedger, 'consumerBeat' | 'consumerGone'>;
@@ -47,7 +49,9 @@ export class ConsumerRegistration {
   }
 }
 
-/** One heartbeat per ledger object, so a process with many consumers sends one statement per beat, not one per consumer. */
+/**
+ * One heartbeat per ledger object, so a process with many consumers sends one statement per beat, not one per consumer.
+ */
 const heartbeats = new WeakMap<RegistryLedger, Heartbeat>();
 
 function heartbeatOf(ledger: RegistryLedger, log: Logger): Heartbeat {
