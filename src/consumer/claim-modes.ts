@@ -38,3 +38,33 @@ export function assertCount(name: string, n: number): number {
   if (n < 0) throw new ClaimStateError(`claim scheduler: ${name} is ${n}, below zero`);
   return n;
 }
+
+/**
+ * Why no claim round may start before a time: a failed claim backs off for
+ * a while; a fleet at its cap holds rounds until a moment later or until one
+ * of this consumer's items finishes. Each lifts on its own; rounds wait for the later.
+ */
+export class ClaimHolds {
+  private errorUntil = 0;
+  private cappedUntil = 0;
+
+  /** A claim round failed: back off for `ms`. */
+  afterError(nowMs: number, ms: number): void {
+    this.errorUntil = nowMs + ms;
+  }
+
+  /** The claim limiter found the fleet at its cap: no claim for `ms`, unless one of ours finishes. */
+  capped(nowMs: number, ms: number): void {
+    this.cappedUntil = nowMs + ms;
+  }
+
+  /** One of this consumer's items finished: the fleet is below its cap by one. */
+  itemFinished(): void {
+    this.cappedUntil = 0;
+  }
+
+  /** No round before this (ms since the epoch). */
+  until(): number {
+    return Math.max(this.errorUntil, this.cappedUntil);
+  }
+}

@@ -9,7 +9,15 @@ import type { ConsumerCounters } from './counters.js';
 import { runJob, type JobRunDeps, type Outcome, type RunningJob } from './job-run.js';
 import type { ConsumerLedger } from './ledger-port.js';
 import type { ConsumerSettings } from './options.js';
-import { nextMode, type ClaimMode, type HeadsKnown, type LastRound } from './claim-modes.js';
+import {
+  assertCount,
+  ClaimHolds,
+  ClaimStateError,
+  nextMode,
+  type ClaimMode,
+  type HeadsKnown,
+  type LastRound,
+} from './claim-modes.js';
 import { arrivals, Intake, type Arrival, type IntakeSource } from './intake.js';
 import type { QueueFlags } from './queue-flags.js';
 import { RoundClaims } from './round-claims.js';
@@ -55,9 +63,8 @@ export class ClaimScheduler<DB> {
   /** Rounds in flight that may search for heads beyond the ids they were named (see caughtUp). */
   private searching = 0;
   private lastRound: LastRound = 'short';
-  private claimBackoffUntil = 0;
-  /** The claim limiter found the fleet at its cap: no claim before this, unless one of ours finishes. */
-  private cappedUntil = 0;
+  /** Error backoff and the fleet cap: no round before their time. */
+  private readonly holds = new ClaimHolds();
   private readonly claims: RoundClaims;
 
   constructor(
@@ -202,7 +209,7 @@ export class ClaimScheduler<DB> {
         this.settings.maxProcessing === undefined && (this.lastRound === 'full' || this.targeted.size > 0)
           ? MAX_CLAIM_ROUNDS
           : 1;
-      const holdUntil = Math.max(this.claimBackoffUntil, this.cappedUntil);
+      const holdUntil = this.holds.until();
       const backingOff = Date.now() < holdUntil;
       if (
         !this.flags.paused &&
@@ -221,12 +228,12 @@ export class ClaimScheduler<DB> {
           .catch((error: unknown) => {
             this.counters.errors++;
             this.lastRound = 'short';
-            this.claimBackoffUntil = Date.now() + CLAIM_ERROR_BACKOFF_MS;
+            this.holds.afterError(Date.now(), CLAIM_ERROR_BACKOFF_MS);
             this.log.error({ err: (error as Error).message }, 'claim failed; retrying');
           })
           .finally(() => {
             capacity.roundEnded(room);
-            if (search) this.searching--;
+            if (search) this.searching = assertCount('searching rounds', this.searching - 1);
             rounds.delete(round);
             this.wake.notify();
           });
@@ -277,7 +284,7 @@ export class ClaimScheduler<DB> {
         this.pendingAcks.unshift(...acks);
         this.noteWork();
         // Try again shortly, or as soon as one of ours finishes (finished() lifts this).
-        this.cappedUntil = Date.now() + CAPPED_RETRY_MS;
+        this.holds.capped(Date.now(), CAPPED_RETRY_MS);
         return;
       }
       free = Math.min(free, capRoom);
@@ -345,6 +352,7 @@ export class ClaimScheduler<DB> {
   }
 
   private startJob(item: ClaimedItem, claimedAtMs: number): void {
+    if (this.mode !== 'claiming') throw new ClaimStateError(`claim scheduler: a start while ${this.mode}`);
     const run = runJob(this.runDeps, item, claimedAtMs);
     this.running.set(item.id, run);
     run.start();
@@ -371,7 +379,7 @@ export class ClaimScheduler<DB> {
     this.running.delete(item.id);
     this.finalizing.delete(item.id);
     this.counters[outcome]++;
-    this.cappedUntil = 0;
+    this.holds.itemFinished();
     // The slot is free; a finished lane head has a successor worth claiming right here (lane affinity),
     // unless the completion said the lane has none waiting.
     // A released item may be due again at once (a block whose key was woken while it ran). A keyed
