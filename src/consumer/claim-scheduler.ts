@@ -141,7 +141,7 @@ export class ClaimScheduler<DB> {
     this.wake.notify();
   }
 
-  /** `source`: `wake` for a wake-up a producer in this process handed over, `round` for one read or a message. */
+  /** `source`: `wake` for a wake-up a producer in this process passed on, `round` for one read or a message. */
   takeWake(m: Pick<WakeMessage, 'ids' | 'more'>, source: 'round' | 'wake'): void {
     // A fair queue's items are claimed by their rounds (docs/design.md, "Fair queues"): claimed by name, in the
     // order their wake-ups came, one key's flood would run ahead of the keys announced after it.

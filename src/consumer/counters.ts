@@ -10,20 +10,20 @@ export interface ConsumerCounters extends Record<Outcome, number> {
   claimRounds: number;
   sweeps: number;
   wakeEntriesRead: number;
-  /** Wake-ups a producer in this process handed over directly (no Redis round trip). */
+  /** Wake-ups a producer in this process passed directly (no Redis round trip). */
   localWakes: number;
   /** Items a producer in this process inserted already claimed for this consumer (no claim round trip). */
   claimedAtInsert: number;
   /** Offers this consumer posted for producers in any process (docs/design.md §6, "Through an offer"). */
   offersMade: number;
-  /** Items producers inserted claimed under its offers and handed over (no claim round trip). */
+  /** Items producers inserted claimed under its offers and handed off (no claim round trip). */
   handedOver: number;
   /** Of those, items found in the ledger by the offer's token because the handoff never came. */
   handoffsRecovered: number;
   /** Lane successors claimed in the transaction that completed their predecessors (lane affinity, no claim round). */
   claimedWithCompletion: number;
   followUpWakes: number;
-  /** Prefetched items handed back unstarted (their wait in the buffer ran too long, or the consumer stopped). */
+  /** Items returned unstarted (returns.ts): their wait in the buffer ran too long, or the consumer stopped. */
   prefetchReleased: number;
   /** Durable steps run and recorded (ctx.step), and steps found done by an earlier attempt and not run again. */
   stepsRecorded: number;

@@ -12,7 +12,7 @@ import { Returns } from './returns.js';
  * Every way an item reaches a consumer claimed (docs/design.md §6):
  *
  * - `round`: claimed by id, named by a wake-up read from Redis (or a dependency message);
- * - `wake`: claimed by id, named by a wake-up a producer in this process handed over directly;
+ * - `wake`: claimed by id, named by a wake-up a producer in this process passed directly;
  * - `head-search`: found by a claim round's search for heads;
  * - `insert`: inserted claimed for it by a producer in this process;
  * - `offer`: inserted claimed under its offer by a producer in any process, handed off on the control stream;

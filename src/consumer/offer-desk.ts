@@ -17,7 +17,7 @@ export const OFFER_WARM_MS = 10_000;
 /** A taken offer whose handoff did not come: the ledger is asked after each of these waits (ms since found taken). */
 const RECOVERY_AFTER_MS = [1_000, 3_000, 8_000] as const;
 /**
- * Consumers with shorter leases make no offers. An item handed over runs on a
+ * Consumers with shorter leases make no offers. An item handed off runs on a
  * lease counted from when its offer was made (up to OFFER_TTL_MS earlier), and
  * one recovered from the ledger is found up to 8 s after that: both must be
  * well inside the lease (a prefetched item starts only within two thirds of
@@ -49,7 +49,7 @@ export const OFFER_MAX_ROOM = 8;
  * together hold about half its slots and the rest stay for claim rounds.
  * A producer batches the single enqueues that arrive together
  * (src/producer/enqueue-batcher.ts) and takes one offer per batch, so an
- * offer of one slot handed over one item of a batch and left the rest to
+ * offer of one slot handed off one item of a batch and left the rest to
  * wake-ups and claim rounds.
  */
 export function offerRoom(free: number): number {
@@ -254,7 +254,7 @@ export class OfferDesk {
     const m: MyOffer = { offer, reservation, state: 'posting', asked: 0 };
     this.mine.set(offer.token, m);
     const posted = await this.port.post(host.queue, offer, OFFER_TTL_MS * 4);
-    if (!this.mine.has(offer.token)) return false; // handed over before the post's answer came
+    if (!this.mine.has(offer.token)) return false; // handed off before the post's answer came
     if (!posted) {
       this.noPostUntil = now + LOOK_INTERVAL_MS;
       this.settle(m, []);
@@ -295,7 +295,7 @@ export class OfferDesk {
     if (!m.posted) return;
     m.state = 'withdrawing';
     const withdrawn = await this.port.withdraw(this.host.queue, m.posted);
-    if (!this.mine.has(m.offer.token)) return; // handed over meanwhile
+    if (!this.mine.has(m.offer.token)) return; // handed off meanwhile
     if (withdrawn === true) {
       this.settle(m, []);
       return;
@@ -319,7 +319,7 @@ export class OfferDesk {
   private async recover(m: MyOffer, last: boolean): Promise<void> {
     m.asked++;
     const items = await this.host.heldUnderLease(m.offer.token).catch(() => undefined);
-    if (!this.mine.has(m.offer.token)) return; // handed over meanwhile
+    if (!this.mine.has(m.offer.token)) return; // handed off meanwhile
     if (items && items.length > 0) {
       this.host.counted('handoffsRecovered', items.length);
       this.host.log.info(

@@ -103,7 +103,7 @@ export class PrefetchBuffer {
    * that must go back unstarted: one waits at most a third of its lease; one
    * that finds a free slot still starts while a third of its lease is left
    * (its first renewal is then due at once), so a claim slowed by a busy
-   * database does not hand back what it just claimed for free slots.
+   * database does not return what it just claimed for free slots.
    */
   take(freeSlots: number, nowMs: number): { start: Prefetched[]; expired: Prefetched[] } {
     const start: Prefetched[] = [];
