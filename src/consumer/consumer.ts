@@ -306,7 +306,7 @@ export class Consumer<DB = Record<string, never>> extends EventEmitter<ConsumerE
     this.emit('control', m);
   }
 
-  /** A producer in this process hands a wake-up over directly; taken only while a slot is free to claim with. */
+  /** A producer in this process passes a wake-up directly; taken only while a slot is free to claim with. */
   private readonly takeLocalWake = (m: WakeMessage): boolean => {
     if (!this.active || this.flags.paused || this.scheduler.intake.capacity.freeSlots() <= 0) return false;
     this.counters.localWakes++;
