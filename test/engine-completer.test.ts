@@ -97,7 +97,7 @@ test("a keyed batch gathers several consumers' ends and hands each, under its ow
   const roomOf =
     (name: string): SuccessorRoom =>
     (wanted) => ({
-      way: 'successor',
+      source: 'key-successor',
       lease: {
         owner: name,
         token: `tok_${name}_room_${wanted}_0000000`.slice(0, 24),

@@ -1,10 +1,13 @@
 import type { FinalizeResult, LeaseHandle } from '../ledger/types.js';
 import { groupBy } from '../group-by.js';
-import type { Handover } from './handover.js';
+import type { Reservation } from './reservations.js';
 import type { CompletionLedger } from './ledger-port.js';
 
-/** Room for what a completion batch's ends hand on (Handovers.forSuccessors): lane successors, or items keys admit (`keyed`); undefined when the consumer has none. */
-export type SuccessorRoom = (wanted: number, keyed: boolean) => Handover | undefined;
+/**
+ * Room for what a completion batch's ends hand on (Reservations.forSuccessors): lane successors, or
+ * items keys admit (`keyed`); undefined when the consumer has none.
+ */
+export type SuccessorRoom = (wanted: number, keyed: boolean) => Reservation | undefined;
 
 interface Waiting {
   /** The completing consumer's room for what its end claims (a lane's next head, the items a key admits). */
@@ -180,11 +183,11 @@ class CompletionLine {
  * the one with most first (every one of a consumer's own line is its own):
  * what their ends hand on is claimed for them, in that order.
  */
-function roomsOf(ends: readonly Waiting[], keyed: boolean): Handover[] {
+function roomsOf(ends: readonly Waiting[], keyed: boolean): Reservation[] {
   const counts = new Map<SuccessorRoom, number>();
   for (const w of ends) if (w.successors !== undefined) counts.set(w.successors, (counts.get(w.successors) ?? 0) + 1);
   return [...counts]
     .sort((a, b) => b[1] - a[1])
     .map(([room, n]) => room(n, keyed))
-    .filter((r): r is Handover => r !== undefined);
+    .filter((r): r is Reservation => r !== undefined);
 }

@@ -1,25 +1,24 @@
 import { EventEmitter } from 'node:events';
 import { hostname } from 'node:os';
 import { randomBytes } from 'node:crypto';
-import { wakeReadChannel, type WakeReadMessage } from '../diagnostics.js';
 import { ValidationError } from '../errors.js';
-import type { ClaimedItem, SweepSignal } from '../ledger/types.js';
+import type { ClaimedItem } from '../ledger/types.js';
 import { createLogger, type Logger } from '../log.js';
-import { Maintainer } from '../maintenance/maintainer.js';
 import { Producer } from '../producer/producer.js';
 import type { Outbox } from './job-context.js';
 import { StaleGate, type StaleOnlyReason } from './stale-gate.js';
-import { sleep } from '../sleep.js';
 import type { ControlMessage, WakeMessage } from '../wake/messages.js';
 import { holdScheduleFiring } from '../schedules/firing.js';
 import type { WakeChannel } from '../wake/wake-channel.js';
-import { packageVersion } from '../version.js';
 import { WakeReader } from '../wake/wake-reader.js';
 import { ClaimScheduler, type SchedulerHost } from './claim-scheduler.js';
 import { BatchCompleter } from './completer.js';
-import { newConsumerCounters, type ConsumerCounters, type ConsumerEvents } from './counters.js';
+import { announceWakeRead, newConsumerCounters, type ConsumerCounters, type ConsumerEvents } from './counters.js';
 import { coalesceClaimOf, type CoalesceClaim } from './coalescing.js';
-import { Handovers, type HandoverWay } from './handover.js';
+import { Eligibility } from './eligibility.js';
+import { drainSlots } from './drain.js';
+import { arrivals, type IntakeSource } from './intake.js';
+import { Reservations, type ReservationsHost } from './reservations.js';
 import { startLeaseClock } from './lease-keeper.js';
 import type { ConsumerLedger } from './ledger-port.js';
 import type { Ledger } from '../ledger/ledger.js';
@@ -39,23 +38,13 @@ export type { ConsumerOptions } from './options.js';
 const FOLLOW_UP_MIN_INTERVAL_MS = 20;
 /** At stop, how long handoffs of offers producers took may still come before the ledger is asked for their items. */
 const OFFER_HANDOFF_WAIT_MS = 300;
-/** A consumer with handlers for more types than this makes no offers (each offer lists them). */
-const MAX_OFFER_TYPES = 32;
-/** Most expired leases reclaimed, and most due probes released, per sweep. */
-const SWEEP_MAINTENANCE_BATCH = 500;
-
-/** The counter each way in without a claim round adds to. */
-const HANDOVER_COUNTER = {
-  insert: 'claimedAtInsert',
-  offer: 'handedOver',
-  successor: 'claimedWithCompletion',
-} as const;
 
 /**
- * One consumer per (process, queue): a claim scheduler feeding `concurrency`
- * executor slots (docs/design.md §6), a wake reader that tells it which items
- * to claim, handovers of items claimed for it elsewhere, and a sweeper of the
- * ledger as the backstop (faster while Redis is away). It finalizes only
+ * One consumer per (process, queue), wiring its parts (docs/design.md §6): a
+ * claim scheduler feeding `concurrency` executor slots through its intake
+ * (intake.ts), a wake reader that tells it which items to claim,
+ * reservations for items claimed for it elsewhere, offers, and a sweeper of
+ * the ledger as the backstop (faster while Redis is away). It finalizes only
  * through the ledger.
  */
 export class Consumer<DB = Record<string, never>> extends EventEmitter<ConsumerEvents> {
@@ -65,7 +54,7 @@ export class Consumer<DB = Record<string, never>> extends EventEmitter<ConsumerE
 
   private readonly ledger: ConsumerLedger;
   private readonly wake: WakeChannel | undefined;
-  /** Stops this process firing the ledger's schedules, if this consumer was the last to hold it (src/schedules/firing.ts). */
+  /** Stops this process firing the ledger's schedules, if this consumer held it last (src/schedules/firing.ts). */
   private releaseFiring: (() => Promise<void>) | undefined;
   private readonly firingLedger: Ledger;
   private readonly outbox: Outbox;
@@ -74,16 +63,16 @@ export class Consumer<DB = Record<string, never>> extends EventEmitter<ConsumerE
   private readonly handlers: Map<string, RegisteredHandler<DB>>;
   private readonly log: Logger;
   private readonly scheduler: ClaimScheduler<DB>;
-  /** Items claimed for it outside its claim rounds: at insert, under an offer, as a lane's successor. */
-  private readonly handovers: Handovers;
+  /** Room held for items claimed for it outside its claim rounds: at insert, under an offer, as a successor. */
+  private readonly reservations: Reservations;
+  private readonly eligible: Eligibility;
   private readonly sweeper: Sweeper;
   private reader: WakeReader | undefined;
   private loopsSettled: Promise<void> = Promise.resolve();
   private state: 'new' | 'running' | 'stopping' | 'stopped' = 'new';
   private lastFollowUpAt = 0;
+  /** The queue's flags: the one home of paused, stale-only and fair in this consumer. */
   private readonly flags: QueueFlags;
-  /** The sweep's share of the ledger's housekeeping for this queue (`maintenance` on). */
-  private readonly maintainer: Maintainer | undefined;
   private unregisterLocal: (() => void) | undefined;
   /** Its row in the ledger's registry of live consumers. */
   private readonly registration: ConsumerRegistration;
@@ -110,75 +99,49 @@ export class Consumer<DB = Record<string, never>> extends EventEmitter<ConsumerE
     this.coalesce = coalesceClaimOf(this.handlers);
     this.name = this.settings.name ?? `${hostname()}:${process.pid}:${randomBytes(3).toString('hex')}`;
     this.log = (logger ?? createLogger('lanewake.consumer')).child({ queue: this.settings.queue, consumer: this.name });
-    this.maintainer = this.settings.maintenance
-      ? new Maintainer({
-          ledger,
-          wake,
-          queues: [this.settings.queue],
-          log: this.log,
-          batchSize: SWEEP_MAINTENANCE_BATCH,
-        })
-      : undefined;
-    this.gate = new StaleGate(
-      {
-        always: this.settings.staleOnly,
-        poolWaiting: this.settings.staleOnlyGate?.poolWaiting,
-        claimMs: this.settings.staleOnlyGate?.claimMs,
+    this.eligible = new Eligibility(this.settings, this.handlers, this.coalesce);
+    this.gate = StaleGate.of(this.settings, () => ledger.pool);
+    this.flags = new QueueFlags({
+      queue: this.settings.queue,
+      ledger,
+      log: this.log,
+      setStaleOnly: (on) => this.gate.setQueue(on),
+      pausedChanged: (paused) => {
+        this.scheduler.pauseChanged(paused);
+        if (paused) this.offers?.look();
       },
-      () => ledger.pool,
-    );
-    this.handovers = new Handovers(this.handoverHost());
+    });
+    const s = this.settings;
     this.scheduler = new ClaimScheduler(
       this.ledger,
-      this.settings,
+      s,
       this.name,
       this.counters,
       this.log,
+      this.flags,
       this.schedulerHost(),
     );
+    this.reservations = new Reservations(this.reservationsHost(), this.scheduler.intake.capacity);
     this.sweeper = new Sweeper(
       {
-        queue: this.settings.queue,
+        queue: s.queue,
         log: this.log,
-        housekeeping: (signal) => this.housekeeping(signal),
+        flags: this.flags,
+        reader: () => this.reader,
         lookForWork: () => this.scheduler.kick(),
         counted: (counter) => this.counters[counter]++,
       },
       ledger,
       {
-        pollIntervalMs: this.settings.pollIntervalMs,
-        redisDownPollMs: this.settings.redisDownPollMs,
-        shared: wake !== undefined,
+        pollIntervalMs: s.pollIntervalMs,
+        redisDownPollMs: s.redisDownPollMs,
+        shared: !!wake,
+        maintenance: s.maintenance,
+        wake,
       },
     );
-    this.offers = wake ? new OfferDesk(this.offerDeskHost(), this.handovers, wake.offers) : undefined;
-    this.flags = new QueueFlags({
-      queue: this.settings.queue,
-      ledger,
-      log: this.log,
-      isPaused: () => this.scheduler.isPaused,
-      setStaleOnly: (on) => this.gate.setQueue(on),
-      setPaused: (paused) => {
-        this.scheduler.setPaused(paused);
-        if (paused) this.offers?.look();
-      },
-    });
-    const s = this.settings;
-    this.registration = new ConsumerRegistration(
-      ledger,
-      {
-        name: this.name,
-        queue: s.queue,
-        classes: s.classes,
-        types: s.types ?? null,
-        concurrency: s.concurrency,
-        maxProcessing: s.maxProcessing ?? null,
-        epoch: s.epoch ?? null,
-        version: packageVersion(),
-      },
-      this.log,
-      () => this.gate.reason(),
-    );
+    this.offers = wake ? new OfferDesk(this.offerDeskHost(), this.reservations, wake.offers) : undefined;
+    this.registration = ConsumerRegistration.of(ledger, this.name, s, this.log, () => this.gate.reason());
   }
 
   /** Items this consumer holds: handlers running plus outcomes being written. */
@@ -192,13 +155,6 @@ export class Consumer<DB = Record<string, never>> extends EventEmitter<ConsumerE
     for (const run of this.scheduler.running.values())
       if (run.progressPercent !== undefined) out.push({ type: run.item.type, percent: run.progressPercent });
     return out;
-  }
-
-  /** The types it has handlers for and claims. */
-  private claimedTypes(): string[] {
-    return [...this.handlers.keys()].filter(
-      (t) => this.settings.types === undefined || this.settings.types.includes(t),
-    );
   }
 
   get redisConnected(): boolean {
@@ -216,7 +172,7 @@ export class Consumer<DB = Record<string, never>> extends EventEmitter<ConsumerE
 
   /** Its queue is paused (Ledger.pause), as this consumer last heard: it claims nothing. */
   get paused(): boolean {
-    return this.scheduler.isPaused;
+    return this.flags.paused;
   }
 
   async start(): Promise<void> {
@@ -245,20 +201,9 @@ export class Consumer<DB = Record<string, never>> extends EventEmitter<ConsumerE
         wake,
         { queue, classes, name: this.name, readBlockMs, log: this.log },
         {
-          readRoom: () => (this.scheduler.isPaused ? 0 : this.scheduler.freeSlots()),
+          readRoom: () => (this.flags.paused ? 0 : this.scheduler.intake.capacity.freeSlots()),
           onEntries: (entries) => {
-            if (this.listenerCount('wakeRead') > 0)
-              this.emit('wakeRead', { ids: entries.flatMap((e) => e.ids), entries: entries.length });
-            if (wakeReadChannel.hasSubscribers) {
-              const message: WakeReadMessage = {
-                queue,
-                consumer: this.name,
-                atMs: Date.now(),
-                ids: entries.flatMap((e) => e.ids),
-                entries: entries.length,
-              };
-              wakeReadChannel.publish(message);
-            }
+            announceWakeRead(this, queue, this.name, entries);
             this.scheduler.takeEntries(entries);
           },
           onControl: (message) => this.takeControl(message),
@@ -274,7 +219,7 @@ export class Consumer<DB = Record<string, never>> extends EventEmitter<ConsumerE
         queue,
         classes,
         takeWake: this.takeLocalWake,
-        atInsert: (queueClass, types, n) => this.handovers.atInsert(queueClass, types, n),
+        atInsert: (queueClass, types, n) => this.reservations.atInsert(queueClass, types, n),
       });
       this.offers?.start();
     }
@@ -306,19 +251,9 @@ export class Consumer<DB = Record<string, never>> extends EventEmitter<ConsumerE
     await this.offers?.stop(OFFER_HANDOFF_WAIT_MS);
     await Promise.allSettled([this.reader?.stop(), this.loopsSettled, swept]);
     await this.offers?.recoverRest();
-    await this.scheduler.releaseBuffered();
-
-    const { running, finalizing } = this.scheduler;
-    const settled = () => Promise.allSettled([...running.values(), ...finalizing.values()].map((r) => r.done));
-    if (running.size + finalizing.size > 0) await Promise.race([settled(), sleep(drainMs)]);
-    if (running.size > 0) {
-      this.log.warn({ inFlight: running.size }, 'drain timeout: aborting in-flight handlers');
-      for (const r of running.values()) r.abort('shutdown');
-      await Promise.race([settled(), sleep(Math.min(this.settings.abortGraceMs, 5_000))]);
-      for (const r of running.values()) r.abandon();
-      await settled();
-    }
-    await this.scheduler.lateReleasesSettled();
+    await this.scheduler.intake.returnBuffered();
+    await drainSlots(this.scheduler, drainMs, Math.min(this.settings.abortGraceMs, 5_000), this.log);
+    await this.scheduler.intake.lateReturnsSettled();
     clearInterval(this.clock);
     await this.registration.stop();
     await this.releaseFiring?.();
@@ -344,18 +279,6 @@ export class Consumer<DB = Record<string, never>> extends EventEmitter<ConsumerE
     return this.state === 'running';
   }
 
-  /** One sweep's housekeeping: expired leases and due probes of this queue back to pending (each announced), idle wake entries taken over. */
-  private async housekeeping(signal: SweepSignal | undefined): Promise<void> {
-    // The ledger holds the paused flag: each sweep learns it, also with Redis down (the control stream only says it sooner).
-    await this.flags.learn(signal);
-    if (this.maintainer) {
-      // The pass runs only the steps the signal, when given, says have work.
-      const failed = (await this.maintainer.pass(signal ? new Map([[signal.queue, signal]]) : undefined)).failed[0];
-      if (failed) throw failed.error;
-    }
-    await this.reader?.takeOverIdle();
-  }
-
   private async publishFollowUp(): Promise<void> {
     if (!this.wake || !this.redisConnected) return;
     const now = Date.now();
@@ -373,7 +296,7 @@ export class Consumer<DB = Record<string, never>> extends EventEmitter<ConsumerE
       return;
     }
     if (m.type === 'dependency') {
-      this.scheduler.takeWake({ ids: m.ids });
+      this.scheduler.takeWake({ ids: m.ids }, 'round');
       this.kick();
     } else if (m.type === 'pause' || m.type === 'resume') {
       this.flags.heard(m.type === 'pause');
@@ -383,11 +306,11 @@ export class Consumer<DB = Record<string, never>> extends EventEmitter<ConsumerE
     this.emit('control', m);
   }
 
-  /** A producer in this process hands a wake-up over directly; taken only while a slot is free to claim with. */
+  /** A producer in this process passes a wake-up directly; taken only while a slot is free to claim with. */
   private readonly takeLocalWake = (m: WakeMessage): boolean => {
-    if (!this.active || this.scheduler.isPaused || this.scheduler.freeSlots() <= 0) return false;
+    if (!this.active || this.flags.paused || this.scheduler.intake.capacity.freeSlots() <= 0) return false;
     this.counters.localWakes++;
-    this.scheduler.takeWake(m);
+    this.scheduler.takeWake(m, 'wake');
     this.scheduler.kick();
     return true;
   };
@@ -402,7 +325,7 @@ export class Consumer<DB = Record<string, never>> extends EventEmitter<ConsumerE
         counted: (counter) => this.counters[counter]++,
         onStage: (item, stage, ms) => this.emit('stage', item, stage, ms),
         completer: new BatchCompleter(this.ledger, (wanted, keyed) =>
-          this.flags.fair ? undefined : this.handovers.forSuccessors(wanted, keyed),
+          this.flags.fair ? undefined : this.reservations.forSuccessors(wanted, keyed),
         ),
         settings: this.settings,
         handlers: this.handlers,
@@ -422,10 +345,8 @@ export class Consumer<DB = Record<string, never>> extends EventEmitter<ConsumerE
         },
       },
       emit: this.emit.bind(this) as SchedulerHost<DB>['emit'],
-      held: this.handovers,
       ack: (entries) => void this.reader?.ack(entries),
       followUp: () => this.publishFollowUp(),
-      fair: () => this.flags.fair,
       staleOnly: () => this.gate.reason() !== undefined,
       claimTimed: (ms) => this.gate.noteClaimMs(ms),
       roomChanged: () => {
@@ -435,30 +356,17 @@ export class Consumer<DB = Record<string, never>> extends EventEmitter<ConsumerE
     };
   }
 
-  private handoverHost(): ConstructorParameters<typeof Handovers>[0] {
+  private reservationsHost(): ReservationsHost {
     const { leaseMs, classes } = this.settings;
-    // A coalescing type's heads are taken only by claim rounds, which gather their groups.
-    const coalescing = this.coalesce?.types ?? {};
-    const types =
-      this.coalesce === undefined ? this.settings.types : this.claimedTypes().filter((t) => !(t in coalescing));
     return {
       owner: this.name,
       leaseMs,
       classes,
-      types,
-      freeSlots: () => this.scheduler.freeSlots(),
-      claimRoom: () => this.scheduler.claimRoom(),
-      claimRoomBesideRounds: () => this.scheduler.claimRoomBesideRounds(),
+      types: this.eligible.reservedTypes,
       takesOutsideRounds: () => this.claimsOutsideRounds(),
-      handles: (wanted) => {
-        for (const t of wanted)
-          if (!this.handlers.has(t) || (types !== undefined && !types.includes(t)) || t in coalescing) return false;
-        return true;
-      },
-      take: (items: readonly ClaimedItem[], claimedAtMs: number, way: HandoverWay) => {
-        this.counters[HANDOVER_COUNTER[way]] += items.length;
-        this.scheduler.admit(items, claimedAtMs);
-      },
+      handles: (wanted) => this.eligible.handles(wanted),
+      take: (items: readonly ClaimedItem[], claimedAtMs: number, source: IntakeSource) =>
+        this.scheduler.intake.take(arrivals(items, claimedAtMs, source)),
       roomChanged: () => this.scheduler.roomReturned(),
     };
   }
@@ -470,13 +378,9 @@ export class Consumer<DB = Record<string, never>> extends EventEmitter<ConsumerE
       queue,
       classes,
       leaseMs,
-      offerTypes: () => {
-        const coalescing = this.coalesce?.types ?? {};
-        const types = this.claimedTypes().filter((t) => !(t in coalescing));
-        return types.length > 0 && types.length <= MAX_OFFER_TYPES ? types : undefined;
-      },
+      offerTypes: () => this.eligible.offerTypes(),
       mayTakeOutsideRounds: () => this.claimsOutsideRounds(),
-      freeSlots: () => this.scheduler.freeSlots(),
+      freeSlots: () => this.scheduler.intake.capacity.freeSlots(),
       caughtUp: () => this.scheduler.caughtUp(),
       activity: () => this.counters.claimed,
       heldUnderLease: (token) => this.ledger.heldUnderLease({ queue, classes, owner: this.name, token, leaseMs }),
@@ -485,18 +389,8 @@ export class Consumer<DB = Record<string, never>> extends EventEmitter<ConsumerE
     };
   }
 
-  /**
-   * Items claimed for this consumer outside its claim rounds (at insert, under
-   * an offer, with a completion) are only for a running, unpaused consumer
-   * whose claims are not fenced in SQL (fleet-wide cap, ownership epoch).
-   */
+  /** Whether items claimed outside its claim rounds may come to it now (Eligibility.takesOutsideRounds). */
   private claimsOutsideRounds(): boolean {
-    return (
-      this.active &&
-      !this.scheduler.isPaused &&
-      this.settings.maxProcessing === undefined &&
-      this.settings.epoch === undefined &&
-      this.gate.reason() === undefined
-    );
+    return this.eligible.takesOutsideRounds(this.active, this.flags.paused, () => this.gate.reason() !== undefined);
   }
 }

@@ -1,5 +1,7 @@
+import type { EventEmitter } from 'node:events';
+import { wakeReadChannel, type WakeReadMessage } from '../diagnostics.js';
 import type { ClaimedItem } from '../ledger/types.js';
-import type { ControlMessage } from '../wake/messages.js';
+import type { ControlMessage, WakeEntry } from '../wake/messages.js';
 import type { Outcome } from './job-run.js';
 
 /** One count per outcome (named as the outcome is), then what the claim side did. */
@@ -8,20 +10,20 @@ export interface ConsumerCounters extends Record<Outcome, number> {
   claimRounds: number;
   sweeps: number;
   wakeEntriesRead: number;
-  /** Wake-ups a producer in this process handed over directly (no Redis round trip). */
+  /** Wake-ups a producer in this process passed directly (no Redis round trip). */
   localWakes: number;
   /** Items a producer in this process inserted already claimed for this consumer (no claim round trip). */
   claimedAtInsert: number;
   /** Offers this consumer posted for producers in any process (docs/design.md §6, "Through an offer"). */
   offersMade: number;
-  /** Items producers inserted claimed under its offers and handed over (no claim round trip). */
+  /** Items producers inserted claimed under its offers and handed off (no claim round trip). */
   handedOver: number;
   /** Of those, items found in the ledger by the offer's token because the handoff never came. */
   handoffsRecovered: number;
   /** Lane successors claimed in the transaction that completed their predecessors (lane affinity, no claim round). */
   claimedWithCompletion: number;
   followUpWakes: number;
-  /** Prefetched items handed back unstarted (their wait in the buffer ran too long, or the consumer stopped). */
+  /** Items returned unstarted (returns.ts): their wait in the buffer ran too long, or the consumer stopped. */
   prefetchReleased: number;
   /** Durable steps run and recorded (ctx.step), and steps found done by an earlier attempt and not run again. */
   stepsRecorded: number;
@@ -68,7 +70,9 @@ export function newConsumerCounters(): ConsumerCounters {
 }
 
 export interface ConsumerEvents {
-  /** An item's run ended and its outcome is written; `handlerMs`: how long its handler ran, undefined if it never ran. */
+  /**
+   * An item's run ended and its outcome is written; `handlerMs`: how long its handler ran, undefined if it never ran.
+   */
   outcome: [item: ClaimedItem, outcome: Outcome, handlerMs: number | undefined];
   started: [item: ClaimedItem];
   /** A handler's ctx.stage ended (its fn returned or threw): the stage's name and how long it ran, in ms. */
@@ -78,4 +82,25 @@ export interface ConsumerEvents {
   wakeRead: [read: { ids: readonly string[]; entries: number }];
   /** One claim round: how many items it won and how long its ledger round trips took. */
   claimRound: [round: { claimed: number; durationMs: number; targeted: number }];
+}
+
+/** Wake entries read from Redis, as they reach the claim side: the `wakeRead` event and the diagnostics channel. */
+export function announceWakeRead(
+  events: EventEmitter<ConsumerEvents>,
+  queue: string,
+  consumer: string,
+  entries: readonly WakeEntry[],
+): void {
+  if (events.listenerCount('wakeRead') > 0)
+    events.emit('wakeRead', { ids: entries.flatMap((e) => e.ids), entries: entries.length });
+  if (wakeReadChannel.hasSubscribers) {
+    const message: WakeReadMessage = {
+      queue,
+      consumer,
+      atMs: Date.now(),
+      ids: entries.flatMap((e) => e.ids),
+      entries: entries.length,
+    };
+    wakeReadChannel.publish(message);
+  }
 }

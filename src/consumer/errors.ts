@@ -43,7 +43,10 @@ export class DeferError extends Error {
 /** A rate limit hit: a Defer by another name, so logs and metrics can tell them apart. */
 export class RateLimitedError extends DeferError {
   override readonly name: string = 'RateLimitedError';
-  /** For a type with a `rateLimit`, its key's next start is pushed this far back, fleet-wide (docs/design.md §6, "Rate limits"). */
+  /**
+   * For a type with a `rateLimit`, its key's next start is pushed this far back, fleet-wide (docs/design.md §6, "Rate
+   * limits").
+   */
   readonly retryAfterMs: number;
   constructor(retryAfterMs: number | { retryAfterMs: number }) {
     const ms = typeof retryAfterMs === 'number' ? retryAfterMs : retryAfterMs.retryAfterMs;
@@ -67,7 +70,10 @@ export class BlockOnError extends Error {
   }
 }
 
-/** `Defer(runAt?, reason?)` or `new Defer(runAt?, reason?)`: a DeferError; without `runAt`, the engine's backoff says when. */
+/**
+ * `Defer(runAt?, reason?)` or `new Defer(runAt?, reason?)`: a DeferError; without `runAt`, the engine's backoff says
+ * when.
+ */
 export const Defer = function Defer(runAt?: Date, reason?: string): DeferError {
   return new DeferError(runAt, reason);
 } as unknown as { (runAt?: Date, reason?: string): DeferError; new (runAt?: Date, reason?: string): DeferError };

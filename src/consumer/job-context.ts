@@ -13,7 +13,9 @@ import type { JobContext } from './types.js';
 // (job-run.ts): kept apart so a run's lifecycle and the handler's view of it
 // each stay readable.
 
-/** Enqueues inside a transaction the caller commits, and gives the wake-ups to publish after (Producer.enqueueWithin). */
+/**
+ * Enqueues inside a transaction the caller commits, and gives the wake-ups to publish after (Producer.enqueueWithin).
+ */
 export type Outbox = (trx: Executor, inputs: readonly EnqueueInput[]) => Promise<AfterCommit>;
 
 /** What a handler's context uses of its run. */
@@ -103,7 +105,8 @@ export class Context<DB> implements JobContext<DB> {
     const open = this.open;
     if (open === undefined)
       throw new Error(
-        'ctx.enqueue runs only inside ctx.transaction: follow-up items commit with the completion (docs/design.md §4, the outbox)',
+        'ctx.enqueue runs only inside ctx.transaction: follow-up items commit with the completion (docs/design.md ' +
+          '§4, the outbox)',
       );
     const outbox = this.run.deps.outbox;
     if (outbox === undefined) throw new Error('ctx.enqueue needs the consumer: this run has no outbox');

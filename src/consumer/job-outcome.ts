@@ -59,7 +59,9 @@ export interface Settlement {
   keyAdmitted?: boolean | undefined;
 }
 
-/** Maps how the handler settled to the item's outcome, and writes it (docs/design.md §4, Handler outcomes and Aborts). */
+/**
+ * Maps how the handler settled to the item's outcome, and writes it (docs/design.md §4, Handler outcomes and Aborts).
+ */
 export async function writeOutcome(deps: OutcomeDeps, s: Settlement): Promise<Outcome> {
   const { item } = s;
   const { log } = deps;
@@ -78,12 +80,13 @@ export async function writeOutcome(deps: OutcomeDeps, s: Settlement): Promise<Ou
     // at-least-once delivery already allows: so the item ends by the abort reason.
     log.warn(
       { id: item.id, type: item.type, attempt: item.attempt, reason: s.abortedWith },
-      'handler returned after its signal aborted: the item ends by the abort reason, not completed (throw ctx.signal.reason: ctx.signal.throwIfAborted())',
+      'handler returned after its signal aborted: the item ends by the abort reason, not completed (throw ' +
+        'ctx.signal.reason: ctx.signal.throwIfAborted())',
     );
     returned = undefined;
   }
   if (!s.leaseLost && s.thrown instanceof OwnershipLostError)
-    return outcomeOf(await handBack(deps, item, s.thrown), 'released');
+    return outcomeOf(await returnToNewOwner(deps, item, s.thrown), 'released');
   if (s.leaseLost || s.thrown instanceof LeaseLostError) {
     log.warn({ id: item.id, type: item.type }, 'lease lost; this holder writes nothing');
     return 'leaseLost';
@@ -244,7 +247,10 @@ export async function writeUnowned(deps: OutcomeDeps, item: ClaimedItem): Promis
   return outcomeOf(r, 'dead');
 }
 
-/** A rate-limited start refused (rate-gate.ts): back to pending until its key's turn, no attempt spent; or nothing, when the lease was lost. */
+/**
+ * A rate-limited start refused (rate-gate.ts): back to pending until its key's turn, no attempt spent; or nothing, when
+ * the lease was lost.
+ */
 export async function writeRateLimited(
   deps: OutcomeDeps,
   item: ClaimedItem,
@@ -290,12 +296,12 @@ async function finalizeSafely<R extends FinalizeResult>(
   for (let attempt = 0; ; attempt++) {
     try {
       const r = await write();
-      if (r.ownershipLost === true) return { ...r, ...(await handBack(deps, item, r)) };
+      if (r.ownershipLost === true) return { ...r, ...(await returnToNewOwner(deps, item, r)) };
       if (!r.won) deps.log.warn({ id: item.id, type: item.type }, 'finalize lost its CAS: the item had moved on');
       return r;
     } catch (error) {
       // Nothing of this finalize was written; a fenced write's R is only ever read through won and ownershipLost then.
-      if (error instanceof OwnershipLostError) return (await handBack(deps, item, error)) as R;
+      if (error instanceof OwnershipLostError) return (await returnToNewOwner(deps, item, error)) as R;
       if (error instanceof ValidationError && onRefused) {
         onRefused(error);
         return undefined;
@@ -332,7 +338,7 @@ function outcomeOf(r: FinalizeResult | undefined, ifWon: Outcome): Outcome {
  * The item goes back to pending, its attempt unspent, for the new owner's
  * claims: a release is not fenced by the epoch, only by the lease token.
  */
-async function handBack(
+async function returnToNewOwner(
   deps: OutcomeDeps,
   item: ClaimedItem,
   lost: OwnershipLostError | FinalizeResult,
@@ -346,7 +352,8 @@ async function handBack(
       epoch: item.epoch,
       ...(now !== undefined ? { currentEpoch: now } : {}),
     },
-    'ownership of the queue moved to another epoch: nothing of this attempt was written; the item goes back, attempt unspent, to the new owner',
+    'ownership of the queue moved to another epoch: nothing of this attempt was written; the item goes back, attempt ' +
+      'unspent, to the new owner',
   );
   await finalizeSafely(deps, item, () => deps.ledger.release(item, { reason: 'ownership lost' }));
   return { won: false, state: 'pending', ownershipLost: true };

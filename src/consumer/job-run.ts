@@ -18,6 +18,7 @@ import { afterRateLimited, rateGate } from './rate-gate.js';
 import type { ProgressWriter } from './renewals.js';
 import { StageClock } from './stages.js';
 import { StepBook } from './steps.js';
+import type { RunningJob } from './running-job.js';
 import type { CoalescedView, Job, RegisteredHandler } from './types.js';
 import { bindContext, Context, type ContextRun, type Outbox } from './job-context.js';
 import { traceAttempt, tracing } from '../tracing/process.js';
@@ -25,39 +26,13 @@ import { traceAttempt, tracing } from '../tracing/process.js';
 export type { Outcome, OutcomeDeps } from './job-outcome.js';
 export type { AbortReason } from './errors.js';
 export { heldItemOf, markCompletedElsewhere } from './job-context.js';
-
-export interface RunningJob {
-  item: ClaimedItem;
-  /** Runs the handler and writes the outcome; `done` settles with it. Call once. */
-  start(): void;
-  /** How long the handler ran (ms), once it has settled; undefined if it never ran. */
-  readonly handlerMs: number | undefined;
-  /** Aborts the handler's signal (shutdown); the outcome then follows the abort rules. */
-  abort(reason: AbortReason): void;
-  /** Stop waiting for the handler: leave its lease to expire, write nothing. */
-  abandon(): void;
-  /**
-   * Renews the lease now, so a cancel the ledger holds for this item aborts
-   * the handler at once (a control-stream cancel is only a hint: the ledger decides).
-   */
-  checkLedger(): void;
-  /** The consumer's clock: renews the lease when due (returns whether it did), enforces a long deadline. */
-  tick(nowMs: number): boolean;
-  /** The consumer's clock, when another lease renews in this tick: renew along with it once a sixth of the lease has passed. */
-  joinRenewals(nowMs: number): void;
-  /** The outcome is written (or given up on). */
-  done: Promise<Outcome>;
-  /** Once done: false when the write said the item's lane has nothing left waiting; undefined when not known. */
-  readonly laneAdvanced: boolean | undefined;
-  /** Once done: false when the write said the item's key left no admitted item for a claim; undefined when not known. */
-  readonly keyAdmitted: boolean | undefined;
-  /** The handler's latest ctx.progress report, when it was a number (the metrics' gauge reads it). */
-  readonly progressPercent: number | undefined;
-}
+export type { RunningJob } from './running-job.js';
 
 export interface JobRunDeps<DB> extends OutcomeDeps {
   handlers: ReadonlyMap<string, RegisteredHandler<DB>>;
-  /** What ctx.enqueue enqueues through, inside ctx.transaction (the consumer's Producer); ctx.enqueue throws without it. */
+  /**
+   * What ctx.enqueue enqueues through, inside ctx.transaction (the consumer's Producer); ctx.enqueue throws without it.
+   */
   outbox?: Outbox;
   /** What the lease keepers renew through (the consumer's RenewalBatch); the ledger itself when absent. */
   renewals?: LeaseLedger;

@@ -46,7 +46,10 @@ export function renewalPointMs(leaseMs: number, joining: boolean): number {
   return joining ? Math.floor(leaseMs / 6) : leaseMs - Math.floor((leaseMs * 2) / 3);
 }
 
-/** The pause before try `attempt + 1` of a failed write under a lease (a renewal, a finalize): doubling from 50 ms, capped at a second. */
+/**
+ * The pause before try `attempt + 1` of a failed write under a lease (a renewal, a finalize): doubling from 50 ms,
+ * capped at a second.
+ */
 export function leaseWriteRetryMs(attempt: number): number {
   return Math.min(1000, 50 * 2 ** attempt);
 }

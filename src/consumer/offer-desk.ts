@@ -1,8 +1,10 @@
+/** Offer desk: a consumer's standing offers to producers, and the recovery of a taken offer's lost handoff. */
 import type { ClaimedItem, QueueClass } from '../ledger/types.js';
 import type { Logger } from '../log.js';
 import type { Handoff, Offer } from '../wake/messages.js';
 import type { Offers, PostedOffer } from '../wake/offers.js';
-import type { Handover, Handovers } from './handover.js';
+import type { IntakeSource } from './intake.js';
+import type { Reservation, Reservations } from './reservations.js';
 
 /** How long an offer stands before its consumer replaces it; a dead consumer's offers die with it this fast. */
 export const OFFER_TTL_MS = 3000;
@@ -12,10 +14,10 @@ const OFFER_REFRESH_AGE_MS = OFFER_TTL_MS / 2;
 const LOOK_INTERVAL_MS = 1000;
 /** Offers are posted only while the consumer claimed an item this recently: an idle queue costs no Redis traffic. */
 export const OFFER_WARM_MS = 10_000;
-/** A taken offer whose handoff did not come: the ledger is asked after each of these waits (ms since it was found taken). */
+/** A taken offer whose handoff did not come: the ledger is asked after each of these waits (ms since found taken). */
 const RECOVERY_AFTER_MS = [1_000, 3_000, 8_000] as const;
 /**
- * Consumers with shorter leases make no offers. An item handed over runs on a
+ * Consumers with shorter leases make no offers. An item handed off runs on a
  * lease counted from when its offer was made (up to OFFER_TTL_MS earlier), and
  * one recovered from the ledger is found up to 8 s after that: both must be
  * well inside the lease (a prefetched item starts only within two thirds of
@@ -26,13 +28,14 @@ export const MIN_OFFER_LEASE_MS = 24_000;
 /**
  * Offers one consumer stands at once. A producer takes one offer per batch,
  * and an offer taken is gone until its handoff comes and the next is posted:
- * on a slower ledger (an insert of 2-3 ms on TiDB) a producer's next enqueue
- * often found none. With one, 20 % of 1,000 jobs at 200/s went by offer on
- * TiDB; with two, 48-78 %; with four, 89-94 %.
+ * on a slower ledger a producer's next enqueue often found none with a single
+ * offer standing (measured: docs/BENCHMARKS.md).
  */
 const MAX_STANDING_OFFERS = 4;
 
-/** Free slots a consumer standing `standing` offers needs for one more: 2 for the first, 4 for the second, 8 for the fourth. */
+/**
+ * Free slots a consumer standing `standing` offers needs for one more: 2 for the first, 4 for the second, and so on.
+ */
 function slotsForAnother(standing: number): number {
   return 2 * (standing + 1);
 }
@@ -46,7 +49,7 @@ export const OFFER_MAX_ROOM = 8;
  * together hold about half its slots and the rest stay for claim rounds.
  * A producer batches the single enqueues that arrive together
  * (src/producer/enqueue-batcher.ts) and takes one offer per batch, so an
- * offer of one slot handed over one item of a batch and left the rest to
+ * offer of one slot handed off one item of a batch and left the rest to
  * wake-ups and claim rounds.
  */
 export function offerRoom(free: number): number {
@@ -77,10 +80,13 @@ export interface OfferDeskHost {
 /** What the desk uses of the wake channel's offers. */
 export type OfferPort = Pick<Offers, 'post' | 'withdraw'>;
 
-/** One offer of this consumer, holding one slot (its handover) until it is settled (handed over, withdrawn, recovered or given up). */
+/**
+ * One offer of this consumer, holding slots (its reservation) until settled (handed off, withdrawn, recovered, given
+ * up).
+ */
 interface MyOffer {
   offer: Offer;
-  handover: Handover;
+  reservation: Reservation;
   posted?: PostedOffer;
   state: 'posting' | 'standing' | 'withdrawing' | 'taken';
   /** When it was found taken (its handoff not yet come). */
@@ -114,7 +120,7 @@ export class OfferDesk {
 
   constructor(
     private readonly host: OfferDeskHost,
-    private readonly handovers: Handovers,
+    private readonly reservations: Reservations,
     private readonly port: OfferPort,
   ) {}
 
@@ -164,7 +170,7 @@ export class OfferDesk {
       return;
     }
     // Taken even when the offer was given up on (a late handoff): the buffer holds it until a slot frees.
-    this.handovers.late(items, Date.now() - this.host.leaseMs / 2, 'offer');
+    this.reservations.late(items, Date.now() - this.host.leaseMs / 2, 'offer');
   }
 
   private async fromLedger(token: string): Promise<void> {
@@ -188,7 +194,7 @@ export class OfferDesk {
     while (this.mine.size > 0 && Date.now() < deadline) await new Promise((r) => setTimeout(r, 20));
   }
 
-  /** After stop(), once the control stream is no longer read: what the ledger holds under taken offers goes to the (stopping) consumer. */
+  /** After stop(), once the control stream is no longer read: items the ledger holds under taken offers come in. */
   async recoverRest(): Promise<void> {
     for (const m of [...this.mine.values()]) await this.recover(m, true);
   }
@@ -232,9 +238,9 @@ export class OfferDesk {
       return false;
     const types = host.offerTypes();
     if (!types || types.length === 0) return false;
-    const handover = this.handovers.forOffer(now, offerRoom(host.freeSlots()));
-    if (!handover) return false;
-    const { owner, token, leaseMs, max: room } = handover.lease;
+    const reservation = this.reservations.forOffer(now, offerRoom(host.freeSlots()));
+    if (!reservation) return false;
+    const { owner, token, leaseMs, max: room } = reservation.lease;
     const offer: Offer = {
       owner,
       token,
@@ -245,10 +251,10 @@ export class OfferDesk {
       madeAtMs: now,
       room,
     };
-    const m: MyOffer = { offer, handover, state: 'posting', asked: 0 };
+    const m: MyOffer = { offer, reservation, state: 'posting', asked: 0 };
     this.mine.set(offer.token, m);
     const posted = await this.port.post(host.queue, offer, OFFER_TTL_MS * 4);
-    if (!this.mine.has(offer.token)) return false; // handed over before the post's answer came
+    if (!this.mine.has(offer.token)) return false; // handed off before the post's answer came
     if (!posted) {
       this.noPostUntil = now + LOOK_INTERVAL_MS;
       this.settle(m, []);
@@ -289,7 +295,7 @@ export class OfferDesk {
     if (!m.posted) return;
     m.state = 'withdrawing';
     const withdrawn = await this.port.withdraw(this.host.queue, m.posted);
-    if (!this.mine.has(m.offer.token)) return; // handed over meanwhile
+    if (!this.mine.has(m.offer.token)) return; // handed off meanwhile
     if (withdrawn === true) {
       this.settle(m, []);
       return;
@@ -299,12 +305,12 @@ export class OfferDesk {
     m.takenAtMs = Date.now();
   }
 
-  /** The offer is settled: its handover takes the items (if any), and its slot is free again. */
-  private settle(m: MyOffer, items: readonly ClaimedItem[]): void {
+  /** The offer is settled: its reservation takes the items (if any), and its slots are free again. */
+  private settle(m: MyOffer, items: readonly ClaimedItem[], source: IntakeSource = 'offer'): void {
     if (!this.mine.delete(m.offer.token)) return;
     this.releasing = true;
     try {
-      m.handover.accept(items);
+      m.reservation.accept(items, source);
     } finally {
       this.releasing = false;
     }
@@ -313,14 +319,14 @@ export class OfferDesk {
   private async recover(m: MyOffer, last: boolean): Promise<void> {
     m.asked++;
     const items = await this.host.heldUnderLease(m.offer.token).catch(() => undefined);
-    if (!this.mine.has(m.offer.token)) return; // handed over meanwhile
+    if (!this.mine.has(m.offer.token)) return; // handed off meanwhile
     if (items && items.length > 0) {
       this.host.counted('handoffsRecovered', items.length);
       this.host.log.info(
         { token: m.offer.token, items: items.length },
         'an offer was taken and its handoff lost: its items were found in the ledger',
       );
-      this.settle(m, items);
+      this.settle(m, items, 'recovered');
       return;
     }
     // Nothing under it after the last look: the producer failed before its commit; the slot is free again.

@@ -29,7 +29,9 @@ export const consumerSettingsSchema = z
       .max(10_000)
       .default(512)
       .describe(
-        "Most items claimed ahead of free slots; items that concurrency keys admit as this consumer's items end may briefly take as many again. The buffer adapts to how fast handlers start (none for slow ones); an item waits at most a third of its lease, then goes back unstarted. 0 = off; ignored with `maxProcessing`.",
+        "Most items claimed ahead of free slots; items that concurrency keys admit as this consumer's items end may " +
+          'briefly take as many again. The buffer adapts to how fast handlers start (none for slow ones); an item ' +
+          'waits at most a third of its lease, then goes back unstarted. 0 = off; ignored with `maxProcessing`.',
       ),
     classes: z
       .array(z.enum(QUEUE_CLASSES))
@@ -41,13 +43,15 @@ export const consumerSettingsSchema = z
       .min(1)
       .optional()
       .describe(
-        'A preferred-class tier, non-binding: a claim round takes due heads of these classes first, in this order, then of its other classes (one claim per tier it needs). Default: none, every class in due order.',
+        'A preferred-class tier, non-binding: a claim round takes due heads of these classes first, in this order, ' +
+          'then of its other classes (one claim per tier it needs). Default: none, every class in due order.',
       ),
     types: z
       .array(typeName)
       .optional()
       .describe(
-        'Only these types are claimed. Default: every type, so an item whose type has no handler here ends per `unknownType` instead of waiting forever.',
+        'Only these types are claimed. Default: every type, so an item whose type has no handler here ends per ' +
+          '`unknownType` instead of waiting forever.',
       ),
     name: workerName
       .optional()
@@ -89,13 +93,15 @@ export const consumerSettingsSchema = z
       .max(60_000)
       .default(1_000)
       .describe(
-        'Sweep interval (ms) while Redis is unreachable (or without a wake channel, when smaller than `pollIntervalMs`).',
+        'Sweep interval (ms) while Redis is unreachable (or without a wake channel, when smaller than ' +
+          '`pollIntervalMs`).',
       ),
     readBlockMs: z.number().int().min(10).max(60_000).default(2_000).describe('XREADGROUP BLOCK time (ms).'),
     backoff: backoffSchema
       .default(backoffSchema.parse({}))
       .describe(
-        'Retry backoff after a failed attempt, and the delay of a Defer() given no time (by its releases since the last spent attempt). Default: 1 s, ×2, at most 1 h, 20 % jitter.',
+        'Retry backoff after a failed attempt, and the delay of a Defer() given no time (by its releases since the ' +
+          'last spent attempt). Default: 1 s, ×2, at most 1 h, 20 % jitter.',
       ),
     deadlineBackoffMs: z
       .number()
@@ -108,7 +114,9 @@ export const consumerSettingsSchema = z
       .enum(['dead', 'release'])
       .default('release')
       .describe(
-        "An item whose type has no handler here. 'release': back to pending without spending an attempt, for a worker that has one (a rolling deploy), until `unknownTypeGraceMs` after the item was created; then, or at once with 'dead', it ends dead, class `unowned`.",
+        "An item whose type has no handler here. 'release': back to pending without spending an attempt, for a " +
+          'worker that has one (a rolling deploy), until `unknownTypeGraceMs` after the item was created; then, or ' +
+          "at once with 'dead', it ends dead, class `unowned`.",
       ),
     unknownTypeReleaseMs: z
       .number()
@@ -117,7 +125,8 @@ export const consumerSettingsSchema = z
       .max(86_400_000)
       .default(5_000)
       .describe(
-        "Delay (ms) of each such release; it grows with the item's age (a quarter of it, up to a minute), never past the grace.",
+        "Delay (ms) of each such release; it grows with the item's age (a quarter of it, up to a minute), never past " +
+          'the grace.',
       ),
     unknownTypeGraceMs: z
       .number()
@@ -146,7 +155,8 @@ export const consumerSettingsSchema = z
       .boolean()
       .default(true)
       .describe(
-        'Each sweep also reclaims expired leases and probes dependency waits. Off under a supervisor, whose reconciler does it.',
+        'Each sweep also reclaims expired leases and probes dependency waits. Off under a supervisor, whose ' +
+          'reconciler does it.',
       ),
     maxProcessing: z
       .number()
@@ -155,7 +165,9 @@ export const consumerSettingsSchema = z
       .max(1_000_000)
       .optional()
       .describe(
-        "Fleet-wide cap on this queue's `processing` items, held by the ledger in each claim's own transaction: never exceeded, whatever the number of consumers. At the cap no new item is admitted; expired leases are still reclaimed, and go first. Capped claims of a queue take turns on one row. Default: none.",
+        "Fleet-wide cap on this queue's `processing` items, held by the ledger in each claim's own transaction: " +
+          'never exceeded, whatever the number of consumers. At the cap no new item is admitted; expired leases are ' +
+          'still reclaimed, and go first. Capped claims of a queue take turns on one row. Default: none.',
       ),
     concurrencyLimit: z
       .number()
@@ -164,13 +176,18 @@ export const consumerSettingsSchema = z
       .max(100_000)
       .optional()
       .describe(
-        'At most this many items of one `concurrencyKey` admitted at once, fleet-wide: the ledger admits an item at enqueue or when an item of its key ends, and the rest wait unseen by claims. Stored in the ledger when the consumer starts (`ledger.setConcurrencyLimit`). Default: none (keys are counted, not limited).',
+        'At most this many items of one `concurrencyKey` admitted at once, fleet-wide: the ledger admits an item at ' +
+          'enqueue or when an item of its key ends, and the rest wait unseen by claims. Stored in the ledger when ' +
+          'the consumer starts (`ledger.setConcurrencyLimit`). Default: none (keys are counted, not limited).',
       ),
     fairness: z
       .enum(['key'])
       .optional()
       .describe(
-        "`key`: the queue serves its `concurrencyKey`s in turn instead of oldest first. Each keyed item enqueued from then on takes its key's next round as its priority, so a flood of one key (over any number of lanes) does not hold back another's items. Stored in the ledger when the consumer starts (`ledger.setFairness`). Default: none.",
+        '`key`: the queue serves its `concurrencyKey`s in turn instead of oldest first. Each keyed item enqueued ' +
+          "from then on takes its key's next round as its priority, so a flood of one key (over any number of lanes) " +
+          "does not hold back another's items. Stored in the ledger when the consumer starts (`ledger.setFairness`). " +
+          'Default: none.',
       ),
     epoch: z
       .number()
@@ -182,7 +199,9 @@ export const consumerSettingsSchema = z
       .boolean()
       .default(false)
       .describe(
-        'Claim only rescued work: items whose lease expired (reclaimed by a sweep), never new pending work. For the whole queue, fleet-wide and held by the ledger, use `lanewake stale-only <queue> on` instead (docs/design.md, Stale-only claims).',
+        'Claim only rescued work: items whose lease expired (reclaimed by a sweep), never new pending work. For the ' +
+          'whole queue, fleet-wide and held by the ledger, use `lanewake stale-only <queue> on` instead ' +
+          '(docs/design.md, Stale-only claims).',
       ),
     staleOnlyGate: z
       .object({
@@ -200,13 +219,15 @@ export const consumerSettingsSchema = z
           .max(3_600_000)
           .optional()
           .describe(
-            'Stale-only while the last claim statement took at least this many ms; a stale-only claim is timed too, so the gate clears once claims are fast again.',
+            'Stale-only while the last claim statement took at least this many ms; a stale-only claim is timed too, ' +
+              'so the gate clears once claims are fast again.',
           ),
       })
       .strict()
       .optional()
       .describe(
-        'Turn stale-only on by itself while the ledger is struggling: its pool saturated, or its claims slow (docs/design.md, Stale-only claims). Default: off.',
+        'Turn stale-only on by itself while the ledger is struggling: its pool saturated, or its claims slow ' +
+          '(docs/design.md, Stale-only claims). Default: off.',
       ),
   })
   .strict();

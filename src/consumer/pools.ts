@@ -50,7 +50,8 @@ export type PoolSpec = z.infer<typeof poolSchema>;
 export const poolsSchema = z
   .union([z.literal('auto'), z.array(poolSchema).min(1)])
   .describe(
-    "Executor pools: 'auto' splits the concurrency as a quarter latency, a quarter bulk and the rest shared (preferring reserved); or a list of { profile, concurrency, prefer }. Default: one pool of every class.",
+    "Executor pools: 'auto' splits the concurrency as a quarter latency, a quarter bulk and the rest shared " +
+      '(preferring reserved); or a list of { profile, concurrency, prefer }. Default: one pool of every class.',
   );
 export type PoolsInput = z.infer<typeof poolsSchema>;
 

@@ -89,6 +89,11 @@ export class PrefetchBuffer {
     for (const item of items) this.items.push({ item, claimedAtMs });
   }
 
+  /** Items as they entered (intake.ts), kept as given. */
+  add(items: readonly Prefetched[]): void {
+    for (const p of items) this.items.push(p);
+  }
+
   has(id: string): boolean {
     return this.items.some((p) => p.item.id === id);
   }
@@ -98,7 +103,7 @@ export class PrefetchBuffer {
    * that must go back unstarted: one waits at most a third of its lease; one
    * that finds a free slot still starts while a third of its lease is left
    * (its first renewal is then due at once), so a claim slowed by a busy
-   * database does not hand back what it just claimed for free slots.
+   * database does not return what it just claimed for free slots.
    */
   take(freeSlots: number, nowMs: number): { start: Prefetched[]; expired: Prefetched[] } {
     const start: Prefetched[] = [];

@@ -1,9 +1,11 @@
+/** Queue flags: the consumer's one copy of its queue's paused, stale-only and fair flags from the ledger. */
 import type { SweepSignal } from '../ledger/types.js';
 import type { Logger } from '../log.js';
 import type { ConsumerLedger } from './ledger-port.js';
 
 /**
- * How a consumer holds to its queue's flags in the ledger.
+ * How a consumer holds to its queue's flags in the ledger. The one home of
+ * each flag in the consumer: the claim side reads them here, keeping no copy.
  *
  * - **Paused** (docs/design.md, "Pausing a queue"): read at start, heard at
  *   once from the `pause`/`resume` control messages, and learned from every
@@ -21,14 +23,15 @@ export class QueueFlags {
   private messages = 0;
   private fairNow = false;
   private staleOnlyNow = false;
+  private pausedNow = false;
 
   constructor(
     private readonly host: {
       queue: string;
       ledger: Pick<ConsumerLedger, 'pausedQueues' | 'sweepSignals'>;
       log: Logger;
-      isPaused: () => boolean;
-      setPaused: (paused: boolean) => void;
+      /** The paused flag changed (read here first). */
+      pausedChanged: (paused: boolean) => void;
       /** The queue's stale-only flag (Ledger.setStaleOnly), as read at start and at every sweep. */
       setStaleOnly: (on: boolean) => void;
     },
@@ -37,6 +40,11 @@ export class QueueFlags {
   /** Whether the queue is fair, as last read. */
   get fair(): boolean {
     return this.fairNow;
+  }
+
+  /** Whether the queue is paused (Ledger.pause), as last heard: its consumer claims nothing. */
+  get paused(): boolean {
+    return this.pausedNow;
   }
 
   /** Both flags, at the consumer's start; the paused one is followed. */
@@ -61,7 +69,7 @@ export class QueueFlags {
       this.fairNow = signal.fair;
       this.staleOnly(signal.staleOnly);
     }
-    if (signal !== undefined && signal.paused === this.host.isPaused()) return;
+    if (signal !== undefined && signal.paused === this.pausedNow) return;
     const heard = this.messages;
     const paused = await this.read();
     if (heard === this.messages) this.follow(paused);
@@ -82,8 +90,9 @@ export class QueueFlags {
   }
 
   private follow(paused: boolean): void {
-    if (paused === this.host.isPaused()) return;
-    this.host.setPaused(paused);
+    if (paused === this.pausedNow) return;
+    this.pausedNow = paused;
+    this.host.pausedChanged(paused);
     this.host.log.info({ paused }, paused ? 'queue paused: claiming nothing' : 'queue resumed');
   }
 }

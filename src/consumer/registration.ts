@@ -1,8 +1,12 @@
 import type { ConsumerRow } from '../ledger/sql/consumers.js';
 import type { Logger } from '../log.js';
+import { packageVersion } from '../version.js';
 import type { ConsumerLedger } from './ledger-port.js';
+import type { ConsumerSettings } from './options.js';
 
-/** How often a process writes its consumers' heartbeat; a consumer counts as live for three beats (sql/consumers.ts). */
+/**
+ * How often a process writes its consumers' heartbeat; a consumer counts as live for three beats (sql/consumers.ts).
+ */
 export const HEARTBEAT_MS = 5_000;
 
 type RegistryLedger = Pick<ConsumerLedger, 'consumerBeat' | 'consumerGone'>;
@@ -26,6 +30,27 @@ export class ConsumerRegistration {
     private readonly staleOnly?: StaleOnlyNow,
   ) {}
 
+  /** The registration of consumer `name` with these settings. */
+  static of(
+    ledger: RegistryLedger,
+    name: string,
+    s: ConsumerSettings,
+    log: Logger,
+    staleOnly?: StaleOnlyNow,
+  ): ConsumerRegistration {
+    const row: ConsumerRow = {
+      name,
+      queue: s.queue,
+      classes: s.classes,
+      types: s.types ?? null,
+      concurrency: s.concurrency,
+      maxProcessing: s.maxProcessing ?? null,
+      epoch: s.epoch ?? null,
+      version: packageVersion(),
+    };
+    return new ConsumerRegistration(ledger, row, log, staleOnly);
+  }
+
   start(): Promise<void> {
     return heartbeatOf(this.ledger, this.log).add(this.row, this.staleOnly);
   }
@@ -35,7 +60,9 @@ export class ConsumerRegistration {
   }
 }
 
-/** One heartbeat per ledger object, so a process with many consumers sends one statement per beat, not one per consumer. */
+/**
+ * One heartbeat per ledger object, so a process with many consumers sends one statement per beat, not one per consumer.
+ */
 const heartbeats = new WeakMap<RegistryLedger, Heartbeat>();
 
 function heartbeatOf(ledger: RegistryLedger, log: Logger): Heartbeat {

@@ -10,16 +10,12 @@ export interface SchedulerHost<DB> {
   /** What claim rounds coalesce (docs/design.md §4, Coalescing). */
   readonly coalesce: CoalesceClaim | undefined;
   emit<K extends keyof ConsumerEvents>(event: K, ...args: ConsumerEvents[K]): void;
-  /** Room held for items arriving claimed without a claim round (handover.ts): free slots and claim room leave it out. */
-  readonly held: { readonly heldSlots: number; readonly heldRoom: number };
   /** Wake entries a claim round has acted on. */
   ack(entries: readonly WakeEntry[]): void;
   /** Saturated with work left over: pass a wake-up on so an idle replica joins in. */
   followUp(): Promise<void>;
   /** Slots freed: the wake reader may read again. */
   roomChanged(): void;
-  /** Whether the queue is fair, as last read (queue-flags.ts): its claim rounds then take heads by round only. */
-  fair(): boolean;
   /** Whether the next claim round takes only rescued work (stale-gate.ts). */
   staleOnly(): boolean;
   /** How long a claim statement took (ms): the stale-only gate's measure of the ledger. */

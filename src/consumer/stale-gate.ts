@@ -32,6 +32,15 @@ export class StaleGate {
     private readonly pool: () => Readonly<PoolStats> | undefined,
   ) {}
 
+  /** The gate of a consumer with these settings (`staleOnly`, `staleOnlyGate`). */
+  static of(
+    s: { staleOnly: boolean; staleOnlyGate?: { poolWaiting?: number; claimMs?: number } | undefined },
+    pool: () => Readonly<PoolStats> | undefined,
+  ): StaleGate {
+    const gate = s.staleOnlyGate;
+    return new StaleGate({ always: s.staleOnly, poolWaiting: gate?.poolWaiting, claimMs: gate?.claimMs }, pool);
+  }
+
   /** The queue's stale-only flag, as the consumer last read it from the ledger. */
   setQueue(on: boolean): void {
     this.queueOn = on;

@@ -55,7 +55,8 @@ export class StepBook<DB> {
       value = await this.ledger.recordStepWithin(this.item, name, (trx) => fn(trx as unknown as Transaction<DB>));
     } else {
       value = await (fn as () => Promise<T>)();
-      // Recorded even if the run was aborted meanwhile (a shutdown, a deadline): fn's work is done, and the CAS says whether this holder may say so.
+      // Recorded even if the run was aborted meanwhile (a shutdown, a deadline): fn's work is done, and the CAS says
+      // whether this holder may say so.
       await this.ledger.recordStep(this.item, name, value);
     }
     done.set(name, value);

@@ -1,17 +1,22 @@
+/** Sweeper: the consumer side of sweeping the ledger, when it sweeps and what each sweep does for its queue. */
 import type { Ledger } from '../ledger/ledger.js';
 import type { SweepSignal } from '../ledger/types.js';
 import type { Logger } from '../log.js';
+import { Maintainer, type MaintainerOptions } from '../maintenance/maintainer.js';
+import type { WakeReader } from '../wake/wake-reader.js';
+import type { QueueFlags } from './queue-flags.js';
+
+/** Most expired leases reclaimed, and most due probes released, per sweep. */
+const SWEEP_MAINTENANCE_BATCH = 500;
 
 /** What a sweep does for its consumer. */
 export interface SweeperHost {
   readonly queue: string;
   readonly log: Logger;
-  /**
-   * The sweep's housekeeping for the queue: the maintenance pass (the steps
-   * `signal` says have work; all of them when undefined) and wake entries a
-   * dead reader left, taken over. Rejects when it failed.
-   */
-  housekeeping(signal: SweepSignal | undefined): Promise<void>;
+  /** The queue's flags: every sweep learns them. */
+  readonly flags: Pick<QueueFlags, 'learn'>;
+  /** The consumer's wake reader, once it reads: every sweep takes over wake entries a dead reader left. */
+  reader(): Pick<WakeReader, 'takeOverIdle'> | undefined;
   /** Claimable heads may be there: the claim side looks now. */
   lookForWork(): void;
   counted(counter: 'sweeps' | 'errors'): void;
@@ -22,7 +27,12 @@ export interface SweeperOptions {
   redisDownPollMs: number;
   /** The consumer reads wake-ups (it has a wake channel): while Redis is up, the process's shared sweep drives it. */
   shared: boolean;
+  /** The sweep's share of the ledger's housekeeping for this queue (the consumer's `maintenance` setting). */
+  maintenance: boolean;
+  wake: MaintainerOptions['wake'];
 }
+
+type SweeperLedger = Pick<Ledger, 'sweepSignals'> & MaintainerOptions['ledger'];
 
 /**
  * When a consumer sweeps the ledger, its backstop (docs/design.md §6): the
@@ -47,13 +57,24 @@ export class Sweeper {
   /** Sweeps in a row whose housekeeping failed (logged once, at the first). */
   private failures = 0;
   private readonly member: SweepMember;
+  /** The sweep's share of the ledger's housekeeping for this queue (`maintenance` on). */
+  private readonly maintainer: Maintainer | undefined;
 
   constructor(
     private readonly host: SweeperHost,
-    private readonly ledger: Pick<Ledger, 'sweepSignals'>,
+    private readonly ledger: SweeperLedger,
     private readonly options: SweeperOptions,
   ) {
     this.member = { queue: host.queue, sweep: (signal) => this.sharedSweep(signal) };
+    this.maintainer = options.maintenance
+      ? new Maintainer({
+          ledger,
+          wake: options.wake,
+          queues: [host.queue],
+          log: host.log,
+          batchSize: SWEEP_MAINTENANCE_BATCH,
+        })
+      : undefined;
   }
 
   start(): void {
@@ -119,9 +140,26 @@ export class Sweeper {
     return this.sweeping;
   }
 
+  /**
+   * One sweep's housekeeping for the queue: its flags learned, the
+   * maintenance pass (the steps `signal` says have work; all of them when
+   * undefined: expired leases and due probes back to pending, each
+   * announced), and wake entries a dead reader left, taken over. Rejects when it failed.
+   */
+  private async housekeeping(signal: SweepSignal | undefined): Promise<void> {
+    // The ledger holds the paused flag: each sweep learns it, also with Redis down
+    // (the control stream only says it sooner).
+    await this.host.flags.learn(signal);
+    if (this.maintainer) {
+      const failed = (await this.maintainer.pass(signal ? new Map([[signal.queue, signal]]) : undefined)).failed[0];
+      if (failed) throw failed.error;
+    }
+    await this.host.reader()?.takeOverIdle();
+  }
+
   private async housekeep(signal: SweepSignal | undefined): Promise<void> {
     try {
-      await this.host.housekeeping(signal);
+      await this.housekeeping(signal);
       if (this.failures > 0) {
         this.host.log.warn({ failedSweeps: this.failures }, 'sweep maintenance works again');
         this.failures = 0;

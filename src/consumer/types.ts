@@ -38,7 +38,10 @@ export interface CoalescedView<P = unknown> {
   /** Every item of the group in lane order, the claimed head first. */
   ids: string[];
   count: number;
-  /** `all` and `settled`: the payloads the handler is given, in lane order (`settled` begins with the lane's unsettled ones). */
+  /**
+   * `all` and `settled`: the payloads the handler is given, in lane order (`settled` begins with the lane's unsettled
+   * ones).
+   */
   payloads?: P[];
 }
 
@@ -77,7 +80,10 @@ export interface JobContext<DB = Record<string, never>> {
   enqueue(input: EnqueueInput): Promise<EnqueueResult>;
   /** ctx.enqueue of several items, in one round trip; results in input order. */
   enqueueMany(inputs: readonly EnqueueInput[]): Promise<EnqueueResult[]>;
-  /** Saves progress; the next attempt sees it as job.checkpoint. False if the lease was lost; OwnershipLostError if the queue's ownership epoch moved on. */
+  /**
+   * Saves progress; the next attempt sees it as job.checkpoint. False if the lease was lost; OwnershipLostError if the
+   * queue's ownership epoch moved on.
+   */
   checkpoint(value: unknown): Promise<boolean>;
   /** Renews the lease now (renewal is automatic anyway). */
   heartbeat(): Promise<boolean>;
@@ -217,7 +223,9 @@ export interface RegisteredHandler<DB = Record<string, never>> {
   batch?: { options: BatchOptions; handle: BatchHandler<unknown, DB> };
 }
 
-/** A coalescing type's definition: its handler's job always has `coalesced` (with `payloads` for `all` and `settled`). */
+/**
+ * A coalescing type's definition: its handler's job always has `coalesced` (with `payloads` for `all` and `settled`).
+ */
 export type CoalescingHandlerDefinition<P, DB, M extends CoalesceMode> = Omit<
   HandlerDefinition<P, DB>,
   'handle' | 'coalesce'

@@ -6,7 +6,7 @@ import { TransactionConflictError, TransactionRolledBackError } from '../errors.
 import { isRetryableConflict } from '../ledger/retry.js';
 import { sleep } from '../sleep.js';
 import { groupBy } from '../group-by.js';
-import type { Handover } from '../consumer/handover.js';
+import type { Reservation } from '../consumer/reservations.js';
 import type { TakenOffer } from '../wake/offers.js';
 import type { WakeChannel } from '../wake/wake-channel.js';
 import { EnqueueBatcher } from './enqueue-batcher.js';
@@ -82,7 +82,7 @@ export class Producer {
     // one in this process directly, one elsewhere through its standing offer
     // (then handed over after the commit). Only the rest is announced.
     const offer = await this.takeOffer(inputs);
-    let local: Handover | undefined;
+    let local: Reservation | undefined;
     let offerUsed = false;
     let out: Awaited<ReturnType<Ledger['enqueueClaiming']>>;
     try {
@@ -133,7 +133,7 @@ export class Producer {
   }
 
   /** Slots of a local consumer for items the ledger may insert claimed, if they share one queue and class. */
-  private localHandover(eligible: readonly ClaimCandidate[]): Handover | undefined {
+  private localHandover(eligible: readonly ClaimCandidate[]): Reservation | undefined {
     const wake = this.options.wake;
     const first = eligible[0];
     if (!wake || !first) return undefined;

@@ -1,4 +1,4 @@
-import type { Handover } from '../consumer/handover.js';
+import type { Reservation } from '../consumer/reservations.js';
 import type { QueueClass } from '../ledger/types.js';
 import type { WakeMessage } from './messages.js';
 
@@ -17,7 +17,7 @@ export interface LocalWakeTarget {
    * already claimed (due now, of these types; a laned item only as its
    * lane's head), or undefined if it cannot take any. Must not throw.
    */
-  atInsert(queueClass: QueueClass, types: ReadonlySet<string>, n: number): Handover | undefined;
+  atInsert(queueClass: QueueClass, types: ReadonlySet<string>, n: number): Reservation | undefined;
 }
 
 /**
@@ -59,7 +59,7 @@ export class LocalWakeRoute {
   }
 
   /** Slots of a local consumer of `queue` for items inserted already claimed, if one has any free. */
-  atInsert(queue: string, queueClass: QueueClass, types: ReadonlySet<string>, n: number): Handover | undefined {
+  atInsert(queue: string, queueClass: QueueClass, types: ReadonlySet<string>, n: number): Reservation | undefined {
     return this.firstTaker(queue, queueClass, (t) => t.atInsert(queueClass, types, n));
   }
 

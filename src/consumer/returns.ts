@@ -1,3 +1,4 @@
+/** Returns: claimed items going back to the ledger unstarted (released without spending an attempt). */
 import type { Logger } from '../log.js';
 import type { ConsumerCounters } from './counters.js';
 import type { ConsumerLedger } from './ledger-port.js';
@@ -6,10 +7,10 @@ import type { Prefetched } from './prefetch-buffer.js';
 /**
  * Claimed items that will not start here go back to the ledger unstarted
  * (docs/design.md §6): released without spending an attempt, keeping their
- * place in line. Those handed back while the consumer stops are tracked, so
+ * place in line. Those returned while the consumer stops are tracked, so
  * the stop can wait for them.
  */
-export class HandBack {
+export class Returns {
   private readonly late = new Set<Promise<void>>();
 
   constructor(
@@ -38,7 +39,7 @@ export class HandBack {
     this.hooks.gone();
   }
 
-  /** A release while stopping: the stop waits for it (settled()). */
+  /** A return while stopping: the stop waits for it (settled()). */
   releaseLate(items: readonly Prefetched[], reason: string): void {
     const p = this.release(items, reason);
     this.late.add(p);
