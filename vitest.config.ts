@@ -13,7 +13,8 @@ export default defineConfig({
   test: {
     include: ['test/**/*.test.ts'],
     // Compile-time tests (expectTypeOf, @ts-expect-error) of *.test-d.ts, run by tsc: `npm test` passes --typecheck
-    // (`npx vitest run --typecheck test/typed-jobs.test-d.ts` alone); without it, as for a single runtime file, no tsc runs.
+    // (`npx vitest run --typecheck test/typed-jobs.test-d.ts` alone); without it, as for a single
+    // runtime file, no tsc runs.
     typecheck: { include: ['test/**/*.test-d.ts'], tsconfig: './tsconfig.typecheck.json' },
     globalSetup: ['test/support/global-setup.ts'],
     setupFiles: ['test/support/log-capture.ts', 'test/support/sql-recorder.ts'],

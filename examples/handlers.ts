@@ -47,7 +47,8 @@ const digestSend = defineHandler({
       // fetch rejects with ctx.signal.reason when the signal aborts: the same as throwing it.
       const res = await fetch(`${MAIL_API}/digests`, {
         method: 'POST',
-        headers: { 'content-type': 'application/json', 'idempotency-key': `${job.id}:${page}` }, // at-least-once outside the ledger
+        // An idempotency key per page: what the handler does outside the ledger happens at least once.
+        headers: { 'content-type': 'application/json', 'idempotency-key': `${job.id}:${page}` },
         body: JSON.stringify({ user: job.payload.userId, page }),
         signal: ctx.signal,
       });

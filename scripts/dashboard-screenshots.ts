@@ -2,7 +2,8 @@
 // dashboard on it and saves a screenshot of each page into docs/dashboard/*.png. Needs MariaDB and Redis
 // (LANEWAKE_DATABASE_URL without a database, default mysql://root@127.0.0.1:3306; LANEWAKE_REDIS_URL, default
 // redis://127.0.0.1:6379) and chromium (/usr/bin/chromium). The database and Redis keys it makes are dropped at
-// the end. DEMO_SECONDS (default 240: the charts show minutes) is how long the workload runs before the pictures are taken.
+// the end. DEMO_SECONDS (default 240: the charts show minutes) is how long the workload runs
+// before the pictures are taken.
 import { mkdir } from 'node:fs/promises';
 import { randomBytes } from 'node:crypto';
 import { Redis } from 'ioredis';
@@ -90,7 +91,9 @@ async function main(): Promise<void> {
     const context = await browser.newContext({ viewport: { width: 1400, height: 860 } });
     // Signed in, as an operator would be after the first action's prompt.
     await context.addInitScript({
-      content: `sessionStorage.setItem('lanewake.adminToken', ${JSON.stringify(TOKEN)}); sessionStorage.setItem('lanewake.actor', 'ops-demo');`,
+      content:
+        `sessionStorage.setItem('lanewake.adminToken', ${JSON.stringify(TOKEN)}); ` +
+        `sessionStorage.setItem('lanewake.actor', 'ops-demo');`,
     });
     const page = await context.newPage();
     const base = server.url;

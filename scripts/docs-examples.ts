@@ -1,8 +1,8 @@
 /**
  * The code blocks of README.md and docs/ (its folders too) are copies of example files (examples/): a TS/JS block
  * has a `<!-- example: examples/x.ts -->` line above it, or `…x.ts#name` for the lines between
- * `// #region name` and `// #endregion name` (all such parts, in order). `npm run docs:examples` rewrites every block from its
- * file; test/doc-examples.test.ts fails when one differs, and runs the examples.
+ * `// #region name` and `// #endregion name` (all such parts, in order). `npm run docs:examples` rewrites every block
+ * from its file; test/doc-examples.test.ts fails when one differs, and runs the examples.
  */
 import { readdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';

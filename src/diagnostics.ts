@@ -24,7 +24,10 @@ export interface ReconcilePassMessage {
   /** When its timer was due to fire. */
   dueAtMs: number;
   startedAtMs: number;
-  /** When it had read which queues have expired leases (one statement for all): a lease that ran out after this waits for the next pass. */
+  /**
+   * When it had read which queues have expired leases (one statement for all): a lease that ran out after
+   * this waits for the next pass.
+   */
   lookedAtMs: number;
   endedAtMs: number;
   queues: {

@@ -91,7 +91,8 @@ export class TransactionRolledBackError extends Error {
         ? (cause as { errno: number }).errno
         : undefined;
     super(
-      `the database rolled back the caller's transaction (${cause instanceof Error ? cause.message : String(cause)}); run the whole transaction again`,
+      `the database rolled back the caller's transaction ` +
+        `(${cause instanceof Error ? cause.message : String(cause)}); run the whole transaction again`,
     );
     this.errno = errno;
   }
@@ -119,7 +120,9 @@ export class TransactionConflictError extends Error {
         ? (cause as { errno: number }).errno
         : undefined;
     super(
-      `a lock conflict kept refusing the enqueue in the caller's transaction (${cause instanceof Error ? cause.message : String(cause)}); roll it back and run the whole transaction again`,
+      `a lock conflict kept refusing the enqueue in the caller's transaction ` +
+        `(${cause instanceof Error ? cause.message : String(cause)}); roll it ` +
+        `back and run the whole transaction again`,
     );
     this.errno = errno;
   }
@@ -136,7 +139,8 @@ export class CommitOutcomeUnknownError extends Error {
   override readonly name = 'CommitOutcomeUnknownError';
   constructor(override readonly cause: unknown) {
     super(
-      `the connection was lost during COMMIT and the ledger could not be read to tell whether it committed (${cause instanceof Error ? cause.message : String(cause)})`,
+      `the connection was lost during COMMIT and the ledger could not be read to tell ` +
+        `whether it committed (${cause instanceof Error ? cause.message : String(cause)})`,
     );
   }
 }
@@ -172,7 +176,8 @@ export class IdempotencyConflictError extends Error {
     const at = index === undefined ? 'enqueue' : `items[${index}]`;
     const holder = itemId !== null ? `item ${itemId}` : `items[${earlierIndex ?? '?'}] of the same batch`;
     super(
-      `${at}: idempotency key ${JSON.stringify(idempotencyKey)} of queue ${queue} already names ${holder}, enqueued with a different request (queue, type, payload or lane)`,
+      `${at}: idempotency key ${JSON.stringify(idempotencyKey)} of queue ${queue} already ` +
+        `names ${holder}, enqueued with a different request (queue, type, payload or lane)`,
     );
   }
 
@@ -200,7 +205,9 @@ export class OwnershipLostError extends LeaseLostError {
     readonly currentEpoch: number,
   ) {
     super(itemId);
-    this.message = `item ${itemId}: ownership of queue ${queue} lost (claimed under epoch ${epoch}, the queue is at epoch ${currentEpoch}); nothing of this write committed`;
+    this.message =
+      `item ${itemId}: ownership of queue ${queue} lost (claimed under epoch ${epoch}, ` +
+      `the queue is at epoch ${currentEpoch}); nothing of this write committed`;
   }
 }
 
@@ -224,7 +231,10 @@ export type ReplayRejection =
   | 'attempt_mismatch'
   | 'error_mismatch';
 
-/** A replay's guard (the item's state, attempt and error digest as the operator saw them) did not hold: nothing was written. */
+/**
+ * A replay's guard (the item's state, attempt and error digest as the operator saw them) did not
+ * hold: nothing was written.
+ */
 export class ReplayRejectedError extends Error {
   override readonly name = 'ReplayRejectedError';
   constructor(
@@ -235,19 +245,30 @@ export class ReplayRejectedError extends Error {
   }
 }
 
-/** Why a repair was refused (RepairRejectedError.reason): as a replay's, and `lane_busy` (its lane's head is running or blocked, so it cannot take its place back now). */
+/**
+ * Why a repair was refused (RepairRejectedError.reason): as a replay's, and `lane_busy` (its lane's head is running or
+ * blocked, so it cannot take its place back now).
+ */
 export type RepairRejection = ReplayRejection | 'lane_busy';
 
-/** A repair's guard (the item's state, attempt and error digest as the operator saw them) did not hold, or its lane's head is running: nothing was written. */
+/**
+ * A repair's guard (the item's state, attempt and error digest as the operator saw them) did not hold, or its lane's
+ * head is running: nothing was written.
+ */
+function repairRefusal(reason: RepairRejection): string {
+  if (reason === 'not_replayable_state') return 'not dead or cancelled';
+  if (reason === 'lane_busy')
+    return "its lane's head is running or blocked; try again once it ends (pause the queue to hold the lane)";
+  return reason.replace(/_/g, ' ');
+}
+
 export class RepairRejectedError extends Error {
   override readonly name = 'RepairRejectedError';
   constructor(
     readonly itemId: string,
     readonly reason: RepairRejection,
   ) {
-    super(
-      `repair of ${itemId} refused: ${reason === 'not_replayable_state' ? 'not dead or cancelled' : reason === 'lane_busy' ? "its lane's head is running or blocked; try again once it ends (pause the queue to hold the lane)" : reason.replace(/_/g, ' ')}`,
-    );
+    super(`repair of ${itemId} refused: ${repairRefusal(reason)}`);
   }
 }
 

@@ -8,61 +8,65 @@ import { adminScope } from './support/admin.js';
 
 const { testLedger, server } = adminScope();
 
-test('/livez, /readyz, /version, /api/queues, the dashboard page without its bundle, 404 and 405 on a migrated ledger', async () => {
-  const tl = await testLedger();
-  const queue = uniqueQueue('adm');
-  await tl.ledger.enqueue({ queue, type: 't', payload: {} });
-  const admin = await server({ ledger: tl.ledger });
-  expect(admin.url).toBe(`http://127.0.0.1:${admin.port}`);
-  expect(admin.port).toBeGreaterThan(0);
+test(
+  '/livez, /readyz, /version, /api/queues, the dashboard page ' +
+    'without its bundle, 404 and 405 on a migrated ledger',
+  async () => {
+    const tl = await testLedger();
+    const queue = uniqueQueue('adm');
+    await tl.ledger.enqueue({ queue, type: 't', payload: {} });
+    const admin = await server({ ledger: tl.ledger });
+    expect(admin.url).toBe(`http://127.0.0.1:${admin.port}`);
+    expect(admin.port).toBeGreaterThan(0);
 
-  const live = await fetch(`${admin.url}/livez`);
-  expect(live.status).toBe(200);
-  expect(await live.text()).toBe('ok\n');
+    const live = await fetch(`${admin.url}/livez`);
+    expect(live.status).toBe(200);
+    expect(await live.text()).toBe('ok\n');
 
-  const ready = await fetch(`${admin.url}/readyz`);
-  expect(ready.status).toBe(200);
-  expect(ready.headers.get('content-type')).toMatch(/^application\/json/);
-  expect(await ready.json()).toEqual({
-    ready: true,
-    checks: { ledger: { ok: true }, migrations: { ok: true, detail: `schema version ${SCHEMA_VERSION}` } },
-  });
+    const ready = await fetch(`${admin.url}/readyz`);
+    expect(ready.status).toBe(200);
+    expect(ready.headers.get('content-type')).toMatch(/^application\/json/);
+    expect(await ready.json()).toEqual({
+      ready: true,
+      checks: { ledger: { ok: true }, migrations: { ok: true, detail: `schema version ${SCHEMA_VERSION}` } },
+    });
 
-  const version = await fetch(`${admin.url}/version`);
-  expect(version.status).toBe(200);
-  expect(await version.json()).toEqual({ name: 'lanewake', version: '9.8.7-test', node: process.version });
+    const version = await fetch(`${admin.url}/version`);
+    expect(version.status).toBe(200);
+    expect(await version.json()).toEqual({ name: 'lanewake', version: '9.8.7-test', node: process.version });
 
-  const queues = await fetch(`${admin.url}/api/queues?ignored=1`);
-  expect(queues.status).toBe(200);
-  const list = (await queues.json()) as {
-    queue: string;
-    counts: Record<string, { count: number; atLeast: boolean }>;
-  }[];
-  expect(list).toHaveLength(1);
-  expect(list[0]).toMatchObject({
-    queue,
-    counts: { pending: { count: 1, atLeast: false }, dead: { count: 0, atLeast: false } },
-  });
+    const queues = await fetch(`${admin.url}/api/queues?ignored=1`);
+    expect(queues.status).toBe(200);
+    const list = (await queues.json()) as {
+      queue: string;
+      counts: Record<string, { count: number; atLeast: boolean }>;
+    }[];
+    expect(list).toHaveLength(1);
+    expect(list[0]).toMatchObject({
+      queue,
+      counts: { pending: { count: 1, atLeast: false }, dead: { count: 0, atLeast: false } },
+    });
 
-  // The bundle is not built here (test/dashboard.test.ts serves one): the page says how to build it.
-  const page = await fetch(`${admin.url}/`);
-  expect(page.status).toBe(503);
-  expect(page.headers.get('content-security-policy')).toContain("script-src 'self'");
-  expect(await page.text()).toContain('npm run build:dashboard');
+    // The bundle is not built here (test/dashboard.test.ts serves one): the page says how to build it.
+    const page = await fetch(`${admin.url}/`);
+    expect(page.status).toBe(503);
+    expect(page.headers.get('content-security-policy')).toContain("script-src 'self'");
+    expect(await page.text()).toContain('npm run build:dashboard');
 
-  const missing = await fetch(`${admin.url}/nope`);
-  expect(missing.status).toBe(404);
-  expect(await missing.json()).toEqual({ error: 'not found' });
+    const missing = await fetch(`${admin.url}/nope`);
+    expect(missing.status).toBe(404);
+    expect(await missing.json()).toEqual({ error: 'not found' });
 
-  const post = await fetch(`${admin.url}/metrics`, { method: 'POST', body: 'x' });
-  expect(post.status).toBe(405);
-  expect(post.headers.get('allow')).toBe('GET');
-  const del = await fetch(`${admin.url}/livez`, { method: 'DELETE' });
-  expect(del.status).toBe(405);
+    const post = await fetch(`${admin.url}/metrics`, { method: 'POST', body: 'x' });
+    expect(post.status).toBe(405);
+    expect(post.headers.get('allow')).toBe('GET');
+    const del = await fetch(`${admin.url}/livez`, { method: 'DELETE' });
+    expect(del.status).toBe(405);
 
-  await admin.close();
-  await expect(fetch(`${admin.url}/livez`)).rejects.toThrow();
-});
+    await admin.close();
+    await expect(fetch(`${admin.url}/livez`)).rejects.toThrow();
+  },
+);
 
 test('/readyz is 503 on an unmigrated database, naming the migrations check', async () => {
   const tl = await testLedger(false);

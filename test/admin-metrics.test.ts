@@ -218,7 +218,8 @@ test('/metrics: claims, outcomes, latencies, wake reads and depth of a running c
   // The delayed item waited 300 ms from its enqueue, but its lag counts from when it was due.
   const refuseStart = sampleValue(samples, 'lanewake_enqueue_to_start_seconds_sum', { queue, type: 'refuse' });
   expect(refuseStart).toBeGreaterThanOrEqual(0.3);
-  // due = created_at + 300 ms on the ledger's clock (this machine's), so lag <= enqueue->start - 0.3 (less the claim-to-start step).
+  // due = created_at + 300 ms on the ledger's clock (this machine's), so lag <= enqueue->start - 0.3 (less
+  // the claim-to-start step).
   expect(sampleValue(samples, 'lanewake_queue_lag_seconds_sum', { queue, type: 'refuse' })).toBeLessThanOrEqual(
     refuseStart - 0.3 + 0.005,
   );

@@ -1,4 +1,5 @@
-// The lanewake CLI against a ledger: migrate, enqueue, stats, inspect, dead list and replay, cancel, activate, wake-ups, bad input, pause, concurrency limits.
+// The lanewake CLI against a ledger: migrate, enqueue, stats, inspect, dead list and replay, cancel, activate,
+// wake-ups, bad input, pause, concurrency limits.
 import { sql } from 'kysely';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { Consumer } from '../src/consumer/consumer.js';
@@ -539,75 +540,80 @@ describe('lanewake CLI against a ledger', () => {
     expect(bad.err).toContain('<queue>');
   });
 
-  it('pause, resume, concurrency-limit and activate refuse a queue the ledger has never seen, exit 2 naming it, unless --new-queue', async () => {
-    const typo = freshQueue('cli-typo');
-    const refusals: [string[], string][] = [
-      [['pause', typo], '<queue>'],
-      [['resume', typo], '<queue>'],
-      [['concurrency-limit', typo, '5'], '<queue>'],
-      [['concurrency-limit', typo, 'none', '--type', 'mail'], '<queue>'],
-      [['activate', '--queue', typo, '--deployment', 'blue'], '--queue'],
-    ];
-    for (const [args, field] of refusals) {
-      const r = await cli(...args);
-      expect(r.code, `${args.join(' ')}: ${r.err}`).toBe(2);
-      expect(r.err).toBe(
-        `error: ${field}: the ledger has never seen queue '${typo}' (no item, setting, owner or consumer of it): check the name, or add --new-queue if the queue is new\n`,
+  it(
+    'pause, resume, concurrency-limit and activate refuse a queue the ' +
+      'ledger has never seen, exit 2 naming it, unless --new-queue',
+    async () => {
+      const typo = freshQueue('cli-typo');
+      const refusals: [string[], string][] = [
+        [['pause', typo], '<queue>'],
+        [['resume', typo], '<queue>'],
+        [['concurrency-limit', typo, '5'], '<queue>'],
+        [['concurrency-limit', typo, 'none', '--type', 'mail'], '<queue>'],
+        [['activate', '--queue', typo, '--deployment', 'blue'], '--queue'],
+      ];
+      for (const [args, field] of refusals) {
+        const r = await cli(...args);
+        expect(r.code, `${args.join(' ')}: ${r.err}`).toBe(2);
+        expect(r.err).toBe(
+          `error: ${field}: the ledger has never seen queue '${typo}' (no item, setting, owner ` +
+            `or consumer of it): check the name, or add --new-queue if the queue is new\n`,
+        );
+        expect(r.out).toBe('');
+      }
+      // Nothing written: no settings row, no type limit, no owner.
+      expect(await t.ledger.operator.hasSeenQueue(typo)).toBe(false);
+      expect(await t.ledger.ownership(typo)).toBeUndefined();
+
+      // Each thing the ledger holds of a queue makes it seen.
+      const seenBy: [string, (queue: string) => Promise<unknown>][] = [
+        ['an item', (q) => t.ledger.enqueue({ queue: q, type: 't', payload: {} })],
+        ['a setting', (q) => t.ledger.pause(q)],
+        ["a type's own limit", (q) => t.ledger.setConcurrencyLimit(q, 2, { type: 'mail' })],
+        ['an owner', (q) => t.ledger.activate({ queue: q, deployment: 'blue' })],
+        [
+          "a consumer's registration",
+          (q) =>
+            t.ledger.consumerBeat(
+              [
+                {
+                  name: `${q}-c`,
+                  queue: q,
+                  classes: ['default'],
+                  types: null,
+                  concurrency: 1,
+                  maxProcessing: null,
+                  epoch: null,
+                  version: 'test',
+                },
+              ],
+              true,
+            ),
+        ],
+      ];
+      for (const [what, make] of seenBy) {
+        const queue = freshQueue('cli-seen');
+        expect((await cli('resume', queue)).code, what).toBe(2);
+        await make(queue);
+        const r = await cli('resume', queue);
+        expect(r.code, `${what}: ${r.err}`).toBe(0);
+        expect(r.out).toBe(`queue ${queue}: resumed\n`);
+      }
+
+      // Told the queue is new, each command sets it.
+      expect((await cli('pause', typo, '--new-queue')).out).toBe(`queue ${typo}: paused\n`);
+      expect(await t.ledger.pausedQueues([typo])).toEqual(new Set([typo]));
+      const fresh = freshQueue('cli-new');
+      expect((await cli('concurrency-limit', fresh, '5', '--new-queue')).code).toBe(0);
+      expect(await t.ledger.concurrencyLimits(fresh)).toEqual({ queue: fresh, limit: 5, types: {} });
+      const owned = freshQueue('cli-new-owner');
+      expect((await cli('activate', '--queue', owned, '--deployment', 'blue', '--new-queue')).out).toBe(
+        `queue ${owned}: epoch 1, owned by blue\n`,
       );
-      expect(r.out).toBe('');
-    }
-    // Nothing written: no settings row, no type limit, no owner.
-    expect(await t.ledger.operator.hasSeenQueue(typo)).toBe(false);
-    expect(await t.ledger.ownership(typo)).toBeUndefined();
+    },
+  );
 
-    // Each thing the ledger holds of a queue makes it seen.
-    const seenBy: [string, (queue: string) => Promise<unknown>][] = [
-      ['an item', (q) => t.ledger.enqueue({ queue: q, type: 't', payload: {} })],
-      ['a setting', (q) => t.ledger.pause(q)],
-      ["a type's own limit", (q) => t.ledger.setConcurrencyLimit(q, 2, { type: 'mail' })],
-      ['an owner', (q) => t.ledger.activate({ queue: q, deployment: 'blue' })],
-      [
-        "a consumer's registration",
-        (q) =>
-          t.ledger.consumerBeat(
-            [
-              {
-                name: `${q}-c`,
-                queue: q,
-                classes: ['default'],
-                types: null,
-                concurrency: 1,
-                maxProcessing: null,
-                epoch: null,
-                version: 'test',
-              },
-            ],
-            true,
-          ),
-      ],
-    ];
-    for (const [what, make] of seenBy) {
-      const queue = freshQueue('cli-seen');
-      expect((await cli('resume', queue)).code, what).toBe(2);
-      await make(queue);
-      const r = await cli('resume', queue);
-      expect(r.code, `${what}: ${r.err}`).toBe(0);
-      expect(r.out).toBe(`queue ${queue}: resumed\n`);
-    }
-
-    // Told the queue is new, each command sets it.
-    expect((await cli('pause', typo, '--new-queue')).out).toBe(`queue ${typo}: paused\n`);
-    expect(await t.ledger.pausedQueues([typo])).toEqual(new Set([typo]));
-    const fresh = freshQueue('cli-new');
-    expect((await cli('concurrency-limit', fresh, '5', '--new-queue')).code).toBe(0);
-    expect(await t.ledger.concurrencyLimits(fresh)).toEqual({ queue: fresh, limit: 5, types: {} });
-    const owned = freshQueue('cli-new-owner');
-    expect((await cli('activate', '--queue', owned, '--deployment', 'blue', '--new-queue')).out).toBe(
-      `queue ${owned}: epoch 1, owned by blue\n`,
-    );
-  });
-
-  it("concurrency-limit sets, raises and lifts a queue's or a type's limit per key; bad input exits 2 naming it", async () => {
+  it("concurrency-limit sets, raises and lifts a queue's or a type's key limit; bad input exits 2, named", async () => {
     const queue = 'cli-keys';
     const unseen = await cli('concurrency-limit', queue, '1', '--type', 'mail');
     expect(unseen.code, unseen.err).toBe(2);

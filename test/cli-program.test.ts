@@ -1,4 +1,5 @@
-// The lanewake CLI without a ledger (an unreachable one, the key prefix's name, --help, further commands), and its entry point run as a process.
+// The lanewake CLI without a ledger (an unreachable one, the key prefix's name, --help, further commands), and its
+// entry point run as a process.
 import { execFile } from 'node:child_process';
 import { readFileSync } from 'node:fs';
 import { dirname, join, resolve } from 'node:path';

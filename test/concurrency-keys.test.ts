@@ -10,7 +10,8 @@ import { freshQueue } from './support/items.js';
 import { waitFor, type TestLedger } from './support/ledger.js';
 import { testScope } from './support/scope.js';
 
-// Concurrency keys: at most the queue's limit of one key's items admitted at once, held by the ledger (docs/design/keys.md, Concurrency keys).
+// Concurrency keys: at most the queue's limit of one key's items admitted at once, held by the ledger
+// (docs/design/keys.md, Concurrency keys).
 
 const scope = testScope();
 let tl: TestLedger;
@@ -29,74 +30,85 @@ function byKey(items: readonly ClaimedItem[]): Record<string, number> {
 }
 
 describe('concurrency keys at the ledger', () => {
-  test('a key admits up to the limit, the rest wait unseen by claims, and an end hands its slot to the earliest waiting', async () => {
-    const queue = freshQueue('keys');
-    await tl.ledger.setConcurrencyLimit(queue, 3);
-    const a = await tl.ledger.enqueueMany(
-      Array.from({ length: 8 }, (_, i) => ({ queue, type: 't', concurrencyKey: 'tenant:a', payload: { i } })),
-    );
-    await tl.ledger.enqueueMany([0, 1].map((i) => ({ queue, type: 't', concurrencyKey: 'tenant:b', payload: { i } })));
-    // Singles, in a later batch, take what is left of a key's room.
-    await tl.ledger.enqueue({ queue, type: 't', concurrencyKey: 'tenant:b', payload: { i: 2 } });
-    await tl.ledger.enqueue({ queue, type: 't', concurrencyKey: 'tenant:b', payload: { i: 3 } });
-    await tl.ledger.enqueue({ queue, type: 't', payload: { free: true } });
-    const first = await claimAll(queue);
-    expect(byKey(first)).toEqual({ 'tenant:a': 3, 'tenant:b': 3, '-': 1 });
-    expect(
-      first
-        .filter((c) => c.concurrencyKey === 'tenant:a')
-        .map((c) => c.id)
-        .sort(),
-    ).toEqual(
-      a
-        .slice(0, 3)
-        .map((r) => r.id)
-        .sort(),
-    );
-    expect(await claimAll(queue)).toEqual([]);
-    // One of a's ends: its slot goes to a's earliest waiting item, which a claim then finds.
-    const doneA = first.find((c) => c.concurrencyKey === 'tenant:a')!;
-    expect(await tl.ledger.complete(doneA)).toMatchObject({ won: true });
-    const next = await claimAll(queue);
-    expect(next.map((c) => c.id)).toEqual([a[3]!.id]);
-    // A waiting item cancelled leaves the line; an admitted one cancelled hands its slot on.
-    expect(await tl.ledger.cancel(a[4]!.id)).toBe('cancelled');
-    const failA = first.find((c) => c.concurrencyKey === 'tenant:a' && c.id !== doneA.id)!;
-    expect(await tl.ledger.fail(failA, { error: 'boom' })).toMatchObject({ won: true, state: 'dead' });
-    expect((await claimAll(queue)).map((c) => c.id)).toEqual([a[5]!.id]);
-    // A raised limit admits at once: a's last two, and b's fourth.
-    expect(await tl.ledger.setConcurrencyLimit(queue, 5)).toBe(2);
-    expect(byKey(await claimAll(queue))).toEqual({ 'tenant:a': 2, 'tenant:b': 1 });
-    const keyRow = await sql<{
-      admitted: number;
-    }>`SELECT admitted FROM lw_keys WHERE queue = ${queue} AND ckey = 'tenant:a'`.execute(tl.ledger.db);
-    expect(Number(keyRow.rows[0]?.admitted)).toBe(5);
-  });
+  test(
+    'a key admits up to the limit, the rest wait unseen by ' +
+      'claims, and an end hands its slot to the earliest waiting',
+    async () => {
+      const queue = freshQueue('keys');
+      await tl.ledger.setConcurrencyLimit(queue, 3);
+      const a = await tl.ledger.enqueueMany(
+        Array.from({ length: 8 }, (_, i) => ({ queue, type: 't', concurrencyKey: 'tenant:a', payload: { i } })),
+      );
+      await tl.ledger.enqueueMany(
+        [0, 1].map((i) => ({ queue, type: 't', concurrencyKey: 'tenant:b', payload: { i } })),
+      );
+      // Singles, in a later batch, take what is left of a key's room.
+      await tl.ledger.enqueue({ queue, type: 't', concurrencyKey: 'tenant:b', payload: { i: 2 } });
+      await tl.ledger.enqueue({ queue, type: 't', concurrencyKey: 'tenant:b', payload: { i: 3 } });
+      await tl.ledger.enqueue({ queue, type: 't', payload: { free: true } });
+      const first = await claimAll(queue);
+      expect(byKey(first)).toEqual({ 'tenant:a': 3, 'tenant:b': 3, '-': 1 });
+      expect(
+        first
+          .filter((c) => c.concurrencyKey === 'tenant:a')
+          .map((c) => c.id)
+          .sort(),
+      ).toEqual(
+        a
+          .slice(0, 3)
+          .map((r) => r.id)
+          .sort(),
+      );
+      expect(await claimAll(queue)).toEqual([]);
+      // One of a's ends: its slot goes to a's earliest waiting item, which a claim then finds.
+      const doneA = first.find((c) => c.concurrencyKey === 'tenant:a')!;
+      expect(await tl.ledger.complete(doneA)).toMatchObject({ won: true });
+      const next = await claimAll(queue);
+      expect(next.map((c) => c.id)).toEqual([a[3]!.id]);
+      // A waiting item cancelled leaves the line; an admitted one cancelled hands its slot on.
+      expect(await tl.ledger.cancel(a[4]!.id)).toBe('cancelled');
+      const failA = first.find((c) => c.concurrencyKey === 'tenant:a' && c.id !== doneA.id)!;
+      expect(await tl.ledger.fail(failA, { error: 'boom' })).toMatchObject({ won: true, state: 'dead' });
+      expect((await claimAll(queue)).map((c) => c.id)).toEqual([a[5]!.id]);
+      // A raised limit admits at once: a's last two, and b's fourth.
+      expect(await tl.ledger.setConcurrencyLimit(queue, 5)).toBe(2);
+      expect(byKey(await claimAll(queue))).toEqual({ 'tenant:a': 2, 'tenant:b': 1 });
+      const keyRow = await sql<{
+        admitted: number;
+      }>`SELECT admitted FROM lw_keys WHERE queue = ${queue} AND ckey = 'tenant:a'`.execute(tl.ledger.db);
+      expect(Number(keyRow.rows[0]?.admitted)).toBe(5);
+    },
+  );
 
-  test("one batch admits each of its keys up to that key's own room: what it holds already, its count in the batch, its limit", async () => {
-    const queue = freshQueue('keysmix');
-    await tl.ledger.setConcurrencyLimit(queue, 3);
-    await tl.ledger.setConcurrencyLimit(queue, 2, { type: 'mail' });
-    await tl.ledger.enqueueMany([
-      ...['A', 'B'].map((k) => ({ queue, type: 't', concurrencyKey: k, payload: {} })),
-      { queue, type: 'mail', concurrencyKey: 'A', payload: {} },
-    ]);
-    const batch = [
-      ...[0, 1, 2].map((i) => ({ queue, type: 't', concurrencyKey: 'A', payload: { i } })),
-      { queue, type: 't', concurrencyKey: 'B', payload: {} },
-      ...[0, 1].map((i) => ({ queue, type: 'mail', concurrencyKey: 'A', payload: { i } })),
-      ...[0, 1].map((i) => ({ queue, type: 't', concurrencyKey: 'C', payload: { i } })),
-    ];
-    const made = await tl.ledger.enqueueMany(batch);
-    const heads = await Promise.all(made.map(async (m) => (await tl.ledger.get(m.id))?.isHead));
-    // A holds 1 of 3: two of its three are admitted. B holds 1. mail's A holds 1 of mail's own limit of 2: one. C is new: both.
-    expect(heads).toEqual([true, true, false, true, true, false, true, true]);
-    const more = [
-      await tl.ledger.enqueue({ queue, type: 't', concurrencyKey: 'B', payload: {} }),
-      await tl.ledger.enqueue({ queue, type: 't', concurrencyKey: 'B', payload: {} }),
-    ];
-    expect(await Promise.all(more.map(async (m) => (await tl.ledger.get(m.id))?.isHead))).toEqual([true, false]);
-  });
+  test(
+    "one batch admits each of its keys up to that key's own room: " +
+      'what it holds already, its count in the batch, its limit',
+    async () => {
+      const queue = freshQueue('keysmix');
+      await tl.ledger.setConcurrencyLimit(queue, 3);
+      await tl.ledger.setConcurrencyLimit(queue, 2, { type: 'mail' });
+      await tl.ledger.enqueueMany([
+        ...['A', 'B'].map((k) => ({ queue, type: 't', concurrencyKey: k, payload: {} })),
+        { queue, type: 'mail', concurrencyKey: 'A', payload: {} },
+      ]);
+      const batch = [
+        ...[0, 1, 2].map((i) => ({ queue, type: 't', concurrencyKey: 'A', payload: { i } })),
+        { queue, type: 't', concurrencyKey: 'B', payload: {} },
+        ...[0, 1].map((i) => ({ queue, type: 'mail', concurrencyKey: 'A', payload: { i } })),
+        ...[0, 1].map((i) => ({ queue, type: 't', concurrencyKey: 'C', payload: { i } })),
+      ];
+      const made = await tl.ledger.enqueueMany(batch);
+      const heads = await Promise.all(made.map(async (m) => (await tl.ledger.get(m.id))?.isHead));
+      // A holds 1 of 3: two of its three are admitted. B holds 1. mail's A holds 1 of mail's own limit
+      // of 2: one. C is new: both.
+      expect(heads).toEqual([true, true, false, true, true, false, true, true]);
+      const more = [
+        await tl.ledger.enqueue({ queue, type: 't', concurrencyKey: 'B', payload: {} }),
+        await tl.ledger.enqueue({ queue, type: 't', concurrencyKey: 'B', payload: {} }),
+      ];
+      expect(await Promise.all(more.map(async (m) => (await tl.ledger.get(m.id))?.isHead))).toEqual([true, false]);
+    },
+  );
 
   test('the same holds on the transactional insert path (idempotency keys) and for batch completions', async () => {
     const queue = freshQueue('keystx');
@@ -127,7 +139,7 @@ describe('concurrency keys at the ledger', () => {
     );
   });
 
-  test('a batch completion hands each key its earliest waiting items, however many of its items end together', async () => {
+  test('a batch completion hands each key its earliest waiting, however many of its items end together', async () => {
     const queue = freshQueue('keysmany');
     await tl.ledger.setConcurrencyLimit(queue, 6);
     // Key m: 6 admitted, 8 waiting; key f: 6 admitted, 3 waiting.
@@ -166,51 +178,55 @@ describe('concurrency keys at the ledger', () => {
     expect(Number(waits.rows[0]?.n)).toBe(0);
   });
 
-  test("a batch's ends give what they admit to each completing consumer's room in turn; what no room takes is a head for any claim", async () => {
-    const queue = freshQueue('keysrooms');
-    await tl.ledger.setConcurrencyLimit(queue, 1);
-    // Keys k0..k3: one item of each admitted and claimed, one waiting.
-    const made = await tl.ledger.enqueueMany(
-      Array.from({ length: 8 }, (_, i) => ({ queue, type: 't', concurrencyKey: `k${i % 4}`, payload: { i } })),
-    );
-    const held = await claimAll(queue);
-    expect(held.map((h) => h.id).sort()).toEqual(
-      made
-        .slice(0, 4)
-        .map((m) => m.id)
-        .sort(),
-    );
-    const room = (name: string, max: number): SuccessorClaim => ({
-      owner: name,
-      token: `tok_keysrooms_${name}_01`,
-      leaseMs: 60_000,
-      max,
-    });
-    const { results, claimed } = await tl.ledger.completeManyClaimingNext(
-      held.map((handle) => ({ handle })),
-      [room('a', 1), room('b', 2)],
-    );
-    expect(results.every((r) => r.won)).toBe(true);
-    expect(claimed.map((c) => c.leaseOwner).sort()).toEqual(['a', 'b', 'b']);
-    const rest = await claimAll(queue);
-    expect(rest).toHaveLength(1);
-    expect([...claimed, ...rest].map((c) => c.id).sort()).toEqual(
-      made
-        .slice(4)
-        .map((m) => m.id)
-        .sort(),
-    );
-    // Each end says whether its key left what it admitted for a claim round: only the one no room took.
-    expect(held.map((h, i) => [h.concurrencyKey, results[i]?.keyAdmitted])).toEqual(
-      held.map((h) => [h.concurrencyKey, h.concurrencyKey === rest[0]?.concurrencyKey]),
-    );
-    const keyRows = await sql<{ admitted: number }>`SELECT admitted FROM lw_keys WHERE queue = ${queue}`.execute(
-      tl.ledger.db,
-    );
-    expect(keyRows.rows.map((r) => Number(r.admitted))).toEqual([1, 1, 1, 1]);
-  });
+  test(
+    "a batch's ends give what they admit to each completing consumer's " +
+      'room in turn; what no room takes is a head for any claim',
+    async () => {
+      const queue = freshQueue('keysrooms');
+      await tl.ledger.setConcurrencyLimit(queue, 1);
+      // Keys k0..k3: one item of each admitted and claimed, one waiting.
+      const made = await tl.ledger.enqueueMany(
+        Array.from({ length: 8 }, (_, i) => ({ queue, type: 't', concurrencyKey: `k${i % 4}`, payload: { i } })),
+      );
+      const held = await claimAll(queue);
+      expect(held.map((h) => h.id).sort()).toEqual(
+        made
+          .slice(0, 4)
+          .map((m) => m.id)
+          .sort(),
+      );
+      const room = (name: string, max: number): SuccessorClaim => ({
+        owner: name,
+        token: `tok_keysrooms_${name}_01`,
+        leaseMs: 60_000,
+        max,
+      });
+      const { results, claimed } = await tl.ledger.completeManyClaimingNext(
+        held.map((handle) => ({ handle })),
+        [room('a', 1), room('b', 2)],
+      );
+      expect(results.every((r) => r.won)).toBe(true);
+      expect(claimed.map((c) => c.leaseOwner).sort()).toEqual(['a', 'b', 'b']);
+      const rest = await claimAll(queue);
+      expect(rest).toHaveLength(1);
+      expect([...claimed, ...rest].map((c) => c.id).sort()).toEqual(
+        made
+          .slice(4)
+          .map((m) => m.id)
+          .sort(),
+      );
+      // Each end says whether its key left what it admitted for a claim round: only the one no room took.
+      expect(held.map((h, i) => [h.concurrencyKey, results[i]?.keyAdmitted])).toEqual(
+        held.map((h) => [h.concurrencyKey, h.concurrencyKey === rest[0]?.concurrencyKey]),
+      );
+      const keyRows = await sql<{ admitted: number }>`SELECT admitted FROM lw_keys WHERE queue = ${queue}`.execute(
+        tl.ledger.db,
+      );
+      expect(keyRows.rows.map((r) => Number(r.admitted))).toEqual([1, 1, 1, 1]);
+    },
+  );
 
-  test('a batch completion with a lost lease among its items gives up the slots of those it ended, and no others', async () => {
+  test('a batch completion with a lost lease in it gives up the slots of those it ended, and no others', async () => {
     const queue = freshQueue('keyslost');
     await tl.ledger.setConcurrencyLimit(queue, 3);
     // Key k holds two admitted items and nothing waits: its slots are given up with the completion, in one round trip.
@@ -281,7 +297,7 @@ describe('concurrency keys at the ledger', () => {
 });
 
 describe('a type with a limit of its own', () => {
-  test("its keys are admitted per key and type, apart from the queue's limit and from other types, until it ends", async () => {
+  test("its keys admit per key and type, apart from the queue's limit and other types, until it ends", async () => {
     const queue = freshQueue('keytype');
     await tl.ledger.setConcurrencyLimit(queue, 1);
     await tl.ledger.setConcurrencyLimit(queue, 2, { type: 'mail' });
@@ -424,11 +440,15 @@ describe('fair queues', () => {
     return (await tl.ledger.claim({ queue, owner: 'w', limit: 10, leaseMs: 60_000 })).items;
   }
 
-  test("a fair queue serves its keys in turn: B's items come in the next claim, however many lanes A's flood spreads over", async () => {
-    expect(byKey(await firstClaim(true))).toEqual({ A: 5, B: 5 });
-    // Oldest first, B's items wait behind A's 250 heads.
-    expect(byKey(await firstClaim(false))).toEqual({ A: 10 });
-  });
+  test(
+    "a fair queue serves its keys in turn: B's items come in the " +
+      "next claim, however many lanes A's flood spreads over",
+    async () => {
+      expect(byKey(await firstClaim(true))).toEqual({ A: 5, B: 5 });
+      // Oldest first, B's items wait behind A's 250 heads.
+      expect(byKey(await firstClaim(false))).toEqual({ A: 10 });
+    },
+  );
 
   test("a key that comes late starts at the queue's current round, not ahead of everyone", async () => {
     const queue = freshQueue('round');
@@ -458,9 +478,9 @@ describe('fair queues', () => {
     });
   });
 
-  test("a fair queue's consumer claims nothing with its completions, so its claim rounds deal every slot in rounds", async () => {
+  test("a fair queue's consumer claims nothing with completions, so claim rounds deal slots in rounds", async () => {
     // A lane's next claimed as its item ends keeps the lanes a consumer holds in its slots and prefetch buffer ahead
-    // of every other key's round: with A's flood of 100,000 items over 1,000 lanes, B waited 22 s (bench/fairness.ts).
+    // of every other key's round: behind a flood of A over many lanes, B waits long (bench/fairness.ts).
     const run = async (fair: boolean): Promise<Consumer> => {
       const queue = uniqueQueue(fair ? 'fairnext' : 'oldestnext');
       if (fair) await tl.ledger.setFairness(queue, 'key');
@@ -500,7 +520,7 @@ describe('fair queues', () => {
     expect(fair.counters.claimRounds).toBeGreaterThan(0);
   });
 
-  test("woken by Redis, a fair queue's consumer still serves the keys in turn: a flood's wake-ups do not go first", async () => {
+  test("woken by Redis, a fair queue still serves the keys in turn: a flood's wake-ups do not go first", async () => {
     // Wake-ups name their items. Claimed by those names, in the order the wake-ups came, A's flood ran to its
     // end before B's or C's first item, in a fair queue as in any other.
     const tw = scope.wake();
@@ -508,7 +528,8 @@ describe('fair queues', () => {
     await tl.ledger.setFairness(queue, 'key');
     // Producers in other processes: every item is announced through Redis, none is claimed at insert.
     const producer = new Producer({ ledger: tl.ledger, wake: tw.remote() });
-    // Paused while the three tenants enqueue, so every wake-up has come before the first claim, however slow the machine.
+    // Paused while the three tenants enqueue, so every wake-up has come before the first claim,
+    // however slow the machine.
     await producer.pause(queue);
     const started: string[] = [];
     const work = async (job: { payload: unknown }): Promise<void> => {
@@ -675,63 +696,67 @@ describe('concurrency keys with consumers', () => {
     expect(rows.rows.map((r) => Number(r.admitted))).toEqual(Array.from({ length: 400 }, () => 0));
   });
 
-  test("a handler's own concurrencyLimit holds its type's items of a key across 4 consumers; a bad one names its field", async () => {
-    const tw = scope.wake();
-    const queue = uniqueQueue('keyedtype');
-    const running = new Map<string, number>();
-    const peaks = new Map<string, number>();
-    const mail = async (job: { payload: unknown }): Promise<void> => {
-      const key = (job.payload as { k: string }).k;
-      running.set(key, (running.get(key) ?? 0) + 1);
-      peaks.set(key, Math.max(peaks.get(key) ?? 0, running.get(key) ?? 0));
-      // Holds its slot until its key runs 2 (or a moment has passed), yielding at least once, so a third would show.
-      const until = Date.now() + 300;
-      do await new Promise((r) => setTimeout(r, 5));
-      while ((running.get(key) ?? 0) < 2 && Date.now() < until);
-      running.set(key, (running.get(key) ?? 1) - 1);
-    };
-    expect(
-      () => new Consumer({ ledger: tl.ledger, queue, handlers: { mail: { handle: mail, concurrencyLimit: 0 } } }),
-    ).toThrow(
-      expect.objectContaining({
-        name: 'ValidationError',
-        issues: [expect.objectContaining({ field: 'handlers.mail.concurrencyLimit' })],
-      }),
-    );
-    for (let i = 0; i < 4; i++) {
-      const c = new Consumer({
-        ledger: tl.ledger,
-        wake: tw.wake,
-        queue,
-        concurrency: 4,
-        handlers: { mail: { handle: mail, concurrencyLimit: 2 } },
-      });
-      await scope.start(c);
-    }
-    // The first consumer's start stored the type's limit: every enqueue from here on holds to it.
-    const producer = new Producer({ ledger: tl.ledger, wake: tw.wake });
-    await producer.enqueueMany(
-      Array.from({ length: 30 }, (_, i) => ({
-        queue,
-        type: 'mail',
-        concurrencyKey: i % 2 === 0 ? 'a' : 'b',
-        payload: { i, k: i % 2 === 0 ? 'a' : 'b' },
-      })),
-    );
-    await waitFor(
-      async () => ((await tl.ledger.stats(queue))[0]?.counts.completed.count === 30 ? true : undefined),
-      60_000,
-      'all 30 done',
-    );
-    expect([...peaks.keys()].sort()).toEqual(['a', 'b']);
-    expect(Math.max(...peaks.values())).toBe(2);
-    const rows = await sql<{
-      ckey: string;
-      admitted: number;
-    }>`SELECT ckey, admitted FROM lw_keys WHERE queue = ${queue} ORDER BY ckey`.execute(tl.ledger.db);
-    expect(rows.rows.map((r) => [r.ckey, Number(r.admitted)])).toEqual([
-      ['mail\u001fa', 0],
-      ['mail\u001fb', 0],
-    ]);
-  });
+  test(
+    "a handler's own concurrencyLimit holds its type's items of " +
+      'a key across 4 consumers; a bad one names its field',
+    async () => {
+      const tw = scope.wake();
+      const queue = uniqueQueue('keyedtype');
+      const running = new Map<string, number>();
+      const peaks = new Map<string, number>();
+      const mail = async (job: { payload: unknown }): Promise<void> => {
+        const key = (job.payload as { k: string }).k;
+        running.set(key, (running.get(key) ?? 0) + 1);
+        peaks.set(key, Math.max(peaks.get(key) ?? 0, running.get(key) ?? 0));
+        // Holds its slot until its key runs 2 (or a moment has passed), yielding at least once, so a third would show.
+        const until = Date.now() + 300;
+        do await new Promise((r) => setTimeout(r, 5));
+        while ((running.get(key) ?? 0) < 2 && Date.now() < until);
+        running.set(key, (running.get(key) ?? 1) - 1);
+      };
+      expect(
+        () => new Consumer({ ledger: tl.ledger, queue, handlers: { mail: { handle: mail, concurrencyLimit: 0 } } }),
+      ).toThrow(
+        expect.objectContaining({
+          name: 'ValidationError',
+          issues: [expect.objectContaining({ field: 'handlers.mail.concurrencyLimit' })],
+        }),
+      );
+      for (let i = 0; i < 4; i++) {
+        const c = new Consumer({
+          ledger: tl.ledger,
+          wake: tw.wake,
+          queue,
+          concurrency: 4,
+          handlers: { mail: { handle: mail, concurrencyLimit: 2 } },
+        });
+        await scope.start(c);
+      }
+      // The first consumer's start stored the type's limit: every enqueue from here on holds to it.
+      const producer = new Producer({ ledger: tl.ledger, wake: tw.wake });
+      await producer.enqueueMany(
+        Array.from({ length: 30 }, (_, i) => ({
+          queue,
+          type: 'mail',
+          concurrencyKey: i % 2 === 0 ? 'a' : 'b',
+          payload: { i, k: i % 2 === 0 ? 'a' : 'b' },
+        })),
+      );
+      await waitFor(
+        async () => ((await tl.ledger.stats(queue))[0]?.counts.completed.count === 30 ? true : undefined),
+        60_000,
+        'all 30 done',
+      );
+      expect([...peaks.keys()].sort()).toEqual(['a', 'b']);
+      expect(Math.max(...peaks.values())).toBe(2);
+      const rows = await sql<{
+        ckey: string;
+        admitted: number;
+      }>`SELECT ckey, admitted FROM lw_keys WHERE queue = ${queue} ORDER BY ckey`.execute(tl.ledger.db);
+      expect(rows.rows.map((r) => [r.ckey, Number(r.admitted)])).toEqual([
+        ['mail\u001fa', 0],
+        ['mail\u001fb', 0],
+      ]);
+    },
+  );
 });

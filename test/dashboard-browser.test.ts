@@ -83,7 +83,7 @@ describeInChromium('the dashboard in chromium', () => {
     tl = await scope.ledger();
   });
 
-  test('a dead item is found from the dead letters, replayed with the token, and its replay seen completing', async () => {
+  test('a dead item is found in the dead letters, replayed with the token, its replay seen completing', async () => {
     const queue = uniqueQueue('dashreplay');
     const broken = { now: true };
     const { tw, producer } = await brokenConsumer(queue, broken);
@@ -150,7 +150,7 @@ describeInChromium('the dashboard in chromium', () => {
     expect(problems).toEqual([]);
   });
 
-  test('a purge of a filter counts first and honours the age chosen: nothing ended over a day ago, then every one', async () => {
+  test("a filter's purge counts first, honours the age chosen: nothing ended over a day ago, then all", async () => {
     const queue = uniqueQueue('dashpurge');
     const { tw, producer } = await brokenConsumer(queue, { now: true });
     const made = await producer.enqueueMany(
@@ -184,7 +184,7 @@ describeInChromium('the dashboard in chromium', () => {
     expect(problems).toEqual([]);
   });
 
-  test('pausing a queue from the page stops its claims; items enqueued meanwhile stay pending until resume', async () => {
+  test('pausing a queue from the page stops its claims; items enqueued meanwhile wait until resume', async () => {
     const queue = uniqueQueue('dashpause');
     const { tw, consumer, started, producer } = await brokenConsumer(queue, { now: false });
     const server = await startTestDashboard(scope, { ledger: tl.ledger, wake: tw.wake, adminToken: TOKEN });

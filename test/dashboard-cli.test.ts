@@ -35,40 +35,44 @@ function dashboard(args: string[], env: Record<string, string> = {}): Child {
   return { proc, stdout: () => stdout, stderr: () => stderr, exit };
 }
 
-test('lanewake dashboard prints its URL, takes its token from LANEWAKE_ADMIN_TOKEN, acts, logs the action, and stops on SIGTERM', async () => {
-  const { ledger, url } = await scope.ledger();
-  const tw = scope.wake();
-  const queue = freshQueue('dcli');
-  await ledger.enqueue({ queue, type: 't', payload: {} });
-  const child = dashboard(
-    ['--port', '0', '--database-url', url, '--redis-url', redisUrl(), '--redis-key-prefix', tw.keyPrefix],
-    { LANEWAKE_ADMIN_TOKEN: TOKEN },
-  );
-  const base = await waitFor(
-    () => /^(http:\/\/127\.0\.0\.1:\d+)$/m.exec(child.stdout())?.[1],
-    30_000,
-    'the printed URL',
-  );
-  expect(await (await fetch(`${base}/api/session`)).json()).toMatchObject({ canAct: true, showPayloads: false });
-  const before = await tw.wake.control.latestId(tw.wake.redis, queue);
-  const res = await fetch(`${base}/api/queues/${queue}/pause`, {
-    method: 'POST',
-    headers: { 'content-type': 'application/json', 'x-lanewake-admin-token': TOKEN, 'x-lanewake-actor': 'grace' },
-    body: '{}',
-  });
-  expect(res.status).toBe(200);
-  expect(await ledger.pausedQueues([queue])).toEqual(new Set([queue]));
-  expect(await tw.wake.control.latestId(tw.wake.redis, queue)).not.toBe(before);
-  await waitFor(() => child.stderr().includes('"admin action"') || undefined, 10_000, 'the audit line');
-  const audit = child
-    .stderr()
-    .split('\n')
-    .filter((l) => l.includes('"admin action"'))
-    .map((l) => JSON.parse(l) as Record<string, unknown>);
-  expect(audit).toEqual([expect.objectContaining({ actor: 'grace', action: 'pause', queue, count: 1 })]);
-  child.proc.kill('SIGTERM');
-  expect(await child.exit).toBe(0);
-});
+test(
+  'lanewake dashboard prints its URL, takes its token from ' +
+    'LANEWAKE_ADMIN_TOKEN, acts, logs the action, and stops on SIGTERM',
+  async () => {
+    const { ledger, url } = await scope.ledger();
+    const tw = scope.wake();
+    const queue = freshQueue('dcli');
+    await ledger.enqueue({ queue, type: 't', payload: {} });
+    const child = dashboard(
+      ['--port', '0', '--database-url', url, '--redis-url', redisUrl(), '--redis-key-prefix', tw.keyPrefix],
+      { LANEWAKE_ADMIN_TOKEN: TOKEN },
+    );
+    const base = await waitFor(
+      () => /^(http:\/\/127\.0\.0\.1:\d+)$/m.exec(child.stdout())?.[1],
+      30_000,
+      'the printed URL',
+    );
+    expect(await (await fetch(`${base}/api/session`)).json()).toMatchObject({ canAct: true, showPayloads: false });
+    const before = await tw.wake.control.latestId(tw.wake.redis, queue);
+    const res = await fetch(`${base}/api/queues/${queue}/pause`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json', 'x-lanewake-admin-token': TOKEN, 'x-lanewake-actor': 'grace' },
+      body: '{}',
+    });
+    expect(res.status).toBe(200);
+    expect(await ledger.pausedQueues([queue])).toEqual(new Set([queue]));
+    expect(await tw.wake.control.latestId(tw.wake.redis, queue)).not.toBe(before);
+    await waitFor(() => child.stderr().includes('"admin action"') || undefined, 10_000, 'the audit line');
+    const audit = child
+      .stderr()
+      .split('\n')
+      .filter((l) => l.includes('"admin action"'))
+      .map((l) => JSON.parse(l) as Record<string, unknown>);
+    expect(audit).toEqual([expect.objectContaining({ actor: 'grace', action: 'pause', queue, count: 1 })]);
+    child.proc.kill('SIGTERM');
+    expect(await child.exit).toBe(0);
+  },
+);
 
 test('read-only without a token; SIGINT stops it', async () => {
   const { url } = await scope.ledger();

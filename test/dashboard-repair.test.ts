@@ -1,4 +1,5 @@
-// The dashboard's repair action (admin-token guarded, refused (409) when the item moved on, the actor in the item's history), and its stale-only mark.
+// The dashboard's repair action (admin-token guarded, refused (409) when the item moved on, the actor in the item's
+// history), and its stale-only mark.
 import { join } from 'node:path';
 import { tmpdir } from 'node:os';
 import { expect, test } from 'vitest';
@@ -11,7 +12,7 @@ import { testScope } from './support/scope.js';
 const scope = testScope();
 const TOKEN = 'test-token-0123456789abcdef';
 
-test('repair from the dashboard: token required, guarded by what the page showed, recorded with its actor', async () => {
+test('dashboard repair: token required, guarded by what the page showed, recorded with its actor', async () => {
   const { ledger } = await scope.ledger();
   const log = captureLog();
   const admin = await startAdminServer({

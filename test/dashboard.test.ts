@@ -203,95 +203,106 @@ test('bad input answers 400 naming the field, and reads nothing', async () => {
   expect(await json(notJson, 400)).toMatchObject({ field: 'body' });
 });
 
-test('actions: replay one under its guard (409 when it moved on), cancel, pause and resume announced, bulk replay and purge with dry runs, each logged', async () => {
-  const { ledger } = await scope.ledger();
-  const tw = scope.wake();
-  const s = await serve(ledger, { token: TOKEN, wake: tw.wake });
-  const queue = freshQueue('dash');
-  const made = await ledger.enqueueMany(
-    Array.from({ length: 4 }, (_, i) => ({ queue, type: i === 0 ? 'solo' : 'bulk', payload: {} })),
-  );
-  await killAll(ledger, queue);
-  const first = made[0]?.id ?? '';
-  const digest = errorDigest((await ledger.get(first))?.lastError ?? null);
+test(
+  'actions: replay one under its guard (409 when it moved on), cancel, pause ' +
+    'and resume announced, bulk replay and purge with dry runs, each logged',
+  async () => {
+    const { ledger } = await scope.ledger();
+    const tw = scope.wake();
+    const s = await serve(ledger, { token: TOKEN, wake: tw.wake });
+    const queue = freshQueue('dash');
+    const made = await ledger.enqueueMany(
+      Array.from({ length: 4 }, (_, i) => ({ queue, type: i === 0 ? 'solo' : 'bulk', payload: {} })),
+    );
+    await killAll(ledger, queue);
+    const first = made[0]?.id ?? '';
+    const digest = errorDigest((await ledger.get(first))?.lastError ?? null);
 
-  expect(
-    await json(s.act(`/api/items/${first}/replay`, { expectAttempt: 2, expectErrorDigest: digest }), 409),
-  ).toMatchObject({ reason: 'attempt_mismatch' });
-  const replayed = await json<{ id: string }>(
-    s.act(`/api/items/${first}/replay`, { expectAttempt: 1, expectErrorDigest: digest }),
-  );
-  expect((await ledger.get(replayed.id))?.replayOf).toBe(first);
-  expect(
-    await json(s.act(`/api/items/${first}/replay`, { expectAttempt: 1, expectErrorDigest: digest }), 409),
-  ).toMatchObject({ reason: 'already_replayed' });
+    expect(
+      await json(s.act(`/api/items/${first}/replay`, { expectAttempt: 2, expectErrorDigest: digest }), 409),
+    ).toMatchObject({ reason: 'attempt_mismatch' });
+    const replayed = await json<{ id: string }>(
+      s.act(`/api/items/${first}/replay`, { expectAttempt: 1, expectErrorDigest: digest }),
+    );
+    expect((await ledger.get(replayed.id))?.replayOf).toBe(first);
+    expect(
+      await json(s.act(`/api/items/${first}/replay`, { expectAttempt: 1, expectErrorDigest: digest }), 409),
+    ).toMatchObject({ reason: 'already_replayed' });
 
-  expect(await json(s.act(`/api/items/${replayed.id}/cancel`, { reason: 'not today' }))).toEqual({
-    outcome: 'cancelled',
-  });
-  expect((await ledger.get(replayed.id))?.state).toBe('cancelled');
+    expect(await json(s.act(`/api/items/${replayed.id}/cancel`, { reason: 'not today' }))).toEqual({
+      outcome: 'cancelled',
+    });
+    expect((await ledger.get(replayed.id))?.state).toBe('cancelled');
 
-  const before = await tw.wake.control.latestId(tw.wake.redis, queue);
-  expect(await json(s.act(`/api/queues/${queue}/pause`))).toEqual({ queue, paused: true });
-  expect(await ledger.pausedQueues([queue])).toEqual(new Set([queue]));
-  const announced = await tw.wake.control.latestId(tw.wake.redis, queue);
-  expect(announced).not.toBe(before);
-  expect(await json(s.act(`/api/queues/${queue}/resume`))).toEqual({ queue, paused: false });
-  expect(await ledger.pausedQueues([queue])).toEqual(new Set());
-  expect(await tw.wake.control.latestId(tw.wake.redis, queue)).not.toBe(announced);
+    const before = await tw.wake.control.latestId(tw.wake.redis, queue);
+    expect(await json(s.act(`/api/queues/${queue}/pause`))).toEqual({ queue, paused: true });
+    expect(await ledger.pausedQueues([queue])).toEqual(new Set([queue]));
+    const announced = await tw.wake.control.latestId(tw.wake.redis, queue);
+    expect(announced).not.toBe(before);
+    expect(await json(s.act(`/api/queues/${queue}/resume`))).toEqual({ queue, paused: false });
+    expect(await ledger.pausedQueues([queue])).toEqual(new Set());
+    expect(await tw.wake.control.latestId(tw.wake.redis, queue)).not.toBe(announced);
 
-  expect(await json(s.act('/api/replay', { queue, type: 'bulk', dryRun: true }))).toEqual({ count: 3 });
-  expect(await json(s.act('/api/replay', { queue, type: 'bulk', dryRun: false }))).toEqual({ replayed: 3, skipped: 0 });
-  expect(await json(s.act('/api/replay', { queue, type: 'bulk', dryRun: true }))).toEqual({ count: 0 });
+    expect(await json(s.act('/api/replay', { queue, type: 'bulk', dryRun: true }))).toEqual({ count: 3 });
+    expect(await json(s.act('/api/replay', { queue, type: 'bulk', dryRun: false }))).toEqual({
+      replayed: 3,
+      skipped: 0,
+    });
+    expect(await json(s.act('/api/replay', { queue, type: 'bulk', dryRun: true }))).toEqual({ count: 0 });
 
-  expect(await json(s.act('/api/purge', { queue, state: 'cancelled', dryRun: true }))).toEqual({ count: 1 });
-  expect(await json(s.act('/api/purge', { queue, state: 'cancelled', dryRun: false }))).toEqual({ purged: 1 });
-  expect(await ledger.get(replayed.id)).toBeUndefined();
+    expect(await json(s.act('/api/purge', { queue, state: 'cancelled', dryRun: true }))).toEqual({ count: 1 });
+    expect(await json(s.act('/api/purge', { queue, state: 'cancelled', dryRun: false }))).toEqual({ purged: 1 });
+    expect(await ledger.get(replayed.id)).toBeUndefined();
 
-  const lines = s.log.at(30, /^admin action$/);
-  expect(lines.map((l) => [l.action, l.count])).toEqual([
-    ['replay', 0],
-    ['replay', 1],
-    ['replay', 0],
-    ['cancel', 1],
-    ['pause', 1],
-    ['resume', 1],
-    ['replay-dead', 3],
-    ['replay-dead', 3],
-    ['replay-dead', 0],
-    ['purge', 1],
-    ['purge', 1],
-  ]);
-  expect(lines[1]).toMatchObject({ actor: 'ada', remote: expect.stringMatching(/127\.0\.0\.1/), id: first });
-  expect(lines[6]).toMatchObject({ queue, filter: { queue, type: 'bulk', dryRun: true } });
-});
+    const lines = s.log.at(30, /^admin action$/);
+    expect(lines.map((l) => [l.action, l.count])).toEqual([
+      ['replay', 0],
+      ['replay', 1],
+      ['replay', 0],
+      ['cancel', 1],
+      ['pause', 1],
+      ['resume', 1],
+      ['replay-dead', 3],
+      ['replay-dead', 3],
+      ['replay-dead', 0],
+      ['purge', 1],
+      ['purge', 1],
+    ]);
+    expect(lines[1]).toMatchObject({ actor: 'ada', remote: expect.stringMatching(/127\.0\.0\.1/), id: first });
+    expect(lines[6]).toMatchObject({ queue, filter: { queue, type: 'bulk', dryRun: true } });
+  },
+);
 
-test('the rules of a POST: 403 read-only, 401 without the right token, 415 unless JSON, 405 for the wrong method; nothing changes', async () => {
-  const { ledger } = await scope.ledger();
-  const queue = freshQueue('dash');
-  const readOnly = await serve(ledger);
-  const pause = `/api/queues/${queue}/pause`;
-  expect(await json(readOnly.act(pause), 403)).toEqual({ error: 'read-only: start with --admin-token' });
+test(
+  'the rules of a POST: 403 read-only, 401 without the right token, ' +
+    '415 unless JSON, 405 for the wrong method; nothing changes',
+  async () => {
+    const { ledger } = await scope.ledger();
+    const queue = freshQueue('dash');
+    const readOnly = await serve(ledger);
+    const pause = `/api/queues/${queue}/pause`;
+    expect(await json(readOnly.act(pause), 403)).toEqual({ error: 'read-only: start with --admin-token' });
 
-  const s = await serve(ledger, { token: TOKEN });
-  expect(await json(s.get('/api/session'))).toMatchObject({ canAct: true });
-  await json(s.act(pause, {}, { 'x-lanewake-admin-token': 'wrong' }), 401);
-  await json(
-    fetch(`${s.admin.url}${pause}`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: '{}' }),
-    401,
-  );
-  await json(s.act(pause, {}, { 'content-type': 'application/x-www-form-urlencoded' }), 415);
-  await json(s.act(pause, {}, { 'content-type': 'text/plain' }), 415);
-  const get = await s.get(pause);
-  expect(get.status).toBe(405);
-  expect(get.headers.get('allow')).toBe('POST');
-  const post = await s.act(`/api/queues/${queue}/items`);
-  expect(post.status).toBe(405);
-  expect(post.headers.get('allow')).toBe('GET');
-  expect(await ledger.pausedQueues([queue])).toEqual(new Set());
-  expect(s.log.at(30, /^admin action$/)).toEqual([]);
-  expect(readOnly.log.at(30, /^admin action$/)).toEqual([]);
-});
+    const s = await serve(ledger, { token: TOKEN });
+    expect(await json(s.get('/api/session'))).toMatchObject({ canAct: true });
+    await json(s.act(pause, {}, { 'x-lanewake-admin-token': 'wrong' }), 401);
+    await json(
+      fetch(`${s.admin.url}${pause}`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: '{}' }),
+      401,
+    );
+    await json(s.act(pause, {}, { 'content-type': 'application/x-www-form-urlencoded' }), 415);
+    await json(s.act(pause, {}, { 'content-type': 'text/plain' }), 415);
+    const get = await s.get(pause);
+    expect(get.status).toBe(405);
+    expect(get.headers.get('allow')).toBe('POST');
+    const post = await s.act(`/api/queues/${queue}/items`);
+    expect(post.status).toBe(405);
+    expect(post.headers.get('allow')).toBe('GET');
+    expect(await ledger.pausedQueues([queue])).toEqual(new Set());
+    expect(s.log.at(30, /^admin action$/)).toEqual([]);
+    expect(readOnly.log.at(30, /^admin action$/)).toEqual([]);
+  },
+);
 
 test('static files: index.html with the CSP, hashed assets cached for good, nothing outside assets/', async () => {
   const { ledger } = await scope.ledger();
@@ -308,7 +319,8 @@ test('static files: index.html with the CSP, hashed assets cached for good, noth
   expect(page.status).toBe(200);
   expect(page.headers.get('content-type')).toBe('text/html; charset=utf-8');
   expect(page.headers.get('content-security-policy')).toBe(
-    "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; connect-src 'self'; font-src 'self'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'",
+    "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; connect-src " +
+      "'self'; font-src 'self'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'",
   );
   expect(page.headers.get('x-content-type-options')).toBe('nosniff');
   expect(page.headers.get('referrer-policy')).toBe('no-referrer');
@@ -333,14 +345,18 @@ test('static files: index.html with the CSP, hashed assets cached for good, noth
   expect((await fetch(`${s.admin.url}/`, { method: 'POST' })).status).toBe(405);
 });
 
-test('a worker takes its token from LANEWAKE_ADMIN_TOKEN, refuses a short one naming adminToken, and hides payloads by default', () => {
-  const base = { databaseUrl: 'mysql://root@127.0.0.1:3306/x', handlers: './h.js', queues: [{ name: 'q' }] };
-  const config = resolveWorkerConfig([base, configFromEnv({ LANEWAKE_ADMIN_TOKEN: TOKEN })]);
-  expect(config).toMatchObject({ adminToken: TOKEN, showPayloads: false });
-  expect(() => resolveWorkerConfig([base, { adminToken: 'short' }])).toThrow(
-    expect.objectContaining({ fields: ['adminToken'] }),
-  );
-});
+test(
+  'a worker takes its token from LANEWAKE_ADMIN_TOKEN, refuses a ' +
+    'short one naming adminToken, and hides payloads by default',
+  () => {
+    const base = { databaseUrl: 'mysql://root@127.0.0.1:3306/x', handlers: './h.js', queues: [{ name: 'q' }] };
+    const config = resolveWorkerConfig([base, configFromEnv({ LANEWAKE_ADMIN_TOKEN: TOKEN })]);
+    expect(config).toMatchObject({ adminToken: TOKEN, showPayloads: false });
+    expect(() => resolveWorkerConfig([base, { adminToken: 'short' }])).toThrow(
+      expect.objectContaining({ fields: ['adminToken'] }),
+    );
+  },
+);
 
 test('the schedules page reads every schedule with its next fire; their payloads only with showPayloads', async () => {
   const { ledger } = await scope.ledger();

@@ -97,7 +97,8 @@ async function interruptDemo(
   proc.stdout.on('data', (d: Buffer) => (out += d.toString()));
   proc.stderr.on('data', (d: Buffer) => (out += d.toString()));
   const exit = new Promise<number | null>((resolve) => proc.on('exit', (code) => resolve(code)));
-  // A demo still running when the test ends (it failed) is interrupted, so that it cleans up after itself; killed if it does not exit.
+  // A demo still running when the test ends (it failed) is interrupted, so that it cleans up after itself;
+  // killed if it does not exit.
   cleanups.push(async () => {
     if (proc.exitCode !== null || proc.signalCode !== null) return;
     proc.kill('SIGTERM');
@@ -158,7 +159,8 @@ test.each(['SIGINT', 'SIGTERM'] as const)(
   1_200_000,
 );
 
-test("a second SIGINT while it stops (Ctrl-C under npm run demo: the terminal's and npm's forwarded copy) still cleans up and exits 130", async () => {
+test('a second SIGINT while it stops (Ctrl-C under npm run demo: the ' +
+  "terminal's and npm's forwarded copy) still cleans up and exits 130", async () => {
   const r = await interruptDemo('SIGINT', false, 2);
   expect(r.code, r.out).toBe(130);
   expect(r.pids.filter(alive), r.out).toEqual([]);
@@ -166,7 +168,8 @@ test("a second SIGINT while it stops (Ctrl-C under npm run demo: the terminal's 
   expect(await redisKeys(r.keyPrefix)).toEqual([]);
 }, 1_200_000);
 
-test('with --keep an interrupted demo still stops its replicas and exits 130, and leaves its database and Redis keys', async () => {
+test('with --keep an interrupted demo still stops its replicas ' +
+  'and exits 130, and leaves its database and Redis keys', async () => {
   const r = await interruptDemo('SIGINT', true);
   expect(r.code, r.out).toBe(130);
   expect(r.pids.filter(alive), r.out).toEqual([]);

@@ -2,7 +2,8 @@ import { expect, test } from 'vitest';
 import { runDemo } from '../src/demo/run-demo.js';
 import { mysqlServerUrl, redisUrl } from './support/services.js';
 
-test('the demo runs a mixed workload over replicas, survives a SIGKILLed replica, and finds no broken promise', async () => {
+test('the demo runs a mixed workload over replicas, survives ' +
+  'a SIGKILLed replica, and finds no broken promise', async () => {
   const lines: string[] = [];
   // As a user runs it: LANEWAKE_DATABASE_URL names the server (and a database the demo does not use).
   // The replicas must still work on the demo's own fresh database.

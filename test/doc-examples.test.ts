@@ -50,7 +50,10 @@ interface Exit {
   err: string;
 }
 
-/** Runs `args` (a node process) with the example's servers in its environment; fails if it has not exited by the deadline. */
+/**
+ * Runs `args` (a node process) with the example's servers in its environment; fails if it has
+ * not exited by the deadline.
+ */
 function runNode(args: string[]): Promise<Exit> {
   const env = {
     ...process.env,
@@ -109,7 +112,8 @@ test(
 );
 
 test(
-  "the README's outbox: the receipt enqueued in the payment's transaction runs once it committed, and the process exits",
+  "the README's outbox: the receipt enqueued in the payment's " +
+    'transaction runs once it committed, and the process exits',
   async () => {
     const r = await runExample('outbox.ts');
     expect(r.err).toBe('');

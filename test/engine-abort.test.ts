@@ -95,7 +95,10 @@ function expectReason(run: Run | undefined, reason: string): void {
   expect((run?.reason as JobAbortedError | undefined)?.reason).toBe(reason);
 }
 
-/** A handler that returned after its abort is named in a warning with the reason (a thrown reason is the documented way: no warning). */
+/**
+ * A handler that returned after its abort is named in a warning with the reason (a thrown reason is the
+ * documented way: no warning).
+ */
 function expectReturnWarning(s: Setup, reaction: Reaction, reason: string): void {
   const warned = s.log.at(40, /returned after its signal aborted/);
   if (reaction === 'return') expect(warned).toEqual([expect.objectContaining({ reason, type: 't', attempt: 1 })]);
@@ -151,9 +154,8 @@ describe.each<Reaction>(['throwIfAborted', 'return'])('a handler that reacts to 
     const thief = 'stolen-token-0000000000';
     const s = await setup(async (run, ctx) => {
       const { ledger } = tl!;
-      await sql`UPDATE ${ledger.tables.items} SET lease_token = ${thief}, lease_owner = 'thief' WHERE state = 'processing'`.execute(
-        ledger.db,
-      );
+      await sql`UPDATE ${ledger.tables.items} SET lease_token = ${thief}, lease_owner = 'thief'
+        WHERE state = 'processing'`.execute(ledger.db);
       expect(await ctx.heartbeat()).toBe(false);
       return onAbort(ctx, reaction, run);
     });

@@ -83,86 +83,90 @@ test('a consumer that finishes a lane head takes its successor in the same trans
   expect(exactCounts(stats)).toMatchObject({ completed: 20, processing: 0, pending: 0 });
 });
 
-test("a producer sharing the consumer's wake channel inserts work already claimed for it, hands it wake-ups, and uses the stream once it is full", async () => {
-  tl = await createTestLedger();
-  tw = createTestWake();
-  const queue = uniqueQueue('local');
-  let releaseHold: (() => void) | undefined;
-  const held = new Promise<void>((resolve) => (releaseHold = resolve));
-  const consumer = new Consumer({
-    ledger: tl.ledger,
-    wake: tw.wake,
-    queue,
-    concurrency: 1,
-    prefetch: 0,
-    pollIntervalMs: 60_000, // only wake-ups bring work in
-    handlers: { step: async () => undefined, hold: async () => held },
-  });
-  await consumer.start();
-  const producer = new Producer({ ledger: tl.ledger, wake: tw.wake });
-  // The producer's wake-ups in the stream (a consumer may also pass on a wake-up of its own, kind 'advance').
-  const enqueueEntries = async () => {
-    const entries = await tw!.wake.redis.xrange(wakeStreamKey(tw!.keyPrefix, queue, 'default'), '-', '+');
-    return entries.filter(([, fields]) => fields[0] === 'k' && fields[1] === 'enqueue').length;
-  };
+test(
+  "a producer sharing the consumer's wake channel inserts work already " +
+    'claimed for it, hands it wake-ups, and uses the stream once it is full',
+  async () => {
+    tl = await createTestLedger();
+    tw = createTestWake();
+    const queue = uniqueQueue('local');
+    let releaseHold: (() => void) | undefined;
+    const held = new Promise<void>((resolve) => (releaseHold = resolve));
+    const consumer = new Consumer({
+      ledger: tl.ledger,
+      wake: tw.wake,
+      queue,
+      concurrency: 1,
+      prefetch: 0,
+      pollIntervalMs: 60_000, // only wake-ups bring work in
+      handlers: { step: async () => undefined, hold: async () => held },
+    });
+    await consumer.start();
+    const producer = new Producer({ ledger: tl.ledger, wake: tw.wake });
+    // The producer's wake-ups in the stream (a consumer may also pass on a wake-up of its own, kind 'advance').
+    const enqueueEntries = async () => {
+      const entries = await tw!.wake.redis.xrange(wakeStreamKey(tw!.keyPrefix, queue, 'default'), '-', '+');
+      return entries.filter(([, fields]) => fields[0] === 'k' && fields[1] === 'enqueue').length;
+    };
 
-  // Due now, no lane, a free slot: inserted already claimed, no wake-up at all.
-  const first = await producer.enqueue({ queue, type: 'step', payload: { n: 1 } });
-  await waitFor(() => consumer.counters.completed === 1 || undefined, 10_000, 'the first item completed');
-  expect(consumer.counters.claimedAtInsert).toBe(1);
-  expect(tw.wake.counters).toEqual({ published: 0, deliveredLocally: 0, failed: 0 });
-  expect(await tl.ledger.get(first.id)).toMatchObject({ state: 'completed', attempt: 1, leaseOwner: consumer.name });
+    // Due now, no lane, a free slot: inserted already claimed, no wake-up at all.
+    const first = await producer.enqueue({ queue, type: 'step', payload: { n: 1 } });
+    await waitFor(() => consumer.counters.completed === 1 || undefined, 10_000, 'the first item completed');
+    expect(consumer.counters.claimedAtInsert).toBe(1);
+    expect(tw.wake.counters).toEqual({ published: 0, deliveredLocally: 0, failed: 0 });
+    expect(await tl.ledger.get(first.id)).toMatchObject({ state: 'completed', attempt: 1, leaseOwner: consumer.name });
 
-  // A bad batch writes nothing and leaves no slot held: the next item is still claimed at insert.
-  await expect(
-    producer.enqueueMany([
-      { queue, type: 'step', payload: {} },
-      { queue, type: 'BAD TYPE', payload: {} },
-    ]),
-  ).rejects.toThrow(/type/);
-  await producer.enqueue({ queue, type: 'step', payload: { n: 2 } });
-  await waitFor(() => consumer.counters.completed === 2 || undefined, 10_000, 'the second item completed');
-  expect(consumer.counters.claimedAtInsert).toBe(2);
+    // A bad batch writes nothing and leaves no slot held: the next item is still claimed at insert.
+    await expect(
+      producer.enqueueMany([
+        { queue, type: 'step', payload: {} },
+        { queue, type: 'BAD TYPE', payload: {} },
+      ]),
+    ).rejects.toThrow(/type/);
+    await producer.enqueue({ queue, type: 'step', payload: { n: 2 } });
+    await waitFor(() => consumer.counters.completed === 2 || undefined, 10_000, 'the second item completed');
+    expect(consumer.counters.claimedAtInsert).toBe(2);
 
-  // A laned item whose lane is idle is its head: claimed at insert too.
-  const laned = await producer.enqueue({ queue, type: 'step', lane: 'L', payload: { n: 3 } });
-  await waitFor(() => consumer.counters.completed === 3 || undefined, 10_000, 'the laned item completed');
-  expect(consumer.counters.claimedAtInsert).toBe(3);
-  expect(await tl.ledger.get(laned.id)).toMatchObject({
-    state: 'completed',
-    attempt: 1,
-    leaseOwner: consumer.name,
-    lane: 'L',
-    laneSeq: 1,
-  });
+    // A laned item whose lane is idle is its head: claimed at insert too.
+    const laned = await producer.enqueue({ queue, type: 'step', lane: 'L', payload: { n: 3 } });
+    await waitFor(() => consumer.counters.completed === 3 || undefined, 10_000, 'the laned item completed');
+    expect(consumer.counters.claimedAtInsert).toBe(3);
+    expect(await tl.ledger.get(laned.id)).toMatchObject({
+      state: 'completed',
+      attempt: 1,
+      leaseOwner: consumer.name,
+      lane: 'L',
+      laneSeq: 1,
+    });
 
-  // An idempotency key must be resolved first: not claimed at insert; its wake-up is handed over in process.
-  await producer.enqueue({ queue, type: 'step', idempotencyKey: 'k', payload: { n: 4 } });
-  await waitFor(() => consumer.counters.completed === 4 || undefined, 10_000, 'the keyed item completed');
-  expect(consumer.counters.claimedAtInsert).toBe(3);
-  expect(tw.wake.counters.deliveredLocally).toBe(1);
-  expect(consumer.counters.localWakes).toBe(1);
-  expect(await enqueueEntries()).toBe(0);
+    // An idempotency key must be resolved first: not claimed at insert; its wake-up is handed over in process.
+    await producer.enqueue({ queue, type: 'step', idempotencyKey: 'k', payload: { n: 4 } });
+    await waitFor(() => consumer.counters.completed === 4 || undefined, 10_000, 'the keyed item completed');
+    expect(consumer.counters.claimedAtInsert).toBe(3);
+    expect(tw.wake.counters.deliveredLocally).toBe(1);
+    expect(consumer.counters.localWakes).toBe(1);
+    expect(await enqueueEntries()).toBe(0);
 
-  // Its one slot taken, the consumer takes nothing more: the next wake-up goes to the stream for other replicas.
-  await producer.enqueue({ queue, type: 'hold', payload: {} });
-  await waitFor(() => consumer.inFlight === 1 || undefined, 10_000, 'the hold item started');
-  await producer.enqueue({ queue, type: 'step', payload: { n: 5 } });
-  expect(consumer.counters.claimedAtInsert).toBe(4);
-  expect(tw.wake.counters.deliveredLocally).toBe(1);
-  expect(await enqueueEntries()).toBe(1);
-  releaseHold?.();
-  await waitFor(() => consumer.counters.completed === 6 || undefined, 10_000, 'all six completed');
+    // Its one slot taken, the consumer takes nothing more: the next wake-up goes to the stream for other replicas.
+    await producer.enqueue({ queue, type: 'hold', payload: {} });
+    await waitFor(() => consumer.inFlight === 1 || undefined, 10_000, 'the hold item started');
+    await producer.enqueue({ queue, type: 'step', payload: { n: 5 } });
+    expect(consumer.counters.claimedAtInsert).toBe(4);
+    expect(tw.wake.counters.deliveredLocally).toBe(1);
+    expect(await enqueueEntries()).toBe(1);
+    releaseHold?.();
+    await waitFor(() => consumer.counters.completed === 6 || undefined, 10_000, 'all six completed');
 
-  // A stopped consumer is no longer a local target.
-  await consumer.stop();
-  await producer.enqueue({ queue, type: 'step', payload: { n: 6 } });
-  expect(consumer.counters.claimedAtInsert).toBe(4);
-  expect(await enqueueEntries()).toBe(2);
-  expect(tw.wake.counters.failed).toBe(0);
-  const [stats] = await tl.ledger.stats(queue);
-  expect(exactCounts(stats)).toMatchObject({ completed: 6, pending: 1, processing: 0 });
-});
+    // A stopped consumer is no longer a local target.
+    await consumer.stop();
+    await producer.enqueue({ queue, type: 'step', payload: { n: 6 } });
+    expect(consumer.counters.claimedAtInsert).toBe(4);
+    expect(await enqueueEntries()).toBe(2);
+    expect(tw.wake.counters.failed).toBe(0);
+    const [stats] = await tl.ledger.stats(queue);
+    expect(exactCounts(stats)).toMatchObject({ completed: 6, pending: 1, processing: 0 });
+  },
+);
 
 test('a wake-up naming only part of a large batch still gets the whole batch claimed', async () => {
   tl = await createTestLedger();
@@ -180,7 +184,8 @@ test('a wake-up naming only part of a large batch still gets the whole batch cla
   const firstRound = once(consumer, 'claimRound');
   await consumer.start();
   await firstRound; // the start-up claim found nothing: from here only the wake-up says there is work
-  // A batch's wake-up is at most MAX_ENTRIES_PER_MESSAGE entries of MAX_IDS_PER_ENTRY ids: these items are named only in part.
+  // A batch's wake-up is at most MAX_ENTRIES_PER_MESSAGE entries of MAX_IDS_PER_ENTRY ids: these
+  // items are named only in part.
   const total = (MAX_ENTRIES_PER_MESSAGE + 2) * MAX_IDS_PER_ENTRY;
   await new Producer({ ledger: tl.ledger, wake: tw.remote() }).enqueueMany(
     Array.from({ length: total }, (_, n) => ({ queue, type: 'step', payload: { n } })),

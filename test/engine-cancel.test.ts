@@ -13,7 +13,10 @@ import { redisUrl } from './support/services.js';
 // renewal (the backstop) is 20 s away, far past every wait below.
 
 const LEASE_MS = 60_000;
-/** A deadline under the first renewal (LEASE_MS / 3): what shows the cancel came by the control stream is the order of events. */
+/**
+ * A deadline under the first renewal (LEASE_MS / 3): what shows the cancel came by the control
+ * stream is the order of events.
+ */
 const PROMPT_MS = 15_000;
 
 let tl: TestLedger | undefined;
@@ -69,26 +72,30 @@ async function setup(): Promise<Setup> {
   return { queue, producer, outcomes, started, events };
 }
 
-test('Producer.cancel aborts a running handler within milliseconds, long before the lease is renewed; the item ends cancelled', async () => {
-  const s = await setup();
-  const { id } = await s.producer.enqueue({ queue: s.queue, type: 't', payload: {} });
-  await waitFor(() => s.started.has(id) || undefined, 10_000, 'the handler to start');
+test(
+  'Producer.cancel aborts a running handler within milliseconds, ' +
+    'long before the lease is renewed; the item ends cancelled',
+  async () => {
+    const s = await setup();
+    const { id } = await s.producer.enqueue({ queue: s.queue, type: 't', payload: {} });
+    await waitFor(() => s.started.has(id) || undefined, 10_000, 'the handler to start');
 
-  expect(await s.producer.cancel(id, 'operator said stop')).toBe('cancel_requested');
-  await waitFor(() => s.outcomes.get(id), PROMPT_MS, 'the cancelled outcome');
-  // The control stream's message, then the abort it caused: not a lease renewal finding the request.
-  expect(s.events).toEqual([`control cancel ${id}`, `aborted ${id}`]);
-  expect(s.outcomes.get(id)).toBe('cancelled');
-  expect(await mustGet(tl!.ledger, id)).toMatchObject({
-    state: 'cancelled',
-    failureClass: 'cancelled',
-    attempt: 1,
-    lastError: 'operator said stop',
-  });
-  expect((await history(tl!.ledger, id)).map((a) => a.outcome)).toEqual(['cancelled']);
-});
+    expect(await s.producer.cancel(id, 'operator said stop')).toBe('cancel_requested');
+    await waitFor(() => s.outcomes.get(id), PROMPT_MS, 'the cancelled outcome');
+    // The control stream's message, then the abort it caused: not a lease renewal finding the request.
+    expect(s.events).toEqual([`control cancel ${id}`, `aborted ${id}`]);
+    expect(s.outcomes.get(id)).toBe('cancelled');
+    expect(await mustGet(tl!.ledger, id)).toMatchObject({
+      state: 'cancelled',
+      failureClass: 'cancelled',
+      attempt: 1,
+      lastError: 'operator said stop',
+    });
+    expect((await history(tl!.ledger, id)).map((a) => a.outcome)).toEqual(['cancelled']);
+  },
+);
 
-test('Producer.cancel of a waiting item cancels it in the ledger at once; of a finished one changes nothing', async () => {
+test('Producer.cancel of a waiting item cancels it in the ledger at once; of a finished one, nothing', async () => {
   const s = await setup();
   const { id } = await s.producer.enqueue({ queue: s.queue, type: 't', payload: {}, delayMs: 3_600_000 });
   expect(await s.producer.cancel(id)).toBe('cancelled');
@@ -116,7 +123,7 @@ test('lanewake cancel with a Redis URL aborts the running handler promptly', asy
   expect(await mustGet(tl!.ledger, id)).toMatchObject({ state: 'cancelled' });
 });
 
-test('a cancel message for an item the ledger has no cancel request for aborts nothing: the ledger decides', async () => {
+test('a cancel message when the ledger holds no cancel request aborts nothing: the ledger decides', async () => {
   const s = await setup();
   const { id } = await s.producer.enqueue({ queue: s.queue, type: 't', payload: {} });
   await waitFor(() => s.started.has(id) || undefined, 10_000, 'the handler to start');
@@ -138,7 +145,7 @@ test('a cancel message for an item the ledger has no cancel request for aborts n
   expect(await mustGet(tl!.ledger, id)).toMatchObject({ state: 'cancelled' });
 });
 
-test('a cancel of an item waiting in the prefetch buffer takes effect as soon as it starts, not at its first renewal', async () => {
+test('cancelling an item in the prefetch buffer takes effect once it starts, not at its first renewal', async () => {
   tl = await createTestLedger();
   tw = createTestWake();
   const queue = uniqueQueue('cancel-buffered');

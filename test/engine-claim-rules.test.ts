@@ -81,7 +81,7 @@ test('a handler that blocks on a key woken while it ran is run again at once, no
   expect((await mustGet(tl.ledger, id)).attempt).toBe(1);
 });
 
-test('a BlockOn the ledger refuses (a key that is not well-formed) fails the attempt instead of stranding the lease', async () => {
+test('a BlockOn the ledger refuses (a malformed key) fails the attempt instead of stranding the lease', async () => {
   tl = await createTestLedger();
   tw = createTestWake();
   const queue = uniqueQueue('bad-block');
@@ -102,7 +102,11 @@ test('a BlockOn the ledger refuses (a key that is not well-formed) fails the att
     },
   });
   await consumer.start();
-  const { id } = await new Producer({ ledger: tl.ledger, wake: tw.remote() }).enqueue({ queue, type: 't', payload: 1 });
+  const { id } = await new Producer({ ledger: tl.ledger, wake: tw.remote() }).enqueue({
+    queue,
+    type: 't',
+    payload: 1,
+  });
   await waitFor(
     async () => (await mustGet(tl!.ledger, id)).state === 'completed' || undefined,
     10_000,
@@ -113,54 +117,58 @@ test('a BlockOn the ledger refuses (a key that is not well-formed) fails the att
   expect(attemptsRecorded[0]?.error).toContain('dependencyKey');
 });
 
-test('a wake-up naming more items than a claim round has room for: the rest are claimed by id in the next rounds, not left to a sweep', async () => {
-  tl = await createTestLedger();
-  tw = createTestWake();
-  const queue = uniqueQueue('named-overflow');
-  // The real ledger, recording the ids each claim by id is asked for.
-  const named: string[] = [];
-  class RecordingLedger extends Ledger {
-    override claimByIds(input: Parameters<Ledger['claimByIds']>[0]): ReturnType<Ledger['claimByIds']> {
-      named.push(...input.ids);
-      return super.claimByIds(input);
+test(
+  'a wake-up naming more items than a claim round has room for: the ' +
+    'rest are claimed by id in the next rounds, not left to a sweep',
+  async () => {
+    tl = await createTestLedger();
+    tw = createTestWake();
+    const queue = uniqueQueue('named-overflow');
+    // The real ledger, recording the ids each claim by id is asked for.
+    const named: string[] = [];
+    class RecordingLedger extends Ledger {
+      override claimByIds(input: Parameters<Ledger['claimByIds']>[0]): ReturnType<Ledger['claimByIds']> {
+        named.push(...input.ids);
+        return super.claimByIds(input);
+      }
     }
-  }
-  const ledger = new RecordingLedger({ url: tl.url, poolSize: 4 });
-  const ran: number[] = [];
-  // One slot, no prefetch: a claim round has room for one item. A lease under 24 s: no offers.
-  consumer = new Consumer({
-    ledger,
-    wake: tw.wake,
-    queue,
-    concurrency: 1,
-    prefetch: 0,
-    leaseMs: 10_000,
-    pollIntervalMs: 60_000,
-    maintenance: false,
-    handlers: { t: async (job: { payload: { k: number } }) => void ran.push(job.payload.k) },
-  });
-  const firstRound = once(consumer, 'claimRound');
-  await consumer.start();
-  // The start-up head search found nothing (on a loaded machine it could otherwise run after the
-  // enqueue and find the items itself): from here only the wake-up says there is work.
-  await firstRound;
-  // One batch from another process: one wake-up naming all three.
-  const producer = new Producer({ ledger: tl.ledger, wake: tw.remote() });
-  const ids = (await producer.enqueueMany([0, 1, 2].map((k) => ({ queue, type: 't', payload: { k } })))).map(
-    (r) => r.id,
-  );
-  await waitFor(() => ran.length === 3 || undefined, 10_000, 'all three to run');
-  // Each is asked for by id: the two the first round had no room for wait for the next rounds, not dropped
-  // for a head search or a sweep to find (the poll is a minute away). The start-up sweep looks for work once
-  // more after its housekeeping; on a slow server that look may come after the enqueue and take one by a head
-  // search before its turn by id, so all three may have run before the last is asked for: wait for that too.
-  await waitFor(
-    () => ids.every((id) => named.includes(id)) || undefined,
-    10_000,
-    'each named item to be asked for by id',
-  );
-  await consumer.stop({ drainTimeoutMs: 1000 });
-  consumer = undefined;
-  await ledger.close();
-  expect(ids.filter((id) => !named.includes(id))).toEqual([]);
-});
+    const ledger = new RecordingLedger({ url: tl.url, poolSize: 4 });
+    const ran: number[] = [];
+    // One slot, no prefetch: a claim round has room for one item. A lease under 24 s: no offers.
+    consumer = new Consumer({
+      ledger,
+      wake: tw.wake,
+      queue,
+      concurrency: 1,
+      prefetch: 0,
+      leaseMs: 10_000,
+      pollIntervalMs: 60_000,
+      maintenance: false,
+      handlers: { t: async (job: { payload: { k: number } }) => void ran.push(job.payload.k) },
+    });
+    const firstRound = once(consumer, 'claimRound');
+    await consumer.start();
+    // The start-up head search found nothing (on a loaded machine it could otherwise run after the
+    // enqueue and find the items itself): from here only the wake-up says there is work.
+    await firstRound;
+    // One batch from another process: one wake-up naming all three.
+    const producer = new Producer({ ledger: tl.ledger, wake: tw.remote() });
+    const ids = (await producer.enqueueMany([0, 1, 2].map((k) => ({ queue, type: 't', payload: { k } })))).map(
+      (r) => r.id,
+    );
+    await waitFor(() => ran.length === 3 || undefined, 10_000, 'all three to run');
+    // Each is asked for by id: the two the first round had no room for wait for the next rounds, not dropped
+    // for a head search or a sweep to find (the poll is a minute away). The start-up sweep looks for work once
+    // more after its housekeeping; on a slow server that look may come after the enqueue and take one by a head
+    // search before its turn by id, so all three may have run before the last is asked for: wait for that too.
+    await waitFor(
+      () => ids.every((id) => named.includes(id)) || undefined,
+      10_000,
+      'each named item to be asked for by id',
+    );
+    await consumer.stop({ drainTimeoutMs: 1000 });
+    consumer = undefined;
+    await ledger.close();
+    expect(ids.filter((id) => !named.includes(id))).toEqual([]);
+  },
+);

@@ -16,13 +16,15 @@ afterAll(async () => {
   await cluster?.stop();
 });
 
-test('on the cluster: a consumer process killed with SIGKILL mid-handler: its items are reclaimed after the lease and completed by the others, once', async () => {
+test('on the cluster: a consumer process killed with SIGKILL mid-handler: its ' +
+  'items are reclaimed after the lease and completed by the others, once', async () => {
   const tl = await scope.ledger();
   const tw = scope.wake(cluster.url);
   await consumerKilledMidHandler({ tl, tw, redisUrl: cluster.url, cleanup });
 }, 90_000);
 
-test('on the cluster: every node stopped mid-run: enqueue still commits, work completes by sweeping, wake-ups resume when the cluster returns', async () => {
+test('on the cluster: every node stopped mid-run: enqueue still commits, work ' +
+  'completes by sweeping, wake-ups resume when the cluster returns', async () => {
   const tl = await scope.ledger();
   const redis = {
     url: cluster.url,

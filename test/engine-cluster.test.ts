@@ -137,7 +137,7 @@ test('a delayed item is woken by its BullMQ timer, and a recurring schedule fire
   expect(consumer.counters.sweeps).toBe(1);
 });
 
-test("a cancel from another process reaches the running handler over the queue's control stream on the cluster", async () => {
+test("a cancel from elsewhere reaches the running handler over the queue's control stream on the cluster", async () => {
   const prefix = newPrefix();
   const queue = uniqueQueue('cl-cancel');
   const outcomes = new Map<string, Outcome>();
@@ -178,7 +178,7 @@ test("a cancel from another process reaches the running handler over the queue's
   expect(events).toEqual([`control cancel ${id}`, 'outcome cancelled']);
 });
 
-test('a worker (--redis-url redis+cluster://…) hears activations of standby queues on different masters at once', async () => {
+test('a worker on redis+cluster:// hears activations of standby queues on different masters at once', async () => {
   const prefix = newPrefix();
   const queues: string[] = [];
   const masters = new Set<number>();
@@ -230,7 +230,7 @@ test('a worker (--redis-url redis+cluster://…) hears activations of standby qu
   expect((await worker.readiness()).ready).toBe(true);
 });
 
-test("failover: the master of a queue's slot dies, its replica takes over, wake-ups resume and nothing is lost", async () => {
+test("failover: a queue's slot master dies, its replica takes over, wake-ups resume and nothing is lost", async () => {
   const prefix = newPrefix();
   const queue = uniqueQueue('cl-failover');
   const wakeReads: number[] = [];
@@ -247,7 +247,8 @@ test("failover: the master of a queue's slot dies, its replica takes over, wake-
       await producer.enqueue({ queue, type: 't', payload: { n: enqueued } });
       slowestEnqueueMs = Math.max(slowestEnqueueMs, Date.now() - t);
       enqueued++;
-      // Pace: the next enqueue once this one's wake-up was read (or its handoff), or after a while if none comes (Redis down).
+      // Pace: the next enqueue once this one's wake-up was read (or its handoff), or after a while
+      // if none comes (Redis down).
       await waitFor(() => viaRedis() > readBefore || Date.now() - t > 50 || undefined, 5_000, 'pace');
       if (viaRedis() > readBefore) wakeReads.push(Date.now());
     }
@@ -292,76 +293,84 @@ test("failover: the master of a queue's slot dies, its replica takes over, wake-
   expect((await cluster.masterOf(wakeStreamKey(prefix, queue, 'default'))).port).not.toBe(master.port);
   // The spike, for the record (printed only if the test fails; see the report in the PR).
   console.log(
-    `failover: cluster ok again after ${healthyAt - killedAt} ms; first wake-up delivered again ${firstWakeAfter - killedAt} ms after the master was killed; slowest enqueue ${slowestEnqueueMs} ms; ${enqueued} items`,
+    `failover: cluster ok again after ${healthyAt - killedAt} ms; first ` +
+      `wake-up delivered again ${firstWakeAfter - killedAt} ms after the master ` +
+      `was killed; slowest enqueue ${slowestEnqueueMs} ms; ${enqueued} items`,
   );
   expect(consumer.counters.completed).toBe(enqueued);
   for (const g of gap) expect((await tl.ledger.get(g.id))?.state).toBe('completed');
 });
 
-test('a frozen master (SIGSTOP: it answers nothing, closes nothing) holds no enqueue: they go on, the sweep runs them, the clients find the promoted replica, and nothing is lost', async () => {
-  // A cluster of its own: the failover test leaves a master with no replica, and a frozen master needs one to be replaced.
-  const own = await startRedisCluster();
-  cleanups.push(() => own.stop());
-  const prefix = newPrefix();
-  const queue = uniqueQueue('cl-freeze');
-  // The backstop sweep at its default pace (5 s): ten items in 20 s while the master is frozen take the
-  // sweep the consumer runs every 200 ms once it notices Redis gone. After the promotion a wake-up lost in
-  // the switch costs one backstop interval at most, by design, so the producer waits longer than that.
-  const log = captureLog('warn');
-  const consumer = await faultConsumer(prefix, queue, own, { pollIntervalMs: 5_000, logger: log.logger });
-  const producer = new Producer({ ledger: tl.ledger, wake: channel(prefix, own) });
-  const viaRedis = (): number => viaRedisOf(consumer);
-  let enqueued = 0;
-  let producing = true;
-  const produce = (async () => {
-    while (producing) {
-      await producer.enqueue({ queue, type: 't', payload: { n: enqueued } });
-      enqueued++;
-      await waitFor(
-        () => consumer.counters.completed >= enqueued || undefined,
-        15_000,
-        'the item done before the next',
-      );
-    }
-  })();
-  cleanups.push(async () => {
+test(
+  'a frozen master (SIGSTOP: it answers nothing, closes nothing) holds no enqueue: they go ' +
+    'on, the sweep runs them, the clients find the promoted replica, and nothing is lost',
+  async () => {
+    // A cluster of its own: the failover test leaves a master with no replica, and a frozen master
+    // needs one to be replaced.
+    const own = await startRedisCluster();
+    cleanups.push(() => own.stop());
+    const prefix = newPrefix();
+    const queue = uniqueQueue('cl-freeze');
+    // The backstop sweep at its default pace (5 s): ten items in 20 s while the master is frozen take the
+    // sweep the consumer runs every 200 ms once it notices Redis gone. After the promotion a wake-up lost in
+    // the switch costs one backstop interval at most, by design, so the producer waits longer than that.
+    const log = captureLog('warn');
+    const consumer = await faultConsumer(prefix, queue, own, { pollIntervalMs: 5_000, logger: log.logger });
+    const producer = new Producer({ ledger: tl.ledger, wake: channel(prefix, own) });
+    const viaRedis = (): number => viaRedisOf(consumer);
+    let enqueued = 0;
+    let producing = true;
+    const produce = (async () => {
+      while (producing) {
+        await producer.enqueue({ queue, type: 't', payload: { n: enqueued } });
+        enqueued++;
+        await waitFor(
+          () => consumer.counters.completed >= enqueued || undefined,
+          15_000,
+          'the item done before the next',
+        );
+      }
+    })();
+    cleanups.push(async () => {
+      producing = false;
+      await produce;
+    });
+    await waitFor(() => enqueued >= 5 || undefined, 10_000, 'items before the freeze');
+
+    const master = await own.masterOf(wakeStreamKey(prefix, queue, 'default'));
+    expect(log.at(40, /redis unreachable/)).toEqual([]);
+    const sweepsBefore = consumer.counters.sweeps;
+    own.freeze(master.port);
+    cleanups.push(async () => own.thaw(master.port));
+    // Every Redis command of an enqueue (the offer look, the wake-up) goes to the frozen
+    // master's slot; none may hold it.
+    const before = enqueued;
+    await waitFor(
+      () => enqueued >= before + 10 || undefined,
+      20_000,
+      'enqueues going on, and their items done, while the master is frozen',
+    );
+    // The consumer noticed the freeze (its read went unanswered) and swept the ledger on its own.
+    expect(log.at(40, /redis unreachable: sweeping the ledger every redisDownPollMs/).length).toBeGreaterThan(0);
+    expect(consumer.counters.sweeps).toBeGreaterThan(sweepsBefore);
+    // The cluster promotes the frozen master's replica; the clients must find it (a frozen node sends no MOVED).
+    const viaRedisFrozen = viaRedis();
+    await waitFor(
+      () => viaRedis() >= viaRedisFrozen + 5 || undefined,
+      20_000,
+      'wake-ups or handoffs through the promoted replica, the old master still frozen',
+    );
+    own.thaw(master.port);
     producing = false;
     await produce;
-  });
-  await waitFor(() => enqueued >= 5 || undefined, 10_000, 'items before the freeze');
-
-  const master = await own.masterOf(wakeStreamKey(prefix, queue, 'default'));
-  expect(log.at(40, /redis unreachable/)).toEqual([]);
-  const sweepsBefore = consumer.counters.sweeps;
-  own.freeze(master.port);
-  cleanups.push(async () => own.thaw(master.port));
-  // Every Redis command of an enqueue (the offer look, the wake-up) goes to the frozen master's slot; none may hold it.
-  const before = enqueued;
-  await waitFor(
-    () => enqueued >= before + 10 || undefined,
-    20_000,
-    'enqueues going on, and their items done, while the master is frozen',
-  );
-  // The consumer noticed the freeze (its read went unanswered) and swept the ledger on its own.
-  expect(log.at(40, /redis unreachable: sweeping the ledger every redisDownPollMs/).length).toBeGreaterThan(0);
-  expect(consumer.counters.sweeps).toBeGreaterThan(sweepsBefore);
-  // The cluster promotes the frozen master's replica; the clients must find it (a frozen node sends no MOVED).
-  const viaRedisFrozen = viaRedis();
-  await waitFor(
-    () => viaRedis() >= viaRedisFrozen + 5 || undefined,
-    20_000,
-    'wake-ups or handoffs through the promoted replica, the old master still frozen',
-  );
-  own.thaw(master.port);
-  producing = false;
-  await produce;
-  await waitFor(
-    async () =>
-      (consumer.counters.completed === enqueued &&
-        (await tl.ledger.stats(queue))[0]?.counts.completed.count === enqueued) ||
-      undefined,
-    15_000,
-    'every item completed',
-  );
-  await consumer.stop({ drainTimeoutMs: 1000 });
-});
+    await waitFor(
+      async () =>
+        (consumer.counters.completed === enqueued &&
+          (await tl.ledger.stats(queue))[0]?.counts.completed.count === enqueued) ||
+        undefined,
+      15_000,
+      'every item completed',
+    );
+    await consumer.stop({ drainTimeoutMs: 1000 });
+  },
+);

@@ -20,7 +20,10 @@ interface Write {
   inFlight: number;
 }
 
-/** A completion ledger that records each batch the completer hands it and forwards it to the real ledger, which writes it. */
+/**
+ * A completion ledger that records each batch the completer hands it and forwards it to the
+ * real ledger, which writes it.
+ */
 function recordingLedger(): { ledger: CompletionLedger; writes: Write[] } {
   const real = tl.ledger;
   const writes: Write[] = [];
@@ -51,7 +54,7 @@ async function claimAll(queue: string, count: number): Promise<ClaimedItem[]> {
   return items;
 }
 
-test('completions go in laneless batches of up to 500, one at a time, and laned ones apart in batches of up to 128', async () => {
+test('laneless completions go in batches of up to 500, one at a time; laned ones apart, 128 at most', async () => {
   const { ledger } = tl;
   const queue = freshQueue('completer');
   const loners = 1_100;
@@ -84,7 +87,7 @@ test('completions go in laneless batches of up to 500, one at a time, and laned 
   }
 });
 
-test("a keyed batch gathers several consumers' ends and hands each, under its own lease, what its ends admit", async () => {
+test("a keyed batch gathers several consumers' ends and hands each, under its lease, what its ends admit", async () => {
   const queue = freshQueue('completerrooms');
   await tl.ledger.setConcurrencyLimit(queue, 1);
   // 20 keys, each with one item admitted and one waiting.

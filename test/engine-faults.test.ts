@@ -56,13 +56,18 @@ const cleanup = (step: () => Promise<unknown>): void => {
   cleanups.push(step);
 };
 
-test('a consumer process killed with SIGKILL mid-handler: its items are reclaimed after the lease and completed by the others, once', async () => {
-  tl = await createTestLedger();
-  tw = createTestWake();
-  await consumerKilledMidHandler({ tl, tw, redisUrl: redisUrl(), cleanup });
-});
+test(
+  'a consumer process killed with SIGKILL mid-handler: its items are ' +
+    'reclaimed after the lease and completed by the others, once',
+  async () => {
+    tl = await createTestLedger();
+    tw = createTestWake();
+    await consumerKilledMidHandler({ tl, tw, redisUrl: redisUrl(), cleanup });
+  },
+);
 
-test('Redis stopped mid-run: enqueue still commits, work completes by sweeping, wake-ups resume when Redis returns', async () => {
+test('Redis stopped mid-run: enqueue still commits, work ' +
+  'completes by sweeping, wake-ups resume when Redis returns', async () => {
   tl = await createTestLedger();
   const redis = await PrivateRedis.start();
   const keyPrefix = `lwt:${randomBytes(4).toString('hex')}:`;
@@ -124,9 +129,8 @@ test('a rolled-back producer.transaction leaves no item and publishes no wake-up
       const e = await tx.enqueue({ queue, type: 'step', lane: 'a', payload: { n: 0 } });
       enqueuedId = e.id;
       // The caller's own write in the same transaction.
-      await sql`INSERT INTO effects (item_id, worker, started_at_us, ended_at_us) VALUES (${e.id}, 'producer', 0, 0)`.execute(
-        tx.trx,
-      );
+      await sql`INSERT INTO effects (item_id, worker, started_at_us, ended_at_us)
+        VALUES (${e.id}, 'producer', 0, 0)`.execute(tx.trx);
       throw boom;
     }),
   ).rejects.toBe(boom);
@@ -141,9 +145,8 @@ test('a rolled-back producer.transaction leaves no item and publishes no wake-up
   // The same transaction committed does both (so the checks above can see an item and a wake-up).
   const committed = await producer.transaction(ledger.db, async (tx) => {
     const e = await tx.enqueue({ queue, type: 'step', lane: 'a', payload: { n: 1 } });
-    await sql`INSERT INTO effects (item_id, worker, started_at_us, ended_at_us) VALUES (${e.id}, 'producer', 0, 0)`.execute(
-      tx.trx,
-    );
+    await sql`INSERT INTO effects (item_id, worker, started_at_us, ended_at_us)
+      VALUES (${e.id}, 'producer', 0, 0)`.execute(tx.trx);
     return e;
   });
   expect((await ledger.get(committed.id))?.state).toBe('pending');
@@ -152,51 +155,55 @@ test('a rolled-back producer.transaction leaves no item and publishes no wake-up
   expect(tw.wake.counters.published).toBe(1);
 });
 
-test('a handler whose lease was stolen cannot complete: ctx.transaction throws LeaseLostError and its writes roll back', async () => {
-  tl = await createTestLedger();
-  tw = createTestWake();
-  const { ledger } = tl;
-  await createEffectsTable(ledger);
-  const queue = uniqueQueue('steal');
-  const stolenToken = 'stolen-token-0000000000';
-  let txError: unknown;
-  const consumer = new Consumer<EffectsDB>({
-    ledger,
-    wake: tw.wake,
-    queue,
-    concurrency: 2,
-    leaseMs: 60_000,
-    handlers: {
-      step: async (job: Job<StepPayload>, ctx: JobContext<EffectsDB>) => {
-        const startedAtUs = nowUs();
-        // Another holder takes the item over (as a reclaim after expiry would): the token changes under us.
-        await sql`UPDATE ${ledger.tables.items} SET lease_token = ${stolenToken}, lease_owner = 'thief'
+test(
+  'a handler whose lease was stolen cannot complete: ' +
+    'ctx.transaction throws LeaseLostError and its writes roll back',
+  async () => {
+    tl = await createTestLedger();
+    tw = createTestWake();
+    const { ledger } = tl;
+    await createEffectsTable(ledger);
+    const queue = uniqueQueue('steal');
+    const stolenToken = 'stolen-token-0000000000';
+    let txError: unknown;
+    const consumer = new Consumer<EffectsDB>({
+      ledger,
+      wake: tw.wake,
+      queue,
+      concurrency: 2,
+      leaseMs: 60_000,
+      handlers: {
+        step: async (job: Job<StepPayload>, ctx: JobContext<EffectsDB>) => {
+          const startedAtUs = nowUs();
+          // Another holder takes the item over (as a reclaim after expiry would): the token changes under us.
+          await sql`UPDATE ${ledger.tables.items} SET lease_token = ${stolenToken}, lease_owner = 'thief'
           WHERE id = ${job.id}`.execute(ledger.db);
-        try {
-          await ctx.transaction((trx) => insertEffect(trx, job, 'victim', startedAtUs));
-        } catch (error) {
-          txError = error;
-          throw error;
-        }
+          try {
+            await ctx.transaction((trx) => insertEffect(trx, job, 'victim', startedAtUs));
+          } catch (error) {
+            txError = error;
+            throw error;
+          }
+        },
       },
-    },
-  });
-  const outcomes: [ClaimedItem, Outcome][] = [];
-  consumer.on('outcome', (item, outcome) => outcomes.push([item, outcome]));
-  cleanups.push(() => consumer.stop({ drainTimeoutMs: 1000 }));
-  await consumer.start();
-  const producer = new Producer({ ledger, wake: tw.wake });
-  const { id } = await producer.enqueue({ queue, type: 'step', lane: 'a', payload: { n: 0 } });
+    });
+    const outcomes: [ClaimedItem, Outcome][] = [];
+    consumer.on('outcome', (item, outcome) => outcomes.push([item, outcome]));
+    cleanups.push(() => consumer.stop({ drainTimeoutMs: 1000 }));
+    await consumer.start();
+    const producer = new Producer({ ledger, wake: tw.wake });
+    const { id } = await producer.enqueue({ queue, type: 'step', lane: 'a', payload: { n: 0 } });
 
-  await waitFor(() => outcomes.length > 0 || undefined, 15_000, 'an outcome');
-  expect(txError).toBeInstanceOf(LeaseLostError);
-  expect(outcomes.map(([item, o]) => [item.id, o])).toEqual([[id, 'leaseLost']]);
-  expect(consumer.counters.leaseLost).toBe(1);
-  expect(consumer.counters.completed).toBe(0);
-  expect(await effectCount(ledger)).toBe(0);
+    await waitFor(() => outcomes.length > 0 || undefined, 15_000, 'an outcome');
+    expect(txError).toBeInstanceOf(LeaseLostError);
+    expect(outcomes.map(([item, o]) => [item.id, o])).toEqual([[id, 'leaseLost']]);
+    expect(consumer.counters.leaseLost).toBe(1);
+    expect(consumer.counters.completed).toBe(0);
+    expect(await effectCount(ledger)).toBe(0);
 
-  // The item stays with the thief: not completed, not released, not retried by the victim.
-  const r = await ledger.inspect(id);
-  expect(r?.item).toMatchObject({ state: 'processing', leaseToken: stolenToken, leaseOwner: 'thief', result: null });
-  expect(r?.attempts).toEqual([]);
-});
+    // The item stays with the thief: not completed, not released, not retried by the victim.
+    const r = await ledger.inspect(id);
+    expect(r?.item).toMatchObject({ state: 'processing', leaseToken: stolenToken, leaseOwner: 'thief', result: null });
+    expect(r?.attempts).toEqual([]);
+  },
+);

@@ -21,7 +21,8 @@ const BATCH = 500;
 
 const scope = testScope();
 
-test(`${ITEMS} items over ${LANES} lanes, five consumers in three processes: each item once, lanes in order, never overlapping`, async () => {
+test(`${ITEMS} items over ${LANES} lanes, five consumers in three ` +
+  `processes: each item once, lanes in order, never overlapping`, async () => {
   const tl = await scope.ledger();
   const tw = scope.wake();
   const { ledger } = tl;
@@ -170,4 +171,5 @@ test(`${ITEMS} items over ${LANES} lanes, five consumers in three processes: eac
       abandoned: 0,
     });
   }
-}, 600_000); // A hung run fails on the stall above; this only bounds a crawl (about 70 s on an idle TiDB here, 150+ loaded).
+  // A hung run fails on the stall above; the timeout only bounds a crawl (a loaded TiDB is slow).
+}, 600_000);

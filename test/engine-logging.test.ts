@@ -24,7 +24,7 @@ afterEach(async () => {
 
 const SECRET = 'payload-secret-0815';
 
-test('every death is logged at warn and every retry at info, with id, type, attempt and class, and no payload', async () => {
+test('each death is logged at warn, each retry at info, with id, type, attempt and class, no payload', async () => {
   tl = await createTestLedger();
   tw = createTestWake();
   const queue = uniqueQueue('logs');

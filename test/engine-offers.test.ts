@@ -59,53 +59,61 @@ async function warmConsumer(opts: { leaseMs?: number; concurrency?: number } = {
   return { tl, tw, queue, ran, consumer, producer, producerWake };
 }
 
-test("an item from a producer elsewhere is inserted claimed under the idle consumer's offer and handed over: no claim, no wake-up", async () => {
-  const { tl, queue, ran, consumer, producer, producerWake } = await warmConsumer();
-  const before = { ...consumer.counters };
-  const publishedBefore = producerWake.counters.published;
-  const wonByRounds = claimsByRounds(consumer);
+test(
+  'an item from a producer elsewhere is inserted claimed under the ' +
+    "idle consumer's offer and handed over: no claim, no wake-up",
+  async () => {
+    const { tl, queue, ran, consumer, producer, producerWake } = await warmConsumer();
+    const before = { ...consumer.counters };
+    const publishedBefore = producerWake.counters.published;
+    const wonByRounds = claimsByRounds(consumer);
 
-  const { id } = await producer.enqueue({ queue, type: 't', payload: { n: 1 } });
-  await waitFor(() => ran.some((r) => r.id === id) || undefined, 10_000, 'the item to run');
-  await waitFor(() => consumer.counters.completed === 2 || undefined, 10_000, 'the item completed');
+    const { id } = await producer.enqueue({ queue, type: 't', payload: { n: 1 } });
+    await waitFor(() => ran.some((r) => r.id === id) || undefined, 10_000, 'the item to run');
+    await waitFor(() => consumer.counters.completed === 2 || undefined, 10_000, 'the item completed');
 
-  expect(consumer.counters.handedOver - before.handedOver).toBe(1);
-  // It was never claimed by the consumer, and no wake-up went out for it.
-  expect(wonByRounds()).toBe(0);
-  expect(consumer.counters.wakeEntriesRead).toBe(before.wakeEntriesRead);
-  expect(producerWake.counters.published).toBe(publishedBefore);
-  const r = await tl.ledger.inspect(id);
-  expect(r?.item).toMatchObject({ state: 'completed', attempt: 1, leaseOwner: consumer.name });
-  expect(ran.find((x) => x.id === id)?.attempt).toBe(1);
-});
+    expect(consumer.counters.handedOver - before.handedOver).toBe(1);
+    // It was never claimed by the consumer, and no wake-up went out for it.
+    expect(wonByRounds()).toBe(0);
+    expect(consumer.counters.wakeEntriesRead).toBe(before.wakeEntriesRead);
+    expect(producerWake.counters.published).toBe(publishedBefore);
+    const r = await tl.ledger.inspect(id);
+    expect(r?.item).toMatchObject({ state: 'completed', attempt: 1, leaseOwner: consumer.name });
+    expect(ran.find((x) => x.id === id)?.attempt).toBe(1);
+  },
+);
 
-test('a batch from a producer elsewhere is handed over under one offer, as many of its items as the offer holds slots for', async () => {
-  const { tl, tw, queue, ran, consumer, producer } = await warmConsumer({ concurrency: 16 });
-  const r = redis();
-  // The oldest standing offer, the one a producer pops first; made with all sixteen slots free.
-  const standing = await waitFor(
-    async () => (await r.lindex(offersKey(tw.keyPrefix, queue), 0)) ?? undefined,
-    10_000,
-    'a standing offer',
-  );
-  const offer = JSON.parse(standing) as Offer;
-  expect(offer.room).toBe(offerRoom(16));
-  expect(offer.room).toBeGreaterThan(1);
-  const before = consumer.counters.handedOver;
-  const wonByRounds = claimsByRounds(consumer);
-  const results = await producer.enqueueMany(
-    Array.from({ length: offer.room! + 1 }, (_, k) => ({ queue, type: 't', payload: { k } })),
-  );
-  const ids = results.map((x) => x.id);
-  await waitFor(() => ids.every((id) => ran.some((x) => x.id === id)) || undefined, 10_000, 'the batch to run');
-  expect(consumer.counters.handedOver - before).toBe(offer.room);
-  // The one the offer had no room for went the usual way: a wake-up and a claim round.
-  expect(wonByRounds()).toBe(1);
-  const inspected = await Promise.all(ids.map((id) => tl.ledger.get(id)));
-  expect(inspected.filter((it) => it?.leaseToken === offer.token).map((it) => it?.id)).toEqual(
-    ids.slice(0, offer.room),
-  );
-});
+test(
+  'a batch from a producer elsewhere is handed over under one ' +
+    'offer, as many of its items as the offer holds slots for',
+  async () => {
+    const { tl, tw, queue, ran, consumer, producer } = await warmConsumer({ concurrency: 16 });
+    const r = redis();
+    // The oldest standing offer, the one a producer pops first; made with all sixteen slots free.
+    const standing = await waitFor(
+      async () => (await r.lindex(offersKey(tw.keyPrefix, queue), 0)) ?? undefined,
+      10_000,
+      'a standing offer',
+    );
+    const offer = JSON.parse(standing) as Offer;
+    expect(offer.room).toBe(offerRoom(16));
+    expect(offer.room).toBeGreaterThan(1);
+    const before = consumer.counters.handedOver;
+    const wonByRounds = claimsByRounds(consumer);
+    const results = await producer.enqueueMany(
+      Array.from({ length: offer.room! + 1 }, (_, k) => ({ queue, type: 't', payload: { k } })),
+    );
+    const ids = results.map((x) => x.id);
+    await waitFor(() => ids.every((id) => ran.some((x) => x.id === id)) || undefined, 10_000, 'the batch to run');
+    expect(consumer.counters.handedOver - before).toBe(offer.room);
+    // The one the offer had no room for went the usual way: a wake-up and a claim round.
+    expect(wonByRounds()).toBe(1);
+    const inspected = await Promise.all(ids.map((id) => tl.ledger.get(id)));
+    expect(inspected.filter((it) => it?.leaseToken === offer.token).map((it) => it?.id)).toEqual(
+      ids.slice(0, offer.room),
+    );
+  },
+);
 
 test('an item too large to broadcast is handed over by count, and the consumer reads it from the ledger', async () => {
   const { queue, ran, consumer, producer, producerWake } = await warmConsumer();
@@ -121,29 +129,33 @@ test('an item too large to broadcast is handed over by count, and the consumer r
   expect(producerWake.counters.published).toBe(publishedBefore);
 });
 
-test("a handoff lost after the commit: the consumer finds the item by the offer's token in the ledger and runs it once, long before its lease ends", async () => {
-  const { tl, queue, ran, consumer, producerWake } = await warmConsumer({ leaseMs: 60_000 });
-  // A producer that took the offer, committed its item claimed under it, and died before the handoff.
-  const taken = await waitFor(() => producerWake.offers.take(queue), 10_000, 'a standing offer');
-  expect(taken.offer.owner).toBe(consumer.name);
-  const out = await tl.ledger.enqueueClaiming([{ queue, type: 't', payload: { orphan: true } }], () => taken.lease);
-  expect(out.claimed).toHaveLength(1);
-  const id = out.results[0]!.id;
+test(
+  'a handoff lost after the commit: the consumer finds the item by the ' +
+    "offer's token in the ledger and runs it once, long before its lease ends",
+  async () => {
+    const { tl, queue, ran, consumer, producerWake } = await warmConsumer({ leaseMs: 60_000 });
+    // A producer that took the offer, committed its item claimed under it, and died before the handoff.
+    const taken = await waitFor(() => producerWake.offers.take(queue), 10_000, 'a standing offer');
+    expect(taken.offer.owner).toBe(consumer.name);
+    const out = await tl.ledger.enqueueClaiming([{ queue, type: 't', payload: { orphan: true } }], () => taken.lease);
+    expect(out.claimed).toHaveLength(1);
+    const id = out.results[0]!.id;
 
-  await waitFor(() => ran.some((r) => r.id === id) || undefined, 20_000, 'the orphan to run');
-  await waitFor(
-    async () => (await tl.ledger.get(id))?.state === 'completed' || undefined,
-    10_000,
-    'the orphan completed',
-  );
-  expect(consumer.counters.handoffsRecovered).toBe(1);
-  expect(ran.filter((r) => r.id === id)).toEqual([{ id, attempt: 1 }]);
-  const r = await tl.ledger.inspect(id);
-  expect(r?.item.attempt).toBe(1);
-  expect(r?.attempts.map((a) => a.outcome)).not.toContain('lease_expired');
-});
+    await waitFor(() => ran.some((r) => r.id === id) || undefined, 20_000, 'the orphan to run');
+    await waitFor(
+      async () => (await tl.ledger.get(id))?.state === 'completed' || undefined,
+      10_000,
+      'the orphan completed',
+    );
+    expect(consumer.counters.handoffsRecovered).toBe(1);
+    expect(ran.filter((r) => r.id === id)).toEqual([{ id, attempt: 1 }]);
+    const r = await tl.ledger.inspect(id);
+    expect(r?.item.attempt).toBe(1);
+    expect(r?.attempts.map((a) => a.outcome)).not.toContain('lease_expired');
+  },
+);
 
-test('an offer a producer cannot use (no handler for the type) goes back to the list; the item is enqueued pending', async () => {
+test('an offer a producer cannot use (no handler for the type) goes back; the item is enqueued pending', async () => {
   const { tl, tw, queue, consumer, producer, producerWake } = await warmConsumer();
   const r = redis();
   const key = offersKey(tw.keyPrefix, queue);
@@ -154,7 +166,8 @@ test('an offer a producer cannot use (no handler for the type) goes back to the 
   );
   const offer = JSON.parse(standing) as Offer;
   const handedBefore = consumer.counters.handedOver;
-  // The list holds one offer before and after: what shows the offer went back is the producer's own give-back, seen done.
+  // The list holds one offer before and after: what shows the offer went back is the producer's
+  // own give-back, seen done.
   const offers = producerWake.offers;
   const take = offers.take.bind(offers);
   const givenBack: string[] = [];
@@ -174,35 +187,39 @@ test('an offer a producer cannot use (no handler for the type) goes back to the 
   expect(consumer.counters.handedOver).toBe(handedBefore);
 });
 
-test('an expired offer (its consumer gone) is skipped and dropped: the item goes to a live consumer, not to the dead one', async () => {
-  const { tl, tw, queue, ran, consumer, producer } = await warmConsumer();
-  const r = redis();
-  const key = offersKey(tw.keyPrefix, queue);
-  const now = Date.now();
-  const dead: Offer = {
-    owner: 'dead-consumer',
-    token: 'dead-token-000000000000',
-    leaseMs: 30_000,
-    classes: ['default'],
-    types: ['t'],
-    expiresAtMs: now - 1,
-    madeAtMs: now - OFFER_TTL_MS,
-  };
-  await r.lpush(key, JSON.stringify(dead));
+test(
+  'an expired offer (its consumer gone) is skipped and dropped: ' +
+    'the item goes to a live consumer, not to the dead one',
+  async () => {
+    const { tl, tw, queue, ran, consumer, producer } = await warmConsumer();
+    const r = redis();
+    const key = offersKey(tw.keyPrefix, queue);
+    const now = Date.now();
+    const dead: Offer = {
+      owner: 'dead-consumer',
+      token: 'dead-token-000000000000',
+      leaseMs: 30_000,
+      classes: ['default'],
+      types: ['t'],
+      expiresAtMs: now - 1,
+      madeAtMs: now - OFFER_TTL_MS,
+    };
+    await r.lpush(key, JSON.stringify(dead));
 
-  const { id } = await producer.enqueue({ queue, type: 't', payload: {} });
-  await waitFor(() => ran.some((x) => x.id === id) || undefined, 10_000, 'the item to run');
-  const item = await waitFor(
-    async () => {
-      const it = await tl.ledger.get(id);
-      return it?.state === 'completed' ? it : undefined;
-    },
-    10_000,
-    'the item completed',
-  );
-  expect(item.leaseOwner).toBe(consumer.name);
-  expect(await r.lrange(key, 0, -1)).not.toContain(JSON.stringify(dead));
-});
+    const { id } = await producer.enqueue({ queue, type: 't', payload: {} });
+    await waitFor(() => ran.some((x) => x.id === id) || undefined, 10_000, 'the item to run');
+    const item = await waitFor(
+      async () => {
+        const it = await tl.ledger.get(id);
+        return it?.state === 'completed' ? it : undefined;
+      },
+      10_000,
+      'the item completed',
+    );
+    expect(item.leaseOwner).toBe(consumer.name);
+    expect(await r.lrange(key, 0, -1)).not.toContain(JSON.stringify(dead));
+  },
+);
 
 test('a consumer with many free slots stands four offers, so some are there while others are taken', async () => {
   const { tw, queue } = await warmConsumer({ concurrency: 16 });

@@ -1,4 +1,5 @@
-// What a handler's return, throw, PermanentError, deadline, Defer and BlockOn, an unknown type, a bad payload, a checkpoint and a cancel make of its item.
+// What a handler's return, throw, PermanentError, deadline, Defer and BlockOn, an unknown type, a bad payload, a
+// checkpoint and a cancel make of its item.
 import { expect, test } from 'vitest';
 import { z } from 'zod';
 import { BlockOn, Defer, PermanentError } from '../src/consumer/errors.js';
@@ -226,7 +227,7 @@ test("with unknownType: 'dead' an item whose type has no handler ends dead, clas
   expect(item.lastError).toMatch(/nobody-handles-this/);
 });
 
-test("a payload failing the handler's zod schema ends dead, class invalid_payload, without running the handler", async () => {
+test("a payload the handler's zod schema refuses ends dead, class invalid_payload, the handler not run", async () => {
   const handled: number[] = [];
   const h = await harness({
     typed: defineHandler({

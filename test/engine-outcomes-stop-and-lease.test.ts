@@ -27,7 +27,7 @@ test('graceful stop lets a handler that finishes within the drain complete', asy
   expect(await h.item(id)).toMatchObject({ state: 'completed', result: 'drained', attempt: 1 });
 });
 
-test('graceful stop past the drain aborts a handler; one that settles is released without spending an attempt', async () => {
+test('graceful stop past the drain aborts a handler; one that settles is released, spending no attempt', async () => {
   let abortReason: string | undefined;
   const h = await harness({
     stubborn: async (_job: Job<unknown>, ctx: JobContext) => {
@@ -46,49 +46,58 @@ test('graceful stop past the drain aborts a handler; one that settles is release
   expect((await attemptsOf(h.ledger, id)).map((a) => [a.outcome, a.error])).toEqual([['released', 'shutdown']]);
 });
 
-test('graceful stop never releases a handler that ignores its abort: the item stays processing until its lease expires', async () => {
-  let letGo: () => void = () => undefined;
-  const gate = new Promise<void>((resolve) => (letGo = resolve));
-  cleanups.push(() => letGo());
-  let abortSeen = false;
-  const h = await harness(
-    {
-      deaf: async (_job: Job<unknown>, ctx: JobContext) => {
-        ctx.signal.addEventListener('abort', () => (abortSeen = true));
-        await gate; // ignores the signal
-        return 'too late';
+test(
+  'graceful stop never releases a handler that ignores its ' +
+    'abort: the item stays processing until its lease expires',
+  async () => {
+    let letGo: () => void = () => undefined;
+    const gate = new Promise<void>((resolve) => (letGo = resolve));
+    cleanups.push(() => letGo());
+    let abortSeen = false;
+    const h = await harness(
+      {
+        deaf: async (_job: Job<unknown>, ctx: JobContext) => {
+          ctx.signal.addEventListener('abort', () => (abortSeen = true));
+          await gate; // ignores the signal
+          return 'too late';
+        },
       },
-    },
-    { leaseMs: 1500, abortGraceMs: 200 },
-  );
-  const started = new Promise<{ id: string; token: string }>((resolve) =>
-    h.consumer.once('started', (item) => resolve({ id: item.id, token: item.leaseToken })),
-  );
-  const id = await h.enqueue({ type: 'deaf', payload: {} });
-  const claim = await started;
-  expect(claim.id).toBe(id);
-  await h.consumer.stop({ drainTimeoutMs: 200 });
-  expect(abortSeen).toBe(true);
-  expect(h.outcomes.get(id)).toEqual(['abandoned']);
-  expect(h.consumer.counters).toMatchObject({ abandoned: 1, released: 0, completed: 0 });
+      { leaseMs: 1500, abortGraceMs: 200 },
+    );
+    const started = new Promise<{ id: string; token: string }>((resolve) =>
+      h.consumer.once('started', (item) => resolve({ id: item.id, token: item.leaseToken })),
+    );
+    const id = await h.enqueue({ type: 'deaf', payload: {} });
+    const claim = await started;
+    expect(claim.id).toBe(id);
+    await h.consumer.stop({ drainTimeoutMs: 200 });
+    expect(abortSeen).toBe(true);
+    expect(h.outcomes.get(id)).toEqual(['abandoned']);
+    expect(h.consumer.counters).toMatchObject({ abandoned: 1, released: 0, completed: 0 });
 
-  // Not released: still processing under the same claim, its lease still running.
-  const held = await h.item(id);
-  expect(held).toMatchObject({ state: 'processing', leaseToken: claim.token, leaseOwner: h.consumer.name, attempt: 1 });
-  expect(held.leaseUntil!.getTime()).toBeGreaterThan((await h.ledger.now()).getTime());
-  expect(await attemptsOf(h.ledger, id)).toEqual([]);
+    // Not released: still processing under the same claim, its lease still running.
+    const held = await h.item(id);
+    expect(held).toMatchObject({
+      state: 'processing',
+      leaseToken: claim.token,
+      leaseOwner: h.consumer.name,
+      attempt: 1,
+    });
+    expect(held.leaseUntil!.getTime()).toBeGreaterThan((await h.ledger.now()).getTime());
+    expect(await attemptsOf(h.ledger, id)).toEqual([]);
 
-  // Later the lease runs out and the item can be reclaimed (the expired attempt on record).
-  await waitFor(
-    async () => (await h.ledger.reclaimExpired({ queue: h.queue })).reclaimed.includes(id) || undefined,
-    10_000,
-    'the lease to expire',
-  );
-  expect(await h.item(id)).toMatchObject({ state: 'pending', attempt: 1, failureClass: 'lease_expired' });
-  expect((await attemptsOf(h.ledger, id)).map((a) => [a.attempt, a.outcome, a.worker])).toEqual([
-    [1, 'lease_expired', h.consumer.name],
-  ]);
-});
+    // Later the lease runs out and the item can be reclaimed (the expired attempt on record).
+    await waitFor(
+      async () => (await h.ledger.reclaimExpired({ queue: h.queue })).reclaimed.includes(id) || undefined,
+      10_000,
+      'the lease to expire',
+    );
+    expect(await h.item(id)).toMatchObject({ state: 'pending', attempt: 1, failureClass: 'lease_expired' });
+    expect((await attemptsOf(h.ledger, id)).map((a) => [a.attempt, a.outcome, a.worker])).toEqual([
+      [1, 'lease_expired', h.consumer.name],
+    ]);
+  },
+);
 
 test("a handler that runs for several leases keeps its item: the consumer's clock renews the lease", async () => {
   const LEASE_MS = 300;
@@ -118,38 +127,42 @@ test("a handler that runs for several leases keeps its item: the consumer's cloc
   expect(h.consumer.counters).toMatchObject({ completed: 1, leaseLost: 0 });
 });
 
-test('several long handlers have their leases renewed together: one statement per tick of the clock, not one per item', async () => {
-  const LEASE_MS = 300;
-  const renewals: number[] = [];
-  const stopCounting = onEveryStatement((text) => {
-    const m = /^UPDATE \S+ SET lease_until = .* WHERE id IN \((.*?)\) AND lease_token IN/s.exec(text);
-    if (m) renewals.push(m[1]!.split(',').length);
-  });
-  cleanups.push(stopCounting);
-  const h = await harness(
-    { long: async () => void (await sleep(6 * LEASE_MS)) },
-    { leaseMs: LEASE_MS, pollIntervalMs: 100, concurrency: 4 },
-  );
-  // The leases are taken at different moments, as a claim round, an offer and a lane's successor take
-  // them: one item first, the other three once it has run for a fifth of a lease.
-  const firstStarted = new Promise<void>((resolve) => h.consumer.once('started', () => resolve()));
-  const first = await h.enqueue({ type: 'long', payload: {} });
-  await firstStarted;
-  // Not a wait for something to happen: the scenario is two leases a fifth of a lease apart.
-  await sleep(LEASE_MS / 5);
-  const rest = (
-    await h.producer.enqueueMany(Array.from({ length: 3 }, () => ({ queue: h.queue, type: 'long', payload: {} })))
-  ).map((r) => r.id);
-  for (const id of [first, ...rest]) expect(await h.waitOutcome(id, 'completed', 10_000)).toEqual(['completed']);
-  expect(h.consumer.counters).toMatchObject({ completed: 4, leaseLost: 0 });
-  const renewed = renewals.reduce((a, b) => a + b, 0);
-  // Each item was renewed several times (6 leases long, renewed every third of one)…
-  expect(renewed).toBeGreaterThanOrEqual(4 * 4);
-  // …and after the first renewal the four went out together: far fewer statements than renewals.
-  expect(renewals.length * 3).toBeLessThanOrEqual(renewed);
-});
+test(
+  'several long handlers have their leases renewed together: ' +
+    'one statement per tick of the clock, not one per item',
+  async () => {
+    const LEASE_MS = 300;
+    const renewals: number[] = [];
+    const stopCounting = onEveryStatement((text) => {
+      const m = /^UPDATE \S+ SET lease_until = .* WHERE id IN \((.*?)\) AND lease_token IN/s.exec(text);
+      if (m) renewals.push(m[1]!.split(',').length);
+    });
+    cleanups.push(stopCounting);
+    const h = await harness(
+      { long: async () => void (await sleep(6 * LEASE_MS)) },
+      { leaseMs: LEASE_MS, pollIntervalMs: 100, concurrency: 4 },
+    );
+    // The leases are taken at different moments, as a claim round, an offer and a lane's successor take
+    // them: one item first, the other three once it has run for a fifth of a lease.
+    const firstStarted = new Promise<void>((resolve) => h.consumer.once('started', () => resolve()));
+    const first = await h.enqueue({ type: 'long', payload: {} });
+    await firstStarted;
+    // Not a wait for something to happen: the scenario is two leases a fifth of a lease apart.
+    await sleep(LEASE_MS / 5);
+    const rest = (
+      await h.producer.enqueueMany(Array.from({ length: 3 }, () => ({ queue: h.queue, type: 'long', payload: {} })))
+    ).map((r) => r.id);
+    for (const id of [first, ...rest]) expect(await h.waitOutcome(id, 'completed', 10_000)).toEqual(['completed']);
+    expect(h.consumer.counters).toMatchObject({ completed: 4, leaseLost: 0 });
+    const renewed = renewals.reduce((a, b) => a + b, 0);
+    // Each item was renewed several times (6 leases long, renewed every third of one)…
+    expect(renewed).toBeGreaterThanOrEqual(4 * 4);
+    // …and after the first renewal the four went out together: far fewer statements than renewals.
+    expect(renewals.length * 3).toBeLessThanOrEqual(renewed);
+  },
+);
 
-test("a deadline long enough to be kept on the consumer's clock still aborts the handler and releases the item", async () => {
+test("a deadline long enough for the consumer's clock still aborts the handler and releases the item", async () => {
   // leaseMs 240: the clock ticks every 20 ms, so a 500 ms deadline (25 ticks) has no timer of its own.
   const DEADLINE_MS = 500;
   const seen: { attempt: number; abortReason?: string; afterMs?: number }[] = [];

@@ -30,79 +30,86 @@ function gate(): Gate {
   return { open, opened };
 }
 
-test('fast handlers get claims larger than the free slots; stop hands back unstarted items without spending an attempt', async () => {
-  tl = await createTestLedger();
-  tw = createTestWake();
-  const queue = uniqueQueue('prefetch');
-  const started = new Set<number>();
-  const hold = gate();
-  let claimedMax = 0;
-  const consumer = new Consumer({
-    ledger: tl.ledger,
-    wake: tw.wake,
-    queue,
-    concurrency: 2,
-    prefetch: 200,
-    pollIntervalMs: 60_000,
-    handlers: {
-      t: async (job: { payload: { n: number } }) => {
-        started.add(job.payload.n);
-        // The first 300 handlers are instant, so the buffer is sized large; then every handler waits.
-        if (started.size > 300) await hold.opened;
+test(
+  'fast handlers get claims larger than the free slots; stop ' +
+    'hands back unstarted items without spending an attempt',
+  async () => {
+    tl = await createTestLedger();
+    tw = createTestWake();
+    const queue = uniqueQueue('prefetch');
+    const started = new Set<number>();
+    const hold = gate();
+    let claimedMax = 0;
+    const consumer = new Consumer({
+      ledger: tl.ledger,
+      wake: tw.wake,
+      queue,
+      concurrency: 2,
+      prefetch: 200,
+      pollIntervalMs: 60_000,
+      handlers: {
+        t: async (job: { payload: { n: number } }) => {
+          started.add(job.payload.n);
+          // The first 300 handlers are instant, so the buffer is sized large; then every handler waits.
+          if (started.size > 300) await hold.opened;
+        },
       },
-    },
-  });
-  consumers.push(consumer);
-  consumer.on('claimRound', (r) => (claimedMax = Math.max(claimedMax, r.claimed)));
-  await consumer.start();
-  await new Producer({ ledger: tl.ledger, wake: tw.wake }).enqueueMany(
-    Array.from({ length: 1000 }, (_, n) => ({ queue, type: 't', payload: { n } })),
-  );
+    });
+    consumers.push(consumer);
+    consumer.on('claimRound', (r) => (claimedMax = Math.max(claimedMax, r.claimed)));
+    await consumer.start();
+    await new Producer({ ledger: tl.ledger, wake: tw.wake }).enqueueMany(
+      Array.from({ length: 1000 }, (_, n) => ({ queue, type: 't', payload: { n } })),
+    );
 
-  // Both slots are held by waiting handlers, and the buffer holds claimed items no handler has started.
-  await waitFor(() => started.size >= 302 || undefined, 20_000, 'both slots busy past the fast phase');
-  expect(claimedMax).toBeGreaterThan(2);
-  // Items whose handler has settled stay `processing` in the ledger until their batched
-  // completion commits (dozens of them right after the fast phase): count once those are written,
-  // so what is left processing is what the consumer holds, the two running and the buffer.
-  await waitFor(() => consumer.inFlight === 2 || undefined, 10_000, "the fast phase's completions to be written");
-  const processing = await waitFor(
-    async () => {
-      const n = await tl!.ledger.countProcessing(queue);
-      return n > 2 ? n : undefined;
-    },
-    10_000,
-    'prefetched items processing in the ledger',
-  );
-  expect(processing).toBeLessThanOrEqual(2 + 200);
+    // Both slots are held by waiting handlers, and the buffer holds claimed items no handler has started.
+    await waitFor(() => started.size >= 302 || undefined, 20_000, 'both slots busy past the fast phase');
+    expect(claimedMax).toBeGreaterThan(2);
+    // Items whose handler has settled stay `processing` in the ledger until their batched
+    // completion commits (dozens of them right after the fast phase): count once those are written,
+    // so what is left processing is what the consumer holds, the two running and the buffer.
+    await waitFor(() => consumer.inFlight === 2 || undefined, 10_000, "the fast phase's completions to be written");
+    const processing = await waitFor(
+      async () => {
+        const n = await tl!.ledger.countProcessing(queue);
+        return n > 2 ? n : undefined;
+      },
+      10_000,
+      'prefetched items processing in the ledger',
+    );
+    expect(processing).toBeLessThanOrEqual(2 + 200);
 
-  // A generous drain: the two held handlers finish as soon as the gate opens, but under a loaded
-  // suite their completions queue behind the buffer's release in the pool.
-  const stopping = consumer.stop({ drainTimeoutMs: 30_000 });
-  hold.open();
-  await stopping;
-  consumers.splice(0);
-  const counters = JSON.stringify(consumer.counters);
+    // A generous drain: the two held handlers finish as soon as the gate opens, but under a loaded
+    // suite their completions queue behind the buffer's release in the pool.
+    const stopping = consumer.stop({ drainTimeoutMs: 30_000 });
+    hold.open();
+    await stopping;
+    consumers.splice(0);
+    const counters = JSON.stringify(consumer.counters);
 
-  expect(await tl.ledger.countProcessing(queue), counters).toBe(0);
-  expect(consumer.counters.prefetchReleased, counters).toBeGreaterThan(0);
-  const [stats] = await tl.ledger.stats(queue);
-  const completed = stats?.counts.completed.count ?? 0;
-  expect(completed, counters).toBe(started.size);
-  expect(stats?.counts.pending.count).toBe(1000 - completed);
-  // Every pending item is one no handler started, back at attempt 0: the release spent nothing.
-  const leftovers = Array.from({ length: 1000 }, (_, n) => n).filter((n) => !started.has(n));
-  expect(leftovers.length).toBe(1000 - completed);
-  const rows = (
-    await sql<{
-      attempt: number;
-    }>`SELECT attempt FROM ${tl.ledger.tables.items} WHERE queue = ${queue} AND state = 'pending'`.execute(tl.ledger.db)
-  ).rows;
-  expect(rows.length).toBe(1000 - completed);
-  for (const r of rows) expect(Number(r.attempt)).toBe(0);
-});
+    expect(await tl.ledger.countProcessing(queue), counters).toBe(0);
+    expect(consumer.counters.prefetchReleased, counters).toBeGreaterThan(0);
+    const [stats] = await tl.ledger.stats(queue);
+    const completed = stats?.counts.completed.count ?? 0;
+    expect(completed, counters).toBe(started.size);
+    expect(stats?.counts.pending.count).toBe(1000 - completed);
+    // Every pending item is one no handler started, back at attempt 0: the release spent nothing.
+    const leftovers = Array.from({ length: 1000 }, (_, n) => n).filter((n) => !started.has(n));
+    expect(leftovers.length).toBe(1000 - completed);
+    const rows = (
+      await sql<{
+        attempt: number;
+      }>`SELECT attempt FROM ${tl.ledger.tables.items} WHERE queue = ${queue} AND state = 'pending'`.execute(
+        tl.ledger.db,
+      )
+    ).rows;
+    expect(rows.length).toBe(1000 - completed);
+    for (const r of rows) expect(Number(r.attempt)).toBe(0);
+  },
+);
 
-test('an item that waits in the buffer past a third of its lease goes back unstarted, and still runs exactly once', async () => {
+test('an item that waits in the buffer past a third of its ' +
+  'lease goes back unstarted, and still runs exactly once', async () => {
   tl = await createTestLedger();
   tw = createTestWake();
   const queue = uniqueQueue('prefetch-ttl');
@@ -156,7 +163,8 @@ test('an item that waits in the buffer past a third of its lease goes back unsta
   expect(reclaimed.reclaimed.length + reclaimed.dead.length).toBe(0);
 }, 600_000);
 
-test('claims slower than a third of the lease turn prefetch off instead of handing back what they claim, round after round', async () => {
+test('claims slower than a third of the lease turn prefetch off ' +
+  'instead of handing back what they claim, round after round', async () => {
   tl = await createTestLedger();
   tw = createTestWake();
   const queue = uniqueQueue('prefetch-slow-claims');

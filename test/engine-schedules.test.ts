@@ -21,7 +21,8 @@ test('a recurring schedule makes one item per fire, whichever replica fires it',
   tl = await createTestLedger();
   tw = createTestWake();
   const queue = uniqueQueue('sched');
-  // A second replica: its own ledger and Redis connections under the same key prefix (one schedule firer per ledger and process).
+  // A second replica: its own ledger and Redis connections under the same key prefix (one schedule
+  // firer per ledger and process).
   const otherLedger = new Ledger({ url: tl.url, ...testTxnMode() });
   cleanups.push(() => otherLedger.close());
   const otherWake = new WakeChannel({ redis: redisUrl(), keyPrefix: tw.keyPrefix });

@@ -43,38 +43,42 @@ async function start(
   return { consumer, outcomes };
 }
 
-test('by default an item of a type this worker has no handler for is released, spending no attempt; a worker with the handler then runs it', async () => {
-  tl = await createTestLedger();
-  tw = createTestWake();
-  const queue = uniqueQueue('unknown');
-  const old = await start(queue, { old: async () => 'old' }, { unknownTypeReleaseMs: 100 });
-  const { id } = await new Producer({ ledger: tl.ledger, wake: tw.wake }).enqueue({
-    queue,
-    type: 'brand.new',
-    payload: {},
-  });
+test(
+  'by default an item of a type this worker has no handler for is ' +
+    'released, spending no attempt; a worker with the handler then runs it',
+  async () => {
+    tl = await createTestLedger();
+    tw = createTestWake();
+    const queue = uniqueQueue('unknown');
+    const old = await start(queue, { old: async () => 'old' }, { unknownTypeReleaseMs: 100 });
+    const { id } = await new Producer({ ledger: tl.ledger, wake: tw.wake }).enqueue({
+      queue,
+      type: 'brand.new',
+      payload: {},
+    });
 
-  await waitFor(
-    () => old.outcomes.filter((o) => o === 'released').length >= 2 || undefined,
-    10_000,
-    'two releases by the old worker',
-  );
-  expect(old.outcomes.every((o) => o === 'released')).toBe(true);
-  const item = await mustGet(tl.ledger, id);
-  expect(item.state === 'pending' || item.state === 'processing').toBe(true);
-  expect(item.failureClass).not.toBe('unowned');
-  expect((await history(tl.ledger, id)).filter((a) => a.outcome !== 'released')).toEqual([]);
+    await waitFor(
+      () => old.outcomes.filter((o) => o === 'released').length >= 2 || undefined,
+      10_000,
+      'two releases by the old worker',
+    );
+    expect(old.outcomes.every((o) => o === 'released')).toBe(true);
+    const item = await mustGet(tl.ledger, id);
+    expect(item.state === 'pending' || item.state === 'processing').toBe(true);
+    expect(item.failureClass).not.toBe('unowned');
+    expect((await history(tl.ledger, id)).filter((a) => a.outcome !== 'released')).toEqual([]);
 
-  // The new deployment arrives.
-  await old.consumer.stop({ drainTimeoutMs: 1000 });
-  await start(queue, { 'brand.new': async () => 'new' });
-  await waitFor(
-    async () => (await mustGet(tl!.ledger, id)).state === 'completed' || undefined,
-    10_000,
-    'the new worker to complete it',
-  );
-  expect(await mustGet(tl.ledger, id)).toMatchObject({ state: 'completed', attempt: 1, result: 'new' });
-});
+    // The new deployment arrives.
+    await old.consumer.stop({ drainTimeoutMs: 1000 });
+    await start(queue, { 'brand.new': async () => 'new' });
+    await waitFor(
+      async () => (await mustGet(tl!.ledger, id)).state === 'completed' || undefined,
+      10_000,
+      'the new worker to complete it',
+    );
+    expect(await mustGet(tl.ledger, id)).toMatchObject({ state: 'completed', attempt: 1, result: 'new' });
+  },
+);
 
 test("past unknownTypeGraceMs (from the item's creation) an unowned item ends dead, class unowned", async () => {
   tl = await createTestLedger();

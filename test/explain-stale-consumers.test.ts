@@ -40,7 +40,7 @@ async function why(id: string): Promise<Explanation> {
 }
 
 describe('explain and stale-only consumers', () => {
-  test('a head only stale-only consumers serve: explain names them and the mode; rescued work is claimable', async () => {
+  test('only stale-only consumers serve a head: explain names them, their mode; rescued work is claimed', async () => {
     const queue = freshQueue('stalec');
     const saturated = await liveConsumer(queue, { staleOnly: 'pool' });
     const rescued = await tl.ledger.enqueue({ queue, type: 't', payload: {} });

@@ -38,7 +38,7 @@ async function why(id: string): Promise<Explanation> {
 }
 
 describe('ledger.explain', () => {
-  test('reasons from the item itself: ended, running, lease expired, blocked, not due, behind its lane head', async () => {
+  test('reasons from the item: ended, running, lease expired, blocked, not due, behind its lane head', async () => {
     const queue = freshQueue('why');
     await liveConsumer(queue);
     const done = await tl.ledger.enqueue({ queue, type: 't', payload: {} });
@@ -80,7 +80,7 @@ describe('ledger.explain', () => {
     expect(await tl.ledger.explain('no-such-item-000000000')).toBeUndefined();
   });
 
-  test('reasons from the fleet: no live consumer, class or type not served, epoch not active, the queue at its cap', async () => {
+  test('reasons from the fleet: no live consumer, class or type not served, epoch inactive, queue capped', async () => {
     const queue = freshQueue('whyfleet');
     const item = await tl.ledger.enqueue({ queue, type: 'report', queueClass: 'bulk', payload: {} });
     expect(await why(item.id)).toMatchObject({ code: 'no_live_consumer' });
@@ -94,7 +94,10 @@ describe('ledger.explain', () => {
     await tl.ledger.activate({ queue, deployment: 'blue' });
     await tl.ledger.activate({ queue, deployment: 'green' });
     await liveConsumer(queue, { types: ['report'], epoch: 1 });
-    expect(await why(item.id)).toMatchObject({ code: 'epoch_not_served', details: { epoch: 2, consumerEpochs: '1' } });
+    expect(await why(item.id)).toMatchObject({
+      code: 'epoch_not_served',
+      details: { epoch: 2, consumerEpochs: '1' },
+    });
     const capped = await liveConsumer(queue, { epoch: 2, maxProcessing: 1 });
     const other = await tl.ledger.enqueue({ queue, type: 'report', queueClass: 'bulk', payload: {}, priority: -1 });
     const held = await tl.ledger.claim({ queue, owner: 'w', limit: 1, leaseMs: 60_000, epoch: 2 });

@@ -88,7 +88,7 @@ describe('the fleet cap at the ledger', () => {
     expect(await processingCount(queue)).toBe(5);
   });
 
-  test('at the cap no fresh item is admitted, and an expired lease, once reclaimed, is the next one admitted', async () => {
+  test('at the cap no fresh item is admitted; an expired lease, once reclaimed, is the next one admitted', async () => {
     const queue = freshQueue('stale');
     const held = await tl.ledger.enqueueMany([0, 1].map((i) => ({ queue, type: 't', payload: { held: i } })));
     const dead = (await tl.ledger.claim({ queue, owner: 'dead-holder', limit: 2, leaseMs: 400, maxProcessing: 2 }))
@@ -127,7 +127,7 @@ describe('the fleet cap at the ledger', () => {
 });
 
 describe('the fleet cap with consumers', () => {
-  test('8 consumers of 4 slots each never have more than maxProcessing 5 items processing, on the ledger clock', async () => {
+  test('8 consumers of 4 slots never have over maxProcessing 5 items processing, on the ledger clock', async () => {
     tw = createTestWake();
     const queue = uniqueQueue('capped');
     const handler = (): Promise<void> => new Promise((r) => setTimeout(r, 15));

@@ -98,7 +98,7 @@ test('pre-check: a payload the schema refuses ends dead, invalid_payload, withou
   expect(h.log.at(40, /payload does not match the handler's schema: dead/)).toHaveLength(1);
 });
 
-test('pre-check: no handler here for the type releases the item within the grace, without spending an attempt', async () => {
+test('pre-check: no handler here for the type releases the item within the grace, spending no attempt', async () => {
   const item = await claimed({}, 'nobody-handles-this');
   const h = start(item, { t: { handle: async () => 'x' } });
   expect(await h.done).toBe('released');
@@ -107,32 +107,36 @@ test('pre-check: no handler here for the type releases the item within the grace
   expect(await mustGet(tl.ledger, item.id)).toMatchObject({ state: 'pending', attempt: 0 });
 });
 
-test('the run: a short deadline aborts the signal with reason deadline; the item is released without spending an attempt', async () => {
-  const item = await claimed();
-  let reason: unknown;
-  const h = start(
-    item,
-    {
-      t: {
-        deadlineMs: 100,
-        handle: async (_job, ctx) => {
-          await aborted(ctx);
-          reason = ctx.signal.reason;
-          ctx.signal.throwIfAborted();
+test(
+  'the run: a short deadline aborts the signal with reason ' +
+    'deadline; the item is released without spending an attempt',
+  async () => {
+    const item = await claimed();
+    let reason: unknown;
+    const h = start(
+      item,
+      {
+        t: {
+          deadlineMs: 100,
+          handle: async (_job, ctx) => {
+            await aborted(ctx);
+            reason = ctx.signal.reason;
+            ctx.signal.throwIfAborted();
+          },
         },
       },
-    },
-    { deadlineBackoffMs: 60_000 },
-  );
-  expect(await h.done).toBe('released');
-  expect(reason).toBeInstanceOf(JobAbortedError);
-  expect((reason as JobAbortedError).reason).toBe('deadline');
-  expect(h.run.handlerMs).toBeGreaterThanOrEqual(90);
-  expect(h.delayed).toEqual([60_000]);
-  expect(await mustGet(tl.ledger, item.id)).toMatchObject({ state: 'pending', attempt: 0 });
-});
+      { deadlineBackoffMs: 60_000 },
+    );
+    expect(await h.done).toBe('released');
+    expect(reason).toBeInstanceOf(JobAbortedError);
+    expect((reason as JobAbortedError).reason).toBe('deadline');
+    expect(h.run.handlerMs).toBeGreaterThanOrEqual(90);
+    expect(h.delayed).toEqual([60_000]);
+    expect(await mustGet(tl.ledger, item.id)).toMatchObject({ state: 'pending', attempt: 0 });
+  },
+);
 
-test('the run: a handler that ignores its abort is abandoned after abortGraceMs; its lease is left to expire', async () => {
+test('the run: a handler ignoring its abort is abandoned after abortGraceMs; its lease is left to expire', async () => {
   const item = await claimed();
   let started = false;
   const h = start(
@@ -154,7 +158,7 @@ test('the run: a handler that ignores its abort is abandoned after abortGraceMs;
   expect(await mustGet(tl.ledger, item.id)).toMatchObject({ state: 'processing', leaseToken: item.leaseToken });
 });
 
-test('the outcome: a returned value is completed through the batch completer; a lane with nothing left says so', async () => {
+test('the outcome: a value returned completes through the batch completer; an emptied lane says so', async () => {
   const item = await claimed({}, 't', 'lane-1');
   const h = start(item, { t: { handle: async () => ({ ok: true }) } });
   expect(await h.done).toBe('completed');
@@ -174,28 +178,32 @@ test('the outcome: a completion that loses its CAS is leaseLost, and nothing is 
   });
 });
 
-test('the outcome: a lease lost while the handler runs aborts it with reason lease_lost and ends leaseLost, writing nothing', async () => {
-  const item = await claimed();
-  const thief = 'stolen-token-0000000000';
-  let reason: unknown;
-  const h = start(item, {
-    t: {
-      handle: async (_job, ctx) => {
-        await sql`UPDATE ${tl.ledger.tables.items} SET lease_token = ${thief} WHERE id = ${item.id}`.execute(
-          tl.ledger.db,
-        );
-        expect(await ctx.heartbeat()).toBe(false);
-        reason = ctx.signal.reason;
-        ctx.signal.throwIfAborted();
+test(
+  'the outcome: a lease lost while the handler runs aborts it ' +
+    'with reason lease_lost and ends leaseLost, writing nothing',
+  async () => {
+    const item = await claimed();
+    const thief = 'stolen-token-0000000000';
+    let reason: unknown;
+    const h = start(item, {
+      t: {
+        handle: async (_job, ctx) => {
+          await sql`UPDATE ${tl.ledger.tables.items} SET lease_token = ${thief} WHERE id = ${item.id}`.execute(
+            tl.ledger.db,
+          );
+          expect(await ctx.heartbeat()).toBe(false);
+          reason = ctx.signal.reason;
+          ctx.signal.throwIfAborted();
+        },
       },
-    },
-  });
-  expect(await h.done).toBe('leaseLost');
-  expect((reason as JobAbortedError).reason).toBe('lease_lost');
-  expect((reason as JobAbortedError).message).toBe('aborted: lease lost');
-  expect(await mustGet(tl.ledger, item.id)).toMatchObject({ state: 'processing', leaseToken: thief });
-  expect(await history(tl.ledger, item.id)).toEqual([]);
-});
+    });
+    expect(await h.done).toBe('leaseLost');
+    expect((reason as JobAbortedError).reason).toBe('lease_lost');
+    expect((reason as JobAbortedError).message).toBe('aborted: lease lost');
+    expect(await mustGet(tl.ledger, item.id)).toMatchObject({ state: 'processing', leaseToken: thief });
+    expect(await history(tl.ledger, item.id)).toEqual([]);
+  },
+);
 
 test('a lease keeper retries a renewal the ledger failed, through the narrow lease port', async () => {
   const item = await claimed();

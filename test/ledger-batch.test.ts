@@ -124,7 +124,8 @@ test('payloads and results with quotes, backslashes and control characters come 
     `it's "quoted" and \\back\\slashed\\`,
     "O'Brien\\'; DROP TABLE lw_items; --",
     'nul \u0000 ctrl-z \u001a tab \t newline \n return \r backspace \b',
-    'émoji 🎉 and U+2028 \u2028 and text that looks like an escaped surrogate \\ud800 (a lone one is refused: ledger-validation)',
+    'émoji 🎉 and U+2028 \u2028 and text that looks like an escaped ' +
+      'surrogate \\ud800 (a lone one is refused: ledger-validation)',
     '\\',
     "'",
   ];

@@ -19,7 +19,10 @@ interface AppDB {
 }
 
 let tl: TestLedger;
-/** The caller's own pool, as an application has: the server's default isolation (REPEATABLE READ), one statement per query. */
+/**
+ * The caller's own pool, as an application has: the server's default isolation (REPEATABLE
+ * READ), one statement per query.
+ */
 let app: Kysely<AppDB>;
 
 beforeAll(async () => {
@@ -83,7 +86,7 @@ describe.each([
   ['laneless', undefined],
   ['laned', 'L'],
 ] as const)('%s items', (_label, lane) => {
-  test('24 concurrent producer.transaction callers on one key, half rolling back: every committer succeeds, one item', async () => {
+  test('24 concurrent producer.transaction callers, one key, half rolling back: commits hold, one item', async () => {
     const queue = freshQueue(`caller-tx-${lane ?? 'none'}`);
     const producer = new Producer({ ledger: tl.ledger });
     const callers = 24;
@@ -135,45 +138,49 @@ describe.each([
     if (lane) expect(await laneRow(tl.ledger, queue, lane)).toEqual({ nextSeq: 1, busy: true });
   });
 
-  test('20 callers enqueue one key through ledger.enqueue({ transaction }) at once: no raw server error, and each commits when it reruns on a retryable one', async () => {
-    const queue = freshQueue(`caller-race-${lane ?? 'none'}`);
-    const callers = 20;
-    const ready = barrier(callers);
-    const raw: unknown[] = [];
-    const rowIds = Array.from({ length: callers }, () => nextRowId++);
-    const results = await Promise.all(
-      Array.from({ length: callers }, async (_, k) => {
-        // What a caller of the plain API does: run the transaction again on an error that says it is retryable.
-        for (let run = 1; ; run++) {
-          try {
-            return await app.transaction().execute(async (trx) => {
-              await trx
-                .insertInto('app_rows')
-                .values({ id: rowIds[k]!, caller: `c${k}` })
-                .execute();
-              if (run === 1) await ready(); // every transaction holds a row before any of them enqueues
-              return tl.ledger.enqueue(
-                { queue, type: 't', payload: { order: 1 }, idempotencyKey: 'raced-key', ...(lane ? { lane } : {}) },
-                { transaction: trx },
-              );
-            });
-          } catch (error) {
-            if ((error as { retryable?: unknown }).retryable !== true || run >= 10) {
-              raw.push(error);
-              return undefined;
+  test(
+    '20 callers enqueue one key through ledger.enqueue({ transaction }) at once: ' +
+      'no raw server error, and each commits when it reruns on a retryable one',
+    async () => {
+      const queue = freshQueue(`caller-race-${lane ?? 'none'}`);
+      const callers = 20;
+      const ready = barrier(callers);
+      const raw: unknown[] = [];
+      const rowIds = Array.from({ length: callers }, () => nextRowId++);
+      const results = await Promise.all(
+        Array.from({ length: callers }, async (_, k) => {
+          // What a caller of the plain API does: run the transaction again on an error that says it is retryable.
+          for (let run = 1; ; run++) {
+            try {
+              return await app.transaction().execute(async (trx) => {
+                await trx
+                  .insertInto('app_rows')
+                  .values({ id: rowIds[k]!, caller: `c${k}` })
+                  .execute();
+                if (run === 1) await ready(); // every transaction holds a row before any of them enqueues
+                return tl.ledger.enqueue(
+                  { queue, type: 't', payload: { order: 1 }, idempotencyKey: 'raced-key', ...(lane ? { lane } : {}) },
+                  { transaction: trx },
+                );
+              });
+            } catch (error) {
+              if ((error as { retryable?: unknown }).retryable !== true || run >= 10) {
+                raw.push(error);
+                return undefined;
+              }
             }
           }
-        }
-      }),
-    );
-    expect(raw.map((e) => `${(e as Error).name}: ${(e as Error).message}`)).toEqual([]);
-    expect(await itemCount(tl.ledger, queue)).toBe(1);
-    expect(new Set(results.map((r) => r?.id)).size).toBe(1);
-    expect(results.filter((r) => r?.duplicate === false)).toHaveLength(1);
-    expect(await appRows(rowIds)).toBe(callers);
-  });
+        }),
+      );
+      expect(raw.map((e) => `${(e as Error).name}: ${(e as Error).message}`)).toEqual([]);
+      expect(await itemCount(tl.ledger, queue)).toBe(1);
+      expect(new Set(results.map((r) => r?.id)).size).toBe(1);
+      expect(results.filter((r) => r?.duplicate === false)).toHaveLength(1);
+      expect(await appRows(rowIds)).toBe(callers);
+    },
+  );
 
-  test('a direct enqueue({ transaction }) whose transaction the server rolls back gets the typed retryable error', async () => {
+  test('a direct enqueue({ transaction }) the server rolls back gets the typed retryable error', async () => {
     const queue = freshQueue(`caller-deadlock-${lane ?? 'none'}`);
     const victimRow = nextRowId++;
     const winnerRows = [nextRowId++, nextRowId++, nextRowId++];

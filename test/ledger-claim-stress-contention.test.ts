@@ -25,7 +25,8 @@ import { freshQueue, historyCount } from './support/items.js';
 import { waitFor } from './support/ledger.js';
 import { seededRandom } from './support/random.js';
 import { exactCounts } from './support/counts.js';
-// Claims under contention (see test/support/claim-stress.ts): many claimers over one overlapping candidate set, and over tiny queues burst after burst.
+// Claims under contention (see test/support/claim-stress.ts): many claimers over one overlapping candidate set, and
+// over tiny queues burst after burst.
 
 const CLAIMERS = 16;
 const ROUNDS = 200;
@@ -33,14 +34,15 @@ const ROUNDS = 200;
  * 1,100 items, 860 of them claimable during the rounds (the laneless ones and each lane's head): the first
  * rounds contend over a wide candidate set, the middle ones over the few heads left (the tiny queue the
  * deadlock needed), the last ones over items already held. Every concurrent claim wants the same earliest
- * due heads, so on TiDB each collision is a conflict claimed again: there the rounds take 8-25 s on a shared 2-core machine
- * (with a backlog of 3,000, 106 s). Short lanes keep the drain short.
+ * due heads, so on TiDB each collision is a conflict claimed again, and the rounds slow down as the backlog grows.
+ * Short lanes keep the drain short.
  */
 const LANELESS = 800;
 const SHARED_LANES = 60;
 const PER_LANE = 5;
 
-test('16 claimers, 200 rounds each of claim and claimByIds over one candidate set: no errors, every item won exactly once', async () => {
+test('16 claimers, 200 rounds each of claim and claimByIds over one ' +
+  'candidate set: no errors, every item won exactly once', async () => {
   const seed = seedOf();
   const random = seededRandom(seed);
   const note = `seed ${seed}`;
@@ -76,7 +78,9 @@ test('16 claimers, 200 rounds each of claim and claimByIds over one candidate se
     const wins = new Wins();
     const failures: Failure[] = [];
     let front = 0;
-    /** Up to `n` ids near the front of the claim order that no one is known to have won yet, and now and then any id. */
+    /**
+     * Up to `n` ids near the front of the claim order that no one is known to have won yet, and now and then any id.
+     */
     const idsToName = (n: number): string[] => {
       while (front < claimOrder.length && wins.byId.has(claimOrder[front]!)) front++;
       const window: string[] = [];
@@ -256,7 +260,8 @@ test('16 claimers, 200 rounds each of claim and claimByIds over one candidate se
  */
 const BURSTS = 100;
 
-test('16 claimers at once over tiny queues, burst after burst: no errors, no deadlock retried, each item won exactly once', async () => {
+test('16 claimers at once over tiny queues, burst after burst: no ' +
+  'errors, no deadlock retried, each item won exactly once', async () => {
   const seed = seedOf();
   const random = seededRandom(seed);
   const note = `seed ${seed}`;
@@ -306,11 +311,10 @@ test('16 claimers at once over tiny queues, burst after burst: no errors, no dea
                 );
               else wins.add(owner, (await ledger.claim({ queue, owner, limit: call.limit, leaseMs: 600_000 })).items);
             } catch (error) {
-              failures.push({
-                who: owner,
-                what: `burst ${burst} ${call.byIds ? `claimByIds(${call.ids.length} of ${ids.length} ids)` : `claim(limit ${call.limit})`}`,
-                error,
-              });
+              const what = call.byIds
+                ? `claimByIds(${call.ids.length} of ${ids.length} ids)`
+                : `claim(limit ${call.limit})`;
+              failures.push({ who: owner, what: `burst ${burst} ${what}`, error });
             }
           }),
         ),
@@ -332,7 +336,8 @@ test('16 claimers at once over tiny queues, burst after burst: no errors, no dea
             : row.state === 'pending' && row.attempt === 0;
         if (!ok)
           wrong.push(
-            `burst ${burst}: ${id} ${w ? `won by ${w.who}` : 'won by no one'}, but ${row.state} under ${row.lease_owner}, attempt ${row.attempt}`,
+            `burst ${burst}: ${id} ${w ? `won by ${w.who}` : 'won by no one'}, but ` +
+              `${row.state} under ${row.lease_owner}, attempt ${row.attempt}`,
           );
       }
     }

@@ -29,7 +29,8 @@ const LANES = 24;
 const LANE_ITEMS = 12;
 const LANELESS_AMONG = 96;
 
-test('claims against laned completions that hand each lane to its successor: no errors, one head per lane in lane order, exactly once', async () => {
+test('claims against laned completions that hand each lane to its ' +
+  'successor: no errors, one head per lane in lane order, exactly once', async () => {
   const seed = seedOf();
   const random = seededRandom(seed);
   const note = `seed ${seed}`;
@@ -79,7 +80,10 @@ test('claims against laned completions that hand each lane to its successor: no 
     const done = (): boolean => completed + lost.length >= total || failures.length > 0;
     const deadline = Date.now() + 120_000;
 
-    /** One statement, one snapshot: per lane at most one item processing, exactly one head while it has unfinished items, and that head its earliest. */
+    /**
+     * One statement, one snapshot: per lane at most one item processing, exactly one head while it has unfinished
+     * items, and that head its earliest.
+     */
     const checkLanes = async (ledger: Ledger, when: string): Promise<void> => {
       const r = await sql<{
         lane: string;
@@ -101,7 +105,8 @@ test('claims against laned completions that hand each lane to its successor: no 
           (unfinished && Number(row.head) !== Number(row.earliest))
         ) {
           laneViolations.push(
-            `${when}: lane ${row.lane}: ${row.processing} processing, ${row.heads} heads, head at ${row.head}, earliest unfinished ${row.earliest}`,
+            `${when}: lane ${row.lane}: ${row.processing} processing, ${row.heads} ` +
+              `heads, head at ${row.head}, earliest unfinished ${row.earliest}`,
           );
         }
       }

@@ -15,7 +15,8 @@ import {
 import { freshQueue } from './support/items.js';
 import { waitFor } from './support/ledger.js';
 import { seededRandom } from './support/random.js';
-// Claims under contention (see test/support/claim-stress.ts): the reclaim of expiring leases against their holders' renewals.
+// Claims under contention (see test/support/claim-stress.ts): the reclaim of expiring leases
+// against their holders' renewals.
 
 const HOLDERS = 4;
 const RECLAIMERS = 3;
@@ -44,7 +45,8 @@ interface Renewal {
   leaseMs: number;
 }
 
-test('reclaim against renew: an item is either kept by its holder or reclaimed once, and a reclaimed lease no longer renews', async () => {
+test('reclaim against renew: an item is either kept by its holder or ' +
+  'reclaimed once, and a reclaimed lease no longer renews', async () => {
   const seed = seedOf();
   const random = seededRandom(seed);
   const note = `seed ${seed}`;
@@ -76,7 +78,8 @@ test('reclaim against renew: an item is either kept by its holder or reclaimed o
       expect(items.length, 'claimable items left').toBeGreaterThan(0);
       for (const item of items) held.push({ item, holder: h, habit: HABITS[held.length % HABITS.length]! });
     }
-    // The test waits on the ledger's clock, estimated locally (one server on this machine) and read for real around every call.
+    // The test waits on the ledger's clock, estimated locally (one server on this machine) and read
+    // for real around every call.
     const offset = (await tl.ledger.now()).getTime() - Date.now();
     const ledgerNow = (): number => Date.now() + offset;
 
@@ -184,7 +187,8 @@ test('reclaim against renew: an item is either kept by its holder or reclaimed o
         if (refused !== -1) wrong.push(`${what}: renewal ${refused} refused, but no reclaimer took it`);
         if (row?.state !== 'processing' || row.lease_token !== item.leaseToken || row.attempt !== 1) {
           wrong.push(
-            `${what}: never reclaimed, but ${row?.state} under ${row?.lease_owner}/${row?.lease_token}, attempt ${row?.attempt}`,
+            `${what}: never reclaimed, but ${row?.state} under ` +
+              `${row?.lease_owner}/${row?.lease_token}, attempt ${row?.attempt}`,
           );
         }
         continue;
@@ -194,7 +198,8 @@ test('reclaim against renew: an item is either kept by its holder or reclaimed o
       const expiry = attempts.filter((a) => a.outcome === 'lease_expired');
       if (expiry.length !== 1 || expiry[0]?.attempt !== 1 || expiry[0]?.worker !== `holder-${holder}`) {
         wrong.push(
-          `${what}: reclaimed, but its history is ${JSON.stringify(attempts.map((a) => [a.attempt, a.outcome, a.worker]))}`,
+          `${what}: reclaimed, but its history is ` +
+            `${JSON.stringify(attempts.map((a) => [a.attempt, a.outcome, a.worker]))}`,
         );
         continue;
       }

@@ -38,7 +38,7 @@ async function expectAsStored(ledger: Ledger, item: ClaimedItem, skewMs = 0): Pr
 
 const OWNER = 'wörker ' + 'z'.repeat(80); // folded and cut as stored
 
-test('a claim, on either pool, with an epoch, and a claim by ids: items carry the row, history fields included', async () => {
+test('a claim on either pool, with an epoch, and by ids: items carry the row, history fields included', async () => {
   const { ledger } = tl;
   const queue = freshQueue('claimed-claim');
   const { epoch } = await ledger.activate({ queue, deployment: 'blue' });

@@ -122,9 +122,8 @@ async function checkExactlyOnce(queue: string, ids: readonly string[], claims: r
     cancelled: 0,
   });
   const rows = await sql<{ n: number | string }>`SELECT COUNT(*) AS n FROM ${ledger.tables.items}
-    WHERE queue = ${queue} AND state = 'completed' AND attempt = IF(CAST(JSON_UNQUOTE(JSON_EXTRACT(payload, '$.k')) AS UNSIGNED) % 10 = 0, 2, 1)`.execute(
-    ledger.db,
-  );
+    WHERE queue = ${queue} AND state = 'completed'
+    AND attempt = IF(CAST(JSON_UNQUOTE(JSON_EXTRACT(payload, '$.k')) AS UNSIGNED) % 10 = 0, 2, 1)`.execute(ledger.db);
   expect(Number(rows.rows[0]?.n)).toBe(ids.length);
 }
 
@@ -232,22 +231,26 @@ describe('idempotency under concurrency', () => {
     return id;
   }
 
-  test(`${CALLERS} concurrent enqueues with one key, half of them a different request: one row, one winning request, the others refused`, async () => {
-    const queue = freshQueue('idem-race');
-    // Every connection is open first, so the enqueues really overlap.
-    const ready = barrier(CALLERS);
-    await Promise.all(Array.from({ length: CALLERS }, () => wide.db.connection().execute(() => ready())));
-    const outcomes = await Promise.allSettled(
-      Array.from({ length: CALLERS }, (_, k) =>
-        wide.enqueue({ queue, type: 't', payload: { order: requestOf(k) }, idempotencyKey: 'same-key' }),
-      ),
-    );
-    const id = checkOneRequestWins(outcomes);
-    expect(await itemCount(ledger, queue)).toBe(1);
-    const stored = await ledger.get(id);
-    expect(stored?.idempotencyKey).toBe('same-key');
-    expect(stored?.payload).toEqual({ order: requestOf(outcomes.findIndex((o) => o.status === 'fulfilled')) });
-  });
+  test(
+    `${CALLERS} concurrent enqueues with one key, half of them a ` +
+      `different request: one row, one winning request, the others refused`,
+    async () => {
+      const queue = freshQueue('idem-race');
+      // Every connection is open first, so the enqueues really overlap.
+      const ready = barrier(CALLERS);
+      await Promise.all(Array.from({ length: CALLERS }, () => wide.db.connection().execute(() => ready())));
+      const outcomes = await Promise.allSettled(
+        Array.from({ length: CALLERS }, (_, k) =>
+          wide.enqueue({ queue, type: 't', payload: { order: requestOf(k) }, idempotencyKey: 'same-key' }),
+        ),
+      );
+      const id = checkOneRequestWins(outcomes);
+      expect(await itemCount(ledger, queue)).toBe(1);
+      const stored = await ledger.get(id);
+      expect(stored?.idempotencyKey).toBe('same-key');
+      expect(stored?.payload).toEqual({ order: requestOf(outcomes.findIndex((o) => o.status === 'fulfilled')) });
+    },
+  );
 
   test('the same race inside a lane keeps the lane bookkeeping exact', async () => {
     const queue = freshQueue('idem-race-lane');
@@ -284,22 +287,26 @@ describe('idempotency under concurrency', () => {
     expect(await itemCount(ledger, queue)).toBe(1);
   });
 
-  test('the same race through producer.enqueue, whose single enqueues go out in batches: a refusal fails only its own enqueue', async () => {
-    const queue = freshQueue('idem-race-producer');
-    const producer = new Producer({ ledger: wide });
-    const others = Array.from({ length: CALLERS }, (_, k) =>
-      producer.enqueue({ queue, type: 't', payload: { other: k }, idempotencyKey: `other-${k}` }),
-    );
-    const outcomes = await Promise.allSettled(
-      Array.from({ length: CALLERS }, (_, k) =>
-        producer.enqueue({ queue, type: 't', payload: { order: requestOf(k) }, idempotencyKey: 'same-key' }),
-      ),
-    );
-    checkOneRequestWins(outcomes);
-    // The enqueues batched with a refused one were written all the same.
-    expect((await Promise.all(others)).filter((r) => !r.duplicate)).toHaveLength(CALLERS);
-    expect(await itemCount(ledger, queue)).toBe(CALLERS + 1);
-  });
+  test(
+    'the same race through producer.enqueue, whose single enqueues ' +
+      'go out in batches: a refusal fails only its own enqueue',
+    async () => {
+      const queue = freshQueue('idem-race-producer');
+      const producer = new Producer({ ledger: wide });
+      const others = Array.from({ length: CALLERS }, (_, k) =>
+        producer.enqueue({ queue, type: 't', payload: { other: k }, idempotencyKey: `other-${k}` }),
+      );
+      const outcomes = await Promise.allSettled(
+        Array.from({ length: CALLERS }, (_, k) =>
+          producer.enqueue({ queue, type: 't', payload: { order: requestOf(k) }, idempotencyKey: 'same-key' }),
+        ),
+      );
+      checkOneRequestWins(outcomes);
+      // The enqueues batched with a refused one were written all the same.
+      expect((await Promise.all(others)).filter((r) => !r.duplicate)).toHaveLength(CALLERS);
+      expect(await itemCount(ledger, queue)).toBe(CALLERS + 1);
+    },
+  );
 });
 
 describe("enqueue in the caller's transaction", () => {

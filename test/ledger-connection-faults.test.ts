@@ -54,7 +54,9 @@ afterAll(async () => {
   await tl?.drop();
 });
 
-/** A second ledger on the test database with a pool of one connection, so the test knows which connection it lends out. */
+/**
+ * A second ledger on the test database with a pool of one connection, so the test knows which connection it lends out.
+ */
 function singleConnectionLedger(): Ledger {
   const l = new Ledger({ url: tl.url, poolSize: 1 });
   extra.push(l);
@@ -103,7 +105,9 @@ interface RunResult {
   logs: string[];
 }
 
-/** One item's run through the executor (as a consumer runs it), its handler writing an effect row with ctx.transaction. */
+/**
+ * One item's run through the executor (as a consumer runs it), its handler writing an effect row with ctx.transaction.
+ */
 async function runEffectHandler(
   ledger: Ledger,
   item: ClaimedItem,
@@ -137,7 +141,7 @@ async function runEffectHandler(
   return result;
 }
 
-test('ctx.transaction on a dead pooled connection runs again on a fresh one: no attempt spent, one effect', async () => {
+test('ctx.transaction on a dead pooled connection reruns on a fresh one: no attempt spent, one effect', async () => {
   const ledger = singleConnectionLedger();
   const [item] = await enqueueAndClaim(ledger, freshQueue('dead-conn-tx'));
   const before = await effectCount(tl.ledger);
@@ -213,7 +217,10 @@ test('a lease renewal on a dead pooled connection renews', async () => {
   expect((await mustGet(tl.ledger, item!.id)).leaseUntil!.getTime()).toBeGreaterThan(before.getTime());
 });
 
-/** Arms the proxy for `match` (a statement sent prepared starts with a comment, sql/bound.ts): with 'hold-reply', cuts the connection once `committed` sees the write from outside. */
+/**
+ * Arms the proxy for `match` (a statement sent prepared starts with a comment, sql/bound.ts): with 'hold-reply', cuts
+ * the connection once `committed` sees the write from outside.
+ */
 function loseNext(match: RegExp, cut: Cut, committed?: () => Promise<boolean>): Promise<void> {
   return proxy.arm(match, cut).then(async () => {
     if (cut === 'drop-request') return;
@@ -225,7 +232,7 @@ function loseNext(match: RegExp, cut: Cut, committed?: () => Promise<boolean>): 
 const COMMIT = /(^|;)\s*commit\s*$/i;
 const isState = (id: string, state: string) => async () => (await mustGet(tl.ledger, id)).state === state;
 
-test('ctx.transaction whose COMMIT committed but whose answer was lost returns its value: one run, one effect', async () => {
+test('ctx.transaction whose COMMIT committed with its answer lost returns its value: one run, one effect', async () => {
   const ledger = proxiedLedger();
   const [item] = await enqueueAndClaim(ledger, freshQueue('commit-lost-reply'));
   const before = await effectCount(tl.ledger);
@@ -269,43 +276,50 @@ test('a finalize whose COMMIT committed unanswered reports that it won', async (
   expect(await mustGet(tl.ledger, b!.id)).toMatchObject({ state: 'completed', attempt: 1, result: 'b' });
 });
 
-test('completeMany whose answer was lost after it committed reports every item won, and hands over the successors it claimed', async () => {
-  const ledger = proxiedLedger();
-  const queue = freshQueue('batch-commit-lost');
-  await tl.ledger.enqueueMany(
-    [0, 1, 2].flatMap((lane) => [0, 1].map((n) => ({ queue, type: 'step', lane: `L${lane}`, payload: { n } }))),
-  );
-  const heads = await claimAll(ledger, queue);
-  expect(heads).toHaveLength(3);
-  const lost = loseNext(COMMIT, 'hold-reply', async () => {
-    for (const h of heads) if ((await mustGet(tl.ledger, h.id)).state !== 'completed') return false;
-    return true;
-  });
-  const next = { owner: 'w', token: 'successor-token-000001', leaseMs: 60_000, max: 10 };
-  const done = await ledger.completeManyClaimingNext(
-    heads.map((handle) => ({ handle })),
-    next,
-  );
-  await lost;
-  expect(done.results.map((r) => r.won)).toEqual([true, true, true]);
-  const successors = done.claimed.map((c) => c.id).sort();
-  expect(successors).toHaveLength(3);
-  for (const id of successors)
-    expect(await mustGet(tl.ledger, id)).toMatchObject({ state: 'processing', leaseToken: next.token, attempt: 1 });
+test(
+  'completeMany whose answer was lost after it committed reports ' +
+    'every item won, and hands over the successors it claimed',
+  async () => {
+    const ledger = proxiedLedger();
+    const queue = freshQueue('batch-commit-lost');
+    await tl.ledger.enqueueMany(
+      [0, 1, 2].flatMap((lane) => [0, 1].map((n) => ({ queue, type: 'step', lane: `L${lane}`, payload: { n } }))),
+    );
+    const heads = await claimAll(ledger, queue);
+    expect(heads).toHaveLength(3);
+    const lost = loseNext(COMMIT, 'hold-reply', async () => {
+      for (const h of heads) if ((await mustGet(tl.ledger, h.id)).state !== 'completed') return false;
+      return true;
+    });
+    const next = { owner: 'w', token: 'successor-token-000001', leaseMs: 60_000, max: 10 };
+    const done = await ledger.completeManyClaimingNext(
+      heads.map((handle) => ({ handle })),
+      next,
+    );
+    await lost;
+    expect(done.results.map((r) => r.won)).toEqual([true, true, true]);
+    const successors = done.claimed.map((c) => c.id).sort();
+    expect(successors).toHaveLength(3);
+    for (const id of successors)
+      expect(await mustGet(tl.ledger, id)).toMatchObject({ state: 'processing', leaseToken: next.token, attempt: 1 });
 
-  // The laneless batch is one autocommit UPDATE: its answer lost after it took effect.
-  const laneless = await enqueueAndClaim(ledger, freshQueue('batch-update-lost'), { n: 3 });
-  const lostUpdate = loseNext(
-    /^\s*(\/\*.*?\*\/\s*)?UPDATE/i,
-    'hold-reply',
-    async () => (await mustGet(tl.ledger, laneless[2]!.id)).state === 'completed',
-  );
-  const r = await ledger.completeMany(laneless.map((handle) => ({ handle })));
-  await lostUpdate;
-  expect(r.map((x) => x.won)).toEqual([true, true, true]);
-});
+    // The laneless batch is one autocommit UPDATE: its answer lost after it took effect.
+    const laneless = await enqueueAndClaim(ledger, freshQueue('batch-update-lost'), { n: 3 });
+    const lostUpdate = loseNext(
+      /^\s*(\/\*.*?\*\/\s*)?UPDATE/i,
+      'hold-reply',
+      async () => (await mustGet(tl.ledger, laneless[2]!.id)).state === 'completed',
+    );
+    const r = await ledger.completeMany(laneless.map((handle) => ({ handle })));
+    await lostUpdate;
+    expect(r.map((x) => x.won)).toEqual([true, true, true]);
+  },
+);
 
-/** A capped claim's last round trip, its CAS with the COMMIT: one on MariaDB (the CAS prepared with the room as its LIMIT), the second on TiDB. */
+/**
+ * A capped claim's last round trip, its CAS with the COMMIT: one on MariaDB (the CAS prepared with the room as its
+ * LIMIT), the second on TiDB.
+ */
 const CAPPED_TURN_COMMIT = /ORDER BY priority, run_after, id LIMIT (\?|\d+).*;\s*commit\s*$/is;
 
 test.each([
@@ -357,38 +371,40 @@ test('a capped claim whose CAS and COMMIT never reached the server takes its tur
   for (const item of claimed.items) expect((await ledger.complete(item)).won).toBe(true);
 });
 
-test('a reclaim of expired leases whose COMMIT committed unanswered reports what it reclaimed, with one history row each', async () => {
-  const ledger = proxiedLedger();
-  const queue = freshQueue('reclaim-commit-lost');
-  const items = await enqueueAndClaim(tl.ledger, queue, { n: 3 });
-  // The holder is gone: its leases ran out.
-  await sql`UPDATE ${tl.ledger.tables.items} SET lease_until = NOW(6) - INTERVAL 1 SECOND WHERE queue = ${queue}`.execute(
-    tl.ledger.db,
-  );
-  const allPending = async (): Promise<boolean> =>
-    (await Promise.all(items.map((i) => isState(i.id, 'pending')()))).every(Boolean);
-  const lost = loseNext(COMMIT, 'hold-reply', allPending);
-  const r = await ledger.reclaimExpired({ queue });
-  await lost;
-  expect([...r.reclaimed].sort()).toEqual(items.map((i) => i.id).sort());
-  for (const i of items) {
-    expect(await mustGet(tl.ledger, i.id)).toMatchObject({
-      state: 'pending',
-      attempt: 1,
-      leaseToken: i.leaseToken,
-      failureClass: 'lease_expired',
-    });
-    expect((await history(tl.ledger, i.id)).map((h) => h.outcome)).toEqual(['lease_expired']);
-  }
-});
+test(
+  'a reclaim of expired leases whose COMMIT committed unanswered ' +
+    'reports what it reclaimed, with one history row each',
+  async () => {
+    const ledger = proxiedLedger();
+    const queue = freshQueue('reclaim-commit-lost');
+    const items = await enqueueAndClaim(tl.ledger, queue, { n: 3 });
+    // The holder is gone: its leases ran out.
+    await sql`UPDATE ${tl.ledger.tables.items} SET lease_until = NOW(6) - INTERVAL 1 SECOND
+      WHERE queue = ${queue}`.execute(tl.ledger.db);
+    const allPending = async (): Promise<boolean> =>
+      (await Promise.all(items.map((i) => isState(i.id, 'pending')()))).every(Boolean);
+    const lost = loseNext(COMMIT, 'hold-reply', allPending);
+    const r = await ledger.reclaimExpired({ queue });
+    await lost;
+    expect([...r.reclaimed].sort()).toEqual(items.map((i) => i.id).sort());
+    for (const i of items) {
+      expect(await mustGet(tl.ledger, i.id)).toMatchObject({
+        state: 'pending',
+        attempt: 1,
+        leaseToken: i.leaseToken,
+        failureClass: 'lease_expired',
+      });
+      expect((await history(tl.ledger, i.id)).map((h) => h.outcome)).toEqual(['lease_expired']);
+    }
+  },
+);
 
 test('a reclaim whose COMMIT never reached the server runs again and reclaims once', async () => {
   const ledger = proxiedLedger();
   const queue = freshQueue('reclaim-commit-dropped');
   const items = await enqueueAndClaim(tl.ledger, queue, { n: 2 });
-  await sql`UPDATE ${tl.ledger.tables.items} SET lease_until = NOW(6) - INTERVAL 1 SECOND WHERE queue = ${queue}`.execute(
-    tl.ledger.db,
-  );
+  await sql`UPDATE ${tl.ledger.tables.items} SET lease_until = NOW(6) - INTERVAL 1 SECOND
+    WHERE queue = ${queue}`.execute(tl.ledger.db);
   const lost = loseNext(COMMIT, 'drop-request');
   const r = await ledger.reclaimExpired({ queue });
   await lost;

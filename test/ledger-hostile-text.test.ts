@@ -17,7 +17,10 @@ const RUNS = Number(process.env.LANEWAKE_HOSTILE_TEXT_RUNS || 12);
 /** A bound on each property, generous for the standalone TiDB: reaching it is a failure. */
 const TIME_LIMIT_MS = Math.max(180_000, RUNS * 10_000);
 
-/** Pieces the text is made of: what ends or escapes a literal in one sql_mode or another, SQL, and characters that are not ASCII. */
+/**
+ * Pieces the text is made of: what ends or escapes a literal in one sql_mode or another, SQL, and
+ * characters that are not ASCII.
+ */
 const PIECES = [
   "'",
   "''",
@@ -75,7 +78,10 @@ const text = fc
 const wellFormed = (s: string): boolean => (s as unknown as { isWellFormed(): boolean }).isWellFormed();
 const mended = (s: string): string => (s as unknown as { toWellFormed(): string }).toWellFormed();
 
-/** Whether the ledger takes `s` as a key (a lane, an idempotency, concurrency or dependency key, a step name): validation.ts's keyString. */
+/**
+ * Whether the ledger takes `s` as a key (a lane, an idempotency, concurrency or dependency key, a step name):
+ * validation.ts's keyString.
+ */
 const keyRefused = (s: string, concurrency = false): boolean =>
   s.length === 0 || s.length > 255 || !wellFormed(s) || /\s$/.test(s) || (concurrency && s.includes('\u001f'));
 /** `s` made a key the ledger takes, keeping its quotes, backslashes and NULs. */

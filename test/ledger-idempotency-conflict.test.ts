@@ -30,28 +30,32 @@ async function refusal(p: Promise<unknown>): Promise<IdempotencyConflictError> {
 }
 
 describe('one key, one request', () => {
-  test('the same request again is a duplicate, whatever the order of its payload keys, its timing, priority or attempts', async () => {
-    const queue = freshQueue('idem-same');
-    const first = await ledger.enqueue({
-      queue,
-      type: 't',
-      payload: { a: 1, b: { x: [1, 2], y: 'z' } },
-      lane: 'L',
-      idempotencyKey: 'k',
-    });
-    const again = await ledger.enqueue({
-      queue,
-      type: 't',
-      payload: { b: { y: 'z', x: [1, 2] }, a: 1 },
-      lane: 'L',
-      idempotencyKey: 'k',
-      priority: 5,
-      delayMs: 1000,
-      maxAttempts: 3,
-    });
-    expect(again).toEqual({ id: first.id, duplicate: true, laneSeq: 1 });
-    expect(await itemCount(ledger, queue)).toBe(1);
-  });
+  test(
+    'the same request again is a duplicate, whatever the order ' +
+      'of its payload keys, its timing, priority or attempts',
+    async () => {
+      const queue = freshQueue('idem-same');
+      const first = await ledger.enqueue({
+        queue,
+        type: 't',
+        payload: { a: 1, b: { x: [1, 2], y: 'z' } },
+        lane: 'L',
+        idempotencyKey: 'k',
+      });
+      const again = await ledger.enqueue({
+        queue,
+        type: 't',
+        payload: { b: { y: 'z', x: [1, 2] }, a: 1 },
+        lane: 'L',
+        idempotencyKey: 'k',
+        priority: 5,
+        delayMs: 1000,
+        maxAttempts: 3,
+      });
+      expect(again).toEqual({ id: first.id, duplicate: true, laneSeq: 1 });
+      expect(await itemCount(ledger, queue)).toBe(1);
+    },
+  );
 
   test.each([
     ['another payload', { payload: { a: 2 } }],
@@ -93,52 +97,60 @@ describe('one key, one request', () => {
 });
 
 describe('batches', () => {
-  test('enqueueMany with one item conflicting with a stored key: the whole batch is refused, naming its index, and nothing is written', async () => {
-    const queue = freshQueue('idem-batch');
-    const stored = await ledger.enqueue({ queue, type: 't', payload: 'A', idempotencyKey: 'k' });
-    const e = await refusal(
-      ledger.enqueueMany([
-        { queue, type: 't', payload: 'new', lane: 'L' },
-        { queue, type: 't', payload: 'A', idempotencyKey: 'k' },
-        { queue, type: 't', payload: 'B', idempotencyKey: 'k' },
-        { queue, type: 't', payload: 'other', idempotencyKey: 'k2' },
-      ]),
-    );
-    expect({ key: e.idempotencyKey, itemId: e.itemId, index: e.index }).toEqual({
-      key: 'k',
-      itemId: stored.id,
-      index: 2,
-    });
-    expect(e.message).toMatch(/^items\[2\]: /);
-    expect(await itemCount(ledger, queue)).toBe(1);
-    expect(await laneRow(ledger, queue, 'L')).toBeUndefined();
-  });
+  test(
+    'enqueueMany with one item conflicting with a stored key: the whole ' +
+      'batch is refused, naming its index, and nothing is written',
+    async () => {
+      const queue = freshQueue('idem-batch');
+      const stored = await ledger.enqueue({ queue, type: 't', payload: 'A', idempotencyKey: 'k' });
+      const e = await refusal(
+        ledger.enqueueMany([
+          { queue, type: 't', payload: 'new', lane: 'L' },
+          { queue, type: 't', payload: 'A', idempotencyKey: 'k' },
+          { queue, type: 't', payload: 'B', idempotencyKey: 'k' },
+          { queue, type: 't', payload: 'other', idempotencyKey: 'k2' },
+        ]),
+      );
+      expect({ key: e.idempotencyKey, itemId: e.itemId, index: e.index }).toEqual({
+        key: 'k',
+        itemId: stored.id,
+        index: 2,
+      });
+      expect(e.message).toMatch(/^items\[2\]: /);
+      expect(await itemCount(ledger, queue)).toBe(1);
+      expect(await laneRow(ledger, queue, 'L')).toBeUndefined();
+    },
+  );
 
-  test('two items of one batch with one key and different requests: refused, naming both places, and nothing is written', async () => {
-    const queue = freshQueue('idem-in-batch');
-    const e = await refusal(
-      ledger.enqueueMany([
-        { queue, type: 't', payload: 'x' },
+  test(
+    'two items of one batch with one key and different requests: ' +
+      'refused, naming both places, and nothing is written',
+    async () => {
+      const queue = freshQueue('idem-in-batch');
+      const e = await refusal(
+        ledger.enqueueMany([
+          { queue, type: 't', payload: 'x' },
+          { queue, type: 't', payload: 'A', idempotencyKey: 'k' },
+          { queue, type: 't', payload: 'B', idempotencyKey: 'k' },
+        ]),
+      );
+      expect({ itemId: e.itemId, index: e.index, earlierIndex: e.earlierIndex }).toEqual({
+        itemId: null,
+        index: 2,
+        earlierIndex: 1,
+      });
+      expect(await itemCount(ledger, queue)).toBe(0);
+      // The same request twice in a batch stays one item and a duplicate.
+      const ok = await ledger.enqueueMany([
         { queue, type: 't', payload: 'A', idempotencyKey: 'k' },
-        { queue, type: 't', payload: 'B', idempotencyKey: 'k' },
-      ]),
-    );
-    expect({ itemId: e.itemId, index: e.index, earlierIndex: e.earlierIndex }).toEqual({
-      itemId: null,
-      index: 2,
-      earlierIndex: 1,
-    });
-    expect(await itemCount(ledger, queue)).toBe(0);
-    // The same request twice in a batch stays one item and a duplicate.
-    const ok = await ledger.enqueueMany([
-      { queue, type: 't', payload: 'A', idempotencyKey: 'k' },
-      { queue, type: 't', payload: 'A', idempotencyKey: 'k' },
-    ]);
-    expect(ok.map((r) => r.duplicate)).toEqual([false, true]);
-    expect(ok[1]?.id).toBe(ok[0]?.id);
-  });
+        { queue, type: 't', payload: 'A', idempotencyKey: 'k' },
+      ]);
+      expect(ok.map((r) => r.duplicate)).toEqual([false, true]);
+      expect(ok[1]?.id).toBe(ok[0]?.id);
+    },
+  );
 
-  test("in the caller's transaction: the refused enqueue writes nothing, and the caller's own writes still commit", async () => {
+  test("in the caller's transaction: the refused enqueue writes nothing, the caller's own writes commit", async () => {
     const queue = freshQueue('idem-trx');
     const stored = await ledger.enqueue({ queue, type: 't', payload: 'A', idempotencyKey: 'k' });
     await sql`CREATE TABLE IF NOT EXISTS idem_app (id INT PRIMARY KEY)`.execute(ledger.db);
@@ -175,24 +187,28 @@ describe('batches', () => {
     expect(await itemCount(ledger, queue)).toBe(1);
   });
 
-  test('producer.enqueue: a refused enqueue fails alone, as a single enqueue, and the others batched with it are written', async () => {
-    const queue = freshQueue('idem-batcher');
-    const stored = await ledger.enqueue({ queue, type: 't', payload: 'A', idempotencyKey: 'k' });
-    const producer = new Producer({ ledger });
-    // Enough at once that they go out in shared batches (ENQUEUES_IN_FLIGHT).
-    const outcomes = await Promise.allSettled(
-      Array.from({ length: 20 }, (_, i) =>
-        producer.enqueue({ queue, type: 't', payload: i === 7 ? 'B' : i, idempotencyKey: i === 7 ? 'k' : `k${i}` }),
-      ),
-    );
-    outcomes.forEach((o, i) => {
-      if (i !== 7) expect(o.status, `enqueue ${i}`).toBe('fulfilled');
-    });
-    const e = (outcomes[7] as PromiseRejectedResult).reason as IdempotencyConflictError;
-    expect(e).toBeInstanceOf(IdempotencyConflictError);
-    expect({ itemId: e.itemId, index: e.index }).toEqual({ itemId: stored.id, index: undefined });
-    expect(await itemCount(ledger, queue)).toBe(20);
-  });
+  test(
+    'producer.enqueue: a refused enqueue fails alone, as a ' +
+      'single enqueue, and the others batched with it are written',
+    async () => {
+      const queue = freshQueue('idem-batcher');
+      const stored = await ledger.enqueue({ queue, type: 't', payload: 'A', idempotencyKey: 'k' });
+      const producer = new Producer({ ledger });
+      // Enough at once that they go out in shared batches (ENQUEUES_IN_FLIGHT).
+      const outcomes = await Promise.allSettled(
+        Array.from({ length: 20 }, (_, i) =>
+          producer.enqueue({ queue, type: 't', payload: i === 7 ? 'B' : i, idempotencyKey: i === 7 ? 'k' : `k${i}` }),
+        ),
+      );
+      outcomes.forEach((o, i) => {
+        if (i !== 7) expect(o.status, `enqueue ${i}`).toBe('fulfilled');
+      });
+      const e = (outcomes[7] as PromiseRejectedResult).reason as IdempotencyConflictError;
+      expect(e).toBeInstanceOf(IdempotencyConflictError);
+      expect({ itemId: e.itemId, index: e.index }).toEqual({ itemId: stored.id, index: undefined });
+      expect(await itemCount(ledger, queue)).toBe(20);
+    },
+  );
 });
 
 test('items stored before request digests (schema 13) keep answering duplicate: true after the upgrade', async () => {
@@ -201,11 +217,11 @@ test('items stored before request digests (schema 13) keep answering duplicate: 
     await migrate(old.ledger.db, old.ledger.config.tablePrefix, 60, 11);
     const queue = freshQueue('idem-old');
     // Written as a ledger of schema 11 writes it: no digest column at all.
-    await sql`INSERT INTO ${old.ledger.tables.items} (id, queue, type, payload, state, run_after, max_attempts, idempotency_key, created_at, updated_at,
+    await sql`INSERT INTO ${old.ledger.tables.items} (id, queue, type, payload, state, run_after, max_attempts,
+      idempotency_key, created_at, updated_at,
         lease_owner, lease_token, lease_until, started_at)
-      VALUES ('old-item-1', ${queue}, 't', '"A"', 'pending', NOW(6), 3, 'k', NOW(6), NOW(6), '', '', '1000-01-01 00:00:00', '1000-01-01 00:00:00')`.execute(
-      old.ledger.db,
-    );
+      VALUES ('old-item-1', ${queue}, 't', '"A"', 'pending', NOW(6), 3, 'k', NOW(6), NOW(6), '', '',
+      '1000-01-01 00:00:00', '1000-01-01 00:00:00')`.execute(old.ledger.db);
     await old.ledger.migrate();
     expect(await old.ledger.enqueue({ queue, type: 't', payload: 'B', idempotencyKey: 'k' })).toEqual({
       id: 'old-item-1',

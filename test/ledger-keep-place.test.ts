@@ -98,7 +98,7 @@ describe('an item handed back without spending an attempt keeps its place', () =
     expect(after.runAfter.getTime()).toBe(before.runAfter.getTime());
   });
 
-  test('the items of a holder that stopped renewing are all in the next claim, ahead of a backlog over many lanes', async () => {
+  test('a holder that stopped renewing has all its items in the next claim, ahead of a many-lane backlog', async () => {
     const queue = freshQueue('rescue-first');
     // Four heads due first, then a backlog of 3,000 items over 300 lanes and 1,000 laneless ones.
     const held = await ledger.enqueueMany(

@@ -104,30 +104,40 @@ const HANDED_TO_C = {
   waits: 0,
 };
 
-test('a waiting item cancelled between the read and the admission is passed over, uncounted, and the next one takes the slot', async () => {
-  const key = await keyWithTwoWaiting();
-  const run = endAndHandOn(key, { cancelBetween: true, commitWhenSure: false });
-  if (testTxnMode().tidbTxnMode === 'optimistic') {
-    // TiDB optimistic: both deleted b's wait row, so the hand-on's COMMIT is refused (the ledger's callers run it again).
-    await expect(run).rejects.toMatchObject({ errno: 9007 });
-    expect(await standing(key)).toEqual(UNTOUCHED);
-    return;
-  }
-  await run;
-  expect(await standing(key)).toEqual(HANDED_TO_C);
-});
+test(
+  'a waiting item cancelled between the read and the admission is ' +
+    'passed over, uncounted, and the next one takes the slot',
+  async () => {
+    const key = await keyWithTwoWaiting();
+    const run = endAndHandOn(key, { cancelBetween: true, commitWhenSure: false });
+    if (testTxnMode().tidbTxnMode === 'optimistic') {
+      // TiDB optimistic: both deleted b's wait row, so the hand-on's COMMIT is refused (the
+      // ledger's callers run it again).
+      await expect(run).rejects.toMatchObject({ errno: 9007 });
+      expect(await standing(key)).toEqual(UNTOUCHED);
+      return;
+    }
+    await run;
+    expect(await standing(key)).toEqual(HANDED_TO_C);
+  },
+);
 
-test('with the COMMIT sent alongside, a waiting item cancelled between the read and the admission refuses the whole transaction, and the hand-on deciding step by step then passes it over', async () => {
-  const key = await keyWithTwoWaiting();
-  const refused = await endAndHandOn(key, { cancelBetween: true, commitWhenSure: true }).then(
-    () => undefined,
-    (error: unknown) => error,
-  );
-  // TiDB optimistic reads b as it was and refuses at COMMIT instead (a write conflict, which the ledger's callers run again).
-  if (testTxnMode().tidbTxnMode === 'optimistic') expect(refused).toMatchObject({ errno: 9007 });
-  else expect(isGuardRefusal(refused)).toBe(true);
-  // Nothing of the hand-on stands: a is still held, c still waits, the key counts a.
-  expect(await standing(key)).toEqual(UNTOUCHED);
-  await endAndHandOn(key, { cancelBetween: false, commitWhenSure: false });
-  expect(await standing(key)).toEqual(HANDED_TO_C);
-});
+test(
+  'with the COMMIT sent alongside, a waiting item cancelled between the read and the admission ' +
+    'refuses the whole transaction, and the hand-on deciding step by step then passes it over',
+  async () => {
+    const key = await keyWithTwoWaiting();
+    const refused = await endAndHandOn(key, { cancelBetween: true, commitWhenSure: true }).then(
+      () => undefined,
+      (error: unknown) => error,
+    );
+    // TiDB optimistic reads b as it was and refuses at COMMIT instead (a write conflict, which the
+    // ledger's callers run again).
+    if (testTxnMode().tidbTxnMode === 'optimistic') expect(refused).toMatchObject({ errno: 9007 });
+    else expect(isGuardRefusal(refused)).toBe(true);
+    // Nothing of the hand-on stands: a is still held, c still waits, the key counts a.
+    expect(await standing(key)).toEqual(UNTOUCHED);
+    await endAndHandOn(key, { cancelBetween: false, commitWhenSure: false });
+    expect(await standing(key)).toEqual(HANDED_TO_C);
+  },
+);

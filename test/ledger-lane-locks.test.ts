@@ -39,7 +39,7 @@ async function busyLane() {
   return { tl, ledger: tl.ledger, queue, head: head as ClaimedItem };
 }
 
-test("a busy lane's head completing in a transaction held open does not hold back an enqueue into the lane", async () => {
+test("a busy lane's head completing in a transaction held open holds back no enqueue into the lane", async () => {
   const { ledger, queue, head } = await busyLane();
   const trx = await ledger.db.startTransaction().execute();
   let committed = false;
@@ -65,49 +65,58 @@ test("a busy lane's head completing in a transaction held open does not hold bac
   expect(await laneRow(ledger, queue, 'L')).toEqual({ nextSeq: 3, busy: true });
 });
 
-test("an enqueue into a busy lane held open in the caller's transaction does not hold back the completion of the lane's head", async () => {
-  const { ledger, queue, head } = await busyLane();
-  const trx = await ledger.db.startTransaction().execute();
-  let committed = false;
-  try {
-    const added = await ledger.enqueue({ queue, type: 't', payload: 'added', lane: 'L' }, { transaction: trx });
-    expect(added.laneSeq).toBe(3);
-    // The enqueue holds the lane row until the caller commits; the head's end hands on to its successor meanwhile.
-    expect(await within(ledger.complete(head), 10_000, "the head's completion")).toMatchObject({ won: true });
-    await trx.commit().execute();
-    committed = true;
-  } finally {
-    if (!committed)
-      await trx
-        .rollback()
-        .execute()
-        .catch(() => undefined);
-  }
-  expect(await mustGet(ledger, head.id)).toMatchObject({ state: 'completed' });
-  expect((await claimAll(ledger, queue)).map((c) => c.payload)).toEqual(['next']);
-});
+test(
+  "an enqueue into a busy lane held open in the caller's " +
+    "transaction does not hold back the completion of the lane's head",
+  async () => {
+    const { ledger, queue, head } = await busyLane();
+    const trx = await ledger.db.startTransaction().execute();
+    let committed = false;
+    try {
+      const added = await ledger.enqueue({ queue, type: 't', payload: 'added', lane: 'L' }, { transaction: trx });
+      expect(added.laneSeq).toBe(3);
+      // The enqueue holds the lane row until the caller commits; the head's end hands on to its successor meanwhile.
+      expect(await within(ledger.complete(head), 10_000, "the head's completion")).toMatchObject({ won: true });
+      await trx.commit().execute();
+      committed = true;
+    } finally {
+      if (!committed)
+        await trx
+          .rollback()
+          .execute()
+          .catch(() => undefined);
+    }
+    expect(await mustGet(ledger, head.id)).toMatchObject({ state: 'completed' });
+    expect((await claimAll(ledger, queue)).map((c) => c.payload)).toEqual(['next']);
+  },
+);
 
-test("claim rounds while a busy lane's head completes in a transaction held open neither wait nor take its successor before the commit", async () => {
-  const { ledger, queue, head } = await busyLane();
-  /** Four claim rounds at once, of four owners: what they took. */
-  const fourRounds = async (): Promise<ClaimedItem[]> =>
-    (
-      await Promise.all([0, 1, 2, 3].map((k) => ledger.claim({ queue, owner: `w${k}`, limit: 10, leaseMs: 60_000 })))
-    ).flatMap((r) => r.items);
-  const trx = await ledger.db.startTransaction().execute();
-  let committed = false;
-  try {
-    await ledger.completeInTransaction(trx, head, 'done');
-    // The completion made the successor the lane's head, uncommitted: four claim rounds meanwhile find nothing, and do not wait.
-    expect(await within(fourRounds(), 10_000, 'the claim rounds')).toEqual([]);
-    await trx.commit().execute();
-    committed = true;
-  } finally {
-    if (!committed)
-      await trx
-        .rollback()
-        .execute()
-        .catch(() => undefined);
-  }
-  expect((await fourRounds()).map((c) => c.payload)).toEqual(['next']);
-});
+test(
+  "claim rounds while a busy lane's head completes in a transaction " +
+    'held open neither wait nor take its successor before the commit',
+  async () => {
+    const { ledger, queue, head } = await busyLane();
+    /** Four claim rounds at once, of four owners: what they took. */
+    const fourRounds = async (): Promise<ClaimedItem[]> =>
+      (
+        await Promise.all([0, 1, 2, 3].map((k) => ledger.claim({ queue, owner: `w${k}`, limit: 10, leaseMs: 60_000 })))
+      ).flatMap((r) => r.items);
+    const trx = await ledger.db.startTransaction().execute();
+    let committed = false;
+    try {
+      await ledger.completeInTransaction(trx, head, 'done');
+      // The completion made the successor the lane's head, uncommitted: four claim rounds meanwhile find
+      // nothing, and do not wait.
+      expect(await within(fourRounds(), 10_000, 'the claim rounds')).toEqual([]);
+      await trx.commit().execute();
+      committed = true;
+    } finally {
+      if (!committed)
+        await trx
+          .rollback()
+          .execute()
+          .catch(() => undefined);
+    }
+    expect((await fourRounds()).map((c) => c.payload)).toEqual(['next']);
+  },
+);

@@ -27,7 +27,7 @@ async function statementsOf(fn: () => Promise<unknown>): Promise<string[]> {
   return sent;
 }
 
-test('a laned completion batch is one round trip: every lane hands over to its successor, laneless items among it', async () => {
+test('a laned completion batch is one round trip: each lane passes to its successor, laneless ones too', async () => {
   const queue = freshQueue('laned-done');
   const r = await ledger.enqueueMany([
     { queue, type: 't', payload: 'a1', lane: 'A' },
@@ -64,7 +64,8 @@ test.each([
   ['a cancelled successor', false, true],
   ['both', true, true],
 ])(
-  'a laned batch with %s takes the general path: a lost CAS leaves its lane as it was, a cancelled successor passes the lane on',
+  'a laned batch with %s takes the general path: a lost CAS leaves ' +
+    'its lane as it was, a cancelled successor passes the lane on',
   async (_label, stale, cancelled) => {
     const queue = freshQueue('laned-rare');
     const r = await ledger.enqueueMany([
@@ -99,41 +100,45 @@ test.each([
   },
 );
 
-test('successors claimed with a laned completion: up to the claim room, due and of its types only, read back in the same round trip', async () => {
-  const queue = freshQueue('laned-affinity');
-  const lanes = ['A', 'B', 'C', 'D', 'E'];
-  await ledger.enqueueMany(
-    lanes.flatMap((lane) => [
-      { queue, type: 't', payload: `${lane}1`, lane },
-      lane === 'B'
-        ? { queue, type: 't', payload: `${lane}2`, lane, delayMs: 60_000 }
-        : { queue, type: lane === 'C' ? 'other' : 't', payload: `${lane}2`, lane },
-    ]),
-  );
-  const heads = (await ledger.claim({ queue, owner: 'w', limit: 10, leaseMs: 60_000 })).items;
-  expect(heads).toHaveLength(5);
-  const next = { owner: 'w2', token: 'tok_laned_affinity_01', leaseMs: 60_000, max: 2, types: ['t'] };
-  let done: Awaited<ReturnType<Ledger['completeManyClaimingNext']>> | undefined;
-  const sent = await statementsOf(async () => {
-    done = await ledger.completeManyClaimingNext(
-      heads.map((handle) => ({ handle })),
-      next,
+test(
+  'successors claimed with a laned completion: up to the claim room, ' +
+    'due and of its types only, read back in the same round trip',
+  async () => {
+    const queue = freshQueue('laned-affinity');
+    const lanes = ['A', 'B', 'C', 'D', 'E'];
+    await ledger.enqueueMany(
+      lanes.flatMap((lane) => [
+        { queue, type: 't', payload: `${lane}1`, lane },
+        lane === 'B'
+          ? { queue, type: 't', payload: `${lane}2`, lane, delayMs: 60_000 }
+          : { queue, type: lane === 'C' ? 'other' : 't', payload: `${lane}2`, lane },
+      ]),
     );
-  });
-  expect(sent).toHaveLength(1);
-  expect(done?.results.every((x) => x.won)).toBe(true);
-  // B2 is not due and C2 is of another type: of A2, D2 and E2, two are taken.
-  const took = (done?.claimed ?? []).map((c) => c.payload as string).sort();
-  expect(took).toHaveLength(2);
-  for (const p of took) expect(['A2', 'D2', 'E2']).toContain(p);
-  for (const c of done?.claimed ?? []) {
-    expect(c).toMatchObject({ state: 'processing', attempt: 1, leaseToken: next.token, isHead: true });
-    expect(await ledger.get(c.id)).toMatchObject({ state: 'processing', attempt: 1, leaseToken: next.token });
-  }
-  const advanced = new Map(heads.map((h, i) => [h.payload as string, done?.results[i]?.laneAdvanced]));
-  for (const lane of lanes) expect(advanced.get(`${lane}1`), lane).toBe(!took.includes(`${lane}2`));
-  const rest = (await ledger.claim({ queue, owner: 'w3', limit: 10, leaseMs: 60_000 })).items
-    .map((i) => i.payload as string)
-    .sort();
-  expect(rest).toEqual(['A2', 'C2', 'D2', 'E2'].filter((p) => !took.includes(p)));
-});
+    const heads = (await ledger.claim({ queue, owner: 'w', limit: 10, leaseMs: 60_000 })).items;
+    expect(heads).toHaveLength(5);
+    const next = { owner: 'w2', token: 'tok_laned_affinity_01', leaseMs: 60_000, max: 2, types: ['t'] };
+    let done: Awaited<ReturnType<Ledger['completeManyClaimingNext']>> | undefined;
+    const sent = await statementsOf(async () => {
+      done = await ledger.completeManyClaimingNext(
+        heads.map((handle) => ({ handle })),
+        next,
+      );
+    });
+    expect(sent).toHaveLength(1);
+    expect(done?.results.every((x) => x.won)).toBe(true);
+    // B2 is not due and C2 is of another type: of A2, D2 and E2, two are taken.
+    const took = (done?.claimed ?? []).map((c) => c.payload as string).sort();
+    expect(took).toHaveLength(2);
+    for (const p of took) expect(['A2', 'D2', 'E2']).toContain(p);
+    for (const c of done?.claimed ?? []) {
+      expect(c).toMatchObject({ state: 'processing', attempt: 1, leaseToken: next.token, isHead: true });
+      expect(await ledger.get(c.id)).toMatchObject({ state: 'processing', attempt: 1, leaseToken: next.token });
+    }
+    const advanced = new Map(heads.map((h, i) => [h.payload as string, done?.results[i]?.laneAdvanced]));
+    for (const lane of lanes) expect(advanced.get(`${lane}1`), lane).toBe(!took.includes(`${lane}2`));
+    const rest = (await ledger.claim({ queue, owner: 'w3', limit: 10, leaseMs: 60_000 })).items
+      .map((i) => i.payload as string)
+      .sort();
+    expect(rest).toEqual(['A2', 'C2', 'D2', 'E2'].filter((p) => !took.includes(p)));
+  },
+);

@@ -266,33 +266,37 @@ describe('lanes are independent', () => {
   });
 });
 
-test("a laned batch, laneless items among it, is one round trip through the ledger's own pool: sequences, heads and lane rows as before", async () => {
-  const queue = freshQueue('lane-one-trip');
-  // Warm the pool, so no connection's session setup is counted.
-  await ledger.enqueueMany([{ queue, type: 't', payload: { warm: true }, lane: 'warm' }]);
-  const sent: string[] = [];
-  const stop = onEveryStatement((text) => void sent.push(text));
-  let results;
-  try {
-    results = await ledger.enqueueMany([
-      { queue, type: 't', payload: { n: 1 }, lane: 'a' },
-      { queue, type: 't', payload: { n: 2 }, lane: 'b' },
-      { queue, type: 't', payload: { n: 3 } },
-      { queue, type: 't', payload: { n: 4 }, lane: 'a' },
-      { queue, type: 't', payload: { n: 5 }, lane: 'warm' },
-    ]);
-  } finally {
-    stop();
-  }
-  expect(sent, sent.map((s) => s.slice(0, 50)).join('\n')).toHaveLength(1);
-  expect(results.map((r) => r.laneSeq)).toEqual([1, 1, null, 2, 2]);
-  const heads = await Promise.all(results.map(async (r) => (await mustGet(ledger, r.id)).isHead));
-  expect(heads).toEqual([true, true, true, false, false]);
-  expect(await laneRow(ledger, queue, 'a')).toEqual({ nextSeq: 2, busy: true });
-  expect(await laneRow(ledger, queue, 'warm')).toEqual({ nextSeq: 2, busy: true });
-});
+test(
+  'a laned batch, laneless items among it, is one round trip through ' +
+    "the ledger's own pool: sequences, heads and lane rows as before",
+  async () => {
+    const queue = freshQueue('lane-one-trip');
+    // Warm the pool, so no connection's session setup is counted.
+    await ledger.enqueueMany([{ queue, type: 't', payload: { warm: true }, lane: 'warm' }]);
+    const sent: string[] = [];
+    const stop = onEveryStatement((text) => void sent.push(text));
+    let results;
+    try {
+      results = await ledger.enqueueMany([
+        { queue, type: 't', payload: { n: 1 }, lane: 'a' },
+        { queue, type: 't', payload: { n: 2 }, lane: 'b' },
+        { queue, type: 't', payload: { n: 3 } },
+        { queue, type: 't', payload: { n: 4 }, lane: 'a' },
+        { queue, type: 't', payload: { n: 5 }, lane: 'warm' },
+      ]);
+    } finally {
+      stop();
+    }
+    expect(sent, sent.map((s) => s.slice(0, 50)).join('\n')).toHaveLength(1);
+    expect(results.map((r) => r.laneSeq)).toEqual([1, 1, null, 2, 2]);
+    const heads = await Promise.all(results.map(async (r) => (await mustGet(ledger, r.id)).isHead));
+    expect(heads).toEqual([true, true, true, false, false]);
+    expect(await laneRow(ledger, queue, 'a')).toEqual({ nextSeq: 2, busy: true });
+    expect(await laneRow(ledger, queue, 'warm')).toEqual({ nextSeq: 2, busy: true });
+  },
+);
 
-test('a batch over more lanes than one upsert statement takes still travels in one round trip, every lane in order', async () => {
+test('a batch over more lanes than one upsert takes is still one round trip, every lane in order', async () => {
   const queue = freshQueue('lane-chunks');
   const lanes = LANES_PER_UPSERT * 3 + 5;
   await ledger.enqueueMany([{ queue, type: 't', payload: {}, lane: 'warm' }]);

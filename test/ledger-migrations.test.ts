@@ -115,8 +115,10 @@ describe('migrations', () => {
     const cols = sql`(id, queue, type, is_head, queue_class, priority, payload, state, run_after, attempt, max_attempts,
       lease_owner, lease_token, lease_until, created_at, started_at, terminal_at, updated_at)`;
     await sql`INSERT INTO ${t.items} ${cols} VALUES
-      ('waiting', 'mig', 't', 1, 'default', 0, '1', 'pending', NOW(6), 0, 3, NULL, NULL, NULL, NOW(6), NULL, NULL, NOW(6)),
-      ('held', 'mig', 't', 1, 'default', 0, '2', 'processing', NOW(6), 1, 3, ${'wörker-' + 'x'.repeat(100)}, 'tok_0123456789abcdef',
+      ('waiting', 'mig', 't', 1, 'default', 0, '1', 'pending', NOW(6), 0, 3, NULL, NULL, NULL, NOW(6), NULL, NULL,
+      NOW(6)),
+      ('held', 'mig', 't', 1, 'default', 0, '2', 'processing', NOW(6), 1, 3, ${'wörker-' + 'x'.repeat(100)},
+      'tok_0123456789abcdef',
         NOW(6) + INTERVAL 1 HOUR, NOW(6), NOW(6), NULL, NOW(6)),
       ('ended', 'mig', 't', 1, 'default', 0, '3', 'completed', NOW(6), 1, 3, 'w1', 'tok_fedcba9876543210',
         NULL, NOW(6) - INTERVAL 2 HOUR, NOW(6) - INTERVAL 2 HOUR, NOW(6) - INTERVAL 90 MINUTE, NOW(6))`.execute(
@@ -162,7 +164,7 @@ describe('migrations', () => {
     expect(await ledger.migrate()).toEqual({ from: SCHEMA_VERSION, to: SCHEMA_VERSION, applied: [] });
   });
 
-  test('schema 2 → 3: blocked items keep their waits, and the items table loses the dependency and probe indexes', async () => {
+  test('schema 2 → 3: blocked items keep their waits; the dependency and probe indexes of items go', async () => {
     const { ledger } = await fresh();
     await migrate(ledger.db, 'lw_', 60, 2);
     const t = ledger.tables;
@@ -173,12 +175,14 @@ describe('migrations', () => {
         NOW(6), NOW(6) + INTERVAL 1 HOUR, NOW(6), NOW(6)),
       ('due', 'mig', 't', 1, 'default', 0, '2', 'blocked', NOW(6), 0, 3, 'repo:2', NOW(6) - INTERVAL 1 SECOND,
         NOW(6), NOW(6) + INTERVAL 1 HOUR, NOW(6), NOW(6)),
-      ('free', 'mig', 't', 1, 'default', 0, '3', 'pending', NOW(6), 0, 3, NULL, NULL, NULL, NULL, NOW(6), NOW(6))`.execute(
-      ledger.db,
-    );
+      ('free', 'mig', 't', 1, 'default', 0, '3', 'pending', NOW(6), 0, 3, NULL, NULL, NULL, NULL, NOW(6),
+      NOW(6))`.execute(ledger.db);
 
     expect(await ledger.migrate()).toEqual({ from: 2, to: SCHEMA_VERSION, applied: versionsAfter(2) });
-    const waits = await sql<{ item_id: string; dependency_key: string }>`SELECT item_id, dependency_key FROM ${t.waits}
+    const waits = await sql<{
+      item_id: string;
+      dependency_key: string;
+    }>`SELECT item_id, dependency_key FROM ${t.waits}
       ORDER BY item_id`.execute(ledger.db);
     expect(waits.rows).toEqual([
       { item_id: 'due', dependency_key: 'repo:2' },
@@ -204,55 +208,63 @@ describe('migrations', () => {
     expect(await ledger.migrate()).toEqual({ from: SCHEMA_VERSION, to: SCHEMA_VERSION, applied: [] });
   });
 
-  test('schema 4 → 5: a busy lane stays busy (its waiting item runs after its head), an idle lane takes its next item as head', async () => {
-    const { ledger } = await fresh();
-    await migrate(ledger.db, 'lw_', 60, 4);
-    const t = ledger.tables;
-    // Lane "busy": its head is held, one item waits behind it (active = 2). Lane "idle": both items ended (active = 0).
-    const cols = sql`(id, queue, type, lane, lane_seq, is_head, queue_class, priority, payload, state, run_after, attempt, max_attempts,
+  test(
+    'schema 4 → 5: a busy lane stays busy (its waiting item runs ' +
+      'after its head), an idle lane takes its next item as head',
+    async () => {
+      const { ledger } = await fresh();
+      await migrate(ledger.db, 'lw_', 60, 4);
+      const t = ledger.tables;
+      // Lane "busy": its head is held, one item waits behind it (active = 2). Lane "idle": both
+      // items ended (active = 0).
+      const cols = sql`(id, queue, type, lane, lane_seq, is_head, queue_class, priority, payload, state, run_after,
+        attempt, max_attempts,
       lease_owner, lease_token, lease_until, created_at, started_at, terminal_at, updated_at)`;
-    await sql`INSERT INTO ${t.items} ${cols} VALUES
-      ('b1', 'mig', 't', 'busy', 1, 1, 'default', 0, '1', 'processing', NOW(6), 1, 3, 'w', 'tok_b1', NOW(6) + INTERVAL 1 HOUR,
+      await sql`INSERT INTO ${t.items} ${cols} VALUES
+      ('b1', 'mig', 't', 'busy', 1, 1, 'default', 0, '1', 'processing', NOW(6), 1, 3, 'w', 'tok_b1',
+      NOW(6) + INTERVAL 1 HOUR,
         NOW(6), NOW(6), '1000-01-01', NOW(6)),
-      ('b2', 'mig', 't', 'busy', 2, 0, 'default', 0, '2', 'pending', NOW(6), 0, 3, '', '', '1000-01-01', NOW(6), '1000-01-01', '1000-01-01', NOW(6)),
-      ('i1', 'mig', 't', 'idle', 1, 1, 'default', 0, '3', 'completed', NOW(6), 1, 3, 'w', 'tok_i1', '1000-01-01', NOW(6), NOW(6), NOW(6), NOW(6)),
-      ('i2', 'mig', 't', 'idle', 2, 1, 'default', 0, '4', 'completed', NOW(6), 1, 3, 'w', 'tok_i2', '1000-01-01', NOW(6), NOW(6), NOW(6), NOW(6))`.execute(
-      ledger.db,
-    );
-    await sql`INSERT INTO ${t.lanes} (queue, lane, next_seq, active) VALUES ('mig', 'busy', 2, 2), ('mig', 'idle', 2, 0)`.execute(
-      ledger.db,
-    );
+      ('b2', 'mig', 't', 'busy', 2, 0, 'default', 0, '2', 'pending', NOW(6), 0, 3, '', '', '1000-01-01', NOW(6),
+      '1000-01-01', '1000-01-01', NOW(6)),
+      ('i1', 'mig', 't', 'idle', 1, 1, 'default', 0, '3', 'completed', NOW(6), 1, 3, 'w', 'tok_i1', '1000-01-01',
+      NOW(6), NOW(6), NOW(6), NOW(6)),
+      ('i2', 'mig', 't', 'idle', 2, 1, 'default', 0, '4', 'completed', NOW(6), 1, 3, 'w', 'tok_i2', '1000-01-01',
+      NOW(6), NOW(6), NOW(6), NOW(6))`.execute(ledger.db);
+      await sql`INSERT INTO ${t.lanes} (queue, lane, next_seq, active)
+        VALUES ('mig', 'busy', 2, 2), ('mig', 'idle', 2, 0)`.execute(ledger.db);
 
-    expect(await ledger.migrate()).toEqual({ from: 4, to: SCHEMA_VERSION, applied: versionsAfter(4) });
-    expect(await laneRow(ledger, 'mig', 'busy')).toEqual({ nextSeq: 2, busy: true });
-    expect(await laneRow(ledger, 'mig', 'idle')).toEqual({ nextSeq: 2, busy: false });
-    const columns = await sql<{ name: string }>`SELECT column_name AS name FROM information_schema.columns
+      expect(await ledger.migrate()).toEqual({ from: 4, to: SCHEMA_VERSION, applied: versionsAfter(4) });
+      expect(await laneRow(ledger, 'mig', 'busy')).toEqual({ nextSeq: 2, busy: true });
+      expect(await laneRow(ledger, 'mig', 'idle')).toEqual({ nextSeq: 2, busy: false });
+      const columns = await sql<{ name: string }>`SELECT column_name AS name FROM information_schema.columns
       WHERE table_schema = DATABASE() AND table_name = 'lw_lanes'`.execute(ledger.db);
-    expect(columns.rows.map((r) => String(r.name).toLowerCase()).sort()).toEqual([
-      'busy_from',
-      'lane',
-      'next_seq',
-      'queue',
-    ]);
+      expect(columns.rows.map((r) => String(r.name).toLowerCase()).sort()).toEqual([
+        'busy_from',
+        'lane',
+        'next_seq',
+        'queue',
+      ]);
 
-    // The busy lane: a new item waits behind the two; the held head's completion hands on to b2.
-    const busyNext = await ledger.enqueue({ queue: 'mig', type: 't', payload: 5, lane: 'busy' });
-    expect(await ledger.get(busyNext.id)).toMatchObject({ laneSeq: 3, isHead: false });
-    const held = (await ledger.get('b1')) as ClaimedItem;
-    expect(await ledger.complete(held)).toMatchObject({ won: true });
-    expect(await ledger.get('b2')).toMatchObject({ state: 'pending', isHead: true });
-    // The idle lane: a new item is its head at once.
-    const idleNext = await ledger.enqueue({ queue: 'mig', type: 't', payload: 6, lane: 'idle' });
-    expect(await ledger.get(idleNext.id)).toMatchObject({ laneSeq: 3, isHead: true });
-    expect(await ledger.migrate()).toEqual({ from: SCHEMA_VERSION, to: SCHEMA_VERSION, applied: [] });
-  });
+      // The busy lane: a new item waits behind the two; the held head's completion hands on to b2.
+      const busyNext = await ledger.enqueue({ queue: 'mig', type: 't', payload: 5, lane: 'busy' });
+      expect(await ledger.get(busyNext.id)).toMatchObject({ laneSeq: 3, isHead: false });
+      const held = (await ledger.get('b1')) as ClaimedItem;
+      expect(await ledger.complete(held)).toMatchObject({ won: true });
+      expect(await ledger.get('b2')).toMatchObject({ state: 'pending', isHead: true });
+      // The idle lane: a new item is its head at once.
+      const idleNext = await ledger.enqueue({ queue: 'mig', type: 't', payload: 6, lane: 'idle' });
+      expect(await ledger.get(idleNext.id)).toMatchObject({ laneSeq: 3, isHead: true });
+      expect(await ledger.migrate()).toEqual({ from: SCHEMA_VERSION, to: SCHEMA_VERSION, applied: [] });
+    },
+  );
 
-  test('schema 6 → 7: an item held across the upgrade gets progress and steps, and purge takes its steps with it', async () => {
+  test('schema 6 → 7: an item held across the upgrade gets progress and steps; purge takes its steps too', async () => {
     const { ledger } = await fresh();
     await migrate(ledger.db, 'lw_', 60, 6);
     const item = await ledger.enqueue({ queue: 'mig', type: 't', payload: 1 });
     // Held as a schema-6 worker holds it.
-    await sql`UPDATE ${ledger.tables.items} SET state = 'processing', attempt = 1, lease_owner = 'w', lease_token = 'tok_held',
+    await sql`UPDATE ${ledger.tables.items}
+      SET state = 'processing', attempt = 1, lease_owner = 'w', lease_token = 'tok_held',
       lease_until = NOW(6) + INTERVAL 1 HOUR, started_at = NOW(6) WHERE id = ${item.id}`.execute(ledger.db);
 
     expect(await ledger.migrate()).toEqual({ from: 6, to: SCHEMA_VERSION, applied: versionsAfter(6) });
@@ -266,9 +278,8 @@ describe('migrations', () => {
       steps: [{ name: 'first', attempt: 1, result: { ok: true } }],
     });
 
-    await sql`UPDATE ${ledger.tables.items} SET created_at = NOW(6) - INTERVAL 2 HOUR, terminal_at = NOW(6) - INTERVAL 2 HOUR`.execute(
-      ledger.db,
-    );
+    await sql`UPDATE ${ledger.tables.items}
+      SET created_at = NOW(6) - INTERVAL 2 HOUR, terminal_at = NOW(6) - INTERVAL 2 HOUR`.execute(ledger.db);
     expect(await ledger.purge({ olderThanMs: 3_600_000, queue: 'mig' })).toBe(1);
     const left = await sql<{ n: number }>`SELECT COUNT(*) AS n FROM ${ledger.tables.steps}`.execute(ledger.db);
     expect(Number(left.rows[0]?.n)).toBe(0);

@@ -50,121 +50,129 @@ test.each(paths)('claim and claimByIds through %s', async (_label, plain) => {
   expect(await tl.ledger.countProcessing(queue)).toBe(6);
 });
 
-test("enqueueClaiming inserts only due, key-less items and idle lanes' heads claimed (up to max), fenced like a claim", async () => {
-  tl = await createTestLedger();
-  const { ledger } = tl;
-  const queue = 'claim-at-insert';
-  const lease = { owner: 'local-consumer', token: 'tok-at-insert-0000000000', leaseMs: 60_000 };
-  const busyHead = await ledger.enqueue({ queue, type: 't', payload: { n: 0 }, lane: 'busy' });
-  const offered: number[] = [];
-  const { results, claimed } = await ledger.enqueueClaiming(
-    [
-      { queue, type: 't', payload: { n: 1 } },
-      { queue, type: 't', payload: { n: 2 }, lane: 'L' },
-      { queue, type: 't', payload: { n: 3 }, lane: 'L' },
-      { queue, type: 't', payload: { n: 4 }, lane: 'busy' },
-      { queue, type: 't', payload: { n: 5 }, delayMs: 60_000 },
-      { queue, type: 't', payload: { n: 6 }, idempotencyKey: 'k' },
-      { queue, type: 't', payload: { n: 7 } },
-      { queue, type: 't', payload: { n: 8 } },
-    ],
-    (eligible) => {
-      offered.push(eligible.length);
-      return { ...lease, max: 4 };
-    },
-  );
-  expect(results).toHaveLength(8);
-  // Offered: n 1, 2 (its lane's first in the batch), 4, 7, 8. Up to max: 1, 2, 4 and 7, but
-  // lane 'busy' already had an unfinished item, so n 4 is not its head and waits unclaimed.
-  expect(offered).toEqual([5]);
-  expect(claimed.map((c) => c.payload)).toEqual([{ n: 1 }, { n: 2 }, { n: 7 }]);
-  expect(claimed.map((c) => c.id)).toEqual([results[0]!.id, results[1]!.id, results[6]!.id]);
-  expect(claimed[1]).toMatchObject({ lane: 'L', laneSeq: 1, isHead: true });
-  for (const c of claimed) {
-    expect(await ledger.get(c.id)).toMatchObject({
-      state: 'processing',
-      attempt: 1,
-      leaseOwner: lease.owner,
-      leaseToken: lease.token,
-      isHead: true,
-    });
-    expect((await ledger.get(c.id))!.leaseUntil!.getTime()).toBeGreaterThan(Date.now() + 50_000);
-  }
-  for (const i of [2, 3, 4, 5, 7])
-    expect(await ledger.get(results[i]!.id)).toMatchObject({ state: 'pending', attempt: 0, leaseToken: null });
-  expect(await ledger.get(results[2]!.id)).toMatchObject({ lane: 'L', laneSeq: 2, isHead: false });
-  expect(await ledger.get(results[3]!.id)).toMatchObject({ lane: 'busy', laneSeq: 2, isHead: false });
-  expect(await ledger.get(busyHead.id)).toMatchObject({ state: 'pending', isHead: true });
-
-  // Lane order holds: n 3 becomes claimable only once n 2 (claimed at insert) completes.
-  const laneL = claimed[1]!;
-  let open = await ledger.claim({ queue, owner: 'other', limit: 10, leaseMs: 60_000 });
-  expect(open.items.map((i) => i.id)).not.toContain(results[2]!.id);
-  expect((await ledger.complete(laneL)).won).toBe(true);
-  open = await ledger.claim({ queue, owner: 'other', limit: 10, leaseMs: 60_000 });
-  expect(open.items.map((i) => i.id)).toContain(results[2]!.id);
-  claimed.splice(1, 1); // the lane-less ones remain: n 1 and n 7
-
-  // Fenced like any claim: a foreign token loses, the holder's token completes.
-  const mine = claimed[0]!;
-  expect((await ledger.complete({ ...mine, leaseToken: 'someone-else-0000000000' })).won).toBe(false);
-  expect((await ledger.complete(mine)).won).toBe(true);
-  // A normal claim does not take what is already claimed at insert.
-  const c = await ledger.claim({ queue, owner: 'other', limit: 10, leaseMs: 60_000 });
-  expect(c.items.map((i) => i.id)).not.toContain(claimed[1]!.id);
-
-  // Invalid input: nothing is written.
-  const before = (await ledger.stats(queue))[0]?.counts;
-  await expect(
-    ledger.enqueueClaiming(
+test(
+  'enqueueClaiming inserts only due, key-less items and idle ' +
+    "lanes' heads claimed (up to max), fenced like a claim",
+  async () => {
+    tl = await createTestLedger();
+    const { ledger } = tl;
+    const queue = 'claim-at-insert';
+    const lease = { owner: 'local-consumer', token: 'tok-at-insert-0000000000', leaseMs: 60_000 };
+    const busyHead = await ledger.enqueue({ queue, type: 't', payload: { n: 0 }, lane: 'busy' });
+    const offered: number[] = [];
+    const { results, claimed } = await ledger.enqueueClaiming(
       [
-        { queue, type: 't', payload: {} },
-        { queue, type: 'no spaces', payload: {} },
+        { queue, type: 't', payload: { n: 1 } },
+        { queue, type: 't', payload: { n: 2 }, lane: 'L' },
+        { queue, type: 't', payload: { n: 3 }, lane: 'L' },
+        { queue, type: 't', payload: { n: 4 }, lane: 'busy' },
+        { queue, type: 't', payload: { n: 5 }, delayMs: 60_000 },
+        { queue, type: 't', payload: { n: 6 }, idempotencyKey: 'k' },
+        { queue, type: 't', payload: { n: 7 } },
+        { queue, type: 't', payload: { n: 8 } },
       ],
-      () => ({ ...lease, max: 5 }),
-    ),
-  ).rejects.toThrow(/type/);
-  expect((await ledger.stats(queue))[0]?.counts).toEqual(before);
-});
+      (eligible) => {
+        offered.push(eligible.length);
+        return { ...lease, max: 4 };
+      },
+    );
+    expect(results).toHaveLength(8);
+    // Offered: n 1, 2 (its lane's first in the batch), 4, 7, 8. Up to max: 1, 2, 4 and 7, but
+    // lane 'busy' already had an unfinished item, so n 4 is not its head and waits unclaimed.
+    expect(offered).toEqual([5]);
+    expect(claimed.map((c) => c.payload)).toEqual([{ n: 1 }, { n: 2 }, { n: 7 }]);
+    expect(claimed.map((c) => c.id)).toEqual([results[0]!.id, results[1]!.id, results[6]!.id]);
+    expect(claimed[1]).toMatchObject({ lane: 'L', laneSeq: 1, isHead: true });
+    for (const c of claimed) {
+      expect(await ledger.get(c.id)).toMatchObject({
+        state: 'processing',
+        attempt: 1,
+        leaseOwner: lease.owner,
+        leaseToken: lease.token,
+        isHead: true,
+      });
+      expect((await ledger.get(c.id))!.leaseUntil!.getTime()).toBeGreaterThan(Date.now() + 50_000);
+    }
+    for (const i of [2, 3, 4, 5, 7])
+      expect(await ledger.get(results[i]!.id)).toMatchObject({ state: 'pending', attempt: 0, leaseToken: null });
+    expect(await ledger.get(results[2]!.id)).toMatchObject({ lane: 'L', laneSeq: 2, isHead: false });
+    expect(await ledger.get(results[3]!.id)).toMatchObject({ lane: 'busy', laneSeq: 2, isHead: false });
+    expect(await ledger.get(busyHead.id)).toMatchObject({ state: 'pending', isHead: true });
 
-test('enqueueClaiming of keyed items keeps the claims of those their key admits; the rest wait in its line, unclaimed', async () => {
-  tl = await createTestLedger();
-  const { ledger } = tl;
-  const queue = 'claim-at-insert-keyed';
-  await ledger.setConcurrencyLimit(queue, 2);
-  const lease = { owner: 'local-consumer', token: 'tok-at-insert-keyed-000000', leaseMs: 60_000 };
-  const { results, claimed } = await ledger.enqueueClaiming(
-    [0, 1, 2]
-      .map((n) => ({ queue, type: 't', payload: { n }, concurrencyKey: 'k' }))
-      .concat([{ queue, type: 't', payload: { n: 3 }, concurrencyKey: 'other' }]),
-    () => ({ ...lease, max: 10 }),
-  );
-  expect(claimed.map((c) => c.payload)).toEqual([{ n: 0 }, { n: 1 }, { n: 3 }]);
-  for (const i of [0, 1, 3])
-    expect(await ledger.get(results[i]!.id)).toMatchObject({
-      state: 'processing',
-      leaseToken: lease.token,
-      isHead: true,
+    // Lane order holds: n 3 becomes claimable only once n 2 (claimed at insert) completes.
+    const laneL = claimed[1]!;
+    let open = await ledger.claim({ queue, owner: 'other', limit: 10, leaseMs: 60_000 });
+    expect(open.items.map((i) => i.id)).not.toContain(results[2]!.id);
+    expect((await ledger.complete(laneL)).won).toBe(true);
+    open = await ledger.claim({ queue, owner: 'other', limit: 10, leaseMs: 60_000 });
+    expect(open.items.map((i) => i.id)).toContain(results[2]!.id);
+    claimed.splice(1, 1); // the lane-less ones remain: n 1 and n 7
+
+    // Fenced like any claim: a foreign token loses, the holder's token completes.
+    const mine = claimed[0]!;
+    expect((await ledger.complete({ ...mine, leaseToken: 'someone-else-0000000000' })).won).toBe(false);
+    expect((await ledger.complete(mine)).won).toBe(true);
+    // A normal claim does not take what is already claimed at insert.
+    const c = await ledger.claim({ queue, owner: 'other', limit: 10, leaseMs: 60_000 });
+    expect(c.items.map((i) => i.id)).not.toContain(claimed[1]!.id);
+
+    // Invalid input: nothing is written.
+    const before = (await ledger.stats(queue))[0]?.counts;
+    await expect(
+      ledger.enqueueClaiming(
+        [
+          { queue, type: 't', payload: {} },
+          { queue, type: 'no spaces', payload: {} },
+        ],
+        () => ({ ...lease, max: 5 }),
+      ),
+    ).rejects.toThrow(/type/);
+    expect((await ledger.stats(queue))[0]?.counts).toEqual(before);
+  },
+);
+
+test(
+  'enqueueClaiming of keyed items keeps the claims of those ' +
+    'their key admits; the rest wait in its line, unclaimed',
+  async () => {
+    tl = await createTestLedger();
+    const { ledger } = tl;
+    const queue = 'claim-at-insert-keyed';
+    await ledger.setConcurrencyLimit(queue, 2);
+    const lease = { owner: 'local-consumer', token: 'tok-at-insert-keyed-000000', leaseMs: 60_000 };
+    const { results, claimed } = await ledger.enqueueClaiming(
+      [0, 1, 2]
+        .map((n) => ({ queue, type: 't', payload: { n }, concurrencyKey: 'k' }))
+        .concat([{ queue, type: 't', payload: { n: 3 }, concurrencyKey: 'other' }]),
+      () => ({ ...lease, max: 10 }),
+    );
+    expect(claimed.map((c) => c.payload)).toEqual([{ n: 0 }, { n: 1 }, { n: 3 }]);
+    for (const i of [0, 1, 3])
+      expect(await ledger.get(results[i]!.id)).toMatchObject({
+        state: 'processing',
+        leaseToken: lease.token,
+        isHead: true,
+      });
+    expect(await ledger.get(results[2]!.id)).toMatchObject({
+      state: 'pending',
+      attempt: 0,
+      leaseToken: null,
+      isHead: false,
     });
-  expect(await ledger.get(results[2]!.id)).toMatchObject({
-    state: 'pending',
-    attempt: 0,
-    leaseToken: null,
-    isHead: false,
-  });
-  const keyRows = await sql<{
-    ckey: string;
-    admitted: number;
-  }>`SELECT ckey, admitted FROM lw_keys WHERE queue = ${queue} ORDER BY ckey`.execute(ledger.db);
-  expect(keyRows.rows.map((r) => [r.ckey, Number(r.admitted)])).toEqual([
-    ['k', 2],
-    ['other', 1],
-  ]);
-  // The one that waits is admitted when a slot of its key is given up.
-  expect((await ledger.complete(claimed[0]!)).won).toBe(true);
-  const next = await ledger.claim({ queue, owner: 'other', limit: 10, leaseMs: 60_000 });
-  expect(next.items.map((i) => i.id)).toEqual([results[2]!.id]);
-});
+    const keyRows = await sql<{
+      ckey: string;
+      admitted: number;
+    }>`SELECT ckey, admitted FROM lw_keys WHERE queue = ${queue} ORDER BY ckey`.execute(ledger.db);
+    expect(keyRows.rows.map((r) => [r.ckey, Number(r.admitted)])).toEqual([
+      ['k', 2],
+      ['other', 1],
+    ]);
+    // The one that waits is admitted when a slot of its key is given up.
+    expect((await ledger.complete(claimed[0]!)).won).toBe(true);
+    const next = await ledger.claim({ queue, owner: 'other', limit: 10, leaseMs: 60_000 });
+    expect(next.items.map((i) => i.id)).toEqual([results[2]!.id]);
+  },
+);
 
 test('an item claimed at insert whose holder died is reclaimed when its lease expires', async () => {
   tl = await createTestLedger();
@@ -317,7 +325,8 @@ test.each(paths)('laned enqueues get gap-free sequences and one head per lane th
 });
 
 test.each(paths)(
-  'payloads and keys with quotes, backslashes and question marks round-trip in one INSERT beside a bound date, through %s',
+  'payloads and keys with quotes, backslashes and question marks ' +
+    'round-trip in one INSERT beside a bound date, through %s',
   async (_label, plain) => {
     tl = await createTestLedger();
     const ledger = plain ? (external = ledgerOnPlainPool(tl.url, 1)) : tl.ledger;
@@ -357,28 +366,32 @@ test.each(paths)(
   },
 );
 
-test("a session whose sql_mode has NO_BACKSLASH_ESCAPES reads the ledger's literals as its own sessions do; ledger sessions turn the mode off and keep the rest", async () => {
-  const conn = await mysql.createConnection({ uri: mysqlServerUrl() });
-  try {
-    // The session as such a server (or a caller's pool) would hand it out.
-    await conn.query("SET SESSION sql_mode = 'STRICT_TRANS_TABLES,NO_BACKSLASH_ESCAPES,ANSI_QUOTES'");
-    const text = JSON.stringify({ s: `it's "quoted" \\ and \n` });
-    const plain = `it's ''twice'' and ?`;
-    const readBack = async (): Promise<string[]> => {
-      const [rows] = await conn.query<RowDataPacket[]>(
-        `SELECT ${jsonLiteral(text)} AS t, ${literal(text)} AS u, ${literal(plain)} AS p`,
-      );
-      return [String(rows[0]?.t), String(rows[0]?.u), String(rows[0]?.p)];
-    };
-    expect(await readBack()).toEqual([text, text, plain]);
-    for (const statement of sessionSetup({ tidbTxnMode: 'pessimistic' })) await conn.query(statement);
-    const [modes] = await conn.query<RowDataPacket[]>('SELECT @@SESSION.sql_mode AS m');
-    expect(String(modes[0]?.m).split(',').sort()).toEqual(['ANSI_QUOTES', 'STRICT_TRANS_TABLES']);
-    expect(await readBack()).toEqual([text, text, plain]);
-  } finally {
-    await conn.end();
-  }
-});
+test(
+  "a session whose sql_mode has NO_BACKSLASH_ESCAPES reads the ledger's literals as " +
+    'its own sessions do; ledger sessions turn the mode off and keep the rest',
+  async () => {
+    const conn = await mysql.createConnection({ uri: mysqlServerUrl() });
+    try {
+      // The session as such a server (or a caller's pool) would hand it out.
+      await conn.query("SET SESSION sql_mode = 'STRICT_TRANS_TABLES,NO_BACKSLASH_ESCAPES,ANSI_QUOTES'");
+      const text = JSON.stringify({ s: `it's "quoted" \\ and \n` });
+      const plain = `it's ''twice'' and ?`;
+      const readBack = async (): Promise<string[]> => {
+        const [rows] = await conn.query<RowDataPacket[]>(
+          `SELECT ${jsonLiteral(text)} AS t, ${literal(text)} AS u, ${literal(plain)} AS p`,
+        );
+        return [String(rows[0]?.t), String(rows[0]?.u), String(rows[0]?.p)];
+      };
+      expect(await readBack()).toEqual([text, text, plain]);
+      for (const statement of sessionSetup({ tidbTxnMode: 'pessimistic' })) await conn.query(statement);
+      const [modes] = await conn.query<RowDataPacket[]>('SELECT @@SESSION.sql_mode AS m');
+      expect(String(modes[0]?.m).split(',').sort()).toEqual(['ANSI_QUOTES', 'STRICT_TRANS_TABLES']);
+      expect(await readBack()).toEqual([text, text, plain]);
+    } finally {
+      await conn.end();
+    }
+  },
+);
 
 test("the fleet cap's count reads the queue's processing items, not every item of the queue", async () => {
   // A capped claim counts in its turn, while every other capped claim of the queue waits. With
@@ -401,9 +414,8 @@ test("the fleet cap's count reads the queue's processing items, not every item o
       const reads = async (): Promise<number> => {
         const r = await sql<{
           Value: string;
-        }>`SHOW SESSION STATUS WHERE Variable_name IN ('Handler_read_key', 'Handler_read_next', 'Handler_read_rnd_next')`.execute(
-          conn,
-        );
+        }>`SHOW SESSION STATUS WHERE Variable_name IN ('Handler_read_key', 'Handler_read_next',
+          'Handler_read_rnd_next')`.execute(conn);
         return r.rows.reduce((n, x) => n + Number(x.Value), 0);
       };
       const before = await reads();

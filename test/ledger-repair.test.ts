@@ -48,62 +48,66 @@ async function refusal(p: Promise<unknown>): Promise<RepairRejectedError> {
 }
 
 describe('repair in place', () => {
-  test('the item is pending again as itself: id, lane place, idempotency key, fresh budget; the repair is in its history', async () => {
-    const queue = freshQueue('repair');
-    const enq = await ledger.enqueue({
-      queue,
-      type: 'sync',
-      payload: { v: 1 },
-      lane: 'L',
-      idempotencyKey: 'k-1',
-      maxAttempts: 4,
-    });
-    const dead = await killHead(queue);
-    expect(dead).toMatchObject({ state: 'dead', attempt: 2, laneSeq: 1 });
-    expect(await laneRow(ledger, queue, 'L')).toMatchObject({ busy: false });
+  test(
+    'the item is pending again as itself: id, lane place, ' +
+      'idempotency key, fresh budget; the repair is in its history',
+    async () => {
+      const queue = freshQueue('repair');
+      const enq = await ledger.enqueue({
+        queue,
+        type: 'sync',
+        payload: { v: 1 },
+        lane: 'L',
+        idempotencyKey: 'k-1',
+        maxAttempts: 4,
+      });
+      const dead = await killHead(queue);
+      expect(dead).toMatchObject({ state: 'dead', attempt: 2, laneSeq: 1 });
+      expect(await laneRow(ledger, queue, 'L')).toMatchObject({ busy: false });
 
-    const r = await ledger.repair(dead.id, { ...guardOf(dead), repairId: 'rep-1' });
-    expect(r).toEqual({ id: dead.id, repairId: 'rep-1', duplicate: false, isHead: true });
-    const item = await mustGet(ledger, dead.id);
-    expect(item).toMatchObject({
-      id: enq.id,
-      state: 'pending',
-      lane: 'L',
-      laneSeq: 1,
-      isHead: true,
-      idempotencyKey: 'k-1',
-      attempt: 0,
-      maxAttempts: 4,
-      lastError: null,
-      failureClass: null,
-      terminalAt: null,
-      replayOf: null,
-    });
-    expect(await laneRow(ledger, queue, 'L')).toMatchObject({ busy: true });
-    const repairRow = (await history(ledger, dead.id)).at(-1)!;
-    expect(repairRow).toMatchObject({
-      outcome: 'repaired',
-      attempt: 2,
-      repairId: 'rep-1',
-      error: 'upstream fixed',
-      worker: 'ops:ana',
-    });
-    // The same idempotency key still finds it, not a new item.
-    expect(
-      await ledger.enqueue({ queue, type: 'sync', payload: { v: 1 }, lane: 'L', idempotencyKey: 'k-1' }),
-    ).toMatchObject({ id: dead.id, duplicate: true });
+      const r = await ledger.repair(dead.id, { ...guardOf(dead), repairId: 'rep-1' });
+      expect(r).toEqual({ id: dead.id, repairId: 'rep-1', duplicate: false, isHead: true });
+      const item = await mustGet(ledger, dead.id);
+      expect(item).toMatchObject({
+        id: enq.id,
+        state: 'pending',
+        lane: 'L',
+        laneSeq: 1,
+        isHead: true,
+        idempotencyKey: 'k-1',
+        attempt: 0,
+        maxAttempts: 4,
+        lastError: null,
+        failureClass: null,
+        terminalAt: null,
+        replayOf: null,
+      });
+      expect(await laneRow(ledger, queue, 'L')).toMatchObject({ busy: true });
+      const repairRow = (await history(ledger, dead.id)).at(-1)!;
+      expect(repairRow).toMatchObject({
+        outcome: 'repaired',
+        attempt: 2,
+        repairId: 'rep-1',
+        error: 'upstream fixed',
+        worker: 'ops:ana',
+      });
+      // The same idempotency key still finds it, not a new item.
+      expect(
+        await ledger.enqueue({ queue, type: 'sync', payload: { v: 1 }, lane: 'L', idempotencyKey: 'k-1' }),
+      ).toMatchObject({ id: dead.id, duplicate: true });
 
-    // A repeat of the same repair (its answer lost) does nothing more.
-    expect(await ledger.repair(dead.id, { ...guardOf(dead), repairId: 'rep-1' })).toMatchObject({ duplicate: true });
-    expect((await history(ledger, dead.id)).filter((h) => h.outcome === 'repaired')).toHaveLength(1);
+      // A repeat of the same repair (its answer lost) does nothing more.
+      expect(await ledger.repair(dead.id, { ...guardOf(dead), repairId: 'rep-1' })).toMatchObject({ duplicate: true });
+      expect((await history(ledger, dead.id)).filter((h) => h.outcome === 'repaired')).toHaveLength(1);
 
-    // A new item of the lane waits behind it; it runs, with a fresh budget, and the lane goes on.
-    const later = await ledger.enqueue({ queue, type: 'sync', payload: { v: 3 }, lane: 'L' });
-    const run = only(await claimAll(ledger, queue));
-    expect(run).toMatchObject({ id: dead.id, attempt: 1 });
-    await ledger.complete(run);
-    expect((await claimOne(ledger, queue)).id).toBe(later.id);
-  });
+      // A new item of the lane waits behind it; it runs, with a fresh budget, and the lane goes on.
+      const later = await ledger.enqueue({ queue, type: 'sync', payload: { v: 3 }, lane: 'L' });
+      const run = only(await claimAll(ledger, queue));
+      expect(run).toMatchObject({ id: dead.id, attempt: 1 });
+      await ledger.complete(run);
+      expect((await claimOne(ledger, queue)).id).toBe(later.id);
+    },
+  );
 
   test('later pending items of its lane wait behind it again; those that completed stay completed', async () => {
     const queue = freshQueue('repair-order');
@@ -187,7 +191,7 @@ describe('repair in place', () => {
     expect((await claimOne(ledger, queue)).id).toBe(dead.id);
   });
 
-  test('the guard: a wrong attempt, error digest, state, or a replayed item is refused and nothing is written', async () => {
+  test('the guard: a wrong attempt, error digest, state, or a replayed item is refused, nothing written', async () => {
     const queue = freshQueue('repair-guard');
     await ledger.enqueue({ queue, type: 'sync', payload: 1 });
     const dead = await killHead(queue);
@@ -213,46 +217,53 @@ describe('repair in place', () => {
     const c = await claimOne(ledger, other);
     await ledger.fail(c, { error: 'bad' });
     const failed = await mustGet(ledger, c.id);
-    await ledger.replay(failed.id, { expectAttempt: failed.attempt, expectErrorDigest: errorDigest(failed.lastError) });
+    await ledger.replay(failed.id, {
+      expectAttempt: failed.attempt,
+      expectErrorDigest: errorDigest(failed.lastError),
+    });
     expect((await refusal(ledger.repair(failed.id, guardOf(failed)))).reason).toBe('already_replayed');
   });
 });
 
 describe('lanewake repair', () => {
-  test('inspect shows the digest; repair refuses a stale view (exit 1, nothing written), then repairs with the reason and actor', async () => {
-    const queue = freshQueue('cli-repair');
-    await ledger.enqueue({ queue, type: 'sync', payload: 1, lane: 'L' });
-    const dead = await killHead(queue);
-    const digest = errorDigest(dead.lastError);
-    const inspect = await lanewake(['--database-url', tl.url, 'inspect', dead.id]);
-    expect(inspect.out).toContain(digest);
+  test(
+    'inspect shows the digest; repair refuses a stale view (exit 1, ' +
+      'nothing written), then repairs with the reason and actor',
+    async () => {
+      const queue = freshQueue('cli-repair');
+      await ledger.enqueue({ queue, type: 'sync', payload: 1, lane: 'L' });
+      const dead = await killHead(queue);
+      const digest = errorDigest(dead.lastError);
+      const inspect = await lanewake(['--database-url', tl.url, 'inspect', dead.id]);
+      expect(inspect.out).toContain(digest);
 
-    const base = [
-      '--database-url',
-      tl.url,
-      'repair',
-      dead.id,
-      '--expect-error-digest',
-      digest,
-      '--reason',
-      'bad deploy rolled back',
-      '--actor',
-      'ops:bo',
-    ];
-    const stale = await lanewake([...base, '--expect-attempt', '1']);
-    expect(stale.code).toBe(1);
-    expect(stale.err).toMatch(/refused: attempt mismatch/);
-    expect(await mustGet(ledger, dead.id)).toEqual(dead);
+      const base = [
+        '--database-url',
+        tl.url,
+        'repair',
+        dead.id,
+        '--expect-error-digest',
+        digest,
+        '--reason',
+        'bad deploy rolled back',
+        '--actor',
+        'ops:bo',
+      ];
+      const stale = await lanewake([...base, '--expect-attempt', '1']);
+      expect(stale.code).toBe(1);
+      expect(stale.err).toMatch(/refused: attempt mismatch/);
+      expect(await mustGet(ledger, dead.id)).toEqual(dead);
 
-    const ok = await lanewake([...base, '--expect-attempt', String(dead.attempt), '--json']);
-    expect(ok.code, ok.err).toBe(0);
-    expect(JSON.parse(ok.out)).toMatchObject({ id: dead.id, isHead: true, duplicate: false });
-    expect((await history(ledger, dead.id)).at(-1)).toMatchObject({
-      outcome: 'repaired',
-      worker: 'ops:bo',
-      error: 'bad deploy rolled back',
-    });
-    const after = await lanewake(['--database-url', tl.url, 'inspect', dead.id]);
-    expect(after.out).toMatch(/repaired .*ops:bo.*repair \S+: bad deploy rolled back/);
-  });
+      const ok = await lanewake([...base, '--expect-attempt', String(dead.attempt), '--json']);
+      expect(ok.code, ok.err).toBe(0);
+      expect(JSON.parse(ok.out)).toMatchObject({ id: dead.id, isHead: true, duplicate: false });
+      expect((await history(ledger, dead.id)).at(-1)).toMatchObject({
+        outcome: 'repaired',
+        worker: 'ops:bo',
+        error: 'bad deploy rolled back',
+      });
+      const after = await lanewake(['--database-url', tl.url, 'inspect', dead.id]);
+      expect(after.out).toMatch(/repaired .*ops:bo.*repair \S+: bad deploy rolled back/);
+    },
+  );
 });

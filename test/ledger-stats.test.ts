@@ -12,7 +12,8 @@ import { testScope } from './support/scope.js';
 // Stats and the gauges (docs/design/supervisor.md): bounded index ranges per queue, counted once per fleet.
 const scope = testScope();
 
-test('stats counts each queue from bounded index ranges: exact below the cap; at the cap a state shows the cap and says so', async () => {
+test('stats counts each queue from bounded index ranges: exact ' +
+  'below the cap; at the cap a state shows the cap and says so', async () => {
   const tl = await scope.ledger();
   const big = freshQueue('stats-big');
   const small = freshQueue('stats-small');
@@ -23,9 +24,8 @@ test('stats counts each queue from bounded index ranges: exact below the cap; at
       Array.from({ length: Math.min(1000, cap + 1 - i) }, (_, k) => ({ queue: big, type: 't', payload: { k: i + k } })),
     );
   }
-  await sql`UPDATE ${tl.ledger.tables.items} SET state = 'completed', terminal_at = NOW(6) WHERE queue = ${big}`.execute(
-    tl.ledger.db,
-  );
+  await sql`UPDATE ${tl.ledger.tables.items} SET state = 'completed', terminal_at = NOW(6)
+    WHERE queue = ${big}`.execute(tl.ledger.db);
   await tl.ledger.enqueueMany([
     { queue: big, type: 't', payload: 'waiting' },
     { queue: small, type: 't', payload: 1 },
@@ -66,39 +66,43 @@ test('stats counts each queue from bounded index ranges: exact below the cap; at
   expect(read.stats.find((s) => s.queue === small)?.scheduled).toEqual({ count: 0, atLeast: false });
 }, 120_000);
 
-test('the fleet counts once: of replicas asking together exactly one counts, the others read its count, and no one counts again before everyMs', async () => {
-  const tl = await scope.ledger();
-  const queue = freshQueue('fleet-stats');
-  await tl.ledger.enqueueMany([
-    { queue, type: 't', payload: 1 },
-    { queue, type: 't', payload: 2 },
-  ]);
-  const replicas = Array.from({ length: 4 }, () => new Ledger({ url: tl.url, poolSize: 2, ...testTxnMode() }));
-  scope.cleanup(() => Promise.all(replicas.map((r) => r.close())));
-  const EVERY_MS = 60_000;
-  const first = await Promise.all(replicas.map((r) => r.fleetStats({ everyMs: EVERY_MS })));
-  expect(first.filter((f) => f.countedHere)).toHaveLength(1);
-  // Whoever did not count read what the counter recorded, or nothing if it asked before the count was in.
-  for (const f of first)
-    if (f.stats.length > 0) expect(f.stats.find((s) => s.queue === queue)?.counts.pending.count).toBe(2);
-  await tl.ledger.enqueue({ queue, type: 't', payload: 3 });
-  const again = await Promise.all(replicas.map((r) => r.fleetStats({ everyMs: EVERY_MS })));
-  expect(again.filter((f) => f.countedHere)).toHaveLength(0);
-  expect(again.map((f) => f.stats.find((s) => s.queue === queue)?.counts.pending.count)).toEqual([2, 2, 2, 2]);
-  // Past everyMs (here: a task asked for every 0 ms), a replica counts again and sees the third item.
-  // With 0 ms a second replica may count right after the first has recorded (on TiDB the four calls
-  // do not overlap as on MariaDB): the lease keeps counts apart, not to one per round.
-  const later = await waitFor(
-    async () => {
-      const r = await Promise.all(replicas.map((x) => x.fleetStats({ everyMs: 0 })));
-      return r.some((f) => f.countedHere) ? r : undefined;
-    },
-    10_000,
-    'a recount',
-  );
-  for (const f of later.filter((x) => x.countedHere))
-    expect(f.stats.find((s) => s.queue === queue)?.counts.pending.count).toBe(3);
-});
+test(
+  'the fleet counts once: of replicas asking together exactly one counts, ' +
+    'the others read its count, and no one counts again before everyMs',
+  async () => {
+    const tl = await scope.ledger();
+    const queue = freshQueue('fleet-stats');
+    await tl.ledger.enqueueMany([
+      { queue, type: 't', payload: 1 },
+      { queue, type: 't', payload: 2 },
+    ]);
+    const replicas = Array.from({ length: 4 }, () => new Ledger({ url: tl.url, poolSize: 2, ...testTxnMode() }));
+    scope.cleanup(() => Promise.all(replicas.map((r) => r.close())));
+    const EVERY_MS = 60_000;
+    const first = await Promise.all(replicas.map((r) => r.fleetStats({ everyMs: EVERY_MS })));
+    expect(first.filter((f) => f.countedHere)).toHaveLength(1);
+    // Whoever did not count read what the counter recorded, or nothing if it asked before the count was in.
+    for (const f of first)
+      if (f.stats.length > 0) expect(f.stats.find((s) => s.queue === queue)?.counts.pending.count).toBe(2);
+    await tl.ledger.enqueue({ queue, type: 't', payload: 3 });
+    const again = await Promise.all(replicas.map((r) => r.fleetStats({ everyMs: EVERY_MS })));
+    expect(again.filter((f) => f.countedHere)).toHaveLength(0);
+    expect(again.map((f) => f.stats.find((s) => s.queue === queue)?.counts.pending.count)).toEqual([2, 2, 2, 2]);
+    // Past everyMs (here: a task asked for every 0 ms), a replica counts again and sees the third item.
+    // With 0 ms a second replica may count right after the first has recorded (on TiDB the four calls
+    // do not overlap as on MariaDB): the lease keeps counts apart, not to one per round.
+    const later = await waitFor(
+      async () => {
+        const r = await Promise.all(replicas.map((x) => x.fleetStats({ everyMs: 0 })));
+        return r.some((f) => f.countedHere) ? r : undefined;
+      },
+      10_000,
+      'a recount',
+    );
+    for (const f of later.filter((x) => x.countedHere))
+      expect(f.stats.find((s) => s.queue === queue)?.counts.pending.count).toBe(3);
+  },
+);
 
 test('stats counts the pending items not due yet apart: scheduled', async () => {
   const tl = await scope.ledger();

@@ -14,9 +14,8 @@ let ledger: Ledger;
 beforeAll(async () => {
   tl = await createTestLedger();
   ledger = tl.ledger;
-  await sql`CREATE TABLE step_writes (id INT AUTO_INCREMENT PRIMARY KEY, item_id VARCHAR(32) NOT NULL, note VARCHAR(64) NOT NULL)`.execute(
-    ledger.db,
-  );
+  await sql`CREATE TABLE step_writes (id INT AUTO_INCREMENT PRIMARY
+    KEY, item_id VARCHAR(32) NOT NULL, note VARCHAR(64) NOT NULL)`.execute(ledger.db);
 });
 afterAll(async () => {
   await tl?.drop();
@@ -30,32 +29,36 @@ async function stepWrites(itemId: string): Promise<string[]> {
 }
 
 describe('durable steps', () => {
-  test('a recorded step outlives its lease: a stale holder cannot record one, the next holder sees it and records its own', async () => {
-    const queue = freshQueue('steps');
-    const { id } = await ledger.enqueue({ queue, type: 't', payload: {} });
-    const first = await claimOne(ledger, queue, 'first', 300);
-    await ledger.recordStep(first, 'fetch', { rows: 3 });
-    expect(await ledger.steps(id)).toMatchObject([{ name: 'fetch', attempt: 1, result: { rows: 3 } }]);
+  test(
+    'a recorded step outlives its lease: a stale holder cannot ' +
+      'record one, the next holder sees it and records its own',
+    async () => {
+      const queue = freshQueue('steps');
+      const { id } = await ledger.enqueue({ queue, type: 't', payload: {} });
+      const first = await claimOne(ledger, queue, 'first', 300);
+      await ledger.recordStep(first, 'fetch', { rows: 3 });
+      expect(await ledger.steps(id)).toMatchObject([{ name: 'fetch', attempt: 1, result: { rows: 3 } }]);
 
-    // The lease runs out and the item is reclaimed and claimed again.
-    await waitFor(
-      async () => (await ledger.reclaimExpired({ queue })).reclaimed.length > 0 || undefined,
-      10_000,
-      'reclaim',
-    );
-    const second = await claimOne(ledger, queue, 'second');
-    expect(second.attempt).toBe(2);
+      // The lease runs out and the item is reclaimed and claimed again.
+      await waitFor(
+        async () => (await ledger.reclaimExpired({ queue })).reclaimed.length > 0 || undefined,
+        10_000,
+        'reclaim',
+      );
+      const second = await claimOne(ledger, queue, 'second');
+      expect(second.attempt).toBe(2);
 
-    await expect(ledger.recordStep(first, 'transform', 1)).rejects.toBeInstanceOf(LeaseLostError);
-    await expect(ledger.recordStep(withForeignToken(second), 'transform', 1)).rejects.toBeInstanceOf(LeaseLostError);
-    await ledger.recordStep(second, 'transform', undefined);
-    const steps = await ledger.steps(id);
-    expect(steps.map((s) => [s.name, s.attempt, s.result])).toEqual([
-      ['fetch', 1, { rows: 3 }],
-      ['transform', 2, undefined],
-    ]);
-    expect(steps[0]!.doneAt).toBeInstanceOf(Date);
-  });
+      await expect(ledger.recordStep(first, 'transform', 1)).rejects.toBeInstanceOf(LeaseLostError);
+      await expect(ledger.recordStep(withForeignToken(second), 'transform', 1)).rejects.toBeInstanceOf(LeaseLostError);
+      await ledger.recordStep(second, 'transform', undefined);
+      const steps = await ledger.steps(id);
+      expect(steps.map((s) => [s.name, s.attempt, s.result])).toEqual([
+        ['fetch', 1, { rows: 3 }],
+        ['transform', 2, undefined],
+      ]);
+      expect(steps[0]!.doneAt).toBeInstanceOf(Date);
+    },
+  );
 
   test('a transaction step commits its writes with its record, and a stale holder commits neither', async () => {
     const queue = freshQueue('steps-tx');
@@ -116,7 +119,7 @@ describe('durable steps', () => {
 });
 
 describe('progress', () => {
-  test('each report is fenced by its own token, many in one statement, and the terminal item keeps the last', async () => {
+  test('each report is fenced by its token, many in one statement; the terminal item keeps the last', async () => {
     const queue = freshQueue('progress');
     await ledger.enqueueMany([0, 1, 2].map((n) => ({ queue, type: 't', payload: { n } })));
     const [a, b, c] = (await ledger.claim({ queue, owner: 'w', limit: 3, leaseMs: 60_000 })).items;

@@ -22,114 +22,134 @@ describe.runIf(tidb)('on TiDB', () => {
     await opt?.drop();
   });
 
-  test('the ledger knows it is on TiDB, and its sessions run the transaction mode asked for, waiting for no statistics', async () => {
-    expect((await pess.ledger.capabilities()).family).toBe('tidb');
-    const mode = async (l: Ledger) => (await sql<{ m: string }>`SELECT @@tidb_txn_mode AS m`.execute(l.db)).rows[0]?.m;
-    expect(await mode(pess.ledger)).toBe('pessimistic');
-    expect(await mode(opt.ledger)).toBe('optimistic');
-    const iso = await sql<{ i: string }>`SELECT @@transaction_isolation AS i`.execute(pess.ledger.db);
-    expect(iso.rows[0]?.i).toBe('READ-COMMITTED');
-    // No statement waits for statistics to load while it is planned (src/ledger/connection.ts).
-    const statsWait = await sql<{ w: number | string }>`SELECT @@tidb_stats_load_sync_wait AS w`.execute(opt.ledger.db);
-    expect(Number(statsWait.rows[0]?.w)).toBe(0);
-  });
-
-  test("the schema's executable comments are applied: items clustered by id, the other tables nonclustered with row ids sharded", async () => {
-    const t = pess.ledger.tables;
-    const ddlOf = async (table: typeof t.items) =>
-      (await sql<{ 'Create Table': string }>`SHOW CREATE TABLE ${table}`.execute(pess.ledger.db)).rows[0]?.[
-        'Create Table'
-      ] ?? '';
-    const items = await ddlOf(t.items);
-    expect(items, items).toMatch(/PRIMARY KEY \(`id`\) \/\*T!\[clustered_index\] CLUSTERED \*\//);
-    expect(items, items).not.toMatch(/SHARD_ROW_ID_BITS/);
-    for (const table of [t.lanes, t.attempts, t.waits]) {
-      const ddl = await ddlOf(table);
-      expect(ddl, ddl).toMatch(/NONCLUSTERED/);
-      expect(ddl, ddl).toMatch(/SHARD_ROW_ID_BITS=4/);
-    }
-  });
-
-  test("a job's own statements go prepared, and TiDB's plan cache serves them: the claim, the laneless completion and an end in the caller's transaction", async () => {
-    const own = await createTestLedger({ tidbTxnMode: 'pessimistic', poolSize: 2 });
-    try {
-      const { ledger } = own;
-      expect((await ledger.capabilities()).prepared).toBe(true);
-      const queue = freshQueue('prepared');
-      const ids = (await ledger.enqueueMany([1, 2].map((n) => ({ queue, type: 't', payload: { n } })))).map(
-        (r) => r.id,
+  test(
+    'the ledger knows it is on TiDB, and its sessions run the ' +
+      'transaction mode asked for, waiting for no statistics',
+    async () => {
+      expect((await pess.ledger.capabilities()).family).toBe('tidb');
+      const mode = async (l: Ledger) =>
+        (await sql<{ m: string }>`SELECT @@tidb_txn_mode AS m`.execute(l.db)).rows[0]?.m;
+      expect(await mode(pess.ledger)).toBe('pessimistic');
+      expect(await mode(opt.ledger)).toBe('optimistic');
+      const iso = await sql<{ i: string }>`SELECT @@transaction_isolation AS i`.execute(pess.ledger.db);
+      expect(iso.rows[0]?.i).toBe('READ-COMMITTED');
+      // No statement waits for statistics to load while it is planned (src/ledger/connection.ts).
+      const statsWait = await sql<{ w: number | string }>`SELECT @@tidb_stats_load_sync_wait AS w`.execute(
+        opt.ledger.db,
       );
-      const [laneHead] = (
-        await ledger.enqueueMany([3, 4].map((n) => ({ queue, type: 't', payload: { n }, lane: 'L' })))
-      ).map((r) => r.id);
-      const claimed = await ledger.claimByIds({ queue, owner: 'w', leaseMs: 60_000, ids: [...ids, laneHead!] });
-      const [batch, single, head] = [...ids, laneHead!].map((id) => claimed.find((c) => c.id === id));
-      // One laneless batch UPDATE (sql/completion-cas.ts), and items ended in a transaction, as ctx.transaction does (sql/transition.ts):
-      // a laneless one, and a lane's head, whose lane is handed on to its successor (sql/lane-advance.ts).
-      expect((await ledger.completeMany([{ handle: batch!, result: { n: 1 } }]))[0]?.won).toBe(true);
-      await ledger.completeWithin(single!, async () => 2);
-      await ledger.completeWithin(head!, async () => 3);
-      // What the ledger sent prepared, as TiDB recorded it: the text with its markers, then ` [arguments: (…)]` (a text sent as a query has neither).
-      const r = await sql<{
-        text: string;
-      }>`SELECT DISTINCT query_sample_text AS text FROM information_schema.statements_summary
+      expect(Number(statsWait.rows[0]?.w)).toBe(0);
+    },
+  );
+
+  test(
+    "the schema's executable comments are applied: items clustered " +
+      'by id, the other tables nonclustered with row ids sharded',
+    async () => {
+      const t = pess.ledger.tables;
+      const ddlOf = async (table: typeof t.items) =>
+        (await sql<{ 'Create Table': string }>`SHOW CREATE TABLE ${table}`.execute(pess.ledger.db)).rows[0]?.[
+          'Create Table'
+        ] ?? '';
+      const items = await ddlOf(t.items);
+      expect(items, items).toMatch(/PRIMARY KEY \(`id`\) \/\*T!\[clustered_index\] CLUSTERED \*\//);
+      expect(items, items).not.toMatch(/SHARD_ROW_ID_BITS/);
+      for (const table of [t.lanes, t.attempts, t.waits]) {
+        const ddl = await ddlOf(table);
+        expect(ddl, ddl).toMatch(/NONCLUSTERED/);
+        expect(ddl, ddl).toMatch(/SHARD_ROW_ID_BITS=4/);
+      }
+    },
+  );
+
+  test(
+    "a job's own statements go prepared, and TiDB's plan cache serves them: the " +
+      "claim, the laneless completion and an end in the caller's transaction",
+    async () => {
+      const own = await createTestLedger({ tidbTxnMode: 'pessimistic', poolSize: 2 });
+      try {
+        const { ledger } = own;
+        expect((await ledger.capabilities()).prepared).toBe(true);
+        const queue = freshQueue('prepared');
+        const ids = (await ledger.enqueueMany([1, 2].map((n) => ({ queue, type: 't', payload: { n } })))).map(
+          (r) => r.id,
+        );
+        const [laneHead] = (
+          await ledger.enqueueMany([3, 4].map((n) => ({ queue, type: 't', payload: { n }, lane: 'L' })))
+        ).map((r) => r.id);
+        const claimed = await ledger.claimByIds({ queue, owner: 'w', leaseMs: 60_000, ids: [...ids, laneHead!] });
+        const [batch, single, head] = [...ids, laneHead!].map((id) => claimed.find((c) => c.id === id));
+        // One laneless batch UPDATE (sql/completion-cas.ts), and items ended in a transaction, as ctx.transaction does
+        // (sql/transition.ts): a laneless one, and a lane's head, whose lane is handed on to its
+        // successor (sql/lane-advance.ts).
+        expect((await ledger.completeMany([{ handle: batch!, result: { n: 1 } }]))[0]?.won).toBe(true);
+        await ledger.completeWithin(single!, async () => 2);
+        await ledger.completeWithin(head!, async () => 3);
+        // What the ledger sent prepared, as TiDB recorded it: the text with its markers, then ` [arguments: (…)]` (a
+        // text sent as a query has neither).
+        const r = await sql<{
+          text: string;
+        }>`SELECT DISTINCT query_sample_text AS text FROM information_schema.statements_summary
         WHERE schema_name = DATABASE() AND query_sample_text LIKE '/* lw:prepared */%'`.execute(ledger.db);
-      const sent = new Map(
-        r.rows.flatMap((row) => {
-          const m = / \[arguments: \((.*)\)\]$/s.exec(row.text);
-          return m ? [[row.text.slice(0, m.index), m[1]!] as const] : [];
-        }),
-      );
-      const texts = [...sent.keys()];
-      expect(
-        texts.filter((text) => /SET state = 'completed'/.test(text)),
-        JSON.stringify(texts),
-      ).toHaveLength(2);
-      // The claim's CAS and its read-back (sql/claim.ts), on the connections that return a write conflict.
-      expect(
-        texts.filter((text) => /SET state = 'processing'/.test(text)),
-        JSON.stringify(texts),
-      ).toHaveLength(1);
-      expect(
-        texts.filter((text) =>
-          /^\/\* lw:prepared \*\/ SELECT .* AND lease_token = \? AND state = 'processing'$/s.test(text),
-        ),
-        JSON.stringify(texts),
-      ).toHaveLength(1);
-      // The lane hand-on: the lane row's read, and its successor made the head.
-      expect(
-        texts.filter((text) => /SELECT next_seq FROM/.test(text)),
-        JSON.stringify(texts),
-      ).toHaveLength(1);
-      expect(
-        texts.filter((text) => /SET is_head = 1/.test(text)),
-        JSON.stringify(texts),
-      ).toHaveLength(1);
-      // Each is served from the plan cache when it runs again on a connection of the ledger's pool, which binds values as it does
-      // its own (connection.ts). Under READ COMMITTED any DDL on the server (another test's migration, in parallel) empties the cache:
-      // a text gets a few runs in a row to be seen served from it.
-      await ledger.db.connection().execute(async (conn) => {
-        for (const text of texts) {
-          const values = parametersLike(sent.get(text)!);
-          const statement = sql.join(
-            text.split('?').map((part, i) => (i === 0 ? sql.raw(part) : sql`${values[i - 1] ?? null}${sql.raw(part)}`)),
-            sql.raw(''),
-          );
-          let served = false;
-          for (let run = 0; run < 20 && !served; run++) {
-            await statement.execute(conn);
-            served =
-              Number(
-                (await sql<{ served: number }>`SELECT @@last_plan_from_cache AS served`.execute(conn)).rows[0]?.served,
-              ) === 1;
+        const sent = new Map(
+          r.rows.flatMap((row) => {
+            const m = / \[arguments: \((.*)\)\]$/s.exec(row.text);
+            return m ? [[row.text.slice(0, m.index), m[1]!] as const] : [];
+          }),
+        );
+        const texts = [...sent.keys()];
+        expect(
+          texts.filter((text) => /SET state = 'completed'/.test(text)),
+          JSON.stringify(texts),
+        ).toHaveLength(2);
+        // The claim's CAS and its read-back (sql/claim.ts), on the connections that return a write conflict.
+        expect(
+          texts.filter((text) => /SET state = 'processing'/.test(text)),
+          JSON.stringify(texts),
+        ).toHaveLength(1);
+        expect(
+          texts.filter((text) =>
+            /^\/\* lw:prepared \*\/ SELECT .* AND lease_token = \? AND state = 'processing'$/s.test(text),
+          ),
+          JSON.stringify(texts),
+        ).toHaveLength(1);
+        // The lane hand-on: the lane row's read, and its successor made the head.
+        expect(
+          texts.filter((text) => /SELECT next_seq FROM/.test(text)),
+          JSON.stringify(texts),
+        ).toHaveLength(1);
+        expect(
+          texts.filter((text) => /SET is_head = 1/.test(text)),
+          JSON.stringify(texts),
+        ).toHaveLength(1);
+        // Each is served from the plan cache when it runs again on a connection of the ledger's pool, which binds
+        // values as it does its own (connection.ts). Under READ COMMITTED any DDL on the server (another test's
+        // migration, in parallel) empties the cache: a text gets a few runs in a row to be seen served from it.
+        await ledger.db.connection().execute(async (conn) => {
+          for (const text of texts) {
+            const values = parametersLike(sent.get(text)!);
+            const statement = sql.join(
+              text
+                .split('?')
+                .map((part, i) => (i === 0 ? sql.raw(part) : sql`${values[i - 1] ?? null}${sql.raw(part)}`)),
+              sql.raw(''),
+            );
+            let served = false;
+            for (let run = 0; run < 20 && !served; run++) {
+              await statement.execute(conn);
+              served =
+                Number(
+                  (await sql<{ served: number }>`SELECT @@last_plan_from_cache AS served`.execute(conn)).rows[0]
+                    ?.served,
+                ) === 1;
+            }
+            expect(served, text).toBe(true);
           }
-          expect(served, text).toBe(true);
-        }
-      });
-    } finally {
-      await own.drop();
-    }
-  });
+        });
+      } finally {
+        await own.drop();
+      }
+    },
+  );
 
   /**
    * Values of the types TiDB recorded in a prepared statement's arguments
@@ -203,7 +223,10 @@ describe.runIf(tidb)('on TiDB', () => {
     return queue;
   }
 
-  /** Five batches of ten items of key 'hot', each all new; with idempotency keys they take the enqueue's transaction path. */
+  /**
+   * Five batches of ten items of key 'hot', each all new; with idempotency keys they take the
+   * enqueue's transaction path.
+   */
   async function enqueueHotBatches(ledger: Ledger, queue: string, opts: { idempotent: boolean }): Promise<void> {
     for (let k = 1; k <= 5; k++) {
       const r = await ledger.enqueueMany(
@@ -220,26 +243,34 @@ describe.runIf(tidb)('on TiDB', () => {
   }
 
   // In optimistic mode every transaction that wrote the key's row loses at COMMIT to any that wrote it meanwhile.
-  test('optimistic mode: a keyed enqueue whose key row others write all the time still commits, its retries taking their locks', async () => {
-    const { ledger } = opt;
-    const queue = await hotKeyQueue(ledger, 'tidb-hot-key');
-    await whileKeyRowRewritten(ledger, queue, 'hot', async () => {
-      await enqueueHotBatches(ledger, queue, { idempotent: false });
-    });
-    expect(await admittedOf(ledger, queue, 'hot')).toBe(51);
-  });
+  test(
+    'optimistic mode: a keyed enqueue whose key row others write ' +
+      'all the time still commits, its retries taking their locks',
+    async () => {
+      const { ledger } = opt;
+      const queue = await hotKeyQueue(ledger, 'tidb-hot-key');
+      await whileKeyRowRewritten(ledger, queue, 'hot', async () => {
+        await enqueueHotBatches(ledger, queue, { idempotent: false });
+      });
+      expect(await admittedOf(ledger, queue, 'hot')).toBe(51);
+    },
+  );
 
-  test('optimistic mode: idempotent keyed enqueues and keyed completions (transactions of their own) commit while the key row is rewritten', async () => {
-    const { ledger } = opt;
-    const queue = await hotKeyQueue(ledger, 'tidb-hot-key-tx');
-    await whileKeyRowRewritten(ledger, queue, 'hot', async () => {
-      await enqueueHotBatches(ledger, queue, { idempotent: true });
-      const claimed = await claimAll(ledger, queue);
-      expect(claimed).toHaveLength(51);
-      for (const c of claimed.slice(0, 10)) expect((await ledger.complete(c, 'done')).won).toBe(true);
-    });
-    expect(await admittedOf(ledger, queue, 'hot')).toBe(41);
-  });
+  test(
+    'optimistic mode: idempotent keyed enqueues and keyed completions ' +
+      '(transactions of their own) commit while the key row is rewritten',
+    async () => {
+      const { ledger } = opt;
+      const queue = await hotKeyQueue(ledger, 'tidb-hot-key-tx');
+      await whileKeyRowRewritten(ledger, queue, 'hot', async () => {
+        await enqueueHotBatches(ledger, queue, { idempotent: true });
+        const claimed = await claimAll(ledger, queue);
+        expect(claimed).toHaveLength(51);
+        for (const c of claimed.slice(0, 10)) expect((await ledger.complete(c, 'done')).won).toBe(true);
+      });
+      expect(await admittedOf(ledger, queue, 'hot')).toBe(41);
+    },
+  );
 
   describe.each([
     ['pessimistic', () => pess],

@@ -99,7 +99,7 @@ describe('block and dependencies', () => {
   });
 
   // A wait past its maxWait: test/ledger-dependency-race.test.ts (a final run, then dead on a re-block).
-  test('a blocked item without a waits row (blocked by code older than schema 3) is found again by the reconciler', async () => {
+  test('a blocked item with no waits row (blocked before schema 3) is found again by the reconciler', async () => {
     const queue = freshQueue('repair-waits');
     await ledger.enqueue({ queue, type: 't', payload: 1 });
     await ledger.enqueue({ queue, type: 't', payload: 2 });

@@ -1,4 +1,5 @@
-// The ledger's transitions: claim, renew, checkpoint, and how a holder ends an attempt (complete, retry, fail, release, skip).
+// The ledger's transitions: claim, renew, checkpoint, and how a holder ends an attempt (complete,
+// retry, fail, release, skip).
 import { afterAll, beforeAll, describe, expect, test } from 'vitest';
 import { Ledger } from '../src/ledger/ledger.js';
 import { claimAll, claimOne, freshQueue, history, ms, mustGet, only } from './support/items.js';

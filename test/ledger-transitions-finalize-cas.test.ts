@@ -1,4 +1,5 @@
-// The ledger's transitions: batch, in-transaction and cancelled finalizes, and that losing a finalize's CAS writes nothing.
+// The ledger's transitions: batch, in-transaction and cancelled finalizes, and that losing a
+// finalize's CAS writes nothing.
 import { sql } from 'kysely';
 import { afterAll, beforeAll, describe, expect, test } from 'vitest';
 import type { Ledger } from '../src/ledger/ledger.js';
@@ -78,15 +79,15 @@ describe('batch, in-transaction and cancelled finalizes', () => {
     expect((await claimAll(ledger, queue)).map((c) => c.payload)).toEqual(['b2']);
   });
 
-  test('completeInTransaction: the completion commits with the caller’s writes, or the loss rolls them back', async () => {
+  test('completeInTransaction: it commits with the caller’s writes, or the loss rolls them back', async () => {
     const queue = freshQueue('complete-trx');
     await sql`CREATE TABLE IF NOT EXISTS app_effects (item_id VARCHAR(32) PRIMARY KEY) ENGINE=InnoDB`.execute(
       ledger.db,
     );
     const effects = async (id: string): Promise<number> => {
-      const r = await sql<{ n: number | string }>`SELECT COUNT(*) AS n FROM app_effects WHERE item_id = ${id}`.execute(
-        ledger.db,
-      );
+      const r = await sql<{
+        n: number | string;
+      }>`SELECT COUNT(*) AS n FROM app_effects WHERE item_id = ${id}`.execute(ledger.db);
       return Number(r.rows[0]?.n);
     };
     await ledger.enqueueMany([
@@ -114,23 +115,27 @@ describe('batch, in-transaction and cancelled finalizes', () => {
     expect(await mustGet(ledger, second!.id)).toEqual(before);
   });
 
-  test('completeWithin says whether the lane got a new head: true with a successor waiting, false when the lane goes idle', async () => {
-    const queue = freshQueue('complete-within-lane');
-    await ledger.enqueueMany([
-      { queue, type: 't', payload: 'a1', lane: 'A' },
-      { queue, type: 't', payload: 'a2', lane: 'A' },
-      { queue, type: 't', payload: 'b1', lane: 'B' },
-      { queue, type: 't', payload: 'free' },
-    ]);
-    const byPayload = new Map((await claimAll(ledger, queue)).map((c) => [c.payload, c]));
-    const done = (p: string) => ledger.completeWithin(byPayload.get(p)!, async () => `done ${p}`);
-    expect(await done('a1')).toEqual({ value: 'done a1', laneAdvanced: true });
-    expect(await done('b1')).toEqual({ value: 'done b1', laneAdvanced: false });
-    expect(await done('free')).toEqual({ value: 'done free', laneAdvanced: undefined });
-    expect(await laneRow(ledger, queue, 'A')).toEqual({ nextSeq: 2, busy: true });
-    expect(await laneRow(ledger, queue, 'B')).toEqual({ nextSeq: 1, busy: false });
-    expect((await claimAll(ledger, queue)).map((c) => c.payload)).toEqual(['a2']);
-  });
+  test(
+    'completeWithin says whether the lane got a new head: true ' +
+      'with a successor waiting, false when the lane goes idle',
+    async () => {
+      const queue = freshQueue('complete-within-lane');
+      await ledger.enqueueMany([
+        { queue, type: 't', payload: 'a1', lane: 'A' },
+        { queue, type: 't', payload: 'a2', lane: 'A' },
+        { queue, type: 't', payload: 'b1', lane: 'B' },
+        { queue, type: 't', payload: 'free' },
+      ]);
+      const byPayload = new Map((await claimAll(ledger, queue)).map((c) => [c.payload, c]));
+      const done = (p: string) => ledger.completeWithin(byPayload.get(p)!, async () => `done ${p}`);
+      expect(await done('a1')).toEqual({ value: 'done a1', laneAdvanced: true });
+      expect(await done('b1')).toEqual({ value: 'done b1', laneAdvanced: false });
+      expect(await done('free')).toEqual({ value: 'done free', laneAdvanced: undefined });
+      expect(await laneRow(ledger, queue, 'A')).toEqual({ nextSeq: 2, busy: true });
+      expect(await laneRow(ledger, queue, 'B')).toEqual({ nextSeq: 1, busy: false });
+      expect((await claimAll(ledger, queue)).map((c) => c.payload)).toEqual(['a2']);
+    },
+  );
 
   test('cancelClaimed: the holder ends a cancel-requested item as cancelled and its lane moves on', async () => {
     const queue = freshQueue('cancel-claimed');

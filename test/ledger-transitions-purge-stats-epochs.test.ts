@@ -47,7 +47,8 @@ describe('purge', () => {
     // Age two of them past the retention (the ledger cannot be made to wait an hour):
     // created three hours ago, ended two hours ago.
     const old = [oldDone!.id, oldDead!.id, other.id];
-    await sql`UPDATE ${ledger.tables.items} SET created_at = NOW(6) - INTERVAL 3 HOUR, terminal_at = NOW(6) - INTERVAL 2 HOUR
+    await sql`UPDATE ${ledger.tables.items}
+      SET created_at = NOW(6) - INTERVAL 3 HOUR, terminal_at = NOW(6) - INTERVAL 2 HOUR
       WHERE id IN (${sql.join(old)})`.execute(ledger.db);
     // Old but unfinished, and old but ended within the retention: they stay.
     await sql`UPDATE ${ledger.tables.items} SET created_at = NOW(6) - INTERVAL 3 HOUR
@@ -75,7 +76,8 @@ describe('purge', () => {
     const queue = freshQueue('purge-lane');
     const first = await ledger.enqueue({ queue, type: 't', payload: 1, lane: 'L' });
     await ledger.complete(await claimOne(ledger, queue));
-    await sql`UPDATE ${ledger.tables.items} SET created_at = NOW(6) - INTERVAL 2 DAY, terminal_at = NOW(6) - INTERVAL 1 DAY
+    await sql`UPDATE ${ledger.tables.items}
+      SET created_at = NOW(6) - INTERVAL 2 DAY, terminal_at = NOW(6) - INTERVAL 1 DAY
       WHERE id = ${first.id}`.execute(ledger.db);
     expect(await ledger.purge({ olderThanMs: 60_000, queue })).toBe(1);
     const again = await ledger.enqueue({ queue, type: 't', payload: 2, lane: 'L' });
@@ -92,9 +94,8 @@ describe('purge of key rows', () => {
       )
     ).rows.map((r) => r.ckey);
   const age = (ids: string[]) =>
-    sql`UPDATE ${ledger.tables.items} SET created_at = NOW(6) - INTERVAL 2 DAY, terminal_at = NOW(6) - INTERVAL 1 DAY WHERE id IN (${sql.join(ids)})`.execute(
-      ledger.db,
-    );
+    sql`UPDATE ${ledger.tables.items} SET created_at = NOW(6) - INTERVAL 2 DAY, terminal_at = NOW(6) - INTERVAL 1 DAY
+      WHERE id IN (${sql.join(ids)})`.execute(ledger.db);
 
   test("a key's row goes with its last purged item; a key with an admitted or waiting item keeps it", async () => {
     const queue = freshQueue('purge-keys');

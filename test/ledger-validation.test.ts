@@ -135,23 +135,27 @@ describe('enqueue input', () => {
     expect(batchErr.fields).toEqual([`items[1].${field}`]);
   });
 
-  test('two different malformed idempotency keys are both refused, and a repeat is refused at once (no merge, no conflict loop)', async () => {
-    const queue = freshQueue('idem-surrogate');
-    const first = await rejection(() => ledger.enqueue(good({ queue, idempotencyKey: 'order-\ud83d' })));
-    expect(first.fields).toEqual(['idempotencyKey']);
-    expect(first.message).toMatch(/well-formed/);
-    const second = await rejection(() => ledger.enqueue(good({ queue, idempotencyKey: 'order-\ud83e' })));
-    expect(second.fields).toEqual(['idempotencyKey']);
-    const again = await rejection(() => ledger.enqueue(good({ queue, idempotencyKey: 'order-\ud83d' })));
-    expect(again.fields).toEqual(['idempotencyKey']);
-    expect(await itemCount(ledger, queue)).toBe(0);
-    // Control: well-formed keys that differ stay two items.
-    const a = await ledger.enqueue(good({ queue, idempotencyKey: 'order-\u{1F600}' }));
-    const b = await ledger.enqueue(good({ queue, idempotencyKey: 'order-\u{1F601}' }));
-    expect(a.id).not.toBe(b.id);
-    expect((await ledger.enqueue(good({ queue, idempotencyKey: 'order-\u{1F600}' }))).duplicate).toBe(true);
-    rowsBefore += 2;
-  });
+  test(
+    'two different malformed idempotency keys are both refused, and ' +
+      'a repeat is refused at once (no merge, no conflict loop)',
+    async () => {
+      const queue = freshQueue('idem-surrogate');
+      const first = await rejection(() => ledger.enqueue(good({ queue, idempotencyKey: 'order-\ud83d' })));
+      expect(first.fields).toEqual(['idempotencyKey']);
+      expect(first.message).toMatch(/well-formed/);
+      const second = await rejection(() => ledger.enqueue(good({ queue, idempotencyKey: 'order-\ud83e' })));
+      expect(second.fields).toEqual(['idempotencyKey']);
+      const again = await rejection(() => ledger.enqueue(good({ queue, idempotencyKey: 'order-\ud83d' })));
+      expect(again.fields).toEqual(['idempotencyKey']);
+      expect(await itemCount(ledger, queue)).toBe(0);
+      // Control: well-formed keys that differ stay two items.
+      const a = await ledger.enqueue(good({ queue, idempotencyKey: 'order-\u{1F600}' }));
+      const b = await ledger.enqueue(good({ queue, idempotencyKey: 'order-\u{1F601}' }));
+      expect(a.id).not.toBe(b.id);
+      expect((await ledger.enqueue(good({ queue, idempotencyKey: 'order-\u{1F600}' }))).duplicate).toBe(true);
+      rowsBefore += 2;
+    },
+  );
 
   test('a lane with a lone surrogate is refused in a batch and on its own, and writes no lane row', async () => {
     const queue = freshQueue('lane-surrogate');
@@ -341,7 +345,7 @@ describe('handler results JSON cannot carry', () => {
     expect(item.lastError).toMatch(what);
   });
 
-  test('completeMany ends only the unstorable result dead; completeInTransaction refuses it and writes nothing', async () => {
+  test('completeMany ends only the unstorable result dead; completeInTransaction refuses, writes nothing', async () => {
     const queue = freshQueue('bad-result-many');
     await ledger.enqueueMany([good({ queue }), good({ queue }), good({ queue })]);
     const [a, b, t] = (await ledger.claim({ queue, owner: 'w', limit: 3, leaseMs: 60_000 })).items;

@@ -187,7 +187,7 @@ test("a consumer's maintenance sweep reclaims an expired lease and announces it"
   }
 });
 
-test('a reconciler pass forgets dependency wake marks untouched for a day, once per pass, whatever the retention', async () => {
+test('the reconciler forgets dependency wake marks idle for a day, once per pass, whatever the retention', async () => {
   const marks = ledger.tables.wakeMarks;
   await ledger.wakeDependency('mark-old');
   await ledger.wakeDependency('mark-new');

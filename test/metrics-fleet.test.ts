@@ -96,7 +96,8 @@ async function feed(tl: TestLedger, tw: TestWake, queue: string): Promise<void> 
   );
 }
 
-test('two workers in one process: each has its own process metrics; one exports the fleet-wide gauges, the other takes them over at its stop', async () => {
+test('two workers in one process: each has its own process metrics; one ' +
+  'exports the fleet-wide gauges, the other takes them over at its stop', async () => {
   const { tl, tw, queue } = await fixtures();
   const workers = [await start(tl, tw, queue), await start(tl, tw, queue)];
   await feed(tl, tw, queue);
@@ -163,7 +164,8 @@ test('a holder whose refreshes stop exports nothing once its lease runs out here
   const b = new LanewakeMetrics({ defaultMetrics: false });
   const items = async (m: LanewakeMetrics): Promise<string[]> =>
     series(await m.metrics(), 'lanewake_items').filter((l) => l.includes(`queue="${queue}"`));
-  const opts = { everyMs: 0, leaseMs: 1_500 }; // long enough for the steps between a take and the next check on a busy machine
+  // The lease is long enough for the steps between a take and the next check on a busy machine.
+  const opts = { everyMs: 0, leaseMs: 1_500 };
 
   expect(await a.refreshFleetGauges(tl.ledger, opts)).toBe(true);
   expect(await b.refreshFleetGauges(tl.ledger, opts)).toBe(false);
@@ -191,7 +193,8 @@ test('a holder whose refreshes stop exports nothing once its lease runs out here
   expect(await a.refreshFleetGauges(tl.ledger, opts)).toBe(true);
 });
 
-test('promtool check metrics finds nothing in the /metrics of a worker that ran items of several types', async (ctx) => {
+test('promtool check metrics finds nothing in the ' +
+  '/metrics of a worker that ran items of several types', async (ctx) => {
   needPromtool(ctx);
   const { tl, tw, queue } = await fixtures();
   const w = await start(tl, tw, queue);

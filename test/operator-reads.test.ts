@@ -88,7 +88,7 @@ test('item pages by state read a bounded window: a short page goes on, and every
   expect(summary?.errorDigest).toBe(errorDigest(item?.lastError ?? null));
 });
 
-test('lanes: longest waiting first with their pending count; lane pages in lane order; a lane filter on items', async () => {
+test('lanes: longest waiting first, with pending counts; lane pages in lane order; items by lane', async () => {
   const { ledger } = await scope.ledger();
   const queue = freshQueue('ops');
   for (let i = 0; i < 3; i++) await ledger.enqueue({ queue, type: 't', payload: {}, lane: 'first' });

@@ -30,9 +30,8 @@ afterEach(async () => {
 
 async function setUp(): Promise<{ ledger: Ledger; queue: string }> {
   tl = await createTestLedger();
-  await sql`CREATE TABLE fx (item_id VARCHAR(32) NOT NULL, worker VARCHAR(16) NOT NULL, PRIMARY KEY (item_id, worker)) ENGINE=InnoDB`.execute(
-    tl.ledger.db,
-  );
+  await sql`CREATE TABLE fx (item_id VARCHAR(32) NOT NULL, worker VARCHAR(16) NOT NULL, PRIMARY KEY (item_id, worker))
+    ENGINE=InnoDB`.execute(tl.ledger.db);
   return { ledger: tl.ledger, queue: uniqueQueue('fence') };
 }
 
@@ -53,73 +52,77 @@ async function claimUnder(ledger: Ledger, queue: string, epoch: number, owner: s
   return (await ledger.claim({ queue, owner, limit: 10, leaseMs: 60_000, epoch })).items;
 }
 
-test("activating green while blue's handler is inside ctx.transaction: blue's commit is refused, green completes the item once, no attempt spent", async () => {
-  const { ledger, queue } = await setUp();
-  await ledger.activate({ queue, deployment: 'blue', expectEpoch: 0 });
-  let entered = 0;
-  let openGate!: () => void;
-  const gate = new Promise<void>((resolve) => (openGate = resolve));
-  const blueErrors: unknown[] = [];
-  const blue = new Consumer<FxDB>({
-    ledger,
-    queue,
-    name: 'blue',
-    epoch: 1,
-    concurrency: 1,
-    pollIntervalMs: 50,
-    logger: createLogger('test', 'silent'),
-    handlers: {
-      job: async (job, ctx) => {
-        try {
-          await ctx.transaction(async (trx) => {
-            await insertEffect(job.id, 'blue')(trx);
-            entered++;
-            await gate;
-          });
-        } catch (error) {
-          blueErrors.push(error);
-          throw error;
-        }
+test(
+  "activating green while blue's handler is inside ctx.transaction: blue's " +
+    'commit is refused, green completes the item once, no attempt spent',
+  async () => {
+    const { ledger, queue } = await setUp();
+    await ledger.activate({ queue, deployment: 'blue', expectEpoch: 0 });
+    let entered = 0;
+    let openGate!: () => void;
+    const gate = new Promise<void>((resolve) => (openGate = resolve));
+    const blueErrors: unknown[] = [];
+    const blue = new Consumer<FxDB>({
+      ledger,
+      queue,
+      name: 'blue',
+      epoch: 1,
+      concurrency: 1,
+      pollIntervalMs: 50,
+      logger: createLogger('test', 'silent'),
+      handlers: {
+        job: async (job, ctx) => {
+          try {
+            await ctx.transaction(async (trx) => {
+              await insertEffect(job.id, 'blue')(trx);
+              entered++;
+              await gate;
+            });
+          } catch (error) {
+            blueErrors.push(error);
+            throw error;
+          }
+        },
       },
-    },
-  });
-  await blue.start();
-  stops.push(() => blue.stop());
-  const { id } = await ledger.enqueue({ queue, type: 'job', payload: {} });
-  await waitFor(() => entered > 0 || undefined, 10_000, "blue's handler inside ctx.transaction");
+    });
+    await blue.start();
+    stops.push(() => blue.stop());
+    const { id } = await ledger.enqueue({ queue, type: 'job', payload: {} });
+    await waitFor(() => entered > 0 || undefined, 10_000, "blue's handler inside ctx.transaction");
 
-  const green = await ledger.activate({ queue, deployment: 'green', expectEpoch: 1 });
-  expect(green.epoch).toBe(2);
-  const greenConsumer = new Consumer<FxDB>({
-    ledger,
-    queue,
-    name: 'green',
-    epoch: green.epoch,
-    concurrency: 1,
-    pollIntervalMs: 50,
-    logger: createLogger('test', 'silent'),
-    handlers: { job: (job, ctx) => ctx.transaction(insertEffect(job.id, 'green')) },
-  });
-  await greenConsumer.start();
-  stops.push(() => greenConsumer.stop());
-  openGate();
+    const green = await ledger.activate({ queue, deployment: 'green', expectEpoch: 1 });
+    expect(green.epoch).toBe(2);
+    const greenConsumer = new Consumer<FxDB>({
+      ledger,
+      queue,
+      name: 'green',
+      epoch: green.epoch,
+      concurrency: 1,
+      pollIntervalMs: 50,
+      logger: createLogger('test', 'silent'),
+      handlers: { job: (job, ctx) => ctx.transaction(insertEffect(job.id, 'green')) },
+    });
+    await greenConsumer.start();
+    stops.push(() => greenConsumer.stop());
+    openGate();
 
-  await waitFor(
-    async () => ((await ledger.get(id))?.state === 'completed' ? true : undefined),
-    15_000,
-    'green to complete the item',
-  );
-  expect(blueErrors).toHaveLength(1);
-  expect(blueErrors[0]).toBeInstanceOf(OwnershipLostError);
-  expect(blueErrors[0]).toMatchObject({ itemId: id, queue, epoch: 1, currentEpoch: 2 });
-  expect(await effects(ledger)).toEqual([{ item_id: id, worker: 'green' }]);
-  const seen = await ledger.inspect(id);
-  // Blue's attempt was given back: green's claim is attempt 1, and the history holds blue's release.
-  expect(seen?.item).toMatchObject({ state: 'completed', attempt: 1, epoch: 2 });
-  expect(seen?.attempts.map((a) => [a.attempt, a.outcome])).toEqual([[1, 'released']]);
-  expect(blue.counters).toMatchObject({ completed: 0, released: 1, retried: 0 });
-  expect(greenConsumer.counters.completed).toBe(1);
-});
+    await waitFor(
+      async () => ((await ledger.get(id))?.state === 'completed' ? true : undefined),
+      15_000,
+      'green to complete the item',
+    );
+    expect(blueErrors).toHaveLength(1);
+    expect(blueErrors[0]).toBeInstanceOf(OwnershipLostError);
+    expect(blueErrors[0]).toMatchObject({ itemId: id, queue, epoch: 1, currentEpoch: 2 });
+    expect(await effects(ledger)).toEqual([{ item_id: id, worker: 'green' }]);
+    const seen = await ledger.inspect(id);
+    // Blue's attempt was given back: green's claim is attempt 1, and the history holds blue's release.
+    expect(seen?.item).toMatchObject({ state: 'completed', attempt: 1, epoch: 2 });
+    expect(seen?.attempts.map((a) => [a.attempt, a.outcome])).toEqual([[1, 'released']]);
+    expect(blue.counters).toMatchObject({ completed: 0, released: 1, retried: 0 });
+    expect(greenConsumer.counters.completed).toBe(1);
+  },
+);
 
 describe('every write of a stale epoch is refused, nothing of it committed', () => {
   async function staleItem(): Promise<{ ledger: Ledger; queue: string; item: ClaimedItem; others: ClaimedItem[] }> {
@@ -276,7 +279,7 @@ test('the statements of a queue without ownership carry no epoch check', async (
   }
 });
 
-test('an idle worker of the old epoch learns of the activation from the ledger alone, reports not ready and exits 3', async () => {
+test('an idle old-epoch worker learns of the activation from the ledger alone, goes not ready, exits 3', async () => {
   const { ledger, queue } = await setUp();
   const tw = createTestWake();
   stops.push(() => tw.drop());

@@ -16,7 +16,7 @@ beforeEach(async () => {
 });
 
 describe('a paused queue at the ledger', () => {
-  test('the ledger holds the flag: enqueues still commit, the sweep signals and explain say so, resume clears it', async () => {
+  test('the ledger holds the flag: enqueues commit, sweep signals and explain say so, resume clears it', async () => {
     const queue = freshQueue('paused');
     const other = freshQueue('notpaused');
     await tl.ledger.pause(queue);
@@ -44,57 +44,61 @@ describe('a paused queue at the ledger', () => {
 });
 
 describe('a paused queue with consumers', () => {
-  test('with Redis: consumers hear the pause at once and start nothing (no claim round, no claim at insert); resumed, everything runs', async () => {
-    const tw = scope.wake();
-    const queue = uniqueQueue('pausewake');
-    const started: string[] = [];
-    const c = new Consumer({
-      ledger: tl.ledger,
-      wake: tw.wake,
-      queue,
-      concurrency: 4,
-      pollIntervalMs: 100,
-      handlers: { t: async (job) => void started.push(job.id) },
-    });
-    await scope.start(c);
-    const metrics = new LanewakeMetrics({ defaultMetrics: false });
-    const unobserve = metrics.observeConsumer(c);
-    const series = async (name: string): Promise<string | undefined> =>
-      (await metrics.metrics()).split('\n').find((l) => l.startsWith(`${name}{queue="${queue}"}`));
-    // What this process's consumers heard, and what the ledger holds (fleet-wide, from the gauges' refresh).
-    const pausedSeries = (): Promise<string | undefined> => series('lanewake_consumer_paused');
-    const ledgerPaused = async (): Promise<string | undefined> => {
-      expect(await metrics.refreshFleetGauges(tl.ledger, { everyMs: 0 })).toBe(true);
-      return series('lanewake_queue_paused');
-    };
-    expect(await pausedSeries()).toMatch(/ 0$/);
-    const producer = new Producer({ ledger: tl.ledger, wake: tw.wake });
-    const heard = new Promise<void>((resolve) =>
-      c.on('control', (m: { type: string }) => m.type === 'pause' && resolve()),
-    );
-    await producer.pause(queue);
-    await heard;
-    const made = await producer.enqueueMany(
-      Array.from({ length: 10 }, (_, i) => ({ queue, type: 't', payload: { i } })),
-    );
-    await producer.enqueue({ queue, type: 't', payload: { single: true } });
-    // Two sweeps have come and gone since: each would have claimed what it found.
-    const sweeps = c.counters.sweeps;
-    await waitFor(() => c.counters.sweeps >= sweeps + 2 || undefined, 10_000, 'two sweeps');
-    expect(started).toEqual([]);
-    expect(c.counters.claimedAtInsert).toBe(0);
-    expect(await pausedSeries()).toMatch(/ 1$/);
-    expect(await ledgerPaused()).toMatch(/ 1$/);
-    await producer.resume(queue);
-    await waitFor(() => started.length === 11 || undefined, 10_000, 'all eleven, resumed');
-    expect(new Set(started)).toEqual(
-      new Set([...made.map((m) => m.id), started.find((id) => !made.some((m) => m.id === id))]),
-    );
-    expect(await pausedSeries()).toMatch(/ 0$/);
-    expect(await ledgerPaused()).toMatch(/ 0$/);
-    await metrics.releaseFleetGauges(tl.ledger);
-    unobserve();
-  });
+  test(
+    'with Redis: consumers hear the pause at once and start nothing (no ' +
+      'claim round, no claim at insert); resumed, everything runs',
+    async () => {
+      const tw = scope.wake();
+      const queue = uniqueQueue('pausewake');
+      const started: string[] = [];
+      const c = new Consumer({
+        ledger: tl.ledger,
+        wake: tw.wake,
+        queue,
+        concurrency: 4,
+        pollIntervalMs: 100,
+        handlers: { t: async (job) => void started.push(job.id) },
+      });
+      await scope.start(c);
+      const metrics = new LanewakeMetrics({ defaultMetrics: false });
+      const unobserve = metrics.observeConsumer(c);
+      const series = async (name: string): Promise<string | undefined> =>
+        (await metrics.metrics()).split('\n').find((l) => l.startsWith(`${name}{queue="${queue}"}`));
+      // What this process's consumers heard, and what the ledger holds (fleet-wide, from the gauges' refresh).
+      const pausedSeries = (): Promise<string | undefined> => series('lanewake_consumer_paused');
+      const ledgerPaused = async (): Promise<string | undefined> => {
+        expect(await metrics.refreshFleetGauges(tl.ledger, { everyMs: 0 })).toBe(true);
+        return series('lanewake_queue_paused');
+      };
+      expect(await pausedSeries()).toMatch(/ 0$/);
+      const producer = new Producer({ ledger: tl.ledger, wake: tw.wake });
+      const heard = new Promise<void>((resolve) =>
+        c.on('control', (m: { type: string }) => m.type === 'pause' && resolve()),
+      );
+      await producer.pause(queue);
+      await heard;
+      const made = await producer.enqueueMany(
+        Array.from({ length: 10 }, (_, i) => ({ queue, type: 't', payload: { i } })),
+      );
+      await producer.enqueue({ queue, type: 't', payload: { single: true } });
+      // Two sweeps have come and gone since: each would have claimed what it found.
+      const sweeps = c.counters.sweeps;
+      await waitFor(() => c.counters.sweeps >= sweeps + 2 || undefined, 10_000, 'two sweeps');
+      expect(started).toEqual([]);
+      expect(c.counters.claimedAtInsert).toBe(0);
+      expect(await pausedSeries()).toMatch(/ 1$/);
+      expect(await ledgerPaused()).toMatch(/ 1$/);
+      await producer.resume(queue);
+      await waitFor(() => started.length === 11 || undefined, 10_000, 'all eleven, resumed');
+      expect(new Set(started)).toEqual(
+        new Set([...made.map((m) => m.id), started.find((id) => !made.some((m) => m.id === id))]),
+      );
+      expect(await pausedSeries()).toMatch(/ 0$/);
+      expect(await ledgerPaused()).toMatch(/ 0$/);
+      await metrics.releaseFleetGauges(tl.ledger);
+      unobserve();
+    },
+  );
 
   test("a running lane head's completion claims no successor while paused", async () => {
     const tw = scope.wake();
@@ -186,37 +190,41 @@ describe('a paused queue with consumers', () => {
     expect(c.paused).toBe(true);
   });
 
-  test('without Redis: a consumer learns the pause from the ledger at its next sweep, and a restarted one starts paused', async () => {
-    const queue = uniqueQueue('pausedb');
-    const started: string[] = [];
-    const make = (): Consumer => {
-      const c = new Consumer({
-        ledger: tl.ledger,
-        queue,
-        concurrency: 2,
-        pollIntervalMs: 100,
-        handlers: { t: async (job) => void started.push(job.id) },
-      });
-      scope.cleanup(() => c.stop({ drainTimeoutMs: 5_000 }));
-      return c;
-    };
-    const first = make();
-    await first.start();
-    await tl.ledger.pause(queue);
-    const sweeps = first.counters.sweeps;
-    await waitFor(() => first.counters.sweeps >= sweeps + 1 || undefined, 10_000, 'a sweep');
-    await tl.ledger.enqueueMany(Array.from({ length: 5 }, (_, i) => ({ queue, type: 't', payload: { i } })));
-    await first.stop();
-    const second = make();
-    await second.start();
-    const later = second.counters.sweeps;
-    await waitFor(
-      () => second.counters.sweeps >= later + 2 || undefined,
-      10_000,
-      'two sweeps of the restarted consumer',
-    );
-    expect(started).toEqual([]);
-    await tl.ledger.resume(queue);
-    await waitFor(() => started.length === 5 || undefined, 10_000, 'all five, resumed');
-  });
+  test(
+    'without Redis: a consumer learns the pause from the ledger ' +
+      'at its next sweep, and a restarted one starts paused',
+    async () => {
+      const queue = uniqueQueue('pausedb');
+      const started: string[] = [];
+      const make = (): Consumer => {
+        const c = new Consumer({
+          ledger: tl.ledger,
+          queue,
+          concurrency: 2,
+          pollIntervalMs: 100,
+          handlers: { t: async (job) => void started.push(job.id) },
+        });
+        scope.cleanup(() => c.stop({ drainTimeoutMs: 5_000 }));
+        return c;
+      };
+      const first = make();
+      await first.start();
+      await tl.ledger.pause(queue);
+      const sweeps = first.counters.sweeps;
+      await waitFor(() => first.counters.sweeps >= sweeps + 1 || undefined, 10_000, 'a sweep');
+      await tl.ledger.enqueueMany(Array.from({ length: 5 }, (_, i) => ({ queue, type: 't', payload: { i } })));
+      await first.stop();
+      const second = make();
+      await second.start();
+      const later = second.counters.sweeps;
+      await waitFor(
+        () => second.counters.sweeps >= later + 2 || undefined,
+        10_000,
+        'two sweeps of the restarted consumer',
+      );
+      expect(started).toEqual([]);
+      await tl.ledger.resume(queue);
+      await waitFor(() => started.length === 5 || undefined, 10_000, 'all five, resumed');
+    },
+  );
 });

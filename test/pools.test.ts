@@ -6,52 +6,63 @@ import { Producer } from '../src/producer/producer.js';
 import { createTestWake, uniqueQueue, type TestWake } from './support/engine.js';
 import { createTestLedger, waitFor, type TestLedger } from './support/ledger.js';
 
-// Executor pools: a queue's slots split by class, so a bulk flood leaves room for interactive items (docs/design/consumer.md).
+// Executor pools: a queue's slots split by class, so a bulk flood leaves room for interactive
+// items (docs/design/consumer.md).
 
 describe('planPools', () => {
-  test("'auto' gives a quarter to latency, a quarter to bulk and the rest to a shared pool preferring the latency classes", () => {
-    expect(planPools(16, 'auto')).toEqual([
-      { profile: 'latency', classes: ['interactive', 'default'], concurrency: 4, prefetch: 0 },
-      { profile: 'bulk', classes: ['bulk'], concurrency: 4, prefetch: 0 },
-      {
-        profile: 'shared',
-        classes: ['interactive', 'default', 'bulk'],
-        concurrency: 8,
-        preferClasses: ['interactive', 'default', 'bulk'],
-        prefetch: 0,
-      },
-    ]);
-    // Pools that share no class keep their prefetch: none of them can start the other's items.
-    expect(
-      planPools(8, [
-        { profile: 'latency', concurrency: 4 },
-        { profile: 'bulk', concurrency: 4 },
-      ]).map((p) => p.prefetch),
-    ).toEqual([undefined, undefined]);
-    expect(planPools(2, 'auto').map((p) => [p.profile, p.concurrency])).toEqual([
-      ['latency', 1],
-      ['bulk', 1],
-    ]);
-  });
+  test(
+    "'auto' gives a quarter to latency, a quarter to bulk and the " +
+      'rest to a shared pool preferring the latency classes',
+    () => {
+      expect(planPools(16, 'auto')).toEqual([
+        { profile: 'latency', classes: ['interactive', 'default'], concurrency: 4, prefetch: 0 },
+        { profile: 'bulk', classes: ['bulk'], concurrency: 4, prefetch: 0 },
+        {
+          profile: 'shared',
+          classes: ['interactive', 'default', 'bulk'],
+          concurrency: 8,
+          preferClasses: ['interactive', 'default', 'bulk'],
+          prefetch: 0,
+        },
+      ]);
+      // Pools that share no class keep their prefetch: none of them can start the other's items.
+      expect(
+        planPools(8, [
+          { profile: 'latency', concurrency: 4 },
+          { profile: 'bulk', concurrency: 4 },
+        ]).map((p) => p.prefetch),
+      ).toEqual([undefined, undefined]);
+      expect(planPools(2, 'auto').map((p) => [p.profile, p.concurrency])).toEqual([
+        ['latency', 1],
+        ['bulk', 1],
+      ]);
+    },
+  );
 
-  test("pools keep to the queue's classes; one left with none, or 'auto' on one slot, is refused with its field named", () => {
-    expect(planPools(4, [{ profile: 'shared', concurrency: 4, prefer: 'default-heavy' }], ['default', 'bulk'])).toEqual(
-      [{ profile: 'shared', classes: ['default', 'bulk'], concurrency: 4, preferClasses: ['default', 'bulk'] }],
-    );
-    const refused = (fn: () => unknown): string[] => {
-      try {
-        fn();
-      } catch (error) {
-        if (error instanceof ValidationError) return error.fields;
-        throw error;
-      }
-      throw new Error('not refused');
-    };
-    expect(refused(() => planPools(4, [{ profile: 'latency', concurrency: 4 }], ['bulk'], 'queues.0.pools'))).toEqual([
-      'queues.0.pools.0.profile',
-    ]);
-    expect(refused(() => planPools(1, 'auto'))).toEqual(['pools']);
-  });
+  test(
+    "pools keep to the queue's classes; one left with none, or " +
+      "'auto' on one slot, is refused with its field named",
+    () => {
+      expect(
+        planPools(4, [{ profile: 'shared', concurrency: 4, prefer: 'default-heavy' }], ['default', 'bulk']),
+      ).toEqual([
+        { profile: 'shared', classes: ['default', 'bulk'], concurrency: 4, preferClasses: ['default', 'bulk'] },
+      ]);
+      const refused = (fn: () => unknown): string[] => {
+        try {
+          fn();
+        } catch (error) {
+          if (error instanceof ValidationError) return error.fields;
+          throw error;
+        }
+        throw new Error('not refused');
+      };
+      expect(refused(() => planPools(4, [{ profile: 'latency', concurrency: 4 }], ['bulk'], 'queues.0.pools'))).toEqual(
+        ['queues.0.pools.0.profile'],
+      );
+      expect(refused(() => planPools(1, 'auto'))).toEqual(['pools']);
+    },
+  );
 });
 
 describe('pools under a bulk flood', () => {
@@ -127,7 +138,7 @@ describe('pools under a bulk flood', () => {
     expect(pooled.bulkStarted).toBeLessThanOrEqual(6);
   });
 
-  test('a preferred-class tier takes a later interactive item before older bulk ones; without it, due order', async () => {
+  test('a preferred-class tier takes a later interactive item before older bulk ones; else due order', async () => {
     const order = async (preferClasses?: ('interactive' | 'default' | 'bulk')[]): Promise<string[]> => {
       const queue = uniqueQueue('prefer');
       await tl.ledger.enqueueMany(

@@ -7,7 +7,7 @@ const item = (id: string): ClaimedItem => ({ id }) as ClaimedItem;
 const ids = (ps: readonly { item: ClaimedItem }[]): string[] => ps.map((p) => p.item.id);
 
 describe('PrefetchBuffer', () => {
-  test('wants nothing until a handler has settled, then what the slots start within the horizon, capped by the limit', () => {
+  test('wants nothing before a handler settles, then what the slots start within the horizon, up to the limit', () => {
     const b = new PrefetchBuffer({ concurrency: 4, limit: 100, leaseMs: 30_000 });
     expect(b.target()).toBe(0);
     b.noteHandlerMs(50); // 250 ms horizon / 50 ms = 5 per slot, 4 slots
@@ -33,26 +33,30 @@ describe('PrefetchBuffer', () => {
     expect(b.target()).toBe(49);
   });
 
-  test('slow claims shrink the buffer to what starts within what is left of a third of the lease, and turn it off at a third', () => {
-    // A 900 ms lease: an item may wait 300 ms from its claim's start, less what the claim itself took.
-    const b = new PrefetchBuffer({ concurrency: 1, limit: 100, leaseMs: 900 });
-    b.noteHandlerMs(10);
-    expect(b.target()).toBe(25); // 250 ms horizon / 10 ms
-    // A slower claim counts at once: 100 ms left.
-    expect(b.noteClaimMs(200, 0)).toBe(false);
-    expect(b.target()).toBe(10);
-    // A faster one brings it down by 0.3 of the difference: 200 - 30 = 170 ms, 130 ms left.
-    b.noteClaimMs(100, 0);
-    expect(b.target()).toBe(13);
-    // A claim of a third of the lease turns prefetch off at once, and is reported once a minute.
-    expect(b.noteClaimMs(400, 1_000)).toBe(true);
-    expect(b.target()).toBe(0);
-    expect(b.noteClaimMs(400, 2_000)).toBe(false);
-    expect(b.noteClaimMs(400, 61_001)).toBe(true);
-    // Fast claims again: the buffer comes back.
-    for (let i = 0; i < 30; i++) b.noteClaimMs(1, 62_000);
-    expect(b.target()).toBe(25);
-  });
+  test(
+    'slow claims shrink the buffer to what starts within what is ' +
+      'left of a third of the lease, and turn it off at a third',
+    () => {
+      // A 900 ms lease: an item may wait 300 ms from its claim's start, less what the claim itself took.
+      const b = new PrefetchBuffer({ concurrency: 1, limit: 100, leaseMs: 900 });
+      b.noteHandlerMs(10);
+      expect(b.target()).toBe(25); // 250 ms horizon / 10 ms
+      // A slower claim counts at once: 100 ms left.
+      expect(b.noteClaimMs(200, 0)).toBe(false);
+      expect(b.target()).toBe(10);
+      // A faster one brings it down by 0.3 of the difference: 200 - 30 = 170 ms, 130 ms left.
+      b.noteClaimMs(100, 0);
+      expect(b.target()).toBe(13);
+      // A claim of a third of the lease turns prefetch off at once, and is reported once a minute.
+      expect(b.noteClaimMs(400, 1_000)).toBe(true);
+      expect(b.target()).toBe(0);
+      expect(b.noteClaimMs(400, 2_000)).toBe(false);
+      expect(b.noteClaimMs(400, 61_001)).toBe(true);
+      // Fast claims again: the buffer comes back.
+      for (let i = 0; i < 30; i++) b.noteClaimMs(1, 62_000);
+      expect(b.target()).toBe(25);
+    },
+  );
 
   test('a no-op handler time is floored, so the target stays finite', () => {
     const b = new PrefetchBuffer({ concurrency: 1, limit: Number.MAX_SAFE_INTEGER, leaseMs: 30_000 });
@@ -74,7 +78,7 @@ describe('PrefetchBuffer', () => {
     expect(b.size).toBe(0);
   });
 
-  test('an item waits at most a third of its lease; one that finds a slot starts while a third of its lease is left', () => {
+  test('an item waits at most a third of its lease; one that gets a slot starts while a third of it is left', () => {
     const b = new PrefetchBuffer({ concurrency: 4, limit: 10, leaseMs: 30_000 });
     b.push([item('old')], 0);
     b.push([item('mid')], 5_000);

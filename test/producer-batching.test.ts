@@ -7,7 +7,8 @@ import { onEveryStatement } from './support/mysql-statements.js';
 import type { TestLedger } from './support/ledger.js';
 import { testScope } from './support/scope.js';
 
-// Group commit of single enqueues (src/producer/enqueue-batcher.ts): what arrives while others are in flight shares a batch.
+// Group commit of single enqueues (src/producer/enqueue-batcher.ts): what arrives while others are
+// in flight shares a batch.
 const scope = testScope();
 
 /** Counts the item INSERTs this process sends from now on, and how many rows each carried. */
@@ -20,7 +21,7 @@ function countItemInserts(): { statements: () => number } {
   return { statements: () => statements };
 }
 
-test('single enqueues that arrive together share batches: each gets its own result, in far fewer inserts than items', async () => {
+test('single enqueues arriving together share batches: each its own result, far fewer inserts than items', async () => {
   const tl = await scope.ledger();
   const producer = new Producer({ ledger: tl.ledger });
   const queue = uniqueQueue('batched');
@@ -54,7 +55,10 @@ test('single enqueues that arrive together share batches: each gets its own resu
   expect(inserts.statements()).toBeLessThanOrEqual(N / 4);
 });
 
-/** Of 12 enqueues, only the one at index 7 failed, with a ValidationError naming `field` alone; the other 11 are pending. */
+/**
+ * Of 12 enqueues, only the one at index 7 failed, with a ValidationError naming `field` alone;
+ * the other 11 are pending.
+ */
 async function expectOnlySeventhFailed(
   tl: TestLedger,
   queue: string,
@@ -69,7 +73,7 @@ async function expectOnlySeventhFailed(
   expect(stats?.counts.pending.count).toBe(11);
 }
 
-test('a bad input among batched ones fails alone, naming its field as a single enqueue does; the others are written', async () => {
+test('a bad batched input fails alone, naming its field as a single enqueue does; the others are written', async () => {
   const tl = await scope.ledger();
   const producer = new Producer({ ledger: tl.ledger });
   const queue = uniqueQueue('batched-bad');
@@ -81,21 +85,26 @@ test('a bad input among batched ones fails alone, naming its field as a single e
   await expectOnlySeventhFailed(tl, queue, settled, 'payload.bad');
 });
 
-test("a key too long for its type's own limit, among batched ones, fails alone as a single enqueue's; the others are written", async () => {
-  // Only the ledger knows that a type has a limit of its own (its key is stored with the type): the batch is refused whole.
-  const tl = await scope.ledger();
-  const producer = new Producer({ ledger: tl.ledger });
-  const queue = uniqueQueue('batched-key');
-  await tl.ledger.setConcurrencyLimit(queue, 2, { type: 'mail' });
-  const settled = await Promise.allSettled(
-    Array.from({ length: 12 }, (_, k) =>
-      producer.enqueue({
-        queue,
-        type: 'mail',
-        concurrencyKey: k === 7 ? 'k'.repeat(251) : `tenant:${k}`,
-        payload: { k },
-      }),
-    ),
-  );
-  await expectOnlySeventhFailed(tl, queue, settled, 'concurrencyKey');
-});
+test(
+  "a key too long for its type's own limit, among batched ones, " +
+    "fails alone as a single enqueue's; the others are written",
+  async () => {
+    // Only the ledger knows that a type has a limit of its own (its key is stored with the type):
+    // the batch is refused whole.
+    const tl = await scope.ledger();
+    const producer = new Producer({ ledger: tl.ledger });
+    const queue = uniqueQueue('batched-key');
+    await tl.ledger.setConcurrencyLimit(queue, 2, { type: 'mail' });
+    const settled = await Promise.allSettled(
+      Array.from({ length: 12 }, (_, k) =>
+        producer.enqueue({
+          queue,
+          type: 'mail',
+          concurrencyKey: k === 7 ? 'k'.repeat(251) : `tenant:${k}`,
+          payload: { k },
+        }),
+      ),
+    );
+    await expectOnlySeventhFailed(tl, queue, settled, 'concurrencyKey');
+  },
+);

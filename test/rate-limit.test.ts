@@ -33,9 +33,8 @@ interface Call {
 /** Starts of `queue`'s items of one api, on the ledger's clock (a granted start stamps started_at), in order. */
 async function startsOf(queue: string, api: string): Promise<{ at: number; attempt: number }[]> {
   const r = await sql<{ started_at: Date; attempt: number }>`SELECT started_at, attempt FROM ${tl.ledger.tables.items}
-    WHERE queue = ${queue} AND state = 'completed' AND JSON_UNQUOTE(JSON_EXTRACT(payload, '$.api')) = ${api} ORDER BY started_at`.execute(
-    tl.ledger.db,
-  );
+    WHERE queue = ${queue} AND state = 'completed' AND JSON_UNQUOTE(JSON_EXTRACT(payload, '$.api')) = ${api}
+    ORDER BY started_at`.execute(tl.ledger.db);
   return r.rows.map((x) => ({ at: x.started_at.getTime(), attempt: x.attempt }));
 }
 
@@ -50,61 +49,67 @@ function busiestWindow(starts: readonly number[], windowMs: number): number {
   return most;
 }
 
-test('4 consumers under a limit of 10/s per key: no second of the ledger clock has more than 10 starts of a key, another key runs at its own rate, and no attempt is spent', async () => {
-  const queue = uniqueQueue('rate');
-  let released = 0;
-  const call = defineHandler<Call>({
-    rateLimit: { key: (p) => `api:${p.api}`, max: 10, perMs: 1000 },
-    handle: async () => undefined,
-  });
-  for (let i = 0; i < 4; i++) {
-    const c = new Consumer({ ledger: tl.ledger, wake: tw.wake, queue, concurrency: 8, handlers: { call } });
-    c.on('outcome', (_item, outcome) => void (outcome === 'released' && released++));
-    consumers.push(c);
-    await c.start();
-  }
-  const producer = new Producer({ ledger: tl.ledger, wake: tw.wake });
-  await producer.enqueueMany([
-    ...Array.from({ length: 200 }, (_, n) => ({ queue, type: 'call', payload: { api: 'a', n } })),
-    ...Array.from({ length: 60 }, (_, n) => ({ queue, type: 'call', payload: { api: 'b', n } })),
-  ]);
-  const done = async (api: string): Promise<number> => (await startsOf(queue, api)).length;
-  // Key b has its own window: its 60 (6 s at 10/s) do not wait for key a's 200 (20 s at 10/s). Before b's
-  // first start, each of a's 200 is refused once (a claim, a take, a turn and a release): 10/s rather than
-  // 20/s keeps a's run long beside that cost, which a loaded machine stretches to seconds.
-  await waitFor(async () => ((await done('b')) === 60 ? true : undefined), 60_000, "key b's items");
-  await waitFor(async () => ((await done('a')) === 200 ? true : undefined), 90_000, "key a's items");
-  // In the ledger's order of starts, not by when this test looked: b's last start came before a's last.
-  const [startsA, startsB] = [await startsOf(queue, 'a'), await startsOf(queue, 'b')];
-  const lastB = startsB[startsB.length - 1]!.at;
-  expect(
-    startsA.filter((s) => s.at > lastB).length,
-    `a's starts after b's last (b's 60 ended ${lastB - startsA[0]!.at} ms after a's first start)`,
-  ).toBeGreaterThan(0);
-
-  for (const api of ['a', 'b']) {
-    const starts = await startsOf(queue, api);
+test(
+  '4 consumers under a limit of 10/s per key: no second of the ledger clock has more ' +
+    'than 10 starts of a key, another key runs at its own rate, and no attempt is spent',
+  async () => {
+    const queue = uniqueQueue('rate');
+    let released = 0;
+    const call = defineHandler<Call>({
+      rateLimit: { key: (p) => `api:${p.api}`, max: 10, perMs: 1000 },
+      handle: async () => undefined,
+    });
+    for (let i = 0; i < 4; i++) {
+      const c = new Consumer({ ledger: tl.ledger, wake: tw.wake, queue, concurrency: 8, handlers: { call } });
+      c.on('outcome', (_item, outcome) => void (outcome === 'released' && released++));
+      consumers.push(c);
+      await c.start();
+    }
+    const producer = new Producer({ ledger: tl.ledger, wake: tw.wake });
+    await producer.enqueueMany([
+      ...Array.from({ length: 200 }, (_, n) => ({ queue, type: 'call', payload: { api: 'a', n } })),
+      ...Array.from({ length: 60 }, (_, n) => ({ queue, type: 'call', payload: { api: 'b', n } })),
+    ]);
+    const done = async (api: string): Promise<number> => (await startsOf(queue, api)).length;
+    // Key b has its own window: its 60 (6 s at 10/s) do not wait for key a's 200 (20 s at 10/s). Before b's
+    // first start, each of a's 200 is refused once (a claim, a take, a turn and a release): 10/s rather than
+    // 20/s keeps a's run long beside that cost, which a loaded machine stretches to seconds.
+    await waitFor(async () => ((await done('b')) === 60 ? true : undefined), 60_000, "key b's items");
+    await waitFor(async () => ((await done('a')) === 200 ? true : undefined), 90_000, "key a's items");
+    // In the ledger's order of starts, not by when this test looked: b's last start came before a's last.
+    const [startsA, startsB] = [await startsOf(queue, 'a'), await startsOf(queue, 'b')];
+    const lastB = startsB[startsB.length - 1]!.at;
     expect(
-      busiestWindow(
-        starts.map((s) => s.at),
-        1000,
-      ),
-    ).toBeLessThanOrEqual(10);
-    const spent = await sql<{
-      id: string;
-      attempt: number;
-    }>`SELECT id, attempt FROM ${tl.ledger.tables.items} WHERE queue = ${queue} AND attempt <> 1`.execute(tl.ledger.db);
-    const histories = await Promise.all(
-      spent.rows.map(async (r) => ({
-        ...r,
-        history: (await tl.ledger.inspect(r.id))?.attempts.map((h) => `${h.outcome}:${h.error ?? ''}`),
-      })),
-    );
-    expect(histories).toEqual([]);
-  }
-  // Refused items wait for a turn of their own: about one release each at most, no busy polling.
-  expect(released).toBeLessThanOrEqual(260 * 2);
-});
+      startsA.filter((s) => s.at > lastB).length,
+      `a's starts after b's last (b's 60 ended ${lastB - startsA[0]!.at} ms after a's first start)`,
+    ).toBeGreaterThan(0);
+
+    for (const api of ['a', 'b']) {
+      const starts = await startsOf(queue, api);
+      expect(
+        busiestWindow(
+          starts.map((s) => s.at),
+          1000,
+        ),
+      ).toBeLessThanOrEqual(10);
+      const spent = await sql<{
+        id: string;
+        attempt: number;
+      }>`SELECT id, attempt FROM ${tl.ledger.tables.items} WHERE queue = ${queue} AND attempt <> 1`.execute(
+        tl.ledger.db,
+      );
+      const histories = await Promise.all(
+        spent.rows.map(async (r) => ({
+          ...r,
+          history: (await tl.ledger.inspect(r.id))?.attempts.map((h) => `${h.outcome}:${h.error ?? ''}`),
+        })),
+      );
+      expect(histories).toEqual([]);
+    }
+    // Refused items wait for a turn of their own: about one release each at most, no busy polling.
+    expect(released).toBeLessThanOrEqual(260 * 2);
+  },
+);
 
 test("a handler's RateLimitedError pushes its key's next start back for the whole fleet", async () => {
   const queue = uniqueQueue('rate-push');
@@ -162,53 +167,57 @@ test('an item over its limit waits for its turn in pending, its attempt not spen
   expect(why).toMatchObject({ code: 'rate_limited', details: { until: waiting.runAfter.toISOString() } });
 });
 
-test("key: 'concurrencyKey' gives each of an item's concurrency keys its own window; items without a key share their type's", async () => {
-  const queue = uniqueQueue('rate-ckey');
-  const call = defineHandler<Call>({
-    rateLimit: { key: 'concurrencyKey', max: 10, perMs: 1000 },
-    handle: async () => undefined,
-  });
-  for (let i = 0; i < 2; i++) {
-    const c = new Consumer({ ledger: tl.ledger, wake: tw.wake, queue, concurrency: 8, handlers: { call } });
-    consumers.push(c);
-    await c.start();
-  }
-  const byKey = { t1: 'tenant:1', t2: 'tenant:2', none: null } as const;
-  await new Producer({ ledger: tl.ledger, wake: tw.wake }).enqueueMany(
-    Object.entries(byKey).flatMap(([api, concurrencyKey]) =>
-      Array.from({ length: 15 }, (_, n) => ({
-        queue,
-        type: 'call',
-        payload: { api, n },
-        ...(concurrencyKey === null ? {} : { concurrencyKey }),
-      })),
-    ),
-  );
-  await waitFor(
-    async () =>
-      (await Promise.all(Object.keys(byKey).map((api) => startsOf(queue, api)))).every((s) => s.length === 15)
-        ? true
-        : undefined,
-    30_000,
-    'every item',
-  );
-  const windows = await Promise.all(
-    Object.keys(byKey).map(async (api) =>
-      busiestWindow(
-        (await startsOf(queue, api)).map((s) => s.at),
-        1000,
+test(
+  "key: 'concurrencyKey' gives each of an item's concurrency keys " +
+    "its own window; items without a key share their type's",
+  async () => {
+    const queue = uniqueQueue('rate-ckey');
+    const call = defineHandler<Call>({
+      rateLimit: { key: 'concurrencyKey', max: 10, perMs: 1000 },
+      handle: async () => undefined,
+    });
+    for (let i = 0; i < 2; i++) {
+      const c = new Consumer({ ledger: tl.ledger, wake: tw.wake, queue, concurrency: 8, handlers: { call } });
+      consumers.push(c);
+      await c.start();
+    }
+    const byKey = { t1: 'tenant:1', t2: 'tenant:2', none: null } as const;
+    await new Producer({ ledger: tl.ledger, wake: tw.wake }).enqueueMany(
+      Object.entries(byKey).flatMap(([api, concurrencyKey]) =>
+        Array.from({ length: 15 }, (_, n) => ({
+          queue,
+          type: 'call',
+          payload: { api, n },
+          ...(concurrencyKey === null ? {} : { concurrencyKey }),
+        })),
       ),
-    ),
-  );
-  expect(windows.every((w) => w <= 10)).toBe(true);
-  // Three windows, one per concurrency key and the type's for items without one.
-  const rows = await sql<{
-    rate_key: string;
-  }>`SELECT rate_key FROM ${tl.ledger.tables.rateLimits} WHERE queue = ${queue} ORDER BY rate_key`.execute(
-    tl.ledger.db,
-  );
-  expect(rows.rows.map((r) => r.rate_key)).toEqual(['call', 'key:tenant:1', 'key:tenant:2']);
-});
+    );
+    await waitFor(
+      async () =>
+        (await Promise.all(Object.keys(byKey).map((api) => startsOf(queue, api)))).every((s) => s.length === 15)
+          ? true
+          : undefined,
+      30_000,
+      'every item',
+    );
+    const windows = await Promise.all(
+      Object.keys(byKey).map(async (api) =>
+        busiestWindow(
+          (await startsOf(queue, api)).map((s) => s.at),
+          1000,
+        ),
+      ),
+    );
+    expect(windows.every((w) => w <= 10)).toBe(true);
+    // Three windows, one per concurrency key and the type's for items without one.
+    const rows = await sql<{
+      rate_key: string;
+    }>`SELECT rate_key FROM ${tl.ledger.tables.rateLimits} WHERE queue = ${queue} ORDER BY rate_key`.execute(
+      tl.ledger.db,
+    );
+    expect(rows.rows.map((r) => r.rate_key)).toEqual(['call', 'key:tenant:1', 'key:tenant:2']);
+  },
+);
 
 test('a bad rateLimit is refused naming its field', () => {
   const make = (rateLimit: unknown) =>

@@ -112,7 +112,8 @@ test('Redis restarted empty with timers pending and offers taken: every item run
   expect(taken.claimed.map((c) => c.id)).toEqual([taken.results[0]!.id]);
   ids.push(taken.results[0]!.id);
 
-  // Items enqueued one by one while Redis dies and comes back empty (offers taken just before it dies lose their handoffs too).
+  // Items enqueued one by one while Redis dies and comes back empty (offers taken just before it dies
+  // lose their handoffs too).
   for (let n = 0; n < 30; n++) {
     if (n === 10) await redis.kill();
     if (n === 20) await redis.start();

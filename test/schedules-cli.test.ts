@@ -14,7 +14,8 @@ afterEach(async () => {
   tl = undefined;
 });
 
-test("lanewake schedules lists them with their next fire, pauses, resumes and removes one; inspect --why names a fired item's schedule", async () => {
+test('lanewake schedules lists them with their next fire, pauses, resumes ' +
+  "and removes one; inspect --why names a fired item's schedule", async () => {
   tl = await createTestLedger();
   const cli = (...args: string[]) => lanewake(['--database-url', tl!.url, ...args]);
   const queue = uniqueQueue('sched-cli');
@@ -39,7 +40,8 @@ test("lanewake schedules lists them with their next fire, pauses, resumes and re
   const next = (await tl.ledger.schedules.get(name))!.nextFireAt.toISOString();
   expect(lines[1]).toMatch(
     new RegExp(
-      `^${name}\\s+api\\s+cron 0 3 \\* \\* \\* \\(Europe/Paris\\)\\s+${queue}/report\\s+${next}\\s+in \\S+\\s+-\\s+0\\s+skip$`,
+      `^${name}\\s+api\\s+cron 0 3 \\* \\* \\* ` +
+        `\\(Europe/Paris\\)\\s+${queue}/report\\s+${next}\\s+in \\S+\\s+-\\s+0\\s+skip$`,
     ),
   );
   expect(lines[2]).toMatch(/every 1m00s .* backfill 1h00m$/);
@@ -52,7 +54,8 @@ test("lanewake schedules lists them with their next fire, pauses, resumes and re
 
   // A fire, then what inspect --why says of its item.
   const fireTime = Date.parse(next) - 86_400_000;
-  await sql`UPDATE ${tl.ledger.tables.schedules} SET next_fire_at = ${new Date(fireTime)}, backfill_ms = ${2 * 86_400_000} WHERE name = ${name}`.execute(
+  await sql`UPDATE ${tl.ledger.tables.schedules}
+    SET next_fire_at = ${new Date(fireTime)}, backfill_ms = ${2 * 86_400_000} WHERE name = ${name}`.execute(
     tl.ledger.db,
   );
   await new ScheduleFirer({ ledger: tl.ledger, log: createLogger('test') }).pass();

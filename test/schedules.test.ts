@@ -67,19 +67,23 @@ async function firesAfter(
 }
 
 describe('fire times', () => {
-  test('a cron pattern in a time zone keeps its local time across both DST changes, and fires once on the repeated hour', () => {
-    const paris = { pattern: '30 2 * * *', tz: 'Europe/Paris', everyMs: null };
-    // Spring forward (2026-03-29: 02:00 CET → 03:00 CEST, no 02:30 that night): cron-parser runs it at 03:30 CEST.
-    expect(new Date(nextFireAfter(paris, Date.UTC(2026, 2, 28, 12))).toISOString()).toBe('2026-03-29T01:30:00.000Z');
-    expect(new Date(nextFireAfter(paris, Date.UTC(2026, 2, 29, 12))).toISOString()).toBe('2026-03-30T00:30:00.000Z');
-    // Fall back (2026-10-25: 03:00 CEST → 02:00 CET, 02:30 twice): once, then 02:30 CET the next day.
-    const fall = nextFireAfter(paris, Date.UTC(2026, 9, 24, 12));
-    expect(new Date(fall).toISOString()).toBe('2026-10-25T00:30:00.000Z');
-    expect(new Date(nextFireAfter(paris, fall)).toISOString()).toBe('2026-10-26T01:30:00.000Z');
-    const newYork = { pattern: '0 9 * * *', tz: 'America/New_York', everyMs: null };
-    expect(new Date(nextFireAfter(newYork, Date.UTC(2026, 2, 7, 15))).toISOString()).toBe('2026-03-08T13:00:00.000Z');
-    expect(new Date(nextFireAfter(newYork, Date.UTC(2026, 2, 6, 15))).toISOString()).toBe('2026-03-07T14:00:00.000Z');
-  });
+  test(
+    'a cron pattern in a time zone keeps its local time across ' +
+      'both DST changes, and fires once on the repeated hour',
+    () => {
+      const paris = { pattern: '30 2 * * *', tz: 'Europe/Paris', everyMs: null };
+      // Spring forward (2026-03-29: 02:00 CET → 03:00 CEST, no 02:30 that night): cron-parser runs it at 03:30 CEST.
+      expect(new Date(nextFireAfter(paris, Date.UTC(2026, 2, 28, 12))).toISOString()).toBe('2026-03-29T01:30:00.000Z');
+      expect(new Date(nextFireAfter(paris, Date.UTC(2026, 2, 29, 12))).toISOString()).toBe('2026-03-30T00:30:00.000Z');
+      // Fall back (2026-10-25: 03:00 CEST → 02:00 CET, 02:30 twice): once, then 02:30 CET the next day.
+      const fall = nextFireAfter(paris, Date.UTC(2026, 9, 24, 12));
+      expect(new Date(fall).toISOString()).toBe('2026-10-25T00:30:00.000Z');
+      expect(new Date(nextFireAfter(paris, fall)).toISOString()).toBe('2026-10-26T01:30:00.000Z');
+      const newYork = { pattern: '0 9 * * *', tz: 'America/New_York', everyMs: null };
+      expect(new Date(nextFireAfter(newYork, Date.UTC(2026, 2, 7, 15))).toISOString()).toBe('2026-03-08T13:00:00.000Z');
+      expect(new Date(nextFireAfter(newYork, Date.UTC(2026, 2, 6, 15))).toISOString()).toBe('2026-03-07T14:00:00.000Z');
+    },
+  );
 
   test('missed fires: skipped past a minute late by default, every one of the window with a backfill', () => {
     const hourly = { pattern: '0 * * * *', tz: null, everyMs: null };
@@ -198,7 +202,8 @@ describe('recurring schedules in the ledger', () => {
   );
 
   test(
-    'two replicas whose clocks are 2 s ahead and 2 s behind: one item per fire, none before its time on the ledger clock',
+    'two replicas whose clocks are 2 s ahead and 2 s behind: one ' +
+      'item per fire, none before its time on the ledger clock',
     async () => {
       const tl = await ledger();
       const queue = uniqueQueue('sched-skew');
@@ -289,9 +294,8 @@ describe('recurring schedules in the ledger', () => {
       });
       const now = (await tl.ledger.now()).getTime();
       const midnight = Math.floor(now / 86_400_000) * 86_400_000;
-      await sql`UPDATE ${tl.ledger.tables.schedules} SET next_fire_at = ${new Date(midnight - 3 * 86_400_000)} WHERE queue = ${queue}`.execute(
-        tl.ledger.db,
-      );
+      await sql`UPDATE ${tl.ledger.tables.schedules} SET next_fire_at = ${new Date(midnight - 3 * 86_400_000)}
+        WHERE queue = ${queue}`.execute(tl.ledger.db);
       await new ScheduleFirer({ ledger: tl.ledger, log: createLogger('test') }).pass();
       expect(await firedItems(tl.ledger, queue, `${queue}-skip`)).toEqual([]);
       const filled = await firedItems(tl.ledger, queue, `${queue}-fill`);
@@ -316,9 +320,8 @@ describe('recurring schedules in the ledger', () => {
       });
       expect(await tl.ledger.schedules.pause(name)).toBe(true);
       const hour = Math.floor((await tl.ledger.now()).getTime() / 3_600_000) * 3_600_000;
-      await sql`UPDATE ${tl.ledger.tables.schedules} SET next_fire_at = ${new Date(hour - 2 * 3_600_000)} WHERE name = ${name}`.execute(
-        tl.ledger.db,
-      );
+      await sql`UPDATE ${tl.ledger.tables.schedules} SET next_fire_at = ${new Date(hour - 2 * 3_600_000)}
+        WHERE name = ${name}`.execute(tl.ledger.db);
       const firer = new ScheduleFirer({ ledger: tl.ledger, log: createLogger('test') });
       await firer.pass();
       expect(await firedItems(tl.ledger, queue, name)).toEqual([]);
@@ -337,7 +340,8 @@ describe('recurring schedules in the ledger', () => {
 
 describe('schedules declared in the worker config, and schedules kept in Redis before', () => {
   test(
-    'the file is the source for its schedules, API ones stay, and an old BullMQ schedule is imported and fires from the ledger',
+    'the file is the source for its schedules, API ones stay, and an ' +
+      'old BullMQ schedule is imported and fires from the ledger',
     async () => {
       const tl = await ledger();
       const tw = createTestWake();
@@ -422,7 +426,8 @@ describe('schedules declared in the worker config, and schedules kept in Redis b
 });
 
 test(
-  'a config schedule whose item could not be enqueued is refused at the reconcile, naming the field, and nothing is written',
+  'a config schedule whose item could not be enqueued is refused ' +
+    'at the reconcile, naming the field, and nothing is written',
   async () => {
     const tl = await ledger();
     const item = { queue: 'q', type: 't', payload: {} };

@@ -119,7 +119,7 @@ describe('batch handlers', () => {
     });
   });
 
-  test('ctx.transaction commits the writes with every completion, or nothing: one lost lease rolls it all back', async () => {
+  test('ctx.transaction commits writes and every completion, or nothing: a lost lease rolls it all back', async () => {
     let round = 0;
     const { tl, queue, producer } = await setUp({
       b: defineBatchHandler<N>({
@@ -158,38 +158,42 @@ describe('batch handlers', () => {
     });
   });
 
-  test('maxWaitMs runs a batch that never fills, with a trickle of items; a batch takes no more items than free slots', async () => {
-    const sizes: number[] = [];
-    const { tl, queue, producer } = await setUp(
-      {
-        b: defineBatchHandler<N>({
-          batch: { max: 100, maxWaitMs: 200 },
-          handle: async (jobs) => {
-            sizes.push(jobs.length);
-            return Object.fromEntries(jobs.map((j) => [j.id, { outcome: 'complete' as const }]));
-          },
-        }),
-      },
-      4,
-    );
-    for (let n = 0; n < 5; n++) {
-      await producer.enqueue({ queue, type: 'b', payload: { n } });
-      await new Promise((r) => setImmediate(r));
-    }
-    await waitFor(
-      async () => ((await itemCount(tl.ledger, queue, 'completed')) === 5 ? true : undefined),
-      20_000,
-      'the trickle completed',
-    );
-    await producer.enqueueMany(Array.from({ length: 20 }, (_, n) => ({ queue, type: 'b', payload: { n } })));
-    await waitFor(
-      async () => ((await itemCount(tl.ledger, queue, 'completed')) === 25 ? true : undefined),
-      20_000,
-      'the burst completed',
-    );
-    expect(sizes.reduce((a, b) => a + b, 0)).toBe(25);
-    expect(Math.max(...sizes)).toBeLessThanOrEqual(4);
-  });
+  test(
+    'maxWaitMs runs a batch that never fills, with a trickle of ' +
+      'items; a batch takes no more items than free slots',
+    async () => {
+      const sizes: number[] = [];
+      const { tl, queue, producer } = await setUp(
+        {
+          b: defineBatchHandler<N>({
+            batch: { max: 100, maxWaitMs: 200 },
+            handle: async (jobs) => {
+              sizes.push(jobs.length);
+              return Object.fromEntries(jobs.map((j) => [j.id, { outcome: 'complete' as const }]));
+            },
+          }),
+        },
+        4,
+      );
+      for (let n = 0; n < 5; n++) {
+        await producer.enqueue({ queue, type: 'b', payload: { n } });
+        await new Promise((r) => setImmediate(r));
+      }
+      await waitFor(
+        async () => ((await itemCount(tl.ledger, queue, 'completed')) === 5 ? true : undefined),
+        20_000,
+        'the trickle completed',
+      );
+      await producer.enqueueMany(Array.from({ length: 20 }, (_, n) => ({ queue, type: 'b', payload: { n } })));
+      await waitFor(
+        async () => ((await itemCount(tl.ledger, queue, 'completed')) === 25 ? true : undefined),
+        20_000,
+        'the burst completed',
+      );
+      expect(sizes.reduce((a, b) => a + b, 0)).toBe(25);
+      expect(Math.max(...sizes)).toBeLessThanOrEqual(4);
+    },
+  );
 
   test('bad batch options are a ValidationError naming the field', () => {
     for (const [batch, field] of [

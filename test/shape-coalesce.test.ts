@@ -25,38 +25,42 @@ interface Run {
 }
 
 describe('coalescing', () => {
-  test('50 updates to one entity while its handler is slow: at most 3 runs, the last sees the newest, none left pending, one attempt each', async () => {
-    const runs: Run[] = [];
-    let release: () => void = () => undefined;
-    const firstRunHeld = new Promise<void>((resolve) => (release = resolve));
-    const { tl, consumer, queue, producer } = await setUp({
-      upd: defineHandler<{ n: number }>({
-        coalesce: 'latest',
-        handle: async (job) => {
-          runs.push({ n: job.payload.n, count: job.coalesced?.count ?? 1, attempt: job.attempt });
-          if (runs.length === 1) await firstRunHeld;
-          await new Promise((r) => setTimeout(r, 100));
-        },
-      }),
-    });
-    await producer.enqueue({ queue, type: 'upd', lane: 'entity:7', payload: { n: 0 } });
-    await waitFor(() => runs.length === 1 || undefined, 10_000, 'the first run');
-    for (let n = 1; n < 50; n++) await producer.enqueue({ queue, type: 'upd', lane: 'entity:7', payload: { n } });
-    release();
-    await waitFor(
-      async () => ((await itemCount(tl.ledger, queue, 'completed')) === 50 ? true : undefined),
-      20_000,
-      'all 50 completed',
-    );
-    expect(runs.length).toBeLessThanOrEqual(3);
-    expect(runs[runs.length - 1]?.n).toBe(49);
-    expect(runs.reduce((sum, r) => sum + r.count, 0)).toBe(50);
-    expect(runs.every((r) => r.attempt === 1)).toBe(true);
-    expect(await itemCount(tl.ledger, queue, 'pending')).toBe(0);
-    expect(consumer.counters.coalesced).toBe(50 - runs.length);
-    const ended = await tl.ledger.listDead({ queue });
-    expect(ended).toEqual([]);
-  });
+  test(
+    '50 updates to one entity while its handler is slow: at most 3 runs, ' +
+      'the last sees the newest, none left pending, one attempt each',
+    async () => {
+      const runs: Run[] = [];
+      let release: () => void = () => undefined;
+      const firstRunHeld = new Promise<void>((resolve) => (release = resolve));
+      const { tl, consumer, queue, producer } = await setUp({
+        upd: defineHandler<{ n: number }>({
+          coalesce: 'latest',
+          handle: async (job) => {
+            runs.push({ n: job.payload.n, count: job.coalesced?.count ?? 1, attempt: job.attempt });
+            if (runs.length === 1) await firstRunHeld;
+            await new Promise((r) => setTimeout(r, 100));
+          },
+        }),
+      });
+      await producer.enqueue({ queue, type: 'upd', lane: 'entity:7', payload: { n: 0 } });
+      await waitFor(() => runs.length === 1 || undefined, 10_000, 'the first run');
+      for (let n = 1; n < 50; n++) await producer.enqueue({ queue, type: 'upd', lane: 'entity:7', payload: { n } });
+      release();
+      await waitFor(
+        async () => ((await itemCount(tl.ledger, queue, 'completed')) === 50 ? true : undefined),
+        20_000,
+        'all 50 completed',
+      );
+      expect(runs.length).toBeLessThanOrEqual(3);
+      expect(runs[runs.length - 1]?.n).toBe(49);
+      expect(runs.reduce((sum, r) => sum + r.count, 0)).toBe(50);
+      expect(runs.every((r) => r.attempt === 1)).toBe(true);
+      expect(await itemCount(tl.ledger, queue, 'pending')).toBe(0);
+      expect(consumer.counters.coalesced).toBe(50 - runs.length);
+      const ended = await tl.ledger.listDead({ queue });
+      expect(ended).toEqual([]);
+    },
+  );
 
   test('a lane of mixed types keeps its order: a group never crosses an item of another type', async () => {
     const order: number[] = [];
@@ -79,27 +83,31 @@ describe('coalescing', () => {
     expect(order).toEqual(types.map((_, n) => n));
   });
 
-  test('items of a coalescing type are never claimed outside claim rounds (at insert, under an offer, as a successor); other types still are', async () => {
-    const { tl, consumer, queue, producer } = await setUp({
-      upd: defineHandler<{ n: number }>({ coalesce: 'latest', handle: async () => undefined }),
-      plain: async () => undefined,
-    });
-    const outside = (): number =>
-      consumer.counters.claimedAtInsert + consumer.counters.handedOver + consumer.counters.claimedWithCompletion;
-    // A producer sharing the consumer's wake channel inserts items claimed for it when it has room.
-    for (let n = 0; n < 5; n++) {
-      await producer.enqueue({ queue, type: 'plain', lane: `p${n}`, payload: { n } });
-      await waitFor(() => consumer.counters.completed === n + 1 || undefined, 10_000, `plain ${n}`);
-    }
-    const plainOutside = outside();
-    expect(plainOutside).toBeGreaterThan(0);
-    for (let n = 0; n < 5; n++) {
-      await producer.enqueue({ queue, type: 'upd', lane: `u${n}`, payload: { n } });
-      await waitFor(() => consumer.counters.completed === 6 + n || undefined, 10_000, `upd ${n}`);
-    }
-    expect(outside()).toBe(plainOutside);
-    expect(await itemCount(tl.ledger, queue, 'completed')).toBe(10);
-  });
+  test(
+    'items of a coalescing type are never claimed outside claim rounds (at ' +
+      'insert, under an offer, as a successor); other types still are',
+    async () => {
+      const { tl, consumer, queue, producer } = await setUp({
+        upd: defineHandler<{ n: number }>({ coalesce: 'latest', handle: async () => undefined }),
+        plain: async () => undefined,
+      });
+      const outside = (): number =>
+        consumer.counters.claimedAtInsert + consumer.counters.handedOver + consumer.counters.claimedWithCompletion;
+      // A producer sharing the consumer's wake channel inserts items claimed for it when it has room.
+      for (let n = 0; n < 5; n++) {
+        await producer.enqueue({ queue, type: 'plain', lane: `p${n}`, payload: { n } });
+        await waitFor(() => consumer.counters.completed === n + 1 || undefined, 10_000, `plain ${n}`);
+      }
+      const plainOutside = outside();
+      expect(plainOutside).toBeGreaterThan(0);
+      for (let n = 0; n < 5; n++) {
+        await producer.enqueue({ queue, type: 'upd', lane: `u${n}`, payload: { n } });
+        await waitFor(() => consumer.counters.completed === 6 + n || undefined, 10_000, `upd ${n}`);
+      }
+      expect(outside()).toBe(plainOutside);
+      expect(await itemCount(tl.ledger, queue, 'completed')).toBe(10);
+    },
+  );
 
   test('a bad coalesce option is a ValidationError naming it', async () => {
     const { tl } = await harness.setUp();

@@ -36,48 +36,54 @@ async function startConsumer(
 }
 
 describe('durable steps', () => {
-  test('a handler of three steps SIGKILLed in step three: the next attempt runs only step three, and steps one and two ran once', async () => {
-    const { tl, tw, queue, producer } = await setUp();
-    const { id } = await producer.enqueue({ queue, type: 'step', payload: {} });
-    const child = new ChildConsumer({
-      dbUrl: tl.url,
-      redisUrl: redisUrl(),
-      keyPrefix: tw.keyPrefix,
-      queue,
-      name: 'child',
-      mode: 'steps-hang',
-      leaseMs: 2000,
-      pollIntervalMs: 200,
-    });
-    harness.cleanup(() => child.kill());
-    await child.waitReady();
-    await waitFor(
-      async () => (await tl.ledger.steps(id)).some((s) => s.name === 'two') || undefined,
-      30_000,
-      'step two recorded by the child',
-    );
-    await child.kill();
+  test(
+    'a handler of three steps SIGKILLed in step three: the next ' +
+      'attempt runs only step three, and steps one and two ran once',
+    async () => {
+      const { tl, tw, queue, producer } = await setUp();
+      const { id } = await producer.enqueue({ queue, type: 'step', payload: {} });
+      const child = new ChildConsumer({
+        dbUrl: tl.url,
+        redisUrl: redisUrl(),
+        keyPrefix: tw.keyPrefix,
+        queue,
+        name: 'child',
+        mode: 'steps-hang',
+        leaseMs: 2000,
+        pollIntervalMs: 200,
+      });
+      harness.cleanup(() => child.kill());
+      await child.waitReady();
+      await waitFor(
+        async () => (await tl.ledger.steps(id)).some((s) => s.name === 'two') || undefined,
+        30_000,
+        'step two recorded by the child',
+      );
+      await child.kill();
 
-    // Another consumer reclaims the dead holder's lease and resumes the item.
-    const local = await startConsumer(queue, { step: threeStepHandler(tl.ledger.db, 'local', { hangAtThree: false }) });
-    const done = await waitFor(
-      async () => {
-        const item = await mustGet(tl.ledger, id);
-        return item.state === 'completed' ? item : undefined;
-      },
-      30_000,
-      'resumed item completed',
-    );
+      // Another consumer reclaims the dead holder's lease and resumes the item.
+      const local = await startConsumer(queue, {
+        step: threeStepHandler(tl.ledger.db, 'local', { hangAtThree: false }),
+      });
+      const done = await waitFor(
+        async () => {
+          const item = await mustGet(tl.ledger, id);
+          return item.state === 'completed' ? item : undefined;
+        },
+        30_000,
+        'resumed item completed',
+      );
 
-    expect(done).toMatchObject({ attempt: 2, result: 3 });
-    expect(await stepEffects(tl.ledger, id)).toEqual(['one@child', 'two@child', 'three@local']);
-    expect((await tl.ledger.steps(id)).map((s) => [s.name, s.attempt])).toEqual([
-      ['one', 1],
-      ['two', 1],
-      ['three', 2],
-    ]);
-    expect(local.counters).toMatchObject({ stepsResumed: 2, stepsRecorded: 1 });
-  });
+      expect(done).toMatchObject({ attempt: 2, result: 3 });
+      expect(await stepEffects(tl.ledger, id)).toEqual(['one@child', 'two@child', 'three@local']);
+      expect((await tl.ledger.steps(id)).map((s) => [s.name, s.attempt])).toEqual([
+        ['one', 1],
+        ['two', 1],
+        ['three', 2],
+      ]);
+      expect(local.counters).toMatchObject({ stepsResumed: 2, stepsRecorded: 1 });
+    },
+  );
 
   test('steps survive a retry; a throwing step records nothing and runs again on the next attempt', async () => {
     const { tl, queue, producer } = await setUp();
@@ -123,30 +129,37 @@ describe('durable steps', () => {
     expect(consumer.counters).toMatchObject({ stepsRecorded: 2, stepsResumed: 3 });
   });
 
-  test('a step name used twice in one run gives the first result; a bad name fails the attempt with a ValidationError naming it', async () => {
-    const { tl, queue, producer } = await setUp();
-    let runs = 0;
-    await startConsumer(queue, {
-      twice: async (_job, ctx) => {
-        const [x, y] = await Promise.all([ctx.step('same', async () => ++runs), ctx.step('same', async () => ++runs)]);
-        const z = await ctx.step('same', async () => ++runs);
-        return [x, y, z];
-      },
-      badName: async (_job, ctx) => ctx.step('', async () => 1),
-    });
-    const twice = await producer.enqueue({ queue, type: 'twice', payload: {} });
-    const bad = await producer.enqueue({ queue, type: 'badName', payload: {}, maxAttempts: 1 });
-    const [a, b] = await waitFor(
-      async () => {
-        const items = await Promise.all([mustGet(tl.ledger, twice.id), mustGet(tl.ledger, bad.id)]);
-        return items.every((i) => i.terminalAt !== null) ? items : undefined;
-      },
-      20_000,
-      'both ended',
-    );
-    expect(a).toMatchObject({ state: 'completed', result: [1, 1, 1] });
-    expect(runs).toBe(1);
-    expect(b?.state).toBe('dead');
-    expect(b?.lastError).toContain('ctx.step: invalid name');
-  });
+  test(
+    'a step name used twice in one run gives the first result; a bad ' +
+      'name fails the attempt with a ValidationError naming it',
+    async () => {
+      const { tl, queue, producer } = await setUp();
+      let runs = 0;
+      await startConsumer(queue, {
+        twice: async (_job, ctx) => {
+          const [x, y] = await Promise.all([
+            ctx.step('same', async () => ++runs),
+            ctx.step('same', async () => ++runs),
+          ]);
+          const z = await ctx.step('same', async () => ++runs);
+          return [x, y, z];
+        },
+        badName: async (_job, ctx) => ctx.step('', async () => 1),
+      });
+      const twice = await producer.enqueue({ queue, type: 'twice', payload: {} });
+      const bad = await producer.enqueue({ queue, type: 'badName', payload: {}, maxAttempts: 1 });
+      const [a, b] = await waitFor(
+        async () => {
+          const items = await Promise.all([mustGet(tl.ledger, twice.id), mustGet(tl.ledger, bad.id)]);
+          return items.every((i) => i.terminalAt !== null) ? items : undefined;
+        },
+        20_000,
+        'both ended',
+      );
+      expect(a).toMatchObject({ state: 'completed', result: [1, 1, 1] });
+      expect(runs).toBe(1);
+      expect(b?.state).toBe('dead');
+      expect(b?.lastError).toContain('ctx.step: invalid name');
+    },
+  );
 });

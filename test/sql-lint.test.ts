@@ -5,9 +5,12 @@ const rulesOf = (sql: string) => lintSql([normalizeSql(sql)]).map((v) => v.rule)
 
 test('statements every server shares pass', () => {
   for (const sql of [
-    "SELECT id FROM `lw_items` FORCE INDEX (ix_lane) WHERE queue = 'q' AND lane = 'returning' ORDER BY lane_seq LIMIT 1",
-    "UPDATE `lw_items` SET state = 'blocked', probe_after = LEAST(NOW(6) + INTERVAL 5 SECOND, block_expires_at) WHERE id = ?",
-    'INSERT INTO `lw_lanes` (queue, lane, next_seq, active) SELECT * FROM (SELECT ? AS queue, ? AS lane, 1 AS next_seq, 1 AS active) AS v ON DUPLICATE KEY UPDATE next_seq = `lw_lanes`.next_seq + v.next_seq',
+    'SELECT id FROM `lw_items` FORCE INDEX (ix_lane) WHERE queue ' +
+      "= 'q' AND lane = 'returning' ORDER BY lane_seq LIMIT 1",
+    "UPDATE `lw_items` SET state = 'blocked', probe_after = " +
+      'LEAST(NOW(6) + INTERVAL 5 SECOND, block_expires_at) WHERE id = ?',
+    'INSERT INTO `lw_lanes` (queue, lane, next_seq, active) SELECT * FROM (SELECT ? AS queue, ? AS lane, 1 ' +
+      'AS next_seq, 1 AS active) AS v ON DUPLICATE KEY UPDATE next_seq = `lw_lanes`.next_seq + v.next_seq',
     'SELECT id FROM t WHERE id IN (SELECT item_id FROM w WHERE queue = ?) LIMIT 10',
     'CREATE TABLE t (id BIGINT PRIMARY KEY /*T![clustered_index] CLUSTERED */)',
     "SET SESSION sql_mode = TRIM(BOTH ',' FROM @@SESSION.sql_mode)",
@@ -28,7 +31,8 @@ test('constructs outside the shared subset are named', () => {
   ]);
   expect(
     rulesOf(
-      'INSERT INTO t (a) SELECT 1 ON DUPLICATE KEY UPDATE a = 2; INSERT INTO u (b) VALUES (1) ON DUPLICATE KEY UPDATE b = 2',
+      'INSERT INTO t (a) SELECT 1 ON DUPLICATE KEY UPDATE a = 2; ' +
+        'INSERT INTO u (b) VALUES (1) ON DUPLICATE KEY UPDATE b = 2',
     ),
   ).toEqual([]);
   expect(rulesOf('ALTER TABLE t ADD COLUMN IF NOT EXISTS c INT')).toEqual(['IF [NOT] EXISTS on columns or indexes']);

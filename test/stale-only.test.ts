@@ -1,4 +1,5 @@
-// Stale-only claims (docs/design/consumer.md, "Stale-only claims"): only rescued work, by the queue's flag, a consumer's option, or its gate on the ledger.
+// Stale-only claims (docs/design/consumer.md, "Stale-only claims"): only rescued work, by the queue's flag,
+// a consumer's option, or its gate on the ledger.
 import { sql } from 'kysely';
 import { describe, expect, test } from 'vitest';
 import { Consumer } from '../src/consumer/consumer.js';
@@ -19,38 +20,44 @@ async function abandoned(ledger: Ledger, queue: string, leaseMs = 300): Promise<
 }
 
 describe('stale-only claims', () => {
-  test('the ledger: a stale-only claim takes rescued items only, by search or by id; explain says stale_only; off, pending work is claimed', async () => {
-    const { tl, queue } = await harness.setUp();
-    const ledger = tl.ledger;
-    const rescued = await abandoned(ledger, queue);
-    await expireAndReclaim(ledger, queue, [rescued]);
-    const fresh = await ledger.enqueue({ queue, type: 't', payload: {} });
+  test(
+    'the ledger: a stale-only claim takes rescued items only, by search ' +
+      'or by id; explain says stale_only; off, pending work is claimed',
+    async () => {
+      const { tl, queue } = await harness.setUp();
+      const ledger = tl.ledger;
+      const rescued = await abandoned(ledger, queue);
+      await expireAndReclaim(ledger, queue, [rescued]);
+      const fresh = await ledger.enqueue({ queue, type: 't', payload: {} });
 
-    const cli = await lanewake(['--database-url', tl.url, 'stale-only', queue, 'on', '--json']);
-    expect(cli.code, cli.err).toBe(0);
-    expect(JSON.parse(cli.out)).toEqual({ queue, staleOnly: true });
-    expect(await ledger.staleOnlyQueues([queue])).toEqual(new Set([queue]));
-    expect((await ledger.sweepSignals([queue]))[0]).toMatchObject({ staleOnly: true, claimable: true });
-    expect((await ledger.explain(fresh.id))?.code).toBe('stale_only');
+      const cli = await lanewake(['--database-url', tl.url, 'stale-only', queue, 'on', '--json']);
+      expect(cli.code, cli.err).toBe(0);
+      expect(JSON.parse(cli.out)).toEqual({ queue, staleOnly: true });
+      expect(await ledger.staleOnlyQueues([queue])).toEqual(new Set([queue]));
+      expect((await ledger.sweepSignals([queue]))[0]).toMatchObject({ staleOnly: true, claimable: true });
+      expect((await ledger.explain(fresh.id))?.code).toBe('stale_only');
 
-    expect(await ledger.claimByIds({ queue, owner: 'w', leaseMs: 60_000, ids: [fresh.id], staleOnly: true })).toEqual(
-      [],
-    );
-    const taken = await ledger.claim({ queue, owner: 'w', leaseMs: 60_000, limit: 10, staleOnly: true });
-    expect(taken.items.map((i) => i.id)).toEqual([rescued]);
-    expect((await ledger.claim({ queue, owner: 'w', leaseMs: 60_000, limit: 10, staleOnly: true })).items).toEqual([]);
-    expect(await mustGet(ledger, fresh.id)).toMatchObject({ state: 'pending' });
+      expect(await ledger.claimByIds({ queue, owner: 'w', leaseMs: 60_000, ids: [fresh.id], staleOnly: true })).toEqual(
+        [],
+      );
+      const taken = await ledger.claim({ queue, owner: 'w', leaseMs: 60_000, limit: 10, staleOnly: true });
+      expect(taken.items.map((i) => i.id)).toEqual([rescued]);
+      expect((await ledger.claim({ queue, owner: 'w', leaseMs: 60_000, limit: 10, staleOnly: true })).items).toEqual(
+        [],
+      );
+      expect(await mustGet(ledger, fresh.id)).toMatchObject({ state: 'pending' });
 
-    const off = await lanewake(['--database-url', tl.url, 'stale-only', queue, 'off']);
-    expect(off.out).toContain('claims pending work as usual');
-    expect((await ledger.explain(fresh.id))?.code).not.toBe('stale_only');
-    expect((await ledger.claim({ queue, owner: 'w', leaseMs: 60_000, limit: 10 })).items.map((i) => i.id)).toEqual([
-      fresh.id,
-    ]);
-    expect((await lanewake(['--database-url', tl.url, 'stale-only', queue, 'maybe'])).code).toBe(2);
-  });
+      const off = await lanewake(['--database-url', tl.url, 'stale-only', queue, 'off']);
+      expect(off.out).toContain('claims pending work as usual');
+      expect((await ledger.explain(fresh.id))?.code).not.toBe('stale_only');
+      expect((await ledger.claim({ queue, owner: 'w', leaseMs: 60_000, limit: 10 })).items.map((i) => i.id)).toEqual([
+        fresh.id,
+      ]);
+      expect((await lanewake(['--database-url', tl.url, 'stale-only', queue, 'maybe'])).code).toBe(2);
+    },
+  );
 
-  test("a stale-only queue's consumer rescues expired work and leaves pending work waiting, until the flag is off", async () => {
+  test("a stale-only queue's consumer rescues expired work and leaves pending work until the flag is off", async () => {
     const { tl, queue, producer } = await harness.setUp();
     const ledger = tl.ledger;
     await ledger.setStaleOnly(queue, true);

@@ -181,94 +181,110 @@ describe('supervisor', () => {
     expect(all.reduce((n, s) => n + s.counts.processing.count, 0)).toBe(0);
   });
 
-  test('a queue with pools runs a consumer per pool, live in the registry with its classes; pools that cannot be are refused before anything starts', async () => {
-    const { tl, tw } = await fixtures();
-    const queue = uniqueQueue('pooled');
-    expect(
-      () =>
-        new Supervisor({
-          config: config(tl, tw, [{ name: queue, concurrency: 1, pools: 'auto' }]),
-          handlers: { [queue]: { t: async () => undefined } },
-        }),
-    ).toThrow(expect.objectContaining({ fields: ['queues.0.pools'] }));
-    const sup = new Supervisor({
-      config: config(tl, tw, [{ name: queue, concurrency: 8, pools: 'auto' }]),
-      handlers: { [queue]: { t: async () => undefined } },
-      logger: createLogger('test', 'silent'),
-    });
-    cleanups.push(() => sup.stop());
-    await sup.start();
-    await waitFor(
-      () => [...sup.runners.get(queue)!].every((r) => r.state === 'running') || undefined,
-      10_000,
-      'every pool running',
-    );
-    const live = await tl.ledger.liveConsumers(queue);
-    expect(live.map((c) => [c.classes, c.concurrency]).sort()).toEqual(
-      [
-        [['interactive', 'default'], 2],
-        [['bulk'], 2],
-        [['interactive', 'default', 'bulk'], 4],
-      ].sort(),
-    );
-    await sup.stop();
-    expect(await tl.ledger.liveConsumers(queue)).toEqual([]);
-  });
-
-  test('ownership: activating a new deployment stops the old one (exit 3), the new one takes over, and the old epoch cannot claim', async () => {
-    const { tl, tw } = await fixtures();
-    const queue = uniqueQueue('own');
-    const seenBy: Record<string, string[]> = { blue: [], green: [] };
-    const make = (deployment: 'blue' | 'green') =>
-      new Supervisor({
-        config: config(tl, tw, [{ name: queue, concurrency: 2, ownership: true }], { deployment }),
-        handlers: { [queue]: { job: async (j: { id: string }) => void seenBy[deployment]!.push(j.id) } },
+  test(
+    'a queue with pools runs a consumer per pool, live in the registry with ' +
+      'its classes; pools that cannot be are refused before anything starts',
+    async () => {
+      const { tl, tw } = await fixtures();
+      const queue = uniqueQueue('pooled');
+      expect(
+        () =>
+          new Supervisor({
+            config: config(tl, tw, [{ name: queue, concurrency: 1, pools: 'auto' }]),
+            handlers: { [queue]: { t: async () => undefined } },
+          }),
+      ).toThrow(expect.objectContaining({ fields: ['queues.0.pools'] }));
+      const sup = new Supervisor({
+        config: config(tl, tw, [{ name: queue, concurrency: 8, pools: 'auto' }]),
+        handlers: { [queue]: { t: async () => undefined } },
         logger: createLogger('test', 'silent'),
       });
-    await tl.ledger.activate({ queue, deployment: 'blue', expectEpoch: 0 });
-    const blue = make('blue');
-    const green = make('green');
-    cleanups.push(
-      () => blue.stop(),
-      () => green.stop(),
-    );
-    await blue.start();
-    await green.start();
-    expect((await blue.readiness()).ready).toBe(true);
-    expect((await green.readiness()).ready).toBe(false);
+      cleanups.push(() => sup.stop());
+      await sup.start();
+      await waitFor(
+        () => [...sup.runners.get(queue)!].every((r) => r.state === 'running') || undefined,
+        10_000,
+        'every pool running',
+      );
+      const live = await tl.ledger.liveConsumers(queue);
+      expect(live.map((c) => [c.classes, c.concurrency]).sort()).toEqual(
+        [
+          [['interactive', 'default'], 2],
+          [['bulk'], 2],
+          [['interactive', 'default', 'bulk'], 4],
+        ].sort(),
+      );
+      await sup.stop();
+      expect(await tl.ledger.liveConsumers(queue)).toEqual([]);
+    },
+  );
 
-    const producer = new Producer({ ledger: tl.ledger, wake: tw.wake });
-    const first = await producer.enqueue({ queue, type: 'job', payload: {} });
-    await waitFor(() => (seenBy.blue!.includes(first.id) ? true : undefined), 10_000, 'blue to run the first item');
+  test(
+    'ownership: activating a new deployment stops the old one (exit ' +
+      '3), the new one takes over, and the old epoch cannot claim',
+    async () => {
+      const { tl, tw } = await fixtures();
+      const queue = uniqueQueue('own');
+      const seenBy: Record<string, string[]> = { blue: [], green: [] };
+      const make = (deployment: 'blue' | 'green') =>
+        new Supervisor({
+          config: config(tl, tw, [{ name: queue, concurrency: 2, ownership: true }], { deployment }),
+          handlers: { [queue]: { job: async (j: { id: string }) => void seenBy[deployment]!.push(j.id) } },
+          logger: createLogger('test', 'silent'),
+        });
+      await tl.ledger.activate({ queue, deployment: 'blue', expectEpoch: 0 });
+      const blue = make('blue');
+      const green = make('green');
+      cleanups.push(
+        () => blue.stop(),
+        () => green.stop(),
+      );
+      await blue.start();
+      await green.start();
+      expect((await blue.readiness()).ready).toBe(true);
+      expect((await green.readiness()).ready).toBe(false);
 
-    const next = await tl.ledger.activate({ queue, deployment: 'green', expectEpoch: 1 });
-    await tw.wake.publishControl(queue, { type: 'ownership', epoch: next.epoch, deployment: 'green' });
-    expect(await blue.done).toBe(EXIT_OWNERSHIP_LOST);
-    expect((await blue.readiness()).ready).toBe(false);
-    await waitFor(async () => ((await green.readiness()).ready ? true : undefined), 10_000, 'green to take ownership');
+      const producer = new Producer({ ledger: tl.ledger, wake: tw.wake });
+      const first = await producer.enqueue({ queue, type: 'job', payload: {} });
+      await waitFor(() => (seenBy.blue!.includes(first.id) ? true : undefined), 10_000, 'blue to run the first item');
 
-    const second = await producer.enqueue({ queue, type: 'job', payload: {} });
-    await waitFor(() => (seenBy.green!.includes(second.id) ? true : undefined), 10_000, 'green to run the second item');
-    expect(seenBy.blue).not.toContain(second.id);
+      const next = await tl.ledger.activate({ queue, deployment: 'green', expectEpoch: 1 });
+      await tw.wake.publishControl(queue, { type: 'ownership', epoch: next.epoch, deployment: 'green' });
+      expect(await blue.done).toBe(EXIT_OWNERSHIP_LOST);
+      expect((await blue.readiness()).ready).toBe(false);
+      await waitFor(
+        async () => ((await green.readiness()).ready ? true : undefined),
+        10_000,
+        'green to take ownership',
+      );
 
-    // The ledger itself refuses a claim under the stale epoch (and allows it under the current one).
-    await green.stop();
-    const item = await tl.ledger.enqueue({ queue, type: 'job', payload: {} });
-    expect(await tl.ledger.claimByIds({ queue, owner: 'stale-blue', leaseMs: 1000, epoch: 1, ids: [item.id] })).toEqual(
-      [],
-    );
-    expect((await tl.ledger.get(item.id))?.state).toBe('pending');
-    const current = await tl.ledger.claimByIds({
-      queue,
-      owner: 'green-2',
-      leaseMs: 1000,
-      epoch: next.epoch,
-      ids: [item.id],
-    });
-    expect(current.map((c) => c.id)).toEqual([item.id]);
-  });
+      const second = await producer.enqueue({ queue, type: 'job', payload: {} });
+      await waitFor(
+        () => (seenBy.green!.includes(second.id) ? true : undefined),
+        10_000,
+        'green to run the second item',
+      );
+      expect(seenBy.blue).not.toContain(second.id);
 
-  test('ownership: a standby worker hears the first activation broadcast after its start() resolved, once', async () => {
+      // The ledger itself refuses a claim under the stale epoch (and allows it under the current one).
+      await green.stop();
+      const item = await tl.ledger.enqueue({ queue, type: 'job', payload: {} });
+      expect(
+        await tl.ledger.claimByIds({ queue, owner: 'stale-blue', leaseMs: 1000, epoch: 1, ids: [item.id] }),
+      ).toEqual([]);
+      expect((await tl.ledger.get(item.id))?.state).toBe('pending');
+      const current = await tl.ledger.claimByIds({
+        queue,
+        owner: 'green-2',
+        leaseMs: 1000,
+        epoch: next.epoch,
+        ids: [item.id],
+      });
+      expect(current.map((c) => c.id)).toEqual([item.id]);
+    },
+  );
+
+  test('ownership: a standby worker hears the first activation broadcast after start() resolved, once', async () => {
     const { tl, tw } = await fixtures();
     const queues = [uniqueQueue('own-first'), uniqueQueue('own-first')];
     const ran: string[] = [];

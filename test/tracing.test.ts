@@ -87,7 +87,7 @@ async function storedTraceparent(id: string): Promise<string | null | undefined>
 }
 
 describe('publish spans', () => {
-  test('ledger.enqueue inside an active span: a PRODUCER span, child of it, whose context the item stores', async () => {
+  test('ledger.enqueue in an active span: a PRODUCER span, child of it, whose context the item stores', async () => {
     const queue = freshQueue('otel');
     const { id, parent } = await inSpan('request', async (span) => ({
       id: (await tl.ledger.enqueue({ queue, type: 't', payload: {} })).id,
@@ -214,38 +214,42 @@ describe('process spans', () => {
       .map((p) => ({ count: p.value.count, attributes: p.attributes }));
   }
 
-  test("an attempt's CONSUMER span: a child of the publish span and linked to it, the handler inside it; the histogram has a point", async () => {
-    const queue = freshQueue('otel-process');
-    let seen: Span | undefined;
-    await consumerOf(queue, async (span) => void (seen = span));
-    const { id } = await inSpan('request', () => tl.ledger.enqueue({ queue, type: 't', payload: {} }));
-    const [processed] = await processSpan(queue);
-    const [publish] = finished(`publish ${queue}`);
-    expect(processed?.kind).toBe(SpanKind.CONSUMER);
-    expect(processed?.links.map((l) => l.context.spanId)).toEqual([publish?.spanContext().spanId]);
-    expect(processed?.parentSpanContext?.spanId).toBe(publish?.spanContext().spanId);
-    expect(processed?.spanContext().traceId).toBe(publish?.spanContext().traceId);
-    expect(seen?.spanContext().spanId).toBe(processed?.spanContext().spanId);
-    expect(processed?.attributes).toMatchObject({
-      'messaging.system': 'lanewake',
-      'messaging.operation.name': 'process',
-      'messaging.operation.type': 'process',
-      'messaging.destination.name': queue,
-      'messaging.message.id': id,
-      'lanewake.attempt': 1,
-      'lanewake.outcome': 'completed',
-    });
-    expect(processed?.status.code).toBe(SpanStatusCode.UNSET);
-    expect(await durationPoints(queue)).toEqual([
-      {
-        count: 1,
-        attributes: expect.objectContaining({
-          'messaging.operation.name': 'process',
-          'lanewake.outcome': 'completed',
-        }) as unknown,
-      },
-    ]);
-  });
+  test(
+    "an attempt's CONSUMER span: a child of the publish span and " +
+      'linked to it, the handler inside it; the histogram has a point',
+    async () => {
+      const queue = freshQueue('otel-process');
+      let seen: Span | undefined;
+      await consumerOf(queue, async (span) => void (seen = span));
+      const { id } = await inSpan('request', () => tl.ledger.enqueue({ queue, type: 't', payload: {} }));
+      const [processed] = await processSpan(queue);
+      const [publish] = finished(`publish ${queue}`);
+      expect(processed?.kind).toBe(SpanKind.CONSUMER);
+      expect(processed?.links.map((l) => l.context.spanId)).toEqual([publish?.spanContext().spanId]);
+      expect(processed?.parentSpanContext?.spanId).toBe(publish?.spanContext().spanId);
+      expect(processed?.spanContext().traceId).toBe(publish?.spanContext().traceId);
+      expect(seen?.spanContext().spanId).toBe(processed?.spanContext().spanId);
+      expect(processed?.attributes).toMatchObject({
+        'messaging.system': 'lanewake',
+        'messaging.operation.name': 'process',
+        'messaging.operation.type': 'process',
+        'messaging.destination.name': queue,
+        'messaging.message.id': id,
+        'lanewake.attempt': 1,
+        'lanewake.outcome': 'completed',
+      });
+      expect(processed?.status.code).toBe(SpanStatusCode.UNSET);
+      expect(await durationPoints(queue)).toEqual([
+        {
+          count: 1,
+          attributes: expect.objectContaining({
+            'messaging.operation.name': 'process',
+            'lanewake.outcome': 'completed',
+          }) as unknown,
+        },
+      ]);
+    },
+  );
 
   test('a failing handler: the exception and status ERROR on the span, the outcome as an attribute', async () => {
     const queue = freshQueue('otel-fail');
@@ -264,46 +268,54 @@ describe('process spans', () => {
     ]);
   });
 
-  test("ctx.stage: an INTERNAL child span of the attempt's per stage, named by it; a stage that throws has status ERROR", async () => {
-    const queue = freshQueue('otel-stage');
-    const c = new Consumer({
-      ledger: tl.ledger,
-      queue,
-      concurrency: 2,
-      pollIntervalMs: 50,
-      handlers: {
-        t: async (_job, ctx) => {
-          await ctx.stage('fetch', async () => 1);
-          await ctx.stage('write', async () => {
-            throw new Error('refused');
-          });
+  test(
+    "ctx.stage: an INTERNAL child span of the attempt's per " +
+      'stage, named by it; a stage that throws has status ERROR',
+    async () => {
+      const queue = freshQueue('otel-stage');
+      const c = new Consumer({
+        ledger: tl.ledger,
+        queue,
+        concurrency: 2,
+        pollIntervalMs: 50,
+        handlers: {
+          t: async (_job, ctx) => {
+            await ctx.stage('fetch', async () => 1);
+            await ctx.stage('write', async () => {
+              throw new Error('refused');
+            });
+          },
         },
-      },
-    });
-    await scope.start(c);
-    const { id } = await tl.ledger.enqueue({ queue, type: 't', payload: {}, maxAttempts: 1 });
-    const [processed] = await processSpan(queue);
-    const [fetch] = finished('stage fetch');
-    const [write] = finished('stage write');
-    expect(fetch?.kind).toBe(SpanKind.INTERNAL);
-    expect(fetch?.parentSpanContext?.spanId).toBe(processed?.spanContext().spanId);
-    expect(write?.parentSpanContext?.spanId).toBe(processed?.spanContext().spanId);
-    expect(fetch?.attributes).toMatchObject({
-      'lanewake.stage': 'fetch',
-      'messaging.message.id': id,
-      'lanewake.item.type': 't',
-    });
-    expect(fetch?.status.code).toBe(SpanStatusCode.UNSET);
-    expect(write?.status).toEqual({ code: SpanStatusCode.ERROR, message: 'refused' });
-  });
+      });
+      await scope.start(c);
+      const { id } = await tl.ledger.enqueue({ queue, type: 't', payload: {}, maxAttempts: 1 });
+      const [processed] = await processSpan(queue);
+      const [fetch] = finished('stage fetch');
+      const [write] = finished('stage write');
+      expect(fetch?.kind).toBe(SpanKind.INTERNAL);
+      expect(fetch?.parentSpanContext?.spanId).toBe(processed?.spanContext().spanId);
+      expect(write?.parentSpanContext?.spanId).toBe(processed?.spanContext().spanId);
+      expect(fetch?.attributes).toMatchObject({
+        'lanewake.stage': 'fetch',
+        'messaging.message.id': id,
+        'lanewake.item.type': 't',
+      });
+      expect(fetch?.status.code).toBe(SpanStatusCode.UNSET);
+      expect(write?.status).toEqual({ code: SpanStatusCode.ERROR, message: 'refused' });
+    },
+  );
 
-  test('an item without a traceparent starts a trace of its own, with no link: never a child of the context the consumer is in', async () => {
-    const item = { id: 'no-trace', queue: freshQueue('otel-root'), type: 't', attempt: 1, traceparent: null };
-    await inSpan('unrelated', () => traceAttempt({ item, thrown: undefined }, async () => 'completed'));
-    const [processed] = finished(`process ${item.queue}`);
-    expect(processed?.links).toEqual([]);
-    expect(processed?.parentSpanContext).toBeUndefined();
-  });
+  test(
+    'an item without a traceparent starts a trace of its own, with ' +
+      'no link: never a child of the context the consumer is in',
+    async () => {
+      const item = { id: 'no-trace', queue: freshQueue('otel-root'), type: 't', attempt: 1, traceparent: null };
+      await inSpan('unrelated', () => traceAttempt({ item, thrown: undefined }, async () => 'completed'));
+      const [processed] = finished(`process ${item.queue}`);
+      expect(processed?.links).toEqual([]);
+      expect(processed?.parentSpanContext).toBeUndefined();
+    },
+  );
 });
 
 describe('without OpenTelemetry', () => {
@@ -358,7 +370,7 @@ describe('without OpenTelemetry', () => {
     expect(finished(`process ${queue}`)).toEqual([]);
   });
 
-  test('a producer on schema 9 (no traceparent column) still enqueues while it has no span context to store', async () => {
+  test('a producer on schema 9 (no traceparent column) enqueues while it has no span context to store', async () => {
     const nine = await unmigrated();
     await migrate(nine.ledger.db, 'lw_', 60, 9);
     const queue = freshQueue('otel-old');

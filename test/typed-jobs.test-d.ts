@@ -33,7 +33,8 @@ describe('enqueue', () => {
     expectTypeOf(
       typed.enqueue('billing', 'invoice.send', { orderId: 'A1' }, { lane: 'customer:42' }),
     ).resolves.toEqualTypeOf<EnqueueResult>();
-    // The payload is the schema's input: `copies` has a default, so it may be left out; `at` is the string before its transform.
+    // The payload is the schema's input: `copies` has a default, so it may be left out; `at` is the
+    // string before its transform.
     void typed.enqueue('mail', 'welcome', { to: 'a@b.c', at: '2026-01-01T00:00:00Z' });
   });
 

@@ -88,7 +88,7 @@ test('every key of one queue hashes to one slot; our CRC16 agrees with the serve
   expect(keys.map(keySlot)).toEqual(slots);
 });
 
-test('wake-ups and control messages of queues on different masters reach their readers through the cluster', async () => {
+test('wake-ups and control messages of queues on different masters reach their readers via the cluster', async () => {
   const prefix = `lwt:${randomBytes(4).toString('hex')}:`;
   const wake = channel(prefix);
   expect(wake.cluster).toBe(true);

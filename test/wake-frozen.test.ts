@@ -23,7 +23,7 @@ function channelOn(r: PrivateRedis): WakeChannel {
   return wake;
 }
 
-test('on a frozen Redis a publish fails instead of waiting, and the channel then sends nothing for a while', async () => {
+test('on a frozen Redis a publish fails instead of waiting; the channel then sends nothing for a while', async () => {
   redis = await PrivateRedis.start();
   const wake = channelOn(redis);
   const wakeUp = { queue: 'q', queueClass: 'default' as const, kind: 'enqueue' as const, ids: ['a'] };

@@ -76,57 +76,61 @@ async function blockingReadOnServer(): Promise<void> {
   );
 }
 
-test('80 queues read through one channel share a blocking read per 64 streams and one control read; each wake-up and control message reaches its own queue only', async () => {
-  tw = createTestWake();
-  const queues = Array.from({ length: 80 }, (_, i) => uniqueQueue(`hub${i}`));
-  const recs = queues.map(() => recorder());
-  for (const [i, q] of queues.entries()) await startReader(q, recs[i]!.subscriber);
-  // Two classes per queue: 160 streams, read by three connections.
-  const name = tw.wake.hubFor('x', silent).name;
-  const expected = [
-    `lanewake:control:${name}`,
-    ...Array.from({ length: Math.ceil(160 / MAX_STREAMS_PER_READ) }, () => `lanewake:wake:${name}`),
-  ];
-  await waitFor(
-    async () => ((await blockingConnections()).length === expected.length ? true : undefined),
-    5_000,
-    'the hub connections',
-  );
-  expect((await blockingConnections()).sort()).toEqual(expected.sort());
-
-  const remote = tw.remote();
-  const picked = [3, 41, 79];
-  for (const i of picked) {
-    await remote.publish([
-      { queue: queues[i]!, queueClass: i === 41 ? 'interactive' : 'default', kind: 'enqueue', ids: [`item-${i}`] },
-    ]);
-    await remote.publishControl(queues[i]!, { type: 'cancel', ids: [`item-${i}`] });
-  }
-  for (const i of picked) {
+test(
+  '80 queues read through one channel share a blocking read per 64 streams and one ' +
+    'control read; each wake-up and control message reaches its own queue only',
+  async () => {
+    tw = createTestWake();
+    const queues = Array.from({ length: 80 }, (_, i) => uniqueQueue(`hub${i}`));
+    const recs = queues.map(() => recorder());
+    for (const [i, q] of queues.entries()) await startReader(q, recs[i]!.subscriber);
+    // Two classes per queue: 160 streams, read by three connections.
+    const name = tw.wake.hubFor('x', silent).name;
+    const expected = [
+      `lanewake:control:${name}`,
+      ...Array.from({ length: Math.ceil(160 / MAX_STREAMS_PER_READ) }, () => `lanewake:wake:${name}`),
+    ];
     await waitFor(
-      () => (recs[i]!.seen.entries.length > 0 && recs[i]!.seen.control.length > 0) || undefined,
+      async () => ((await blockingConnections()).length === expected.length ? true : undefined),
       5_000,
-      `queue ${i}'s wake-up and control message`,
+      'the hub connections',
     );
-  }
-  recs.forEach((r, i) => {
-    expect(
-      r.seen.entries.flatMap((e) => e.ids),
-      `queue ${i}`,
-    ).toEqual(picked.includes(i) ? [`item-${i}`] : []);
-    expect(r.seen.control, `queue ${i}`).toEqual(picked.includes(i) ? [{ type: 'cancel', ids: [`item-${i}`] }] : []);
-  });
+    expect((await blockingConnections()).sort()).toEqual(expected.sort());
 
-  for (const r of readers) await r.stop();
-  readers = [];
-  await waitFor(
-    async () => ((await blockingConnections()).length === 0 ? true : undefined),
-    5_000,
-    'the last reader out to close them',
-  );
-});
+    const remote = tw.remote();
+    const picked = [3, 41, 79];
+    for (const i of picked) {
+      await remote.publish([
+        { queue: queues[i]!, queueClass: i === 41 ? 'interactive' : 'default', kind: 'enqueue', ids: [`item-${i}`] },
+      ]);
+      await remote.publishControl(queues[i]!, { type: 'cancel', ids: [`item-${i}`] });
+    }
+    for (const i of picked) {
+      await waitFor(
+        () => (recs[i]!.seen.entries.length > 0 && recs[i]!.seen.control.length > 0) || undefined,
+        5_000,
+        `queue ${i}'s wake-up and control message`,
+      );
+    }
+    recs.forEach((r, i) => {
+      expect(
+        r.seen.entries.flatMap((e) => e.ids),
+        `queue ${i}`,
+      ).toEqual(picked.includes(i) ? [`item-${i}`] : []);
+      expect(r.seen.control, `queue ${i}`).toEqual(picked.includes(i) ? [{ type: 'cancel', ids: [`item-${i}`] }] : []);
+    });
 
-test('a queue that joins while a read blocks, or finds room, is read at once: the read is cut short, not waited out', async () => {
+    for (const r of readers) await r.stop();
+    readers = [];
+    await waitFor(
+      async () => ((await blockingConnections()).length === 0 ? true : undefined),
+      5_000,
+      'the last reader out to close them',
+    );
+  },
+);
+
+test('a queue that joins while a read blocks, or finds room, is read at once: the read is cut short', async () => {
   tw = createTestWake();
   const first = uniqueQueue('hub-first');
   await startReader(first, recorder().subscriber);
@@ -159,30 +163,34 @@ test('a queue that joins while a read blocks, or finds room, is read at once: th
   expect(fullRec.seen.entries.flatMap((e) => e.ids)).toEqual(['full-1']);
 });
 
-test('room that changes many times while a read blocks cuts the read short with one interrupt, not one CLIENT UNBLOCK per change', async () => {
-  tw = createTestWake();
-  const busy = uniqueQueue('hub-busy');
-  await startReader(busy, recorder().subscriber);
-  const full = uniqueQueue('hub-room');
-  const fullRec = recorder(0);
-  const fullReader = await startReader(full, fullRec.subscriber);
-  // The read in flight names only the queue with room.
-  await blockingReadOnServer();
-  await tw.remote().publish([{ queue: full, queueClass: 'default', kind: 'enqueue', ids: ['room-1'] }]);
+test(
+  'room that changes many times while a read blocks cuts the read ' +
+    'short with one interrupt, not one CLIENT UNBLOCK per change',
+  async () => {
+    tw = createTestWake();
+    const busy = uniqueQueue('hub-busy');
+    await startReader(busy, recorder().subscriber);
+    const full = uniqueQueue('hub-room');
+    const fullRec = recorder(0);
+    const fullReader = await startReader(full, fullRec.subscriber);
+    // The read in flight names only the queue with room.
+    await blockingReadOnServer();
+    await tw.remote().publish([{ queue: full, queueClass: 'default', kind: 'enqueue', ids: ['room-1'] }]);
 
-  const redis = tw.wake.redis;
-  const client = redis.client.bind(redis) as (...args: unknown[]) => Promise<unknown>;
-  let unblocks = 0;
-  (redis as unknown as { client: (...args: unknown[]) => Promise<unknown> }).client = (...args) => {
-    if (String(args[0]).toUpperCase() === 'UNBLOCK') unblocks++;
-    return client(...args);
-  };
-  // A slot frees a hundred times over (a consumer's completions): each change of room is a notify.
-  fullRec.seen.room = 2;
-  for (let i = 0; i < 100; i++) fullReader.notify();
-  await waitFor(() => fullRec.seen.entries.length > 0 || undefined, 5_000, 'the queue that found room');
-  expect(fullRec.seen.entries.flatMap((e) => e.ids)).toEqual(['room-1']);
-  // One interrupt sends at most UNBLOCK_TRIES; one per notify would send at least a hundred.
-  expect(unblocks).toBeGreaterThan(0);
-  expect(unblocks).toBeLessThanOrEqual(UNBLOCK_TRIES);
-});
+    const redis = tw.wake.redis;
+    const client = redis.client.bind(redis) as (...args: unknown[]) => Promise<unknown>;
+    let unblocks = 0;
+    (redis as unknown as { client: (...args: unknown[]) => Promise<unknown> }).client = (...args) => {
+      if (String(args[0]).toUpperCase() === 'UNBLOCK') unblocks++;
+      return client(...args);
+    };
+    // A slot frees a hundred times over (a consumer's completions): each change of room is a notify.
+    fullRec.seen.room = 2;
+    for (let i = 0; i < 100; i++) fullReader.notify();
+    await waitFor(() => fullRec.seen.entries.length > 0 || undefined, 5_000, 'the queue that found room');
+    expect(fullRec.seen.entries.flatMap((e) => e.ids)).toEqual(['room-1']);
+    // One interrupt sends at most UNBLOCK_TRIES; one per notify would send at least a hundred.
+    expect(unblocks).toBeGreaterThan(0);
+    expect(unblocks).toBeLessThanOrEqual(UNBLOCK_TRIES);
+  },
+);

@@ -15,7 +15,7 @@ afterEach(async () => {
   redis = undefined;
 });
 
-test('an outage logs one line when publishing fails and one when it works again, with the failures counted', async () => {
+test('an outage logs one line when publishing fails and one when it works again, failures counted', async () => {
   redis = await PrivateRedis.start();
   const log = captureLog('info');
   wake = new WakeChannel({ redis: redis.url, keyPrefix: 'lwt:outage:', logger: log.logger });

@@ -66,12 +66,16 @@ describe('flags and env refine the file queues by name', () => {
     });
   });
 
-  test('file queues a flag does not name keep running as the file says; a queue named only by a flag starts with defaults', () => {
-    const c = resolveWorkerConfig([file, {}, { queues: parseQueueList('q1:4,q3') }]);
-    expect(c.queues.map((q) => q.name)).toEqual(['q1', 'q2', 'q3']);
-    expect(c.queues[1]).toEqual({ name: 'q2', concurrency: 3, deadlineMs: 1_000, ownership: false });
-    expect(c.queues[2]).toEqual({ name: 'q3', concurrency: 10, ownership: false });
-  });
+  test(
+    'file queues a flag does not name keep running as the file ' +
+      'says; a queue named only by a flag starts with defaults',
+    () => {
+      const c = resolveWorkerConfig([file, {}, { queues: parseQueueList('q1:4,q3') }]);
+      expect(c.queues.map((q) => q.name)).toEqual(['q1', 'q2', 'q3']);
+      expect(c.queues[1]).toEqual({ name: 'q2', concurrency: 3, deadlineMs: 1_000, ownership: false });
+      expect(c.queues[2]).toEqual({ name: 'q3', concurrency: 10, ownership: false });
+    },
+  );
 
   test('a bad flag value still names the field of the merged list; a name listed twice in one layer is refused', () => {
     expect(rejection([file, {}, { queues: parseQueueList('q2:0') }]).fields).toEqual(['queues[1].concurrency']);
@@ -142,7 +146,7 @@ describe('one name per setting, and messages that say what to set', () => {
     expect((fromEnv as ValidationError).message).toContain('LANEWAKE_REDIS_KEY_PREFIX');
   });
 
-  test('a missing handler module, database URL or queue list names the flag, the env variable and the file field', () => {
+  test('a missing handler module, database URL or queue list names the flag, env variable and file field', () => {
     const noHandlers = rejection([{ databaseUrl: base.databaseUrl, queues: [{ name: 'q' }] }]);
     expect(noHandlers.fields).toEqual(['handlers']);
     expect(noHandlers.message).toMatch(/--handlers <module>.*LANEWAKE_HANDLERS.*handlers:/);
@@ -193,42 +197,46 @@ describe('the unknown-type settings reach the consumer', () => {
     return sup;
   }
 
-  test('unknownType, unknownTypeReleaseMs and unknownTypeGraceMs decide what becomes of a type this worker has no handler for', async () => {
-    const { tl, tw } = await fixtures();
-    const [released, dead, noGrace] = [uniqueQueue('unk-rel'), uniqueQueue('unk-dead'), uniqueQueue('unk-grace')];
-    const sup = supervisor(
-      tl,
-      tw,
-      [
-        { name: released, unknownType: 'release', unknownTypeReleaseMs: 600_000 },
-        { name: dead, unknownType: 'dead' },
-        { name: noGrace, unknownType: 'release', unknownTypeGraceMs: 0 },
-      ],
-      { known: async () => 'ok' },
-    );
-    await sup.start();
-    const producer = new Producer({ ledger: tl.ledger, wake: tw.wake });
-    const [r, d, g] = await Promise.all(
-      [released, dead, noGrace].map((queue) => producer.enqueue({ queue, type: 'new.type', payload: {} })),
-    );
-    // Released: pending again, its attempt given back, due after this queue's release delay (the default is 5 s).
-    await waitFor(
-      async () => ((await history(tl.ledger, r!.id)).length > 0 ? true : undefined),
-      15_000,
-      'the unknown-type item to be handed back',
-    );
-    const item = await mustGet(tl.ledger, r!.id);
-    expect(item).toMatchObject({ state: 'pending', attempt: 0 });
-    expect(item.runAfter.getTime() - Date.now()).toBeGreaterThan(300_000);
-    for (const id of [d!.id, g!.id]) {
-      await waitFor(
-        async () => ((await tl.ledger.get(id))?.state === 'dead' ? true : undefined),
-        15_000,
-        'the unknown-type item to end dead',
+  test(
+    'unknownType, unknownTypeReleaseMs and unknownTypeGraceMs ' +
+      'decide what becomes of a type this worker has no handler for',
+    async () => {
+      const { tl, tw } = await fixtures();
+      const [released, dead, noGrace] = [uniqueQueue('unk-rel'), uniqueQueue('unk-dead'), uniqueQueue('unk-grace')];
+      const sup = supervisor(
+        tl,
+        tw,
+        [
+          { name: released, unknownType: 'release', unknownTypeReleaseMs: 600_000 },
+          { name: dead, unknownType: 'dead' },
+          { name: noGrace, unknownType: 'release', unknownTypeGraceMs: 0 },
+        ],
+        { known: async () => 'ok' },
       );
-      expect((await mustGet(tl.ledger, id)).failureClass).toBe('unowned');
-    }
-  });
+      await sup.start();
+      const producer = new Producer({ ledger: tl.ledger, wake: tw.wake });
+      const [r, d, g] = await Promise.all(
+        [released, dead, noGrace].map((queue) => producer.enqueue({ queue, type: 'new.type', payload: {} })),
+      );
+      // Released: pending again, its attempt given back, due after this queue's release delay (the default is 5 s).
+      await waitFor(
+        async () => ((await history(tl.ledger, r!.id)).length > 0 ? true : undefined),
+        15_000,
+        'the unknown-type item to be handed back',
+      );
+      const item = await mustGet(tl.ledger, r!.id);
+      expect(item).toMatchObject({ state: 'pending', attempt: 0 });
+      expect(item.runAfter.getTime() - Date.now()).toBeGreaterThan(300_000);
+      for (const id of [d!.id, g!.id]) {
+        await waitFor(
+          async () => ((await tl.ledger.get(id))?.state === 'dead' ? true : undefined),
+          15_000,
+          'the unknown-type item to end dead',
+        );
+        expect((await mustGet(tl.ledger, id)).failureClass).toBe('unowned');
+      }
+    },
+  );
 
   // Swept from the ledger only (no wake channel): that claim is the one that filters by type.
   test('types: only the listed types are claimed', async () => {

@@ -136,83 +136,94 @@ test('lanewake worker: each bad config value exits 2 naming the field', async ()
   });
 }, 120_000);
 
-test('lanewake worker: a newer activation makes the old deployment exit 3 with /readyz 503 while the new one takes the queue', async () => {
-  const { tl, tw, queue } = await fixtures();
-  const dir = mkdtempSync(join(tmpdir(), 'lw-own-'));
-  cleanups.push(async () => rmSync(dir, { recursive: true, force: true }));
-  const configFor = (deployment: string): string => {
-    const path = join(dir, `${deployment}.json`);
-    writeFileSync(
-      path,
-      JSON.stringify({
-        handlers: 'test/support/worker-handlers.ts',
-        deployment,
-        admin: { host: '127.0.0.1', port: 0 },
-        ownershipCheckMs: 60_000,
-        queues: [{ name: queue, concurrency: 2, ownership: true }],
-      }),
+test(
+  'lanewake worker: a newer activation makes the old deployment ' +
+    'exit 3 with /readyz 503 while the new one takes the queue',
+  async () => {
+    const { tl, tw, queue } = await fixtures();
+    const dir = mkdtempSync(join(tmpdir(), 'lw-own-'));
+    cleanups.push(async () => rmSync(dir, { recursive: true, force: true }));
+    const configFor = (deployment: string): string => {
+      const path = join(dir, `${deployment}.json`);
+      writeFileSync(
+        path,
+        JSON.stringify({
+          handlers: 'test/support/worker-handlers.ts',
+          deployment,
+          admin: { host: '127.0.0.1', port: 0 },
+          ownershipCheckMs: 60_000,
+          queues: [{ name: queue, concurrency: 2, ownership: true }],
+        }),
+      );
+      return path;
+    };
+    const env = {
+      LANEWAKE_DATABASE_URL: tl.url,
+      LANEWAKE_REDIS_URL: redisUrl(),
+      LANEWAKE_REDIS_KEY_PREFIX: tw.keyPrefix,
+      LW_TEST_QUEUE: queue,
+    };
+    await tl.ledger.activate({ queue, deployment: 'blue', expectEpoch: 0 });
+    const blue = startWorker(['--config', configFor('blue')], env);
+    const green = startWorker(['--config', configFor('green')], env);
+    const blueAdmin = await waitFor(() => /admin: (http:\/\/\S+)/.exec(blue.stderr())?.[1], 30_000, 'blue admin URL');
+    const greenAdmin = await waitFor(
+      () => /admin: (http:\/\/\S+)/.exec(green.stderr())?.[1],
+      30_000,
+      'green admin URL',
     );
-    return path;
-  };
-  const env = {
-    LANEWAKE_DATABASE_URL: tl.url,
-    LANEWAKE_REDIS_URL: redisUrl(),
-    LANEWAKE_REDIS_KEY_PREFIX: tw.keyPrefix,
-    LW_TEST_QUEUE: queue,
-  };
-  await tl.ledger.activate({ queue, deployment: 'blue', expectEpoch: 0 });
-  const blue = startWorker(['--config', configFor('blue')], env);
-  const green = startWorker(['--config', configFor('green')], env);
-  const blueAdmin = await waitFor(() => /admin: (http:\/\/\S+)/.exec(blue.stderr())?.[1], 30_000, 'blue admin URL');
-  const greenAdmin = await waitFor(() => /admin: (http:\/\/\S+)/.exec(green.stderr())?.[1], 30_000, 'green admin URL');
-  expect((await fetch(`${blueAdmin}/readyz`)).status).toBe(200);
-  expect((await fetch(`${greenAdmin}/readyz`)).status).toBe(503);
+    expect((await fetch(`${blueAdmin}/readyz`)).status).toBe(200);
+    expect((await fetch(`${greenAdmin}/readyz`)).status).toBe(503);
 
-  // The CLI moves the queue and broadcasts on the control stream: blue hears it at once (its periodic check is a minute away).
-  const { runCli } = await import('../src/cli/program.js');
-  const out: string[] = [];
-  const io = { out: (t: string) => void out.push(t), err: (t: string) => void out.push(t) };
-  const code = await runCli(
-    [
-      'activate',
-      '--queue',
-      queue,
-      '--deployment',
-      'green',
-      '--expect-epoch',
-      '1',
-      '--database-url',
-      tl.url,
-      '--redis-url',
-      redisUrl(),
-      '--redis-key-prefix',
-      tw.keyPrefix,
-    ],
-    io,
-  );
-  expect(code, out.join('')).toBe(0);
-  expect(await blue.exit).toBe(3);
+    // The CLI moves the queue and broadcasts on the control stream: blue hears it at once (its
+    // periodic check is a minute away).
+    const { runCli } = await import('../src/cli/program.js');
+    const out: string[] = [];
+    const io = { out: (t: string) => void out.push(t), err: (t: string) => void out.push(t) };
+    const code = await runCli(
+      [
+        'activate',
+        '--queue',
+        queue,
+        '--deployment',
+        'green',
+        '--expect-epoch',
+        '1',
+        '--database-url',
+        tl.url,
+        '--redis-url',
+        redisUrl(),
+        '--redis-key-prefix',
+        tw.keyPrefix,
+      ],
+      io,
+    );
+    expect(code, out.join('')).toBe(0);
+    expect(await blue.exit).toBe(3);
 
-  await waitFor(
-    async () => ((await fetch(`${greenAdmin}/readyz`)).status === 200 ? true : undefined),
-    20_000,
-    'green ready',
-  );
-  const producer = new Producer({ ledger: tl.ledger, wake: tw.wake });
-  await producer.enqueueMany(Array.from({ length: 10 }, (_, i) => ({ queue, type: 'fast', payload: { i } })));
-  await waitFor(
-    async () => ((await tl.ledger.stats(queue))[0]?.counts.completed.count === 10 ? true : undefined),
-    20_000,
-    'green drains the queue',
-  );
-  green.proc.kill('SIGTERM');
-  expect(await green.exit).toBe(0);
-});
+    await waitFor(
+      async () => ((await fetch(`${greenAdmin}/readyz`)).status === 200 ? true : undefined),
+      20_000,
+      'green ready',
+    );
+    const producer = new Producer({ ledger: tl.ledger, wake: tw.wake });
+    await producer.enqueueMany(Array.from({ length: 10 }, (_, i) => ({ queue, type: 'fast', payload: { i } })));
+    await waitFor(
+      async () => ((await tl.ledger.stats(queue))[0]?.counts.completed.count === 10 ? true : undefined),
+      20_000,
+      'green drains the queue',
+    );
+    green.proc.kill('SIGTERM');
+    expect(await green.exit).toBe(0);
+  },
+);
 
-test('lanewake worker: a second signal while draining exits at once, 143 after SIGTERM and 130 after SIGINT', async () => {
+test('lanewake worker: a second signal while draining exits ' +
+  'at once, 143 after SIGTERM and 130 after SIGINT', async () => {
   const { tl, tw } = await fixtures();
   const producer = new Producer({ ledger: tl.ledger, wake: tw.wake });
-  // One worker per signal, each on its own queue, with a handler that outlasts the test: the drain cannot end by itself.
+  // One worker per signal, each on its own queue, with a handler that outlasts the test: the
+  // drain cannot end by itself.
   const runs = (['SIGTERM', 'SIGINT'] as const).map((signal) => {
     const queue = uniqueQueue(`wp-${signal.toLowerCase()}`);
     const w = startWorker(

@@ -61,7 +61,8 @@ function handlerModule(dir: string, queues: string[]): string {
   const path = join(dir, 'handlers.mjs');
   writeFileSync(
     path,
-    `export const handlers = { ${queues.map((q) => `${JSON.stringify(q)}: { job: async () => ({ ok: true }) }`).join(', ')} };\n`,
+    `export const handlers = { ` +
+      `${queues.map((q) => `${JSON.stringify(q)}: { job: async () => ({ ok: true }) }`).join(', ')} };\n`,
   );
   return path;
 }
@@ -111,7 +112,8 @@ test('a file queue with ownership stays fenced under --queues q:4, and --print-c
     LANEWAKE_LOG_LEVEL: 'warn',
   });
   const admin = await waitFor(() => /admin: (http:\/\/\S+)/.exec(w.stderr())?.[1], 30_000, 'the admin URL');
-  // The worker runs: the unfenced queue's item completes. The fenced queue was never activated: nothing is claimed there.
+  // The worker runs: the unfenced queue's item completes. The fenced queue was never activated:
+  // nothing is claimed there.
   await waitFor(
     async () => ((await tl.ledger.get(free.id))?.state === 'completed' ? true : undefined),
     30_000,
@@ -232,7 +234,7 @@ async function resettingProxy(target: string, resets: number): Promise<{ url: st
   return { url: url.toString(), resetSoFar: () => Math.min(seen, resets) };
 }
 
-test('a ledger that resets connections at start is waited out: the worker starts once it answers, and runs work', async () => {
+test('a ledger resetting connections at start is waited out: the worker starts as it answers, runs work', async () => {
   const { tl, tw, dir } = await fixtures();
   const queue = uniqueQueue('reset');
   const proxy = await resettingProxy(tl.url, 3);

@@ -35,7 +35,10 @@ function actorHeader(name: string): string {
   return /^[\x20-\x7e]*$/.test(name) ? name : encodeURIComponent(name);
 }
 
-/** A POST of an action with the operator's token and name; a refused token (401) is forgotten so the next action asks again. */
+/**
+ * A POST of an action with the operator's token and name; a refused token (401) is forgotten so
+ * the next action asks again.
+ */
 export async function postAction<T>(
   path: string,
   body: unknown,

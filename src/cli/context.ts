@@ -40,7 +40,8 @@ export function addGlobalOptions(program: Command): void {
     .addOption(
       new Option(
         '--redis-url <url>',
-        'Redis for wake-ups: enqueue, replay and activate then also notify consumers (a Redis failure is only a warning)',
+        'Redis for wake-ups: enqueue, replay and activate then also ' +
+          'notify consumers (a Redis failure is only a warning)',
       ).env('LANEWAKE_REDIS_URL'),
     )
     .addOption(
@@ -147,7 +148,8 @@ export async function withLedger<T>(
       const status = await ledger.schemaStatus();
       if (status.behind) {
         throw new CliError(
-          `the ledger schema is at version ${status.current}, this build needs ${status.required}: run \`lanewake migrate\` first`,
+          `the ledger schema is at version ${status.current}, this build ` +
+            `needs ${status.required}: run \`lanewake migrate\` first`,
         );
       }
     }
@@ -184,7 +186,8 @@ export async function withWake<T>(
       const why = wake.connected() ? 'Redis refused it' : 'Redis is unreachable';
       eprintln(
         io,
-        `warning: ${what} not published to ${redactUrl(g.redisUrl)} (${why}); the ledger has the change, and workers find it at their next sweep`,
+        `warning: ${what} not published to ${redactUrl(g.redisUrl)} (${why}); ` +
+          `the ledger has the change, and workers find it at their next sweep`,
       );
     }
     return result;
@@ -220,6 +223,7 @@ export async function requireSeenQueue(
   if (isNew === true) return;
   if (await ledger.operator.hasSeenQueue(queue)) return;
   throw new UsageError(
-    `${field}: the ledger has never seen queue '${queue}' (no item, setting, owner or consumer of it): check the name, or add ${NEW_QUEUE_FLAG} if the queue is new`,
+    `${field}: the ledger has never seen queue '${queue}' (no item, setting, owner or ` +
+      `consumer of it): check the name, or add ${NEW_QUEUE_FLAG} if the queue is new`,
   );
 }

@@ -13,7 +13,10 @@ const ROUTES: readonly Route[] = [...READ_ROUTES, ...ACTION_ROUTES];
 
 /** Answers the requests of the operator dashboard: its page, its bundle's assets and its API. */
 export interface Dashboard {
-  /** Answers the request and returns true when it is the dashboard's (`/`, `/assets/*`, `/api/*`); false leaves it to the caller. */
+  /**
+   * Answers the request and returns true when it is the dashboard's (`/`, `/assets/*`, `/api/*`);
+   * false leaves it to the caller.
+   */
   handle(req: IncomingMessage, res: ServerResponse, url: URL): Promise<boolean>;
 }
 

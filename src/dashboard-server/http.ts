@@ -67,7 +67,10 @@ export async function readJsonObject(req: IncomingMessage): Promise<Record<strin
   return value as Record<string, unknown>;
 }
 
-/** The path's segments, each percent-decoded (a lane name may hold '/', sent as %2F); undefined when one cannot be decoded. */
+/**
+ * The path's segments, each percent-decoded (a lane name may hold '/', sent as %2F); undefined
+ * when one cannot be decoded.
+ */
 export function segmentsOf(pathname: string): string[] | undefined {
   try {
     return pathname

@@ -116,7 +116,10 @@ export async function itemDetail(
   return { item, attempts: found.attempts, steps: found.steps, group, why };
 }
 
-/** `/api/schedules`: every recurring schedule with its next fire (items' payloads only when the server shows payloads), and the ledger's now. */
+/**
+ * `/api/schedules`: every recurring schedule with its next fire (items' payloads only when the server shows
+ * payloads), and the ledger's now.
+ */
 export async function scheduleList(ledger: Pick<Ledger, 'schedules' | 'now'>, showPayloads: boolean): Promise<unknown> {
   const [schedules, now] = await Promise.all([ledger.schedules.list(), ledger.now()]);
   return {

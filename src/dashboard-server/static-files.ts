@@ -4,7 +4,10 @@ import { extname } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { send } from './http.js';
 
-/** The built dashboard (`npm run build:dashboard`), resolved from this module, which is src/dashboard-server/ under tsx and dist/dashboard-server/ once built (not dist/dashboard/: the bundle's own folder). */
+/**
+ * The built dashboard (`npm run build:dashboard`), resolved from this module, which is src/dashboard-server/ under tsx
+ * and dist/dashboard-server/ once built (not dist/dashboard/: the bundle's own folder).
+ */
 export const DEFAULT_DASHBOARD_DIR = new URL('../../dist/dashboard/', import.meta.url);
 
 /** No inline script or style, nothing from elsewhere: the bundle's own files and fetches to this server. */

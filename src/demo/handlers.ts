@@ -28,9 +28,8 @@ async function writeEffect(
 ): Promise<unknown> {
   return ctx.transaction(async (trx: Transaction<Record<string, never>>) => {
     await sql`INSERT INTO demo_effects (item_id, lane, lane_seq, replica, started_us, ended_us)
-      VALUES (${job.id}, ${job.lane}, ${job.laneSeq}, ${replica}, ${startedUs.toString()}, ${nowUs().toString()})`.execute(
-      trx,
-    );
+      VALUES (${job.id}, ${job.lane}, ${job.laneSeq}, ${replica}, ${startedUs.toString()},
+      ${nowUs().toString()})`.execute(trx);
     return { replica };
   });
 }

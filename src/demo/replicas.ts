@@ -49,7 +49,10 @@ export class DemoReplicas {
   private serial = 0;
   /** Why a replica exited without the demo stopping it (a bad config, a crash), if one did. */
   unexpectedExit: string | undefined;
-  /** SIGKILLs every replica not yet exited; also run if this process exits by any path (a third signal, an uncaught error). */
+  /**
+   * SIGKILLs every replica not yet exited; also run if this process exits by any path (a third
+   * signal, an uncaught error).
+   */
   readonly killAll = (): void => {
     for (const child of this.alive) child.kill('SIGKILL');
   };
@@ -77,7 +80,9 @@ export class DemoReplicas {
     child.once('exit', (code, signal) => {
       this.alive.delete(child);
       if (this.running.get(name) === child) {
-        this.unexpectedExit ??= `worker ${name} exited on its own (code ${code ?? '-'}, signal ${signal ?? '-'}): ${stderrTail.trim() || '(no output)'}`;
+        this.unexpectedExit ??=
+          `worker ${name} exited on its own (code ${code ?? '-'}, signal ` +
+          `${signal ?? '-'}): ${stderrTail.trim() || '(no output)'}`;
       }
     });
     this.running.set(name, child);

@@ -31,7 +31,10 @@ export interface DemoOptions {
   keep: boolean;
   out: (line: string) => void;
   progress: boolean;
-  /** Aborted (a SIGINT, a SIGTERM): the demo stops its replicas, cleans up as it would at its end and throws DemoInterrupted. */
+  /**
+   * Aborted (a SIGINT, a SIGTERM): the demo stops its replicas, cleans up as it would at its end
+   * and throws DemoInterrupted.
+   */
   signal?: AbortSignal;
   /** Aborted (a second signal): the replicas are killed at once rather than drained; the clean-up goes on. */
   killSignal?: AbortSignal;
@@ -112,7 +115,8 @@ export async function runDemo(o: DemoOptions): Promise<DemoSummary> {
   o.killSignal?.addEventListener('abort', killReplicas, { once: true });
   const sayStopping = (): void =>
     o.out(
-      `${String(o.signal?.reason ?? 'interrupted')}: stopping (a second signal kills the replicas without their drain, a third exits at once)`,
+      `${String(o.signal?.reason ?? 'interrupted')}: stopping (a second ` +
+        `signal kills the replicas without their drain, a third exits at once)`,
     );
   o.signal?.addEventListener('abort', sayStopping, { once: true });
   try {
@@ -120,8 +124,9 @@ export async function runDemo(o: DemoOptions): Promise<DemoSummary> {
     o.out(`database ${database}: schema v${m.to}; redis key prefix ${keyPrefix}`);
     checkSignal();
     await sql`CREATE TABLE demo_effects (
-      row_id BIGINT AUTO_INCREMENT PRIMARY KEY, item_id VARCHAR(32) NOT NULL, lane VARCHAR(255) NULL, lane_seq BIGINT NULL,
-      replica VARCHAR(32) NOT NULL, started_us BIGINT NOT NULL, ended_us BIGINT NOT NULL, KEY ix_item (item_id), KEY ix_lane (lane, lane_seq)
+      row_id BIGINT AUTO_INCREMENT PRIMARY KEY, item_id VARCHAR(32) NOT NULL, lane VARCHAR(255) NULL,
+      lane_seq BIGINT NULL, replica VARCHAR(32) NOT NULL, started_us BIGINT NOT NULL, ended_us BIGINT NOT NULL,
+      KEY ix_item (item_id), KEY ix_lane (lane, lane_seq)
     )`.execute(ledger.db);
     writeFileSync(
       configPath,
@@ -146,7 +151,8 @@ export async function runDemo(o: DemoOptions): Promise<DemoSummary> {
     checkSignal();
     const started = Array.from({ length: o.replicas }, () => replicas.start());
     o.out(
-      `started ${o.replicas} worker replicas (child processes, concurrency 32 each; pids ${started.map((r) => r.pid ?? '?').join(', ')})`,
+      `started ${o.replicas} worker replicas (child processes, concurrency ` +
+        `32 each; pids ${started.map((r) => r.pid ?? '?').join(', ')})`,
     );
 
     const producer = new Producer({ ledger, wake });
@@ -166,7 +172,8 @@ export async function runDemo(o: DemoOptions): Promise<DemoSummary> {
       await producer.enqueueMany(inputs.slice(i, i + 500));
     }
     o.out(
-      `enqueued ${o.items} items over ${o.lanes} lanes in ${Date.now() - t0} ms (92.5% work, 6% flaky, 1% doomed, 0.5% slower than the deadline)`,
+      `enqueued ${o.items} items over ${o.lanes} lanes in ${Date.now() - t0} ms ` +
+        `(92.5% work, 6% flaky, 1% doomed, 0.5% slower than the deadline)`,
     );
 
     const bar = o.progress
@@ -211,9 +218,10 @@ export async function runDemo(o: DemoOptions): Promise<DemoSummary> {
   } catch (error) {
     if (o.signal?.aborted) {
       await replicas.stop();
-      o.out(
-        `stopped the worker replicas; ${o.keep ? `kept database ${database} and the Redis keys ${keyPrefix}* (--keep)` : `dropping database ${database} and the Redis keys ${keyPrefix}*`}`,
-      );
+      const cleanup = o.keep
+        ? `kept database ${database} and the Redis keys ${keyPrefix}* (--keep)`
+        : `dropping database ${database} and the Redis keys ${keyPrefix}*`;
+      o.out(`stopped the worker replicas; ${cleanup}`);
       throw error instanceof DemoInterrupted
         ? error
         : new DemoInterrupted(`interrupted (${String(o.signal.reason ?? 'aborted')})`, { cause: error });
@@ -265,9 +273,8 @@ async function summarize(
     ledger.db,
   );
   const missing = await sql<{ n: number }>`SELECT COUNT(*) AS n FROM ${t.items} i
-    WHERE i.queue = ${DEMO_QUEUE} AND i.state = 'completed' AND NOT EXISTS (SELECT 1 FROM demo_effects e WHERE e.item_id = i.id)`.execute(
-    ledger.db,
-  );
+    WHERE i.queue = ${DEMO_QUEUE} AND i.state = 'completed' AND NOT EXISTS (SELECT 1 FROM demo_effects e
+    WHERE e.item_id = i.id)`.execute(ledger.db);
   return {
     items,
     completed: inState('completed'),

@@ -16,12 +16,18 @@ export type TypedHandlerEntry<Out, DB> = Handler<Out, DB> | Omit<HandlerDefiniti
  */
 export type TypedHandler<In, Out, DB> = RegisteredHandler<DB> & { readonly '~payload'?: { input: In; output: Out } };
 
-/** What `jobs.handlers()` returns, for `Consumer`'s `handlers` or a worker's handlers module: the types given (a consumer may take some only). */
+/**
+ * What `jobs.handlers()` returns, for `Consumer`'s `handlers` or a worker's handlers module: the types given (a
+ * consumer may take some only).
+ */
 export type TypedHandlers<S extends Schemas, K extends keyof S, DB> = {
   [T in K]: TypedHandler<StandardSchemaV1.InferInput<S[T]>, StandardSchemaV1.InferOutput<S[T]>, DB>;
 };
 
-/** Attaches each type's registry schema to its handler, so the consumer checks payloads before the handler runs. @internal */
+/**
+ * Attaches each type's registry schema to its handler, so the consumer checks payloads before
+ * the handler runs. @internal
+ */
 export function typedHandlers<S extends Schemas, K extends keyof S, DB>(
   queue: string,
   schemas: S | undefined,

@@ -24,7 +24,10 @@ export type PayloadOutput<
 /** An enqueue's options besides queue, type and payload (lane, priority, delayMs, idempotencyKey, …). */
 export type TypedEnqueueOptions = Omit<EnqueueInput, 'queue' | 'type' | 'payload'>;
 
-/** One item of a typed enqueueMany: a union over every (queue, type) of the registry, so `payload` is checked against its type's schema. */
+/**
+ * One item of a typed enqueueMany: a union over every (queue, type) of the registry, so `payload` is checked
+ * against its type's schema.
+ */
 export type TypedEnqueueInput<R extends JobSchemas> = {
   [Q in QueueName<R>]: {
     [T in TypeName<R, Q>]: { queue: Q; type: T; payload: PayloadInput<R, Q, T> } & TypedEnqueueOptions;

@@ -40,7 +40,10 @@ export interface QueueMaintenance {
   queue: string;
   /** Expired leases back to pending: published as a `reclaim` wake-up. */
   reclaimed: string[];
-  /** When the reclaim step looked for expired leases, and when what it put back to pending was announced (ms since the epoch); undefined if it did not run, or put nothing back. */
+  /**
+   * When the reclaim step looked for expired leases, and when what it put back to pending was announced (ms since the
+   * epoch); undefined if it did not run, or put nothing back.
+   */
   reclaimStartedAtMs: number | undefined;
   reclaimedAtMs: number | undefined;
   /** Expired leases whose budget was spent: dead, class `lease_expired`. */

@@ -72,7 +72,8 @@ export class EnqueueBatcher {
       if (!(error instanceof ValidationError || error instanceof IdempotencyConflictError))
         return batch.forEach((w) => w.reject(error));
     }
-    // Refused for what only the ledger checks, nothing written: each again alone, in order (a lane keeps its callers' order).
+    // Refused for what only the ledger checks, nothing written: each again alone, in order (a lane
+    // keeps its callers' order).
     for (const w of batch) {
       try {
         settle([w], await this.send([w.input]));

@@ -14,7 +14,10 @@ import { markSingleEnqueue } from '../tracing/publish.js';
 import type { WakeTimer } from '../wake/timers.js';
 import type { RecurringSchedule, ScheduleView } from '../ledger/schedule-types.js';
 
-/** The queue of a batch whose first item might be inserted claimed under an offer, else undefined (a rough look at raw input). */
+/**
+ * The queue of a batch whose first item might be inserted claimed under an offer, else undefined (a
+ * rough look at raw input).
+ */
 function offerQueue(inputs: readonly EnqueueInput[]): string | undefined {
   const first = inputs[0] as Partial<Record<keyof EnqueueInput, unknown>> | undefined;
   if (typeof first !== 'object' || first === null || typeof first.queue !== 'string') return undefined;
@@ -69,7 +72,10 @@ export class Producer {
     return this.options.ledger;
   }
 
-  /** One item. Single enqueues that arrive while others are in flight share their batch (src/producer/enqueue-batcher.ts). */
+  /**
+   * One item. Single enqueues that arrive while others are in flight share their batch
+   * (src/producer/enqueue-batcher.ts).
+   */
   enqueue(input: EnqueueInput): Promise<EnqueueResult> {
     // Its publish span is its caller's, whichever batch it goes out in (src/tracing/publish.ts).
     markSingleEnqueue(input);

@@ -8,12 +8,21 @@ import { importRedisSchedules } from './redis-import.js';
 
 export interface ScheduleFirerOptions {
   ledger: Ledger;
-  /** Wake-ups for the fires' items, and the old schedules in Redis to import; without it consumers find the items at their sweep. */
+  /**
+   * Wake-ups for the fires' items, and the old schedules in Redis to import; without it consumers find
+   * the items at their sweep.
+   */
   wake?: WakeChannel | undefined;
   log: Logger;
-  /** The longest this firer goes without looking at the ledger (ms): how late a fire made elsewhere, or a resumed schedule, can be seen. */
+  /**
+   * The longest this firer goes without looking at the ledger (ms): how late a fire made elsewhere, or a
+   * resumed schedule, can be seen.
+   */
   checkIntervalMs?: number;
-  /** This replica's clock is this far off the real one (ms): for tests that the ledger's clock, not a replica's, decides. */
+  /**
+   * This replica's clock is this far off the real one (ms): for tests that the ledger's clock,
+   * not a replica's, decides.
+   */
   clockOffsetMs?: number;
 }
 
@@ -154,7 +163,9 @@ export class ScheduleFirer {
       });
   }
 
-  /** One due schedule's fires: advanced and enqueued in one transaction, or left to the replica that advanced it first. */
+  /**
+   * One due schedule's fires: advanced and enqueued in one transaction, or left to the replica that advanced it first.
+   */
   private async fire(d: DueSchedule): Promise<boolean> {
     const results = await this.producer.transaction(this.options.ledger.db, async (tx) => {
       if (!(await this.options.ledger.schedules.advance(tx.trx, d))) return undefined;

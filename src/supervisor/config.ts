@@ -82,21 +82,24 @@ export const queueConfigSchema = z
       .min(1)
       .optional()
       .describe(
-        'Only these types are claimed here (at least one). Default: every type of the queue, so an item whose type has no handler here ends per `unknownType`.',
+        'Only these types are claimed here (at least one). Default: every type of the ' +
+          'queue, so an item whose type has no handler here ends per `unknownType`.',
       ),
     pools: poolsSchema.optional(),
     ownership: z
       .boolean()
       .default(false)
       .describe(
-        "Claims are fenced by this deployment's ownership epoch (`lanewake activate`); needs `deployment`. A standby queue claims nothing.",
+        "Claims are fenced by this deployment's ownership epoch (`lanewake " +
+          'activate`); needs `deployment`. A standby queue claims nothing.',
       ),
   })
   .strict();
 
 /** What an invalid admin address is told: the forms each source accepts. */
 const ADMIN_FORMS =
-  'must be host:port, :port, a port, or off (--admin, LANEWAKE_ADMIN), or in a config file `admin: { host, port }` or `admin: false`';
+  'must be host:port, :port, a port, or off (--admin, LANEWAKE_ADMIN), ' +
+  'or in a config file `admin: { host, port }` or `admin: false`';
 
 export const workerConfigSchema = z
   .object({
@@ -113,7 +116,8 @@ export const workerConfigSchema = z
       })
       .optional()
       .describe(
-        'Redis for wake-ups, timers and control messages. Default: none; consumers then sweep the ledger every `pollIntervalMs`.',
+        'Redis for wake-ups, timers and control messages. Default: none; ' +
+          'consumers then sweep the ledger every `pollIntervalMs`.',
       ),
     tablePrefix: z
       .string()
@@ -125,7 +129,8 @@ export const workerConfigSchema = z
       .string()
       .min(1)
       .describe(
-        'An ES module (path from the working directory) exporting `handlers` (or a default export): { [queue]: { [type]: handler } }.',
+        'An ES module (path from the working directory) exporting `handlers` ' +
+          '(or a default export): { [queue]: { [type]: handler } }.',
       ),
     queues: z
       .array(queueConfigSchema)
@@ -141,7 +146,8 @@ export const workerConfigSchema = z
       .max(3_600_000)
       .default(10_000)
       .describe(
-        'Reconciler interval (ms): expired leases back to pending, dependency probes, retention purge, stream trimming, gauges.',
+        'Reconciler interval (ms): expired leases back to pending, ' +
+          'dependency probes, retention purge, stream trimming, gauges.',
       ),
     retentionMs: z
       .number()
@@ -177,7 +183,8 @@ export const workerConfigSchema = z
       .max(512)
       .optional()
       .describe(
-        "The token the dashboard's actions (replay, cancel, pause, purge) must send (x-lanewake-admin-token). Default: none, the dashboard is read-only.",
+        "The token the dashboard's actions (replay, cancel, pause, purge) must send " +
+          '(x-lanewake-admin-token). Default: none, the dashboard is read-only.',
       ),
     showPayloads: z
       .boolean()
@@ -195,14 +202,18 @@ export const workerConfigSchema = z
       .max(600_000)
       .default(5_000)
       .describe(
-        "How often (ms) the worker reads its queues' ownership epochs from the ledger (a control message also tells it at once).",
+        "How often (ms) the worker reads its queues' ownership epochs " +
+          'from the ledger (a control message also tells it at once).',
       ),
     schedules: z
       .array(scheduleSchema)
       .max(10_000)
       .optional()
       .describe(
-        "Recurring schedules this file declares (see Schedule config), made the ledger's at start: each is made or replaced, and the ones an earlier file declared that this one does not are removed; schedules made through the API stay. Default: unset, the ledger's schedules are left as they are (`[]` removes every file-declared one).",
+        "Recurring schedules this file declares (see Schedule config), made the ledger's at " +
+          'start: each is made or replaced, and the ones an earlier file declared that this one ' +
+          'does not are removed; schedules made through the API stay. Default: unset, the ' +
+          "ledger's schedules are left as they are (`[]` removes every file-declared one).",
       ),
     scheduleCheckMs: z
       .number()
@@ -211,7 +222,8 @@ export const workerConfigSchema = z
       .max(60_000)
       .default(DEFAULT_SCHEDULE_CHECK_MS)
       .describe(
-        'The longest (ms) the worker goes without looking for due schedules in the ledger; it also looks at each next fire time. How late a fire can be when its schedule was made or resumed elsewhere.',
+        'The longest (ms) the worker goes without looking for due schedules in the ledger; it also looks at ' +
+          'each next fire time. How late a fire can be when its schedule was made or resumed elsewhere.',
       ),
   })
   .strict()

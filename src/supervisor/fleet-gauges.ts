@@ -48,35 +48,45 @@ export class FleetGauges {
     };
     this.items = new Gauge({
       name: 'lanewake_items',
-      help: 'Items in the ledger by queue and state (counted up to a cap: docs/operations.md). Fleet-wide: exported only by the process holding the gauges lease.',
+      help:
+        'Items in the ledger by queue and state (counted up to a cap: docs/operations.md). ' +
+        'Fleet-wide: exported only by the process holding the gauges lease.',
       labelNames: ['queue', 'state'] as const,
       registers,
       collect: dropWhenNotHeld(() => this.items),
     });
     this.itemsAtLeast = new Gauge({
       name: 'lanewake_items_at_least',
-      help: '1 when lanewake_items of the queue and state stopped at its cap (there are that many or more), 0 when it is exact. Fleet-wide: exported only by the process holding the gauges lease.',
+      help:
+        '1 when lanewake_items of the queue and state stopped at its cap (there are that many or more), ' +
+        '0 when it is exact. Fleet-wide: exported only by the process holding the gauges lease.',
       labelNames: ['queue', 'state'] as const,
       registers,
       collect: dropWhenNotHeld(() => this.itemsAtLeast),
     });
     this.oldestDueAge = new Gauge({
       name: 'lanewake_oldest_due_age_seconds',
-      help: 'Age of the oldest due lane head waiting to be claimed, in seconds (0 when none waits). Fleet-wide: exported only by the process holding the gauges lease.',
+      help:
+        'Age of the oldest due lane head waiting to be claimed, in seconds (0 when none ' +
+        'waits). Fleet-wide: exported only by the process holding the gauges lease.',
       labelNames: ['queue'] as const,
       registers,
       collect: dropWhenNotHeld(() => this.oldestDueAge),
     });
     this.scheduled = new Gauge({
       name: 'lanewake_items_scheduled',
-      help: 'Of the pending items, those not due yet (a requested delay or a retry backoff), counted up to the pending cap. Fleet-wide: exported only by the process holding the gauges lease.',
+      help:
+        'Of the pending items, those not due yet (a requested delay or a retry backoff), counted up ' +
+        'to the pending cap. Fleet-wide: exported only by the process holding the gauges lease.',
       labelNames: ['queue'] as const,
       registers,
       collect: dropWhenNotHeld(() => this.scheduled),
     });
     this.paused = new Gauge({
       name: 'lanewake_queue_paused',
-      help: '1 while the ledger holds the queue paused (lanewake pause), else 0. Fleet-wide: exported only by the process holding the gauges lease.',
+      help:
+        '1 while the ledger holds the queue paused (lanewake pause), else 0. ' +
+        'Fleet-wide: exported only by the process holding the gauges lease.',
       labelNames: ['queue'] as const,
       registers,
       collect: dropWhenNotHeld(() => this.paused),

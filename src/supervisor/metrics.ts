@@ -30,7 +30,10 @@ const DROPPED_DEFAULT_METRICS = [
 ] as const;
 
 export interface LanewakeMetricsOptions {
-  /** Node process metrics (CPU, memory, event loop lag, GC, handles) under their standard names (`process_*`, `nodejs_*`). Default true. */
+  /**
+   * Node process metrics (CPU, memory, event loop lag, GC, handles) under their standard names (`process_*`,
+   * `nodejs_*`). Default true.
+   */
   defaultMetrics?: boolean;
 }
 
@@ -130,7 +133,8 @@ export class LanewakeMetrics {
     );
     this.coalesced = itemCounter(
       'lanewake_items_coalesced_total',
-      'Items that ran in a coalesced group behind its head, in one handler call with it (the heads are counted as claimed).',
+      'Items that ran in a coalesced group behind its head, in one ' +
+        'handler call with it (the heads are counted as claimed).',
     );
 
     // Read from the consumers' counters at each scrape (both fold all of them: either may be collected first).
@@ -149,7 +153,8 @@ export class LanewakeMetrics {
       ),
       handedOver: foldedCounter(
         'lanewake_items_handed_over_total',
-        "Items producers inserted claimed under this process's offers and handed over (started with no claim round trip; docs/design.md §6).",
+        "Items producers inserted claimed under this process's offers and " +
+          'handed over (started with no claim round trip; docs/design.md §6).',
       ),
       stepsRecorded: foldedCounter(
         'lanewake_steps_recorded_total',
@@ -166,7 +171,9 @@ export class LanewakeMetrics {
     };
     this.progress = new Gauge({
       name: 'lanewake_progress_percent',
-      help: 'Mean of the latest numeric ctx.progress (0-100) of the items running in this process that reported one, by queue and type.',
+      help:
+        'Mean of the latest numeric ctx.progress (0-100) of the items ' +
+        'running in this process that reported one, by queue and type.',
       labelNames: ['queue', 'type'] as const,
       registers,
       collect: () => {
@@ -187,28 +194,37 @@ export class LanewakeMetrics {
 
     this.enqueueToStart = new Histogram({
       name: 'lanewake_enqueue_to_start_seconds',
-      help: 'Time from enqueue (item created_at) to its handler starting, in seconds; includes any requested delay and, for later attempts, the time since the first enqueue.',
+      help:
+        'Time from enqueue (item created_at) to its handler starting, in seconds; includes ' +
+        'any requested delay and, for later attempts, the time since the first enqueue.',
       labelNames: ['queue', 'type'] as const,
       buckets: [...WAIT_BUCKETS_SECONDS],
       registers,
     });
     this.queueLag = new Histogram({
       name: 'lanewake_queue_lag_seconds',
-      help: 'How late an attempt started after it was due: its claim (started_at) minus its run_after, both on the ledger clock, in seconds. Excludes requested delays and retry backoff; includes waiting behind its lane head, its concurrency key or a fleet cap.',
+      help:
+        'How late an attempt started after it was due: its claim (started_at) minus its ' +
+        'run_after, both on the ledger clock, in seconds. Excludes requested delays and retry ' +
+        'backoff; includes waiting behind its lane head, its concurrency key or a fleet cap.',
       labelNames: ['queue', 'type'] as const,
       buckets: [...WAIT_BUCKETS_SECONDS],
       registers,
     });
     this.handlerDuration = new Histogram({
       name: 'lanewake_handler_duration_seconds',
-      help: "How long a handler ran, from its call to its settling, in seconds (one observation per handler call: a coalesced group's head, not its members).",
+      help:
+        'How long a handler ran, from its call to its settling, in seconds (one ' +
+        "observation per handler call: a coalesced group's head, not its members).",
       labelNames: ['queue', 'type'] as const,
       buckets: [...HANDLER_BUCKETS_SECONDS],
       registers,
     });
     this.stageDuration = new Histogram({
       name: 'lanewake_stage_duration_seconds',
-      help: 'How long each named stage of a handler (ctx.stage) ran, in seconds, by queue, type and stage; a stage that threw is observed too.',
+      help:
+        'How long each named stage of a handler (ctx.stage) ran, in seconds, ' +
+        'by queue, type and stage; a stage that threw is observed too.',
       labelNames: ['queue', 'type', 'stage'] as const,
       buckets: [...HANDLER_BUCKETS_SECONDS],
       registers,
@@ -236,21 +252,28 @@ export class LanewakeMetrics {
     });
     this.paused = new Gauge({
       name: 'lanewake_consumer_paused',
-      help: "1 while this process's consumers of the queue are paused (they heard lanewake pause) and claim nothing, else 0. Readiness is not affected.",
+      help:
+        "1 while this process's consumers of the queue are paused (they heard " +
+        'lanewake pause) and claim nothing, else 0. Readiness is not affected.',
       labelNames: ['queue'] as const,
       registers,
       collect: () => this.setPerQueue(this.paused, (c) => (c.paused() ? 1 : 0), Math.max),
     });
     this.staleOnly = new Gauge({
       name: 'lanewake_consumer_stale_only',
-      help: "1 while this process's consumers of the queue claim only rescued work (items whose lease expired): the queue is stale-only (lanewake stale-only), their staleOnly option, or their staleOnlyGate tripped on the ledger's pool or claim time; else 0.",
+      help:
+        "1 while this process's consumers of the queue claim only rescued work (items whose " +
+        'lease expired): the queue is stale-only (lanewake stale-only), their staleOnly ' +
+        "option, or their staleOnlyGate tripped on the ledger's pool or claim time; else 0.",
       labelNames: ['queue'] as const,
       registers,
       collect: () => this.setPerQueue(this.staleOnly, (c) => (c.staleOnly() ? 1 : 0), Math.max),
     });
     this.redisConnected = new Gauge({
       name: 'lanewake_redis_connected',
-      help: '1 when every observed consumer has a usable Redis wake channel, else 0 (also 0 with no consumer observed).',
+      help:
+        '1 when every observed consumer has a usable Redis wake ' +
+        'channel, else 0 (also 0 with no consumer observed).',
       registers,
       collect: () => {
         const all = [...this.observed];
@@ -260,7 +283,9 @@ export class LanewakeMetrics {
 
     this.dbPool = new Gauge({
       name: 'lanewake_db_pool_connections',
-      help: "The ledger pool's connections by state: open, in_use, and waiting (requests queued for a free connection).",
+      help:
+        "The ledger pool's connections by state: open, in_use, " +
+        'and waiting (requests queued for a free connection).',
       labelNames: ['state'] as const,
       registers,
       collect: () => {
@@ -274,7 +299,8 @@ export class LanewakeMetrics {
     });
 
     if (options.defaultMetrics ?? true) {
-      // Standard names, so stock Node.js dashboards work; the registry is this instance's, so two in one process do not collide.
+      // Standard names, so stock Node.js dashboards work; the registry is this instance's, so two in
+      // one process do not collide.
       collectDefaultMetrics({ register: registry });
       for (const name of DROPPED_DEFAULT_METRICS) registry.removeSingleMetric(name);
     }
@@ -307,7 +333,8 @@ export class LanewakeMetrics {
       if (item.group !== undefined) this.coalesced.inc(labels, item.group.ids.length);
       // created_at is on the ledger's clock; a clock behind ours must not give a negative latency.
       this.enqueueToStart.observe(labels, Math.max(0, Date.now() - item.createdAt.getTime()) / 1000);
-      // Both on the ledger's clock. A claim of an item not yet due is impossible, but a handover's start may tie its due time.
+      // Both on the ledger's clock. A claim of an item not yet due is impossible, but a handover's
+      // start may tie its due time.
       if (item.startedAt !== null)
         this.queueLag.observe(labels, Math.max(0, item.startedAt.getTime() - item.runAfter.getTime()) / 1000);
     };

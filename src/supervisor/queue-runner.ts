@@ -20,10 +20,15 @@ export interface QueueRunnerOptions {
   drainTimeoutMs: number;
   /** The ownership epoch to fence claims with, or undefined to claim unfenced. Re-read on every (re)start. */
   epoch: () => number | undefined;
-  /** Every consumer this runner starts, for metrics; the returned function detaches it once that consumer has stopped. */
+  /**
+   * Every consumer this runner starts, for metrics; the returned function detaches it once that consumer has stopped.
+   */
   onConsumer?: (consumer: Consumer<never>) => (() => void) | void;
   backoff?: RestartBackoff;
-  /** The executor pool this runner's consumer is (docs/design/consumer.md, "Executor pools"): its classes, slots and preferred tier. */
+  /**
+   * The executor pool this runner's consumer is (docs/design/consumer.md, "Executor pools"): its classes,
+   * slots and preferred tier.
+   */
   pool?: PoolPlan | undefined;
 }
 

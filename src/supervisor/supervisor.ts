@@ -31,7 +31,10 @@ export interface SupervisorOptions {
   onConsumer?: (consumer: Consumer<never>) => (() => void) | void;
   /** Called after each reconciler pass, e.g. to refresh gauges. */
   afterReconcile?: (ledger: Ledger) => Promise<void>;
-  /** Called once on stop, after the reconciler's last pass and before the ledger closes, e.g. to give up the fleet gauges' lease. */
+  /**
+   * Called once on stop, after the reconciler's last pass and before the ledger closes, e.g. to give
+   * up the fleet gauges' lease.
+   */
   beforeLedgerClose?: (ledger: Ledger) => Promise<void>;
 }
 

@@ -65,7 +65,8 @@ export async function drainQueue<DB>(ledger: Ledger, options: DrainOptions<DB>):
   const deadline = Date.now() + (options.timeoutMs ?? 30_000);
   await consumer.start();
   try {
-    // Idle twice in a row, with a sweep of the consumer between: a claim in flight at the first look is seen by the second.
+    // Idle twice in a row, with a sweep of the consumer between: a claim in flight at the first
+    // look is seen by the second.
     let idleSinceSweep: number | undefined;
     for (;;) {
       const idle =

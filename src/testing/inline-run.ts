@@ -21,7 +21,10 @@ import { DEFAULT_MAX_ATTEMPTS, type EnqueueInput } from '../ledger/inputs.js';
 import { stageName, validate } from '../ledger/validation.js';
 import { checkSchema } from '../jobs/standard-schema.js';
 
-/** The job a test hands `run()`: a payload, and whatever else the handler looks at (defaults: a fresh id, attempt 1 of 25). */
+/**
+ * The job a test hands `run()`: a payload, and whatever else the handler looks at (defaults: a
+ * fresh id, attempt 1 of 25).
+ */
 export interface TestJob<P = unknown> {
   payload: P;
   id?: string;
@@ -57,7 +60,10 @@ export type RunOutcome =
   | { outcome: 'completed'; result: unknown }
   /** Threw; the item would be retried after the backoff (attempts remain). */
   | { outcome: 'retry'; error: unknown }
-  /** The item would end dead: a PermanentError (its class), the attempt budget spent (`error`), a payload the schema refuses (`invalid_payload`). */
+  /**
+   * The item would end dead: a PermanentError (its class), the attempt budget spent (`error`), a payload the schema
+   * refuses (`invalid_payload`).
+   */
   | { outcome: 'failed'; error: unknown; failureClass: string }
   /** Threw Defer / RateLimitedError: released until `runAt` (undefined: after the type's backoff), no attempt spent. */
   | { outcome: 'released'; error: DeferError; runAt: Date | undefined }
@@ -84,7 +90,10 @@ export type RunResult = RunOutcome & {
   stages: { name: string; ms: number }[];
 };
 
-/** A handler that says its payload types (jobs.handlers' results do): run() then takes the schema's input as the test's payload. */
+/**
+ * A handler that says its payload types (jobs.handlers' results do): run() then takes the schema's
+ * input as the test's payload.
+ */
 export type TypedEntry<In, DB> = RegisteredHandler<DB> & { readonly '~payload'?: { input: In; output: unknown } };
 
 /**
@@ -178,7 +187,8 @@ export async function runInline<DB>(
     enqueueMany: async (inputs) => {
       if (outbox === undefined)
         throw new Error(
-          'ctx.enqueue runs only inside ctx.transaction: follow-up items commit with the completion (docs/design.md §4, the outbox)',
+          'ctx.enqueue runs only inside ctx.transaction: follow-up items ' +
+            'commit with the completion (docs/design.md §4, the outbox)',
         );
       const taken = outbox;
       return inputs.map((input) => {

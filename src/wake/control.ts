@@ -40,7 +40,10 @@ export class ControlStreams {
     return groupBySlot(queues, (q) => controlStreamKey(this.prefix, q));
   }
 
-  /** Entries after `after[queue]` on each queue's control stream, waiting up to `blockMs` (on a cluster: queues of one readGroups part). */
+  /**
+   * Entries after `after[queue]` on each queue's control stream, waiting up to `blockMs` (on a cluster:
+   * queues of one readGroups part).
+   */
   async read(redis: RedisClient, after: ReadonlyMap<string, string>, blockMs: number): Promise<ControlEntry[]> {
     const queues = [...after.keys()];
     if (queues.length === 0) return [];

@@ -20,7 +20,8 @@ export class PublishHealth {
     this.failuresAtDown = this.failures - 1;
     this.log.warn(
       { err: error instanceof Error ? error.message : String(error), failed: what },
-      'redis publish failing: wake-ups, control messages and timers are not sent (consumers find the work by sweeping the ledger); further failures are counted, not logged',
+      'redis publish failing: wake-ups, control messages and timers are not sent (consumers ' +
+        'find the work by sweeping the ledger); further failures are counted, not logged',
     );
   }
 

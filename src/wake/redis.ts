@@ -109,7 +109,10 @@ const UNBOUNDED_READ_LIMIT_MS = 60_000;
 /** ioredis's message for a command that went unanswered past its timeout. */
 const UNANSWERED = 'Command timed out';
 
-/** Whether a command failed because Redis did not answer it in COMMAND_TIMEOUT_MS (a frozen Redis), not because it refused or the connection was gone. */
+/**
+ * Whether a command failed because Redis did not answer it in COMMAND_TIMEOUT_MS (a frozen Redis), not because it
+ * refused or the connection was gone.
+ */
 export function isUnanswered(error: unknown): boolean {
   return error instanceof Error && error.message === UNANSWERED;
 }

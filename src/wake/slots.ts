@@ -20,7 +20,9 @@ export function keySlot(key: string): number {
   return crc16(new TextEncoder().encode(key)) % SLOT_COUNT;
 }
 
-/** `items` grouped by the slot of `keyOf(item)`, in first-seen order: one multi-key command per group is single-slot. */
+/**
+ * `items` grouped by the slot of `keyOf(item)`, in first-seen order: one multi-key command per group is single-slot.
+ */
 export function groupBySlot<T>(items: readonly T[], keyOf: (item: T) => string): T[][] {
   return [...groupBy(items, (item) => keySlot(keyOf(item))).values()];
 }

@@ -18,7 +18,10 @@ interface TimerJobData {
   itemId: string;
 }
 
-/** A recurring schedule's job data as lanewake before schema 12 kept it in BullMQ (now only read, to import it into the ledger). */
+/**
+ * A recurring schedule's job data as lanewake before schema 12 kept it in BullMQ (now only read, to
+ * import it into the ledger).
+ */
 type ScheduleJobData = RecurringSchedule['item'] & { schedule: string };
 
 export interface TimerHandlers {

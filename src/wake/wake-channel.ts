@@ -32,7 +32,10 @@ export interface WakeChannelOptions {
   logger?: Logger;
 }
 
-/** How long the channel sends nothing after Redis left a command unanswered: a frozen Redis costs one command timeout per pause, not one per enqueue. */
+/**
+ * How long the channel sends nothing after Redis left a command unanswered: a frozen Redis costs one command timeout
+ * per pause, not one per enqueue.
+ */
 const UNANSWERED_PAUSE_MS = 2_000;
 
 export interface PublishCounters {

@@ -65,7 +65,10 @@ export class WakeHub implements ShardHost {
     return !this.down;
   }
 
-  /** Adds a member: its group and its control position are set before it returns, so nothing published from here on is missed. */
+  /**
+   * Adds a member: its group and its control position are set before it returns, so nothing
+   * published from here on is missed.
+   */
   async join(member: HubMember): Promise<void> {
     if (await this.channel.usable()) {
       await member.streams.ensureGroup(this.channel.redis).then(
@@ -138,7 +141,10 @@ export class WakeHub implements ShardHost {
     for (const m of this.members) m.subscriber.onRedisHealth(false);
   }
 
-  /** The shard of the member's queue if another member reads it, else the first with room for its streams, else a new one. */
+  /**
+   * The shard of the member's queue if another member reads it, else the first with room for
+   * its streams, else a new one.
+   */
   private shardFor(member: HubMember): WakeReadShard {
     const same = this.shards.find((s) => [...s.members].some((m) => m.queue === member.queue));
     if (same) return same;

@@ -9,7 +9,10 @@ import type { HubChannel, HubMember } from './hub-types.js';
 
 const READ_RETRY_MS = 500;
 const NO_ROOM_WAIT_MS = 1000;
-/** How many times one interrupt sends CLIENT UNBLOCK, 2 ms apart: a read sent but not yet blocking on the server cannot be unblocked. */
+/**
+ * How many times one interrupt sends CLIENT UNBLOCK, 2 ms apart: a read sent but not yet blocking on the
+ * server cannot be unblocked.
+ */
 export const UNBLOCK_TRIES = 50;
 
 /**
@@ -210,7 +213,10 @@ export class ReadInterrupt {
   }
 }
 
-/** The streams one read names (each once), entries per stream (the most room any queue has), and the shortest block asked for. */
+/**
+ * The streams one read names (each once), entries per stream (the most room any queue has), and the
+ * shortest block asked for.
+ */
 function readShape(rooms: ReadonlyMap<HubMember, number>): { keys: string[]; count: number; blockMs: number } {
   const roomByKey = new Map<string, number>();
   let blockMs = Number.POSITIVE_INFINITY;

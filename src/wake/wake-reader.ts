@@ -14,7 +14,10 @@ export type { WakeSubscriber } from './hub-types.js';
 export interface WakeReaderOptions {
   queue: string;
   classes: readonly QueueClass[];
-  /** The reader's name in the consumer group on a cluster (the consumer's name); on a plain Redis the process's hub has one name for all. */
+  /**
+   * The reader's name in the consumer group on a cluster (the consumer's name); on a plain Redis the process's
+   * hub has one name for all.
+   */
   name: string;
   /** How long one XREAD blocks. */
   readBlockMs: number;

@@ -24,7 +24,10 @@ import {
   type Real,
 } from './real.js';
 
-/** Items a run may enqueue (replays come on top): enough for lanes to queue up, few enough to compare every item after every step. */
+/**
+ * Items a run may enqueue (replays come on top): enough for lanes to queue up, few enough to compare
+ * every item after every step.
+ */
 export const MAX_ITEMS = 12;
 /** Claim handles a finalize may pick, counted back from the latest (h-0). */
 const RECENT_HANDLES = 3;
@@ -279,7 +282,10 @@ async function clockPast(m: LedgerModel, r: Real, at: number): Promise<void> {
   m.clock = now;
 }
 
-/** A reclaim's answer within `b`: every surely expired lease, maybe the doubtful ones, nothing live; each ends as the model says. */
+/**
+ * A reclaim's answer within `b`: every surely expired lease, maybe the doubtful ones, nothing live;
+ * each ends as the model says.
+ */
 function expectReclaim(
   m: LedgerModel,
   got: ReclaimOutcome,

@@ -13,7 +13,8 @@ import { bracketed, command, recent, viewOf, type LedgerCommand } from './real.j
  * up to `next.max` of the new heads that are due are claimed under its lease.
  */
 const completeMany = (ks: readonly number[], next: { max: number; leaseMs: number } | null): LedgerCommand => {
-  const label = `completeMany(${ks.map((k) => `h-${k}`).join(', ')}${next ? `; claim next: max ${next.max}, lease ${ms(next.leaseMs)}` : ''})`;
+  const claimNext = next ? `; claim next: max ${next.max}, lease ${ms(next.leaseMs)}` : '';
+  const label = `completeMany(${ks.map((k) => `h-${k}`).join(', ')}${claimNext})`;
   return command(
     label,
     (m) => m.handles.length > Math.max(...ks),

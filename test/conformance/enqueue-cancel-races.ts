@@ -92,7 +92,8 @@ const enqueueWhileFinishing = (spec: NewItemSpec, f: Finish, k: number): LedgerC
     label,
     k,
     async (m, r, h, what) => {
-      // Into the finalized item's lane, when it has one: that is where the two meet (a keyed item keeps its key's lane).
+      // Into the finalized item's lane, when it has one: that is where the two meet (a keyed
+      // item keeps its key's lane).
       const s: NewItemSpec = spec.key === null ? { ...spec, lane: h.lane ?? spec.lane } : spec;
       const sf = scoped(r, f);
       const { value, b } = await bracketed(m, r, () =>
@@ -138,7 +139,8 @@ const cancelWhileClaiming = (n: number, owner: string, limit: number, leaseMs: n
         for (const c of claim.items) {
           m.claimed(c, leaseMs, b);
           const want = m.view(m.item(c.id));
-          // The claim's read-back may already see the cancel's reason (it commits between the claim's CAS and its read).
+          // The claim's read-back may already see the cancel's reason (it commits between the
+          // claim's CAS and its read).
           if (c.id === item.id && c.lastError === 'cancel requested') want.lastError = c.lastError;
           expect(viewOf(c), `${what}: the claimed ${m.label(c.id)} as returned`).toEqual(want);
         }

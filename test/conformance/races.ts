@@ -31,7 +31,10 @@ import {
  * applies the order the answers show.
  */
 
-/** Two owners claim at once: never the same item, only claimable ones, and between them at least what either alone would take. */
+/**
+ * Two owners claim at once: never the same item, only claimable ones, and between them at least
+ * what either alone would take.
+ */
 const claimRace = (limits: [number, number], leaseMs: number): LedgerCommand => {
   const label = `race(claim(w1, limit ${limits[0]}) ‖ claim(w2, limit ${limits[1]}), lease ${ms(leaseMs)})`;
   return command(

@@ -62,7 +62,8 @@ test('completeMany of a claim that already completed its item reports it lost, a
 // they shared in different orders and one died of ER_LOCK_DEADLOCK (1213). One run hits that only sometimes; a
 // few hundred runs of the race, each in a queue of its own, fail on 6495dec. Claims now lock by primary key: on
 // MariaDB there is no deadlock left for the ledger to retry, and one it retried (conflictRetries) would show here.
-test('two claims racing over a lane head, a laneless item of a lower priority and another lane: no deadlock, each item won once', async () => {
+test('two claims racing over a lane head, a laneless item of a lower ' +
+  'priority and another lane: no deadlock, each item won once', async () => {
   const family = (await ledger.capabilities()).family;
   // A round hits the deadlock only when the two claims' statements interleave just so: at 100 rounds 6495dec
   // still passed one run in 14, at 300 it failed 12 of 12. The planner's choice was MariaDB's (and MySQL's to

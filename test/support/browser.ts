@@ -27,7 +27,8 @@ export function describeInChromium(name: string, suite: () => void): void {
   }
   test(name, (ctx) => {
     ctx.skip(
-      `chromium is not installed at ${CHROMIUM_PATH} (Debian: apt-get install chromium; or set LANEWAKE_CHROMIUM); .ci/run installs it`,
+      `chromium is not installed at ${CHROMIUM_PATH} (Debian: apt-get ` +
+        `install chromium; or set LANEWAKE_CHROMIUM); .ci/run installs it`,
     );
   });
 }
@@ -36,7 +37,8 @@ export function describeInChromium(name: string, suite: () => void): void {
 export function launchChromium(): Promise<Browser> {
   if (!installed(CHROMIUM_PATH)) {
     throw new Error(
-      `chromium is missing at ${CHROMIUM_PATH} (Debian: apt-get install chromium; or set LANEWAKE_CHROMIUM); .ci/run installs it`,
+      `chromium is missing at ${CHROMIUM_PATH} (Debian: apt-get install ` +
+        `chromium; or set LANEWAKE_CHROMIUM); .ci/run installs it`,
     );
   }
   return chromium.launch({

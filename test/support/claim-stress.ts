@@ -90,10 +90,15 @@ export function recordRetries(
 ): void {
   const file = process.env.LANEWAKE_STRESS_RETRIES_FILE;
   if (file === undefined || file === '') return;
-  appendFileSync(
-    file,
-    `${JSON.stringify({ test: testName, phase, ...label, ms: measured.ms, retried: retriesByErrno(measured.retried), ...counts() })}\n`,
-  );
+  const line = {
+    test: testName,
+    phase,
+    ...label,
+    ms: measured.ms,
+    retried: retriesByErrno(measured.retried),
+    ...counts(),
+  };
+  appendFileSync(file, `${JSON.stringify(line)}\n`);
 }
 
 /** Who won an item, and with which claim. */

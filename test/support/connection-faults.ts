@@ -24,8 +24,9 @@ export class BusyKiller {
            try {
              await c.query('KILL CONNECTION ' + Number(id));
              // Gone from the server's list: its socket is closed.
+             const listed = 'SELECT COUNT(*) AS n FROM information_schema.PROCESSLIST WHERE ID = ?';
              for (;;) {
-               const [rows] = await c.query('SELECT COUNT(*) AS n FROM information_schema.PROCESSLIST WHERE ID = ?', [id]);
+               const [rows] = await c.query(listed, [id]);
                if (Number(rows[0].n) === 0) break;
              }
              done(1);

@@ -20,7 +20,8 @@ export async function startContainers(): Promise<StartedServices> {
     throw new Error(
       `LANEWAKE_TEST_CONTAINERS=1 asks for the TiDB and Redis containers, but testcontainers does not load ` +
         `on Node ${process.version} (${String(error)}), so no Docker engine can be reached. ` +
-        'Use a Node that testcontainers supports, or unset LANEWAKE_TEST_CONTAINERS to run against the local MariaDB and Redis.',
+        ('Use a Node that testcontainers supports, or unset ' +
+          'LANEWAKE_TEST_CONTAINERS to run against the local MariaDB and Redis.'),
       { cause: error },
     );
   }

@@ -36,7 +36,10 @@ export function createTestWake(url = redisUrl()): TestWake {
   };
 }
 
-/** Deletes every key under `prefix`: on one Redis, or on each node of a cluster (a redis+cluster:// URL; a replica refuses the DEL, its master does it). */
+/**
+ * Deletes every key under `prefix`: on one Redis, or on each node of a cluster (a redis+cluster:// URL; a replica
+ * refuses the DEL, its master does it).
+ */
 export async function deleteKeys(url: string, prefix: string): Promise<void> {
   const nodes = isClusterUrl(url) ? parseClusterUrl(url).cluster.map((n) => ({ host: n.host, port: n.port })) : [url];
   for (const node of nodes) {

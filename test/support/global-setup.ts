@@ -47,6 +47,7 @@ function lintRecordedSql(dir: string): void {
   // An error thrown here is printed but does not fail the run: set the exit code as well.
   process.exitCode = 1;
   console.error(
-    `\nSQL lint FAILED: ${violations.length} statement(s) of ${statements.size} outside the SQL subset every server shares:\n${lines.join('\n')}\n`,
+    `\nSQL lint FAILED: ${violations.length} statement(s) of ${statements.size} ` +
+      `outside the SQL subset every server shares:\n${lines.join('\n')}\n`,
   );
 }

@@ -30,7 +30,10 @@ export function nowPlus(b: Bracket, ms: number): Instant {
   return { lo: b.before - SLACK_MS + ms, hi: b.after + SLACK_MS + ms };
 }
 
-/** Whether NOW(6) of a statement within `b` has passed `i` (`i <= NOW(6)`, or `<`: the bounds are loose enough for both). */
+/**
+ * Whether NOW(6) of a statement within `b` has passed `i` (`i <= NOW(6)`, or `<`: the bounds
+ * are loose enough for both).
+ */
 export function reached(i: Instant, b: Bracket): Tri {
   if (i.hi < b.before - SLACK_MS) return 'yes';
   if (i.lo > b.after + SLACK_MS) return 'no';

@@ -239,7 +239,8 @@ export class LedgerModel {
       case 'fail':
         return end('dead', 'permanent', FAIL_ERROR);
       case 'skip':
-        // As a completion: an earlier attempt's error belongs to the history; the skip's reason (none here) is its last word.
+        // As a completion: an earlier attempt's error belongs to the history; the skip's reason
+        // (none here) is its last word.
         return end('skipped', null, null);
       case 'cancelClaimed':
         return end('cancelled', 'cancelled', i.lastError);

@@ -52,7 +52,10 @@ export function outboxHandler(
   };
 }
 
-/** A wake channel whose publish of `followQueue`'s wake-ups halts (the after-commit stop): the process dies before announcing them. */
+/**
+ * A wake channel whose publish of `followQueue`'s wake-ups halts (the after-commit stop): the process
+ * dies before announcing them.
+ */
 export function haltFollowUpWakes(
   wake: WakeChannel,
   followQueue: string,

@@ -32,7 +32,10 @@ export interface LocalRedisCluster {
   masterOf: (key: string) => Promise<ClusterNodeInfo>;
   /** SIGKILL one node. */
   kill: (port: number) => void;
-  /** SIGSTOP one node: it answers nothing and closes nothing, as a stalled or cut-off server; `thaw` (SIGCONT) resumes it. */
+  /**
+   * SIGSTOP one node: it answers nothing and closes nothing, as a stalled or cut-off server;
+   * `thaw` (SIGCONT) resumes it.
+   */
   freeze: (port: number) => void;
   thaw: (port: number) => void;
   /** SIGKILL every node, and wait until all have exited. */

@@ -1,7 +1,10 @@
 import type { ComponentChildren } from 'preact';
 import { useEffect, useRef } from 'preact/hooks';
 
-/** A modal box over the page; Escape or the backdrop closes it. Focus goes to its first field or button once, when it opens. */
+/**
+ * A modal box over the page; Escape or the backdrop closes it. Focus goes to its first field or
+ * button once, when it opens.
+ */
 export function Dialog({
   title,
   onClose,
@@ -23,7 +26,8 @@ export function Dialog({
     return () => removeEventListener('keydown', onKey);
   }, []);
   return (
-    // biome-ignore lint/a11y/noStaticElementInteractions lint/a11y/useKeyWithClickEvents: Escape closes it through the window's keydown listener.
+    // biome-ignore lint/a11y/noStaticElementInteractions: Escape closes it through the window's keydown listener.
+    // biome-ignore lint/a11y/useKeyWithClickEvents: Escape closes it through the window's keydown listener.
     <div class="backdrop" onClick={(e) => e.target === e.currentTarget && close.current()}>
       <div class="dialog" role="dialog" aria-modal="true" aria-label={title} ref={box}>
         <h2>{title}</h2>

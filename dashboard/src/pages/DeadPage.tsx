@@ -13,7 +13,8 @@ function plural(n: number, what: string): string {
 
 function GroupActions({ g, reload }: { g: DeadGroup; reload: () => void }) {
   const filter = { queue: g.queue, type: g.type, failureClass: g.failureClass ?? undefined };
-  // A group without a failure class has no filter for it: the replay takes every class of the type (the count says how many).
+  // A group without a failure class has no filter for it: the replay takes every class of the type
+  // (the count says how many).
   const label = `${g.type} / ${g.failureClass ?? 'any failure class'} in ${g.queue}`;
   return (
     <>
@@ -43,7 +44,8 @@ function GroupActions({ g, reload }: { g: DeadGroup; reload: () => void }) {
         describe={(n) =>
           n === 0
             ? `No dead item of type ${g.type} in ${g.queue}.`
-            : `Delete ${plural(n, 'dead item')} of type ${g.type} in ${g.queue} (every failure class) from the ledger? This cannot be undone.`
+            : `Delete ${plural(n, 'dead item')} of type ${g.type} in ${g.queue} ` +
+              `(every failure class) from the ledger? This cannot be undone.`
         }
         dryRun={async () =>
           (
@@ -55,9 +57,10 @@ function GroupActions({ g, reload }: { g: DeadGroup; reload: () => void }) {
             })
           ).count
         }
-        run={async () =>
-          `Purged ${count((await postAction<{ purged: number }>('/api/purge', { queue: g.queue, state: 'dead', type: g.type, dryRun: false })).purged)}.`
-        }
+        run={async () => {
+          const body = { queue: g.queue, state: 'dead', type: g.type, dryRun: false };
+          return `Purged ${count((await postAction<{ purged: number }>('/api/purge', body)).purged)}.`;
+        }}
         onDone={reload}
       />
     </>
@@ -93,7 +96,8 @@ export function DeadPage({ queue }: { queue: string | null }) {
         sub={
           data === undefined
             ? undefined
-            : `${plural(total, 'dead item')} in ${plural(data.groups.length, 'group')}, by queue, type and failure class`
+            : `${plural(total, 'dead item')} in ${plural(data.groups.length, 'group')}, ` +
+              `by queue, type and failure class`
         }
       >
         <QueuePicker queue={queue} />

@@ -150,7 +150,8 @@ function Actions({ item, reload }: { item: ItemDetail; reload: () => void }) {
         <ActionButton
           act={() => {
             const reason = window.prompt(
-              `Repair item ${item.id} in place? It goes back to pending with its id and lane place, and its lane's pending items wait behind it. Why?`,
+              `Repair item ${item.id} in place? It goes back to pending with its id ` +
+                `and lane place, and its lane's pending items wait behind it. Why?`,
             );
             if (reason === null || reason.trim() === '') return Promise.reject(new Error('not repaired: say why'));
             return postAction(`/api/items/${enc(item.id)}/repair`, {

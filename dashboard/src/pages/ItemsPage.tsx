@@ -82,7 +82,8 @@ function BulkActions({ queue, filter, reload }: { queue: string; filter: ItemFil
           describe={(n) =>
             n === 0
               ? `No dead item ${scope}.`
-              : `Replay ${count(n)} dead item${n === 1 ? '' : 's'} ${scope}? Each gets a new item; the dead ones stay as they are.`
+              : `Replay ${count(n)} dead item${n === 1 ? '' : 's'} ${scope}? ` +
+                `Each gets a new item; the dead ones stay as they are.`
           }
           dryRun={async () =>
             (await postAction<{ count: number }>('/api/replay', { queue, type, lane, key, dryRun: true })).count
@@ -128,15 +129,18 @@ function BulkActions({ queue, filter, reload }: { queue: string; filter: ItemFil
             describe={(n) =>
               n === 0
                 ? `No ${state} item in queue ${queue}${type === undefined ? '' : ` of type ${type}`}${ended}.`
-                : `Delete ${count(n)} ${state} item${n === 1 ? '' : 's'} of queue ${queue}${type === undefined ? '' : ` of type ${type}`}${ended} from the ledger? This cannot be undone.`
+                : `Delete ${count(n)} ${state} item${n === 1 ? '' : 's'} of queue ` +
+                  `${queue}${type === undefined ? '' : ` of type ${type}`}${ended} ` +
+                  `from the ledger? This cannot be undone.`
             }
             dryRun={async () =>
               (await postAction<{ count: number }>('/api/purge', { queue, state, type, olderThanMs, dryRun: true }))
                 .count
             }
-            run={async () =>
-              `Purged ${count((await postAction<{ purged: number }>('/api/purge', { queue, state, type, olderThanMs, dryRun: false })).purged)}.`
-            }
+            run={async () => {
+              const body = { queue, state, type, olderThanMs, dryRun: false };
+              return `Purged ${count((await postAction<{ purged: number }>('/api/purge', body)).purged)}.`;
+            }}
             onDone={reload}
           />
         )}

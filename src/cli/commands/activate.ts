@@ -18,7 +18,8 @@ export function activateCommand(program: Command, { io }: CliContext): void {
   program
     .command('activate')
     .description(
-      'hand a queue to a deployment under a new ownership epoch; workers of older epochs stop claiming, and their writes are refused',
+      'hand a queue to a deployment under a new ownership epoch; workers ' +
+        'of older epochs stop claiming, and their writes are refused',
     )
     .requiredOption('--queue <queue>', 'the queue')
     .requiredOption('--deployment <name>', 'the deployment that owns it from now on')
@@ -32,7 +33,8 @@ export function activateCommand(program: Command, { io }: CliContext): void {
       'after',
       "\nPrints the new epoch. With --redis-url the change is also broadcast on the queue's control stream,\n" +
         'so running workers learn it at once. Exit 3: --expect-epoch did not match (another activation won).\n' +
-        `Exit 2: the ledger has never seen the queue (no item, setting, owner or consumer of it); add ${NEW_QUEUE_FLAG}\n` +
+        (`Exit 2: the ledger has never seen the queue (no item, ` +
+          `setting, owner or consumer of it); add ${NEW_QUEUE_FLAG}\n`) +
         'to hand over a queue before its first item or worker.',
     )
     .action(

@@ -31,7 +31,10 @@ export function benchCommand(program: Command, _ctx: CliContext): void {
   program
     .command('bench')
     .description(
-      "run a benchmark harness of this checkout: compare (side by side with BullMQ, graphile-worker, pg-boss; the default), ledger (claim/complete/enqueue), engine (jobs/s, latency, RSS), steady (the production shape at a steady rate, MariaDB or TiDB) or cost (the SQL server's CPU, rows, statements and round trips per job, for enqueue, claim and complete apart)",
+      'run a benchmark harness of this checkout: compare (side by side with BullMQ, graphile-worker, ' +
+        'pg-boss; the default), ledger (claim/complete/enqueue), engine (jobs/s, latency, RSS), steady ' +
+        "(the production shape at a steady rate, MariaDB or TiDB) or cost (the SQL server's CPU, rows, " +
+        'statements and round trips per job, for enqueue, claim and complete apart)',
     )
     .argument('[suite]', 'compare, ledger, engine, steady or cost', DEFAULT_SUITE)
     .argument('[args...]', 'passed on, e.g. --runs 1 --scale 0.2 --json')
@@ -47,10 +50,11 @@ export function benchCommand(program: Command, _ctx: CliContext): void {
       const script = `${root}${SUITES[suite]}`;
       if (!existsSync(script))
         throw new CliError(`${SUITES[suite]} is not here: benchmarks run from a source checkout`, EXIT.failure);
+      const passed = [...(named ? [suite] : []), ...args];
       const typed =
         process.env.npm_lifecycle_event === 'bench'
-          ? `npm run bench${[...(named ? [suite] : []), ...args].length > 0 ? ` -- ${[...(named ? [suite] : []), ...args].map(shellQuote).join(' ')}` : ''}`
-          : ['lanewake', 'bench', ...(named ? [suite] : []), ...args].map(shellQuote).join(' ');
+          ? `npm run bench${passed.length > 0 ? ` -- ${passed.map(shellQuote).join(' ')}` : ''}`
+          : ['lanewake', 'bench', ...passed].map(shellQuote).join(' ');
       const code = await new Promise<number>((resolve) => {
         const child = spawn(process.execPath, ['--import', 'tsx', script, ...args], {
           cwd: root,

@@ -65,7 +65,8 @@ export function concurrencyLimitCommand(program: Command, { io }: CliContext): v
       const whose = opts.type !== undefined ? `queue ${queue}, type ${opts.type}` : `queue ${queue}`;
       println(
         io,
-        `${whose}: ${limit === null ? 'no limit' : `at most ${limit}`} per concurrency key (${waiting} key${waiting === 1 ? '' : 's'} with items waiting handed on)`,
+        `${whose}: ${limit === null ? 'no limit' : `at most ${limit}`} per concurrency ` +
+          `key (${waiting} key${waiting === 1 ? '' : 's'} with items waiting handed on)`,
       );
     });
 }

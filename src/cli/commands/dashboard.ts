@@ -37,7 +37,8 @@ export function dashboardCommand(program: Command, { io }: CliContext): void {
     .option('--host <address>', 'address to bind', '127.0.0.1')
     .option(
       '--admin-token <token>',
-      `the token actions must send (at least ${MIN_TOKEN_CHARS} characters; LANEWAKE_ADMIN_TOKEN); without one, read-only`,
+      `the token actions must send (at least ${MIN_TOKEN_CHARS} ` +
+        `characters; LANEWAKE_ADMIN_TOKEN); without one, read-only`,
     )
     .option('--show-payloads', "show items' payloads")
     .addHelpText('after', HELP)

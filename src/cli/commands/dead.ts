@@ -16,7 +16,8 @@ export function deadCommand(program: Command, { io }: CliContext): void {
     .addHelpText(
       'after',
       '\nReplay one with: lanewake replay <id> --expect-attempt <ATTEMPT> --expect-digest <DIGEST>\n' +
-        'or repair it in place: lanewake repair <id> --expect-attempt <ATTEMPT> --expect-error-digest <DIGEST> --reason <why>',
+        ('or repair it in place: lanewake repair <id> --expect-attempt ' +
+          '<ATTEMPT> --expect-error-digest <DIGEST> --reason <why>'),
     )
     .action(async (opts: { queue?: string; limit: number }, cmd: Command) => {
       const g = globalOptions(cmd);

@@ -46,7 +46,8 @@ export function enqueueCommand(program: Command, { io }: CliContext): void {
     .option('--lane <key>', 'ordering key: items of one lane run one at a time, in enqueue order')
     .option(
       '--concurrency-key <key>',
-      "at most the queue's concurrency limit of one key's items run at once (with --lane as well, the lane admits the item and the key only groups it)",
+      "at most the queue's concurrency limit of one key's items run at once (with " +
+        '--lane as well, the lane admits the item and the key only groups it)',
     )
     .option(
       '--idempotency-key <key>',

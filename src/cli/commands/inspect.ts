@@ -23,12 +23,14 @@ export function inspectCommand(program: Command, { io }: CliContext): void {
     )
     .option(
       '--why',
-      "only say why the item is where it is: a reason code and its facts (not due, behind its lane's head, blocked, no live consumer, capped, …)",
+      'only say why the item is where it is: a reason code and its facts (not ' +
+        "due, behind its lane's head, blocked, no live consumer, capped, …)",
       false,
     )
     .addHelpText(
       'after',
-      `\nExits 1 when there is no such item. The error digest is what \`lanewake replay --expect-digest\` and \`lanewake repair --expect-error-digest\` expect.\n${ID_HELP}`,
+      `\nExits 1 when there is no such item. The error digest is what \`lanewake replay ` +
+        `--expect-digest\` and \`lanewake repair --expect-error-digest\` expect.\n${ID_HELP}`,
     )
     .action(async (id: string, opts: { payload: boolean; why: boolean }, cmd: Command) => {
       const g = globalOptions(cmd);
@@ -172,7 +174,10 @@ function printSteps(io: CliIo, steps: readonly StepRecord[], withData: boolean):
   println(io, renderTable(['STEP', 'ATTEMPT', 'DONE', 'RESULT'], rows, ['left', 'right']));
 }
 
-/** The item's concurrency key, whose limit admits it, and whether it was admitted (a laneless keyed item that is not a head waits in its key's line). */
+/**
+ * The item's concurrency key, whose limit admits it, and whether it was admitted (a laneless keyed item that is not a
+ * head waits in its key's line).
+ */
 function concurrencyKeyOf(item: WorkItem): string {
   if (item.concurrencyKey === null) return '-';
   const scope = item.keyScope === 'type' ? ` (its type's own limit)` : '';

@@ -9,7 +9,8 @@ export function migrateCommand(program: Command, { io }: CliContext): void {
   program
     .command('migrate')
     .description(
-      'create the ledger database if it is missing and bring its schema up to date (idempotent, safe from many processes)',
+      'create the ledger database if it is missing and bring its ' +
+        'schema up to date (idempotent, safe from many processes)',
     )
     .option('--wait-ms <ms>', 'keep retrying this long while the database server is still starting', parseInteger, 0)
     .addHelpText(

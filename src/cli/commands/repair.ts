@@ -20,7 +20,8 @@ export function repairCommand(program: Command, { io }: CliContext): void {
   program
     .command('repair')
     .description(
-      'put a dead or cancelled item back to pending in place (same id, lane place and idempotency key), guarded by what you saw of it',
+      'put a dead or cancelled item back to pending in place (same id, ' +
+        'lane place and idempotency key), guarded by what you saw of it',
     )
     .argument('<id>', 'the dead or cancelled item')
     .allowUnknownOption() // an id may begin with '-': take it as the id, not as an unknown option
@@ -73,7 +74,8 @@ export function repairCommand(program: Command, { io }: CliContext): void {
         const standing = repaired.isHead ? 'claimable now' : 'waiting behind an earlier item of its lane or key';
         println(
           io,
-          `${repaired.duplicate ? 'already repaired' : 'repaired'} ${id} (repair ${repaired.repairId}): pending, ${standing}`,
+          `${repaired.duplicate ? 'already repaired' : 'repaired'} ` +
+            `${id} (repair ${repaired.repairId}): pending, ${standing}`,
         );
       },
     );

@@ -10,12 +10,17 @@ export function statsCommand(program: Command, { io }: CliContext): void {
   program
     .command('stats')
     .description(
-      'count items by state for each queue (or one queue), scheduled apart from due, with the age of the oldest due item waiting to be claimed and the live consumers',
+      'count items by state for each queue (or one queue), scheduled apart from due, with ' +
+        'the age of the oldest due item waiting to be claimed and the live consumers',
     )
     .argument('[queue]', 'only this queue')
     .addHelpText(
       'after',
-      '\nPENDING counts due items; SCHEDULED, pending items not due yet. OLDEST_DUE is how long the oldest claimable lane head has been due ("-" when none waits). Counts stop at 100,000 (pending, processing, blocked) or 10,000 (the others), shown with a "+"; with --json each count is {"count": n, "atLeast": true|false}, atLeast meaning n or more. CONSUMERS: live consumers of the queue (a heartbeat in the last 15 s) and their slots.',
+      '\nPENDING counts due items; SCHEDULED, pending items not due yet. OLDEST_DUE is how long ' +
+        'the oldest claimable lane head has been due ("-" when none waits). Counts stop at 100,000 ' +
+        '(pending, processing, blocked) or 10,000 (the others), shown with a "+"; with --json each ' +
+        'count is {"count": n, "atLeast": true|false}, atLeast meaning n or more. CONSUMERS: live ' +
+        'consumers of the queue (a heartbeat in the last 15 s) and their slots.',
     )
     .action(async (queue: string | undefined, _opts: unknown, cmd: Command) => {
       const g = globalOptions(cmd);

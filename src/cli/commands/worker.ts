@@ -55,7 +55,8 @@ export function workerCommand(program: Command, { io }: CliContext): void {
     )
     .option(
       '--queues <list>',
-      'queues to run, name[:concurrency[:class+class]], e.g. billing:16,mail (LANEWAKE_QUEUES); refines the --config queues by name',
+      'queues to run, name[:concurrency[:class+class]], e.g. billing:16,mail ' +
+        '(LANEWAKE_QUEUES); refines the --config queues by name',
     )
     .option('--admin <address>', 'admin HTTP address host:port, :port, or off (LANEWAKE_ADMIN; default 127.0.0.1:9464)')
     .option(
@@ -173,7 +174,8 @@ async function start(config: WorkerConfig): Promise<RunningWorker> {
   } catch (error) {
     if (error instanceof AdminAddressError) {
       throw new UsageError(
-        `${error.message}: choose another with --admin HOST:PORT, or turn it off with --admin off (or set LANEWAKE_ADMIN, or \`admin:\` in the --config file)`,
+        `${error.message}: choose another with --admin HOST:PORT, or turn it off with ` +
+          `--admin off (or set LANEWAKE_ADMIN, or \`admin:\` in the --config file)`,
       );
     }
     throw error;
