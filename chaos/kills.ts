@@ -13,7 +13,7 @@
  * the end of its lease as its holder last set it and its due time.
  */
 import type { RowDataPacket } from 'mysql2/promise';
-import type { FaultContext, FaultLog, HeldAtKill } from './faults.js';
+import type { FaultContext, FaultLog, HeldAtKill } from './fault-log.js';
 import { CHAOS_QUEUE } from './items.js';
 import type { Fleet, WorkerSlot } from './workers.js';
 
