@@ -34,7 +34,6 @@ import {
   type LockFigures,
   type SlowStatement,
 } from './steady-server.js';
-import { band, formatBand, type Band, type JobPath } from './steady-band.js';
 import {
   childMessage,
   cliFlag,
@@ -71,7 +70,6 @@ const here = (f: string): string => fileURLToPath(new URL(f, import.meta.url));
 
 interface WorkerFigures {
   startsUs: number[];
-  paths: JobPath[];
   late: { id: string; us: number; attempt: number; wakeReadBeforeStartMs: number | null }[];
   completed: number;
   claimRounds: number;
@@ -104,8 +102,6 @@ interface RunFigures {
   cpuUs: { workers: number; producer: number; server: number | undefined };
   slow: SlowStatement[];
   locks: LockFigures;
-  /** What the jobs up to p50 and those between p90 and p99 waited on. */
-  bands: Band[];
 }
 
 function child(script: string, env: Record<string, string>): ChildProcess {
@@ -221,13 +217,7 @@ async function oneRun(): Promise<RunFigures> {
     }
   }
   await db.drop();
-  const paths = figures.flatMap((f) => f.paths ?? []);
-  const bands =
-    paths.length === jobs
-      ? [band('up to p50', paths, sent.enqueueUs, 0, 50), band('p90 to p99', paths, sent.enqueueUs, 90, 99)]
-      : [];
   return {
-    bands,
     p50: percentile(starts, 50),
     p90: percentile(starts, 90),
     p99: percentile(starts, 99),
@@ -285,7 +275,6 @@ runBenchmark(async () => {
         `${(f.locks.statementRetries / f.jobs).toFixed(3)} statement retries/job, ${f.conflictsPerJob.toFixed(3)} ledger conflict retries/job; ` +
         `CPU/job: workers ${f.cpuUs.workers.toFixed(0)} µs, producer ${f.cpuUs.producer.toFixed(0)} µs, server ${f.cpuUs.server?.toFixed(0) ?? '?'} µs; ${f.slow.length} statements over 100 ms`,
     );
-    for (const b of f.bands) console.log(`    ${formatBand(b)}`);
     for (const s of f.slow.slice(0, 8)) console.log(`    ${s.ms.toFixed(0)} ms  x${s.count}  ${s.text}`);
   }
   const m = (pick: (f: RunFigures) => number): string => median(runs.map(pick)).toFixed(2);
