@@ -81,7 +81,8 @@ async function oneRun(): Promise<RunFigures> {
   await withAdmin(
     (c) =>
       c.query(
-        `CREATE TABLE \`${db.name}\`.effects (item_id VARCHAR(32) PRIMARY KEY, lane VARCHAR(255), written_at DATETIME(6))`,
+        `CREATE TABLE \`${db.name}\`.effects (item_id VARCHAR(32) PRIMARY KEY, lane ` +
+          `VARCHAR(255), written_at DATETIME(6))`,
       ),
     serverUrl,
   );
@@ -145,7 +146,10 @@ runBenchmark(async () => {
     const f = await oneRun();
     runs.push(f);
     console.log(
-      `run ${r + 1}: enqueued in ${f.enqueueS.toFixed(2)} s; processed in ${f.processS.toFixed(2)} s (${f.jobsPerS.toFixed(0)} jobs/s, workers' start included); server CPU ${f.serverCpuUs?.toFixed(0) ?? '?'} µs/job; ${f.slow} statements over 100 ms`,
+      `run ${r + 1}: enqueued in ${f.enqueueS.toFixed(2)} s; processed in ` +
+        `${f.processS.toFixed(2)} s (${f.jobsPerS.toFixed(0)} jobs/s, workers' start ` +
+        `included); server CPU ${f.serverCpuUs?.toFixed(0) ?? '?'} µs/job; ${f.slow} ` +
+        `statements over 100 ms`,
     );
   }
   const m = (pick: (f: RunFigures) => number, d = 2): string => median(runs.map(pick)).toFixed(d);

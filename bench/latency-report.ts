@@ -64,7 +64,8 @@ export function printCells(
         c.server,
         c.latency.direct
           ? 'direct (no proxy)'
-          : `${c.latency.label} ms${c.latency.upMs !== c.latency.downMs ? ` (${c.latency.upMs} up, ${c.latency.downMs} down)` : ''}`,
+          : `${c.latency.label} ` +
+            `ms${c.latency.upMs !== c.latency.downMs ? ` (${c.latency.upMs} up, ${c.latency.downMs} down)` : ''}`,
         `${fmt(c.pingP50Ms, 2)} ms`,
         fmt(median(c.bulkJobsS)),
         `${fmt(min)}–${fmt(max)}`,
@@ -95,12 +96,17 @@ export function printCells(
       };
     });
   console.log(
-    `\ngoal at ${goal.latencyLabel} ms added per direction: bulk ≥ ${fmt(goal.bulkJobsS)} jobs/s at concurrency 64, enqueue→start p50 ≤ ${goal.p50Ms} ms`,
+    `\ngoal at ${goal.latencyLabel} ms added per direction: bulk ≥ ` +
+      `${fmt(goal.bulkJobsS)} jobs/s at concurrency 64, enqueue→start p50 ≤ ` +
+      `${goal.p50Ms} ms`,
   );
   for (const g of checks) {
     const yes = (b: boolean): string => (b ? 'reached' : 'NOT reached');
     console.log(
-      `- ${g.server}: bulk ${fmt(g.bulkJobsS)} jobs/s (${yes(g.bulkReached)}); p50 ${fmt(g.sameProcessP50Ms, 2)} ms same process (${yes(g.p50Reached.sameProcess)}), ${fmt(g.ownProducerP50Ms, 2)} ms own producer (${yes(g.p50Reached.ownProducer)})`,
+      `- ${g.server}: bulk ${fmt(g.bulkJobsS)} jobs/s (${yes(g.bulkReached)}); p50 ` +
+        `${fmt(g.sameProcessP50Ms, 2)} ms same process ` +
+        `(${yes(g.p50Reached.sameProcess)}), ${fmt(g.ownProducerP50Ms, 2)} ms own ` +
+        `producer (${yes(g.p50Reached.ownProducer)})`,
     );
   }
   return checks;

@@ -56,7 +56,10 @@ const SIZES = {
   ratePerS: 100,
 };
 const LATENCY_FLAG = flag('--latencies');
-/** Cells per server. `direct` (no proxy) only on MariaDB by default: a TiDB database takes ~5 s to migrate, three a cell. */
+/**
+ * Cells per server. `direct` (no proxy) only on MariaDB by default: a TiDB database takes ~5 s to migrate, three a
+ * cell.
+ */
 const latenciesFor = (server: string): AddedLatency[] =>
   (LATENCY_FLAG ?? (server === 'mariadb' ? 'direct,0,0.5,1,2' : '0,0.5,1,2')).split(',').map(addedLatency);
 const WANT_SERVERS = (flag('--servers') ?? 'mariadb,tidb').split(',');
@@ -123,7 +126,10 @@ async function runCell(server: Server, l: AddedLatency, cell: Cell, proxies: Lat
   cell.machineBusyPct.push(cpuShare(cpu0).machineBusyPct ?? Number.NaN);
   const sec = (a: number, z: number): string => ((z - a) / 1000).toFixed(1);
   progress(
-    `  ${at}: bulk ${Math.round(b.value.jobsS)} jobs/s (${sec(t0, t1)} s); p50 ${percentile(same, 50).toFixed(2)} ms same process (${sec(t1, t2)} s), ${percentile(own, 50).toFixed(2)} ms own producer (${sec(t2, performance.now())} s)`,
+    `  ${at}: bulk ${Math.round(b.value.jobsS)} jobs/s (${sec(t0, t1)} s); p50 ` +
+      `${percentile(same, 50).toFixed(2)} ms same process (${sec(t1, t2)} s), ` +
+      `${percentile(own, 50).toFixed(2)} ms own producer ` +
+      `(${sec(t2, performance.now())} s)`,
   );
 }
 
@@ -146,7 +152,9 @@ async function main(): Promise<void> {
   }
   if (servers.length === 0) throw new Error('no server answers');
   progress(
-    `toxiproxy ${proxies.version}; servers: ${servers.map((s) => `${s.name} ${s.version}`).join(', ')}; ${RUNS} run(s) a cell`,
+    `toxiproxy ${proxies.version}; servers: ` +
+      `${servers.map((s) => `${s.name} ${s.version}`).join(', ')}; ${RUNS} run(s) a ` +
+      `cell`,
   );
 
   const cells: Cell[] = [];
@@ -192,7 +200,10 @@ async function main(): Promise<void> {
 
   const minutes = (performance.now() - startedAt) / 60_000;
 
-  const title = `lanewake through a latency proxy — median of ${RUNS} run(s) a cell; bulk ${SIZES.bulkJobs} jobs at concurrency 64; latency ${SIZES.latencyJobs} jobs at ${SIZES.ratePerS}/s`;
+  const title =
+    `lanewake through a latency proxy — median of ${RUNS} run(s) a cell; bulk ` +
+    `${SIZES.bulkJobs} jobs at concurrency 64; latency ${SIZES.latencyJobs} jobs at ` +
+    `${SIZES.ratePerS}/s`;
   const goal = printCells(title, cells, GOAL);
   printCallTimes(
     `ledger calls of the one-job path, one at a time, on each server's own port: median ms of ${SIZES.callJobs}`,
@@ -221,8 +232,10 @@ async function main(): Promise<void> {
     toxiproxy: proxies.version,
     notes: [
       'Toxiproxy latency toxics (jitter 0) on the SQL connection only; Redis is direct.',
-      '0.5 ms per direction is 1 ms upstream + 0 downstream (Toxiproxy adds whole ms): the same 1 ms on every round trip.',
-      'TiDB is one standalone tidb-server on unistore (in-process storage): no PD, no TiKV, no network inside the cluster.',
+      '0.5 ms per direction is 1 ms upstream + 0 downstream (Toxiproxy adds whole ms): ' +
+        'the same 1 ms on every round trip.',
+      'TiDB is one standalone tidb-server on unistore (in-process storage): no PD, no ' +
+        'TiKV, no network inside the cluster.',
     ],
   };
   const out = {

@@ -21,7 +21,9 @@ import {
   withFreshLedger,
 } from './ledger-fixtures.js';
 
-/** A claimer loop that sees no completion anywhere for this long fails the run (a lost item would otherwise hang it). */
+/**
+ * A claimer loop that sees no completion anywhere for this long fails the run (a lost item would otherwise hang it).
+ */
 const STALL_MS = 60_000;
 
 // ---------------------------------------------------------------------------
@@ -195,7 +197,8 @@ export async function benchClaimComplete(
 
     const perClaim = s.completed / Math.max(1, s.claimCalls - s.emptyClaims);
     const note =
-      `${fmt(count)} items in ${fmt(wallMs)} ms; ${fmt(s.claimCalls)} claims (${fmt(s.emptyClaims)} empty), ${fmt(perClaim, 1)} items/claim; ` +
+      `${fmt(count)} items in ${fmt(wallMs)} ms; ${fmt(s.claimCalls)} claims ` +
+      `(${fmt(s.emptyClaims)} empty), ${fmt(perClaim, 1)} items/claim; ` +
       `${cpuPerItem(cpu, count, wallMs)}; verified`;
     return { value: count / (wallMs / 1000), note, cpu };
   });

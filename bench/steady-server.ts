@@ -56,7 +56,8 @@ async function slowLogOn(server: string, url: string): Promise<void> {
     withAdmin(
       (c) =>
         c.query(
-          `SET GLOBAL long_query_time = ${Number(was.t)}, GLOBAL log_output = ${c.escape(was.o)}, GLOBAL slow_query_log = ${Number(was.on_)}`,
+          `SET GLOBAL long_query_time = ${Number(was.t)}, GLOBAL log_output = ` +
+            `${c.escape(was.o)}, GLOBAL slow_query_log = ${Number(was.on_)}`,
         ),
       url,
     ).then(() => undefined),
@@ -75,7 +76,8 @@ export async function lockFigures(server: string, url: string, database: string)
     const [summary] = await withAdmin(
       (c) =>
         c.query<RowDataPacket[]>(
-          'SELECT COALESCE(SUM(SUM_EXEC_RETRY), 0) AS retries FROM information_schema.statements_summary WHERE SCHEMA_NAME = ?',
+          'SELECT COALESCE(SUM(SUM_EXEC_RETRY), 0) AS retries FROM ' +
+            'information_schema.statements_summary WHERE SCHEMA_NAME = ?',
           [database],
         ),
       url,
@@ -95,7 +97,8 @@ export async function lockFigures(server: string, url: string, database: string)
   const [rows] = await withAdmin(
     (c) =>
       c.query<RowDataPacket[]>(
-        "SHOW GLOBAL STATUS WHERE Variable_name IN ('Innodb_row_lock_waits', 'Innodb_row_lock_time', 'Innodb_deadlocks')",
+        "SHOW GLOBAL STATUS WHERE Variable_name IN ('Innodb_row_lock_waits', " +
+          "'Innodb_row_lock_time', 'Innodb_deadlocks')",
       ),
     url,
   );
@@ -161,8 +164,10 @@ export async function slowStatements(
           await withAdmin(
             (c) =>
               c.query<RowDataPacket[]>(
-                `SELECT Query_time * 1000 AS ms, Digest AS shape, LEFT(Query, 140) AS text, Exec_retry_count AS retries, LockKeys_time * 1000 AS lock_ms
-                 FROM information_schema.slow_query WHERE Time BETWEEN ? AND ? AND DB = ? AND Is_internal = 0 AND Query_time * 1000 >= ?`,
+                `SELECT Query_time * 1000 AS ms, Digest AS shape, LEFT(Query, 140) AS text, Exec_retry_count AS retries,
+                  LockKeys_time * 1000 AS lock_ms
+                 FROM information_schema.slow_query WHERE Time BETWEEN ? AND ? AND DB = ? AND Is_internal = 0 AND
+                 Query_time * 1000 >= ?`,
                 [from, new Date(to.getTime() + 1000), database, SLOW_MS],
               ),
             url,
@@ -172,7 +177,8 @@ export async function slowStatements(
           await withAdmin(
             (c) =>
               c.query<RowDataPacket[]>(
-                `SELECT TIME_TO_SEC(query_time) * 1000 AS ms, LEFT(sql_text, 60) AS shape, LEFT(sql_text, 140) AS text, 0 AS retries, TIME_TO_SEC(lock_time) * 1000 AS lock_ms
+                `SELECT TIME_TO_SEC(query_time) * 1000 AS ms, LEFT(sql_text, 60) AS shape, LEFT(sql_text, 140) AS text,
+                  0 AS retries, TIME_TO_SEC(lock_time) * 1000 AS lock_ms
                  FROM mysql.slow_log WHERE start_time BETWEEN ? AND ? AND db = ?`,
                 [from, new Date(to.getTime() + 1000), database],
               ),

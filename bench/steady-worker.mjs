@@ -89,7 +89,8 @@ process.on('message', async (m) => {
   await consumer.stop();
   const c = consumer.counters;
   const cpu = process.cpuUsage(cpuAtStart);
-  // Sent before the exit, not just queued: a backlog's figures are large, and an exit drops what the channel still holds.
+  // Sent before the exit, not just queued: a backlog's figures are large, and an exit drops what the channel still
+  // holds.
   await new Promise(
     (resolve) =>
       process.send?.(

@@ -128,7 +128,8 @@ async function oneRun(): Promise<RunFigures> {
   await withAdmin(
     (c) =>
       c.query(
-        `CREATE TABLE \`${db.name}\`.effects (item_id VARCHAR(32) PRIMARY KEY, lane VARCHAR(255), written_at DATETIME(6))`,
+        `CREATE TABLE \`${db.name}\`.effects (item_id VARCHAR(32) PRIMARY KEY, lane ` +
+          `VARCHAR(255), written_at DATETIME(6))`,
       ),
     serverUrl,
   );
@@ -204,7 +205,8 @@ async function oneRun(): Promise<RunFigures> {
     const [rows] = await withAdmin(
       (c) =>
         c.query<RowDataPacket[]>(
-          `SELECT id, TIMESTAMPDIFF(MICROSECOND, created_at, started_at) AS claim_us, lease_token FROM \`${db.name}\`.lw_items WHERE id IN (${ids})`,
+          `SELECT id, TIMESTAMPDIFF(MICROSECOND, created_at, started_at) AS claim_us, ` +
+            `lease_token FROM \`${db.name}\`.lw_items WHERE id IN (${ids})`,
         ),
       serverUrl,
     );
@@ -212,7 +214,12 @@ async function oneRun(): Promise<RunFigures> {
       const h = history.filter((r) => r.item_id === l.id).map((r) => `${String(r.outcome)} (${String(r.error ?? '')})`);
       const row = rows.find((r) => r.id === l.id);
       console.log(
-        `    late start: ${l.id} after ${(l.us / 1000).toFixed(0)} ms, attempt ${l.attempt}, claimed ${(Number(row?.claim_us) / 1000).toFixed(0)} ms after its insert; history: ${h.join('; ') || 'none'}; ${l.wakeReadBeforeStartMs === null ? 'no wake-up read for it' : `its wake-up read ${l.wakeReadBeforeStartMs} ms before it started`}`,
+        `    late start: ${l.id} after ${(l.us / 1000).toFixed(0)} ms, attempt ` +
+          `${l.attempt}, claimed ${(Number(row?.claim_us) / 1000).toFixed(0)} ms after its ` +
+          `insert; history: ${h.join('; ') || 'none'}; ` +
+          (l.wakeReadBeforeStartMs === null
+            ? 'no wake-up read for it'
+            : `its wake-up read ${l.wakeReadBeforeStartMs} ms before it started`),
       );
     }
   }
@@ -261,7 +268,9 @@ runBenchmark(async () => {
     progress('building dist/ (npm run build)');
     execFileSync('npx', ['tsc', '-p', 'tsconfig.build.json'], { stdio: 'inherit', cwd: here('..') });
   }
-  const label = `${server}${server === 'tidb' ? ` ${txn}` : ''}, ${redisUrl.startsWith('redis+cluster://') ? 'Redis Cluster' : 'one Redis'}`;
+  const label =
+    `${server}${server === 'tidb' ? ` ${txn}` : ''}, ` +
+    `${redisUrl.startsWith('redis+cluster://') ? 'Redis Cluster' : 'one Redis'}`;
   progress(`${label}: ${RATE}/s for ${SECONDS} s, ${LANES} lanes, ${WORKERS} workers x ${CONCURRENCY}, ${RUNS} run(s)`);
   const runs: RunFigures[] = [];
   for (let r = 0; r < RUNS; r++) {
@@ -269,19 +278,38 @@ runBenchmark(async () => {
     runs.push(f);
     const ms = (v: number): string => v.toFixed(2);
     console.log(
-      `run ${r + 1}: enqueue→start p50 ${ms(f.p50)} p90 ${ms(f.p90)} p99 ${ms(f.p99)} max ${ms(f.max)} ms; enqueue p50 ${ms(f.enqueueP50)} p99 ${ms(f.enqueueP99)} max ${ms(f.enqueueMax)} ms; ` +
-        `${f.byOffer} by offer (${f.offersMade} offers made, ${f.recovered} recovered from the ledger), ${f.bySuccessor} as lane successors, ${f.byRound} by claim rounds; ` +
-        `${(f.locks.lockWaits / f.jobs).toFixed(3)} lock waits/job (${server === 'tidb' ? `sampled; the longest seen for ~${f.locks.lockWaitMs}` : f.locks.lockWaitMs} ms), ${f.locks.deadlocks} deadlocks, ` +
-        `${(f.locks.statementRetries / f.jobs).toFixed(3)} statement retries/job, ${f.conflictsPerJob.toFixed(3)} ledger conflict retries/job; ` +
-        `CPU/job: workers ${f.cpuUs.workers.toFixed(0)} µs, producer ${f.cpuUs.producer.toFixed(0)} µs, server ${f.cpuUs.server?.toFixed(0) ?? '?'} µs; ${f.slow.length} statements over 100 ms`,
+      `run ${r + 1}: enqueue→start p50 ${ms(f.p50)} p90 ${ms(f.p90)} p99 ${ms(f.p99)} ` +
+        `max ${ms(f.max)} ms; enqueue p50 ${ms(f.enqueueP50)} p99 ${ms(f.enqueueP99)} ` +
+        `max ${ms(f.enqueueMax)} ms; ` +
+        `${f.byOffer} by offer (${f.offersMade} offers made, ${f.recovered} recovered ` +
+        `from the ledger), ${f.bySuccessor} as lane successors, ${f.byRound} by claim ` +
+        `rounds; ` +
+        `${(f.locks.lockWaits / f.jobs).toFixed(3)} lock waits/job ` +
+        `(${server === 'tidb' ? `sampled; the longest seen for ~${f.locks.lockWaitMs}` : f.locks.lockWaitMs} ` +
+        `ms), ${f.locks.deadlocks} deadlocks, ` +
+        `${(f.locks.statementRetries / f.jobs).toFixed(3)} statement retries/job, ` +
+        `${f.conflictsPerJob.toFixed(3)} ledger conflict retries/job; ` +
+        `CPU/job: workers ${f.cpuUs.workers.toFixed(0)} µs, producer ` +
+        `${f.cpuUs.producer.toFixed(0)} µs, server ${f.cpuUs.server?.toFixed(0) ?? '?'} ` +
+        `µs; ${f.slow.length} statements over 100 ms`,
     );
     for (const s of f.slow.slice(0, 8)) console.log(`    ${s.ms.toFixed(0)} ms  x${s.count}  ${s.text}`);
   }
   const m = (pick: (f: RunFigures) => number): string => median(runs.map(pick)).toFixed(2);
   console.log(
-    `\n${label}, median of ${RUNS}: p50 ${m((f) => f.p50)} p90 ${m((f) => f.p90)} p99 ${m((f) => f.p99)} ms; slow statements ${m((f) => f.slow.reduce((n, s) => n + s.count, 0))}`,
+    `\n${label}, median of ${RUNS}: p50 ${m((f) => f.p50)} p90 ${m((f) => f.p90)} ` +
+      `p99 ${m((f) => f.p99)} ms; slow statements ` +
+      `${m((f) => f.slow.reduce((n, s) => n + s.count, 0))}`,
   );
   console.log(
-    `JSON ${JSON.stringify({ label, rate: RATE, seconds: SECONDS, lanes: LANES, workers: WORKERS, concurrency: CONCURRENCY, runs })}`,
+    `JSON ${JSON.stringify({
+      label,
+      rate: RATE,
+      seconds: SECONDS,
+      lanes: LANES,
+      workers: WORKERS,
+      concurrency: CONCURRENCY,
+      runs,
+    })}`,
   );
 });

@@ -26,7 +26,9 @@ export interface FaultEvent {
   worker?: string;
   pid?: number;
   detail?: string;
-  /** A SIGKILL: what its worker held in the ledger right after it died (chaos/kills.ts), undefined if that read failed. */
+  /**
+   * A SIGKILL: what its worker held in the ledger right after it died (chaos/kills.ts), undefined if that read failed.
+   */
   held?: HeldAtKill[];
 }
 
