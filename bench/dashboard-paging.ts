@@ -57,8 +57,8 @@ async function fill(ledger: Ledger, db: Kysely<Record<string, never>>): Promise<
     );
   }
   // States as a long-running queue has them: most ended, a few dead, some waiting.
-  await sql`UPDATE lw_items SET state = 'completed', started_at = created_at, terminal_at = created_at + INTERVAL 1 SECOND
-    WHERE CRC32(id) % 100 < 90`.execute(db);
+  await sql`UPDATE lw_items SET state = 'completed', started_at = created_at,
+    terminal_at = created_at + INTERVAL 1 SECOND WHERE CRC32(id) % 100 < 90`.execute(db);
   await sql`UPDATE lw_items SET state = 'dead', attempt = 1, failure_class = 'permanent', last_error = 'boom',
     started_at = created_at,
     terminal_at = created_at + INTERVAL 1 SECOND WHERE CRC32(id) % 100 = 90`.execute(db);
