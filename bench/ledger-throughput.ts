@@ -186,9 +186,10 @@ export async function benchClaimComplete(
         ) x WHERE x.started_at < x.prev_end`.execute(ledger.db);
       const overlaps = Number(r.rows[0]?.n ?? 0);
       if (overlaps > 0) problems.push(`${overlaps} lane items started before their predecessor ended`);
+      // A lane with unfinished items has busy_from above 0 (schema step of busy_from, migration-steps.ts).
       const busy = await sql<{
         n: number | string;
-      }>`SELECT COUNT(*) AS n FROM ${ledger.tables.lanes} WHERE active <> 0`.execute(ledger.db);
+      }>`SELECT COUNT(*) AS n FROM ${ledger.tables.lanes} WHERE busy_from <> 0`.execute(ledger.db);
       const busyLanes = Number(busy.rows[0]?.n ?? 0);
       if (busyLanes > 0) problems.push(`${busyLanes} lane rows still count unfinished items`);
       if (s.lastSeqByLane.size !== lanes) problems.push(`saw ${s.lastSeqByLane.size} of ${lanes} lanes complete`);
