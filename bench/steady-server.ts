@@ -5,8 +5,42 @@
  * views). Each server's slow log is switched to a 100 ms threshold for the
  * run and put back after.
  */
+import { type ChildProcess, execFileSync, fork } from 'node:child_process';
+import { fileURLToPath } from 'node:url';
 import type { RowDataPacket } from 'mysql2/promise';
-import { onCleanup, withAdmin } from './support.js';
+import { cliFlag, onCleanup, progress, withAdmin } from './support.js';
+
+/** The SQL server a run of bench/steady.ts or bench/lanes-bulk.ts uses: `--server mariadb|tidb`, `--txn` (TiDB). */
+export function steadyServer(args: readonly string[]): { server: 'mariadb' | 'tidb'; txn: string; serverUrl: string } {
+  const server = cliFlag('--server', [...args]) ?? 'mariadb';
+  if (server !== 'mariadb' && server !== 'tidb') throw new Error('--server is mariadb or tidb');
+  const serverUrl =
+    server === 'tidb'
+      ? (process.env.LANEWAKE_BENCH_TIDB_URL ?? 'mysql://root@127.0.0.1:4000')
+      : (process.env.LANEWAKE_BENCH_MYSQL_URL ?? 'mysql://root@127.0.0.1:3306');
+  return { server, txn: cliFlag('--txn', [...args]) ?? 'pessimistic', serverUrl };
+}
+
+const here = (f: string): string => fileURLToPath(new URL(f, import.meta.url));
+
+/** Builds dist/, which the worker and producer processes load, unless `--no-build`. */
+export function buildDist(args: readonly string[]): void {
+  if (args.includes('--no-build')) return;
+  progress('building dist/ (npm run build)');
+  execFileSync('npx', ['tsc', '-p', 'tsconfig.build.json'], { stdio: 'inherit', cwd: here('..') });
+}
+
+/** A bench/steady-*.mjs child, killed at exit. LW_CPU_PROF=<dir>: it writes a V8 CPU profile there. */
+export function steadyChild(script: string, env: Record<string, string>): ChildProcess {
+  const prof = process.env.LW_CPU_PROF;
+  const p = fork(here(script), [], {
+    env: { ...process.env, ...env },
+    execArgv: prof ? ['--cpu-prof', '--cpu-prof-dir', prof] : [],
+    stdio: ['ignore', 'inherit', 'inherit', 'ipc'],
+  });
+  onCleanup(async () => void p.kill('SIGKILL'));
+  return p;
+}
 
 export interface SlowStatement {
   /** The slowest time of this statement shape. */

@@ -20,14 +20,15 @@
  * The slow-log threshold is set to 100 ms for the run and put back after.
  * Each run has a database and a Redis key prefix of its own, removed after.
  */
-import { execFileSync, fork, type ChildProcess } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
-import { fileURLToPath } from 'node:url';
 import type { RowDataPacket } from 'mysql2/promise';
 import { Ledger } from '../src/ledger/ledger.js';
 import { deleteKeys } from '../test/support/engine.js';
 import { startRedisCluster } from '../test/support/redis-cluster.js';
 import {
+  buildDist,
+  steadyChild,
+  steadyServer,
   slowStatements,
   lockFigures,
   TidbLockWaitSampler,
@@ -49,13 +50,7 @@ import {
 
 const args = process.argv.slice(2);
 const flag = (name: string, dflt: string): string => cliFlag(`--${name}`, args) ?? dflt;
-const server = flag('server', 'mariadb');
-if (server !== 'mariadb' && server !== 'tidb') throw new Error('--server is mariadb or tidb');
-const txn = flag('txn', 'pessimistic');
-const serverUrl =
-  server === 'tidb'
-    ? (process.env.LANEWAKE_BENCH_TIDB_URL ?? 'mysql://root@127.0.0.1:4000')
-    : (process.env.LANEWAKE_BENCH_MYSQL_URL ?? 'mysql://root@127.0.0.1:3306');
+const { server, txn, serverUrl } = steadyServer(args);
 /** `--redis cluster` starts a local 6-node Redis Cluster (3 masters, 3 replicas) for the run, as the test suites do. */
 const redisFlag = flag('redis', 'redis://127.0.0.1:6379');
 let redisUrl = redisFlag;
@@ -66,7 +61,6 @@ const WORKERS = Number(flag('workers', '2'));
 const CONCURRENCY = Number(flag('concurrency', '16'));
 const RUNS = Number(flag('runs', '1'));
 const QUEUE = 'steady';
-const here = (f: string): string => fileURLToPath(new URL(f, import.meta.url));
 
 interface WorkerFigures {
   startsUs: number[];
@@ -104,19 +98,6 @@ interface RunFigures {
   locks: LockFigures;
 }
 
-function child(script: string, env: Record<string, string>): ChildProcess {
-  // LW_CPU_PROF=<dir>: every child writes a V8 CPU profile there (node --cpu-prof).
-  const prof = process.env.LW_CPU_PROF;
-  const execArgv = prof ? ['--cpu-prof', '--cpu-prof-dir', prof] : [];
-  const p = fork(here(script), [], {
-    env: { ...process.env, ...env },
-    execArgv,
-    stdio: ['ignore', 'inherit', 'inherit', 'ipc'],
-  });
-  onCleanup(async () => void p.kill('SIGKILL'));
-  return p;
-}
-
 async function oneRun(): Promise<RunFigures> {
   const db = await createBenchDatabase('lwst', serverUrl);
   const keyPrefix = `lwst:${randomBytes(4).toString('hex')}:`;
@@ -141,11 +122,11 @@ async function oneRun(): Promise<RunFigures> {
     ...modeEnv,
   };
   const workers = Array.from({ length: WORKERS }, () =>
-    child('./steady-worker.mjs', { ...env, LW_CONCURRENCY: String(CONCURRENCY) }),
+    steadyChild('./steady-worker.mjs', { ...env, LW_CONCURRENCY: String(CONCURRENCY) }),
   );
   await Promise.all(workers.map((w) => childMessage(w, 'ready')));
   const jobs = RATE * SECONDS;
-  const producer = child('./steady-producer.mjs', {
+  const producer = steadyChild('./steady-producer.mjs', {
     ...env,
     LW_JOBS: String(jobs),
     LW_RATE: String(RATE),
@@ -264,10 +245,7 @@ runBenchmark(async () => {
     onCleanup(() => cluster.stop());
     redisUrl = cluster.url;
   }
-  if (!args.includes('--no-build')) {
-    progress('building dist/ (npm run build)');
-    execFileSync('npx', ['tsc', '-p', 'tsconfig.build.json'], { stdio: 'inherit', cwd: here('..') });
-  }
+  buildDist(args);
   const label =
     `${server}${server === 'tidb' ? ` ${txn}` : ''}, ` +
     `${redisUrl.startsWith('redis+cluster://') ? 'Redis Cluster' : 'one Redis'}`;

@@ -228,33 +228,6 @@ function processCpuSeconds(pid: number | undefined): number | undefined {
   }
 }
 
-/**
- * CPU of every `postgres` process (the postmaster, its backends and helpers),
- * for a peer's server cost. A backend that exits inside the interval takes
- * its CPU with it: measure a peer whose connections stay open throughout.
- */
-export function postgresCpuSeconds(): number | undefined {
-  let ticks = 0;
-  let seen = false;
-  try {
-    for (const entry of readdirSync('/proc')) {
-      if (!/^\d+$/.test(entry)) continue;
-      try {
-        const stat = readFileSync(`/proc/${entry}/stat`, 'utf8');
-        if (stat.slice(stat.indexOf('(') + 1, stat.lastIndexOf(')')) !== 'postgres') continue;
-        const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
-        ticks += Number(fields[11]) + Number(fields[12]);
-        seen = true;
-      } catch {
-        // the process went away
-      }
-    }
-  } catch {
-    return undefined;
-  }
-  return seen ? ticks / CLOCK_TICKS : undefined;
-}
-
 function machineCpuSeconds(): { busy: number; total: number } | undefined {
   try {
     const line = readFileSync('/proc/stat', 'utf8').split('\n')[0] ?? '';
