@@ -46,7 +46,10 @@ const SCALE = Number(cliFlag('--scale') ?? 1);
 const ITEMS = Math.round(10_000 * SCALE);
 const CONSUMERS = 8;
 const SLOTS = 8;
-/** How long each handler call takes: 0 measures the cap's cost at its worst, a real handler's time how much of the cap's room is used. */
+/**
+ * How long each handler call takes: 0 measures the cap's cost at its worst, a real handler's time how much of the cap's
+ * room is used.
+ */
 const HANDLER_MS = Number(cliFlag('--handler-ms') ?? 0);
 
 interface Variant {
@@ -67,14 +70,20 @@ const ALL_VARIANTS: readonly Variant[] = [
   { label: '1,000 concurrency keys, limit 3 per key', keys: 1000, keyLimit: 3 },
   { label: "1,000 concurrency keys, the type's own limit 3 per key", keys: 1000, keyLimit: 3, byType: true },
 ];
-/** `--only uncapped,maxProcessing`: the variants whose label contains one of these (the first kept is the baseline of "vs uncapped"). */
+/**
+ * `--only uncapped,maxProcessing`: the variants whose label contains one of these (the first kept is the baseline of
+ * "vs uncapped").
+ */
 const ONLY = cliFlag('--only')?.split(',');
 const VARIANTS = ALL_VARIANTS.filter((v) => ONLY === undefined || ONLY.some((o) => v.label.includes(o)));
 
 interface Result {
   jobsPerS: number;
   peak: number;
-  /** CPU per item during the drain, in µs: this process's, and the database server's (undefined when it is not on this machine). */
+  /**
+   * CPU per item during the drain, in µs: this process's, and the database server's (undefined when it is not on this
+   * machine).
+   */
   nodeUs: number;
   serverUs: number | undefined;
 }
@@ -154,7 +163,9 @@ runBenchmark(async () => {
       runs.get(variant.label)!.push(result);
       const server = result.serverUs === undefined ? '' : `, server ${fmt(result.serverUs)} µs`;
       progress(
-        `run ${r} ${variant.label}: ${fmt(result.jobsPerS)} items/s, at most ${result.peak} processing; CPU per item: this process ${fmt(result.nodeUs)} µs${server}`,
+        `run ${r} ${variant.label}: ${fmt(result.jobsPerS)} items/s, at most ` +
+          `${result.peak} processing; CPU per item: this process ${fmt(result.nodeUs)} ` +
+          `µs${server}`,
       );
     }
   }
@@ -163,7 +174,9 @@ runBenchmark(async () => {
   const ceiling = (v: Variant): string =>
     HANDLER_MS > 0 ? fmt((Math.min(CONSUMERS * SLOTS, v.maxProcessing ?? Infinity) * 1000) / HANDLER_MS) : '';
   printTable(
-    `The fleet cap: ${fmt(ITEMS)} laneless items, ${CONSUMERS} consumers × ${SLOTS} slots in one process, handlers of ${HANDLER_MS} ms, median of ${RUNS} run(s), code ${codeRevision()}`,
+    `The fleet cap: ${fmt(ITEMS)} laneless items, ${CONSUMERS} consumers × ${SLOTS} ` +
+      `slots in one process, handlers of ${HANDLER_MS} ms, median of ${RUNS} run(s), ` +
+      `code ${codeRevision()}`,
     [
       'variant',
       'items completed/s',

@@ -71,11 +71,8 @@ function run(variant: Variant): Promise<Result> {
       await sleep(Math.max(0, INTERACTIVE_EVERY_MS - (performance.now() - at)));
     }
     const startedCount = async (type: string): Promise<number> => {
-      const r = await sql<{
-        n: number | string;
-      }>`SELECT COUNT(*) AS n FROM ${ledger.tables.items} WHERE queue = ${queue} AND type = ${type} AND started_at > '1970-01-02'`.execute(
-        ledger.db,
-      );
+      const r = await sql<{ n: number | string }>`SELECT COUNT(*) AS n FROM ${ledger.tables.items}
+        WHERE queue = ${queue} AND type = ${type} AND started_at > '1970-01-02'`.execute(ledger.db);
       return Number(r.rows[0]?.n ?? 0);
     };
     while (startMs.length < INTERACTIVE) await sleep(50);
@@ -92,13 +89,16 @@ runBenchmark(async () => {
       const result = await run(variant);
       results.get(variant)!.push(result);
       progress(
-        `run ${r} ${variant}: interactive enqueue→start p50 ${fmt(result.p50, 1)} ms, p99 ${fmt(result.p99, 1)} ms, ${fmt(result.bulkLeft)} bulk items not started yet`,
+        `run ${r} ${variant}: interactive enqueue→start p50 ${fmt(result.p50, 1)} ms, ` +
+          `p99 ${fmt(result.p99, 1)} ms, ${fmt(result.bulkLeft)} bulk items not started yet`,
       );
     }
   }
   const idleP99 = median(results.get('idle, pools')!.map((x) => x.p99));
   printTable(
-    `Reserved capacity: ${INTERACTIVE} interactive items at 50/s, beside ${fmt(BULK)} bulk items (${BULK_HANDLER_MS} ms each) or none, concurrency ${CONCURRENCY} in one process, median of ${RUNS} run(s), code ${codeRevision()}`,
+    `Reserved capacity: ${INTERACTIVE} interactive items at 50/s, beside ` +
+      `${fmt(BULK)} bulk items (${BULK_HANDLER_MS} ms each) or none, concurrency ` +
+      `${CONCURRENCY} in one process, median of ${RUNS} run(s), code ${codeRevision()}`,
     [
       'variant',
       'interactive enqueue→start p50 (ms)',

@@ -17,7 +17,9 @@ export interface Options {
 
 export class UsageError extends Error {}
 
-export const USAGE = `usage: tsx bench/compare.ts [--runs N] [--scale F] [--systems a,b:mode] [--workloads ${WORKLOADS.join(',')}] [--json]`;
+export const USAGE =
+  `usage: tsx bench/compare.ts [--runs N] [--scale F] [--systems a,b:mode] ` +
+  `[--workloads ${WORKLOADS.join(',')}] [--json]`;
 
 /** The fewest runs a published result may have. */
 export const FULL_RUNS = 3;
@@ -119,7 +121,9 @@ export function selectFactories(all: readonly PeerFactory[], raw: string | null)
   const unknown = systems.filter((s) => !all.some((f) => f.system === s || factoryLabel(f) === s));
   if (unknown.length > 0) {
     throw new UsageError(
-      `unknown system ${unknown.join(', ')}: use one of ${[...new Set(all.map((f) => f.system))].join(', ')} or system:mode (${all.map(factoryLabel).join(', ')})`,
+      `unknown system ${unknown.join(', ')}: use one of ` +
+        `${[...new Set(all.map((f) => f.system))].join(', ')} or system:mode ` +
+        `(${all.map(factoryLabel).join(', ')})`,
     );
   }
   return all.filter((f) => systems.includes(f.system) || systems.includes(factoryLabel(f)));

@@ -59,7 +59,8 @@ function summaryLine(r: RunResult): string {
   if (!r.ok) return `FAILED: ${(r.failure ?? 'unknown').split('\n')[0]}`;
   const values = METRICS.filter((m) => m.workload === r.workload && r.values[m.metric] !== undefined).map(
     (m) =>
-      `${m.metric} ${formatValue(r.values[m.metric] ?? null, m.unit)}${m.unit === 'count' || m.unit === 'ratio' ? '' : ` ${m.unit}`}`,
+      `${m.metric} ${formatValue(r.values[m.metric] ?? null, m.unit)}` +
+      (m.unit === 'count' || m.unit === 'ratio' ? '' : ` ${m.unit}`),
   );
   const warned = r.warnings.length > 0 ? `; ${r.warnings.length} warning(s)` : '';
   return `${values.join(', ')}${warned}`;
@@ -118,7 +119,8 @@ async function measure(
 function printSummary(compare: CompareResults): void {
   const ref = compare.reference;
   console.log(
-    `\nlanewake side by side — median of ${compare.params.runs} run(s), scale ${compare.params.scale}, code ${compare.revision}\n`,
+    `\nlanewake side by side — median of ${compare.params.runs} run(s), scale ` +
+      `${compare.params.scale}, code ${compare.revision}\n`,
   );
   console.log(
     formatTable(
@@ -145,7 +147,8 @@ function printSummary(compare: CompareResults): void {
   const headline = headlineRow(compare);
   if (headline)
     console.log(
-      `\nHeadline latency (${ref.system} ${ref.mode}, producer and worker in two processes): p50 ${medianText(headline)} ms`,
+      `\nHeadline latency (${ref.system} ${ref.mode}, producer and worker in two ` +
+        `processes): p50 ${medianText(headline)} ms`,
     );
   const poll = compare.rows.find((x) => x.name === 'latency p50' && x.system === ref.system && x.mode === 'poll 5 s');
   if (poll?.ratio) console.log(`${ref.system} (${ref.mode}) latency p50 vs poll 5 s: ${poll.ratio.label}`);
@@ -196,7 +199,9 @@ async function main(): Promise<number> {
   const startedAt = new Date().toISOString();
   const [{ machine, software }, servers] = await Promise.all([describeMachine(), durability()]);
   progress(
-    `lanewake compare: ${factories.map(factoryLabel).join(', ')}; workloads ${opts.workloads.join(', ')}; ${opts.runs} run(s), scale ${opts.scale}${full ? '' : ' (not a full run: the published results stay as they are)'}`,
+    `lanewake compare: ${factories.map(factoryLabel).join(', ')}; workloads ` +
+      `${opts.workloads.join(', ')}; ${opts.runs} run(s), scale ` +
+      `${opts.scale}${full ? '' : ' (not a full run: the published results stay as they are)'}`,
   );
   progress(`machine: ${machine}`);
   for (const l of durabilityLines(servers)) progress(`durability: ${l}`);
@@ -244,8 +249,10 @@ async function main(): Promise<number> {
   printSummary(compare);
   console.log(
     published
-      ? `\nwrote ${resultFile}, ${[published.latest, published.markdown, published.svg].map((p) => p.slice(ROOT.length)).join(', ')}`
-      : `\nwrote ${resultFile} only (not a full run: latest.json and the benchmark page are left as they are; do not commit this file)`,
+      ? `\nwrote ${resultFile}, ` +
+          `${[published.latest, published.markdown, published.svg].map((p) => p.slice(ROOT.length)).join(', ')}`
+      : `\nwrote ${resultFile} only (not a full run: latest.json and the benchmark page ` +
+          `are left as they are; do not commit this file)`,
   );
   if (opts.json) console.log(JSON.stringify({ ...latestJson(compare, resultFile), failures }));
   return failures.length > 0 ? 1 : 0;

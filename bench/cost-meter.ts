@@ -167,7 +167,8 @@ export class SqlServerMeter {
   private async calibrate(): Promise<void> {
     if (this.server.family === 'tidb') {
       const [cols] = await this.connection.query<RowDataPacket[]>(
-        "SELECT UPPER(COLUMN_NAME) AS c FROM information_schema.columns WHERE TABLE_SCHEMA = 'information_schema' AND TABLE_NAME = 'STATEMENTS_SUMMARY'",
+        'SELECT UPPER(COLUMN_NAME) AS c FROM information_schema.columns WHERE ' +
+          "TABLE_SCHEMA = 'information_schema' AND TABLE_NAME = 'STATEMENTS_SUMMARY'",
       );
       const have = new Set(cols.map((r) => String(r.c)));
       this.tidbColumns = TIDB_AVERAGES.filter((c) => have.has(c));

@@ -429,7 +429,9 @@ export function engineCountsLine(runs: readonly RunCosts[]): string[] {
     if (counts.length === 0) continue;
     const m = (pick: (c: EngineCounts) => number): string => fmt(median(counts.map(pick)));
     lines.push(
-      `engine, ${variant}: ${m((c) => c.claimRounds)} claim rounds of median ${m((c) => c.medianRoundSize)} items; ${m((c) => c.claimedWithCompletion)} items claimed with their predecessor's completion`,
+      `engine, ${variant}: ${m((c) => c.claimRounds)} claim rounds of median ` +
+        `${m((c) => c.medianRoundSize)} items; ${m((c) => c.claimedWithCompletion)} ` +
+        `items claimed with their predecessor's completion`,
     );
   }
   return lines;

@@ -168,8 +168,11 @@ runBenchmark(async () => {
     console.log(mainTable(rows));
     console.log(
       server.family === 'tidb'
-        ? "\nrows read: keys scanned, rows written: rows affected (statements_summary of the run's schema: EXEC_COUNT × TiDB's integer averages, so approximate)."
-        : '\nrows read: Handler_read_* (every kind), rows written: Handler_write + Handler_update + Handler_delete; server-wide counters, less what reading them costs.',
+        ? '\nrows read: keys scanned, rows written: rows affected (statements_summary of ' +
+            "the run's schema: EXEC_COUNT × TiDB's integer averages, so approximate)."
+        : '\nrows read: Handler_read_* (every kind), rows written: Handler_write + ' +
+            'Handler_update + Handler_delete; server-wide counters, less what reading them ' +
+            'costs.',
     );
     if (server.family === 'tidb' && rows.every((r) => (r.median.rowsRead ?? 0) === 0)) {
       console.log(
@@ -179,18 +182,24 @@ runBenchmark(async () => {
     const shared = rows.filter((r) => (r.median.foreignStatements ?? 0) > 0 && !r.label.startsWith('='));
     if (shared.length > 0) {
       console.log(
-        `${shared.length} phase(s) ran while other clients sent statements to the server ("others' statements" below): their server CPU and Handler_* figures include that work.`,
+        `${shared.length} phase(s) ran while other clients sent statements to the server ` +
+          `("others' statements" below): their server CPU and Handler_* figures include ` +
+          `that work.`,
       );
     }
     console.log(
-      `server CPU: the whole server process; its sessions: the threads of this run's sessions alone (MariaDB), no other client's work and no background work. /proc ticks of 10 ms: ±${(10_000 / JOBS).toFixed(1)} µs/job per phase at ${JOBS} jobs. Worker CPU: this process, less what counting round trips took.`,
+      `server CPU: the whole server process; its sessions: the threads of this run's ` +
+        `sessions alone (MariaDB), no other client's work and no background work. /proc ` +
+        `ticks of 10 ms: ±${(10_000 / JOBS).toFixed(1)} µs/job per phase at ${JOBS} ` +
+        `jobs. Worker CPU: this process, less what counting round trips took.`,
     );
     console.log(`\nserver counters per job — ${serverName}\n`);
     console.log(detailTable(rows, server.family));
     console.log(`\nthe parts beside the engine end to end, per job\n`);
     console.log(sumCheckTable(rows));
     console.log(
-      "laned: engine ÷ parts with lane affinity, the engine's way of completing. The engine's worker CPU includes its Redis wake-ups.",
+      "laned: engine ÷ parts with lane affinity, the engine's way of completing. The " +
+        "engine's worker CPU includes its Redis wake-ups.",
     );
     for (const line of engineCountsLine(runs)) console.log(line);
     if (peers.length > 0) {
@@ -198,7 +207,8 @@ runBenchmark(async () => {
       console.log(`\nserver CPU per job${beside}: enqueue N, then process N (laneless)\n`);
       console.log(peerTable(peers));
       console.log(
-        "PostgreSQL: the server is the postmaster and all its processes; its sessions are the backends of this process's connections.",
+        'PostgreSQL: the server is the postmaster and all its processes; its sessions ' +
+          "are the backends of this process's connections.",
       );
     }
     const out = fileURLToPath(

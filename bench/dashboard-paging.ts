@@ -57,10 +57,10 @@ async function fill(ledger: Ledger, db: Kysely<Record<string, never>>): Promise<
     );
   }
   // States as a long-running queue has them: most ended, a few dead, some waiting.
-  await sql`UPDATE lw_items SET state = 'completed', started_at = created_at, terminal_at = created_at + INTERVAL 1 SECOND WHERE CRC32(id) % 100 < 90`.execute(
-    db,
-  );
-  await sql`UPDATE lw_items SET state = 'dead', attempt = 1, failure_class = 'permanent', last_error = 'boom', started_at = created_at,
+  await sql`UPDATE lw_items SET state = 'completed', started_at = created_at,
+    terminal_at = created_at + INTERVAL 1 SECOND WHERE CRC32(id) % 100 < 90`.execute(db);
+  await sql`UPDATE lw_items SET state = 'dead', attempt = 1, failure_class = 'permanent', last_error = 'boom',
+    started_at = created_at,
     terminal_at = created_at + INTERVAL 1 SECOND WHERE CRC32(id) % 100 = 90`.execute(db);
   const cols = await sql<{ name: string }>`SELECT column_name AS name FROM information_schema.columns
     WHERE table_schema = DATABASE() AND table_name = 'lw_items' ORDER BY ordinal_position`.execute(db);

@@ -30,7 +30,8 @@ const PG_URL = process.env.LANEWAKE_BENCH_PG_URL ?? 'postgres://postgres@127.0.0
 async function mariadb(): Promise<Omit<ServerDurability, 'server' | 'holds'>> {
   const [rows] = await withAdmin((c) =>
     c.query<RowDataPacket[]>(
-      'SELECT @@global.innodb_flush_log_at_trx_commit AS flush, @@global.log_bin AS log_bin, @@global.sync_binlog AS sync_binlog',
+      'SELECT @@global.innodb_flush_log_at_trx_commit AS flush, @@global.log_bin AS ' +
+        'log_bin, @@global.sync_binlog AS sync_binlog',
     ),
   );
   const r = rows[0];
@@ -47,7 +48,9 @@ async function mariadb(): Promise<Omit<ServerDurability, 'server' | 'holds'>> {
         ? 'commits are written at COMMIT and flushed about once a second: a machine crash can lose the last second'
         : 'the log is written and flushed about once a second: a crash of the server can lose the last second';
   if (settings.log_bin === '1' && settings.sync_binlog !== '1')
-    verdict += `; the binlog is synced every ${settings.sync_binlog === '0' ? 'time the OS decides' : `${settings.sync_binlog} commits`}`;
+    verdict +=
+      `; the binlog is synced every ` +
+      `${settings.sync_binlog === '0' ? 'time the OS decides' : `${settings.sync_binlog} commits`}`;
   return { settings, verdict };
 }
 
@@ -66,7 +69,8 @@ async function postgres(): Promise<Omit<ServerDurability, 'server' | 'holds'>> {
       settings.fsync !== 'on'
         ? 'fsync is off: a machine crash can lose or corrupt committed data'
         : settings.synchronous_commit === 'off'
-          ? `commits return before their WAL is flushed: a crash can lose the last ~3 × wal_writer_delay (${settings.wal_writer_delay})`
+          ? `commits return before their WAL is flushed: a crash can lose the last ~3 × ` +
+            `wal_writer_delay (${settings.wal_writer_delay})`
           : "every commit's WAL is flushed to disk (fsync) before it returns";
     return { settings, verdict };
   } finally {
@@ -135,7 +139,9 @@ export async function durability(): Promise<ServerDurability[]> {
   ]);
 }
 
-/** One line per server: "MariaDB (lanewake's ledger): innodb_flush_log_at_trx_commit=1, … — every commit is flushed …". */
+/**
+ * One line per server: "MariaDB (lanewake's ledger): innodb_flush_log_at_trx_commit=1, … — every commit is flushed …".
+ */
 export function durabilityLines(servers: readonly ServerDurability[]): string[] {
   return servers.map((d) => {
     const settings = Object.entries(d.settings)

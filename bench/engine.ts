@@ -103,7 +103,8 @@ export async function verifyOnce(env: Env, seen: Map<string, number>, expected: 
   const completed = await completedInLedger(env);
   if (seen.size !== expected || repeats > 0 || completed !== expected) {
     throw new Error(
-      `verification failed: ${seen.size} distinct jobs ran (want ${expected}), ${repeats} ran more than once, ${completed} completed in the ledger`,
+      `verification failed: ${seen.size} distinct jobs ran (want ${expected}), ` +
+        `${repeats} ran more than once, ${completed} completed in the ledger`,
     );
   }
 }
@@ -323,10 +324,17 @@ async function main(): Promise<void> {
   };
   const resultsDir = fileURLToPath(new URL('./results/', import.meta.url));
   mkdirSync(resultsDir, { recursive: true });
-  writeFileSync(
-    `${resultsDir}engine-latest.json`,
-    `${JSON.stringify({ ...result, meta: { at: new Date().toISOString(), runs: RUNS, scale: SCALE, node: process.version, rows: rows.map((r) => ({ name: r.name, unit: r.unit, values: r.values })) } }, null, 2)}\n`,
-  );
+  const record = {
+    ...result,
+    meta: {
+      at: new Date().toISOString(),
+      runs: RUNS,
+      scale: SCALE,
+      node: process.version,
+      rows: rows.map((r) => ({ name: r.name, unit: r.unit, values: r.values })),
+    },
+  };
+  writeFileSync(`${resultsDir}engine-latest.json`, `${JSON.stringify(record, null, 2)}\n`);
   if (JSON_OUT) console.log(JSON.stringify(result));
 }
 

@@ -114,12 +114,16 @@ runBenchmark(async () => {
       const result = await run(variant);
       runs.get(variant.label)!.push(result);
       progress(
-        `run ${r} ${variant.label}: B p50 ${fmt(percentile(result.bWaitMs, 50), 1)} ms, p99 ${fmt(percentile(result.bWaitMs, 99), 1)} ms, ${fmt(result.jobsPerS)} items/s`,
+        `run ${r} ${variant.label}: B p50 ${fmt(percentile(result.bWaitMs, 50), 1)} ms, ` +
+          `p99 ${fmt(percentile(result.bWaitMs, 99), 1)} ms, ${fmt(result.jobsPerS)} ` +
+          `items/s`,
       );
     }
   }
   printTable(
-    `Fairness: A floods ${fmt(FLOOD)} items over its lanes, B enqueues ${B_ITEMS} after 1 s; ${CONSUMERS} consumers × ${SLOTS} slots, ${HANDLER_MS} ms handlers; median of ${RUNS} run(s), code ${codeRevision()}`,
+    `Fairness: A floods ${fmt(FLOOD)} items over its lanes, B enqueues ${B_ITEMS} ` +
+      `after 1 s; ${CONSUMERS} consumers × ${SLOTS} slots, ${HANDLER_MS} ms handlers; ` +
+      `median of ${RUNS} run(s), code ${codeRevision()}`,
     ['variant', "B's enqueue→start p50 (ms)", 'p99 (ms)', 'items/s (whole drain)', 'vs oldest first'],
     VARIANTS.map((v) => {
       const xs = runs.get(v.label)!;

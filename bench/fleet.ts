@@ -63,10 +63,16 @@ const SHAPES = (flag('--shapes') ?? '32x2,4x16').split(',').map((s) => {
   return { processes: p, concurrency: c };
 });
 const CLUSTER = args.includes('--cluster');
-/** Items per replica drained before the measured drain, so each process's code is warm (V8 compiles the hot path on first use). */
+/**
+ * Items per replica drained before the measured drain, so each process's code is warm (V8 compiles the hot path on
+ * first use).
+ */
 const WARMUP = Number(flag('--warmup') ?? 0);
 const CPU_PROF_DIR = flag('--cpu-prof');
-/** Items spread round-robin over this many concurrency keys (docs/design.md §3, Concurrency keys), the queue's limit per key `--key-limit`. */
+/**
+ * Items spread round-robin over this many concurrency keys (docs/design.md §3, Concurrency keys), the queue's limit per
+ * key `--key-limit`.
+ */
 const KEYS = flag('--keys') === undefined ? undefined : Number(flag('--keys'));
 const KEY_LIMIT = Number(flag('--key-limit') ?? 3);
 const PAIRED = args.includes('--paired');
@@ -98,7 +104,10 @@ interface ShapeResult {
   roundsPerItem: number;
   emptyRoundsPerItem: number;
   wakeEntriesPerItem: number;
-  /** Statements the server ran per job (its `Questions` count, every client's: the producer's and this benchmark's polling too). */
+  /**
+   * Statements the server ran per job (its `Questions` count, every client's: the producer's and this benchmark's
+   * polling too).
+   */
   statementsPerJob: number;
   /** The worker processes' CPU per job, µs (from each one's ready to its stop). */
   workerUsPerJob: number;
@@ -280,11 +289,14 @@ async function main(): Promise<void> {
       const jobsS = { keyed: Number.NaN, unkeyed: Number.NaN };
       for (const keys of drains) {
         progress(
-          `run ${run}/${RUNS}: ${s.processes} processes × concurrency ${s.concurrency}, ${JOBS} items${keys !== undefined ? `, ${keys} keys` : ''}${cluster ? ', Redis Cluster' : ''}`,
+          `run ${run}/${RUNS}: ${s.processes} processes × concurrency ${s.concurrency}, ` +
+            `${JOBS} ` +
+            `items${keys !== undefined ? `, ${keys} keys` : ''}${cluster ? ', Redis Cluster' : ''}`,
         );
         const r = await shape(s.processes, s.concurrency, redisUrl, keys);
         progress(
-          `  all busy ${fmt(r.allBusyMs, 1)} ms, ${fmt(r.jobsS)} jobs/s, claimed per replica ${r.claimedMin}–${r.claimedMax}`,
+          `  all busy ${fmt(r.allBusyMs, 1)} ms, ${fmt(r.jobsS)} jobs/s, claimed per ` +
+            `replica ${r.claimedMin}–${r.claimedMax}`,
         );
         results.set(r.shape, [...(results.get(r.shape) ?? []), r]);
         jobsS[keys !== undefined ? 'keyed' : 'unkeyed'] = r.jobsS;
@@ -321,7 +333,13 @@ async function main(): Promise<void> {
     };
   });
   printTable(
-    `fleet on one machine — median of ${RUNS} run(s), ${JOBS} no-op items from a producer process's pool and channel${cluster ? ', Redis Cluster' : ''}${KEYS !== undefined ? `, ${PAIRED ? 'with and without' : 'over'} ${KEYS} concurrency keys of limit ${KEY_LIMIT}` : ''}${WARMUP > 0 ? `, after a warm-up drain of ${WARMUP} items per replica` : ''}`,
+    `fleet on one machine — median of ${RUNS} run(s), ${JOBS} no-op items from a ` +
+      `producer process's pool and ` +
+      `channel${cluster ? ', Redis Cluster' : ''}` +
+      (KEYS !== undefined
+        ? `, ${PAIRED ? 'with and without' : 'over'} ${KEYS} concurrency keys of limit ${KEY_LIMIT}`
+        : '') +
+      (WARMUP > 0 ? `, after a warm-up drain of ${WARMUP} items per replica` : ''),
     [
       'processes × concurrency',
       'first start ms',
@@ -393,10 +411,20 @@ async function main(): Promise<void> {
   const resultsDir = fileURLToPath(new URL('./results/', import.meta.url));
   mkdirSync(resultsDir, { recursive: true });
   const file = `${resultsDir}fleet${cluster ? '-cluster' : ''}-latest.json`;
-  writeFileSync(
-    file,
-    `${JSON.stringify({ rows, meta: { at: new Date().toISOString(), runs: RUNS, jobs: JOBS, warmup: WARMUP, cluster: CLUSTER, node: process.version, raw: Object.fromEntries(results), ...(PAIRED ? { keyedOverUnkeyed: Object.fromEntries(ratios) } : {}) } }, null, 2)}\n`,
-  );
+  const record = {
+    rows,
+    meta: {
+      at: new Date().toISOString(),
+      runs: RUNS,
+      jobs: JOBS,
+      warmup: WARMUP,
+      cluster: CLUSTER,
+      node: process.version,
+      raw: Object.fromEntries(results),
+      ...(PAIRED ? { keyedOverUnkeyed: Object.fromEntries(ratios) } : {}),
+    },
+  };
+  writeFileSync(file, `${JSON.stringify(record, null, 2)}\n`);
 }
 
 runBenchmark(main);

@@ -10,13 +10,11 @@
  *   npx tsx bench/lanes-bulk.ts --server tidb --txn optimistic --items 10000 --lanes 300 --workers 3 --runs 3
  *   (--no-build: use dist/ as it is)
  */
-import { execFileSync, fork, type ChildProcess } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
-import { fileURLToPath } from 'node:url';
 import type { RowDataPacket } from 'mysql2/promise';
 import { Ledger } from '../src/ledger/ledger.js';
 import { deleteKeys } from '../test/support/engine.js';
-import { slowStatements } from './steady-server.js';
+import { buildDist, slowStatements, steadyChild, steadyServer } from './steady-server.js';
 import {
   childMessage,
   cliFlag,
@@ -31,13 +29,7 @@ import {
 
 const args = process.argv.slice(2);
 const flag = (name: string, dflt: string): string => cliFlag(`--${name}`, args) ?? dflt;
-const server = flag('server', 'mariadb');
-if (server !== 'mariadb' && server !== 'tidb') throw new Error('--server is mariadb or tidb');
-const txn = flag('txn', 'pessimistic');
-const serverUrl =
-  server === 'tidb'
-    ? (process.env.LANEWAKE_BENCH_TIDB_URL ?? 'mysql://root@127.0.0.1:4000')
-    : (process.env.LANEWAKE_BENCH_MYSQL_URL ?? 'mysql://root@127.0.0.1:3306');
+const { server, txn, serverUrl } = steadyServer(args);
 const redisUrl = flag('redis', 'redis://127.0.0.1:6379');
 const ITEMS = Number(flag('items', '10000'));
 const LANES = Number(flag('lanes', '300'));
@@ -46,7 +38,6 @@ const CONCURRENCY = Number(flag('concurrency', '16'));
 const RUNS = Number(flag('runs', '1'));
 const BATCH = 500;
 const QUEUE = 'bulk-lanes';
-const here = (f: string): string => fileURLToPath(new URL(f, import.meta.url));
 
 interface RunFigures {
   enqueueS: number;
@@ -55,12 +46,6 @@ interface RunFigures {
   /** CPU of the SQL server per job while the workers ran them (µs), when it runs on this machine. */
   serverCpuUs: number | undefined;
   slow: number;
-}
-
-function child(script: string, env: Record<string, string>): ChildProcess {
-  const p = fork(here(script), [], { env: { ...process.env, ...env }, stdio: ['ignore', 'inherit', 'inherit', 'ipc'] });
-  onCleanup(async () => void p.kill('SIGKILL'));
-  return p;
 }
 
 async function effects(db: string): Promise<number> {
@@ -81,7 +66,8 @@ async function oneRun(): Promise<RunFigures> {
   await withAdmin(
     (c) =>
       c.query(
-        `CREATE TABLE \`${db.name}\`.effects (item_id VARCHAR(32) PRIMARY KEY, lane VARCHAR(255), written_at DATETIME(6))`,
+        `CREATE TABLE \`${db.name}\`.effects (item_id VARCHAR(32) PRIMARY KEY, lane ` +
+          `VARCHAR(255), written_at DATETIME(6))`,
       ),
     serverUrl,
   );
@@ -108,7 +94,7 @@ async function oneRun(): Promise<RunFigures> {
     LW_CONCURRENCY: String(CONCURRENCY),
     ...(server === 'tidb' ? { LW_TIDB_TXN_MODE: txn } : {}),
   };
-  const workers = Array.from({ length: WORKERS }, () => child('./steady-worker.mjs', env));
+  const workers = Array.from({ length: WORKERS }, () => steadyChild('./steady-worker.mjs', env));
   const t1 = performance.now();
   const cpuBefore = serverCpuSecondsOf(serverUrl);
   await Promise.all(workers.map((w) => childMessage(w, 'ready')));
@@ -134,10 +120,7 @@ async function oneRun(): Promise<RunFigures> {
 }
 
 runBenchmark(async () => {
-  if (!args.includes('--no-build')) {
-    progress('building dist/ (npm run build)');
-    execFileSync('npx', ['tsc', '-p', 'tsconfig.build.json'], { stdio: 'inherit', cwd: here('..') });
-  }
+  buildDist(args);
   const label = `${server}${server === 'tidb' ? ` ${txn}` : ''}`;
   progress(`${label}: ${ITEMS} items over ${LANES} lanes, ${WORKERS} workers x ${CONCURRENCY}, ${RUNS} run(s)`);
   const runs: RunFigures[] = [];
@@ -145,7 +128,10 @@ runBenchmark(async () => {
     const f = await oneRun();
     runs.push(f);
     console.log(
-      `run ${r + 1}: enqueued in ${f.enqueueS.toFixed(2)} s; processed in ${f.processS.toFixed(2)} s (${f.jobsPerS.toFixed(0)} jobs/s, workers' start included); server CPU ${f.serverCpuUs?.toFixed(0) ?? '?'} µs/job; ${f.slow} statements over 100 ms`,
+      `run ${r + 1}: enqueued in ${f.enqueueS.toFixed(2)} s; processed in ` +
+        `${f.processS.toFixed(2)} s (${f.jobsPerS.toFixed(0)} jobs/s, workers' start ` +
+        `included); server CPU ${f.serverCpuUs?.toFixed(0) ?? '?'} µs/job; ${f.slow} ` +
+        `statements over 100 ms`,
     );
   }
   const m = (pick: (f: RunFigures) => number, d = 2): string => median(runs.map(pick)).toFixed(d);

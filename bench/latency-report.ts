@@ -1,8 +1,7 @@
-/** The tables bench/latency.ts prints: the latency cells, the goal, and round trips per job with their shapes. */
+/** The tables bench/latency.ts prints: the latency cells, the goal, and the ledger calls timed alone. */
 import type { CallTimes } from './ledger-calls.js';
 import type { AddedLatency } from './latency-proxy.js';
-import type { RoundTripRow } from './round-trips.js';
-import type { KindTotals, ShapeCount } from './sql-count.js';
+import type { KindTotals } from './sql-count.js';
 import { fmt, median, minMax, printTable } from './support.js';
 
 export interface Cell {
@@ -65,7 +64,8 @@ export function printCells(
         c.server,
         c.latency.direct
           ? 'direct (no proxy)'
-          : `${c.latency.label} ms${c.latency.upMs !== c.latency.downMs ? ` (${c.latency.upMs} up, ${c.latency.downMs} down)` : ''}`,
+          : `${c.latency.label} ` +
+            `ms${c.latency.upMs !== c.latency.downMs ? ` (${c.latency.upMs} up, ${c.latency.downMs} down)` : ''}`,
         `${fmt(c.pingP50Ms, 2)} ms`,
         fmt(median(c.bulkJobsS)),
         `${fmt(min)}–${fmt(max)}`,
@@ -96,56 +96,20 @@ export function printCells(
       };
     });
   console.log(
-    `\ngoal at ${goal.latencyLabel} ms added per direction: bulk ≥ ${fmt(goal.bulkJobsS)} jobs/s at concurrency 64, enqueue→start p50 ≤ ${goal.p50Ms} ms`,
+    `\ngoal at ${goal.latencyLabel} ms added per direction: bulk ≥ ` +
+      `${fmt(goal.bulkJobsS)} jobs/s at concurrency 64, enqueue→start p50 ≤ ` +
+      `${goal.p50Ms} ms`,
   );
   for (const g of checks) {
     const yes = (b: boolean): string => (b ? 'reached' : 'NOT reached');
     console.log(
-      `- ${g.server}: bulk ${fmt(g.bulkJobsS)} jobs/s (${yes(g.bulkReached)}); p50 ${fmt(g.sameProcessP50Ms, 2)} ms same process (${yes(g.p50Reached.sameProcess)}), ${fmt(g.ownProducerP50Ms, 2)} ms own producer (${yes(g.p50Reached.ownProducer)})`,
+      `- ${g.server}: bulk ${fmt(g.bulkJobsS)} jobs/s (${yes(g.bulkReached)}); p50 ` +
+        `${fmt(g.sameProcessP50Ms, 2)} ms same process ` +
+        `(${yes(g.p50Reached.sameProcess)}), ${fmt(g.ownProducerP50Ms, 2)} ms own ` +
+        `producer (${yes(g.p50Reached.ownProducer)})`,
     );
   }
   return checks;
-}
-
-function shapeLines(label: string, shapes: readonly ShapeCount[], jobs: number): string[] {
-  return shapes.map(
-    (s) => `    ${label} ${fmt(s.count / jobs, 3).padStart(7)}/job  (${s.count}×, ${s.kind}) ${s.shape}`,
-  );
-}
-
-export function printRoundTrips(title: string, rows: readonly RoundTripRow[]): void {
-  printTable(
-    title,
-    [
-      'workload',
-      'lanes',
-      'jobs',
-      'enqueue',
-      'claim',
-      'completion',
-      'enqueue + claim + completion',
-      'other (startup, sweeps, connects)',
-    ],
-    rows.map((r) => [
-      r.workload,
-      r.laned ? 'laned' : 'laneless',
-      String(r.jobs),
-      fmt(r.perJob.enqueue, 3),
-      fmt(r.perJob.claim, 3),
-      fmt(r.perJob.complete, 3),
-      fmt(r.perJob.enqueue + r.perJob.claim + r.perJob.complete, 3),
-      String(Math.round((r.perJob.other + r.perJob.session) * r.jobs)),
-    ]),
-    ['left', 'left', 'right', 'right', 'right', 'right', 'right', 'right'],
-  );
-  for (const r of rows) {
-    console.log(`\n  ${r.workload}, ${r.laned ? 'laned' : 'laneless'} (${r.jobs} jobs): round trips by shape`);
-    for (const line of [
-      ...shapeLines('producer', r.enqueueShapes, r.jobs),
-      ...shapeLines('consumer', r.consumerShapes, r.jobs),
-    ])
-      console.log(line);
-  }
 }
 
 export function printCallTimes(title: string, rows: readonly { server: string; times: CallTimes }[]): void {

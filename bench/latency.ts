@@ -5,7 +5,7 @@
  *
  *   npm run bench:latency                       # 3 runs a cell, full sizes (~10 min)
  *   npm run bench:latency -- --quick            # smoke: 1 run, small sizes
- *   npm run bench:latency -- --servers mariadb --latencies 0,1 --runs 1 --no-round-trips
+ *   npm run bench:latency -- --servers mariadb --latencies 0,1 --runs 1
  *
  * Per server and added latency per direction (`--latencies`, default
  * direct,0,0.5,1,2 on MariaDB and 0,0.5,1,2 on TiDB; `direct` is the
@@ -19,8 +19,7 @@
  *             own pool and wake channel, as another process (the job crosses
  *             the Redis stream, then is claimed).
  * Each ledger call of the one-job path timed alone on each server (bench/ledger-calls.ts).
- * Round trips per job (bench/round-trips.ts), by statement shape: MariaDB at 0
- * and 1 ms, TiDB at 1 ms.
+ * Round trips per job by phase come from bench/cost.ts.
  * Redis is not behind the proxy. Results: bench/results/latency-latest.json.
  */
 import { availableParallelism, cpus, totalmem } from 'node:os';
@@ -31,8 +30,7 @@ import { performance } from 'node:perf_hooks';
 import { latency, throughput } from './engine.js';
 import { ledgerCallTimes, type CallTimes } from './ledger-calls.js';
 import { addedLatency, LatencyProxies, pingRoundTrip, type AddedLatency } from './latency-proxy.js';
-import { printCallTimes, printCells, printRoundTrips, type Cell } from './latency-report.js';
-import { roundTripRows, type RoundTripRow } from './round-trips.js';
+import { printCallTimes, printCells, type Cell } from './latency-report.js';
 import { installRoundTripCounter, setPhase, takePhase, totalsByKind } from './sql-count.js';
 import {
   cliFlag,
@@ -56,15 +54,14 @@ const SIZES = {
   latencyJobs: Number(flag('--latency-jobs') ?? (QUICK ? 60 : 400)),
   callJobs: QUICK ? 20 : 100,
   ratePerS: 100,
-  roundTrips: { bulkJobs: QUICK ? 1_000 : 4_000, lanes: QUICK ? 100 : 400, singleJobs: QUICK ? 10 : 40 },
 };
 const LATENCY_FLAG = flag('--latencies');
-/** Cells per server. `direct` (no proxy) only on MariaDB by default: a TiDB database takes ~5 s to migrate, three a cell. */
+/**
+ * Cells per server. `direct` (no proxy) only on MariaDB by default: a TiDB database takes ~5 s to migrate, three a
+ * cell.
+ */
 const latenciesFor = (server: string): AddedLatency[] =>
   (LATENCY_FLAG ?? (server === 'mariadb' ? 'direct,0,0.5,1,2' : '0,0.5,1,2')).split(',').map(addedLatency);
-/** Round trips depend on batching, so on latency a little: MariaDB at 0 and 1 ms, TiDB at 1 ms. */
-const rtLatenciesFor = (server: string): AddedLatency[] =>
-  (server === 'mariadb' ? ['0', '1'] : ['1']).map(addedLatency);
 const WANT_SERVERS = (flag('--servers') ?? 'mariadb,tidb').split(',');
 const OUT =
   flag('--out') ?? (QUICK ? undefined : fileURLToPath(new URL('./results/latency-latest.json', import.meta.url)));
@@ -129,7 +126,10 @@ async function runCell(server: Server, l: AddedLatency, cell: Cell, proxies: Lat
   cell.machineBusyPct.push(cpuShare(cpu0).machineBusyPct ?? Number.NaN);
   const sec = (a: number, z: number): string => ((z - a) / 1000).toFixed(1);
   progress(
-    `  ${at}: bulk ${Math.round(b.value.jobsS)} jobs/s (${sec(t0, t1)} s); p50 ${percentile(same, 50).toFixed(2)} ms same process (${sec(t1, t2)} s), ${percentile(own, 50).toFixed(2)} ms own producer (${sec(t2, performance.now())} s)`,
+    `  ${at}: bulk ${Math.round(b.value.jobsS)} jobs/s (${sec(t0, t1)} s); p50 ` +
+      `${percentile(same, 50).toFixed(2)} ms same process (${sec(t1, t2)} s), ` +
+      `${percentile(own, 50).toFixed(2)} ms own producer ` +
+      `(${sec(t2, performance.now())} s)`,
   );
 }
 
@@ -152,7 +152,9 @@ async function main(): Promise<void> {
   }
   if (servers.length === 0) throw new Error('no server answers');
   progress(
-    `toxiproxy ${proxies.version}; servers: ${servers.map((s) => `${s.name} ${s.version}`).join(', ')}; ${RUNS} run(s) a cell`,
+    `toxiproxy ${proxies.version}; servers: ` +
+      `${servers.map((s) => `${s.name} ${s.version}`).join(', ')}; ${RUNS} run(s) a ` +
+      `cell`,
   );
 
   const cells: Cell[] = [];
@@ -196,26 +198,17 @@ async function main(): Promise<void> {
     for (const cell of cells) await runCell(servers.find((s) => s.name === cell.server)!, cell.latency, cell, proxies);
   }
 
-  const roundTrips: { server: string; latency: string; rows: RoundTripRow[] }[] = [];
-  if (!args.includes('--no-round-trips')) {
-    for (const s of servers) {
-      for (const l of rtLatenciesFor(s.name)) {
-        progress(`round trips: ${s.name} +${l.label} ms`);
-        await proxies.set(s.name, l);
-        roundTrips.push({ server: s.name, latency: l.label, rows: await roundTripRows(s.proxyUrl, SIZES.roundTrips) });
-      }
-    }
-  }
   const minutes = (performance.now() - startedAt) / 60_000;
 
-  const title = `lanewake through a latency proxy — median of ${RUNS} run(s) a cell; bulk ${SIZES.bulkJobs} jobs at concurrency 64; latency ${SIZES.latencyJobs} jobs at ${SIZES.ratePerS}/s`;
+  const title =
+    `lanewake through a latency proxy — median of ${RUNS} run(s) a cell; bulk ` +
+    `${SIZES.bulkJobs} jobs at concurrency 64; latency ${SIZES.latencyJobs} jobs at ` +
+    `${SIZES.ratePerS}/s`;
   const goal = printCells(title, cells, GOAL);
   printCallTimes(
     `ledger calls of the one-job path, one at a time, on each server's own port: median ms of ${SIZES.callJobs}`,
     callTimes,
   );
-  for (const r of roundTrips)
-    printRoundTrips(`round trips per job: ${r.server}, +${r.latency} ms per direction`, r.rows);
   progress(`\n${minutes.toFixed(1)} min in all`);
 
   if (OUT === undefined) return;
@@ -239,8 +232,10 @@ async function main(): Promise<void> {
     toxiproxy: proxies.version,
     notes: [
       'Toxiproxy latency toxics (jitter 0) on the SQL connection only; Redis is direct.',
-      '0.5 ms per direction is 1 ms upstream + 0 downstream (Toxiproxy adds whole ms): the same 1 ms on every round trip.',
-      'TiDB is one standalone tidb-server on unistore (in-process storage): no PD, no TiKV, no network inside the cluster.',
+      '0.5 ms per direction is 1 ms upstream + 0 downstream (Toxiproxy adds whole ms): ' +
+        'the same 1 ms on every round trip.',
+      'TiDB is one standalone tidb-server on unistore (in-process storage): no PD, no ' +
+        'TiKV, no network inside the cluster.',
     ],
   };
   const out = {
@@ -273,7 +268,6 @@ async function main(): Promise<void> {
       bulkRoundTripsPerRun: c.bulkRoundTrips,
       machineBusyPctPerRun: c.machineBusyPct.map((v) => Math.round(v)),
     })),
-    roundTrips,
   };
   writeFileSync(OUT, `${JSON.stringify(out, null, 2)}\n`);
   progress(`wrote ${OUT}`);

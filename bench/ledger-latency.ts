@@ -123,9 +123,8 @@ export async function benchLatency(sz: Sizes): Promise<{ value: LatencyRun; note
           [b, 'deep', completeDeep],
         ] as const) {
           const head = await sql<{ id: string }>`SELECT id FROM ${l.tables.items}
-            WHERE queue = ${QUEUE} AND lane = ${lane} AND state = 'pending' AND is_head = 1 ORDER BY lane_seq LIMIT 1`.execute(
-            l.db,
-          );
+            WHERE queue = ${QUEUE} AND lane = ${lane} AND state = 'pending' AND is_head = 1
+            ORDER BY lane_seq LIMIT 1`.execute(l.db);
           const id = head.rows[0]?.id;
           if (id === undefined) throw new VerificationFailed(`lane ${lane} has no head`);
           const [item] = await l.claimByIds({ queue: QUEUE, owner: 'bench-latency', leaseMs: LEASE_MS, ids: [id] });

@@ -21,7 +21,9 @@ import {
   withFreshLedger,
 } from './ledger-fixtures.js';
 
-/** A claimer loop that sees no completion anywhere for this long fails the run (a lost item would otherwise hang it). */
+/**
+ * A claimer loop that sees no completion anywhere for this long fails the run (a lost item would otherwise hang it).
+ */
 const STALL_MS = 60_000;
 
 // ---------------------------------------------------------------------------
@@ -184,9 +186,10 @@ export async function benchClaimComplete(
         ) x WHERE x.started_at < x.prev_end`.execute(ledger.db);
       const overlaps = Number(r.rows[0]?.n ?? 0);
       if (overlaps > 0) problems.push(`${overlaps} lane items started before their predecessor ended`);
+      // A lane with unfinished items has busy_from above 0 (schema step of busy_from, migration-steps.ts).
       const busy = await sql<{
         n: number | string;
-      }>`SELECT COUNT(*) AS n FROM ${ledger.tables.lanes} WHERE active <> 0`.execute(ledger.db);
+      }>`SELECT COUNT(*) AS n FROM ${ledger.tables.lanes} WHERE busy_from <> 0`.execute(ledger.db);
       const busyLanes = Number(busy.rows[0]?.n ?? 0);
       if (busyLanes > 0) problems.push(`${busyLanes} lane rows still count unfinished items`);
       if (s.lastSeqByLane.size !== lanes) problems.push(`saw ${s.lastSeqByLane.size} of ${lanes} lanes complete`);
@@ -195,7 +198,8 @@ export async function benchClaimComplete(
 
     const perClaim = s.completed / Math.max(1, s.claimCalls - s.emptyClaims);
     const note =
-      `${fmt(count)} items in ${fmt(wallMs)} ms; ${fmt(s.claimCalls)} claims (${fmt(s.emptyClaims)} empty), ${fmt(perClaim, 1)} items/claim; ` +
+      `${fmt(count)} items in ${fmt(wallMs)} ms; ${fmt(s.claimCalls)} claims ` +
+      `(${fmt(s.emptyClaims)} empty), ${fmt(perClaim, 1)} items/claim; ` +
       `${cpuPerItem(cpu, count, wallMs)}; verified`;
     return { value: count / (wallMs / 1000), note, cpu };
   });

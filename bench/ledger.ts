@@ -152,11 +152,15 @@ async function serverDescription(): Promise<string> {
   try {
     return await withAdmin(async (c) => {
       const [rows] = await c.query<RowDataPacket[]>(
-        'SELECT VERSION() AS v, @@innodb_flush_log_at_trx_commit AS f, @@innodb_buffer_pool_size AS bp, @@log_bin AS lb',
+        'SELECT VERSION() AS v, @@innodb_flush_log_at_trx_commit AS f, ' +
+          '@@innodb_buffer_pool_size AS bp, @@log_bin AS lb',
       );
       const r = rows[0];
       if (!r) return 'unknown server';
-      return `${String(r.v)} (innodb_flush_log_at_trx_commit=${String(r.f)}, buffer pool ${Math.round(Number(r.bp) / 2 ** 20)} MiB, log_bin=${String(r.lb)})`;
+      return (
+        `${String(r.v)} (innodb_flush_log_at_trx_commit=${String(r.f)}, buffer pool ` +
+        `${Math.round(Number(r.bp) / 2 ** 20)} MiB, log_bin=${String(r.lb)})`
+      );
     });
   } catch (error) {
     return `unreachable: ${error instanceof Error ? error.message : String(error)}`;
@@ -170,7 +174,8 @@ async function main(): Promise<number> {
   const revision = codeRevision();
   progress(`lanewake ledger benchmark — code ${revision} — ${benchServerUrl()} — ${server}`);
   progress(
-    `runs ${opts.runs}, scale ${opts.scale}: enqueue ${fmt(sz.enqueueItems)}, claim+complete ${fmt(sz.claimItems)} with ${opts.claimers} claimers, ` +
+    `runs ${opts.runs}, scale ${opts.scale}: enqueue ${fmt(sz.enqueueItems)}, ` +
+      `claim+complete ${fmt(sz.claimItems)} with ${opts.claimers} claimers, ` +
       `latency ${fmt(sz.latencySamples)} claims over ${fmt(sz.latencyHeads)} heads, deep lane ${fmt(sz.deepLaneItems)}`,
   );
   const started = nowMs();
@@ -257,7 +262,8 @@ async function main(): Promise<number> {
       outcome.ok ? outcome.note : outcome.error,
     ]);
     progress(
-      `  run ${run} ${what}: ${outcome.ok ? `${fmt(outcome.value, metric.digits)} ${metric.unit} — ${outcome.note}` : outcome.error}`,
+      `  run ${run} ${what}: ` +
+        `${outcome.ok ? `${fmt(outcome.value, metric.digits)} ${metric.unit} — ${outcome.note}` : outcome.error}`,
     );
   };
 
@@ -341,7 +347,11 @@ async function main(): Promise<number> {
       const ratio = part((v) => v.ratio);
       if (lat.ok && ratio.ok) {
         const v = lat.value;
-        ratio.note = `p50/p99 ${fmt(v.p50, 2)}/${fmt(v.p99, 2)} ms without, ${fmt(v.deepP50, 2)}/${fmt(v.deepP99, 2)} ms with the deep lane; ${lat.note}; complete() of a lane head ${fmt(v.completeLaneHeadP50, 1)} ms short / ${fmt(v.completeDeepHeadP50, 1)} ms deep`;
+        ratio.note =
+          `p50/p99 ${fmt(v.p50, 2)}/${fmt(v.p99, 2)} ms without, ` +
+          `${fmt(v.deepP50, 2)}/${fmt(v.deepP99, 2)} ms with the deep lane; ${lat.note}; ` +
+          `complete() of a lane head ${fmt(v.completeLaneHeadP50, 1)} ms short / ` +
+          `${fmt(v.completeDeepHeadP50, 1)} ms deep`;
       }
       record(run, 'deep-lane claim ratio', m.ratio, ratio);
     }
@@ -364,7 +374,8 @@ async function main(): Promise<number> {
   ];
   const summary = new Map<Metric, ReturnType<typeof summarize>>(order.map((x) => [x, summarize(x)]));
   printTable(
-    `lanewake ledger benchmark — code ${revision} — median of ${opts.runs} run(s), scale ${opts.scale}, ${elapsedS.toFixed(0)} s — ${server}`,
+    `lanewake ledger benchmark — code ${revision} — median of ${opts.runs} run(s), ` +
+      `scale ${opts.scale}, ${elapsedS.toFixed(0)} s — ${server}`,
     ['measurement', 'median', 'min–max', 'unit', 'target', 'verdict', 'noise'],
     order
       .filter((x) => x.runs.length > 0)
@@ -383,7 +394,8 @@ async function main(): Promise<number> {
     ['left', 'right', 'right', 'left', 'left', 'left', 'right'],
   );
   printTable(
-    `per run (CPU as % of one core over the timed part; ${availableParallelism()} cores, so ${availableParallelism() * 100}% is all of it; ` +
+    `per run (CPU as % of one core over the timed part; ${availableParallelism()} ` +
+      `cores, so ${availableParallelism() * 100}% is all of it; ` +
       `"other %" is what the rest of the machine used meanwhile: noise)`,
     ['run', 'measurement', 'value', 'node %', 'db %', 'other %', 'notes'],
     details,

@@ -111,7 +111,8 @@ async function shape(queues: number): Promise<ShapeResult> {
     }>`SELECT COUNT(*) AS n FROM information_schema.PROCESSLIST WHERE DB = ${db}`.execute(env.ledger.db);
     const dbConnections = Number(dbRows.rows[0]?.n ?? 0);
     progress(
-      `  ${queues} queue(s): ${redisConnections} Redis connections (hub ${hub}), ${dbConnections} database connections; idle ${IDLE_S} s`,
+      `  ${queues} queue(s): ${redisConnections} Redis connections (hub ${hub}), ` +
+        `${dbConnections} database connections; idle ${IDLE_S} s`,
     );
 
     const from = cpuSample();
@@ -173,7 +174,8 @@ async function main(): Promise<void> {
     };
   });
   printTable(
-    `one process, many queues — median of ${RUNS} run(s); idle ${IDLE_S} s; ${JOBS} jobs at ${RATE_PER_S}/s to random queues from another pool and channel`,
+    `one process, many queues — median of ${RUNS} run(s); idle ${IDLE_S} s; ${JOBS} ` +
+      `jobs at ${RATE_PER_S}/s to random queues from another pool and channel`,
     [
       'queues',
       'Redis conns',
@@ -200,10 +202,24 @@ async function main(): Promise<void> {
   );
   const resultsDir = fileURLToPath(new URL('./results/', import.meta.url));
   mkdirSync(resultsDir, { recursive: true });
-  writeFileSync(
-    `${resultsDir}queues-latest.json`,
-    `${JSON.stringify({ rows, meta: { at: new Date().toISOString(), runs: RUNS, idleS: IDLE_S, jobs: JOBS, node: process.version, raw: results.map((rs) => rs.map(({ latencies, ...rest }) => ({ ...rest, p50: percentile(latencies, 50), p99: percentile(latencies, 99) }))) } }, null, 2)}\n`,
-  );
+  const record = {
+    rows,
+    meta: {
+      at: new Date().toISOString(),
+      runs: RUNS,
+      idleS: IDLE_S,
+      jobs: JOBS,
+      node: process.version,
+      raw: results.map((rs) =>
+        rs.map(({ latencies, ...rest }) => ({
+          ...rest,
+          p50: percentile(latencies, 50),
+          p99: percentile(latencies, 99),
+        })),
+      ),
+    },
+  };
+  writeFileSync(`${resultsDir}queues-latest.json`, `${JSON.stringify(record, null, 2)}\n`);
 }
 
 runBenchmark(main);

@@ -72,7 +72,9 @@ runBenchmark(async () => {
       return [`key ${api}: ${fmt(starts.length)} items`, String(busiest), fmt((starts.length - 1) / spanS, 1)];
     });
     printTable(
-      `Rate limits: ${MAX} starts per ${PER_MS} ms per key, 4 consumers × 8 slots in one process, code ${codeRevision()}; ${fmt(released / total, 2)} releases per item`,
+      `Rate limits: ${MAX} starts per ${PER_MS} ms per key, 4 consumers × 8 slots in ` +
+        `one process, code ${codeRevision()}; ${fmt(released / total, 2)} releases per ` +
+        `item`,
       ['key', 'busiest second (starts)', 'starts per second, first to last'],
       await Promise.all(rows),
       ['left', 'right', 'right'],

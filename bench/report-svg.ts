@@ -87,19 +87,24 @@ function panel(
     y += 18;
     for (const b of g.bars) {
       parts.push(
-        `<text x="${left - 8}" y="${y + barH - 3}" text-anchor="end" class="${b.bold ? 'label ref' : 'label'}">${xml(b.label)}</text>`,
+        `<text x="${left - 8}" y="${y + barH - 3}" text-anchor="end" ` +
+          `class="${b.bold ? 'label ref' : 'label'}">${xml(b.label)}</text>`,
       );
       if (b.value !== null && b.value > 0) {
         const w = Math.max(1, pos(b.value));
         parts.push(
-          `<rect x="${left}" y="${y}" width="${w.toFixed(1)}" height="${barH}" fill="${b.color}"><title>${xml(`${b.label}: ${fmt(b.value, unit === 'ms' ? 2 : 0)} ${unit}`)}</title></rect>`,
+          `<rect x="${left}" y="${y}" width="${w.toFixed(1)}" height="${barH}" ` +
+            `fill="${b.color}"><title>${xml(`${b.label}: ${fmt(b.value, unit === 'ms' ? 2 : 0)} ${unit}`)}` +
+            '</title></rect>',
         );
         parts.push(
-          `<text x="${(left + w + 4).toFixed(1)}" y="${y + barH - 3}" class="value">${xml(unit === 'ms' ? `${formatValue(b.value, 'ms')} ms` : fmt(b.value))}</text>`,
+          `<text x="${(left + w + 4).toFixed(1)}" y="${y + barH - 3}" ` +
+            `class="value">${xml(unit === 'ms' ? `${formatValue(b.value, 'ms')} ms` : fmt(b.value))}</text>`,
         );
       } else {
         parts.push(
-          `<text x="${left + 4}" y="${y + barH - 3}" class="${b.note === 'n/a' ? 'na' : 'note'}">${xml(b.note ?? 'failed')}</text>`,
+          `<text x="${left + 4}" y="${y + barH - 3}" ` +
+            `class="${b.note === 'n/a' ? 'na' : 'note'}">${xml(b.note ?? 'failed')}</text>`,
         );
       }
       y += barH + gap;
@@ -181,7 +186,8 @@ export function renderSvg(r: CompareResults): string {
   );
   const height = 10 + ha + 10 + hb + 24;
   return [
-    `<svg xmlns="http://www.w3.org/2000/svg" width="${width}" height="${height}" viewBox="0 0 ${width} ${height}" font-family="Helvetica, Arial, sans-serif">`,
+    `<svg xmlns="http://www.w3.org/2000/svg" width="${width}" height="${height}" ` +
+      `viewBox="0 0 ${width} ${height}" font-family="Helvetica, Arial, sans-serif">`,
     '<style>',
     '.title { font-size: 15px; font-weight: bold; fill: #222; }',
     '.group { font-size: 12px; font-weight: bold; fill: #444; }',
@@ -196,7 +202,12 @@ export function renderSvg(r: CompareResults): string {
     `<rect width="${width}" height="${height}" fill="#fff"/>`,
     a,
     b,
-    `<text x="12" y="${height - 8}" class="tick">${xml(`Median of ${r.params.runs} run(s) at scale ${r.params.scale}, ${r.finishedAt.slice(0, 10)}, code ${r.revision}; ${cpuSummary(r.machine)}. Machine, durability settings and command: docs/BENCHMARKS.md.`)}</text>`,
+    `<text x="12" y="${height - 8}" ` +
+      `class="tick">${xml(
+        `Median of ${r.params.runs} run(s) at scale ${r.params.scale}, ${r.finishedAt.slice(0, 10)}, ` +
+          `code ${r.revision}; ${cpuSummary(r.machine)}. Machine, durability settings and command: ` +
+          'docs/BENCHMARKS.md.',
+      )}</text>`,
     '</svg>',
     '',
   ].join('\n');

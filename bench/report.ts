@@ -137,7 +137,9 @@ if (isMain()) {
   const r = JSON.parse(readFileSync(file, 'utf8')) as CompareResults;
   if (r.format !== COMPARE_FORMAT) {
     console.error(
-      `${file} is ${String(r.format)}, not ${COMPARE_FORMAT}: it was measured by an older harness (no durability settings, no completion clock); run the benchmark again`,
+      `${file} is ${String(r.format)}, not ${COMPARE_FORMAT}: it was measured by an ` +
+        `older harness (no durability settings, no completion clock); run the benchmark ` +
+        `again`,
     );
     process.exit(2);
   }

@@ -32,7 +32,8 @@ runBenchmark(async () => {
     for (const f of firers) await f.stop();
     const r = await sql<{
       late_us: number | string;
-    }>`SELECT TIMESTAMPDIFF(MICROSECOND, FROM_UNIXTIME(CAST(SUBSTRING(idempotency_key, 6) AS UNSIGNED) / 1000), created_at) AS late_us
+    }>`SELECT TIMESTAMPDIFF(MICROSECOND, FROM_UNIXTIME(CAST(SUBSTRING(idempotency_key, 6) AS UNSIGNED) / 1000),
+      created_at) AS late_us
       FROM ${ledger.tables.items} WHERE queue = ${queue}`.execute(ledger.db);
     const lateMs = r.rows.map((x) => Number(x.late_us) / 1000);
     const passes = firers.reduce((n, f) => n + f.counters.passes, 0);

@@ -101,9 +101,8 @@ function drainWrites(batched: boolean): Promise<BatchResult> {
           batch: { max: 32, maxWaitMs: 20 },
           handle: (jobs, ctx) =>
             ctx.transaction(async (trx) => {
-              await sql`INSERT INTO writes (item_id, n) VALUES ${sql.join(jobs.map((j) => sql`(${j.id}, ${j.payload.n})`))}`.execute(
-                trx,
-              );
+              const rows = sql.join(jobs.map((j) => sql`(${j.id}, ${j.payload.n})`));
+              await sql`INSERT INTO writes (item_id, n) VALUES ${rows}`.execute(trx);
               return Object.fromEntries(jobs.map((j) => [j.id, { outcome: 'complete' as const }]));
             }),
         })
@@ -156,7 +155,8 @@ runBenchmark(async () => {
     }
   }
   printTable(
-    `Handler shapes: ${fmt(ITEMS)} updates over ${KEYS} keys, one consumer at concurrency 32, median of ${RUNS} run(s), code ${codeRevision()}`,
+    `Handler shapes: ${fmt(ITEMS)} updates over ${KEYS} keys, one consumer at ` +
+      `concurrency 32, median of ${RUNS} run(s), code ${codeRevision()}`,
     ['workload', 'handler calls', 'items completed/s'],
     [
       [
@@ -178,7 +178,9 @@ runBenchmark(async () => {
       const result = await drainWrites(variant === 'batched');
       writes[variant].push(result);
       progress(
-        `run ${r} ${variant}: ${fmt(result.jobsPerS)} items/s, ${fmt(result.statementsPerItem, 2)} statements and ${fmt(result.roundTripsPerItem, 2)} round trips per item`,
+        `run ${r} ${variant}: ${fmt(result.jobsPerS)} items/s, ` +
+          `${fmt(result.statementsPerItem, 2)} statements and ` +
+          `${fmt(result.roundTripsPerItem, 2)} round trips per item`,
       );
     }
   }
@@ -189,7 +191,9 @@ runBenchmark(async () => {
     fmt(median(xs.map((x) => x.roundTripsPerItem)), 2),
   ];
   printTable(
-    `Batch handlers: ${fmt(ITEMS)} laneless items, one row written per item in ctx.transaction, one consumer at concurrency 32, median of ${RUNS} run(s), code ${codeRevision()}`,
+    `Batch handlers: ${fmt(ITEMS)} laneless items, one row written per item in ` +
+      `ctx.transaction, one consumer at concurrency 32, median of ${RUNS} run(s), code ` +
+      `${codeRevision()}`,
     ['workload', 'items completed/s', 'statements per item', 'round trips per item'],
     [row('batch handler (max 32, maxWaitMs 20)', writes.batched), row('one call per item', writes.single)],
     ['left', 'right', 'right', 'right'],

@@ -5,8 +5,42 @@
  * views). Each server's slow log is switched to a 100 ms threshold for the
  * run and put back after.
  */
+import { type ChildProcess, execFileSync, fork } from 'node:child_process';
+import { fileURLToPath } from 'node:url';
 import type { RowDataPacket } from 'mysql2/promise';
-import { onCleanup, withAdmin } from './support.js';
+import { cliFlag, onCleanup, progress, withAdmin } from './support.js';
+
+/** The SQL server a run of bench/steady.ts or bench/lanes-bulk.ts uses: `--server mariadb|tidb`, `--txn` (TiDB). */
+export function steadyServer(args: readonly string[]): { server: 'mariadb' | 'tidb'; txn: string; serverUrl: string } {
+  const server = cliFlag('--server', [...args]) ?? 'mariadb';
+  if (server !== 'mariadb' && server !== 'tidb') throw new Error('--server is mariadb or tidb');
+  const serverUrl =
+    server === 'tidb'
+      ? (process.env.LANEWAKE_BENCH_TIDB_URL ?? 'mysql://root@127.0.0.1:4000')
+      : (process.env.LANEWAKE_BENCH_MYSQL_URL ?? 'mysql://root@127.0.0.1:3306');
+  return { server, txn: cliFlag('--txn', [...args]) ?? 'pessimistic', serverUrl };
+}
+
+const here = (f: string): string => fileURLToPath(new URL(f, import.meta.url));
+
+/** Builds dist/, which the worker and producer processes load, unless `--no-build`. */
+export function buildDist(args: readonly string[]): void {
+  if (args.includes('--no-build')) return;
+  progress('building dist/ (npm run build)');
+  execFileSync('npx', ['tsc', '-p', 'tsconfig.build.json'], { stdio: 'inherit', cwd: here('..') });
+}
+
+/** A bench/steady-*.mjs child, killed at exit. LW_CPU_PROF=<dir>: it writes a V8 CPU profile there. */
+export function steadyChild(script: string, env: Record<string, string>): ChildProcess {
+  const prof = process.env.LW_CPU_PROF;
+  const p = fork(here(script), [], {
+    env: { ...process.env, ...env },
+    execArgv: prof ? ['--cpu-prof', '--cpu-prof-dir', prof] : [],
+    stdio: ['ignore', 'inherit', 'inherit', 'ipc'],
+  });
+  onCleanup(async () => void p.kill('SIGKILL'));
+  return p;
+}
 
 export interface SlowStatement {
   /** The slowest time of this statement shape. */
@@ -56,7 +90,8 @@ async function slowLogOn(server: string, url: string): Promise<void> {
     withAdmin(
       (c) =>
         c.query(
-          `SET GLOBAL long_query_time = ${Number(was.t)}, GLOBAL log_output = ${c.escape(was.o)}, GLOBAL slow_query_log = ${Number(was.on_)}`,
+          `SET GLOBAL long_query_time = ${Number(was.t)}, GLOBAL log_output = ` +
+            `${c.escape(was.o)}, GLOBAL slow_query_log = ${Number(was.on_)}`,
         ),
       url,
     ).then(() => undefined),
@@ -75,7 +110,8 @@ export async function lockFigures(server: string, url: string, database: string)
     const [summary] = await withAdmin(
       (c) =>
         c.query<RowDataPacket[]>(
-          'SELECT COALESCE(SUM(SUM_EXEC_RETRY), 0) AS retries FROM information_schema.statements_summary WHERE SCHEMA_NAME = ?',
+          'SELECT COALESCE(SUM(SUM_EXEC_RETRY), 0) AS retries FROM ' +
+            'information_schema.statements_summary WHERE SCHEMA_NAME = ?',
           [database],
         ),
       url,
@@ -95,7 +131,8 @@ export async function lockFigures(server: string, url: string, database: string)
   const [rows] = await withAdmin(
     (c) =>
       c.query<RowDataPacket[]>(
-        "SHOW GLOBAL STATUS WHERE Variable_name IN ('Innodb_row_lock_waits', 'Innodb_row_lock_time', 'Innodb_deadlocks')",
+        "SHOW GLOBAL STATUS WHERE Variable_name IN ('Innodb_row_lock_waits', " +
+          "'Innodb_row_lock_time', 'Innodb_deadlocks')",
       ),
     url,
   );
@@ -161,8 +198,10 @@ export async function slowStatements(
           await withAdmin(
             (c) =>
               c.query<RowDataPacket[]>(
-                `SELECT Query_time * 1000 AS ms, Digest AS shape, LEFT(Query, 140) AS text, Exec_retry_count AS retries, LockKeys_time * 1000 AS lock_ms
-                 FROM information_schema.slow_query WHERE Time BETWEEN ? AND ? AND DB = ? AND Is_internal = 0 AND Query_time * 1000 >= ?`,
+                `SELECT Query_time * 1000 AS ms, Digest AS shape, LEFT(Query, 140) AS text, Exec_retry_count AS retries,
+                  LockKeys_time * 1000 AS lock_ms
+                 FROM information_schema.slow_query WHERE Time BETWEEN ? AND ? AND DB = ? AND Is_internal = 0 AND
+                 Query_time * 1000 >= ?`,
                 [from, new Date(to.getTime() + 1000), database, SLOW_MS],
               ),
             url,
@@ -172,7 +211,8 @@ export async function slowStatements(
           await withAdmin(
             (c) =>
               c.query<RowDataPacket[]>(
-                `SELECT TIME_TO_SEC(query_time) * 1000 AS ms, LEFT(sql_text, 60) AS shape, LEFT(sql_text, 140) AS text, 0 AS retries, TIME_TO_SEC(lock_time) * 1000 AS lock_ms
+                `SELECT TIME_TO_SEC(query_time) * 1000 AS ms, LEFT(sql_text, 60) AS shape, LEFT(sql_text, 140) AS text,
+                  0 AS retries, TIME_TO_SEC(lock_time) * 1000 AS lock_ms
                  FROM mysql.slow_log WHERE start_time BETWEEN ? AND ? AND db = ?`,
                 [from, new Date(to.getTime() + 1000), database],
               ),

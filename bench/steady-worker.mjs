@@ -16,17 +16,6 @@ const dc = await import('node:diagnostics_channel');
 dc.subscribe('lanewake:wake-read', (m) => {
   for (const id of m.ids) if (!wakeReadAtMs.has(id)) wakeReadAtMs.set(id, m.atMs);
 });
-// How each claimed job came: the round that claimed it, and whether its wake-up was read before that round began.
-const claimedBy = new Map();
-dc.subscribe('lanewake:claim-round', (m) => {
-  for (const id of m.claimed) {
-    const readAt = wakeReadAtMs.get(id);
-    claimedBy.set(
-      id,
-      readAt !== undefined && readAt <= m.startedAtMs ? 'claim round, by its wake-up' : 'claim round, head search',
-    );
-  }
-});
 // Older builds (compared in alternated pairs) have no diagnostics channels or conflict counts.
 const conflictRetries = retry.conflictRetries ?? (() => new Map());
 
@@ -60,8 +49,6 @@ function clusterSeeds(url) {
 
 /** Per job: enqueue→start in µs. */
 const starts = [];
-/** Per job: its number, enqueue→start in µs, and how it reached this consumer (a claim round, or none: an offer or a lane's hand-on). */
-const paths = [];
 /** The first 20 jobs that started over 200 ms after their enqueue: their ids, for the main process to look up. */
 const late = [];
 let rounds = 0;
@@ -77,8 +64,6 @@ const consumer = new Consumer({
       const startedNs = process.hrtime.bigint();
       const us = Number((startedNs - BigInt(job.payload.t)) / 1000n);
       starts.push(us);
-      paths.push({ k: job.payload.k, us, path: claimedBy.get(job.id) ?? 'no claim round (offer or lane successor)' });
-      claimedBy.delete(job.id);
       if (us > 200_000 && late.length < 20)
         late.push({
           id: job.id,
@@ -104,14 +89,14 @@ process.on('message', async (m) => {
   await consumer.stop();
   const c = consumer.counters;
   const cpu = process.cpuUsage(cpuAtStart);
-  // Sent before the exit, not just queued: a backlog's figures are large, and an exit drops what the channel still holds.
+  // Sent before the exit, not just queued: a backlog's figures are large, and an exit drops what the channel still
+  // holds.
   await new Promise(
     (resolve) =>
       process.send?.(
         {
           type: 'figures',
           startsUs: starts,
-          paths,
           late,
           completed: c.completed,
           claimRounds: rounds,

@@ -20,21 +20,21 @@
  * The slow-log threshold is set to 100 ms for the run and put back after.
  * Each run has a database and a Redis key prefix of its own, removed after.
  */
-import { execFileSync, fork, type ChildProcess } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
-import { fileURLToPath } from 'node:url';
 import type { RowDataPacket } from 'mysql2/promise';
 import { Ledger } from '../src/ledger/ledger.js';
 import { deleteKeys } from '../test/support/engine.js';
 import { startRedisCluster } from '../test/support/redis-cluster.js';
 import {
+  buildDist,
+  steadyChild,
+  steadyServer,
   slowStatements,
   lockFigures,
   TidbLockWaitSampler,
   type LockFigures,
   type SlowStatement,
 } from './steady-server.js';
-import { band, formatBand, type Band, type JobPath } from './steady-band.js';
 import {
   childMessage,
   cliFlag,
@@ -50,13 +50,7 @@ import {
 
 const args = process.argv.slice(2);
 const flag = (name: string, dflt: string): string => cliFlag(`--${name}`, args) ?? dflt;
-const server = flag('server', 'mariadb');
-if (server !== 'mariadb' && server !== 'tidb') throw new Error('--server is mariadb or tidb');
-const txn = flag('txn', 'pessimistic');
-const serverUrl =
-  server === 'tidb'
-    ? (process.env.LANEWAKE_BENCH_TIDB_URL ?? 'mysql://root@127.0.0.1:4000')
-    : (process.env.LANEWAKE_BENCH_MYSQL_URL ?? 'mysql://root@127.0.0.1:3306');
+const { server, txn, serverUrl } = steadyServer(args);
 /** `--redis cluster` starts a local 6-node Redis Cluster (3 masters, 3 replicas) for the run, as the test suites do. */
 const redisFlag = flag('redis', 'redis://127.0.0.1:6379');
 let redisUrl = redisFlag;
@@ -67,11 +61,9 @@ const WORKERS = Number(flag('workers', '2'));
 const CONCURRENCY = Number(flag('concurrency', '16'));
 const RUNS = Number(flag('runs', '1'));
 const QUEUE = 'steady';
-const here = (f: string): string => fileURLToPath(new URL(f, import.meta.url));
 
 interface WorkerFigures {
   startsUs: number[];
-  paths: JobPath[];
   late: { id: string; us: number; attempt: number; wakeReadBeforeStartMs: number | null }[];
   completed: number;
   claimRounds: number;
@@ -104,21 +96,6 @@ interface RunFigures {
   cpuUs: { workers: number; producer: number; server: number | undefined };
   slow: SlowStatement[];
   locks: LockFigures;
-  /** What the jobs up to p50 and those between p90 and p99 waited on. */
-  bands: Band[];
-}
-
-function child(script: string, env: Record<string, string>): ChildProcess {
-  // LW_CPU_PROF=<dir>: every child writes a V8 CPU profile there (node --cpu-prof).
-  const prof = process.env.LW_CPU_PROF;
-  const execArgv = prof ? ['--cpu-prof', '--cpu-prof-dir', prof] : [];
-  const p = fork(here(script), [], {
-    env: { ...process.env, ...env },
-    execArgv,
-    stdio: ['ignore', 'inherit', 'inherit', 'ipc'],
-  });
-  onCleanup(async () => void p.kill('SIGKILL'));
-  return p;
 }
 
 async function oneRun(): Promise<RunFigures> {
@@ -132,7 +109,8 @@ async function oneRun(): Promise<RunFigures> {
   await withAdmin(
     (c) =>
       c.query(
-        `CREATE TABLE \`${db.name}\`.effects (item_id VARCHAR(32) PRIMARY KEY, lane VARCHAR(255), written_at DATETIME(6))`,
+        `CREATE TABLE \`${db.name}\`.effects (item_id VARCHAR(32) PRIMARY KEY, lane ` +
+          `VARCHAR(255), written_at DATETIME(6))`,
       ),
     serverUrl,
   );
@@ -144,11 +122,11 @@ async function oneRun(): Promise<RunFigures> {
     ...modeEnv,
   };
   const workers = Array.from({ length: WORKERS }, () =>
-    child('./steady-worker.mjs', { ...env, LW_CONCURRENCY: String(CONCURRENCY) }),
+    steadyChild('./steady-worker.mjs', { ...env, LW_CONCURRENCY: String(CONCURRENCY) }),
   );
   await Promise.all(workers.map((w) => childMessage(w, 'ready')));
   const jobs = RATE * SECONDS;
-  const producer = child('./steady-producer.mjs', {
+  const producer = steadyChild('./steady-producer.mjs', {
     ...env,
     LW_JOBS: String(jobs),
     LW_RATE: String(RATE),
@@ -208,7 +186,8 @@ async function oneRun(): Promise<RunFigures> {
     const [rows] = await withAdmin(
       (c) =>
         c.query<RowDataPacket[]>(
-          `SELECT id, TIMESTAMPDIFF(MICROSECOND, created_at, started_at) AS claim_us, lease_token FROM \`${db.name}\`.lw_items WHERE id IN (${ids})`,
+          `SELECT id, TIMESTAMPDIFF(MICROSECOND, created_at, started_at) AS claim_us, ` +
+            `lease_token FROM \`${db.name}\`.lw_items WHERE id IN (${ids})`,
         ),
       serverUrl,
     );
@@ -216,18 +195,17 @@ async function oneRun(): Promise<RunFigures> {
       const h = history.filter((r) => r.item_id === l.id).map((r) => `${String(r.outcome)} (${String(r.error ?? '')})`);
       const row = rows.find((r) => r.id === l.id);
       console.log(
-        `    late start: ${l.id} after ${(l.us / 1000).toFixed(0)} ms, attempt ${l.attempt}, claimed ${(Number(row?.claim_us) / 1000).toFixed(0)} ms after its insert; history: ${h.join('; ') || 'none'}; ${l.wakeReadBeforeStartMs === null ? 'no wake-up read for it' : `its wake-up read ${l.wakeReadBeforeStartMs} ms before it started`}`,
+        `    late start: ${l.id} after ${(l.us / 1000).toFixed(0)} ms, attempt ` +
+          `${l.attempt}, claimed ${(Number(row?.claim_us) / 1000).toFixed(0)} ms after its ` +
+          `insert; history: ${h.join('; ') || 'none'}; ` +
+          (l.wakeReadBeforeStartMs === null
+            ? 'no wake-up read for it'
+            : `its wake-up read ${l.wakeReadBeforeStartMs} ms before it started`),
       );
     }
   }
   await db.drop();
-  const paths = figures.flatMap((f) => f.paths ?? []);
-  const bands =
-    paths.length === jobs
-      ? [band('up to p50', paths, sent.enqueueUs, 0, 50), band('p90 to p99', paths, sent.enqueueUs, 90, 99)]
-      : [];
   return {
-    bands,
     p50: percentile(starts, 50),
     p90: percentile(starts, 90),
     p99: percentile(starts, 99),
@@ -267,11 +245,10 @@ runBenchmark(async () => {
     onCleanup(() => cluster.stop());
     redisUrl = cluster.url;
   }
-  if (!args.includes('--no-build')) {
-    progress('building dist/ (npm run build)');
-    execFileSync('npx', ['tsc', '-p', 'tsconfig.build.json'], { stdio: 'inherit', cwd: here('..') });
-  }
-  const label = `${server}${server === 'tidb' ? ` ${txn}` : ''}, ${redisUrl.startsWith('redis+cluster://') ? 'Redis Cluster' : 'one Redis'}`;
+  buildDist(args);
+  const label =
+    `${server}${server === 'tidb' ? ` ${txn}` : ''}, ` +
+    `${redisUrl.startsWith('redis+cluster://') ? 'Redis Cluster' : 'one Redis'}`;
   progress(`${label}: ${RATE}/s for ${SECONDS} s, ${LANES} lanes, ${WORKERS} workers x ${CONCURRENCY}, ${RUNS} run(s)`);
   const runs: RunFigures[] = [];
   for (let r = 0; r < RUNS; r++) {
@@ -279,20 +256,38 @@ runBenchmark(async () => {
     runs.push(f);
     const ms = (v: number): string => v.toFixed(2);
     console.log(
-      `run ${r + 1}: enqueue→start p50 ${ms(f.p50)} p90 ${ms(f.p90)} p99 ${ms(f.p99)} max ${ms(f.max)} ms; enqueue p50 ${ms(f.enqueueP50)} p99 ${ms(f.enqueueP99)} max ${ms(f.enqueueMax)} ms; ` +
-        `${f.byOffer} by offer (${f.offersMade} offers made, ${f.recovered} recovered from the ledger), ${f.bySuccessor} as lane successors, ${f.byRound} by claim rounds; ` +
-        `${(f.locks.lockWaits / f.jobs).toFixed(3)} lock waits/job (${server === 'tidb' ? `sampled; the longest seen for ~${f.locks.lockWaitMs}` : f.locks.lockWaitMs} ms), ${f.locks.deadlocks} deadlocks, ` +
-        `${(f.locks.statementRetries / f.jobs).toFixed(3)} statement retries/job, ${f.conflictsPerJob.toFixed(3)} ledger conflict retries/job; ` +
-        `CPU/job: workers ${f.cpuUs.workers.toFixed(0)} µs, producer ${f.cpuUs.producer.toFixed(0)} µs, server ${f.cpuUs.server?.toFixed(0) ?? '?'} µs; ${f.slow.length} statements over 100 ms`,
+      `run ${r + 1}: enqueue→start p50 ${ms(f.p50)} p90 ${ms(f.p90)} p99 ${ms(f.p99)} ` +
+        `max ${ms(f.max)} ms; enqueue p50 ${ms(f.enqueueP50)} p99 ${ms(f.enqueueP99)} ` +
+        `max ${ms(f.enqueueMax)} ms; ` +
+        `${f.byOffer} by offer (${f.offersMade} offers made, ${f.recovered} recovered ` +
+        `from the ledger), ${f.bySuccessor} as lane successors, ${f.byRound} by claim ` +
+        `rounds; ` +
+        `${(f.locks.lockWaits / f.jobs).toFixed(3)} lock waits/job ` +
+        `(${server === 'tidb' ? `sampled; the longest seen for ~${f.locks.lockWaitMs}` : f.locks.lockWaitMs} ` +
+        `ms), ${f.locks.deadlocks} deadlocks, ` +
+        `${(f.locks.statementRetries / f.jobs).toFixed(3)} statement retries/job, ` +
+        `${f.conflictsPerJob.toFixed(3)} ledger conflict retries/job; ` +
+        `CPU/job: workers ${f.cpuUs.workers.toFixed(0)} µs, producer ` +
+        `${f.cpuUs.producer.toFixed(0)} µs, server ${f.cpuUs.server?.toFixed(0) ?? '?'} ` +
+        `µs; ${f.slow.length} statements over 100 ms`,
     );
-    for (const b of f.bands) console.log(`    ${formatBand(b)}`);
     for (const s of f.slow.slice(0, 8)) console.log(`    ${s.ms.toFixed(0)} ms  x${s.count}  ${s.text}`);
   }
   const m = (pick: (f: RunFigures) => number): string => median(runs.map(pick)).toFixed(2);
   console.log(
-    `\n${label}, median of ${RUNS}: p50 ${m((f) => f.p50)} p90 ${m((f) => f.p90)} p99 ${m((f) => f.p99)} ms; slow statements ${m((f) => f.slow.reduce((n, s) => n + s.count, 0))}`,
+    `\n${label}, median of ${RUNS}: p50 ${m((f) => f.p50)} p90 ${m((f) => f.p90)} ` +
+      `p99 ${m((f) => f.p99)} ms; slow statements ` +
+      `${m((f) => f.slow.reduce((n, s) => n + s.count, 0))}`,
   );
   console.log(
-    `JSON ${JSON.stringify({ label, rate: RATE, seconds: SECONDS, lanes: LANES, workers: WORKERS, concurrency: CONCURRENCY, runs })}`,
+    `JSON ${JSON.stringify({
+      label,
+      rate: RATE,
+      seconds: SECONDS,
+      lanes: LANES,
+      workers: WORKERS,
+      concurrency: CONCURRENCY,
+      runs,
+    })}`,
   );
 });

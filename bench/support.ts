@@ -176,7 +176,10 @@ export const sleep = (ms: number): Promise<void> => new Promise((resolve) => set
 
 const CLOCK_TICKS = 100; // USER_HZ on Linux
 
-/** The server the benchmark talks to: tidb-server on its port (4000), mariadbd or mysqld otherwise, since both may run at once. */
+/**
+ * The server the benchmark talks to: tidb-server on its port (4000), mariadbd or mysqld otherwise, since both may run
+ * at once.
+ */
 function serverNames(url = benchServerUrl()): readonly string[] {
   return new URL(url).port === '4000' ? ['tidb-server'] : ['mariadbd', 'mysqld'];
 }
@@ -206,7 +209,9 @@ function serverCpuSeconds(): number | undefined {
   return processCpuSeconds(serverPid);
 }
 
-/** CPU-seconds so far of the SQL server behind `url` on this machine (tidb-server on port 4000, else mariadbd/mysqld). */
+/**
+ * CPU-seconds so far of the SQL server behind `url` on this machine (tidb-server on port 4000, else mariadbd/mysqld).
+ */
 export function serverCpuSecondsOf(url: string): number | undefined {
   return processCpuSeconds(findServerPid(url));
 }
@@ -221,33 +226,6 @@ function processCpuSeconds(pid: number | undefined): number | undefined {
   } catch {
     return undefined;
   }
-}
-
-/**
- * CPU of every `postgres` process (the postmaster, its backends and helpers),
- * for a peer's server cost. A backend that exits inside the interval takes
- * its CPU with it: measure a peer whose connections stay open throughout.
- */
-export function postgresCpuSeconds(): number | undefined {
-  let ticks = 0;
-  let seen = false;
-  try {
-    for (const entry of readdirSync('/proc')) {
-      if (!/^\d+$/.test(entry)) continue;
-      try {
-        const stat = readFileSync(`/proc/${entry}/stat`, 'utf8');
-        if (stat.slice(stat.indexOf('(') + 1, stat.lastIndexOf(')')) !== 'postgres') continue;
-        const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
-        ticks += Number(fields[11]) + Number(fields[12]);
-        seen = true;
-      } catch {
-        // the process went away
-      }
-    }
-  } catch {
-    return undefined;
-  }
-  return seen ? ticks / CLOCK_TICKS : undefined;
 }
 
 function machineCpuSeconds(): { busy: number; total: number } | undefined {
@@ -337,7 +315,9 @@ export function formatTable(
   const cell = (text: string, i: number): string =>
     (align[i] ?? 'left') === 'right' ? text.padStart(widths[i]!) : text.padEnd(widths[i]!);
   const line = (cells: readonly string[]): string => `| ${cells.map((c, i) => cell(c, i)).join(' | ')} |`;
-  const rule = `|${widths.map((w, i) => ((align[i] ?? 'left') === 'right' ? `${'-'.repeat(w + 1)}:` : `:${'-'.repeat(w + 1)}`)).join('|')}|`;
+  const dashes = (w: number, i: number): string =>
+    (align[i] ?? 'left') === 'right' ? `${'-'.repeat(w + 1)}:` : `:${'-'.repeat(w + 1)}`;
+  const rule = `|${widths.map(dashes).join('|')}|`;
   return [line(headers), rule, ...rows.map((r) => line(headers.map((_, i) => r[i] ?? '')))].join('\n');
 }
 

@@ -167,7 +167,9 @@ async function main(): Promise<void> {
       const out = await runOnce(mode);
       results.get(mode)!.push(out);
       console.error(
-        `run ${r + 1}/${RUNS} ${mode}: enqueue ${fmt(out.enqueueCpuUs)} µs/item, drain ${fmt(out.drainCpuUs)} µs/item, ${fmt(out.drainPerS)} items/s, ${out.spans} spans`,
+        `run ${r + 1}/${RUNS} ${mode}: enqueue ${fmt(out.enqueueCpuUs)} µs/item, drain ` +
+          `${fmt(out.drainCpuUs)} µs/item, ${fmt(out.drainPerS)} items/s, ${out.spans} ` +
+          `spans`,
       );
     }
   }

@@ -34,7 +34,8 @@ async function recordEffectOutsideTransaction(job: Job<ChaosPayload>, startedUs:
   await ownPool.query(
     `INSERT INTO ${EFFECTS_TABLE} (item_id, n, k, lane, lane_seq, worker, pid, attempt, started_us, upsert_at)
      VALUES (?, 1, ?, ?, ?, ?, ?, ?, ?, UTC_TIMESTAMP(6))
-     ON DUPLICATE KEY UPDATE n = n + 1, dup_worker = VALUES(worker), dup_attempt = VALUES(attempt), dup_at = UTC_TIMESTAMP(6)`,
+     ON DUPLICATE KEY UPDATE n = n + 1, dup_worker = VALUES(worker), dup_attempt = VALUES(attempt),
+       dup_at = UTC_TIMESTAMP(6)`,
     [job.id, job.payload.k, job.lane, job.laneSeq, worker, process.pid, job.attempt, startedUs],
   );
 }
@@ -57,10 +58,10 @@ function work(ms: number, signal: AbortSignal): Promise<void> {
 
 async function recordEffect(trx: Transaction<EffectsDb>, job: Job<ChaosPayload>, startedUs: number): Promise<void> {
   await sql`INSERT INTO ${table} (item_id, n, k, lane, lane_seq, worker, pid, attempt, started_us, upsert_at)
-    VALUES (${job.id}, 1, ${job.payload.k}, ${job.lane}, ${job.laneSeq}, ${worker}, ${process.pid}, ${job.attempt}, ${startedUs}, NOW(6))
-    ON DUPLICATE KEY UPDATE n = n + 1, dup_worker = VALUES(worker), dup_attempt = VALUES(attempt), dup_at = NOW(6)`.execute(
-    trx,
-  );
+    VALUES (${job.id}, 1, ${job.payload.k}, ${job.lane}, ${job.laneSeq}, ${worker}, ${process.pid}, ${job.attempt},
+    ${startedUs}, NOW(6))
+    ON DUPLICATE KEY UPDATE n = n + 1, dup_worker = VALUES(worker), dup_attempt = VALUES(attempt),
+      dup_at = NOW(6)`.execute(trx);
 }
 
 async function step(job: Job<ChaosPayload>, ctx: JobContext<EffectsDb>): Promise<void> {

@@ -74,7 +74,8 @@ export function checkInvariants(input: CheckInput): CheckResult {
       if (!item) c.fail(`item ${id} (k=${k}) was acknowledged to the producer but is not in the ledger`);
       else if (!terminal.has(item.state))
         c.fail(
-          `item ${id} (k=${k}, lane ${item.lane ?? '-'} #${item.laneSeq ?? '-'}) is ${item.state}, attempt ${item.attempt}`,
+          `item ${id} (k=${k}, lane ${item.lane ?? '-'} #${item.laneSeq ?? '-'}) is ` +
+            `${item.state}, attempt ${item.attempt}`,
         );
     }
     for (const item of recorded.items) {
@@ -96,11 +97,14 @@ export function checkInvariants(input: CheckInput): CheckResult {
         if (!e) c.fail(`item ${item.id} (k=${item.k}) completed without its effect`);
         else if (e.n !== 1)
           c.fail(
-            `item ${item.id} (k=${item.k}): effect committed ${e.n} times (first by ${e.worker} attempt ${e.attempt}, again by ${e.dupWorker} attempt ${e.dupAttempt})`,
+            `item ${item.id} (k=${item.k}): effect committed ${e.n} times (first by ` +
+              `${e.worker} attempt ${e.attempt}, again by ${e.dupWorker} attempt ` +
+              `${e.dupAttempt})`,
           );
       } else if (e) {
         c.fail(
-          `item ${item.id} (k=${item.k}) is ${item.state} (${item.failureClass ?? '-'}) but has an effect (n=${e.n}, by ${e.worker} attempt ${e.attempt})`,
+          `item ${item.id} (k=${item.k}) is ${item.state} (${item.failureClass ?? '-'}) ` +
+            `but has an effect (n=${e.n}, by ${e.worker} attempt ${e.attempt})`,
         );
       }
     }
@@ -114,7 +118,8 @@ export function checkInvariants(input: CheckInput): CheckResult {
   for (const item of recorded.items) if (item.lane !== null) pushTo(lanes, item.lane, item);
   for (const list of lanes.values()) list.sort((a, b) => (a.laneSeq ?? 0) - (b.laneSeq ?? 0));
 
-  // 3. Lane order: sequence follows enqueue order; effects commit in sequence order; no claim of an item before its predecessor ended
+  // 3. Lane order: sequence follows enqueue order; effects commit in sequence order; no claim of an item before its
+  // predecessor ended
   //    (up to CLAIM_CLOCK_SKEW_US: see there).
   {
     const c = new CheckBuilder('lane order (sequence = enqueue order; effects and claims follow the sequence)');
@@ -131,7 +136,8 @@ export function checkInvariants(input: CheckInput): CheckResult {
         const eb = effects.get(b.id);
         if (ea && eb && ea.upsertUs >= eb.upsertUs)
           c.fail(
-            `lane ${lane}: effect of #${b.laneSeq} (${b.id}) written at ${iso(eb.upsertUs)}, not after #${a.laneSeq}'s (${a.id}) at ${iso(ea.upsertUs)}`,
+            `lane ${lane}: effect of #${b.laneSeq} (${b.id}) written at ${iso(eb.upsertUs)}, ` +
+              `not after #${a.laneSeq}'s (${a.id}) at ${iso(ea.upsertUs)}`,
           );
         const firstClaimOfB = Math.min(...claimTimes(b, attemptsOf.get(b.id) ?? []));
         if (
@@ -140,7 +146,8 @@ export function checkInvariants(input: CheckInput): CheckResult {
           firstClaimOfB < a.terminalUs - CLAIM_CLOCK_SKEW_US
         ) {
           c.fail(
-            `lane ${lane}: #${b.laneSeq} (${b.id}) claimed at ${iso(firstClaimOfB)}, before #${a.laneSeq} (${a.id}) ended at ${iso(a.terminalUs)}`,
+            `lane ${lane}: #${b.laneSeq} (${b.id}) claimed at ${iso(firstClaimOfB)}, before ` +
+              `#${a.laneSeq} (${a.id}) ended at ${iso(a.terminalUs)}`,
           );
         }
       }
@@ -165,7 +172,8 @@ export function checkInvariants(input: CheckInput): CheckResult {
         c.fail(`lane ${row.lane}: busy_from = ${row.busyFrom} is no sequence of the lane (next_seq ${row.nextSeq})`);
       if (row.nextSeq !== list.length)
         c.fail(
-          `lane ${row.lane}: next_seq (the last sequence number given) = ${row.nextSeq}, but the lane has ${list.length} items`,
+          `lane ${row.lane}: next_seq (the last sequence number given) = ${row.nextSeq}, ` +
+            `but the lane has ${list.length} items`,
         );
     }
     checks.push(c.done());
@@ -184,7 +192,9 @@ export function checkInvariants(input: CheckInput): CheckResult {
         c.checked++;
         if (eb.startedUs + toleranceUs < a.terminalUs) {
           c.fail(
-            `lane ${lane}: #${b.laneSeq} (${b.id}) started its committed attempt at ${iso(eb.startedUs)} (${eb.worker}), before #${a.laneSeq} (${a.id}) committed at ${iso(a.terminalUs)}`,
+            `lane ${lane}: #${b.laneSeq} (${b.id}) started its committed attempt at ` +
+              `${iso(eb.startedUs)} (${eb.worker}), before #${a.laneSeq} (${a.id}) committed ` +
+              `at ${iso(a.terminalUs)}`,
           );
         }
       }
@@ -217,7 +227,8 @@ export function checkInvariants(input: CheckInput): CheckResult {
         c.fail(`item ${item.id} (deliberately permanent) ended ${item.state} / ${item.failureClass ?? '-'}`);
       } else if (item.kind !== 'permanent') {
         c.fail(
-          `item ${item.id} (k=${item.k}, ${item.kind}) died: class ${item.failureClass}, after ${item.attempt} attempts: ${firstLine(item.lastError).slice(0, 160)}`,
+          `item ${item.id} (k=${item.k}, ${item.kind}) died: class ${item.failureClass}, ` +
+            `after ${item.attempt} attempts: ${firstLine(item.lastError).slice(0, 160)}`,
         );
       }
     }
@@ -230,7 +241,8 @@ export function checkInvariants(input: CheckInput): CheckResult {
   const liveLeaseExpiries: Record<string, number> = {};
   {
     const c = new CheckBuilder(
-      'faults spend no handler attempts (only the expired leases of killed or frozen holders, or of live ones behind a broken link)',
+      'faults spend no handler attempts (only the expired leases of killed or frozen ' +
+        'holders, or of live ones behind a broken link)',
     );
     for (const a of recorded.attempts) {
       c.checked++;
@@ -251,12 +263,14 @@ export function checkInvariants(input: CheckInput): CheckResult {
         if (faults.phases.some((w) => w.linkBroken && w.startMs < endedMs && w.endMs > endedMs - reclaimWindowMs))
           continue;
         c.fail(
-          `item ${a.itemId} attempt ${a.attempt}: the lease of a live holder (${a.worker ?? '?'}) expired at ${iso(a.endedUs)}, during "${name}"`,
+          `item ${a.itemId} attempt ${a.attempt}: the lease of a live holder ` +
+            `(${a.worker ?? '?'}) expired at ${iso(a.endedUs)}, during "${name}"`,
         );
         continue;
       }
       c.fail(
-        `item ${a.itemId} attempt ${a.attempt} ${a.outcome} (${a.failureClass ?? '-'}) at ${iso(a.endedUs)} by ${a.worker ?? '?'}: ${firstLine(a.error).slice(0, 160)}`,
+        `item ${a.itemId} attempt ${a.attempt} ${a.outcome} (${a.failureClass ?? '-'}) ` +
+          `at ${iso(a.endedUs)} by ${a.worker ?? '?'}: ${firstLine(a.error).slice(0, 160)}`,
       );
     }
     checks.push(c.done());

@@ -13,7 +13,7 @@
  * the end of its lease as its holder last set it and its due time.
  */
 import type { RowDataPacket } from 'mysql2/promise';
-import type { FaultContext, FaultLog, HeldAtKill } from './faults.js';
+import type { FaultContext, FaultLog, HeldAtKill } from './fault-log.js';
 import { CHAOS_QUEUE } from './items.js';
 import type { Fleet, WorkerSlot } from './workers.js';
 
@@ -55,7 +55,8 @@ const pidOfOwner = (owner: unknown): number | undefined => {
 /** How many items each worker process holds in the ledger now, by pid. */
 async function heldByPid(ctx: FaultContext): Promise<Map<number, number>> {
   const rows = await ctx.db.query<RowDataPacket>(
-    `SELECT lease_owner AS owner, COUNT(*) AS n FROM \`${ctx.db.name}\`.lw_items WHERE queue = ? AND state = 'processing' GROUP BY lease_owner`,
+    `SELECT lease_owner AS owner, COUNT(*) AS n FROM \`${ctx.db.name}\`.lw_items ` +
+      `WHERE queue = ? AND state = 'processing' GROUP BY lease_owner`,
     [CHAOS_QUEUE],
   );
   const out = new Map<number, number>();
@@ -87,7 +88,8 @@ export async function pickHolder(ctx: FaultContext, deadline: number): Promise<W
 /** What the dead process `pid` held: its items still processing under its lease. */
 async function heldAfterKill(ctx: FaultContext, pid: number): Promise<HeldAtKill[]> {
   const rows = await ctx.db.query<RowDataPacket>(
-    `SELECT id, attempt, lease_owner AS owner, ${us('lease_until')} AS lease_until_us, ${us('run_after')} AS run_after_us, ${us('started_at')} AS started_us
+    `SELECT id, attempt, lease_owner AS owner, ${us('lease_until')} AS lease_until_us, ${us('run_after')} AS
+      run_after_us, ${us('started_at')} AS started_us
      FROM \`${ctx.db.name}\`.lw_items WHERE queue = ? AND state = 'processing' AND lease_owner LIKE ?`,
     [CHAOS_QUEUE, `%:${pid}:%`],
   );
@@ -110,7 +112,8 @@ async function heldAfterKill(ctx: FaultContext, pid: number): Promise<HeldAtKill
 async function delayHeld(ctx: FaultContext, held: readonly HeldAtKill[]): Promise<void> {
   if (held.length === 0) return;
   await ctx.db.query(
-    `UPDATE \`${ctx.db.name}\`.lw_items SET run_after = lease_until + INTERVAL 1 SECOND WHERE id IN (?) AND state = 'processing'`,
+    `UPDATE \`${ctx.db.name}\`.lw_items SET run_after = lease_until + INTERVAL 1 SECOND ` +
+      `WHERE id IN (?) AND state = 'processing'`,
     [held.map((h) => h.id)],
   );
 }

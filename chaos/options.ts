@@ -58,8 +58,9 @@ Exits 0 when every invariant held, 1 when one failed (the summary names it),
 2 on a bad option. Needs MariaDB on 127.0.0.1:3306 (root), redis-server and Go
 (Toxiproxy is built once into ~/.cache/lanewake/toxiproxy by scripts/toxiproxy.sh).
 
-  --long                    the long form: ${LONG.items} items, ${LONG.workers} workers x concurrency ${LONG.concurrency},
-                            ${LONG.faultSeconds / 60} minutes of faults; writes bench/results/chaos-latest.json
+  --long                    the long form: ${LONG.items} items, ${LONG.workers} workers x
+                            concurrency ${LONG.concurrency}, ${LONG.faultSeconds / 60} minutes of faults;
+                            writes bench/results/chaos-latest.json
   --workers <n>             worker processes (default ${SHORT.workers}; long ${LONG.workers}); w0 is never
                             killed or frozen, so its RSS shows growth over the whole run
   --concurrency <n>         handler slots per worker (default ${SHORT.concurrency}; long ${LONG.concurrency})

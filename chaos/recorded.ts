@@ -74,11 +74,13 @@ export async function readRecorded(db: ChaosDatabase): Promise<Recorded> {
     [CHAOS_QUEUE],
   );
   const attempts = await db.query<RowDataPacket>(
-    `SELECT item_id, attempt, outcome, failure_class, error, worker, ${us('started_at')} AS started_us, ${us('ended_at')} AS ended_us
+    `SELECT item_id, attempt, outcome, failure_class, error, worker, ${us('started_at')} AS started_us,
+      ${us('ended_at')} AS ended_us
      FROM \`${db.name}\`.lw_attempts`,
   );
   const effects = await db.query<RowDataPacket>(
-    `SELECT item_id, n, k, lane, lane_seq, worker, attempt, started_us, ${us('upsert_at')} AS upsert_us, dup_worker, dup_attempt
+    `SELECT item_id, n, k, lane, lane_seq, worker, attempt, started_us, ${us('upsert_at')} AS upsert_us,
+      dup_worker, dup_attempt
      FROM \`${db.name}\`.${EFFECTS_TABLE}`,
   );
   const lanes = await db.query<RowDataPacket>(

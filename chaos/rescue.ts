@@ -67,7 +67,9 @@ export interface RescueInput {
   leaseMs: number;
   /** The reconcile interval the harness configured for the workers, and assumes. */
   intervalMs: number;
-  /** Which kill or freeze each expired lease belongs to (faultOfExpiries): the freezes' rescues are measured from it. */
+  /**
+   * Which kill or freeze each expired lease belongs to (faultOfExpiries): the freezes' rescues are measured from it.
+   */
   faultOf: ReadonlyMap<AttemptRow, FaultEvent>;
 }
 
@@ -89,7 +91,10 @@ export interface ReclaimAllowance {
   boundMs: number;
 }
 
-/** One item a SIGKILLed worker held, followed to its next claim. Times are ms; durations relative to the kill unless said. */
+/**
+ * One item a SIGKILLed worker held, followed to its next claim. Times are ms; durations relative to the kill unless
+ * said.
+ */
 export interface KillRescue {
   worker: string;
   pid: number;
@@ -374,10 +379,16 @@ function followItem(ix: Index, input: RescueInput, kill: FaultEvent, h: HeldAtKi
   out.reclaimClaimMs = next / 1000 - R;
   out.reclaimClaimAllowanceMs = b.boundMs - R;
   if (b.claimedBy)
-    out.claimedBy = `${b.claimedBy.proc} (round ${iso(b.claimedBy.startedAtMs * 1000)}, ${b.claimedBy.targeted > 0 ? `${b.claimedBy.targeted} named` : 'general'})`;
+    out.claimedBy =
+      `${b.claimedBy.proc} (round ${iso(b.claimedBy.startedAtMs * 1000)}, ` +
+      `${b.claimedBy.targeted > 0 ? `${b.claimedBy.targeted} named` : 'general'})`;
   if (b.skipped) {
     const s = b.skipped;
-    out.skippedBy = `${s.round.proc}'s round ${iso(s.round.startedAtMs * 1000)}-${iso(s.round.endedAtMs * 1000)} (event-loop delay ${s.eldMs} ms) claimed ${s.general} items beyond the ${s.round.targeted} it was named, ${s.earlier} claimed then due no later than it`;
+    out.skippedBy =
+      `${s.round.proc}'s round ` +
+      `${iso(s.round.startedAtMs * 1000)}-${iso(s.round.endedAtMs * 1000)} (event-loop ` +
+      `delay ${s.eldMs} ms) claimed ${s.general} items beyond the ${s.round.targeted} ` +
+      `it was named, ${s.earlier} claimed then due no later than it`;
   }
   out.rescueMs = next / 1000 - K;
   if (a)
@@ -400,7 +411,12 @@ function describeReclaim(r: KillRescue, E: number): string {
     a.passStartedAtMs - E > a.intervalMs + a.tailMs + a.timerLagMs
       ? `, which started ${ms(a.passStartedAtMs - E)} after the lease ran out`
       : '';
-  return `allowance ${ms(r.reclaimAllowanceMs ?? 0)} = ${interval} + tail ${ms(a.tailMs)} + timer lag ${ms(a.timerLagMs)} + work ${ms(a.workMs)}, from ${a.proc}'s pass started ${iso(a.passStartedAtMs * 1000)}, the first after it${late}; its reclaim step ended ${ms(a.doneMs - E)} after it`;
+  return (
+    `allowance ${ms(r.reclaimAllowanceMs ?? 0)} = ${interval} + tail ${ms(a.tailMs)} ` +
+    `+ timer lag ${ms(a.timerLagMs)} + work ${ms(a.workMs)}, from ${a.proc}'s pass ` +
+    `started ${iso(a.passStartedAtMs * 1000)}, the first after it${late}; its ` +
+    `reclaim step ended ${ms(a.doneMs - E)} after it`
+  );
 }
 
 export function checkRescue(input: RescueInput): RescueResult {
@@ -418,7 +434,8 @@ export function checkRescue(input: RescueInput): RescueResult {
   }
   const clean = kills.filter((k) => k.clean && k.outcome !== 'settled in flight' && k.outcome !== 'dead');
   const who = (k: KillRescue): string =>
-    `item ${k.itemId} held by ${k.worker} (pid ${k.pid}), SIGKILL at ${iso(k.killAtMs * 1000)}, lease to +${ms(k.leaseEndMs)}`;
+    `item ${k.itemId} held by ${k.worker} (pid ${k.pid}), SIGKILL at ` +
+    `${iso(k.killAtMs * 1000)}, lease to +${ms(k.leaseEndMs)}`;
 
   const a = new CheckBuilder(
     'rescue (a): reclaimed by the first reconciler pass, of any live worker, after the lease ran out (healthy network)',
@@ -428,7 +445,9 @@ export function checkRescue(input: RescueInput): RescueResult {
     if (k.reclaimMs === undefined) a.fail(`${who(k)}: never reclaimed`);
     else if (!k.reclaim || k.reclaimLatenessMs! > k.reclaimAllowanceMs! + CLOCK_MS)
       a.fail(
-        `${who(k)}: reclaimed ${ms(k.reclaimLatenessMs!)} after it by ${k.reclaimedBy ?? 'an unrecorded pass'}; ${describeReclaim(k, k.killAtMs + k.leaseEndMs)}`,
+        `${who(k)}: reclaimed ${ms(k.reclaimLatenessMs!)} after it by ` +
+          `${k.reclaimedBy ?? 'an unrecorded pass'}; ` +
+          `${describeReclaim(k, k.killAtMs + k.leaseEndMs)}`,
       );
   }
   const b = new CheckBuilder(
@@ -440,11 +459,14 @@ export function checkRescue(input: RescueInput): RescueResult {
     if (k.reclaimClaimMs === undefined) b.fail(`${who(k)}: reclaimed, never claimed again`);
     else if (k.skippedBy)
       b.fail(
-        `${who(k)}: claimed ${ms(k.reclaimClaimMs)} after its reclaim was announced, by ${k.claimedBy ?? 'an unrecorded round'}; skipped by ${k.skippedBy}`,
+        `${who(k)}: claimed ${ms(k.reclaimClaimMs)} after its reclaim was announced, by ` +
+          `${k.claimedBy ?? 'an unrecorded round'}; skipped by ${k.skippedBy}`,
       );
   }
   const c = new CheckBuilder(
-    'rescue (c): claimed again within lease + the wait for the pass (<= interval + tail + timer lag) + its work + announce + re-claim, as measured (healthy network)',
+    'rescue (c): claimed again within lease + the wait for the pass (<= interval + ' +
+      'tail + timer lag) + its work + announce + re-claim, as measured (healthy ' +
+      'network)',
   );
   for (const k of clean) {
     c.checked++;
@@ -452,7 +474,11 @@ export function checkRescue(input: RescueInput): RescueResult {
     // One CLOCK_MS for each ms-stamped end it is made of: (a)'s and (b)'s.
     else if (k.rescueMs > k.rescueBoundMs + 2 * CLOCK_MS) {
       c.fail(
-        `${who(k)}: claimed again after ${ms(k.rescueMs)}, bound ${ms(k.rescueBoundMs)} = lease ${input.leaseMs}${k.lateLeaseMs ? ` + ${ms(k.lateLeaseMs)} past it` : ''} + reclaim ${ms(k.reclaimAllowanceMs!)} + announce ${ms(k.announceMs!)} + re-claim ${ms(k.reclaimClaimAllowanceMs!)}`,
+        `${who(k)}: claimed again after ${ms(k.rescueMs)}, bound ${ms(k.rescueBoundMs)} ` +
+          `= lease ` +
+          `${input.leaseMs}${k.lateLeaseMs ? ` + ${ms(k.lateLeaseMs)} past it` : ''} + ` +
+          `reclaim ${ms(k.reclaimAllowanceMs!)} + announce ${ms(k.announceMs!)} + re-claim ` +
+          `${ms(k.reclaimClaimAllowanceMs!)}`,
       );
     }
   }
@@ -466,7 +492,8 @@ export function checkRescue(input: RescueInput): RescueResult {
     const why =
       cleanKills === 0
         ? 'no SIGKILL fell on a healthy network'
-        : `${cleanKills} SIGKILLs on a healthy network, none holding work when it died (${idleKills} found nothing held)`;
+        : `${cleanKills} SIGKILLs on a healthy network, none holding work when it died ` +
+          `(${idleKills} found nothing held)`;
     for (const x of checks) x.examples.push(`${why}: not measured`);
   }
   return { checks, kills, freezes: freezeRescues(ix, input.faultOf), idleKills };

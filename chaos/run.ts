@@ -69,7 +69,10 @@ interface Summary {
   seed: number;
   options: ChaosOptions;
   wallSeconds: number;
-  /** Lease + reconcile interval + the passes' measured lateness: how long an expired lease may wait for its reclaim (chaos/rescue.ts). */
+  /**
+   * Lease + reconcile interval + the passes' measured lateness: how long an expired lease may wait for its reclaim
+   * (chaos/rescue.ts).
+   */
   reclaimWindowMs: number;
   checks: Check[];
   figures: Figures;
@@ -106,8 +109,11 @@ async function main(): Promise<number> {
   });
   const random = seededRandom(options.seed);
   say(
-    `${options.long ? 'long' : 'short'} form, seed ${options.seed}: ${options.workers} workers x ${options.concurrency}, ${options.items} items over ${options.lanes} lanes, ` +
-      `${options.faultSeconds} s of faults; lease ${options.leaseMs} ms, reconcile ${options.reconcileIntervalMs} ms; run dir ${runDir}`,
+    `${options.long ? 'long' : 'short'} form, seed ${options.seed}: ` +
+      `${options.workers} workers x ${options.concurrency}, ${options.items} items ` +
+      `over ${options.lanes} lanes, ` +
+      `${options.faultSeconds} s of faults; lease ${options.leaseMs} ms, reconcile ` +
+      `${options.reconcileIntervalMs} ms; run dir ${runDir}`,
   );
 
   // Toxiproxy, built once into the cache.
@@ -135,7 +141,8 @@ async function main(): Promise<number> {
   });
   await db.create();
   say(
-    `database ${db.name}, worker user ${db.user}; proxies: MariaDB :${mysqlPort}, Redis :${redisProxyPort} (redis-server :${redis.port})`,
+    `database ${db.name}, worker user ${db.user}; proxies: MariaDB :${mysqlPort}, ` +
+      `Redis :${redisProxyPort} (redis-server :${redis.port})`,
   );
 
   const keyPrefix = `lwchaos:${runId}:`;
@@ -170,11 +177,14 @@ async function main(): Promise<number> {
       for (const slot of fleet.slots) {
         if (slot.down || slot.starting || slot.current?.running) continue;
         const g = slot.generation;
-        const what = `${slot.name}.g${g?.gen} (pid ${g?.pid}) ${JSON.stringify(g?.exit)}: ${g ? lastLine(g.logFile) : ''}`;
+        const what =
+          `${slot.name}.g${g?.gen} (pid ${g?.pid}) ${JSON.stringify(g?.exit)}: ` + `${g ? lastLine(g.logFile) : ''}`;
         if (g?.readyAtMs === undefined) failedStarts.push(what);
         else unplannedExits.push(what);
         say(
-          `${slot.name} ${g?.readyAtMs === undefined ? 'failed to start' : 'exited by itself'} (${JSON.stringify(g?.exit)}): starting it again`,
+          `${slot.name} ` +
+            `${g?.readyAtMs === undefined ? 'failed to start' : 'exited by itself'} ` +
+            `(${JSON.stringify(g?.exit)}): starting it again`,
         );
         await slot
           .start()
@@ -263,7 +273,8 @@ async function main(): Promise<number> {
   }
   const done = producerEvents.find((e) => e.event === 'done') ?? {};
   say(
-    `producer done: ${String(done.enqueued ?? '?')} items, ${String(done.failures ?? '?')} failed batches (retried with the same keys)`,
+    `producer done: ${String(done.enqueued ?? '?')} items, ` +
+      `${String(done.failures ?? '?')} failed batches (retried with the same keys)`,
   );
 
   // Drain: every item terminal, within the drain time.
@@ -271,7 +282,8 @@ async function main(): Promise<number> {
   let open = Infinity;
   while (Date.now() - drainStart < options.drainSeconds * 1000 && !interrupted) {
     const rows = await db.query<RowDataPacket>(
-      `SELECT COUNT(*) AS n FROM \`${db.name}\`.lw_items WHERE queue = ? AND state NOT IN ('completed', 'dead', 'cancelled', 'skipped')`,
+      `SELECT COUNT(*) AS n FROM \`${db.name}\`.lw_items WHERE queue = ? AND state NOT ` +
+        `IN ('completed', 'dead', 'cancelled', 'skipped')`,
       [CHAOS_QUEUE],
     );
     open = Number(rows[0]?.n ?? 0);
@@ -400,13 +412,15 @@ function printSummary(s: Summary, runDir: string): void {
   const lines: string[] = ['', `chaos ${s.ok ? 'PASSED' : 'FAILED'} (seed ${s.seed}, ${s.wallSeconds} s)`, ''];
   for (const c of s.checks) {
     lines.push(
-      `  ${c.ok ? 'ok  ' : 'FAIL'}  ${c.name}  [${c.checked} checked${c.violations > 0 ? `, ${c.violations} violations` : ''}]`,
+      `  ${c.ok ? 'ok  ' : 'FAIL'}  ${c.name}  [${c.checked} ` +
+        `checked${c.violations > 0 ? `, ${c.violations} violations` : ''}]`,
     );
     for (const e of c.examples) lines.push(`          ${e}`);
   }
   lines.push(
     '',
-    `  items: ${f.items.acknowledged} acknowledged, ${f.items.completed} completed, ${f.items.dead} dead (deliberate), ${f.items.other} other`,
+    `  items: ${f.items.acknowledged} acknowledged, ${f.items.completed} completed, ` +
+      `${f.items.dead} dead (deliberate), ${f.items.other} other`,
     `  throughput: ${f.throughput.overallPerS}/s overall, ${f.throughput.duringFaultsPerS}/s during the faults`,
     `  enqueue -> start: ${fmt(f.enqueueToStartMs)}`,
     ...rescueLines(f),
@@ -422,7 +436,8 @@ function printSummary(s: Summary, runDir: string): void {
   lines.push('  by phase (items enqueued in it: enqueue -> start; attempts ended in it: leases expired, other spent):');
   for (const [phase, p] of Object.entries(f.byPhase)) {
     lines.push(
-      `    ${phase}: ${p.enqueued} items, ${fmt(p.enqueueToStartMs)}; ${p.leasesExpired} leases expired, ${p.otherSpentAttempts} other attempts spent`,
+      `    ${phase}: ${p.enqueued} items, ${fmt(p.enqueueToStartMs)}; ` +
+        `${p.leasesExpired} leases expired, ${p.otherSpentAttempts} other attempts spent`,
     );
   }
   lines.push(`  worker start (spawn to "worker started"): ${fmt(f.workerStartupMs)}`);
@@ -439,7 +454,8 @@ function printSummary(s: Summary, runDir: string): void {
     );
   const w0 = f.workers.filter((w) => w.worker === 'w0');
   lines.push(
-    `  RSS of w0 (never killed): ${w0.map((w) => `${w.rssStartMiB} -> ${w.rssEndMiB} MiB over ${w.lifetimeS} s`).join(', ')}`,
+    `  RSS of w0 (never killed): ` +
+      `${w0.map((w) => `${w.rssStartMiB} -> ${w.rssEndMiB} MiB over ${w.lifetimeS} s`).join(', ')}`,
   );
   const warn = Object.entries(f.logs.warnOrWorse).sort((a, b) => b[1] - a[1]);
   if (warn.length > 0)
@@ -457,8 +473,10 @@ function rescueLines(f: Figures): string[] {
   const r = f.rescue;
   const h = r.healthy;
   return [
-    `  SIGKILLs: ${r.kills}, holding ${r.itemsHeld} items when they died (${r.idleKills} on a healthy network held nothing)`,
-    `  rescue after SIGKILL, healthy network (${h.items} items): ${fmt(h.rescueMs)}; bound per item ${fmt(h.rescueBoundMs)}`,
+    `  SIGKILLs: ${r.kills}, holding ${r.itemsHeld} items when they died ` +
+      `(${r.idleKills} on a healthy network held nothing)`,
+    `  rescue after SIGKILL, healthy network (${h.items} items): ${fmt(h.rescueMs)}; ` +
+      `bound per item ${fmt(h.rescueBoundMs)}`,
     `    (a) reclaim - lease end: ${fmt(h.reclaimLatenessMs)}; allowance ${fmt(h.reclaimAllowanceMs)}`,
     `        of it: timer lag ${fmt(h.timerLagMs)}; tail ${fmt(h.tailMs)}; pass work ${fmt(h.workMs)}`,
     `    announce after the reclaim's commit: ${fmt(h.announceMs)}`,
@@ -467,11 +485,14 @@ function rescueLines(f: Figures): string[] {
     ...(h.lateLeases > 0 ? [`    leases that ran past kill + lease: ${h.lateLeases}`] : []),
     ...r.perKill.map(
       (k) =>
-        `    kill at ${k.at}: ${k.worker} held ${k.held}, ${k.healthy} on a healthy network${k.rescueMaxMs === null ? '' : `: rescue max ${k.rescueMaxMs} ms, bound ${k.boundMinMs}-${k.boundMaxMs} ms`}`,
+        `    kill at ${k.at}: ${k.worker} held ${k.held}, ${k.healthy} on a healthy ` +
+        `network${k.rescueMaxMs === null ? '' : `: rescue max ${k.rescueMaxMs} ms, `}` +
+        (k.rescueMaxMs === null ? '' : `bound ${k.boundMinMs}-${k.boundMaxMs} ms`),
     ),
     `  rescue after SIGKILL during network faults: ${fmt(r.duringNetworkFaults.rescueMs)}`,
     `  rescue after SIGSTOP: ${fmt(r.sigstopRescueMs)}`,
-    `  event-loop delay (max per 100 ms window), all workers: ${fmt(r.eventLoopDelayMs.all)}; w0: ${fmt(r.eventLoopDelayMs.w0)}`,
+    `  event-loop delay (max per 100 ms window), all workers: ` +
+      `${fmt(r.eventLoopDelayMs.all)}; w0: ${fmt(r.eventLoopDelayMs.w0)}`,
   ];
 }
 

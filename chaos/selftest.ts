@@ -27,7 +27,10 @@ interface Input {
   probes: ProbeRecords;
 }
 
-/** A reconciler pass of `proc`: due at `dueMs`, 2 ms of timer lag, its reclaim step done 10 ms after its start, 20 ms long. */
+/**
+ * A reconciler pass of `proc`: due at `dueMs`, 2 ms of timer lag, its reclaim step done 10 ms after its start, 20 ms
+ * long.
+ */
 function pass(proc: string, dueMs: number, reclaimed: string[] = [], intervalMs = INTERVAL_MS): PassRecord {
   const startedAtMs = dueMs + 2;
   return {
@@ -275,25 +278,28 @@ test('effects out of sequence order fail lane order', () => {
   assertOnlyFails(input, 'lane order', 'l1-2');
 });
 
-test('a claim before the predecessor ended fails lane order (beyond the lock-wait skew a claim statement may show)', () => {
-  const input = clean();
-  input.recorded.attempts.push({
-    itemId: 'l2-3',
-    attempt: 1,
-    outcome: 'lease_expired',
-    failureClass: 'lease_expired',
-    error: 'x',
-    worker: 'h:999:abcdef',
-    startedUs: item(input, 'l2-2').terminalUs! - 400_000,
-    endedUs: item(input, 'l2-3').startedUs! - 1,
-  });
-  item(input, 'l2-3').attempt = 2;
-  const f = failing(input);
-  assert.ok(
-    f.some((c) => c.name.includes('lane order') && c.examples.some((e) => e.includes('l2-3'))),
-    JSON.stringify(f),
-  );
-});
+test(
+  'a claim before the predecessor ended fails lane order (beyond the lock-wait ' + 'skew a claim statement may show)',
+  () => {
+    const input = clean();
+    input.recorded.attempts.push({
+      itemId: 'l2-3',
+      attempt: 1,
+      outcome: 'lease_expired',
+      failureClass: 'lease_expired',
+      error: 'x',
+      worker: 'h:999:abcdef',
+      startedUs: item(input, 'l2-2').terminalUs! - 400_000,
+      endedUs: item(input, 'l2-3').startedUs! - 1,
+    });
+    item(input, 'l2-3').attempt = 2;
+    const f = failing(input);
+    assert.ok(
+      f.some((c) => c.name.includes('lane order') && c.examples.some((e) => e.includes('l2-3'))),
+      JSON.stringify(f),
+    );
+  },
+);
 
 test('a lane row left busy with every item ended fails lane bookkeeping', () => {
   const input = clean();
@@ -358,7 +364,8 @@ test('the clean rescue is measured part by part', () => {
   const k = run(clean()).rescue.kills[0]!;
   assert.equal(k.outcome, 'rescued');
   assert.equal(k.clean, true);
-  // (a) the first pass after E ended its reclaim step 296 ms after E, within E + interval 500 + tail 0 + timer lag 2 + work 10;
+  // (a) the first pass after E ended its reclaim step 296 ms after E, within E + interval 500 + tail 0 + timer lag 2 +
+  // work 10;
   // reclaimed 294 ms after E.
   assert.equal(k.reclaimAllowanceMs, 296);
   assert.equal(k.reclaim!.doneMs - k.reclaim!.passStartedAtMs, 10);
@@ -400,7 +407,8 @@ test('a pass after the lease ran out that did not reclaim it fails rescue (a)', 
 
 test('a lease that no pass after its end reclaims fails rescue (a) and (c)', () => {
   const input = clean();
-  // Its attempt 1 has no history row at all, and it went on to attempt 2: neither reclaimed nor settled by the dead worker.
+  // Its attempt 1 has no history row at all, and it went on to attempt 2: neither reclaimed nor settled by the dead
+  // worker.
   input.recorded.attempts = input.recorded.attempts.filter((a) => a.outcome !== 'lease_expired');
   const f = failing(input);
   assert.ok(

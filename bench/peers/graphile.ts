@@ -293,7 +293,10 @@ class GraphileAdapter implements PeerAdapter {
     }
   }
 
-  /** runner.stop(): graceful shutdown (waits for in-flight jobs, flushes batched completions, returns local-queue jobs) and ends the runner's pool. */
+  /**
+   * runner.stop(): graceful shutdown (waits for in-flight jobs, flushes batched completions, returns local-queue jobs)
+   * and ends the runner's pool.
+   */
   private async stopRunner(runner: Runner): Promise<void> {
     if (!this.runners.delete(runner)) return;
     await runner.stop();
@@ -327,9 +330,12 @@ class GraphileAdapter implements PeerAdapter {
 }
 
 const LOCAL_QUEUE_BREAKS_NAMED_QUEUES =
-  'n/a in this mode: in graphile-worker 0.17.3 the local queue (size > 1) fetches several jobs of one named queue at once and runs them concurrently (graphile/worker#621, fixed after 0.17.3 by #622); see the no-local-queue mode';
+  'n/a in this mode: in graphile-worker 0.17.3 the local queue (size > 1) fetches ' +
+  'several jobs of one named queue at once and runs them concurrently ' +
+  '(graphile/worker#621, fixed after 0.17.3 by #622); see the no-local-queue mode';
 const UNORDERED_ROWS =
-  "measured in the local queue mode, graphile-worker's best configuration for unordered jobs (this mode is for named queues)";
+  "measured in the local queue mode, graphile-worker's best configuration for " +
+  'unordered jobs (this mode is for named queues)';
 const namedQueues = 'named queues (queueName = key); one job at a time per queue';
 
 export const graphileFactories: PeerFactory[] = [

@@ -171,7 +171,8 @@ class LanewakeAdapter implements PeerAdapter {
   async completedCount(): Promise<number> {
     this.counter ??= await createConnection(this.url);
     const [rows] = await this.counter.query<RowDataPacket[]>(
-      "SELECT COUNT(*) AS n FROM lw_items WHERE queue = ? AND queue_class IN ('interactive', 'default', 'bulk') AND state = 'completed'",
+      'SELECT COUNT(*) AS n FROM lw_items WHERE queue = ? AND queue_class IN ' +
+        "('interactive', 'default', 'bulk') AND state = 'completed'",
       [QUEUE],
     );
     return Number(rows[0]?.n ?? 0);
@@ -243,7 +244,8 @@ function factory(
 }
 
 const POLL_ONLY =
-  "poll modes: the two-process latency row only (with work waiting, a consumer claims again at once, so their throughput is the wake mode's)";
+  'poll modes: the two-process latency row only (with work waiting, a consumer ' +
+  "claims again at once, so their throughput is the wake mode's)";
 const pollMode = (mode: string, ms: number): PeerFactory =>
   factory({ mode, wake: false, pollIntervalMs: ms }, ['latency'], POLL_ONLY, {
     latency: `no Redis: the worker process sweeps the ledger every ${mode.replace('poll ', '')}`,
@@ -263,7 +265,9 @@ export const lanewakeFactories: PeerFactory[] = [
     'the in-process shortcut is one row of its own (latency-in-process); every other row is the wake mode',
     {
       'latency-in-process':
-        'producer and worker share one wake channel in one process: the wake-up is handed over in memory and items the worker has room for are inserted already claimed (design.md §1), a shortcut no producer in another process has',
+        'producer and worker share one wake channel in one process: the wake-up is ' +
+        'handed over in memory and items the worker has room for are inserted already ' +
+        'claimed (design.md §1), a shortcut no producer in another process has',
     },
   ),
   pollMode('poll 5 s', 5_000),

@@ -233,7 +233,8 @@ class PgBossAdapter implements PeerAdapter {
   async close(): Promise<void> {
     for (const r of [...this.running]) await r.stop().catch(() => undefined);
     this.running.clear();
-    // graceful: false: the workers are stopped already; pg-boss's graceful stop polls for work in progress every 500 ms.
+    // graceful: false: the workers are stopped already; pg-boss's graceful stop polls for work in progress every 500
+    // ms.
     await this.boss?.stop({ graceful: false }).catch(() => undefined);
     await this.db?.pool.end().catch(() => undefined);
     await this.admin?.end().catch(() => undefined);
@@ -255,7 +256,12 @@ class PgBossAdapter implements PeerAdapter {
 }
 
 const NO_FIFO =
-  "n/a: pg-boss 10.4.2 has no per-key FIFO policy (its policies are standard/short/singleton/stately; 'singleton' + singletonKey caps a key at one active job but does not keep enqueue order: a batch insert ties on created_on and falls back to random uuid order, and two fetches can activate a key's later job first); 'key_strict_fifo' arrived in pg-boss 12, which declares engines node >=22.12";
+  'n/a: pg-boss 10.4.2 has no per-key FIFO policy (its policies are ' +
+  "standard/short/singleton/stately; 'singleton' + singletonKey caps a key at one " +
+  'active job but does not keep enqueue order: a batch insert ties on created_on ' +
+  "and falls back to random uuid order, and two fetches can activate a key's later " +
+  "job first); 'key_strict_fifo' arrived in pg-boss 12, which declares engines " +
+  'node >=22.12';
 
 function factory(mode: Mode): PeerFactory {
   return {
@@ -279,7 +285,8 @@ function factory(mode: Mode): PeerFactory {
  * Measured here (3,000 no-op jobs, one process): 1 × 32 ≈ 1,850 jobs/s,
  * 4 × 8 ≈ 1,050, 8 × 4 ≈ 560, 32 × 1 ≈ 310 (not profiled: fewer fetch and
  * complete statements per job, and fewer fetchers racing for the same head rows
- * under FOR UPDATE SKIP LOCKED, are the likely reasons). The costs: a batch completes or fails as a whole, the next batch waits
+ * under FOR UPDATE SKIP LOCKED, are the likely reasons). The costs: a batch completes or fails as a whole, the next
+ * batch waits
  * for the slowest job of the last, and an idle queue is polled every 0.5 s by
  * one worker (enqueue→start ≈ 0–500 ms).
  */

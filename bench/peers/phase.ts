@@ -88,7 +88,9 @@ export async function drain(a: PeerAdapter, effects: Effects, want: number | und
     } else if (now - movedAt > STALL_MS) {
       return {
         ok: false,
-        why: `stalled: every job started, but the store's completed count stayed at ${n} of ${want} for ${STALL_MS / 1000} s`,
+        why:
+          `stalled: every job started, but the store's completed count stayed at ${n} of ` +
+          `${want} for ${STALL_MS / 1000} s`,
       };
     }
     await sleep(COUNT_POLL_MS);

@@ -2,7 +2,8 @@
  * One run of one workload against one (system, mode), in a fresh process,
  * so nothing (state, caches, memory) leaks from one system to the next:
  *
- *   node --import tsx bench/peers/run-one.ts '{"system":"lanewake","mode":"wake","workload":"bulk","run":1,"scale":0.1,"ns":["abc123"]}'
+ *   node --import tsx bench/peers/run-one.ts
+ * '{"system":"lanewake","mode":"wake","workload":"bulk","run":1,"scale":0.1,"ns":["abc123"]}'
  *
  * It makes the namespace(s), runs the workload (bench/peers/workloads/),
  * checks every job's effect and the system's completed count, drops

@@ -76,7 +76,8 @@ async function main(): Promise<void> {
   const factory = await findFactory(name);
   const ns: Namespace = { id: `sc${randomBytes(5).toString('hex')}` };
   log(
-    `${label(factory)}: namespace ${ns.id}; ordersByKey=${factory.ordersByKey}; workloads=${factory.workloads.join(',')}`,
+    `${label(factory)}: namespace ${ns.id}; ordersByKey=${factory.ordersByKey}; ` +
+      `workloads=${factory.workloads.join(',')}`,
   );
   const failures: string[] = [];
   const check = (ok: boolean, msg: string) => {
@@ -115,7 +116,8 @@ async function main(): Promise<void> {
 
     const batchMs = await waitFor(`${batch} distinct jobs`, deadlineMs, () => seen.size >= batch);
     log(
-      `${batch} distinct jobs arrived ${batchMs.toFixed(0)} ms after the worker was ready (${((batch / batchMs) * 1000).toFixed(0)} jobs/s)`,
+      `${batch} distinct jobs arrived ${batchMs.toFixed(0)} ms after the worker was ` +
+        `ready (${((batch / batchMs) * 1000).toFixed(0)} jobs/s)`,
     );
 
     let last = -1;
@@ -137,7 +139,8 @@ async function main(): Promise<void> {
     latencies.sort((a, b) => a - b);
     log(
       `${single} enqueueOne jobs arrived one by one; enqueue call→onJob: min ${latencies[0]?.toFixed(1)} ms, ` +
-        `median ${latencies[Math.floor(latencies.length / 2)]?.toFixed(1)} ms, max ${latencies[latencies.length - 1]?.toFixed(1)} ms`,
+        `median ${latencies[Math.floor(latencies.length / 2)]?.toFixed(1)} ms, max ` +
+        `${latencies[latencies.length - 1]?.toFixed(1)} ms`,
     );
 
     t = performance.now();
@@ -149,11 +152,13 @@ async function main(): Promise<void> {
     const dups = [...seen.entries()].filter(([, c]) => c > 1);
     check(
       missing.length === 0,
-      `every job arrived (${seen.size}/${total} distinct${missing.length ? `, missing e.g. ${missing.slice(0, 5).join(',')}` : ''})`,
+      `every job arrived (${seen.size}/${total} ` +
+        `distinct${missing.length ? `, missing e.g. ${missing.slice(0, 5).join(',')}` : ''})`,
     );
     check(
       dups.length === 0 && calls === total,
-      `no duplicates (${calls} onJob calls for ${total} jobs${dups.length ? `; e.g. n=${dups[0]?.[0]} ×${dups[0]?.[1]}` : ''})`,
+      `no duplicates (${calls} onJob calls for ${total} ` +
+        `jobs${dups.length ? `; e.g. n=${dups[0]?.[0]} ×${dups[0]?.[1]}` : ''})`,
     );
     check(badPayload === 0, 'every payload carried its n');
     const after = await adapter.completedCount();

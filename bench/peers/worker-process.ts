@@ -3,7 +3,8 @@
  * sixteen-workers workloads), driven over IPC by its run process
  * (bench/peers/worker-handle.ts):
  *
- *   node --import tsx bench/peers/worker-process.ts '{"system":"bullmq","mode":"defaults","ns":"abc123","concurrency":32}'
+ *   node --import tsx bench/peers/worker-process.ts
+ * '{"system":"bullmq","mode":"defaults","ns":"abc123","concurrency":32}'
  *
  * It connects to the namespace the run process made and says 'ready'; on
  * 'go' it starts its worker and says 'working'; it streams back the job

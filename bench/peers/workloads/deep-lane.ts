@@ -32,7 +32,8 @@ export const deepLane: WorkloadFn = async (session, args, s, out) => {
     const a = await session.open(args.ns[1]!);
     const deep = Array.from({ length: s.deepLaneDepth }, (_, i): BenchJob => ({ n: m + i, key: 'deep', seq: i }));
     await enqueueAll(a, deep, s.bulkBatch);
-    // Waits for the fresh jobs only; once the worker stopped, every job that started (fresh or deep) must be counted completed.
+    // Waits for the fresh jobs only; once the worker stopped, every job that started (fresh or deep) must be counted
+    // completed.
     const phase = {
       phase: 'deep-lane present',
       jobs: fresh,

@@ -42,7 +42,9 @@ export interface InProcessPhase {
   readonly ordered: boolean;
 }
 
-/** An idle worker in this process, `p.jobs` arriving at the harness's rate; returns their enqueue→start latencies (ms). */
+/**
+ * An idle worker in this process, `p.jobs` arriving at the harness's rate; returns their enqueue→start latencies (ms).
+ */
 export async function inProcessLatency(a: PeerAdapter, s: Sizes, out: Outcome, p: InProcessPhase): Promise<number[]> {
   const latencies: number[] = [];
   const count = p.jobs.length;
