@@ -3,7 +3,7 @@ import type { ClaimedItem, QueueClass } from '../ledger/types.js';
 import type { Logger } from '../log.js';
 import type { Handoff, Offer } from '../wake/messages.js';
 import type { Offers, PostedOffer } from '../wake/offers.js';
-import type { IntakeSource } from './intake.js';
+import type { IntakeSource } from './intake-source.js';
 import type { Reservation, Reservations } from './reservations.js';
 
 /** How long an offer stands before its consumer replaces it; a dead consumer's offers die with it this fast. */

@@ -3,7 +3,7 @@ import { MAX_CLAIM_ITEMS } from '../ledger/inputs.js';
 import { newLeaseToken } from '../ledger/ids.js';
 import type { ClaimedItem, QueueClass } from '../ledger/types.js';
 import type { Capacity } from './capacity.js';
-import type { IntakeSource, ReservedSource } from './intake.js';
+import type { IntakeSource, ReservedSource } from './intake-source.js';
 
 /** The lease a reservation's items are claimed under: the same fence a claim gives. */
 export interface ReservationLease {
