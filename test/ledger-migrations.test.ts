@@ -39,7 +39,28 @@ async function migrationRows(ledger: Ledger, prefix = 'lw_'): Promise<number[]> 
   return r.rows.map((x) => Number(x.version));
 }
 
+/** Each table's SHOW CREATE TABLE, less the AUTO_INCREMENT counter. */
+async function definitions(ledger: Ledger): Promise<string[]> {
+  const out: string[] = [];
+  for (const name of await tables(ledger)) {
+    const r = await sql<Record<string, string>>`SHOW CREATE TABLE ${sql.table(name)}`.execute(ledger.db);
+    out.push(String(r.rows[0]?.['Create Table']).replace(/ AUTO_INCREMENT=\d+/, ''));
+  }
+  return out;
+}
+
 describe('migrations', () => {
+  test("a test ledger (a copy of the run's migrated template) has the tables and rows a migration makes", async () => {
+    const copied = await createTestLedger();
+    created.push(copied);
+    const migrated = await fresh();
+    await migrated.ledger.migrate();
+    const made = await definitions(migrated.ledger);
+    expect(made.length).toBeGreaterThan(1);
+    expect(await definitions(copied.ledger)).toEqual(made);
+    expect(await migrationRows(copied.ledger)).toEqual(await migrationRows(migrated.ledger));
+  });
+
   test('schemaStatus and assertSchemaCurrent before and after migrate', async () => {
     const { ledger } = await fresh();
     expect(SCHEMA_VERSION).toBeGreaterThanOrEqual(1);
