@@ -76,10 +76,9 @@ let tables: Promise<TemplateTables> | undefined;
 
 function templateTables(c: Connection, template: string): Promise<TemplateTables> {
   tables ??= (async () => {
-    const [rows] = await c.query(
-      'SELECT table_name AS name, table_rows AS n FROM information_schema.tables WHERE table_schema = ?',
-      [template],
-    );
+    const [rows] = await c.query('SELECT table_name AS name FROM information_schema.tables WHERE table_schema = ?', [
+      template,
+    ]);
     const all = (rows as { name: string }[]).map((r) => r.name).sort();
     const withRows: string[] = [];
     for (const name of all) {
