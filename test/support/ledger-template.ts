@@ -1,13 +1,12 @@
 import { randomBytes } from 'node:crypto';
-import type { Connection } from 'mysql2/promise';
-import { createConnection } from 'mysql2/promise';
+import { type Connection, createConnection } from 'mysql2/promise';
 import { Ledger } from '../../src/ledger/ledger.js';
 import { onEveryStatement } from './mysql-statements.js';
 
 /**
  * A database migrated once per run (global-setup.ts), that each test's fresh database copies: one
- * `CREATE TABLE … LIKE` per table and its rows, instead of every migration step. TiDB runs DDL one job at a
- * time and an ALTER as several schema versions, so a migration per test was most of a TiDB run.
+ * `CREATE TABLE … LIKE` per table and its rows, instead of every migration step: TiDB runs DDL one job at a
+ * time and an ALTER as several schema versions, so migrating each test's database is slow there.
  * test/ledger-migrations.test.ts checks that a copy's tables are the migration's.
  */
 export interface LedgerTemplate {
