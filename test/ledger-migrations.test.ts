@@ -1,5 +1,5 @@
 import { sql } from 'kysely';
-import { afterEach, describe, expect, test } from 'vitest';
+import { afterEach, describe, expect, inject, test } from 'vitest';
 import { SchemaBehindError } from '../src/errors.js';
 import { Ledger } from '../src/ledger/ledger.js';
 import type { ClaimedItem } from '../src/ledger/types.js';
@@ -39,7 +39,30 @@ async function migrationRows(ledger: Ledger, prefix = 'lw_'): Promise<number[]> 
   return r.rows.map((x) => Number(x.version));
 }
 
+/** Each table's SHOW CREATE TABLE in `database` (the ledger's own by default), less the AUTO_INCREMENT counter. */
+async function definitions(ledger: Ledger, database?: string): Promise<string[]> {
+  const schema = database === undefined ? sql`DATABASE()` : sql`${database}`;
+  const r = await sql<{ name: string }>`SELECT table_name AS name FROM information_schema.tables
+    WHERE table_schema = ${schema}`.execute(ledger.db);
+  const out: string[] = [];
+  for (const name of r.rows.map((x) => x.name).sort()) {
+    const table = sql.table(database === undefined ? name : `${database}.${name}`);
+    const shown = await sql<Record<string, string>>`SHOW CREATE TABLE ${table}`.execute(ledger.db);
+    out.push(String(shown.rows[0]?.['Create Table']).replace(/ AUTO_INCREMENT=\d+/, ''));
+  }
+  return out;
+}
+
 describe('migrations', () => {
+  test("a test ledger copies the run's template, which migrate() made: the same tables, every step", async () => {
+    const copied = await createTestLedger();
+    created.push(copied);
+    const made = await definitions(copied.ledger, inject('ledgerTemplate').database);
+    expect(made.length).toBeGreaterThan(1);
+    expect(await definitions(copied.ledger)).toEqual(made);
+    expect(await migrationRows(copied.ledger)).toEqual(MIGRATIONS.map((m) => m.version));
+  });
+
   test('schemaStatus and assertSchemaCurrent before and after migrate', async () => {
     const { ledger } = await fresh();
     expect(SCHEMA_VERSION).toBeGreaterThanOrEqual(1);

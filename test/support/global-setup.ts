@@ -1,8 +1,9 @@
-import { mkdtempSync, readdirSync, readFileSync, rmSync } from 'node:fs';
+import { mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import type { TestProject } from 'vitest/node';
-import { lintSql } from './sql-lint.js';
+import { createLedgerTemplate, dropLedgerTemplate } from './ledger-template.js';
+import { lintSql, normalizeSql } from './sql-lint.js';
 
 const LOCAL_MYSQL = process.env.LANEWAKE_TEST_MYSQL_URL ?? 'mysql://root@127.0.0.1:3306';
 const LOCAL_REDIS = process.env.LANEWAKE_TEST_REDIS_URL ?? 'redis://127.0.0.1:6379';
@@ -28,10 +29,21 @@ export default async function setup(project: TestProject): Promise<() => Promise
   project.provide('redisUrl', redisUrl);
   const sqlLogDir = mkdtempSync(join(tmpdir(), 'lanewake-sql-'));
   project.provide('sqlLogDir', sqlLogDir);
+  const template = await createLedgerTemplate(mysqlUrl);
+  project.provide('ledgerTemplate', { database: template.database, tablePrefix: template.tablePrefix });
+  const migration = [...new Set(template.statements.map(normalizeSql))];
+  writeFileSync(join(sqlLogDir, 'ledger-template.json'), JSON.stringify(migration));
   return async () => {
+    await dropLedgerTemplate(mysqlUrl, template.database);
     await teardown();
     lintRecordedSql(sqlLogDir);
   };
+}
+
+declare module 'vitest' {
+  export interface ProvidedContext {
+    ledgerTemplate: { database: string; tablePrefix: string };
+  }
 }
 
 /** Fails the run when a statement the suite sent is outside the SQL subset every server shares (sql-lint.ts). */
@@ -47,7 +59,7 @@ function lintRecordedSql(dir: string): void {
   // An error thrown here is printed but does not fail the run: set the exit code as well.
   process.exitCode = 1;
   console.error(
-    `\nSQL lint FAILED: ${violations.length} statement(s) of ${statements.size} ` +
-      `outside the SQL subset every server shares:\n${lines.join('\n')}\n`,
+    `\nSQL lint FAILED: ${violations.length} statement(s) of ${statements.size} outside the SQL subset every ` +
+      `server shares:\n${lines.join('\n')}\n`,
   );
 }

@@ -5,6 +5,8 @@ import { createConnection } from 'mysql2/promise';
 import { mysqlPoolOptions, type LedgerDb } from '../../src/ledger/connection.js';
 import { Ledger } from '../../src/ledger/ledger.js';
 import type { LedgerConfigInput } from '../../src/ledger/config.js';
+import { inject } from 'vitest';
+import { copyTemplate, templateFits } from './ledger-template.js';
 import { mysqlServerUrl } from './services.js';
 
 export interface TestLedger {
@@ -51,13 +53,21 @@ export async function dropDatabase(database: string): Promise<void> {
   await admin((c) => c.query(`DROP DATABASE IF EXISTS \`${database}\``));
 }
 
-/** A database of its own, migrated; `drop()` closes the pool and drops it. */
+/**
+ * A database of its own, migrated (a copy of the run's migrated template, ledger-template.ts, when the
+ * table prefix is the template's); `drop()` closes the pool and drops it.
+ */
 export async function createTestLedger(config: Partial<LedgerConfigInput> = {}, migrate = true): Promise<TestLedger> {
   const database = `lwt_${randomBytes(6).toString('hex')}`;
-  await admin((c) => c.query(`CREATE DATABASE \`${database}\``));
+  const template = inject('ledgerTemplate');
+  const copy = migrate && templateFits(template, config);
+  await admin(async (c) => {
+    await c.query(`CREATE DATABASE \`${database}\``);
+    if (copy) await copyTemplate(c, template.database, database);
+  });
   const url = `${mysqlServerUrl().replace(/\/$/, '')}/${database}`;
   const ledger = new Ledger({ url, poolSize: 8, ...testTxnMode(), ...config });
-  if (migrate) await ledger.migrate();
+  if (migrate && !copy) await ledger.migrate();
   return {
     ledger,
     database,
