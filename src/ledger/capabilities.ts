@@ -22,7 +22,7 @@ export interface LedgerCapabilities {
   /** Item ids in creation order (InnoDB) or random (TiDB): see IdOrder. */
   readonly idOrder: IdOrder;
   /**
-   * The hot statements go prepared, on the binary protocol (sql/bound.ts):
+   * The hot statements go prepared, on the binary protocol (sql/common/bound.ts):
    * on TiDB through the ledger's own pool, where that lets TiDB's plan cache
    * serve them. MariaDB and MySQL run the same statements as text, with
    * their values inlined, for less than a prepared round trip costs.
@@ -32,7 +32,7 @@ export interface LedgerCapabilities {
    * On TiDB through the ledger's own pool, a few connections of their own
    * whose autocommit writes come back with a write conflict instead of being
    * run again by TiDB (connection.ts): the claim's CAS, prepared, runs there
-   * and claims again on a conflict (sql/claim.ts). Undefined elsewhere.
+   * and claims again on a conflict (sql/claim/claim.ts). Undefined elsewhere.
    */
   readonly conflictsReturned: LedgerDb | undefined;
 }

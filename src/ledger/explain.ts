@@ -1,7 +1,7 @@
 import type { LedgerDb } from './connection.js';
-import { liveConsumers } from './sql/consumers.js';
-import { readWhyFacts, type WhyFacts } from './sql/explain.js';
-import { getItem } from './sql/inspect.js';
+import { liveConsumers } from './sql/fleet/consumers.js';
+import { readWhyFacts, type WhyFacts } from './sql/operator/explain.js';
+import { getItem } from './sql/operator/inspect.js';
 import type { LedgerTables } from './tables.js';
 import {
   RATE_LIMITED_REASON,

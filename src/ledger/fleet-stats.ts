@@ -1,9 +1,9 @@
 import type { LedgerDb } from './connection.js';
 import { newLeaseToken } from './ids.js';
-import { finishFleetTask, holdFleetLease, readFleetTask, releaseFleetLease, takeFleetTask } from './sql/fleet-tasks.js';
-import { allPausedQueues } from './sql/queue-settings.js';
+import { finishFleetTask, holdFleetLease, readFleetTask, releaseFleetLease, takeFleetTask } from './sql/fleet/fleet-tasks.js';
+import { allPausedQueues } from './sql/queues/queue-settings.js';
 import { countUpTo } from './bounded-count.js';
-import { queueStats, statsCountCap } from './sql/stats.js';
+import { queueStats, statsCountCap } from './sql/operator/stats.js';
 import type { LedgerTables } from './tables.js';
 import { ITEM_STATES, type ItemState, type QueueStats } from './types.js';
 

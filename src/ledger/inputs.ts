@@ -159,7 +159,7 @@ export const releaseSchema = z
   .object({
     delayMs: durationMs.optional(),
     reason: reasonText.optional(),
-    /** No time given: back off by this policy, by the releases since the last spent attempt (sql/deferrals.ts). */
+    /** No time given: back off by this policy, by the releases since the last spent attempt (sql/complete/deferrals.ts). */
     backoff: backoffSchema.optional(),
   })
   .strict()

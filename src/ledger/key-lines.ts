@@ -2,7 +2,7 @@
  * The concurrency keys this ledger's hand-ons last found with items waiting
  * in their lines (docs/design.md §3, Concurrency keys). A keyed completion
  * whose keys are none of these gives up their slots in the round trip that
- * ends the items (sql/key-hand-on.ts, releaseUnwaited), under a guard that
+ * ends the items (sql/keys/hand-on.ts, releaseUnwaited), under a guard that
  * refuses it if a line was there after all; the full hand-on then runs and
  * says which keys it found waiting. A hint that picks the path, never the
  * authority: the guard is.

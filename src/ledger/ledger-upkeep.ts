@@ -20,16 +20,16 @@ import {
 } from './inputs.js';
 import { fleetGauges, fleetStats, releaseFleetGauges, type FleetGaugeReading, type FleetStats } from './fleet-stats.js';
 import { assertSchemaCurrent, migrate, schemaStatus, type MigrateResult, type SchemaStatus } from './migrations.js';
-import { probeDependencyWaits } from './sql/dependency.js';
-import { activateOwnership, getOwnership } from './sql/ownership.js';
-import { beat, forget, liveConsumers, type ConsumerRow } from './sql/consumers.js';
-import { pushRateWindow, reserveRateTurn, takeRate } from './sql/rate-limits.js';
-import { purgeTerminal } from './sql/purge.js';
-import { reclaimExpired } from './sql/reclaim.js';
-import { countProcessing } from './sql/stats.js';
-import { repairWaits } from './sql/waits.js';
-import { sweepSignals } from './sql/sweep-signals.js';
-import { purgeWakeMarks } from './sql/wake-marks.js';
+import { probeDependencyWaits } from './sql/waits/dependency.js';
+import { activateOwnership, getOwnership } from './sql/fleet/ownership.js';
+import { beat, forget, liveConsumers, type ConsumerRow } from './sql/fleet/consumers.js';
+import { pushRateWindow, reserveRateTurn, takeRate } from './sql/rates/rate-limits.js';
+import { purgeTerminal } from './sql/upkeep/purge.js';
+import { reclaimExpired } from './sql/upkeep/reclaim.js';
+import { countProcessing } from './sql/operator/stats.js';
+import { repairWaits } from './sql/waits/waits.js';
+import { sweepSignals } from './sql/upkeep/sweep-signals.js';
+import { purgeWakeMarks } from './sql/waits/wake-marks.js';
 import { ledgerTables, type LedgerTables } from './tables.js';
 import { MODE_PROOF_VALUES } from './mode-proof.js';
 import type {
@@ -43,7 +43,7 @@ import type {
 } from './types.js';
 import { queueName, validate } from './validation.js';
 
-/** Dependency wake marks are kept at least this long (see sql/wake-marks.ts). */
+/** Dependency wake marks are kept at least this long (see sql/waits/wake-marks.ts). */
 const WAKE_MARK_KEEP_MS = 86_400_000;
 
 /**
@@ -159,7 +159,7 @@ export class LedgerUpkeep {
 
   /**
    * Forgets dependency wake marks untouched for a day (at most `limit`; see
-   * sql/wake-marks.ts). They belong to no queue: one call per maintenance
+   * sql/waits/wake-marks.ts). They belong to no queue: one call per maintenance
    * pass, whatever the item retention.
    * @internal
    */

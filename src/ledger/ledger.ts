@@ -30,7 +30,7 @@ import {
   type RetryInput,
 } from './inputs.js';
 import { backoffDelayMs } from './backoff.js';
-import { releasesSinceSpentAttempt } from './sql/deferrals.js';
+import { releasesSinceSpentAttempt } from './sql/complete/deferrals.js';
 import {
   completeEntries,
   completeInTransaction,
@@ -48,19 +48,19 @@ import { LedgerOperator } from './operator.js';
 import { LedgerSchedules } from './schedules.js';
 import { modeProof } from './mode-proof.js';
 import { parseJson } from './rows.js';
-import { finalizeBlock } from './sql/block.js';
-import { cancelItem } from './sql/cancel.js';
-import { claimByIds, claimHeads, readHeldUnderLease } from './sql/claim.js';
-import { wakeDependency } from './sql/dependency.js';
-import { getAttempts, getItem, listDead } from './sql/inspect.js';
-import { renewLeases, saveCheckpoint, saveProgress } from './sql/lease.js';
+import { finalizeBlock } from './sql/complete/block.js';
+import { cancelItem } from './sql/operator/cancel.js';
+import { claimByIds, claimHeads, readHeldUnderLease } from './sql/claim/claim.js';
+import { wakeDependency } from './sql/waits/dependency.js';
+import { getAttempts, getItem, listDead } from './sql/operator/inspect.js';
+import { renewLeases, saveCheckpoint, saveProgress } from './sql/run/lease.js';
 import { explainItem } from './explain.js';
-import { replayItem } from './sql/replay.js';
-import { requestDigestsOnce } from './sql/request-digests.js';
-import { repairItem } from './sql/repair.js';
+import { replayItem } from './sql/operator/replay.js';
+import { requestDigestsOnce } from './sql/enqueue/request-digests.js';
+import { repairItem } from './sql/operator/repair.js';
 import { newId } from './ids.js';
-import { queueStats } from './sql/stats.js';
-import { readSteps, recordStep, type StepHolder } from './sql/steps.js';
+import { queueStats } from './sql/operator/stats.js';
+import { readSteps, recordStep, type StepHolder } from './sql/run/steps.js';
 import { LedgerUpkeep } from './ledger-upkeep.js';
 import type {
   AttemptRecord,
@@ -94,8 +94,8 @@ import {
   typeName,
   validate,
 } from './validation.js';
-import { readKeyLimits, setKeyLimit } from './sql/key-limits.js';
-import { pausedQueues, staleOnlyQueues, writeQueueSetting } from './sql/queue-settings.js';
+import { readKeyLimits, setKeyLimit } from './sql/keys/limits.js';
+import { pausedQueues, staleOnlyQueues, writeQueueSetting } from './sql/queues/queue-settings.js';
 import { KeyLines } from './key-lines.js';
 
 export { DEFAULT_MAX_ATTEMPTS, MAX_CLAIM_ITEMS } from './inputs.js';
@@ -359,7 +359,7 @@ export class Ledger extends LedgerUpkeep {
   /**
    * Gives the item back without burning budget (deadline, drain, defer, rate limit): due again after
    * `delayMs`, or, with `backoff`, after that policy's delay for the n-th release since the item's last
-   * spent attempt (n counted from its history, sql/deferrals.ts). Answers the delay it wrote.
+   * spent attempt (n counted from its history, sql/complete/deferrals.ts). Answers the delay it wrote.
    */
   async release(handle: LeaseHandle, input: ReleaseInput = {}): Promise<FinalizeResult & { delayMs: number }> {
     const v = validate(releaseSchema, input, 'release');
@@ -444,7 +444,7 @@ export class Ledger extends LedgerUpkeep {
     return repairItem(this.db, this.tables, { ...v, repairId: v.repairId ?? newId() });
   }
 
-  /** Depth by state per queue, counted now from bounded index ranges (src/ledger/sql/stats.ts). */
+  /** Depth by state per queue, counted now from bounded index ranges (src/ledger/sql/operator/stats.ts). */
   stats(queue?: string): Promise<QueueStats[]> {
     if (queue !== undefined) validate(queueName, queue, 'stats', 'queue');
     return queueStats(this.db, this.tables, queue);

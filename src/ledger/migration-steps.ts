@@ -1,6 +1,6 @@
 import { sql, type RawBuilder } from 'kysely';
 import type { LedgerDb } from './connection.js';
-import { NO_TIME, OWNER_WIDTH } from './sql/common.js';
+import { NO_TIME, OWNER_WIDTH } from './sql/common/fragments.js';
 import type { LedgerTables } from './tables.js';
 
 /**
@@ -258,11 +258,11 @@ export const MIGRATIONS: readonly Migration[] = [
     name: 'queues, live consumers and rate limits',
     // One row per queue that a claim has capped: every capped claim of the
     // queue writes it first, so capped claims take turns and each counts the
-    // processing items after the one before it committed (sql/admission.ts).
+    // processing items after the one before it committed (sql/fleet/fleet-cap.ts).
     // One row per running consumer, written every few seconds: what the
     // fleet serves, for explain ("why isn't this item running?") and stats.
     // One row per rate-limited key: when its next start may be, and up to
-    // when refused items have reserved their turns (sql/rate-limits.ts).
+    // when refused items have reserved their turns (sql/rates/rate-limits.ts).
     statements: (t) => [
       sql`CREATE TABLE IF NOT EXISTS ${t.rateLimits} (
         queue VARCHAR(64) ${ASCII} NOT NULL,
@@ -297,12 +297,12 @@ export const MIGRATIONS: readonly Migration[] = [
     version: 9,
     name: 'concurrency keys, fair and paused queues',
     // An item may carry a concurrency key; its queue's key_limit says how
-    // many items of one key may be admitted at once (sql/key-admission.ts).
+    // many items of one key may be admitted at once (sql/keys/admission.ts).
     // A key's row counts its admitted items; an item waiting for a slot has
     // a row in key_waits, in the order slots go to them: earliest due first,
     // then in the order of their enqueue (seq: the place in its batch). In a
     // fair queue (queues.fair) a key's row also deals its items' rounds. A
-    // paused queue (queues.paused) claims nothing (sql/queue-settings.ts). Items without a key
+    // paused queue (queues.paused) claims nothing (sql/queues/queue-settings.ts). Items without a key
     // add nothing to either, and no index: the item's key is a plain column.
     statements: (t) => [
       sql`CREATE TABLE IF NOT EXISTS ${t.keys} (
@@ -353,7 +353,7 @@ export const MIGRATIONS: readonly Migration[] = [
   {
     version: 11,
     name: 'concurrency limits per type',
-    // A type's own limit per concurrency key (sql/key-scope.ts): its items'
+    // A type's own limit per concurrency key (sql/keys/scope.ts): its items'
     // keys are admitted and counted apart from the queue's, in key rows named
     // `type␟key`. An item keeps the name of the row that admitted it as its
     // concurrency_key, so this table is read only at enqueue and by the
@@ -375,7 +375,7 @@ export const MIGRATIONS: readonly Migration[] = [
     // schedulers in Redis, lost with it): the definition, where it was
     // declared, the next fire time and the last. A fire advances next_fire_at
     // by a CAS on `revision` in the transaction that enqueues its item
-    // (sql/schedule-fires.ts); ix_due finds the due ones and the earliest.
+    // (sql/schedules/fires.ts); ix_due finds the due ones and the earliest.
     statements: (t) => [
       sql`CREATE TABLE IF NOT EXISTS ${t.schedules} (
         name VARCHAR(100) ${ASCII} NOT NULL,

@@ -7,11 +7,11 @@ import type { LedgerCapabilities } from './capabilities.js';
 import type { Executor, LedgerDb } from './connection.js';
 import type { retrySchema } from './inputs.js';
 import { runTransaction } from './retry.js';
-import { truncate } from './sql/common.js';
-import { completeMany, completionsSettled } from './sql/complete-batch.js';
-import { finalize, finalizeInTx, type Finalization } from './sql/finalize.js';
-import { currentEpoch, fenceOf } from './sql/ownership.js';
-import type { LaneHandedOn } from './sql/transition.js';
+import { truncate } from './sql/common/fragments.js';
+import { completeMany, completionsSettled } from './sql/complete/batch.js';
+import { finalize, finalizeInTx, type Finalization } from './sql/complete/finish.js';
+import { currentEpoch, fenceOf } from './sql/fleet/ownership.js';
+import type { LaneHandedOn } from './sql/common/transition.js';
 import type { LedgerTables } from './tables.js';
 import type { ClaimedItem, FinalizeResult, ItemState, LeaseHandle, SuccessorClaim } from './types.js';
 import { encodeJson, encodePayload } from './json.js';
@@ -74,7 +74,7 @@ export function completion(result: unknown, resultMaxBytes: number): Ending {
 
 /**
  * Ledger.completeManyClaimingNext: the storable results go through one
- * batch (sql/complete-batch.ts), the others (and coalesced groups) end one
+ * batch (sql/complete/batch.ts), the others (and coalesced groups) end one
  * by one as `completion` says. Results in input order.
  */
 export async function completeEntries(
@@ -86,7 +86,7 @@ export async function completeEntries(
   const ok: { index: number; handle: LeaseHandle; resultJson: string | null }[] = [];
   for (const [index, e] of entries.entries()) {
     const json = e.result === undefined ? null : encodeJson(e.result);
-    // A coalesced group ends in a transaction of its own, its members with it (sql/finalize.ts).
+    // A coalesced group ends in a transaction of its own, its members with it (sql/complete/finish.ts).
     if (
       e.handle.group !== undefined ||
       json === undefined ||

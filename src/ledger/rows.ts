@@ -1,5 +1,5 @@
 import { errorDigest } from './ids.js';
-import { givenKey, scopeOfKey } from './sql/key-scope.js';
+import { givenKey, scopeOfKey } from './sql/keys/scope.js';
 import {
   TERMINAL_STATES,
   type AttemptRecord,
@@ -50,7 +50,7 @@ export interface ItemRow {
   updated_at: Date;
 }
 
-/** The columns of a row a claim reads back (sql/claimed.ts): those the claim did not write. */
+/** The columns of a row a claim reads back (sql/claim/claimed.ts): those the claim did not write. */
 export type ClaimedRow = Pick<
   ItemRow,
   | 'id'
@@ -96,7 +96,7 @@ export interface AttemptRow {
 /**
  * Schema 2 stores "none" as '' in the lease token and owner columns and as
  * year 1000 in the lease, start and terminal times (see NO_TIME in
- * sql/common.ts); the ledger's callers see null, as before.
+ * sql/common/fragments.ts); the ledger's callers see null, as before.
  */
 export function noneAsNull(text: string | null): string | null {
   return text === null || text === '' ? null : text;
@@ -167,7 +167,7 @@ export function toAttemptRecord(row: AttemptRow): AttemptRecord {
   };
 }
 
-/** The columns SUMMARY_COLUMNS (sql/common.ts) reads. */
+/** The columns SUMMARY_COLUMNS (sql/common/fragments.ts) reads. */
 export interface SummaryRow {
   id: string;
   queue: string;

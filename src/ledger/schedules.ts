@@ -5,7 +5,7 @@ import type { EnqueueInput } from './inputs.js';
 import { encodeJson } from './json.js';
 import { nextFireAfter, planDueFires, timingProblem, type DuePlan } from './schedule-times.js';
 import type { RecurringSchedule, ScheduleSource, ScheduleView } from './schedule-types.js';
-import { advanceSchedule, readDueSchedules, readEarliestFire } from './sql/schedule-fires.js';
+import { advanceSchedule, readDueSchedules, readEarliestFire } from './sql/schedules/fires.js';
 import {
   deleteConfigSchedulesExcept,
   deleteSchedule,
@@ -16,7 +16,7 @@ import {
   updateSchedule,
   type ScheduleRow,
   type ScheduleRowInput,
-} from './sql/schedules.js';
+} from './sql/schedules/schedules.js';
 import type { LedgerTables } from './tables.js';
 import { concurrencyKeyString, durationMs, laneKey, queueClass, queueName, typeName, validate } from './validation.js';
 

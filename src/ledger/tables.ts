@@ -19,15 +19,15 @@ export interface LedgerTables {
   readonly queues: RawBuilder<unknown>;
   /** One row per running consumer, its heartbeat (schema 8): what the fleet serves, for explain and stats. */
   readonly consumers: RawBuilder<unknown>;
-  /** One row per rate-limited key (schema 8): its next start and the turns reserved (sql/rate-limits.ts). */
+  /** One row per rate-limited key (schema 8): its next start and the turns reserved (sql/rates/rate-limits.ts). */
   readonly rateLimits: RawBuilder<unknown>;
-  /** One row per concurrency key (schema 9): how many of its items are admitted (sql/key-admission.ts). */
+  /** One row per concurrency key (schema 9): how many of its items are admitted (sql/keys/admission.ts). */
   readonly keys: RawBuilder<unknown>;
   /** One row per keyed item waiting for a slot of its key (schema 9), in the order slots go to them. */
   readonly keyWaits: RawBuilder<unknown>;
-  /** One row per type with a limit per concurrency key of its own (schema 11; sql/key-scope.ts). */
+  /** One row per type with a limit per concurrency key of its own (schema 11; sql/keys/scope.ts). */
   readonly typeLimits: RawBuilder<unknown>;
-  /** One row per recurring schedule (schema 12): its definition, next and last fire (sql/schedules.ts, sql/schedule-fires.ts). */
+  /** One row per recurring schedule (schema 12): its definition, next and last fire (sql/schedules/schedules.ts, sql/schedules/fires.ts). */
   readonly schedules: RawBuilder<unknown>;
   readonly migrations: RawBuilder<unknown>;
 }
@@ -55,7 +55,7 @@ export function ledgerTables(prefix: string): LedgerTables {
   };
 }
 
-/** A table's identifier as SQL text, quoted as `sql.table` quotes it: for statements written as text (sql/bound.ts). */
+/** A table's identifier as SQL text, quoted as `sql.table` quotes it: for statements written as text (sql/common/bound.ts). */
 export function tableText(t: LedgerTables, name: 'items' | 'ownership' | 'lanes'): string {
   return `\`${(t.prefix + name).replace(/`/g, '``')}\``;
 }

@@ -284,7 +284,7 @@ export interface ProbeOutcome {
 }
 
 /**
- * A count read from a bounded index range (src/ledger/sql/stats.ts): with
+ * A count read from a bounded index range (src/ledger/sql/operator/stats.ts): with
  * `atLeast` false, exactly `count`; with `atLeast` true, the range reached its
  * cap and holds `count` or more. An object, not a number, so that a floor is
  * never added or compared as if it were exact: read `atLeast` first.
@@ -297,7 +297,7 @@ export interface BoundedCount {
 /** Item counts by state, and the claim backlog's age, of one queue. */
 export interface QueueStats {
   queue: string;
-  /** Items by state, each counted up to a cap (100,000 unfinished, 10,000 terminal: src/ledger/sql/stats.ts). */
+  /** Items by state, each counted up to a cap (100,000 unfinished, 10,000 terminal: src/ledger/sql/operator/stats.ts). */
   counts: Record<ItemState, BoundedCount>;
   /** Age of the oldest due lane head waiting to be claimed, in ms (0 when none waits). */
   oldestDueAgeMs: number;
