@@ -1,6 +1,12 @@
 import type { LedgerDb } from './connection.js';
 import { newLeaseToken } from './ids.js';
-import { finishFleetTask, holdFleetLease, readFleetTask, releaseFleetLease, takeFleetTask } from './sql/fleet/fleet-tasks.js';
+import {
+  finishFleetTask,
+  holdFleetLease,
+  readFleetTask,
+  releaseFleetLease,
+  takeFleetTask,
+} from './sql/fleet/fleet-tasks.js';
 import { allPausedQueues } from './sql/queues/queue-settings.js';
 import { countUpTo } from './bounded-count.js';
 import { queueStats, statsCountCap } from './sql/operator/stats.js';

@@ -9,7 +9,7 @@ import type { retrySchema } from './inputs.js';
 import { runTransaction } from './retry.js';
 import { truncate } from './sql/common/fragments.js';
 import { completeMany, completionsSettled } from './sql/complete/batch.js';
-import { finalize, finalizeInTx, type Finalization } from './sql/complete/finish.js';
+import { finishItem, finishItemInTx, type Finishing } from './sql/complete/finish.js';
 import { currentEpoch, fenceOf } from './sql/fleet/ownership.js';
 import type { LaneHandedOn } from './sql/common/transition.js';
 import type { LedgerTables } from './tables.js';
@@ -31,14 +31,14 @@ export interface FinishTarget {
   readonly keyLines: KeyLines;
 }
 
-/** A finalization and the state it writes. */
+/** A finishing and the state it writes. */
 export interface Ending {
-  f: Finalization;
+  f: Finishing;
   state: ItemState;
 }
 
 export async function finish(target: FinishTarget, handle: LeaseHandle, e: Ending): Promise<FinalizeResult> {
-  const won = await finalize(target.db, target.tables, handle, e.f, (await target.capabilities()).prepared);
+  const won = await finishItem(target.db, target.tables, handle, e.f, (await target.capabilities()).prepared);
   return e.f.kind === 'dead' || e.f.kind === 'retry'
     ? { won, state: e.state, failureClass: e.f.failureClass }
     : { won, state: e.state };
@@ -243,7 +243,7 @@ export async function completeInTransaction(
   result: unknown,
 ): Promise<LaneHandedOn> {
   const json = result === undefined ? null : encodeCapped(result, target.resultMaxBytes, 'result');
-  return finalizeInTx(
+  return finishItemInTx(
     trx,
     target.tables,
     handle,

@@ -2,7 +2,13 @@ import { sql, type RawBuilder } from 'kysely';
 import type { Executor, LedgerDb } from '../../connection.js';
 import { newId } from '../../ids.js';
 import { CommitOutcomeUnknownError, LeaseLostError, OwnershipLostError } from '../../../errors.js';
-import { CONNECTION_RETRY, isConnectionError, readAfterLostConnection, retryDelay, runTransaction } from '../../retry.js';
+import {
+  CONNECTION_RETRY,
+  isConnectionError,
+  readAfterLostConnection,
+  retryDelay,
+  runTransaction,
+} from '../../retry.js';
 import type { LedgerTables } from '../../tables.js';
 import type { AttemptRecord } from '../../types.js';
 import { markedPrepared } from './bound.js';

@@ -2,7 +2,13 @@ import { sql } from 'kysely';
 import type { LedgerCapabilities } from '../../capabilities.js';
 import type { Executor, LedgerDb } from '../../connection.js';
 import { OwnershipLostError, PartialBatch } from '../../../errors.js';
-import { CONNECTION_RETRY, isConnectionError, readAfterLostConnection, retryDelay, retryOnConflict } from '../../retry.js';
+import {
+  CONNECTION_RETRY,
+  isConnectionError,
+  readAfterLostConnection,
+  retryDelay,
+  retryOnConflict,
+} from '../../retry.js';
 import type { LedgerTables } from '../../tables.js';
 import type { ClaimedRow } from '../../rows.js';
 import type { ClaimedItem, LeaseHandle, SuccessorClaim } from '../../types.js';
@@ -13,7 +19,7 @@ import { completeInOneTrip, completeInTwoTrips, type BatchDone } from './laned.j
 import { isGuardRefusal, refuseUnlessChanged } from '../common/guard.js';
 import { bindable } from '../common/bound.js';
 import { completionStatement, type CompletionEntry } from './cas.js';
-import { finalize } from './finish.js';
+import { finishItem } from './finish.js';
 import { keyCounts, type KeyCount } from '../keys/admission.js';
 import type { KeyLines } from '../../key-lines.js';
 import { handOnKeys, releaseUnwaited } from '../keys/hand-on.js';
@@ -242,7 +248,7 @@ async function completeOnce(
   for (const i of single) {
     const e = entries[i]!;
     // An epoch that moved on loses like any CAS here; completeEntries says which lost to it.
-    const won = await finalize(db, t, e.handle, { kind: 'complete', resultJson: e.resultJson }, caps.prepared).catch(
+    const won = await finishItem(db, t, e.handle, { kind: 'complete', resultJson: e.resultJson }, caps.prepared).catch(
       (error: unknown) => {
         if (error instanceof OwnershipLostError) return false;
         throw error;

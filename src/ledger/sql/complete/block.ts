@@ -6,11 +6,11 @@ import type { LedgerTables } from '../../tables.js';
 import { LeaseLostError, OwnershipLostError } from '../../../errors.js';
 import type { LeaseHandle } from '../../types.js';
 import { NO_TIME } from '../common/fragments.js';
-import { leaseSpec, type Finalization } from './finish.js';
+import { leaseSpec, type Finishing } from './finish.js';
 import { applyTransitionInTx, transitionSettled } from '../common/transition.js';
 import { lockWakeMark } from '../waits/wake-marks.js';
 
-export type BlockFinalization = Extract<Finalization, { kind: 'block' }>;
+export type BlockFinishing = Extract<Finishing, { kind: 'block' }>;
 
 /** What a block turned into. */
 export type BlockOutcome =
@@ -38,11 +38,11 @@ interface BlockCheck {
  * item back to pending instead of parking it; a wait already past its
  * maxWait ends dead instead of waiting again.
  */
-export async function finalizeBlock(
+export async function finishBlock(
   db: LedgerDb,
   t: LedgerTables,
   h: LeaseHandle,
-  f: BlockFinalization,
+  f: BlockFinishing,
 ): Promise<BlockOutcome> {
   const blockSpec = leaseSpec(t, h, f);
   // Every outcome writes a history row under this id: after a COMMIT that went unanswered, the row tells whether it took.

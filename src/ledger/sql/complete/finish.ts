@@ -15,7 +15,7 @@ import { storedKey } from '../keys/scope.js';
 import { epochIsCurrent, fenceOf } from '../fleet/ownership.js';
 
 /** How a claimed attempt ended; each maps to one CAS (docs/design.md §3). */
-export type Finalization =
+export type Finishing =
   | { kind: 'complete'; resultJson: string | null }
   | { kind: 'dead'; error: string | null; failureClass: string }
   | { kind: 'skip'; reasonJson: string | null; reasonText: string | null }
@@ -32,7 +32,7 @@ interface Plan {
   waits?: true;
 }
 
-function plan(h: LeaseHandle, f: Finalization): Plan {
+function plan(h: LeaseHandle, f: Finishing): Plan {
   const hist = (outcome: HistoryEntry['outcome'], failureClass: string | null, error: string | null): HistoryEntry => ({
     attempt: h.attempt,
     outcome,
@@ -122,7 +122,7 @@ function plan(h: LeaseHandle, f: Finalization): Plan {
  * epoch: it records no work, and gives the item back, attempt unspent, for
  * the queue's owner now.
  */
-export function leaseSpec(t: LedgerTables, h: LeaseHandle, f: Finalization, prepared = false): TransitionSpec {
+export function leaseSpec(t: LedgerTables, h: LeaseHandle, f: Finishing, prepared = false): TransitionSpec {
   const p = plan(h, f);
   const group = h.group;
   const fence = f.kind === 'release' ? undefined : fenceOf(h);
@@ -164,22 +164,22 @@ export function leaseSpec(t: LedgerTables, h: LeaseHandle, f: Finalization, prep
  * Ends a claimed attempt: CAS on (id, lease token, processing); `prepared` as LedgerCapabilities says. False = this holder lost the item; nothing was written.
  * Throws OwnershipLostError (nothing written) when the lease's ownership epoch is no longer the queue's.
  */
-export function finalize(
+export function finishItem(
   db: LedgerDb,
   t: LedgerTables,
   h: LeaseHandle,
-  f: Finalization,
+  f: Finishing,
   prepared = false,
 ): Promise<boolean> {
   return applyTransition(db, t, leaseSpec(t, h, f, prepared));
 }
 
 /** The same inside the caller's transaction; throws LeaseLostError, or OwnershipLostError, (rolling the caller back) when the CAS loses. */
-export function finalizeInTx(
+export function finishItemInTx(
   trx: Executor,
   t: LedgerTables,
   h: LeaseHandle,
-  f: Finalization,
+  f: Finishing,
   prepared = false,
 ): Promise<LaneHandedOn> {
   return applyTransitionInTx(trx, t, leaseSpec(t, h, f, prepared));

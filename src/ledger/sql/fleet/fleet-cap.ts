@@ -1,7 +1,13 @@
 import { sql, type RawBuilder } from 'kysely';
 import type { LedgerCapabilities } from '../../capabilities.js';
 import type { Executor, LedgerDb } from '../../connection.js';
-import { CONNECTION_RETRY, isConnectionError, readAfterLostConnection, retryDelay, retryOnConflict } from '../../retry.js';
+import {
+  CONNECTION_RETRY,
+  isConnectionError,
+  readAfterLostConnection,
+  retryDelay,
+  retryOnConflict,
+} from '../../retry.js';
 import type { LedgerTables } from '../../tables.js';
 import { inline } from '../common/fragments.js';
 import { pipelined, type StatementResult } from '../common/pipeline.js';
