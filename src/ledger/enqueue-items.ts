@@ -21,15 +21,8 @@ import {
 } from './retry.js';
 import { grantLease } from './sql/claim/claimed.js';
 import { queueScoped } from './sql/common/fragments.js';
-import {
-  claimableAtInsert,
-  claimedAtInsert,
-  fitsOneStatement,
-  insertItems,
-  type InsertClaim,
-  type KeyCheck,
-  type NewItem,
-} from './sql/enqueue/insert.js';
+import { claimableAtInsert, claimedAtInsert, type InsertClaim, type NewItem } from './sql/enqueue/new-item.js';
+import { fitsOneStatement, insertItems, type KeyCheck } from './sql/enqueue/insert.js';
 import { insertLanedOneTrip } from './sql/enqueue/laned.js';
 import { insertKeyedTwoTrips } from './sql/enqueue/keyed.js';
 import { readKeyRules, scopeKeys } from './sql/keys/scope.js';

@@ -13,7 +13,7 @@ import type { LedgerTables } from '../../tables.js';
 import type { AttemptRecord } from '../../types.js';
 import { markedPrepared } from './bound.js';
 import { affected, list } from './fragments.js';
-import { leaveKeyWait } from '../keys/admission.js';
+import { leaveKeyWait } from '../keys/key-waits.js';
 import { handOnKeys } from '../keys/hand-on.js';
 import { handOnLane } from '../lanes/advance.js';
 import { refusal, type Fence } from '../fleet/ownership.js';

@@ -20,9 +20,10 @@ import { isGuardRefusal, refuseUnlessChanged } from '../common/guard.js';
 import { bindable } from '../common/bound.js';
 import { completionStatement, type CompletionEntry } from './cas.js';
 import { finishItem } from './finish.js';
-import { keyCounts, type KeyCount } from '../keys/admission.js';
+import { keyCounts, type KeyCount } from '../keys/key-counts.js';
 import type { KeyLines } from '../../key-lines.js';
-import { handOnKeys, releaseUnwaited } from '../keys/hand-on.js';
+import { handOnKeys } from '../keys/hand-on.js';
+import { releaseUnwaited } from '../keys/held-counts.js';
 import { storedKey } from '../keys/scope.js';
 import { retryPipelined, type Send, type StatementResult } from '../common/pipeline.js';
 

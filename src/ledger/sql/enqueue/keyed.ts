@@ -3,8 +3,11 @@ import type { LedgerDb } from '../../connection.js';
 import { newItemId } from '../../ids.js';
 import type { LedgerTables } from '../../tables.js';
 import type { EnqueueResult } from '../../types.js';
-import { admissionsOf, expectInserted, insertStatement, optionalColumns, valuesRow, type NewItem } from './insert.js';
-import { admitStatement, admittedKeys, grantedRead, waitRowsFor } from '../keys/admission.js';
+import { admissionsOf } from './admit-keyed.js';
+import { expectInserted, insertStatement, optionalColumns, valuesRow } from './insert-statement.js';
+import type { NewItem } from './new-item.js';
+import { admitStatement, admittedKeys, grantedRead } from '../keys/admission.js';
+import { waitRowsFor } from '../keys/key-waits.js';
 import { retryPipelined } from '../common/pipeline.js';
 
 /**

@@ -6,17 +6,11 @@ import type { LedgerTables } from '../../tables.js';
 import type { EnqueueResult } from '../../types.js';
 import { leaseValues } from '../claim/claimed.js';
 import { jsonLiteral, literal, NO_TIME_TEXT, nowPlusMsText, queueScoped } from '../common/fragments.js';
-import {
-  expectInserted,
-  laneCounts,
-  laneStatements,
-  optionalColumnNames,
-  optionalColumns,
-  type LaneCount,
-  type NewItem,
-  type OptionalColumns,
-} from './insert.js';
-import { admitStatement, admittedKeys, waitRowsFor } from '../keys/admission.js';
+import { expectInserted, optionalColumnNames, optionalColumns, type OptionalColumns } from './insert-statement.js';
+import { laneCounts, laneStatements, type LaneCount } from './lane-sequences.js';
+import type { NewItem } from './new-item.js';
+import { admitStatement, admittedKeys } from '../keys/admission.js';
+import { waitRowsFor } from '../keys/key-waits.js';
 import { storedKey } from '../keys/scope.js';
 import { retryPipelined } from '../common/pipeline.js';
 

@@ -2,21 +2,24 @@ import { sql, type RawBuilder } from 'kysely';
 import type { LedgerTables } from '../../tables.js';
 import type { ClaimedRow } from '../../rows.js';
 import type { ClaimedItem, SuccessorClaim } from '../../types.js';
-import {
-  claimedItems,
-  grantLease,
-  leaseAssignments,
-  readBackClaimed,
-  roomLeft,
-  successorFilter,
-  type Lease,
-} from '../claim/claimed.js';
-import { groupBy } from '../../../group-by.js';
-import { inline, list, literal, queueScoped } from '../common/fragments.js';
-import { refuseIf, refuseUnless } from '../common/guard.js';
-import { keyIn, ofKeys, perKey, sortKeys, type KeyCount } from './admission.js';
+import { claimedItems, grantLease, readBackClaimed, roomLeft, type Lease } from '../claim/claimed.js';
+import { inline, queueScoped } from '../common/fragments.js';
+import { refuseUnless } from '../common/guard.js';
+import type { KeyCount } from './key-counts.js';
 import { keyLimits, limitScope, limitsRead, UNLIMITED } from './scope.js';
 import type { Send, StatementResult } from '../common/pipeline.js';
+import {
+  type WaitRow,
+  byLine,
+  byPlace,
+  claimAdmitted,
+  admittedOf,
+  readWaiting,
+  waitRows,
+  admitWaiting,
+  leaveLine,
+} from './waiting-line.js';
+import { type KeyDelta, countPerKey, lockKeys, addHeld, mergeCounts } from './held-counts.js';
 
 // The hand-on of concurrency keys (docs/design.md §3, Concurrency keys): when
 // admitted items of a key end, its earliest-due waiting items take the slots
@@ -26,14 +29,6 @@ import type { Send, StatementResult } from '../common/pipeline.js';
 
 /** The most waiting items one hand-on admits per key (a raised limit admits the rest at the next). */
 const MAX_ADMIT = 500;
-
-interface WaitRow {
-  queue: string;
-  ckey: string;
-  at: string;
-  seq: number;
-  id: string;
-}
 
 /**
  * Admitted laneless items of these keys ended (`admit` of each; 0 when a
@@ -194,25 +189,6 @@ export async function handOnKeys(
   return done;
 }
 
-/**
- * The hand-on when none of these keys has a waiting item, the usual case for
- * keys below their limits: each key gives up its ended slots, in statements
- * that go with the ending and the COMMIT in one round trip. The UPDATE locks
- * the key rows, in their order, as lockKeys does; the guard after it reads
- * their lines after the locks, so an admission that made an item wait has
- * committed its wait row, and refuses the transaction if a key has one. The
- * caller then runs handOnKeys. `ended` is keyCounts' answer: one count per
- * key, in key order.
- */
-export function releaseUnwaited(t: LedgerTables, ended: readonly KeyCount[]): RawBuilder<unknown>[] {
-  const slots = ended.filter((k) => k.admit > 0);
-  if (slots.length === 0) return [];
-  return [
-    sql`UPDATE ${t.keys} SET admitted = GREATEST(admitted - ${perKey(slots, (k) => k.admit)}, 0) WHERE (queue, ckey) IN (${keyIn(slots)})`,
-    refuseIf(t, sql`EXISTS (SELECT 1 FROM ${t.keyWaits} w WHERE ${ofKeys('w', slots)})`),
-  ];
-}
-
 /** What a hand-on claimed for the completing consumers, and the keys (queue-scoped) whose admitted items it left as heads for any claim, and those it found items waiting for. */
 export interface HandedOn {
   claimed: ClaimedItem[];
@@ -264,145 +240,4 @@ function sharesOf(rooms: readonly SuccessorClaim[], ids: readonly string[], clai
     from += room;
   }
   return shares;
-}
-
-/** Waiting items by their key (queue-scoped), each key's in the order read. */
-function byLine(rows: readonly WaitRow[]): Map<string, WaitRow[]> {
-  return groupBy(rows, (r) => queueScoped(r.queue, r.ckey));
-}
-
-function byPlace(a: WaitRow, b: WaitRow): number {
-  return a.at < b.at ? -1 : a.at > b.at ? 1 : Number(a.seq) - Number(b.seq) || (a.id < b.id ? -1 : a.id > b.id ? 1 : 0);
-}
-
-interface KeyDelta {
-  queue: string;
-  key: string;
-  n: number;
-}
-
-/** How many of `rows` each key has. */
-function countPerKey(rows: readonly WaitRow[]): KeyDelta[] {
-  const m = new Map<string, KeyDelta>();
-  for (const r of rows) {
-    const k = queueScoped(r.queue, r.ckey);
-    const d = m.get(k);
-    if (d) d.n++;
-    else m.set(k, { queue: r.queue, key: r.ckey, n: 1 });
-  }
-  return [...m.values()];
-}
-
-/** Admitted and claimed at once under the completing consumer's lease, if due and of the classes and types it takes. */
-function claimAdmitted(
-  t: LedgerTables,
-  ids: readonly string[],
-  lease: Lease,
-  next: SuccessorClaim,
-): RawBuilder<unknown> {
-  return sql`UPDATE ${t.items} SET is_head = 1, ${leaseAssignments(lease)}
-    WHERE id IN (${list(ids)}) AND state = 'pending' AND is_head = 0 AND run_after <= NOW(6)${successorFilter(next)}`;
-}
-
-/** Which of `ids` this hand-on admitted: heads now, left pending or claimed for the completing consumer (one cancelled meanwhile is neither). */
-function admittedOf(t: LedgerTables, ids: readonly string[]): RawBuilder<unknown> {
-  return sql`SELECT id FROM ${t.items} WHERE id IN (${list(ids)}) AND is_head = 1 AND state IN ('pending', 'processing')`;
-}
-
-function lockKeys(t: LedgerTables, keys: readonly KeyCount[]): RawBuilder<unknown> {
-  return sql`SELECT queue, ckey, admitted FROM ${t.keys} WHERE (queue, ckey) IN (${keyIn(keys)}) ORDER BY queue, ckey FOR UPDATE`;
-}
-
-/** Each key counts `n` more admitted items (fewer, when negative). */
-function addHeld(t: LedgerTables, deltas: readonly KeyDelta[]): RawBuilder<unknown> {
-  return sql`UPDATE ${t.keys} SET admitted = admitted + ${perKey(deltas, (d) => d.n)} WHERE (queue, ckey) IN (${keyIn(deltas)})`;
-}
-
-function mergeCounts(ended: readonly KeyCount[]): KeyCount[] {
-  const m = new Map<string, KeyCount>();
-  for (const e of ended) {
-    const k = queueScoped(e.queue, e.key);
-    const c = m.get(k);
-    if (c) {
-      c.n += e.n;
-      c.admit += e.admit;
-    } else m.set(k, { ...e });
-  }
-  return sortKeys([...m.values()]);
-}
-
-/** Keys that take at most this many waiting items are read by place (readWaiting). */
-const BY_PLACE = 4;
-const PLACE_SEPARATOR = '|';
-
-/**
- * Each key's earliest-due waiting items, up to `take`; waitRows reads the
- * answers. The keys that take at most BY_PLACE (the usual batch: one each)
- * are one statement: per key row, its line's first places, each an ordered
- * lookup of one row on key_waits' primary key, answered as `place0`,
- * `place1`, … (run after, seq and id in one string). One query per key,
- * which the server plans apart, cost several times more. A key that takes
- * more reads its ordered range in a query of its own.
- */
-function readWaiting(t: LedgerTables, wants: readonly { k: KeyCount; take: number }[]): RawBuilder<unknown>[] {
-  const statements: RawBuilder<unknown>[] = [];
-  const byTake = groupBy(
-    wants.filter((x) => x.take <= BY_PLACE),
-    (w) => w.take,
-  );
-  if (byTake.size > 0) {
-    const place = (n: number): RawBuilder<unknown> =>
-      sql`(SELECT CONCAT(DATE_FORMAT(w.run_after, '%Y-%m-%d %H:%i:%s.%f'), ${inline(PLACE_SEPARATOR)}, w.seq, ${inline(PLACE_SEPARATOR)}, w.id) FROM ${t.keyWaits} w
-        WHERE w.queue = k.queue AND w.ckey = k.ckey ORDER BY w.run_after, w.seq, w.id LIMIT 1 OFFSET ${inline(n)})`;
-    const parts = [...byTake].map(([take, ws]) => {
-      const keys = ws.map((w) => w.k);
-      const places = Array.from({ length: BY_PLACE }, (_, n) =>
-        n < take ? sql`${place(n)} AS place${sql.raw(String(n))}` : sql`NULL AS place${sql.raw(String(n))}`,
-      );
-      return sql`SELECT k.queue, k.ckey, ${sql.join(places)} FROM ${t.keys} k WHERE (k.queue, k.ckey) IN (${keyIn(keys)})`;
-    });
-    statements.push(sql.join(parts, sql` UNION ALL `));
-  }
-  const many = wants.filter((x) => x.take > BY_PLACE);
-  if (many.length > 0) {
-    const parts = many.map(
-      (w) => sql`(SELECT queue, ckey, DATE_FORMAT(run_after, '%Y-%m-%d %H:%i:%s.%f') AS at, seq, id FROM ${t.keyWaits}
-        WHERE queue = ${inline(w.k.queue)} AND ckey = ${inline(w.k.key)} ORDER BY run_after, seq, id LIMIT ${inline(w.take)})`,
-    );
-    statements.push(sql.join(parts, sql` UNION ALL `));
-  }
-  return statements;
-}
-
-/** The waiting items readWaiting's statements found, each key's in the order slots go to them. */
-function waitRows(results: readonly StatementResult[]): WaitRow[] {
-  const rows: WaitRow[] = [];
-  for (const r of results.flatMap((x) => x.rows)) {
-    if (!('place0' in r)) {
-      rows.push(r as unknown as WaitRow);
-      continue;
-    }
-    for (let n = 0; n < BY_PLACE; n++) {
-      const place = r[`place${n}`];
-      if (place === null || place === undefined) break;
-      const [at, seq, id] = String(place).split(PLACE_SEPARATOR);
-      rows.push({ queue: String(r.queue), ckey: String(r.ckey), at: at!, seq: Number(seq), id: id! });
-    }
-  }
-  return rows;
-}
-
-/** The waiting items become heads (one cancelled meanwhile does not). */
-function admitWaiting(t: LedgerTables, ids: readonly string[]): RawBuilder<unknown> {
-  return sql`UPDATE ${t.items} SET is_head = 1, updated_at = NOW(6) WHERE id IN (${list(ids)}) AND state = 'pending' AND is_head = 0`;
-}
-
-/** The items read from their keys' lines leave them, admitted or passed over. */
-function leaveLine(t: LedgerTables, waiting: readonly WaitRow[]): RawBuilder<unknown> {
-  const places = waiting
-    .map(
-      (w) => `(${literal(w.queue)}, ${literal(w.ckey)}, ${literal(w.at)}, ${literal(Number(w.seq))}, ${literal(w.id)})`,
-    )
-    .join(', ');
-  return sql`DELETE FROM ${t.keyWaits} WHERE (queue, ckey, run_after, seq, id) IN (${sql.raw(places)})`;
 }

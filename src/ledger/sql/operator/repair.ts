@@ -7,9 +7,10 @@ import type { LedgerTables } from '../../tables.js';
 import { RepairRejectedError, type RepairRejection } from '../../../errors.js';
 import type { QueueClass, RepairResult } from '../../types.js';
 import { affected, ITEM_COLUMNS, NO_TIME } from '../common/fragments.js';
-import type { NewItem } from '../enqueue/insert.js';
-import { admissionsOf } from '../enqueue/insert.js';
-import { admittedKeys, admitStatement, grantedRead, waitRowsFor } from '../keys/admission.js';
+import type { NewItem } from '../enqueue/new-item.js';
+import { admissionsOf } from '../enqueue/admit-keyed.js';
+import { admittedKeys, admitStatement, grantedRead } from '../keys/admission.js';
+import { waitRowsFor } from '../keys/key-waits.js';
 import { givenKey, readKeyRules, scopeKeys, storedKey } from '../keys/scope.js';
 import { insertHistory } from '../common/transition.js';
 

@@ -7,7 +7,8 @@ import type { LedgerTables } from '../../tables.js';
 import { ReplayRejectedError, type ReplayRejection } from '../../../errors.js';
 import type { QueueClass } from '../../types.js';
 import { affected, ITEM_COLUMNS } from '../common/fragments.js';
-import { insertItems, type NewItem } from '../enqueue/insert.js';
+import { insertItems } from '../enqueue/insert.js';
+import type { NewItem } from '../enqueue/new-item.js';
 import { givenKey, readKeyRules, scopeKeys } from '../keys/scope.js';
 
 /**

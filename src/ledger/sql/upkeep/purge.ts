@@ -3,7 +3,7 @@ import type { Executor, LedgerDb } from '../../connection.js';
 import type { LedgerTables } from '../../tables.js';
 import type { PurgeFilter } from '../../types.js';
 import { affected, laneIn, list, NO_TIME, nowPlusMs, queueScoped } from '../common/fragments.js';
-import { deleteIdleKeys } from '../keys/admission.js';
+import { deleteIdleKeys } from '../keys/idle-keys.js';
 import { deleteSpentRateRows } from '../rates/rate-limits.js';
 
 /** Ended before `cutoff`: a terminal time is set (not NO_TIME) and older. */
