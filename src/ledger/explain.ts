@@ -3,14 +3,8 @@ import { liveConsumers } from './sql/fleet/consumers.js';
 import { readWhyFacts, type WhyFacts } from './sql/operator/explain.js';
 import { getItem } from './sql/operator/inspect.js';
 import type { LedgerTables } from './tables.js';
-import {
-  RATE_LIMITED_REASON,
-  TERMINAL_STATES,
-  type Explanation,
-  type LiveConsumer,
-  type WhyCode,
-  type WorkItem,
-} from './types.js';
+import { RATE_LIMITED_REASON, TERMINAL_STATES, type LiveConsumer, type WorkItem } from './types.js';
+import type { Explanation, WhyCode } from './operator-types.js';
 
 /**
  * "Why isn't this item running?" (docs/design.md §7): the first reason that

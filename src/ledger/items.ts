@@ -13,13 +13,13 @@ import { wakeDependency } from './sql/waits/dependency.js';
 import type {
   AttemptRecord,
   CancelOutcome,
-  Explanation,
   QueueStats,
   RepairResult,
   StepRecord,
   WokenItem,
   WorkItem,
 } from './types.js';
+import type { Explanation } from './operator-types.js';
 import { itemId, queueName, reasonText, validate } from './validation.js';
 
 /** Items by id, for a program or an operator: reads, cancel, replay, repair, dependency wake-ups, queue depth. */

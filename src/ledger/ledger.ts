@@ -43,7 +43,6 @@ import type {
   ClaimOutcome,
   ConcurrencyLimits,
   EnqueueResult,
-  Explanation,
   FinalizeResult,
   HeldItem,
   LeaseHandle,
@@ -62,6 +61,7 @@ import type {
   WokenItem,
   WorkItem,
 } from './types.js';
+import type { Explanation } from './operator-types.js';
 import { LedgerUpkeep } from './upkeep.js';
 import { validate } from './validation.js';
 

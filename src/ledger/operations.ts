@@ -14,7 +14,6 @@ import type {
   ClaimOutcome,
   ConcurrencyLimits,
   EnqueueResult,
-  Explanation,
   FinalizeResult,
   HeldItem,
   LeaseHandle,
@@ -33,6 +32,7 @@ import type {
   WokenItem,
   WorkItem,
 } from './types.js';
+import type { Explanation } from './operator-types.js';
 
 type Trx = Transaction<Record<string, never>>;
 type Lease = Pick<LeaseHandle, 'id' | 'leaseToken' | 'group'>;

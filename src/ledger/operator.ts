@@ -17,19 +17,16 @@ import { replayItem } from './sql/operator/replay.js';
 import { listQueues, queueStats } from './sql/operator/stats.js';
 import type { LedgerTables } from './tables.js';
 import { countLess } from './bounded-count.js';
+import type { BoundedCount, LiveConsumer, QueueClass, QueueStats } from './types.js';
 import type {
-  BoundedCount,
   DeadFilter,
   DeadGroup,
   ItemFilter,
   ItemPage,
   LaneSummary,
-  LiveConsumer,
   PurgeFilter,
-  QueueClass,
   QueueSeries,
-  QueueStats,
-} from './types.js';
+} from './operator-types.js';
 import { itemId, laneKey, queueName, validate } from './validation.js';
 
 /** A queue as an operator's overview shows it. */

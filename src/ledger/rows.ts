@@ -1,13 +1,7 @@
 import { errorDigest } from './ids.js';
 import { givenKey, scopeOfKey } from './sql/keys/scope.js';
-import {
-  TERMINAL_STATES,
-  type AttemptRecord,
-  type ItemState,
-  type ItemSummary,
-  type QueueClass,
-  type WorkItem,
-} from './types.js';
+import { TERMINAL_STATES, type AttemptRecord, type ItemState, type QueueClass, type WorkItem } from './types.js';
+import type { ItemSummary } from './operator-types.js';
 
 /** An items row as mysql2 returns it. */
 export interface ItemRow {

@@ -2,7 +2,8 @@ import { sql } from 'kysely';
 import type { Executor } from '../../connection.js';
 import type { SummaryRow } from '../../rows.js';
 import type { LedgerTables } from '../../tables.js';
-import { QUEUE_CLASSES, type ItemState, type LaneSummary } from '../../types.js';
+import { QUEUE_CLASSES, type ItemState } from '../../types.js';
+import type { LaneSummary } from '../../operator-types.js';
 import { inline, list, SUMMARY_COLUMNS } from '../common/fragments.js';
 
 /** How many unfinished heads of a queue the lane list reads at most (one range of ix_claim). */

@@ -2,7 +2,7 @@ import { sql, type RawBuilder } from 'kysely';
 import type { Executor } from '../../connection.js';
 import type { SummaryRow } from '../../rows.js';
 import type { LedgerTables } from '../../tables.js';
-import type { ItemFilter } from '../../types.js';
+import type { ItemFilter } from '../../operator-types.js';
 import { SUMMARY_COLUMNS } from '../common/fragments.js';
 import { TYPE_KEY_SEPARATOR } from '../keys/scope.js';
 

@@ -1,7 +1,8 @@
 import { sql, type RawBuilder } from 'kysely';
 import type { Executor } from '../../connection.js';
 import type { LedgerTables } from '../../tables.js';
-import { QUEUE_CLASSES, type DeadFilter, type QueueClass } from '../../types.js';
+import { QUEUE_CLASSES, type QueueClass } from '../../types.js';
+import type { DeadFilter } from '../../operator-types.js';
 import { list } from '../common/fragments.js';
 import { TYPE_KEY_SEPARATOR } from '../keys/scope.js';
 

@@ -1,7 +1,8 @@
 import { sql } from 'kysely';
 import type { Executor } from '../../connection.js';
 import type { LedgerTables } from '../../tables.js';
-import { QUEUE_CLASSES, type DeadGroup } from '../../types.js';
+import { QUEUE_CLASSES } from '../../types.js';
+import type { DeadGroup } from '../../operator-types.js';
 import { inline, list } from '../common/fragments.js';
 
 /** How many dead items of a queue the groups are counted from at most (one range of ix_claim, as stats caps its counts). */

@@ -1,7 +1,7 @@
 import { sql } from 'kysely';
 import type { Executor } from '../../connection.js';
 import type { LedgerTables } from '../../tables.js';
-import type { QueueSeries, SeriesPoint } from '../../types.js';
+import type { QueueSeries, SeriesPoint } from '../../operator-types.js';
 import { inline, NO_TIME } from '../common/fragments.js';
 
 export const SERIES_BUCKET_MS = 60_000;

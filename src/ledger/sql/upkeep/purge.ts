@@ -1,7 +1,7 @@
 import { sql, type RawBuilder } from 'kysely';
 import type { Executor, LedgerDb } from '../../connection.js';
 import type { LedgerTables } from '../../tables.js';
-import type { PurgeFilter } from '../../types.js';
+import type { PurgeFilter } from '../../operator-types.js';
 import { affected, laneIn, list, NO_TIME, nowPlusMs, queueScoped } from '../common/fragments.js';
 import { deleteIdleKeys } from '../keys/idle-keys.js';
 import { deleteSpentRateRows } from '../rates/rate-limits.js';
