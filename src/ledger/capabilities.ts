@@ -61,7 +61,10 @@ export function capabilitiesOnce(db: LedgerDb, ownPool: OwnPool | undefined): ()
   };
 }
 
-/** What the ledger's own pool offers beyond a Kysely instance handed in: several statements per query, statements sent prepared, and more connections on demand. */
+/**
+ * What the ledger's own pool offers beyond a Kysely instance handed in: several statements per query, statements sent
+ * prepared, and more connections on demand.
+ */
 export interface OwnPool {
   /** A pool of connections whose autocommit writes come back with a write conflict (TiDB only). */
   conflictsReturned(): LedgerDb;
@@ -72,7 +75,8 @@ async function detect(db: LedgerDb, ownPool: OwnPool | undefined): Promise<Ledge
     try {
       const r = await sql<{ version: string }>`SELECT VERSION() AS version`.execute(db);
       const family = serverFamily(String(r.rows[0]?.version ?? ''));
-      // Our own pool sends a statement marked prepared on the binary protocol (connection.ts); a pool handed in would not.
+      // Our own pool sends a statement marked prepared on the binary protocol (connection.ts); a pool handed in would
+      // not.
       const prepared = ownPool !== undefined && family === 'tidb';
       return Object.freeze({
         multiStatement: ownPool !== undefined,

@@ -33,7 +33,10 @@ import { modeProof } from './mode-proof.js';
 import { loadOtel, otelSettled } from '../tracing/otel.js';
 import { startPublish, type Publishing } from '../tracing/publish.js';
 
-/** A lease `reserve` answers for items inserted claimed: up to `max` of the eligible ones, of those it `accepts` when it says. */
+/**
+ * A lease `reserve` answers for items inserted claimed: up to `max` of the eligible ones, of those it `accepts` when it
+ * says.
+ */
 export type ClaimAtInsert = InsertClaim & { max: number; accepts?: (item: ClaimCandidate) => boolean };
 
 /** What enqueueing needs of the ledger. */
@@ -170,7 +173,10 @@ async function scopeKeyed(target: EnqueueTarget, items: NewItem[], prefix: strin
   );
 }
 
-/** How a batch's idempotency keys are checked (sql/enqueue/insert.ts); whether digests are stored is asked only of a batch with a key. */
+/**
+ * How a batch's idempotency keys are checked (sql/enqueue/insert.ts); whether digests are stored is asked only of a
+ * batch with a key.
+ */
 async function keyed(target: EnqueueTarget, items: readonly NewItem[], batch: boolean): Promise<KeyCheck> {
   const digests = items.some((i) => i.idempotencyKey !== null) && (await target.requestDigests());
   return { batch, digests };

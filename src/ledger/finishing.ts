@@ -34,7 +34,10 @@ export class LedgerFinishing {
     this.target = { db, tables, capabilities, resultMaxBytes, errorMaxChars, keyLines: new KeyLines() };
   }
 
-  /** Completes the attempt. A result that cannot be stored ends the item dead, class `result_too_large` / `invalid_result`. */
+  /**
+   * Completes the attempt. A result that cannot be stored ends the item dead, class `result_too_large` /
+   * `invalid_result`.
+   */
   async complete(handle: LeaseHandle, result?: unknown): Promise<FinalizeResult> {
     return finish(this.target, handle, completion(result, this.core.config.resultMaxBytes));
   }

@@ -78,7 +78,10 @@ export async function fleetGauges(
   return { ...stats, paused };
 }
 
-/** Gives up `holder`'s lease on the fleet-wide gauges (a stopping worker), so another replica takes them at its next pass. */
+/**
+ * Gives up `holder`'s lease on the fleet-wide gauges (a stopping worker), so another replica takes them at its next
+ * pass.
+ */
 export function releaseFleetGauges(db: LedgerDb, t: LedgerTables, holder: string): Promise<void> {
   return releaseFleetLease(db, t, { name: GAUGES_LEASE, holder });
 }

@@ -55,7 +55,9 @@ export class LedgerItems {
     return { item, attempts, steps };
   }
 
-  /** Why an item is where it is: a reason code, a sentence and its facts (docs/design.md §7, "Why isn't it running?"). */
+  /**
+   * Why an item is where it is: a reason code, a sentence and its facts (docs/design.md §7, "Why isn't it running?").
+   */
   explain(id: string): Promise<Explanation | undefined> {
     validate(itemId, id, 'explain', 'id');
     return explainItem(this.core.db, this.core.tables, id);

@@ -7,7 +7,9 @@ import { isWellFormedText, NOT_WELL_FORMED } from './well-formed.js';
 /** Where inside a JSON value: keys and array indices from the top. */
 export type JsonPath = readonly (string | number)[];
 
-/** What is wrong with a payload, and where inside it: `at` is the path as text (`.user.name`, `[3]`, '' for the whole). */
+/**
+ * What is wrong with a payload, and where inside it: `at` is the path as text (`.user.name`, `[3]`, '' for the whole).
+ */
 export interface JsonValueError {
   error: string;
   path: JsonPath;

@@ -10,7 +10,10 @@
 export class KeyLines {
   private readonly lined = new Set<string>();
 
-  /** @param cap keys remembered at most; past it the memory starts again (a lost hint costs a refused attempt, nothing more). */
+  /**
+   * @param cap keys remembered at most; past it the memory starts again (a lost hint costs a refused attempt, nothing
+   * more).
+   */
   constructor(private readonly cap = 100_000) {}
 
   /** Whether any of these keys (queue-scoped) was last seen with a line. */

@@ -109,7 +109,8 @@ export const MIGRATIONS: readonly Migration[] = [
       if (!columns.has('busy_from'))
         await sql`ALTER TABLE ${t.lanes} ADD COLUMN busy_from BIGINT NOT NULL DEFAULT 0`.execute(conn);
       if (columns.has('active')) {
-        // Any sequence of the lane will do for a busy lane: only new sequences, all above next_seq, are compared with it.
+        // Any sequence of the lane will do for a busy lane: only new sequences, all above next_seq, are compared with
+        // it.
         await sql`UPDATE ${t.lanes} SET busy_from = IF(active > 0, GREATEST(next_seq, 1), 0)`.execute(conn);
         await sql`ALTER TABLE ${t.lanes} DROP COLUMN active`.execute(conn);
       }

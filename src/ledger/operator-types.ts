@@ -1,6 +1,8 @@
 import type { ItemState, QueueClass } from './types.js';
 
-/** Why an item is where it is (ledger.explain, `lanewake inspect --why`): docs/design.md §7, "Why isn't it running?". */
+/**
+ * Why an item is where it is (ledger.explain, `lanewake inspect --why`): docs/design.md §7, "Why isn't it running?".
+ */
 export const WHY_CODES = [
   'terminal',
   'processing',
@@ -31,7 +33,10 @@ export interface Explanation {
   details: Record<string, string | number | null>;
   /** The ledger's clock when it was computed. */
   at: Date;
-  /** The schedule whose fire enqueued the item (its idempotency key `<name>:<fire time ms>`, the schedule still in the ledger). */
+  /**
+   * The schedule whose fire enqueued the item (its idempotency key `<name>:<fire time ms>`, the schedule still in the
+   * ledger).
+   */
   schedule?: { name: string; fireTime: string };
 }
 
@@ -110,7 +115,10 @@ export interface SeriesPoint {
   at: Date;
   completed: number;
   failed: number;
-  /** Enqueue→start (as lanewake_enqueue_to_start_seconds: delays and backoff included) of the items that started in the minute; null when none did. */
+  /**
+   * Enqueue→start (as lanewake_enqueue_to_start_seconds: delays and backoff included) of the items that started in the
+   * minute; null when none did.
+   */
   startP50Ms: number | null;
   startP99Ms: number | null;
 }

@@ -68,7 +68,9 @@ export class LedgerOperator {
     private readonly capabilities: () => Promise<LedgerCapabilities>,
   ) {}
 
-  /** A page of a queue's items, newest first (one lane's: latest in lane first); `after` is the previous page's `next`. */
+  /**
+   * A page of a queue's items, newest first (one lane's: latest in lane first); `after` is the previous page's `next`.
+   */
   async items(
     filter: ItemFilter,
     page: { after?: string | undefined; limit?: number | undefined } = {},
@@ -214,7 +216,10 @@ export class LedgerOperator {
     return countPurgeable(this.db, this.t, f);
   }
 
-  /** Deletes the terminal items of the filter (with their history and steps), PURGE_BATCH per transaction; returns how many. */
+  /**
+   * Deletes the terminal items of the filter (with their history and steps), PURGE_BATCH per transaction; returns how
+   * many.
+   */
   async purge(filter: PurgeFilter): Promise<number> {
     const f = validate(purgeFilterSchema, stripUndefined(filter), 'purge');
     let purged = 0;

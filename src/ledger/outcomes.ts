@@ -45,7 +45,10 @@ export async function finish(target: FinishTarget, handle: LeaseHandle, e: Endin
     : { won, state: e.state };
 }
 
-/** A completion with `result`; a result that cannot be stored ends the item dead, class `result_too_large` / `invalid_result`. */
+/**
+ * A completion with `result`; a result that cannot be stored ends the item dead, class `result_too_large` /
+ * `invalid_result`.
+ */
 export function completion(result: unknown, resultMaxBytes: number): Ending {
   if (result === undefined) return { f: { kind: 'complete', resultJson: null }, state: 'completed' };
   const encoded = encodePayload(result, Number.POSITIVE_INFINITY);

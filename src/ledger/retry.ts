@@ -210,7 +210,9 @@ export async function runTransaction<T>(
       await retryDelay(CONNECTION_RETRY, lost);
       continue;
     }
-    /** A conflict rolled this run back (in the body, or a TiDB write conflict refused at COMMIT): wait, then run again. */
+    /**
+     * A conflict rolled this run back (in the body, or a TiDB write conflict refused at COMMIT): wait, then run again.
+     */
     const afterConflict = async (error: unknown): Promise<void> => {
       if (++conflicts >= DEFAULT_RETRY.maxAttempts) throw new ConflictRetriesExhaustedError(conflicts, error);
       countConflict(error);

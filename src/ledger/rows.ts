@@ -192,7 +192,9 @@ function liveHead(isHead: boolean, state: ItemState): boolean {
   return isHead && !TERMINAL_STATES.includes(state);
 }
 
-/** An item as a list shows it, from the whole item: the error cut to 300 characters, as the list's statements cut it. */
+/**
+ * An item as a list shows it, from the whole item: the error cut to 300 characters, as the list's statements cut it.
+ */
 export function summaryOfItem(item: WorkItem): ItemSummary {
   const {
     id,

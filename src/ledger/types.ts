@@ -19,11 +19,19 @@ export interface WorkItem {
   /** null: the item is its own lane. */
   lane: string | null;
   laneSeq: number | null;
-  /** True while the item is its lane's head (the only one of its lane that may run), or admitted by its concurrency key. */
+  /**
+   * True while the item is its lane's head (the only one of its lane that may run), or admitted by its concurrency key.
+   */
   isHead: boolean;
-  /** Its concurrency key: at most the queue's concurrencyLimit items of one key are admitted at once (docs/design.md §3, Concurrency keys). */
+  /**
+   * Its concurrency key: at most the queue's concurrencyLimit items of one key are admitted at once (docs/design.md §3,
+   * Concurrency keys).
+   */
   concurrencyKey: string | null;
-  /** Whose concurrencyLimit admits it, as decided at its enqueue: its queue's (per key) or its type's own (per key and type); null without a key. */
+  /**
+   * Whose concurrencyLimit admits it, as decided at its enqueue: its queue's (per key) or its type's own (per key and
+   * type); null without a key.
+   */
   keyScope: KeyScope | null;
   queueClass: QueueClass;
   priority: number;
@@ -66,7 +74,9 @@ export interface ClaimedItem extends WorkItem {
   leaseToken: string;
   leaseOwner: string;
   leaseUntil: Date;
-  /** The later items of its lane claimed with it under the same lease (coalescing): every finalize ends them with it. */
+  /**
+   * The later items of its lane claimed with it under the same lease (coalescing): every finalize ends them with it.
+   */
   group?: CoalescedGroup;
   /**
    * A `settled` head that took no members: the payloads of its lane's items of its type that ended
@@ -86,7 +96,10 @@ export interface CoalescedGroup {
   lastSeq: number;
   /** The newest payload (the last member's). */
   newest: unknown;
-  /** `all`: the head's and every member's payload in lane order; `settled`: preceded by those of the lane's items of the type that ended unsettled since its last completed one. */
+  /**
+   * `all`: the head's and every member's payload in lane order; `settled`: preceded by those of the lane's items of the
+   * type that ended unsettled since its last completed one.
+   */
   payloads?: unknown[];
 }
 
@@ -127,15 +140,24 @@ export interface RepairResult {
   id: string;
   /** The repair's id: its row in the item's history. */
   repairId: string;
-  /** True when this repair id had already repaired the item (a call repeated after its answer was lost): nothing new was written. */
+  /**
+   * True when this repair id had already repaired the item (a call repeated after its answer was lost): nothing new was
+   * written.
+   */
   duplicate: boolean;
-  /** Whether the item is its lane's (or key's) head now, and so claimable at once; false: it waits its turn behind an earlier item. */
+  /**
+   * Whether the item is its lane's (or key's) head now, and so claimable at once; false: it waits its turn behind an
+   * earlier item.
+   */
   isHead: boolean;
 }
 
 export interface EnqueueResult {
   id: string;
-  /** True when an item with the same idempotency key and the same request already existed; `id` is that item's. (A different request under the key throws IdempotencyConflictError.) */
+  /**
+   * True when an item with the same idempotency key and the same request already existed; `id` is that item's. (A
+   * different request under the key throws IdempotencyConflictError.)
+   */
   duplicate: boolean;
   laneSeq: number | null;
 }
@@ -172,7 +194,10 @@ export interface EpochFence {
   epoch?: number | null | undefined;
 }
 
-/** A handle a held item's own writes (checkpoint, progress) are fenced by: its token, and its ownership epoch (with its queue) if it was claimed under one. */
+/**
+ * A handle a held item's own writes (checkpoint, progress) are fenced by: its token, and its ownership epoch (with its
+ * queue) if it was claimed under one.
+ */
 export type HeldItem = Pick<LeaseHandle, 'id' | 'leaseToken'> & EpochFence & { queue?: string | undefined };
 
 export interface FinalizeResult {
@@ -180,9 +205,15 @@ export interface FinalizeResult {
   won: boolean;
   /** The state this finalize wrote (meaningful when won). */
   state: ItemState;
-  /** The failure class recorded when it made the item dead or retried it (`permanent`, `error`, `invalid_payload`, … or a handler's own). */
+  /**
+   * The failure class recorded when it made the item dead or retried it (`permanent`, `error`, `invalid_payload`, … or
+   * a handler's own).
+   */
   failureClass?: string;
-  /** Not won because the queue's ownership epoch moved on (a batch's entry; a single write throws OwnershipLostError instead). */
+  /**
+   * Not won because the queue's ownership epoch moved on (a batch's entry; a single write throws OwnershipLostError
+   * instead).
+   */
   ownershipLost?: true;
   /**
    * A laned item's lane got a new head in the same transaction, left pending
@@ -297,7 +328,9 @@ export interface BoundedCount {
 /** Item counts by state, and the claim backlog's age, of one queue. */
 export interface QueueStats {
   queue: string;
-  /** Items by state, each counted up to a cap (100,000 unfinished, 10,000 terminal: src/ledger/sql/operator/stats.ts). */
+  /**
+   * Items by state, each counted up to a cap (100,000 unfinished, 10,000 terminal: src/ledger/sql/operator/stats.ts).
+   */
   counts: Record<ItemState, BoundedCount>;
   /** Age of the oldest due lane head waiting to be claimed, in ms (0 when none waits). */
   oldestDueAgeMs: number;

@@ -24,9 +24,14 @@ export interface ClaimSpec {
   leaseMs: number;
   /** Claims are fenced by this ownership epoch when given (docs/design.md §7). */
   epoch?: number | undefined;
-  /** Heads of these types take their lane's next pending items of their type with them (docs/design.md §4, Coalescing). */
+  /**
+   * Heads of these types take their lane's next pending items of their type with them (docs/design.md §4, Coalescing).
+   */
   coalesce?: CoalesceSpec | undefined;
-  /** The queue's fleet cap: the claim takes no more than leaves this many processing (docs/design.md §6, "The fleet cap"). */
+  /**
+   * The queue's fleet cap: the claim takes no more than leaves this many processing (docs/design.md §6, "The fleet
+   * cap").
+   */
   maxProcessing?: number | undefined;
   /** Only rescued work: pending heads whose last lease expired (docs/design.md §6, "Stale-only claims"). */
   staleOnly?: boolean | undefined;

@@ -28,7 +28,10 @@ export function grantLease(l: {
   return { token: l.token, owner: ownerColumn(l.owner), leaseMs: l.leaseMs, epoch: l.epoch ?? null };
 }
 
-/** The lease columns a claim writes, as SQL text (its values through `w`, sql/common/bound.ts): processing, held by `owner` with `token` until now + leaseMs, started now. */
+/**
+ * The lease columns a claim writes, as SQL text (its values through `w`, sql/common/bound.ts): processing, held by
+ * `owner` with `token` until now + leaseMs, started now.
+ */
 export function leaseValues(
   l: Lease,
   w: ValueWriter = INLINE,
@@ -50,7 +53,10 @@ export function successorFilter(next: SuccessorClaim): RawBuilder<unknown> {
   return sql.join(parts, sql``);
 }
 
-/** What a completing consumer's room has left once `claimed` holds what was claimed for it already (its items carry its token). */
+/**
+ * What a completing consumer's room has left once `claimed` holds what was claimed for it already (its items carry its
+ * token).
+ */
 export function roomLeft(next: SuccessorClaim, claimed: readonly ClaimedItem[]): number {
   return next.max - claimed.filter((c) => c.leaseToken === next.token).length;
 }

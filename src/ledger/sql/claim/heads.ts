@@ -84,7 +84,10 @@ async function claimHeadsUnderCap(
   return { items, moreAvailable: items.length >= spec.limit || candidates.length > items.length };
 }
 
-/** The CAS of `ids` (or, on TiDB, of `candidates` read in the turn) under the queue's cap: at most `want`, fewer when the cap leaves less room. */
+/**
+ * The CAS of `ids` (or, on TiDB, of `candidates` read in the turn) under the queue's cap: at most `want`, fewer when
+ * the cap leaves less room.
+ */
 export function casClaimUnderCap(
   db: LedgerDb,
   caps: LedgerCapabilities,
@@ -118,7 +121,8 @@ async function readCandidates(exec: Executor, t: LedgerTables, spec: ClaimHeadsS
 }
 
 /**
- * Due pending lane heads of the claim's classes (and types), earliest first per class: one ordered, limited index range each.
+ * Due pending lane heads of the claim's classes (and types), earliest first per class: one ordered, limited index range
+ * each.
  * Stale-only, the rescued ones among the first STALE_WINDOW due heads of each class: a reclaimed item kept its
  * due time, so it is near the front of its priority, and a stale-only claim reads a bounded range however deep
  * the backlog it leaves waiting (the index has no failure class).

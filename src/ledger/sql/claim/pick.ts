@@ -1,7 +1,10 @@
 export interface Candidate {
   id: string;
   priority: number;
-  /** run_after in microseconds: a JS Date keeps milliseconds, and the heads of several classes due in one millisecond must still merge in due order. */
+  /**
+   * run_after in microseconds: a JS Date keeps milliseconds, and the heads of several classes due in one millisecond
+   * must still merge in due order.
+   */
   due_us: number | string;
 }
 

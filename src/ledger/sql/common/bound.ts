@@ -109,7 +109,10 @@ export function statementFor(prepared: boolean, write: (w: ValueWriter) => strin
   );
 }
 
-/** `statement` (its values parameters) marked, when `prepared`, for the pool to send prepared (PREPARED_MARK, connection.ts). */
+/**
+ * `statement` (its values parameters) marked, when `prepared`, for the pool to send prepared (PREPARED_MARK,
+ * connection.ts).
+ */
 export function markedPrepared(prepared: boolean, statement: RawBuilder<unknown>): RawBuilder<unknown> {
   return prepared ? sql`${sql.raw(PREPARED_MARK)}${statement}` : statement;
 }

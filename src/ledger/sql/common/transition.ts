@@ -42,7 +42,9 @@ export interface TransitionSpec {
   place: ItemPlace;
   /** Conditions beyond `id = ?` that make this write a CAS. */
   guard: RawBuilder<unknown>;
-  /** The ownership epoch the guard checks, if any: a lost CAS then says whether the epoch moved on (OwnershipLostError). */
+  /**
+   * The ownership epoch the guard checks, if any: a lost CAS then says whether the epoch moved on (OwnershipLostError).
+   */
   fence?: Fence | undefined;
   set: RawBuilder<unknown>;
   /** The item leaves the set of unfinished items of its lane. */
@@ -155,7 +157,8 @@ export type Settled = 'open' | 'applied' | 'lost' | 'unknown';
 
 /**
  * The same change inside a transaction the caller owns (ctx.transaction):
- * throws LeaseLostError (OwnershipLostError when the epoch moved on) when the CAS loses, so the caller's writes roll back
+ * throws LeaseLostError (OwnershipLostError when the epoch moved on) when the CAS loses, so the caller's writes roll
+ * back
  * with it. The item's row is locked first, then, when a head ended, its
  * lane's successor or lane row (docs/design.md §8, lock order).
  */
@@ -180,7 +183,8 @@ export async function applyTransitionInTx(
       ? await handOnLane(trx, t, { queue, lane, laneSeq }, spec.prepared === true)
       : undefined;
   const key = spec.place.storedKey;
-  // An admitted item's slot goes to its key's next waiting item; a waiting one leaves the line. (A laned item's key only dealt its round.)
+  // An admitted item's slot goes to its key's next waiting item; a waiting one leaves the line. (A laned item's key
+  // only dealt its round.)
   if (spec.terminal && key !== null && lane === null) {
     await (spec.wasHead
       ? handOnKeys(sendEach(trx), t, [{ queue, key, n: 1, admit: 1 }])

@@ -90,7 +90,8 @@ export async function completeMany(
       );
       const mine = batch.filter((_, k) => settled[k] === 'completed').map((e) => e.handle);
       batch.forEach((e, k) => {
-        // Whether a completed item's lane or key got a pending head is not known here: assume one, as the single path does.
+        // Whether a completed item's lane or key got a pending head is not known here: assume one, as the single path
+        // does.
         const won = settled[k] === 'completed';
         if (settled[k] !== 'open')
           out[todo[k]!] = {
@@ -231,7 +232,10 @@ async function completeLaned(
   return retryPipelined(db, caps, (send, exec) => completeInTwoTrips(send, exec, t, items, next));
 }
 
-/** What is left of the consumers' rooms for successors once the laned part of the batch took its lanes' next heads (for the first room). */
+/**
+ * What is left of the consumers' rooms for successors once the laned part of the batch took its lanes' next heads (for
+ * the first room).
+ */
 function roomsLeft(rooms: readonly SuccessorClaim[], claimed: readonly ClaimedItem[]): SuccessorClaim[] {
   return rooms.map((r) => ({ ...r, max: roomLeft(r, claimed) })).filter((r) => r.max > 0);
 }

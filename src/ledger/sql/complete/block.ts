@@ -45,7 +45,8 @@ export async function finishBlock(
   f: BlockFinishing,
 ): Promise<BlockOutcome> {
   const blockSpec = leaseSpec(t, h, f);
-  // Every outcome writes a history row under this id: after a COMMIT that went unanswered, the row tells whether it took.
+  // Every outcome writes a history row under this id: after a COMMIT that went unanswered, the row tells whether it
+  // took.
   const historyId = newId();
   try {
     return await runTransaction(

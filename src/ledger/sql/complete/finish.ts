@@ -154,14 +154,16 @@ export function leaseSpec(t: LedgerTables, h: LeaseHandle, f: Finishing, prepare
     wasHead: true,
     history: p.history,
     alsoWrite: p.waits ? (trx) => enterWait(trx, t, h.id) : undefined,
-    // Only this token's holder completes the item, and it keeps the token: how a completion whose answer was lost is told apart.
+    // Only this token's holder completes the item, and it keeps the token: how a completion whose answer was lost is
+    // told apart.
     appliedIf: f.kind === 'complete' ? sql`state = 'completed' AND lease_token = ${h.leaseToken}` : undefined,
     prepared,
   };
 }
 
 /**
- * Ends a claimed attempt: CAS on (id, lease token, processing); `prepared` as LedgerCapabilities says. False = this holder lost the item; nothing was written.
+ * Ends a claimed attempt: CAS on (id, lease token, processing); `prepared` as LedgerCapabilities says. False = this
+ * holder lost the item; nothing was written.
  * Throws OwnershipLostError (nothing written) when the lease's ownership epoch is no longer the queue's.
  */
 export function finishItem(
@@ -174,7 +176,10 @@ export function finishItem(
   return applyTransition(db, t, leaseSpec(t, h, f, prepared));
 }
 
-/** The same inside the caller's transaction; throws LeaseLostError, or OwnershipLostError, (rolling the caller back) when the CAS loses. */
+/**
+ * The same inside the caller's transaction; throws LeaseLostError, or OwnershipLostError, (rolling the caller back)
+ * when the CAS loses.
+ */
 export function finishItemInTx(
   trx: Executor,
   t: LedgerTables,

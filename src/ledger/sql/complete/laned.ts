@@ -22,7 +22,10 @@ import { advanceLocked, headSuccessors, idleLanes, successorPlaces, type EndedHe
 export interface BatchDone {
   /** Per entry: whether its CAS won. */
   won: boolean[];
-  /** Lanes (queue-scoped) whose new head was left pending for a claim; in a keyed batch, keys (queue-scoped stored keys) whose admitted items were. */
+  /**
+   * Lanes (queue-scoped) whose new head was left pending for a claim; in a keyed batch, keys (queue-scoped stored keys)
+   * whose admitted items were.
+   */
   advanced: Set<string>;
   /** Successors claimed under the SuccessorClaim's lease. */
   claimed: ClaimedItem[];
@@ -71,7 +74,8 @@ export async function completeInOneTrip(
     headSuccessors(t, heads),
     sql`SET @lw_handed = @lw_handed + ROW_COUNT()`,
     idleLanes(t, heads),
-    // Every lane handed on or gone idle: otherwise a successor was cancelled while it waited, or an enqueue into a lane committed meanwhile.
+    // Every lane handed on or gone idle: otherwise a successor was cancelled while it waited, or an enqueue into a lane
+    // committed meanwhile.
     refuseUnless(t, sql`@lw_handed + ROW_COUNT() = ${inline(heads.length)}`),
     sql`SELECT queue, lane FROM ${t.items} FORCE INDEX (ix_lane) WHERE ${places} AND state = 'pending' AND is_head = 1`,
   );

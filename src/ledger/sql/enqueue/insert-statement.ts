@@ -13,7 +13,10 @@ import type { NewItem } from './new-item.js';
 export interface OptionalColumns {
   keyed: boolean;
   traced: boolean;
-  /** An item has an idempotency key, and so a request digest (schema 13): set by insertItems, the only path that writes keys. */
+  /**
+   * An item has an idempotency key, and so a request digest (schema 13): set by insertItems, the only path that writes
+   * keys.
+   */
   digested?: boolean;
 }
 

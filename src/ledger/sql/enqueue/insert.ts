@@ -16,7 +16,10 @@ import { optionalColumns } from './insert-statement.js';
 /** Keeps one multi-row INSERT well under max_allowed_packet. */
 export const MAX_STATEMENT_BYTES = 4 * 1024 * 1024;
 
-/** An upper bound on an item's share of an INSERT: its payload as `jsonLiteral` writes it (as hex when it holds a backslash), plus the other columns. */
+/**
+ * An upper bound on an item's share of an INSERT: its payload as `jsonLiteral` writes it (as hex when it holds a
+ * backslash), plus the other columns.
+ */
 function rowBytes(item: NewItem): number {
   return item.payloadJson.length * (item.payloadJson.includes('\\') ? 6 : 3) + 512;
 }

@@ -113,7 +113,8 @@ function insertJoined(
         `${c ? c.leaseUntil : NO_TIME_TEXT}${as('lease_until')}`,
     )}`;
   });
-  // Evaluated per row: whether the item is its lane's head, or admitted by its key; items with neither are their own heads.
+  // Evaluated per row: whether the item is its lane's head, or admitted by its key; items with neither are their own
+  // heads.
   const ownHead = keyed ? `IF(v.ckey IS NULL, 1, IF(kr.queue IS NULL, NULL, kr.granted >= v.k))` : '1';
   // In a fair queue a keyed item's priority is raised by its round.
   const priority = sql.raw(keyed ? `IF(kr.fair = 1, v.priority + kr.round_from + v.r - 1, v.priority)` : 'v.priority');

@@ -37,7 +37,10 @@ export interface CappedClaim<Row, T> {
   inTurn?: ((trx: Executor, won: T[], roomLeft: number) => Promise<T[]>) | undefined;
 }
 
-/** A head search's candidate read, run inside the capped turn; the turn takes the first of `ids(rows)` (earliest due first). */
+/**
+ * A head search's candidate read, run inside the capped turn; the turn takes the first of `ids(rows)` (earliest due
+ * first).
+ */
 export interface CandidatesInTurn {
   read: RawBuilder<unknown>;
   ids: (rows: readonly unknown[]) => string[];

@@ -6,7 +6,10 @@ import { storedKey, type KeyRule } from './scope.js';
 import { type KeyCount, keyCounts, keyIn, perKey } from './key-counts.js';
 import { currentRound } from './idle-keys.js';
 
-/** A key an enqueue admits items of, with the rule its items were scoped with and, in a fair queue, the queue's current round. */
+/**
+ * A key an enqueue admits items of, with the rule its items were scoped with and, in a fair queue, the queue's current
+ * round.
+ */
 export interface AdmittedKey extends KeyCount {
   limit: number;
   round: number | null;
@@ -88,7 +91,10 @@ export function grantedRead(t: LedgerTables, keys: readonly KeyCount[]): RawBuil
   return sql`SELECT queue, ckey, granted, round_from, fair FROM ${t.keys} WHERE (queue, ckey) IN (${keyIn(keys)})`;
 }
 
-/** Per key (queue-scoped): how many of its new laneless items were admitted, and in a fair queue the first round its new items take. */
+/**
+ * Per key (queue-scoped): how many of its new laneless items were admitted, and in a fair queue the first round its new
+ * items take.
+ */
 export function grantedByKey(
   rows: readonly Record<string, unknown>[],
 ): Map<string, { granted: number; roundFrom: number | null }> {

@@ -128,7 +128,8 @@ export async function handOnKeys(
     const waiting = ahead ?? (wants.length === 0 ? [] : waitRows(await send(readWaiting(t, wants))));
     for (const w of waiting) lined.add(queueScoped(w.queue, w.ckey));
     if (waiting.length === 0) {
-      // Nothing (more) to admit: the ended slots are given up, and in a transaction that writes nothing after, committed.
+      // Nothing (more) to admit: the ended slots are given up, and in a transaction that writes nothing after,
+      // committed.
       const last = writeHeld();
       if (last.length > 0 || commitWhenSure) await send(last, { commit: commitWhenSure });
       return done;
@@ -189,7 +190,10 @@ export async function handOnKeys(
   return done;
 }
 
-/** What a hand-on claimed for the completing consumers, and the keys (queue-scoped) whose admitted items it left as heads for any claim, and those it found items waiting for. */
+/**
+ * What a hand-on claimed for the completing consumers, and the keys (queue-scoped) whose admitted items it left as
+ * heads for any claim, and those it found items waiting for.
+ */
 export interface HandedOn {
   claimed: ClaimedItem[];
   left: Set<string>;

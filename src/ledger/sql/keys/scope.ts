@@ -17,7 +17,10 @@ import { inline, list, literal, queueScoped } from '../common/fragments.js';
 // sql/keys/admission.ts works on those stored names.
 
 export const TYPE_KEY_SEPARATOR = '\u001f';
-/** A limit no key reaches: a queue without key_limit, or a type whose own limit was lifted, admits every keyed item (and still counts them). */
+/**
+ * A limit no key reaches: a queue without key_limit, or a type whose own limit was lifted, admits every keyed item (and
+ * still counts them).
+ */
 export const UNLIMITED = 1_000_000_000;
 /** The longest stored key: the column's width. */
 const MAX_STORED_KEY = 255;
@@ -130,7 +133,10 @@ export function scopeKeys<
   if (issues.length > 0) throw new ValidationError(issues, 'enqueue');
 }
 
-/** The limit a key row (by its stored name) answers to, read in the statement: its type's own or its queue's; NULL when none is set. */
+/**
+ * The limit a key row (by its stored name) answers to, read in the statement: its type's own or its queue's; NULL when
+ * none is set.
+ */
 export function keyRowLimit(t: LedgerTables, k: { queue: string; key: string }): RawBuilder<unknown> {
   const type = typeOfKey(k.key);
   return type === null

@@ -35,7 +35,10 @@ export function claimAdmitted(
     WHERE id IN (${list(ids)}) AND state = 'pending' AND is_head = 0 AND run_after <= NOW(6)${successorFilter(next)}`;
 }
 
-/** Which of `ids` this hand-on admitted: heads now, left pending or claimed for the completing consumer (one cancelled meanwhile is neither). */
+/**
+ * Which of `ids` this hand-on admitted: heads now, left pending or claimed for the completing consumer (one cancelled
+ * meanwhile is neither).
+ */
 export function admittedOf(t: LedgerTables, ids: readonly string[]): RawBuilder<unknown> {
   return sql`SELECT id FROM ${t.items} WHERE id IN (${list(ids)}) AND is_head = 1 AND state IN ('pending', 'processing')`;
 }

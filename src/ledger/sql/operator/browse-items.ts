@@ -22,7 +22,10 @@ export type ItemPosition = { by: 'created'; key: string; id: string } | { by: 'l
  */
 export const BROWSE_WINDOW = 2_000;
 
-/** One page of a queue's items (see ItemPosition for the order), `limit` at most, and where the next begins (null: no more). */
+/**
+ * One page of a queue's items (see ItemPosition for the order), `limit` at most, and where the next begins (null: no
+ * more).
+ */
 export async function browseItems(
   exec: Executor,
   t: LedgerTables,

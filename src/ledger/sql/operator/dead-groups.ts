@@ -5,7 +5,9 @@ import { QUEUE_CLASSES } from '../../types.js';
 import type { DeadGroup } from '../../operator-types.js';
 import { inline, list } from '../common/fragments.js';
 
-/** How many dead items of a queue the groups are counted from at most (one range of ix_claim, as stats caps its counts). */
+/**
+ * How many dead items of a queue the groups are counted from at most (one range of ix_claim, as stats caps its counts).
+ */
 export const DEAD_GROUP_READ = 10_000;
 
 /**

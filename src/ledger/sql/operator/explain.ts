@@ -7,7 +7,10 @@ import { storedKey } from '../keys/scope.js';
 import { processingCount } from './stats.js';
 import { readSchedule } from '../schedules/schedules.js';
 
-/** What explain needs beyond the item and the live consumers: the ledger's clock, the queue's processing count and ownership epoch, and the lane's head. */
+/**
+ * What explain needs beyond the item and the live consumers: the ledger's clock, the queue's processing count and
+ * ownership epoch, and the lane's head.
+ */
 export interface WhyFacts {
   now: Date;
   processing: number;
@@ -22,7 +25,10 @@ export interface WhyFacts {
   key?: { admitted: number; limit: number | null; waiting: number } | undefined;
   /** Why it was last released, for an item not due yet: a rate limit's refusal says 'rate limited'. */
   lastReleaseReason?: string | null | undefined;
-  /** The schedule whose fire enqueued it, when its key has a fire's form and that schedule (of its queue) is in the ledger. */
+  /**
+   * The schedule whose fire enqueued it, when its key has a fire's form and that schedule (of its queue) is in the
+   * ledger.
+   */
   schedule?: { name: string; fireTime: Date } | undefined;
 }
 

@@ -12,7 +12,8 @@ export const SERIES_READ = 20_000;
 /**
  * A queue's last hour in one-minute buckets: items completed and dead in
  * each minute, and the p50 and p99 from enqueue to start of the items that
- * started in it (to within 19%: a histogram of quarter-powers of two). Read from the items created in the last hour (one range of
+ * started in it (to within 19%: a histogram of quarter-powers of two). Read from the items created in the last hour
+ * (one range of
  * ix_created, the newest 20,000 at most): an item created earlier that
  * ended in the hour (a delayed or long-retried one) is not counted, and on
  * a queue busier than 20,000 items an hour the oldest minutes are short.
@@ -21,7 +22,8 @@ export async function queueSeries(exec: Executor, t: LedgerTables, queue: string
   const hourUs = SERIES_BUCKETS * SERIES_BUCKET_MS * 1000;
   const started = sql`started_at > ${NO_TIME} AND started_at >= created_at`;
   // The hour's ids are read from the index alone (a statement reading the rows too was planned as a
-  // scan of the whole queue from its newest entry), then their rows by primary key. Grouped on the server: per minute of ending and state, per minute of starting and
+  // scan of the whole queue from its newest entry), then their rows by primary key. Grouped on the server: per minute
+  // of ending and state, per minute of starting and
   // quarter-power-of-two of the time from enqueue to start (so a percentile is within 19%).
   const r = await sql<{
     now_min: number | string;
@@ -67,7 +69,10 @@ export async function queueSeries(exec: Executor, t: LedgerTables, queue: string
   return { bucketMs: SERIES_BUCKET_MS, points };
 }
 
-/** The `q` quantile of a histogram of quarter-powers of two of microseconds, as the top of its bucket in ms; null when empty. */
+/**
+ * The `q` quantile of a histogram of quarter-powers of two of microseconds, as the top of its bucket in ms; null when
+ * empty.
+ */
 function quantile(histogram: ReadonlyMap<number, number>, q: number): number | null {
   const total = [...histogram.values()].reduce((a, b) => a + b, 0);
   if (total === 0) return null;

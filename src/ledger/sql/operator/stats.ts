@@ -51,7 +51,10 @@ export async function listQueues(exec: Executor, t: LedgerTables): Promise<strin
   }
 }
 
-/** One queue's counts (each a bounded range of ix_claim) and oldest due head, in one statement; undefined when it has no items. */
+/**
+ * One queue's counts (each a bounded range of ix_claim) and oldest due head, in one statement; undefined when it has no
+ * items.
+ */
 async function statsOfQueue(exec: Executor, t: LedgerTables, queue: string): Promise<QueueStats | undefined> {
   const classes = list(QUEUE_CLASSES);
   const count = (state: ItemState): RawBuilder<unknown> =>

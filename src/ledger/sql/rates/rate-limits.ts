@@ -62,7 +62,10 @@ function grant(t: LedgerTables, take: RateTake): RawBuilder<unknown> {
     WHERE r.queue = ${inline(take.queue)} AND r.rate_key = ${inline(take.key)} AND r.next_at <= NOW(6)`;
 }
 
-/** How long until the key's next start (NULL: the key has no row), whether turns are given out past it, and how long the item has been due (NULL: its lease is gone). */
+/**
+ * How long until the key's next start (NULL: the key has no row), whether turns are given out past it, and how long the
+ * item has been due (NULL: its lease is gone).
+ */
 function refusalState(t: LedgerTables, take: RateTake): RawBuilder<unknown> {
   return sql`SELECT
       (SELECT TIMESTAMPDIFF(MICROSECOND, NOW(6), next_at) FROM ${t.rateLimits} WHERE queue = ${take.queue} AND rate_key = ${take.key}) AS wait_us,

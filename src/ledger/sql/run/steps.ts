@@ -6,7 +6,10 @@ import type { EpochFence, LeaseHandle, StepRecord } from '../../types.js';
 import { andEpochIsCurrent, fenceOf, refusal } from '../fleet/ownership.js';
 import { affected } from '../common/fragments.js';
 
-/** A handle's part a step record is fenced by: the attempt is the holder's own (every claim adds one); the ownership epoch, if it was claimed under one. */
+/**
+ * A handle's part a step record is fenced by: the attempt is the holder's own (every claim adds one); the ownership
+ * epoch, if it was claimed under one.
+ */
 export type StepHolder = Pick<LeaseHandle, 'id' | 'leaseToken' | 'attempt'> &
   EpochFence & { queue?: string | undefined };
 

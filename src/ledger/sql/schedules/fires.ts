@@ -20,7 +20,10 @@ export async function readEarliestFire(exec: Executor, t: LedgerTables): Promise
   return { now: row.now, earliest: row.earliest };
 }
 
-/** Up to `limit` unpaused schedules whose next fire time has come on the ledger's clock, earliest first, with that clock's now. */
+/**
+ * Up to `limit` unpaused schedules whose next fire time has come on the ledger's clock, earliest first, with that
+ * clock's now.
+ */
 export async function readDueSchedules(
   exec: Executor,
   t: LedgerTables,

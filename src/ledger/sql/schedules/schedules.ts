@@ -120,7 +120,10 @@ export async function setSchedulePaused(
   return affected(r) === 1;
 }
 
-/** Removes the config file's schedules not named in `keep` (the file no longer declares them); API ones stay. Returns their names. */
+/**
+ * Removes the config file's schedules not named in `keep` (the file no longer declares them); API ones stay. Returns
+ * their names.
+ */
 export async function deleteConfigSchedulesExcept(
   exec: Executor,
   t: LedgerTables,

@@ -43,7 +43,9 @@ export interface PurgePosition {
   id: string;
 }
 
-/** The terminal items of one state (and type) of a queue that ended `olderThanMs` ago or more, as a range of ix_created. */
+/**
+ * The terminal items of one state (and type) of a queue that ended `olderThanMs` ago or more, as a range of ix_created.
+ */
 function filteredScope(f: PurgeFilter, cutoff: RawBuilder<unknown>): RawBuilder<unknown> {
   const type = f.type === undefined ? sql`` : sql` AND type = ${f.type}`;
   return sql`queue = ${f.queue} AND created_at < ${cutoff} AND ${TERMINAL_BEFORE(cutoff)} AND state = ${f.state}${type}`;
@@ -86,7 +88,9 @@ export async function countPurgeable(exec: Executor, t: LedgerTables, f: PurgeFi
   return Number(r.rows[0]?.n ?? 0);
 }
 
-/** Deletes these items (still ended before `cutoff`) with their history and steps, then their lanes' rows left empty. */
+/**
+ * Deletes these items (still ended before `cutoff`) with their history and steps, then their lanes' rows left empty.
+ */
 async function deleteEnded(
   db: LedgerDb,
   t: LedgerTables,

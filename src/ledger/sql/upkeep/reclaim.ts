@@ -131,7 +131,9 @@ function caseOfId(pairs: readonly (readonly [string, string])[]): RawBuilder<unk
   return sql.raw(`CASE id ${pairs.map(([id, value]) => `WHEN ${literal(id)} THEN ${literal(value)}`).join(' ')} END`);
 }
 
-/** The items a reclaim run wrote these history rows for; the locking read waits for a lost session's transaction to end. */
+/**
+ * The items a reclaim run wrote these history rows for; the locking read waits for a lost session's transaction to end.
+ */
 async function reclaimedBy(
   db: LedgerDb,
   t: LedgerTables,
