@@ -36,9 +36,12 @@ import type { LedgerConfig } from './config.js';
  */
 export function sessionSetup(config: Pick<LedgerConfig, 'tidbTxnMode'>): string[] {
   return [
-    `SET SESSION time_zone = '+00:00' /*T! , tidb_txn_mode = '${config.tidbTxnMode}', tidb_stats_load_sync_wait = 0, tidb_opt_fix_control = '44830:ON' */`,
+    `SET SESSION time_zone = '+00:00' /*T! , tidb_txn_mode = '${
+      config.tidbTxnMode
+    }', tidb_stats_load_sync_wait = 0, tidb_opt_fix_control = '44830:ON' */`,
     'SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED',
-    "SET SESSION sql_mode = TRIM(BOTH ',' FROM REPLACE(CONCAT(',', @@SESSION.sql_mode, ','), ',NO_BACKSLASH_ESCAPES,', ','))",
+    "SET SESSION sql_mode = TRIM(BOTH ',' FROM REPLACE(CONCAT(',', @@SESSION.sql_mode, ','), " +
+      "',NO_BACKSLASH_ESCAPES,', ','))",
   ];
 }
 
@@ -173,7 +176,9 @@ export async function ensureDatabase(url: string, waitMs = 60_000): Promise<void
       [
         {
           field: 'url',
-          message: `its database name ${JSON.stringify(database)} is not a plain identifier: use 1-64 letters, digits, _, $ or -`,
+          message: `its database name ${JSON.stringify(
+            database,
+          )} is not a plain identifier: use 1-64 letters, digits, _, $ or -`,
         },
       ],
       'ensureDatabase',

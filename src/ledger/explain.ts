@@ -50,7 +50,9 @@ function why(item: WorkItem, facts: WhyFacts, consumers: readonly LiveConsumer[]
     if (item.leaseUntil !== null && item.leaseUntil < now) {
       return {
         code: 'lease_expired',
-        message: `its holder ${item.leaseOwner ?? '?'} stopped renewing at ${iso(item.leaseUntil)}: the next sweep takes it back`,
+        message: `its holder ${item.leaseOwner ?? '?'} stopped renewing at ${iso(
+          item.leaseUntil,
+        )}: the next sweep takes it back`,
         details,
       };
     }
@@ -63,7 +65,9 @@ function why(item: WorkItem, facts: WhyFacts, consumers: readonly LiveConsumer[]
   if (item.state === 'blocked') {
     return {
       code: 'blocked_on_dependency',
-      message: `it is blocked on dependency ${item.dependencyKey ?? '?'} since ${iso(item.blockedAt)}; next probe at ${iso(item.probeAfter)}`,
+      message:
+        `it is blocked on dependency ${item.dependencyKey ?? '?'} since ${iso(item.blockedAt)}; ` +
+        `next probe at ${iso(item.probeAfter)}`,
       details: {
         dependencyKey: item.dependencyKey,
         since: iso(item.blockedAt),
@@ -99,7 +103,9 @@ function why(item: WorkItem, facts: WhyFacts, consumers: readonly LiveConsumer[]
     const byType = item.keyScope === 'type' ? ` (for type ${item.type}, under its own limit)` : '';
     return {
       code: 'key_at_limit',
-      message: `its concurrency key ${item.concurrencyKey}${byType} is at its limit: ${k?.admitted ?? '?'}${of} admitted, ${k?.waiting ?? '?'} waiting; it takes the next slot its key frees, earliest due first`,
+      message: `its concurrency key ${item.concurrencyKey}${byType} is at its limit: ${k?.admitted ?? '?'}${
+        of
+      } admitted, ${k?.waiting ?? '?'} waiting; it takes the next slot its key frees, earliest due first`,
       details: {
         key: item.concurrencyKey,
         scope: item.keyScope,
@@ -123,7 +129,9 @@ function why(item: WorkItem, facts: WhyFacts, consumers: readonly LiveConsumer[]
   if (facts.staleOnly && item.failureClass !== 'lease_expired') {
     return {
       code: 'stale_only',
-      message: `its queue ${item.queue} is stale-only: it rescues items whose lease expired and takes no new pending work until it is set back (lanewake stale-only ${item.queue} off)`,
+      message:
+        `its queue ${item.queue} is stale-only: it rescues items whose lease expired and takes no new pending work ` +
+        `until it is set back (lanewake stale-only ${item.queue} off)`,
       details: { queue: item.queue },
     };
   }
@@ -162,7 +170,9 @@ function whoServes(item: WorkItem, facts: WhyFacts, consumers: readonly LiveCons
     const held = [...new Set(ofType.map((c) => c.epoch))].join(', ');
     return {
       code: 'epoch_not_served',
-      message: `the queue's ownership epoch ${epoch ?? 'none'} waits for activation: its consumers are fenced with epoch ${held}`,
+      message: `the queue's ownership epoch ${
+        epoch ?? 'none'
+      } waits for activation: its consumers are fenced with epoch ${held}`,
       details: { epoch, consumerEpochs: held },
     };
   }
@@ -177,7 +187,9 @@ function whoServes(item: WorkItem, facts: WhyFacts, consumers: readonly LiveCons
   }
   return {
     code: 'claimable',
-    message: `it is claimable now: ${unfenced.length} live consumer(s) serve it and take it in their next claim round or sweep`,
+    message: `it is claimable now: ${
+      unfenced.length
+    } live consumer(s) serve it and take it in their next claim round or sweep`,
     details: { consumers: unfenced.length },
   };
 }

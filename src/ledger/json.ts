@@ -251,7 +251,9 @@ function instanceFault(obj: object): string {
   if (ArrayBuffer.isView(obj) || obj instanceof ArrayBuffer) {
     return `is a binary ${name}, which JSON does not store faithfully (send an array of numbers or a base64 string)`;
   }
-  return `is an instance of ${name} without toJSON, which JSON would store as a plain object or lose (send a plain object, or give the class a toJSON)`;
+  return `is an instance of ${
+    name
+  } without toJSON, which JSON would store as a plain object or lose (send a plain object, or give the class a toJSON)`;
 }
 
 function constructorName(obj: object): string {

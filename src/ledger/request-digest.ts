@@ -24,7 +24,9 @@ export interface DigestedRequest {
  * the same request.
  */
 export function requestDigest(r: DigestedRequest): string {
-  const canonical = `[${JSON.stringify(r.queue)},${JSON.stringify(r.type)},${JSON.stringify(r.lane)},${canonicalJson(JSON.parse(r.payloadJson))}]`;
+  const canonical = `[${JSON.stringify(r.queue)},${JSON.stringify(r.type)},${JSON.stringify(r.lane)},${canonicalJson(
+    JSON.parse(r.payloadJson),
+  )}]`;
   return createHash('sha256')
     .update(canonical, 'utf8')
     .digest('hex')

@@ -78,8 +78,13 @@ const CONNECTION_CODES = new Set([
   'ER_CLIENT_INTERACTION_TIMEOUT',
 ]);
 const CONNECTION_ERRNOS = new Set([2006, 2013, 1927, 1053, 4031, 1158, 1159, 1160, 1161]);
-const CLOSED_CONNECTION =
-  /Can't add new command when connection is in closed state|Can't write in closed state|Connection lost: The server closed the connection/;
+const CLOSED_CONNECTION = new RegExp(
+  [
+    "Can't add new command when connection is in closed state",
+    "Can't write in closed state",
+    'Connection lost: The server closed the connection',
+  ].join('|'),
+);
 
 export function isConnectionError(error: unknown): boolean {
   if (typeof error !== 'object' || error === null) return false;

@@ -45,8 +45,8 @@ export async function readHeldUnderLease(
 ): Promise<ClaimedItem[]> {
   const lease = grantLease({ token: spec.token, owner: spec.owner, leaseMs: spec.leaseMs });
   const rows = await sql<ClaimedRow>`SELECT ${CLAIMED_COLUMNS} FROM ${t.items}
-    WHERE queue = ${spec.queue} AND queue_class IN (${list(spec.classes)}) AND state = 'processing' AND lease_token = ${spec.token}`.execute(
-    exec,
-  );
+    WHERE queue = ${spec.queue} AND queue_class IN (${list(spec.classes)}) AND state = 'processing' AND lease_token = ${
+      spec.token
+    }`.execute(exec);
   return claimedItems(rows.rows, lease);
 }

@@ -123,7 +123,9 @@ export function casText(
   const epochGuard =
     spec.epoch === undefined
       ? ''
-      : `AND EXISTS (SELECT 1 FROM ${tableText(t, 'ownership')} o WHERE o.queue = ${w.value(spec.queue)} AND o.epoch = ${w.value(spec.epoch)})`;
+      : `AND EXISTS (SELECT 1 FROM ${tableText(t, 'ownership')} o WHERE o.queue = ${w.value(
+          spec.queue,
+        )} AND o.epoch = ${w.value(spec.epoch)})`;
   const typeGuard = types === undefined || types.length === 0 ? '' : `AND type IN (${w.list(types)})`;
   const staleGuard = spec.staleOnly === true ? "AND failure_class = 'lease_expired'" : '';
   return `UPDATE ${hint}${tableText(t, 'items')} FORCE INDEX (PRIMARY) SET ${leaseAssignmentsText(w, lease)}

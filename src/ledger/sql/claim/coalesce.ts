@@ -85,7 +85,9 @@ async function joinGroup(
   const followers =
     await sql<FollowerRow>`SELECT id, type, lane_seq, state, run_after <= NOW(6) AS due, LENGTH(payload) AS bytes
     FROM ${t.items} FORCE INDEX (ix_lane)
-    WHERE queue = ${head.queue} AND lane = ${lane} AND lane_seq > ${head.laneSeq} AND created_at <= ${head.startedAt ?? head.leaseUntil}
+    WHERE queue = ${head.queue} AND lane = ${lane} AND lane_seq > ${head.laneSeq} AND created_at <= ${
+      head.startedAt ?? head.leaseUntil
+    }
     ORDER BY lane_seq LIMIT ${max + 1}`.execute(exec);
   const chosen: string[] = [];
   let bytes = Buffer.byteLength(JSON.stringify(head.payload) ?? '', 'utf8');
@@ -100,7 +102,9 @@ async function joinGroup(
   if (chosen.length === 0) return loneHead(exec, t, head, mode);
   // The members' lease is the head's own expiry, copied from its row: a group expires whole, so a
   // reclaim never takes the head back while its members stay held (or the other way round).
-  const claimMembers = sql`UPDATE ${t.items} m JOIN ${t.items} h ON h.id = ${head.id} AND h.lease_token = ${head.leaseToken}
+  const claimMembers = sql`UPDATE ${t.items} m JOIN ${t.items} h ON h.id = ${head.id} AND h.lease_token = ${
+    head.leaseToken
+  }
     SET m.state = 'processing', m.lease_token = h.lease_token, m.lease_owner = h.lease_owner, m.lease_until = h.lease_until,
       m.attempt = h.attempt, m.epoch = h.epoch, m.cancel_requested = 0, m.started_at = h.started_at, m.group_head = h.id, m.updated_at = NOW(6)
     WHERE m.id IN (${list(chosen)}) AND m.queue = ${head.queue} AND m.state = 'pending' AND m.is_head = 0`;
@@ -158,7 +162,9 @@ async function unsettled(exec: Executor, t: LedgerTables, head: ClaimedItem): Pr
     WHERE queue = ${head.queue} AND lane = ${head.lane} AND lane_seq < ${head.laneSeq} AND type = ${head.type}
       AND state IN ('dead', 'skipped', 'cancelled') AND terminal_at > ${NO_TIME}
       AND lane_seq > COALESCE((SELECT MAX(c.lane_seq) FROM (SELECT lane_seq FROM ${t.items} FORCE INDEX (ix_lane)
-        WHERE queue = ${head.queue} AND lane = ${head.lane} AND lane_seq < ${head.laneSeq} AND type = ${head.type} AND state = 'completed') c), 0)
+        WHERE queue = ${head.queue} AND lane = ${head.lane} AND lane_seq < ${head.laneSeq} AND type = ${
+          head.type
+        } AND state = 'completed') c), 0)
     ORDER BY lane_seq`.execute(exec);
   return rows.rows.map((r) => parseJson(r.payload));
 }

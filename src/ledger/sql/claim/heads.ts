@@ -138,7 +138,9 @@ function candidatesQuery(t: LedgerTables, spec: ClaimHeadsSpec): RawBuilder<Cand
       ) => sql`(SELECT id, priority, due_us FROM (SELECT id, priority, failure_class, TIMESTAMPDIFF(MICROSECOND, '2020-01-01', run_after) AS due_us FROM ${t.items}
         WHERE queue = ${spec.queue} AND queue_class = ${c} AND state = 'pending' AND is_head = 1
           AND run_after <= NOW(6) ${typeFilter}
-        ORDER BY priority, run_after LIMIT ${STALE_WINDOW}) AS w WHERE w.failure_class = 'lease_expired' LIMIT ${want})`,
+        ORDER BY priority, run_after LIMIT ${STALE_WINDOW}) AS w WHERE w.failure_class = 'lease_expired' LIMIT ${
+          want
+        })`,
     );
     return sql<Candidate>`${sql.join(perClass, sql` UNION ALL `)}`;
   }

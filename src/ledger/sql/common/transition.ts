@@ -172,10 +172,9 @@ export async function applyTransitionInTx(
   if ((await casUpdate(trx, t, spec)) !== 1) throw await refusal(trx, t, spec.fence, spec.place.id);
   if (spec.members !== undefined && spec.members.ids.length > 0) {
     const m = spec.members;
-    const r =
-      await sql`UPDATE ${t.items} SET ${m.set}, updated_at = NOW(6) WHERE id IN (${list(m.ids)}) AND ${m.guard}`.execute(
-        trx,
-      );
+    const r = await sql`UPDATE ${t.items} SET ${m.set}, updated_at = NOW(6) WHERE id IN (${list(m.ids)}) AND ${
+      m.guard
+    }`.execute(trx);
     if (affected(r) !== m.ids.length) throw new LeaseLostError(spec.place.id);
   }
   const handedOn =
@@ -211,7 +210,9 @@ export async function insertHistory(
   h: HistoryEntry,
   id: string = newId(),
 ): Promise<void> {
-  await sql`INSERT INTO ${t.attempts} (id, item_id, attempt, outcome, failure_class, error, worker, started_at, ended_at)
+  await sql`INSERT INTO ${
+    t.attempts
+  } (id, item_id, attempt, outcome, failure_class, error, worker, started_at, ended_at)
     VALUES (${id}, ${itemId}, ${h.attempt}, ${h.outcome}, ${h.failureClass}, ${h.error}, ${h.worker},
       ${h.startedAt}, NOW(6))`.execute(exec);
 }

@@ -130,13 +130,17 @@ async function successorsClaimed(
   const ids: string[] = [];
   if (laned.length > 0) {
     const found = await sql<{ id: string }>`SELECT id FROM ${t.items} FORCE INDEX (ix_lane)
-      WHERE (queue, lane, lane_seq) IN (${sql.join(laned.map((h) => sql`(${inline(h.queue)}, ${inline(h.lane)}, ${inline((h.laneSeq ?? 0) + 1)})`))})
+      WHERE (queue, lane, lane_seq) IN (${sql.join(
+        laned.map((h) => sql`(${inline(h.queue)}, ${inline(h.lane)}, ${inline((h.laneSeq ?? 0) + 1)})`),
+      )})
         AND lease_token = ${inline(next.token)} AND state = 'processing'`.execute(db);
     ids.push(...found.rows.map((r) => r.id));
   }
   for (const queue of keyedQueues) {
     const found = await sql<{ id: string }>`SELECT id FROM ${t.items}
-      WHERE queue = ${queue} AND queue_class IN (${list(next.classes && next.classes.length > 0 ? next.classes : QUEUE_CLASSES)})
+      WHERE queue = ${queue} AND queue_class IN (${list(
+        next.classes && next.classes.length > 0 ? next.classes : QUEUE_CLASSES,
+      )})
         AND state = 'processing' AND lease_token = ${inline(next.token)}`.execute(db);
     ids.push(...found.rows.map((r) => r.id));
   }

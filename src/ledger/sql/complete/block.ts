@@ -54,7 +54,9 @@ export async function finishBlock(
       async (trx) => {
         await lockWakeMark(trx, t, f.dependencyKey);
         const r = await sql<BlockCheck>`SELECT (m.woken_at >= i.started_at) AS woken,
-            (i.dependency_key <=> ${f.dependencyKey} AND i.block_expires_at IS NOT NULL AND i.block_expires_at <= NOW(6)) AS expired
+            (i.dependency_key <=> ${
+              f.dependencyKey
+            } AND i.block_expires_at IS NOT NULL AND i.block_expires_at <= NOW(6)) AS expired
           FROM ${t.items} i JOIN ${t.wakeMarks} m ON m.dependency_key = ${f.dependencyKey}
           WHERE i.id = ${h.id} AND i.lease_token = ${h.leaseToken} AND i.state = 'processing'`.execute(trx);
         const check = r.rows[0];

@@ -29,7 +29,11 @@ function completionText(w: ValueWriter, t: LedgerTables, entries: readonly Compl
   const resultExpr =
     withResult.length === 0
       ? 'NULL'
-      : `CASE id ${w.each(withResult, (e) => `WHEN ${w.value(e.handle.id)} THEN ${w.json(e.resultJson)}`, ' ')} ELSE NULL END`;
+      : `CASE id ${w.each(
+          withResult,
+          (e) => `WHEN ${w.value(e.handle.id)} THEN ${w.json(e.resultJson)}`,
+          ' ',
+        )} ELSE NULL END`;
   // Items of one claim share its token: then a plain equality does, which
   // MariaDB plans far more cheaply than a list of (id, token) pairs.
   const tokens = new Set(entries.map((e) => e.handle.leaseToken));
@@ -39,9 +43,15 @@ function completionText(w: ValueWriter, t: LedgerTables, entries: readonly Compl
       ? `lease_token = ${w.value(onlyToken ?? null)}`
       : `(id, lease_token) IN (${w.tuples(entries.map((e) => [e.handle.id, e.handle.leaseToken]))})`;
   return `UPDATE ${tableText(t, 'items')}
-    SET state = 'completed', result = ${resultExpr}, last_error = NULL, failure_class = NULL, lease_until = ${NO_TIME_TEXT},
+    SET state = 'completed', result = ${resultExpr}, last_error = NULL, failure_class = NULL, lease_until = ${
+      NO_TIME_TEXT
+    },
       terminal_at = NOW(6), updated_at = NOW(6)
-    WHERE id IN (${w.ids(entries.map((e) => e.handle.id))}) AND state = 'processing' AND ${tokenGuard}${epochGuard(w, t, entries)}`;
+    WHERE id IN (${w.ids(entries.map((e) => e.handle.id))}) AND state = 'processing' AND ${tokenGuard}${epochGuard(
+      w,
+      t,
+      entries,
+    )}`;
 }
 
 /**

@@ -45,7 +45,9 @@ function plan(h: LeaseHandle, f: Finishing): Plan {
     case 'complete':
       return {
         // An earlier attempt's error belongs to the attempt history, not to a completed item.
-        set: sql`state = 'completed', result = ${f.resultJson}, last_error = NULL, failure_class = NULL, lease_until = ${NO_TIME},
+        set: sql`state = 'completed', result = ${
+          f.resultJson
+        }, last_error = NULL, failure_class = NULL, lease_until = ${NO_TIME},
           terminal_at = NOW(6)`,
         terminal: true,
         // A first-try success is recorded by the item row alone.
@@ -61,7 +63,9 @@ function plan(h: LeaseHandle, f: Finishing): Plan {
     case 'skip':
       return {
         // The reason is the item's result (as given) and its last word (as text, where a cancel's reason lives too).
-        set: sql`state = 'skipped', result = ${f.reasonJson}, last_error = ${f.reasonText}, failure_class = NULL, lease_until = ${NO_TIME},
+        set: sql`state = 'skipped', result = ${f.reasonJson}, last_error = ${
+          f.reasonText
+        }, failure_class = NULL, lease_until = ${NO_TIME},
           terminal_at = NOW(6)`,
         terminal: true,
         history: hist('skipped', null, f.reasonText),
@@ -69,7 +73,9 @@ function plan(h: LeaseHandle, f: Finishing): Plan {
     case 'cancelled':
       return {
         // Without a reason of its own, the one the cancel request recorded stays.
-        set: sql`state = 'cancelled', failure_class = 'cancelled', last_error = COALESCE(${f.reason}, last_error), lease_until = ${NO_TIME},
+        set: sql`state = 'cancelled', failure_class = 'cancelled', last_error = COALESCE(${
+          f.reason
+        }, last_error), lease_until = ${NO_TIME},
           terminal_at = NOW(6)`,
         terminal: true,
         history: hist('cancelled', 'cancelled', f.reason),
@@ -89,7 +95,9 @@ function plan(h: LeaseHandle, f: Finishing): Plan {
         set:
           f.delayMs === 0
             ? sql`state = 'pending', attempt = attempt - 1, lease_until = ${NO_TIME}`
-            : sql`state = 'pending', run_after = ${nowPlusMs(f.delayMs)}, attempt = attempt - 1, lease_until = ${NO_TIME}`,
+            : sql`state = 'pending', run_after = ${nowPlusMs(f.delayMs)}, attempt = attempt - 1, lease_until = ${
+                NO_TIME
+              }`,
         terminal: false,
         history: hist('released', null, f.reason),
       };

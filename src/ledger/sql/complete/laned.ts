@@ -64,7 +64,9 @@ export async function completeInOneTrip(
   if (lease && next) {
     statements.push(
       sql`UPDATE ${t.items} FORCE INDEX (ix_lane) SET is_head = 1, ${leaseAssignments(lease)}
-        WHERE ${places} AND state = 'pending' AND run_after <= NOW(6)${successorFilter(next)} LIMIT ${inline(next.max)}`,
+        WHERE ${places} AND state = 'pending' AND run_after <= NOW(6)${successorFilter(next)} LIMIT ${inline(
+          next.max,
+        )}`,
       sql`SET @lw_handed = ROW_COUNT()`,
     );
   } else {
@@ -81,7 +83,9 @@ export async function completeInOneTrip(
   );
   if (lease) {
     statements.push(
-      sql`SELECT ${CLAIMED_COLUMNS} FROM ${t.items} FORCE INDEX (ix_lane) WHERE ${places} AND lease_token = ${inline(lease.token)} AND state = 'processing'`,
+      sql`SELECT ${CLAIMED_COLUMNS} FROM ${t.items} FORCE INDEX (ix_lane) WHERE ${places} AND lease_token = ${inline(
+        lease.token,
+      )} AND state = 'processing'`,
     );
   }
   const results = await send(statements, { commit: true });
@@ -116,7 +120,9 @@ export async function completeInTwoTrips(
   const [completed, found] = await send([
     completionStatement(t, entries),
     sql`SELECT id, queue, lane, type, queue_class, run_after <= NOW(6) AS due FROM ${t.items} FORCE INDEX (ix_lane)
-      WHERE (queue, lane, lane_seq) IN (${sql.join(heads.map((h) => sql`(${inline(h.queue)}, ${inline(h.lane)}, ${inline(h.laneSeq + 1)})`))})
+      WHERE (queue, lane, lane_seq) IN (${sql.join(
+        heads.map((h) => sql`(${inline(h.queue)}, ${inline(h.lane)}, ${inline(h.laneSeq + 1)})`),
+      )})
         AND state = 'pending'`,
   ]);
   // Someone lost their lease: roll this batch back and let each item CAS on its
@@ -132,7 +138,9 @@ export async function completeInTwoTrips(
   const statements: RawBuilder<unknown>[] = [];
   if (left.length > 0) {
     statements.push(
-      sql`UPDATE ${t.items} SET is_head = 1, updated_at = NOW(6) WHERE id IN (${list(left.map((r) => r.id))}) AND state = 'pending'`,
+      sql`UPDATE ${t.items} SET is_head = 1, updated_at = NOW(6) WHERE id IN (${list(
+        left.map((r) => r.id),
+      )}) AND state = 'pending'`,
     );
   }
   const lease = next && mine.length > 0 ? grantLease(next) : undefined;

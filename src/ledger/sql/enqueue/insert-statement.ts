@@ -26,7 +26,9 @@ export function optionalColumns(items: readonly NewItem[]): OptionalColumns {
 
 /** The optional columns' names, as the INSERT lists them (after is_head). */
 export function optionalColumnNames(c: OptionalColumns): string {
-  return `${c.keyed ? 'concurrency_key, ' : ''}${c.traced ? 'traceparent, ' : ''}${c.digested === true ? 'request_digest, ' : ''}`;
+  return `${c.keyed ? 'concurrency_key, ' : ''}${c.traced ? 'traceparent, ' : ''}${
+    c.digested === true ? 'request_digest, ' : ''
+  }`;
 }
 
 export function expectInserted(inserted: number, expected: number): void {
@@ -38,7 +40,9 @@ export function insertStatement(
   values: readonly RawBuilder<unknown>[],
   columns: OptionalColumns,
 ): RawBuilder<unknown> {
-  return sql`INSERT INTO ${t.items} (id, queue, type, lane, lane_seq, is_head, ${sql.raw(optionalColumnNames(columns))}queue_class, priority,
+  return sql`INSERT INTO ${t.items} (id, queue, type, lane, lane_seq, is_head, ${sql.raw(
+    optionalColumnNames(columns),
+  )}queue_class, priority,
       payload, state, run_after, attempt, max_attempts, idempotency_key, replay_of, created_at, updated_at,
       lease_owner, lease_token, lease_until, started_at)
     VALUES ${sql.join(values)}`;
@@ -65,9 +69,17 @@ export function valuesRow(
   // A claimed insert is the claim CAS's outcome written directly: processing, attempt 1, leased.
   const c = item.claim ? leaseValues(item.claim) : undefined;
   const digested = columns.digested === true ? `${digest === null ? 'NULL' : `X'${digest}'`}, ` : '';
-  const head = `(${literal(id)}, ${literal(item.queue)}, ${literal(item.type)}, ${literal(item.lane)}, ${literal(laneSeq)}, ${isHead ? 1 : 0}, ${columns.keyed ? `${literal(storedKey(item))}, ` : ''}${columns.traced ? `${literal(item.traceparent)}, ` : ''}${digested}${literal(item.queueClass)}, ${literal(item.priority)}, ${jsonLiteral(item.payloadJson)}, ${c ? c.state : "'pending'"}, `;
+  const head = `(${literal(id)}, ${literal(item.queue)}, ${literal(item.type)}, ${literal(item.lane)}, ${literal(
+    laneSeq,
+  )}, ${isHead ? 1 : 0}, ${columns.keyed ? `${literal(storedKey(item))}, ` : ''}${
+    columns.traced ? `${literal(item.traceparent)}, ` : ''
+  }${digested}${literal(item.queueClass)}, ${literal(item.priority)}, ${jsonLiteral(item.payloadJson)}, ${
+    c ? c.state : "'pending'"
+  }, `;
   const lease = c ? `${c.leaseOwner}, ${c.leaseToken}, ${c.leaseUntil}, ${c.startedAt}` : NO_LEASE;
-  const tail = `, ${c ? 1 : 0}, ${literal(item.maxAttempts)}, ${literal(item.idempotencyKey)}, ${literal(item.replayOf ?? null)}, NOW(6), NOW(6), ${lease})`;
+  const tail = `, ${c ? 1 : 0}, ${literal(item.maxAttempts)}, ${literal(item.idempotencyKey)}, ${literal(
+    item.replayOf ?? null,
+  )}, NOW(6), NOW(6), ${lease})`;
   return item.runAt !== null
     ? sql`${sql.raw(head)}${item.runAt}${sql.raw(tail)}`
     : sql.raw(head + nowPlusMsText(item.delayMs) + tail);

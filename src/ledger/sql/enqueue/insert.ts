@@ -68,7 +68,9 @@ export async function insertItems(
   if (keyed.length > 0) {
     const pairs = sql.join(keyed.map((i) => sql`(${i.queue}, ${i.idempotencyKey})`));
     const rows = await sql<KeyedRow>`
-      SELECT id, queue, idempotency_key, lane_seq, ${keys.digests ? sql`LOWER(HEX(request_digest))` : sql`NULL`} AS digest FROM ${t.items}
+      SELECT id, queue, idempotency_key, lane_seq, ${
+        keys.digests ? sql`LOWER(HEX(request_digest))` : sql`NULL`
+      } AS digest FROM ${t.items}
       WHERE (queue, idempotency_key) IN (${pairs})`.execute(keysFrom === false ? exec : keysFrom);
     for (const r of rows.rows) existing.set(queueScoped(r.queue, r.idempotency_key), r);
   }

@@ -103,13 +103,21 @@ function insertJoined(
     const runAfter = item.runAt !== null ? sql`${item.runAt}` : sql.raw(nowPlusMsText(item.delayMs));
     const as = (name: string): string => (i === 0 ? ` AS ${name}` : '');
     return sql`SELECT ${sql.raw(
-      `${literal(ids[i]!)}${as('id')}, _ascii${literal(item.queue)}${as('queue')}, ${literal(item.type)}${as('type')}, ${literal(item.lane)}${as('lane')}, ` +
+      `${literal(ids[i]!)}${as('id')}, _ascii${literal(item.queue)}${as('queue')}, ${literal(item.type)}${as(
+        'type',
+      )}, ${literal(item.lane)}${as('lane')}, ` +
         `${literal(stored)}${as('ckey')}, ${literal(item.traceparent)}${as('traceparent')}, ${r}${as('r')}, ` +
-        `${k}${as('k')}, ${n}${as('n')}, ${literal(item.queueClass)}${as('queue_class')}, ${literal(item.priority)}${as('priority')}, ` +
+        `${k}${as('k')}, ${n}${as('n')}, ${literal(item.queueClass)}${as('queue_class')}, ${literal(item.priority)}${as(
+          'priority',
+        )}, ` +
         `${jsonLiteral(item.payloadJson)}${as('payload')}, `,
     )}${runAfter}${sql.raw(
-      `${as('run_after')}, ${literal(item.maxAttempts)}${as('max_attempts')}, ${literal(item.replayOf ?? null)}${as('replay_of')}, ` +
-        `${c ? 1 : 0}${as('c')}, ${c ? c.leaseOwner : "''"}${as('lease_owner')}, ${c ? c.leaseToken : "''"}${as('lease_token')}, ` +
+      `${as('run_after')}, ${literal(item.maxAttempts)}${as('max_attempts')}, ${literal(item.replayOf ?? null)}${as(
+        'replay_of',
+      )}, ` +
+        `${c ? 1 : 0}${as('c')}, ${c ? c.leaseOwner : "''"}${as('lease_owner')}, ${c ? c.leaseToken : "''"}${as(
+          'lease_token',
+        )}, ` +
         `${c ? c.leaseUntil : NO_TIME_TEXT}${as('lease_until')}`,
     )}`;
   });
@@ -124,17 +132,27 @@ function insertJoined(
   const claimed = sql`(v.c = 1 AND ${head} = 1)`;
   const keyJoin = keyed ? sql`LEFT JOIN ${t.keys} kr ON kr.queue = v.queue AND kr.ckey = v.ckey` : sql``;
   // The key and trace columns are named only when an item has a value (see OptionalColumns).
-  return sql`INSERT INTO ${t.items} (id, queue, type, lane, lane_seq, is_head, ${sql.raw(optionalColumnNames(columns))}queue_class, priority,
+  return sql`INSERT INTO ${t.items} (id, queue, type, lane, lane_seq, is_head, ${sql.raw(
+    optionalColumnNames(columns),
+  )}queue_class, priority,
       payload, state, run_after, attempt, max_attempts, idempotency_key, replay_of, created_at, updated_at,
       lease_owner, lease_token, lease_until, started_at)
-    SELECT v.id, v.queue, v.type, v.lane, IF(v.lane IS NULL, NULL, l.next_seq - v.n + v.k), ${head}, ${sql.raw(`${keyed ? 'v.ckey, ' : ''}${traced ? 'v.traceparent, ' : ''}`)}v.queue_class, ${priority},
-      v.payload, IF(${claimed}, 'processing', 'pending'), v.run_after, IF(${claimed}, 1, 0), v.max_attempts, NULL, v.replay_of,
-      NOW(6), NOW(6), IF(${claimed}, v.lease_owner, ''), IF(${claimed}, v.lease_token, ''), IF(${claimed}, v.lease_until, ${sql.raw(NO_TIME_TEXT)}),
+    SELECT v.id, v.queue, v.type, v.lane, IF(v.lane IS NULL, NULL, l.next_seq - v.n + v.k), ${head}, ${sql.raw(
+      `${keyed ? 'v.ckey, ' : ''}${traced ? 'v.traceparent, ' : ''}`,
+    )}v.queue_class, ${priority},
+      v.payload, IF(${claimed}, 'processing', 'pending'), v.run_after, IF(${
+        claimed
+      }, 1, 0), v.max_attempts, NULL, v.replay_of,
+      NOW(6), NOW(6), IF(${claimed}, v.lease_owner, ''), IF(${claimed}, v.lease_token, ''), IF(${
+        claimed
+      }, v.lease_until, ${sql.raw(NO_TIME_TEXT)}),
       IF(${claimed}, NOW(6), ${sql.raw(NO_TIME_TEXT)})
     FROM (${sql.join(rows, sql` UNION ALL `)}) AS v
     LEFT JOIN ${t.lanes} l ON l.queue = v.queue AND l.lane = v.lane ${keyJoin}`;
 }
 
 function readBack(t: LedgerTables, ids: readonly string[]): RawBuilder<unknown> {
-  return sql`SELECT id, lane_seq, state, priority FROM ${t.items} WHERE id IN (${sql.raw(ids.map((id) => literal(id)).join(', '))})`;
+  return sql`SELECT id, lane_seq, state, priority FROM ${t.items} WHERE id IN (${sql.raw(
+    ids.map((id) => literal(id)).join(', '),
+  )})`;
 }

@@ -36,18 +36,24 @@ export async function beat(
   const rows = consumers.map((c, i) => {
     const as = (name: string): RawBuilder<unknown> => sql.raw(i === 0 ? ` AS ${name}` : '');
     const types = c.types === null ? null : c.types.join(',');
-    return sql`SELECT ${c.name}${as('name')}, ${c.queue}${as('queue')}, ${c.classes.join(',')}${as('classes')}, ${types}${as('types')},
-      ${c.concurrency}${as('concurrency')}, ${c.maxProcessing}${as('max_processing')}, ${c.epoch}${as('epoch')}, ${c.version}${as('version')}`;
+    return sql`SELECT ${c.name}${as('name')}, ${c.queue}${as('queue')}, ${c.classes.join(',')}${as('classes')}, ${
+      types
+    }${as('types')},
+      ${c.concurrency}${as('concurrency')}, ${c.maxProcessing}${as('max_processing')}, ${c.epoch}${as('epoch')}, ${
+        c.version
+      }${as('version')}`;
   });
-  await sql`INSERT INTO ${t.consumers} (name, queue, classes, types, concurrency, max_processing, epoch, version, started_at, last_seen)
+  await sql`INSERT INTO ${
+    t.consumers
+  } (name, queue, classes, types, concurrency, max_processing, epoch, version, started_at, last_seen)
     SELECT v.name, v.queue, v.classes, v.types, v.concurrency, v.max_processing, v.epoch, v.version, NOW(6), NOW(6)
     FROM (${sql.join(rows, sql` UNION ALL `)}) AS v
     ON DUPLICATE KEY UPDATE last_seen = NOW(6), queue = v.queue, classes = v.classes, types = v.types,
       concurrency = v.concurrency, max_processing = v.max_processing, epoch = v.epoch`.execute(db);
   if (first)
-    await sql`DELETE FROM ${t.consumers} WHERE last_seen < ${sql.raw(nowPlusMsText(-FORGET_AFTER_MS))} LIMIT 100`.execute(
-      db,
-    );
+    await sql`DELETE FROM ${t.consumers} WHERE last_seen < ${sql.raw(
+      nowPlusMsText(-FORGET_AFTER_MS),
+    )} LIMIT 100`.execute(db);
 }
 
 /** A consumer stopped: its row goes. */
@@ -73,9 +79,9 @@ export async function liveConsumers(db: LedgerDb, t: LedgerTables, queue?: strin
   const ofQueue = queue === undefined ? sql`` : sql`queue = ${queue} AND`;
   const r =
     await sql<Row>`SELECT name, queue, classes, types, concurrency, max_processing, epoch, version, started_at, last_seen
-    FROM ${t.consumers} WHERE ${ofQueue} last_seen >= ${sql.raw(nowPlusMsText(-CONSUMER_LIVE_MS))} ORDER BY queue, name`.execute(
-      db,
-    );
+    FROM ${t.consumers} WHERE ${ofQueue} last_seen >= ${sql.raw(
+      nowPlusMsText(-CONSUMER_LIVE_MS),
+    )} ORDER BY queue, name`.execute(db);
   return r.rows.map((x) => ({
     name: x.name,
     queue: x.queue,

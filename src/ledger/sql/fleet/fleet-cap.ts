@@ -95,9 +95,14 @@ export async function claimUnderCap<Row, T>(
   t: LedgerTables,
   claim: CappedClaim<Row, T>,
 ): Promise<T[]> {
-  const takeTurn = sql`INSERT INTO ${t.queues} (queue, capped_claims, updated_at) VALUES (${inline(claim.queue)}, 1, NOW(6))
+  const takeTurn = sql`INSERT INTO ${t.queues} (queue, capped_claims, updated_at) VALUES (${inline(
+    claim.queue,
+  )}, 1, NOW(6))
     ON DUPLICATE KEY UPDATE capped_claims = capped_claims + 1, updated_at = NOW(6)`;
-  const room = sql`SELECT @lw_room := GREATEST(0, LEAST(${inline(claim.want)}, ${inline(claim.maxProcessing)} - (${processingCount(t, claim.queue)}))) AS room`;
+  const room = sql`SELECT @lw_room := GREATEST(0, LEAST(${inline(claim.want)}, ${inline(claim.maxProcessing)} - (${processingCount(
+    t,
+    claim.queue,
+  )}))) AS room`;
   const ordered = (ids: readonly string[], limit: string): string =>
     `${claim.cas(ids)} ORDER BY priority, run_after, id LIMIT ${limit}`;
   const commitsWithCas = claim.inTurn === undefined;

@@ -31,14 +31,15 @@ export async function takeFleetTask(
   t: LedgerTables,
   spec: { name: string; holder: string; leaseMs: number; everyMs: number },
 ): Promise<boolean> {
-  await sql`INSERT IGNORE INTO ${t.fleetTasks} (name, holder, lease_until, done_at, result) VALUES (${spec.name}, '', ${NO_TIME}, ${NO_TIME}, NULL)`.execute(
-    db,
-  );
-  const r =
-    await sql`UPDATE ${t.fleetTasks} SET holder = ${spec.holder}, lease_until = NOW(6) + INTERVAL ${sql.raw(String(spec.leaseMs * 1000))} MICROSECOND
-    WHERE name = ${spec.name} AND lease_until < NOW(6) AND done_at < NOW(6) - INTERVAL ${sql.raw(String(spec.everyMs * 1000))} MICROSECOND`.execute(
-      db,
-    );
+  await sql`INSERT IGNORE INTO ${t.fleetTasks} (name, holder, lease_until, done_at, result) VALUES (${spec.name}, '', ${
+    NO_TIME
+  }, ${NO_TIME}, NULL)`.execute(db);
+  const r = await sql`UPDATE ${t.fleetTasks} SET holder = ${spec.holder}, lease_until = NOW(6) + INTERVAL ${sql.raw(
+    String(spec.leaseMs * 1000),
+  )} MICROSECOND
+    WHERE name = ${spec.name} AND lease_until < NOW(6) AND done_at < NOW(6) - INTERVAL ${sql.raw(
+      String(spec.everyMs * 1000),
+    )} MICROSECOND`.execute(db);
   return affected(r) === 1;
 }
 
@@ -66,13 +67,14 @@ export async function holdFleetLease(
   spec: { name: string; holder: string; leaseMs: number },
 ): Promise<boolean> {
   const take = (): Promise<{ numAffectedRows?: bigint }> =>
-    sql`UPDATE ${t.fleetTasks} SET holder = ${spec.holder}, lease_until = NOW(6) + INTERVAL ${sql.raw(String(spec.leaseMs * 1000))} MICROSECOND
+    sql`UPDATE ${t.fleetTasks} SET holder = ${spec.holder}, lease_until = NOW(6) + INTERVAL ${sql.raw(
+      String(spec.leaseMs * 1000),
+    )} MICROSECOND
       WHERE name = ${spec.name} AND (holder = ${spec.holder} OR lease_until < NOW(6))`.execute(db);
   if (affected(await take()) === 1) return true;
-  const made =
-    await sql`INSERT IGNORE INTO ${t.fleetTasks} (name, holder, lease_until, done_at, result) VALUES (${spec.name}, '', ${NO_TIME}, ${NO_TIME}, NULL)`.execute(
-      db,
-    );
+  const made = await sql`INSERT IGNORE INTO ${t.fleetTasks} (name, holder, lease_until, done_at, result) VALUES (${
+    spec.name
+  }, '', ${NO_TIME}, ${NO_TIME}, NULL)`.execute(db);
   return affected(made) === 1 && affected(await take()) === 1;
 }
 
@@ -82,7 +84,7 @@ export async function releaseFleetLease(
   t: LedgerTables,
   spec: { name: string; holder: string },
 ): Promise<void> {
-  await sql`UPDATE ${t.fleetTasks} SET lease_until = ${NO_TIME} WHERE name = ${spec.name} AND holder = ${spec.holder}`.execute(
-    db,
-  );
+  await sql`UPDATE ${t.fleetTasks} SET lease_until = ${NO_TIME} WHERE name = ${spec.name} AND holder = ${
+    spec.holder
+  }`.execute(db);
 }

@@ -39,7 +39,9 @@ export function andEpochIsCurrent(
 
 /** epochIsCurrent as text, for statements written through a ValueWriter (sql/common/bound.ts). */
 export function epochIsCurrentText(w: ValueWriter, t: LedgerTables, f: Fence): string {
-  return `EXISTS (SELECT 1 FROM ${tableText(t, 'ownership')} WHERE queue = ${w.value(f.queue)} AND epoch = ${w.value(f.epoch)})`;
+  return `EXISTS (SELECT 1 FROM ${tableText(t, 'ownership')} WHERE queue = ${w.value(f.queue)} AND epoch = ${w.value(
+    f.epoch,
+  )})`;
 }
 
 /**
@@ -114,9 +116,9 @@ export async function activateOwnership(
  */
 async function touchFencedInFlight(trx: Executor, t: LedgerTables, queue: string): Promise<void> {
   await sql`UPDATE ${t.items} SET updated_at = NOW(6)
-    WHERE queue = ${queue} AND queue_class IN (${list(QUEUE_CLASSES)}) AND state = 'processing' AND epoch IS NOT NULL`.execute(
-    trx,
-  );
+    WHERE queue = ${queue} AND queue_class IN (${list(
+      QUEUE_CLASSES,
+    )}) AND state = 'processing' AND epoch IS NOT NULL`.execute(trx);
 }
 
 async function takeNextEpoch(
@@ -126,13 +128,15 @@ async function takeNextEpoch(
 ): Promise<void> {
   const { queue, deployment, expectEpoch } = opts;
   if (expectEpoch === undefined) {
-    await sql`INSERT INTO ${t.ownership} (queue, deployment, epoch, activated_at) VALUES (${queue}, ${deployment}, 1, NOW(6))
+    await sql`INSERT INTO ${t.ownership} (queue, deployment, epoch, activated_at) VALUES (${queue}, ${
+      deployment
+    }, 1, NOW(6))
       ON DUPLICATE KEY UPDATE epoch = epoch + 1, deployment = ${deployment}, activated_at = NOW(6)`.execute(trx);
   } else if (expectEpoch === 0) {
     try {
-      await sql`INSERT INTO ${t.ownership} (queue, deployment, epoch, activated_at) VALUES (${queue}, ${deployment}, 1, NOW(6))`.execute(
-        trx,
-      );
+      await sql`INSERT INTO ${t.ownership} (queue, deployment, epoch, activated_at) VALUES (${queue}, ${
+        deployment
+      }, 1, NOW(6))`.execute(trx);
     } catch (error) {
       if (errno(error) !== ER_DUP_ENTRY) throw error;
       throw new OwnershipConflictError(queue, 0, await currentEpoch(trx, t, queue));

@@ -76,14 +76,22 @@ export function admitStatement(t: LedgerTables, keys: readonly AdmittedKey[]): R
     const first = Math.min(k.admit, k.limit);
     const round = k.round ?? 0;
     return sql.raw(
-      `(${literal(k.queue)}, ${literal(k.key)}, ${first}, ${first}, ${round}, ${round + k.n}, ${k.round === null ? 0 : 1})`,
+      `(${literal(k.queue)}, ${literal(k.key)}, ${first}, ${first}, ${round}, ${round + k.n}, ${
+        k.round === null ? 0 : 1
+      })`,
     );
   });
-  const grant = sql`LEAST(${perKey(keys, (k) => k.admit)}, GREATEST(${perKey(keys, (k) => k.limit)} - ${t.keys}.admitted, 0))`;
+  const grant = sql`LEAST(${perKey(keys, (k) => k.admit)}, GREATEST(${perKey(keys, (k) => k.limit)} - ${
+    t.keys
+  }.admitted, 0))`;
   const from = sql`GREATEST(${t.keys}.next_round, ${perKey(keys, (k) => k.round ?? 0)})`;
-  return sql`INSERT INTO ${t.keys} (queue, ckey, admitted, granted, round_from, next_round, fair) VALUES ${sql.join(rows)}
+  return sql`INSERT INTO ${t.keys} (queue, ckey, admitted, granted, round_from, next_round, fair) VALUES ${sql.join(
+    rows,
+  )}
     ON DUPLICATE KEY UPDATE granted = ${grant}, admitted = ${t.keys}.admitted + ${grant},
-      round_from = ${from}, next_round = ${from} + ${perKey(keys, (k) => k.n)}, fair = ${perKey(keys, (k) => (k.round === null ? 0 : 1))}`;
+      round_from = ${from}, next_round = ${from} + ${perKey(keys, (k) => k.n)}, fair = ${perKey(keys, (k) =>
+        k.round === null ? 0 : 1,
+      )}`;
 }
 
 /** What admitStatement granted and dealt each key, read in its transaction. */

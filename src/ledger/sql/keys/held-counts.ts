@@ -19,7 +19,10 @@ export function releaseUnwaited(t: LedgerTables, ended: readonly KeyCount[]): Ra
   const slots = ended.filter((k) => k.admit > 0);
   if (slots.length === 0) return [];
   return [
-    sql`UPDATE ${t.keys} SET admitted = GREATEST(admitted - ${perKey(slots, (k) => k.admit)}, 0) WHERE (queue, ckey) IN (${keyIn(slots)})`,
+    sql`UPDATE ${t.keys} SET admitted = GREATEST(admitted - ${perKey(
+      slots,
+      (k) => k.admit,
+    )}, 0) WHERE (queue, ckey) IN (${keyIn(slots)})`,
     refuseIf(t, sql`EXISTS (SELECT 1 FROM ${t.keyWaits} w WHERE ${ofKeys('w', slots)})`),
   ];
 }
@@ -43,12 +46,16 @@ export function countPerKey(rows: readonly WaitRow[]): KeyDelta[] {
 }
 
 export function lockKeys(t: LedgerTables, keys: readonly KeyCount[]): RawBuilder<unknown> {
-  return sql`SELECT queue, ckey, admitted FROM ${t.keys} WHERE (queue, ckey) IN (${keyIn(keys)}) ORDER BY queue, ckey FOR UPDATE`;
+  return sql`SELECT queue, ckey, admitted FROM ${t.keys} WHERE (queue, ckey) IN (${keyIn(
+    keys,
+  )}) ORDER BY queue, ckey FOR UPDATE`;
 }
 
 /** Each key counts `n` more admitted items (fewer, when negative). */
 export function addHeld(t: LedgerTables, deltas: readonly KeyDelta[]): RawBuilder<unknown> {
-  return sql`UPDATE ${t.keys} SET admitted = admitted + ${perKey(deltas, (d) => d.n)} WHERE (queue, ckey) IN (${keyIn(deltas)})`;
+  return sql`UPDATE ${t.keys} SET admitted = admitted + ${perKey(deltas, (d) => d.n)} WHERE (queue, ckey) IN (${keyIn(
+    deltas,
+  )})`;
 }
 
 export function mergeCounts(ended: readonly KeyCount[]): KeyCount[] {

@@ -17,10 +17,17 @@ export function currentRound(t: LedgerTables, queue: string): RawBuilder<unknown
     sql.join(
       ['interactive', 'default', 'bulk'].map(
         (c) =>
-          sql`COALESCE((SELECT ${sql.raw(fn)}(priority) FROM ${t.items} WHERE queue = ${inline(queue)} AND queue_class = ${inline(c)} AND state = ${inline(state)} AND is_head = 1), ${inline(fn === 'MIN' ? NONE : 0)})`,
+          sql`COALESCE((SELECT ${sql.raw(fn)}(priority) FROM ${t.items} WHERE queue = ${inline(
+            queue,
+          )} AND queue_class = ${inline(c)} AND state = ${inline(state)} AND is_head = 1), ${inline(
+            fn === 'MIN' ? NONE : 0,
+          )})`,
       ),
     );
-  return sql`COALESCE(NULLIF(LEAST(${edge('MIN', 'pending')}), ${inline(NONE)}), GREATEST(${edge('MAX', 'completed')}))`;
+  return sql`COALESCE(NULLIF(LEAST(${edge('MIN', 'pending')}), ${inline(NONE)}), GREATEST(${edge(
+    'MAX',
+    'completed',
+  )}))`;
 }
 
 /**
@@ -40,7 +47,9 @@ export async function deleteIdleKeys(
   for (const [queue, group] of groupBy(keys, (k) => k.queue)) {
     const ckeys = group.map((k) => k.key);
     await retryOnConflict(() =>
-      sql`DELETE FROM ${t.keys} WHERE queue = ${inline(queue)} AND ckey IN (${list([...new Set(ckeys)])}) AND admitted = 0
+      sql`DELETE FROM ${t.keys} WHERE queue = ${inline(queue)} AND ckey IN (${list([
+        ...new Set(ckeys),
+      ])}) AND admitted = 0
         AND NOT EXISTS (SELECT 1 FROM ${t.keyWaits} w WHERE w.queue = ${t.keys}.queue AND w.ckey = ${t.keys}.ckey)
         AND (fair = 0 OR next_round <= ${currentRound(t, queue)})`.execute(db),
     );

@@ -74,6 +74,8 @@ async function writeTypeLimit(
 ): Promise<void> {
   if (limit === null) await sql`DELETE FROM ${t.typeLimits} WHERE queue = ${queue} AND type = ${type}`.execute(exec);
   else
-    await sql`INSERT INTO ${t.typeLimits} (queue, type, key_limit, updated_at) VALUES (${queue}, ${type}, ${limit}, NOW(6))
+    await sql`INSERT INTO ${t.typeLimits} (queue, type, key_limit, updated_at) VALUES (${queue}, ${type}, ${
+      limit
+    }, NOW(6))
       ON DUPLICATE KEY UPDATE key_limit = ${limit}, updated_at = NOW(6)`.execute(exec);
 }

@@ -89,9 +89,9 @@ export async function readKeyRules(exec: Executor, t: LedgerTables, queues: read
     rows = (
       await sql<
         Record<string, unknown>
-      >`${own} UNION ALL SELECT queue, type, key_limit, 0 FROM ${t.typeLimits} WHERE queue IN (${names}) ORDER BY queue, type`.execute(
-        exec,
-      )
+      >`${own} UNION ALL SELECT queue, type, key_limit, 0 FROM ${t.typeLimits} WHERE queue IN (${
+        names
+      }) ORDER BY queue, type`.execute(exec)
     ).rows;
   } catch (error) {
     if (errno(error) !== ER_NO_SUCH_TABLE) throw error;
@@ -127,7 +127,9 @@ export function scopeKeys<
     if (item.keyScope === 'type' && item.concurrencyKey.length > room)
       issues.push({
         field: prefix === '' ? 'concurrencyKey' : `${prefix}[${i}].concurrencyKey`,
-        message: `must be at most ${room} characters: its type ${item.type} has a concurrency limit of its own, and type and key are stored together`,
+        message: `must be at most ${room} characters: its type ${
+          item.type
+        } has a concurrency limit of its own, and type and key are stored together`,
       });
   });
   if (issues.length > 0) throw new ValidationError(issues, 'enqueue');
@@ -146,14 +148,18 @@ export function keyRowLimit(t: LedgerTables, k: { queue: string; key: string }):
 
 /** The limits these key rows answer to: their queues' (type ''), and the types' own of type-scoped rows. */
 export function limitsRead(t: LedgerTables, keys: readonly { queue: string; key: string }[]): RawBuilder<unknown> {
-  const queues = sql`SELECT queue, _ascii'' AS type, key_limit FROM ${t.queues} WHERE queue IN (${list([...new Set(keys.map((k) => k.queue))])})`;
+  const queues = sql`SELECT queue, _ascii'' AS type, key_limit FROM ${t.queues} WHERE queue IN (${list([
+    ...new Set(keys.map((k) => k.queue)),
+  ])})`;
   const pairs = keys.flatMap((k) => {
     const type = typeOfKey(k.key);
     return type === null ? [] : [`(${literal(k.queue)}, ${literal(type)})`];
   });
   const types = [...new Set(pairs)];
   if (types.length === 0) return queues;
-  return sql`${queues} UNION ALL SELECT queue, type, key_limit FROM ${t.typeLimits} WHERE (queue, type) IN (${sql.raw(types.join(', '))})`;
+  return sql`${queues} UNION ALL SELECT queue, type, key_limit FROM ${t.typeLimits} WHERE (queue, type) IN (${sql.raw(
+    types.join(', '),
+  )})`;
 }
 
 /** Which limit a key row answers to: its queue's (type '') or its type's own. */

@@ -40,7 +40,9 @@ export function claimAdmitted(
  * meanwhile is neither).
  */
 export function admittedOf(t: LedgerTables, ids: readonly string[]): RawBuilder<unknown> {
-  return sql`SELECT id FROM ${t.items} WHERE id IN (${list(ids)}) AND is_head = 1 AND state IN ('pending', 'processing')`;
+  return sql`SELECT id FROM ${t.items} WHERE id IN (${list(
+    ids,
+  )}) AND is_head = 1 AND state IN ('pending', 'processing')`;
 }
 
 /** Keys that take at most this many waiting items are read by place (readWaiting). */
@@ -64,14 +66,18 @@ export function readWaiting(t: LedgerTables, wants: readonly { k: KeyCount; take
   );
   if (byTake.size > 0) {
     const place = (n: number): RawBuilder<unknown> =>
-      sql`(SELECT CONCAT(DATE_FORMAT(w.run_after, '%Y-%m-%d %H:%i:%s.%f'), ${inline(PLACE_SEPARATOR)}, w.seq, ${inline(PLACE_SEPARATOR)}, w.id) FROM ${t.keyWaits} w
+      sql`(SELECT CONCAT(DATE_FORMAT(w.run_after, '%Y-%m-%d %H:%i:%s.%f'), ${inline(PLACE_SEPARATOR)}, w.seq, ${inline(
+        PLACE_SEPARATOR,
+      )}, w.id) FROM ${t.keyWaits} w
         WHERE w.queue = k.queue AND w.ckey = k.ckey ORDER BY w.run_after, w.seq, w.id LIMIT 1 OFFSET ${inline(n)})`;
     const parts = [...byTake].map(([take, ws]) => {
       const keys = ws.map((w) => w.k);
       const places = Array.from({ length: BY_PLACE }, (_, n) =>
         n < take ? sql`${place(n)} AS place${sql.raw(String(n))}` : sql`NULL AS place${sql.raw(String(n))}`,
       );
-      return sql`SELECT k.queue, k.ckey, ${sql.join(places)} FROM ${t.keys} k WHERE (k.queue, k.ckey) IN (${keyIn(keys)})`;
+      return sql`SELECT k.queue, k.ckey, ${sql.join(places)} FROM ${t.keys} k WHERE (k.queue, k.ckey) IN (${keyIn(
+        keys,
+      )})`;
     });
     statements.push(sql.join(parts, sql` UNION ALL `));
   }
@@ -79,7 +85,9 @@ export function readWaiting(t: LedgerTables, wants: readonly { k: KeyCount; take
   if (many.length > 0) {
     const parts = many.map(
       (w) => sql`(SELECT queue, ckey, DATE_FORMAT(run_after, '%Y-%m-%d %H:%i:%s.%f') AS at, seq, id FROM ${t.keyWaits}
-        WHERE queue = ${inline(w.k.queue)} AND ckey = ${inline(w.k.key)} ORDER BY run_after, seq, id LIMIT ${inline(w.take)})`,
+        WHERE queue = ${inline(w.k.queue)} AND ckey = ${inline(w.k.key)} ORDER BY run_after, seq, id LIMIT ${inline(
+          w.take,
+        )})`,
     );
     statements.push(sql.join(parts, sql` UNION ALL `));
   }
@@ -106,7 +114,9 @@ export function waitRows(results: readonly StatementResult[]): WaitRow[] {
 
 /** The waiting items become heads (one cancelled meanwhile does not). */
 export function admitWaiting(t: LedgerTables, ids: readonly string[]): RawBuilder<unknown> {
-  return sql`UPDATE ${t.items} SET is_head = 1, updated_at = NOW(6) WHERE id IN (${list(ids)}) AND state = 'pending' AND is_head = 0`;
+  return sql`UPDATE ${t.items} SET is_head = 1, updated_at = NOW(6) WHERE id IN (${list(
+    ids,
+  )}) AND state = 'pending' AND is_head = 0`;
 }
 
 /** The items read from their keys' lines leave them, admitted or passed over. */

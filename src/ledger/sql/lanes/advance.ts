@@ -26,7 +26,9 @@ export function successorPlaces(heads: readonly EndedHead[]): RawBuilder<unknown
 }
 
 function successorPlacesText(w: ValueWriter, heads: readonly EndedHead[]): string {
-  return `(${heads.map((h) => `(queue = ${w.value(h.queue)} AND lane = ${w.value(h.lane)} AND lane_seq = ${w.value(h.laneSeq + 1)})`).join(' OR ')})`;
+  return `(${heads
+    .map((h) => `(queue = ${w.value(h.queue)} AND lane = ${w.value(h.lane)} AND lane_seq = ${w.value(h.laneSeq + 1)})`)
+    .join(' OR ')})`;
 }
 
 /** The successors at `lane_seq + 1` that are pending become their lanes' heads. */
@@ -35,7 +37,10 @@ export function headSuccessors(t: LedgerTables, heads: readonly EndedHead[]): Ra
 }
 
 function headSuccessorsText(w: ValueWriter, t: LedgerTables, heads: readonly EndedHead[]): string {
-  return `UPDATE ${tableText(t, 'items')} FORCE INDEX (ix_lane) SET is_head = 1, updated_at = NOW(6) WHERE ${successorPlacesText(w, heads)} AND state = 'pending'`;
+  return `UPDATE ${tableText(t, 'items')} FORCE INDEX (ix_lane) SET is_head = 1, updated_at = NOW(6) WHERE ${successorPlacesText(
+    w,
+    heads,
+  )} AND state = 'pending'`;
 }
 
 /**
@@ -53,10 +58,17 @@ function headSuccessorsText(w: ValueWriter, t: LedgerTables, heads: readonly End
 export function idleLanes(t: LedgerTables, heads: readonly EndedHead[]): RawBuilder<unknown> {
   const rows = heads.map((h, i) => {
     const as = (name: string): RawBuilder<unknown> => sql.raw(i === 0 ? ` AS ${name}` : '');
-    return sql`SELECT _ascii${inline(h.queue)}${as('queue')}, ${inline(h.lane)}${as('lane')}, ${inline(h.laneSeq)}${as('seq')} FROM DUAL
-      WHERE NOT EXISTS (SELECT 1 FROM ${t.items} WHERE queue = ${inline(h.queue)} AND lane = ${inline(h.lane)} AND lane_seq = ${inline(h.laneSeq + 1)})`;
+    return sql`SELECT _ascii${inline(h.queue)}${as('queue')}, ${inline(h.lane)}${as('lane')}, ${inline(h.laneSeq)}${as(
+      'seq',
+    )} FROM DUAL
+      WHERE NOT EXISTS (SELECT 1 FROM ${t.items} WHERE queue = ${inline(h.queue)} AND lane = ${inline(
+        h.lane,
+      )} AND lane_seq = ${inline(h.laneSeq + 1)})`;
   });
-  return sql`UPDATE ${t.lanes} l JOIN (${sql.join(rows, sql` UNION ALL `)}) AS v ON l.queue = v.queue AND l.lane = v.lane
+  return sql`UPDATE ${t.lanes} l JOIN (${sql.join(
+    rows,
+    sql` UNION ALL `,
+  )}) AS v ON l.queue = v.queue AND l.lane = v.lane
     SET l.busy_from = 0 WHERE l.next_seq = v.seq`;
 }
 
@@ -66,7 +78,9 @@ export function idleLanes(t: LedgerTables, heads: readonly EndedHead[]): RawBuil
  * for a head whose lane row was just read to end with it.
  */
 function idleLaneText(w: ValueWriter, t: LedgerTables, head: EndedHead): string {
-  return `UPDATE ${tableText(t, 'lanes')} SET busy_from = 0 WHERE queue = ${w.value(head.queue)} AND lane = ${w.value(head.lane)} AND next_seq = ${w.value(head.laneSeq)}`;
+  return `UPDATE ${tableText(t, 'lanes')} SET busy_from = 0 WHERE queue = ${w.value(head.queue)} AND lane = ${w.value(
+    head.lane,
+  )} AND next_seq = ${w.value(head.laneSeq)}`;
 }
 
 /**
@@ -85,7 +99,9 @@ export async function handOnLane(exec: Executor, t: LedgerTables, head: EndedHea
   const laneRead = statementFor(
     prepared,
     (w) =>
-      `SELECT next_seq FROM ${tableText(t, 'lanes')} WHERE queue = ${w.value(head.queue)} AND lane = ${w.value(head.lane)}`,
+      `SELECT next_seq FROM ${tableText(t, 'lanes')} WHERE queue = ${w.value(head.queue)} AND lane = ${w.value(
+        head.lane,
+      )}`,
   );
   const row = await laneRead.$castTo<{ next_seq: number | string }>().execute(exec);
   const last = Number(row.rows[0]?.next_seq ?? head.laneSeq) === head.laneSeq;
@@ -116,7 +132,9 @@ export async function advanceLocked(exec: Executor, t: LedgerTables, head: Ended
   );
   for (;;) {
     const next = await sql<{ id: string }>`SELECT id FROM ${t.items} FORCE INDEX (ix_lane)
-      WHERE queue = ${head.queue} AND lane = ${head.lane} AND lane_seq > ${head.laneSeq} AND state IN ('pending', 'processing')
+      WHERE queue = ${head.queue} AND lane = ${head.lane} AND lane_seq > ${
+        head.laneSeq
+      } AND state IN ('pending', 'processing')
       ORDER BY lane_seq LIMIT 1`.execute(exec);
     const id = next.rows[0]?.id;
     if (id === undefined) {
@@ -124,10 +142,9 @@ export async function advanceLocked(exec: Executor, t: LedgerTables, head: Ended
       return false;
     }
     // An operator cancel of a waiting item takes no lane lock: if it won the race, look past it.
-    const set =
-      await sql`UPDATE ${t.items} SET is_head = 1, updated_at = NOW(6) WHERE id = ${id} AND state IN ('pending', 'processing')`.execute(
-        exec,
-      );
+    const set = await sql`UPDATE ${t.items} SET is_head = 1, updated_at = NOW(6) WHERE id = ${
+      id
+    } AND state IN ('pending', 'processing')`.execute(exec);
     if (affected(set) === 1) return true;
   }
 }

@@ -24,7 +24,9 @@ export async function browseLanes(
 ): Promise<LaneSummary[]> {
   // The heads' ids from the index alone (a range of ix_claim), then their rows by primary key.
   const heads = sql`SELECT i.id, i.lane, i.lane_seq, i.state, i.run_after FROM (SELECT id AS w FROM ${t.items}
-    WHERE queue = ${queue} AND queue_class IN (${list(QUEUE_CLASSES)}) AND state IN ('pending', 'processing', 'blocked') AND is_head = 1
+    WHERE queue = ${queue} AND queue_class IN (${list(
+      QUEUE_CLASSES,
+    )}) AND state IN ('pending', 'processing', 'blocked') AND is_head = 1
     LIMIT ${inline(LANE_HEADS_READ)}) h JOIN ${t.items} i ON i.id = h.w`;
   const r = await sql<{
     lane: string;
@@ -75,7 +77,9 @@ export async function groupMembers(exec: Executor, t: LedgerTables, id: string):
   const r = await sql<{ id: string }>`SELECT m.id FROM ${t.items} x
     JOIN ${t.items} h ON h.id = COALESCE(x.group_head, x.id)
     JOIN ${t.items} m
-      ON m.queue = h.queue AND m.lane = h.lane AND m.lane_seq >= h.lane_seq AND m.lane_seq < h.lane_seq + ${inline(GROUP_READ)}
+      ON m.queue = h.queue AND m.lane = h.lane AND m.lane_seq >= h.lane_seq AND m.lane_seq < h.lane_seq + ${inline(
+        GROUP_READ,
+      )}
     WHERE x.id = ${id} AND h.lane IS NOT NULL AND (m.group_head = h.id OR m.id = h.id)
     ORDER BY m.lane_seq`.execute(exec);
   return r.rows.length > 1 ? r.rows.map((row) => row.id) : [];

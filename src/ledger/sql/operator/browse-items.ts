@@ -39,9 +39,9 @@ export async function browseItems(
     if (after !== undefined) return { rows: [], next: null };
     const exact = f.id !== undefined ? sql`i.id = ${f.id}` : sql`i.idempotency_key = ${f.idempotencyKey ?? ''}`;
     const r = await sql<SummaryRow>`SELECT ${SUMMARY_COLUMNS} FROM ${t.items} i
-      WHERE i.queue = ${f.queue} AND ${exact}${f.lane === undefined ? sql`` : sql` AND i.lane = ${f.lane}`}${residual}`.execute(
-      exec,
-    );
+      WHERE i.queue = ${f.queue} AND ${exact}${f.lane === undefined ? sql`` : sql` AND i.lane = ${f.lane}`}${
+        residual
+      }`.execute(exec);
     return { rows: r.rows, next: null };
   }
   const walk = f.lane !== undefined ? laneWalk(f.queue, f.lane, after) : createdWalk(f.queue, after);
@@ -49,15 +49,17 @@ export async function browseItems(
   // columns was planned by MariaDB as a `ref` from the queue's newest entry, looking each row up,
   // so a deep page cost its depth), then its rows are read by primary key.
   const size = residual === EMPTY ? limit + 1 : BROWSE_WINDOW;
-  const window = sql`SELECT i.id, ${walk.keyColumns} FROM ${t.items} i WHERE ${walk.scope} ORDER BY ${walk.desc} LIMIT ${size}`;
+  const window = sql`SELECT i.id, ${walk.keyColumns} FROM ${t.items} i WHERE ${walk.scope} ORDER BY ${
+    walk.desc
+  } LIMIT ${size}`;
   const r = await sql<SummaryRow>`SELECT ${SUMMARY_COLUMNS} FROM (${window}) w JOIN ${t.items} i ON i.id = w.id
     WHERE 1 = 1${residual} ORDER BY ${walk.desc} LIMIT ${limit + 1}`.execute(exec);
   if (r.rows.length > limit || residual === EMPTY) return pageOf(r.rows, limit, walk);
   // Fewer matches than asked: the page ends where the window ended, unless the window reached the end.
   const last = await sql<WindowEnd>`SELECT e.id, e.created_key, e.lane_seq, c.n FROM
-    (SELECT w.* FROM (${window}) w ORDER BY ${walk.ascInWindow} LIMIT 1) e, (SELECT COUNT(*) AS n FROM (${window}) w) c`.execute(
-    exec,
-  );
+    (SELECT w.* FROM (${window}) w ORDER BY ${walk.ascInWindow} LIMIT 1) e, (SELECT COUNT(*) AS n FROM (${
+      window
+    }) w) c`.execute(exec);
   const end = last.rows[0];
   return { rows: r.rows, next: end !== undefined && Number(end.n) >= BROWSE_WINDOW ? walk.position(end) : null };
 }

@@ -28,8 +28,9 @@ export async function cancelItem(
     if (!r) return 'not_found';
     if (r.state === 'processing') {
       // The reason is kept now: the holder ends the item later, and the operator's words are what it ends with.
-      const u =
-        await sql`UPDATE ${t.items} SET cancel_requested = 1, last_error = ${reason ?? 'cancel requested'}, updated_at = NOW(6)
+      const u = await sql`UPDATE ${t.items} SET cancel_requested = 1, last_error = ${
+        reason ?? 'cancel requested'
+      }, updated_at = NOW(6)
         WHERE id = ${id} AND state = 'processing'`.execute(db);
       if (affected(u) === 1) return 'cancel_requested';
       continue;

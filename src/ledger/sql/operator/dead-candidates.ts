@@ -21,7 +21,9 @@ export interface DeadCandidate {
  */
 function deadScope(f: DeadFilter, endedBy: string): RawBuilder<unknown> {
   const parts = [
-    sql`queue = ${f.queue} AND queue_class IN (${list(QUEUE_CLASSES)}) AND state = 'dead' AND replayed_at IS NULL AND terminal_at <= ${endedBy}`,
+    sql`queue = ${f.queue} AND queue_class IN (${list(
+      QUEUE_CLASSES,
+    )}) AND state = 'dead' AND replayed_at IS NULL AND terminal_at <= ${endedBy}`,
   ];
   if (f.type !== undefined) parts.push(sql`type = ${f.type}`);
   if (f.failureClass !== undefined) parts.push(sql`failure_class = ${f.failureClass}`);

@@ -18,7 +18,9 @@ export const DEAD_GROUP_READ = 10_000;
 export async function deadGroups(exec: Executor, t: LedgerTables, queue: string): Promise<DeadGroup[]> {
   const r = await sql<{ id: string; type: string; failure_class: string | null; terminal_at: Date }>`
     SELECT i.id, i.type, i.failure_class, i.terminal_at FROM (SELECT id AS w FROM ${t.items}
-      WHERE queue = ${queue} AND queue_class IN (${list(QUEUE_CLASSES)}) AND state = 'dead' LIMIT ${inline(DEAD_GROUP_READ)}) d
+      WHERE queue = ${queue} AND queue_class IN (${list(QUEUE_CLASSES)}) AND state = 'dead' LIMIT ${inline(
+        DEAD_GROUP_READ,
+      )}) d
     JOIN ${t.items} i ON i.id = d.w`.execute(exec);
   const groups = new Map<
     string,

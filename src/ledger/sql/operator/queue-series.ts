@@ -34,11 +34,17 @@ export async function queueSeries(exec: Executor, t: LedgerTables, queue: string
     n: number | string;
   }>`
     SELECT MAX(now_min) AS now_min, end_min, ended, start_min, start_bucket, COUNT(*) AS n FROM (
-      SELECT FLOOR(UNIX_TIMESTAMP(NOW(6)) / 60) AS now_min, IF(terminal_at > ${NO_TIME}, FLOOR(UNIX_TIMESTAMP(terminal_at) / 60), NULL) AS end_min,
+      SELECT FLOOR(UNIX_TIMESTAMP(NOW(6)) / 60) AS now_min, IF(terminal_at > ${
+        NO_TIME
+      }, FLOOR(UNIX_TIMESTAMP(terminal_at) / 60), NULL) AS end_min,
         IF(state IN ('completed', 'dead'), state, NULL) AS ended,
         IF(${started}, FLOOR(UNIX_TIMESTAMP(started_at) / 60), NULL) AS start_min,
-        IF(${started}, FLOOR(LOG2(GREATEST(TIMESTAMPDIFF(MICROSECOND, created_at, started_at), 1)) * 4), NULL) AS start_bucket
-      FROM ${t.items} JOIN (SELECT id AS w FROM ${t.items} WHERE queue = ${queue} AND created_at >= NOW(6) - INTERVAL ${inline(hourUs)} MICROSECOND
+        IF(${
+          started
+        }, FLOOR(LOG2(GREATEST(TIMESTAMPDIFF(MICROSECOND, created_at, started_at), 1)) * 4), NULL) AS start_bucket
+      FROM ${t.items} JOIN (SELECT id AS w FROM ${t.items} WHERE queue = ${queue} AND created_at >= NOW(6) - INTERVAL ${inline(
+        hourUs,
+      )} MICROSECOND
         ORDER BY created_at DESC LIMIT ${inline(SERIES_READ)}) w ON id = w.w) d
     GROUP BY end_min, ended, start_min, start_bucket`.execute(exec);
   const nowMin = r.rows[0] ? Number(r.rows[0].now_min) : Math.floor(Date.now() / SERIES_BUCKET_MS);

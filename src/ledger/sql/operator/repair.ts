@@ -101,9 +101,9 @@ function whyRefused(row: ItemRow | undefined, spec: RepairSpec): RepairRejection
 async function repairedBy(exec: Executor, t: LedgerTables, spec: RepairSpec): Promise<boolean> {
   const r = await sql<{
     n: number | string;
-  }>`SELECT COUNT(*) AS n FROM ${t.attempts} WHERE id = ${spec.repairId} AND item_id = ${spec.id} AND outcome = 'repaired'`.execute(
-    exec,
-  );
+  }>`SELECT COUNT(*) AS n FROM ${t.attempts} WHERE id = ${spec.repairId} AND item_id = ${
+    spec.id
+  } AND outcome = 'repaired'`.execute(exec);
   return Number(r.rows[0]?.n) > 0;
 }
 
@@ -128,7 +128,9 @@ async function takeLanePlace(trx: Executor, t: LedgerTables, item: ItemRow): Pro
     state: string;
     is_head: number;
   }>`SELECT id, state, is_head FROM ${t.items} FORCE INDEX (ix_lane)
-    WHERE queue = ${item.queue} AND lane = ${lane} AND lane_seq > ${seq} AND state IN ('pending', 'processing', 'blocked')
+    WHERE queue = ${item.queue} AND lane = ${lane} AND lane_seq > ${
+      seq
+    } AND state IN ('pending', 'processing', 'blocked')
     ORDER BY lane_seq LIMIT 1 FOR UPDATE`.execute(trx);
   const after = next.rows[0];
   if (after === undefined) {
@@ -138,10 +140,9 @@ async function takeLanePlace(trx: Executor, t: LedgerTables, item: ItemRow): Pro
   }
   if (Number(after.is_head) !== 1) return false;
   if (after.state !== 'pending') throw new RepairRejectedError(item.id, 'lane_busy');
-  const stepBack =
-    await sql`UPDATE ${t.items} SET is_head = 0, updated_at = NOW(6) WHERE id = ${after.id} AND state = 'pending' AND is_head = 1`.execute(
-      trx,
-    );
+  const stepBack = await sql`UPDATE ${t.items} SET is_head = 0, updated_at = NOW(6) WHERE id = ${
+    after.id
+  } AND state = 'pending' AND is_head = 1`.execute(trx);
   if (affected(stepBack) !== 1) throw new RepairRejectedError(item.id, 'lane_busy');
   return true;
 }

@@ -29,9 +29,9 @@ export async function replayItem(
     async (trx) => {
       const u = await sql`UPDATE ${t.items} SET replayed_at = NOW(6), updated_at = NOW(6)
         WHERE id = ${opts.id} AND state IN ('dead', 'cancelled') AND replayed_at IS NULL
-          AND attempt = ${opts.expectAttempt} AND SHA2(COALESCE(last_error, ''), 256) = ${opts.expectErrorDigest}`.execute(
-        trx,
-      );
+          AND attempt = ${opts.expectAttempt} AND SHA2(COALESCE(last_error, ''), 256) = ${
+            opts.expectErrorDigest
+          }`.execute(trx);
       const rows = await sql<ItemRow>`SELECT ${ITEM_COLUMNS} FROM ${t.items} WHERE id = ${opts.id}`.execute(trx);
       const row = rows.rows[0];
       if (affected(u) !== 1 || !row) throw new ReplayRejectedError(opts.id, whyRejected(row, opts));

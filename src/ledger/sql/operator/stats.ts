@@ -58,14 +58,20 @@ export async function listQueues(exec: Executor, t: LedgerTables): Promise<strin
 async function statsOfQueue(exec: Executor, t: LedgerTables, queue: string): Promise<QueueStats | undefined> {
   const classes = list(QUEUE_CLASSES);
   const count = (state: ItemState): RawBuilder<unknown> =>
-    sql`(SELECT COUNT(*) FROM (SELECT 1 AS one FROM ${t.items} WHERE queue = ${inline(queue)} AND queue_class IN (${classes})
+    sql`(SELECT COUNT(*) FROM (SELECT 1 AS one FROM ${t.items} WHERE queue = ${inline(queue)} AND queue_class IN (${
+      classes
+    })
       AND state = ${inline(state)} LIMIT ${inline(statsCountCap(state))}) AS c)`;
   // The oldest due head among the first 100,000 due heads in claim order: exact unless the queue has more.
   const oldest = sql`(SELECT TIMESTAMPDIFF(MICROSECOND, MIN(run_after), NOW(6)) FROM (SELECT run_after FROM ${t.items}
-      WHERE queue = ${inline(queue)} AND queue_class IN (${classes}) AND state = 'pending' AND is_head = 1 AND run_after <= NOW(6)
+      WHERE queue = ${inline(queue)} AND queue_class IN (${
+        classes
+      }) AND state = 'pending' AND is_head = 1 AND run_after <= NOW(6)
       LIMIT ${inline(statsCountCap('pending'))}) AS d)`;
   // Pending items not due yet, among the first 100,000 pending: the same bounded range as the pending count.
-  const scheduled = sql`(SELECT COUNT(*) FROM (SELECT 1 AS one FROM ${t.items} WHERE queue = ${inline(queue)} AND queue_class IN (${classes})
+  const scheduled = sql`(SELECT COUNT(*) FROM (SELECT 1 AS one FROM ${t.items} WHERE queue = ${inline(
+    queue,
+  )} AND queue_class IN (${classes})
       AND state = 'pending' AND run_after > NOW(6) LIMIT ${inline(statsCountCap('pending'))}) AS s)`;
   const columns = ITEM_STATES.map((state) => sql`${count(state)} AS ${sql.ref(state)}`);
   const r = await sql<

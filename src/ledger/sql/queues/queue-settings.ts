@@ -43,9 +43,9 @@ export async function staleOnlyQueues(
   if (queues.length === 0) return new Set();
   const r = await sql<{
     queue: string;
-  }>`SELECT queue FROM ${t.queues} WHERE queue IN (${sql.join(queues.map((q) => sql`${q}`))}) AND stale_only = 1`.execute(
-    exec,
-  );
+  }>`SELECT queue FROM ${t.queues} WHERE queue IN (${sql.join(
+    queues.map((q) => sql`${q}`),
+  )}) AND stale_only = 1`.execute(exec);
   return new Set(r.rows.map((x) => x.queue));
 }
 

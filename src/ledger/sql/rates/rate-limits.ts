@@ -43,9 +43,9 @@ export async function takeRate(
   if (r?.held === null || r?.held === undefined) return { granted: false, lost: true };
   if (r.wait_us === null) {
     // The key's first start: its row, then the grant again.
-    await sql`INSERT IGNORE INTO ${t.rateLimits} (queue, rate_key, next_at, reserved_until) VALUES (${take.queue}, ${take.key}, ${NO_TIME}, ${NO_TIME})`.execute(
-      db,
-    );
+    await sql`INSERT IGNORE INTO ${t.rateLimits} (queue, rate_key, next_at, reserved_until) VALUES (${take.queue}, ${
+      take.key
+    }, ${NO_TIME}, ${NO_TIME})`.execute(db);
     if (affected(await retryOnConflict(() => grant(t, take).execute(db))) > 0) return { granted: true };
   }
   return {
@@ -57,7 +57,9 @@ export async function takeRate(
 }
 
 function grant(t: LedgerTables, take: RateTake): RawBuilder<unknown> {
-  return sql`UPDATE ${t.rateLimits} r JOIN ${t.items} i ON i.id = ${inline(take.id)} AND i.lease_token = ${inline(take.token)} AND i.state = 'processing'
+  return sql`UPDATE ${t.rateLimits} r JOIN ${t.items} i ON i.id = ${inline(take.id)} AND i.lease_token = ${inline(
+    take.token,
+  )} AND i.state = 'processing'
     SET r.next_at = NOW(6) + INTERVAL ${inline(take.intervalUs)} MICROSECOND, i.started_at = NOW(6)
     WHERE r.queue = ${inline(take.queue)} AND r.rate_key = ${inline(take.key)} AND r.next_at <= NOW(6)`;
 }
@@ -68,9 +70,15 @@ function grant(t: LedgerTables, take: RateTake): RawBuilder<unknown> {
  */
 function refusalState(t: LedgerTables, take: RateTake): RawBuilder<unknown> {
   return sql`SELECT
-      (SELECT TIMESTAMPDIFF(MICROSECOND, NOW(6), next_at) FROM ${t.rateLimits} WHERE queue = ${take.queue} AND rate_key = ${take.key}) AS wait_us,
-      (SELECT reserved_until > next_at FROM ${t.rateLimits} WHERE queue = ${take.queue} AND rate_key = ${take.key}) AS queued,
-      (SELECT TIMESTAMPDIFF(MICROSECOND, run_after, NOW(6)) FROM ${t.items} WHERE id = ${take.id} AND lease_token = ${take.token} AND state = 'processing') AS held`;
+      (SELECT TIMESTAMPDIFF(MICROSECOND, NOW(6), next_at) FROM ${t.rateLimits} WHERE queue = ${
+        take.queue
+      } AND rate_key = ${take.key}) AS wait_us,
+      (SELECT reserved_until > next_at FROM ${t.rateLimits} WHERE queue = ${take.queue} AND rate_key = ${
+        take.key
+      }) AS queued,
+      (SELECT TIMESTAMPDIFF(MICROSECOND, run_after, NOW(6)) FROM ${t.items} WHERE id = ${take.id} AND lease_token = ${
+        take.token
+      } AND state = 'processing') AS held`;
 }
 
 /**
@@ -93,8 +101,12 @@ export async function reserveRateTurn(
   const [, read] = await retryPipelined(db, caps, (send) =>
     send(
       [
-        sql`UPDATE ${t.rateLimits} SET reserved_until = GREATEST(reserved_until, next_at, NOW(6)) + INTERVAL ${inline(spec.intervalUs)} MICROSECOND ${where}`,
-        sql`SELECT TIMESTAMPDIFF(MICROSECOND, NOW(6), reserved_until) - ${inline(spec.intervalUs)} AS slot_us FROM ${t.rateLimits} ${where}`,
+        sql`UPDATE ${t.rateLimits} SET reserved_until = GREATEST(reserved_until, next_at, NOW(6)) + INTERVAL ${inline(
+          spec.intervalUs,
+        )} MICROSECOND ${where}`,
+        sql`SELECT TIMESTAMPDIFF(MICROSECOND, NOW(6), reserved_until) - ${inline(spec.intervalUs)} AS slot_us FROM ${
+          t.rateLimits
+        } ${where}`,
       ],
       { commit: true },
     ),
@@ -120,9 +132,9 @@ export async function deleteSpentRateRows(
   const inQueue = opts.queue === undefined ? sql`` : sql`queue = ${inline(opts.queue)} AND `;
   return affected(
     await retryOnConflict(() =>
-      sql`DELETE FROM ${t.rateLimits} WHERE ${inQueue}next_at < ${cutoff} AND reserved_until < ${cutoff} LIMIT ${inline(opts.limit)}`.execute(
-        db,
-      ),
+      sql`DELETE FROM ${t.rateLimits} WHERE ${inQueue}next_at < ${cutoff} AND reserved_until < ${cutoff} LIMIT ${inline(
+        opts.limit,
+      )}`.execute(db),
     ),
   );
 }
@@ -134,6 +146,8 @@ export async function pushRateWindow(
   spec: { queue: string; key: string; afterMs: number },
 ): Promise<void> {
   const us = Math.round(spec.afterMs * 1000);
-  await sql`INSERT INTO ${t.rateLimits} (queue, rate_key, next_at, reserved_until) VALUES (${spec.queue}, ${spec.key}, NOW(6) + INTERVAL ${inline(us)} MICROSECOND, ${NO_TIME})
+  await sql`INSERT INTO ${t.rateLimits} (queue, rate_key, next_at, reserved_until) VALUES (${spec.queue}, ${
+    spec.key
+  }, NOW(6) + INTERVAL ${inline(us)} MICROSECOND, ${NO_TIME})
     ON DUPLICATE KEY UPDATE next_at = GREATEST(next_at, NOW(6) + INTERVAL ${inline(us)} MICROSECOND)`.execute(db);
 }

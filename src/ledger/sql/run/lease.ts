@@ -30,7 +30,9 @@ export async function renewLeases(
     ? list([...new Set(handles.flatMap((h) => [h.id, ...(h.group?.ids ?? [])]))])
     : ids;
   const update = sql`UPDATE ${t.items} SET lease_until = ${nowPlusMs(leaseMs)}
-    WHERE id IN (${held}) AND lease_token IN (${list([...new Set(handles.map((h) => h.leaseToken))])}) AND state = 'processing'`;
+    WHERE id IN (${held}) AND lease_token IN (${list([
+      ...new Set(handles.map((h) => h.leaseToken)),
+    ])}) AND state = 'processing'`;
   const read = sql`SELECT id, lease_token, state, cancel_requested FROM ${t.items} WHERE id IN (${ids})`;
   let rows: LeaseRow[];
   if (caps.multiStatement) {

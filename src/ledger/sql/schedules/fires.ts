@@ -12,9 +12,9 @@ import { toScheduleRow, type ScheduleRow } from './schedules.js';
 /** The ledger's now, and the earliest next fire time of an unpaused schedule (null without one). */
 export async function readEarliestFire(exec: Executor, t: LedgerTables): Promise<{ now: Date; earliest: Date | null }> {
   const r = await sql<{ now: Date; earliest: Date | null }>`SELECT NOW(6) AS now,
-    (SELECT next_fire_at FROM ${t.schedules} FORCE INDEX (ix_due) WHERE paused = 0 ORDER BY next_fire_at LIMIT 1) AS earliest`.execute(
-    exec,
-  );
+    (SELECT next_fire_at FROM ${
+      t.schedules
+    } FORCE INDEX (ix_due) WHERE paused = 0 ORDER BY next_fire_at LIMIT 1) AS earliest`.execute(exec);
   const row = r.rows[0];
   if (!row) throw new Error('schedules: no answer for the ledger clock');
   return { now: row.now, earliest: row.earliest };
@@ -33,9 +33,9 @@ export async function readDueSchedules(
     Parameters<typeof toScheduleRow>[0] & { now: Date }
   >`SELECT name, source, pattern, tz, every_ms, item, backfill_ms, paused,
     next_fire_at, last_fire_at, fires, revision, created_at, updated_at, NOW(6) AS now
-    FROM ${t.schedules} FORCE INDEX (ix_due) WHERE paused = 0 AND next_fire_at <= NOW(6) ORDER BY next_fire_at LIMIT ${sql.raw(String(Math.trunc(limit)))}`.execute(
-    exec,
-  );
+    FROM ${t.schedules} FORCE INDEX (ix_due) WHERE paused = 0 AND next_fire_at <= NOW(6) ORDER BY next_fire_at LIMIT ${sql.raw(
+      String(Math.trunc(limit)),
+    )}`.execute(exec);
   const now = r.rows[0]?.now ?? (await readEarliestFire(exec, t)).now;
   return { now, due: r.rows.map(toScheduleRow) };
 }
@@ -52,7 +52,9 @@ export async function advanceSchedule(
 ): Promise<boolean> {
   const last = s.lastFireAt === null ? sql`last_fire_at` : sql`${s.lastFireAt}`;
   const r =
-    await sql`UPDATE ${t.schedules} SET next_fire_at = ${s.nextFireAt}, last_fire_at = ${last}, fires = fires + ${s.fires},
+    await sql`UPDATE ${t.schedules} SET next_fire_at = ${s.nextFireAt}, last_fire_at = ${last}, fires = fires + ${
+      s.fires
+    },
     revision = revision + 1, updated_at = NOW(6)
     WHERE name = ${s.name} AND revision = ${s.revision} AND paused = 0`.execute(exec);
   return affected(r) === 1;

@@ -80,9 +80,9 @@ export async function readSchedules(exec: Executor, t: LedgerTables): Promise<Sc
 export async function insertSchedule(exec: Executor, t: LedgerTables, s: ScheduleRowInput): Promise<boolean> {
   const r = await sql`INSERT IGNORE INTO ${t.schedules}
     (name, source, pattern, tz, every_ms, queue, item, backfill_ms, paused, next_fire_at, last_fire_at, fires, revision, created_at, updated_at)
-    VALUES (${s.name}, ${s.source}, ${s.pattern}, ${s.tz}, ${s.everyMs}, ${s.queue}, ${s.itemJson}, ${s.backfillMs}, 0, ${s.nextFireAt}, NULL, 0, 1, NOW(6), NOW(6))`.execute(
-    exec,
-  );
+    VALUES (${s.name}, ${s.source}, ${s.pattern}, ${s.tz}, ${s.everyMs}, ${s.queue}, ${s.itemJson}, ${
+      s.backfillMs
+    }, 0, ${s.nextFireAt}, NULL, 0, 1, NOW(6), NOW(6))`.execute(exec);
   return affected(r) === 1;
 }
 
@@ -94,8 +94,12 @@ export async function updateSchedule(
   revision: number,
 ): Promise<boolean> {
   const r =
-    await sql`UPDATE ${t.schedules} SET source = ${s.source}, pattern = ${s.pattern}, tz = ${s.tz}, every_ms = ${s.everyMs}, queue = ${s.queue},
-    item = ${s.itemJson}, backfill_ms = ${s.backfillMs}, next_fire_at = ${s.nextFireAt}, revision = revision + 1, updated_at = NOW(6)
+    await sql`UPDATE ${t.schedules} SET source = ${s.source}, pattern = ${s.pattern}, tz = ${s.tz}, every_ms = ${
+      s.everyMs
+    }, queue = ${s.queue},
+    item = ${s.itemJson}, backfill_ms = ${s.backfillMs}, next_fire_at = ${
+      s.nextFireAt
+    }, revision = revision + 1, updated_at = NOW(6)
     WHERE name = ${s.name} AND revision = ${revision}`.execute(exec);
   return affected(r) === 1;
 }
@@ -113,10 +117,9 @@ export async function setSchedulePaused(
   name: string,
   paused: boolean,
 ): Promise<boolean> {
-  const r =
-    await sql`UPDATE ${t.schedules} SET paused = ${paused ? 1 : 0}, revision = revision + 1, updated_at = NOW(6) WHERE name = ${name}`.execute(
-      exec,
-    );
+  const r = await sql`UPDATE ${t.schedules} SET paused = ${
+    paused ? 1 : 0
+  }, revision = revision + 1, updated_at = NOW(6) WHERE name = ${name}`.execute(exec);
   return affected(r) === 1;
 }
 
@@ -134,8 +137,8 @@ export async function deleteConfigSchedulesExcept(
   );
   const gone = r.rows.map((x) => x.name).filter((name) => !keep.includes(name));
   if (gone.length === 0) return [];
-  await sql`DELETE FROM ${t.schedules} WHERE source = 'config' AND name IN (${sql.join(gone.map((n) => sql`${n}`))})`.execute(
-    exec,
-  );
+  await sql`DELETE FROM ${t.schedules} WHERE source = 'config' AND name IN (${sql.join(
+    gone.map((n) => sql`${n}`),
+  )})`.execute(exec);
   return gone;
 }

@@ -48,7 +48,9 @@ export interface PurgePosition {
  */
 function filteredScope(f: PurgeFilter, cutoff: RawBuilder<unknown>): RawBuilder<unknown> {
   const type = f.type === undefined ? sql`` : sql` AND type = ${f.type}`;
-  return sql`queue = ${f.queue} AND created_at < ${cutoff} AND ${TERMINAL_BEFORE(cutoff)} AND state = ${f.state}${type}`;
+  return sql`queue = ${f.queue} AND created_at < ${cutoff} AND ${TERMINAL_BEFORE(cutoff)} AND state = ${f.state}${
+    type
+  }`;
 }
 
 /**
@@ -113,9 +115,9 @@ async function deleteEnded(
     // same row, so a concurrent enqueue either sees it gone or keeps it alive.
     await sql`DELETE FROM ${t.lanes} WHERE busy_from = 0
       AND ${laneIn(lanes)}
-      AND NOT EXISTS (SELECT 1 FROM ${t.items} i WHERE i.queue = ${t.lanes}.queue AND i.lane = ${t.lanes}.lane)`.execute(
-      db,
-    );
+      AND NOT EXISTS (SELECT 1 FROM ${t.items} i WHERE i.queue = ${t.lanes}.queue AND i.lane = ${
+        t.lanes
+      }.lane)`.execute(db);
   }
   const keys = rows.flatMap((r) => (r.concurrency_key === null ? [] : [{ queue: r.queue, key: r.concurrency_key }]));
   if (keys.length > 0) await deleteIdleKeys(db, t, keys);

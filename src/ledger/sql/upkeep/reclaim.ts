@@ -105,12 +105,16 @@ async function backToPending(
               last_error = CONCAT('lease held by ', IF(lease_owner = '', '?', lease_owner), ' expired'),
               lease_until = ${NO_TIME}, lease_token = ${mark}, updated_at = NOW(6)
               WHERE id IN (${ids}) AND lease_token = ${tokenOf} AND state = 'processing' AND lease_until < NOW(6)`,
-            sql`INSERT INTO ${t.attempts} (id, item_id, attempt, outcome, failure_class, error, worker, started_at, ended_at)
+            sql`INSERT INTO ${
+              t.attempts
+            } (id, item_id, attempt, outcome, failure_class, error, worker, started_at, ended_at)
               SELECT ${historyId}, id, attempt, 'lease_expired', 'lease_expired', last_error, NULLIF(lease_owner, ''),
                 NULLIF(started_at, ${sql.raw(NO_TIME_TEXT)}), NOW(6)
               FROM ${t.items} WHERE id IN (${ids}) AND lease_token = ${mark}`,
             sql`SELECT id FROM ${t.items} WHERE id IN (${ids}) AND lease_token = ${mark}`,
-            sql`UPDATE ${t.items} FORCE INDEX (PRIMARY) SET lease_token = ${tokenOf} WHERE id IN (${ids}) AND lease_token = ${mark}`,
+            sql`UPDATE ${t.items} FORCE INDEX (PRIMARY) SET lease_token = ${tokenOf} WHERE id IN (${
+              ids
+            }) AND lease_token = ${mark}`,
           ],
           { commit: true },
         );

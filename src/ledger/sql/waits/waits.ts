@@ -17,7 +17,9 @@ import { affected, list } from '../common/fragments.js';
 /** Records the wait of an item just blocked, copied from its row in the same transaction. */
 export async function enterWait(exec: Executor, t: LedgerTables, itemId: string): Promise<void> {
   await sql`INSERT INTO ${t.waits} (item_id, queue, dependency_key, probe_after)
-    SELECT * FROM (SELECT id, queue, dependency_key, probe_after FROM ${t.items} WHERE id = ${itemId} AND state = 'blocked') AS src
+    SELECT * FROM (SELECT id, queue, dependency_key, probe_after FROM ${t.items} WHERE id = ${
+      itemId
+    } AND state = 'blocked') AS src
     ON DUPLICATE KEY UPDATE dependency_key = src.dependency_key, probe_after = src.probe_after`.execute(exec);
 }
 
