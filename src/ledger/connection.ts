@@ -16,11 +16,11 @@ import type { LedgerConfig } from './config.js';
  *   `literal`: it writes no backslash), but a statement text still reads
  *   the same whatever the server's default. The rest of its sql_mode stays;
  * - on TiDB, no statement waits to load statistics while it is planned
- *   (`tidb_stats_load_sync_wait = 0`; TiDB's default waits up to 100 ms):
+ *   (`tidb_stats_load_sync_wait = 0`; TiDB's default waits for them):
  *   the ledger's tables churn, so their statistics are often missing or
  *   stale, and the statements on its paths name their index or key. With
- *   the wait, every completion and lane hand-on of a fresh ledger spent
- *   25 ms in it, holding its locks (docs/BENCHMARKS.md);
+ *   the wait, every completion and lane hand-on of a fresh ledger waited in
+ *   it, holding its locks (docs/BENCHMARKS.md);
  * - on TiDB, a cached plan for a prepared statement whose primary-key `IN`
  *   list has several values (`tidb_opt_fix_control = '44830:ON'`): without
  *   it TiDB plans a claim's CAS and read-back, and a batch's completion,

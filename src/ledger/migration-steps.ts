@@ -12,9 +12,8 @@ export const MIGRATIONS: readonly Migration[] = [
     // Claim and completion write state, the lease token, owner and expiry, and
     // the start and terminal times. Each used to go NULL → value or change
     // length, and InnoDB then rewrites the row instead of updating it in
-    // place; completion also moved the row's terminal-time index entry.
-    // Measured with `npm run bench:floor` (docs/BENCHMARKS.md): mariadbd CPU
-    // per drained job about a fifth lower.
+    // place; completion also moved the row's terminal-time index entry
+    // (docs/BENCHMARKS.md).
     statements: (t) => [
       // NOT NULL needs the NULLs gone first; owners fold to what the new column holds.
       sql`UPDATE ${t.items} SET lease_token = COALESCE(lease_token, ''),
@@ -45,8 +44,7 @@ export const MIGRATIONS: readonly Migration[] = [
     name: 'dependency waits in their own table',
     // Only blocked items need finding by dependency key or probe time, yet
     // every enqueued item paid for an entry in both indexes (NULLs are
-    // indexed too). Without them a bulk enqueue cost mariadbd 18.5 µs per
-    // row instead of 21, and ran 13% faster (docs/BENCHMARKS.md). A waits
+    // indexed too), which slowed every bulk enqueue (docs/BENCHMARKS.md). A waits
     // row exists while its item is blocked: every change into or out
     // of `blocked` writes both in one transaction. The item keeps its
     // dependency columns for reading.

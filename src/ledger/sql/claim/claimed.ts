@@ -104,8 +104,7 @@ export const CLAIMED_COLUMNS = sql.raw(CLAIMED_COLUMN_LIST);
  */
 export function claimedItem(row: ClaimedRow, lease: Lease): ClaimedItem {
   // The same fields in the same order as toWorkItem: one object shape for every item.
-  // Not toWorkItem({ ...row, … }): spreading a mysql2 row into a full row
-  // measured 58 µs of node CPU per drained job against 25.
+  // Not toWorkItem({ ...row, … }): spreading a mysql2 row into a full row costs node CPU on every drained job.
   return {
     id: row.id,
     queue: row.queue,

@@ -19,9 +19,9 @@ import { retryPipelined } from '../common/pipeline.js';
  *
  * The laned path's one round trip (enqueue-laned.ts) joins each item to its
  * key row in an `INSERT … SELECT` from a derived table of one SELECT per
- * item, then reads every item back: on MariaDB that cost the server about
- * twice a plain INSERT's CPU per item, and this process as much again
- * (measured: docs/BENCHMARKS.md, "Capacity"). Here the client knows what
+ * item, then reads every item back: on MariaDB that costs the server and
+ * this process more per item than a plain INSERT (docs/BENCHMARKS.md,
+ * "Capacity"). Here the client knows what
  * it inserts, so the INSERT is the plain one and nothing is read back; the
  * keys stay locked across one turn of the client.
  */

@@ -63,8 +63,7 @@ export interface CandidatesInTurn {
  * the room as its LIMIT (a server-side prepared statement, the one way a
  * LIMIT takes a value computed in the same round trip), the read-back and
  * COMMIT. Held across round trips, the row's wait grew with every pause of
- * the claiming process between them: 62 ms a turn on average with eight
- * consumers in one process. The candidates are read before the turn, by
+ * the claiming process between them (docs/BENCHMARKS.md). The candidates are read before the turn, by
  * the caller: the CAS re-checks each, and several times as many as wanted
  * are read, so a turn finds enough left that the turns before it did not
  * take. Only a claim with work in the turn (`inTurn`) commits apart.

@@ -38,15 +38,9 @@ const MAX_ADMIT = 500;
  * hand-ons and admissions of one key take turns, and a waiting item is
  * admitted once.
  *
- * In two round trips on a pipelined transaction. The first, with
- * `alongside` (e.g. the completion that ended them, whose results `check`
- * sees before anything is written), locks the keys and reads as many
- * waiting items per key as slots ended: a key at its limit, the usual case,
- * has exactly those free. The second admits them and writes each key's
- * count once, as the slots ended and taken leave it: a key that admits as
- * many as ended, the usual case, is not written at all. Only a key with
- * more room than that (a limit raised) reads again, and a waiting item
- * cancelled meanwhile costs a third.
+ * Two round trips on a pipelined transaction (docs/design.md §3, Concurrency keys): the first goes with
+ * `alongside` (the ending, whose results `check` sees before anything is written), locks the keys and reads
+ * ahead; the second admits and writes each key's count once.
  *
  * The admitted items are claimed for the rooms of `claimFor` in turn (key
  * affinity: the completing consumers'), each up to its `max`; the rest are
@@ -55,9 +49,8 @@ const MAX_ADMIT = 500;
  * With `commitWhenSure` (a transaction that writes nothing after the
  * hand-on), the second round trip also commits, unless a key reads again:
  * the keys' locks are then held across one turn of the client instead of
- * two. A guard (sql/common/guard.ts) refuses the transaction if a waiting item read
- * was not admitted (cancelled meanwhile); the caller then runs it again
- * without.
+ * two. A guard (sql/common/guard.ts) refuses the transaction if a waiting item read was not admitted
+ * (cancelled meanwhile); the caller then runs it again without.
  */
 export async function handOnKeys(
   send: Send,

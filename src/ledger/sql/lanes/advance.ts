@@ -123,7 +123,7 @@ export async function handOnLane(exec: Executor, t: LedgerTables, head: EndedHea
  *
  * Two statements to find and set the head on purpose: MariaDB runs `UPDATE
  * … ORDER BY … LIMIT 1` over a range by buffering every matching row first
- * (48 ms at the head of a 100,000-item lane), and its optimizer prefers
+ * (slow at the head of a long lane), and its optimizer prefers
  * ix_claim here, so the read names ix_lane.
  */
 export async function advanceLocked(exec: Executor, t: LedgerTables, head: EndedHead): Promise<boolean> {
