@@ -32,7 +32,7 @@ export interface LedgerCapabilities {
    * On TiDB through the ledger's own pool, a few connections of their own
    * whose autocommit writes come back with a write conflict instead of being
    * run again by TiDB (connection.ts): the claim's CAS, prepared, runs there
-   * and claims again on a conflict (sql/claim/claim.ts). Undefined elsewhere.
+   * and claims again on a conflict (sql/claim/cas.ts). Undefined elsewhere.
    */
   readonly conflictsReturned: LedgerDb | undefined;
 }

@@ -63,7 +63,7 @@ export function mysqlPoolOptions(config: Pick<LedgerConfig, 'url' | 'poolSize'>)
     dateStrings: false,
     charset: 'utf8mb4_bin',
     enableKeepAlive: true,
-    // A claim sends its CAS and read-back as one query (sql/claim/claim.ts). Every
+    // A claim sends its CAS and read-back as one query (sql/claim/cas.ts). Every
     // value reaches SQL as a parameter or as a mode-proof literal (`literal`).
     multipleStatements: true,
     // Strings in the text as `literal` writes them; with no values the text as it is (mode-proof.ts).
@@ -74,7 +74,7 @@ export function mysqlPoolOptions(config: Pick<LedgerConfig, 'url' | 'poolSize'>)
 /**
  * The settings of a session whose autocommit writes come back with TiDB's
  * write conflict (9007) instead of being run again by TiDB, pessimistically,
- * waiting on the rows' locks: the claim's CAS (sql/claim/claim.ts) claims again
+ * waiting on the rows' locks: the claim's CAS (sql/claim/cas.ts) claims again
  * from a fresh candidate read instead. Not for the ledger's pool as a whole:
  * its other autocommit writes (renewals, heartbeats, cancellations) expect
  * TiDB to settle a conflict for them. TiDB only.

@@ -58,7 +58,7 @@ const laneLimit = z.number().int('must be a whole number').min(1).max(200).defau
  * What an operator reads and does in bulk (the dashboard, docs/operations.md
  * "The dashboard"): pages of items, lanes, dead groups, a queue's last hour,
  * and bulk replay and purge. Every read is a bounded index range (the SQL is
- * in sql/operator/browse-items.ts, lane-browse.ts, dead-groups.ts, queue-series.ts);
+ * in sql/operator/browse-items.ts, sql/lanes/browse.ts, sql/operator/dead-groups.ts and queue-series.ts);
  * a page's cursor is opaque to its callers. Reached as `ledger.operator`.
  */
 export class LedgerOperator {

@@ -112,7 +112,7 @@ export const DEFAULT_RETRY: RetryPolicy = { maxAttempts: 8, baseDelayMs: 5, maxD
  * A claim's CAS that conflicts lost its rows to another claim that won them:
  * the fleet moved on, so a claim tries longer than other writes before its
  * consumer hears of it. On TiDB, where claims come back with their write
- * conflicts (sql/claim/claim.ts), eight prefetching consumers starting on one
+ * conflicts (sql/claim/cas.ts), eight prefetching consumers starting on one
  * backlog at once ran out of eight tries.
  */
 export const CLAIM_RETRY: RetryPolicy = { maxAttempts: 24, baseDelayMs: 5, maxDelayMs: 100 };

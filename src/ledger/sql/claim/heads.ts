@@ -58,7 +58,7 @@ async function claimHeadsOnce(
 
 /**
  * Under a fleet cap the turn takes the earliest due of the candidates still
- * claimable, as many as the room allows (admission.ts); on MariaDB and
+ * claimable, as many as the room allows (sql/fleet/fleet-cap.ts); on MariaDB and
  * MySQL the candidates are read first, outside it, and on TiDB inside it.
  */
 async function claimHeadsUnderCap(

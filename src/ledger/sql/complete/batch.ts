@@ -220,7 +220,7 @@ async function completeOnce(
   return { outcomes: out, claimed };
 }
 
-/** One round trip when the batch is the common case; two, or the single path, when it is not (complete-laned.ts). */
+/** One round trip when the batch is the common case; two, or the single path, when it is not (laned.ts). */
 async function completeLaned(
   db: LedgerDb,
   caps: LedgerCapabilities,

@@ -17,7 +17,7 @@ import { retryPipelined } from '../common/pipeline.js';
  * what each key granted; then one multi-row INSERT of the items, heads or
  * not as granted, the wait rows of those not admitted, and COMMIT.
  *
- * The laned path's one round trip (enqueue-laned.ts) joins each item to its
+ * The laned path's one round trip (laned.ts) joins each item to its
  * key row in an `INSERT … SELECT` from a derived table of one SELECT per
  * item, then reads every item back: on MariaDB that costs the server and
  * this process more per item than a plain INSERT (docs/BENCHMARKS.md,
