@@ -85,9 +85,9 @@ export function readBackClaimed(t: LedgerTables, ids: readonly string[], token: 
 
 /** readBackClaimed as text, its values through `w` (sql/common/bound.ts). */
 export function readBackClaimedText(w: ValueWriter, t: LedgerTables, ids: readonly string[], token: string): string {
-  return `SELECT ${CLAIMED_COLUMN_LIST} FROM ${tableText(t, 'items')} WHERE id IN (${w.ids(ids)}) AND lease_token = ${w.value(
-    token,
-  )} AND state = 'processing'`;
+  return `SELECT ${CLAIMED_COLUMN_LIST} FROM ${tableText(t, 'items')} WHERE id IN (${w.ids(
+    ids,
+  )}) AND lease_token = ${w.value(token)} AND state = 'processing'`;
 }
 
 /** Plain text: bench/floor.ts sends it on raw connections. */

@@ -98,10 +98,9 @@ export async function claimUnderCap<Row, T>(
     claim.queue,
   )}, 1, NOW(6))
     ON DUPLICATE KEY UPDATE capped_claims = capped_claims + 1, updated_at = NOW(6)`;
-  const room = sql`SELECT @lw_room := GREATEST(0, LEAST(${inline(claim.want)}, ${inline(claim.maxProcessing)} - (${processingCount(
-    t,
-    claim.queue,
-  )}))) AS room`;
+  const room = sql`SELECT @lw_room := GREATEST(0, LEAST(${inline(claim.want)}, ${inline(
+    claim.maxProcessing,
+  )} - (${processingCount(t, claim.queue)}))) AS room`;
   const ordered = (ids: readonly string[], limit: string): string =>
     `${claim.cas(ids)} ORDER BY priority, run_after, id LIMIT ${limit}`;
   const commitsWithCas = claim.inTurn === undefined;

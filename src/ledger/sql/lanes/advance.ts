@@ -37,7 +37,10 @@ export function headSuccessors(t: LedgerTables, heads: readonly EndedHead[]): Ra
 }
 
 function headSuccessorsText(w: ValueWriter, t: LedgerTables, heads: readonly EndedHead[]): string {
-  return `UPDATE ${tableText(t, 'items')} FORCE INDEX (ix_lane) SET is_head = 1, updated_at = NOW(6) WHERE ${successorPlacesText(
+  return `UPDATE ${tableText(
+    t,
+    'items',
+  )} FORCE INDEX (ix_lane) SET is_head = 1, updated_at = NOW(6) WHERE ${successorPlacesText(
     w,
     heads,
   )} AND state = 'pending'`;

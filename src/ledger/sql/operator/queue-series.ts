@@ -42,9 +42,9 @@ export async function queueSeries(exec: Executor, t: LedgerTables, queue: string
         IF(${
           started
         }, FLOOR(LOG2(GREATEST(TIMESTAMPDIFF(MICROSECOND, created_at, started_at), 1)) * 4), NULL) AS start_bucket
-      FROM ${t.items} JOIN (SELECT id AS w FROM ${t.items} WHERE queue = ${queue} AND created_at >= NOW(6) - INTERVAL ${inline(
-        hourUs,
-      )} MICROSECOND
+      FROM ${t.items} JOIN (SELECT id AS w FROM ${t.items} WHERE queue = ${
+        queue
+      } AND created_at >= NOW(6) - INTERVAL ${inline(hourUs)} MICROSECOND
         ORDER BY created_at DESC LIMIT ${inline(SERIES_READ)}) w ON id = w.w) d
     GROUP BY end_min, ended, start_min, start_bucket`.execute(exec);
   const nowMin = r.rows[0] ? Number(r.rows[0].now_min) : Math.floor(Date.now() / SERIES_BUCKET_MS);

@@ -33,7 +33,9 @@ export async function readDueSchedules(
     Parameters<typeof toScheduleRow>[0] & { now: Date }
   >`SELECT name, source, pattern, tz, every_ms, item, backfill_ms, paused,
     next_fire_at, last_fire_at, fires, revision, created_at, updated_at, NOW(6) AS now
-    FROM ${t.schedules} FORCE INDEX (ix_due) WHERE paused = 0 AND next_fire_at <= NOW(6) ORDER BY next_fire_at LIMIT ${sql.raw(
+    FROM ${
+      t.schedules
+    } FORCE INDEX (ix_due) WHERE paused = 0 AND next_fire_at <= NOW(6) ORDER BY next_fire_at LIMIT ${sql.raw(
       String(Math.trunc(limit)),
     )}`.execute(exec);
   const now = r.rows[0]?.now ?? (await readEarliestFire(exec, t)).now;
