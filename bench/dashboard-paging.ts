@@ -20,7 +20,7 @@ import { CompiledQuery, Kysely, MysqlDialect, sql } from 'kysely';
 import { parseLedgerConfig } from '../src/ledger/config.js';
 import { createLedgerPool } from '../src/ledger/connection.js';
 import { Ledger } from '../src/ledger/ledger.js';
-import type { ItemFilter } from '../src/ledger/types.js';
+import type { ItemFilter } from '../src/ledger/operator-types.js';
 import {
   benchServerUrl,
   cliFlag,

@@ -47,9 +47,11 @@ export {
   type BoundedCount,
   type Ownership,
   type LiveConsumer,
-  type Explanation,
   type ConcurrencyLimits,
   type KeyScope,
+} from './ledger/types.js';
+export {
+  type Explanation,
   type WhyCode,
   WHY_CODES,
   type ItemSummary,
@@ -61,7 +63,7 @@ export {
   type QueueSeries,
   type DeadFilter,
   type PurgeFilter,
-} from './ledger/types.js';
+} from './ledger/operator-types.js';
 export type { LedgerOperator, QueueView, ReplayedItem } from './ledger/operator.js';
 export { exactCount, sumCounts, countLess, unfinishedCount, formatCount } from './ledger/bounded-count.js';
 

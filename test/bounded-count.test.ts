@@ -8,7 +8,7 @@ import {
   sumCounts,
   unfinishedCount,
 } from '../src/ledger/bounded-count.js';
-import { statsCountCap } from '../src/ledger/sql/stats.js';
+import { statsCountCap } from '../src/ledger/sql/operator/stats.js';
 import { ITEM_STATES, type BoundedCount, type ItemState, type QueueStats } from '../src/ledger/types.js';
 
 // Counts that stop at a cap (src/ledger/sql/stats.ts) stay floors through every sum and difference.

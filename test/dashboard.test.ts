@@ -4,7 +4,7 @@ import { join } from 'node:path';
 import { expect, test } from 'vitest';
 import { errorDigest } from '../src/ledger/ids.js';
 import type { Ledger } from '../src/ledger/ledger.js';
-import type { ItemSummary } from '../src/ledger/types.js';
+import type { ItemSummary } from '../src/ledger/operator-types.js';
 import { ledgerReadiness, startAdminServer, type AdminServer } from '../src/supervisor/admin-server.js';
 import { configFromEnv, resolveWorkerConfig } from '../src/supervisor/config.js';
 import type { WakeChannel } from '../src/wake/wake-channel.js';

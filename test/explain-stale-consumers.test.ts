@@ -1,7 +1,8 @@
 import { afterAll, afterEach, beforeAll, describe, expect, test } from 'vitest';
 import { Consumer } from '../src/consumer/consumer.js';
-import type { ConsumerRow } from '../src/ledger/sql/consumers.js';
-import type { Explanation, QueueClass } from '../src/ledger/types.js';
+import type { ConsumerRow } from '../src/ledger/sql/fleet/consumers.js';
+import type { Explanation } from '../src/ledger/operator-types.js';
+import type { QueueClass } from '../src/ledger/types.js';
 import { lanewake } from './support/cli.js';
 import { expireAndReclaim, freshQueue, claimOne } from './support/items.js';
 import { createTestLedger, type TestLedger } from './support/ledger.js';

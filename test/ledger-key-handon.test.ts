@@ -1,8 +1,8 @@
 import { sql } from 'kysely';
 import { beforeEach, expect, test } from 'vitest';
-import { isGuardRefusal } from '../src/ledger/sql/guard.js';
-import { handOnKeys } from '../src/ledger/sql/key-hand-on.js';
-import { sendEach, type Send } from '../src/ledger/sql/pipeline.js';
+import { isGuardRefusal } from '../src/ledger/sql/common/guard.js';
+import { handOnKeys } from '../src/ledger/sql/keys/hand-on.js';
+import { sendEach, type Send } from '../src/ledger/sql/common/pipeline.js';
 import { freshQueue } from './support/items.js';
 import { testTxnMode, type TestLedger } from './support/ledger.js';
 import { testScope } from './support/scope.js';

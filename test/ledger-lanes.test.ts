@@ -4,7 +4,7 @@ import type { ClaimedItem } from '../src/ledger/types.js';
 import { claimAll, freshQueue, laneRow, mustGet, only } from './support/items.js';
 import { createTestLedger, waitFor, type TestLedger } from './support/ledger.js';
 import { onEveryStatement } from './support/mysql-statements.js';
-import { LANES_PER_UPSERT } from '../src/ledger/sql/enqueue.js';
+import { LANES_PER_UPSERT } from '../src/ledger/sql/enqueue/lane-sequences.js';
 
 let tl: TestLedger;
 let ledger: Ledger;

@@ -4,8 +4,8 @@ import mysql, { type RowDataPacket } from 'mysql2/promise';
 import { sessionSetup } from '../src/ledger/connection.js';
 import type { Ledger } from '../src/ledger/ledger.js';
 import { jsonLiteral, pipelined } from '../src/ledger/internal.js';
-import { literal } from '../src/ledger/sql/common.js';
-import { processingCount } from '../src/ledger/sql/stats.js';
+import { literal } from '../src/ledger/sql/common/fragments.js';
+import { processingCount } from '../src/ledger/sql/operator/stats.js';
 import { createTestLedger, ledgerOnPlainPool, waitFor, type TestLedger } from './support/ledger.js';
 import { mysqlServerUrl } from './support/services.js';
 

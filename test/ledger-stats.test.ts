@@ -1,7 +1,7 @@
 import { sql } from 'kysely';
 import { expect, test } from 'vitest';
 import { Ledger } from '../src/ledger/ledger.js';
-import { statsCountCap } from '../src/ledger/sql/stats.js';
+import { statsCountCap } from '../src/ledger/sql/operator/stats.js';
 import { ITEM_STATES } from '../src/ledger/types.js';
 import { exactCounts } from './support/counts.js';
 import { onEveryStatement } from './support/mysql-statements.js';

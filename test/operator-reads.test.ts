@@ -2,8 +2,8 @@ import { expect, test } from 'vitest';
 import { ValidationError } from '../src/errors.js';
 import { errorDigest } from '../src/ledger/ids.js';
 import type { Ledger } from '../src/ledger/ledger.js';
-import { BROWSE_WINDOW } from '../src/ledger/sql/browse-items.js';
-import type { ItemFilter, ItemSummary } from '../src/ledger/types.js';
+import { BROWSE_WINDOW } from '../src/ledger/sql/operator/browse-items.js';
+import type { ItemFilter, ItemSummary } from '../src/ledger/operator-types.js';
 import { claimAll, freshQueue } from './support/items.js';
 import { testScope } from './support/scope.js';
 

@@ -1,4 +1,4 @@
-import type { Ledger } from '../ledger/ledger.js';
+import type { LedgerOperations } from '../ledger/operations.js';
 
 /**
  * What a consumer calls on the ledger, and nothing more: the claim rounds,
@@ -7,7 +7,7 @@ import type { Ledger } from '../ledger/ledger.js';
  * instead of patching methods of a real Ledger.
  */
 export type ConsumerLedger = PickPresent<
-  Ledger,
+  LedgerOperations,
   | 'assertSchemaCurrent'
   | 'claim'
   | 'claimByIds'
@@ -42,7 +42,7 @@ export type ConsumerLedger = PickPresent<
 
 /**
  * Pick without the `keyof` constraint: the published .d.ts leaves out
- * Ledger's engine-only methods (stripInternal), and a plain Pick of
+ * the ledger's engine-only operations (stripInternal), and a plain Pick of
  * them does not compile there, so every part of the port below is taken
  * with this (test/package-types.test.ts compiles the packed declarations).
  */

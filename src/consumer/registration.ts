@@ -1,4 +1,4 @@
-import type { ConsumerRow } from '../ledger/sql/consumers.js';
+import type { ConsumerRow } from '../ledger/sql/fleet/consumers.js';
 import type { Logger } from '../log.js';
 import { packageVersion } from '../version.js';
 import type { ConsumerLedger } from './ledger-port.js';

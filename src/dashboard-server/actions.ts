@@ -1,7 +1,7 @@
 import { createHash, timingSafeEqual } from 'node:crypto';
 import type { IncomingMessage } from 'node:http';
 import { RepairRejectedError, ReplayRejectedError } from '../errors.js';
-import type { DeadFilter, PurgeFilter } from '../ledger/types.js';
+import type { DeadFilter, PurgeFilter } from '../ledger/operator-types.js';
 import { Producer } from '../producer/producer.js';
 import { badRequest, HttpError, readJsonObject } from './http.js';
 import type { Route, RouteContext } from './routes.js';

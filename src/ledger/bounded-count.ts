@@ -40,7 +40,9 @@ export function countLess(whole: BoundedCount, part: BoundedCount): BoundedCount
 /** States whose items are still to be done. */
 export const UNFINISHED_STATES: readonly ItemState[] = ['pending', 'processing', 'blocked'];
 
-/** A queue's items not finished yet (pending, processing, blocked). Exactly 0 once every item reached a terminal state. */
+/**
+ * A queue's items not finished yet (pending, processing, blocked). Exactly 0 once every item reached a terminal state.
+ */
 export function unfinishedCount(s: Pick<QueueStats, 'counts'>): BoundedCount {
   return sumCounts(UNFINISHED_STATES.map((state) => s.counts[state]));
 }

@@ -22,7 +22,7 @@ export interface LedgerCapabilities {
   /** Item ids in creation order (InnoDB) or random (TiDB): see IdOrder. */
   readonly idOrder: IdOrder;
   /**
-   * The hot statements go prepared, on the binary protocol (sql/bound.ts):
+   * The hot statements go prepared, on the binary protocol (sql/common/bound.ts):
    * on TiDB through the ledger's own pool, where that lets TiDB's plan cache
    * serve them. MariaDB and MySQL run the same statements as text, with
    * their values inlined, for less than a prepared round trip costs.
@@ -32,7 +32,7 @@ export interface LedgerCapabilities {
    * On TiDB through the ledger's own pool, a few connections of their own
    * whose autocommit writes come back with a write conflict instead of being
    * run again by TiDB (connection.ts): the claim's CAS, prepared, runs there
-   * and claims again on a conflict (sql/claim.ts). Undefined elsewhere.
+   * and claims again on a conflict (sql/claim/cas.ts). Undefined elsewhere.
    */
   readonly conflictsReturned: LedgerDb | undefined;
 }
@@ -61,7 +61,10 @@ export function capabilitiesOnce(db: LedgerDb, ownPool: OwnPool | undefined): ()
   };
 }
 
-/** What the ledger's own pool offers beyond a Kysely instance handed in: several statements per query, statements sent prepared, and more connections on demand. */
+/**
+ * What the ledger's own pool offers beyond a Kysely instance handed in: several statements per query, statements sent
+ * prepared, and more connections on demand.
+ */
 export interface OwnPool {
   /** A pool of connections whose autocommit writes come back with a write conflict (TiDB only). */
   conflictsReturned(): LedgerDb;
@@ -72,7 +75,8 @@ async function detect(db: LedgerDb, ownPool: OwnPool | undefined): Promise<Ledge
     try {
       const r = await sql<{ version: string }>`SELECT VERSION() AS version`.execute(db);
       const family = serverFamily(String(r.rows[0]?.version ?? ''));
-      // Our own pool sends a statement marked prepared on the binary protocol (connection.ts); a pool handed in would not.
+      // Our own pool sends a statement marked prepared on the binary protocol (connection.ts); a pool handed in would
+      // not.
       const prepared = ownPool !== undefined && family === 'tidb';
       return Object.freeze({
         multiStatement: ownPool !== undefined,

@@ -22,7 +22,8 @@ export const ledgerConfigSchema = z
       .regex(/^[a-z][a-z0-9_]{0,23}$/, 'must be 1-24 chars of [a-z0-9_], starting with a letter')
       .default('lw_')
       .describe(
-        'Prefix of every ledger table (1-24 chars of [a-z0-9_], starting with a letter), so several ledgers can share one database.',
+        'Prefix of every ledger table (1-24 chars of [a-z0-9_], starting with a letter), so several ' +
+          'ledgers can share one database.',
       ),
     payloadMaxBytes: z
       .number()
@@ -38,13 +39,17 @@ export const ledgerConfigSchema = z
       .max(64 * MIB)
       .default(MIB)
       .describe(
-        'Largest handler result (or skip reason) an item may store, in bytes of its UTF-8 JSON; a larger result ends the item dead, class `result_too_large`.',
+        'Largest handler result (or skip reason) an item may store, in bytes of its UTF-8 JSON; a ' +
+          'larger result ends the item dead, class `result_too_large`.',
       ),
     tidbTxnMode: z
       .enum(['pessimistic', 'optimistic'])
       .default('pessimistic')
       .describe(
-        "TiDB only (MariaDB and MySQL ignore it): the transaction mode of the ledger's sessions. pessimistic (TiDB's default) gives the READ COMMITTED reads the ledger is built on; optimistic takes no locks until COMMIT, where a write conflict (9007) loses the CAS or retries the transaction.",
+        "TiDB only (MariaDB and MySQL ignore it): the transaction mode of the ledger's sessions. " +
+          "pessimistic (TiDB's default) gives the READ COMMITTED reads the ledger is built on; " +
+          'optimistic takes no locks until COMMIT, where a write conflict (9007) loses the CAS or ' +
+          'retries the transaction.',
       ),
     errorMaxChars: z
       .number()

@@ -12,19 +12,19 @@ import type { LedgerConfig } from './config.js';
  * - READ COMMITTED, so lane bookkeeping reads what other transactions have
  *   committed after it locked the lane row, and InnoDB takes no gap locks;
  * - backslash escapes in string literals, as mysql2 and Kysely expect of a
- *   session. The ledger's own values need no mode (sql/common.ts,
+ *   session. The ledger's own values need no mode (sql/common/fragments.ts,
  *   `literal`: it writes no backslash), but a statement text still reads
  *   the same whatever the server's default. The rest of its sql_mode stays;
  * - on TiDB, no statement waits to load statistics while it is planned
- *   (`tidb_stats_load_sync_wait = 0`; TiDB's default waits up to 100 ms):
+ *   (`tidb_stats_load_sync_wait = 0`; TiDB's default waits for them):
  *   the ledger's tables churn, so their statistics are often missing or
  *   stale, and the statements on its paths name their index or key. With
- *   the wait, every completion and lane hand-on of a fresh ledger spent
- *   25 ms in it, holding its locks (docs/BENCHMARKS.md);
+ *   the wait, every completion and lane hand-on of a fresh ledger waited in
+ *   it, holding its locks (docs/BENCHMARKS.md);
  * - on TiDB, a cached plan for a prepared statement whose primary-key `IN`
  *   list has several values (`tidb_opt_fix_control = '44830:ON'`): without
  *   it TiDB plans a claim's CAS and read-back, and a batch's completion,
- *   anew on every execution (sql/bound.ts).
+ *   anew on every execution (sql/common/bound.ts).
  */
 /**
  * What every connection of the ledger's pool runs first. The transaction
@@ -36,9 +36,12 @@ import type { LedgerConfig } from './config.js';
  */
 export function sessionSetup(config: Pick<LedgerConfig, 'tidbTxnMode'>): string[] {
   return [
-    `SET SESSION time_zone = '+00:00' /*T! , tidb_txn_mode = '${config.tidbTxnMode}', tidb_stats_load_sync_wait = 0, tidb_opt_fix_control = '44830:ON' */`,
+    `SET SESSION time_zone = '+00:00' /*T! , tidb_txn_mode = '${
+      config.tidbTxnMode
+    }', tidb_stats_load_sync_wait = 0, tidb_opt_fix_control = '44830:ON' */`,
     'SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED',
-    "SET SESSION sql_mode = TRIM(BOTH ',' FROM REPLACE(CONCAT(',', @@SESSION.sql_mode, ','), ',NO_BACKSLASH_ESCAPES,', ','))",
+    "SET SESSION sql_mode = TRIM(BOTH ',' FROM REPLACE(CONCAT(',', @@SESSION.sql_mode, ','), " +
+      "',NO_BACKSLASH_ESCAPES,', ','))",
   ];
 }
 
@@ -60,7 +63,7 @@ export function mysqlPoolOptions(config: Pick<LedgerConfig, 'url' | 'poolSize'>)
     dateStrings: false,
     charset: 'utf8mb4_bin',
     enableKeepAlive: true,
-    // A claim sends its CAS and read-back as one query (sql/claim.ts). Every
+    // A claim sends its CAS and read-back as one query (sql/claim/cas.ts). Every
     // value reaches SQL as a parameter or as a mode-proof literal (`literal`).
     multipleStatements: true,
     // Strings in the text as `literal` writes them; with no values the text as it is (mode-proof.ts).
@@ -71,7 +74,7 @@ export function mysqlPoolOptions(config: Pick<LedgerConfig, 'url' | 'poolSize'>)
 /**
  * The settings of a session whose autocommit writes come back with TiDB's
  * write conflict (9007) instead of being run again by TiDB, pessimistically,
- * waiting on the rows' locks: the claim's CAS (sql/claim.ts) claims again
+ * waiting on the rows' locks: the claim's CAS (sql/claim/cas.ts) claims again
  * from a fresh candidate read instead. Not for the ledger's pool as a whole:
  * its other autocommit writes (renewals, heartbeats, cancellations) expect
  * TiDB to settle a conflict for them. TiDB only.
@@ -106,7 +109,7 @@ export function ledgerDbOnPool(pool: Pool): LedgerDb {
 
 /**
  * The first words of a statement the ledger's pool sends prepared, on the
- * binary protocol, instead of as text (sql/bound.ts). A comment: where it is
+ * binary protocol, instead of as text (sql/common/bound.ts). A comment: where it is
  * not the first thing in a query (several statements in one round trip),
  * the query goes as text with its values escaped in.
  */
@@ -114,7 +117,7 @@ export const PREPARED_MARK = '/* lw:prepared */ ';
 
 /**
  * The pool as Kysely sees it, except that a statement that starts with
- * PREPARED_MARK (sql/bound.ts) goes out prepared, on the binary protocol
+ * PREPARED_MARK (sql/common/bound.ts) goes out prepared, on the binary protocol
  * (`execute`), and not as text (`query`). mysql2 prepares each text once per
  * connection and keeps it; the server caches the plan of a prepared
  * statement, which on TiDB is most of what a hot statement costs it.
@@ -173,7 +176,9 @@ export async function ensureDatabase(url: string, waitMs = 60_000): Promise<void
       [
         {
           field: 'url',
-          message: `its database name ${JSON.stringify(database)} is not a plain identifier: use 1-64 letters, digits, _, $ or -`,
+          message: `its database name ${JSON.stringify(
+            database,
+          )} is not a plain identifier: use 1-64 letters, digits, _, $ or -`,
         },
       ],
       'ensureDatabase',

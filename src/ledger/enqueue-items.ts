@@ -19,20 +19,13 @@ import {
   retryOnConflict,
   retryTransaction,
 } from './retry.js';
-import { grantLease } from './sql/claimed.js';
-import { queueScoped } from './sql/common.js';
-import {
-  claimableAtInsert,
-  claimedAtInsert,
-  fitsOneStatement,
-  insertItems,
-  type InsertClaim,
-  type KeyCheck,
-  type NewItem,
-} from './sql/enqueue.js';
-import { insertLanedOneTrip } from './sql/enqueue-laned.js';
-import { insertKeyedTwoTrips } from './sql/enqueue-keyed.js';
-import { readKeyRules, scopeKeys } from './sql/key-scope.js';
+import { grantLease } from './sql/claim/claimed.js';
+import { queueScoped } from './sql/common/fragments.js';
+import { claimableAtInsert, claimedAtInsert, type InsertClaim, type NewItem } from './sql/enqueue/new-item.js';
+import { fitsOneStatement, insertItems, type KeyCheck } from './sql/enqueue/insert.js';
+import { insertLanedOneTrip } from './sql/enqueue/laned.js';
+import { insertKeyedTwoTrips } from './sql/enqueue/keyed.js';
+import { readKeyRules, scopeKeys } from './sql/keys/scope.js';
 import type { LedgerTables } from './tables.js';
 import type { ClaimedItem, EnqueueResult } from './types.js';
 import { encodePayload } from './json.js';
@@ -40,7 +33,10 @@ import { modeProof } from './mode-proof.js';
 import { loadOtel, otelSettled } from '../tracing/otel.js';
 import { startPublish, type Publishing } from '../tracing/publish.js';
 
-/** A lease `reserve` answers for items inserted claimed: up to `max` of the eligible ones, of those it `accepts` when it says. */
+/**
+ * A lease `reserve` answers for items inserted claimed: up to `max` of the eligible ones, of those it `accepts` when it
+ * says.
+ */
 export type ClaimAtInsert = InsertClaim & { max: number; accepts?: (item: ClaimCandidate) => boolean };
 
 /** What enqueueing needs of the ledger. */
@@ -51,7 +47,7 @@ export interface EnqueueTarget {
   readonly payloadMaxBytes: number;
   /** Built once per ledger (see inputs.ts on schemas built per call). */
   readonly itemFields: ReturnType<typeof enqueueItemFieldsSchema>;
-  /** Whether the ledger stores request digests with idempotency keys (schema 13; sql/request-digests.ts). */
+  /** Whether the ledger stores request digests with idempotency keys (schema 13; sql/enqueue/request-digests.ts). */
   readonly requestDigests: () => Promise<boolean>;
 }
 
@@ -159,7 +155,7 @@ export async function enqueueItemsClaiming(
 }
 
 /**
- * Decides whose limit admits each keyed item (sql/key-scope.ts): its type's
+ * Decides whose limit admits each keyed item (sql/keys/scope.ts): its type's
  * own where the ledger holds one, else its queue's; and gives it that
  * limit and its queue's fairness, which its admission writes in its text.
  */
@@ -177,7 +173,10 @@ async function scopeKeyed(target: EnqueueTarget, items: NewItem[], prefix: strin
   );
 }
 
-/** How a batch's idempotency keys are checked (sql/enqueue.ts); whether digests are stored is asked only of a batch with a key. */
+/**
+ * How a batch's idempotency keys are checked (sql/enqueue/insert.ts); whether digests are stored is asked only of a
+ * batch with a key.
+ */
 async function keyed(target: EnqueueTarget, items: readonly NewItem[], batch: boolean): Promise<KeyCheck> {
   const digests = items.some((i) => i.idempotencyKey !== null) && (await target.requestDigests());
   return { batch, digests };

@@ -1,16 +1,10 @@
 import type { LedgerDb } from './connection.js';
-import { liveConsumers } from './sql/consumers.js';
-import { readWhyFacts, type WhyFacts } from './sql/explain.js';
-import { getItem } from './sql/inspect.js';
+import { liveConsumers } from './sql/fleet/consumers.js';
+import { readWhyFacts, type WhyFacts } from './sql/operator/explain.js';
+import { getItem } from './sql/operator/inspect.js';
 import type { LedgerTables } from './tables.js';
-import {
-  RATE_LIMITED_REASON,
-  TERMINAL_STATES,
-  type Explanation,
-  type LiveConsumer,
-  type WhyCode,
-  type WorkItem,
-} from './types.js';
+import { RATE_LIMITED_REASON, TERMINAL_STATES, type LiveConsumer, type WorkItem } from './types.js';
+import type { Explanation, WhyCode } from './operator-types.js';
 
 /**
  * "Why isn't this item running?" (docs/design.md §7): the first reason that
@@ -64,7 +58,9 @@ function why(item: WorkItem, facts: WhyFacts, consumers: readonly LiveConsumer[]
     if (item.leaseUntil !== null && item.leaseUntil < now) {
       return {
         code: 'lease_expired',
-        message: `its holder ${item.leaseOwner ?? '?'} stopped renewing at ${iso(item.leaseUntil)}: the next sweep takes it back`,
+        message: `its holder ${item.leaseOwner ?? '?'} stopped renewing at ${iso(
+          item.leaseUntil,
+        )}: the next sweep takes it back`,
         details,
       };
     }
@@ -77,7 +73,9 @@ function why(item: WorkItem, facts: WhyFacts, consumers: readonly LiveConsumer[]
   if (item.state === 'blocked') {
     return {
       code: 'blocked_on_dependency',
-      message: `it is blocked on dependency ${item.dependencyKey ?? '?'} since ${iso(item.blockedAt)}; next probe at ${iso(item.probeAfter)}`,
+      message:
+        `it is blocked on dependency ${item.dependencyKey ?? '?'} since ${iso(item.blockedAt)}; ` +
+        `next probe at ${iso(item.probeAfter)}`,
       details: {
         dependencyKey: item.dependencyKey,
         since: iso(item.blockedAt),
@@ -113,7 +111,9 @@ function why(item: WorkItem, facts: WhyFacts, consumers: readonly LiveConsumer[]
     const byType = item.keyScope === 'type' ? ` (for type ${item.type}, under its own limit)` : '';
     return {
       code: 'key_at_limit',
-      message: `its concurrency key ${item.concurrencyKey}${byType} is at its limit: ${k?.admitted ?? '?'}${of} admitted, ${k?.waiting ?? '?'} waiting; it takes the next slot its key frees, earliest due first`,
+      message: `its concurrency key ${item.concurrencyKey}${byType} is at its limit: ${k?.admitted ?? '?'}${
+        of
+      } admitted, ${k?.waiting ?? '?'} waiting; it takes the next slot its key frees, earliest due first`,
       details: {
         key: item.concurrencyKey,
         scope: item.keyScope,
@@ -137,7 +137,9 @@ function why(item: WorkItem, facts: WhyFacts, consumers: readonly LiveConsumer[]
   if (facts.staleOnly && item.failureClass !== 'lease_expired') {
     return {
       code: 'stale_only',
-      message: `its queue ${item.queue} is stale-only: it rescues items whose lease expired and takes no new pending work until it is set back (lanewake stale-only ${item.queue} off)`,
+      message:
+        `its queue ${item.queue} is stale-only: it rescues items whose lease expired and takes no new pending work ` +
+        `until it is set back (lanewake stale-only ${item.queue} off)`,
       details: { queue: item.queue },
     };
   }
@@ -176,7 +178,9 @@ function whoServes(item: WorkItem, facts: WhyFacts, consumers: readonly LiveCons
     const held = [...new Set(ofType.map((c) => c.epoch))].join(', ');
     return {
       code: 'epoch_not_served',
-      message: `the queue's ownership epoch ${epoch ?? 'none'} waits for activation: its consumers are fenced with epoch ${held}`,
+      message: `the queue's ownership epoch ${
+        epoch ?? 'none'
+      } waits for activation: its consumers are fenced with epoch ${held}`,
       details: { epoch, consumerEpochs: held },
     };
   }

@@ -1,9 +1,15 @@
 import type { LedgerDb } from './connection.js';
 import { newLeaseToken } from './ids.js';
-import { finishFleetTask, holdFleetLease, readFleetTask, releaseFleetLease, takeFleetTask } from './sql/fleet-tasks.js';
-import { allPausedQueues } from './sql/queue-settings.js';
+import {
+  finishFleetTask,
+  holdFleetLease,
+  readFleetTask,
+  releaseFleetLease,
+  takeFleetTask,
+} from './sql/fleet/fleet-tasks.js';
+import { allPausedQueues } from './sql/queues/queue-settings.js';
 import { countUpTo } from './bounded-count.js';
-import { queueStats, statsCountCap } from './sql/stats.js';
+import { queueStats, statsCountCap } from './sql/operator/stats.js';
 import type { LedgerTables } from './tables.js';
 import { ITEM_STATES, type ItemState, type QueueStats } from './types.js';
 
@@ -72,7 +78,10 @@ export async function fleetGauges(
   return { ...stats, paused };
 }
 
-/** Gives up `holder`'s lease on the fleet-wide gauges (a stopping worker), so another replica takes them at its next pass. */
+/**
+ * Gives up `holder`'s lease on the fleet-wide gauges (a stopping worker), so another replica takes them at its next
+ * pass.
+ */
 export function releaseFleetGauges(db: LedgerDb, t: LedgerTables, holder: string): Promise<void> {
   return releaseFleetLease(db, t, { name: GAUGES_LEASE, holder });
 }

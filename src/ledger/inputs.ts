@@ -35,7 +35,8 @@ export function enqueueItemFieldsSchema() {
       /** Ordering key: items of one lane run one at a time, in enqueue order. */
       lane: laneKey.optional(),
       /**
-       * Groups items (a tenant, say): at most the queue's concurrencyLimit laneless items of one key are admitted at once,
+       * Groups items (a tenant, say): at most the queue's concurrencyLimit laneless items of one key are admitted at
+       * once,
        * fleet-wide, and a fair queue serves its keys in turn. A laned item is ordered and admitted by its lane.
        */
       concurrencyKey: concurrencyKeyString.optional(),
@@ -103,11 +104,20 @@ export const claimSchema = z
     classes: z.array(queueClass).min(1, 'give at least one class, or leave it out for all').optional(),
     types: z.array(typeName).min(1, 'give at least one type, or leave it out for all').max(200).optional(),
     epoch: z.number().int().min(0).optional(),
-    /** The queue's fleet cap: the claim leaves at most this many of the queue's items processing (docs/design.md §6, "The fleet cap"). */
+    /**
+     * The queue's fleet cap: the claim leaves at most this many of the queue's items processing (docs/design.md §6,
+     * "The fleet cap").
+     */
     maxProcessing: z.number().int().min(1).max(1_000_000).optional(),
-    /** Claim only rescued work: items whose last lease expired, no new pending work (docs/design.md §6, "Stale-only claims"). */
+    /**
+     * Claim only rescued work: items whose last lease expired, no new pending work (docs/design.md §6, "Stale-only
+     * claims").
+     */
     staleOnly: z.boolean().optional(),
-    /** Heads of these types take their lane's next pending items of their type with them (docs/design.md §4, Coalescing). */
+    /**
+     * Heads of these types take their lane's next pending items of their type with them (docs/design.md §4,
+     * Coalescing).
+     */
     coalesce: z
       .object({
         types: z.record(
@@ -159,7 +169,9 @@ export const releaseSchema = z
   .object({
     delayMs: durationMs.optional(),
     reason: reasonText.optional(),
-    /** No time given: back off by this policy, by the releases since the last spent attempt (sql/deferrals.ts). */
+    /**
+     * No time given: back off by this policy, by the releases since the last spent attempt (sql/complete/deferrals.ts).
+     */
     backoff: backoffSchema.optional(),
   })
   .strict()

@@ -7,7 +7,9 @@ import { isWellFormedText, NOT_WELL_FORMED } from './well-formed.js';
 /** Where inside a JSON value: keys and array indices from the top. */
 export type JsonPath = readonly (string | number)[];
 
-/** What is wrong with a payload, and where inside it: `at` is the path as text (`.user.name`, `[3]`, '' for the whole). */
+/**
+ * What is wrong with a payload, and where inside it: `at` is the path as text (`.user.name`, `[3]`, '' for the whole).
+ */
 export interface JsonValueError {
   error: string;
   path: JsonPath;
@@ -249,7 +251,9 @@ function instanceFault(obj: object): string {
   if (ArrayBuffer.isView(obj) || obj instanceof ArrayBuffer) {
     return `is a binary ${name}, which JSON does not store faithfully (send an array of numbers or a base64 string)`;
   }
-  return `is an instance of ${name} without toJSON, which JSON would store as a plain object or lose (send a plain object, or give the class a toJSON)`;
+  return `is an instance of ${
+    name
+  } without toJSON, which JSON would store as a plain object or lose (send a plain object, or give the class a toJSON)`;
 }
 
 function constructorName(obj: object): string {

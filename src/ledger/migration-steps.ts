@@ -1,114 +1,19 @@
 import { sql, type RawBuilder } from 'kysely';
 import type { LedgerDb } from './connection.js';
-import { NO_TIME, OWNER_WIDTH } from './sql/common.js';
-import type { LedgerTables } from './tables.js';
-
-/**
- * One schema step. Every statement must be safe to run again (CREATE … IF NOT
- * EXISTS), so a crash between a step and its bookkeeping row heals on the
- * next run. Indexes are declared inside CREATE TABLE because MySQL 8 has no
- * CREATE INDEX IF NOT EXISTS.
- */
-export interface Migration {
-  version: number;
-  name: string;
-  statements: (t: LedgerTables) => RawBuilder<unknown>[];
-  /** Steps that depend on what is there (MySQL 8 has no ADD/DROP INDEX IF [NOT] EXISTS); run after `statements`. */
-  run?: (conn: LedgerDb, t: LedgerTables, prefix: string) => Promise<void>;
-}
-
-// ASCII columns for ids, tokens, names: every secondary index stays small.
-const ASCII = sql`CHARACTER SET ascii COLLATE ascii_bin`;
-const TEXT = sql`CHARACTER SET utf8mb4 COLLATE utf8mb4_bin`;
+import { NO_TIME, OWNER_WIDTH } from './sql/common/fragments.js';
+import { ASCII, INITIAL_MIGRATION, TEXT, type Migration } from './migration-initial.js';
 
 /** Every schema step, in order: the ledger's schema is the last one's version. */
 export const MIGRATIONS: readonly Migration[] = [
-  {
-    version: 1,
-    name: 'items, lanes, attempts, ownership',
-    statements: (t) => [
-      sql`CREATE TABLE IF NOT EXISTS ${t.items} (
-        id VARCHAR(32) ${ASCII} NOT NULL,
-        queue VARCHAR(64) ${ASCII} NOT NULL,
-        type VARCHAR(128) ${ASCII} NOT NULL,
-        lane VARCHAR(255) ${TEXT} NULL,
-        lane_seq BIGINT NULL,
-        is_head TINYINT NOT NULL DEFAULT 1,
-        queue_class VARCHAR(16) ${ASCII} NOT NULL DEFAULT 'default',
-        priority INT NOT NULL DEFAULT 0,
-        payload LONGTEXT ${TEXT} NOT NULL,
-        state VARCHAR(16) ${ASCII} NOT NULL,
-        run_after DATETIME(6) NOT NULL,
-        attempt INT NOT NULL DEFAULT 0,
-        max_attempts INT NOT NULL,
-        lease_owner VARCHAR(128) ${TEXT} NULL,
-        lease_token VARCHAR(32) ${ASCII} NULL,
-        lease_until DATETIME(6) NULL,
-        epoch BIGINT NULL,
-        idempotency_key VARCHAR(255) ${TEXT} NULL,
-        dependency_key VARCHAR(255) ${TEXT} NULL,
-        probe_after DATETIME(6) NULL,
-        blocked_at DATETIME(6) NULL,
-        block_expires_at DATETIME(6) NULL,
-        cancel_requested TINYINT NOT NULL DEFAULT 0,
-        checkpoint LONGTEXT ${TEXT} NULL,
-        result LONGTEXT ${TEXT} NULL,
-        last_error TEXT ${TEXT} NULL,
-        failure_class VARCHAR(64) ${ASCII} NULL,
-        replay_of VARCHAR(32) ${ASCII} NULL,
-        replayed_at DATETIME(6) NULL,
-        created_at DATETIME(6) NOT NULL,
-        started_at DATETIME(6) NULL,
-        terminal_at DATETIME(6) NULL,
-        updated_at DATETIME(6) NOT NULL,
-        PRIMARY KEY (id) /*T![clustered_index] CLUSTERED */,
-        KEY ix_claim (queue, queue_class, state, is_head, priority, run_after),
-        UNIQUE KEY ux_idempotency (queue, idempotency_key),
-        KEY ix_dependency (dependency_key),
-        KEY ix_lane (queue, lane, lane_seq),
-        KEY ix_terminal (terminal_at),
-        KEY ix_probe (probe_after)
-      ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin`,
-      // One row per lane that has ever had an item: the gap-free sequence and
-      // (until schema 5) how many of its items were not terminal yet.
-      sql`CREATE TABLE IF NOT EXISTS ${t.lanes} (
-        queue VARCHAR(64) ${ASCII} NOT NULL,
-        lane VARCHAR(255) ${TEXT} NOT NULL,
-        next_seq BIGINT NOT NULL,
-        active BIGINT NOT NULL,
-        PRIMARY KEY (queue, lane) /*T![clustered_index] NONCLUSTERED */
-      ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin /*T! SHARD_ROW_ID_BITS=4 */`,
-      sql`CREATE TABLE IF NOT EXISTS ${t.attempts} (
-        id VARCHAR(32) ${ASCII} NOT NULL,
-        item_id VARCHAR(32) ${ASCII} NOT NULL,
-        attempt INT NOT NULL,
-        outcome VARCHAR(16) ${ASCII} NOT NULL,
-        failure_class VARCHAR(64) ${ASCII} NULL,
-        error TEXT ${TEXT} NULL,
-        worker VARCHAR(128) ${TEXT} NULL,
-        started_at DATETIME(6) NULL,
-        ended_at DATETIME(6) NOT NULL,
-        PRIMARY KEY (id) /*T![clustered_index] NONCLUSTERED */,
-        KEY ix_item (item_id, ended_at)
-      ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin /*T! SHARD_ROW_ID_BITS=4 */`,
-      sql`CREATE TABLE IF NOT EXISTS ${t.ownership} (
-        queue VARCHAR(64) ${ASCII} NOT NULL,
-        deployment VARCHAR(128) ${TEXT} NOT NULL,
-        epoch BIGINT NOT NULL,
-        activated_at DATETIME(6) NOT NULL,
-        PRIMARY KEY (queue)
-      ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin`,
-    ],
-  },
+  INITIAL_MIGRATION,
   {
     version: 2,
     name: 'fixed-width lease columns; purge by creation time',
     // Claim and completion write state, the lease token, owner and expiry, and
     // the start and terminal times. Each used to go NULL → value or change
     // length, and InnoDB then rewrites the row instead of updating it in
-    // place; completion also moved the row's terminal-time index entry.
-    // Measured with `npm run bench:floor` (docs/BENCHMARKS.md): mariadbd CPU
-    // per drained job about a fifth lower.
+    // place; completion also moved the row's terminal-time index entry
+    // (docs/BENCHMARKS.md).
     statements: (t) => [
       // NOT NULL needs the NULLs gone first; owners fold to what the new column holds.
       sql`UPDATE ${t.items} SET lease_token = COALESCE(lease_token, ''),
@@ -139,8 +44,7 @@ export const MIGRATIONS: readonly Migration[] = [
     name: 'dependency waits in their own table',
     // Only blocked items need finding by dependency key or probe time, yet
     // every enqueued item paid for an entry in both indexes (NULLs are
-    // indexed too). Without them a bulk enqueue cost mariadbd 18.5 µs per
-    // row instead of 21, and ran 13% faster (docs/BENCHMARKS.md). A waits
+    // indexed too), which slowed every bulk enqueue (docs/BENCHMARKS.md). A waits
     // row exists while its item is blocked: every change into or out
     // of `blocked` writes both in one transaction. The item keeps its
     // dependency columns for reading.
@@ -203,7 +107,8 @@ export const MIGRATIONS: readonly Migration[] = [
       if (!columns.has('busy_from'))
         await sql`ALTER TABLE ${t.lanes} ADD COLUMN busy_from BIGINT NOT NULL DEFAULT 0`.execute(conn);
       if (columns.has('active')) {
-        // Any sequence of the lane will do for a busy lane: only new sequences, all above next_seq, are compared with it.
+        // Any sequence of the lane will do for a busy lane: only new sequences, all above next_seq, are compared with
+        // it.
         await sql`UPDATE ${t.lanes} SET busy_from = IF(active > 0, GREATEST(next_seq, 1), 0)`.execute(conn);
         await sql`ALTER TABLE ${t.lanes} DROP COLUMN active`.execute(conn);
       }
@@ -258,11 +163,11 @@ export const MIGRATIONS: readonly Migration[] = [
     name: 'queues, live consumers and rate limits',
     // One row per queue that a claim has capped: every capped claim of the
     // queue writes it first, so capped claims take turns and each counts the
-    // processing items after the one before it committed (sql/admission.ts).
+    // processing items after the one before it committed (sql/fleet/fleet-cap.ts).
     // One row per running consumer, written every few seconds: what the
     // fleet serves, for explain ("why isn't this item running?") and stats.
     // One row per rate-limited key: when its next start may be, and up to
-    // when refused items have reserved their turns (sql/rate-limits.ts).
+    // when refused items have reserved their turns (sql/rates/rate-limits.ts).
     statements: (t) => [
       sql`CREATE TABLE IF NOT EXISTS ${t.rateLimits} (
         queue VARCHAR(64) ${ASCII} NOT NULL,
@@ -297,12 +202,12 @@ export const MIGRATIONS: readonly Migration[] = [
     version: 9,
     name: 'concurrency keys, fair and paused queues',
     // An item may carry a concurrency key; its queue's key_limit says how
-    // many items of one key may be admitted at once (sql/key-admission.ts).
+    // many items of one key may be admitted at once (sql/keys/admission.ts).
     // A key's row counts its admitted items; an item waiting for a slot has
     // a row in key_waits, in the order slots go to them: earliest due first,
     // then in the order of their enqueue (seq: the place in its batch). In a
     // fair queue (queues.fair) a key's row also deals its items' rounds. A
-    // paused queue (queues.paused) claims nothing (sql/queue-settings.ts). Items without a key
+    // paused queue (queues.paused) claims nothing (sql/queues/queue-settings.ts). Items without a key
     // add nothing to either, and no index: the item's key is a plain column.
     statements: (t) => [
       sql`CREATE TABLE IF NOT EXISTS ${t.keys} (
@@ -353,7 +258,7 @@ export const MIGRATIONS: readonly Migration[] = [
   {
     version: 11,
     name: 'concurrency limits per type',
-    // A type's own limit per concurrency key (sql/key-scope.ts): its items'
+    // A type's own limit per concurrency key (sql/keys/scope.ts): its items'
     // keys are admitted and counted apart from the queue's, in key rows named
     // `type␟key`. An item keeps the name of the row that admitted it as its
     // concurrency_key, so this table is read only at enqueue and by the
@@ -375,7 +280,7 @@ export const MIGRATIONS: readonly Migration[] = [
     // schedulers in Redis, lost with it): the definition, where it was
     // declared, the next fire time and the last. A fire advances next_fire_at
     // by a CAS on `revision` in the transaction that enqueues its item
-    // (sql/schedule-fires.ts); ix_due finds the due ones and the earliest.
+    // (sql/schedules/fires.ts); ix_due finds the due ones and the earliest.
     statements: (t) => [
       sql`CREATE TABLE IF NOT EXISTS ${t.schedules} (
         name VARCHAR(100) ${ASCII} NOT NULL,
@@ -431,7 +336,7 @@ export const MIGRATIONS: readonly Migration[] = [
     version: 15,
     name: 'stage timings in the attempt history, stale-only consumers',
     // The stages an attempt timed (ctx.stage) as JSON, on its history row
-    // (sql/stage-history.ts). Only a run that timed stages names the column;
+    // (sql/complete/stage-history.ts). Only a run that timed stages names the column;
     // a first-try success that did gets a history row for them. And why a
     // live consumer claims only rescued work, as of its last heartbeat
     // (`pool`, `slow`, …; NULL: it claims as usual), for explain. Nullable,

@@ -48,7 +48,9 @@ export async function migrate(
         if (m.version <= from || m.version > toVersion) continue;
         for (const statement of m.statements(t)) await statement.execute(conn);
         await m.run?.(conn, t, prefix);
-        await sql`INSERT INTO ${t.migrations} (version, name, applied_at) VALUES (${m.version}, ${m.name}, UTC_TIMESTAMP(6))
+        await sql`INSERT INTO ${t.migrations} (version, name, applied_at) VALUES (${m.version}, ${
+          m.name
+        }, UTC_TIMESTAMP(6))
           ON DUPLICATE KEY UPDATE name = ${m.name}`.execute(conn);
         applied.push(m.version);
       }

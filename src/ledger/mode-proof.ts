@@ -13,9 +13,9 @@ import {
   type UnknownRow,
 } from 'kysely';
 import { format } from 'mysql2';
-import { literal } from './sql/common.js';
+import { literal } from './sql/common/fragments.js';
 
-// Values in SQL text that no sql_mode can misread (sql/common.ts, `literal`),
+// Values in SQL text that no sql_mode can misread (sql/common/fragments.ts, `literal`),
 // on connections the ledger does not set up itself.
 
 /**

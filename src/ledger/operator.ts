@@ -4,32 +4,29 @@ import type { LedgerDb } from './connection.js';
 import type { LedgerCapabilities } from './capabilities.js';
 import { deadFilterSchema, itemFilterSchema, pageSchema, purgeFilterSchema } from './inputs.js';
 import { toItemSummary } from './rows.js';
-import { browseItems, type ItemPosition } from './sql/browse-items.js';
-import { liveConsumers } from './sql/consumers.js';
-import { countDeadCandidates, deadCandidates, ledgerNowText } from './sql/dead-candidates.js';
-import { deadGroups } from './sql/dead-groups.js';
-import { browseLaneItems, browseLanes, groupMembers } from './sql/lane-browse.js';
-import { countPurgeable, purgeFilteredBatch, type PurgePosition } from './sql/purge.js';
-import { queueSeen } from './sql/known-queue.js';
-import { pausedQueues, staleOnlyQueues } from './sql/queue-settings.js';
-import { queueSeries } from './sql/queue-series.js';
-import { replayItem } from './sql/replay.js';
-import { listQueues, queueStats } from './sql/stats.js';
+import { browseItems, type ItemPosition } from './sql/operator/browse-items.js';
+import { liveConsumers } from './sql/fleet/consumers.js';
+import { countDeadCandidates, deadCandidates, ledgerNowText } from './sql/operator/dead-candidates.js';
+import { deadGroups } from './sql/operator/dead-groups.js';
+import { browseLaneItems, browseLanes, groupMembers } from './sql/lanes/browse.js';
+import { countPurgeable, purgeFilteredBatch, type PurgePosition } from './sql/upkeep/purge.js';
+import { queueSeen } from './sql/enqueue/known-queue.js';
+import { pausedQueues, staleOnlyQueues } from './sql/queues/queue-settings.js';
+import { queueSeries } from './sql/operator/queue-series.js';
+import { replayItem } from './sql/operator/replay.js';
+import { listQueues, queueStats } from './sql/operator/stats.js';
 import type { LedgerTables } from './tables.js';
 import { countLess } from './bounded-count.js';
+import type { BoundedCount, LiveConsumer, QueueClass, QueueStats } from './types.js';
 import type {
-  BoundedCount,
   DeadFilter,
   DeadGroup,
   ItemFilter,
   ItemPage,
   LaneSummary,
-  LiveConsumer,
   PurgeFilter,
-  QueueClass,
   QueueSeries,
-  QueueStats,
-} from './types.js';
+} from './operator-types.js';
 import { itemId, laneKey, queueName, validate } from './validation.js';
 
 /** A queue as an operator's overview shows it. */
@@ -61,7 +58,7 @@ const laneLimit = z.number().int('must be a whole number').min(1).max(200).defau
  * What an operator reads and does in bulk (the dashboard, docs/operations.md
  * "The dashboard"): pages of items, lanes, dead groups, a queue's last hour,
  * and bulk replay and purge. Every read is a bounded index range (the SQL is
- * in sql/browse-items.ts, lane-browse.ts, dead-groups.ts, queue-series.ts);
+ * in sql/operator/browse-items.ts, sql/lanes/browse.ts, sql/operator/dead-groups.ts and queue-series.ts);
  * a page's cursor is opaque to its callers. Reached as `ledger.operator`.
  */
 export class LedgerOperator {
@@ -71,7 +68,9 @@ export class LedgerOperator {
     private readonly capabilities: () => Promise<LedgerCapabilities>,
   ) {}
 
-  /** A page of a queue's items, newest first (one lane's: latest in lane first); `after` is the previous page's `next`. */
+  /**
+   * A page of a queue's items, newest first (one lane's: latest in lane first); `after` is the previous page's `next`.
+   */
   async items(
     filter: ItemFilter,
     page: { after?: string | undefined; limit?: number | undefined } = {},
@@ -217,7 +216,10 @@ export class LedgerOperator {
     return countPurgeable(this.db, this.t, f);
   }
 
-  /** Deletes the terminal items of the filter (with their history and steps), PURGE_BATCH per transaction; returns how many. */
+  /**
+   * Deletes the terminal items of the filter (with their history and steps), PURGE_BATCH per transaction; returns how
+   * many.
+   */
   async purge(filter: PurgeFilter): Promise<number> {
     const f = validate(purgeFilterSchema, stripUndefined(filter), 'purge');
     let purged = 0;

@@ -7,11 +7,12 @@ import type { LedgerCapabilities } from './capabilities.js';
 import type { Executor, LedgerDb } from './connection.js';
 import type { retrySchema } from './inputs.js';
 import { runTransaction } from './retry.js';
-import { truncate } from './sql/common.js';
-import { completeMany, completionsSettled } from './sql/complete-batch.js';
-import { finalize, finalizeInTx, type Finalization } from './sql/finalize.js';
-import { currentEpoch, fenceOf } from './sql/ownership.js';
-import type { LaneHandedOn } from './sql/transition.js';
+import { truncate } from './sql/common/fragments.js';
+import { completeMany } from './sql/complete/batch.js';
+import { completionsSettled } from './sql/complete/settled.js';
+import { finishItem, finishItemInTx, type Finishing } from './sql/complete/finish.js';
+import { currentEpoch, fenceOf } from './sql/fleet/ownership.js';
+import type { LaneHandedOn } from './sql/common/transition.js';
 import type { LedgerTables } from './tables.js';
 import type { ClaimedItem, FinalizeResult, ItemState, LeaseHandle, SuccessorClaim } from './types.js';
 import { encodeJson, encodePayload } from './json.js';
@@ -31,20 +32,23 @@ export interface FinishTarget {
   readonly keyLines: KeyLines;
 }
 
-/** A finalization and the state it writes. */
+/** A finishing and the state it writes. */
 export interface Ending {
-  f: Finalization;
+  f: Finishing;
   state: ItemState;
 }
 
 export async function finish(target: FinishTarget, handle: LeaseHandle, e: Ending): Promise<FinalizeResult> {
-  const won = await finalize(target.db, target.tables, handle, e.f, (await target.capabilities()).prepared);
+  const won = await finishItem(target.db, target.tables, handle, e.f, (await target.capabilities()).prepared);
   return e.f.kind === 'dead' || e.f.kind === 'retry'
     ? { won, state: e.state, failureClass: e.f.failureClass }
     : { won, state: e.state };
 }
 
-/** A completion with `result`; a result that cannot be stored ends the item dead, class `result_too_large` / `invalid_result`. */
+/**
+ * A completion with `result`; a result that cannot be stored ends the item dead, class `result_too_large` /
+ * `invalid_result`.
+ */
 export function completion(result: unknown, resultMaxBytes: number): Ending {
   if (result === undefined) return { f: { kind: 'complete', resultJson: null }, state: 'completed' };
   const encoded = encodePayload(result, Number.POSITIVE_INFINITY);
@@ -74,7 +78,7 @@ export function completion(result: unknown, resultMaxBytes: number): Ending {
 
 /**
  * Ledger.completeManyClaimingNext: the storable results go through one
- * batch (sql/complete-batch.ts), the others (and coalesced groups) end one
+ * batch (sql/complete/batch.ts), the others (and coalesced groups) end one
  * by one as `completion` says. Results in input order.
  */
 export async function completeEntries(
@@ -86,7 +90,7 @@ export async function completeEntries(
   const ok: { index: number; handle: LeaseHandle; resultJson: string | null }[] = [];
   for (const [index, e] of entries.entries()) {
     const json = e.result === undefined ? null : encodeJson(e.result);
-    // A coalesced group ends in a transaction of its own, its members with it (sql/finalize.ts).
+    // A coalesced group ends in a transaction of its own, its members with it (sql/complete/finish.ts).
     if (
       e.handle.group !== undefined ||
       json === undefined ||
@@ -243,7 +247,7 @@ export async function completeInTransaction(
   result: unknown,
 ): Promise<LaneHandedOn> {
   const json = result === undefined ? null : encodeCapped(result, target.resultMaxBytes, 'result');
-  return finalizeInTx(
+  return finishItemInTx(
     trx,
     target.tables,
     handle,

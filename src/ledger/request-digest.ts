@@ -7,7 +7,9 @@ import { createHash } from 'node:crypto';
 /** Bytes of SHA-256 kept: 128 bits tell two requests apart as surely as 256, in half the row. */
 export const REQUEST_DIGEST_BYTES = 16;
 
-/** What a request is, for its key: the queue, type, lane and payload; not when it runs, its priority or its attempts. */
+/**
+ * What a request is, for its key: the queue, type, lane and payload; not when it runs, its priority or its attempts.
+ */
 export interface DigestedRequest {
   queue: string;
   type: string;
@@ -22,14 +24,19 @@ export interface DigestedRequest {
  * the same request.
  */
 export function requestDigest(r: DigestedRequest): string {
-  const canonical = `[${JSON.stringify(r.queue)},${JSON.stringify(r.type)},${JSON.stringify(r.lane)},${canonicalJson(JSON.parse(r.payloadJson))}]`;
+  const canonical = `[${JSON.stringify(r.queue)},${JSON.stringify(r.type)},${JSON.stringify(r.lane)},${canonicalJson(
+    JSON.parse(r.payloadJson),
+  )}]`;
   return createHash('sha256')
     .update(canonical, 'utf8')
     .digest('hex')
     .slice(0, REQUEST_DIGEST_BYTES * 2);
 }
 
-/** JSON text of a parsed JSON value with every object's keys in sorted order. Written, not rebuilt: a `__proto__` key stays a key. */
+/**
+ * JSON text of a parsed JSON value with every object's keys in sorted order. Written, not rebuilt: a `__proto__` key
+ * stays a key.
+ */
 function canonicalJson(v: unknown): string {
   switch (typeof v) {
     case 'string':

@@ -2,7 +2,7 @@ import type { Transaction } from 'kysely';
 import { CommitOutcomeUnknownError, ConflictRetriesExhaustedError } from '../errors.js';
 import { sleep } from '../sleep.js';
 import type { LedgerDb } from './connection.js';
-import { beginLockingEarly, transactionOn } from './sql/lock-early.js';
+import { beginLockingEarly, transactionOn } from './sql/common/lock-early.js';
 
 /**
  * Errors after which the whole transaction may simply run again:
@@ -78,8 +78,13 @@ const CONNECTION_CODES = new Set([
   'ER_CLIENT_INTERACTION_TIMEOUT',
 ]);
 const CONNECTION_ERRNOS = new Set([2006, 2013, 1927, 1053, 4031, 1158, 1159, 1160, 1161]);
-const CLOSED_CONNECTION =
-  /Can't add new command when connection is in closed state|Can't write in closed state|Connection lost: The server closed the connection/;
+const CLOSED_CONNECTION = new RegExp(
+  [
+    "Can't add new command when connection is in closed state",
+    "Can't write in closed state",
+    'Connection lost: The server closed the connection',
+  ].join('|'),
+);
 
 export function isConnectionError(error: unknown): boolean {
   if (typeof error !== 'object' || error === null) return false;
@@ -107,7 +112,7 @@ export const DEFAULT_RETRY: RetryPolicy = { maxAttempts: 8, baseDelayMs: 5, maxD
  * A claim's CAS that conflicts lost its rows to another claim that won them:
  * the fleet moved on, so a claim tries longer than other writes before its
  * consumer hears of it. On TiDB, where claims come back with their write
- * conflicts (sql/claim.ts), eight prefetching consumers starting on one
+ * conflicts (sql/claim/cas.ts), eight prefetching consumers starting on one
  * backlog at once ran out of eight tries.
  */
 export const CLAIM_RETRY: RetryPolicy = { maxAttempts: 24, baseDelayMs: 5, maxDelayMs: 100 };
@@ -151,7 +156,7 @@ export async function retryOnConflict<T>(
 /**
  * `body` in a transaction of its own, run again (retryOnConflict) on a
  * conflict or an error `extraRetryable` names; each run after the first
- * locks early (sql/lock-early.ts).
+ * locks early (sql/common/lock-early.ts).
  */
 export function retryTransaction<T>(
   db: LedgerDb,
@@ -210,7 +215,9 @@ export async function runTransaction<T>(
       await retryDelay(CONNECTION_RETRY, lost);
       continue;
     }
-    /** A conflict rolled this run back (in the body, or a TiDB write conflict refused at COMMIT): wait, then run again. */
+    /**
+     * A conflict rolled this run back (in the body, or a TiDB write conflict refused at COMMIT): wait, then run again.
+     */
     const afterConflict = async (error: unknown): Promise<void> => {
       if (++conflicts >= DEFAULT_RETRY.maxAttempts) throw new ConflictRetriesExhaustedError(conflicts, error);
       countConflict(error);
@@ -218,7 +225,7 @@ export async function runTransaction<T>(
     };
     let value: T;
     try {
-      // A run after a conflict locks early (sql/lock-early.ts), so it does not lose to the same writers again,
+      // A run after a conflict locks early (sql/common/lock-early.ts), so it does not lose to the same writers again,
       // unless every run of the body begins that way itself (in its first round trip).
       if (conflicts > 0 && opts.bodyLocksEarly !== true) await beginLockingEarly.execute(trx);
       value = await body(trx);

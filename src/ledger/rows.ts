@@ -1,14 +1,8 @@
 import { errorDigest } from './ids.js';
-import { givenKey, scopeOfKey } from './sql/key-scope.js';
-import { parseStages } from './sql/stage-history.js';
-import {
-  TERMINAL_STATES,
-  type AttemptRecord,
-  type ItemState,
-  type ItemSummary,
-  type QueueClass,
-  type WorkItem,
-} from './types.js';
+import { givenKey, scopeOfKey } from './sql/keys/scope.js';
+import { parseStages } from './sql/complete/stage-history.js';
+import { TERMINAL_STATES, type AttemptRecord, type ItemState, type QueueClass, type WorkItem } from './types.js';
+import type { ItemSummary } from './operator-types.js';
 
 /** An items row as mysql2 returns it. */
 export interface ItemRow {
@@ -51,7 +45,7 @@ export interface ItemRow {
   updated_at: Date;
 }
 
-/** The columns of a row a claim reads back (sql/claimed.ts): those the claim did not write. */
+/** The columns of a row a claim reads back (sql/claim/claimed.ts): those the claim did not write. */
 export type ClaimedRow = Pick<
   ItemRow,
   | 'id'
@@ -98,7 +92,7 @@ export interface AttemptRow {
 /**
  * Schema 2 stores "none" as '' in the lease token and owner columns and as
  * year 1000 in the lease, start and terminal times (see NO_TIME in
- * sql/common.ts); the ledger's callers see null, as before.
+ * sql/common/fragments.ts); the ledger's callers see null, as before.
  */
 export function noneAsNull(text: string | null): string | null {
   return text === null || text === '' ? null : text;
@@ -172,7 +166,7 @@ export function toAttemptRecord(row: AttemptRow): AttemptRecord {
   return record;
 }
 
-/** The columns SUMMARY_COLUMNS (sql/common.ts) reads. */
+/** The columns SUMMARY_COLUMNS (sql/common/fragments.ts) reads. */
 export interface SummaryRow {
   id: string;
   queue: string;
@@ -203,7 +197,9 @@ function liveHead(isHead: boolean, state: ItemState): boolean {
   return isHead && !TERMINAL_STATES.includes(state);
 }
 
-/** An item as a list shows it, from the whole item: the error cut to 300 characters, as the list's statements cut it. */
+/**
+ * An item as a list shows it, from the whole item: the error cut to 300 characters, as the list's statements cut it.
+ */
 export function summaryOfItem(item: WorkItem): ItemSummary {
   const {
     id,

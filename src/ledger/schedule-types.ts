@@ -1,6 +1,8 @@
 import type { QueueClass } from './types.js';
 
-/** What each fire of a schedule enqueues: an item's fields, less its idempotency key and timing (the fire gives both). */
+/**
+ * What each fire of a schedule enqueues: an item's fields, less its idempotency key and timing (the fire gives both).
+ */
 export interface ScheduleItem {
   queue: string;
   type: string;
@@ -35,7 +37,10 @@ export interface RecurringSchedule {
   backfillMs?: number;
 }
 
-/** Where a schedule was declared: the worker's config file (its `schedules:` section) or the API (`producer.schedule`, an import of a schedule from Redis). */
+/**
+ * Where a schedule was declared: the worker's config file (its `schedules:` section) or the API (`producer.schedule`,
+ * an import of a schedule from Redis).
+ */
 export type ScheduleSource = 'config' | 'api';
 
 /** A schedule as the ledger holds it. */

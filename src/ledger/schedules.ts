@@ -5,7 +5,7 @@ import type { EnqueueInput } from './inputs.js';
 import { encodeJson } from './json.js';
 import { nextFireAfter, planDueFires, timingProblem, type DuePlan } from './schedule-times.js';
 import type { RecurringSchedule, ScheduleSource, ScheduleView } from './schedule-types.js';
-import { advanceSchedule, readDueSchedules, readEarliestFire } from './sql/schedule-fires.js';
+import { advanceSchedule, readDueSchedules, readEarliestFire } from './sql/schedules/fires.js';
 import {
   deleteConfigSchedulesExcept,
   deleteSchedule,
@@ -16,7 +16,7 @@ import {
   updateSchedule,
   type ScheduleRow,
   type ScheduleRowInput,
-} from './sql/schedules.js';
+} from './sql/schedules/schedules.js';
 import type { LedgerTables } from './tables.js';
 import { concurrencyKeyString, durationMs, laneKey, queueClass, queueName, typeName, validate } from './validation.js';
 
@@ -25,7 +25,8 @@ export const scheduleName = z.string().regex(/^[A-Za-z0-9._-]{1,100}$/, 'must be
 export const scheduleSchema = z
   .object({
     name: scheduleName.describe(
-      "Unique schedule name (1-100 chars of [A-Za-z0-9._-]); each fire's item has idempotency key `<name>:<fire time ms>`.",
+      "Unique schedule name (1-100 chars of [A-Za-z0-9._-]); each fire's item has idempotency key " +
+        '`<name>:<fire time ms>`.',
     ),
     pattern: z
       .string()
@@ -59,12 +60,14 @@ export const scheduleSchema = z
       })
       .strict()
       .describe(
-        'What each fire enqueues: queue, type, payload, and optionally lane, queueClass, concurrencyKey, priority, maxAttempts.',
+        'What each fire enqueues: queue, type, payload, and optionally lane, queueClass, ' +
+          'concurrencyKey, priority, maxAttempts.',
       ),
     backfillMs: durationMs
       .optional()
       .describe(
-        'Fires missed while no worker ran: those less than a minute late run; older ones are skipped with 0, and with more, every fire of this last window (ms) runs. Default 0.',
+        'Fires missed while no worker ran: those less than a minute late run; older ones are ' +
+          'skipped with 0, and with more, every fire of this last window (ms) runs. Default 0.',
       ),
   })
   .strict()

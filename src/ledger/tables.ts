@@ -11,23 +11,30 @@ export interface LedgerTables {
   /** When each dependency key was last woken (schema 4): a block on a key woken during its attempt is not parked. */
   readonly wakeMarks: RawBuilder<unknown>;
   readonly ownership: RawBuilder<unknown>;
-  /** Work done once per fleet, not once per replica (schema 6): who holds it, when it was last done, and what it found. */
+  /**
+   * Work done once per fleet, not once per replica (schema 6): who holds it, when it was last done, and what it found.
+   */
   readonly fleetTasks: RawBuilder<unknown>;
   /** One row per finished durable step of an item (schema 7): ctx.step's record. */
   readonly steps: RawBuilder<unknown>;
-  /** One row per queue a claim has capped (schema 8): capped claims of the queue write it first, and take turns on it. */
+  /**
+   * One row per queue a claim has capped (schema 8): capped claims of the queue write it first, and take turns on it.
+   */
   readonly queues: RawBuilder<unknown>;
   /** One row per running consumer, its heartbeat (schema 8): what the fleet serves, for explain and stats. */
   readonly consumers: RawBuilder<unknown>;
-  /** One row per rate-limited key (schema 8): its next start and the turns reserved (sql/rate-limits.ts). */
+  /** One row per rate-limited key (schema 8): its next start and the turns reserved (sql/rates/rate-limits.ts). */
   readonly rateLimits: RawBuilder<unknown>;
-  /** One row per concurrency key (schema 9): how many of its items are admitted (sql/key-admission.ts). */
+  /** One row per concurrency key (schema 9): how many of its items are admitted (sql/keys/admission.ts). */
   readonly keys: RawBuilder<unknown>;
   /** One row per keyed item waiting for a slot of its key (schema 9), in the order slots go to them. */
   readonly keyWaits: RawBuilder<unknown>;
-  /** One row per type with a limit per concurrency key of its own (schema 11; sql/key-scope.ts). */
+  /** One row per type with a limit per concurrency key of its own (schema 11; sql/keys/scope.ts). */
   readonly typeLimits: RawBuilder<unknown>;
-  /** One row per recurring schedule (schema 12): its definition, next and last fire (sql/schedules.ts, sql/schedule-fires.ts). */
+  /**
+   * One row per recurring schedule (schema 12): its definition, next and last fire (sql/schedules/schedules.ts,
+   * sql/schedules/fires.ts).
+   */
   readonly schedules: RawBuilder<unknown>;
   readonly migrations: RawBuilder<unknown>;
 }
@@ -55,7 +62,10 @@ export function ledgerTables(prefix: string): LedgerTables {
   };
 }
 
-/** A table's identifier as SQL text, quoted as `sql.table` quotes it: for statements written as text (sql/bound.ts). */
+/**
+ * A table's identifier as SQL text, quoted as `sql.table` quotes it: for statements written as text
+ * (sql/common/bound.ts).
+ */
 export function tableText(t: LedgerTables, name: 'items' | 'ownership' | 'lanes'): string {
   return `\`${(t.prefix + name).replace(/`/g, '``')}\``;
 }

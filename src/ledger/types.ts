@@ -19,11 +19,19 @@ export interface WorkItem {
   /** null: the item is its own lane. */
   lane: string | null;
   laneSeq: number | null;
-  /** True while the item is its lane's head (the only one of its lane that may run), or admitted by its concurrency key. */
+  /**
+   * True while the item is its lane's head (the only one of its lane that may run), or admitted by its concurrency key.
+   */
   isHead: boolean;
-  /** Its concurrency key: at most the queue's concurrencyLimit items of one key are admitted at once (docs/design.md §3, Concurrency keys). */
+  /**
+   * Its concurrency key: at most the queue's concurrencyLimit items of one key are admitted at once (docs/design.md §3,
+   * Concurrency keys).
+   */
   concurrencyKey: string | null;
-  /** Whose concurrencyLimit admits it, as decided at its enqueue: its queue's (per key) or its type's own (per key and type); null without a key. */
+  /**
+   * Whose concurrencyLimit admits it, as decided at its enqueue: its queue's (per key) or its type's own (per key and
+   * type); null without a key.
+   */
   keyScope: KeyScope | null;
   queueClass: QueueClass;
   priority: number;
@@ -66,7 +74,9 @@ export interface ClaimedItem extends WorkItem {
   leaseToken: string;
   leaseOwner: string;
   leaseUntil: Date;
-  /** The later items of its lane claimed with it under the same lease (coalescing): every finalize ends them with it. */
+  /**
+   * The later items of its lane claimed with it under the same lease (coalescing): every finalize ends them with it.
+   */
   group?: CoalescedGroup;
   /**
    * A `settled` head that took no members: the payloads of its lane's items of its type that ended
@@ -97,7 +107,10 @@ export interface CoalescedGroup {
   lastSeq: number;
   /** The newest payload (the last member's). */
   newest: unknown;
-  /** `all`: the head's and every member's payload in lane order; `settled`: preceded by those of the lane's items of the type that ended unsettled since its last completed one. */
+  /**
+   * `all`: the head's and every member's payload in lane order; `settled`: preceded by those of the lane's items of the
+   * type that ended unsettled since its last completed one.
+   */
   payloads?: unknown[];
 }
 
@@ -140,15 +153,24 @@ export interface RepairResult {
   id: string;
   /** The repair's id: its row in the item's history. */
   repairId: string;
-  /** True when this repair id had already repaired the item (a call repeated after its answer was lost): nothing new was written. */
+  /**
+   * True when this repair id had already repaired the item (a call repeated after its answer was lost): nothing new was
+   * written.
+   */
   duplicate: boolean;
-  /** Whether the item is its lane's (or key's) head now, and so claimable at once; false: it waits its turn behind an earlier item. */
+  /**
+   * Whether the item is its lane's (or key's) head now, and so claimable at once; false: it waits its turn behind an
+   * earlier item.
+   */
   isHead: boolean;
 }
 
 export interface EnqueueResult {
   id: string;
-  /** True when an item with the same idempotency key and the same request already existed; `id` is that item's. (A different request under the key throws IdempotencyConflictError.) */
+  /**
+   * True when an item with the same idempotency key and the same request already existed; `id` is that item's. (A
+   * different request under the key throws IdempotencyConflictError.)
+   */
   duplicate: boolean;
   laneSeq: number | null;
 }
@@ -186,7 +208,10 @@ export interface EpochFence {
   epoch?: number | null | undefined;
 }
 
-/** A handle a held item's own writes (checkpoint, progress) are fenced by: its token, and its ownership epoch (with its queue) if it was claimed under one. */
+/**
+ * A handle a held item's own writes (checkpoint, progress) are fenced by: its token, and its ownership epoch (with its
+ * queue) if it was claimed under one.
+ */
 export type HeldItem = Pick<LeaseHandle, 'id' | 'leaseToken'> & EpochFence & { queue?: string | undefined };
 
 export interface FinalizeResult {
@@ -194,9 +219,15 @@ export interface FinalizeResult {
   won: boolean;
   /** The state this finalize wrote (meaningful when won). */
   state: ItemState;
-  /** The failure class recorded when it made the item dead or retried it (`permanent`, `error`, `invalid_payload`, … or a handler's own). */
+  /**
+   * The failure class recorded when it made the item dead or retried it (`permanent`, `error`, `invalid_payload`, … or
+   * a handler's own).
+   */
   failureClass?: string;
-  /** Not won because the queue's ownership epoch moved on (a batch's entry; a single write throws OwnershipLostError instead). */
+  /**
+   * Not won because the queue's ownership epoch moved on (a batch's entry; a single write throws OwnershipLostError
+   * instead).
+   */
   ownershipLost?: true;
   /**
    * A laned item's lane got a new head in the same transaction, left pending
@@ -298,7 +329,7 @@ export interface ProbeOutcome {
 }
 
 /**
- * A count read from a bounded index range (src/ledger/sql/stats.ts): with
+ * A count read from a bounded index range (src/ledger/sql/operator/stats.ts): with
  * `atLeast` false, exactly `count`; with `atLeast` true, the range reached its
  * cap and holds `count` or more. An object, not a number, so that a floor is
  * never added or compared as if it were exact: read `atLeast` first.
@@ -311,7 +342,9 @@ export interface BoundedCount {
 /** Item counts by state, and the claim backlog's age, of one queue. */
 export interface QueueStats {
   queue: string;
-  /** Items by state, each counted up to a cap (100,000 unfinished, 10,000 terminal: src/ledger/sql/stats.ts). */
+  /**
+   * Items by state, each counted up to a cap (100,000 unfinished, 10,000 terminal: src/ledger/sql/operator/stats.ts).
+   */
   counts: Record<ItemState, BoundedCount>;
   /** Age of the oldest due lane head waiting to be claimed, in ms (0 when none waits). */
   oldestDueAgeMs: number;
@@ -356,41 +389,6 @@ export interface LiveConsumer {
   lastSeen: Date;
 }
 
-/** Why an item is where it is (ledger.explain, `lanewake inspect --why`): docs/design.md §7, "Why isn't it running?". */
-export const WHY_CODES = [
-  'terminal',
-  'processing',
-  'lease_expired',
-  'blocked_on_dependency',
-  'not_due',
-  'rate_limited',
-  'behind_lane_head',
-  'key_at_limit',
-  'no_live_consumer',
-  'class_not_served',
-  'type_not_served',
-  'epoch_not_served',
-  'queue_capped',
-  'queue_paused',
-  'stale_only',
-  'claimable',
-] as const;
-export type WhyCode = (typeof WHY_CODES)[number];
-
-export interface Explanation {
-  id: string;
-  state: ItemState;
-  code: WhyCode;
-  /** One sentence for a person. */
-  message: string;
-  /** The facts behind it, by name: times as ISO strings, counts as numbers. */
-  details: Record<string, string | number | null>;
-  /** The ledger's clock when it was computed. */
-  at: Date;
-  /** The schedule whose fire enqueued the item (its idempotency key `<name>:<fire time ms>`, the schedule still in the ledger). */
-  schedule?: { name: string; fireTime: string };
-}
-
 /**
  * A rate-limited start's answer (docs/design.md §6, "Rate limits"): granted;
  * or not yet: the key's next start is `waitMs` away, `queued` says refused
@@ -404,103 +402,3 @@ export type RateAnswer =
 
 /** The reason a rate limit's refusal, or a handler's RateLimitedError, releases an item with: explain reads it back. */
 export const RATE_LIMITED_REASON = 'rate limited';
-
-// What an operator's views read (src/ledger/operator.ts; the dashboard's read API, docs/operations.md "The dashboard").
-
-/** An item as a list shows it: no payload, result or checkpoint; the last error cut to 300 characters. */
-export interface ItemSummary {
-  id: string;
-  queue: string;
-  type: string;
-  state: ItemState;
-  lane: string | null;
-  laneSeq: number | null;
-  /** The item is its lane's head, or admitted by its key, and has not ended. */
-  isHead: boolean;
-  concurrencyKey: string | null;
-  queueClass: QueueClass;
-  priority: number;
-  attempt: number;
-  maxAttempts: number;
-  runAfter: Date;
-  createdAt: Date;
-  startedAt: Date | null;
-  terminalAt: Date | null;
-  failureClass: string | null;
-  /** The first 300 characters of the last error. */
-  lastError: string | null;
-  /** SHA-256 (hex) of the whole last error ('' when none): what a replay's guard compares. */
-  errorDigest: string;
-  idempotencyKey: string | null;
-}
-
-/** Which items of a queue a page lists; every field narrows it. */
-export interface ItemFilter {
-  queue: string;
-  state?: ItemState | undefined;
-  type?: string | undefined;
-  lane?: string | undefined;
-  /** The concurrency key. */
-  key?: string | undefined;
-  idempotencyKey?: string | undefined;
-  id?: string | undefined;
-}
-
-/** One page of items and the cursor of the next (null: no more). */
-export interface ItemPage {
-  items: ItemSummary[];
-  next: string | null;
-}
-
-/** A lane with a head that has not ended. */
-export interface LaneSummary {
-  lane: string;
-  headId: string;
-  headState: ItemState;
-  /** Since its head became due (0 while it is not due yet). */
-  waitingMs: number;
-  /** Its items from the head to its tail, the head included. */
-  pending: number;
-}
-
-/** The dead items of one queue, type and failure class. */
-export interface DeadGroup {
-  queue: string;
-  type: string;
-  failureClass: string | null;
-  count: number;
-  /** The last error of the most recent one (first 300 characters). */
-  lastError: string | null;
-  lastAt: Date;
-  sampleId: string;
-}
-
-/** One minute of a queue's last hour. */
-export interface SeriesPoint {
-  at: Date;
-  completed: number;
-  failed: number;
-  /** Enqueue→start (as lanewake_enqueue_to_start_seconds: delays and backoff included) of the items that started in the minute; null when none did. */
-  startP50Ms: number | null;
-  startP99Ms: number | null;
-}
-
-export type QueueSeries = { bucketMs: number; points: SeriesPoint[] };
-
-/** Which dead items a bulk replay re-drives. */
-export interface DeadFilter {
-  queue: string;
-  type?: string | undefined;
-  failureClass?: string | undefined;
-  lane?: string | undefined;
-  key?: string | undefined;
-}
-
-/** Which terminal items a bulk purge deletes. */
-export interface PurgeFilter {
-  queue: string;
-  state: 'completed' | 'skipped' | 'dead' | 'cancelled';
-  type?: string | undefined;
-  /** Only items that ended at least this long ago (default 0: all). */
-  olderThanMs?: number | undefined;
-}

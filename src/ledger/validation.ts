@@ -17,7 +17,7 @@ export const keyString = z
   .refine(isWellFormedText, NOT_WELL_FORMED)
   .refine((v) => !/\s$/.test(v), 'must not end with whitespace');
 export const laneKey = keyString;
-/** A concurrency key: U+001F joins a type and a key in the rows of a type's own limit (sql/key-scope.ts). */
+/** A concurrency key: U+001F joins a type and a key in the rows of a type's own limit (sql/keys/scope.ts). */
 export const concurrencyKeyString = keyString.refine(
   (v) => !v.includes('\u001f'),
   'must not contain U+001F (the unit separator)',

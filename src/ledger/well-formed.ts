@@ -8,4 +8,5 @@ export function isWellFormedText(text: string): boolean {
 
 /** Why a string with a lone surrogate is refused. */
 export const NOT_WELL_FORMED =
-  'must be well-formed UTF-16: it holds a lone surrogate (half of a character such as an emoji, as .slice() can leave it), which the ledger could only store as U+FFFD';
+  'must be well-formed UTF-16: it holds a lone surrogate (half of a character such as an ' +
+  'emoji, as .slice() can leave it), which the ledger could only store as U+FFFD';

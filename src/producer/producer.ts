@@ -1,7 +1,8 @@
 import type { Kysely, Transaction } from 'kysely';
 import type { ClaimCandidate, EnqueueInput, Ledger } from '../ledger/ledger.js';
 import type { Executor } from '../ledger/connection.js';
-import type { DeadFilter, EnqueueResult, QueueClass } from '../ledger/types.js';
+import type { DeadFilter } from '../ledger/operator-types.js';
+import type { EnqueueResult, QueueClass } from '../ledger/types.js';
 import { TransactionConflictError, TransactionRolledBackError } from '../errors.js';
 import { isRetryableConflict } from '../ledger/retry.js';
 import { sleep } from '../sleep.js';

@@ -1,0 +1,94 @@
+import { ValidationError } from '../errors.js';
+import type { LedgerCore } from './core.js';
+import { readKeyLimits, setKeyLimit } from './sql/keys/limits.js';
+import { pausedQueues, staleOnlyQueues, writeQueueSetting } from './sql/queues/queue-settings.js';
+import type { ConcurrencyLimits } from './types.js';
+import { concurrencyLimitSchema, fairnessSchema, queueName, typeName, validate } from './validation.js';
+
+/** A queue's settings the ledger holds for the whole fleet: key limits, fairness, pause, stale-only. */
+export class LedgerQueues {
+  constructor(private readonly core: LedgerCore) {}
+
+  /**
+   * How many items of one concurrency key of `queue` may be admitted at once
+   * (docs/design.md §3, Concurrency keys); null lifts the limit. Stored in
+   * the ledger, so every producer and consumer of the queue holds to it; a
+   * raised limit admits waiting items at once. Returns how many keys had
+   * items waiting.
+   *
+   * With `{ type }`, the limit is that type's own: its items enqueued from
+   * then on are admitted per key and type, counted apart from the queue's
+   * limit and the other types'. An item keeps the limit that admitted it
+   * until it ends; null lifts the type's own limit, and its later items fall
+   * under the queue's.
+   */
+  async setConcurrencyLimit(queue: string, limit: number | null, options: { type?: string } = {}): Promise<number> {
+    validate(queueName, queue, 'setConcurrencyLimit', 'queue');
+    validate(concurrencyLimitSchema, limit, 'setConcurrencyLimit', 'limit');
+    if (options.type !== undefined) validate(typeName, options.type, 'setConcurrencyLimit', 'type');
+    return setKeyLimit(this.core.db, this.core.tables, queue, limit, options.type);
+  }
+
+  /** The queue's limit per concurrency key and its types' own, as the ledger holds them now. */
+  concurrencyLimits(queue: string): Promise<ConcurrencyLimits> {
+    validate(queueName, queue, 'concurrencyLimits', 'queue');
+    return readKeyLimits(this.core.db, this.core.tables, queue);
+  }
+
+  /**
+   * `'key'`: the queue serves its concurrency keys in turn (docs/design.md §3,
+   * Fair queues): each keyed item enqueued from now on takes its key's next
+   * round as its priority, so claims take one key's items no faster than
+   * another's, however many items or lanes a key has. `null`: oldest first.
+   */
+  async setFairness(queue: string, fairness: 'key' | null): Promise<void> {
+    validate(queueName, queue, 'setFairness', 'queue');
+    validate(fairnessSchema, fairness, 'setFairness', 'fairness');
+    await writeQueueSetting(this.core.db, this.core.tables, queue, 'fair', fairness === 'key' ? 1 : 0);
+  }
+
+  /**
+   * Pauses a queue (docs/design.md §7, Pausing a queue): its consumers claim
+   * nothing, by any path, in any process, from their next sweep (at once
+   * through `Producer.pause`, which also tells them on the control stream);
+   * enqueues still commit, and items already running finish. Held by the
+   * ledger until resume(). The claim statements themselves do not check it:
+   * a program calling `claim` directly checks `pausedQueues` first.
+   */
+  async pause(queue: string): Promise<void> {
+    validate(queueName, queue, 'pause', 'queue');
+    await writeQueueSetting(this.core.db, this.core.tables, queue, 'paused', 1);
+  }
+
+  /** Resumes a paused queue: claims run again. */
+  async resume(queue: string): Promise<void> {
+    validate(queueName, queue, 'resume', 'queue');
+    await writeQueueSetting(this.core.db, this.core.tables, queue, 'paused', 0);
+  }
+
+  /**
+   * Stale-only (docs/design.md §6, "Stale-only claims"): while on, the
+   * queue's consumers claim only rescued work, items whose lease expired,
+   * and no new pending work, from their next sweep. Held by the ledger until
+   * set off. For a struggling database: the work that was held is finished,
+   * and nothing new is taken on.
+   */
+  async setStaleOnly(queue: string, on: boolean): Promise<void> {
+    validate(queueName, queue, 'setStaleOnly', 'queue');
+    if (typeof on !== 'boolean')
+      throw new ValidationError([{ field: 'on', message: 'must be true or false' }], 'setStaleOnly');
+    await writeQueueSetting(this.core.db, this.core.tables, queue, 'stale_only', on ? 1 : 0);
+  }
+
+  /** Which of these queues are stale-only. */
+  async staleOnlyQueues(queues: readonly string[]): Promise<Set<string>> {
+    for (const q of queues) validate(queueName, q, 'staleOnlyQueues', 'queue');
+    return staleOnlyQueues(this.core.db, this.core.tables, queues);
+  }
+
+  /** Which of these queues are paused. */
+  async pausedQueues(queues: readonly string[]): Promise<Set<string>> {
+    for (const q of queues) validate(queueName, q, 'pausedQueues', 'queue');
+    return pausedQueues(this.core.db, this.core.tables, queues);
+  }
+}
