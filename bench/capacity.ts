@@ -9,7 +9,7 @@
  * - capped at 1,000 (never reached: only the turn on the queue's row);
  * - capped at 16 (reached all the time);
  * - the items spread over 1,000 concurrency keys with a limit of 3 per key
- *   (docs/design.md §3, Concurrency keys): what admission and hand-on cost.
+ *   (docs/design/keys.md, Concurrency keys): what admission and hand-on cost.
  * Items per second, the most items processing at once, from each item's
  * start and end on the ledger's clock, and the CPU an item costs during the
  * drain: this process's (every consumer) and the database server's, when it

@@ -70,7 +70,8 @@ const CLUSTER = args.includes('--cluster');
 const WARMUP = Number(flag('--warmup') ?? 0);
 const CPU_PROF_DIR = flag('--cpu-prof');
 /**
- * Items spread round-robin over this many concurrency keys (docs/design.md §3, Concurrency keys), the queue's limit per
+ * Items spread round-robin over this many concurrency keys (docs/design/keys.md, Concurrency keys), the queue's limit
+ * per
  * key `--key-limit`.
  */
 const KEYS = flag('--keys') === undefined ? undefined : Number(flag('--keys'));

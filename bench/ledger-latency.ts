@@ -106,7 +106,7 @@ export async function benchLatency(sz: Sizes): Promise<{ value: LatencyRun; note
 
       // Informational probe: complete() (the single-item path) of a lane head,
       // in a short lane of A and in B's deep lane. Lane bookkeeping should not
-      // depend on how deep the lane is either (docs/design.md §3).
+      // depend on how deep the lane is either (docs/design/states.md).
       await enqueueInBatches(
         a,
         Array.from(

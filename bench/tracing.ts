@@ -1,5 +1,5 @@
 /**
- * Tracing cost (docs/operations.md, Tracing): the same small engine workload
+ * Tracing cost (docs/operations/observing.md, Tracing): the same small engine workload
  * — single enqueues through the producer, then a consumer at concurrency 32
  * draining them with a no-op handler, with Redis wake-ups — in three modes,
  * interleaved run by run so the machine's noise falls on all alike:

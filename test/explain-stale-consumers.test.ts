@@ -7,7 +7,7 @@ import { lanewake } from './support/cli.js';
 import { expireAndReclaim, freshQueue, claimOne } from './support/items.js';
 import { createTestLedger, type TestLedger } from './support/ledger.js';
 
-// Explain names a consumer's own stale-only mode (docs/design.md §6, "Stale-only claims"): each
+// Explain names a consumer's own stale-only mode (docs/design/consumer.md, "Stale-only claims"): each
 // heartbeat records why a consumer claims only rescued work, and a pending head no live consumer
 // would take is explained by it, not called claimable.
 

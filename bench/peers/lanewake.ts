@@ -7,7 +7,7 @@
  *                               another process), default 5 s backstop sweep.
  *                               The reference of every ratio.
  *   wake, in-process handover   producer and worker share one wake channel in
- *                               one process: the shortcut of design.md §1
+ *                               one process: the shortcut of docs/design/parts.md
  *                               (wake-up handed over in memory, items inserted
  *                               already claimed); its own row, in-process only
  *   poll 5 s                    no Redis: the consumer sweeps the ledger every 5 s

@@ -56,7 +56,7 @@ export interface BatchHost {
 }
 
 /**
- * One type's batches in one consumer (docs/design.md §4, Batch handlers).
+ * One type's batches in one consumer (docs/design/batches-and-steps.md, Batch handlers).
  * Each item still has a run of its own (lease, deadline, cancel, outcome
  * written by its own CAS); its handler is this gatherer's `handleOne`,
  * which waits for the batch to run and then ends the item as the batch's

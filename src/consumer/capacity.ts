@@ -40,7 +40,7 @@ export class Capacity {
   /**
    * How many items keyed ends admit a completion may claim with it: the
    * claim room, plus, within the prefetch target, the room claim rounds in
-   * flight counted on (why: docs/design.md §6, "Lane affinity and claiming
+   * flight counted on (why: docs/design/handover.md, "Lane affinity and claiming
    * outside rounds"). The buffer may briefly hold up to twice its target;
    * with none (prefetch off, slow handlers, a fleet cap) nothing changes.
    */

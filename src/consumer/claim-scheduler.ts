@@ -37,7 +37,7 @@ const LOOK_AGAIN_MS = 5;
 const IDLE_WAIT_MS = 60_000;
 
 /**
- * The consumer's claim side and its executor slots (docs/design.md §6): claim
+ * The consumer's claim side and its executor slots (docs/design/consumer.md): claim
  * rounds sized to the claim room, items named by wake-ups first, a look for
  * other heads when something says there may be some, and the start of each
  * item the intake holds in a slot, however it was claimed. The two share the
@@ -143,7 +143,7 @@ export class ClaimScheduler<DB> {
 
   /** `source`: `wake` for a wake-up a producer in this process passed on, `round` for one read or a message. */
   takeWake(m: Pick<WakeMessage, 'ids' | 'more'>, source: 'round' | 'wake'): void {
-    // A fair queue's items are claimed by their rounds (docs/design.md, "Fair queues"): claimed by name, in the
+    // A fair queue's items are claimed by their rounds (docs/design/keys.md, "Fair queues"): claimed by name, in the
     // order their wake-ups came, one key's flood would run ahead of the keys announced after it.
     if (this.flags.fair) {
       this.noteWork();
@@ -169,7 +169,7 @@ export class ClaimScheduler<DB> {
    * Nothing left to claim as far as it knows: no buffered items, no search for heads
    * in flight or wanted (rounds that only claim named ids do not count: those are
    * being taken), and its last look found no more heads. A consumer working through
-   * a backlog makes no offers (docs/design.md §6).
+   * a backlog makes no offers (docs/design/consumer.md).
    */
   caughtUp(): boolean {
     return (
@@ -270,7 +270,7 @@ export class ClaimScheduler<DB> {
     const sourceOf = new Map(named.slice(0, free));
     const ids = [...sourceOf.keys()];
     // Named items beyond this round's room wait for the next round, oldest first (dropped as hints, they
-    // starved while new wake-ups filled a small room: docs/design.md §6).
+    // starved while new wake-ups filled a small room: docs/design/consumer.md).
     // Past MAX_WAITING_IDS a head search finds them.
     this.targeted = new Map(named.slice(free, free + MAX_WAITING_IDS));
     const lookFurther = this.heads === 'maybe' || named.length > free + MAX_WAITING_IDS;

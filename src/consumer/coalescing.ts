@@ -26,7 +26,7 @@ export interface CoalesceClaim {
 }
 
 /**
- * The coalescing types of a consumer's handlers (docs/design.md §4,
+ * The coalescing types of a consumer's handlers (docs/design/batches-and-steps.md,
  * Coalescing), checked: a bad mode or cap is a ValidationError naming
  * `handlers.<type>.coalesce` or `.coalesceMax`.
  */

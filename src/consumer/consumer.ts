@@ -40,7 +40,7 @@ const FOLLOW_UP_MIN_INTERVAL_MS = 20;
 const OFFER_HANDOFF_WAIT_MS = 300;
 
 /**
- * One consumer per (process, queue), wiring its parts (docs/design.md §6): a
+ * One consumer per (process, queue), wiring its parts (docs/design/consumer.md): a
  * claim scheduler feeding `concurrency` executor slots through its intake
  * (intake.ts), a wake reader that tells it which items to claim,
  * reservations for items claimed for it elsewhere, offers, and a sweeper of
@@ -80,7 +80,7 @@ export class Consumer<DB = Record<string, never>> extends EventEmitter<ConsumerE
   private clock: NodeJS.Timeout | undefined;
   /** Its offers to producers in any process (with a wake channel). */
   private readonly offers: OfferDesk | undefined;
-  /** What its claims coalesce (docs/design.md §4, Coalescing); undefined when no handler does. */
+  /** What its claims coalesce (docs/design/batches-and-steps.md, Coalescing); undefined when no handler does. */
   private readonly coalesce: CoalesceClaim | undefined;
 
   constructor(options: ConsumerOptions<DB>) {
@@ -162,7 +162,7 @@ export class Consumer<DB = Record<string, never>> extends EventEmitter<ConsumerE
   }
 
   /**
-   * Why it claims only rescued work now (docs/design.md §6, "Stale-only
+   * Why it claims only rescued work now (docs/design/consumer.md, "Stale-only
    * claims"): its queue is stale-only in the ledger, its own option, its
    * pool saturated or its claims slow; undefined while it claims as usual.
    */
@@ -231,7 +231,7 @@ export class Consumer<DB = Record<string, never>> extends EventEmitter<ConsumerE
   }
 
   /**
-   * Graceful stop (docs/design.md §6): stop claiming and reading; let in-flight
+   * Graceful stop (docs/design/consumer.md): stop claiming and reading; let in-flight
    * handlers finish within `drainTimeoutMs` (default: the setting); then abort them and finalize
    * those that settle (released without spending an attempt). A handler
    * that still runs is never released: its lease is left to expire.

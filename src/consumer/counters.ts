@@ -14,7 +14,7 @@ export interface ConsumerCounters extends Record<Outcome, number> {
   localWakes: number;
   /** Items a producer in this process inserted already claimed for this consumer (no claim round trip). */
   claimedAtInsert: number;
-  /** Offers this consumer posted for producers in any process (docs/design.md §6, "Through an offer"). */
+  /** Offers this consumer posted for producers in any process (docs/design/handover.md, "Through an offer"). */
   offersMade: number;
   /** Items producers inserted claimed under its offers and handed off (no claim round trip). */
   handedOver: number;
@@ -32,7 +32,7 @@ export interface ConsumerCounters extends Record<Outcome, number> {
   coalesced: number;
   /** ctx.progress reports written to the ledger. */
   progressWrites: number;
-  /** Claim rounds that took only rescued work (docs/design.md §6, "Stale-only claims"). */
+  /** Claim rounds that took only rescued work (docs/design/consumer.md, "Stale-only claims"). */
   staleOnlyRounds: number;
   errors: number;
 }

@@ -28,7 +28,7 @@ export class SkipError extends Error {
  * Thrown by a handler: not now — release the item without spending an
  * attempt, until `runAt`, or, without one, after the type's backoff (the
  * consumer's `backoff` policy) for the n-th release since its last spent
- * attempt (docs/design.md §4, Handler outcomes).
+ * attempt (docs/design/handlers.md, Handler outcomes).
  */
 export class DeferError extends Error {
   override readonly name: string = 'DeferError';
@@ -44,7 +44,8 @@ export class DeferError extends Error {
 export class RateLimitedError extends DeferError {
   override readonly name: string = 'RateLimitedError';
   /**
-   * For a type with a `rateLimit`, its key's next start is pushed this far back, fleet-wide (docs/design.md §6, "Rate
+   * For a type with a `rateLimit`, its key's next start is pushed this far back, fleet-wide (docs/design/consumer.md,
+   * "Rate
    * limits").
    */
   readonly retryAfterMs: number;
@@ -81,7 +82,7 @@ export const BlockOn = (dependencyKey: string, opts: { maxWaitMs: number; probeA
   new BlockOnError(dependencyKey, opts.maxWaitMs, opts.probeAfterMs);
 
 /**
- * Why a handler's signal aborted (`JobAbortedError.reason`, as docs/design.md §4 spells it).
+ * Why a handler's signal aborted (`JobAbortedError.reason`, as docs/design/handlers.md spells it).
  * The outcome of an item whose lease was lost is `leaseLost`, the consumer counter's name.
  */
 export type AbortReason = 'lease_lost' | 'deadline' | 'cancelled' | 'shutdown';

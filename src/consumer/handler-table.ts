@@ -8,7 +8,7 @@ import { normalizeHandler, type HandlerEntry, type RegisteredHandler } from './t
  * A consumer's handlers as it runs them, by type: each entry normalized and
  * its rate limit checked, and a batch handler put behind a gatherer that
  * calls it once per batch while its items each run on their own
- * (docs/design.md §4). Bad definitions are a ValidationError naming the field.
+ * (docs/design/handlers.md). Bad definitions are a ValidationError naming the field.
  */
 export function handlerTable<DB>(
   handlers: Record<string, HandlerEntry<DB>>,

@@ -2,7 +2,7 @@
 // (reservations, offers, the wake route) does not import the consumer's run machinery.
 
 /**
- * Every way an item reaches a consumer claimed (docs/design.md §6):
+ * Every way an item reaches a consumer claimed (docs/design/consumer.md):
  *
  * - `round`: claimed by id, named by a wake-up read from Redis (or a dependency message);
  * - `wake`: claimed by id, named by a wake-up a producer in this process passed directly;

@@ -60,7 +60,8 @@ export interface Settlement {
 }
 
 /**
- * Maps how the handler settled to the item's outcome, and writes it (docs/design.md §4, Handler outcomes and Aborts).
+ * Maps how the handler settled to the item's outcome, and writes it (docs/design/handlers.md, Handler outcomes and
+ * Aborts).
  */
 export async function writeOutcome(deps: OutcomeDeps, s: Settlement): Promise<Outcome> {
   const { item } = s;

@@ -61,7 +61,7 @@ const CLOCK_DEADLINE_TICKS = 20;
 
 /**
  * One claimed item's run through its handler to its written outcome
- * (docs/design.md §4). Nothing happens until `start()`: register the run first, so
+ * (docs/design/handlers.md). Nothing happens until `start()`: register the run first, so
  * `onSettled` always finds it.
  */
 export function runJob<DB>(deps: JobRunDeps<DB>, item: ClaimedItem, claimedAtMs: number = Date.now()): RunningJob {

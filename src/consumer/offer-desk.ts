@@ -95,7 +95,7 @@ interface MyOffer {
 }
 
 /**
- * A consumer's offers (docs/design.md §6, "Through an offer"): while it is
+ * A consumer's offers (docs/design/handover.md, "Through an offer"): while it is
  * warm, has caught up with its queue and has two or more free slots, it
  * stands up to MAX_STANDING_OFFERS offers in Redis, each holding a fifth of
  * its free slots. A producer that pops one inserts its items claimed under

@@ -21,7 +21,7 @@ export const consumerSettingsSchema = z
       .max(1000)
       .default(10)
       .describe('Executor slots: how many handlers run at once.'),
-    /** docs/design.md, Prefetch; released at stop. 512 is near graphile-worker's local queue default (500). */
+    /** docs/design/consumer.md, Prefetch; released at stop. 512 is near graphile-worker's local queue default (500). */
     prefetch: z
       .number()
       .int()

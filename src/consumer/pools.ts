@@ -4,7 +4,7 @@ import { QUEUE_CLASSES, type QueueClass } from '../ledger/types.js';
 import { Consumer, type ConsumerOptions } from './consumer.js';
 
 /**
- * Executor pools (docs/design.md §6, "Executor pools"): a queue's slots
+ * Executor pools (docs/design/consumer.md, "Executor pools"): a queue's slots
  * split by queue class, so a flood of one class cannot take the room kept
  * for another. Each pool runs as a consumer of its own with its classes
  * and its share of the slots.

@@ -27,7 +27,7 @@ export interface PrefetchSizing {
 }
 
 /**
- * Claimed items that wait for an executor slot, oldest first (docs/design.md,
+ * Claimed items that wait for an executor slot, oldest first (docs/design/consumer.md,
  * Prefetch). Sized from how long handlers recently took: fast handlers get a
  * deep buffer (fewer claim statements per item, claims overlapping
  * execution), slow ones none, so a busy replica does not sit on work an idle

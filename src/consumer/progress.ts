@@ -2,7 +2,7 @@ import { encodeProgress } from '../ledger/outcomes.js';
 import type { HeldItem } from '../ledger/types.js';
 import type { ProgressWriter } from './renewals.js';
 
-/** A run's progress is written at most this often (docs/design.md §4, Progress). */
+/** A run's progress is written at most this often (docs/design/batches-and-steps.md, Progress). */
 export const PROGRESS_WRITE_INTERVAL_MS = 1000;
 
 const NONE: unique symbol = Symbol('no report');

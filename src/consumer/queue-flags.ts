@@ -7,13 +7,13 @@ import type { ConsumerLedger } from './ledger-port.js';
  * How a consumer holds to its queue's flags in the ledger. The one home of
  * each flag in the consumer: the claim side reads them here, keeping no copy.
  *
- * - **Paused** (docs/design.md, "Pausing a queue"): read at start, heard at
+ * - **Paused** (docs/design/supervisor.md, "Pausing a queue"): read at start, heard at
  *   once from the `pause`/`resume` control messages, and learned from every
  *   sweep. A sweep's reading older than a message heard since is not kept:
  *   it would undo the pause (or resume) until the next sweep.
- * - **Stale-only** (docs/design.md, "Stale-only claims"): read at start and
+ * - **Stale-only** (docs/design/consumer.md, "Stale-only claims"): read at start and
  *   learned from every sweep; while on, claims take only rescued work.
- * - **Fair** (docs/design.md, "Fair queues"): read at start and learned from
+ * - **Fair** (docs/design/keys.md, "Fair queues"): read at start and learned from
  *   every sweep. A fair queue's consumer claims nothing with its completions
  *   (no lane successor, no key's next): those would keep a lane or key it
  *   already runs in its slots ahead of other keys' rounds.

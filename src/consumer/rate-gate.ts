@@ -11,7 +11,7 @@ const WAIT_HERE_MS = 1_000;
 const WAITS_HERE = 3;
 
 /**
- * The consumer's side of a type's rate limit (docs/design.md §6, "Rate
+ * The consumer's side of a type's rate limit (docs/design/consumer.md, "Rate
  * limits"): before its handler runs, an item of a rate-limited type asks
  * the ledger for a start on its key, every way it arrived (a claim round, at
  * insert, an offer, a lane's successor). A coalesced group counts each of

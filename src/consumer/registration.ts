@@ -16,7 +16,7 @@ type StaleOnlyNow = () => string | undefined;
 
 /**
  * A consumer's row in the ledger's registry of live consumers
- * (docs/design.md §7, "Live consumers"): written at start, kept fresh by its
+ * (docs/design/supervisor.md, "Live consumers"): written at start, kept fresh by its
  * process's heartbeat, removed at stop. What the fleet serves is read from it
  * by explain and stats; nothing claims by it, so a failed beat is only
  * logged and the next one tries again. Each beat also says whether the

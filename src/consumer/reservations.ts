@@ -18,7 +18,7 @@ export interface ReservationLease {
 
 /**
  * Room a consumer holds for items claimed for it without a claim round of
- * its own (docs/design.md §6, "Lane affinity and claiming outside rounds"),
+ * its own (docs/design/handover.md, "Lane affinity and claiming outside rounds"),
  * and the lease they are claimed under. Settled once: `accept` with what was
  * claimed under the lease (any number up to `max`, none included), or
  * `cancel` when nothing was; either way the room it held frees.
@@ -49,7 +49,7 @@ export interface ReservationsHost {
 }
 
 /**
- * Every reservation of a consumer, in one place (docs/design.md §6): the
+ * Every reservation of a consumer, in one place (docs/design/consumer.md): the
  * room each holds and the lease it grants. Items inserted claimed (in this
  * process or through an offer) hold free executor slots, since they start
  * on arrival; a completion's successors hold claim room, and may wait in

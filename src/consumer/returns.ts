@@ -6,7 +6,7 @@ import type { Prefetched } from './prefetch-buffer.js';
 
 /**
  * Claimed items that will not start here go back to the ledger unstarted
- * (docs/design.md §6): released without spending an attempt, keeping their
+ * (docs/design/consumer.md): released without spending an attempt, keeping their
  * place in line. Those returned while the consumer stops are tracked, so
  * the stop can wait for them.
  */

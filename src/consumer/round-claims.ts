@@ -5,7 +5,7 @@ import type { ConsumerLedger } from './ledger-port.js';
 import type { ConsumerSettings } from './options.js';
 
 /**
- * The ledger's side of one claim round (docs/design.md §6): the claim
+ * The ledger's side of one claim round (docs/design/consumer.md): the claim
  * limiter's look at the fleet, the claim of ids named by wake-ups, and the
  * search for other heads by the consumer's preferred-class tiers. The
  * scheduler decides when and how much; this says how it is asked.
@@ -52,7 +52,7 @@ export class RoundClaims {
 
   /**
    * A head search, by the consumer's preferred-class tiers when it has some
-   * (docs/design.md §6, "Executor pools"): each tier's classes first, the
+   * (docs/design/consumer.md, "Executor pools"): each tier's classes first, the
    * next tier only for the room the earlier ones left.
    */
   async heads(want: number, staleOnly = false): Promise<ClaimOutcome> {

@@ -7,7 +7,7 @@ import type { JobRunDeps } from './job-run.js';
 export interface SchedulerHost<DB> {
   /** Everything a job's run needs but the slot bookkeeping (the scheduler adds that). */
   runDeps: Omit<JobRunDeps<DB>, 'onSettled'>;
-  /** What claim rounds coalesce (docs/design.md §4, Coalescing). */
+  /** What claim rounds coalesce (docs/design/batches-and-steps.md, Coalescing). */
   readonly coalesce: CoalesceClaim | undefined;
   emit<K extends keyof ConsumerEvents>(event: K, ...args: ConsumerEvents[K]): void;
   /** Wake entries a claim round has acted on. */

@@ -7,7 +7,7 @@ import { traceStage } from '../tracing/stage.js';
 export type { StageTiming } from '../ledger/types.js';
 
 /**
- * One run's named stages (ctx.stage, docs/design.md §4, Stage timing): each
+ * One run's named stages (ctx.stage, docs/design/handlers.md, Stage timing): each
  * is timed, reported as it ends (the consumer's `stage` event, which the
  * metrics turn into a histogram), run in a child span when tracing is on, and
  * kept for the debug line the run logs with its outcome and for the item's

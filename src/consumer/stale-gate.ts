@@ -1,7 +1,7 @@
 import type { PoolStats } from '../ledger/connection.js';
 
 /**
- * Why a consumer claims only rescued work now (docs/design.md §6,
+ * Why a consumer claims only rescued work now (docs/design/consumer.md,
  * "Stale-only claims"): its queue is set so in the ledger (`queue`), its own
  * option says so (`consumer`), or its automatic gate tripped: the ledger's
  * pool has requests waiting for a connection (`pool`), or its claim

@@ -10,7 +10,7 @@ export interface StepOptions {
 }
 
 /**
- * One run's durable steps (ctx.step, docs/design.md §4): the item's steps
+ * One run's durable steps (ctx.step, docs/design/handlers.md): the item's steps
  * already done are read from the ledger at the first ctx.step of the run; a
  * step done before returns its stored result, any other runs and is
  * recorded under the lease. Two calls of one name in a run share the first's outcome.

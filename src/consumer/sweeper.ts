@@ -35,7 +35,7 @@ export interface SweeperOptions {
 type SweeperLedger = Pick<Ledger, 'sweepSignals'> & MaintainerOptions['ledger'];
 
 /**
- * When a consumer sweeps the ledger, its backstop (docs/design.md §6): the
+ * When a consumer sweeps the ledger, its backstop (docs/design/consumer.md): the
  * ledger is the truth, so a sweep finds whatever wake-ups missed. One sweep
  * at start; then
  *

@@ -70,7 +70,7 @@ export interface JobContext<DB = Record<string, never>> {
    */
   transaction<T>(fn: (trx: Transaction<DB>) => Promise<T>): Promise<T>;
   /**
-   * The transactional outbox (docs/design.md §4, "Follow-up work: the
+   * The transactional outbox (docs/design/handlers.md, "Follow-up work: the
    * outbox"): enqueues follow-up items inside the running ctx.transaction, so
    * they commit with the handler's writes and this item's completion, or not
    * at all; their wake-ups go out after the commit. Call it only inside
@@ -137,7 +137,7 @@ export interface HandlerDefinition<P = unknown, DB = Record<string, never>> {
   /** Per-type deadline (ms); 0 = none. Overrides the consumer's. */
   deadlineMs?: number;
   /**
-   * Coalescing (docs/design.md §4): a claimed lane head of this type takes its
+   * Coalescing (docs/design/handlers.md): a claimed lane head of this type takes its
    * lane's next due pending items of this type with it, and the handler runs
    * once for the group, which then ends as one. `latest` hands it the newest
    * payload; `all` every payload in lane order; `settled` those too, preceded
@@ -148,7 +148,7 @@ export interface HandlerDefinition<P = unknown, DB = Record<string, never>> {
   /** The most items one group takes besides its head (default 1,000). */
   coalesceMax?: number;
   /**
-   * A rate limit per key (docs/design.md §6, "Rate limits"): at most `max`
+   * A rate limit per key (docs/design/consumer.md, "Rate limits"): at most `max`
    * starts in any `perMs` window, fleet-wide, held by the ledger. The key is
    * `key(payload)`; with `key: 'concurrencyKey'`, the item's concurrency key
    * (an item without one shares its type's window); with no `key`, the type.
@@ -157,7 +157,7 @@ export interface HandlerDefinition<P = unknown, DB = Record<string, never>> {
    */
   rateLimit?: RateLimit<P>;
   /**
-   * This type's own limit per concurrency key (docs/design.md §3,
+   * This type's own limit per concurrency key (docs/design/keys.md,
    * Concurrency keys): at most this many of its items with one
    * `concurrencyKey` admitted at once, fleet-wide, counted apart from the
    * queue's `concurrencyLimit` and from other types. Stored in the ledger
@@ -173,7 +173,9 @@ export interface RateLimit<P = unknown> {
   perMs: number;
 }
 
-/** How one item of a batch ended, by its id in the handler's answer (docs/design.md §4, Batch handlers). */
+/**
+ * How one item of a batch ended, by its id in the handler's answer (docs/design/batches-and-steps.md, Batch handlers).
+ */
 export type BatchItemOutcome =
   | { outcome: 'complete'; result?: unknown }
   | { outcome: 'retry'; error: unknown }

@@ -8,7 +8,7 @@ export type ServerFamily = 'mariadb' | 'mysql' | 'tidb';
 /**
  * What the ledger's server and connection can do: the one place a server
  * difference lives. Statement builders in sql/ take it instead of asking
- * the server or the pool themselves (docs/design.md §8).
+ * the server or the pool themselves (docs/design/ledger-sql.md).
  */
 export interface LedgerCapabilities {
   /**

@@ -44,7 +44,7 @@ export class LedgerCore {
   }
 
   /**
-   * What the server and this ledger's connections can do (docs/design.md §8):
+   * What the server and this ledger's connections can do (docs/design/ledger-sql.md):
    * the server's family is asked once, on first need (`SELECT VERSION()`).
    */
   capabilities(): Promise<LedgerCapabilities> {

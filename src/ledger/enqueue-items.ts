@@ -84,7 +84,7 @@ export async function enqueueItems(
  * (src/tracing/publish.ts); undefined without OpenTelemetry. Every enqueue
  * passes here, the producer's and a direct `ledger.enqueue`'s, in the
  * caller's transaction or not: the spans live in the ledger's enqueue, not
- * the producer (docs/design.md, Tracing). The API is loaded at the first
+ * the producer (docs/design/parts.md, Tracing). The API is loaded at the first
  * enqueue; after that this is one check.
  */
 function publishSpans(

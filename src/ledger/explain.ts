@@ -7,7 +7,7 @@ import { RATE_LIMITED_REASON, TERMINAL_STATES, type LiveConsumer, type WorkItem 
 import type { Explanation, WhyCode } from './operator-types.js';
 
 /**
- * "Why isn't this item running?" (docs/design.md §7): the first reason that
+ * "Why isn't this item running?" (docs/design/supervisor.md): the first reason that
  * holds, in the order a claim would meet them, computed from the ledger: the
  * item, its lane's head, the queue's processing count and ownership epoch,
  * and the live consumers' heartbeats. Undefined when there is no such item.

@@ -43,7 +43,7 @@ export class LedgerFinishing {
   }
 
   /**
-   * completeMany with lane and key affinity (docs/design.md §6): up to
+   * completeMany with lane and key affinity (docs/design/consumer.md): up to
    * `next.max` new heads its completions make, due and of `next`'s classes
    * and types, are claimed in the same transaction under `next`'s lease
    * (attempt + 1). With several rooms, a lane's next heads go to the first,

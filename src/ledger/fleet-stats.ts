@@ -27,7 +27,7 @@ export interface FleetStats {
 
 /**
  * The ledger's depth by queue and state as the fleet last counted it
- * (docs/design.md §7, Gauges): when the count is older than `everyMs`,
+ * (docs/design/supervisor.md, Gauges): when the count is older than `everyMs`,
  * the one replica whose CAS takes the task's lease counts again
  * (ledger.stats: bounded index ranges per queue) and records it; every
  * other replica reads the recorded count, one row. A holder that dies
@@ -62,7 +62,7 @@ export interface FleetGaugeReading extends FleetStats {
  * gauges' standing lease for `leaseMs`: the fleet's last count (counted here
  * when due, as fleetStats) and the paused queues. Undefined when another
  * replica holds the lease: it exports them, this one exports none
- * (docs/design.md §7, Gauges, once per fleet).
+ * (docs/design/supervisor.md, Gauges, once per fleet).
  */
 export async function fleetGauges(
   db: LedgerDb,

@@ -89,7 +89,7 @@ export interface ClaimCandidate {
   queueClass: QueueClass;
 }
 
-/** The coalescing modes of a handler type (docs/design.md §4, Coalescing). */
+/** The coalescing modes of a handler type (docs/design/batches-and-steps.md, Coalescing). */
 export const COALESCE_MODES = ['latest', 'all', 'settled'] as const;
 /** The most members one coalesced group may take besides its head. */
 export const MAX_COALESCE = 10_000;
@@ -105,17 +105,20 @@ export const claimSchema = z
     types: z.array(typeName).min(1, 'give at least one type, or leave it out for all').max(200).optional(),
     epoch: z.number().int().min(0).optional(),
     /**
-     * The queue's fleet cap: the claim leaves at most this many of the queue's items processing (docs/design.md §6,
+     * The queue's fleet cap: the claim leaves at most this many of the queue's items processing
+     * (docs/design/consumer.md,
      * "The fleet cap").
      */
     maxProcessing: z.number().int().min(1).max(1_000_000).optional(),
     /**
-     * Claim only rescued work: items whose last lease expired, no new pending work (docs/design.md §6, "Stale-only
+     * Claim only rescued work: items whose last lease expired, no new pending work (docs/design/consumer.md,
+     * "Stale-only
      * claims").
      */
     staleOnly: z.boolean().optional(),
     /**
-     * Heads of these types take their lane's next pending items of their type with them (docs/design.md §4,
+     * Heads of these types take their lane's next pending items of their type with them
+     * (docs/design/batches-and-steps.md,
      * Coalescing).
      */
     coalesce: z
@@ -218,7 +221,7 @@ export const activateSchema = z.object({
   expectEpoch: z.number().int().min(0).optional(),
 });
 
-/** A rate-limited start (docs/design.md §6, "Rate limits"): the key, and how far apart its starts must be. */
+/** A rate-limited start (docs/design/consumer.md, "Rate limits"): the key, and how far apart its starts must be. */
 export const rateTakeSchema = z
   .object({
     key: keyString,

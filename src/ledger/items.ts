@@ -56,7 +56,8 @@ export class LedgerItems {
   }
 
   /**
-   * Why an item is where it is: a reason code, a sentence and its facts (docs/design.md §7, "Why isn't it running?").
+   * Why an item is where it is: a reason code, a sentence and its facts (docs/design/supervisor.md, "Why isn't it
+   * running?").
    */
   explain(id: string): Promise<Explanation | undefined> {
     validate(itemId, id, 'explain', 'id');
@@ -87,7 +88,7 @@ export class LedgerItems {
   }
 
   /**
-   * Repairs a dead or cancelled item in place (docs/design.md §3, Repair):
+   * Repairs a dead or cancelled item in place (docs/design/states.md, Repair):
    * back to pending as itself, with its id, lane place and idempotency key,
    * its checkpoint and steps, and a fresh attempt budget (attempt 0 of its
    * maxAttempts). Guarded as `replay` is, by the attempt count and the error

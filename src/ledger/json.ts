@@ -1,5 +1,5 @@
 // JSON values as the ledger stores them (payloads, checkpoints, results,
-// reasons): accepted only if JSON.parse gives them back (docs/design.md §2,
+// reasons): accepted only if JSON.parse gives them back (docs/design/work-item.md,
 // "What a payload, checkpoint or result may hold"), encoded once.
 
 import { isWellFormedText, NOT_WELL_FORMED } from './well-formed.js';

@@ -1,6 +1,6 @@
 /**
  * The concurrency keys this ledger's hand-ons last found with items waiting
- * in their lines (docs/design.md §3, Concurrency keys). A keyed completion
+ * in their lines (docs/design/keys.md, Concurrency keys). A keyed completion
  * whose keys are none of these gives up their slots in the round trip that
  * ends the items (sql/keys/hand-on.ts, releaseUnwaited), under a guard that
  * refuses it if a line was there after all; the full hand-on then runs and

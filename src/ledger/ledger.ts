@@ -74,7 +74,7 @@ type Lease = Pick<LeaseHandle, 'id' | 'leaseToken' | 'group'>;
 type Done = { handle: LeaseHandle; result?: unknown };
 
 /**
- * The ledger: every read and write of a work item goes through here (docs/design.md §3, §8). Its operations
+ * The ledger: every read and write of a work item goes through here (docs/design/states.md, §8). Its operations
  * are listed by noun in operations.ts; enqueue and claim are here, the rest in the part each belongs to.
  */
 export class Ledger extends LedgerCore implements LedgerOperations {
@@ -157,7 +157,7 @@ export class Ledger extends LedgerCore implements LedgerOperations {
 
   /**
    * The items of `queue` held under lease `token` now: a consumer's recovery of a lost handoff
-   * (docs/design.md §6). @internal
+   * (docs/design/consumer.md). @internal
    */
   heldUnderLease(spec: {
     queue: string;

@@ -20,7 +20,8 @@ export const MIGRATIONS: readonly Migration[] = [
         lease_owner = COALESCE(REGEXP_REPLACE(LEFT(lease_owner, ${sql.raw(String(OWNER_WIDTH))}), '[^ -~]', '?'), ''),
         lease_until = COALESCE(lease_until, ${NO_TIME}), started_at = COALESCE(started_at, ${NO_TIME}),
         terminal_at = COALESCE(terminal_at, ${NO_TIME})
-        WHERE lease_token IS NULL OR lease_owner IS NULL OR lease_until IS NULL OR started_at IS NULL OR terminal_at IS NULL
+        WHERE lease_token IS NULL OR lease_owner IS NULL OR lease_until IS NULL OR started_at IS NULL
+          OR terminal_at IS NULL
           OR lease_owner REGEXP '[^ -~]' OR CHAR_LENGTH(lease_owner) > ${sql.raw(String(OWNER_WIDTH))}`,
       sql`ALTER TABLE ${t.items}
         MODIFY state CHAR(12) ${ASCII} NOT NULL,
@@ -323,7 +324,7 @@ export const MIGRATIONS: readonly Migration[] = [
     version: 14,
     name: 'stale-only queues',
     // A queue an operator set to claim only rescued work (Ledger.setStaleOnly,
-    // docs/design.md §6, "Stale-only claims"): its consumers claim only items
+    // docs/design/consumer.md, "Stale-only claims"): its consumers claim only items
     // whose lease expired, and no new pending work, until it is set back.
     statements: () => [],
     run: async (conn, t, prefix) => {

@@ -1,7 +1,8 @@
 import type { ItemState, QueueClass } from './types.js';
 
 /**
- * Why an item is where it is (ledger.explain, `lanewake inspect --why`): docs/design.md §7, "Why isn't it running?".
+ * Why an item is where it is (ledger.explain, `lanewake inspect --why`): docs/design/supervisor.md, "Why isn't it
+ * running?".
  */
 export const WHY_CODES = [
   'terminal',
@@ -40,7 +41,8 @@ export interface Explanation {
   schedule?: { name: string; fireTime: string };
 }
 
-// What an operator's views read (src/ledger/operator.ts; the dashboard's read API, docs/operations.md "The dashboard").
+// What an operator's views read (src/ledger/operator.ts; the dashboard's read API, docs/operations/observing.md "The
+// dashboard").
 
 /** An item as a list shows it: no payload, result or checkpoint; the last error cut to 300 characters. */
 export interface ItemSummary {

@@ -11,7 +11,7 @@ export class LedgerQueues {
 
   /**
    * How many items of one concurrency key of `queue` may be admitted at once
-   * (docs/design.md §3, Concurrency keys); null lifts the limit. Stored in
+   * (docs/design/keys.md, Concurrency keys); null lifts the limit. Stored in
    * the ledger, so every producer and consumer of the queue holds to it; a
    * raised limit admits waiting items at once. Returns how many keys had
    * items waiting.
@@ -36,7 +36,7 @@ export class LedgerQueues {
   }
 
   /**
-   * `'key'`: the queue serves its concurrency keys in turn (docs/design.md §3,
+   * `'key'`: the queue serves its concurrency keys in turn (docs/design/keys.md,
    * Fair queues): each keyed item enqueued from now on takes its key's next
    * round as its priority, so claims take one key's items no faster than
    * another's, however many items or lanes a key has. `null`: oldest first.
@@ -48,7 +48,7 @@ export class LedgerQueues {
   }
 
   /**
-   * Pauses a queue (docs/design.md §7, Pausing a queue): its consumers claim
+   * Pauses a queue (docs/design/supervisor.md, Pausing a queue): its consumers claim
    * nothing, by any path, in any process, from their next sweep (at once
    * through `Producer.pause`, which also tells them on the control stream);
    * enqueues still commit, and items already running finish. Held by the
@@ -67,7 +67,7 @@ export class LedgerQueues {
   }
 
   /**
-   * Stale-only (docs/design.md §6, "Stale-only claims"): while on, the
+   * Stale-only (docs/design/consumer.md, "Stale-only claims"): while on, the
    * queue's consumers claim only rescued work, items whose lease expired,
    * and no new pending work, from their next sweep. Held by the ledger until
    * set off. For a struggling database: the work that was held is finished,

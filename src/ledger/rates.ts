@@ -4,7 +4,9 @@ import { pushRateWindow, reserveRateTurn, takeRate } from './sql/rates/rate-limi
 import type { LeaseHandle, RateAnswer } from './types.js';
 import { queueName, validate } from './validation.js';
 
-/** Rate limits by key (docs/design.md §6, "Rate limits"): the windows a rate-limited item's start is taken from. */
+/**
+ * Rate limits by key (docs/design/consumer.md, "Rate limits"): the windows a rate-limited item's start is taken from.
+ */
 export class LedgerRates {
   constructor(private readonly core: LedgerCore) {}
 

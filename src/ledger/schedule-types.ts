@@ -15,7 +15,7 @@ export interface ScheduleItem {
 }
 
 /**
- * A recurring schedule (docs/design.md, "Recurring schedules"): a cron
+ * A recurring schedule (docs/design/wake.md, "Recurring schedules"): a cron
  * `pattern` in time zone `tz`, or an interval `everyMs`. Each fire enqueues
  * `item` with idempotency key `<name>:<fire time ms>`.
  */

@@ -94,7 +94,7 @@ const DUE_BATCH = 100;
 const WRITE_TRIES = 5;
 
 /**
- * The ledger's recurring schedules (docs/design.md, "Recurring schedules"):
+ * The ledger's recurring schedules (docs/design/wake.md, "Recurring schedules"):
  * their definitions (from the API or a worker's config file), paused or
  * not, and their fires. Reached as `ledger.schedules`; fired by
  * src/schedules/firer.ts.

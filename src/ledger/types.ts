@@ -1,4 +1,4 @@
-/** Item states (docs/design.md §3). */
+/** Item states (docs/design/states.md). */
 export const ITEM_STATES = ['pending', 'processing', 'blocked', 'completed', 'skipped', 'dead', 'cancelled'] as const;
 export type ItemState = (typeof ITEM_STATES)[number];
 export const TERMINAL_STATES: readonly ItemState[] = ['completed', 'skipped', 'dead', 'cancelled'];
@@ -24,7 +24,8 @@ export interface WorkItem {
    */
   isHead: boolean;
   /**
-   * Its concurrency key: at most the queue's concurrencyLimit items of one key are admitted at once (docs/design.md §3,
+   * Its concurrency key: at most the queue's concurrencyLimit items of one key are admitted at once
+   * (docs/design/keys.md,
    * Concurrency keys).
    */
   concurrencyKey: string | null;
@@ -53,14 +54,20 @@ export interface WorkItem {
   checkpoint: unknown;
   /** The latest ctx.progress report of the item's runs (a number 0–100 or a small object), or null. */
   progress: unknown;
-  /** The head of the coalesced group this item was last claimed in (docs/design.md §4, Coalescing), or null. */
+  /**
+   * The head of the coalesced group this item was last claimed in (docs/design/batches-and-steps.md, Coalescing), or
+   * null.
+   */
   groupHead: string | null;
   result: unknown;
   lastError: string | null;
   failureClass: string | null;
   replayOf: string | null;
   replayedAt: Date | null;
-  /** The W3C traceparent of the span that enqueued it (docs/operations.md, Tracing), or null without OpenTelemetry. */
+  /**
+   * The W3C traceparent of the span that enqueued it (docs/operations/observing.md, Tracing), or null without
+   * OpenTelemetry.
+   */
   traceparent: string | null;
   createdAt: Date;
   startedAt: Date | null;
@@ -96,7 +103,7 @@ export interface StageTiming {
   ms: number;
 }
 
-/** How a coalescing type's pending items are handed to its handler (docs/design.md §4, Coalescing). */
+/** How a coalescing type's pending items are handed to its handler (docs/design/batches-and-steps.md, Coalescing). */
 export type CoalesceMode = 'latest' | 'all' | 'settled';
 
 /** The items a lane head was claimed with: its lane's next pending items of its type, in lane order. */
@@ -201,7 +208,7 @@ export type LeaseHandle = Pick<
  * The ownership epoch a lease was claimed under (a ClaimedItem's `epoch`).
  * When set, every write that ends or records the item's work checks, in its
  * own statement, that it is still the queue's epoch, and fails with
- * OwnershipLostError otherwise (docs/design.md §7, Ownership epochs). Null or
+ * OwnershipLostError otherwise (docs/design/supervisor.md, Ownership epochs). Null or
  * absent: the claim was not fenced, and the writes carry no check.
  */
 export interface EpochFence {
@@ -259,7 +266,7 @@ export interface ClaimOutcome {
 }
 
 /**
- * Lane affinity (docs/design.md §6): the completing consumer takes up to `max` of
+ * Lane affinity (docs/design/consumer.md): the completing consumer takes up to `max` of
  * the new heads in the same transaction, under this lease, if they are due
  * and of its classes and types. Their lanes never wait for a claim round.
  */
@@ -352,7 +359,7 @@ export interface QueueStats {
   scheduled: BoundedCount;
 }
 
-/** A queue's limits per concurrency key as the ledger holds them (docs/design.md §3, Concurrency keys). */
+/** A queue's limits per concurrency key as the ledger holds them (docs/design/keys.md, Concurrency keys). */
 export interface ConcurrencyLimits {
   queue: string;
   /** The queue's limit per key; null: none. */
@@ -361,7 +368,7 @@ export interface ConcurrencyLimits {
   types: Record<string, number>;
 }
 
-/** Which deployment holds a queue, under which epoch (docs/design.md, Ownership epochs). */
+/** Which deployment holds a queue, under which epoch (docs/design/supervisor.md, Ownership epochs). */
 export interface Ownership {
   queue: string;
   deployment: string;
@@ -369,7 +376,7 @@ export interface Ownership {
   activatedAt: Date;
 }
 
-/** A running consumer as its last heartbeat recorded it (docs/design.md §6, "Live consumers"). */
+/** A running consumer as its last heartbeat recorded it (docs/design/supervisor.md, "Live consumers"). */
 export interface LiveConsumer {
   name: string;
   queue: string;
@@ -390,7 +397,7 @@ export interface LiveConsumer {
 }
 
 /**
- * A rate-limited start's answer (docs/design.md §6, "Rate limits"): granted;
+ * A rate-limited start's answer (docs/design/consumer.md, "Rate limits"): granted;
  * or not yet: the key's next start is `waitMs` away, `queued` says refused
  * items hold turns, and the item has been due for `dueForMs` (an item back
  * for its turn, just due); or the item is no longer held.

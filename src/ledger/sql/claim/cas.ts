@@ -22,18 +22,19 @@ export interface ClaimSpec {
   queue: string;
   owner: string;
   leaseMs: number;
-  /** Claims are fenced by this ownership epoch when given (docs/design.md §7). */
+  /** Claims are fenced by this ownership epoch when given (docs/design/supervisor.md). */
   epoch?: number | undefined;
   /**
-   * Heads of these types take their lane's next pending items of their type with them (docs/design.md §4, Coalescing).
+   * Heads of these types take their lane's next pending items of their type with them
+   * (docs/design/batches-and-steps.md, Coalescing).
    */
   coalesce?: CoalesceSpec | undefined;
   /**
-   * The queue's fleet cap: the claim takes no more than leaves this many processing (docs/design.md §6, "The fleet
-   * cap").
+   * The queue's fleet cap: the claim takes no more than leaves this many processing
+   * (docs/design/consumer.md, "The fleet cap").
    */
   maxProcessing?: number | undefined;
-  /** Only rescued work: pending heads whose last lease expired (docs/design.md §6, "Stale-only claims"). */
+  /** Only rescued work: pending heads whose last lease expired (docs/design/consumer.md, "Stale-only claims"). */
   staleOnly?: boolean | undefined;
 }
 
@@ -140,7 +141,7 @@ export function casText(
  * statement that waits on the rows' locks. Such a wait is on the locks of
  * other claims' commits in flight, and while those wait on it, TiDB's
  * deadlock detector sees no cycle: the claims stalled until the 50 s
- * lock-wait timeout (docs/design.md, "TiDB: what differs"). The ledger then
+ * lock-wait timeout (docs/design/ledger-sql.md, "TiDB: what differs"). The ledger then
  * claims again, from a fresh candidate read, and nothing waits.
  *
  * Through the ledger's own pool the CAS goes prepared, for TiDB's plan

@@ -91,8 +91,10 @@ export function readBackClaimedText(w: ValueWriter, t: LedgerTables, ids: readon
 }
 
 /** Plain text: bench/floor.ts sends it on raw connections. */
-export const CLAIMED_COLUMN_LIST = `id, queue, type, lane, lane_seq, concurrency_key, queue_class, priority, payload, run_after, attempt, max_attempts,
-  idempotency_key, dependency_key, probe_after, blocked_at, block_expires_at, checkpoint, progress, result, last_error, failure_class,
+export const CLAIMED_COLUMN_LIST = `id, queue, type, lane, lane_seq, concurrency_key, queue_class, priority,
+  payload, run_after, attempt, max_attempts,
+  idempotency_key, dependency_key, probe_after, blocked_at, block_expires_at, checkpoint, progress, result,
+    last_error, failure_class,
   replay_of, replayed_at, traceparent, created_at, started_at`;
 export const CLAIMED_COLUMNS = sql.raw(CLAIMED_COLUMN_LIST);
 

@@ -6,7 +6,7 @@ import type { LedgerTables } from '../../tables.js';
 import type { ClaimedItem, CoalesceMode } from '../../types.js';
 import { affected, list, NO_TIME } from '../common/fragments.js';
 
-/** Which types coalesce, and how much one group may take (docs/design.md §4, Coalescing). */
+/** Which types coalesce, and how much one group may take (docs/design/batches-and-steps.md, Coalescing). */
 export interface CoalesceSpec {
   /** Per type: how its handler sees the group, and how many members one group takes at most besides the head. */
   types: Readonly<Record<string, { mode: CoalesceMode; max: number }>>;
@@ -105,8 +105,10 @@ async function joinGroup(
   const claimMembers = sql`UPDATE ${t.items} m JOIN ${t.items} h ON h.id = ${head.id} AND h.lease_token = ${
     head.leaseToken
   }
-    SET m.state = 'processing', m.lease_token = h.lease_token, m.lease_owner = h.lease_owner, m.lease_until = h.lease_until,
-      m.attempt = h.attempt, m.epoch = h.epoch, m.cancel_requested = 0, m.started_at = h.started_at, m.group_head = h.id, m.updated_at = NOW(6)
+    SET m.state = 'processing', m.lease_token = h.lease_token, m.lease_owner = h.lease_owner,
+      m.lease_until = h.lease_until,
+      m.attempt = h.attempt, m.epoch = h.epoch, m.cancel_requested = 0, m.started_at = h.started_at,
+        m.group_head = h.id, m.updated_at = NOW(6)
     WHERE m.id IN (${list(chosen)}) AND m.queue = ${head.queue} AND m.state = 'pending' AND m.is_head = 0`;
   const readMembers = sql<MemberRow>`SELECT id, lane_seq, payload FROM ${t.items}
     WHERE id IN (${list(chosen)}) AND lease_token = ${head.leaseToken} AND state = 'processing' ORDER BY lane_seq`;

@@ -133,9 +133,8 @@ function candidatesQuery(t: LedgerTables, spec: ClaimHeadsSpec): RawBuilder<Cand
   const typeFilter = spec.types && spec.types.length > 0 ? sql`AND type IN (${list(spec.types)})` : sql``;
   if (spec.staleOnly === true) {
     const perClass = classes.map(
-      (
-        c,
-      ) => sql`(SELECT id, priority, due_us FROM (SELECT id, priority, failure_class, TIMESTAMPDIFF(MICROSECOND, '2020-01-01', run_after) AS due_us FROM ${t.items}
+      (c) => sql`(SELECT id, priority, due_us FROM (SELECT id, priority, failure_class, TIMESTAMPDIFF(MICROSECOND,
+        '2020-01-01', run_after) AS due_us FROM ${t.items}
         WHERE queue = ${spec.queue} AND queue_class = ${c} AND state = 'pending' AND is_head = 1
           AND run_after <= NOW(6) ${typeFilter}
         ORDER BY priority, run_after LIMIT ${STALE_WINDOW}) AS w WHERE w.failure_class = 'lease_expired' LIMIT ${

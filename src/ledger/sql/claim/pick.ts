@@ -13,7 +13,7 @@ export interface Candidate {
  * is the earliest due, always: an item reclaimed from a dead holder, or
  * handed back unstarted, kept its due time and so is among them, and the
  * next claim round of any consumer takes it, however deep the backlog
- * behind it (docs/design.md §3, "Keeping its place"). The rest is picked at
+ * behind it (docs/design/states.md, "Keeping its place"). The rest is picked at
  * random from a window of the earliest due after those (within the
  * priority group that straddles the cut), so concurrent claimers reading
  * the same candidates collide on half their claim at most.

@@ -93,7 +93,7 @@ function boundWriter(): ValueWriter & { values: StatementValue[] } {
  * prepares (each connection once per text) and TiDB's plan cache serves: a
  * statement sent as text with its values inlined is parsed and planned anew
  * every time, and that planning was the largest part of tidb-server's CPU
- * per job (docs/design.md, "TiDB: what differs"). Otherwise the values are
+ * per job (docs/design/ledger-sql.md, "TiDB: what differs"). Otherwise the values are
  * written into the text as literals.
  */
 export function statementFor(prepared: boolean, write: (w: ValueWriter) => string): RawBuilder<unknown> {

@@ -4,7 +4,7 @@ import type { LedgerTables } from '../../tables.js';
 import { inline } from './fragments.js';
 
 // Guards of the paths that send their last writes and their COMMIT in one
-// round trip (docs/design.md, "Round trips"): what the writes count on is
+// round trip (docs/design/ledger-sql.md, "Round trips"): what the writes count on is
 // checked in SQL among them. When it does not hold, the guard raises, the
 // transaction rolls back, and the caller runs the path that decides step by
 // step instead.

@@ -55,7 +55,7 @@ export interface TransitionSpec {
   wasHead: boolean;
   history: HistoryEntry | null;
   /**
-   * The members of a coalesced group (docs/design.md §4, Coalescing), changed
+   * The members of a coalesced group (docs/design/batches-and-steps.md, Coalescing), changed
    * with the item in its transaction, each by the same CAS: all or nothing.
    */
   members?: { ids: readonly string[]; guard: RawBuilder<unknown>; set: RawBuilder<unknown> } | undefined;
@@ -162,7 +162,7 @@ export type Settled = 'open' | 'applied' | 'lost' | 'unknown';
  * throws LeaseLostError (OwnershipLostError when the epoch moved on) when the CAS loses, so the caller's writes roll
  * back
  * with it. The item's row is locked first, then, when a head ended, its
- * lane's successor or lane row (docs/design.md §8, lock order).
+ * lane's successor or lane row (docs/design/ledger-sql.md, lock order).
  */
 export async function applyTransitionInTx(
   trx: Executor,
@@ -221,7 +221,8 @@ export async function insertHistory(
         ${h.startedAt}, NOW(6), ${stages})`.execute(exec);
     return;
   }
-  await sql`INSERT INTO ${t.attempts} (id, item_id, attempt, outcome, failure_class, error, worker, started_at, ended_at)
+  await sql`INSERT INTO ${t.attempts} (id, item_id, attempt, outcome, failure_class, error, worker, started_at,
+    ended_at)
     VALUES (${id}, ${itemId}, ${h.attempt}, ${h.outcome}, ${h.failureClass}, ${h.error}, ${h.worker},
       ${h.startedAt}, NOW(6))`.execute(exec);
 }

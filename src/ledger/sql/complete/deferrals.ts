@@ -8,7 +8,7 @@ import type { LeaseHandle } from '../../types.js';
  * since its last spent one: its history's `released` rows at its current
  * attempt number (a release gives the attempt back, so every release
  * between two spent attempts carries the same number). A Defer without a
- * time backs off by this count (docs/design.md §4, Handler outcomes).
+ * time backs off by this count (docs/design/handlers.md, Handler outcomes).
  */
 export async function releasesSinceSpentAttempt(db: LedgerDb, t: LedgerTables, h: LeaseHandle): Promise<number> {
   const r = await sql<{ n: number | string }>`SELECT COUNT(*) AS n FROM ${t.attempts}

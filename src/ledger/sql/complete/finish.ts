@@ -15,7 +15,7 @@ import { storedKey } from '../keys/scope.js';
 import { stagesText } from './stage-history.js';
 import { epochIsCurrent, fenceOf } from '../fleet/ownership.js';
 
-/** How a claimed attempt ended; each maps to one CAS (docs/design.md §3). */
+/** How a claimed attempt ended; each maps to one CAS (docs/design/states.md). */
 export type Finishing =
   | { kind: 'complete'; resultJson: string | null }
   | { kind: 'dead'; error: string | null; failureClass: string }

@@ -38,7 +38,8 @@ export async function beat(
   const rows = consumers.map((c, i) => {
     const as = (name: string): RawBuilder<unknown> => sql.raw(i === 0 ? ` AS ${name}` : '');
     const types = c.types === null ? null : c.types.join(',');
-    return sql`SELECT ${c.name}${as('name')}, ${c.queue}${as('queue')}, ${c.classes.join(',')}${as('classes')}, ${types}${as('types')},
+    return sql`SELECT ${c.name}${as('name')}, ${c.queue}${as('queue')}, ${c.classes.join(',')}${as('classes')},
+      ${types}${as('types')},
       ${c.concurrency}${as('concurrency')}, ${c.maxProcessing}${as('max_processing')}, ${c.epoch}${as('epoch')},
       ${c.version}${as('version')}, ${c.staleOnly ?? null}${as('stale_only')}`;
   });

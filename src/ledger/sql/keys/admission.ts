@@ -64,7 +64,7 @@ type NewKeyedItem = Parameters<typeof keyCounts>[0][number] & { keyRule?: KeyRul
  * rounds were read before (admittedKeys), so every number is in the text:
  * TiDB plans a statement sent as text afresh each time, and a derived table
  * of one SELECT per key, with the queue's settings read in subqueries,
- * cost it more to plan than the items' own INSERT (docs/design.md, "TiDB:
+ * cost it more to plan than the items' own INSERT (docs/design/ledger-sql.md, "TiDB:
  * what differs"). Every expression reads only the old row, which MySQL,
  * MariaDB (left to right) and TiDB (old row throughout) then all read
  * alike. The rows are written (and locked) in `keys`' order, the order

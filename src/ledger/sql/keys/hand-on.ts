@@ -21,7 +21,7 @@ import {
 } from './waiting-line.js';
 import { type KeyDelta, countPerKey, lockKeys, addHeld, mergeCounts } from './held-counts.js';
 
-// The hand-on of concurrency keys (docs/design.md §3, Concurrency keys): when
+// The hand-on of concurrency keys (docs/design/keys.md, Concurrency keys): when
 // admitted items of a key end, its earliest-due waiting items take the slots
 // they free, under the key row's lock, so hand-ons and admissions of one key
 // take turns and a waiting item is admitted once. Admission at enqueue is
@@ -38,7 +38,7 @@ const MAX_ADMIT = 500;
  * hand-ons and admissions of one key take turns, and a waiting item is
  * admitted once.
  *
- * Two round trips on a pipelined transaction (docs/design.md §3, Concurrency keys): the first goes with
+ * Two round trips on a pipelined transaction (docs/design/keys.md, Concurrency keys): the first goes with
  * `alongside` (the ending, whose results `check` sees before anything is written), locks the keys and reads
  * ahead; the second admits and writes each key's count once.
  *

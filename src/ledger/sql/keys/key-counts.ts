@@ -4,7 +4,7 @@ import { byteOrder, inline, list, literal, queueScoped } from '../common/fragmen
 import type { KeyScope } from '../../types.js';
 import { storedKey } from './scope.js';
 
-// Concurrency keys (docs/design.md §3, Concurrency keys): at most the queue's
+// Concurrency keys (docs/design/keys.md, Concurrency keys): at most the queue's
 // key_limit items of one key are admitted at once. An admitted item is a head
 // (is_head = 1) and claimable as any head is; an item over the limit waits
 // with is_head = 0, unseen by claims, and has a row in key_waits. The key's
@@ -13,7 +13,7 @@ import { storedKey } from './scope.js';
 // backlog: the waiting items are not heads. Items with a lane as well are
 // ordered and admitted by their lane; their key only deals their rounds.
 //
-// Fairness (docs/design.md §3, Fair queues): in a queue marked fair, each
+// Fairness (docs/design/keys.md, Fair queues): in a queue marked fair, each
 // keyed item's priority is its key's next round (plus its own priority), so
 // claims, which take heads by priority, serve the keys in turn however many
 // items or lanes one key has. A key's rounds start no lower than the queue's

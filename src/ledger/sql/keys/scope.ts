@@ -6,7 +6,7 @@ import type { LedgerTables } from '../../tables.js';
 import type { KeyScope } from '../../types.js';
 import { inline, list, literal, queueScoped } from '../common/fragments.js';
 
-// Whose limit admits a keyed item (docs/design.md §3, Concurrency keys): its
+// Whose limit admits a keyed item (docs/design/keys.md, Concurrency keys): its
 // queue's `key_limit`, per key, or, when its type has a limit of its own
 // (`lw_type_limits`), that one, per key and type. A type's keys are then
 // rows of their own, named `type␟key` (U+001F, which no concurrency key

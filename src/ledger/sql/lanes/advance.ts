@@ -8,7 +8,7 @@ import { affected, inline } from '../common/fragments.js';
  * A lane's head that has just ended (completed, dead, skipped, cancelled),
  * at `laneSeq`: its lane gets its next head here, or goes idle.
  *
- * The lane row (docs/design.md §2, "Other tables") is written only when the
+ * The lane row (docs/design/work-item.md, "Other tables") is written only when the
  * lane changes between idle and busy: an enqueue always writes it (it
  * reserves sequences), a head's end only when it was the lane's last item.
  * A lane with work waiting hands on from item row to item row, and its

@@ -35,7 +35,8 @@ export async function browseLanes(
     waiting_us: number | string | null;
     pending: number | string | null;
   }>`
-    SELECT h.lane, h.id, h.state, TIMESTAMPDIFF(MICROSECOND, h.run_after, NOW(6)) AS waiting_us, l.next_seq - h.lane_seq + 1 AS pending
+    SELECT h.lane, h.id, h.state, TIMESTAMPDIFF(MICROSECOND, h.run_after, NOW(6)) AS waiting_us,
+      l.next_seq - h.lane_seq + 1 AS pending
     FROM (SELECT a.* FROM (${heads}) a WHERE a.lane IS NOT NULL ORDER BY a.run_after, a.id LIMIT ${limit}) h
     JOIN ${t.lanes} l ON l.queue = ${queue} AND l.lane = h.lane
     ORDER BY h.run_after, h.id`.execute(exec);

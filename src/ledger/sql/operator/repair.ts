@@ -24,7 +24,7 @@ export interface RepairSpec {
 }
 
 /**
- * Operator repair in place (docs/design.md §3, Repair): a dead or cancelled
+ * Operator repair in place (docs/design/states.md, Repair): a dead or cancelled
  * item goes back to pending as itself: the same id, lane place, idempotency
  * key, payload, checkpoint and durable steps, with a fresh attempt budget.
  * Guarded, like replay, by what the operator saw (the attempt count and the

@@ -8,7 +8,7 @@ import { affected, inline, NO_TIME } from '../common/fragments.js';
 import { retryPipelined } from '../common/pipeline.js';
 
 /**
- * A key's rate limit (docs/design.md §6, "Rate limits"), one row per queue
+ * A key's rate limit (docs/design/consumer.md, "Rate limits"), one row per queue
  * and key: `next_at`, the earliest the next start may be, and
  * `reserved_until`, up to when items refused a start have been given turns.
  * A start is granted by a CAS on `next_at <= NOW(6)` that moves it

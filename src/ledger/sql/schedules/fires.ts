@@ -4,7 +4,7 @@ import type { LedgerTables } from '../../tables.js';
 import { affected } from '../common/fragments.js';
 import { toScheduleRow, type ScheduleRow } from './schedules.js';
 
-// A schedule's fires (docs/design.md, "Recurring schedules"): which are due
+// A schedule's fires (docs/design/wake.md, "Recurring schedules"): which are due
 // on the ledger's clock, and the CAS that advances one schedule's next fire
 // time in the transaction that enqueues its items, so of the replicas that
 // find it due at once exactly one enqueues them.

@@ -43,7 +43,8 @@ interface RawRow {
   updated_at: Date;
 }
 
-const COLUMNS = sql`name, source, pattern, tz, every_ms, item, backfill_ms, paused, next_fire_at, last_fire_at, fires, revision, created_at, updated_at`;
+const COLUMNS = sql`name, source, pattern, tz, every_ms, item, backfill_ms, paused, next_fire_at, last_fire_at,
+  fires, revision, created_at, updated_at`;
 
 export function toScheduleRow(r: RawRow): ScheduleRow {
   return {
@@ -79,7 +80,8 @@ export async function readSchedules(exec: Executor, t: LedgerTables): Promise<Sc
 /** A new schedule, unpaused; false when one of that name exists (INSERT IGNORE: a racing writer's row stays). */
 export async function insertSchedule(exec: Executor, t: LedgerTables, s: ScheduleRowInput): Promise<boolean> {
   const r = await sql`INSERT IGNORE INTO ${t.schedules}
-    (name, source, pattern, tz, every_ms, queue, item, backfill_ms, paused, next_fire_at, last_fire_at, fires, revision, created_at, updated_at)
+    (name, source, pattern, tz, every_ms, queue, item, backfill_ms, paused, next_fire_at, last_fire_at, fires,
+      revision, created_at, updated_at)
     VALUES (${s.name}, ${s.source}, ${s.pattern}, ${s.tz}, ${s.everyMs}, ${s.queue}, ${s.itemJson}, ${
       s.backfillMs
     }, 0, ${s.nextFireAt}, NULL, 0, 1, NOW(6), NOW(6))`.execute(exec);

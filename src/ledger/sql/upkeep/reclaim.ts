@@ -171,8 +171,8 @@ interface ExpiredRow {
  * (queue, class, 'processing') ranges find them, and the expiry is a filter.
  */
 async function expiredLeases(db: LedgerDb, t: LedgerTables, queue: string, limit: number): Promise<ExpiredRow[]> {
-  const r =
-    await sql<ExpiredRow>`SELECT id, queue, lane, lane_seq, concurrency_key, lease_token, lease_owner, attempt, max_attempts, started_at,
+  const r = await sql<ExpiredRow>`SELECT id, queue, lane, lane_seq, concurrency_key, lease_token, lease_owner, attempt,
+      max_attempts, started_at,
       cancel_requested
     FROM ${t.items} FORCE INDEX (ix_claim)
     WHERE queue = ${queue} AND queue_class IN (${list(QUEUE_CLASSES)}) AND state = 'processing' AND lease_until < NOW(6)

@@ -75,8 +75,8 @@ export async function dueWaits(
   limit: number,
 ): Promise<DueWait[]> {
   const queueFilter = queue === undefined ? sql`` : sql`AND w.queue = ${queue}`;
-  const r =
-    await sql<DueWait>`SELECT i.id, i.queue, i.lane, i.lane_seq, i.dependency_key, (i.block_expires_at <= NOW(6)) AS expired
+  const r = await sql<DueWait>`SELECT i.id, i.queue, i.lane, i.lane_seq, i.dependency_key,
+      (i.block_expires_at <= NOW(6)) AS expired
     FROM ${t.waits} w JOIN ${t.items} i ON i.id = w.item_id
     WHERE w.probe_after <= NOW(6) AND i.state = 'blocked' ${queueFilter}
     ORDER BY w.probe_after LIMIT ${limit}`.execute(exec);
