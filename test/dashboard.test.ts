@@ -6,7 +6,7 @@ import { errorDigest } from '../src/ledger/ids.js';
 import type { Ledger } from '../src/ledger/ledger.js';
 import type { ItemSummary } from '../src/ledger/operator-types.js';
 import { ledgerReadiness, startAdminServer, type AdminServer } from '../src/supervisor/admin-server.js';
-import { configFromEnv, resolveWorkerConfig } from '../src/supervisor/config.js';
+import { configFromEnv, resolveWorkerConfig } from '../src/supervisor/config-sources.js';
 import type { WakeChannel } from '../src/wake/wake-channel.js';
 import { captureLog, type CapturedLog } from './support/captured-log.js';
 import { claimAll, freshQueue } from './support/items.js';

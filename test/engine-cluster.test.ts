@@ -5,7 +5,7 @@ import { Consumer } from '../src/consumer/consumer.js';
 import type { Outcome } from '../src/consumer/job-run.js';
 import { createLogger } from '../src/log.js';
 import { Producer } from '../src/producer/producer.js';
-import { resolveWorkerConfig } from '../src/supervisor/config.js';
+import { resolveWorkerConfig } from '../src/supervisor/config-sources.js';
 import { Supervisor } from '../src/supervisor/supervisor.js';
 import { controlStreamKey, wakeStreamKey } from '../src/wake/keys.js';
 import { WakeChannel } from '../src/wake/wake-channel.js';

@@ -4,7 +4,7 @@ import { Consumer } from '../src/consumer/consumer.js';
 import { ValidationError } from '../src/errors.js';
 import { Ledger, type EnqueueInput } from '../src/ledger/ledger.js';
 import type { LedgerConfigInput } from '../src/ledger/config.js';
-import { resolveWorkerConfig } from '../src/supervisor/config.js';
+import { resolveWorkerConfig } from '../src/supervisor/config-sources.js';
 import { claimOne, freshQueue, historyCount, itemCount, mustGet } from './support/items.js';
 import { createTestLedger, type TestLedger } from './support/ledger.js';
 

@@ -9,7 +9,7 @@ import { LeaseLostError, OwnershipLostError } from '../src/errors.js';
 import type { Ledger } from '../src/ledger/ledger.js';
 import type { ClaimedItem } from '../src/ledger/types.js';
 import { createLogger } from '../src/log.js';
-import { resolveWorkerConfig } from '../src/supervisor/config.js';
+import { resolveWorkerConfig } from '../src/supervisor/config-sources.js';
 import { EXIT_OWNERSHIP_LOST, Supervisor } from '../src/supervisor/supervisor.js';
 import { createTestWake, uniqueQueue } from './support/engine.js';
 import { redisUrl } from './support/services.js';

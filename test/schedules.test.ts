@@ -8,7 +8,7 @@ import { ScheduleFirer } from '../src/schedules/firer.js';
 import { nextFireAfter, planDueFires } from '../src/ledger/schedule-times.js';
 import { createLogger } from '../src/log.js';
 import { ValidationError } from '../src/errors.js';
-import { resolveWorkerConfig } from '../src/supervisor/config.js';
+import { resolveWorkerConfig } from '../src/supervisor/config-sources.js';
 import { Supervisor } from '../src/supervisor/supervisor.js';
 import { WakeChannel } from '../src/wake/wake-channel.js';
 import { createTestWake, uniqueQueue } from './support/engine.js';

@@ -9,8 +9,8 @@ import {
   parseAdminAddress,
   parseQueueList,
   resolveWorkerConfig,
-  type WorkerConfig,
-} from '../../supervisor/config.js';
+} from '../../supervisor/config-sources.js';
+import type { WorkerConfig } from '../../supervisor/config.js';
 import { startWorker, type RunningWorker } from '../../supervisor/run-worker.js';
 import { EXIT_OWNERSHIP_LOST } from '../../supervisor/supervisor.js';
 import { CliError, EXIT, UsageError } from '../errors.js';
