@@ -40,9 +40,6 @@ export {
   type ClaimOutcome,
   type SuccessorClaim,
   type CancelOutcome,
-  type ReclaimOutcome,
-  type WokenItem,
-  type ProbeOutcome,
   type QueueStats,
   type BoundedCount,
   type Ownership,
@@ -50,6 +47,7 @@ export {
   type ConcurrencyLimits,
   type KeyScope,
 } from './ledger/types.js';
+export type { ReclaimOutcome, WokenItem, ProbeOutcome } from './ledger/upkeep-types.js';
 export {
   type Explanation,
   type WhyCode,

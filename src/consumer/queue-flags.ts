@@ -1,5 +1,5 @@
 /** Queue flags: the consumer's one copy of its queue's paused, stale-only and fair flags from the ledger. */
-import type { SweepSignal } from '../ledger/types.js';
+import type { SweepSignal } from '../ledger/upkeep-types.js';
 import type { Logger } from '../log.js';
 import type { ConsumerLedger } from './ledger-port.js';
 

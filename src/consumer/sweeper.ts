@@ -1,6 +1,6 @@
 /** Sweeper: the consumer side of sweeping the ledger, when it sweeps and what each sweep does for its queue. */
 import type { Ledger } from '../ledger/ledger.js';
-import type { SweepSignal } from '../ledger/types.js';
+import type { SweepSignal } from '../ledger/upkeep-types.js';
 import type { Logger } from '../log.js';
 import { Maintainer, type MaintainerOptions } from '../maintenance/maintainer.js';
 import type { WakeReader } from '../wake/wake-reader.js';

@@ -10,15 +10,8 @@ import { replayItem } from './sql/operator/replay.js';
 import { queueStats } from './sql/operator/stats.js';
 import { readSteps } from './sql/run/steps.js';
 import { wakeDependency } from './sql/waits/dependency.js';
-import type {
-  AttemptRecord,
-  CancelOutcome,
-  QueueStats,
-  RepairResult,
-  StepRecord,
-  WokenItem,
-  WorkItem,
-} from './types.js';
+import type { AttemptRecord, CancelOutcome, QueueStats, RepairResult, StepRecord, WorkItem } from './types.js';
+import type { WokenItem } from './upkeep-types.js';
 import type { Explanation } from './operator-types.js';
 import { itemId, queueName, reasonText, validate } from './validation.js';
 

@@ -48,19 +48,16 @@ import type {
   LeaseHandle,
   LiveConsumer,
   Ownership,
-  ProbeOutcome,
   QueueClass,
   QueueStats,
   RateAnswer,
-  ReclaimOutcome,
   RenewOutcome,
   RepairResult,
   StepRecord,
   SuccessorClaim,
-  SweepSignal,
-  WokenItem,
   WorkItem,
 } from './types.js';
+import type { ProbeOutcome, ReclaimOutcome, SweepSignal, WokenItem } from './upkeep-types.js';
 import type { Explanation } from './operator-types.js';
 import { LedgerUpkeep } from './upkeep.js';
 import { validate } from './validation.js';

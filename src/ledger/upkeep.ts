@@ -6,7 +6,7 @@ import { sweepSignals } from './sql/upkeep/sweep-signals.js';
 import { probeDependencyWaits } from './sql/waits/dependency.js';
 import { repairWaits } from './sql/waits/waits.js';
 import { purgeWakeMarks } from './sql/waits/wake-marks.js';
-import type { ProbeOutcome, ReclaimOutcome, SweepSignal } from './types.js';
+import type { ProbeOutcome, ReclaimOutcome, SweepSignal } from './upkeep-types.js';
 import { queueName, validate } from './validation.js';
 
 /** Dependency wake marks are kept at least this long (see sql/waits/wake-marks.ts). */

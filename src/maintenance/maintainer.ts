@@ -1,5 +1,5 @@
 import type { Ledger } from '../ledger/ledger.js';
-import type { ProbeOutcome, ReclaimOutcome, SweepSignal } from '../ledger/types.js';
+import type { ProbeOutcome, ReclaimOutcome, SweepSignal } from '../ledger/upkeep-types.js';
 import type { Logger } from '../log.js';
 import type { WakeChannel } from '../wake/wake-channel.js';
 

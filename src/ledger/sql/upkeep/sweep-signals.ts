@@ -1,7 +1,8 @@
 import { sql } from 'kysely';
 import type { Executor } from '../../connection.js';
 import type { LedgerTables } from '../../tables.js';
-import { QUEUE_CLASSES, type SweepSignal } from '../../types.js';
+import { QUEUE_CLASSES } from '../../types.js';
+import type { SweepSignal } from '../../upkeep-types.js';
 import { inline, list } from '../common/fragments.js';
 
 /**

@@ -1,7 +1,7 @@
 import { sql } from 'kysely';
 import type { LedgerDb } from '../../connection.js';
 import type { LedgerTables } from '../../tables.js';
-import type { ProbeOutcome, WokenItem } from '../../types.js';
+import type { ProbeOutcome, WokenItem } from '../../upkeep-types.js';
 import { runTransaction } from '../../retry.js';
 import { list } from '../common/fragments.js';
 import { applyTransition } from '../common/transition.js';
