@@ -47,7 +47,7 @@ export class ClaimScheduler<DB> {
   /** Items whose handler is running: each holds an executor slot. */
   readonly running = new Map<string, RunningJob>();
   /** Items whose handler has settled and whose outcome is being written. */
-  readonly finalizing = new Map<string, RunningJob>();
+  readonly finishing = new Map<string, RunningJob>();
   /** Where every claimed item enters, whatever its source, and waits for a slot. */
   readonly intake: Intake;
   private mode: ClaimMode = 'new';
@@ -88,10 +88,10 @@ export class ClaimScheduler<DB> {
     });
     this.runDeps = {
       ...host.runDeps,
-      // The slot frees when the handler settles, so the next claim overlaps this finalize.
+      // The slot frees when the handler settles, so the next claim overlaps this finish.
       onSettled: (run) => {
         if (run.handlerMs !== undefined) this.intake.buffer.noteHandlerMs(run.handlerMs);
-        if (this.running.delete(run.item.id)) this.finalizing.set(run.item.id, run);
+        if (this.running.delete(run.item.id)) this.finishing.set(run.item.id, run);
         this.intake.startBuffered();
         this.notify();
       },
@@ -377,7 +377,7 @@ export class ClaimScheduler<DB> {
     keyAdmitted?: boolean,
   ): void {
     this.running.delete(item.id);
-    this.finalizing.delete(item.id);
+    this.finishing.delete(item.id);
     this.counters[outcome]++;
     this.holds.itemFinished();
     // The slot is free; a finished lane head has a successor worth claiming right here (lane affinity),

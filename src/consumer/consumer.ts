@@ -44,7 +44,7 @@ const OFFER_HANDOFF_WAIT_MS = 300;
  * claim scheduler feeding `concurrency` executor slots through its intake
  * (intake.ts), a wake reader that tells it which items to claim,
  * reservations for items claimed for it elsewhere, offers, and a sweeper of
- * the ledger as the backstop (faster while Redis is away). It finalizes only
+ * the ledger as the backstop (faster while Redis is away). It finishes only
  * through the ledger.
  */
 export class Consumer<DB = Record<string, never>> extends EventEmitter<ConsumerEvents> {
@@ -146,7 +146,7 @@ export class Consumer<DB = Record<string, never>> extends EventEmitter<ConsumerE
 
   /** Items this consumer holds: handlers running plus outcomes being written. */
   get inFlight(): number {
-    return this.scheduler.running.size + this.scheduler.finalizing.size;
+    return this.scheduler.running.size + this.scheduler.finishing.size;
   }
 
   /** The latest numeric ctx.progress of each running item that reported one (the metrics' progress gauge). */
@@ -232,7 +232,7 @@ export class Consumer<DB = Record<string, never>> extends EventEmitter<ConsumerE
 
   /**
    * Graceful stop (docs/design/consumer.md): stop claiming and reading; let in-flight
-   * handlers finish within `drainTimeoutMs` (default: the setting); then abort them and finalize
+   * handlers finish within `drainTimeoutMs` (default: the setting); then abort them and finish
    * those that settle (released without spending an attempt). A handler
    * that still runs is never released: its lease is left to expire.
    */

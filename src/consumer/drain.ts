@@ -9,14 +9,14 @@ import type { RunningJob } from './job-run.js';
  * them to settle, and abandons the rest (their leases are left to expire).
  */
 export async function drainSlots(
-  slots: { readonly running: ReadonlyMap<string, RunningJob>; readonly finalizing: ReadonlyMap<string, RunningJob> },
+  slots: { readonly running: ReadonlyMap<string, RunningJob>; readonly finishing: ReadonlyMap<string, RunningJob> },
   drainMs: number,
   abortGraceMs: number,
   log: Logger,
 ): Promise<void> {
-  const { running, finalizing } = slots;
-  const settled = () => Promise.allSettled([...running.values(), ...finalizing.values()].map((r) => r.done));
-  if (running.size + finalizing.size > 0) await Promise.race([settled(), sleep(drainMs)]);
+  const { running, finishing } = slots;
+  const settled = () => Promise.allSettled([...running.values(), ...finishing.values()].map((r) => r.done));
+  if (running.size + finishing.size > 0) await Promise.race([settled(), sleep(drainMs)]);
   if (running.size > 0) {
     log.warn({ inFlight: running.size }, 'drain timeout: aborting in-flight handlers');
     for (const r of running.values()) r.abort('shutdown');

@@ -18,7 +18,7 @@ export type Outcome =
   | 'blocked'
   | 'cancelled'
   | 'skipped'
-  /** The lease was lost (or the finalize lost its CAS): nothing was written by this holder. */
+  /** The lease was lost (or the finish lost its CAS): nothing was written by this holder. */
   | 'leaseLost'
   /** The handler did not settle after being aborted: its lease is left to expire. */
   | 'abandoned';
@@ -94,7 +94,7 @@ export async function writeOutcome(deps: OutcomeDeps, s: Settlement): Promise<Ou
   }
   if (returned) {
     const value = returned.value;
-    const r = await finalizeSafely(deps, item, () => deps.completer.complete(item, value));
+    const r = await finishSafely(deps, item, () => deps.completer.complete(item, value));
     s.laneAdvanced = r?.laneAdvanced;
     s.keyAdmitted = r?.keyAdmitted;
     if (r?.won && r.state === 'dead') logDeath(deps, item, r.failureClass, 'the handler result cannot be stored');
@@ -112,7 +112,7 @@ async function writeThrown(
 ): Promise<Outcome> {
   const { ledger, settings, log } = deps;
   if (abortReason === 'cancelled') {
-    return outcomeOf(await finalizeSafely(deps, item, () => ledger.cancelClaimed(item)), 'cancelled');
+    return outcomeOf(await finishSafely(deps, item, () => ledger.cancelClaimed(item)), 'cancelled');
   }
   if (abortReason === 'deadline') {
     log.warn(
@@ -124,7 +124,7 @@ async function writeThrown(
       item,
       settings.deadlineBackoffMs,
       outcomeOf(
-        await finalizeSafely(deps, item, () =>
+        await finishSafely(deps, item, () =>
           ledger.release(item, { delayMs: settings.deadlineBackoffMs, reason: 'deadline' }),
         ),
         'released',
@@ -132,11 +132,11 @@ async function writeThrown(
     );
   }
   if (abortReason === 'shutdown') {
-    return outcomeOf(await finalizeSafely(deps, item, () => ledger.release(item, { reason: 'shutdown' })), 'released');
+    return outcomeOf(await finishSafely(deps, item, () => ledger.release(item, { reason: 'shutdown' })), 'released');
   }
   if (error instanceof SkipError) {
     let refused: ValidationError | undefined;
-    const r = await finalizeSafely(
+    const r = await finishSafely(
       deps,
       item,
       () => ledger.skip(item, error.reason),
@@ -148,7 +148,7 @@ async function writeThrown(
   }
   if (error instanceof PermanentError) {
     const failureClass = /^[a-z0-9_.:-]{1,64}$/.test(error.failureClass) ? error.failureClass : 'permanent';
-    const r = await finalizeSafely(deps, item, () => ledger.fail(item, { error, failureClass }));
+    const r = await finishSafely(deps, item, () => ledger.fail(item, { error, failureClass }));
     if (r?.won) logDeath(deps, item, r.failureClass, 'permanent failure');
     return outcomeOf(r, 'dead');
   }
@@ -159,7 +159,7 @@ async function writeThrown(
         ? { backoff: settings.backoff }
         : { delayMs: Math.max(0, error.runAt.getTime() - Date.now()) };
     let refused: ValidationError | undefined;
-    const r = await finalizeSafely(
+    const r = await finishSafely(
       deps,
       item,
       () => ledger.release(item, { ...when, reason: error.reason }),
@@ -171,7 +171,7 @@ async function writeThrown(
   }
   if (error instanceof BlockOnError) {
     let refused: ValidationError | undefined;
-    const r = await finalizeSafely(
+    const r = await finishSafely(
       deps,
       item,
       () =>
@@ -189,7 +189,7 @@ async function writeThrown(
       logDeath(deps, item, r.failureClass, `dependency ${error.dependencyKey} not met before the wait expired`);
     return outcomeOf(r, r?.state === 'pending' ? 'released' : r?.state === 'dead' ? 'dead' : 'blocked');
   }
-  const r = await finalizeSafely(deps, item, () => ledger.retry(item, { error, backoff: settings.backoff }));
+  const r = await finishSafely(deps, item, () => ledger.retry(item, { error, backoff: settings.backoff }));
   if (r?.won && r.state === 'dead') logDeath(deps, item, r.failureClass, 'attempt budget spent');
   else if (r?.won)
     log.info(
@@ -202,7 +202,7 @@ async function writeThrown(
 /** The payload failed the handler's schema (a pre-check: the handler never ran): dead, class `invalid_payload`. */
 export async function writeInvalidPayload(deps: OutcomeDeps, item: ClaimedItem, issues: string): Promise<Outcome> {
   const error = `payload does not match the handler's schema: ${issues}`;
-  const r = await finalizeSafely(deps, item, () => deps.ledger.fail(item, { error, failureClass: 'invalid_payload' }));
+  const r = await finishSafely(deps, item, () => deps.ledger.fail(item, { error, failureClass: 'invalid_payload' }));
   if (r?.won) logDeath(deps, item, r.failureClass, "payload does not match the handler's schema");
   return outcomeOf(r, 'dead');
 }
@@ -234,7 +234,7 @@ export async function writeUnowned(deps: OutcomeDeps, item: ClaimedItem): Promis
       graceLeftMs,
       Math.max(settings.unknownTypeReleaseMs, Math.min(Math.floor(ageMs / 4), UNOWNED_RELEASE_CAP_MS)),
     );
-    const r = await finalizeSafely(deps, item, () =>
+    const r = await finishSafely(deps, item, () =>
       ledger.release(item, { delayMs, reason: `no handler for type ${item.type} here` }),
     );
     return delayed(deps, item, delayMs, outcomeOf(r, 'released'));
@@ -243,7 +243,7 @@ export async function writeUnowned(deps: OutcomeDeps, item: ClaimedItem): Promis
     settings.unknownType === 'release'
       ? `no handler for type ${item.type} within ${settings.unknownTypeGraceMs} ms of its creation`
       : `no handler for type ${item.type}`;
-  const r = await finalizeSafely(deps, item, () => ledger.fail(item, { error, failureClass: 'unowned' }));
+  const r = await finishSafely(deps, item, () => ledger.fail(item, { error, failureClass: 'unowned' }));
   if (r?.won) logDeath(deps, item, r.failureClass, 'no handler for its type');
   return outcomeOf(r, 'dead');
 }
@@ -264,7 +264,7 @@ export async function writeRateLimited(
     item,
     delayMs,
     outcomeOf(
-      await finalizeSafely(deps, item, () => deps.ledger.release(item, { delayMs, reason: RATE_LIMITED_REASON })),
+      await finishSafely(deps, item, () => deps.ledger.release(item, { delayMs, reason: RATE_LIMITED_REASON })),
       'released',
     ),
   );
@@ -286,7 +286,7 @@ function delayed(deps: OutcomeDeps, item: ClaimedItem, delayMs: number, outcome:
  * failure is retried within the timeout: the CAS makes a repeat harmless (it
  * can only lose). A lost CAS is never retried.
  */
-async function finalizeSafely<R extends FinalizeResult>(
+async function finishSafely<R extends FinalizeResult>(
   deps: OutcomeDeps,
   item: ClaimedItem,
   write: () => Promise<R>,
@@ -301,7 +301,7 @@ async function finalizeSafely<R extends FinalizeResult>(
       if (!r.won) deps.log.warn({ id: item.id, type: item.type }, 'finalize lost its CAS: the item had moved on');
       return r;
     } catch (error) {
-      // Nothing of this finalize was written; a fenced write's R is only ever read through won and ownershipLost then.
+      // Nothing of this finish was written; a fenced write's R is only ever read through won and ownershipLost then.
       if (error instanceof OwnershipLostError) return (await returnToNewOwner(deps, item, error)) as R;
       if (error instanceof ValidationError && onRefused) {
         onRefused(error);
@@ -320,9 +320,9 @@ async function finalizeSafely<R extends FinalizeResult>(
         return undefined;
       }
       await sleep(wait, { keepAlive: true });
-      // The lease keeper stopped when the handler settled: while the finalize is retried (the ledger
+      // The lease keeper stopped when the handler settled: while the finish is retried (the ledger
       // unreachable for a while), keep the lease, or it expires and the next holder spends an attempt.
-      // Between two tries, so a renewal never races the finalize's own write.
+      // Between two tries, so a renewal never races the finish's own write.
       await deps.ledger.renew(item, deps.settings.leaseMs).catch(() => undefined);
     }
   }
@@ -356,6 +356,6 @@ async function returnToNewOwner(
     'ownership of the queue moved to another epoch: nothing of this attempt was written; the item goes back, attempt ' +
       'unspent, to the new owner',
   );
-  await finalizeSafely(deps, item, () => deps.ledger.release(item, { reason: 'ownership lost' }));
+  await finishSafely(deps, item, () => deps.ledger.release(item, { reason: 'ownership lost' }));
   return { won: false, state: 'pending', ownershipLost: true };
 }

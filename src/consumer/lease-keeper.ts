@@ -47,7 +47,7 @@ export function renewalPointMs(leaseMs: number, joining: boolean): number {
 }
 
 /**
- * The pause before try `attempt + 1` of a failed write under a lease (a renewal, a finalize): doubling from 50 ms,
+ * The pause before try `attempt + 1` of a failed write under a lease (a renewal, a finish): doubling from 50 ms,
  * capped at a second.
  */
 export function leaseWriteRetryMs(attempt: number): number {
@@ -106,7 +106,7 @@ export class LeaseKeeper {
 
   /**
    * Stops renewing. Returns the renewal in flight, if any: wait for it, so it
-   * cannot race the finalize (nothing to wait for, the common case, costs no promise).
+   * cannot race the finish (nothing to wait for, the common case, costs no promise).
    */
   stop(): Promise<void> | undefined {
     this.stopped = true;

@@ -75,14 +75,14 @@ export interface WorkItem {
   updatedAt: Date;
 }
 
-/** An item this caller holds the lease on: the handle every finalize takes. */
+/** An item this caller holds the lease on: the handle every finish takes. */
 export interface ClaimedItem extends WorkItem {
   state: 'processing';
   leaseToken: string;
   leaseOwner: string;
   leaseUntil: Date;
   /**
-   * The later items of its lane claimed with it under the same lease (coalescing): every finalize ends them with it.
+   * The later items of its lane claimed with it under the same lease (coalescing): every finish ends them with it.
    */
   group?: CoalescedGroup;
   /**
@@ -184,7 +184,7 @@ export interface EnqueueResult {
 
 // What the ledger's operations take and return.
 
-/** What a finalize needs of the claim it ends. */
+/** What a finish needs of the claim it ends. */
 export type LeaseHandle = Pick<
   ClaimedItem,
   | 'id'
@@ -224,7 +224,7 @@ export type HeldItem = Pick<LeaseHandle, 'id' | 'leaseToken'> & EpochFence & { q
 export interface FinalizeResult {
   /** False: this holder had lost the item (stale token, expired and reclaimed, wrong state); nothing was written. */
   won: boolean;
-  /** The state this finalize wrote (meaningful when won). */
+  /** The state this finish wrote (meaningful when won). */
   state: ItemState;
   /**
    * The failure class recorded when it made the item dead or retried it (`permanent`, `error`, `invalid_payload`, … or

@@ -12,7 +12,7 @@ import { retryPipelined } from '../common/pipeline.js';
 import { applyTransition } from '../common/transition.js';
 
 /**
- * Items whose lease ran out without a finalize (the holder crashed or hung).
+ * Items whose lease ran out without a finish (the holder crashed or hung).
  * The expired attempt counts against the budget; a reclaimed item keeps its
  * due time, so claims (earliest due first) take it before work due after it. Each change is a CAS on the
  * token that was read and on the lease still being expired, so a holder that
@@ -168,7 +168,7 @@ interface ExpiredRow {
 
 /**
  * There is deliberately no index on lease_until: it would change on every
- * claim, renewal and finalize. Items in flight are few, so the claim index's
+ * claim, renewal and finish. Items in flight are few, so the claim index's
  * (queue, class, 'processing') ranges find them, and the expiry is a filter.
  */
 async function expiredLeases(db: LedgerDb, t: LedgerTables, queue: string, limit: number): Promise<ExpiredRow[]> {
