@@ -48,8 +48,8 @@ const SECTIONS: Section[] = [
     title: 'Worker config',
     intro:
       '`lanewake worker`: a `--config` file (JSON or YAML), then `LANEWAKE_*` ' +
-      'variables, then flags, merged and validated once (`src/supervisor/config.ts`, ' +
-      '`workerConfigSchema`). `--print-config` shows the merged result.',
+      'variables, then flags, merged (`src/supervisor/config-sources.ts`) and validated once ' +
+      '(`src/supervisor/config.ts`, `workerConfigSchema`). `--print-config` shows the merged result.',
     schema: workerConfigSchema,
     seeAlso: { queues: ['queue[]', '#queue-config'], schedules: ['schedule[]', '#schedule-config'] },
   },
