@@ -13,6 +13,7 @@ import { sql } from 'kysely';
 import { Ledger } from '../../src/ledger/ledger.js';
 import { Producer } from '../../src/producer/producer.js';
 import { WakeChannel } from '../../src/wake/wake-channel.js';
+import { waitUntil } from '../engine.js';
 import { cpuSample, cpuShare, fmt, median, percentile, progress, sleep } from '../support.js';
 import { consumers, defineWorkload, numFlag, REDIS_URL, silent, withFreshLedger } from '../workload.js';
 
@@ -27,14 +28,6 @@ interface Result {
   idleNodePct: number;
   idleServerPct: number | undefined;
   latencies: number[];
-}
-
-async function until(check: () => boolean, what: string): Promise<void> {
-  const deadline = Date.now() + 60_000;
-  while (!check()) {
-    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
-    await sleep(2);
-  }
 }
 
 async function redisConnections(): Promise<number> {
@@ -67,7 +60,7 @@ const measure = (queues: number): Promise<Result> =>
       };
       try {
         for (const c of cs) await c.start();
-        await until(() => cs.every((c) => c.counters.sweeps >= 1), 'every first sweep');
+        await waitUntil(() => cs.every((c) => c.counters.sweeps >= 1), 60_000, 'every first sweep');
         // The consumers' side only: the producer's channel and pool are not open yet.
         const redis = await redisConnections();
         const db = new URL(ledger.config.url).pathname.slice(1);
@@ -87,7 +80,7 @@ const measure = (queues: number): Promise<Result> =>
           const queue = names[Math.floor(Math.random() * names.length)]!;
           await producer.enqueue({ queue, type: 'ping', payload: { t: performance.now() } });
         }
-        await until(() => seen.size >= JOBS, 'every job to run');
+        await waitUntil(() => seen.size >= JOBS, 60_000, 'every job to run');
         const repeats = [...seen.values()].filter((n) => n !== 1).length;
         if (repeats > 0) throw new Error(`verification failed: ${repeats} jobs ran more than once`);
         const { nodePct, serverPct } = idle;
