@@ -180,72 +180,33 @@ async function main(): Promise<number> {
   );
   const started = nowMs();
 
+  const metric = (label: string, unit: string, digits: number, target?: Metric['target']): Metric => ({
+    label,
+    unit,
+    digits,
+    runs: [],
+    ...(target ? { target } : {}),
+  });
+  const deep = `a ${fmt(sz.deepLaneItems)}-item lane`;
   const m = {
-    enqueueOwn: {
-      label: `enqueue, own lanes (batches of ${ENQUEUE_BATCH})`,
-      unit: 'items/s',
-      digits: 0,
-      runs: [],
-    } as Metric,
-    enqueueShared: {
-      label: `enqueue, ${fmt(SHARED_LANES)} shared lanes (batches of ${ENQUEUE_BATCH})`,
-      unit: 'items/s',
-      digits: 0,
-      runs: [],
-    } as Metric,
-    enqueueDeep: {
-      label: `enqueue, one lane (batches of ${fmt(DEEP_LANE_BATCH)}; deep-lane setup)`,
-      unit: 'items/s',
-      digits: 0,
-      runs: [],
-    } as Metric,
-    ccOwn: {
-      label: `claim+complete, own lanes (${opts.claimers} claimers × limit ${CLAIM_LIMIT})`,
-      unit: 'items/s',
-      digits: 0,
-      runs: [],
-      target: { op: '≥', value: TARGETS.claimCompleteOwn },
-    } as Metric,
-    ccShared: {
-      label: `claim+complete, ${fmt(SHARED_LANES)} shared lanes`,
-      unit: 'items/s',
-      digits: 0,
-      runs: [],
-      target: { op: '≥', value: TARGETS.claimCompleteShared },
-    } as Metric,
-    p50: { label: 'claim(limit 1) p50, no deep lane', unit: 'ms', digits: 2, runs: [] } as Metric,
-    p99: { label: 'claim(limit 1) p99, no deep lane', unit: 'ms', digits: 2, runs: [] } as Metric,
-    deepP50: {
-      label: `claim(limit 1) p50, with a ${fmt(sz.deepLaneItems)}-item lane`,
-      unit: 'ms',
-      digits: 2,
-      runs: [],
-    } as Metric,
-    deepP99: {
-      label: `claim(limit 1) p99, with a ${fmt(sz.deepLaneItems)}-item lane`,
-      unit: 'ms',
-      digits: 2,
-      runs: [],
-    } as Metric,
-    completeShort: {
-      label: `complete() of a lane head, short lane (p50 of ${COMPLETE_PROBES}; info)`,
-      unit: 'ms',
-      digits: 2,
-      runs: [],
-    } as Metric,
-    completeDeep: {
-      label: `complete() of the deep lane's head (p50 of ${COMPLETE_PROBES}; info)`,
-      unit: 'ms',
-      digits: 2,
-      runs: [],
-    } as Metric,
-    ratio: {
-      label: 'deep-lane claim ratio (p50 with / without)',
-      unit: '×',
-      digits: 2,
-      runs: [],
-      target: { op: '≤', value: TARGETS.deepLaneRatio },
-    } as Metric,
+    enqueueOwn: metric(`enqueue, own lanes (batches of ${ENQUEUE_BATCH})`, 'items/s', 0),
+    enqueueShared: metric(`enqueue, ${fmt(SHARED_LANES)} shared lanes (batches of ${ENQUEUE_BATCH})`, 'items/s', 0),
+    enqueueDeep: metric(`enqueue, one lane (batches of ${fmt(DEEP_LANE_BATCH)}; deep-lane setup)`, 'items/s', 0),
+    ccOwn: metric(`claim+complete, own lanes (${opts.claimers} claimers × limit ${CLAIM_LIMIT})`, 'items/s', 0, {
+      op: '≥',
+      value: TARGETS.claimCompleteOwn,
+    }),
+    ccShared: metric(`claim+complete, ${fmt(SHARED_LANES)} shared lanes`, 'items/s', 0, {
+      op: '≥',
+      value: TARGETS.claimCompleteShared,
+    }),
+    p50: metric('claim(limit 1) p50, no deep lane', 'ms', 2),
+    p99: metric('claim(limit 1) p99, no deep lane', 'ms', 2),
+    deepP50: metric(`claim(limit 1) p50, with ${deep}`, 'ms', 2),
+    deepP99: metric(`claim(limit 1) p99, with ${deep}`, 'ms', 2),
+    completeShort: metric(`complete() of a lane head, short lane (p50 of ${COMPLETE_PROBES}; info)`, 'ms', 2),
+    completeDeep: metric(`complete() of the deep lane's head (p50 of ${COMPLETE_PROBES}; info)`, 'ms', 2),
+    ratio: metric('deep-lane claim ratio (p50 with / without)', '×', 2, { op: '≤', value: TARGETS.deepLaneRatio }),
   };
   const details: string[][] = [];
   const record = (run: number, what: string, metric: Metric, outcome: RunOutcome<number>, detail = true): void => {
@@ -273,21 +234,13 @@ async function main(): Promise<number> {
       record(run, 'enqueue own', m.enqueueOwn, await attempt(() => benchEnqueue(sz.enqueueItems, null)));
       record(run, 'enqueue shared', m.enqueueShared, await attempt(() => benchEnqueue(sz.enqueueItems, SHARED_LANES)));
     }
-    if (opts.only.has('own')) {
-      record(
-        run,
-        'claim+complete own',
-        m.ccOwn,
-        await attempt(() => benchClaimComplete(sz.claimItems, null, opts.claimers)),
-      );
-    }
-    if (opts.only.has('shared')) {
-      record(
-        run,
-        'claim+complete shared',
-        m.ccShared,
-        await attempt(() => benchClaimComplete(sz.claimItems, SHARED_LANES, opts.claimers)),
-      );
+    for (const [scenario, lanes, metricOf] of [
+      ['own', null, m.ccOwn],
+      ['shared', SHARED_LANES, m.ccShared],
+    ] as const) {
+      if (!opts.only.has(scenario)) continue;
+      const outcome = await attempt(() => benchClaimComplete(sz.claimItems, lanes, opts.claimers));
+      record(run, `claim+complete ${scenario}`, metricOf, outcome);
     }
     if (opts.only.has('latency')) {
       const lat = await attempt(() => benchLatency(sz));
@@ -295,55 +248,16 @@ async function main(): Promise<number> {
         lat.ok
           ? { ok: true, value: f(lat.value), note: lat.note, ...(lat.cpu ? { cpu: lat.cpu } : {}) }
           : { ok: false, error: lat.error };
-      record(
-        run,
-        'enqueue deep lane',
-        m.enqueueDeep,
-        part((v) => v.deepEnqueueItemsS),
-        false,
-      );
-      record(
-        run,
-        'claim p50',
-        m.p50,
-        part((v) => v.p50),
-        false,
-      );
-      record(
-        run,
-        'claim p99',
-        m.p99,
-        part((v) => v.p99),
-        false,
-      );
-      record(
-        run,
-        'claim p50 deep',
-        m.deepP50,
-        part((v) => v.deepP50),
-        false,
-      );
-      record(
-        run,
-        'claim p99 deep',
-        m.deepP99,
-        part((v) => v.deepP99),
-        false,
-      );
-      record(
-        run,
-        'complete short lane head',
-        m.completeShort,
-        part((v) => v.completeLaneHeadP50),
-        false,
-      );
-      record(
-        run,
-        'complete deep lane head',
-        m.completeDeep,
-        part((v) => v.completeDeepHeadP50),
-        false,
-      );
+      const parts: [string, Metric, (v: LatencyRun) => number][] = [
+        ['enqueue deep lane', m.enqueueDeep, (v) => v.deepEnqueueItemsS],
+        ['claim p50', m.p50, (v) => v.p50],
+        ['claim p99', m.p99, (v) => v.p99],
+        ['claim p50 deep', m.deepP50, (v) => v.deepP50],
+        ['claim p99 deep', m.deepP99, (v) => v.deepP99],
+        ['complete short lane head', m.completeShort, (v) => v.completeLaneHeadP50],
+        ['complete deep lane head', m.completeDeep, (v) => v.completeDeepHeadP50],
+      ];
+      for (const [what, metricOf, pick] of parts) record(run, what, metricOf, part(pick), false);
       const ratio = part((v) => v.ratio);
       if (lat.ok && ratio.ok) {
         const v = lat.value;

@@ -10,7 +10,7 @@ import { fileURLToPath } from 'node:url';
 import type { RowDataPacket } from 'mysql2/promise';
 import { cliFlag, onCleanup, progress, withAdmin } from './support.js';
 
-/** The SQL server a run of bench/steady.ts or bench/lanes-bulk.ts uses: `--server mariadb|tidb`, `--txn` (TiDB). */
+/** The SQL server a run of bench/steady.ts uses: `--server mariadb|tidb`, `--txn` (TiDB). */
 export function steadyServer(args: readonly string[]): { server: 'mariadb' | 'tidb'; txn: string; serverUrl: string } {
   const server = cliFlag('--server', [...args]) ?? 'mariadb';
   if (server !== 'mariadb' && server !== 'tidb') throw new Error('--server is mariadb or tidb');

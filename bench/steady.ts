@@ -13,13 +13,20 @@
  *   npx tsx bench/steady.ts --server mariadb --redis cluster      # a local 6-node Redis Cluster, started for the run
  *   npx tsx bench/steady.ts --server mariadb --redis redis+cluster://127.0.0.1:7000,127.0.0.1:7001
  *   npx tsx bench/steady.ts --rate 200 --seconds 60 --lanes 100 --workers 2 --concurrency 16 --runs 3
+ *   npx tsx bench/steady.ts --backlog 10000 --server tidb   # C: a backlog over many lanes (below)
  *   (--no-build: use dist/ as it is)
  *
  * Servers: LANEWAKE_BENCH_MYSQL_URL (MariaDB, default mysql://root@127.0.0.1:3306) and
  * LANEWAKE_BENCH_TIDB_URL (default mysql://root@127.0.0.1:4000; scripts/tidb.sh start).
  * The slow-log threshold is set to 100 ms for the run and put back after.
  * Each run has a database and a Redis key prefix of its own, removed after.
+ *
+ * `--backlog N` (C): instead of the steady producer, this process enqueues N laned items (over 300 lanes, unless
+ * `--lanes`) in batches of 500 (`enqueueMany`), then the workers (3 unless `--workers`) run them. Per run: how long
+ * the enqueue took, the processing rate from the workers' start to the last effect, the SQL server's CPU per job
+ * and the statements over 100 ms.
  */
+import type { ChildProcess } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import type { RowDataPacket } from 'mysql2/promise';
 import { Ledger } from '../src/ledger/ledger.js';
@@ -36,6 +43,7 @@ import {
   type SlowStatement,
 } from './steady-server.js';
 import {
+  type BenchDatabase,
   childMessage,
   cliFlag,
   createBenchDatabase,
@@ -56,8 +64,9 @@ const redisFlag = flag('redis', 'redis://127.0.0.1:6379');
 let redisUrl = redisFlag;
 const RATE = Number(flag('rate', '200'));
 const SECONDS = Number(flag('seconds', '30'));
-const LANES = Number(flag('lanes', '100'));
-const WORKERS = Number(flag('workers', '2'));
+const BACKLOG = Number(flag('backlog', '0'));
+const LANES = Number(flag('lanes', BACKLOG > 0 ? '300' : '100'));
+const WORKERS = Number(flag('workers', BACKLOG > 0 ? '3' : '2'));
 const CONCURRENCY = Number(flag('concurrency', '16'));
 const RUNS = Number(flag('runs', '1'));
 const QUEUE = 'steady';
@@ -98,11 +107,11 @@ interface RunFigures {
   locks: LockFigures;
 }
 
-async function oneRun(): Promise<RunFigures> {
-  const db = await createBenchDatabase('lwst', serverUrl);
-  const keyPrefix = `lwst:${randomBytes(4).toString('hex')}:`;
+/** A fresh database with the effects table, and the workers' environment; `db` is dropped by the caller. */
+async function prepare(prefix: string): Promise<{ db: BenchDatabase; env: Record<string, string> }> {
+  const db = await createBenchDatabase(prefix, serverUrl);
+  const keyPrefix = `${prefix}:${randomBytes(4).toString('hex')}:`;
   onCleanup(() => (redisUrl.startsWith('redis://') ? deleteKeys(redisUrl, keyPrefix) : Promise.resolve()));
-  const modeEnv: Record<string, string> = server === 'tidb' ? { LW_TIDB_TXN_MODE: txn } : {};
   const setup = new Ledger({ url: db.url, poolSize: 2 });
   await setup.migrate();
   await setup.close();
@@ -119,11 +128,86 @@ async function oneRun(): Promise<RunFigures> {
     LW_REDIS_URL: redisUrl,
     LW_KEY_PREFIX: keyPrefix,
     LW_QUEUE: QUEUE,
-    ...modeEnv,
+    ...(server === 'tidb' ? { LW_TIDB_TXN_MODE: txn } : {}),
   };
-  const workers = Array.from({ length: WORKERS }, () =>
+  return { db, env };
+}
+
+const startWorkers = (env: Record<string, string>): ChildProcess[] =>
+  Array.from({ length: WORKERS }, () =>
     steadyChild('./steady-worker.mjs', { ...env, LW_CONCURRENCY: String(CONCURRENCY) }),
   );
+
+async function stopWorkers(workers: readonly ChildProcess[]): Promise<WorkerFigures[]> {
+  return Promise.all(
+    workers.map((w) => {
+      const f = childMessage<WorkerFigures>(w, 'figures');
+      w.send({ type: 'stop' });
+      return f;
+    }),
+  );
+}
+
+/** Waits until every job's effect row (written with its completion) is there. */
+async function effectsReach(db: string, jobs: number, timeoutS: number): Promise<void> {
+  const deadline = Date.now() + timeoutS * 1000;
+  for (;;) {
+    const [rows] = await withAdmin(
+      (c) => c.query<RowDataPacket[]>(`SELECT COUNT(*) AS n FROM \`${db}\`.effects`),
+      serverUrl,
+    );
+    if (Number(rows[0]?.n) >= jobs) return;
+    if (Date.now() > deadline) throw new Error(`only ${rows[0]?.n} of ${jobs} jobs ran within ${timeoutS} s`);
+    await new Promise((r) => setTimeout(r, 100));
+  }
+}
+
+const cpuPerJob = (before: number | undefined, after: number | undefined, jobs: number): number | undefined =>
+  before !== undefined && after !== undefined ? ((after - before) * 1e6) / jobs : undefined;
+
+interface BacklogFigures {
+  enqueueS: number;
+  processS: number;
+  jobsPerS: number;
+  serverCpuUs: number | undefined;
+  slow: number;
+}
+
+/** C: a backlog over many lanes, enqueued ahead, then run by the workers. */
+async function backlogRun(): Promise<BacklogFigures> {
+  const { db, env } = await prepare('lwlb');
+  const mode = server === 'tidb' ? { tidbTxnMode: txn as 'pessimistic' | 'optimistic' } : {};
+  const ledger = new Ledger({ url: db.url, poolSize: 4, ...mode });
+  const from = new Date();
+  const t0 = performance.now();
+  for (let i = 0; i < BACKLOG; i += 500) {
+    const items = Array.from({ length: Math.min(500, BACKLOG - i) }, (_, k) => ({
+      queue: QUEUE,
+      type: 'job',
+      lane: `lane-${(i + k) % LANES}`,
+      payload: { k: i + k, t: '0' },
+    }));
+    await ledger.enqueueMany(items);
+  }
+  const enqueueS = (performance.now() - t0) / 1000;
+  await ledger.close();
+  const workers = startWorkers(env);
+  const t1 = performance.now();
+  const cpuBefore = serverCpuSecondsOf(serverUrl);
+  await Promise.all(workers.map((w) => childMessage(w, 'ready')));
+  await effectsReach(db.name, BACKLOG, 600);
+  const processS = (performance.now() - t1) / 1000;
+  const serverCpuUs = cpuPerJob(cpuBefore, serverCpuSecondsOf(serverUrl), BACKLOG);
+  const slow = await slowStatements(server, serverUrl, db.name, from, new Date());
+  await stopWorkers(workers);
+  await db.drop();
+  const slowCount = slow.reduce((n, x) => n + x.count, 0);
+  return { enqueueS, processS, jobsPerS: BACKLOG / processS, serverCpuUs, slow: slowCount };
+}
+
+async function oneRun(): Promise<RunFigures> {
+  const { db, env } = await prepare('lwst');
+  const workers = startWorkers(env);
   await Promise.all(workers.map((w) => childMessage(w, 'ready')));
   const jobs = RATE * SECONDS;
   const producer = steadyChild('./steady-producer.mjs', {
@@ -142,29 +226,12 @@ async function oneRun(): Promise<RunFigures> {
   producer.send({ type: 'go' });
   const sent = await done;
   if (sent.failed > 0) throw new Error(`${sent.failed} enqueues failed`);
-  // Every job run: its effect row is written with its completion.
-  const deadline = Date.now() + 120_000;
-  for (;;) {
-    const [rows] = await withAdmin(
-      (c) => c.query<RowDataPacket[]>(`SELECT COUNT(*) AS n FROM \`${db.name}\`.effects`),
-      serverUrl,
-    );
-    if (Number(rows[0]?.n) >= jobs) break;
-    if (Date.now() > deadline)
-      throw new Error(`only ${rows[0]?.n} of ${jobs} jobs ran within 120 s of the last enqueue`);
-    await new Promise((r) => setTimeout(r, 200));
-  }
+  await effectsReach(db.name, jobs, 120);
   const to = new Date();
   const serverCpuAfter = serverCpuSecondsOf(serverUrl);
   const after = await lockFigures(server, serverUrl, db.name);
   const sampled = await sampler?.stop();
-  const figures = await Promise.all(
-    workers.map((w) => {
-      const f = childMessage<WorkerFigures>(w, 'figures');
-      w.send({ type: 'stop' });
-      return f;
-    }),
-  );
+  const figures = await stopWorkers(workers);
   const starts = figures.flatMap((f) => f.startsUs).map((us) => us / 1000);
   if (starts.length !== jobs)
     throw new Error(`${starts.length} starts recorded for ${jobs} jobs (a job ran twice, or not at all)`);
@@ -223,10 +290,7 @@ async function oneRun(): Promise<RunFigures> {
     cpuUs: {
       workers: (figures.reduce((n, f) => n + f.cpuMs, 0) * 1000) / jobs,
       producer: (sent.cpuMs * 1000) / jobs,
-      server:
-        serverCpuBefore !== undefined && serverCpuAfter !== undefined
-          ? ((serverCpuAfter - serverCpuBefore) * 1e6) / jobs
-          : undefined,
+      server: cpuPerJob(serverCpuBefore, serverCpuAfter, jobs),
     },
     slow,
     locks: {
@@ -238,6 +302,23 @@ async function oneRun(): Promise<RunFigures> {
   };
 }
 
+async function backlogMain(): Promise<void> {
+  const label = `${server}${server === 'tidb' ? ` ${txn}` : ''}`;
+  progress(`${label}: ${BACKLOG} items over ${LANES} lanes, ${WORKERS} workers x ${CONCURRENCY}, ${RUNS} run(s)`);
+  const runs: BacklogFigures[] = [];
+  for (let r = 0; r < RUNS; r++) {
+    const f = await backlogRun();
+    runs.push(f);
+    console.log(
+      `run ${r + 1}: enqueued in ${f.enqueueS.toFixed(2)} s; processed in ${f.processS.toFixed(2)} s ` +
+        `(${f.jobsPerS.toFixed(0)} jobs/s, workers' start included); server CPU ` +
+        `${f.serverCpuUs?.toFixed(0) ?? '?'} µs/job; ${f.slow} statements over 100 ms`,
+    );
+  }
+  const m = (pick: (f: BacklogFigures) => number, d = 2): string => median(runs.map(pick)).toFixed(d);
+  console.log(`\n${label}, median of ${RUNS}: enqueue ${m((f) => f.enqueueS)} s, ${m((f) => f.jobsPerS, 0)} jobs/s`);
+}
+
 runBenchmark(async () => {
   if (redisFlag === 'cluster') {
     progress('starting a local Redis Cluster (6 nodes)');
@@ -246,6 +327,7 @@ runBenchmark(async () => {
     redisUrl = cluster.url;
   }
   buildDist(args);
+  if (BACKLOG > 0) return backlogMain();
   const label =
     `${server}${server === 'tidb' ? ` ${txn}` : ''}, ` +
     `${redisUrl.startsWith('redis+cluster://') ? 'Redis Cluster' : 'one Redis'}`;

@@ -6,10 +6,11 @@ import type { ChildProcess } from 'node:child_process';
  */
 import { execFileSync } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
-import { readdirSync, readFileSync } from 'node:fs';
+import { readFileSync } from 'node:fs';
 import { availableParallelism } from 'node:os';
 import { performance } from 'node:perf_hooks';
 import { createConnection, type Connection, type RowDataPacket } from 'mysql2/promise';
+import { pidByName, processCpuUs } from './cost-proc.js';
 
 /** Server URL (no database) the benchmarks use. */
 export function benchServerUrl(): string {
@@ -180,52 +181,26 @@ const CLOCK_TICKS = 100; // USER_HZ on Linux
  * The server the benchmark talks to: tidb-server on its port (4000), mariadbd or mysqld otherwise, since both may run
  * at once.
  */
-function serverNames(url = benchServerUrl()): readonly string[] {
-  return new URL(url).port === '4000' ? ['tidb-server'] : ['mariadbd', 'mysqld'];
-}
+const serverNames = (url = benchServerUrl()): readonly string[] =>
+  new URL(url).port === '4000' ? ['tidb-server'] : ['mariadbd', 'mysqld'];
 
-function findServerPid(url?: string): number | undefined {
-  const names = serverNames(url);
-  try {
-    for (const entry of readdirSync('/proc')) {
-      if (!/^\d+$/.test(entry)) continue;
-      try {
-        const comm = readFileSync(`/proc/${entry}/comm`, 'utf8').trim();
-        if (names.includes(comm)) return Number(entry);
-      } catch {
-        // the process went away
-      }
-    }
-  } catch {
-    // no /proc
-  }
-  return undefined;
-}
+const cpuSeconds = (pid: number | undefined): number | undefined => {
+  const us = processCpuUs(pid);
+  return us === undefined ? undefined : us / 1e6;
+};
 
 let serverPid: number | undefined | null = null;
 
 function serverCpuSeconds(): number | undefined {
-  if (serverPid === null) serverPid = findServerPid();
-  return processCpuSeconds(serverPid);
+  if (serverPid === null) serverPid = pidByName(serverNames());
+  return cpuSeconds(serverPid);
 }
 
 /**
  * CPU-seconds so far of the SQL server behind `url` on this machine (tidb-server on port 4000, else mariadbd/mysqld).
  */
 export function serverCpuSecondsOf(url: string): number | undefined {
-  return processCpuSeconds(findServerPid(url));
-}
-
-function processCpuSeconds(pid: number | undefined): number | undefined {
-  if (pid === undefined) return undefined;
-  try {
-    const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
-    const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
-    // fields[0] is field 3 (state); utime and stime are fields 14 and 15.
-    return (Number(fields[11]) + Number(fields[12])) / CLOCK_TICKS;
-  } catch {
-    return undefined;
-  }
+  return cpuSeconds(pidByName(serverNames(url)));
 }
 
 function machineCpuSeconds(): { busy: number; total: number } | undefined {

@@ -480,7 +480,7 @@ describe('fair queues', () => {
 
   test("a fair queue's consumer claims nothing with completions, so claim rounds deal slots in rounds", async () => {
     // A lane's next claimed as its item ends keeps the lanes a consumer holds in its slots and prefetch buffer ahead
-    // of every other key's round: behind a flood of A over many lanes, B waits long (bench/fairness.ts).
+    // of every other key's round: behind a flood of A over many lanes, B waits long (bench/workloads/fairness.ts).
     const run = async (fair: boolean): Promise<Consumer> => {
       const queue = uniqueQueue(fair ? 'fairnext' : 'oldestnext');
       if (fair) await tl.ledger.setFairness(queue, 'key');

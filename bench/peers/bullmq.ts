@@ -64,7 +64,7 @@ async function scanKeys(r: Redis, pattern: string, onBatch: (keys: string[]) => 
 }
 
 /** Keys of the namespace still in Redis (empty after a clean teardown). */
-export async function bullmqLeftovers(ns: Namespace): Promise<string[]> {
+async function bullmqLeftovers(ns: Namespace): Promise<string[]> {
   const found: string[] = [];
   await withRedis((r) =>
     scanKeys(r, `${bullmqPrefix(ns)}:*`, async (keys) => {

@@ -62,15 +62,6 @@ async function withClient<T>(fn: (c: pg.Client) => Promise<T>): Promise<T> {
   }
 }
 
-/** Whether the namespace's schema still exists (false after a clean teardown). */
-export async function pgBossLeftovers(ns: Namespace): Promise<string[]> {
-  const schema = pgBossSchema(ns);
-  const { rows } = await withClient((c) =>
-    c.query<{ nspname: string }>('SELECT nspname FROM pg_namespace WHERE nspname = $1', [schema]),
-  );
-  return rows.map((r) => `schema ${r.nspname}`);
-}
-
 /** pg-boss's `db` option: a pg.Pool like its own, counting statements in flight. */
 class CountingDb implements PgBoss.Db {
   readonly pool: pg.Pool;

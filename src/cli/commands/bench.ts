@@ -5,24 +5,26 @@ import type { Command } from 'commander';
 import type { CliContext } from '../context.js';
 import { CliError, EXIT } from '../errors.js';
 
-const SUITES = {
+// The workloads of bench/run.ts run as `bench/run.ts <name>`.
+const WORKLOADS = ['capacity', 'classes', 'rate', 'fairness', 'shapes', 'schedules', 'queues', 'dashboard', 'tracing'];
+const SUITES: Record<string, string> = {
   compare: 'bench/compare.ts',
   ledger: 'bench/ledger.ts',
   engine: 'bench/engine.ts',
   steady: 'bench/steady.ts',
   cost: 'bench/cost.ts',
-} as const;
-type Suite = keyof typeof SUITES;
-const DEFAULT_SUITE: Suite = 'compare';
+  ...Object.fromEntries(WORKLOADS.map((w) => [w, 'bench/run.ts'])),
+};
+const DEFAULT_SUITE = 'compare';
 
-const isSuite = (s: string): s is Suite => Object.hasOwn(SUITES, s);
+const isSuite = (s: string): boolean => Object.hasOwn(SUITES, s);
 
 function shellQuote(s: string): string {
   return /^[A-Za-z0-9_./:,=@%+-]+$/.test(s) ? s : `'${s.replace(/'/g, `'\\''`)}'`;
 }
 
 /**
- * `lanewake bench [compare|ledger|engine|steady|cost] [-- args]`: the benchmark harnesses
+ * `lanewake bench [compare|ledger|engine|steady|cost|<workload>] [-- args]`: the benchmark harnesses
  * of a source checkout (they are not part of the built package), run with
  * tsx. The default, compare, is the side-by-side run against the peers
  * (docs/BENCHMARKS.md); `lanewake bench --runs 1` passes the flags to it.
@@ -33,10 +35,11 @@ export function benchCommand(program: Command, _ctx: CliContext): void {
     .description(
       'run a benchmark harness of this checkout: compare (side by side with BullMQ, graphile-worker, ' +
         'pg-boss; the default), ledger (claim/complete/enqueue), engine (jobs/s, latency, RSS), steady ' +
-        "(the production shape at a steady rate, MariaDB or TiDB) or cost (the SQL server's CPU, rows, " +
-        'statements and round trips per job, for enqueue, claim and complete apart)',
+        "(the production shape at a steady rate, MariaDB or TiDB), cost (the SQL server's CPU, rows, " +
+        'statements and round trips per job, for enqueue, claim and complete apart) or a workload of ' +
+        `bench/run.ts (${WORKLOADS.join(', ')})`,
     )
-    .argument('[suite]', 'compare, ledger, engine, steady or cost', DEFAULT_SUITE)
+    .argument('[suite]', `compare, ledger, engine, steady, cost or ${WORKLOADS.join(', ')}`, DEFAULT_SUITE)
     .argument('[args...]', 'passed on, e.g. --runs 1 --scale 0.2 --json')
     .allowUnknownOption(true)
     .action(async (suiteArg: string, rest: string[]) => {
@@ -56,7 +59,8 @@ export function benchCommand(program: Command, _ctx: CliContext): void {
           ? `npm run bench${passed.length > 0 ? ` -- ${passed.map(shellQuote).join(' ')}` : ''}`
           : ['lanewake', 'bench', ...passed].map(shellQuote).join(' ');
       const code = await new Promise<number>((resolve) => {
-        const child = spawn(process.execPath, ['--import', 'tsx', script, ...args], {
+        const workload = SUITES[suite] === 'bench/run.ts' ? [suite] : [];
+        const child = spawn(process.execPath, ['--import', 'tsx', script, ...workload, ...args], {
           cwd: root,
           stdio: 'inherit',
           env: { ...process.env, LANEWAKE_BENCH_COMMAND: process.env.LANEWAKE_BENCH_COMMAND ?? typed },

@@ -1,38 +1,29 @@
 /**
- * Dashboard paging (docs/BENCHMARKS.md, "Dashboard paging"): the dashboard's
- * reads on a ledger of `--rows` items (default 1,000,000), half of them in
- * the queue read, half in another queue interleaved with it in time; of the
- * queue's items 90% completed, 1% dead, the rest pending. Reported per read:
- * the first page, a page deep in (the 1,000th of 200 items, or as deep as
- * the walk gets), and the p50 and p99 of every page walked, with the EXPLAIN
- * of each statement the read sent (MariaDB: its access type and key).
- *
- * The table is filled fast rather than realistically: 20,000 items are
- * enqueued through the ledger, then copied in chunks of 20,000 with new ids
- * and creation times ten minutes further back each chunk, until it holds
- * `--rows`.
- *
- *   npm run bench:dashboard
- *   npm run bench:dashboard -- --rows 10000000
+ * Dashboard paging (docs/BENCHMARKS.md, "Dashboard paging"): the dashboard's reads on a ledger of `--rows` items
+ * (default 1,000,000), half in the queue read, half in another queue interleaved with it in time; of the queue's
+ * items 90% completed, 1% dead, the rest pending. Per read: the first page, a page deep in (the 1,000th of 200
+ * items, `--deep-pages`, or as deep as the walk gets), the p50 and p99 of every page walked, and the EXPLAIN of
+ * each statement the read sent (MariaDB: access type and key). The table is filled fast rather than
+ * realistically: 20,000 items enqueued through the ledger, then copied in chunks of 20,000 with new ids and
+ * creation times ten minutes further back each chunk. `--keep` leaves the database (lwdash_kept) for a look.
  */
 import { performance } from 'node:perf_hooks';
 import { CompiledQuery, Kysely, MysqlDialect, sql } from 'kysely';
-import { parseLedgerConfig } from '../src/ledger/config.js';
-import { createLedgerPool } from '../src/ledger/connection.js';
-import { Ledger } from '../src/ledger/ledger.js';
-import type { ItemFilter } from '../src/ledger/operator-types.js';
+import { parseLedgerConfig } from '../../src/ledger/config.js';
+import { createLedgerPool } from '../../src/ledger/connection.js';
+import { Ledger } from '../../src/ledger/ledger.js';
+import type { ItemFilter } from '../../src/ledger/operator-types.js';
 import {
   benchServerUrl,
   cliFlag,
   codeRevision,
   createBenchDatabase,
-  withAdmin,
   fmt,
   percentile,
-  printTable,
   progress,
-  runBenchmark,
-} from './support.js';
+  withAdmin,
+} from '../support.js';
+import { defineWorkload } from '../workload.js';
 
 const ROWS = Number(cliFlag('--rows') ?? 1_000_000);
 const SEED = 20_000;
@@ -157,7 +148,7 @@ async function timed(
   return { label, firstMs: ms, deepMs: Number.NaN, deepPage: 1, p50: ms, p99: ms, found: 0, plans };
 }
 
-async function main(): Promise<void> {
+async function measure(): Promise<Measured[]> {
   // --keep: a database of a fixed name, left for a look with EXPLAIN afterwards (dropped first if there).
   const kept = process.argv.includes('--keep') ? 'lwdash_kept' : undefined;
   if (kept)
@@ -193,21 +184,7 @@ async function main(): Promise<void> {
     results.push(await timed('queue views (stats + last hour)', db, captured, () => ledger.operator.queues(QUEUE)));
     results.push(await timed('dead groups', db, captured, () => ledger.operator.deadGroups(QUEUE)));
     results.push(await timed('lanes', db, captured, () => ledger.operator.lanes(QUEUE)));
-    printTable(
-      `Dashboard reads on ${fmt(ROWS)} items (MariaDB, ${codeRevision()})`,
-      ['read', 'first page ms', 'deep page ms', 'pages walked', 'p50 ms', 'p99 ms', 'items seen'],
-      results.map((m) => [
-        m.label,
-        fmt(m.firstMs, 1),
-        Number.isNaN(m.deepMs) ? '-' : fmt(m.deepMs, 1),
-        fmt(m.deepPage),
-        fmt(m.p50, 1),
-        fmt(m.p99, 1),
-        fmt(m.found),
-      ]),
-    );
-    console.log('\nEXPLAIN (table:type/key) of each statement, first page:');
-    for (const m of results) console.log(`  ${m.label}:\n${m.plans.map((p) => `    ${p}`).join('\n')}`);
+    return results;
   } finally {
     await ledger.close();
     if (kept) progress(`kept database ${kept}`);
@@ -215,4 +192,32 @@ async function main(): Promise<void> {
   }
 }
 
-runBenchmark(main);
+export default defineWorkload<'reads', Measured[]>({
+  about: "the dashboard's reads and their plans on a ledger of --rows items (Dashboard paging)",
+  variants: ['reads'],
+  label: () => 'dashboard reads',
+  runs: 1,
+  measure,
+  line: (_, r) => `${r.length} reads`,
+  report: (of) =>
+    of('reads').flatMap((results) => [
+      {
+        title: `Dashboard reads on ${fmt(ROWS)} items (MariaDB, ${codeRevision()})`,
+        headers: ['read', 'first page ms', 'deep page ms', 'pages walked', 'p50 ms', 'p99 ms', 'items seen'],
+        rows: results.map((m) => [
+          m.label,
+          fmt(m.firstMs, 1),
+          Number.isNaN(m.deepMs) ? '-' : fmt(m.deepMs, 1),
+          fmt(m.deepPage),
+          fmt(m.p50, 1),
+          fmt(m.p99, 1),
+          fmt(m.found),
+        ]),
+      },
+      {
+        title: 'EXPLAIN (table:type/key) of each statement, first page',
+        headers: ['read', 'plans'],
+        rows: results.map((m) => [m.label, m.plans.join(' ; ')]),
+      },
+    ]),
+});
