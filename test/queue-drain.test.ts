@@ -21,7 +21,7 @@ async function drainingFor(ledger: Ledger, queue: string, ms: number): Promise<v
 }
 
 describe('drain-only queues', () => {
-  test('enqueues are refused with the queue named, in a batch by index; other queues and --undo take items', async () => {
+  test('enqueues are refused naming the queue, in a batch by index; other queues and --undo take items', async () => {
     const { tl, queue } = await harness.setUp();
     const ledger = tl.ledger;
     await ledger.enqueue({ queue, type: 't', payload: {} });
@@ -68,7 +68,7 @@ describe('drain-only queues', () => {
     }
   });
 
-  test('delete is refused until the queue is drain-only, settled and empty; then its rows and Redis keys go', async () => {
+  test('delete is refused until drain-only, settled and empty; then its rows and Redis keys go', async () => {
     const { tl, tw, queue, producer } = await harness.setUp();
     const ledger = tl.ledger;
     const done: string[] = [];
@@ -122,7 +122,7 @@ describe('drain-only queues', () => {
     expect(await ledger.drainOnlyQueues([queue])).toEqual(new Set());
   });
 
-  test('under load: once refused, nothing more is taken; every item taken before finishes; nothing is lost', async () => {
+  test('under load: once refused, nothing more is taken; all taken before finishes; nothing lost', async () => {
     const { tl, queue, producer } = await harness.setUp();
     const ledger = tl.ledger;
     const started = new Set<string>();

@@ -7,11 +7,12 @@ import { sleep } from '../sleep.js';
 import { createRedisClient, whenReady, type RedisClient } from '../wake/redis.js';
 import { WakeChannel } from '../wake/wake-channel.js';
 import { ledgerReadiness, type NamedReadinessCheck, type Readiness } from './admin-server.js';
-import type { WorkerConfig } from './config.js';
+import type { QueueConfig, WorkerConfig } from './config.js';
 import type { HandlersByQueue } from './handlers-module.js';
 import { holdScheduleFiring } from '../schedules/firing.js';
 import { planPools, type PoolPlan } from '../consumer/pools.js';
 import { QueueRunner } from './queue-runner.js';
+import { isPattern, QueuePatterns, type ServedQueue } from './queue-patterns.js';
 import { Reconciler } from './reconciler.js';
 
 export const EXIT_OK = 0;
@@ -47,6 +48,8 @@ export class Supervisor {
   readonly log: Logger;
   /** Per configured queue, its executor pools (one undefined: no pools, one consumer of every class it claims). */
   private readonly pools: (PoolPlan | undefined)[][];
+  /** The config's queue patterns and the ledger's queues they match now. */
+  private readonly patterns: QueuePatterns;
   /** Per queue, one runner per executor pool (one when the queue has no pools). */
   readonly runners = new Map<string, QueueRunner[]>();
   readonly ownership = new Map<string, { state: OwnershipState; epoch?: number }>();
@@ -55,6 +58,8 @@ export class Supervisor {
   private exitCode = EXIT_OK;
   private reconciler: Reconciler | undefined;
   private ownershipTimer: NodeJS.Timeout | undefined;
+  private queuesTimer: NodeJS.Timeout | undefined;
+  private queuesRead: Promise<void> | undefined;
   private stopping: Promise<void> | undefined;
   private checking: Promise<void> | undefined;
   /** A check was asked for while one ran (it may have read the ledger before what prompted it): run once more. */
@@ -79,6 +84,7 @@ export class Supervisor {
     this.pools = config.queues.map((q, i) =>
       q.pools === undefined ? [undefined] : planPools(q.concurrency, q.pools, q.classes, `queues.${i}.pools`),
     );
+    this.patterns = new QueuePatterns(config.queues);
     this.ledger = new Ledger({ url: config.databaseUrl, poolSize: config.poolSize, tablePrefix: config.tablePrefix });
     this.wake = config.redisUrl
       ? new WakeChannel({ redis: config.redisUrl, keyPrefix: config.redisKeyPrefix, logger: this.log })
@@ -100,21 +106,8 @@ export class Supervisor {
       checkIntervalMs: config.scheduleCheckMs,
     });
     for (const [i, q] of config.queues.entries()) {
-      const runners = (this.pools[i] ?? [undefined]).map(
-        (pool) =>
-          new QueueRunner({
-            queue: q,
-            pool,
-            ledger: this.ledger,
-            wake: this.wake,
-            handlers: this.options.handlers[q.name] ?? {},
-            log: this.log,
-            drainTimeoutMs: config.drainTimeoutMs,
-            epoch: () => this.ownership.get(q.name)?.epoch,
-            ...(this.options.onConsumer ? { onConsumer: this.options.onConsumer } : {}),
-          }),
-      );
-      this.runners.set(q.name, runners);
+      if (isPattern(q.name)) continue;
+      this.runners.set(q.name, this.makeRunners(q, i));
       if (q.ownership) this.ownership.set(q.name, { state: 'standby' });
     }
     // Standby queues have no consumer to hear an activation's broadcast, so the supervisor listens itself.
@@ -122,7 +115,8 @@ export class Supervisor {
     // an activation the ledger read below misses commits after it, so its broadcast comes after them.
     const watchFrom = this.ownership.size > 0 && this.wake ? await this.controlPositions(this.wake) : undefined;
     await this.checkOwnership();
-    for (const q of config.queues) if (!q.ownership) this.startRunner(q.name);
+    for (const q of config.queues) if (!q.ownership && !isPattern(q.name)) this.startRunner(q.name);
+    await this.reconcileQueues();
     if (this.ownership.size > 0) {
       this.ownershipTimer = setInterval(() => void this.checkOwnership(), config.ownershipCheckMs);
       this.ownershipTimer.unref();
@@ -131,14 +125,82 @@ export class Supervisor {
     this.reconciler = new Reconciler({
       ledger: this.ledger,
       wake: this.wake,
-      queues: config.queues.map((q) => q.name),
+      queues: () => [...this.runners.keys()],
       intervalMs: config.reconcileIntervalMs,
       retentionMs: config.retentionMs,
       log: this.log,
       afterPass: () => this.options.afterReconcile?.(this.ledger) ?? Promise.resolve(),
     });
     this.reconciler.start();
-    this.log.info({ queues: config.queues.map((q) => q.name), deployment: config.deployment }, 'worker started');
+    // Apart from the maintenance pass, which takes longer as queues are added: a new queue waits for neither.
+    this.queuesTimer = setInterval(() => void this.reconcileQueuesLogged(), config.reconcileIntervalMs);
+    this.queuesTimer.unref();
+    this.log.info({ queues: [...this.runners.keys()], deployment: config.deployment }, 'worker started');
+  }
+
+  /** One restartable consumer per executor pool of `q` (config entry `index`; a matched queue has its pattern's). */
+  private makeRunners(q: QueueConfig, index: number): QueueRunner[] {
+    const { config } = this.options;
+    return (this.pools[index] ?? [undefined]).map(
+      (pool) =>
+        new QueueRunner({
+          queue: q,
+          pool,
+          ledger: this.ledger,
+          wake: this.wake,
+          handlers: this.options.handlers[config.queues[index]?.name ?? q.name] ?? {},
+          log: this.log,
+          drainTimeoutMs: config.drainTimeoutMs,
+          epoch: () => this.ownership.get(q.name)?.epoch,
+          ...(this.options.onConsumer ? { onConsumer: this.options.onConsumer } : {}),
+        }),
+    );
+  }
+
+  /**
+   * Reads the ledger's queues (queue-patterns.ts): a queue a pattern now
+   * matches gets its consumers, one whose row went is let go; and which
+   * served queues are drain-only, for /readyz. Run at start and every
+   * reconcile interval, so a new queue is served within one.
+   */
+  private reconcileQueuesLogged(): Promise<void> {
+    this.queuesRead ??= this.reconcileQueues()
+      .catch((error: unknown) => this.log.warn({ err: (error as Error).message }, 'reading the ledger queues failed'))
+      .finally(() => (this.queuesRead = undefined));
+    return this.queuesRead;
+  }
+
+  private async reconcileQueues(): Promise<void> {
+    if (this.stopping) return;
+    const pinned = this.options.config.queues.filter((q) => !isPattern(q.name)).map((q) => q.name);
+    const rows = this.patterns.any
+      ? await this.ledger.queueRows()
+      : [...(await this.ledger.drainOnlyQueues(pinned))].map((queue) => ({
+          queue,
+          paused: false,
+          staleOnly: false,
+          drainOnly: true,
+        }));
+    const changes = this.patterns.reconcile(rows);
+    for (const { queue, entry, config } of changes.start) {
+      this.runners.set(queue, this.makeRunners({ ...config, name: queue }, entry));
+      this.startRunner(queue);
+    }
+    if (changes.start.length + changes.stop.length > 0)
+      this.log.info({ started: changes.start.map((c) => c.queue), stopped: changes.stop }, 'queues matched');
+    await Promise.allSettled(
+      changes.stop.map(async (queue) => {
+        const runners = this.runners.get(queue) ?? [];
+        this.runners.delete(queue);
+        await Promise.allSettled(runners.map((r) => r.stop()));
+      }),
+    );
+  }
+
+  /** The queues this worker serves now, and why (/readyz). */
+  served(): ServedQueue[] {
+    const pinned = this.options.config.queues.filter((q) => !isPattern(q.name)).map((q) => q.name);
+    return this.patterns.served(pinned);
   }
 
   /**
@@ -178,6 +240,8 @@ export class Supervisor {
   stop(): Promise<void> {
     this.stopping ??= (async () => {
       if (this.ownershipTimer) clearInterval(this.ownershipTimer);
+      if (this.queuesTimer) clearInterval(this.queuesTimer);
+      await this.queuesRead;
       for (const c of this.controlClients) c.disconnect();
       await this.controlWatch;
       await Promise.allSettled([...this.runners.values()].flat().map((r) => r.stop()));
@@ -208,10 +272,19 @@ export class Supervisor {
       },
     }));
     extra.push({
+      name: 'queues',
+      check: async () => {
+        const served = this.served();
+        const patterns = this.options.config.queues.filter((q) => isPattern(q.name)).map((q) => q.name);
+        if (served.length > 0) return { ok: true, detail: `serving ${served.length} queue(s)` };
+        return { ok: true, detail: `serving no queue: none in the ledger matches ${patterns.join(', ')}` };
+      },
+    });
+    extra.push({
       name: 'shutdown',
       check: async () => (this.stopping ? { ok: false, detail: 'stopping' } : { ok: true }),
     });
-    return ledgerReadiness(this.ledger, extra);
+    return ledgerReadiness(this.ledger, extra).then((r) => ({ ...r, queues: this.served() }));
   }
 
   /**

@@ -1,6 +1,6 @@
 import { sql } from 'kysely';
 import type { Executor, LedgerDb } from '../../connection.js';
-import { errno } from '../../retry.js';
+import { ER_NO_SUCH_TABLE, errno } from '../../retry.js';
 import type { LedgerTables } from '../../tables.js';
 import { list } from '../common/fragments.js';
 
@@ -46,7 +46,7 @@ export async function drainFlags(
       WHERE queue IN (${list(queues)})`.execute(exec);
     return new Map(r.rows.map((x) => [String(x.queue), Number(x.drain_only) === 1]));
   } catch (error) {
-    if (errno(error) === ER_BAD_FIELD_ERROR) return undefined;
+    if (errno(error) === ER_BAD_FIELD_ERROR || errno(error) === ER_NO_SUCH_TABLE) return undefined;
     throw error;
   }
 }
@@ -55,8 +55,13 @@ export async function drainFlags(
 export async function registerQueues(exec: Executor, t: LedgerTables, queues: readonly string[]): Promise<void> {
   if (queues.length === 0) return;
   const rows = queues.map((q) => sql`(${q}, 0, NOW(6))`);
+  // Below schema 8 there is no table to write (nor a worker of this build to read it).
   await sql`INSERT INTO ${t.queues} (queue, capped_claims, updated_at) VALUES ${sql.join(rows)}
-    ON DUPLICATE KEY UPDATE queue = queue`.execute(exec);
+    ON DUPLICATE KEY UPDATE queue = queue`
+    .execute(exec)
+    .catch((error: unknown) => {
+      if (errno(error) !== ER_NO_SUCH_TABLE) throw error;
+    });
 }
 
 /** Every queue the ledger holds, in name order, with its flags. */
