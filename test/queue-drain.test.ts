@@ -4,6 +4,8 @@ import { sql } from 'kysely';
 import { describe, expect, test } from 'vitest';
 import { type QueueDeleteRefusedError, QueueDrainingError } from '../src/errors.js';
 import { Ledger } from '../src/ledger/ledger.js';
+import { createLogger } from '../src/log.js';
+import { ScheduleFirer } from '../src/schedules/firer.js';
 import { lanewake } from './support/cli.js';
 import { consumerHarness } from './support/consumer-harness.js';
 import { itemCount } from './support/items.js';
@@ -120,6 +122,32 @@ describe('drain-only queues', () => {
     await ledger.enqueue({ queue, type: 't', payload: {} });
     expect(await itemCount(ledger, queue)).toBe(1);
     expect(await ledger.drainOnlyQueues([queue])).toEqual(new Set());
+  });
+
+  test("a drain-only queue's schedule passes its fires; the schedules after it still fire", async () => {
+    const { tl, queue } = await harness.setUp();
+    const ledger = tl.ledger;
+    const open = `${queue}-open`;
+    // Named so the drain-only queue's schedule is read first.
+    await ledger.schedules.upsert({ name: `a-${queue}`, everyMs: 1_000, item: { queue, type: 't', payload: {} } });
+    await ledger.schedules.upsert({
+      name: `b-${queue}`,
+      everyMs: 1_000,
+      item: { queue: open, type: 't', payload: {} },
+    });
+    await ledger.setDrainOnly(queue, true);
+    const firer = new ScheduleFirer({ ledger, log: createLogger('test', 'silent') });
+    await waitFor(
+      async () => {
+        await firer.pass();
+        return (await itemCount(ledger, open)) > 0 || undefined;
+      },
+      10_000,
+      'the open queue fired',
+    );
+    expect(await itemCount(ledger, queue)).toBe(0);
+    const drained = await ledger.schedules.get(`a-${queue}`);
+    expect(drained?.lastFireAt).not.toBeNull();
   });
 
   test('under load: once refused, nothing more is taken; all taken before finishes; nothing lost', async () => {
