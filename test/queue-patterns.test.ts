@@ -7,6 +7,8 @@ import { afterEach, describe, expect, test } from 'vitest';
 import { createLogger } from '../src/log.js';
 import { Producer } from '../src/producer/producer.js';
 import { resolveWorkerConfig } from '../src/supervisor/config.js';
+import { forgetQueueSeries } from '../src/supervisor/metric-series.js';
+import { LanewakeMetrics } from '../src/supervisor/metrics.js';
 import { patternMatcher } from '../src/supervisor/queue-patterns.js';
 import type { HandlersByQueue } from '../src/supervisor/handlers-module.js';
 import { Supervisor } from '../src/supervisor/supervisor.js';
@@ -39,6 +41,7 @@ function worker(
   tw: TestWake,
   queues: string,
   handlers: Record<string, Record<string, (job: { id: string }) => Promise<unknown>>>,
+  metrics?: LanewakeMetrics,
 ): Supervisor {
   const config = resolveWorkerConfig([
     {
@@ -56,7 +59,17 @@ function worker(
       }),
     },
   ]);
-  const sup = new Supervisor({ config, handlers: handlers as HandlersByQueue, logger: createLogger('test', 'silent') });
+  const sup = new Supervisor({
+    config,
+    handlers: handlers as HandlersByQueue,
+    logger: createLogger('test', 'silent'),
+    ...(metrics
+      ? {
+          onConsumer: (consumer) => metrics.observeConsumer(consumer),
+          onQueueGone: (queue) => forgetQueueSeries(metrics.registry, queue),
+        }
+      : {}),
+  });
   cleanups.push(() => sup.stop());
   return sup;
 }
@@ -78,7 +91,7 @@ describe('queue patterns', () => {
     ).toThrow(/ownership epochs are for a queue named in full/);
   });
 
-  test(`${QUEUES} queues created while ${WORKERS} workers run: each is served within one reconcile interval`, async () => {
+  test(`${QUEUES} queues created while ${WORKERS} workers run: each served within one reconcile interval`, async () => {
     const { tl, tw } = await fixtures();
     const prefix = uniqueQueue('tn');
     const startedAt = new Map<string, number>();
@@ -134,7 +147,8 @@ describe('queue patterns', () => {
     const pinned = `${prefix}-pinned`;
     const ran: string[] = [];
     const job = async (j: { id: string }) => void ran.push(j.id);
-    const sup = worker(tl, tw, `${prefix}-*:2,${pinned}:1`, { [`${prefix}-*`]: { job }, [pinned]: { job } });
+    const metrics = new LanewakeMetrics();
+    const sup = worker(tl, tw, `${prefix}-*:2,${pinned}:1`, { [`${prefix}-*`]: { job }, [pinned]: { job } }, metrics);
     await sup.start();
     const empty = await sup.readiness();
     expect(empty.checks.queues).toEqual({ ok: true, detail: 'serving 1 queue(s)' });
@@ -146,24 +160,38 @@ describe('queue patterns', () => {
     });
 
     const queue = `${prefix}-a`;
+    const kept = `${prefix}-b`;
     const first = await tl.ledger.enqueue({ queue, type: 'job', payload: {} });
-    await waitFor(() => ran.includes(first.id) || undefined, 10_000, 'the matched queue served');
+    const other = await tl.ledger.enqueue({ queue: kept, type: 'job', payload: {} });
+    await waitFor(() => [first.id, other.id].every((id) => ran.includes(id)) || undefined, 10_000, 'both served');
     await tl.ledger.setDrainOnly(queue, true);
     await tl.ledger.setDrainOnly(pinned, true);
     await waitFor(
-      async () => (await sup.readiness()).queues?.every((q) => q.drainOnly) || undefined,
+      async () => (await sup.readiness()).queues?.filter((q) => q.drainOnly).length === 2 || undefined,
       10_000,
       'drain-only seen',
     );
     expect((await sup.readiness()).queues).toEqual([
       { queue: pinned, why: 'pinned', drainOnly: true },
       { queue, why: 'matched', pattern: `${prefix}-*`, drainOnly: true },
+      { queue: kept, why: 'matched', pattern: `${prefix}-*`, drainOnly: false },
     ]);
+    expect(await metrics.registry.metrics()).toContain(`queue="${queue}"`);
     // The delete waits for producers to learn the flag; here the clock is moved instead of waited out.
     await sql`UPDATE ${sql.table(`${tl.ledger.tables.prefix}queues`)}
       SET drain_since = NOW(6) - INTERVAL 1 MINUTE WHERE queue = ${queue}`.execute(tl.ledger.db);
     await tl.ledger.deleteQueue(queue);
     await waitFor(() => !sup.runners.has(queue) || undefined, 10_000, 'the deleted queue let go');
-    expect(sup.served().map((q) => q.queue)).toEqual([pinned]);
+    expect(sup.served().map((q) => q.queue)).toEqual([pinned, kept]);
+    // Its series go once its consumers have stopped; the queue still served keeps its own.
+    const text = await waitFor(
+      async () => {
+        const t = await metrics.registry.metrics();
+        return !t.includes(`queue="${queue}"`) && t;
+      },
+      10_000,
+      "the deleted queue's series gone",
+    );
+    expect(text).toContain(`queue="${kept}"`);
   }, 60_000);
 });

@@ -24,7 +24,12 @@ export function patternMatcher(pattern: string): (queue: string) => boolean {
   return (queue) => re.test(queue);
 }
 
-/** What a reconcile decided: the queues to start a consumer for (with the entry whose settings they take), and to stop. */
+/** A row as the ledger would hold it for a drain-only queue (a worker without patterns reads only that flag). */
+export function drainOnlyRow(queue: string): QueueRow {
+  return { queue, paused: false, staleOnly: false, drainOnly: true };
+}
+
+/** What a reconcile decided: the queues to start consumers for (with the entry giving their settings), and to stop. */
 export interface PatternChanges {
   start: { queue: string; entry: number; config: QueueConfig }[];
   stop: string[];
@@ -84,6 +89,13 @@ export class QueuePatterns {
       changes.stop.push(queue);
     }
     return changes;
+  }
+
+  /** /readyz's `queues` check: how many are served, or that none is (still ready: nothing of the worker is broken). */
+  check(served: readonly ServedQueue[]): { ok: true; detail: string } {
+    if (served.length > 0) return { ok: true, detail: `serving ${served.length} queue(s)` };
+    const patterns = this.entries.map((e) => e.config.name).join(', ');
+    return { ok: true, detail: `serving no queue: none in the ledger matches ${patterns}` };
   }
 
   /** Every queue served, pinned ones first (as configured), then matched ones by name. */

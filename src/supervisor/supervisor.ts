@@ -12,7 +12,7 @@ import type { HandlersByQueue } from './handlers-module.js';
 import { holdScheduleFiring } from '../schedules/firing.js';
 import { planPools, type PoolPlan } from '../consumer/pools.js';
 import { QueueRunner } from './queue-runner.js';
-import { isPattern, QueuePatterns, type ServedQueue } from './queue-patterns.js';
+import { drainOnlyRow, isPattern, QueuePatterns, type ServedQueue } from './queue-patterns.js';
 import { Reconciler } from './reconciler.js';
 
 export const EXIT_OK = 0;
@@ -30,6 +30,8 @@ export interface SupervisorOptions {
   logger?: Logger;
   /** Every consumer started (and restarted), e.g. to observe it with metrics; may return a detach function. */
   onConsumer?: (consumer: Consumer<never>) => (() => void) | void;
+  /** Called once a queue is let go (deleted, or no pattern matches it), its consumers stopped: e.g. drop its series. */
+  onQueueGone?: (queue: string) => Promise<void>;
   /** Called after each reconciler pass, e.g. to refresh gauges. */
   afterReconcile?: (ledger: Ledger) => Promise<void>;
   /** Called once on stop, after the reconciler's last pass and before the ledger closes, e.g. to give up the fleet gauges' lease. */
@@ -175,12 +177,7 @@ export class Supervisor {
     const pinned = this.options.config.queues.filter((q) => !isPattern(q.name)).map((q) => q.name);
     const rows = this.patterns.any
       ? await this.ledger.queueRows()
-      : [...(await this.ledger.drainOnlyQueues(pinned))].map((queue) => ({
-          queue,
-          paused: false,
-          staleOnly: false,
-          drainOnly: true,
-        }));
+      : [...(await this.ledger.drainOnlyQueues(pinned))].map((queue) => drainOnlyRow(queue));
     const changes = this.patterns.reconcile(rows);
     for (const { queue, entry, config } of changes.start) {
       this.runners.set(queue, this.makeRunners({ ...config, name: queue }, entry));
@@ -193,6 +190,7 @@ export class Supervisor {
         const runners = this.runners.get(queue) ?? [];
         this.runners.delete(queue);
         await Promise.allSettled(runners.map((r) => r.stop()));
+        await this.options.onQueueGone?.(queue);
       }),
     );
   }
@@ -273,12 +271,7 @@ export class Supervisor {
     }));
     extra.push({
       name: 'queues',
-      check: async () => {
-        const served = this.served();
-        const patterns = this.options.config.queues.filter((q) => isPattern(q.name)).map((q) => q.name);
-        if (served.length > 0) return { ok: true, detail: `serving ${served.length} queue(s)` };
-        return { ok: true, detail: `serving no queue: none in the ledger matches ${patterns.join(', ')}` };
-      },
+      check: async () => this.patterns.check(this.served()),
     });
     extra.push({
       name: 'shutdown',
