@@ -124,6 +124,24 @@ describe('drain-only queues', () => {
     expect(await ledger.drainOnlyQueues([queue])).toEqual(new Set());
   });
 
+  test('processes meeting a new queue at once all enqueue, and write its row once', async () => {
+    const { tl, queue } = await harness.setUp();
+    const ledgers = Array.from({ length: 4 }, () => new Ledger({ url: tl.url, poolSize: 2, ...testTxnMode() }));
+    try {
+      await Promise.all(
+        ledgers.map((l, i) =>
+          l.enqueueMany(Array.from({ length: 5 }, (_, j) => ({ queue, type: 't', payload: { i, j } }))),
+        ),
+      );
+    } finally {
+      await Promise.all(ledgers.map((l) => l.close()));
+    }
+    expect(await itemCount(tl.ledger, queue)).toBe(20);
+    expect((await tl.ledger.queueRows()).filter((r) => r.queue === queue)).toEqual([
+      { queue, paused: false, staleOnly: false, drainOnly: false },
+    ]);
+  });
+
   test("a drain-only queue's schedule passes its fires; the schedules after it still fire", async () => {
     const { tl, queue } = await harness.setUp();
     const ledger = tl.ledger;

@@ -1,6 +1,6 @@
 import { sql } from 'kysely';
 import type { Executor, LedgerDb } from '../../connection.js';
-import { ER_NO_SUCH_TABLE, errno } from '../../retry.js';
+import { ER_NO_SUCH_TABLE, errno, retryOnConflict } from '../../retry.js';
 import type { LedgerTables } from '../../tables.js';
 import { list } from '../common/fragments.js';
 
@@ -55,13 +55,14 @@ export async function drainFlags(
 export async function registerQueues(exec: Executor, t: LedgerTables, queues: readonly string[]): Promise<void> {
   if (queues.length === 0) return;
   const rows = queues.map((q) => sql`(${q}, 0, NOW(6))`);
-  // Below schema 8 there is no table to write (nor a worker of this build to read it).
-  await sql`INSERT INTO ${t.queues} (queue, capped_claims, updated_at) VALUES ${sql.join(rows)}
-    ON DUPLICATE KEY UPDATE queue = queue`
-    .execute(exec)
-    .catch((error: unknown) => {
-      if (errno(error) !== ER_NO_SUCH_TABLE) throw error;
-    });
+  // Producers meeting a new queue at once write the same row: a conflict (TiDB's) is tried again. Below schema 8
+  // there is no table to write (nor a worker of this build to read it).
+  await retryOnConflict(() =>
+    sql`INSERT INTO ${t.queues} (queue, capped_claims, updated_at) VALUES ${sql.join(rows)}
+      ON DUPLICATE KEY UPDATE queue = queue`.execute(exec),
+  ).catch((error: unknown) => {
+    if (errno(error) !== ER_NO_SUCH_TABLE) throw error;
+  });
 }
 
 /** Every queue the ledger holds, in name order, with its flags. */
