@@ -12,6 +12,7 @@ import { LanewakeMetrics } from '../src/supervisor/metrics.js';
 import { patternMatcher } from '../src/supervisor/queue-patterns.js';
 import type { HandlersByQueue } from '../src/supervisor/handlers-module.js';
 import { Supervisor } from '../src/supervisor/supervisor.js';
+import { lanewake } from './support/cli.js';
 import { createTestWake, uniqueQueue, type TestWake } from './support/engine.js';
 import { createTestLedger, waitFor, waitForCount, type TestLedger } from './support/ledger.js';
 import { redisUrl } from './support/services.js';
@@ -140,6 +141,25 @@ describe('queue patterns', () => {
     expect(after - before).toBeLessThanOrEqual(WORKERS * (Math.ceil((3 * QUEUES) / 64) + 4));
     if (process.env.LANEWAKE_TEST_PATTERN_FIGURES) console.info({ redisSockets: { before, after } });
   }, 120_000);
+
+  test('a queue defined with `lanewake queue create` is served before its first item', async () => {
+    const { tl, tw } = await fixtures();
+    const prefix = uniqueQueue('cr');
+    const sup = worker(tl, tw, `${prefix}-*`, { [`${prefix}-*`]: { job: async () => undefined } });
+    await sup.start();
+    const queue = `${prefix}-new`;
+    const created = await lanewake(['--database-url', tl.url, 'queue', 'create', queue, '--json']);
+    expect(created.code, created.err).toBe(0);
+    expect(JSON.parse(created.out)).toEqual({ queue, created: true });
+    expect((await lanewake(['--database-url', tl.url, 'queue', 'create', queue])).out).toContain('already defined');
+    // Within one interval: the next read of the ledger's queues, and the consumer's start.
+    await waitFor(
+      () => sup.runners.get(queue)?.every((r) => r.state === 'running') || undefined,
+      RECONCILE_MS + 2_000,
+      'the defined queue served',
+    );
+    expect(await tl.ledger.operator.hasSeenQueue(queue)).toBe(true);
+  });
 
   test('a deleted queue is let go at the next pass; /readyz says pinned, matched and drain-only, or none', async () => {
     const { tl, tw } = await fixtures();

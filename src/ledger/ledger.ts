@@ -318,6 +318,9 @@ export class Ledger extends LedgerCore implements LedgerOperations {
   queueRows(): Promise<QueueRow[]> {
     return this.queues.queueRows();
   }
+  createQueue(queue: string): Promise<boolean> {
+    return this.queues.createQueue(queue);
+  }
   deleteQueue(queue: string): Promise<{ items: number }> {
     return this.queues.deleteQueue(queue);
   }

@@ -201,6 +201,8 @@ export interface LedgerOperations {
   setDrainOnly(queue: string, on: boolean): Promise<void>;
   /** Which of these queues are drain-only. */
   drainOnlyQueues(queues: readonly string[]): Promise<Set<string>>;
+  /** Defines a queue (its row) before its first item; whether it was new. */
+  createQueue(queue: string): Promise<boolean>;
   /** Every queue the ledger holds, with its flags. */
   queueRows(): Promise<QueueRow[]>;
   /** Deletes an empty drain-only queue with its rows. */

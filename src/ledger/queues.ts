@@ -5,6 +5,7 @@ import {
   deleteQueueRows,
   drainFlags,
   queueRows,
+  registerQueues,
   writeDrainOnly,
   type QueueRow,
 } from './sql/queues/drain.js';
@@ -119,6 +120,19 @@ export class LedgerQueues {
     for (const q of queues) validate(queueName, q, 'drainOnlyQueues', 'queue');
     const flags = (await drainFlags(this.core.db, this.core.tables, queues)) ?? new Map<string, boolean>();
     return new Set([...flags].filter(([, on]) => on).map(([q]) => q));
+  }
+
+  /**
+   * Defines a queue: writes its row if it has none (a queue also gets one at
+   * its first enqueue), so workers serving a pattern that matches it start its
+   * consumers before its first item. Returns whether it was new.
+   */
+  async createQueue(queue: string): Promise<boolean> {
+    validate(queueName, queue, 'createQueue', 'queue');
+    const before = await drainFlags(this.core.db, this.core.tables, [queue]);
+    if (before?.has(queue)) return false;
+    await registerQueues(this.core.db, this.core.tables, [queue]);
+    return true;
   }
 
   /** Every queue the ledger holds (its lw_queues rows), in name order, with its flags. */

@@ -20,9 +20,9 @@ const LIST_HELP = `
 Every queue the ledger holds (a queue gets its row at its first enqueue, or when a setting is
 written), with its flags. Workers given a pattern (--queues 'tenant-*') serve the ones it matches.`;
 
-/** `lanewake queue list|drain|delete`. */
+/** `lanewake queue list|create|drain|delete`. */
 export function queueCommands(program: Command, { io }: CliContext): void {
-  const queue = program.command('queue').description('list, drain and delete queues');
+  const queue = program.command('queue').description('list, create, drain and delete queues');
 
   queue
     .command('list')
@@ -36,6 +36,19 @@ export function queueCommands(program: Command, { io }: CliContext): void {
         const flags = [r.paused && 'paused', r.staleOnly && 'stale-only', r.drainOnly && 'drain-only'].filter(Boolean);
         println(io, flags.length > 0 ? `${r.queue}  ${flags.join(' ')}` : r.queue);
       }
+    });
+
+  queue
+    .command('create')
+    .description('define a queue, so workers whose pattern matches it serve it before its first item')
+    .argument('<queue>', 'queue name')
+    .action(async (name: string, _opts: unknown, cmd: Command) => {
+      const g = globalOptions(cmd);
+      const created = await withLedger(g, (ledger) =>
+        withFieldNames({ queue: '<queue>' }, 'queue create', () => ledger.createQueue(name)),
+      );
+      if (g.json) return printJson(io, { queue: name, created });
+      println(io, `queue ${name}: ${created ? 'created' : 'already defined'}`);
     });
 
   queue
