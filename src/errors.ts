@@ -223,6 +223,56 @@ export class OwnershipConflictError extends Error {
   }
 }
 
+/** What a queue that refuses enqueues is doing (QueueDrainingError.state). */
+export type QueueRefusalState = 'drain_only';
+
+/**
+ * An enqueue named a queue that takes in nothing new: it is drain-only
+ * (`lanewake queue drain`), finishing what it holds before it is deleted.
+ * Nothing of the enqueue was written: of a batch, no item.
+ */
+export class QueueDrainingError extends Error {
+  override readonly name = 'QueueDrainingError';
+  constructor(
+    readonly queue: string,
+    readonly state: QueueRefusalState,
+    /** The refused item's place in its batch; undefined for a single enqueue. */
+    readonly index?: number,
+  ) {
+    const at = index === undefined ? 'enqueue' : `items[${index}]`;
+    super(`${at}: queue ${queue} is drain-only: it takes no new items (state ${state})`);
+  }
+}
+
+/** Why a queue's delete was refused (QueueDeleteRefusedError.reason). */
+export type QueueDeleteRefusal = 'not_drain_only' | 'settling' | 'not_empty';
+
+/**
+ * A queue's delete was refused, nothing deleted: it is not drain-only, it
+ * became drain-only too recently for every producer to know (`settling`),
+ * or it still holds unfinished items (`unfinished` of them, at least).
+ */
+export class QueueDeleteRefusedError extends Error {
+  override readonly name = 'QueueDeleteRefusedError';
+  constructor(
+    readonly queue: string,
+    readonly reason: QueueDeleteRefusal,
+    readonly unfinished = 0,
+    /** For `settling`: how long (ms) until a delete can go ahead. */
+    readonly retryInMs = 0,
+  ) {
+    super(
+      `delete of queue ${queue} refused: ${
+        reason === 'not_drain_only'
+          ? 'it is not drain-only (lanewake queue drain first)'
+          : reason === 'settling'
+            ? `it became drain-only less than a moment ago; try again in ${Math.ceil(retryInMs / 1000)} s`
+            : `it still holds ${unfinished} unfinished item(s)`
+      }`,
+    );
+  }
+}
+
 /** Why a replay was refused (ReplayRejectedError.reason). */
 export type ReplayRejection =
   | 'not_found'

@@ -13,6 +13,7 @@ import { replayCommand } from './commands/replay.js';
 import { schedulesCommand } from './commands/schedules.js';
 import { repairCommand } from './commands/repair.js';
 import { staleOnlyCommand } from './commands/stale-only.js';
+import { queueCommands } from './commands/queue.js';
 import { statsCommand } from './commands/stats.js';
 import { workerCommand } from './commands/worker.js';
 import { demoCommand } from './commands/demo.js';
@@ -39,6 +40,7 @@ export const CORE_COMMANDS: readonly CommandFactory[] = [
   cancelCommand,
   pauseCommands,
   staleOnlyCommand,
+  queueCommands,
   concurrencyLimitCommand,
   schedulesCommand,
   dashboardCommand,

@@ -30,6 +30,7 @@ import type { LedgerTables } from './tables.js';
 import type { ClaimedItem, EnqueueResult } from './types.js';
 import { encodePayload } from './json.js';
 import { modeProof } from './mode-proof.js';
+import type { QueueGate } from './queue-gate.js';
 import { loadOtel, otelSettled } from '../tracing/otel.js';
 import { startPublish, type Publishing } from '../tracing/publish.js';
 
@@ -49,6 +50,8 @@ export interface EnqueueTarget {
   readonly itemFields: ReturnType<typeof enqueueItemFieldsSchema>;
   /** Whether the ledger stores request digests with idempotency keys (schema 13; sql/enqueue/request-digests.ts). */
   readonly requestDigests: () => Promise<boolean>;
+  /** Refuses an enqueue to a drain-only queue and writes a new queue's row (schema 16; queue-gate.ts). */
+  readonly gate: QueueGate;
 }
 
 /** Validates and inserts a batch, in the caller's transaction when `opts` names one. Results are in input order. */
@@ -60,9 +63,10 @@ export async function enqueueItems(
 ): Promise<EnqueueResult[]> {
   const items = prepareItems(target, inputs, prefix);
   if (items.length === 0) return [];
-  await scopeKeyed(target, items, prefix);
   // A prefix of '' is `Ledger.enqueue`'s: a single-item call.
   const batch = prefix !== '';
+  await target.gate.check(items, batch);
+  await scopeKeyed(target, items, prefix);
   const spans = publishSpans(inputs, items, !batch);
   const publishing = spans instanceof Promise ? await spans : spans;
   const caller = opts.transaction;
@@ -116,6 +120,7 @@ export async function enqueueItemsClaiming(
   reserve: (eligible: readonly ClaimCandidate[]) => ClaimAtInsert | undefined,
 ): Promise<{ results: EnqueueResult[]; claimed: ClaimedItem[] }> {
   const items = prepareItems(target, inputs, 'items');
+  await target.gate.check(items, true);
   await scopeKeyed(target, items, 'items');
   // Of a lane, only the batch's first item can be its head.
   const lanes = new Set<string>();

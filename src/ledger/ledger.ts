@@ -34,6 +34,8 @@ import { LedgerSchedules } from './schedules.js';
 import { claimByIds, readHeldUnderLease } from './sql/claim/by-ids.js';
 import { claimHeads } from './sql/claim/heads.js';
 import { requestDigestsOnce } from './sql/enqueue/request-digests.js';
+import { QueueGate } from './queue-gate.js';
+import type { QueueRow } from './sql/queues/drain.js';
 import type { ConsumerRow } from './sql/fleet/consumers.js';
 import type { StepHolder } from './sql/run/steps.js';
 import type {
@@ -98,6 +100,7 @@ export class Ledger extends LedgerCore implements LedgerOperations {
       payloadMaxBytes: this.config.payloadMaxBytes,
       itemFields: enqueueItemFieldsSchema(),
       requestDigests: requestDigestsOnce(ledgerDb, tables),
+      gate: new QueueGate(ledgerDb, tables),
     };
     this.operator = new LedgerOperator(ledgerDb, tables, capabilities);
     this.schedules = new LedgerSchedules(ledgerDb, tables, (input) => this.checkEnqueue(input));
@@ -302,6 +305,21 @@ export class Ledger extends LedgerCore implements LedgerOperations {
   }
   staleOnlyQueues(queues: readonly string[]): Promise<Set<string>> {
     return this.queues.staleOnlyQueues(queues);
+  }
+  setDrainOnly(queue: string, on: boolean): Promise<void> {
+    return this.queues.setDrainOnly(queue, on);
+  }
+  drainOnlyQueues(queues: readonly string[]): Promise<Set<string>> {
+    return this.queues.drainOnlyQueues(queues);
+  }
+  queueRows(): Promise<QueueRow[]> {
+    return this.queues.queueRows();
+  }
+  createQueue(queue: string): Promise<boolean> {
+    return this.queues.createQueue(queue);
+  }
+  deleteQueue(queue: string): Promise<{ items: number }> {
+    return this.queues.deleteQueue(queue);
   }
 
   // Upkeep (upkeep.ts)

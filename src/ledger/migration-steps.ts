@@ -2,6 +2,7 @@ import { sql, type RawBuilder } from 'kysely';
 import type { LedgerDb } from './connection.js';
 import { NO_TIME, OWNER_WIDTH } from './sql/common/fragments.js';
 import { ASCII, INITIAL_MIGRATION, TEXT, type Migration } from './migration-initial.js';
+import { DRAIN_ONLY_MIGRATION } from './migration-drain-only.js';
 
 /** Every schema step, in order: the ledger's schema is the last one's version. */
 export const MIGRATIONS: readonly Migration[] = [
@@ -352,6 +353,7 @@ export const MIGRATIONS: readonly Migration[] = [
         await sql`ALTER TABLE ${t.consumers} ADD COLUMN stale_only VARCHAR(16) ${ASCII} NULL`.execute(conn);
     },
   },
+  DRAIN_ONLY_MIGRATION,
 ];
 
 async function columnNames(conn: LedgerDb, table: string): Promise<Set<string>> {

@@ -6,6 +6,7 @@ import type { FleetGaugeReading, FleetStats } from './fleet-stats.js';
 import type { ClaimCandidate, ClaimInput, EnqueueInput, EnqueueOptions, ReleaseInput, RetryInput } from './inputs.js';
 import type { MigrateResult, SchemaStatus } from './migrations.js';
 import type { ConsumerRow } from './sql/fleet/consumers.js';
+import type { QueueRow } from './sql/queues/drain.js';
 import type { StepHolder } from './sql/run/steps.js';
 import type {
   AttemptRecord,
@@ -193,6 +194,16 @@ export interface LedgerOperations {
   setStaleOnly(queue: string, on: boolean): Promise<void>;
   /** Which of these queues are stale-only. */
   staleOnlyQueues(queues: readonly string[]): Promise<Set<string>>;
+  /** Sets a queue drain-only (enqueues refused, what it holds finishes), or back. */
+  setDrainOnly(queue: string, on: boolean): Promise<void>;
+  /** Which of these queues are drain-only. */
+  drainOnlyQueues(queues: readonly string[]): Promise<Set<string>>;
+  /** Defines a queue (its row) before its first item; whether it was new. */
+  createQueue(queue: string): Promise<boolean>;
+  /** Every queue the ledger holds, with its flags. */
+  queueRows(): Promise<QueueRow[]>;
+  /** Deletes an empty drain-only queue with its rows. */
+  deleteQueue(queue: string): Promise<{ items: number }>;
 
   // Rate
   /** A rate-limited item's start: granted, or how long until it may. @internal */

@@ -1,11 +1,21 @@
-import { ValidationError } from '../errors.js';
+import { QueueDeleteRefusedError, ValidationError } from '../errors.js';
+import { DRAIN_SETTLE_MS } from './queue-gate.js';
+import {
+  checkDeletable,
+  deleteQueueRows,
+  drainFlags,
+  queueRows,
+  registerQueues,
+  writeDrainOnly,
+  type QueueRow,
+} from './sql/queues/drain.js';
 import type { LedgerCore } from './core.js';
 import { readKeyLimits, setKeyLimit } from './sql/keys/limits.js';
 import { pausedQueues, staleOnlyQueues, writeQueueSetting } from './sql/queues/queue-settings.js';
 import type { ConcurrencyLimits } from './types.js';
 import { concurrencyLimitSchema, fairnessSchema, queueName, typeName, validate } from './validation.js';
 
-/** A queue's settings the ledger holds for the whole fleet: key limits, fairness, pause, stale-only. */
+/** A queue's settings the ledger holds for the whole fleet: key limits, fairness, pause, stale-only, drain-only. */
 export class LedgerQueues {
   constructor(private readonly core: LedgerCore) {}
 
@@ -90,5 +100,60 @@ export class LedgerQueues {
   async pausedQueues(queues: readonly string[]): Promise<Set<string>> {
     for (const q of queues) validate(queueName, q, 'pausedQueues', 'queue');
     return pausedQueues(this.core.db, this.core.tables, queues);
+  }
+
+  /**
+   * Drain-only (docs/design.md §7, "Draining and deleting a queue"): while
+   * on, enqueues to the queue are refused with QueueDrainingError, from every
+   * producer within a second; its consumers finish every item it holds. Once
+   * it is empty, deleteQueue removes it. Off: it takes items again.
+   */
+  async setDrainOnly(queue: string, on: boolean): Promise<void> {
+    validate(queueName, queue, 'setDrainOnly', 'queue');
+    if (typeof on !== 'boolean')
+      throw new ValidationError([{ field: 'on', message: 'must be true or false' }], 'setDrainOnly');
+    await writeDrainOnly(this.core.db, this.core.tables, queue, on);
+  }
+
+  /** Which of these queues are drain-only. */
+  async drainOnlyQueues(queues: readonly string[]): Promise<Set<string>> {
+    for (const q of queues) validate(queueName, q, 'drainOnlyQueues', 'queue');
+    const flags = (await drainFlags(this.core.db, this.core.tables, queues)) ?? new Map<string, boolean>();
+    return new Set([...flags].filter(([, on]) => on).map(([q]) => q));
+  }
+
+  /**
+   * Defines a queue: writes its row if it has none (a queue also gets one at
+   * its first enqueue), so workers serving a pattern that matches it start its
+   * consumers before its first item. Returns whether it was new.
+   */
+  async createQueue(queue: string): Promise<boolean> {
+    validate(queueName, queue, 'createQueue', 'queue');
+    const before = await drainFlags(this.core.db, this.core.tables, [queue]);
+    if (before?.has(queue)) return false;
+    await registerQueues(this.core.db, this.core.tables, [queue]);
+    return true;
+  }
+
+  /** Every queue the ledger holds (its lw_queues rows), in name order, with its flags. */
+  queueRows(): Promise<QueueRow[]> {
+    return queueRows(this.core.db, this.core.tables);
+  }
+
+  /**
+   * Deletes a drain-only queue that holds no unfinished item, with every row
+   * the ledger keeps of it; returns how many (terminal) items went. Refused
+   * with QueueDeleteRefusedError, nothing deleted, when it is not drain-only,
+   * became so less than DRAIN_SETTLE_MS ago, or holds unfinished items. An
+   * enqueue to the name afterwards starts a queue of that name afresh.
+   */
+  async deleteQueue(queue: string): Promise<{ items: number }> {
+    validate(queueName, queue, 'deleteQueue', 'queue');
+    const { db, tables } = this.core;
+    const refused = await checkDeletable(db, tables, queue, DRAIN_SETTLE_MS);
+    if (refused?.refused === 'not_drain_only') throw new QueueDeleteRefusedError(queue, 'not_drain_only');
+    if (refused?.refused === 'settling') throw new QueueDeleteRefusedError(queue, 'settling', 0, refused.retryInMs);
+    if (refused?.refused === 'not_empty') throw new QueueDeleteRefusedError(queue, 'not_empty', refused.unfinished);
+    return { items: await deleteQueueRows(db, tables, queue) };
   }
 }

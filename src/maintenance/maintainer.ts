@@ -16,7 +16,8 @@ export interface MaintainerOptions {
   ledger: MaintenanceLedger;
   /** Without one, what a pass frees is found by the consumers' next claim or sweep. */
   wake?: MaintenanceWake | undefined;
-  queues: readonly string[];
+  /** The queues, or a function giving them at each pass. */
+  queues: readonly string[] | (() => readonly string[]);
   log: Logger;
   /** Most expired leases reclaimed, and most due probes released, per queue and pass. */
   batchSize?: number;
@@ -117,7 +118,8 @@ export class Maintainer {
    * read), and runs those steps only there: an idle queue costs nothing more.
    */
   async pass(signals?: ReadonlyMap<string, SweepSignal>): Promise<MaintenancePass> {
-    const { repairWaitsEveryMs, queues } = this.settings;
+    const { repairWaitsEveryMs } = this.settings;
+    const queues = typeof this.settings.queues === 'function' ? this.settings.queues() : this.settings.queues;
     const repairWaits = repairWaitsEveryMs > 0 && Date.now() - this.lastWaitsRepairAt >= repairWaitsEveryMs;
     const result: MaintenancePass = { lookedAtMs: 0, done: [], failed: [] };
     // Without signals (the read failed: one bad queue name fails it for all) every step runs, queue by queue as before.

@@ -1,6 +1,7 @@
 import type { Ledger } from '../ledger/ledger.js';
 import { errno } from '../ledger/retry.js';
 import type { DueSchedule } from '../ledger/schedules.js';
+import { QueueDrainingError } from '../errors.js';
 import type { Logger } from '../log.js';
 import { Producer } from '../producer/producer.js';
 import type { WakeChannel } from '../wake/wake-channel.js';
@@ -169,7 +170,16 @@ export class ScheduleFirer {
   private async fire(d: DueSchedule): Promise<boolean> {
     const results = await this.producer.transaction(this.options.ledger.db, async (tx) => {
       if (!(await this.options.ledger.schedules.advance(tx.trx, d))) return undefined;
-      return d.inputs.length > 0 ? tx.enqueueMany(d.inputs) : [];
+      if (d.inputs.length === 0) return [];
+      // A drain-only queue takes nothing new: its fires pass, so neither it nor the schedules after it stay due.
+      return tx.enqueueMany(d.inputs).catch((error: unknown) => {
+        if (!(error instanceof QueueDrainingError)) throw error;
+        this.options.log.warn(
+          { schedule: d.schedule.name, queue: error.queue },
+          'schedule fire skipped: its queue is drain-only',
+        );
+        return [];
+      });
     });
     if (results === undefined) {
       this.counters.lost++;

@@ -6,6 +6,7 @@ import { AdminAddressError } from '../errors.js';
 import type { Ledger } from '../ledger/ledger.js';
 import { createLogger, type Logger } from '../log.js';
 import type { LanewakeMetrics } from './metrics.js';
+import type { ServedQueue } from './queue-patterns.js';
 
 export interface ReadinessCheckResult {
   ok: boolean;
@@ -15,6 +16,8 @@ export interface ReadinessCheckResult {
 export interface Readiness {
   ready: boolean;
   checks: Record<string, ReadinessCheckResult>;
+  /** A worker's: the queues it serves and why (supervisor/queue-patterns.ts). */
+  queues?: ServedQueue[];
 }
 
 /** One extra readiness check (e.g. ownership of a queue); a throw counts as not ok. */

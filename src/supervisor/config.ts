@@ -51,7 +51,14 @@ const consumerField = consumerSettingsSchema.shape;
  */
 export const queueConfigSchema = z
   .object({
-    name: consumerField.queue.describe('The queue (1-64 chars of [a-z0-9._-]).'),
+    name: z
+      .string()
+      .regex(/^[a-z0-9._*-]{1,64}$/, 'must be 1-64 chars of [a-z0-9._-], or a pattern with *')
+      .describe(
+        'The queue (1-64 chars of [a-z0-9._-]), or a pattern with `*` (`tenant-*`): every queue of the ledger it ' +
+          'matches, found within one `reconcileIntervalMs` of its first item or setting, and let go once deleted. ' +
+          "A queue named in full takes its own entry's settings; else the first pattern that matches gives them.",
+      ),
     // Kept with its default: a queue named only by --queues runs the consumer's default slots.
     concurrency: consumerField.concurrency,
     ...leftUnset(
@@ -230,6 +237,12 @@ export const workerConfigSchema = z
       if (seen.has(q.name))
         ctx.addIssue({ code: 'custom', path: ['queues', i, 'name'], message: `queue ${q.name} is listed twice` });
       seen.add(q.name);
+      if (q.ownership && q.name.includes('*'))
+        ctx.addIssue({
+          code: 'custom',
+          path: ['queues', i, 'ownership'],
+          message: `pattern ${q.name}: ownership epochs are for a queue named in full`,
+        });
       if (q.ownership && c.deployment === undefined) {
         ctx.addIssue({
           code: 'custom',

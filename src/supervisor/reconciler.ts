@@ -7,7 +7,8 @@ import type { WakeChannel } from '../wake/wake-channel.js';
 export interface ReconcilerOptions {
   ledger: Ledger;
   wake?: WakeChannel | undefined;
-  queues: readonly string[];
+  /** The queues to keep, or a function read at each pass (a worker's matched queues change). */
+  queues: readonly string[] | (() => readonly string[]);
   intervalMs: number;
   /** 0 = keep terminal items forever. */
   retentionMs: number;

@@ -4,6 +4,7 @@ import { startAdminServer, type AdminServer, type Readiness } from './admin-serv
 import type { WorkerConfig } from './config.js';
 import { loadHandlersModule, type HandlersByQueue } from './handlers-module.js';
 import { LanewakeMetrics } from './metrics.js';
+import { forgetQueueSeries } from './metric-series.js';
 import { Supervisor } from './supervisor.js';
 
 export interface RunningWorker {
@@ -56,6 +57,7 @@ export async function startWorker(
       handlers,
       logger: log,
       onConsumer: (consumer) => metrics.observeConsumer(consumer),
+      onQueueGone: (queue) => forgetQueueSeries(metrics.registry, queue),
       afterReconcile: async (ledger) =>
         void (await metrics.refreshFleetGauges(ledger, { everyMs: config.reconcileIntervalMs })),
       beforeLedgerClose: (ledger) => metrics.releaseFleetGauges(ledger),

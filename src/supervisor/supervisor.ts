@@ -4,14 +4,15 @@ import { Ledger } from '../ledger/ledger.js';
 import { isConnectionError } from '../ledger/retry.js';
 import { createLogger, type Logger } from '../log.js';
 import { sleep } from '../sleep.js';
-import { createRedisClient, whenReady, type RedisClient } from '../wake/redis.js';
 import { WakeChannel } from '../wake/wake-channel.js';
+import { ControlWatch } from '../wake/control-watch.js';
 import { ledgerReadiness, type NamedReadinessCheck, type Readiness } from './admin-server.js';
-import type { WorkerConfig } from './config.js';
+import type { QueueConfig, WorkerConfig } from './config.js';
 import type { HandlersByQueue } from './handlers-module.js';
 import { holdScheduleFiring } from '../schedules/firing.js';
 import { planPools, type PoolPlan } from '../consumer/pools.js';
 import { QueueRunner } from './queue-runner.js';
+import { drainOnlyRow, isPattern, QueuePatterns, type ServedQueue } from './queue-patterns.js';
 import { Reconciler } from './reconciler.js';
 
 export const EXIT_OK = 0;
@@ -29,6 +30,8 @@ export interface SupervisorOptions {
   logger?: Logger;
   /** Every consumer started (and restarted), e.g. to observe it with metrics; may return a detach function. */
   onConsumer?: (consumer: Consumer<never>) => (() => void) | void;
+  /** Called once a queue is let go (deleted, or no pattern matches it), its consumers stopped: e.g. drop its series. */
+  onQueueGone?: (queue: string) => Promise<void>;
   /** Called after each reconciler pass, e.g. to refresh gauges. */
   afterReconcile?: (ledger: Ledger) => Promise<void>;
   /**
@@ -50,6 +53,8 @@ export class Supervisor {
   readonly log: Logger;
   /** Per configured queue, its executor pools (one undefined: no pools, one consumer of every class it claims). */
   private readonly pools: (PoolPlan | undefined)[][];
+  /** The config's queue patterns and the ledger's queues they match now. */
+  private readonly patterns: QueuePatterns;
   /** Per queue, one runner per executor pool (one when the queue has no pools). */
   readonly runners = new Map<string, QueueRunner[]>();
   readonly ownership = new Map<string, { state: OwnershipState; epoch?: number }>();
@@ -58,14 +63,15 @@ export class Supervisor {
   private exitCode = EXIT_OK;
   private reconciler: Reconciler | undefined;
   private ownershipTimer: NodeJS.Timeout | undefined;
+  private queuesTimer: NodeJS.Timeout | undefined;
+  private queuesRead: Promise<void> | undefined;
   private stopping: Promise<void> | undefined;
   private checking: Promise<void> | undefined;
   /** A check was asked for while one ran (it may have read the ledger before what prompted it): run once more. */
   private checkAgain = false;
-  private readonly controlClients: RedisClient[] = [];
   /** Stops this process firing the ledger's schedules (src/schedules/firing.ts). */
   private releaseFiring: (() => Promise<void>) | undefined;
-  private controlWatch: Promise<void> | undefined;
+  private controlWatch: ControlWatch | undefined;
 
   constructor(private readonly options: SupervisorOptions) {
     const { config } = options;
@@ -82,6 +88,7 @@ export class Supervisor {
     this.pools = config.queues.map((q, i) =>
       q.pools === undefined ? [undefined] : planPools(q.concurrency, q.pools, q.classes, `queues.${i}.pools`),
     );
+    this.patterns = new QueuePatterns(config.queues);
     this.ledger = new Ledger({ url: config.databaseUrl, poolSize: config.poolSize, tablePrefix: config.tablePrefix });
     this.wake = config.redisUrl
       ? new WakeChannel({ redis: config.redisUrl, keyPrefix: config.redisKeyPrefix, logger: this.log })
@@ -103,45 +110,99 @@ export class Supervisor {
       checkIntervalMs: config.scheduleCheckMs,
     });
     for (const [i, q] of config.queues.entries()) {
-      const runners = (this.pools[i] ?? [undefined]).map(
-        (pool) =>
-          new QueueRunner({
-            queue: q,
-            pool,
-            ledger: this.ledger,
-            wake: this.wake,
-            handlers: this.options.handlers[q.name] ?? {},
-            log: this.log,
-            drainTimeoutMs: config.drainTimeoutMs,
-            epoch: () => this.ownership.get(q.name)?.epoch,
-            ...(this.options.onConsumer ? { onConsumer: this.options.onConsumer } : {}),
-          }),
-      );
-      this.runners.set(q.name, runners);
+      if (isPattern(q.name)) continue;
+      this.runners.set(q.name, this.makeRunners(q, i));
       if (q.ownership) this.ownership.set(q.name, { state: 'standby' });
     }
     // Standby queues have no consumer to hear an activation's broadcast, so the supervisor listens itself.
     // Its places on the control streams are taken before the ledger is read and before start() returns:
     // an activation the ledger read below misses commits after it, so its broadcast comes after them.
-    const watchFrom = this.ownership.size > 0 && this.wake ? await this.controlPositions(this.wake) : undefined;
+    if (this.ownership.size > 0 && this.wake)
+      this.controlWatch = new ControlWatch(this.wake, [...this.ownership.keys()], () => void this.checkOwnership());
+    const watchFrom = await this.controlWatch?.positions();
     await this.checkOwnership();
-    for (const q of config.queues) if (!q.ownership) this.startRunner(q.name);
+    for (const q of config.queues) if (!q.ownership && !isPattern(q.name)) this.startRunner(q.name);
+    await this.reconcileQueues();
     if (this.ownership.size > 0) {
       this.ownershipTimer = setInterval(() => void this.checkOwnership(), config.ownershipCheckMs);
       this.ownershipTimer.unref();
-      if (this.wake && watchFrom) this.controlWatch = this.watchControl(this.wake, watchFrom);
+      if (watchFrom) this.controlWatch?.start(watchFrom);
     }
     this.reconciler = new Reconciler({
       ledger: this.ledger,
       wake: this.wake,
-      queues: config.queues.map((q) => q.name),
+      queues: () => [...this.runners.keys()],
       intervalMs: config.reconcileIntervalMs,
       retentionMs: config.retentionMs,
       log: this.log,
       afterPass: () => this.options.afterReconcile?.(this.ledger) ?? Promise.resolve(),
     });
     this.reconciler.start();
-    this.log.info({ queues: config.queues.map((q) => q.name), deployment: config.deployment }, 'worker started');
+    // Apart from the maintenance pass, which takes longer as queues are added: a new queue waits for neither.
+    this.queuesTimer = setInterval(() => void this.reconcileQueuesLogged(), config.reconcileIntervalMs);
+    this.queuesTimer.unref();
+    this.log.info({ queues: [...this.runners.keys()], deployment: config.deployment }, 'worker started');
+  }
+
+  /** One restartable consumer per executor pool of `q` (config entry `index`; a matched queue has its pattern's). */
+  private makeRunners(q: QueueConfig, index: number): QueueRunner[] {
+    const { config } = this.options;
+    return (this.pools[index] ?? [undefined]).map(
+      (pool) =>
+        new QueueRunner({
+          queue: q,
+          pool,
+          ledger: this.ledger,
+          wake: this.wake,
+          handlers: this.options.handlers[config.queues[index]?.name ?? q.name] ?? {},
+          log: this.log,
+          drainTimeoutMs: config.drainTimeoutMs,
+          epoch: () => this.ownership.get(q.name)?.epoch,
+          ...(this.options.onConsumer ? { onConsumer: this.options.onConsumer } : {}),
+        }),
+    );
+  }
+
+  /**
+   * Reads the ledger's queues (queue-patterns.ts): a queue a pattern now
+   * matches gets its consumers, one whose row went is let go; and which
+   * served queues are drain-only, for /readyz. Run at start and every
+   * reconcile interval, so a new queue is served within one.
+   */
+  private reconcileQueuesLogged(): Promise<void> {
+    this.queuesRead ??= this.reconcileQueues()
+      .catch((error: unknown) => this.log.warn({ err: (error as Error).message }, 'reading the ledger queues failed'))
+      .finally(() => (this.queuesRead = undefined));
+    return this.queuesRead;
+  }
+
+  private async reconcileQueues(): Promise<void> {
+    if (this.stopping) return;
+    const pinned = this.options.config.queues.filter((q) => !isPattern(q.name)).map((q) => q.name);
+    const rows = this.patterns.any
+      ? await this.ledger.queueRows()
+      : [...(await this.ledger.drainOnlyQueues(pinned))].map((queue) => drainOnlyRow(queue));
+    const changes = this.patterns.reconcile(rows);
+    for (const { queue, entry, config } of changes.start) {
+      this.runners.set(queue, this.makeRunners({ ...config, name: queue }, entry));
+      this.startRunner(queue);
+    }
+    if (changes.start.length + changes.stop.length > 0)
+      this.log.info({ started: changes.start.map((c) => c.queue), stopped: changes.stop }, 'queues matched');
+    await Promise.allSettled(
+      changes.stop.map(async (queue) => {
+        const runners = this.runners.get(queue) ?? [];
+        this.runners.delete(queue);
+        await Promise.allSettled(runners.map((r) => r.stop()));
+        await this.options.onQueueGone?.(queue);
+      }),
+    );
+  }
+
+  /** The queues this worker serves now, and why (/readyz). */
+  served(): ServedQueue[] {
+    const pinned = this.options.config.queues.filter((q) => !isPattern(q.name)).map((q) => q.name);
+    return this.patterns.served(pinned);
   }
 
   /**
@@ -181,8 +242,9 @@ export class Supervisor {
   stop(): Promise<void> {
     this.stopping ??= (async () => {
       if (this.ownershipTimer) clearInterval(this.ownershipTimer);
-      for (const c of this.controlClients) c.disconnect();
-      await this.controlWatch;
+      if (this.queuesTimer) clearInterval(this.queuesTimer);
+      await this.queuesRead;
+      await this.controlWatch?.stop();
       await Promise.allSettled([...this.runners.values()].flat().map((r) => r.stop()));
       await this.reconciler?.stop();
       await this.releaseFiring?.();
@@ -211,10 +273,14 @@ export class Supervisor {
       },
     }));
     extra.push({
+      name: 'queues',
+      check: async () => this.patterns.check(this.served()),
+    });
+    extra.push({
       name: 'shutdown',
       check: async () => (this.stopping ? { ok: false, detail: 'stopping' } : { ok: true }),
     });
-    return ledgerReadiness(this.ledger, extra);
+    return ledgerReadiness(this.ledger, extra).then((r) => ({ ...r, queues: this.served() }));
   }
 
   /**
@@ -251,70 +317,6 @@ export class Supervisor {
     const wake = this.wake;
     if (wake && !wake.timersStarted) wake.startTimers();
     for (const runner of this.runners.get(queue) ?? []) runner.start();
-  }
-
-  /**
-   * The newest entry of each ownership queue's control stream, read on the
-   * channel's command connection (waiting briefly for its first connection):
-   * the watcher reads what comes after. A queue whose place cannot be read now
-   * (Redis away) is left out; the watcher takes it once Redis answers.
-   */
-  private async controlPositions(wake: WakeChannel): Promise<Map<string, string>> {
-    const from = new Map<string, string>();
-    if (!(await wake.usable())) return from;
-    await Promise.all(
-      [...this.ownership.keys()].map(async (queue) => {
-        const id = await wake.control.latestId(wake.redis, queue).catch(() => undefined);
-        if (id !== undefined) from.set(queue, id);
-      }),
-    );
-    return from;
-  }
-
-  /**
-   * Reads the ownership queues' control streams (plain XREAD) from `from`: an
-   * activation is acted on at once. One blocking reader per single-slot group
-   * of queues (all of them on a plain Redis; on a cluster a multi-slot XREAD is
-   * CROSSSLOT).
-   */
-  private async watchControl(wake: WakeChannel, from: ReadonlyMap<string, string>): Promise<void> {
-    const groups = wake.control.readGroups([...this.ownership.keys()], wake.cluster);
-    await Promise.all(groups.map((queues) => this.watchControlOf(wake, queues, from)));
-  }
-
-  private async watchControlOf(
-    wake: WakeChannel,
-    queues: readonly string[],
-    from: ReadonlyMap<string, string>,
-  ): Promise<void> {
-    const client = createRedisClient(wake.options.redis, 'lanewake:supervisor:control', 'blocking');
-    this.controlClients.push(client);
-    const after = new Map<string, string>();
-    for (const queue of queues) {
-      const id = from.get(queue);
-      if (id !== undefined) after.set(queue, id);
-    }
-    while (!this.stopping) {
-      try {
-        if (!(await whenReady(client, 1000))) throw new Error('redis is not connected');
-        let placed = false;
-        for (const queue of queues) {
-          if (after.has(queue)) continue;
-          after.set(queue, await wake.control.latestId(client, queue));
-          placed = true;
-        }
-        // Placed late (Redis was away at start): an activation broadcast before now is read from the ledger.
-        if (placed) void this.checkOwnership();
-        const entries = await wake.control.read(client, after, 1000);
-        for (const e of entries) {
-          after.set(e.queue, e.entryId);
-          if (e.message.type === 'ownership') void this.checkOwnership();
-        }
-      } catch {
-        if (this.stopping) break;
-        await sleep(500);
-      }
-    }
   }
 
   private async readOwnership(): Promise<void> {

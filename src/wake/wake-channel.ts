@@ -6,7 +6,7 @@ import { createLogger } from '../log.js';
 import { QUEUE_CLASSES, type QueueClass } from '../ledger/types.js';
 import { WakeStreams } from './streams.js';
 import { ControlStreams } from './control.js';
-import { DEFAULT_KEY_PREFIX } from './keys.js';
+import { controlStreamKey, DEFAULT_KEY_PREFIX, offersKey, wakeStreamKey } from './keys.js';
 import type { ControlMessage, WakeMessage } from './messages.js';
 import { groupBySlot } from './slots.js';
 import { LocalWakeRoute } from './local-route.js';
@@ -251,6 +251,21 @@ export class WakeChannel {
       }
     }
     return dropped;
+  }
+
+  /**
+   * Deletes one queue's keys: its wake streams (with their groups), control
+   * stream and offers, for `lanewake queue delete`. All in the queue's slot.
+   * Returns how many existed; 0 when Redis cannot be reached.
+   */
+  async dropQueueKeys(queue: string): Promise<number> {
+    if (!(await this.usable())) return 0;
+    const keys = [
+      ...QUEUE_CLASSES.map((c) => wakeStreamKey(this.keyPrefix, queue, c)),
+      controlStreamKey(this.keyPrefix, queue),
+      offersKey(this.keyPrefix, queue),
+    ];
+    return this.redis.del(...keys);
   }
 
   async close(): Promise<void> {

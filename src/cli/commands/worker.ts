@@ -55,8 +55,8 @@ export function workerCommand(program: Command, { io }: CliContext): void {
     )
     .option(
       '--queues <list>',
-      'queues to run, name[:concurrency[:class+class]], e.g. billing:16,mail ' +
-        '(LANEWAKE_QUEUES); refines the --config queues by name',
+      "queues to run, name[:concurrency[:class+class]], e.g. 'tenant-*:8,billing:16' (LANEWAKE_QUEUES); " +
+        'a name with * serves every queue of the ledger it matches; refines the --config queues by name',
     )
     .option('--admin <address>', 'admin HTTP address host:port, :port, or off (LANEWAKE_ADMIN; default 127.0.0.1:9464)')
     .option(
