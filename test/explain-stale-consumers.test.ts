@@ -1,8 +1,8 @@
 import { afterAll, afterEach, beforeAll, describe, expect, test } from 'vitest';
+import { explained, liveConsumer as liveConsumerRow } from './support/explain.js';
 import { Consumer } from '../src/consumer/consumer.js';
 import type { ConsumerRow } from '../src/ledger/sql/fleet/consumers.js';
 import type { Explanation } from '../src/ledger/operator-types.js';
-import type { QueueClass } from '../src/ledger/types.js';
 import { lanewake } from './support/cli.js';
 import { expireAndReclaim, freshQueue, claimOne } from './support/items.js';
 import { createTestLedger, type TestLedger } from './support/ledger.js';
@@ -23,22 +23,9 @@ afterAll(async () => {
   await tl?.drop();
 });
 
-let beats = 0;
-async function liveConsumer(queue: string, opts: Partial<ConsumerRow> = {}): Promise<string> {
-  const name = `stale-${++beats}`;
-  const classes: QueueClass[] = ['interactive', 'default', 'bulk'];
-  await tl.ledger.consumerBeat(
-    [{ name, queue, classes, types: null, concurrency: 4, maxProcessing: null, epoch: null, version: 'test', ...opts }],
-    true,
-  );
-  return name;
-}
-
-async function why(id: string): Promise<Explanation> {
-  const e = await tl.ledger.explain(id);
-  if (!e) throw new Error(`no item ${id}`);
-  return e;
-}
+const liveConsumer = (queue: string, opts: Partial<ConsumerRow> = {}): Promise<string> =>
+  liveConsumerRow(tl.ledger, 'stale', queue, opts);
+const why = (id: string): Promise<Explanation> => explained(tl.ledger, id);
 
 describe('explain and stale-only consumers', () => {
   test('only stale-only consumers serve a head: explain names them, their mode; rescued work is claimed', async () => {

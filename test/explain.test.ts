@@ -1,8 +1,8 @@
 import { afterAll, afterEach, beforeAll, describe, expect, test } from 'vitest';
+import { explained, liveConsumer as liveConsumerRow } from './support/explain.js';
 import { Consumer } from '../src/consumer/consumer.js';
 import type { ConsumerRow } from '../src/ledger/sql/fleet/consumers.js';
 import type { Explanation } from '../src/ledger/operator-types.js';
-import type { QueueClass } from '../src/ledger/types.js';
 import { claimOne, freshQueue } from './support/items.js';
 import { createTestLedger, waitFor, type TestLedger } from './support/ledger.js';
 
@@ -20,23 +20,9 @@ afterAll(async () => {
   await tl?.drop();
 });
 
-let beats = 0;
-/** A consumer's heartbeat row, as a running consumer writes it. */
-async function liveConsumer(queue: string, opts: Partial<ConsumerRow> = {}): Promise<string> {
-  const name = `explain-${++beats}`;
-  const classes: QueueClass[] = ['interactive', 'default', 'bulk'];
-  await tl.ledger.consumerBeat(
-    [{ name, queue, classes, types: null, concurrency: 4, maxProcessing: null, epoch: null, version: 'test', ...opts }],
-    true,
-  );
-  return name;
-}
-
-async function why(id: string): Promise<Explanation> {
-  const e = await tl.ledger.explain(id);
-  if (!e) throw new Error(`no item ${id}`);
-  return e;
-}
+const liveConsumer = (queue: string, opts: Partial<ConsumerRow> = {}): Promise<string> =>
+  liveConsumerRow(tl.ledger, 'explain', queue, opts);
+const why = (id: string): Promise<Explanation> => explained(tl.ledger, id);
 
 describe('ledger.explain', () => {
   test('reasons from the item: ended, running, lease expired, blocked, not due, behind its lane head', async () => {
