@@ -65,11 +65,11 @@ export async function enqueueItems(
   if (items.length === 0) return [];
   // A prefix of '' is `Ledger.enqueue`'s: a single-item call.
   const batch = prefix !== '';
-  await target.gate.check(items, batch);
+  const caller = opts.transaction;
+  await target.gate.check(items, batch, caller === undefined ? undefined : modeProof(caller));
   await scopeKeyed(target, items, prefix);
   const spans = publishSpans(inputs, items, !batch);
   const publishing = spans instanceof Promise ? await spans : spans;
-  const caller = opts.transaction;
   try {
     const results =
       caller !== undefined
