@@ -17,7 +17,8 @@ export interface LedgerTemplate {
   statements: string[];
 }
 
-async function serverConnection(serverUrl: string): Promise<Connection> {
+/** A connection to the server `serverUrl` names, without a default database. */
+export async function serverConnection(serverUrl: string): Promise<Connection> {
   const u = new URL(serverUrl);
   return createConnection({
     host: u.hostname,

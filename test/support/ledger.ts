@@ -1,12 +1,12 @@
 import { randomBytes } from 'node:crypto';
 import { Kysely, MysqlDialect } from 'kysely';
 import { createPool } from 'mysql2';
-import { createConnection } from 'mysql2/promise';
+import type { Connection } from 'mysql2/promise';
 import { mysqlPoolOptions, type LedgerDb } from '../../src/ledger/connection.js';
 import { Ledger } from '../../src/ledger/ledger.js';
 import type { LedgerConfigInput } from '../../src/ledger/config.js';
 import { inject } from 'vitest';
-import { copyTemplate, templateFits } from './ledger-template.js';
+import { copyTemplate, serverConnection, templateFits } from './ledger-template.js';
 import { mysqlServerUrl } from './services.js';
 
 export interface TestLedger {
@@ -16,14 +16,8 @@ export interface TestLedger {
   drop: () => Promise<void>;
 }
 
-async function admin<T>(fn: (c: Awaited<ReturnType<typeof createConnection>>) => Promise<T>): Promise<T> {
-  const u = new URL(mysqlServerUrl());
-  const c = await createConnection({
-    host: u.hostname,
-    port: Number(u.port || 3306),
-    user: decodeURIComponent(u.username || 'root'),
-    password: decodeURIComponent(u.password),
-  });
+async function admin<T>(fn: (c: Connection) => Promise<T>): Promise<T> {
+  const c = await serverConnection(mysqlServerUrl());
   try {
     return await fn(c);
   } finally {

@@ -1,3 +1,4 @@
+import { completionNeedsHistory } from './stage-history.js';
 import { sql } from 'kysely';
 import type { LedgerCapabilities } from '../../capabilities.js';
 import type { Executor, LedgerDb } from '../../connection.js';
@@ -167,8 +168,7 @@ async function completeOnce(
   const laneSeen = new Set<string>();
   entries.forEach((e, i) => {
     const lk = e.handle.lane === null ? null : queueScoped(e.handle.queue, e.handle.lane);
-    const history = e.handle.attempt > 1 || (e.handle.stages !== undefined && e.handle.stages.length > 0);
-    if (history || (lk !== null && laneSeen.has(lk))) single.push(i);
+    if (completionNeedsHistory(e.handle) || (lk !== null && laneSeen.has(lk))) single.push(i);
     else {
       if (lk !== null) laneSeen.add(lk);
       batch.push(i);

@@ -12,7 +12,7 @@ import {
 } from '../common/transition.js';
 import { enterWait } from '../waits/waits.js';
 import { storedKey } from '../keys/scope.js';
-import { stagesText } from './stage-history.js';
+import { completionNeedsHistory, stagesText } from './stage-history.js';
 import { epochIsCurrent, fenceOf } from '../fleet/ownership.js';
 
 /** How a claimed attempt ended; each maps to one CAS (docs/design/states.md). */
@@ -34,7 +34,7 @@ interface Plan {
 }
 
 function plan(h: LeaseHandle, f: Finishing): Plan {
-  const stages = h.stages === undefined ? null : stagesText(h.stages);
+  const stages = stagesText(h.stages);
   const hist = (outcome: HistoryEntry['outcome'], failureClass: string | null, error: string | null): HistoryEntry => ({
     attempt: h.attempt,
     outcome,
@@ -53,8 +53,7 @@ function plan(h: LeaseHandle, f: Finishing): Plan {
         }, last_error = NULL, failure_class = NULL, lease_until = ${NO_TIME},
           terminal_at = NOW(6)`,
         terminal: true,
-        // A first-try success is recorded by the item row alone, unless it timed stages: they have no other place.
-        history: h.attempt > 1 || stages !== null ? hist('completed', null, null) : null,
+        history: completionNeedsHistory(h) ? hist('completed', null, null) : null,
       };
     case 'dead':
       return {

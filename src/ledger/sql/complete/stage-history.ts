@@ -21,6 +21,14 @@ export function stagesText(timings: readonly StageTiming[] | undefined): string 
   return JSON.stringify([...summed].map(([name, ms]) => ({ name, ms: Math.round(ms * 1000) / 1000 })));
 }
 
+/**
+ * Whether a completion writes a history row: a first-try success is recorded by the item row alone, unless it
+ * timed stages, which have no other place. The single and the batched completion both ask this.
+ */
+export function completionNeedsHistory(h: { attempt: number; stages?: readonly StageTiming[] | undefined }): boolean {
+  return h.attempt > 1 || (h.stages !== undefined && h.stages.length > 0);
+}
+
 /** A history row's `stages` as the ledger's readers see them: undefined when it has none (or not what this wrote). */
 export function parseStages(text: string | null | undefined): StageTiming[] | undefined {
   if (text === null || text === undefined) return undefined;
