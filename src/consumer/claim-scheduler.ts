@@ -3,12 +3,8 @@ import { MAX_CLAIM_ITEMS } from '../ledger/ledger.js';
 import { claimRoundChannel, type ClaimRoundMessage } from '../diagnostics.js';
 import type { ClaimedItem } from '../ledger/types.js';
 import { Latch } from '../latch.js';
-import type { Logger } from '../log.js';
 import type { WakeEntry, WakeMessage } from '../wake/messages.js';
-import type { ConsumerCounters } from './counters.js';
 import { runJob, type JobRunDeps, type Outcome, type RunningJob } from './job-run.js';
-import type { ConsumerLedger } from './ledger-port.js';
-import type { ConsumerSettings } from './options.js';
 import {
   assertCount,
   ClaimHolds,
@@ -19,11 +15,10 @@ import {
   type LastRound,
 } from './claim-modes.js';
 import { arrivals, Intake, type Arrival, type IntakeSource } from './intake.js';
-import type { QueueFlags } from './queue-flags.js';
 import { RoundClaims } from './round-claims.js';
-import type { SchedulerHost } from './scheduler-host.js';
+import type { SchedulerParts, SchedulerWakeSide } from './scheduler-parts.js';
 
-export type { SchedulerHost } from './scheduler-host.js';
+export type { SchedulerParts, SchedulerWakeSide } from './scheduler-parts.js';
 
 /** Claim rounds one scheduler may have in flight at once. */
 const MAX_CLAIM_ROUNDS = 2;
@@ -67,27 +62,22 @@ export class ClaimScheduler<DB> {
   private readonly holds = new ClaimHolds();
   private readonly claims: RoundClaims;
 
-  constructor(
-    ledger: ConsumerLedger,
-    private readonly settings: ConsumerSettings,
-    private readonly name: string,
-    private readonly counters: ConsumerCounters,
-    private readonly log: Logger,
-    /** The queue's flags, the one home of pause and fairness: read, never copied. */
-    private readonly flags: Pick<QueueFlags, 'paused' | 'fair'>,
-    private readonly host: SchedulerHost<DB>,
-  ) {
-    this.claims = new RoundClaims(ledger, settings, name, host.coalesce);
+  /** Its wake side, with a wake channel, once the consumer started. */
+  private wakeSide: SchedulerWakeSide | undefined;
+
+  constructor(private readonly parts: SchedulerParts<DB>) {
+    const { ledger, settings, name, counters, log } = parts;
+    this.claims = new RoundClaims(ledger, settings, name, parts.coalesce);
     this.intake = new Intake(settings, ledger, counters, log, {
       running: this.running,
       claiming: () => this.mode === 'claiming',
-      paused: () => this.flags.paused,
+      paused: () => this.parts.flags.paused,
       start: (item, claimedAtMs) => this.startJob(item, claimedAtMs),
       returned: () => this.noteWork(),
-      followUp: () => this.host.followUp(),
+      followUp: () => this.followUp(),
     });
     this.runDeps = {
-      ...host.runDeps,
+      ...parts.run,
       // The slot frees when the handler settles, so the next claim overlaps this finish.
       onSettled: (run) => {
         if (run.handlerMs !== undefined) this.intake.buffer.noteHandlerMs(run.handlerMs);
@@ -96,6 +86,11 @@ export class ClaimScheduler<DB> {
         this.notify();
       },
     };
+  }
+
+  /** The consumer's wake reader, offers and follow-ups, once it reads wake-ups. */
+  connect(wakeSide: SchedulerWakeSide): void {
+    this.wakeSide = wakeSide;
   }
 
   /** Claims may run (the consumer started). */
@@ -118,7 +113,8 @@ export class ClaimScheduler<DB> {
   /** Wakes the loop (and the wake reader: room may have changed). */
   notify(): void {
     this.wake.notify();
-    this.host.roomChanged();
+    this.wakeSide?.reader.notify();
+    this.wakeSide?.offers?.look();
   }
 
   /** Claimable heads may exist beyond any named ids: the next claim round looks. */
@@ -129,7 +125,7 @@ export class ClaimScheduler<DB> {
 
   takeEntries(entries: readonly WakeEntry[]): void {
     if (entries.length === 0) return;
-    this.counters.wakeEntriesRead += entries.length;
+    this.parts.counters.wakeEntriesRead += entries.length;
     for (const e of entries) this.takeWake(e, 'round');
     this.pendingAcks.push(...entries);
     this.wake.notify();
@@ -145,7 +141,7 @@ export class ClaimScheduler<DB> {
   takeWake(m: Pick<WakeMessage, 'ids' | 'more'>, source: 'round' | 'wake'): void {
     // A fair queue's items are claimed by their rounds (docs/design/keys.md, "Fair queues"): claimed by name, in the
     // order their wake-ups came, one key's flood would run ahead of the keys announced after it.
-    if (this.flags.fair) {
+    if (this.parts.flags.fair) {
       this.noteWork();
       return;
     }
@@ -206,13 +202,13 @@ export class ClaimScheduler<DB> {
       // Rounds overlap while claims come back full, and for named ids (a wake-up
       // for new work must not wait behind a round looking for other heads).
       const maxRounds =
-        this.settings.maxProcessing === undefined && (this.lastRound === 'full' || this.targeted.size > 0)
+        this.parts.settings.maxProcessing === undefined && (this.lastRound === 'full' || this.targeted.size > 0)
           ? MAX_CLAIM_ROUNDS
           : 1;
       const holdUntil = this.holds.until();
       const backingOff = Date.now() < holdUntil;
       if (
-        !this.flags.paused &&
+        !this.parts.flags.paused &&
         !backingOff &&
         room > 0 &&
         worthARound &&
@@ -226,10 +222,10 @@ export class ClaimScheduler<DB> {
         if (search) this.searching++;
         const round: Promise<void> = this.claimRound(room)
           .catch((error: unknown) => {
-            this.counters.errors++;
+            this.parts.counters.errors++;
             this.lastRound = 'short';
             this.holds.afterError(Date.now(), CLAIM_ERROR_BACKOFF_MS);
-            this.log.error({ err: (error as Error).message }, 'claim failed; retrying');
+            this.parts.log.error({ err: (error as Error).message }, 'claim failed; retrying');
           })
           .finally(() => {
             capacity.roundEnded(room);
@@ -241,7 +237,7 @@ export class ClaimScheduler<DB> {
         continue;
       }
       // Buffered items are looked at often enough to go back before a third of their lease has passed.
-      const until = buffer.size > 0 ? this.settings.leaseMs / 6 : IDLE_WAIT_MS;
+      const until = buffer.size > 0 ? this.parts.settings.leaseMs / 6 : IDLE_WAIT_MS;
       await this.wake.wait(Math.max(1, backingOff ? Math.min(until, holdUntil - Date.now()) : until));
     }
     clearTimeout(this.lookTimer);
@@ -260,7 +256,7 @@ export class ClaimScheduler<DB> {
   }
 
   private async claimRound(free: number): Promise<void> {
-    this.counters.claimRounds++;
+    this.parts.counters.claimRounds++;
     /** Signals up to here are answered by this round's head search, if it makes one. */
     let seenSignals = this.workSignals;
     const startedAt = performance.now();
@@ -277,8 +273,8 @@ export class ClaimScheduler<DB> {
     const requeue = (id: string) => {
       if (!this.targeted.has(id)) this.targeted.set(id, sourceOf.get(id) ?? 'round');
     };
-    if (this.settings.maxProcessing !== undefined) {
-      const capRoom = await this.claims.capRoom(this.settings.maxProcessing);
+    if (this.parts.settings.maxProcessing !== undefined) {
+      const capRoom = await this.claims.capRoom(this.parts.settings.maxProcessing);
       if (capRoom <= 0) {
         for (const id of ids) requeue(id);
         this.pendingAcks.unshift(...acks);
@@ -292,8 +288,8 @@ export class ClaimScheduler<DB> {
     }
     // Each call's items are stamped with its own start: their leases run from about then.
     const byIdsAtMs = Date.now();
-    const staleOnly = this.host.staleOnly();
-    if (staleOnly) this.counters.staleOnlyRounds++;
+    const staleOnly = this.parts.gate.reason() !== undefined;
+    if (staleOnly) this.parts.counters.staleOnlyRounds++;
     const claimed = await this.claims.byIds(ids, staleOnly);
     if (ids.length > 0) this.noteClaimMs(byIdsAtMs);
     // Named by a wake-up: start them now, before looking for other heads.
@@ -322,12 +318,12 @@ export class ClaimScheduler<DB> {
     if (!more && this.workSignals !== seenSignals) this.lookSoon();
     this.lastRound = claimed.length >= free ? 'full' : 'short';
     const durationMs = performance.now() - startedAt;
-    this.host.emit('claimRound', { claimed: claimed.length, durationMs, targeted: ids.length });
+    this.parts.events.emit('claimRound', { claimed: claimed.length, durationMs, targeted: ids.length });
     if (claimRoundChannel.hasSubscribers) {
       const endedAtMs = Date.now();
       const message: ClaimRoundMessage = {
-        queue: this.settings.queue,
-        consumer: this.name,
+        queue: this.parts.settings.queue,
+        consumer: this.parts.name,
         startedAtMs: endedAtMs - durationMs,
         endedAtMs,
         targeted: ids.length,
@@ -335,16 +331,20 @@ export class ClaimScheduler<DB> {
       };
       claimRoundChannel.publish(message);
     }
-    if (acks.length > 0) this.host.ack(acks);
-    if (more && this.intake.capacity.freeSlots() === 0) await this.host.followUp();
+    if (acks.length > 0) void this.wakeSide?.reader.ack(acks);
+    if (more && this.intake.capacity.freeSlots() === 0) await this.followUp();
+  }
+
+  private async followUp(): Promise<void> {
+    await this.wakeSide?.followUps.send();
   }
 
   private noteClaimMs(sentAtMs: number): void {
     const now = Date.now();
-    this.host.claimTimed(now - sentAtMs);
+    this.parts.gate.noteClaimMs(now - sentAtMs);
     if (this.intake.buffer.noteClaimMs(now - sentAtMs, now)) {
-      this.log.warn(
-        { claimMs: now - sentAtMs, leaseMs: this.settings.leaseMs },
+      this.parts.log.warn(
+        { claimMs: now - sentAtMs, leaseMs: this.parts.settings.leaseMs },
         'a claim took a third of the lease or more: prefetch is off, ' +
           'and items claimed past two thirds of it go back unstarted; raise leaseMs',
       );
@@ -357,13 +357,13 @@ export class ClaimScheduler<DB> {
     this.running.set(item.id, run);
     run.start();
     if (this.intake.takeCancelHint(item.id)) run.checkLedger();
-    if (item.group !== undefined) this.counters.coalesced += item.group.ids.length;
-    this.host.emit('started', item);
+    if (item.group !== undefined) this.parts.counters.coalesced += item.group.ids.length;
+    this.parts.events.emit('started', item);
     void run.done.then(
       (outcome) => this.finished(item, outcome, run.handlerMs, run.laneAdvanced, run.keyAdmitted),
       (error: unknown) => {
-        this.counters.errors++;
-        this.log.error({ id: item.id, err: (error as Error).message }, 'executor failed');
+        this.parts.counters.errors++;
+        this.parts.log.error({ id: item.id, err: (error as Error).message }, 'executor failed');
         this.finished(item, 'leaseLost', run.handlerMs);
       },
     );
@@ -378,7 +378,7 @@ export class ClaimScheduler<DB> {
   ): void {
     this.running.delete(item.id);
     this.finishing.delete(item.id);
-    this.counters[outcome]++;
+    this.parts.counters[outcome]++;
     this.holds.itemFinished();
     // The slot is free; a finished lane head has a successor worth claiming right here (lane affinity),
     // unless the completion said the lane has none waiting.
@@ -391,7 +391,7 @@ export class ClaimScheduler<DB> {
       outcome === 'released'
     )
       this.noteWork();
-    this.host.emit('outcome', item, outcome, handlerMs);
+    this.parts.events.emit('outcome', item, outcome, handlerMs);
     this.notify();
   }
 }

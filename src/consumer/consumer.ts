@@ -2,7 +2,6 @@ import { EventEmitter } from 'node:events';
 import { hostname } from 'node:os';
 import { randomBytes } from 'node:crypto';
 import { ValidationError } from '../errors.js';
-import type { ClaimedItem } from '../ledger/types.js';
 import { createLogger, type Logger } from '../log.js';
 import { Producer } from '../producer/producer.js';
 import type { Outbox } from './job-context.js';
@@ -11,18 +10,18 @@ import type { ControlMessage, WakeMessage } from '../wake/messages.js';
 import { holdScheduleFiring } from '../schedules/firing.js';
 import type { WakeChannel } from '../wake/wake-channel.js';
 import { WakeReader } from '../wake/wake-reader.js';
-import { ClaimScheduler, type SchedulerHost } from './claim-scheduler.js';
+import { ClaimScheduler, type SchedulerParts } from './claim-scheduler.js';
+import { FollowUps } from './follow-ups.js';
 import { BatchCompleter } from './completer.js';
 import { announceWakeRead, newConsumerCounters, type ConsumerCounters, type ConsumerEvents } from './counters.js';
 import { coalesceClaimOf, type CoalesceClaim } from './coalescing.js';
 import { Eligibility } from './eligibility.js';
 import { drainSlots } from './drain.js';
-import { arrivals, type IntakeSource } from './intake.js';
-import { Reservations, type ReservationsHost } from './reservations.js';
+import { Reservations } from './reservations.js';
 import { startLeaseClock } from './lease-keeper.js';
 import type { ConsumerLedger } from './ledger-port.js';
 import type { Ledger } from '../ledger/ledger.js';
-import { OfferDesk, type OfferDeskHost } from './offer-desk.js';
+import { OfferDesk } from './offer-desk.js';
 import { QueueFlags } from './queue-flags.js';
 import { consumerSettingsSchema, type ConsumerOptions, type ConsumerSettings } from './options.js';
 import { ConsumerRegistration } from './registration.js';
@@ -35,7 +34,6 @@ import { loadOtel } from '../tracing/otel.js';
 export type { ConsumerCounters, ConsumerEvents } from './counters.js';
 export type { ConsumerOptions } from './options.js';
 
-const FOLLOW_UP_MIN_INTERVAL_MS = 20;
 /** At stop, how long handoffs of offers producers took may still come before the ledger is asked for their items. */
 const OFFER_HANDOFF_WAIT_MS = 300;
 
@@ -70,7 +68,6 @@ export class Consumer<DB = Record<string, never>> extends EventEmitter<ConsumerE
   private reader: WakeReader | undefined;
   private loopsSettled: Promise<void> = Promise.resolve();
   private state: 'new' | 'running' | 'stopping' | 'stopped' = 'new';
-  private lastFollowUpAt = 0;
   /** The queue's flags: the one home of paused, stale-only and fair in this consumer. */
   private readonly flags: QueueFlags;
   private unregisterLocal: (() => void) | undefined;
@@ -99,49 +96,42 @@ export class Consumer<DB = Record<string, never>> extends EventEmitter<ConsumerE
     this.coalesce = coalesceClaimOf(this.handlers);
     this.name = this.settings.name ?? `${hostname()}:${process.pid}:${randomBytes(3).toString('hex')}`;
     this.log = (logger ?? createLogger('lanewake.consumer')).child({ queue: this.settings.queue, consumer: this.name });
-    this.eligible = new Eligibility(this.settings, this.handlers, this.coalesce);
     this.gate = StaleGate.of(this.settings, () => ledger.pool);
-    this.flags = new QueueFlags({
-      queue: this.settings.queue,
+    this.flags = new QueueFlags(this.settings.queue, ledger, this.log, this.gate);
+    this.eligible = new Eligibility(this.settings, this.handlers, this.coalesce, this.flags, this.gate);
+    const { name, settings: s, counters, log, flags, gate } = this;
+    this.scheduler = new ClaimScheduler({
       ledger,
-      log: this.log,
-      setStaleOnly: (on) => this.gate.setQueue(on),
-      pausedChanged: (paused) => {
-        this.scheduler.pauseChanged(paused);
-        if (paused) this.offers?.look();
-      },
+      settings: s,
+      name,
+      counters,
+      log,
+      flags,
+      gate,
+      events: this,
+      run: this.runDeps(),
+      coalesce: this.coalesce,
     });
-    const s = this.settings;
-    this.scheduler = new ClaimScheduler(
-      this.ledger,
-      s,
-      this.name,
-      this.counters,
-      this.log,
-      this.flags,
-      this.schedulerHost(),
+    this.reservations = new Reservations(
+      { name, leaseMs: s.leaseMs, classes: s.classes },
+      this.eligible,
+      this.scheduler,
     );
-    this.reservations = new Reservations(this.reservationsHost(), this.scheduler.intake.capacity);
-    this.sweeper = new Sweeper(
-      {
-        queue: s.queue,
-        log: this.log,
-        flags: this.flags,
-        reader: () => this.reader,
-        lookForWork: () => this.scheduler.kick(),
-        counted: (counter) => this.counters[counter]++,
-      },
-      ledger,
-      {
-        pollIntervalMs: s.pollIntervalMs,
-        redisDownPollMs: s.redisDownPollMs,
-        shared: !!wake,
-        maintenance: s.maintenance,
-        wake,
-      },
-    );
-    this.offers = wake ? new OfferDesk(this.offerDeskHost(), this.reservations, wake.offers) : undefined;
-    this.registration = ConsumerRegistration.of(ledger, this.name, s, this.log, () => this.gate.reason());
+    this.sweeper = new Sweeper({ queue: s.queue, log, flags, claims: this.scheduler, counters }, ledger, {
+      pollIntervalMs: s.pollIntervalMs,
+      redisDownPollMs: s.redisDownPollMs,
+      shared: !!wake,
+      maintenance: s.maintenance,
+      wake,
+    });
+    const desk = { name, settings: s, eligible: this.eligible, claims: this.scheduler, counters, ledger, log };
+    this.offers = wake ? new OfferDesk(desk, this.reservations, wake.offers) : undefined;
+    // A pause returns what waits unstarted and withdraws the offers; a resume claims.
+    flags.onPauseChanged((paused) => {
+      this.scheduler.pauseChanged(paused);
+      if (paused) this.offers?.look();
+    });
+    this.registration = ConsumerRegistration.of(ledger, name, s, log, () => gate.reason());
   }
 
   /** Items this consumer holds: handlers running plus outcomes being written. */
@@ -190,6 +180,7 @@ export class Consumer<DB = Record<string, never>> extends EventEmitter<ConsumerE
       await this.ledger.setFairness(this.settings.queue, this.settings.fairness);
     await this.flags.start();
     this.state = 'running';
+    this.eligible.setRunning(true);
     await this.registration.start();
     this.scheduler.start();
     // Any process running a consumer fires the ledger's due schedules (one firer per ledger and process).
@@ -210,6 +201,8 @@ export class Consumer<DB = Record<string, never>> extends EventEmitter<ConsumerE
           onRedisHealth: (up) => this.sweeper.redisHealth(up),
         },
       );
+      const followUps = new FollowUps(wake, this.reader, this.settings, this.counters);
+      this.scheduler.connect({ reader: this.reader, offers: this.offers, followUps });
       // Joins the group before the first claim, so no wake-up published from here on is missed.
       await this.reader.start();
       // Any process with a consumer runs the timer processor (due timers publish wake-ups). The
@@ -223,7 +216,7 @@ export class Consumer<DB = Record<string, never>> extends EventEmitter<ConsumerE
       });
       this.offers?.start();
     }
-    this.sweeper.start();
+    this.sweeper.start(this.reader);
     this.clock = startLeaseClock(() => this.scheduler.running.values(), this.settings.leaseMs);
     this.loopsSettled = this.scheduler.loop();
     this.loopsSettled.catch(() => undefined);
@@ -243,6 +236,7 @@ export class Consumer<DB = Record<string, never>> extends EventEmitter<ConsumerE
       return;
     }
     this.state = 'stopping';
+    this.eligible.setRunning(false);
     this.scheduler.stopClaiming();
     this.unregisterLocal?.();
     const swept = this.sweeper.stop();
@@ -279,16 +273,6 @@ export class Consumer<DB = Record<string, never>> extends EventEmitter<ConsumerE
     return this.state === 'running';
   }
 
-  private async publishFollowUp(): Promise<void> {
-    if (!this.wake || !this.redisConnected) return;
-    const now = Date.now();
-    if (now - this.lastFollowUpAt < FOLLOW_UP_MIN_INTERVAL_MS) return;
-    this.lastFollowUpAt = now;
-    this.counters.followUpWakes++;
-    const queueClass = this.settings.classes[0] ?? 'default';
-    await this.wake.publish([{ queue: this.settings.queue, queueClass, kind: 'advance', ids: [] }]);
-  }
-
   private takeControl(m: ControlMessage): void {
     if (m.type === 'handoff') {
       // To one consumer of the queue; the others ignore it.
@@ -315,82 +299,29 @@ export class Consumer<DB = Record<string, never>> extends EventEmitter<ConsumerE
     return true;
   };
 
-  private schedulerHost(): SchedulerHost<DB> {
+  /** What each job's run works with. */
+  private runDeps(): SchedulerParts<DB>['run'] {
     return {
-      coalesce: this.coalesce,
-      runDeps: {
-        ledger: this.ledger,
-        renewals: new RenewalBatch(this.ledger),
-        progress: new ProgressBatch(this.ledger),
-        counted: (counter) => this.counters[counter]++,
-        onStage: (item, stage, ms) => this.emit('stage', item, stage, ms),
-        completer: new BatchCompleter(this.ledger, (wanted, keyed) =>
-          this.flags.fair ? undefined : this.reservations.forSuccessors(wanted, keyed),
-        ),
-        settings: this.settings,
-        handlers: this.handlers,
-        outbox: this.outbox,
-        log: this.log,
-        unownedTypesSeen: new Set(),
-        onDelayed: (it, delayMs) => {
-          void this.wake?.scheduleTimers([
-            {
-              queue: it.queue,
-              queueClass: it.queueClass,
-              itemId: it.id,
-              attempt: it.attempt,
-              runAt: new Date(Date.now() + delayMs),
-            },
-          ]);
-        },
-      },
-      emit: this.emit.bind(this) as SchedulerHost<DB>['emit'],
-      ack: (entries) => void this.reader?.ack(entries),
-      followUp: () => this.publishFollowUp(),
-      staleOnly: () => this.gate.reason() !== undefined,
-      claimTimed: (ms) => this.gate.noteClaimMs(ms),
-      roomChanged: () => {
-        this.reader?.notify();
-        this.offers?.look();
-      },
-    };
-  }
-
-  private reservationsHost(): ReservationsHost {
-    const { leaseMs, classes } = this.settings;
-    return {
-      owner: this.name,
-      leaseMs,
-      classes,
-      types: this.eligible.reservedTypes,
-      takesOutsideRounds: () => this.claimsOutsideRounds(),
-      handles: (wanted) => this.eligible.handles(wanted),
-      take: (items: readonly ClaimedItem[], claimedAtMs: number, source: IntakeSource) =>
-        this.scheduler.intake.take(arrivals(items, claimedAtMs, source)),
-      roomChanged: () => this.scheduler.roomReturned(),
-    };
-  }
-
-  private offerDeskHost(): OfferDeskHost {
-    const { queue, classes, leaseMs } = this.settings;
-    return {
-      name: this.name,
-      queue,
-      classes,
-      leaseMs,
-      offerTypes: () => this.eligible.offerTypes(),
-      mayTakeOutsideRounds: () => this.claimsOutsideRounds(),
-      freeSlots: () => this.scheduler.intake.capacity.freeSlots(),
-      caughtUp: () => this.scheduler.caughtUp(),
-      activity: () => this.counters.claimed,
-      heldUnderLease: (token) => this.ledger.heldUnderLease({ queue, classes, owner: this.name, token, leaseMs }),
-      counted: (counter, n) => (this.counters[counter] += n),
+      ledger: this.ledger,
+      renewals: new RenewalBatch(this.ledger),
+      progress: new ProgressBatch(this.ledger),
+      counted: (counter) => this.counters[counter]++,
+      onStage: (item, stage, ms) => this.emit('stage', item, stage, ms),
+      // A fair queue's completions claim no successors (queue-flags.ts).
+      completer: new BatchCompleter(this.ledger, (wanted, keyed) =>
+        this.flags.fair ? undefined : this.reservations.forSuccessors(wanted, keyed),
+      ),
+      settings: this.settings,
+      handlers: this.handlers,
+      outbox: this.outbox,
       log: this.log,
+      unownedTypesSeen: new Set(),
+      onDelayed: (it, delayMs) => {
+        const runAt = new Date(Date.now() + delayMs);
+        void this.wake?.scheduleTimers([
+          { queue: it.queue, queueClass: it.queueClass, itemId: it.id, attempt: it.attempt, runAt },
+        ]);
+      },
     };
-  }
-
-  /** Whether items claimed outside its claim rounds may come to it now (Eligibility.takesOutsideRounds). */
-  private claimsOutsideRounds(): boolean {
-    return this.eligible.takesOutsideRounds(this.active, this.flags.paused, () => this.gate.reason() !== undefined);
   }
 }

@@ -1,6 +1,8 @@
 /** Eligibility: which of a consumer's types may come to it outside its claim rounds, and when. */
 import type { CoalesceClaim } from './coalescing.js';
 import type { ConsumerSettings } from './options.js';
+import type { QueueFlags } from './queue-flags.js';
+import type { StaleGate } from './stale-gate.js';
 
 /** A consumer with handlers for more types than this makes no offers (each offer lists them). */
 const MAX_OFFER_TYPES = 32;
@@ -14,11 +16,15 @@ export class Eligibility {
   /** The types reservations claim, when it claims only some (undefined: any type). */
   readonly reservedTypes: readonly string[] | undefined;
   private readonly coalescing: Readonly<Record<string, unknown>>;
+  /** The consumer runs: from its start until it begins stopping. */
+  private running = false;
 
   constructor(
     private readonly settings: Pick<ConsumerSettings, 'types' | 'maxProcessing' | 'epoch'>,
     private readonly handlers: ReadonlyMap<string, unknown>,
     coalesce: CoalesceClaim | undefined,
+    private readonly flags: Pick<QueueFlags, 'paused'>,
+    private readonly gate: Pick<StaleGate, 'reason'>,
   ) {
     this.coalescing = coalesce?.types ?? {};
     this.reservedTypes =
@@ -39,18 +45,23 @@ export class Eligibility {
     return types.length > 0 && types.length <= MAX_OFFER_TYPES ? types : undefined;
   }
 
+  /** The consumer started (`true`) or began stopping (`false`). */
+  setRunning(running: boolean): void {
+    this.running = running;
+  }
+
   /**
    * Items claimed outside claim rounds are only for a running, unpaused
    * consumer whose claims are not fenced in SQL (fleet-wide cap, ownership
    * epoch) and that claims as usual (not stale-only).
    */
-  takesOutsideRounds(running: boolean, paused: boolean, staleOnly: () => boolean): boolean {
+  takesOutsideRounds(): boolean {
     return (
-      running &&
-      !paused &&
+      this.running &&
+      !this.flags.paused &&
       this.settings.maxProcessing === undefined &&
       this.settings.epoch === undefined &&
-      !staleOnly()
+      this.gate.reason() === undefined
     );
   }
 

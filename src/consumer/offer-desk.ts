@@ -1,9 +1,14 @@
 /** Offer desk: a consumer's standing offers to producers, and the recovery of a taken offer's lost handoff. */
-import type { ClaimedItem, QueueClass } from '../ledger/types.js';
+import type { ClaimedItem } from '../ledger/types.js';
 import type { Logger } from '../log.js';
 import type { Handoff, Offer } from '../wake/messages.js';
 import type { Offers, PostedOffer } from '../wake/offers.js';
+import type { ConsumerCounters } from './counters.js';
+import type { Eligibility } from './eligibility.js';
+import type { Intake } from './intake.js';
 import type { IntakeSource } from './intake-source.js';
+import type { ConsumerLedger } from './ledger-port.js';
+import type { ConsumerSettings } from './options.js';
 import type { Reservation, Reservations } from './reservations.js';
 
 /** How long an offer stands before its consumer replaces it; a dead consumer's offers die with it this fast. */
@@ -56,25 +61,19 @@ export function offerRoom(free: number): number {
   return Math.max(1, Math.min(OFFER_MAX_ROOM, Math.floor(free / (MAX_STANDING_OFFERS + 1))));
 }
 
-/** What the desk needs of its consumer. */
-export interface OfferDeskHost {
+/** The parts of its consumer the desk works with. */
+export interface OfferDeskParts {
   readonly name: string;
-  readonly queue: string;
-  readonly classes: readonly QueueClass[];
-  readonly leaseMs: number;
-  /** The types it may be handed at insert (those it has handlers for), or undefined: it makes no offers. */
-  offerTypes(): readonly string[] | undefined;
-  /** Whether items claimed outside its claim rounds may come to it now (running, unpaused, unfenced). */
-  mayTakeOutsideRounds(): boolean;
-  freeSlots(): number;
-  /** Whether it has caught up with its queue (nothing buffered or left to claim): only then are offers worth making. */
-  caughtUp(): boolean;
-  /** Grows with every item the consumer claims (any way): the desk's sign that the queue is warm. */
-  activity(): number;
-  /** The items the ledger holds under `token` now (recovery of a lost handoff). */
-  heldUnderLease(token: string): Promise<ClaimedItem[]>;
-  counted(counter: 'offersMade' | 'handoffsRecovered', n: number): void;
-  log: Logger;
+  readonly settings: Pick<ConsumerSettings, 'queue' | 'classes' | 'leaseMs'>;
+  /** Which types it may be handed at insert, and whether items claimed outside its rounds may come now. */
+  readonly eligible: Pick<Eligibility, 'offerTypes' | 'takesOutsideRounds'>;
+  /** Its claim side: free slots, and whether it has caught up with its queue (only then are offers worth making). */
+  readonly claims: { readonly intake: Pick<Intake, 'capacity'>; caughtUp(): boolean };
+  /** `claimed` grows with every item the consumer claims (any way): the desk's sign that the queue is warm. */
+  readonly counters: Pick<ConsumerCounters, 'claimed' | 'offersMade' | 'handoffsRecovered'>;
+  /** Asked for the items held under a taken offer's token (recovery of a lost handoff). */
+  readonly ledger: Pick<ConsumerLedger, 'heldUnderLease'>;
+  readonly log: Logger;
 }
 
 /** What the desk uses of the wake channel's offers. */
@@ -119,7 +118,7 @@ export class OfferDesk {
   private stopped = false;
 
   constructor(
-    private readonly host: OfferDeskHost,
+    private readonly parts: OfferDeskParts,
     private readonly reservations: Reservations,
     private readonly port: OfferPort,
   ) {}
@@ -143,7 +142,7 @@ export class OfferDesk {
     }
     this.looking = Promise.resolve()
       .then(() => this.lookOnce())
-      .catch((error: unknown) => this.host.log.debug({ err: (error as Error).message }, 'offer look failed'))
+      .catch((error: unknown) => this.parts.log.debug({ err: (error as Error).message }, 'offer look failed'))
       .finally(() => {
         this.looking = undefined;
         if (this.lookAgain) {
@@ -163,6 +162,16 @@ export class OfferDesk {
     else void this.fromLedger(m.token);
   }
 
+  private freeSlots(): number {
+    return this.parts.claims.intake.capacity.freeSlots();
+  }
+
+  /** The items the ledger holds under `token` now (recovery of a lost handoff). */
+  private heldUnderLease(token: string): Promise<ClaimedItem[]> {
+    const { queue, classes, leaseMs } = this.parts.settings;
+    return this.parts.ledger.heldUnderLease({ queue, classes, owner: this.parts.name, token, leaseMs });
+  }
+
   private accept(token: string, items: readonly ClaimedItem[]): void {
     const mine = this.mine.get(token);
     if (mine) {
@@ -170,11 +179,11 @@ export class OfferDesk {
       return;
     }
     // Taken even when the offer was given up on (a late handoff): the buffer holds it until a slot frees.
-    this.reservations.late(items, Date.now() - this.host.leaseMs / 2, 'offer');
+    this.reservations.late(items, Date.now() - this.parts.settings.leaseMs / 2, 'offer');
   }
 
   private async fromLedger(token: string): Promise<void> {
-    const items = await this.host.heldUnderLease(token).catch(() => undefined);
+    const items = await this.heldUnderLease(token).catch(() => undefined);
     // Not readable now: the offer stays unsettled, and the desk's looks settle it from the ledger.
     if (!items) return;
     this.accept(token, items);
@@ -201,15 +210,14 @@ export class OfferDesk {
 
   private async lookOnce(): Promise<void> {
     const now = Date.now();
-    const host = this.host;
     let standing = 0;
     for (const m of [...this.mine.values()]) {
       if (m.state === 'standing') {
         const keep =
           !this.stopped &&
           now - m.offer.madeAtMs < OFFER_REFRESH_AGE_MS &&
-          host.freeSlots() > 0 &&
-          host.mayTakeOutsideRounds() &&
+          this.freeSlots() > 0 &&
+          this.parts.eligible.takesOutsideRounds() &&
           this.warm(now);
         if (keep) standing++;
         else await this.withdraw(m);
@@ -227,25 +235,24 @@ export class OfferDesk {
 
   /** Posts one more offer if the consumer can stand it now; whether it stands. */
   private async postOne(now: number, standing: number): Promise<boolean> {
-    const host = this.host;
-    if (this.stopped || host.leaseMs < MIN_OFFER_LEASE_MS || now < this.noPostUntil) return false;
+    if (this.stopped || this.parts.settings.leaseMs < MIN_OFFER_LEASE_MS || now < this.noPostUntil) return false;
     if (
       !this.warm(now) ||
-      host.freeSlots() < slotsForAnother(standing) ||
-      !host.caughtUp() ||
-      !host.mayTakeOutsideRounds()
+      this.freeSlots() < slotsForAnother(standing) ||
+      !this.parts.claims.caughtUp() ||
+      !this.parts.eligible.takesOutsideRounds()
     )
       return false;
-    const types = host.offerTypes();
+    const types = this.parts.eligible.offerTypes();
     if (!types || types.length === 0) return false;
-    const reservation = this.reservations.forOffer(now, offerRoom(host.freeSlots()));
+    const reservation = this.reservations.forOffer(now, offerRoom(this.freeSlots()));
     if (!reservation) return false;
     const { owner, token, leaseMs, max: room } = reservation.lease;
     const offer: Offer = {
       owner,
       token,
       leaseMs,
-      classes: host.classes,
+      classes: this.parts.settings.classes,
       types,
       expiresAtMs: now + OFFER_TTL_MS,
       madeAtMs: now,
@@ -253,14 +260,14 @@ export class OfferDesk {
     };
     const m: MyOffer = { offer, reservation, state: 'posting', asked: 0 };
     this.mine.set(offer.token, m);
-    const posted = await this.port.post(host.queue, offer, OFFER_TTL_MS * 4);
+    const posted = await this.port.post(this.parts.settings.queue, offer, OFFER_TTL_MS * 4);
     if (!this.mine.has(offer.token)) return false; // handed off before the post's answer came
     if (!posted) {
       this.noPostUntil = now + LOOK_INTERVAL_MS;
       this.settle(m, []);
       return false;
     }
-    this.host.counted('offersMade', 1);
+    this.parts.counters.offersMade += 1;
     m.posted = posted;
     m.state = 'standing';
     if (!this.stopped) return true;
@@ -270,20 +277,19 @@ export class OfferDesk {
 
   /** A standing offer to withdraw, a taken one to settle, or room for a new one. */
   private worthALook(): boolean {
-    const host = this.host;
     for (const m of this.mine.values()) {
-      if (m.state !== 'standing' || host.freeSlots() === 0 || !host.mayTakeOutsideRounds()) return true;
+      if (m.state !== 'standing' || this.freeSlots() === 0 || !this.parts.eligible.takesOutsideRounds()) return true;
     }
     return (
       this.mine.size < MAX_STANDING_OFFERS &&
       !this.stopped &&
-      host.freeSlots() >= slotsForAnother(this.mine.size) &&
-      host.caughtUp()
+      this.freeSlots() >= slotsForAnother(this.mine.size) &&
+      this.parts.claims.caughtUp()
     );
   }
 
   private warm(now: number): boolean {
-    const activity = this.host.activity();
+    const activity = this.parts.counters.claimed;
     if (activity !== this.lastActivity) {
       this.lastActivity = activity;
       this.lastActiveAtMs = now;
@@ -294,7 +300,7 @@ export class OfferDesk {
   private async withdraw(m: MyOffer): Promise<void> {
     if (!m.posted) return;
     m.state = 'withdrawing';
-    const withdrawn = await this.port.withdraw(this.host.queue, m.posted);
+    const withdrawn = await this.port.withdraw(this.parts.settings.queue, m.posted);
     if (!this.mine.has(m.offer.token)) return; // handed off meanwhile
     if (withdrawn === true) {
       this.settle(m, []);
@@ -318,11 +324,11 @@ export class OfferDesk {
 
   private async recover(m: MyOffer, last: boolean): Promise<void> {
     m.asked++;
-    const items = await this.host.heldUnderLease(m.offer.token).catch(() => undefined);
+    const items = await this.heldUnderLease(m.offer.token).catch(() => undefined);
     if (!this.mine.has(m.offer.token)) return; // handed off meanwhile
     if (items && items.length > 0) {
-      this.host.counted('handoffsRecovered', items.length);
-      this.host.log.info(
+      this.parts.counters.handoffsRecovered += items.length;
+      this.parts.log.info(
         { token: m.offer.token, items: items.length },
         'an offer was taken and its handoff lost: its items were found in the ledger',
       );

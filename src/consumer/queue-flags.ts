@@ -2,6 +2,7 @@
 import type { SweepSignal } from '../ledger/upkeep-types.js';
 import type { Logger } from '../log.js';
 import type { ConsumerLedger } from './ledger-port.js';
+import type { StaleGate } from './stale-gate.js';
 
 /**
  * How a consumer holds to its queue's flags in the ledger. The one home of
@@ -25,17 +26,21 @@ export class QueueFlags {
   private staleOnlyNow = false;
   private pausedNow = false;
 
+  /** Who follows the paused flag beside the claim side, which reads it here (the consumer's offers). */
+  private readonly pauseListeners: ((paused: boolean) => void)[] = [];
+
   constructor(
-    private readonly host: {
-      queue: string;
-      ledger: Pick<ConsumerLedger, 'pausedQueues' | 'sweepSignals'>;
-      log: Logger;
-      /** The paused flag changed (read here first). */
-      pausedChanged: (paused: boolean) => void;
-      /** The queue's stale-only flag (Ledger.setStaleOnly), as read at start and at every sweep. */
-      setStaleOnly: (on: boolean) => void;
-    },
+    private readonly queue: string,
+    private readonly ledger: Pick<ConsumerLedger, 'pausedQueues' | 'sweepSignals'>,
+    private readonly log: Logger,
+    /** Holds the queue's stale-only flag (Ledger.setStaleOnly), as read at start and at every sweep. */
+    private readonly gate: Pick<StaleGate, 'setQueue'>,
   ) {}
+
+  /** `listener` hears each change of the paused flag, after it is read here. */
+  onPauseChanged(listener: (paused: boolean) => void): void {
+    this.pauseListeners.push(listener);
+  }
 
   /** Whether the queue is fair, as last read. */
   get fair(): boolean {
@@ -50,10 +55,10 @@ export class QueueFlags {
   /** Both flags, at the consumer's start; the paused one is followed. */
   async start(): Promise<void> {
     // One row per queue asked, whether or not the ledger holds a row for it.
-    const [signal] = await this.host.ledger.sweepSignals([this.host.queue]);
+    const [signal] = await this.ledger.sweepSignals([this.queue]);
     this.fairNow = signal?.fair === true;
     this.staleOnlyNow = signal?.staleOnly === true;
-    this.host.setStaleOnly(this.staleOnlyNow);
+    this.gate.setQueue(this.staleOnlyNow);
     this.follow(signal?.paused === true);
   }
 
@@ -78,21 +83,21 @@ export class QueueFlags {
   private staleOnly(on: boolean): void {
     if (on === this.staleOnlyNow) return;
     this.staleOnlyNow = on;
-    this.host.setStaleOnly(on);
-    this.host.log.info(
+    this.gate.setQueue(on);
+    this.log.info(
       { staleOnly: on },
       on ? 'queue stale-only: claiming only rescued work' : 'queue stale-only off: claiming pending work again',
     );
   }
 
   private async read(): Promise<boolean> {
-    return (await this.host.ledger.pausedQueues([this.host.queue])).has(this.host.queue);
+    return (await this.ledger.pausedQueues([this.queue])).has(this.queue);
   }
 
   private follow(paused: boolean): void {
     if (paused === this.pausedNow) return;
     this.pausedNow = paused;
-    this.host.pausedChanged(paused);
-    this.host.log.info({ paused }, paused ? 'queue paused: claiming nothing' : 'queue resumed');
+    for (const listener of this.pauseListeners) listener(paused);
+    this.log.info({ paused }, paused ? 'queue paused: claiming nothing' : 'queue resumed');
   }
 }

@@ -3,6 +3,9 @@ import { MAX_CLAIM_ITEMS } from '../ledger/inputs.js';
 import { newLeaseToken } from '../ledger/ids.js';
 import type { ClaimedItem, QueueClass } from '../ledger/types.js';
 import type { Capacity } from './capacity.js';
+import type { Eligibility } from './eligibility.js';
+import type { ConsumerSettings } from './options.js';
+import { arrivals, type Intake } from './intake.js';
 import type { IntakeSource, ReservedSource } from './intake-source.js';
 
 /** The lease a reservation's items are claimed under: the same fence a claim gives. */
@@ -31,21 +34,12 @@ export interface Reservation {
   cancel(): void;
 }
 
-/** What reservations need of their consumer beyond its capacity. */
-export interface ReservationsHost {
-  readonly owner: string;
-  readonly leaseMs: number;
-  readonly classes: readonly QueueClass[];
-  /** The types it claims, when it claims only some. */
-  readonly types: readonly string[] | undefined;
-  /** Running, unpaused and unfenced (no fleet-wide cap, no ownership epoch: those fence claims in SQL). */
-  takesOutsideRounds(): boolean;
-  /** Whether it has handlers for all these types. */
-  handles(types: Iterable<string>): boolean;
-  /** Items claimed for it: into the intake (to run, or back to the ledger if it began stopping meanwhile). */
-  take(items: readonly ClaimedItem[], claimedAtMs: number, source: IntakeSource): void;
+/** The claim side reservations feed: its intake, and its answer to room given back. */
+export interface ReservationsClaims {
+  /** Items claimed for it go into the intake (to run, or back to the ledger if it began stopping meanwhile). */
+  readonly intake: Pick<Intake, 'take' | 'capacity'>;
   /** Room held here was given back. */
-  roomChanged(): void;
+  roomReturned(): void;
 }
 
 /**
@@ -56,10 +50,17 @@ export interface ReservationsHost {
  * the prefetch buffer like any claimed item.
  */
 export class Reservations {
+  private readonly capacity: Capacity;
+
   constructor(
-    private readonly host: ReservationsHost,
-    private readonly capacity: Capacity,
-  ) {}
+    /** Whose reservations: the owner and lease their items are claimed under, the classes they may be of. */
+    private readonly consumer: Pick<ConsumerSettings, 'leaseMs' | 'classes'> & { readonly name: string },
+    /** Which types may come outside claim rounds, and whether any may now. */
+    private readonly eligible: Pick<Eligibility, 'takesOutsideRounds' | 'handles' | 'reservedTypes'>,
+    private readonly claims: ReservationsClaims,
+  ) {
+    this.capacity = claims.intake.capacity;
+  }
 
   /**
    * Up to `n` free slots for items a producer in this process is about to
@@ -67,8 +68,8 @@ export class Reservations {
    * as its lane's head), or undefined if the consumer takes none of them.
    */
   atInsert(queueClass: QueueClass, types: ReadonlySet<string>, n: number): Reservation | undefined {
-    const host = this.host;
-    if (!host.takesOutsideRounds() || !host.classes.includes(queueClass) || !host.handles(types)) return undefined;
+    if (!this.eligible.takesOutsideRounds() || !this.consumer.classes.includes(queueClass)) return undefined;
+    if (!this.eligible.handles(types)) return undefined;
     return this.holdSlots('insert', n, Date.now());
   }
 
@@ -77,7 +78,7 @@ export class Reservations {
    * `madeAtMs` (the items' lease runs from no earlier than when the offer was made).
    */
   forOffer(madeAtMs: number, room: number): Reservation | undefined {
-    if (!this.host.takesOutsideRounds()) return undefined;
+    if (!this.eligible.takesOutsideRounds()) return undefined;
     return this.holdSlots('offer', room, madeAtMs);
   }
 
@@ -88,7 +89,7 @@ export class Reservations {
    */
   forSuccessors(wanted: number, keyed: boolean): Reservation | undefined {
     // No type it may take outside claim rounds (every one of its types coalesces): an empty list would mean any type.
-    if (!this.host.takesOutsideRounds() || this.host.types?.length === 0) return undefined;
+    if (!this.eligible.takesOutsideRounds() || this.eligible.reservedTypes?.length === 0) return undefined;
     const capacity = this.capacity;
     const room = Math.min(wanted, MAX_CLAIM_ITEMS, keyed ? capacity.claimRoomBesideRounds() : capacity.claimRoom());
     if (room <= 0) return undefined;
@@ -99,7 +100,7 @@ export class Reservations {
 
   /** Items of a reservation already settled (a handoff after its offer was given up on): taken, holding nothing. */
   late(items: readonly ClaimedItem[], claimedAtMs: number, source: IntakeSource): void {
-    if (items.length > 0) this.host.take(items, claimedAtMs, source);
+    if (items.length > 0) this.claims.intake.take(arrivals(items, claimedAtMs, source));
   }
 
   private holdSlots(source: ReservedSource, n: number, claimedAtMs: number): Reservation | undefined {
@@ -109,24 +110,24 @@ export class Reservations {
   }
 
   private reservation(source: ReservedSource, max: number, claimedAtMs: number, unhold: () => void): Reservation {
-    const host = this.host;
+    const { name, leaseMs, classes } = this.consumer;
     let open = true;
     const settle = (items: readonly ClaimedItem[], as: IntakeSource): void => {
       if (!open) return;
       open = false;
       unhold();
-      if (items.length > 0) host.take(items, claimedAtMs, as);
-      host.roomChanged();
+      if (items.length > 0) this.claims.intake.take(arrivals(items, claimedAtMs, as));
+      this.claims.roomReturned();
     };
     return {
       source,
       lease: {
-        owner: host.owner,
+        owner: name,
         token: newLeaseToken(),
-        leaseMs: host.leaseMs,
+        leaseMs,
         max,
-        classes: host.classes,
-        types: host.types,
+        classes,
+        types: this.eligible.reservedTypes,
       },
       accept: (items, as = source) => settle(items, as),
       cancel: () => settle([], source),

@@ -1,25 +1,34 @@
-/** Sweeper: the consumer side of sweeping the ledger, when it sweeps and what each sweep does for its queue. */
+/**
+ * Sweeper: the one home of sweeping on the consumer side. When a consumer sweeps the ledger, what each sweep does
+ * for its queue (flags learned, its maintenance share, wake entries a dead reader left taken over), and the
+ * process's shared sweep. What is swept is not here: the ledger statements are in src/ledger (sql/upkeep/), the
+ * Redis commands in src/wake, the steps of a maintenance pass in src/maintenance/maintainer.ts (which the
+ * supervisor's reconciler also runs, fleet-wide, for every queue it serves).
+ */
 import type { Ledger } from '../ledger/ledger.js';
 import type { SweepSignal } from '../ledger/upkeep-types.js';
 import type { Logger } from '../log.js';
 import { Maintainer, type MaintainerOptions } from '../maintenance/maintainer.js';
 import type { WakeReader } from '../wake/wake-reader.js';
+import type { ConsumerCounters } from './counters.js';
 import type { QueueFlags } from './queue-flags.js';
 
 /** Most expired leases reclaimed, and most due probes released, per sweep. */
 const SWEEP_MAINTENANCE_BATCH = 500;
+/** Wake entries another reader of the group read and never acknowledged are taken over after this long. */
+const IDLE_WAKE_ENTRY_MS = 30_000;
+/** Most idle wake entries taken over per stream and sweep. */
+const TAKE_OVER_BATCH = 100;
 
-/** What a sweep does for its consumer. */
-export interface SweeperHost {
+/** The parts of its consumer a sweep works with. */
+export interface SweeperParts {
   readonly queue: string;
   readonly log: Logger;
   /** The queue's flags: every sweep learns them. */
   readonly flags: Pick<QueueFlags, 'learn'>;
-  /** The consumer's wake reader, once it reads: every sweep takes over wake entries a dead reader left. */
-  reader(): Pick<WakeReader, 'takeOverIdle'> | undefined;
-  /** Claimable heads may be there: the claim side looks now. */
-  lookForWork(): void;
-  counted(counter: 'sweeps' | 'errors'): void;
+  /** The claim side: told to look for work (claimable heads may be there). */
+  readonly claims: { kick(): void };
+  readonly counters: Pick<ConsumerCounters, 'sweeps' | 'errors'>;
 }
 
 export interface SweeperOptions {
@@ -59,25 +68,30 @@ export class Sweeper {
   private readonly member: SweepMember;
   /** The sweep's share of the ledger's housekeeping for this queue (`maintenance` on). */
   private readonly maintainer: Maintainer | undefined;
+  /** The consumer's wake reader (with a wake channel): sweeps take over the wake entries a dead reader left. */
+  private reader: Pick<WakeReader, 'canTakeOver' | 'takeOverIdle'> | undefined;
+  private lastTakeOverAt = Number.NEGATIVE_INFINITY;
 
   constructor(
-    private readonly host: SweeperHost,
+    private readonly parts: SweeperParts,
     private readonly ledger: SweeperLedger,
     private readonly options: SweeperOptions,
   ) {
-    this.member = { queue: host.queue, sweep: (signal) => this.sharedSweep(signal) };
+    this.member = { queue: parts.queue, sweep: (signal) => this.sharedSweep(signal) };
     this.maintainer = options.maintenance
       ? new Maintainer({
           ledger,
           wake: options.wake,
-          queues: [host.queue],
-          log: host.log,
+          queues: [parts.queue],
+          log: parts.log,
           batchSize: SWEEP_MAINTENANCE_BATCH,
         })
       : undefined;
   }
 
-  start(): void {
+  /** Sweeps from now on; `reader`: the consumer's wake reader, once it reads. */
+  start(reader?: Pick<WakeReader, 'canTakeOver' | 'takeOverIdle'>): void {
+    this.reader = reader;
     void this.sweep(undefined, true);
     if (this.options.shared) {
       this.group = sweepGroupOf(this.ledger, this.options.pollIntervalMs);
@@ -128,13 +142,13 @@ export class Sweeper {
 
   private sweep(signal: SweepSignal | undefined, look: boolean): Promise<void> {
     if (this.stopped || this.sweeping) return this.sweeping ?? Promise.resolve();
-    this.host.counted('sweeps');
+    this.parts.counters.sweeps++;
     // The claim side looks beside the housekeeping (a wake-up never waits behind it), and again after it:
     // what it reclaimed or woke is claimable now.
-    if (look && signal === undefined) this.host.lookForWork();
+    if (look && signal === undefined) this.parts.claims.kick();
     this.sweeping = this.housekeep(signal)
       .then(() => {
-        if (look) this.host.lookForWork();
+        if (look) this.parts.claims.kick();
       })
       .finally(() => (this.sweeping = undefined));
     return this.sweeping;
@@ -149,26 +163,36 @@ export class Sweeper {
   private async housekeeping(signal: SweepSignal | undefined): Promise<void> {
     // The ledger holds the paused flag: each sweep learns it, also with Redis down
     // (the control stream only says it sooner).
-    await this.host.flags.learn(signal);
+    await this.parts.flags.learn(signal);
     if (this.maintainer) {
       const failed = (await this.maintainer.pass(signal ? new Map([[signal.queue, signal]]) : undefined)).failed[0];
       if (failed) throw failed.error;
     }
-    await this.host.reader()?.takeOverIdle();
+    await this.takeOverIdle();
+  }
+
+  /** Wake entries a stopped or stuck reader of the group left unacknowledged, taken over (Redis up only). */
+  private async takeOverIdle(): Promise<void> {
+    if (!this.reader?.canTakeOver) return;
+    // An entry is taken over only once idle IDLE_WAKE_ENTRY_MS: looking more often than half that finds little more.
+    const now = Date.now();
+    if (now - this.lastTakeOverAt < IDLE_WAKE_ENTRY_MS / 2) return;
+    this.lastTakeOverAt = now;
+    await this.reader.takeOverIdle(IDLE_WAKE_ENTRY_MS, TAKE_OVER_BATCH);
   }
 
   private async housekeep(signal: SweepSignal | undefined): Promise<void> {
     try {
       await this.housekeeping(signal);
       if (this.failures > 0) {
-        this.host.log.warn({ failedSweeps: this.failures }, 'sweep maintenance works again');
+        this.parts.log.warn({ failedSweeps: this.failures }, 'sweep maintenance works again');
         this.failures = 0;
       }
     } catch (error) {
-      this.host.counted('errors');
+      this.parts.counters.errors++;
       // One line when it starts failing (Redis or the ledger away), one when it works again: not one per sweep.
       if (this.failures++ === 0)
-        this.host.log.warn(
+        this.parts.log.warn(
           { err: (error as Error).message },
           'sweep maintenance failed; retried every sweep, further failures counted',
         );

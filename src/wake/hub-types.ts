@@ -36,6 +36,4 @@ export interface HubMember {
   subscriber: WakeSubscriber;
   /** Whether the queue's group exists on its streams (false again after Redis lost its data). */
   groupReady: boolean;
-  /** When its idle entries were last looked for (takeOverIdle). */
-  lastTakeOverAt?: number;
 }

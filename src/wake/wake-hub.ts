@@ -113,13 +113,12 @@ export class WakeHub implements ShardHost {
     await member.streams.ack(this.channel.redis, entries).catch(() => undefined);
   }
 
-  /** Takes over entries of the member's queue that a stopped or stuck reader of the group left unacknowledged. */
+  /**
+   * Takes over entries of the member's queue that a stopped or stuck reader of the group left unacknowledged
+   * (idle `minIdleMs` or more, up to `count` per stream); when to is the sweeper's call (src/consumer/sweeper.ts).
+   */
   async takeOverIdle(member: HubMember, minIdleMs: number, count: number): Promise<void> {
     if (this.down || !member.groupReady) return;
-    // An entry is taken over only once idle minIdleMs: looking more often than half that finds little more.
-    const now = Date.now();
-    if (now - (member.lastTakeOverAt ?? Number.NEGATIVE_INFINITY) < minIdleMs / 2) return;
-    member.lastTakeOverAt = now;
     const stale = await member.streams.reclaimIdle(this.channel.redis, this.name, minIdleMs, count);
     if (stale.length > 0) member.subscriber.onEntries(stale);
   }

@@ -5,10 +5,6 @@ import type { WakeChannel } from './wake-channel.js';
 import type { HubMember, WakeSubscriber } from './hub-types.js';
 import type { WakeHub } from './wake-hub.js';
 
-/** Entries another reader of the group read and never acknowledged are taken over after this long. */
-const IDLE_WAKE_ENTRY_MS = 30_000;
-const RECLAIM_BATCH = 100;
-
 export type { WakeSubscriber } from './hub-types.js';
 
 export interface WakeReaderOptions {
@@ -53,6 +49,11 @@ export class WakeReader {
     return this.hub.redisUp;
   }
 
+  /** Whether entries left idle can be taken over now: Redis is up and the queue's group exists. */
+  get canTakeOver(): boolean {
+    return this.hub.redisUp && this.member.groupReady;
+  }
+
   /** Joins the group (so no wake-up published from here on is missed), then reads. */
   async start(): Promise<void> {
     if (this.joined) return;
@@ -69,9 +70,12 @@ export class WakeReader {
     await this.hub.ack(this.member, entries);
   }
 
-  /** Takes over entries a stopped or stuck reader of the group left unacknowledged. */
-  async takeOverIdle(): Promise<void> {
-    await this.hub.takeOverIdle(this.member, IDLE_WAKE_ENTRY_MS, RECLAIM_BATCH);
+  /**
+   * Takes over entries a stopped or stuck reader of the group left unacknowledged for `minIdleMs` (at most `count`
+   * per stream); they reach the subscriber like entries read. The sweeper decides when (src/consumer/sweeper.ts).
+   */
+  async takeOverIdle(minIdleMs: number, count: number): Promise<void> {
+    await this.hub.takeOverIdle(this.member, minIdleMs, count);
   }
 
   /** Stops reading and leaves the group. */
