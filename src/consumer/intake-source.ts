@@ -1,5 +1,7 @@
 // The names of the ways an item enters a consumer, apart from the intake itself so that what only names them
 // (reservations, offers, the wake route) does not import the consumer's run machinery.
+import type { ClaimedItem } from '../ledger/types.js';
+import type { Prefetched } from './prefetch-buffer.js';
 
 /**
  * Every way an item reaches a consumer claimed (docs/design/consumer.md):
@@ -25,3 +27,13 @@ export type IntakeSource =
 
 /** The sources whose items arrive under a reservation (reservations.ts) rather than by a claim round. */
 export type ReservedSource = 'insert' | 'offer' | 'lane-successor' | 'key-successor';
+
+/** One claimed item as it enters: where from, and when its claim began (its lease runs from about then). */
+export interface Arrival extends Prefetched {
+  readonly source: IntakeSource;
+}
+
+/** Items claimed together from one source. */
+export function arrivals(items: readonly ClaimedItem[], claimedAtMs: number, source: IntakeSource): Arrival[] {
+  return items.map((item) => ({ item, claimedAtMs, source }));
+}

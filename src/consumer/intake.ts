@@ -1,20 +1,15 @@
 /** Intake: the one way in for claimed items, whatever their source; they wait for a slot, then start or go back. */
-import type { IntakeSource } from './intake-source.js';
+import type { Arrival, IntakeSource } from './intake-source.js';
 import type { ClaimedItem } from '../ledger/types.js';
 import type { Logger } from '../log.js';
 import { Capacity } from './capacity.js';
 import type { ConsumerCounters } from './counters.js';
 import type { ConsumerLedger } from './ledger-port.js';
 import type { ConsumerSettings } from './options.js';
-import { PrefetchBuffer, type Prefetched } from './prefetch-buffer.js';
+import { PrefetchBuffer } from './prefetch-buffer.js';
 import { Returns } from './returns.js';
 
-export type { IntakeSource, ReservedSource } from './intake-source.js';
-
-/** One claimed item as it enters: where from, and when its claim began (its lease runs from about then). */
-export interface Arrival extends Prefetched {
-  readonly source: IntakeSource;
-}
+export { arrivals, type Arrival, type IntakeSource, type ReservedSource } from './intake-source.js';
 
 /** The counter each source outside claim rounds adds to (besides `claimed`). */
 const SOURCE_COUNTER = {
@@ -131,9 +126,4 @@ export class Intake {
   async lateReturnsSettled(): Promise<void> {
     await this.returns.settled();
   }
-}
-
-/** Items claimed together from one source. */
-export function arrivals(items: readonly ClaimedItem[], claimedAtMs: number, source: IntakeSource): Arrival[] {
-  return items.map((item) => ({ item, claimedAtMs, source }));
 }

@@ -3,10 +3,7 @@ import { MAX_CLAIM_ITEMS } from '../ledger/inputs.js';
 import { newLeaseToken } from '../ledger/ids.js';
 import type { ClaimedItem, QueueClass } from '../ledger/types.js';
 import type { Capacity } from './capacity.js';
-import type { Eligibility } from './eligibility.js';
-import type { ConsumerSettings } from './options.js';
-import { arrivals, type Intake } from './intake.js';
-import type { IntakeSource, ReservedSource } from './intake-source.js';
+import { arrivals, type Arrival, type IntakeSource, type ReservedSource } from './intake-source.js';
 
 /** The lease a reservation's items are claimed under: the same fence a claim gives. */
 export interface ReservationLease {
@@ -34,10 +31,20 @@ export interface Reservation {
   cancel(): void;
 }
 
+/** What its consumer may take outside claim rounds (eligibility.ts). */
+export interface OutsideRounds {
+  /** The types it claims, when it claims only some. */
+  readonly reservedTypes: readonly string[] | undefined;
+  /** Running, unpaused and unfenced (no fleet-wide cap, no ownership epoch: those fence claims in SQL). */
+  takesOutsideRounds(): boolean;
+  /** Whether it has handlers for all these types. */
+  handles(types: Iterable<string>): boolean;
+}
+
 /** The claim side reservations feed: its intake, and its answer to room given back. */
 export interface ReservationsClaims {
   /** Items claimed for it go into the intake (to run, or back to the ledger if it began stopping meanwhile). */
-  readonly intake: Pick<Intake, 'take' | 'capacity'>;
+  readonly intake: { take(arrivals: readonly Arrival[]): void; readonly capacity: Capacity };
   /** Room held here was given back. */
   roomReturned(): void;
 }
@@ -54,9 +61,13 @@ export class Reservations {
 
   constructor(
     /** Whose reservations: the owner and lease their items are claimed under, the classes they may be of. */
-    private readonly consumer: Pick<ConsumerSettings, 'leaseMs' | 'classes'> & { readonly name: string },
-    /** Which types may come outside claim rounds, and whether any may now. */
-    private readonly eligible: Pick<Eligibility, 'takesOutsideRounds' | 'handles' | 'reservedTypes'>,
+    private readonly consumer: {
+      readonly name: string;
+      readonly leaseMs: number;
+      readonly classes: readonly QueueClass[];
+    },
+    /** Which types may come outside claim rounds, and whether any may now (eligibility.ts). */
+    private readonly eligible: OutsideRounds,
     private readonly claims: ReservationsClaims,
   ) {
     this.capacity = claims.intake.capacity;
