@@ -1,3 +1,8 @@
+/**
+ * The maintenance pass: the ledger's housekeeping steps for a set of queues. Fleet-wide it is the reconciler's
+ * (src/supervisor/reconciler.ts, every queue a worker serves); a consumer's sweep runs it for its own queue, and
+ * when is the sweeper's call (src/consumer/sweeper.ts). Not to be confused with the sweep itself.
+ */
 import type { Ledger } from '../ledger/ledger.js';
 import type { ProbeOutcome, ReclaimOutcome, SweepSignal } from '../ledger/upkeep-types.js';
 import type { Logger } from '../log.js';
