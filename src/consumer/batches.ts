@@ -50,11 +50,6 @@ interface Member<DB> {
   settle: (outcome: BatchItemOutcome | { thrown: unknown }) => void;
 }
 
-/** What a gatherer needs of its consumer. */
-export interface BatchHost {
-  ledger: BatchLedger;
-}
-
 /**
  * One type's batches in one consumer (docs/design/batches-and-steps.md, Batch handlers).
  * Each item still has a run of its own (lease, deadline, cancel, outcome
@@ -71,7 +66,8 @@ export class BatchGatherer<DB> {
     private readonly type: string,
     private readonly options: BatchOptions,
     private readonly handle: BatchHandler<unknown, DB>,
-    private readonly host: BatchHost,
+    /** Where the batch's outcomes are written, in one transaction. */
+    private readonly ledger: BatchLedger,
   ) {}
 
   /** The handler each item of the type runs: it joins the next batch and ends as the batch's answer says. */
@@ -123,7 +119,7 @@ export class BatchGatherer<DB> {
       signal: controller.signal,
       transaction: async (fn) => {
         if (committedInTx) throw new Error('ctx.transaction already completed this batch');
-        const { value, completed } = await this.host.ledger.completeManyWithin(
+        const { value, completed } = await this.ledger.completeManyWithin(
           batch.map((m) => heldItemOf(m.ctx)),
           async (trx) => checkOutcomes(await fn(trx as unknown as Transaction<DB>)),
           (answer) =>

@@ -92,7 +92,7 @@ export class Consumer<DB = Record<string, never>> extends EventEmitter<ConsumerE
     // ctx.enqueue: in the handler's ctx.transaction, announced after its commit (without Redis, found by the sweeps).
     const outboxProducer = wake ? new Producer({ ledger, wake }) : new Producer({ ledger });
     this.outbox = (trx, inputs) => outboxProducer.enqueueWithin(trx, inputs);
-    this.handlers = handlerTable(handlers, { ledger });
+    this.handlers = handlerTable(handlers, ledger);
     this.coalesce = coalesceClaimOf(this.handlers);
     this.name = this.settings.name ?? `${hostname()}:${process.pid}:${randomBytes(3).toString('hex')}`;
     this.log = (logger ?? createLogger('lanewake.consumer')).child({ queue: this.settings.queue, consumer: this.name });

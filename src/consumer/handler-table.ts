@@ -1,6 +1,7 @@
 import { ValidationError } from '../errors.js';
 import { concurrencyLimitSchema } from '../ledger/validation.js';
-import { BatchGatherer, type BatchHost } from './batches.js';
+import { BatchGatherer } from './batches.js';
+import type { BatchLedger } from './ledger-port.js';
 import { checkRateLimit } from './rate-gate.js';
 import { normalizeHandler, type HandlerEntry, type RegisteredHandler } from './types.js';
 
@@ -12,7 +13,8 @@ import { normalizeHandler, type HandlerEntry, type RegisteredHandler } from './t
  */
 export function handlerTable<DB>(
   handlers: Record<string, HandlerEntry<DB>>,
-  host: BatchHost,
+  /** What batch handlers' gatherers write their outcomes through. */
+  ledger: BatchLedger,
 ): Map<string, RegisteredHandler<DB>> {
   if (typeof handlers !== 'object' || handlers === null || Object.keys(handlers).length === 0) {
     throw new ValidationError(
@@ -36,7 +38,7 @@ export function handlerTable<DB>(
       );
     table.set(type, {
       ...def,
-      handle: new BatchGatherer<DB>(type, def.batch.options, def.batch.handle, host).handleOne,
+      handle: new BatchGatherer<DB>(type, def.batch.options, def.batch.handle, ledger).handleOne,
     });
   }
   return table;
