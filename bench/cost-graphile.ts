@@ -15,7 +15,7 @@ import { graphileConnectionString, graphileFactories } from './peers/graphile.js
 import type { BenchJob, PeerAdapter, RunningWorker } from './peers/types.js';
 import { PostgresMeter } from './cost-meter.js';
 import { ENQUEUE_BATCH, type PhaseCost } from './cost-lanewake.js';
-import { waitUntil } from './engine.js';
+import { waitUntil } from './workload.js';
 import { onCleanup, sleep } from './support.js';
 
 export interface PeerCost {

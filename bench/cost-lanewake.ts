@@ -24,7 +24,7 @@ import type { ClaimedItem } from '../src/ledger/types.js';
 import { createLogger } from '../src/log.js';
 import { Producer } from '../src/producer/producer.js';
 import { WakeChannel } from '../src/wake/wake-channel.js';
-import { completedInLedger, noopConsumer, verifyOnce, waitUntil, type Env } from './engine.js';
+import { completedInLedger, noopConsumer, verifyOnce, waitUntil, type Env } from './workload.js';
 import { addDeltas, type CostDelta, type SqlServerMeter } from './cost-meter.js';
 import { setPhase, takePhase } from './sql-count.js';
 import { createBenchDatabase, median } from './support.js';

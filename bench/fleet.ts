@@ -36,7 +36,7 @@ import { createLogger } from '../src/log.js';
 import { Producer } from '../src/producer/producer.js';
 import { WakeChannel } from '../src/wake/wake-channel.js';
 import { startRedisCluster, type LocalRedisCluster } from '../test/support/redis-cluster.js';
-import { completedInLedger, environment } from './engine.js';
+import { completedInLedger, environment } from './workload.js';
 import {
   cliFlag,
   cpuSample,
