@@ -1,5 +1,5 @@
 /**
- * The counters bench/cost.ts reads before and after each phase: the SQL
+ * The counters the cost workload (bench/workloads/cost.ts) reads before and after each phase: the SQL
  * server's CPU (cost-proc.ts), its row counters (MariaDB/MySQL: SHOW GLOBAL
  * STATUS; TiDB: statements_summary of the run's schema), and this process's
  * CPU. A PostgreSQL meter (CPU only) serves the graphile-worker comparison.
@@ -26,7 +26,7 @@ import { countingTimeNs } from './sql-count.js';
 
 export type ServerFamily = 'mariadb' | 'mysql' | 'tidb';
 
-/** What one sample-to-sample interval cost, in totals (bench/cost-report.ts divides by jobs). */
+/** What one sample-to-sample interval cost, in totals (bench/workloads/cost.ts divides by jobs). */
 export interface CostDelta {
   wallMs: number;
   workerCpuUs: number;

@@ -22,6 +22,7 @@ const WORKLOADS: Record<string, () => Promise<{ default: Runnable }>> = {
   tracing: () => import('./workloads/tracing.js'),
   ledger: () => import('./workloads/ledger.js'),
   latency: () => import('./workloads/latency.js'),
+  cost: () => import('./workloads/cost.js'),
 };
 
 runBenchmark(async () => {

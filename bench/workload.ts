@@ -58,6 +58,8 @@ export interface Workload<V, R> {
   report: (of: (v: V) => R[], runs: number) => Table[];
   /** Always write bench/results/<name>-latest.json, not only with `--save`. */
   save?: boolean;
+  /** The results file's name instead of the workload's, once setup ran. */
+  resultName?: () => string;
 }
 
 /** A workload with its types closed over: what bench/run.ts holds. */
@@ -96,10 +98,16 @@ async function runWorkload<V, R>(name: string, w: Workload<V, R>): Promise<void>
   if (w.save === true || process.argv.includes('--save')) {
     const dir = fileURLToPath(new URL('./results/', import.meta.url));
     mkdirSync(dir, { recursive: true });
-    writeFileSync(`${dir}${name}-latest.json`, `${JSON.stringify(record, null, 2)}\n`);
+    writeFileSync(`${dir}${w.resultName?.() ?? name}-latest.json`, `${JSON.stringify(record, null, 2)}\n`);
   }
   if (process.argv.includes('--json')) console.log(JSON.stringify(record));
 }
+
+/** LANEWAKE_BENCH_TIDB_TXN_MODE: the TiDB transaction mode of a bench's ledgers. */
+const tidbTxnMode = (): { tidbTxnMode?: 'optimistic' | 'pessimistic' } => {
+  const mode = process.env.LANEWAKE_BENCH_TIDB_TXN_MODE;
+  return mode === 'optimistic' || mode === 'pessimistic' ? { tidbTxnMode: mode } : {};
+};
 
 export interface Fresh {
   ledger: Ledger;
@@ -110,12 +118,7 @@ export interface Fresh {
 /** A migrated ledger on a database of its own and a wake channel on keys of its own, for one run; dropped after. */
 export async function withFreshLedger<T>(prefix: string, run: (env: Fresh) => Promise<T>, poolSize = 10): Promise<T> {
   const db = await createBenchDatabase(prefix);
-  const mode = process.env.LANEWAKE_BENCH_TIDB_TXN_MODE;
-  const ledger = new Ledger({
-    url: db.url,
-    poolSize,
-    ...(mode === 'optimistic' || mode === 'pessimistic' ? { tidbTxnMode: mode } : {}),
-  });
+  const ledger = new Ledger({ url: db.url, poolSize, ...tidbTxnMode() });
   const wake = new WakeChannel({ redis: REDIS_URL, keyPrefix: `${prefix}:${db.name}:`, logger: silent });
   try {
     await ledger.migrate();
@@ -214,7 +217,7 @@ export interface Env {
 /** `serverUrl`: the MySQL-protocol server (no database) to run on; bench/latency.ts points it at a proxy. */
 export async function environment(withRedis: boolean, serverUrl = benchServerUrl()): Promise<Env> {
   const db = await createBenchDatabase('lwe', serverUrl);
-  const ledger = new Ledger({ url: db.url, poolSize: 12 });
+  const ledger = new Ledger({ url: db.url, poolSize: 12, ...tidbTxnMode() });
   await ledger.migrate();
   const keyPrefix = `lwbench:${randomBytes(4).toString('hex')}:`;
   const wake = withRedis ? new WakeChannel({ redis: REDIS_URL, keyPrefix, logger: silent }) : undefined;

@@ -7,13 +7,12 @@ import { CliError, EXIT } from '../errors.js';
 
 // The workloads of bench/run.ts run as `bench/run.ts <name>`.
 const WORKLOADS = [
-  ...['ledger', 'latency', 'capacity', 'classes', 'rate', 'fairness', 'shapes', 'schedules', 'queues'],
+  ...['ledger', 'latency', 'cost', 'capacity', 'classes', 'rate', 'fairness', 'shapes', 'schedules', 'queues'],
   ...['dashboard', 'tracing'],
 ];
 const SUITES: Record<string, string> = {
   compare: 'bench/compare.ts',
   steady: 'bench/steady.ts',
-  cost: 'bench/cost.ts',
   ...Object.fromEntries(WORKLOADS.map((w) => [w, 'bench/run.ts'])),
 };
 const DEFAULT_SUITE = 'compare';
@@ -25,7 +24,7 @@ function shellQuote(s: string): string {
 }
 
 /**
- * `lanewake bench [compare|steady|cost|<workload>] [-- args]`: the benchmark harnesses
+ * `lanewake bench [compare|steady|<workload>] [-- args]`: the benchmark harnesses
  * of a source checkout (they are not part of the built package), run with
  * tsx. The default, compare, is the side-by-side run against the peers
  * (docs/BENCHMARKS.md); `lanewake bench --runs 1` passes the flags to it.
@@ -36,11 +35,10 @@ export function benchCommand(program: Command, _ctx: CliContext): void {
     .description(
       'run a benchmark harness of this checkout: compare (side by side with BullMQ, graphile-worker, ' +
         'pg-boss; the default), steady ' +
-        "(the production shape at a steady rate, MariaDB or TiDB), cost (the SQL server's CPU, rows, " +
-        'statements and round trips per job, for enqueue, claim and complete apart) or a workload of ' +
+        '(the production shape at a steady rate, MariaDB or TiDB) or a workload of ' +
         `bench/run.ts (${WORKLOADS.join(', ')})`,
     )
-    .argument('[suite]', `compare, steady, cost or ${WORKLOADS.join(', ')}`, DEFAULT_SUITE)
+    .argument('[suite]', `compare, steady or ${WORKLOADS.join(', ')}`, DEFAULT_SUITE)
     .argument('[args...]', 'passed on, e.g. --runs 1 --scale 0.2 --json')
     .allowUnknownOption(true)
     .action(async (suiteArg: string, rest: string[]) => {
