@@ -23,6 +23,8 @@ const WORKLOADS: Record<string, () => Promise<{ default: Runnable }>> = {
   ledger: () => import('./workloads/ledger.js'),
   latency: () => import('./workloads/latency.js'),
   cost: () => import('./workloads/cost.js'),
+  fleet: () => import('./workloads/fleet.js'),
+  steady: () => import('./workloads/steady.js'),
 };
 
 runBenchmark(async () => {

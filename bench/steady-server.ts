@@ -1,5 +1,5 @@
 /**
- * What the SQL server says of a bench/steady.ts run: the statements that
+ * What the SQL server says of a run of the steady workload (bench/workloads/steady.ts): the statements that
  * took over 100 ms (the slow log), and lock waits, deadlocks and statement
  * retries (MariaDB's InnoDB counters; TiDB's statements summary and lock
  * views). Each server's slow log is switched to a 100 ms threshold for the
@@ -10,7 +10,7 @@ import { fileURLToPath } from 'node:url';
 import type { RowDataPacket } from 'mysql2/promise';
 import { cliFlag, onCleanup, progress, withAdmin } from './support.js';
 
-/** The SQL server a run of bench/steady.ts uses: `--server mariadb|tidb`, `--txn` (TiDB). */
+/** The SQL server a run of the steady workload uses: `--server mariadb|tidb`, `--txn` (TiDB). */
 export function steadyServer(args: readonly string[]): { server: 'mariadb' | 'tidb'; txn: string; serverUrl: string } {
   const server = cliFlag('--server', [...args]) ?? 'mariadb';
   if (server !== 'mariadb' && server !== 'tidb') throw new Error('--server is mariadb or tidb');
