@@ -13,18 +13,12 @@
  */
 import { SqlServerMeter } from '../cost-meter.js';
 import { installRoundTripCounter } from '../sql-count.js';
-import { cliFlag, fmt, median, onCleanup, progress, waitForQuiet } from '../support.js';
+import { cliFlag, fmt, median, onCleanup, progress, serverUrlOf, waitForQuiet } from '../support.js';
 import { defineWorkload, numFlag, scaled, type Table } from '../workload.js';
 import { graphileCost } from './cost-graphile.js';
 import { type CostSettings, engine, type PhaseCost, type PhaseKey, pipeline, singleEnqueues } from './cost-phases.js';
 
-const SERVERS: Record<string, string | undefined> = {
-  mariadb: process.env.LANEWAKE_BENCH_MYSQL_URL ?? 'mysql://root@127.0.0.1:3306',
-  tidb: process.env.LANEWAKE_BENCH_TIDB_URL ?? 'mysql://root@127.0.0.1:4000',
-};
-const server = cliFlag('--server') ?? 'mariadb';
-const serverUrl = (SERVERS[server] ?? (/^mysql:\/\//.test(server) ? server : undefined))?.replace(/\/+$/, '');
-if (serverUrl === undefined) throw new Error(`--server ${server}: use mariadb, tidb or a mysql:// URL`);
+const serverUrl = serverUrlOf(cliFlag('--server') ?? 'mariadb');
 const txn = cliFlag('--txn');
 if (txn !== undefined) process.env.LANEWAKE_BENCH_TIDB_TXN_MODE = txn;
 const JOBS = Math.max(10, scaled(20_000));

@@ -15,13 +15,14 @@
  * `--paired` each shape drains with the keys and without, alternated, and a table gives each run's keyed ÷ unkeyed.
  */
 import { once } from 'node:events';
-import { execFileSync, spawn, type ChildProcess } from 'node:child_process';
+import { spawn, type ChildProcess } from 'node:child_process';
 import { fileURLToPath } from 'node:url';
 import { Ledger } from '../../src/ledger/ledger.js';
 import { Producer } from '../../src/producer/producer.js';
 import { WakeChannel } from '../../src/wake/wake-channel.js';
 import { startRedisCluster, type LocalRedisCluster } from '../../test/support/redis-cluster.js';
 import {
+  buildDist,
   cliFlag,
   cpuSample,
   cpuShare,
@@ -305,8 +306,7 @@ export default defineWorkload<Variant, ShapeResult>({
   variants: VARIANTS,
   label,
   setup: async () => {
-    progress('building dist/ for the worker processes');
-    execFileSync('npx', ['tsc', '-p', 'tsconfig.build.json'], { stdio: 'inherit' });
+    buildDist();
     if (!process.argv.includes('--cluster')) return;
     progress('starting a local 6-node Redis Cluster');
     const c = await startRedisCluster();

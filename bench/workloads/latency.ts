@@ -16,6 +16,7 @@ import {
   onCleanup,
   percentile,
   progress,
+  serverUrlOf,
   withAdmin,
 } from '../support.js';
 import { defineWorkload, scaled, type Table } from '../workload.js';
@@ -29,11 +30,6 @@ const RATE = 100;
 const CALL_JOBS = QUICK ? 20 : 100;
 /** The issue's goal at 1 ms added per direction. */
 const GOAL = { latency: '1', bulkJobsS: 8_000, p50Ms: 6 };
-const SERVER_URLS: Record<string, string> = {
-  mariadb: (process.env.LANEWAKE_BENCH_MYSQL_URL ?? 'mysql://root@127.0.0.1:3306').replace(/\/+$/, ''),
-  tidb: (process.env.LANEWAKE_BENCH_TIDB_URL ?? 'mysql://root@127.0.0.1:4000').replace(/\/+$/, ''),
-};
-
 interface Cell {
   server: string;
   url: string;
@@ -65,8 +61,7 @@ async function setup(): Promise<void> {
   proxies = p;
   onCleanup(() => p.stop()); // registered first, so it runs last: the databases are dropped through it
   for (const server of (cliFlag('--servers') ?? 'mariadb,tidb').split(',')) {
-    const url = SERVER_URLS[server];
-    if (url === undefined) throw new Error(`--servers: unknown server ${server} (mariadb, tidb)`);
+    const url = serverUrlOf(server);
     const version = await serverVersion(url);
     if (version === undefined) {
       progress(`${server} at ${url} does not answer: left out`);
@@ -85,7 +80,7 @@ async function setup(): Promise<void> {
   }
   if (cells.length === 0) throw new Error('no server answers');
   // A fresh process runs its first few thousand jobs cold (V8 warm-up): not in the first cell's figures.
-  await throughput(64, Math.min(BULK, 4_000), SERVER_URLS[cells[0]!.server]!);
+  await throughput(64, Math.min(BULK, 4_000), serverUrlOf(cells[0]!.server));
 }
 
 async function measure(cell: Cell): Promise<Result> {

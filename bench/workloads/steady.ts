@@ -17,20 +17,12 @@ import type { RowDataPacket } from 'mysql2/promise';
 import { Ledger } from '../../src/ledger/ledger.js';
 import { deleteKeys } from '../../test/support/engine.js';
 import { startRedisCluster } from '../../test/support/redis-cluster.js';
-import {
-  buildDist,
-  lockFigures,
-  slowStatements,
-  steadyChild,
-  steadyServer,
-  TidbLockWaitSampler,
-} from '../steady-server.js';
+import { lockFigures, slowStatements, steadyChild, steadyServer, TidbLockWaitSampler } from '../steady-server.js';
 import { childMessage, cliFlag, createBenchDatabase, fmt, median, minMax, onCleanup, percentile } from '../support.js';
-import { serverCpuSecondsOf, withAdmin } from '../support.js';
+import { buildDist, serverCpuSecondsOf, withAdmin } from '../support.js';
 import { defineWorkload, numFlag } from '../workload.js';
 
-const args = process.argv.slice(3);
-const { server, txn, serverUrl } = steadyServer(args);
+const { server, txn, serverUrl } = steadyServer();
 let redisUrl = cliFlag('--redis') ?? 'redis://127.0.0.1:6379';
 const RATE = numFlag('--rate', 200);
 const SECONDS = numFlag('--seconds', 30);
@@ -63,7 +55,9 @@ async function prepare(
   const setup = new Ledger({ url: db.url, poolSize: 2 });
   await setup.migrate();
   await setup.close();
-  const effects = `CREATE TABLE \`${db.name}\`.effects (item_id VARCHAR(32) PRIMARY KEY, lane VARCHAR(255), written_at DATETIME(6))`;
+  const effects =
+    `CREATE TABLE \`${db.name}\`.effects ` +
+    '(item_id VARCHAR(32) PRIMARY KEY, lane VARCHAR(255), written_at DATETIME(6))';
   await withAdmin((c) => c.query(effects), serverUrl);
   const env = { LW_DATABASE_URL: db.url, LW_REDIS_URL: redisUrl, LW_KEY_PREFIX: keyPrefix, LW_QUEUE: QUEUE };
   return { db: db.name, drop: db.drop, env: { ...env, ...(server === 'tidb' ? { LW_TIDB_TXN_MODE: txn } : {}) } };
@@ -197,7 +191,7 @@ export default defineWorkload<'run', Figures>({
       onCleanup(() => cluster.stop());
       redisUrl = cluster.url;
     }
-    buildDist(args);
+    buildDist();
   },
   measure: () => (BACKLOG > 0 ? backlogRun() : steadyRun()),
   line: (_, r) =>
@@ -207,8 +201,9 @@ export default defineWorkload<'run', Figures>({
   report: (of, runs) => [
     {
       title:
-        `${server}${server === 'tidb' ? ` ${txn}` : ''}, ${redisUrl.includes('cluster') ? 'Redis Cluster' : 'one Redis'}` +
-        `, ${shape}, ${LANES} lanes, ${WORKERS} workers × ${CONCURRENCY}: median of ${runs} run(s)`,
+        `${server}${server === 'tidb' ? ` ${txn}` : ''}, ` +
+        `${redisUrl.includes('cluster') ? 'Redis Cluster' : 'one Redis'}, ${shape}, ${LANES} lanes, ` +
+        `${WORKERS} workers × ${CONCURRENCY}: median of ${runs} run(s)`,
       headers: ['figure', 'median', 'min–max'],
       rows: Object.keys(of('run')[0] ?? {}).map((k) => {
         const values = of('run').map((r) => r[k] ?? Number.NaN);
