@@ -1,5 +1,5 @@
 /**
- * The counters bench/cost.ts reads before and after each phase: the SQL
+ * The counters the cost workload (bench/workloads/cost.ts) reads before and after each phase: the SQL
  * server's CPU (cost-proc.ts), its row counters (MariaDB/MySQL: SHOW GLOBAL
  * STATUS; TiDB: statements_summary of the run's schema), and this process's
  * CPU. A PostgreSQL meter (CPU only) serves the graphile-worker comparison.
@@ -26,7 +26,7 @@ import { countingTimeNs } from './sql-count.js';
 
 export type ServerFamily = 'mariadb' | 'mysql' | 'tidb';
 
-/** What one sample-to-sample interval cost, in totals (bench/cost-report.ts divides by jobs). */
+/** What one sample-to-sample interval cost, in totals (bench/workloads/cost.ts divides by jobs). */
 export interface CostDelta {
   wallMs: number;
   workerCpuUs: number;
@@ -58,35 +58,14 @@ function serverPid(url: URL, names: readonly string[]): number | undefined {
 // ---------------------------------------------------------------------------
 // MySQL-protocol servers.
 
-/** SHOW GLOBAL STATUS counters read per phase; those a server does not have are left out. */
-export const STATUS_COUNTERS = [
-  'Handler_read_first',
-  'Handler_read_key',
-  'Handler_read_last',
-  'Handler_read_next',
-  'Handler_read_prev',
-  'Handler_read_rnd',
-  'Handler_read_rnd_next',
-  'Handler_write',
-  'Handler_update',
-  'Handler_delete',
-  'Handler_commit',
-  'Innodb_rows_read',
-  'Innodb_rows_inserted',
-  'Innodb_rows_updated',
-  'Innodb_rows_deleted',
-  'Rows_read',
-  'Questions',
-] as const;
+/** SHOW GLOBAL STATUS counters read per phase (rows read and written, bench/workloads/cost.ts). */
+const STATUS_COUNTERS = [
+  ...['first', 'key', 'last', 'next', 'prev', 'rnd', 'rnd_next'].map((k) => `Handler_read_${k}`),
+  ...['Handler_write', 'Handler_update', 'Handler_delete'],
+];
 
 /** statements_summary columns summed per schema (EXEC_COUNT × AVG_x: TiDB keeps averages, as integers). */
-const TIDB_AVERAGES = [
-  'AVG_TOTAL_KEYS',
-  'AVG_PROCESSED_KEYS',
-  'AVG_AFFECTED_ROWS',
-  'AVG_RESULT_ROWS',
-  'AVG_WRITE_KEYS',
-] as const;
+const TIDB_AVERAGES = ['AVG_TOTAL_KEYS', 'AVG_AFFECTED_ROWS'] as const;
 
 interface Sample {
   wallMs: number;

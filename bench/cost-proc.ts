@@ -1,6 +1,6 @@
 /**
  * CPU of a SQL server running on this machine, read from /proc for
- * bench/cost.ts (cost-meter.ts): the whole server (a process, or the
+ * the cost workload (cost-meter.ts): the whole server (a process, or the
  * PostgreSQL postmaster with its children), and the part of it that served
  * this process's own connections (MariaDB: the threads of its sessions;
  * PostgreSQL: the backends at the other end of its sockets), which other

@@ -1,4 +1,4 @@
-// One replica of bench/fleet.ts: a consumer alone in its process, from the
+// One replica of the fleet workload (bench/workloads/fleet.ts): a consumer alone in its process, from the
 // compiled package (dist/), as a deployed worker runs it. Configured by env.
 // Over IPC: 'ready' once started; on 'stop', its figures, then it exits.
 import { Consumer, Ledger, WakeChannel, createLogger } from '../dist/index.js';

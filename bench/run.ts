@@ -20,6 +20,11 @@ const WORKLOADS: Record<string, () => Promise<{ default: Runnable }>> = {
   queues: () => import('./workloads/queues.js'),
   dashboard: () => import('./workloads/dashboard-paging.js'),
   tracing: () => import('./workloads/tracing.js'),
+  ledger: () => import('./workloads/ledger.js'),
+  latency: () => import('./workloads/latency.js'),
+  cost: () => import('./workloads/cost.js'),
+  fleet: () => import('./workloads/fleet.js'),
+  steady: () => import('./workloads/steady.js'),
 };
 
 runBenchmark(async () => {

@@ -1,4 +1,4 @@
-// The producer of bench/steady.ts, alone in its process as a web process's
+// The producer of the steady workload (bench/workloads/steady.ts), alone in its process as a web process's
 // would be: its own pool and wake channel, from the compiled package. On
 // 'go' it enqueues LW_JOBS single items at LW_RATE a second, open loop (each
 // at its time, whether or not the one before has answered, as requests

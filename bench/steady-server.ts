@@ -1,34 +1,23 @@
 /**
- * What the SQL server says of a bench/steady.ts run: the statements that
+ * What the SQL server says of a run of the steady workload (bench/workloads/steady.ts): the statements that
  * took over 100 ms (the slow log), and lock waits, deadlocks and statement
  * retries (MariaDB's InnoDB counters; TiDB's statements summary and lock
  * views). Each server's slow log is switched to a 100 ms threshold for the
  * run and put back after.
  */
-import { type ChildProcess, execFileSync, fork } from 'node:child_process';
+import { type ChildProcess, fork } from 'node:child_process';
 import { fileURLToPath } from 'node:url';
 import type { RowDataPacket } from 'mysql2/promise';
-import { cliFlag, onCleanup, progress, withAdmin } from './support.js';
+import { cliFlag, onCleanup, serverUrlOf, withAdmin } from './support.js';
 
-/** The SQL server a run of bench/steady.ts uses: `--server mariadb|tidb`, `--txn` (TiDB). */
-export function steadyServer(args: readonly string[]): { server: 'mariadb' | 'tidb'; txn: string; serverUrl: string } {
-  const server = cliFlag('--server', [...args]) ?? 'mariadb';
+/** The SQL server a run of the steady workload uses: `--server mariadb|tidb`, `--txn` (TiDB). */
+export function steadyServer(): { server: 'mariadb' | 'tidb'; txn: string; serverUrl: string } {
+  const server = cliFlag('--server') ?? 'mariadb';
   if (server !== 'mariadb' && server !== 'tidb') throw new Error('--server is mariadb or tidb');
-  const serverUrl =
-    server === 'tidb'
-      ? (process.env.LANEWAKE_BENCH_TIDB_URL ?? 'mysql://root@127.0.0.1:4000')
-      : (process.env.LANEWAKE_BENCH_MYSQL_URL ?? 'mysql://root@127.0.0.1:3306');
-  return { server, txn: cliFlag('--txn', [...args]) ?? 'pessimistic', serverUrl };
+  return { server, txn: cliFlag('--txn') ?? 'pessimistic', serverUrl: serverUrlOf(server) };
 }
 
 const here = (f: string): string => fileURLToPath(new URL(f, import.meta.url));
-
-/** Builds dist/, which the worker and producer processes load, unless `--no-build`. */
-export function buildDist(args: readonly string[]): void {
-  if (args.includes('--no-build')) return;
-  progress('building dist/ (npm run build)');
-  execFileSync('npx', ['tsc', '-p', 'tsconfig.build.json'], { stdio: 'inherit', cwd: here('..') });
-}
 
 /** A bench/steady-*.mjs child, killed at exit. LW_CPU_PROF=<dir>: it writes a V8 CPU profile there. */
 export function steadyChild(script: string, env: Record<string, string>): ChildProcess {

@@ -1,4 +1,4 @@
-// One worker process of bench/steady.ts: a consumer alone in its process,
+// One worker process of the steady workload (bench/workloads/steady.ts): a consumer alone in its process,
 // from the compiled package (dist/), as a deployed worker runs it. Its
 // handler writes one effect row in ctx.transaction, as the origin's workers
 // wrote their results, and stamps its start on CLOCK_MONOTONIC

@@ -7,6 +7,7 @@ import type { ChildProcess } from 'node:child_process';
 import { execFileSync } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import { readFileSync } from 'node:fs';
+import { fileURLToPath } from 'node:url';
 import { availableParallelism } from 'node:os';
 import { performance } from 'node:perf_hooks';
 import { createConnection, type Connection, type RowDataPacket } from 'mysql2/promise';
@@ -15,6 +16,25 @@ import { pidByName, processCpuUs } from './cost-proc.js';
 /** Server URL (no database) the benchmarks use. */
 export function benchServerUrl(): string {
   return (process.env.LANEWAKE_BENCH_MYSQL_URL ?? 'mysql://root@127.0.0.1:3306').replace(/\/+$/, '');
+}
+
+/** A `--server` flag's URL: mariadb (LANEWAKE_BENCH_MYSQL_URL), tidb (LANEWAKE_BENCH_TIDB_URL) or a mysql:// URL. */
+export function serverUrlOf(server: string): string {
+  if (server === 'mariadb') return benchServerUrl();
+  if (server === 'tidb')
+    return (process.env.LANEWAKE_BENCH_TIDB_URL ?? 'mysql://root@127.0.0.1:4000').replace(/\/+$/, '');
+  if (/^mysql:\/\//.test(server)) return server.replace(/\/+$/, '');
+  throw new Error(`--server ${server}: use mariadb, tidb or a mysql:// URL`);
+}
+
+/** Builds dist/, which a bench's child processes load, unless `--no-build`. */
+export function buildDist(): void {
+  if (process.argv.includes('--no-build')) return;
+  progress('building dist/ (npm run build)');
+  execFileSync('npx', ['tsc', '-p', 'tsconfig.build.json'], {
+    stdio: 'inherit',
+    cwd: fileURLToPath(new URL('..', import.meta.url)),
+  });
 }
 
 async function adminConnection(serverUrl: string): Promise<Connection> {

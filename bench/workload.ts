@@ -4,9 +4,11 @@
  * line each measurement prints and the table(s) its medians make; bench/run.ts does the runs, the alternation,
  * the printing and the JSON record.
  */
+import { randomBytes } from 'node:crypto';
 import { mkdirSync, writeFileSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
 import { performance } from 'node:perf_hooks';
+import { sql } from 'kysely';
 import { Consumer, type ConsumerOptions } from '../src/consumer/consumer.js';
 import { Ledger } from '../src/ledger/ledger.js';
 import { createLogger } from '../src/log.js';
@@ -56,6 +58,8 @@ export interface Workload<V, R> {
   report: (of: (v: V) => R[], runs: number) => Table[];
   /** Always write bench/results/<name>-latest.json, not only with `--save`. */
   save?: boolean;
+  /** The results file's name instead of the workload's, once setup ran. */
+  resultName?: () => string;
 }
 
 /** A workload with its types closed over: what bench/run.ts holds. */
@@ -94,10 +98,16 @@ async function runWorkload<V, R>(name: string, w: Workload<V, R>): Promise<void>
   if (w.save === true || process.argv.includes('--save')) {
     const dir = fileURLToPath(new URL('./results/', import.meta.url));
     mkdirSync(dir, { recursive: true });
-    writeFileSync(`${dir}${name}-latest.json`, `${JSON.stringify(record, null, 2)}\n`);
+    writeFileSync(`${dir}${w.resultName?.() ?? name}-latest.json`, `${JSON.stringify(record, null, 2)}\n`);
   }
   if (process.argv.includes('--json')) console.log(JSON.stringify(record));
 }
+
+/** LANEWAKE_BENCH_TIDB_TXN_MODE: the TiDB transaction mode of a bench's ledgers. */
+const tidbTxnMode = (): { tidbTxnMode?: 'optimistic' | 'pessimistic' } => {
+  const mode = process.env.LANEWAKE_BENCH_TIDB_TXN_MODE;
+  return mode === 'optimistic' || mode === 'pessimistic' ? { tidbTxnMode: mode } : {};
+};
 
 export interface Fresh {
   ledger: Ledger;
@@ -108,12 +118,7 @@ export interface Fresh {
 /** A migrated ledger on a database of its own and a wake channel on keys of its own, for one run; dropped after. */
 export async function withFreshLedger<T>(prefix: string, run: (env: Fresh) => Promise<T>, poolSize = 10): Promise<T> {
   const db = await createBenchDatabase(prefix);
-  const mode = process.env.LANEWAKE_BENCH_TIDB_TXN_MODE;
-  const ledger = new Ledger({
-    url: db.url,
-    poolSize,
-    ...(mode === 'optimistic' || mode === 'pessimistic' ? { tidbTxnMode: mode } : {}),
-  });
+  const ledger = new Ledger({ url: db.url, poolSize, ...tidbTxnMode() });
   const wake = new WakeChannel({ redis: REDIS_URL, keyPrefix: `${prefix}:${db.name}:`, logger: silent });
   try {
     await ledger.migrate();
@@ -188,4 +193,67 @@ export async function drain(
         ? undefined
         : ((serverAfter - serverBefore) * 1e6) / total,
   };
+}
+
+/** Polls `check` every 2 ms until it holds; throws after `timeoutMs`. */
+export async function waitUntil(check: () => boolean, timeoutMs: number, what: string): Promise<void> {
+  const deadline = Date.now() + timeoutMs;
+  while (!check()) {
+    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
+    await sleep(2);
+  }
+}
+
+/** A ledger of one queue on a database of its own, with or without a wake channel; `close` drops both. */
+export interface Env {
+  url: string;
+  keyPrefix: string;
+  ledger: Ledger;
+  wake: WakeChannel | undefined;
+  queue: string;
+  close: () => Promise<void>;
+}
+
+/** `serverUrl`: the MySQL-protocol server (no database) to run on; bench/latency.ts points it at a proxy. */
+export async function environment(withRedis: boolean, serverUrl = benchServerUrl()): Promise<Env> {
+  const db = await createBenchDatabase('lwe', serverUrl);
+  const ledger = new Ledger({ url: db.url, poolSize: 12, ...tidbTxnMode() });
+  await ledger.migrate();
+  const keyPrefix = `lwbench:${randomBytes(4).toString('hex')}:`;
+  const wake = withRedis ? new WakeChannel({ redis: REDIS_URL, keyPrefix, logger: silent }) : undefined;
+  const close = async (): Promise<void> => {
+    await wake?.timers.close();
+    await wake?.dropKeys();
+    await wake?.close();
+    await ledger.close();
+    await db.drop();
+  };
+  return { url: db.url, keyPrefix, ledger, wake, queue: 'bench', close };
+}
+
+/** The queue's completed items, counted whole (Ledger.stats caps terminal counts at 10,000). */
+export async function completedInLedger(env: Pick<Env, 'ledger' | 'queue'>): Promise<number> {
+  const r = await sql<{ n: number | string }>`SELECT COUNT(*) AS n FROM ${env.ledger.tables.items}
+    WHERE queue = ${env.queue} AND state = 'completed'`.execute(env.ledger.db);
+  return Number(r.rows[0]?.n ?? 0);
+}
+
+/** Throws unless each of `expected` jobs ran once (`seen`: runs by id) and the ledger counts them completed. */
+export async function verifyOnce(env: Env, seen: Map<string, number>, expected: number): Promise<void> {
+  const repeats = [...seen.values()].filter((n) => n !== 1).length;
+  const completed = await completedInLedger(env);
+  if (seen.size !== expected || repeats > 0 || completed !== expected) {
+    throw new Error(
+      `verification failed: ${seen.size} distinct jobs ran (want ${expected}), ` +
+        `${repeats} ran more than once, ${completed} completed in the ledger`,
+    );
+  }
+}
+
+/** A consumer of `env`'s queue whose no-op handler counts each run in `seen`. */
+export function noopConsumer(env: Env, concurrency: number, seen: Map<string, number>): Consumer {
+  return new Consumer({
+    ...{ ledger: env.ledger, wake: env.wake, queue: env.queue, concurrency, logger: silent },
+    handlers: { noop: async (job: { id: string }) => void seen.set(job.id, (seen.get(job.id) ?? 0) + 1) },
+  });
 }

@@ -13,9 +13,8 @@ import { sql } from 'kysely';
 import { Ledger } from '../../src/ledger/ledger.js';
 import { Producer } from '../../src/producer/producer.js';
 import { WakeChannel } from '../../src/wake/wake-channel.js';
-import { waitUntil } from '../engine.js';
 import { cpuSample, cpuShare, fmt, median, percentile, progress, sleep } from '../support.js';
-import { consumers, defineWorkload, numFlag, REDIS_URL, silent, withFreshLedger } from '../workload.js';
+import { consumers, defineWorkload, numFlag, REDIS_URL, silent, waitUntil, withFreshLedger } from '../workload.js';
 
 const QUEUES = numFlag('--queues', 200);
 const IDLE_S = numFlag('--idle-s', 60);

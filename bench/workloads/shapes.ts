@@ -85,14 +85,14 @@ async function writes(env: Fresh, batched: boolean): Promise<Result> {
     pollMs: 50,
   });
   setPhase('idle');
-  const shapes = takePhase(phase);
+  const sent = takePhase(phase);
   const written = await sql<{ n: number | string }>`SELECT COUNT(*) AS n FROM writes`.execute(ledger.db);
   if (Number(written.rows[0]?.n) !== ITEMS) throw new Error(`${written.rows[0]?.n} rows written for ${ITEMS} items`);
   return {
     calls: NaN,
     jobsPerS: ITEMS / seconds,
-    statementsPerItem: shapes.reduce((sum, x) => sum + x.statements * x.count, 0) / ITEMS,
-    roundTripsPerItem: shapes.reduce((sum, x) => sum + x.count, 0) / ITEMS,
+    statementsPerItem: sent.statements / ITEMS,
+    roundTripsPerItem: sent.roundTrips / ITEMS,
   };
 }
 

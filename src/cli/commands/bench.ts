@@ -6,13 +6,12 @@ import type { CliContext } from '../context.js';
 import { CliError, EXIT } from '../errors.js';
 
 // The workloads of bench/run.ts run as `bench/run.ts <name>`.
-const WORKLOADS = ['capacity', 'classes', 'rate', 'fairness', 'shapes', 'schedules', 'queues', 'dashboard', 'tracing'];
+const WORKLOADS = [
+  ...['ledger', 'latency', 'cost', 'capacity', 'classes', 'rate', 'fairness', 'shapes', 'schedules', 'queues'],
+  ...['dashboard', 'tracing', 'fleet', 'steady'],
+];
 const SUITES: Record<string, string> = {
   compare: 'bench/compare.ts',
-  ledger: 'bench/ledger.ts',
-  engine: 'bench/engine.ts',
-  steady: 'bench/steady.ts',
-  cost: 'bench/cost.ts',
   ...Object.fromEntries(WORKLOADS.map((w) => [w, 'bench/run.ts'])),
 };
 const DEFAULT_SUITE = 'compare';
@@ -24,7 +23,7 @@ function shellQuote(s: string): string {
 }
 
 /**
- * `lanewake bench [compare|ledger|engine|steady|cost|<workload>] [-- args]`: the benchmark harnesses
+ * `lanewake bench [compare|<workload>] [-- args]`: the benchmark harnesses
  * of a source checkout (they are not part of the built package), run with
  * tsx. The default, compare, is the side-by-side run against the peers
  * (docs/BENCHMARKS.md); `lanewake bench --runs 1` passes the flags to it.
@@ -34,12 +33,10 @@ export function benchCommand(program: Command, _ctx: CliContext): void {
     .command('bench')
     .description(
       'run a benchmark harness of this checkout: compare (side by side with BullMQ, graphile-worker, ' +
-        'pg-boss; the default), ledger (claim/complete/enqueue), engine (jobs/s, latency, RSS), steady ' +
-        "(the production shape at a steady rate, MariaDB or TiDB), cost (the SQL server's CPU, rows, " +
-        'statements and round trips per job, for enqueue, claim and complete apart) or a workload of ' +
+        'pg-boss; the default) or a workload of ' +
         `bench/run.ts (${WORKLOADS.join(', ')})`,
     )
-    .argument('[suite]', `compare, ledger, engine, steady, cost or ${WORKLOADS.join(', ')}`, DEFAULT_SUITE)
+    .argument('[suite]', `compare or ${WORKLOADS.join(', ')}`, DEFAULT_SUITE)
     .argument('[args...]', 'passed on, e.g. --runs 1 --scale 0.2 --json')
     .allowUnknownOption(true)
     .action(async (suiteArg: string, rest: string[]) => {

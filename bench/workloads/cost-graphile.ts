@@ -1,6 +1,6 @@
 /**
  * graphile-worker, tuned (local queue + batched completion, as
- * bench/peers/graphile.ts sets it up), measured as bench/cost.ts measures
+ * bench/peers/graphile.ts sets it up), measured as the cost workload (cost.ts) measures
  * lanewake: N jobs enqueued in batches of 500 (add_jobs), then a worker of
  * the same concurrency processes them. Per phase: PostgreSQL's CPU (the
  * postmaster and every backend, cost-meter.ts), this process's CPU, and the
@@ -11,12 +11,12 @@
  */
 import { randomBytes } from 'node:crypto';
 import pg from 'pg';
-import { graphileConnectionString, graphileFactories } from './peers/graphile.js';
-import type { BenchJob, PeerAdapter, RunningWorker } from './peers/types.js';
-import { PostgresMeter } from './cost-meter.js';
-import { ENQUEUE_BATCH, type PhaseCost } from './cost-lanewake.js';
-import { waitUntil } from './engine.js';
-import { onCleanup, sleep } from './support.js';
+import { graphileConnectionString, graphileFactories } from '../peers/graphile.js';
+import type { BenchJob, PeerAdapter, RunningWorker } from '../peers/types.js';
+import { PostgresMeter } from '../cost-meter.js';
+import { ENQUEUE_BATCH, type PhaseCost } from './cost-phases.js';
+import { waitUntil } from '../workload.js';
+import { onCleanup, sleep } from '../support.js';
 
 export interface PeerCost {
   system: string;

@@ -1,5 +1,5 @@
 /**
- * A Toxiproxy in front of each SQL server for bench/latency.ts: a proxy per
+ * A Toxiproxy in front of each SQL server for the latency workload (bench/workloads/latency.ts): a proxy per
  * server, a `latency` toxic on each direction (jitter 0), and a ping that
  * measures what the proxy really adds to a round trip. The Toxiproxy client
  * is the chaos harness's (chaos/toxiproxy.ts).
@@ -9,9 +9,9 @@ import { tmpdir } from 'node:os';
 import { basename, dirname, join } from 'node:path';
 import { performance } from 'node:perf_hooks';
 import { createConnection } from 'mysql2/promise';
-import { freePort } from '../chaos/processes.js';
-import { Toxiproxy, toxiproxyBinary } from '../chaos/toxiproxy.js';
-import { median, percentile } from './support.js';
+import { freePort } from '../../chaos/processes.js';
+import { Toxiproxy, toxiproxyBinary } from '../../chaos/toxiproxy.js';
+import { median, percentile } from '../support.js';
 
 /**
  * Added latency of one cell. Toxiproxy's latency is whole milliseconds, so
