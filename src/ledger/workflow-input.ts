@@ -4,12 +4,7 @@ import type { EnqueueInput } from './inputs.js';
 import { prepareItems, type EnqueueTarget } from './enqueue-items.js';
 import { requestDigest } from './request-digest.js';
 import type { NewItem } from './sql/enqueue/new-item.js';
-import {
-  FAILURE_POLICIES,
-  MAX_WORKFLOW_JOBS,
-  type FailurePolicy,
-  type WorkflowInput,
-} from './workflow-types.js';
+import { FAILURE_POLICIES, MAX_WORKFLOW_JOBS, type FailurePolicy, type WorkflowInput } from './workflow-types.js';
 
 /** A workflow checked and ready to write: its jobs in definition order, each with the indexes of its parents. */
 export interface PreparedWorkflow {
@@ -38,7 +33,8 @@ export function prepareWorkflow(
 ): PreparedWorkflow {
   const issues: FieldIssue[] = [];
   const fail = (field: string, message: string): void => void issues.push({ field, message });
-  if (typeof input !== 'object' || input === null) throw new ValidationError([{ field: '(input)', message: 'must be an object' }], 'workflow');
+  if (typeof input !== 'object' || input === null)
+    throw new ValidationError([{ field: '(input)', message: 'must be an object' }], 'workflow');
   const { key, name, queue, onFailure } = input;
   if (key !== undefined && (typeof key !== 'string' || key.length < 1 || key.length > 255))
     fail('key', 'must be a string of 1 to 255 characters');

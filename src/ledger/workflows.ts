@@ -120,4 +120,3 @@ export class LedgerWorkflows {
     return { id: found.id, duplicate: true, jobs: found.jobs };
   }
 }
-

@@ -75,11 +75,12 @@ export function valuesRow(
   // A claimed insert is the claim CAS's outcome written directly: processing, attempt 1, leased.
   const c = item.claim ? leaseValues(item.claim) : undefined;
   const digested = columns.digested === true ? `${digest === null ? 'NULL' : `X'${digest}'`}, ` : '';
+  const workflow = columns.workflow === true ? `${literal(item.workflowId ?? null)}, ` : '';
   const head = `(${literal(id)}, ${literal(item.queue)}, ${literal(item.type)}, ${literal(item.lane)}, ${literal(
     laneSeq,
   )}, ${isHead ? 1 : 0}, ${columns.keyed ? `${literal(storedKey(item))}, ` : ''}${
     columns.traced ? `${literal(item.traceparent)}, ` : ''
-  }${digested}${columns.workflow === true ? `${literal(item.workflowId ?? null)}, ` : ''}${literal(item.queueClass)}, ${literal(item.priority)}, ${jsonLiteral(item.payloadJson)}, ${
+  }${digested}${workflow}${literal(item.queueClass)}, ${literal(item.priority)}, ${jsonLiteral(item.payloadJson)}, ${
     c ? c.state : "'pending'"
   }, `;
   const lease = c ? `${c.leaseOwner}, ${c.leaseToken}, ${c.leaseUntil}, ${c.startedAt}` : NO_LEASE;

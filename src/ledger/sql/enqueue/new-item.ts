@@ -26,7 +26,7 @@ export interface NewItem {
   claim?: Lease;
   /** The workflow it is a job of (schema 17; sql/workflows/). */
   workflowId?: string;
-  /** A workflow's job with dependencies: inserted pending but not its own head, so no claim reads it until they settle. */
+  /** A workflow's job with dependencies: pending but not its own head, so no claim reads it until they settle. */
   waiting?: boolean;
 }
 

@@ -72,7 +72,9 @@ export async function reclaimExpired(
       history,
       // A workflow's job settles its dependents as after a failure (sql/workflows/settle.ts).
       alsoWrite:
-        r.workflow_id === null ? undefined : (trx) => settleDependents(trx, t, [{ id: r.id, end: 'failed' }]).then(() => undefined),
+        r.workflow_id === null
+          ? undefined
+          : (trx) => settleDependents(trx, t, [{ id: r.id, end: 'failed' }]).then(() => undefined),
     });
     if (won) (cancel ? out.cancelled : out.dead).push(r.id);
   }

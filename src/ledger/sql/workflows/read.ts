@@ -78,7 +78,8 @@ export async function workflowView(exec: Executor, t: LedgerTables, id: string):
   for (let i = 0; i < ids.length; i += 1000) {
     const edges = await sql<{ parent_id: string; child_id: string }>`SELECT parent_id, child_id
       FROM ${t.workflowEdges} WHERE child_id IN (${sql.join(ids.slice(i, i + 1000))})`.execute(exec);
-    for (const e of edges.rows) after.set(e.child_id, [...(after.get(e.child_id) ?? []), nameOf.get(e.parent_id) ?? '?']);
+    for (const e of edges.rows)
+      after.set(e.child_id, [...(after.get(e.child_id) ?? []), nameOf.get(e.parent_id) ?? '?']);
   }
   return {
     id: row.id,

@@ -1,7 +1,7 @@
 import { sql } from 'kysely';
 import type { Executor } from '../../connection.js';
 import type { LedgerTables } from '../../tables.js';
-import { list } from '../common/fragments.js';
+import { affected, list } from '../common/fragments.js';
 
 /** How a workflow's job ended, for its dependents: completed or skipped, or dead or cancelled. */
 export type JobEnd = 'succeeded' | 'failed';
@@ -12,9 +12,9 @@ export interface EndedJob {
   end: JobEnd;
 }
 
-/** What settling changed: the dependents made claimable, and those cancelled by the `cancel` policy. */
+/** What settling changed: how many dependents it made claimable, and those the `cancel` policy cancelled. */
 export interface Settled {
-  released: string[];
+  released: number;
   cancelled: string[];
 }
 
@@ -37,7 +37,7 @@ interface EdgeRow {
  * a parent's cost is its own dependents, never its siblings.
  */
 export async function settleDependents(exec: Executor, t: LedgerTables, ended: readonly EndedJob[]): Promise<Settled> {
-  const out: Settled = { released: [], cancelled: [] };
+  const out: Settled = { released: 0, cancelled: [] };
   let wave = [...ended];
   while (wave.length > 0) {
     const endOf = new Map(wave.map((e) => [e.id, e.end]));
@@ -70,26 +70,30 @@ export async function settleDependents(exec: Executor, t: LedgerTables, ended: r
     const touched: string[] = [];
     for (const [k, ids] of byDelta) {
       const [done, failed] = k.split(':').map(Number) as [number, number];
-      await sql`UPDATE ${t.workflowJobs} SET deps_pending = deps_pending - ${done}, deps_failed = deps_failed + ${failed}
+      await sql`UPDATE ${t.workflowJobs}
+        SET deps_pending = deps_pending - ${done}, deps_failed = deps_failed + ${failed}
         WHERE item_id IN (${list(ids)})`.execute(exec);
       touched.push(...ids);
     }
-    if (touched.length > 0) out.released.push(...(await releaseReady(exec, t, touched)));
+    if (touched.length > 0) out.released += await releaseReady(exec, t, touched);
     wave = next;
   }
   return out;
 }
 
-/** Of `ids` (dependents whose counters this transaction just changed, so locked), those at 0 become claimable. */
-async function releaseReady(exec: Executor, t: LedgerTables, ids: readonly string[]): Promise<string[]> {
-  const ready = await sql<{ item_id: string }>`SELECT item_id FROM ${t.workflowJobs}
-    WHERE item_id IN (${list(ids)}) AND deps_pending <= 0 FOR UPDATE`.execute(exec);
-  if (ready.rows.length === 0) return [];
-  const readyIds = ready.rows.map((r) => r.item_id);
+/**
+ * Of `ids` (dependents whose counters this transaction just changed, so holds locked), those at 0 become claimable:
+ * one statement, so the busiest row (a large fan-in's counter) is held the shortest time before COMMIT. Returns how
+ * many it released.
+ */
+async function releaseReady(exec: Executor, t: LedgerTables, ids: readonly string[]): Promise<number> {
   // Due no earlier than now: a job that waited competes from when it became ready, not from its enqueue.
-  await sql`UPDATE ${t.items} SET is_head = 1, run_after = GREATEST(run_after, NOW(6)), updated_at = NOW(6)
-    WHERE id IN (${list(readyIds)}) AND state = 'pending' AND is_head = 0`.execute(exec);
-  return readyIds;
+  const r = await sql`UPDATE ${t.items} SET is_head = 1, run_after = GREATEST(run_after, NOW(6)), updated_at = NOW(6)
+    WHERE id IN (${list(ids)}) AND state = 'pending' AND is_head = 0
+      AND id IN (SELECT item_id FROM ${t.workflowJobs} WHERE item_id IN (${list(ids)}) AND deps_pending <= 0)`.execute(
+    exec,
+  );
+  return affected(r);
 }
 
 /** Cancels those of `ids` still waiting (the `cancel` policy); returns the ones this call cancelled. */
