@@ -65,7 +65,7 @@ describe('workflows: fan-out from a handler', () => {
         const wf = await tl.ledger.workflows.get((p.result as { workflow: string }).workflow);
         return wf?.jobs.find((j) => j.name === 'sum')?.state === 'completed' ? wf : undefined;
       },
-      240_000,
+      540_000,
       'the fan-in completed',
     );
     expect(splits).toBe(1);
@@ -79,7 +79,7 @@ describe('workflows: fan-out from a handler', () => {
     const counters = await sql<{ n: number | string }>`SELECT deps_pending AS n FROM ${tl.ledger.tables.workflowJobs}
       WHERE workflow_id = ${done.id} AND name = 'sum'`.execute(tl.ledger.db);
     expect(Number(counters.rows[0]?.n)).toBe(0);
-  }, 300_000);
+  }, 600_000);
 
   test('ctx.workflow outside ctx.transaction throws and writes nothing', async () => {
     const setup = await harness.setUp();
@@ -93,7 +93,7 @@ describe('workflows: fan-out from a handler', () => {
         const item = await mustGet(tl.ledger, id);
         return item.state === 'dead' ? item : undefined;
       },
-      30_000,
+      150_000,
       'parent dead',
     );
     expect(dead.lastError).toMatch(/ctx.workflow runs only inside ctx.transaction/);
@@ -101,5 +101,5 @@ describe('workflows: fan-out from a handler', () => {
       tl.ledger.db,
     );
     expect(Number(r.rows[0]?.n)).toBe(0);
-  });
+  }, 180_000);
 });

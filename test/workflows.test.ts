@@ -33,7 +33,7 @@ async function settled(setup: Awaited<ReturnType<typeof harness.setUp>>, ids: re
       const items = await Promise.all(ids.map((id) => mustGet(setup.tl.ledger, id)));
       return items.every((i) => ['completed', 'skipped', 'dead', 'cancelled'].includes(i.state)) ? items : undefined;
     },
-    60_000,
+    150_000,
     what,
   );
 }
@@ -73,7 +73,7 @@ describe('workflows', () => {
     const report = await mustGet(setup.tl.ledger, wf.jobs.report!);
     expect(report.result).toEqual({ after: ['c:completed', 'd:completed', 'e:completed'] });
     expect(report.workflowId).toBe(wf.id);
-  });
+  }, 180_000);
 
   test("policy 'cancel': a dead job's dependents are cancelled, cascading, and never run", async () => {
     const setup = await harness.setUp();
@@ -103,7 +103,7 @@ describe('workflows', () => {
     });
     expect((await mustGet(setup.tl.ledger, wf.jobs.c!)).failureClass).toBe('dependency_failed');
     expect((await readEffects(setup.tl.ledger)).map((e) => e.itemId)).toEqual([wf.jobs.side]);
-  });
+  }, 180_000);
 
   test("policy 'run': the dependent runs anyway and sees the failure", async () => {
     const setup = await harness.setUp();
@@ -128,5 +128,5 @@ describe('workflows', () => {
     const after = await mustGet(setup.tl.ledger, wf.jobs.after!);
     expect(after.state).toBe('completed');
     expect(after.result).toEqual({ after: ['a:dead', 'ok:completed'] });
-  });
+  }, 180_000);
 });
