@@ -40,7 +40,7 @@ function chain(queue: string, key?: string): WorkflowInput {
 }
 
 describe('ledger workflows', () => {
-  test('only jobs without dependencies are claimable; a completion makes the next claimable in its transaction', async () => {
+  test('only jobs without dependencies are claimable; an end makes the next claimable in its transaction', async () => {
     const { ledger } = await fresh();
     const queue = freshQueue('wf');
     const wf = await ledger.workflows.enqueue(chain(queue));
@@ -71,7 +71,7 @@ describe('ledger workflows', () => {
     ]);
   });
 
-  test('idempotent by key: the same definition returns the first workflow and writes nothing; another is refused', async () => {
+  test('idempotent by key: the same definition returns the first, writing nothing; another is refused', async () => {
     const { ledger } = await fresh();
     const queue = freshQueue('wf');
     const first = await ledger.workflows.enqueue(chain(queue, 'k1'));

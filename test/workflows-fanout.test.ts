@@ -17,7 +17,7 @@ type Ctx = JobContext<EffectsDB>;
 const handler = (fn: (job: Job<unknown>, ctx: Ctx) => Promise<unknown>): never => fn as never;
 
 describe('workflows: fan-out from a handler', () => {
-  test(`a handler adds ${CHILDREN} children and a job after them all: each runs once, the fan-in sees every child`, async () => {
+  test(`a handler adds ${CHILDREN} children and a job after them: each runs once, the fan-in sees all`, async () => {
     const setup = await harness.setUp();
     const { tl, producer, queue } = setup;
     await createEffectsTable(tl.ledger);
