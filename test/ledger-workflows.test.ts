@@ -122,6 +122,9 @@ describe('ledger workflows', () => {
     ).toEqual(['jobs.a.lane', 'jobs.b.type']);
     expect(await refused({ jobs: { a: { type: 't', payload: {} } } })).toEqual(['jobs.a.queue']);
     expect(await refused({ queue, jobs: {} })).toEqual(['jobs']);
+    expect(await refused({ queue, jobs: { a: 'x' as never, b: { type: 't', payload: {}, after: ['a'] } } })).toEqual([
+      'jobs.a',
+    ]);
     const many: WorkflowInput['jobs'] = {};
     for (let i = 0; i <= MAX_WORKFLOW_JOBS; i++)
       (many as Record<string, unknown>)[`j${i}`] = { type: 't', payload: {} };

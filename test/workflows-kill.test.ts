@@ -35,7 +35,7 @@ async function heldBy(ledger: Ledger, queue: string, owner: string): Promise<num
   return Number(r.rows[0]?.n);
 }
 
-test(`a DAG of 6 whose worker is SIGKILLed ${KILLS} times mid-work runs each job once, in dependency order`, async () => {
+test(`a DAG of 6 whose worker is SIGKILLed ${KILLS} times mid-work runs each job once, in order`, async () => {
   tl = await createTestLedger();
   tw = createTestWake();
   const { ledger } = tl;

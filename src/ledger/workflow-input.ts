@@ -53,15 +53,18 @@ export function prepareWorkflow(
   const parents: number[][] = [];
   const policies: FailurePolicy[] = [];
   const itemInputs: EnqueueInput[] = [];
+  // Jobs that are not objects: named once, not again for each of their item fields.
+  const shapeless = new Set<string>();
   names.forEach((n) => {
     const at = `jobs.${n}`;
     if (!JOB_NAME.test(n)) fail(at, 'a name is 1 to 128 characters of letters, digits, _ - . :');
     const job = jobs[n] as unknown as Record<string, unknown> | undefined;
     if (typeof job !== 'object' || job === null) {
       fail(at, 'must be an object');
+      shapeless.add(at);
       parents.push([]);
       policies.push('cancel');
-      itemInputs.push({ queue: '', type: '', payload: null });
+      itemInputs.push({ queue: '', type: '', payload: null }); // never checked: keeps the indexes
       return;
     }
     for (const f of REFUSED) if (job[f] !== undefined) fail(`${at}.${f}`, 'is not supported inside a workflow');
@@ -89,7 +92,13 @@ export function prepareWorkflow(
   }
   let items: NewItem[] = [];
   try {
-    items = prepareItems(target, itemInputs, '', (i) => `jobs.${names[i]}`);
+    const shaped = names.flatMap((n, i) => (shapeless.has(`jobs.${n}`) ? [] : [i]));
+    items = prepareItems(
+      target,
+      shaped.map((i) => itemInputs[i]!),
+      '',
+      (k) => `jobs.${names[shaped[k]!]}`,
+    );
   } catch (error) {
     if (!(error instanceof ValidationError)) throw error;
     issues.push(...error.issues);
