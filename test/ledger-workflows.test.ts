@@ -53,6 +53,10 @@ describe('ledger workflows', () => {
     expect(second.map((i) => i.id)).toEqual([wf.jobs.b]);
     // c waits for b still (a has settled: one of its two dependencies).
     const view = await ledger.workflows.get(wf.id);
+    expect(await ledger.explain(wf.jobs.c!)).toMatchObject({
+      code: 'waiting_for_dependencies',
+      details: { workflow: wf.id },
+    });
     expect(view?.jobs.find((j) => j.name === 'c')).toMatchObject({
       state: 'waiting',
       depsPending: 1,
