@@ -161,6 +161,18 @@ export class LeaseLostError extends Error {
  * duplicate would lose its work without a word. Nothing of the enqueue was
  * written: of a batch (`enqueueMany`), no item.
  */
+/** A workflow's idempotency key names a workflow enqueued with a different definition (docs/design/workflows.md). */
+export class WorkflowConflictError extends Error {
+  override readonly name = 'WorkflowConflictError';
+  constructor(
+    readonly key: string,
+    /** The workflow the key names. */
+    readonly workflowId: string,
+  ) {
+    super(`workflow: key ${JSON.stringify(key)} already names workflow ${workflowId}, of a different definition`);
+  }
+}
+
 export class IdempotencyConflictError extends Error {
   override readonly name = 'IdempotencyConflictError';
   constructor(

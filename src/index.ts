@@ -49,6 +49,19 @@ export {
 } from './ledger/types.js';
 export type { ReclaimOutcome, WokenItem, ProbeOutcome } from './ledger/upkeep-types.js';
 export {
+  FAILURE_POLICIES,
+  MAX_WORKFLOW_JOBS,
+  type FailurePolicy,
+  type WorkflowInput,
+  type WorkflowJobInput,
+  type WorkflowResult,
+  type WorkflowView,
+  type WorkflowJobState,
+  type DependencyView,
+  type DependencyPage,
+} from './ledger/workflow-types.js';
+export { LedgerWorkflows } from './ledger/workflows.js';
+export {
   type Explanation,
   type WhyCode,
   WHY_CODES,
@@ -151,6 +164,7 @@ export {
   OwnershipLostError,
   OwnershipConflictError,
   IdempotencyConflictError,
+  WorkflowConflictError,
   QueueDrainingError,
   QueueDeleteRefusedError,
   ReplayRejectedError,

@@ -125,6 +125,17 @@ test(
 );
 
 test(
+  "the README's workflow runs its jobs in order and its fan-in sees both parents, and exits",
+  async () => {
+    const r = await runExample('workflow.ts');
+    expect(r.err).toBe('');
+    expect(r.out).toBe("completed [ 'charts:completed', 'totals:completed' ]\n");
+    expect(r.code).toBe(0);
+  },
+  RUN_TIMEOUT_MS,
+);
+
+test(
   "the README's handler shapes each complete their item, and exit",
   async () => {
     const r = await runExample('handler-shapes.ts');

@@ -99,6 +99,9 @@ describe('migrations', () => {
       'lw_type_limits',
       'lw_waits',
       'lw_wake_marks',
+      'lw_workflow_edges',
+      'lw_workflow_jobs',
+      'lw_workflows',
     ]);
     // Data written between runs survives the second.
     const item = await ledger.enqueue({ queue: 'mig', type: 't', payload: 1, lane: 'L' });

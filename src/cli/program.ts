@@ -16,6 +16,7 @@ import { staleOnlyCommand } from './commands/stale-only.js';
 import { queueCommands } from './commands/queue.js';
 import { statsCommand } from './commands/stats.js';
 import { workerCommand } from './commands/worker.js';
+import { workflowCommand } from './commands/workflow.js';
 import { demoCommand } from './commands/demo.js';
 import { benchCommand } from './commands/bench.js';
 import { addGlobalOptions, type CliContext } from './context.js';
@@ -38,6 +39,7 @@ export const CORE_COMMANDS: readonly CommandFactory[] = [
   replayCommand,
   repairCommand,
   cancelCommand,
+  workflowCommand,
   pauseCommands,
   staleOnlyCommand,
   queueCommands,

@@ -388,6 +388,8 @@ export class ClaimScheduler<DB> {
     if (
       (item.lane !== null && laneAdvanced !== false) ||
       (item.concurrencyKey !== null && keyAdmitted !== false) ||
+      // A workflow's job may have made its dependents claimable, which no wake-up announces.
+      item.workflowId !== undefined ||
       outcome === 'released'
     )
       this.noteWork();

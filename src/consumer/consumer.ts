@@ -4,7 +4,7 @@ import { randomBytes } from 'node:crypto';
 import { ValidationError } from '../errors.js';
 import { createLogger, type Logger } from '../log.js';
 import { Producer } from '../producer/producer.js';
-import type { Outbox } from './job-context.js';
+import type { Outbox, WorkflowPort } from './job-context.js';
 import { StaleGate, type StaleOnlyReason } from './stale-gate.js';
 import type { ControlMessage, WakeMessage } from '../wake/messages.js';
 import { holdScheduleFiring } from '../schedules/firing.js';
@@ -56,6 +56,7 @@ export class Consumer<DB = Record<string, never>> extends EventEmitter<ConsumerE
   private releaseFiring: (() => Promise<void>) | undefined;
   private readonly firingLedger: Ledger;
   private readonly outbox: Outbox;
+  private readonly workflows: WorkflowPort;
   /** Whether claims take only rescued work now, and why (stale-gate.ts). */
   private readonly gate: StaleGate;
   private readonly handlers: Map<string, RegisteredHandler<DB>>;
@@ -92,6 +93,10 @@ export class Consumer<DB = Record<string, never>> extends EventEmitter<ConsumerE
     // ctx.enqueue: in the handler's ctx.transaction, announced after its commit (without Redis, found by the sweeps).
     const outboxProducer = wake ? new Producer({ ledger, wake }) : new Producer({ ledger });
     this.outbox = (trx, inputs) => outboxProducer.enqueueWithin(trx, inputs);
+    this.workflows = {
+      add: (trx, input, parentItem) => outboxProducer.workflowWithin(trx, input, parentItem),
+      dependencies: (itemId, page) => ledger.workflows.dependencies(itemId, page),
+    };
     this.handlers = handlerTable(handlers, ledger);
     this.coalesce = coalesceClaimOf(this.handlers);
     this.name = this.settings.name ?? `${hostname()}:${process.pid}:${randomBytes(3).toString('hex')}`;
@@ -314,6 +319,7 @@ export class Consumer<DB = Record<string, never>> extends EventEmitter<ConsumerE
       settings: this.settings,
       handlers: this.handlers,
       outbox: this.outbox,
+      workflows: this.workflows,
       log: this.log,
       unownedTypesSeen: new Set(),
       onDelayed: (it, delayMs) => {

@@ -8,6 +8,7 @@ import { SkipError } from './errors.js';
 import type { StageClock } from './stages.js';
 import type { StepBook, StepOptions } from './steps.js';
 import type { JobContext } from './types.js';
+import type { DependencyPage, WorkflowInput, WorkflowResult } from '../ledger/workflow-types.js';
 
 // A handler's `ctx` (the Context class) and what it reaches of its run
 // (job-run.ts): kept apart so a run's lifecycle and the handler's view of it
@@ -18,10 +19,25 @@ import type { JobContext } from './types.js';
  */
 export type Outbox = (trx: Executor, inputs: readonly EnqueueInput[]) => Promise<AfterCommit>;
 
+/** What ctx.workflow and ctx.dependencies go through (the consumer's Producer and ledger; docs/design/workflows.md). */
+export interface WorkflowPort {
+  /** A workflow inside `trx`, added by `parentItem`'s handler, and its wake-ups to publish after the commit. */
+  add(
+    trx: Executor,
+    input: WorkflowInput,
+    parentItem: string,
+  ): Promise<{ result: WorkflowResult; publish: () => Promise<void> }>;
+  dependencies(itemId: string, page: { after?: string | null; limit?: number }): Promise<DependencyPage>;
+}
+
 /** What a handler's context uses of its run. */
 export interface ContextRun<DB> {
   readonly item: ClaimedItem;
-  readonly deps: { readonly ledger: ConsumerLedger; readonly outbox?: Outbox | undefined };
+  readonly deps: {
+    readonly ledger: ConsumerLedger;
+    readonly outbox?: Outbox | undefined;
+    readonly workflows?: WorkflowPort | undefined;
+  };
   readonly signal: AbortSignal;
   /** Set by ctx.transaction once the completion committed with the handler's writes. */
   completedInTx: boolean;
@@ -64,7 +80,7 @@ export function markCompletedElsewhere(ctx: object, laneAdvanced: boolean | unde
 /** What a handler gets as `ctx`: a view of its run. */
 export class Context<DB> implements JobContext<DB> {
   /** The ctx.transaction running now: its transaction, and the wake-ups of what ctx.enqueue put in it. */
-  private open: { trx: Executor; after: AfterCommit[] } | undefined;
+  private open: { trx: Executor; after: Pick<AfterCommit, 'publish'>[] } | undefined;
 
   constructor(private readonly run: ContextRun<DB>) {}
 
@@ -76,7 +92,7 @@ export class Context<DB> implements JobContext<DB> {
     const run = this.run;
     if (run.completedInTx) throw new Error('ctx.transaction already completed this item');
     await run.flushProgress();
-    let after: AfterCommit[] = [];
+    let after: Pick<AfterCommit, 'publish'>[] = [];
     // The ledger runs fn again on a fresh connection after a connection lost before COMMIT, and reads
     // the item to settle a COMMIT that went unanswered: a dead connection costs no attempt. Only the
     // run that committed announces what it enqueued.
@@ -113,6 +129,25 @@ export class Context<DB> implements JobContext<DB> {
     const done = await outbox(open.trx, inputs);
     open.after.push(done);
     return done.results;
+  }
+
+  async workflow(input: WorkflowInput): Promise<WorkflowResult> {
+    const open = this.open;
+    if (open === undefined)
+      throw new Error(
+        'ctx.workflow runs only inside ctx.transaction: its jobs commit with the completion (docs/design/workflows.md)',
+      );
+    const port = this.run.deps.workflows;
+    if (port === undefined) throw new Error('ctx.workflow needs the consumer: this run has no workflow port');
+    const done = await port.add(open.trx, input, this.run.item.id);
+    open.after.push(done);
+    return done.result;
+  }
+
+  dependencies(page: { after?: string | null; limit?: number } = {}): Promise<DependencyPage> {
+    const port = this.run.deps.workflows;
+    if (port === undefined) throw new Error('ctx.dependencies needs the consumer: this run has no workflow port');
+    return port.dependencies(this.run.item.id, page);
   }
 
   checkpoint(value: unknown): Promise<boolean> {

@@ -20,7 +20,7 @@ import { StageClock } from './stages.js';
 import { StepBook } from './steps.js';
 import type { RunningJob } from './running-job.js';
 import type { CoalescedView, Job, RegisteredHandler } from './types.js';
-import { bindContext, Context, type ContextRun, type Outbox } from './job-context.js';
+import { bindContext, Context, type ContextRun, type Outbox, type WorkflowPort } from './job-context.js';
 import { traceAttempt, tracing } from '../tracing/process.js';
 
 export type { Outcome, OutcomeDeps } from './job-outcome.js';
@@ -34,6 +34,8 @@ export interface JobRunDeps<DB> extends OutcomeDeps {
    * What ctx.enqueue enqueues through, inside ctx.transaction (the consumer's Producer); ctx.enqueue throws without it.
    */
   outbox?: Outbox;
+  /** What ctx.workflow and ctx.dependencies go through (docs/design/workflows.md); they throw without it. */
+  workflows?: WorkflowPort;
   /** What the lease keepers renew through (the consumer's RenewalBatch); the ledger itself when absent. */
   renewals?: LeaseLedger;
   /** What ctx.progress reports are written through (the consumer's ProgressBatch); the ledger itself when absent. */

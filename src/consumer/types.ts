@@ -2,6 +2,7 @@ import type { Transaction } from 'kysely';
 import type { z } from 'zod';
 import type { CoalesceMode, EnqueueResult } from '../ledger/types.js';
 import type { EnqueueInput } from '../ledger/inputs.js';
+import type { DependencyPage, WorkflowInput, WorkflowResult } from '../ledger/workflow-types.js';
 import type { StandardSchemaV1 } from '../jobs/standard-schema.js';
 
 /** What a handler sees of its item. */
@@ -80,6 +81,16 @@ export interface JobContext<DB = Record<string, never>> {
   enqueue(input: EnqueueInput): Promise<EnqueueResult>;
   /** ctx.enqueue of several items, in one round trip; results in input order. */
   enqueueMany(inputs: readonly EnqueueInput[]): Promise<EnqueueResult[]>;
+  /**
+   * Fan-out (docs/design/workflows.md): adds a workflow inside the running ctx.transaction, so its jobs commit with
+   * the handler's writes and this item's completion, exactly once, or not at all. Throws outside ctx.transaction.
+   */
+  workflow(input: WorkflowInput): Promise<WorkflowResult>;
+  /**
+   * Fan-in: this job's dependencies in its workflow (name, id, end state, result or error), one page at a time
+   * (`next` is the `after` of the next page; null on the last). Empty outside a workflow.
+   */
+  dependencies(page?: { after?: string | null; limit?: number }): Promise<DependencyPage>;
   /**
    * Saves progress; the next attempt sees it as job.checkpoint. False if the lease was lost; OwnershipLostError if the
    * queue's ownership epoch moved on.

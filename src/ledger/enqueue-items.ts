@@ -262,12 +262,20 @@ async function enqueueInCallerTransaction(
   }
 }
 
-/** Validates every input (all issues at once, as `${prefix}[i].field`) and encodes its payload once. */
-function prepareItems(target: EnqueueTarget, inputs: readonly EnqueueInput[], prefix: string): NewItem[] {
+/**
+ * Validates every input (all issues at once, as `${prefix}[i].field`, or as `fieldAt(i)` names the input) and encodes
+ * its payload once. Throws ValidationError; returns the items in input order.
+ */
+export function prepareItems(
+  target: Pick<EnqueueTarget, 'itemFields' | 'payloadMaxBytes'>,
+  inputs: readonly EnqueueInput[],
+  prefix: string,
+  fieldAt?: (i: number) => string,
+): NewItem[] {
   const issues: ValidationError['issues'][number][] = [];
   const out: NewItem[] = [];
   inputs.forEach((input, i) => {
-    const at = prefix === '' ? '' : `${prefix}[${i}]`;
+    const at = fieldAt !== undefined ? fieldAt(i) : prefix === '' ? '' : `${prefix}[${i}]`;
     const parsed = target.itemFields.safeParse(input);
     if (!parsed.success) issues.push(...ValidationError.fromZod(parsed.error, undefined, at).issues);
     // The payload is checked as enqueueItemSchema checks it, and encoded once for both.

@@ -105,6 +105,14 @@ function why(item: WorkItem, facts: WhyFacts, consumers: readonly LiveConsumer[]
       details: { runAfter: iso(item.runAfter) },
     };
   }
+  // A workflow's job that is not its own head waits for its dependencies (docs/design/workflows.md).
+  if (!item.isHead && item.workflowId !== undefined) {
+    return {
+      code: 'waiting_for_dependencies',
+      message: `it waits for its dependencies in workflow ${item.workflowId} (lanewake workflow ${item.workflowId})`,
+      details: { workflow: item.workflowId },
+    };
+  }
   if (!item.isHead && item.concurrencyKey !== null && item.lane === null) {
     const k = facts.key;
     const of = k?.limit === null || k?.limit === undefined ? '' : ` of ${k.limit}`;

@@ -28,6 +28,7 @@ import { LedgerItems } from './items.js';
 import { LedgerLeases } from './leases.js';
 import type { LedgerOperations } from './operations.js';
 import { LedgerOperator } from './operator.js';
+import { LedgerWorkflows } from './workflows.js';
 import { LedgerQueues } from './queues.js';
 import { LedgerRates } from './rates.js';
 import { LedgerSchedules } from './schedules.js';
@@ -81,6 +82,8 @@ export class Ledger extends LedgerCore implements LedgerOperations {
   readonly operator: LedgerOperator;
   /** Recurring schedules: their definitions, pausing, and their fires (src/ledger/schedules.ts). */
   readonly schedules: LedgerSchedules;
+  /** Workflows: jobs that run after other jobs (workflows.ts, docs/design/workflows.md). */
+  readonly workflows: LedgerWorkflows;
   private readonly enqueueTarget: EnqueueTarget;
   private readonly leases = new LedgerLeases(this);
   private readonly finishing = new LedgerFinishing(this);
@@ -103,6 +106,7 @@ export class Ledger extends LedgerCore implements LedgerOperations {
       gate: new QueueGate(ledgerDb, tables),
     };
     this.operator = new LedgerOperator(ledgerDb, tables, capabilities);
+    this.workflows = new LedgerWorkflows(this.enqueueTarget);
     this.schedules = new LedgerSchedules(ledgerDb, tables, (input) => this.checkEnqueue(input));
   }
 

@@ -12,6 +12,7 @@ export const WHY_CODES = [
   'not_due',
   'rate_limited',
   'behind_lane_head',
+  'waiting_for_dependencies',
   'key_at_limit',
   'no_live_consumer',
   'class_not_served',

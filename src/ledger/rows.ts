@@ -43,6 +43,8 @@ export interface ItemRow {
   started_at: Date | null;
   terminal_at: Date | null;
   updated_at: Date;
+  /** Schema 17: the workflow the item is a job of. */
+  workflow_id?: string | null;
 }
 
 /** The columns of a row a claim reads back (sql/claim/claimed.ts): those the claim did not write. */
@@ -74,6 +76,7 @@ export type ClaimedRow = Pick<
   | 'replayed_at'
   | 'traceparent'
   | 'created_at'
+  | 'workflow_id'
 > & { started_at: Date };
 
 export interface AttemptRow {
@@ -146,6 +149,7 @@ export function toWorkItem(row: ItemRow): WorkItem {
     startedAt: noTimeAsNull(row.started_at),
     terminalAt: noTimeAsNull(row.terminal_at),
     updatedAt: row.updated_at,
+    ...(row.workflow_id ? { workflowId: row.workflow_id } : {}),
   };
 }
 

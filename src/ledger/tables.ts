@@ -36,6 +36,12 @@ export interface LedgerTables {
    * sql/schedules/fires.ts).
    */
   readonly schedules: RawBuilder<unknown>;
+  /** One row per workflow (schema 17; sql/workflows/). */
+  readonly workflows: RawBuilder<unknown>;
+  /** One row per job of a workflow: its name, and how many of its dependencies are still to settle (schema 17). */
+  readonly workflowJobs: RawBuilder<unknown>;
+  /** One row per dependency of a workflow's job: parent item -> dependent item (schema 17). */
+  readonly workflowEdges: RawBuilder<unknown>;
   readonly migrations: RawBuilder<unknown>;
 }
 
@@ -58,6 +64,9 @@ export function ledgerTables(prefix: string): LedgerTables {
     keyWaits: t('key_waits'),
     typeLimits: t('type_limits'),
     schedules: t('schedules'),
+    workflows: t('workflows'),
+    workflowJobs: t('workflow_jobs'),
+    workflowEdges: t('workflow_edges'),
     migrations: t('migrations'),
   };
 }

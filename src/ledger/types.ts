@@ -73,6 +73,8 @@ export interface WorkItem {
   startedAt: Date | null;
   terminalAt: Date | null;
   updatedAt: Date;
+  /** The workflow it is a job of (docs/design/workflows.md); absent outside workflows. */
+  workflowId?: string;
 }
 
 /** An item this caller holds the lease on: the handle every finish takes. */
@@ -201,6 +203,7 @@ export type LeaseHandle = Pick<
   | 'startedAt'
   | 'group'
   | 'stages'
+  | 'workflowId'
 > &
   EpochFence;
 

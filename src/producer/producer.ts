@@ -14,6 +14,8 @@ import { EnqueueBatcher } from './enqueue-batcher.js';
 import { markSingleEnqueue } from '../tracing/publish.js';
 import type { WakeTimer } from '../wake/timers.js';
 import type { RecurringSchedule, ScheduleView } from '../ledger/schedule-types.js';
+import type { WorkflowInput, WorkflowResult } from '../ledger/workflow-types.js';
+import { workflowRoots } from './workflow-roots.js';
 
 /**
  * The queue of a batch whose first item might be inserted claimed under an offer, else undefined (a
@@ -52,6 +54,8 @@ export interface ProducerTransaction<DB> {
   trx: Transaction<DB>;
   enqueue(input: EnqueueInput): Promise<EnqueueResult>;
   enqueueMany(inputs: readonly EnqueueInput[]): Promise<EnqueueResult[]>;
+  /** A workflow in this transaction (docs/design/workflows.md); its ready jobs are announced after the commit. */
+  workflow(input: WorkflowInput): Promise<WorkflowResult>;
 }
 
 /**
@@ -164,6 +168,7 @@ export class Producer {
   async transaction<DB, T>(db: Kysely<DB>, fn: (tx: ProducerTransaction<DB>) => Promise<T>): Promise<T> {
     for (let run = 1; ; run++) {
       const pending: { inputs: readonly EnqueueInput[]; results: EnqueueResult[] }[] = [];
+      const workflows: (() => Promise<void>)[] = [];
       let value: T;
       try {
         value = await db.transaction().execute(async (trx) => {
@@ -175,6 +180,11 @@ export class Producer {
           return fn({
             trx,
             enqueueMany,
+            workflow: async (input) => {
+              const done = await this.workflowWithin(trx, input);
+              workflows.push(done.publish);
+              return done.result;
+            },
             enqueue: async (input) => {
               markSingleEnqueue(input);
               const [r] = await enqueueMany([input]);
@@ -197,6 +207,7 @@ export class Producer {
         continue;
       }
       for (const p of pending) await this.announce(p.inputs, p.results);
+      for (const publish of workflows) await publish();
       return value;
     }
   }
@@ -208,6 +219,32 @@ export class Producer {
   async enqueueWithin(trx: Executor, inputs: readonly EnqueueInput[]): Promise<AfterCommit> {
     const results = await this.ledger.enqueueMany(inputs, { transaction: trx });
     return { results, publish: () => this.announce(inputs, results) };
+  }
+
+  /**
+   * A workflow (docs/design/workflows.md): every job written in one transaction, all or nothing, idempotent by
+   * `input.key`; the jobs without dependencies are announced after the commit. Bad input throws ValidationError
+   * naming the field, writing nothing.
+   */
+  async workflow(input: WorkflowInput): Promise<WorkflowResult> {
+    const done = await this.workflowWithin(undefined, input);
+    await done.publish();
+    return done.result;
+  }
+
+  /**
+   * A workflow inside `trx` (the caller commits it; undefined: a transaction of its own), and the wake-ups of its
+   * ready jobs to publish after the commit. `parentItem`: the item whose handler adds it (ctx.workflow).
+   */
+  async workflowWithin(
+    trx: Executor | undefined,
+    input: WorkflowInput,
+    parentItem?: string,
+  ): Promise<{ result: WorkflowResult; publish: () => Promise<void> }> {
+    const result = await this.ledger.workflows.enqueue(input, { transaction: trx, parentItem });
+    if (result.duplicate) return { result, publish: async () => undefined };
+    const roots = workflowRoots(input, result);
+    return { result, publish: () => this.announce(roots.inputs, roots.results) };
   }
 
   /**

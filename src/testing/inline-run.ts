@@ -196,6 +196,11 @@ export async function runInline<DB>(
         return { id: randomUUID(), duplicate: false, laneSeq: null };
       });
     },
+    // Workflows need a ledger: the inline run has none (docs/design/workflows.md; test them on a consumer).
+    workflow: async () => {
+      throw new Error('ctx.workflow is not available in an inline run: test workflows with a consumer');
+    },
+    dependencies: async () => ({ dependencies: [], next: null }),
     checkpoint: async (value) => {
       state.checkpoint = value;
       return true;

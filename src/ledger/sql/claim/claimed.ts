@@ -95,7 +95,7 @@ export const CLAIMED_COLUMN_LIST = `id, queue, type, lane, lane_seq, concurrency
   payload, run_after, attempt, max_attempts,
   idempotency_key, dependency_key, probe_after, blocked_at, block_expires_at, checkpoint, progress, result,
     last_error, failure_class,
-  replay_of, replayed_at, traceparent, created_at, started_at`;
+  replay_of, replayed_at, traceparent, created_at, started_at, workflow_id`;
 export const CLAIMED_COLUMNS = sql.raw(CLAIMED_COLUMN_LIST);
 
 /**
@@ -147,6 +147,7 @@ export function claimedItem(row: ClaimedRow, lease: Lease): ClaimedItem {
     startedAt: row.started_at,
     terminalAt: null,
     updatedAt: row.started_at,
+    ...(row.workflow_id ? { workflowId: row.workflow_id } : {}),
   };
 }
 

@@ -129,7 +129,8 @@ export const ITEM_COLUMNS =
   sql.raw(`id, queue, type, lane, lane_seq, is_head, concurrency_key, queue_class, priority, payload, state,
   run_after, attempt, max_attempts, lease_owner, lease_token, lease_until, epoch, idempotency_key,
   dependency_key, probe_after, blocked_at, block_expires_at, cancel_requested, checkpoint, progress, group_head, result,
-  last_error, failure_class, replay_of, replayed_at, traceparent, created_at, started_at, terminal_at, updated_at`);
+  last_error, failure_class, replay_of, replayed_at, traceparent, created_at, started_at, terminal_at, updated_at,
+  workflow_id`);
 
 /**
  * The columns of an item as a list shows it (`toItemSummary`), read through

@@ -168,7 +168,9 @@ async function completeOnce(
   const laneSeen = new Set<string>();
   entries.forEach((e, i) => {
     const lk = e.handle.lane === null ? null : queueScoped(e.handle.queue, e.handle.lane);
-    if (completionNeedsHistory(e.handle) || (lk !== null && laneSeen.has(lk))) single.push(i);
+    // A workflow's job settles its dependents in its own transaction (finish.ts).
+    const own = completionNeedsHistory(e.handle) || e.handle.workflowId !== undefined;
+    if (own || (lk !== null && laneSeen.has(lk))) single.push(i);
     else {
       if (lk !== null) laneSeen.add(lk);
       batch.push(i);

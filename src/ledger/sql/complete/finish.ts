@@ -14,6 +14,7 @@ import { enterWait } from '../waits/waits.js';
 import { storedKey } from '../keys/scope.js';
 import { completionNeedsHistory, stagesText } from './stage-history.js';
 import { epochIsCurrent, fenceOf } from '../fleet/ownership.js';
+import { settleDependents, type JobEnd } from '../workflows/settle.js';
 
 /** How a claimed attempt ended; each maps to one CAS (docs/design/states.md). */
 export type Finishing =
@@ -24,6 +25,11 @@ export type Finishing =
   | { kind: 'release'; delayMs: number; reason: string | null }
   | { kind: 'block'; dependencyKey: string; probeAfterMs: number; maxWaitMs: number; reason: string | null }
   | { kind: 'cancelled'; reason: string | null };
+
+/** What a terminal finishing means to a workflow job's dependents. */
+function endOf(f: Finishing): JobEnd {
+  return f.kind === 'complete' || f.kind === 'skip' ? 'succeeded' : 'failed';
+}
 
 interface Plan {
   set: RawBuilder<unknown>;
@@ -163,7 +169,12 @@ export function leaseSpec(t: LedgerTables, h: LeaseHandle, f: Finishing, prepare
     terminal: p.terminal,
     wasHead: true,
     history: p.history,
-    alsoWrite: p.waits ? (trx) => enterWait(trx, t, h.id) : undefined,
+    alsoWrite: p.waits
+      ? (trx) => enterWait(trx, t, h.id)
+      : p.terminal && h.workflowId !== undefined
+        ? // A workflow's job settles its dependents with its own end (sql/workflows/settle.ts).
+          async (trx) => void (await settleDependents(trx, t, [{ id: h.id, end: endOf(f) }]))
+        : undefined,
     // Only this token's holder completes the item, and it keeps the token: how a completion whose answer was lost is
     // told apart.
     appliedIf: f.kind === 'complete' ? sql`state = 'completed' AND lease_token = ${h.leaseToken}` : undefined,

@@ -18,17 +18,23 @@ export interface OptionalColumns {
    * keys.
    */
   digested?: boolean;
+  /** An item is a workflow's job (schema 17). */
+  workflow?: boolean;
 }
 
 export function optionalColumns(items: readonly NewItem[]): OptionalColumns {
-  return { keyed: items.some((i) => i.concurrencyKey !== null), traced: items.some((i) => i.traceparent !== null) };
+  return {
+    keyed: items.some((i) => i.concurrencyKey !== null),
+    traced: items.some((i) => i.traceparent !== null),
+    workflow: items.some((i) => i.workflowId !== undefined),
+  };
 }
 
 /** The optional columns' names, as the INSERT lists them (after is_head). */
 export function optionalColumnNames(c: OptionalColumns): string {
   return `${c.keyed ? 'concurrency_key, ' : ''}${c.traced ? 'traceparent, ' : ''}${
     c.digested === true ? 'request_digest, ' : ''
-  }`;
+  }${c.workflow === true ? 'workflow_id, ' : ''}`;
 }
 
 export function expectInserted(inserted: number, expected: number): void {
@@ -69,11 +75,12 @@ export function valuesRow(
   // A claimed insert is the claim CAS's outcome written directly: processing, attempt 1, leased.
   const c = item.claim ? leaseValues(item.claim) : undefined;
   const digested = columns.digested === true ? `${digest === null ? 'NULL' : `X'${digest}'`}, ` : '';
+  const workflow = columns.workflow === true ? `${literal(item.workflowId ?? null)}, ` : '';
   const head = `(${literal(id)}, ${literal(item.queue)}, ${literal(item.type)}, ${literal(item.lane)}, ${literal(
     laneSeq,
   )}, ${isHead ? 1 : 0}, ${columns.keyed ? `${literal(storedKey(item))}, ` : ''}${
     columns.traced ? `${literal(item.traceparent)}, ` : ''
-  }${digested}${literal(item.queueClass)}, ${literal(item.priority)}, ${jsonLiteral(item.payloadJson)}, ${
+  }${digested}${workflow}${literal(item.queueClass)}, ${literal(item.priority)}, ${jsonLiteral(item.payloadJson)}, ${
     c ? c.state : "'pending'"
   }, `;
   const lease = c ? `${c.leaseOwner}, ${c.leaseToken}, ${c.leaseUntil}, ${c.startedAt}` : NO_LEASE;

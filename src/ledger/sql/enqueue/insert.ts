@@ -108,7 +108,7 @@ export async function insertItems(
     fresh.map((f) => f.item),
   );
   const rows = fresh.map((f, i) => {
-    const row = freshRow(seqs[i] ?? admitted[i], idOrder);
+    const row = freshRow(seqs[i] ?? admitted[i], idOrder, f.item.waiting === true);
     results[f.index] = { id: row.id, duplicate: false, laneSeq: row.laneSeq };
     return { ...row, item: f.item, index: f.index };
   });
@@ -194,6 +194,9 @@ async function insertChunk(
 function freshRow(
   s: LaneSequence | KeyAdmission | undefined,
   idOrder: IdOrder,
+  waiting: boolean,
 ): { id: string; laneSeq: number | null; isHead: boolean } {
-  return { id: newItemId(idOrder), laneSeq: s !== undefined && 'seq' in s ? s.seq : null, isHead: s?.head ?? true };
+  // A workflow's job with dependencies is not its own head until they settle (sql/workflows/settle.ts).
+  const isHead = !waiting && (s?.head ?? true);
+  return { id: newItemId(idOrder), laneSeq: s !== undefined && 'seq' in s ? s.seq : null, isHead };
 }

@@ -24,6 +24,10 @@ export interface NewItem {
   traceparent: string | null;
   /** Insert it already claimed under this lease (a consumer in the producer's process takes it at once). */
   claim?: Lease;
+  /** The workflow it is a job of (schema 17; sql/workflows/). */
+  workflowId?: string;
+  /** A workflow's job with dependencies: pending but not its own head, so no claim reads it until they settle. */
+  waiting?: boolean;
 }
 
 /** A lease asked for at insert: the item starts `processing`, attempt 1, held by `owner` with `token`. */
@@ -84,6 +88,7 @@ export function claimedAtInsert(
       traceparent: item.traceparent,
       created_at: now,
       started_at: now,
+      workflow_id: item.workflowId ?? null,
     },
     lease,
   );

@@ -5,6 +5,7 @@ import type { CancelOutcome } from '../../types.js';
 import { affected } from '../common/fragments.js';
 import { applyTransition } from '../common/transition.js';
 import { leaveWaits } from '../waits/waits.js';
+import { settleDependents } from '../workflows/settle.js';
 
 const MAX_RACES = 5;
 
@@ -22,8 +23,10 @@ export async function cancelItem(
       concurrency_key: string | null;
       state: string;
       is_head: number;
+      workflow_id: string | null;
     }>`
-      SELECT queue, lane, lane_seq, concurrency_key, state, is_head FROM ${t.items} WHERE id = ${id}`.execute(db);
+      SELECT queue, lane, lane_seq, concurrency_key, state, is_head, workflow_id FROM ${t.items}
+      WHERE id = ${id}`.execute(db);
     const r = rows.rows[0];
     if (!r) return 'not_found';
     if (r.state === 'processing') {
@@ -50,7 +53,11 @@ export async function cancelItem(
       terminal: true,
       wasHead: r.is_head === 1,
       history: null,
-      alsoWrite: r.state === 'blocked' ? (trx) => leaveWaits(trx, t, [id]) : undefined,
+      alsoWrite: async (trx) => {
+        if (r.state === 'blocked') await leaveWaits(trx, t, [id]);
+        // A workflow's job: its dependents settle as after a failure (sql/workflows/settle.ts).
+        if (r.workflow_id !== null) await settleDependents(trx, t, [{ id, end: 'failed' }]);
+      },
     });
     if (won) return 'cancelled';
   }

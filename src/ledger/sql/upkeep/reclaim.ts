@@ -9,6 +9,7 @@ import type { ReclaimOutcome } from '../../upkeep-types.js';
 import { inline, list, literal, NO_TIME, NO_TIME_TEXT } from '../common/fragments.js';
 import { noneAsNull, noTimeAsNull } from '../../rows.js';
 import { retryPipelined } from '../common/pipeline.js';
+import { settleDependents } from '../workflows/settle.js';
 import { applyTransition } from '../common/transition.js';
 
 /**
@@ -69,6 +70,11 @@ export async function reclaimExpired(
       terminal: true,
       wasHead: true,
       history,
+      // A workflow's job settles its dependents as after a failure (sql/workflows/settle.ts).
+      alsoWrite:
+        r.workflow_id === null
+          ? undefined
+          : (trx) => settleDependents(trx, t, [{ id: r.id, end: 'failed' }]).then(() => undefined),
     });
     if (won) (cancel ? out.cancelled : out.dead).push(r.id);
   }
@@ -164,6 +170,7 @@ interface ExpiredRow {
   max_attempts: number;
   started_at: Date | null;
   cancel_requested: number;
+  workflow_id: string | null;
 }
 
 /**
@@ -174,7 +181,7 @@ interface ExpiredRow {
 async function expiredLeases(db: LedgerDb, t: LedgerTables, queue: string, limit: number): Promise<ExpiredRow[]> {
   const r = await sql<ExpiredRow>`SELECT id, queue, lane, lane_seq, concurrency_key, lease_token, lease_owner, attempt,
       max_attempts, started_at,
-      cancel_requested
+      cancel_requested, workflow_id
     FROM ${t.items} FORCE INDEX (ix_claim)
     WHERE queue = ${queue} AND queue_class IN (${list(QUEUE_CLASSES)}) AND state = 'processing' AND lease_until < NOW(6)
     ORDER BY lease_until LIMIT ${limit}`.execute(db);
