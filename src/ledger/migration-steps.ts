@@ -3,6 +3,7 @@ import type { LedgerDb } from './connection.js';
 import { NO_TIME, OWNER_WIDTH } from './sql/common/fragments.js';
 import { ASCII, INITIAL_MIGRATION, TEXT, type Migration } from './migration-initial.js';
 import { DRAIN_ONLY_MIGRATION } from './migration-drain-only.js';
+import { QUEUE_SETTINGS_MIGRATION } from './migration-queue-settings.js';
 
 /** Every schema step, in order: the ledger's schema is the last one's version. */
 export const MIGRATIONS: readonly Migration[] = [
@@ -354,6 +355,7 @@ export const MIGRATIONS: readonly Migration[] = [
     },
   },
   DRAIN_ONLY_MIGRATION,
+  QUEUE_SETTINGS_MIGRATION,
 ];
 
 async function columnNames(conn: LedgerDb, table: string): Promise<Set<string>> {
