@@ -208,7 +208,7 @@ describe('queue settings changed live', () => {
 });
 
 describe('queue incarnations', () => {
-  test('deleted and made again while a holder has an old item: its completion is refused, nothing written', async () => {
+  test('made again while a holder has an old item: its completion is refused, nothing written', async () => {
     const { tl, tw } = await fixtures();
     const queue = uniqueQueue('inc');
     const ran: string[] = [];
