@@ -26,7 +26,7 @@ change takes effect within one --reconcile-interval-ms, without a restart; "none
   --slots N              executor slots of each worker's consumer (1-1000; default 10)
   --max-processing N     fleet-wide cap on the queue's running items (1-1000000; default none)
   --concurrency-limit N  items of one concurrency key admitted at once (1-100000; default none)
-  --paused, --no-paused  claim nothing / claim again
+  --paused, --no-paused  claim nothing / claim again (with --redis-url heard at once, as lanewake pause)
 A worker whose own config sets slots or maxProcessing for the queue keeps its value (pinned);
 its --print-config and /readyz say where each value came from.`;
 

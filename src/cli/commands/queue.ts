@@ -2,6 +2,7 @@ import type { Command } from 'commander';
 import { globalOptions, requireSeenQueue, withLedger, withWake, type CliContext } from '../context.js';
 import { withFieldNames } from '../errors.js';
 import { queueSettingsSchema, validate } from '../../ledger/validation.js';
+import { Producer } from '../../producer/producer.js';
 import { println, printJson } from '../io.js';
 import {
   SETTINGS_FIELDS,
@@ -84,6 +85,13 @@ export function queueCommands(program: Command, { io }: CliContext): void {
           validate(queueSettingsSchema, settings, 'queue update', 'settings');
           await requireSeenQueue(ledger, name, '<queue>', false);
           await ledger.updateQueue(name, settings);
+          // Paused or resumed: told on the control stream too, as `lanewake pause` does, so workers hear it now.
+          const paused = settings.paused;
+          if (paused !== undefined)
+            await withWake(g, io, paused ? 'the pause' : 'the resume', (wake) => {
+              const producer = new Producer({ ledger, wake });
+              return paused ? producer.pause(name) : producer.resume(name);
+            });
         }),
       );
       if (g.json) return printJson(io, { queue: name, settings });
