@@ -8,6 +8,7 @@ import { afterEach, describe, expect, test } from 'vitest';
 import { LeaseLostError, ValidationError } from '../src/errors.js';
 import { Producer } from '../src/producer/producer.js';
 import { createLogger } from '../src/log.js';
+import { migrate } from '../src/ledger/migrations.js';
 import { resolveWorkerConfig } from '../src/supervisor/config-sources.js';
 import type { HandlersByQueue } from '../src/supervisor/handlers-module.js';
 import { Supervisor } from '../src/supervisor/supervisor.js';
@@ -208,6 +209,18 @@ describe('queue settings changed live', () => {
 });
 
 describe('queue incarnations', () => {
+  test('schema 18 on a ledger with queues: each row gets an incarnation, its settings unset', async () => {
+    const tl = await createTestLedger({}, false);
+    cleanups.push(() => tl.drop());
+    await migrate(tl.ledger.db, tl.ledger.tables.prefix, 60, 16);
+    await sql`INSERT INTO ${tl.ledger.tables.queues} (queue, capped_claims, updated_at, key_limit)
+      VALUES ('before-18', 0, NOW(6), 3)`.execute(tl.ledger.db);
+    expect((await tl.ledger.migrate()).applied).toContain(18);
+    const [row] = await tl.ledger.queueRows(['before-18']);
+    expect(row).toMatchObject({ slots: null, maxProcessing: null, concurrencyLimit: 3 });
+    expect(row!.incarnation).toBeGreaterThan(0);
+  });
+
   test('made again while a holder has an old item: its completion is refused, nothing written', async () => {
     const { tl, tw } = await fixtures();
     const queue = uniqueQueue('inc');
