@@ -56,6 +56,8 @@ export class QueueRunner {
   private live: LiveSettings | undefined;
   /** The queue's key limit as last read; undefined before the first read. */
   private keyLimit: number | null | undefined;
+  /** Reads left at which the consumer is kicked for a changed key limit. */
+  private kicks = 0;
 
   constructor(private readonly options: QueueRunnerOptions) {
     this.backoff = options.backoff ?? new RestartBackoff();
@@ -64,14 +66,18 @@ export class QueueRunner {
   /**
    * The queue's settings changed live (Supervisor's reconcile): the running consumer takes them now, a restarted
    * one starts with them. An executor pool keeps its own slots (its plan splits the queue's) and takes the cap.
-   * A changed key limit is the ledger's own, which admitted the waiting items already: the consumer looks now
-   * rather than at its next sweep.
+   * A changed key limit is the ledger's own, whose write admits the waiting items: the consumer looks now and at
+   * the next read rather than at its next sweep.
    */
   retune(live: LiveSettings, keyLimit: number | null): void {
     const next = this.options.pool === undefined ? live : { ...live, concurrency: this.options.pool.concurrency };
-    const limitChanged = this.keyLimit !== undefined && this.keyLimit !== keyLimit;
+    // Kicked at this read and the next: this one may have seen the limit before the write's hand-on committed.
+    if (this.keyLimit !== undefined && this.keyLimit !== keyLimit) this.kicks = 2;
     this.keyLimit = keyLimit;
-    if (limitChanged) this.current?.kick();
+    if (this.kicks > 0) {
+      this.kicks--;
+      this.current?.kick();
+    }
     if (this.live?.concurrency === next.concurrency && this.live.maxProcessing === next.maxProcessing) return;
     this.live = next;
     this.current?.retune(next);
