@@ -46,7 +46,9 @@ export {
   type LiveConsumer,
   type ConcurrencyLimits,
   type KeyScope,
+  type QueueSettings,
 } from './ledger/types.js';
+export type { QueueRow } from './ledger/sql/queues/drain.js';
 export type { ReclaimOutcome, WokenItem, ProbeOutcome } from './ledger/upkeep-types.js';
 export {
   FAILURE_POLICIES,

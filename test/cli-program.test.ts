@@ -61,6 +61,7 @@ describe('lanewake CLI without a ledger', () => {
       worker: /refines the\s+file's queues by name/,
       pause: /every worker of the queue stops claiming/,
       resume: /Clears the flag `lanewake pause` set: the queue's workers claim again/,
+      'queue update': /A worker whose own config sets slots or maxProcessing for the queue keeps its value/,
     };
     for (const [cmd, text] of Object.entries(described)) {
       const r = await lanewake([...cmd.split(' '), '--help']);

@@ -138,7 +138,16 @@ describe('drain-only queues', () => {
     }
     expect(await itemCount(tl.ledger, queue)).toBe(20);
     expect((await tl.ledger.queueRows()).filter((r) => r.queue === queue)).toEqual([
-      { queue, paused: false, staleOnly: false, drainOnly: false },
+      {
+        queue,
+        paused: false,
+        staleOnly: false,
+        drainOnly: false,
+        slots: null,
+        maxProcessing: null,
+        concurrencyLimit: null,
+        incarnation: expect.any(Number),
+      },
     ]);
   });
 

@@ -174,10 +174,14 @@ describe('queue patterns', () => {
     expect(empty.checks.queues).toEqual({ ok: true, detail: 'serving 1 queue(s)' });
     const lone = worker(tl, tw, `${prefix}-none-*`, { [`${prefix}-none-*`]: { job } });
     await lone.start();
-    expect((await lone.readiness()).checks.queues).toEqual({
-      ok: true,
+    // Serving no queue, it says so and is not ready: nothing a rollout waits on is served by it.
+    const none = await lone.readiness();
+    expect(none.checks.queues).toEqual({
+      ok: false,
       detail: `serving no queue: none in the ledger matches ${prefix}-none-*`,
     });
+    expect(none.ready).toBe(false);
+    expect(none.queues).toEqual([]);
 
     const queue = `${prefix}-a`;
     const kept = `${prefix}-b`;
@@ -191,10 +195,30 @@ describe('queue patterns', () => {
       10_000,
       'drain-only seen',
     );
+    const rows = new Map((await tl.ledger.queueRows()).map((r) => [r.queue, r.incarnation]));
+    const slots = (value: number, from: string) => ({
+      slots: { value, from },
+      maxProcessing: { value: null, from: 'default' },
+      concurrencyLimit: { value: null, from: 'default' },
+    });
     expect((await sup.readiness()).queues).toEqual([
-      { queue: pinned, why: 'pinned', drainOnly: true },
-      { queue, why: 'matched', pattern: `${prefix}-*`, drainOnly: true },
-      { queue: kept, why: 'matched', pattern: `${prefix}-*`, drainOnly: false },
+      { queue: pinned, why: 'pinned', drainOnly: true, incarnation: rows.get(pinned), settings: slots(1, 'config') },
+      {
+        queue,
+        why: 'matched',
+        pattern: `${prefix}-*`,
+        drainOnly: true,
+        incarnation: rows.get(queue),
+        settings: slots(2, 'config'),
+      },
+      {
+        queue: kept,
+        why: 'matched',
+        pattern: `${prefix}-*`,
+        drainOnly: false,
+        incarnation: rows.get(kept),
+        settings: slots(2, 'config'),
+      },
     ]);
     expect(await metrics.registry.metrics()).toContain(`queue="${queue}"`);
     // The delete waits for producers to learn the flag; here the clock is moved instead of waited out.

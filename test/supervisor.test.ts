@@ -80,9 +80,10 @@ describe('worker config', () => {
     });
     const c = resolveWorkerConfig([{ handlers: './file.js', poolSize: 3 }, env, { poolSize: 12 }]);
     expect(c.databaseUrl).toBe('mysql://root@h/db');
+    // `mail` sets no slots: the queue's in the ledger apply, else the default (src/supervisor/live-settings.ts).
     expect(c.queues.map((q) => [q.name, q.concurrency])).toEqual([
       ['billing', 16],
-      ['mail', 10],
+      ['mail', undefined],
     ]);
     expect(c.admin).toEqual({ host: '0.0.0.0', port: 9999 });
     expect(c.poolSize).toBe(12);

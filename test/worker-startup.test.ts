@@ -97,12 +97,22 @@ test('a file queue with ownership stays fenced under --queues q:4, and --print-c
 
   const printed = worker(['--config', configPath, '--queues', `${fenced}:4,${open}:1`, '--print-config'], env);
   expect(await printed.exit, printed.stderr()).toBe(0);
-  const shown = JSON.parse(printed.stdout()) as { queues: Record<string, unknown>[]; redisKeyPrefix: string };
+  const shown = JSON.parse(printed.stdout()) as {
+    queues: Record<string, unknown>[];
+    redisKeyPrefix: string;
+    settingSources: Record<string, Record<string, string>>;
+  };
   expect(shown.queues).toEqual([
     { name: fenced, concurrency: 4, ownership: true, leaseMs: 9_000, maxProcessing: 7 },
     { name: open, concurrency: 1, ownership: false },
   ]);
   expect(shown.redisKeyPrefix).toBe(tw.keyPrefix);
+  // Where each value the ledger could also give comes from: pinned by a layer, or the ledger's, read live.
+  expect(shown.settingSources[fenced]).toMatchObject({
+    concurrency: 'pinned by flags',
+    maxProcessing: 'pinned by file',
+  });
+  expect(shown.settingSources[open]?.maxProcessing).toMatch(/^the ledger .*read live/);
 
   const producer = new Producer({ ledger: tl.ledger, wake: tw.wake });
   const held = await producer.enqueue({ queue: fenced, type: 'job', payload: {} });

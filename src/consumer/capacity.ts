@@ -17,14 +17,19 @@ export class Capacity {
   private roundsRoom = 0;
 
   constructor(
-    private readonly concurrency: number,
+    private concurrency: number,
     private readonly running: { readonly size: number },
     private readonly buffer: PrefetchBuffer,
   ) {}
 
-  /** Executor slots with no handler running, less those held by reservations. */
+  /** Executor slots with no handler running, less those held by reservations (none while slots were lowered). */
   freeSlots(): number {
-    return this.concurrency - this.running.size - this.slotsHeld;
+    return Math.max(0, this.concurrency - this.running.size - this.slotsHeld);
+  }
+
+  /** The consumer's slots changed live (Intake.retune). */
+  resize(concurrency: number): void {
+    this.concurrency = concurrency;
   }
 
   /** How many items the prefetch buffer wants to hold now (PrefetchBuffer.target). */

@@ -23,7 +23,8 @@ import type { ConsumerLedger } from './ledger-port.js';
 import type { Ledger } from '../ledger/ledger.js';
 import { OfferDesk } from './offer-desk.js';
 import { QueueFlags } from './queue-flags.js';
-import { consumerSettingsSchema, type ConsumerOptions, type ConsumerSettings } from './options.js';
+import { consumerSettingsSchema, type ConsumerOptions, type ConsumerSettings, type LiveSettings } from './options.js';
+import { retuneSettings } from './options.js';
 import { ConsumerRegistration } from './registration.js';
 import { ProgressBatch, RenewalBatch } from './renewals.js';
 import { Sweeper } from './sweeper.js';
@@ -272,6 +273,13 @@ export class Consumer<DB = Record<string, never>> extends EventEmitter<ConsumerE
   /** Claim now (used by wake-ups, control messages and tests). */
   kick(): void {
     this.scheduler.kick();
+  }
+
+  /** Slots and the fleet cap changed while it runs (a supervisor's reconcile): room is recounted, a claim looks. */
+  retune(live: LiveSettings): void {
+    retuneSettings(this.settings, live);
+    this.scheduler.intake.retune(this.settings);
+    this.scheduler.roomReturned();
   }
 
   private get active(): boolean {

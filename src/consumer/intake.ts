@@ -53,7 +53,7 @@ export class Intake {
   private readonly returns: Returns;
   /** Items in the prefetch buffer named by a cancel message: each asks the ledger as it starts. */
   private readonly cancelHints = new Set<string>();
-  private readonly prefetchOff: boolean;
+  private prefetchOff: boolean;
 
   constructor(
     settings: ConsumerSettings,
@@ -71,6 +71,18 @@ export class Intake {
       leaving: (id) => this.cancelHints.delete(id),
       gone: () => slots.returned(),
     });
+  }
+
+  /**
+   * Slots or the fleet cap changed live (Consumer.retune): the room is counted from them from now on. Fewer
+   * slots than handlers running: no slot frees until enough of them end; under a cap the buffer goes.
+   */
+  retune(settings: ConsumerSettings): void {
+    const limit = settings.maxProcessing !== undefined ? 0 : settings.prefetch;
+    this.prefetchOff = limit === 0;
+    this.buffer.resize(settings.concurrency, limit);
+    this.capacity.resize(settings.concurrency);
+    this.startBuffered();
   }
 
   /** Items claimed together (one source or several): into the buffer, or back if reserved ones came while stopping. */

@@ -1,4 +1,5 @@
 import { z } from 'zod';
+import { ValidationError } from '../errors.js';
 import { backoffSchema } from '../ledger/backoff.js';
 import { QUEUE_CLASSES } from '../ledger/types.js';
 import { queueName, typeName, workerName } from '../ledger/validation.js';
@@ -6,6 +7,19 @@ import type { Ledger } from '../ledger/ledger.js';
 import type { Logger } from '../log.js';
 import type { WakeChannel } from '../wake/wake-channel.js';
 import type { HandlerEntry } from './types.js';
+
+/** A consumer's executor slots when nothing sets them. */
+export const DEFAULT_CONCURRENCY = 10;
+
+/**
+ * What a consumer takes while it runs (Consumer.retune): its slots and the fleet cap, as a supervisor reads
+ * them from the ledger's queue settings or its own config (docs/design/supervisor.md, "Queue settings in the
+ * ledger"). maxProcessing undefined: no cap.
+ */
+export interface LiveSettings {
+  concurrency: number;
+  maxProcessing: number | undefined;
+}
 
 /**
  * Tunables of a consumer, validated at construction. Each field's
@@ -19,7 +33,7 @@ export const consumerSettingsSchema = z
       .int()
       .min(1)
       .max(1000)
-      .default(10)
+      .default(DEFAULT_CONCURRENCY)
       .describe('Executor slots: how many handlers run at once.'),
     /** docs/design/consumer.md, Prefetch; released at stop. 512 is near graphile-worker's local queue default (500). */
     prefetch: z
@@ -241,4 +255,13 @@ export interface ConsumerOptions<DB = Record<string, never>> extends ConsumerSet
   wake?: WakeChannel | undefined;
   handlers: Record<string, HandlerEntry<DB>>;
   logger?: Logger;
+}
+
+/** Takes `live` into a running consumer's settings, or throws ValidationError naming the field, changing nothing. */
+export function retuneSettings(settings: ConsumerSettings, live: LiveSettings): void {
+  const parsed = consumerSettingsSchema.pick({ concurrency: true, maxProcessing: true }).safeParse(live);
+  if (!parsed.success) throw ValidationError.fromZod(parsed.error, 'consumer retune');
+  settings.concurrency = parsed.data.concurrency;
+  if (parsed.data.maxProcessing === undefined) delete settings.maxProcessing;
+  else settings.maxProcessing = parsed.data.maxProcessing;
 }

@@ -53,6 +53,12 @@ export class PrefetchBuffer {
     return this.items.length;
   }
 
+  /** The consumer's slots or prefetch limit changed live (Intake.retune). */
+  resize(concurrency: number, limit: number): void {
+    this.sizing.concurrency = concurrency;
+    this.sizing.limit = limit;
+  }
+
   /**
    * How many items the buffer wants to hold now: what the slots start within
    * the horizon, and within what is left of a third of the lease once a

@@ -13,7 +13,7 @@ import type { ConsumerSettings } from './options.js';
 export class RoundClaims {
   /** The classes of each head search's claims, in order: one tier of every class unless classes are preferred. */
   private readonly classTiers: QueueClass[][];
-  private readonly base: Omit<ClaimInput, 'limit' | 'classes'>;
+  private readonly fixed: Omit<ClaimInput, 'limit' | 'classes' | 'maxProcessing'>;
 
   constructor(
     private readonly ledger: ConsumerLedger,
@@ -23,15 +23,20 @@ export class RoundClaims {
   ) {
     const s = settings;
     this.classTiers = classTiers(s.classes, s.preferClasses);
-    this.base = {
+    this.fixed = {
       queue: s.queue,
       owner,
       leaseMs: s.leaseMs,
       ...(s.epoch !== undefined ? { epoch: s.epoch } : {}),
       ...(coalesce !== undefined ? { coalesce } : {}),
-      ...(s.maxProcessing !== undefined ? { maxProcessing: s.maxProcessing } : {}),
       ...(s.types ? { types: s.types } : {}),
     };
+  }
+
+  /** What every claim of the consumer names; the fleet cap as set now (Consumer.retune changes it live). */
+  private get base(): Omit<ClaimInput, 'limit' | 'classes'> {
+    const cap = this.settings.maxProcessing;
+    return cap === undefined ? this.fixed : { ...this.fixed, maxProcessing: cap };
   }
 
   /**

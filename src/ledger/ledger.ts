@@ -52,6 +52,7 @@ import type {
   LiveConsumer,
   Ownership,
   QueueClass,
+  QueueSettings,
   QueueStats,
   RateAnswer,
   RenewOutcome,
@@ -316,11 +317,14 @@ export class Ledger extends LedgerCore implements LedgerOperations {
   drainOnlyQueues(queues: readonly string[]): Promise<Set<string>> {
     return this.queues.drainOnlyQueues(queues);
   }
-  queueRows(): Promise<QueueRow[]> {
-    return this.queues.queueRows();
+  queueRows(queues?: readonly string[]): Promise<QueueRow[]> {
+    return this.queues.queueRows(queues);
   }
-  createQueue(queue: string): Promise<boolean> {
-    return this.queues.createQueue(queue);
+  createQueue(queue: string, settings?: QueueSettings): Promise<boolean> {
+    return this.queues.createQueue(queue, settings);
+  }
+  updateQueue(queue: string, settings: QueueSettings): Promise<void> {
+    return this.queues.updateQueue(queue, settings);
   }
   deleteQueue(queue: string): Promise<{ items: number }> {
     return this.queues.deleteQueue(queue);

@@ -4,6 +4,7 @@ import { NO_TIME, OWNER_WIDTH } from './sql/common/fragments.js';
 import { ASCII, INITIAL_MIGRATION, TEXT, type Migration } from './migration-initial.js';
 import { DRAIN_ONLY_MIGRATION } from './migration-drain-only.js';
 import { WORKFLOWS_MIGRATION } from './migration-workflows.js';
+import { QUEUE_SETTINGS_MIGRATION } from './migration-queue-settings.js';
 
 /** Every schema step, in order: the ledger's schema is the last one's version. */
 export const MIGRATIONS: readonly Migration[] = [
@@ -356,6 +357,7 @@ export const MIGRATIONS: readonly Migration[] = [
   },
   DRAIN_ONLY_MIGRATION,
   WORKFLOWS_MIGRATION,
+  QUEUE_SETTINGS_MIGRATION,
 ];
 
 async function columnNames(conn: LedgerDb, table: string): Promise<Set<string>> {

@@ -10,6 +10,7 @@ import type { QueueRow } from './sql/queues/drain.js';
 import type { StepHolder } from './sql/run/steps.js';
 import type {
   AttemptRecord,
+  QueueSettings,
   CancelOutcome,
   ClaimedItem,
   ClaimOutcome,
@@ -198,10 +199,12 @@ export interface LedgerOperations {
   setDrainOnly(queue: string, on: boolean): Promise<void>;
   /** Which of these queues are drain-only. */
   drainOnlyQueues(queues: readonly string[]): Promise<Set<string>>;
-  /** Defines a queue (its row) before its first item; whether it was new. */
-  createQueue(queue: string): Promise<boolean>;
-  /** Every queue the ledger holds, with its flags. */
-  queueRows(): Promise<QueueRow[]>;
+  /** Defines a queue (its row) before its first item, with settings; whether it was new. */
+  createQueue(queue: string, settings?: QueueSettings): Promise<boolean>;
+  /** Changes a queue's settings; every worker applies them within a reconcile interval. */
+  updateQueue(queue: string, settings: QueueSettings): Promise<void>;
+  /** Every queue the ledger holds (or those of `queues`), with its flags, settings and incarnation. */
+  queueRows(queues?: readonly string[]): Promise<QueueRow[]>;
   /** Deletes an empty drain-only queue with its rows. */
   deleteQueue(queue: string): Promise<{ items: number }>;
 

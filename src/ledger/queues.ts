@@ -11,11 +11,21 @@ import {
 } from './sql/queues/drain.js';
 import type { LedgerCore } from './core.js';
 import { readKeyLimits, setKeyLimit } from './sql/keys/limits.js';
-import { pausedQueues, staleOnlyQueues, writeQueueSetting } from './sql/queues/queue-settings.js';
-import type { ConcurrencyLimits } from './types.js';
-import { concurrencyLimitSchema, fairnessSchema, queueName, typeName, validate } from './validation.js';
+import { pausedQueues, staleOnlyQueues, writeQueueSetting, writeQueueSettings } from './sql/queues/queue-settings.js';
+import type { ConcurrencyLimits, QueueSettings } from './types.js';
+import {
+  concurrencyLimitSchema,
+  fairnessSchema,
+  queueName,
+  queueSettingsSchema,
+  typeName,
+  validate,
+} from './validation.js';
 
-/** A queue's settings the ledger holds for the whole fleet: key limits, fairness, pause, stale-only, drain-only. */
+/**
+ * A queue's settings the ledger holds for the whole fleet: key limits, fairness, pause, stale-only, drain-only,
+ * slots and the fleet cap; its definition, incarnation and delete.
+ */
 export class LedgerQueues {
   constructor(private readonly core: LedgerCore) {}
 
@@ -125,19 +135,44 @@ export class LedgerQueues {
   /**
    * Defines a queue: writes its row if it has none (a queue also gets one at
    * its first enqueue), so workers serving a pattern that matches it start its
-   * consumers before its first item. Returns whether it was new.
+   * consumers before its first item; with `settings`, writes them too (as
+   * updateQueue, whether or not it was new). Returns whether it was new.
    */
-  async createQueue(queue: string): Promise<boolean> {
+  async createQueue(queue: string, settings?: QueueSettings): Promise<boolean> {
     validate(queueName, queue, 'createQueue', 'queue');
+    if (settings !== undefined) validate(queueSettingsSchema, settings, 'createQueue', 'settings');
     const before = await drainFlags(this.core.db, this.core.tables, [queue]);
-    if (before?.has(queue)) return false;
-    await registerQueues(this.core.db, this.core.tables, [queue]);
-    return true;
+    if (!before?.has(queue)) await registerQueues(this.core.db, this.core.tables, [queue]);
+    if (settings !== undefined) await this.writeSettings(queue, settings);
+    return before?.has(queue) !== true;
   }
 
-  /** Every queue the ledger holds (its lw_queues rows), in name order, with its flags. */
-  queueRows(): Promise<QueueRow[]> {
-    return queueRows(this.core.db, this.core.tables);
+  /**
+   * Changes a queue's settings (QueueSettings), making its row if it has none:
+   * every worker serving it applies them within one reconcile interval, without
+   * a restart, save a value its own config pins. A bad value, or none given:
+   * ValidationError naming the field, nothing written.
+   */
+  async updateQueue(queue: string, settings: QueueSettings): Promise<void> {
+    validate(queueName, queue, 'updateQueue', 'queue');
+    const s = validate(queueSettingsSchema, settings, 'updateQueue', 'settings');
+    if (Object.values(s).every((v) => v === undefined))
+      throw new ValidationError([{ field: 'settings', message: 'name at least one setting' }], 'updateQueue');
+    await this.writeSettings(queue, s);
+  }
+
+  private async writeSettings(queue: string, s: QueueSettings): Promise<void> {
+    const { db, tables } = this.core;
+    const paused = s.paused === undefined ? undefined : s.paused ? 1 : 0;
+    await writeQueueSettings(db, tables, queue, { slots: s.slots, max_processing: s.maxProcessing, paused });
+    // Its own statements: a raised limit admits the items waiting on it, a key per transaction.
+    if (s.concurrencyLimit !== undefined) await setKeyLimit(db, tables, queue, s.concurrencyLimit);
+  }
+
+  /** Every queue the ledger holds (its lw_queues rows), or those of `queues` it holds, in name order. */
+  queueRows(queues?: readonly string[]): Promise<QueueRow[]> {
+    if (queues !== undefined) for (const q of queues) validate(queueName, q, 'queueRows', 'queues');
+    return queueRows(this.core.db, this.core.tables, queues);
   }
 
   /**

@@ -325,6 +325,22 @@ export interface ConcurrencyLimits {
   types: Record<string, number>;
 }
 
+/**
+ * A queue's settings held by the ledger for the whole fleet (Ledger.updateQueue; docs/design/supervisor.md,
+ * "Queue settings in the ledger"). Each changes live, on every worker, within one reconcile interval; a value a
+ * worker's own config sets is pinned there and wins. Left out: unchanged; null: cleared.
+ */
+export interface QueueSettings {
+  /** Executor slots of each worker's consumer (1-1000); null: each worker's own, else 10. */
+  slots?: number | null;
+  /** Fleet-wide cap on the queue's processing items (1-1,000,000); null: none. */
+  maxProcessing?: number | null;
+  /** Items of one concurrency key admitted at once (1-100,000), fleet-wide; null: no limit. */
+  concurrencyLimit?: number | null;
+  /** Paused: its consumers claim nothing (Ledger.pause). */
+  paused?: boolean;
+}
+
 /** Which deployment holds a queue, under which epoch (docs/design/supervisor.md, Ownership epochs). */
 export interface Ownership {
   queue: string;

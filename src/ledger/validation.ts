@@ -26,6 +26,15 @@ export const concurrencyKeyString = keyString.refine(
 export const fairnessSchema = z.enum(['key']).nullable();
 /** How many items of one concurrency key may be admitted at once; null: no limit. */
 export const concurrencyLimitSchema = z.number().int('must be a whole number').min(1).max(100_000).nullable();
+/** A queue's settings an operator writes (Ledger.updateQueue, createQueue): each optional; null clears it. */
+export const queueSettingsSchema = z
+  .object({
+    slots: z.number().int('must be a whole number').min(1).max(1000).nullable().optional(),
+    maxProcessing: z.number().int('must be a whole number').min(1).max(1_000_000).nullable().optional(),
+    concurrencyLimit: concurrencyLimitSchema.optional(),
+    paused: z.boolean().optional(),
+  })
+  .strict();
 /** A durable step's name (ctx.step): unique per item. */
 export const stepName = keyString;
 /** A handler's stage (ctx.stage): a metric label, so a short name from a fixed set, never data. */

@@ -179,3 +179,41 @@ function throwExplained(error: ValidationError, merged: Record<string, unknown>)
   });
   throw new ValidationError(issues, 'worker config');
 }
+
+/** The queue settings the ledger can also give (live-settings.ts), whose source --print-config shows. */
+const LEDGER_SETTINGS = ['concurrency', 'maxProcessing', 'concurrencyLimit'] as const;
+
+/**
+ * Where each queue's ledger-settable values come from, for --print-config: `pinned by <layer>` when a layer
+ * (`file`, `env`, `flags`; the last one that sets it) gives it, else what the worker reads from the queue's row in
+ * the ledger at each reconcile (`lanewake queue update`), and the default without one.
+ */
+export function settingSources(
+  layers: readonly { name: string; values: Record<string, unknown> }[],
+  config: WorkerConfig,
+): Record<string, Record<string, string>> {
+  const unset: Record<(typeof LEDGER_SETTINGS)[number], string> = {
+    concurrency: 'the ledger (queue update --slots), read live; else 10',
+    maxProcessing: 'the ledger (queue update --max-processing), read live; else none',
+    concurrencyLimit: 'the ledger (queue update --concurrency-limit), fleet-wide; else none',
+  };
+  const out: Record<string, Record<string, string>> = {};
+  for (const q of config.queues) {
+    const fields: Record<string, string> = {};
+    for (const field of LEDGER_SETTINGS) {
+      const by = layers.findLast(({ values }) =>
+        Array.isArray(values.queues)
+          ? values.queues.some((e) => isRecord(e) && e.name === q.name && e[field] !== undefined)
+          : false,
+      );
+      fields[field] =
+        by === undefined
+          ? unset[field]
+          : field === 'concurrencyLimit'
+            ? `${by.name}: written to the ledger at each consumer's start, fleet-wide`
+            : `pinned by ${by.name}`;
+    }
+    out[q.name] = fields;
+  }
+  return out;
+}

@@ -59,8 +59,8 @@ export const queueConfigSchema = z
           'matches, found within one `reconcileIntervalMs` of its first item or setting, and let go once deleted. ' +
           "A queue named in full takes its own entry's settings; else the first pattern that matches gives them.",
       ),
-    // Kept with its default: a queue named only by --queues runs the consumer's default slots.
-    concurrency: consumerField.concurrency,
+    // Left unset unless given: a value set here is pinned, else the queue's row in the ledger gives it (slots, the
+    // fleet cap; `lanewake queue update`), else the consumer's default (src/supervisor/live-settings.ts).
     ...leftUnset(
       consumerSettingsSchema.pick({
         prefetch: true,
@@ -68,9 +68,9 @@ export const queueConfigSchema = z
         preferClasses: true,
         leaseMs: true,
         deadlineMs: true,
+        abortGraceMs: true,
         pollIntervalMs: true,
         backoff: true,
-        maxProcessing: true,
         concurrencyLimit: true,
         fairness: true,
         unknownType: true,
@@ -79,6 +79,18 @@ export const queueConfigSchema = z
         staleOnly: true,
         staleOnlyGate: true,
       }).shape,
+    ),
+    concurrency: consumerField.concurrency
+      .unwrap()
+      .optional()
+      .describe(
+        'Executor slots: how many handlers run at once. Set here (or by --queues name:N), it is pinned on this ' +
+          "worker; else the queue's slots in the ledger (`lanewake queue update --slots`), read live, else 10.",
+      ),
+    maxProcessing: consumerField.maxProcessing.describe(
+      "Fleet-wide cap on the queue's `processing` items, held in each claim's own transaction. Set here, it is " +
+        "pinned on this worker; else the queue's in the ledger (`lanewake queue update --max-processing`), read " +
+        'live. Default: none.',
     ),
     // A worker's list may not be empty (the consumer takes [] as every type).
     types: consumerField.types

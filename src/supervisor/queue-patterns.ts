@@ -1,5 +1,6 @@
 import type { QueueRow } from '../ledger/sql/queues/drain.js';
 import type { QueueConfig } from './config.js';
+import type { EffectiveSettings } from './live-settings.js';
 
 /** Why a worker serves a queue, as /readyz says it. */
 export interface ServedQueue {
@@ -10,6 +11,10 @@ export interface ServedQueue {
   pattern?: string;
   /** The ledger holds it drain-only: its consumers finish what it holds, no enqueue is taken. */
   drainOnly: boolean;
+  /** Its incarnation as last read (QueueRow.incarnation); absent while the ledger holds no row of it. */
+  incarnation?: number;
+  /** The settings its consumers run with, and where each came from (live-settings.ts). */
+  settings?: EffectiveSettings;
 }
 
 /** Whether a config entry's name is a pattern: it holds `*`, which no queue's name does. */
@@ -22,11 +27,6 @@ export function patternMatcher(pattern: string): (queue: string) => boolean {
   const escaped = pattern.split('*').map((part) => part.replace(/[.\\^$+?()[\]{}|-]/g, '\\$&'));
   const re = new RegExp(`^${escaped.join('.*')}$`);
   return (queue) => re.test(queue);
-}
-
-/** A row as the ledger would hold it for a drain-only queue (a worker without patterns reads only that flag). */
-export function drainOnlyRow(queue: string): QueueRow {
-  return { queue, paused: false, staleOnly: false, drainOnly: true };
 }
 
 /** What a reconcile decided: the queues to start consumers for (with the entry giving their settings), and to stop. */
@@ -91,11 +91,19 @@ export class QueuePatterns {
     return changes;
   }
 
-  /** /readyz's `queues` check: how many are served, or that none is (still ready: nothing of the worker is broken). */
-  check(served: readonly ServedQueue[]): { ok: true; detail: string } {
+  /**
+   * /readyz's `queues` check: how many are served, or that none is: then not ready, as it serves no queue a
+   * balancer or a rollout could be waiting on (it still reads the ledger, and serves a match at its next pass).
+   */
+  check(served: readonly ServedQueue[]): { ok: boolean; detail: string } {
     if (served.length > 0) return { ok: true, detail: `serving ${served.length} queue(s)` };
     const patterns = this.entries.map((e) => e.config.name).join(', ');
-    return { ok: true, detail: `serving no queue: none in the ledger matches ${patterns}` };
+    return { ok: false, detail: `serving no queue: none in the ledger matches ${patterns}` };
+  }
+
+  /** The config entry (its index) giving a matched queue's settings. */
+  entryOf(queue: string): number | undefined {
+    return this.matched.get(queue)?.entry;
   }
 
   /** Every queue served, pinned ones first (as configured), then matched ones by name. */

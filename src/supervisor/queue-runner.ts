@@ -6,6 +6,7 @@ import type { WakeChannel } from '../wake/wake-channel.js';
 import { RestartBackoff } from './backoff.js';
 import { poolSettings, type PoolPlan } from '../consumer/pools.js';
 import { consumerSettingsOf, type QueueConfig } from './config.js';
+import type { LiveSettings } from '../consumer/options.js';
 import { sleep } from '../sleep.js';
 
 export type RunnerState = 'starting' | 'running' | 'restarting' | 'stopped';
@@ -51,9 +52,35 @@ export class QueueRunner {
   });
   private loop: Promise<void> | undefined;
   private readonly backoff: RestartBackoff;
+  /** Slots and fleet cap as last retuned (from the ledger or pinned): a restarted consumer starts with them. */
+  private live: LiveSettings | undefined;
+  /** The queue's key limit as last read; undefined before the first read. */
+  private keyLimit: number | null | undefined;
+  /** Reads left at which the consumer is kicked for a changed key limit. */
+  private kicks = 0;
 
   constructor(private readonly options: QueueRunnerOptions) {
     this.backoff = options.backoff ?? new RestartBackoff();
+  }
+
+  /**
+   * The queue's settings changed live (Supervisor's reconcile): the running consumer takes them now, a restarted
+   * one starts with them. An executor pool keeps its own slots (its plan splits the queue's) and takes the cap.
+   * A changed key limit is the ledger's own, whose write admits the waiting items: the consumer looks now and at
+   * the next read rather than at its next sweep.
+   */
+  retune(live: LiveSettings, keyLimit: number | null): void {
+    const next = this.options.pool === undefined ? live : { ...live, concurrency: this.options.pool.concurrency };
+    // Kicked at this read and the next: this one may have seen the limit before the write's hand-on committed.
+    if (this.keyLimit !== undefined && this.keyLimit !== keyLimit) this.kicks = 2;
+    this.keyLimit = keyLimit;
+    if (this.kicks > 0) {
+      this.kicks--;
+      this.current?.kick();
+    }
+    if (this.live?.concurrency === next.concurrency && this.live.maxProcessing === next.maxProcessing) return;
+    this.live = next;
+    this.current?.retune(next);
   }
 
   start(): void {
@@ -105,6 +132,7 @@ export class QueueRunner {
     const consumer = new Consumer<never>({
       ...consumerSettingsOf(queue),
       ...(pool !== undefined ? poolSettings(pool) : {}),
+      ...(this.live !== undefined ? this.live : {}),
       drainTimeoutMs,
       ledger,
       wake,

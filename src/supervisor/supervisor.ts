@@ -12,7 +12,10 @@ import type { HandlersByQueue } from './handlers-module.js';
 import { holdScheduleFiring } from '../schedules/firing.js';
 import { planPools, type PoolPlan } from '../consumer/pools.js';
 import { QueueRunner } from './queue-runner.js';
-import { drainOnlyRow, isPattern, QueuePatterns, type ServedQueue } from './queue-patterns.js';
+import { isPattern, QueuePatterns, type ServedQueue } from './queue-patterns.js';
+import { DEFAULT_CONCURRENCY } from '../consumer/options.js';
+import type { QueueRow } from '../ledger/sql/queues/drain.js';
+import { effectiveSettings, Incarnations, liveSettingsOf, type EffectiveSettings } from './live-settings.js';
 import { Reconciler } from './reconciler.js';
 
 export const EXIT_OK = 0;
@@ -72,6 +75,12 @@ export class Supervisor {
   /** Stops this process firing the ledger's schedules (src/schedules/firing.ts). */
   private releaseFiring: (() => Promise<void>) | undefined;
   private controlWatch: ControlWatch | undefined;
+  /** Each served queue's incarnation as last read: a queue made again gets fresh consumers. */
+  private readonly incarnations = new Incarnations();
+  /** Per served queue, the settings its consumers run with and where each came from (/readyz). */
+  private readonly effective = new Map<string, EffectiveSettings>();
+  /** Consumers of a queue's older incarnation finishing what they hold; stop() waits for them. */
+  private readonly retiring = new Set<Promise<unknown>>();
 
   constructor(private readonly options: SupervisorOptions) {
     const { config } = options;
@@ -86,7 +95,9 @@ export class Supervisor {
     }
     // Planned here, so a pool that cannot be is refused before anything starts, its field named.
     this.pools = config.queues.map((q, i) =>
-      q.pools === undefined ? [undefined] : planPools(q.concurrency, q.pools, q.classes, `queues.${i}.pools`),
+      q.pools === undefined
+        ? [undefined]
+        : planPools(q.concurrency ?? DEFAULT_CONCURRENCY, q.pools, q.classes, `queues.${i}.pools`),
     );
     this.patterns = new QueuePatterns(config.queues);
     this.ledger = new Ledger({ url: config.databaseUrl, poolSize: config.poolSize, tablePrefix: config.tablePrefix });
@@ -114,6 +125,8 @@ export class Supervisor {
       this.runners.set(q.name, this.makeRunners(q, i));
       if (q.ownership) this.ownership.set(q.name, { state: 'standby' });
     }
+    // The ledger's queues read before any consumer starts: each starts with the queue's settings, not the defaults.
+    await this.reconcileQueues();
     // Standby queues have no consumer to hear an activation's broadcast, so the supervisor listens itself.
     // Its places on the control streams are taken before the ledger is read and before start() returns:
     // an activation the ledger read below misses commits after it, so its broadcast comes after them.
@@ -122,7 +135,6 @@ export class Supervisor {
     const watchFrom = await this.controlWatch?.positions();
     await this.checkOwnership();
     for (const q of config.queues) if (!q.ownership && !isPattern(q.name)) this.startRunner(q.name);
-    await this.reconcileQueues();
     if (this.ownership.size > 0) {
       this.ownershipTimer = setInterval(() => void this.checkOwnership(), config.ownershipCheckMs);
       this.ownershipTimer.unref();
@@ -178,31 +190,74 @@ export class Supervisor {
 
   private async reconcileQueues(): Promise<void> {
     if (this.stopping) return;
-    const pinned = this.options.config.queues.filter((q) => !isPattern(q.name)).map((q) => q.name);
-    const rows = this.patterns.any
-      ? await this.ledger.queueRows()
-      : [...(await this.ledger.drainOnlyQueues(pinned))].map((queue) => drainOnlyRow(queue));
+    const rows = await this.ledger.queueRows(this.patterns.any ? undefined : this.pinnedNames());
     const changes = this.patterns.reconcile(rows);
-    for (const { queue, entry, config } of changes.start) {
+    for (const { queue, entry, config } of changes.start)
       this.runners.set(queue, this.makeRunners({ ...config, name: queue }, entry));
-      this.startRunner(queue);
-    }
+    // Before the new ones start: they start with the queue's settings.
+    this.followRows(rows);
+    for (const { queue } of changes.start) this.startRunner(queue);
     if (changes.start.length + changes.stop.length > 0)
       this.log.info({ started: changes.start.map((c) => c.queue), stopped: changes.stop }, 'queues matched');
     await Promise.allSettled(
       changes.stop.map(async (queue) => {
         const runners = this.runners.get(queue) ?? [];
         this.runners.delete(queue);
+        this.incarnations.forget(queue);
+        this.effective.delete(queue);
         await Promise.allSettled(runners.map((r) => r.stop()));
         await this.options.onQueueGone?.(queue);
       }),
     );
   }
 
-  /** The queues this worker serves now, and why (/readyz). */
+  private pinnedNames(): string[] {
+    return this.options.config.queues.filter((q) => !isPattern(q.name)).map((q) => q.name);
+  }
+
+  /**
+   * Each served queue's row as read now (docs/design/supervisor.md, "Queue settings in the ledger"): its settings
+   * retune its consumers at once, save those the config pins; a new incarnation (deleted and made again) gets
+   * fresh consumers, and those of the old one stop, finishing what they hold.
+   */
+  private followRows(rows: readonly QueueRow[]): void {
+    const byName = new Map(rows.map((r) => [r.queue, r]));
+    for (const [queue, runners] of this.runners) {
+      const index = this.entryIndex(queue);
+      const entry = this.options.config.queues[index];
+      if (entry === undefined) continue;
+      const row = byName.get(queue);
+      const settings = effectiveSettings(entry, row);
+      this.effective.set(queue, settings);
+      if (!this.incarnations.changed(queue, row)) {
+        for (const r of runners) r.retune(liveSettingsOf(settings), settings.concurrencyLimit.value);
+        continue;
+      }
+      const fresh = this.makeRunners({ ...entry, name: queue }, index);
+      for (const r of fresh) r.retune(liveSettingsOf(settings), settings.concurrencyLimit.value);
+      this.runners.set(queue, fresh);
+      this.log.info({ queue, incarnation: row?.incarnation }, 'queue made again: its consumers replaced');
+      const retired = Promise.allSettled(runners.map((r) => r.stop()));
+      this.retiring.add(retired);
+      void retired.finally(() => this.retiring.delete(retired));
+      const owned = !this.ownership.has(queue) || this.ownership.get(queue)?.state === 'owner';
+      if (owned) this.startRunner(queue);
+    }
+  }
+
+  /** The config entry giving a served queue's settings: its own, else the pattern it matched. */
+  private entryIndex(queue: string): number {
+    const own = this.options.config.queues.findIndex((q) => q.name === queue);
+    return own >= 0 ? own : (this.patterns.entryOf(queue) ?? -1);
+  }
+
+  /** The queues this worker serves now, and why, with their incarnations and settings (/readyz). */
   served(): ServedQueue[] {
-    const pinned = this.options.config.queues.filter((q) => !isPattern(q.name)).map((q) => q.name);
-    return this.patterns.served(pinned);
+    return this.patterns.served(this.pinnedNames()).map((q) => {
+      const incarnation = this.incarnations.of(q.queue);
+      const settings = this.effective.get(q.queue);
+      return { ...q, ...(incarnation !== undefined ? { incarnation } : {}), ...(settings ? { settings } : {}) };
+    });
   }
 
   /**
@@ -246,6 +301,7 @@ export class Supervisor {
       await this.queuesRead;
       await this.controlWatch?.stop();
       await Promise.allSettled([...this.runners.values()].flat().map((r) => r.stop()));
+      await Promise.allSettled([...this.retiring]);
       await this.reconciler?.stop();
       await this.releaseFiring?.();
       // Bounded: a ledger that is down must not hold the stop (the lease then runs out by itself).

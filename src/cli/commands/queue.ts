@@ -1,7 +1,17 @@
 import type { Command } from 'commander';
 import { globalOptions, requireSeenQueue, withLedger, withWake, type CliContext } from '../context.js';
 import { withFieldNames } from '../errors.js';
+import { queueSettingsSchema, validate } from '../../ledger/validation.js';
+import { Producer } from '../../producer/producer.js';
 import { println, printJson } from '../io.js';
+import {
+  SETTINGS_FIELDS,
+  SETTINGS_HELP,
+  settingsOf,
+  settingsOptions,
+  settingsText,
+  type SettingsFlags,
+} from './queue-settings.js';
 
 const DRAIN_HELP = `
 A drain-only queue takes in nothing new: every enqueue to it is refused (QueueDrainingError,
@@ -18,11 +28,13 @@ Workers serving it by a pattern let it go at their next reconcile.`;
 
 const LIST_HELP = `
 Every queue the ledger holds (a queue gets its row at its first enqueue, or when a setting is
-written), with its flags. Workers given a pattern (--queues 'tenant-*') serve the ones it matches.`;
+written), with its flags, the settings set on it and its incarnation (when its row was made: a queue
+deleted and made again is a new incarnation). Workers given a pattern (--queues 'tenant-*') serve the
+ones it matches.`;
 
 /** `lanewake queue list|create|drain|delete`. */
 export function queueCommands(program: Command, { io }: CliContext): void {
-  const queue = program.command('queue').description('list, create, drain and delete queues');
+  const queue = program.command('queue').description('list, create, update, drain and delete queues');
 
   queue
     .command('list')
@@ -34,21 +46,59 @@ export function queueCommands(program: Command, { io }: CliContext): void {
       if (g.json) return printJson(io, rows);
       for (const r of rows) {
         const flags = [r.paused && 'paused', r.staleOnly && 'stale-only', r.drainOnly && 'drain-only'].filter(Boolean);
-        println(io, flags.length > 0 ? `${r.queue}  ${flags.join(' ')}` : r.queue);
+        const settings = settingsText(r);
+        println(io, [r.queue, flags.join(' '), settings].filter((x) => x !== '').join('  '));
       }
     });
 
-  queue
-    .command('create')
-    .description('define a queue, so workers whose pattern matches it serve it before its first item')
-    .argument('<queue>', 'queue name')
-    .action(async (name: string, _opts: unknown, cmd: Command) => {
+  settingsOptions(
+    queue
+      .command('create')
+      .description('define a queue, so workers whose pattern matches it serve it before its first item')
+      .argument('<queue>', 'queue name'),
+  )
+    .addHelpText('after', SETTINGS_HELP)
+    .action(async (name: string, opts: SettingsFlags, cmd: Command) => {
       const g = globalOptions(cmd);
+      const settings = settingsOf(opts);
+      const given = Object.keys(settings).length > 0;
       const created = await withLedger(g, (ledger) =>
-        withFieldNames({ queue: '<queue>' }, 'queue create', () => ledger.createQueue(name)),
+        withFieldNames(SETTINGS_FIELDS, 'queue create', () => ledger.createQueue(name, given ? settings : undefined)),
       );
-      if (g.json) return printJson(io, { queue: name, created });
-      println(io, `queue ${name}: ${created ? 'created' : 'already defined'}`);
+      if (g.json) return printJson(io, { queue: name, created, ...(given ? { settings } : {}) });
+      println(io, `queue ${name}: ${created ? 'created' : 'already defined'}${given ? ' (settings written)' : ''}`);
+    });
+
+  settingsOptions(
+    queue
+      .command('update')
+      .description("change a queue's settings; every worker serving it applies them within one reconcile interval")
+      .argument('<queue>', 'queue name'),
+  )
+    .addHelpText('after', SETTINGS_HELP)
+    .action(async (name: string, opts: SettingsFlags, cmd: Command) => {
+      const g = globalOptions(cmd);
+      const settings = settingsOf(opts);
+      await withLedger(g, (ledger) =>
+        withFieldNames(SETTINGS_FIELDS, 'queue update', async () => {
+          // Bad input is named before the queue is looked up.
+          validate(queueSettingsSchema, settings, 'queue update', 'settings');
+          await requireSeenQueue(ledger, name, '<queue>', false);
+          await ledger.updateQueue(name, settings);
+          // Paused or resumed: told on the control stream too, as `lanewake pause` does, so workers hear it now.
+          const paused = settings.paused;
+          if (paused !== undefined)
+            await withWake(g, io, paused ? 'the pause' : 'the resume', (wake) => {
+              const producer = new Producer({ ledger, wake });
+              return paused ? producer.pause(name) : producer.resume(name);
+            });
+        }),
+      );
+      if (g.json) return printJson(io, { queue: name, settings });
+      println(
+        io,
+        `queue ${name}: updated (${JSON.stringify(settings)}); workers apply it within one reconcile interval`,
+      );
     });
 
   queue

@@ -5,6 +5,7 @@ import { setDefaultLogLevel } from '../../log.js';
 import { AdminAddressError } from '../../errors.js';
 import {
   configFromEnv,
+  settingSources,
   configFromFile,
   parseAdminAddress,
   parseQueueList,
@@ -125,9 +126,16 @@ ledger is unreachable or behind. Logs JSON lines to stderr at info
         ownershipCheckMs: flags.ownershipCheckMs,
       };
       const file = flags.config === undefined ? {} : await configFromFile(flags.config);
-      const config = resolveWorkerConfig([file, configFromEnv(process.env), fromFlags]);
+      const fromEnv = configFromEnv(process.env);
+      const config = resolveWorkerConfig([file, fromEnv, fromFlags]);
       if (flags.printConfig === true) {
-        println(io, JSON.stringify(printable(config), null, 2));
+        const layers = [
+          { name: 'file', values: file },
+          { name: 'env', values: fromEnv },
+          { name: 'flags', values: fromFlags },
+        ];
+        const sources = settingSources(layers, config);
+        println(io, JSON.stringify({ ...printable(config), settingSources: sources }, null, 2));
         return;
       }
 

@@ -17,12 +17,23 @@ const DELETE_BATCH = 500;
 /** How many unfinished items a refused delete counts, at most. */
 const UNFINISHED_CAP = 10_000;
 
-/** A queue the ledger holds, and its flags. */
+/** A queue the ledger holds: its flags, its settings (schema 18) and its incarnation. */
 export interface QueueRow {
   queue: string;
   paused: boolean;
   staleOnly: boolean;
   drainOnly: boolean;
+  /** Executor slots per worker; null: each worker's own (its config, else the default). */
+  slots: number | null;
+  /** The fleet cap on its processing items; null: none, unless a worker's config sets one. */
+  maxProcessing: number | null;
+  /** Items of one concurrency key admitted at once; null: no limit. */
+  concurrencyLimit: number | null;
+  /**
+   * When its row was made, in µs since 2000-01-01 by the database's clock: a queue deleted and made again
+   * under its name has a greater one.
+   */
+  incarnation: number;
 }
 
 /** Sets or clears a queue's drain-only flag (making its row if it has none); `drain_since` keeps the first setting. */
@@ -65,19 +76,32 @@ export async function registerQueues(exec: Executor, t: LedgerTables, queues: re
   });
 }
 
-/** Every queue the ledger holds, in name order, with its flags. */
-export async function queueRows(exec: Executor, t: LedgerTables): Promise<QueueRow[]> {
+/** Every queue the ledger holds (or those of `queues` it holds), in name order, with its flags and settings. */
+export async function queueRows(exec: Executor, t: LedgerTables, queues?: readonly string[]): Promise<QueueRow[]> {
+  if (queues?.length === 0) return [];
+  const only = queues === undefined ? sql`` : sql`WHERE queue IN (${list(queues)})`;
   const r = await sql<{
     queue: string;
     paused: number | string;
     stale_only: number | string;
     drain_only: number | string;
-  }>`SELECT queue, paused, stale_only, drain_only FROM ${t.queues} ORDER BY queue`.execute(exec);
+    slots: number | string | null;
+    max_processing: number | string | null;
+    key_limit: number | string | null;
+    incarnation: number | string;
+  }>`SELECT queue, paused, stale_only, drain_only, slots, max_processing, key_limit,
+      TIMESTAMPDIFF(MICROSECOND, '2000-01-01', created_at) AS incarnation
+    FROM ${t.queues} ${only} ORDER BY queue`.execute(exec);
+  const orNull = (v: number | string | null): number | null => (v === null ? null : Number(v));
   return r.rows.map((x) => ({
     queue: String(x.queue),
     paused: Number(x.paused) === 1,
     staleOnly: Number(x.stale_only) === 1,
     drainOnly: Number(x.drain_only) === 1,
+    slots: orNull(x.slots),
+    maxProcessing: orNull(x.max_processing),
+    concurrencyLimit: orNull(x.key_limit),
+    incarnation: Number(x.incarnation),
   }));
 }
 
