@@ -1,4 +1,16 @@
-import { CronExpressionParser } from 'cron-parser';
+import { createRequire } from 'node:module';
+
+type CronParser = typeof import('cron-parser').CronExpressionParser;
+let cronParser: CronParser | undefined;
+/**
+ * cron-parser (and luxon under it, ~8 MB of RSS) is loaded when a cron
+ * pattern is first read, not by every process that imports lanewake; it is
+ * CommonJS, so a synchronous require keeps these functions synchronous.
+ */
+function cron(): CronParser {
+  cronParser ??= (createRequire(import.meta.url)('cron-parser') as typeof import('cron-parser')).CronExpressionParser;
+  return cronParser;
+}
 
 /** The timing half of a schedule: a cron pattern in a time zone, or an interval. */
 export interface ScheduleTiming {
@@ -22,8 +34,8 @@ export const MAX_FIRES_PER_PASS = 100;
 export function nextFireAfter(timing: ScheduleTiming, afterMs: number): number {
   if (timing.everyMs !== null) return (Math.floor(afterMs / timing.everyMs) + 1) * timing.everyMs;
   if (timing.pattern === null) throw new Error('a schedule needs a pattern or everyMs');
-  const cron = CronExpressionParser.parse(timing.pattern, { currentDate: new Date(afterMs), tz: timing.tz ?? 'UTC' });
-  return cron.next().toDate().getTime();
+  const parsed = cron().parse(timing.pattern, { currentDate: new Date(afterMs), tz: timing.tz ?? 'UTC' });
+  return parsed.next().toDate().getTime();
 }
 
 /** Why a pattern or time zone cannot be used, or undefined when it can. */
@@ -37,7 +49,9 @@ export function timingProblem(timing: ScheduleTiming): { field: 'pattern' | 'tz'
   }
   if (timing.pattern === null) return undefined;
   try {
-    CronExpressionParser.parse(timing.pattern, { tz: timing.tz ?? 'UTC' }).next();
+    cron()
+      .parse(timing.pattern, { tz: timing.tz ?? 'UTC' })
+      .next();
     return undefined;
   } catch (error) {
     return { field: 'pattern', message: `not a cron pattern: ${(error as Error).message}` };

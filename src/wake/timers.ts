@@ -1,4 +1,4 @@
-import { Queue, Worker, type ConnectionOptions, type Job } from 'bullmq';
+import type { ConnectionOptions, Job, Queue, Worker } from 'bullmq';
 import type { Cluster, RedisOptions } from 'ioredis';
 import { clusterOf, createCluster, plainRedisOptions, type RedisTarget } from './redis.js';
 import type { QueueClass } from '../ledger/types.js';
@@ -42,17 +42,29 @@ const SCHEDULE_COMMAND_TIMEOUT_MS = 10_000;
 const CLOSE_WAIT_MS = 2_000;
 
 /**
+ * BullMQ is loaded on first use: a process that never schedules nor runs a
+ * timer (a producer of immediate work, the CLI) does not pay its ~14 MB of
+ * RSS (docs/BENCHMARKS.md).
+ */
+let bullmq: Promise<typeof import('bullmq')> | undefined;
+const loadBullmq = (): Promise<typeof import('bullmq')> => (bullmq ??= import('bullmq'));
+
+/**
  * BullMQ carries future `runAfter`s: its jobs only ever publish a wake-up,
  * never hold work. (Recurring schedules live in the ledger, src/schedules/;
  * the ones an older lanewake kept here are read once to be imported.)
  */
 export class WakeTimers {
-  private readonly queue: Queue;
-  private worker: Worker | undefined;
+  /** Made on first use (see loadBullmq). */
+  private queueMade: Promise<Queue> | undefined;
+  /** Set by start(); the worker itself comes once BullMQ is loaded. */
+  private workerMade: Promise<Worker> | undefined;
   /** BullMQ's prefix: on a cluster a hash tag, since its scripts touch several keys of one queue at once. */
   private readonly prefix: string;
   /** Cluster clients made here (BullMQ leaves a client it was given open). */
   private readonly owned: Cluster[] = [];
+  /** After close(), no queue or worker is made (they would hold connections nobody closes). */
+  private closed = false;
 
   constructor(
     private readonly target: RedisTarget,
@@ -61,9 +73,17 @@ export class WakeTimers {
   ) {
     const cluster = clusterOf(target);
     this.prefix = cluster ? `{${prefix}}` : prefix;
-    // Fail fast while Redis is away: scheduling a timer is best effort, the sweep is the backstop.
-    this.queue = new Queue(name, { connection: this.connection(false), prefix: this.prefix });
-    this.queue.on('error', () => undefined);
+  }
+
+  private queue(): Promise<Queue> {
+    if (this.closed && !this.queueMade) return Promise.reject(new Error('wake timers are closed'));
+    this.queueMade ??= loadBullmq().then(({ Queue }) => {
+      // Fail fast while Redis is away: scheduling a timer is best effort, the sweep is the backstop.
+      const queue = new Queue(this.name, { connection: this.connection(false), prefix: this.prefix });
+      queue.on('error', () => undefined);
+      return queue;
+    });
+    return this.queueMade;
   }
 
   /** `blocking`: the worker's connection, which BullMQ wants without a per-request retry cap. */
@@ -90,7 +110,8 @@ export class WakeTimers {
   /** One delayed job per (item, attempt): scheduling the same wake twice adds nothing. */
   async schedule(timers: readonly WakeTimer[], nowMs = Date.now()): Promise<void> {
     if (timers.length === 0) return;
-    await this.queue.addBulk(
+    const queue = await this.queue();
+    await queue.addBulk(
       timers.map((t) => ({
         name: 'wake',
         data: { queue: t.queue, queueClass: t.queueClass, itemId: t.itemId } satisfies TimerJobData,
@@ -110,7 +131,7 @@ export class WakeTimers {
    * the ledger. Job schedulers of another shape are not lanewake's and are left out.
    */
   async legacySchedules(): Promise<RecurringSchedule[]> {
-    const found = await this.queue.getJobSchedulers(0, -1, true);
+    const found = await (await this.queue()).getJobSchedulers(0, -1, true);
     return found.flatMap((j): RecurringSchedule[] => {
       const data = j.template?.data as Partial<ScheduleJobData> | undefined;
       if (j.name !== 'schedule' || !data || typeof data.schedule !== 'string') return [];
@@ -125,26 +146,31 @@ export class WakeTimers {
 
   /** Removes an old BullMQ job scheduler (and its next delayed fire), once the ledger holds the schedule. */
   async removeLegacySchedule(name: string): Promise<void> {
-    await this.queue.removeJobScheduler(name);
+    await (await this.queue()).removeJobScheduler(name);
   }
 
   /** Whether start() has run in this process. */
   get started(): boolean {
-    return this.worker !== undefined;
+    return this.workerMade !== undefined;
   }
 
   /** Runs the processor in this process (any number of processes may). */
   start(handlers: TimerHandlers, concurrency = 8): void {
-    if (this.worker) return;
-    this.worker = new Worker(
-      this.name,
-      async (job: Job) => {
-        // A leftover fire of an old BullMQ job scheduler ('schedule') is dropped: the ledger fires its schedule now.
-        if (job.name === 'wake') await handlers.onDue(job.data as TimerJobData);
-      },
-      { connection: this.connection(true), prefix: this.prefix, concurrency },
-    );
-    this.worker.on('error', () => undefined);
+    if (this.workerMade || this.closed) return;
+    this.workerMade = loadBullmq().then(({ Worker }) => {
+      const worker = new Worker(
+        this.name,
+        async (job: Job) => {
+          // A leftover fire of an old BullMQ job scheduler ('schedule') is dropped: the ledger fires its schedule now.
+          if (job.name === 'wake') await handlers.onDue(job.data as TimerJobData);
+        },
+        { connection: this.connection(true), prefix: this.prefix, concurrency },
+      );
+      worker.on('error', () => undefined);
+      return worker;
+    });
+    // Nobody awaits the making: a worker that could not be made only loses wake-ups, which the sweep covers.
+    this.workerMade.catch(() => undefined);
   }
 
   async close(): Promise<void> {
@@ -154,7 +180,11 @@ export class WakeTimers {
     // Even forced, BullMQ's close awaits its lock manager and its connections, with no bound: a
     // cleanup after a cluster failover once waited past a minute (not reproduced since), so
     // the connections made here are cut after CLOSE_WAIT_MS whatever BullMQ is waiting on.
-    const graceful = Promise.allSettled([this.worker?.close(true), this.queue.close()]);
+    this.closed = true;
+    const graceful = Promise.allSettled([
+      this.workerMade?.then((w) => w.close(true)),
+      this.queueMade?.then((q) => q.close()),
+    ]);
     let timer: NodeJS.Timeout | undefined;
     await Promise.race([graceful, new Promise<void>((resolve) => (timer = setTimeout(resolve, CLOSE_WAIT_MS)))]);
     clearTimeout(timer);

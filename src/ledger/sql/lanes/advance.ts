@@ -55,23 +55,25 @@ function headSuccessorsText(w: ValueWriter, t: LedgerTables, heads: readonly End
  * table before the lane row is read at all: TiDB locks a row a point read
  * finds even when the rest of the WHERE then refuses it, so a plain
  * `UPDATE … WHERE next_seq = …` would lock a busy lane's row against its
- * enqueues for the rest of the transaction. The queue is ASCII text, as the
- * lane row's column (TiDB refuses to compare a derived utf8mb4 text with it).
+ * enqueues for the rest of the transaction. The successor test is one
+ * correlated NOT EXISTS over the heads' constants, not one per head: TiDB
+ * runs an uncorrelated subquery while it compiles the statement, and 128 of
+ * them took 520 µs per item (docs/BENCHMARKS.md). ix_lane is named: MariaDB
+ * otherwise probes each head through ix_created, reading the whole queue.
+ * The queue is ASCII text, as the lane row's column (TiDB refuses to
+ * compare a derived utf8mb4 text with it).
  */
 export function idleLanes(t: LedgerTables, heads: readonly EndedHead[]): RawBuilder<unknown> {
   const rows = heads.map((h, i) => {
     const as = (name: string): RawBuilder<unknown> => sql.raw(i === 0 ? ` AS ${name}` : '');
     return sql`SELECT _ascii${inline(h.queue)}${as('queue')}, ${inline(h.lane)}${as('lane')}, ${inline(h.laneSeq)}${as(
       'seq',
-    )} FROM DUAL
-      WHERE NOT EXISTS (SELECT 1 FROM ${t.items} WHERE queue = ${inline(h.queue)} AND lane = ${inline(
-        h.lane,
-      )} AND lane_seq = ${inline(h.laneSeq + 1)})`;
+    )}`;
   });
-  return sql`UPDATE ${t.lanes} l JOIN (${sql.join(
-    rows,
-    sql` UNION ALL `,
-  )}) AS v ON l.queue = v.queue AND l.lane = v.lane
+  return sql`UPDATE ${t.lanes} l JOIN (SELECT * FROM (${sql.join(rows, sql` UNION ALL `)}) AS h
+      WHERE NOT EXISTS (SELECT 1 FROM ${t.items} n FORCE INDEX (ix_lane)
+        WHERE n.queue = h.queue AND n.lane = h.lane AND n.lane_seq = h.seq + 1)
+    ) AS v ON l.queue = v.queue AND l.lane = v.lane
     SET l.busy_from = 0 WHERE l.next_seq = v.seq`;
 }
 
