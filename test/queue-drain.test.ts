@@ -76,7 +76,12 @@ describe('drain-only queues', () => {
     const done: string[] = [];
     const consumer = await harness.consumer({ t: async (job) => void done.push(job.id) }, { name: 'c' });
     const first = await producer.enqueue({ queue, type: 't', payload: {}, lane: 'l' });
-    await waitFor(() => done.includes(first.id) || undefined, 10_000, 'the first item ran');
+    // Its completion written, not only its handler run: the delete counts what the ledger holds unfinished.
+    await waitFor(
+      async () => ((await ledger.inspect(first.id))?.item.state === 'completed' && done.includes(first.id)) || undefined,
+      10_000,
+      'the first item completed',
+    );
     const waiting = await producer.enqueue({ queue, type: 't', payload: {}, delayMs: 60_000 });
     const refusal = (q: string) => ledger.deleteQueue(q).catch((e: unknown) => e as QueueDeleteRefusedError);
     expect(await refusal(queue)).toMatchObject({ name: 'QueueDeleteRefusedError', reason: 'not_drain_only' });
