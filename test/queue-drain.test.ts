@@ -78,7 +78,8 @@ describe('drain-only queues', () => {
     const first = await producer.enqueue({ queue, type: 't', payload: {}, lane: 'l' });
     // Its completion written, not only its handler run: the delete counts what the ledger holds unfinished.
     await waitFor(
-      async () => ((await ledger.inspect(first.id))?.item.state === 'completed' && done.includes(first.id)) || undefined,
+      async () =>
+        ((await ledger.inspect(first.id))?.item.state === 'completed' && done.includes(first.id)) || undefined,
       10_000,
       'the first item completed',
     );
