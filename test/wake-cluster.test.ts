@@ -97,7 +97,7 @@ test('wake-ups and control messages of queues on different masters reach their r
   for (const [i, queue] of queues.entries()) {
     const reader = new WakeReader(
       wake,
-      { queue, classes: ['default', 'interactive'], name: `r${i}`, readBlockMs: 200, log: silent },
+      { queue, classes: ['default', 'interactive'], readBlockMs: 200, log: silent },
       recorders[i]!.subscriber,
     );
     await reader.start();

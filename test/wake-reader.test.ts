@@ -37,7 +37,7 @@ test(
     const { seen, subscriber } = recorder();
     reader = new WakeReader(
       tw.wake,
-      { queue, classes: ['default'], name: 'r1', readBlockMs: 200, log: silent },
+      { queue, classes: ['default'], readBlockMs: 200, log: silent },
       subscriber,
     );
     await reader.start();
@@ -68,7 +68,7 @@ test('with no room the reader leaves wake-ups in the stream for other readers; g
   const { seen, subscriber } = recorder(0);
   reader = new WakeReader(
     tw.wake,
-    { queue, classes: ['default'], name: 'r2', readBlockMs: 200, log: silent },
+    { queue, classes: ['default'], readBlockMs: 200, log: silent },
     subscriber,
   );
   await reader.start();
@@ -78,7 +78,7 @@ test('with no room the reader leaves wake-ups in the stream for other readers; g
   const other = recorder(8);
   const second = new WakeReader(
     tw.wake,
-    { queue, classes: ['default'], name: 'r3', readBlockMs: 200, log: silent },
+    { queue, classes: ['default'], readBlockMs: 200, log: silent },
     other.subscriber,
   );
   await second.start();

@@ -2,37 +2,32 @@ import { groupBy } from '../group-by.js';
 import type { QueueClass } from '../ledger/types.js';
 import { CONSUMER_GROUP, wakeStreamKey } from './keys.js';
 import type { WakeEntry, WakeKind, WakeMessage } from './messages.js';
-import { readBlocking, type RedisClient } from './redis.js';
+import type { RedisClient } from './redis.js';
 
 /** A raw XREADGROUP reply: per stream, its entries as [id, fields]. */
 export type GroupReadReply = readonly [string, [string, string[]][]][];
 
 /**
  * New entries of `keys` (wake streams of one or more queues) for `consumer`
- * of the group, at most `count` per stream, waiting up to `blockMs`: one
- * blocking call however many queues it names. Needs a connection of its own;
- * on a cluster, keys of one slot only.
+ * of the group, at most `count` per stream, without blocking: the doorbell
+ * (doorbell.ts) said which queues to read. On a cluster, keys of one slot only.
  */
-export async function readGroupStreams(
+export async function readGroupNow(
   redis: RedisClient,
   consumer: string,
   keys: readonly string[],
   count: number,
-  blockMs: number,
 ): Promise<GroupReadReply> {
-  const reply = (await readBlocking(redis, blockMs, () =>
-    redis.xreadgroup(
-      'GROUP',
-      CONSUMER_GROUP,
-      consumer,
-      'COUNT',
-      count,
-      'BLOCK',
-      blockMs,
-      'STREAMS',
-      ...keys,
-      ...keys.map(() => '>'),
-    ),
+  if (keys.length === 0) return [];
+  const reply = (await redis.xreadgroup(
+    'GROUP',
+    CONSUMER_GROUP,
+    consumer,
+    'COUNT',
+    count,
+    'STREAMS',
+    ...keys,
+    ...keys.map(() => '>'),
   )) as [string, [string, string[]][]][] | null;
   return reply ?? [];
 }
@@ -120,7 +115,7 @@ export class WakeStreams {
     return this.classByKey.has(stream);
   }
 
-  /** This queue's entries in a reply of readGroupStreams (which may name other queues' streams too). */
+  /** This queue's entries in a reply of readGroupNow (which may name other queues' streams too). */
   entriesOf(reply: GroupReadReply): WakeEntry[] {
     return this.parse(reply.filter(([stream]) => this.covers(stream)));
   }
