@@ -130,7 +130,10 @@ describe('queue patterns', () => {
     ).toThrow(/ownership epochs are for a queue named in full/);
   });
 
-  test(`${QUEUES} queues created while ${WORKERS} workers run: each served and its first item started within one reconcile interval and a sweep; Redis connections flat from ${FIRST} queues; idle queues claim nothing`, async () => {
+  const fleetTitle =
+    `${QUEUES} queues created while ${WORKERS} workers run: each served and its first item started within one ` +
+    `reconcile interval and a sweep; Redis connections flat from ${FIRST} queues; idle queues claim nothing`;
+  test(fleetTitle, async () => {
     const { tl, tw } = await fixtures();
     const prefix = uniqueQueue('tn');
     const startedAt = new Map<string, number>();
