@@ -1,3 +1,4 @@
+import type { ChainableCommander } from 'ioredis';
 import type { ClaimedItem } from '../ledger/types.js';
 import { controlStreamKey } from './keys.js';
 import type { ControlEntry, ControlMessage } from './messages.js';
@@ -22,6 +23,11 @@ export class ControlStreams {
     text = JSON.stringify(message),
   ): Promise<void> {
     await redis.xadd(controlStreamKey(this.prefix, queue), 'MAXLEN', '~', this.maxLen, '*', 'm', text);
+  }
+
+  /** The XADD of publish, onto a pipeline of the caller's. */
+  addTo(pipeline: ChainableCommander, queue: string, message: ControlMessage, text = JSON.stringify(message)): void {
+    pipeline.xadd(controlStreamKey(this.prefix, queue), 'MAXLEN', '~', this.maxLen, '*', 'm', text);
   }
 
   /** The id to start reading after, so a new reader sees only what comes next. */

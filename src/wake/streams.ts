@@ -2,6 +2,7 @@ import { groupBy } from '../group-by.js';
 import type { QueueClass } from '../ledger/types.js';
 import { CONSUMER_GROUP, wakeStreamKey } from './keys.js';
 import type { WakeEntry, WakeKind, WakeMessage } from './messages.js';
+import type { ChainableCommander } from 'ioredis';
 import type { RedisClient } from './redis.js';
 
 /** A raw XREADGROUP reply: per stream, its entries as [id, fields]. */
@@ -30,6 +31,13 @@ export async function readGroupNow(
     ...keys.map(() => '>'),
   )) as [string, [string, string[]][]][] | null;
   return reply ?? [];
+}
+
+/** Runs a pipeline; throws the first command's error, if any. */
+export async function execAll(pipeline: ChainableCommander): Promise<void> {
+  const results = await pipeline.exec();
+  const failed = results?.find(([error]) => error !== null);
+  if (failed?.[0]) throw failed[0];
 }
 
 /** Ids named in one entry. */
@@ -71,6 +79,12 @@ export class WakeStreams {
   async publish(redis: RedisClient, messages: readonly (WakeMessage & { queueClass: QueueClass })[]): Promise<void> {
     if (messages.length === 0) return;
     const pipeline = redis.pipeline();
+    this.addTo(pipeline, messages);
+    await execAll(pipeline);
+  }
+
+  /** The XADDs of publish, onto a pipeline of the caller's (which may hold other queues' and the doorbell's). */
+  addTo(pipeline: ChainableCommander, messages: readonly (WakeMessage & { queueClass: QueueClass })[]): void {
     for (const m of messages) {
       const chunks = Math.max(1, Math.min(MAX_ENTRIES_PER_MESSAGE, Math.ceil(m.ids.length / MAX_IDS_PER_ENTRY)));
       for (let c = 0; c < chunks; c++) {
@@ -83,9 +97,6 @@ export class WakeStreams {
         pipeline.xadd(this.key(m.queueClass), 'MAXLEN', '~', this.maxLen, '*', ...fields);
       }
     }
-    const results = await pipeline.exec();
-    const failed = results?.find(([error]) => error !== null);
-    if (failed?.[0]) throw failed[0];
   }
 
   /**

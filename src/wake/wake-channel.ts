@@ -4,7 +4,7 @@ import { Cluster } from 'ioredis';
 import type { Logger } from '../log.js';
 import { createLogger } from '../log.js';
 import { QUEUE_CLASSES, type QueueClass } from '../ledger/types.js';
-import { WakeStreams } from './streams.js';
+import { execAll, WakeStreams } from './streams.js';
 import { ControlStreams } from './control.js';
 import { Doorbell } from './doorbell.js';
 import { controlStreamKey, DEFAULT_KEY_PREFIX, offersKey, wakeStreamKey } from './keys.js';
@@ -165,9 +165,16 @@ export class WakeChannel {
     const remote = toStreams.length;
     try {
       if (!(await this.usable())) throw new Error('redis is not connected');
-      await Promise.all([...byQueue].map(([queue, ms]) => this.streamsOf(queue).publish(this.redis, ms)));
-      // After the entries: a reader that hears the ring finds them (on a cluster they may be on other nodes).
-      await this.doorbell.ring(this.redis, [...byQueue.keys()]);
+      if (this.cluster) {
+        await Promise.all([...byQueue].map(([queue, ms]) => this.streamsOf(queue).publish(this.redis, ms)));
+        // After the entries have answered: a reader that hears the ring finds them (they may be on other nodes).
+        await this.doorbell.ring(this.redis, [...byQueue.keys()]);
+      } else {
+        const pipeline = this.redis.pipeline();
+        for (const [queue, ms] of byQueue) this.streamsOf(queue).addTo(pipeline, ms);
+        this.doorbell.ringAfter(pipeline, [...byQueue.keys()]);
+        await execAll(pipeline);
+      }
       this.counters.published += remote;
       this.health.worked();
       return true;
@@ -181,8 +188,15 @@ export class WakeChannel {
   async publishControl(queue: string, message: ControlMessage, text?: string): Promise<boolean> {
     try {
       if (!(await this.usable())) throw new Error('redis is not connected');
-      await this.control.publish(this.redis, queue, message, text);
-      await this.doorbell.ring(this.redis, [], [queue]);
+      if (this.cluster) {
+        await this.control.publish(this.redis, queue, message, text);
+        await this.doorbell.ring(this.redis, [], [queue]);
+      } else {
+        const pipeline = this.redis.pipeline();
+        this.control.addTo(pipeline, queue, message, text);
+        this.doorbell.ringAfter(pipeline, [], [queue]);
+        await execAll(pipeline);
+      }
       this.health.worked();
       return true;
     } catch (error) {
