@@ -66,8 +66,8 @@ export class WakeHub {
   }
 
   /**
-   * Adds a member: its group and control position are set, and its streams read once, before it returns, so
-   * nothing published from here on is missed.
+   * Adds a member: its group, its control position and the doorbell's are set before it returns, and its
+   * streams are due a read, so nothing published from here on is missed.
    */
   async join(member: HubMember): Promise<void> {
     const redis = this.channel.redis;
@@ -86,10 +86,12 @@ export class WakeHub {
     if (!mates) this.byQueue.set(member.queue, (mates = new Set()));
     mates.add(member);
     if (!this.running) this.start();
-    // What was published before the doorbell's position was taken rang before it: read once now.
+    // What was published before the doorbell's position was taken rang before it: read once, after that position.
+    // Not awaited: under load a pass may run on and on, and a consumer's start must not wait for it to end.
     this.due(this.wakeDue, member.queue);
     this.due(this.controlDue, member.queue);
-    await this.readDue();
+    await this.started;
+    void this.readDue();
   }
 
   /** Removes a member; the last one out stops the doorbell read and closes its connection. */
