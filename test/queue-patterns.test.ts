@@ -206,7 +206,7 @@ describe('queue patterns', () => {
     const sweepsIdle = sweeps();
     await waitFor(() => sweeps() >= sweepsIdle + 2 || undefined, 3 * POLL_MS + LOADED_MS, 'two shared sweeps');
     expect(rounds()).toBe(roundsIdle);
-  }, 600_000);
+  }, 1_200_000);
 
   test('a queue defined with `lanewake queue create` is served before its first item', async () => {
     const { tl, tw } = await fixtures();
