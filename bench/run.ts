@@ -18,6 +18,7 @@ const WORKLOADS: Record<string, () => Promise<{ default: Runnable }>> = {
   shapes: () => import('./workloads/shapes.js'),
   schedules: () => import('./workloads/schedules.js'),
   queues: () => import('./workloads/queues.js'),
+  reconcile: () => import('./workloads/reconcile.js'),
   dashboard: () => import('./workloads/dashboard-paging.js'),
   tracing: () => import('./workloads/tracing.js'),
   ledger: () => import('./workloads/ledger.js'),

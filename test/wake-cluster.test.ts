@@ -97,7 +97,7 @@ test('wake-ups and control messages of queues on different masters reach their r
   for (const [i, queue] of queues.entries()) {
     const reader = new WakeReader(
       wake,
-      { queue, classes: ['default', 'interactive'], name: `r${i}`, readBlockMs: 200, log: silent },
+      { queue, classes: ['default', 'interactive'], readBlockMs: 200, log: silent },
       recorders[i]!.subscriber,
     );
     await reader.start();
@@ -130,6 +130,13 @@ test('wake-ups and control messages of queues on different masters reach their r
     "every queue's control message",
   );
   expect(remote.publishFailures).toBe(0);
+  // Three queues on three masters, one blocking read: the doorbell's, on its slot's master (this file's cluster;
+  // the cluster client may hold an idle connection to another node besides).
+  const lists = await Promise.all(cluster.ports.map((port) => cluster.cli(port, 'client', 'list')));
+  const blocked = lists
+    .flatMap((l) => l.split('\n'))
+    .filter((l) => l.includes('name=lanewake:wake:') && l.includes('cmd=xread'));
+  expect(blocked).toHaveLength(1);
 });
 
 test("a read of several queues' control streams goes out once per slot, never CROSSSLOT", async () => {

@@ -1,7 +1,6 @@
 import { afterEach, expect, test } from 'vitest';
 import { createLogger } from '../src/log.js';
 import { createRedisClient, isUnanswered, whenReady, type RedisClient } from '../src/wake/redis.js';
-import { readGroupStreams } from '../src/wake/streams.js';
 import { WakeChannel } from '../src/wake/wake-channel.js';
 import { PrivateRedis } from './support/processes.js';
 
@@ -41,20 +40,19 @@ test('on a frozen Redis a publish fails instead of waiting; the channel then sen
   await expect.poll(() => wake.publish([wakeUp]), { timeout: 10_000, interval: 100 }).toBe(true);
 });
 
-test('a blocking wake read on a frozen Redis ends as unanswered, not as an empty read', async () => {
+test('a blocking doorbell read on a frozen Redis ends as unanswered, not as an empty read', async () => {
   redis = await PrivateRedis.start();
   const wake = channelOn(redis);
-  const streams = wake.streamsOf('q');
   expect(await wake.usable()).toBe(true);
-  await streams.ensureGroup(wake.redis);
   const reader: RedisClient = createRedisClient(redis.url, 'lanewake:test-reader', 'blocking');
   closers.push(() => reader.disconnect());
   expect(await whenReady(reader, 10_000)).toBe(true);
   // Idle: a read that blocks and ends empty.
-  expect(await readGroupStreams(reader, 'c1', streams.streamKeys(), 10, 100)).toEqual([]);
+  const after = await wake.doorbell.latestId(wake.redis);
+  expect(await wake.doorbell.read(reader, after, 100)).toEqual({ lastId: after, wake: new Set(), control: new Set() });
 
   redis.freeze();
-  const error = await readGroupStreams(reader, 'c1', streams.streamKeys(), 10, 100).then(
+  const error = await wake.doorbell.read(reader, after, 100).then(
     () => undefined,
     (e: unknown) => e,
   );

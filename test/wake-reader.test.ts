@@ -35,11 +35,7 @@ test(
     tw = createTestWake();
     const queue = uniqueQueue('reader');
     const { seen, subscriber } = recorder();
-    reader = new WakeReader(
-      tw.wake,
-      { queue, classes: ['default'], name: 'r1', readBlockMs: 200, log: silent },
-      subscriber,
-    );
+    reader = new WakeReader(tw.wake, { queue, classes: ['default'], readBlockMs: 200, log: silent }, subscriber);
     await reader.start();
 
     const remote = tw.remote();
@@ -66,11 +62,7 @@ test('with no room the reader leaves wake-ups in the stream for other readers; g
   tw = createTestWake();
   const queue = uniqueQueue('reader-room');
   const { seen, subscriber } = recorder(0);
-  reader = new WakeReader(
-    tw.wake,
-    { queue, classes: ['default'], name: 'r2', readBlockMs: 200, log: silent },
-    subscriber,
-  );
+  reader = new WakeReader(tw.wake, { queue, classes: ['default'], readBlockMs: 200, log: silent }, subscriber);
   await reader.start();
   await tw.remote().publish([{ queue, queueClass: 'default', kind: 'enqueue', ids: ['a'] }]);
 
@@ -78,7 +70,7 @@ test('with no room the reader leaves wake-ups in the stream for other readers; g
   const other = recorder(8);
   const second = new WakeReader(
     tw.wake,
-    { queue, classes: ['default'], name: 'r3', readBlockMs: 200, log: silent },
+    { queue, classes: ['default'], readBlockMs: 200, log: silent },
     other.subscriber,
   );
   await second.start();

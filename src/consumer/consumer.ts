@@ -196,7 +196,7 @@ export class Consumer<DB = Record<string, never>> extends EventEmitter<ConsumerE
       const { queue, classes, readBlockMs } = this.settings;
       this.reader = new WakeReader(
         wake,
-        { queue, classes, name: this.name, readBlockMs, log: this.log },
+        { queue, classes, readBlockMs, log: this.log },
         {
           readRoom: () => (this.flags.paused ? 0 : this.scheduler.intake.capacity.freeSlots()),
           onEntries: (entries) => {

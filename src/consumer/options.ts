@@ -110,7 +110,13 @@ export const consumerSettingsSchema = z
         'Sweep interval (ms) while Redis is unreachable (or without a wake channel, when smaller than ' +
           '`pollIntervalMs`).',
       ),
-    readBlockMs: z.number().int().min(10).max(60_000).default(2_000).describe('XREADGROUP BLOCK time (ms).'),
+    readBlockMs: z
+      .number()
+      .int()
+      .min(10)
+      .max(60_000)
+      .default(2_000)
+      .describe("How long the process's one blocking read of the doorbell waits (ms): the shortest of its consumers'."),
     backoff: backoffSchema
       .default(backoffSchema.parse({}))
       .describe(

@@ -146,7 +146,7 @@ export class Sweeper {
     // The claim side looks beside the housekeeping (a wake-up never waits behind it), and again after it:
     // what it reclaimed or woke is claimable now.
     if (look && signal === undefined) this.parts.claims.kick();
-    this.sweeping = this.housekeep(signal)
+    this.sweeping = this.housekeep(signal, look)
       .then(() => {
         if (look) this.parts.claims.kick();
       })
@@ -158,9 +158,11 @@ export class Sweeper {
    * One sweep's housekeeping for the queue: its flags learned, the
    * maintenance pass (the steps `signal` says have work; all of them when
    * undefined: expired leases and due probes back to pending, each
-   * announced), and wake entries a dead reader left, taken over. Rejects when it failed.
+   * announced), and, when it looks for work, wake entries a dead reader left, taken over: in an idle queue they
+   * name nothing to claim, and a worker of thousands of idle queues sends Redis nothing per sweep. Rejects when
+   * it failed.
    */
-  private async housekeeping(signal: SweepSignal | undefined): Promise<void> {
+  private async housekeeping(signal: SweepSignal | undefined, look: boolean): Promise<void> {
     // The ledger holds the paused flag: each sweep learns it, also with Redis down
     // (the control stream only says it sooner).
     await this.parts.flags.learn(signal);
@@ -168,7 +170,7 @@ export class Sweeper {
       const failed = (await this.maintainer.pass(signal ? new Map([[signal.queue, signal]]) : undefined)).failed[0];
       if (failed) throw failed.error;
     }
-    await this.takeOverIdle();
+    if (look) await this.takeOverIdle();
   }
 
   /** Wake entries a stopped or stuck reader of the group left unacknowledged, taken over (Redis up only). */
@@ -181,9 +183,9 @@ export class Sweeper {
     await this.reader.takeOverIdle(IDLE_WAKE_ENTRY_MS, TAKE_OVER_BATCH);
   }
 
-  private async housekeep(signal: SweepSignal | undefined): Promise<void> {
+  private async housekeep(signal: SweepSignal | undefined, look: boolean): Promise<void> {
     try {
-      await this.housekeeping(signal);
+      await this.housekeeping(signal, look);
       if (this.failures > 0) {
         this.parts.log.warn({ failedSweeps: this.failures }, 'sweep maintenance works again');
         this.failures = 0;

@@ -1,8 +1,12 @@
+import type { ChainableCommander } from 'ioredis';
 import type { ClaimedItem } from '../ledger/types.js';
 import { controlStreamKey } from './keys.js';
 import type { ControlEntry, ControlMessage } from './messages.js';
 import { readBlocking, type RedisClient } from './redis.js';
 import { groupBySlot } from './slots.js';
+
+/** Entries of one control stream one read takes at most: a read that took this many reads again. */
+export const CONTROL_PER_READ = 100;
 
 /** The control stream of each queue: every XADD / XREAD on it lives here. */
 export class ControlStreams {
@@ -19,6 +23,11 @@ export class ControlStreams {
     text = JSON.stringify(message),
   ): Promise<void> {
     await redis.xadd(controlStreamKey(this.prefix, queue), 'MAXLEN', '~', this.maxLen, '*', 'm', text);
+  }
+
+  /** The XADD of publish, onto a pipeline of the caller's. */
+  addTo(pipeline: ChainableCommander, queue: string, message: ControlMessage, text = JSON.stringify(message)): void {
+    pipeline.xadd(controlStreamKey(this.prefix, queue), 'MAXLEN', '~', this.maxLen, '*', 'm', text);
   }
 
   /** The id to start reading after, so a new reader sees only what comes next. */
@@ -41,26 +50,29 @@ export class ControlStreams {
   }
 
   /**
-   * Entries after `after[queue]` on each queue's control stream, waiting up to `blockMs` (on a cluster:
-   * queues of one readGroups part).
+   * Entries after `after[queue]` on each queue's control stream, at most CONTROL_PER_READ each (on a cluster:
+   * queues of one readGroups part). Without `blockMs`, at once: the hub reads what the doorbell named. With it,
+   * waiting up to `blockMs` for one, on a connection of its own (the supervisor's ControlWatch).
    */
-  async read(redis: RedisClient, after: ReadonlyMap<string, string>, blockMs: number): Promise<ControlEntry[]> {
+  async read(redis: RedisClient, after: ReadonlyMap<string, string>, blockMs?: number): Promise<ControlEntry[]> {
     const queues = [...after.keys()];
     if (queues.length === 0) return [];
-    const reply = (await readBlocking(redis, blockMs, () =>
-      redis.xread(
-        'COUNT',
-        100,
-        'BLOCK',
-        blockMs,
-        'STREAMS',
-        ...queues.map((q) => controlStreamKey(this.prefix, q)),
-        ...queues.map((q) => after.get(q) ?? '$'),
-      ),
-    )) as [string, [string, string[]][]][] | null;
+    const streams = [
+      'STREAMS',
+      ...queues.map((q) => controlStreamKey(this.prefix, q)),
+      ...queues.map((q) => after.get(q) ?? '0-0'),
+    ];
+    const reply = (
+      blockMs === undefined
+        ? await redis.xread('COUNT', CONTROL_PER_READ, ...(streams as ['STREAMS', ...string[]]))
+        : await readBlocking(redis, blockMs, () =>
+            redis.xread('COUNT', CONTROL_PER_READ, 'BLOCK', blockMs, ...(streams as ['STREAMS', ...string[]])),
+          )
+    ) as [string, [string, string[]][]][] | null;
+    const queueOf = new Map(queues.map((q) => [controlStreamKey(this.prefix, q), q]));
     const out: ControlEntry[] = [];
     for (const [stream, entries] of reply ?? []) {
-      const queue = queues.find((q) => controlStreamKey(this.prefix, q) === stream);
+      const queue = queueOf.get(stream);
       if (queue === undefined) continue;
       for (const [entryId, fields] of entries) {
         const raw = fields[fields.indexOf('m') + 1];

@@ -1,4 +1,5 @@
 import type { ControlStreams } from './control.js';
+import type { Doorbell } from './doorbell.js';
 import type { ControlMessage, WakeEntry } from './messages.js';
 import type { RedisClient, RedisTarget } from './redis.js';
 import type { WakeStreams } from './streams.js';
@@ -24,6 +25,7 @@ export interface HubChannel {
   readonly redis: RedisClient;
   readonly cluster: boolean;
   readonly control: ControlStreams;
+  readonly doorbell: Doorbell;
   readonly options: { readonly redis: RedisTarget };
   usable(): Promise<boolean>;
 }

@@ -17,6 +17,14 @@ export function offersKey(prefix: string, queue: string): string {
   return `${prefix}{${queue}}:offers`;
 }
 
+/**
+ * The prefix's doorbell (src/wake/doorbell.ts): one key, so one slot on a cluster. No hash tag: a queue's keys
+ * all carry one, so no queue's key can be this one.
+ */
+export function doorbellKey(prefix: string): string {
+  return `${prefix}doorbell`;
+}
+
 /** Consumers of one queue form this one group on each of its wake streams. */
 export const CONSUMER_GROUP = 'consumers';
 

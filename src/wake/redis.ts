@@ -249,17 +249,3 @@ export function whenReady(client: RedisClient, timeoutMs: number): Promise<boole
     client.once('ready', onReady);
   });
 }
-
-/** The server's id of this connection (CLIENT ID), for unblockClient. */
-export async function connectionId(client: Redis): Promise<number> {
-  return Number(await client.client('ID'));
-}
-
-/**
- * Ends the blocking command (XREAD / XREADGROUP … BLOCK) of connection `id`
- * as if it had timed out (CLIENT UNBLOCK), sent on another connection. False
- * if that connection was not blocked (yet).
- */
-export async function unblockClient(via: Redis, id: number): Promise<boolean> {
-  return Number(await via.client('UNBLOCK', id)) === 1;
-}

@@ -2,39 +2,42 @@ import { groupBy } from '../group-by.js';
 import type { QueueClass } from '../ledger/types.js';
 import { CONSUMER_GROUP, wakeStreamKey } from './keys.js';
 import type { WakeEntry, WakeKind, WakeMessage } from './messages.js';
-import { readBlocking, type RedisClient } from './redis.js';
+import type { ChainableCommander } from 'ioredis';
+import type { RedisClient } from './redis.js';
 
 /** A raw XREADGROUP reply: per stream, its entries as [id, fields]. */
 export type GroupReadReply = readonly [string, [string, string[]][]][];
 
 /**
  * New entries of `keys` (wake streams of one or more queues) for `consumer`
- * of the group, at most `count` per stream, waiting up to `blockMs`: one
- * blocking call however many queues it names. Needs a connection of its own;
- * on a cluster, keys of one slot only.
+ * of the group, at most `count` per stream, without blocking: the doorbell
+ * (doorbell.ts) said which queues to read. On a cluster, keys of one slot only.
  */
-export async function readGroupStreams(
+export async function readGroupNow(
   redis: RedisClient,
   consumer: string,
   keys: readonly string[],
   count: number,
-  blockMs: number,
 ): Promise<GroupReadReply> {
-  const reply = (await readBlocking(redis, blockMs, () =>
-    redis.xreadgroup(
-      'GROUP',
-      CONSUMER_GROUP,
-      consumer,
-      'COUNT',
-      count,
-      'BLOCK',
-      blockMs,
-      'STREAMS',
-      ...keys,
-      ...keys.map(() => '>'),
-    ),
+  if (keys.length === 0) return [];
+  const reply = (await redis.xreadgroup(
+    'GROUP',
+    CONSUMER_GROUP,
+    consumer,
+    'COUNT',
+    count,
+    'STREAMS',
+    ...keys,
+    ...keys.map(() => '>'),
   )) as [string, [string, string[]][]][] | null;
   return reply ?? [];
+}
+
+/** Runs a pipeline; throws the first command's error, if any. */
+export async function execAll(pipeline: ChainableCommander): Promise<void> {
+  const results = await pipeline.exec();
+  const failed = results?.find(([error]) => error !== null);
+  if (failed?.[0]) throw failed[0];
 }
 
 /** Ids named in one entry. */
@@ -76,6 +79,12 @@ export class WakeStreams {
   async publish(redis: RedisClient, messages: readonly (WakeMessage & { queueClass: QueueClass })[]): Promise<void> {
     if (messages.length === 0) return;
     const pipeline = redis.pipeline();
+    this.addTo(pipeline, messages);
+    await execAll(pipeline);
+  }
+
+  /** The XADDs of publish, onto a pipeline of the caller's (which may hold other queues' and the doorbell's). */
+  addTo(pipeline: ChainableCommander, messages: readonly (WakeMessage & { queueClass: QueueClass })[]): void {
     for (const m of messages) {
       const chunks = Math.max(1, Math.min(MAX_ENTRIES_PER_MESSAGE, Math.ceil(m.ids.length / MAX_IDS_PER_ENTRY)));
       for (let c = 0; c < chunks; c++) {
@@ -88,9 +97,6 @@ export class WakeStreams {
         pipeline.xadd(this.key(m.queueClass), 'MAXLEN', '~', this.maxLen, '*', ...fields);
       }
     }
-    const results = await pipeline.exec();
-    const failed = results?.find(([error]) => error !== null);
-    if (failed?.[0]) throw failed[0];
   }
 
   /**
@@ -120,7 +126,7 @@ export class WakeStreams {
     return this.classByKey.has(stream);
   }
 
-  /** This queue's entries in a reply of readGroupStreams (which may name other queues' streams too). */
+  /** This queue's entries in a reply of readGroupNow (which may name other queues' streams too). */
   entriesOf(reply: GroupReadReply): WakeEntry[] {
     return this.parse(reply.filter(([stream]) => this.covers(stream)));
   }

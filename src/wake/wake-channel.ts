@@ -4,8 +4,9 @@ import { Cluster } from 'ioredis';
 import type { Logger } from '../log.js';
 import { createLogger } from '../log.js';
 import { QUEUE_CLASSES, type QueueClass } from '../ledger/types.js';
-import { WakeStreams } from './streams.js';
+import { execAll, WakeStreams } from './streams.js';
 import { ControlStreams } from './control.js';
+import { Doorbell } from './doorbell.js';
 import { controlStreamKey, DEFAULT_KEY_PREFIX, offersKey, wakeStreamKey } from './keys.js';
 import type { ControlMessage, WakeMessage } from './messages.js';
 import { groupBySlot } from './slots.js';
@@ -59,6 +60,8 @@ export class WakeChannel {
   /** Whether `redis` is a Redis Cluster. */
   readonly cluster: boolean;
   readonly control: ControlStreams;
+  /** Rung after every write to a wake or control stream: what the process's one blocking read waits on. */
+  readonly doorbell: Doorbell;
   readonly timers: WakeTimers;
   /** Consumers' standing offers and their handoffs (docs/design/handover.md, "Through an offer"). */
   readonly offers: Offers;
@@ -67,7 +70,7 @@ export class WakeChannel {
   readonly counters: PublishCounters = { published: 0, deliveredLocally: 0, failed: 0 };
   private readonly health: PublishHealth;
   private readonly streams = new Map<string, WakeStreams>();
-  private hub: WakeHub | undefined;
+  private sharedHub: WakeHub | undefined;
   private everReady = false;
   /** After a command Redis left unanswered, none goes out before this (ms). */
   private unansweredUntil = 0;
@@ -76,6 +79,7 @@ export class WakeChannel {
     this.cluster = clusterOf(options.redis) !== undefined;
     this.redis = createRedisClient(options.redis, 'lanewake:publish', 'commands');
     this.control = new ControlStreams(this.keyPrefix);
+    this.doorbell = new Doorbell(this.keyPrefix);
     this.offers = new Offers(this.keyPrefix, this);
     this.timers = new WakeTimers(options.redis, 'lanewake-timers', this.keyPrefix.replace(/:$/, ''));
     this.health = new PublishHealth(options.logger ?? createLogger('lanewake.wake'));
@@ -114,19 +118,15 @@ export class WakeChannel {
   }
 
   /**
-   * The hub a wake reader reads through: on a plain Redis one per channel, so
-   * every reader sharing it shares its blocking reads (one per 64 wake
-   * streams, one for all control streams); on a cluster one per reader (a
-   * read names the streams of one slot only).
+   * The hub every wake reader of this channel reads through: one blocking read of the doorbell for all of
+   * them, plain Redis or cluster (src/wake/wake-hub.ts).
    */
-  hubFor(readerName: string, log: Logger): WakeHub {
-    if (this.cluster) return new WakeHub(this, { name: readerName, shared: false, log });
-    this.hub ??= new WakeHub(this, {
+  hub(log: Logger): WakeHub {
+    this.sharedHub ??= new WakeHub(this, {
       name: `${hostname()}:${process.pid}:${randomBytes(3).toString('hex')}`,
-      shared: true,
       log,
     });
-    return this.hub;
+    return this.sharedHub;
   }
 
   /** Publish calls (wake-ups, control broadcasts, timer scheduling) that failed since this channel was made. */
@@ -165,7 +165,16 @@ export class WakeChannel {
     const remote = toStreams.length;
     try {
       if (!(await this.usable())) throw new Error('redis is not connected');
-      await Promise.all([...byQueue].map(([queue, ms]) => this.streamsOf(queue).publish(this.redis, ms)));
+      if (this.cluster) {
+        await Promise.all([...byQueue].map(([queue, ms]) => this.streamsOf(queue).publish(this.redis, ms)));
+        // After the entries have answered: a reader that hears the ring finds them (they may be on other nodes).
+        await this.doorbell.ring(this.redis, [...byQueue.keys()]);
+      } else {
+        const pipeline = this.redis.pipeline();
+        for (const [queue, ms] of byQueue) this.streamsOf(queue).addTo(pipeline, ms);
+        this.doorbell.ringAfter(pipeline, [...byQueue.keys()]);
+        await execAll(pipeline);
+      }
       this.counters.published += remote;
       this.health.worked();
       return true;
@@ -179,7 +188,15 @@ export class WakeChannel {
   async publishControl(queue: string, message: ControlMessage, text?: string): Promise<boolean> {
     try {
       if (!(await this.usable())) throw new Error('redis is not connected');
-      await this.control.publish(this.redis, queue, message, text);
+      if (this.cluster) {
+        await this.control.publish(this.redis, queue, message, text);
+        await this.doorbell.ring(this.redis, [], [queue]);
+      } else {
+        const pipeline = this.redis.pipeline();
+        this.control.addTo(pipeline, queue, message, text);
+        this.doorbell.ringAfter(pipeline, [], [queue]);
+        await execAll(pipeline);
+      }
       this.health.worked();
       return true;
     } catch (error) {

@@ -10,12 +10,7 @@ export type { WakeSubscriber } from './hub-types.js';
 export interface WakeReaderOptions {
   queue: string;
   classes: readonly QueueClass[];
-  /**
-   * The reader's name in the consumer group on a cluster (the consumer's name); on a plain Redis the process's
-   * hub has one name for all.
-   */
-  name: string;
-  /** How long one XREAD blocks. */
+  /** How long the doorbell read blocks at most (the shortest of the process's readers). */
   readBlockMs: number;
   log: Logger;
 }
@@ -23,10 +18,9 @@ export interface WakeReaderOptions {
 /**
  * One consumer's reader of its queue's wake streams (as a member of the
  * queue's consumer group) and control stream (as a plain reader), through the
- * channel's hub: on a plain Redis the hub's blocking reads serve every
- * reader of the process (src/wake/wake-hub.ts); on a cluster each reader has
- * its own pair, since one read may not span slots. It reads only while its
- * subscriber has room.
+ * channel's hub: one blocking read of the doorbell serves every reader of the
+ * process, plain Redis or cluster (src/wake/wake-hub.ts). It reads wake-ups
+ * only while its subscriber has room.
  */
 export class WakeReader {
   private readonly hub: WakeHub;
@@ -34,7 +28,7 @@ export class WakeReader {
   private joined = false;
 
   constructor(channel: WakeChannel, options: WakeReaderOptions, subscriber: WakeSubscriber) {
-    this.hub = channel.hubFor(options.name, options.log);
+    this.hub = channel.hub(options.log);
     this.member = {
       queue: options.queue,
       streams: channel.streamsOf(options.queue, options.classes),
