@@ -68,6 +68,11 @@ export class Supervisor {
   private ownershipTimer: NodeJS.Timeout | undefined;
   private queuesTimer: NodeJS.Timeout | undefined;
   private queuesRead: Promise<void> | undefined;
+  /**
+   * How many times it has read the ledger's queues (one read each reconcile interval). A queue defined after read n
+   * is served by read n + 2 at the latest: read n + 1 may have been sent before the definition committed.
+   */
+  queueReads = 0;
   private stopping: Promise<void> | undefined;
   private checking: Promise<void> | undefined;
   /** A check was asked for while one ran (it may have read the ledger before what prompted it): run once more. */
@@ -191,6 +196,7 @@ export class Supervisor {
   private async reconcileQueues(): Promise<void> {
     if (this.stopping) return;
     const rows = await this.ledger.queueRows(this.patterns.any ? undefined : this.pinnedNames());
+    this.queueReads++;
     const changes = this.patterns.reconcile(rows);
     for (const { queue, entry, config } of changes.start)
       this.runners.set(queue, this.makeRunners({ ...config, name: queue }, entry));
