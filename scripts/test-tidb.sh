@@ -31,5 +31,5 @@ echo "test:tidb: the ledger suites, optimistic mode"
 if [[ $# -gt 0 ]]; then
   LANEWAKE_TEST_TIDB_TXN_MODE=optimistic npx vitest run "$@"
 else
-  LANEWAKE_TEST_TIDB_TXN_MODE=optimistic npx vitest run test/ledger- test/conformance/ test/shape- test/fleet-cap test/explain test/rate-limit test/concurrency-keys test/pause test/schedules test/stale-only test/ownership-fence test/stage-history
+  LANEWAKE_TEST_TIDB_TXN_MODE=optimistic npx vitest run test/ledger- test/conformance/ test/shape- test/fleet-cap test/explain test/rate-limit test/concurrency-keys test/pause test/schedules test/stale-only test/ownership-fence test/stage-history test/workflows test/queue-live-settings
 fi
