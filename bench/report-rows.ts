@@ -5,7 +5,7 @@
  * their effect check, how many failed, and the ratio to the reference.
  * Pure: results in, rows out.
  */
-import type { ServerDurability } from './durability.js';
+import type { ServerDurability } from './machine.js';
 import { METRICS, rowName, type Better, type RunResult, type Sizes } from './peers/protocol.js';
 import { HEADLINE_ROW } from './peers/registry.js';
 import type { Workload } from './peers/types.js';

@@ -12,7 +12,7 @@
 import { existsSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import type { ServerDurability } from './durability.js';
+import type { ServerDurability } from './machine.js';
 import { extractNotes, renderMarkdown } from './report-markdown.js';
 import {
   COMPARE_FORMAT,

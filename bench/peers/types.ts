@@ -12,6 +12,15 @@
  * `ns` is plain JSON, so a worker child process can rebuild the adapter.
  */
 
+export const PG_URL = process.env.LANEWAKE_BENCH_PG_URL ?? 'postgres://postgres@127.0.0.1:5432/postgres';
+export const REDIS_URL = process.env.LANEWAKE_BENCH_REDIS_URL ?? 'redis://127.0.0.1:6379';
+
+/** `<prefix><ns.id>`, checked: the id becomes an SQL identifier or a key prefix. */
+export function nsName(prefix: string, ns: Namespace): string {
+  if (!/^[a-z0-9]{1,40}$/.test(ns.id)) throw new Error(`namespace id must be [a-z0-9]{1,40}: ${ns.id}`);
+  return `${prefix}${ns.id}`;
+}
+
 /** What a job carries: the harness's own bookkeeping, nothing else. */
 export interface BenchJob {
   /** Unique per run; the effect check counts these. */
