@@ -106,7 +106,9 @@ if (part === 'steady-producer') {
             // Counted up to 20 a worker, as the row always was.
             if (us > 200_000 && late < 20) late++;
             const effect = sql`INSERT INTO effects (item_id, lane, written_at) VALUES (${job.id}, ${job.lane}, NOW(6))`;
-            await ctx.transaction((trx) => effect.execute(trx));
+            await ctx.transaction(async (trx) => {
+              await effect.execute(trx);
+            });
           },
         },
   });
