@@ -45,7 +45,7 @@ export interface CompareResults {
   machine: string;
   /** Server and library versions, e.g. { MariaDB: '10.11.6', bullmq: '5.1.0' }. */
   software: Record<string, string>;
-  /** How durable each server's commits were (bench/durability.ts). */
+  /** How durable each server's commits were (bench/machine.ts). */
   durability: ServerDurability[];
   /** `git rev-parse --short HEAD`, `+dirty` when src/ or bench/ differ from it. */
   revision: string;
