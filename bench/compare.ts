@@ -29,8 +29,7 @@ import { execFileSync } from 'node:child_process';
 import { mkdirSync, writeFileSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
 import { isFullRun, parseArgs, selectFactories, USAGE, UsageError, type Options } from './compare-options.js';
-import { durability, durabilityLines } from './durability.js';
-import { commandLine, describeMachine } from './machine.js';
+import { commandLine, describeMachine, durabilityLines } from './machine.js';
 import { METRICS, sizes, type RunArgs, type RunResult } from './peers/protocol.js';
 import { REFERENCE, allFactories, factoryLabel, runsWorkload } from './peers/registry.js';
 import type { PeerFactory, Workload } from './peers/types.js';
@@ -197,7 +196,7 @@ async function main(): Promise<number> {
   }
   const full = isFullRun(opts, factories, all);
   const startedAt = new Date().toISOString();
-  const [{ machine, software }, servers] = await Promise.all([describeMachine(), durability()]);
+  const { machine, software, durability: servers } = await describeMachine();
   progress(
     `lanewake compare: ${factories.map(factoryLabel).join(', ')}; workloads ` +
       `${opts.workloads.join(', ')}; ${opts.runs} run(s), scale ` +

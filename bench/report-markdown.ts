@@ -3,7 +3,7 @@
  * section between `<!-- notes:start -->` and `<!-- notes:end -->` is kept
  * from the page it replaces. Pure: results and notes in, text out.
  */
-import { durabilityLines } from './durability.js';
+import { durabilityLines } from './machine.js';
 import type { Sizes } from './peers/protocol.js';
 import type { Workload } from './peers/types.js';
 import {

@@ -5,7 +5,7 @@
  * their effect check, how many failed, and the ratio to the reference.
  * Pure: results in, rows out.
  */
-import type { ServerDurability } from './durability.js';
+import type { ServerDurability } from './machine.js';
 import { METRICS, rowName, type Better, type RunResult, type Sizes } from './peers/protocol.js';
 import { HEADLINE_ROW } from './peers/registry.js';
 import type { Workload } from './peers/types.js';
@@ -45,7 +45,7 @@ export interface CompareResults {
   machine: string;
   /** Server and library versions, e.g. { MariaDB: '10.11.6', bullmq: '5.1.0' }. */
   software: Record<string, string>;
-  /** How durable each server's commits were (bench/durability.ts). */
+  /** How durable each server's commits were (bench/machine.ts). */
   durability: ServerDurability[];
   /** `git rev-parse --short HEAD`, `+dirty` when src/ or bench/ differ from it. */
   revision: string;

@@ -12,57 +12,11 @@
 import { existsSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import type { ServerDurability } from './durability.js';
 import { extractNotes, renderMarkdown } from './report-markdown.js';
-import {
-  COMPARE_FORMAT,
-  headlineRow,
-  summarize,
-  warningRows,
-  type CompareResults,
-  type NotApplicable,
-  type WarningRow,
-} from './report-rows.js';
+import { COMPARE_FORMAT, headlineRow, summarize, warningRows, type CompareResults } from './report-rows.js';
 import { renderSvg } from './report-svg.js';
 
 const ROOT = fileURLToPath(new URL('../', import.meta.url));
-
-export interface LatestRow {
-  /** The row's name: "latency p50". */
-  workload: string;
-  system: string;
-  mode: string;
-  unit: string;
-  /** failed: every run failed, so there is no number. */
-  status: 'ok' | 'some runs failed' | 'failed';
-  median: number | null;
-  min: number | null;
-  max: number | null;
-  runs: number;
-  failedRuns: number;
-  /** The reference's ratio label ("2.31× faster"), if any. */
-  ratio: string | null;
-}
-
-export interface Latest {
-  format: 'lanewake-compare-latest/2';
-  revision: string;
-  date: string;
-  runs: number;
-  scale: number;
-  command: string;
-  machine: string;
-  software: Record<string, string>;
-  durability: ServerDurability[];
-  reference: { system: string; mode: string };
-  /** The reference's two-process latency p50 (ms). */
-  headlineLatencyP50Ms: number | null;
-  rows: LatestRow[];
-  notApplicable: NotApplicable[];
-  warnings: WarningRow[];
-  /** The raw record it was made from. */
-  source: string;
-}
 
 function round(n: number | null): number | null {
   if (n === null) return null;
@@ -71,9 +25,9 @@ function round(n: number | null): number | null {
 }
 
 /** bench/results/latest.json: every row, a failed one included, with what it was measured on. */
-export function latestJson(r: CompareResults, resultFile: string): Latest {
+export function latestJson(r: CompareResults, resultFile: string) {
   return {
-    format: 'lanewake-compare-latest/2',
+    format: 'lanewake-compare-latest/2' as const,
     revision: r.revision,
     date: r.finishedAt,
     runs: r.params.runs,
@@ -89,6 +43,7 @@ export function latestJson(r: CompareResults, resultFile: string): Latest {
       system: x.system,
       mode: x.mode,
       unit: x.unit,
+      // failed: every run failed, so there is no number.
       status: x.median === null ? 'failed' : x.failedRuns > 0 ? 'some runs failed' : 'ok',
       median: round(x.median),
       min: round(x.min),

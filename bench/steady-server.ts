@@ -17,12 +17,12 @@ export function steadyServer(): { server: 'mariadb' | 'tidb'; txn: string; serve
   return { server, txn: cliFlag('--txn') ?? 'pessimistic', serverUrl: serverUrlOf(server) };
 }
 
-const here = (f: string): string => fileURLToPath(new URL(f, import.meta.url));
+const CHILD = fileURLToPath(new URL('./lanewake-child.mjs', import.meta.url));
 
-/** A bench/steady-*.mjs child, killed at exit. LW_CPU_PROF=<dir>: it writes a V8 CPU profile there. */
-export function steadyChild(script: string, env: Record<string, string>): ChildProcess {
+/** A bench/lanewake-child.mjs of `part`, killed at exit. LW_CPU_PROF=<dir>: it writes a V8 CPU profile there. */
+export function steadyChild(part: 'steady-worker' | 'steady-producer', env: Record<string, string>): ChildProcess {
   const prof = process.env.LW_CPU_PROF;
-  const p = fork(here(script), [], {
+  const p = fork(CHILD, [part], {
     env: { ...process.env, ...env },
     execArgv: prof ? ['--cpu-prof', '--cpu-prof-dir', prof] : [],
     stdio: ['ignore', 'inherit', 'inherit', 'ipc'],

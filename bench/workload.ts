@@ -26,7 +26,9 @@ import {
   sleep,
 } from './support.js';
 
-export const REDIS_URL = process.env.LANEWAKE_BENCH_REDIS_URL ?? 'redis://127.0.0.1:6379';
+import { REDIS_URL } from './peers/types.js';
+
+export { REDIS_URL };
 export const silent = createLogger('bench', 'silent');
 
 /** A number flag of the command line (`--runs 3`), or its default. */

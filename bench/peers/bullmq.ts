@@ -1,43 +1,26 @@
 /**
- * BullMQ as a peer of the side-by-side benchmark (bench/compare.ts), with its
- * defaults: one mode, 'defaults'.
- *
- * Used the way BullMQ's docs recommend for throughput: Queue.addBulk for a
- * batch (one MULTI round trip), Queue.add for one job, one Worker per process
- * with `concurrency` (docs.bullmq.io/guide/workers/concurrency). Every Queue /
- * Worker opens its own ioredis connections from plain connection options
- * (docs.bullmq.io/guide/connections, "create a new connection in every
- * instance"); a Worker adds its own blocking connection.
- *
- * Options set, and why; everything else is BullMQ's default:
- * - `connection.maxRetriesPerRequest: null`: what BullMQ requires for workers
- *   and its production guide recommends (BullMQ forces it on the Worker's
- *   blocking connection anyway); changes nothing while Redis is up.
- * - `prefix: 'bqb:<ns.id>'` (default 'bull'): the namespace, so that teardown
- *   can delete every key of the run with SCAN + DEL, and runs never meet.
- * - `concurrency`: the harness's value (default 1).
- * Not set: `removeOnComplete`. BullMQ's default is to keep every completed job
- * in the completed set (no removal), so `completedCount()` reads it with
- * `getCompletedCount()` and the run measures BullMQ exactly as it ships.
- * Whether those completions survive a crash is Redis's persistence setting
- * (appendonly / appendfsync / save), which the harness records with the results.
- * Default `attempts` is 1: a handler here never throws, so nothing retries.
+ * BullMQ as a peer of the side-by-side benchmark, with its defaults: addBulk / add, one Worker per process with
+ * `concurrency`. Set: maxRetriesPerRequest null (required for workers), prefix `bqb:<ns.id>` (the namespace,
+ * deleted by SCAN + UNLINK). Completed jobs stay in the completed set (the default), which completedCount() reads;
+ * their durability is Redis's persistence, recorded with the results.
  */
 import { Queue, Worker, type ConnectionOptions, type Job } from 'bullmq';
 import { Redis } from 'ioredis';
 import { plainRedisOptions } from '../../src/wake/redis.js';
-import type { BenchJob, Namespace, PeerAdapter, PeerFactory, RunningWorker, WorkerOptions } from './types.js';
+import {
+  nsName,
+  REDIS_URL,
+  type BenchJob,
+  type Namespace,
+  type PeerAdapter,
+  type PeerFactory,
+  type RunningWorker,
+  type WorkerOptions,
+} from './types.js';
 import { recordWarning } from './warnings.js';
 
-const REDIS_URL = process.env.LANEWAKE_BENCH_REDIS_URL ?? 'redis://127.0.0.1:6379';
 const QUEUE = 'bench';
 const JOB_NAME = 'job';
-
-/** The Redis key prefix of a namespace: every key of the run starts with `${prefix}:`. */
-export function bullmqPrefix(ns: Namespace): string {
-  if (!/^[a-z0-9]{1,40}$/.test(ns.id)) throw new Error(`namespace id must be [a-z0-9]{1,40}: ${ns.id}`);
-  return `bqb:${ns.id}`;
-}
 
 function connectionOptions(): ConnectionOptions {
   return { ...plainRedisOptions(REDIS_URL), maxRetriesPerRequest: null };
@@ -67,7 +50,7 @@ async function scanKeys(r: Redis, pattern: string, onBatch: (keys: string[]) => 
 async function bullmqLeftovers(ns: Namespace): Promise<string[]> {
   const found: string[] = [];
   await withRedis((r) =>
-    scanKeys(r, `${bullmqPrefix(ns)}:*`, async (keys) => {
+    scanKeys(r, `${nsName('bqb:', ns)}:*`, async (keys) => {
       found.push(...keys);
     }),
   );
@@ -81,14 +64,11 @@ class BullmqAdapter implements PeerAdapter {
   private unregisterCleanup: (() => void) | undefined;
 
   constructor(private readonly ns: Namespace) {
-    this.prefix = bullmqPrefix(ns);
+    this.prefix = nsName('bqb:', ns);
   }
 
   async setup(): Promise<void> {
-    // Registered first, so an interrupted run is still undone. A BullMQ queue
-    // needs no creation: its keys appear with the first job.
-    // support.js (and its mysql2) is loaded here, not at module load: a worker child never calls setup(),
-    // so it does not carry another system's client library in its peak RSS.
+    // Registered first, so an interrupted run is still undone; support.js (mysql2) loaded here, not in children.
     const { onCleanup } = await import('../support.js');
     this.unregisterCleanup = onCleanup(() => this.teardown());
     const stale = await bullmqLeftovers(this.ns);

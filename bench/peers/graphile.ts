@@ -1,35 +1,9 @@
 /**
- * graphile-worker (0.17.x) adapters for the side-by-side benchmark (issue 5).
- *
- * Two modes, both graphile-worker's documented performance configuration as
- * far as it works for the row; same schema / task / enqueue path:
- *
- *  - 'local queue + batched completion': the options graphile-worker's own
- *    performance page and perf test use (cited at tunedPreset() below), for
- *    every unordered row.
- *
- *  - 'batched completion, no local queue': the same without the local
- *    queue, for the ordered rows (ordered, deep-lane): in 0.17.3 the local
- *    queue runs several jobs of one named queue at once (graphile/worker#621),
- *    so named queues, graphile-worker's per-key order, cannot use it.
- *
- * Both size the pool above the concurrency (graphile-worker warns when it is
- * smaller); every warning and error its logger prints is kept for the run's
- * result (bench/peers/warnings.ts).
- *
- * Namespace: one PostgreSQL schema `gw_<ns.id>` (graphile-worker's `schema`
- * option); setup() runs the migrations, teardown() drops the schema.
- *
- * Ordering: a job with a `key` gets `queueName: key` (graphile-worker named
- * queues run one job at a time per queue). Jobs without a key get no queue.
- * graphile-worker orders a queue by (priority, run_at) only; jobs added by one
- * `add_jobs` call share `run_at = now()`, so enqueueBatch gives keyed jobs
- * explicit, strictly increasing run_at values (see ADD_JOBS_SQL) to make the
- * per-key FIFO the harness checks well defined.
- *
- * graphile-worker deletes a job in the statement that records its
- * completion, so completedCount() is the rows add_jobs reported inserted
- * less the rows left in the jobs table (a failed job stays, with its error).
+ * graphile-worker 0.17 as a peer of the side-by-side benchmark, in two modes of its documented performance
+ * configuration (tunedPreset()): with the local queue for the unordered rows, without it for the ordered ones
+ * (in 0.17.3 the local queue runs several jobs of one named queue at once, graphile/worker#621). A namespace is
+ * the schema `gw_<ns.id>`. A keyed job gets `queueName: key` (named queues run one job at a time). graphile-worker
+ * deletes a job when it records its completion, so completedCount() is rows inserted less rows left.
  */
 import { EventEmitter } from 'node:events';
 import pg from 'pg';
@@ -45,32 +19,26 @@ import {
   type WorkerEvents,
   type WorkerUtils,
 } from 'graphile-worker';
-import type { BenchJob, Namespace, PeerAdapter, PeerFactory, RunningWorker, WorkerOptions, Workload } from './types.js';
+import {
+  nsName,
+  PG_URL,
+  type BenchJob,
+  type Namespace,
+  type PeerAdapter,
+  type PeerFactory,
+  type RunningWorker,
+  type WorkerOptions,
+  type Workload,
+} from './types.js';
 import { recordWarning } from './warnings.js';
-
-/** PostgreSQL server the peers use (trust auth on the bench machine). */
-export function graphileConnectionString(): string {
-  return process.env.LANEWAKE_BENCH_PG_URL ?? 'postgres://postgres@127.0.0.1:5432/postgres';
-}
 
 const TASK = 'bench';
 
 const sleep = (ms: number): Promise<void> => new Promise((r) => setTimeout(r, ms));
 
 /**
- * graphile-worker's documented throughput configuration.
- *
- * https://worker.graphile.org/docs/performance ("Quick stats", 183k jobs/s):
- *   concurrentJobs: 24, maxPoolSize: 25,
- *   localQueue: { size: 500 }, completeJobBatchDelay: 0, failJobBatchDelay: 0
- * graphile/worker perfTest/graphile.config.js (the config `yarn perfTest` runs):
- *   concurrentJobs: CONCURRENT_JOBS, maxPoolSize: CONCURRENT_JOBS + 1,
- *   localQueue: { size: 500, refetchDelay: { durationMs: 10 } },
- *   completeJobBatchDelay: 0, failJobBatchDelay: 0
- * We take the perf test's values (a superset of the docs page's); concurrency
- * is the harness's, so maxPoolSize = concurrency + 1 is computed per worker.
- * Option names checked against the installed 0.17.3 types
- * (GraphileConfig.WorkerOptions in node_modules/graphile-worker/dist/index.d.ts).
+ * The perf test's configuration (graphile/worker perfTest/graphile.config.js, a superset of
+ * worker.graphile.org/docs/performance), with maxPoolSize = concurrency + 1 as there.
  */
 function tunedPreset(concurrency: number): GraphileConfig.Preset {
   return {
@@ -88,25 +56,12 @@ function namedQueuePreset(concurrency: number): GraphileConfig.Preset {
   return { worker: { maxPoolSize: concurrency + 1, completeJobBatchDelay: 0, failJobBatchDelay: 0 } };
 }
 
-/**
- * graphile-worker logs one INFO line per completed job ("Completed task …
- * with success") unless NO_LOG_SUCCESS is set when the module loads; its own
- * perf test sets NO_LOG_SUCCESS=1. Per-job console output would measure the
- * terminal, not the queue, so INFO/DEBUG are dropped; every warning and error
- * is printed and kept for the run's result.
- */
+/** One INFO line per completed job would measure the terminal: warnings and errors only, kept for the result. */
 const quietLogger = new Logger(() => (level, message) => {
   const l = String(level);
   if (l !== 'error' && l !== 'warning') return;
   recordWarning(`graphile-worker ${l}`, message);
 });
-
-/** ns.id is documented [a-z0-9]; checked here because it becomes an SQL identifier. */
-function schemaFor(ns: Namespace): string {
-  if (!/^[a-z0-9]{1,50}$/.test(ns.id))
-    throw new Error(`graphile peer: namespace id must be [a-z0-9]{1,50}, got ${JSON.stringify(ns.id)}`);
-  return `gw_${ns.id}`;
-}
 
 function asBenchJob(payload: unknown): BenchJob {
   if (typeof payload === 'object' && payload !== null && typeof (payload as { n?: unknown }).n === 'number') {
@@ -125,16 +80,9 @@ function payloadOf(job: BenchJob): BenchJob {
 }
 
 /**
- * Strictly increasing run_at values for keyed jobs in one enqueueBatch call.
- * `add_jobs` stamps every job of a call with the same `now()`, and
- * graphile-worker picks a queue's next job by `order by priority, run_at`
- * alone (getJobs.ts), so jobs of one key inside one batch would tie and run
- * in physical (heap) order, which PostgreSQL does not promise to be the array
- * order. Giving each keyed job of the batch `batchStart - (count - i) µs`
- * keeps them immediately runnable, in array order, and (since one add_jobs
- * round trip takes far longer than the batch's few ms of offsets) after every
- * earlier batch. Node's Date only has millisecond precision, so this goes
- * through the SQL function with a µs offset rather than AddJobsJobSpec.runAt.
+ * add_jobs stamps a call's jobs with one now(), and a named queue runs by (priority, run_at) only, so keyed jobs
+ * of one batch would tie; each gets now() less (count - i) µs: runnable at once, in array order, after every
+ * earlier batch. Through SQL because Date has only ms.
  */
 const ADD_JOBS_SQL = (schema: string): string => `\
 select count(*)::int as n from "${schema}".add_jobs(
@@ -169,22 +117,20 @@ class GraphileAdapter implements PeerAdapter {
     ns: Namespace,
     private readonly mode: Mode,
   ) {
-    this.schema = schemaFor(ns);
+    this.schema = nsName('gw_', ns);
   }
 
   private baseOptions(): RunnerOptions {
-    return { connectionString: graphileConnectionString(), schema: this.schema, logger: quietLogger };
+    return { connectionString: PG_URL, schema: this.schema, logger: quietLogger };
   }
 
   async setup(): Promise<void> {
-    // Installs the schema (create schema if not exists + all migrations) once,
-    // in the parent, so connect()/run() in worker children find it current.
+    // Once, in the parent, so worker children find the schema current.
     await runMigrations(this.baseOptions());
   }
 
   async connect(): Promise<void> {
     if (this.utils) return;
-    // makeWorkerUtils also checks the migrations (a no-op after setup()).
     this.utils = await makeWorkerUtils(this.baseOptions());
   }
 
@@ -231,14 +177,7 @@ class GraphileAdapter implements PeerAdapter {
       },
     };
     const events = new EventEmitter() as WorkerEvents;
-    // "Ready" = a notification on "jobs:insert" has reached this pool, i.e.
-    // its LISTEN is in effect (graphile emits 'pool:listen:success' just
-    // before it sends LISTEN). We probe with NOTIFY payload {"count":0}:
-    // graphile parses the count and only nudges workers when it is > 0, so
-    // the probe wakes nobody here or in any other worker process. (Workers
-    // also fetch once at start, and a notification that arrives while a
-    // worker is mid-fetch makes it fetch again, so nothing inserted after
-    // this point waits for the 2 s poll.)
+    // Ready = a NOTIFY on "jobs:insert" has reached this pool. The probe's {"count":0} wakes no worker.
     let listenSucceeded = false;
     let notified = false;
     let listenError: unknown;
@@ -284,7 +223,7 @@ class GraphileAdapter implements PeerAdapter {
       await this.utils.withPgClient((c) => c.query(sql));
       return;
     }
-    const c = new pg.Client({ connectionString: graphileConnectionString() });
+    const c = new pg.Client({ connectionString: PG_URL });
     await c.connect();
     try {
       await c.query(sql);
@@ -293,10 +232,7 @@ class GraphileAdapter implements PeerAdapter {
     }
   }
 
-  /**
-   * runner.stop(): graceful shutdown (waits for in-flight jobs, flushes batched completions, returns local-queue jobs)
-   * and ends the runner's pool.
-   */
+  /** Graceful: waits for jobs in flight, flushes batched completions, returns local-queue jobs. */
   private async stopRunner(runner: Runner): Promise<void> {
     if (!this.runners.delete(runner)) return;
     await runner.stop();
@@ -319,7 +255,7 @@ class GraphileAdapter implements PeerAdapter {
   }
 
   async teardown(): Promise<void> {
-    const client = new pg.Client({ connectionString: graphileConnectionString() });
+    const client = new pg.Client({ connectionString: PG_URL });
     await client.connect();
     try {
       await client.query(`drop schema if exists "${this.schema}" cascade`);

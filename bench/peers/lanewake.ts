@@ -22,7 +22,17 @@ import type * as Lanewake from '../../src/index.js';
 import type { EnqueueInput } from '../../src/index.js';
 import { createConnection, type Connection, type RowDataPacket } from 'mysql2/promise';
 import { benchServerUrl, dropBenchDatabase, onCleanup, withAdmin } from '../support.js';
-import type { BenchJob, Namespace, PeerAdapter, PeerFactory, RunningWorker, WorkerOptions, Workload } from './types.js';
+import {
+  nsName,
+  REDIS_URL,
+  type BenchJob,
+  type Namespace,
+  type PeerAdapter,
+  type PeerFactory,
+  type RunningWorker,
+  type WorkerOptions,
+  type Workload,
+} from './types.js';
 import { recordWarning } from './warnings.js';
 
 /**
@@ -56,7 +66,6 @@ type Ledger = Lanewake.Ledger;
 type Producer = Lanewake.Producer;
 type WakeChannel = Lanewake.WakeChannel;
 
-const REDIS_URL = process.env.LANEWAKE_BENCH_REDIS_URL ?? 'redis://127.0.0.1:6379';
 const QUEUE = 'bench';
 const TYPE = 'job';
 /** Ledger connections per process: the engine benchmark's setting (32 slots share them). */
@@ -72,11 +81,6 @@ interface Mode {
    * the consumer in process.
    */
   readonly producerOwnChannel?: boolean;
-}
-
-function databaseName(ns: Namespace): string {
-  if (!/^[a-z0-9]{1,40}$/.test(ns.id)) throw new Error(`namespace id must be [a-z0-9]{1,40}: ${ns.id}`);
-  return `lwc_${ns.id}`;
 }
 
 class LanewakeAdapter implements PeerAdapter {
@@ -98,7 +102,7 @@ class LanewakeAdapter implements PeerAdapter {
     ns: Namespace,
     private readonly mode: Mode,
   ) {
-    this.dbName = databaseName(ns);
+    this.dbName = nsName('lwc_', ns);
     this.url = `${benchServerUrl()}/${this.dbName}`;
     this.keyPrefix = `lwc:${ns.id}:`;
   }

@@ -1,56 +1,30 @@
 /**
- * pg-boss 10 as a peer of the side-by-side benchmark (bench/compare.ts).
- *
- * A namespace is a PostgreSQL schema of its own, `pgb_<ns.id>`: pg-boss
- * installs itself there (`new PgBoss({ db, schema })` + `start()`, see `db`
- * below), setup() creates one queue in it, teardown() drops the schema.
- *
- * API used (checked against node_modules/pg-boss 10.4.2): `insert(jobs[])` for a
- * batch (one INSERT … SELECT FROM json_to_recordset statement), `send()` for one
- * job, `work(name, options, handler)` for workers, `offWork({ id })` to stop one.
- *
- * Concurrency. pg-boss 10 removed teamSize / teamConcurrency. Each `work()`
- * call adds one polling worker that fetches up to `batchSize` jobs, awaits the
- * handler for the whole batch, completes the batch, and then sleeps out the rest
- * of its polling interval (src/worker.js: it sleeps after a non-empty fetch too;
- * the docs: "The default options for work() is 1 job every 2 seconds").
- * The maintainer's recommendation for N jobs in flight is N `work()` calls
- * ("I now recommend using multiple workers for concurrency … a for loop over a
- * `concurrency` property that called work()", timgit/pg-boss#659), so
- * concurrency 32 = 32 `work()` registrations, each with the default batchSize 1.
- *
- * One mode, its documented throughput configuration, in every row it can
- * run: 'batch worker, poll 0.5 s' (see TUNED below). Its defaults (one job
- * per work() per 2 s poll: 16 jobs/s for 32 workers) are not a configuration
- * anyone would run it at under load, so no ratio is taken against them.
- *
- * Not default: the `db` constructor option (documented: bring
- * your own database adapter). It is a pg.Pool built as pg-boss builds its own
- * (max 10, application_name 'pgboss'), wrapped to count statements in flight.
- * pg-boss 10's `offWork()` returns before its workers stop (a fetch in flight
- * still delivers jobs) and it does not await the `complete()` it issues after a
- * handler returns; counting statements lets `stop()` wait until the last fetch
- * and the last completion write have landed, so stop() keeps the contract and
- * `completedCount()` is exact. The SQL pg-boss runs is unchanged.
- *
- * Ordered / deep lane: n/a, see NO_FIFO.
+ * pg-boss 10 as a peer of the side-by-side benchmark, in its documented throughput configuration (TUNED). A
+ * namespace is the schema `pgb_<ns.id>` (pg-boss installs itself there at start()). `db` is a pg.Pool built as
+ * pg-boss builds its own, counting statements in flight: pg-boss 10's offWork() returns before its workers stop
+ * and does not await the complete() after a handler, so stop() waits for both and completedCount() is exact.
+ * No per-key FIFO (NO_FIFO).
  */
 import PgBoss from 'pg-boss';
 import pg from 'pg';
-import type { BenchJob, Namespace, PeerAdapter, PeerFactory, RunningWorker, WorkerOptions, Workload } from './types.js';
+import {
+  nsName,
+  PG_URL,
+  type BenchJob,
+  type Namespace,
+  type PeerAdapter,
+  type PeerFactory,
+  type RunningWorker,
+  type WorkerOptions,
+  type Workload,
+} from './types.js';
 import { recordWarning } from './warnings.js';
 
-const PG_URL = process.env.LANEWAKE_BENCH_PG_URL ?? 'postgres://postgres@127.0.0.1:5432/postgres';
 const QUEUE = 'bench';
 /** pg-boss 10 opens `new pg.Pool(config)` with no `max`: pg's default, 10. */
 const POOL_MAX = 10;
 /** How long stop() waits for in-flight handlers and pg-boss's completion writes. */
 const STOP_DEADLINE_MS = 60_000;
-
-export function pgBossSchema(ns: Namespace): string {
-  if (!/^[a-z0-9]{1,40}$/.test(ns.id)) throw new Error(`namespace id must be [a-z0-9]{1,40}: ${ns.id}`);
-  return `pgb_${ns.id}`;
-}
 
 async function withClient<T>(fn: (c: pg.Client) => Promise<T>): Promise<T> {
   const c = new pg.Client({ connectionString: PG_URL, application_name: 'bench.pgboss.admin' });
@@ -89,11 +63,7 @@ interface Mode {
   readonly layout: (concurrency: number) => { workers: number; batchSize: number };
   /** `pollingIntervalSeconds` passed to work(). */
   readonly pollingIntervalSeconds: number;
-  /**
-   * Call `notifyWorker(id)` (documented: "bypass the job polling interval for
-   * this iteration") when a fetch came back full, so a worker with a backlog
-   * fetches again at once instead of sleeping out the interval.
-   */
+  /** notifyWorker(id) after a full fetch, so a worker with a backlog fetches again at once. */
   readonly notifyWhenFull: boolean;
   readonly workloads: readonly Workload[];
   readonly notes: Partial<Record<Workload, string>>;
@@ -113,7 +83,7 @@ class PgBossAdapter implements PeerAdapter {
     ns: Namespace,
     private readonly mode: Mode,
   ) {
-    this.schema = pgBossSchema(ns);
+    this.schema = nsName('pgb_', ns);
   }
 
   private newBoss(db: PgBoss.Db): PgBoss {
@@ -124,9 +94,7 @@ class PgBossAdapter implements PeerAdapter {
   }
 
   async setup(): Promise<void> {
-    // Registered first, so an interrupted setup is still undone.
-    // support.js (and its mysql2) is loaded here, not at module load: a worker child never calls setup(),
-    // so it does not carry another system's client library in its peak RSS.
+    // Registered first, so an interrupted setup is still undone; support.js (mysql2) loaded here, not in children.
     const { onCleanup } = await import('../support.js');
     this.unregisterCleanup = onCleanup(() => this.teardown());
     const exists = await withClient((c) => c.query('SELECT 1 FROM pg_namespace WHERE nspname = $1', [this.schema]));
@@ -224,8 +192,7 @@ class PgBossAdapter implements PeerAdapter {
   async close(): Promise<void> {
     for (const r of [...this.running]) await r.stop().catch(() => undefined);
     this.running.clear();
-    // graceful: false: the workers are stopped already; pg-boss's graceful stop polls for work in progress every 500
-    // ms.
+    // The workers are stopped already; a graceful stop would poll for work in progress every 500 ms.
     await this.boss?.stop({ graceful: false }).catch(() => undefined);
     await this.db?.pool.end().catch(() => undefined);
     await this.admin?.end().catch(() => undefined);
@@ -266,20 +233,10 @@ function factory(mode: Mode): PeerFactory {
 }
 
 /**
- * TUNED: the throughput settings pg-boss 10 documents for work(): `batchSize`
- * and the minimum `pollingIntervalSeconds` (0.5), plus `notifyWorker()` after a
- * full fetch ("bypass the job polling interval for this iteration"), so a
- * worker with a backlog fetches again at once instead of sleeping out its poll.
- * 32 in flight = ONE work() with batchSize 32, its handler running the batch's
- * jobs side by side (the maintainer's pattern for batches, timgit/pg-boss#542:
- * `work(queue, { batchSize }, (jobs) => Promise.allSettled(jobs.map(handler)))`).
- * Measured here (3,000 no-op jobs, one process): 1 × 32 ≈ 1,850 jobs/s,
- * 4 × 8 ≈ 1,050, 8 × 4 ≈ 560, 32 × 1 ≈ 310 (not profiled: fewer fetch and
- * complete statements per job, and fewer fetchers racing for the same head rows
- * under FOR UPDATE SKIP LOCKED, are the likely reasons). The costs: a batch completes or fails as a whole, the next
- * batch waits
- * for the slowest job of the last, and an idle queue is polled every 0.5 s by
- * one worker (enqueue→start ≈ 0–500 ms).
+ * TUNED: the documented throughput settings of work(): batchSize, the minimum pollingIntervalSeconds (0.5), and
+ * notifyWorker() after a full fetch. 32 in flight = ONE work() with batchSize 32 running its jobs side by side
+ * (timgit/pg-boss#542); measured here it beat 4 × 8, 8 × 4 and 32 × 1 (the maintainer's N work() calls,
+ * timgit/pg-boss#659). The costs: a batch waits for its slowest job, an idle queue is polled every 0.5 s.
  */
 const TUNED: Mode = {
   mode: 'batch worker, poll 0.5 s',

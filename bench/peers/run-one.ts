@@ -15,10 +15,8 @@ import { RSS_METRIC, runResult, sizes, type RunArgs, type RunResult } from './pr
 import { findFactory } from './registry.js';
 import { Session } from './session.js';
 import { captureProcessWarnings, recordedWarnings } from './warnings.js';
-import { deepLane } from './workloads/deep-lane.js';
-import { latencyInProcess, latencyTwoProcesses } from './workloads/latency.js';
-import { workerProcesses } from './workloads/processes.js';
-import { bulk, ordered } from './workloads/throughput.js';
+import { deepLane, latencyInProcess, latencyTwoProcesses } from './workloads/latency.js';
+import { bulk, ordered, workerProcesses } from './workloads/throughput.js';
 
 const maxRssMb = (): number => process.resourceUsage().maxRSS / 1024;
 

@@ -1,16 +1,18 @@
 /**
- * The contract between the side-by-side benchmark (bench/compare.ts) and each
- * system it measures. One adapter per (system, mode). The harness owns the
- * workloads, the timing and the effect checks; an adapter only knows how to
- * make a fresh namespace, put jobs in, and run a worker that calls `onJob`
- * once per job it starts.
- *
- * Lifecycle, for one run of one workload:
- *   parent:  a = factory.create(ns); await a.setup(); await a.connect(); ...
- *   child:   a = factory.create(ns); await a.connect(); (worker processes only)
- *   parent:  await a.close(); await a.teardown();
- * `ns` is plain JSON, so a worker child process can rebuild the adapter.
+ * The contract between the side-by-side benchmark (bench/compare.ts) and each system it measures: one adapter
+ * per (system, mode) makes a fresh namespace, puts jobs in, and runs a worker that calls `onJob` once per job it
+ * starts; the harness owns the workloads, timing and effect checks. The parent calls setup, connect, …, close,
+ * teardown; a worker child process rebuilds the adapter from `ns` (plain JSON) and only connects.
  */
+
+export const PG_URL = process.env.LANEWAKE_BENCH_PG_URL ?? 'postgres://postgres@127.0.0.1:5432/postgres';
+export const REDIS_URL = process.env.LANEWAKE_BENCH_REDIS_URL ?? 'redis://127.0.0.1:6379';
+
+/** `<prefix><ns.id>`, checked: the id becomes an SQL identifier or a key prefix. */
+export function nsName(prefix: string, ns: Namespace): string {
+  if (!/^[a-z0-9]{1,40}$/.test(ns.id)) throw new Error(`namespace id must be [a-z0-9]{1,40}: ${ns.id}`);
+  return `${prefix}${ns.id}`;
+}
 
 /** What a job carries: the harness's own bookkeeping, nothing else. */
 export interface BenchJob {
@@ -20,10 +22,7 @@ export interface BenchJob {
   readonly key?: string;
   /** Position within `key`, 0-based, in enqueue order. */
   readonly seq?: number;
-  /**
-   * CLOCK_MONOTONIC in µs (bench/peers/clock.ts) just before the enqueue call
-   * (the latency workloads): comparable across the processes of one machine.
-   */
+  /** CLOCK_MONOTONIC µs just before the enqueue call (latency workloads; bench/peers/clock.ts). */
   readonly enqueuedAtUs?: number;
 }
 
@@ -55,14 +54,7 @@ export interface PeerAdapter {
   enqueueOne(job: BenchJob): Promise<void>;
   /** Starts a worker in this process at the given concurrency; resolves when it is ready to take work. */
   startWorker(options: WorkerOptions): Promise<RunningWorker>;
-  /**
-   * Jobs the system's own store counts as completed in this namespace, read
-   * from the store (never from the handler): lanewake's ledger rows in state
-   * completed, pg-boss's completed rows (job table and archive), BullMQ's
-   * completed set, graphile-worker's rows inserted less rows left (it deletes
-   * a job when it writes its completion). Called in the process that
-   * enqueued the jobs.
-   */
+  /** Jobs the system's own store counts completed (never the handler's count), in the enqueuing process. */
   completedCount(): Promise<number>;
   /** Closes what connect() opened. */
   close(): Promise<void>;

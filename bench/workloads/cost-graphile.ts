@@ -11,7 +11,8 @@
  */
 import { randomBytes } from 'node:crypto';
 import pg from 'pg';
-import { graphileConnectionString, graphileFactories } from '../peers/graphile.js';
+import { graphileFactories } from '../peers/graphile.js';
+import { PG_URL } from '../peers/types.js';
 import type { BenchJob, PeerAdapter, RunningWorker } from '../peers/types.js';
 import { PostgresMeter } from '../cost-meter.js';
 import { ENQUEUE_BATCH, type PhaseCost } from './cost-phases.js';
@@ -68,7 +69,7 @@ export async function graphileCost(jobs: number, concurrency: number): Promise<P
     graphileFactories.find((f) => f.mode === 'local queue + batched completion') ??
     graphileFactories.find((f) => f.workloads.includes('bulk'));
   if (factory === undefined) throw new Error('bench/peers/graphile.ts has no graphile-worker mode for bulk work');
-  const url = graphileConnectionString();
+  const url = PG_URL;
   const server = await serverVersion(url);
   const meter = PostgresMeter.find(url);
   countPgQueries();

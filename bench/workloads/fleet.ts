@@ -1,9 +1,9 @@
 /**
- * Many replicas on one machine (docs/BENCHMARKS.md, "Many replicas on one machine", "Scaling across processes"):
- * per shape (processes × concurrency, `--shapes`, by default 32 × 2 against 4 × 16, the same 64 slots), that many
- * worker processes, each a Consumer of one queue from the compiled package (bench/fleet-worker.mjs), say they are
- * ready; a producer with its own pool and channel then enqueues `--jobs` no-op items in batches of 500. From the
- * first enqueue: the first start anywhere, when half and when every replica started one (wake spreading),
+ * Many replicas on one machine (docs/BENCHMARKS.md, "Many replicas on one machine", "Scaling across processes"): per
+ * shape (processes × concurrency, `--shapes`, by default 32 × 2 against 4 × 16, the same 64 slots), that many worker
+ * processes, each a Consumer of one queue from the compiled package (bench/lanewake-child.mjs fleet-worker), say
+ * they are ready; a producer with its own pool and channel then enqueues `--jobs` no-op items in batches of 500.
+ * From the first enqueue: the first start anywhere, when half and when every replica started one (wake spreading),
  * throughput until the ledger counts every item completed, claim rounds (empty ones: their picks all taken by
  * others) and wake entries per item, and the CPU per job of the workers, the producer and the SQL server.
  *
@@ -52,7 +52,7 @@ const KEYS = cliFlag('--keys') === undefined ? undefined : Number(cliFlag('--key
 const KEY_LIMIT = numFlag('--key-limit', 3);
 const PAIRED = process.argv.includes('--paired');
 if (PAIRED && KEYS === undefined) throw new Error('--paired compares a keyed drain with an unkeyed one: give --keys');
-const WORKER = fileURLToPath(new URL('../fleet-worker.mjs', import.meta.url));
+const WORKER = fileURLToPath(new URL('../lanewake-child.mjs', import.meta.url));
 let cluster: LocalRedisCluster | undefined;
 
 interface Variant {
@@ -111,7 +111,10 @@ function startWorker(env: NodeJS.ProcessEnv): {
 } {
   // --cpu-prof DIR: each worker writes a V8 CPU profile there when it exits.
   const prof = CPU_PROF_DIR !== undefined ? ['--cpu-prof', '--cpu-prof-dir', CPU_PROF_DIR] : [];
-  const child = spawn(process.execPath, [...prof, WORKER], { env, stdio: ['ignore', 'inherit', 'inherit', 'ipc'] });
+  const child = spawn(process.execPath, [...prof, WORKER, 'fleet-worker'], {
+    env,
+    stdio: ['ignore', 'inherit', 'inherit', 'ipc'],
+  });
   onCleanup(async () => void child.kill('SIGKILL'));
   let onReady: () => void = () => undefined;
   let onFigures: (f: WorkerFigures) => void = () => undefined;

@@ -10,13 +10,17 @@
  *   lanewake's 'wake, in-process handover' mode that is the shortcut it
  *   takes when both share a wake channel).
  *
+ * - deep-lane: does one long lane slow everyone else down? latency-in-process on fresh keys, once with nothing
+ *   else queued (absent), once with one key holding `deepLaneDepth` jobs processed one at a time meanwhile
+ *   (present). Systems with per-key order only.
+ *
  * Either way the phase ends only when the system's store counts every job
  * completed, and the worker stopped.
  */
 import { percentile, sleep } from '../../support.js';
 import { msSince } from '../clock.js';
-import { Effects, exactly, type CompletedWant } from '../effects.js';
-import { arrivals, drain, finishPhase, STOPPED, type Outcome, type WorkloadFn } from '../phase.js';
+import { Effects, everyStarted, exactly, type CompletedWant } from '../effects.js';
+import { arrivals, drain, enqueueAll, finishPhase, STOPPED, type Outcome, type WorkloadFn } from '../phase.js';
 import { RSS_METRIC, type Sizes } from '../protocol.js';
 import type { BenchJob, PeerAdapter } from '../types.js';
 import { stopWorkers, WorkerHandle } from '../worker-handle.js';
@@ -124,4 +128,41 @@ export const latencyTwoProcesses: WorkloadFn = async (session, args, s, out) => 
   }
   recordLatencies(out, latencies);
   await session.finish(a);
+};
+
+export const deepLane: WorkloadFn = async (session, args, s, out) => {
+  const m = s.deepLaneJobs;
+  const fresh = Array.from({ length: m }, (_, n): BenchJob => ({ n, key: `f${n}`, seq: 0 }));
+  {
+    const a = await session.open(args.ns[0]!);
+    const phase = {
+      phase: 'deep-lane absent',
+      jobs: fresh,
+      effects: new Effects(m),
+      drainTo: m,
+      completedWant: exactly(m),
+      ordered: true,
+    };
+    out.values['p50, deep lane absent'] = percentile(await inProcessLatency(a, s, out, phase), 50);
+    await session.finish(a);
+  }
+  {
+    const a = await session.open(args.ns[1]!);
+    const deep = Array.from({ length: s.deepLaneDepth }, (_, i): BenchJob => ({ n: m + i, key: 'deep', seq: i }));
+    await enqueueAll(a, deep, s.bulkBatch);
+    // Waits for the fresh jobs only; once the worker stopped, every job that started (fresh or deep) must be counted
+    // completed.
+    const phase = {
+      phase: 'deep-lane present',
+      jobs: fresh,
+      effects: new Effects(m + s.deepLaneDepth, m),
+      drainTo: undefined,
+      completedWant: everyStarted,
+      ordered: true,
+    };
+    out.values['p50, deep lane present'] = percentile(await inProcessLatency(a, s, out, phase), 50);
+    await session.finish(a);
+  }
+  out.values['present / absent'] =
+    (out.values['p50, deep lane present'] ?? Number.NaN) / (out.values['p50, deep lane absent'] ?? Number.NaN);
 };
