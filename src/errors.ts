@@ -49,6 +49,21 @@ export function fieldPath(prefix: string, path: readonly PropertyKey[]): string 
   return out === '' ? '(input)' : out;
 }
 
+/**
+ * A result the ledger cannot store (not JSON, or over `resultMaxBytes`), found as a completion inside a
+ * transaction (`ctx.transaction`, `ledger.completeInTransaction`): nothing of the transaction commits. A consumer
+ * ends the item dead with `failureClass`, as it does a handler's unstorable return value: retrying cannot help.
+ */
+export class ResultNotStorableError extends ValidationError {
+  constructor(
+    field: string,
+    message: string,
+    readonly failureClass: 'invalid_result' | 'result_too_large',
+  ) {
+    super([{ field, message }], 'handler result is not storable');
+  }
+}
+
 /** The schema in the database is older than this build; run `migrate`. */
 export class SchemaBehindError extends Error {
   override readonly name = 'SchemaBehindError';

@@ -157,6 +157,7 @@ export type { StandardSchemaV1 } from './jobs/standard-schema.js';
 // Errors.
 export {
   ValidationError,
+  ResultNotStorableError,
   SchemaBehindError,
   ConflictRetriesExhaustedError,
   TransactionRolledBackError,

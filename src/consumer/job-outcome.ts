@@ -1,4 +1,4 @@
-import { LeaseLostError, OwnershipLostError, ValidationError } from '../errors.js';
+import { LeaseLostError, OwnershipLostError, ResultNotStorableError, ValidationError } from '../errors.js';
 import type { Logger } from '../log.js';
 import { sleep } from '../sleep.js';
 import type { FinalizeResult } from '../ledger/ledger.js';
@@ -145,6 +145,12 @@ async function writeThrown(
     // A reason the ledger refuses (over the result cap) is the handler's mistake: the attempt fails with it.
     if (refused) return writeThrown(deps, item, refused, undefined);
     return outcomeOf(r, 'skipped');
+  }
+  // A result ctx.transaction could not store: its writes rolled back, and a retry would return the same.
+  if (error instanceof ResultNotStorableError) {
+    const r = await finishSafely(deps, item, () => ledger.fail(item, { error, failureClass: error.failureClass }));
+    if (r?.won) logDeath(deps, item, r.failureClass, 'result not storable');
+    return outcomeOf(r, 'dead');
   }
   if (error instanceof PermanentError) {
     const failureClass = /^[a-z0-9_.:-]{1,64}$/.test(error.failureClass) ? error.failureClass : 'permanent';

@@ -1,6 +1,6 @@
 import type { Transaction } from 'kysely';
 import type { z } from 'zod';
-import { OwnershipLostError, ValidationError } from '../errors.js';
+import { OwnershipLostError, ResultNotStorableError, ValidationError } from '../errors.js';
 import { groupBy } from '../group-by.js';
 import { backoffDelayMs, DEFAULT_BACKOFF } from './backoff.js';
 import type { LedgerCapabilities } from './capabilities.js';
@@ -246,7 +246,7 @@ export async function completeInTransaction(
   handle: LeaseHandle,
   result: unknown,
 ): Promise<LaneHandedOn> {
-  const json = result === undefined ? null : encodeCapped(result, target.resultMaxBytes, 'result');
+  const json = result === undefined ? null : storableResult(result, target.resultMaxBytes);
   return finishItemInTx(
     trx,
     target.tables,
@@ -254,6 +254,16 @@ export async function completeInTransaction(
     { kind: 'complete', resultJson: json },
     (await target.capabilities()).prepared,
   );
+}
+
+/** `result` as the JSON an item stores, or a ResultNotStorableError saying why not (the classes `completion` gives). */
+function storableResult(result: unknown, resultMaxBytes: number): string {
+  const encoded = encodePayload(result, Number.POSITIVE_INFINITY);
+  if ('error' in encoded) throw new ResultNotStorableError(`result${encoded.at}`, encoded.error, 'invalid_result');
+  const bytes = Buffer.byteLength(encoded.json, 'utf8');
+  if (bytes > resultMaxBytes)
+    throw new ResultNotStorableError('result', `is ${bytes} bytes; the cap is ${resultMaxBytes}`, 'result_too_large');
+  return encoded.json;
 }
 
 /** An error as the item and its history store it: a stack, a string or JSON, cut to `maxChars`. */
