@@ -238,14 +238,17 @@ export function whenReady(client: RedisClient, timeoutMs: number): Promise<boole
   if (client.status === 'ready') return Promise.resolve(true);
   if (client.status === 'end') return Promise.resolve(false);
   return new Promise((resolve) => {
-    const onReady = () => {
+    // A client closed meanwhile (disconnect()) will never be ready: its waiter is not held to the timeout.
+    const settle = (ready: boolean) => {
       clearTimeout(timer);
-      resolve(true);
-    };
-    const timer = setTimeout(() => {
       client.off('ready', onReady);
-      resolve(false);
-    }, timeoutMs);
+      client.off('end', onEnd);
+      resolve(ready);
+    };
+    const onReady = () => settle(true);
+    const onEnd = () => settle(false);
+    const timer = setTimeout(() => settle(false), timeoutMs);
     client.once('ready', onReady);
+    client.once('end', onEnd);
   });
 }

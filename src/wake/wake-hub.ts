@@ -12,6 +12,13 @@ export type { HubChannel, HubMember, WakeSubscriber } from './hub-types.js';
 
 const READ_RETRY_MS = 500;
 /**
+ * How long the doorbell connection may take to come up while Redis is not known to be down: a new connection on a
+ * busy host can take over a second, and taking that for an outage logged one and swept at the outage pace.
+ */
+const CONNECTING_GRACE_MS = 5_000;
+/** Once Redis is known to be down: how long each try waits for it to answer again. */
+const DOWN_READY_MS = 1_000;
+/**
  * Most streams one non-blocking read names on a plain Redis: Redis looks at each named stream once per call, so
  * a burst of rings for thousands of queues is read in a few calls of bounded size rather than one huge one.
  */
@@ -187,7 +194,8 @@ export class WakeHub {
     while (this.running) {
       const connection = this.connection;
       try {
-        if (!connection || !(await whenReady(connection, 1000))) throw new Error('redis is not connected');
+        const readyWithinMs = this.down ? DOWN_READY_MS : CONNECTING_GRACE_MS;
+        if (!connection || !(await whenReady(connection, readyWithinMs))) throw new Error('redis is not connected');
         this.doorbellAfter ??= await this.channel.doorbell.latestId(this.channel.redis);
         const blockMs = Math.min(...[...this.members].map((m) => m.readBlockMs), 60_000);
         const rings = await this.channel.doorbell.read(connection, this.doorbellAfter, blockMs);
