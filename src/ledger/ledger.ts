@@ -129,12 +129,9 @@ export class Ledger extends LedgerCore implements LedgerOperations {
   }
 
   /**
-   * Enqueues like enqueueMany, and lets the caller claim at insert: `reserve`
-   * sees the items that may be inserted claimed (enqueue-items.ts says which)
-   * and may answer a lease, under which up to `max` of them are inserted
-   * (processing, attempt 1). Returns the results in input order and the items
-   * inserted claimed.
-   * @internal
+   * Enqueues like enqueueMany, and lets the caller claim at insert: `reserve` sees the items that may be inserted
+   * claimed (enqueue-items.ts says which) and may answer a lease, under which up to `max` of them are inserted
+   * (processing, attempt 1). Returns the results in input order and the items inserted claimed. @internal
    */
   async enqueueClaiming(
     inputs: readonly EnqueueInput[],
@@ -150,11 +147,7 @@ export class Ledger extends LedgerCore implements LedgerOperations {
     return this.knownCapabilities().then((caps) => claimHeads(this.db, caps, this.tables, v));
   }
 
-  /**
-   * Claims exactly these items if each is still a due pending head (targeted
-   * wake-ups); with `types`, only items of those types (a wake-up may name others).
-   * @internal
-   */
+  /** Claims these items if each is still a due pending head (wake-ups); with `types`, only those types. @internal */
   claimByIds(input: Omit<ClaimInput, 'limit' | 'classes'> & { ids: string[] }): Promise<ClaimedItem[]> {
     const v = validate(claimByIdsSchema, input, 'claimByIds');
     return this.knownCapabilities().then((caps) => claimByIds(this.db, caps, this.tables, v));

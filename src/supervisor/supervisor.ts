@@ -1,7 +1,6 @@
 import type { Consumer } from '../consumer/consumer.js';
 import { ValidationError } from '../errors.js';
 import { Ledger } from '../ledger/ledger.js';
-import { isConnectionError } from '../ledger/retry.js';
 import { createLogger, type Logger } from '../log.js';
 import { sleep } from '../sleep.js';
 import { WakeChannel } from '../wake/wake-channel.js';
@@ -17,13 +16,12 @@ import { DEFAULT_CONCURRENCY } from '../consumer/options.js';
 import type { QueueRow } from '../ledger/sql/queues/drain.js';
 import { effectiveSettings, Incarnations, liveSettingsOf, type EffectiveSettings } from './live-settings.js';
 import { Reconciler } from './reconciler.js';
+import { schemaCurrentOnceReachable } from './backoff.js';
 
 export const EXIT_OK = 0;
 export const EXIT_OWNERSHIP_LOST = 3;
 /** How long stop() waits for `beforeLedgerClose`. */
 const STOP_HOOK_MS = 2_000;
-/** How long a starting worker waits out an unreachable ledger before it fails its start. */
-const STARTUP_LEDGER_WAIT_MS = 60_000;
 
 export type OwnershipState = 'owner' | 'standby' | 'lost';
 
@@ -116,7 +114,7 @@ export class Supervisor {
 
   async start(): Promise<void> {
     const { config } = this.options;
-    await this.schemaChecked();
+    await schemaCurrentOnceReachable(this.ledger, this.log, () => this.stopping !== undefined);
     await this.reconcileSchedules();
     // Held before any consumer of this ledger holds it, so the firer runs with this config's check interval.
     this.releaseFiring = holdScheduleFiring({
@@ -277,26 +275,6 @@ export class Supervisor {
     if (declared === undefined) return;
     const { upserted, removed } = await this.ledger.schedules.reconcileConfig(declared);
     this.log.info({ declared: upserted.length, removed }, 'schedules reconciled with the config file');
-  }
-
-  /**
-   * The ledger's schema is current. A connection lost or refused meanwhile
-   * (the server restarting, a reset) is waited out, 0.5 s doubling to 8 s,
-   * for up to STARTUP_LEDGER_WAIT_MS: a worker started beside a ledger
-   * that is briefly unreachable starts once it answers, instead of exiting.
-   * A schema behind, or any other error, still fails the start at once.
-   */
-  private async schemaChecked(): Promise<void> {
-    const until = Date.now() + STARTUP_LEDGER_WAIT_MS;
-    for (let delay = 500; ; delay = Math.min(delay * 2, 8_000)) {
-      try {
-        return await this.ledger.assertSchemaCurrent();
-      } catch (error) {
-        if (!isConnectionError(error) || Date.now() + delay > until || this.stopping) throw error;
-        this.log.warn({ err: error, retryInMs: delay }, 'ledger unreachable at start; trying again');
-        await sleep(delay);
-      }
-    }
   }
 
   /** Graceful stop: drain every consumer, then close connections. Idempotent. */
