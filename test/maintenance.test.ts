@@ -3,7 +3,7 @@ import { afterAll, afterEach, beforeAll, expect, test } from 'vitest';
 import { Consumer } from '../src/consumer/consumer.js';
 import type { Ledger } from '../src/ledger/ledger.js';
 import { createLogger } from '../src/log.js';
-import { Maintainer } from '../src/maintenance/maintainer.js';
+import { Maintainer, TIDY_QUEUES_PER_PASS } from '../src/maintenance/maintainer.js';
 import { Reconciler } from '../src/supervisor/reconciler.js';
 import { wakeStreamKey } from '../src/wake/keys.js';
 import { captureLog } from './support/captured-log.js';
@@ -206,4 +206,22 @@ test('the reconciler forgets dependency wake marks idle for a day, once per pass
     k: string;
   }>`SELECT dependency_key AS k FROM ${marks} WHERE dependency_key IN ('mark-old', 'mark-new')`.execute(ledger.db);
   expect(left.rows.map((r) => r.k)).toEqual(['mark-new']);
+});
+
+test(`past ${TIDY_QUEUES_PER_PASS} queues, a pass purges ${TIDY_QUEUES_PER_PASS} of them and the next pass the rest`, async () => {
+  const queues = Array.from({ length: TIDY_QUEUES_PER_PASS + 36 }, (_, i) => freshQueue(`maint-tidy${i}`));
+  let lastEnd = 0;
+  for (const queue of queues) {
+    await ledger.enqueue({ queue, type: 't', payload: {} });
+    const c = await claimOne(ledger, queue, 'w', 30_000);
+    await ledger.complete(c);
+    lastEnd = (await mustGet(ledger, c.id)).updatedAt.getTime();
+  }
+  await waitFor(async () => (await ledger.now()).getTime() > lastEnd + 5 || undefined, 5_000, 'the ends to age');
+  const maintainer = new Maintainer({ ledger, queues, log: silent, retentionMs: 1 });
+  const purgedIn = async () => (await maintainer.pass()).done.filter((d) => d.purged > 0).map((d) => d.queue);
+  const first = await purgedIn();
+  expect(first).toHaveLength(TIDY_QUEUES_PER_PASS);
+  const second = await purgedIn();
+  expect(new Set([...first, ...second])).toEqual(new Set(queues));
 });

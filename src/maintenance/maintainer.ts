@@ -73,6 +73,12 @@ export interface MaintenancePass {
   failed: { queue: string; error: Error }[];
 }
 
+/**
+ * Most queues one pass purges and trims. Past it they take turns, so a pass over thousands of idle queues costs a
+ * bounded number of statements and Redis commands; retention is measured in hours or days, a turn in passes.
+ */
+export const TIDY_QUEUES_PER_PASS = 64;
+
 const nothingReclaimed = (): ReclaimOutcome => ({ reclaimed: [], dead: [], cancelled: [] });
 const nothingProbed = (): ProbeOutcome => ({ probed: [], expired: [] });
 
@@ -101,6 +107,8 @@ export const MAINTENANCE_DEFAULTS = {
 export class Maintainer {
   private readonly settings: Required<Omit<MaintainerOptions, 'wake'>>;
   private lastWaitsRepairAt = Number.NEGATIVE_INFINITY;
+  /** Where the next pass's turn of purging and trimming begins, when there are more queues than one pass tidies. */
+  private tidyFrom = 0;
 
   constructor(private readonly options: MaintainerOptions) {
     this.settings = {
@@ -135,9 +143,10 @@ export class Maintainer {
         () => new Map<string, SweepSignal>(),
       ));
     result.lookedAtMs = Date.now();
+    const tidy = this.tidyTurn(queues);
     for (const queue of queues) {
       try {
-        result.done.push(await this.passQueue(queue, repairWaits, found.get(queue)));
+        result.done.push(await this.passQueue(queue, repairWaits, found.get(queue), tidy.has(queue)));
       } catch (error) {
         result.failed.push({ queue, error: error instanceof Error ? error : new Error(String(error)) });
       }
@@ -154,10 +163,20 @@ export class Maintainer {
     return result;
   }
 
+  /** The queues this pass purges and trims: all of them, or the next TIDY_QUEUES_PER_PASS in turn. */
+  private tidyTurn(queues: readonly string[]): Set<string> {
+    if (queues.length <= TIDY_QUEUES_PER_PASS) return new Set(queues);
+    const from = this.tidyFrom % queues.length;
+    this.tidyFrom = from + TIDY_QUEUES_PER_PASS;
+    const turn = queues.slice(from, from + TIDY_QUEUES_PER_PASS);
+    return new Set(turn.concat(queues.slice(0, TIDY_QUEUES_PER_PASS - turn.length)));
+  }
+
   private async passQueue(
     queue: string,
     repairWaits: boolean,
     signal: SweepSignal | undefined,
+    tidy: boolean,
   ): Promise<QueueMaintenance> {
     const { ledger, log, batchSize, retentionMs, purgeBatchSize, trimStreams } = this.settings;
     const wake = this.options.wake;
@@ -185,8 +204,9 @@ export class Maintainer {
       signal?.dueProbes !== false || repairedWaits > 0
         ? await ledger.probeDependencyWaits({ queue, limit: batchSize })
         : nothingProbed();
-    const purged = retentionMs > 0 ? await ledger.purge({ queue, olderThanMs: retentionMs, limit: purgeBatchSize }) : 0;
-    if (trimStreams && wake && (await wake.usable())) await wake.streamsOf(queue).trim(wake.redis);
+    const purged =
+      tidy && retentionMs > 0 ? await ledger.purge({ queue, olderThanMs: retentionMs, limit: purgeBatchSize }) : 0;
+    if (tidy && trimStreams && wake && (await wake.usable())) await wake.streamsOf(queue).trim(wake.redis);
     const done: QueueMaintenance = {
       queue,
       reclaimed: r.reclaimed,
