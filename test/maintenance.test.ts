@@ -208,7 +208,8 @@ test('the reconciler forgets dependency wake marks idle for a day, once per pass
   expect(left.rows.map((r) => r.k)).toEqual(['mark-new']);
 });
 
-const tidyTitle = `past ${TIDY_QUEUES_PER_PASS} queues, a pass purges ${TIDY_QUEUES_PER_PASS} of them and the next the rest`;
+const N = TIDY_QUEUES_PER_PASS;
+const tidyTitle = `past ${N} queues, a pass purges ${N} of them and the next pass the rest`;
 test(tidyTitle, async () => {
   const queues = Array.from({ length: TIDY_QUEUES_PER_PASS + 36 }, (_, i) => freshQueue(`maint-tidy${i}`));
   let lastEnd = 0;
