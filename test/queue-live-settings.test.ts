@@ -7,15 +7,13 @@ import { sql } from 'kysely';
 import { afterEach, describe, expect, test } from 'vitest';
 import { LeaseLostError, ValidationError } from '../src/errors.js';
 import { Producer } from '../src/producer/producer.js';
-import { createLogger } from '../src/log.js';
 import { migrate } from '../src/ledger/migrations.js';
-import { resolveWorkerConfig } from '../src/supervisor/config-sources.js';
 import type { HandlersByQueue } from '../src/supervisor/handlers-module.js';
-import { Supervisor } from '../src/supervisor/supervisor.js';
+import type { Supervisor } from '../src/supervisor/supervisor.js';
 import { lanewake } from './support/cli.js';
-import { createTestWake, uniqueQueue, type TestWake } from './support/engine.js';
+import { uniqueQueue, type TestWake } from './support/engine.js';
+import { inlineWorker, workerFixtures } from './support/inline-worker.js';
 import { createTestLedger, waitFor, type TestLedger } from './support/ledger.js';
-import { redisUrl } from './support/services.js';
 
 const cleanups: (() => Promise<unknown>)[] = [];
 afterEach(async () => {
@@ -27,15 +25,7 @@ const RECONCILE_MS = 1_000;
 const DEADLINE_MS = 30_000;
 const figures = process.env.LANEWAKE_TEST_QUEUE_SETTINGS_FIGURES !== undefined;
 
-async function fixtures(): Promise<{ tl: TestLedger; tw: TestWake }> {
-  const tl = await createTestLedger();
-  const tw = createTestWake();
-  cleanups.push(
-    () => tl.drop(),
-    () => tw.drop(),
-  );
-  return { tl, tw };
-}
+const fixtures = () => workerFixtures(cleanups);
 
 type Handler = (job: { id: string }) => Promise<unknown>;
 
@@ -45,26 +35,11 @@ function worker(
   queue: Record<string, unknown>,
   handlers: Record<string, Handler>,
 ): Supervisor {
-  const config = resolveWorkerConfig([
-    {
-      databaseUrl: tl.url,
-      redisUrl: redisUrl(),
-      redisKeyPrefix: tw.keyPrefix,
-      handlers: 'inline',
-      admin: false,
-      reconcileIntervalMs: RECONCILE_MS,
-      drainTimeoutMs: 2_000,
-      poolSize: 4,
-      queues: [queue],
-    },
-  ]);
-  const sup = new Supervisor({
-    config,
+  return inlineWorker({ tl, tw }, cleanups, {
+    reconcileIntervalMs: RECONCILE_MS,
+    queues: [queue],
     handlers: { [String(queue.name)]: handlers } as HandlersByQueue,
-    logger: createLogger('test', 'silent'),
   });
-  cleanups.push(() => sup.stop());
-  return sup;
 }
 
 /** Handlers that hold every item until released, counting those running. */

@@ -5,17 +5,17 @@ import { Socket } from 'node:net';
 import { Redis } from 'ioredis';
 import { sql } from 'kysely';
 import { afterEach, describe, expect, test } from 'vitest';
-import { createLogger } from '../src/log.js';
 import { Producer } from '../src/producer/producer.js';
 import { resolveWorkerConfig } from '../src/supervisor/config-sources.js';
 import { forgetQueueSeries } from '../src/supervisor/metric-series.js';
 import { LanewakeMetrics } from '../src/supervisor/metrics.js';
 import { patternMatcher } from '../src/supervisor/queue-patterns.js';
 import type { HandlersByQueue } from '../src/supervisor/handlers-module.js';
-import { Supervisor } from '../src/supervisor/supervisor.js';
+import type { Supervisor } from '../src/supervisor/supervisor.js';
 import { lanewake } from './support/cli.js';
-import { createTestWake, uniqueQueue, type TestWake } from './support/engine.js';
-import { createTestLedger, waitFor, waitForCount, type TestLedger } from './support/ledger.js';
+import { uniqueQueue, type TestWake } from './support/engine.js';
+import { inlineWorker, workerFixtures } from './support/inline-worker.js';
+import { waitFor, waitForCount, type TestLedger } from './support/ledger.js';
 import { redisUrl } from './support/services.js';
 
 const cleanups: (() => Promise<unknown>)[] = [];
@@ -35,15 +35,7 @@ const POLL_MS = 5_000;
 /** What a shared, loaded 2-core machine adds to a bound: four workers start thousands of consumers in one process. */
 const LOADED_MS = 5_000;
 
-async function fixtures(): Promise<{ tl: TestLedger; tw: TestWake }> {
-  const tl = await createTestLedger();
-  const tw = createTestWake();
-  cleanups.push(
-    () => tl.drop(),
-    () => tw.drop(),
-  );
-  return { tl, tw };
-}
+const fixtures = () => workerFixtures(cleanups);
 
 function worker(
   tl: TestLedger,
@@ -52,39 +44,26 @@ function worker(
   handlers: Record<string, Record<string, (job: { id: string }) => Promise<unknown>>>,
   metrics?: LanewakeMetrics,
 ): Supervisor {
-  const config = resolveWorkerConfig([
-    {
-      databaseUrl: tl.url,
-      redisUrl: redisUrl(),
-      redisKeyPrefix: tw.keyPrefix,
-      handlers: 'inline',
-      admin: false,
-      reconcileIntervalMs: RECONCILE_MS,
-      drainTimeoutMs: 2_000,
-      poolSize: 4,
-      queues: queues.split(',').map((entry) => {
-        const [name, concurrency] = entry.split(':');
-        return {
-          name,
-          pollIntervalMs: POLL_MS,
-          ...(concurrency !== undefined ? { concurrency: Number(concurrency) } : {}),
-        };
-      }),
-    },
-  ]);
-  const sup = new Supervisor({
-    config,
+  return inlineWorker({ tl, tw }, cleanups, {
+    reconcileIntervalMs: RECONCILE_MS,
+    queues: queues.split(',').map((entry) => {
+      const [name, concurrency] = entry.split(':');
+      return {
+        name,
+        pollIntervalMs: POLL_MS,
+        ...(concurrency !== undefined ? { concurrency: Number(concurrency) } : {}),
+      };
+    }),
     handlers: handlers as HandlersByQueue,
-    logger: createLogger('test', 'silent'),
     ...(metrics
       ? {
-          onConsumer: (consumer) => metrics.observeConsumer(consumer),
-          onQueueGone: (queue) => forgetQueueSeries(metrics.registry, queue),
+          options: {
+            onConsumer: (consumer) => metrics.observeConsumer(consumer),
+            onQueueGone: (queue) => forgetQueueSeries(metrics.registry, queue),
+          },
         }
       : {}),
   });
-  cleanups.push(() => sup.stop());
-  return sup;
 }
 
 /** Consumers started on every worker, as runners say. */

@@ -7,7 +7,8 @@ import type { WorkerConfig } from '../src/supervisor/config.js';
 import { QueueRunner } from '../src/supervisor/queue-runner.js';
 import { EXIT_OWNERSHIP_LOST, Supervisor } from '../src/supervisor/supervisor.js';
 import { createLogger } from '../src/log.js';
-import { createTestWake, uniqueQueue, type TestWake } from './support/engine.js';
+import { uniqueQueue, type TestWake } from './support/engine.js';
+import { workerFixtures } from './support/inline-worker.js';
 import { createTestLedger, waitFor, type TestLedger } from './support/ledger.js';
 import { redisUrl } from './support/services.js';
 
@@ -16,15 +17,7 @@ afterEach(async () => {
   for (const c of cleanups.splice(0).reverse()) await c().catch(() => undefined);
 });
 
-async function fixtures(): Promise<{ tl: TestLedger; tw: TestWake }> {
-  const tl = await createTestLedger();
-  const tw = createTestWake();
-  cleanups.push(
-    () => tl.drop(),
-    () => tw.drop(),
-  );
-  return { tl, tw };
-}
+const fixtures = () => workerFixtures(cleanups);
 
 function config(
   tl: TestLedger,

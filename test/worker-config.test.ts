@@ -5,9 +5,10 @@ import { Producer } from '../src/producer/producer.js';
 import { configFromEnv, parseQueueList, resolveWorkerConfig } from '../src/supervisor/config-sources.js';
 import type { WorkerConfig } from '../src/supervisor/config.js';
 import { Supervisor } from '../src/supervisor/supervisor.js';
-import { createTestWake, uniqueQueue, type TestWake } from './support/engine.js';
+import { uniqueQueue, type TestWake } from './support/engine.js';
+import { workerFixtures } from './support/inline-worker.js';
 import { history, mustGet } from './support/items.js';
-import { createTestLedger, waitFor, type TestLedger } from './support/ledger.js';
+import { waitFor, type TestLedger } from './support/ledger.js';
 import { redisUrl } from './support/services.js';
 
 const cleanups: (() => Promise<unknown>)[] = [];
@@ -162,15 +163,7 @@ describe('one name per setting, and messages that say what to set', () => {
 });
 
 describe('the unknown-type settings reach the consumer', () => {
-  async function fixtures(): Promise<{ tl: TestLedger; tw: TestWake }> {
-    const tl = await createTestLedger();
-    const tw = createTestWake();
-    cleanups.push(
-      () => tl.drop(),
-      () => tw.drop(),
-    );
-    return { tl, tw };
-  }
+  const fixtures = () => workerFixtures(cleanups);
 
   function supervisor(
     tl: TestLedger,

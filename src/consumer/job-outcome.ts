@@ -146,16 +146,14 @@ async function writeThrown(
     if (refused) return writeThrown(deps, item, refused, undefined);
     return outcomeOf(r, 'skipped');
   }
-  // A result ctx.transaction could not store: its writes rolled back, and a retry would return the same.
-  if (error instanceof ResultNotStorableError) {
-    const r = await finishSafely(deps, item, () => ledger.fail(item, { error, failureClass: error.failureClass }));
-    if (r?.won) logDeath(deps, item, r.failureClass, 'result not storable');
-    return outcomeOf(r, 'dead');
-  }
-  if (error instanceof PermanentError) {
-    const failureClass = /^[a-z0-9_.:-]{1,64}$/.test(error.failureClass) ? error.failureClass : 'permanent';
+  // Dead at once: the handler says it can never succeed, or ctx.transaction could not store its result (its writes
+  // rolled back; a retry would return the same).
+  if (error instanceof PermanentError || error instanceof ResultNotStorableError) {
+    const unstorable = error instanceof ResultNotStorableError;
+    const failureClass =
+      unstorable || /^[a-z0-9_.:-]{1,64}$/.test(error.failureClass) ? error.failureClass : 'permanent';
     const r = await finishSafely(deps, item, () => ledger.fail(item, { error, failureClass }));
-    if (r?.won) logDeath(deps, item, r.failureClass, 'permanent failure');
+    if (r?.won) logDeath(deps, item, r.failureClass, unstorable ? 'result not storable' : 'permanent failure');
     return outcomeOf(r, 'dead');
   }
   if (error instanceof DeferError) {

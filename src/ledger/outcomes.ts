@@ -45,35 +45,33 @@ export async function finish(target: FinishTarget, handle: LeaseHandle, e: Endin
     : { won, state: e.state };
 }
 
+/** A result as the item stores it, or why it cannot be stored: the field, the reason, the item's error text. */
+type ResultCheck =
+  | { json: string }
+  | { failureClass: 'invalid_result' | 'result_too_large'; field: string; message: string; text: string };
+
+function checkResult(result: unknown, resultMaxBytes: number): ResultCheck {
+  const encoded = encodePayload(result, Number.POSITIVE_INFINITY);
+  if ('error' in encoded) {
+    const field = `result${encoded.at}`;
+    const text = `handler result is not storable: ${field}: ${encoded.error}`;
+    return { failureClass: 'invalid_result', field, message: encoded.error, text };
+  }
+  const bytes = Buffer.byteLength(encoded.json, 'utf8');
+  if (bytes <= resultMaxBytes) return { json: encoded.json };
+  const message = `is ${bytes} bytes; the cap is ${resultMaxBytes}`;
+  return { failureClass: 'result_too_large', field: 'result', message, text: `handler result ${message}` };
+}
+
 /**
  * A completion with `result`; a result that cannot be stored ends the item dead, class `result_too_large` /
  * `invalid_result`.
  */
 export function completion(result: unknown, resultMaxBytes: number): Ending {
   if (result === undefined) return { f: { kind: 'complete', resultJson: null }, state: 'completed' };
-  const encoded = encodePayload(result, Number.POSITIVE_INFINITY);
-  if ('error' in encoded) {
-    return {
-      f: {
-        kind: 'dead',
-        error: `handler result is not storable: result${encoded.at}: ${encoded.error}`,
-        failureClass: 'invalid_result',
-      },
-      state: 'dead',
-    };
-  }
-  const bytes = Buffer.byteLength(encoded.json, 'utf8');
-  if (bytes > resultMaxBytes) {
-    return {
-      f: {
-        kind: 'dead',
-        error: `handler result is ${bytes} bytes; the cap is ${resultMaxBytes}`,
-        failureClass: 'result_too_large',
-      },
-      state: 'dead',
-    };
-  }
-  return { f: { kind: 'complete', resultJson: encoded.json }, state: 'completed' };
+  const checked = checkResult(result, resultMaxBytes);
+  if ('json' in checked) return { f: { kind: 'complete', resultJson: checked.json }, state: 'completed' };
+  return { f: { kind: 'dead', error: checked.text, failureClass: checked.failureClass }, state: 'dead' };
 }
 
 /**
@@ -256,14 +254,11 @@ export async function completeInTransaction(
   );
 }
 
-/** `result` as the JSON an item stores, or a ResultNotStorableError saying why not (the classes `completion` gives). */
+/** `result` as the JSON an item stores, or a ResultNotStorableError saying why not (what `completion` ends dead). */
 function storableResult(result: unknown, resultMaxBytes: number): string {
-  const encoded = encodePayload(result, Number.POSITIVE_INFINITY);
-  if ('error' in encoded) throw new ResultNotStorableError(`result${encoded.at}`, encoded.error, 'invalid_result');
-  const bytes = Buffer.byteLength(encoded.json, 'utf8');
-  if (bytes > resultMaxBytes)
-    throw new ResultNotStorableError('result', `is ${bytes} bytes; the cap is ${resultMaxBytes}`, 'result_too_large');
-  return encoded.json;
+  const checked = checkResult(result, resultMaxBytes);
+  if ('json' in checked) return checked.json;
+  throw new ResultNotStorableError(checked.field, checked.message, checked.failureClass);
 }
 
 /** An error as the item and its history store it: a stack, a string or JSON, cut to `maxChars`. */
